@@ -1,0 +1,8 @@
+"""Contracts between the stages of elo-per-token.
+
+Everything that crosses a stage boundary is defined here exactly once:
+the job payload (coordinator -> queue -> worker), the records a worker writes
+(worker -> ledger -> analysis), ledger storage, task suites and provider
+profiles. Stages import from here; they never import from each other
+against the data flow (coordinator -> queue -> worker -> ledger -> analysis).
+"""

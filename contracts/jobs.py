@@ -1,0 +1,80 @@
+"""The job: one (task, strategy, budget, replicate) unit of work, as it travels coordinator -> queue -> worker.
+
+A job is plain JSON (Celery uses the JSON serializer only). It carries the task itself so a
+worker needs no access to the coordinator's suite files, and the *name* of a provider profile,
+never a key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+def arm_label(strategy: str, budget_n: int, variant: str = "") -> str:
+    """Canonical arm name. An arm is (strategy, budget[, variant]) — never strategy alone."""
+    base = f"{strategy}@{budget_n}"
+    return f"{base}[{variant}]" if variant else base
+
+
+def params_variant(params: dict[str, Any]) -> str:
+    """Stable short label for non-budget strategy parameters (e.g. tree depth), '' when none."""
+    if not params:
+        return ""
+    return ",".join(f"{k}={params[k]}" for k in sorted(params))
+
+
+def derive_seed(*parts: object) -> int:
+    """A 31-bit seed derived from any parts; the same parts always give the same seed."""
+    h = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(h[:4], "big") & 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class Job:
+    run_id: str
+    task: dict[str, Any]  # a validated task record (see contracts.tasks)
+    strategy: str
+    budget_n: int
+    replicate: int = 0
+    params: dict[str, Any] = field(default_factory=dict)  # strategy parameters other than the budget
+    seed: int = 0  # run seed; per-call seeds derive from (seed, job key, call index)
+    profile: str = "default"  # profile NAME; credentials are resolved by the worker
+
+    @property
+    def task_id(self) -> str:
+        return str(self.task["task_id"])
+
+    @property
+    def family(self) -> str:
+        return str(self.task["family"])
+
+    @property
+    def variant(self) -> str:
+        return params_variant(self.params)
+
+    @property
+    def arm(self) -> str:
+        return arm_label(self.strategy, self.budget_n, self.variant)
+
+    @property
+    def key(self) -> str:
+        """Deterministic, path-safe job key: the same plan always yields the same keys."""
+        arm = self.arm.replace("@", "_n").replace("[", "_").replace("]", "").replace(",", "_").replace("=", "-")
+        safe_task = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.task_id)
+        return f"{self.family}/{safe_task}/{arm}/r{self.replicate}"
+
+    def call_seed(self, call_index: int) -> int:
+        return derive_seed(self.seed, self.key, call_index)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Job:
+        return cls(**d)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)

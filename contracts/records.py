@@ -1,0 +1,134 @@
+"""Records a worker writes and the analysis reads: the ledger schema (documented in docs/schema.md).
+
+One ledger object per job is a JSONL file whose lines are records, each tagged with `kind`:
+
+* `kind="call"`     one API call, with `usage` exactly as the server returned it.
+* `kind="outcome"`  the job's final answer and score.
+* `kind="judgment"` an explicit pairwise judgment between two arms (judge mode).
+
+Every line repeats the job identity (`run_id`, `job_key`, `task_id`, `family`, `strategy`,
+`budget_n`, `arm`, `replicate`) so a plain `polars.scan_ndjson` over a run's objects needs no joins.
+The seed's call-log shape (`task_id`, `strategy`, `budget_n`, `usage.prompt_tokens`,
+`usage.completion_tokens`) is a subset of a call record; lines without `kind` are classified
+by their fields (see analysis.io).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from contracts.jobs import Job
+
+SCHEMA_VERSION = 1
+
+# Roles of a call within a job. Strategy cost = every role except "judge" (evaluation cost).
+CALL_ROLES = ("sample", "verifier", "search_node", "tool_turn", "judge")
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int | None = None
+
+
+@dataclass
+class CallRecord:
+    call_index: int
+    role: str
+    model: str | None
+    usage: dict[str, int] | None  # as returned by the server; None = server sent none (flagged)
+    latency_s: float
+    attempts: int
+    seed: int | None = None
+    n_requested: int = 1
+    n_returned: int = 1
+    finish_reason: str | None = None
+    error: dict[str, str] | None = None  # {"class": ..., "message": ...} when the call failed
+    usage_missing: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Outcome:
+    answer: str | None
+    score: float | None  # 0..1; None when the job failed before grading
+    correct: bool | None
+    grader: dict[str, Any] = field(default_factory=dict)  # grader name and details (reason, tests passed…)
+    error: dict[str, str] | None = None
+
+
+@dataclass
+class JobResult:
+    job: Job
+    calls: list[CallRecord]
+    outcome: Outcome
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    judgments: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome.error is None
+
+    @property
+    def tokens(self) -> int:
+        """Strategy cost of this job: the sum of the calls' usage as returned (judge calls excluded)."""
+        return sum(
+            int(c.usage.get("prompt_tokens", 0)) + int(c.usage.get("completion_tokens", 0))
+            for c in self.calls
+            if c.usage is not None and c.role != "judge"
+        )
+
+    def identity(self) -> dict[str, Any]:
+        j = self.job
+        return {
+            "schema": SCHEMA_VERSION,
+            "run_id": j.run_id,
+            "job_key": j.key,
+            "task_id": j.task_id,
+            "family": j.family,
+            "strategy": j.strategy,
+            "budget_n": j.budget_n,
+            "arm": j.arm,
+            "replicate": j.replicate,
+        }
+
+    def to_lines(self) -> list[dict[str, Any]]:
+        ident = self.identity()
+        lines = [{**ident, "kind": "call", **c.to_dict()} for c in self.calls]
+        o = asdict(self.outcome)
+        lines.append(
+            {**ident, "kind": "outcome", **o, "started_at": self.started_at, "finished_at": self.finished_at}
+        )
+        lines.extend({**ident, "kind": "judgment", **jd} for jd in self.judgments)
+        return lines
+
+    def to_jsonl(self) -> bytes:
+        return "".join(json.dumps(x, sort_keys=True) + "\n" for x in self.to_lines()).encode()
+
+    @classmethod
+    def from_lines(cls, lines: list[dict[str, Any]], job: Job) -> JobResult:
+        calls, outcome, judgments, started, finished = [], None, [], 0.0, 0.0
+        call_fields = set(CallRecord.__dataclass_fields__)
+        out_fields = set(Outcome.__dataclass_fields__)
+        for rec in lines:
+            if rec.get("kind") == "call":
+                calls.append(CallRecord(**{k: v for k, v in rec.items() if k in call_fields}))
+            elif rec.get("kind") == "outcome":
+                outcome = Outcome(**{k: v for k, v in rec.items() if k in out_fields})
+                started, finished = rec.get("started_at", 0.0), rec.get("finished_at", 0.0)
+            elif rec.get("kind") == "judgment":
+                judgments.append({k: v for k, v in rec.items() if k not in JobResult_identity_keys})
+        if outcome is None:
+            raise ValueError(f"job {job.key}: no outcome line")
+        return cls(job, calls, outcome, started, finished, judgments)
+
+
+JobResult_identity_keys = frozenset(
+    ["schema", "run_id", "job_key", "task_id", "family", "strategy", "budget_n", "arm", "replicate", "kind"]
+)

@@ -1,0 +1,56 @@
+"""The `ept` command. Each stage registers its own commands; errors map to exit codes here, once."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from contracts.errors import EXIT_BAD_INPUT, InputError
+from contracts.secrets import scrub
+
+app = typer.Typer(
+    help="elo-per-token: how much quality does each extra 1k tokens of test-time compute buy?",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """elo-per-token: how much quality does each extra 1k tokens of test-time compute buy?"""
+
+
+@app.command()
+def version() -> None:
+    """Print the tool's version."""
+    from ept import __version__
+
+    typer.echo(__version__)
+
+
+def _register() -> None:
+    # Import order follows the data flow; each module adds its commands to `app`.
+    import analysis.cli
+    import coordinator.cli
+    import ept.egress_cli
+    import simulator.cli
+    import worker.cli
+
+    for mod in (coordinator.cli, worker.cli, analysis.cli, ept.egress_cli, simulator.cli):
+        mod.register(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    _register()
+    try:
+        app(args=argv)  # standalone: click prints usage errors itself and exits 2
+    except InputError as e:
+        Console(stderr=True).print(f"[bold red]error:[/] {scrub(str(e))}", highlight=False)
+        sys.exit(EXIT_BAD_INPUT)
+
+
+if __name__ == "__main__":
+    main()
