@@ -37,9 +37,10 @@ def _register() -> None:
     import coordinator.cli
     import ept.egress_cli
     import simulator.cli
+    import suites.cli
     import worker.cli
 
-    for mod in (coordinator.cli, worker.cli, analysis.cli, ept.egress_cli, simulator.cli):
+    for mod in (coordinator.cli, worker.cli, suites.cli, analysis.cli, ept.egress_cli, simulator.cli):
         mod.register(app)
 
 

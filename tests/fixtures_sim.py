@@ -1,0 +1,1 @@
+"""Simulator fixtures (a real HTTP server on a free loopback port)."""
