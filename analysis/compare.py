@@ -1,0 +1,494 @@
+"""Paired comparison of two runs: the regression gate behind `ept compare` (method: docs/compare.md).
+
+Elo is relative, so two separately fitted runs have no common zero: anchoring both at one arm would
+hide a regression of the anchor itself. Instead both runs are fitted TOGETHER, each (run, arm) a player,
+with comparisons inside each task across runs as well (run A's greedy answer vs run B's greedy answer on
+the same task, graded on the same scale). The pooled fit puts both runs on one scale, so
+`Elo(current, arm) - Elo(baseline, arm)` is a real change in strength, whatever the anchor. The bootstrap
+resamples task ids; a task present in both runs brings both runs' outcomes, so the runs are paired.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from contracts.errors import InputError
+
+BASE, CUR = "baseline", "current"
+
+
+@dataclass(frozen=True)
+class FailRule:
+    """Thresholds of `--fail-on`. An arm is flagged only when the whole interval is past the threshold."""
+
+    elo_drop: float | None = None  # Elo points; flag when the interval's upper bound < -elo_drop
+    tokens_rise: float | None = None  # fraction (0.1 = 10%); flag when the interval's lower bound > it
+    tokens_rise_abs: float | None = None  # tokens/task; same rule on the absolute change
+
+    def describe(self) -> str:
+        parts = []
+        if self.elo_drop is not None:
+            parts.append(f"elo-drop={self.elo_drop:g} (flag when the upper bound of ΔElo < -{self.elo_drop:g})")
+        if self.tokens_rise is not None:
+            parts.append(
+                f"tokens-rise={self.tokens_rise * 100:g}% (flag when the lower bound of the relative "
+                f"change in tokens/task > {self.tokens_rise * 100:g}%)"
+            )
+        if self.tokens_rise_abs is not None:
+            parts.append(
+                f"tokens-rise={self.tokens_rise_abs:g} (flag when the lower bound of the change in "
+                f"tokens/task > {self.tokens_rise_abs:g})"
+            )
+        return "; ".join(parts) if parts else "none (report only)"
+
+
+_NUM = r"[0-9]+(?:\.[0-9]*)?"
+
+
+def parse_fail_on(spec: str | None) -> FailRule:
+    """Parse `elo-drop=20,tokens-rise=10%`; `none` or '' gives a report-only rule."""
+    if spec is None or spec.strip().lower() in ("", "none"):
+        return FailRule()
+    values: dict[str, Any] = {}
+    for item in spec.split(","):
+        item = item.strip()
+        m = re.fullmatch(rf"(elo-drop|tokens-rise)\s*=\s*({_NUM})\s*(%?)", item)
+        if not m:
+            raise InputError(
+                f"cannot read {item!r}: expected items like elo-drop=20 or tokens-rise=10% (or tokens-rise=500 "
+                "for tokens/task), comma-separated",
+                field="--fail-on",
+            )
+        name, num, pct = m.group(1), float(m.group(2)), m.group(3)
+        if name in values or (name == "tokens-rise" and ("tokens-rise-abs" in values)):
+            raise InputError(f"{name} given twice", field="--fail-on")
+        if name == "elo-drop":
+            if pct:
+                raise InputError("elo-drop is in Elo points, not a percentage", field="--fail-on")
+            values["elo_drop"] = num
+        elif pct:
+            values["tokens_rise"] = num / 100.0
+        else:
+            values["tokens_rise_abs"] = num
+    return FailRule(**values)
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What the comparison needs from one run (see load_run for how it is read).
+
+    outcomes:    task_id, family, arm, replicate, score (Float64, null = the job failed before grading)
+    task_tokens: task_id, family, arm, tokens (strategy tokens one job of this arm spent on the task,
+                 averaged over replicates; judge calls excluded)
+    arms:        arm, strategy, budget_n
+    """
+
+    source: str
+    outcomes: pl.DataFrame
+    task_tokens: pl.DataFrame
+    arms: pl.DataFrame
+    suites: tuple[str, ...] | None = None
+    manifest: dict[str, Any] | None = None
+
+
+@dataclass
+class CompareResult:
+    table: pl.DataFrame  # one row per arm, ordered by baseline tokens/task
+    flagged: list[str]
+    reasons: dict[str, list[str]]
+    rule: FailRule
+    level: float
+    rounds: int
+    failed_rounds: int
+    anchor: str
+    families: list[str]
+    family_weights: dict[str, float]
+    notes: list[str] = field(default_factory=list)
+    sources: tuple[str, str] = ("", "")
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.flagged else 0
+
+
+def check_comparable(base: RunInputs, cur: RunInputs) -> list[str]:
+    """Raise InputError when the two runs cannot be compared; return notes on partial task overlap."""
+    if base.suites is not None and cur.suites is not None and set(base.suites) != set(cur.suites):
+        raise InputError(
+            f"the runs used different suites: baseline {sorted(base.suites)} vs current {sorted(cur.suites)}",
+            file=cur.source,
+            field="suites",
+        )
+    fam_b = set(base.outcomes["family"].unique().to_list())
+    fam_c = set(cur.outcomes["family"].unique().to_list())
+    if fam_b != fam_c:
+        raise InputError(
+            "the runs cover different task families: "
+            + _diff_text(fam_b, fam_c)
+            + " (compare runs of the same suites)",
+            file=cur.source,
+            field="family",
+        )
+    arms_b = set(base.arms["arm"].to_list())
+    arms_c = set(cur.arms["arm"].to_list())
+    if arms_b != arms_c:
+        raise InputError(
+            "the runs have different arms: " + _diff_text(arms_b, arms_c) + " (an arm is strategy@budget)",
+            file=cur.source,
+            field="arm",
+        )
+    scored = [
+        r.outcomes.filter(pl.col("score").is_not_null()).select("family", "task_id").unique()
+        for r in (base, cur)
+    ]
+    common = scored[0].join(scored[1], on=["family", "task_id"], how="inner")
+    notes = []
+    for fam in sorted(fam_b):
+        n_common = common.filter(pl.col("family") == fam).height
+        if n_common == 0:
+            raise InputError(
+                f"family {fam!r}: no task was graded in both runs, so the two runs' Elo scales cannot be "
+                "linked (run the same suite tasks in both, with graded outcomes)",
+                file=cur.source,
+                field="task_id",
+            )
+        n_b = scored[0].filter(pl.col("family") == fam).height
+        n_c = scored[1].filter(pl.col("family") == fam).height
+        if n_common < max(n_b, n_c):
+            notes.append(
+                f"family {fam}: {n_common} tasks in both runs (baseline {n_b}, current {n_c}); "
+                "only the common tasks are paired"
+            )
+    return notes
+
+
+def _diff_text(a: set[str], b: set[str]) -> str:
+    parts = []
+    if a - b:
+        parts.append(f"only in baseline: {sorted(a - b)}")
+    if b - a:
+        parts.append(f"only in current: {sorted(b - a)}")
+    return "; ".join(parts)
+
+
+def pooled_pairs(outcomes: pl.DataFrame) -> pl.DataFrame:
+    """All within-task comparisons between players (player = run x arm), across runs too.
+
+    outcomes: task, player, replicate, score (nulls already removed). Higher score wins; equal scores are a
+    tie, given as two rows of half weight. Every replicate of one player meets every replicate of the other,
+    each meeting weighted 1/(n_a*n_b), so one task and pair of players weighs 1 whatever the replicates.
+    """
+    o = outcomes.with_columns(pl.len().over("task", "player").alias("n_rep").cast(pl.Float64))
+    left = o.select("task", pl.col("player").alias("a"), pl.col("score").alias("sa"), pl.col("n_rep").alias("na"))
+    right = o.select(
+        "task", pl.col("player").alias("b"), pl.col("score").alias("sb"), pl.col("n_rep").alias("nb")
+    )
+    m = (
+        left.join(right, on="task", how="inner")
+        .filter(pl.col("a") < pl.col("b"))
+        .with_columns((1.0 / (pl.col("na") * pl.col("nb"))).alias("w"))
+    )
+    decided = m.filter(pl.col("sa") != pl.col("sb")).select(
+        "task",
+        pl.when(pl.col("sa") > pl.col("sb")).then(pl.col("a")).otherwise(pl.col("b")).alias("winner"),
+        pl.when(pl.col("sa") > pl.col("sb")).then(pl.col("b")).otherwise(pl.col("a")).alias("loser"),
+        pl.col("w").alias("weight"),
+    )
+    ties = m.filter(pl.col("sa") == pl.col("sb"))
+    tie_ab = ties.select("task", pl.col("a").alias("winner"), pl.col("b").alias("loser"), (pl.col("w") * 0.5).alias("weight"))
+    tie_ba = ties.select("task", pl.col("b").alias("winner"), pl.col("a").alias("loser"), (pl.col("w") * 0.5).alias("weight"))
+    return pl.concat([decided, tie_ab, tie_ba]).sort("task", "winner", "loser")
+
+
+def compare_runs(
+    base: RunInputs,
+    cur: RunInputs,
+    *,
+    rule: FailRule,
+    weights: str | None = None,
+    rounds: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    l2: float = 1e-3,
+) -> CompareResult:
+    """Pooled, task-paired comparison of two runs (see the module docstring and docs/compare.md)."""
+    from analysis.bootstrap import PairData, bootstrap, point_estimate
+    from analysis.merge import parse_weights
+
+    if not 0.5 < level < 1.0:
+        raise InputError(f"level must be between 0.5 and 1, got {level}", field="--level")
+    if rounds < 50:
+        raise InputError(f"use at least 50 bootstrap rounds for an interval, got {rounds}", field="--rounds")
+    notes = check_comparable(base, cur)
+
+    families = sorted(base.outcomes["family"].unique().to_list())
+    fw = parse_weights(weights, families)
+    fam_idx = {f: i for i, f in enumerate(families)}
+
+    # Baseline's tokens/task order fixes the arm order (and the anchor: its cheapest arm).
+    base_tok = base.task_tokens.group_by("arm").agg(pl.col("tokens").mean().alias("t"))
+    arm_order = (
+        base.arms.join(base_tok, on="arm", how="left")
+        .sort(pl.col("t").fill_null(math.inf), "budget_n", "arm")
+        .get_column("arm")
+        .to_list()
+    )
+    k = len(arm_order)
+    arm_idx = pl.DataFrame({"arm": arm_order, "ai": list(range(k))}, schema={"arm": pl.Utf8, "ai": pl.Int64})
+
+    def players(df: pl.DataFrame, run: int) -> pl.DataFrame:
+        return df.join(arm_idx, on="arm", how="inner").with_columns(
+            (pl.col("ai") + run * k).alias("player")
+        )
+
+    outcomes = pl.concat(
+        [
+            players(r.outcomes.select("task_id", "family", "arm", "replicate", pl.col("score").cast(pl.Float64)), i)
+            for i, r in enumerate((base, cur))
+        ]
+    ).filter(pl.col("score").is_not_null())
+    tokens = pl.concat(
+        [players(r.task_tokens.select("task_id", "family", "arm", pl.col("tokens").cast(pl.Float64)), i) for i, r in enumerate((base, cur))]
+    )
+    tasks = (
+        pl.concat([outcomes.select("family", "task_id"), tokens.select("family", "task_id")])
+        .unique()
+        .sort("family", "task_id")
+        .with_row_index("task")
+        .with_columns(pl.col("task").cast(pl.Int64))
+    )
+    outcomes = outcomes.join(tasks, on=["family", "task_id"])
+    tokens = tokens.join(tasks, on=["family", "task_id"])
+    pairs = pooled_pairs(outcomes.select("task", "player", "replicate", "score"))
+
+    n_tasks = tasks.height
+    task_tokens = np.full((n_tasks, 2 * k), np.nan)
+    task_tokens[tokens["task"].to_numpy(), tokens["player"].to_numpy()] = tokens["tokens"].to_numpy()
+    data = PairData(
+        task_family=tasks["family"].replace_strict(fam_idx, return_dtype=pl.Int64).to_numpy(),
+        task=pairs["task"].to_numpy(),
+        winner=pairs["winner"].to_numpy(),
+        loser=pairs["loser"].to_numpy(),
+        weight=pairs["weight"].to_numpy().astype(float),
+        n_arms=2 * k,
+        families=families,
+        task_tokens=task_tokens,
+    )
+    fw_arr = np.array([fw[f] for f in families], dtype=float)
+    elo, tok, _ = point_estimate(data, fw_arr, anchor=0, l2=l2)
+    boot = bootstrap(data, fw_arr, anchor=0, rounds=rounds, seed=seed, l2=l2)
+    table = _arm_table(arm_order, base.arms, elo, tok, boot.elo, boot.tokens_per_task, level)
+    flagged, reasons = _apply_rule(table, rule)
+    if boot.failed_rounds:
+        notes.append(f"{boot.failed_rounds} of {rounds} bootstrap fits did not converge")
+    failures = _failure_counts(base, cur)
+    if failures:
+        notes.append(failures)
+    return CompareResult(
+        table=table,
+        flagged=flagged,
+        reasons=reasons,
+        rule=rule,
+        level=level,
+        rounds=rounds,
+        failed_rounds=int(boot.failed_rounds),
+        anchor=arm_order[0],
+        families=families,
+        family_weights=dict(fw),
+        notes=notes,
+        sources=(base.source, cur.source),
+    )
+
+
+def _failure_counts(base: RunInputs, cur: RunInputs) -> str:
+    counts = [r.outcomes.filter(pl.col("score").is_null()).height for r in (base, cur)]
+    if not any(counts):
+        return ""
+    return (
+        f"jobs without a graded outcome (left out of the comparisons): baseline {counts[0]}, current {counts[1]}"
+    )
+
+
+def _interval(samples: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    a = (1.0 - level) / 2.0
+    with np.errstate(all="ignore"):
+        lo = np.nanquantile(samples, a, axis=0)
+        hi = np.nanquantile(samples, 1.0 - a, axis=0)
+    return lo, hi
+
+
+def _steps(x: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """dElo per 1k tokens of each arm against the previous (cheaper at baseline) arm; NaN on the first."""
+    dx = np.diff(x, axis=-1)
+    dt = np.diff(t, axis=-1)
+    with np.errstate(all="ignore"):
+        per = np.where(dt != 0, dx / dt * 1000.0, np.nan)
+    pad = np.full((*per.shape[:-1], 1), np.nan)
+    return np.concatenate([pad, per], axis=-1)
+
+
+def _arm_table(
+    arm_order: list[str],
+    arms: pl.DataFrame,
+    elo: np.ndarray,
+    tok: np.ndarray,
+    elo_s: np.ndarray,
+    tok_s: np.ndarray,
+    level: float,
+) -> pl.DataFrame:
+    k = len(arm_order)
+    eb, ec, tb, tc = elo[:k], elo[k:], tok[:k], tok[k:]
+    seb, sec, stb, stc = elo_s[:, :k], elo_s[:, k:], tok_s[:, :k], tok_s[:, k:]
+    d_lo, d_hi = _interval(sec - seb, level)
+    with np.errstate(all="ignore"):
+        rel = tc / tb - 1.0
+        rel_s = stc / stb - 1.0
+    r_lo, r_hi = _interval(rel_s, level)
+    a_lo, a_hi = _interval(stc - stb, level)
+    pb, pc = _steps(eb, tb), _steps(ec, tc)
+    spb, spc = _steps(seb, stb), _steps(sec, stc)
+    pb_lo, pb_hi = _interval(spb, level)
+    pc_lo, pc_hi = _interval(spc, level)
+    info = arms.unique("arm").select("arm", "strategy", "budget_n")
+    df = pl.DataFrame(
+        {
+            "arm": arm_order,
+            "elo_base": eb,
+            "elo_cur": ec,
+            "d_elo": ec - eb,
+            "d_elo_lo": d_lo,
+            "d_elo_hi": d_hi,
+            "tokens_base": tb,
+            "tokens_cur": tc,
+            "d_tokens": tc - tb,
+            "d_tokens_lo": a_lo,
+            "d_tokens_hi": a_hi,
+            "d_tokens_rel": rel,
+            "d_tokens_rel_lo": r_lo,
+            "d_tokens_rel_hi": r_hi,
+            "d_elo_per_1k_base": pb,
+            "d_elo_per_1k_base_lo": pb_lo,
+            "d_elo_per_1k_base_hi": pb_hi,
+            "d_elo_per_1k_cur": pc,
+            "d_elo_per_1k_cur_lo": pc_lo,
+            "d_elo_per_1k_cur_hi": pc_hi,
+        }
+    )
+    # NaN (undefined, e.g. the first row's step) becomes null so JSON/markdown show it as missing.
+    df = df.with_columns(pl.col(pl.Float64).fill_nan(None))
+    return info.join(df, on="arm", how="right").select(["arm", "strategy", "budget_n", *df.columns[1:]])
+
+
+def _apply_rule(table: pl.DataFrame, rule: FailRule) -> tuple[list[str], dict[str, list[str]]]:
+    flagged: list[str] = []
+    reasons: dict[str, list[str]] = {}
+    for row in table.iter_rows(named=True):  # one row per arm: a handful at most
+        why = []
+        if rule.elo_drop is not None and row["d_elo_hi"] is not None and row["d_elo_hi"] < -rule.elo_drop:
+            why.append(
+                f"Elo dropped {row['d_elo']:+.1f} (interval {row['d_elo_lo']:+.1f} .. {row['d_elo_hi']:+.1f}, "
+                f"entirely below -{rule.elo_drop:g})"
+            )
+        if (
+            rule.tokens_rise is not None
+            and row["d_tokens_rel_lo"] is not None
+            and row["d_tokens_rel_lo"] > rule.tokens_rise
+        ):
+            why.append(
+                f"tokens/task rose {row['d_tokens_rel'] * 100:+.1f}% (interval "
+                f"{row['d_tokens_rel_lo'] * 100:+.1f}% .. {row['d_tokens_rel_hi'] * 100:+.1f}%, entirely above "
+                f"+{rule.tokens_rise * 100:g}%)"
+            )
+        if (
+            rule.tokens_rise_abs is not None
+            and row["d_tokens_lo"] is not None
+            and row["d_tokens_lo"] > rule.tokens_rise_abs
+        ):
+            why.append(
+                f"tokens/task rose {row['d_tokens']:+.0f} (interval {row['d_tokens_lo']:+.0f} .. "
+                f"{row['d_tokens_hi']:+.0f}, entirely above +{rule.tokens_rise_abs:g})"
+            )
+        if why:
+            flagged.append(row["arm"])
+            reasons[row["arm"]] = why
+    return flagged, reasons
+
+
+def _f(x: float | None, fmt: str) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def to_markdown(res: CompareResult) -> str:
+    """A pull-request comment: verdict first, then the per-arm table, then the method in one paragraph."""
+    pct = f"{res.level * 100:g}%"
+    if res.flagged:
+        head = f"### ❌ ept compare: regression in {len(res.flagged)} arm(s): " + ", ".join(
+            f"`{a}`" for a in res.flagged
+        )
+    else:
+        head = "### ✅ ept compare: no regression the data supports"
+    lines = [
+        head,
+        "",
+        f"Baseline `{res.sources[0]}` vs current `{res.sources[1]}`. Rule: {res.rule.describe()}.",
+        "",
+        f"| arm | Elo base | Elo current | ΔElo [{pct} CI] | tokens/task base | tokens/task current | "
+        f"Δtokens [{pct} CI] | ΔElo/1k tok base | ΔElo/1k tok current | status |",
+        "|---|---:|---:|---|---:|---:|---|---:|---:|---|",
+    ]
+    for r in res.table.iter_rows(named=True):
+        status = "❌ regression" if r["arm"] in res.flagged else "ok"
+        rel = r["d_tokens_rel"]
+        dtok = (
+            f"{_f(rel * 100 if rel is not None else None, '+.1f')}% "
+            f"[{_f(_mul(r['d_tokens_rel_lo']), '+.1f')}%, {_f(_mul(r['d_tokens_rel_hi']), '+.1f')}%]"
+        )
+        lines.append(
+            f"| `{r['arm']}` | {_f(r['elo_base'], '.0f')} | {_f(r['elo_cur'], '.0f')} | "
+            f"{_f(r['d_elo'], '+.1f')} [{_f(r['d_elo_lo'], '+.1f')}, {_f(r['d_elo_hi'], '+.1f')}] | "
+            f"{_f(r['tokens_base'], ',.0f')} | {_f(r['tokens_cur'], ',.0f')} | {dtok} | "
+            f"{_f(r['d_elo_per_1k_base'], '.1f')} | {_f(r['d_elo_per_1k_cur'], '.1f')} | {status} |"
+        )
+    if res.flagged:
+        lines += ["", "**Why flagged**", ""]
+        for arm in res.flagged:
+            lines += [f"- `{arm}`: " + "; ".join(res.reasons[arm])]
+    lines += [
+        "",
+        f"<sub>Both runs fitted together (Bradley-Terry per family over every (run, arm), comparisons within each "
+        f"task across runs), families {', '.join(f'{f}={w:.2f}' for f, w in res.family_weights.items())}; "
+        f"Elo shown with baseline `{res.anchor}` = 1000 (differences do not depend on this anchor). Intervals: "
+        f"{res.rounds}-round bootstrap resampling task ids, the same tasks in both runs. ΔElo/1k tok: each arm "
+        f"against the previous row, within its run.</sub>",
+    ]
+    if res.notes:
+        lines += ["", *[f"> {n}" for n in res.notes]]
+    return "\n".join(lines) + "\n"
+
+
+def _mul(x: float | None) -> float | None:
+    return None if x is None else x * 100.0
+
+
+def to_json_dict(res: CompareResult) -> dict[str, Any]:
+    return {
+        "baseline": res.sources[0],
+        "current": res.sources[1],
+        "verdict": "regression" if res.flagged else "ok",
+        "flagged": res.flagged,
+        "reasons": res.reasons,
+        "rule": res.rule.describe(),
+        "level": res.level,
+        "rounds": res.rounds,
+        "failed_rounds": res.failed_rounds,
+        "anchor": res.anchor,
+        "family_weights": res.family_weights,
+        "notes": res.notes,
+        "arms": res.table.to_dicts(),
+    }

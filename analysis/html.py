@@ -1,0 +1,368 @@
+"""One self-contained HTML report: tables, inline SVG plots, the run manifest. No external resources.
+
+The page is rendered from a plain `doc` dict (the same numbers report.json holds), so what the page shows
+can be checked against report.json. Every numeric table cell carries its exact value in `data-value` next
+to the rounded text people read; tables and rows carry ids/`data-*` attributes so a browser test can read
+them back from the rendered DOM.
+
+doc keys (all optional except `returns`):
+  title, generated_at, inputs (list[str]), options (dict), warnings (list[str])
+  returns:      rows of the diminishing-returns table (arm, strategy, budget_n, tokens_per_task, elo, elo_lo,
+                elo_hi, d_elo, d_elo_lo, d_elo_hi, d_elo_per_1k, d_elo_per_1k_lo, d_elo_per_1k_hi, frontier)
+  families:     rows (family, arm, theta, elo, weight?) — per-family breakdown
+  token_split:  rows (arm, role, calls, prompt_tokens, completion_tokens, tasks?) — by arm and call role
+  failures:     rows (arm, error_class, count)
+  manifest:     the run manifest dict (public profile with optional price_in_per_1m / price_out_per_1m)
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from contracts.secrets import scrub
+
+RETURNS_COLUMNS = [
+    ("arm", "arm", None),
+    ("strategy", "strategy", None),
+    ("budget_n", "budget", "d"),
+    ("tokens_per_task", "tokens/task", ",.0f"),
+    ("elo", "Elo", ".1f"),
+    ("elo_lo", "Elo lo", ".1f"),
+    ("elo_hi", "Elo hi", ".1f"),
+    ("d_elo", "ΔElo", "+.1f"),
+    ("d_elo_lo", "ΔElo lo", "+.1f"),
+    ("d_elo_hi", "ΔElo hi", "+.1f"),
+    ("d_elo_per_1k", "ΔElo / 1k tok", ".2f"),
+    ("d_elo_per_1k_lo", "lo", ".2f"),
+    ("d_elo_per_1k_hi", "hi", ".2f"),
+    ("frontier", "frontier", None),
+]
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;
+color:#1d232b;padding:0 1rem}
+h1{font-size:1.6rem;margin-bottom:.2rem} h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:.88rem;margin:.6rem 0}
+th,td{padding:.25rem .55rem;border-bottom:1px solid #e5e5e5;text-align:right}
+th{background:#f4f6f8} td.t,th.t{text-align:left}
+tr.frontier td{font-weight:600} .muted{color:#667} .warn{background:#fff4e5;padding:.4rem .8rem;
+border-left:4px solid #f0a030} pre{background:#f6f8fa;padding:.8rem;overflow:auto;font-size:.8rem}
+figure{margin:1rem 0} figure svg{max-width:100%;height:auto}
+"""
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _fmt(x: Any, fmt: str | None) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    if isinstance(x, bool):
+        return "yes" if x else ""
+    if fmt and _is_num(x):
+        return format(x, fmt)
+    return str(x)
+
+
+def _cell(col: str, x: Any, fmt: str | None) -> str:
+    text = html.escape(_fmt(x, fmt))
+    cls = "" if _is_num(x) else ' class="t"'
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return f'<td data-col="{col}" data-null="1"{cls}>{text}</td>'
+    value = repr(float(x)) if _is_num(x) else str(x).lower() if isinstance(x, bool) else str(x)
+    return f'<td data-col="{col}" data-value="{html.escape(value, quote=True)}"{cls}>{text}</td>'
+
+
+def _table(table_id: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str, str | None]],
+           row_class: str | None = None) -> str:
+    head = "".join(
+        f'<th class="t">{html.escape(label)}</th>' if fmt is None else f"<th>{html.escape(label)}</th>"
+        for _, label, fmt in columns
+    )
+    body = []
+    for r in rows:
+        cls = f' class="{row_class}"' if row_class and r.get(row_class) else ""
+        key = html.escape(str(r.get("arm", "")), quote=True)
+        cells = "".join(_cell(c, r.get(c), fmt) for c, _, fmt in columns)
+        body.append(f'<tr data-arm="{key}"{cls}>{cells}</tr>')
+    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _svg(fig: Any) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    text = buf.getvalue()
+    return text[text.index("<svg") :]  # drop the XML prolog/doctype: inline SVG in HTML5
+
+
+def _plot_elo_vs_tokens(rows: Sequence[Mapping[str, Any]]) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = [r for r in rows if _is_num(r.get("tokens_per_task")) and _is_num(r.get("elo"))]
+    if not pts:
+        return ""
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ept"}):
+        fig, ax = plt.subplots(figsize=(7.5, 4.2))
+        x = [r["tokens_per_task"] for r in pts]
+        y = [r["elo"] for r in pts]
+        lo = [r["elo"] - r["elo_lo"] if _is_num(r.get("elo_lo")) else 0.0 for r in pts]
+        hi = [r["elo_hi"] - r["elo"] if _is_num(r.get("elo_hi")) else 0.0 for r in pts]
+        ax.errorbar(x, y, yerr=[lo, hi], fmt="o", color="#4a6fa5", ecolor="#9ab", capsize=3, label="arm (95% CI)")
+        front = sorted((r for r in pts if r.get("frontier")), key=lambda r: r["tokens_per_task"])
+        if front:
+            ax.plot([r["tokens_per_task"] for r in front], [r["elo"] for r in front],
+                    color="#d2691e", lw=1.5, label="compute-optimal frontier")
+        for r in pts:
+            ax.annotate(str(r["arm"]), (r["tokens_per_task"], r["elo"]), textcoords="offset points",
+                        xytext=(5, 5), fontsize=8)
+        if min(x) > 0:
+            ax.set_xscale("log")
+        ax.set_xlabel("tokens per task (log scale)")
+        ax.set_ylabel("Elo")
+        ax.set_title("Elo vs tokens per task")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=8)
+        out = _svg(fig)
+        plt.close(fig)
+    return out
+
+
+def _plot_bars(labels: list[str], values: list[float], los: list[float | None], his: list[float | None],
+               title: str, ylabel: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not labels:
+        return ""
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ept"}):
+        fig, ax = plt.subplots(figsize=(7.5, 3.6))
+        err = [
+            [v - lo if lo is not None else 0.0 for v, lo in zip(values, los, strict=True)],
+            [hi - v if hi is not None else 0.0 for v, hi in zip(values, his, strict=True)],
+        ]
+        ax.bar(range(len(labels)), values, yerr=err, color="#4a6fa5", ecolor="#333", capsize=3)
+        ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.axhline(0, color="#999", lw=0.8)
+        ax.grid(axis="y", alpha=0.3)
+        out = _svg(fig)
+        plt.close(fig)
+    return out
+
+
+def _plot_families(rows: Sequence[Mapping[str, Any]]) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fams = sorted({r["family"] for r in rows})
+    arms: list[str] = []
+    for r in rows:
+        if r["arm"] not in arms:
+            arms.append(r["arm"])
+    if not fams or not arms:
+        return ""
+    val = {(r["family"], r["arm"]): r.get("elo") for r in rows}
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ept"}):
+        fig, ax = plt.subplots(figsize=(7.5, 3.8))
+        width = 0.8 / len(fams)
+        for i, fam in enumerate(fams):
+            ys = [val.get((fam, a)) for a in arms]
+            ax.bar([j + i * width for j in range(len(arms))], [y if _is_num(y) else 0.0 for y in ys],
+                   width=width, label=fam)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(arms))], arms, rotation=20, ha="right", fontsize=8)
+        lows = [v for v in val.values() if _is_num(v)]
+        if lows:
+            ax.set_ylim(min(lows) - 30, max(lows) + 30)
+        ax.set_ylabel("Elo within family (centred)")
+        ax.set_title("Per-family Elo")
+        ax.legend(fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+        out = _svg(fig)
+        plt.close(fig)
+    return out
+
+
+def _prices(manifest: Mapping[str, Any] | None) -> tuple[float, float] | None:
+    """(price_in, price_out) per 1M tokens from the manifest's public profile, when both are known."""
+    if not manifest:
+        return None
+    prof = manifest.get("profile")
+    if not isinstance(prof, Mapping):
+        return None
+    pin, pout = prof.get("price_in_per_1m"), prof.get("price_out_per_1m")
+    if _is_num(pin) and _is_num(pout):
+        return float(pin), float(pout)
+    return None
+
+
+def token_split_rows(token_split: Sequence[Mapping[str, Any]],
+                     prices: tuple[float, float] | None) -> list[dict[str, Any]]:
+    """Add totals, shares and (when priced) money to each (arm, role) row."""
+    out = []
+    for r in token_split:
+        p = r.get("prompt_tokens") or 0
+        c = r.get("completion_tokens") or 0
+        row = {**r, "total_tokens": p + c}
+        if prices is not None:
+            row["cost"] = (p * prices[0] + c * prices[1]) / 1e6
+        out.append(row)
+    return out
+
+
+def cost_rows(returns: Sequence[Mapping[str, Any]], token_split: Sequence[Mapping[str, Any]],
+              prices: tuple[float, float]) -> list[dict[str, Any]]:
+    """Money per arm: total strategy cost (judge calls excluded) and per task, from prompt/completion prices."""
+    totals: dict[str, list[float]] = {}
+    for r in token_split:
+        if r.get("role") == "judge":
+            continue
+        t = totals.setdefault(str(r["arm"]), [0.0, 0.0])
+        t[0] += r.get("prompt_tokens") or 0
+        t[1] += r.get("completion_tokens") or 0
+    tasks = {str(r["arm"]): r.get("tasks") for r in token_split if _is_num(r.get("tasks"))}
+    out = []
+    for r in returns:
+        arm = str(r["arm"])
+        if arm not in totals:
+            continue
+        p, c = totals[arm]
+        cost = (p * prices[0] + c * prices[1]) / 1e6
+        n = tasks.get(arm)
+        out.append({"arm": arm, "prompt_tokens": p, "completion_tokens": c, "cost": cost,
+                    "cost_per_task": cost / n if n else None})
+    return out
+
+
+def render_html(doc: Mapping[str, Any]) -> str:
+    """The whole page as one string: no scripts, no external resources."""
+    returns = list(doc.get("returns") or [])
+    families = list(doc.get("families") or [])
+    manifest = doc.get("manifest") or None
+    prices = _prices(manifest)
+    split = token_split_rows(doc.get("token_split") or [], prices)
+    failures = list(doc.get("failures") or [])
+    title = str(doc.get("title") or "elo-per-token report")
+
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
+        f'<h1 id="title">{html.escape(title)}</h1>',
+    ]
+    meta = []
+    if doc.get("generated_at"):
+        meta.append(f"generated {html.escape(str(doc['generated_at']))}")
+    if doc.get("inputs"):
+        meta.append("inputs: " + ", ".join(html.escape(str(i)) for i in doc["inputs"]))
+    if meta:
+        parts.append(f'<p class="muted">{" · ".join(meta)}</p>')
+    for w in doc.get("warnings") or []:
+        parts.append(f'<p class="warn">{html.escape(str(w))}</p>')
+
+    parts.append('<section id="returns"><h2>Diminishing returns</h2>')
+    parts.append(
+        '<p class="muted">Rows ordered by tokens per task; ΔElo and ΔElo per 1k tokens are against the previous '
+        "row; intervals are bootstrap percentile intervals; frontier rows (bold) have no cheaper arm with a higher "
+        "Elo.</p>"
+    )
+    parts.append(_table("returns-table", returns, RETURNS_COLUMNS, row_class="frontier"))
+    parts.append('<figure id="plot-elo-tokens">' + _plot_elo_vs_tokens(returns) + "</figure>")
+    steps = [r for r in returns if _is_num(r.get("d_elo_per_1k"))]
+    parts.append(
+        '<figure id="plot-delo-per-1k">'
+        + _plot_bars(
+            [str(r["arm"]) for r in steps],
+            [float(r["d_elo_per_1k"]) for r in steps],
+            [r.get("d_elo_per_1k_lo") if _is_num(r.get("d_elo_per_1k_lo")) else None for r in steps],
+            [r.get("d_elo_per_1k_hi") if _is_num(r.get("d_elo_per_1k_hi")) else None for r in steps],
+            "ΔElo per 1k tokens (vs the previous arm)",
+            "ΔElo / 1k tokens",
+        )
+        + "</figure></section>"
+    )
+
+    if families:
+        parts.append('<section id="families"><h2>Per-family breakdown</h2>')
+        fam_cols = [("family", "family", None), ("arm", "arm", None), ("theta", "θ (centred)", ".3f"),
+                    ("elo", "Elo", ".1f")]
+        if any("weight" in r for r in families):
+            fam_cols.append(("weight", "family weight", ".2f"))
+        parts.append(_table("family-table", families, fam_cols))
+        parts.append('<figure id="plot-families">' + _plot_families(families) + "</figure></section>")
+
+    if split:
+        parts.append('<section id="tokens"><h2>Token split</h2>')
+        parts.append(
+            '<p class="muted">Tokens as returned in each call\'s usage, by arm and call role (sample, verifier, '
+            "search_node, tool_turn; judge calls are evaluation cost, not strategy cost).</p>"
+        )
+        cols = [("arm", "arm", None), ("role", "role", None), ("calls", "calls", ",d"),
+                ("prompt_tokens", "prompt", ",d"), ("completion_tokens", "completion", ",d"),
+                ("total_tokens", "total", ",d")]
+        if prices is not None:
+            cols.append(("cost", "cost", ",.4f"))
+        parts.append(_table("token-table", split, cols))
+        parts.append("</section>")
+
+    parts.append('<section id="cost"><h2>Cost</h2>')
+    if prices is not None and split:
+        parts.append(
+            f'<p>Prices from the run\'s profile: {prices[0]:g} per 1M prompt tokens, {prices[1]:g} per 1M '
+            "completion tokens.</p>"
+        )
+        parts.append(
+            _table("cost-table", cost_rows(returns, split, prices),
+                   [("arm", "arm", None), ("prompt_tokens", "prompt", ",.0f"),
+                    ("completion_tokens", "completion", ",.0f"), ("cost", "cost", ",.4f"),
+                    ("cost_per_task", "cost / task", ",.5f")])
+        )
+    else:
+        parts.append('<p class="muted" id="no-prices">The run\'s profile has no prices, so no money figures.</p>')
+    parts.append("</section>")
+
+    parts.append('<section id="failures"><h2>Failures by class</h2>')
+    if failures:
+        parts.append(_table("failure-table", failures,
+                            [("arm", "arm", None), ("error_class", "class", None), ("count", "jobs", ",d")]))
+    else:
+        parts.append('<p id="no-failures">No failed jobs.</p>')
+    parts.append("</section>")
+
+    if doc.get("options"):
+        parts.append('<section id="options"><h2>Options</h2><pre>'
+                     + html.escape(scrub(json.dumps(doc["options"], indent=2, sort_keys=True, default=str)))
+                     + "</pre></section>")
+    parts.append('<section id="manifest"><h2>Run manifest</h2>')
+    if manifest:
+        parts.append("<pre>" + html.escape(scrub(json.dumps(manifest, indent=2, sort_keys=True, default=str)))
+                     + "</pre>")
+    else:
+        parts.append('<p class="muted">No run manifest found (the inputs were plain logs).</p>')
+    parts.append("</section></body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_html_doc(doc: Mapping[str, Any], path: str | Path) -> Path:
+    """Render and write atomically (a half-written report never replaces a good one)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.part")
+    tmp.write_text(render_html(doc), encoding="utf-8")
+    tmp.replace(p)
+    return p
