@@ -1,0 +1,353 @@
+"""Ledger storage: where a run's manifest, job records and failures live (a local folder or S3).
+
+Key layout under the ledger root (a folder, or s3://bucket/prefix):
+
+    runs/<run_id>/manifest.json          the plan, code version, public profile, start times
+    runs/<run_id>/jobs/<job.key>.jsonl   the bytes of JobResult.to_jsonl() — written ONCE (conditional create)
+    runs/<run_id>/failures/<job.key>.json  the last failure of a job (overwritable; deleted when it succeeds)
+    runs/<run_id>/compact/records.parquet  optional, `ept compact`
+
+Job objects are created exclusively, so a redelivered or duplicated job can never add a second copy:
+a local write goes to a temporary file that is hard-linked into place (link fails if the name exists,
+and readers never see a partial file); an S3 write uses `put_object(IfNoneMatch='*')`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from contracts.errors import InputError
+
+JOB_SUFFIX = ".jsonl"
+FAILURE_SUFFIX = ".json"
+
+T = TypeVar("T")
+
+
+class Ledger(Protocol):
+    url: str
+
+    def run_url(self, run_id: str) -> str: ...
+    def get_manifest(self, run_id: str) -> dict[str, Any] | None: ...
+    def put_manifest(self, run_id: str, manifest: dict[str, Any]) -> None: ...
+    def has_job(self, run_id: str, key: str) -> bool: ...
+    def put_job(self, run_id: str, key: str, data: bytes) -> bool: ...
+    def get_job(self, run_id: str, key: str) -> bytes: ...
+    def list_jobs(self, run_id: str) -> set[str]: ...
+    def put_failure(self, run_id: str, key: str, failure: dict[str, Any]) -> None: ...
+    def delete_failure(self, run_id: str, key: str) -> None: ...
+    def list_failures(self, run_id: str) -> dict[str, dict[str, Any]]: ...
+    def put_blob(self, run_id: str, name: str, data: bytes) -> str: ...
+    def list_runs(self) -> list[str]: ...
+
+
+def _check_run_id(run_id: str) -> None:
+    if not run_id or "/" in run_id or run_id.startswith(".") or any(c.isspace() for c in run_id):
+        raise InputError(f"invalid run id {run_id!r} (no slashes, spaces or leading dot)", field="run_id")
+
+
+def _strip_suffix(name: str, suffix: str) -> str | None:
+    return name[: -len(suffix)] if name.endswith(suffix) else None
+
+
+class FileLedger:
+    """A ledger in a local folder. Safe for many threads and processes on one filesystem."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).expanduser().resolve()
+        self.url = str(self.root)
+
+    def _run(self, run_id: str) -> Path:
+        _check_run_id(run_id)
+        return self.root / "runs" / run_id
+
+    def run_url(self, run_id: str) -> str:
+        return str(self._run(run_id))
+
+    def _write_tmp(self, final: Path, data: bytes) -> Path:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=".tmp-", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        return Path(tmp)
+
+    def _replace(self, final: Path, data: bytes) -> None:
+        tmp = self._write_tmp(final, data)
+        os.replace(tmp, final)
+
+    def get_manifest(self, run_id: str) -> dict[str, Any] | None:
+        p = self._run(run_id) / "manifest.json"
+        return json.loads(p.read_text()) if p.exists() else None
+
+    def put_manifest(self, run_id: str, manifest: dict[str, Any]) -> None:
+        self._replace(self._run(run_id) / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True).encode())
+
+    def _job_path(self, run_id: str, key: str) -> Path:
+        return self._run(run_id) / "jobs" / (key + JOB_SUFFIX)
+
+    def has_job(self, run_id: str, key: str) -> bool:
+        return self._job_path(run_id, key).exists()
+
+    def put_job(self, run_id: str, key: str, data: bytes) -> bool:
+        final = self._job_path(run_id, key)
+        tmp = self._write_tmp(final, data)
+        try:
+            # link() is atomic and fails if the name exists: an exclusive create of complete content.
+            os.link(tmp, final)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+
+    def get_job(self, run_id: str, key: str) -> bytes:
+        return self._job_path(run_id, key).read_bytes()
+
+    def _list(self, base: Path, suffix: str) -> Iterator[tuple[str, Path]]:
+        if not base.exists():
+            return
+        for p in base.rglob("*" + suffix):
+            if p.name.startswith(".tmp-"):
+                continue
+            key = _strip_suffix(p.relative_to(base).as_posix(), suffix)
+            if key:
+                yield key, p
+
+    def list_jobs(self, run_id: str) -> set[str]:
+        return {k for k, _ in self._list(self._run(run_id) / "jobs", JOB_SUFFIX)}
+
+    def _failure_path(self, run_id: str, key: str) -> Path:
+        return self._run(run_id) / "failures" / (key + FAILURE_SUFFIX)
+
+    def put_failure(self, run_id: str, key: str, failure: dict[str, Any]) -> None:
+        self._replace(self._failure_path(run_id, key), json.dumps(failure, sort_keys=True).encode())
+
+    def delete_failure(self, run_id: str, key: str) -> None:
+        self._failure_path(run_id, key).unlink(missing_ok=True)
+
+    def list_failures(self, run_id: str) -> dict[str, dict[str, Any]]:
+        out = {}
+        for k, p in self._list(self._run(run_id) / "failures", FAILURE_SUFFIX):
+            try:
+                out[k] = json.loads(p.read_text())
+            except FileNotFoundError:  # deleted by a worker that just succeeded
+                continue
+        return out
+
+    def put_blob(self, run_id: str, name: str, data: bytes) -> str:
+        p = self._run(run_id) / name
+        self._replace(p, data)
+        return str(p)
+
+    def list_runs(self) -> list[str]:
+        base = self.root / "runs"
+        return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.exists() else []
+
+
+def _retrying(fn: Callable[[], T], *, attempts: int = 6, base_s: float = 0.2, cap_s: float = 5.0) -> T:
+    """Call fn, retrying connection-level failures with exponential backoff and full jitter."""
+    from botocore.exceptions import ClientError, ConnectionClosedError, ConnectionError, ReadTimeoutError
+
+    for i in range(attempts):
+        try:
+            return fn()
+        except (ConnectionError, ConnectionClosedError, ReadTimeoutError) as e:
+            err: Exception = e
+        except ClientError as e:
+            code = str(e.response.get("Error", {}).get("Code", ""))
+            status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+            # 409 = a concurrent conditional write is in flight: retry to learn who won.
+            if status < 500 and status not in (409, 429) and code not in ("SlowDown", "RequestTimeout"):
+                raise
+            err = e
+        if i == attempts - 1:
+            raise err
+        time.sleep(random.uniform(0, min(cap_s, base_s * 2**i)))
+    raise AssertionError("unreachable")
+
+
+def _s3_status(e: Exception) -> int:
+    resp = getattr(e, "response", None) or {}
+    return int(resp.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+
+
+class S3Ledger:
+    """A ledger in an S3 bucket under a prefix. Endpoint, credentials and region come from the standard
+    AWS environment variables (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION)."""
+
+    def __init__(
+        self, bucket: str, prefix: str = "", *, client: Any = None, create_bucket: bool = True, attempts: int = 6
+    ) -> None:
+        self._attempts = attempts
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self._client = client
+        self._create_bucket = create_bucket
+        self._bucket_ok = False
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import boto3
+            from botocore.config import Config
+
+            endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+            region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+            cfg = Config(
+                region_name=region,
+                # Path-style works with every S3-compatible server (SeaweedFS, MinIO) and with AWS.
+                s3={"addressing_style": "path"},
+                retries={"max_attempts": 2 if self._attempts <= 2 else 3, "mode": "standard"},
+                max_pool_connections=64,
+                connect_timeout=5,
+                read_timeout=60,
+            )
+            self._client = boto3.client("s3", endpoint_url=endpoint, config=cfg)
+        if not self._bucket_ok and self._create_bucket:
+            self._ensure_bucket()
+        return self._client
+
+    def _retry(self, fn: Callable[[], T]) -> T:
+        return _retrying(fn, attempts=self._attempts)
+
+    def _ensure_bucket(self) -> None:
+        c = self._client
+        try:
+            self._retry(lambda: c.head_bucket(Bucket=self.bucket))
+        except Exception as e:
+            if _s3_status(e) not in (404, 400):
+                raise
+            try:
+                self._retry(lambda: c.create_bucket(Bucket=self.bucket))
+            except Exception as e2:
+                code = getattr(e2, "response", {}).get("Error", {}).get("Code", "")
+                if code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                    raise
+        self._bucket_ok = True
+
+    def _key(self, run_id: str, *parts: str) -> str:
+        _check_run_id(run_id)
+        base = f"{self.prefix}/runs/{run_id}" if self.prefix else f"runs/{run_id}"
+        return "/".join([base, *parts])
+
+    def run_url(self, run_id: str) -> str:
+        return f"s3://{self.bucket}/{self._key(run_id)}"
+
+    def _get(self, key: str) -> bytes | None:
+        c = self.client
+        try:
+            return self._retry(lambda: c.get_object(Bucket=self.bucket, Key=key))["Body"].read()
+        except Exception as e:
+            if _s3_status(e) == 404 or getattr(e, "response", {}).get("Error", {}).get("Code") == "NoSuchKey":
+                return None
+            raise
+
+    def _put(self, key: str, data: bytes, **kw: Any) -> None:
+        c = self.client
+        self._retry(lambda: c.put_object(Bucket=self.bucket, Key=key, Body=data, **kw))
+
+    def _exists(self, key: str) -> bool:
+        c = self.client
+        try:
+            self._retry(lambda: c.head_object(Bucket=self.bucket, Key=key))
+            return True
+        except Exception as e:
+            if _s3_status(e) == 404:
+                return False
+            raise
+
+    def _list(self, prefix: str) -> Iterator[str]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+        for page in pages:
+            for obj in page.get("Contents", []):
+                yield obj["Key"][len(prefix) :]
+
+    def get_manifest(self, run_id: str) -> dict[str, Any] | None:
+        raw = self._get(self._key(run_id, "manifest.json"))
+        return json.loads(raw) if raw is not None else None
+
+    def put_manifest(self, run_id: str, manifest: dict[str, Any]) -> None:
+        body = json.dumps(manifest, indent=2, sort_keys=True).encode()
+        self._put(self._key(run_id, "manifest.json"), body, ContentType="application/json")
+
+    def has_job(self, run_id: str, key: str) -> bool:
+        return self._exists(self._key(run_id, "jobs", key + JOB_SUFFIX))
+
+    def put_job(self, run_id: str, key: str, data: bytes) -> bool:
+        try:
+            self._put(self._key(run_id, "jobs", key + JOB_SUFFIX), data, IfNoneMatch="*")
+            return True
+        except Exception as e:
+            if _s3_status(e) == 412:  # someone else created it first: theirs stands
+                return False
+            raise
+
+    def get_job(self, run_id: str, key: str) -> bytes:
+        raw = self._get(self._key(run_id, "jobs", key + JOB_SUFFIX))
+        if raw is None:
+            raise FileNotFoundError(f"{self.run_url(run_id)}/jobs/{key}{JOB_SUFFIX}")
+        return raw
+
+    def list_jobs(self, run_id: str) -> set[str]:
+        base = self._key(run_id, "jobs") + "/"
+        return {k for k in (_strip_suffix(n, JOB_SUFFIX) for n in self._list(base)) if k}
+
+    def put_failure(self, run_id: str, key: str, failure: dict[str, Any]) -> None:
+        self._put(self._key(run_id, "failures", key + FAILURE_SUFFIX), json.dumps(failure, sort_keys=True).encode())
+
+    def delete_failure(self, run_id: str, key: str) -> None:
+        c = self.client
+        self._retry(lambda: c.delete_object(Bucket=self.bucket, Key=self._key(run_id, "failures", key + FAILURE_SUFFIX)))
+
+    def list_failures(self, run_id: str) -> dict[str, dict[str, Any]]:
+        base = self._key(run_id, "failures") + "/"
+        out = {}
+        for name in list(self._list(base)):
+            key = _strip_suffix(name, FAILURE_SUFFIX)
+            raw = self._get(base + name) if key else None
+            if key and raw is not None:
+                out[key] = json.loads(raw)
+        return out
+
+    def put_blob(self, run_id: str, name: str, data: bytes) -> str:
+        key = self._key(run_id, name)
+        self._put(key, data)
+        return f"s3://{self.bucket}/{key}"
+
+    def list_runs(self) -> list[str]:
+        base = f"{self.prefix}/runs/" if self.prefix else "runs/"
+        c = self.client
+        resp = c.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base, Delimiter="/")
+        return sorted(cp["Prefix"][len(base) :].rstrip("/") for page in resp for cp in page.get("CommonPrefixes", []))
+
+
+def open_ledger(url: str | Path) -> FileLedger | S3Ledger:
+    """`s3://bucket/prefix` -> S3Ledger; `file:///path` or a plain path -> FileLedger."""
+    s = str(url).strip()
+    if not s:
+        raise InputError("empty ledger URL", field="ledger")
+    if s.startswith("s3://"):
+        rest = s[len("s3://") :]
+        bucket, _, prefix = rest.partition("/")
+        if not bucket:
+            raise InputError(f"ledger URL {s!r} has no bucket (expected s3://bucket/prefix)", field="ledger")
+        return S3Ledger(bucket, prefix)
+    if s.startswith("file://"):
+        return FileLedger(s[len("file://") :] or "/")
+    if "://" in s:
+        raise InputError(f"unsupported ledger URL {s!r} (use a path, file://… or s3://bucket/prefix)", field="ledger")
+    return FileLedger(s)
