@@ -1,0 +1,275 @@
+"""ept compare: fail rules, comparability checks, pair building, and the gate's error rates on known models.
+
+Synthetic runs come from a known model (P(correct) = sigmoid(strength[arm] - difficulty[task])), so the
+true change of every arm is known: a degraded arm must be flagged, an unchanged one must not.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+from scipy.optimize import minimize
+
+from analysis.compare import (
+    FailRule,
+    RunInputs,
+    check_comparable,
+    compare_runs,
+    parse_fail_on,
+    pooled_pairs,
+    to_json_dict,
+    to_markdown,
+)
+from contracts.errors import InputError
+
+ARMS = {  # arm -> (strategy, budget, strength, tokens/task)
+    "greedy@1": ("greedy", 1, 0.0, 1200.0),
+    "majority@4": ("majority", 4, 0.6, 4600.0),
+    "best_of_n@8": ("best_of_n", 8, 1.0, 9300.0),
+    "best_of_n@16": ("best_of_n", 16, 1.15, 18700.0),
+}
+FAMILIES = ("math", "code")
+
+
+def make_run(
+    seed: int,
+    *,
+    n_tasks: int = 120,
+    degrade: dict[str, float] | None = None,
+    token_scale: dict[str, float] | None = None,
+    replicates: int = 1,
+    task_seed: int = 7,
+    arms: dict | None = None,
+    families: tuple[str, ...] = FAMILIES,
+    source: str = "run",
+) -> RunInputs:
+    """One run drawn from the known model. Task difficulties depend on task_seed only (same suite)."""
+    arms = arms or ARMS
+    degrade = degrade or {}
+    token_scale = token_scale or {}
+    trng = np.random.default_rng(task_seed)
+    rng = np.random.default_rng(seed)
+    rows, toks = [], []
+    for fam in families:
+        diff = trng.normal(0.0, 1.0, n_tasks)
+        for t in range(n_tasks):
+            tid = f"{fam}-{t:04d}"
+            for arm, (_, _, s, tok) in arms.items():
+                p = 1.0 / (1.0 + math.exp(-(s - degrade.get(arm, 0.0) - diff[t])))
+                spent = []
+                for r in range(replicates):
+                    rows.append((tid, fam, arm, r, float(rng.random() < p)))
+                    spent.append(tok * token_scale.get(arm, 1.0) * rng.lognormal(0.0, 0.25))
+                toks.append((tid, fam, arm, float(np.mean(spent))))
+    outcomes = pl.DataFrame(rows, schema=["task_id", "family", "arm", "replicate", "score"], orient="row")
+    task_tokens = pl.DataFrame(toks, schema=["task_id", "family", "arm", "tokens"], orient="row")
+    arm_df = pl.DataFrame(
+        [(a, v[0], v[1]) for a, v in arms.items()], schema=["arm", "strategy", "budget_n"], orient="row"
+    )
+    return RunInputs(source=source, outcomes=outcomes, task_tokens=task_tokens, arms=arm_df)
+
+
+# ---------------------------------------------------------------- --fail-on
+
+
+def test_parse_fail_on_reads_thresholds() -> None:
+    r = parse_fail_on("elo-drop=20,tokens-rise=10%")
+    assert r == FailRule(elo_drop=20.0, tokens_rise=0.10)
+    assert parse_fail_on("tokens-rise=500") == FailRule(tokens_rise_abs=500.0)
+    assert parse_fail_on("none") == FailRule()
+    assert parse_fail_on(" elo-drop = 7.5 ") == FailRule(elo_drop=7.5)
+
+
+@pytest.mark.parametrize("spec", ["elo-drop", "elo-drop=-3", "elo=20", "elo-drop=20%", "elo-drop=1,elo-drop=2"])
+def test_parse_fail_on_rejects_bad_specs(spec: str) -> None:
+    with pytest.raises(InputError) as e:
+        parse_fail_on(spec)
+    assert e.value.field == "--fail-on"
+
+
+# ---------------------------------------------------------------- comparability
+
+
+def test_different_arms_are_not_comparable() -> None:
+    base = make_run(1, n_tasks=10)
+    arms = {k: v for k, v in ARMS.items() if k != "best_of_n@16"}
+    cur = make_run(2, n_tasks=10, arms=arms, source="cur")
+    with pytest.raises(InputError) as e:
+        check_comparable(base, cur)
+    assert e.value.field == "arm" and "best_of_n@16" in str(e.value) and "only in baseline" in str(e.value)
+
+
+def test_different_families_are_not_comparable() -> None:
+    base = make_run(1, n_tasks=10)
+    cur = make_run(2, n_tasks=10, families=("math", "tool_use"))
+    with pytest.raises(InputError) as e:
+        check_comparable(base, cur)
+    assert e.value.field == "family" and "tool_use" in str(e.value) and "code" in str(e.value)
+
+
+def test_different_suites_in_manifests_are_not_comparable() -> None:
+    base = make_run(1, n_tasks=5)
+    cur = make_run(2, n_tasks=5)
+    base = RunInputs(**{**base.__dict__, "suites": ("math", "code")})
+    cur = RunInputs(**{**cur.__dict__, "suites": ("math", "code-hard")})
+    with pytest.raises(InputError) as e:
+        check_comparable(base, cur)
+    assert e.value.field == "suites"
+
+
+def test_no_common_task_cannot_link_scales() -> None:
+    base = make_run(1, n_tasks=5)
+    cur = make_run(2, n_tasks=5)
+    cur = RunInputs(**{**cur.__dict__, "outcomes": cur.outcomes.with_columns(pl.col("task_id") + "-other")})
+    with pytest.raises(InputError) as e:
+        check_comparable(base, cur)
+    assert e.value.field == "task_id" and "cannot be linked" in str(e.value)
+
+
+def test_partial_overlap_is_noted() -> None:
+    base = make_run(1, n_tasks=10)
+    cur = make_run(2, n_tasks=6)
+    notes = check_comparable(base, cur)
+    assert any("6 tasks in both runs" in n for n in notes)
+
+
+# ---------------------------------------------------------------- pairs
+
+
+def test_pooled_pairs_hand_computed() -> None:
+    # Task 0: players 0 (score 1), 1 (score 0), 2 (score 1). Task 1: player 0 with 2 replicates (1, 0), player 3: 1.
+    o = pl.DataFrame(
+        {
+            "task": [0, 0, 0, 1, 1, 1],
+            "player": [0, 1, 2, 0, 0, 3],
+            "replicate": [0, 0, 0, 0, 1, 0],
+            "score": [1.0, 0.0, 1.0, 1.0, 0.0, 1.0],
+        }
+    )
+    got = {(r["task"], r["winner"], r["loser"]): r["weight"] for r in pooled_pairs(o).iter_rows(named=True)}
+    want = {
+        (0, 0, 1): 1.0,  # 1 > 0
+        (0, 2, 1): 1.0,
+        (0, 0, 2): 0.5,  # tie: both ways, half weight
+        (0, 2, 0): 0.5,
+        # task 1: replicate r0 (1) ties player 3 (1): 0.5 * 1/2 each way; r1 (0) loses to 3: 1/2
+        (1, 0, 3): 0.25,
+        (1, 3, 0): 0.25 + 0.5,
+    }
+    # (1,3,0) appears twice (tie half + a win); sum the rows to compare.
+    summed: dict[tuple, float] = {}
+    for r in pooled_pairs(o).iter_rows(named=True):
+        key = (r["task"], r["winner"], r["loser"])
+        summed[key] = summed.get(key, 0.0) + r["weight"]
+    assert set(got) == set(want)
+    for k, v in want.items():
+        assert summed[k] == pytest.approx(v)
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def _independent_delta(base: RunInputs, cur: RunInputs, arm_order: list[str], l2: float) -> dict[str, float]:
+    """ΔElo per arm from a literal scipy minimisation over explicit comparison lists (no aggregation,
+    no polars joins): per family fit the 2K players, centre, equal family weights, cur - base."""
+    k = len(arm_order)
+    idx = {a: i for i, a in enumerate(arm_order)}
+    thetas = []
+    for fam in FAMILIES:
+        by_task: dict[str, list[tuple[int, float]]] = {}
+        for run, r in enumerate((base, cur)):
+            for row in r.outcomes.filter(pl.col("family") == fam).iter_rows(named=True):
+                by_task.setdefault(row["task_id"], []).append((idx[row["arm"]] + run * k, row["score"]))
+        win, lose, w = [], [], []
+        for items in by_task.values():
+            for (pa, sa), (pb, sb) in itertools.combinations(items, 2):
+                if sa > sb:
+                    win.append(pa), lose.append(pb), w.append(1.0)
+                elif sb > sa:
+                    win.append(pb), lose.append(pa), w.append(1.0)
+                else:
+                    win += [pa, pb]
+                    lose += [pb, pa]
+                    w += [0.5, 0.5]
+        wi, lo, ww = np.array(win), np.array(lose), np.array(w)
+
+        def f(th: np.ndarray, wi=wi, lo=lo, ww=ww) -> float:
+            return float(np.sum(ww * np.logaddexp(0.0, -(th[wi] - th[lo]))) + l2 * np.sum(th**2))
+
+        res = minimize(f, np.zeros(2 * k), method="BFGS", options={"gtol": 1e-10})
+        thetas.append(res.x - res.x.mean())
+    theta = np.mean(thetas, axis=0)
+    scale = 400.0 / math.log(10.0)
+    return {a: scale * (theta[k + i] - theta[i]) for a, i in idx.items()}
+
+
+def test_delta_elo_matches_independent_fit() -> None:
+    base = make_run(11, n_tasks=40)
+    cur = make_run(12, n_tasks=40, degrade={"majority@4": 0.8})
+    res = compare_runs(base, cur, rule=FailRule(elo_drop=0.0), rounds=100, seed=1)
+    want = _independent_delta(base, cur, res.table["arm"].to_list(), 1e-3)
+    for row in res.table.iter_rows(named=True):
+        assert row["d_elo"] == pytest.approx(want[row["arm"]], abs=1e-3)
+        assert row["d_elo_lo"] <= row["d_elo"] <= row["d_elo_hi"]
+    # Tokens: plain means of each run's per-task tokens.
+    for row in res.table.iter_rows(named=True):
+        tb = base.task_tokens.filter(pl.col("arm") == row["arm"])["tokens"].mean()
+        tc = cur.task_tokens.filter(pl.col("arm") == row["arm"])["tokens"].mean()
+        assert row["tokens_base"] == pytest.approx(tb)
+        assert row["tokens_cur"] == pytest.approx(tc)
+        assert row["d_tokens_rel"] == pytest.approx(tc / tb - 1.0)
+    # Baseline's cheapest arm is the displayed anchor at 1000.
+    assert res.anchor == "greedy@1"
+    assert res.table.filter(pl.col("arm") == "greedy@1")["elo_base"][0] == pytest.approx(1000.0)
+
+
+@pytest.mark.parametrize("bad", ["majority@4", "greedy@1"])
+def test_degraded_arm_is_flagged_alone(bad: str) -> None:
+    # greedy@1 is the display anchor: a pooled fit still sees it drop (anchoring per run would hide it).
+    base = make_run(21, n_tasks=150)
+    cur = make_run(22, n_tasks=150, degrade={bad: 1.5})
+    res = compare_runs(base, cur, rule=parse_fail_on("elo-drop=20"), rounds=300, seed=3)
+    assert res.flagged == [bad]
+    assert res.exit_code == 1
+    row = res.table.filter(pl.col("arm") == bad).row(0, named=True)
+    assert row["d_elo_hi"] < -20
+    md = to_markdown(res)
+    assert f"`{bad}`" in md and "❌" in md
+    assert to_json_dict(res)["verdict"] == "regression"
+
+
+def test_token_rise_is_flagged_only_when_the_interval_supports_it() -> None:
+    base = make_run(31, n_tasks=100)
+    cur = make_run(32, n_tasks=100, token_scale={"best_of_n@8": 1.35, "majority@4": 1.03})
+    res = compare_runs(base, cur, rule=parse_fail_on("tokens-rise=10%"), rounds=300, seed=4)
+    assert res.flagged == ["best_of_n@8"]
+    assert "tokens/task rose" in res.reasons["best_of_n@8"][0]
+
+
+@pytest.mark.slow
+def test_false_alarm_rate_over_20_seeds() -> None:
+    """No change, different seeds: the gate may fire at most twice in 20 runs (the acceptance bound)."""
+    alarms = 0
+    for s in range(20):
+        base = make_run(1000 + s, n_tasks=60)
+        cur = make_run(2000 + s, n_tasks=60)
+        res = compare_runs(base, cur, rule=parse_fail_on("elo-drop=20,tokens-rise=10%"), rounds=200, seed=s)
+        alarms += res.exit_code
+    assert alarms <= 2
+
+
+def test_replicates_and_nulls_are_handled() -> None:
+    base = make_run(41, n_tasks=30, replicates=2)
+    cur = make_run(42, n_tasks=30, replicates=2)
+    # A failed job (no score) is left out, and noted.
+    cur = RunInputs(
+        **{**cur.__dict__, "outcomes": cur.outcomes.with_columns(
+            pl.when(pl.int_range(pl.len()) == 0).then(None).otherwise(pl.col("score")).alias("score"))}
+    )
+    res = compare_runs(base, cur, rule=FailRule(elo_drop=20.0), rounds=100, seed=5)
+    assert res.table.height == len(ARMS)
+    assert any("current 1" in n for n in res.notes)
