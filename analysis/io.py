@@ -1,0 +1,537 @@
+"""Reading call logs, outcome records, judgments and ledger objects into one validated frame.
+
+Fast path: polars scans every input with an explicit schema and flags bad rows with expressions.
+Only when polars refuses a file, or a validation expression flags a row, is that file re-read
+line by line (the error path) to name the exact line and field. With `skip_bad` the offending
+lines are dropped, counted and listed instead.
+
+The record schema is documented in docs/schema.md; contracts/records.py defines the ledger lines.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from contracts.errors import InputError
+
+KINDS = ("call", "outcome", "judgment")
+WINNERS = {"a": "A", "b": "B", "tie": "tie"}
+DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz", ".parquet")
+
+_USAGE = pl.Struct({"prompt_tokens": pl.Int64, "completion_tokens": pl.Int64})
+
+# Every field analysis uses; anything else on a line is ignored (extra fields are allowed).
+RAW_SCHEMA: dict[str, pl.DataType] = {
+    "kind": pl.String(),
+    "task_id": pl.String(),
+    "family": pl.String(),
+    "strategy": pl.String(),
+    "budget_n": pl.Int64(),
+    "arm": pl.String(),
+    "replicate": pl.Int64(),
+    "role": pl.String(),
+    "usage": _USAGE,
+    "prompt_tokens": pl.Int64(),
+    "completion_tokens": pl.Int64(),
+    "usage_missing": pl.Boolean(),
+    "score": pl.Float64(),
+    "correct": pl.Boolean(),
+    "winner": pl.String(),
+    "arm_a": pl.String(),
+    "arm_b": pl.String(),
+    "strategy_a": pl.String(),
+    "budget_a": pl.Int64(),
+    "strategy_b": pl.String(),
+    "budget_b": pl.Int64(),
+}
+
+_INT_FIELDS = ("budget_n", "replicate", "prompt_tokens", "completion_tokens", "budget_a", "budget_b")
+_STR_FIELDS = ("kind", "family", "strategy", "arm", "role", "winner", "arm_a", "arm_b", "strategy_a", "strategy_b")
+
+# The normalised frame every later stage reads.
+RECORD_SCHEMA: dict[str, pl.DataType] = {
+    "file": pl.String(),
+    "row": pl.Int64(),  # 0-based index among the file's non-blank lines (parquet: row number)
+    "kind": pl.String(),
+    "task_id": pl.String(),
+    "family": pl.String(),
+    "strategy": pl.String(),
+    "budget_n": pl.Int64(),
+    "arm": pl.String(),
+    "replicate": pl.Int64(),
+    "role": pl.String(),
+    "prompt_tokens": pl.Int64(),
+    "completion_tokens": pl.Int64(),
+    "usage_missing": pl.Boolean(),
+    "score": pl.Float64(),
+    "winner": pl.String(),
+    "arm_a": pl.String(),
+    "arm_b": pl.String(),
+}
+
+
+@dataclass(frozen=True)
+class BadLine:
+    file: str
+    line: int
+    field: str | None
+    message: str
+
+    def __str__(self) -> str:
+        return str(InputError(self.message, self.file, self.line, self.field))
+
+
+@dataclass
+class Records:
+    """All input records, normalised (RECORD_SCHEMA), plus what was skipped."""
+
+    frame: pl.DataFrame
+    files: list[str]
+    skipped: list[BadLine] = field(default_factory=list)
+
+    @property
+    def calls(self) -> pl.DataFrame:
+        return self.frame.filter(pl.col("kind") == "call")
+
+    @property
+    def outcomes(self) -> pl.DataFrame:
+        return self.frame.filter(pl.col("kind") == "outcome")
+
+    @property
+    def judgments(self) -> pl.DataFrame:
+        return self.frame.filter(pl.col("kind") == "judgment")
+
+
+# ---------------------------------------------------------------- input discovery
+
+
+def storage_options() -> dict[str, str]:
+    """polars/object_store options for s3:// from the standard AWS environment variables."""
+    opts: dict[str, str] = {}
+    env = {
+        "AWS_ENDPOINT_URL": "aws_endpoint_url",
+        "AWS_ACCESS_KEY_ID": "aws_access_key_id",
+        "AWS_SECRET_ACCESS_KEY": "aws_secret_access_key",
+        "AWS_SESSION_TOKEN": "aws_session_token",
+        "AWS_REGION": "aws_region",
+    }
+    for var, key in env.items():
+        if os.environ.get(var):
+            opts[key] = os.environ[var]
+    opts.setdefault("aws_region", os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
+    if opts.get("aws_endpoint_url", "").startswith("http://"):
+        opts["aws_allow_http"] = "true"
+    if "aws_access_key_id" not in opts:
+        # An anonymous endpoint: don't let object_store wander off to the instance-metadata service.
+        opts["aws_skip_signature"] = "true"
+    return opts
+
+
+def _s3_client() -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None,
+        region_name=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+        config=Config(s3={"addressing_style": "path"}),
+    )
+
+
+def _is_data_file(name: str) -> bool:
+    return name.endswith(DATA_SUFFIXES)
+
+
+def expand_inputs(paths: Sequence[str]) -> list[str]:
+    """Files, directories (recursive), globs and s3://bucket/prefix URLs -> sorted data files."""
+    files: list[str] = []
+    for p in paths:
+        if p.startswith("s3://"):
+            files.extend(_list_s3(p))
+        elif os.path.isdir(p):
+            found = sorted(
+                os.path.join(root, f) for root, _, names in os.walk(p) for f in names if _is_data_file(f)
+            )
+            if not found:
+                raise InputError("directory holds no .jsonl, .jsonl.gz or .parquet files", file=p)
+            files.extend(found)
+        elif os.path.isfile(p):
+            files.append(p)
+        elif glob.has_magic(p):
+            found = sorted(f for f in glob.glob(p, recursive=True) if os.path.isfile(f))
+            if not found:
+                raise InputError("glob matches no files", file=p)
+            files.extend(found)
+        else:
+            raise InputError("no such file or directory", file=p)
+    if not files:
+        raise InputError("no input files given")
+    return list(dict.fromkeys(files))
+
+
+def _list_s3(url: str) -> list[str]:
+    bucket, _, prefix = url[len("s3://") :].partition("/")
+    if not bucket:
+        raise InputError("s3 URL needs a bucket: s3://bucket/prefix", file=url)
+    client = _s3_client()
+    keys: list[str] = []
+    try:
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        for page in pages:
+            keys.extend(o["Key"] for o in page.get("Contents", []) if _is_data_file(o["Key"]))
+    except Exception as e:  # botocore errors carry no secrets, but the message is scrubbed by the CLI anyway
+        raise InputError(f"cannot list S3 prefix: {e}", file=url) from e
+    if not keys:
+        raise InputError("S3 prefix holds no .jsonl, .jsonl.gz or .parquet objects", file=url)
+    return [f"s3://{bucket}/{k}" for k in sorted(keys)]
+
+
+# ---------------------------------------------------------------- fast path
+
+
+def _scan(files: list[str]) -> pl.LazyFrame:
+    """One lazy scan over same-format files, with the file path and per-file row index."""
+    opts = storage_options() if any(f.startswith("s3://") for f in files) else None
+    if files[0].endswith(".parquet"):
+        frames = [_scan_parquet(f, opts) for f in files]
+        return pl.concat(frames, how="vertical")
+    lf = pl.scan_ndjson(files, schema=RAW_SCHEMA, include_file_paths="file", storage_options=opts)
+    return lf.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("file").alias("row"))
+
+
+def _scan_parquet(f: str, opts: dict[str, str] | None) -> pl.LazyFrame:
+    lf = pl.scan_parquet(f, storage_options=opts)
+    have = lf.collect_schema()
+    cols = []
+    for name, dtype in RAW_SCHEMA.items():
+        cols.append(pl.col(name).cast(dtype, strict=True) if name in have else pl.lit(None, dtype).alias(name))
+    return lf.select(cols).with_columns(
+        pl.lit(f).alias("file"), pl.int_range(pl.len(), dtype=pl.Int64).alias("row")
+    )
+
+
+def _normalise(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Raw schema -> RECORD_SCHEMA plus a `bad_field`/`bad_msg` pair describing the first problem."""
+    kind_guess = (
+        pl.when(pl.col("winner").is_not_null())
+        .then(pl.lit("judgment"))
+        .when(pl.col("score").is_not_null() | pl.col("correct").is_not_null())
+        .then(pl.lit("outcome"))
+        .otherwise(pl.lit("call"))
+    )
+    prompt = pl.coalesce(pl.col("usage").struct.field("prompt_tokens"), pl.col("prompt_tokens"))
+    completion = pl.coalesce(pl.col("usage").struct.field("completion_tokens"), pl.col("completion_tokens"))
+    arm_from = pl.col("strategy") + pl.lit("@") + pl.col("budget_n").cast(pl.String)
+    winner = pl.col("winner").str.to_lowercase().replace_strict(WINNERS, default=None, return_dtype=pl.String)
+    lf = lf.with_columns(
+        pl.coalesce(pl.col("kind"), kind_guess).alias("kind_r"),
+        prompt.alias("p"),
+        completion.alias("c"),
+    )
+    kind = pl.col("kind_r")
+    call_or_outcome = kind.is_in(["call", "outcome"])
+    checks: list[tuple[str, str, pl.Expr]] = [
+        ("kind", "must be one of call, outcome, judgment", ~kind.is_in(KINDS)),
+        ("task_id", "is required", pl.col("task_id").is_null()),
+        ("strategy", "is required", call_or_outcome & pl.col("strategy").is_null()),
+        ("budget_n", "is required", call_or_outcome & pl.col("budget_n").is_null()),
+        ("budget_n", "must be >= 0", pl.col("budget_n") < 0),
+        ("replicate", "must be >= 0", pl.col("replicate") < 0),
+        ("usage.prompt_tokens", "must be >= 0", pl.col("p") < 0),
+        ("usage.completion_tokens", "must be >= 0", pl.col("c") < 0),
+        (
+            "usage.prompt_tokens",
+            "is missing while usage.completion_tokens is present",
+            (kind == "call") & pl.col("p").is_null() & pl.col("c").is_not_null(),
+        ),
+        (
+            "usage.completion_tokens",
+            "is missing while usage.prompt_tokens is present",
+            (kind == "call") & pl.col("c").is_null() & pl.col("p").is_not_null(),
+        ),
+        ("score", "must be between 0 and 1", (pl.col("score") < 0) | (pl.col("score") > 1)),
+        ("score", "must be a number", pl.col("score").is_nan()),
+        ("winner", "is required for a judgment", (kind == "judgment") & pl.col("winner").is_null()),
+        ("winner", "must be A, B or tie", pl.col("winner").is_not_null() & winner.is_null()),
+        (
+            "arm_a",
+            "is required for a judgment (or strategy_a and budget_a)",
+            (kind == "judgment")
+            & pl.col("arm_a").is_null()
+            & (pl.col("strategy_a").is_null() | pl.col("budget_a").is_null()),
+        ),
+        (
+            "arm_b",
+            "is required for a judgment (or strategy_b and budget_b)",
+            (kind == "judgment")
+            & pl.col("arm_b").is_null()
+            & (pl.col("strategy_b").is_null() | pl.col("budget_b").is_null()),
+        ),
+    ]
+    bad_field: pl.Expr = pl.lit(None, pl.String)
+    bad_msg: pl.Expr = pl.lit(None, pl.String)
+    for fname, msg, cond in reversed(checks):  # first listed check wins
+        bad_field = pl.when(cond.fill_null(False)).then(pl.lit(fname)).otherwise(bad_field)
+        bad_msg = pl.when(cond.fill_null(False)).then(pl.lit(msg)).otherwise(bad_msg)
+    arm_a = pl.coalesce(pl.col("arm_a"), pl.col("strategy_a") + pl.lit("@") + pl.col("budget_a").cast(pl.String))
+    arm_b = pl.coalesce(pl.col("arm_b"), pl.col("strategy_b") + pl.lit("@") + pl.col("budget_b").cast(pl.String))
+    return lf.select(
+        pl.col("file"),
+        pl.col("row"),
+        kind.alias("kind"),
+        pl.col("task_id"),
+        pl.col("family"),
+        pl.col("strategy"),
+        pl.col("budget_n"),
+        pl.coalesce(pl.col("arm"), arm_from).alias("arm"),
+        pl.col("replicate").fill_null(0),
+        pl.col("role"),
+        pl.col("p").alias("prompt_tokens"),
+        pl.col("c").alias("completion_tokens"),
+        (
+            (kind == "call") & (pl.col("usage_missing").fill_null(False) | pl.col("p").is_null())
+        ).alias("usage_missing"),
+        pl.coalesce(pl.col("score"), pl.col("correct").cast(pl.Float64)).alias("score"),
+        winner.alias("winner"),
+        arm_a.alias("arm_a"),
+        arm_b.alias("arm_b"),
+        bad_field.alias("bad_field"),
+        bad_msg.alias("bad_msg"),
+    )
+
+
+# ---------------------------------------------------------------- error path (line by line)
+
+
+def _open_text(f: str) -> list[str]:
+    if f.startswith("s3://"):
+        bucket, _, key = f[len("s3://") :].partition("/")
+        data = _s3_client().get_object(Bucket=bucket, Key=key)["Body"].read()
+        if f.endswith(".gz"):
+            data = gzip.decompress(data)
+        return data.decode("utf-8", errors="replace").splitlines()
+    if f.endswith(".gz"):
+        with gzip.open(f, "rt", encoding="utf-8", errors="replace") as fh:
+            return fh.read().splitlines()
+    with open(f, encoding="utf-8", errors="replace") as fh:
+        return fh.read().splitlines()
+
+
+def _type_problem(obj: dict[str, Any]) -> tuple[str, str] | None:
+    """Same type rules polars applies with RAW_SCHEMA (ints are not floats, numbers are not strings)."""
+    for name in ("task_id", *_STR_FIELDS):
+        v = obj.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, str | int | float)):
+            return name, f"must be a string, got {type(v).__name__}"
+    usage = obj.get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        return "usage", f"must be an object, got {type(usage).__name__}"
+    for name in _INT_FIELDS:
+        src = usage if name in ("prompt_tokens", "completion_tokens") and usage and name in usage else obj
+        v = src.get(name)
+        label = f"usage.{name}" if src is usage else name
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            return label, f"must be an integer, got {json.dumps(v)}"
+    s = obj.get("score")
+    if s is not None and (isinstance(s, bool) or not isinstance(s, int | float)):
+        return "score", f"must be a number between 0 and 1, got {json.dumps(s)}"
+    c = obj.get("correct")
+    if c is not None and not isinstance(c, bool):
+        return "correct", f"must be true or false, got {json.dumps(c)}"
+    for name in ("usage_missing",):
+        v = obj.get(name)
+        if v is not None and not isinstance(v, bool):
+            return name, f"must be true or false, got {json.dumps(v)}"
+    return None
+
+
+def _raw_row(obj: dict[str, Any]) -> dict[str, Any]:
+    row = {k: obj.get(k) for k in RAW_SCHEMA if k != "usage"}
+    for k in (*_STR_FIELDS, "task_id"):
+        if row[k] is not None:
+            row[k] = str(row[k])
+    u = obj.get("usage")
+    row["usage"] = (
+        {"prompt_tokens": u.get("prompt_tokens"), "completion_tokens": u.get("completion_tokens")}
+        if isinstance(u, dict)
+        else None
+    )
+    return row
+
+
+def _slow_read(f: str, *, skip_bad: bool) -> tuple[pl.DataFrame, list[BadLine]]:
+    """Line-by-line pass over one file: precise (line, field) for every bad line."""
+    if f.endswith(".parquet"):
+        return _slow_read_parquet(f, skip_bad=skip_bad)
+    bad: list[BadLine] = []
+    good: list[dict[str, Any]] = []
+    rows: list[int] = []
+    lines: list[int] = []
+    row = -1
+    for i, text in enumerate(_open_text(f), start=1):
+        if not text.strip():
+            continue
+        row += 1
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            bad.append(BadLine(f, i, None, f"malformed JSON: {e.msg} at column {e.colno}"))
+            continue
+        if not isinstance(obj, dict):
+            bad.append(BadLine(f, i, None, "a line must be a JSON object"))
+            continue
+        problem = _type_problem(obj)
+        if problem:
+            bad.append(BadLine(f, i, problem[0], problem[1]))
+            continue
+        good.append(_raw_row(obj))
+        rows.append(row)
+        lines.append(i)
+        if bad and not skip_bad:
+            break
+    if bad and not skip_bad:
+        raise InputError(bad[0].message, bad[0].file, bad[0].line, bad[0].field)
+    raw = pl.DataFrame(good, schema=RAW_SCHEMA).with_columns(
+        pl.lit(f).alias("file"), pl.Series("row", rows, dtype=pl.Int64), pl.Series("_line", lines, dtype=pl.Int64)
+    )
+    norm = _normalise(raw.lazy()).collect().with_columns(raw["_line"])
+    flagged = norm.filter(pl.col("bad_field").is_not_null())
+    bad.extend(
+        BadLine(f, ln, fld, msg)
+        for ln, fld, msg in zip(flagged["_line"], flagged["bad_field"], flagged["bad_msg"], strict=True)
+    )
+    bad.sort(key=lambda b: b.line)
+    if bad and not skip_bad:
+        raise InputError(bad[0].message, bad[0].file, bad[0].line, bad[0].field)
+    return norm.filter(pl.col("bad_field").is_null()).drop("_line"), bad
+
+
+def _slow_read_parquet(f: str, *, skip_bad: bool) -> tuple[pl.DataFrame, list[BadLine]]:
+    opts = storage_options() if f.startswith("s3://") else None
+    try:
+        norm = _normalise(_scan_parquet(f, opts)).collect()
+    except (pl.exceptions.PolarsError, OSError) as e:
+        # A parquet file with a wrongly typed column: nothing row-level to point at.
+        raise InputError(f"cannot read parquet: {e}", file=f) from e
+    flagged = norm.filter(pl.col("bad_field").is_not_null())
+    bad = [
+        BadLine(f, r + 1, fld, msg)
+        for r, fld, msg in zip(flagged["row"], flagged["bad_field"], flagged["bad_msg"], strict=True)
+    ]
+    if bad and not skip_bad:
+        raise InputError(bad[0].message + " (parquet row)", bad[0].file, bad[0].line, bad[0].field)
+    return norm.filter(pl.col("bad_field").is_null()), bad
+
+
+def line_of(file: str, row: int) -> int:
+    """1-based line number of the file's `row`-th non-blank line (error path only)."""
+    if file.endswith(".parquet"):
+        return row + 1
+    seen = -1
+    for i, text in enumerate(_open_text(file), start=1):
+        if text.strip():
+            seen += 1
+            if seen == row:
+                return i
+    return row + 1
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def read_records(
+    paths: Sequence[str],
+    *,
+    skip_bad: bool = False,
+    tasks_file: str | None = None,
+) -> Records:
+    """Read every input into one validated frame (RECORD_SCHEMA) with a resolved `family` per task."""
+    files = expand_inputs(paths)
+    groups = {
+        "parquet": [f for f in files if f.endswith(".parquet")],
+        "json": [f for f in files if not f.endswith(".parquet")],
+    }
+    parts: list[pl.DataFrame] = []
+    skipped: list[BadLine] = []
+    for group in groups.values():
+        if not group:
+            continue
+        try:
+            frame = _normalise(_scan(group)).collect()
+        except (pl.exceptions.PolarsError, OSError, ValueError):
+            frame = None
+        if frame is not None:
+            bad_files = frame.filter(pl.col("bad_field").is_not_null())["file"].unique().to_list()
+            parts.append(frame.filter(~pl.col("file").is_in(bad_files)))
+            redo = sorted(bad_files)
+        else:
+            redo = group
+        for f in redo:
+            good, bad = _slow_read(f, skip_bad=skip_bad)
+            if frame is not None and not bad:
+                # polars flagged a row the line-by-line rules accept: report the row rather than guess.
+                row = frame.filter((pl.col("file") == f) & pl.col("bad_field").is_not_null()).row(0, named=True)
+                raise InputError(row["bad_msg"], f, line_of(f, row["row"]), row["bad_field"])
+            parts.append(good)
+            skipped.extend(bad)
+    frame = pl.concat([p.drop("bad_field", "bad_msg") for p in parts], how="vertical")
+    if frame.height == 0:
+        raise InputError("no records in the input", file=", ".join(files[:3]) + (" …" if len(files) > 3 else ""))
+    frame = _resolve_families(frame, tasks_file)
+    return Records(frame=frame.select(list(RECORD_SCHEMA)), files=files, skipped=skipped)
+
+
+def read_tasks_file(path: str) -> pl.DataFrame:
+    """A tasks file: JSONL with task_id and family (other fields ignored)."""
+    try:
+        df = pl.read_ndjson(path, schema={"task_id": pl.String, "family": pl.String})
+    except (pl.exceptions.PolarsError, OSError) as e:
+        raise InputError(f"cannot read tasks file: {e}", file=path) from e
+    missing = df.with_row_index("row").filter(pl.col("task_id").is_null() | pl.col("family").is_null())
+    if missing.height:
+        r = missing.row(0, named=True)
+        fld = "task_id" if r["task_id"] is None else "family"
+        raise InputError("is required in a tasks file", path, line_of(path, r["row"]), fld)
+    return df.unique("task_id", keep="first")
+
+
+def _resolve_families(frame: pl.DataFrame, tasks_file: str | None) -> pl.DataFrame:
+    """family field > tasks file > task_id prefix before the last '-' > 'default'.
+
+    An explicit tasks file wins over the prefix heuristic because it is the user's own statement.
+    One task has one family: conflicting `family` fields for the same task_id are an input error.
+    """
+    given = frame.filter(pl.col("family").is_not_null())
+    first = given.group_by("task_id", maintain_order=True).agg(pl.col("family").first().alias("fam_given"))
+    conflict = given.join(first, on="task_id").filter(pl.col("family") != pl.col("fam_given"))
+    if conflict.height:
+        r = conflict.row(0, named=True)
+        raise InputError(
+            f"task {r['task_id']!r} already has family {r['fam_given']!r}; got {r['family']!r}",
+            r["file"],
+            line_of(r["file"], r["row"]),
+            "family",
+        )
+    frame = frame.join(first, on="task_id", how="left")
+    if tasks_file:
+        tasks = read_tasks_file(tasks_file).rename({"family": "fam_file"})
+        frame = frame.join(tasks, on="task_id", how="left")
+    else:
+        frame = frame.with_columns(pl.lit(None, pl.String).alias("fam_file"))
+    prefix = (
+        pl.when(pl.col("task_id").str.contains("-"))
+        .then(pl.col("task_id").str.replace(r"-[^-]*$", ""))
+        .otherwise(pl.lit("default"))
+    )
+    return frame.with_columns(
+        pl.coalesce(pl.col("fam_given"), pl.col("fam_file"), prefix).alias("family")
+    ).drop("fam_given", "fam_file")

@@ -1,0 +1,82 @@
+"""Pairwise comparisons inside each task, built with polars joins.
+
+From outcome records: within a task, every replicate of arm a meets every replicate of arm b; the
+higher score wins, equal scores tie. A tie is two rows (a beats b, b beats a) of half weight each,
+or is dropped with drop_ties. Each meeting weighs 1/(n_a*n_b), n = replicates of that arm on the task,
+so one task and one pair of arms contribute a total weight of 1 whatever the replicate counts: a task
+run three times is not three times as informative about the task distribution as one run once.
+
+From judgment records: used as given, weight 1 each (a tie: two rows of 0.5).
+
+Output columns: task_id, family, winner, loser (arm labels), weight, source ("outcome" | "judgment").
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+PAIR_SCHEMA = {
+    "task_id": pl.String(),
+    "family": pl.String(),
+    "winner": pl.String(),
+    "loser": pl.String(),
+    "weight": pl.Float64(),
+    "source": pl.String(),
+}
+
+
+def _expand_ties(m: pl.DataFrame, a: str, b: str, result: str, drop_ties: bool, source: str) -> pl.DataFrame:
+    """m has columns task_id, family, {a}, {b}, w and `result` in {'A','B','tie'}."""
+    base = ("task_id", "family")
+    won_a = m.filter(pl.col(result) == "A").select(*base, pl.col(a).alias("winner"), pl.col(b).alias("loser"), "w")
+    won_b = m.filter(pl.col(result) == "B").select(*base, pl.col(b).alias("winner"), pl.col(a).alias("loser"), "w")
+    parts = [won_a, won_b]
+    if not drop_ties:
+        ties = m.filter(pl.col(result) == "tie").with_columns(pl.col("w") * 0.5)
+        parts.append(ties.select(*base, pl.col(a).alias("winner"), pl.col(b).alias("loser"), "w"))
+        parts.append(ties.select(*base, pl.col(b).alias("winner"), pl.col(a).alias("loser"), "w"))
+    return (
+        pl.concat(parts, how="vertical")
+        .rename({"w": "weight"})
+        .with_columns(pl.col("weight").cast(pl.Float64), pl.lit(source).alias("source"))
+        .select(list(PAIR_SCHEMA))
+    )
+
+
+def outcome_pairs(outcomes: pl.DataFrame, *, drop_ties: bool = False) -> pl.DataFrame:
+    """outcomes: task_id, family, arm, replicate, score (rows with null score are ignored)."""
+    o = (
+        outcomes.filter(pl.col("score").is_not_null())
+        .select("task_id", "family", "arm", "score")
+        .with_columns(pl.len().over("task_id", "arm").cast(pl.Float64).alias("n"))
+    )
+    left = o.rename({"arm": "arm_a", "score": "s_a", "n": "n_a"})
+    right = o.drop("family").rename({"arm": "arm_b", "score": "s_b", "n": "n_b"})
+    m = (
+        left.join(right, on="task_id", how="inner")
+        .filter(pl.col("arm_a") < pl.col("arm_b"))
+        .with_columns(
+            (1.0 / (pl.col("n_a") * pl.col("n_b"))).alias("w"),
+            pl.when(pl.col("s_a") > pl.col("s_b"))
+            .then(pl.lit("A"))
+            .when(pl.col("s_a") < pl.col("s_b"))
+            .then(pl.lit("B"))
+            .otherwise(pl.lit("tie"))
+            .alias("result"),
+        )
+    )
+    return _expand_ties(m, "arm_a", "arm_b", "result", drop_ties, "outcome")
+
+
+def judgment_pairs(judgments: pl.DataFrame, *, drop_ties: bool = False) -> pl.DataFrame:
+    """judgments: task_id, family, arm_a, arm_b, winner in {'A','B','tie'}."""
+    m = judgments.select("task_id", "family", "arm_a", "arm_b", "winner").with_columns(pl.lit(1.0).alias("w"))
+    return _expand_ties(m, "arm_a", "arm_b", "winner", drop_ties, "judgment")
+
+
+def build_pairs(outcomes: pl.DataFrame, judgments: pl.DataFrame, *, drop_ties: bool = False) -> pl.DataFrame:
+    """All comparisons, outcome-derived and explicit, in PAIR_SCHEMA."""
+    return pl.concat(
+        [outcome_pairs(outcomes, drop_ties=drop_ties), judgment_pairs(judgments, drop_ties=drop_ties)],
+        how="vertical",
+    )

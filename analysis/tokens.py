@@ -1,0 +1,100 @@
+"""Token accounting per arm (the seed's section 4, keyed by the arm, never by strategy alone).
+
+Strategy cost is every call except role == "judge"; judge calls are evaluation cost and are reported
+on their own. Calls without usage are counted (`calls_missing_usage`), never treated as zero tokens
+silently: their arm's totals are lower bounds and the report says so.
+
+Tokens per task: the tokens one run of the arm spends on a task. With replicates that is the task's
+total divided by the number of distinct replicates seen for it, so three replicates do not look like
+three times the cost.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+_TOTAL = pl.col("prompt_tokens").fill_null(0) + pl.col("completion_tokens").fill_null(0)
+ARM_KEYS = ("arm", "strategy", "budget_n")
+
+
+def strategy_calls(calls: pl.DataFrame) -> pl.DataFrame:
+    return calls.filter(pl.col("role").fill_null("") != "judge")
+
+
+def judge_calls(calls: pl.DataFrame) -> pl.DataFrame:
+    return calls.filter(pl.col("role") == "judge")
+
+
+def task_tokens(calls: pl.DataFrame) -> pl.DataFrame:
+    """One row per (task, arm): tokens one run of the arm spent on the task (judge calls excluded).
+
+    Columns: task_id, family, arm, strategy, budget_n, prompt_tokens, completion_tokens, tokens,
+    replicates, calls_missing_usage.
+    """
+    return (
+        strategy_calls(calls)
+        .group_by("task_id", "family", *ARM_KEYS)
+        .agg(
+            pl.col("replicate").n_unique().alias("replicates"),
+            pl.col("prompt_tokens").sum().cast(pl.Float64).alias("prompt_tokens"),
+            pl.col("completion_tokens").sum().cast(pl.Float64).alias("completion_tokens"),
+            _TOTAL.sum().cast(pl.Float64).alias("tokens"),
+            pl.col("usage_missing").sum().cast(pl.Int64).alias("calls_missing_usage"),
+        )
+        .with_columns(
+            (pl.col(c) / pl.col("replicates")).alias(c) for c in ("prompt_tokens", "completion_tokens", "tokens")
+        )
+        .sort("arm", "task_id")
+    )
+
+
+def arm_tokens(calls: pl.DataFrame) -> pl.DataFrame:
+    """The `ept tokens` table: one row per arm, ordered by tokens per task.
+
+    Columns: arm, strategy, budget_n, calls, calls_missing_usage, prompt_tokens, completion_tokens,
+    total_tokens, tasks, avg_tokens_per_task.
+    """
+    sc = strategy_calls(calls)
+    totals = sc.group_by(*ARM_KEYS).agg(
+        pl.len().alias("calls"),
+        pl.col("usage_missing").sum().cast(pl.Int64).alias("calls_missing_usage"),
+        pl.col("prompt_tokens").sum().alias("prompt_tokens"),
+        pl.col("completion_tokens").sum().alias("completion_tokens"),
+        _TOTAL.sum().alias("total_tokens"),
+        pl.col("task_id").n_unique().alias("tasks"),
+    )
+    per_task = (
+        task_tokens(sc).group_by("arm").agg(pl.col("tokens").mean().alias("avg_tokens_per_task"))
+    )
+    return (
+        totals.join(per_task, on="arm", how="left")
+        .sort("avg_tokens_per_task", "strategy", "budget_n", "arm")
+        .select(
+            "arm",
+            "strategy",
+            "budget_n",
+            "calls",
+            "calls_missing_usage",
+            "prompt_tokens",
+            "completion_tokens",
+            "total_tokens",
+            "tasks",
+            "avg_tokens_per_task",
+        )
+    )
+
+
+def judge_tokens(calls: pl.DataFrame) -> pl.DataFrame:
+    """Evaluation cost: judge calls per judged arm (empty when there are none)."""
+    return (
+        judge_calls(calls)
+        .group_by(*ARM_KEYS)
+        .agg(
+            pl.len().alias("judge_calls"),
+            pl.col("usage_missing").sum().cast(pl.Int64).alias("calls_missing_usage"),
+            pl.col("prompt_tokens").sum().alias("prompt_tokens"),
+            pl.col("completion_tokens").sum().alias("completion_tokens"),
+            _TOTAL.sum().alias("total_tokens"),
+        )
+        .sort("arm")
+    )
