@@ -1,0 +1,237 @@
+"""Point estimate and task-level bootstrap of the merged Elo and of tokens per task.
+
+A bootstrap round resamples whole tasks with replacement inside each family (so comparisons from the
+same task, including replicates, stay together), refits Bradley-Terry per family, merges and anchors,
+and recomputes tokens per task from the same resampled tasks. All rounds are fitted together: a
+round's per-family count matrix is (resample counts) x (per-task pair counts), one sparse product for
+all rounds, and the fits are one batched Newton solve (see analysis.bt.newton_batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analysis.bt import BTFit, fit_bt_counts, newton_batch
+from analysis.merge import merge_thetas, theta_to_elo
+
+__all__ = ["BootstrapResult", "PairData", "bootstrap", "fit_families", "point_estimate"]
+
+# Rounds fitted per batch: bounds memory (chunk x K x K) and paces progress reports. Fixed, so the
+# result depends only on (data, seed, rounds).
+_CHUNK = 250
+
+
+@dataclass(frozen=True)
+class PairData:
+    """Comparisons grouped by task, with the family of each task and tokens spent per task and arm.
+
+    task_family [T] int: family index (into `families`) of each task.
+    task, winner, loser [M] int and weight [M] float: comparison m happened in task `task[m]`; a tie is
+        two rows (a beat b, b beat a) of weight 0.5 each.
+    task_tokens [T, K] float: tokens arm k spent on task t, NaN where arm k did not run task t.
+    """
+
+    task_family: np.ndarray
+    task: np.ndarray
+    winner: np.ndarray
+    loser: np.ndarray
+    weight: np.ndarray
+    n_arms: int
+    families: Sequence[str]
+    task_tokens: np.ndarray
+
+    def __post_init__(self) -> None:
+        k, f = int(self.n_arms), len(self.families)
+        tf = np.asarray(self.task_family)
+        t = tf.shape[0] if tf.ndim == 1 else -1
+        if tf.ndim != 1 or (t and not np.issubdtype(tf.dtype, np.integer)):
+            raise ValueError("task_family must be a 1-D integer array")
+        if t and (tf.min() < 0 or tf.max() >= f):
+            raise ValueError(f"task_family holds an index outside [0, {f})")
+        m = np.asarray(self.task).shape
+        for name in ("task", "winner", "loser", "weight"):
+            a = np.asarray(getattr(self, name))
+            if a.ndim != 1 or a.shape != m:
+                raise ValueError(f"{name} must be 1-D with the same length as task")
+        for name, hi in (("task", t), ("winner", k), ("loser", k)):
+            a = np.asarray(getattr(self, name))
+            if a.size and not np.issubdtype(a.dtype, np.integer):
+                raise ValueError(f"{name} must hold integer indices")
+            if a.size and (a.min() < 0 or a.max() >= hi):
+                raise ValueError(f"{name} holds an index outside [0, {hi})")
+        if np.any(np.asarray(self.winner) == np.asarray(self.loser)):
+            raise ValueError("a comparison has the same arm as winner and loser")
+        w = np.asarray(self.weight, dtype=float)
+        if not np.all(np.isfinite(w)) or np.any(w < 0):
+            raise ValueError("weight must be finite and >= 0")
+        tok = np.asarray(self.task_tokens, dtype=float)
+        if tok.shape != (t, k):
+            raise ValueError(f"task_tokens must have shape [T, K] = [{t}, {k}], got {tok.shape}")
+        if np.any(np.isinf(tok)) or np.any(tok < 0):
+            raise ValueError("task_tokens must be finite and >= 0 (NaN marks an arm that did not run)")
+
+    @property
+    def n_tasks(self) -> int:
+        return int(np.asarray(self.task_family).shape[0])
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    """elo [R, K] (anchored), tokens_per_task [R, K]; failed_rounds counts rounds in which some family's
+    fit did not converge (their values are kept: the last iterate). family_theta: family -> [R, K]
+    centred theta (NaN where the resample held no comparison of that arm in that family)."""
+
+    elo: np.ndarray
+    tokens_per_task: np.ndarray
+    failed_rounds: int
+    seed: int
+    rounds: int
+    family_theta: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _weights(data: PairData, family_weights: np.ndarray) -> dict[str, float]:
+    fw = np.asarray(family_weights, dtype=float)
+    if fw.shape != (len(data.families),):
+        raise ValueError(f"family_weights must have one entry per family ({len(data.families)})")
+    if not np.all(np.isfinite(fw)) or np.any(fw < 0) or fw.sum() <= 0:
+        raise ValueError("family_weights must be finite, >= 0 and not all zero")
+    return dict(zip(data.families, (fw / fw.sum()).tolist(), strict=True))
+
+
+def _check_anchor(data: PairData, anchor: int) -> int:
+    if int(anchor) != anchor or not 0 <= anchor < data.n_arms:
+        raise ValueError(f"anchor {anchor!r} is not an arm index in [0, {data.n_arms})")
+    return int(anchor)
+
+
+def _family_counts(data: PairData, fam: int) -> np.ndarray:
+    k = int(data.n_arms)
+    sel = np.asarray(data.task_family)[np.asarray(data.task)] == fam
+    flat = np.asarray(data.winner)[sel].astype(np.int64) * k + np.asarray(data.loser)[sel]
+    return np.bincount(flat, weights=np.asarray(data.weight, dtype=float)[sel], minlength=k * k).reshape(k, k)
+
+
+def _mask_unobserved(theta: np.ndarray, wins: np.ndarray) -> np.ndarray:
+    seen = (wins + np.swapaxes(wins, -1, -2)).sum(axis=-1) > 0
+    return np.where(seen, theta, np.nan)
+
+
+def fit_families(data: PairData, *, l2: float = 1e-3) -> dict[str, BTFit]:
+    """One Bradley-Terry fit per family on all of that family's comparisons (diagnostics included)."""
+    return {name: fit_bt_counts(_family_counts(data, f), l2=l2) for f, name in enumerate(data.families)}
+
+
+def _tokens_per_task(tok: np.ndarray) -> np.ndarray:
+    ran = ~np.isnan(tok)
+    n = ran.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, np.nansum(tok, axis=0) / np.maximum(n, 1), np.nan)
+
+
+def point_estimate(
+    data: PairData, family_weights: np.ndarray, *, anchor: int, l2: float = 1e-3
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """(elo [K] anchored, tokens_per_task [K], family -> centred theta [K] with NaN for unobserved arms)."""
+    weights = _weights(data, family_weights)
+    anchor = _check_anchor(data, anchor)
+    per_family: dict[str, np.ndarray] = {}
+    for f, name in enumerate(data.families):
+        wins = _family_counts(data, f)
+        theta = _mask_unobserved(fit_bt_counts(wins, l2=l2).theta, wins)
+        per_family[name] = merge_thetas({name: theta}, {name: 1.0})  # centred over observed arms
+    elo = theta_to_elo(merge_thetas(per_family, weights), anchor)
+    return elo, _tokens_per_task(np.asarray(data.task_tokens, dtype=float)), per_family
+
+
+def _resample_counts(rng: np.random.Generator, n_rounds: int, n_tasks: int) -> np.ndarray:
+    """[n_rounds, n_tasks] multiplicities of each task in a with-replacement resample of n_tasks tasks."""
+    draws = rng.integers(0, n_tasks, size=(n_rounds, n_tasks))
+    draws += np.arange(n_rounds)[:, None] * n_tasks
+    return np.bincount(draws.ravel(), minlength=n_rounds * n_tasks).reshape(n_rounds, n_tasks).astype(float)
+
+
+def _fit_rounds(wins: np.ndarray, l2: float) -> tuple[np.ndarray, np.ndarray]:
+    fit = newton_batch(wins, l2=l2)
+    theta, ok = fit.theta.copy(), fit.converged.copy()
+    for r in np.nonzero(~ok)[0]:  # rare: only rounds where batched Newton gave up
+        single = fit_bt_counts(wins[r], l2=l2)
+        theta[r], ok[r] = single.theta, single.converged
+    return _mask_unobserved(theta, wins), ok
+
+
+def bootstrap(
+    data: PairData,
+    family_weights: np.ndarray,
+    *,
+    anchor: int,
+    rounds: int = 1000,
+    seed: int = 0,
+    l2: float = 1e-3,
+    progress: Callable[[int], None] | None = None,
+) -> BootstrapResult:
+    """Task-level bootstrap within each family; `progress(n)` is called with the rounds done so far."""
+    from scipy import sparse
+
+    weights = _weights(data, family_weights)
+    anchor = _check_anchor(data, anchor)
+    if int(rounds) != rounds or rounds < 1:
+        raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
+    rounds = int(rounds)
+    k = int(data.n_arms)
+    rng = np.random.default_rng(seed)
+    task_family = np.asarray(data.task_family)
+    task = np.asarray(data.task)
+    tokens = np.asarray(data.task_tokens, dtype=float)
+    pair = np.asarray(data.winner).astype(np.int64) * k + np.asarray(data.loser)
+    weight = np.asarray(data.weight, dtype=float)
+
+    # Per family: the tasks, a sparse [T_f, K*K] matrix of per-task weighted pair counts, and tokens.
+    fam_parts = []
+    for f in range(len(data.families)):
+        tasks_f = np.nonzero(task_family == f)[0]
+        local = np.full(task_family.shape[0], -1)
+        local[tasks_f] = np.arange(tasks_f.size)
+        sel = local[task] >= 0
+        counts = sparse.csr_matrix(
+            (weight[sel], (local[task[sel]], pair[sel])), shape=(tasks_f.size, k * k)
+        )  # duplicate (task, pair) entries are summed
+        tok = tokens[tasks_f]
+        fam_parts.append((tasks_f.size, counts.T.tocsr(), np.nan_to_num(tok), (~np.isnan(tok)).astype(float)))
+
+    elo = np.empty((rounds, k))
+    tpt = np.empty((rounds, k))
+    fam_theta = {name: np.full((rounds, k), np.nan) for name in data.families}
+    failed = np.zeros(rounds, dtype=bool)
+    for start in range(0, rounds, _CHUNK):
+        n = min(_CHUNK, rounds - start)
+        rows = slice(start, start + n)
+        tok_sum = np.zeros((n, k))
+        tok_n = np.zeros((n, k))
+        for f, (t_f, counts_t, tok0, ran) in enumerate(fam_parts):
+            if t_f == 0:
+                continue
+            c = _resample_counts(rng, n, t_f)
+            tok_sum += c @ tok0
+            tok_n += c @ ran
+            wins = np.asarray(counts_t @ c.T).T.reshape(n, k, k)
+            theta, ok = _fit_rounds(wins, l2)
+            name = data.families[f]
+            fam_theta[name][rows] = merge_thetas({name: theta}, {name: 1.0})  # centred over observed arms
+            failed[rows] |= ~ok
+        merged = merge_thetas({name: fam_theta[name][rows] for name in data.families}, weights)
+        elo[rows] = theta_to_elo(merged, anchor)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpt[rows] = np.where(tok_n > 0, tok_sum / np.where(tok_n > 0, tok_n, 1.0), np.nan)
+        if progress is not None:
+            progress(start + n)
+    return BootstrapResult(
+        elo=elo,
+        tokens_per_task=tpt,
+        failed_rounds=int(failed.sum()),
+        seed=int(seed),
+        rounds=rounds,
+        family_theta=fam_theta,
+    )
