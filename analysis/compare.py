@@ -497,3 +497,96 @@ def to_json_dict(res: CompareResult) -> dict[str, Any]:
         "notes": res.notes,
         "arms": res.table.to_dicts(),
     }
+
+
+# ---------------------------------------------------------------- reading a run (the I/O edge)
+
+_RUN_PART = re.compile(r"^(?P<ledger>.*?)/?runs/(?P<run>[^/]+)/(?:jobs|compact)/")
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """A run inside a ledger, found from the path of one of its job objects."""
+
+    ledger: str  # ledger root: a folder or s3://bucket/prefix
+    run_id: str
+
+
+def run_refs(files: list[str]) -> list[RunRef]:
+    """The ledger runs the given data files belong to (none for plain log files)."""
+    refs = []
+    for f in files:
+        m = _RUN_PART.match(f)
+        if m:
+            refs.append(RunRef(m.group("ledger") or ".", m.group("run")))
+    return list(dict.fromkeys(refs))
+
+
+def read_manifest(ref: RunRef) -> dict[str, Any] | None:
+    from contracts.ledger import open_ledger
+
+    return open_ledger(ref.ledger).get_manifest(ref.run_id)
+
+
+def read_failures(ref: RunRef) -> dict[str, dict[str, Any]]:
+    """Jobs that failed and never wrote a result (the ledger's failures/ objects), by job key."""
+    from contracts.ledger import open_ledger
+
+    return open_ledger(ref.ledger).list_failures(ref.run_id)
+
+
+def manifest_suites(manifest: dict[str, Any] | None) -> tuple[str, ...] | None:
+    """The suites a run used, from its manifest (top level or inside the plan), else None."""
+    if not manifest:
+        return None
+    suites = manifest.get("suites")
+    if suites is None and isinstance(manifest.get("plan"), dict):
+        suites = manifest["plan"].get("suites")
+    if not isinstance(suites, list | tuple):
+        return None
+    names = [s.get("name", json_key(s)) if isinstance(s, dict) else str(s) for s in suites]
+    return tuple(sorted(names))
+
+
+def json_key(obj: Any) -> str:
+    import json
+
+    return json.dumps(obj, sort_keys=True)
+
+
+def load_run(path: str, *, skip_bad: bool = False, tasks_file: str | None = None) -> RunInputs:
+    """Read one run (a ledger run folder or URL, or a folder of logs) with analyze's reader."""
+    from analysis.io import read_records
+    from analysis.pipeline import check_records
+    from analysis.tokens import task_tokens
+
+    records = read_records([path], skip_bad=skip_bad, tasks_file=tasks_file)
+    refs = run_refs(records.files)
+    if len({r.run_id for r in refs}) > 1:
+        names = ", ".join(sorted({r.run_id for r in refs}))
+        raise InputError(
+            f"holds {len(refs)} runs ({names}); pass one run, e.g. {refs[0].ledger}/runs/{refs[0].run_id}",
+            file=path,
+        )
+    frame, _ = check_records(records, skip_bad=skip_bad)
+    calls = frame.filter(pl.col("kind") == "call")
+    outcomes = frame.filter(pl.col("kind") == "outcome")
+    if outcomes.height == 0:
+        raise InputError("no outcome records: a comparison needs graded outcomes", file=path)
+    if calls.height == 0:
+        raise InputError("no call records: tokens per task cannot be measured", file=path)
+    ttok = task_tokens(calls)
+    arms = (
+        pl.concat([outcomes.select("arm", "strategy", "budget_n"), ttok.select("arm", "strategy", "budget_n")])
+        .unique("arm", keep="first")
+        .sort("arm")
+    )
+    manifest = read_manifest(refs[0]) if refs else None
+    return RunInputs(
+        source=path,
+        outcomes=outcomes.select("task_id", "family", "arm", "replicate", "score"),
+        task_tokens=ttok.select("task_id", "family", "arm", "tokens"),
+        arms=arms,
+        suites=manifest_suites(manifest),
+        manifest=manifest,
+    )

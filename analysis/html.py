@@ -366,3 +366,131 @@ def write_html_doc(doc: Mapping[str, Any], path: str | Path) -> Path:
     tmp.write_text(render_html(doc), encoding="utf-8")
     tmp.replace(p)
     return p
+
+
+# ---------------------------------------------------------------- from an AnalysisResult
+
+
+def token_split(frame: Any) -> list[dict[str, Any]]:
+    """Calls and tokens by (arm, role) from analysis.io's normalised records frame."""
+    import polars as pl
+
+    calls = frame.filter(pl.col("kind") == "call")
+    if calls.height == 0:
+        return []
+    return (
+        calls.with_columns(pl.col("role").fill_null("unspecified"))
+        .group_by("arm", "role")
+        .agg(
+            pl.len().alias("calls"),
+            pl.col("prompt_tokens").sum().alias("prompt_tokens"),
+            pl.col("completion_tokens").sum().alias("completion_tokens"),
+            pl.col("usage_missing").sum().cast(pl.Int64).alias("calls_missing_usage"),
+            pl.col("task_id").n_unique().alias("tasks"),
+        )
+        .sort("arm", "role")
+        .to_dicts()
+    )
+
+
+def failures_by_class(files: Sequence[str], failure_objects: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """Failed jobs per (arm, error class): outcome lines with an `error`, plus the ledger's failure objects
+    for jobs that never wrote a result (a job counted in both is counted once, by its job key)."""
+    import polars as pl
+
+    from analysis.io import storage_options
+
+    schema = {
+        "kind": pl.String,
+        "arm": pl.String,
+        "strategy": pl.String,
+        "budget_n": pl.Int64,
+        "job_key": pl.String,
+        "error": pl.Struct({"class": pl.String}),
+    }
+    jsonl = [f for f in files if not f.endswith(".parquet")]
+    rows = pl.DataFrame(schema={"arm": pl.String, "error_class": pl.String, "job_key": pl.String})
+    if jsonl:
+        opts = storage_options() if any(f.startswith("s3://") for f in jsonl) else None
+        rows = (
+            pl.scan_ndjson(jsonl, schema=schema, storage_options=opts)
+            .filter((pl.col("kind") == "outcome") & pl.col("error").is_not_null())
+            .select(
+                pl.coalesce("arm", pl.col("strategy") + "@" + pl.col("budget_n").cast(pl.String)).alias("arm"),
+                pl.col("error").struct.field("class").fill_null("unknown").alias("error_class"),
+                "job_key",
+            )
+            .collect()
+        )
+    seen = set(rows["job_key"].drop_nulls().to_list())
+    extra = [
+        {"arm": _failure_arm(k, f), "error_class": _failure_class(f), "job_key": k}
+        for k, f in ((str(f.get("job_key", "")), f) for f in failure_objects)
+        if not k or k not in seen
+    ]
+    if extra:
+        rows = pl.concat([rows, pl.DataFrame(extra, schema=rows.schema)])
+    if rows.height == 0:
+        return []
+    return (
+        rows.group_by("arm", "error_class").agg(pl.len().alias("count")).sort("arm", "error_class").to_dicts()
+    )
+
+
+def _failure_class(f: Mapping[str, Any]) -> str:
+    err = f.get("error")
+    if isinstance(err, Mapping) and err.get("class"):
+        return str(err["class"])
+    return str(f.get("error_class") or f.get("class") or "unknown")
+
+
+def _failure_arm(key: str, f: Mapping[str, Any]) -> str:
+    if f.get("arm"):
+        return str(f["arm"])
+    job = f.get("job")
+    if isinstance(job, Mapping) and job.get("strategy") is not None:
+        from contracts.jobs import arm_label, params_variant
+
+        return arm_label(str(job["strategy"]), int(job.get("budget_n", 0)), params_variant(job.get("params") or {}))
+    parts = key.split("/")
+    return parts[2] if len(parts) >= 4 else "unknown"  # job keys are family/task/arm/rN
+
+
+def doc_from_result(result: Any) -> dict[str, Any]:
+    """The page's data: report.json's numbers (result.to_json()) plus the run's token split, failures and
+    manifest, read again from the inputs (the AnalysisResult keeps only per-arm totals)."""
+    from datetime import UTC, datetime
+
+    from analysis.compare import read_failures, read_manifest, run_refs
+    from analysis.io import read_records
+
+    data = result.to_json()
+    records = read_records(result.inputs, skip_bad=True, tasks_file=result.options.tasks_file)
+    refs = run_refs(records.files)
+    manifest = read_manifest(refs[0]) if len(refs) == 1 else None
+    failure_objs: list[dict[str, Any]] = []
+    for ref in refs:
+        failure_objs += [{"job_key": k, **v} for k, v in read_failures(ref).items()]
+    run_name = refs[0].run_id if len(refs) == 1 else None
+    warnings = list(data.get("warnings") or [])
+    if len(refs) > 1:
+        warnings.insert(0, f"the inputs hold {len(refs)} runs; no single run manifest is shown")
+    return {
+        "title": f"elo-per-token report: {run_name}" if run_name else "elo-per-token report",
+        "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "inputs": data["inputs"] if len(data["inputs"]) <= 5 else [*data["inputs"][:5], f"… {len(data['inputs'])} files"],
+        "options": data["options"],
+        "warnings": warnings,
+        "returns": data["table"],
+        "families": data["per_family"],
+        "token_split": token_split(records.frame),
+        "failures": failures_by_class(records.files, failure_objs),
+        "manifest": manifest,
+        "counts": data["counts"],
+        "versions": data["versions"],
+    }
+
+
+def write_html(result: Any, path: str | Path) -> Path:
+    """The `--html` hook for `ept analyze` and the body of `ept report`: one self-contained file."""
+    return write_html_doc(doc_from_result(result), path)

@@ -34,6 +34,7 @@ def version() -> None:
 def _register() -> None:
     # Import order follows the data flow; each module adds its commands to `app`.
     import analysis.cli
+    import analysis.cli_report
     import coordinator.cli
     import ept.egress_cli
     import simulator.cli
@@ -42,6 +43,7 @@ def _register() -> None:
 
     for mod in (coordinator.cli, worker.cli, suites.cli, analysis.cli, ept.egress_cli, simulator.cli):
         mod.register(app)
+    analysis.cli_report.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,114 @@
+"""`ept compare` (the regression gate) and `ept report` (one self-contained HTML file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare")(compare)
+    app.command("report")(report)
+
+
+def compare(
+    baseline: str = typer.Argument(..., help="Baseline run: a ledger run folder/URL (…/runs/ID) or a folder of logs."),
+    current: str = typer.Argument(..., help="Current run, same suites and arms as the baseline."),
+    fail_on: str = typer.Option(
+        "elo-drop=20",
+        "--fail-on",
+        help="Thresholds on the interval: elo-drop=POINTS, tokens-rise=PCT% or tokens-rise=TOKENS; 'none' only "
+        "reports. Exit 1 when an arm's whole interval is past a threshold.",
+    ),
+    markdown: Path | None = typer.Option(None, "--markdown", help="Write a pull-request comment (markdown) here."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write every number as JSON here."),
+    weights: str | None = typer.Option(None, "--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2."),
+    rounds: int = typer.Option(1000, "--rounds", help="Bootstrap rounds."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    level: float = typer.Option(0.95, "--level", help="Interval level."),
+    tasks: str | None = typer.Option(None, "--tasks", help="JSONL with task_id and family, for logs without them."),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed lines instead of stopping."),
+) -> None:
+    """Compare two runs arm by arm; exit 1 on a regression the data supports, 2 when not comparable."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from analysis.compare import compare_runs, load_run, parse_fail_on, to_json_dict, to_markdown
+
+    rule = parse_fail_on(fail_on)  # bad flags fail before any reading
+    base = load_run(baseline, skip_bad=skip_bad, tasks_file=tasks)
+    cur = load_run(current, skip_bad=skip_bad, tasks_file=tasks)
+    res = compare_runs(base, cur, rule=rule, weights=weights, rounds=rounds, seed=seed, level=level)
+
+    md = to_markdown(res)
+    _write_all({markdown: md, json_out: _dumps(to_json_dict(res))})
+
+    con = Console()
+    pct = f"{level * 100:g}%"
+    t = Table(title=f"ept compare: baseline {baseline} vs current {current}")
+    for col in ("arm", "Elo base", "Elo cur", f"ΔElo [{pct}]", "tok/task base", "tok/task cur", f"Δtok [{pct}]", "status"):
+        t.add_column(col, justify="left" if col in ("arm", "status") else "right")
+    for r in res.table.iter_rows(named=True):
+        flagged = r["arm"] in res.flagged
+        t.add_row(
+            r["arm"],
+            f"{r['elo_base']:.0f}",
+            f"{r['elo_cur']:.0f}",
+            f"{r['d_elo']:+.1f} [{r['d_elo_lo']:+.1f}, {r['d_elo_hi']:+.1f}]",
+            f"{r['tokens_base']:,.0f}",
+            f"{r['tokens_cur']:,.0f}",
+            f"{r['d_tokens_rel'] * 100:+.1f}% [{r['d_tokens_rel_lo'] * 100:+.1f}, {r['d_tokens_rel_hi'] * 100:+.1f}]",
+            "[bold red]REGRESSION[/]" if flagged else "ok",
+        )
+    con.print(t)
+    con.print(f"rule: {res.rule.describe()}", highlight=False)
+    for n in res.notes:
+        con.print(f"[yellow]note:[/] {n}", highlight=False)
+    for arm in res.flagged:
+        con.print(f"[bold red]regression[/] {arm}: " + "; ".join(res.reasons[arm]), highlight=False)
+    if not res.flagged:
+        con.print("[green]no regression the data supports[/]")
+    raise typer.Exit(res.exit_code)
+
+
+def report(
+    paths: list[str] = typer.Argument(..., help="A run (ledger run folder/URL) or call-log paths, dirs, globs."),
+    out: Path = typer.Option(Path("report.html"), "--out", help="The HTML file to write."),
+    weights: str | None = typer.Option(None, "--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2."),
+    anchor: str | None = typer.Option(None, "--anchor", help="Arm pinned at Elo 1000 (default: the cheapest)."),
+    rounds: int = typer.Option(1000, "--rounds", help="Bootstrap rounds (0: no intervals)."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    level: float = typer.Option(0.95, "--level", help="Interval level."),
+    tasks: str | None = typer.Option(None, "--tasks", help="JSONL with task_id and family, for logs without them."),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed lines instead of stopping."),
+    drop_ties: bool = typer.Option(False, "--drop-ties", help="Drop tied comparisons instead of half wins."),
+) -> None:
+    """Analyse a run and write one self-contained HTML report (plots embedded, no external resources)."""
+    from analysis.html import write_html
+    from analysis.pipeline import AnalysisOptions, analyze
+
+    opts = AnalysisOptions(
+        weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, drop_ties=drop_ties,
+        skip_bad=skip_bad, tasks_file=tasks,
+    )  # fmt: skip
+    result = analyze(paths, opts)
+    write_html(result, out)
+    typer.echo(f"wrote {out}")
+
+
+def _dumps(obj: object) -> str:
+    import json
+
+    return json.dumps(obj, indent=2, default=str) + "\n"
+
+
+def _write_all(files: dict[Path | None, str]) -> None:
+    """Write each output atomically, only after every number is computed (nothing half-written)."""
+    for path, text in files.items():
+        if path is None:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.part")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
