@@ -1,9 +1,114 @@
-"""Commands of this stage, added to the `ept` app by ept.cli."""
+"""Commands of the analysis stage: `ept analyze` and `ept tokens`, added to the `ept` app by ept.cli."""
 
 from __future__ import annotations
 
+import json
+import shlex
+import sys
+from pathlib import Path
+
 import typer
+
+from contracts.errors import InputError
+
+PATHS_HELP = "Call logs / ledgers: files, directories (recursive), globs or s3://bucket/prefix; JSONL, .jsonl.gz, Parquet."
+
+
+def _write_text_or_stdout(dest: str, text: str) -> None:
+    if dest == "-":
+        sys.stdout.write(text)
+    else:
+        Path(dest).write_text(text, encoding="utf-8")
+
+
+def tokens_cmd(
+    paths: list[str] = typer.Argument(..., help=PATHS_HELP),
+    csv: str | None = typer.Option(None, "--csv", help="Also write the table as CSV to this file ('-' = stdout)."),
+    json_out: str | None = typer.Option(None, "--json", help="Also write the table as JSON to this file ('-' = stdout)."),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
+    tasks: str | None = typer.Option(None, "--tasks", help="JSONL tasks file with task_id and family."),
+) -> None:
+    """Tokens per arm (strategy, budget): calls, prompt/completion/total tokens, tasks, tokens per task."""
+    from rich.console import Console
+
+    from analysis.io import read_records
+    from analysis.report import make_console, print_tokens
+    from analysis.tokens import arm_tokens, judge_tokens
+
+    err = Console(stderr=True)
+    records = read_records(paths, skip_bad=skip_bad, tasks_file=tasks)
+    calls = records.calls
+    if calls.height == 0:
+        raise InputError("no call records in the input", file=records.files[0] if len(records.files) == 1 else None)
+    table = arm_tokens(calls)
+    judge = judge_tokens(calls)
+    to_stdout = "-" in (csv, json_out)
+    print_tokens(table, judge, make_console(stderr=to_stdout))
+    if csv:
+        _write_text_or_stdout(csv, table.write_csv())
+    if json_out:
+        doc = {"arms": table.to_dicts(), "judge": judge.to_dicts(), "files": records.files}
+        _write_text_or_stdout(json_out, json.dumps(doc, indent=2) + "\n")
+    if records.skipped:
+        err.print(f"[yellow]skipped {len(records.skipped)} bad line(s):[/]", highlight=False)
+        for b in records.skipped[:20]:
+            err.print(f"  {b}", highlight=False)
+
+
+def analyze_cmd(
+    paths: list[str] = typer.Argument(..., help=PATHS_HELP),
+    out: str | None = typer.Option(None, "--out", help="Write report.md, arms.csv, report.json and PNG plots here."),
+    weights: str | None = typer.Option(None, "--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2 (default equal)."),
+    anchor: str | None = typer.Option(None, "--anchor", help="Arm pinned at Elo 1000, e.g. greedy@1 (default: cheapest arm)."),
+    rounds: int = typer.Option(1000, "--rounds", help="Bootstrap rounds (resampling tasks within families); 0 = none."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    level: float = typer.Option(0.95, "--level", help="Interval level."),
+    l2: float = typer.Option(1e-3, "--l2", help="L2 penalty of the Bradley-Terry fit (the seed's 1e-3)."),
+    drop_ties: bool = typer.Option(False, "--drop-ties", help="Drop ties instead of counting half a win each way."),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
+    tasks: str | None = typer.Option(None, "--tasks", help="JSONL tasks file with task_id and family."),
+    no_plots: bool = typer.Option(False, "--no-plots", help="With --out: skip the PNG plots."),
+    transcript: str | None = typer.Option(
+        None, "--transcript", help="Also write the command and its terminal output as a markdown file."
+    ),
+) -> None:
+    """Elo per token: Bradley-Terry per family, weighted merge, bootstrap CIs, diminishing-returns table."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from analysis.pipeline import AnalysisOptions, analyze
+    from analysis.report import make_console, print_report, write_outputs
+
+    opts = AnalysisOptions(
+        weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, l2=l2,
+        drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks,
+    )
+    err = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err, transient=True,
+    ) as bar:
+        job = bar.add_task("bootstrap", total=max(rounds, 1))
+
+        def progress(done: int) -> None:
+            bar.update(job, completed=done)
+
+        result = analyze(paths, opts, progress=progress)
+    console = make_console(record=transcript is not None)
+    print_report(result, console)
+    written = write_outputs(result, out, plots=not no_plots) if out else []
+    for p in written:
+        err.print(f"wrote {p}", highlight=False)
+    if transcript:
+        cmd = "ept " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+        text = console.export_text()
+        Path(transcript).write_text(
+            f"# Example report\n\nProduced by:\n\n```\n{cmd}\n```\n\nTerminal output:\n\n```\n{text}```\n",
+            encoding="utf-8",
+        )
 
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's commands to `app` (filled in as the stage is built)."""
+    """Add this stage's commands to `app`."""
+    app.command("analyze")(analyze_cmd)
+    app.command("tokens")(tokens_cmd)

@@ -1,0 +1,304 @@
+"""Presenting an AnalysisResult: rich terminal tables, report.md, arms.csv, report.json, plots.
+
+Everything is rendered from the result; nothing here computes statistics. Files are written into a
+temporary directory next to the destination and moved into place only when all of them are complete.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from rich.console import Console
+from rich.table import Table
+
+from analysis.pipeline import AnalysisResult
+
+# ---------------------------------------------------------------- number formatting
+
+
+def _ok(x: Any) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
+def fmt_tokens(x: Any) -> str:
+    if not _ok(x):
+        return "—"
+    return f"{x / 1000:.1f}k" if abs(x) >= 1000 else f"{x:.0f}"
+
+
+def fmt_num(x: Any, nd: int = 0, sign: bool = False) -> str:
+    if not _ok(x):
+        return "—"
+    return f"{x:+.{nd}f}" if sign else f"{x:.{nd}f}"
+
+
+def fmt_ci(x: Any, lo: Any, hi: Any, nd: int = 0, sign: bool = False) -> str:
+    if not _ok(x):
+        return "—"
+    s = fmt_num(x, nd, sign)
+    if _ok(lo) and _ok(hi):
+        s += f" [{fmt_num(lo, nd, sign)}, {fmt_num(hi, nd, sign)}]"
+    return s
+
+
+def _returns_rows(table: pl.DataFrame, anchor: str | None = None) -> list[list[str]]:
+    rows = []
+    for r in table.iter_rows(named=True):
+        arm = r["arm"] + (" (anchor)" if r["arm"] == anchor else "")
+        rows.append(
+            [
+                arm,
+                str(r["budget_n"]),
+                fmt_tokens(r["tokens_per_task"]),
+                fmt_ci(r["elo"], r.get("elo_lo"), r.get("elo_hi")),
+                fmt_ci(r["d_elo"], r.get("d_elo_lo"), r.get("d_elo_hi"), sign=True),
+                fmt_ci(r["d_elo_per_1k"], r.get("d_elo_per_1k_lo"), r.get("d_elo_per_1k_hi"), nd=1),
+                "yes" if r["frontier"] else "",
+            ]
+        )
+    return rows
+
+
+RETURNS_HEADER = ["arm", "budget", "tokens/task", "Elo [95% CI]", "ΔElo [CI]", "ΔElo per 1k tokens [CI]", "frontier"]
+TOKENS_HEADER = [
+    "arm",
+    "strategy",
+    "budget",
+    "calls",
+    "no usage",
+    "prompt",
+    "completion",
+    "total",
+    "tasks",
+    "tokens/task",
+]
+
+
+def _tokens_rows(tokens: pl.DataFrame) -> list[list[str]]:
+    return [
+        [
+            r["arm"],
+            r["strategy"],
+            str(r["budget_n"]),
+            str(r["calls"]),
+            str(r["calls_missing_usage"]),
+            str(r["prompt_tokens"]),
+            str(r["completion_tokens"]),
+            str(r["total_tokens"]),
+            str(r["tasks"]),
+            fmt_num(r["avg_tokens_per_task"], 1),
+        ]
+        for r in tokens.iter_rows(named=True)
+    ]
+
+
+def _per_family_pivot(result: AnalysisResult) -> tuple[list[str], list[list[str]]]:
+    header = ["arm"] + [f"{f} (w={result.family_weights[f]:.2f})" for f in result.families]
+    rows = []
+    for arm in result.arms:
+        sub = result.per_family.filter(pl.col("arm") == arm)
+        by_f = dict(zip(sub["family"].to_list(), sub["elo"].to_list(), strict=True))
+        rows.append([arm] + [fmt_num(by_f.get(f)) for f in result.families])
+    return header, rows
+
+
+def _level_label(result: AnalysisResult) -> str:
+    return f"{round(result.options.level * 100)}%"
+
+
+# ---------------------------------------------------------------- terminal
+
+
+def make_console(*, stderr: bool = False, record: bool = False) -> Console:
+    """A console that does not squeeze the tables to 80 columns when output is piped or recorded."""
+    c = Console(stderr=stderr, record=record)
+    if record or not c.is_terminal:
+        c = Console(stderr=stderr, record=record, width=150)
+    return c
+
+
+def _rich_table(title: str, header: list[str], rows: list[list[str]], right_from: int = 1) -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold")
+    for i, h in enumerate(header):
+        t.add_column(h, justify="right" if i >= right_from else "left", no_wrap=True)
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
+def print_tokens(tokens: pl.DataFrame, judge: pl.DataFrame, console: Console) -> None:
+    console.print(_rich_table("Tokens per arm (strategy cost; judge calls excluded)", TOKENS_HEADER, _tokens_rows(tokens), 2))
+    if judge.height:
+        rows = [
+            [r["arm"], str(r["judge_calls"]), str(r["prompt_tokens"]), str(r["completion_tokens"]), str(r["total_tokens"])]
+            for r in judge.iter_rows(named=True)
+        ]
+        console.print(
+            _rich_table("Evaluation cost: judge calls per judged arm", ["arm", "calls", "prompt", "completion", "total"], rows)
+        )
+    missing = int(tokens["calls_missing_usage"].sum()) if tokens.height else 0
+    if missing:
+        console.print(f"[yellow]warning:[/] {missing} call(s) without usage: those arms' totals are lower bounds")
+
+
+def print_report(result: AnalysisResult, console: Console) -> None:
+    o = result.options
+    ci = f"{_level_label(result)} bootstrap CI, {o.rounds} rounds" if o.rounds else "no bootstrap"
+    console.print(
+        _rich_table(
+            f"Diminishing returns (anchor {result.anchor} = 1000; {ci})",
+            RETURNS_HEADER,
+            _returns_rows(result.table, result.anchor),
+        )
+    )
+    console.print(
+        _rich_table(
+            "Per strategy: each budget against the previous budget of the same strategy",
+            RETURNS_HEADER,
+            _returns_rows(result.per_strategy),
+        )
+    )
+    header, rows = _per_family_pivot(result)
+    console.print(_rich_table("Per family: Elo from the family's centred theta", header, rows))
+    c = result.counts
+    console.print(
+        f"{c['files']} file(s), {c['calls']} calls ({c['judge_calls']} judge), {c['outcomes']} outcomes, "
+        f"{c['judgments']} judgments, {c['tasks']} tasks, {len(result.families)} families; "
+        f"weights {', '.join(f'{f}={w:.3g}' for f, w in result.family_weights.items())}",
+        highlight=False,
+    )
+    for w in result.warnings:
+        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+
+
+# ---------------------------------------------------------------- files
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
+    o = result.options
+    ci = f"{_level_label(result)} bootstrap intervals over tasks ({o.rounds} rounds, seed {o.seed})" if o.rounds else "no bootstrap"
+    parts = [
+        "# Elo per token",
+        "",
+        f"Anchor: **{result.anchor}** = 1000. {ci}. Family weights: "
+        + ", ".join(f"{f}={w:.3g}" for f, w in result.family_weights.items())
+        + ".",
+        "",
+        "## Diminishing returns",
+        "",
+        "Rows ordered by tokens per task; ΔElo and ΔElo per 1k tokens are against the previous row; "
+        "frontier = no cheaper arm has a higher Elo.",
+        "",
+        _md_table(RETURNS_HEADER, _returns_rows(result.table, result.anchor)),
+        "",
+        "## Per strategy",
+        "",
+        "Each budget against the previous budget of the same strategy.",
+        "",
+        _md_table(RETURNS_HEADER, _returns_rows(result.per_strategy)),
+        "",
+        "## Per family",
+        "",
+        "Elo = 1000 + 400/ln10 · θ, θ centred within the family over the arms it observed.",
+        "",
+        _md_table(*_per_family_pivot(result)),
+        "",
+        "## Tokens",
+        "",
+        _md_table(TOKENS_HEADER, _tokens_rows(result.tokens)),
+        "",
+    ]
+    if result.judge_tokens.height:
+        parts += [
+            "Judge calls (evaluation cost, not strategy cost): "
+            + ", ".join(f"{r['arm']}: {r['total_tokens']} tokens" for r in result.judge_tokens.iter_rows(named=True)),
+            "",
+        ]
+    parts += ["## Fits", ""]
+    for f in result.fits:
+        unobs = f" unobserved arms: {', '.join(f.unobserved)}." if f.unobserved else ""
+        parts.append(
+            f"- {f.family}: {f.tasks} tasks, comparison weight {f.comparisons:g}, "
+            f"{'converged' if f.converged else 'NOT converged'} in {f.n_iter} iterations.{unobs}"
+        )
+    parts.append("")
+    if result.warnings:
+        parts += ["## Warnings", ""] + [f"- {w}" for w in result.warnings] + [""]
+    if plots:
+        parts += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
+    parts += [
+        "## Inputs",
+        "",
+        *[f"- `{f}`" for f in result.inputs[:50]],
+        *([f"- … and {len(result.inputs) - 50} more"] if len(result.inputs) > 50 else []),
+        "",
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in result.versions.items()),
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def arms_csv_frame(result: AnalysisResult) -> pl.DataFrame:
+    """The returns table plus each arm's raw token counts."""
+    extra = result.tokens.select(
+        "arm", "calls", "calls_missing_usage", "prompt_tokens", "completion_tokens", "total_tokens", "tasks"
+    )
+    return result.table.join(extra, on="arm", how="left").with_columns(
+        (pl.col("arm") == result.anchor).alias("anchor")
+    )
+
+
+def _json_default(x: Any) -> Any:
+    if hasattr(x, "item"):
+        return x.item()
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+def _clean(x: Any) -> Any:
+    """NaN/inf are not JSON: write them as null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clean(v) for v in x]
+    return x
+
+
+def write_outputs(result: AnalysisResult, out_dir: str | os.PathLike[str], *, plots: bool = True) -> list[Path]:
+    """report.md, arms.csv, report.json and (optionally) PNG plots, moved into out_dir only when complete."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".ept-report-", dir=out))
+    try:
+        names: list[str] = []
+        if plots:
+            from analysis.plots import write_plots
+
+            names = write_plots(result, tmp)
+        (tmp / "report.md").write_text(markdown(result, names), encoding="utf-8")
+        arms_csv_frame(result).write_csv(tmp / "arms.csv")
+        doc = _clean(json.loads(json.dumps({**result.to_json(), "plots": names}, default=_json_default)))
+        (tmp / "report.json").write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        written = []
+        for name in ["report.md", "arms.csv", "report.json", *names]:
+            os.replace(tmp / name, out / name)
+            written.append(out / name)
+        return written
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
