@@ -1,0 +1,253 @@
+"""Provider profiles: where a run sends its calls, and the NAME of the variable holding the key.
+
+A profile is versioned configuration (profiles.toml); the key itself lives only in the environment
+(or a CI secret) and is read at the moment a client is built. Profiles are therefore safe to put in
+job payloads (by name), manifests (`public_dict`) and the repository.
+
+File format (`profiles.toml`, or `--profiles FILE`, or $EPT_PROFILES)::
+
+    [profiles.simulator]
+    protocol = "openai"                 # or "anthropic" (messages API)
+    base_url = "http://127.0.0.1:8765/v1"
+    api_key_env = "EPT_SIM_API_KEY"     # the variable NAME, never the key
+    model = "ept-sim-1"
+
+The standard OPENAI_BASE_URL / OPENAI_API_KEY / OPENAI_MODEL variables form an implicit `default`
+profile unless the file defines one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from contracts.errors import InputError
+from contracts.secrets import mask
+
+PROTOCOLS = ("openai", "anthropic")
+DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
+
+# Field names that would put a literal secret into a versioned file.
+_LITERAL_KEY_FIELDS = frozenset(
+    {"api_key", "apikey", "key", "token", "auth_token", "secret", "api_token", "access_token", "password"}
+)
+_SECRET_HEADER = re.compile(r"auth|key|token|secret|cookie", re.IGNORECASE)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    protocol: str
+    base_url: str
+    api_key_env: str
+    model: str
+    timeout: float = 120.0
+    max_retries: int = 3
+    rpm: int | None = None
+    tpm: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    supports_n: bool = False
+    price_in_per_1m: float | None = None
+    price_out_per_1m: float | None = None
+    small_fast_model: str | None = None  # Claude Code's ANTHROPIC_SMALL_FAST_MODEL; defaults to `model`
+
+    def __hash__(self) -> int:  # headers is a dict; hash by identity fields only
+        return hash((self.name, self.protocol, self.base_url, self.model))
+
+    def api_key(self) -> str | None:
+        """The key from the environment, or None when the variable is unset or empty."""
+        return os.environ.get(self.api_key_env) or None
+
+    def masked_key(self) -> str:
+        return mask(self.api_key())
+
+    def public_dict(self) -> dict[str, Any]:
+        """Everything needed to reproduce the endpoint choice, and nothing secret (for manifests)."""
+        d = dataclasses.asdict(self)
+        d["headers"] = {k: v for k, v in self.headers.items() if not _SECRET_HEADER.search(k)}
+        return d
+
+    def with_base_url(self, url: str) -> Profile:
+        return dataclasses.replace(self, base_url=url)
+
+
+def _field_line(text: str, name: str, key: str | None) -> int | None:
+    """1-based line of `key` inside the `[profiles.<name>]` table (or of the header), for error messages."""
+    lines = text.splitlines()
+    header = re.compile(r"^\s*\[\s*profiles\s*\.\s*\"?" + re.escape(name) + r"\"?\s*\]")
+    start = next((i for i, ln in enumerate(lines) if header.match(ln)), None)
+    if start is None:
+        return None
+    if key is None:
+        return start + 1
+    for i in range(start + 1, len(lines)):
+        if lines[i].lstrip().startswith("["):
+            break
+        if re.match(r"^\s*\"?" + re.escape(key) + r"\"?\s*=", lines[i]):
+            return i + 1
+    return start + 1
+
+
+_SPEC: dict[str, tuple[type | tuple[type, ...], bool]] = {
+    # field: (accepted types, required)
+    "protocol": (str, False),
+    "base_url": (str, True),
+    "api_key_env": (str, True),
+    "model": (str, True),
+    "timeout": ((int, float), False),
+    "max_retries": (int, False),
+    "rpm": (int, False),
+    "tpm": (int, False),
+    "headers": (dict, False),
+    "supports_n": (bool, False),
+    "price_in_per_1m": ((int, float), False),
+    "price_out_per_1m": ((int, float), False),
+    "small_fast_model": (str, False),
+}
+
+
+def _validate(name: str, raw: Any, file: str, text: str) -> Profile:
+    def err(msg: str, key: str | None) -> InputError:
+        return InputError(
+            msg,
+            file=file,
+            line=_field_line(text, name, key),
+            field=f"profiles.{name}" + (f".{key}" if key else ""),
+        )
+
+    if not isinstance(raw, dict):
+        raise err("a profile must be a table ([profiles.NAME])", None)
+    for k, v in raw.items():
+        if k.lower() in _LITERAL_KEY_FIELDS:
+            shown = mask(v) if isinstance(v, str) else "<value>"
+            raise err(
+                f"literal key ({shown}) in a profile file is not allowed: remove '{k}' and set "
+                f'api_key_env = "SOME_VAR", then export SOME_VAR in the environment or CI secret',
+                k,
+            )
+    unknown = sorted(set(raw) - set(_SPEC))
+    if unknown:
+        raise err(f"unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(_SPEC))}", unknown[0])
+    for k, (types, required) in _SPEC.items():
+        if k not in raw:
+            if required:
+                raise err(f"missing required field '{k}'", None)
+            continue
+        v = raw[k]
+        # bool is an int subclass: never accept True as a number
+        if not isinstance(v, types) or (
+            isinstance(v, bool) and bool not in (types if isinstance(types, tuple) else (types,))
+        ):
+            raise err(
+                f"expected {getattr(types, '__name__', ' or '.join(t.__name__ for t in types))}, got {type(v).__name__}",
+                k,
+            )
+    protocol = raw.get("protocol", "openai")
+    if protocol not in PROTOCOLS:
+        raise err(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}", "protocol")
+    env = raw["api_key_env"]
+    if not _ENV_NAME.match(env):
+        raise err(
+            f"api_key_env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), not {mask(env)}",
+            "api_key_env",
+        )
+    parts = urlsplit(raw["base_url"].strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise err(f"base_url must be an http(s) URL, got {raw['base_url']!r}", "base_url")
+    for k in ("timeout", "max_retries", "rpm", "tpm"):
+        if k in raw and raw[k] < (0 if k == "max_retries" else 1e-9):
+            raise err("must be positive", k)
+    for hk, hv in raw.get("headers", {}).items():
+        if not isinstance(hv, str):
+            raise err(f"header {hk!r} must be a string", "headers")
+        if _SECRET_HEADER.search(hk):
+            raise err(
+                f"header {hk!r} looks like a credential ({mask(hv)}); use api_key_env instead", "headers"
+            )
+    return Profile(
+        name=name,
+        protocol=protocol,
+        base_url=raw["base_url"].strip(),
+        api_key_env=env,
+        model=raw["model"],
+        timeout=float(raw.get("timeout", 120.0)),
+        max_retries=int(raw.get("max_retries", 3)),
+        rpm=raw.get("rpm"),
+        tpm=raw.get("tpm"),
+        headers=dict(raw.get("headers", {})),
+        supports_n=bool(raw.get("supports_n", False)),
+        price_in_per_1m=raw.get("price_in_per_1m"),
+        price_out_per_1m=raw.get("price_out_per_1m"),
+        small_fast_model=raw.get("small_fast_model"),
+    )
+
+
+def default_profile() -> Profile:
+    """The implicit profile from the standard OpenAI variables."""
+    return Profile(
+        name="default",
+        protocol="openai",
+        base_url=os.environ.get("OPENAI_BASE_URL") or DEFAULT_OPENAI_BASE_URL,
+        api_key_env="OPENAI_API_KEY",
+        model=os.environ.get("OPENAI_MODEL") or DEFAULT_OPENAI_MODEL,
+    )
+
+
+def profiles_path(path: str | Path | None = None) -> Path | None:
+    """The profile file in effect: the argument, else $EPT_PROFILES, else ./profiles.toml if present."""
+    if path:
+        return Path(path)
+    env = os.environ.get("EPT_PROFILES")
+    if env:
+        return Path(env)
+    local = Path("profiles.toml")
+    return local if local.exists() else None
+
+
+def load_profiles(path: str | Path | None = None) -> dict[str, Profile]:
+    p = profiles_path(path)
+    out: dict[str, Profile] = {}
+    if p is not None:
+        file = str(p)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise InputError("profile file not found", file=file) from None
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            m = re.search(r"line (\d+)", str(e))
+            raise InputError(f"invalid TOML: {e}", file=file, line=int(m.group(1)) if m else None) from None
+        extra = sorted(set(data) - {"profiles"})
+        if extra:
+            raise InputError(
+                f"unexpected top-level key(s) {', '.join(extra)}; put profiles under [profiles.NAME]",
+                file=file,
+                field=extra[0],
+            )
+        profiles = data.get("profiles", {})
+        if not isinstance(profiles, dict):
+            raise InputError("'profiles' must be a table", file=file, field="profiles")
+        out = {name: _validate(name, raw, file, text) for name, raw in profiles.items()}
+    out.setdefault("default", default_profile())
+    return out
+
+
+def get_profile(name: str, path: str | Path | None = None) -> Profile:
+    profiles = load_profiles(path)
+    if name not in profiles:
+        where = profiles_path(path)
+        raise InputError(
+            f"unknown profile {name!r}; known: {', '.join(sorted(profiles))}",
+            file=str(where) if where else None,
+            field="profile",
+        )
+    return profiles[name]

@@ -1,0 +1,124 @@
+"""Simulator configuration: a TOML file at start, and JSON merged in at runtime (POST /_sim/config).
+
+Faults are drawn deterministically from (seed, request counter): request number k (counting every
+completion request since start or the last reset, in arrival order) gets the same fault in every run
+with the same seed. Under concurrency the arrival order, and so which request gets a fault, can vary;
+the fault *rates* do not. For exact sequences use `script`: a list of faults consumed one per
+completion request before the rates apply, e.g. ["429", "500", "ok"].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from contracts.errors import InputError
+
+FAULTS = ("429", "500", "hang", "malformed_json", "missing_usage", "fewer_choices", "ok")
+LATENCY_DISTS = ("uniform", "normal", "exponential")
+DEFAULT_MODELS = ("ept-sim-1", "ept-sim-large")
+
+
+@dataclass
+class SimConfig:
+    seed: int = 0
+    latency_ms: float = 0.0  # mean added latency per completion request
+    latency_jitter_ms: float = 0.0  # uniform: +-jitter; normal: sd; exponential: ignored (sd = mean)
+    latency_dist: str = "uniform"
+    api_key: str | None = None  # when set, any other key gets 401
+    models: list[str] = field(default_factory=lambda: list(DEFAULT_MODELS))
+    strict_models: bool = False  # when true, a model not in `models` gets 404 model_not_found
+    rate_429: float = 0.0
+    retry_after: float = 1.0  # seconds, sent as Retry-After (rounded up) and retry-after-ms
+    rate_500: float = 0.0
+    rate_hang: float = 0.0
+    hang_s: float = 30.0  # should exceed the client's timeout
+    rate_malformed_json: float = 0.0
+    rate_missing_usage: float = 0.0
+    rate_fewer_choices: float = 0.0
+    script: list[str] = field(default_factory=list)
+    degrade: dict[str, float] = field(default_factory=dict)  # arm label -> accuracy drop, used by the brain
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["api_key"] = "<set>" if self.api_key else None  # /_sim/config never echoes the key
+        return d
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(SimConfig)}
+
+
+def _check(name: str, value: Any) -> Any:
+    if name not in _FIELDS:
+        raise ValueError(f"unknown field {name!r}; known: {', '.join(sorted(_FIELDS))}")
+    if name.startswith("rate_"):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise ValueError(f"{name} must be a number in 0..1")
+        return float(value)
+    if name in ("latency_ms", "latency_jitter_ms", "retry_after", "hang_s"):
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ValueError(f"{name} must be a non-negative number")
+        return float(value)
+    if name == "seed":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("seed must be an integer")
+        return value
+    if name == "latency_dist":
+        if value not in LATENCY_DISTS:
+            raise ValueError(f"latency_dist must be one of {', '.join(LATENCY_DISTS)}")
+        return value
+    if name == "api_key":
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ValueError("api_key must be a non-empty string or null")
+        return value
+    if name == "models":
+        if not isinstance(value, list) or not value or not all(isinstance(m, str) for m in value):
+            raise ValueError("models must be a non-empty list of strings")
+        return value
+    if name == "strict_models":
+        if not isinstance(value, bool):
+            raise ValueError("strict_models must be true or false")
+        return value
+    if name == "script":
+        if not isinstance(value, list) or any(v not in FAULTS for v in value):
+            raise ValueError(f"script must be a list of faults from {', '.join(FAULTS)}")
+        return list(value)
+    if name == "degrade":
+        if not isinstance(value, dict) or any(
+            isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1 for v in value.values()
+        ):
+            raise ValueError("degrade must map arm labels to numbers in 0..1")
+        return {str(k): float(v) for k, v in value.items()}
+    raise AssertionError(name)
+
+
+def apply_updates(cfg: SimConfig, updates: dict[str, Any]) -> SimConfig:
+    """A new config with `updates` applied; raises ValueError naming the bad field."""
+    checked = {k: _check(k, v) for k, v in updates.items()}
+    return dataclasses.replace(cfg, **checked)
+
+
+def make_config(config: SimConfig | dict[str, Any] | None = None, **overrides: Any) -> SimConfig:
+    base = config if isinstance(config, SimConfig) else apply_updates(SimConfig(), dict(config or {}))
+    return apply_updates(base, overrides) if overrides else base
+
+
+def load_config(path: str | Path) -> SimConfig:
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("simulator config not found", file=str(p)) from None
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"invalid TOML: {e}", file=str(p)) from None
+    data = data.get("simulator", data)  # accept a [simulator] table or top-level keys
+    cfg = SimConfig()
+    for k, v in data.items():
+        try:
+            cfg = apply_updates(cfg, {k: v})
+        except ValueError as e:
+            raise InputError(str(e), file=str(p), field=k) from None
+    return cfg

@@ -1,0 +1,644 @@
+"""The simulator: an OpenAI-compatible (and Anthropic messages) HTTP server on aiohttp.
+
+Routes (each also under /api/v1, the layout of many gateways):
+    GET  /v1/models                 lists the simulated models (owned_by: "ept-simulator")
+    POST /v1/chat/completions       OpenAI chat completions (n, seed, tools, max_tokens)
+    POST /v1/messages               Anthropic messages (usage.input_tokens / output_tokens)
+    GET  /_sim/stats, POST /_sim/reset, GET|POST /_sim/config   control (no auth: bind to loopback)
+
+Answers come from a Brain (simulator/generic.py): TaskBrain from simulator/brain.py when that module
+exists, else GenericBrain. Faults and latency follow the SimConfig (simulator/config.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import random
+import threading
+import time
+import urllib.request
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from contracts.jobs import derive_seed
+from contracts.secrets import mask
+from simulator.config import SimConfig, apply_updates, make_config
+from simulator.generic import Brain, BrainReply, BrainRequest, GenericBrain, completion_tokens, prompt_tokens
+
+log = logging.getLogger("ept.simulator")
+
+PREFIXES = ("/v1", "/api/v1")
+OWNER = "ept-simulator"
+META_PREFIX = "x-ept-"
+
+
+def load_brain() -> Brain:
+    """TaskBrain when simulator/brain.py exists (it knows the built-in suites), else GenericBrain."""
+    try:
+        from simulator.brain import TaskBrain  # type: ignore[import-not-found]
+    except ModuleNotFoundError as e:
+        if e.name != "simulator.brain":
+            raise
+        return GenericBrain()
+    return TaskBrain()
+
+
+@dataclass
+class SimState:
+    config: SimConfig
+    brain: Brain
+    counter: int = 0  # completion requests since start/reset: drives deterministic faults
+    script: list[str] = field(default_factory=list)
+    stats: dict[str, Counter] = field(default_factory=dict)
+    tokens: Counter = field(default_factory=Counter)
+    stopping: asyncio.Event | None = None
+
+    def __post_init__(self) -> None:
+        self.script = list(self.config.script)
+        self.reset_stats()
+
+    def reset_stats(self) -> None:
+        self.counter = 0
+        self.stats = {
+            k: Counter() for k in ("by_route", "by_status", "by_fault", "by_job", "by_arm", "by_role")
+        }
+        self.tokens = Counter()
+
+    def stats_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {k: dict(v) for k, v in self.stats.items()}
+        d["requests"] = sum(self.stats["by_route"].values())
+        d["completion_requests"] = self.counter
+        d["tokens"] = dict(self.tokens)
+        return d
+
+
+STATE = web.AppKey("state", SimState)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _meta(request: web.Request) -> dict[str, str]:
+    """X-EPT-Job: a/b -> {"Job": "a/b"}; names are title-cased so clients may send any case."""
+    return {
+        k[len(META_PREFIX) :].title(): v
+        for k, v in request.headers.items()
+        if k.lower().startswith(META_PREFIX)
+    }
+
+
+def _presented_key(request: web.Request) -> str | None:
+    auth = request.headers.get("Authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    return request.headers.get("x-api-key")
+
+
+def _error(
+    status: int, message: str, etype: str, code: str | None, anthropic: bool, **headers: str
+) -> web.Response:
+    if anthropic:
+        body = {"type": "error", "error": {"type": etype, "message": message}}
+    else:
+        body = {"error": {"message": message, "type": etype, "param": None, "code": code}}
+    return web.json_response(body, status=status, headers=headers or None)
+
+
+def _latency_s(cfg: SimConfig, rng: random.Random) -> float:
+    mean, jit = cfg.latency_ms, cfg.latency_jitter_ms
+    if mean <= 0 and jit <= 0:
+        return 0.0
+    if cfg.latency_dist == "exponential":
+        ms = rng.expovariate(1 / mean) if mean > 0 else 0.0
+    elif cfg.latency_dist == "normal":
+        ms = rng.gauss(mean, jit)
+    else:
+        ms = rng.uniform(mean - jit, mean + jit)
+    return max(ms, 0.0) / 1000
+
+
+def pick_fault(state: SimState, k: int) -> str:
+    """The fault for completion request number k: the script first, then the rates (deterministic in seed, k)."""
+    if state.script:
+        return state.script.pop(0)
+    cfg = state.config
+    u = random.Random(derive_seed(cfg.seed, "fault", k)).random()
+    for name, rate in (
+        ("429", cfg.rate_429),
+        ("500", cfg.rate_500),
+        ("hang", cfg.rate_hang),
+        ("malformed_json", cfg.rate_malformed_json),
+        ("missing_usage", cfg.rate_missing_usage),
+        ("fewer_choices", cfg.rate_fewer_choices),
+    ):
+        if u < rate:
+            return name
+        u -= rate
+    return "ok"
+
+
+def _anthropic_to_openai(
+    body: dict[str, Any],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, str]:
+    """Anthropic messages/tools -> OpenAI-style messages/tools for the brain; also the system text."""
+    system = body.get("system") or ""
+    if isinstance(system, list):
+        system = "\n".join(b.get("text", "") for b in system if isinstance(b, dict))
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    for m in body.get("messages") or []:
+        content = m.get("content")
+        if isinstance(content, str):
+            msgs.append({"role": m.get("role"), "content": content})
+            continue
+        texts, calls = [], []
+        for b in content or []:
+            t = b.get("type")
+            if t == "text":
+                texts.append(b.get("text", ""))
+            elif t == "tool_use":
+                calls.append(
+                    {
+                        "id": b.get("id"),
+                        "type": "function",
+                        "function": {"name": b.get("name"), "arguments": json.dumps(b.get("input", {}))},
+                    }
+                )
+            elif t == "tool_result":
+                c = b.get("content")
+                c = (
+                    c
+                    if isinstance(c, str)
+                    else "\n".join(x.get("text", "") for x in c or [] if isinstance(x, dict))
+                )
+                msgs.append({"role": "tool", "tool_call_id": b.get("tool_use_id"), "content": c})
+        if texts or calls:
+            msg: dict[str, Any] = {"role": m.get("role"), "content": "\n".join(texts) if texts else None}
+            if calls:
+                msg["tool_calls"] = calls
+            msgs.append(msg)
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": t.get("name"),
+                "description": t.get("description", ""),
+                "parameters": t.get("input_schema", {}),
+            },
+        }
+        for t in body.get("tools") or []
+    ] or None
+    return msgs, tools, system
+
+
+# ---------------------------------------------------------------- handlers
+
+
+def _auth(state: SimState, request: web.Request, anthropic: bool) -> web.Response | None:
+    want = state.config.api_key
+    if not want:
+        return None
+    got = _presented_key(request)
+    if got == want:
+        return None
+    msg = (
+        f"Incorrect API key provided: {mask(got)}."
+        if got
+        else "Missing API key (Authorization: Bearer … or x-api-key)."
+    )
+    return _error(
+        401,
+        msg,
+        "authentication_error" if anthropic else "invalid_request_error",
+        "invalid_api_key",
+        anthropic,
+    )
+
+
+async def models(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    state.stats["by_route"]["models"] += 1
+    denied = _auth(state, request, anthropic="anthropic-version" in request.headers)
+    if denied:
+        state.stats["by_status"]["401"] += 1
+        return denied
+    state.stats["by_status"]["200"] += 1
+    # Fields of both the OpenAI and the Anthropic model list, so either SDK can read it.
+    data = [
+        {
+            "id": m,
+            "object": "model",
+            "type": "model",
+            "created": 1700000000,
+            "created_at": "2023-11-14T22:13:20Z",
+            "owned_by": OWNER,
+            "display_name": f"{m} (ept simulator, not a real model)",
+        }
+        for m in state.config.models
+    ]
+    return web.json_response(
+        {
+            "object": "list",
+            "data": data,
+            "has_more": False,
+            "first_id": data[0]["id"],
+            "last_id": data[-1]["id"],
+        }
+    )
+
+
+async def _complete(request: web.Request, anthropic: bool) -> web.Response:
+    state = request.app[STATE]
+    cfg = state.config
+    route = "messages" if anthropic else "chat"
+    state.stats["by_route"][route] += 1
+
+    def done(resp: web.Response) -> web.Response:
+        state.stats["by_status"][str(resp.status)] += 1
+        return resp
+
+    denied = _auth(state, request, anthropic)
+    if denied:
+        return done(denied)
+    try:
+        body = await request.json()
+        if not isinstance(body, dict):
+            raise ValueError("body must be a JSON object")
+    except (ValueError, json.JSONDecodeError) as e:
+        return done(_error(400, f"Invalid JSON body: {e}", "invalid_request_error", None, anthropic))
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        return done(_error(400, "'model' is required", "invalid_request_error", None, anthropic))
+    if not isinstance(body.get("messages"), list) or not body["messages"]:
+        return done(
+            _error(400, "'messages' must be a non-empty list", "invalid_request_error", None, anthropic)
+        )
+    if anthropic and not isinstance(body.get("max_tokens"), int):
+        return done(_error(400, "max_tokens: Field required", "invalid_request_error", None, anthropic))
+    if cfg.strict_models and model not in cfg.models:
+        return done(
+            _error(
+                404,
+                f"The model `{model}` does not exist (simulator serves: {', '.join(cfg.models)}).",
+                "not_found_error" if anthropic else "invalid_request_error",
+                "model_not_found",
+                anthropic,
+            )
+        )
+
+    meta = _meta(request)
+    for key, stat in (("Job", "by_job"), ("Arm", "by_arm"), ("Role", "by_role")):
+        if key in meta:
+            state.stats[stat][meta[key]] += 1
+    k = state.counter
+    state.counter += 1
+    fault = pick_fault(state, k)
+    state.stats["by_fault"][fault] += 1
+
+    lat = _latency_s(cfg, random.Random(derive_seed(cfg.seed, "latency", k)))
+    if lat:
+        await asyncio.sleep(lat)
+    if fault == "429":
+        ra = cfg.retry_after
+        return done(
+            _error(
+                429,
+                "Rate limit reached (simulated).",
+                "rate_limit_error" if anthropic else "requests",
+                "rate_limit_exceeded",
+                anthropic,
+                **{"Retry-After": str(math.ceil(ra)), "retry-after-ms": str(int(ra * 1000))},
+            )
+        )
+    if fault == "500":
+        return done(
+            _error(
+                500,
+                "The server had an error while processing your request (simulated).",
+                "api_error" if anthropic else "server_error",
+                None,
+                anthropic,
+            )
+        )
+    if fault == "hang":
+        assert state.stopping is not None
+        # sleep past the client's timeout, but wake up when the server stops
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(state.stopping.wait(), cfg.hang_s)
+    if fault == "malformed_json":
+        return done(
+            web.Response(
+                status=200,
+                text='{"id": "sim-broken", "choices": [{"index": 0, "message": {"ro',
+                content_type="application/json",
+            )
+        )
+
+    if anthropic:
+        messages, tools, system = _anthropic_to_openai(body)
+        n = 1
+    else:
+        messages, tools, system = body["messages"], body.get("tools"), ""
+        n = body.get("n") or 1
+        if not isinstance(n, int) or not 1 <= n <= 128:
+            return done(
+                _error(400, "'n' must be an integer in 1..128", "invalid_request_error", None, anthropic)
+            )
+    seed = body.get("seed")
+    if not isinstance(seed, int):
+        hdr = request.headers.get("X-EPT-Seed")
+        seed = int(hdr) if hdr and hdr.lstrip("-").isdigit() else derive_seed(cfg.seed, "unseeded", k)
+    temperature = body.get("temperature")
+    temperature = float(temperature) if isinstance(temperature, int | float) else 1.0
+    max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
+    n_out = 1 if fault == "fewer_choices" and n > 1 else n
+    degrade = cfg.degrade.get(meta.get("Arm", ""), 0.0)
+    replies: list[BrainReply] = []
+    try:
+        for i in range(n_out):
+            req = BrainRequest(
+                messages=messages,
+                temperature=temperature,
+                seed=derive_seed(seed, i),
+                tools=tools,
+                model=model,
+                meta=meta,
+                degrade=degrade,
+                max_tokens=max_tokens,
+            )
+            replies.append(state.brain.respond(req))
+    except Exception as e:
+        log.exception("brain failed")
+        return done(
+            _error(500, f"simulator brain error: {type(e).__name__}", "server_error", None, anthropic)
+        )
+    p_tok = prompt_tokens(
+        [m for m in messages if m.get("role") != "system"] if anthropic else messages, tools, system
+    )
+    c_toks = [completion_tokens(r) for r in replies]
+    state.tokens["prompt_tokens"] += p_tok
+    state.tokens["completion_tokens"] += sum(c_toks)
+    with_usage = fault != "missing_usage"
+    rid = f"{derive_seed(seed, k, model):08x}"
+    if anthropic:
+        return done(web.json_response(_anthropic_body(rid, model, replies[0], p_tok, c_toks[0], with_usage)))
+    return done(web.json_response(_openai_body(rid, model, replies, p_tok, c_toks, with_usage, seed)))
+
+
+def _openai_body(
+    rid: str,
+    model: str,
+    replies: list[BrainReply],
+    p_tok: int,
+    c_toks: list[int],
+    with_usage: bool,
+    seed: int,
+) -> dict[str, Any]:
+    choices = []
+    for i, r in enumerate(replies):
+        msg: dict[str, Any] = {"role": "assistant", "content": r.text}
+        if r.tool_calls:
+            msg["tool_calls"] = [
+                {
+                    "id": f"call_{derive_seed(seed, i, j):08x}",
+                    "type": "function",
+                    "function": {"name": tc["name"], "arguments": json.dumps(tc.get("arguments", {}))},
+                }
+                for j, tc in enumerate(r.tool_calls)
+            ]
+        finish = "tool_calls" if r.tool_calls else r.finish_reason
+        choices.append({"index": i, "message": msg, "finish_reason": finish, "logprobs": None})
+    body: dict[str, Any] = {
+        "id": f"chatcmpl-sim-{rid}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": OWNER,
+        "choices": choices,
+    }
+    if with_usage:
+        body["usage"] = {
+            "prompt_tokens": p_tok,
+            "completion_tokens": sum(c_toks),
+            "total_tokens": p_tok + sum(c_toks),
+        }
+    return body
+
+
+_STOP_REASON = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+
+
+def _anthropic_body(
+    rid: str, model: str, r: BrainReply, p_tok: int, c_tok: int, with_usage: bool
+) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": r.text}] if r.text else []
+    content += [
+        {"type": "tool_use", "id": f"toolu_{rid}_{j}", "name": tc["name"], "input": tc.get("arguments", {})}
+        for j, tc in enumerate(r.tool_calls or [])
+    ]
+    finish = "tool_calls" if r.tool_calls else r.finish_reason
+    body: dict[str, Any] = {
+        "id": f"msg_sim_{rid}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": _STOP_REASON.get(finish, "end_turn"),
+        "stop_sequence": None,
+    }
+    if with_usage:
+        body["usage"] = {"input_tokens": p_tok, "output_tokens": c_tok}
+    return body
+
+
+async def chat_completions(request: web.Request) -> web.Response:
+    return await _complete(request, anthropic=False)
+
+
+async def messages(request: web.Request) -> web.Response:
+    return await _complete(request, anthropic=True)
+
+
+async def sim_stats(request: web.Request) -> web.Response:
+    return web.json_response(request.app[STATE].stats_dict())
+
+
+async def sim_reset(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    state.reset_stats()
+    return web.json_response({"ok": True})
+
+
+async def sim_config(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if request.method == "POST":
+        try:
+            updates = await request.json()
+            if not isinstance(updates, dict):
+                raise ValueError("config must be a JSON object")
+            state.config = apply_updates(state.config, updates)
+        except ValueError as e:
+            return web.json_response({"error": {"message": str(e)}}, status=400)
+        if "script" in updates:
+            state.script = list(state.config.script)
+    return web.json_response(state.config.to_dict())
+
+
+async def not_found(request: web.Request) -> web.Response:
+    anthropic = "anthropic-version" in request.headers
+    return _error(
+        404,
+        f"Not found: {request.method} {request.path} (ept simulator routes: /v1/models, "
+        "/v1/chat/completions, /v1/messages, also under /api/v1)",
+        "not_found_error" if anthropic else "invalid_request_error",
+        "not_found",
+        anthropic,
+    )
+
+
+def make_app(config: SimConfig | dict[str, Any] | None = None, brain: Brain | None = None) -> web.Application:
+    app = web.Application(client_max_size=32 * 1024 * 1024)
+    state = SimState(config=make_config(config), brain=brain or load_brain())
+    app[STATE] = state
+
+    async def on_startup(_: web.Application) -> None:
+        state.stopping = asyncio.Event()
+
+    async def on_shutdown(_: web.Application) -> None:
+        if state.stopping is not None:
+            state.stopping.set()
+
+    app.on_startup.append(on_startup)
+    app.on_shutdown.append(on_shutdown)
+    for p in PREFIXES:
+        app.router.add_get(f"{p}/models", models)
+        app.router.add_post(f"{p}/chat/completions", chat_completions)
+        app.router.add_post(f"{p}/messages", messages)
+    app.router.add_get("/_sim/stats", sim_stats)
+    app.router.add_post("/_sim/reset", sim_reset)
+    app.router.add_get("/_sim/config", sim_config)
+    app.router.add_post("/_sim/config", sim_config)
+    app.router.add_route("*", "/{tail:.*}", not_found)
+    return app
+
+
+# ---------------------------------------------------------------- control + in-process running
+
+
+class SimControl:
+    """Runtime control over HTTP (works for in-thread, subprocess and remote simulators)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root.rstrip("/")
+
+    def _call(self, method: str, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = json.dumps(payload).encode() if payload is not None else None
+        req = urllib.request.Request(
+            self.root + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
+    def set(self, **updates: Any) -> dict[str, Any]:
+        """Change config at runtime (same fields as SimConfig); returns the config now in effect."""
+        return self._call("POST", "/_sim/config", updates)
+
+    def config(self) -> dict[str, Any]:
+        return self._call("GET", "/_sim/config")
+
+    def stats(self) -> dict[str, Any]:
+        return self._call("GET", "/_sim/stats")
+
+    def reset(self) -> None:
+        """Zero the stats and the request counter (the config stays)."""
+        self._call("POST", "/_sim/reset", {})
+
+
+@dataclass
+class RunningSimulator:
+    url: str  # base_url for OpenAI clients, including /v1
+    root: str  # http://host:port (Anthropic clients use this as base_url)
+    port: int
+    control: SimControl
+    _stop: Any = None
+
+    def stop(self) -> None:
+        if self._stop:
+            self._stop()
+            self._stop = None
+
+    def __enter__(self) -> RunningSimulator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+async def _start(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, shutdown_timeout=1.0, backlog=2048)
+    await site.start()
+    bound = runner.addresses[0][1]
+    return runner, bound
+
+
+def start_in_thread(
+    config: SimConfig | dict[str, Any] | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    brain: Brain | None = None,
+) -> RunningSimulator:
+    """Start a simulator on its own event loop in a daemon thread; port 0 picks a free port."""
+    app = make_app(config, brain)
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            box["runner"], box["port"] = loop.run_until_complete(_start(app, host, port))
+        except BaseException as e:
+            box["error"] = e
+            ready.set()
+            return
+        ready.set()
+        loop.run_forever()
+        loop.run_until_complete(box["runner"].cleanup())
+        loop.close()
+
+    t = threading.Thread(target=run, name="ept-simulator", daemon=True)
+    t.start()
+    ready.wait(30)
+    if "error" in box:
+        raise box["error"]
+
+    def stop() -> None:
+        loop.call_soon_threadsafe(loop.stop)
+        t.join(10)
+
+    root = f"http://{host}:{box['port']}"
+    return RunningSimulator(
+        url=root + "/v1", root=root, port=box["port"], control=SimControl(root), _stop=stop
+    )
+
+
+def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 8765) -> None:
+    """Run in the foreground until interrupted (`ept simulate`)."""
+    web.run_app(
+        make_app(config),
+        host=host,
+        port=port,
+        access_log=None,
+        print=None,
+        backlog=2048,
+        shutdown_timeout=1.0,
+    )

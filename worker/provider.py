@@ -1,0 +1,495 @@
+"""The provider client: one chat call to an OpenAI-compatible or Anthropic endpoint, with our own retries.
+
+The SDKs run with max_retries=0 so that every attempt is counted here and every failure is classified
+once, with an actionable message:
+
+    credential  401/403            no retry   names the env variable the profile reads and whether it is set
+    endpoint    404                no retry   base_url (/api vs /api/v1) or model name
+    rate_limit  429                retry      waits Retry-After (capped), else backoff
+    transient   5xx, timeouts,     retry      exponential backoff with full jitter
+                connection errors,
+                malformed bodies
+    permanent   other 4xx          no retry
+
+`usage` is returned as the server sent it (never recomputed); for the Anthropic protocol only the key
+names change (input_tokens -> prompt_tokens, output_tokens -> completion_tokens). Keys are scrubbed
+from every message.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from contracts.profiles import Profile
+from contracts.secrets import mask, scrub
+
+log = logging.getLogger("ept.provider")
+
+ERROR_CLASSES = ("credential", "endpoint", "rate_limit", "transient", "permanent")
+RETRYABLE = frozenset({"rate_limit", "transient"})
+ANTHROPIC_DEFAULT_MAX_TOKENS = 1024
+_ANTHROPIC_FINISH = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+}
+
+
+class ProviderError(Exception):
+    def __init__(
+        self,
+        error_class: str,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        attempts: int = 0,
+    ) -> None:
+        assert error_class in ERROR_CLASSES, error_class
+        super().__init__(message)
+        self.error_class = error_class
+        self.status = status
+        self.message = message
+        self.retry_after = retry_after
+        self.attempts = attempts
+
+    def __str__(self) -> str:
+        status = f" {self.status}" if self.status else ""
+        return f"[{self.error_class}{status}] {self.message} (attempts: {self.attempts})"
+
+
+class RateLimiter(Protocol):
+    def acquire(self, est_tokens: int) -> None: ...
+    def record(self, tokens: int) -> None: ...
+
+
+@dataclass
+class Choice:
+    text: str | None
+    finish_reason: str | None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # [{"id", "name", "arguments" (JSON str)}]
+
+
+@dataclass
+class ChatResponse:
+    choices: list[Choice]
+    usage: dict[str, Any] | None  # as returned; None when the server sent none
+    model: str | None
+    latency_s: float  # wall time of the whole call, retries and waits included
+    attempts: int
+    n_requested: int
+    n_returned: int
+
+
+class _Malformed(Exception):
+    """A 2xx response whose body is not the JSON we need."""
+
+
+# ---------------------------------------------------------------- classification
+
+
+def _retry_after(headers: Any) -> float | None:
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return float(ms) / 1000
+        except ValueError:
+            pass
+    ra = headers.get("retry-after")
+    if not ra:
+        return None
+    try:
+        return float(ra)
+    except ValueError:
+        dt = email.utils.parsedate_to_datetime(ra)
+        return max(dt.timestamp() - time.time(), 0.0) if dt else None
+
+
+def _server_message(e: Exception) -> str:
+    body = getattr(e, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return _sentence(str(err["message"]))
+    return _sentence(str(getattr(e, "message", "") or e))
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
+    """Turn an SDK exception (either SDK) into a ProviderError with a fix-oriented message."""
+    import anthropic
+    import openai
+
+    status = getattr(e, "status_code", None)
+    where = f"{profile.base_url} (profile '{profile.name}', protocol {profile.protocol})"
+    if isinstance(e, _Malformed):
+        cls, msg = "transient", f"malformed response from {where}: {e}"
+    elif isinstance(e, openai.APITimeoutError | anthropic.APITimeoutError):
+        cls, msg = (
+            "transient",
+            f"timed out after {profile.timeout:g}s calling {where}; raise `timeout` in the profile if requests queue (n=16 samples can take long)",
+        )
+    elif isinstance(e, openai.APIConnectionError | anthropic.APIConnectionError):
+        cls, msg = (
+            "transient",
+            f"cannot connect to {where}: {e}; check the host/port and that the server is up",
+        )
+    elif status in (401, 403):
+        env_key = os.environ.get(profile.api_key_env) or None
+        env_state = f"is set ({mask(env_key)})" if env_key else "is NOT set or empty"
+        if key and key != env_key:
+            env_state += f"; this client was given another key explicitly ({mask(key)})"
+        cls = "credential"
+        msg = (
+            f"{status} from {where}: {_server_message(e)} The profile reads the key from ${profile.api_key_env}, which "
+            f"{env_state}. Check that this key belongs to this base_url (Claude Code reads ANTHROPIC_AUTH_TOKEN, "
+            f"Codex reads the variable named by env_key); run `ept doctor --profile {profile.name}`"
+        )
+    elif status == 404:
+        hint = (
+            "OpenAI-compatible clients usually need a base_url ending in /v1 (e.g. /api/v1, not /api)"
+            if profile.protocol == "openai"
+            else "Anthropic-protocol base_urls stop before /v1 (e.g. https://host/api, not /api/v1): the SDK adds /v1/messages"
+        )
+        cls = "endpoint"
+        msg = (
+            f"404 from {where}: {_sentence(_server_message(e))} Either the base_url path is wrong — {hint} — or the model "
+            f"name '{profile.model}' is not served there (list them with `ept doctor --profile {profile.name}`)"
+        )
+    elif status == 429:
+        cls, msg = "rate_limit", f"429 rate limited by {where}: {_server_message(e)}"
+    elif status is not None and (status >= 500 or status == 408):
+        cls, msg = "transient", f"{status} server error from {where}: {_server_message(e)}"
+    elif status is not None:
+        cls, msg = "permanent", f"{status} rejected by {where}: {_server_message(e)}"
+    else:
+        cls, msg = "permanent", f"{type(e).__name__} calling {where}: {e}"
+    ra = _retry_after(getattr(getattr(e, "response", None), "headers", None)) if status == 429 else None
+    return ProviderError(cls, scrub(msg, [key]), status=status, retry_after=ra)
+
+
+# ---------------------------------------------------------------- protocol adapters
+
+
+def _parse_json(raw: Any) -> dict[str, Any]:
+    try:
+        data = json.loads(raw.http_response.text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise _Malformed(f"body is not valid JSON ({e.msg if hasattr(e, 'msg') else e})") from None
+    if not isinstance(data, dict):
+        raise _Malformed("body is not a JSON object")
+    return data
+
+
+def _normalise_usage(u: Any, anthropic: bool) -> dict[str, Any] | None:
+    if not isinstance(u, dict):
+        return None
+    if not anthropic:
+        return dict(u)
+    names = {"input_tokens": "prompt_tokens", "output_tokens": "completion_tokens"}
+    return {names.get(k, k): v for k, v in u.items() if v is not None}
+
+
+def _openai_choices(data: dict[str, Any]) -> list[Choice]:
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise _Malformed("no choices in the response")
+    out = []
+    for c in sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0):
+        msg = c.get("message") if isinstance(c, dict) else None
+        if not isinstance(msg, dict):
+            raise _Malformed("a choice has no message")
+        calls = [
+            {
+                "id": tc.get("id", ""),
+                "name": tc["function"]["name"],
+                "arguments": tc["function"].get("arguments") or "{}",
+            }
+            for tc in msg.get("tool_calls") or []
+        ]
+        out.append(Choice(text=msg.get("content"), finish_reason=c.get("finish_reason"), tool_calls=calls))
+    return out
+
+
+def _anthropic_choice(data: dict[str, Any]) -> Choice:
+    blocks = data.get("content")
+    if not isinstance(blocks, list):
+        raise _Malformed("no content in the response")
+    texts = [b.get("text", "") for b in blocks if b.get("type") == "text"]
+    calls = [
+        {"id": b.get("id", ""), "name": b.get("name", ""), "arguments": json.dumps(b.get("input", {}))}
+        for b in blocks
+        if b.get("type") == "tool_use"
+    ]
+    stop = data.get("stop_reason")
+    return Choice(
+        text="".join(texts) if texts else None,
+        finish_reason=_ANTHROPIC_FINISH.get(stop, stop),
+        tool_calls=calls,
+    )
+
+
+def to_anthropic(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> tuple[str | None, list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """OpenAI-style messages/tools -> Anthropic (system, messages, tools). Minimal: text, tool calls, tool results."""
+    system = "\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "system") or None
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        role = m.get("role")
+        if role == "system":
+            continue
+        if role == "tool":
+            block = {
+                "type": "tool_result",
+                "tool_use_id": m.get("tool_call_id", ""),
+                "content": str(m.get("content") or ""),
+            }
+            if out and out[-1]["role"] == "user" and isinstance(out[-1]["content"], list):
+                out[-1]["content"].append(block)  # consecutive tool results share one user turn
+            else:
+                out.append({"role": "user", "content": [block]})
+            continue
+        if role == "assistant" and m.get("tool_calls"):
+            blocks: list[dict[str, Any]] = (
+                [{"type": "text", "text": m["content"]}] if m.get("content") else []
+            )
+            for tc in m["tool_calls"]:
+                fn = tc.get("function", tc)
+                args = fn.get("arguments") or "{}"
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": tc.get("id", ""),
+                        "name": fn.get("name", ""),
+                        "input": json.loads(args) if isinstance(args, str) else args,
+                    }
+                )
+            out.append({"role": "assistant", "content": blocks})
+            continue
+        out.append({"role": role, "content": m.get("content") or ""})
+    a_tools = None
+    if tools:
+        a_tools = [
+            {
+                "name": t["function"]["name"],
+                "description": t["function"].get("description", ""),
+                "input_schema": t["function"].get("parameters") or {"type": "object", "properties": {}},
+            }
+            for t in tools
+        ]
+    return system, out, a_tools
+
+
+def _estimate_tokens(messages: list[dict[str, Any]], max_tokens: int | None, n: int) -> int:
+    chars = sum(len(json.dumps(m.get("content") or "")) for m in messages)
+    return chars // 4 + 4 * len(messages) + (max_tokens or 512) * n
+
+
+# ---------------------------------------------------------------- client
+
+
+class ProviderClient:
+    """Chat calls against one profile. Thread-safe (the SDK clients are); share one per worker thread pool."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        api_key: str | None = None,
+        rate_limiter: RateLimiter | None = None,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+        retry_after_cap: float = 60.0,
+    ) -> None:
+        self.profile = profile
+        self.protocol = profile.protocol
+        self._key = api_key if api_key is not None else profile.api_key()
+        self.rate_limiter = rate_limiter
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.retry_after_cap = retry_after_cap
+        self._sdk: Any = None
+
+    def __repr__(self) -> str:
+        return f"ProviderClient(profile={self.profile.name!r}, key={mask(self._key)})"
+
+    @property
+    def sdk(self) -> Any:
+        if self._sdk is None:
+            p = self.profile
+            if p.protocol == "anthropic":
+                import anthropic
+
+                self._sdk = anthropic.Anthropic(
+                    api_key=self._key or "",
+                    base_url=p.base_url,
+                    timeout=p.timeout,
+                    max_retries=0,
+                    default_headers=p.headers or None,
+                )
+            else:
+                import openai
+
+                self._sdk = openai.OpenAI(
+                    api_key=self._key or "",
+                    base_url=p.base_url,
+                    timeout=p.timeout,
+                    max_retries=0,
+                    default_headers=p.headers or None,
+                )
+        return self._sdk
+
+    def _require_key(self) -> None:
+        if not self._key:
+            p = self.profile
+            raise ProviderError(
+                "credential",
+                f"no API key: profile '{p.name}' reads ${p.api_key_env}, which is NOT set "
+                f"or empty; export {p.api_key_env}=... (or inject it as a CI secret)",
+                attempts=0,
+            )
+
+    def _backoff(self, attempt: int) -> float:
+        return random.uniform(0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1)))
+
+    def _with_retries(self, fn: Any, est_tokens: int) -> tuple[Any, int]:
+        """Run fn() with classification and retries; returns (result, attempts)."""
+        self._require_key()
+        attempts = 0
+        while True:
+            attempts += 1
+            if self.rate_limiter is not None:
+                self.rate_limiter.acquire(est_tokens)
+            try:
+                return fn(), attempts
+            except ProviderError:
+                raise
+            except Exception as e:
+                err = classify(e, self.profile, self._key)
+            err.attempts = attempts
+            if err.error_class not in RETRYABLE or attempts > self.profile.max_retries:
+                raise err
+            if err.error_class == "rate_limit" and err.retry_after is not None:
+                wait = min(err.retry_after, self.retry_after_cap)
+            else:
+                wait = self._backoff(attempts)
+            log.info(
+                "retrying %s after %.2fs (attempt %d): %s", self.profile.name, wait, attempts, err.message
+            )
+            time.sleep(wait)
+
+    def chat(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        temperature: float = 0.0,
+        n: int = 1,
+        seed: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        meta: dict[str, str] | None = None,
+    ) -> ChatResponse:
+        """One chat call (n choices when the protocol allows); raises ProviderError after retries.
+
+        The Anthropic protocol has no `n`: callers that need n samples must loop (n > 1 is refused here).
+        """
+        if n < 1:
+            raise ValueError("n must be >= 1")
+        if self.protocol == "anthropic" and n > 1:
+            raise ProviderError(
+                "permanent",
+                f"profile '{self.profile.name}' speaks the Anthropic protocol, which has no "
+                "`n`: make n separate calls instead",
+                attempts=0,
+            )
+        headers = {f"X-EPT-{k}": str(v) for k, v in (meta or {}).items()}
+        est = _estimate_tokens(messages, max_tokens, n)
+        t0 = time.perf_counter()
+        if self.protocol == "anthropic":
+            if seed is not None:
+                headers["X-EPT-Seed"] = str(
+                    seed
+                )  # the messages API has no seed; the simulator reads this header
+            system, a_msgs, a_tools = to_anthropic(messages, tools)
+            # temperature goes in extra_body: recent anthropic SDKs dropped the typed parameter, the API keeps it.
+            kwargs: dict[str, Any] = {
+                "model": self.profile.model,
+                "messages": a_msgs,
+                "max_tokens": max_tokens or ANTHROPIC_DEFAULT_MAX_TOKENS,
+                "extra_headers": headers,
+                "extra_body": {"temperature": temperature},
+            }
+            if system:
+                kwargs["system"] = system
+            if a_tools:
+                kwargs["tools"] = a_tools
+
+            def call() -> tuple[list[Choice], dict[str, Any] | None, str | None]:
+                data = _parse_json(self.sdk.messages.with_raw_response.create(**kwargs))
+                return [_anthropic_choice(data)], _normalise_usage(data.get("usage"), True), data.get("model")
+        else:
+            kwargs = {
+                "model": self.profile.model,
+                "messages": messages,
+                "temperature": temperature,
+                "extra_headers": headers,
+            }
+            if n > 1:
+                kwargs["n"] = n
+            if seed is not None:
+                kwargs["seed"] = seed
+            if tools:
+                kwargs["tools"] = tools
+            if max_tokens is not None:
+                kwargs["max_tokens"] = max_tokens
+
+            def call() -> tuple[list[Choice], dict[str, Any] | None, str | None]:
+                data = _parse_json(self.sdk.chat.completions.with_raw_response.create(**kwargs))
+                return _openai_choices(data), _normalise_usage(data.get("usage"), False), data.get("model")
+
+        (choices, usage, model), attempts = self._with_retries(call, est)
+        if self.rate_limiter is not None:
+            used = (
+                (usage or {}).get("prompt_tokens", 0) + (usage or {}).get("completion_tokens", 0)
+                if usage
+                else est
+            )
+            self.rate_limiter.record(int(used))
+        return ChatResponse(
+            choices=choices,
+            usage=usage,
+            model=model,
+            latency_s=time.perf_counter() - t0,
+            attempts=attempts,
+            n_requested=n,
+            n_returned=len(choices),
+        )
+
+    def list_models(self) -> list[str]:
+        """Model ids the server lists (GET /models); raises ProviderError (same classes and retries as chat)."""
+
+        def call() -> list[str]:
+            raw = self.sdk.models.with_raw_response.list()
+            data = _parse_json(raw)
+            items = data.get("data")
+            if not isinstance(items, list):
+                raise _Malformed("no 'data' list in the models response")
+            return [str(m.get("id")) for m in items if isinstance(m, dict) and m.get("id")]
+
+        models, _ = self._with_retries(call, 0)
+        return models
