@@ -1,4 +1,4 @@
-"""Commands of this stage, added to the `ept` app by ept.cli."""
+"""`ept worker`: a Celery worker with sensible defaults for I/O-bound jobs."""
 
 from __future__ import annotations
 
@@ -6,4 +6,27 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's commands to `app` (filled in as the stage is built)."""
+    @app.command("worker")
+    def worker(
+        concurrency: int = typer.Option(16, "--concurrency", "-c", help="Jobs in flight (threads) in this process."),
+        queue: str = typer.Option("ept", "--queue", "-Q", help="Queue to consume."),
+        broker: str = typer.Option(None, "--broker", help="Broker URL (default: $EPT_BROKER_URL or local Redis)."),
+        hostname: str = typer.Option(None, "--hostname", "-n", help="Worker node name."),
+        loglevel: str = typer.Option("INFO", "--loglevel", "-l"),
+        profiles: str = typer.Option(None, "--profiles", help="profiles.toml to resolve profile names (else $EPT_PROFILES)."),
+    ) -> None:
+        """Run a Celery worker for sweep jobs (threads pool: jobs wait on the API, not the CPU)."""
+        import os
+
+        if profiles:
+            os.environ["EPT_PROFILES"] = profiles
+        if broker:
+            os.environ["EPT_BROKER_URL"] = broker
+        from worker.celery_app import make_app
+
+        capp = make_app(broker)
+        argv = ["worker", "-P", "threads", "-c", str(concurrency), "-Q", queue, "-l", loglevel,
+                "--without-gossip", "--without-mingle"]  # fmt: skip
+        if hostname:
+            argv += ["-n", hostname]
+        capp.worker_main(argv)

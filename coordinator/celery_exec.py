@@ -1,0 +1,82 @@
+"""The Celery executor: enqueue jobs by task NAME in batches, then follow them through the result backend.
+
+The coordinator does not import the worker's task code: messages name `ept.run_job` and carry the job (plain
+JSON) and a context (ledger URL, endpoint override, rate limits). Progress comes from the result backend with
+one MGET per poll for all outstanding jobs; the results themselves are in the ledger.
+If the coordinator is interrupted, enqueued jobs keep running on the workers; a rerun skips what has landed.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from contracts.jobs import Job
+
+TASK_NAME = "ept.run_job"
+
+
+def _failed(job_key: str, message: str) -> dict[str, Any]:
+    return {"key": job_key, "status": "failed", "class": "transient", "message": message, "calls": 0, "tokens": 0}
+
+
+def run_celery(
+    jobs: Sequence[Job],
+    ctx: dict[str, Any],
+    *,
+    queue: str,
+    batch_size: int,
+    on_result: Callable[[dict[str, Any]], None],
+    on_retry: Callable[[str, int, str], None] | None = None,
+    broker_url: str | None = None,
+    poll_s: float = 0.25,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> bool:
+    from worker.celery_app import make_app
+
+    app = make_app(broker_url)
+    backend = app.backend
+    pending: dict[str, str] = {}  # task id -> job key
+    retry_seen: dict[str, Any] = {}
+
+    def poll() -> None:
+        if not pending:
+            return
+        ids = list(pending)
+        values = backend.mget([backend.get_key_for_task(t) for t in ids])
+        for tid, raw in zip(ids, values, strict=True):
+            if raw is None:
+                continue
+            meta = backend.decode_result(raw)
+            state, result = meta.get("status"), meta.get("result")
+            if state == "SUCCESS":
+                on_result(result)
+            elif state == "FAILURE":
+                msg = result.get("exc_message") if isinstance(result, dict) else str(result)
+                on_result(_failed(pending[tid], f"worker error: {msg}"))
+            else:
+                if state == "RETRYING" and on_retry and isinstance(result, dict) and retry_seen.get(tid) != result:
+                    retry_seen[tid] = result
+                    on_retry(pending[tid], int(result.get("attempt", 1)), str(result.get("class")))
+                continue
+            pending.pop(tid)
+            backend.forget(tid)
+
+    try:
+        with app.producer_or_acquire() as producer:
+            for start in range(0, len(jobs), batch_size):
+                if should_stop():
+                    break
+                for job in jobs[start : start + batch_size]:
+                    tid = f"{job.run_id}:{uuid.uuid4().hex}"
+                    app.send_task(TASK_NAME, args=[job.to_dict(), ctx], task_id=tid, queue=queue, producer=producer)
+                    pending[tid] = job.key
+                poll()
+        while pending:
+            time.sleep(poll_s)
+            poll()
+        return True
+    finally:
+        app.close()

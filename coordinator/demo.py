@@ -1,0 +1,49 @@
+"""`ept demo`: the simulator in-process + the shipped demo plan on the local executor + the report."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+DEMO_KEY_ENV = "EPT_DEMO_API_KEY"
+
+
+def demo_plan_text() -> str:
+    return resources.files("coordinator").joinpath("demo_plan.toml").read_text(encoding="utf-8")
+
+
+def run_demo(out: str | Path = "./ept-out", *, tasks_per_family: int | None = None, console: Any = None) -> Any:
+    from rich.console import Console
+
+    from contracts.profiles import Profile
+    from coordinator.plan import parse_plan
+    from coordinator.sweep import execute, plan_jobs
+    from simulator.server import start_in_thread
+
+    out = Path(out)
+    plan = parse_plan(demo_plan_text(), file="coordinator/demo_plan.toml")
+    plan = plan.with_overrides(ledger=str((out / "ledger").resolve()))
+    if tasks_per_family is not None:
+        # A different size is a different run: give it its own name so resume never mixes them.
+        raw = {**plan.raw, "tasks_per_family": tasks_per_family, "name": f"demo-t{tasks_per_family}"}
+        plan = plan.with_overrides(tasks_per_family=tasks_per_family, name=raw["name"], raw=raw)
+    # A throwaway key that exists only in this process: the simulator checks it, nothing prints it.
+    key = os.environ.get(DEMO_KEY_ENV) or "sk-demo-" + secrets.token_hex(16)
+    os.environ[DEMO_KEY_ENV] = key
+    sim = start_in_thread({"latency_ms": 0.0, "seed": plan.seed, "api_key": key})
+    try:
+        profile = Profile(
+            name="simulator", protocol="openai", base_url=sim.url, api_key_env=DEMO_KEY_ENV, model="ept-sim-1",
+            timeout=30.0, max_retries=3,
+        )  # fmt: skip
+        result = execute(plan, plan_jobs(plan), profile=profile, base_url=sim.url, console=console or Console(stderr=True))
+    finally:
+        sim.stop()
+    if result.analysis is not None:
+        from analysis.report import write_outputs
+
+        write_outputs(result.analysis, out / "report")
+    return result

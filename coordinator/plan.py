@@ -1,0 +1,285 @@
+"""The sweep plan: a TOML file, parsed and fully validated before anything runs.
+
+    name = "my-sweep"                 # the run id (letters, digits, - _ .)
+    profile = "simulator"             # provider profile NAME (profiles.toml); never a key
+    suites = ["math", "suites/my.jsonl"]   # built-in names or JSONL files (relative to the plan file)
+    tasks_per_family = 40             # optional: first N tasks of each family (quick demos)
+    replicates = 1
+    seed = 7
+    ledger = "./ept-out/ledger"       # a folder (relative to the working dir), file://…, or s3://bucket/prefix
+    executor = "local"                # local | celery
+    concurrency = 16                  # local: threads; celery: jobs in flight hint (workers set their own)
+    queue = "ept"                     # celery queue name
+    batch_size = 200                  # celery: messages enqueued per batch
+
+    [weights]                         # family weights for the merged Elo (default: equal)
+    math = 2.0
+
+    [[arms]]                          # strategy x budgets x params
+    strategy = "majority"
+    budgets = [4, 8]
+    params = {}                       # other strategy parameters, e.g. { depth = 2, beam = 2 }
+
+    [rate_limits.simulator]           # per profile, shared by all workers (requests / tokens per minute)
+    rpm = 6000
+    tpm = 2000000
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from contracts.errors import InputError
+
+EXECUTORS = ("local", "celery")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+_TOP_FIELDS = {
+    "name", "profile", "suites", "tasks_per_family", "replicates", "seed", "ledger", "executor",
+    "concurrency", "queue", "batch_size", "weights", "arms", "rate_limits", "bootstrap_rounds", "anchor",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Arm:
+    strategy: str
+    budgets: tuple[int, ...]
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    rpm: int | None = None
+    tpm: int | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    profile: str
+    suites: tuple[str, ...]
+    arms: tuple[Arm, ...]
+    replicates: int = 1
+    seed: int = 0
+    tasks_per_family: int | None = None
+    ledger: str = "./ept-out/ledger"
+    executor: str = "local"
+    concurrency: int = 8
+    queue: str = "ept"
+    batch_size: int = 200
+    weights: dict[str, float] = field(default_factory=dict)
+    rate_limits: dict[str, RateLimit] = field(default_factory=dict)
+    bootstrap_rounds: int = 200
+    anchor: str | None = None
+    source: str = "<plan>"
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        return self.name
+
+    @property
+    def digest(self) -> str:
+        """Hash of what defines the jobs (not where they run): a resumed run must have the same digest."""
+        keep = {k: self.raw.get(k) for k in ("name", "profile", "suites", "tasks_per_family", "replicates", "seed", "arms")}
+        return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def limits_for(self, profile: str) -> RateLimit:
+        return self.rate_limits.get(profile, RateLimit())
+
+    def with_overrides(self, **kw: Any) -> Plan:
+        import dataclasses
+
+        return dataclasses.replace(self, **{k: v for k, v in kw.items() if v is not None})
+
+
+def _line_of(text: str, key: str, table: str | None = None) -> int | None:
+    """Best-effort 1-based line of `key = …` (inside `[table]` when given), for error messages."""
+    lines = text.splitlines()
+    start = 0
+    if table:
+        hdr = re.compile(r"^\s*\[+\s*" + re.escape(table).replace(r"\.", r"\s*\.\s*") + r"\s*\]+")
+        found = [i for i, ln in enumerate(lines) if hdr.match(ln)]
+        if not found:
+            return None
+        start = found[0]
+    pat = re.compile(r"^\s*\"?" + re.escape(key) + r"\"?\s*=")
+    for i in range(start, len(lines)):
+        if pat.match(lines[i]):
+            return i + 1
+    return start + 1 if table else None
+
+
+class _V:
+    """Validation helpers bound to one file, so every error names the file, line and field."""
+
+    def __init__(self, file: str, text: str) -> None:
+        self.file, self.text = file, text
+
+    def err(self, msg: str, fieldname: str, key: str | None = None, table: str | None = None) -> InputError:
+        return InputError(msg, file=self.file, line=_line_of(self.text, key or fieldname.split(".")[-1], table), field=fieldname)
+
+    def int_(self, v: Any, name: str, lo: int, table: str | None = None, key: str | None = None) -> int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.err(f"must be an integer, got {type(v).__name__}", name, key, table)
+        if v < lo:
+            raise self.err(f"must be >= {lo}, got {v}", name, key, table)
+        return v
+
+    def str_(self, v: Any, name: str) -> str:
+        if not isinstance(v, str) or not v.strip():
+            raise self.err("must be a non-empty string", name)
+        return v.strip()
+
+
+def parse_plan(text: str, file: str = "<plan>", base_dir: str | Path | None = None) -> Plan:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"line (\d+)", str(e))
+        raise InputError(f"not valid TOML: {e}", file=file, line=int(m.group(1)) if m else None) from None
+    return _from_raw(raw, file, text, base_dir)
+
+
+def plan_from_raw(raw: dict[str, Any], source: str = "<plan>") -> Plan:
+    """Rebuild a plan from its parsed TOML (as stored in a run manifest); relative suite files resolve
+    against the original plan file's folder."""
+    base = Path(source).parent if source and not source.startswith("<") else None
+    return _from_raw(raw, source, "", base)
+
+
+def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | None) -> Plan:
+    v = _V(file, text)
+    unknown = sorted(set(raw) - _TOP_FIELDS)
+    if unknown:
+        raise v.err(f"unknown field (known: {', '.join(sorted(_TOP_FIELDS))})", unknown[0])
+
+    if "name" not in raw:
+        raise InputError("missing required field", file=file, field="name")
+    name = v.str_(raw["name"], "name")
+    if not _NAME.match(name):
+        raise v.err("must be letters, digits, '-', '_' or '.' (it names the run in the ledger)", "name")
+    profile = v.str_(raw.get("profile", "default"), "profile")
+
+    suites_raw = raw.get("suites")
+    if suites_raw is None:
+        raise InputError("missing required field (built-in suite names or JSONL files)", file=file, field="suites")
+    if isinstance(suites_raw, str):
+        suites_raw = [suites_raw]
+    if not isinstance(suites_raw, list) or not suites_raw:
+        raise v.err("must be a non-empty list of suite names or files", "suites")
+    base = Path(base_dir) if base_dir else None
+    suites = []
+    for s in suites_raw:
+        s = v.str_(s, "suites")
+        if s.endswith(".jsonl") and base is not None and not Path(s).is_absolute():
+            s = str((base / s).resolve())
+        suites.append(s)
+
+    arms_raw = raw.get("arms")
+    if not isinstance(arms_raw, list) or not arms_raw:
+        raise InputError("missing or empty [[arms]] (each: strategy, budgets)", file=file, field="arms")
+    arms = []
+    for i, a in enumerate(arms_raw):
+        where = f"arms[{i}]"
+        if not isinstance(a, dict):
+            raise v.err("must be a table", where)
+        extra = sorted(set(a) - {"strategy", "budgets", "budget", "params"})
+        if extra:
+            raise v.err("unknown field (known: strategy, budgets, params)", f"{where}.{extra[0]}")
+        if "strategy" not in a:
+            raise v.err("missing strategy", f"{where}.strategy", key="strategy", table="arms")
+        strategy = v.str_(a["strategy"], f"{where}.strategy")
+        budgets = a.get("budgets", [a["budget"]] if "budget" in a else None)
+        if not isinstance(budgets, list) or not budgets:
+            raise v.err("must be a non-empty list of integers", f"{where}.budgets", key="budgets", table="arms")
+        budgets = tuple(v.int_(b, f"{where}.budgets", 1, table="arms", key="budgets") for b in budgets)
+        if len(set(budgets)) != len(budgets):
+            raise v.err("budgets repeat", f"{where}.budgets", key="budgets", table="arms")
+        params = a.get("params", {})
+        if not isinstance(params, dict):
+            raise v.err("must be a table of strategy parameters", f"{where}.params", key="params", table="arms")
+        arms.append(Arm(strategy, budgets, dict(params)))
+    _check_strategies(arms, v)
+
+    executor = raw.get("executor", "local")
+    if executor not in EXECUTORS:
+        raise v.err(f"must be one of {', '.join(EXECUTORS)}, got {executor!r}", "executor")
+
+    weights: dict[str, float] = {}
+    w_raw = raw.get("weights", {})
+    if not isinstance(w_raw, dict):
+        raise v.err("must be a table family = weight", "weights")
+    for fam, w in w_raw.items():
+        if isinstance(w, bool) or not isinstance(w, int | float) or w < 0:
+            raise v.err("must be a number >= 0", f"weights.{fam}", key=fam, table="weights")
+        weights[fam] = float(w)
+
+    limits: dict[str, RateLimit] = {}
+    rl_raw = raw.get("rate_limits", {})
+    if not isinstance(rl_raw, dict):
+        raise v.err("must be a table of [rate_limits.<profile>]", "rate_limits")
+    for prof, lim in rl_raw.items():
+        t = f"rate_limits.{prof}"
+        if not isinstance(lim, dict) or set(lim) - {"rpm", "tpm"}:
+            raise v.err("must be a table with rpm and/or tpm", t, table=t, key="rpm")
+        limits[prof] = RateLimit(
+            rpm=v.int_(lim["rpm"], f"{t}.rpm", 1, table=t, key="rpm") if "rpm" in lim else None,
+            tpm=v.int_(lim["tpm"], f"{t}.tpm", 1, table=t, key="tpm") if "tpm" in lim else None,
+        )
+
+    ledger = v.str_(raw.get("ledger", "./ept-out/ledger"), "ledger")
+    anchor = raw.get("anchor")
+    if anchor is not None:
+        anchor = v.str_(anchor, "anchor")
+    tpf = raw.get("tasks_per_family")
+    return Plan(
+        name=name,
+        profile=profile,
+        suites=tuple(suites),
+        arms=tuple(arms),
+        replicates=v.int_(raw.get("replicates", 1), "replicates", 1),
+        seed=v.int_(raw.get("seed", 0), "seed", 0),
+        tasks_per_family=None if tpf is None else v.int_(tpf, "tasks_per_family", 1),
+        ledger=ledger,
+        executor=executor,
+        concurrency=v.int_(raw.get("concurrency", 8), "concurrency", 1),
+        queue=v.str_(raw.get("queue", "ept"), "queue"),
+        batch_size=v.int_(raw.get("batch_size", 200), "batch_size", 1),
+        weights=weights,
+        rate_limits=limits,
+        bootstrap_rounds=v.int_(raw.get("bootstrap_rounds", 200), "bootstrap_rounds", 0),
+        anchor=anchor,
+        source=file,
+        raw=raw,
+    )
+
+
+def _check_strategies(arms: list[Arm], v: _V) -> None:
+    """Unknown strategy names fail here, before anything runs (when the strategy registry is installed)."""
+    try:
+        from worker.strategies import STRATEGIES as registry  # type: ignore[attr-defined]
+    except Exception:  # the registry is optional for plan parsing (e.g. a coordinator-only install)
+        return
+    for i, a in enumerate(arms):
+        if a.strategy not in registry:
+            raise v.err(
+                f"unknown strategy {a.strategy!r} (known: {', '.join(sorted(registry))})",
+                f"arms[{i}].strategy", key="strategy", table="arms",
+            )  # fmt: skip
+
+
+def load_plan(path: str | Path) -> Plan:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("plan file not found", file=str(path))
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read plan: {e}", file=str(path)) from None
+    return parse_plan(text, file=str(path), base_dir=p.resolve().parent)

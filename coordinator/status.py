@@ -1,0 +1,68 @@
+"""`ept status` and `ept compact`: read a run's progress and records back from the ledger."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from contracts.errors import InputError
+from contracts.jobs import Job
+from contracts.ledger import Ledger
+
+
+@dataclass
+class RunStatus:
+    run_id: str
+    run_url: str
+    n_jobs: int | None
+    done: int
+    failed: dict[str, int]  # error class -> jobs whose last attempt failed (and have no result)
+    failed_jobs: list[dict[str, Any]]
+    manifest: dict[str, Any] | None
+
+    @property
+    def pending(self) -> int | None:
+        if self.n_jobs is None:
+            return None
+        return max(0, self.n_jobs - self.done - sum(self.failed.values()))
+
+
+def run_status(ledger: Ledger, run_id: str) -> RunStatus:
+    manifest = ledger.get_manifest(run_id)
+    jobs = ledger.list_jobs(run_id)
+    if manifest is None and not jobs:
+        known = ", ".join(ledger.list_runs()[:20]) or "none"
+        raise InputError(f"no run {run_id!r} in ledger {ledger.url} (runs: {known})", field="RUN")
+    # A failure object left behind by a job that later succeeded is stale: the result wins.
+    fails = {k: v for k, v in ledger.list_failures(run_id).items() if k not in jobs}
+    return RunStatus(
+        run_id=run_id,
+        run_url=ledger.run_url(run_id),
+        n_jobs=(manifest or {}).get("n_jobs"),
+        done=len(jobs),
+        failed=dict(Counter(str(f.get("class")) for f in fails.values())),
+        failed_jobs=[{"key": k, **v} for k, v in sorted(fails.items())],
+        manifest=manifest,
+    )
+
+
+def failed_jobs(status: RunStatus) -> list[Job]:
+    return [Job.from_dict(f["job"]) for f in status.failed_jobs if isinstance(f.get("job"), dict)]
+
+
+def compact(ledger: Ledger, run_id: str, threads: int = 16) -> tuple[str, int]:
+    """Concatenate a run's job objects into one Parquet file (runs/<id>/compact/records.parquet)."""
+    import polars as pl
+
+    keys = sorted(ledger.list_jobs(run_id))
+    if not keys:
+        raise InputError(f"run {run_id!r} has no job results in {ledger.url}", field="RUN")
+    with ThreadPoolExecutor(threads) as ex:
+        blobs = list(ex.map(lambda k: ledger.get_job(run_id, k), keys))
+    df = pl.read_ndjson(io.BytesIO(b"".join(blobs)), infer_schema_length=None)
+    buf = io.BytesIO()
+    df.write_parquet(buf, compression="zstd")
+    return ledger.put_blob(run_id, "compact/records.parquet", buf.getvalue()), df.height

@@ -1,0 +1,266 @@
+"""`ept sweep`: plan -> jobs -> manifest -> (skip what exists) -> run -> summary -> Elo-per-token table."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from contracts.errors import InputError
+from contracts.jobs import Job
+from contracts.ledger import Ledger, open_ledger
+from coordinator.plan import Plan
+
+# With this many egress failures and no success yet, the endpoint or key is wrong: stop spending effort.
+EGRESS_ABORT_AFTER = 8
+
+
+@dataclass
+class Tally:
+    """Live counters, updated from executor callbacks (any thread)."""
+
+    total: int
+    done: int = 0
+    skipped: int = 0
+    duplicate: int = 0
+    failed: int = 0
+    calls: int = 0
+    tokens: int = 0
+    retrying: set[str] = field(default_factory=set)
+    failures: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    messages: dict[str, str] = field(default_factory=dict)  # first message per error class
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, s: dict[str, Any]) -> None:
+        with self.lock:
+            self.retrying.discard(s["key"])
+            st = s["status"]
+            if st == "done":
+                self.done += 1
+            elif st == "skipped":
+                self.skipped += 1
+            elif st == "duplicate":
+                self.duplicate += 1
+            else:
+                self.failed += 1
+                cls = s.get("class") or "task"
+                self.failures[cls].append(s["key"])
+                self.messages.setdefault(cls, s.get("message") or "")
+            self.calls += int(s.get("calls") or 0)
+            self.tokens += int(s.get("tokens") or 0)
+
+    def retry(self, key: str) -> None:
+        with self.lock:
+            self.retrying.add(key)
+
+    @property
+    def finished(self) -> int:
+        return self.done + self.skipped + self.duplicate + self.failed
+
+    def egress_broken(self) -> bool:
+        egress = len(self.failures.get("credential", [])) + len(self.failures.get("endpoint", []))
+        return self.done == 0 and egress >= EGRESS_ABORT_AFTER
+
+
+@dataclass
+class SweepOutcome:
+    run_id: str
+    ledger_url: str
+    run_url: str
+    n_jobs: int
+    already_done: int
+    tally: Tally
+    elapsed_s: float
+    completed: bool
+    analysis: Any = None
+    analysis_error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.completed and self.tally.failed == 0
+
+
+def resolve_profile(plan: Plan, base_url: str | None, profiles_path: str | None = None):
+    from contracts.profiles import get_profile
+
+    prof = get_profile(plan.profile, profiles_path)
+    return prof.with_base_url(base_url) if base_url else prof
+
+
+def plan_jobs(plan: Plan) -> list[Job]:
+    from coordinator.expand import expand, load_tasks
+
+    return expand(plan, load_tasks(plan))
+
+
+def _progress(console, total: int):
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+        refresh_per_second=4,
+    )
+
+
+def execute(
+    plan: Plan,
+    jobs: list[Job],
+    *,
+    profile: Any,
+    base_url: str | None = None,
+    executor: str | None = None,
+    console: Any = None,
+    analyze: bool = True,
+    run: Any = None,
+    broker_url: str | None = None,
+    manifest_jobs: int | None = None,
+) -> SweepOutcome:
+    """Write/extend the manifest, run the jobs that have no result yet, then summarise and analyse."""
+    from rich.console import Console
+
+    from coordinator.manifest import write_manifest
+
+    console = console or Console(stderr=True)
+    executor = executor or plan.executor
+    ledger = open_ledger(plan.ledger)
+    write_manifest(ledger, plan, profile.public_dict(), manifest_jobs or len(jobs), executor)
+    have = ledger.list_jobs(plan.run_id)
+    todo = [j for j in jobs if j.key not in have]
+    tally = Tally(total=len(todo))
+    t0 = time.monotonic()
+    console.print(
+        f"run [bold]{plan.run_id}[/]: {len(jobs)} jobs, {len(jobs) - len(todo)} already in {ledger.run_url(plan.run_id)}, "
+        f"{len(todo)} to run ({executor})",
+        highlight=False,
+    )
+    completed = True
+    with _progress(console, len(todo)) as prog:
+        bar = prog.add_task("jobs", total=len(todo), detail="")
+
+        def refresh() -> None:
+            rate = tally.tokens
+            prog.update(
+                bar,
+                completed=tally.finished,
+                detail=f"done {tally.done + tally.duplicate} · skipped {tally.skipped} · failed {tally.failed} · "
+                f"retrying {len(tally.retrying)} · calls {tally.calls} · tokens {rate:,}",
+            )
+
+        def on_result(s: dict[str, Any]) -> None:
+            tally.add(s)
+            refresh()
+
+        def on_retry(job_or_key: Any, attempt: int, cls: str) -> None:
+            tally.retry(job_or_key if isinstance(job_or_key, str) else job_or_key.key)
+            refresh()
+
+        try:
+            if executor == "local":
+                completed = _run_local(plan, todo, ledger, profile, on_result, on_retry, tally, run)
+            else:
+                from coordinator.celery_exec import run_celery
+
+                ctx = {
+                    "ledger": ledger.url,
+                    "base_url": base_url,
+                    "rpm": plan.limits_for(plan.profile).rpm,
+                    "tpm": plan.limits_for(plan.profile).tpm,
+                }
+                completed = run_celery(
+                    todo, ctx, queue=plan.queue, batch_size=plan.batch_size, on_result=on_result,
+                    on_retry=on_retry, broker_url=broker_url, should_stop=tally.egress_broken,
+                )  # fmt: skip
+        except KeyboardInterrupt:
+            completed = False
+        refresh()
+    out = SweepOutcome(
+        run_id=plan.run_id, ledger_url=ledger.url, run_url=ledger.run_url(plan.run_id), n_jobs=len(jobs),
+        already_done=len(jobs) - len(todo), tally=tally, elapsed_s=time.monotonic() - t0, completed=completed,
+    )  # fmt: skip
+    if analyze and completed:
+        out.analysis, out.analysis_error = analyze_run(plan, ledger)
+    return out
+
+
+def _run_local(plan, todo, ledger, profile, on_result, on_retry, tally, run) -> bool:
+    from coordinator.local import run_local
+    from worker.ratelimit import Limits, make_rate_limiter
+
+    provider = None
+    if run is None:
+        from worker.provider import ProviderClient
+
+        if not profile.api_key():
+            raise InputError(
+                f"environment variable {profile.api_key_env} is not set (profile {profile.name!r} reads the key "
+                "from it; `ept doctor` checks the whole setup)",
+                field="profile",
+            )
+        lim = plan.limits_for(profile.name)
+        limiter = make_rate_limiter(profile.name, Limits(lim.rpm or profile.rpm, lim.tpm or profile.tpm))
+        provider = ProviderClient(profile, rate_limiter=limiter)
+    return run_local(
+        todo, ledger, provider, concurrency=plan.concurrency, on_result=on_result, on_retry=on_retry,
+        should_stop=tally.egress_broken, run=run,
+    )  # fmt: skip
+
+
+def analyze_run(plan: Plan, ledger: Ledger) -> tuple[Any, str | None]:
+    """The Elo-per-token analysis of the run's job objects; (None, reason) when it cannot be computed."""
+    from analysis.pipeline import AnalysisOptions, analyze
+
+    weights = ",".join(f"{k}={v}" for k, v in sorted(plan.weights.items())) or None
+    opts = AnalysisOptions(weights=weights, anchor=plan.anchor, rounds=plan.bootstrap_rounds, seed=plan.seed)
+    try:
+        return analyze([ledger.run_url(plan.run_id) + "/jobs"], opts), None
+    except InputError as e:
+        return None, str(e)
+
+
+def print_summary(out: SweepOutcome, console: Any) -> None:
+    from rich.table import Table
+
+    t = out.tally
+    console.print(
+        f"\n[bold]run {out.run_id}[/] · {out.n_jobs} jobs: {out.already_done} already done, "
+        f"{t.done + t.duplicate} run now ({t.duplicate} duplicates discarded), {t.skipped} skipped, "
+        f"{t.failed} failed · {t.calls} calls · {t.tokens:,} tokens · {out.elapsed_s:.1f}s",
+        highlight=False,
+    )
+    console.print(f"ledger: {out.run_url}", highlight=False)
+    if not out.completed:
+        console.print(
+            "[yellow]interrupted or stopped early[/]: rerun the same command to resume (finished jobs are skipped)"
+        )
+    if t.failures:
+        ft = Table(title="failed jobs by error class")
+        for col in ("class", "jobs", "example job", "first message"):
+            ft.add_column(col)
+        for cls in sorted(t.failures):
+            keys = t.failures[cls]
+            ft.add_row(cls, str(len(keys)), keys[0], (t.messages.get(cls) or "")[:160])
+        console.print(ft)
+        console.print(f"re-run only the failed jobs with: ept retry {out.run_id} --ledger {out.ledger_url}")
+    if out.analysis is not None:
+        from analysis.report import print_report
+
+        print_report(out.analysis, console)
+    elif out.analysis_error:
+        console.print(f"[yellow]no Elo table:[/] {out.analysis_error}", highlight=False)

@@ -1,0 +1,66 @@
+"""The Celery app: Redis broker, JSON only, late acks, one message per worker thread at a time.
+
+Delivery guarantees and why:
+- `task_acks_late` + `task_reject_on_worker_lost`: a job is acknowledged only after its result is stored, so a
+  killed worker's jobs are delivered again.
+- Redis has no broker-side leases: an unacked message comes back when it is older than `visibility_timeout`
+  AND kombu's restore sweep runs (every `unacked_restore_interval` x `unacked_restore_throttle`). Defaults
+  (VT 50 s, sweep every 5 s) bring a dead worker's jobs back in under a minute. The timeout must stay above the
+  longest job (raise EPT_VISIBILITY_TIMEOUT for slow providers): a job still running past it is delivered a
+  second time, which the Redis claim and the ledger's conditional create turn into a no-op.
+- `worker_prefetch_multiplier = 1`: a worker holds only the messages it is running, so scaling out spreads load.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
+DEFAULT_QUEUE = "ept"
+
+
+def broker_url() -> str:
+    return os.environ.get("EPT_BROKER_URL") or DEFAULT_BROKER
+
+
+def make_app(url: str | None = None) -> Celery:
+    url = url or broker_url()
+    vt = int(os.environ.get("EPT_VISIBILITY_TIMEOUT", "50"))
+    app = Celery("ept", broker=url, backend=os.environ.get("EPT_RESULT_BACKEND") or url)
+    app.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        worker_pool="threads",
+        task_default_queue=DEFAULT_QUEUE,
+        broker_transport_options={
+            "visibility_timeout": vt,
+            "unacked_restore_interval": 5,
+            "unacked_restore_throttle": 1,
+        },
+        result_backend_transport_options={"visibility_timeout": vt},
+        result_expires=7 * 24 * 3600,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        task_track_started=False,
+        worker_send_task_events=True,  # Flower shows live task state
+        task_send_sent_event=True,
+    )
+
+    @app.task(name="ept.run_job", bind=True)
+    def run_job_task(self, job: dict, ctx: dict) -> dict:
+        from worker.tasks import celery_run_job
+
+        return celery_run_job(self, job, ctx)
+
+    return app
+
+
+# `celery -A worker.celery_app worker` (and Flower) find the app here.
+app = make_app()

@@ -1,0 +1,203 @@
+"""Running one job against the ledger: the code path shared by the Celery task and the local executor.
+
+Idempotence, in order:
+1. If the ledger already holds the job's object, return at once — no API call, no tokens spent.
+2. (Celery) take a claim on the job in Redis, so a duplicate delivery of a job that is still running waits
+   for it instead of calling the API again; the claim expires if its holder dies.
+3. Write the records as ONE object with a conditional create: if two copies ever both ran, only one lands.
+
+Failures are classified (credential / endpoint / rate_limit / transient / permanent / task). Transient and
+rate-limit failures are retried here with backoff; the last failure is written to failures/<key>.json
+(overwritable) so `ept retry` can re-run exactly the failed jobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from contracts.jobs import Job
+from contracts.ledger import Ledger, open_ledger
+from contracts.records import JobResult
+from contracts.secrets import scrub
+
+RETRYABLE = ("transient", "rate_limit")
+TASK_NAME = "ept.run_job"
+
+
+def _summary(job: Job, status: str, **kw: Any) -> dict[str, Any]:
+    return {"key": job.key, "status": status, "calls": 0, "tokens": 0, "class": None, "message": None, **kw}
+
+
+def _classify(exc: BaseException) -> tuple[str, str]:
+    cls = getattr(exc, "error_class", None)
+    msg = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+    if cls is None:
+        # Anything that is not a provider error comes from the evaluation side (strategy, grader, task data).
+        cls = "task"
+        msg = f"{msg} | {traceback.format_exc(limit=3).splitlines()[-1]}"
+    return cls, scrub(msg)
+
+
+def perform_job(
+    job: Job,
+    ledger: Ledger,
+    provider: Any,
+    *,
+    run: Callable[[Job, Any], JobResult] | None = None,
+    max_attempts: int = 3,
+    backoff_s: float = 1.0,
+    on_retry: Callable[[Job, int, str], None] | None = None,
+    api_key: str | None = None,
+) -> dict[str, Any]:
+    """Run `job` unless its result exists, store the result, and return a small JSON summary."""
+    if ledger.has_job(job.run_id, job.key):
+        return _summary(job, "skipped")
+    if run is None:
+        from worker.job import run_job as run
+    secrets = [api_key] if api_key else None
+    cls, msg, result = "task", "", None
+    attempt = 0
+    for attempt in range(1, max_attempts + 1):
+        t0 = time.time()
+        try:
+            result = run(job, provider)
+        except Exception as e:
+            cls, msg = _classify(e)
+            result = None
+        else:
+            if result.ok:
+                break
+            err = result.outcome.error or {}
+            cls, msg = str(err.get("class") or "task"), scrub(str(err.get("message") or ""), secrets)
+        if cls not in RETRYABLE or attempt == max_attempts:
+            break
+        if on_retry is not None:
+            on_retry(job, attempt, cls)
+        # Full jitter keeps a fleet of workers from retrying in lock step after a provider hiccup.
+        time.sleep(random.uniform(0, backoff_s * 2 ** (attempt - 1)) + max(0.0, 0.05 - (time.time() - t0)))
+
+    if result is not None and result.ok:
+        created = ledger.put_job(job.run_id, job.key, result.to_jsonl())
+        ledger.delete_failure(job.run_id, job.key)
+        return _summary(
+            job, "done" if created else "duplicate", calls=len(result.calls), tokens=result.tokens, attempts=attempt
+        )
+
+    failure = {
+        "job": job.to_dict(),
+        "class": cls,
+        "message": msg,
+        "attempts": attempt,
+        "at": time.time(),
+        "calls": len(result.calls) if result else 0,
+        "tokens": result.tokens if result else 0,
+        # The calls of a failed job still cost tokens: keep them for accounting.
+        "lines": result.to_lines() if result else [],
+    }
+    ledger.put_failure(job.run_id, job.key, failure)
+    return _summary(job, "failed", calls=failure["calls"], tokens=failure["tokens"], attempts=attempt, **{
+        "class": cls, "message": msg})  # fmt: skip
+
+
+# ---- Celery side: providers, limiters and ledgers cached per worker process -------------------------------
+
+_cache: dict[tuple, Any] = {}
+_cache_lock = threading.Lock()
+
+
+def _cached(key: tuple, make: Callable[[], Any]) -> Any:
+    with _cache_lock:
+        if key not in _cache:
+            _cache[key] = make()
+        return _cache[key]
+
+
+def provider_for(profile_name: str, base_url: str | None, rpm: int | None, tpm: int | None, redis_url: str | None):
+    """One ProviderClient per (profile, endpoint, limits) in this process, so HTTP connections are reused."""
+
+    def make():
+        from contracts.profiles import get_profile
+        from worker.provider import ProviderClient
+        from worker.ratelimit import Limits, make_rate_limiter
+
+        prof = get_profile(profile_name)
+        if base_url:
+            prof = prof.with_base_url(base_url)
+        limiter = make_rate_limiter(prof.name, Limits(rpm or prof.rpm, tpm or prof.tpm), redis_url)
+        return ProviderClient(prof, rate_limiter=limiter)
+
+    return _cached(("provider", profile_name, base_url, rpm, tpm, redis_url), make)
+
+
+def ledger_for(url: str) -> Ledger:
+    return _cached(("ledger", url), lambda: open_ledger(url))
+
+
+class Claim:
+    """A Redis lease on one job, renewed while the job runs; expires if the holder dies."""
+
+    _RENEW = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
+    _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
+    def __init__(self, r, job: Job, owner: str, ttl_ms: int = 20000) -> None:
+        self.r, self.key, self.owner, self.ttl = r, f"ept:claim:{job.run_id}:{job.key}", owner, ttl_ms
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def acquire(self) -> bool:
+        if not self.r.set(self.key, self.owner, nx=True, px=self.ttl):
+            return False
+        self._thread = threading.Thread(target=self._renew, daemon=True)
+        self._thread.start()
+        return True
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.ttl / 4000):
+            # A lost renewal only risks a duplicate run, which the ledger's conditional create absorbs.
+            with contextlib.suppress(Exception):
+                self.r.eval(self._RENEW, 1, self.key, self.owner, self.ttl)
+
+    def release(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(Exception):
+            self.r.eval(self._RELEASE, 1, self.key, self.owner)
+
+    def held_by_other(self) -> bool:
+        return bool(self.r.exists(self.key))
+
+
+def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
+    """Body of the Celery task `ept.run_job`. ctx: ledger URL, base_url override, rate limits."""
+    import os
+    import socket
+    import uuid
+
+    import redis
+
+    job = Job.from_dict(job_dict)
+    ledger = ledger_for(ctx["ledger"])
+    if ledger.has_job(job.run_id, job.key):
+        return _summary(job, "skipped")
+    redis_url = os.environ.get("EPT_RATELIMIT_URL") or os.environ.get("EPT_BROKER_URL") or "redis://127.0.0.1:6379/0"
+    r = _cached(("redis", redis_url), lambda: redis.Redis.from_url(redis_url))
+    claim = Claim(r, job, f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
+    while not claim.acquire():
+        # Another delivery of this job is running (e.g. redelivered after a visibility timeout): wait for it.
+        time.sleep(0.5)
+        if ledger.has_job(job.run_id, job.key):
+            return _summary(job, "skipped")
+    try:
+        provider = provider_for(job.profile, ctx.get("base_url"), ctx.get("rpm"), ctx.get("tpm"), redis_url)
+
+        def on_retry(j: Job, attempt: int, cls: str) -> None:
+            task_self.update_state(state="RETRYING", meta={"key": j.key, "attempt": attempt, "class": cls})
+
+        return perform_job(job, ledger, provider, on_retry=on_retry, max_attempts=int(ctx.get("max_attempts", 3)))
+    finally:
+        claim.release()
