@@ -97,7 +97,9 @@ def _table(table_id: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[t
 
 def _svg(fig: Any) -> str:
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
+    # No metadata block: no date (reproducible bytes) and no links to licence/namespace pages.
+    fig.savefig(buf, format="svg", bbox_inches="tight",
+                metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     text = buf.getvalue()
     return text[text.index("<svg") :]  # drop the XML prolog/doctype: inline SVG in HTML5
 

@@ -273,3 +273,55 @@ def test_replicates_and_nulls_are_handled() -> None:
     res = compare_runs(base, cur, rule=FailRule(elo_drop=20.0), rounds=100, seed=5)
     assert res.table.height == len(ARMS)
     assert any("current 1" in n for n in res.notes)
+
+
+# ---------------------------------------------------------------- ledger runs (real record format)
+
+
+def write_ledger_run(
+    ledger_root,
+    run_id: str,
+    seed: int,
+    *,
+    n_tasks: int = 40,
+    degrade: dict[str, float] | None = None,
+    token_scale: dict[str, float] | None = None,
+    manifest: dict | None = None,
+    fail_jobs: int = 0,
+) -> str:
+    """Write a known-model run as real ledger objects (JobResult.to_jsonl via FileLedger); return its folder.
+
+    Each job makes budget_n 'sample' calls (plus one 'verifier' call for best_of_n) whose usage adds up to
+    the model's tokens; `fail_jobs` jobs end with a credential error (no score), as a worker records them.
+    """
+    from contracts.jobs import Job
+    from contracts.ledger import FileLedger
+    from contracts.records import CallRecord, JobResult, Outcome
+
+    run = make_run(seed, n_tasks=n_tasks, degrade=degrade, token_scale=token_scale)
+    led = FileLedger(ledger_root)
+    led.put_manifest(run_id, manifest or {"run_id": run_id, "plan": {"suites": list(FAMILIES)}})
+    toks = {(r["task_id"], r["arm"]): r["tokens"] for r in run.task_tokens.iter_rows(named=True)}
+    failed = 0
+    for row in run.outcomes.iter_rows(named=True):
+        strategy, budget, _, _ = ARMS[row["arm"]]
+        job = Job(run_id=run_id, task={"task_id": row["task_id"], "family": row["family"]}, strategy=strategy,
+                  budget_n=budget, replicate=row["replicate"], seed=seed)
+        total = round(toks[(row["task_id"], row["arm"])])
+        roles = ["sample"] * budget + (["verifier"] if strategy == "best_of_n" else [])
+        share = [total // len(roles)] * len(roles)
+        share[0] += total - sum(share)
+        calls = [
+            CallRecord(call_index=i, role=role, model="sim", latency_s=0.0, attempts=1,
+                       usage={"prompt_tokens": s * 3 // 4, "completion_tokens": s - s * 3 // 4,
+                              "total_tokens": s})
+            for i, (role, s) in enumerate(zip(roles, share, strict=True))
+        ]
+        if failed < fail_jobs:
+            failed += 1
+            outcome = Outcome(answer=None, score=None, correct=None,
+                              error={"class": "credential", "message": "401 from the provider"})
+        else:
+            outcome = Outcome(answer="x", score=row["score"], correct=bool(row["score"]))
+        led.put_job(run_id, job.key, JobResult(job=job, calls=calls, outcome=outcome).to_jsonl())
+    return led.run_url(run_id)
