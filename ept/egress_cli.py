@@ -1,9 +1,95 @@
-"""Commands of this stage, added to the `ept` app by ept.cli."""
+"""Egress commands: `ept doctor`, `ept profiles list`, `ept profiles export`."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
+
+PROFILES_HELP = "Profile file (default: $EPT_PROFILES, else ./profiles.toml)."
 
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's commands to `app` (filled in as the stage is built)."""
+    app.command("doctor")(doctor)
+    profiles_app = typer.Typer(
+        help="Provider profiles (profiles.toml): list them, export client configs.", no_args_is_help=True
+    )
+    profiles_app.command("list")(profiles_list)
+    profiles_app.command("export")(profiles_export)
+    app.add_typer(profiles_app, name="profiles")
+
+
+def doctor(
+    profile: str = typer.Option("default", "--profile", "-p", help="Profile name."),
+    profiles: Path | None = typer.Option(None, "--profiles", help=PROFILES_HELP),
+    timeout: float = typer.Option(20.0, help="Per-request timeout for the network checks (seconds)."),
+) -> None:
+    """Check credentials and egress for a profile (key set, base_url, /models, model, usage). Exit 0 = all pass."""
+    from rich.console import Console
+
+    from contracts.profiles import get_profile
+    from ept.doctor import ok, render, run_checks
+
+    p = get_profile(profile, profiles)
+    checks = run_checks(p, timeout=timeout)
+    console = Console(highlight=False, soft_wrap=True)
+    for line in render(p, checks):
+        console.print(line)
+    if not ok(checks):
+        raise typer.Exit(1)
+
+
+def profiles_list(profiles: Path | None = typer.Option(None, "--profiles", help=PROFILES_HELP)) -> None:
+    """List profiles: protocol, base_url, model and whether each key variable is set (masked)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from contracts.profiles import load_profiles
+
+    table = Table("name", "protocol", "base_url", "model", "key variable", "key")
+    for p in load_profiles(profiles).values():
+        key = p.api_key()
+        table.add_row(
+            p.name,
+            p.protocol,
+            p.base_url,
+            p.model,
+            p.api_key_env,
+            p.masked_key() if key else "[red]not set[/]",
+        )
+    import sys
+
+    # Piped output (CI logs, docs) keeps full URLs instead of squeezing columns to 80 characters.
+    Console(highlight=False, width=None if sys.stdout.isatty() else 160).print(table)
+
+
+def profiles_export(
+    name: str = typer.Argument(..., help="Profile name."),
+    to: str = typer.Option(..., "--to", help="claude-code | codex | cc-switch | env"),
+    out: Path | None = typer.Option(None, "--out", help="Write to this file instead of stdout."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
+    profiles: Path | None = typer.Option(None, "--profiles", help=PROFILES_HELP),
+) -> None:
+    """Write a client configuration for a profile (placeholder key YOUR_API_KEY, never the real one)."""
+    import os
+    import sys
+    import tempfile
+
+    from contracts.errors import InputError
+    from contracts.profiles import get_profile
+    from ept.client_configs import render
+
+    text = render(get_profile(name, profiles), to)
+    if out is None:
+        sys.stdout.write(text)
+        return
+    if out.exists() and not force:
+        raise InputError(
+            "exists; pass --force to overwrite (or merge the printed block by hand)", file=str(out)
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=".tmp-", suffix=out.suffix)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, out)  # all or nothing
+    typer.echo(f"wrote {out} ({to})", err=True)

@@ -631,10 +631,10 @@ def start_in_thread(
     )
 
 
-def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 8765) -> None:
+def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 8765, brain: Brain | None = None) -> None:
     """Run in the foreground until interrupted (`ept simulate`)."""
     web.run_app(
-        make_app(config),
+        make_app(config, brain),
         host=host,
         port=port,
         access_log=None,

@@ -1,0 +1,240 @@
+"""`ept doctor`: credential and egress checks, in the seed's order (section 6), before any evaluation.
+
+1. the key variable is set and non-empty      (401s usually start here)
+2. base_url is well-formed for the protocol     (/v1 for OpenAI-compatible; none for Anthropic)
+3. GET /models is reachable                     (network, TLS, credentials, path)
+4. the profile's model is listed                (the 404 "model not found" class)
+5. one tiny completion returns `usage`          (token accounting needs it)
+
+Each failure carries a concrete fix. Nothing here prints a key: only its mask.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from contracts.profiles import Profile
+from contracts.secrets import mask, scrub
+
+PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
+PLACEHOLDERS = ("YOUR_API_KEY", "sk-...", "<your key>")
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+def check_key(p: Profile) -> Check:
+    name = f"key variable ${p.api_key_env}"
+    raw = os.environ.get(p.api_key_env)
+    if raw is None:
+        return Check(
+            name,
+            FAIL,
+            "not set",
+            f"export {p.api_key_env}=<your key> (or add it as a CI secret); "
+            "the profile file only names the variable, it never holds the key",
+        )
+    if not raw.strip():
+        return Check(
+            name,
+            FAIL,
+            "set but empty",
+            f"export {p.api_key_env}=<your key>; an empty value is sent as no key at all",
+        )
+    if raw != raw.strip() or raw.strip("\"'") != raw:
+        return Check(
+            name,
+            FAIL,
+            f"set ({mask(raw.strip())}) but has surrounding whitespace or quotes",
+            f"re-export {p.api_key_env} without quotes, spaces or a trailing newline",
+        )
+    if raw in PLACEHOLDERS:
+        return Check(
+            name, FAIL, "still the placeholder YOUR_API_KEY", f"replace it: export {p.api_key_env}=<your key>"
+        )
+    return Check(name, PASS, f"set ({mask(raw)})")
+
+
+def check_base_url(p: Profile) -> Check:
+    name = f"base_url for protocol {p.protocol}"
+    u = urlsplit(p.base_url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        return Check(name, FAIL, f"{p.base_url!r} is not an http(s) URL", 'set base_url = "https://host/..."')
+    if u.query or u.fragment:
+        return Check(
+            name,
+            FAIL,
+            f"{p.base_url} carries a query string or fragment",
+            "remove everything after '?' (tracking/UTM parameters belong to web pages, not API base URLs)",
+        )
+    path = u.path.rstrip("/")
+    if p.protocol == "openai":
+        if path.endswith(("/chat/completions", "/completions", "/models")):
+            return Check(
+                name,
+                FAIL,
+                f"{p.base_url} includes an endpoint path",
+                "cut base_url back to the API root, e.g. https://host/api/v1 (the SDK appends /chat/completions)",
+            )
+        if not path.endswith("/v1"):
+            return Check(
+                name,
+                WARN,
+                f"{p.base_url} does not end in /v1",
+                "most OpenAI-compatible servers expect .../v1 (e.g. https://host/api/v1, not /api); "
+                "keep it only if your provider documents this path",
+            )
+    else:
+        if path.endswith(("/v1", "/v1/messages", "/messages")):
+            return Check(
+                name,
+                FAIL,
+                f"{p.base_url} ends in {path[path.rfind('/v1') :] or '/v1'}",
+                f"Anthropic-protocol clients append /v1/messages themselves: use "
+                f"{p.base_url[: p.base_url.rfind('/v1')] or 'https://host/api'}",
+            )
+    if u.scheme == "http" and u.hostname not in ("127.0.0.1", "localhost", "::1"):
+        return Check(
+            name,
+            WARN,
+            f"{p.base_url} is plain http to a remote host: the key travels unencrypted",
+            "use https://",
+        )
+    return Check(name, PASS, p.base_url)
+
+
+def _fix_for(err: object, p: Profile) -> str:
+    cls = getattr(err, "error_class", "")
+    if cls == "credential":
+        return (
+            f"the server rejected the key in ${p.api_key_env}: create or copy a key for THIS provider and "
+            f"re-export it; a key that works elsewhere means base_url and key belong to different providers"
+        )
+    if cls == "endpoint":
+        return (
+            "check the base_url path: OpenAI-compatible servers usually need /v1 (e.g. /api/v1), Anthropic-protocol "
+            "ones stop before /v1 (e.g. /api); then check the model name"
+        )
+    if cls == "rate_limit":
+        return "already rate limited: wait, or lower rpm/tpm in the profile"
+    if cls == "transient":
+        return (
+            f"is the server up and reachable from here? try `curl {p.base_url.rstrip('/')}/models`; check proxies "
+            f"and firewalls; a slow server needs a larger `timeout` (now {p.timeout:g}s)"
+        )
+    return "the server refused the request as sent; read its message above"
+
+
+def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float = 0.2) -> list[Check]:
+    """All five checks; network checks are skipped when the key or base_url check fails."""
+    from worker.provider import ProviderClient, ProviderError
+
+    key = profile.api_key()
+    checks = [check_key(profile), check_base_url(profile)]
+    if any(c.status == FAIL for c in checks):
+        reason = "fix the checks above first"
+        return checks + [
+            Check(n, SKIP, reason) for n in ("GET /models", "model listed", "tiny completion returns usage")
+        ]
+
+    p = dataclasses.replace(
+        profile, timeout=min(profile.timeout, timeout), max_retries=min(profile.max_retries, 1)
+    )
+    client = ProviderClient(p, backoff_base=backoff_base, backoff_cap=2.0, retry_after_cap=5.0)
+    models: list[str] | None = None
+    try:
+        models = client.list_models()
+        checks.append(Check("GET /models", PASS, f"{len(models)} model(s) listed"))
+    except ProviderError as e:
+        checks.append(Check("GET /models", FAIL, e.message, _fix_for(e, p)))
+    if models is None:
+        checks.append(Check("model listed", SKIP, "no model list"))
+    elif not models:
+        checks.append(Check("model listed", SKIP, "the server lists no models"))
+    elif profile.model in models:
+        checks.append(Check("model listed", PASS, profile.model))
+    else:
+        shown = ", ".join(models[:10]) + (" …" if len(models) > 10 else "")
+        checks.append(
+            Check(
+                "model listed",
+                FAIL,
+                f"'{profile.model}' is not among: {shown}",
+                "set model = one of the listed names in the profile (a wrong model name is the other "
+                "common cause of 404; Claude Code also needs ANTHROPIC_MODEL)",
+            )
+        )
+    try:
+        r = client.chat(
+            [{"role": "user", "content": "Reply with the word OK."}],
+            max_tokens=16,
+            temperature=0.0,
+            meta={"Role": "doctor"},
+        )
+        if r.usage is None:
+            checks.append(
+                Check(
+                    "tiny completion returns usage",
+                    FAIL,
+                    f"answered in {r.latency_s:.2f}s but sent no usage",
+                    "token accounting needs the server's usage; enable it on the provider/gateway (some "
+                    "proxies strip it), or pick another endpoint",
+                )
+            )
+        else:
+            u = r.usage
+            checks.append(
+                Check(
+                    "tiny completion returns usage",
+                    PASS,
+                    f"prompt_tokens={u.get('prompt_tokens')} completion_tokens={u.get('completion_tokens')} "
+                    f"in {r.latency_s:.2f}s",
+                )
+            )
+    except ProviderError as e:
+        checks.append(Check("tiny completion returns usage", FAIL, e.message, _fix_for(e, p)))
+    # A server without a model list is fine if completions work.
+    if checks[-1].status == PASS and checks[2].status == FAIL and "404" in checks[2].detail:
+        checks[2] = dataclasses.replace(
+            checks[2], status=WARN, fix="this server does not serve /models; completions work"
+        )
+    return [dataclasses.replace(c, detail=scrub(c.detail, [key]), fix=scrub(c.fix, [key])) for c in checks]
+
+
+def ok(checks: list[Check]) -> bool:
+    return not any(c.status == FAIL for c in checks)
+
+
+_MARK = {
+    PASS: "[green]✓ PASS[/]",
+    WARN: "[yellow]! WARN[/]",
+    FAIL: "[bold red]✗ FAIL[/]",
+    SKIP: "[dim]- SKIP[/]",
+}
+
+
+def render(profile: Profile, checks: list[Check]) -> list[str]:
+    """Rich-markup lines of the checklist."""
+    from rich.markup import escape
+
+    lines = [
+        f"[bold]ept doctor[/] — profile [bold]{escape(profile.name)}[/] ({profile.protocol}, "
+        f"model {escape(profile.model)}, key from ${profile.api_key_env})"
+    ]
+    for i, c in enumerate(checks, 1):
+        lines.append(f"{_MARK[c.status]}  {i}. {escape(c.name)}: {escape(c.detail)}")
+        if c.fix and c.status in (FAIL, WARN):
+            lines.append(f"          fix: {escape(c.fix)}")
+    n_fail = sum(c.status == FAIL for c in checks)
+    lines.append(
+        "[bold green]All checks passed.[/]" if not n_fail else f"[bold red]{n_fail} check(s) failed.[/]"
+    )
+    return lines
