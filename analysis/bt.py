@@ -92,9 +92,8 @@ def aggregate_wins(
             raise ValueError(f"{name} must hold integer arm indices, got dtype {idx.dtype}")
         if idx.size and (idx.min() < 0 or idx.max() >= n_arms):
             raise ValueError(f"{name} holds an index outside [0, {n_arms})")
-    if weights is None:
-        w = np.ones(winner.shape[0])
-    else:
+    w = None
+    if weights is not None:
         w = np.asarray(weights, dtype=float)
         if w.shape != winner.shape:
             raise ValueError("weights must have the same length as winner/loser")
@@ -102,8 +101,10 @@ def aggregate_wins(
             raise ValueError("weights must be finite and >= 0")
     if np.any(winner == loser):
         raise ValueError("a comparison has the same arm as winner and loser")
-    flat = winner.astype(np.int64) * n_arms + loser.astype(np.int64)
-    return np.bincount(flat, weights=w, minlength=n_arms * n_arms).reshape(n_arms, n_arms)
+    flat = winner.astype(np.int64, copy=False) * n_arms
+    flat += loser
+    counts = np.bincount(flat, weights=w, minlength=n_arms * n_arms)
+    return counts.astype(float, copy=False).reshape(n_arms, n_arms)
 
 
 def _check_wins(wins: np.ndarray) -> np.ndarray:
@@ -212,6 +213,42 @@ def newton_batch(wins: np.ndarray, *, l2: float = 1e-3, max_iter: int = _MAX_ITE
     )
 
 
+def _newton_single(w: np.ndarray, l2: float, max_iter: int):
+    """Damped Newton on one K x K count matrix; the same iteration as newton_batch without the
+    active-set bookkeeping, which dominates the cost of a single small fit."""
+    k = w.shape[0]
+    n_pair = w + w.T
+    diag = np.diag_indices(k)
+    gtol = float(_gtol(w))
+    theta = np.zeros(k)
+    f = float(np.log(2.0) * w.sum())  # f(0): every comparison has probability 1/2
+    grad_norm = np.inf
+    for it in range(max_iter + 1):
+        p = expit(theta[:, None] - theta[None, :])
+        g = np.sum(n_pair * p - w, axis=1) + 2.0 * l2 * theta
+        grad_norm = float(np.max(np.abs(g)))
+        if grad_norm <= gtol:
+            return theta, True, it, grad_norm, f
+        if it == max_iter:
+            break
+        c = n_pair * p * p.T  # p.T = 1 - p
+        h = -c
+        h[diag] = c.sum(axis=1) + 2.0 * l2
+        step = np.linalg.solve(h, g) if l2 > 0 else np.linalg.pinv(h, hermitian=True) @ g
+        slope = float(g @ step)
+        t = 1.0
+        for _h in range(_MAX_HALVINGS):
+            cand = theta - t * step
+            f1 = float(bt_objective(cand, w, l2))
+            if f1 <= f - _ARMIJO * t * slope or (t == 1.0 and abs(f1 - f) <= 1e-13 * max(1.0, abs(f))):
+                theta, f = cand, f1
+                break
+            t *= 0.5
+        else:
+            return theta, False, it + 1, grad_norm, f  # no acceptable step
+    return theta, False, max_iter, grad_norm, f
+
+
 def mle_exists(wins: np.ndarray) -> bool:
     """True when the unpenalised (l2 = 0) maximum-likelihood estimate is finite.
 
@@ -253,24 +290,23 @@ def fit_bt_counts(wins: np.ndarray, *, l2: float = 1e-3, max_iter: int = _MAX_IT
     n_pair = w + w.T
     unobserved = np.nonzero(n_pair.sum(axis=1) == 0)[0]
     exists = l2 > 0 or mle_exists(w)
-    fit = newton_batch(w[None], l2=l2, max_iter=max_iter)
-    theta, n_iter, converged = fit.theta[0], int(fit.n_iter[0]), bool(fit.converged[0])
+    theta, converged, n_iter, grad_norm, objective = _newton_single(w, l2, max_iter)
     if not converged and exists:
         x, nit = _scipy_fallback(w, l2, theta)
-        theta = x - x.mean()
         n_iter += nit
-    g, _ = _grad_hess(theta, w, n_pair, l2)
-    # l2 > 0: the minimiser has mean 0 exactly (sum of the gradient = 2*l2*sum(theta)), so centring
-    # only removes rounding; the tolerance check therefore applies to the returned vector.
-    grad_norm = float(np.max(np.abs(g))) if g.size else 0.0
-    converged = exists and grad_norm <= float(_gtol(w))
+        g, _ = _grad_hess(x, w, n_pair, l2)
+        grad_norm, objective, theta = float(np.max(np.abs(g))), float(bt_objective(x, w, l2)), x
+        converged = grad_norm <= float(_gtol(w))
+    # Centring: for l2 > 0 the minimiser already has mean 0 (the gradient sums to 2*l2*sum(theta)), so
+    # this only removes rounding; for l2 == 0 f is shift-invariant and this picks the mean-0 minimiser.
+    theta = theta - theta.mean()
     return BTFit(
         theta=theta,
-        converged=bool(converged),
-        n_iter=n_iter,
-        grad_norm=grad_norm,
+        converged=bool(converged and exists),
+        n_iter=int(n_iter),
+        grad_norm=float(grad_norm),
         unobserved=unobserved.astype(np.int64),
-        objective=float(bt_objective(theta, w, l2)),
+        objective=float(objective),
     )
 
 
