@@ -117,11 +117,11 @@ def versions() -> dict[str, str]:
     }
 
 
-def _bad(records: Records, rows: pl.DataFrame, field_name: str, message: str, skip_bad: bool) -> list[BadLine]:
+def _bad(rows: pl.DataFrame, field_name: str, message: str, skip_bad: bool) -> list[BadLine]:
     """Input errors found after reading: raise on the first, or return them all with skip_bad."""
     found = [
         BadLine(r["file"], line_of(r["file"], r["row"]), field_name, message.format(**r))
-        for r in rows.head(None if skip_bad else 1).iter_rows(named=True)
+        for r in (rows if skip_bad else rows.head(1)).iter_rows(named=True)
     ]
     if found and not skip_bad:
         b = found[0]
@@ -139,7 +139,6 @@ def check_records(records: Records, *, skip_bad: bool) -> tuple[pl.DataFrame, li
     for side in ("arm_a", "arm_b"):
         unknown = judg.filter(~pl.col(side).is_in(known.implode()))
         bad += _bad(
-            records,
             unknown,
             side,
             "unknown arm {" + side + "!r}: no call or outcome record has this arm (arms are strategy@budget_n)",
@@ -147,12 +146,11 @@ def check_records(records: Records, *, skip_bad: bool) -> tuple[pl.DataFrame, li
         )
         drop.append(unknown["_i"])
     same = judg.filter(pl.col("arm_a") == pl.col("arm_b"))
-    bad += _bad(records, same, "arm_b", "a judgment needs two different arms, got {arm_a!r} twice", skip_bad)
+    bad += _bad(same, "arm_b", "a judgment needs two different arms, got {arm_a!r} twice", skip_bad)
     drop.append(same["_i"])
     outc = frame.filter(pl.col("kind") == "outcome")
     dup = outc.filter(pl.int_range(pl.len()).over("task_id", "arm", "replicate") > 0)
     bad += _bad(
-        records,
         dup,
         "replicate",
         "duplicate outcome for task {task_id!r}, arm {arm!r}, replicate {replicate}; "
