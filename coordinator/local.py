@@ -30,7 +30,7 @@ def run_local(
     """Run jobs; returns True when every job was attempted, False when interrupted or stopped early."""
     from worker.tasks import perform_job
 
-    api_key = getattr(provider, "api_key", None)
+    api_key = getattr(provider, "_key", None)  # to scrub it from failure messages
     todo = iter(jobs)
     in_flight: set[Future] = set()
     draining = False

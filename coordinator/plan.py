@@ -98,16 +98,16 @@ class Plan:
         return dataclasses.replace(self, **{k: v for k, v in kw.items() if v is not None})
 
 
-def _line_of(text: str, key: str, table: str | None = None) -> int | None:
-    """Best-effort 1-based line of `key = …` (inside `[table]` when given), for error messages."""
+def _line_of(text: str, key: str, table: str | None = None, nth: int = 0) -> int | None:
+    """Best-effort 1-based line of `key = …` (inside the nth `[table]` / `[[table]]` when given)."""
     lines = text.splitlines()
     start = 0
     if table:
         hdr = re.compile(r"^\s*\[+\s*" + re.escape(table).replace(r"\.", r"\s*\.\s*") + r"\s*\]+")
         found = [i for i, ln in enumerate(lines) if hdr.match(ln)]
-        if not found:
+        if len(found) <= nth:
             return None
-        start = found[0]
+        start = found[nth]
     pat = re.compile(r"^\s*\"?" + re.escape(key) + r"\"?\s*=")
     for i in range(start, len(lines)):
         if pat.match(lines[i]):
@@ -122,7 +122,10 @@ class _V:
         self.file, self.text = file, text
 
     def err(self, msg: str, fieldname: str, key: str | None = None, table: str | None = None) -> InputError:
-        return InputError(msg, file=self.file, line=_line_of(self.text, key or fieldname.split(".")[-1], table), field=fieldname)
+        m = re.match(r"^(\w+)\[(\d+)\]", fieldname)
+        nth = int(m.group(2)) if m and table == m.group(1) else 0
+        line = _line_of(self.text, key or fieldname.split(".")[-1], table, nth)
+        return InputError(msg, file=self.file, line=line, field=fieldname)
 
     def int_(self, v: Any, name: str, lo: int, table: str | None = None, key: str | None = None) -> int:
         if isinstance(v, bool) or not isinstance(v, int):

@@ -201,21 +201,18 @@ def execute(
 
 def _run_local(plan, todo, ledger, profile, on_result, on_retry, tally, run) -> bool:
     from coordinator.local import run_local
+    from worker.provider import ProviderClient
     from worker.ratelimit import Limits, make_rate_limiter
 
-    provider = None
-    if run is None:
-        from worker.provider import ProviderClient
-
-        if not profile.api_key():
-            raise InputError(
-                f"environment variable {profile.api_key_env} is not set (profile {profile.name!r} reads the key "
-                "from it; `ept doctor` checks the whole setup)",
-                field="profile",
-            )
-        lim = plan.limits_for(profile.name)
-        limiter = make_rate_limiter(profile.name, Limits(lim.rpm or profile.rpm, lim.tpm or profile.tpm))
-        provider = ProviderClient(profile, rate_limiter=limiter)
+    if not profile.api_key():
+        raise InputError(
+            f"environment variable {profile.api_key_env} is not set (profile {profile.name!r} reads the key "
+            "from it; `ept doctor` checks the whole setup)",
+            field="profile",
+        )
+    lim = plan.limits_for(profile.name)
+    limiter = make_rate_limiter(profile.name, Limits(lim.rpm or profile.rpm, lim.tpm or profile.tpm))
+    provider = ProviderClient(profile, rate_limiter=limiter)
     return run_local(
         todo, ledger, provider, concurrency=plan.concurrency, on_result=on_result, on_retry=on_retry,
         should_stop=tally.egress_broken, run=run,

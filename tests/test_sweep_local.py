@@ -1,0 +1,183 @@
+"""The local executor end to end against the real simulator over HTTP: ledger contents, resume, retry,
+failure classes, secrets, interruption, and the `ept` commands."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from fixtures_sim import SIM_KEY
+
+from contracts.jobs import Job
+from contracts.ledger import open_ledger
+from contracts.records import CallRecord, JobResult, Outcome
+from coordinator.plan import parse_plan
+from coordinator.sweep import execute
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def tiny_run(job: Job, provider) -> JobResult:
+    """A minimal job (budget_n calls, answer = first reply) to test the plumbing apart from the strategies."""
+    from worker.provider import ProviderError
+
+    calls, answer = [], None
+    try:
+        for i in range(job.budget_n):
+            r = provider.chat(
+                [{"role": "user", "content": str(job.task["prompt"])}],
+                seed=job.call_seed(i),
+                temperature=0.7,
+                meta={"Job": job.key, "Arm": job.arm, "Role": "sample"},
+            )
+            calls.append(CallRecord(i, "sample", r.model, r.usage, r.latency_s, r.attempts, seed=job.call_seed(i)))
+            answer = answer or (r.choices[0].text if r.choices else None)
+    except ProviderError as e:
+        return JobResult(job, calls, Outcome(None, None, None, error={"class": e.error_class, "message": e.message}))
+    score = float(len(answer or "") % 2)
+    return JobResult(job, calls, Outcome(answer, score, bool(score), {"name": "parity"}), time.time(), time.time())
+
+
+def tiny_tasks(n: int = 4) -> list[dict]:
+    return [
+        {"task_id": f"{fam}-{i:03d}", "family": fam, "prompt": f"What is {i} + {len(fam)}?", "reference": str(i)}
+        for fam in ("math", "code")
+        for i in range(n)
+    ]
+
+
+def _plan(tmp_path, name="t1", seed=5, **extra) -> object:
+    body = textwrap.dedent(
+        f"""\
+        name = "{name}"
+        profile = "sim-openai"
+        suites = ["unused"]
+        seed = {seed}
+        ledger = "{tmp_path / "ledger"}"
+        concurrency = 4
+        bootstrap_rounds = 0
+        [[arms]]
+        strategy = "greedy"
+        budgets = [1]
+        [[arms]]
+        strategy = "majority"
+        budgets = [2, 3]
+        """
+    )
+    return parse_plan(body).with_overrides(**extra)
+
+
+def _jobs(plan, n=4) -> list[Job]:
+    from coordinator.expand import expand
+
+    return expand(plan, tiny_tasks(n))
+
+
+@pytest.fixture
+def key_env(monkeypatch):
+    monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
+
+
+def test_local_sweep_writes_every_job_once_and_resumes(tmp_path, make_sim, key_env):
+    sim = make_sim(api_key=SIM_KEY)
+    plan = _plan(tmp_path)
+    jobs = _jobs(plan)
+    out = execute(plan, jobs, profile=sim.profile(), run=tiny_run, analyze=False)
+    assert out.completed and out.ok
+    assert out.tally.done == len(jobs) == 24 and out.tally.failed == 0
+    led = open_ledger(tmp_path / "ledger")
+    assert led.list_jobs("t1") == {j.key for j in jobs}
+    # Each object is exactly a JobResult's JSONL: call lines then one outcome line, all tagged with the job.
+    for j in jobs:
+        lines = [json.loads(x) for x in led.get_job("t1", j.key).decode().splitlines()]
+        assert [x["kind"] for x in lines] == ["call"] * j.budget_n + ["outcome"]
+        assert {x["job_key"] for x in lines} == {j.key} and {x["arm"] for x in lines} == {j.arm}
+    # Requests per job at the server equal the calls recorded: nothing ran twice.
+    stats = sim.control.stats()
+    assert stats["by_job"] == {j.key: j.budget_n for j in jobs}
+    assert out.tally.calls == sum(j.budget_n for j in jobs)
+    tokens = sum(JobResult.from_lines([json.loads(x) for x in led.get_job("t1", j.key).decode().splitlines()], j).tokens for j in jobs)
+    assert out.tally.tokens == tokens > 0
+
+    # The manifest describes the run without secrets.
+    m = led.get_manifest("t1")
+    assert m["n_jobs"] == 24 and m["plan_digest"] == plan.digest and m["profile"]["base_url"] == sim.url
+    assert SIM_KEY not in json.dumps(m) and "canary" not in json.dumps(m)
+
+    # Resume: a second run makes no request at all.
+    sim.control.reset()
+    again = execute(plan, jobs, profile=sim.profile(), run=tiny_run, analyze=False)
+    assert again.already_done == 24 and again.tally.done == 0 and sim.control.stats()["requests"] == 0
+    assert len(led.get_manifest("t1")["sessions"]) == 2
+
+    # A changed plan under the same name is refused before anything runs.
+    from contracts.errors import InputError
+
+    changed = _plan(tmp_path, seed=6)
+    with pytest.raises(InputError) as ei:
+        execute(changed, _jobs(changed), profile=sim.profile(), run=tiny_run, analyze=False)
+    assert ei.value.field == "name"
+
+
+def test_failures_are_classified_retried_and_never_leak_the_key(tmp_path, make_sim, monkeypatch):
+    sim = make_sim(api_key=SIM_KEY)
+    monkeypatch.setenv("EPT_SIM_API_KEY", "sk-wrong-key-0000000000000000")
+    plan = _plan(tmp_path, name="bad-key")
+    jobs = _jobs(plan, n=1)
+    out = execute(plan, jobs, profile=sim.profile(), run=tiny_run, analyze=False)
+    assert not out.ok and out.tally.done == 0
+    assert dict(out.tally.failures).keys() == {"credential"} and len(out.tally.failures["credential"]) == len(jobs)
+    led = open_ledger(tmp_path / "ledger")
+    assert led.list_jobs("bad-key") == set()
+    fails = led.list_failures("bad-key")
+    assert set(fails) == {j.key for j in jobs} and {f["class"] for f in fails.values()} == {"credential"}
+    assert all(f["attempts"] == 1 for f in fails.values())  # credential errors are not retried
+    blob = json.dumps(fails)
+    assert "sk-wrong-key-0000000000000000" not in blob and SIM_KEY not in blob
+
+    # `ept retry` semantics: with the key fixed, only the failed jobs run, and their failures disappear.
+    from coordinator.status import failed_jobs, run_status
+
+    monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
+    st = run_status(led, "bad-key")
+    assert st.failed == {"credential": len(jobs)} and st.done == 0
+    sim.control.reset()
+    redo = execute(plan, failed_jobs(st), profile=sim.profile(), run=tiny_run, analyze=False, manifest_jobs=st.n_jobs)
+    assert redo.ok and redo.tally.done == len(jobs)
+    st2 = run_status(led, "bad-key")
+    assert st2.failed == {} and st2.done == len(jobs) and st2.pending == 0 and st2.n_jobs == len(jobs)
+
+
+def test_transient_failures_are_retried_then_recorded(tmp_path, make_sim, key_env):
+    sim = make_sim(rate_500=1.0)
+    plan = _plan(tmp_path, name="flaky")
+    jobs = _jobs(plan, n=1)[:2]
+    prof = sim.profile(max_retries=0)
+    from worker.provider import ProviderClient
+    from worker.tasks import perform_job
+
+    led = open_ledger(tmp_path / "ledger")
+    retried = []
+    s = perform_job(
+        jobs[0], led, ProviderClient(prof, api_key=SIM_KEY), run=tiny_run, backoff_s=0.01,
+        on_retry=lambda j, a, c: retried.append((j.key, a, c)),
+    )  # fmt: skip
+    assert s["status"] == "failed" and s["class"] == "transient" and s["attempts"] == 3
+    assert retried == [(jobs[0].key, 1, "transient"), (jobs[0].key, 2, "transient")]
+    assert sim.control.stats()["by_job"] == {jobs[0].key: 3}
+    # A job whose code raises is a "task" failure, not retried.
+    boom = perform_job(jobs[1], led, None, run=lambda j, p: 1 / 0)
+    assert boom["status"] == "failed" and boom["class"] == "task" and "ZeroDivisionError" in boom["message"]
+
+
+def test_egress_failures_stop_the_sweep_early(tmp_path, make_sim, monkeypatch):
+    sim = make_sim(api_key=SIM_KEY)
+    monkeypatch.setenv("EPT_SIM_API_KEY", "sk-wrong-key-0000000000000000")
+    plan = _plan(tmp_path, name="stop-early", concurrency=1)
+    jobs = _jobs(plan, n=20)
+    out = execute(plan, jobs, profile=sim.profile(), run=tiny_run, analyze=False)
+    assert not out.completed
+    assert 8 <= out.tally.failed < len(jobs) / 2  # stopped after a handful, not 120 failures
