@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.bt import BTFit, fit_bt_counts, newton_batch
+from analysis.bt import BTFit, fit_bt_counts, mle_exists, newton_batch
 from analysis.merge import merge_thetas, theta_to_elo
 
 __all__ = ["BootstrapResult", "PairData", "bootstrap", "fit_families", "point_estimate"]
@@ -156,6 +156,10 @@ def _resample_counts(rng: np.random.Generator, n_rounds: int, n_tasks: int) -> n
 def _fit_rounds(wins: np.ndarray, l2: float) -> tuple[np.ndarray, np.ndarray]:
     fit = newton_batch(wins, l2=l2)
     theta, ok = fit.theta.copy(), fit.converged.copy()
+    if l2 == 0:
+        # Without a penalty a separated resample drifts off until its gradient underflows the tolerance;
+        # that is not a fit, so check that the MLE exists (a graph test per round, only in this mode).
+        ok &= np.array([mle_exists(w) for w in wins], dtype=bool)
     for r in np.nonzero(~ok)[0]:  # rare: only rounds where batched Newton gave up
         single = fit_bt_counts(wins[r], l2=l2)
         theta[r], ok[r] = single.theta, single.converged

@@ -192,3 +192,19 @@ def test_bad_weights_anchor_rounds():
         bootstrap(data, np.ones(2), anchor=3)
     with pytest.raises(ValueError, match="rounds"):
         bootstrap(data, np.ones(2), anchor=0, rounds=0)
+
+
+def test_unpenalised_separated_resamples_count_as_failed():
+    # Family "code": arm 0 beat arm 1 in every task, so no resample has a finite unpenalised MLE.
+    data = PairData(
+        task_family=np.array([0, 0, 1, 1, 1]),
+        task=np.array([0, 0, 1, 1, 2, 3, 4]),
+        winner=np.array([0, 1, 1, 0, 0, 0, 0]),
+        loser=np.array([1, 0, 0, 1, 1, 1, 1]),
+        weight=np.ones(7),
+        n_arms=2,
+        families=FAMS,
+        task_tokens=np.ones((5, 2)),
+    )
+    assert bootstrap(data, np.ones(2), anchor=0, rounds=50, seed=0, l2=0.0).failed_rounds == 50
+    assert bootstrap(data, np.ones(2), anchor=0, rounds=50, seed=0, l2=1e-3).failed_rounds == 0

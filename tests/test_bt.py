@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.optimize import minimize
 
 from analysis.bt import aggregate_wins, fit_bt, fit_bt_counts, fit_bt_detailed, mle_exists, newton_batch
@@ -194,3 +196,40 @@ def test_rejects_bad_count_matrix():
         fit_bt_counts(np.eye(2))
     with pytest.raises(ValueError, match="finite"):
         fit_bt_counts(np.array([[0, -1.0], [0, 0]]))
+
+
+@st.composite
+def _comparisons(draw):
+    k = draw(st.integers(2, 6))
+    m = draw(st.integers(1, 40))
+    winner = np.array(draw(st.lists(st.integers(0, k - 1), min_size=m, max_size=m)))
+    shift = np.array(draw(st.lists(st.integers(1, k - 1), min_size=m, max_size=m)))
+    weights = np.array(draw(st.lists(st.floats(0.0, 3.0), min_size=m, max_size=m)))
+    return k, winner, (winner + shift) % k, weights
+
+
+@settings(max_examples=60, deadline=None)
+@given(_comparisons(), st.sampled_from([1e-3, 0.1, 2.0]), st.randoms(use_true_random=False))
+def test_properties_relabel_reverse_and_optimality(case, l2, rnd):
+    k, winner, loser, weights = case
+    fit = fit_bt_detailed(winner, loser, k, l2=l2, weights=weights)
+    assert fit.converged
+    # Relabelling arms permutes theta.
+    perm = np.array(rnd.sample(range(k), k))
+    permuted = fit_bt(perm[winner], perm[loser], k, l2=l2, weights=weights)
+    assert np.allclose(permuted[perm], fit.theta, atol=1e-7)
+    # Swapping every winner and loser negates theta.
+    assert np.allclose(fit_bt(loser, winner, k, l2=l2, weights=weights), -fit.theta, atol=1e-7)
+    # Optimality: no coordinate or random perturbation lowers the literal objective.
+    x = np.zeros((winner.size, k))
+    x[np.arange(winner.size), winner] = 1.0
+    x[np.arange(winner.size), loser] = -1.0
+
+    def f(th):
+        return np.sum(weights * np.logaddexp(0.0, -(x @ th))) + l2 * th @ th
+
+    base = f(fit.theta)
+    assert abs(base - fit.objective) <= 1e-9 * max(1.0, base)
+    for d in np.vstack([np.eye(k), np.random.default_rng(0).normal(size=(5, k))]):
+        assert f(fit.theta + 1e-4 * d) >= base - 1e-10 * max(1.0, base)
+        assert f(fit.theta - 1e-4 * d) >= base - 1e-10 * max(1.0, base)
