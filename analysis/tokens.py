@@ -2,7 +2,9 @@
 
 Strategy cost is every call except role == "judge"; judge calls are evaluation cost and are reported
 on their own. Calls without usage are counted (`calls_missing_usage`), never treated as zero tokens
-silently: their arm's totals are lower bounds and the report says so.
+silently: an arm's summed totals are then lower bounds (the report says so), and a (task, arm) with
+any call lacking usage has unknown tokens per task (null), so it is left out of the average rather
+than pulling it down.
 
 Tokens per task: the tokens one run of the arm spends on a task. With replicates that is the task's
 total divided by the number of distinct replicates seen for it, so three replicates do not look like
@@ -28,8 +30,8 @@ def judge_calls(calls: pl.DataFrame) -> pl.DataFrame:
 def task_tokens(calls: pl.DataFrame) -> pl.DataFrame:
     """One row per (task, arm): tokens one run of the arm spent on the task (judge calls excluded).
 
-    Columns: task_id, family, arm, strategy, budget_n, prompt_tokens, completion_tokens, tokens,
-    replicates, calls_missing_usage.
+    Columns: task_id, family, arm, strategy, budget_n, prompt_tokens, completion_tokens, tokens
+    (null when a call of this task and arm has no usage), replicates, calls_missing_usage.
     """
     return (
         strategy_calls(calls)
@@ -42,7 +44,8 @@ def task_tokens(calls: pl.DataFrame) -> pl.DataFrame:
             pl.col("usage_missing").sum().cast(pl.Int64).alias("calls_missing_usage"),
         )
         .with_columns(
-            (pl.col(c) / pl.col("replicates")).alias(c) for c in ("prompt_tokens", "completion_tokens", "tokens")
+            pl.when(pl.col("calls_missing_usage") == 0).then(pl.col(c) / pl.col("replicates")).alias(c)
+            for c in ("prompt_tokens", "completion_tokens", "tokens")
         )
         .sort("arm", "task_id")
     )

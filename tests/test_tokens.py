@@ -1,0 +1,109 @@
+"""Token accounting per arm, against hand counts and an independent plain-Python computation."""
+
+from __future__ import annotations
+
+import collections
+import csv
+import io
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from analysis.io import read_records
+from analysis.tokens import arm_tokens, judge_tokens, task_tokens
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def c(task: str, s: str, n: int, p: int | None, o: int | None, **kw) -> dict:
+    usage = None if p is None else {"prompt_tokens": p, "completion_tokens": o}
+    return {"task_id": task, "strategy": s, "budget_n": n, "usage": usage, **kw}
+
+
+def test_hand_counted_table(tmp_path: Path) -> None:
+    rows = [
+        c("m-1", "best_of_n", 4, 100, 10),
+        c("m-1", "best_of_n", 4, 100, 20),
+        c("m-2", "best_of_n", 4, 300, 30),
+        c("m-1", "best_of_n", 16, 1000, 100),  # same strategy, other budget: another arm (the seed's bug)
+        c("m-1", "best_of_n", 16, None, None),  # missing usage: counted, m-1's cost unknown, not zero
+        c("m-2", "best_of_n", 16, 2000, 200),
+        c("m-1", "best_of_n", 4, 5000, 5, role="judge"),  # evaluation cost
+    ]
+    t = arm_tokens(read_records([str(_write(tmp_path / "a.jsonl", rows))]).calls)
+    assert t.to_dicts() == [
+        {"arm": "best_of_n@4", "strategy": "best_of_n", "budget_n": 4, "calls": 3, "calls_missing_usage": 0,
+         "prompt_tokens": 500, "completion_tokens": 60, "total_tokens": 560, "tasks": 2,
+         "avg_tokens_per_task": (230 + 330) / 2},
+        {"arm": "best_of_n@16", "strategy": "best_of_n", "budget_n": 16, "calls": 3, "calls_missing_usage": 1,
+         "prompt_tokens": 3000, "completion_tokens": 300, "total_tokens": 3300, "tasks": 2,
+         "avg_tokens_per_task": 2200.0},  # m-2 only: m-1 has a call without usage
+    ]  # fmt: skip
+    j = judge_tokens(read_records([str(tmp_path / "a.jsonl")]).calls)
+    assert j.select("arm", "judge_calls", "total_tokens").rows() == [("best_of_n@4", 1, 5005)]
+
+
+def test_replicates_do_not_multiply_the_cost_of_a_task(tmp_path: Path) -> None:
+    rows = [c("m-1", "g", 1, 100, 0, replicate=r) for r in range(3)] + [c("m-2", "g", 1, 40, 0)]
+    tt = task_tokens(read_records([str(_write(tmp_path / "a.jsonl", rows))]).calls)
+    assert tt.select("task_id", "replicates", "tokens").rows() == [("m-1", 3, 100.0), ("m-2", 1, 40.0)]
+
+
+def test_matches_plain_python_on_random_log(tmp_path: Path) -> None:
+    rng = random.Random(5)
+    rows = []
+    for _ in range(3000):
+        s, n = rng.choice([("greedy", 1), ("best_of_n", 4), ("best_of_n", 8), ("tree", 8)])
+        rows.append(
+            c(f"{rng.choice(['math', 'code'])}-{rng.randrange(40)}", s, n, rng.randrange(2000), rng.randrange(500),
+              replicate=rng.randrange(2), role=rng.choice(["sample", "sample", "verifier", "judge"]))
+        )  # fmt: skip
+    t = arm_tokens(read_records([str(_write(tmp_path / "r.jsonl", rows))]).calls)
+
+    # Independent: dictionaries, no polars.
+    tot: dict = collections.defaultdict(lambda: [0, 0, 0, set()])
+    per_task: dict = collections.defaultdict(lambda: [0, set()])
+    for r in rows:
+        if r["role"] == "judge":
+            continue
+        arm = f"{r['strategy']}@{r['budget_n']}"
+        u = r["usage"]
+        a = tot[arm]
+        a[0] += 1
+        a[1] += u["prompt_tokens"]
+        a[2] += u["completion_tokens"]
+        a[3].add(r["task_id"])
+        pt = per_task[(arm, r["task_id"])]
+        pt[0] += u["prompt_tokens"] + u["completion_tokens"]
+        pt[1].add(r["replicate"])
+    for row in t.iter_rows(named=True):
+        calls, p, o, tasks = tot[row["arm"]]
+        assert (row["calls"], row["prompt_tokens"], row["completion_tokens"], row["tasks"]) == (calls, p, o, len(tasks))
+        avg = sum(v[0] / len(v[1]) for (arm, _), v in per_task.items() if arm == row["arm"]) / len(tasks)
+        assert row["avg_tokens_per_task"] == pytest.approx(avg, rel=1e-12)
+    assert sorted(t["arm"]) == sorted(tot)
+    # Ordered by tokens per task.
+    assert t["avg_tokens_per_task"].to_list() == sorted(t["avg_tokens_per_task"].to_list())
+
+
+def test_tokens_command_csv_and_json(tmp_path: Path, capsys, monkeypatch) -> None:
+    from ept.cli import main
+
+    monkeypatch.setenv("COLUMNS", "1000")
+    f = _write(tmp_path / "a.jsonl", [c("m-1", "g", 1, 10, 5), c("m-1", "h", 2, 20, 5), c("m-2", "h", 2, None, None)])
+    out_json = tmp_path / "t.json"
+    with pytest.raises(SystemExit) as ex:
+        main(["tokens", str(f), "--csv", "-", "--json", str(out_json)])
+    assert ex.value.code in (0, None)
+    out, err = capsys.readouterr()
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [(r["arm"], r["total_tokens"], r["calls_missing_usage"]) for r in rows] == [("g@1", "15", "0"), ("h@2", "25", "1")]
+    assert "without usage" in err  # the table goes to stderr when stdout carries CSV
+    doc = json.loads(out_json.read_text())
+    assert doc["arms"][1]["avg_tokens_per_task"] == pytest.approx(25.0)  # m-2's cost is unknown, not 0
+    assert doc["files"] == [str(f)]
