@@ -17,7 +17,8 @@ from typing import Any
 
 from contracts.errors import InputError
 
-FAULTS = ("429", "500", "hang", "malformed_json", "missing_usage", "fewer_choices", "ok")
+# "403" and "400" exist for scripts only (no rate): a forbidden key and a rejected request.
+FAULTS = ("429", "500", "hang", "malformed_json", "missing_usage", "fewer_choices", "403", "400", "ok")
 LATENCY_DISTS = ("uniform", "normal", "exponential")
 DEFAULT_MODELS = ("ept-sim-1", "ept-sim-large")
 

@@ -326,6 +326,18 @@ async def _complete(request: web.Request, anthropic: bool) -> web.Response:
                 anthropic,
             )
         )
+    if fault == "403":
+        return done(
+            _error(
+                403,
+                "Your key is not allowed to use this model (simulated).",
+                "permission_error",
+                "forbidden",
+                anthropic,
+            )
+        )
+    if fault == "400":
+        return done(_error(400, "Invalid request (simulated).", "invalid_request_error", None, anthropic))
     if fault == "hang":
         assert state.stopping is not None
         # sleep past the client's timeout, but wake up when the server stops
@@ -492,6 +504,9 @@ async def sim_config(request: web.Request) -> web.Response:
 
 async def not_found(request: web.Request) -> web.Response:
     anthropic = "anthropic-version" in request.headers
+    state = request.app[STATE]
+    state.stats["by_route"]["unknown"] += 1
+    state.stats["by_status"]["404"] += 1
     return _error(
         404,
         f"Not found: {request.method} {request.path} (ept simulator routes: /v1/models, "
@@ -581,9 +596,9 @@ class RunningSimulator:
 
 
 async def _start(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, shutdown_timeout=1.0, backlog=2048)
+    site = web.TCPSite(runner, host, port, backlog=2048)
     await site.start()
     bound = runner.addresses[0][1]
     return runner, bound

@@ -1,0 +1,353 @@
+"""ProviderClient over real HTTP (openai / anthropic SDKs) against the simulator: results, classes, retries, secrets."""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import time
+import urllib.request
+
+import pytest
+from fixtures_sim import SIM_KEY
+
+from worker.provider import ProviderClient, ProviderError
+
+MSGS = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 6 times 7?"}]
+
+
+def raw_post(url: str, body: dict, key: str = SIM_KEY, headers: dict | None = None) -> dict:
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json", **(headers or {})},
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def client(sim, protocol: str = "openai", key: str | None = SIM_KEY, **profile_kw) -> ProviderClient:
+    return ProviderClient(
+        sim.profile(protocol, **profile_kw), api_key=key, backoff_base=0.05, backoff_cap=0.2
+    )
+
+
+# ------------------------------------------------------------------ successful calls
+
+
+def test_openai_usage_and_text_are_exactly_what_the_server_sent(sim_keyed):
+    r = client(sim_keyed).chat(MSGS, temperature=0.7, n=3, seed=11)
+    raw = raw_post(
+        sim_keyed.url + "/chat/completions",
+        {"model": "ept-sim-1", "messages": MSGS, "temperature": 0.7, "n": 3, "seed": 11},
+    )
+    assert r.usage == raw["usage"]
+    assert [c.text for c in r.choices] == [c["message"]["content"] for c in raw["choices"]]
+    assert [c.finish_reason for c in r.choices] == [c["finish_reason"] for c in raw["choices"]]
+    assert (r.n_requested, r.n_returned, r.attempts, r.model) == (3, 3, 1, "ept-sim-1")
+    assert r.latency_s > 0
+
+
+def test_same_seed_same_reply_and_choice_seeds_derive_from_request_seed(sim):
+    c = client(sim)
+    a = c.chat(MSGS, temperature=0.7, seed=5)
+    b = c.chat(MSGS, temperature=0.7, seed=5)
+    many = c.chat(MSGS, temperature=0.7, n=4, seed=5)
+    other = c.chat(MSGS, temperature=0.7, seed=6)
+    assert a.choices[0].text == b.choices[0].text == many.choices[0].text
+    assert len({ch.text for ch in many.choices}) > 1  # choices differ from each other
+    assert other.choices[0].text != a.choices[0].text
+
+
+def test_anthropic_protocol_maps_usage_names_only(sim_keyed):
+    r = client(sim_keyed, "anthropic").chat(MSGS, seed=3, max_tokens=300)
+    raw = raw_post(
+        sim_keyed.root + "/v1/messages",
+        {
+            "model": "ept-sim-1",
+            "system": "You are terse.",
+            "max_tokens": 300,
+            "messages": [{"role": "user", "content": "What is 6 times 7?"}],
+        },
+        headers={"X-EPT-Seed": "3", "anthropic-version": "2023-06-01"},
+    )
+    assert r.usage == {
+        "prompt_tokens": raw["usage"]["input_tokens"],
+        "completion_tokens": raw["usage"]["output_tokens"],
+    }
+    assert "total_tokens" not in r.usage  # not computed by us
+    assert r.choices[0].text == raw["content"][0]["text"]
+    assert r.n_returned == 1
+
+
+def test_anthropic_refuses_n_without_sending(sim):
+    with pytest.raises(ProviderError) as ei:
+        client(sim, "anthropic").chat(MSGS, n=4)
+    assert ei.value.error_class == "permanent" and "separate calls" in ei.value.message
+    assert sim.control.stats()["requests"] == 0
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_tool_call_round_trip(sim, protocol):
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "calc",
+                "description": "evaluate",
+                "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}},
+            },
+        }
+    ]
+    c = client(sim, protocol)
+    msgs = [{"role": "user", "content": "use the tool"}]
+    r = c.chat(msgs, tools=tools, seed=1)
+    ch = r.choices[0]
+    assert ch.finish_reason == "tool_calls" and ch.tool_calls[0]["name"] == "calc"
+    args = json.loads(ch.tool_calls[0]["arguments"])
+    assert isinstance(args["x"], int)
+    msgs += [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": ch.tool_calls[0]["id"],
+                    "type": "function",
+                    "function": {"name": "calc", "arguments": ch.tool_calls[0]["arguments"]},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": ch.tool_calls[0]["id"], "content": "42"},
+    ]
+    r2 = c.chat(msgs, tools=tools, seed=2)
+    assert r2.choices[0].text and not r2.choices[0].tool_calls
+    # the second request is longer (tool call + result + tool definitions): more prompt tokens
+    assert r2.usage["prompt_tokens"] > r.usage["prompt_tokens"]
+
+
+def test_missing_usage_and_fewer_choices_are_reported_not_invented(sim):
+    sim.control.set(script=["missing_usage", "fewer_choices"])
+    c = client(sim)
+    r1 = c.chat(MSGS, n=2, seed=1)
+    assert r1.usage is None and r1.n_returned == 2
+    r2 = c.chat(MSGS, n=4, seed=1)
+    assert (r2.n_requested, r2.n_returned, len(r2.choices)) == (4, 1, 1)
+    assert r2.usage is not None
+
+
+def test_meta_headers_reach_the_simulator_per_job_and_arm(sim):
+    c = client(sim)
+    for i in range(3):
+        c.chat(MSGS, seed=i, meta={"Job": "math/t1/greedy_n1/r0", "Arm": "greedy@1", "Role": "sample"})
+    c.chat(MSGS, seed=9, meta={"Job": "math/t2/majority_n4/r0", "Arm": "majority@4", "Role": "sample"})
+    st = sim.control.stats()
+    assert st["by_job"] == {"math/t1/greedy_n1/r0": 3, "math/t2/majority_n4/r0": 1}
+    assert st["by_arm"] == {"greedy@1": 3, "majority@4": 1}
+    assert st["by_role"] == {"sample": 4}
+
+
+class CountingLimiter:
+    """A real (in-memory) limiter implementing the acquire/record protocol."""
+
+    def __init__(self) -> None:
+        self.acquired: list[int] = []
+        self.recorded: list[int] = []
+
+    def acquire(self, est_tokens: int) -> None:
+        self.acquired.append(est_tokens)
+
+    def record(self, tokens: int) -> None:
+        self.recorded.append(tokens)
+
+
+def test_rate_limiter_is_asked_per_attempt_and_told_actual_usage(sim):
+    sim.control.set(script=["500", "ok"])
+    lim = CountingLimiter()
+    c = ProviderClient(sim.profile(), api_key=SIM_KEY, rate_limiter=lim, backoff_base=0.01)
+    r = c.chat(MSGS, seed=1, max_tokens=50)
+    assert r.attempts == 2 and len(lim.acquired) == 2 and all(e > 50 for e in lim.acquired)
+    assert lim.recorded == [r.usage["prompt_tokens"] + r.usage["completion_tokens"]]
+
+
+# ------------------------------------------------------------------ error classes
+
+
+def test_401_is_credential_not_retried_and_names_the_env_var(sim_keyed, monkeypatch):
+    monkeypatch.setenv("EPT_SIM_API_KEY", "sk-canary-wrong-key-000099998888")
+    c = ProviderClient(sim_keyed.profile(), backoff_base=0.01)
+    with pytest.raises(ProviderError) as ei:
+        c.chat(MSGS)
+    e = ei.value
+    assert (e.error_class, e.status, e.attempts) == ("credential", 401, 1)
+    assert "$EPT_SIM_API_KEY" in e.message and "is set (sk-…8888)" in e.message
+    assert sim_keyed.control.stats()["by_status"] == {"401": 1}
+
+
+def test_unset_key_is_credential_before_any_request(sim, monkeypatch):
+    monkeypatch.delenv("EPT_SIM_API_KEY", raising=False)
+    with pytest.raises(ProviderError) as ei:
+        ProviderClient(sim.profile()).chat(MSGS)
+    assert ei.value.error_class == "credential" and "NOT set" in ei.value.message
+    assert sim.control.stats()["requests"] == 0
+
+
+def test_403_is_credential(sim):
+    sim.control.set(script=["403"])
+    with pytest.raises(ProviderError) as ei:
+        client(sim).chat(MSGS)
+    assert (ei.value.error_class, ei.value.status, ei.value.attempts) == ("credential", 403, 1)
+
+
+def test_404_path_is_endpoint_with_v1_hint_not_retried(sim):
+    c = client(sim, base_url=sim.root + "/api")  # the classic missing /v1
+    with pytest.raises(ProviderError) as ei:
+        c.chat(MSGS)
+    e = ei.value
+    assert (e.error_class, e.status, e.attempts) == ("endpoint", 404, 1)
+    assert "/api/v1" in e.message
+    assert sim.control.stats()["by_status"] == {"404": 1}
+
+
+def test_404_unknown_model_is_endpoint_and_names_model(sim):
+    sim.control.set(strict_models=True)
+    with pytest.raises(ProviderError) as ei:
+        client(sim, model="gpt-nonexistent").chat(MSGS)
+    assert ei.value.error_class == "endpoint" and "gpt-nonexistent" in ei.value.message
+    assert sim.control.stats()["by_status"] == {"404": 1}
+
+
+def test_anthropic_base_url_with_v1_is_endpoint_with_hint(sim):
+    with pytest.raises(ProviderError) as ei:
+        client(sim, "anthropic", base_url=sim.url).chat(MSGS)
+    assert ei.value.error_class == "endpoint" and "stop before /v1" in ei.value.message
+
+
+def test_other_4xx_is_permanent_and_not_retried(sim):
+    sim.control.set(script=["400"])
+    with pytest.raises(ProviderError) as ei:
+        client(sim).chat(MSGS)
+    assert (ei.value.error_class, ei.value.status, ei.value.attempts) == ("permanent", 400, 1)
+    assert sim.control.stats()["completion_requests"] == 1
+
+
+def test_429_exhausts_retries_and_counts_attempts(sim):
+    sim.control.set(rate_429=1.0, retry_after=0.1)
+    t0 = time.perf_counter()
+    with pytest.raises(ProviderError) as ei:
+        client(sim, max_retries=3).chat(MSGS)
+    elapsed = time.perf_counter() - t0
+    e = ei.value
+    assert (e.error_class, e.status, e.attempts) == ("rate_limit", 429, 4)
+    assert sim.control.stats()["by_status"] == {"429": 4}
+    assert elapsed >= 3 * 0.1  # three waits of Retry-After
+    assert e.retry_after == pytest.approx(0.1)
+
+
+def test_retry_after_whole_seconds_is_honoured(sim):
+    # retry_after 1 s: the simulator sends "Retry-After: 1" and "retry-after-ms: 1000"
+    sim.control.set(script=["429", "ok"], retry_after=1.0)
+    t0 = time.perf_counter()
+    r = client(sim).chat(MSGS, seed=1)
+    elapsed = time.perf_counter() - t0
+    assert r.attempts == 2 and sim.control.stats()["by_status"] == {"429": 1, "200": 1}
+    assert 1.0 <= elapsed < 5.0
+
+
+def test_retry_after_is_capped(sim):
+    sim.control.set(script=["429", "ok"], retry_after=120.0)
+    c = ProviderClient(sim.profile(), api_key=SIM_KEY, retry_after_cap=0.3)
+    t0 = time.perf_counter()
+    r = c.chat(MSGS, seed=1)
+    assert r.attempts == 2 and 0.3 <= time.perf_counter() - t0 < 5.0
+
+
+def test_5xx_is_transient_and_retried_until_success(sim):
+    sim.control.set(script=["500", "500", "ok"])
+    r = client(sim, max_retries=3).chat(MSGS, seed=1)
+    assert r.attempts == 3
+    assert sim.control.stats()["by_status"] == {"500": 2, "200": 1}
+
+
+def test_malformed_json_is_transient(sim):
+    sim.control.set(rate_malformed_json=1.0)
+    with pytest.raises(ProviderError) as ei:
+        client(sim, max_retries=2).chat(MSGS)
+    assert (ei.value.error_class, ei.value.attempts) == ("transient", 3)
+    assert "JSON" in ei.value.message
+    assert sim.control.stats()["by_fault"] == {"malformed_json": 3}
+
+
+def test_hang_past_timeout_is_transient_timeout(sim):
+    sim.control.set(rate_hang=1.0, hang_s=20)
+    t0 = time.perf_counter()
+    with pytest.raises(ProviderError) as ei:
+        client(sim, timeout=0.3, max_retries=1).chat(MSGS)
+    assert (ei.value.error_class, ei.value.attempts) == ("transient", 2)
+    assert "timed out" in ei.value.message
+    assert time.perf_counter() - t0 < 5  # the client gave up; it did not wait for hang_s
+    assert sim.control.stats()["by_fault"] == {"hang": 2}
+
+
+def test_connection_refused_is_transient(sim):
+    port = sim.port
+    sim.stop()
+    c = ProviderClient(
+        sim.profile(base_url=f"http://127.0.0.1:{port}/v1", max_retries=1), api_key=SIM_KEY, backoff_base=0.01
+    )
+    with pytest.raises(ProviderError) as ei:
+        c.chat(MSGS)
+    assert (ei.value.error_class, ei.value.attempts) == ("transient", 2)
+    assert "cannot connect" in ei.value.message
+
+
+def test_backoff_is_full_jitter_exponential_and_capped():
+    c = ProviderClient(
+        __import__("contracts.profiles", fromlist=["Profile"]).Profile(
+            name="x", protocol="openai", base_url="http://127.0.0.1:9/v1", api_key_env="X", model="m"
+        ),
+        api_key=SIM_KEY,
+        backoff_base=0.5,
+        backoff_cap=3.0,
+    )
+    for attempt, ceiling in ((1, 0.5), (2, 1.0), (3, 2.0), (5, 3.0)):
+        xs = [c._backoff(attempt) for _ in range(4000)]
+        assert min(xs) >= 0 and max(xs) <= ceiling
+        assert statistics.mean(xs) == pytest.approx(ceiling / 2, rel=0.06)  # uniform(0, ceiling)
+
+
+def test_list_models(sim):
+    assert client(sim).list_models() == ["ept-sim-1", "ept-sim-large"]
+    assert client(sim, "anthropic").list_models() == ["ept-sim-1", "ept-sim-large"]
+
+
+# ------------------------------------------------------------------ secrets
+
+
+def test_canary_key_never_appears_in_errors_logs_or_reprs(sim_keyed, caplog, monkeypatch):
+    canary_wrong = "sk-canary-WRONG-5555666677778888"
+    caplog.set_level(logging.DEBUG)
+    texts: list[str] = []
+    # a correct call (with retries) and failing calls of every class, with DEBUG logging on for all libraries
+    sim_keyed.control.set(script=["429", "500", "ok"], retry_after=0.05)
+    ok = client(sim_keyed, key=SIM_KEY)
+    texts += [repr(ok), str(ok.chat(MSGS, seed=1))]
+    for key, cfg, kw in (
+        (canary_wrong, {}, {}),
+        (SIM_KEY, {"script": ["403"]}, {}),
+        (SIM_KEY, {"script": ["400"]}, {}),
+        (SIM_KEY, {"rate_malformed_json": 1.0}, {"max_retries": 0}),
+        (SIM_KEY, {"rate_malformed_json": 0.0}, {"base_url": sim_keyed.root + "/api"}),
+    ):
+        sim_keyed.control.set(**cfg)
+        monkeypatch.setenv("EPT_SIM_API_KEY", key)
+        with pytest.raises(ProviderError) as ei:
+            client(sim_keyed, key=key, **kw).chat(MSGS)
+        texts += [str(ei.value), repr(ei.value), ei.value.message, repr(ei.value.args)]
+    texts.append(caplog.text)
+    blob = "\n".join(texts)
+    assert "Incorrect API key" in blob  # the 401 really happened
+    assert "chat/completions" in caplog.text  # the SDKs' debug logging was captured
+    for secret in (SIM_KEY, canary_wrong, "canary"):
+        assert secret not in blob
