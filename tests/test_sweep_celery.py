@@ -1,0 +1,206 @@
+"""The distributed sweep with real services: Redis broker, >= 2 Celery worker subprocesses, SeaweedFS S3,
+and the simulator over HTTP. The Celery + S3 run must equal the local run job for job."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import threading
+import time
+import uuid
+
+import pytest
+from fixtures_services import start_celery_workers
+from fixtures_sim import SIM_KEY
+
+from contracts.ledger import open_ledger
+from contracts.records import JobResult
+from coordinator.plan import parse_plan
+from coordinator.sweep import execute, plan_jobs
+
+pytestmark = pytest.mark.services
+
+PLAN = """\
+name = "{name}"
+profile = "sim-test"
+suites = ["math", "code", "tool_use"]
+tasks_per_family = {tpf}
+seed = 13
+ledger = "{ledger}"
+executor = "{executor}"
+queue = "{queue}"
+concurrency = 8
+batch_size = 7
+bootstrap_rounds = 0
+
+[[arms]]
+strategy = "greedy"
+budgets = [1]
+
+[[arms]]
+strategy = "majority"
+budgets = [3]
+
+[[arms]]
+strategy = "best_of_n"
+budgets = [2]
+"""
+
+
+def profiles_toml(tmp_path, url: str):
+    p = tmp_path / "profiles.toml"
+    p.write_text(
+        textwrap.dedent(
+            f"""\
+            [profiles.sim-test]
+            protocol = "openai"
+            base_url = "{url}"
+            api_key_env = "EPT_SIM_API_KEY"
+            model = "ept-sim-1"
+            timeout = 20
+            """
+        )
+    )
+    return p
+
+
+def comparable(led, run_id: str, jobs) -> dict:
+    """Per job: the outcome and every call's usage — everything except timings."""
+    out = {}
+    for j in jobs:
+        r = JobResult.from_lines([json.loads(x) for x in led.get_job(run_id, j.key).decode().splitlines()], j)
+        out[j.key] = (
+            (r.outcome.answer, r.outcome.score, r.outcome.correct, r.outcome.error),
+            [(c.call_index, c.role, c.usage, c.n_requested, c.n_returned, c.seed, c.error) for c in r.calls],
+        )
+    return out
+
+
+@pytest.fixture
+def celery_setup(tmp_path, redis_server, s3_env, make_sim, monkeypatch):
+    pytest.importorskip("worker.job")
+    sim = make_sim(api_key=SIM_KEY)
+    prof_file = profiles_toml(tmp_path, sim.url)
+    monkeypatch.setenv("EPT_PROFILES", str(prof_file))
+    monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
+    queue = "q-" + uuid.uuid4().hex[:8]
+    env = {**s3_env.env(), "EPT_PROFILES": str(prof_file), "EPT_SIM_API_KEY": SIM_KEY}
+    workers = start_celery_workers(2, redis_server.url, tmp_path / "workers", env=env, concurrency=4, queue=queue)
+    yield sim, queue, workers
+    workers.stop()
+
+
+def test_celery_s3_sweep_equals_local_sweep(tmp_path, celery_setup, s3_bucket, redis_server):
+    from contracts.profiles import get_profile
+
+    sim, queue, workers = celery_setup
+    celery_plan = parse_plan(PLAN.format(name="eq", tpf=3, ledger=f"s3://{s3_bucket}/ledger", executor="celery", queue=queue))
+    local_plan = parse_plan(PLAN.format(name="eq", tpf=3, ledger=tmp_path / "local", executor="local", queue=queue))
+    jobs = plan_jobs(celery_plan)
+    assert len(jobs) == 9 * 3
+    prof = get_profile("sim-test")
+
+    dist = execute(celery_plan, jobs, profile=prof, broker_url=redis_server.url, analyze=True)
+    assert dist.ok, (dict(dist.tally.failures), dist.tally.messages)
+    by_job_dist = sim.control.stats()["by_job"]
+    sim.control.reset()
+    local = execute(local_plan, plan_jobs(local_plan), profile=prof, analyze=True)
+    assert local.ok
+    by_job_local = sim.control.stats()["by_job"]
+
+    s3 = open_ledger(f"s3://{s3_bucket}/ledger")
+    fs = open_ledger(tmp_path / "local")
+    assert s3.list_jobs("eq") == fs.list_jobs("eq") == {j.key for j in jobs}
+    assert comparable(s3, "eq", jobs) == comparable(fs, "eq", jobs)
+    # The same requests reached the server, job by job.
+    assert by_job_dist == by_job_local
+    assert dist.tally.calls == local.tally.calls and dist.tally.tokens == local.tally.tokens
+    # Both workers took part.
+    logs_have_jobs = [w for w in workers.logs if w.exists()]
+    assert len(logs_have_jobs) == 2
+    # Same Elo table (the analysis read S3 for one and a folder for the other).
+    assert dist.analysis is not None and local.analysis is not None
+    assert dist.analysis.table.drop_nulls().equals(local.analysis.table.drop_nulls()) or (
+        dist.analysis.table.to_dicts() == local.analysis.table.to_dicts()
+    )
+    # A rerun enqueues nothing new and calls nothing.
+    sim.control.reset()
+    again = execute(celery_plan, jobs, profile=prof, broker_url=redis_server.url, analyze=False)
+    assert again.already_done == len(jobs) and sim.control.stats()["requests"] == 0
+
+
+def test_duplicate_messages_never_run_a_job_twice(tmp_path, celery_setup, s3_bucket, redis_server):
+    """Every job enqueued three times at once (as after redeliveries): one object, one set of calls."""
+    from contracts.profiles import get_profile
+
+    sim, queue, _ = celery_setup
+    plan = parse_plan(PLAN.format(name="dup", tpf=1, ledger=f"s3://{s3_bucket}/l", executor="celery", queue=queue))
+    jobs = plan_jobs(plan)
+    from coordinator.celery_exec import run_celery
+
+    results = []
+    ctx = {"ledger": open_ledger(plan.ledger).url, "base_url": None, "rpm": None, "tpm": None}
+    run_celery(jobs * 3, ctx, queue=queue, batch_size=50, on_result=results.append, broker_url=redis_server.url)
+    statuses = {}
+    for r in results:
+        statuses.setdefault(r["key"], []).append(r["status"])
+    for j in jobs:
+        assert sorted(statuses[j.key]).count("done") + statuses[j.key].count("duplicate") >= 1
+        assert statuses[j.key].count("done") == 1
+    led = open_ledger(plan.ledger)
+    assert led.list_jobs("dup") == {j.key for j in jobs}
+    calls = {k: len(v[1]) for k, v in comparable(led, "dup", jobs).items()}
+    assert sim.control.stats()["by_job"] == calls
+    del get_profile
+
+
+# ---- rate limits shared through Redis -------------------------------------------------------------------
+
+
+def _limiters(redis_server, name, limits, n=2):
+    import redis
+
+    from worker.ratelimit import RedisRateLimiter
+
+    return [RedisRateLimiter(redis.Redis.from_url(redis_server.url), name, limits) for _ in range(n)]
+
+
+@pytest.mark.services
+def test_redis_rate_limit_requests_are_shared_between_clients(redis_server):
+    from worker.ratelimit import Limits
+
+    a, b = _limiters(redis_server, "rl-req-" + uuid.uuid4().hex[:6], Limits(rpm=600))
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=lambda lim=lim: [lim.acquire(0) for _ in range(310)]) for lim in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - t0
+    # A full bucket holds 600 requests; the 20 beyond it refill at 10/s -> ~2 s, whichever client asks.
+    assert 1.7 <= elapsed <= 4.0, elapsed
+
+
+@pytest.mark.services
+def test_redis_rate_limit_tokens_charge_actual_usage(redis_server):
+    from worker.ratelimit import Limits, LocalRateLimiter
+
+    (r,) = _limiters(redis_server, "rl-tok-" + uuid.uuid4().hex[:6], Limits(tpm=6000), n=1)
+    for lim in (r, LocalRateLimiter(Limits(tpm=6000))):
+        t0 = time.monotonic()
+        for _ in range(6):
+            lim.acquire(100)
+            lim.record(1000)  # the server reported 1000 tokens: the whole minute's budget is spent
+        first = time.monotonic() - t0
+        t1 = time.monotonic()
+        lim.acquire(100)  # needs 100 tokens at 100/s
+        waited = time.monotonic() - t1
+        assert first < 0.5, first
+        assert 0.8 <= waited <= 2.5, waited
+
+
+def test_unlimited_is_none():
+    from worker.ratelimit import Limits, make_rate_limiter
+
+    assert make_rate_limiter("p", Limits()) is None
+    assert make_rate_limiter("p", Limits(rpm=5)) is not None
