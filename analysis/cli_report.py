@@ -26,7 +26,12 @@ def compare(
     weights: str | None = typer.Option(None, "--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2."),
     rounds: int = typer.Option(1000, "--rounds", help="Bootstrap rounds."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
-    level: float = typer.Option(0.95, "--level", help="Interval level."),
+    level: float = typer.Option(0.95, "--level", help="Interval level of the table."),
+    adjust: str = typer.Option(
+        "bonferroni", "--adjust",
+        help="bonferroni: the rule uses intervals widened for the number of arms tested at once (family-wise "
+        "false-alarm control); none: the table's intervals.",
+    ),
     tasks: str | None = typer.Option(None, "--tasks", help="JSONL with task_id and family, for logs without them."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed lines instead of stopping."),
 ) -> None:
@@ -39,7 +44,9 @@ def compare(
     rule = parse_fail_on(fail_on)  # bad flags fail before any reading
     base = load_run(baseline, skip_bad=skip_bad, tasks_file=tasks)
     cur = load_run(current, skip_bad=skip_bad, tasks_file=tasks)
-    res = compare_runs(base, cur, rule=rule, weights=weights, rounds=rounds, seed=seed, level=level)
+    res = compare_runs(
+        base, cur, rule=rule, weights=weights, rounds=rounds, seed=seed, level=level, adjust=adjust
+    )
 
     md = to_markdown(res)
     _write_all({markdown: md, json_out: _dumps(to_json_dict(res))})
@@ -62,7 +69,11 @@ def compare(
             "[bold red]REGRESSION[/]" if flagged else "ok",
         )
     con.print(t)
-    con.print(f"rule: {res.rule.describe()}", highlight=False)
+    con.print(
+        f"rule: {res.rule.describe()}; applied to {res.gate_level * 100:.4g}% intervals"
+        + (f" ({pct} adjusted for {res.table.height} arms)" if adjust == "bonferroni" else ""),
+        highlight=False,
+    )
     for n in res.notes:
         con.print(f"[yellow]note:[/] {n}", highlight=False)
     for arm in res.flagged:
@@ -91,7 +102,7 @@ def report(
     opts = AnalysisOptions(
         weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, drop_ties=drop_ties,
         skip_bad=skip_bad, tasks_file=tasks,
-    )  # fmt: skip
+    )
     result = analyze(paths, opts)
     write_html(result, out)
     typer.echo(f"wrote {out}")

@@ -107,6 +107,7 @@ class CompareResult:
     reasons: dict[str, list[str]]
     rule: FailRule
     level: float
+    gate_level: float  # the level of the intervals the rule is applied to (adjusted for the number of arms)
     rounds: int
     failed_rounds: int
     anchor: str
@@ -219,6 +220,7 @@ def compare_runs(
     seed: int = 0,
     level: float = 0.95,
     l2: float = 1e-3,
+    adjust: str = "bonferroni",
 ) -> CompareResult:
     """Pooled, task-paired comparison of two runs (see the module docstring and docs/compare.md)."""
     from analysis.bootstrap import PairData, bootstrap, point_estimate
@@ -226,6 +228,8 @@ def compare_runs(
 
     if not 0.5 < level < 1.0:
         raise InputError(f"level must be between 0.5 and 1, got {level}", field="--level")
+    if adjust not in ("bonferroni", "none"):
+        raise InputError(f"must be bonferroni or none, got {adjust!r}", field="--adjust")
     if rounds < 50:
         raise InputError(f"use at least 50 bootstrap rounds for an interval, got {rounds}", field="--rounds")
     notes = check_comparable(base, cur)
@@ -286,7 +290,10 @@ def compare_runs(
     fw_arr = np.array([fw[f] for f in families], dtype=float)
     elo, tok, _ = point_estimate(data, fw_arr, anchor=0, l2=l2)
     boot = bootstrap(data, fw_arr, anchor=0, rounds=rounds, seed=seed, l2=l2)
-    table = _arm_table(arm_order, base.arms, elo, tok, boot.elo, boot.tokens_per_task, level)
+    # The gate tests every arm at once: Bonferroni over arms keeps the chance that ANY unchanged arm is
+    # flagged at most (1 - level) / 2 (one-sided), instead of that per arm.
+    gate_level = 1.0 - (1.0 - level) / k if adjust == "bonferroni" else level
+    table = _arm_table(arm_order, base.arms, elo, tok, boot.elo, boot.tokens_per_task, level, gate_level)
     flagged, reasons = _apply_rule(table, rule)
     if boot.failed_rounds:
         notes.append(f"{boot.failed_rounds} of {rounds} bootstrap fits did not converge")
@@ -299,6 +306,7 @@ def compare_runs(
         reasons=reasons,
         rule=rule,
         level=level,
+        gate_level=gate_level,
         rounds=rounds,
         failed_rounds=int(boot.failed_rounds),
         anchor=arm_order[0],
@@ -346,6 +354,7 @@ def _arm_table(
     elo_s: np.ndarray,
     tok_s: np.ndarray,
     level: float,
+    gate_level: float,
 ) -> pl.DataFrame:
     k = len(arm_order)
     eb, ec, tb, tc = elo[:k], elo[k:], tok[:k], tok[k:]
@@ -356,6 +365,9 @@ def _arm_table(
         rel_s = stc / stb - 1.0
     r_lo, r_hi = _interval(rel_s, level)
     a_lo, a_hi = _interval(stc - stb, level)
+    g_lo, g_hi = _interval(sec - seb, gate_level)
+    gr_lo, _ = _interval(rel_s, gate_level)
+    ga_lo, _ = _interval(stc - stb, gate_level)
     pb, pc = _steps(eb, tb), _steps(ec, tc)
     spb, spc = _steps(seb, stb), _steps(sec, stc)
     pb_lo, pb_hi = _interval(spb, level)
@@ -377,6 +389,10 @@ def _arm_table(
             "d_tokens_rel": rel,
             "d_tokens_rel_lo": r_lo,
             "d_tokens_rel_hi": r_hi,
+            "gate_d_elo_lo": g_lo,
+            "gate_d_elo_hi": g_hi,
+            "gate_d_tokens_lo": ga_lo,
+            "gate_d_tokens_rel_lo": gr_lo,
             "d_elo_per_1k_base": pb,
             "d_elo_per_1k_base_lo": pb_lo,
             "d_elo_per_1k_base_hi": pb_hi,
@@ -395,29 +411,28 @@ def _apply_rule(table: pl.DataFrame, rule: FailRule) -> tuple[list[str], dict[st
     reasons: dict[str, list[str]] = {}
     for row in table.iter_rows(named=True):  # one row per arm: a handful at most
         why = []
-        if rule.elo_drop is not None and row["d_elo_hi"] is not None and row["d_elo_hi"] < -rule.elo_drop:
+        if rule.elo_drop is not None and row["gate_d_elo_hi"] is not None and row["gate_d_elo_hi"] < -rule.elo_drop:
             why.append(
-                f"Elo dropped {row['d_elo']:+.1f} (interval {row['d_elo_lo']:+.1f} .. {row['d_elo_hi']:+.1f}, "
-                f"entirely below -{rule.elo_drop:g})"
+                f"Elo dropped {row['d_elo']:+.1f} (gate interval {row['gate_d_elo_lo']:+.1f} .. "
+                f"{row['gate_d_elo_hi']:+.1f}, entirely below -{rule.elo_drop:g})"
             )
         if (
             rule.tokens_rise is not None
-            and row["d_tokens_rel_lo"] is not None
-            and row["d_tokens_rel_lo"] > rule.tokens_rise
+            and row["gate_d_tokens_rel_lo"] is not None
+            and row["gate_d_tokens_rel_lo"] > rule.tokens_rise
         ):
             why.append(
-                f"tokens/task rose {row['d_tokens_rel'] * 100:+.1f}% (interval "
-                f"{row['d_tokens_rel_lo'] * 100:+.1f}% .. {row['d_tokens_rel_hi'] * 100:+.1f}%, entirely above "
-                f"+{rule.tokens_rise * 100:g}%)"
+                f"tokens/task rose {row['d_tokens_rel'] * 100:+.1f}% (gate lower bound "
+                f"{row['gate_d_tokens_rel_lo'] * 100:+.1f}% > +{rule.tokens_rise * 100:g}%)"
             )
         if (
             rule.tokens_rise_abs is not None
-            and row["d_tokens_lo"] is not None
-            and row["d_tokens_lo"] > rule.tokens_rise_abs
+            and row["gate_d_tokens_lo"] is not None
+            and row["gate_d_tokens_lo"] > rule.tokens_rise_abs
         ):
             why.append(
-                f"tokens/task rose {row['d_tokens']:+.0f} (interval {row['d_tokens_lo']:+.0f} .. "
-                f"{row['d_tokens_hi']:+.0f}, entirely above +{rule.tokens_rise_abs:g})"
+                f"tokens/task rose {row['d_tokens']:+.0f} (gate lower bound {row['gate_d_tokens_lo']:+.0f} > "
+                f"+{rule.tokens_rise_abs:g})"
             )
         if why:
             flagged.append(row["arm"])
@@ -441,7 +456,8 @@ def to_markdown(res: CompareResult) -> str:
     lines = [
         head,
         "",
-        f"Baseline `{res.sources[0]}` vs current `{res.sources[1]}`. Rule: {res.rule.describe()}.",
+        f"Baseline `{res.sources[0]}` vs current `{res.sources[1]}`. Rule: {res.rule.describe()}, applied to "
+        f"{res.gate_level * 100:.4g}% intervals ({pct} adjusted for {res.table.height} arms tested at once).",
         "",
         f"| arm | Elo base | Elo current | ΔElo [{pct} CI] | tokens/task base | tokens/task current | "
         f"Δtokens [{pct} CI] | ΔElo/1k tok base | ΔElo/1k tok current | status |",
@@ -490,6 +506,7 @@ def to_json_dict(res: CompareResult) -> dict[str, Any]:
         "reasons": res.reasons,
         "rule": res.rule.describe(),
         "level": res.level,
+        "gate_level": res.gate_level,
         "rounds": res.rounds,
         "failed_rounds": res.failed_rounds,
         "anchor": res.anchor,

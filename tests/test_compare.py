@@ -325,3 +325,20 @@ def write_ledger_run(
             outcome = Outcome(answer="x", score=row["score"], correct=bool(row["score"]))
         led.put_job(run_id, job.key, JobResult(job=job, calls=calls, outcome=outcome).to_jsonl())
     return led.run_url(run_id)
+
+
+def test_gate_interval_is_adjusted_for_the_number_of_arms() -> None:
+    base = make_run(51, n_tasks=60)
+    cur = make_run(52, n_tasks=60, degrade={"majority@4": 0.4})
+    adj = compare_runs(base, cur, rule=FailRule(elo_drop=0.0), rounds=400, seed=6)
+    raw = compare_runs(base, cur, rule=FailRule(elo_drop=0.0), rounds=400, seed=6, adjust="none")
+    assert adj.gate_level == pytest.approx(1 - 0.05 / len(ARMS))
+    assert raw.gate_level == pytest.approx(0.95)
+    t = adj.table
+    # Wider than the displayed 95% interval, and the unadjusted gate is exactly the displayed interval.
+    assert (t["gate_d_elo_lo"] <= t["d_elo_lo"]).all() and (t["gate_d_elo_hi"] >= t["d_elo_hi"]).all()
+    assert raw.table["gate_d_elo_hi"].to_list() == raw.table["d_elo_hi"].to_list()
+    # Whatever is flagged with the adjustment is flagged without it.
+    assert set(adj.flagged) <= set(raw.flagged)
+    with pytest.raises(InputError):
+        compare_runs(base, cur, rule=FailRule(), rounds=100, adjust="holm")
