@@ -213,6 +213,17 @@ def newton_batch(wins: np.ndarray, *, l2: float = 1e-3, max_iter: int = _MAX_ITE
     )
 
 
+def _objective_and_p(theta: np.ndarray, w: np.ndarray, l2: float) -> tuple[float, np.ndarray]:
+    """f(theta) and P = sigmoid(theta_i - theta_j) from one exp: with e = exp(-|d|),
+    log sigmoid(d) = min(d, 0) - log1p(e) and sigmoid(d) = 1/(1+e) or e/(1+e); never overflows."""
+    d = theta[:, None] - theta[None, :]
+    e = np.exp(-np.abs(d))
+    inv = 1.0 / (1.0 + e)
+    p = np.where(d >= 0, inv, e * inv)
+    nll = float(np.vdot(w, np.log1p(e) - np.minimum(d, 0.0)))
+    return nll + l2 * float(theta @ theta), p
+
+
 def _newton_single(w: np.ndarray, l2: float, max_iter: int):
     """Damped Newton on one K x K count matrix; the same iteration as newton_batch without the
     active-set bookkeeping, which dominates the cost of a single small fit."""
@@ -221,10 +232,9 @@ def _newton_single(w: np.ndarray, l2: float, max_iter: int):
     diag = np.diag_indices(k)
     gtol = float(_gtol(w))
     theta = np.zeros(k)
-    f = float(np.log(2.0) * w.sum())  # f(0): every comparison has probability 1/2
+    f, p = _objective_and_p(theta, w, l2)
     grad_norm = np.inf
     for it in range(max_iter + 1):
-        p = expit(theta[:, None] - theta[None, :])
         g = np.sum(n_pair * p - w, axis=1) + 2.0 * l2 * theta
         grad_norm = float(np.max(np.abs(g)))
         if grad_norm <= gtol:
@@ -239,9 +249,9 @@ def _newton_single(w: np.ndarray, l2: float, max_iter: int):
         t = 1.0
         for _h in range(_MAX_HALVINGS):
             cand = theta - t * step
-            f1 = float(bt_objective(cand, w, l2))
+            f1, p1 = _objective_and_p(cand, w, l2)
             if f1 <= f - _ARMIJO * t * slope or (t == 1.0 and abs(f1 - f) <= 1e-13 * max(1.0, abs(f))):
-                theta, f = cand, f1
+                theta, f, p = cand, f1, p1
                 break
             t *= 0.5
         else:
