@@ -1,0 +1,139 @@
+"""`ept analyze` end to end: outputs, their agreement, options, reproducibility, bad options."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from scipy.optimize import brentq
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "logs"
+
+
+def ept(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ept.cli", *args], capture_output=True, text=True, timeout=300, cwd=cwd,
+        env={**__import__("os").environ, "COLUMNS": "200"},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def example_report(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    out = tmp_path_factory.mktemp("report")
+    proc = ept("analyze", str(EXAMPLE), "--out", str(out), "--rounds", "200", "--seed", "1",
+               "--weights", "math=0.4,code=0.4,tool_use=0.2", "--transcript", str(out / "transcript.md"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return out, proc
+
+
+def test_outputs_exist_and_agree(example_report) -> None:
+    out, proc = example_report
+    for name in ("report.md", "arms.csv", "report.json", "elo_vs_tokens.png", "d_elo_per_1k.png", "per_family_elo.png"):
+        assert (out / name).stat().st_size > 0, name
+    for png in out.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    doc = json.loads((out / "report.json").read_text())
+    csv = pl.read_csv(out / "arms.csv")
+    table = pl.DataFrame(doc["table"])
+    assert csv["arm"].to_list() == table["arm"].to_list() == doc["arms"]
+    for col in ("tokens_per_task", "elo", "elo_lo", "elo_hi", "d_elo_per_1k"):
+        np.testing.assert_allclose(csv[col].to_numpy(), table[col].to_numpy().astype(float), rtol=1e-12)
+    # Table rows go by tokens per task; the default anchor is the cheapest arm, pinned at 1000.
+    assert csv["tokens_per_task"].to_list() == sorted(csv["tokens_per_task"].to_list())
+    assert doc["anchor"] == csv["arm"][0] == "greedy@1"
+    assert csv["elo"][0] == pytest.approx(1000.0)
+    # Intervals contain their point estimates.
+    assert (csv["elo_lo"] <= csv["elo"] + 1e-9).all() and (csv["elo"] <= csv["elo_hi"] + 1e-9).all()
+    # Inputs, options, versions are recorded.
+    assert sorted(Path(f).name for f in doc["inputs"]) == ["calls.jsonl.gz", "outcomes.jsonl"]
+    assert doc["options"]["rounds"] == 200 and doc["options"]["seed"] == 1
+    assert doc["family_weights"] == pytest.approx({"math": 0.4, "code": 0.4, "tool_use": 0.2})
+    assert {"elo_per_token", "polars", "numpy", "scipy", "python"} <= set(doc["versions"])
+    assert doc["counts"]["calls"] == 12780 and doc["counts"]["outcomes"] == 900
+    # The terminal shows every arm with its Elo as in the JSON.
+    for r in doc["table"]:
+        assert r["arm"] in proc.stdout
+        assert f"{r['elo']:.0f} [" in proc.stdout
+    md = (out / "report.md").read_text()
+    assert "| greedy@1 (anchor) |" in md and "elo_vs_tokens.png" in md
+    assert "Diminishing returns" in (out / "transcript.md").read_text()
+
+
+def test_same_seed_same_numbers_other_seed_other_intervals(example_report, tmp_path: Path) -> None:
+    out, _ = example_report
+    base = json.loads((out / "report.json").read_text())["table"]
+    args = ["analyze", str(EXAMPLE), "--rounds", "200", "--weights", "math=0.4,code=0.4,tool_use=0.2", "--no-plots"]
+    ept(*args, "--seed", "1", "--out", str(tmp_path / "a"))
+    ept(*args, "--seed", "2", "--out", str(tmp_path / "b"))
+    same = json.loads((tmp_path / "a" / "report.json").read_text())["table"]
+    other = json.loads((tmp_path / "b" / "report.json").read_text())["table"]
+    assert same == base
+    assert [r["elo"] for r in other] == [r["elo"] for r in base]  # point estimates do not depend on the seed
+    assert [r["elo_hi"] for r in other[1:]] != [r["elo_hi"] for r in base[1:]]
+
+
+def test_weights_change_the_merge_as_the_per_family_view_predicts(example_report) -> None:
+    out, _ = example_report
+    doc = json.loads((out / "report.json").read_text())
+    pf = pl.DataFrame(doc["per_family"])
+    w = doc["family_weights"]
+    # Merged theta = sum_f w_f * centred theta_f (every family observed every arm here); Elo anchored at greedy@1.
+    theta = {a: sum(w[r["family"]] * r["theta"] for r in pf.filter(pl.col("arm") == a).to_dicts()) for a in doc["arms"]}
+    scale = 400 / math.log(10)
+    for r in doc["table"]:
+        assert r["elo"] == pytest.approx(1000 + scale * (theta[r["arm"]] - theta["greedy@1"]), abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--anchor", "greedy@2"], "--anchor"),
+        (["--weights", "math=1,physics=1"], "physics"),
+        (["--weights", "math=-1"], "--weights"),
+        (["--rounds", "-5"], "--rounds"),
+    ],
+)
+def test_bad_options_exit_2_and_write_nothing(tmp_path: Path, extra: list[str], needle: str) -> None:
+    out = tmp_path / "o"
+    proc = ept("analyze", str(EXAMPLE), "--out", str(out), *extra)
+    assert proc.returncode == 2, proc.stderr
+    assert needle in proc.stderr
+    assert not out.exists()
+
+
+def test_judgments_ties_and_drop_ties(tmp_path: Path) -> None:
+    """Explicit judgments alone give the comparisons; --drop-ties removes the tie rows."""
+    rows = []
+    for t in range(30):
+        task = f"qa-{t:02d}"
+        rows += [
+            {"task_id": task, "strategy": "greedy", "budget_n": 1, "usage": {"prompt_tokens": 100, "completion_tokens": 20}},
+            {"task_id": task, "strategy": "vote", "budget_n": 5, "usage": {"prompt_tokens": 500, "completion_tokens": 100}},
+            {"task_id": task, "arm_a": "greedy@1", "arm_b": "vote@5", "winner": ["B", "B", "tie"][t % 3], "kind": "judgment"},
+        ]  # fmt: skip
+    f = tmp_path / "j.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    a = ept("analyze", str(f), "--rounds", "50", "--out", str(tmp_path / "a"), "--no-plots")
+    b = ept("analyze", str(f), "--rounds", "50", "--out", str(tmp_path / "b"), "--no-plots", "--drop-ties")
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    da = json.loads((tmp_path / "a" / "report.json").read_text())
+    db = json.loads((tmp_path / "b" / "report.json").read_text())
+    assert da["counts"]["comparisons"] == 20 + 2 * 10 and db["counts"]["comparisons"] == 20
+    # 2-arm closed form: with theta = (-d/2, d/2) the objective is -W log s(d) - L log s(-d) + l2 d^2/2,
+    # stationary where -W s(-d) + L s(d) + l2 d = 0. Ties count half each way: W = 20 + 5, L = 5.
+    def d_hat(w: float, lose: float, l2: float = 1e-3) -> float:
+        sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+        return brentq(lambda d: -w * sig(-d) + lose * sig(d) + l2 * d, -50, 50, xtol=1e-14)
+
+    scale = 400 / math.log(10)
+    d_a = da["table"][1]["elo"] - da["table"][0]["elo"]
+    d_b = db["table"][1]["elo"] - db["table"][0]["elo"]
+    assert d_a == pytest.approx(scale * d_hat(25, 5), abs=1e-4)
+    assert d_b == pytest.approx(scale * d_hat(20, 0), abs=1e-4)  # separation: only the L2 penalty bounds it
