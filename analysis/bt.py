@@ -101,8 +101,7 @@ def aggregate_wins(
             raise ValueError("weights must be finite and >= 0")
     if np.any(winner == loser):
         raise ValueError("a comparison has the same arm as winner and loser")
-    flat = winner.astype(np.int64, copy=False) * n_arms
-    flat += loser
+    flat = winner.astype(np.int64, copy=False) * n_arms + loser.astype(np.int64, copy=False)
     counts = np.bincount(flat, weights=w, minlength=n_arms * n_arms)
     return counts.astype(float, copy=False).reshape(n_arms, n_arms)
 

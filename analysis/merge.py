@@ -47,7 +47,9 @@ def parse_weights(spec: str | None, families: Sequence[str]) -> dict[str, float]
         except ValueError:
             raise InputError(f"weight {value!r} for {name!r} is not a number", field="--weights") from None
         if not math.isfinite(w) or w < 0:
-            raise InputError(f"weight for {name!r} must be a finite number >= 0, got {value}", field="--weights")
+            raise InputError(
+                f"weight for {name!r} must be a finite number >= 0, got {value}", field="--weights"
+            )
         if name not in families:
             raise InputError(
                 f"unknown family {name!r}; families in the data: {', '.join(families)}", field="--weights"
@@ -57,7 +59,9 @@ def parse_weights(spec: str | None, families: Sequence[str]) -> dict[str, float]
         raw[name] = w
     total = sum(raw.values())
     if total <= 0:
-        raise InputError("all weights are zero; at least one family needs a positive weight", field="--weights")
+        raise InputError(
+            "all weights are zero; at least one family needs a positive weight", field="--weights"
+        )
     return {f: raw.get(f, 0.0) / total for f in families}
 
 

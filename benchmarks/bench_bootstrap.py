@@ -71,15 +71,19 @@ def main() -> None:
     cpu0, wall0 = time.process_time(), time.perf_counter()
     res = bootstrap(data, weights, anchor=0, rounds=ROUNDS, seed=1)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    print(f"bootstrap: {ROUNDS} rounds, {K} arms x {FAMILIES} families x {TASKS_PER_FAMILY} tasks "
-          f"({data.task.size} comparison rows): CPU {cpu:.2f} s, wall {wall:.2f} s (target < 5 s CPU); "
-          f"failed rounds: {res.failed_rounds}")
+    print(
+        f"bootstrap: {ROUNDS} rounds, {K} arms x {FAMILIES} families x {TASKS_PER_FAMILY} tasks "
+        f"({data.task.size} comparison rows): CPU {cpu:.2f} s, wall {wall:.2f} s (target < 5 s CPU); "
+        f"failed rounds: {res.failed_rounds}"
+    )
     n_naive = 10
     cpu0 = time.process_time()
     naive_rounds(data, weights, n_naive, seed=1)
     naive = (time.process_time() - cpu0) / n_naive * ROUNDS
-    print(f"baseline (explicit resample + fit_bt per round), extrapolated from {n_naive} rounds: "
-          f"CPU {naive:.1f} s for {ROUNDS} rounds -> ratio {naive / cpu:.0f}x")
+    print(
+        f"baseline (explicit resample + fit_bt per round), extrapolated from {n_naive} rounds: "
+        f"CPU {naive:.1f} s for {ROUNDS} rounds -> ratio {naive / cpu:.0f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -67,9 +67,11 @@ def main() -> None:
     t_seed = time.perf_counter() - t0
     t_fast = best_time(lambda: fit_bt(w, lo, 5), 50)
     ours = fit_bt(w, lo, 5)
-    print(f"[K=5, 20k comparisons] seed port: {t_seed:.3f} s   fit_bt: {t_fast * 1e3:.3f} ms   "
-          f"speed-up: {t_seed / t_fast:,.0f}x (target >= 200x)   max |theta diff|: "
-          f"{np.max(np.abs(seed_theta - ours)):.1e}")
+    print(
+        f"[K=5, 20k comparisons] seed port: {t_seed:.3f} s   fit_bt: {t_fast * 1e3:.3f} ms   "
+        f"speed-up: {t_seed / t_fast:,.0f}x (target >= 200x)   max |theta diff|: "
+        f"{np.max(np.abs(seed_theta - ours)):.1e}"
+    )
 
     _, w, lo = simulate(rng, 50, 100_000)
     counts = np.zeros((50, 50))
@@ -77,12 +79,16 @@ def main() -> None:
     t_ref = best_time(lambda: dense_newton_reference(counts), 20)
     t_fast = best_time(lambda: fit_bt(w, lo, 50), 20)
     diff = np.max(np.abs(dense_newton_reference(counts) - fit_bt(w, lo, 50)))
-    print(f"[K=50, 100k comparisons] dense Newton on pre-aggregated counts: {t_ref * 1e3:.2f} ms   "
-          f"fit_bt from raw comparisons: {t_fast * 1e3:.2f} ms   ratio fit_bt/reference: "
-          f"{t_fast / t_ref:.2f}x (target <= 3x)   max |theta diff|: {diff:.1e}")
+    print(
+        f"[K=50, 100k comparisons] dense Newton on pre-aggregated counts: {t_ref * 1e3:.2f} ms   "
+        f"fit_bt from raw comparisons: {t_fast * 1e3:.2f} ms   ratio fit_bt/reference: "
+        f"{t_fast / t_ref:.2f}x (target <= 3x)   max |theta diff|: {diff:.1e}"
+    )
     t_counts = best_time(lambda: fit_bt_counts(counts), 20)
-    print(f"[K=50, same pre-aggregated counts] fit_bt_counts: {t_counts * 1e3:.2f} ms   ratio vs reference: "
-          f"{t_counts / t_ref:.2f}x (validation, line search and diagnostics included)")
+    print(
+        f"[K=50, same pre-aggregated counts] fit_bt_counts: {t_counts * 1e3:.2f} ms   ratio vs reference: "
+        f"{t_counts / t_ref:.2f}x (validation, line search and diagnostics included)"
+    )
 
 
 if __name__ == "__main__":

@@ -83,8 +83,14 @@ def test_bootstrap_equals_explicit_resampling():
     tokens = data.task_tokens.copy()
     tokens[:10, 3] = np.nan
     data = PairData(
-        data.task_family, data.task[keep], data.winner[keep], data.loser[keep], data.weight[keep],
-        4, data.families, tokens,
+        data.task_family,
+        data.task[keep],
+        data.winner[keep],
+        data.loser[keep],
+        data.weight[keep],
+        4,
+        data.families,
+        tokens,
     )
     weights = np.array([0.5, 0.3, 0.2])
     res = bootstrap(data, weights, anchor=1, rounds=30, seed=7, l2=1e-2)

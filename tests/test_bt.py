@@ -186,7 +186,13 @@ def test_rejects_bad_input(kwargs, msg):
     winner, loser = np.asarray(args.pop("winner")), np.asarray(args.pop("loser"))
     weights = args.pop("weights", None)
     with pytest.raises(ValueError, match=msg):
-        fit_bt(winner, loser, args.pop("n_arms"), weights=None if weights is None else np.asarray(weights), **args)
+        fit_bt(
+            winner,
+            loser,
+            args.pop("n_arms"),
+            weights=None if weights is None else np.asarray(weights),
+            **args,
+        )
 
 
 def test_rejects_bad_count_matrix():

@@ -28,8 +28,20 @@ def test_reproduces_seed_section_5_table():
     assert df["frontier"].to_list() == [True] * 5
     assert df["elo_lo"].null_count() == 5 and df["d_elo_per_1k_hi"].null_count() == 5
     assert df.columns == [
-        "arm", "strategy", "budget_n", "tokens_per_task", "elo", "elo_lo", "elo_hi", "d_elo", "d_elo_lo",
-        "d_elo_hi", "d_elo_per_1k", "d_elo_per_1k_lo", "d_elo_per_1k_hi", "frontier",
+        "arm",
+        "strategy",
+        "budget_n",
+        "tokens_per_task",
+        "elo",
+        "elo_lo",
+        "elo_hi",
+        "d_elo",
+        "d_elo_lo",
+        "d_elo_hi",
+        "d_elo_per_1k",
+        "d_elo_per_1k_lo",
+        "d_elo_per_1k_hi",
+        "frontier",
     ]
 
 
@@ -38,8 +50,14 @@ def test_three_arms_hand_computed_with_intervals():
     es = np.array([[1040.0, 1000.0, 1120.0], [1070.0, 1000.0, 1080.0]])
     ts = np.array([[3000.0, 1000.0, 2000.0], [3500.0, 900.0, 2100.0]])
     df = returns_table(
-        ["A", "B", "C"], ["s", "g", "s"], [8, 1, 4],
-        np.array([3000.0, 1000.0, 2000.0]), np.array([1050.0, 1000.0, 1100.0]), es, ts, level=0.9,
+        ["A", "B", "C"],
+        ["s", "g", "s"],
+        [8, 1, 4],
+        np.array([3000.0, 1000.0, 2000.0]),
+        np.array([1050.0, 1000.0, 1100.0]),
+        es,
+        ts,
+        level=0.9,
     )
     rows = df.to_dicts()
     assert [r["arm"] for r in rows] == ["B", "C", "A"]
@@ -56,9 +74,13 @@ def test_three_arms_hand_computed_with_intervals():
     assert (a["d_elo_lo"], a["d_elo_hi"]) == pytest.approx((-76.5, -13.5))
     # per-1k samples: C vs B [120/1.0, 80/1.2]; A vs C [-80/1.0, -10/1.4]
     lo, hi = 80 / 1.2, 120.0
-    assert (c["d_elo_per_1k_lo"], c["d_elo_per_1k_hi"]) == pytest.approx((lo + 0.05 * (hi - lo), lo + 0.95 * (hi - lo)))
+    assert (c["d_elo_per_1k_lo"], c["d_elo_per_1k_hi"]) == pytest.approx(
+        (lo + 0.05 * (hi - lo), lo + 0.95 * (hi - lo))
+    )
     lo, hi = -80.0, -10 / 1.4
-    assert (a["d_elo_per_1k_lo"], a["d_elo_per_1k_hi"]) == pytest.approx((lo + 0.05 * (hi - lo), lo + 0.95 * (hi - lo)))
+    assert (a["d_elo_per_1k_lo"], a["d_elo_per_1k_hi"]) == pytest.approx(
+        (lo + 0.05 * (hi - lo), lo + 0.95 * (hi - lo))
+    )
     assert b["d_elo_lo"] is None and b["d_elo_per_1k_hi"] is None
 
 
@@ -77,8 +99,13 @@ def test_intervals_match_numpy_percentiles_without_token_samples():
 
 def test_equal_tokens_give_null_rate_and_nan_elo_is_null():
     df = returns_table(
-        ["a", "b", "c"], ["x", "y", "z"], [1, 1, 1],
-        np.array([100.0, 100.0, 300.0]), np.array([1000.0, 1010.0, np.nan]), None, None,
+        ["a", "b", "c"],
+        ["x", "y", "z"],
+        [1, 1, 1],
+        np.array([100.0, 100.0, 300.0]),
+        np.array([1000.0, 1010.0, np.nan]),
+        None,
+        None,
     )
     assert df["d_elo"].to_list()[1] == pytest.approx(10.0)
     assert df["d_elo_per_1k"].to_list()[1] is None
@@ -87,8 +114,13 @@ def test_equal_tokens_give_null_rate_and_nan_elo_is_null():
 
 def test_per_strategy_table_hand_computed():
     df = per_strategy_table(
-        ["g1", "b4", "b2", "m8"], ["greedy", "bon", "bon", "maj"], [1, 4, 2, 8],
-        np.array([1000.0, 3000.0, 2000.0, 5000.0]), np.array([1000.0, 1060.0, 1040.0, 1050.0]), None, None,
+        ["g1", "b4", "b2", "m8"],
+        ["greedy", "bon", "bon", "maj"],
+        [1, 4, 2, 8],
+        np.array([1000.0, 3000.0, 2000.0, 5000.0]),
+        np.array([1000.0, 1060.0, 1040.0, 1050.0]),
+        None,
+        None,
     )
     rows = df.to_dicts()
     assert [r["arm"] for r in rows] == ["g1", "b2", "b4", "m8"]
@@ -115,7 +147,9 @@ def test_family_dominance_hand_computed():
     assert [m.split(":")[0] for m in family_dominance(th, w, arms, threshold=0.35)] == ["bo4", "bo8"]
     # Negative contributions from other families raise the dominant share above 1.
     th2 = {"math": np.array([0.0, 0.5]), "code": np.array([0.0, -0.3])}
-    assert family_dominance(th2, {"math": 0.5, "code": 0.5}, ["a", "b"])[0].startswith("b: family 'math' supplies 250%")
+    assert family_dominance(th2, {"math": 0.5, "code": 0.5}, ["a", "b"])[0].startswith(
+        "b: family 'math' supplies 250%"
+    )
 
 
 def test_rejects_bad_shapes():
