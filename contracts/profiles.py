@@ -142,14 +142,10 @@ def _validate(name: str, raw: Any, file: str, text: str) -> Profile:
                 raise err(f"missing required field '{k}'", None)
             continue
         v = raw[k]
-        # bool is an int subclass: never accept True as a number
-        if not isinstance(v, types) or (
-            isinstance(v, bool) and bool not in (types if isinstance(types, tuple) else (types,))
-        ):
-            raise err(
-                f"expected {getattr(types, '__name__', ' or '.join(t.__name__ for t in types))}, got {type(v).__name__}",
-                k,
-            )
+        accepted = types if isinstance(types, tuple) else (types,)
+        # bool is an int subclass: never accept true/false as a number
+        if not isinstance(v, accepted) or (isinstance(v, bool) and bool not in accepted):
+            raise err(f"expected {' or '.join(t.__name__ for t in accepted)}, got {type(v).__name__}", k)
     protocol = raw.get("protocol", "openai")
     if protocol not in PROTOCOLS:
         raise err(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}", "protocol")
