@@ -4,6 +4,10 @@ failure classes, secrets, interruption, and the `ept` commands."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -181,3 +185,137 @@ def test_egress_failures_stop_the_sweep_early(tmp_path, make_sim, monkeypatch):
     out = execute(plan, jobs, profile=sim.profile(), run=tiny_run, analyze=False)
     assert not out.completed
     assert 8 <= out.tally.failed < len(jobs) / 2  # stopped after a handful, not 120 failures
+
+
+CHILD = """
+import os, sys
+sys.path.insert(0, {tests!r})
+from test_sweep_local import tiny_run
+from contracts.profiles import Profile
+from coordinator.plan import load_plan
+from coordinator.sweep import execute, plan_jobs, print_summary
+from coordinator.expand import expand
+from rich.console import Console
+plan = load_plan({plan!r})
+from test_sweep_local import tiny_tasks
+jobs = expand(plan, tiny_tasks({n}))
+prof = Profile(name="sim-openai", protocol="openai", base_url={url!r}, api_key_env="EPT_SIM_API_KEY", model="ept-sim-1")
+out = execute(plan, jobs, profile=prof, run=tiny_run if {tiny} else None, analyze=False)
+print_summary(out, Console())
+sys.exit(0 if out.ok else (130 if not out.completed else 1))
+"""
+
+
+def _child(tmp_path, sim, ledger: str, n: int, tiny: bool = True) -> subprocess.Popen:
+    plan = tmp_path / f"plan-{Path(ledger).name}.toml"
+    plan.write_text(
+        textwrap.dedent(
+            f"""\
+            name = "intr"
+            profile = "sim-openai"
+            suites = ["unused"]
+            seed = 9
+            ledger = "{ledger}"
+            concurrency = 3
+            [[arms]]
+            strategy = "greedy"
+            budgets = [1]
+            [[arms]]
+            strategy = "majority"
+            budgets = [3]
+            """
+        )
+    )
+    script = CHILD.format(tests=str(Path(__file__).parent), plan=str(plan), n=n, url=sim.url, tiny=tiny)
+    env = {**os.environ, "EPT_SIM_API_KEY": SIM_KEY, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _ledger_view(led, run_id):
+    """Every job object minus timings: what 'the final ledger' means for equality."""
+    view = {}
+    for k in led.list_jobs(run_id):
+        lines = [json.loads(x) for x in led.get_job(run_id, k).decode().splitlines()]
+        for x in lines:
+            for t in ("latency_s", "started_at", "finished_at"):
+                x.pop(t, None)
+        view[k] = lines
+    return view
+
+
+def test_interrupted_coordinator_resumes_without_running_a_job_twice(tmp_path, make_sim):
+    sim = make_sim(api_key=SIM_KEY, latency_ms=40)
+    led_dir = tmp_path / "interrupted"
+    led = open_ledger(led_dir)
+    n_tasks = 10  # 2 families x 10 tasks x 2 arms = 40 jobs, 80 calls
+    p = _child(tmp_path, sim, str(led_dir), n_tasks)
+    deadline = time.monotonic() + 60
+    while len(led.list_jobs("intr")) < 8 and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    out1 = p.communicate(timeout=60)[0].decode()
+    assert p.returncode == 130, out1
+    assert "interrupted" in out1
+    first = led.list_jobs("intr")
+    assert 8 <= len(first) < 40
+    # Nothing half-done: every job that called the server has its object (in-flight jobs were finished).
+    by_job = sim.control.stats()["by_job"]
+    assert set(by_job) == first
+
+    p2 = _child(tmp_path, sim, str(led_dir), n_tasks)
+    out2 = p2.communicate(timeout=120)[0].decode()
+    assert p2.returncode == 0, out2
+    assert len(led.list_jobs("intr")) == 40
+    # No job ran twice: requests per job at the server == calls in the job's object (1 or 3).
+    by_job = sim.control.stats()["by_job"]
+    view = _ledger_view(led, "intr")
+    assert by_job == {k: sum(1 for x in v if x["kind"] == "call") for k, v in view.items()}
+    assert set(by_job.values()) == {1, 3}
+
+    # The final ledger equals an uninterrupted run's (timings aside).
+    p3 = _child(tmp_path, sim, str(tmp_path / "straight"), n_tasks)
+    out3 = p3.communicate(timeout=120)[0].decode()
+    assert p3.returncode == 0, out3
+    assert _ledger_view(open_ledger(tmp_path / "straight"), "intr") == view
+
+
+def _ept(*args: str, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "ept.cli", *args], capture_output=True, text=True, env=full,
+                          cwd=cwd, timeout=120)  # fmt: skip
+
+
+def test_cli_bad_plan_exits_2_naming_file_line_field(tmp_path):
+    p = tmp_path / "plan.toml"
+    p.write_text('name = "x"\nsuites = ["math"]\nreplicates = 0\n[[arms]]\nstrategy = "greedy"\nbudgets = [1]\n')
+    r = _ept("sweep", str(p))
+    assert r.returncode == 2
+    assert f"{p}:3" in r.stderr and "replicates" in r.stderr
+    assert not (tmp_path / "ept-out").exists() and not Path("ept-out/ledger/runs/x").exists()
+
+
+def test_cli_status_and_compact(tmp_path, make_sim, key_env):
+    sim = make_sim(api_key=SIM_KEY)
+    plan = _plan(tmp_path, name="st")
+    jobs = _jobs(plan, n=2)
+    execute(plan, jobs[:-3], profile=sim.profile(), run=tiny_run, analyze=False, manifest_jobs=len(jobs))
+    led = open_ledger(tmp_path / "ledger")
+    led.put_failure("st", jobs[-1].key, {"job": jobs[-1].to_dict(), "class": "endpoint", "message": "404 model"})
+    r = _ept("status", "st", "--ledger", str(tmp_path / "ledger"), "--json")
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)
+    assert (st["n_jobs"], st["done"], st["failed"], st["pending"]) == (len(jobs), len(jobs) - 3, {"endpoint": 1}, 2)
+    r = _ept("status", "st", "--ledger", str(tmp_path / "ledger"))
+    assert r.returncode == 0 and "endpoint" in r.stdout and jobs[-1].key in r.stdout
+    r = _ept("status", "nope", "--ledger", str(tmp_path / "ledger"))
+    assert r.returncode == 2 and "st" in r.stderr
+
+    r = _ept("compact", "st", "--ledger", str(tmp_path / "ledger"))
+    assert r.returncode == 0, r.stderr
+    import polars as pl
+
+    df = pl.read_parquet(tmp_path / "ledger" / "runs" / "st" / "compact" / "records.parquet")
+    n_calls = sum(j.budget_n for j in jobs[:-3])
+    assert df.filter(pl.col("kind") == "call").height == n_calls
+    assert df.filter(pl.col("kind") == "outcome").height == len(jobs) - 3
+    assert set(df["job_key"].unique()) == {j.key for j in jobs[:-3]}
