@@ -1,0 +1,197 @@
+"""Sweep throughput: jobs/s and calls/s for the local executor and for Celery with 1, 2 and 4 worker processes,
+against the simulator at 0 ms and 200 ms latency, next to the Little's-law bound (concurrency / latency) and a
+raw `openai` client loop with the same concurrency on the same server.
+
+    python benchmarks/bench_sweep.py [--jobs-0ms 600] [--seconds-200ms 6] [--threads 16] [--strategy greedy]
+
+Real services only: a simulator subprocess (`ept simulate`), redis-server, Celery worker subprocesses; the
+ledger is a local folder (shared by the workers on this machine) so the numbers measure the executors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+from fixtures_services import free_port, start_celery_workers, start_redis, stop_proc  # noqa: E402
+
+KEY = "sk-bench-" + uuid.uuid4().hex
+
+
+def start_sim(tmp: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    log = open(tmp / "sim.log", "wb")  # noqa: SIM115
+    p = subprocess.Popen([sys.executable, "-m", "ept.cli", "simulate", "--port", str(port)], stdout=log,
+                         stderr=subprocess.STDOUT, env=env)  # fmt: skip
+    root = f"http://127.0.0.1:{port}"
+    from simulator.server import SimControl
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            SimControl(root).config()
+            break
+        except OSError:
+            if time.monotonic() > deadline or p.poll() is not None:
+                raise RuntimeError((tmp / "sim.log").read_text()) from None
+            time.sleep(0.1)
+    return p, root
+
+
+def plan_text(name: str, ledger: Path, strategy: str, budget: int, replicates: int, executor: str, queue: str,
+              threads: int) -> str:  # fmt: skip
+    return textwrap.dedent(
+        f"""\
+        name = "{name}"
+        profile = "sim-bench"
+        suites = ["math"]
+        replicates = {replicates}
+        seed = 1
+        ledger = "{ledger}"
+        executor = "{executor}"
+        queue = "{queue}"
+        concurrency = {threads}
+        batch_size = 500
+        bootstrap_rounds = 0
+        [[arms]]
+        strategy = "{strategy}"
+        budgets = [{budget}]
+        """
+    )
+
+
+def raw_openai(url: str, threads: int, n_calls: int) -> float:
+    """calls/s of plain openai SDK calls from `threads` threads (the ceiling for any executor on this box)."""
+    import openai
+
+    client = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0)
+    left = [n_calls]
+    lock = threading.Lock()
+
+    def loop() -> None:
+        while True:
+            with lock:
+                if left[0] <= 0:
+                    return
+                left[0] -= 1
+            client.chat.completions.create(model="ept-sim-1", messages=[{"role": "user", "content": "What is 2+2?"}])
+
+    ts = [threading.Thread(target=loop) for _ in range(threads)]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return n_calls / (time.perf_counter() - t0)
+
+
+def run_sweep(plan_src: str, profile, broker: str | None) -> tuple[float, int, int]:
+    from rich.console import Console
+
+    from coordinator.plan import parse_plan
+    from coordinator.sweep import execute, plan_jobs
+
+    plan = parse_plan(plan_src)
+    jobs = plan_jobs(plan)
+    quiet = Console(file=open(os.devnull, "w"), stderr=False)  # noqa: SIM115
+    t0 = time.perf_counter()
+    out = execute(plan, jobs, profile=profile, analyze=False, broker_url=broker, console=quiet)
+    dt = time.perf_counter() - t0
+    if not out.ok:
+        raise RuntimeError(f"sweep failed: {dict(out.tally.failures)} {out.tally.messages}")
+    return dt, out.tally.done, out.tally.calls
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=16, help="threads per executor process (local and per worker)")
+    ap.add_argument("--jobs-0ms", type=int, default=400)
+    ap.add_argument("--seconds-200ms", type=float, default=5.0, help="target duration of each 200 ms run")
+    ap.add_argument("--strategy", default="greedy")
+    ap.add_argument("--budget", type=int, default=1)
+    ap.add_argument("--workers", default="1,2,4")
+    args = ap.parse_args()
+
+    from contracts.profiles import Profile
+    from contracts.tasks import load_builtin_suite
+
+    n_math = len(load_builtin_suite("math"))
+    tmp = Path(tempfile.mkdtemp(prefix="ept-bench-"))
+    sim_proc, root = start_sim(tmp)
+    url = root + "/v1"
+    from simulator.server import SimControl
+
+    ctl = SimControl(root)
+    redis = start_redis(tmp / "redis")
+    (tmp / "profiles.toml").write_text(
+        f'[profiles.sim-bench]\nprotocol = "openai"\nbase_url = "{url}"\napi_key_env = "EPT_BENCH_KEY"\n'
+        'model = "ept-sim-1"\ntimeout = 30\n'
+    )
+    os.environ["EPT_BENCH_KEY"] = KEY
+    os.environ["EPT_PROFILES"] = str(tmp / "profiles.toml")
+    profile = Profile(name="sim-bench", protocol="openai", base_url=url, api_key_env="EPT_BENCH_KEY", model="ept-sim-1")
+    worker_counts = [int(x) for x in args.workers.split(",")]
+    rows = []
+    try:
+        for latency in (0, 200):
+            ctl.set(latency_ms=float(latency), latency_jitter_ms=0.0)
+            configs = [("raw openai loop", 1), ("local", 1), *[(f"celery x{k}", k) for k in worker_counts]]
+            for label, procs in configs:
+                conc = args.threads * procs
+                bound = conc / (latency / 1000) if latency else None
+                n_jobs = max(50, int(bound * args.seconds_200ms / args.budget)) if bound else args.jobs_0ms
+                if label.startswith("raw"):
+                    n_calls = n_jobs * args.budget
+                    cps = raw_openai(url, conc, n_calls)
+                    rows.append((latency, label, conc, None, cps, bound))
+                    continue
+                reps = -(-n_jobs // n_math)
+                queue = "bench-" + uuid.uuid4().hex[:6]
+                name = f"bench-{latency}-{label.replace(' ', '')}-{uuid.uuid4().hex[:6]}"
+                src = plan_text(name, tmp / "ledger", args.strategy, args.budget, reps,
+                                "local" if label == "local" else "celery", queue, args.threads)  # fmt: skip
+                workers = None
+                if label != "local":
+                    workers = start_celery_workers(
+                        procs, redis.url, tmp / f"w-{name}", concurrency=args.threads, queue=queue,
+                        env={"EPT_BENCH_KEY": KEY, "EPT_PROFILES": str(tmp / "profiles.toml")},
+                    )  # fmt: skip
+                try:
+                    dt, jobs_done, calls = run_sweep(src, profile, redis.url)
+                finally:
+                    if workers:
+                        workers.stop()
+                rows.append((latency, label, conc, jobs_done / dt, calls / dt, bound))
+                print(f"  {latency:>3} ms  {label:<16} {jobs_done} jobs, {calls} calls in {dt:.2f}s", flush=True)
+    finally:
+        stop_proc(redis.proc)
+        stop_proc(sim_proc)
+
+    print(f"\nstrategy {args.strategy}@{args.budget}, {args.threads} threads per process, file ledger, 2-core box\n")
+    print(f"{'latency':>7}  {'executor':<16} {'conc':>4} {'jobs/s':>8} {'calls/s':>8} {'bound':>8} {'% bound':>8} {'vs raw':>7}")
+    raw = {r[0]: r[4] for r in rows if r[1].startswith("raw")}
+    for lat, label, conc, jps, cps, bound in rows:
+        pct = f"{100 * cps / bound:.0f}%" if bound else "n/a"
+        b = f"{bound:.0f}" if bound else "inf"
+        j = f"{jps:.1f}" if jps is not None else "-"
+        vs = f"{cps / raw[lat]:.2f}" if raw.get(lat) else "-"
+        print(f"{lat:>5}ms  {label:<16} {conc:>4} {j:>8} {cps:>8.1f} {b:>8} {pct:>8} {vs:>7}")
+    print("\nbound = concurrency / latency (Little's law); raw openai loop uses 16 threads (1 process) on the same server;")
+    print("'vs raw' = calls/s relative to that loop at the same latency. Target: >= 80% of bound at 200 ms.")
+
+
+if __name__ == "__main__":
+    main()
