@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -39,7 +40,7 @@ def compare(
     from rich.console import Console
     from rich.table import Table
 
-    from analysis.compare import compare_runs, load_run, parse_fail_on, to_json_dict, to_markdown
+    from analysis.compare import compare_runs, fmt, load_run, parse_fail_on, to_json_dict, to_markdown
 
     rule = parse_fail_on(fail_on)  # bad flags fail before any reading
     base = load_run(baseline, skip_bad=skip_bad, tasks_file=tasks)
@@ -51,21 +52,22 @@ def compare(
     md = to_markdown(res)
     _write_all({markdown: md, json_out: _dumps(to_json_dict(res))})
 
-    con = Console()
+    con = Console() if sys.stdout.isatty() else Console(width=150)  # CI logs: don't squeeze to 80 columns
     pct = f"{level * 100:g}%"
     t = Table(title=f"ept compare: baseline {baseline} vs current {current}")
     for col in ("arm", "Elo base", "Elo cur", f"ΔElo [{pct}]", "tok/task base", "tok/task cur", f"Δtok [{pct}]", "status"):
-        t.add_column(col, justify="left" if col in ("arm", "status") else "right")
+        t.add_column(col, justify="left" if col in ("arm", "status") else "right", no_wrap=col == "arm")
     for r in res.table.iter_rows(named=True):
         flagged = r["arm"] in res.flagged
         t.add_row(
             r["arm"],
-            f"{r['elo_base']:.0f}",
-            f"{r['elo_cur']:.0f}",
-            f"{r['d_elo']:+.1f} [{r['d_elo_lo']:+.1f}, {r['d_elo_hi']:+.1f}]",
-            f"{r['tokens_base']:,.0f}",
-            f"{r['tokens_cur']:,.0f}",
-            f"{r['d_tokens_rel'] * 100:+.1f}% [{r['d_tokens_rel_lo'] * 100:+.1f}, {r['d_tokens_rel_hi'] * 100:+.1f}]",
+            fmt(r["elo_base"], ".0f"),
+            fmt(r["elo_cur"], ".0f"),
+            f"{fmt(r['d_elo'], '+.1f')} [{fmt(r['d_elo_lo'], '+.1f')}, {fmt(r['d_elo_hi'], '+.1f')}]",
+            fmt(r["tokens_base"], ",.0f"),
+            fmt(r["tokens_cur"], ",.0f"),
+            f"{fmt(_pct(r['d_tokens_rel']), '+.1f')}% "
+            f"[{fmt(_pct(r['d_tokens_rel_lo']), '+.1f')}, {fmt(_pct(r['d_tokens_rel_hi']), '+.1f')}]",
             "[bold red]REGRESSION[/]" if flagged else "ok",
         )
     con.print(t)
@@ -106,6 +108,10 @@ def report(
     result = analyze(paths, opts)
     write_html(result, out)
     typer.echo(f"wrote {out}")
+
+
+def _pct(x: float | None) -> float | None:
+    return None if x is None else x * 100.0
 
 
 def _dumps(obj: object) -> str:

@@ -440,8 +440,9 @@ def _apply_rule(table: pl.DataFrame, rule: FailRule) -> tuple[list[str], dict[st
     return flagged, reasons
 
 
-def _f(x: float | None, fmt: str) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+def fmt(x: float | None, spec: str) -> str:
+    """A number for people; '—' for a missing one."""
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
 def to_markdown(res: CompareResult) -> str:
@@ -467,14 +468,14 @@ def to_markdown(res: CompareResult) -> str:
         status = "❌ regression" if r["arm"] in res.flagged else "ok"
         rel = r["d_tokens_rel"]
         dtok = (
-            f"{_f(rel * 100 if rel is not None else None, '+.1f')}% "
-            f"[{_f(_mul(r['d_tokens_rel_lo']), '+.1f')}%, {_f(_mul(r['d_tokens_rel_hi']), '+.1f')}%]"
+            f"{fmt(rel * 100 if rel is not None else None, '+.1f')}% "
+            f"[{fmt(_mul(r['d_tokens_rel_lo']), '+.1f')}%, {fmt(_mul(r['d_tokens_rel_hi']), '+.1f')}%]"
         )
         lines.append(
-            f"| `{r['arm']}` | {_f(r['elo_base'], '.0f')} | {_f(r['elo_cur'], '.0f')} | "
-            f"{_f(r['d_elo'], '+.1f')} [{_f(r['d_elo_lo'], '+.1f')}, {_f(r['d_elo_hi'], '+.1f')}] | "
-            f"{_f(r['tokens_base'], ',.0f')} | {_f(r['tokens_cur'], ',.0f')} | {dtok} | "
-            f"{_f(r['d_elo_per_1k_base'], '.1f')} | {_f(r['d_elo_per_1k_cur'], '.1f')} | {status} |"
+            f"| `{r['arm']}` | {fmt(r['elo_base'], '.0f')} | {fmt(r['elo_cur'], '.0f')} | "
+            f"{fmt(r['d_elo'], '+.1f')} [{fmt(r['d_elo_lo'], '+.1f')}, {fmt(r['d_elo_hi'], '+.1f')}] | "
+            f"{fmt(r['tokens_base'], ',.0f')} | {fmt(r['tokens_cur'], ',.0f')} | {dtok} | "
+            f"{fmt(r['d_elo_per_1k_base'], '.1f')} | {fmt(r['d_elo_per_1k_cur'], '.1f')} | {status} |"
         )
     if res.flagged:
         lines += ["", "**Why flagged**", ""]
@@ -561,11 +562,11 @@ def manifest_suites(manifest: dict[str, Any] | None) -> tuple[str, ...] | None:
         suites = manifest["plan"].get("suites")
     if not isinstance(suites, list | tuple):
         return None
-    names = [s.get("name", json_key(s)) if isinstance(s, dict) else str(s) for s in suites]
+    names = [s.get("name", _json_key(s)) if isinstance(s, dict) else str(s) for s in suites]
     return tuple(sorted(names))
 
 
-def json_key(obj: Any) -> str:
+def _json_key(obj: Any) -> str:
     import json
 
     return json.dumps(obj, sort_keys=True)

@@ -1,0 +1,98 @@
+"""`ept compare` end to end: the real command on ledger runs (exit codes, markdown, nothing half-written),
+the CI example's files, and the acceptance check on real simulator sweeps with the simulator's `degrade`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_compare import write_ledger_run  # tests/ is on sys.path (rootdir conftest)
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def ept(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "ept.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=600,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("ledger")
+    write_ledger_run(root, "base", 101, n_tasks=60)
+    write_ledger_run(root, "same", 102, n_tasks=60)
+    write_ledger_run(root, "worse", 103, n_tasks=60, degrade={"best_of_n@8": 1.5})
+    write_ledger_run(root, "other-suites", 104, n_tasks=10,
+                     manifest={"run_id": "other-suites", "plan": {"suites": ["math", "tool_use"]}})
+    return root
+
+
+def test_cli_flags_the_degraded_arm_and_writes_markdown(ledger: Path, tmp_path: Path) -> None:
+    md, js = tmp_path / "pr.md", tmp_path / "c.json"
+    r = ept("compare", str(ledger / "runs/base"), str(ledger / "runs/worse"), "--markdown", str(md), "--json",
+            str(js), "--rounds", "400", cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    data = json.loads(js.read_text())
+    assert data["flagged"] == ["best_of_n@8"] and data["verdict"] == "regression"
+    text = md.read_text()
+    assert text.startswith("### ❌") and "`best_of_n@8`" in text and "| `greedy@1` |" in text
+    assert "REGRESSION" in r.stdout and "best_of_n@8" in r.stdout
+
+
+def test_cli_passes_an_unchanged_run(ledger: Path, tmp_path: Path) -> None:
+    md = tmp_path / "pr.md"
+    r = ept("compare", str(ledger / "runs/base"), str(ledger / "runs/same"), "--markdown", str(md),
+            "--rounds", "400", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert md.read_text().startswith("### ✅")
+
+
+@pytest.mark.parametrize(
+    ("current", "args", "needle"),
+    [
+        ("other-suites", [], "different suites"),
+        ("same", ["--fail-on", "elo-drop=twenty"], "--fail-on"),
+        ("same", ["--adjust", "holm"], "--adjust"),
+    ],
+)
+def test_cli_not_comparable_or_bad_flags_exit_2_and_write_nothing(
+    ledger: Path, tmp_path: Path, current: str, args: list[str], needle: str
+) -> None:
+    md = tmp_path / "pr.md"
+    r = ept("compare", str(ledger / "runs/base"), str(ledger / f"runs/{current}"), "--markdown", str(md),
+            "--rounds", "100", *args, cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert needle in r.stderr
+    assert not md.exists() and not list(tmp_path.glob(".*.part"))
+
+
+def test_cli_refuses_a_ledger_root_with_several_runs(ledger: Path, tmp_path: Path) -> None:
+    r = ept("compare", str(ledger), str(ledger / "runs/same"), "--rounds", "100", cwd=tmp_path)
+    assert r.returncode == 2
+    assert "pass one run" in r.stderr
+
+
+def test_ci_example_is_consistent() -> None:
+    import yaml
+
+    from coordinator.plan import load_plan
+
+    plan = load_plan(REPO / "examples/ci/plan.toml")
+    wf = yaml.safe_load((REPO / "examples/ci/elo-regression.yml").read_text())
+    steps = wf["jobs"]["elo"]["steps"]
+    runs = "\n".join(s.get("run", "") for s in steps)
+    assert f"runs/{plan.run_id}" in runs and "ept compare" in runs and "--markdown" in runs
+    assert "gh pr comment" in runs and "ept doctor" in runs
+    # The key comes from a CI secret, into the env var the plan's profile reads; never a literal key.
+    from contracts.profiles import load_profiles
+
+    prof = load_profiles(REPO / "profiles.toml")[plan.profile]
+    assert wf["jobs"]["elo"]["env"][prof.api_key_env] == "${{ secrets." + prof.api_key_env + " }}"
+    assert "sk-" not in (REPO / "examples/ci/elo-regression.yml").read_text()
