@@ -1,0 +1,156 @@
+"""Prompt templates shared by the strategies (worker) and the simulator's task brain.
+
+Each prompt kind starts its system message with a fixed header line, so the simulator can tell a
+solve request from a verifier, tree-search step or judge request, and each embeds the task text
+between fixed markers, so the simulator can find which task a request is about. Real models just
+read them as ordinary instructions.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+SOLVE_HEADER = "You are a careful problem solver."
+VERIFY_HEADER = "You are a strict verifier of candidate solutions."
+STEP_HEADER = "You are solving a problem one step at a time."
+JUDGE_HEADER = "You are an impartial judge comparing two responses."
+
+TASK_OPEN = "<task>"
+TASK_CLOSE = "</task>"
+
+SOLVE_SYSTEM = (
+    f"{SOLVE_HEADER} Think step by step. When you are done, end your reply with a final line of the "
+    "form 'Answer: <final answer>'. For programming tasks, put the complete function in a single "
+    "```python code block before that line."
+)
+
+TOOL_SYSTEM = (
+    f"{SOLVE_HEADER} You can call the tools provided. Call a tool whenever it is needed to get facts "
+    "or exact arithmetic; when you have what you need, end your reply with a final line of the form "
+    "'Answer: <final answer>'."
+)
+
+VERIFY_SYSTEM = (
+    f"{VERIFY_HEADER} Read the task and the candidate solution, check the reasoning and the final "
+    "answer, and end with a line 'Score: x' where x is a number from 0 (certainly wrong) to 1 "
+    "(certainly correct)."
+)
+
+STEP_SYSTEM = (
+    f"{STEP_HEADER} Continue the partial solution with exactly one next step. On the last step, "
+    "finish the solution and end with a final line 'Answer: <final answer>'."
+)
+
+JUDGE_SYSTEM = (
+    f"{JUDGE_HEADER} Decide which response answers the question better (correctness first, then "
+    "clarity). Position must not matter. End with a line 'Winner: A', 'Winner: B' or 'Winner: tie'."
+)
+
+KINDS = {
+    SOLVE_HEADER: "solve",
+    VERIFY_HEADER: "verify",
+    STEP_HEADER: "step",
+    JUDGE_HEADER: "judge",
+}
+
+
+def wrap_task(text: str) -> str:
+    return f"{TASK_OPEN}\n{text}\n{TASK_CLOSE}"
+
+
+def task_text(task: dict[str, Any]) -> str:
+    """The task's prompt as plain text (the last user message for chat-style tasks)."""
+    if "prompt" in task and task["prompt"] is not None:
+        return str(task["prompt"])
+    users = [m for m in task.get("messages", []) if m.get("role") == "user"]
+    return str(users[-1]["content"]) if users else ""
+
+
+def solve_messages(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """Messages for one solve attempt. Chat-style tasks keep their own messages after our system line."""
+    system = TOOL_SYSTEM if task.get("tools") else SOLVE_SYSTEM
+    if task.get("messages"):
+        own = [m for m in task["messages"] if m.get("role") != "system"]
+        return [{"role": "system", "content": system}, *own]
+    return [{"role": "system", "content": system}, {"role": "user", "content": task_text(task)}]
+
+
+def verify_messages(task: dict[str, Any], candidate: str) -> list[dict[str, Any]]:
+    user = f"Task:\n{wrap_task(task_text(task))}\n\nCandidate solution:\n<candidate>\n{candidate}\n</candidate>"
+    return [{"role": "system", "content": VERIFY_SYSTEM}, {"role": "user", "content": user}]
+
+
+def step_messages(task: dict[str, Any], steps: list[str], step_no: int, depth: int) -> list[dict[str, Any]]:
+    done = "\n".join(f"Step {i + 1}: {s}" for i, s in enumerate(steps)) or "(no steps yet)"
+    last = " This is the last step: finish and give the final answer." if step_no == depth else ""
+    user = (
+        f"Task:\n{wrap_task(task_text(task))}\n\nPartial solution:\n<steps>\n{done}\n</steps>\n\n"
+        f"Write step {step_no} of {depth}.{last}"
+    )
+    return [{"role": "system", "content": STEP_SYSTEM}, {"role": "user", "content": user}]
+
+
+def partial_verify_messages(task: dict[str, Any], steps: list[str]) -> list[dict[str, Any]]:
+    """Verifier prompt for a partial (tree-search) solution: same verifier, steps as the candidate."""
+    return verify_messages(task, "\n".join(f"Step {i + 1}: {s}" for i, s in enumerate(steps)))
+
+
+def judge_messages(task: dict[str, Any], response_a: str, response_b: str) -> list[dict[str, Any]]:
+    user = (
+        f"Question:\n{wrap_task(task_text(task))}\n\nResponse A:\n<response_a>\n{response_a}\n</response_a>\n\n"
+        f"Response B:\n<response_b>\n{response_b}\n</response_b>"
+    )
+    return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
+
+
+# ---- parsing (shared so the simulator and the worker read the same format) ----
+
+_ANSWER_RE = re.compile(r"^\s*\**\s*(?:final\s+)?answer\s*\**\s*[:：]\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+_SCORE_RE = re.compile(r"score\s*[:=]\s*([01](?:\.\d+)?|\.\d+)", re.IGNORECASE)
+_WINNER_RE = re.compile(r"winner\s*[:=]\s*\**\s*(A|B|tie)\b", re.IGNORECASE)
+
+
+def prompt_kind(messages: list[dict[str, Any]]) -> str:
+    """'solve' | 'verify' | 'step' | 'judge' | 'unknown', from the system message header."""
+    for m in messages:
+        if m.get("role") == "system" and isinstance(m.get("content"), str):
+            for header, kind in KINDS.items():
+                if m["content"].startswith(header):
+                    return kind
+    return "unknown"
+
+
+def between(text: str, open_tag: str, close_tag: str) -> str | None:
+    i = text.find(open_tag)
+    if i < 0:
+        return None
+    j = text.find(close_tag, i + len(open_tag))
+    return None if j < 0 else text[i + len(open_tag) : j].strip("\n")
+
+
+def final_answer_line(text: str | None) -> str | None:
+    """The last 'Answer: ...' line of a reply, without the label; None when there is none."""
+    if not text:
+        return None
+    found = _ANSWER_RE.findall(text)
+    return found[-1].strip() if found else None
+
+
+def parse_score(text: str | None) -> float | None:
+    """The last 'Score: x' in a verifier reply, clipped to 0..1; None when absent."""
+    if not text:
+        return None
+    found = _SCORE_RE.findall(text)
+    return min(1.0, max(0.0, float(found[-1]))) if found else None
+
+
+def parse_winner(text: str | None) -> str | None:
+    """'A' | 'B' | 'tie' from a judge reply; None when absent."""
+    if not text:
+        return None
+    found = _WINNER_RE.findall(text)
+    if not found:
+        return None
+    w = found[-1]
+    return "tie" if w.lower() == "tie" else w.upper()

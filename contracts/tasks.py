@@ -1,0 +1,189 @@
+"""Task suites: the JSONL task schema, validation on load, and the built-in suites.
+
+One task per line (see docs/suites.md):
+
+    task_id      str, unique in the suite
+    family       str (tasks of one family are ranked together)
+    prompt       str            -- or --   messages: [{"role", "content"}, ...]
+    reference    the expected answer (str/number; for code tasks the canonical solution); may be null
+                 only with grader type "none" (judge mode)
+    grader       {"type": one of GRADER_TYPES, ...options}
+    difficulty   optional float in 0..1
+    distractors  optional list of plausible wrong answers (the simulator uses them)
+    tools        optional OpenAI tool specs; tool_impl {tool name: {"type": "calculator" | "lookup", ...}}
+    tests, visible_tests, entry_point   code tasks: assert statements and the function name
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+from contracts.errors import InputError
+
+GRADER_TYPES = ("exact", "normalised", "numeric", "regex", "choice", "code", "tool", "none")
+TOOL_IMPL_TYPES = ("calculator", "lookup")
+_KNOWN_FIELDS = {
+    "task_id", "family", "prompt", "messages", "reference", "grader", "difficulty", "distractors",
+    "tools", "tool_impl", "tests", "visible_tests", "entry_point", "meta",
+}
+
+
+def _fail(msg: str, file: str, line: int, field: str | None) -> InputError:
+    return InputError(msg, file=file, line=line, field=field)
+
+
+def validate_task(task: Any, file: str = "<task>", line: int = 1) -> dict[str, Any]:
+    """Check one task record; returns it unchanged or raises InputError naming file, line and field."""
+    if not isinstance(task, dict):
+        raise _fail("each line must be a JSON object", file, line, None)
+    unknown = sorted(set(task) - _KNOWN_FIELDS)
+    if unknown:
+        raise _fail(f"unknown field (known: {', '.join(sorted(_KNOWN_FIELDS))})", file, line, unknown[0])
+    for f in ("task_id", "family"):
+        if not isinstance(task.get(f), str) or not task[f].strip():
+            raise _fail("required, a non-empty string", file, line, f)
+    has_prompt, has_msgs = task.get("prompt") is not None, task.get("messages") is not None
+    if has_prompt == has_msgs:
+        raise _fail("give exactly one of 'prompt' or 'messages'", file, line, "prompt")
+    if has_prompt and (not isinstance(task["prompt"], str) or not task["prompt"].strip()):
+        raise _fail("must be a non-empty string", file, line, "prompt")
+    if has_msgs:
+        msgs = task["messages"]
+        ok = isinstance(msgs, list) and msgs and all(
+            isinstance(m, dict) and m.get("role") in ("system", "user", "assistant") and isinstance(m.get("content"), str)
+            for m in msgs
+        )
+        if not ok or not any(m["role"] == "user" for m in msgs):
+            raise _fail("must be a list of {role, content} with at least one user message", file, line, "messages")
+    grader = task.get("grader")
+    if not isinstance(grader, dict) or grader.get("type") not in GRADER_TYPES:
+        raise _fail(f"must be an object with 'type' in {', '.join(GRADER_TYPES)}", file, line, "grader")
+    gtype = grader["type"]
+    if task.get("reference") is None and gtype != "none":
+        raise _fail("required unless grader type is 'none' (judge mode)", file, line, "reference")
+    if "difficulty" in task:
+        d = task["difficulty"]
+        if isinstance(d, bool) or not isinstance(d, int | float) or not 0.0 <= d <= 1.0:
+            raise _fail("must be a number in 0..1", file, line, "difficulty")
+    if "distractors" in task and not isinstance(task["distractors"], list):
+        raise _fail("must be a list of wrong answers", file, line, "distractors")
+    _check_grader_options(task, grader, file, line)
+    _check_tools(task, file, line)
+    return task
+
+
+def _check_grader_options(task: dict[str, Any], grader: dict[str, Any], file: str, line: int) -> None:
+    gtype = grader["type"]
+    if gtype == "numeric":
+        for opt in ("abs_tol", "rel_tol"):
+            v = grader.get(opt, 0.0)
+            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+                raise _fail(f"grader option '{opt}' must be a number >= 0", file, line, "grader")
+        try:
+            float(task["reference"])
+        except (TypeError, ValueError):
+            raise _fail("numeric grader needs a numeric reference", file, line, "reference") from None
+    if gtype == "regex":
+        import re
+
+        try:
+            re.compile(str(grader.get("pattern", task.get("reference", ""))))
+        except re.error as e:
+            raise _fail(f"bad regular expression: {e}", file, line, "grader") from None
+    if gtype == "choice" and "choices" in grader and not isinstance(grader["choices"], list):
+        raise _fail("grader option 'choices' must be a list", file, line, "grader")
+    if gtype == "code":
+        if not isinstance(task.get("entry_point"), str) or not task["entry_point"].isidentifier():
+            raise _fail("code tasks need a Python identifier", file, line, "entry_point")
+        for f in ("tests", "visible_tests"):
+            if f in task or f == "tests":
+                tests = task.get(f)
+                if not isinstance(tests, list) or (f == "tests" and not tests) or not all(isinstance(t, str) for t in tests):
+                    raise _fail("must be a list of Python assert statements (strings)", file, line, f)
+    if gtype == "tool":
+        calls = grader.get("expect_calls", [])
+        if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls):
+            raise _fail("grader option 'expect_calls' must be a list of {name, arguments?}", file, line, "grader")
+        if not task.get("tools"):
+            raise _fail("tool grader needs the task's tools", file, line, "tools")
+
+
+def _check_tools(task: dict[str, Any], file: str, line: int) -> None:
+    tools = task.get("tools")
+    if tools is None:
+        return
+    names = []
+    if not isinstance(tools, list) or not tools:
+        raise _fail("must be a non-empty list of OpenAI tool specs", file, line, "tools")
+    for t in tools:
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(fn, dict) or not fn.get("name"):
+            raise _fail("each tool must be {type: 'function', function: {name, parameters}}", file, line, "tools")
+        names.append(fn["name"])
+    impl = task.get("tool_impl")
+    if not isinstance(impl, dict):
+        raise _fail("tasks with tools need tool_impl {tool name: {type, ...}}", file, line, "tool_impl")
+    for n in names:
+        spec = impl.get(n)
+        if not isinstance(spec, dict) or spec.get("type") not in TOOL_IMPL_TYPES:
+            raise _fail(f"tool '{n}' needs an implementation of type {' or '.join(TOOL_IMPL_TYPES)}", file, line, "tool_impl")
+        if spec["type"] == "lookup" and not isinstance(spec.get("table"), dict):
+            raise _fail(f"lookup tool '{n}' needs a 'table' object", file, line, "tool_impl")
+
+
+def load_suite(path: str | Path) -> list[dict[str, Any]]:
+    """Read and validate a JSONL suite; the whole file is checked before anything is returned."""
+    p = Path(path)
+    file = str(path)
+    if not p.is_file():
+        raise InputError("no such suite file", file=file)
+    tasks: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    with p.open(encoding="utf-8") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+            except json.JSONDecodeError as e:
+                raise InputError(f"not valid JSON ({e.msg} at column {e.colno})", file=file, line=lineno) from None
+            validate_task(rec, file, lineno)
+            if rec["task_id"] in seen:
+                raise InputError(f"duplicate task_id (first on line {seen[rec['task_id']]})", file, lineno, "task_id")
+            seen[rec["task_id"]] = lineno
+            tasks.append(rec)
+    if not tasks:
+        raise InputError("suite has no tasks", file=file)
+    return tasks
+
+
+def _builtin_dir() -> Path:
+    spec = importlib.util.find_spec("suites")
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError("the built-in suites package is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "data"
+
+
+def builtin_suite_names() -> list[str]:
+    return sorted(p.stem for p in _builtin_dir().glob("*.jsonl"))
+
+
+def builtin_suite_path(name: str) -> Path:
+    names = builtin_suite_names()
+    if name not in names:
+        raise InputError(f"unknown built-in suite '{name}' (known: {', '.join(names)})", field="suite")
+    return _builtin_dir() / f"{name}.jsonl"
+
+
+def load_builtin_suite(name: str) -> list[dict[str, Any]]:
+    return load_suite(builtin_suite_path(name))
+
+
+def load_suite_ref(ref: str) -> list[dict[str, Any]]:
+    """A suite by built-in name or by file path."""
+    if not ref.endswith(".jsonl") and ref in builtin_suite_names():
+        return load_builtin_suite(ref)
+    return load_suite(ref)
