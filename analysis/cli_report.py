@@ -93,6 +93,7 @@ def report(
     rounds: int = typer.Option(1000, "--rounds", help="Bootstrap rounds (0: no intervals)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
     level: float = typer.Option(0.95, "--level", help="Interval level."),
+    l2: float = typer.Option(1e-3, "--l2", help="L2 penalty of the Bradley-Terry fit (the seed's 1e-3)."),
     tasks: str | None = typer.Option(None, "--tasks", help="JSONL with task_id and family, for logs without them."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed lines instead of stopping."),
     drop_ties: bool = typer.Option(False, "--drop-ties", help="Drop tied comparisons instead of half wins."),
@@ -102,7 +103,7 @@ def report(
     from analysis.pipeline import AnalysisOptions, analyze
 
     opts = AnalysisOptions(
-        weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, drop_ties=drop_ties,
+        weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, l2=l2, drop_ties=drop_ties,
         skip_bad=skip_bad, tasks_file=tasks,
     )
     result = analyze(paths, opts)

@@ -277,6 +277,16 @@ def render_html(doc: Mapping[str, Any]) -> str:
     for w in doc.get("warnings") or []:
         parts.append(f'<p class="warn">{html.escape(str(w))}</p>')
 
+    counts = doc.get("counts") or {}
+    if counts:
+        shown = ["tasks", "calls", "strategy_calls", "judge_calls", "calls_missing_usage", "outcomes",
+                 "ungraded_outcomes", "judgments", "comparisons", "skipped_lines"]
+        items = "".join(
+            f'<tr><td class="t">{html.escape(k.replace("_", " "))}</td>'
+            f'<td data-col="{k}" data-value="{counts[k]}">{counts[k]:,}</td></tr>'
+            for k in shown if isinstance(counts.get(k), int)
+        )
+        parts.append(f'<section id="summary"><h2>Run summary</h2><table id="summary-table">{items}</table></section>')
     parts.append('<section id="returns"><h2>Diminishing returns</h2>')
     parts.append(
         '<p class="muted">Rows ordered by tokens per task; ΔElo and ΔElo per 1k tokens are against the previous '
@@ -480,7 +490,9 @@ def doc_from_result(result: Any) -> dict[str, Any]:
     return {
         "title": f"elo-per-token report: {run_name}" if run_name else "elo-per-token report",
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "inputs": data["inputs"] if len(data["inputs"]) <= 5 else [*data["inputs"][:5], f"… {len(data['inputs'])} files"],
+        "inputs": [r.ledger.rstrip("/") + "/runs/" + r.run_id for r in refs]
+        if refs
+        else (data["inputs"] if len(data["inputs"]) <= 5 else [*data["inputs"][:5], f"… {len(data['inputs'])} files"]),
         "options": data["options"],
         "warnings": warnings,
         "returns": data["table"],

@@ -220,3 +220,14 @@ def test_render_without_prices_or_failures_says_so() -> None:
     page = render_html(doc)
     assert 'id="no-prices"' in page and 'id="no-failures"' in page
     assert 'data-col="elo" data-value="1000.0"' in page
+
+
+@needs_chromium
+def test_rendered_summary_counts_equal_report_json(rendered: dict) -> None:
+    import re
+
+    counts = rendered["json"]["counts"]
+    found = dict(re.findall(r'<td data-col="([a-z_]+)" data-value="(\d+)">', rendered["dom"]))
+    for key in ("tasks", "calls", "outcomes", "ungraded_outcomes", "comparisons"):
+        assert int(found[key]) == counts[key], key
+    assert counts["ungraded_outcomes"] == 2
