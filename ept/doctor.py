@@ -118,6 +118,8 @@ def _fix_for(err: object, p: Profile) -> str:
             f"the server rejected the key in ${p.api_key_env}: create or copy a key for THIS provider and "
             f"re-export it; a key that works elsewhere means base_url and key belong to different providers"
         )
+    if cls == "endpoint" and "is not served at this base_url" in getattr(err, "message", ""):
+        return "set `model` in the profile to a name the server lists (GET /models); Claude Code also needs ANTHROPIC_MODEL"
     if cls == "endpoint":
         return (
             "check the base_url path: OpenAI-compatible servers usually need /v1 (e.g. /api/v1), Anthropic-protocol "

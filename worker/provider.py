@@ -124,6 +124,12 @@ def _server_message(e: Exception) -> str:
     return _sentence(str(getattr(e, "message", "") or e))
 
 
+def _server_code(e: Exception) -> str | None:
+    body = getattr(e, "body", None)
+    err = body.get("error", body) if isinstance(body, dict) else None
+    return str(err.get("code")) if isinstance(err, dict) and err.get("code") else None
+
+
 def _sentence(text: str) -> str:
     text = text.strip()
     return text if text.endswith((".", "!", "?")) else text + "."
@@ -166,10 +172,16 @@ def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
             else "Anthropic-protocol base_urls stop before /v1 (e.g. https://host/api, not /api/v1): the SDK adds /v1/messages"
         )
         cls = "endpoint"
-        msg = (
-            f"404 from {where}: {_sentence(_server_message(e))} Either the base_url path is wrong — {hint} — or the model "
-            f"name '{profile.model}' is not served there (list them with `ept doctor --profile {profile.name}`)"
-        )
+        if _server_code(e) == "model_not_found":
+            msg = (
+                f"404 from {where}: {_sentence(_server_message(e))} The model name '{profile.model}' is not served "
+                f"at this base_url: set `model` in the profile to a listed one (`ept doctor --profile {profile.name}`)"
+            )
+        else:
+            msg = (
+                f"404 from {where}: {_sentence(_server_message(e))} Either the base_url path is wrong — {hint} — "
+                f"or the model name '{profile.model}' is not served there (`ept doctor --profile {profile.name}` lists them)"
+            )
     elif status == 429:
         cls, msg = "rate_limit", f"429 rate limited by {where}: {_server_message(e)}"
     elif status is not None and (status >= 500 or status == 408):

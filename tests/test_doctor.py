@@ -1,0 +1,159 @@
+"""`ept doctor` against the simulator: each failure class gives the right failing check and fix; exit codes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fixtures_sim import SIM_KEY
+
+from contracts.profiles import Profile
+from ept.doctor import FAIL, PASS, SKIP, WARN, check_base_url, check_key, ok, run_checks
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = "EPT_DOCTOR_TEST_KEY"
+
+
+def prof(base_url: str, protocol: str = "openai", model: str = "ept-sim-1") -> Profile:
+    return Profile(name="t", protocol=protocol, base_url=base_url, api_key_env=ENV, model=model, timeout=5.0)
+
+
+def statuses(checks) -> list[str]:
+    return [c.status for c in checks]
+
+
+@pytest.fixture
+def keyed_env(monkeypatch):
+    monkeypatch.setenv(ENV, SIM_KEY)
+
+
+def test_all_pass(sim_keyed, keyed_env):
+    checks = run_checks(prof(sim_keyed.url))
+    assert statuses(checks) == [PASS] * 5 and ok(checks)
+    assert "prompt_tokens=" in checks[4].detail
+    assert sim_keyed.control.stats()["by_role"] == {"doctor": 1}
+
+
+def test_anthropic_profile_passes(sim_keyed, keyed_env):
+    assert statuses(run_checks(prof(sim_keyed.root, "anthropic"))) == [PASS] * 5
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (None, "not set"),
+        ("", "empty"),
+        ('"' + SIM_KEY + '"', "quotes"),
+        (SIM_KEY + "\n", "whitespace"),
+        ("YOUR_API_KEY", "placeholder"),
+    ],
+)
+def test_key_variable_problems(monkeypatch, value, words):
+    if value is None:
+        monkeypatch.delenv(ENV, raising=False)
+    else:
+        monkeypatch.setenv(ENV, value)
+    c = check_key(prof("http://127.0.0.1:1/v1"))
+    assert c.status == FAIL and words in c.detail and ENV in c.fix
+    assert SIM_KEY not in c.detail + c.fix
+
+
+def test_missing_key_skips_network_checks(sim, monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    checks = run_checks(prof(sim.url))
+    assert statuses(checks) == [FAIL, PASS, SKIP, SKIP, SKIP]
+    assert sim.control.stats()["requests"] == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "protocol", "status", "words"),
+    [
+        ("https://h/api/v1", "openai", PASS, ""),
+        ("https://h/api", "openai", WARN, "/v1"),
+        ("https://h/v1/chat/completions", "openai", FAIL, "endpoint path"),
+        ("https://h/api/v1?utm_source=blog", "openai", FAIL, "query"),
+        ("https://h/api", "anthropic", PASS, ""),
+        ("https://h/api/v1", "anthropic", FAIL, "/v1"),
+        ("http://10.1.2.3/v1", "openai", WARN, "unencrypted"),
+        ("h/v1", "openai", FAIL, "not an http"),
+    ],
+)
+def test_base_url_rules(url, protocol, status, words):
+    c = check_base_url(prof(url, protocol))
+    assert c.status == status and words in c.detail + c.fix
+
+
+def test_wrong_key_is_credential_with_fix(sim_keyed, monkeypatch):
+    monkeypatch.setenv(ENV, "sk-canary-not-the-right-key-4242")
+    checks = run_checks(prof(sim_keyed.url))
+    assert statuses(checks) == [PASS, PASS, FAIL, SKIP, FAIL]
+    assert "401" in checks[2].detail and ENV in checks[2].detail and "THIS provider" in checks[2].fix
+    # one retry at most, and 401 is never retried: one request per network check
+    assert sim_keyed.control.stats()["by_status"] == {"401": 2}
+
+
+def test_missing_v1_is_endpoint_with_path_fix(sim, keyed_env):
+    checks = run_checks(prof(sim.root + "/api"))
+    assert statuses(checks) == [PASS, WARN, FAIL, SKIP, FAIL]
+    assert "/api/v1" in checks[2].fix
+
+
+def test_unlisted_model(sim, keyed_env):
+    sim.control.set(strict_models=True)
+    checks = run_checks(prof(sim.url, model="gpt-4o"))
+    assert statuses(checks) == [PASS, PASS, PASS, FAIL, FAIL]
+    assert "ept-sim-1" in checks[3].detail and "model" in checks[4].fix
+
+
+def test_server_down(sim, keyed_env):
+    url = sim.url
+    sim.stop()
+    checks = run_checks(prof(url))
+    assert statuses(checks) == [PASS, PASS, FAIL, SKIP, FAIL]
+    assert "cannot connect" in checks[2].detail and "curl" in checks[2].fix
+
+
+def test_missing_usage_fails(sim, keyed_env):
+    sim.control.set(rate_missing_usage=1.0)
+    checks = run_checks(prof(sim.url))
+    assert statuses(checks) == [PASS, PASS, PASS, PASS, FAIL]
+    assert "no usage" in checks[4].detail
+
+
+def test_timeout_is_reported(sim, keyed_env):
+    sim.control.set(rate_hang=1.0, hang_s=20)
+    checks = run_checks(prof(sim.url), timeout=0.3)
+    assert checks[4].status == FAIL and "timed out" in checks[4].detail
+
+
+def run_cli(args: list[str], env_key: str | None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    if env_key is not None:
+        env[ENV] = env_key
+    return subprocess.run(
+        [sys.executable, "-m", "ept.cli", "doctor", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_cli_exit_codes_and_no_key_in_output(sim_keyed, tmp_path):
+    pf = tmp_path / "profiles.toml"
+    pf.write_text(f'[profiles.s]\nbase_url = "{sim_keyed.url}"\napi_key_env = "{ENV}"\nmodel = "ept-sim-1"\n')
+    good = run_cli(["--profile", "s", "--profiles", str(pf)], SIM_KEY)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "All checks passed" in good.stdout and "sk-…WXYZ" in good.stdout
+    wrong = "sk-canary-wrong-cli-key-00005555"
+    bad = run_cli(["--profile", "s", "--profiles", str(pf)], wrong)
+    assert bad.returncode == 1 and "FAIL" in bad.stdout and "401" in bad.stdout
+    unknown = run_cli(["--profile", "nope", "--profiles", str(pf)], SIM_KEY)
+    assert unknown.returncode == 2 and "unknown profile" in unknown.stderr
+    for r in (good, bad, unknown):
+        assert SIM_KEY not in r.stdout + r.stderr and wrong not in r.stdout + r.stderr
+        assert "canary" not in r.stdout + r.stderr
