@@ -1,0 +1,160 @@
+"""Benchmark: `ept tokens` on a generated 1M-line call log vs the seed's jq+awk pipeline (section 4.1).
+
+Also times the seed's Python script (section 4.2), fixed minimally so it runs: its `agg` lists have
+three slots but are unpacked into two names (ValueError); here they have two. Both seed baselines key
+by strategy alone (the seed's bug); they are kept that way because they are timing references only.
+
+    python benchmarks/bench_tokens.py [--lines 1000000] [--keep DIR]
+
+Prints wall seconds and the ratios against each baseline, all measured in this one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+# The seed's section 4.1 pipeline, verbatim apart from the file name.
+SEED_JQ_AWK = r"""jq -r 'select(.usage != null) | [.task_id, .strategy, (.budget_n|tostring), (.usage.prompt_tokens|tostring), (.usage.completion_tokens|tostring)] | @tsv' "$1" \
+| awk -F'\t' '
+{
+  key = $2
+  in_tok[key] += $4
+  out_tok[key] += $5
+  n[key] += 1
+}
+END {
+  printf "%-14s %10s %10s %12s %8s\n", "strategy","in_tok","out_tok","total_tok","calls"
+  for (k in in_tok) {
+    total = in_tok[k] + out_tok[k]
+    printf "%-14s %10d %10d %12d %8d\n", k, in_tok[k], out_tok[k], total, n[k]
+  }
+}' \
+| sort -k4 -n
+"""
+
+
+def seed_python(path: str) -> list[str]:
+    """The seed's section 4.2 script; only change: `agg` slots [0, 0, 0] -> [0, 0] so the unpacking works."""
+    per_task = collections.defaultdict(lambda: collections.defaultdict(int))
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            rec = json.loads(line)
+            u = rec.get("usage") or {}
+            if not u:
+                continue
+            k = (rec["task_id"], rec["strategy"])
+            per_task[k]["in"] += u.get("prompt_tokens", 0)
+            per_task[k]["out"] += u.get("completion_tokens", 0)
+    agg = collections.defaultdict(lambda: [0, 0])
+    for (_task_id, strategy), v in per_task.items():
+        total = v["in"] + v["out"]
+        agg[strategy][0] += total
+        agg[strategy][1] += 1
+    return [
+        f"{strategy:14s} tasks={tasks:4d} avg_tokens_per_task={total / tasks:9.1f}"
+        for strategy, (total, tasks) in sorted(agg.items(), key=lambda x: x[1][0])
+    ]
+
+
+def make_log(path: Path, n: int, seed: int = 0) -> None:
+    """A seed-shaped log: task_id, strategy, budget_n, usage{prompt_tokens, completion_tokens}."""
+    rng = np.random.default_rng(seed)
+    arms = [("greedy", 1), ("best_of_n", 4), ("majority", 8), ("best_of_n", 16), ("tree_search", 40)]
+    a = rng.integers(0, len(arms), n)
+    fam = np.array(["math", "code", "tool_use"])[rng.integers(0, 3, n)]
+    df = pl.DataFrame(
+        {
+            "task_id": pl.Series(fam) + "-" + pl.Series(rng.integers(0, 2000, n)).cast(pl.String).str.zfill(4),
+            "strategy": pl.Series([s for s, _ in arms])[a],
+            "budget_n": pl.Series([b for _, b in arms])[a],
+            "usage": pl.DataFrame(
+                {"prompt_tokens": rng.integers(200, 2000, n), "completion_tokens": rng.integers(20, 600, n)}
+            ).to_struct(),
+        }
+    )
+    df.write_ndjson(path)
+
+
+def timed(fn, repeat: int = 1) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lines", type=int, default=1_000_000)
+    ap.add_argument("--keep", help="write the log here and keep it")
+    ap.add_argument("--skip-python", action="store_true", help="skip the (slow) seed Python baseline")
+    args = ap.parse_args()
+    if shutil.which("jq") is None:
+        sys.exit("jq not found (apt-get install jq)")
+
+    tmp = Path(args.keep or tempfile.mkdtemp(prefix="bench-tokens-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    log = tmp / "agent_run.jsonl"
+    t0 = time.perf_counter()
+    make_log(log, args.lines)
+    print(f"log: {args.lines} lines, {log.stat().st_size / 1e6:.0f} MB, generated in {time.perf_counter() - t0:.1f} s")
+
+    from analysis.io import read_records
+    from analysis.tokens import arm_tokens
+
+    table = None
+
+    def ours() -> None:
+        nonlocal table
+        table = arm_tokens(read_records([str(log)]).calls)
+
+    t_fn = timed(ours, repeat=3)
+    t_cli = timed(
+        lambda: subprocess.run(
+            [sys.executable, "-m", "ept.cli", "tokens", str(log), "--csv", os.devnull],
+            check=True, capture_output=True,
+        )
+    )  # fmt: skip
+    jq_out: list[str] = []
+
+    def jq_awk() -> None:
+        r = subprocess.run(["bash", "-c", SEED_JQ_AWK, "bench", str(log)], check=True, capture_output=True, text=True)
+        jq_out[:] = r.stdout.splitlines()
+
+    t_jq = timed(jq_awk)
+
+    # Same totals per strategy: the seed keys by strategy alone, so sum our arms per strategy to compare.
+    assert table is not None
+    ours_by_strategy = dict(table.group_by("strategy").agg(pl.col("total_tokens").sum()).rows())
+    seed_by_strategy = {ln.split()[0]: int(ln.split()[3]) for ln in jq_out[1:]}
+    assert ours_by_strategy == seed_by_strategy, (ours_by_strategy, seed_by_strategy)
+
+    print(f"analysis.tokens (read_records + arm_tokens), best of 3: {t_fn:8.2f} s")
+    print(f"`ept tokens` CLI (process start, read, table, CSV):      {t_cli:8.2f} s")
+    print(f"seed jq+awk pipeline (section 4.1):                    {t_jq:8.2f} s")
+    print(f"ratio jq+awk / analysis.tokens: {t_jq / t_fn:6.1f}x   (target >= 10x)")
+    print(f"ratio jq+awk / `ept tokens`:    {t_jq / t_cli:6.1f}x")
+    if not args.skip_python:
+        t_py = timed(lambda: seed_python(str(log)))
+        print(f"seed Python script (section 4.2, fixed):               {t_py:8.2f} s")
+        print(f"ratio seed Python / analysis.tokens: {t_py / t_fn:6.1f}x")
+    print("totals per strategy agree with the jq+awk pipeline")
+    if not args.keep:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
