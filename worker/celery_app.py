@@ -53,7 +53,7 @@ def make_app(url: str | None = None) -> Celery:
         task_send_sent_event=True,
     )
 
-    @app.task(name="ept.run_job", bind=True)
+    @app.task(name="ept.run_job", bind=True, shared=False)
     def run_job_task(self, job: dict, ctx: dict) -> dict:
         from worker.tasks import celery_run_job
 
@@ -62,5 +62,9 @@ def make_app(url: str | None = None) -> Celery:
     return app
 
 
-# `celery -A worker.celery_app worker` (and Flower) find the app here.
-app = make_app()
+def __getattr__(name: str) -> Celery:
+    # `celery -A worker.celery_app worker` (and Flower) look up `app`; build it on first use, not on import.
+    if name in ("app", "celery"):
+        globals()[name] = make_app()
+        return globals()[name]
+    raise AttributeError(name)
