@@ -96,3 +96,70 @@ def test_ci_example_is_consistent() -> None:
     prof = load_profiles(REPO / "profiles.toml")[plan.profile]
     assert wf["jobs"]["elo"]["env"][prof.api_key_env] == "${{ secrets." + prof.api_key_env + " }}"
     assert "sk-" not in (REPO / "examples/ci/elo-regression.yml").read_text()
+
+
+# ---------------------------------------------------------------- acceptance on real simulator sweeps
+
+def _sweep_ready() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("worker.job") is not None and importlib.util.find_spec("simulator.brain") is not None
+
+
+SIM_PLAN = """\
+name = "gate"
+profile = "simulator"
+suites = ["math", "code"]
+tasks_per_family = {tasks}
+replicates = 1
+seed = {seed}
+executor = "local"
+concurrency = 16
+bootstrap_rounds = 0
+
+[[arms]]
+strategy = "greedy"
+budgets = [1]
+
+[[arms]]
+strategy = "majority"
+budgets = [4]
+
+[[arms]]
+strategy = "best_of_n"
+budgets = [4]
+"""
+DEGRADED_ARM = "majority@4"
+SIM_TASKS = 60
+
+
+def _sim_sweep(tmp: Path, sim_url: str, seed: int, ledger: str) -> Path:
+    plan = tmp / f"plan-{ledger}.toml"
+    plan.write_text(SIM_PLAN.format(tasks=SIM_TASKS, seed=seed))
+    r = ept("sweep", str(plan), "--profile-url-override", sim_url, "--ledger", str(tmp / ledger), "--no-analysis",
+            cwd=tmp, env={"EPT_SIM_API_KEY": "sk-sim-dummy-key-for-tests", "EPT_PROFILES": str(REPO / "profiles.toml")})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return tmp / ledger / "runs" / "gate"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _sweep_ready(), reason="needs the strategies (worker.job) and the simulator's TaskBrain")
+def test_simulator_degrade_is_flagged_and_an_unchanged_rerun_passes(make_sim, tmp_path: Path) -> None:
+    sim = make_sim()
+    base = _sim_sweep(tmp_path, sim.url, 1, "base")
+    same = _sim_sweep(tmp_path, sim.url, 2, "same")
+    sim.control.set(degrade={DEGRADED_ARM: 0.35})
+    worse = _sim_sweep(tmp_path, sim.url, 3, "worse")
+    # The degrade reached the simulator only for the chosen arm's requests.
+    assert sim.control.config()["degrade"] == {DEGRADED_ARM: 0.35}
+
+    ok = ept("compare", str(base), str(same), "--json", str(tmp_path / "same.json"), cwd=tmp_path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = ept("compare", str(base), str(worse), "--json", str(tmp_path / "worse.json"), "--markdown",
+              str(tmp_path / "worse.md"), cwd=tmp_path)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    data = json.loads((tmp_path / "worse.json").read_text())
+    assert data["flagged"] == [DEGRADED_ARM]
+    rows = {r["arm"]: r for r in data["arms"]}
+    assert rows[DEGRADED_ARM]["d_elo"] < -20
+    assert f"`{DEGRADED_ARM}`" in (tmp_path / "worse.md").read_text()
