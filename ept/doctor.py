@@ -135,6 +135,11 @@ def _fix_for(err: object, p: Profile) -> str:
     return "the server refused the request as sent; read its message above"
 
 
+def _detail(e: object) -> str:
+    n = getattr(e, "attempts", 0)
+    return f"{getattr(e, 'message', e)} [{n} attempt{'s' if n != 1 else ''}]"
+
+
 def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float = 0.2) -> list[Check]:
     """All five checks; network checks are skipped when the key or base_url check fails."""
     from worker.provider import ProviderClient, ProviderError
@@ -156,7 +161,7 @@ def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float =
         models = client.list_models()
         checks.append(Check("GET /models", PASS, f"{len(models)} model(s) listed"))
     except ProviderError as e:
-        checks.append(Check("GET /models", FAIL, e.message, _fix_for(e, p)))
+        checks.append(Check("GET /models", FAIL, _detail(e), _fix_for(e, p)))
     if models is None:
         checks.append(Check("model listed", SKIP, "no model list"))
     elif not models:
@@ -202,7 +207,7 @@ def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float =
                 )
             )
     except ProviderError as e:
-        checks.append(Check("tiny completion returns usage", FAIL, e.message, _fix_for(e, p)))
+        checks.append(Check("tiny completion returns usage", FAIL, _detail(e), _fix_for(e, p)))
     # A server without a model list is fine if completions work.
     if checks[-1].status == PASS and checks[2].status == FAIL and "404" in checks[2].detail:
         checks[2] = dataclasses.replace(

@@ -142,6 +142,7 @@ def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
 
     status = getattr(e, "status_code", None)
     where = f"{profile.base_url} (profile '{profile.name}', protocol {profile.protocol})"
+    ra = None
     if isinstance(e, _Malformed):
         cls, msg = "transient", f"malformed response from {where}: {e}"
     elif isinstance(e, openai.APITimeoutError | anthropic.APITimeoutError):
@@ -183,14 +184,15 @@ def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
                 f"or the model name '{profile.model}' is not served there (`ept doctor --profile {profile.name}` lists them)"
             )
     elif status == 429:
-        cls, msg = "rate_limit", f"429 rate limited by {where}: {_server_message(e)}"
+        ra = _retry_after(getattr(getattr(e, "response", None), "headers", None))
+        wait = f" Retry-After: {ra:g}s." if ra is not None else " No Retry-After header."
+        cls, msg = "rate_limit", f"429 rate limited by {where}: {_server_message(e)}{wait}"
     elif status is not None and (status >= 500 or status == 408):
         cls, msg = "transient", f"{status} server error from {where}: {_server_message(e)}"
     elif status is not None:
         cls, msg = "permanent", f"{status} rejected by {where}: {_server_message(e)}"
     else:
         cls, msg = "permanent", f"{type(e).__name__} calling {where}: {e}"
-    ra = _retry_after(getattr(getattr(e, "response", None), "headers", None)) if status == 429 else None
     return ProviderError(cls, scrub(msg, [key]), status=status, retry_after=ra)
 
 
