@@ -163,7 +163,7 @@ def expand_inputs(paths: Sequence[str]) -> list[str]:
             )
             if not found:
                 raise InputError("directory holds no .jsonl, .jsonl.gz or .parquet files", file=p)
-            files.extend(found)
+            files.extend(_drop_compacted_copies(found))
         elif os.path.isfile(p):
             files.append(p)
         elif glob.has_magic(p):
@@ -192,7 +192,14 @@ def _list_s3(url: str) -> list[str]:
         raise InputError(f"cannot list S3 prefix: {e}", file=url) from e
     if not keys:
         raise InputError("S3 prefix holds no .jsonl, .jsonl.gz or .parquet objects", file=url)
-    return [f"s3://{bucket}/{k}" for k in sorted(keys)]
+    return _drop_compacted_copies([f"s3://{bucket}/{k}" for k in sorted(keys)])
+
+
+def _drop_compacted_copies(files: list[str]) -> list[str]:
+    """A ledger run holds jobs/** and possibly compact/records.parquet, a copy of the same records:
+    read a found directory's jobs/ objects and skip its compact/ copy so no record counts twice."""
+    runs_with_jobs = {f.split("/jobs/")[0] for f in files if "/jobs/" in f}
+    return [f for f in files if not ("/compact/" in f and f.split("/compact/")[0] in runs_with_jobs)]
 
 
 # ---------------------------------------------------------------- fast path
@@ -213,7 +220,19 @@ def _scan_parquet(f: str, opts: dict[str, str] | None) -> pl.LazyFrame:
     have = lf.collect_schema()
     cols = []
     for name, dtype in RAW_SCHEMA.items():
-        cols.append(pl.col(name).cast(dtype, strict=True) if name in have else pl.lit(None, dtype).alias(name))
+        if name == "usage" and isinstance(have.get("usage"), pl.Struct):
+            # Keep the two counts; a usage struct may carry more (total_tokens, details…).
+            inner = {f.name for f in have["usage"].fields}
+            cols.append(
+                pl.struct(
+                    (pl.col("usage").struct.field(k) if k in inner else pl.lit(None)).cast(pl.Int64).alias(k)
+                    for k in ("prompt_tokens", "completion_tokens")
+                ).alias("usage")
+            )
+        elif name in have:
+            cols.append(pl.col(name).cast(dtype, strict=True))
+        else:
+            cols.append(pl.lit(None, dtype).alias(name))
     return lf.select(cols).with_columns(
         pl.lit(f).alias("file"), pl.int_range(pl.len(), dtype=pl.Int64).alias("row")
     )

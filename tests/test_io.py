@@ -298,3 +298,24 @@ def test_reading_does_not_depend_on_file_order(tmp_path: Path) -> None:
     r1 = read_records([str(a), str(b)]).frame.drop("file", "row").sort(pl.all())
     r2 = read_records([str(b), str(a)]).frame.drop("file", "row").sort(pl.all())
     assert r1.equals(r2)
+
+
+def test_run_directory_does_not_count_its_compacted_copy_twice(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "r1"
+    _ledger_job(run, "t1", "greedy", 1, 0.0)
+    once = read_records([str(tmp_path)])
+    (run / "compact").mkdir()
+    once.frame.drop("file", "row").write_parquet(run / "compact" / "records.parquet")
+    again = read_records([str(tmp_path)])
+    assert again.files == once.files
+    # Named explicitly, the compacted file is read like any other.
+    assert read_records([str(run / "compact" / "records.parquet")]).frame.height == once.frame.height
+
+
+def test_parquet_usage_struct_with_extra_fields(tmp_path: Path) -> None:
+    rows = [call("a-1", "g", 1), {"task_id": "a-1", "strategy": "g", "budget_n": 1, "usage": None}]
+    rows[0]["usage"]["total_tokens"] = 110
+    pq = tmp_path / "x.parquet"
+    pl.DataFrame(rows).write_parquet(pq)
+    got = read_records([str(pq)]).calls.select("prompt_tokens", "completion_tokens", "usage_missing").rows()
+    assert got == [(100, 10, False), (None, None, True)]
