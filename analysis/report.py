@@ -173,9 +173,10 @@ def print_report(result: AnalysisResult, console: Console) -> None:
         f"{c['judgments']} judgments, {c['tasks']} tasks, {len(result.families)} families; "
         f"weights {', '.join(f'{f}={w:.3g}' for f, w in result.family_weights.items())}",
         highlight=False,
+        soft_wrap=True,
     )
     for w in result.warnings:
-        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+        console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
 
 
 # ---------------------------------------------------------------- files
