@@ -29,27 +29,27 @@ from contracts.secrets import scrub
 
 RETURNS_COLUMNS = [
     ("arm", "arm", None),
-    ("strategy", "strategy", None),
     ("budget_n", "budget", "d"),
     ("tokens_per_task", "tokens/task", ",.0f"),
     ("elo", "Elo", ".1f"),
-    ("elo_lo", "Elo lo", ".1f"),
-    ("elo_hi", "Elo hi", ".1f"),
+    ("elo_lo", "lo", ".1f"),
+    ("elo_hi", "hi", ".1f"),
     ("d_elo", "ΔElo", "+.1f"),
-    ("d_elo_lo", "ΔElo lo", "+.1f"),
-    ("d_elo_hi", "ΔElo hi", "+.1f"),
-    ("d_elo_per_1k", "ΔElo / 1k tok", ".2f"),
+    ("d_elo_lo", "lo", "+.1f"),
+    ("d_elo_hi", "hi", "+.1f"),
+    ("d_elo_per_1k", "ΔElo/1k tok", ".2f"),
     ("d_elo_per_1k_lo", "lo", ".2f"),
     ("d_elo_per_1k_hi", "hi", ".2f"),
     ("frontier", "frontier", None),
 ]
 
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1200px;
 color:#1d232b;padding:0 1rem}
 h1{font-size:1.6rem;margin-bottom:.2rem} h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;font-size:.88rem;margin:.6rem 0}
-th,td{padding:.25rem .55rem;border-bottom:1px solid #e5e5e5;text-align:right}
+table{border-collapse:collapse;font-size:.84rem;margin:.6rem 0}
+th,td{padding:.22rem .42rem;border-bottom:1px solid #e5e5e5;text-align:right;white-space:nowrap}
+.scroll{overflow-x:auto}
 th{background:#f4f6f8} td.t,th.t{text-align:left}
 tr.frontier td{font-weight:600} .muted{color:#667} .warn{background:#fff4e5;padding:.4rem .8rem;
 border-left:4px solid #f0a030} pre{background:#f6f8fa;padding:.8rem;overflow:auto;font-size:.8rem}
@@ -92,7 +92,10 @@ def _table(table_id: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[t
         key = html.escape(str(r.get("arm", "")), quote=True)
         cells = "".join(_cell(c, r.get(c), fmt) for c, _, fmt in columns)
         body.append(f'<tr data-arm="{key}"{cls}>{cells}</tr>')
-    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    return (
+        f'<div class="scroll"><table id="{table_id}"><thead><tr>{head}</tr></thead>'
+        f'<tbody>{"".join(body)}</tbody></table></div>'
+    )
 
 
 def _svg(fig: Any) -> str:
@@ -277,16 +280,6 @@ def render_html(doc: Mapping[str, Any]) -> str:
     for w in doc.get("warnings") or []:
         parts.append(f'<p class="warn">{html.escape(str(w))}</p>')
 
-    counts = doc.get("counts") or {}
-    if counts:
-        shown = ["tasks", "calls", "strategy_calls", "judge_calls", "calls_missing_usage", "outcomes",
-                 "ungraded_outcomes", "judgments", "comparisons", "skipped_lines"]
-        items = "".join(
-            f'<tr><td class="t">{html.escape(k.replace("_", " "))}</td>'
-            f'<td data-col="{k}" data-value="{counts[k]}">{counts[k]:,}</td></tr>'
-            for k in shown if isinstance(counts.get(k), int)
-        )
-        parts.append(f'<section id="summary"><h2>Run summary</h2><table id="summary-table">{items}</table></section>')
     parts.append('<section id="returns"><h2>Diminishing returns</h2>')
     parts.append(
         '<p class="muted">Rows ordered by tokens per task; ΔElo and ΔElo per 1k tokens are against the previous '
@@ -318,6 +311,16 @@ def render_html(doc: Mapping[str, Any]) -> str:
         parts.append(_table("family-table", families, fam_cols))
         parts.append('<figure id="plot-families">' + _plot_families(families) + "</figure></section>")
 
+    counts = doc.get("counts") or {}
+    if counts:
+        shown = ["tasks", "calls", "strategy_calls", "judge_calls", "calls_missing_usage", "outcomes",
+                 "ungraded_outcomes", "judgments", "comparisons", "skipped_lines"]
+        items = "".join(
+            f'<tr><td class="t">{html.escape(k.replace("_", " "))}</td>'
+            f'<td data-col="{k}" data-value="{counts[k]}">{counts[k]:,}</td></tr>'
+            for k in shown if isinstance(counts.get(k), int)
+        )
+        parts.append(f'<section id="summary"><h2>Run summary</h2><table id="summary-table">{items}</table></section>')
     if split:
         parts.append('<section id="tokens"><h2>Token split</h2>')
         parts.append(
