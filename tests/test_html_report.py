@@ -53,10 +53,12 @@ class Cells(HTMLParser):
         if tag == "table":
             self._table = a.get("id")
             self.tables[self._table] = []
-        elif tag == "tr" and self._table and "data-arm" in a:  # body rows only
-            self._row = {}
-            self.tables[self._table].append((a.get("data-arm", ""), self._row))
-        elif tag == "td" and self._row is not None:
+        elif tag == "tr":
+            self._row = None
+            if self._table and "data-arm" in a:  # body rows of the per-arm tables
+                self._row = {}
+                self.tables[self._table].append((a["data-arm"], self._row))
+        elif tag == "td" and self._row is not None and "data-col" in a:
             self._cell = (a["data-col"], None if a.get("data-null") else a.get("data-value"))
             self._text = ""
 
