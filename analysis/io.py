@@ -337,6 +337,13 @@ def _normalise(lf: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _open_text(f: str) -> list[str]:
+    try:
+        return _read_lines(f)
+    except Exception as e:  # the error path must end in a named error, not a traceback
+        raise InputError(f"cannot read: {e}", file=f) from e
+
+
+def _read_lines(f: str) -> list[str]:
     if f.startswith("s3://"):
         bucket, _, key = f[len("s3://") :].partition("/")
         data = _s3_client().get_object(Bucket=bucket, Key=key)["Body"].read()
@@ -472,6 +479,44 @@ def line_of(file: str, row: int) -> int:
 # ---------------------------------------------------------------- entry point
 
 
+def _fast(files: list[str]) -> pl.DataFrame | None:
+    try:
+        return _normalise(_scan(files)).collect()
+    except (pl.exceptions.PolarsError, OSError, ValueError):
+        return None
+
+
+def _read_group(group: list[str], *, skip_bad: bool) -> tuple[list[pl.DataFrame], list[BadLine]]:
+    """Fast path for the whole group; if polars refuses it, file by file; line by line only where needed."""
+    frame = _fast(group)
+    if frame is None and len(group) > 1:
+        parts: list[pl.DataFrame] = []
+        skipped: list[BadLine] = []
+        for f in group:
+            got, bad = _read_group([f], skip_bad=skip_bad)
+            parts += got
+            skipped += bad
+        return parts, skipped
+    if frame is None:
+        return _as_list(_slow_read(group[0], skip_bad=skip_bad))
+    bad_files = sorted(frame.filter(pl.col("bad_field").is_not_null())["file"].unique().to_list())
+    parts = [frame.filter(~pl.col("file").is_in(bad_files))]
+    skipped = []
+    for f in bad_files:
+        good, bad = _slow_read(f, skip_bad=skip_bad)
+        if not bad:
+            # polars flagged a row the line-by-line rules accept: report the row rather than guess.
+            row = frame.filter((pl.col("file") == f) & pl.col("bad_field").is_not_null()).row(0, named=True)
+            raise InputError(row["bad_msg"], f, line_of(f, row["row"]), row["bad_field"])
+        parts.append(good)
+        skipped += bad
+    return parts, skipped
+
+
+def _as_list(res: tuple[pl.DataFrame, list[BadLine]]) -> tuple[list[pl.DataFrame], list[BadLine]]:
+    return [res[0]], res[1]
+
+
 def read_records(
     paths: Sequence[str],
     *,
@@ -487,26 +532,10 @@ def read_records(
     parts: list[pl.DataFrame] = []
     skipped: list[BadLine] = []
     for group in groups.values():
-        if not group:
-            continue
-        try:
-            frame = _normalise(_scan(group)).collect()
-        except (pl.exceptions.PolarsError, OSError, ValueError):
-            frame = None
-        if frame is not None:
-            bad_files = frame.filter(pl.col("bad_field").is_not_null())["file"].unique().to_list()
-            parts.append(frame.filter(~pl.col("file").is_in(bad_files)))
-            redo = sorted(bad_files)
-        else:
-            redo = group
-        for f in redo:
-            good, bad = _slow_read(f, skip_bad=skip_bad)
-            if frame is not None and not bad:
-                # polars flagged a row the line-by-line rules accept: report the row rather than guess.
-                row = frame.filter((pl.col("file") == f) & pl.col("bad_field").is_not_null()).row(0, named=True)
-                raise InputError(row["bad_msg"], f, line_of(f, row["row"]), row["bad_field"])
-            parts.append(good)
-            skipped.extend(bad)
+        if group:
+            got, bad = _read_group(group, skip_bad=skip_bad)
+            parts += got
+            skipped += bad
     frame = pl.concat([p.drop("bad_field", "bad_msg") for p in parts], how="vertical")
     if frame.height == 0:
         raise InputError("no records in the input", file=", ".join(files[:3]) + (" …" if len(files) > 3 else ""))

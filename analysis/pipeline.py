@@ -74,6 +74,9 @@ class AnalysisResult:
     tokens_samples: np.ndarray | None = None  # [R, K]
     failed_rounds: int = 0
     versions: dict[str, str] = field(default_factory=dict)
+    # The validated input records (analysis.io.RECORD_SCHEMA) after cross-line checks, for views that
+    # need more than per-arm totals (token split by role, failures); not part of report.json.
+    records: pl.DataFrame | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Every number, the inputs, the options and the versions (report.json)."""
@@ -368,4 +371,5 @@ def analyze(
         tokens_samples=tok_s,
         failed_rounds=failed,
         versions=versions(),
+        records=frame,
     )
