@@ -163,3 +163,24 @@ def test_simulator_degrade_is_flagged_and_an_unchanged_rerun_passes(make_sim, tm
     rows = {r["arm"]: r for r in data["arms"]}
     assert rows[DEGRADED_ARM]["d_elo"] < -20
     assert f"`{DEGRADED_ARM}`" in (tmp_path / "worse.md").read_text()
+
+
+@pytest.mark.services
+def test_cli_compares_runs_in_s3(ledger: Path, s3_env, s3_bucket: str, tmp_path: Path) -> None:
+    """Runs stored in a real S3 server (SeaweedFS): read by URL, manifests included (suites check -> exit 2)."""
+    from contracts.ledger import open_ledger
+
+    s3 = open_ledger(f"s3://{s3_bucket}/ledger")
+    local = open_ledger(ledger)
+    for run in ("base", "worse", "other-suites"):
+        s3.put_manifest(run, local.get_manifest(run))
+        for key in local.list_jobs(run):
+            s3.put_job(run, key, local.get_job(run, key))
+    env = s3_env.env()
+    r = ept("compare", f"s3://{s3_bucket}/ledger/runs/base", f"s3://{s3_bucket}/ledger/runs/worse",
+            "--json", str(tmp_path / "c.json"), "--rounds", "300", cwd=tmp_path, env=env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert json.loads((tmp_path / "c.json").read_text())["flagged"] == ["best_of_n@8"]
+    r = ept("compare", f"s3://{s3_bucket}/ledger/runs/base", f"s3://{s3_bucket}/ledger/runs/other-suites",
+            "--rounds", "100", cwd=tmp_path, env=env)
+    assert r.returncode == 2 and "different suites" in r.stderr, r.stdout + r.stderr
