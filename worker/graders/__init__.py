@@ -1,0 +1,41 @@
+"""Graders: turn a strategy's final reply into a score in 0..1 with details.
+
+`grade(task, text, tool_calls)` picks the grader named by task["grader"]["type"].
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.graders.basic import BASIC, GradeResult
+from worker.graders.code import grade_code
+from worker.graders.extract import extract_answer, extract_code
+from worker.graders.tool import grade_tool
+
+__all__ = ["GradeResult", "final_answer", "grade"]
+
+
+def final_answer(task: dict[str, Any], text: str | None) -> str | None:
+    """What counts as the answer of a reply: the code block for code tasks, else the extracted answer."""
+    gtype = task["grader"]["type"]
+    if gtype == "code":
+        return extract_code(text)
+    mode = task["grader"].get("extract", "auto")
+    if gtype == "tool":
+        mode = task["grader"].get("answer", {}).get("extract", mode)
+    return extract_answer(text, mode)
+
+
+def grade(task: dict[str, Any], text: str | None, tool_calls: list[dict[str, Any]] | None = None) -> GradeResult:
+    g = task["grader"]
+    gtype = g["type"]
+    answer = final_answer(task, text)
+    if gtype == "code":
+        return grade_code(answer, task)
+    if gtype == "tool":
+        return grade_tool(answer, task, tool_calls or [])
+    if gtype == "none":
+        return GradeResult(0.0, False, {"grader": "none", "reason": "no reference: use judge mode"})
+    res = BASIC[gtype](answer, task["reference"], g)
+    res.details.setdefault("answer", answer)
+    return res

@@ -1,0 +1,49 @@
+"""Tool-use grader: were the expected tool calls made, and is the final answer right?
+
+score = 0.5 * (expected calls made) + 0.5 * (answer right); `correct` needs both.
+An expected call matches a made call with the same name whose arguments include the expected ones
+(compared after normalisation, so "qx-104" matches "QX-104").
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from worker.graders.basic import BASIC, GradeResult, normalise
+
+
+def _args(a: Any) -> dict[str, Any]:
+    if isinstance(a, dict):
+        return a
+    try:
+        v = json.loads(a or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return v if isinstance(v, dict) else {}
+
+
+def call_matches(expected: dict[str, Any], made: dict[str, Any]) -> bool:
+    if expected["name"] != made.get("name"):
+        return False
+    got = _args(made.get("arguments"))
+    return all(k in got and normalise(str(got[k])) == normalise(str(v)) for k, v in expected.get("arguments", {}).items())
+
+
+def grade_tool(answer: str | None, task: dict[str, Any], tool_calls: list[dict[str, Any]]) -> GradeResult:
+    opts = task["grader"]
+    expected = opts.get("expect_calls", [])
+    missing = [e["name"] for e in expected if not any(call_matches(e, m) for m in tool_calls)]
+    ans_opts = opts.get("answer", {"type": "normalised"})
+    ans = BASIC[ans_opts.get("type", "normalised")](answer, task["reference"], ans_opts)
+    calls_ok = not missing
+    score = 0.5 * calls_ok + 0.5 * ans.correct
+    reason = None
+    if missing:
+        reason = f"expected tool call(s) not made (or with wrong arguments): {', '.join(missing)}"
+    elif not ans.correct:
+        reason = "wrong final answer"
+    return GradeResult(score, calls_ok and ans.correct, {
+        "grader": "tool", "calls_ok": calls_ok, "answer_ok": ans.correct, "n_tool_calls": len(tool_calls),
+        "answer_details": ans.details, "reason": reason,
+    })

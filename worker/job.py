@@ -1,0 +1,52 @@
+"""run_job: one (task, strategy, budget, replicate) job, end to end, as a pure function of the job and
+the provider. Both the local and the distributed executors call it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from contracts.jobs import Job
+from contracts.records import JobResult, Outcome
+from contracts.secrets import scrub
+from worker.graders import grade
+from worker.provider import ProviderClient, ProviderError
+from worker.strategies import StrategyResult, get_strategy
+from worker.strategies.base import DEFAULT_CONCURRENCY, JobContext
+
+
+def run_job(job: Job, provider: ProviderClient, *, concurrency: int = DEFAULT_CONCURRENCY) -> JobResult:
+    """Run the job's strategy on its task and grade the answer.
+
+    A ProviderError ends the job: the outcome carries {"class", "message"} and no score, and the calls
+    made so far (including the failed one) are kept. A grader crash is a "task" error. Bad strategy
+    names or parameters raise InputError before any call is made.
+    """
+    strategy = get_strategy(job.strategy)
+    strategy.check(job)
+    ctx = JobContext(job, provider, concurrency)
+    started = time.time()
+    try:
+        result = strategy.run(ctx)
+    except ProviderError as e:
+        outcome = Outcome(None, None, None, {}, {"class": e.error_class, "message": scrub(e.message)})
+    else:
+        outcome = _grade(job, result)
+    calls = sorted(ctx.calls, key=lambda c: c.call_index)
+    return JobResult(job, calls, outcome, started, time.time())
+
+
+def _grade(job: Job, result: StrategyResult) -> Outcome:
+    task, chosen = job.task, result.chosen
+    details = {"strategy": result.details}
+    if chosen is None:
+        return Outcome(None, 0.0, False, {**details, "grader": task["grader"]["type"], "reason": "no candidate"})
+    if task["grader"]["type"] == "none":  # judge mode: scored later by pairwise judgments
+        return Outcome(chosen.answer, None, None, {**details, "grader": "none"})
+    try:
+        g = grade(task, chosen.text, chosen.tool_calls)
+    except Exception as e:  # a grader bug or a malformed task must not take the worker down
+        return Outcome(chosen.answer, None, None, details, {"class": "task", "message": scrub(f"grader failed: {type(e).__name__}: {e}")})
+    if chosen.note:
+        g.details.setdefault("note", chosen.note)
+    return Outcome(chosen.answer, g.score, g.correct, {**g.details, **details})

@@ -1,0 +1,204 @@
+"""What every strategy shares: the job context, one recorded chat call, sampling, and the registry entry type.
+
+Call indices are fixed by each algorithm (sample i, verifier i, tree node (level, parent, child)), never
+by completion order, and every call's seed is job.call_seed(index): results do not depend on
+scheduling or concurrency.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from contracts.errors import InputError
+from contracts.jobs import Job
+from contracts.prompts import parse_score, solve_messages, verify_messages
+from contracts.records import CallRecord
+from worker.graders import final_answer
+from worker.provider import ChatResponse, ProviderClient, ProviderError
+from worker.tools import execute_tool
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+SAMPLE_TEMPERATURE = 0.7  # the seed's default for n > 1
+DEFAULT_CONCURRENCY = 8
+MAX_TOOL_STEPS = 4  # agent-loop turns per tool-use episode (tool calls + the final answer)
+
+
+@dataclass
+class Candidate:
+    index: int  # sample index within the strategy (ties break towards the lower index)
+    text: str | None  # the final reply
+    answer: str | None  # extracted final answer (the code block for code tasks)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # calls made during a tool episode
+    note: str | None = None  # e.g. "step limit reached"
+
+
+@dataclass
+class StrategyResult:
+    chosen: Candidate | None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class JobContext:
+    """One job's calls: records every call (success or failure) with its algorithm-fixed index."""
+
+    def __init__(self, job: Job, provider: ProviderClient, concurrency: int = DEFAULT_CONCURRENCY) -> None:
+        self.job = job
+        self.task = job.task
+        self.provider = provider
+        self.concurrency = max(1, concurrency)
+        self.calls: list[CallRecord] = []
+        self._lock = threading.Lock()
+
+    @property
+    def supports_n(self) -> bool:
+        p = getattr(self.provider, "profile", None)
+        return bool(getattr(p, "supports_n", False)) and getattr(p, "protocol", "openai") == "openai"
+
+    def chat(
+        self,
+        index: int,
+        role: str,
+        messages: list[dict[str, Any]],
+        *,
+        temperature: float,
+        n: int = 1,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> ChatResponse:
+        seed = self.job.call_seed(index)
+        meta = {"Job": self.job.key, "Arm": self.job.arm, "Role": role}
+        try:
+            resp = self.provider.chat(messages, temperature=temperature, n=n, seed=seed, tools=tools, meta=meta)
+        except ProviderError as e:
+            self._record(CallRecord(index, role, None, None, 0.0, e.attempts, seed, n, 0, None,
+                                    {"class": e.error_class, "message": e.message}))
+            raise
+        finish = resp.choices[0].finish_reason if resp.choices else None
+        self._record(CallRecord(index, role, resp.model, resp.usage, resp.latency_s, resp.attempts, seed,
+                                resp.n_requested, resp.n_returned, finish, None, resp.usage is None))
+        if not resp.choices:
+            raise ProviderError("permanent", "the server returned no choices", attempts=resp.attempts)
+        return resp
+
+    def _record(self, rec: CallRecord) -> None:
+        with self._lock:
+            self.calls.append(rec)
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """fn over items with bounded concurrency, results in item order; the first error (in item
+        order) is raised after every call has finished, so the record of calls made is complete."""
+        if len(items) <= 1 or self.concurrency == 1:
+            return [fn(x) for x in items]
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items))) as pool:
+            futures = [pool.submit(fn, x) for x in items]
+            errors = [f.exception() for f in futures]
+        for e in errors:
+            if e is not None:
+                raise e
+        return [f.result() for f in futures]
+
+
+# ---------------------------------------------------------------- sampling
+
+def sample_stride(task: dict[str, Any]) -> int:
+    """Call indices one sample occupies: 1, or the turns of a tool-use episode."""
+    return MAX_TOOL_STEPS if task.get("tools") else 1
+
+
+def sample(ctx: JobContext, base_index: int, k: int, temperature: float) -> list[Candidate]:
+    """k candidate solutions. Sample i uses call indices [base + i*stride, base + (i+1)*stride)."""
+    task = ctx.task
+    if task.get("tools"):
+        return ctx.map(lambda i: episode(ctx, i, base_index + i * MAX_TOOL_STEPS, temperature), list(range(k)))
+    if ctx.supports_n and k > 1:
+        return _sample_batched(ctx, base_index, k, temperature)
+    msgs = solve_messages(task)
+
+    def one(i: int) -> Candidate:
+        text = ctx.chat(base_index + i, "sample", msgs, temperature=temperature).choices[0].text
+        return Candidate(i, text, final_answer(task, text))
+
+    return ctx.map(one, list(range(k)))
+
+
+def _sample_batched(ctx: JobContext, base_index: int, k: int, temperature: float) -> list[Candidate]:
+    # One request with n=k; a server that returns fewer choices gets follow-up requests for the shortfall,
+    # each at the index of the first sample it fills, so indices stay within [base, base + k).
+    msgs, texts = solve_messages(ctx.task), []
+    while len(texts) < k:
+        resp = ctx.chat(base_index + len(texts), "sample", msgs, temperature=temperature, n=k - len(texts))
+        texts.extend(c.text for c in resp.choices[: k - len(texts)])
+    return [Candidate(i, t, final_answer(ctx.task, t)) for i, t in enumerate(texts)]
+
+
+def episode(ctx: JobContext, i: int, base_index: int, temperature: float) -> Candidate:
+    """A tool-use agent loop: offer the tools, run the model's tool calls, send results back, repeat."""
+    task = ctx.task
+    messages = solve_messages(task)
+    made: list[dict[str, Any]] = []
+    for step in range(MAX_TOOL_STEPS):
+        ch = ctx.chat(base_index + step, "tool_turn", messages, temperature=temperature, tools=task["tools"]).choices[0]
+        if not ch.tool_calls:
+            return Candidate(i, ch.text, final_answer(task, ch.text), made)
+        messages.append({
+            "role": "assistant",
+            "content": ch.text,
+            "tool_calls": [{"id": tc["id"], "type": "function",
+                            "function": {"name": tc["name"], "arguments": tc["arguments"]}} for tc in ch.tool_calls],
+        })
+        for tc in ch.tool_calls:
+            messages.append({"role": "tool", "tool_call_id": tc["id"],
+                             "content": execute_tool(task, tc["name"], tc["arguments"])})
+            made.append({"name": tc["name"], "arguments": tc["arguments"]})
+    return Candidate(i, None, None, made, note=f"step limit ({MAX_TOOL_STEPS}) reached without a final answer")
+
+
+def llm_verify(ctx: JobContext, base_index: int, cands: list[Candidate]) -> list[float | None]:
+    """One verifier call per candidate that has text (index base + candidate index); None = not scored."""
+
+    def one(c: Candidate) -> float | None:
+        if not c.text:
+            return None
+        reply = ctx.chat(base_index + c.index, "verifier", verify_messages(ctx.task, c.text), temperature=0.0)
+        return parse_score(reply.choices[0].text)
+
+    return ctx.map(one, cands)
+
+
+# ---------------------------------------------------------------- registry entry
+
+@dataclass(frozen=True)
+class Strategy:
+    """A registry entry: the algorithm plus what its budget and parameters mean."""
+
+    name: str
+    run: Callable[[JobContext], StrategyResult]
+    budget_meaning: str  # what budget_n counts for this strategy
+    params: dict[str, Any] = field(default_factory=dict)  # other parameters and their defaults
+    description: str = ""
+    fixed_budget: int | None = None  # e.g. greedy only makes sense at budget 1
+    param_choices: dict[str, tuple[str, ...]] = field(default_factory=dict)  # allowed values of str params
+
+    def check(self, job: Job) -> None:
+        """Raise InputError for a budget or parameter this strategy cannot run."""
+        if job.budget_n < 1 or (self.fixed_budget is not None and job.budget_n != self.fixed_budget):
+            want = f"= {self.fixed_budget}" if self.fixed_budget is not None else ">= 1"
+            raise InputError(f"strategy '{self.name}' needs budget_n {want}, got {job.budget_n}", field="budget_n")
+        unknown = sorted(set(job.params) - set(self.params))
+        if unknown:
+            known = ", ".join(sorted(self.params)) or "none"
+            raise InputError(f"strategy '{self.name}' has no parameter '{unknown[0]}' (known: {known})", field="params")
+        for k, v in job.params.items():
+            if k in self.param_choices and v not in self.param_choices[k]:
+                allowed = ", ".join(self.param_choices[k])
+                raise InputError(f"strategy '{self.name}' parameter '{k}' must be one of: {allowed}", field="params")
+            if isinstance(self.params[k], int) and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise InputError(f"strategy '{self.name}' parameter '{k}' must be an integer >= 1", field="params")
+
+    def param(self, job: Job, name: str) -> Any:
+        return job.params.get(name, self.params[name])

@@ -1,0 +1,52 @@
+"""best_of_n: n samples at temperature 0.7, reranked by a verifier; verifier cost is part of the arm's cost.
+
+verifier = "llm"   one verifier call per candidate (role 'verifier', 'Score: x' in 0..1);
+           "tests" run the task's visible tests in the sandbox (code tasks; no tokens);
+           "auto"  tests when the task has visible tests, else llm.
+Ties go to the lowest sample index.
+"""
+
+from __future__ import annotations
+
+from worker.graders.code import grade_code
+from worker.strategies.base import (
+    SAMPLE_TEMPERATURE,
+    JobContext,
+    Strategy,
+    StrategyResult,
+    llm_verify,
+    sample,
+    sample_stride,
+)
+
+
+def run(ctx: JobContext) -> StrategyResult:
+    n, task = ctx.job.budget_n, ctx.task
+    cands = sample(ctx, 0, n, SAMPLE_TEMPERATURE)
+    mode = STRATEGY.param(ctx.job, "verifier")
+    if mode == "auto":
+        mode = "tests" if task["grader"]["type"] == "code" and task.get("visible_tests") else "llm"
+    if mode == "tests":
+        cache: dict[str, float] = {}  # identical candidates run once
+
+        def test_score(code: str | None) -> float | None:
+            if code is None:
+                return None
+            if code not in cache:
+                cache[code] = grade_code(code, task, tests=task.get("visible_tests") or task["tests"]).score
+            return cache[code]
+
+        scores = ctx.map(test_score, [c.answer for c in cands])
+    else:
+        scores = llm_verify(ctx, n * sample_stride(task), cands)
+    ranked = [(s, c.index) for s, c in zip(scores, cands, strict=True) if s is not None]
+    if not ranked:
+        return StrategyResult(cands[0], {"verifier": mode, "scores": scores, "reason": "no candidate could be scored"})
+    best = min(ranked, key=lambda sc: (-sc[0], sc[1]))
+    return StrategyResult(cands[best[1]], {"verifier": mode, "scores": scores, "chosen_index": best[1]})
+
+
+STRATEGY = Strategy(
+    "best_of_n", run, budget_meaning="samples n (plus one verifier call per sample with the llm verifier)",
+    params={"verifier": "auto"}, param_choices={"verifier": ("auto", "llm", "tests")}, description="n samples at T=0.7, rerank by verifier score",
+)
