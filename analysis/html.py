@@ -472,16 +472,18 @@ def _failure_arm(key: str, f: Mapping[str, Any]) -> str:
 
 
 def doc_from_result(result: Any) -> dict[str, Any]:
-    """The page's data: report.json's numbers (result.to_json()) plus the run's token split, failures and
-    manifest, read again from the inputs (the AnalysisResult keeps only per-arm totals)."""
+    """The page's data: report.json's numbers (result.to_json()) plus the run's token split (from the
+    result's validated records), failures by class and manifest (from the inputs and the ledger)."""
     from datetime import UTC, datetime
 
     from analysis.compare import read_failures, read_manifest, run_refs
     from analysis.io import read_records
 
     data = result.to_json()
-    records = read_records(result.inputs, skip_bad=True, tasks_file=result.options.tasks_file)
-    refs = run_refs(records.files)
+    frame = getattr(result, "records", None)
+    if frame is None:  # an AnalysisResult built without its records: read the inputs again
+        frame = read_records(result.inputs, skip_bad=True, tasks_file=result.options.tasks_file).frame
+    refs = run_refs(list(result.inputs))
     manifest = read_manifest(refs[0]) if len(refs) == 1 else None
     failure_objs: list[dict[str, Any]] = []
     for ref in refs:
@@ -500,8 +502,8 @@ def doc_from_result(result: Any) -> dict[str, Any]:
         "warnings": warnings,
         "returns": data["table"],
         "families": data["per_family"],
-        "token_split": token_split(records.frame),
-        "failures": failures_by_class(records.files, failure_objs),
+        "token_split": token_split(frame),
+        "failures": failures_by_class(list(result.inputs), failure_objs),
         "manifest": manifest,
         "counts": data["counts"],
         "versions": data["versions"],
