@@ -264,17 +264,26 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
 
 
 def _check_strategies(arms: list[Arm], v: _V) -> None:
-    """Unknown strategy names fail here, before anything runs (when the strategy registry is installed)."""
+    """Unknown strategies, budgets or parameters fail here, before anything runs (when the registry is installed)."""
     try:
-        from worker.strategies import STRATEGIES as registry  # type: ignore[attr-defined]
-    except Exception:  # the registry is optional for plan parsing (e.g. a coordinator-only install)
+        from worker.strategies import STRATEGIES as registry
+    except ImportError:  # the registry is optional for plan parsing (e.g. a coordinator-only install)
         return
+    from contracts.jobs import Job
+
     for i, a in enumerate(arms):
         if a.strategy not in registry:
             raise v.err(
                 f"unknown strategy {a.strategy!r} (known: {', '.join(sorted(registry))})",
                 f"arms[{i}].strategy", key="strategy", table="arms",
             )  # fmt: skip
+        for b in a.budgets:
+            probe = Job(run_id="check", task={"task_id": "t", "family": "f"}, strategy=a.strategy, budget_n=b, params=a.params)
+            try:
+                registry[a.strategy].check(probe)
+            except InputError as e:
+                key = "budgets" if e.field == "budget_n" else "params"
+                raise v.err(e.message, f"arms[{i}].{key}", key=key, table="arms") from None
 
 
 def load_plan(path: str | Path) -> Plan:

@@ -30,9 +30,9 @@ GOOD = textwrap.dedent(
     budgets = [1]
 
     [[arms]]
-    strategy = "majority"
+    strategy = "tree_search"
     budgets = [4, 8]
-    params = { temperature = 0.7 }
+    params = { depth = 2 }
 
     [rate_limits.simulator]
     rpm = 600
@@ -55,8 +55,8 @@ def test_good_plan_parses(tmp_path):
     plan = load_plan(p)
     assert plan.name == plan.run_id == "p1"
     assert plan.suites == ("math", str(tmp_path / "extra.jsonl"))
-    assert [(a.strategy, a.budgets) for a in plan.arms] == [("greedy", (1,)), ("majority", (4, 8))]
-    assert plan.arms[1].params == {"temperature": 0.7}
+    assert [(a.strategy, a.budgets) for a in plan.arms] == [("greedy", (1,)), ("tree_search", (4, 8))]
+    assert plan.arms[1].params == {"depth": 2}
     assert plan.weights == {"math": 2.0, "code": 1.0}
     assert plan.limits_for("simulator").rpm == 600 and plan.limits_for("simulator").tpm == 100000
     assert plan.limits_for("other").rpm is None
@@ -119,8 +119,8 @@ def test_expand_is_deterministic_and_complete():
     again = expand(parse_plan(GOOD), tasks)
     assert [j.to_json() for j in jobs] == [j.to_json() for j in again]
     j = jobs[-1]
-    assert (j.run_id, j.profile, j.seed, j.strategy, j.budget_n, j.replicate) == ("p1", "simulator", 11, "majority", 8, 1)
-    assert j.key == "code/code-001/majority_n8_temperature-0.7/r1"
+    assert (j.run_id, j.profile, j.seed, j.strategy, j.budget_n, j.replicate) == ("p1", "simulator", 11, "tree_search", 8, 1)
+    assert j.key == "code/code-001/tree_search_n8_depth-2/r1"
     # Per-call seeds differ by job and call index but not by run.
     assert j.call_seed(0) != j.call_seed(1) != jobs[0].call_seed(1)
 
@@ -143,3 +143,18 @@ def test_shipped_plans_parse():
     assert examples, "examples/plans/*.toml are shipped"
     for p in examples:
         assert load_plan(p).arms
+
+
+def test_strategy_names_budgets_and_params_are_checked():
+    pytest.importorskip("worker.strategies")
+    base = 'name = "x"\nsuites = ["math"]\n[[arms]]\nstrategy = "{s}"\nbudgets = [{b}]\n{extra}'
+    with pytest.raises(InputError) as ei:
+        parse_plan(base.format(s="beam_me_up", b=1, extra=""), file="p.toml")
+    assert (ei.value.field, ei.value.line) == ("arms[0].strategy", 4) and "majority" in str(ei.value)
+    with pytest.raises(InputError) as ei:
+        parse_plan(base.format(s="greedy", b=4, extra=""), file="p.toml")
+    assert (ei.value.field, ei.value.line) == ("arms[0].budgets", 5)
+    with pytest.raises(InputError) as ei:
+        parse_plan(base.format(s="tree_search", b=2, extra="params = { depht = 2 }\n"), file="p.toml")
+    assert (ei.value.field, ei.value.line) == ("arms[0].params", 6) and "depht" in str(ei.value)
+    assert parse_plan(base.format(s="tree_search", b=2, extra="params = { depth = 2 }\n")).arms[0].params == {"depth": 2}
