@@ -275,9 +275,16 @@ async def _complete(request: web.Request, anthropic: bool) -> web.Response:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         return done(_error(400, "'model' is required", "invalid_request_error", None, anthropic))
-    if not isinstance(body.get("messages"), list) or not body["messages"]:
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) and m.get("role") for m in msgs):
         return done(
-            _error(400, "'messages' must be a non-empty list", "invalid_request_error", None, anthropic)
+            _error(
+                400,
+                "'messages' must be a non-empty list of objects with a role",
+                "invalid_request_error",
+                None,
+                anthropic,
+            )
         )
     if anthropic and not isinstance(body.get("max_tokens"), int):
         return done(_error(400, "max_tokens: Field required", "invalid_request_error", None, anthropic))
@@ -357,7 +364,7 @@ async def _complete(request: web.Request, anthropic: bool) -> web.Response:
         n = 1
     else:
         messages, tools, system = body["messages"], body.get("tools"), ""
-        n = body.get("n") or 1
+        n = 1 if body.get("n") is None else body["n"]
         if not isinstance(n, int) or not 1 <= n <= 128:
             return done(
                 _error(400, "'n' must be an integer in 1..128", "invalid_request_error", None, anthropic)

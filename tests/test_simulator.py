@@ -268,3 +268,81 @@ def test_config_file_errors_name_file_and_field(tmp_path):
     with pytest.raises(InputError) as ei:
         load_config(bad)
     assert ei.value.file == str(bad) and ei.value.field == "rate_429"
+
+
+def test_bad_requests_are_400(sim):
+    for body in (
+        {"model": "m"},
+        {"model": "m", "messages": ["hi"]},
+        {"messages": [{"role": "user", "content": "x"}]},
+        chat_body(n=0),
+    ):
+        status, err, _ = call(sim.url + "/chat/completions", body)
+        assert status == 400 and err["error"]["type"] == "invalid_request_error"
+    status, _, _ = call(sim.root + "/v1/messages", chat_body())  # Anthropic requires max_tokens
+    assert status == 400
+
+
+def test_ept_simulate_command_serves_with_config(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fixtures_services import free_port
+
+    cfg = tmp_path / "sim.toml"
+    cfg.write_text(f'api_key = "{SIM_KEY}"\nmodels = ["only-model"]\n')
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ept.cli",
+            "simulate",
+            "--port",
+            str(port),
+            "--config",
+            str(cfg),
+            "--seed",
+            "5",
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                status, body, _ = call(f"http://127.0.0.1:{port}/v1/models")
+                break
+            except OSError:
+                assert time.time() < deadline and proc.poll() is None, (
+                    proc.stderr.read() if proc.stderr else ""
+                )
+                time.sleep(0.2)
+        assert status == 200 and [m["id"] for m in body["data"]] == ["only-model"]
+        assert call(f"http://127.0.0.1:{port}/v1/models", key="sk-wrong-000000000000")[0] == 401
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    assert "simulator" in err and "not a real model" in err and SIM_KEY not in err
+
+
+def test_ept_simulate_bad_config_exits_2(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cfg = tmp_path / "sim.toml"
+    cfg.write_text("latency_dist = 'gamma'\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "ept.cli", "simulate", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        timeout=60,
+    )
+    assert r.returncode == 2 and "latency_dist" in r.stderr
