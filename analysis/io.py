@@ -211,6 +211,10 @@ def _scan(files: list[str]) -> pl.LazyFrame:
     if files[0].endswith(".parquet"):
         frames = [_scan_parquet(f, opts) for f in files]
         return pl.concat(frames, how="vertical")
+    if len(files) == 1:
+        # One file: a plain row index, no per-row path column and no window over it.
+        lf = pl.scan_ndjson(files[0], schema=RAW_SCHEMA, storage_options=opts, row_index_name="row")
+        return lf.with_columns(pl.col("row").cast(pl.Int64), pl.lit(files[0]).alias("file"))
     lf = pl.scan_ndjson(files, schema=RAW_SCHEMA, include_file_paths="file", storage_options=opts)
     return lf.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("file").alias("row"))
 
@@ -499,14 +503,17 @@ def _read_group(group: list[str], *, skip_bad: bool) -> tuple[list[pl.DataFrame]
         return parts, skipped
     if frame is None:
         return _as_list(_slow_read(group[0], skip_bad=skip_bad))
-    bad_files = sorted(frame.filter(pl.col("bad_field").is_not_null())["file"].unique().to_list())
+    flagged = frame.filter(pl.col("bad_field").is_not_null())
+    if flagged.height == 0:
+        return [frame], []
+    bad_files = sorted(flagged["file"].unique().to_list())
     parts = [frame.filter(~pl.col("file").is_in(bad_files))]
     skipped = []
     for f in bad_files:
         good, bad = _slow_read(f, skip_bad=skip_bad)
         if not bad:
             # polars flagged a row the line-by-line rules accept: report the row rather than guess.
-            row = frame.filter((pl.col("file") == f) & pl.col("bad_field").is_not_null()).row(0, named=True)
+            row = flagged.filter(pl.col("file") == f).row(0, named=True)
             raise InputError(row["bad_msg"], f, line_of(f, row["row"]), row["bad_field"])
         parts.append(good)
         skipped += bad
