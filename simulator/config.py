@@ -17,8 +17,19 @@ from typing import Any
 
 from contracts.errors import InputError
 
-# "403" and "400" exist for scripts only (no rate): a forbidden key and a rejected request.
-FAULTS = ("429", "500", "hang", "malformed_json", "missing_usage", "fewer_choices", "403", "400", "ok")
+# "403", "400" and "quota" (429 insufficient_quota) exist for scripts only (no rate).
+FAULTS = (
+    "429",
+    "500",
+    "hang",
+    "malformed_json",
+    "missing_usage",
+    "fewer_choices",
+    "403",
+    "400",
+    "quota",
+    "ok",
+)
 LATENCY_DISTS = ("uniform", "normal", "exponential")
 DEFAULT_MODELS = ("ept-sim-1", "ept-sim-large")
 

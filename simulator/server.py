@@ -343,6 +343,16 @@ async def _complete(request: web.Request, anthropic: bool) -> web.Response:
                 anthropic,
             )
         )
+    if fault == "quota":
+        return done(
+            _error(
+                429,
+                "You exceeded your current quota (simulated).",
+                "insufficient_quota",
+                "insufficient_quota",
+                anthropic,
+            )
+        )
     if fault == "400":
         return done(_error(400, "Invalid request (simulated).", "invalid_request_error", None, anthropic))
     if fault == "hang":

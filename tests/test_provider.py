@@ -7,6 +7,7 @@ import logging
 import statistics
 import time
 import urllib.request
+from datetime import UTC
 
 import pytest
 from fixtures_sim import SIM_KEY
@@ -351,3 +352,25 @@ def test_canary_key_never_appears_in_errors_logs_or_reprs(sim_keyed, caplog, mon
     assert "chat/completions" in caplog.text  # the SDKs' debug logging was captured
     for secret in (SIM_KEY, canary_wrong, "canary"):
         assert secret not in blob
+
+
+def test_exhausted_quota_429_is_not_retried(sim):
+    sim.control.set(script=["quota"])
+    with pytest.raises(ProviderError) as ei:
+        client(sim).chat(MSGS)
+    assert (ei.value.error_class, ei.value.status, ei.value.attempts) == ("credential", 429, 1)
+    assert "quota" in ei.value.message and "$EPT_SIM_API_KEY" in ei.value.message
+
+
+def test_retry_after_header_forms():
+    from datetime import datetime, timedelta
+    from email.utils import format_datetime
+
+    from worker.provider import _retry_after
+
+    assert _retry_after({"retry-after": "3"}) == 3.0
+    assert _retry_after({"retry-after-ms": "250", "retry-after": "1"}) == 0.25
+    when = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
+    assert 25 <= _retry_after({"retry-after": when}) <= 31
+    assert _retry_after({"retry-after": "soon"}) is None
+    assert _retry_after({}) is None and _retry_after(None) is None

@@ -109,10 +109,14 @@ def _retry_after(headers: Any) -> float | None:
     if not ra:
         return None
     try:
-        return float(ra)
+        return max(float(ra), 0.0)
     except ValueError:
+        pass
+    try:  # the HTTP-date form
         dt = email.utils.parsedate_to_datetime(ra)
-        return max(dt.timestamp() - time.time(), 0.0) if dt else None
+    except (TypeError, ValueError):
+        return None
+    return max(dt.timestamp() - time.time(), 0.0)
 
 
 def _server_message(e: Exception) -> str:
@@ -183,6 +187,12 @@ def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
                 f"404 from {where}: {_sentence(_server_message(e))} Either the base_url path is wrong — {hint} — "
                 f"or the model name '{profile.model}' is not served there (`ept doctor --profile {profile.name}` lists them)"
             )
+    elif status == 429 and _server_code(e) == "insufficient_quota":
+        cls = "credential"  # OpenAI signals an exhausted quota with 429: waiting will not help
+        msg = (
+            f"429 from {where}: {_sentence(_server_message(e))} The account behind ${profile.api_key_env} has no "
+            "quota left: add credit or use another key; retrying will not help"
+        )
     elif status == 429:
         ra = _retry_after(getattr(getattr(e, "response", None), "headers", None))
         wait = f" Retry-After: {ra:g}s." if ra is not None else " No Retry-After header."
