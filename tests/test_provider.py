@@ -374,3 +374,17 @@ def test_retry_after_header_forms():
     assert 25 <= _retry_after({"retry-after": when}) <= 31
     assert _retry_after({"retry-after": "soon"}) is None
     assert _retry_after({}) is None and _retry_after(None) is None
+
+
+def test_one_client_shared_by_many_threads(make_sim):
+    from concurrent.futures import ThreadPoolExecutor
+
+    s = make_sim(latency_ms=100)
+    c = client(s)
+    with ThreadPoolExecutor(16) as ex:
+        results = list(ex.map(lambda i: c.chat(MSGS, seed=i, meta={"Job": f"j{i % 4}"}), range(32)))
+    assert all(r.usage and r.attempts == 1 for r in results)
+    assert s.control.stats()["by_job"] == {f"j{k}": 8 for k in range(4)}
+    # replies depend on the seed only, not on which thread or when
+    again = c.chat(MSGS, seed=5)
+    assert again.choices[0].text == results[5].choices[0].text

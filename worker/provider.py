@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import random
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -348,35 +349,39 @@ class ProviderClient:
         self.backoff_cap = backoff_cap
         self.retry_after_cap = retry_after_cap
         self._sdk: Any = None
+        self._sdk_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"ProviderClient(profile={self.profile.name!r}, key={mask(self._key)})"
 
     @property
     def sdk(self) -> Any:
-        if self._sdk is None:
-            p = self.profile
-            if p.protocol == "anthropic":
-                import anthropic
-
-                self._sdk = anthropic.Anthropic(
-                    api_key=self._key or "",
-                    base_url=p.base_url,
-                    timeout=p.timeout,
-                    max_retries=0,
-                    default_headers=p.headers or None,
-                )
-            else:
-                import openai
-
-                self._sdk = openai.OpenAI(
-                    api_key=self._key or "",
-                    base_url=p.base_url,
-                    timeout=p.timeout,
-                    max_retries=0,
-                    default_headers=p.headers or None,
-                )
+        with self._sdk_lock:  # one SDK client (one connection pool) per ProviderClient, even across threads
+            if self._sdk is None:
+                self._sdk = self._make_sdk()
         return self._sdk
+
+    def _make_sdk(self) -> Any:
+        p = self.profile
+        if p.protocol == "anthropic":
+            import anthropic
+
+            return anthropic.Anthropic(
+                api_key=self._key or "",
+                base_url=p.base_url,
+                timeout=p.timeout,
+                max_retries=0,
+                default_headers=p.headers or None,
+            )
+        import openai
+
+        return openai.OpenAI(
+            api_key=self._key or "",
+            base_url=p.base_url,
+            timeout=p.timeout,
+            max_retries=0,
+            default_headers=p.headers or None,
+        )
 
     def _require_key(self) -> None:
         if not self._key:
@@ -445,10 +450,8 @@ class ProviderClient:
         est = _estimate_tokens(messages, max_tokens, n)
         t0 = time.perf_counter()
         if self.protocol == "anthropic":
-            if seed is not None:
-                headers["X-EPT-Seed"] = str(
-                    seed
-                )  # the messages API has no seed; the simulator reads this header
+            if seed is not None:  # the messages API has no seed; the simulator reads this header
+                headers["X-EPT-Seed"] = str(seed)
             system, a_msgs, a_tools = to_anthropic(messages, tools)
             # temperature goes in extra_body: recent anthropic SDKs dropped the typed parameter, the API keeps it.
             kwargs: dict[str, Any] = {
