@@ -68,6 +68,7 @@ def analyze_cmd(
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
     tasks: str | None = typer.Option(None, "--tasks", help="JSONL tasks file with task_id and family."),
     no_plots: bool = typer.Option(False, "--no-plots", help="With --out: skip the PNG plots."),
+    html: str | None = typer.Option(None, "--html", help="Also write a self-contained HTML report to this file."),
     transcript: str | None = typer.Option(
         None, "--transcript", help="Also write the command and its terminal output as a markdown file."
     ),
@@ -88,15 +89,22 @@ def analyze_cmd(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=err, transient=True,
     ) as bar:
-        job = bar.add_task("bootstrap", total=max(rounds, 1))
+        job = bar.add_task("reading inputs", total=max(rounds, 1))
 
         def progress(done: int) -> None:
-            bar.update(job, completed=done)
+            bar.update(job, description="bootstrap rounds", completed=done)
 
-        result = analyze(paths, opts, progress=progress)
+        def step(name: str) -> None:
+            bar.update(job, description=name)
+
+        result = analyze(paths, opts, progress=progress, on_step=step)
     console = make_console(record=transcript is not None)
     print_report(result, console)
     written = write_outputs(result, out, plots=not no_plots) if out else []
+    if html:
+        from analysis.html import write_html
+
+        written.append(write_html(result, html))
     for p in written:
         err.print(f"wrote {p}", highlight=False)
     if transcript:

@@ -170,8 +170,12 @@ def analyze(
     options: AnalysisOptions | None = None,
     *,
     progress: Callable[[int], None] | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> AnalysisResult:
-    """The whole analysis; raises InputError on bad input (nothing is written by this function)."""
+    """The whole analysis; raises InputError on bad input (nothing is written by this function).
+
+    progress(n) reports bootstrap rounds done; on_step(name) announces each long step.
+    """
     from analysis.bootstrap import PairData, bootstrap, point_estimate
     from analysis.bt import fit_bt_detailed
     from analysis.merge import ELO_BASE, ELO_SCALE, parse_weights
@@ -182,7 +186,10 @@ def analyze(
         raise InputError(f"must be >= 0, got {opt.rounds}", field="--rounds")
     if not 0.5 <= opt.level < 1:
         raise InputError(f"must be in [0.5, 1), got {opt.level}", field="--level")
+    step = on_step or (lambda _name: None)
+    step("reading inputs")
     records = read_records(paths, skip_bad=opt.skip_bad, tasks_file=opt.tasks_file)
+    step("building comparisons")
     frame, late_bad = check_records(records, skip_bad=opt.skip_bad)
     skipped = sorted(records.skipped + late_bad, key=lambda b: (b.file, b.line))
     where = records.files[0] if len(records.files) == 1 else None
@@ -273,6 +280,7 @@ def analyze(
     )
     fw_arr = np.array([fw[f] for f in families], dtype=float)
     a_i = arm_idx[anchor]
+    step("fitting Bradley-Terry")
     elo, tok, per_family_theta = point_estimate(data, fw_arr, anchor=a_i, l2=opt.l2)
 
     fits: list[FamilyFit] = []
@@ -298,6 +306,7 @@ def analyze(
     elo_s = tok_s = None
     failed = 0
     if opt.rounds > 0:
+        step("bootstrap rounds")
         boot = bootstrap(
             data, fw_arr, anchor=a_i, rounds=opt.rounds, seed=opt.seed, l2=opt.l2, progress=progress
         )

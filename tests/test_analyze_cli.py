@@ -28,7 +28,8 @@ def ept(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 def example_report(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("report")
     proc = ept("analyze", str(EXAMPLE), "--out", str(out), "--rounds", "200", "--seed", "1",
-               "--weights", "math=0.4,code=0.4,tool_use=0.2", "--transcript", str(out / "transcript.md"))  # fmt: skip
+               "--weights", "math=0.4,code=0.4,tool_use=0.2", "--transcript", str(out / "transcript.md"),
+               "--html", str(out / "report.html"))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     return out, proc
 
@@ -64,6 +65,8 @@ def test_outputs_exist_and_agree(example_report) -> None:
     md = (out / "report.md").read_text()
     assert "| greedy@1 (anchor) |" in md and "elo_vs_tokens.png" in md
     assert "Diminishing returns" in (out / "transcript.md").read_text()
+    html = (out / "report.html").read_text()
+    assert html.lstrip().lower().startswith("<!doctype html") and "best_of_n@16" in html
 
 
 def test_same_seed_same_numbers_other_seed_other_intervals(example_report, tmp_path: Path) -> None:
