@@ -142,8 +142,12 @@ def load_suite(path: str | Path) -> list[dict[str, Any]]:
         raise InputError("no such suite file", file=file)
     tasks: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
-    with p.open(encoding="utf-8") as fh:
-        for lineno, raw in enumerate(fh, start=1):
+    with p.open("rb") as fh:
+        for lineno, raw_bytes in enumerate(fh, start=1):
+            try:
+                raw = raw_bytes.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"not valid UTF-8 (byte {e.start + 1})", file=file, line=lineno) from None
             if not raw.strip():
                 continue
             try:
