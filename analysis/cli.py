@@ -21,6 +21,15 @@ def _write_text_or_stdout(dest: str, text: str) -> None:
         Path(dest).write_text(text, encoding="utf-8")
 
 
+def _print_skipped(skipped: list, err) -> None:
+    if skipped:
+        err.print(f"[yellow]--skip-bad: skipped {len(skipped)} bad line(s):[/]", highlight=False)
+        for b in skipped[:20]:
+            err.print(f"  {b}", highlight=False, soft_wrap=True)
+        if len(skipped) > 20:
+            err.print(f"  … and {len(skipped) - 20} more (all listed in report.json with --out)", highlight=False)
+
+
 def tokens_cmd(
     paths: list[str] = typer.Argument(..., help=PATHS_HELP),
     csv: str | None = typer.Option(None, "--csv", help="Also write the table as CSV to this file ('-' = stdout)."),
@@ -49,10 +58,7 @@ def tokens_cmd(
     if json_out:
         doc = {"arms": table.to_dicts(), "judge": judge.to_dicts(), "files": records.files}
         _write_text_or_stdout(json_out, json.dumps(doc, indent=2) + "\n")
-    if records.skipped:
-        err.print(f"[yellow]skipped {len(records.skipped)} bad line(s):[/]", highlight=False)
-        for b in records.skipped[:20]:
-            err.print(f"  {b}", highlight=False)
+    _print_skipped(records.skipped, err)
 
 
 def analyze_cmd(
@@ -107,6 +113,7 @@ def analyze_cmd(
         written.append(write_html(result, html))
     for p in written:
         err.print(f"wrote {p}", highlight=False)
+    _print_skipped(result.skipped, err)
     if transcript:
         cmd = "ept " + " ".join(shlex.quote(a) for a in sys.argv[1:])
         text = console.export_text()

@@ -140,3 +140,40 @@ def test_judgments_ties_and_drop_ties(tmp_path: Path) -> None:
     d_b = db["table"][1]["elo"] - db["table"][0]["elo"]
     assert d_a == pytest.approx(scale * d_hat(25, 5), abs=1e-4)
     assert d_b == pytest.approx(scale * d_hat(20, 0), abs=1e-4)  # separation: only the L2 penalty bounds it
+
+
+def test_ledger_run_directory_end_to_end(tmp_path: Path) -> None:
+    """JobResult objects under runs/<run_id>/jobs/**: judge calls are evaluation cost, missing usage is reported."""
+    from contracts.jobs import Job
+    from contracts.records import CallRecord, JobResult, Outcome
+
+    rng = np.random.default_rng(4)
+    run = tmp_path / "ledger" / "runs" / "r7"
+    for t in range(25):
+        for strategy, n, p_win in (("greedy", 1, 0.3), ("best_of_n", 4, 0.7)):
+            job = Job(run_id="r7", task={"task_id": f"t{t}", "family": "math"}, strategy=strategy, budget_n=n)
+            calls = [
+                CallRecord(call_index=i, role="sample", model="m", latency_s=0.0, attempts=1,
+                           usage={"prompt_tokens": 100, "completion_tokens": 50})
+                for i in range(n)
+            ] + [CallRecord(call_index=n, role="judge", model="m", latency_s=0.0, attempts=1,
+                            usage={"prompt_tokens": 1000, "completion_tokens": 1})]  # fmt: skip
+            if t == 0 and n == 4:
+                calls.append(CallRecord(call_index=9, role="sample", model="m", usage=None, latency_s=0.0,
+                                        attempts=1, usage_missing=True))  # fmt: skip
+            ok = bool(rng.random() < p_win)
+            res = JobResult(job, calls, Outcome(answer="x", score=float(ok), correct=ok))
+            path = run / "jobs" / f"{job.key}.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(res.to_jsonl())
+    proc = ept("analyze", str(run), "--rounds", "50", "--out", str(tmp_path / "o"), "--no-plots")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "o" / "report.json").read_text())
+    tok = {r["arm"]: r for r in doc["tokens"]}
+    assert tok["greedy@1"]["avg_tokens_per_task"] == 150 and tok["greedy@1"]["calls"] == 25
+    # t0 of best_of_n@4 has a call without usage: counted, and that task's cost is unknown (not 600).
+    assert tok["best_of_n@4"]["calls_missing_usage"] == 1 and tok["best_of_n@4"]["avg_tokens_per_task"] == 600
+    assert tok["best_of_n@4"]["tasks"] == 25 and tok["best_of_n@4"]["total_tokens"] == 600 * 25
+    assert {r["arm"]: r["judge_calls"] for r in doc["judge_tokens"]} == {"greedy@1": 25, "best_of_n@4": 25}
+    assert doc["counts"]["judge_calls"] == 50 and doc["counts"]["calls_missing_usage"] == 1
+    assert any("no usage" in w for w in doc["warnings"])

@@ -167,6 +167,10 @@ def test_s3_prefix_reads_like_local(tmp_path: Path, s3_bucket: str) -> None:
     for f in sorted(local.iterdir()):
         s3.put_object(Bucket=s3_bucket, Key=f"runs/x/{f.name}", Body=f.read_bytes())
     s3.put_object(Bucket=s3_bucket, Key="runs/x/notes.txt", Body=b"not a log")
+    pl.read_ndjson(local / "a.jsonl").write_parquet(tmp_path / "a.parquet")
+    s3.put_object(Bucket=s3_bucket, Key="pq/a.parquet", Body=(tmp_path / "a.parquet").read_bytes())
+    pq = read_records([f"s3://{s3_bucket}/pq"]).frame.select("kind", "task_id", "arm", "prompt_tokens")
+    assert pq.equals(read_records([str(local / "a.jsonl")]).frame.select("kind", "task_id", "arm", "prompt_tokens"))
     rec = read_records([f"s3://{s3_bucket}/runs/"])
     assert rec.files == [f"s3://{s3_bucket}/runs/x/{n}" for n in ("a.jsonl", "b.jsonl", "c.jsonl.gz")]
     cols = ["kind", "task_id", "arm", "prompt_tokens", "score", "winner"]
@@ -281,6 +285,7 @@ def test_skip_bad_skips_counts_and_says_where(tmp_path: Path, capsys) -> None:
     assert doc["counts"]["skipped_lines"] == 3
     assert [(s["line"], s["field"]) for s in doc["skipped"]] == [(6, "arm_b"), (7, "usage.prompt_tokens"), (8, None)]
     assert "skipped 3 bad line(s)" in stdout
+    assert f"{f}:7: field 'usage.prompt_tokens'" in err and f"{f}:8:" in err
 
 
 def test_duplicate_outcome_is_rejected_with_its_line(tmp_path: Path) -> None:
