@@ -31,6 +31,7 @@ class Tally:
     retrying: set[str] = field(default_factory=set)
     failures: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     messages: dict[str, str] = field(default_factory=dict)  # first message per error class
+    workers: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # jobs run per Celery worker
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, s: dict[str, Any]) -> None:
@@ -48,6 +49,8 @@ class Tally:
                 cls = s.get("class") or "task"
                 self.failures[cls].append(s["key"])
                 self.messages.setdefault(cls, s.get("message") or "")
+            if s.get("worker") and st != "skipped":
+                self.workers[s["worker"]] += 1
             self.calls += int(s.get("calls") or 0)
             self.tokens += int(s.get("tokens") or 0)
 

@@ -198,6 +198,7 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx: dict[str, Any]
         def on_retry(j: Job, attempt: int, cls: str) -> None:
             task_self.update_state(state="RETRYING", meta={"key": j.key, "attempt": attempt, "class": cls})
 
-        return perform_job(job, ledger, provider, on_retry=on_retry, max_attempts=int(ctx.get("max_attempts", 3)))
+        summary = perform_job(job, ledger, provider, on_retry=on_retry, max_attempts=int(ctx.get("max_attempts", 3)))
+        return {**summary, "worker": getattr(task_self.request, "hostname", None)}
     finally:
         claim.release()
