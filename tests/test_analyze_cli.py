@@ -177,3 +177,35 @@ def test_ledger_run_directory_end_to_end(tmp_path: Path) -> None:
     assert {r["arm"]: r["judge_calls"] for r in doc["judge_tokens"]} == {"greedy@1": 25, "best_of_n@4": 25}
     assert doc["counts"]["judge_calls"] == 50 and doc["counts"]["calls_missing_usage"] == 1
     assert any("no usage" in w for w in doc["warnings"])
+
+
+def test_known_strengths_are_recovered_from_judgments(tmp_path: Path) -> None:
+    """Judgments drawn from a known Bradley-Terry model per family: the merged, anchored Elo matches truth."""
+    from analysis.pipeline import AnalysisOptions, analyze
+
+    rng = np.random.default_rng(12)
+    arms = ["a@1", "a@2", "b@4", "b@8"]
+    truth = {"x": np.array([0.0, 0.5, 0.9, 1.1]), "y": np.array([0.0, 0.3, 0.6, 1.4])}
+    rows = []
+    for fam, th in truth.items():
+        for t in range(300):
+            task = f"{fam}-{t}"
+            for k, arm in enumerate(arms):
+                s, n = arm.split("@")
+                rows.append({"task_id": task, "strategy": s, "budget_n": int(n),
+                             "usage": {"prompt_tokens": 100 * (k + 1), "completion_tokens": 0}})  # fmt: skip
+            for i in range(4):
+                for j in range(i + 1, 4):
+                    p = 1 / (1 + np.exp(-(th[i] - th[j])))
+                    rows.append({"task_id": task, "arm_a": arms[i], "arm_b": arms[j],
+                                 "winner": "A" if rng.random() < p else "B"})  # fmt: skip
+    f = tmp_path / "j.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = analyze([str(f)], AnalysisOptions(rounds=200, seed=0, weights="x=0.5,y=0.5"))
+    merged = 0.5 * (truth["x"] - truth["x"].mean()) + 0.5 * (truth["y"] - truth["y"].mean())
+    want = 400 / math.log(10) * (merged - merged[0])
+    assert res.arms == arms
+    got = res.table["elo"].to_numpy() - 1000
+    se = (res.table["elo_hi"].to_numpy() - res.table["elo_lo"].to_numpy())[1:] / (2 * 1.96)
+    assert np.all(np.abs(got - want)[1:] < 4 * se), (got, want, se)
+    assert np.all(se < 25)  # 1,800 comparisons per family pin each arm to within a few dozen Elo
