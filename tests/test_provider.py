@@ -248,20 +248,24 @@ def test_429_exhausts_retries_and_counts_attempts(sim):
 
 def test_retry_after_whole_seconds_is_honoured(sim):
     # retry_after 1 s: the simulator sends "Retry-After: 1" and "retry-after-ms: 1000"
+    c = client(sim)
+    c.chat(MSGS)  # warm up (SDK import, connection) outside the timed part
     sim.control.set(script=["429", "ok"], retry_after=1.0)
+    sim.control.reset()
     t0 = time.perf_counter()
-    r = client(sim).chat(MSGS, seed=1)
+    r = c.chat(MSGS, seed=1)
     elapsed = time.perf_counter() - t0
     assert r.attempts == 2 and sim.control.stats()["by_status"] == {"429": 1, "200": 1}
-    assert 1.0 <= elapsed < 5.0
+    assert 1.0 <= elapsed < 10.0
 
 
 def test_retry_after_is_capped(sim):
-    sim.control.set(script=["429", "ok"], retry_after=120.0)
     c = ProviderClient(sim.profile(), api_key=SIM_KEY, retry_after_cap=0.3)
+    c.chat(MSGS)  # warm up
+    sim.control.set(script=["429", "ok"], retry_after=120.0)
     t0 = time.perf_counter()
     r = c.chat(MSGS, seed=1)
-    assert r.attempts == 2 and 0.3 <= time.perf_counter() - t0 < 5.0
+    assert r.attempts == 2 and 0.3 <= time.perf_counter() - t0 < 20.0  # far below the 120 s asked for
 
 
 def test_5xx_is_transient_and_retried_until_success(sim):
@@ -281,13 +285,16 @@ def test_malformed_json_is_transient(sim):
 
 
 def test_hang_past_timeout_is_transient_timeout(sim):
-    sim.control.set(rate_hang=1.0, hang_s=20)
+    c = client(sim, timeout=0.3, max_retries=1)
+    c.chat(MSGS)  # warm up
+    sim.control.set(rate_hang=1.0, hang_s=60)
+    sim.control.reset()
     t0 = time.perf_counter()
     with pytest.raises(ProviderError) as ei:
-        client(sim, timeout=0.3, max_retries=1).chat(MSGS)
+        c.chat(MSGS)
     assert (ei.value.error_class, ei.value.attempts) == ("transient", 2)
     assert "timed out" in ei.value.message
-    assert time.perf_counter() - t0 < 5  # the client gave up; it did not wait for hang_s
+    assert time.perf_counter() - t0 < 30  # the client gave up; it did not wait for hang_s (60 s)
     assert sim.control.stats()["by_fault"] == {"hang": 2}
 
 
@@ -388,3 +395,21 @@ def test_one_client_shared_by_many_threads(make_sim):
     # replies depend on the seed only, not on which thread or when
     again = c.chat(MSGS, seed=5)
     assert again.choices[0].text == results[5].choices[0].text
+
+
+def test_transient_retries_sleep_the_jittered_backoff(sim):
+    import random
+
+    c = ProviderClient(sim.profile(max_retries=3), api_key=SIM_KEY, backoff_base=0.2, backoff_cap=10)
+    c.chat(MSGS)  # warm up: SDK import and connection outside the timed part
+    sim.control.set(rate_500=1.0)
+    sim.control.reset()
+    random.seed(12345)
+    expected = [random.uniform(0, 0.2 * 2**i) for i in range(3)]  # what full jitter draws for attempts 1..3
+    random.seed(12345)
+    t0 = time.perf_counter()
+    with pytest.raises(ProviderError) as ei:
+        c.chat(MSGS)
+    elapsed = time.perf_counter() - t0
+    assert ei.value.attempts == 4 and sim.control.stats()["by_status"] == {"500": 4}
+    assert sum(expected) <= elapsed < sum(expected) + 10.0  # generous: shared CI machines
