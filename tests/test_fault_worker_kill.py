@@ -1,0 +1,92 @@
+"""Fault 1: SIGKILL one Celery worker mid-sweep, then another. The sweep completes; every job key is in the
+ledger exactly once; per-arm token totals equal a clean (local) run's with the same seed."""
+
+from __future__ import annotations
+
+import signal
+import uuid
+
+import pytest
+from fixtures_faults import (
+    FAULT_KEY,
+    job_runner,
+    ledger_facts,
+    n_jobs,
+    sweep_proc,
+    tail,
+    wait_until,
+    worker_env,
+    write_plan,
+    write_profiles,
+    write_suite,
+)
+from fixtures_services import start_celery_workers
+
+pytestmark = [pytest.mark.slow, pytest.mark.services]
+
+
+def clean_run(tmp, sim, suite, monkeypatch, name: str, per_family: int = 10) -> dict[str, int]:
+    """The same plan on the local executor into a folder: the reference token totals per arm."""
+    from contracts.profiles import get_profile
+    from coordinator.plan import load_plan
+    from coordinator.sweep import execute, plan_jobs
+
+    profiles = write_profiles(tmp / "profiles-clean.toml", sim.url)
+    monkeypatch.setenv("EPT_PROFILES", str(profiles))
+    monkeypatch.setenv("EPT_SIM_API_KEY", FAULT_KEY)
+    plan = load_plan(write_plan(tmp / "clean.toml", name=name, suite=suite, ledger=str(tmp / "clean"),
+                                executor="local", per_family=per_family))  # fmt: skip
+    jobs = plan_jobs(plan)
+    out = execute(plan, jobs, profile=get_profile("fault-sim"), run=job_runner(), analyze=False)
+    assert out.ok
+    return ledger_facts(str(tmp / "clean"), name, {j.key for j in jobs}).tokens_by_arm
+
+
+def test_sigkill_two_workers_mid_sweep(tmp_path, redis_server, s3_env, s3_bucket, make_sim, monkeypatch):
+    from contracts.profiles import get_profile  # noqa: F401  (profile file resolution is exercised below)
+    from coordinator.plan import load_plan
+    from coordinator.sweep import plan_jobs
+
+    sim = make_sim(api_key=FAULT_KEY, latency_ms=150, seed=3)
+    suite = write_suite(tmp_path / "suite.jsonl")
+    profiles = write_profiles(tmp_path / "profiles.toml", sim.url)
+    queue = "fk-" + uuid.uuid4().hex[:8]
+    ledger = f"s3://{s3_bucket}/ledger"
+    plan_path = write_plan(tmp_path / "plan.toml", name="kill", suite=suite, ledger=ledger, queue=queue)
+    jobs = plan_jobs(load_plan(plan_path))
+    keys = {j.key for j in jobs}
+    assert len(jobs) == n_jobs() == 60
+
+    env = {**s3_env.env(), **worker_env(tmp_path), "EPT_PROFILES": str(profiles), "EPT_SIM_API_KEY": FAULT_KEY}
+    workers = start_celery_workers(3, redis_server.url, tmp_path / "w", env=env, concurrency=2, queue=queue)
+    coord_log = tmp_path / "sweep.log"
+    try:
+        coord = sweep_proc(plan_path, {**env, "EPT_BROKER_URL": redis_server.url}, coord_log)
+        from contracts.ledger import open_ledger
+
+        led = open_ledger(ledger)
+        # Kill a worker once a sixth of the jobs have landed, a second one at half: both hold jobs in flight.
+        wait_until(lambda: len(led.list_jobs("kill")) >= 10, 90, "10 jobs in the ledger")
+        workers.procs[0].send_signal(signal.SIGKILL)
+        wait_until(lambda: len(led.list_jobs("kill")) >= 30, 90, "30 jobs in the ledger")
+        workers.procs[1].send_signal(signal.SIGKILL)
+        # The survivor finishes; the killed workers' unacked jobs come back after the visibility timeout.
+        rc = coord.wait(timeout=120)
+        assert rc == 0, tail(coord_log)
+    finally:
+        workers.stop()
+    facts = ledger_facts(ledger, "kill", keys)
+    assert facts.jobs == len(keys) and facts.lost == 0 and facts.failed == 0, facts
+    assert facts.duplicates == 0 and facts.extra_keys == 0
+    # Every job's calls were recorded once: (job, call_index) unique and as many as the arm's budget.
+    assert facts.calls_by_job == {j.key: j.budget_n for j in jobs} or job_runner() is None
+    # Requests the killed workers had in flight were paid for but never recorded: the server saw at least as
+    # many requests per job as the ledger has calls, never fewer.
+    by_job = sim.control.stats()["by_job"]
+    assert all(by_job.get(k, 0) >= n for k, n in facts.calls_by_job.items())
+    killed_waste = sum(by_job.values()) - facts.calls
+    assert killed_waste >= 0
+
+    sim.control.reset()
+    reference = clean_run(tmp_path, sim, suite, monkeypatch, "kill")
+    assert facts.tokens_by_arm == reference and sum(reference.values()) > 0
