@@ -53,7 +53,7 @@ def fault_job(job: Any, provider: Any) -> Any:
                 CallRecord(i, "sample", r.model, r.usage, r.latency_s, r.attempts, seed=seed,
                            n_requested=r.n_requested, n_returned=r.n_returned,
                            finish_reason=r.choices[0].finish_reason if r.choices else None,
-                           usage_missing=r.usage is None)  # fmt: skip
+                           usage_missing=r.usage is None)
             )
             answer = answer or (r.choices[0].text if r.choices else None)
     except ProviderError as e:
@@ -138,7 +138,7 @@ def sweep_proc(plan: Path, env: dict[str, str], log: Path, *extra: str) -> subpr
     full["PYTHONPATH"] = os.pathsep.join([env.get("PYTHONPATH", ""), str(REPO)]).strip(os.pathsep)
     return subprocess.Popen(
         [sys.executable, "-m", "ept.cli", "sweep", str(plan), "--no-analysis", *extra],
-        stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=full, cwd=log.parent,  # noqa: SIM115
+        stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=full, cwd=log.parent,
     )  # fmt: skip
 
 

@@ -170,7 +170,7 @@ def test_judgment_files_parse_or_name_file_line_field(tmp_path_factory, data):
     tmp = tmp_path_factory.mktemp("judg")
     recs = _judgments()
     i = data.draw(st.integers(0, len(recs) - 1), label="line")
-    paths = list(JUDGMENT) + ["strategy_a", "budget_a", "kind"]
+    paths = [*list(JUDGMENT), "strategy_a", "budget_a", "kind"]
     fieldname = data.draw(st.sampled_from(paths), label="field")
     if data.draw(st.booleans(), label="drop"):
         recs[i].pop(fieldname, None)
