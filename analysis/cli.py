@@ -35,7 +35,7 @@ def tokens_cmd(
     csv: str | None = typer.Option(None, "--csv", help="Also write the table as CSV to this file ('-' = stdout)."),
     json_out: str | None = typer.Option(None, "--json", help="Also write the table as JSON to this file ('-' = stdout)."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
-    tasks: str | None = typer.Option(None, "--tasks", help="JSONL tasks file with task_id and family."),
+    tasks: str | None = typer.Option(None, "--tasks", hidden=True, help="Accepted for symmetry with analyze; unused."),
 ) -> None:
     """Tokens per arm (strategy, budget): calls, prompt/completion/total tokens, tasks, tokens per task."""
     from rich.console import Console
@@ -45,7 +45,7 @@ def tokens_cmd(
     from analysis.tokens import arm_tokens, judge_tokens
 
     err = Console(stderr=True)
-    records = read_records(paths, skip_bad=skip_bad, tasks_file=tasks)
+    records = read_records(paths, skip_bad=skip_bad, tasks_file=tasks, resolve_families=False)
     calls = records.calls
     if calls.height == 0:
         raise InputError("no call records in the input", file=records.files[0] if len(records.files) == 1 else None)

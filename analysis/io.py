@@ -529,8 +529,12 @@ def read_records(
     *,
     skip_bad: bool = False,
     tasks_file: str | None = None,
+    resolve_families: bool = True,
 ) -> Records:
-    """Read every input into one validated frame (RECORD_SCHEMA) with a resolved `family` per task."""
+    """Read every input into one validated frame (RECORD_SCHEMA) with a resolved `family` per task.
+
+    resolve_families=False leaves `family` as written on each line (token counting needs no families).
+    """
     files = expand_inputs(paths)
     groups = {
         "parquet": [f for f in files if f.endswith(".parquet")],
@@ -546,7 +550,8 @@ def read_records(
     frame = pl.concat([p.drop("bad_field", "bad_msg") for p in parts], how="vertical")
     if frame.height == 0:
         raise InputError("no records in the input", file=", ".join(files[:3]) + (" …" if len(files) > 3 else ""))
-    frame = _resolve_families(frame, tasks_file)
+    if resolve_families:
+        frame = _resolve_families(frame, tasks_file)
     return Records(frame=frame.select(list(RECORD_SCHEMA)), files=files, skipped=skipped)
 
 

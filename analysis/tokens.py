@@ -66,8 +66,15 @@ def arm_tokens(calls: pl.DataFrame) -> pl.DataFrame:
         _TOTAL.sum().alias("total_tokens"),
         pl.col("task_id").n_unique().alias("tasks"),
     )
+    # Per (arm, task) cost, averaged per arm; the same rule as task_tokens without its extra columns.
     per_task = (
-        task_tokens(sc).group_by("arm").agg(pl.col("tokens").mean().alias("avg_tokens_per_task"))
+        sc.group_by("arm", "task_id")
+        .agg(
+            (_TOTAL.sum() / pl.col("replicate").n_unique()).alias("t"),
+            pl.col("usage_missing").any().alias("m"),
+        )
+        .group_by("arm")
+        .agg(pl.col("t").filter(~pl.col("m")).mean().alias("avg_tokens_per_task"))
     )
     return (
         totals.join(per_task, on="arm", how="left")
