@@ -50,10 +50,10 @@ class SimHandle:
         self.running.stop()
 
 
-def _start(config: dict[str, Any] | None = None, **kw: Any) -> SimHandle:
+def _start(config: dict[str, Any] | None = None, *, brain: Any = None, **kw: Any) -> SimHandle:
     from simulator.server import start_in_thread
 
-    r = start_in_thread({**(config or {}), **kw})
+    r = start_in_thread({**(config or {}), **kw}, brain=brain)
     return SimHandle(url=r.url, root=r.root, port=r.port, control=r.control, running=r)
 
 
@@ -61,8 +61,8 @@ def _start(config: dict[str, Any] | None = None, **kw: Any) -> SimHandle:
 def make_sim() -> Iterator[Callable[..., SimHandle]]:
     started: list[SimHandle] = []
 
-    def factory(config: dict[str, Any] | None = None, **kw: Any) -> SimHandle:
-        h = _start(config, **kw)
+    def factory(config: dict[str, Any] | None = None, *, brain: Any = None, **kw: Any) -> SimHandle:
+        h = _start(config, brain=brain, **kw)
         started.append(h)
         return h
 
@@ -81,3 +81,11 @@ def sim(make_sim: Callable[..., SimHandle]) -> SimHandle:
 def sim_keyed(make_sim: Callable[..., SimHandle]) -> SimHandle:
     """A fresh simulator that accepts only SIM_KEY (others get 401)."""
     return make_sim(api_key=SIM_KEY)
+
+
+@pytest.fixture
+def generic_sim(make_sim: Callable[..., SimHandle]) -> SimHandle:
+    """A fresh simulator answering with GenericBrain, whatever simulator/brain.py does (for protocol tests)."""
+    from simulator.generic import GenericBrain
+
+    return make_sim(brain=GenericBrain())

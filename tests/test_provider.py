@@ -50,8 +50,8 @@ def test_openai_usage_and_text_are_exactly_what_the_server_sent(sim_keyed):
     assert r.latency_s > 0
 
 
-def test_same_seed_same_reply_and_choice_seeds_derive_from_request_seed(sim):
-    c = client(sim)
+def test_same_seed_same_reply_and_choice_seeds_derive_from_request_seed(generic_sim):
+    c = client(generic_sim)
     a = c.chat(MSGS, temperature=0.7, seed=5)
     b = c.chat(MSGS, temperature=0.7, seed=5)
     many = c.chat(MSGS, temperature=0.7, n=4, seed=5)
@@ -90,7 +90,8 @@ def test_anthropic_refuses_n_without_sending(sim):
 
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
-def test_tool_call_round_trip(sim, protocol):
+def test_tool_call_round_trip(generic_sim, protocol):
+    sim = generic_sim
     tools = [
         {
             "type": "function",
