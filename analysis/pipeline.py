@@ -302,6 +302,11 @@ def analyze(
         )
         if not d.converged:
             warnings.append(f"family {f}: Bradley-Terry fit did not converge (grad norm {d.grad_norm:.2e})")
+        if fits[-1].unobserved:
+            warnings.append(
+                f"family {f} has no comparisons for {', '.join(fits[-1].unobserved)}: their global Elo "
+                "comes from the other families only (weights renormalised per arm)"
+            )
 
     elo_s = tok_s = None
     failed = 0

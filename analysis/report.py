@@ -125,7 +125,7 @@ def make_console(*, stderr: bool = False, record: bool = False) -> Console:
 
 
 def _rich_table(title: str, header: list[str], rows: list[list[str]], right_from: int = 1) -> Table:
-    t = Table(title=title, title_justify="left", header_style="bold")
+    t = Table(title=title, title_justify="left", header_style="bold", min_width=len(title))
     for i, h in enumerate(header):
         t.add_column(h, justify="right" if i >= right_from else "left", no_wrap=True)
     for r in rows:

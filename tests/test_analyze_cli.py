@@ -209,3 +209,24 @@ def test_known_strengths_are_recovered_from_judgments(tmp_path: Path) -> None:
     se = (res.table["elo_hi"].to_numpy() - res.table["elo_lo"].to_numpy())[1:] / (2 * 1.96)
     assert np.all(np.abs(got - want)[1:] < 4 * se), (got, want, se)
     assert np.all(se < 25)  # 1,800 comparisons per family pin each arm to within a few dozen Elo
+
+
+def test_arm_missing_from_a_family_and_no_bootstrap(tmp_path: Path) -> None:
+    from analysis.pipeline import AnalysisOptions, analyze
+
+    rows = []
+    for fam in ("math", "code"):
+        for t in range(6):
+            arms = [("g", 1, 0.2), ("b", 4, 0.5)] + ([("x", 9, 0.9)] if fam == "math" else [])
+            for s, n, score in arms:
+                rows.append({"task_id": f"{fam}-{t}", "strategy": s, "budget_n": n,
+                             "usage": {"prompt_tokens": 100 * n, "completion_tokens": 10}})  # fmt: skip
+                rows.append({"task_id": f"{fam}-{t}", "strategy": s, "budget_n": n, "score": score})
+    f = tmp_path / "a.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = analyze([str(f)], AnalysisOptions(rounds=0))
+    assert res.elo_samples is None and res.table["elo_lo"].null_count() + res.table["elo_lo"].is_nan().sum() == 3
+    code = {r["arm"]: r["elo"] for r in res.per_family.filter(pl.col("family") == "code").to_dicts()}
+    assert code["x@9"] is None and code["g@1"] is not None
+    assert [fit.unobserved for fit in res.fits] == [["x@9"], []]  # families sorted: code, math
+    assert any("family code has no comparisons for x@9" in w for w in res.warnings)
