@@ -1,9 +1,118 @@
-"""Commands of this stage, added to the `ept` app by ept.cli."""
+"""`ept suites ...`: list, show and validate task suites; measure strategy accuracy on the simulator."""
 
 from __future__ import annotations
 
 import typer
 
+from contracts.errors import InputError
+
+suites_app = typer.Typer(help="Task suites: list, show, validate; strategy accuracy on the simulator.", no_args_is_help=True)
+
+
+@suites_app.command("list")
+def list_cmd() -> None:
+    """The built-in suites with task counts and graders."""
+    from collections import Counter
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from contracts.tasks import builtin_suite_names, builtin_suite_path, load_builtin_suite
+
+    table = Table("suite", "tasks", "families", "graders", "mean difficulty", "file")
+    for name in builtin_suite_names():
+        tasks = load_builtin_suite(name)
+        graders = Counter(t["grader"]["type"] for t in tasks)
+        fams = sorted({t["family"] for t in tasks})
+        diff = sum(t.get("difficulty", 0.5) for t in tasks) / len(tasks)
+        table.add_row(name, str(len(tasks)), ",".join(fams), ",".join(f"{k}:{v}" for k, v in graders.items()),
+                      f"{diff:.2f}", str(builtin_suite_path(name)))
+    Console().print(table)
+
+
+@suites_app.command("show")
+def show_cmd(
+    suite: str = typer.Argument(..., help="built-in suite name or JSONL path"),
+    task_id: str = typer.Option(None, "--task", help="show this task in full"),
+    limit: int = typer.Option(5, help="tasks to list"),
+) -> None:
+    """Show tasks of a suite (one in full with --task)."""
+    import json
+
+    from contracts.tasks import load_suite_ref
+
+    tasks = load_suite_ref(suite)
+    if task_id is not None:
+        found = [t for t in tasks if t["task_id"] == task_id]
+        if not found:
+            raise InputError(f"no task '{task_id}' in suite", file=suite, field="task_id")
+        typer.echo(json.dumps(found[0], indent=2, ensure_ascii=False))
+        return
+    for t in tasks[:limit]:
+        prompt = t.get("prompt") or t["messages"][-1]["content"]
+        typer.echo(f"{t['task_id']}  [{t['family']}, {t['grader']['type']}, d={t.get('difficulty', '-')}]  {prompt[:100]}")
+    if len(tasks) > limit:
+        typer.echo(f"... {len(tasks) - limit} more")
+
+
+@suites_app.command("validate")
+def validate_cmd(path: str = typer.Argument(..., help="JSONL suite file")) -> None:
+    """Validate a suite file; exit 2 with file:line: field on the first problem."""
+    from contracts.tasks import load_suite
+
+    tasks = load_suite(path)
+    typer.echo(f"{path}: {len(tasks)} tasks OK")
+
+
+def parse_arms(spec: str) -> list[tuple[str, int]]:
+    """'greedy@1,majority@8' -> [("greedy", 1), ("majority", 8)], checked against the registry."""
+    from worker.strategies import get_strategy
+
+    arms = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        name, _, n = part.partition("@")
+        if not n.isdigit() or int(n) < 1:
+            raise InputError(f"arm '{part}' must look like strategy@n with n >= 1", field="arms")
+        get_strategy(name)
+        arms.append((name, int(n)))
+    if not arms:
+        raise InputError("no arms given", field="arms")
+    return arms
+
+
+@suites_app.command("accuracy")
+def accuracy_cmd(
+    tasks: int = typer.Option(300, help="tasks drawn evenly from the suites; jobs = tasks x arms"),
+    arms: str = typer.Option(
+        "greedy@1,majority@4,majority@8,majority@16,best_of_n@4,best_of_n@8,best_of_n@16",
+        help="comma-separated strategy@n",
+    ),
+    families: str = typer.Option("math,code,tool_use", help="built-in suites to draw from"),
+    seed: int = typer.Option(0),
+    workers: int = typer.Option(8, help="jobs run side by side"),
+    supports_n: bool = typer.Option(False, help="ask for n choices in one request (fewer calls, same samples' role)"),
+) -> None:
+    """Accuracy, calls and tokens per arm on the built-in suites against an in-process simulator (markdown)."""
+    import time
+
+    from contracts.tasks import builtin_suite_names
+    from suites.accuracy import draw_tasks, markdown, run_arms, summarise
+
+    arm_list = parse_arms(arms)
+    fams = [f.strip() for f in families.split(",") if f.strip()]
+    unknown = sorted(set(fams) - set(builtin_suite_names()))
+    if unknown:
+        raise InputError(f"unknown suite '{unknown[0]}' (known: {', '.join(builtin_suite_names())})", field="families")
+    if tasks < len(fams):
+        raise InputError("need at least one task per suite", field="tasks")
+    t0 = time.time()
+    drawn = draw_tasks(tasks, fams, seed)
+    rows = run_arms(drawn, arm_list, seed=seed, workers=workers, supports_n=supports_n)
+    typer.echo(markdown(summarise(rows)))
+    typer.echo(f"\n{len(rows)} jobs ({len(drawn)} tasks x {len(arm_list)} arms, seed {seed}, "
+               f"supports_n={supports_n}) in {time.time() - t0:.0f}s")
+
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's commands to `app` (filled in as the stage is built)."""
+    """Add this stage's commands to `app`."""
+    app.add_typer(suites_app, name="suites")

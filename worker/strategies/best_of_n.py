@@ -3,7 +3,7 @@
 verifier = "llm"   one verifier call per candidate (role 'verifier', 'Score: x' in 0..1);
            "tests" run the task's visible tests in the sandbox (code tasks; no tokens);
            "auto"  tests when the task has visible tests, else llm.
-Ties go to the lowest sample index.
+Ties go to the most common answer among the tied candidates, then the lowest sample index.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from worker.strategies.base import (
     sample,
     sample_stride,
 )
+from worker.strategies.majority import vote
 
 
 def run(ctx: JobContext) -> StrategyResult:
@@ -39,11 +40,15 @@ def run(ctx: JobContext) -> StrategyResult:
         scores = ctx.map(test_score, [c.answer for c in cands])
     else:
         scores = llm_verify(ctx, n * sample_stride(task), cands)
-    ranked = [(s, c.index) for s, c in zip(scores, cands, strict=True) if s is not None]
-    if not ranked:
+    scored = [c for s, c in zip(scores, cands, strict=True) if s is not None]
+    if not scored:
         return StrategyResult(cands[0], {"verifier": mode, "scores": scores, "reason": "no candidate could be scored"})
-    best = min(ranked, key=lambda sc: (-sc[0], sc[1]))
-    return StrategyResult(cands[best[1]], {"verifier": mode, "scores": scores, "chosen_index": best[1]})
+    top = max(s for s in scores if s is not None)
+    # Ties (common with test pass rates) go to the most common answer among the tied, then the lowest index.
+    tied = [c for c in scored if scores[c.index] == top]
+    chosen, _ = vote(task, tied)
+    assert chosen is not None
+    return StrategyResult(chosen, {"verifier": mode, "scores": scores, "chosen_index": chosen.index})
 
 
 STRATEGY = Strategy(
