@@ -158,7 +158,7 @@ def main() -> None:
                     cps = raw_openai(url, conc, n_calls)
                     rows.append((latency, label, conc, None, cps, bound))
                     continue
-                reps = -(-n_jobs // n_math)
+                reps = -(-n_jobs // n_math)  # replicates of the math suite give enough distinct jobs
                 queue = "bench-" + uuid.uuid4().hex[:6]
                 name = f"bench-{latency}-{label.replace(' ', '')}-{uuid.uuid4().hex[:6]}"
                 src = plan_text(name, tmp / "ledger", args.strategy, args.budget, reps,
@@ -170,6 +170,11 @@ def main() -> None:
                         env={"EPT_BENCH_KEY": KEY, "EPT_PROFILES": str(tmp / "profiles.toml")},
                     )  # fmt: skip
                 try:
+                    # Warm-up (imports, connection pools, first tasks on each worker) is not measured.
+                    warm = plan_text(name + "-warm", tmp / "ledger", args.strategy, args.budget, 1,
+                                     "local" if label == "local" else "celery", queue, args.threads)  # fmt: skip
+                    run_sweep(warm.replace('suites = ["math"]', f'suites = ["math"]\ntasks_per_family = {min(n_math, 2 * conc)}'),
+                              profile, redis.url)  # fmt: skip
                     dt, jobs_done, calls = run_sweep(src, profile, redis.url)
                 finally:
                     if workers:

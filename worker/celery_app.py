@@ -49,8 +49,9 @@ def make_app(url: str | None = None) -> Celery:
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         task_track_started=False,
-        worker_send_task_events=True,  # Flower shows live task state
-        task_send_sent_event=True,
+        # Task events cost a Redis publish per state change; Flower switches them on when it starts.
+        worker_send_task_events=False,
+        task_send_sent_event=False,
     )
 
     @app.task(name="ept.run_job", bind=True, shared=False)
