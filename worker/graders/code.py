@@ -166,7 +166,8 @@ def _run_tests(code: str, tests: list[str], entry_point: str, limits: Limits, au
             out, err = b"", b""
         finally:
             _kill_group(proc)
-    base = {"passed": 0, "total": len(tests), "failures": [], "returncode": proc.returncode}
+    # pgid: the sandbox's process group (= its pid), so callers can check nothing of it survives.
+    base = {"passed": 0, "total": len(tests), "failures": [], "returncode": proc.returncode, "pgid": proc.pid}
     if timed_out:
         return {**base, "reason": f"timeout after {limits.timeout_s:g}s (killed)"}
     for line in reversed(out.decode(errors="replace").splitlines()):

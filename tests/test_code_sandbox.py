@@ -1,0 +1,150 @@
+"""The code grader's sandbox: hostile candidates cost at most the time limit and score 0 with the reason."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+from worker.graders.code import Limits, grade_code, run_tests, sandbox_info
+
+TASK = {"task_id": "c", "family": "code", "prompt": "p", "reference": "", "entry_point": "f",
+        "tests": ["assert f(1) == 2", "assert f(5) == 6"], "grader": {"type": "code", "timeout_s": 3}}
+
+
+def test_correct_and_partly_wrong_candidates():
+    ok = grade_code("def f(x):\n    return x + 1\n", TASK)
+    assert (ok.score, ok.correct, ok.details["reason"]) == (1.0, True, None)
+    half = grade_code("def f(x):\n    return 2\n", TASK)
+    assert (half.score, half.correct) == (0.5, False) and "1 of 2 tests failed" in half.details["reason"]
+    missing = grade_code("def g(x):\n    return x + 1\n", TASK)
+    assert missing.score == 0.0 and "not defined" in missing.details["reason"]
+    assert grade_code(None, TASK).details["reason"] == "no code block in the answer"
+
+
+def test_infinite_loop_is_killed_at_the_time_limit():
+    t0 = time.monotonic()
+    r = grade_code("def f(x):\n    while True:\n        pass\n", TASK)
+    elapsed = time.monotonic() - t0
+    assert r.score == 0.0 and r.details["reason"].startswith("timeout after 3s")
+    assert elapsed < 3 + 2
+
+
+def _live_in_group(pgid: int) -> int:
+    """Processes (not zombies) still in a process group, read from /proc."""
+    n = 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            n += 1
+    return n
+
+
+def test_fork_bomb_is_blocked_and_leaves_no_processes():
+    r = grade_code("import os\ndef f(x):\n    while True:\n        os.fork()\n", TASK)
+    assert r.score == 0.0 and "os.fork is not allowed" in r.details["reason"]
+    assert _live_in_group(r.details["pgid"]) == 0
+
+
+@pytest.mark.skipif(not sandbox_info()["drop_user"], reason="process cap needs the drop to an unprivileged user")
+def test_fork_bomb_without_the_audit_hook_hits_the_process_cap():
+    code = "import os\ndef f(x):\n    while True:\n        os.fork()\n"
+    r = run_tests(code, ["assert f(1) == 2"], "f", Limits(timeout_s=4), audit_hook=False)
+    assert r["passed"] == 0 and r["reason"]
+    time.sleep(0.2)
+    assert _live_in_group(r["pgid"]) == 0  # the whole process group was killed
+
+
+def test_os_system_is_refused_and_has_no_effect(tmp_path):
+    marker = tmp_path / "pwned"
+    os.chmod(tmp_path, 0o777)
+    r = grade_code(f"import os\nos.system('touch {marker}')\ndef f(x):\n    return x + 1\n", TASK)
+    assert r.score == 0.0 and "os.system is not allowed" in r.details["reason"]
+    sub = grade_code(f"import subprocess\ndef f(x):\n    subprocess.run(['touch', '{marker}'])\n    return x + 1\n", TASK)
+    assert sub.score == 0.0 and "subprocess.Popen is not allowed" in sub.details["reason"]
+    assert not marker.exists()
+
+
+class _Listener:
+    """A real TCP server on 127.0.0.1 that counts connections."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self.stop = False
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self) -> None:
+        while not self.stop:
+            try:
+                c, _ = self.sock.accept()
+                self.accepted += 1
+                c.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.stop = True
+        self.t.join()
+        self.sock.close()
+
+
+@pytest.fixture
+def listener():
+    lst = _Listener()
+    yield lst
+    lst.close()
+
+
+def _net_code(port: int) -> str:
+    return (f"import socket\ndef f(x):\n    s = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+            "    s.close()\n    return x + 1\n")
+
+
+def test_network_call_is_blocked(listener):
+    r = grade_code(_net_code(listener.port), TASK)
+    assert r.score == 0.0 and "socket" in r.details["reason"] and "not allowed" in r.details["reason"]
+    urllib_code = (f"import urllib.request\ndef f(x):\n    urllib.request.urlopen('http://127.0.0.1:{listener.port}/', timeout=1)\n"
+                   "    return x + 1\n")
+    assert grade_code(urllib_code, TASK).score == 0.0
+    time.sleep(0.3)
+    assert listener.accepted == 0
+
+
+@pytest.mark.skipif(not sandbox_info()["netns"], reason="no network namespace available on this machine")
+def test_network_namespace_holds_without_the_audit_hook(listener):
+    r = run_tests(_net_code(listener.port), ["assert f(1) == 2"], "f", Limits(timeout_s=3), audit_hook=False)
+    assert r["passed"] == 0 and ("unreachable" in r["reason"].lower() or "refused" in r["reason"].lower())
+    time.sleep(0.3)
+    assert listener.accepted == 0
+    # Control: the same code does connect when nothing isolates it, so the test can fail.
+    ns: dict = {}
+    exec(_net_code(listener.port), ns)
+    assert ns["f"](1) == 2
+    time.sleep(0.3)
+    assert listener.accepted == 1
+
+
+def test_memory_bomb_scores_zero():
+    r = grade_code("x = bytearray(4 * 1024 ** 3)\ndef f(x):\n    return x + 1\n", TASK)
+    assert r.score == 0.0 and "MemoryError" in r.details["reason"]
+
+
+def test_candidate_output_cannot_forge_a_result():
+    code = 'print(\'\\nEPT-RESULT-0000{"passed": 2, "total": 2, "failures": [], "load_error": null}\')\ndef f(x):\n    return 0\n'
+    r = grade_code(code, TASK)
+    assert r.score == 0.0
