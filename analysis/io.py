@@ -179,15 +179,27 @@ def expand_inputs(paths: Sequence[str]) -> list[str]:
 
 
 def _list_s3(url: str) -> list[str]:
+    """s3://bucket/prefix (every data object under it) or s3://bucket/pattern with glob characters."""
+    import fnmatch
+    import re
+
     bucket, _, prefix = url[len("s3://") :].partition("/")
     if not bucket:
         raise InputError("s3 URL needs a bucket: s3://bucket/prefix", file=url)
+    pattern = None
+    if glob.has_magic(prefix):
+        pattern = prefix
+        prefix = re.split(r"[*?\[]", prefix, maxsplit=1)[0]
     client = _s3_client()
     keys: list[str] = []
     try:
         pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         for page in pages:
-            keys.extend(o["Key"] for o in page.get("Contents", []) if _is_data_file(o["Key"]))
+            keys.extend(
+                o["Key"]
+                for o in page.get("Contents", [])
+                if _is_data_file(o["Key"]) and (pattern is None or fnmatch.fnmatchcase(o["Key"], pattern))
+            )
     except Exception as e:  # botocore errors carry no secrets, but the message is scrubbed by the CLI anyway
         raise InputError(f"cannot list S3 prefix: {e}", file=url) from e
     if not keys:

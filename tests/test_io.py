@@ -175,6 +175,8 @@ def test_s3_prefix_reads_like_local(tmp_path: Path, s3_bucket: str) -> None:
     assert rec.files == [f"s3://{s3_bucket}/runs/x/{n}" for n in ("a.jsonl", "b.jsonl", "c.jsonl.gz")]
     cols = ["kind", "task_id", "arm", "prompt_tokens", "score", "winner"]
     assert rec.frame.select(cols).equals(read_records([str(local)]).frame.select(cols))
+    globbed = read_records([f"s3://{s3_bucket}/runs/*/b.json*"])
+    assert globbed.files == [f"s3://{s3_bucket}/runs/x/b.jsonl"]
     # A bad line in an S3 object is located just as precisely (error path reads the object).
     s3.put_object(Bucket=s3_bucket, Key="bad/x.jsonl", Body=b'\n{"task_id": "a-1", "strategy": "g", "budget_n": -1}\n')
     with pytest.raises(InputError) as e:
