@@ -236,3 +236,52 @@ def test_killed_coordinator_rerun_runs_no_job_twice(tmp_path, celery_setup, s3_b
     assert led.list_jobs("kill") == {j.key for j in jobs}
     calls = {k: len(v[1]) for k, v in comparable(led, "kill", jobs).items()}
     assert sim.control.stats()["by_job"] == calls
+
+
+@pytest.mark.slow
+def test_killed_worker_jobs_come_back(tmp_path, redis_server, s3_env, s3_bucket, make_sim, monkeypatch):
+    """SIGKILL a worker process with jobs in flight: they are delivered again (visibility timeout + restore
+    sweep) and the run completes with one object per job."""
+    import os
+    import signal
+
+    pytest.importorskip("worker.job")
+    from contracts.profiles import get_profile
+
+    sim = make_sim(api_key=SIM_KEY, latency_ms=300)
+    prof_file = profiles_toml(tmp_path, sim.url)
+    monkeypatch.setenv("EPT_PROFILES", str(prof_file))
+    monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
+    queue = "q-" + uuid.uuid4().hex[:8]
+    # A short visibility timeout so the test does not wait the production minute.
+    env = {**s3_env.env(), "EPT_PROFILES": str(prof_file), "EPT_SIM_API_KEY": SIM_KEY, "EPT_VISIBILITY_TIMEOUT": "8"}
+    ws = start_celery_workers(2, redis_server.url, tmp_path / "w", env=env, concurrency=2, queue=queue)
+    try:
+        plan = parse_plan(PLAN.format(name="wk", tpf=2, ledger=f"s3://{s3_bucket}/w", executor="celery", queue=queue))
+        jobs = plan_jobs(plan)
+        box = {}
+
+        def coordinate() -> None:
+            box["out"] = execute(plan, jobs, profile=get_profile("sim-test"), broker_url=redis_server.url, analyze=False)
+
+        t = threading.Thread(target=coordinate)
+        t.start()
+        led = open_ledger(plan.ledger)
+        deadline = time.monotonic() + 60
+        while len(led.list_jobs("wk")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(ws.procs[0].pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        t.join(120)
+        assert not t.is_alive(), "sweep did not finish after a worker was killed"
+        out = box["out"]
+        assert out.ok and led.list_jobs("wk") == {j.key for j in jobs}
+        assert time.monotonic() - killed_at < 60
+        # Jobs that were cut off re-ran from the start on the surviving worker; every other job ran once.
+        calls = {k: len(v[1]) for k, v in comparable(led, "wk", jobs).items()}
+        by_job = sim.control.stats()["by_job"]
+        rerun = {k for k in calls if by_job[k] != calls[k]}
+        assert all(by_job[k] > calls[k] for k in rerun)
+        assert len(rerun) <= 2  # at most the killed worker's two threads' jobs
+    finally:
+        ws.stop()

@@ -319,3 +319,21 @@ def test_cli_status_and_compact(tmp_path, make_sim, key_env):
     assert df.filter(pl.col("kind") == "call").height == n_calls
     assert df.filter(pl.col("kind") == "outcome").height == len(jobs) - 3
     assert set(df["job_key"].unique()) == {j.key for j in jobs[:-3]}
+
+
+@pytest.mark.slow
+def test_demo_command_end_to_end(tmp_path):
+    """`ept demo` (small): simulator in-process, shipped plan, Elo table on stdout, report files, no key shown."""
+    r = _ept("demo", "--out", str(tmp_path / "out"), "--tasks-per-family", "3", env={"COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "greedy@1" in r.stdout and "majority@8" in r.stdout and "best_of_n@8" in r.stdout
+    assert "Elo" in r.stdout
+    assert "sk-demo-" not in r.stdout + r.stderr
+    led = open_ledger(tmp_path / "out" / "ledger")
+    assert led.list_runs() == ["demo-t3"]
+    # 3 families x 3 tasks x 6 arms
+    assert len(led.list_jobs("demo-t3")) == 54
+    assert (tmp_path / "out" / "report" / "report.md").exists()
+    # Running it again resumes: nothing to run.
+    r2 = _ept("demo", "--out", str(tmp_path / "out"), "--tasks-per-family", "3")
+    assert r2.returncode == 0 and "54 already done" in r2.stdout.replace("\n", " ")
