@@ -33,6 +33,8 @@ def run_celery(
     broker_url: str | None = None,
     poll_s: float = 0.25,
     should_stop: Callable[[], bool] = lambda: False,
+    notice: Callable[[str], None] | None = None,
+    idle_notice_s: float = 20.0,
 ) -> bool:
     from worker.celery_app import make_app
 
@@ -74,9 +76,18 @@ def run_celery(
                     app.send_task(TASK_NAME, args=[job.to_dict(), ctx], task_id=tid, queue=queue, producer=producer)
                     pending[tid] = job.key
                 poll()
+        last_change, last_pending, told = time.monotonic(), len(pending), False
         while pending:
             time.sleep(poll_s)
             poll()
+            if len(pending) != last_pending:
+                last_change, last_pending = time.monotonic(), len(pending)
+            elif notice and not told and time.monotonic() - last_change > idle_notice_s:
+                told = True
+                notice(
+                    f"no job finished in {idle_notice_s:.0f}s: is a worker consuming queue {queue!r} on this broker? "
+                    f"(start one with `ept worker --queue {queue}`); enqueued jobs wait on the queue until then"
+                )
         return True
     finally:
         app.close()

@@ -189,6 +189,7 @@ def execute(
                 completed = run_celery(
                     todo, ctx, queue=plan.queue, batch_size=plan.batch_size, on_result=on_result,
                     on_retry=on_retry, broker_url=broker_url, should_stop=tally.egress_broken,
+                    notice=lambda msg: prog.console.print(f"[yellow]{msg}[/]", highlight=False),
                 )  # fmt: skip
         except KeyboardInterrupt:
             completed = False
