@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import gzip
+import io
 import json
 import os
 from collections.abc import Sequence
@@ -54,7 +55,6 @@ RAW_SCHEMA: dict[str, pl.DataType] = {
 }
 
 _INT_FIELDS = ("budget_n", "replicate", "prompt_tokens", "completion_tokens", "budget_a", "budget_b")
-_STR_FIELDS = ("kind", "family", "strategy", "arm", "role", "winner", "arm_a", "arm_b", "strategy_a", "strategy_b")
 
 # The normalised frame every later stage reads.
 RECORD_SCHEMA: dict[str, pl.DataType] = {
@@ -374,11 +374,9 @@ def _read_lines(f: str) -> list[str]:
 
 
 def _type_problem(obj: dict[str, Any]) -> tuple[str, str] | None:
-    """Same type rules polars applies with RAW_SCHEMA (ints are not floats, numbers are not strings)."""
-    for name in ("task_id", *_STR_FIELDS):
-        v = obj.get(name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, str | int | float)):
-            return name, f"must be a string, got {type(v).__name__}"
+    """Same type rules polars applies with RAW_SCHEMA: integer fields take JSON integers only (not 4.0,
+    not "4"), number and boolean fields their own JSON type. String fields, like polars, take any JSON
+    value and keep its text, so both paths accept exactly the same lines."""
     usage = obj.get("usage")
     if usage is not None and not isinstance(usage, dict):
         return "usage", f"must be an object, got {type(usage).__name__}"
@@ -401,26 +399,17 @@ def _type_problem(obj: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def _raw_row(obj: dict[str, Any]) -> dict[str, Any]:
-    row = {k: obj.get(k) for k in RAW_SCHEMA if k != "usage"}
-    for k in (*_STR_FIELDS, "task_id"):
-        if row[k] is not None:
-            row[k] = str(row[k])
-    u = obj.get("usage")
-    row["usage"] = (
-        {"prompt_tokens": u.get("prompt_tokens"), "completion_tokens": u.get("completion_tokens")}
-        if isinstance(u, dict)
-        else None
-    )
-    return row
-
-
 def _slow_read(f: str, *, skip_bad: bool) -> tuple[pl.DataFrame, list[BadLine]]:
-    """Line-by-line pass over one file: precise (line, field) for every bad line."""
+    """Line-by-line pass over one file: precise (line, field) for every bad line.
+
+    Type problems are found per line in Python (rules mirroring polars'); the lines that pass are then
+    parsed by polars itself with the same schema, so accepted lines read exactly as on the fast path,
+    and checked with the same expressions.
+    """
     if f.endswith(".parquet"):
         return _slow_read_parquet(f, skip_bad=skip_bad)
     bad: list[BadLine] = []
-    good: list[dict[str, Any]] = []
+    texts: list[str] = []
     rows: list[int] = []
     lines: list[int] = []
     row = -1
@@ -432,25 +421,20 @@ def _slow_read(f: str, *, skip_bad: bool) -> tuple[pl.DataFrame, list[BadLine]]:
             obj = json.loads(text)
         except json.JSONDecodeError as e:
             bad.append(BadLine(f, i, None, f"malformed JSON: {e.msg} at column {e.colno}"))
-            continue
-        if not isinstance(obj, dict):
-            bad.append(BadLine(f, i, None, "a line must be a JSON object"))
-            continue
-        problem = _type_problem(obj)
-        if problem:
-            bad.append(BadLine(f, i, problem[0], problem[1]))
-            continue
-        good.append(_raw_row(obj))
-        rows.append(row)
-        lines.append(i)
+        else:
+            problem = _type_problem(obj) if isinstance(obj, dict) else (None, "a line must be a JSON object")
+            if problem:
+                bad.append(BadLine(f, i, problem[0], problem[1]))
+            else:
+                texts.append(text)
+                rows.append(row)
+                lines.append(i)
         if bad and not skip_bad:
-            break
-    if bad and not skip_bad:
-        raise InputError(bad[0].message, bad[0].file, bad[0].line, bad[0].field)
-    raw = pl.DataFrame(good, schema=RAW_SCHEMA).with_columns(
-        pl.lit(f).alias("file"), pl.Series("row", rows, dtype=pl.Int64), pl.Series("_line", lines, dtype=pl.Int64)
+            break  # earlier lines are still checked below: the first bad line overall is reported
+    raw = _parse_lines(f, texts, rows, lines, bad).with_columns(
+        pl.lit(f).alias("file"), pl.Series("row", rows, dtype=pl.Int64)
     )
-    norm = _normalise(raw.lazy()).collect().with_columns(raw["_line"])
+    norm = _normalise(raw.lazy()).collect().with_columns(pl.Series("_line", lines, dtype=pl.Int64))
     flagged = norm.filter(pl.col("bad_field").is_not_null())
     bad.extend(
         BadLine(f, ln, fld, msg)
@@ -460,6 +444,32 @@ def _slow_read(f: str, *, skip_bad: bool) -> tuple[pl.DataFrame, list[BadLine]]:
     if bad and not skip_bad:
         raise InputError(bad[0].message, bad[0].file, bad[0].line, bad[0].field)
     return norm.filter(pl.col("bad_field").is_null()).drop("_line"), bad
+
+
+def _parse_lines(
+    f: str, texts: list[str], rows: list[int], lines: list[int], bad: list[BadLine]
+) -> pl.DataFrame:
+    """polars parse of lines that passed the Python type rules; a line polars still refuses is named
+    and removed (texts/rows/lines are edited in place)."""
+    def parse(chunk: list[str]) -> pl.DataFrame:
+        return pl.read_ndjson(io.BytesIO(("\n".join(chunk) + "\n").encode()), schema=RAW_SCHEMA)
+
+    if not texts:
+        return pl.DataFrame(schema=RAW_SCHEMA)
+    try:
+        return parse(texts)
+    except pl.exceptions.PolarsError:
+        keep = []
+        for k, t in enumerate(texts):
+            try:
+                parse([t])
+                keep.append(k)
+            except pl.exceptions.PolarsError as e:
+                bad.append(BadLine(f, lines[k], None, f"unreadable line: {str(e).splitlines()[0]}"))
+        texts[:] = [texts[k] for k in keep]
+        rows[:] = [rows[k] for k in keep]
+        lines[:] = [lines[k] for k in keep]
+        return parse(texts) if texts else pl.DataFrame(schema=RAW_SCHEMA)
 
 
 def _slow_read_parquet(f: str, *, skip_bad: bool) -> tuple[pl.DataFrame, list[BadLine]]:

@@ -326,3 +326,55 @@ def test_parquet_usage_struct_with_extra_fields(tmp_path: Path) -> None:
     pl.DataFrame(rows).write_parquet(pq)
     got = read_records([str(pq)]).calls.select("prompt_tokens", "completion_tokens", "usage_missing").rows()
     assert got == [(100, 10, False), (None, None, True)]
+
+
+ODD_VALUES = [
+    {"correct": 1}, {"usage_missing": "yes"}, {"kind": 5}, {"task_id": {"a": 1}}, {"usage": "abc"},
+    {"usage": [1, 2]}, {"winner": 1, "arm_a": "g@1", "arm_b": "h@1"}, {"strategy": ["x"]}, {"score": "0.5"},
+    {"usage": {"prompt_tokens": 1.0, "completion_tokens": 1}}, {"budget_n": None}, {"strategy": True},
+    {"task_id": 7}, {"replicate": -2}, {"score": 0.25}, {"usage": {"prompt_tokens": 3}}, {"usage": {}},
+    {"winner": "TIE", "arm_a": "g@1", "arm_b": "h@1"}, {"kind": "judgment"}, {"budget_n": True},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("extra", ODD_VALUES, ids=[json.dumps(v) for v in ODD_VALUES])
+def test_fast_path_and_line_by_line_path_agree(tmp_path: Path, extra: dict) -> None:
+    """The two paths must accept the same lines and blame the same field, whichever path a file takes."""
+    from analysis.io import _fast, _slow_read
+
+    f = tmp_path / "one.jsonl"
+    f.write_text(json.dumps({"task_id": "m-1", "strategy": "g", "budget_n": 1, **extra}) + "\n")
+    fast = _fast([str(f)])
+    good, bad = _slow_read(str(f), skip_bad=True)
+    if fast is None:  # polars refused the line: the slow path must name the problem
+        assert len(bad) == 1 and bad[0].line == 1
+    elif fast["bad_field"][0] is not None:
+        assert [b.field for b in bad] == [fast["bad_field"][0]]
+    else:
+        assert bad == []
+        cols = ["kind", "task_id", "strategy", "budget_n", "prompt_tokens", "usage_missing", "score", "winner"]
+        assert good.select(cols).equals(fast.select(cols))
+
+
+def test_first_bad_line_is_reported_whatever_its_kind_of_problem(tmp_path: Path) -> None:
+    f = tmp_path / "a.jsonl"
+    f.write_text(
+        json.dumps(GOOD[0]) + "\n"
+        + json.dumps({"task_id": "m-1", "strategy": "g", "budget_n": -4}) + "\n"  # a check polars runs
+        + json.dumps(GOOD[1]) + "\n"
+        + "{not json\n"  # a line polars refuses
+    )
+    with pytest.raises(InputError) as e:
+        read_records([str(f)])
+    assert (e.value.line, e.value.field) == (2, "budget_n")
+    rec = read_records([str(f)], skip_bad=True)
+    assert [b.line for b in rec.skipped] == [2, 4] and rec.frame.height == 2
+
+
+def test_bad_file_among_good_ones_with_skip_bad(tmp_path: Path) -> None:
+    for k in range(5):
+        write_jsonl(tmp_path / f"ok{k}.jsonl", GOOD)
+    write_jsonl(tmp_path / "bad.jsonl", GOOD[:2], raw=['{"task_id": "m-9", "strategy": "g", "budget_n": "x"}'])
+    rec = read_records([str(tmp_path)], skip_bad=True)
+    assert rec.frame.height == 5 * len(GOOD) + 2
+    assert [(Path(b.file).name, b.line, b.field) for b in rec.skipped] == [("bad.jsonl", 3, "budget_n")]
