@@ -130,7 +130,7 @@ strategy = "best_of_n"
 budgets = [4]
 """
 DEGRADED_ARM = "majority@4"
-SIM_TASKS = 60
+SIM_TASKS = 30
 
 
 def _sim_sweep(tmp: Path, sim_url: str, seed: int, ledger: str) -> Path:
