@@ -230,3 +230,14 @@ def test_arm_missing_from_a_family_and_no_bootstrap(tmp_path: Path) -> None:
     assert code["x@9"] is None and code["g@1"] is not None
     assert [fit.unobserved for fit in res.fits] == [["x@9"], []]  # families sorted: code, math
     assert any("family code has no comparisons for x@9" in w for w in res.warnings)
+
+
+def test_shipped_example_is_what_its_script_generates(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from make_example_logs import generate
+    finally:
+        sys.path.pop(0)
+    generate(tmp_path)
+    for name in ("calls.jsonl.gz", "outcomes.jsonl"):
+        assert (tmp_path / name).read_bytes() == (EXAMPLE / name).read_bytes(), name
