@@ -98,6 +98,7 @@ class RunInputs:
     arms: pl.DataFrame
     suites: tuple[str, ...] | None = None
     manifest: dict[str, Any] | None = None
+    failed_jobs: int = 0  # jobs in the ledger's failures/ (no result object): absent from outcomes
 
 
 @dataclass
@@ -318,7 +319,7 @@ def compare_runs(
 
 
 def _failure_counts(base: RunInputs, cur: RunInputs) -> str:
-    counts = [r.outcomes.filter(pl.col("score").is_null()).height for r in (base, cur)]
+    counts = [r.outcomes.filter(pl.col("score").is_null()).height + r.failed_jobs for r in (base, cur)]
     if not any(counts):
         return ""
     return (
@@ -600,6 +601,7 @@ def load_run(path: str, *, skip_bad: bool = False, tasks_file: str | None = None
         .sort("arm")
     )
     manifest = read_manifest(refs[0]) if refs else None
+    failed = len(read_failures(refs[0])) if refs else 0
     return RunInputs(
         source=path,
         outcomes=outcomes.select("task_id", "family", "arm", "replicate", "score"),
@@ -607,4 +609,5 @@ def load_run(path: str, *, skip_bad: bool = False, tasks_file: str | None = None
         arms=arms,
         suites=manifest_suites(manifest),
         manifest=manifest,
+        failed_jobs=failed,
     )

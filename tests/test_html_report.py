@@ -87,7 +87,14 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "plan": {"suites": ["math", "code"]},
         "profile": {"name": "simulator", "model": "sim-1", **PRICES, "note": f"key {CANARY}"},
     }
-    return Path(write_ledger_run(root, "nightly", 5, n_tasks=25, manifest=manifest, fail_jobs=2))
+    run = Path(write_ledger_run(root, "nightly", 5, n_tasks=25, manifest=manifest, fail_jobs=2))
+    # A job that failed for good has no result object, only a failure object (as worker.tasks writes it).
+    from contracts.jobs import Job
+    from contracts.ledger import FileLedger
+
+    job = Job(run_id="nightly", task={"task_id": "math-9999", "family": "math"}, strategy="majority", budget_n=4)
+    FileLedger(root).put_failure("nightly", job.key, {"job": job.to_dict(), "class": "rate_limit", "message": "429"})
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +190,8 @@ def test_token_split_cost_and_failures_match_the_ledger(rendered: dict, run_dir:
         c = sum(v[2] for (a, _), v in calls.items() if a == arm)
         assert cost[arm] == pytest.approx((p * 0.5 + c * 2.0) / 1e6)
     fails = {(r["arm"][0], r["error_class"][0]): float(r["count"][0]) for _, r in cells.tables["failure-table"]}
-    assert fails == failed and sum(failed.values()) == 2
+    failed[("majority@4", "rate_limit")] = 1  # the failure object
+    assert fails == failed and sum(failed.values()) == 3
 
 
 @needs_chromium
