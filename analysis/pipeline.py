@@ -184,6 +184,8 @@ def analyze(
     opt = options or AnalysisOptions()
     if opt.rounds < 0:
         raise InputError(f"must be >= 0, got {opt.rounds}", field="--rounds")
+    if not (math.isfinite(opt.l2) and opt.l2 >= 0):
+        raise InputError(f"must be a finite number >= 0, got {opt.l2}", field="--l2")
     if not 0.5 <= opt.level < 1:
         raise InputError(f"must be in [0.5, 1), got {opt.level}", field="--level")
     step = on_step or (lambda _name: None)

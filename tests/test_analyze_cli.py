@@ -101,6 +101,9 @@ def test_weights_change_the_merge_as_the_per_family_view_predicts(example_report
         (["--weights", "math=1,physics=1"], "physics"),
         (["--weights", "math=-1"], "--weights"),
         (["--rounds", "-5"], "--rounds"),
+        (["--l2", "-1"], "--l2"),
+        (["--level", "1.5"], "--level"),
+        (["--tasks", "/nonexistent/tasks.jsonl"], "tasks"),
     ],
 )
 def test_bad_options_exit_2_and_write_nothing(tmp_path: Path, extra: list[str], needle: str) -> None:
