@@ -262,8 +262,11 @@ def compare_runs(
         ]
     ).filter(pl.col("score").is_not_null())
     tokens = pl.concat(
-        [players(r.task_tokens.select("task_id", "family", "arm", pl.col("tokens").cast(pl.Float64)), i) for i, r in enumerate((base, cur))]
-    )
+        [
+            players(r.task_tokens.select("task_id", "family", "arm", pl.col("tokens").cast(pl.Float64)), i)
+            for i, r in enumerate((base, cur))
+        ]
+    ).filter(pl.col("family").is_in(families))  # a family with calls but no outcomes has nothing to compare
     tasks = (
         pl.concat([outcomes.select("family", "task_id"), tokens.select("family", "task_id")])
         .unique()
