@@ -55,6 +55,12 @@ SCENARIOS = [
         env_key="sk-someone-elses-key-from-laptop-91c2",
     ),
     Scenario(
+        "Key not allowed for this model (403, credential)",
+        "The key is valid but lacks permission (a restricted project key, a model not enabled for the account).",
+        'base_url = "{url}"\nmodel = "ept-sim-1"',
+        sim={"script": ["403"]},
+    ),
+    Scenario(
         "base_url without /v1 (404, endpoint)",
         "An OpenAI-compatible gateway configured as `/api` instead of `/api/v1` (the seed's section 6).",
         'base_url = "{root}/api"\nmodel = "ept-sim-1"',
@@ -87,6 +93,13 @@ SCENARIOS = [
         "Every completion gets 429 with Retry-After: 1; the doctor retries once.",
         'base_url = "{url}"\nmodel = "ept-sim-1"',
         sim={"rate_429": 1.0, "retry_after": 1},
+    ),
+    Scenario(
+        "Request rejected (400, permanent)",
+        "The server refuses the request itself (unsupported parameter, malformed body): not retried, since "
+        "sending it again cannot help.",
+        'base_url = "{url}"\nmodel = "ept-sim-1"',
+        sim={"script": ["400"]},
     ),
     Scenario(
         "No usage in the response",
@@ -135,6 +148,7 @@ def main() -> None:
                         "rate_hang": 0.0,
                         "rate_429": 0.0,
                         "rate_missing_usage": 0.0,
+                        "script": [],
                         **sc.sim,
                     }
                 )

@@ -113,6 +113,13 @@ def check_base_url(p: Profile) -> Check:
 
 def _fix_for(err: object, p: Profile) -> str:
     cls = getattr(err, "error_class", "")
+    if cls == "credential" and getattr(err, "status", None) == 429:
+        return f"the account behind ${p.api_key_env} has no quota left: add credit or use another key"
+    if cls == "credential" and getattr(err, "status", None) == 403:
+        return (
+            f"give this key access to model '{p.model}' (provider console: project / model permissions), "
+            f"or put a key that has it in ${p.api_key_env}"
+        )
     if cls == "credential":
         return (
             f"the server rejected the key in ${p.api_key_env}: create or copy a key for THIS provider and "

@@ -166,10 +166,19 @@ def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
         if key and key != env_key:
             env_state += f"; this client was given another key explicitly ({mask(key)})"
         cls = "credential"
+        if status == 403:
+            advice = (
+                f"The key is recognised but not allowed to do this: check that model '{profile.model}' is "
+                "enabled for this key / project / region"
+            )
+        else:
+            advice = (
+                "Check that this key belongs to this base_url (Claude Code reads ANTHROPIC_AUTH_TOKEN, "
+                "Codex reads the variable named by env_key)"
+            )
         msg = (
             f"{status} from {where}: {_server_message(e)} The profile reads the key from ${profile.api_key_env}, which "
-            f"{env_state}. Check that this key belongs to this base_url (Claude Code reads ANTHROPIC_AUTH_TOKEN, "
-            f"Codex reads the variable named by env_key); run `ept doctor --profile {profile.name}`"
+            f"{env_state}. {advice}; run `ept doctor --profile {profile.name}`"
         )
     elif status == 404:
         hint = (
