@@ -157,3 +157,17 @@ def test_cli_exit_codes_and_no_key_in_output(sim_keyed, tmp_path):
     for r in (good, bad, unknown):
         assert SIM_KEY not in r.stdout + r.stderr and wrong not in r.stdout + r.stderr
         assert "canary" not in r.stdout + r.stderr
+
+
+def test_doctor_docs_cover_every_scenario_and_class():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_doctor_docs", REPO / "docs" / "make_doctor_docs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    md = (REPO / "docs" / "doctor.md").read_text()
+    for sc in mod.SCENARIOS:
+        assert f"## {sc.title}" in md, f"docs/doctor.md is stale: rerun python docs/make_doctor_docs.py ({sc.title})"
+    for cls in ("credential", "endpoint", "transient", "permanent", "429"):
+        assert cls in md
+    assert mod.DOC_KEY not in md and md.count("All checks passed.") == 1
