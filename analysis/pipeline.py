@@ -214,7 +214,10 @@ def analyze(
 
     pairs_all = build_pairs(outcomes, judgments, drop_ties=opt.drop_ties)
     ttok_all = task_tokens(calls)
-    with_tokens = set(ttok_all["arm"].to_list())
+    # An arm whose every task lacks usage has no measured cost: it cannot sit on a tokens axis.
+    with_tokens = set(tok_all.filter(pl.col("avg_tokens_per_task").is_not_null())["arm"].to_list())
+    for arm in sorted(set(ttok_all["arm"].to_list()) - with_tokens):
+        warnings.append(f"arm {arm}: no task has complete usage, so its tokens per task are unknown; left out")
     compared = set(pairs_all["winner"].to_list()) | set(pairs_all["loser"].to_list())
     graded = set(outcomes.filter(pl.col("score").is_not_null())["arm"].to_list()) | compared
     for arm in sorted(graded - with_tokens):
@@ -247,6 +250,8 @@ def analyze(
         raise InputError(f"unknown arm {anchor!r}; arms: {', '.join(arms)}", field="--anchor")
 
     pairs = pairs_all.filter(pl.col("winner").is_in(arms) & pl.col("loser").is_in(arms))
+    if pairs.height == 0:
+        raise InputError(f"the arms with measured tokens ({', '.join(arms)}) never meet on a task", file=where)
     ttok = ttok_all.filter(pl.col("arm").is_in(arms))
     families = sorted(pairs["family"].unique().to_list())
     fw = parse_weights(opt.weights, families)

@@ -244,3 +244,20 @@ def test_shipped_example_is_what_its_script_generates(tmp_path: Path) -> None:
     generate(tmp_path)
     for name in ("calls.jsonl.gz", "outcomes.jsonl"):
         assert (tmp_path / name).read_bytes() == (EXAMPLE / name).read_bytes(), name
+
+
+def test_arm_without_any_usage_is_left_out_not_made_cheapest(tmp_path: Path) -> None:
+    from analysis.pipeline import AnalysisOptions, analyze
+
+    rows = []
+    for t in range(8):
+        for s, n, usage, score in (("g", 1, {"prompt_tokens": 10, "completion_tokens": 0}, 0.2),
+                                   ("b", 4, {"prompt_tokens": 40, "completion_tokens": 0}, 0.6),
+                                   ("z", 2, None, 0.9)):  # fmt: skip
+            rows.append({"task_id": f"m-{t}", "strategy": s, "budget_n": n, "usage": usage})
+            rows.append({"task_id": f"m-{t}", "strategy": s, "budget_n": n, "score": score})
+    f = tmp_path / "a.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = analyze([str(f)], AnalysisOptions(rounds=0))
+    assert res.arms == ["g@1", "b@4"] and res.anchor == "g@1"
+    assert any("z@2" in w and "unknown" in w for w in res.warnings)
