@@ -13,7 +13,8 @@ from contracts.jobs import Job
 from contracts.ledger import Ledger, open_ledger
 from coordinator.plan import Plan
 
-# With this many egress failures and no success yet, the endpoint or key is wrong: stop spending effort.
+# With this many egress failures in a row (no success in between), the endpoint or key is wrong — from the start
+# or since a key was revoked mid-run: stop spending effort.
 EGRESS_ABORT_AFTER = 8
 
 
@@ -31,6 +32,7 @@ class Tally:
     retrying: set[str] = field(default_factory=set)
     failures: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     messages: dict[str, str] = field(default_factory=dict)  # first message per error class
+    egress_streak: int = 0  # credential/endpoint failures since the last success
     workers: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # jobs run per Celery worker
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -38,6 +40,10 @@ class Tally:
         with self.lock:
             self.retrying.discard(s["key"])
             st = s["status"]
+            if st in ("done", "duplicate"):
+                self.egress_streak = 0
+            elif st == "failed" and s.get("class") in ("credential", "endpoint"):
+                self.egress_streak += 1
             if st == "done":
                 self.done += 1
             elif st == "skipped":
@@ -63,8 +69,7 @@ class Tally:
         return self.done + self.skipped + self.duplicate + self.failed
 
     def egress_broken(self) -> bool:
-        egress = len(self.failures.get("credential", [])) + len(self.failures.get("endpoint", []))
-        return self.done == 0 and egress >= EGRESS_ABORT_AFTER
+        return self.egress_streak >= EGRESS_ABORT_AFTER
 
 
 @dataclass
