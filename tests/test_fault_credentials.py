@@ -1,0 +1,85 @@
+"""Fault 5: the key stops working mid-run (the simulator's api_key is switched at runtime via /_sim/config).
+The sweep fails fast — no retry storm (401s counted at the simulator) — with a message naming the profile's
+environment variable, never the key; once the key works again the same command resumes and completes."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from fixtures_faults import (
+    FAULT_KEY,
+    job_runner,
+    ledger_facts,
+    wait_until,
+    write_plan,
+    write_profiles,
+    write_suite,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.services]
+
+ROTATED = "sk-rotated-9999999999999999abcd"
+
+
+def test_401_mid_run_fails_fast_names_env_var_and_resumes(tmp_path, make_sim, monkeypatch):
+    from contracts.ledger import open_ledger
+    from contracts.profiles import get_profile
+    from coordinator.plan import load_plan
+    from coordinator.status import failed_jobs, run_status
+    from coordinator.sweep import EGRESS_ABORT_AFTER, execute, plan_jobs
+
+    sim = make_sim(api_key=FAULT_KEY, latency_ms=40, seed=5)
+    suite = write_suite(tmp_path / "suite.jsonl", per_family=15)
+    monkeypatch.setenv("EPT_PROFILES", str(write_profiles(tmp_path / "profiles.toml", sim.url)))
+    monkeypatch.setenv("EPT_SIM_API_KEY", FAULT_KEY)
+    ledger = tmp_path / "ledger"
+    concurrency = 2
+    plan = load_plan(write_plan(tmp_path / "plan.toml", name="cred", suite=suite, ledger=str(ledger), executor="local",
+                                per_family=15, concurrency=concurrency))  # fmt: skip
+    jobs = plan_jobs(plan)
+    keys = {j.key for j in jobs}
+    assert len(jobs) == 90
+    prof = get_profile("fault-sim")
+    led = open_ledger(ledger)
+
+    result = {}
+    t = threading.Thread(target=lambda: result.update(out=execute(plan, jobs, profile=prof, run=job_runner(), analyze=False)))
+    t.start()
+    wait_until(lambda: len(led.list_jobs("cred")) >= 15, 60, "15 jobs done")
+    sim.control.set(api_key=ROTATED)  # the provider revokes our key
+    t.join(120)
+    assert not t.is_alive()
+    out = result["out"]
+    n401 = sim.control.stats()["by_status"].get("401", 0)
+    # Fail fast: credential errors are never retried, and the sweep stops after a short streak of them instead
+    # of sending one doomed request per remaining job (jobs already in flight may still each send one).
+    assert out.tally.failed >= 1 and set(out.tally.failures) == {"credential"}, dict(out.tally.failures)
+    # Bound: the streak that stops the sweep plus the jobs already submitted (2 x concurrency queued + running),
+    # each sending at most its budget (3) of parallel samples — against one doomed job per remaining job before.
+    bound = (EGRESS_ABORT_AFTER + 3 * concurrency) * 3
+    assert n401 <= bound, (n401, bound, len(jobs) - out.tally.done)
+    assert out.tally.failed <= EGRESS_ABORT_AFTER + 3 * concurrency < len(jobs) - out.tally.done
+    assert not out.completed
+    fails = led.list_failures("cred")
+    assert fails and all(f["class"] == "credential" and f["attempts"] == 1 for f in fails.values())
+    msg = next(iter(fails.values()))["message"]
+    assert "EPT_SIM_API_KEY" in msg, msg
+    blob = json.dumps(fails) + json.dumps(led.get_manifest("cred")) + str(out.tally.messages)
+    assert FAULT_KEY not in blob and ROTATED not in blob
+
+    # Fixed (the provider accepts the key again): the same sweep resumes; nothing that landed runs again.
+    done_before = led.list_jobs("cred")
+    sim.control.set(api_key=FAULT_KEY)
+    sim.control.reset()
+    st = run_status(led, "cred")
+    assert st.failed == {"credential": len(fails)}
+    again = execute(plan, jobs, profile=prof, run=job_runner(), analyze=False)
+    assert again.ok and again.already_done == len(done_before)
+    facts = ledger_facts(str(ledger), "cred", keys)
+    assert facts.jobs == len(keys) and facts.lost == 0 and facts.duplicates == 0
+    assert led.list_failures("cred") == {} and failed_jobs(run_status(led, "cred")) == []
+    by_job = sim.control.stats()["by_job"]
+    assert set(by_job) == keys - done_before
+    assert all(by_job[k] == facts.calls_by_job[k] for k in by_job)
