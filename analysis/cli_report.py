@@ -14,7 +14,9 @@ def register(app: typer.Typer) -> None:
 
 
 def compare(
-    baseline: str = typer.Argument(..., help="Baseline run: a ledger run folder/URL (…/runs/ID) or a folder of logs."),
+    baseline: str = typer.Argument(
+        ..., help="Baseline run: a ledger run folder/URL (…/runs/ID), a run id in ./ept-out/ledger, or a folder of logs."
+    ),
     current: str = typer.Argument(..., help="Current run, same suites and arms as the baseline."),
     fail_on: str = typer.Option(
         "elo-drop=20",
@@ -43,6 +45,7 @@ def compare(
     from analysis.compare import compare_runs, fmt, load_run, parse_fail_on, to_json_dict, to_markdown
 
     rule = parse_fail_on(fail_on)  # bad flags fail before any reading
+    baseline, current = resolve_run(baseline), resolve_run(current)
     base = load_run(baseline, skip_bad=skip_bad, tasks_file=tasks)
     cur = load_run(current, skip_bad=skip_bad, tasks_file=tasks)
     res = compare_runs(
@@ -86,7 +89,9 @@ def compare(
 
 
 def report(
-    paths: list[str] = typer.Argument(..., help="A run (ledger run folder/URL) or call-log paths, dirs, globs."),
+    paths: list[str] = typer.Argument(
+        ..., help="A run (ledger run folder/URL, or a run id in ./ept-out/ledger) or call-log paths, dirs, globs."
+    ),
     out: Path = typer.Option(Path("report.html"), "--out", help="The HTML file to write."),
     weights: str | None = typer.Option(None, "--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2."),
     anchor: str | None = typer.Option(None, "--anchor", help="Arm pinned at Elo 1000 (default: the cheapest)."),
@@ -106,9 +111,22 @@ def report(
         weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, l2=l2, drop_ties=drop_ties,
         skip_bad=skip_bad, tasks_file=tasks,
     )
-    result = analyze(paths, opts)
+    result = analyze([resolve_run(p) for p in paths], opts)
     write_html(result, out)
     typer.echo(f"wrote {out}")
+
+
+DEFAULT_LEDGER = Path("ept-out/ledger")  # where `ept demo` and plans without a ledger write
+
+
+def resolve_run(arg: str) -> str:
+    """A bare run id (e.g. `demo`) that is not a path means that run in the default local ledger."""
+    import glob
+
+    if arg.startswith("s3://") or Path(arg).exists() or glob.has_magic(arg) or "/" in arg:
+        return arg
+    candidate = DEFAULT_LEDGER / "runs" / arg
+    return str(candidate) if candidate.is_dir() else arg
 
 
 def _pct(x: float | None) -> float | None:

@@ -184,3 +184,13 @@ def test_cli_compares_runs_in_s3(ledger: Path, s3_env, s3_bucket: str, tmp_path:
     r = ept("compare", f"s3://{s3_bucket}/ledger/runs/base", f"s3://{s3_bucket}/ledger/runs/other-suites",
             "--rounds", "100", cwd=tmp_path, env=env)
     assert r.returncode == 2 and "different suites" in r.stderr, r.stdout + r.stderr
+
+
+def test_bare_run_ids_resolve_in_the_default_ledger(ledger: Path, tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(ledger, tmp_path / "ept-out" / "ledger")
+    r = ept("compare", "base", "worse", "--rounds", "200", cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    r = ept("compare", "base", "no-such-run", "--rounds", "200", cwd=tmp_path)
+    assert r.returncode == 2 and "no-such-run" in r.stderr
