@@ -5,7 +5,8 @@
 Starts `ept simulate` in a subprocess (latency 0, so the client and server do not share a GIL), then:
   1. server throughput: an aiohttp client with `--concurrency` requests in flight -> requests/s;
   2. a raw `openai` SDK loop (sequential) -> seconds per call;
-  3. ProviderClient.chat in the same loop -> seconds per call, and the ratio / overhead against (2).
+  3. ProviderClient.chat in the same loop -> seconds per call, and the ratio / overhead against (2),
+     in wall time and in client-process CPU time (steadier on a shared machine).
 (2) and (3) are interleaved in rounds so machine noise hits both alike.
 """
 
@@ -107,13 +108,14 @@ def main() -> None:
         for f in (raw_call, our_call):  # warm up connections and imports
             for i in range(20):
                 f(i)
-        t_raw, t_ours = [], []
+        t_raw, t_ours, cpu_raw, cpu_ours = [], [], [], []
         for _ in range(args.rounds):
-            for f, acc in ((raw_call, t_raw), (our_call, t_ours)):
-                t0 = time.perf_counter()
+            for f, acc, cpu in ((raw_call, t_raw, cpu_raw), (our_call, t_ours, cpu_ours)):
+                t0, c0 = time.perf_counter(), time.process_time()
                 for i in range(args.calls):
                     f(i)
                 acc.append((time.perf_counter() - t0) / args.calls)
+                cpu.append((time.process_time() - c0) / args.calls)
     finally:
         server.send_signal(signal.SIGINT)
         try:
@@ -137,6 +139,12 @@ def main() -> None:
     )
     print(
         f"ProviderClient / raw openai: {ours_s / raw_s:.3f}x  (overhead {1e3 * (ours_s - raw_s):+.3f} ms/call)"
+    )
+    # Client-process CPU per call is steadier than wall time on a shared machine.
+    cr, co = statistics.median(cpu_raw), statistics.median(cpu_ours)
+    print(
+        f"client CPU per call: raw openai {cr * 1e3:.3f} ms, ProviderClient {co * 1e3:.3f} ms  "
+        f"ratio {co / cr:.3f}x  (overhead {1e3 * (co - cr):+.3f} ms/call)"
     )
 
 
