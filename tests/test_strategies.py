@@ -23,8 +23,8 @@ CODE = load_builtin_suite("code")
 TOOL = load_builtin_suite("tool_use")
 
 
-def client(sim, **kw) -> ProviderClient:
-    return ProviderClient(sim.profile(**kw), api_key=SIM_KEY, backoff_base=0.01, backoff_cap=0.05)
+def client(sim, protocol: str = "openai", **kw) -> ProviderClient:
+    return ProviderClient(sim.profile(protocol, **kw), api_key=SIM_KEY, backoff_base=0.01, backoff_cap=0.05)
 
 
 def roles(res) -> Counter:
@@ -190,3 +190,16 @@ def test_more_samples_beat_greedy_with_diminishing_returns():
         first, later = per_1k(g, t[f"{s}@4"]), per_1k(t[f"{s}@4"], t[f"{s}@16"])
         assert first > later, (s, first, later)
         assert t[f"{s}@16"]["tokens_per_job"] > 3 * t[f"{s}@4"]["tokens_per_job"] * 0.9
+
+
+def test_strategies_over_the_anthropic_protocol(sim):
+    p = client(sim, protocol="anthropic")  # no `n` in this protocol: samples are always separate calls
+    res = run_job(Job("r", MATH[6], "best_of_n", 3, seed=1), p)
+    assert roles(res) == {"sample": 3, "verifier": 3} and all(c.n_requested == 1 for c in res.calls)
+    check_accounting(res, sim)
+    # The tool loop survives the OpenAI <-> Anthropic message conversion: same outcomes as over OpenAI.
+    oa = client(sim)
+    for task in TOOL[:8]:
+        a = run_job(Job("r", task, "greedy", 1), p).outcome
+        o = run_job(Job("r", task, "greedy", 1), oa).outcome
+        assert (a.answer, a.correct) == (o.answer, o.correct)
