@@ -161,7 +161,8 @@ class TaskBrain:
         if task["grader"]["type"] == "code":
             blocks = _CODE_RE.findall(text)
             return bool(blocks) and _norm_code(blocks[-1]) == _norm_code(str(ref))
-        ans = final_answer_line(text)
+        # A bare answer (e.g. an arm's extracted answer shown to a judge) counts as its own answer line.
+        ans = final_answer_line(text) or text.strip().splitlines()[-1]
         if isinstance(ref, int | float):
             got = _num(ans)
             return got is not None and math.isclose(got, float(ref), abs_tol=0.011)

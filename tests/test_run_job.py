@@ -106,3 +106,13 @@ def test_judge_mode_pairs_both_orders_at_evaluation_cost(sim):
         lines = [json.loads(x) for x in res.to_jsonl().decode().splitlines()]
         assert sum(1 for x in lines if x["kind"] == "judgment") == 3
     assert wins["B"] >= 12 and wins["A"] <= 3  # the correct answer (arm_b here) wins most pairs
+
+
+def test_judge_reads_bare_answers_too(sim):
+    # Judge mode is usually fed the arms' extracted answers, not whole replies.
+    p = client(sim)
+    picked = 0
+    for task in MATH[20:40]:
+        res = run_judgments(judge_job("r", task), {"a@1": str(task["distractors"][0]), "b@1": str(task["reference"])}, p)
+        picked += res.judgments[0]["winner"] == "B"
+    assert picked >= 12
