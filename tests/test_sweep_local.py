@@ -337,3 +337,36 @@ def test_demo_command_end_to_end(tmp_path):
     # Running it again resumes: nothing to run.
     r2 = _ept("demo", "--out", str(tmp_path / "out"), "--tasks-per-family", "3")
     assert r2.returncode == 0 and "54 already done" in r2.stdout.replace("\n", " ")
+
+
+@pytest.mark.slow
+def test_cli_sweep_failures_exit_1_then_retry_fixes_them(tmp_path, make_sim):
+    """Through `ept`: a wrong key fails every job (grouped as credential, exit 1, key never shown);
+    `ept retry` with the key fixed re-runs exactly those jobs."""
+    sim = make_sim(api_key=SIM_KEY)
+    prof = tmp_path / "profiles.toml"
+    prof.write_text(
+        f'[profiles.simx]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "EPT_SIMX_KEY"\nmodel = "ept-sim-1"\n'
+    )
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        f'name = "cli"\nprofile = "simx"\nsuites = ["math"]\ntasks_per_family = 3\nledger = "{tmp_path / "led"}"\n'
+        'bootstrap_rounds = 0\n[[arms]]\nstrategy = "greedy"\nbudgets = [1]\n[[arms]]\nstrategy = "majority"\nbudgets = [2]\n'
+    )
+    wrong = "sk-wrong-0000000000000000000000"
+    env = {"EPT_PROFILES": str(prof), "EPT_SIMX_KEY": wrong, "COLUMNS": "200"}
+    r = _ept("sweep", str(plan), env=env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "credential" in r.stdout and "ept retry cli" in r.stdout
+    assert wrong not in r.stdout + r.stderr
+    # Each call was tried once (401 is not retried): 3 greedy calls + 3 x 2 concurrent majority samples.
+    assert sim.control.stats()["by_status"] == {"401": 9}
+
+    sim.control.reset()
+    r = _ept("retry", "cli", "--ledger", str(tmp_path / "led"), env={**env, "EPT_SIMX_KEY": SIM_KEY})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "6 run now" in r.stdout.replace("\n", " ")
+    by_job = sim.control.stats()["by_job"]
+    assert len(by_job) == 6 and sorted(by_job.values()) == [1, 1, 1, 2, 2, 2]
+    r = _ept("status", "cli", "--ledger", str(tmp_path / "led"), "--json")
+    assert json.loads(r.stdout)["done"] == 6 and json.loads(r.stdout)["failed"] == {}
