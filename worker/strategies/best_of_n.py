@@ -2,7 +2,7 @@
 
 verifier = "llm"   one verifier call per candidate (role 'verifier', 'Score: x' in 0..1);
            "tests" run the task's visible tests in the sandbox (code tasks; no tokens);
-           "auto"  tests when the task has visible tests, else llm.
+           "auto"  tests when the task has visible tests, else llm ("tests" on a task without tests = llm).
 Ties go to the most common answer among the tied candidates, then the lowest sample index.
 """
 
@@ -25,8 +25,9 @@ def run(ctx: JobContext) -> StrategyResult:
     n, task = ctx.job.budget_n, ctx.task
     cands = sample(ctx, 0, n, SAMPLE_TEMPERATURE)
     mode = STRATEGY.param(ctx.job, "verifier")
-    if mode == "auto":
-        mode = "tests" if task["grader"]["type"] == "code" and task.get("visible_tests") else "llm"
+    has_tests = task["grader"]["type"] == "code" and bool(task.get("visible_tests") or task.get("tests"))
+    if mode == "auto" or (mode == "tests" and not has_tests):  # only code tasks have tests to run
+        mode = "tests" if has_tests and task.get("visible_tests") else "llm"
     if mode == "tests":
         cache: dict[str, float] = {}  # identical candidates run once
 
