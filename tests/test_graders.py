@@ -120,3 +120,20 @@ def test_calculator_is_exact(expr, value):
 def test_calculator_refuses_anything_but_arithmetic(expr):
     with pytest.raises((ValueError, SyntaxError)):
         calculate(expr)
+
+
+def test_shared_prompt_parsers():
+    from contracts.prompts import final_answer_line, parse_score, parse_winner, prompt_kind, solve_messages
+
+    assert final_answer_line("x\n**Answer:** 12\nmore\nFinal answer: 13") == "13"
+    assert final_answer_line("no label here") is None
+    assert parse_score("looks fine. Score: 0.85") == 0.85
+    assert parse_score("Score: 1") == 1.0 and parse_score("score = .4") == 0.4 and parse_score("none") is None
+    assert parse_winner("A is longer but Winner: B") == "B" and parse_winner("Winner: TIE") == "tie"
+    assert parse_winner("I cannot decide") is None
+    task = {"prompt": "What is 2+2?", "grader": {"type": "numeric"}}
+    assert prompt_kind(solve_messages(task)) == "solve"
+    assert prompt_kind([{"role": "user", "content": "hi"}]) == "unknown"
+    chat_task = {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Hi?"}]}
+    msgs = solve_messages(chat_task)
+    assert [m["role"] for m in msgs] == ["system", "user"] and msgs[1]["content"] == "Hi?"
