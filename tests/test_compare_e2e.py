@@ -148,10 +148,10 @@ def test_simulator_degrade_is_flagged_and_an_unchanged_rerun_passes(make_sim, tm
     sim = make_sim()
     base = _sim_sweep(tmp_path, sim.url, 1, "base")
     same = _sim_sweep(tmp_path, sim.url, 2, "same")
-    sim.control.set(degrade={DEGRADED_ARM: 0.35})
+    sim.control.set(degrade={DEGRADED_ARM: 0.3})
     worse = _sim_sweep(tmp_path, sim.url, 3, "worse")
     # The degrade reached the simulator only for the chosen arm's requests.
-    assert sim.control.config()["degrade"] == {DEGRADED_ARM: 0.35}
+    assert sim.control.config()["degrade"] == {DEGRADED_ARM: 0.3}
 
     ok = ept("compare", str(base), str(same), "--json", str(tmp_path / "same.json"), cwd=tmp_path)
     assert ok.returncode == 0, ok.stdout + ok.stderr
