@@ -150,7 +150,7 @@ def test_simulator_degrade_is_flagged_and_an_unchanged_rerun_passes(make_sim, tm
     same = _sim_sweep(tmp_path, sim.url, 2, "same")
     sim.control.set(degrade={DEGRADED_ARM: 0.3})
     worse = _sim_sweep(tmp_path, sim.url, 3, "worse")
-    # The degrade reached the simulator only for the chosen arm's requests.
+    # The simulator now lowers the accuracy of that arm only (its config names one arm label).
     assert sim.control.config()["degrade"] == {DEGRADED_ARM: 0.3}
 
     ok = ept("compare", str(base), str(same), "--json", str(tmp_path / "same.json"), cwd=tmp_path)
