@@ -161,11 +161,19 @@ class FileLedger:
         return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.exists() else []
 
 
-def _retrying(fn: Callable[[], T], *, attempts: int = 6, base_s: float = 0.2, cap_s: float = 5.0) -> T:
-    """Call fn, retrying connection-level failures with exponential backoff and full jitter."""
+def _retrying(
+    fn: Callable[[], T], *, attempts: int = 6, base_s: float = 0.2, cap_s: float = 5.0, patience_s: float = 0.0
+) -> T:
+    """Call fn, retrying connection-level failures with exponential backoff and full jitter.
+
+    After `attempts` tries, keep retrying until `patience_s` seconds have passed since the first: a worker that
+    gives up on a short S3 outage loses a job whose tokens are already spent.
+    """
     from botocore.exceptions import ClientError, ConnectionClosedError, ConnectionError, ReadTimeoutError
 
-    for i in range(attempts):
+    start = time.monotonic()
+    i = 0
+    while True:
         try:
             return fn()
         except (ConnectionError, ConnectionClosedError, ReadTimeoutError) as e:
@@ -177,10 +185,10 @@ def _retrying(fn: Callable[[], T], *, attempts: int = 6, base_s: float = 0.2, ca
             if status < 500 and status not in (409, 429) and code not in ("SlowDown", "RequestTimeout"):
                 raise
             err = e
-        if i == attempts - 1:
+        i += 1
+        if i >= attempts and time.monotonic() - start >= patience_s:
             raise err
-        time.sleep(random.uniform(0, min(cap_s, base_s * 2**i)))
-    raise AssertionError("unreachable")
+        time.sleep(random.uniform(0, min(cap_s, base_s * 2 ** min(i - 1, 16))))
 
 
 def _s3_status(e: Exception) -> int:
@@ -193,9 +201,11 @@ class S3Ledger:
     AWS environment variables (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION)."""
 
     def __init__(
-        self, bucket: str, prefix: str = "", *, client: Any = None, create_bucket: bool = True, attempts: int = 6
-    ) -> None:
+        self, bucket: str, prefix: str = "", *, client: Any = None, create_bucket: bool = True, attempts: int = 6,
+        patience_s: float = 0.0,
+    ) -> None:  # fmt: skip
         self._attempts = attempts
+        self._patience_s = patience_s
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
@@ -226,7 +236,7 @@ class S3Ledger:
         return self._client
 
     def _retry(self, fn: Callable[[], T]) -> T:
-        return _retrying(fn, attempts=self._attempts)
+        return _retrying(fn, attempts=self._attempts, patience_s=self._patience_s)
 
     def _ensure_bucket(self) -> None:
         c = self._client
@@ -349,7 +359,8 @@ def open_ledger(url: str | Path) -> FileLedger | S3Ledger:
         bucket, _, prefix = rest.partition("/")
         if not bucket:
             raise InputError(f"ledger URL {s!r} has no bucket (expected s3://bucket/prefix)", field="ledger")
-        return S3Ledger(bucket, prefix)
+        # Ride out S3 outages up to EPT_S3_PATIENCE_S (default 180 s) before a write is given up.
+        return S3Ledger(bucket, prefix, patience_s=float(os.environ.get("EPT_S3_PATIENCE_S") or 180))
     if s.startswith("file://"):
         return FileLedger(s[len("file://") :] or "/")
     if "://" in s:
