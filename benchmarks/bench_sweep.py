@@ -119,7 +119,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=16, help="threads per executor process (local and per worker)")
     ap.add_argument("--jobs-0ms", type=int, default=400)
-    ap.add_argument("--seconds-200ms", type=float, default=5.0, help="target duration of each 200 ms run")
+    ap.add_argument("--seconds-200ms", type=float, default=8.0, help="target duration of each 200 ms run")
     ap.add_argument("--strategy", default="greedy")
     ap.add_argument("--budget", type=int, default=1)
     ap.add_argument("--workers", default="1,2,4")

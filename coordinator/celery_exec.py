@@ -31,7 +31,7 @@ def run_celery(
     on_result: Callable[[dict[str, Any]], None],
     on_retry: Callable[[str, int, str], None] | None = None,
     broker_url: str | None = None,
-    poll_s: float = 0.25,
+    poll_s: float = 0.1,
     should_stop: Callable[[], bool] = lambda: False,
     notice: Callable[[str], None] | None = None,
     idle_notice_s: float = 20.0,
