@@ -241,3 +241,20 @@ def test_rendered_summary_counts_equal_report_json(rendered: dict) -> None:
     for key in ("tasks", "calls", "outcomes", "ungraded_outcomes", "comparisons"):
         assert int(found[key]) == counts[key], key
     assert counts["ungraded_outcomes"] == 2
+
+
+@needs_chromium
+def test_analyze_html_option_matches_its_own_report_json(run_dir: Path, tmp_path: Path) -> None:
+    """`ept analyze --out DIR --html FILE`: one analysis, two outputs; the rendered page equals report.json."""
+    r = _ept("analyze", str(run_dir), "--out", str(tmp_path / "out"), "--html", str(tmp_path / "a.html"),
+             "--rounds", "100", "--seed", "9", "--no-plots", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    table = json.loads((tmp_path / "out" / "report.json").read_text())["table"]
+    parser = Cells()
+    parser.feed(_chromium(["--dump-dom", (tmp_path / "a.html").as_uri()], tmp_path).stdout)
+    rows = parser.tables["returns-table"]
+    assert [a for a, _ in rows] == [t["arm"] for t in table]
+    for (_, got), want in zip(rows, table, strict=True):
+        for col in ("tokens_per_task", "elo", "elo_lo", "elo_hi", "d_elo_per_1k"):
+            value = got[col][0]
+            assert (value is None and want[col] is None) or float(value) == want[col], col
