@@ -25,12 +25,20 @@ def test_correct_and_partly_wrong_candidates():
     assert grade_code(None, TASK).details["reason"] == "no code block in the answer"
 
 
-def test_infinite_loop_is_killed_at_the_time_limit():
+def test_infinite_loop_is_killed_at_the_cpu_limit():
     t0 = time.monotonic()
     r = grade_code("def f(x):\n    while True:\n        pass\n", TASK)
     elapsed = time.monotonic() - t0
-    assert r.score == 0.0 and r.details["reason"].startswith("timeout after 3s")
-    assert elapsed < 3 + 2
+    assert r.score == 0.0 and r.details["reason"] == "timeout: CPU limit of 3s exceeded (killed)"
+    assert 2.5 < elapsed < 3 * 3 + 1
+
+
+def test_sleeping_candidate_is_killed_at_the_wall_clock_backstop():
+    t0 = time.monotonic()
+    r = run_tests("import time\ndef f(x):\n    time.sleep(60)\n", ["assert f(1) == 2"], "f", Limits(timeout_s=1, cpu_s=1))
+    elapsed = time.monotonic() - t0
+    assert r["passed"] == 0 and r["reason"] == "timeout: still running after 3s wall clock (killed)"
+    assert _live_in_group(r["pgid"]) == 0 and elapsed < 3 + 2
 
 
 def _live_in_group(pgid: int) -> int:

@@ -1,8 +1,9 @@
 """Code grader: run a candidate function against the task's tests in a separate, locked-down process.
 
 Layers, each holding on its own:
-* a fresh process (`python -I`, new session, empty temp cwd) killed with its whole process group at the
-  wall-clock limit, so an infinite loop costs at most `timeout_s`;
+* a fresh process (`python -I`, new session, empty temp cwd). A busy loop is stopped by the CPU-seconds
+  limit (`timeout_s` of CPU, so a loaded machine does not fail honest candidates); anything else that
+  overstays (sleeping, blocked) is killed with its whole process group at 3 x `timeout_s` wall clock;
 * resource limits set in the child before exec (`resource.setrlimit`): CPU seconds, address space,
   file size, open files, and process count (stops fork bombs; as root the child also drops to `nobody`,
   because the kernel does not apply RLIMIT_NPROC to root);
@@ -31,6 +32,7 @@ from typing import Any
 from worker.graders.basic import GradeResult
 
 NOBODY = 65534
+WALL_FACTOR = 3
 
 # Runs inside the child. The audit hook goes in before any candidate code runs; hooks cannot be removed.
 _RUNNER = r'''
@@ -70,7 +72,7 @@ real_stdout.flush()
 
 @dataclass(frozen=True)
 class Limits:
-    timeout_s: float = 5.0  # wall clock for the whole run
+    timeout_s: float = 5.0  # CPU seconds for the whole run; the wall-clock backstop is WALL_FACTOR times this
     cpu_s: int = 5
     memory_mb: int = 512
     nproc: int = 64  # per-user process cap (the sandbox user's processes)
@@ -136,7 +138,13 @@ def run_tests(
         hit = _CACHE.get(key)
     if hit is not None:
         return dict(hit)
-    res = _run_tests(code, tests, entry_point, limits, audit_hook)
+    for attempt in range(3):
+        res = _run_tests(code, tests, entry_point, limits, audit_hook)
+        # The wrappers (unshare/setpriv) failing before the candidate ran is our problem, not the
+        # candidate's: e.g. the sandbox user's process cap is briefly full from another grader.
+        if not str(res.get("reason") or "").startswith("sandbox could not start"):
+            break
+        time.sleep(0.2 * (attempt + 1))
     if not str(res.get("reason") or "").startswith("timeout"):
         with _CACHE_LOCK:
             if len(_CACHE) >= _CACHE_MAX:
@@ -159,7 +167,7 @@ def _run_tests(code: str, tests: list[str], entry_point: str, limits: Limits, au
             start_new_session=True, preexec_fn=functools.partial(_set_limits, limits),
         )
         try:
-            out, err = proc.communicate(payload.encode(), timeout=limits.timeout_s)
+            out, err = proc.communicate(payload.encode(), timeout=limits.timeout_s * WALL_FACTOR)
             timed_out = False
         except subprocess.TimeoutExpired:
             timed_out = True
@@ -169,7 +177,7 @@ def _run_tests(code: str, tests: list[str], entry_point: str, limits: Limits, au
     # pgid: the sandbox's process group (= its pid), so callers can check nothing of it survives.
     base = {"passed": 0, "total": len(tests), "failures": [], "returncode": proc.returncode, "pgid": proc.pid}
     if timed_out:
-        return {**base, "reason": f"timeout after {limits.timeout_s:g}s (killed)"}
+        return {**base, "reason": f"timeout: still running after {limits.timeout_s * WALL_FACTOR:g}s wall clock (killed)"}
     for line in reversed(out.decode(errors="replace").splitlines()):
         if line.startswith(nonce):
             res = json.loads(line[len(nonce):])
@@ -178,9 +186,12 @@ def _run_tests(code: str, tests: list[str], entry_point: str, limits: Limits, au
                 reason = f"{res['total'] - res['passed']} of {res['total']} tests failed: {res['failures'][0]['error']}"
             return {**base, **res, "reason": reason or None}
     rc = proc.returncode
-    why = f"killed by signal {-rc}" if rc is not None and rc < 0 else f"exit code {rc}"
+    first_err = err.decode(errors="replace").strip().splitlines()[:1] or [""]
+    if first_err[0].startswith(("setpriv:", "unshare:")):
+        return {**base, "reason": f"sandbox could not start: {first_err[0][:200]}"}
     if rc is not None and -rc == signal.SIGXCPU:
-        why = "CPU time limit exceeded"
+        return {**base, "reason": f"timeout: CPU limit of {limits.cpu_s}s exceeded (killed)"}
+    why = f"killed by signal {-rc}" if rc is not None and rc < 0 else f"exit code {rc}"
     tail = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
     return {**base, "reason": f"sandbox process died ({why}) {tail[0][:200]}".strip()}
 
@@ -204,7 +215,8 @@ def grade_code(code: str | None, task: dict[str, Any], tests: list[str] | None =
     if not code:
         return GradeResult(0.0, False, {"grader": "code", "reason": "no code block in the answer"})
     opts = task.get("grader", {})
-    limits = Limits(timeout_s=float(opts.get("timeout_s", 5.0)), cpu_s=int(opts.get("cpu_s", 5)),
+    timeout_s = float(opts.get("timeout_s", 5.0))
+    limits = Limits(timeout_s=timeout_s, cpu_s=int(opts.get("cpu_s", max(1, round(timeout_s)))),
                     memory_mb=int(opts.get("memory_mb", 512)))
     tests = task["tests"] if tests is None else tests
     res = run_tests(code, tests, task["entry_point"], limits)
