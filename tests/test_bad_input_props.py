@@ -17,6 +17,7 @@ import signal
 import textwrap
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -25,7 +26,7 @@ from hypothesis import strategies as st
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "table3x2"
 SETTINGS = settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
 HANG_S = 30
 
@@ -36,8 +37,13 @@ class Hang(Exception):
 
 def run_cli(argv: list[str]) -> tuple[int, str]:
     """Run `ept ARGV` in this process; returns (exit code, stdout+stderr). A hang past HANG_S fails the test."""
-    from ept.cli import main
+    import ept.cli
 
+    # main() registers every stage's commands on each call; in one process, register once and reuse the app
+    # (otherwise each call adds another copy of every command and the runs slow down quadratically).
+    if not getattr(run_cli, "registered", False):
+        ept.cli._register()
+        run_cli.registered = True  # type: ignore[attr-defined]
     buf_out, buf_err = io.StringIO(), io.StringIO()
 
     def _alarm(_s: int, _f: Any) -> None:
@@ -49,7 +55,8 @@ def run_cli(argv: list[str]) -> tuple[int, str]:
     try:
         with contextlib.redirect_stdout(buf_out), contextlib.redirect_stderr(buf_err):
             try:
-                main(argv)
+                with mock.patch.object(ept.cli, "_register", lambda: None):
+                    ept.cli.main(argv)
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     finally:
@@ -342,7 +349,7 @@ def _valid_tasks(n: int = 5) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_suites_load_or_name_file_line_field(tmp_path_factory, data):
     from contracts.errors import InputError
