@@ -261,3 +261,15 @@ def test_arm_without_any_usage_is_left_out_not_made_cheapest(tmp_path: Path) -> 
     res = analyze([str(f)], AnalysisOptions(rounds=0))
     assert res.arms == ["g@1", "b@4"] and res.anchor == "g@1"
     assert any("z@2" in w and "unknown" in w for w in res.warnings)
+
+
+def test_nothing_to_compare_is_an_input_error(tmp_path: Path) -> None:
+    calls_only = tmp_path / "calls.jsonl"
+    calls_only.write_text(json.dumps({"task_id": "m-1", "strategy": "g", "budget_n": 1,
+                                      "usage": {"prompt_tokens": 1, "completion_tokens": 1}}) + "\n")  # fmt: skip
+    proc = ept("analyze", str(calls_only), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2 and "nothing to compare" in proc.stderr and not (tmp_path / "o").exists()
+    outcomes_only = tmp_path / "outcomes.jsonl"
+    outcomes_only.write_text(json.dumps({"task_id": "m-1", "strategy": "g", "budget_n": 1, "score": 1}) + "\n")
+    proc = ept("tokens", str(outcomes_only))
+    assert proc.returncode == 2 and "no call records" in proc.stderr
