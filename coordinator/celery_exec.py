@@ -35,6 +35,7 @@ def run_celery(
     should_stop: Callable[[], bool] = lambda: False,
     notice: Callable[[str], None] | None = None,
     idle_notice_s: float = 20.0,
+    broker_patience_s: float = 180.0,
 ) -> bool:
     from worker.celery_app import make_app
 
@@ -66,6 +67,25 @@ def run_celery(
             pending.pop(tid)
             backend.forget(tid)
 
+    broker_down_since: list[float] = []  # when the current broker outage began (empty = reachable)
+
+    def patient_poll() -> None:
+        """poll(), riding out a broker restart: the results wait in Redis, so reconnect and read them later."""
+        import redis.exceptions
+        from kombu.exceptions import OperationalError
+
+        try:
+            poll()
+            broker_down_since.clear()
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OperationalError) as e:
+            if not broker_down_since:
+                broker_down_since.append(time.monotonic())
+                if notice:
+                    notice(f"lost the broker ({type(e).__name__}); reconnecting — enqueued jobs are not lost")
+            if time.monotonic() - broker_down_since[0] > broker_patience_s:
+                raise
+            time.sleep(min(2.0, 0.2 * 2 ** min(int(time.monotonic() - broker_down_since[0]), 4)))
+
     try:
         with app.producer_or_acquire() as producer:
             for start in range(0, len(jobs), batch_size):
@@ -79,7 +99,7 @@ def run_celery(
         last_change, last_pending, told = time.monotonic(), len(pending), False
         while pending:
             time.sleep(poll_s)
-            poll()
+            patient_poll()
             if len(pending) != last_pending:
                 last_change, last_pending = time.monotonic(), len(pending)
             elif notice and not told and time.monotonic() - last_change > idle_notice_s:
