@@ -307,3 +307,59 @@ def tail(path: Path, n: int = 3000) -> str:
     with contextlib.suppress(OSError):
         return path.read_text(errors="replace")[-n:]
     return ""
+
+
+# ---- measurements for docs/reliability.md (benchmarks/reliability_table.py) --------------------------------
+
+
+def recording() -> bool:
+    return bool(os.environ.get("EPT_RELIABILITY_OUT"))
+
+
+def clean_tokens(tmp: Path, suite: Path, per_family: int, sim_seed: int) -> dict[str, int]:
+    """Tokens per arm of the same plan (seed 11) run cleanly: local executor, fresh fault-free simulator."""
+    from fixtures_sim import _start
+
+    from contracts.profiles import get_profile
+    from coordinator.plan import load_plan
+    from coordinator.sweep import execute, plan_jobs
+
+    sim = _start(api_key=FAULT_KEY, seed=sim_seed)
+    old = os.environ.get("EPT_SIM_API_KEY")
+    os.environ["EPT_SIM_API_KEY"] = FAULT_KEY
+    try:
+        prof = get_profile("fault-sim", write_profiles(tmp / "clean-profiles.toml", sim.url))
+        plan = load_plan(write_plan(tmp / "clean-plan.toml", name="clean", suite=suite, ledger=str(tmp / "clean-ledger"),
+                                    executor="local", per_family=per_family))  # fmt: skip
+        jobs = plan_jobs(plan)
+        from rich.console import Console
+
+        out = execute(plan, jobs, profile=prof, run=job_runner(), analyze=False, console=Console(file=open(os.devnull, "w")))  # noqa: SIM115
+        assert out.ok
+        return ledger_facts(str(tmp / "clean-ledger"), "clean", {j.key for j in jobs}).tokens_by_arm
+    finally:
+        sim.stop()
+        if old is None:
+            os.environ.pop("EPT_SIM_API_KEY", None)
+        else:
+            os.environ["EPT_SIM_API_KEY"] = old
+
+
+def record(
+    fault: str, injected: str, facts: LedgerFacts, expected: int, sim_requests: int,
+    clean: dict[str, int] | None, notes: str = "",
+) -> None:  # fmt: skip
+    """Write one measured row for the reliability table (only under benchmarks/reliability_table.py)."""
+    out = os.environ.get("EPT_RELIABILITY_OUT")
+    if not out:
+        return
+    row = {
+        "fault": fault, "injected": injected, "jobs": expected, "jobs_in_ledger": facts.jobs, "records": facts.records,
+        "calls": facts.calls, "duplicates": facts.duplicates, "lost": facts.lost, "failed": facts.failed,
+        "requests_at_simulator": sim_requests, "tokens": sum(facts.tokens_by_arm.values()),
+        "tokens_clean": sum(clean.values()) if clean is not None else None,
+        "tokens_match_clean": (facts.tokens_by_arm == clean) if clean is not None else None,
+        "missing_usage_calls": facts.missing_usage, "job_impl": JOB_IMPL, "notes": notes,
+    }  # fmt: skip
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / (fault.split()[0].strip(":") + ".json")).write_text(json.dumps(row, indent=1))

@@ -9,7 +9,10 @@ import uuid
 import pytest
 from fixtures_faults import (
     FAULT_KEY,
+    clean_tokens,
     ledger_facts,
+    record,
+    recording,
     sweep_proc,
     tail,
     wait_until,
@@ -59,3 +62,6 @@ def test_coordinator_sigkill_then_rerun_runs_no_job_twice(tmp_path, redis_server
     by_job = sim.control.stats()["by_job"]
     assert by_job == facts.calls_by_job, {k: (by_job.get(k), v) for k, v in facts.calls_by_job.items() if by_job.get(k) != v}
     assert len(led.get_manifest("coord")["sessions"]) == 2
+    if recording():
+        record("6: coordinator SIGKILL", f"SIGKILL `ept sweep` at {landed_at_kill} of 60 jobs, rerun at once", facts,
+               len(keys), sim.control.stats()["requests"], clean_tokens(tmp_path, suite, 10, 4))

@@ -10,8 +10,11 @@ import threading
 import pytest
 from fixtures_faults import (
     FAULT_KEY,
+    clean_tokens,
     job_runner,
     ledger_facts,
+    record,
+    recording,
     wait_until,
     write_plan,
     write_profiles,
@@ -71,6 +74,7 @@ def test_401_mid_run_fails_fast_names_env_var_and_resumes(tmp_path, make_sim, mo
 
     # Fixed (the provider accepts the key again): the same sweep resumes; nothing that landed runs again.
     done_before = led.list_jobs("cred")
+    first_requests = sim.control.stats()["requests"]
     sim.control.set(api_key=FAULT_KEY)
     sim.control.reset()
     st = run_status(led, "cred")
@@ -83,3 +87,7 @@ def test_401_mid_run_fails_fast_names_env_var_and_resumes(tmp_path, make_sim, mo
     by_job = sim.control.stats()["by_job"]
     assert set(by_job) == keys - done_before
     assert all(by_job[k] == facts.calls_by_job[k] for k in by_job)
+    if recording():
+        record("5: credential 401", f"key revoked after {len(done_before)} of 90 jobs; fixed; same sweep rerun", facts,
+               len(keys), first_requests + sim.control.stats()["requests"], clean_tokens(tmp_path, suite, 15, 5),
+               f"{n401} requests got 401 before the sweep stopped ({out.tally.failed} jobs failed fast, attempts=1)")

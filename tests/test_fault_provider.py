@@ -7,7 +7,17 @@ from __future__ import annotations
 import json
 
 import pytest
-from fixtures_faults import FAULT_KEY, job_runner, ledger_facts, write_plan, write_profiles, write_suite
+from fixtures_faults import (
+    FAULT_KEY,
+    clean_tokens,
+    job_runner,
+    ledger_facts,
+    record,
+    recording,
+    write_plan,
+    write_profiles,
+    write_suite,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
 
@@ -83,3 +93,9 @@ def test_provider_faults_are_retried_or_recorded_and_missing_usage_is_flagged(tm
             known[c["arm"]] = known.get(c["arm"], 0) + c["usage"]["prompt_tokens"] + c["usage"]["completion_tokens"]
     for arm, row in table.items():
         assert row["total_tokens"] == known[arm], (arm, row)
+    if recording():
+        injected = ", ".join(f"{k} x{v}" for k, v in sorted(faults.items()) if k != "ok")
+        record("4: provider faults", f"simulator faults over {stats['requests']} requests: {injected}", facts,
+               len(keys), stats["requests"], clean_tokens(tmp_path, suite, 8, 8),
+               f"{len(missing)} calls without usage flagged (not zero); short replies made up by extra calls, "
+               "so tokens differ from the clean run by design")

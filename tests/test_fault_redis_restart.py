@@ -10,7 +10,10 @@ import uuid
 import pytest
 from fixtures_faults import (
     FAULT_KEY,
+    clean_tokens,
     ledger_facts,
+    record,
+    recording,
     redis_url,
     start_redis_on,
     sweep_proc,
@@ -66,5 +69,8 @@ def test_redis_restart_mid_sweep(tmp_path, s3_env, s3_bucket, make_sim):
         # No job ran twice across the restart: requests per job at the simulator = recorded calls.
         by_job = sim.control.stats()["by_job"]
         assert by_job == facts.calls_by_job, {k: (by_job.get(k), v) for k, v in facts.calls_by_job.items() if by_job.get(k) != v}
+        if recording():
+            record("2: Redis restart", f"Redis (AOF) stopped for {DOWN_S} s after 10 of 60 jobs, restarted on its port",
+                   facts, len(keys), sim.control.stats()["requests"], clean_tokens(tmp_path, suite, 10, 7))
     finally:
         redis.stop()

@@ -10,7 +10,10 @@ import uuid
 import pytest
 from fixtures_faults import (
     FAULT_KEY,
+    clean_tokens,
     ledger_facts,
+    record,
+    recording,
     start_weed_on,
     sweep_proc,
     tail,
@@ -78,5 +81,9 @@ def test_s3_outage_mid_sweep_loses_nothing(tmp_path, redis_server, make_sim, mon
         assert all(n.endswith("manifest.json") or "/jobs/" in n or "/failures/" in n for n in names), names
         assert not [n for n in names if "/failures/" in n]
         assert weed.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+        if recording():
+            record("3: S3 outage", f"SeaweedFS stopped {outage:.0f} s after 10 of 60 jobs, restarted on its ports/dir",
+                   facts, len(keys), sim.control.stats()["requests"], clean_tokens(tmp_path, suite, 10, 6),
+                   "no partial objects, no multipart leftovers, no failure records")
     finally:
         weed.stop()

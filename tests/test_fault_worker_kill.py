@@ -12,6 +12,7 @@ from fixtures_faults import (
     job_runner,
     ledger_facts,
     n_jobs,
+    record,
     sweep_proc,
     tail,
     wait_until,
@@ -86,7 +87,10 @@ def test_sigkill_two_workers_mid_sweep(tmp_path, redis_server, s3_env, s3_bucket
     assert all(by_job.get(k, 0) >= n for k, n in facts.calls_by_job.items())
     killed_waste = sum(by_job.values()) - facts.calls
     assert killed_waste >= 0
+    requests = sim.control.stats()["requests"]
 
     sim.control.reset()
     reference = clean_run(tmp_path, sim, suite, monkeypatch, "kill")
+    record("1: worker SIGKILL", "SIGKILL 2 of 3 Celery workers (at 10 and 30 of 60 jobs landed)", facts, len(keys),
+           requests, reference, f"{killed_waste} requests were in flight in the killed workers (paid, not recorded)")
     assert facts.tokens_by_arm == reference and sum(reference.values()) > 0
