@@ -44,6 +44,10 @@ budgets = [3]
 [[arms]]
 strategy = "best_of_n"
 budgets = [2]
+
+[rate_limits.sim-test]
+rpm = 1000000
+tpm = 1000000000
 """
 
 
@@ -122,6 +126,8 @@ def test_celery_s3_sweep_equals_local_sweep(tmp_path, celery_setup, s3_bucket, r
     assert dist.analysis.table.drop_nulls().equals(local.analysis.table.drop_nulls()) or (
         dist.analysis.table.to_dicts() == local.analysis.table.to_dicts()
     )
+    # The workers drew from the shared Redis bucket of the profile (only the limiter's script creates it).
+    assert set(redis_server.client().hgetall("ept:rl:sim-test")) == {b"req", b"tok", b"ts"}
     # A rerun enqueues nothing new and calls nothing.
     sim.control.reset()
     again = execute(celery_plan, jobs, profile=prof, broker_url=redis_server.url, analyze=False)
