@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import random
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -142,20 +143,24 @@ def _sentence(text: str) -> str:
 
 def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
     """Turn an SDK exception (either SDK) into a ProviderError with a fix-oriented message."""
-    import anthropic
     import openai
 
+    # An anthropic exception implies its SDK is already loaded; importing it here just to test
+    # isinstance would cost seconds on the first error of an openai-only worker.
+    anthropic = sys.modules.get("anthropic")
+    timeouts = (openai.APITimeoutError, *((anthropic.APITimeoutError,) if anthropic else ()))
+    conn_errors = (openai.APIConnectionError, *((anthropic.APIConnectionError,) if anthropic else ()))
     status = getattr(e, "status_code", None)
     where = f"{profile.base_url} (profile '{profile.name}', protocol {profile.protocol})"
     ra = None
     if isinstance(e, _Malformed):
         cls, msg = "transient", f"malformed response from {where}: {e}"
-    elif isinstance(e, openai.APITimeoutError | anthropic.APITimeoutError):
+    elif isinstance(e, timeouts):
         cls, msg = (
             "transient",
             f"timed out after {profile.timeout:g}s calling {where}; raise `timeout` in the profile if requests queue (n=16 samples can take long)",
         )
-    elif isinstance(e, openai.APIConnectionError | anthropic.APIConnectionError):
+    elif isinstance(e, conn_errors):
         cls, msg = (
             "transient",
             f"cannot connect to {where}: {e}; check the host/port and that the server is up",
