@@ -96,6 +96,6 @@ def test_provider_faults_are_retried_or_recorded_and_missing_usage_is_flagged(tm
     if recording():
         injected = ", ".join(f"{k} x{v}" for k, v in sorted(faults.items()) if k != "ok")
         record("4: provider faults", f"simulator faults over {stats['requests']} requests: {injected}", facts,
-               len(keys), stats["requests"], clean_tokens(tmp_path, suite, 8, 8),
+               len(keys), stats["requests"], clean_tokens(tmp_path, suite, 8, 8, supports_n=True),
                f"{len(missing)} calls without usage flagged (not zero); short replies made up by extra calls, "
                "so tokens differ from the clean run by design")
