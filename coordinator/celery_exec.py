@@ -42,7 +42,10 @@ def run_celery(
     app = make_app(broker_url)
     backend = app.backend
     pending: dict[str, str] = {}  # task id -> job key
+    job_of: dict[str, Job] = {}  # task id -> job, to enqueue again if the broker loses its data
     retry_seen: dict[str, Any] = {}
+    # A marker in Redis: gone after a broker restart means Redis came back empty (no persistence).
+    marker = f"ept:sweep-alive:{uuid.uuid4().hex}"
 
     def poll() -> None:
         if not pending:
@@ -65,7 +68,28 @@ def run_celery(
                     on_retry(pending[tid], int(result.get("attempt", 1)), str(result.get("class")))
                 continue
             pending.pop(tid)
+            job_of.pop(tid, None)
             backend.forget(tid)
+
+    def send(job: Job, producer: Any) -> None:
+        tid = f"{job.run_id}:{uuid.uuid4().hex}"
+        app.send_task(TASK_NAME, args=[job.to_dict(), ctx], task_id=tid, queue=queue, producer=producer)
+        pending[tid], job_of[tid] = job.key, job
+
+    def resend_if_lost() -> None:
+        """After an outage: if Redis lost its data, the queued messages and results are gone — enqueue the
+        pending jobs again. Safe if some did run: workers skip jobs already in the ledger."""
+        if backend.client.exists(marker):
+            return
+        lost = [job_of[t] for t in pending]
+        pending.clear()
+        job_of.clear()
+        with app.producer_or_acquire() as producer:
+            for job in lost:
+                send(job, producer)
+        backend.client.set(marker, "1", ex=7 * 24 * 3600)
+        if notice:
+            notice(f"the broker came back empty: enqueued {len(lost)} unfinished jobs again")
 
     broker_down_since: list[float] = []  # when the current broker outage began (empty = reachable)
 
@@ -75,26 +99,27 @@ def run_celery(
         from kombu.exceptions import OperationalError
 
         try:
+            if broker_down_since:
+                resend_if_lost()
             poll()
             broker_down_since.clear()
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OperationalError) as e:
             if not broker_down_since:
                 broker_down_since.append(time.monotonic())
                 if notice:
-                    notice(f"lost the broker ({type(e).__name__}); reconnecting — enqueued jobs are not lost")
+                    notice(f"lost the broker ({type(e).__name__}); reconnecting")
             if time.monotonic() - broker_down_since[0] > broker_patience_s:
                 raise
             time.sleep(min(2.0, 0.2 * 2 ** min(int(time.monotonic() - broker_down_since[0]), 4)))
 
     try:
+        backend.client.set(marker, "1", ex=7 * 24 * 3600)
         with app.producer_or_acquire() as producer:
             for start in range(0, len(jobs), batch_size):
                 if should_stop():
                     break
                 for job in jobs[start : start + batch_size]:
-                    tid = f"{job.run_id}:{uuid.uuid4().hex}"
-                    app.send_task(TASK_NAME, args=[job.to_dict(), ctx], task_id=tid, queue=queue, producer=producer)
-                    pending[tid] = job.key
+                    send(job, producer)
                 poll()
         last_change, last_pending, told = time.monotonic(), len(pending), False
         while pending:
