@@ -32,12 +32,15 @@ PASSWORD = "ept-fault-redis-pw"
 DOWN_S = 3
 
 
-def test_redis_restart_mid_sweep(tmp_path, s3_env, s3_bucket, make_sim):
+@pytest.mark.parametrize("aof", [True, False], ids=["aof", "no-persistence"])
+def test_redis_restart_mid_sweep(tmp_path, s3_env, s3_bucket, make_sim, aof):
+    """With an append-only file the queue survives; without one (the compose default) Redis comes back empty and
+    the coordinator enqueues the unfinished jobs again."""
     from contracts.ledger import open_ledger
     from coordinator.plan import load_plan
     from coordinator.sweep import plan_jobs
 
-    redis = start_redis_on(tmp_path / "redis", PASSWORD)
+    redis = start_redis_on(tmp_path / "redis", PASSWORD, aof=aof)
     url = redis_url(redis, PASSWORD)
     try:
         sim = make_sim(api_key=FAULT_KEY, latency_ms=150, seed=7)
@@ -64,13 +67,22 @@ def test_redis_restart_mid_sweep(tmp_path, s3_env, s3_bucket, make_sim):
         finally:
             workers.stop()
         assert redis.starts == 2
+        # The coordinator noticed the outage; without persistence it enqueued the unfinished jobs again.
+        text = log.read_text()
+        assert "lost the broker" in text and (("came back empty" in text) != aof), tail(log)
         facts = ledger_facts(ledger, "redis", keys)
         assert facts.jobs == len(keys) and facts.lost == 0 and facts.failed == 0 and facts.duplicates == 0, facts
         # No job ran twice across the restart: requests per job at the simulator = recorded calls.
         by_job = sim.control.stats()["by_job"]
-        assert by_job == facts.calls_by_job, {k: (by_job.get(k), v) for k, v in facts.calls_by_job.items() if by_job.get(k) != v}
+        diff = {k: (by_job.get(k), v) for k, v in facts.calls_by_job.items() if by_job.get(k) != v}
+        if aof:
+            assert not diff, diff
+        else:
+            # The per-job claims lived in the Redis that was wiped: a job still running at the restart could in
+            # principle run again beside its re-sent copy (the ledger keeps one). Never fewer requests than calls.
+            assert all(by_job.get(k, 0) >= v for k, v in facts.calls_by_job.items()), diff
         if recording():
-            record("2: Redis restart", f"Redis (AOF) stopped for {DOWN_S} s after 10 of 60 jobs, restarted on its port",
+            record(f"2{'a' if aof else 'b'}: Redis restart", f"Redis ({'AOF' if aof else 'no persistence'}) stopped for {DOWN_S} s after 10 of 60 jobs, restarted on its port",
                    facts, len(keys), sim.control.stats()["requests"], clean_tokens(tmp_path, suite, 10, 7))
     finally:
         redis.stop()
