@@ -166,8 +166,8 @@ def _retrying(
 ) -> T:
     """Call fn, retrying connection-level failures with exponential backoff and full jitter.
 
-    After `attempts` tries, keep retrying until `patience_s` seconds have passed since the first: a worker that
-    gives up on a short S3 outage loses a job whose tokens are already spent.
+    After `attempts` tries, an outage (connection errors, 5xx) is retried until `patience_s` seconds have passed
+    since the first try: a worker that gives up on a short S3 outage loses a job whose tokens are already spent.
     """
     from botocore.exceptions import ClientError, ConnectionClosedError, ConnectionError, ReadTimeoutError
 
@@ -178,6 +178,7 @@ def _retrying(
             return fn()
         except (ConnectionError, ConnectionClosedError, ReadTimeoutError) as e:
             err: Exception = e
+            outage = True
         except ClientError as e:
             code = str(e.response.get("Error", {}).get("Code", ""))
             status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
@@ -185,8 +186,9 @@ def _retrying(
             if status < 500 and status not in (409, 429) and code not in ("SlowDown", "RequestTimeout"):
                 raise
             err = e
+            outage = status >= 500  # a server restarting; 409/429 are answers, not outages
         i += 1
-        if i >= attempts and time.monotonic() - start >= patience_s:
+        if i >= attempts and (not outage or time.monotonic() - start >= patience_s):
             raise err
         time.sleep(random.uniform(0, min(cap_s, base_s * 2 ** min(i - 1, 16))))
 
