@@ -97,7 +97,11 @@ What each scenario checks beyond the table (see the test files for the assertion
 1. Worker SIGKILL: the sweep finishes on the surviving worker once the killed workers' unacknowledged messages
    come back (visibility timeout 10 s in the test); tokens per arm equal the clean run's exactly.
 2. Redis restart: workers reconnect on their own; the coordinator rides out the outage (it used to crash with a
-   redis ConnectionError — fixed in coordinator/celery_exec.py); requests per job = recorded calls.
+   redis ConnectionError — fixed in coordinator/celery_exec.py). 2a: Redis with an append-only file keeps the
+   queue; requests per job = recorded calls. 2b: Redis without persistence (as in docker-compose.yml) comes back
+   empty; the coordinator notices (a marker key is gone) and enqueues the unfinished jobs again (it used to wait
+   forever); the per-job claims were wiped too, so a job still running at the restart could run twice (the
+   ledger keeps one copy) — the requests column shows whether that happened.
 3. S3 outage: job writes wait for S3 (the S3 ledger used to give up after ~6 s and lose finished jobs — fixed in
    contracts/ledger.py, `EPT_S3_PATIENCE_S`, default 180 s); no partial objects or multipart leftovers.
 4. Provider faults: 429 (Retry-After honoured), 5xx, hangs past the timeout and malformed JSON are retried and
