@@ -330,7 +330,7 @@ def analyze(
     budgets = [int(b) for b in arm_info["budget_n"].to_list()]
     table = returns_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level)
     per_strategy = per_strategy_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level)
-    warnings += family_dominance(per_family_theta, fw, arms, threshold=opt.dominance_threshold)
+    warnings += family_dominance(per_family_theta, fw, arms, threshold=opt.dominance_threshold, anchor=a_i)
 
     rows = []
     for f in families:

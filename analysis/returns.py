@@ -204,7 +204,9 @@ def family_dominance(
     flagged = np.nonzero(eligible & (top_share > threshold))[0]
     return [
         f"{arms[i]}: family '{fams[top[i]]}' supplies {top_share[i]:.0%} of its weighted gain over "
-        f"{arms[anchor]} ({gain[i] * ELO_SCALE:+.0f} Elo); check the per-family view before trusting "
-        "the global Elo"
+        f"{arms[anchor]} ({gain[i] * ELO_SCALE:+.0f} Elo)"
+        # Over 100% means the other families pull the arm down: the global gain hides a loss there.
+        + (" while other families lose" if top_share[i] > 1 else "")
+        + "; check the per-family view before trusting the global Elo"
         for i in flagged
     ]
