@@ -279,7 +279,17 @@ def test_killed_worker_jobs_come_back(tmp_path, redis_server, s3_env, s3_bucket,
         os.kill(ws.procs[0].pid, signal.SIGKILL)
         killed_at = time.monotonic()
         t.join(120)
-        assert not t.is_alive(), "sweep did not finish after a worker was killed"
+        if t.is_alive():
+            r = redis_server.client()
+            diag = {
+                "ledger_jobs": len(led.list_jobs("wk")),
+                "queue_len": r.llen(queue),
+                "unacked": r.hlen("unacked"),
+                "mutex": r.get("unacked_mutex"),
+                "claims": [k.decode() for k in r.scan_iter("ept:claim:wk:*")],
+                "survivor_log": ws.logs[1].read_text()[-1500:],
+            }
+            pytest.fail(f"sweep did not finish after a worker was killed: {diag}")
         out = box["out"]
         assert out.ok and led.list_jobs("wk") == {j.key for j in jobs}
         assert time.monotonic() - killed_at < 60

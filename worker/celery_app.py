@@ -43,6 +43,9 @@ def make_app(url: str | None = None) -> Celery:
             "visibility_timeout": vt,
             "unacked_restore_interval": 5,
             "unacked_restore_throttle": 1,
+            # The restore sweep holds a Redis mutex; if a worker dies holding it, nobody restores anything
+            # until it expires (kombu default: 5 minutes). A sweep takes milliseconds.
+            "unacked_mutex_expire": 30,
         },
         result_backend_transport_options={"visibility_timeout": vt},
         result_expires=7 * 24 * 3600,
