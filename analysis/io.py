@@ -365,12 +365,21 @@ def _read_lines(f: str) -> list[str]:
         data = _s3_client().get_object(Bucket=bucket, Key=key)["Body"].read()
         if f.endswith(".gz"):
             data = gzip.decompress(data)
-        return data.decode("utf-8", errors="replace").splitlines()
+        return _split_lines(data.decode("utf-8", errors="replace"))
     if f.endswith(".gz"):
-        with gzip.open(f, "rt", encoding="utf-8", errors="replace") as fh:
-            return fh.read().splitlines()
-    with open(f, encoding="utf-8", errors="replace") as fh:
-        return fh.read().splitlines()
+        with gzip.open(f, "rt", encoding="utf-8", errors="replace", newline="") as fh:
+            return _split_lines(fh.read())
+    with open(f, encoding="utf-8", errors="replace", newline="") as fh:
+        return _split_lines(fh.read())
+
+
+def _split_lines(text: str) -> list[str]:
+    # JSONL lines end at "\n" only: str.splitlines() would also split at \x85, \u2028, \r… inside a line and
+    # shift every reported line number after it.
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
 
 
 def _type_problem(obj: dict[str, Any]) -> tuple[str, str] | None:
