@@ -395,3 +395,15 @@ def test_bad_suite_through_sweep_exits_2_and_writes_nothing(tmp_path, monkeypatc
     assert code == 2, out
     assert f"{suite}:3" in re.sub(r"\s+", "", out) and "grader" in out, out
     assert not ledger.exists()
+
+
+@pytest.mark.parametrize("sep", ["\x85", "\u2028", "\r", "\x0c"])
+def test_unicode_line_separators_inside_a_line_do_not_shift_line_numbers(tmp_path, sep):
+    """Found by the property above: JSONL lines end at \\n only, so the error names the line the user sees."""
+    lines = (FIXTURE / "calls.jsonl").read_bytes().splitlines()
+    lines[0] = f"junk{sep}0".encode()
+    bad = tmp_path / "calls.jsonl"
+    _write_lines(bad, lines)
+    code, text = run_cli(["analyze", str(bad), str(FIXTURE / "outcomes.jsonl"), "--rounds", "0", "--no-plots"])
+    assert code == 2
+    _check_named(text, bad, 1)
