@@ -362,7 +362,8 @@ def test_suites_load_or_name_file_line_field(tmp_path_factory, data):
     if data.draw(st.booleans(), label="junk"):
         bad = data.draw(junk_lines, label="junk line")
         lines[i] = bad if isinstance(bad, bytes) else bad.encode("utf-8", "surrogatepass")
-        assume(lines[i].strip())  # a blank line is legitimately skipped
+        # A blank line (Unicode whitespace only, e.g. "\x1f") is legitimately skipped.
+        assume(lines[i].decode("utf-8", "replace").strip())
     else:
         fieldname = data.draw(st.sampled_from([*tasks[i], "messages", "tools", "tests", "bogus"]), label="field")
         if data.draw(st.booleans(), label="drop"):
