@@ -31,8 +31,16 @@ def version() -> None:
     typer.echo(__version__)
 
 
+_registered = False
+
+
 def _register() -> None:
-    # Import order follows the data flow; each module adds its commands to `app`.
+    # Import order follows the data flow; each module adds its commands to `app`. Once per process:
+    # main() may be called repeatedly in-process (tests), and typer would add every command again.
+    global _registered
+    if _registered:
+        return
+    _registered = True
     import analysis.cli
     import analysis.cli_report
     import coordinator.cli
@@ -41,9 +49,16 @@ def _register() -> None:
     import suites.cli
     import worker.cli
 
-    for mod in (coordinator.cli, worker.cli, suites.cli, analysis.cli, ept.egress_cli, simulator.cli):
+    for mod in (
+        coordinator.cli,
+        worker.cli,
+        suites.cli,
+        analysis.cli,
+        analysis.cli_report,
+        ept.egress_cli,
+        simulator.cli,
+    ):
         mod.register(app)
-    analysis.cli_report.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:
