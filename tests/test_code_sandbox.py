@@ -58,9 +58,12 @@ def _live_in_group(pgid: int) -> int:
 
 
 def test_fork_bomb_is_blocked_and_leaves_no_processes():
-    r = grade_code("import os\ndef f(x):\n    while True:\n        os.fork()\n", TASK)
+    code = "import os\ndef f(x):\n    while True:\n        os.fork()\n"
+    r = grade_code(code, TASK)
     assert r.score == 0.0 and "os.fork is not allowed" in r.details["reason"]
-    assert _live_in_group(r.details["pgid"]) == 0
+    assert "pgid" not in r.details  # a process id would make identical jobs' ledger objects differ
+    raw = run_tests(code, ["assert f(1) == 2"], "f", Limits(timeout_s=4))
+    assert "os.fork is not allowed" in raw["reason"] and _live_in_group(raw["pgid"]) == 0
 
 
 @pytest.mark.skipif(not sandbox_info()["drop_user"], reason="process cap needs the drop to an unprivileged user")
