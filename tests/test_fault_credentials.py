@@ -8,18 +8,7 @@ import json
 import threading
 
 import pytest
-from fixtures_faults import (
-    FAULT_KEY,
-    clean_tokens,
-    job_runner,
-    ledger_facts,
-    record,
-    recording,
-    wait_until,
-    write_plan,
-    write_profiles,
-    write_suite,
-)
+from fixtures_faults import FAULT_KEY, clean_tokens, fault_rig, record, recording, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
 
@@ -27,28 +16,21 @@ ROTATED = "sk-rotated-9999999999999999abcd"
 
 
 def test_401_mid_run_fails_fast_names_env_var_and_resumes(tmp_path, make_sim, monkeypatch):
-    from contracts.ledger import open_ledger
     from contracts.profiles import get_profile
-    from coordinator.plan import load_plan
     from coordinator.status import failed_jobs, run_status
-    from coordinator.sweep import EGRESS_ABORT_AFTER, execute, plan_jobs
+    from coordinator.sweep import EGRESS_ABORT_AFTER, execute
 
     sim = make_sim(api_key=FAULT_KEY, latency_ms=40, seed=5)
-    suite = write_suite(tmp_path / "suite.jsonl", per_family=15)
-    monkeypatch.setenv("EPT_PROFILES", str(write_profiles(tmp_path / "profiles.toml", sim.url)))
-    monkeypatch.setenv("EPT_SIM_API_KEY", FAULT_KEY)
-    ledger = tmp_path / "ledger"
     concurrency = 2
-    plan = load_plan(write_plan(tmp_path / "plan.toml", name="cred", suite=suite, ledger=str(ledger), executor="local",
-                                per_family=15, concurrency=concurrency))  # fmt: skip
-    jobs = plan_jobs(plan)
-    keys = {j.key for j in jobs}
+    rig = fault_rig(tmp_path, sim.url, name="cred", ledger=str(tmp_path / "ledger"), executor="local", per_family=15,
+                    concurrency=concurrency)  # fmt: skip
+    rig.use_in_process(monkeypatch)
+    plan, jobs, keys, led = rig.plan, rig.jobs, rig.keys, rig.open_ledger()
     assert len(jobs) == 90
     prof = get_profile("fault-sim")
-    led = open_ledger(ledger)
 
     result = {}
-    t = threading.Thread(target=lambda: result.update(out=execute(plan, jobs, profile=prof, run=job_runner(), analyze=False)))
+    t = threading.Thread(target=lambda: result.update(out=execute(plan, jobs, profile=prof, analyze=False)))
     t.start()
     wait_until(lambda: len(led.list_jobs("cred")) >= 15, 60, "15 jobs done")
     sim.control.set(api_key=ROTATED)  # the provider revokes our key
@@ -79,9 +61,9 @@ def test_401_mid_run_fails_fast_names_env_var_and_resumes(tmp_path, make_sim, mo
     sim.control.reset()
     st = run_status(led, "cred")
     assert st.failed == {"credential": len(fails)}
-    again = execute(plan, jobs, profile=prof, run=job_runner(), analyze=False)
+    again = execute(plan, jobs, profile=prof, analyze=False)
     assert again.ok and again.already_done == len(done_before)
-    facts = ledger_facts(str(ledger), "cred", keys)
+    facts = rig.facts()
     assert facts.jobs == len(keys) and facts.lost == 0 and facts.duplicates == 0
     assert led.list_failures("cred") == {} and failed_jobs(run_status(led, "cred")) == []
     by_job = sim.control.stats()["by_job"]
@@ -89,5 +71,5 @@ def test_401_mid_run_fails_fast_names_env_var_and_resumes(tmp_path, make_sim, mo
     assert all(by_job[k] == facts.calls_by_job[k] for k in by_job)
     if recording():
         record("5: credential 401", f"key revoked after {len(done_before)} of 90 jobs; fixed; same sweep rerun", facts,
-               len(keys), first_requests + sim.control.stats()["requests"], clean_tokens(tmp_path, suite, 15, 5),
+               len(keys), first_requests + sim.control.stats()["requests"], clean_tokens(tmp_path, rig.suite, 15, 5),
                f"{n401} requests got 401 before the sweep stopped ({out.tally.failed} jobs failed fast, attempts=1)")

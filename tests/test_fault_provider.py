@@ -7,17 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from fixtures_faults import (
-    FAULT_KEY,
-    clean_tokens,
-    job_runner,
-    ledger_facts,
-    record,
-    recording,
-    write_plan,
-    write_profiles,
-    write_suite,
-)
+from fixtures_faults import FAULT_KEY, clean_tokens, fault_rig, record, recording
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
 
@@ -28,29 +18,22 @@ RATES = dict(rate_429=0.06, retry_after=0.2, rate_500=0.06, rate_hang=0.02, hang
 
 
 def test_provider_faults_are_retried_or_recorded_and_missing_usage_is_flagged(tmp_path, make_sim, monkeypatch):
-    from contracts.ledger import open_ledger
     from contracts.profiles import get_profile
-    from coordinator.plan import load_plan
-    from coordinator.sweep import execute, plan_jobs
+    from coordinator.sweep import execute
 
     sim = make_sim(api_key=FAULT_KEY, seed=8, script=SCRIPT, **RATES)
-    suite = write_suite(tmp_path / "suite.jsonl", per_family=8)
-    monkeypatch.setenv("EPT_PROFILES", str(write_profiles(tmp_path / "p.toml", sim.url, timeout=1.5, max_retries=4,
-                                                           supports_n=True)))  # fmt: skip
-    monkeypatch.setenv("EPT_SIM_API_KEY", FAULT_KEY)
-    ledger = tmp_path / "ledger"
-    plan = load_plan(write_plan(tmp_path / "plan.toml", name="prov", suite=suite, ledger=str(ledger), executor="local",
-                                per_family=8, concurrency=4))  # fmt: skip
-    jobs = plan_jobs(plan)
-    keys = {j.key for j in jobs}
-    out = execute(plan, jobs, profile=get_profile("fault-sim"), run=job_runner(), analyze=False)
+    rig = fault_rig(tmp_path, sim.url, name="prov", ledger=str(tmp_path / "ledger"), executor="local", per_family=8,
+                    timeout=1.5, max_retries=4, supports_n=True)  # fmt: skip
+    rig.use_in_process(monkeypatch)
+    jobs, keys = rig.jobs, rig.keys
+    out = execute(rig.plan, jobs, profile=get_profile("fault-sim"), analyze=False)
     stats = sim.control.stats()
     faults = stats["by_fault"]
     for f in ("429", "500", "hang", "malformed_json", "missing_usage", "fewer_choices"):
         assert faults.get(f, 0) >= 1, faults
 
-    led = open_ledger(ledger)
-    facts = ledger_facts(str(ledger), "prov", keys)
+    led = rig.open_ledger()
+    facts = rig.facts()
     # Nothing lost: every job has its result or a recorded failure of a retryable class (retries exhausted).
     assert facts.lost == 0 and facts.duplicates == 0, facts
     fails = led.list_failures("prov")
@@ -96,6 +79,6 @@ def test_provider_faults_are_retried_or_recorded_and_missing_usage_is_flagged(tm
     if recording():
         injected = ", ".join(f"{k} x{v}" for k, v in sorted(faults.items()) if k != "ok")
         record("4: provider faults", f"simulator faults over {stats['requests']} requests: {injected}", facts,
-               len(keys), stats["requests"], clean_tokens(tmp_path, suite, 8, 8, supports_n=True),
+               len(keys), stats["requests"], clean_tokens(tmp_path, rig.suite, 8, 8, supports_n=True),
                f"{len(missing)} calls without usage flagged (not zero); short replies made up by extra calls, "
                "so tokens differ from the clean run by design")

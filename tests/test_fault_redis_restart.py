@@ -5,26 +5,19 @@ queued and unacknowledged messages survive the restart."""
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 from fixtures_faults import (
     FAULT_KEY,
     clean_tokens,
-    ledger_facts,
+    fault_rig,
     record,
     recording,
     redis_url,
     start_redis_on,
-    sweep_proc,
     tail,
     wait_until,
-    worker_env,
-    write_plan,
-    write_profiles,
-    write_suite,
 )
-from fixtures_services import start_celery_workers
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
 
@@ -36,27 +29,15 @@ DOWN_S = 3
 def test_redis_restart_mid_sweep(tmp_path, s3_env, s3_bucket, make_sim, aof):
     """With an append-only file the queue survives; without one (the compose default) Redis comes back empty and
     the coordinator enqueues the unfinished jobs again."""
-    from contracts.ledger import open_ledger
-    from coordinator.plan import load_plan
-    from coordinator.sweep import plan_jobs
-
     redis = start_redis_on(tmp_path / "redis", PASSWORD, aof=aof)
     url = redis_url(redis, PASSWORD)
     try:
         sim = make_sim(api_key=FAULT_KEY, latency_ms=150, seed=7)
-        suite = write_suite(tmp_path / "suite.jsonl")
-        profiles = write_profiles(tmp_path / "profiles.toml", sim.url)
-        queue = "fr-" + uuid.uuid4().hex[:8]
-        ledger = f"s3://{s3_bucket}/ledger"
-        plan_path = write_plan(tmp_path / "plan.toml", name="redis", suite=suite, ledger=ledger, queue=queue)
-        jobs = plan_jobs(load_plan(plan_path))
-        keys = {j.key for j in jobs}
-        env = {**s3_env.env(), **worker_env(tmp_path), "EPT_PROFILES": str(profiles), "EPT_SIM_API_KEY": FAULT_KEY}
-        workers = start_celery_workers(2, url, tmp_path / "w", env=env, concurrency=2, queue=queue)
-        log = tmp_path / "sweep.log"
-        led = open_ledger(ledger)
+        rig = fault_rig(tmp_path, sim.url, name="redis", ledger=f"s3://{s3_bucket}/ledger", s3=s3_env.env())
+        keys, log, led = rig.keys, rig.log, rig.open_ledger()
+        workers = rig.start_workers(2, url)
         try:
-            coord = sweep_proc(plan_path, {**env, "EPT_BROKER_URL": url}, log)
+            coord = rig.sweep(url)
             wait_until(lambda: len(led.list_jobs("redis")) >= 10, 90, "10 jobs in the ledger")
             redis.stop()
             time.sleep(DOWN_S)
@@ -70,7 +51,7 @@ def test_redis_restart_mid_sweep(tmp_path, s3_env, s3_bucket, make_sim, aof):
         # The coordinator noticed the outage; without persistence it enqueued the unfinished jobs again.
         text = log.read_text()
         assert "lost the broker" in text and (("came back empty" in text) != aof), tail(log)
-        facts = ledger_facts(ledger, "redis", keys)
+        facts = rig.facts()
         assert facts.jobs == len(keys) and facts.lost == 0 and facts.failed == 0 and facts.duplicates == 0, facts
         # No job ran twice across the restart: requests per job at the simulator = recorded calls.
         by_job = sim.control.stats()["by_job"]
@@ -83,6 +64,6 @@ def test_redis_restart_mid_sweep(tmp_path, s3_env, s3_bucket, make_sim, aof):
             assert all(by_job.get(k, 0) >= v for k, v in facts.calls_by_job.items()), diff
         if recording():
             record(f"2{'a' if aof else 'b'}: Redis restart", f"Redis ({'AOF' if aof else 'no persistence'}) stopped for {DOWN_S} s after 10 of 60 jobs, restarted on its port",
-                   facts, len(keys), sim.control.stats()["requests"], clean_tokens(tmp_path, suite, 10, 7))
+                   facts, len(keys), sim.control.stats()["requests"], clean_tokens(tmp_path, rig.suite, 10, 7))
     finally:
         redis.stop()

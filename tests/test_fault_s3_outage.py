@@ -11,19 +11,13 @@ import pytest
 from fixtures_faults import (
     FAULT_KEY,
     clean_tokens,
-    ledger_facts,
+    fault_rig,
     record,
     recording,
     start_weed_on,
-    sweep_proc,
     tail,
     wait_until,
-    worker_env,
-    write_plan,
-    write_profiles,
-    write_suite,
 )
-from fixtures_services import start_celery_workers
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
 
@@ -31,30 +25,19 @@ OUTAGE_S = 20
 
 
 def test_s3_outage_mid_sweep_loses_nothing(tmp_path, redis_server, make_sim, monkeypatch):
-    from contracts.ledger import open_ledger
     from contracts.records import JobResult
-    from coordinator.plan import load_plan
-    from coordinator.sweep import plan_jobs
 
     weed = start_weed_on(tmp_path / "weed")
     try:
         for k, v in weed.s3_env().items():
             monkeypatch.setenv(k, v)
         sim = make_sim(api_key=FAULT_KEY, latency_ms=150, seed=6)
-        suite = write_suite(tmp_path / "suite.jsonl")
-        profiles = write_profiles(tmp_path / "profiles.toml", sim.url)
-        queue = "fs-" + uuid.uuid4().hex[:8]
         bucket = "ept-" + uuid.uuid4().hex[:10]
-        ledger = f"s3://{bucket}/ledger"
-        plan_path = write_plan(tmp_path / "plan.toml", name="s3out", suite=suite, ledger=ledger, queue=queue)
-        jobs = plan_jobs(load_plan(plan_path))
-        keys = {j.key for j in jobs}
-        env = {**weed.s3_env(), **worker_env(tmp_path), "EPT_PROFILES": str(profiles), "EPT_SIM_API_KEY": FAULT_KEY}
-        workers = start_celery_workers(2, redis_server.url, tmp_path / "w", env=env, concurrency=2, queue=queue)
-        log = tmp_path / "sweep.log"
-        led = open_ledger(ledger)
+        rig = fault_rig(tmp_path, sim.url, name="s3out", ledger=f"s3://{bucket}/ledger", s3=weed.s3_env())
+        jobs, keys, log, led = rig.jobs, rig.keys, rig.log, rig.open_ledger()
+        workers = rig.start_workers(2, redis_server.url)
         try:
-            coord = sweep_proc(plan_path, {**env, "EPT_BROKER_URL": redis_server.url}, log)
+            coord = rig.sweep(redis_server.url)
             wait_until(lambda: len(led.list_jobs("s3out")) >= 10, 90, "10 jobs in the ledger")
             weed.stop()
             down_at = time.monotonic()
@@ -66,7 +49,7 @@ def test_s3_outage_mid_sweep_loses_nothing(tmp_path, redis_server, make_sim, mon
         finally:
             workers.stop()
         assert outage >= OUTAGE_S
-        facts = ledger_facts(ledger, "s3out", keys)
+        facts = rig.facts()
         assert facts.jobs == len(keys) and facts.lost == 0 and facts.failed == 0 and facts.duplicates == 0, facts
         assert facts.extra_keys == 0
         # No partial objects: every object is complete JSONL ending with the job's outcome line.
@@ -83,7 +66,7 @@ def test_s3_outage_mid_sweep_loses_nothing(tmp_path, redis_server, make_sim, mon
         assert weed.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
         if recording():
             record("3: S3 outage", f"SeaweedFS stopped {outage:.0f} s after 10 of 60 jobs, restarted on its ports/dir",
-                   facts, len(keys), sim.control.stats()["requests"], clean_tokens(tmp_path, suite, 10, 6),
+                   facts, len(keys), sim.control.stats()["requests"], clean_tokens(tmp_path, rig.suite, 10, 6),
                    "no partial objects, no multipart leftovers, no failure records")
     finally:
         weed.stop()

@@ -4,24 +4,19 @@ ledger exactly once; per-arm token totals equal a clean (local) run's with the s
 from __future__ import annotations
 
 import signal
-import uuid
 
 import pytest
 from fixtures_faults import (
     FAULT_KEY,
-    job_runner,
+    fault_rig,
     ledger_facts,
     n_jobs,
     record,
-    sweep_proc,
     tail,
     wait_until,
-    worker_env,
     write_plan,
     write_profiles,
-    write_suite,
 )
-from fixtures_services import start_celery_workers
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
 
@@ -38,34 +33,21 @@ def clean_run(tmp, sim, suite, monkeypatch, name: str, per_family: int = 10) -> 
     plan = load_plan(write_plan(tmp / "clean.toml", name=name, suite=suite, ledger=str(tmp / "clean"),
                                 executor="local", per_family=per_family))  # fmt: skip
     jobs = plan_jobs(plan)
-    out = execute(plan, jobs, profile=get_profile("fault-sim"), run=job_runner(), analyze=False)
+    out = execute(plan, jobs, profile=get_profile("fault-sim"), analyze=False)
     assert out.ok
     return ledger_facts(str(tmp / "clean"), name, {j.key for j in jobs}).tokens_by_arm
 
 
 def test_sigkill_two_workers_mid_sweep(tmp_path, redis_server, s3_env, s3_bucket, make_sim, monkeypatch):
-    from contracts.profiles import get_profile  # noqa: F401  (profile file resolution is exercised below)
-    from coordinator.plan import load_plan
-    from coordinator.sweep import plan_jobs
-
     sim = make_sim(api_key=FAULT_KEY, latency_ms=150, seed=3)
-    suite = write_suite(tmp_path / "suite.jsonl")
-    profiles = write_profiles(tmp_path / "profiles.toml", sim.url)
-    queue = "fk-" + uuid.uuid4().hex[:8]
-    ledger = f"s3://{s3_bucket}/ledger"
-    plan_path = write_plan(tmp_path / "plan.toml", name="kill", suite=suite, ledger=ledger, queue=queue)
-    jobs = plan_jobs(load_plan(plan_path))
-    keys = {j.key for j in jobs}
+    rig = fault_rig(tmp_path, sim.url, name="kill", ledger=f"s3://{s3_bucket}/ledger", s3=s3_env.env())
+    jobs, keys, coord_log = rig.jobs, rig.keys, rig.log
     assert len(jobs) == n_jobs() == 60
 
-    env = {**s3_env.env(), **worker_env(tmp_path), "EPT_PROFILES": str(profiles), "EPT_SIM_API_KEY": FAULT_KEY}
-    workers = start_celery_workers(3, redis_server.url, tmp_path / "w", env=env, concurrency=2, queue=queue)
-    coord_log = tmp_path / "sweep.log"
+    workers = rig.start_workers(3, redis_server.url)
     try:
-        coord = sweep_proc(plan_path, {**env, "EPT_BROKER_URL": redis_server.url}, coord_log)
-        from contracts.ledger import open_ledger
-
-        led = open_ledger(ledger)
+        coord = rig.sweep(redis_server.url)
+        led = rig.open_ledger()
         # Kill a worker once a sixth of the jobs have landed, a second one at half: both hold jobs in flight.
         wait_until(lambda: len(led.list_jobs("kill")) >= 10, 90, "10 jobs in the ledger")
         workers.procs[0].send_signal(signal.SIGKILL)
@@ -76,11 +58,11 @@ def test_sigkill_two_workers_mid_sweep(tmp_path, redis_server, s3_env, s3_bucket
         assert rc == 0, tail(coord_log)
     finally:
         workers.stop()
-    facts = ledger_facts(ledger, "kill", keys)
+    facts = rig.facts()
     assert facts.jobs == len(keys) and facts.lost == 0 and facts.failed == 0, facts
     assert facts.duplicates == 0 and facts.extra_keys == 0
     # Every job's calls were recorded once: (job, call_index) unique and as many as the arm's budget.
-    assert facts.calls_by_job == {j.key: j.budget_n for j in jobs} or job_runner() is None
+    assert facts.calls_by_job == {j.key: j.budget_n for j in jobs}, facts.calls_by_job
     # Requests the killed workers had in flight were paid for but never recorded: the server saw at least as
     # many requests per job as the ledger has calls, never fewer.
     by_job = sim.control.stats()["by_job"]
@@ -90,7 +72,7 @@ def test_sigkill_two_workers_mid_sweep(tmp_path, redis_server, s3_env, s3_bucket
     requests = sim.control.stats()["requests"]
 
     sim.control.reset()
-    reference = clean_run(tmp_path, sim, suite, monkeypatch, "kill")
+    reference = clean_run(tmp_path, sim, rig.suite, monkeypatch, "kill")
     record("1: worker SIGKILL", "SIGKILL 2 of 3 Celery workers (at 10 and 30 of 60 jobs landed)", facts, len(keys),
            requests, reference, f"{killed_waste} requests were in flight in the killed workers (paid, not recorded)")
     assert facts.tokens_by_arm == reference and sum(reference.values()) > 0

@@ -119,7 +119,7 @@ def test_canary_key_never_leaks_through_a_distributed_sweep(tmp_path, redis_serv
     assert b'"profile": "fault-sim"' in queued and b"EPT_SIM_API_KEY" not in queued  # we read real job payloads
     assert_clean(queued, "Redis while jobs are queued")
 
-    env = {**s3_env.env(), **worker_env(tmp_path), "EPT_PROFILES": str(profiles), "EPT_SIM_API_KEY": CANARY}
+    env = {**s3_env.env(), **worker_env(), "EPT_PROFILES": str(profiles), "EPT_SIM_API_KEY": CANARY}
     workers = start_celery_workers(1, redis_server.url, tmp_path / "w", env=env, concurrency=4, queue=queue)
     try:
         t.join(120)
