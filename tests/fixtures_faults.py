@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fixtures_plans import write_plan_file
 from fixtures_services import (
     REPO,
     TEST_ACCESS_KEY,
@@ -69,13 +70,10 @@ def write_plan(
     path: Path, *, name: str, suite: Path, ledger: str, executor: str = "celery", queue: str = "ept",
     per_family: int = 10, concurrency: int = 4, seed: int = 11, profile: str = "fault-sim",
 ) -> Path:  # fmt: skip
-    arms = "".join(f'\n[[arms]]\nstrategy = "{s}"\nbudgets = {b}\n' for s, b in ARMS)
-    path.write_text(
-        f'name = "{name}"\nprofile = "{profile}"\nsuites = ["{suite}"]\ntasks_per_family = {per_family}\n'
-        f'seed = {seed}\nledger = "{ledger}"\nexecutor = "{executor}"\nqueue = "{queue}"\n'
-        f"concurrency = {concurrency}\nbatch_size = 10\nbootstrap_rounds = 0\n{arms}"
-    )
-    return path
+    return write_plan_file(
+        path, ARMS, name=name, profile=profile, suites=[suite], tasks_per_family=per_family, seed=seed, ledger=ledger,
+        executor=executor, queue=queue, concurrency=concurrency, batch_size=10, bootstrap_rounds=0,
+    )  # fmt: skip
 
 
 def write_profiles(

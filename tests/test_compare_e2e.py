@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures_plans import write_plan_file
 from test_compare import write_ledger_run  # tests/ is on sys.path (rootdir conftest)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,36 +107,15 @@ def _sweep_ready() -> bool:
     return importlib.util.find_spec("worker.job") is not None and importlib.util.find_spec("simulator.brain") is not None
 
 
-SIM_PLAN = """\
-name = "gate"
-profile = "simulator"
-suites = ["math", "code"]
-tasks_per_family = {tasks}
-replicates = 1
-seed = {seed}
-executor = "local"
-concurrency = 16
-bootstrap_rounds = 0
-
-[[arms]]
-strategy = "greedy"
-budgets = [1]
-
-[[arms]]
-strategy = "majority"
-budgets = [4]
-
-[[arms]]
-strategy = "best_of_n"
-budgets = [4]
-"""
+SIM_ARMS = [("greedy", [1]), ("majority", [4]), ("best_of_n", [4])]
 DEGRADED_ARM = "majority@4"
 SIM_TASKS = 30
 
 
 def _sim_sweep(tmp: Path, sim_url: str, seed: int, ledger: str) -> Path:
     plan = tmp / f"plan-{ledger}.toml"
-    plan.write_text(SIM_PLAN.format(tasks=SIM_TASKS, seed=seed))
+    write_plan_file(plan, SIM_ARMS, name="gate", profile="simulator", suites=["math", "code"], tasks_per_family=SIM_TASKS,
+                    replicates=1, seed=seed, executor="local", concurrency=16, bootstrap_rounds=0)  # fmt: skip
     r = ept("sweep", str(plan), "--profile-url-override", sim_url, "--ledger", str(tmp / ledger), "--no-analysis",
             cwd=tmp, env={"EPT_SIM_API_KEY": "sk-sim-dummy-key-for-tests", "EPT_PROFILES": str(REPO / "profiles.toml")})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -10,6 +10,7 @@ import time
 import uuid
 
 import pytest
+from fixtures_plans import plan_toml
 from fixtures_services import start_celery_workers
 from fixtures_sim import SIM_KEY
 
@@ -20,35 +21,13 @@ from coordinator.sweep import execute, plan_jobs
 
 pytestmark = pytest.mark.services
 
-PLAN = """\
-name = "{name}"
-profile = "sim-test"
-suites = ["math", "code", "tool_use"]
-tasks_per_family = {tpf}
-seed = 13
-ledger = "{ledger}"
-executor = "{executor}"
-queue = "{queue}"
-concurrency = 8
-batch_size = 7
-bootstrap_rounds = 0
-
-[[arms]]
-strategy = "greedy"
-budgets = [1]
-
-[[arms]]
-strategy = "majority"
-budgets = [3]
-
-[[arms]]
-strategy = "best_of_n"
-budgets = [2]
-
-[rate_limits.sim-test]
-rpm = 1000000
-tpm = 1000000000
-"""
+def plan_text(name: str, tpf: int, ledger: object, executor: str, queue: str) -> str:
+    return plan_toml(
+        [("greedy", [1]), ("majority", [3]), ("best_of_n", [2])],
+        {"rate_limits.sim-test": {"rpm": 1000000, "tpm": 1000000000}},
+        name=name, profile="sim-test", suites=["math", "code", "tool_use"], tasks_per_family=tpf, seed=13,
+        ledger=ledger, executor=executor, queue=queue, concurrency=8, batch_size=7, bootstrap_rounds=0,
+    )  # fmt: skip
 
 
 def profiles_toml(tmp_path, url: str):
@@ -98,8 +77,8 @@ def test_celery_s3_sweep_equals_local_sweep(tmp_path, celery_setup, s3_bucket, r
     from contracts.profiles import get_profile
 
     sim, queue, _ = celery_setup
-    celery_plan = parse_plan(PLAN.format(name="eq", tpf=3, ledger=f"s3://{s3_bucket}/ledger", executor="celery", queue=queue))
-    local_plan = parse_plan(PLAN.format(name="eq", tpf=3, ledger=tmp_path / "local", executor="local", queue=queue))
+    celery_plan = parse_plan(plan_text(name="eq", tpf=3, ledger=f"s3://{s3_bucket}/ledger", executor="celery", queue=queue))
+    local_plan = parse_plan(plan_text(name="eq", tpf=3, ledger=tmp_path / "local", executor="local", queue=queue))
     jobs = plan_jobs(celery_plan)
     assert len(jobs) == 9 * 3
     prof = get_profile("sim-test")
@@ -139,7 +118,7 @@ def test_duplicate_messages_never_run_a_job_twice(tmp_path, celery_setup, s3_buc
     from contracts.profiles import get_profile
 
     sim, queue, _ = celery_setup
-    plan = parse_plan(PLAN.format(name="dup", tpf=1, ledger=f"s3://{s3_bucket}/l", executor="celery", queue=queue))
+    plan = parse_plan(plan_text(name="dup", tpf=1, ledger=f"s3://{s3_bucket}/l", executor="celery", queue=queue))
     jobs = plan_jobs(plan)
     from coordinator.celery_exec import run_celery
 
@@ -222,7 +201,7 @@ def test_killed_coordinator_rerun_runs_no_job_twice(tmp_path, celery_setup, s3_b
     sim, queue, _ = celery_setup
     sim.control.set(latency_ms=60.0)
     plan_file = tmp_path / "plan.toml"
-    plan_file.write_text(PLAN.format(name="kill", tpf=4, ledger=f"s3://{s3_bucket}/k", executor="celery", queue=queue))
+    plan_file.write_text(plan_text(name="kill", tpf=4, ledger=f"s3://{s3_bucket}/k", executor="celery", queue=queue))
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "EPT_BROKER_URL": redis_server.url, "PYTHONPATH": str(repo)}
     led = open_ledger(f"s3://{s3_bucket}/k")
@@ -263,7 +242,7 @@ def test_killed_worker_jobs_come_back(tmp_path, redis_server, s3_env, s3_bucket,
     env = {**s3_env.env(), "EPT_PROFILES": str(prof_file), "EPT_SIM_API_KEY": SIM_KEY, "EPT_VISIBILITY_TIMEOUT": "8"}
     ws = start_celery_workers(2, redis_server.url, tmp_path / "w", env=env, concurrency=2, queue=queue)
     try:
-        plan = parse_plan(PLAN.format(name="wk", tpf=2, ledger=f"s3://{s3_bucket}/w", executor="celery", queue=queue))
+        plan = parse_plan(plan_text(name="wk", tpf=2, ledger=f"s3://{s3_bucket}/w", executor="celery", queue=queue))
         jobs = plan_jobs(plan)
         box = {}
 

@@ -8,11 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from fixtures_plans import plan_toml, write_plan_file
 from fixtures_sim import SIM_KEY
 
 from contracts.jobs import Job
@@ -54,23 +54,8 @@ def tiny_tasks(n: int = 4) -> list[dict]:
 
 
 def _plan(tmp_path, name="t1", seed=5, **extra) -> object:
-    body = textwrap.dedent(
-        f"""\
-        name = "{name}"
-        profile = "sim-openai"
-        suites = ["unused"]
-        seed = {seed}
-        ledger = "{tmp_path / "ledger"}"
-        concurrency = 4
-        bootstrap_rounds = 0
-        [[arms]]
-        strategy = "greedy"
-        budgets = [1]
-        [[arms]]
-        strategy = "majority"
-        budgets = [2, 3]
-        """
-    )
+    body = plan_toml([("greedy", [1]), ("majority", [2, 3])], name=name, profile="sim-openai", suites=["unused"],
+                     seed=seed, ledger=tmp_path / "ledger", concurrency=4, bootstrap_rounds=0)  # fmt: skip
     return parse_plan(body).with_overrides(**extra)
 
 
@@ -208,24 +193,8 @@ sys.exit(0 if out.ok else (130 if not out.completed else 1))
 
 def _child(tmp_path, sim, ledger: str, n: int, tiny: bool = True) -> subprocess.Popen:
     plan = tmp_path / f"plan-{Path(ledger).name}.toml"
-    plan.write_text(
-        textwrap.dedent(
-            f"""\
-            name = "intr"
-            profile = "sim-openai"
-            suites = ["unused"]
-            seed = 9
-            ledger = "{ledger}"
-            concurrency = 3
-            [[arms]]
-            strategy = "greedy"
-            budgets = [1]
-            [[arms]]
-            strategy = "majority"
-            budgets = [3]
-            """
-        )
-    )
+    write_plan_file(plan, [("greedy", [1]), ("majority", [3])], name="intr", profile="sim-openai", suites=["unused"],
+                    seed=9, ledger=ledger, concurrency=3)  # fmt: skip
     script = CHILD.format(tests=str(Path(__file__).parent), plan=str(plan), n=n, url=sim.url, tiny=tiny)
     env = {**os.environ, "EPT_SIM_API_KEY": SIM_KEY, "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
