@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import defaultdict
@@ -32,7 +33,8 @@ class Tally:
     retrying: set[str] = field(default_factory=set)
     failures: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     messages: dict[str, str] = field(default_factory=dict)  # first message per error class
-    egress_streak: int = 0  # credential/endpoint failures since the last success
+    egress_streak: int = 0  # credential/endpoint failures since the last success that proves egress works
+    streak_since: float | None = None  # when the streak's first failure finished
     workers: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # jobs run per Celery worker
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -41,8 +43,13 @@ class Tally:
             self.retrying.discard(s["key"])
             st = s["status"]
             if st in ("done", "duplicate"):
-                self.egress_streak = 0
+                # Only a job that started after the streak began proves the key and endpoint work now; one
+                # already in flight when a key was revoked says nothing, and must not reset the count.
+                if self.streak_since is None or float(s.get("started_at") or math.inf) >= self.streak_since:
+                    self.egress_streak, self.streak_since = 0, None
             elif st == "failed" and s.get("class") in ("credential", "endpoint"):
+                if self.egress_streak == 0:
+                    self.streak_since = float(s.get("finished_at") or time.time())
                 self.egress_streak += 1
             if st == "done":
                 self.done += 1

@@ -56,6 +56,7 @@ def perform_job(
     api_key: str | None = None,
 ) -> dict[str, Any]:
     """Run `job` unless its result exists, store the result, and return a small JSON summary."""
+    started_at = time.time()
     if ledger.has_job(job.run_id, job.key):
         return _summary(job, "skipped")
     if run is None:
@@ -86,7 +87,8 @@ def perform_job(
         created = ledger.put_job(job.run_id, job.key, result.to_jsonl())
         ledger.delete_failure(job.run_id, job.key)
         return _summary(
-            job, "done" if created else "duplicate", calls=len(result.calls), tokens=result.tokens, attempts=attempt
+            job, "done" if created else "duplicate", calls=len(result.calls), tokens=result.tokens, attempts=attempt,
+            started_at=started_at, finished_at=time.time(),
         )
 
     failure = {
@@ -101,8 +103,8 @@ def perform_job(
         "lines": result.to_lines() if result else [],
     }
     ledger.put_failure(job.run_id, job.key, failure)
-    return _summary(job, "failed", calls=failure["calls"], tokens=failure["tokens"], attempts=attempt, **{
-        "class": cls, "message": msg})  # fmt: skip
+    return _summary(job, "failed", calls=failure["calls"], tokens=failure["tokens"], attempts=attempt,
+                    started_at=started_at, finished_at=time.time(), **{"class": cls, "message": msg})  # fmt: skip
 
 
 # ---- Celery side: providers, limiters and ledgers cached per worker process -------------------------------
