@@ -38,27 +38,28 @@ def tokens_cmd(
     tasks: str | None = typer.Option(None, "--tasks", hidden=True, help="Accepted for symmetry with analyze; unused."),
 ) -> None:
     """Tokens per arm (strategy, budget): calls, prompt/completion/total tokens, tasks, tokens per task."""
+    import polars as pl
     from rich.console import Console
 
-    from analysis.io import read_records
+    from analysis.io import read_summary
     from analysis.report import make_console, print_tokens
-    from analysis.tokens import arm_tokens, judge_tokens
+    from analysis.tokens import arm_tokens_from_groups, call_groups, judge_tokens_from_groups
 
     err = Console(stderr=True)
-    records = read_records(paths, skip_bad=skip_bad, tasks_file=tasks, resolve_families=False)
-    calls = records.calls
-    if calls.height == 0:
-        raise InputError("no call records in the input", file=records.files[0] if len(records.files) == 1 else None)
-    table = arm_tokens(calls)
-    judge = judge_tokens(calls)
+    # Only call records count; outcome and judgment lines are still read and validated.
+    summary = read_summary(paths, lambda lf: call_groups(lf.filter(pl.col("kind") == "call")), skip_bad=skip_bad)
+    if summary.frame.height == 0:
+        raise InputError("no call records in the input", file=summary.files[0] if len(summary.files) == 1 else None)
+    table = arm_tokens_from_groups(summary.frame)
+    judge = judge_tokens_from_groups(summary.frame)
     to_stdout = "-" in (csv, json_out)
     print_tokens(table, judge, make_console(stderr=to_stdout))
     if csv:
         _write_text_or_stdout(csv, table.write_csv())
     if json_out:
-        doc = {"arms": table.to_dicts(), "judge": judge.to_dicts(), "files": records.files}
+        doc = {"arms": table.to_dicts(), "judge": judge.to_dicts(), "files": summary.files}
         _write_text_or_stdout(json_out, json.dumps(doc, indent=2) + "\n")
-    _print_skipped(records.skipped, err)
+    _print_skipped(summary.skipped, err)
 
 
 def analyze_cmd(

@@ -15,7 +15,7 @@ import gzip
 import io
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -584,6 +584,37 @@ def read_records(
     if resolve_families:
         frame = _resolve_families(frame, tasks_file)
     return Records(frame=frame.select(list(RECORD_SCHEMA)), files=files, skipped=skipped)
+
+
+@dataclass
+class Summary:
+    """The result of read_summary: a small frame computed from every record, plus the inputs and skips."""
+
+    frame: pl.DataFrame
+    files: list[str]
+    skipped: list[BadLine] = field(default_factory=list)
+
+
+def read_summary(
+    paths: Sequence[str], summarise: Callable[[pl.LazyFrame], pl.LazyFrame], *, skip_bad: bool = False
+) -> Summary:
+    """`summarise` (a lazy query over the normalised records, RECORD_SCHEMA without families) computed in
+    ONE pass over the files, fused with the validation check, so a million-line log is never held as a
+    frame. Same validation as read_records: if any line is bad, or polars refuses a file, or the input is
+    empty, the answer comes from read_records instead, which names the line (or skips it with skip_bad).
+    """
+    files = expand_inputs(paths)
+    if all(f.endswith(".parquet") for f in files) or not any(f.endswith(".parquet") for f in files):
+        try:
+            records = _normalise(_scan(files))
+            check = records.select(pl.col("bad_field").is_not_null().any().alias("bad"), pl.len().alias("n"))
+            out, seen = pl.collect_all([summarise(records.drop("bad_field", "bad_msg")), check])
+            if not seen["bad"].item() and seen["n"].item() > 0:
+                return Summary(out, files)
+        except (pl.exceptions.PolarsError, OSError, ValueError):
+            pass
+    rec = read_records(paths, skip_bad=skip_bad, resolve_families=False)
+    return Summary(summarise(rec.frame.lazy()).collect(), rec.files, rec.skipped)
 
 
 def read_tasks_file(path: str) -> pl.DataFrame:

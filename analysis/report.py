@@ -12,13 +12,14 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from analysis.pipeline import AnalysisResult
+if TYPE_CHECKING:  # annotations only: `ept tokens` prints through here and needs none of numpy/scipy
+    from analysis.pipeline import AnalysisResult
 
 # ---------------------------------------------------------------- number formatting
 

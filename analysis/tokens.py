@@ -13,8 +13,11 @@ three times the cost.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import polars as pl
 
+FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 _TOTAL = pl.col("prompt_tokens").fill_null(0) + pl.col("completion_tokens").fill_null(0)
 ARM_KEYS = ("arm", "strategy", "budget_n")
 
@@ -51,33 +54,52 @@ def task_tokens(calls: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def arm_tokens(calls: pl.DataFrame) -> pl.DataFrame:
-    """The `ept tokens` table: one row per arm, ordered by tokens per task.
+def call_groups(calls: FrameT) -> FrameT:
+    """One row per (task, arm, judge or not) of call records: the only pass over the raw calls.
 
-    Columns: arm, strategy, budget_n, calls, calls_missing_usage, prompt_tokens, completion_tokens,
-    total_tokens, tasks, avg_tokens_per_task.
+    Columns: task_id, ARM_KEYS, judge, calls, calls_missing_usage, prompt_tokens, completion_tokens,
+    total_tokens, replicates. Works on a LazyFrame too, so `ept tokens` can fuse it into the file scan;
+    every arm- and judge-level number below is computed from these groups.
     """
-    sc = strategy_calls(calls)
-    totals = sc.group_by(*ARM_KEYS).agg(
+    return calls.group_by(
+        "task_id", *ARM_KEYS, (pl.col("role").fill_null("") == "judge").alias("judge")
+    ).agg(
         pl.len().alias("calls"),
         pl.col("usage_missing").sum().cast(pl.Int64).alias("calls_missing_usage"),
         pl.col("prompt_tokens").sum().alias("prompt_tokens"),
         pl.col("completion_tokens").sum().alias("completion_tokens"),
         _TOTAL.sum().alias("total_tokens"),
-        pl.col("task_id").n_unique().alias("tasks"),
+        pl.col("replicate").n_unique().alias("replicates"),
     )
-    # Per (arm, task) cost, averaged per arm; the same rule as task_tokens without its extra columns.
-    per_task = (
-        sc.group_by("arm", "task_id")
-        .agg(
-            (_TOTAL.sum() / pl.col("replicate").n_unique()).alias("t"),
-            pl.col("usage_missing").any().alias("m"),
-        )
-        .group_by("arm")
-        .agg(pl.col("t").filter(~pl.col("m")).mean().alias("avg_tokens_per_task"))
-    )
+
+
+def arm_tokens(calls: pl.DataFrame) -> pl.DataFrame:
+    """The `ept tokens` table: one row per arm, ordered by tokens per task (see arm_tokens_from_groups)."""
+    return arm_tokens_from_groups(call_groups(calls))
+
+
+def arm_tokens_from_groups(groups: pl.DataFrame) -> pl.DataFrame:
+    """One row per arm from call_groups(), ordered by tokens per task.
+
+    Columns: arm, strategy, budget_n, calls, calls_missing_usage, prompt_tokens, completion_tokens,
+    total_tokens, tasks, avg_tokens_per_task. Per (arm, task) cost is the task's total over its distinct
+    replicates, left out of the average when any of its calls lacks usage (the same rule as task_tokens).
+    """
     return (
-        totals.join(per_task, on="arm", how="left")
+        groups.filter(~pl.col("judge"))
+        .group_by(*ARM_KEYS)
+        .agg(
+            pl.col("calls").sum(),
+            pl.col("calls_missing_usage").sum(),
+            pl.col("prompt_tokens").sum(),
+            pl.col("completion_tokens").sum(),
+            pl.col("total_tokens").sum(),
+            pl.col("task_id").n_unique().alias("tasks"),
+            (pl.col("total_tokens") / pl.col("replicates"))
+            .filter(pl.col("calls_missing_usage") == 0)
+            .mean()
+            .alias("avg_tokens_per_task"),
+        )
         .sort("avg_tokens_per_task", "strategy", "budget_n", "arm")
         .select(
             "arm",
@@ -96,15 +118,19 @@ def arm_tokens(calls: pl.DataFrame) -> pl.DataFrame:
 
 def judge_tokens(calls: pl.DataFrame) -> pl.DataFrame:
     """Evaluation cost: judge calls per judged arm (empty when there are none)."""
+    return judge_tokens_from_groups(call_groups(calls))
+
+
+def judge_tokens_from_groups(groups: pl.DataFrame) -> pl.DataFrame:
     return (
-        judge_calls(calls)
+        groups.filter(pl.col("judge"))
         .group_by(*ARM_KEYS)
         .agg(
-            pl.len().alias("judge_calls"),
-            pl.col("usage_missing").sum().cast(pl.Int64).alias("calls_missing_usage"),
-            pl.col("prompt_tokens").sum().alias("prompt_tokens"),
-            pl.col("completion_tokens").sum().alias("completion_tokens"),
-            _TOTAL.sum().alias("total_tokens"),
+            pl.col("calls").sum().alias("judge_calls"),
+            pl.col("calls_missing_usage").sum(),
+            pl.col("prompt_tokens").sum(),
+            pl.col("completion_tokens").sum(),
+            pl.col("total_tokens").sum(),
         )
         .sort("arm")
     )

@@ -107,3 +107,62 @@ def test_tokens_command_csv_and_json(tmp_path: Path, capsys, monkeypatch) -> Non
     doc = json.loads(out_json.read_text())
     assert doc["arms"][1]["avg_tokens_per_task"] == pytest.approx(25.0)  # m-2's cost is unknown, not 0
     assert doc["files"] == [str(f)]
+
+
+def _random_rows(seed: int, n: int) -> list[dict]:
+    rng = random.Random(seed)
+    rows: list[dict] = []
+    for _ in range(n):
+        s, b = rng.choice([("greedy", 1), ("best_of_n", 4), ("best_of_n", 16), ("majority", 8)])
+        task = f"{rng.choice(['math', 'code'])}-{rng.randrange(30)}"
+        kind = rng.random()
+        if kind < 0.15:  # outcome lines are read and validated but carry no cost
+            rows.append({"task_id": task, "strategy": s, "budget_n": b, "score": rng.random()})
+            continue
+        usage = rng.random() > 0.05
+        rows.append(c(task, s, b, rng.randrange(900) if usage else None, rng.randrange(90) if usage else None,
+                      replicate=rng.randrange(3), role=rng.choice(["sample", "verifier", "judge"])))  # fmt: skip
+    return rows
+
+
+def test_one_pass_command_equals_read_then_aggregate(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`ept tokens` aggregates while it scans; the two-step path (every record in a frame) must agree."""
+    from ept.cli import main
+
+    monkeypatch.setenv("COLUMNS", "1000")
+    a = _write(tmp_path / "a.jsonl", _random_rows(1, 1500))
+    b = _write(tmp_path / "b.jsonl", _random_rows(2, 900))
+    calls = read_records([str(a), str(b)]).calls
+    want_arms, want_judge = arm_tokens(calls), judge_tokens(calls)
+    assert want_arms["calls_missing_usage"].sum() > 0 and want_judge.height > 0  # the fixture exercises both
+    out_json = tmp_path / "t.json"
+    with pytest.raises(SystemExit) as ex:
+        main(["tokens", str(a), str(b), "--json", str(out_json)])
+    assert ex.value.code in (0, None)
+    doc = json.loads(out_json.read_text())
+    assert doc["arms"] == want_arms.to_dicts()
+    assert doc["judge"] == want_judge.to_dicts()
+
+
+def test_one_pass_command_still_names_a_bad_line_and_skips_it(tmp_path: Path, capsys, monkeypatch) -> None:
+    from ept.cli import main
+
+    monkeypatch.setenv("COLUMNS", "1000")
+    good = _random_rows(3, 400)
+    a = _write(tmp_path / "a.jsonl", good)
+    bad_rows = [*good[:7], c("math-1", "greedy", 1, -5, 3), *good[7:20]]
+    b = _write(tmp_path / "b.jsonl", bad_rows)
+    with pytest.raises(SystemExit) as ex:
+        main(["tokens", str(a), str(b), "--csv", str(tmp_path / "t.csv")])
+    assert ex.value.code == 2
+    err = capsys.readouterr().err.replace("\n", "")
+    assert f"{b}:8" in err and "usage.prompt_tokens" in err
+    assert not (tmp_path / "t.csv").exists()  # nothing written
+
+    out_json = tmp_path / "t.json"
+    with pytest.raises(SystemExit) as ex:
+        main(["tokens", str(a), str(b), "--skip-bad", "--json", str(out_json)])
+    assert ex.value.code in (0, None)
+    kept = read_records([str(a), str(_write(tmp_path / "b_good.jsonl", [*good[:7], *good[7:20]]))]).calls
+    assert json.loads(out_json.read_text())["arms"] == arm_tokens(kept).to_dicts()
+    assert "skipped 1 bad line" in capsys.readouterr().err

@@ -141,55 +141,91 @@ def ledger_for(url: str) -> Ledger:
     return _cached(("ledger", url), lambda: open_ledger(url))
 
 
-class Claim:
-    """A Redis lease on one job, renewed while the job runs; expires if the holder dies."""
+class Claims:
+    """Redis leases on the jobs this process is running, renewed together while they run.
+
+    A lease expires if its holder dies, so a redelivered copy of a dead worker's job can run. One renewer
+    thread per process (not one per job): a thread start and its wake-ups per job cost measurable CPU at a
+    few hundred jobs per second, and jobs are usually far shorter than the lease.
+    """
 
     _RENEW = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
     _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 
-    def __init__(self, r, job: Job, owner: str, ttl_ms: int = 20000) -> None:
-        self.r, self.key, self.owner, self.ttl = r, f"ept:claim:{job.run_id}:{job.key}", owner, ttl_ms
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+    def __init__(self, r: Any, owner: str, ttl_ms: int = 20000) -> None:
+        self.r, self.owner, self.ttl = r, owner, ttl_ms
+        self._held: dict[str, str] = {}  # key -> token of this acquisition
+        self._n = 0
+        self._lock = threading.Lock()
+        self._renewer: threading.Thread | None = None
 
-    def acquire(self) -> bool:
-        if not self.r.set(self.key, self.owner, nx=True, px=self.ttl):
+    @staticmethod
+    def key(job: Job) -> str:
+        return f"ept:claim:{job.run_id}:{job.key}"
+
+    def acquire(self, job: Job) -> bool:
+        key = self.key(job)
+        with self._lock:
+            self._n += 1
+            # Per acquisition, so a late release can never delete a later holder's lease (even in this process).
+            token = f"{self.owner}:{self._n}"
+        if not self.r.set(key, token, nx=True, px=self.ttl):
             return False
-        self._thread = threading.Thread(target=self._renew, daemon=True)
-        self._thread.start()
+        with self._lock:
+            self._held[key] = token
+            if self._renewer is None:
+                self._renewer = threading.Thread(target=self._renew, name="ept-claims", daemon=True)
+                self._renewer.start()
         return True
 
     def _renew(self) -> None:
-        while not self._stop.wait(self.ttl / 4000):
+        while True:
+            time.sleep(self.ttl / 4000)
+            with self._lock:
+                held = list(self._held.items())
+            if not held:
+                continue
             # A lost renewal only risks a duplicate run, which the ledger's conditional create absorbs.
             with contextlib.suppress(Exception):
-                self.r.eval(self._RENEW, 1, self.key, self.owner, self.ttl)
+                pipe = self.r.pipeline(transaction=False)
+                for key, token in held:
+                    pipe.eval(self._RENEW, 1, key, token, self.ttl)
+                pipe.execute()
 
-    def release(self) -> None:
-        self._stop.set()
-        with contextlib.suppress(Exception):
-            self.r.eval(self._RELEASE, 1, self.key, self.owner)
+    def release(self, job: Job) -> None:
+        key = self.key(job)
+        with self._lock:
+            token = self._held.pop(key, None)
+        if token is not None:
+            with contextlib.suppress(Exception):
+                self.r.eval(self._RELEASE, 1, key, token)
 
-    def held_by_other(self) -> bool:
-        return bool(self.r.exists(self.key))
 
-
-def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
-    """Body of the Celery task `ept.run_job`. ctx: ledger URL, base_url override, rate limits."""
+def _claims(redis_url: str) -> Claims:
     import os
     import socket
     import uuid
 
     import redis
 
+    def make() -> Claims:
+        r = redis.Redis.from_url(redis_url)
+        return Claims(r, f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
+
+    return _cached(("claims", redis_url), make)
+
+
+def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
+    """Body of the Celery task `ept.run_job`. ctx: ledger URL, base_url override, rate limits."""
+    import os
+
     job = Job.from_dict(job_dict)
     ledger = ledger_for(ctx["ledger"])
     if ledger.has_job(job.run_id, job.key):
         return _summary(job, "skipped")
     redis_url = os.environ.get("EPT_RATELIMIT_URL") or os.environ.get("EPT_BROKER_URL") or "redis://127.0.0.1:6379/0"
-    r = _cached(("redis", redis_url), lambda: redis.Redis.from_url(redis_url))
-    claim = Claim(r, job, f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
-    while not claim.acquire():
+    claims = _claims(redis_url)
+    while not claims.acquire(job):
         # Another delivery of this job is running (e.g. redelivered after a visibility timeout): wait for it.
         time.sleep(0.5)
         if ledger.has_job(job.run_id, job.key):
@@ -203,4 +239,4 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx: dict[str, Any]
         summary = perform_job(job, ledger, provider, on_retry=on_retry, max_attempts=int(ctx.get("max_attempts", 3)))
         return {**summary, "worker": getattr(task_self.request, "hostname", None)}
     finally:
-        claim.release()
+        claims.release(job)
