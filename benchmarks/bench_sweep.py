@@ -226,3 +226,7 @@ def main() -> None:
     print("CPU ms/job = CPU of every process involved (coordinator/local executor, workers, redis, simulator) per job")
     print("(per call for the raw loop); CPU cap/s = cores / that: the most this box can run whatever the latency.")
     print("A row whose bound is above its CPU cap is limited by this machine's cores, not by the executor.")
+
+
+if __name__ == "__main__":
+    main()
