@@ -11,7 +11,7 @@ doc keys (all optional except `returns`):
                 elo_hi, d_elo, d_elo_lo, d_elo_hi, d_elo_per_1k, d_elo_per_1k_lo, d_elo_per_1k_hi, frontier)
   families:     rows (family, arm, theta, elo, weight?) — per-family breakdown
   token_split:  rows (arm, role, calls, prompt_tokens, completion_tokens, tasks?) — by arm and call role
-  failures:     rows (arm, error_class, count)
+  failures:     rows (arm, error_class, count, tokens_unrecorded)
   manifest:     the run manifest dict (public profile with optional price_in_per_1m / price_out_per_1m)
 """
 
@@ -354,7 +354,13 @@ def render_html(doc: Mapping[str, Any]) -> str:
     parts.append('<section id="failures"><h2>Failures by class</h2>')
     if failures:
         parts.append(_table("failure-table", failures,
-                            [("arm", "arm", None), ("error_class", "class", None), ("count", "jobs", ",d")]))
+                            [("arm", "arm", None), ("error_class", "class", None), ("count", "jobs", ",d"),
+                             ("tokens_unrecorded", "tokens outside the tables", ",d")]))  # fmt: skip
+        parts.append(
+            '<p class="muted">A failed job that wrote an outcome has its calls in the tables above; one that '
+            "wrote no result (its failure object in the ledger) spent the tokens in the last column, which the "
+            "token and cost tables do not include.</p>"
+        )
     else:
         parts.append('<p id="no-failures">No failed jobs.</p>')
     parts.append("</section>")
@@ -424,7 +430,9 @@ def failures_by_class(files: Sequence[str], failure_objects: Sequence[Mapping[st
         "error": pl.Struct({"class": pl.String}),
     }
     jsonl = [f for f in files if not f.endswith(".parquet")]
-    rows = pl.DataFrame(schema={"arm": pl.String, "error_class": pl.String, "job_key": pl.String})
+    rows = pl.DataFrame(
+        schema={"arm": pl.String, "error_class": pl.String, "job_key": pl.String, "tokens": pl.Int64}
+    )
     if jsonl:
         opts = storage_options() if any(f.startswith("s3://") for f in jsonl) else None
         rows = (
@@ -434,12 +442,14 @@ def failures_by_class(files: Sequence[str], failure_objects: Sequence[Mapping[st
                 pl.coalesce("arm", pl.col("strategy") + "@" + pl.col("budget_n").cast(pl.String)).alias("arm"),
                 pl.col("error").struct.field("class").fill_null("unknown").alias("error_class"),
                 "job_key",
+                # This job's calls are in the ledger, so already in the token and cost tables.
+                pl.lit(0, pl.Int64).alias("tokens"),
             )
             .collect()
         )
     seen = set(rows["job_key"].drop_nulls().to_list())
     extra = [
-        {"arm": _failure_arm(k, f), "error_class": _failure_class(f), "job_key": k}
+        {"arm": _failure_arm(k, f), "error_class": _failure_class(f), "job_key": k, "tokens": _failure_tokens(f)}
         for k, f in ((str(f.get("job_key", "")), f) for f in failure_objects)
         if not k or k not in seen
     ]
@@ -448,8 +458,17 @@ def failures_by_class(files: Sequence[str], failure_objects: Sequence[Mapping[st
     if rows.height == 0:
         return []
     return (
-        rows.group_by("arm", "error_class").agg(pl.len().alias("count")).sort("arm", "error_class").to_dicts()
+        rows.group_by("arm", "error_class")
+        .agg(pl.len().alias("count"), pl.col("tokens").sum().alias("tokens_unrecorded"))
+        .sort("arm", "error_class")
+        .to_dicts()
     )
+
+
+def _failure_tokens(f: Mapping[str, Any]) -> int:
+    """Tokens a job spent before it failed without writing a result (its calls are in no table)."""
+    t = f.get("tokens")
+    return int(t) if isinstance(t, int) and not isinstance(t, bool) and t > 0 else 0
 
 
 def _failure_class(f: Mapping[str, Any]) -> str:

@@ -93,7 +93,8 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from contracts.ledger import FileLedger
 
     job = Job(run_id="nightly", task={"task_id": "math-9999", "family": "math"}, strategy="majority", budget_n=4)
-    FileLedger(root).put_failure("nightly", job.key, {"job": job.to_dict(), "class": "rate_limit", "message": "429"})
+    FileLedger(root).put_failure("nightly", job.key, {"job": job.to_dict(), "class": "rate_limit", "message": "429",
+                                                        "calls": 2, "tokens": 1234})  # fmt: skip
     return run
 
 
@@ -192,6 +193,12 @@ def test_token_split_cost_and_failures_match_the_ledger(rendered: dict, run_dir:
     fails = {(r["arm"][0], r["error_class"][0]): float(r["count"][0]) for _, r in cells.tables["failure-table"]}
     failed[("majority@4", "rate_limit")] = 1  # the failure object
     assert fails == failed and sum(failed.values()) == 3
+    # Tokens of the job that wrote no result are shown (they are in no other table); the others' are not repeated.
+    unrecorded = {
+        (r["arm"][0], r["error_class"][0]): float(r["tokens_unrecorded"][0]) for _, r in cells.tables["failure-table"]
+    }
+    assert unrecorded.pop(("majority@4", "rate_limit")) == 1234
+    assert set(unrecorded.values()) == {0}
 
 
 @needs_chromium
