@@ -20,6 +20,7 @@ from analysis.io import BadLine, Records, line_of, read_records
 from analysis.pairs import build_pairs
 from analysis.tokens import arm_tokens, judge_tokens, strategy_calls, task_tokens
 from contracts.errors import InputError
+from contracts.records import JUDGE_STRATEGY
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,8 @@ def analyze(
             f"{missing_usage} call(s) have no usage; their arms' token figures are lower bounds "
             "(see calls_missing_usage in arms.csv)"
         )
-    ungraded = int(outcomes["score"].is_null().sum())
+    # A judge job's own outcome carries no score by design: not an answer that failed before grading.
+    ungraded = int(outcomes.filter(pl.col("strategy") != JUDGE_STRATEGY)["score"].is_null().sum())
     if ungraded:
         warnings.append(f"{ungraded} outcome(s) have no score (failed before grading) and are not compared")
 

@@ -273,3 +273,27 @@ def test_nothing_to_compare_is_an_input_error(tmp_path: Path) -> None:
     outcomes_only.write_text(json.dumps({"task_id": "m-1", "strategy": "g", "budget_n": 1, "score": 1}) + "\n")
     proc = ept("tokens", str(outcomes_only))
     assert proc.returncode == 2 and "no call records" in proc.stderr
+
+
+def test_judge_jobs_own_outcomes_are_not_counted_as_ungraded(tmp_path: Path) -> None:
+    from analysis.pipeline import AnalysisOptions, analyze
+
+    rows = []
+    for t in range(6):
+        for s, n, score in (("g", 1, 0.2), ("b", 4, 0.7)):
+            rows.append({"task_id": f"m-{t}", "strategy": s, "budget_n": n,
+                         "usage": {"prompt_tokens": 10 * n, "completion_tokens": 1}})  # fmt: skip
+            rows.append({"task_id": f"m-{t}", "strategy": s, "budget_n": n, "score": score})
+        # What a judge job writes: its calls (role judge) and an outcome without a score.
+        rows.append({"task_id": f"m-{t}", "strategy": "judge", "budget_n": 1, "role": "judge",
+                     "usage": {"prompt_tokens": 50, "completion_tokens": 2}})  # fmt: skip
+        rows.append({"kind": "outcome", "task_id": f"m-{t}", "strategy": "judge", "budget_n": 1, "score": None})
+    # One real answer that failed before grading.
+    rows.append({"kind": "outcome", "task_id": "m-0", "strategy": "b", "budget_n": 4, "replicate": 1, "score": None})
+    f = tmp_path / "a.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = analyze([str(f)], AnalysisOptions(rounds=0))
+    assert [w for w in res.warnings if "have no score" in w] == [
+        "1 outcome(s) have no score (failed before grading) and are not compared"
+    ]
+    assert res.arms == ["g@1", "b@4"]

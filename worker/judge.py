@@ -15,12 +15,10 @@ from typing import Any
 
 from contracts.jobs import Job
 from contracts.prompts import judge_messages, parse_winner
-from contracts.records import JobResult, Outcome
+from contracts.records import JUDGE_STRATEGY, JobResult, Outcome
 from contracts.secrets import scrub
 from worker.provider import ProviderClient, ProviderError
 from worker.strategies.base import JobContext
-
-JUDGE_STRATEGY = "judge"
 
 
 def combine(first: str | None, second: str | None) -> str:
