@@ -8,6 +8,8 @@ If the coordinator is interrupted, enqueued jobs keep running on the workers; a 
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -20,6 +22,13 @@ TASK_NAME = "ept.run_job"
 
 def _failed(job_key: str, message: str) -> dict[str, Any]:
     return {"key": job_key, "status": "failed", "class": "transient", "message": message, "calls": 0, "tokens": 0}
+
+
+def _pipelined(producer: Any, size: int) -> Any:
+    """kombu >= 5.7 sends a batch of messages to Redis in one pipeline (one round trip, one client) instead of
+    one LPUSH each, about a third of the coordinator's CPU per job; older kombu publishes one by one."""
+    batch = getattr(producer, "batch", None)
+    return batch(max_size=max(1, size)) if batch is not None else contextlib.nullcontext()
 
 
 def run_celery(
@@ -44,6 +53,8 @@ def run_celery(
     pending: dict[str, str] = {}  # task id -> job key
     job_of: dict[str, Job] = {}  # task id -> job, to enqueue again if the broker loses its data
     retry_seen: dict[str, Any] = {}
+    ticks = [0]
+    window = 1000
     result_key: dict[str, bytes] = {}  # task id -> its result-backend key, built once rather than every poll
     # A marker in Redis: gone after a broker restart means Redis came back empty (no persistence).
     marker = f"ept:sweep-alive:{uuid.uuid4().hex}"
@@ -51,7 +62,10 @@ def run_celery(
     def poll() -> None:
         if not pending:
             return
-        ids = list(pending)
+        # Jobs finish roughly in the order they were sent: most polls read only the oldest `window` pending
+        # results; every tenth reads them all, so a job that finishes out of order is seen within a second.
+        ticks[0] += 1
+        ids = list(pending) if ticks[0] % 10 == 0 else list(itertools.islice(pending, window))
         keys = [result_key[t] for t in ids]
         values = backend.mget(keys)
         finished = []
@@ -95,7 +109,7 @@ def run_celery(
         pending.clear()
         job_of.clear()
         result_key.clear()
-        with app.producer_or_acquire() as producer:
+        with app.producer_or_acquire() as producer, _pipelined(producer, batch_size):
             for job in lost:
                 send(job, producer)
         backend.client.set(marker, "1", ex=7 * 24 * 3600)
@@ -129,8 +143,9 @@ def run_celery(
             for start in range(0, len(jobs), batch_size):
                 if should_stop():
                     break
-                for job in jobs[start : start + batch_size]:
-                    send(job, producer)
+                with _pipelined(producer, batch_size):
+                    for job in jobs[start : start + batch_size]:
+                        send(job, producer)
                 poll()
         last_change, last_pending, told = time.monotonic(), len(pending), False
         while pending:
