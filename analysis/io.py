@@ -231,24 +231,48 @@ def _scan(files: list[str]) -> pl.LazyFrame:
     return lf.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("file").alias("row"))
 
 
-def _scan_parquet(f: str, opts: dict[str, str] | None) -> pl.LazyFrame:
+_TYPE_WORDS = {pl.Int64(): "an integer", pl.Float64(): "a number", pl.Boolean(): "true or false", pl.String(): "a string"}
+
+
+def _scan_parquet(f: str, opts: dict[str, str] | None, *, strict: bool = True) -> pl.LazyFrame:
+    """A parquet file as RAW_SCHEMA columns. strict=False turns values that do not convert into nulls and
+    adds `_type_bad` / `_type_msg` for the first such field per row (the error path names rows, not files)."""
     lf = pl.scan_parquet(f, storage_options=opts)
     have = lf.collect_schema()
+    failed: list[tuple[str, str, pl.Expr]] = []
+
+    def conv(src: pl.Expr, src_dtype: pl.DataType, dtype: pl.DataType, label: str) -> pl.Expr:
+        if not strict and src_dtype != dtype:
+            lost = src.is_not_null() & src.cast(dtype, strict=False).is_null()
+            failed.append((label, f"must be {_TYPE_WORDS.get(dtype, str(dtype))}", lost))
+        return src.cast(dtype, strict=strict)
+
     cols = []
     for name, dtype in RAW_SCHEMA.items():
         if name == "usage" and isinstance(have.get("usage"), pl.Struct):
             # Keep the two counts; a usage struct may carry more (total_tokens, details…).
-            inner = {f.name for f in have["usage"].fields}
+            inner = {fl.name: fl.dtype for fl in have["usage"].fields}
             cols.append(
                 pl.struct(
-                    (pl.col("usage").struct.field(k) if k in inner else pl.lit(None)).cast(pl.Int64).alias(k)
+                    (
+                        conv(pl.col("usage").struct.field(k), inner[k], pl.Int64(), f"usage.{k}")
+                        if k in inner
+                        else pl.lit(None, pl.Int64)
+                    ).alias(k)
                     for k in ("prompt_tokens", "completion_tokens")
                 ).alias("usage")
             )
         elif name in have:
-            cols.append(pl.col(name).cast(dtype, strict=True))
+            cols.append(conv(pl.col(name), have[name], dtype, name).alias(name))
         else:
             cols.append(pl.lit(None, dtype).alias(name))
+    if not strict:
+        first = [(pl.when(lost).then(pl.lit(i, pl.Int32))) for i, (_, _, lost) in enumerate(failed)]
+        idx = pl.min_horizontal(first) if first else pl.lit(None, pl.Int32)
+        labels = {i: label for i, (label, _, _) in enumerate(failed)}
+        msgs = {i: msg for i, (_, msg, _) in enumerate(failed)}
+        cols.append(idx.replace_strict(labels, default=None, return_dtype=pl.String).alias("_type_bad"))
+        cols.append(idx.replace_strict(msgs, default=None, return_dtype=pl.String).alias("_type_msg"))
     return lf.select(cols).with_columns(
         pl.lit(f).alias("file"), pl.int_range(pl.len(), dtype=pl.Int64).alias("row")
     )
@@ -482,12 +506,19 @@ def _parse_lines(
 
 
 def _slow_read_parquet(f: str, *, skip_bad: bool) -> tuple[pl.DataFrame, list[BadLine]]:
+    """Rows are named by 1-based row number. A column of the wrong type is checked value by value: a row
+    whose value does not convert (say budget_n "x" in a string column) is the bad row, not the whole file."""
     opts = storage_options() if f.startswith("s3://") else None
     try:
-        norm = _normalise(_scan_parquet(f, opts)).collect()
+        raw = _scan_parquet(f, opts, strict=False).collect()
     except (pl.exceptions.PolarsError, OSError) as e:
-        # A parquet file with a wrongly typed column: nothing row-level to point at.
+        # Unreadable, or a column no value of which can become its field's type (a struct for budget_n).
         raise InputError(f"cannot read parquet: {e}", file=f) from e
+    # A value that did not convert is the row's first problem (its null would otherwise read as "missing").
+    norm = _normalise(raw.lazy()).collect().with_columns(
+        pl.coalesce(raw["_type_bad"], pl.col("bad_field")).alias("bad_field"),
+        pl.coalesce(raw["_type_msg"], pl.col("bad_msg")).alias("bad_msg"),
+    )
     flagged = norm.filter(pl.col("bad_field").is_not_null())
     bad = [
         BadLine(f, r + 1, fld, msg)

@@ -225,6 +225,25 @@ def test_bad_row_in_parquet_is_named_by_row(tmp_path: Path) -> None:
     assert (e.value.line, e.value.field) == (2, "usage.prompt_tokens")
 
 
+def test_wrongly_typed_parquet_values_are_named_by_row_and_skippable(tmp_path: Path) -> None:
+    # A string column for integer fields: values that convert are kept, the ones that don't are the bad rows.
+    rows = [
+        {"task_id": "m-1", "strategy": "g", "budget_n": "1", "usage": {"prompt_tokens": "5", "completion_tokens": "1"}},
+        {"task_id": "m-2", "strategy": "g", "budget_n": "x", "usage": {"prompt_tokens": "5", "completion_tokens": "1"}},
+        {"task_id": "m-3", "strategy": "g", "budget_n": "2", "usage": {"prompt_tokens": "five", "completion_tokens": "1"}},
+        {"task_id": "m-4", "strategy": "g", "budget_n": "2", "usage": {"prompt_tokens": "7", "completion_tokens": "1"}},
+    ]
+    pq = tmp_path / "x.parquet"
+    pl.DataFrame(rows).write_parquet(pq)
+    with pytest.raises(InputError) as e:
+        read_records([str(pq)])
+    assert (e.value.file, e.value.line, e.value.field) == (str(pq), 2, "budget_n")
+    assert "must be an integer" in e.value.message
+    got = read_records([str(pq)], skip_bad=True)
+    assert got.frame.select("task_id", "budget_n", "prompt_tokens").rows() == [("m-1", 1, 5), ("m-4", 2, 7)]
+    assert [(b.line, b.field) for b in got.skipped] == [(2, "budget_n"), (3, "usage.prompt_tokens")]
+
+
 def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path: Path, capsys) -> None:
     f = write_jsonl(tmp_path / "log.jsonl", GOOD, raw=['{"task_id": "m-2", "strategy": "g", "budget_n": "x"}'])
     out = tmp_path / "report"
