@@ -50,23 +50,24 @@ def run_celery(
 
     app = make_app(broker_url)
     backend = app.backend
-    pending: dict[str, str] = {}  # task id -> job key
-    job_of: dict[str, Job] = {}  # task id -> job, to enqueue again if the broker loses its data
+    # task id -> (job, its result-backend key): the job to enqueue again if the broker loses its data, the key
+    # built once rather than on every poll.
+    pending: dict[str, tuple[Job, bytes]] = {}
     retry_seen: dict[str, Any] = {}
-    ticks = [0]
+    ticks = 0
     window = 1000
-    result_key: dict[str, bytes] = {}  # task id -> its result-backend key, built once rather than every poll
     # A marker in Redis: gone after a broker restart means Redis came back empty (no persistence).
     marker = f"ept:sweep-alive:{uuid.uuid4().hex}"
 
     def poll() -> None:
+        nonlocal ticks
         if not pending:
             return
         # Jobs finish roughly in the order they were sent: most polls read only the oldest `window` pending
         # results; every tenth reads them all, so a job that finishes out of order is seen within a second.
-        ticks[0] += 1
-        ids = list(pending) if ticks[0] % 10 == 0 else list(itertools.islice(pending, window))
-        keys = [result_key[t] for t in ids]
+        ticks += 1
+        ids = list(pending) if ticks % 10 == 0 else list(itertools.islice(pending, window))
+        keys = [pending[t][1] for t in ids]
         values = backend.mget(keys)
         finished = []
         for tid, key, raw in zip(ids, keys, values, strict=True):
@@ -78,15 +79,13 @@ def run_celery(
                 on_result(result)
             elif state == "FAILURE":
                 msg = result.get("exc_message") if isinstance(result, dict) else str(result)
-                on_result(_failed(pending[tid], f"worker error: {msg}"))
+                on_result(_failed(pending[tid][0].key, f"worker error: {msg}"))
             else:
                 if state == "RETRYING" and on_retry and isinstance(result, dict) and retry_seen.get(tid) != result:
                     retry_seen[tid] = result
-                    on_retry(pending[tid], int(result.get("attempt", 1)), str(result.get("class")))
+                    on_retry(pending[tid][0].key, int(result.get("attempt", 1)), str(result.get("class")))
                 continue
             pending.pop(tid)
-            job_of.pop(tid, None)
-            result_key.pop(tid, None)
             finished.append(key)
         if finished:
             # One DEL per poll, not one round trip per finished job.
@@ -98,17 +97,15 @@ def run_celery(
         # ~15% of the coordinator's CPU per job.
         app.send_task(TASK_NAME, args=[job.to_dict(), ctx], task_id=tid, queue=queue, producer=producer,
                       argsrepr=f"[{job.key!r}]", kwargsrepr="{}")  # fmt: skip
-        pending[tid], job_of[tid], result_key[tid] = job.key, job, backend.get_key_for_task(tid)
+        pending[tid] = (job, backend.get_key_for_task(tid))
 
     def resend_if_lost() -> None:
         """After an outage: if Redis lost its data, the queued messages and results are gone — enqueue the
         pending jobs again. Safe if some did run: workers skip jobs already in the ledger."""
         if backend.client.exists(marker):
             return
-        lost = [job_of[t] for t in pending]
+        lost = [job for job, _ in pending.values()]
         pending.clear()
-        job_of.clear()
-        result_key.clear()
         with app.producer_or_acquire() as producer, _pipelined(producer, batch_size):
             for job in lost:
                 send(job, producer)
