@@ -20,14 +20,11 @@ import polars as pl
 FrameT = TypeVar("FrameT", pl.DataFrame, pl.LazyFrame)
 _TOTAL = pl.col("prompt_tokens").fill_null(0) + pl.col("completion_tokens").fill_null(0)
 ARM_KEYS = ("arm", "strategy", "budget_n")
+_IS_JUDGE = pl.col("role").fill_null("") == "judge"
 
 
 def strategy_calls(calls: pl.DataFrame) -> pl.DataFrame:
-    return calls.filter(pl.col("role").fill_null("") != "judge")
-
-
-def judge_calls(calls: pl.DataFrame) -> pl.DataFrame:
-    return calls.filter(pl.col("role") == "judge")
+    return calls.filter(~_IS_JUDGE)
 
 
 def task_tokens(calls: pl.DataFrame) -> pl.DataFrame:
@@ -61,9 +58,7 @@ def call_groups(calls: FrameT) -> FrameT:
     total_tokens, replicates. Works on a LazyFrame too, so `ept tokens` can fuse it into the file scan;
     every arm- and judge-level number below is computed from these groups.
     """
-    return calls.group_by(
-        "task_id", *ARM_KEYS, (pl.col("role").fill_null("") == "judge").alias("judge")
-    ).agg(
+    return calls.group_by("task_id", *ARM_KEYS, _IS_JUDGE.alias("judge")).agg(
         pl.len().alias("calls"),
         pl.col("usage_missing").sum().cast(pl.Int64).alias("calls_missing_usage"),
         pl.col("prompt_tokens").sum().alias("prompt_tokens"),
