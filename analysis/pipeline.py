@@ -234,8 +234,8 @@ def analyze(
         n_ties = build_pairs(outcomes, judgments).height // 2
         if n_ties:
             raise InputError(
-                f"--drop-ties removed every comparison: all {n_ties} comparisons are ties (equal scores), "
-                "so the data carry no information about which arm is stronger; nothing to rank",
+                f"all {n_ties} comparisons are ties (equal scores), so dropping ties leaves nothing to rank: "
+                "the data carry no information about which arm is stronger",
                 file=where,
                 field="--drop-ties",
             )
