@@ -156,20 +156,22 @@ def _weighted_tokens(fam_mean: np.ndarray, fw: np.ndarray) -> np.ndarray:
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
-def small_sample_factor(n_tasks: int) -> float:
-    """How much a family's bootstrap deviations are stretched: sqrt(n/(n-1)) * t_{0.975,n-1} / z_{0.975}.
+def small_sample_factor(n_tasks: int, df: int | None = None) -> float:
+    """How much a family's bootstrap deviations are stretched: sqrt(n/(n-1)) * t_{0.975,df} / z_{0.975}.
 
     The percentile bootstrap of a mean over n tasks is too narrow by about this factor (its variance is
     (n-1)/n of the unbiased one, and it uses normal rather than Student-t tails): Hesterberg's "expanded
-    percentile" correction. It is 1.005 at 300 tasks, 1.04 at 40, 1.2 at 10; infinite (no interval) below
-    2 tasks, where resampling one task cannot show any variation.
+    percentile" correction. df is the degrees of freedom of the merged estimate's variance, sum of
+    (n_f - 1) over the merged families (default n - 1: one family). One family: 1.005 at 300 tasks, 1.04
+    at 40, 1.2 at 10; infinite (no interval) below 2 tasks, where resampling one task shows no variation.
     """
     from scipy.stats import norm, t
 
     n = int(n_tasks)
     if n < 2:
         return math.inf
-    return math.sqrt(n / (n - 1)) * float(t.ppf(0.975, n - 1)) / float(norm.ppf(0.975))
+    df = n - 1 if df is None else max(int(df), 1)
+    return math.sqrt(n / (n - 1)) * float(t.ppf(0.975, df)) / float(norm.ppf(0.975))
 
 
 def point_estimate(
@@ -237,6 +239,9 @@ def bootstrap(
     pair = np.asarray(data.winner).astype(np.int64) * k + np.asarray(data.loser)
     weight = np.asarray(data.weight, dtype=float)
     fw = np.array([weights[name] for name in data.families])
+    n_f = np.bincount(task_family, minlength=len(data.families))
+    # Degrees of freedom of the merged estimate: the families that enter it, n_f - 1 each.
+    df_total = int(np.sum(np.where((fw > 0) & (n_f >= 2), n_f - 1, 0)))
 
     # Per family: the tasks, a sparse [T_f, K*K] matrix of per-task weighted pair counts, and tokens.
     fam_parts = []
@@ -254,7 +259,7 @@ def bootstrap(
         th0 = fit_bt_counts(wins0, l2=l2).theta if tasks_f.size else np.zeros(k)
         fam_parts.append(
             (tasks_f.size, counts.T.tocsr(), np.nan_to_num(tok), (~np.isnan(tok)).astype(float), th0,
-             _tokens_per_task(tok) if tasks_f.size else np.full(k, np.nan), small_sample_factor(tasks_f.size))
+             _tokens_per_task(tok) if tasks_f.size else np.full(k, np.nan), small_sample_factor(tasks_f.size, df_total or None))
         )
 
     elo = np.empty((rounds, k))

@@ -65,7 +65,9 @@ def _explicit_bootstrap(data, weights, anchor, rounds, seed, l2):
         for f, (tasks_f, draws) in enumerate(fam_draws):
             # Expanded percentile (small_sample_factor): each family's deviation from its point fit is
             # stretched by s, for theta and for the family's mean tokens alike.
-            s = small_sample_factor(tasks_f.size)
+            # t quantile on the merged estimate's degrees of freedom: sum of (n_f - 1) over families.
+            df = sum(int((data.task_family == g).sum()) - 1 for g in range(len(data.families)))
+            s = small_sample_factor(tasks_f.size, df)
             all_rows = np.isin(data.task, tasks_f)
             th0 = fit_bt(data.winner[all_rows], data.loser[all_rows], k, l2=l2, weights=data.weight[all_rows])
             picked = tasks_f[draws[r]]
