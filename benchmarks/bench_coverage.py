@@ -158,6 +158,8 @@ def score(doc: dict, exp: Experiment) -> dict[str, list]:
     out["front_confident_wrong"] = [bool(np.any((prob >= 0.95) & ~front) or np.any((prob <= 0.05) & front))]
     out["front_point_wrong"] = [bool(np.any(point != front))]
     out["warned"] = [bool(doc["warnings"])]
+    # The truth has no family x arm interaction, so every heterogeneity warning is a false alarm.
+    out["het_warned"] = [any("families disagree" in w for w in doc["warnings"])]
     return out
 
 
@@ -190,6 +192,7 @@ def run_scenario(sc: Scenario, n: int, rounds: int, tmp: Path) -> dict[str, floa
         "front_confident_wrong": rate("front_confident_wrong"),
         "front_point_wrong": rate("front_point_wrong"),
         "warned": rate("warned"),
+        "het_warned": rate("het_warned"),
         "far_unwarned": far_unwarned / n,
         "n": n,
     }
@@ -262,8 +265,8 @@ def main() -> None:
     try:
         print(f"{args.experiments} experiments per scenario, {args.rounds} bootstrap rounds, 95% intervals")
         print("| scenario | Elo | ΔElo | ΔElo/1k (where reported) | ΔElo/1k reported | frontier: confident wrong "
-              "| frontier: point label wrong | warned | far miss, no warning |")  # fmt: skip
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+              "| frontier: point label wrong | any warning | heterogeneity warning (false) | far miss, no warning |")  # fmt: skip
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for sc in SCENARIOS:
             if sc.name not in wanted:
                 continue
@@ -271,6 +274,7 @@ def main() -> None:
             r = run_scenario(sc, args.experiments, args.rounds, tmp)
             print(f"| {sc.name} | {r['elo']:.1%} | {r['d_elo']:.1%} | {r['per_1k']:.1%} | {r['per_1k_reported']:.0%} "
                   f"| {r['front_confident_wrong']:.0%} | {r['front_point_wrong']:.0%} | {r['warned']:.0%} "
+                  f"| {r['het_warned']:.0%} "
                   f"| {r['far_unwarned']:.0%} |", flush=True)  # fmt: skip
             print(f"  ({sc.note}; {time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
         if args.gate_experiments:
