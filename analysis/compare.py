@@ -355,6 +355,24 @@ def _steps(x: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.concatenate([pad, per], axis=-1)
 
 
+def _resolved_steps(
+    x: np.ndarray, t: np.ndarray, xs: np.ndarray, ts: np.ndarray, level: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ΔElo per 1k tokens against the previous arm with its interval, by the rule of the analyze table
+    (docs/statistics.md §7): a number only where the token step's interval lies above 0; rounds with a
+    step <= 0 count at +-inf instead of being dropped. NaN where unresolved or on the first arm."""
+    from analysis.returns import per_1k_rounds
+
+    point = _steps(x, t)
+    pad = np.full((xs.shape[0], 1), np.nan)
+    dts = np.concatenate([pad, np.diff(ts, axis=-1)], axis=-1)
+    dxs = np.concatenate([pad, np.diff(xs, axis=-1)], axis=-1)
+    lo, hi = _interval(per_1k_rounds(dxs, dts), level)
+    t_lo, _ = _interval(dts, level)
+    ok = (t_lo > 0) & np.isfinite(lo) & np.isfinite(hi)
+    return np.where(ok, point, np.nan), np.where(ok, lo, np.nan), np.where(ok, hi, np.nan)
+
+
 def _arm_table(
     arm_order: list[str],
     arms: pl.DataFrame,
@@ -378,10 +396,8 @@ def _arm_table(
     g_lo, g_hi = _interval(sec - seb, gate_level)
     gr_lo, _ = _interval(rel_s, gate_level)
     ga_lo, _ = _interval(stc - stb, gate_level)
-    pb, pc = _steps(eb, tb), _steps(ec, tc)
-    spb, spc = _steps(seb, stb), _steps(sec, stc)
-    pb_lo, pb_hi = _interval(spb, level)
-    pc_lo, pc_hi = _interval(spc, level)
+    pb, pb_lo, pb_hi = _resolved_steps(eb, tb, seb, stb, level)
+    pc, pc_lo, pc_hi = _resolved_steps(ec, tc, sec, stc, level)
     detectable = _detectable_drop(sec - seb, gate_level, margin)
     info = arms.unique("arm").select("arm", "strategy", "budget_n")
     df = pl.DataFrame(

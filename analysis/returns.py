@@ -19,7 +19,9 @@ from analysis.merge import ELO_SCALE
 
 __all__ = [
     "family_heterogeneity",
+    "frontier_probability",
     "frontier_steps_table",
+    "per_1k_rounds",
     "per_strategy_table",
     "returns_table",
 ]
@@ -68,7 +70,7 @@ def _per_1k(d_elo: np.ndarray, d_tok: np.ndarray) -> np.ndarray:
         return np.where(d_tok > 0, d_elo / np.where(d_tok > 0, d_tok, 1.0) * 1000.0, np.nan)
 
 
-def _per_1k_rounds(d_elo: np.ndarray, d_tok: np.ndarray) -> np.ndarray:
+def per_1k_rounds(d_elo: np.ndarray, d_tok: np.ndarray) -> np.ndarray:
     """Per-round ratio for an interval: a round whose token step is <= 0 is not dropped (that would select
     the rounds that agree with the point estimate) but counted at the end its ΔElo points to: the ratio
     of a step that shrinks to 0 goes to +inf (ΔElo > 0) or -inf (ΔElo < 0); 0/0 stays NaN."""
@@ -123,7 +125,7 @@ def _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev):
         ranges = {
             "elo": es[:, order],
             "d_elo": d_es,
-            "d_elo_per_1k": _per_1k_rounds(d_es, d_ts),
+            "d_elo_per_1k": per_1k_rounds(d_es, d_ts),
             "d_tokens": d_ts,
         }
         for name, samples in ranges.items():
