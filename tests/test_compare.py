@@ -368,3 +368,14 @@ def test_detectable_drop_is_printed_and_means_what_it_says() -> None:
         assert "drop caught 80%" in to_markdown(big)
     assert caught_big >= 7, caught_big
     assert caught_small <= 3, caught_small
+
+
+def test_per_1k_columns_only_where_the_token_step_is_resolved() -> None:
+    # Issue 12 case 3 in `ept compare`: majority@4 and best_of_n@8 cost 1% apart, so the ratio between them
+    # is not a number (it used to be computed from the rounds that happened to have a positive step).
+    arms = {**ARMS, "best_of_n@8": ("best_of_n", 8, 1.0, 4646.0)}
+    base, cur = make_run(1, n_tasks=60, arms=arms), make_run(2, n_tasks=60, arms=arms)
+    res = compare_runs(base, cur, rule=FailRule(), rounds=200, seed=0)
+    row = {r["arm"]: r for r in res.table.iter_rows(named=True)}
+    assert row["best_of_n@8"]["d_elo_per_1k_base"] is None and row["best_of_n@8"]["d_elo_per_1k_base_lo"] is None
+    assert row["best_of_n@16"]["d_elo_per_1k_base"] is not None  # 4.6k -> 18.7k tokens: resolved
