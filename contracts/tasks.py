@@ -23,7 +23,7 @@ from typing import Any
 
 from contracts.errors import InputError
 
-GRADER_TYPES = ("exact", "normalised", "numeric", "regex", "choice", "code", "tool", "none")
+GRADER_TYPES = ("exact", "normalised", "numeric", "math", "regex", "choice", "code", "tool", "none")
 TOOL_IMPL_TYPES = ("calculator", "lookup")
 _KNOWN_FIELDS = {
     "task_id", "family", "prompt", "messages", "reference", "grader", "difficulty", "distractors",
@@ -86,6 +86,8 @@ def _check_grader_options(task: dict[str, Any], grader: dict[str, Any], file: st
             float(task["reference"])
         except (TypeError, ValueError):
             raise _fail("numeric grader needs a numeric reference", file, line, "reference") from None
+    if gtype == "math" and (isinstance(task["reference"], bool) or not isinstance(task["reference"], str | int | float)):
+        raise _fail("math grader needs a LaTeX string or a number", file, line, "reference")
     if gtype == "regex":
         import re
 
