@@ -174,18 +174,31 @@ def _builtin_dir() -> Path:
 
 
 def builtin_suite_names() -> list[str]:
-    return sorted(p.stem for p in _builtin_dir().glob("*.jsonl"))
+    """Generated suites (suites/data/*.jsonl) and the public-benchmark suites whose package is installed."""
+    from suites.public import available
+
+    return sorted({p.stem for p in _builtin_dir().glob("*.jsonl")} | set(available()))
 
 
 def builtin_suite_path(name: str) -> Path:
     names = builtin_suite_names()
     if name not in names:
         raise InputError(f"unknown built-in suite '{name}' (known: {', '.join(names)})", field="suite")
-    return _builtin_dir() / f"{name}.jsonl"
+    path = _builtin_dir() / f"{name}.jsonl"
+    if not path.is_file():
+        from suites.public import source_path
+
+        return source_path(name)
+    return path
 
 
 def load_builtin_suite(name: str) -> list[dict[str, Any]]:
-    return load_suite(builtin_suite_path(name))
+    path = builtin_suite_path(name)
+    if path != _builtin_dir() / f"{name}.jsonl":  # a public-benchmark suite, read from its package
+        from suites.public import load
+
+        return load(name)
+    return load_suite(path)
 
 
 def load_suite_ref(ref: str) -> list[dict[str, Any]]:
