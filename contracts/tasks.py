@@ -137,11 +137,15 @@ def _check_tools(task: dict[str, Any], file: str, line: int) -> None:
 
 
 def load_suite(path: str | Path) -> list[dict[str, Any]]:
-    """Read and validate a JSONL suite; the whole file is checked before anything is returned."""
+    """Read and validate a JSONL (or Parquet) suite; the whole file is checked before anything is returned."""
     p = Path(path)
     file = str(path)
     if not p.is_file():
         raise InputError("no such suite file", file=file)
+    if p.suffix == ".parquet":
+        from suites.userfile import load_parquet_suite
+
+        return load_parquet_suite(p)
     tasks: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
     with p.open("rb") as fh:
@@ -203,6 +207,6 @@ def load_builtin_suite(name: str) -> list[dict[str, Any]]:
 
 def load_suite_ref(ref: str) -> list[dict[str, Any]]:
     """A suite by built-in name or by file path."""
-    if not ref.endswith(".jsonl") and ref in builtin_suite_names():
+    if not ref.endswith((".jsonl", ".parquet")) and ref in builtin_suite_names():
         return load_builtin_suite(ref)
     return load_suite(ref)
