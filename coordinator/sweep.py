@@ -98,7 +98,7 @@ class SweepOutcome:
 
 
 def resolve_profile(plan: Plan, base_url: str | None, profiles_path: str | None = None):
-    from contracts.profiles import get_profile
+    from egress.profiles import get_profile
 
     prof = get_profile(plan.profile, profiles_path)
     return prof.with_base_url(base_url) if base_url else prof
@@ -217,7 +217,7 @@ def execute(
 
 def _run_local(plan, todo, ledger, profile, on_result, on_retry, tally, run) -> bool:
     from coordinator.local import run_local
-    from worker.provider import ProviderClient
+    from egress.client import ProviderClient
     from worker.ratelimit import Limits, make_rate_limiter
 
     if not profile.api_key():

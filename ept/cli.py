@@ -44,7 +44,7 @@ def _register() -> None:
     import analysis.cli
     import analysis.cli_report
     import coordinator.cli
-    import ept.egress_cli
+    import egress.cli
     import simulator.cli
     import suites.cli
     import worker.cli
@@ -55,7 +55,7 @@ def _register() -> None:
         suites.cli,
         analysis.cli,
         analysis.cli_report,
-        ept.egress_cli,
+        egress.cli,
         simulator.cli,
     ):
         mod.register(app)

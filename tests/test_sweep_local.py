@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def tiny_run(job: Job, provider) -> JobResult:
     """A minimal job (budget_n calls, answer = first reply) to test the plumbing apart from the strategies."""
-    from worker.provider import ProviderError
+    from egress.client import ProviderError
 
     calls, answer = [], None
     try:
@@ -145,7 +145,7 @@ def test_transient_failures_are_retried_then_recorded(tmp_path, make_sim, key_en
     plan = _plan(tmp_path, name="flaky")
     jobs = _jobs(plan, n=1)[:2]
     prof = sim.profile(max_retries=0)
-    from worker.provider import ProviderClient
+    from egress.client import ProviderClient
     from worker.tasks import perform_job
 
     led = open_ledger(tmp_path / "ledger")
@@ -176,7 +176,7 @@ CHILD = """
 import os, sys
 sys.path.insert(0, {tests!r})
 from test_sweep_local import tiny_run
-from contracts.profiles import Profile
+from egress.profiles import Profile
 from coordinator.plan import load_plan
 from coordinator.sweep import execute, plan_jobs, print_summary
 from coordinator.expand import expand

@@ -124,8 +124,8 @@ def provider_for(profile_name: str, base_url: str | None, rpm: int | None, tpm: 
     """One ProviderClient per (profile, endpoint, limits) in this process, so HTTP connections are reused."""
 
     def make():
-        from contracts.profiles import get_profile
-        from worker.provider import ProviderClient
+        from egress.client import ProviderClient
+        from egress.profiles import get_profile
         from worker.ratelimit import Limits, make_rate_limiter
 
         prof = get_profile(profile_name)

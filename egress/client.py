@@ -29,8 +29,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from contracts.profiles import Profile
 from contracts.secrets import mask, scrub
+from egress.profiles import Profile
 
 log = logging.getLogger("ept.provider")
 
