@@ -117,3 +117,59 @@ def test_hostile_keys_stay_inside_the_s3_run_prefix(tmp_path, make_sim, s3_env, 
     keys = [o["Key"] for o in c.list_objects_v2(Bucket=s3_bucket)["Contents"]]
     assert len(keys) == 6  # manifest + 5 jobs
     assert all(k.startswith("p/runs/h/") and "/../" not in k and "//" not in k for k in keys), keys
+
+
+# ---- item 6: provider usage is checked before it is stored ---------------------------------------------------
+
+
+def _plan_file(tmp_path: Path, suite: Path | str, ledger: Path | str, *, name: str = "u", concurrency: int = 1,
+               extra: str = "", arms: str = '[[arms]]\nstrategy = "greedy"\nbudgets = [1]\n') -> Path:  # fmt: skip
+    plan = tmp_path / f"{name}.toml"
+    plan.write_text(f'name = "{name}"\nprofile = "simx"\nsuites = ["{suite}"]\nledger = "{ledger}"\n'
+                    f'concurrency = {concurrency}\nbootstrap_rounds = 0\n{extra}{arms}')  # fmt: skip
+    return plan
+
+
+def test_hostile_usage_is_flagged_not_stored_and_discarded_responses_are_counted(tmp_path, make_sim):
+    from contracts.usage import check_usage
+
+    assert check_usage({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})[1] is None
+    for bad in (-1, float("nan"), 2.5, "7", True, 10**12, None):
+        assert check_usage({"prompt_tokens": bad, "completion_tokens": 4})[1], bad
+
+    # One job per fault, in order (concurrency 1): the last job gets two billed-but-discarded responses first.
+    sim = make_sim(api_key=SIM_KEY, script=["usage_negative", "usage_nan", "usage_float", "usage_huge",
+                                            "no_choices", "malformed_json", "ok"])  # fmt: skip
+    suite = tmp_path / "s.jsonl"
+    suite.write_text("".join(json.dumps(_math_task(f"t{i}", "math")) + "\n" for i in range(5)))
+    ledger = tmp_path / "led"
+    env = {"EPT_PROFILES": str(_profiles(tmp_path, sim.url)), "EPT_SIMX_KEY": SIM_KEY}
+    r = _ept("sweep", str(_plan_file(tmp_path, suite, ledger)), "--no-analysis", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout.replace("\n", " ")
+    assert "5 run now" in out and " 0 failed" in out and "-18" not in out
+
+    led = open_ledger(ledger)
+    calls = {k: [json.loads(x) for x in led.get_job("u", k).decode().splitlines() if '"kind": "call"' in x]
+             for k in led.list_jobs("u")}  # fmt: skip
+    assert len(calls) == 5
+    # Every request the provider answered (and billed) is a call in the ledger, discarded ones included.
+    assert sim.control.stats()["by_job"] == {k: len(v) for k, v in calls.items()}
+    flat = [c for v in calls.values() for c in v]
+    invalid = [c for c in flat if c["usage_invalid"]]
+    assert len(invalid) == 4 and all(c["usage"] is None and c["usage_missing"] for c in invalid)
+    reasons = " ".join(c["usage_invalid"] for c in invalid)
+    assert "negative" in reasons and "absurd" in reasons and "not an integer" in reasons
+    discarded = [c for c in flat if c["error"] and "discarded" in c["error"]["message"]]
+    assert len(discarded) == 2
+    assert [c["usage"] is not None for c in discarded].count(True) == 1  # no_choices carried usage; truncated JSON none
+    for c in flat:  # nothing stored is negative, fractional or NaN
+        for v in (c["usage"] or {}).values():
+            assert isinstance(v, int | dict) and (not isinstance(v, int) or v >= 0)
+
+    # The ledger stays readable: analysis counts the flagged calls as missing usage instead of failing.
+    a = _ept("tokens", str(ledger / "runs" / "u" / "jobs"), "--json", "-", env=env)
+    assert a.returncode == 0, a.stderr
+    arm = json.loads(a.stdout[a.stdout.index("{"):])["arms"][0]
+    assert arm["calls"] == len(flat) and arm["calls_missing_usage"] == 5  # 4 invalid + the truncated body
+    assert arm["prompt_tokens"] >= 0
