@@ -41,6 +41,9 @@ def register(app: typer.Typer) -> None:
         concurrency: int = typer.Option(None, "--concurrency", help="Local executor threads (overrides the plan)."),
         profiles: str = typer.Option(None, "--profiles", help="profiles.toml (default: $EPT_PROFILES, ./profiles.toml)."),
         no_analysis: bool = typer.Option(False, "--no-analysis", help="Skip the Elo table at the end."),
+        max_jobs: int = typer.Option(
+            None, "--max-jobs", min=1, help="Allow plans of up to N jobs (default: the plan's max_jobs, else 2,000,000)."
+        ),
     ) -> None:
         """Run a plan: expand to jobs, skip those already in the ledger, run the rest, print the Elo table."""
         from rich.console import Console
@@ -52,7 +55,7 @@ def register(app: typer.Typer) -> None:
         plan = load_plan(plan_file)
         if executor and executor not in EXECUTORS:
             raise InputError(f"must be one of {', '.join(EXECUTORS)}", field="--executor")
-        plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency)
+        plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency, max_jobs=max_jobs)
         prof = resolve_profile(plan, profile_url_override, profiles)
         jobs = plan_jobs(plan)
         out = execute(plan, jobs, profile=prof, base_url=profile_url_override, analyze=not no_analysis)

@@ -173,3 +173,60 @@ def test_hostile_usage_is_flagged_not_stored_and_discarded_responses_are_counted
     arm = json.loads(a.stdout[a.stdout.index("{"):])["arms"][0]
     assert arm["calls"] == len(flat) and arm["calls_missing_usage"] == 5  # 4 invalid + the truncated body
     assert arm["prompt_tokens"] >= 0
+
+
+# ---- item 8: upper bounds ------------------------------------------------------------------------------------
+
+_BOUNDS = [
+    # (plan lines, line number of the culprit, field named)
+    ('replicates = 10000000000\n', 4, "replicates"),
+    ('seed = 100000000000000000000000\n', 4, "seed"),
+    ('bootstrap_rounds = 1000000000\n', 4, "bootstrap_rounds"),
+    ('[weights]\nmath = nan\n', 5, "weights.math"),
+    ('[weights]\nmath = inf\n', 5, "weights.math"),
+    ('[weights]\nmath = -inf\n', 5, "weights.math"),
+]
+
+
+@pytest.mark.parametrize("extra,line,field", _BOUNDS, ids=[b[2] + "-" + b[0].split()[-1] for b in _BOUNDS])
+def test_plan_upper_bounds_exit_2_with_file_line_field(tmp_path, extra, line, field):
+    plan = tmp_path / "p.toml"
+    head = 'name = "b"\nsuites = ["math"]\nledger = "led"\n'
+    arms = '\n[[arms]]\nstrategy = "greedy"\nbudgets = [1]\n'
+    # Tables must come after top-level keys; arms go last either way.
+    plan.write_text(head + extra + arms)
+    r = _ept("sweep", str(plan), cwd=tmp_path, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"{plan}:{line}" in r.stderr and f"'{field}'" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "led").exists()
+
+
+def test_huge_budget_and_strategy_params_are_refused_before_anything_runs(tmp_path):
+    plan = tmp_path / "p.toml"
+    plan.write_text('name = "b"\nsuites = ["math"]\nledger = "led"\n\n[[arms]]\nstrategy = "majority"\n'
+                    'budgets = [4, 1000000000]\n\n[[arms]]\nstrategy = "tree_search"\nbudgets = [2]\n')  # fmt: skip
+    r = _ept("sweep", str(plan), cwd=tmp_path, timeout=60)
+    assert r.returncode == 2 and f"{plan}:7" in r.stderr and "arms[0].budgets" in r.stderr, r.stderr
+    plan.write_text('name = "b"\nsuites = ["math"]\nledger = "led"\n\n[[arms]]\nstrategy = "tree_search"\n'
+                    'budgets = [2]\nparams = { depth = 1000000000 }\n')  # fmt: skip
+    r = _ept("sweep", str(plan), cwd=tmp_path, timeout=60)
+    assert r.returncode == 2 and f"{plan}:8" in r.stderr and "arms[0].params" in r.stderr, r.stderr
+    assert not (tmp_path / "led").exists()
+
+
+def test_jobs_per_plan_are_bounded_from_counts_with_an_override(tmp_path):
+    from coordinator.expand import expand
+    from coordinator.plan import check_job_count, parse_plan
+
+    plan = tmp_path / "p.toml"
+    plan.write_text('name = "b"\nsuites = ["math"]\nledger = "led"\nreplicates = 50\n\n[[arms]]\n'
+                    'strategy = "majority"\nbudgets = [2, 4]\n')  # fmt: skip
+    r = _ept("sweep", str(plan), "--max-jobs", "10", cwd=tmp_path, timeout=60)
+    assert r.returncode == 2 and "'max_jobs'" in r.stderr and "over the limit of 10" in r.stderr, r.stderr
+    assert "--max-jobs" in r.stderr and not (tmp_path / "led").exists()
+    # 10^4 replicates x 10^4 tasks x 2 budgets = 2x10^8 jobs: refused from the counts, nothing built.
+    p = parse_plan(plan.read_text().replace("replicates = 50", "replicates = 10000"), file=str(plan))
+    tasks = [{"task_id": f"t{i}", "family": "f"} for i in range(10_000)]
+    with pytest.raises(Exception, match="200,000,000 jobs"):
+        expand(p, tasks)
+    assert check_job_count(p.with_overrides(max_jobs=200_000_000), 10_000) == 200_000_000

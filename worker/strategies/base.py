@@ -27,6 +27,7 @@ R = TypeVar("R")
 SAMPLE_TEMPERATURE = 0.7  # the seed's default for n > 1
 DEFAULT_CONCURRENCY = 8
 MAX_TOOL_STEPS = 4  # agent-loop turns per tool-use episode (tool calls + the final answer)
+MAX_INT_PARAM = 64  # e.g. tree depth/beam: calls grow with their product, so a plan's 10^9 must fail up front
 
 
 @dataclass
@@ -209,8 +210,12 @@ class Strategy:
             if k in self.param_choices and v not in self.param_choices[k]:
                 allowed = ", ".join(self.param_choices[k])
                 raise InputError(f"strategy '{self.name}' parameter '{k}' must be one of: {allowed}", field="params")
-            if isinstance(self.params[k], int) and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                raise InputError(f"strategy '{self.name}' parameter '{k}' must be an integer >= 1", field="params")
+            if isinstance(self.params[k], int) and (
+                not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_INT_PARAM
+            ):
+                raise InputError(
+                    f"strategy '{self.name}' parameter '{k}' must be an integer in 1..{MAX_INT_PARAM}", field="params"
+                )
 
     def param(self, job: Job, name: str) -> Any:
         return job.params.get(name, self.params[name])
