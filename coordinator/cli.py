@@ -73,6 +73,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
+        from contracts.secrets import mask_url
         from coordinator.status import run_status
 
         led, run_id = _ledger_and_run(run, ledger)
@@ -85,7 +86,7 @@ def register(app: typer.Typer) -> None:
         m = st.manifest or {}
         c.print(f"[bold]run {st.run_id}[/] in {st.run_url}", highlight=False)
         c.print(f"started {m.get('started_at', '?')} · sessions {len(m.get('sessions', []))} · "
-                f"profile {m.get('profile', {}).get('name', '?')} ({m.get('profile', {}).get('base_url', '?')})",
+                f"profile {m.get('profile', {}).get('name', '?')} ({mask_url(str(m.get('profile', {}).get('base_url', '?')))})",
                 highlight=False)  # fmt: skip
         c.print(f"jobs {st.n_jobs if st.n_jobs is not None else '?'}: done {st.done} · failed "
                 f"{sum(st.failed.values())} · pending {st.pending if st.pending is not None else '?'}")  # fmt: skip
@@ -95,7 +96,7 @@ def register(app: typer.Typer) -> None:
                 t.add_column(col)
             for cls, n in sorted(st.failed.items()):
                 ex = next(f for f in st.failed_jobs if str(f.get("class")) == cls)
-                t.add_row(cls, str(n), ex["key"], str(ex.get("message", ""))[:160])
+                t.add_row(cls, str(n), ex["key"], mask_url(str(ex.get("message", "")))[:160])
             c.print(t)
 
     @app.command()

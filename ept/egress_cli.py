@@ -28,13 +28,14 @@ def doctor(
     from rich.console import Console
 
     from contracts.profiles import get_profile
+    from contracts.secrets import scrub
     from ept.doctor import ok, render, run_checks
 
     p = get_profile(profile, profiles)
     checks = run_checks(p, timeout=timeout)
     console = Console(highlight=False, soft_wrap=True)
     for line in render(p, checks):
-        console.print(line)
+        console.print(scrub(line))  # masks keys from the environment and any password in base_url
     if not ok(checks):
         raise typer.Exit(1)
 
@@ -45,6 +46,7 @@ def profiles_list(profiles: Path | None = typer.Option(None, "--profiles", help=
     from rich.table import Table
 
     from contracts.profiles import load_profiles
+    from contracts.secrets import mask_url
 
     table = Table("name", "protocol", "base_url", "model", "key variable", "key")
     for p in load_profiles(profiles).values():
@@ -52,7 +54,7 @@ def profiles_list(profiles: Path | None = typer.Option(None, "--profiles", help=
         table.add_row(
             p.name,
             p.protocol,
-            p.base_url,
+            mask_url(p.base_url),
             p.model,
             p.api_key_env,
             p.masked_key() if key else "[red]not set[/]",

@@ -230,3 +230,58 @@ def test_jobs_per_plan_are_bounded_from_counts_with_an_override(tmp_path):
     with pytest.raises(Exception, match="200,000,000 jobs"):
         expand(p, tasks)
     assert check_job_count(p.with_overrides(max_jobs=200_000_000), 10_000) == 200_000_000
+
+
+# ---- item 9: a password inside base_url ------------------------------------------------------------------------
+
+PW = "s3cretPassw0rd-9f8e7d"
+
+
+def test_password_in_base_url_is_masked_everywhere(tmp_path, make_sim):
+    from contracts.secrets import mask_url, scrub
+
+    assert mask_url(f"http://user:{PW}@h/v1") == "http://user:…7d@h/v1".replace("…7d", "…" + PW[-4:])
+    assert PW not in scrub(f"cannot connect to https://u:{PW}@x.example/v1: refused", [])
+    assert mask_url("http://host/a@b") == "http://host/a@b"  # '@' in a path is not userinfo
+
+    sim = make_sim(strict_models=True)  # no key check: httpx turns the URL's userinfo into Basic auth
+    url = sim.url.replace("http://", f"http://user:{PW}@")
+    prof = tmp_path / "profiles.toml"
+    prof.write_text(f'[profiles.simx]\nprotocol = "openai"\nbase_url = "{url}"\napi_key_env = "EPT_SIMX_KEY"\n'
+                    'model = "ept-sim-1"\n\n[profiles.wrongmodel]\nprotocol = "openai"\n'
+                    f'base_url = "{url}"\napi_key_env = "EPT_SIMX_KEY"\nmodel = "no-such-model"\n')  # fmt: skip
+    bad_prof = tmp_path / "bad-profiles.toml"
+    bad_prof.write_text(f'[profiles.badscheme]\nprotocol = "openai"\nbase_url = "ftp://user:{PW}@h/v1"\n'
+                        'api_key_env = "EPT_SIMX_KEY"\nmodel = "m"\n')  # fmt: skip
+    env = {"EPT_PROFILES": str(prof), "EPT_SIMX_KEY": SIM_KEY}
+    seen: list[str] = []
+
+    def run(*args: str, rc: int | None = None) -> subprocess.CompletedProcess:
+        r = _ept(*args, env=env, cwd=tmp_path)
+        seen.append(r.stdout + r.stderr)
+        if rc is not None:
+            assert r.returncode == rc, r.stdout + r.stderr
+        return r
+
+    assert "user:…" in run("profiles", "list", rc=0).stdout
+    run("doctor", "--profile", "simx")
+    run("doctor", "--profile", "wrongmodel")
+    bad = run("doctor", "--profile", "badscheme", "--profiles", str(bad_prof), rc=2).stderr  # an error with the URL
+    assert "base_url" in bad and "ftp://user:…" in bad
+    suite = tmp_path / "s.jsonl"
+    suite.write_text("".join(json.dumps(_math_task(f"t{i}", "math")) + "\n" for i in range(2)))
+    ok_plan = _plan_file(tmp_path, suite, tmp_path / "led", name="ok")
+    run("sweep", str(ok_plan), "--no-analysis", rc=0)
+    bad_plan = _plan_file(tmp_path, suite, tmp_path / "led", name="bad")
+    bad_plan.write_text(bad_plan.read_text().replace('profile = "simx"', 'profile = "wrongmodel"'))
+    assert "endpoint" in run("sweep", str(bad_plan), "--no-analysis", rc=1).stdout
+    run("status", "ok", "--ledger", str(tmp_path / "led"), rc=0)
+    assert "endpoint" in run("status", "bad", "--ledger", str(tmp_path / "led"), rc=0).stdout
+    # Nothing printed and nothing in the ledger (manifests, job objects, failure records) holds the password.
+    assert all(PW not in out for out in seen), next(o for o in seen if PW in o)
+    stored = _files_under(tmp_path / "led")
+    assert any(p.name == "manifest.json" for p in stored) and any("failures" in p.parts for p in stored)
+    for p in stored:
+        assert PW not in p.read_text(errors="replace"), p
+    m = json.loads((tmp_path / "led" / "runs" / "ok" / "manifest.json").read_text())
+    assert m["profile"]["base_url"].startswith("http://user:…")
