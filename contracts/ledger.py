@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from contracts.errors import InputError
+from contracts.keys import check_key
 
 JOB_SUFFIX = ".jsonl"
 FAILURE_SUFFIX = ".json"
@@ -100,7 +101,7 @@ class FileLedger:
         self._replace(self._run(run_id) / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True).encode())
 
     def _job_path(self, run_id: str, key: str) -> Path:
-        return self._run(run_id) / "jobs" / (key + JOB_SUFFIX)
+        return self._run(run_id) / "jobs" / (check_key(key) + JOB_SUFFIX)
 
     def has_job(self, run_id: str, key: str) -> bool:
         return self._job_path(run_id, key).exists()
@@ -134,7 +135,7 @@ class FileLedger:
         return {k for k, _ in self._list(self._run(run_id) / "jobs", JOB_SUFFIX)}
 
     def _failure_path(self, run_id: str, key: str) -> Path:
-        return self._run(run_id) / "failures" / (key + FAILURE_SUFFIX)
+        return self._run(run_id) / "failures" / (check_key(key) + FAILURE_SUFFIX)
 
     def put_failure(self, run_id: str, key: str, failure: dict[str, Any]) -> None:
         self._replace(self._failure_path(run_id, key), json.dumps(failure, sort_keys=True).encode())
@@ -257,6 +258,8 @@ class S3Ledger:
 
     def _key(self, run_id: str, *parts: str) -> str:
         _check_run_id(run_id)
+        if len(parts) == 2:  # ("jobs" | "failures", <job key><suffix>): the same rule as the file ledger
+            check_key(parts[1].rsplit(".", 1)[0])
         base = f"{self.prefix}/runs/{run_id}" if self.prefix else f"runs/{run_id}"
         return "/".join([base, *parts])
 

@@ -41,6 +41,9 @@ def register(app: typer.Typer) -> None:
         concurrency: int = typer.Option(None, "--concurrency", help="Local executor threads (overrides the plan)."),
         profiles: str = typer.Option(None, "--profiles", help="profiles.toml (default: $EPT_PROFILES, ./profiles.toml)."),
         no_analysis: bool = typer.Option(False, "--no-analysis", help="Skip the Elo table at the end."),
+        max_jobs: int = typer.Option(
+            None, "--max-jobs", min=1, help="Allow plans of up to N jobs (default: the plan's max_jobs, else 2,000,000)."
+        ),
     ) -> None:
         """Run a plan: expand to jobs, skip those already in the ledger, run the rest, print the Elo table."""
         from rich.console import Console
@@ -52,7 +55,7 @@ def register(app: typer.Typer) -> None:
         plan = load_plan(plan_file)
         if executor and executor not in EXECUTORS:
             raise InputError(f"must be one of {', '.join(EXECUTORS)}", field="--executor")
-        plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency)
+        plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency, max_jobs=max_jobs)
         prof = resolve_profile(plan, profile_url_override, profiles)
         jobs = plan_jobs(plan)
         out = execute(plan, jobs, profile=prof, base_url=profile_url_override, analyze=not no_analysis)
@@ -70,6 +73,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
+        from contracts.secrets import mask_url
         from coordinator.status import run_status
 
         led, run_id = _ledger_and_run(run, ledger)
@@ -82,7 +86,7 @@ def register(app: typer.Typer) -> None:
         m = st.manifest or {}
         c.print(f"[bold]run {st.run_id}[/] in {st.run_url}", highlight=False)
         c.print(f"started {m.get('started_at', '?')} · sessions {len(m.get('sessions', []))} · "
-                f"profile {m.get('profile', {}).get('name', '?')} ({m.get('profile', {}).get('base_url', '?')})",
+                f"profile {m.get('profile', {}).get('name', '?')} ({mask_url(str(m.get('profile', {}).get('base_url', '?')))})",
                 highlight=False)  # fmt: skip
         c.print(f"jobs {st.n_jobs if st.n_jobs is not None else '?'}: done {st.done} · failed "
                 f"{sum(st.failed.values())} · pending {st.pending if st.pending is not None else '?'}")  # fmt: skip
@@ -92,7 +96,7 @@ def register(app: typer.Typer) -> None:
                 t.add_column(col)
             for cls, n in sorted(st.failed.items()):
                 ex = next(f for f in st.failed_jobs if str(f.get("class")) == cls)
-                t.add_row(cls, str(n), ex["key"], str(ex.get("message", ""))[:160])
+                t.add_row(cls, str(n), ex["key"], mask_url(str(ex.get("message", "")))[:160])
             c.print(t)
 
     @app.command()

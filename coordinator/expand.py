@@ -7,7 +7,7 @@ from typing import Any
 
 from contracts.errors import InputError
 from contracts.jobs import Job
-from coordinator.plan import Plan
+from coordinator.plan import Plan, check_job_count
 
 
 def load_tasks(plan: Plan, loader: Callable[[str], list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
@@ -32,6 +32,7 @@ def load_tasks(plan: Plan, loader: Callable[[str], list[dict[str, Any]]] | None 
 
 
 def expand(plan: Plan, tasks: list[dict[str, Any]]) -> list[Job]:
+    check_job_count(plan, len(tasks))  # from counts, before a single job is built
     jobs = [
         Job(
             run_id=plan.run_id,
