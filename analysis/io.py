@@ -259,6 +259,30 @@ def split_runs(paths: Sequence[str]) -> tuple[list[RunSource], list[str]]:
     return runs, plain
 
 
+DEFAULT_LEDGER = "./ept-out/ledger"
+
+
+def resolve_input(arg: str, ledger: str | None = None) -> str:
+    """A command-line input as a path or URL. A run id (a bare name that is no file) means that run in
+    `ledger` (default ./ept-out/ledger); a plan file means its run in its ledger (or `ledger`). Both are
+    checked: a missing run lists the runs the ledger holds, an unreachable ledger says what is wrong."""
+    from contracts.ledger import check_run, open_ledger_for_reading
+
+    if arg.endswith(".toml") and os.path.isfile(arg):
+        from coordinator.plan import load_plan
+
+        plan = load_plan(arg)
+        led = open_ledger_for_reading(ledger or plan.ledger)
+        check_run(led, plan.run_id)
+        return led.run_url(plan.run_id)
+    bare = "/" not in arg and "://" not in arg and not glob.has_magic(arg) and not os.path.exists(arg)
+    if bare and not arg.endswith(DATA_SUFFIXES):
+        led = open_ledger_for_reading(ledger or DEFAULT_LEDGER)
+        check_run(led, arg)
+        return led.run_url(arg)
+    return arg
+
+
 def open_run(src: RunSource):
     """The run's ledger, checked: an unreachable ledger or a run it does not have is an InputError."""
     from contracts.ledger import check_run, open_ledger_for_reading

@@ -245,6 +245,9 @@ def compact_run(
     import pyarrow.parquet as pq
 
     res = CompactResult(run_id)
+    # Numbers are never reused, not even after --rebuild: a reader that listed an old index must not find a
+    # new segment under the same name.
+    used_before = segment_state(ledger, run_id).used
     if rebuild:
         res.dropped = drop_segments(ledger, run_id)
     st = segment_state(ledger, run_id)
@@ -256,7 +259,7 @@ def compact_run(
     new = tail_keys(all_keys, index)
     res.already = all_keys.len() - len(new)
     del all_keys
-    next_n = max(st.used, default=0) + 1
+    next_n = max(st.used | used_before, default=0) + 1
     done = 0
     for seg_keys in _chunks(new, max_segment_jobs):
         fd, tmp = tempfile.mkstemp(prefix="ept-seg-", suffix=".parquet")
