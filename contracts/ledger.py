@@ -49,6 +49,7 @@ class Ledger(Protocol):
     def put_failure(self, run_id: str, key: str, failure: dict[str, Any]) -> None: ...
     def delete_failure(self, run_id: str, key: str) -> None: ...
     def list_failures(self, run_id: str) -> dict[str, dict[str, Any]]: ...
+    def iter_failure_keys(self, run_id: str) -> Iterator[str]: ...
     def put_blob(self, run_id: str, name: str, data: bytes) -> str: ...
     def list_runs(self) -> list[str]: ...
     def iter_job_keys(self, run_id: str) -> Iterator[str]: ...
@@ -222,6 +223,11 @@ class FileLedger:
 
     def _failure_path(self, run_id: str, key: str) -> Path:
         return self._run(run_id) / "failures" / (key + FAILURE_SUFFIX)
+
+    def iter_failure_keys(self, run_id: str) -> Iterator[str]:
+        """Keys of the jobs that have a failure object (no reads)."""
+        for k, _ in self._list(self._run(run_id) / "failures", FAILURE_SUFFIX):
+            yield k
 
     def put_failure(self, run_id: str, key: str, failure: dict[str, Any]) -> None:
         self._replace(self._failure_path(run_id, key), json.dumps(failure, sort_keys=True).encode())
@@ -462,6 +468,13 @@ class S3Ledger:
     def delete_blob(self, run_id: str, name: str) -> None:
         c = self.client
         self._retry(lambda: c.delete_object(Bucket=self.bucket, Key=self._key(run_id, name)))
+
+    def iter_failure_keys(self, run_id: str) -> Iterator[str]:
+        base = self._key(run_id, "failures") + "/"
+        for n in self._list(base):
+            k = _strip_suffix(n, FAILURE_SUFFIX)
+            if k:
+                yield k
 
     def put_failure(self, run_id: str, key: str, failure: dict[str, Any]) -> None:
         self._put(self._key(run_id, "failures", key + FAILURE_SUFFIX), json.dumps(failure, sort_keys=True).encode())

@@ -54,15 +54,15 @@ def register(app: typer.Typer) -> None:
 
         from contracts.errors import InputError
         from coordinator.plan import EXECUTORS, load_plan
-        from coordinator.sweep import execute, plan_jobs, resolve_profile
+        from coordinator.sweep import execute, resolve_profile
 
         plan = load_plan(plan_file)
         if executor and executor not in EXECUTORS:
             raise InputError(f"must be one of {', '.join(EXECUTORS)}", field="--executor")
         plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency)
         prof = resolve_profile(plan, profile_url_override, profiles)
-        jobs = plan_jobs(plan)
-        out = execute(plan, jobs, profile=prof, base_url=profile_url_override, analyze=not no_analysis)
+        # jobs=None: the plan's jobs are streamed, never all held at once.
+        out = execute(plan, None, profile=prof, base_url=profile_url_override, analyze=not no_analysis)
         _finish(out, Console())
 
     @app.command()
