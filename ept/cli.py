@@ -43,6 +43,7 @@ def _register() -> None:
     _registered = True
     import analysis.cli
     import analysis.cli_report
+    import analysis.imports.cli
     import coordinator.cli
     import egress.cli
     import simulator.cli
@@ -54,6 +55,7 @@ def _register() -> None:
         worker.cli,
         suites.cli,
         analysis.cli,
+        analysis.imports.cli,
         analysis.cli_report,
         egress.cli,
         simulator.cli,
