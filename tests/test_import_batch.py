@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from fixtures_sim import SIM_KEY
@@ -119,12 +120,12 @@ def test_id_template_and_mapping_template(sim, tmp_path):
 
 def test_bad_lines_name_file_line_field_exit_2_and_skip_bad(batch, tmp_path):
     inp, outp, outcomes, _ = batch
-    lines = open(outp).read().splitlines()
+    lines = Path(outp).read_text().splitlines()
     bad = json.loads(lines[4])
     bad["response"]["body"]["usage"]["prompt_tokens"] = "many"
     lines[4] = json.dumps(bad)
     lines[7] = lines[7][:40]  # truncated line
-    open(outp, "w").write("\n".join(lines) + "\n")
+    Path(outp).write_text("\n".join(lines) + "\n")
     rec = tmp_path / "records.jsonl"
     res = _cli("import", "batch", outp, "--input", inp, "-o", str(rec))
     assert res.returncode == 2
@@ -143,7 +144,7 @@ def test_unknown_custom_id_and_bad_outcomes(batch, tmp_path):
     with pytest.raises(InputError) as e:
         import_batch([outp], id_template="{task_id}--{arm}")
     assert (e.value.file, e.value.line, e.value.field) == (outp, 1, "custom_id")
-    rows = list(csv.DictReader(open(outcomes)))
+    rows = list(csv.DictReader(Path(outcomes).read_text().splitlines()))
     rows[3]["score"] = "1.7"
     with open(outcomes, "w", newline="") as fh:
         w = csv.DictWriter(fh, ["custom_id", "score"])
