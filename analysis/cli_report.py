@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -39,10 +38,10 @@ def compare(
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed lines instead of stopping."),
 ) -> None:
     """Compare two runs arm by arm; exit 1 on a regression the data supports, 2 when not comparable."""
-    from rich.console import Console
     from rich.table import Table
 
     from analysis.compare import compare_runs, fmt, load_run, parse_fail_on, to_json_dict, to_markdown
+    from analysis.report import make_console
 
     rule = parse_fail_on(fail_on)  # bad flags fail before any reading
     baseline, current = resolve_run(baseline), resolve_run(current)
@@ -55,7 +54,7 @@ def compare(
     md = to_markdown(res)
     _write_all({markdown: md, json_out: _dumps(to_json_dict(res))})
 
-    con = Console() if sys.stdout.isatty() else Console(width=150)  # CI logs: don't squeeze to 80 columns
+    con = make_console()  # CI logs and pipes: every column in full, not squeezed to 80
     pct = f"{level * 100:g}%"
     t = Table(title=f"ept compare: baseline {baseline} vs current {current}")
     for col in ("arm", "Elo base", "Elo cur", f"ΔElo [{pct}]", "tok/task base", "tok/task cur", f"Δtok [{pct}]", "status"):
