@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -92,10 +93,16 @@ def report(
         ..., help="A run (ledger run folder/URL, or a run id in ./ept-out/ledger) or call-log paths, dirs, globs."
     ),
     out: Path = typer.Option(Path("report.html"), "--out", help="The HTML file to write."),
-    weights: str | None = typer.Option(None, "--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2."),
-    anchor: str | None = typer.Option(None, "--anchor", help="Arm pinned at Elo 1000 (default: the cheapest)."),
-    rounds: int = typer.Option(1000, "--rounds", help="Bootstrap rounds (0: no intervals)."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    weights: str | None = typer.Option(
+        None, "--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2 (default: the run's plan, else equal)."
+    ),
+    anchor: str | None = typer.Option(
+        None, "--anchor", help="Arm pinned at Elo 1000 (default: the run's plan, else the cheapest)."
+    ),
+    rounds: int | None = typer.Option(
+        None, "--rounds", help="Bootstrap rounds, 0: no intervals (default: the run's plan, as in its table; else 1000)."
+    ),
+    seed: int | None = typer.Option(None, "--seed", help="Bootstrap seed (default: the run's plan, else 0)."),
     level: float = typer.Option(0.95, "--level", help="Interval level."),
     l2: float = typer.Option(1e-3, "--l2", help="L2 penalty of the Bradley-Terry fit (the seed's 1e-3)."),
     tasks: str | None = typer.Option(None, "--tasks", help="JSONL with task_id and family, for logs without them."),
@@ -106,26 +113,74 @@ def report(
     from analysis.html import write_html
     from analysis.pipeline import AnalysisOptions, analyze
 
+    inputs = [resolve_run(p) for p in paths]
+    base, source = run_options(inputs)
     opts = AnalysisOptions(
-        weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, l2=l2, drop_ties=drop_ties,
-        skip_bad=skip_bad, tasks_file=tasks,
-    )
-    result = analyze([resolve_run(p) for p in paths], opts)
+        weights=weights if weights is not None else base.weights,
+        anchor=anchor if anchor is not None else base.anchor,
+        rounds=rounds if rounds is not None else base.rounds,
+        seed=seed if seed is not None else base.seed,
+        level=level, l2=l2, drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks,
+    )  # fmt: skip
+    result = analyze(inputs, opts)
     write_html(result, out)
-    typer.echo(f"wrote {out}")
+    typer.echo(f"wrote {out} ({opts.rounds} bootstrap rounds, seed {opts.seed}; unset options from {source})")
+
+
+def run_options(inputs: list[str]) -> tuple[Any, str]:
+    """The settings the run's own table used (from the plan in its manifest), and where they came from.
+
+    One run, one set of numbers: `ept demo`/`ept sweep` print the table with the plan's bootstrap rounds and
+    seed (200 and 7 for the demo), so the report starts from them too. Plain logs, or several runs, get the
+    `ept analyze` defaults."""
+    from analysis.compare import read_manifest, run_refs
+    from analysis.io import expand_inputs
+    from analysis.pipeline import AnalysisOptions
+
+    refs = run_refs(expand_inputs(inputs))
+    manifest = read_manifest(refs[0]) if len(refs) == 1 else None
+    if not manifest or not isinstance(manifest.get("plan"), dict):
+        return AnalysisOptions(), "the defaults of `ept analyze`"
+    from contracts.errors import InputError
+    from coordinator.plan import plan_from_raw
+    from coordinator.sweep import plan_analysis_options
+
+    try:
+        plan = plan_from_raw(manifest["plan"], manifest.get("plan_source") or "<manifest>")
+    except InputError as e:  # e.g. a suite file that moved since the run: the numbers need no suites
+        return AnalysisOptions(), f"the defaults of `ept analyze` (run {refs[0].run_id}'s plan: {e})"
+    return plan_analysis_options(plan), f"run {refs[0].run_id}'s plan, as in its table"
 
 
 DEFAULT_LEDGER = Path("ept-out/ledger")  # where `ept demo` and plans without a ledger write
 
 
 def resolve_run(arg: str) -> str:
-    """A bare run id (e.g. `demo`) that is not a path means that run in the default local ledger."""
+    """A bare run id (e.g. `demo`) that is not a path means that run in the default local ledger; an id that
+    is in neither place is an input error that lists the runs the ledger has (a typo should not read as a
+    missing file)."""
     import glob
+
+    from contracts.errors import InputError
 
     if arg.startswith("s3://") or Path(arg).exists() or glob.has_magic(arg) or "/" in arg:
         return arg
     candidate = DEFAULT_LEDGER / "runs" / arg
-    return str(candidate) if candidate.is_dir() else arg
+    if candidate.is_dir():
+        return str(candidate)
+    runs = known_runs(DEFAULT_LEDGER)
+    have = f"it has: {', '.join(runs)}" if runs else "it has none yet (`ept demo` or `ept sweep PLAN` makes one)"
+    raise InputError(
+        f"no run {arg!r} in the local ledger {DEFAULT_LEDGER}/runs ({have}), and no file or folder of that name; "
+        "pass a run id, a run folder (…/runs/ID) or log paths",
+        field="RUN",
+    )
+
+
+def known_runs(ledger: Path) -> list[str]:
+    """Run ids of a local ledger folder, sorted."""
+    runs = ledger / "runs"
+    return sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []
 
 
 def _pct(x: float | None) -> float | None:

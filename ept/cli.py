@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         _command(args=argv, prog_name="ept")  # standalone: click prints usage errors itself and exits 2
     except InputError as e:
-        Console(stderr=True).print(f"[bold red]error:[/] {scrub(str(e))}", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {scrub(str(e))}", highlight=False)
         sys.exit(EXIT_BAD_INPUT)
 
 
