@@ -23,8 +23,8 @@ inspect_log = pytest.importorskip("inspect_ai.log")
 from contracts.errors import InputError  # noqa: E402
 from contracts.jobs import Job  # noqa: E402
 from contracts.tasks import load_builtin_suite  # noqa: E402
+from egress.client import ProviderClient  # noqa: E402
 from worker.job import run_job  # noqa: E402
-from worker.provider import ProviderClient  # noqa: E402
 
 N_TASKS, EPOCHS = 8, 2
 HERE = Path(__file__).parent
@@ -66,7 +66,7 @@ def runs(tmp_path_factory):
 
 
 def _profile(sim):
-    from contracts.profiles import Profile
+    from egress.profiles import Profile
 
     return Profile(name="sim", protocol="openai", api_key_env="EPT_SIM_API_KEY", model="ept-sim-1",
                    base_url=sim.url, timeout=10.0, max_retries=3, supports_n=True)

@@ -17,10 +17,10 @@ from fixtures_sim import SIM_KEY
 
 from contracts.jobs import Job
 from contracts.tasks import builtin_suite_names, load_builtin_suite, load_suite_ref
+from egress.client import ProviderClient
 from worker.graders import grade
 from worker.graders.code import grade_code
 from worker.job import run_job
-from worker.provider import ProviderClient
 
 HE = load_builtin_suite("humaneval")
 SAMPLE = HE[::8]
