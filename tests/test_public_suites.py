@@ -194,3 +194,15 @@ def test_public_benchmarks_plan_runs_end_to_end(sim, tmp_path):
     outcomes = [json.loads(x) for p in jobs for x in p.read_text().splitlines() if '"outcome"' in x]
     graders = {o["grader"]["grader"] for o in outcomes if o.get("grader")}
     assert {"code", "bfcl", "numeric"} <= graders
+
+
+def test_humaneval_checks_that_shadow_builtins_grade_correctly():
+    # HumanEval/38 and /50 name a local `str` inside check(): the sandbox's worker-side verdict must use
+    # the test's own binding, not the builtin (it did not, before worker/sandbox/checks.py learned this).
+    for pid in ("HumanEval/38", "HumanEval/50"):
+        task = next(t for t in HE if t["meta"]["problem_id"] == pid)
+        assert grade(task, f"```python\n{task['reference']}```").correct
+    task = {**HE[0], "entry_point": "f", "tests": ["def check(c):\n    str = 'ab'\n    assert c() == str\ncheck(f)\n",
+                                                    "len = 3\nassert len == 3\n"]}
+    assert grade_code("def f():\n    return 'ab'\n", task).correct
+    assert grade_code("def f():\n    return 'ba'\n", task).score == 0.5
