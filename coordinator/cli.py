@@ -23,6 +23,11 @@ def _finish(out, console_out) -> None:
     from coordinator.sweep import print_summary
 
     print_summary(out, console_out)
+    if out.tally.abandoned:
+        from coordinator.local import hard_exit
+
+        # Threads blocked in HTTP reads would hold a normal exit until they return: leave without them.
+        hard_exit("exiting without waiting for the abandoned jobs", out.exit_code)
     if out.exit_code:
         raise typer.Exit(out.exit_code)
 

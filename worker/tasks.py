@@ -54,8 +54,10 @@ def perform_job(
     backoff_s: float = 1.0,
     on_retry: Callable[[Job, int, str], None] | None = None,
     api_key: str | None = None,
+    stop: threading.Event | None = None,
 ) -> dict[str, Any]:
-    """Run `job` unless its result exists, store the result, and return a small JSON summary."""
+    """Run `job` unless its result exists, store the result, and return a small JSON summary.
+    When `stop` is set (the executor is stopping), a failed attempt is not retried: it is recorded as it is."""
     started_at = time.time()
     if ledger.has_job(job.run_id, job.key):
         return _summary(job, "skipped")
@@ -76,12 +78,14 @@ def perform_job(
                 break
             err = result.outcome.error or {}
             cls, msg = str(err.get("class") or "task"), scrub(str(err.get("message") or ""), secrets)
-        if cls not in RETRYABLE or attempt == max_attempts:
+        if cls not in RETRYABLE or attempt == max_attempts or (stop is not None and stop.is_set()):
             break
         if on_retry is not None:
             on_retry(job, attempt, cls)
         # Full jitter keeps a fleet of workers from retrying in lock step after a provider hiccup.
-        time.sleep(random.uniform(0, backoff_s * 2 ** (attempt - 1)) + max(0.0, 0.05 - (time.time() - t0)))
+        delay = random.uniform(0, backoff_s * 2 ** (attempt - 1)) + max(0.0, 0.05 - (time.time() - t0))
+        if stop is not None and stop.wait(delay):
+            break
 
     if result is not None and result.ok:
         created = ledger.put_job(job.run_id, job.key, result.to_jsonl())
