@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -51,6 +51,7 @@ def run_local(
     on_retry: Callable[[Job, int, str], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     run: Callable | None = None,
+    clear_failures: Collection[str] = (),
     grace_s: float | None = None,
     on_abandon: Callable[[int], None] | None = None,
 ) -> bool:
@@ -85,7 +86,8 @@ def run_local(
                         draining = True
                         break
                     in_flight.add(pool.submit(perform_job, job, ledger, provider, on_retry=on_retry, run=run,
-                                              api_key=api_key, stop=stop))  # fmt: skip
+                                              api_key=api_key, clear_failure=job.key in clear_failures,
+                                              stop=stop))  # fmt: skip
                 if not in_flight:
                     break
                 if time.monotonic() >= deadline:

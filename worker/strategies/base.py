@@ -17,8 +17,8 @@ from contracts.errors import InputError
 from contracts.jobs import Job
 from contracts.prompts import parse_score, solve_messages, verify_messages
 from contracts.records import CallRecord
+from egress.client import ChatResponse, ProviderClient, ProviderError
 from worker.graders import final_answer
-from worker.provider import ChatResponse, ProviderClient, ProviderError
 from worker.tools import execute_tool
 
 T = TypeVar("T")

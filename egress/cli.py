@@ -27,9 +27,9 @@ def doctor(
     """Check credentials and egress for a profile (key set, base_url, /models, model, usage). Exit 0 = all pass."""
     from rich.console import Console
 
-    from contracts.profiles import get_profile
     from contracts.secrets import scrub
-    from ept.doctor import ok, render, run_checks
+    from egress.doctor import ok, render, run_checks
+    from egress.profiles import get_profile
 
     p = get_profile(profile, profiles)
     checks = run_checks(p, timeout=timeout)
@@ -45,8 +45,8 @@ def profiles_list(profiles: Path | None = typer.Option(None, "--profiles", help=
     from rich.console import Console
     from rich.table import Table
 
-    from contracts.profiles import load_profiles
     from contracts.secrets import mask_url
+    from egress.profiles import load_profiles
 
     table = Table("name", "protocol", "base_url", "model", "key variable", "key")
     for p in load_profiles(profiles).values():
@@ -78,8 +78,8 @@ def profiles_export(
     import tempfile
 
     from contracts.errors import InputError
-    from contracts.profiles import get_profile
-    from ept.client_configs import render
+    from egress.exports import render
+    from egress.profiles import get_profile
 
     text = render(get_profile(name, profiles), to)
     if out is None:

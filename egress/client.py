@@ -29,9 +29,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from contracts.profiles import Profile
 from contracts.secrets import mask, scrub
 from contracts.usage import check_usage
+from egress.profiles import Profile
 
 log = logging.getLogger("ept.provider")
 
