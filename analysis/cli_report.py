@@ -37,6 +37,7 @@ def compare(
     ),
     tasks: str | None = typer.Option(None, "--tasks", help="JSONL with task_id and family, for logs without them."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed lines instead of stopping."),
+    ledger: str | None = typer.Option(None, "--ledger", help="Ledger holding runs given by id; default ./ept-out/ledger."),
 ) -> None:
     """Compare two runs arm by arm; exit 1 on a regression the data supports, 2 when not comparable."""
     from rich.console import Console
@@ -45,7 +46,7 @@ def compare(
     from analysis.compare import compare_runs, fmt, load_run, parse_fail_on, to_json_dict, to_markdown
 
     rule = parse_fail_on(fail_on)  # bad flags fail before any reading
-    baseline, current = resolve_run(baseline), resolve_run(current)
+    baseline, current = resolve_run(baseline, ledger), resolve_run(current, ledger)
     base = load_run(baseline, skip_bad=skip_bad, tasks_file=tasks)
     cur = load_run(current, skip_bad=skip_bad, tasks_file=tasks)
     res = compare_runs(
@@ -102,6 +103,7 @@ def report(
     tasks: str | None = typer.Option(None, "--tasks", help="JSONL with task_id and family, for logs without them."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed lines instead of stopping."),
     drop_ties: bool = typer.Option(False, "--drop-ties", help="Drop tied comparisons instead of half wins."),
+    ledger: str | None = typer.Option(None, "--ledger", help="Ledger holding a run given by id; default ./ept-out/ledger."),
 ) -> None:
     """Analyse a run and write one self-contained HTML report (plots embedded, no external resources)."""
     from analysis.html import write_html
@@ -111,7 +113,7 @@ def report(
         weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, l2=l2, drop_ties=drop_ties,
         skip_bad=skip_bad, tasks_file=tasks,
     )
-    result = analyze([resolve_run(p) for p in paths], opts)
+    result = analyze([resolve_run(p, ledger) for p in paths], opts)
     write_html(result, out)
     typer.echo(f"wrote {out}")
 
@@ -119,14 +121,11 @@ def report(
 DEFAULT_LEDGER = Path("ept-out/ledger")  # where `ept demo` and plans without a ledger write
 
 
-def resolve_run(arg: str) -> str:
-    """A bare run id (e.g. `demo`) that is not a path means that run in the default local ledger."""
-    import glob
+def resolve_run(arg: str, ledger: str | None = None) -> str:
+    """A bare run id (e.g. `demo`) that is not a path means that run in `ledger` (default ./ept-out/ledger)."""
+    from analysis.io import resolve_input
 
-    if arg.startswith("s3://") or Path(arg).exists() or glob.has_magic(arg) or "/" in arg:
-        return arg
-    candidate = DEFAULT_LEDGER / "runs" / arg
-    return str(candidate) if candidate.is_dir() else arg
+    return resolve_input(arg, ledger)
 
 
 def _pct(x: float | None) -> float | None:
