@@ -11,9 +11,9 @@ from fixtures_sim import SIM_KEY
 
 from contracts.jobs import Job
 from contracts.tasks import load_builtin_suite
+from egress.client import ProviderClient
 from simulator.brain import TaskBrain
 from worker.job import run_job
-from worker.provider import ProviderClient
 from worker.tools import calculate, execute_tool
 
 TASK = {"tool_impl": {"calculator": {"type": "calculator"}, "lookup": {"type": "lookup", "table": {"t": {"a": 1}}}}}
