@@ -45,6 +45,8 @@ def validate_task(task: Any, file: str = "<task>", line: int = 1) -> dict[str, A
     for f in ("task_id", "family"):
         if not isinstance(task.get(f), str) or not task[f].strip():
             raise _fail("required, a non-empty string", file, line, f)
+        if any(ord(c) < 32 or ord(c) == 127 for c in task[f]):
+            raise _fail("must not hold NUL or other control characters", file, line, f)
     has_prompt, has_msgs = task.get("prompt") is not None, task.get("messages") is not None
     if has_prompt == has_msgs:
         raise _fail("give exactly one of 'prompt' or 'messages'", file, line, "prompt")
@@ -160,6 +162,8 @@ def load_suite(path: str | Path) -> list[dict[str, Any]]:
                 rec = json.loads(raw)
             except json.JSONDecodeError as e:
                 raise InputError(f"not valid JSON ({e.msg} at column {e.colno})", file=file, line=lineno) from None
+            except RecursionError:
+                raise InputError("not valid here: JSON nested too deeply", file=file, line=lineno) from None
             validate_task(rec, file, lineno)
             if rec["task_id"] in seen:
                 raise InputError(f"duplicate task_id (first on line {seen[rec['task_id']]})", file, lineno, "task_id")

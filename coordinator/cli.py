@@ -30,10 +30,8 @@ def _finish(out, console_out) -> None:
     from coordinator.sweep import print_summary
 
     print_summary(out, console_out)
-    if not out.completed:
-        raise typer.Exit(130)
-    if out.tally.failed:
-        raise typer.Exit(1)
+    if out.exit_code:
+        raise typer.Exit(out.exit_code)
 
 
 def register(app: typer.Typer) -> None:
@@ -78,6 +76,7 @@ def register(app: typer.Typer) -> None:
         import json
 
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
         from contracts.secrets import mask_url
@@ -103,7 +102,7 @@ def register(app: typer.Typer) -> None:
                 t.add_column(col)
             for cls, n in sorted(st.failed.items()):
                 ex = next(f for f in st.failed_jobs if str(f.get("class")) == cls)
-                t.add_row(cls, str(n), ex["key"], mask_url(str(ex.get("message", "")))[:160])
+                t.add_row(cls, str(n), escape(ex["key"]), escape(mask_url(str(ex.get("message", "")))[:160]))
             c.print(t)
 
     @app.command()

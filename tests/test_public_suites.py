@@ -14,10 +14,10 @@ import sys
 
 import pytest
 from fixtures_sim import SIM_KEY
-from worker.provider import ProviderClient
 
 from contracts.jobs import Job
 from contracts.tasks import builtin_suite_names, load_builtin_suite, load_suite_ref
+from egress.client import ProviderClient
 from worker.graders import grade
 from worker.graders.code import grade_code
 from worker.job import run_job
