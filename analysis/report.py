@@ -134,11 +134,17 @@ def _level_label(result: AnalysisResult) -> str:
 # ---------------------------------------------------------------- terminal
 
 
+# Width for output that is not a terminal (a pipe, a CI log, `docker compose` output): rich would fall back to
+# 80 columns and cut the tables' cells and headers. Tables are drawn at their natural width (never padded to the
+# console's), so a wide limit costs nothing and keeps every column in full.
+PIPE_WIDTH = 1000
+
+
 def make_console(*, stderr: bool = False, record: bool = False) -> Console:
     """A console that does not squeeze the tables to 80 columns when output is piped or recorded."""
     c = Console(stderr=stderr, record=record)
     if record or not c.is_terminal:
-        c = Console(stderr=stderr, record=record, width=150)
+        c = Console(stderr=stderr, record=record, width=PIPE_WIDTH)
     return c
 
 
