@@ -154,7 +154,7 @@ def test_analysis_of_a_run_equals_its_objects_byte_for_byte(tmp_path):
     # The same run as a folder, and tokens of the run id, agree too.
     c = _ept("tokens", str(root / "runs" / "r"), "--csv", "-")
     d = _ept("tokens", "r", "--ledger", str(root), "--csv", "-")
-    assert c.returncode == d.returncode == 0 and c.stdout == d.stdout and "self_consistency@6" in c.stdout
+    assert c.returncode == d.returncode == 0 and c.stdout == d.stdout and "majority@4" in c.stdout
 
 
 def test_corrupt_segment_is_named_and_rebuilt(tmp_path):
