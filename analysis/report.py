@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -133,20 +134,35 @@ def _level_label(result: AnalysisResult) -> str:
 # ---------------------------------------------------------------- terminal
 
 
+# Width for output that is not a terminal (a pipe, a CI log, `docker compose` output): rich would fall back to
+# 80 columns and cut the tables' cells and headers. Tables are drawn at their natural width (never padded to the
+# console's), so a wide limit costs nothing and keeps every column in full.
+PIPE_WIDTH = 1000
+
+
 def make_console(*, stderr: bool = False, record: bool = False) -> Console:
     """A console that does not squeeze the tables to 80 columns when output is piped or recorded."""
     c = Console(stderr=stderr, record=record)
     if record or not c.is_terminal:
-        c = Console(stderr=stderr, record=record, width=150)
+        c = Console(stderr=stderr, record=record, width=PIPE_WIDTH)
     return c
+
+
+def _rx(text: Any) -> str:
+    """Untrusted text inside a rich markup string."""
+    from rich.markup import escape
+
+    return escape(str(text))
 
 
 def _rich_table(title: str, header: list[str], rows: list[list[str]], right_from: int = 1) -> Table:
     t = Table(title=title, title_justify="left", header_style="bold", min_width=len(title))
     for i, h in enumerate(header):
         t.add_column(h, justify="right" if i >= right_from else "left", no_wrap=True)
+    from rich.markup import escape
+
     for r in rows:
-        t.add_row(*r)
+        t.add_row(*(escape(c) for c in r))  # an arm named "[/]" or "[link=…]" is text, not rich markup
     return t
 
 
@@ -170,7 +186,7 @@ def print_report(result: AnalysisResult, console: Console) -> None:
     ci = f"{_level_label(result)} bootstrap CI, {o.rounds} rounds" if o.rounds else "no bootstrap"
     console.print(
         _rich_table(
-            f"Diminishing returns (anchor {result.anchor} = 1000; {ci})",
+            f"Diminishing returns (anchor {_rx(result.anchor)} = 1000; {ci})",
             RETURNS_HEADER,
             _returns_rows(result.table, result.anchor),
         )
@@ -196,20 +212,33 @@ def print_report(result: AnalysisResult, console: Console) -> None:
     console.print(
         f"{c['files']} file(s), {c['calls']} calls ({c['judge_calls']} judge), {c['outcomes']} outcomes, "
         f"{c['judgments']} judgments, {c['tasks']} tasks, {len(result.families)} families; "
-        f"weights {', '.join(f'{f}={w:.3g}' for f, w in result.family_weights.items())}",
+        f"weights {', '.join(f'{_rx(f)}={w:.3g}' for f, w in result.family_weights.items())}",
         highlight=False,
         soft_wrap=True,
     )
     for w in result.warnings:
-        console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]warning:[/] {_rx(w)}", highlight=False, soft_wrap=True)
 
 
 # ---------------------------------------------------------------- files
 
 
-def _md_table(header: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+
+
+def md_escape(text: Any) -> str:
+    """Names (arms, strategies, families) come from untrusted logs: in report.md they are text, never HTML,
+    links, images or emphasis. HTML's three characters become entities; Markdown's inline syntax is escaped."""
+    s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
+    return _MD_SPECIAL.sub(r"\\\1", s)
+
+
+def _md_table(header: list[str], rows: list[list[str]], names: int = 1) -> str:
+    """A Markdown table; the header and the first `names` columns (arm, strategy) are escaped, the numbers
+    (ours) are written as they are."""
+    out = ["| " + " | ".join(md_escape(h) for h in header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(md_escape(c) if i < names else c.replace("|", "\\|") for i, c in enumerate(r)) + " |"
+            for r in rows]  # fmt: skip
     return "\n".join(out)
 
 
@@ -219,8 +248,8 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
     parts = [
         "# Elo per token",
         "",
-        f"Anchor: **{result.anchor}** = 1000. {ci}. Family weights: "
-        + ", ".join(f"{f}={w:.3g}" for f, w in result.family_weights.items())
+        f"Anchor: **{md_escape(result.anchor)}** = 1000. {ci}. Family weights: "
+        + ", ".join(f"{md_escape(f)}={w:.3g}" for f, w in result.family_weights.items())
         + ".",
         "",
         "## Diminishing returns",
@@ -259,31 +288,31 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         "",
         "## Tokens",
         "",
-        _md_table(TOKENS_HEADER, _tokens_rows(result.tokens)),
+        _md_table(TOKENS_HEADER, _tokens_rows(result.tokens), names=2),
         "",
     ]
     if result.judge_tokens.height:
         parts += [
             "Judge calls (evaluation cost, not strategy cost): "
-            + ", ".join(f"{r['arm']}: {r['total_tokens']} tokens" for r in result.judge_tokens.iter_rows(named=True)),
+            + ", ".join(f"{md_escape(r['arm'])}: {r['total_tokens']} tokens" for r in result.judge_tokens.iter_rows(named=True)),
             "",
         ]
     parts += ["## Fits", ""]
     for f in result.fits:
-        unobs = f" unobserved arms: {', '.join(f.unobserved)}." if f.unobserved else ""
+        unobs = f" unobserved arms: {', '.join(md_escape(a) for a in f.unobserved)}." if f.unobserved else ""
         parts.append(
-            f"- {f.family}: {f.tasks} tasks, comparison weight {f.comparisons:g}, "
+            f"- {md_escape(f.family)}: {f.tasks} tasks, comparison weight {f.comparisons:g}, "
             f"{'converged' if f.converged else 'NOT converged'} in {f.n_iter} iterations.{unobs}"
         )
     parts.append("")
     if result.warnings:
-        parts += ["## Warnings", ""] + [f"- {w}" for w in result.warnings] + [""]
+        parts += ["## Warnings", ""] + [f"- {md_escape(w)}" for w in result.warnings] + [""]
     if plots:
         parts += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     parts += [
         "## Inputs",
         "",
-        *[f"- `{f}`" for f in result.inputs[:50]],
+        *[f"- {md_escape(f)}" for f in result.inputs[:50]],
         *([f"- … and {len(result.inputs) - 50} more"] if len(result.inputs) > 50 else []),
         "",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in result.versions.items()),
