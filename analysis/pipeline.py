@@ -2,7 +2,7 @@
 
 Steps: read and validate records -> check arms -> tokens per (task, arm) -> within-task comparisons
 -> per-family Bradley-Terry, weighted merge, anchored Elo -> bootstrap over tasks -> returns tables,
-per-family view and dominance warnings. Reports, plots and the HTML report consume the result.
+per-family view, frontier and heterogeneity warnings. Reports, plots and the HTML report consume the result.
 """
 
 from __future__ import annotations
