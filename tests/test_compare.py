@@ -366,6 +366,9 @@ def test_detectable_drop_is_printed_and_means_what_it_says() -> None:
         caught_big += "majority@4" in big.flagged
         caught_small += "majority@4" in small.flagged
         assert "drop caught 80%" in to_markdown(big)
+    # Without an elo-drop rule nothing is ever flagged: no detectable drop to print.
+    none = compare_runs(base, base, rule=FailRule(), rounds=60, seed=0)
+    assert none.table["detectable_drop"].null_count() == none.table.height
     assert caught_big >= 7, caught_big
     assert caught_small <= 3, caught_small
 
