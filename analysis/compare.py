@@ -277,6 +277,16 @@ def compare_runs(
         .with_row_index("task")
         .with_columns(pl.col("task").cast(pl.Int64))
     )
+    from analysis.pipeline import MIN_TASKS, WARN_TASKS
+
+    for fam, n in tasks.group_by("family").len().sort("family").iter_rows():  # one row per family
+        if n < WARN_TASKS:
+            notes.append(
+                f"family {fam}: only {n} task(s) (fewer than {WARN_TASKS}): intervals are widened for the small "
+                "sample but approximate"
+                + (f"; below {MIN_TASKS} tasks the gate has little power (see 'drop caught 80%')" if n < MIN_TASKS else "")
+                + ("; with one task there is no interval and the gate cannot fire" if n < 2 else "")
+            )
     outcomes = outcomes.join(tasks, on=["family", "task_id"])
     tokens = tokens.join(tasks, on=["family", "task_id"])
     pairs = pooled_pairs(outcomes.select("task", "player", "replicate", "score"))
