@@ -17,11 +17,22 @@ import numpy as np
 from analysis.bt import BTFit, fit_bt_counts, mle_exists, newton_batch
 from analysis.merge import merge_thetas, theta_to_elo
 
-__all__ = ["BootstrapResult", "PairData", "bootstrap", "fit_families", "point_estimate"]
+__all__ = ["BootstrapResult", "PairData", "bootstrap", "fit_batch_size", "fit_families", "point_estimate"]
 
-# Rounds fitted per batch: bounds memory (chunk x K x K) and paces progress reports. Fixed, so the
-# result depends only on (data, seed, rounds).
+# Rounds drawn per block: fixed, so the random stream (and the result) depends only on (data, seed,
+# rounds), never on K or on the memory budget below.
 _CHUNK = 250
+# Working set of one batched fit: about _ARRAYS_PER_ROUND float64 K x K arrays per round (counts, pair
+# totals, differences, probabilities, Hessian, line-search temporaries). Rounds are fitted in batches
+# that keep this under _FIT_BUDGET bytes, so memory is O(batch x K^2) with batch >= 1 for any K.
+_ARRAYS_PER_ROUND = 12
+_FIT_BUDGET = 256 * 2**20
+
+
+def fit_batch_size(n_arms: int, budget: int = _FIT_BUDGET) -> int:
+    """Rounds fitted together for K arms: as many as fit the memory budget, at least 1, at most _CHUNK."""
+    per_round = _ARRAYS_PER_ROUND * 8 * max(int(n_arms), 1) ** 2
+    return int(min(_CHUNK, max(1, budget // per_round)))
 
 
 @dataclass(frozen=True)
@@ -175,8 +186,12 @@ def bootstrap(
     seed: int = 0,
     l2: float = 1e-3,
     progress: Callable[[int], None] | None = None,
+    fit_budget: int = _FIT_BUDGET,
 ) -> BootstrapResult:
-    """Task-level bootstrap within each family; `progress(n)` is called with the rounds done so far."""
+    """Task-level bootstrap within each family; `progress(n)` is called with the rounds done so far.
+
+    fit_budget: bytes for the batched fits' working set (see fit_batch_size); it changes speed and
+    memory, never the result."""
     from scipy import sparse
 
     weights = _weights(data, family_weights)
@@ -209,6 +224,7 @@ def bootstrap(
     tpt = np.empty((rounds, k))
     fam_theta = {name: np.full((rounds, k), np.nan) for name in data.families}
     failed = np.zeros(rounds, dtype=bool)
+    batch = fit_batch_size(k, fit_budget)
     for start in range(0, rounds, _CHUNK):
         n = min(_CHUNK, rounds - start)
         rows = slice(start, start + n)
@@ -220,11 +236,16 @@ def bootstrap(
             c = _resample_counts(rng, n, t_f)
             tok_sum += c @ tok0
             tok_n += c @ ran
-            wins = np.asarray(counts_t @ c.T).T.reshape(n, k, k)
-            theta, ok = _fit_rounds(wins, l2)
             name = data.families[f]
-            fam_theta[name][rows] = merge_thetas({name: theta}, {name: 1.0})  # centred over observed arms
-            failed[rows] |= ~ok
+            # Count matrices exist only for one fit batch at a time: [batch, K, K], bounded by the budget.
+            for b0 in range(0, n, batch):
+                sub = slice(b0, min(n, b0 + batch))
+                wins = np.asarray(counts_t @ c[sub].T).T.reshape(-1, k, k)
+                theta, ok = _fit_rounds(wins, l2)
+                del wins
+                out = slice(start + sub.start, start + sub.stop)
+                fam_theta[name][out] = merge_thetas({name: theta}, {name: 1.0})  # centred over observed arms
+                failed[out] |= ~ok
         merged = merge_thetas({name: fam_theta[name][rows] for name in data.families}, weights)
         elo[rows] = theta_to_elo(merged, anchor)
         with np.errstate(invalid="ignore", divide="ignore"):
