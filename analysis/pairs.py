@@ -25,8 +25,12 @@ PAIR_SCHEMA = {
 }
 
 
-def _expand_ties(m: pl.DataFrame, a: str, b: str, result: str, drop_ties: bool, source: str) -> pl.DataFrame:
-    """m has columns task_id, family, {a}, {b}, w and `result` in {'A','B','tie'}."""
+def _expand_ties(
+    m: pl.DataFrame | pl.LazyFrame, a: str, b: str, result: str, drop_ties: bool, source: str
+) -> pl.DataFrame:
+    """m has columns task_id, family, {a}, {b}, w and `result` in {'A','B','tie'}. One lazy query, so the
+    (possibly many million) meetings are never held next to their expanded rows."""
+    m = m.lazy()
     base = ("task_id", "family")
     won_a = m.filter(pl.col(result) == "A").select(*base, pl.col(a).alias("winner"), pl.col(b).alias("loser"), "w")
     won_b = m.filter(pl.col(result) == "B").select(*base, pl.col(b).alias("winner"), pl.col(a).alias("loser"), "w")
@@ -40,6 +44,7 @@ def _expand_ties(m: pl.DataFrame, a: str, b: str, result: str, drop_ties: bool, 
         .rename({"w": "weight"})
         .with_columns(pl.col("weight").cast(pl.Float64), pl.lit(source).alias("source"))
         .select(list(PAIR_SCHEMA))
+        .collect()
     )
 
 
@@ -53,8 +58,9 @@ def outcome_pairs(outcomes: pl.DataFrame, *, drop_ties: bool = False) -> pl.Data
     left = o.rename({"arm": "arm_a", "score": "s_a", "n": "n_a"})
     right = o.drop("family").rename({"arm": "arm_b", "score": "s_b", "n": "n_b"})
     m = (
-        left.join(right, on="task_id", how="inner")
-        .filter(pl.col("arm_a") < pl.col("arm_b"))
+        left.lazy()
+        .join(right.lazy(), on="task_id", how="inner")
+        .filter(pl.col("arm_a") < pl.col("arm_b"))  # lazy: applied while joining, half the rows never exist
         .with_columns(
             (1.0 / (pl.col("n_a") * pl.col("n_b"))).alias("w"),
             pl.when(pl.col("s_a") > pl.col("s_b"))

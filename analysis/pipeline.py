@@ -214,13 +214,19 @@ def analyze(
     if ungraded:
         warnings.append(f"{ungraded} outcome(s) have no score (failed before grading) and are not compared")
 
-    pairs_all = build_pairs(outcomes, judgments, drop_ties=opt.drop_ties)
+    # Labels as categoricals: a many-arm grid has K^2/2 pairs per task, so its pairs hold codes, not strings.
+    cat = pl.Categorical
+    pairs_all = build_pairs(
+        outcomes.with_columns(pl.col("task_id", "family", "arm").cast(cat)),
+        judgments.with_columns(pl.col("task_id", "family", "arm_a", "arm_b").cast(cat)),
+        drop_ties=opt.drop_ties,
+    )
     ttok_all = task_tokens(calls)
     # An arm whose every task lacks usage has no measured cost: it cannot sit on a tokens axis.
     with_tokens = set(tok_all.filter(pl.col("avg_tokens_per_task").is_not_null())["arm"].to_list())
     for arm in sorted(set(ttok_all["arm"].to_list()) - with_tokens):
         warnings.append(f"arm {arm}: no task has complete usage, so its tokens per task are unknown; left out")
-    compared = set(pairs_all["winner"].to_list()) | set(pairs_all["loser"].to_list())
+    compared = set(pairs_all["winner"].unique().to_list()) | set(pairs_all["loser"].unique().to_list())
     graded = set(outcomes.filter(pl.col("score").is_not_null())["arm"].to_list()) | compared
     for arm in sorted(graded - with_tokens):
         warnings.append(f"arm {arm} has outcomes but no strategy calls: tokens unknown, left out")
@@ -261,14 +267,14 @@ def analyze(
 
     # Tasks: everything compared, plus token-only tasks of the analysed families (they count for cost).
     tasks = (
-        pl.concat([pairs.select("task_id", "family"), ttok.select("task_id", "family")])
+        pl.concat([pairs.select("task_id", "family").unique().cast(pl.String), ttok.select("task_id", "family")])
         .filter(pl.col("family").is_in(families))
         .unique()
         .sort("family", "task_id")
         .with_row_index("t")
     )
     t_of = tasks.select("task_id", pl.col("t").cast(pl.Int64))
-    p = pairs.join(t_of, on="task_id").with_columns(
+    p = pairs.join(t_of.with_columns(pl.col("task_id").cast(cat)), on="task_id").with_columns(
         pl.col("winner").replace_strict(arm_idx, return_dtype=pl.Int64).alias("wi"),
         pl.col("loser").replace_strict(arm_idx, return_dtype=pl.Int64).alias("li"),
     )

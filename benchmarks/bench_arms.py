@@ -74,15 +74,17 @@ def write_grid(path: Path, k: int, tasks_per_family: int, seed: int = 0) -> int:
     return lines
 
 
-def run_analyze(log: Path, rounds: int, out: Path, extra: list[str]) -> tuple[float, float, subprocess.CompletedProcess]:
-    """(wall seconds, peak RSS in MiB of the child, process)."""
+def run_analyze(
+    log: Path, rounds: int, out: Path, extra: list[str]
+) -> tuple[float, float, float, subprocess.CompletedProcess]:
+    """(wall seconds, CPU seconds, peak RSS in MiB of the child, process)."""
     cmd = [sys.executable, "-m", "ept.cli", "analyze", str(log), "--rounds", str(rounds), "--out", str(out),
            "--html", str(out / "report.html"), *extra]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # Linux: KiB
-    return wall, peak_kib / 1024.0, proc
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)  # the only child: ept analyze
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0, proc  # Linux: ru_maxrss in KiB
 
 
 def main() -> None:
@@ -107,11 +109,11 @@ def main() -> None:
         print(f"input: {n:,} lines ({log.stat().st_size / 2**20:.0f} MiB), {args.arms} arms x "
               f"{len(FAMILIES)} families x {args.tasks} tasks, written in {time.perf_counter() - t0:.1f} s")
         out = base / "out"
-        wall, rss, proc = run_analyze(log, args.rounds, out, extra)
+        wall, cpu, rss, proc = run_analyze(log, args.rounds, out, extra)
         files = ["report.md", "arms.csv", "report.json", "elo_vs_tokens.png", "d_elo_per_1k.png",
                  "per_family_elo.png", "report.html"]
         missing = [f for f in files if not (out / f).is_file()]
-        print(f"ept analyze --rounds {args.rounds}: exit {proc.returncode}, wall {wall:.1f} s, "
+        print(f"ept analyze --rounds {args.rounds}: exit {proc.returncode}, wall {wall:.1f} s, CPU {cpu:.1f} s, "
               f"peak RSS {rss:,.0f} MiB, missing outputs: {missing or 'none'}")
         if proc.returncode != 0:
             print(proc.stderr[-3000:])
