@@ -17,10 +17,14 @@ import numpy as np
 import polars as pl
 
 from analysis.io import BadLine, Records, line_of, read_records
-from analysis.pairs import build_pairs
+from analysis.pairs import build_pairs, implied_pair_rows, outcome_groups
 from analysis.tokens import arm_tokens, judge_tokens, strategy_calls, task_tokens
 from contracts.errors import InputError
 from contracts.records import JUDGE_STRATEGY
+
+# Above this many outcome comparison rows, outcomes are kept grouped by score level instead (memory: a
+# 200-arm grid with 300 tasks is 9M rows, a 1,000-arm one 225M). Below it, one row per comparison.
+_PAIR_ROWS_MAX = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,8 @@ class AnalysisResult:
     tokens: pl.DataFrame  # analysis.tokens.arm_tokens over all arms in the input
     judge_tokens: pl.DataFrame
     task_tokens: pl.DataFrame  # analysis.tokens.task_tokens for the analysed arms
-    pairs: pl.DataFrame  # analysis.pairs.PAIR_SCHEMA for the analysed arms
+    pairs: pl.DataFrame  # analysis.pairs.PAIR_SCHEMA for the analysed arms (judgments only on large grids:
+    # their outcome comparisons are kept as analysis.pairs.outcome_groups, see _PAIR_ROWS_MAX)
     elo: np.ndarray  # [K] anchored point estimate
     tokens_per_task: np.ndarray  # [K]
     table: pl.DataFrame  # analysis.returns.returns_table
@@ -177,8 +182,8 @@ def analyze(
 
     progress(n) reports bootstrap rounds done; on_step(name) announces each long step.
     """
-    from analysis.bootstrap import PairData, bootstrap, point_estimate
-    from analysis.bt import fit_bt_detailed
+    from analysis.bootstrap import OutcomeGroups, PairData, bootstrap, family_counts, point_estimate
+    from analysis.bt import fit_bt_counts
     from analysis.merge import ELO_BASE, ELO_SCALE, parse_weights
     from analysis.returns import family_dominance, per_strategy_table, returns_table
 
@@ -214,19 +219,28 @@ def analyze(
     if ungraded:
         warnings.append(f"{ungraded} outcome(s) have no score (failed before grading) and are not compared")
 
-    # Labels as categoricals: a many-arm grid has K^2/2 pairs per task, so its pairs hold codes, not strings.
+    # A grid where every arm meets every other on each task has K^2/2 pair rows per task: past
+    # _PAIR_ROWS_MAX rows, outcomes stay grouped by (task, arm, score level) and the fits expand them
+    # into count matrices (analysis.bootstrap.OutcomeGroups); otherwise one row per comparison.
+    groups_all = outcome_groups(outcomes)
+    implied = implied_pair_rows(groups_all, drop_ties=opt.drop_ties)
+    use_groups = implied > _PAIR_ROWS_MAX
+    # Labels as categoricals: pair rows hold codes, not strings.
     cat = pl.Categorical
     pairs_all = build_pairs(
-        outcomes.with_columns(pl.col("task_id", "family", "arm").cast(cat)),
+        (outcomes.head(0) if use_groups else outcomes).with_columns(pl.col("task_id", "family", "arm").cast(cat)),
         judgments.with_columns(pl.col("task_id", "family", "arm_a", "arm_b").cast(cat)),
         drop_ties=opt.drop_ties,
     )
+    if not use_groups:
+        groups_all = groups_all.head(0)
     ttok_all = task_tokens(calls)
     # An arm whose every task lacks usage has no measured cost: it cannot sit on a tokens axis.
     with_tokens = set(tok_all.filter(pl.col("avg_tokens_per_task").is_not_null())["arm"].to_list())
     for arm in sorted(set(ttok_all["arm"].to_list()) - with_tokens):
         warnings.append(f"arm {arm}: no task has complete usage, so its tokens per task are unknown; left out")
     compared = set(pairs_all["winner"].unique().to_list()) | set(pairs_all["loser"].unique().to_list())
+    compared |= set(groups_all["arm"].unique().to_list())
     graded = set(outcomes.filter(pl.col("score").is_not_null())["arm"].to_list()) | compared
     for arm in sorted(graded - with_tokens):
         warnings.append(f"arm {arm} has outcomes but no strategy calls: tokens unknown, left out")
@@ -258,16 +272,21 @@ def analyze(
         raise InputError(f"unknown arm {anchor!r}; arms: {', '.join(arms)}", field="--anchor")
 
     pairs = pairs_all.filter(pl.col("winner").is_in(arms) & pl.col("loser").is_in(arms))
-    if pairs.height == 0:
+    groups = groups_all.filter(pl.col("arm").is_in(arms)).filter(pl.col("arm").n_unique().over("task_id") > 1)
+    if pairs.height == 0 and groups.height == 0:
         raise InputError(f"the arms with measured tokens ({', '.join(arms)}) never meet on a task", file=where)
     ttok = ttok_all.filter(pl.col("arm").is_in(arms))
-    families = sorted(pairs["family"].unique().to_list())
+    families = sorted(set(pairs["family"].unique().to_list()) | set(groups["family"].unique().to_list()))
     fw = parse_weights(opt.weights, families)
     fam_idx = {f: i for i, f in enumerate(families)}
 
     # Tasks: everything compared, plus token-only tasks of the analysed families (they count for cost).
     tasks = (
-        pl.concat([pairs.select("task_id", "family").unique().cast(pl.String), ttok.select("task_id", "family")])
+        pl.concat([
+            pairs.select("task_id", "family").unique().cast(pl.String),
+            groups.select("task_id", "family"),
+            ttok.select("task_id", "family"),
+        ])
         .filter(pl.col("family").is_in(families))
         .unique()
         .sort("family", "task_id")
@@ -283,6 +302,15 @@ def analyze(
         pl.col("arm").replace_strict(arm_idx, return_dtype=pl.Int64).alias("ai")
     )
     grid[tt["t"].to_numpy(), tt["ai"].to_numpy()] = tt["tokens"].to_numpy()
+    og = None
+    if groups.height:
+        g = groups.join(t_of, on="task_id").with_columns(
+            pl.col("arm").replace_strict(arm_idx, return_dtype=pl.Int64).alias("ai")
+        )
+        og = OutcomeGroups(
+            task=g["t"].to_numpy(), arm=g["ai"].to_numpy(), level=g["level"].to_numpy(),
+            mass=g["mass"].to_numpy().astype(float), tie_weight=0.0 if opt.drop_ties else 0.5,
+        )
     data = PairData(
         task_family=tasks["family"].replace_strict(fam_idx, return_dtype=pl.Int64).to_numpy(),
         task=p["t"].to_numpy(),
@@ -292,6 +320,7 @@ def analyze(
         n_arms=k,
         families=families,
         task_tokens=grid,
+        outcome_groups=og,
     )
     fw_arr = np.array([fw[f] for f in families], dtype=float)
     a_i = arm_idx[anchor]
@@ -299,16 +328,14 @@ def analyze(
     elo, tok, per_family_theta = point_estimate(data, fw_arr, anchor=a_i, l2=opt.l2)
 
     fits: list[FamilyFit] = []
-    for f in families:
-        sel = p.filter(pl.col("family") == f)
-        d = fit_bt_detailed(
-            sel["wi"].to_numpy(), sel["li"].to_numpy(), k, l2=opt.l2, weights=sel["weight"].to_numpy()
-        )
+    for fi, f in enumerate(families):
+        counts = family_counts(data, fi)
+        d = fit_bt_counts(counts, l2=opt.l2)
         fits.append(
             FamilyFit(
                 family=f,
                 tasks=int(tasks.filter(pl.col("family") == f).height),
-                comparisons=float(sel["weight"].sum()),
+                comparisons=float(counts.sum()),
                 converged=bool(d.converged),
                 n_iter=int(d.n_iter),
                 grad_norm=float(d.grad_norm),
@@ -368,7 +395,7 @@ def analyze(
         "outcomes": outcomes.height,
         "ungraded_outcomes": ungraded,
         "judgments": judgments.height,
-        "comparisons": pairs.height,
+        "comparisons": pairs.height + implied_pair_rows(groups, drop_ties=opt.drop_ties),
         "tasks": tasks.height,
         "skipped_lines": len(skipped),
     }
