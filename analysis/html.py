@@ -48,14 +48,21 @@ _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1200px;
 color:#1d232b;padding:0 1rem}
 h1{font-size:1.6rem;margin-bottom:.2rem} h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;font-size:.84rem;margin:.6rem 0}
+table{border-collapse:collapse;font-size:.95rem;margin:.6rem 0}
 th,td{padding:.22rem .42rem;border-bottom:1px solid #e5e5e5;text-align:right;white-space:nowrap}
 .scroll{overflow-x:auto}
 th{background:#f4f6f8} td.t,th.t{text-align:left}
 tr.frontier td{font-weight:600} .muted{color:#667} .warn{background:#fff4e5;padding:.4rem .8rem;
 border-left:4px solid #f0a030} pre{background:#f6f8fa;padding:.8rem;overflow:auto;font-size:.8rem}
-figure{margin:1rem 0} figure svg{max-width:100%;height:auto}
+figure{margin:1rem 0} figure svg{display:block;width:100%;height:auto}
+details{margin:.6rem 0} summary{cursor:pointer;color:#445}
 """
+
+# Plots span the page's text column (1200px) at a size where their text reads like the tables' (about 13-15px).
+# Matplotlib's default 10pt labels on a 7.5in figure came out half the page wide with 8px labels.
+_FIG_W = 12.0
+_RC = {"svg.fonttype": "none", "svg.hashsalt": "ept", "font.size": 12, "axes.titlesize": 14,
+       "axes.labelsize": 12, "xtick.labelsize": 11, "ytick.labelsize": 11, "legend.fontsize": 11}
 
 
 def _is_num(x: Any) -> bool:
@@ -121,8 +128,8 @@ def _plot_elo_vs_tokens(rows: Sequence[Mapping[str, Any]], anchor: str | None = 
     pts = plotted_points(rows)
     if not pts:
         return ""
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ept"}):
-        out = _svg(elo_vs_tokens_figure(rows, level_label, anchor, gid_prefix="arm-pt-", figsize=(9, 5.2)))
+    with matplotlib.rc_context(_RC):
+        out = _svg(elo_vs_tokens_figure(rows, level_label, anchor, gid_prefix="arm-pt-", figsize=(_FIG_W, 6.4)))
     for i, r in enumerate(pts):
         tip = f"{r['arm']}: Elo {_fmt(r['elo'], '.0f')}"
         if _is_num(r.get("elo_lo")) and _is_num(r.get("elo_hi")):
@@ -141,8 +148,8 @@ def _plot_bars(labels: list[str], values: list[float], los: list[float | None], 
     if not labels:
         return ""
     rows = [{"arm": a, "v": v, "v_lo": lo, "v_hi": hi} for a, v, lo, hi in zip(labels, values, los, his, strict=True)]
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ept"}):
-        return _svg(bars_figure(rows, "v", title, ylabel))
+    with matplotlib.rc_context(_RC):
+        return _svg(bars_figure(rows, "v", title, ylabel, width=_FIG_W))
 
 
 def _plot_families(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -156,8 +163,8 @@ def _plot_families(rows: Sequence[Mapping[str, Any]]) -> str:
         return ""
     val = {(r["family"], r["arm"]): r.get("elo") for r in rows}
     weights = {r["family"]: r["weight"] for r in rows if _is_num(r.get("weight"))}
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ept"}):
-        return _svg(per_family_figure(arms, fams, val, weights=weights or None))
+    with matplotlib.rc_context(_RC):
+        return _svg(per_family_figure(arms, fams, val, weights=weights or None, width=_FIG_W))
 
 
 def _level_label(doc: Mapping[str, Any]) -> str:
@@ -334,8 +341,11 @@ def render_html(doc: Mapping[str, Any]) -> str:
                      + "</pre></section>")
     parts.append('<section id="manifest"><h2>Run manifest</h2>')
     if manifest:
-        parts.append("<pre>" + html.escape(scrub(json.dumps(manifest, indent=2, sort_keys=True, default=str)))
-                     + "</pre>")
+        # Long (plan, sessions, profile): collapsed, one click away, so it does not bury the page's end.
+        parts.append('<details id="manifest-details"><summary>The run\'s manifest (JSON): plan, profile, code '
+                     "version, sessions</summary><pre>"
+                     + html.escape(scrub(json.dumps(manifest, indent=2, sort_keys=True, default=str)))
+                     + "</pre></details>")
     else:
         parts.append('<p class="muted">No run manifest found (the inputs were plain logs).</p>')
     parts.append("</section></body></html>")

@@ -105,7 +105,7 @@ def elo_vs_tokens_figure(rows: Sequence[Row], level_label: str, anchor: str | No
     front = sorted((r for r in pts if r.get("frontier")), key=lambda r: r["tokens_per_task"])
     if front:
         ax.plot([r["tokens_per_task"] for r in front], [r["elo"] for r in front], "-", color="tab:orange",
-                linewidth=1.5, zorder=3, label="compute-optimal frontier")
+                linewidth=1.5, zorder=3, label="compute-optimal frontier (point estimate)")
     if min(x) > 0:
         ax.set_xscale("log")
         ax.set_xlabel("tokens per task (log scale)")
@@ -113,21 +113,21 @@ def elo_vs_tokens_figure(rows: Sequence[Row], level_label: str, anchor: str | No
         ax.set_xlabel("tokens per task")
     labelled = [r for r in pts if not many or r.get("frontier") or r.get("arm") == anchor]
     labelled.sort(key=lambda r: r.get("arm") != anchor)  # the anchor's label is placed first
-    omitted = _place_labels(fig, ax, labelled, anchor, fontsize=7 if many else 8)
+    omitted = _place_labels(fig, ax, labelled, anchor, fontsize="x-small" if many else "small")
     ax.set_ylabel("Elo")
     title = f"Elo vs tokens per task ({len(pts)} arms, {level_label} CI)"
     if many:
         title += "; labelled: frontier and anchor"
     if omitted:
         title += f" ({omitted} overlapping labels left out)"
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize="medium")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="lower right", fontsize=7, ncol=2 if len(colours) > 5 else 1)
+    ax.legend(loc="lower right", fontsize="x-small", ncol=2 if len(colours) > 5 else 1)
     fig.tight_layout()
     return fig
 
 
-def _place_labels(fig: Any, ax: Any, rows: Sequence[Row], anchor: str | None, fontsize: int) -> int:
+def _place_labels(fig: Any, ax: Any, rows: Sequence[Row], anchor: str | None, fontsize: str) -> int:
     """Annotate rows in order, each at the first of a few offsets where it overlaps no earlier label;
     a label that fits nowhere is left out. Returns how many were left out."""
     offsets = [((4, 5), "left", "bottom"), ((4, -5), "left", "top"), ((-4, 5), "right", "bottom"),
@@ -137,6 +137,8 @@ def _place_labels(fig: Any, ax: Any, rows: Sequence[Row], anchor: str | None, fo
     omitted = 0
     for r in rows:
         text = str(r["arm"]) + (" (anchor)" if r.get("arm") == anchor else "")
+        if _num(r.get("frontier_prob")):  # share of bootstrap rounds with the arm on the frontier
+            text += f" (P={r['frontier_prob']:.0%})"
         for off, ha, va in offsets:
             ann = ax.annotate(text, (r["tokens_per_task"], r["elo"]), textcoords="offset points", xytext=off,
                               ha=ha, va=va, fontsize=fontsize, zorder=4)
@@ -156,13 +158,13 @@ def plotted_points(rows: Sequence[Row]) -> list[Row]:
 
 
 def bars_figure(rows: Sequence[Row], key: str, title: str, ylabel: str, *, n: int = TOP_N,
-                figsize: tuple[float, float] | None = None) -> Any:
+                width: float = 8.0) -> Any:
     """One bar per row of `key` with its `{key}_lo`..`{key}_hi` interval. Up to MANY_ARMS rows: vertical
     bars in the given order; more: horizontal bars of the n highest and n lowest, sorted."""
     plt = _plt()
     have = [r for r in rows if _num(r.get(key))]
     if len(have) <= MANY_ARMS:
-        fig, ax = plt.subplots(figsize=figsize or (8, 4.2), dpi=110)
+        fig, ax = plt.subplots(figsize=(width, 4.2), dpi=110)
         if not have:
             ax.text(0.5, 0.5, "no values to plot", ha="center", va="center", transform=ax.transAxes)
             ax.set_axis_off()
@@ -171,30 +173,30 @@ def bars_figure(rows: Sequence[Row], key: str, title: str, ylabel: str, *, n: in
         ax.bar(pos, [r[key] for r in have], color="tab:green")
         _segments(ax, pos, [r.get(f"{key}_lo") for r in have], [r.get(f"{key}_hi") for r in have],
                   color="black", linewidth=1.2)
-        ax.set_xticks(pos, [str(r["arm"]) for r in have], rotation=30, ha="right", fontsize=8)
+        ax.set_xticks(pos, [str(r["arm"]) for r in have], rotation=30, ha="right", fontsize="small")
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_ylabel(ylabel)
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title, fontsize="medium")
         ax.grid(axis="y", alpha=0.3)
         fig.tight_layout()
         return fig
     shown, hidden = top_bottom(have, key, n)
-    fig, ax = plt.subplots(figsize=figsize or (8, 0.22 * len(shown) + 1.6), dpi=110)
+    fig, ax = plt.subplots(figsize=(width, 0.22 * len(shown) + 1.6), dpi=110)
     pos = list(range(len(shown)))[::-1]  # highest at the top
     colours = ["tab:green" if float(r[key]) >= 0 else "tab:red" for r in shown]
     ax.barh(pos, [r[key] for r in shown], color=colours, height=0.7)
     _segments(ax, pos, [r.get(f"{key}_lo") for r in shown], [r.get(f"{key}_hi") for r in shown],
               horizontal=True, color="black", linewidth=1.0)
-    ax.set_yticks(pos, [str(r["arm"]) for r in shown], fontsize=7)
+    ax.set_yticks(pos, [str(r["arm"]) for r in shown], fontsize="x-small")
     if hidden:
         gap = pos[n - 1] - 0.5
         ax.axhline(gap, color="tab:gray", linestyle=":", linewidth=1)
         ax.annotate(f"… {hidden} arms not shown …", (0.99, gap), xycoords=("axes fraction", "data"),
-                    ha="right", va="center", fontsize=7, color="tab:gray",
+                    ha="right", va="center", fontsize="x-small", color="tab:gray",
                     bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_xlabel(ylabel)
-    ax.set_title(f"{title}: top and bottom {n} of {len(have)}" if hidden else title, fontsize=10)
+    ax.set_title(f"{title}: top and bottom {n} of {len(have)}" if hidden else title, fontsize="medium")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
@@ -202,7 +204,7 @@ def bars_figure(rows: Sequence[Row], key: str, title: str, ylabel: str, *, n: in
 
 def per_family_figure(arms: Sequence[str], families: Sequence[str], elo_by: Mapping[tuple[str, str], Any],
                       merged: Mapping[str, Any] | None = None, weights: Mapping[str, float] | None = None,
-                      *, n: int = TOP_N, figsize: tuple[float, float] | None = None) -> Any:
+                      *, n: int = TOP_N, width: float = 8.0) -> Any:
     """Per-family Elo of each arm (elo_by[(family, arm)]), with the merged Elo when given. Up to MANY_ARMS
     arms: one line per family over the arms in the given order; more: a dot plot of the n highest and
     n lowest arms by merged Elo (or by the mean over families), one marker per family."""
@@ -216,19 +218,19 @@ def per_family_figure(arms: Sequence[str], families: Sequence[str], elo_by: Mapp
         return float(v) if _num(v) else float("nan")
 
     if len(arms) <= MANY_ARMS:
-        fig, ax = plt.subplots(figsize=figsize or (8, 4.2), dpi=110)
+        fig, ax = plt.subplots(figsize=(width, 4.2), dpi=110)
         xs = list(range(len(arms)))
         for f in families:
             ax.plot(xs, [val(f, a) for a in arms], "o-", label=fam_label(f))
         if merged is not None:
             ax.plot(xs, [float(merged[a]) if _num(merged.get(a)) else float("nan") for a in arms], "k--",
                     label="merged (centred)")
-        ax.set_xticks(xs, list(arms), rotation=30, ha="right", fontsize=8)
+        ax.set_xticks(xs, list(arms), rotation=30, ha="right", fontsize="small")
         ax.set_ylabel("Elo (family-centred)")
-        ax.set_title("Per-family Elo by arm", fontsize=10)
+        ax.set_title("Per-family Elo by arm", fontsize="medium")
         ax.grid(True, alpha=0.3)
         if families:
-            ax.legend(fontsize=8)
+            ax.legend(fontsize="small")
         fig.tight_layout()
         return fig
     rows = []
@@ -238,7 +240,7 @@ def per_family_figure(arms: Sequence[str], families: Sequence[str], elo_by: Mapp
         score = merged.get(a) if merged is not None else (sum(finite) / len(finite) if finite else None)
         rows.append({"arm": a, "score": score})
     shown, hidden = top_bottom(rows, "score", n)
-    fig, ax = plt.subplots(figsize=figsize or (8, 0.22 * len(shown) + 1.6), dpi=110)
+    fig, ax = plt.subplots(figsize=(width, 0.22 * len(shown) + 1.6), dpi=110)
     pos = list(range(len(shown)))[::-1]
     markers = "osD^v<>ph*"
     for i, f in enumerate(families):
@@ -246,17 +248,17 @@ def per_family_figure(arms: Sequence[str], families: Sequence[str], elo_by: Mapp
                 alpha=0.8, label=fam_label(f))
     if merged is not None:
         ax.plot([float(r["score"]) for r in shown], pos, "|", color="black", markersize=9, label="merged (centred)")
-    ax.set_yticks(pos, [str(r["arm"]) for r in shown], fontsize=7)
+    ax.set_yticks(pos, [str(r["arm"]) for r in shown], fontsize="x-small")
     if hidden:
         gap = pos[n - 1] - 0.5
         ax.axhline(gap, color="tab:gray", linestyle=":", linewidth=1)
         ax.annotate(f"… {hidden} arms not shown …", (0.99, gap), xycoords=("axes fraction", "data"), ha="right",
-                    va="center", fontsize=7, color="tab:gray", bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+                    va="center", fontsize="x-small", color="tab:gray", bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
     ax.set_xlabel("Elo (centred: mean 1000 over arms)")
     title = "Per-family Elo by arm"
-    ax.set_title(f"{title}: top and bottom {n} of {len(rows)} by merged Elo" if hidden else title, fontsize=10)
+    ax.set_title(f"{title}: top and bottom {n} of {len(rows)} by merged Elo" if hidden else title, fontsize="medium")
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize="x-small", loc="best")
     fig.tight_layout()
     return fig
 

@@ -52,7 +52,7 @@ def test_200_arms_write_every_file_with_filtered_terminal(grid: Path, tmp_path: 
     # Terminal: the 8 best best_of_n arms by Elo, no other arm.
     bon = sorted((r for r in doc["table"] if r["arm"].startswith("best_of_n@")), key=lambda r: -r["elo"])
     main = proc.stdout.split("Per strategy")[0]
-    printed = set(re.findall(r"(\w+@\d+\[[^\]]*\])", main))
+    printed = set(re.findall(r"^│ (\w+@\d+\[[^\]]*\])", main, flags=re.M))  # table rows, not the title
     assert printed == {r["arm"] for r in bon[:8]}
     assert "8 of 200 arms shown" in proc.stdout
     # HTML: every plotted arm has a hover title in the Elo-vs-tokens figure.
