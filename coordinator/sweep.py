@@ -148,11 +148,10 @@ def execute(
     manifest_jobs: int | None = None,
 ) -> SweepOutcome:
     """Write/extend the manifest, run the jobs that have no result yet, then summarise and analyse."""
-    from rich.console import Console
-
+    from analysis.report import make_console
     from coordinator.manifest import write_manifest
 
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)  # progress on stderr; full width in logs too
     executor = executor or plan.executor
     ledger = open_ledger(plan.ledger)
     write_manifest(ledger, plan, profile.public_dict(), manifest_jobs or len(jobs), executor)
