@@ -11,7 +11,17 @@ import typer
 
 from contracts.errors import InputError
 
-PATHS_HELP = "Call logs / ledgers: files, directories (recursive), globs or s3://bucket/prefix; JSONL, .jsonl.gz, Parquet."
+PATHS_HELP = (
+    "A run id (in --ledger), a run folder or s3://…/runs/<id> URL, or call logs: files, directories (recursive), "
+    "globs or s3://bucket/prefix; JSONL, .jsonl.gz, Parquet."
+)
+LEDGER_HELP = "Ledger holding a RUN given by id (folder or s3://bucket/prefix); default: ./ept-out/ledger."
+
+
+def resolve_inputs(paths: list[str], ledger: str | None) -> list[str]:
+    from analysis.io import resolve_input
+
+    return [resolve_input(p, ledger) for p in paths]
 
 
 def _write_text_or_stdout(dest: str, text: str) -> None:
@@ -36,6 +46,7 @@ def tokens_cmd(
     json_out: str | None = typer.Option(None, "--json", help="Also write the table as JSON to this file ('-' = stdout)."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
     tasks: str | None = typer.Option(None, "--tasks", hidden=True, help="Accepted for symmetry with analyze; unused."),
+    ledger: str | None = typer.Option(None, "--ledger", help=LEDGER_HELP),
 ) -> None:
     """Tokens per arm (strategy, budget): calls, prompt/completion/total tokens, tasks, tokens per task."""
     import polars as pl
@@ -47,6 +58,7 @@ def tokens_cmd(
 
     err = Console(stderr=True)
     # Only call records count; outcome and judgment lines are still read and validated.
+    paths = resolve_inputs(paths, ledger)
     summary = read_summary(paths, lambda lf: call_groups(lf.filter(pl.col("kind") == "call")), skip_bad=skip_bad)
     if summary.frame.height == 0:
         raise InputError("no call records in the input", file=summary.files[0] if len(summary.files) == 1 else None)
@@ -79,6 +91,7 @@ def analyze_cmd(
     transcript: str | None = typer.Option(
         None, "--transcript", help="Also write the command and its terminal output as a markdown file."
     ),
+    ledger: str | None = typer.Option(None, "--ledger", help=LEDGER_HELP),
 ) -> None:
     """Elo per token: Bradley-Terry per family, weighted merge, bootstrap CIs, diminishing-returns table."""
     from rich.console import Console
@@ -91,6 +104,7 @@ def analyze_cmd(
         weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, l2=l2,
         drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks,
     )
+    paths = resolve_inputs(paths, ledger)
     err = Console(stderr=True)
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

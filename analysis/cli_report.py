@@ -37,6 +37,7 @@ def compare(
     ),
     tasks: str | None = typer.Option(None, "--tasks", help="JSONL with task_id and family, for logs without them."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed lines instead of stopping."),
+    ledger: str | None = typer.Option(None, "--ledger", help="Ledger holding runs given by id; default ./ept-out/ledger."),
 ) -> None:
     """Compare two runs arm by arm; exit 1 on a regression the data supports, 2 when not comparable."""
     from rich.table import Table
@@ -45,7 +46,7 @@ def compare(
     from analysis.report import make_console
 
     rule = parse_fail_on(fail_on)  # bad flags fail before any reading
-    baseline, current = resolve_run(baseline), resolve_run(current)
+    baseline, current = resolve_run(baseline, ledger), resolve_run(current, ledger)
     base = load_run(baseline, skip_bad=skip_bad, tasks_file=tasks)
     cur = load_run(current, skip_bad=skip_bad, tasks_file=tasks)
     res = compare_runs(
@@ -108,12 +109,13 @@ def report(
     tasks: str | None = typer.Option(None, "--tasks", help="JSONL with task_id and family, for logs without them."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed lines instead of stopping."),
     drop_ties: bool = typer.Option(False, "--drop-ties", help="Drop tied comparisons instead of half wins."),
+    ledger: str | None = typer.Option(None, "--ledger", help="Ledger holding a run given by id; default ./ept-out/ledger."),
 ) -> None:
     """Analyse a run and write one self-contained HTML report (plots embedded, no external resources)."""
     from analysis.html import write_html
     from analysis.pipeline import AnalysisOptions, analyze
 
-    inputs = [resolve_run(p) for p in paths]
+    inputs = [resolve_run(p, ledger) for p in paths]
     base, source = run_options(inputs)
     opts = AnalysisOptions(
         weights=weights if weights is not None else base.weights,
@@ -155,32 +157,11 @@ def run_options(inputs: list[str]) -> tuple[Any, str]:
 DEFAULT_LEDGER = Path("ept-out/ledger")  # where `ept demo` and plans without a ledger write
 
 
-def resolve_run(arg: str) -> str:
-    """A bare run id (e.g. `demo`) that is not a path means that run in the default local ledger; an id that
-    is in neither place is an input error that lists the runs the ledger has (a typo should not read as a
-    missing file)."""
-    import glob
+def resolve_run(arg: str, ledger: str | None = None) -> str:
+    """A bare run id (e.g. `demo`) that is not a path means that run in `ledger` (default ./ept-out/ledger)."""
+    from analysis.io import resolve_input
 
-    from contracts.errors import InputError
-
-    if arg.startswith("s3://") or Path(arg).exists() or glob.has_magic(arg) or "/" in arg:
-        return arg
-    candidate = DEFAULT_LEDGER / "runs" / arg
-    if candidate.is_dir():
-        return str(candidate)
-    runs = known_runs(DEFAULT_LEDGER)
-    have = f"it has: {', '.join(runs)}" if runs else "it has none yet (`ept demo` or `ept sweep PLAN` makes one)"
-    raise InputError(
-        f"no run {arg!r} in the local ledger {DEFAULT_LEDGER}/runs ({have}), and no file or folder of that name; "
-        "pass a run id, a run folder (…/runs/ID) or log paths",
-        field="RUN",
-    )
-
-
-def known_runs(ledger: Path) -> list[str]:
-    """Run ids of a local ledger folder, sorted."""
-    runs = ledger / "runs"
-    return sorted(p.name for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []
+    return resolve_input(arg, ledger)
 
 
 def _pct(x: float | None) -> float | None:

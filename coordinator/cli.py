@@ -9,14 +9,21 @@ _LEDGER_HELP = "Ledger URL (folder, file://… or s3://bucket/prefix); default: 
 
 def _ledger_and_run(run: str, ledger: str | None):
     """RUN is a run id (with --ledger) or a plan file (its name and ledger)."""
-    from contracts.ledger import open_ledger
+    from analysis.io import run_source
+    from contracts.ledger import check_run, open_ledger, open_ledger_for_reading
 
     if run.endswith(".toml"):
         from coordinator.plan import load_plan
 
         plan = load_plan(run)
-        return open_ledger(ledger or plan.ledger), plan.run_id
-    return open_ledger(ledger or "./ept-out/ledger"), run
+        led, run_id = open_ledger(ledger or plan.ledger), plan.run_id
+    elif (src := run_source(run)) is not None:  # a run folder or s3://…/runs/<id>
+        led, run_id = open_ledger(src.ledger_url), src.run_id
+    else:
+        led, run_id = open_ledger(ledger or "./ept-out/ledger"), run
+    # Reachable, and holding the run: otherwise say which (endpoint, credentials, bucket) or list the runs.
+    check_run(open_ledger_for_reading(led.url), run_id)
+    return led, run_id
 
 
 def _finish(out) -> None:
@@ -43,19 +50,22 @@ def register(app: typer.Typer) -> None:
         concurrency: int = typer.Option(None, "--concurrency", help="Local executor threads (overrides the plan)."),
         profiles: str = typer.Option(None, "--profiles", help="profiles.toml (default: $EPT_PROFILES, ./profiles.toml)."),
         no_analysis: bool = typer.Option(False, "--no-analysis", help="Skip the Elo table at the end."),
+        max_jobs: int = typer.Option(
+            None, "--max-jobs", min=1, help="Allow plans of up to N jobs (default: the plan's max_jobs, else 2,000,000)."
+        ),
     ) -> None:
         """Run a plan: expand to jobs, skip those already in the ledger, run the rest, print the Elo table."""
         from contracts.errors import InputError
         from coordinator.plan import EXECUTORS, load_plan
-        from coordinator.sweep import execute, plan_jobs, resolve_profile
+        from coordinator.sweep import execute, resolve_profile
 
         plan = load_plan(plan_file)
         if executor and executor not in EXECUTORS:
             raise InputError(f"must be one of {', '.join(EXECUTORS)}", field="--executor")
-        plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency)
+        plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency, max_jobs=max_jobs)
         prof = resolve_profile(plan, profile_url_override, profiles)
-        jobs = plan_jobs(plan)
-        out = execute(plan, jobs, profile=prof, base_url=profile_url_override, analyze=not no_analysis)
+        # jobs=None: the plan's jobs are streamed, never all held at once.
+        out = execute(plan, None, profile=prof, base_url=profile_url_override, analyze=not no_analysis)
         _finish(out)
 
     @app.command()
@@ -70,6 +80,7 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from analysis.report import make_console
+        from contracts.secrets import mask_url
         from coordinator.status import run_status
 
         led, run_id = _ledger_and_run(run, ledger)
@@ -82,7 +93,7 @@ def register(app: typer.Typer) -> None:
         m = st.manifest or {}
         c.print(f"[bold]run {st.run_id}[/] in {st.run_url}", highlight=False)
         c.print(f"started {m.get('started_at', '?')} · sessions {len(m.get('sessions', []))} · "
-                f"profile {m.get('profile', {}).get('name', '?')} ({m.get('profile', {}).get('base_url', '?')})",
+                f"profile {m.get('profile', {}).get('name', '?')} ({mask_url(str(m.get('profile', {}).get('base_url', '?')))})",
                 highlight=False)  # fmt: skip
         c.print(f"jobs {st.n_jobs if st.n_jobs is not None else '?'}: done {st.done} · failed "
                 f"{sum(st.failed.values())} · pending {st.pending if st.pending is not None else '?'}")  # fmt: skip
@@ -92,7 +103,7 @@ def register(app: typer.Typer) -> None:
                 t.add_column(col)
             for cls, n in sorted(st.failed.items()):
                 ex = next(f for f in st.failed_jobs if str(f.get("class")) == cls)
-                t.add_row(cls, str(n), ex["key"], str(ex.get("message", ""))[:160])
+                t.add_row(cls, str(n), ex["key"], mask_url(str(ex.get("message", "")))[:160])
             c.print(t)
 
     @app.command()
@@ -125,15 +136,27 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def compact(
-        run: str = typer.Argument(..., metavar="RUN", help="Run id (the plan's name) or the plan file."),
+        run: str = typer.Argument(..., metavar="RUN", help="Run id, run folder / s3://…/runs/<id> URL, or the plan file."),
         ledger: str = typer.Option(None, "--ledger", help=_LEDGER_HELP),
+        rebuild: bool = typer.Option(
+            False, "--rebuild", help="Drop every segment and fold all job objects again (e.g. after a corrupt one)."
+        ),
     ) -> None:
-        """Write the run's records as one Parquet file (for runs too large for JSONL scans)."""
-        from coordinator.status import compact as do_compact
+        """Fold the job objects written since the last compaction into a new Parquet segment (incremental)."""
+        from coordinator.status import compact_cmd
 
         led, run_id = _ledger_and_run(run, ledger)
-        where, rows = do_compact(led, run_id)
-        typer.echo(f"{rows} records -> {where}")
+        res = compact_cmd(led, run_id, rebuild=rebuild)
+        if res.dropped:
+            typer.echo(f"--rebuild: removed {len(res.dropped)} segment files", err=True)
+        where = ", ".join(res.segments) or "no new segment"
+        typer.echo(f"{res.jobs} job objects ({res.rows} records) -> {where}; {res.already} already compacted")
+        if res.unparsable:
+            typer.echo(
+                f"{len(res.unparsable)} job objects could not be parsed and stay uncompacted (analysis names their "
+                f"bad line), e.g. {res.unparsable[0]}",
+                err=True,
+            )
 
     @app.command()
     def demo(

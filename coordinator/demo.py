@@ -17,9 +17,9 @@ def demo_plan_text() -> str:
 
 def run_demo(out: str | Path = "./ept-out", *, tasks_per_family: int | None = None, console: Any = None) -> Any:
     from analysis.report import make_console
-    from contracts.profiles import Profile
     from coordinator.plan import parse_plan
     from coordinator.sweep import execute, plan_jobs
+    from egress.profiles import Profile
     from simulator.server import start_in_thread
 
     out = Path(out)

@@ -44,8 +44,9 @@ def _register() -> None:
     _registered = True
     import analysis.cli
     import analysis.cli_report
+    import analysis.imports.cli
     import coordinator.cli
-    import ept.egress_cli
+    import egress.cli
     import simulator.cli
     import suites.cli
     import worker.cli
@@ -55,8 +56,9 @@ def _register() -> None:
         worker.cli,
         suites.cli,
         analysis.cli,
+        analysis.imports.cli,
         analysis.cli_report,
-        ept.egress_cli,
+        egress.cli,
         simulator.cli,
     ):
         mod.register(app)

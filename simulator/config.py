@@ -17,7 +17,9 @@ from typing import Any
 
 from contracts.errors import InputError
 
-# "403", "400" and "quota" (429 insufficient_quota) exist for scripts only (no rate).
+# "403", "400" and "quota" (429 insufficient_quota) exist for scripts only (no rate), as do the hostile-provider
+# faults: "usage_negative", "usage_nan", "usage_float", "usage_huge" (a normal reply whose usage is broken that
+# way) and "no_choices" (a billed 200 with usage but no choices, which the client must discard and retry).
 FAULTS = (
     "429",
     "500",
@@ -28,6 +30,11 @@ FAULTS = (
     "403",
     "400",
     "quota",
+    "usage_negative",
+    "usage_nan",
+    "usage_float",
+    "usage_huge",
+    "no_choices",
     "ok",
 )
 LATENCY_DISTS = ("uniform", "normal", "exponential")

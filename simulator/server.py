@@ -416,8 +416,22 @@ async def _complete(request: web.Request, anthropic: bool) -> web.Response:
     with_usage = fault != "missing_usage"
     rid = f"{derive_seed(seed, k, model):08x}"
     if anthropic:
-        return done(web.json_response(_anthropic_body(rid, model, replies[0], p_tok, c_toks[0], with_usage)))
-    return done(web.json_response(_openai_body(rid, model, replies, p_tok, c_toks, with_usage, seed)))
+        out = _anthropic_body(rid, model, replies[0], p_tok, c_toks[0], with_usage)
+    else:
+        out = _openai_body(rid, model, replies, p_tok, c_toks, with_usage, seed)
+    return done(web.json_response(_hostile_usage(out, fault, anthropic)))
+
+
+_BAD_USAGE = {"usage_negative": -18, "usage_nan": float("nan"), "usage_float": 12.5, "usage_huge": 10**15}
+
+
+def _hostile_usage(body: dict[str, Any], fault: str, anthropic: bool) -> dict[str, Any]:
+    """A hostile provider: usage broken as the fault says (json.dumps writes NaN as the bare token NaN)."""
+    if fault == "no_choices":
+        body.pop("content" if anthropic else "choices", None)
+    elif fault in _BAD_USAGE and "usage" in body:
+        body["usage"]["input_tokens" if anthropic else "prompt_tokens"] = _BAD_USAGE[fault]
+    return body
 
 
 def _openai_body(

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from fixtures_sim import SIM_KEY
 
-from contracts.profiles import Profile
-from ept.doctor import FAIL, PASS, SKIP, WARN, check_base_url, check_key, ok, run_checks
+from egress.doctor import FAIL, PASS, SKIP, WARN, check_base_url, check_key, ok, run_checks
+from egress.profiles import Profile
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = "EPT_DOCTOR_TEST_KEY"

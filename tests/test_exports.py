@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import InputError
-from contracts.profiles import Profile
-from ept.client_configs import PLACEHOLDER_KEY, render
+from egress.exports import PLACEHOLDER_KEY, render
+from egress.profiles import Profile
 
 REPO = Path(__file__).resolve().parents[1]
 CANARY = "sk-canary-export-0000111122223333"

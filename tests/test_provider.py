@@ -12,7 +12,7 @@ from datetime import UTC
 import pytest
 from fixtures_sim import SIM_KEY
 
-from worker.provider import ProviderClient, ProviderError
+from egress.client import ProviderClient, ProviderError
 
 MSGS = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 6 times 7?"}]
 
@@ -313,7 +313,7 @@ def test_connection_refused_is_transient(sim):
 
 def test_backoff_is_full_jitter_exponential_and_capped():
     c = ProviderClient(
-        __import__("contracts.profiles", fromlist=["Profile"]).Profile(
+        __import__("egress.profiles", fromlist=["Profile"]).Profile(
             name="x", protocol="openai", base_url="http://127.0.0.1:9/v1", api_key_env="X", model="m"
         ),
         api_key=SIM_KEY,
@@ -374,7 +374,7 @@ def test_retry_after_header_forms():
     from datetime import datetime, timedelta
     from email.utils import format_datetime
 
-    from worker.provider import _retry_after
+    from egress.client import _retry_after
 
     assert _retry_after({"retry-after": "3"}) == 3.0
     assert _retry_after({"retry-after-ms": "250", "retry-after": "1"}) == 0.25

@@ -11,10 +11,10 @@ from fixtures_sim import SIM_KEY
 from contracts.jobs import Job
 from contracts.records import JobResult
 from contracts.tasks import load_builtin_suite
+from egress.client import ProviderClient
 from simulator.brain import TaskBrain
 from worker.job import run_job
 from worker.judge import combine, judge_job, run_judgments
-from worker.provider import ProviderClient
 
 MATH = load_builtin_suite("math")
 

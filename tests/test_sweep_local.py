@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def tiny_run(job: Job, provider) -> JobResult:
     """A minimal job (budget_n calls, answer = first reply) to test the plumbing apart from the strategies."""
-    from worker.provider import ProviderError
+    from egress.client import ProviderError
 
     calls, answer = [], None
     try:
@@ -145,7 +145,7 @@ def test_transient_failures_are_retried_then_recorded(tmp_path, make_sim, key_en
     plan = _plan(tmp_path, name="flaky")
     jobs = _jobs(plan, n=1)[:2]
     prof = sim.profile(max_retries=0)
-    from worker.provider import ProviderClient
+    from egress.client import ProviderClient
     from worker.tasks import perform_job
 
     led = open_ledger(tmp_path / "ledger")
@@ -176,7 +176,7 @@ CHILD = """
 import os, sys
 sys.path.insert(0, {tests!r})
 from test_sweep_local import tiny_run
-from contracts.profiles import Profile
+from egress.profiles import Profile
 from coordinator.plan import load_plan
 from coordinator.sweep import execute, plan_jobs, print_summary
 from coordinator.expand import expand
@@ -283,7 +283,12 @@ def test_cli_status_and_compact(tmp_path, make_sim, key_env):
     assert r.returncode == 0, r.stderr
     import polars as pl
 
-    df = pl.read_parquet(tmp_path / "ledger" / "runs" / "st" / "compact" / "records.parquet")
+    # The sweep compacted its results when it finished: nothing new to fold in.
+    assert f"0 job objects (0 records) -> no new segment; {len(jobs) - 3} already compacted" in r.stdout
+    r = _ept("compact", "st", "--ledger", str(tmp_path / "ledger"), "--rebuild")
+    assert r.returncode == 0 and "part-00002.parquet" in r.stdout, r.stdout + r.stderr
+    assert not (tmp_path / "ledger" / "runs" / "st" / "compact" / "part-00001.parquet").exists()
+    df = pl.read_parquet(tmp_path / "ledger" / "runs" / "st" / "compact" / "part-00002.parquet")
     n_calls = sum(j.budget_n for j in jobs[:-3])
     assert df.filter(pl.col("kind") == "call").height == n_calls
     assert df.filter(pl.col("kind") == "outcome").height == len(jobs) - 3

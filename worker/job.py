@@ -9,8 +9,8 @@ import time
 from contracts.jobs import Job
 from contracts.records import JobResult, Outcome
 from contracts.secrets import scrub
+from egress.client import ProviderClient, ProviderError
 from worker.graders import grade
-from worker.provider import ProviderClient, ProviderError
 from worker.strategies import StrategyResult, get_strategy
 from worker.strategies.base import DEFAULT_CONCURRENCY, JobContext
 

@@ -29,8 +29,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from contracts.profiles import Profile
 from contracts.secrets import mask, scrub
+from contracts.usage import check_usage
+from egress.profiles import Profile
 
 log = logging.getLogger("ept.provider")
 
@@ -89,10 +90,28 @@ class ChatResponse:
     attempts: int
     n_requested: int
     n_returned: int
+    usage_invalid: str | None = None  # why the server's usage was not stored (contracts.usage); usage is then None
+    # Billed 2xx responses that were discarded and retried (malformed): [{"usage", "usage_invalid", "message"}]
+    discarded: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _Malformed(Exception):
-    """A 2xx response whose body is not the JSON we need."""
+    """A 2xx response whose body is not the JSON we need. `usage` is what the body said it cost, if anything."""
+
+    usage: dict[str, Any] | None = None
+
+
+def _discarded(usage: Any, message: str) -> dict[str, Any]:
+    u, bad = check_usage(usage)
+    return {"usage": u, "usage_invalid": bad, "message": message}
+
+
+def _choices_or_malformed(data: dict[str, Any], anthropic: bool) -> list[Choice]:
+    try:
+        return [_anthropic_choice(data)] if anthropic else _openai_choices(data)
+    except _Malformed as e:
+        e.usage = _normalise_usage(data.get("usage"), anthropic)  # the response was billed all the same
+        raise
 
 
 # ---------------------------------------------------------------- classification
@@ -414,8 +433,9 @@ class ProviderClient:
     def _backoff(self, attempt: int) -> float:
         return random.uniform(0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1)))
 
-    def _with_retries(self, fn: Any, est_tokens: int) -> tuple[Any, int]:
-        """Run fn() with classification and retries; returns (result, attempts)."""
+    def _with_retries(self, fn: Any, est_tokens: int, discarded: list[dict[str, Any]] | None = None) -> tuple[Any, int]:
+        """Run fn() with classification and retries; returns (result, attempts). Malformed 2xx responses that
+        were retried are appended to `discarded`; the last one's usage rides on the raised error (`.usage`)."""
         self._require_key()
         attempts = 0
         while True:
@@ -428,9 +448,15 @@ class ProviderClient:
                 raise
             except Exception as e:
                 err = classify(e, self.profile, self._key)
+                malformed = e if isinstance(e, _Malformed) else None
             err.attempts = attempts
             if err.error_class not in RETRYABLE or attempts > self.profile.max_retries:
+                if malformed is not None:
+                    err.usage, err.usage_invalid = check_usage(malformed.usage)  # type: ignore[attr-defined]
+                err.discarded = list(discarded or [])  # type: ignore[attr-defined]
                 raise err
+            if malformed is not None and discarded is not None:
+                discarded.append(_discarded(malformed.usage, err.message))
             if err.error_class == "rate_limit" and err.retry_after is not None:
                 wait = min(err.retry_after, self.retry_after_cap)
             else:
@@ -486,7 +512,7 @@ class ProviderClient:
 
             def call() -> tuple[list[Choice], dict[str, Any] | None, str | None]:
                 data = _parse_json(self.sdk.messages.with_raw_response.create(**kwargs))
-                return [_anthropic_choice(data)], _normalise_usage(data.get("usage"), True), data.get("model")
+                return _choices_or_malformed(data, True), _normalise_usage(data.get("usage"), True), data.get("model")
         else:
             body: dict[str, Any] = {"model": self.profile.model, "messages": messages, "temperature": temperature}
             if n > 1:
@@ -504,9 +530,12 @@ class ProviderClient:
                 # its TypedDict transform and pydantic models — 40% of the client CPU per call, measured.
                 text = self.sdk.post("/chat/completions", body=body, options={"headers": headers}, cast_to=str)
                 data = _parse_json_text(text)
-                return _openai_choices(data), _normalise_usage(data.get("usage"), False), data.get("model")
+                return _choices_or_malformed(data, False), _normalise_usage(data.get("usage"), False), data.get("model")
 
-        (choices, usage, model), attempts = self._with_retries(call, est)
+        discarded: list[dict[str, Any]] = []
+        (choices, raw_usage, model), attempts = self._with_retries(call, est, discarded)
+        # Checked before anything stores or sums it: invalid usage becomes None plus a reason.
+        usage, usage_invalid = check_usage(raw_usage)
         if self.rate_limiter is not None:
             used = (
                 (usage or {}).get("prompt_tokens", 0) + (usage or {}).get("completion_tokens", 0)
@@ -522,6 +551,8 @@ class ProviderClient:
             attempts=attempts,
             n_requested=n,
             n_returned=len(choices),
+            usage_invalid=usage_invalid,
+            discarded=discarded,
         )
 
     def list_models(self) -> list[str]:

@@ -15,7 +15,7 @@ import json
 import re
 
 from contracts.errors import InputError
-from contracts.profiles import Profile
+from egress.profiles import Profile
 
 PLACEHOLDER_KEY = "YOUR_API_KEY"
 TARGETS = ("claude-code", "codex", "cc-switch", "env")

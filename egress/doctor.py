@@ -16,8 +16,8 @@ import os
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from contracts.profiles import Profile
 from contracts.secrets import mask, scrub
+from egress.profiles import Profile
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 PLACEHOLDERS = ("YOUR_API_KEY", "sk-...", "<your key>")
@@ -149,7 +149,7 @@ def _detail(e: object) -> str:
 
 def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float = 0.2) -> list[Check]:
     """All five checks; network checks are skipped when the key or base_url check fails."""
-    from worker.provider import ProviderClient, ProviderError
+    from egress.client import ProviderClient, ProviderError
 
     key = profile.api_key()
     checks = [check_key(profile), check_base_url(profile)]
