@@ -59,7 +59,9 @@ def compare(
     con = make_console()  # CI logs and pipes: every column in full, not squeezed to 80
     pct = f"{level * 100:g}%"
     t = Table(title=f"ept compare: baseline {baseline} vs current {current}")
-    for col in ("arm", "Elo base", "Elo cur", f"ΔElo [{pct}]", "tok/task base", "tok/task cur", f"Δtok [{pct}]", "status"):
+    cols = ("arm", "Elo base", "Elo cur", f"ΔElo [{pct}]", "tok/task base", "tok/task cur", f"Δtok [{pct}]",
+            "drop caught 80%", "status")  # fmt: skip
+    for col in cols:
         t.add_column(col, justify="left" if col in ("arm", "status") else "right", no_wrap=col == "arm")
     for r in res.table.iter_rows(named=True):
         flagged = r["arm"] in res.flagged
@@ -72,12 +74,18 @@ def compare(
             fmt(r["tokens_cur"], ",.0f"),
             f"{fmt(_pct(r['d_tokens_rel']), '+.1f')}% "
             f"[{fmt(_pct(r['d_tokens_rel_lo']), '+.1f')}, {fmt(_pct(r['d_tokens_rel_hi']), '+.1f')}]",
+            fmt(r["detectable_drop"], ".0f"),
             "[bold red]REGRESSION[/]" if flagged else "ok",
         )
     con.print(t)
     con.print(
         f"rule: {res.rule.describe()}; applied to {res.gate_level * 100:.4g}% intervals"
         + (f" ({pct} adjusted for {res.table.height} arms)" if adjust == "bonferroni" else ""),
+        highlight=False,
+    )
+    con.print(
+        "drop caught 80%: per arm, the smallest true Elo drop this rule flags in 80% of runs of this size; "
+        "smaller drops usually pass (docs/compare.md)",
         highlight=False,
     )
     for n in res.notes:
@@ -105,7 +113,7 @@ def report(
     ),
     seed: int | None = typer.Option(None, "--seed", help="Bootstrap seed (default: the run's plan, else 0)."),
     level: float = typer.Option(0.95, "--level", help="Interval level."),
-    l2: float = typer.Option(1e-3, "--l2", help="L2 penalty of the Bradley-Terry fit (the seed's 1e-3)."),
+    l2: float | None = typer.Option(None, "--l2", help="L2 penalty of the Bradley-Terry fit (default: the prior of `ept analyze`)."),
     tasks: str | None = typer.Option(None, "--tasks", help="JSONL with task_id and family, for logs without them."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed lines instead of stopping."),
     drop_ties: bool = typer.Option(False, "--drop-ties", help="Drop tied comparisons instead of half wins."),

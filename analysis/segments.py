@@ -272,6 +272,9 @@ def compact_run(
             rows = 0
             for keys in _chunks(seg_keys, chunk_jobs):
                 blobs = ledger.get_jobs(run_id, keys, threads=threads)
+                if any(not b for b in blobs):
+                    # An empty object is one another tool is still writing: leave it for the next compaction.
+                    keys, blobs = [k for k, b in zip(keys, blobs, strict=True) if b], [b for b in blobs if b]
                 groups, bad = parse_good(keys, blobs, SEGMENT_SCHEMA)
                 del blobs
                 res.unparsable += bad

@@ -287,6 +287,22 @@ def _retrying(
         time.sleep(random.uniform(0, min(cap_s, base_s * 2 ** min(i - 1, 16))))
 
 
+_S3_CREDENTIAL_CODES = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken")
+
+
+def _raise_if_credentials(e: Exception, url: str) -> None:
+    """Wrong or missing S3 credentials are a setup error (exit 2 naming the variables), not a traceback."""
+    from botocore.exceptions import NoCredentialsError, PartialCredentialsError
+
+    code = str(getattr(e, "response", {}).get("Error", {}).get("Code", "")) if hasattr(e, "response") else ""
+    if isinstance(e, NoCredentialsError | PartialCredentialsError) or code in _S3_CREDENTIAL_CODES or _s3_status(e) in (401, 403):
+        raise InputError(
+            f"S3 refused the credentials for {url} ({code or type(e).__name__}): check AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY and AWS_ENDPOINT_URL (and that this key may read and write the bucket)",
+            field="ledger",
+        ) from None
+
+
 def _s3_status(e: Exception) -> int:
     resp = getattr(e, "response", None) or {}
     return int(resp.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
@@ -332,7 +348,11 @@ class S3Ledger:
         return self._client
 
     def _retry(self, fn: Callable[[], T]) -> T:
-        return _retrying(fn, attempts=self._attempts, patience_s=self._patience_s)
+        try:
+            return _retrying(fn, attempts=self._attempts, patience_s=self._patience_s)
+        except Exception as e:
+            _raise_if_credentials(e, self.url)
+            raise
 
     def _ensure_bucket(self) -> None:
         c = self._client

@@ -23,8 +23,8 @@ from typing import Any
 
 from contracts.errors import InputError
 
-GRADER_TYPES = ("exact", "normalised", "numeric", "math", "regex", "choice", "code", "tool", "none")
-TOOL_IMPL_TYPES = ("calculator", "lookup")
+GRADER_TYPES = ("exact", "normalised", "numeric", "math", "regex", "choice", "code", "tool", "bfcl", "none")
+TOOL_IMPL_TYPES = ("calculator", "lookup", "record")
 _KNOWN_FIELDS = {
     "task_id", "family", "prompt", "messages", "reference", "grader", "difficulty", "distractors",
     "tools", "tool_impl", "tests", "visible_tests", "entry_point", "meta",
@@ -45,6 +45,8 @@ def validate_task(task: Any, file: str = "<task>", line: int = 1) -> dict[str, A
     for f in ("task_id", "family"):
         if not isinstance(task.get(f), str) or not task[f].strip():
             raise _fail("required, a non-empty string", file, line, f)
+        if any(ord(c) < 32 or ord(c) == 127 for c in task[f]):
+            raise _fail("must not hold NUL or other control characters", file, line, f)
     has_prompt, has_msgs = task.get("prompt") is not None, task.get("messages") is not None
     if has_prompt == has_msgs:
         raise _fail("give exactly one of 'prompt' or 'messages'", file, line, "prompt")
@@ -111,6 +113,12 @@ def _check_grader_options(task: dict[str, Any], grader: dict[str, Any], file: st
             raise _fail("grader option 'expect_calls' must be a list of {name, arguments?}", file, line, "grader")
         if not task.get("tools"):
             raise _fail("tool grader needs the task's tools", file, line, "tools")
+    if gtype == "bfcl":
+        if not task.get("tools"):
+            raise _fail("bfcl grader needs the task's tools", file, line, "tools")
+        if not isinstance(task["reference"], list) or not all(isinstance(g, dict) for g in task["reference"]):
+            raise _fail("bfcl grader needs the possible answers: a list of {function: {param: [options]}}",
+                        file, line, "reference")
 
 
 def _check_tools(task: dict[str, Any], file: str, line: int) -> None:
@@ -160,6 +168,8 @@ def load_suite(path: str | Path) -> list[dict[str, Any]]:
                 rec = json.loads(raw)
             except json.JSONDecodeError as e:
                 raise InputError(f"not valid JSON ({e.msg} at column {e.colno})", file=file, line=lineno) from None
+            except RecursionError:
+                raise InputError("not valid here: JSON nested too deeply", file=file, line=lineno) from None
             validate_task(rec, file, lineno)
             if rec["task_id"] in seen:
                 raise InputError(f"duplicate task_id (first on line {seen[rec['task_id']]})", file, lineno, "task_id")

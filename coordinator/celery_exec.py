@@ -31,6 +31,27 @@ def _pipelined(producer: Any, size: int) -> Any:
     return batch(max_size=max(1, size)) if batch is not None else contextlib.nullcontext()
 
 
+def _first_contact(fn: Callable[[], Any], app: Any) -> None:
+    """The first broker round trip: a broker that is down, unreachable or refuses the password is a setup
+    problem, reported as an exit-2 error naming the (masked) URL, not a redis traceback."""
+    import redis.exceptions
+    from kombu.exceptions import OperationalError
+
+    from contracts.errors import InputError
+    from contracts.secrets import mask_url
+
+    try:
+        fn()
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.AuthenticationError,
+            redis.exceptions.ResponseError, OperationalError) as e:  # fmt: skip
+        url = mask_url(str(app.conf.broker_url))
+        raise InputError(
+            f"cannot use the broker at {url}: {type(e).__name__}: {mask_url(str(e))} — start Redis there, or point "
+            "EPT_BROKER_URL (and EPT_RESULT_BACKEND) at a running one; `ept sweep --executor local` needs no broker",
+            field="EPT_BROKER_URL",
+        ) from None
+
+
 def run_celery(
     jobs: Iterable[Job],
     ctx: dict[str, Any],
@@ -146,7 +167,7 @@ def run_celery(
             time.sleep(min(2.0, 0.2 * 2 ** min(int(time.monotonic() - broker_down_since[0]), 4)))
 
     try:
-        backend.client.set(marker, "1", ex=7 * 24 * 3600)
+        _first_contact(lambda: backend.client.set(marker, "1", ex=7 * 24 * 3600), app)
         stream = iter(jobs)
         with app.producer_or_acquire() as producer:
             while not should_stop():
@@ -173,6 +194,6 @@ def run_celery(
                     f"no job finished in {idle_notice_s:.0f}s: is a worker consuming queue {queue!r} on this broker? "
                     f"(start one with `ept worker --queue {queue}`); enqueued jobs wait on the queue until then"
                 )
-        return True
+        return not should_stop()  # stopped early (egress broken) unless every job was sent before it tripped
     finally:
         app.close()

@@ -32,10 +32,8 @@ def _finish(out) -> None:
 
     # Full width when stdout is a pipe, a CI log or `docker compose` output (the coordinator's only table there).
     print_summary(out, make_console())
-    if not out.completed:
-        raise typer.Exit(130)
-    if out.tally.failed:
-        raise typer.Exit(1)
+    if out.exit_code:
+        raise typer.Exit(out.exit_code)
 
 
 def register(app: typer.Typer) -> None:
@@ -77,6 +75,7 @@ def register(app: typer.Typer) -> None:
         """Progress of a running or finished run, read from the ledger."""
         import json
 
+        from rich.markup import escape
         from rich.table import Table
 
         from analysis.report import make_console
@@ -103,7 +102,7 @@ def register(app: typer.Typer) -> None:
                 t.add_column(col)
             for cls, n in sorted(st.failed.items()):
                 ex = next(f for f in st.failed_jobs if str(f.get("class")) == cls)
-                t.add_row(cls, str(n), ex["key"], mask_url(str(ex.get("message", "")))[:160])
+                t.add_row(cls, str(n), escape(ex["key"]), escape(mask_url(str(ex.get("message", "")))[:160]))
             c.print(t)
 
     @app.command()

@@ -163,6 +163,8 @@ def parse_plan(text: str, file: str = "<plan>", base_dir: str | Path | None = No
     except tomllib.TOMLDecodeError as e:
         m = re.search(r"line (\d+)", str(e))
         raise InputError(f"not valid TOML: {e}", file=file, line=int(m.group(1)) if m else None) from None
+    except RecursionError:
+        raise InputError("not valid here: TOML nested too deeply", file=file) from None
     return _from_raw(raw, file, text, base_dir)
 
 

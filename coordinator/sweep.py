@@ -93,10 +93,26 @@ class SweepOutcome:
     analysis: Any = None
     analysis_error: str | None = None
     compact_note: str | None = None
+    profile_name: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.completed and self.tally.failed == 0
+
+    @property
+    def stopped_for_egress(self) -> bool:
+        """Stopped early because credential/endpoint failures came in a row (exit 3), not by the user (130)."""
+        return not self.completed and self.tally.egress_broken()
+
+    @property
+    def exit_code(self) -> int:
+        from contracts.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_STOPPED_EGRESS
+
+        if self.stopped_for_egress:
+            return EXIT_STOPPED_EGRESS
+        if not self.completed:
+            return EXIT_INTERRUPTED
+        return EXIT_FAILED if self.tally.failed else 0
 
 
 def resolve_profile(plan: Plan, base_url: str | None, profiles_path: str | None = None):
@@ -251,7 +267,7 @@ def execute(
     out = SweepOutcome(
         run_id=plan.run_id, ledger_url=ledger.url, run_url=ledger.run_url(plan.run_id), n_jobs=n_jobs,
         already_done=n_jobs - n_todo if completed else len(have), tally=tally, elapsed_s=time.monotonic() - t0,
-        completed=completed,
+        completed=completed, profile_name=getattr(profile, "name", None),
     )  # fmt: skip
     if compact and completed and tally.done:
         out.compact_note = _compact(ledger, plan.run_id)
@@ -312,6 +328,7 @@ def analyze_run(plan: Plan, ledger: Ledger) -> tuple[Any, str | None]:
 
 
 def print_summary(out: SweepOutcome, console: Any) -> None:
+    from rich.markup import escape  # keys and messages carry task/family names: text, not markup
     from rich.table import Table
 
     t = out.tally
@@ -324,7 +341,13 @@ def print_summary(out: SweepOutcome, console: Any) -> None:
     console.print(f"ledger: {out.run_url}", highlight=False)
     if out.compact_note:
         console.print(out.compact_note, highlight=False)
-    if not out.completed:
+    if out.stopped_for_egress:
+        console.print(
+            f"[red]stopped[/]: {EGRESS_ABORT_AFTER} credential/endpoint failures in a row — fix the profile "
+            f"(`ept doctor --profile {out.profile_name or 'NAME'}`), then `ept retry {out.run_id} --ledger {out.ledger_url}`",
+            highlight=False,
+        )
+    elif not out.completed:
         console.print(
             "[yellow]interrupted or stopped early[/]: rerun the same command to resume (finished jobs are skipped)"
         )
@@ -334,7 +357,7 @@ def print_summary(out: SweepOutcome, console: Any) -> None:
             ft.add_column(col)
         for cls in sorted(t.failures):
             keys = t.failures[cls]
-            ft.add_row(cls, str(len(keys)), keys[0], (t.messages.get(cls) or "")[:160])
+            ft.add_row(cls, str(len(keys)), escape(keys[0]), escape((t.messages.get(cls) or "")[:160]))
         console.print(ft)
         console.print(f"re-run only the failed jobs with: ept retry {out.run_id} --ledger {out.ledger_url}")
     if out.analysis is not None:
@@ -342,4 +365,4 @@ def print_summary(out: SweepOutcome, console: Any) -> None:
 
         print_report(out.analysis, console)
     elif out.analysis_error:
-        console.print(f"[yellow]no Elo table:[/] {out.analysis_error}", highlight=False)
+        console.print(f"[yellow]no Elo table:[/] {escape(out.analysis_error)}", highlight=False)

@@ -125,6 +125,10 @@ def main(argv: list[str] | None = None) -> None:
     except InputError as e:
         Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {scrub(str(e))}", highlight=False)
         sys.exit(EXIT_BAD_INPUT)
+    except RecursionError:
+        # A parser met input nested thousands deep (e.g. 100k brackets on one line) somewhere not caught closer.
+        Console(stderr=True).print("[bold red]error:[/] input nested too deeply to read", highlight=False)
+        sys.exit(EXIT_BAD_INPUT)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -285,3 +286,114 @@ def test_password_in_base_url_is_masked_everywhere(tmp_path, make_sim):
         assert PW not in p.read_text(errors="replace"), p
     m = json.loads((tmp_path / "led" / "runs" / "ok" / "manifest.json").read_text())
     assert m["profile"]["base_url"].startswith("http://user:…")
+
+
+# ---- item 10: tracebacks become exit-2 errors; names are text --------------------------------------------------
+
+
+def _log_lines(arms: dict[str, int], n_tasks: int = 6) -> list[dict]:
+    """A small valid call log: each arm (strategy -> budget) answers task i correctly when i < its quality."""
+    lines = []
+    for k, (strategy, budget) in enumerate(arms.items()):
+        for i in range(n_tasks):
+            ident = {"task_id": f"t{i}", "family": "f", "strategy": strategy, "budget_n": budget}
+            lines.append({**ident, "kind": "call", "usage": {"prompt_tokens": 10 * budget, "completion_tokens": 5}})
+            lines.append({**ident, "kind": "outcome", "score": float(i % (k + 2) == 0)})
+    return lines
+
+
+def _write_log(path: Path, lines: list, raw_extra: list[str] = ()) -> Path:
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines) + "".join(x + "\n" for x in raw_extra))
+    return path
+
+
+_BAD_LINES = [
+    # (raw line appended after 24 good ones, field named or None)
+    ("[" * 100_000 + "]" * 100_000, None),  # RecursionError on main
+    (json.dumps({"kind": "call", "task_id": "t1", "strategy": "", "budget_n": 1}), "strategy"),  # arm "@1" on main
+    (json.dumps({"kind": "call", "task_id": 7, "strategy": "greedy", "budget_n": 1}), "task_id"),
+    (json.dumps({"kind": "call", "task_id": "a\x00b", "strategy": "greedy", "budget_n": 1}), "task_id"),
+    ('{"kind": "outcome", "task_id": "t1", "strategy": "greedy", "budget_n": 1, "score": NaN}', "score"),  # TapeError
+]
+
+
+@pytest.mark.parametrize("raw,field", _BAD_LINES, ids=["deep", "empty-strategy", "int-task-id", "nul-task-id", "nan-score"])
+def test_bad_log_lines_exit_2_naming_line_and_field(tmp_path, raw, field):
+    log = _write_log(tmp_path / "log.jsonl", _log_lines({"greedy": 1, "majority": 4}), [raw])
+    r = _ept("analyze", str(log), "--rounds", "0", "--no-plots", timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and f"{log}:25" in r.stderr.replace("\n", ""), r.stderr
+    if field:
+        assert f"'{field}'" in r.stderr
+    assert "TapeError" not in r.stderr
+
+
+def test_numeric_looking_string_ids_are_still_accepted(tmp_path):
+    lines = _log_lines({"greedy": 1, "majority": 4})
+    for x in lines:
+        x["task_id"] = x["task_id"][1:]  # "0", "1", … : strings that look like numbers
+    r = _ept("analyze", str(_write_log(tmp_path / "log.jsonl", lines)), "--rounds", "0", "--no-plots")
+    assert r.returncode == 0, r.stderr
+    assert "6 tasks" in r.stdout.replace("\n", " ")
+
+
+def test_hostile_suite_and_plan_files_exit_2(tmp_path):
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text('{"task_id": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    nul = _write_log(tmp_path / "nul.jsonl", [_math_task("ok", "math"), _math_task("a\x00b", "math")])
+    for suite, line in ((deep, 1), (nul, 2)):
+        r = _ept("suites", "validate", str(suite))
+        assert r.returncode == 2 and f"{suite}:{line}" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    plan = tmp_path / "deep.toml"
+    plan.write_text("name = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    r = _ept("sweep", str(plan))
+    assert r.returncode == 2 and str(plan) in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_unreachable_broker_is_an_exit_2_error_with_the_url_masked(tmp_path):
+    from fixtures_services import free_port
+
+    plan = tmp_path / "p.toml"
+    plan.write_text(f'name = "c"\nsuites = ["math"]\ntasks_per_family = 1\nledger = "{tmp_path / "led"}"\n'
+                    'executor = "celery"\n[[arms]]\nstrategy = "greedy"\nbudgets = [1]\n')  # fmt: skip
+    url = f"redis://:brokerPassw0rd-123@127.0.0.1:{free_port()}/0"
+    r = _ept("sweep", str(plan), env={"EPT_BROKER_URL": url, "EPT_RESULT_BACKEND": url}, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr[-2000:]
+    err = r.stderr.replace("\n", " ")
+    assert "Traceback" not in err and "EPT_BROKER_URL" in err and "cannot use the broker" in err
+    assert "brokerPassw0rd-123" not in r.stdout + r.stderr
+
+
+def test_wrong_s3_credentials_are_an_exit_2_error(tmp_path, s3_server, s3_bucket):
+    plan = tmp_path / "p.toml"
+    plan.write_text(f'name = "s"\nsuites = ["math"]\ntasks_per_family = 1\nledger = "s3://{s3_bucket}/x"\n'
+                    '[[arms]]\nstrategy = "greedy"\nbudgets = [1]\n')  # fmt: skip
+    env = {**s3_server.env(), "AWS_SECRET_ACCESS_KEY": "wrong-secret-0000000000000000", "EPT_S3_PATIENCE_S": "1"}
+    r = _ept("sweep", str(plan), env=env, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and "AWS_SECRET_ACCESS_KEY" in r.stderr.replace("\n", " ")
+    assert "wrong-secret-0000000000000000" not in r.stdout + r.stderr
+
+
+def test_sweep_stopped_for_credentials_exits_3_not_130(tmp_path, make_sim):
+    sim = make_sim(api_key=SIM_KEY)
+    suite = tmp_path / "s.jsonl"
+    suite.write_text("".join(json.dumps(_math_task(f"t{i}", "math")) + "\n" for i in range(30)))
+    plan = _plan_file(tmp_path, suite, tmp_path / "led", name="cred")
+    env = {"EPT_PROFILES": str(_profiles(tmp_path, sim.url)), "EPT_SIMX_KEY": "sk-wrong-000000000000000000000"}
+    r = _ept("sweep", str(plan), env=env)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "credential/endpoint failures in a row" in r.stdout.replace("\n", " ") and "ept retry cred" in r.stdout
+
+
+def test_report_md_escapes_html_and_markdown_from_arm_names(tmp_path):
+    evil = {"<img src=x onerror=alert(1)>": 1, "[x](http://evil.example)": 2, "[/]": 3, "greedy": 1}
+    log = _write_log(tmp_path / "log.jsonl", _log_lines(evil))
+    out = tmp_path / "rep"
+    r = _ept("analyze", str(log), "--rounds", "0", "--no-plots", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]  # "[/]" is an arm name, not rich markup
+    md = (out / "report.md").read_text()
+    assert "&lt;img src=x onerror=alert(1)&gt;@1" in md and "<img" not in md
+    assert not re.search(r"(?<!\\)\]\(http", md) and "\\[x\\](http://evil.example)@2" in md  # no live link
+    html = (out / "report.html").read_text() if (out / "report.html").exists() else ""
+    assert "<img src=x" not in html

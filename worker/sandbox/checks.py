@@ -20,6 +20,7 @@ that skips the checks (patching the harness, `os._exit(0)`) fails the test.
 from __future__ import annotations
 
 import ast
+import contextvars
 import json
 import math
 from dataclasses import dataclass
@@ -34,6 +35,25 @@ _MATH = {"isclose", "isnan", "isinf", "isfinite", "sqrt", "floor", "ceil", "fabs
 _BINOPS = (ast.Add, ast.Sub, ast.Div, ast.FloorDiv, ast.Mod)
 _GET = "__ept_get"
 _CHECK = "__ept_check__"
+# Names the test being prepared binds itself (e.g. HumanEval/38's `str = ''.join(...)`): there they are not
+# the builtins, so an expression using them must be evaluated in the sandbox, not here.
+_SHADOWED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("_SHADOWED", default=frozenset())
+
+
+def _bound_names(tree: ast.AST) -> frozenset[str]:
+    names: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store | ast.Del):
+            names.add(n.id)
+        elif isinstance(n, ast.arg):
+            names.add(n.arg)
+        elif isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(n.name)
+        elif isinstance(n, ast.alias):
+            names.add((n.asname or n.name).split(".")[0])
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            names.add(n.name)
+    return frozenset(names)
 
 
 @dataclass(frozen=True)
@@ -62,9 +82,10 @@ def _pure(node: ast.AST) -> bool:
     if isinstance(node, ast.Constant):
         return True
     if isinstance(node, ast.Name):
-        return node.id in _SAFE_FUNCS
+        return node.id in _SAFE_FUNCS and node.id not in _SHADOWED.get()
     if isinstance(node, ast.Attribute):
-        return isinstance(node.value, ast.Name) and node.value.id == "math" and node.attr in _MATH
+        return (isinstance(node.value, ast.Name) and node.value.id == "math" and node.attr in _MATH
+                and "math" not in _SHADOWED.get())
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult | ast.Pow):
         # Constant folding only (e.g. 2**31, 1e-9): `x * 10**9` could allocate without bound.
         return _small_const(node.left) and _small_const(node.right) and not (
@@ -81,7 +102,7 @@ def _structural(node: ast.AST) -> bool:
         return not any(isinstance(c, ast.Starred) for c in _children(node))
     if isinstance(node, ast.Call):
         f = node.func
-        safe_func = (isinstance(f, ast.Name) and f.id in _SAFE_FUNCS) or (
+        safe_func = (isinstance(f, ast.Name) and f.id in _SAFE_FUNCS and f.id not in _SHADOWED.get()) or (
             isinstance(f, ast.Attribute) and _pure(f))
         return safe_func and all(k.arg for k in node.keywords)
     return False
@@ -147,7 +168,11 @@ def prepare(test: str) -> Prepared:
     rw = _Rewriter()
     rw.top_nodes = {id(n) for n in tree.body if isinstance(n, ast.Assert)}
     try:
-        new = ast.fix_missing_locations(rw.visit(tree))
+        token = _SHADOWED.set(_bound_names(tree))
+        try:
+            new = ast.fix_missing_locations(rw.visit(tree))
+        finally:
+            _SHADOWED.reset(token)
         src = ast.unparse(new)
     except (RecursionError, MemoryError, ValueError, SyntaxError) as e:
         return Prepared("", {}, (), (), f"the test cannot be prepared: {type(e).__name__}: {str(e)[:200]}")
