@@ -495,3 +495,40 @@ def test_grace_period_then_exit_and_second_ctrl_c_exits_at_once(tmp_path, make_s
     rc, out, took = _stop_and_time(p, (0.2, signal.SIGINT), (0.5, signal.SIGINT))
     assert rc == 130 and "second interrupt" in out, out
     assert took < 10, took
+
+
+@pytest.mark.services
+def test_ctrl_c_on_a_celery_sweep_cancels_its_queued_jobs(tmp_path, make_sim, redis_server):
+    import signal
+    import time
+
+    from fixtures_services import start_celery_workers
+
+    sim = make_sim(api_key=SIM_KEY, latency_ms=1000)
+    suite = tmp_path / "s.jsonl"
+    suite.write_text("".join(json.dumps(_math_task(f"t{i}", "math")) + "\n" for i in range(12)))
+    ledger = tmp_path / "led"
+    queue = "stopq"
+    plan = _plan_file(tmp_path, suite, ledger, name="cstop", extra=f'executor = "celery"\nqueue = "{queue}"\n')
+    env = {"EPT_PROFILES": str(_profiles(tmp_path, sim.url)), "EPT_SIMX_KEY": SIM_KEY}
+    ws = start_celery_workers(1, redis_server.url, tmp_path / "w", env=env, concurrency=1, queue=queue)
+    try:
+        full = {**os.environ, "PYTHONPATH": str(REPO), "EPT_BROKER_URL": redis_server.url, **env}
+        p = subprocess.Popen([sys.executable, "-m", "ept.cli", "sweep", str(plan), "--no-analysis"], env=full,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        led = open_ledger(ledger)
+        _wait_for(lambda: len(led.list_jobs("cstop")) >= 2, 90)
+        p.send_signal(signal.SIGINT)
+        out = p.communicate(timeout=60)[0]
+        assert p.returncode == 130, out
+        at_stop = sim.control.stats()["completion_requests"]
+        time.sleep(4)  # the worker would have run ~4 more queued jobs by now
+        # Only the job running at the signal (if any) finishes; the queued ones are skipped, never called.
+        assert sim.control.stats()["completion_requests"] <= at_stop + 1
+        assert len(led.list_jobs("cstop")) <= at_stop + 1 < 12
+        # The next session lifts the cancel and runs the rest.
+        r = _ept("sweep", str(plan), "--no-analysis", env={**env, "EPT_BROKER_URL": redis_server.url})
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert len(led.list_jobs("cstop")) == 12
+    finally:
+        ws.stop()
