@@ -393,13 +393,13 @@ def test_report_md_escapes_html_and_markdown_from_arm_names(tmp_path):
     evil = {"<img src=x onerror=alert(1)>": 1, "[x](http://evil.example)": 2, "[/]": 3, "greedy": 1}
     log = _write_log(tmp_path / "log.jsonl", _log_lines(evil))
     out = tmp_path / "rep"
-    r = _ept("analyze", str(log), "--rounds", "0", "--no-plots", "--out", str(out))
+    r = _ept("analyze", str(log), "--rounds", "0", "--no-plots", "--out", str(out), "--html", str(tmp_path / "r.html"))
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]  # "[/]" is an arm name, not rich markup
     md = (out / "report.md").read_text()
     assert "&lt;img src=x onerror=alert(1)&gt;@1" in md and "<img" not in md
     assert not re.search(r"(?<!\\)\]\(http", md) and "\\[x\\](http://evil.example)@2" in md  # no live link
-    html = (out / "report.html").read_text() if (out / "report.html").exists() else ""
-    assert "<img src=x" not in html
+    html = (tmp_path / "r.html").read_text()
+    assert "&lt;img src=x" in html and "<img src=x" not in html
 
 
 # ---- item 7: stops that stop --------------------------------------------------------------------------------
