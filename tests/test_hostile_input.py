@@ -247,6 +247,9 @@ def test_password_in_base_url_is_masked_everywhere(tmp_path, make_sim):
     assert mask_url(f"http://user:{PW}@h/v1") == "http://user:…7d@h/v1".replace("…7d", "…" + PW[-4:])
     assert PW not in scrub(f"cannot connect to https://u:{PW}@x.example/v1: refused", [])
     assert mask_url("http://host/a@b") == "http://host/a@b"  # '@' in a path is not userinfo
+    from egress.profiles import Profile
+
+    assert PW not in repr(Profile("p", "openai", f"http://u:{PW}@h/v1", "K", "m"))  # reprs end up in logs
 
     sim = make_sim(strict_models=True)  # no key check: httpx turns the URL's userinfo into Basic auth
     url = sim.url.replace("http://", f"http://user:{PW}@")
