@@ -26,12 +26,12 @@ def test_correct_and_partly_wrong_candidates():
 
 
 def test_infinite_loop_is_killed_at_the_cpu_limit():
-    # 1 s of CPU against a 6 s wall clock: holds even on a loaded 2-core machine.
+    # 1 s of CPU against a 15 s wall clock: holds even on a heavily loaded 2-core machine.
     t0 = time.monotonic()
-    r = run_tests("def f(x):\n    while True:\n        pass\n", ["assert f(1) == 2"], "f", Limits(timeout_s=2, cpu_s=1))
+    r = run_tests("def f(x):\n    while True:\n        pass\n", ["assert f(1) == 2"], "f", Limits(timeout_s=5, cpu_s=1))
     elapsed = time.monotonic() - t0
     assert r["passed"] == 0 and r["reason"] == "timeout: CPU limit of 1s exceeded (killed)"
-    assert 0.9 < elapsed < 2 * 3 + 1
+    assert 0.9 < elapsed < 5 * 3 + 1
 
 
 def test_sleeping_candidate_is_killed_at_the_wall_clock_backstop():
