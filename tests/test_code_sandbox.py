@@ -183,7 +183,7 @@ def test_no_sandbox_means_no_grading_and_no_tokens_spent(make_sim, monkeypatch):
     bwrap.probe.cache_clear()
     bwrap.interpreter.cache_clear()
     try:
-        with pytest.raises(SandboxUnavailable, match="install bubblewrap"):
+        with pytest.raises(SandboxUnavailable, match="EPT_SANDBOX_PYTHON"):
             run_tests("def f(x):\n    return x\n", ["assert f(1) == 1"], "f")
         client = ProviderClient(sim.profile(), api_key=SIM_KEY, backoff_base=0.01, backoff_cap=0.05)
         with pytest.raises(SandboxUnavailable):

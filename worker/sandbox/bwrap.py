@@ -334,6 +334,9 @@ def probe() -> str | None:
     if res.returncode == 0 and res.stdout.strip() == str(INSIDE_UID).encode():
         return None
     err = res.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {res.returncode}"]
+    if "execvp" in err[0]:
+        return (f"the sandbox cannot start its Python ({err[0][:200]}): set EPT_SANDBOX_PYTHON to an interpreter "
+                "every user can read and run")
     return f"bwrap cannot create its sandbox here ({err[0][:200]}): {FIX}"
 
 
