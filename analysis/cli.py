@@ -75,6 +75,9 @@ def analyze_cmd(
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
     tasks: str | None = typer.Option(None, "--tasks", help="JSONL tasks file with task_id and family."),
     no_plots: bool = typer.Option(False, "--no-plots", help="With --out: skip the PNG plots."),
+    prices: str | None = typer.Option(
+        None, "--prices", help="USD per 1M tokens, e.g. in=0.15,cached=0.075,out=0.6: cost per task, ΔElo per $1."
+    ),
     html: str | None = typer.Option(None, "--html", help="Also write a self-contained HTML report to this file."),
     transcript: str | None = typer.Option(
         None, "--transcript", help="Also write the command and its terminal output as a markdown file."
@@ -89,7 +92,7 @@ def analyze_cmd(
 
     opts = AnalysisOptions(
         weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, l2=l2,
-        drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks,
+        drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks, prices=prices,
     )
     err = Console(stderr=True)
     with Progress(

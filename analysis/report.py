@@ -125,6 +125,49 @@ def make_console(*, stderr: bool = False, record: bool = False) -> Console:
     return c
 
 
+BREAKDOWN_HEADER = ["arm", "tasks", "answered", "lost", "failed by class", "cut by max_tokens", "reasoning", "cached in"]
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None or x != x else f"{100 * x:.0f}%"
+
+
+def _breakdown_rows(result: AnalysisResult) -> tuple[list[str], list[list[str]]]:
+    """Per arm: tasks attempted / answered / lost (scored 0 with their tokens), failures by class, calls cut by
+    max_tokens, reasoning share of completion tokens, cached share of input; cost per task when priced."""
+    b = result.breakdown
+    if b is None or b.height == 0:
+        return BREAKDOWN_HEADER, []
+    priced = "cost_per_task" in b.columns
+    header = BREAKDOWN_HEADER + (["$/task"] if priced else [])
+    order = {a: i for i, a in enumerate(result.arms)}
+    rows = []
+    for r in sorted(b.iter_rows(named=True), key=lambda r: order.get(r["arm"], len(order))):
+        row = [
+            r["arm"], str(r["tasks_attempted"] or 0), str(r["tasks_answered"] or 0), str(r["tasks_lost"] or 0),
+            r["failed_by_class"] or "—", str(r["calls_cut_by_max_tokens"] or 0),
+            _pct(r["reasoning_share"]), _pct(r["cached_share"]),
+        ]  # fmt: skip
+        if priced:
+            row.append("—" if r["cost_per_task"] is None else f"{r['cost_per_task']:.5f}")
+        rows.append(row)
+    return header, rows
+
+
+def _cost_rows(result: AnalysisResult) -> list[list[str]]:
+    t = result.cost_table
+    if t is None:
+        return []
+    renamed = t.rename(lambda c: c.replace("cost_per_task", "tokens_per_task").replace("per_usd", "per_1k"))
+    rows = _returns_rows(renamed.with_columns(pl.col("tokens_per_task") * 1000), result.anchor)
+    for r, cost in zip(rows, t["cost_per_task"].to_list(), strict=True):
+        r[2] = f"{cost:.5f}"
+    return rows
+
+
+COST_HEADER = ["arm", "budget", "$/task", "Elo [95% CI]", "ΔElo [CI]", "ΔElo per $1 [CI]", "frontier"]
+
+
 def _rich_table(title: str, header: list[str], rows: list[list[str]], right_from: int = 1) -> Table:
     t = Table(title=title, title_justify="left", header_style="bold", min_width=len(title))
     for i, h in enumerate(header):
@@ -168,6 +211,14 @@ def print_report(result: AnalysisResult, console: Console) -> None:
     )
     header, rows = _per_family_pivot(result)
     console.print(_rich_table("Per family: Elo from the family's centred theta", header, rows))
+    header, rows = _breakdown_rows(result)
+    if rows:
+        console.print(_rich_table(
+            "Per arm: tasks, failures (lost = scored 0 with their tokens), token split", header, rows
+        ))  # fmt: skip
+    if result.cost_table is not None:
+        console.print(_rich_table(f"Cost (prices {result.options.prices}, USD per 1M tokens)", COST_HEADER,
+                                  _cost_rows(result)))  # fmt: skip
     c = result.counts
     console.print(
         f"{c['files']} file(s), {c['calls']} calls ({c['judge_calls']} judge), {c['outcomes']} outcomes, "
@@ -222,7 +273,22 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         "",
         _md_table(TOKENS_HEADER, _tokens_rows(result.tokens)),
         "",
+        "## Per arm: tasks, failures, token split",
+        "",
+        "lost = tasks where the strategy failed (context overflow, a refused request after spending tokens) and "
+        "was scored 0 with its tokens; reasoning = share of completion tokens the server reported as reasoning; "
+        "cached in = share of input tokens served from the prompt cache.",
+        "",
+        _md_table(*_breakdown_rows(result)),
+        "",
     ]
+    if result.cost_table is not None:
+        parts += [
+            f"## Cost (prices {result.options.prices}, USD per 1M tokens)",
+            "",
+            _md_table(COST_HEADER, _cost_rows(result)),
+            "",
+        ]
     if result.judge_tokens.height:
         parts += [
             "Judge calls (evaluation cost, not strategy cost): "

@@ -23,6 +23,10 @@ def _finish(out, console_out) -> None:
     from coordinator.sweep import print_summary
 
     print_summary(out, console_out)
+    from contracts.errors import EXIT_EGRESS
+
+    if out.tally.egress_broken():  # stopped by the egress guard: the key, the endpoint or the server is the problem
+        raise typer.Exit(EXIT_EGRESS)
     if not out.completed:
         raise typer.Exit(130)
     if out.tally.failed:
@@ -76,7 +80,8 @@ def register(app: typer.Typer) -> None:
         st = run_status(led, run_id)
         if as_json:
             typer.echo(json.dumps({"run_id": st.run_id, "run_url": st.run_url, "n_jobs": st.n_jobs, "done": st.done,
-                                   "failed": st.failed, "pending": st.pending}, sort_keys=True))  # fmt: skip
+                                   "failed": st.failed, "pending": st.pending, "retrying": st.retrying},
+                                  sort_keys=True))  # fmt: skip
             return
         c = Console()
         m = st.manifest or {}
@@ -85,7 +90,8 @@ def register(app: typer.Typer) -> None:
                 f"profile {m.get('profile', {}).get('name', '?')} ({m.get('profile', {}).get('base_url', '?')})",
                 highlight=False)  # fmt: skip
         c.print(f"jobs {st.n_jobs if st.n_jobs is not None else '?'}: done {st.done} · failed "
-                f"{sum(st.failed.values())} · pending {st.pending if st.pending is not None else '?'}")  # fmt: skip
+                f"{sum(st.failed.values())} · pending {st.pending if st.pending is not None else '?'}"
+                + (f" (retrying {st.retrying} that failed before this session)" if st.retrying else ""))  # fmt: skip
         if st.failed_jobs:
             t = Table(title="failed jobs by error class")
             for col in ("class", "jobs", "example", "message"):

@@ -42,10 +42,13 @@ def expand(plan: Plan, tasks: list[dict[str, Any]]) -> list[Job]:
             params=dict(arm.params),
             seed=plan.seed,
             profile=plan.profile,
+            gen=dict(gen),
+            base_gen=dict(plan.generation),
         )
         for task in tasks
         for arm in plan.arms
         for budget in arm.budgets
+        for gen in arm.gens
         for rep in range(plan.replicates)
     ]
     seen: dict[str, Job] = {}

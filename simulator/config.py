@@ -17,7 +17,8 @@ from typing import Any
 
 from contracts.errors import InputError
 
-# "403", "400" and "quota" (429 insufficient_quota) exist for scripts only (no rate).
+# "403", "400", "quota" (429 insufficient_quota), "proxy_400" (LiteLLM's "No connected db" for a key it cannot
+# check) and "context_length" (400 context_length_exceeded) exist for scripts only (no rate).
 FAULTS = (
     "429",
     "500",
@@ -28,6 +29,8 @@ FAULTS = (
     "403",
     "400",
     "quota",
+    "proxy_400",
+    "context_length",
     "ok",
 )
 LATENCY_DISTS = ("uniform", "normal", "exponential")
@@ -53,6 +56,13 @@ class SimConfig:
     rate_fewer_choices: float = 0.0
     script: list[str] = field(default_factory=list)
     degrade: dict[str, float] = field(default_factory=dict)  # arm label -> accuracy drop, used by the brain
+    # Context window in tokens (None = unlimited): prompt + max_tokens above it gets a 400
+    # context_length_exceeded; without max_tokens a reply stops at the window (finish_reason "length").
+    context_length: int | None = None
+    ignore_n: bool = False  # answer n>1 with one choice (servers that ignore `n`, e.g. some llama.cpp builds)
+    # Report repeated prompt prefixes as cached input tokens. Off by default: which request of two concurrent ones
+    # "hit" the cache depends on arrival order, and per-call usage should be reproducible unless asked otherwise.
+    prompt_cache: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -90,9 +100,13 @@ def _check(name: str, value: Any) -> Any:
         if not isinstance(value, list) or not value or not all(isinstance(m, str) for m in value):
             raise ValueError("models must be a non-empty list of strings")
         return value
-    if name == "strict_models":
+    if name in ("strict_models", "ignore_n", "prompt_cache"):
         if not isinstance(value, bool):
-            raise ValueError("strict_models must be true or false")
+            raise ValueError(f"{name} must be true or false")
+        return value
+    if name == "context_length":
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError("context_length must be an integer >= 1 or null")
         return value
     if name == "script":
         if not isinstance(value, list) or any(v not in FAULTS for v in value):

@@ -58,6 +58,7 @@ class SimState:
     script: list[str] = field(default_factory=list)
     stats: dict[str, Counter] = field(default_factory=dict)
     tokens: Counter = field(default_factory=Counter)
+    prefixes: set[bytes] = field(default_factory=set)  # hashes of prompt prefixes seen (the simulated prompt cache)
     stopping: asyncio.Event | None = None
 
     def __post_init__(self) -> None:
@@ -67,7 +68,7 @@ class SimState:
     def reset_stats(self) -> None:
         self.counter = 0
         self.stats = {
-            k: Counter() for k in ("by_route", "by_status", "by_fault", "by_job", "by_arm", "by_role")
+            k: Counter() for k in ("by_route", "by_status", "by_fault", "by_job", "by_arm", "by_role", "by_gen")
         }
         self.tokens = Counter()
 
@@ -195,6 +196,33 @@ def _anthropic_to_openai(
         for t in body.get("tools") or []
     ] or None
     return msgs, tools, system
+
+
+def _reasoning_params(body: dict[str, Any]) -> tuple[str | None, int | None, list[str] | None]:
+    """(reasoning_effort, thinking budget_tokens, stop sequences) from either protocol's body."""
+    effort = body.get("reasoning_effort")
+    if not isinstance(effort, str):
+        r = body.get("reasoning")  # the Responses API's {"effort": ...}
+        effort = r.get("effort") if isinstance(r, dict) and isinstance(r.get("effort"), str) else None
+    th = body.get("thinking")
+    budget = th.get("budget_tokens") if isinstance(th, dict) and th.get("type") == "enabled" else None
+    stop = body.get("stop", body.get("stop_sequences"))
+    stop = [stop] if isinstance(stop, str) else stop
+    stop = [x for x in stop if isinstance(x, str) and x] if isinstance(stop, list) else None
+    return effort, budget if isinstance(budget, int) and not isinstance(budget, bool) else None, stop or None
+
+
+def _context_error(limit: int, p_tok: int, max_tokens: int | None, anthropic: bool) -> web.Response:
+    """The 400 real servers send when prompt + max_tokens exceed the context (OpenAI's and Anthropic's wording)."""
+    if anthropic:
+        msg = f"prompt is too long: {p_tok + (max_tokens or 0)} tokens > {limit} maximum"
+    else:
+        msg = (
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{p_tok + (max_tokens or 0)} tokens ({p_tok} in the messages, {max_tokens or 0} in the completion). "
+            "Please reduce the length of the messages or completion."
+        )
+    return _error(400, msg, "invalid_request_error", "context_length_exceeded", anthropic)
 
 
 # ---------------------------------------------------------------- handlers
@@ -355,6 +383,12 @@ async def _complete(request: web.Request, anthropic: bool) -> web.Response:
         )
     if fault == "400":
         return done(_error(400, "Invalid request (simulated).", "invalid_request_error", None, anthropic))
+    if fault == "proxy_400":  # LiteLLM's answer to a key it cannot check (its key store is down or absent)
+        return done(
+            _error(400, "Authentication Error, No connected db.", "auth_error", "400", anthropic)
+        )
+    if fault == "context_length" and not cfg.context_length:
+        return done(_context_error(2048, 2100, None, anthropic))
     if fault == "hang":
         assert state.stopping is not None
         # sleep past the client's timeout, but wake up when the server stops
@@ -386,7 +420,19 @@ async def _complete(request: web.Request, anthropic: bool) -> web.Response:
     temperature = body.get("temperature")
     temperature = float(temperature) if isinstance(temperature, int | float) else 1.0
     max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
-    n_out = 1 if fault == "fewer_choices" and n > 1 else n
+    effort, thinking, stop = _reasoning_params(body)
+    for name, val in (("max_tokens", max_tokens), ("reasoning_effort", effort), ("thinking_budget", thinking),
+                      ("top_p", body.get("top_p")), ("stop", json.dumps(stop) if stop else None)):
+        if val is not None:
+            state.stats["by_gen"][f"{name}={val}"] += 1
+    p_tok = prompt_tokens(
+        [m for m in messages if m.get("role") != "system"] if anthropic else messages, tools, system
+    )
+    if cfg.context_length and (fault == "context_length" or p_tok + (max_tokens or 0) > cfg.context_length):
+        return done(_context_error(cfg.context_length, p_tok, max_tokens, anthropic))
+    if cfg.context_length:  # no max_tokens: the reply can only use what the context leaves (llama.cpp's n_ctx)
+        max_tokens = max_tokens or max(1, cfg.context_length - p_tok)
+    n_out = 1 if (fault == "fewer_choices" or cfg.ignore_n) and n > 1 else n
     degrade = cfg.degrade.get(meta.get("Arm", ""), 0.0)
     replies: list[BrainReply] = []
     try:
@@ -400,6 +446,9 @@ async def _complete(request: web.Request, anthropic: bool) -> web.Response:
                 meta=meta,
                 degrade=degrade,
                 max_tokens=max_tokens,
+                reasoning_effort=effort,
+                thinking_budget=thinking,
+                stop=stop,
             )
             replies.append(state.brain.respond(req))
     except Exception as e:
@@ -407,17 +456,46 @@ async def _complete(request: web.Request, anthropic: bool) -> web.Response:
         return done(
             _error(500, f"simulator brain error: {type(e).__name__}", "server_error", None, anthropic)
         )
-    p_tok = prompt_tokens(
-        [m for m in messages if m.get("role") != "system"] if anthropic else messages, tools, system
-    )
     c_toks = [completion_tokens(r) for r in replies]
     state.tokens["prompt_tokens"] += p_tok
     state.tokens["completion_tokens"] += sum(c_toks)
     with_usage = fault != "missing_usage"
     rid = f"{derive_seed(seed, k, model):08x}"
+    # Anthropic caches only what the request marks with cache_control; OpenAI caches repeated prefixes itself.
+    cacheable = cfg.prompt_cache and (not anthropic or "cache_control" in json.dumps(body))
+    cached, prefix = _cached_prefix(state, messages, tools) if cacheable else (0, 0)
     if anthropic:
-        return done(web.json_response(_anthropic_body(rid, model, replies[0], p_tok, c_toks[0], with_usage)))
-    return done(web.json_response(_openai_body(rid, model, replies, p_tok, c_toks, with_usage, seed)))
+        return done(web.json_response(
+            _anthropic_body(rid, model, replies[0], p_tok, c_toks[0], with_usage, cached, prefix if cacheable else 0)
+        ))
+    return done(web.json_response(_openai_body(rid, model, replies, p_tok, c_toks, with_usage, seed, cached)))
+
+
+CACHE_MIN_TOKENS = 16
+_CACHE_CAP = 200_000
+
+
+def _cached_prefix(state: SimState, messages: list[dict[str, Any]], tools: Any) -> tuple[int, int]:
+    """(tokens of the longest message prefix an earlier request already sent, tokens of the prefix this request
+    adds to the cache); prefixes shorter than CACHE_MIN_TOKENS are never cached."""
+    import hashlib
+
+    h = hashlib.sha256(json.dumps(tools or [], sort_keys=True).encode())
+    cached = prefix = 0
+    if len(state.prefixes) > _CACHE_CAP:
+        state.prefixes.clear()
+    for i, m in enumerate(messages):
+        h.update(json.dumps(m, sort_keys=True, default=str).encode())
+        key = h.digest()
+        toks = prompt_tokens(messages[: i + 1], tools)
+        if toks < CACHE_MIN_TOKENS:
+            continue
+        if key in state.prefixes:
+            cached = toks
+        else:
+            state.prefixes.add(key)
+        prefix = toks
+    return cached, prefix
 
 
 def _openai_body(
@@ -428,6 +506,7 @@ def _openai_body(
     c_toks: list[int],
     with_usage: bool,
     seed: int,
+    cached: int = 0,
 ) -> dict[str, Any]:
     choices = []
     for i, r in enumerate(replies):
@@ -456,6 +535,13 @@ def _openai_body(
             "prompt_tokens": p_tok,
             "completion_tokens": sum(c_toks),
             "total_tokens": p_tok + sum(c_toks),
+            "prompt_tokens_details": {"cached_tokens": min(cached, p_tok), "audio_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": sum(r.reasoning_tokens for r in replies),
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
         }
     return body
 
@@ -464,9 +550,12 @@ _STOP_REASON = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_
 
 
 def _anthropic_body(
-    rid: str, model: str, r: BrainReply, p_tok: int, c_tok: int, with_usage: bool
+    rid: str, model: str, r: BrainReply, p_tok: int, c_tok: int, with_usage: bool, cached: int = 0, prefix: int = 0
 ) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"type": "text", "text": r.text}] if r.text else []
+    content: list[dict[str, Any]] = []
+    if r.reasoning_tokens:  # a summarised thinking block, as Claude 4 returns; output_tokens counts the full thinking
+        content.append({"type": "thinking", "thinking": "(simulated thinking, summarised)", "signature": "sim"})
+    content += [{"type": "text", "text": r.text}] if r.text else []
     content += [
         {"type": "tool_use", "id": f"toolu_{rid}_{j}", "name": tc["name"], "input": tc.get("arguments", {})}
         for j, tc in enumerate(r.tool_calls or [])
@@ -482,7 +571,15 @@ def _anthropic_body(
         "stop_sequence": None,
     }
     if with_usage:
-        body["usage"] = {"input_tokens": p_tok, "output_tokens": c_tok}
+        # input_tokens excludes cache reads and writes (Anthropic's accounting): the three add up to the prompt.
+        read = min(cached, p_tok)
+        created = 0 if read else min(prefix, p_tok)
+        body["usage"] = {
+            "input_tokens": p_tok - read - created,
+            "output_tokens": c_tok,
+            "cache_read_input_tokens": read,
+            "cache_creation_input_tokens": created,
+        }
     return body
 
 

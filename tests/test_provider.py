@@ -76,6 +76,9 @@ def test_anthropic_protocol_maps_usage_names_only(sim_keyed):
     assert r.usage == {
         "prompt_tokens": raw["usage"]["input_tokens"],
         "completion_tokens": raw["usage"]["output_tokens"],
+        # Anthropic's cache fields are kept as returned, under their own names
+        "cache_read_input_tokens": raw["usage"]["cache_read_input_tokens"],
+        "cache_creation_input_tokens": raw["usage"]["cache_creation_input_tokens"],
     }
     assert "total_tokens" not in r.usage  # not computed by us
     assert r.choices[0].text == raw["content"][0]["text"]
