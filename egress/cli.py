@@ -27,11 +27,11 @@ def doctor(
     """Check credentials and egress for a profile (key set, base_url, /models, model, usage). Exit 0 = all pass."""
     from rich.console import Console
 
-    from egress.doctor import ok, render, run_checks
+    from egress.doctor import check_client_configs, ok, render, run_checks
     from egress.profiles import get_profile
 
     p = get_profile(profile, profiles)
-    checks = run_checks(p, timeout=timeout)
+    checks = [*run_checks(p, timeout=timeout), check_client_configs()]
     console = Console(highlight=False, soft_wrap=True)
     for line in render(p, checks):
         console.print(line)

@@ -164,10 +164,9 @@ def access_error(err: ProviderError, profile: Profile, key: str | None, where_fr
     env_key = os.environ.get(profile.api_key_env) or None
     state = f"is set ({mask(env_key)})" if env_key else "is NOT set or empty"
     msg = (
-        f"credential or access: {err.message} — a {err.status} on {where_from} means the key or the account, "
-        f"not the request. The profile reads the key from ${profile.api_key_env}, which {state}; a proxy "
-        f"(LiteLLM) answers a key it cannot check with 400. Check the key and the proxy's key store; run "
-        f"`ept doctor --profile {profile.name}`"
+        f"credential or access (key from ${profile.api_key_env}, which {state}): {err.message} A {err.status} on "
+        f"{where_from} means the key or the account, not the request; a proxy (LiteLLM) answers a key it cannot "
+        f"check with 400. Check the key and the proxy's key store; run `ept doctor --profile {profile.name}`"
     )
     return ProviderError("credential", scrub(msg, [key]), status=err.status, attempts=err.attempts)
 

@@ -44,6 +44,9 @@ class SimConfig:
     latency_jitter_ms: float = 0.0  # uniform: +-jitter; normal: sd; exponential: ignored (sd = mean)
     latency_dist: str = "uniform"
     api_key: str | None = None  # when set, any other key gets 401
+    # How a wrong key is refused: "openai" (401 invalid_api_key) or "litellm" (400 "No connected db", what
+    # LiteLLM's proxy answers when it cannot check keys), on every route including GET /models.
+    auth_style: str = "openai"
     models: list[str] = field(default_factory=lambda: list(DEFAULT_MODELS))
     strict_models: bool = False  # when true, a model not in `models` gets 404 model_not_found
     rate_429: float = 0.0
@@ -87,6 +90,10 @@ def _check(name: str, value: Any) -> Any:
     if name == "seed":
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError("seed must be an integer")
+        return value
+    if name == "auth_style":
+        if value not in ("openai", "litellm"):
+            raise ValueError("auth_style must be openai or litellm")
         return value
     if name == "latency_dist":
         if value not in LATENCY_DISTS:

@@ -235,6 +235,8 @@ def _auth(state: SimState, request: web.Request, anthropic: bool) -> web.Respons
     got = _presented_key(request)
     if got == want:
         return None
+    if state.config.auth_style == "litellm":
+        return _error(400, "Authentication Error, No connected db.", "auth_error", "400", anthropic)
     msg = (
         f"Incorrect API key provided: {mask(got)}."
         if got
@@ -254,7 +256,7 @@ async def models(request: web.Request) -> web.Response:
     state.stats["by_route"]["models"] += 1
     denied = _auth(state, request, anthropic="anthropic-version" in request.headers)
     if denied:
-        state.stats["by_status"]["401"] += 1
+        state.stats["by_status"][str(denied.status)] += 1
         return denied
     state.stats["by_status"]["200"] += 1
     # Fields of both the OpenAI and the Anthropic model list, so either SDK can read it.
