@@ -56,7 +56,10 @@ class CallRecord:
     finish_reasons: list[str | None] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not d["gen"]:  # an empty object would be a struct without fields (Parquet cannot store one)
+            del d["gen"]
+        return d
 
 
 @dataclass

@@ -309,6 +309,103 @@ def _openai_choices(data: dict[str, Any]) -> list[Choice]:
     return out
 
 
+def _sse_events(text: str) -> list[tuple[str | None, Any]]:
+    """(event name, parsed data) for each event of an SSE body; `[DONE]` ends it."""
+    out: list[tuple[str | None, Any]] = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        name, data = None, []
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].strip())
+        if not data:
+            continue
+        payload = "\n".join(data)
+        if payload == "[DONE]":
+            break
+        try:
+            out.append((name, json.loads(payload)))
+        except json.JSONDecodeError as e:
+            raise _Malformed(f"an SSE event is not valid JSON ({e.msg})") from None
+    return out
+
+
+def parse_chat_stream(text: str) -> tuple[list[Choice], dict[str, Any] | None, str | None]:
+    """chat.completion.chunk events -> choices, usage (from the chunk that carries it, as sent) and model."""
+    texts: dict[int, list[str]] = {}
+    finish: dict[int, str | None] = {}
+    calls: dict[int, dict[int, dict[str, Any]]] = {}
+    usage, model = None, None
+    for _, ev in _sse_events(text):
+        if not isinstance(ev, dict):
+            raise _Malformed("an SSE event is not a JSON object")
+        model = ev.get("model") or model
+        if isinstance(ev.get("usage"), dict):
+            usage = ev["usage"]
+        for ch in ev.get("choices") or []:
+            i = int(ch.get("index", 0))
+            delta = ch.get("delta") or {}
+            texts.setdefault(i, [])
+            if delta.get("content"):
+                texts[i].append(delta["content"])
+            for tc in delta.get("tool_calls") or []:
+                slot = calls.setdefault(i, {}).setdefault(int(tc.get("index", 0)), {"id": "", "name": "", "arguments": ""})
+                fn = tc.get("function") or {}
+                slot["id"] = tc.get("id") or slot["id"]
+                slot["name"] = fn.get("name") or slot["name"]
+                slot["arguments"] += fn.get("arguments") or ""
+            if ch.get("finish_reason"):
+                finish[i] = ch["finish_reason"]
+    if not texts:
+        raise _Malformed("the stream carried no choices")
+    choices = [
+        Choice(
+            text="".join(texts[i]) or None,
+            finish_reason=finish.get(i),
+            tool_calls=[{**c, "arguments": c["arguments"] or "{}"} for _, c in sorted(calls.get(i, {}).items())],
+        )
+        for i in sorted(texts)
+    ]
+    return choices, _normalise_usage(usage, False), model
+
+
+def parse_messages_stream(text: str) -> tuple[list[Choice], dict[str, Any] | None, str | None]:
+    """Anthropic message events -> one choice; usage = message_start's usage updated by message_delta's."""
+    usage: dict[str, Any] | None = None
+    model, stop = None, None
+    blocks: dict[int, dict[str, Any]] = {}
+    for name, ev in _sse_events(text):
+        kind = ev.get("type", name) if isinstance(ev, dict) else None
+        if kind == "message_start":
+            msg = ev.get("message") or {}
+            model = msg.get("model")
+            usage = dict(msg["usage"]) if isinstance(msg.get("usage"), dict) else None
+        elif kind == "content_block_start":
+            b = dict(ev.get("content_block") or {})
+            if b.get("type") == "tool_use":
+                b["partial"] = ""
+            blocks[int(ev.get("index", 0))] = b
+        elif kind == "content_block_delta":
+            b = blocks.setdefault(int(ev.get("index", 0)), {"type": "text", "text": ""})
+            d = ev.get("delta") or {}
+            if d.get("type") == "text_delta":
+                b["text"] = b.get("text", "") + d.get("text", "")
+            elif d.get("type") == "input_json_delta":
+                b["partial"] = b.get("partial", "") + d.get("partial_json", "")
+        elif kind == "message_delta":
+            stop = (ev.get("delta") or {}).get("stop_reason") or stop
+            if isinstance(ev.get("usage"), dict):
+                usage = {**(usage or {}), **{k: v for k, v in ev["usage"].items() if v is not None}}
+        elif kind == "error":
+            raise _Malformed(f"the stream ended with an error event: {ev.get('error')}")
+    for b in blocks.values():
+        if b.get("type") == "tool_use" and b.get("partial"):
+            b["input"] = json.loads(b["partial"])
+    data = {"content": [blocks[i] for i in sorted(blocks)], "stop_reason": stop}
+    return [_anthropic_choice(data)], _normalise_usage(usage, True), model
+
+
 def _anthropic_choice(data: dict[str, Any]) -> Choice:
     blocks = data.get("content")
     if not isinstance(blocks, list):
@@ -601,6 +698,11 @@ class ProviderClient:
                 kwargs["tools"] = a_tools
 
             def call() -> tuple[list[Choice], dict[str, Any] | None, str | None]:
+                if self.profile.stream:
+                    body = {k: v for k, v in kwargs.items() if k not in ("extra_headers", "extra_body")}
+                    body.update(kwargs["extra_body"], stream=True)
+                    text = self.sdk.post("/v1/messages", body=body, cast_to=str, options={"headers": headers})
+                    return parse_messages_stream(text)
                 data = _parse_json(self.sdk.messages.with_raw_response.create(**kwargs))
                 return [_anthropic_choice(data)], _normalise_usage(data.get("usage"), True), data.get("model")
         else:
@@ -619,12 +721,16 @@ class ProviderClient:
             if gen.get("thinking_budget"):  # OpenAI-compatible gateways (LiteLLM) pass this to Anthropic models
                 body["thinking"] = {"type": "enabled", "budget_tokens": gen["thinking_budget"]}
             body.update(gen.get("extra_body") or {})
+            if self.profile.stream:  # usage arrives in a last chunk only when asked for
+                body.update(stream=True, stream_options={"include_usage": True})
 
             def call() -> tuple[list[Choice], dict[str, Any] | None, str | None]:
                 # The SDK's documented raw route (`client.post(path, body=…, cast_to=…)`): same auth, timeouts
                 # and error classes as `chat.completions.create`, without re-walking our plain-dict params through
                 # its TypedDict transform and pydantic models — 40% of the client CPU per call, measured.
                 text = self.sdk.post("/chat/completions", body=body, options={"headers": headers}, cast_to=str)
+                if self.profile.stream:
+                    return parse_chat_stream(text)
                 data = _parse_json_text(text)
                 return _openai_choices(data), _normalise_usage(data.get("usage"), False), data.get("model")
 

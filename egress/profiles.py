@@ -66,6 +66,7 @@ class Profile:
     price_out_per_1m: float | None = None
     price_cached_in_per_1m: float | None = None  # cached input tokens; None = priced as fresh input
     generation: dict[str, Any] = field(default_factory=dict)  # defaults for every request (contracts.generation)
+    stream: bool = False  # ask for SSE streams (usage from the final event, recorded as from plain responses)
     small_fast_model: str | None = None  # Claude Code's ANTHROPIC_SMALL_FAST_MODEL; defaults to `model`
 
     def __hash__(self) -> int:  # headers is a dict; hash by identity fields only
@@ -117,6 +118,7 @@ _SPEC: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "tpm": (int, False),
     "headers": (dict, False),
     "supports_n": (bool, False),
+    "stream": (bool, False),
     "price_in_per_1m": ((int, float), False),
     "price_out_per_1m": ((int, float), False),
     "price_cached_in_per_1m": ((int, float), False),
@@ -196,6 +198,7 @@ def _validate(name: str, raw: Any, file: str, text: str) -> Profile:
         tpm=raw.get("tpm"),
         headers=dict(raw.get("headers", {})),
         supports_n=bool(raw.get("supports_n", False)),
+        stream=bool(raw.get("stream", False)),
         price_in_per_1m=raw.get("price_in_per_1m"),
         price_out_per_1m=raw.get("price_out_per_1m"),
         price_cached_in_per_1m=raw.get("price_cached_in_per_1m"),

@@ -4,6 +4,9 @@ Routes (each also under /api/v1, the layout of many gateways):
     GET  /v1/models                 lists the simulated models (owned_by: "ept-simulator")
     POST /v1/chat/completions       OpenAI chat completions (n, seed, tools, max_tokens)
     POST /v1/messages               Anthropic messages (usage.input_tokens / output_tokens)
+    POST /v1/responses              OpenAI Responses API (input/instructions, max_output_tokens, reasoning.effort)
+    every completion route streams (SSE) with "stream": true: usage in the final event (chat: only with
+                                    stream_options.include_usage, in a last chunk without choices)
     GET  /_sim/stats, POST /_sim/reset, GET|POST /_sim/config   control (no auth: bind to loopback)
 
 Answers come from a Brain (simulator/generic.py): TaskBrain from simulator/brain.py when that module
@@ -283,10 +286,10 @@ async def models(request: web.Request) -> web.Response:
     )
 
 
-async def _complete(request: web.Request, anthropic: bool) -> web.Response:
+async def _complete(request: web.Request, anthropic: bool, responses: bool = False) -> web.Response:
     state = request.app[STATE]
     cfg = state.config
-    route = "messages" if anthropic else "chat"
+    route = "messages" if anthropic else ("responses" if responses else "chat")
     state.stats["by_route"][route] += 1
 
     def done(resp: web.Response) -> web.Response:
@@ -305,6 +308,13 @@ async def _complete(request: web.Request, anthropic: bool) -> web.Response:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         return done(_error(400, "'model' is required", "invalid_request_error", None, anthropic))
+    stream = body.get("stream") is True
+    include_usage = anthropic or responses or bool((body.get("stream_options") or {}).get("include_usage"))
+    if responses:
+        # The Responses API: `input` (a string or message items) and `instructions` instead of `messages`;
+        # answered in text (tools are not simulated on this route).
+        body = {**body, "messages": _responses_messages(body), "max_tokens": body.get("max_output_tokens")}
+        body.pop("tools", None)
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) and m.get("role") for m in msgs):
         return done(
@@ -467,10 +477,155 @@ async def _complete(request: web.Request, anthropic: bool) -> web.Response:
     cacheable = cfg.prompt_cache and (not anthropic or "cache_control" in json.dumps(body))
     cached, prefix = _cached_prefix(state, messages, tools) if cacheable else (0, 0)
     if anthropic:
-        return done(web.json_response(
-            _anthropic_body(rid, model, replies[0], p_tok, c_toks[0], with_usage, cached, prefix if cacheable else 0)
-        ))
-    return done(web.json_response(_openai_body(rid, model, replies, p_tok, c_toks, with_usage, seed, cached)))
+        out = _anthropic_body(rid, model, replies[0], p_tok, c_toks[0], with_usage, cached, prefix if cacheable else 0)
+        return done(_sse(sse_messages(out)) if stream else web.json_response(out))
+    if responses:
+        out = _responses_body(rid, model, replies[0], p_tok, c_toks[0], with_usage, cached)
+        return done(_sse(sse_responses(out)) if stream else web.json_response(out))
+    out = _openai_body(rid, model, replies, p_tok, c_toks, with_usage, seed, cached)
+    return done(_sse(sse_chat(out, include_usage)) if stream else web.json_response(out))
+
+
+# ---------------------------------------------------------------- Responses API and streaming (SSE)
+
+
+def _responses_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Responses `instructions` + `input` -> chat messages (text parts only)."""
+    msgs: list[dict[str, Any]] = []
+    if isinstance(body.get("instructions"), str) and body["instructions"]:
+        msgs.append({"role": "system", "content": body["instructions"]})
+    inp = body.get("input")
+    if isinstance(inp, str):
+        return [*msgs, {"role": "user", "content": inp}]
+    for item in inp if isinstance(inp, list) else []:
+        if not isinstance(item, dict) or item.get("type", "message") != "message":
+            continue
+        c = item.get("content")
+        text = c if isinstance(c, str) else "\n".join(
+            str(p.get("text", "")) for p in c or [] if isinstance(p, dict) and "text" in p
+        )
+        role = item.get("role") if item.get("role") in ("user", "assistant", "system") else "user"
+        msgs.append({"role": "system" if role == "developer" else role, "content": text})
+    return msgs
+
+
+def _responses_body(
+    rid: str, model: str, r: BrainReply, p_tok: int, c_tok: int, with_usage: bool, cached: int
+) -> dict[str, Any]:
+    cut = r.finish_reason == "length"
+    body: dict[str, Any] = {
+        "id": f"resp_sim_{rid}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "incomplete" if cut else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
+        "model": model,
+        "output": [
+            {
+                "type": "message", "id": f"msg_sim_{rid}", "status": "incomplete" if cut else "completed",
+                "role": "assistant", "content": [{"type": "output_text", "text": r.text or "", "annotations": []}],
+            }
+        ],
+        "usage": None,
+    }  # fmt: skip
+    if with_usage:
+        body["usage"] = {
+            "input_tokens": p_tok,
+            "input_tokens_details": {"cached_tokens": min(cached, p_tok)},
+            "output_tokens": c_tok,
+            "output_tokens_details": {"reasoning_tokens": r.reasoning_tokens},
+            "total_tokens": p_tok + c_tok,
+        }
+    return body
+
+
+def _sse(events: list[tuple[str | None, Any]]) -> web.Response:
+    """A complete SSE body (`event:` lines where the protocol names events; `data: [DONE]` for chat)."""
+    parts = []
+    for name, data in events:
+        head = f"event: {name}\n" if name else ""
+        parts.append(head + "data: " + (data if isinstance(data, str) else json.dumps(data)) + "\n\n")
+    return web.Response(text="".join(parts), content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+def _pieces(text: str | None, size: int = 24) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] if text else []
+
+
+def sse_chat(body: dict[str, Any], include_usage: bool) -> list[tuple[str | None, Any]]:
+    """chat.completion.chunk events: role, content deltas and finish_reason per choice; usage only in a last
+    chunk with no choices, and only with stream_options.include_usage (as OpenAI does)."""
+    base = {k: body[k] for k in ("id", "created", "model", "system_fingerprint")} | {"object": "chat.completion.chunk"}
+    ev: list[tuple[str | None, Any]] = []
+    for ch in body["choices"]:
+        i, msg = ch["index"], ch["message"]
+        ev.append((None, {**base, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}))
+        for piece in _pieces(msg.get("content")):
+            ev.append((None, {**base, "choices": [{"index": i, "delta": {"content": piece}, "finish_reason": None}]}))
+        if msg.get("tool_calls"):
+            calls = [{"index": j, **tc} for j, tc in enumerate(msg["tool_calls"])]
+            ev.append((None, {**base, "choices": [{"index": i, "delta": {"tool_calls": calls}, "finish_reason": None}]}))
+        ev.append((None, {**base, "choices": [{"index": i, "delta": {}, "finish_reason": ch["finish_reason"]}]}))
+    if include_usage and body.get("usage") is not None:
+        ev.append((None, {**base, "choices": [], "usage": body["usage"]}))
+    ev.append((None, "[DONE]"))
+    return ev
+
+
+def sse_messages(body: dict[str, Any]) -> list[tuple[str | None, Any]]:
+    """Anthropic message events: input usage in message_start, output_tokens in message_delta."""
+    usage = body.get("usage") or {}
+    start = {**body, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1} if usage else None}
+    ev: list[tuple[str | None, Any]] = [("message_start", {"type": "message_start", "message": start})]
+    for i, block in enumerate(body["content"]):
+        if block["type"] == "text":
+            ev.append(("content_block_start", {"type": "content_block_start", "index": i,
+                                               "content_block": {"type": "text", "text": ""}}))
+            for piece in _pieces(block["text"]):
+                ev.append(("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                   "delta": {"type": "text_delta", "text": piece}}))
+        else:
+            ev.append(("content_block_start", {"type": "content_block_start", "index": i, "content_block": block}))
+        ev.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    delta_usage = {"output_tokens": usage.get("output_tokens", 0)} if usage else None
+    ev.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": body["stop_reason"],
+                                                                     "stop_sequence": None}, "usage": delta_usage}))
+    ev.append(("message_stop", {"type": "message_stop"}))
+    return ev
+
+
+def sse_responses(body: dict[str, Any]) -> list[tuple[str | None, Any]]:
+    """Responses API events, usage in response.completed (response.incomplete when cut by max_output_tokens)."""
+    item = body["output"][0]
+    text = item["content"][0]["text"]
+    seq = iter(range(10**6))
+    pending = {**body, "status": "in_progress", "output": [], "usage": None}
+    ev: list[tuple[str | None, Any]] = [
+        ("response.created", {"type": "response.created", "sequence_number": next(seq), "response": pending}),
+        ("response.in_progress", {"type": "response.in_progress", "sequence_number": next(seq), "response": pending}),
+        ("response.output_item.added", {"type": "response.output_item.added", "sequence_number": next(seq),
+                                        "output_index": 0, "item": {**item, "status": "in_progress", "content": []}}),
+        ("response.content_part.added", {"type": "response.content_part.added", "sequence_number": next(seq),
+                                         "item_id": item["id"], "output_index": 0, "content_index": 0,
+                                         "part": {"type": "output_text", "text": "", "annotations": []}}),
+    ]  # fmt: skip
+    for piece in _pieces(text):
+        ev.append(("response.output_text.delta", {"type": "response.output_text.delta", "sequence_number": next(seq),
+                                                  "item_id": item["id"], "output_index": 0, "content_index": 0,
+                                                  "delta": piece, "logprobs": []}))  # fmt: skip
+    ev += [
+        ("response.output_text.done", {"type": "response.output_text.done", "sequence_number": next(seq),
+                                       "item_id": item["id"], "output_index": 0, "content_index": 0, "text": text,
+                                       "logprobs": []}),
+        ("response.content_part.done", {"type": "response.content_part.done", "sequence_number": next(seq),
+                                        "item_id": item["id"], "output_index": 0, "content_index": 0,
+                                        "part": item["content"][0]}),
+        ("response.output_item.done", {"type": "response.output_item.done", "sequence_number": next(seq),
+                                       "output_index": 0, "item": item}),
+    ]  # fmt: skip
+    final = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
+    ev.append((final, {"type": final, "sequence_number": next(seq), "response": body}))
+    return ev
 
 
 CACHE_MIN_TOKENS = 16
@@ -593,6 +748,10 @@ async def messages(request: web.Request) -> web.Response:
     return await _complete(request, anthropic=True)
 
 
+async def responses(request: web.Request) -> web.Response:
+    return await _complete(request, anthropic=False, responses=True)
+
+
 async def sim_stats(request: web.Request) -> web.Response:
     return web.json_response(request.app[STATE].stats_dict())
 
@@ -626,7 +785,7 @@ async def not_found(request: web.Request) -> web.Response:
     return _error(
         404,
         f"Not found: {request.method} {request.path} (ept simulator routes: /v1/models, "
-        "/v1/chat/completions, /v1/messages, also under /api/v1)",
+        "/v1/chat/completions, /v1/messages, /v1/responses, also under /api/v1)",
         "not_found_error" if anthropic else "invalid_request_error",
         "not_found",
         anthropic,
@@ -651,6 +810,7 @@ def make_app(config: SimConfig | dict[str, Any] | None = None, brain: Brain | No
         app.router.add_get(f"{p}/models", models)
         app.router.add_post(f"{p}/chat/completions", chat_completions)
         app.router.add_post(f"{p}/messages", messages)
+        app.router.add_post(f"{p}/responses", responses)
     app.router.add_get("/_sim/stats", sim_stats)
     app.router.add_post("/_sim/reset", sim_reset)
     app.router.add_get("/_sim/config", sim_config)

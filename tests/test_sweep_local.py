@@ -302,7 +302,8 @@ def test_demo_command_end_to_end(tmp_path):
     assert led.list_runs() == ["demo-t3"]
     # 3 families x 3 tasks x 9 arms (6 sampling arms, 3 reasoning-effort arms)
     assert len(led.list_jobs("demo-t3")) == 81
-    assert "effort=high" in r.stdout and "reasoning" in r.stdout
+    md = (tmp_path / "out" / "report" / "report.md").read_text()
+    assert "greedy@1[effort=high]" in md and "majority@4[effort=low]" in md and "| reasoning |" in md
     assert (tmp_path / "out" / "report" / "report.md").exists()
     # Running it again resumes: nothing to run.
     r2 = _ept("demo", "--out", str(tmp_path / "out"), "--tasks-per-family", "3")
