@@ -199,6 +199,14 @@ def test_reasoning_arms_record_reasoning_tokens_and_cost_matches_hand_computatio
     ct = {r["arm"]: r for r in res.cost_table.to_dicts()}
     assert ct[arm]["cost_per_task"] == pytest.approx(b[arm]["cost_per_task"])
     assert ct[arm]["d_elo_per_usd_lo"] <= ct[arm]["d_elo_per_usd"] <= ct[arm]["d_elo_per_usd_hi"]
+    # The split and the cost reach every output: report.json, report.md and the HTML report.
+    from analysis.html import write_html
+    from analysis.report import markdown
+
+    assert res.to_json()["breakdown"] and res.to_json()["cost_table"]
+    assert "ΔElo per $1" in markdown(res) and "| reasoning |" in markdown(res)
+    page = write_html(res, tmp_path / "r.html").read_text()
+    assert 'id="breakdown-table"' in page and f'data-arm="{arm}"' in page
 
 
 def test_anthropic_thinking_budget_reaches_the_server_and_usage_keeps_cache_fields(make_sim):
