@@ -11,7 +11,17 @@ import typer
 
 from contracts.errors import InputError
 
-PATHS_HELP = "Call logs / ledgers: files, directories (recursive), globs or s3://bucket/prefix; JSONL, .jsonl.gz, Parquet."
+PATHS_HELP = (
+    "A run id (in --ledger), a run folder or s3://…/runs/<id> URL, or call logs: files, directories (recursive), "
+    "globs or s3://bucket/prefix; JSONL, .jsonl.gz, Parquet."
+)
+LEDGER_HELP = "Ledger holding a RUN given by id (folder or s3://bucket/prefix); default: ./ept-out/ledger."
+
+
+def resolve_inputs(paths: list[str], ledger: str | None) -> list[str]:
+    from analysis.io import resolve_input
+
+    return [resolve_input(p, ledger) for p in paths]
 
 
 def _write_text_or_stdout(dest: str, text: str) -> None:
@@ -36,6 +46,7 @@ def tokens_cmd(
     json_out: str | None = typer.Option(None, "--json", help="Also write the table as JSON to this file ('-' = stdout)."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
     tasks: str | None = typer.Option(None, "--tasks", hidden=True, help="Accepted for symmetry with analyze; unused."),
+    ledger: str | None = typer.Option(None, "--ledger", help=LEDGER_HELP),
 ) -> None:
     """Tokens per arm (strategy, budget): calls, prompt/completion/total tokens, tasks, tokens per task."""
     import polars as pl
@@ -47,6 +58,7 @@ def tokens_cmd(
 
     err = Console(stderr=True)
     # Only call records count; outcome and judgment lines are still read and validated.
+    paths = resolve_inputs(paths, ledger)
     summary = read_summary(paths, lambda lf: call_groups(lf.filter(pl.col("kind") == "call")), skip_bad=skip_bad)
     if summary.frame.height == 0:
         raise InputError("no call records in the input", file=summary.files[0] if len(summary.files) == 1 else None)
@@ -70,7 +82,10 @@ def analyze_cmd(
     rounds: int = typer.Option(1000, "--rounds", help="Bootstrap rounds (resampling tasks within families); 0 = none."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
     level: float = typer.Option(0.95, "--level", help="Interval level."),
-    l2: float = typer.Option(1e-3, "--l2", help="L2 penalty of the Bradley-Terry fit (the seed's 1e-3)."),
+    l2: float | None = typer.Option(
+        None, "--l2", help="L2 penalty of the Bradley-Terry fit (default: a prior of one virtual tie per arm, l2 = 0.125; the seed used 1e-3)."
+    ),
+    min_tasks: int = typer.Option(10, "--min-tasks", help="Families with fewer tasks are left out of the merge (with a warning)."),
     drop_ties: bool = typer.Option(False, "--drop-ties", help="Drop ties instead of counting half a win each way."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
     tasks: str | None = typer.Option(None, "--tasks", help="JSONL tasks file with task_id and family."),
@@ -82,6 +97,7 @@ def analyze_cmd(
     transcript: str | None = typer.Option(
         None, "--transcript", help="Also write the command and its terminal output as a markdown file."
     ),
+    ledger: str | None = typer.Option(None, "--ledger", help=LEDGER_HELP),
 ) -> None:
     """Elo per token: Bradley-Terry per family, weighted merge, bootstrap CIs, diminishing-returns table."""
     from rich.console import Console
@@ -92,8 +108,9 @@ def analyze_cmd(
 
     opts = AnalysisOptions(
         weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, l2=l2,
-        drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks, prices=prices,
+        drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks, min_tasks=min_tasks, prices=prices,
     )
+    paths = resolve_inputs(paths, ledger)
     err = Console(stderr=True)
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -15,6 +15,7 @@ import gzip
 import io
 import json
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -235,6 +236,170 @@ def _drop_compacted_copies(files: list[str]) -> list[str]:
     return [f for f in files if not ("/compact/" in f and f.split("/compact/")[0] in runs_with_jobs)]
 
 
+# ---------------------------------------------------------------- ledger runs (segments + uncompacted objects)
+
+# …/runs/<id> (a run: its segments plus the objects no segment holds) or …/runs/<id>/jobs (its objects only).
+_RUN_URL = re.compile(r"^(?P<ledger>.*?)/?runs/(?P<run>[^/]+?)(?P<jobs>/jobs)?/*$")
+RUN_CHUNK_JOBS = 20_000  # objects parsed per polars call: ~60 MB of JSONL, bounded whatever the run's size
+
+
+@dataclass(frozen=True)
+class RunSource:
+    ledger_url: str  # the ledger root: a folder or s3://bucket/prefix
+    run_id: str
+    objects_only: bool = False  # the path named the run's jobs/ folder: ignore its segments
+
+
+def run_source(p: str) -> RunSource | None:
+    """A run folder or s3://…/runs/<id> URL (with /jobs: the objects only); None for anything else."""
+    m = _RUN_URL.match(p)
+    if not m or glob.has_magic(p):
+        return None
+    if p.startswith("s3://"):
+        led = m.group("ledger")
+        if not led.startswith("s3://") or led == "s3:/":
+            led = "s3://" + p[len("s3://") :].split("/", 1)[0]
+        return RunSource(led, m.group("run"), bool(m.group("jobs")))
+    if "://" in p or not os.path.isdir(p):
+        return None
+    run_dir = p.rstrip("/")[: -len("/jobs")] if m.group("jobs") else p.rstrip("/")
+    if not any(os.path.exists(os.path.join(run_dir, n)) for n in ("jobs", "compact", "manifest.json")):
+        return None
+    return RunSource(m.group("ledger") or ".", m.group("run"), bool(m.group("jobs")))
+
+
+def split_runs(paths: Sequence[str]) -> tuple[list[RunSource], list[str]]:
+    runs: list[RunSource] = []
+    plain: list[str] = []
+    for p in paths:
+        src = run_source(p)
+        if src is None:
+            plain.append(p)
+        else:
+            runs.append(src)
+    return runs, plain
+
+
+DEFAULT_LEDGER = "./ept-out/ledger"
+
+
+def resolve_input(arg: str, ledger: str | None = None) -> str:
+    """A command-line input as a path or URL. A run id (a bare name that is no file) means that run in
+    `ledger` (default ./ept-out/ledger); a plan file means its run in its ledger (or `ledger`). Both are
+    checked: a missing run lists the runs the ledger holds, an unreachable ledger says what is wrong."""
+    from contracts.ledger import check_run, open_ledger_for_reading
+
+    if arg.endswith(".toml") and os.path.isfile(arg):
+        from coordinator.plan import load_plan
+
+        plan = load_plan(arg)
+        led = open_ledger_for_reading(ledger or plan.ledger)
+        check_run(led, plan.run_id)
+        return led.run_url(plan.run_id)
+    bare = "/" not in arg and "://" not in arg and not glob.has_magic(arg) and not os.path.exists(arg)
+    if bare and not arg.endswith(DATA_SUFFIXES):
+        led = open_ledger_for_reading(ledger or DEFAULT_LEDGER)
+        check_run(led, arg)
+        return led.run_url(arg)
+    return arg
+
+
+def open_run(src: RunSource):
+    """The run's ledger, checked: an unreachable ledger or a run it does not have is an InputError."""
+    from contracts.ledger import check_run, open_ledger_for_reading
+
+    led = open_ledger_for_reading(src.ledger_url)
+    check_run(led, src.run_id)
+    return led
+
+
+def read_run(
+    src: RunSource, *, skip_bad: bool = False, threads: int = 32, chunk_jobs: int = RUN_CHUNK_JOBS
+) -> tuple[pl.DataFrame, list[BadLine], list[str]]:
+    """A run's records (RECORD_SCHEMA, `file` naming each row's job object, Categorical), what was skipped,
+    and the names read (segments, then the run's jobs/ folder for the objects no segment holds)."""
+    from analysis.segments import list_keys, read_index, seg_name, segment_state, tail_keys
+
+    led = open_run(src)
+    run = src.run_id
+    committed = [] if src.objects_only else segment_state(led, run).committed
+    raw = read_index(led, run, committed, dedupe=False)
+    first = pl.int_range(pl.len()).over("job_key") == 0  # in segment order: the lowest number holds a key
+    index = raw.filter(first)
+    dups = raw.filter(~first)
+    tail = tail_keys(list_keys(led, run), index)
+    parts: list[pl.DataFrame] = []
+    skipped: list[BadLine] = []
+    names: list[str] = []
+    for n in committed:
+        url = led.blob_url(run, seg_name(n))
+        names.append(url)
+        drop = dups.filter(pl.col("seg") == n)["job_key"] if dups.height else None
+        got, bad = _read_segment(led, run, url, drop, skip_bad=skip_bad)
+        parts += got
+        skipped += bad
+    for start in range(0, len(tail), chunk_jobs):
+        got, bad = _read_objects(led, run, tail[start : start + chunk_jobs], skip_bad=skip_bad, threads=threads)
+        parts += got
+        skipped += bad
+    names.append(led.run_url(run) + "/jobs/")
+    parts = [p.drop("bad_field", "bad_msg").with_columns(pl.col("file").cast(pl.Categorical)) for p in parts]
+    frame = pl.concat(parts, how="vertical") if parts else pl.DataFrame(schema=RECORD_SCHEMA)
+    if committed and tail:
+        # Segments and the tail interleave job keys; one order (the job objects') keeps results identical
+        # to reading the objects alone.
+        frame = frame.sort(pl.col("file").cast(pl.String), "row")
+    return frame, skipped, names
+
+
+def _read_segment(
+    led, run: str, url: str, drop: pl.Series | None, *, skip_bad: bool
+) -> tuple[list[pl.DataFrame], list[BadLine]]:
+    """One segment, its rows named by job object and line (so every error names the object, as the
+    objects themselves would). `drop`: job keys an earlier segment already holds (two compactions at once)."""
+    opts = storage_options() if url.startswith("s3://") else None
+    prefix = led.run_url(run) + "/jobs/"
+    try:
+        lf = _scan_parquet(url, opts, extra=("job_key", "line"))
+        if drop is not None and drop.len():
+            lf = lf.filter(~pl.col("job_key").is_in(drop.implode()))
+        obj = (pl.lit(prefix) + pl.col("job_key") + pl.lit(".jsonl")).cast(pl.Categorical)
+        lf = lf.with_columns(obj.alias("file"), (pl.col("line") - 1).cast(pl.Int64).alias("row"))
+        frame = _normalise(lf).collect()
+    except (pl.exceptions.PolarsError, OSError) as e:
+        raise InputError(
+            f"segment is corrupt or truncated ({str(e).splitlines()[0][:200]}); the job objects are intact: "
+            f"rebuild the segments with `ept compact {run} --rebuild --ledger {led.url}`",
+            file=url,
+        ) from e
+    return _settle_flagged(frame, skip_bad=skip_bad)
+
+
+def _read_objects(
+    led, run: str, keys: list[str], *, skip_bad: bool, threads: int
+) -> tuple[list[pl.DataFrame], list[BadLine]]:
+    """A chunk of job objects: fetched in parallel, concatenated, parsed by one polars call."""
+    from analysis.segments import object_index, parse_good
+
+    blobs = led.get_jobs(run, keys, threads=threads)
+    groups, unparsable = parse_good(keys, blobs, RAW_SCHEMA)
+    del blobs
+    parts: list[pl.DataFrame] = []
+    skipped: list[BadLine] = []
+    for gkeys, df, counts in groups:
+        obj, line = object_index(counts)
+        urls = pl.Series("file", [led.job_url(run, k) for k in gkeys], dtype=pl.String).cast(pl.Categorical)
+        df = df.with_columns(urls.gather(obj).alias("file"), pl.Series("row", line, dtype=pl.Int64))
+        got, bad = _settle_flagged(_normalise(df.lazy()).collect(), skip_bad=skip_bad)
+        parts += got
+        skipped += bad
+    for k in unparsable:  # the error path: read line by line, which names the line
+        good, bad = _slow_read(led.job_url(run, k), skip_bad=skip_bad)
+        parts.append(good)
+        skipped += bad
+    return parts, skipped
+
+
 # ---------------------------------------------------------------- fast path
 
 
@@ -255,7 +420,9 @@ def _scan(files: list[str]) -> pl.LazyFrame:
 _TYPE_WORDS = {pl.Int64(): "an integer", pl.Float64(): "a number", pl.Boolean(): "true or false", pl.String(): "a string"}
 
 
-def _scan_parquet(f: str, opts: dict[str, str] | None, *, strict: bool = True) -> pl.LazyFrame:
+def _scan_parquet(
+    f: str, opts: dict[str, str] | None, *, strict: bool = True, extra: tuple[str, ...] = ()
+) -> pl.LazyFrame:
     """A parquet file as RAW_SCHEMA columns. strict=False turns values that do not convert into nulls and
     adds `_type_bad` / `_type_msg` for the first such field per row (the error path names rows, not files)."""
     lf = pl.scan_parquet(f, storage_options=opts)
@@ -289,6 +456,7 @@ def _scan_parquet(f: str, opts: dict[str, str] | None, *, strict: bool = True) -
             cols.append(conv(pl.col(name), have[name], dtype, name).alias(name))
         else:
             cols.append(pl.lit(None, dtype).alias(name))
+    cols += [pl.col(c) for c in extra]
     if not strict:
         first = [(pl.when(lost).then(pl.lit(i, pl.Int32))) for i, (_, _, lost) in enumerate(failed)]
         idx = pl.min_horizontal(first) if first else pl.lit(None, pl.Int32)
@@ -301,8 +469,17 @@ def _scan_parquet(f: str, opts: dict[str, str] | None, *, strict: bool = True) -
     )
 
 
-def _normalise(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """Raw schema -> RECORD_SCHEMA plus a `bad_field`/`bad_msg` pair describing the first problem."""
+# polars reads any JSON value into a String column as its text, so `"task_id": 5` and `"task_id": "5"` look the
+# same on the fast path. Ids that could be a bare JSON number, literal, object or array send their file to the
+# line-by-line path (which sees the JSON types); ids that are genuine strings are then accepted there.
+_SUSPECT_ID = r"^(-?[0-9][0-9.eE+-]*|true|false|null|\{.*|\[.*)$"
+_SUSPECT_MSG = "must be a string"
+_ID_FIELDS = ("task_id", "family", "strategy", "arm")
+
+
+def _normalise(lf: pl.LazyFrame, *, suspect_ids: bool = True) -> pl.LazyFrame:
+    """Raw schema -> RECORD_SCHEMA plus a `bad_field`/`bad_msg` pair describing the first problem.
+    suspect_ids=False on the line-by-line path, where the JSON types were already checked."""
     kind_guess = (
         pl.when(pl.col("winner").is_not_null())
         .then(pl.lit("judgment"))
@@ -324,6 +501,12 @@ def _normalise(lf: pl.LazyFrame) -> pl.LazyFrame:
     checks: list[tuple[str, str, pl.Expr]] = [
         ("kind", "must be one of call, outcome, judgment", ~kind.is_in(KINDS)),
         ("task_id", "is required", pl.col("task_id").is_null()),
+        *(
+            (name, "must not be empty or hold NUL/control characters",
+             (pl.col(name).str.strip_chars() == "") | pl.col(name).str.contains(r"[\x00-\x1f\x7f]"))
+            for name in _ID_FIELDS
+        ),
+        *(((name, _SUSPECT_MSG, pl.col(name).str.contains(_SUSPECT_ID)) for name in _ID_FIELDS) if suspect_ids else ()),
         ("strategy", "is required", call_or_outcome & pl.col("strategy").is_null()),
         ("budget_n", "is required", call_or_outcome & pl.col("budget_n").is_null()),
         ("budget_n", "must be >= 0", pl.col("budget_n") < 0),
@@ -384,11 +567,14 @@ def _normalise(lf: pl.LazyFrame) -> pl.LazyFrame:
         pl.col("role"),
         pl.col("p").alias("prompt_tokens"),
         pl.col("c").alias("completion_tokens"),
-        # A failed call has no usage because nothing was billed: not a missing usage.
+        # A failed call without usage was not billed: not a missing usage. The explicit flag always counts
+        # (e.g. a billed response whose usage was invalid, stored as null).
         (
             (kind == "call")
-            & pl.col("error").struct.field("class").is_null()
-            & (pl.col("usage_missing").fill_null(False) | pl.col("p").is_null())
+            & (
+                pl.col("usage_missing").fill_null(False)
+                | (pl.col("p").is_null() & pl.col("error").struct.field("class").is_null())
+            )
         ).alias("usage_missing"),
         pl.col("usage").struct.field("completion_tokens_details").struct.field("reasoning_tokens").alias(
             "reasoning_tokens"
@@ -445,6 +631,21 @@ def _split_lines(text: str) -> list[str]:
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
 
 
+class _NotJson(ValueError):
+    """NaN / Infinity / -Infinity: Python's json accepts them, JSON (and polars) do not."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotJson(name)
+
+
+def _constant_field(text: str, constant: str) -> str | None:
+    import re
+
+    m = re.search(r'"([^"\\]{1,64})"\s*:\s*' + re.escape(constant), text)
+    return m.group(1) if m else None
+
+
 def _type_problem(obj: dict[str, Any]) -> tuple[str, str] | None:
     """Same type rules polars applies with RAW_SCHEMA: integer fields take JSON integers only (not 4.0,
     not "4"), number and boolean fields their own JSON type. String fields, like polars, take any JSON
@@ -452,6 +653,10 @@ def _type_problem(obj: dict[str, Any]) -> tuple[str, str] | None:
     usage = obj.get("usage")
     if usage is not None and not isinstance(usage, dict):
         return "usage", f"must be an object, got {type(usage).__name__}"
+    for name in _ID_FIELDS:
+        v = obj.get(name)
+        if v is not None and not isinstance(v, str):
+            return name, f"{_SUSPECT_MSG}, got {json.dumps(v)[:40]}"
     for name in _INT_FIELDS:
         src = usage if name in ("prompt_tokens", "completion_tokens") and usage and name in usage else obj
         v = src.get(name)
@@ -490,9 +695,13 @@ def _slow_read(f: str, *, skip_bad: bool) -> tuple[pl.DataFrame, list[BadLine]]:
             continue
         row += 1
         try:
-            obj = json.loads(text)
+            obj = json.loads(text, parse_constant=_refuse_constant)
         except json.JSONDecodeError as e:
             bad.append(BadLine(f, i, None, f"malformed JSON: {e.msg} at column {e.colno}"))
+        except _NotJson as e:
+            bad.append(BadLine(f, i, _constant_field(text, str(e)), f"{e} is not a JSON value (numbers must be finite)"))
+        except RecursionError:
+            bad.append(BadLine(f, i, None, "malformed JSON: nested too deeply (no record nests more than a few levels)"))
         else:
             problem = _type_problem(obj) if isinstance(obj, dict) else (None, "a line must be a JSON object")
             if problem:
@@ -506,7 +715,7 @@ def _slow_read(f: str, *, skip_bad: bool) -> tuple[pl.DataFrame, list[BadLine]]:
     raw = _parse_lines(f, texts, rows, lines, bad).with_columns(
         pl.lit(f).alias("file"), pl.Series("row", rows, dtype=pl.Int64)
     )
-    norm = _normalise(raw.lazy()).collect().with_columns(pl.Series("_line", lines, dtype=pl.Int64))
+    norm = _normalise(raw.lazy(), suspect_ids=False).collect().with_columns(pl.Series("_line", lines, dtype=pl.Int64))
     flagged = norm.filter(pl.col("bad_field").is_not_null())
     bad.extend(
         BadLine(f, ln, fld, msg)
@@ -554,7 +763,7 @@ def _slow_read_parquet(f: str, *, skip_bad: bool) -> tuple[pl.DataFrame, list[Ba
         # Unreadable, or a column no value of which can become its field's type (a struct for budget_n).
         raise InputError(f"cannot read parquet: {e}", file=f) from e
     # A value that did not convert is the row's first problem (its null would otherwise read as "missing").
-    norm = _normalise(raw.lazy()).collect().with_columns(
+    norm = _normalise(raw.lazy(), suspect_ids=False).collect().with_columns(
         pl.coalesce(raw["_type_bad"], pl.col("bad_field")).alias("bad_field"),
         pl.coalesce(raw["_type_msg"], pl.col("bad_msg")).alias("bad_msg"),
     )
@@ -604,14 +813,23 @@ def _read_group(group: list[str], *, skip_bad: bool) -> tuple[list[pl.DataFrame]
         return parts, skipped
     if frame is None:
         return _as_list(_slow_read(group[0], skip_bad=skip_bad))
+    return _settle_flagged(frame, skip_bad=skip_bad)
+
+
+def _settle_flagged(frame: pl.DataFrame, *, skip_bad: bool) -> tuple[list[pl.DataFrame], list[BadLine]]:
+    """Rows flagged by the validation expressions: their files are re-read line by line, which names the
+    line (or, with skip_bad, keeps the good lines of those files)."""
     flagged = frame.filter(pl.col("bad_field").is_not_null())
     if flagged.height == 0:
         return [frame], []
-    bad_files = sorted(flagged["file"].unique().to_list())
-    parts = [frame.filter(~pl.col("file").is_in(bad_files))]
+    bad_files = sorted(flagged["file"].cast(pl.String).unique().to_list())
+    parts = [frame.filter(~pl.col("file").cast(pl.String).is_in(bad_files))]
     skipped = []
     for f in bad_files:
         good, bad = _slow_read(f, skip_bad=skip_bad)
+        if not bad and set(flagged.filter(pl.col("file") == f)["bad_msg"].to_list()) == {_SUSPECT_MSG}:
+            parts.append(good)  # number-like ids that the JSON shows are strings: fine
+            continue
         if not bad:
             # polars flagged a row the line-by-line rules accept: report the row rather than guess.
             row = flagged.filter(pl.col("file") == f).row(0, named=True)
@@ -636,7 +854,8 @@ def read_records(
 
     resolve_families=False leaves `family` as written on each line (token counting needs no families).
     """
-    files = expand_inputs(paths)
+    runs, plain = split_runs(paths)
+    files = expand_inputs(plain) if plain else []
     groups = {
         "parquet": [f for f in files if f.endswith(".parquet")],
         "json": [f for f in files if not f.endswith(".parquet")],
@@ -646,9 +865,17 @@ def read_records(
     for group in groups.values():
         if group:
             got, bad = _read_group(group, skip_bad=skip_bad)
-            parts += got
+            parts += [p.drop("bad_field", "bad_msg") for p in got]
             skipped += bad
-    frame = pl.concat([p.drop("bad_field", "bad_msg") for p in parts], how="vertical")
+    for run in runs:
+        got_run, bad, names = read_run(run, skip_bad=skip_bad)
+        parts.append(got_run)
+        skipped += bad
+        files += names
+    if any(p.schema["file"] == pl.Categorical for p in parts):
+        # A run's rows name their job object in a Categorical column (4 bytes a row, not the path).
+        parts = [p.with_columns(pl.col("file").cast(pl.Categorical)) for p in parts]
+    frame = pl.concat(parts, how="vertical")
     if frame.height == 0:
         raise InputError("no records in the input", file=", ".join(files[:3]) + (" …" if len(files) > 3 else ""))
     if resolve_families:
@@ -673,8 +900,9 @@ def read_summary(
     frame. Same validation as read_records: if any line is bad, or polars refuses a file, or the input is
     empty, the answer comes from read_records instead, which names the line (or skips it with skip_bad).
     """
-    files = expand_inputs(paths)
-    if all(f.endswith(".parquet") for f in files) or not any(f.endswith(".parquet") for f in files):
+    runs, _ = split_runs(paths)
+    files = [] if runs else expand_inputs(paths)
+    if files and (all(f.endswith(".parquet") for f in files) or not any(f.endswith(".parquet") for f in files)):
         try:
             records = _normalise(_scan(files))
             check = records.select(pl.col("bad_field").is_not_null().any().alias("bad"), pl.len().alias("n"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -49,10 +50,26 @@ def fmt_ci(x: Any, lo: Any, hi: Any, nd: int = 0, sign: bool = False) -> str:
     return s
 
 
+def _per_1k_cell(r: dict[str, Any]) -> str:
+    # A ratio over a token step whose interval includes 0 could be anything: say so instead of a number.
+    if r.get("per_1k_resolved") is False:
+        return "token step unresolved"
+    return fmt_ci(r["d_elo_per_1k"], r.get("d_elo_per_1k_lo"), r.get("d_elo_per_1k_hi"), nd=1)
+
+
+def _frontier_cell(r: dict[str, Any]) -> str:
+    """'yes'/'' from the point estimate, with the bootstrap share of rounds on the frontier when known."""
+    label = "yes" if r["frontier"] else ""
+    prob = r.get("frontier_prob")
+    return f"{label} ({prob:.0%})".strip() if _ok(prob) else label
+
+
 def _returns_rows(table: pl.DataFrame, anchor: str | None = None) -> list[list[str]]:
     rows = []
     for r in table.iter_rows(named=True):
         arm = r["arm"] + (" (anchor)" if r["arm"] == anchor else "")
+        if r.get("vs"):
+            arm += f" vs {r['vs']}"
         rows.append(
             [
                 arm,
@@ -60,14 +77,14 @@ def _returns_rows(table: pl.DataFrame, anchor: str | None = None) -> list[list[s
                 fmt_tokens(r["tokens_per_task"]),
                 fmt_ci(r["elo"], r.get("elo_lo"), r.get("elo_hi")),
                 fmt_ci(r["d_elo"], r.get("d_elo_lo"), r.get("d_elo_hi"), sign=True),
-                fmt_ci(r["d_elo_per_1k"], r.get("d_elo_per_1k_lo"), r.get("d_elo_per_1k_hi"), nd=1),
-                "yes" if r["frontier"] else "",
+                _per_1k_cell(r),
+                _frontier_cell(r),
             ]
         )
     return rows
 
 
-RETURNS_HEADER = ["arm", "budget", "tokens/task", "Elo [95% CI]", "ΔElo [CI]", "ΔElo per 1k tokens [CI]", "frontier"]
+RETURNS_HEADER = ["arm", "budget", "tokens/task", "Elo [95% CI]", "ΔElo [CI]", "ΔElo per 1k tokens [CI]", "frontier (P)"]
 TOKENS_HEADER = [
     "arm",
     "strategy",
@@ -117,11 +134,17 @@ def _level_label(result: AnalysisResult) -> str:
 # ---------------------------------------------------------------- terminal
 
 
+# Width for output that is not a terminal (a pipe, a CI log, `docker compose` output): rich would fall back to
+# 80 columns and cut the tables' cells and headers. Tables are drawn at their natural width (never padded to the
+# console's), so a wide limit costs nothing and keeps every column in full.
+PIPE_WIDTH = 1000
+
+
 def make_console(*, stderr: bool = False, record: bool = False) -> Console:
     """A console that does not squeeze the tables to 80 columns when output is piped or recorded."""
     c = Console(stderr=stderr, record=record)
     if record or not c.is_terminal:
-        c = Console(stderr=stderr, record=record, width=150)
+        c = Console(stderr=stderr, record=record, width=PIPE_WIDTH)
     return c
 
 
@@ -166,14 +189,21 @@ def _cost_rows(result: AnalysisResult) -> list[list[str]]:
 
 
 COST_HEADER = ["arm", "budget", "$/task", "Elo [95% CI]", "ΔElo [CI]", "ΔElo per $1 [CI]", "frontier"]
+def _rx(text: Any) -> str:
+    """Untrusted text inside a rich markup string."""
+    from rich.markup import escape
+
+    return escape(str(text))
 
 
 def _rich_table(title: str, header: list[str], rows: list[list[str]], right_from: int = 1) -> Table:
     t = Table(title=title, title_justify="left", header_style="bold", min_width=len(title))
     for i, h in enumerate(header):
         t.add_column(h, justify="right" if i >= right_from else "left", no_wrap=True)
+    from rich.markup import escape
+
     for r in rows:
-        t.add_row(*r)
+        t.add_row(*(escape(c) for c in r))  # an arm named "[/]" or "[link=…]" is text, not rich markup
     return t
 
 
@@ -197,7 +227,7 @@ def print_report(result: AnalysisResult, console: Console) -> None:
     ci = f"{_level_label(result)} bootstrap CI, {o.rounds} rounds" if o.rounds else "no bootstrap"
     console.print(
         _rich_table(
-            f"Diminishing returns (anchor {result.anchor} = 1000; {ci})",
+            f"Diminishing returns (anchor {_rx(result.anchor)} = 1000; {ci})",
             RETURNS_HEADER,
             _returns_rows(result.table, result.anchor),
         )
@@ -209,6 +239,14 @@ def print_report(result: AnalysisResult, console: Console) -> None:
             _returns_rows(result.per_strategy),
         )
     )
+    if result.vs_frontier is not None:
+        console.print(
+            _rich_table(
+                "Vs previous frontier arm: each arm against the next-cheaper arm on the frontier",
+                RETURNS_HEADER,
+                _returns_rows(result.vs_frontier),
+            )
+        )
     header, rows = _per_family_pivot(result)
     console.print(_rich_table("Per family: Elo from the family's centred theta", header, rows))
     header, rows = _breakdown_rows(result)
@@ -223,20 +261,33 @@ def print_report(result: AnalysisResult, console: Console) -> None:
     console.print(
         f"{c['files']} file(s), {c['calls']} calls ({c['judge_calls']} judge), {c['outcomes']} outcomes, "
         f"{c['judgments']} judgments, {c['tasks']} tasks, {len(result.families)} families; "
-        f"weights {', '.join(f'{f}={w:.3g}' for f, w in result.family_weights.items())}",
+        f"weights {', '.join(f'{_rx(f)}={w:.3g}' for f, w in result.family_weights.items())}",
         highlight=False,
         soft_wrap=True,
     )
     for w in result.warnings:
-        console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]warning:[/] {_rx(w)}", highlight=False, soft_wrap=True)
 
 
 # ---------------------------------------------------------------- files
 
 
-def _md_table(header: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+
+
+def md_escape(text: Any) -> str:
+    """Names (arms, strategies, families) come from untrusted logs: in report.md they are text, never HTML,
+    links, images or emphasis. HTML's three characters become entities; Markdown's inline syntax is escaped."""
+    s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
+    return _MD_SPECIAL.sub(r"\\\1", s)
+
+
+def _md_table(header: list[str], rows: list[list[str]], names: int = 1) -> str:
+    """A Markdown table; the header and the first `names` columns (arm, strategy) are escaped, the numbers
+    (ours) are written as they are."""
+    out = ["| " + " | ".join(md_escape(h) for h in header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(md_escape(c) if i < names else c.replace("|", "\\|") for i, c in enumerate(r)) + " |"
+            for r in rows]  # fmt: skip
     return "\n".join(out)
 
 
@@ -246,14 +297,16 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
     parts = [
         "# Elo per token",
         "",
-        f"Anchor: **{result.anchor}** = 1000. {ci}. Family weights: "
-        + ", ".join(f"{f}={w:.3g}" for f, w in result.family_weights.items())
+        f"Anchor: **{md_escape(result.anchor)}** = 1000. {ci}. Family weights: "
+        + ", ".join(f"{md_escape(f)}={w:.3g}" for f, w in result.family_weights.items())
         + ".",
         "",
         "## Diminishing returns",
         "",
-        "Rows ordered by tokens per task; ΔElo and ΔElo per 1k tokens are against the previous row; "
-        "frontier = no cheaper arm has a higher Elo.",
+        "Rows ordered by tokens per task (weighted over families like Elo); ΔElo and ΔElo per 1k tokens are "
+        "against the previous row; the ratio is shown only where the token step's interval excludes 0. "
+        "frontier = no arm is at least as cheap and at least as strong; (P) = share of bootstrap rounds in "
+        "which the arm is on the frontier.",
         "",
         _md_table(RETURNS_HEADER, _returns_rows(result.table, result.anchor)),
         "",
@@ -263,6 +316,19 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         "",
         _md_table(RETURNS_HEADER, _returns_rows(result.per_strategy)),
         "",
+        *(
+            [
+                "## Vs previous frontier arm",
+                "",
+                "Each arm against the next-cheaper arm on the frontier, so a dominated arm in between does not "
+                "inflate the next step.",
+                "",
+                _md_table(RETURNS_HEADER, _returns_rows(result.vs_frontier)),
+                "",
+            ]
+            if result.vs_frontier is not None
+            else []
+        ),
         "## Per family",
         "",
         "Elo = 1000 + 400/ln10 · θ, θ centred within the family over the arms it observed.",
@@ -271,7 +337,7 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         "",
         "## Tokens",
         "",
-        _md_table(TOKENS_HEADER, _tokens_rows(result.tokens)),
+        _md_table(TOKENS_HEADER, _tokens_rows(result.tokens), names=2),
         "",
         "## Per arm: tasks, failures, token split",
         "",
@@ -292,25 +358,25 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
     if result.judge_tokens.height:
         parts += [
             "Judge calls (evaluation cost, not strategy cost): "
-            + ", ".join(f"{r['arm']}: {r['total_tokens']} tokens" for r in result.judge_tokens.iter_rows(named=True)),
+            + ", ".join(f"{md_escape(r['arm'])}: {r['total_tokens']} tokens" for r in result.judge_tokens.iter_rows(named=True)),
             "",
         ]
     parts += ["## Fits", ""]
     for f in result.fits:
-        unobs = f" unobserved arms: {', '.join(f.unobserved)}." if f.unobserved else ""
+        unobs = f" unobserved arms: {', '.join(md_escape(a) for a in f.unobserved)}." if f.unobserved else ""
         parts.append(
-            f"- {f.family}: {f.tasks} tasks, comparison weight {f.comparisons:g}, "
+            f"- {md_escape(f.family)}: {f.tasks} tasks, comparison weight {f.comparisons:g}, "
             f"{'converged' if f.converged else 'NOT converged'} in {f.n_iter} iterations.{unobs}"
         )
     parts.append("")
     if result.warnings:
-        parts += ["## Warnings", ""] + [f"- {w}" for w in result.warnings] + [""]
+        parts += ["## Warnings", ""] + [f"- {md_escape(w)}" for w in result.warnings] + [""]
     if plots:
         parts += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     parts += [
         "## Inputs",
         "",
-        *[f"- `{f}`" for f in result.inputs[:50]],
+        *[f"- {md_escape(f)}" for f in result.inputs[:50]],
         *([f"- … and {len(result.inputs) - 50} more"] if len(result.inputs) > 50 else []),
         "",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in result.versions.items()),

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Exit code for bad input anywhere in the tool (files, flags, plans, profiles).
+# Exit codes of every `ept` command (docs/sweep.md lists them):
+#   0 done · 1 some jobs failed · 2 bad input or setup (file:line:field) · 3 a sweep stopped because the
+#   provider's credentials or endpoint are broken (fix the profile, then `ept retry`) · 130 interrupted
+#   (Ctrl-C / SIGTERM; rerun to resume).
+EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+EXIT_STOPPED_EGRESS = 3
+EXIT_INTERRUPTED = 130
 
 
 @dataclass
@@ -37,5 +43,3 @@ ERROR_CLASSES = (
     "credential", "endpoint", "rate_limit", "unreachable", "transient", "context_overflow", "permanent", "task",
 )  # fmt: skip
 EGRESS_CLASSES = frozenset({"credential", "endpoint", "unreachable"})
-# Exit code of a sweep stopped because the key or the endpoint does not work (the egress guard).
-EXIT_EGRESS = 3

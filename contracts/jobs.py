@@ -67,12 +67,15 @@ class Job:
 
     @property
     def key(self) -> str:
-        """Deterministic, path-safe job key: the same plan always yields the same keys."""
+        """Deterministic, path-safe job key: the same plan always yields the same keys. Every part goes
+        through `key_component` (contracts.keys), so a hostile family or task id cannot leave the run."""
+        from contracts.keys import key_component as kc
+
         arm = self.arm.replace("@", "_n").replace("[", "_").replace("]", "").replace(",", "_").replace("=", "-")
         # Generation labels may carry other characters (extra_body values); plain arms are unchanged by this.
         arm = "".join(c if c.isalnum() or c in "-_." else "_" for c in arm)
         safe_task = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.task_id)
-        return f"{self.family}/{safe_task}/{arm}/r{self.replicate}"
+        return f"{kc(self.family)}/{kc(safe_task)}/{kc(arm)}/r{self.replicate}"
 
     def call_seed(self, call_index: int) -> int:
         return derive_seed(self.seed, self.key, call_index)

@@ -2,7 +2,8 @@
 
 One ledger object per job is a JSONL file whose lines are records, each tagged with `kind`:
 
-* `kind="call"`     one API call, with `usage` exactly as the server returned it.
+* `kind="call"`     one API call, with `usage` as the server returned it once checked (contracts.usage):
+                    invalid usage is stored as null with `usage_invalid` saying why.
 * `kind="outcome"`  the job's final answer and score.
 * `kind="judgment"` an explicit pairwise judgment between two arms (judge mode).
 
@@ -50,6 +51,7 @@ class CallRecord:
     finish_reason: str | None = None
     error: dict[str, str] | None = None  # {"class": ..., "message": ...} when the call failed
     usage_missing: bool = False
+    usage_invalid: str | None = None  # the server sent usage that failed contracts.usage.check_usage (then usage=None)
     # Generation settings sent with this call (temperature, max_tokens, reasoning_effort, …; contracts.generation).
     gen: dict[str, Any] = field(default_factory=dict)
     # One per returned choice (finish_reason above is the first one's): "length" = cut by max_tokens.

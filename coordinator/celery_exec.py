@@ -12,7 +12,7 @@ import contextlib
 import itertools
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from contracts.jobs import Job
@@ -31,8 +31,29 @@ def _pipelined(producer: Any, size: int) -> Any:
     return batch(max_size=max(1, size)) if batch is not None else contextlib.nullcontext()
 
 
+def _first_contact(fn: Callable[[], Any], app: Any) -> None:
+    """The first broker round trip: a broker that is down, unreachable or refuses the password is a setup
+    problem, reported as an exit-2 error naming the (masked) URL, not a redis traceback."""
+    import redis.exceptions
+    from kombu.exceptions import OperationalError
+
+    from contracts.errors import InputError
+    from contracts.secrets import mask_url
+
+    try:
+        fn()
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.AuthenticationError,
+            redis.exceptions.ResponseError, OperationalError) as e:  # fmt: skip
+        url = mask_url(str(app.conf.broker_url))
+        raise InputError(
+            f"cannot use the broker at {url}: {type(e).__name__}: {mask_url(str(e))} — start Redis there, or point "
+            "EPT_BROKER_URL (and EPT_RESULT_BACKEND) at a running one; `ept sweep --executor local` needs no broker",
+            field="EPT_BROKER_URL",
+        ) from None
+
+
 def run_celery(
-    jobs: Sequence[Job],
+    jobs: Iterable[Job],
     ctx: dict[str, Any],
     *,
     queue: str,
@@ -45,7 +66,14 @@ def run_celery(
     notice: Callable[[str], None] | None = None,
     idle_notice_s: float = 20.0,
     broker_patience_s: float = 180.0,
+    clear_failures: Collection[str] = (),
+    max_pending: int = 50_000,
 ) -> bool:
+    """Enqueue `jobs` (any iterable: a million-job plan is streamed) in pipelined batches and follow them.
+
+    At most `max_pending` jobs are enqueued and unfinished at once, so the coordinator's memory and the
+    broker's queue stay bounded whatever the plan's size; workers still always have a full queue.
+    """
     from worker.celery_app import make_app
 
     app = make_app(broker_url)
@@ -91,11 +119,15 @@ def run_celery(
             # One DEL per poll, not one round trip per finished job.
             backend.client.delete(*finished)
 
+    ctx_clear = {**ctx, "clear_failure": True}
+
     def send(job: Job, producer: Any) -> None:
         tid = f"{job.run_id}:{uuid.uuid4().hex}"
+        # Only a job with a failure object from an earlier attempt deletes it on success (no blind DELETE).
+        job_ctx = ctx_clear if job.key in clear_failures else ctx
         # argsrepr: Flower shows the job key; Celery would otherwise saferepr() the whole job for every message,
         # ~15% of the coordinator's CPU per job.
-        app.send_task(TASK_NAME, args=[job.to_dict(), ctx], task_id=tid, queue=queue, producer=producer,
+        app.send_task(TASK_NAME, args=[job.to_dict(), job_ctx], task_id=tid, queue=queue, producer=producer,
                       argsrepr=f"[{job.key!r}]", kwargsrepr="{}")  # fmt: skip
         pending[tid] = (job, backend.get_key_for_task(tid))
 
@@ -135,15 +167,21 @@ def run_celery(
             time.sleep(min(2.0, 0.2 * 2 ** min(int(time.monotonic() - broker_down_since[0]), 4)))
 
     try:
-        backend.client.set(marker, "1", ex=7 * 24 * 3600)
+        _first_contact(lambda: backend.client.set(marker, "1", ex=7 * 24 * 3600), app)
+        stream = iter(jobs)
         with app.producer_or_acquire() as producer:
-            for start in range(0, len(jobs), batch_size):
-                if should_stop():
+            while not should_stop():
+                batch = list(itertools.islice(stream, max(1, batch_size)))
+                if not batch:
                     break
                 with _pipelined(producer, batch_size):
-                    for job in jobs[start : start + batch_size]:
+                    for job in batch:
                         send(job, producer)
+                del batch
                 poll()
+                while len(pending) >= max_pending and not should_stop():
+                    time.sleep(poll_s)
+                    patient_poll()
         last_change, last_pending, told = time.monotonic(), len(pending), False
         while pending:
             time.sleep(poll_s)
@@ -156,6 +194,6 @@ def run_celery(
                     f"no job finished in {idle_notice_s:.0f}s: is a worker consuming queue {queue!r} on this broker? "
                     f"(start one with `ept worker --queue {queue}`); enqueued jobs wait on the queue until then"
                 )
-        return True
+        return not should_stop()  # stopped early (egress broken) unless every job was sent before it tripped
     finally:
         app.close()

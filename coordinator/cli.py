@@ -9,28 +9,31 @@ _LEDGER_HELP = "Ledger URL (folder, file://… or s3://bucket/prefix); default: 
 
 def _ledger_and_run(run: str, ledger: str | None):
     """RUN is a run id (with --ledger) or a plan file (its name and ledger)."""
-    from contracts.ledger import open_ledger
+    from analysis.io import run_source
+    from contracts.ledger import check_run, open_ledger, open_ledger_for_reading
 
     if run.endswith(".toml"):
         from coordinator.plan import load_plan
 
         plan = load_plan(run)
-        return open_ledger(ledger or plan.ledger), plan.run_id
-    return open_ledger(ledger or "./ept-out/ledger"), run
+        led, run_id = open_ledger(ledger or plan.ledger), plan.run_id
+    elif (src := run_source(run)) is not None:  # a run folder or s3://…/runs/<id>
+        led, run_id = open_ledger(src.ledger_url), src.run_id
+    else:
+        led, run_id = open_ledger(ledger or "./ept-out/ledger"), run
+    # Reachable, and holding the run: otherwise say which (endpoint, credentials, bucket) or list the runs.
+    check_run(open_ledger_for_reading(led.url), run_id)
+    return led, run_id
 
 
-def _finish(out, console_out) -> None:
+def _finish(out) -> None:
+    from analysis.report import make_console
     from coordinator.sweep import print_summary
 
-    print_summary(out, console_out)
-    from contracts.errors import EXIT_EGRESS
-
-    if out.tally.egress_broken():  # stopped by the egress guard: the key, the endpoint or the server is the problem
-        raise typer.Exit(EXIT_EGRESS)
-    if not out.completed:
-        raise typer.Exit(130)
-    if out.tally.failed:
-        raise typer.Exit(1)
+    # Full width when stdout is a pipe, a CI log or `docker compose` output (the coordinator's only table there).
+    print_summary(out, make_console())
+    if out.exit_code:
+        raise typer.Exit(out.exit_code)
 
 
 def register(app: typer.Typer) -> None:
@@ -45,22 +48,23 @@ def register(app: typer.Typer) -> None:
         concurrency: int = typer.Option(None, "--concurrency", help="Local executor threads (overrides the plan)."),
         profiles: str = typer.Option(None, "--profiles", help="profiles.toml (default: $EPT_PROFILES, ./profiles.toml)."),
         no_analysis: bool = typer.Option(False, "--no-analysis", help="Skip the Elo table at the end."),
+        max_jobs: int = typer.Option(
+            None, "--max-jobs", min=1, help="Allow plans of up to N jobs (default: the plan's max_jobs, else 2,000,000)."
+        ),
     ) -> None:
         """Run a plan: expand to jobs, skip those already in the ledger, run the rest, print the Elo table."""
-        from rich.console import Console
-
         from contracts.errors import InputError
         from coordinator.plan import EXECUTORS, load_plan
-        from coordinator.sweep import execute, plan_jobs, resolve_profile
+        from coordinator.sweep import execute, resolve_profile
 
         plan = load_plan(plan_file)
         if executor and executor not in EXECUTORS:
             raise InputError(f"must be one of {', '.join(EXECUTORS)}", field="--executor")
-        plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency)
+        plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency, max_jobs=max_jobs)
         prof = resolve_profile(plan, profile_url_override, profiles)
-        jobs = plan_jobs(plan)
-        out = execute(plan, jobs, profile=prof, base_url=profile_url_override, analyze=not no_analysis)
-        _finish(out, Console())
+        # jobs=None: the plan's jobs are streamed, never all held at once.
+        out = execute(plan, None, profile=prof, base_url=profile_url_override, analyze=not no_analysis)
+        _finish(out)
 
     @app.command()
     def status(
@@ -71,9 +75,11 @@ def register(app: typer.Typer) -> None:
         """Progress of a running or finished run, read from the ledger."""
         import json
 
-        from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
+        from analysis.report import make_console
+        from contracts.secrets import mask_url
         from coordinator.status import run_status
 
         led, run_id = _ledger_and_run(run, ledger)
@@ -83,11 +89,11 @@ def register(app: typer.Typer) -> None:
                                    "failed": st.failed, "pending": st.pending, "retrying": st.retrying},
                                   sort_keys=True))  # fmt: skip
             return
-        c = Console()
+        c = make_console()
         m = st.manifest or {}
         c.print(f"[bold]run {st.run_id}[/] in {st.run_url}", highlight=False)
         c.print(f"started {m.get('started_at', '?')} · sessions {len(m.get('sessions', []))} · "
-                f"profile {m.get('profile', {}).get('name', '?')} ({m.get('profile', {}).get('base_url', '?')})",
+                f"profile {m.get('profile', {}).get('name', '?')} ({mask_url(str(m.get('profile', {}).get('base_url', '?')))})",
                 highlight=False)  # fmt: skip
         c.print(f"jobs {st.n_jobs if st.n_jobs is not None else '?'}: done {st.done} · failed "
                 f"{sum(st.failed.values())} · pending {st.pending if st.pending is not None else '?'}"
@@ -98,7 +104,7 @@ def register(app: typer.Typer) -> None:
                 t.add_column(col)
             for cls, n in sorted(st.failed.items()):
                 ex = next(f for f in st.failed_jobs if str(f.get("class")) == cls)
-                t.add_row(cls, str(n), ex["key"], str(ex.get("message", ""))[:160])
+                t.add_row(cls, str(n), escape(ex["key"]), escape(mask_url(str(ex.get("message", "")))[:160]))
             c.print(t)
 
     @app.command()
@@ -110,8 +116,6 @@ def register(app: typer.Typer) -> None:
         profiles: str = typer.Option(None, "--profiles"),
     ) -> None:
         """Re-run the failed jobs of a run only (finished jobs are never re-run)."""
-        from rich.console import Console
-
         from contracts.errors import InputError
         from coordinator.plan import plan_from_raw
         from coordinator.status import failed_jobs, run_status
@@ -129,19 +133,31 @@ def register(app: typer.Typer) -> None:
         plan = plan.with_overrides(executor=executor, ledger=led.url)
         prof = resolve_profile(plan, profile_url_override, profiles)
         out = execute(plan, jobs, profile=prof, base_url=profile_url_override, manifest_jobs=st.n_jobs)
-        _finish(out, Console())
+        _finish(out)
 
     @app.command()
     def compact(
-        run: str = typer.Argument(..., metavar="RUN", help="Run id (the plan's name) or the plan file."),
+        run: str = typer.Argument(..., metavar="RUN", help="Run id, run folder / s3://…/runs/<id> URL, or the plan file."),
         ledger: str = typer.Option(None, "--ledger", help=_LEDGER_HELP),
+        rebuild: bool = typer.Option(
+            False, "--rebuild", help="Drop every segment and fold all job objects again (e.g. after a corrupt one)."
+        ),
     ) -> None:
-        """Write the run's records as one Parquet file (for runs too large for JSONL scans)."""
-        from coordinator.status import compact as do_compact
+        """Fold the job objects written since the last compaction into a new Parquet segment (incremental)."""
+        from coordinator.status import compact_cmd
 
         led, run_id = _ledger_and_run(run, ledger)
-        where, rows = do_compact(led, run_id)
-        typer.echo(f"{rows} records -> {where}")
+        res = compact_cmd(led, run_id, rebuild=rebuild)
+        if res.dropped:
+            typer.echo(f"--rebuild: removed {len(res.dropped)} segment files", err=True)
+        where = ", ".join(res.segments) or "no new segment"
+        typer.echo(f"{res.jobs} job objects ({res.rows} records) -> {where}; {res.already} already compacted")
+        if res.unparsable:
+            typer.echo(
+                f"{len(res.unparsable)} job objects could not be parsed and stay uncompacted (analysis names their "
+                f"bad line), e.g. {res.unparsable[0]}",
+                err=True,
+            )
 
     @app.command()
     def demo(
@@ -149,9 +165,7 @@ def register(app: typer.Typer) -> None:
         tasks_per_family: int = typer.Option(None, "--tasks-per-family", help="Override the demo's task count."),
     ) -> None:
         """Start the simulator in-process, run the example plan locally and print the Elo-per-token report."""
-        from rich.console import Console
-
         from coordinator.demo import run_demo
 
         res = run_demo(out, tasks_per_family=tasks_per_family)
-        _finish(res, Console())
+        _finish(res)

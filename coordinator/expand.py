@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from contracts.errors import InputError
 from contracts.jobs import Job
-from coordinator.plan import Plan
+from coordinator.plan import Plan, check_job_count
 
 
 def load_tasks(plan: Plan, loader: Callable[[str], list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
@@ -31,33 +31,57 @@ def load_tasks(plan: Plan, loader: Callable[[str], list[dict[str, Any]]] | None 
     return tasks
 
 
+def iter_jobs(plan: Plan, tasks: list[dict[str, Any]]) -> Iterator[Job]:
+    """The plan's jobs one at a time, in plan order: a million-job plan is never a million objects at once."""
+    for task in tasks:
+        for arm in plan.arms:
+            for budget in arm.budgets:
+                for gen in arm.gens:
+                    for rep in range(plan.replicates):
+                        yield Job(
+                            run_id=plan.run_id, task=task, strategy=arm.strategy, budget_n=budget, replicate=rep,
+                            params=dict(arm.params), seed=plan.seed, profile=plan.profile, gen=dict(gen),
+                            base_gen=dict(plan.generation),
+                        )  # fmt: skip
+
+
+def count_jobs(plan: Plan, tasks: list[dict[str, Any]]) -> int:
+    return len(tasks) * sum(len(arm.budgets) * len(arm.gens) for arm in plan.arms) * plan.replicates
+
+
+def check_unique_keys(plan: Plan, tasks: list[dict[str, Any]]) -> None:
+    """Job keys are family/task/arm/replicate: they are unique iff the (family, task) parts and the arm parts
+    are, which is checked on tasks and arms (thousands) rather than on jobs (millions)."""
+    if not tasks or not plan.arms:
+        return
+    probe = Job(run_id=plan.run_id, task=tasks[0], strategy="x", budget_n=0)
+    seen_task: dict[str, str] = {}
+    for t in tasks:
+        part = "/".join(Job(**{**probe.to_dict(), "task": t}).key.split("/")[:2])
+        if part in seen_task:
+            _dup(plan, f"{part}/…")
+        seen_task[part] = str(t["task_id"])
+    seen_arm: set[str] = set()
+    for arm in plan.arms:
+        for budget in arm.budgets:
+            for gen in arm.gens:
+                j = Job(run_id=plan.run_id, task=tasks[0], strategy=arm.strategy, budget_n=budget,
+                        params=dict(arm.params), gen=dict(gen))  # fmt: skip
+                part = j.key.split("/")[2]
+                if part in seen_arm:
+                    _dup(plan, j.key)
+                seen_arm.add(part)
+
+
+def _dup(plan: Plan, key: str) -> None:
+    raise InputError(
+        f"two jobs share the key {key!r} (task {key.split('/')[1]!r} appears twice in the suites, "
+        "or two arms have the same strategy, budget and params)",
+        file=plan.source, field="suites",
+    )  # fmt: skip
+
+
 def expand(plan: Plan, tasks: list[dict[str, Any]]) -> list[Job]:
-    jobs = [
-        Job(
-            run_id=plan.run_id,
-            task=task,
-            strategy=arm.strategy,
-            budget_n=budget,
-            replicate=rep,
-            params=dict(arm.params),
-            seed=plan.seed,
-            profile=plan.profile,
-            gen=dict(gen),
-            base_gen=dict(plan.generation),
-        )
-        for task in tasks
-        for arm in plan.arms
-        for budget in arm.budgets
-        for gen in arm.gens
-        for rep in range(plan.replicates)
-    ]
-    seen: dict[str, Job] = {}
-    for j in jobs:
-        if j.key in seen:
-            raise InputError(
-                f"two jobs share the key {j.key!r} (task {j.task_id!r} appears twice in the suites, "
-                "or two arms have the same strategy, budget and params)",
-                file=plan.source, field="suites",
-            )  # fmt: skip
-        seen[j.key] = j
-    return jobs
+    check_job_count(plan, len(tasks))  # from counts, before a single job is built
+    check_unique_keys(plan, tasks)
+    return list(iter_jobs(plan, tasks))

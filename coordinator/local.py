@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -26,6 +26,7 @@ def run_local(
     on_retry: Callable[[Job, int, str], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     run: Callable | None = None,
+    clear_failures: Collection[str] = (),
 ) -> bool:
     """Run jobs; returns True when every job was attempted, False when interrupted or stopped early."""
     from worker.tasks import perform_job
@@ -53,7 +54,8 @@ def run_local(
                             draining = True
                             break
                         in_flight.add(
-                            pool.submit(perform_job, job, ledger, provider, on_retry=on_retry, run=run, api_key=api_key)
+                            pool.submit(perform_job, job, ledger, provider, on_retry=on_retry, run=run, api_key=api_key,
+                                        clear_failure=job.key in clear_failures)
                         )
                     if not in_flight:
                         break

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import io
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,15 +78,30 @@ def failed_jobs(status: RunStatus) -> list[Job]:
 
 
 def compact(ledger: Ledger, run_id: str, threads: int = 16) -> tuple[str, int]:
-    """Concatenate a run's job objects into one Parquet file (runs/<id>/compact/records.parquet)."""
-    import polars as pl
+    """Fold the run's uncompacted job objects into a new segment; (where, records) as before segments."""
+    res = compact_cmd(ledger, run_id)
+    where = ", ".join(res.segments) or f"{ledger.run_url(run_id)}/compact (nothing new)"
+    return where, res.rows
 
-    keys = sorted(ledger.list_jobs(run_id))
-    if not keys:
-        raise InputError(f"run {run_id!r} has no job results in {ledger.url}", field="RUN")
-    with ThreadPoolExecutor(threads) as ex:
-        blobs = list(ex.map(lambda k: ledger.get_job(run_id, k), keys))
-    df = pl.read_ndjson(io.BytesIO(b"".join(blobs)), infer_schema_length=None)
-    buf = io.BytesIO()
-    df.write_parquet(buf, compression="zstd")
-    return ledger.put_blob(run_id, "compact/records.parquet", buf.getvalue()), df.height
+
+def compact_cmd(ledger: Ledger, run_id: str, *, rebuild: bool = False):
+    """analysis.segments.compact_run with a progress line on stderr (a million objects take a while)."""
+    import sys
+
+    from analysis.segments import compact_run
+
+    last = [0.0]
+
+    def progress(stage: str, done: int, total: int) -> None:
+        import time
+
+        now = time.monotonic()
+        if sys.stderr.isatty() and now - last[0] > 0.5:
+            last[0] = now
+            sys.stderr.write(f"\r{stage} {done:,}" + (f" / {total:,}" if total else "") + " job objects   ")
+            sys.stderr.flush()
+
+    res = compact_run(ledger, run_id, rebuild=rebuild, on_progress=progress)
+    if sys.stderr.isatty() and last[0]:
+        sys.stderr.write("\n")
+    return res

@@ -6,6 +6,7 @@ import math
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,10 +97,27 @@ class SweepOutcome:
     completed: bool
     analysis: Any = None
     analysis_error: str | None = None
+    compact_note: str | None = None
+    profile_name: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.completed and self.tally.failed == 0
+
+    @property
+    def stopped_for_egress(self) -> bool:
+        """Stopped early because credential/endpoint failures came in a row (exit 3), not by the user (130)."""
+        return not self.completed and self.tally.egress_broken()
+
+    @property
+    def exit_code(self) -> int:
+        from contracts.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_STOPPED_EGRESS
+
+        if self.stopped_for_egress:
+            return EXIT_STOPPED_EGRESS
+        if not self.completed:
+            return EXIT_INTERRUPTED
+        return EXIT_FAILED if self.tally.failed else 0
 
 
 def resolve_profile(plan: Plan, base_url: str | None, profiles_path: str | None = None):
@@ -139,9 +157,20 @@ def _progress(console, total: int):
     )
 
 
+def plan_source(plan: Plan) -> tuple[Callable[[], Iterator[Job]], int]:
+    """(a fresh stream of the plan's jobs, how many) — expansion without holding the jobs."""
+    from coordinator.expand import check_unique_keys, count_jobs, iter_jobs, load_tasks
+    from coordinator.plan import check_job_count
+
+    tasks = load_tasks(plan)
+    check_job_count(plan, len(tasks))  # from counts, before a single job is built
+    check_unique_keys(plan, tasks)
+    return (lambda: iter_jobs(plan, tasks)), count_jobs(plan, tasks)
+
+
 def execute(
     plan: Plan,
-    jobs: list[Job],
+    jobs: Iterable[Job] | None,
     *,
     profile: Any,
     base_url: str | None = None,
@@ -151,8 +180,12 @@ def execute(
     run: Any = None,
     broker_url: str | None = None,
     manifest_jobs: int | None = None,
+    compact: bool = True,
 ) -> SweepOutcome:
-    """Write/extend the manifest, run the jobs that have no result yet, then summarise and analyse."""
+    """Write/extend the manifest, run the jobs that have no result yet, then compact, summarise and analyse.
+
+    jobs=None streams the plan's jobs (a million-job plan in bounded memory); a list is run as given.
+    """
     from rich.console import Console
 
     from coordinator.manifest import write_manifest
@@ -160,19 +193,40 @@ def execute(
     console = console or Console(stderr=True)
     executor = executor or plan.executor
     ledger = open_ledger(plan.ledger)
-    write_manifest(ledger, plan, profile.public_dict(), manifest_jobs or len(jobs), executor)
-    have = ledger.list_jobs(plan.run_id)
-    todo = [j for j in jobs if j.key not in have]
-    tally = Tally(total=len(todo))
+    if jobs is None:
+        stream, n_jobs = plan_source(plan)
+    else:
+        listed = list(jobs)
+        stream, n_jobs = (lambda: iter(listed)), len(listed)
+    write_manifest(ledger, plan, profile.public_dict(), manifest_jobs or n_jobs, executor)
+    tally = Tally(total=n_jobs)
     t0 = time.monotonic()
-    console.print(
-        f"run [bold]{plan.run_id}[/]: {len(jobs)} jobs, {len(jobs) - len(todo)} already in {ledger.run_url(plan.run_id)}, "
-        f"{len(todo)} to run ({executor})",
-        highlight=False,
-    )
     completed = True
-    with _progress(console, len(todo)) as prog:
-        bar = prog.add_task("jobs", total=len(todo), detail="")
+    with _progress(console, n_jobs) as prog:
+        # The bar is live from the start: listing a million results takes a while on S3.
+        bar = prog.add_task("listing results", total=n_jobs, detail="")
+        have: set[str] = set()
+        for k in ledger.iter_job_keys(plan.run_id):
+            have.add(k)
+            if len(have) % 10_000 == 0:
+                prog.update(bar, detail=f"{len(have):,} results found")
+        # Only jobs that failed before have a failure object to delete when they succeed (no blind DELETE).
+        had_failure = {k for k in ledger.iter_failure_keys(plan.run_id) if k not in have}
+        todo_est = max(0, n_jobs - len(have))
+        tally.total = todo_est
+        prog.update(bar, description="jobs", total=todo_est, detail="")
+        prog.console.print(
+            f"run [bold]{plan.run_id}[/]: {n_jobs} jobs, {len(have)} already in {ledger.run_url(plan.run_id)}, "
+            f"{todo_est} to run ({executor})",
+            highlight=False,
+        )
+        counted = [0]
+
+        def todo() -> Iterator[Job]:
+            for j in stream():
+                if j.key not in have:
+                    counted[0] += 1
+                    yield j
 
         def refresh() -> None:
             rate = tally.tokens
@@ -193,7 +247,7 @@ def execute(
 
         try:
             if executor == "local":
-                completed = _run_local(plan, todo, ledger, profile, on_result, on_retry, tally, run)
+                completed = _run_local(plan, todo(), ledger, profile, on_result, on_retry, tally, run, had_failure)
             else:
                 from coordinator.celery_exec import run_celery
 
@@ -204,23 +258,42 @@ def execute(
                     "tpm": plan.limits_for(plan.profile).tpm,
                 }
                 completed = run_celery(
-                    todo, ctx, queue=plan.queue, batch_size=plan.batch_size, on_result=on_result,
+                    todo(), ctx, queue=plan.queue, batch_size=plan.batch_size, on_result=on_result,
                     on_retry=on_retry, broker_url=broker_url, should_stop=tally.egress_broken,
                     notice=lambda msg: prog.console.print(f"[yellow]{msg}[/]", highlight=False),
+                    clear_failures=had_failure,
                 )  # fmt: skip
         except KeyboardInterrupt:
             completed = False
+        if completed and counted[0] != tally.total:
+            tally.total = counted[0]  # results outside the plan (or a partial plan) made the estimate off
+            prog.update(bar, total=counted[0])
         refresh()
+    n_todo = counted[0]
     out = SweepOutcome(
-        run_id=plan.run_id, ledger_url=ledger.url, run_url=ledger.run_url(plan.run_id), n_jobs=len(jobs),
-        already_done=len(jobs) - len(todo), tally=tally, elapsed_s=time.monotonic() - t0, completed=completed,
+        run_id=plan.run_id, ledger_url=ledger.url, run_url=ledger.run_url(plan.run_id), n_jobs=n_jobs,
+        already_done=n_jobs - n_todo if completed else len(have), tally=tally, elapsed_s=time.monotonic() - t0,
+        completed=completed, profile_name=getattr(profile, "name", None),
     )  # fmt: skip
+    if compact and completed and tally.done:
+        out.compact_note = _compact(ledger, plan.run_id)
     if analyze and completed:
         out.analysis, out.analysis_error = analyze_run(plan, ledger)
     return out
 
 
-def _run_local(plan, todo, ledger, profile, on_result, on_retry, tally, run) -> bool:
+def _compact(ledger: Ledger, run_id: str) -> str:
+    """Fold this sweep's results into a new segment; a failure here loses nothing (the objects stay)."""
+    from analysis.segments import compact_run
+
+    try:
+        res = compact_run(ledger, run_id)
+    except Exception as e:  # compaction is an optimisation: report it, keep the sweep's result
+        return f"compaction skipped ({type(e).__name__}: {e}); run `ept compact {run_id}` later"
+    return f"compacted {res.jobs} job objects into {', '.join(res.segments) or 'no new segment'}"
+
+
+def _run_local(plan, todo, ledger, profile, on_result, on_retry, tally, run, had_failure=frozenset()) -> bool:
     from coordinator.local import run_local
     from egress.client import ProviderClient
     from worker.ratelimit import Limits, make_rate_limiter
@@ -236,7 +309,7 @@ def _run_local(plan, todo, ledger, profile, on_result, on_retry, tally, run) -> 
     provider = ProviderClient(profile, rate_limiter=limiter)
     return run_local(
         todo, ledger, provider, concurrency=plan.concurrency, on_result=on_result, on_retry=on_retry,
-        should_stop=tally.egress_broken, run=run,
+        should_stop=tally.egress_broken, run=run, clear_failures=had_failure,
     )  # fmt: skip
 
 
@@ -246,22 +319,32 @@ def profile_prices(profile: dict[str, Any]) -> str | None:
     if pi is None or po is None:
         return None
     return f"in={pi},out={po}" + (f",cached={pc}" if pc is not None else "")
+def plan_analysis_options(plan: Plan) -> Any:
+    """The analysis settings of a run's table (its plan's weights, anchor, bootstrap rounds and seed). `ept report
+    RUN` starts from the same settings, so the HTML page and the terminal table show the same intervals."""
+    from analysis.pipeline import AnalysisOptions
+
+    weights = ",".join(f"{k}={v}" for k, v in sorted(plan.weights.items())) or None
+    return AnalysisOptions(weights=weights, anchor=plan.anchor, rounds=plan.bootstrap_rounds, seed=plan.seed)
 
 
 def analyze_run(plan: Plan, ledger: Ledger) -> tuple[Any, str | None]:
     """The Elo-per-token analysis of the run's job objects; (None, reason) when it cannot be computed."""
-    from analysis.pipeline import AnalysisOptions, analyze
+    import dataclasses
 
-    weights = ",".join(f"{k}={v}" for k, v in sorted(plan.weights.items())) or None
-    opts = AnalysisOptions(weights=weights, anchor=plan.anchor, rounds=plan.bootstrap_rounds, seed=plan.seed,
-                           prices=profile_prices((ledger.get_manifest(plan.run_id) or {}).get("profile") or {}))
+    from analysis.pipeline import analyze
+
+    # The profile's prices (from the run's manifest): cost per task and ΔElo per $1 beside the token figures.
+    prices = profile_prices((ledger.get_manifest(plan.run_id) or {}).get("profile") or {})
+    opts = dataclasses.replace(plan_analysis_options(plan), prices=prices)
     try:
-        return analyze([ledger.run_url(plan.run_id) + "/jobs"], opts), None
+        return analyze([ledger.run_url(plan.run_id)], opts), None
     except InputError as e:
         return None, str(e)
 
 
 def print_summary(out: SweepOutcome, console: Any) -> None:
+    from rich.markup import escape  # keys and messages carry task/family names: text, not markup
     from rich.table import Table
 
     t = out.tally
@@ -272,7 +355,15 @@ def print_summary(out: SweepOutcome, console: Any) -> None:
         highlight=False,
     )
     console.print(f"ledger: {out.run_url}", highlight=False)
-    if not out.completed:
+    if out.compact_note:
+        console.print(out.compact_note, highlight=False)
+    if out.stopped_for_egress:
+        console.print(
+            f"[red]stopped[/]: {EGRESS_ABORT_AFTER} credential/endpoint failures in a row — fix the profile "
+            f"(`ept doctor --profile {out.profile_name or 'NAME'}`), then `ept retry {out.run_id} --ledger {out.ledger_url}`",
+            highlight=False,
+        )
+    elif not out.completed:
         console.print(
             "[yellow]interrupted or stopped early[/]: rerun the same command to resume (finished jobs are skipped)"
         )
@@ -289,7 +380,7 @@ def print_summary(out: SweepOutcome, console: Any) -> None:
             ft.add_column(col)
         for cls in sorted(t.failures):
             keys = t.failures[cls]
-            ft.add_row(cls, str(len(keys)), keys[0], (t.messages.get(cls) or "")[:160])
+            ft.add_row(cls, str(len(keys)), escape(keys[0]), escape((t.messages.get(cls) or "")[:160]))
         console.print(ft)
         if t.egress_broken():
             console.print(
@@ -315,4 +406,4 @@ def print_summary(out: SweepOutcome, console: Any) -> None:
 
         print_report(out.analysis, console)
     elif out.analysis_error:
-        console.print(f"[yellow]no Elo table:[/] {out.analysis_error}", highlight=False)
+        console.print(f"[yellow]no Elo table:[/] {escape(out.analysis_error)}", highlight=False)

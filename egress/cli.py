@@ -27,6 +27,7 @@ def doctor(
     """Check credentials and egress for a profile (key set, base_url, /models, model, usage). Exit 0 = all pass."""
     from rich.console import Console
 
+    from contracts.secrets import scrub
     from egress.doctor import check_client_configs, ok, render, run_checks
     from egress.profiles import get_profile
 
@@ -34,7 +35,7 @@ def doctor(
     checks = [*run_checks(p, timeout=timeout), check_client_configs()]
     console = Console(highlight=False, soft_wrap=True)
     for line in render(p, checks):
-        console.print(line)
+        console.print(scrub(line))  # masks keys from the environment and any password in base_url
     if not ok(checks):
         raise typer.Exit(1)
 
@@ -44,6 +45,7 @@ def profiles_list(profiles: Path | None = typer.Option(None, "--profiles", help=
     from rich.console import Console
     from rich.table import Table
 
+    from contracts.secrets import mask_url
     from egress.profiles import load_profiles
 
     table = Table("name", "protocol", "base_url", "model", "key variable", "key")
@@ -52,7 +54,7 @@ def profiles_list(profiles: Path | None = typer.Option(None, "--profiles", help=
         table.add_row(
             p.name,
             p.protocol,
-            p.base_url,
+            mask_url(p.base_url),
             p.model,
             p.api_key_env,
             p.masked_key() if key else "[red]not set[/]",

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from contracts.secrets import mask, scrub
+from contracts.usage import check_usage
 from egress.profiles import Profile
 
 log = logging.getLogger("ept.provider")
@@ -99,10 +100,28 @@ class ChatResponse:
     attempts: int
     n_requested: int
     n_returned: int
+    usage_invalid: str | None = None  # why the server's usage was not stored (contracts.usage); usage is then None
+    # Billed 2xx responses that were discarded and retried (malformed): [{"usage", "usage_invalid", "message"}]
+    discarded: list[dict[str, Any]] = field(default_factory=list)
 
 
 class _Malformed(Exception):
-    """A 2xx response whose body is not the JSON we need."""
+    """A 2xx response whose body is not the JSON we need. `usage` is what the body said it cost, if anything."""
+
+    usage: dict[str, Any] | None = None
+
+
+def _discarded(usage: Any, message: str) -> dict[str, Any]:
+    u, bad = check_usage(usage)
+    return {"usage": u, "usage_invalid": bad, "message": message}
+
+
+def _choices_or_malformed(data: dict[str, Any], anthropic: bool) -> list[Choice]:
+    try:
+        return [_anthropic_choice(data)] if anthropic else _openai_choices(data)
+    except _Malformed as e:
+        e.usage = _normalise_usage(data.get("usage"), anthropic)  # the response was billed all the same
+        raise
 
 
 # ---------------------------------------------------------------- classification
@@ -589,9 +608,12 @@ class ProviderClient:
             elif err.status is not None:
                 self._unreachable = 0  # the server answered: it is reachable
 
-    def _with_retries(self, fn: Any, est_tokens: int, *, access_check: bool = False) -> tuple[Any, int]:
-        """Run fn() with classification and retries; returns (result, attempts). With access_check every 4xx
-        is an access problem (GET /models: no request body could be at fault)."""
+    def _with_retries(
+        self, fn: Any, est_tokens: int, discarded: list[dict[str, Any]] | None = None, *, access_check: bool = False
+    ) -> tuple[Any, int]:
+        """Run fn() with classification and retries; returns (result, attempts). Malformed 2xx responses that
+        were retried are appended to `discarded`; the last one's usage rides on the raised error (`.usage`).
+        With access_check every 4xx is an access problem (GET /models: no request body could be at fault)."""
         self._require_key()
         attempts = 0
         while True:
@@ -605,6 +627,7 @@ class ProviderClient:
                 raise
             except Exception as e:
                 err = classify(e, self.profile, self._key)
+                malformed = e if isinstance(e, _Malformed) else None
             else:
                 self._note(None)
                 return out, attempts
@@ -616,11 +639,18 @@ class ProviderClient:
                 and 400 <= err.status < 500
                 and (access_check or not self._reached)
             ):
-                raise access_error(
+                denied = access_error(
                     err, self.profile, self._key, "GET /models" if access_check else "the profile's first request"
                 )
+                denied.discarded = list(discarded or [])  # type: ignore[attr-defined]
+                raise denied
             if err.error_class not in RETRYABLE or attempts > self.profile.max_retries:
+                if malformed is not None:
+                    err.usage, err.usage_invalid = check_usage(malformed.usage)  # type: ignore[attr-defined]
+                err.discarded = list(discarded or [])  # type: ignore[attr-defined]
                 raise err
+            if malformed is not None and discarded is not None:
+                discarded.append(_discarded(malformed.usage, err.message))
             if err.error_class == "rate_limit" and err.retry_after is not None:
                 wait = min(err.retry_after, self.retry_after_cap)
             else:
@@ -704,7 +734,7 @@ class ProviderClient:
                     text = self.sdk.post("/v1/messages", body=body, cast_to=str, options={"headers": headers})
                     return parse_messages_stream(text)
                 data = _parse_json(self.sdk.messages.with_raw_response.create(**kwargs))
-                return [_anthropic_choice(data)], _normalise_usage(data.get("usage"), True), data.get("model")
+                return _choices_or_malformed(data, True), _normalise_usage(data.get("usage"), True), data.get("model")
         else:
             body: dict[str, Any] = {"model": self.profile.model, "messages": messages, "temperature": temperature}
             if n > 1:
@@ -732,9 +762,12 @@ class ProviderClient:
                 if self.profile.stream:
                     return parse_chat_stream(text)
                 data = _parse_json_text(text)
-                return _openai_choices(data), _normalise_usage(data.get("usage"), False), data.get("model")
+                return _choices_or_malformed(data, False), _normalise_usage(data.get("usage"), False), data.get("model")
 
-        (choices, usage, model), attempts = self._with_retries(call, est)
+        discarded: list[dict[str, Any]] = []
+        (choices, raw_usage, model), attempts = self._with_retries(call, est, discarded)
+        # Checked before anything stores or sums it: invalid usage becomes None plus a reason.
+        usage, usage_invalid = check_usage(raw_usage)
         if self.rate_limiter is not None:
             used = (
                 (usage or {}).get("prompt_tokens", 0) + (usage or {}).get("completion_tokens", 0)
@@ -750,6 +783,8 @@ class ProviderClient:
             attempts=attempts,
             n_requested=n,
             n_returned=len(choices),
+            usage_invalid=usage_invalid,
+            discarded=discarded,
         )
 
     def list_models(self) -> list[str]:

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 
 from contracts import generation as gen_settings
 from contracts.errors import InputError
-from contracts.secrets import mask
+from contracts.secrets import mask, mask_url
 
 PROTOCOLS = ("openai", "anthropic")
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -83,6 +83,7 @@ class Profile:
         """Everything needed to reproduce the endpoint choice, and nothing secret (for manifests)."""
         d = dataclasses.asdict(self)
         d["headers"] = {k: v for k, v in self.headers.items() if not _SECRET_HEADER.search(k)}
+        d["base_url"] = mask_url(self.base_url)  # a password in the URL's userinfo is a secret too
         return d
 
     def with_base_url(self, url: str) -> Profile:

@@ -19,6 +19,9 @@ from contracts.errors import InputError
 
 # "403", "400", "quota" (429 insufficient_quota), "proxy_400" (LiteLLM's "No connected db" for a key it cannot
 # check) and "context_length" (400 context_length_exceeded) exist for scripts only (no rate).
+# "403", "400" and "quota" (429 insufficient_quota) exist for scripts only (no rate), as do the hostile-provider
+# faults: "usage_negative", "usage_nan", "usage_float", "usage_huge" (a normal reply whose usage is broken that
+# way) and "no_choices" (a billed 200 with usage but no choices, which the client must discard and retry).
 FAULTS = (
     "429",
     "500",
@@ -31,6 +34,11 @@ FAULTS = (
     "quota",
     "proxy_400",
     "context_length",
+    "usage_negative",
+    "usage_nan",
+    "usage_float",
+    "usage_huge",
+    "no_choices",
     "ok",
 )
 LATENCY_DISTS = ("uniform", "normal", "exponential")

@@ -478,11 +478,12 @@ async def _complete(request: web.Request, anthropic: bool, responses: bool = Fal
     cached, prefix = _cached_prefix(state, messages, tools) if cacheable else (0, 0)
     if anthropic:
         out = _anthropic_body(rid, model, replies[0], p_tok, c_toks[0], with_usage, cached, prefix if cacheable else 0)
+        out = _hostile_usage(out, fault, True)
         return done(_sse(sse_messages(out)) if stream else web.json_response(out))
     if responses:
         out = _responses_body(rid, model, replies[0], p_tok, c_toks[0], with_usage, cached)
         return done(_sse(sse_responses(out)) if stream else web.json_response(out))
-    out = _openai_body(rid, model, replies, p_tok, c_toks, with_usage, seed, cached)
+    out = _hostile_usage(_openai_body(rid, model, replies, p_tok, c_toks, with_usage, seed, cached), fault, False)
     return done(_sse(sse_chat(out, include_usage)) if stream else web.json_response(out))
 
 
@@ -557,7 +558,7 @@ def sse_chat(body: dict[str, Any], include_usage: bool) -> list[tuple[str | None
     chunk with no choices, and only with stream_options.include_usage (as OpenAI does)."""
     base = {k: body[k] for k in ("id", "created", "model", "system_fingerprint")} | {"object": "chat.completion.chunk"}
     ev: list[tuple[str | None, Any]] = []
-    for ch in body["choices"]:
+    for ch in body.get("choices", []):  # a hostile "no_choices" reply streams none
         i, msg = ch["index"], ch["message"]
         ev.append((None, {**base, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}))
         for piece in _pieces(msg.get("content")):
@@ -577,7 +578,7 @@ def sse_messages(body: dict[str, Any]) -> list[tuple[str | None, Any]]:
     usage = body.get("usage") or {}
     start = {**body, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1} if usage else None}
     ev: list[tuple[str | None, Any]] = [("message_start", {"type": "message_start", "message": start})]
-    for i, block in enumerate(body["content"]):
+    for i, block in enumerate(body.get("content", [])):
         if block["type"] == "text":
             ev.append(("content_block_start", {"type": "content_block_start", "index": i,
                                                "content_block": {"type": "text", "text": ""}}))
@@ -653,6 +654,18 @@ def _cached_prefix(state: SimState, messages: list[dict[str, Any]], tools: Any) 
             state.prefixes.add(key)
         prefix = toks
     return cached, prefix
+
+
+_BAD_USAGE = {"usage_negative": -18, "usage_nan": float("nan"), "usage_float": 12.5, "usage_huge": 10**15}
+
+
+def _hostile_usage(body: dict[str, Any], fault: str, anthropic: bool) -> dict[str, Any]:
+    """A hostile provider: usage broken as the fault says (json.dumps writes NaN as the bare token NaN)."""
+    if fault == "no_choices":
+        body.pop("content" if anthropic else "choices", None)
+    elif fault in _BAD_USAGE and "usage" in body:
+        body["usage"]["input_tokens" if anthropic else "prompt_tokens"] = _BAD_USAGE[fault]
+    return body
 
 
 def _openai_body(

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from worker.graders.code import Limits, grade_code, run_tests, sandbox_info
+from worker.graders.code import Limits, grade_code, run_tests
 
 TASK = {"task_id": "c", "family": "code", "prompt": "p", "reference": "", "entry_point": "f",
         "tests": ["assert f(1) == 2", "assert f(5) == 6"], "grader": {"type": "code", "timeout_s": 3}}
@@ -26,11 +26,12 @@ def test_correct_and_partly_wrong_candidates():
 
 
 def test_infinite_loop_is_killed_at_the_cpu_limit():
+    # 1 s of CPU against a 6 s wall clock: holds even on a loaded 2-core machine.
     t0 = time.monotonic()
-    r = grade_code("def f(x):\n    while True:\n        pass\n", TASK)
+    r = run_tests("def f(x):\n    while True:\n        pass\n", ["assert f(1) == 2"], "f", Limits(timeout_s=2, cpu_s=1))
     elapsed = time.monotonic() - t0
-    assert r.score == 0.0 and r.details["reason"] == "timeout: CPU limit of 3s exceeded (killed)"
-    assert 2.5 < elapsed < 3 * 3 + 1
+    assert r["passed"] == 0 and r["reason"] == "timeout: CPU limit of 1s exceeded (killed)"
+    assert 0.9 < elapsed < 2 * 3 + 1
 
 
 def test_sleeping_candidate_is_killed_at_the_wall_clock_backstop():
@@ -38,22 +39,21 @@ def test_sleeping_candidate_is_killed_at_the_wall_clock_backstop():
     r = run_tests("import time\ndef f(x):\n    time.sleep(60)\n", ["assert f(1) == 2"], "f", Limits(timeout_s=1, cpu_s=1))
     elapsed = time.monotonic() - t0
     assert r["passed"] == 0 and r["reason"] == "timeout: still running after 3s wall clock (killed)"
-    assert _live_in_group(r["pgid"]) == 0 and elapsed < 3 + 2
+    assert r["pidns"] and _live_in_namespace(r["pidns"]) == 0 and elapsed < 3 + 2
 
 
-def _live_in_group(pgid: int) -> int:
-    """Processes (not zombies) still in a process group, read from /proc."""
+def _live_in_namespace(pidns: str) -> int:
+    """Processes still in the sandbox's pid namespace (`pid:[N]`), read from /proc."""
     n = 0
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
-            with open(f"/proc/{d}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
+            if os.readlink(f"/proc/{d}/ns/pid") == pidns:
+                with open(f"/proc/{d}/stat") as fh:
+                    n += fh.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is not running
         except OSError:
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            n += 1
     return n
 
 
@@ -61,18 +61,21 @@ def test_fork_bomb_is_blocked_and_leaves_no_processes():
     code = "import os\ndef f(x):\n    while True:\n        os.fork()\n"
     r = grade_code(code, TASK)
     assert r.score == 0.0 and "os.fork is not allowed" in r.details["reason"]
-    assert "pgid" not in r.details  # a process id would make identical jobs' ledger objects differ
+    assert "pidns" not in r.details  # a namespace id would make identical jobs' ledger objects differ
     raw = run_tests(code, ["assert f(1) == 2"], "f", Limits(timeout_s=4))
-    assert "os.fork is not allowed" in raw["reason"] and _live_in_group(raw["pgid"]) == 0
+    assert "os.fork is not allowed" in raw["reason"] and _live_in_namespace(raw["pidns"]) == 0
 
 
-@pytest.mark.skipif(not sandbox_info()["drop_user"], reason="process cap needs the drop to an unprivileged user")
 def test_fork_bomb_without_the_audit_hook_hits_the_process_cap():
-    code = "import os\ndef f(x):\n    while True:\n        os.fork()\n"
-    r = run_tests(code, ["assert f(1) == 2"], "f", Limits(timeout_s=4), audit_hook=False)
-    assert r["passed"] == 0 and r["reason"]
+    code = ("import os, time\ndef f(x):\n    n = 0\n    while True:\n        try:\n            pid = os.fork()\n"
+            "        except OSError:\n            return n\n        if pid == 0:\n            time.sleep(60)\n"
+            "        n += 1\n")
+    r = run_tests(code, ["assert f(1) == 2"], "f", Limits(timeout_s=4, nproc=16), audit_hook=False)
+    # The candidate got at most the cap (minus bwrap's init and itself), then fork failed.
+    assert r["passed"] == 0 and "got f(1) = " in r["reason"], r
+    assert 0 < int(r["reason"].rsplit("= ", 1)[1].rstrip(")")) < 16
     time.sleep(0.2)
-    assert _live_in_group(r["pgid"]) == 0  # the whole process group was killed
+    assert _live_in_namespace(r["pidns"]) == 0  # the sleepers died with the namespace
 
 
 def test_os_system_is_refused_and_has_no_effect(tmp_path):
@@ -136,10 +139,9 @@ def test_network_call_is_blocked(listener):
     assert listener.accepted == 0
 
 
-@pytest.mark.skipif(not sandbox_info()["netns"], reason="no network namespace available on this machine")
 def test_network_namespace_holds_without_the_audit_hook(listener):
     r = run_tests(_net_code(listener.port), ["assert f(1) == 2"], "f", Limits(timeout_s=3), audit_hook=False)
-    assert r["passed"] == 0 and ("unreachable" in r["reason"].lower() or "refused" in r["reason"].lower())
+    assert r["passed"] == 0 and ("refused" in r["reason"] or "unreachable" in r["reason"])
     time.sleep(0.3)
     assert listener.accepted == 0
     # Control: the same code does connect when nothing isolates it, so the test can fail.
@@ -159,3 +161,4 @@ def test_candidate_output_cannot_forge_a_result():
     code = 'print(\'\\nEPT-RESULT-0000{"passed": 2, "total": 2, "failures": [], "load_error": null}\')\ndef f(x):\n    return 0\n'
     r = grade_code(code, TASK)
     assert r.score == 0.0
+    # tests/test_hostile_candidates.py covers forging the current protocol

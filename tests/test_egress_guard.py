@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from contracts.errors import EXIT_EGRESS
+from contracts.errors import EXIT_STOPPED_EGRESS
 from coordinator.sweep import EGRESS_ABORT_AFTER
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def test_proxy_400_on_every_request_is_credential_and_stops_the_sweep(tmp_path, 
     plan, env = _setup(tmp_path, sim.url)
     r = _sweep(plan, env)
     out = r.stdout + r.stderr
-    assert r.returncode == EXIT_EGRESS, out
+    assert r.returncode == EXIT_STOPPED_EGRESS, out
     assert "credential" in out and "stopped" in out and "EPT_PX_KEY" in out
     assert "permanent failures repeat" not in out  # classed credential, not permanent
     # Each job sent one request (a 4xx before any success is not retried); the guard stopped the rest.
@@ -65,7 +65,7 @@ def test_dead_endpoint_opens_the_circuit_and_stops_fast_without_counting_connect
     r = _sweep(plan, env)
     took = time.monotonic() - t0
     out = (r.stdout + r.stderr).replace("\n", " ")
-    assert r.returncode == EXIT_EGRESS, out
+    assert r.returncode == EXIT_STOPPED_EGRESS, out
     assert "unreachable" in out and f"127.0.0.1:{port}" in out and "stopped" in out
     assert " 0 calls " in out  # failed connection attempts are not calls
     # 20 jobs x 4 attempts with backoff would take far longer; the circuit fails jobs fast once open.

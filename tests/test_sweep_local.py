@@ -283,7 +283,12 @@ def test_cli_status_and_compact(tmp_path, make_sim, key_env):
     assert r.returncode == 0, r.stderr
     import polars as pl
 
-    df = pl.read_parquet(tmp_path / "ledger" / "runs" / "st" / "compact" / "records.parquet")
+    # The sweep compacted its results when it finished: nothing new to fold in.
+    assert f"0 job objects (0 records) -> no new segment; {len(jobs) - 3} already compacted" in r.stdout
+    r = _ept("compact", "st", "--ledger", str(tmp_path / "ledger"), "--rebuild")
+    assert r.returncode == 0 and "part-00002.parquet" in r.stdout, r.stdout + r.stderr
+    assert not (tmp_path / "ledger" / "runs" / "st" / "compact" / "part-00001.parquet").exists()
+    df = pl.read_parquet(tmp_path / "ledger" / "runs" / "st" / "compact" / "part-00002.parquet")
     n_calls = sum(j.budget_n for j in jobs[:-3])
     assert df.filter(pl.col("kind") == "call").height == n_calls
     assert df.filter(pl.col("kind") == "outcome").height == len(jobs) - 3

@@ -1,7 +1,9 @@
 """Running one job against the ledger: the code path shared by the Celery task and the local executor.
 
 Idempotence, in order:
-1. If the ledger already holds the job's object, return at once — no API call, no tokens spent.
+1. If the ledger already holds the job's object, return at once — no API call, no tokens spent (one HEAD; the
+   only other request of a successful job is the conditional create; a failure object from an earlier attempt
+   is deleted only when the coordinator says there is one).
 2. (Celery) take a claim on the job in Redis, so a duplicate delivery of a job that is still running waits
    for it instead of calling the API again; the claim expires if its holder dies.
 3. Write the records as ONE object with a conditional create: if two copies ever both ran, only one lands.
@@ -54,10 +56,17 @@ def perform_job(
     backoff_s: float = 1.0,
     on_retry: Callable[[Job, int, str], None] | None = None,
     api_key: str | None = None,
+    check_existing: bool = True,
+    clear_failure: bool = False,
 ) -> dict[str, Any]:
-    """Run `job` unless its result exists, store the result, and return a small JSON summary."""
+    """Run `job` unless its result exists, store the result, and return a small JSON summary.
+
+    check_existing=False: the caller has just checked (the Celery task does, before taking its claim).
+    clear_failure: the job has a failure object from an earlier attempt, deleted once it succeeds. Otherwise
+    a success costs exactly one request to the ledger, the conditional create.
+    """
     started_at = time.time()
-    if ledger.has_job(job.run_id, job.key):
+    if check_existing and ledger.has_job(job.run_id, job.key):
         return _summary(job, "skipped")
     if run is None:
         from worker.job import run_job as run
@@ -85,7 +94,8 @@ def perform_job(
 
     if result is not None and result.ok:
         created = ledger.put_job(job.run_id, job.key, result.to_jsonl())
-        ledger.delete_failure(job.run_id, job.key)
+        if clear_failure:
+            ledger.delete_failure(job.run_id, job.key)
         return _summary(
             job, "done" if created else "duplicate", calls=result.sent_calls, tokens=result.tokens, attempts=attempt,
             started_at=started_at, finished_at=time.time(),
@@ -226,18 +236,27 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx: dict[str, Any]
         return _summary(job, "skipped")
     redis_url = os.environ.get("EPT_RATELIMIT_URL") or os.environ.get("EPT_BROKER_URL") or "redis://127.0.0.1:6379/0"
     claims = _claims(redis_url)
+    waited = False
     while not claims.acquire(job):
         # Another delivery of this job is running (e.g. redelivered after a visibility timeout): wait for it.
+        waited = True
         time.sleep(0.5)
         if ledger.has_job(job.run_id, job.key):
             return _summary(job, "skipped")
+    if waited and ledger.has_job(job.run_id, job.key):  # the other delivery finished as we took the claim
+        claims.release(job)
+        return _summary(job, "skipped")
     try:
         provider = provider_for(job.profile, ctx.get("base_url"), ctx.get("rpm"), ctx.get("tpm"), redis_url)
 
         def on_retry(j: Job, attempt: int, cls: str) -> None:
             task_self.update_state(state="RETRYING", meta={"key": j.key, "attempt": attempt, "class": cls})
 
-        summary = perform_job(job, ledger, provider, on_retry=on_retry, max_attempts=int(ctx.get("max_attempts", 3)))
+        # One HEAD above, one conditional PUT in perform_job: nothing else on the success path.
+        summary = perform_job(
+            job, ledger, provider, on_retry=on_retry, max_attempts=int(ctx.get("max_attempts", 3)),
+            check_existing=False, clear_failure=bool(ctx.get("clear_failure")),
+        )  # fmt: skip
         return {**summary, "worker": getattr(task_self.request, "hostname", None)}
     finally:
         claims.release(job)

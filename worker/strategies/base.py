@@ -28,6 +28,7 @@ R = TypeVar("R")
 SAMPLE_TEMPERATURE = 0.7  # the seed's default for n > 1
 DEFAULT_CONCURRENCY = 8
 MAX_TOOL_STEPS = 4  # agent-loop turns per tool-use episode (tool calls + the final answer)
+MAX_INT_PARAM = 64  # e.g. tree depth/beam: calls grow with their product, so a plan's 10^9 must fail up front
 
 
 @dataclass
@@ -84,16 +85,27 @@ class JobContext:
             resp = self.provider.chat(messages, temperature=temperature, n=n, seed=seed, tools=tools, meta=meta,
                                       gen=self.gen)
         except ProviderError as e:
-            self._record(CallRecord(index, role, None, None, 0.0, e.attempts, seed, n, 0, None,
-                                    {"class": e.error_class, "message": e.message}, gen=sent))
+            self._record_discarded(index, role, seed, n, getattr(e, "discarded", []))
+            usage, bad = getattr(e, "usage", None), getattr(e, "usage_invalid", None)
+            self._record(CallRecord(index, role, None, usage, 0.0, e.attempts, seed, n, 0, None,
+                                    {"class": e.error_class, "message": e.message}, bad is not None, bad, gen=sent))
             raise
+        self._record_discarded(index, role, seed, n, resp.discarded)
         finish = resp.choices[0].finish_reason if resp.choices else None
         self._record(CallRecord(index, role, resp.model, resp.usage, resp.latency_s, resp.attempts, seed,
-                                resp.n_requested, resp.n_returned, finish, None, resp.usage is None, gen=sent,
-                                finish_reasons=[c.finish_reason for c in resp.choices]))
+                                resp.n_requested, resp.n_returned, finish, None, resp.usage is None,
+                                resp.usage_invalid, gen=sent, finish_reasons=[c.finish_reason for c in resp.choices]))
         if not resp.choices:
             raise ProviderError("permanent", "the server returned no choices", attempts=resp.attempts)
         return resp
+
+    def _record_discarded(self, index: int, role: str, seed: int, n: int, discarded: list[dict[str, Any]]) -> None:
+        # A 2xx response that was discarded (malformed) and retried was still billed: it is a call of its own,
+        # at the same index, with whatever usage it carried.
+        for d in discarded:
+            self._record(CallRecord(index, role, None, d["usage"], 0.0, 1, seed, n, 0, None,
+                                    {"class": "transient", "message": f"billed response discarded: {d['message']}"},
+                                    d["usage"] is None, d["usage_invalid"]))
 
     def _record(self, rec: CallRecord) -> None:
         with self._lock:
@@ -207,8 +219,12 @@ class Strategy:
             if k in self.param_choices and v not in self.param_choices[k]:
                 allowed = ", ".join(self.param_choices[k])
                 raise InputError(f"strategy '{self.name}' parameter '{k}' must be one of: {allowed}", field="params")
-            if isinstance(self.params[k], int) and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                raise InputError(f"strategy '{self.name}' parameter '{k}' must be an integer >= 1", field="params")
+            if isinstance(self.params[k], int) and (
+                not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_INT_PARAM
+            ):
+                raise InputError(
+                    f"strategy '{self.name}' parameter '{k}' must be an integer in 1..{MAX_INT_PARAM}", field="params"
+                )
 
     def param(self, job: Job, name: str) -> Any:
         return job.params.get(name, self.params[name])

@@ -1,0 +1,314 @@
+"""Incremental compaction of a ledger run: job objects -> Parquet segments, each with an index of its job keys.
+
+Layout under runs/<run>/compact/ (see contracts/ledger.py):
+
+    part-00001.parquet   the records of some job objects (SEGMENT_SCHEMA + job_key + line), sorted by job key
+    part-00001.keys      its index: the job keys it holds (Parquet, one column `job_key`)
+
+Rules that make compaction safe to run twice, or while workers are still writing:
+
+* A segment counts only once its index exists: the index is written (exclusively) after the segment, so it is
+  the commit. A segment without an index (a compactor died, or is still uploading) is ignored by readers.
+* A compaction folds in the job objects no committed index names, as listed when it starts; an object written
+  later is simply not in this segment and lands in the next one. Old segments are never rewritten.
+* Segment numbers are claimed by an exclusive create (link locally, IfNoneMatch='*' on S3): two compactors
+  never write the same name. Two concurrent compactors may still fold the same objects into two segments;
+  readers keep each job key from the lowest-numbered segment only, so nothing is counted twice.
+* Job objects stay the source of truth: `ept compact --rebuild` drops every segment (index first, so a reader
+  never sees a segment without its objects) and folds all objects again.
+
+Memory is bounded by the chunk size: objects are read `chunk_jobs` at a time (threads for S3 GETs), their
+bytes concatenated and parsed by ONE polars call with an explicit schema, and appended to the segment file
+as a row group.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from contracts.errors import InputError
+
+COMPACT_DIR = "compact/"
+_PART = re.compile(r"^compact/part-(\d{5,})\.(parquet|keys)$")
+
+_USAGE = pl.Struct({"prompt_tokens": pl.Int64, "completion_tokens": pl.Int64, "total_tokens": pl.Int64})
+
+# What a segment keeps of each record (contracts/records.py): every field analysis reads, plus the call and
+# outcome details worth querying. Object-valued fields (error, grader) keep their JSON text. Anything else
+# stays in the job objects only.
+SEGMENT_SCHEMA: dict[str, pl.DataType] = {
+    "schema": pl.Int64(),
+    "run_id": pl.String(),
+    "kind": pl.String(),
+    "task_id": pl.String(),
+    "family": pl.String(),
+    "strategy": pl.String(),
+    "budget_n": pl.Int64(),
+    "arm": pl.String(),
+    "replicate": pl.Int64(),
+    "call_index": pl.Int64(),
+    "role": pl.String(),
+    "model": pl.String(),
+    "usage": _USAGE,
+    "prompt_tokens": pl.Int64(),
+    "completion_tokens": pl.Int64(),
+    "usage_missing": pl.Boolean(),
+    "latency_s": pl.Float64(),
+    "attempts": pl.Int64(),
+    "finish_reason": pl.String(),
+    "error": pl.String(),
+    "answer": pl.String(),
+    "score": pl.Float64(),
+    "correct": pl.Boolean(),
+    "grader": pl.String(),
+    "started_at": pl.Float64(),
+    "finished_at": pl.Float64(),
+    "winner": pl.String(),
+    "arm_a": pl.String(),
+    "arm_b": pl.String(),
+    "strategy_a": pl.String(),
+    "budget_a": pl.Int64(),
+    "strategy_b": pl.String(),
+    "budget_b": pl.Int64(),
+}
+
+
+def seg_name(n: int) -> str:
+    return f"{COMPACT_DIR}part-{n:05d}.parquet"
+
+
+def index_name(n: int) -> str:
+    return f"{COMPACT_DIR}part-{n:05d}.keys"
+
+
+@dataclass
+class SegmentState:
+    """What compact/ holds: committed segment numbers (index present) and every number in use."""
+
+    committed: list[int]
+    used: set[int]
+    orphans: list[int]  # a segment without an index: a compactor died or is still uploading
+
+
+def segment_state(ledger, run_id: str) -> SegmentState:
+    seen: dict[int, set[str]] = {}
+    for name in ledger.list_blobs(run_id, COMPACT_DIR):
+        m = _PART.match(name)
+        if m:
+            seen.setdefault(int(m.group(1)), set()).add(m.group(2))
+    committed = sorted(n for n, kinds in seen.items() if kinds == {"parquet", "keys"})
+    orphans = sorted(n for n, kinds in seen.items() if "keys" not in kinds)
+    return SegmentState(committed, set(seen), orphans)
+
+
+def read_index(ledger, run_id: str, committed: list[int], *, dedupe: bool = True) -> pl.DataFrame:
+    """(job_key, seg) for every committed segment, in segment order; with dedupe each key is kept once, from
+    the lowest-numbered segment (two compactions that ran at once may both hold it)."""
+    frames = [pl.DataFrame(schema={"job_key": pl.String, "seg": pl.Int32})]
+    for n in committed:
+        raw = ledger.get_blob(run_id, index_name(n))
+        try:
+            if raw is None:
+                raise OSError("gone")
+            keys = pl.read_parquet(io.BytesIO(raw), columns=["job_key"])
+        except (pl.exceptions.PolarsError, OSError) as e:
+            raise InputError(
+                f"segment index is unreadable (corrupt or truncated: {str(e).splitlines()[0]}); rebuild the "
+                f"segments from the job objects with `ept compact {run_id} --rebuild`",
+                file=ledger.blob_url(run_id, index_name(n)),
+            ) from e
+        frames.append(keys.with_columns(pl.lit(n, pl.Int32).alias("seg")))
+    out = pl.concat(frames, how="vertical")
+    return out.unique("job_key", keep="first", maintain_order=True) if dedupe else out
+
+
+def list_keys(ledger, run_id: str, on_count: Callable[[int], None] | None = None) -> pl.Series:
+    """Every job key of the run as one String Series (built in batches: a Python list of a million keys is
+    ~100 MB, a polars String column a fraction of that)."""
+    parts: list[pl.Series] = []
+    batch: list[str] = []
+    n = 0
+    for k in ledger.iter_job_keys(run_id):
+        batch.append(k)
+        if len(batch) >= 100_000:
+            parts.append(pl.Series("job_key", batch, dtype=pl.String))
+            n += len(batch)
+            batch = []
+            if on_count:
+                on_count(n)
+    parts.append(pl.Series("job_key", batch, dtype=pl.String))
+    return pl.concat(parts) if len(parts) > 1 else parts[0]
+
+
+def tail_keys(all_keys: pl.Series, index: pl.DataFrame) -> list[str]:
+    """The job keys no committed segment holds, sorted."""
+    left = all_keys.to_frame("job_key").join(index.select("job_key"), on="job_key", how="anti")
+    return left["job_key"].sort().to_list()
+
+
+# ---------------------------------------------------------------- parsing many objects with one polars call
+
+
+def parse_objects(blobs: list[bytes], schema: dict[str, pl.DataType]) -> tuple[pl.DataFrame, np.ndarray] | None:
+    """Parse the concatenated objects with one polars call. Returns (frame, lines per object), or None when
+    polars refuses the bytes or the row count does not match the line count (blank lines, a line that is not
+    an object…): the caller then narrows down object by object."""
+    counts = np.fromiter((b.count(b"\n") + (1 if b and not b.endswith(b"\n") else 0) for b in blobs), np.int64, len(blobs))
+    buf = b"".join(b if not b or b.endswith(b"\n") else b + b"\n" for b in blobs)
+    if not buf:
+        return pl.DataFrame(schema=schema), counts
+    try:
+        df = pl.read_ndjson(io.BytesIO(buf), schema=schema)
+    except (pl.exceptions.PolarsError, ValueError):
+        return None
+    if df.height != int(counts.sum()):
+        return None
+    return df, counts
+
+
+def object_index(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows of objects with `counts` lines each: (object index per row, 0-based line within the object)."""
+    obj = np.repeat(np.arange(len(counts)), counts)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]) if len(counts) else np.zeros(0, np.int64)
+    line = np.arange(int(counts.sum())) - np.repeat(starts, counts)
+    return obj, line
+
+
+def parse_good(
+    keys: list[str], blobs: list[bytes], schema: dict[str, pl.DataType]
+) -> tuple[list[tuple[list[str], pl.DataFrame, np.ndarray]], list[str]]:
+    """Parse in as few polars calls as possible: halves are retried until each bad object stands alone.
+    Returns the parsed groups (keys, frame, counts) and the keys of objects polars cannot parse."""
+    got = parse_objects(blobs, schema)
+    if got is not None:
+        return [(keys, got[0], got[1])], []
+    if len(keys) == 1:
+        return [], list(keys)
+    mid = len(keys) // 2
+    a, bad_a = parse_good(keys[:mid], blobs[:mid], schema)
+    b, bad_b = parse_good(keys[mid:], blobs[mid:], schema)
+    return a + b, bad_a + bad_b
+
+
+# ---------------------------------------------------------------- compaction
+
+
+@dataclass
+class CompactResult:
+    run_id: str
+    segments: list[str] = field(default_factory=list)  # URLs written by this call
+    jobs: int = 0  # job objects folded in by this call
+    rows: int = 0
+    already: int = 0  # job objects already in earlier segments
+    unparsable: list[str] = field(default_factory=list)  # job objects left out (analysis names their bad line)
+    dropped: list[str] = field(default_factory=list)  # --rebuild: segment files removed
+
+
+def _chunks(seq: list[str], n: int) -> Iterator[list[str]]:
+    for i in range(0, len(seq), n):
+        yield seq[i : i + n]
+
+
+def drop_segments(ledger, run_id: str) -> list[str]:
+    """Remove every segment and index (indexes first: a reader then falls back to the job objects)."""
+    st = segment_state(ledger, run_id)
+    gone = []
+    for n in sorted(st.used):
+        ledger.delete_blob(run_id, index_name(n))
+        gone.append(index_name(n))
+    for n in sorted(st.used):
+        ledger.delete_blob(run_id, seg_name(n))
+        gone.append(seg_name(n))
+    return gone
+
+
+def compact_run(
+    ledger,
+    run_id: str,
+    *,
+    rebuild: bool = False,
+    chunk_jobs: int = 20_000,
+    max_segment_jobs: int = 500_000,
+    threads: int = 32,
+    on_progress: Callable[[str, int, int], None] | None = None,
+) -> CompactResult:
+    """Fold the run's job objects that no segment holds into new segment(s). See the module docstring."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    res = CompactResult(run_id)
+    # Numbers are never reused, not even after --rebuild: a reader that listed an old index must not find a
+    # new segment under the same name.
+    used_before = segment_state(ledger, run_id).used
+    if rebuild:
+        res.dropped = drop_segments(ledger, run_id)
+    st = segment_state(ledger, run_id)
+    index = read_index(ledger, run_id, st.committed)
+    all_keys = list_keys(ledger, run_id, on_count=(lambda n: on_progress("listing", n, 0)) if on_progress else None)
+    if all_keys.len() == 0 and index.height == 0:
+        known = ", ".join(ledger.list_runs()[:20]) or "none"
+        raise InputError(f"run {run_id!r} has no job results in {ledger.url} (runs: {known})", field="RUN")
+    new = tail_keys(all_keys, index)
+    res.already = all_keys.len() - len(new)
+    del all_keys
+    next_n = max(st.used | used_before, default=0) + 1
+    done = 0
+    for seg_keys in _chunks(new, max_segment_jobs):
+        fd, tmp = tempfile.mkstemp(prefix="ept-seg-", suffix=".parquet")
+        os.close(fd)
+        fd, tmp_idx = tempfile.mkstemp(prefix="ept-idx-", suffix=".parquet")
+        os.close(fd)
+        try:
+            writer = None
+            kept: list[pl.Series] = []
+            rows = 0
+            for keys in _chunks(seg_keys, chunk_jobs):
+                blobs = ledger.get_jobs(run_id, keys, threads=threads)
+                if any(not b for b in blobs):
+                    # An empty object is one another tool is still writing: leave it for the next compaction.
+                    keys, blobs = [k for k, b in zip(keys, blobs, strict=True) if b], [b for b in blobs if b]
+                groups, bad = parse_good(keys, blobs, SEGMENT_SCHEMA)
+                del blobs
+                res.unparsable += bad
+                for gkeys, df, counts in groups:
+                    obj, line = object_index(counts)
+                    keyser = pl.Series("job_key", gkeys, dtype=pl.String)
+                    df = df.with_columns(
+                        keyser.gather(obj).alias("job_key"), pl.Series("line", line + 1, dtype=pl.Int32)
+                    )
+                    table = df.to_arrow()
+                    if writer is None:
+                        writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
+                    writer.write_table(table)
+                    rows += df.height
+                    kept.append(keyser)
+                done += len(keys)
+                if on_progress:
+                    on_progress("compacting", done, len(new))
+            if writer is None:
+                continue  # nothing parsable in this batch
+            writer.close()
+            folded = pl.concat(kept)
+            pq.write_table(pa.table({"job_key": folded.to_arrow()}), tmp_idx, compression="zstd")
+            # Claim a number: the exclusive create of the segment fails if another compactor took it.
+            while not ledger.create_blob(run_id, seg_name(next_n), tmp):
+                next_n += 1
+            if not ledger.create_blob(run_id, index_name(next_n), tmp_idx):
+                raise RuntimeError(f"{ledger.blob_url(run_id, index_name(next_n))} appeared while committing")
+            res.segments.append(ledger.blob_url(run_id, seg_name(next_n)))
+            res.jobs += folded.len()
+            res.rows += rows
+            next_n += 1
+        finally:
+            for p in (tmp, tmp_idx):
+                if os.path.exists(p):
+                    os.unlink(p)
+    return res
