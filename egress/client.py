@@ -531,6 +531,9 @@ class ProviderClient:
         self._unreachable = 0
         self._last_probe = 0.0
         self._state_lock = threading.Lock()
+        # Set by the local executor on Ctrl-C/SIGTERM: no more retries or backoff waits, so in-flight jobs end
+        # after their current request instead of riding out a 429 storm.
+        self.stopping = threading.Event()
 
     def __repr__(self) -> str:
         return f"ProviderClient(profile={self.profile.name!r}, key={mask(self._key)})"
@@ -644,7 +647,7 @@ class ProviderClient:
                 )
                 denied.discarded = list(discarded or [])  # type: ignore[attr-defined]
                 raise denied
-            if err.error_class not in RETRYABLE or attempts > self.profile.max_retries:
+            if err.error_class not in RETRYABLE or attempts > self.profile.max_retries or self.stopping.is_set():
                 if malformed is not None:
                     err.usage, err.usage_invalid = check_usage(malformed.usage)  # type: ignore[attr-defined]
                 err.discarded = list(discarded or [])  # type: ignore[attr-defined]
@@ -658,7 +661,9 @@ class ProviderClient:
             log.info(
                 "retrying %s after %.2fs (attempt %d): %s", self.profile.name, wait, attempts, err.message
             )
-            time.sleep(wait)
+            if self.stopping.wait(wait):  # stopped while waiting: this attempt's error is the call's result
+                err.discarded = list(discarded or [])  # type: ignore[attr-defined]
+                raise err
 
     def chat(
         self,
