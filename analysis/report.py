@@ -183,9 +183,24 @@ def _cost_rows(result: AnalysisResult) -> list[list[str]]:
         return []
     renamed = t.rename(lambda c: c.replace("cost_per_task", "tokens_per_task").replace("per_usd", "per_1k"))
     rows = _returns_rows(renamed.with_columns(pl.col("tokens_per_task") * 1000), result.anchor)
-    for r, cost in zip(rows, t["cost_per_task"].to_list(), strict=True):
-        r[2] = f"{cost:.5f}"
+    for r, src in zip(rows, t.iter_rows(named=True), strict=True):
+        r[2] = f"{src['cost_per_task']:.5f}"
+        r[5] = r[5].replace("token step", "cost step")
+        v, lo, hi = src.get("d_elo_per_usd"), src.get("d_elo_per_usd_lo"), src.get("d_elo_per_usd_hi")
+        if "unresolved" not in r[5] and v is not None and v == v:
+            ci = f" [{_compact(lo)}, {_compact(hi)}]" if lo is not None and hi is not None else ""
+            r[5] = _compact(v) + ci
     return rows
+
+
+def _compact(x: float | None) -> str:
+    """ΔElo per $1 spans orders of magnitude (a cheap model's task costs fractions of a cent): 124k, 3.2M."""
+    if x is None or x != x:
+        return "—"
+    for div, suffix in ((1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{suffix}"
+    return f"{x:.1f}"
 
 
 COST_HEADER = ["arm", "budget", "$/task", "Elo [95% CI]", "ΔElo [CI]", "ΔElo per $1 [CI]", "frontier"]

@@ -163,6 +163,22 @@ def test_context_overflow_is_a_scored_loss_with_its_tokens(make_sim, tmp_path):
     assert tok[arm]["total_tokens"] == paid and tok[arm]["calls_missing_usage"] == 0
     assert tok[arm]["avg_tokens_per_task"] == pytest.approx(paid / 4)
 
+    # The same run as ledger objects, compacted into a Parquet segment: the losses and their classes survive.
+    from analysis.segments import compact_run
+    from contracts.ledger import open_ledger
+
+    led = open_ledger(tmp_path / "ledger")
+    by_key: dict[str, list[str]] = {}
+    for x in lines:
+        by_key.setdefault(x["job_key"], []).append(json.dumps(x) + "\n")
+    for k, v in by_key.items():
+        led.put_job("r", k, "".join(v).encode())
+    compact_run(led, "r")
+    assert list((tmp_path / "ledger" / "runs" / "r" / "compact").glob("*.parquet"))
+    again = analyze([led.run_url("r")], AnalysisOptions(rounds=0))
+    b2 = {r["arm"]: r for r in again.breakdown.to_dicts()}
+    assert b2[arm] == b[arm]
+
 
 def test_reasoning_arms_record_reasoning_tokens_and_cost_matches_hand_computation(make_sim, tmp_path):
     from analysis.pipeline import AnalysisOptions, analyze
@@ -207,6 +223,22 @@ def test_reasoning_arms_record_reasoning_tokens_and_cost_matches_hand_computatio
     assert "ΔElo per $1" in markdown(res) and "| reasoning |" in markdown(res)
     page = write_html(res, tmp_path / "r.html").read_text()
     assert 'id="breakdown-table"' in page and f'data-arm="{arm}"' in page
+
+    # Compacted into a Parquet segment, the usage details (reasoning, cached) are kept.
+    from analysis.segments import compact_run
+    from contracts.ledger import open_ledger
+
+    led = open_ledger(tmp_path / "ledger")
+    by_key: dict[str, list[str]] = {}
+    for x in lines:
+        by_key.setdefault(x["job_key"], []).append(json.dumps(x) + "\n")
+    for k, v in by_key.items():
+        led.put_job("r", k, "".join(v).encode())
+    compact_run(led, "r")
+    assert list((tmp_path / "ledger" / "runs" / "r" / "compact").glob("*.parquet"))
+    again = analyze([led.run_url("r")], AnalysisOptions(rounds=0, prices="in=2,cached=0.5,out=8"))
+    b2 = {r["arm"]: r for r in again.breakdown.to_dicts()}
+    assert b2[arm]["reasoning_tokens"] == reasoning and b2[arm]["cost_per_task"] == pytest.approx(b[arm]["cost_per_task"])
 
 
 def test_anthropic_thinking_budget_reaches_the_server_and_usage_keeps_cache_fields(make_sim):
