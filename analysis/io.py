@@ -29,7 +29,17 @@ KINDS = ("call", "outcome", "judgment")
 WINNERS = {"a": "A", "b": "B", "tie": "tie"}
 DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz", ".parquet")
 
-_USAGE = pl.Struct({"prompt_tokens": pl.Int64, "completion_tokens": pl.Int64})
+# The two counts every cost figure uses, plus the breakdown kept as returned (OpenAI's details objects,
+# Anthropic's cache fields): reasoning vs visible output, cached vs fresh input.
+_USAGE = pl.Struct({
+    "prompt_tokens": pl.Int64,
+    "completion_tokens": pl.Int64,
+    "prompt_tokens_details": pl.Struct({"cached_tokens": pl.Int64}),
+    "completion_tokens_details": pl.Struct({"reasoning_tokens": pl.Int64}),
+    "cache_read_input_tokens": pl.Int64,
+    "cache_creation_input_tokens": pl.Int64,
+})  # fmt: skip
+_CLASS = pl.Struct({"class": pl.String})
 
 # Every field analysis uses; anything else on a line is ignored (extra fields are allowed).
 RAW_SCHEMA: dict[str, pl.DataType] = {
@@ -45,6 +55,9 @@ RAW_SCHEMA: dict[str, pl.DataType] = {
     "prompt_tokens": pl.Int64(),
     "completion_tokens": pl.Int64(),
     "usage_missing": pl.Boolean(),
+    "error": _CLASS,
+    "failure": _CLASS,
+    "finish_reason": pl.String(),
     "score": pl.Float64(),
     "correct": pl.Boolean(),
     "winner": pl.String(),
@@ -73,6 +86,14 @@ RECORD_SCHEMA: dict[str, pl.DataType] = {
     "prompt_tokens": pl.Int64(),
     "completion_tokens": pl.Int64(),
     "usage_missing": pl.Boolean(),
+    # The usage breakdown as returned (null when the server did not send it); see analysis.tokens.token_split.
+    "reasoning_tokens": pl.Int64(),
+    "cached_tokens": pl.Int64(),  # OpenAI prompt_tokens_details.cached_tokens or Anthropic cache_read_input_tokens
+    "cache_creation_tokens": pl.Int64(),  # Anthropic cache_creation_input_tokens
+    "finish_reason": pl.String(),
+    # call: the failed call's class; outcome: why it has no score (error) or why it scored 0 (failure)
+    "error_class": pl.String(),
+    "scored_failure": pl.Boolean(),  # outcome scored as a loss because the strategy failed on the task
     "score": pl.Float64(),
     "winner": pl.String(),
     "arm_a": pl.String(),
@@ -411,18 +432,23 @@ def _scan_parquet(
     cols = []
     for name, dtype in RAW_SCHEMA.items():
         if name == "usage" and isinstance(have.get("usage"), pl.Struct):
-            # Keep the two counts; a usage struct may carry more (total_tokens, details…).
+            # Keep the two counts (checked) and the breakdown (converted when present, else null: it is
+            # informational); a usage struct may carry more (total_tokens…), which is dropped.
             inner = {fl.name: fl.dtype for fl in have["usage"].fields}
-            cols.append(
-                pl.struct(
-                    (
-                        conv(pl.col("usage").struct.field(k), inner[k], pl.Int64(), f"usage.{k}")
-                        if k in inner
-                        else pl.lit(None, pl.Int64)
-                    ).alias(k)
-                    for k in ("prompt_tokens", "completion_tokens")
-                ).alias("usage")
-            )
+            want = _USAGE.to_schema()
+
+            def field_expr(k: str, inner: dict = inner, want: dict = want) -> pl.Expr:
+                if k not in inner:
+                    return pl.lit(None, want[k])
+                src = pl.col("usage").struct.field(k)
+                if k in ("prompt_tokens", "completion_tokens"):
+                    return conv(src, inner[k], pl.Int64(), f"usage.{k}")
+                return src.cast(want[k], strict=False)
+
+            cols.append(pl.struct(field_expr(k).alias(k) for k in want).alias("usage"))
+        elif name in have and dtype == _CLASS and have[name] == pl.String():
+            # Segments (analysis.segments) keep object fields as JSON text: take the class out of it.
+            cols.append(pl.struct(pl.col(name).str.json_path_match("$.class").alias("class")).alias(name))
         elif name in have:
             cols.append(conv(pl.col(name), have[name], dtype, name).alias(name))
         else:
@@ -538,9 +564,28 @@ def _normalise(lf: pl.LazyFrame, *, suspect_ids: bool = True) -> pl.LazyFrame:
         pl.col("role"),
         pl.col("p").alias("prompt_tokens"),
         pl.col("c").alias("completion_tokens"),
+        # A failed call without usage was not billed: not a missing usage. The explicit flag always counts
+        # (e.g. a billed response whose usage was invalid, stored as null).
         (
-            (kind == "call") & (pl.col("usage_missing").fill_null(False) | pl.col("p").is_null())
+            (kind == "call")
+            & (
+                pl.col("usage_missing").fill_null(False)
+                | (pl.col("p").is_null() & pl.col("error").struct.field("class").is_null())
+            )
         ).alias("usage_missing"),
+        pl.col("usage").struct.field("completion_tokens_details").struct.field("reasoning_tokens").alias(
+            "reasoning_tokens"
+        ),
+        pl.coalesce(
+            pl.col("usage").struct.field("prompt_tokens_details").struct.field("cached_tokens"),
+            pl.col("usage").struct.field("cache_read_input_tokens"),
+        ).alias("cached_tokens"),
+        pl.col("usage").struct.field("cache_creation_input_tokens").alias("cache_creation_tokens"),
+        pl.col("finish_reason"),
+        pl.coalesce(pl.col("failure").struct.field("class"), pl.col("error").struct.field("class")).alias(
+            "error_class"
+        ),
+        ((kind == "outcome") & pl.col("failure").struct.field("class").is_not_null()).alias("scored_failure"),
         pl.coalesce(pl.col("score"), pl.col("correct").cast(pl.Float64)).alias("score"),
         winner.alias("winner"),
         arm_a.alias("arm_a"),
