@@ -82,7 +82,10 @@ def analyze_cmd(
     rounds: int = typer.Option(1000, "--rounds", help="Bootstrap rounds (resampling tasks within families); 0 = none."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
     level: float = typer.Option(0.95, "--level", help="Interval level."),
-    l2: float = typer.Option(1e-3, "--l2", help="L2 penalty of the Bradley-Terry fit (the seed's 1e-3)."),
+    l2: float | None = typer.Option(
+        None, "--l2", help="L2 penalty of the Bradley-Terry fit (default: a prior of one virtual tie per arm, l2 = 0.125; the seed used 1e-3)."
+    ),
+    min_tasks: int = typer.Option(10, "--min-tasks", help="Families with fewer tasks are left out of the merge (with a warning)."),
     drop_ties: bool = typer.Option(False, "--drop-ties", help="Drop ties instead of counting half a win each way."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
     tasks: str | None = typer.Option(None, "--tasks", help="JSONL tasks file with task_id and family."),
@@ -102,7 +105,7 @@ def analyze_cmd(
 
     opts = AnalysisOptions(
         weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, l2=l2,
-        drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks,
+        drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks, min_tasks=min_tasks,
     )
     paths = resolve_inputs(paths, ledger)
     err = Console(stderr=True)

@@ -47,14 +47,21 @@ _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1200px;
 color:#1d232b;padding:0 1rem}
 h1{font-size:1.6rem;margin-bottom:.2rem} h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;font-size:.84rem;margin:.6rem 0}
+table{border-collapse:collapse;font-size:.95rem;margin:.6rem 0}
 th,td{padding:.22rem .42rem;border-bottom:1px solid #e5e5e5;text-align:right;white-space:nowrap}
 .scroll{overflow-x:auto}
 th{background:#f4f6f8} td.t,th.t{text-align:left}
 tr.frontier td{font-weight:600} .muted{color:#667} .warn{background:#fff4e5;padding:.4rem .8rem;
 border-left:4px solid #f0a030} pre{background:#f6f8fa;padding:.8rem;overflow:auto;font-size:.8rem}
-figure{margin:1rem 0} figure svg{max-width:100%;height:auto}
+figure{margin:1rem 0} figure svg{display:block;width:100%;height:auto}
+details{margin:.6rem 0} summary{cursor:pointer;color:#445}
 """
+
+# Plots span the page's text column (1200px) at a size where their text reads like the tables' (about 13-15px).
+# Matplotlib's default 10pt labels on a 7.5in figure came out half the page wide with 8px labels.
+_FIG_W = 12.0
+_RC = {"svg.fonttype": "none", "svg.hashsalt": "ept", "font.size": 12, "axes.titlesize": 14,
+       "axes.labelsize": 12, "xtick.labelsize": 11, "ytick.labelsize": 11, "legend.fontsize": 11}
 
 
 def _is_num(x: Any) -> bool:
@@ -116,8 +123,8 @@ def _plot_elo_vs_tokens(rows: Sequence[Mapping[str, Any]]) -> str:
     pts = [r for r in rows if _is_num(r.get("tokens_per_task")) and _is_num(r.get("elo"))]
     if not pts:
         return ""
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ept"}):
-        fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    with matplotlib.rc_context(_RC):
+        fig, ax = plt.subplots(figsize=(_FIG_W, 5.6))
         x = [r["tokens_per_task"] for r in pts]
         y = [r["elo"] for r in pts]
         lo = [r["elo"] - r["elo_lo"] if _is_num(r.get("elo_lo")) else 0.0 for r in pts]
@@ -129,14 +136,14 @@ def _plot_elo_vs_tokens(rows: Sequence[Mapping[str, Any]]) -> str:
                     color="#d2691e", lw=1.5, label="compute-optimal frontier")
         for r in pts:
             ax.annotate(str(r["arm"]), (r["tokens_per_task"], r["elo"]), textcoords="offset points",
-                        xytext=(5, 5), fontsize=8)
+                        xytext=(5, 5), fontsize=11)
         if min(x) > 0:
             ax.set_xscale("log")
         ax.set_xlabel("tokens per task (log scale)")
         ax.set_ylabel("Elo")
         ax.set_title("Elo vs tokens per task")
         ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="lower right")
         out = _svg(fig)
         plt.close(fig)
     return out
@@ -151,14 +158,14 @@ def _plot_bars(labels: list[str], values: list[float], los: list[float | None], 
 
     if not labels:
         return ""
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ept"}):
-        fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    with matplotlib.rc_context(_RC):
+        fig, ax = plt.subplots(figsize=(_FIG_W, 4.6))
         err = [
             [v - lo if lo is not None else 0.0 for v, lo in zip(values, los, strict=True)],
             [hi - v if hi is not None else 0.0 for v, hi in zip(values, his, strict=True)],
         ]
         ax.bar(range(len(labels)), values, yerr=err, color="#4a6fa5", ecolor="#333", capsize=3)
-        ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
+        ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right")
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.axhline(0, color="#999", lw=0.8)
@@ -182,20 +189,20 @@ def _plot_families(rows: Sequence[Mapping[str, Any]]) -> str:
     if not fams or not arms:
         return ""
     val = {(r["family"], r["arm"]): r.get("elo") for r in rows}
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "ept"}):
-        fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    with matplotlib.rc_context(_RC):
+        fig, ax = plt.subplots(figsize=(_FIG_W, 4.8))
         width = 0.8 / len(fams)
         for i, fam in enumerate(fams):
             ys = [val.get((fam, a)) for a in arms]
             ax.bar([j + i * width for j in range(len(arms))], [y if _is_num(y) else 0.0 for y in ys],
                    width=width, label=fam)
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(arms))], arms, rotation=20, ha="right", fontsize=8)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(arms))], arms, rotation=20, ha="right")
         lows = [v for v in val.values() if _is_num(v)]
         if lows:
             ax.set_ylim(min(lows) - 30, max(lows) + 30)
         ax.set_ylabel("Elo within family (centred)")
         ax.set_title("Per-family Elo")
-        ax.legend(fontsize=8)
+        ax.legend()
         ax.grid(axis="y", alpha=0.3)
         out = _svg(fig)
         plt.close(fig)
@@ -371,8 +378,11 @@ def render_html(doc: Mapping[str, Any]) -> str:
                      + "</pre></section>")
     parts.append('<section id="manifest"><h2>Run manifest</h2>')
     if manifest:
-        parts.append("<pre>" + html.escape(scrub(json.dumps(manifest, indent=2, sort_keys=True, default=str)))
-                     + "</pre>")
+        # Long (plan, sessions, profile): collapsed, one click away, so it does not bury the page's end.
+        parts.append('<details id="manifest-details"><summary>The run\'s manifest (JSON): plan, profile, code '
+                     "version, sessions</summary><pre>"
+                     + html.escape(scrub(json.dumps(manifest, indent=2, sort_keys=True, default=str)))
+                     + "</pre></details>")
     else:
         parts.append('<p class="muted">No run manifest found (the inputs were plain logs).</p>')
     parts.append("</section></body></html>")

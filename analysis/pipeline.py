@@ -22,6 +22,11 @@ from analysis.tokens import arm_tokens, judge_tokens, strategy_calls, task_token
 from contracts.errors import InputError
 from contracts.records import JUDGE_STRATEGY
 
+# A family needs this many tasks to enter the merge (fewer: left out with a warning, unless no family has
+# enough), and WARN_TASKS for its bootstrap interval to be more than approximate (docs/statistics.md).
+MIN_TASKS = 10
+WARN_TASKS = 30
+
 
 @dataclass(frozen=True)
 class AnalysisOptions:
@@ -29,12 +34,13 @@ class AnalysisOptions:
     anchor: str | None = None  # arm label pinned at Elo 1000; None = the cheapest arm
     rounds: int = 1000  # bootstrap rounds; 0 = no intervals
     seed: int = 0
-    l2: float = 1e-3
+    l2: float | None = None  # None = the default prior, analysis.bt.prior_l2() (docs/statistics.md section 1)
     level: float = 0.95
     drop_ties: bool = False
     skip_bad: bool = False
     tasks_file: str | None = None
-    dominance_threshold: float = 0.6
+    min_tasks: int = MIN_TASKS  # families with fewer tasks are left out of the merge (if another is not)
+    heterogeneity_alpha: float = 0.05  # family x arm heterogeneity test, Bonferroni over arms
 
 
 @dataclass
@@ -66,7 +72,7 @@ class AnalysisResult:
     pairs: pl.DataFrame  # analysis.pairs.PAIR_SCHEMA for the analysed arms
     elo: np.ndarray  # [K] anchored point estimate
     tokens_per_task: np.ndarray  # [K]
-    table: pl.DataFrame  # analysis.returns.returns_table
+    table: pl.DataFrame  # analysis.returns.returns_table + tokens_per_task_unweighted
     per_strategy: pl.DataFrame  # analysis.returns.per_strategy_table
     per_family: pl.DataFrame  # family, arm, weight, theta (centred), elo, observed
     fits: list[FamilyFit]
@@ -78,6 +84,9 @@ class AnalysisResult:
     # The validated input records (analysis.io.RECORD_SCHEMA) after cross-line checks, for views that
     # need more than per-arm totals (token split by role, failures); not part of report.json.
     records: pl.DataFrame | None = None
+    # analysis.returns.frontier_steps_table: each arm against the next-cheaper frontier arm.
+    vs_frontier: pl.DataFrame | None = None
+    excluded_families: list[str] = field(default_factory=list)  # too few tasks: weight 0 in the merge
 
     def to_json(self) -> dict[str, Any]:
         """Every number, the inputs, the options and the versions (report.json)."""
@@ -93,6 +102,8 @@ class AnalysisResult:
             "family_weights": self.family_weights,
             "table": self.table.to_dicts(),
             "per_strategy": self.per_strategy.to_dicts(),
+            "vs_frontier": self.vs_frontier.to_dicts() if self.vs_frontier is not None else [],
+            "excluded_families": self.excluded_families,
             "per_family": self.per_family.to_dicts(),
             "tokens": self.tokens.to_dicts(),
             "judge_tokens": self.judge_tokens.to_dicts(),
@@ -177,16 +188,19 @@ def analyze(
 
     progress(n) reports bootstrap rounds done; on_step(name) announces each long step.
     """
-    from analysis.bootstrap import PairData, bootstrap, point_estimate
-    from analysis.bt import fit_bt_detailed
+    from analysis.bootstrap import PairData, bootstrap, point_estimate, tokens_unweighted
+    from analysis.bt import fit_bt_detailed, prior_l2
     from analysis.merge import ELO_BASE, ELO_SCALE, parse_weights
-    from analysis.returns import family_dominance, per_strategy_table, returns_table
+    from analysis.returns import family_heterogeneity, frontier_steps_table, per_strategy_table, returns_table
 
     opt = options or AnalysisOptions()
     if opt.rounds < 0:
         raise InputError(f"must be >= 0, got {opt.rounds}", field="--rounds")
-    if not (math.isfinite(opt.l2) and opt.l2 >= 0):
+    if opt.l2 is not None and not (math.isfinite(opt.l2) and opt.l2 >= 0):
         raise InputError(f"must be a finite number >= 0, got {opt.l2}", field="--l2")
+    if opt.min_tasks < 0:
+        raise InputError(f"must be >= 0, got {opt.min_tasks}", field="--min-tasks")
+    l2 = prior_l2() if opt.l2 is None else float(opt.l2)
     if not 0.5 <= opt.level < 1:
         raise InputError(f"must be in [0.5, 1), got {opt.level}", field="--level")
     step = on_step or (lambda _name: None)
@@ -215,6 +229,16 @@ def analyze(
         warnings.append(f"{ungraded} outcome(s) have no score (failed before grading) and are not compared")
 
     pairs_all = build_pairs(outcomes, judgments, drop_ties=opt.drop_ties)
+    decisive = pairs_all if opt.drop_ties else build_pairs(outcomes, judgments, drop_ties=True)
+    if opt.drop_ties and pairs_all.height == 0:
+        n_ties = build_pairs(outcomes, judgments).height // 2
+        if n_ties:
+            raise InputError(
+                f"all {n_ties} comparisons are ties (equal scores), so dropping ties leaves nothing to rank: "
+                "the data carry no information about which arm is stronger",
+                file=where,
+                field="--drop-ties",
+            )
     ttok_all = task_tokens(calls)
     # An arm whose every task lacks usage has no measured cost: it cannot sit on a tokens axis.
     with_tokens = set(tok_all.filter(pl.col("avg_tokens_per_task").is_not_null())["arm"].to_list())
@@ -258,6 +282,17 @@ def analyze(
     families = sorted(pairs["family"].unique().to_list())
     fw = parse_weights(opt.weights, families)
     fam_idx = {f: i for i, f in enumerate(families)}
+    if decisive.filter(pl.col("winner").is_in(arms) & pl.col("loser").is_in(arms)).height == 0:
+        warnings.append(
+            "no signal: every comparison is a tie (equal scores), so the data say nothing about which arm is "
+            "stronger; every Elo is 1000 by construction, not by measurement, and the frontier only "
+            "reflects cost"
+        )
+    else:
+        fam_decisive = set(decisive.filter(pl.col("winner").is_in(arms) & pl.col("loser").is_in(arms))["family"])
+        for f in families:
+            if f not in fam_decisive:
+                warnings.append(f"family {f}: every comparison is a tie, so it carries no information about strength")
 
     # Tasks: everything compared, plus token-only tasks of the analysed families (they count for cost).
     tasks = (
@@ -287,16 +322,40 @@ def analyze(
         families=families,
         task_tokens=grid,
     )
+    # Small families: a family of a few tasks cannot be resampled into an honest interval (one task is
+    # redrawn every round) and lets a handful of comparisons swing the merged scale. Below min_tasks it is
+    # left out of the merge (weight 0) when some other weighted family has enough tasks.
+    n_tasks = tasks.group_by("family").len()
+    n_tasks = dict(zip(n_tasks["family"].to_list(), n_tasks["len"].to_list(), strict=True))
+    big = [f for f in families if fw[f] > 0 and n_tasks[f] >= opt.min_tasks]
+    excluded = [f for f in families if fw[f] > 0 and n_tasks[f] < opt.min_tasks] if big else []
+    for f in families:
+        if f in excluded:
+            warnings.append(
+                f"family {f}: only {n_tasks[f]} task(s), below the minimum of {opt.min_tasks} "
+                "(--min-tasks): left out of the merge, Elo and tokens per task (its per-family Elo is shown "
+                "but not trustworthy)"
+            )
+        elif fw[f] > 0 and n_tasks[f] < WARN_TASKS:
+            warnings.append(
+                f"family {f}: only {n_tasks[f]} task(s) (fewer than {WARN_TASKS}): its intervals are widened "
+                "for the small sample but remain approximate"
+                + ("; no interval is possible with a single task" if n_tasks[f] < 2 else "")
+            )
+    if excluded:
+        kept = sum(fw[f] for f in families if f not in excluded)
+        fw = {f: (0.0 if f in excluded else w / kept) for f, w in fw.items()}
     fw_arr = np.array([fw[f] for f in families], dtype=float)
     a_i = arm_idx[anchor]
     step("fitting Bradley-Terry")
-    elo, tok, per_family_theta = point_estimate(data, fw_arr, anchor=a_i, l2=opt.l2)
+    elo, tok, per_family_theta = point_estimate(data, fw_arr, anchor=a_i, l2=l2)
+    tok_unweighted = tokens_unweighted(data)
 
     fits: list[FamilyFit] = []
     for f in families:
         sel = p.filter(pl.col("family") == f)
         d = fit_bt_detailed(
-            sel["wi"].to_numpy(), sel["li"].to_numpy(), k, l2=opt.l2, weights=sel["weight"].to_numpy()
+            sel["wi"].to_numpy(), sel["li"].to_numpy(), k, l2=l2, weights=sel["weight"].to_numpy()
         )
         fits.append(
             FamilyFit(
@@ -314,15 +373,17 @@ def analyze(
         if fits[-1].unobserved:
             warnings.append(
                 f"family {f} has no comparisons for {', '.join(fits[-1].unobserved)}: their global Elo "
-                "comes from the other families only (weights renormalised per arm)"
+                "comes from the other families only (placed on the common scale through the arms the "
+                "families share)"
             )
 
     elo_s = tok_s = None
     failed = 0
+    boot = None
     if opt.rounds > 0:
         step("bootstrap rounds")
         boot = bootstrap(
-            data, fw_arr, anchor=a_i, rounds=opt.rounds, seed=opt.seed, l2=opt.l2, progress=progress
+            data, fw_arr, anchor=a_i, rounds=opt.rounds, seed=opt.seed, l2=l2, progress=progress
         )
         elo_s, tok_s, failed = boot.elo, boot.tokens_per_task, int(boot.failed_rounds)
         if failed:
@@ -331,8 +392,15 @@ def analyze(
     strategies = arm_info["strategy"].to_list()
     budgets = [int(b) for b in arm_info["budget_n"].to_list()]
     table = returns_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level)
+    unweighted = pl.DataFrame({"arm": arms, "tokens_per_task_unweighted": tok_unweighted})
+    table = table.join(unweighted.with_columns(pl.col(pl.Float64).fill_nan(None)), on="arm", how="left")
     per_strategy = per_strategy_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level)
-    warnings += family_dominance(per_family_theta, fw, arms, threshold=opt.dominance_threshold, anchor=a_i)
+    vs_frontier = frontier_steps_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level)
+    if boot is not None:
+        warnings += _ratio_warnings(table, opt.rounds)
+        warnings += family_heterogeneity(
+            per_family_theta, boot.family_theta, fw, arms, alpha=opt.heterogeneity_alpha
+        )
 
     rows = []
     for f in families:
@@ -395,4 +463,26 @@ def analyze(
         failed_rounds=failed,
         versions=versions(),
         records=frame,
+        vs_frontier=vs_frontier,
+        excluded_families=excluded,
     )
+
+
+def _ratio_warnings(table: pl.DataFrame, rounds: int) -> list[str]:
+    """Never silent about the ratio: which rows have no ΔElo per 1k (unresolved token step) and how many
+    rounds had a token step <= 0 (they enter the interval at +-inf instead of being dropped)."""
+    out = []
+    rows = table.filter(pl.col("per_1k_resolved").is_not_null())
+    unresolved = rows.filter(~pl.col("per_1k_resolved"))["arm"].to_list()
+    if unresolved:
+        out.append(
+            "ΔElo per 1k tokens not reported for " + ", ".join(unresolved) + ": the token step to the previous "
+            "row is not resolved (its interval includes 0), so the ratio could be anything"
+        )
+    edge = rows.filter(pl.col("per_1k_resolved") & (pl.col("per_1k_nonpositive_rounds") > 0))
+    for r in edge.iter_rows(named=True):
+        out.append(
+            f"{r['arm']}: {r['per_1k_nonpositive_rounds']} of {rounds} bootstrap rounds had a token step <= 0; "
+            "they count at the far end of the ΔElo per 1k interval (not dropped)"
+        )
+    return out

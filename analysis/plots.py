@@ -43,9 +43,12 @@ def plot_elo_vs_tokens(table: pl.DataFrame, path: Path, level_label: str) -> Non
         fmt="o", color="tab:blue", ecolor="tab:gray", capsize=3, label=f"arm (Elo, {level_label} CI)",
     )
     front = table.filter(pl.col("frontier"))
-    ax.plot(front["tokens_per_task"], front["elo"], "-", color="tab:orange", label="compute-optimal frontier")
-    for arm, xi, yi in zip(table["arm"], x, y, strict=True):
-        ax.annotate(arm, (xi, yi), textcoords="offset points", xytext=(4, 6), fontsize=8)
+    ax.plot(front["tokens_per_task"], front["elo"], "-", color="tab:orange", label="compute-optimal frontier (point estimate)")
+    # P = share of bootstrap rounds in which the arm is on the frontier (the orange line is the point estimate).
+    probs = table["frontier_prob"].to_list() if "frontier_prob" in table.columns else [None] * table.height
+    for arm, xi, yi, pr in zip(table["arm"], x, y, probs, strict=True):
+        label = arm if pr is None else f"{arm} (P={pr:.0%})"
+        ax.annotate(label, (xi, yi), textcoords="offset points", xytext=(4, 6), fontsize=8)
     ax.set_xscale("log")
     ax.set_xlabel("tokens per task (log scale)")
     ax.set_ylabel("Elo")

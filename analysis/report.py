@@ -50,10 +50,26 @@ def fmt_ci(x: Any, lo: Any, hi: Any, nd: int = 0, sign: bool = False) -> str:
     return s
 
 
+def _per_1k_cell(r: dict[str, Any]) -> str:
+    # A ratio over a token step whose interval includes 0 could be anything: say so instead of a number.
+    if r.get("per_1k_resolved") is False:
+        return "token step unresolved"
+    return fmt_ci(r["d_elo_per_1k"], r.get("d_elo_per_1k_lo"), r.get("d_elo_per_1k_hi"), nd=1)
+
+
+def _frontier_cell(r: dict[str, Any]) -> str:
+    """'yes'/'' from the point estimate, with the bootstrap share of rounds on the frontier when known."""
+    label = "yes" if r["frontier"] else ""
+    prob = r.get("frontier_prob")
+    return f"{label} ({prob:.0%})".strip() if _ok(prob) else label
+
+
 def _returns_rows(table: pl.DataFrame, anchor: str | None = None) -> list[list[str]]:
     rows = []
     for r in table.iter_rows(named=True):
         arm = r["arm"] + (" (anchor)" if r["arm"] == anchor else "")
+        if r.get("vs"):
+            arm += f" vs {r['vs']}"
         rows.append(
             [
                 arm,
@@ -61,14 +77,14 @@ def _returns_rows(table: pl.DataFrame, anchor: str | None = None) -> list[list[s
                 fmt_tokens(r["tokens_per_task"]),
                 fmt_ci(r["elo"], r.get("elo_lo"), r.get("elo_hi")),
                 fmt_ci(r["d_elo"], r.get("d_elo_lo"), r.get("d_elo_hi"), sign=True),
-                fmt_ci(r["d_elo_per_1k"], r.get("d_elo_per_1k_lo"), r.get("d_elo_per_1k_hi"), nd=1),
-                "yes" if r["frontier"] else "",
+                _per_1k_cell(r),
+                _frontier_cell(r),
             ]
         )
     return rows
 
 
-RETURNS_HEADER = ["arm", "budget", "tokens/task", "Elo [95% CI]", "ΔElo [CI]", "ΔElo per 1k tokens [CI]", "frontier"]
+RETURNS_HEADER = ["arm", "budget", "tokens/task", "Elo [95% CI]", "ΔElo [CI]", "ΔElo per 1k tokens [CI]", "frontier (P)"]
 TOKENS_HEADER = [
     "arm",
     "strategy",
@@ -118,11 +134,17 @@ def _level_label(result: AnalysisResult) -> str:
 # ---------------------------------------------------------------- terminal
 
 
+# Width for output that is not a terminal (a pipe, a CI log, `docker compose` output): rich would fall back to
+# 80 columns and cut the tables' cells and headers. Tables are drawn at their natural width (never padded to the
+# console's), so a wide limit costs nothing and keeps every column in full.
+PIPE_WIDTH = 1000
+
+
 def make_console(*, stderr: bool = False, record: bool = False) -> Console:
     """A console that does not squeeze the tables to 80 columns when output is piped or recorded."""
     c = Console(stderr=stderr, record=record)
     if record or not c.is_terminal:
-        c = Console(stderr=stderr, record=record, width=150)
+        c = Console(stderr=stderr, record=record, width=PIPE_WIDTH)
     return c
 
 
@@ -176,6 +198,14 @@ def print_report(result: AnalysisResult, console: Console) -> None:
             _returns_rows(result.per_strategy),
         )
     )
+    if result.vs_frontier is not None:
+        console.print(
+            _rich_table(
+                "Vs previous frontier arm: each arm against the next-cheaper arm on the frontier",
+                RETURNS_HEADER,
+                _returns_rows(result.vs_frontier),
+            )
+        )
     header, rows = _per_family_pivot(result)
     console.print(_rich_table("Per family: Elo from the family's centred theta", header, rows))
     c = result.counts
@@ -224,8 +254,10 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         "",
         "## Diminishing returns",
         "",
-        "Rows ordered by tokens per task; ΔElo and ΔElo per 1k tokens are against the previous row; "
-        "frontier = no cheaper arm has a higher Elo.",
+        "Rows ordered by tokens per task (weighted over families like Elo); ΔElo and ΔElo per 1k tokens are "
+        "against the previous row; the ratio is shown only where the token step's interval excludes 0. "
+        "frontier = no arm is at least as cheap and at least as strong; (P) = share of bootstrap rounds in "
+        "which the arm is on the frontier.",
         "",
         _md_table(RETURNS_HEADER, _returns_rows(result.table, result.anchor)),
         "",
@@ -235,6 +267,19 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         "",
         _md_table(RETURNS_HEADER, _returns_rows(result.per_strategy)),
         "",
+        *(
+            [
+                "## Vs previous frontier arm",
+                "",
+                "Each arm against the next-cheaper arm on the frontier, so a dominated arm in between does not "
+                "inflate the next step.",
+                "",
+                _md_table(RETURNS_HEADER, _returns_rows(result.vs_frontier)),
+                "",
+            ]
+            if result.vs_frontier is not None
+            else []
+        ),
         "## Per family",
         "",
         "Elo = 1000 + 400/ln10 · θ, θ centred within the family over the arms it observed.",

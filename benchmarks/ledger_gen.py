@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-ARMS = [("greedy", 1, 1), ("best_of_n", 4, 4), ("majority", 8, 8), ("best_of_n", 8, 8), ("self_consistency", 6, 6)]
+ARMS = [("greedy", 1, 1), ("best_of_n", 4, 4), ("majority", 8, 8), ("best_of_n", 8, 8), ("majority", 4, 4)]
 FAMILIES = ["math", "code", "tool_use"]
 
 
@@ -130,8 +130,11 @@ def write_local(root: str | Path, run_id: str, n_jobs: int, *, offset: int = 0,
             if d not in made:
                 os.makedirs(base / d, exist_ok=True)
                 made.add(d)
-            with open(base / (k + ".jsonl"), "wb") as f:
+            # Atomic, as FileLedger.put_job: a reader never sees a half-written object.
+            tmp = base / (k + ".tmp-part")
+            with open(tmp, "wb") as f:
                 f.write(b)
+            os.replace(tmp, base / (k + ".jsonl"))
         n += len(keys)
         if progress:
             progress(n)

@@ -26,10 +26,12 @@ def _ledger_and_run(run: str, ledger: str | None):
     return led, run_id
 
 
-def _finish(out, console_out) -> None:
+def _finish(out) -> None:
+    from analysis.report import make_console
     from coordinator.sweep import print_summary
 
-    print_summary(out, console_out)
+    # Full width when stdout is a pipe, a CI log or `docker compose` output (the coordinator's only table there).
+    print_summary(out, make_console())
     if out.tally.abandoned:
         from coordinator.local import hard_exit
 
@@ -56,8 +58,6 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Run a plan: expand to jobs, skip those already in the ledger, run the rest, print the Elo table."""
-        from rich.console import Console
-
         from contracts.errors import InputError
         from coordinator.plan import EXECUTORS, load_plan
         from coordinator.sweep import execute, resolve_profile
@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
         prof = resolve_profile(plan, profile_url_override, profiles)
         # jobs=None: the plan's jobs are streamed, never all held at once.
         out = execute(plan, None, profile=prof, base_url=profile_url_override, analyze=not no_analysis)
-        _finish(out, Console())
+        _finish(out)
 
     @app.command()
     def status(
@@ -80,10 +80,10 @@ def register(app: typer.Typer) -> None:
         """Progress of a running or finished run, read from the ledger."""
         import json
 
-        from rich.console import Console
         from rich.markup import escape
         from rich.table import Table
 
+        from analysis.report import make_console
         from contracts.secrets import mask_url
         from coordinator.status import run_status
 
@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps({"run_id": st.run_id, "run_url": st.run_url, "n_jobs": st.n_jobs, "done": st.done,
                                    "failed": st.failed, "pending": st.pending}, sort_keys=True))  # fmt: skip
             return
-        c = Console()
+        c = make_console()
         m = st.manifest or {}
         c.print(f"[bold]run {st.run_id}[/] in {st.run_url}", highlight=False)
         c.print(f"started {m.get('started_at', '?')} · sessions {len(m.get('sessions', []))} · "
@@ -119,8 +119,6 @@ def register(app: typer.Typer) -> None:
         profiles: str = typer.Option(None, "--profiles"),
     ) -> None:
         """Re-run the failed jobs of a run only (finished jobs are never re-run)."""
-        from rich.console import Console
-
         from contracts.errors import InputError
         from coordinator.plan import plan_from_raw
         from coordinator.status import failed_jobs, run_status
@@ -138,7 +136,7 @@ def register(app: typer.Typer) -> None:
         plan = plan.with_overrides(executor=executor, ledger=led.url)
         prof = resolve_profile(plan, profile_url_override, profiles)
         out = execute(plan, jobs, profile=prof, base_url=profile_url_override, manifest_jobs=st.n_jobs)
-        _finish(out, Console())
+        _finish(out)
 
     @app.command()
     def compact(
@@ -170,9 +168,7 @@ def register(app: typer.Typer) -> None:
         tasks_per_family: int = typer.Option(None, "--tasks-per-family", help="Override the demo's task count."),
     ) -> None:
         """Start the simulator in-process, run the example plan locally and print the Elo-per-token report."""
-        from rich.console import Console
-
         from coordinator.demo import run_demo
 
         res = run_demo(out, tasks_per_family=tasks_per_family)
-        _finish(res, Console())
+        _finish(res)

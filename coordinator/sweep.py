@@ -310,12 +310,20 @@ def _run_local(plan, todo, ledger, profile, on_result, on_retry, tally, run, had
     )  # fmt: skip
 
 
-def analyze_run(plan: Plan, ledger: Ledger) -> tuple[Any, str | None]:
-    """The Elo-per-token analysis of the run's job objects; (None, reason) when it cannot be computed."""
-    from analysis.pipeline import AnalysisOptions, analyze
+def plan_analysis_options(plan: Plan) -> Any:
+    """The analysis settings of a run's table (its plan's weights, anchor, bootstrap rounds and seed). `ept report
+    RUN` starts from the same settings, so the HTML page and the terminal table show the same intervals."""
+    from analysis.pipeline import AnalysisOptions
 
     weights = ",".join(f"{k}={v}" for k, v in sorted(plan.weights.items())) or None
-    opts = AnalysisOptions(weights=weights, anchor=plan.anchor, rounds=plan.bootstrap_rounds, seed=plan.seed)
+    return AnalysisOptions(weights=weights, anchor=plan.anchor, rounds=plan.bootstrap_rounds, seed=plan.seed)
+
+
+def analyze_run(plan: Plan, ledger: Ledger) -> tuple[Any, str | None]:
+    """The Elo-per-token analysis of the run's job objects; (None, reason) when it cannot be computed."""
+    from analysis.pipeline import analyze
+
+    opts = plan_analysis_options(plan)
     try:
         return analyze([ledger.run_url(plan.run_id)], opts), None
     except InputError as e:

@@ -101,6 +101,11 @@ class TaskBrain:
 
             tasks = [t for name in builtin_suite_names() for t in load_builtin_suite(name)]
         self.by_text = {task_text(t).strip(): t for t in tasks}
+        # Public suites repeat a question with different tools (BFCL); those are told apart by the tools.
+        self.same_text: dict[str, list[dict[str, Any]]] = {}
+        for t in tasks:
+            self.same_text.setdefault(task_text(t).strip(), []).append(t)
+        self.same_text = {k: v for k, v in self.same_text.items() if len(v) > 1}
         self.generic = GenericBrain()
 
     # ------------------------------------------------------------ dispatch
@@ -110,6 +115,10 @@ class TaskBrain:
         task = self.find_task(req.messages, kind)
         if task is None:
             return self.generic.respond(req)
+        if req.tools and task_text(task).strip() in self.same_text:
+            offered = sorted(str((t.get("function") or {}).get("name")) for t in req.tools)
+            task = next((t for t in self.same_text[task_text(task).strip()]
+                         if sorted(x["function"]["name"] for x in t.get("tools") or []) == offered), task)
         if kind == "verify":
             reply = self._verify(task, req)
         elif kind == "step":
@@ -252,6 +261,8 @@ class TaskBrain:
     # tools ---------------------------------------------------------------
 
     def _tool_turn(self, task: dict[str, Any], req: BrainRequest) -> BrainReply:
+        if task["grader"]["type"] == "bfcl":
+            return self._bfcl_turn(task, req)
         expected = task["grader"].get("expect_calls", [])
         made = [_call_of(tc) for m in req.messages if m.get("role") == "assistant" for tc in (m.get("tool_calls") or [])]
         turn = len(made)
@@ -271,6 +282,19 @@ class TaskBrain:
         answer = task["reference"] if right else self._wrong(task, rng)
         text = _prose(rng, self._reasoning_words(task, rng, scale=0.5)) + "\n" + self._answer_text(task, answer)
         return BrainReply(text=text)
+
+    def _bfcl_turn(self, task: dict[str, Any], req: BrainRequest) -> BrainReply:
+        """BFCL: all calls in the first turn (parallel ones together), right with p; then a short close."""
+        from suites.public.bfcl import right_calls, wrong_calls
+
+        rng = self._rng(task, req, "bfcl")
+        if any(m.get("tool_calls") for m in req.messages if m.get("role") == "assistant"):
+            return BrainReply(text=_prose(rng, int(rng.uniform(10, 30))) + "\nAnswer: the calls above.")
+        right = rng.random() < self.p_correct(task, req)
+        calls = right_calls(task) if right else wrong_calls(task, rng.randrange(2))
+        if not calls:  # irrelevance, answered right: no function fits the question
+            return BrainReply(text=_prose(rng, int(rng.uniform(20, 60))) + "\nAnswer: none of the functions apply.")
+        return BrainReply(text=_prose(rng, int(rng.uniform(15, 50))), tool_calls=calls, finish_reason="tool_calls")
 
     def _tool_args(self, task: dict[str, Any], exp: dict[str, Any]) -> dict[str, Any]:
         if exp.get("arguments"):

@@ -144,7 +144,8 @@ def test_unknown_custom_id_and_bad_outcomes(batch, tmp_path):
     with pytest.raises(InputError) as e:
         import_batch([outp], id_template="{task_id}--{arm}")
     assert (e.value.file, e.value.line, e.value.field) == (outp, 1, "custom_id")
-    rows = list(csv.DictReader(Path(outcomes).read_text().splitlines()))
+    with open(outcomes) as fh:
+        rows = list(csv.DictReader(fh))
     rows[3]["score"] = "1.7"
     with open(outcomes, "w", newline="") as fh:
         w = csv.DictWriter(fh, ["custom_id", "score"])

@@ -19,21 +19,37 @@ def run_job(job: Job, provider: ProviderClient, *, concurrency: int = DEFAULT_CO
     """Run the job's strategy on its task and grade the answer.
 
     A ProviderError ends the job: the outcome carries {"class", "message"} and no score, and the calls
-    made so far (including the failed one) are kept. A grader crash is a "task" error. Bad strategy
-    names or parameters raise InputError before any call is made.
+    made so far (including the failed one) are kept. Any other failure inside the strategy (a tool, a
+    grader used for selection) is a "task" error that also keeps the calls already made: their tokens were
+    spent. A grader crash is a "task" error. Bad strategy names or parameters raise InputError, and a code
+    task on a machine that cannot sandbox raises SandboxUnavailable, before any call is made.
     """
     strategy = get_strategy(job.strategy)
     strategy.check(job)
+    if job.task["grader"]["type"] == "code":
+        _require_sandbox()
     ctx = JobContext(job, provider, concurrency)
     started = time.time()
     try:
         result = strategy.run(ctx)
     except ProviderError as e:
         outcome = Outcome(None, None, None, {}, {"class": e.error_class, "message": scrub(e.message)})
+    except Exception as e:
+        msg = scrub(f"{type(e).__name__} in strategy {job.strategy}: {str(e)[:300]}")
+        outcome = Outcome(None, None, None, {}, {"class": "task", "message": msg})
     else:
         outcome = _grade(job, result)
     calls = sorted(ctx.calls, key=lambda c: c.call_index)
     return JobResult(job, calls, outcome, started, time.time())
+
+
+def _require_sandbox() -> None:
+    # Code is graded here unless a grader queue takes it; refuse before spending tokens if we cannot sandbox.
+    from worker.graders.remote import grade_queue
+    from worker.sandbox import bwrap
+
+    if grade_queue() is None:
+        bwrap.require()
 
 
 def _grade(job: Job, result: StrategyResult) -> Outcome:
