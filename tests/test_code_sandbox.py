@@ -231,6 +231,7 @@ def test_a_killed_worker_leaves_no_sandbox_behind(tmp_path):
     import subprocess
     import sys
     import uuid
+    from pathlib import Path
 
     mark = str(300 + uuid.uuid4().int % 600) + ".5"  # a unique `sleep` argument to find the survivor by
     script = tmp_path / "grader.py"
@@ -239,7 +240,7 @@ def test_a_killed_worker_leaves_no_sandbox_behind(tmp_path):
         f"run_tests(\"import subprocess, time\\nsubprocess.Popen(['setsid', 'sleep', '{mark}'])\\n"
         "def f(x):\\n    time.sleep(60)\\n\", ['assert f(1) == 1'], 'f', Limits(timeout_s=20), audit_hook=False)\n"
     )
-    repo = str(__import__("pathlib").Path(__file__).resolve().parents[1])
+    repo = str(Path(__file__).resolve().parents[1])
     proc = subprocess.Popen([sys.executable, str(script)], env={**os.environ, "PYTHONPATH": repo})
 
     def sleepers() -> list[str]:
