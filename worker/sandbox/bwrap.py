@@ -179,6 +179,10 @@ def argv(python_args: list[str], *, tmp_mb: int = 16, info_fd: int | None = None
         "--proc", "/proc", "--dev", "/dev",
         "--size", size, "--tmpfs", "/dev/shm", "--size", size, "--tmpfs", "/tmp",
         "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--cap-drop", "ALL",
+        # The program is the namespace's pid 1 and bwrap's monitor (our child) reaps it. With bwrap's own init
+        # instead, the monitor exits first and the init is left a zombie for the host's pid 1 to reap: one
+        # per grading, forever, in a container whose pid 1 is the worker itself.
+        "--as-pid-1",
     ]
     if _supports("--disable-userns"):
         # bwrap >= 0.8: no nested user namespaces, a common first step of kernel privilege escalations.
