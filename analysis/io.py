@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from contracts.errors import InputError
@@ -336,7 +337,7 @@ def read_run(
         url = led.blob_url(run, seg_name(n))
         names.append(url)
         drop = dups.filter(pl.col("seg") == n)["job_key"] if dups.height else None
-        got, bad = _read_segment(led, run, url, drop, skip_bad=skip_bad)
+        got, bad = _read_segment(led, run, url, raw.filter(pl.col("seg") == n), drop, skip_bad=skip_bad)
         parts += got
         skipped += bad
     for df, unparsable in parsed_chunks(led, run, tail, RAW_SCHEMA, chunk_jobs=chunk_jobs, threads=threads):
@@ -354,18 +355,22 @@ def read_run(
 
 
 def _read_segment(
-    led, run: str, url: str, drop: pl.Series | None, *, skip_bad: bool
+    led, run: str, url: str, index: pl.DataFrame, drop: pl.Series | None, *, skip_bad: bool
 ) -> tuple[list[pl.DataFrame], list[BadLine]]:
-    """One segment, its rows named by job object and line (so every error names the object, as the
-    objects themselves would). `drop`: job keys an earlier segment already holds (two compactions at once)."""
+    """One segment, its rows named by job object and line (so every error names the object, as the objects
+    themselves would). `index`: its (job_key, rows) in row order, so the object of each row comes from the
+    index (one string per job, not per row). `drop`: keys an earlier segment holds (two compactions at once)."""
     opts = storage_options() if url.startswith("s3://") else None
-    prefix = led.run_url(run) + "/jobs/"
+    urls = ((led.run_url(run) + "/jobs/") + index["job_key"] + JOB_SUFFIX).cast(pl.Categorical)
+    per_row = pl.Series(np.repeat(np.arange(index.height, dtype=np.int64), index["rows"].to_numpy()))
     try:
-        lf = _scan_parquet(url, opts, extra=("job_key", "line"))
+        lf = _scan_parquet(url, opts, extra=("line",))
+        n_rows = lf.select(pl.len()).collect().item()
+        if n_rows != per_row.len():
+            raise OSError(f"it holds {n_rows} rows, its index says {per_row.len()}")
+        lf = lf.with_columns(urls.gather(per_row).alias("file"), (pl.col("line") - 1).cast(pl.Int64).alias("row"))
         if drop is not None and drop.len():
-            lf = lf.filter(~pl.col("job_key").is_in(drop.implode()))
-        obj = (pl.lit(prefix) + pl.col("job_key") + pl.lit(".jsonl")).cast(pl.Categorical)
-        lf = lf.with_columns(obj.alias("file"), (pl.col("line") - 1).cast(pl.Int64).alias("row"))
+            lf = lf.filter((~index["job_key"].is_in(drop.implode())).gather(per_row))
         frame = _normalise(lf).collect()
     except (pl.exceptions.PolarsError, OSError) as e:
         raise InputError(

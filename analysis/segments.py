@@ -3,7 +3,9 @@
 Layout under runs/<run>/compact/ (see contracts/ledger.py):
 
     part-00001.parquet   the records of some job objects (SEGMENT_SCHEMA + job_key + line), sorted by job key
-    part-00001.keys      its index: the job keys it holds (Parquet, one column `job_key`)
+    part-00001.keys      its index: the job keys it holds, in segment order, and each key's row count
+                         (Parquet: `job_key`, `rows`) — a reader names each row's object without reading
+                         the segment's job_key column
 
 Rules that make compaction safe to run twice, or while workers are still writing:
 
@@ -124,13 +126,13 @@ def segment_state(ledger, run_id: str) -> SegmentState:
 def read_index(ledger, run_id: str, committed: list[int], *, dedupe: bool = True) -> pl.DataFrame:
     """(job_key, seg) for every committed segment, in segment order; with dedupe each key is kept once, from
     the lowest-numbered segment (two compactions that ran at once may both hold it)."""
-    frames = [pl.DataFrame(schema={"job_key": pl.String, "seg": pl.Int32})]
+    frames = [pl.DataFrame(schema={"job_key": pl.String, "rows": pl.Int32, "seg": pl.Int32})]
     for n in committed:
         raw = ledger.get_blob(run_id, index_name(n))
         try:
             if raw is None:
                 raise OSError("gone")
-            keys = pl.read_parquet(io.BytesIO(raw), columns=["job_key"])
+            keys = pl.read_parquet(io.BytesIO(raw), columns=["job_key", "rows"])
         except (pl.exceptions.PolarsError, OSError) as e:
             raise InputError(
                 f"segment index is unreadable (corrupt or truncated: {str(e).splitlines()[0]}); rebuild the "
@@ -313,7 +315,6 @@ def compact_run(
     on_progress: Callable[[str, int, int], None] | None = None,
 ) -> CompactResult:
     """Fold the run's job objects that no segment holds into new segment(s). See the module docstring."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     res = CompactResult(run_id)
@@ -340,7 +341,7 @@ def compact_run(
         os.close(fd)
         try:
             writer = None
-            kept: list[pl.Series] = []
+            kept: list[pl.DataFrame] = []
             rows = 0
             for df, bad in parsed_chunks(ledger, run_id, seg_keys, SEGMENT_SCHEMA, chunk_jobs=chunk_jobs,
                                          threads=threads):  # fmt: skip
@@ -353,7 +354,9 @@ def compact_run(
                     writer.write_table(table)
                     rows += df.height
                     # An object folds in only if it gave rows: an empty one stays for the next compaction.
-                    kept.append(df["job_key"].unique(maintain_order=True))
+                    # Rows are grouped by object, in key order: (key, rows) runs are the index.
+                    kept.append(df["job_key"].rle().struct.unnest().select(pl.col("value").alias("job_key"),
+                                                                             pl.col("len").cast(pl.Int32).alias("rows")))  # fmt: skip
                 done += df["job_key"].n_unique() + len(bad)
                 if on_progress:
                     on_progress("compacting", done, len(new))
@@ -361,14 +364,14 @@ def compact_run(
                 continue  # nothing parsable in this batch
             writer.close()
             folded = pl.concat(kept)
-            pq.write_table(pa.table({"job_key": folded.to_arrow()}), tmp_idx, compression="zstd")
+            pq.write_table(folded.to_arrow(), tmp_idx, compression="zstd")
             # Claim a number: the exclusive create of the segment fails if another compactor took it.
             while not ledger.create_blob(run_id, seg_name(next_n), tmp):
                 next_n += 1
             if not ledger.create_blob(run_id, index_name(next_n), tmp_idx):
                 raise RuntimeError(f"{ledger.blob_url(run_id, index_name(next_n))} appeared while committing")
             res.segments.append(ledger.blob_url(run_id, seg_name(next_n)))
-            res.jobs += folded.len()
+            res.jobs += folded.height
             res.rows += rows
             next_n += 1
         finally:

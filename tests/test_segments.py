@@ -442,3 +442,21 @@ def test_compaction_during_a_celery_sweep_to_s3_loses_and_duplicates_nothing(tmp
     assert _totals(frame) == _totals(objects)
     t = _totals(frame)
     assert (t["outcomes"], t["calls"], t["tokens"]) == (res.tally.done, res.tally.calls, res.tally.tokens)
+
+
+def test_two_segments_holding_the_same_jobs_count_once(tmp_path):
+    """As after two compactions that ran at the same moment: the lowest-numbered segment holds each key."""
+    root = tmp_path / "ledger"
+    ledger_gen.write_local(root, "r", 400)
+    led = FileLedger(root)
+    compact_run(led, "r")
+    idx = root / "runs" / "r" / "compact" / "part-00001.keys"
+    saved = idx.read_bytes()
+    idx.unlink()  # compaction B did not see A's commit yet
+    ledger_gen.write_local(root, "r", 100, offset=400)
+    b = compact_run(led, "r")
+    assert b.jobs == 500 and b.segments[0].endswith("part-00002.parquet")
+    idx.write_bytes(saved)  # A commits after all
+    assert segment_state(led, "r").committed == [1, 2]
+    frame, _, _ = read_run(RunSource(str(root), "r"))
+    assert _totals(frame) == _expected(500)
