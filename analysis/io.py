@@ -297,7 +297,7 @@ def read_run(
 ) -> tuple[pl.DataFrame, list[BadLine], list[str]]:
     """A run's records (RECORD_SCHEMA, `file` naming each row's job object, Categorical), what was skipped,
     and the names read (segments, then the run's jobs/ folder for the objects no segment holds)."""
-    from analysis.segments import list_keys, read_index, seg_name, segment_state, tail_keys
+    from analysis.segments import fetched, list_keys, read_index, seg_name, segment_state, tail_keys
 
     led = open_run(src)
     run = src.run_id
@@ -317,8 +317,8 @@ def read_run(
         got, bad = _read_segment(led, run, url, drop, skip_bad=skip_bad)
         parts += got
         skipped += bad
-    for start in range(0, len(tail), chunk_jobs):
-        got, bad = _read_objects(led, run, tail[start : start + chunk_jobs], skip_bad=skip_bad, threads=threads)
+    for keys, blobs in fetched(led, run, tail, chunk_jobs, threads):
+        got, bad = _read_objects(led, run, keys, blobs, skip_bad=skip_bad)
         parts += got
         skipped += bad
     names.append(led.run_url(run) + "/jobs/")
@@ -355,12 +355,11 @@ def _read_segment(
 
 
 def _read_objects(
-    led, run: str, keys: list[str], *, skip_bad: bool, threads: int
+    led, run: str, keys: list[str], blobs: list[bytes], *, skip_bad: bool
 ) -> tuple[list[pl.DataFrame], list[BadLine]]:
-    """A chunk of job objects: fetched in parallel, concatenated, parsed by one polars call."""
+    """A chunk of job objects (fetched in parallel by the caller): concatenated, parsed by one polars call."""
     from analysis.segments import object_index, parse_good
 
-    blobs = led.get_jobs(run, keys, threads=threads)
     groups, unparsable = parse_good(keys, blobs, RAW_SCHEMA)
     del blobs
     parts: list[pl.DataFrame] = []

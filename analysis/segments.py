@@ -154,6 +154,26 @@ def tail_keys(all_keys: pl.Series, index: pl.DataFrame) -> list[str]:
     return left["job_key"].sort().to_list()
 
 
+def fetched(
+    ledger, run_id: str, keys: list[str], chunk_jobs: int, threads: int
+) -> Iterator[tuple[list[str], list[bytes]]]:
+    """(keys, bytes) chunk by chunk; the next chunk is read while the caller parses this one (polars releases
+    the GIL while it parses, so reading and parsing overlap). At most two chunks are in memory."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    chunks = [keys[i : i + chunk_jobs] for i in range(0, len(keys), chunk_jobs)]
+    if not chunks:
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="ept-prefetch") as ex:
+        fut = ex.submit(ledger.get_jobs, run_id, chunks[0], threads)
+        for i, ck in enumerate(chunks):
+            blobs = fut.result()
+            if i + 1 < len(chunks):
+                fut = ex.submit(ledger.get_jobs, run_id, chunks[i + 1], threads)
+            yield ck, blobs
+            del blobs
+
+
 # ---------------------------------------------------------------- parsing many objects with one polars call
 
 
@@ -270,8 +290,7 @@ def compact_run(
             writer = None
             kept: list[pl.Series] = []
             rows = 0
-            for keys in _chunks(seg_keys, chunk_jobs):
-                blobs = ledger.get_jobs(run_id, keys, threads=threads)
+            for keys, blobs in fetched(ledger, run_id, seg_keys, chunk_jobs, threads):
                 if any(not b for b in blobs):
                     # An empty object is one another tool is still writing: leave it for the next compaction.
                     keys, blobs = [k for k, b in zip(keys, blobs, strict=True) if b], [b for b in blobs if b]

@@ -32,6 +32,11 @@ def _finish(out) -> None:
 
     # Full width when stdout is a pipe, a CI log or `docker compose` output (the coordinator's only table there).
     print_summary(out, make_console())
+    if out.tally.abandoned:
+        from coordinator.local import hard_exit
+
+        # Threads blocked in HTTP reads would hold a normal exit until they return: leave without them.
+        hard_exit("exiting without waiting for the abandoned jobs", out.exit_code)
     if out.exit_code:
         raise typer.Exit(out.exit_code)
 

@@ -37,6 +37,7 @@ class Tally:
     egress_streak: int = 0  # credential/endpoint failures since the last success that proves egress works
     streak_since: float | None = None  # when the streak's first failure finished
     workers: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # jobs run per Celery worker
+    abandoned: int = 0  # jobs still running when a stop's grace period ran out (their calls are not recorded)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, s: dict[str, Any]) -> None:
@@ -305,6 +306,7 @@ def _run_local(plan, todo, ledger, profile, on_result, on_retry, tally, run, had
     return run_local(
         todo, ledger, provider, concurrency=plan.concurrency, on_result=on_result, on_retry=on_retry,
         should_stop=tally.egress_broken, run=run, clear_failures=had_failure,
+        on_abandon=lambda n: setattr(tally, "abandoned", n),
     )  # fmt: skip
 
 
@@ -352,6 +354,9 @@ def print_summary(out: SweepOutcome, console: Any) -> None:
         console.print(
             "[yellow]interrupted or stopped early[/]: rerun the same command to resume (finished jobs are skipped)"
         )
+    if t.abandoned:
+        console.print(f"[yellow]{t.abandoned} job(s) were still running when the stop's grace period ended[/]: "
+                      "their calls are not recorded; a rerun runs them again")  # fmt: skip
     if t.failures:
         ft = Table(title="failed jobs by error class")
         for col in ("class", "jobs", "example job", "first message"):

@@ -387,6 +387,9 @@ class ProviderClient:
         self.retry_after_cap = retry_after_cap
         self._sdk: Any = None
         self._sdk_lock = threading.Lock()
+        # Set by the local executor on Ctrl-C/SIGTERM: no more retries or backoff waits, so in-flight jobs end
+        # after their current request instead of riding out a 429 storm.
+        self.stopping = threading.Event()
 
     def __repr__(self) -> str:
         return f"ProviderClient(profile={self.profile.name!r}, key={mask(self._key)})"
@@ -450,7 +453,7 @@ class ProviderClient:
                 err = classify(e, self.profile, self._key)
                 malformed = e if isinstance(e, _Malformed) else None
             err.attempts = attempts
-            if err.error_class not in RETRYABLE or attempts > self.profile.max_retries:
+            if err.error_class not in RETRYABLE or attempts > self.profile.max_retries or self.stopping.is_set():
                 if malformed is not None:
                     err.usage, err.usage_invalid = check_usage(malformed.usage)  # type: ignore[attr-defined]
                 err.discarded = list(discarded or [])  # type: ignore[attr-defined]
@@ -464,7 +467,9 @@ class ProviderClient:
             log.info(
                 "retrying %s after %.2fs (attempt %d): %s", self.profile.name, wait, attempts, err.message
             )
-            time.sleep(wait)
+            if self.stopping.wait(wait):  # stopped while waiting: this attempt's error is the call's result
+                err.discarded = list(discarded or [])  # type: ignore[attr-defined]
+                raise err
 
     def chat(
         self,

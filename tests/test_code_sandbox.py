@@ -162,3 +162,53 @@ def test_candidate_output_cannot_forge_a_result():
     r = grade_code(code, TASK)
     assert r.score == 0.0
     # tests/test_hostile_candidates.py covers forging the current protocol
+
+
+def test_no_sandbox_means_no_grading_and_no_tokens_spent(make_sim, monkeypatch):
+    """Where bwrap cannot start, code is never run unsandboxed: grading raises with the fix, and a code job
+    is refused before its first API call."""
+    from fixtures_sim import SIM_KEY
+
+    from contracts.jobs import Job
+    from contracts.tasks import load_builtin_suite
+    from egress.client import ProviderClient
+    from simulator.brain import TaskBrain
+    from worker.graders.code import SandboxUnavailable
+    from worker.job import run_job
+    from worker.sandbox import bwrap
+
+    task = load_builtin_suite("code")[0]
+    sim = make_sim(brain=TaskBrain([task]))
+    monkeypatch.setenv("EPT_SANDBOX_PYTHON", "/nonexistent/python3")  # the sandbox cannot start its interpreter
+    bwrap.probe.cache_clear()
+    bwrap.interpreter.cache_clear()
+    try:
+        with pytest.raises(SandboxUnavailable, match="install bubblewrap"):
+            run_tests("def f(x):\n    return x\n", ["assert f(1) == 1"], "f")
+        client = ProviderClient(sim.profile(), api_key=SIM_KEY, backoff_base=0.01, backoff_cap=0.05)
+        with pytest.raises(SandboxUnavailable):
+            run_job(Job("r", task, "greedy", 1, seed=1), client)
+        assert sim.control.stats()["requests"] == 0
+    finally:
+        monkeypatch.delenv("EPT_SANDBOX_PYTHON")
+        bwrap.probe.cache_clear()
+        bwrap.interpreter.cache_clear()
+    assert bwrap.probe() is None  # back to the working sandbox for the other tests
+
+
+def test_a_sandbox_cannot_see_a_concurrent_one():
+    """Two gradings at once (as two worker threads would run them): the second sees neither the first's
+    processes nor its /tmp or /dev/shm files."""
+    holder = ("import time\nopen('/tmp/peer-secret', 'w').write('x')\nopen('/dev/shm/peer-shm', 'w').write('x')\n"
+              "def f(x):\n    time.sleep(3)\n    return 0\n")
+    spy = ("import os\ndef f(x):\n    return 'pids ' + ','.join(sorted(p for p in os.listdir('/proc') if p.isdigit()))"
+           " + ' tmp ' + ','.join(sorted(os.listdir('/tmp') + os.listdir('/dev/shm')))\n")
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.setdefault("holder", run_tests(holder, ["assert f(1) == 1"], "f", Limits(timeout_s=5))))
+    t.start()
+    time.sleep(1.0)  # the holder is loaded and sleeping
+    seen = run_tests(spy, ["assert f(1) == 1"], "f", Limits(timeout_s=5))["reason"]
+    t.join()
+    assert "got f(1) = 'pids 1,2 tmp '" in seen, seen
+    assert "peer" not in seen
+    assert "got f(1) = 0" in out["holder"]["reason"]  # the holder really ran (and wrote its files) meanwhile

@@ -83,6 +83,8 @@ def test_compose_grader_service_has_no_secrets(compose):  # noqa: F811
     _secretless(grader["environment"])
     assert "--queue" in grader["command"] and "grade" in grader["command"]
     assert svcs["worker"]["environment"]["EPT_GRADE_QUEUE"] == "grade"
+    assert grader["environment"]["EPT_BROKER_URL"] == svcs["worker"]["environment"]["EPT_BROKER_URL"]
+    assert "AWS_SECRET_ACCESS_KEY" in svcs["worker"]["environment"]  # the worker has what the grader lacks
     assert "seccomp=unconfined" in grader["security_opt"]  # bwrap needs user namespaces; the worker does not
     assert "security_opt" not in svcs["worker"]
 

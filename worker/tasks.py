@@ -58,12 +58,14 @@ def perform_job(
     api_key: str | None = None,
     check_existing: bool = True,
     clear_failure: bool = False,
+    stop: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Run `job` unless its result exists, store the result, and return a small JSON summary.
 
     check_existing=False: the caller has just checked (the Celery task does, before taking its claim).
     clear_failure: the job has a failure object from an earlier attempt, deleted once it succeeds. Otherwise
     a success costs exactly one request to the ledger, the conditional create.
+    stop: when set (the executor is stopping), a failed attempt is not retried: it is recorded as it is.
     """
     started_at = time.time()
     if check_existing and ledger.has_job(job.run_id, job.key):
@@ -85,12 +87,14 @@ def perform_job(
                 break
             err = result.outcome.error or {}
             cls, msg = str(err.get("class") or "task"), scrub(str(err.get("message") or ""), secrets)
-        if cls not in RETRYABLE or attempt == max_attempts:
+        if cls not in RETRYABLE or attempt == max_attempts or (stop is not None and stop.is_set()):
             break
         if on_retry is not None:
             on_retry(job, attempt, cls)
         # Full jitter keeps a fleet of workers from retrying in lock step after a provider hiccup.
-        time.sleep(random.uniform(0, backoff_s * 2 ** (attempt - 1)) + max(0.0, 0.05 - (time.time() - t0)))
+        delay = random.uniform(0, backoff_s * 2 ** (attempt - 1)) + max(0.0, 0.05 - (time.time() - t0))
+        if stop is not None and stop.wait(delay):
+            break
 
     if result is not None and result.ok:
         created = ledger.put_job(job.run_id, job.key, result.to_jsonl())

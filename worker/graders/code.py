@@ -39,7 +39,9 @@ class Limits:
     timeout_s: float = 5.0  # CPU seconds for the whole run; the wall-clock backstop is WALL_FACTOR times this
     cpu_s: int = 5
     memory_mb: int = 512
-    nproc: int = 64  # processes inside this sandbox (counted per user namespace)
+    # Processes inside this sandbox (counted per user namespace). Address space is per process, so the
+    # sandbox's memory can reach nproc x memory_mb: keep it small, and bound the grader's container/pod too.
+    nproc: int = 16
     fsize_mb: int = 4
 
 

@@ -134,6 +134,16 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap", path=os.environ.get("PATH", "") + ":/usr/bin:/bin")
 
 
+@functools.cache
+def _supports(flag: str) -> bool:
+    exe = bwrap_path()
+    try:
+        out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=10) if exe else None
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out is not None and flag in out.stdout + out.stderr
+
+
 def argv(python_args: list[str], *, tmp_mb: int = 16, info_fd: int | None = None) -> list[str]:
     """The full bwrap command line for running `python <python_args>` in the sandbox."""
     exe = bwrap_path()
@@ -142,7 +152,7 @@ def argv(python_args: list[str], *, tmp_mb: int = 16, info_fd: int | None = None
     python = interpreter()
     size = str(tmp_mb * 1024 * 1024)
     args = [
-        exe, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+        exe, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--clearenv",
         "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "HOME", "/tmp",
         "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
         "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "sandbox",
@@ -151,6 +161,9 @@ def argv(python_args: list[str], *, tmp_mb: int = 16, info_fd: int | None = None
         "--size", size, "--tmpfs", "/dev/shm", "--size", size, "--tmpfs", "/tmp",
         "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--cap-drop", "ALL",
     ]
+    if _supports("--disable-userns"):
+        # bwrap >= 0.8: no nested user namespaces, a common first step of kernel privilege escalations.
+        args += ["--disable-userns"]
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
     return [*args, "--", python, *python_args]
