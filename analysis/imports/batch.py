@@ -184,16 +184,19 @@ def import_batch(
     if failed:
         col.notes.append(f"{failed} failed request(s) in the output (not billed, no tokens) were left out")
     if outcomes:
-        _outcomes(outcomes, {**known, **by_cid}, col)
+        _outcomes(outcomes, {**known, **by_cid}, col, template)
     return col
 
 
-def _outcomes(path: str, by_cid: dict[str, dict[str, Any]], col: Collector) -> None:
+def _outcomes(path: str, by_cid: dict[str, dict[str, Any]], col: Collector,
+              template: re.Pattern[str] | None = None) -> None:
     seen: dict[tuple[str, str, int], int] = {}
     for line, row in read_rows(path, col):
         cid = row.get("custom_id")
         if cid not in (None, ""):
             ident = by_cid.get(str(cid))
+            if ident is None and template is not None and (m := template.match(str(cid))):
+                ident = identity(m.groupdict())[0]  # e.g. a request that failed: scored, but no tokens
             if ident is None:
                 col.bad(path, line, "custom_id", f"'{cid}' is not a request of the batch")
                 continue
