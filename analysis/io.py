@@ -23,6 +23,7 @@ from typing import Any
 import polars as pl
 
 from contracts.errors import InputError
+from contracts.ledger import JOB_SUFFIX
 
 KINDS = ("call", "outcome", "judgment")
 WINNERS = {"a": "A", "b": "B", "tie": "tie"}
@@ -297,7 +298,7 @@ def read_run(
 ) -> tuple[pl.DataFrame, list[BadLine], list[str]]:
     """A run's records (RECORD_SCHEMA, `file` naming each row's job object, Categorical), what was skipped,
     and the names read (segments, then the run's jobs/ folder for the objects no segment holds)."""
-    from analysis.segments import fetched, list_keys, read_index, seg_name, segment_state, tail_keys
+    from analysis.segments import list_keys, parsed_chunks, read_index, seg_name, segment_state, tail_keys
 
     led = open_run(src)
     run = src.run_id
@@ -317,8 +318,8 @@ def read_run(
         got, bad = _read_segment(led, run, url, drop, skip_bad=skip_bad)
         parts += got
         skipped += bad
-    for keys, blobs in fetched(led, run, tail, chunk_jobs, threads):
-        got, bad = _read_objects(led, run, keys, blobs, skip_bad=skip_bad)
+    for df, unparsable in parsed_chunks(led, run, tail, RAW_SCHEMA, chunk_jobs=chunk_jobs, threads=threads):
+        got, bad = _read_objects(led, run, df, unparsable, skip_bad=skip_bad)
         parts += got
         skipped += bad
     names.append(led.run_url(run) + "/jobs/")
@@ -355,23 +356,17 @@ def _read_segment(
 
 
 def _read_objects(
-    led, run: str, keys: list[str], blobs: list[bytes], *, skip_bad: bool
+    led, run: str, df: pl.DataFrame, unparsable: list[str], *, skip_bad: bool
 ) -> tuple[list[pl.DataFrame], list[BadLine]]:
-    """A chunk of job objects (fetched in parallel by the caller): concatenated, parsed by one polars call."""
-    from analysis.segments import object_index, parse_good
-
-    groups, unparsable = parse_good(keys, blobs, RAW_SCHEMA)
-    del blobs
-    parts: list[pl.DataFrame] = []
-    skipped: list[BadLine] = []
-    for gkeys, df, counts in groups:
-        obj, line = object_index(counts)
-        urls = pl.Series("file", [led.job_url(run, k) for k in gkeys], dtype=pl.String).cast(pl.Categorical)
-        df = df.with_columns(urls.gather(obj).alias("file"), pl.Series("row", line, dtype=pl.Int64))
-        got, bad = _settle_flagged(_normalise(df.lazy()).collect(), skip_bad=skip_bad)
-        parts += got
-        skipped += bad
-    for k in unparsable:  # the error path: read line by line, which names the line
+    """A parsed chunk of job objects (analysis.segments.parsed_chunks), validated; objects polars could not
+    parse go through the line-by-line path, which names the line."""
+    prefix = led.run_url(run) + "/jobs/"
+    df = df.with_columns(
+        (pl.lit(prefix) + pl.col("job_key") + pl.lit(JOB_SUFFIX)).cast(pl.Categorical).alias("file"),
+        pl.col("line0").alias("row"),
+    )
+    parts, skipped = _settle_flagged(_normalise(df.lazy()).collect(), skip_bad=skip_bad)
+    for k in unparsable:
         good, bad = _slow_read(led.job_url(run, k), skip_bad=skip_bad)
         parts.append(good)
         skipped += bad

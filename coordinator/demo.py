@@ -16,8 +16,7 @@ def demo_plan_text() -> str:
 
 
 def run_demo(out: str | Path = "./ept-out", *, tasks_per_family: int | None = None, console: Any = None) -> Any:
-    from rich.console import Console
-
+    from analysis.report import make_console
     from coordinator.plan import parse_plan
     from coordinator.sweep import execute, plan_jobs
     from egress.profiles import Profile
@@ -39,7 +38,7 @@ def run_demo(out: str | Path = "./ept-out", *, tasks_per_family: int | None = No
             name="simulator", protocol="openai", base_url=sim.url, api_key_env=DEMO_KEY_ENV, model="ept-sim-1",
             timeout=30.0, max_retries=3,
         )  # fmt: skip
-        result = execute(plan, plan_jobs(plan), profile=profile, base_url=sim.url, console=console or Console(stderr=True))
+        result = execute(plan, plan_jobs(plan), profile=profile, base_url=sim.url, console=console or make_console(stderr=True))
     finally:
         sim.stop()
     if result.analysis is not None:

@@ -26,12 +26,12 @@ def test_correct_and_partly_wrong_candidates():
 
 
 def test_infinite_loop_is_killed_at_the_cpu_limit():
-    # 1 s of CPU against a 6 s wall clock: holds even on a loaded 2-core machine.
+    # 1 s of CPU against a 15 s wall clock: holds even on a heavily loaded 2-core machine.
     t0 = time.monotonic()
-    r = run_tests("def f(x):\n    while True:\n        pass\n", ["assert f(1) == 2"], "f", Limits(timeout_s=2, cpu_s=1))
+    r = run_tests("def f(x):\n    while True:\n        pass\n", ["assert f(1) == 2"], "f", Limits(timeout_s=5, cpu_s=1))
     elapsed = time.monotonic() - t0
     assert r["passed"] == 0 and r["reason"] == "timeout: CPU limit of 1s exceeded (killed)"
-    assert 0.9 < elapsed < 2 * 3 + 1
+    assert 0.9 < elapsed < 5 * 3 + 1
 
 
 def test_sleeping_candidate_is_killed_at_the_wall_clock_backstop():
@@ -183,7 +183,7 @@ def test_no_sandbox_means_no_grading_and_no_tokens_spent(make_sim, monkeypatch):
     bwrap.probe.cache_clear()
     bwrap.interpreter.cache_clear()
     try:
-        with pytest.raises(SandboxUnavailable, match="install bubblewrap"):
+        with pytest.raises(SandboxUnavailable, match="EPT_SANDBOX_PYTHON"):
             run_tests("def f(x):\n    return x\n", ["assert f(1) == 1"], "f")
         client = ProviderClient(sim.profile(), api_key=SIM_KEY, backoff_base=0.01, backoff_cap=0.05)
         with pytest.raises(SandboxUnavailable):
