@@ -111,9 +111,9 @@ class _Malformed(Exception):
     usage: dict[str, Any] | None = None
 
 
-def _discarded(usage: Any, message: str) -> dict[str, Any]:
+def _discarded(usage: Any, message: str, attempt: int) -> dict[str, Any]:
     u, bad = check_usage(usage)
-    return {"usage": u, "usage_invalid": bad, "message": message}
+    return {"usage": u, "usage_invalid": bad, "message": message, "attempt": attempt}
 
 
 def _choices_or_malformed(data: dict[str, Any], anthropic: bool) -> list[Choice]:
@@ -653,7 +653,7 @@ class ProviderClient:
                 err.discarded = list(discarded or [])  # type: ignore[attr-defined]
                 raise err
             if malformed is not None and discarded is not None:
-                discarded.append(_discarded(malformed.usage, err.message))
+                discarded.append(_discarded(malformed.usage, err.message, attempts))
             if err.error_class == "rate_limit" and err.retry_after is not None:
                 wait = min(err.retry_after, self.retry_after_cap)
             else:
