@@ -266,7 +266,7 @@ def test_dockerignore_keeps_secrets_and_local_runs_out_of_the_image() -> None:
 # ---------------------------------------------------------------- items 2-3: CI installs, never skips
 
 
-_LOCAL = {"analysis", "contracts", "coordinator", "worker", "simulator", "suites", "ept", "benchmarks", "tests"}
+_LOCAL = {"analysis", "contracts", "coordinator", "worker", "simulator", "suites", "ept", "egress", "benchmarks", "tests"}
 _LOCAL |= {p.stem for d in ("tests", "examples", "benchmarks", "docs") for p in (REPO / d).rglob("*.py")}
 
 
