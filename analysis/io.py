@@ -20,9 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from contracts.errors import InputError
+from contracts.ledger import JOB_SUFFIX
 
 KINDS = ("call", "outcome", "judgment")
 WINNERS = {"a": "A", "b": "B", "tie": "tie"}
@@ -318,7 +320,7 @@ def read_run(
 ) -> tuple[pl.DataFrame, list[BadLine], list[str]]:
     """A run's records (RECORD_SCHEMA, `file` naming each row's job object, Categorical), what was skipped,
     and the names read (segments, then the run's jobs/ folder for the objects no segment holds)."""
-    from analysis.segments import fetched, list_keys, read_index, seg_name, segment_state, tail_keys
+    from analysis.segments import list_keys, parsed_chunks, read_index, seg_name, segment_state, tail_keys
 
     led = open_run(src)
     run = src.run_id
@@ -335,11 +337,11 @@ def read_run(
         url = led.blob_url(run, seg_name(n))
         names.append(url)
         drop = dups.filter(pl.col("seg") == n)["job_key"] if dups.height else None
-        got, bad = _read_segment(led, run, url, drop, skip_bad=skip_bad)
+        got, bad = _read_segment(led, run, url, raw.filter(pl.col("seg") == n), drop, skip_bad=skip_bad)
         parts += got
         skipped += bad
-    for keys, blobs in fetched(led, run, tail, chunk_jobs, threads):
-        got, bad = _read_objects(led, run, keys, blobs, skip_bad=skip_bad)
+    for df, unparsable in parsed_chunks(led, run, tail, RAW_SCHEMA, chunk_jobs=chunk_jobs, threads=threads):
+        got, bad = _read_objects(led, run, df, unparsable, skip_bad=skip_bad)
         parts += got
         skipped += bad
     names.append(led.run_url(run) + "/jobs/")
@@ -353,18 +355,22 @@ def read_run(
 
 
 def _read_segment(
-    led, run: str, url: str, drop: pl.Series | None, *, skip_bad: bool
+    led, run: str, url: str, index: pl.DataFrame, drop: pl.Series | None, *, skip_bad: bool
 ) -> tuple[list[pl.DataFrame], list[BadLine]]:
-    """One segment, its rows named by job object and line (so every error names the object, as the
-    objects themselves would). `drop`: job keys an earlier segment already holds (two compactions at once)."""
+    """One segment, its rows named by job object and line (so every error names the object, as the objects
+    themselves would). `index`: its (job_key, rows) in row order, so the object of each row comes from the
+    index (one string per job, not per row). `drop`: keys an earlier segment holds (two compactions at once)."""
     opts = storage_options() if url.startswith("s3://") else None
-    prefix = led.run_url(run) + "/jobs/"
+    urls = ((led.run_url(run) + "/jobs/") + index["job_key"] + JOB_SUFFIX).cast(pl.Categorical)
+    per_row = pl.Series(np.repeat(np.arange(index.height, dtype=np.int64), index["rows"].to_numpy()))
     try:
-        lf = _scan_parquet(url, opts, extra=("job_key", "line"))
+        lf = _scan_parquet(url, opts, extra=("line",))
+        n_rows = lf.select(pl.len()).collect().item()
+        if n_rows != per_row.len():
+            raise OSError(f"it holds {n_rows} rows, its index says {per_row.len()}")
+        lf = lf.with_columns(urls.gather(per_row).alias("file"), (pl.col("line") - 1).cast(pl.Int64).alias("row"))
         if drop is not None and drop.len():
-            lf = lf.filter(~pl.col("job_key").is_in(drop.implode()))
-        obj = (pl.lit(prefix) + pl.col("job_key") + pl.lit(".jsonl")).cast(pl.Categorical)
-        lf = lf.with_columns(obj.alias("file"), (pl.col("line") - 1).cast(pl.Int64).alias("row"))
+            lf = lf.filter((~index["job_key"].is_in(drop.implode())).gather(per_row))
         frame = _normalise(lf).collect()
     except (pl.exceptions.PolarsError, OSError) as e:
         raise InputError(
@@ -376,23 +382,17 @@ def _read_segment(
 
 
 def _read_objects(
-    led, run: str, keys: list[str], blobs: list[bytes], *, skip_bad: bool
+    led, run: str, df: pl.DataFrame, unparsable: list[str], *, skip_bad: bool
 ) -> tuple[list[pl.DataFrame], list[BadLine]]:
-    """A chunk of job objects (fetched in parallel by the caller): concatenated, parsed by one polars call."""
-    from analysis.segments import object_index, parse_good
-
-    groups, unparsable = parse_good(keys, blobs, RAW_SCHEMA)
-    del blobs
-    parts: list[pl.DataFrame] = []
-    skipped: list[BadLine] = []
-    for gkeys, df, counts in groups:
-        obj, line = object_index(counts)
-        urls = pl.Series("file", [led.job_url(run, k) for k in gkeys], dtype=pl.String).cast(pl.Categorical)
-        df = df.with_columns(urls.gather(obj).alias("file"), pl.Series("row", line, dtype=pl.Int64))
-        got, bad = _settle_flagged(_normalise(df.lazy()).collect(), skip_bad=skip_bad)
-        parts += got
-        skipped += bad
-    for k in unparsable:  # the error path: read line by line, which names the line
+    """A parsed chunk of job objects (analysis.segments.parsed_chunks), validated; objects polars could not
+    parse go through the line-by-line path, which names the line."""
+    prefix = led.run_url(run) + "/jobs/"
+    df = df.with_columns(
+        (pl.lit(prefix) + pl.col("job_key") + pl.lit(JOB_SUFFIX)).cast(pl.Categorical).alias("file"),
+        pl.col("line0").alias("row"),
+    )
+    parts, skipped = _settle_flagged(_normalise(df.lazy()).collect(), skip_bad=skip_bad)
+    for k in unparsable:
         good, bad = _slow_read(led.job_url(run, k), skip_bad=skip_bad)
         parts.append(good)
         skipped += bad

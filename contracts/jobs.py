@@ -28,6 +28,12 @@ def params_variant(params: dict[str, Any]) -> str:
     return ",".join(f"{k}={params[k]}" for k in sorted(params))
 
 
+def cancel_key(run_id: str) -> str:
+    """Redis key (on the broker) that marks a run's queued Celery jobs as cancelled: the coordinator sets it when
+    it is stopped (Ctrl-C/SIGTERM), workers skip jobs of the run while it exists, the next session clears it."""
+    return f"ept:cancel:{run_id}"
+
+
 def derive_seed(*parts: object) -> int:
     """A 31-bit seed derived from any parts; the same parts always give the same seed."""
     h = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()

@@ -16,8 +16,7 @@ def demo_plan_text() -> str:
 
 
 def run_demo(out: str | Path = "./ept-out", *, tasks_per_family: int | None = None, console: Any = None) -> Any:
-    from rich.console import Console
-
+    from analysis.report import make_console
     from coordinator.plan import parse_plan
     from coordinator.sweep import execute, plan_jobs
     from egress.profiles import Profile
@@ -42,7 +41,7 @@ def run_demo(out: str | Path = "./ept-out", *, tasks_per_family: int | None = No
             # Illustrative prices (USD per 1M tokens) so the demo shows cost per task and ΔElo per $1.
             price_in_per_1m=0.15, price_cached_in_per_1m=0.075, price_out_per_1m=0.60,
         )  # fmt: skip
-        result = execute(plan, plan_jobs(plan), profile=profile, base_url=sim.url, console=console or Console(stderr=True))
+        result = execute(plan, plan_jobs(plan), profile=profile, base_url=sim.url, console=console or make_console(stderr=True))
     finally:
         sim.stop()
     if result.analysis is not None:

@@ -187,11 +187,10 @@ def execute(
 
     jobs=None streams the plan's jobs (a million-job plan in bounded memory); a list is run as given.
     """
-    from rich.console import Console
-
+    from analysis.report import make_console
     from coordinator.manifest import write_manifest
 
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)  # progress on stderr; full width in logs too
     executor = executor or plan.executor
     ledger = open_ledger(plan.ledger)
     if jobs is None:

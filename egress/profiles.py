@@ -82,6 +82,9 @@ class Profile:
     def masked_key(self) -> str:
         return mask(self.api_key())
 
+    def __repr__(self) -> str:  # a repr in a log or traceback shows the public fields only (masked base_url)
+        return f"Profile({', '.join(f'{k}={v!r}' for k, v in self.public_dict().items())})"
+
     def public_dict(self) -> dict[str, Any]:
         """Everything needed to reproduce the endpoint choice, and nothing secret (for manifests)."""
         d = dataclasses.asdict(self)

@@ -247,6 +247,9 @@ def test_password_in_base_url_is_masked_everywhere(tmp_path, make_sim):
     assert mask_url(f"http://user:{PW}@h/v1") == "http://user:…7d@h/v1".replace("…7d", "…" + PW[-4:])
     assert PW not in scrub(f"cannot connect to https://u:{PW}@x.example/v1: refused", [])
     assert mask_url("http://host/a@b") == "http://host/a@b"  # '@' in a path is not userinfo
+    from egress.profiles import Profile
+
+    assert PW not in repr(Profile("p", "openai", f"http://u:{PW}@h/v1", "K", "m"))  # reprs end up in logs
 
     sim = make_sim(strict_models=True)  # no key check: httpx turns the URL's userinfo into Basic auth
     url = sim.url.replace("http://", f"http://user:{PW}@")
@@ -393,13 +396,13 @@ def test_report_md_escapes_html_and_markdown_from_arm_names(tmp_path):
     evil = {"<img src=x onerror=alert(1)>": 1, "[x](http://evil.example)": 2, "[/]": 3, "greedy": 1}
     log = _write_log(tmp_path / "log.jsonl", _log_lines(evil))
     out = tmp_path / "rep"
-    r = _ept("analyze", str(log), "--rounds", "0", "--no-plots", "--out", str(out))
+    r = _ept("analyze", str(log), "--rounds", "0", "--no-plots", "--out", str(out), "--html", str(tmp_path / "r.html"))
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]  # "[/]" is an arm name, not rich markup
     md = (out / "report.md").read_text()
     assert "&lt;img src=x onerror=alert(1)&gt;@1" in md and "<img" not in md
     assert not re.search(r"(?<!\\)\]\(http", md) and "\\[x\\](http://evil.example)@2" in md  # no live link
-    html = (out / "report.html").read_text() if (out / "report.html").exists() else ""
-    assert "<img src=x" not in html
+    html = (tmp_path / "r.html").read_text()
+    assert "&lt;img src=x" in html and "<img src=x" not in html
 
 
 # ---- item 7: stops that stop --------------------------------------------------------------------------------
@@ -495,3 +498,40 @@ def test_grace_period_then_exit_and_second_ctrl_c_exits_at_once(tmp_path, make_s
     rc, out, took = _stop_and_time(p, (0.2, signal.SIGINT), (0.5, signal.SIGINT))
     assert rc == 130 and "second interrupt" in out, out
     assert took < 10, took
+
+
+@pytest.mark.services
+def test_ctrl_c_on_a_celery_sweep_cancels_its_queued_jobs(tmp_path, make_sim, redis_server):
+    import signal
+    import time
+
+    from fixtures_services import start_celery_workers
+
+    sim = make_sim(api_key=SIM_KEY, latency_ms=1000)
+    suite = tmp_path / "s.jsonl"
+    suite.write_text("".join(json.dumps(_math_task(f"t{i}", "math")) + "\n" for i in range(12)))
+    ledger = tmp_path / "led"
+    queue = "stopq"
+    plan = _plan_file(tmp_path, suite, ledger, name="cstop", extra=f'executor = "celery"\nqueue = "{queue}"\n')
+    env = {"EPT_PROFILES": str(_profiles(tmp_path, sim.url)), "EPT_SIMX_KEY": SIM_KEY}
+    ws = start_celery_workers(1, redis_server.url, tmp_path / "w", env=env, concurrency=1, queue=queue)
+    try:
+        full = {**os.environ, "PYTHONPATH": str(REPO), "EPT_BROKER_URL": redis_server.url, **env}
+        p = subprocess.Popen([sys.executable, "-m", "ept.cli", "sweep", str(plan), "--no-analysis"], env=full,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        led = open_ledger(ledger)
+        _wait_for(lambda: len(led.list_jobs("cstop")) >= 2, 90)
+        p.send_signal(signal.SIGINT)
+        out = p.communicate(timeout=60)[0]
+        assert p.returncode == 130, out
+        at_stop = sim.control.stats()["completion_requests"]
+        time.sleep(4)  # the worker would have run ~4 more queued jobs by now
+        # Only the job running at the signal (if any) finishes; the queued ones are skipped, never called.
+        assert sim.control.stats()["completion_requests"] <= at_stop + 1
+        assert len(led.list_jobs("cstop")) <= at_stop + 1 < 12
+        # The next session lifts the cancel and runs the rest.
+        r = _ept("sweep", str(plan), "--no-analysis", env={**env, "EPT_BROKER_URL": redis_server.url})
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert len(led.list_jobs("cstop")) == 12
+    finally:
+        ws.stop()

@@ -230,6 +230,22 @@ def _claims(redis_url: str) -> Claims:
     return _cached(("claims", redis_url), make)
 
 
+def _cancelled(task_self: Any, job: Job) -> bool:
+    """The coordinator was stopped (contracts.jobs.cancel_key on the broker): a queued job does not start."""
+    from contracts.jobs import cancel_key
+
+    url = str(getattr(getattr(task_self, "app", None), "conf", {}).get("broker_url") or "")
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        return False
+    try:
+        import redis
+
+        r = _cached(("broker", url), lambda: redis.Redis.from_url(url))
+        return bool(r.exists(cancel_key(job.run_id)))
+    except Exception:  # an unreadable marker must not fail the job: run it
+        return False
+
+
 def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
     """Body of the Celery task `ept.run_job`. ctx: ledger URL, base_url override, rate limits."""
     import os
@@ -238,6 +254,8 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx: dict[str, Any]
     ledger = ledger_for(ctx["ledger"])
     if ledger.has_job(job.run_id, job.key):
         return _summary(job, "skipped")
+    if _cancelled(task_self, job):
+        return _summary(job, "cancelled", message="the sweep was stopped before this job started")
     redis_url = os.environ.get("EPT_RATELIMIT_URL") or os.environ.get("EPT_BROKER_URL") or "redis://127.0.0.1:6379/0"
     claims = _claims(redis_url)
     waited = False
