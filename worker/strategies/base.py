@@ -92,6 +92,8 @@ class JobContext:
                                     {"class": e.error_class, "message": e.message}, bad is not None, bad, gen=sent))
             raise
         self._record_discarded(index, role, seed, n, resp.discarded)
+        if resp.max_tokens is not None:
+            sent["max_tokens"] = resp.max_tokens  # as sent: a profile's context_length may have lowered it
         finish = resp.choices[0].finish_reason if resp.choices else None
         self._record(CallRecord(index, role, resp.model, resp.usage, resp.latency_s, resp.attempts - len(resp.discarded), seed,
                                 resp.n_requested, resp.n_returned, finish, None, resp.usage is None,
