@@ -350,7 +350,8 @@ def _read_segment(
         lf = lf.with_columns(urls.gather(per_row).alias("file"), (pl.col("line") - 1).cast(pl.Int64).alias("row"))
         if drop is not None and drop.len():
             lf = lf.filter((~index["job_key"].is_in(drop.implode())).gather(per_row))
-        frame = _normalise(lf).collect()
+        # Streaming: a million-job segment is normalised in morsels, not column by column over all rows.
+        frame = _normalise(lf).collect(engine="streaming")
     except (pl.exceptions.PolarsError, OSError) as e:
         raise InputError(
             f"segment is corrupt or truncated ({str(e).splitlines()[0][:200]}); the job objects are intact: "
@@ -441,7 +442,7 @@ def _scan_parquet(
         cols.append(idx.replace_strict(labels, default=None, return_dtype=pl.String).alias("_type_bad"))
         cols.append(idx.replace_strict(msgs, default=None, return_dtype=pl.String).alias("_type_msg"))
     return lf.select(cols).with_columns(
-        pl.lit(f).alias("file"), pl.int_range(pl.len(), dtype=pl.Int64).alias("row")
+        pl.lit(f, pl.Categorical).alias("file"), pl.int_range(pl.len(), dtype=pl.Int64).alias("row")
     )
 
 
@@ -714,7 +715,7 @@ def line_of(file: str, row: int) -> int:
 
 def _fast(files: list[str]) -> pl.DataFrame | None:
     try:
-        return _normalise(_scan(files)).collect()
+        return _normalise(_scan(files)).collect(engine="streaming")
     except (pl.exceptions.PolarsError, OSError, ValueError):
         return None
 
@@ -874,4 +875,6 @@ def _resolve_families(frame: pl.DataFrame, tasks_file: str | None) -> pl.DataFra
         .otherwise(pl.lit("default"))
     )
     tasks = tasks.select("task_id", pl.coalesce(pl.col("fam_given"), pl.col("fam_file"), prefix).alias("family"))
-    return frame.drop("family").join(tasks, on="task_id", how="left", maintain_order="left")
+    # Join the task ids only and add the one column: joining the whole frame would copy every column.
+    fam = frame.select("task_id").join(tasks, on="task_id", how="left", maintain_order="left")["family"]
+    return frame.with_columns(fam)
