@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -40,10 +40,10 @@ def compare(
     ledger: str | None = typer.Option(None, "--ledger", help="Ledger holding runs given by id; default ./ept-out/ledger."),
 ) -> None:
     """Compare two runs arm by arm; exit 1 on a regression the data supports, 2 when not comparable."""
-    from rich.console import Console
     from rich.table import Table
 
     from analysis.compare import compare_runs, fmt, load_run, parse_fail_on, to_json_dict, to_markdown
+    from analysis.report import make_console
 
     rule = parse_fail_on(fail_on)  # bad flags fail before any reading
     baseline, current = resolve_run(baseline, ledger), resolve_run(current, ledger)
@@ -56,10 +56,12 @@ def compare(
     md = to_markdown(res)
     _write_all({markdown: md, json_out: _dumps(to_json_dict(res))})
 
-    con = Console() if sys.stdout.isatty() else Console(width=150)  # CI logs: don't squeeze to 80 columns
+    con = make_console()  # CI logs and pipes: every column in full, not squeezed to 80
     pct = f"{level * 100:g}%"
     t = Table(title=f"ept compare: baseline {baseline} vs current {current}")
-    for col in ("arm", "Elo base", "Elo cur", f"ΔElo [{pct}]", "tok/task base", "tok/task cur", f"Δtok [{pct}]", "status"):
+    cols = ("arm", "Elo base", "Elo cur", f"ΔElo [{pct}]", "tok/task base", "tok/task cur", f"Δtok [{pct}]",
+            "drop caught 80%", "status")  # fmt: skip
+    for col in cols:
         t.add_column(col, justify="left" if col in ("arm", "status") else "right", no_wrap=col == "arm")
     for r in res.table.iter_rows(named=True):
         flagged = r["arm"] in res.flagged
@@ -72,12 +74,18 @@ def compare(
             fmt(r["tokens_cur"], ",.0f"),
             f"{fmt(_pct(r['d_tokens_rel']), '+.1f')}% "
             f"[{fmt(_pct(r['d_tokens_rel_lo']), '+.1f')}, {fmt(_pct(r['d_tokens_rel_hi']), '+.1f')}]",
+            fmt(r["detectable_drop"], ".0f"),
             "[bold red]REGRESSION[/]" if flagged else "ok",
         )
     con.print(t)
     con.print(
         f"rule: {res.rule.describe()}; applied to {res.gate_level * 100:.4g}% intervals"
         + (f" ({pct} adjusted for {res.table.height} arms)" if adjust == "bonferroni" else ""),
+        highlight=False,
+    )
+    con.print(
+        "drop caught 80%: per arm, the smallest true Elo drop this rule flags in 80% of runs of this size; "
+        "smaller drops usually pass (docs/compare.md)",
         highlight=False,
     )
     for n in res.notes:
@@ -94,12 +102,18 @@ def report(
         ..., help="A run (ledger run folder/URL, or a run id in ./ept-out/ledger) or call-log paths, dirs, globs."
     ),
     out: Path = typer.Option(Path("report.html"), "--out", help="The HTML file to write."),
-    weights: str | None = typer.Option(None, "--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2."),
-    anchor: str | None = typer.Option(None, "--anchor", help="Arm pinned at Elo 1000 (default: the cheapest)."),
-    rounds: int = typer.Option(1000, "--rounds", help="Bootstrap rounds (0: no intervals)."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    weights: str | None = typer.Option(
+        None, "--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2 (default: the run's plan, else equal)."
+    ),
+    anchor: str | None = typer.Option(
+        None, "--anchor", help="Arm pinned at Elo 1000 (default: the run's plan, else the cheapest)."
+    ),
+    rounds: int | None = typer.Option(
+        None, "--rounds", help="Bootstrap rounds, 0: no intervals (default: the run's plan, as in its table; else 1000)."
+    ),
+    seed: int | None = typer.Option(None, "--seed", help="Bootstrap seed (default: the run's plan, else 0)."),
     level: float = typer.Option(0.95, "--level", help="Interval level."),
-    l2: float = typer.Option(1e-3, "--l2", help="L2 penalty of the Bradley-Terry fit (the seed's 1e-3)."),
+    l2: float | None = typer.Option(None, "--l2", help="L2 penalty of the Bradley-Terry fit (default: the prior of `ept analyze`)."),
     tasks: str | None = typer.Option(None, "--tasks", help="JSONL with task_id and family, for logs without them."),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed lines instead of stopping."),
     drop_ties: bool = typer.Option(False, "--drop-ties", help="Drop tied comparisons instead of half wins."),
@@ -109,13 +123,43 @@ def report(
     from analysis.html import write_html
     from analysis.pipeline import AnalysisOptions, analyze
 
+    inputs = [resolve_run(p, ledger) for p in paths]
+    base, source = run_options(inputs)
     opts = AnalysisOptions(
-        weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, l2=l2, drop_ties=drop_ties,
-        skip_bad=skip_bad, tasks_file=tasks,
-    )
-    result = analyze([resolve_run(p, ledger) for p in paths], opts)
+        weights=weights if weights is not None else base.weights,
+        anchor=anchor if anchor is not None else base.anchor,
+        rounds=rounds if rounds is not None else base.rounds,
+        seed=seed if seed is not None else base.seed,
+        level=level, l2=l2, drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks,
+    )  # fmt: skip
+    result = analyze(inputs, opts)
     write_html(result, out)
-    typer.echo(f"wrote {out}")
+    typer.echo(f"wrote {out} ({opts.rounds} bootstrap rounds, seed {opts.seed}; unset options from {source})")
+
+
+def run_options(inputs: list[str]) -> tuple[Any, str]:
+    """The settings the run's own table used (from the plan in its manifest), and where they came from.
+
+    One run, one set of numbers: `ept demo`/`ept sweep` print the table with the plan's bootstrap rounds and
+    seed (200 and 7 for the demo), so the report starts from them too. Plain logs, or several runs, get the
+    `ept analyze` defaults."""
+    from analysis.io import run_source
+    from analysis.pipeline import AnalysisOptions
+    from contracts.ledger import open_ledger
+
+    src = run_source(inputs[0]) if len(inputs) == 1 else None  # the run itself, not a listing of its files
+    manifest = open_ledger(src.ledger_url).get_manifest(src.run_id) if src else None
+    if not manifest or not isinstance(manifest.get("plan"), dict):
+        return AnalysisOptions(), "the defaults of `ept analyze`"
+    from contracts.errors import InputError
+    from coordinator.plan import plan_from_raw
+    from coordinator.sweep import plan_analysis_options
+
+    try:
+        plan = plan_from_raw(manifest["plan"], manifest.get("plan_source") or "<manifest>")
+    except InputError as e:  # e.g. a suite file that moved since the run: the numbers need no suites
+        return AnalysisOptions(), f"the defaults of `ept analyze` (run {src.run_id}'s plan: {e})"
+    return plan_analysis_options(plan), f"run {src.run_id}'s plan, as in its table"
 
 
 DEFAULT_LEDGER = Path("ept-out/ledger")  # where `ept demo` and plans without a ledger write

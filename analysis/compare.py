@@ -220,12 +220,15 @@ def compare_runs(
     rounds: int = 1000,
     seed: int = 0,
     level: float = 0.95,
-    l2: float = 1e-3,
+    l2: float | None = None,
     adjust: str = "bonferroni",
 ) -> CompareResult:
     """Pooled, task-paired comparison of two runs (see the module docstring and docs/compare.md)."""
     from analysis.bootstrap import PairData, bootstrap, point_estimate
+    from analysis.bt import prior_l2
     from analysis.merge import parse_weights
+
+    l2 = prior_l2() if l2 is None else float(l2)  # the same default prior as `ept analyze`
 
     if not 0.5 < level < 1.0:
         raise InputError(f"level must be between 0.5 and 1, got {level}", field="--level")
@@ -274,6 +277,16 @@ def compare_runs(
         .with_row_index("task")
         .with_columns(pl.col("task").cast(pl.Int64))
     )
+    from analysis.pipeline import MIN_TASKS, WARN_TASKS
+
+    for fam, n in tasks.group_by("family").len().sort("family").iter_rows():  # one row per family
+        if n < WARN_TASKS:
+            notes.append(
+                f"family {fam}: only {n} task(s) (fewer than {WARN_TASKS}): intervals are widened for the small "
+                "sample but approximate"
+                + (f"; below {MIN_TASKS} tasks the gate has little power (see 'drop caught 80%')" if n < MIN_TASKS else "")
+                + ("; with one task there is no interval and the gate cannot fire" if n < 2 else "")
+            )
     outcomes = outcomes.join(tasks, on=["family", "task_id"])
     tokens = tokens.join(tasks, on=["family", "task_id"])
     pairs = pooled_pairs(outcomes.select("task", "player", "replicate", "score"))
@@ -297,7 +310,9 @@ def compare_runs(
     # The gate tests every arm at once: Bonferroni over arms keeps the chance that ANY unchanged arm is
     # flagged at most (1 - level) / 2 (one-sided), instead of that per arm.
     gate_level = 1.0 - (1.0 - level) / k if adjust == "bonferroni" else level
-    table = _arm_table(arm_order, base.arms, elo, tok, boot.elo, boot.tokens_per_task, level, gate_level)
+    table = _arm_table(
+        arm_order, base.arms, elo, tok, boot.elo, boot.tokens_per_task, level, gate_level, rule.elo_drop
+    )
     flagged, reasons = _apply_rule(table, rule)
     if boot.failed_rounds:
         notes.append(f"{boot.failed_rounds} of {rounds} bootstrap fits did not converge")
@@ -350,6 +365,24 @@ def _steps(x: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.concatenate([pad, per], axis=-1)
 
 
+def _resolved_steps(
+    x: np.ndarray, t: np.ndarray, xs: np.ndarray, ts: np.ndarray, level: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ΔElo per 1k tokens against the previous arm with its interval, by the rule of the analyze table
+    (docs/statistics.md §7): a number only where the token step's interval lies above 0; rounds with a
+    step <= 0 count at +-inf instead of being dropped. NaN where unresolved or on the first arm."""
+    from analysis.returns import per_1k_rounds
+
+    point = _steps(x, t)
+    pad = np.full((xs.shape[0], 1), np.nan)
+    dts = np.concatenate([pad, np.diff(ts, axis=-1)], axis=-1)
+    dxs = np.concatenate([pad, np.diff(xs, axis=-1)], axis=-1)
+    lo, hi = _interval(per_1k_rounds(dxs, dts), level)
+    t_lo, _ = _interval(dts, level)
+    ok = (t_lo > 0) & np.isfinite(lo) & np.isfinite(hi)
+    return np.where(ok, point, np.nan), np.where(ok, lo, np.nan), np.where(ok, hi, np.nan)
+
+
 def _arm_table(
     arm_order: list[str],
     arms: pl.DataFrame,
@@ -359,6 +392,7 @@ def _arm_table(
     tok_s: np.ndarray,
     level: float,
     gate_level: float,
+    margin: float | None = None,
 ) -> pl.DataFrame:
     k = len(arm_order)
     eb, ec, tb, tc = elo[:k], elo[k:], tok[:k], tok[k:]
@@ -372,10 +406,9 @@ def _arm_table(
     g_lo, g_hi = _interval(sec - seb, gate_level)
     gr_lo, _ = _interval(rel_s, gate_level)
     ga_lo, _ = _interval(stc - stb, gate_level)
-    pb, pc = _steps(eb, tb), _steps(ec, tc)
-    spb, spc = _steps(seb, stb), _steps(sec, stc)
-    pb_lo, pb_hi = _interval(spb, level)
-    pc_lo, pc_hi = _interval(spc, level)
+    pb, pb_lo, pb_hi = _resolved_steps(eb, tb, seb, stb, level)
+    pc, pc_lo, pc_hi = _resolved_steps(ec, tc, sec, stc, level)
+    detectable = _detectable_drop(sec - seb, gate_level, margin)
     info = arms.unique("arm").select("arm", "strategy", "budget_n")
     df = pl.DataFrame(
         {
@@ -403,11 +436,36 @@ def _arm_table(
             "d_elo_per_1k_cur": pc,
             "d_elo_per_1k_cur_lo": pc_lo,
             "d_elo_per_1k_cur_hi": pc_hi,
+            "d_elo_sd": np.nanstd(sec - seb, axis=0, ddof=1),
+            "detectable_drop": detectable,
         }
     )
     # NaN (undefined, e.g. the first row's step) becomes null so JSON/markdown show it as missing.
     df = df.with_columns(pl.col(pl.Float64).fill_nan(None))
     return info.join(df, on="arm", how="right").select(["arm", "strategy", "budget_n", *df.columns[1:]])
+
+
+POWER = 0.8
+
+
+def _detectable_drop(d_samples: np.ndarray, gate_level: float, margin: float | None) -> np.ndarray:
+    """Per arm, the smallest true drop (Elo) the gate flags with 80% probability at these data's precision.
+
+    With ΔElo estimated with standard error se (the bootstrap sd), the gate flags when the upper bound
+    ΔElo + z_g * se is below -margin, z_g the two-sided gate quantile. For a true drop δ that happens with
+    probability Φ((δ - margin - z_g * se) / se), which is 80% at δ = margin + (z_g + z_0.8) * se. The runs
+    being compared are the best guess of the precision of a run of this size (docs/compare.md). Without an
+    elo-drop rule nothing is ever flagged, so the figure is NaN (shown as missing).
+    """
+    from scipy.stats import norm
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        se = np.nanstd(d_samples, axis=0, ddof=1)
+    if margin is None:
+        return np.full(se.shape, np.nan)
+    z_g = float(norm.ppf(1.0 - (1.0 - gate_level) / 2.0))
+    return margin + (z_g + float(norm.ppf(POWER))) * se
 
 
 def _apply_rule(table: pl.DataFrame, rule: FailRule) -> tuple[list[str], dict[str, list[str]]]:
@@ -449,24 +507,33 @@ def fmt(x: float | None, spec: str) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+def _code(name: object) -> str:
+    """An untrusted name as a Markdown code span: nothing inside is HTML or Markdown; only a backtick (which
+    would end the span) or a pipe (which would end the table cell) needs replacing."""
+    return "`" + str(name).replace("`", "'").replace("|", "\\|").replace("\n", " ") + "`"
+
+
 def to_markdown(res: CompareResult) -> str:
-    """A pull-request comment: verdict first, then the per-arm table, then the method in one paragraph."""
+    """A pull-request comment: verdict first, then the per-arm table, then the method in one paragraph.
+    Arm names, families and sources come from the inputs: escaped (report.md's rules), never live HTML."""
+    from analysis.report import md_escape
+
     pct = f"{res.level * 100:g}%"
     if res.flagged:
         head = f"### ❌ ept compare: regression in {len(res.flagged)} arm(s): " + ", ".join(
-            f"`{a}`" for a in res.flagged
+            _code(a) for a in res.flagged
         )
     else:
         head = "### ✅ ept compare: no regression the data supports"
     lines = [
         head,
         "",
-        f"Baseline `{res.sources[0]}` vs current `{res.sources[1]}`. Rule: {res.rule.describe()}, applied to "
+        f"Baseline {_code(res.sources[0])} vs current {_code(res.sources[1])}. Rule: {res.rule.describe()}, applied to "
         f"{res.gate_level * 100:.4g}% intervals ({pct} adjusted for {res.table.height} arms tested at once).",
         "",
         f"| arm | Elo base | Elo current | ΔElo [{pct} CI] | tokens/task base | tokens/task current | "
-        f"Δtokens [{pct} CI] | ΔElo/1k tok base | ΔElo/1k tok current | status |",
-        "|---|---:|---:|---|---:|---:|---|---:|---:|---|",
+        f"Δtokens [{pct} CI] | ΔElo/1k tok base | ΔElo/1k tok current | drop caught 80% | status |",
+        "|---|---:|---:|---|---:|---:|---|---:|---:|---:|---|",
     ]
     for r in res.table.iter_rows(named=True):
         status = "❌ regression" if r["arm"] in res.flagged else "ok"
@@ -476,25 +543,28 @@ def to_markdown(res: CompareResult) -> str:
             f"[{fmt(_mul(r['d_tokens_rel_lo']), '+.1f')}%, {fmt(_mul(r['d_tokens_rel_hi']), '+.1f')}%]"
         )
         lines.append(
-            f"| `{r['arm']}` | {fmt(r['elo_base'], '.0f')} | {fmt(r['elo_cur'], '.0f')} | "
+            f"| {_code(r['arm'])} | {fmt(r['elo_base'], '.0f')} | {fmt(r['elo_cur'], '.0f')} | "
             f"{fmt(r['d_elo'], '+.1f')} [{fmt(r['d_elo_lo'], '+.1f')}, {fmt(r['d_elo_hi'], '+.1f')}] | "
             f"{fmt(r['tokens_base'], ',.0f')} | {fmt(r['tokens_cur'], ',.0f')} | {dtok} | "
-            f"{fmt(r['d_elo_per_1k_base'], '.1f')} | {fmt(r['d_elo_per_1k_cur'], '.1f')} | {status} |"
+            f"{fmt(r['d_elo_per_1k_base'], '.1f')} | {fmt(r['d_elo_per_1k_cur'], '.1f')} | "
+            f"{fmt(r['detectable_drop'], '.0f')} | {status} |"
         )
     if res.flagged:
         lines += ["", "**Why flagged**", ""]
         for arm in res.flagged:
-            lines += [f"- `{arm}`: " + "; ".join(res.reasons[arm])]
+            lines += [f"- {_code(arm)}: " + md_escape("; ".join(res.reasons[arm]))]
     lines += [
         "",
         f"<sub>Both runs fitted together (Bradley-Terry per family over every (run, arm), comparisons within each "
-        f"task across runs), families {', '.join(f'{f}={w:.2f}' for f, w in res.family_weights.items())}; "
-        f"Elo shown with baseline `{res.anchor}` = 1000 (differences do not depend on this anchor). Intervals: "
+        f"task across runs), families {', '.join(f'{md_escape(f)}={w:.2f}' for f, w in res.family_weights.items())}; "
+        f"Elo shown with baseline {_code(res.anchor)} = 1000 (differences do not depend on this anchor). Intervals: "
         f"{res.rounds}-round bootstrap resampling task ids, the same tasks in both runs. ΔElo/1k tok: each arm "
-        f"against the previous row, within its run.</sub>",
+        f"against the previous row, within its run. Drop caught 80%: the smallest true Elo drop this rule "
+        f"flags in 80% of runs of this size (margin + (z_gate + 0.84) x the bootstrap sd of ΔElo); smaller "
+        f"drops are mostly missed.</sub>",
     ]
     if res.notes:
-        lines += ["", *[f"> {n}" for n in res.notes]]
+        lines += ["", *[f"> {md_escape(n)}" for n in res.notes]]
     return "\n".join(lines) + "\n"
 
 

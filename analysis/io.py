@@ -30,7 +30,17 @@ KINDS = ("call", "outcome", "judgment")
 WINNERS = {"a": "A", "b": "B", "tie": "tie"}
 DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz", ".parquet")
 
-_USAGE = pl.Struct({"prompt_tokens": pl.Int64, "completion_tokens": pl.Int64})
+# The two counts every cost figure uses, plus the breakdown kept as returned (OpenAI's details objects,
+# Anthropic's cache fields): reasoning vs visible output, cached vs fresh input.
+_USAGE = pl.Struct({
+    "prompt_tokens": pl.Int64,
+    "completion_tokens": pl.Int64,
+    "prompt_tokens_details": pl.Struct({"cached_tokens": pl.Int64}),
+    "completion_tokens_details": pl.Struct({"reasoning_tokens": pl.Int64}),
+    "cache_read_input_tokens": pl.Int64,
+    "cache_creation_input_tokens": pl.Int64,
+})  # fmt: skip
+_CLASS = pl.Struct({"class": pl.String})
 
 # Every field analysis uses; anything else on a line is ignored (extra fields are allowed).
 RAW_SCHEMA: dict[str, pl.DataType] = {
@@ -46,6 +56,9 @@ RAW_SCHEMA: dict[str, pl.DataType] = {
     "prompt_tokens": pl.Int64(),
     "completion_tokens": pl.Int64(),
     "usage_missing": pl.Boolean(),
+    "error": _CLASS,
+    "failure": _CLASS,
+    "finish_reason": pl.String(),
     "score": pl.Float64(),
     "correct": pl.Boolean(),
     "winner": pl.String(),
@@ -74,6 +87,14 @@ RECORD_SCHEMA: dict[str, pl.DataType] = {
     "prompt_tokens": pl.Int64(),
     "completion_tokens": pl.Int64(),
     "usage_missing": pl.Boolean(),
+    # The usage breakdown as returned (null when the server did not send it); see analysis.tokens.token_split.
+    "reasoning_tokens": pl.Int64(),
+    "cached_tokens": pl.Int64(),  # OpenAI prompt_tokens_details.cached_tokens or Anthropic cache_read_input_tokens
+    "cache_creation_tokens": pl.Int64(),  # Anthropic cache_creation_input_tokens
+    "finish_reason": pl.String(),
+    # call: the failed call's class; outcome: why it has no score (error) or why it scored 0 (failure)
+    "error_class": pl.String(),
+    "scored_failure": pl.Boolean(),  # outcome scored as a loss because the strategy failed on the task
     "score": pl.Float64(),
     "winner": pl.String(),
     "arm_a": pl.String(),
@@ -417,18 +438,23 @@ def _scan_parquet(
     cols = []
     for name, dtype in RAW_SCHEMA.items():
         if name == "usage" and isinstance(have.get("usage"), pl.Struct):
-            # Keep the two counts; a usage struct may carry more (total_tokens, details…).
+            # Keep the two counts (checked) and the breakdown (converted when present, else null: it is
+            # informational); a usage struct may carry more (total_tokens…), which is dropped.
             inner = {fl.name: fl.dtype for fl in have["usage"].fields}
-            cols.append(
-                pl.struct(
-                    (
-                        conv(pl.col("usage").struct.field(k), inner[k], pl.Int64(), f"usage.{k}")
-                        if k in inner
-                        else pl.lit(None, pl.Int64)
-                    ).alias(k)
-                    for k in ("prompt_tokens", "completion_tokens")
-                ).alias("usage")
-            )
+            want = _USAGE.to_schema()
+
+            def field_expr(k: str, inner: dict = inner, want: dict = want) -> pl.Expr:
+                if k not in inner:
+                    return pl.lit(None, want[k])
+                src = pl.col("usage").struct.field(k)
+                if k in ("prompt_tokens", "completion_tokens"):
+                    return conv(src, inner[k], pl.Int64(), f"usage.{k}")
+                return src.cast(want[k], strict=False)
+
+            cols.append(pl.struct(field_expr(k).alias(k) for k in want).alias("usage"))
+        elif name in have and dtype == _CLASS and have[name] == pl.String():
+            # Segments (analysis.segments) keep object fields as JSON text: take the class out of it.
+            cols.append(pl.struct(pl.col(name).str.json_path_match("$.class").alias("class")).alias(name))
         elif name in have:
             cols.append(conv(pl.col(name), have[name], dtype, name).alias(name))
         else:
@@ -446,8 +472,17 @@ def _scan_parquet(
     )
 
 
-def _normalise(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """Raw schema -> RECORD_SCHEMA plus a `bad_field`/`bad_msg` pair describing the first problem."""
+# polars reads any JSON value into a String column as its text, so `"task_id": 5` and `"task_id": "5"` look the
+# same on the fast path. Ids that could be a bare JSON number, literal, object or array send their file to the
+# line-by-line path (which sees the JSON types); ids that are genuine strings are then accepted there.
+_SUSPECT_ID = r"^(-?[0-9][0-9.eE+-]*|true|false|null|\{.*|\[.*)$"
+_SUSPECT_MSG = "must be a string"
+_ID_FIELDS = ("task_id", "family", "strategy", "arm")
+
+
+def _normalise(lf: pl.LazyFrame, *, suspect_ids: bool = True) -> pl.LazyFrame:
+    """Raw schema -> RECORD_SCHEMA plus a `bad_field`/`bad_msg` pair describing the first problem.
+    suspect_ids=False on the line-by-line path, where the JSON types were already checked."""
     kind_guess = (
         pl.when(pl.col("winner").is_not_null())
         .then(pl.lit("judgment"))
@@ -469,6 +504,12 @@ def _normalise(lf: pl.LazyFrame) -> pl.LazyFrame:
     checks: list[tuple[str, str, pl.Expr]] = [
         ("kind", "must be one of call, outcome, judgment", ~kind.is_in(KINDS)),
         ("task_id", "is required", pl.col("task_id").is_null()),
+        *(
+            (name, "must not be empty or hold NUL/control characters",
+             (pl.col(name).str.strip_chars() == "") | pl.col(name).str.contains(r"[\x00-\x1f\x7f]"))
+            for name in _ID_FIELDS
+        ),
+        *(((name, _SUSPECT_MSG, pl.col(name).str.contains(_SUSPECT_ID)) for name in _ID_FIELDS) if suspect_ids else ()),
         ("strategy", "is required", call_or_outcome & pl.col("strategy").is_null()),
         ("budget_n", "is required", call_or_outcome & pl.col("budget_n").is_null()),
         ("budget_n", "must be >= 0", pl.col("budget_n") < 0),
@@ -529,9 +570,28 @@ def _normalise(lf: pl.LazyFrame) -> pl.LazyFrame:
         pl.col("role"),
         pl.col("p").alias("prompt_tokens"),
         pl.col("c").alias("completion_tokens"),
+        # A failed call without usage was not billed: not a missing usage. The explicit flag always counts
+        # (e.g. a billed response whose usage was invalid, stored as null).
         (
-            (kind == "call") & (pl.col("usage_missing").fill_null(False) | pl.col("p").is_null())
+            (kind == "call")
+            & (
+                pl.col("usage_missing").fill_null(False)
+                | (pl.col("p").is_null() & pl.col("error").struct.field("class").is_null())
+            )
         ).alias("usage_missing"),
+        pl.col("usage").struct.field("completion_tokens_details").struct.field("reasoning_tokens").alias(
+            "reasoning_tokens"
+        ),
+        pl.coalesce(
+            pl.col("usage").struct.field("prompt_tokens_details").struct.field("cached_tokens"),
+            pl.col("usage").struct.field("cache_read_input_tokens"),
+        ).alias("cached_tokens"),
+        pl.col("usage").struct.field("cache_creation_input_tokens").alias("cache_creation_tokens"),
+        pl.col("finish_reason"),
+        pl.coalesce(pl.col("failure").struct.field("class"), pl.col("error").struct.field("class")).alias(
+            "error_class"
+        ),
+        ((kind == "outcome") & pl.col("failure").struct.field("class").is_not_null()).alias("scored_failure"),
         pl.coalesce(pl.col("score"), pl.col("correct").cast(pl.Float64)).alias("score"),
         winner.alias("winner"),
         arm_a.alias("arm_a"),
@@ -574,6 +634,21 @@ def _split_lines(text: str) -> list[str]:
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
 
 
+class _NotJson(ValueError):
+    """NaN / Infinity / -Infinity: Python's json accepts them, JSON (and polars) do not."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotJson(name)
+
+
+def _constant_field(text: str, constant: str) -> str | None:
+    import re
+
+    m = re.search(r'"([^"\\]{1,64})"\s*:\s*' + re.escape(constant), text)
+    return m.group(1) if m else None
+
+
 def _type_problem(obj: dict[str, Any]) -> tuple[str, str] | None:
     """Same type rules polars applies with RAW_SCHEMA: integer fields take JSON integers only (not 4.0,
     not "4"), number and boolean fields their own JSON type. String fields, like polars, take any JSON
@@ -581,6 +656,10 @@ def _type_problem(obj: dict[str, Any]) -> tuple[str, str] | None:
     usage = obj.get("usage")
     if usage is not None and not isinstance(usage, dict):
         return "usage", f"must be an object, got {type(usage).__name__}"
+    for name in _ID_FIELDS:
+        v = obj.get(name)
+        if v is not None and not isinstance(v, str):
+            return name, f"{_SUSPECT_MSG}, got {json.dumps(v)[:40]}"
     for name in _INT_FIELDS:
         src = usage if name in ("prompt_tokens", "completion_tokens") and usage and name in usage else obj
         v = src.get(name)
@@ -619,9 +698,13 @@ def _slow_read(f: str, *, skip_bad: bool) -> tuple[pl.DataFrame, list[BadLine]]:
             continue
         row += 1
         try:
-            obj = json.loads(text)
+            obj = json.loads(text, parse_constant=_refuse_constant)
         except json.JSONDecodeError as e:
             bad.append(BadLine(f, i, None, f"malformed JSON: {e.msg} at column {e.colno}"))
+        except _NotJson as e:
+            bad.append(BadLine(f, i, _constant_field(text, str(e)), f"{e} is not a JSON value (numbers must be finite)"))
+        except RecursionError:
+            bad.append(BadLine(f, i, None, "malformed JSON: nested too deeply (no record nests more than a few levels)"))
         else:
             problem = _type_problem(obj) if isinstance(obj, dict) else (None, "a line must be a JSON object")
             if problem:
@@ -635,7 +718,7 @@ def _slow_read(f: str, *, skip_bad: bool) -> tuple[pl.DataFrame, list[BadLine]]:
     raw = _parse_lines(f, texts, rows, lines, bad).with_columns(
         pl.lit(f).alias("file"), pl.Series("row", rows, dtype=pl.Int64)
     )
-    norm = _normalise(raw.lazy()).collect().with_columns(pl.Series("_line", lines, dtype=pl.Int64))
+    norm = _normalise(raw.lazy(), suspect_ids=False).collect().with_columns(pl.Series("_line", lines, dtype=pl.Int64))
     flagged = norm.filter(pl.col("bad_field").is_not_null())
     bad.extend(
         BadLine(f, ln, fld, msg)
@@ -683,7 +766,7 @@ def _slow_read_parquet(f: str, *, skip_bad: bool) -> tuple[pl.DataFrame, list[Ba
         # Unreadable, or a column no value of which can become its field's type (a struct for budget_n).
         raise InputError(f"cannot read parquet: {e}", file=f) from e
     # A value that did not convert is the row's first problem (its null would otherwise read as "missing").
-    norm = _normalise(raw.lazy()).collect().with_columns(
+    norm = _normalise(raw.lazy(), suspect_ids=False).collect().with_columns(
         pl.coalesce(raw["_type_bad"], pl.col("bad_field")).alias("bad_field"),
         pl.coalesce(raw["_type_msg"], pl.col("bad_msg")).alias("bad_msg"),
     )
@@ -747,6 +830,9 @@ def _settle_flagged(frame: pl.DataFrame, *, skip_bad: bool) -> tuple[list[pl.Dat
     skipped = []
     for f in bad_files:
         good, bad = _slow_read(f, skip_bad=skip_bad)
+        if not bad and set(flagged.filter(pl.col("file") == f)["bad_msg"].to_list()) == {_SUSPECT_MSG}:
+            parts.append(good)  # number-like ids that the JSON shows are strings: fine
+            continue
         if not bad:
             # polars flagged a row the line-by-line rules accept: report the row rather than guess.
             row = flagged.filter(pl.col("file") == f).row(0, named=True)

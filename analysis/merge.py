@@ -1,9 +1,9 @@
-"""Cross-family merge: centre theta per family, weighted sum, Elo.
+"""Cross-family merge: one global theta plus an offset per family (weighted least squares), Elo.
 
-Each family's theta is centred over the arms that family observed, because theta is only defined up to
-the opponents it was measured against; the weighted sum of centred vectors is the seed's merge. Arms a
-family did not observe are NaN in that family's vector; their global theta is the weighted mean over
-the families that did observe them (weights renormalised per arm). See docs/statistics.md.
+A family's theta is only defined up to the opponents it was measured against, so families are not
+centred separately (that mixes zero points when families observe different arms); the merge fits a
+zero-point offset per family from the arms the families share. With every arm observed everywhere this
+is the seed's weighted sum of centred vectors. See docs/statistics.md.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from contracts.errors import InputError
 
-__all__ = ["ELO_BASE", "ELO_SCALE", "merge_thetas", "parse_weights", "theta_to_elo"]
+__all__ = ["ELO_BASE", "ELO_SCALE", "merge_fit", "merge_thetas", "parse_weights", "theta_to_elo"]
 
 ELO_SCALE = 400.0 / math.log(10.0)
 ELO_BASE = 1000.0
@@ -65,32 +65,73 @@ def parse_weights(spec: str | None, families: Sequence[str]) -> dict[str, float]
     return {f: raw.get(f, 0.0) / total for f in families}
 
 
-def merge_thetas(thetas: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> np.ndarray:
-    """Weighted merge of per-family theta vectors (shape [..., K]; NaN = arm not observed by the family).
+def merge_fit(
+    thetas: Mapping[str, np.ndarray], weights: Mapping[str, float]
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Weighted least-squares merge with one offset per family: (global theta [..., K], offsets).
 
-    Each vector is centred over its observed arms, then global[k] = sum_f w_f * c_f[k] / sum_f w_f over
-    the families f with w_f > 0 that observed arm k. With every arm observed everywhere and weights
-    summing to 1 this is exactly the seed's sum_f w_f * centred_f. An arm no weighted family observed is NaN.
+    Each family's theta is only defined up to a constant (its zero point depends on the arms it
+    observed), so the merge fits
+
+        theta_f[k] = theta[k] + b_f + error          for every arm k that family f observed,
+
+    minimising sum_f w_f sum_{k observed in f} (theta_f[k] - theta[k] - b_f)**2. A family's offset b_f is
+    estimated from the arms it shares with the others, so which arms a family lacks moves no other arm
+    (a clone of an arm observed in one family only comes out equal to the original). With every arm
+    observed everywhere the solution (shifted to mean 0 over arms) is exactly the seed's
+    sum_f w_f * centred_f. Arms no positively weighted family observed are NaN; the result has mean 0
+    over the arms that are not NaN. Works on stacks ([..., K]); each row is solved on its own pattern.
     """
-    num = None
-    den = None
+    fams, ys, ws = [], [], []
     for fam, theta in thetas.items():
         w = float(weights.get(fam, 0.0))
         if w < 0 or not math.isfinite(w):
             raise ValueError(f"weight for family {fam!r} must be finite and >= 0")
         if w == 0:
             continue
-        t = np.asarray(theta, dtype=float)
-        obs = ~np.isnan(t)
-        n_obs = obs.sum(axis=-1, keepdims=True)
-        mean = np.where(n_obs > 0, np.nansum(t, axis=-1, keepdims=True) / np.maximum(n_obs, 1), 0.0)
-        centred = np.where(obs, t - mean, 0.0)
-        num = w * centred if num is None else num + w * centred
-        den = w * obs if den is None else den + w * obs
-    if num is None:
+        fams.append(fam)
+        ys.append(np.asarray(theta, dtype=float))
+        ws.append(w)
+    if not fams:
         raise ValueError("no family with a positive weight to merge")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+    y = np.stack(np.broadcast_arrays(*ys), axis=-2)  # [..., F, K]
+    obs = ~np.isnan(y)
+    y0 = np.where(obs, y, 0.0)
+    wo = np.asarray(ws)[:, None] * obs  # [..., F, K] weight of each observed cell
+    # Normal equations of the two-way additive model. Given the offsets, theta_k is the weighted mean of
+    # y_fk - b_f over the families that observed k; substituting it leaves an F x F system for the
+    # offsets (cost O(F*K + F**3) per row, so many arms stay cheap):
+    #     (diag(m) - C) b = r,   m_f = sum_k W_fk,  C_gf = sum_k W_gk W_fk / n_k,
+    #     r_g = sum_k W_gk (y_gk - ybar_k),  n_k = sum_f W_fk,  ybar_k = sum_f W_fk y_fk / n_k.
+    n_k = wo.sum(axis=-2)  # [..., K]
+    seen = n_k > 0
+    inv_n = np.where(seen, 1.0 / np.where(seen, n_k, 1.0), 0.0)
+    ybar = (wo * y0).sum(axis=-2) * inv_n  # [..., K]
+    c = np.einsum("...gk,...fk,...k->...gf", wo, wo, inv_n)
+    a = -c
+    m = wo.sum(axis=-1)  # [..., F]
+    idx = np.arange(len(fams))
+    a[..., idx, idx] += m
+    r = (wo * (y0 - ybar[..., None, :])).sum(axis=-1)
+    # Singular along "add c to every offset" (absorbed by theta) and, if the families' arm sets split into
+    # groups that share no arm, between groups; the pseudo-inverse picks one solution.
+    b = (np.linalg.pinv(a, hermitian=True) @ r[..., None])[..., 0]  # [..., F]
+    theta = np.where(seen, ybar - np.einsum("...fk,...f->...k", wo, b) * inv_n, np.nan)
+    n_seen = seen.sum(axis=-1, keepdims=True)
+    shift = np.nansum(theta, axis=-1, keepdims=True) / np.maximum(n_seen, 1)
+    theta = theta - shift
+    offsets = {f: b[..., i] + shift[..., 0] for i, f in enumerate(fams)}
+    return theta, offsets
+
+
+def merge_thetas(thetas: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> np.ndarray:
+    """Weighted merge of per-family theta vectors (shape [..., K]; NaN = arm not observed by the family).
+
+    See `merge_fit`: a least-squares fit of theta_f[k] = theta[k] + b_f, so the result does not depend
+    on which arms a family lacks. With every arm observed everywhere it is exactly the seed's
+    sum_f w_f * centred_f (weights summing to 1). An arm no weighted family observed is NaN.
+    """
+    return merge_fit(thetas, weights)[0]
 
 
 def theta_to_elo(theta: np.ndarray, anchor: int | None = None) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 Steps: read and validate records -> check arms -> tokens per (task, arm) -> within-task comparisons
 -> per-family Bradley-Terry, weighted merge, anchored Elo -> bootstrap over tasks -> returns tables,
-per-family view and dominance warnings. Reports, plots and the HTML report consume the result.
+per-family view, frontier and heterogeneity warnings. Reports, plots and the HTML report consume the result.
 """
 
 from __future__ import annotations
@@ -16,11 +16,21 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from analysis.breakdown import arm_breakdown, cost_arrays, parse_prices
 from analysis.io import BadLine, Records, line_of, read_records
-from analysis.pairs import build_pairs
+from analysis.pairs import build_pairs, implied_pair_rows, outcome_groups
 from analysis.tokens import arm_tokens, judge_tokens, strategy_calls, task_tokens
 from contracts.errors import InputError
 from contracts.records import JUDGE_STRATEGY
+
+# Above this many outcome comparison rows, outcomes are kept grouped by score level instead (memory: a
+# 200-arm grid with 300 tasks is 9M rows, a 1,000-arm one 225M). Below it, one row per comparison.
+_PAIR_ROWS_MAX = 2_000_000
+
+# A family needs this many tasks to enter the merge (fewer: left out with a warning, unless no family has
+# enough), and WARN_TASKS for its bootstrap interval to be more than approximate (docs/statistics.md).
+MIN_TASKS = 10
+WARN_TASKS = 30
 
 
 @dataclass(frozen=True)
@@ -29,12 +39,14 @@ class AnalysisOptions:
     anchor: str | None = None  # arm label pinned at Elo 1000; None = the cheapest arm
     rounds: int = 1000  # bootstrap rounds; 0 = no intervals
     seed: int = 0
-    l2: float = 1e-3
+    l2: float | None = None  # None = the default prior, analysis.bt.prior_l2() (docs/statistics.md section 1)
     level: float = 0.95
     drop_ties: bool = False
     skip_bad: bool = False
     tasks_file: str | None = None
-    dominance_threshold: float = 0.6
+    prices: str | None = None  # "in=0.15,cached=0.075,out=0.6" USD per 1M tokens: cost per task, ΔElo per $1
+    min_tasks: int = MIN_TASKS  # families with fewer tasks are left out of the merge (if another is not)
+    heterogeneity_alpha: float = 0.05  # family x arm heterogeneity test, Bonferroni over arms
 
 
 @dataclass
@@ -63,10 +75,11 @@ class AnalysisResult:
     tokens: pl.DataFrame  # analysis.tokens.arm_tokens over all arms in the input
     judge_tokens: pl.DataFrame
     task_tokens: pl.DataFrame  # analysis.tokens.task_tokens for the analysed arms
-    pairs: pl.DataFrame  # analysis.pairs.PAIR_SCHEMA for the analysed arms
+    pairs: pl.DataFrame  # analysis.pairs.PAIR_SCHEMA for the analysed arms (judgments only on large grids:
+    # their outcome comparisons are kept as analysis.pairs.outcome_groups, see _PAIR_ROWS_MAX)
     elo: np.ndarray  # [K] anchored point estimate
     tokens_per_task: np.ndarray  # [K]
-    table: pl.DataFrame  # analysis.returns.returns_table
+    table: pl.DataFrame  # analysis.returns.returns_table + tokens_per_task_unweighted
     per_strategy: pl.DataFrame  # analysis.returns.per_strategy_table
     per_family: pl.DataFrame  # family, arm, weight, theta (centred), elo, observed
     fits: list[FamilyFit]
@@ -78,6 +91,13 @@ class AnalysisResult:
     # The validated input records (analysis.io.RECORD_SCHEMA) after cross-line checks, for views that
     # need more than per-arm totals (token split by role, failures); not part of report.json.
     records: pl.DataFrame | None = None
+    # Per arm: tasks attempted/answered/lost, failures by class, calls cut by max_tokens, token split, cost
+    # (analysis.breakdown); cost_table: the returns table over cost per task (ΔElo per $1), when priced.
+    breakdown: pl.DataFrame | None = None
+    cost_table: pl.DataFrame | None = None
+    # analysis.returns.frontier_steps_table: each arm against the next-cheaper frontier arm.
+    vs_frontier: pl.DataFrame | None = None
+    excluded_families: list[str] = field(default_factory=list)  # too few tasks: weight 0 in the merge
 
     def to_json(self) -> dict[str, Any]:
         """Every number, the inputs, the options and the versions (report.json)."""
@@ -93,6 +113,8 @@ class AnalysisResult:
             "family_weights": self.family_weights,
             "table": self.table.to_dicts(),
             "per_strategy": self.per_strategy.to_dicts(),
+            "vs_frontier": self.vs_frontier.to_dicts() if self.vs_frontier is not None else [],
+            "excluded_families": self.excluded_families,
             "per_family": self.per_family.to_dicts(),
             "tokens": self.tokens.to_dicts(),
             "judge_tokens": self.judge_tokens.to_dicts(),
@@ -104,6 +126,8 @@ class AnalysisResult:
                 "failed_rounds": self.failed_rounds,
             },
             "warnings": self.warnings,
+            "breakdown": self.breakdown.to_dicts() if self.breakdown is not None else [],
+            "cost_table": self.cost_table.to_dicts() if self.cost_table is not None else None,
         }
 
 
@@ -168,6 +192,20 @@ def check_records(records: Records, *, skip_bad: bool) -> tuple[pl.DataFrame, li
     return frame.filter(~pl.col("_i").is_in(dropped.implode())).drop("_i"), bad
 
 
+def _decisive_families(groups: pl.DataFrame, judgments: pl.DataFrame, arms: list[str]) -> set[str]:
+    """Families with at least one decisive (not tied) comparison between two of `arms`, without building
+    pairs: a task where two different arms scored and two scores differ (some pair of replicates of
+    different arms then differs), or a judgment with a winner."""
+    g = groups.filter(pl.col("arm").is_in(arms))
+    tasks = (
+        g.group_by("task_id", "family")
+        .agg(pl.col("arm").n_unique().alias("n_arms"), pl.col("level").n_unique().alias("n_levels"))
+        .filter((pl.col("n_arms") > 1) & (pl.col("n_levels") > 1))
+    )
+    j = judgments.filter(pl.col("arm_a").is_in(arms) & pl.col("arm_b").is_in(arms) & (pl.col("winner") != "tie"))
+    return set(tasks["family"].to_list()) | set(j["family"].to_list())
+
+
 def analyze(
     paths: Sequence[str],
     options: AnalysisOptions | None = None,
@@ -179,16 +217,26 @@ def analyze(
 
     progress(n) reports bootstrap rounds done; on_step(name) announces each long step.
     """
-    from analysis.bootstrap import PairData, bootstrap, point_estimate
-    from analysis.bt import fit_bt_detailed
+    from analysis.bootstrap import (
+        OutcomeGroups,
+        PairData,
+        bootstrap,
+        family_counts,
+        point_estimate,
+        tokens_unweighted,
+    )
+    from analysis.bt import fit_bt_counts, prior_l2
     from analysis.merge import ELO_BASE, ELO_SCALE, parse_weights
-    from analysis.returns import family_dominance, per_strategy_table, returns_table
+    from analysis.returns import family_heterogeneity, frontier_steps_table, per_strategy_table, returns_table
 
     opt = options or AnalysisOptions()
     if opt.rounds < 0:
         raise InputError(f"must be >= 0, got {opt.rounds}", field="--rounds")
-    if not (math.isfinite(opt.l2) and opt.l2 >= 0):
+    if opt.l2 is not None and not (math.isfinite(opt.l2) and opt.l2 >= 0):
         raise InputError(f"must be a finite number >= 0, got {opt.l2}", field="--l2")
+    if opt.min_tasks < 0:
+        raise InputError(f"must be >= 0, got {opt.min_tasks}", field="--min-tasks")
+    l2 = prior_l2() if opt.l2 is None else float(opt.l2)
     if not 0.5 <= opt.level < 1:
         raise InputError(f"must be in [0.5, 1), got {opt.level}", field="--level")
     step = on_step or (lambda _name: None)
@@ -216,13 +264,36 @@ def analyze(
     if ungraded:
         warnings.append(f"{ungraded} outcome(s) have no score (failed before grading) and are not compared")
 
-    pairs_all = build_pairs(outcomes, judgments, drop_ties=opt.drop_ties)
+    # A grid where every arm meets every other on each task has K^2/2 pair rows per task: past
+    # _PAIR_ROWS_MAX rows, outcomes stay grouped by (task, arm, score level) and the fits expand them
+    # into count matrices (analysis.bootstrap.OutcomeGroups); otherwise one row per comparison.
+    groups_full = outcome_groups(outcomes)
+    use_groups = implied_pair_rows(groups_full, drop_ties=opt.drop_ties) > _PAIR_ROWS_MAX
+    # Labels as categoricals: pair rows hold codes, not strings.
+    cat = pl.Categorical
+    pairs_all = build_pairs(
+        (outcomes.head(0) if use_groups else outcomes).with_columns(pl.col("task_id", "family", "arm").cast(cat)),
+        judgments.with_columns(pl.col("task_id", "family", "arm_a", "arm_b").cast(cat)),
+        drop_ties=opt.drop_ties,
+    )
+    groups_all = groups_full if use_groups else groups_full.head(0)
+    if opt.drop_ties and pairs_all.height == 0 and groups_all.height == 0:
+        # Every comparison is a tie: two rows per tied meeting (pairs.implied_pair_rows), one per judgment.
+        n_ties = implied_pair_rows(groups_full) // 2 + judgments.filter(pl.col("winner") == "tie").height
+        if n_ties:
+            raise InputError(
+                f"all {n_ties} comparisons are ties (equal scores), so dropping ties leaves nothing to rank: "
+                "the data carry no information about which arm is stronger",
+                file=where,
+                field="--drop-ties",
+            )
     ttok_all = task_tokens(calls)
     # An arm whose every task lacks usage has no measured cost: it cannot sit on a tokens axis.
     with_tokens = set(tok_all.filter(pl.col("avg_tokens_per_task").is_not_null())["arm"].to_list())
     for arm in sorted(set(ttok_all["arm"].to_list()) - with_tokens):
         warnings.append(f"arm {arm}: no task has complete usage, so its tokens per task are unknown; left out")
-    compared = set(pairs_all["winner"].to_list()) | set(pairs_all["loser"].to_list())
+    compared = set(pairs_all["winner"].unique().to_list()) | set(pairs_all["loser"].unique().to_list())
+    compared |= set(groups_all["arm"].unique().to_list())
     graded = set(outcomes.filter(pl.col("score").is_not_null())["arm"].to_list()) | compared
     for arm in sorted(graded - with_tokens):
         warnings.append(f"arm {arm} has outcomes but no strategy calls: tokens unknown, left out")
@@ -254,23 +325,39 @@ def analyze(
         raise InputError(f"unknown arm {anchor!r}; arms: {', '.join(arms)}", field="--anchor")
 
     pairs = pairs_all.filter(pl.col("winner").is_in(arms) & pl.col("loser").is_in(arms))
-    if pairs.height == 0:
+    groups = groups_all.filter(pl.col("arm").is_in(arms)).filter(pl.col("arm").n_unique().over("task_id") > 1)
+    if pairs.height == 0 and groups.height == 0:
         raise InputError(f"the arms with measured tokens ({', '.join(arms)}) never meet on a task", file=where)
     ttok = ttok_all.filter(pl.col("arm").is_in(arms))
-    families = sorted(pairs["family"].unique().to_list())
+    families = sorted(set(pairs["family"].unique().to_list()) | set(groups["family"].unique().to_list()))
     fw = parse_weights(opt.weights, families)
     fam_idx = {f: i for i, f in enumerate(families)}
+    fam_decisive = _decisive_families(groups_full, judgments, arms)
+    if not fam_decisive:
+        warnings.append(
+            "no signal: every comparison is a tie (equal scores), so the data say nothing about which arm is "
+            "stronger; every Elo is 1000 by construction, not by measurement, and the frontier only "
+            "reflects cost"
+        )
+    else:
+        for f in families:
+            if f not in fam_decisive:
+                warnings.append(f"family {f}: every comparison is a tie, so it carries no information about strength")
 
     # Tasks: everything compared, plus token-only tasks of the analysed families (they count for cost).
     tasks = (
-        pl.concat([pairs.select("task_id", "family"), ttok.select("task_id", "family")])
+        pl.concat([
+            pairs.select("task_id", "family").unique().cast(pl.String),
+            groups.select("task_id", "family"),
+            ttok.select("task_id", "family"),
+        ])
         .filter(pl.col("family").is_in(families))
         .unique()
         .sort("family", "task_id")
         .with_row_index("t")
     )
     t_of = tasks.select("task_id", pl.col("t").cast(pl.Int64))
-    p = pairs.join(t_of, on="task_id").with_columns(
+    p = pairs.join(t_of.with_columns(pl.col("task_id").cast(cat)), on="task_id").with_columns(
         pl.col("winner").replace_strict(arm_idx, return_dtype=pl.Int64).alias("wi"),
         pl.col("loser").replace_strict(arm_idx, return_dtype=pl.Int64).alias("li"),
     )
@@ -279,6 +366,15 @@ def analyze(
         pl.col("arm").replace_strict(arm_idx, return_dtype=pl.Int64).alias("ai")
     )
     grid[tt["t"].to_numpy(), tt["ai"].to_numpy()] = tt["tokens"].to_numpy()
+    og = None
+    if groups.height:
+        g = groups.join(t_of, on="task_id").with_columns(
+            pl.col("arm").replace_strict(arm_idx, return_dtype=pl.Int64).alias("ai")
+        )
+        og = OutcomeGroups(
+            task=g["t"].to_numpy(), arm=g["ai"].to_numpy(), level=g["level"].to_numpy(),
+            mass=g["mass"].to_numpy().astype(float), tie_weight=0.0 if opt.drop_ties else 0.5,
+        )
     data = PairData(
         task_family=tasks["family"].replace_strict(fam_idx, return_dtype=pl.Int64).to_numpy(),
         task=p["t"].to_numpy(),
@@ -288,23 +384,46 @@ def analyze(
         n_arms=k,
         families=families,
         task_tokens=grid,
+        outcome_groups=og,
     )
+    # Small families: a family of a few tasks cannot be resampled into an honest interval (one task is
+    # redrawn every round) and lets a handful of comparisons swing the merged scale. Below min_tasks it is
+    # left out of the merge (weight 0) when some other weighted family has enough tasks.
+    n_tasks = tasks.group_by("family").len()
+    n_tasks = dict(zip(n_tasks["family"].to_list(), n_tasks["len"].to_list(), strict=True))
+    big = [f for f in families if fw[f] > 0 and n_tasks[f] >= opt.min_tasks]
+    excluded = [f for f in families if fw[f] > 0 and n_tasks[f] < opt.min_tasks] if big else []
+    for f in families:
+        if f in excluded:
+            warnings.append(
+                f"family {f}: only {n_tasks[f]} task(s), below the minimum of {opt.min_tasks} "
+                "(--min-tasks): left out of the merge, Elo and tokens per task (its per-family Elo is shown "
+                "but not trustworthy)"
+            )
+        elif fw[f] > 0 and n_tasks[f] < WARN_TASKS:
+            warnings.append(
+                f"family {f}: only {n_tasks[f]} task(s) (fewer than {WARN_TASKS}): its intervals are widened "
+                "for the small sample but remain approximate"
+                + ("; no interval is possible with a single task" if n_tasks[f] < 2 else "")
+            )
+    if excluded:
+        kept = sum(fw[f] for f in families if f not in excluded)
+        fw = {f: (0.0 if f in excluded else w / kept) for f, w in fw.items()}
     fw_arr = np.array([fw[f] for f in families], dtype=float)
     a_i = arm_idx[anchor]
     step("fitting Bradley-Terry")
-    elo, tok, per_family_theta = point_estimate(data, fw_arr, anchor=a_i, l2=opt.l2)
+    elo, tok, per_family_theta = point_estimate(data, fw_arr, anchor=a_i, l2=l2)
+    tok_unweighted = tokens_unweighted(data)
 
     fits: list[FamilyFit] = []
-    for f in families:
-        sel = p.filter(pl.col("family") == f)
-        d = fit_bt_detailed(
-            sel["wi"].to_numpy(), sel["li"].to_numpy(), k, l2=opt.l2, weights=sel["weight"].to_numpy()
-        )
+    for fi, f in enumerate(families):
+        counts = family_counts(data, fi)
+        d = fit_bt_counts(counts, l2=l2)
         fits.append(
             FamilyFit(
                 family=f,
                 tasks=int(tasks.filter(pl.col("family") == f).height),
-                comparisons=float(sel["weight"].sum()),
+                comparisons=float(counts.sum()),
                 converged=bool(d.converged),
                 n_iter=int(d.n_iter),
                 grad_norm=float(d.grad_norm),
@@ -316,15 +435,17 @@ def analyze(
         if fits[-1].unobserved:
             warnings.append(
                 f"family {f} has no comparisons for {', '.join(fits[-1].unobserved)}: their global Elo "
-                "comes from the other families only (weights renormalised per arm)"
+                "comes from the other families only (placed on the common scale through the arms the "
+                "families share)"
             )
 
     elo_s = tok_s = None
     failed = 0
+    boot = None
     if opt.rounds > 0:
         step("bootstrap rounds")
         boot = bootstrap(
-            data, fw_arr, anchor=a_i, rounds=opt.rounds, seed=opt.seed, l2=opt.l2, progress=progress
+            data, fw_arr, anchor=a_i, rounds=opt.rounds, seed=opt.seed, l2=l2, progress=progress
         )
         elo_s, tok_s, failed = boot.elo, boot.tokens_per_task, int(boot.failed_rounds)
         if failed:
@@ -333,8 +454,26 @@ def analyze(
     strategies = arm_info["strategy"].to_list()
     budgets = [int(b) for b in arm_info["budget_n"].to_list()]
     table = returns_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level)
+    prices = parse_prices(opt.prices)
+    breakdown = arm_breakdown(frame.filter(pl.col("arm").is_in(arms)), prices)
+    warnings += _task_set_warnings(breakdown)
+    cost_table = None
+    if prices is not None:
+        cost, cost_s = cost_arrays(arms, np.asarray(tok, dtype=float), tok_s, breakdown)
+        # The returns table over cost: "per 1k" of (USD x 1000) is per $1.
+        cost_table = returns_table(
+            arms, strategies, budgets, cost * 1000, elo, elo_s, None if cost_s is None else cost_s * 1000, level=opt.level
+        ).rename(lambda c: c.replace("tokens_per_task", "cost_per_task").replace("per_1k", "per_usd"))
+        cost_table = cost_table.with_columns(pl.col("cost_per_task") / 1000)
+    unweighted = pl.DataFrame({"arm": arms, "tokens_per_task_unweighted": tok_unweighted})
+    table = table.join(unweighted.with_columns(pl.col(pl.Float64).fill_nan(None)), on="arm", how="left")
     per_strategy = per_strategy_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level)
-    warnings += family_dominance(per_family_theta, fw, arms, threshold=opt.dominance_threshold, anchor=a_i)
+    vs_frontier = frontier_steps_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level)
+    if boot is not None:
+        warnings += _ratio_warnings(table, opt.rounds)
+        warnings += family_heterogeneity(
+            per_family_theta, boot.family_theta, fw, arms, alpha=opt.heterogeneity_alpha
+        )
 
     rows = []
     for f in families:
@@ -364,7 +503,7 @@ def analyze(
         "outcomes": outcomes.height,
         "ungraded_outcomes": ungraded,
         "judgments": judgments.height,
-        "comparisons": pairs.height,
+        "comparisons": pairs.height + implied_pair_rows(groups, drop_ties=opt.drop_ties),
         "tasks": tasks.height,
         "skipped_lines": len(skipped),
     }
@@ -397,4 +536,42 @@ def analyze(
         failed_rounds=failed,
         versions=versions(),
         records=frame,
+        breakdown=breakdown,
+        cost_table=cost_table,
+        vs_frontier=vs_frontier,
+        excluded_families=excluded,
     )
+
+
+def _task_set_warnings(breakdown: pl.DataFrame) -> list[str]:
+    """Arms are compared on the tasks they attempted: say so when those sets differ (an arm missing tasks —
+    jobs that failed on egress and wrote no result — is compared on fewer, and its cost is over fewer)."""
+    short = breakdown.filter(pl.col("tasks_attempted").fill_null(0) < pl.col("tasks_attempted").max())
+    if short.height == 0:
+        return []
+    most = int(breakdown["tasks_attempted"].max() or 0)
+    shown = ", ".join(f"{r['arm']} {r['tasks_attempted'] or 0}" for r in short.iter_rows(named=True))
+    return [
+        f"arms attempted different task sets (most: {most} tasks; {shown}): Elo and tokens per task of these arms "
+        "come from fewer tasks — `ept status`/`ept retry` show the jobs without a result"
+    ]
+
+
+def _ratio_warnings(table: pl.DataFrame, rounds: int) -> list[str]:
+    """Never silent about the ratio: which rows have no ΔElo per 1k (unresolved token step) and how many
+    rounds had a token step <= 0 (they enter the interval at +-inf instead of being dropped)."""
+    out = []
+    rows = table.filter(pl.col("per_1k_resolved").is_not_null())
+    unresolved = rows.filter(~pl.col("per_1k_resolved"))["arm"].to_list()
+    if unresolved:
+        out.append(
+            "ΔElo per 1k tokens not reported for " + ", ".join(unresolved) + ": the token step to the previous "
+            "row is not resolved (its interval includes 0), so the ratio could be anything"
+        )
+    edge = rows.filter(pl.col("per_1k_resolved") & (pl.col("per_1k_nonpositive_rounds") > 0))
+    for r in edge.iter_rows(named=True):
+        out.append(
+            f"{r['arm']}: {r['per_1k_nonpositive_rounds']} of {rounds} bootstrap rounds had a token step <= 0; "
+            "they count at the far end of the ΔElo per 1k interval (not dropped)"
+        )
+    return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 if TYPE_CHECKING:  # annotations only: `ept tokens` prints through here and needs none of numpy/scipy
@@ -49,10 +51,26 @@ def fmt_ci(x: Any, lo: Any, hi: Any, nd: int = 0, sign: bool = False) -> str:
     return s
 
 
+def _per_1k_cell(r: dict[str, Any]) -> str:
+    # A ratio over a token step whose interval includes 0 could be anything: say so instead of a number.
+    if r.get("per_1k_resolved") is False:
+        return "token step unresolved"
+    return fmt_ci(r["d_elo_per_1k"], r.get("d_elo_per_1k_lo"), r.get("d_elo_per_1k_hi"), nd=1)
+
+
+def _frontier_cell(r: dict[str, Any]) -> str:
+    """'yes'/'' from the point estimate, with the bootstrap share of rounds on the frontier when known."""
+    label = "yes" if r["frontier"] else ""
+    prob = r.get("frontier_prob")
+    return f"{label} ({prob:.0%})".strip() if _ok(prob) else label
+
+
 def _returns_rows(table: pl.DataFrame, anchor: str | None = None) -> list[list[str]]:
     rows = []
     for r in table.iter_rows(named=True):
         arm = r["arm"] + (" (anchor)" if r["arm"] == anchor else "")
+        if r.get("vs"):
+            arm += f" vs {r['vs']}"
         rows.append(
             [
                 arm,
@@ -60,14 +78,14 @@ def _returns_rows(table: pl.DataFrame, anchor: str | None = None) -> list[list[s
                 fmt_tokens(r["tokens_per_task"]),
                 fmt_ci(r["elo"], r.get("elo_lo"), r.get("elo_hi")),
                 fmt_ci(r["d_elo"], r.get("d_elo_lo"), r.get("d_elo_hi"), sign=True),
-                fmt_ci(r["d_elo_per_1k"], r.get("d_elo_per_1k_lo"), r.get("d_elo_per_1k_hi"), nd=1),
-                "yes" if r["frontier"] else "",
+                _per_1k_cell(r),
+                _frontier_cell(r),
             ]
         )
     return rows
 
 
-RETURNS_HEADER = ["arm", "budget", "tokens/task", "Elo [95% CI]", "ΔElo [CI]", "ΔElo per 1k tokens [CI]", "frontier"]
+RETURNS_HEADER = ["arm", "budget", "tokens/task", "Elo [95% CI]", "ΔElo [CI]", "ΔElo per 1k tokens [CI]", "frontier (P)"]
 TOKENS_HEADER = [
     "arm",
     "strategy",
@@ -100,13 +118,10 @@ def _tokens_rows(tokens: pl.DataFrame) -> list[list[str]]:
     ]
 
 
-def _per_family_pivot(result: AnalysisResult) -> tuple[list[str], list[list[str]]]:
+def _per_family_pivot(result: AnalysisResult, arms: list[str] | None = None) -> tuple[list[str], list[list[str]]]:
     header = ["arm"] + [f"{f} (w={result.family_weights[f]:.2f})" for f in result.families]
-    rows = []
-    for arm in result.arms:
-        sub = result.per_family.filter(pl.col("arm") == arm)
-        by_f = dict(zip(sub["family"].to_list(), sub["elo"].to_list(), strict=True))
-        rows.append([arm] + [fmt_num(by_f.get(f)) for f in result.families])
+    by = {(r["arm"], r["family"]): r["elo"] for r in result.per_family.iter_rows(named=True)}
+    rows = [[arm] + [fmt_num(by.get((arm, f))) for f in result.families] for arm in (arms or result.arms)]
     return header, rows
 
 
@@ -117,20 +132,93 @@ def _level_label(result: AnalysisResult) -> str:
 # ---------------------------------------------------------------- terminal
 
 
+# Width for output that is not a terminal (a pipe, a CI log, `docker compose` output): rich would fall back to
+# 80 columns and cut the tables' cells and headers. Tables are drawn at their natural width (never padded to the
+# console's), so a wide limit costs nothing and keeps every column in full.
+PIPE_WIDTH = 1000
+
+
 def make_console(*, stderr: bool = False, record: bool = False) -> Console:
     """A console that does not squeeze the tables to 80 columns when output is piped or recorded."""
     c = Console(stderr=stderr, record=record)
     if record or not c.is_terminal:
-        c = Console(stderr=stderr, record=record, width=150)
+        c = Console(stderr=stderr, record=record, width=PIPE_WIDTH)
     return c
 
 
-def _rich_table(title: str, header: list[str], rows: list[list[str]], right_from: int = 1) -> Table:
+BREAKDOWN_HEADER = ["arm", "tasks", "answered", "lost", "failed by class", "cut by max_tokens", "reasoning", "cached in"]
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None or x != x else f"{100 * x:.0f}%"
+
+
+def _breakdown_rows(result: AnalysisResult) -> tuple[list[str], list[list[str]]]:
+    """Per arm: tasks attempted / answered / lost (scored 0 with their tokens), failures by class, calls cut by
+    max_tokens, reasoning share of completion tokens, cached share of input; cost per task when priced."""
+    b = result.breakdown
+    if b is None or b.height == 0:
+        return BREAKDOWN_HEADER, []
+    priced = "cost_per_task" in b.columns
+    header = BREAKDOWN_HEADER + (["$/task"] if priced else [])
+    order = {a: i for i, a in enumerate(result.arms)}
+    rows = []
+    for r in sorted(b.iter_rows(named=True), key=lambda r: order.get(r["arm"], len(order))):
+        row = [
+            r["arm"], str(r["tasks_attempted"] or 0), str(r["tasks_answered"] or 0), str(r["tasks_lost"] or 0),
+            r["failed_by_class"] or "—", str(r["calls_cut_by_max_tokens"] or 0),
+            _pct(r["reasoning_share"]), _pct(r["cached_share"]),
+        ]  # fmt: skip
+        if priced:
+            row.append("—" if r["cost_per_task"] is None else f"{r['cost_per_task']:.5f}")
+        rows.append(row)
+    return header, rows
+
+
+def _cost_rows(result: AnalysisResult) -> list[list[str]]:
+    t = result.cost_table
+    if t is None:
+        return []
+    renamed = t.rename(lambda c: c.replace("cost_per_task", "tokens_per_task").replace("per_usd", "per_1k"))
+    rows = _returns_rows(renamed.with_columns(pl.col("tokens_per_task") * 1000), result.anchor)
+    for r, src in zip(rows, t.iter_rows(named=True), strict=True):
+        r[2] = f"{src['cost_per_task']:.5f}"
+        r[5] = r[5].replace("token step", "cost step")
+        v, lo, hi = src.get("d_elo_per_usd"), src.get("d_elo_per_usd_lo"), src.get("d_elo_per_usd_hi")
+        if "unresolved" not in r[5] and v is not None and v == v:
+            ci = f" [{_compact(lo)}, {_compact(hi)}]" if lo is not None and hi is not None else ""
+            r[5] = _compact(v) + ci
+    return rows
+
+
+def _compact(x: float | None) -> str:
+    """ΔElo per $1 spans orders of magnitude (a cheap model's task costs fractions of a cent): 124k, 3.2M."""
+    if x is None or x != x:
+        return "—"
+    for div, suffix in ((1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{suffix}"
+    return f"{x:.1f}"
+
+
+COST_HEADER = ["arm", "budget", "$/task", "Elo [95% CI]", "ΔElo [CI]", "ΔElo per $1 [CI]", "frontier"]
+
+
+def _rx(text: Any) -> str:
+    """Untrusted text inside a rich markup string."""
+    return escape(str(text))
+
+
+def _rich_table(
+    title: str, header: list[str], rows: list[list[str]], right_from: int = 1, groups: list[str] | None = None
+) -> Table:
+    """groups: one key per row; a rule is drawn where the key changes (rows grouped by strategy)."""
     t = Table(title=title, title_justify="left", header_style="bold", min_width=len(title))
     for i, h in enumerate(header):
         t.add_column(h, justify="right" if i >= right_from else "left", no_wrap=True)
-    for r in rows:
-        t.add_row(*r)
+    for i, r in enumerate(rows):
+        # escape: arm labels carry variants in brackets (`best_of_n@4[effort=high]`), which rich reads as markup
+        t.add_row(*(escape(c) for c in r), end_section=groups is not None and i + 1 < len(rows) and groups[i + 1] != groups[i])
     return t
 
 
@@ -149,43 +237,132 @@ def print_tokens(tokens: pl.DataFrame, judge: pl.DataFrame, console: Console) ->
         console.print(f"[yellow]warning:[/] {missing} call(s) without usage: those arms' totals are lower bounds")
 
 
-def print_report(result: AnalysisResult, console: Console) -> None:
+GROUP_FROM = 30  # more arms shown than this: terminal tables are grouped by strategy
+ALL_TABLES_MAX = 60  # more than this, unfiltered: only the main table (the rest is in the files)
+MAX_WARNINGS = 20  # terminal only; the files list every warning
+
+
+def _pattern_regex(pattern: str) -> re.Pattern[str]:
+    # Only * and ? are wildcards: arm labels contain [ ] (variants), which fnmatch would read as classes.
+    return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern))
+
+
+def select_arms(result: AnalysisResult, *, top: int | None = None, pattern: str | None = None) -> list[str]:
+    """Arms the terminal shows: those whose label contains PATTERN (`*`, `?` wildcards), then the `top`
+    highest by Elo among them. Raises InputError when the filter is invalid or matches no arm."""
+    from contracts.errors import InputError
+
+    arms = list(result.arms)
+    if pattern is not None:
+        rx = _pattern_regex(pattern)
+        arms = [a for a in arms if rx.search(a)]
+        if not arms:
+            raise InputError(
+                f"no arm matches {pattern!r}; arms look like {', '.join(result.arms[:3])}", field="--arms"
+            )
+    if top is not None:
+        if top < 1:
+            raise InputError(f"must be >= 1, got {top}", field="--top")
+        elo = dict(zip(result.arms, result.elo.tolist(), strict=True))
+        best = sorted(arms, key=lambda a: -elo[a] if not math.isnan(elo[a]) else math.inf)[:top]
+        arms = [a for a in arms if a in set(best)]
+    return arms
+
+
+def print_report(
+    result: AnalysisResult, console: Console, *, top: int | None = None, arms: str | None = None
+) -> None:
+    """The terminal report. top / arms narrow the tables (see select_arms); the files keep every arm."""
     o = result.options
     ci = f"{_level_label(result)} bootstrap CI, {o.rounds} rounds" if o.rounds else "no bootstrap"
-    console.print(
-        _rich_table(
-            f"Diminishing returns (anchor {result.anchor} = 1000; {ci})",
-            RETURNS_HEADER,
-            _returns_rows(result.table, result.anchor),
+    shown = select_arms(result, top=top, pattern=arms)
+    filtered = len(shown) < len(result.arms)
+    grouped = len(shown) > GROUP_FROM
+    keep = pl.col("arm").is_in(shown)
+    table = result.table.filter(keep)
+    if grouped:  # by strategy (cheapest strategy first), then tokens; Δ columns still vs the next-cheaper arm
+        first = table.group_by("strategy").agg(pl.col("tokens_per_task").min().alias("_s"))
+        table = table.join(first, on="strategy").sort("_s", "strategy", "tokens_per_task", maintain_order=True)
+    title = f"Diminishing returns (anchor {_rx(result.anchor)} = 1000; {ci})"
+    if filtered:
+        title += f"; {len(shown)} of {len(result.arms)} arms shown, Δ vs the next-cheaper of all arms"
+    if grouped:
+        title += "; grouped by strategy"
+    groups = table["strategy"].to_list() if grouped else None
+    console.print(_rich_table(title, RETURNS_HEADER, _returns_rows(table, result.anchor), groups=groups))
+    if len(shown) > ALL_TABLES_MAX and not filtered:
+        console.print(
+            f"{len(shown)} arms: the per-strategy, frontier and per-family tables are in report.md / report.json "
+            "(--out); narrow the terminal with --top N or --arms PATTERN (e.g. --arms 'best_of_n@*').",
+            highlight=False,
+            soft_wrap=True,
         )
-    )
-    console.print(
-        _rich_table(
-            "Per strategy: each budget against the previous budget of the same strategy",
-            RETURNS_HEADER,
-            _returns_rows(result.per_strategy),
+    else:
+        per_strategy = result.per_strategy.filter(keep)
+        console.print(
+            _rich_table(
+                "Per strategy: each budget against the previous budget of the same strategy",
+                RETURNS_HEADER,
+                _returns_rows(per_strategy),
+                groups=per_strategy["strategy"].to_list() if grouped else None,
+            )
         )
-    )
-    header, rows = _per_family_pivot(result)
-    console.print(_rich_table("Per family: Elo from the family's centred theta", header, rows))
+        if result.vs_frontier is not None:
+            console.print(
+                _rich_table(
+                    "Vs previous frontier arm: each arm against the next-cheaper arm on the frontier",
+                    RETURNS_HEADER,
+                    _returns_rows(result.vs_frontier.filter(keep)),
+                )
+            )
+        header, rows = _per_family_pivot(result, table["arm"].to_list())
+        console.print(
+            _rich_table("Per family: Elo from the family's centred theta", header, rows, groups=groups)
+        )
+    header, rows = _breakdown_rows(result)
+    if rows:
+        console.print(_rich_table(
+            "Per arm: tasks, failures (lost = scored 0 with their tokens), token split", header, rows
+        ))  # fmt: skip
+    if result.cost_table is not None:
+        console.print(_rich_table(f"Cost (prices {result.options.prices}, USD per 1M tokens)", COST_HEADER,
+                                  _cost_rows(result)))  # fmt: skip
     c = result.counts
     console.print(
         f"{c['files']} file(s), {c['calls']} calls ({c['judge_calls']} judge), {c['outcomes']} outcomes, "
         f"{c['judgments']} judgments, {c['tasks']} tasks, {len(result.families)} families; "
-        f"weights {', '.join(f'{f}={w:.3g}' for f, w in result.family_weights.items())}",
+        f"weights {', '.join(f'{_rx(f)}={w:.3g}' for f, w in result.family_weights.items())}",
         highlight=False,
         soft_wrap=True,
     )
-    for w in result.warnings:
-        console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+    for w in result.warnings[:MAX_WARNINGS]:
+        console.print(f"[yellow]warning:[/] {_rx(w)}", highlight=False, soft_wrap=True)
+    if len(result.warnings) > MAX_WARNINGS:  # many arms can raise one warning each
+        console.print(
+            f"[yellow]… and {len(result.warnings) - MAX_WARNINGS} more warnings[/] (all in report.md / report.json)",
+            highlight=False,
+        )
 
 
 # ---------------------------------------------------------------- files
 
 
-def _md_table(header: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+
+
+def md_escape(text: Any) -> str:
+    """Names (arms, strategies, families) come from untrusted logs: in report.md they are text, never HTML,
+    links, images or emphasis. HTML's three characters become entities; Markdown's inline syntax is escaped."""
+    s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
+    return _MD_SPECIAL.sub(r"\\\1", s)
+
+
+def _md_table(header: list[str], rows: list[list[str]], names: int = 1) -> str:
+    """A Markdown table; the header and the first `names` columns (arm, strategy) are escaped, the numbers
+    (ours) are written as they are."""
+    out = ["| " + " | ".join(md_escape(h) for h in header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(md_escape(c) if i < names else c.replace("|", "\\|") for i, c in enumerate(r)) + " |"
+            for r in rows]  # fmt: skip
     return "\n".join(out)
 
 
@@ -195,14 +372,16 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
     parts = [
         "# Elo per token",
         "",
-        f"Anchor: **{result.anchor}** = 1000. {ci}. Family weights: "
-        + ", ".join(f"{f}={w:.3g}" for f, w in result.family_weights.items())
+        f"Anchor: **{md_escape(result.anchor)}** = 1000. {ci}. Family weights: "
+        + ", ".join(f"{md_escape(f)}={w:.3g}" for f, w in result.family_weights.items())
         + ".",
         "",
         "## Diminishing returns",
         "",
-        "Rows ordered by tokens per task; ΔElo and ΔElo per 1k tokens are against the previous row; "
-        "frontier = no cheaper arm has a higher Elo.",
+        "Rows ordered by tokens per task (weighted over families like Elo); ΔElo and ΔElo per 1k tokens are "
+        "against the previous row; the ratio is shown only where the token step's interval excludes 0. "
+        "frontier = no arm is at least as cheap and at least as strong; (P) = share of bootstrap rounds in "
+        "which the arm is on the frontier.",
         "",
         _md_table(RETURNS_HEADER, _returns_rows(result.table, result.anchor)),
         "",
@@ -212,6 +391,19 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         "",
         _md_table(RETURNS_HEADER, _returns_rows(result.per_strategy)),
         "",
+        *(
+            [
+                "## Vs previous frontier arm",
+                "",
+                "Each arm against the next-cheaper arm on the frontier, so a dominated arm in between does not "
+                "inflate the next step.",
+                "",
+                _md_table(RETURNS_HEADER, _returns_rows(result.vs_frontier)),
+                "",
+            ]
+            if result.vs_frontier is not None
+            else []
+        ),
         "## Per family",
         "",
         "Elo = 1000 + 400/ln10 · θ, θ centred within the family over the arms it observed.",
@@ -220,31 +412,46 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         "",
         "## Tokens",
         "",
-        _md_table(TOKENS_HEADER, _tokens_rows(result.tokens)),
+        _md_table(TOKENS_HEADER, _tokens_rows(result.tokens), names=2),
+        "",
+        "## Per arm: tasks, failures, token split",
+        "",
+        "lost = tasks where the strategy failed (context overflow, a refused request after spending tokens) and "
+        "was scored 0 with its tokens; reasoning = share of completion tokens the server reported as reasoning; "
+        "cached in = share of input tokens served from the prompt cache.",
+        "",
+        _md_table(*_breakdown_rows(result)),
         "",
     ]
+    if result.cost_table is not None:
+        parts += [
+            f"## Cost (prices {result.options.prices}, USD per 1M tokens)",
+            "",
+            _md_table(COST_HEADER, _cost_rows(result)),
+            "",
+        ]
     if result.judge_tokens.height:
         parts += [
             "Judge calls (evaluation cost, not strategy cost): "
-            + ", ".join(f"{r['arm']}: {r['total_tokens']} tokens" for r in result.judge_tokens.iter_rows(named=True)),
+            + ", ".join(f"{md_escape(r['arm'])}: {r['total_tokens']} tokens" for r in result.judge_tokens.iter_rows(named=True)),
             "",
         ]
     parts += ["## Fits", ""]
     for f in result.fits:
-        unobs = f" unobserved arms: {', '.join(f.unobserved)}." if f.unobserved else ""
+        unobs = f" unobserved arms: {', '.join(md_escape(a) for a in f.unobserved)}." if f.unobserved else ""
         parts.append(
-            f"- {f.family}: {f.tasks} tasks, comparison weight {f.comparisons:g}, "
+            f"- {md_escape(f.family)}: {f.tasks} tasks, comparison weight {f.comparisons:g}, "
             f"{'converged' if f.converged else 'NOT converged'} in {f.n_iter} iterations.{unobs}"
         )
     parts.append("")
     if result.warnings:
-        parts += ["## Warnings", ""] + [f"- {w}" for w in result.warnings] + [""]
+        parts += ["## Warnings", ""] + [f"- {md_escape(w)}" for w in result.warnings] + [""]
     if plots:
         parts += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     parts += [
         "## Inputs",
         "",
-        *[f"- `{f}`" for f in result.inputs[:50]],
+        *[f"- {md_escape(f)}" for f in result.inputs[:50]],
         *([f"- … and {len(result.inputs) - 50} more"] if len(result.inputs) > 50 else []),
         "",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in result.versions.items()),

@@ -1,8 +1,10 @@
-"""Diminishing-returns tables (the seed's section 5) and the one-family-dominates warning.
+"""Diminishing-returns tables (the seed's section 5), frontier probability and the heterogeneity warning.
 
-Each row is compared with a predecessor: the next-cheaper arm (`returns_table`) or the previous budget
-of the same strategy (`per_strategy_table`). Intervals are percentile intervals of the same quantity
-recomputed in every bootstrap round with the row order fixed by the point estimate.
+Each row is compared with a predecessor: the next-cheaper arm (`returns_table`), the previous budget
+of the same strategy (`per_strategy_table`) or the next-cheaper arm on the frontier
+(`frontier_steps_table`). Intervals are percentile intervals of the same quantity recomputed in every
+bootstrap round with the row order fixed by the point estimate. ΔElo per 1k tokens is reported only
+where the token step is resolved (its interval excludes 0); see docs/statistics.md.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ import polars as pl
 
 from analysis.merge import ELO_SCALE
 
-__all__ = ["family_dominance", "per_strategy_table", "returns_table"]
+__all__ = [
+    "family_heterogeneity",
+    "frontier_probability",
+    "frontier_steps_table",
+    "per_1k_rounds",
+    "per_strategy_table",
+    "returns_table",
+]
 
 _FLOAT_COLS = [
     "tokens_per_task",
@@ -29,6 +38,8 @@ _FLOAT_COLS = [
     "d_elo_per_1k_lo",
     "d_elo_per_1k_hi",
 ]
+# Appended after `frontier` (issue 12), so the older columns keep their positions.
+_EXTRA_COLS = ["d_tokens", "d_tokens_lo", "d_tokens_hi", "frontier_prob"]
 
 
 def _validate(arms, strategies, budgets, tokens, elo, elo_samples, tokens_samples, level):
@@ -59,11 +70,32 @@ def _per_1k(d_elo: np.ndarray, d_tok: np.ndarray) -> np.ndarray:
         return np.where(d_tok > 0, d_elo / np.where(d_tok > 0, d_tok, 1.0) * 1000.0, np.nan)
 
 
+def per_1k_rounds(d_elo: np.ndarray, d_tok: np.ndarray) -> np.ndarray:
+    """Per-round ratio for an interval: a round whose token step is <= 0 is not dropped (that would select
+    the rounds that agree with the point estimate) but counted at the end its ΔElo points to: the ratio
+    of a step that shrinks to 0 goes to +inf (ΔElo > 0) or -inf (ΔElo < 0); 0/0 stays NaN."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(d_tok > 0, d_elo / np.where(d_tok > 0, d_tok, 1.0) * 1000.0, np.nan)
+    edge = ~(d_tok > 0) & ~np.isnan(d_tok)
+    with np.errstate(invalid="ignore"):
+        return np.where(edge & (d_elo != 0), np.sign(d_elo) * np.inf, ratio)
+
+
 def _frontier(tokens: np.ndarray, elo: np.ndarray) -> np.ndarray:
-    """True where no strictly cheaper arm has a strictly higher Elo (NaN Elo is never on it)."""
-    cheaper = tokens[None, :] < tokens[:, None]
-    beaten = np.any(cheaper & (elo[None, :] > elo[:, None]), axis=1)
-    return ~beaten & ~np.isnan(elo) & ~np.isnan(tokens)
+    """True where no other arm is at least as cheap and at least as strong, and strictly better in one
+    of the two (weakly dominated arms are off the frontier). NaN Elo or tokens is never on it. Works on
+    stacks ([..., K]: one frontier per bootstrap round)."""
+    t_le = tokens[..., None, :] <= tokens[..., :, None]  # [.., i, j]: arm j at most as costly as arm i
+    e_ge = elo[..., None, :] >= elo[..., :, None]
+    strict = (tokens[..., None, :] < tokens[..., :, None]) | (elo[..., None, :] > elo[..., :, None])
+    dominated = np.any(t_le & e_ge & strict, axis=-1)
+    return ~dominated & ~np.isnan(elo) & ~np.isnan(tokens)
+
+
+def frontier_probability(elo_samples: np.ndarray, tokens_samples: np.ndarray) -> np.ndarray:
+    """Share of bootstrap rounds in which each arm is on that round's frontier ([K]); rounds where an arm's
+    Elo or tokens are NaN count as off."""
+    return _frontier(np.asarray(tokens_samples, dtype=float), np.asarray(elo_samples, dtype=float)).mean(axis=0)
 
 
 def _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev):
@@ -80,9 +112,12 @@ def _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev):
         "elo": elo[order],
         "d_elo": d_elo,
         "d_elo_per_1k": _per_1k(d_elo, d_tok),
+        "d_tokens": d_tok,
     }
     q = [100 * (1 - level) / 2, 100 * (1 + level) / 2]
     nan = np.full(order.size, np.nan)
+    resolved = np.full(order.size, None, dtype=object)
+    dropped = np.full(order.size, None, dtype=object)
     if es is not None:
         ts = np.broadcast_to(tokens, es.shape) if ts is None else ts
         d_es = np.where(has_prev, es[:, order] - es[:, p], np.nan)
@@ -90,7 +125,8 @@ def _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev):
         ranges = {
             "elo": es[:, order],
             "d_elo": d_es,
-            "d_elo_per_1k": _per_1k(d_es, d_ts),
+            "d_elo_per_1k": per_1k_rounds(d_es, d_ts),
+            "d_tokens": d_ts,
         }
         for name, samples in ranges.items():
             with warnings.catch_warnings():
@@ -98,17 +134,33 @@ def _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev):
                 warnings.simplefilter("ignore", RuntimeWarning)
                 lo, hi = np.nanpercentile(samples, q, axis=0)
             cols[f"{name}_lo"], cols[f"{name}_hi"] = lo, hi
+        # The ratio is a number only where the token step is resolved: its own interval excludes 0 (and
+        # the ratio's bounds are finite). Elsewhere it is null and `per_1k_resolved` says why.
+        ok = has_prev & (cols["d_tokens_lo"] > 0)
+        ok &= np.isfinite(cols["d_elo_per_1k_lo"]) & np.isfinite(cols["d_elo_per_1k_hi"])
+        for name in ("d_elo_per_1k", "d_elo_per_1k_lo", "d_elo_per_1k_hi"):
+            cols[name] = np.where(ok, cols[name], np.nan)
+        resolved = np.where(has_prev, ok, None)
+        dropped = np.where(has_prev, np.sum(~(d_ts > 0) & ~np.isnan(d_ts), axis=0), None)
+        cols["frontier_prob"] = frontier_probability(es, ts)[order]
     else:
-        for name in ("elo", "d_elo", "d_elo_per_1k"):
+        for name in ("elo", "d_elo", "d_elo_per_1k", "d_tokens"):
             cols[f"{name}_lo"], cols[f"{name}_hi"] = nan, nan
+        cols["frontier_prob"] = nan
     cols["frontier"] = _frontier(tokens, elo)[order]
-    df = pl.DataFrame(cols)
+    df = pl.DataFrame(cols).with_columns(
+        pl.Series("per_1k_resolved", resolved.tolist(), dtype=pl.Boolean),
+        pl.Series("per_1k_nonpositive_rounds", dropped.tolist(), dtype=pl.Int64),
+    )
     return df.select(
         "arm",
         "strategy",
         "budget_n",
         *[pl.col(c).cast(pl.Float64).fill_nan(None) for c in _FLOAT_COLS],
         "frontier",
+        *[pl.col(c).cast(pl.Float64).fill_nan(None) for c in _EXTRA_COLS],
+        "per_1k_resolved",
+        "per_1k_nonpositive_rounds",
     )
 
 
@@ -124,10 +176,13 @@ def returns_table(
 ) -> pl.DataFrame:
     """Rows by tokens/task ascending; deltas against the previous (next-cheaper) row.
 
-    d_elo = elo - prev_elo; d_elo_per_1k = d_elo / (tokens - prev_tokens) * 1000 (null when the token
-    difference is not positive); frontier = no strictly cheaper arm has a strictly higher Elo.
-    *_lo/*_hi: percentile interval at `level` over bootstrap rounds (null without samples); when
-    tokens_samples is None the point tokens are used in every round.
+    d_elo = elo - prev_elo; d_tokens = tokens - prev_tokens; d_elo_per_1k = d_elo / d_tokens * 1000, null
+    when d_tokens is not positive and, with samples, when d_tokens' interval includes 0
+    (per_1k_resolved = False; per_1k_nonpositive_rounds counts the rounds with a step <= 0, which enter
+    the ratio's interval at +-inf). frontier = the point estimate is not weakly dominated; frontier_prob
+    = share of bootstrap rounds in which it is not. *_lo/*_hi: percentile interval at `level` over
+    bootstrap rounds (null without samples); when tokens_samples is None the point tokens are used in
+    every round.
     """
     tokens, elo, es, ts = _validate(
         arms, strategies, budgets, tokens_per_task, elo, elo_samples, tokens_samples, level
@@ -163,50 +218,121 @@ def per_strategy_table(
     return _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev)
 
 
-def family_dominance(
-    per_family_theta: Mapping[str, np.ndarray],
+def frontier_steps_table(
+    arms: list[str],
+    strategies: list[str],
+    budgets: list[int],
+    tokens_per_task: np.ndarray,
+    elo: np.ndarray,
+    elo_samples: np.ndarray | None,
+    tokens_samples: np.ndarray | None,
+    level: float = 0.95,
+) -> pl.DataFrame:
+    """Rows as in returns_table, but each row against the next-cheaper arm ON the (point-estimate) frontier
+    (column `vs`), so a dominated arm in between does not inflate the next arm's return. Frontier arms'
+    rows are the steps along the frontier; an off-frontier arm's row says what it adds (or loses) over
+    the frontier arm below it."""
+    tokens, elo, es, ts = _validate(
+        arms, strategies, budgets, tokens_per_task, elo, elo_samples, tokens_samples, level
+    )
+    order = np.argsort(tokens, kind="stable")
+    front = _frontier(tokens, elo)
+    prev = np.full(order.size, -1)
+    last = -1
+    for pos, i in enumerate(order):  # K rows: a loop over arms, not over data
+        prev[pos] = last
+        if front[i]:
+            last = i
+    df = _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev)
+    return df.insert_column(3, pl.Series("vs", [arms[j] if j >= 0 else None for j in prev], dtype=pl.String))
+
+
+def family_heterogeneity(
+    point_theta: Mapping[str, np.ndarray],
+    round_theta: Mapping[str, np.ndarray],
     weights: Mapping[str, float],
     arms: Sequence[str],
-    threshold: float = 0.6,
     *,
-    anchor: int = 0,
-    min_gain_elo: float = 1.0,
+    alpha: float = 0.05,
 ) -> list[str]:
-    """Warnings for arms whose weighted global gain over `anchor` comes mostly from one family.
+    """Warnings for arms whose strength the families disagree about beyond noise (family x arm interaction).
 
-    For arm k, family f contributes c_f = w_f * (theta_f[k] - theta_f[anchor]) / sum of w over families
-    that observed both arms (the same renormalisation as merge_thetas). A warning is raised when some
-    c_f / sum(c) > threshold, provided at least two weighted families observed the arm and the global
-    gain is at least `min_gain_elo` Elo in size (a near-zero gain makes shares meaningless).
+    Family f's view of arm k on the merged scale is z_fk = theta_f[k] - b_f (b_f: the family's offset from
+    the merge, analysis.merge.merge_fit); its variance v_fk is the bootstrap variance of the same quantity
+    over rounds (round_theta: family -> [R, K]). Per arm, Cochran's Q = sum_f (z_fk - zbar_k)^2 / v_fk with
+    the inverse-variance mean zbar_k is compared with chi-square on (families - 1) degrees of freedom; an
+    arm is flagged when p < alpha / (arms tested) (Bonferroni), so with no real interaction the chance of
+    any warning is at most about alpha. Step-down: the most heterogeneous flagged arm is taken out of the
+    offset fit and the rest retested, so one divergent arm does not make every arm look divergent. Only
+    families with a positive weight count.
     """
-    if not 0 < threshold <= 1:
-        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
-    fams = [f for f in per_family_theta if float(weights.get(f, 0.0)) > 0]
-    k = len(arms)
-    if not fams:
+    fams = [f for f in point_theta if float(weights.get(f, 0.0)) > 0 and f in round_theta]
+    if len(fams) < 2:
         return []
-    th = np.stack([np.asarray(per_family_theta[f], dtype=float) for f in fams])  # [F, K]
-    if th.shape[1] != k:
-        raise ValueError(f"per-family theta vectors must have {k} entries")
-    w = np.array([float(weights[f]) for f in fams])
-    diff = th - th[:, anchor : anchor + 1]  # NaN where the family lacks the arm or the anchor
-    seen = ~np.isnan(diff)
-    den = (w[:, None] * seen).sum(axis=0)
+    w = {f: float(weights[f]) for f in fams}
+    y0 = {f: np.asarray(point_theta[f], dtype=float) for f in fams}
+    yr = {f: np.asarray(round_theta[f], dtype=float) for f in fams}
+    k = len(arms)
+    # Step-down: an arm that differs between families also moves those families' offsets, which would make
+    # every other arm look displaced too. So test, flag the most heterogeneous arm, refit the offsets
+    # without it, and test the rest again, until nothing is significant.
+    flagged: list[tuple[int, float, float, int, str]] = []
+    out_set = np.zeros(k, dtype=bool)
+    n_tested = None
+    while True:
+        res = _cochran_q(
+            {f: np.where(out_set, np.nan, v) for f, v in y0.items()}, y0,
+            {f: np.where(out_set, np.nan, v) for f, v in yr.items()}, yr, w,
+        )
+        q, df, p, views = res
+        tested = (df >= 1) & ~out_set
+        if n_tested is None:
+            n_tested = int(tested.sum())
+        if not tested.any() or n_tested == 0:
+            break
+        cut = alpha / n_tested
+        cand = np.where(tested & (p < cut), q / np.maximum(df, 1), -np.inf)
+        best = int(np.argmax(cand))
+        if not np.isfinite(cand[best]):
+            break
+        flagged.append((best, q[best], p[best], int(df[best]), views[best]))
+        out_set[best] = True
+    out = []
+    for kk, qk, pk, dfk, views in flagged:
+        out.append(
+            f"{arms[kk]}: the families disagree about its strength beyond noise (heterogeneity test "
+            f"chi2={qk:.1f}, df={dfk}, p={pk:.2g} < {alpha / n_tested:.2g}); each family's view vs their "
+            f"precision-weighted mean, in Elo: {views}. The global Elo is a weighted average of different "
+            "effects: check the per-family view before trusting it"
+        )
+    return out
+
+
+def _cochran_q(fit0, y0, fitr, yr, w):
+    """Per arm: Q, degrees of freedom, p-value and a text of each family's deviation (Elo). Offsets are
+    fitted on fit0/fitr (the arms still in the pool); every arm's view uses them."""
+    from scipy.stats import chi2
+
+    from analysis.merge import merge_fit
+
+    fams = list(w)
+    _, b0 = merge_fit(fit0, w)
+    _, br = merge_fit(fitr, w)
+    z0 = np.stack([y0[f] - b0[f] for f in fams])  # [F, K]
+    zr = np.stack([yr[f] - br[f][:, None] for f in fams])  # [F, R, K]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        v = np.nanvar(zr, axis=1, ddof=1)  # [F, K]
+    use = ~np.isnan(z0) & np.isfinite(v) & (v > 0)
+    n_f = use.sum(axis=0)
+    iv = np.where(use, 1.0 / np.where(use, v, 1.0), 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        contrib = np.where(seen, w[:, None] * np.nan_to_num(diff), 0.0) / np.where(den > 0, den, 1.0)
-    gain = contrib.sum(axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        share = contrib / np.where(gain != 0, gain, 1.0)
-    eligible = (seen.sum(axis=0) >= 2) & (np.abs(gain) * ELO_SCALE >= min_gain_elo)
-    eligible[anchor] = False
-    top = np.argmax(np.where(seen, share, -np.inf), axis=0)
-    top_share = share[top, np.arange(k)]
-    flagged = np.nonzero(eligible & (top_share > threshold))[0]
-    return [
-        f"{arms[i]}: family '{fams[top[i]]}' supplies {top_share[i]:.0%} of its weighted gain over "
-        f"{arms[anchor]} ({gain[i] * ELO_SCALE:+.0f} Elo)"
-        # Over 100% means the other families pull the arm down: the global gain hides a loss there.
-        + (" while other families lose" if top_share[i] > 1 else "")
-        + "; check the per-family view before trusting the global Elo"
-        for i in flagged
+        zbar = np.sum(iv * np.nan_to_num(z0), axis=0) / np.sum(iv, axis=0)
+        q = np.sum(np.where(use, (np.nan_to_num(z0) - zbar) ** 2 * iv, 0.0), axis=0)
+    df = np.maximum(n_f - 1, 0)
+    p = np.where(df >= 1, chi2.sf(q, np.maximum(df, 1)), 1.0)
+    views = [
+        ", ".join(f"{f} {(z0[i, kk] - zbar[kk]) * ELO_SCALE:+.0f}" for i, f in enumerate(fams) if use[i, kk])
+        for kk in range(z0.shape[1])
     ]
+    return q, df, p, views

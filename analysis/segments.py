@@ -42,7 +42,16 @@ from contracts.ledger import JOB_SUFFIX
 COMPACT_DIR = "compact/"
 _PART = re.compile(r"^compact/part-(\d{5,})\.(parquet|keys)$")
 
-_USAGE = pl.Struct({"prompt_tokens": pl.Int64, "completion_tokens": pl.Int64, "total_tokens": pl.Int64})
+_USAGE = pl.Struct({
+    "prompt_tokens": pl.Int64,
+    "completion_tokens": pl.Int64,
+    "total_tokens": pl.Int64,
+    # the breakdown analysis splits tokens by (analysis.io._USAGE): reasoning vs visible, cached vs fresh input
+    "prompt_tokens_details": pl.Struct({"cached_tokens": pl.Int64}),
+    "completion_tokens_details": pl.Struct({"reasoning_tokens": pl.Int64}),
+    "cache_read_input_tokens": pl.Int64,
+    "cache_creation_input_tokens": pl.Int64,
+})  # fmt: skip
 
 # What a segment keeps of each record (contracts/records.py): every field analysis reads, plus the call and
 # outcome details worth querying. Object-valued fields (error, grader) keep their JSON text. Anything else
@@ -68,6 +77,8 @@ SEGMENT_SCHEMA: dict[str, pl.DataType] = {
     "attempts": pl.Int64(),
     "finish_reason": pl.String(),
     "error": pl.String(),
+    "failure": pl.String(),  # an outcome scored as a loss because the strategy failed (worker.job)
+    "gen": pl.String(),  # the generation settings a call sent
     "answer": pl.String(),
     "score": pl.Float64(),
     "correct": pl.Boolean(),

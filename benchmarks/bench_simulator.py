@@ -83,8 +83,8 @@ def main() -> None:
 
     import openai
 
-    from contracts.profiles import Profile
-    from worker.provider import ProviderClient
+    from egress.client import ProviderClient
+    from egress.profiles import Profile
 
     port = free_port()
     server = start_server(port)

@@ -144,8 +144,8 @@ def main() -> None:
     ap.add_argument("--workers", default="1,2,4")
     args = ap.parse_args()
 
-    from contracts.profiles import Profile
     from contracts.tasks import load_builtin_suite
+    from egress.profiles import Profile
 
     n_math = len(load_builtin_suite("math"))
     tmp = Path(tempfile.mkdtemp(prefix="ept-bench-"))

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Exit code for bad input anywhere in the tool (files, flags, plans, profiles).
+# Exit codes of every `ept` command (docs/sweep.md lists them):
+#   0 done · 1 some jobs failed · 2 bad input or setup (file:line:field) · 3 a sweep stopped because the
+#   provider's credentials or endpoint are broken (fix the profile, then `ept retry`) · 130 interrupted
+#   (Ctrl-C / SIGTERM; rerun to resume).
+EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+EXIT_STOPPED_EGRESS = 3
+EXIT_INTERRUPTED = 130
 
 
 @dataclass
@@ -31,4 +37,9 @@ class InputError(Exception):
 # Error classes shared by the provider client, the worker, the ledger and reports.
 # "credential" and "endpoint" are egress problems (fix the profile, not the evaluation);
 # "task" is an evaluation-side failure (grader crash, bad task).
-ERROR_CLASSES = ("credential", "endpoint", "rate_limit", "transient", "permanent", "task")
+# "unreachable" (connection refused / DNS) is egress too; "context_overflow" is a property of the strategy
+# and the task (scored as a loss, see worker.job).
+ERROR_CLASSES = (
+    "credential", "endpoint", "rate_limit", "unreachable", "transient", "context_overflow", "permanent", "task",
+)  # fmt: skip
+EGRESS_CLASSES = frozenset({"credential", "endpoint", "unreachable"})

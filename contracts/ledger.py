@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from contracts.errors import InputError
+from contracts.keys import check_key
 
 JOB_SUFFIX = ".jsonl"
 FAILURE_SUFFIX = ".json"
@@ -142,7 +143,7 @@ class FileLedger:
         self._replace(self._run(run_id) / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True).encode())
 
     def _job_path(self, run_id: str, key: str) -> Path:
-        return self._run(run_id) / "jobs" / (key + JOB_SUFFIX)
+        return self._run(run_id) / "jobs" / (check_key(key) + JOB_SUFFIX)
 
     def has_job(self, run_id: str, key: str) -> bool:
         return self._job_path(run_id, key).exists()
@@ -257,7 +258,7 @@ class FileLedger:
         (self._run(run_id) / name).unlink(missing_ok=True)
 
     def _failure_path(self, run_id: str, key: str) -> Path:
-        return self._run(run_id) / "failures" / (key + FAILURE_SUFFIX)
+        return self._run(run_id) / "failures" / (check_key(key) + FAILURE_SUFFIX)
 
     def iter_failure_keys(self, run_id: str) -> Iterator[str]:
         """Keys of the jobs that have a failure object (no reads)."""
@@ -321,6 +322,22 @@ def _retrying(
         time.sleep(random.uniform(0, min(cap_s, base_s * 2 ** min(i - 1, 16))))
 
 
+_S3_CREDENTIAL_CODES = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken")
+
+
+def _raise_if_credentials(e: Exception, url: str) -> None:
+    """Wrong or missing S3 credentials are a setup error (exit 2 naming the variables), not a traceback."""
+    from botocore.exceptions import NoCredentialsError, PartialCredentialsError
+
+    code = str(getattr(e, "response", {}).get("Error", {}).get("Code", "")) if hasattr(e, "response") else ""
+    if isinstance(e, NoCredentialsError | PartialCredentialsError) or code in _S3_CREDENTIAL_CODES or _s3_status(e) in (401, 403):
+        raise InputError(
+            f"S3 refused the credentials for {url} ({code or type(e).__name__}): check AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY and AWS_ENDPOINT_URL (and that this key may read and write the bucket)",
+            field="ledger",
+        ) from None
+
+
 def _s3_status(e: Exception) -> int:
     resp = getattr(e, "response", None) or {}
     return int(resp.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
@@ -366,7 +383,11 @@ class S3Ledger:
         return self._client
 
     def _retry(self, fn: Callable[[], T]) -> T:
-        return _retrying(fn, attempts=self._attempts, patience_s=self._patience_s)
+        try:
+            return _retrying(fn, attempts=self._attempts, patience_s=self._patience_s)
+        except Exception as e:
+            _raise_if_credentials(e, self.url)
+            raise
 
     def _ensure_bucket(self) -> None:
         c = self._client
@@ -385,6 +406,8 @@ class S3Ledger:
 
     def _key(self, run_id: str, *parts: str) -> str:
         _check_run_id(run_id)
+        if len(parts) == 2:  # ("jobs" | "failures", <job key><suffix>): the same rule as the file ledger
+            check_key(parts[1].rsplit(".", 1)[0])
         base = f"{self.prefix}/runs/{run_id}" if self.prefix else f"runs/{run_id}"
         return "/".join([base, *parts])
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from contracts.errors import InputError
 
-GRADER_TYPES = ("exact", "normalised", "numeric", "regex", "choice", "code", "tool", "none")
-TOOL_IMPL_TYPES = ("calculator", "lookup")
+GRADER_TYPES = ("exact", "normalised", "numeric", "math", "regex", "choice", "code", "tool", "bfcl", "none")
+TOOL_IMPL_TYPES = ("calculator", "lookup", "record")
 _KNOWN_FIELDS = {
     "task_id", "family", "prompt", "messages", "reference", "grader", "difficulty", "distractors",
     "tools", "tool_impl", "tests", "visible_tests", "entry_point", "meta",
@@ -45,6 +45,8 @@ def validate_task(task: Any, file: str = "<task>", line: int = 1) -> dict[str, A
     for f in ("task_id", "family"):
         if not isinstance(task.get(f), str) or not task[f].strip():
             raise _fail("required, a non-empty string", file, line, f)
+        if any(ord(c) < 32 or ord(c) == 127 for c in task[f]):
+            raise _fail("must not hold NUL or other control characters", file, line, f)
     has_prompt, has_msgs = task.get("prompt") is not None, task.get("messages") is not None
     if has_prompt == has_msgs:
         raise _fail("give exactly one of 'prompt' or 'messages'", file, line, "prompt")
@@ -86,6 +88,8 @@ def _check_grader_options(task: dict[str, Any], grader: dict[str, Any], file: st
             float(task["reference"])
         except (TypeError, ValueError):
             raise _fail("numeric grader needs a numeric reference", file, line, "reference") from None
+    if gtype == "math" and (isinstance(task["reference"], bool) or not isinstance(task["reference"], str | int | float)):
+        raise _fail("math grader needs a LaTeX string or a number", file, line, "reference")
     if gtype == "regex":
         import re
 
@@ -109,6 +113,12 @@ def _check_grader_options(task: dict[str, Any], grader: dict[str, Any], file: st
             raise _fail("grader option 'expect_calls' must be a list of {name, arguments?}", file, line, "grader")
         if not task.get("tools"):
             raise _fail("tool grader needs the task's tools", file, line, "tools")
+    if gtype == "bfcl":
+        if not task.get("tools"):
+            raise _fail("bfcl grader needs the task's tools", file, line, "tools")
+        if not isinstance(task["reference"], list) or not all(isinstance(g, dict) for g in task["reference"]):
+            raise _fail("bfcl grader needs the possible answers: a list of {function: {param: [options]}}",
+                        file, line, "reference")
 
 
 def _check_tools(task: dict[str, Any], file: str, line: int) -> None:
@@ -135,11 +145,15 @@ def _check_tools(task: dict[str, Any], file: str, line: int) -> None:
 
 
 def load_suite(path: str | Path) -> list[dict[str, Any]]:
-    """Read and validate a JSONL suite; the whole file is checked before anything is returned."""
+    """Read and validate a JSONL (or Parquet) suite; the whole file is checked before anything is returned."""
     p = Path(path)
     file = str(path)
     if not p.is_file():
         raise InputError("no such suite file", file=file)
+    if p.suffix == ".parquet":
+        from suites.userfile import load_parquet_suite
+
+        return load_parquet_suite(p)
     tasks: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
     with p.open("rb") as fh:
@@ -154,6 +168,8 @@ def load_suite(path: str | Path) -> list[dict[str, Any]]:
                 rec = json.loads(raw)
             except json.JSONDecodeError as e:
                 raise InputError(f"not valid JSON ({e.msg} at column {e.colno})", file=file, line=lineno) from None
+            except RecursionError:
+                raise InputError("not valid here: JSON nested too deeply", file=file, line=lineno) from None
             validate_task(rec, file, lineno)
             if rec["task_id"] in seen:
                 raise InputError(f"duplicate task_id (first on line {seen[rec['task_id']]})", file, lineno, "task_id")
@@ -172,22 +188,35 @@ def _builtin_dir() -> Path:
 
 
 def builtin_suite_names() -> list[str]:
-    return sorted(p.stem for p in _builtin_dir().glob("*.jsonl"))
+    """Generated suites (suites/data/*.jsonl) and the public-benchmark suites whose package is installed."""
+    from suites.public import available
+
+    return sorted({p.stem for p in _builtin_dir().glob("*.jsonl")} | set(available()))
 
 
 def builtin_suite_path(name: str) -> Path:
     names = builtin_suite_names()
     if name not in names:
         raise InputError(f"unknown built-in suite '{name}' (known: {', '.join(names)})", field="suite")
-    return _builtin_dir() / f"{name}.jsonl"
+    path = _builtin_dir() / f"{name}.jsonl"
+    if not path.is_file():
+        from suites.public import source_path
+
+        return source_path(name)
+    return path
 
 
 def load_builtin_suite(name: str) -> list[dict[str, Any]]:
-    return load_suite(builtin_suite_path(name))
+    path = builtin_suite_path(name)
+    if path != _builtin_dir() / f"{name}.jsonl":  # a public-benchmark suite, read from its package
+        from suites.public import load
+
+        return load(name)
+    return load_suite(path)
 
 
 def load_suite_ref(ref: str) -> list[dict[str, Any]]:
     """A suite by built-in name or by file path."""
-    if not ref.endswith(".jsonl") and ref in builtin_suite_names():
+    if not ref.endswith((".jsonl", ".parquet")) and ref in builtin_suite_names():
         return load_builtin_suite(ref)
     return load_suite(ref)

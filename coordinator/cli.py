@@ -26,14 +26,19 @@ def _ledger_and_run(run: str, ledger: str | None):
     return led, run_id
 
 
-def _finish(out, console_out) -> None:
+def _finish(out) -> None:
+    from analysis.report import make_console
     from coordinator.sweep import print_summary
 
-    print_summary(out, console_out)
-    if not out.completed:
-        raise typer.Exit(130)
-    if out.tally.failed:
-        raise typer.Exit(1)
+    # Full width when stdout is a pipe, a CI log or `docker compose` output (the coordinator's only table there).
+    print_summary(out, make_console())
+    if out.tally.abandoned:
+        from coordinator.local import hard_exit
+
+        # Threads blocked in HTTP reads would hold a normal exit until they return: leave without them.
+        hard_exit("exiting without waiting for the abandoned jobs", out.exit_code)
+    if out.exit_code:
+        raise typer.Exit(out.exit_code)
 
 
 def register(app: typer.Typer) -> None:
@@ -48,10 +53,11 @@ def register(app: typer.Typer) -> None:
         concurrency: int = typer.Option(None, "--concurrency", help="Local executor threads (overrides the plan)."),
         profiles: str = typer.Option(None, "--profiles", help="profiles.toml (default: $EPT_PROFILES, ./profiles.toml)."),
         no_analysis: bool = typer.Option(False, "--no-analysis", help="Skip the Elo table at the end."),
+        max_jobs: int = typer.Option(
+            None, "--max-jobs", min=1, help="Allow plans of up to N jobs (default: the plan's max_jobs, else 2,000,000)."
+        ),
     ) -> None:
         """Run a plan: expand to jobs, skip those already in the ledger, run the rest, print the Elo table."""
-        from rich.console import Console
-
         from contracts.errors import InputError
         from coordinator.plan import EXECUTORS, load_plan
         from coordinator.sweep import execute, resolve_profile
@@ -59,11 +65,11 @@ def register(app: typer.Typer) -> None:
         plan = load_plan(plan_file)
         if executor and executor not in EXECUTORS:
             raise InputError(f"must be one of {', '.join(EXECUTORS)}", field="--executor")
-        plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency)
+        plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency, max_jobs=max_jobs)
         prof = resolve_profile(plan, profile_url_override, profiles)
         # jobs=None: the plan's jobs are streamed, never all held at once.
         out = execute(plan, None, profile=prof, base_url=profile_url_override, analyze=not no_analysis)
-        _finish(out, Console())
+        _finish(out)
 
     @app.command()
     def status(
@@ -74,32 +80,36 @@ def register(app: typer.Typer) -> None:
         """Progress of a running or finished run, read from the ledger."""
         import json
 
-        from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
+        from analysis.report import make_console
+        from contracts.secrets import mask_url
         from coordinator.status import run_status
 
         led, run_id = _ledger_and_run(run, ledger)
         st = run_status(led, run_id)
         if as_json:
             typer.echo(json.dumps({"run_id": st.run_id, "run_url": st.run_url, "n_jobs": st.n_jobs, "done": st.done,
-                                   "failed": st.failed, "pending": st.pending}, sort_keys=True))  # fmt: skip
+                                   "failed": st.failed, "pending": st.pending, "retrying": st.retrying},
+                                  sort_keys=True))  # fmt: skip
             return
-        c = Console()
+        c = make_console()
         m = st.manifest or {}
         c.print(f"[bold]run {st.run_id}[/] in {st.run_url}", highlight=False)
         c.print(f"started {m.get('started_at', '?')} · sessions {len(m.get('sessions', []))} · "
-                f"profile {m.get('profile', {}).get('name', '?')} ({m.get('profile', {}).get('base_url', '?')})",
+                f"profile {m.get('profile', {}).get('name', '?')} ({mask_url(str(m.get('profile', {}).get('base_url', '?')))})",
                 highlight=False)  # fmt: skip
         c.print(f"jobs {st.n_jobs if st.n_jobs is not None else '?'}: done {st.done} · failed "
-                f"{sum(st.failed.values())} · pending {st.pending if st.pending is not None else '?'}")  # fmt: skip
+                f"{sum(st.failed.values())} · pending {st.pending if st.pending is not None else '?'}"
+                + (f" (retrying {st.retrying} that failed before this session)" if st.retrying else ""))  # fmt: skip
         if st.failed_jobs:
             t = Table(title="failed jobs by error class")
             for col in ("class", "jobs", "example", "message"):
                 t.add_column(col)
             for cls, n in sorted(st.failed.items()):
                 ex = next(f for f in st.failed_jobs if str(f.get("class")) == cls)
-                t.add_row(cls, str(n), ex["key"], str(ex.get("message", ""))[:160])
+                t.add_row(cls, str(n), escape(ex["key"]), escape(mask_url(str(ex.get("message", "")))[:160]))
             c.print(t)
 
     @app.command()
@@ -111,8 +121,6 @@ def register(app: typer.Typer) -> None:
         profiles: str = typer.Option(None, "--profiles"),
     ) -> None:
         """Re-run the failed jobs of a run only (finished jobs are never re-run)."""
-        from rich.console import Console
-
         from contracts.errors import InputError
         from coordinator.plan import plan_from_raw
         from coordinator.status import failed_jobs, run_status
@@ -130,7 +138,7 @@ def register(app: typer.Typer) -> None:
         plan = plan.with_overrides(executor=executor, ledger=led.url)
         prof = resolve_profile(plan, profile_url_override, profiles)
         out = execute(plan, jobs, profile=prof, base_url=profile_url_override, manifest_jobs=st.n_jobs)
-        _finish(out, Console())
+        _finish(out)
 
     @app.command()
     def compact(
@@ -162,9 +170,7 @@ def register(app: typer.Typer) -> None:
         tasks_per_family: int = typer.Option(None, "--tasks-per-family", help="Override the demo's task count."),
     ) -> None:
         """Start the simulator in-process, run the example plan locally and print the Elo-per-token report."""
-        from rich.console import Console
-
         from coordinator.demo import run_demo
 
         res = run_demo(out, tasks_per_family=tasks_per_family)
-        _finish(res, Console())
+        _finish(res)

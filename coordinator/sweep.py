@@ -10,14 +10,16 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from contracts.errors import InputError
+from contracts.errors import EGRESS_CLASSES, InputError
 from contracts.jobs import Job
 from contracts.ledger import Ledger, open_ledger
 from coordinator.plan import Plan
 
 # With this many egress failures in a row (no success in between), the endpoint or key is wrong — from the start
-# or since a key was revoked mid-run: stop spending effort.
+# or since a key was revoked mid-run — or the server is down (every connect refused): stop spending effort.
 EGRESS_ABORT_AFTER = 8
+# Failures that a retry repeats exactly (same request, same refusal).
+DETERMINISTIC = frozenset({"permanent", "context_overflow"})
 
 
 @dataclass
@@ -33,10 +35,12 @@ class Tally:
     tokens: int = 0
     retrying: set[str] = field(default_factory=set)
     failures: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    lost: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # strategy failures scored as losses
     messages: dict[str, str] = field(default_factory=dict)  # first message per error class
     egress_streak: int = 0  # credential/endpoint failures since the last success that proves egress works
     streak_since: float | None = None  # when the streak's first failure finished
     workers: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # jobs run per Celery worker
+    abandoned: int = 0  # jobs still running when a stop's grace period ran out (their calls are not recorded)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, s: dict[str, Any]) -> None:
@@ -48,12 +52,14 @@ class Tally:
                 # already in flight when a key was revoked says nothing, and must not reset the count.
                 if self.streak_since is None or float(s.get("started_at") or math.inf) >= self.streak_since:
                     self.egress_streak, self.streak_since = 0, None
-            elif st == "failed" and s.get("class") in ("credential", "endpoint"):
+            elif st == "failed" and s.get("class") in EGRESS_CLASSES:
                 if self.egress_streak == 0:
                     self.streak_since = float(s.get("finished_at") or time.time())
                 self.egress_streak += 1
             if st == "done":
                 self.done += 1
+                if s.get("lost"):
+                    self.lost[s["lost"]] += 1
             elif st == "skipped":
                 self.skipped += 1
             elif st == "duplicate":
@@ -93,14 +99,30 @@ class SweepOutcome:
     analysis: Any = None
     analysis_error: str | None = None
     compact_note: str | None = None
+    profile_name: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.completed and self.tally.failed == 0
 
+    @property
+    def stopped_for_egress(self) -> bool:
+        """Stopped early because credential/endpoint failures came in a row (exit 3), not by the user (130)."""
+        return not self.completed and self.tally.egress_broken()
+
+    @property
+    def exit_code(self) -> int:
+        from contracts.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_STOPPED_EGRESS
+
+        if self.stopped_for_egress:
+            return EXIT_STOPPED_EGRESS
+        if not self.completed:
+            return EXIT_INTERRUPTED
+        return EXIT_FAILED if self.tally.failed else 0
+
 
 def resolve_profile(plan: Plan, base_url: str | None, profiles_path: str | None = None):
-    from contracts.profiles import get_profile
+    from egress.profiles import get_profile
 
     prof = get_profile(plan.profile, profiles_path)
     return prof.with_base_url(base_url) if base_url else prof
@@ -139,8 +161,10 @@ def _progress(console, total: int):
 def plan_source(plan: Plan) -> tuple[Callable[[], Iterator[Job]], int]:
     """(a fresh stream of the plan's jobs, how many) — expansion without holding the jobs."""
     from coordinator.expand import check_unique_keys, count_jobs, iter_jobs, load_tasks
+    from coordinator.plan import check_job_count
 
     tasks = load_tasks(plan)
+    check_job_count(plan, len(tasks))  # from counts, before a single job is built
     check_unique_keys(plan, tasks)
     return (lambda: iter_jobs(plan, tasks)), count_jobs(plan, tasks)
 
@@ -163,11 +187,10 @@ def execute(
 
     jobs=None streams the plan's jobs (a million-job plan in bounded memory); a list is run as given.
     """
-    from rich.console import Console
-
+    from analysis.report import make_console
     from coordinator.manifest import write_manifest
 
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)  # progress on stderr; full width in logs too
     executor = executor or plan.executor
     ledger = open_ledger(plan.ledger)
     if jobs is None:
@@ -250,7 +273,7 @@ def execute(
     out = SweepOutcome(
         run_id=plan.run_id, ledger_url=ledger.url, run_url=ledger.run_url(plan.run_id), n_jobs=n_jobs,
         already_done=n_jobs - n_todo if completed else len(have), tally=tally, elapsed_s=time.monotonic() - t0,
-        completed=completed,
+        completed=completed, profile_name=getattr(profile, "name", None),
     )  # fmt: skip
     if compact and completed and tally.done:
         out.compact_note = _compact(ledger, plan.run_id)
@@ -272,7 +295,7 @@ def _compact(ledger: Ledger, run_id: str) -> str:
 
 def _run_local(plan, todo, ledger, profile, on_result, on_retry, tally, run, had_failure=frozenset()) -> bool:
     from coordinator.local import run_local
-    from worker.provider import ProviderClient
+    from egress.client import ProviderClient
     from worker.ratelimit import Limits, make_rate_limiter
 
     if not profile.api_key():
@@ -287,15 +310,34 @@ def _run_local(plan, todo, ledger, profile, on_result, on_retry, tally, run, had
     return run_local(
         todo, ledger, provider, concurrency=plan.concurrency, on_result=on_result, on_retry=on_retry,
         should_stop=tally.egress_broken, run=run, clear_failures=had_failure,
+        on_abandon=lambda n: setattr(tally, "abandoned", n),
     )  # fmt: skip
+
+
+def profile_prices(profile: dict[str, Any]) -> str | None:
+    """The profile's prices as AnalysisOptions.prices ('in=…,cached=…,out=…'), None unless in and out are set."""
+    pi, po, pc = (profile.get(k) for k in ("price_in_per_1m", "price_out_per_1m", "price_cached_in_per_1m"))
+    if pi is None or po is None:
+        return None
+    return f"in={pi},out={po}" + (f",cached={pc}" if pc is not None else "")
+def plan_analysis_options(plan: Plan) -> Any:
+    """The analysis settings of a run's table (its plan's weights, anchor, bootstrap rounds and seed). `ept report
+    RUN` starts from the same settings, so the HTML page and the terminal table show the same intervals."""
+    from analysis.pipeline import AnalysisOptions
+
+    weights = ",".join(f"{k}={v}" for k, v in sorted(plan.weights.items())) or None
+    return AnalysisOptions(weights=weights, anchor=plan.anchor, rounds=plan.bootstrap_rounds, seed=plan.seed)
 
 
 def analyze_run(plan: Plan, ledger: Ledger) -> tuple[Any, str | None]:
     """The Elo-per-token analysis of the run's job objects; (None, reason) when it cannot be computed."""
-    from analysis.pipeline import AnalysisOptions, analyze
+    import dataclasses
 
-    weights = ",".join(f"{k}={v}" for k, v in sorted(plan.weights.items())) or None
-    opts = AnalysisOptions(weights=weights, anchor=plan.anchor, rounds=plan.bootstrap_rounds, seed=plan.seed)
+    from analysis.pipeline import analyze
+
+    # The profile's prices (from the run's manifest): cost per task and ΔElo per $1 beside the token figures.
+    prices = profile_prices((ledger.get_manifest(plan.run_id) or {}).get("profile") or {})
+    opts = dataclasses.replace(plan_analysis_options(plan), prices=prices)
     try:
         return analyze([ledger.run_url(plan.run_id)], opts), None
     except InputError as e:
@@ -303,6 +345,7 @@ def analyze_run(plan: Plan, ledger: Ledger) -> tuple[Any, str | None]:
 
 
 def print_summary(out: SweepOutcome, console: Any) -> None:
+    from rich.markup import escape  # keys and messages carry task/family names: text, not markup
     from rich.table import Table
 
     t = out.tally
@@ -315,22 +358,56 @@ def print_summary(out: SweepOutcome, console: Any) -> None:
     console.print(f"ledger: {out.run_url}", highlight=False)
     if out.compact_note:
         console.print(out.compact_note, highlight=False)
-    if not out.completed:
+    if out.stopped_for_egress:
+        console.print(
+            f"[red]stopped[/]: {EGRESS_ABORT_AFTER} credential/endpoint failures in a row — fix the profile "
+            f"(`ept doctor --profile {out.profile_name or 'NAME'}`), then `ept retry {out.run_id} --ledger {out.ledger_url}`",
+            highlight=False,
+        )
+    elif not out.completed:
         console.print(
             "[yellow]interrupted or stopped early[/]: rerun the same command to resume (finished jobs are skipped)"
         )
+    if t.lost:
+        shown = ", ".join(f"{cls} {n}" for cls, n in sorted(t.lost.items()))
+        console.print(
+            f"{sum(t.lost.values())} job(s) failed for a reason of the strategy on the task ({shown}): scored as "
+            "losses with their tokens, not retried",
+            highlight=False,
+        )
+    if t.abandoned:
+        console.print(f"[yellow]{t.abandoned} job(s) were still running when the stop's grace period ended[/]: "
+                      "their calls are not recorded; a rerun runs them again")  # fmt: skip
     if t.failures:
         ft = Table(title="failed jobs by error class")
         for col in ("class", "jobs", "example job", "first message"):
             ft.add_column(col)
         for cls in sorted(t.failures):
             keys = t.failures[cls]
-            ft.add_row(cls, str(len(keys)), keys[0], (t.messages.get(cls) or "")[:160])
+            ft.add_row(cls, str(len(keys)), escape(keys[0]), escape((t.messages.get(cls) or "")[:160]))
         console.print(ft)
-        console.print(f"re-run only the failed jobs with: ept retry {out.run_id} --ledger {out.ledger_url}")
+        if t.egress_broken():
+            console.print(
+                f"[bold red]stopped:[/] {t.egress_streak} jobs in a row failed on the key or the endpoint "
+                f"({', '.join(sorted(set(t.failures) & EGRESS_CLASSES))}); fix the profile (`ept doctor`), then rerun",
+                highlight=False,
+            )
+        retryable = sorted(set(t.failures) - DETERMINISTIC)
+        if retryable:
+            console.print(
+                f"re-run only the failed jobs with: ept retry {out.run_id} --ledger {out.ledger_url} "
+                f"({', '.join(retryable)})",
+                highlight=False,
+            )
+        if set(t.failures) & DETERMINISTIC:
+            console.print(
+                "permanent failures repeat the same request and the same refusal: `ept retry` is not suggested "
+                "for them (change the plan or the profile)",
+                highlight=False,
+            )
     if out.analysis is not None:
         from analysis.report import print_report
 
         print_report(out.analysis, console)
     elif out.analysis_error:
-        console.print(f"[yellow]no Elo table:[/] {out.analysis_error}", highlight=False)
+        console.print(f"[yellow]no Elo table:[/] {escape(out.analysis_error)}", highlight=False)

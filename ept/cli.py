@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 # polars' allocator (jemalloc) keeps freed pages by default: a million-job analysis then holds ~2x the memory
 # its frames need. Returning them promptly costs no measurable time here. Must be set before polars loads.
@@ -48,8 +49,9 @@ def _register() -> None:
     _registered = True
     import analysis.cli
     import analysis.cli_report
+    import analysis.imports.cli
     import coordinator.cli
-    import ept.egress_cli
+    import egress.cli
     import simulator.cli
     import suites.cli
     import worker.cli
@@ -59,19 +61,78 @@ def _register() -> None:
         worker.cli,
         suites.cli,
         analysis.cli,
+        analysis.imports.cli,
         analysis.cli_report,
-        ept.egress_cli,
+        egress.cli,
         simulator.cli,
     ):
         mod.register(app)
 
 
+# typer >= 0.2x labels every option in --help with a Python type tag (`--help <bool>`, `--out <str>`); a
+# click/typer user expects click's plain style: flags bare, values as TEXT / INTEGER / FLOAT / PATH / [a|b].
+_CLICK_TYPE_NAMES = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT", "path": "PATH", "bool": ""}
+
+
+def _click_style(tag: str | None) -> str | None:
+    if not tag or not tag.startswith("<"):
+        return tag  # an explicit metavar, or an older typer that already prints click's names
+    inner = tag.strip("<>").removesuffix("...")
+    if inner.startswith("list[") and inner.endswith("]"):
+        inner = inner[5:-1]
+    if "|" in inner:
+        return f"[{inner}]"
+    return _CLICK_TYPE_NAMES.get(inner, inner.upper()) or None
+
+
+def _plain_help(cmd: Any) -> None:
+    """Rewrite the help of every parameter of `cmd` and its subcommands in click's style (see above)."""
+    for sub in getattr(cmd, "commands", {}).values():
+        _plain_help(sub)
+    make_help = getattr(cmd, "get_help_option", None)
+    if make_help is not None:  # --help is built on demand, outside `params`
+
+        def help_option(ctx: Any, _make: Any = make_help) -> Any:
+            opt = _make(ctx)
+            if opt is not None and hasattr(opt, "display_type_rich"):
+                opt.display_type_rich = lambda ctx: None
+            return opt
+
+        cmd.get_help_option = help_option
+    for p in getattr(cmd, "params", []):
+        shown = getattr(p, "display_type_rich", None)
+        if shown is None:
+            continue
+        if getattr(p, "param_type_name", "") == "argument":
+            # The argument's name is its metavar (PATHS...), as in click; no type tag next to it.
+            name = (p.metavar or p.name or "ARG").upper()
+            dots = "..." if p.nargs != 1 else ""
+            p.metavar = name
+            p.display_type_rich = lambda ctx: None
+            p.get_usage_pieces = lambda ctx, u=(name + dots if p.required else f"[{name}]{dots}"): [u]
+        elif getattr(p, "is_flag", False) or getattr(p, "count", False):
+            p.display_type_rich = lambda ctx: None
+        else:
+            p.display_type_rich = lambda ctx, f=shown: _click_style(f(ctx))
+
+
+_command: Any = None
+
+
 def main(argv: list[str] | None = None) -> None:
+    global _command
     _register()
+    if _command is None:
+        _command = typer.main.get_command(app)
+        _plain_help(_command)
     try:
-        app(args=argv)  # standalone: click prints usage errors itself and exits 2
+        _command(args=argv, prog_name="ept")  # standalone: click prints usage errors itself and exits 2
     except InputError as e:
-        Console(stderr=True).print(f"[bold red]error:[/] {scrub(str(e))}", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {scrub(str(e))}", highlight=False)
+        sys.exit(EXIT_BAD_INPUT)
+    except RecursionError:
+        # A parser met input nested thousands deep (e.g. 100k brackets on one line) somewhere not caught closer.
+        Console(stderr=True).print("[bold red]error:[/] input nested too deeply to read", highlight=False)
         sys.exit(EXIT_BAD_INPUT)
 
 

@@ -41,10 +41,10 @@ def run_arms(
 ) -> list[dict[str, Any]]:
     """Run every (task, arm) job against a fresh in-process simulator; one summary row per job."""
     from contracts.jobs import Job
-    from contracts.profiles import Profile
+    from egress.client import ProviderClient
+    from egress.profiles import Profile
     from simulator.server import start_in_thread
     from worker.job import run_job
-    from worker.provider import ProviderClient
 
     sim = start_in_thread(sim_config or {})
     try:

@@ -19,14 +19,16 @@ def list_cmd() -> None:
 
     from contracts.tasks import builtin_suite_names, builtin_suite_path, load_builtin_suite
 
-    table = Table("suite", "tasks", "families", "graders", "mean difficulty", "file")
+    table = Table("suite", "tasks", "families", "graders", "categories", "mean difficulty", "file")
     for name in builtin_suite_names():
         tasks = load_builtin_suite(name)
         graders = Counter(t["grader"]["type"] for t in tasks)
         fams = sorted({t["family"] for t in tasks})
         diff = sum(t.get("difficulty", 0.5) for t in tasks) / len(tasks)
+        cats = Counter(t["meta"]["category"] for t in tasks if "category" in (t.get("meta") or {}))
         table.add_row(name, str(len(tasks)), ",".join(fams), ",".join(f"{k}:{v}" for k, v in graders.items()),
-                      f"{diff:.2f}", str(builtin_suite_path(name)))
+                      " ".join(f"{k}:{v}" for k, v in cats.items()) or "-", f"{diff:.2f}",
+                      str(builtin_suite_path(name)))
     Console().print(table)
 
 
@@ -56,12 +58,50 @@ def show_cmd(
 
 
 @suites_app.command("validate")
-def validate_cmd(path: str = typer.Argument(..., help="JSONL suite file")) -> None:
+def validate_cmd(path: str = typer.Argument(..., help="JSONL or Parquet suite file")) -> None:
     """Validate a suite file; exit 2 with file:line: field on the first problem."""
     from contracts.tasks import load_suite
 
     tasks = load_suite(path)
     typer.echo(f"{path}: {len(tasks)} tasks OK")
+
+
+@suites_app.command("import")
+def import_cmd(
+    src: str = typer.Argument(..., help="table to convert: .jsonl, .jsonl.gz, .json, .parquet or .csv"),
+    out: str = typer.Option(None, "--out", "-o", help="suite file to write (JSONL); required unless --dry-run"),
+    shape: str = typer.Option("auto", help="qa (question/answer table), code (HumanEval-style) or auto"),
+    family: str = typer.Option(None, help="task family (default: the file's name; a 'family' column wins)"),
+    grader: str = typer.Option("auto", help="qa tables: auto, numeric, math, normalised or exact"),
+    prefix: str = typer.Option("", help="prepended to every task id"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="convert and print the first tasks; write nothing"),
+    show: int = typer.Option(3, help="tasks printed by --dry-run"),
+) -> None:
+    """Convert a question/answer or HumanEval-style table into a suite (validated; all or nothing)."""
+    import json
+    from pathlib import Path
+
+    from suites.importer import convert, write_jsonl
+
+    if not dry_run and not out:
+        raise InputError("give --out FILE.jsonl (or --dry-run)", field="out")
+    if dry_run:
+        # Every row is converted and validated (errors show now, not at import); only the shown ones
+        # get their docstring examples checked in the sandbox.
+        used, tasks = convert(Path(src), shape=shape, family=family, grader=grader, prefix=prefix, check_visible=False)
+        _, first = convert(Path(src), shape=used, family=family, grader=grader, prefix=prefix, limit=show)
+        for t in first:
+            typer.echo(json.dumps(t, indent=2, ensure_ascii=False))
+        typer.echo(f"dry run: {src} read as a '{used}' table, {len(tasks)} tasks valid; first {len(first)} shown; "
+                   "nothing written")
+        return
+    used, tasks = convert(Path(src), shape=shape, family=family, grader=grader, prefix=prefix)
+    from collections import Counter
+
+    write_jsonl(tasks, Path(out))
+    graders = Counter(t["grader"]["type"] for t in tasks)
+    typer.echo(f"{out}: {len(tasks)} tasks from {src} ('{used}' table; graders "
+               f"{', '.join(f'{k}:{v}' for k, v in sorted(graders.items()))})")
 
 
 def parse_arms(spec: str) -> list[tuple[str, int]]:

@@ -330,9 +330,9 @@ def clean_tokens(tmp: Path, suite: Path, per_family: int, sim_seed: int, support
     """Tokens per arm of the same plan (seed 11) run cleanly: local executor, fresh fault-free simulator."""
     from fixtures_sim import _start
 
-    from contracts.profiles import get_profile
     from coordinator.plan import load_plan
     from coordinator.sweep import execute, plan_jobs
+    from egress.profiles import get_profile
 
     sim = _start(api_key=FAULT_KEY, seed=sim_seed)
     old = os.environ.get("EPT_SIM_API_KEY")

@@ -31,7 +31,7 @@ class SimHandle:
 
     def profile(self, protocol: str = "openai", **overrides: Any) -> Any:
         """A Profile pointing at this simulator (key env: EPT_SIM_API_KEY; pass api_key= to the client)."""
-        from contracts.profiles import Profile
+        from egress.profiles import Profile
 
         fields: dict[str, Any] = {
             "name": f"sim-{protocol}",

@@ -13,6 +13,8 @@ import polars as pl
 import pytest
 from scipy.optimize import brentq
 
+from analysis.bt import prior_l2
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "logs"
 
@@ -134,7 +136,8 @@ def test_judgments_ties_and_drop_ties(tmp_path: Path) -> None:
     assert da["counts"]["comparisons"] == 20 + 2 * 10 and db["counts"]["comparisons"] == 20
     # 2-arm closed form: with theta = (-d/2, d/2) the objective is -W log s(d) - L log s(-d) + l2 d^2/2,
     # stationary where -W s(-d) + L s(d) + l2 d = 0. Ties count half each way: W = 20 + 5, L = 5.
-    def d_hat(w: float, lose: float, l2: float = 1e-3) -> float:
+    # The default l2 is the prior of one virtual tie per arm (analysis.bt.prior_l2, issue 12), not 1e-3.
+    def d_hat(w: float, lose: float, l2: float = prior_l2()) -> float:
         sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
         return brentq(lambda d: -w * sig(-d) + lose * sig(d) + l2 * d, -50, 50, xtol=1e-14)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.bootstrap import PairData, bootstrap, fit_families, point_estimate
+from analysis.bootstrap import PairData, bootstrap, fit_families, point_estimate, small_sample_factor
 from analysis.bt import fit_bt
 from analysis.merge import ELO_SCALE, merge_thetas, theta_to_elo
 
@@ -61,16 +61,27 @@ def _explicit_bootstrap(data, weights, anchor, rounds, seed, l2):
     tpt = np.empty((rounds, k))
     w = dict(zip(data.families, weights / weights.sum(), strict=True))
     for r in range(rounds):
-        thetas, tok_rows = {}, []
+        thetas, toks = {}, []
         for f, (tasks_f, draws) in enumerate(fam_draws):
+            # Expanded percentile (small_sample_factor): each family's deviation from its point fit is
+            # stretched by s, for theta and for the family's mean tokens alike.
+            # t quantile on the merged estimate's degrees of freedom: sum of (n_f - 1) over families.
+            df = sum(int((data.task_family == g).sum()) - 1 for g in range(len(data.families)))
+            s = small_sample_factor(tasks_f.size, df)
+            all_rows = np.isin(data.task, tasks_f)
+            th0 = fit_bt(data.winner[all_rows], data.loser[all_rows], k, l2=l2, weights=data.weight[all_rows])
             picked = tasks_f[draws[r]]
             rows = np.concatenate([np.nonzero(data.task == t)[0] for t in picked])
             th = fit_bt(data.winner[rows], data.loser[rows], k, l2=l2, weights=data.weight[rows])
             seen = np.isin(np.arange(k), np.concatenate([data.winner[rows], data.loser[rows]]))
-            thetas[data.families[f]] = np.where(seen, th, np.nan)
-            tok_rows.append(data.task_tokens[picked])
+            thetas[data.families[f]] = np.where(seen, th0 + s * (th - th0), np.nan)
+            tok0 = np.nanmean(data.task_tokens[tasks_f], axis=0)
+            toks.append(tok0 + s * (np.nanmean(data.task_tokens[picked], axis=0) - tok0))
         elo[r] = theta_to_elo(merge_thetas(thetas, w), anchor)
-        tpt[r] = np.nanmean(np.concatenate(tok_rows), axis=0)
+        # Tokens per task weighted like Elo: families weighted by w, renormalised over those the arm ran in.
+        tf = np.array(toks)
+        wf = np.array([w[f] for f in data.families])[:, None] * ~np.isnan(tf)
+        tpt[r] = np.nansum(wf * tf, axis=0) / wf.sum(axis=0)
     return elo, tpt
 
 
@@ -131,11 +142,14 @@ def test_point_estimate_by_hand():
     th_code = fit_bt(np.array([2, 0, 1]), np.array([0, 1, 0]), 3, weights=np.array([1, 0.5, 0.5]))
     assert np.allclose(per_family["math"][:2], th_math, atol=1e-10) and np.isnan(per_family["math"][2])
     assert np.allclose(per_family["code"], th_code, atol=1e-10)
-    # arms 0,1: 0.75*math + 0.25*code; arm 2: code only (renormalised)
-    merged = np.array(
-        [0.75 * th_math[0] + 0.25 * th_code[0], 0.75 * th_math[1] + 0.25 * th_code[1], th_code[2]]
-    )
-    assert np.allclose(elo, 1000 + ELO_SCALE * (merged - merged[0]), atol=1e-8)
+    # Merge = least squares with a family offset (docs/statistics.md section 3). Arms 0,1 are in both
+    # families, so their difference is the weighted mean of the families' differences. Arm 2 is in code
+    # only: code's offset comes from the shared arms 0,1, so arm 2 sits at code's view of it above the
+    # midpoint of arms 0,1, i.e. theta2 - theta0 = c2 - (c0 + c1)/2 + d/2.
+    d = 0.75 * (th_math[1] - th_math[0]) + 0.25 * (th_code[1] - th_code[0])
+    d2 = th_code[2] - (th_code[0] + th_code[1]) / 2 + d / 2
+    assert np.allclose(elo, 1000 + ELO_SCALE * np.array([0.0, d, d2]), atol=1e-8)
+    # Tokens weighted like Elo (math 3 : code 1): arm 0 (150, 150), arm 1 (400, 400), arm 2 code only.
     assert np.allclose(tpt, [150.0, 400.0, 1000.0])
     fits = fit_families(data)
     assert fits["math"].unobserved.tolist() == [2] and fits["code"].converged
@@ -214,3 +228,18 @@ def test_unpenalised_separated_resamples_count_as_failed():
     )
     assert bootstrap(data, np.ones(2), anchor=0, rounds=50, seed=0, l2=0.0).failed_rounds == 50
     assert bootstrap(data, np.ones(2), anchor=0, rounds=50, seed=0, l2=1e-3).failed_rounds == 0
+
+
+def test_fit_batch_size_bounds_memory_and_does_not_change_results():
+    from analysis.bootstrap import fit_batch_size
+
+    # Bounded by the budget for any K, at least one round, never more than a draw block.
+    assert fit_batch_size(5) == 250
+    assert fit_batch_size(1000, 256 * 2**20) * 12 * 8 * 1000**2 <= 256 * 2**20
+    assert fit_batch_size(100_000) == 1
+    data = _data(np.random.default_rng(3), np.array([[0.0, 0.4, 0.9, 1.3], [0.0, -0.2, 0.5, 0.8]]), 40)
+    w = np.array([0.5, 0.5])
+    whole = bootstrap(data, w, anchor=0, rounds=30, seed=4)
+    one_by_one = bootstrap(data, w, anchor=0, rounds=30, seed=4, fit_budget=1)
+    np.testing.assert_allclose(one_by_one.elo, whole.elo, rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(one_by_one.tokens_per_task, whole.tokens_per_task)

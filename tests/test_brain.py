@@ -21,10 +21,10 @@ from contracts.prompts import (
     verify_messages,
 )
 from contracts.tasks import load_builtin_suite
+from egress.client import ProviderClient
 from simulator.brain import TaskBrain
 from simulator.generic import BrainRequest, estimate_tokens
 from worker.job import run_job
-from worker.provider import ProviderClient
 
 MATH = load_builtin_suite("math")
 CODE = load_builtin_suite("code")

@@ -92,7 +92,7 @@ def test_ci_example_is_consistent() -> None:
     assert f"runs/{plan.run_id}" in runs and "ept compare" in runs and "--markdown" in runs
     assert "gh pr comment" in runs and "ept doctor" in runs
     # The key comes from a CI secret, into the env var the plan's profile reads; never a literal key.
-    from contracts.profiles import load_profiles
+    from egress.profiles import load_profiles
 
     prof = load_profiles(REPO / "profiles.toml")[plan.profile]
     assert wf["jobs"]["elo"]["env"][prof.api_key_env] == "${{ secrets." + prof.api_key_env + " }}"

@@ -18,8 +18,8 @@ RATES = dict(rate_429=0.06, retry_after=0.2, rate_500=0.06, rate_hang=0.02, hang
 
 
 def test_provider_faults_are_retried_or_recorded_and_missing_usage_is_flagged(tmp_path, make_sim, monkeypatch):
-    from contracts.profiles import get_profile
     from coordinator.sweep import execute
+    from egress.profiles import get_profile
 
     sim = make_sim(api_key=FAULT_KEY, seed=8, script=SCRIPT, **RATES)
     rig = fault_rig(tmp_path, sim.url, name="prov", ledger=str(tmp_path / "ledger"), executor="local", per_family=8,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from contracts.errors import InputError
-from contracts.profiles import DEFAULT_OPENAI_BASE_URL, Profile, get_profile, load_profiles
+from egress.profiles import DEFAULT_OPENAI_BASE_URL, Profile, get_profile, load_profiles
 
 REPO = Path(__file__).resolve().parents[1]
 CANARY = "sk-canary-literal-key-1234567890QRST"

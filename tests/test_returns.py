@@ -1,12 +1,17 @@
-"""Diminishing-returns tables and the dominance warning, checked against hand-computed values."""
+"""Diminishing-returns tables, frontier probability, the ratio rule and the heterogeneity warning."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from analysis.merge import ELO_SCALE
-from analysis.returns import family_dominance, per_strategy_table, returns_table
+from analysis.returns import (
+    family_heterogeneity,
+    frontier_probability,
+    frontier_steps_table,
+    per_strategy_table,
+    returns_table,
+)
 
 
 def test_reproduces_seed_section_5_table():
@@ -42,6 +47,12 @@ def test_reproduces_seed_section_5_table():
         "d_elo_per_1k_lo",
         "d_elo_per_1k_hi",
         "frontier",
+        "d_tokens",
+        "d_tokens_lo",
+        "d_tokens_hi",
+        "frontier_prob",
+        "per_1k_resolved",
+        "per_1k_nonpositive_rounds",
     ]
 
 
@@ -109,7 +120,9 @@ def test_equal_tokens_give_null_rate_and_nan_elo_is_null():
     )
     assert df["d_elo"].to_list()[1] == pytest.approx(10.0)
     assert df["d_elo_per_1k"].to_list()[1] is None
-    assert df["elo"].to_list()[2] is None and df["frontier"].to_list() == [True, True, False]
+    # a and b cost the same and b is stronger: a is weakly dominated, so off the frontier (issue 12 case 4;
+    # before, only strictly cheaper arms could dominate and both were "on" it).
+    assert df["elo"].to_list()[2] is None and df["frontier"].to_list() == [False, True, False]
 
 
 def test_per_strategy_table_hand_computed():
@@ -129,27 +142,98 @@ def test_per_strategy_table_hand_computed():
     assert [r["frontier"] for r in rows] == [True, True, True, False]
 
 
-def test_family_dominance_hand_computed():
-    arms = ["greedy", "bo4", "bo8", "maj", "solo"]
-    # theta differences vs greedy (arm 0): bo4 math .6 code .1 tool .1 -> contributions .24/.04/.02
-    th = {
-        "math": np.array([0.0, 0.6, 0.2, 0.0, np.nan]),
-        "code": np.array([0.0, 0.1, 0.2, 0.0, np.nan]),
-        "tool_use": np.array([0.0, 0.1, 0.2, 0.0, 0.9]),
-    }
-    w = {"math": 0.4, "code": 0.4, "tool_use": 0.2}
-    warnings = family_dominance(th, w, arms)
-    assert len(warnings) == 1
-    msg = warnings[0]
-    assert msg.startswith("bo4: family 'math' supplies 80%")
-    assert f"{0.3 * ELO_SCALE:+.0f} Elo" in msg and "greedy" in msg
-    # A stricter threshold flags bo8 too (shares .4/.4/.2); solo (one family) and maj (no gain) never.
-    assert [m.split(":")[0] for m in family_dominance(th, w, arms, threshold=0.35)] == ["bo4", "bo8"]
-    # Negative contributions from other families raise the dominant share above 1.
-    th2 = {"math": np.array([0.0, 0.5]), "code": np.array([0.0, -0.3])}
-    assert family_dominance(th2, {"math": 0.5, "code": 0.5}, ["a", "b"])[0].startswith(
-        "b: family 'math' supplies 250%"
-    )
+def test_ratio_only_where_the_token_step_is_resolved():
+    # Issue 12 case 3: two arms ~1% apart in cost (4000 vs 4050 tokens, true ΔElo +5.6 -> 111 per 1k). The
+    # token step's interval includes 0, so the ratio is not a number; dropping the rounds with a step <= 0
+    # used to print e.g. -859 [-5278, +63].
+    rng = np.random.default_rng(1)
+    r = 1000
+    ts = np.column_stack([4000 + rng.normal(0, 30, r), 4050 + rng.normal(0, 30, r)])
+    es = np.column_stack([np.full(r, 1000.0), 1005.6 + rng.normal(0, 8, r)])
+    df = returns_table(["a", "b"], ["x", "y"], [1, 2], np.array([4000.0, 4050.0]), np.array([1000.0, 1005.6]), es, ts)
+    row = df.row(1, named=True)
+    assert row["per_1k_resolved"] is False
+    assert row["d_elo_per_1k"] is None and row["d_elo_per_1k_lo"] is None and row["d_elo_per_1k_hi"] is None
+    assert row["d_tokens_lo"] < 0 < row["d_tokens_hi"]
+    assert row["per_1k_nonpositive_rounds"] == int(np.sum(ts[:, 1] - ts[:, 0] <= 0)) > 0
+    assert df.row(0, named=True)["per_1k_resolved"] is None  # the first row has no step at all
+
+
+def test_resolved_ratio_counts_nonpositive_rounds_at_the_far_end():
+    # A resolved step (interval > 0) with a few rounds <= 0: those rounds are not dropped but put at +inf
+    # (their ΔElo is positive), so the upper bound is the quantile of all rounds, not of a selection.
+    es = np.column_stack([np.full(200, 1000.0), np.full(200, 1010.0)])
+    d = np.linspace(10.0, 1000.0, 200)
+    d[:3] = [-5.0, 0.0, -1.0]
+    ts = np.column_stack([np.full(200, 1000.0), 1000.0 + d])
+    df = returns_table(["a", "b"], ["x", "y"], [1, 2], np.array([1000.0, 1500.0]), np.array([1000.0, 1010.0]), es, ts)
+    row = df.row(1, named=True)
+    assert row["per_1k_resolved"] is True and row["per_1k_nonpositive_rounds"] == 3
+    ratio = np.where(d > 0, 10.0 / np.where(d > 0, d, 1) * 1000, np.inf)
+    assert row["d_elo_per_1k_hi"] == pytest.approx(np.percentile(ratio, 97.5))
+    assert row["d_elo_per_1k_lo"] == pytest.approx(np.percentile(ratio, 2.5))
+    kept = ratio[np.isfinite(ratio)]
+    assert row["d_elo_per_1k_hi"] > np.percentile(kept, 97.5)  # dropping would have understated it
+
+
+def test_frontier_probability_from_rounds():
+    # Three arms truly all on the frontier but close: the point label marks one off, the probability
+    # says how sure that is.
+    es = np.array([[1000.0, 1010.0, 1020.0], [1000.0, 1020.0, 1015.0], [1000.0, 995.0, 1030.0], [1000, 1010, 1010]])
+    ts = np.tile([100.0, 200.0, 300.0], (4, 1))
+    # round 2: arm 2 below arm 1 -> off; round 3: arm 1 below arm 0 -> off; round 4: arm 2 ties arm 1 at more
+    # tokens -> weakly dominated, off.
+    assert frontier_probability(es, ts).tolist() == [1.0, 0.75, 0.5]
+    df = returns_table(["a", "b", "c"], ["x"] * 3, [1, 2, 3], ts[0], np.array([1000.0, 1012.0, 1010.0]), es, ts)
+    assert df["frontier_prob"].to_list() == [1.0, 0.75, 0.5]
+    assert df["frontier"].to_list() == [True, True, False]
+
+
+def test_vs_frontier_skips_dominated_arms():
+    # b is dominated (costs more than a, weaker); c's step is measured from a, not from b, so b does not
+    # inflate it: vs previous row c gains 80 over b, vs the frontier 20 over a.
+    tok = np.array([100.0, 200.0, 300.0, 400.0])
+    elo = np.array([1000.0, 940.0, 1020.0, 1030.0])
+    arms = ["a", "b", "c", "d"]
+    rows = returns_table(arms, arms, [1, 1, 1, 1], tok, elo, None, None)
+    front = frontier_steps_table(arms, arms, [1, 1, 1, 1], tok, elo, None, None)
+    assert rows["d_elo"].to_list()[2] == pytest.approx(80.0)
+    assert front["vs"].to_list() == [None, "a", "a", "c"]
+    assert front["d_elo"].to_list()[1:] == pytest.approx([-60.0, 20.0, 10.0])
+    assert front["d_elo_per_1k"].to_list()[2] == pytest.approx(20.0 / 200 * 1000)
+
+
+def _family_rounds(rng, means: dict[str, np.ndarray], sd: float, rounds: int = 400):
+    return {f: m + rng.normal(0, sd, (rounds, m.size)) for f, m in means.items()}
+
+
+def test_heterogeneity_warns_only_on_evidence():
+    rng = np.random.default_rng(5)
+    arms = ["greedy", "bo4", "bo8"]
+    w = {"math": 0.6, "code": 0.4}
+    # Issue 12 case 8: math has the largest weight and effects, code agrees within noise: no warning
+    # (the share-of-gain rule said "math supplies 109% ... while other families lose").
+    agree = {"math": np.array([0.0, 0.10, 0.20]), "code": np.array([0.0, 0.02, 0.16])}
+    assert family_heterogeneity(agree, _family_rounds(rng, agree, 0.08), w, arms) == []
+    # A real interaction: bo4 is much stronger in math than in code, far beyond the noise.
+    split = {"math": np.array([0.0, 0.9, 0.2]), "code": np.array([0.0, -0.3, 0.2])}
+    msgs = family_heterogeneity(split, _family_rounds(rng, split, 0.08), w, arms)
+    assert msgs and msgs[0].startswith("bo4: the families disagree")
+    # One family: nothing to test.
+    assert family_heterogeneity({"math": agree["math"]}, {"math": _family_rounds(rng, agree, 0.1)["math"]}, w, arms) == []
+
+
+def test_heterogeneity_false_alarm_rate_is_bounded():
+    # No interaction, 200 experiments: each family's estimate = truth + noise of the stated sd; the
+    # Bonferroni-adjusted test should warn in about alpha = 5% of experiments or fewer.
+    rng = np.random.default_rng(11)
+    truth = np.array([0.0, 0.2, 0.35, 0.5])
+    alarms = 0
+    for _ in range(200):
+        point = {f: truth + rng.normal(0, 0.1, 4) for f in ("math", "code", "tool")}
+        rounds = _family_rounds(rng, point, 0.1, rounds=300)
+        alarms += bool(family_heterogeneity(point, rounds, {"math": 1, "code": 1, "tool": 1}, list("abcd")))
+    assert alarms <= 18, alarms  # 5% of 200 = 10; binomial 99.9% bound ~ 19
 
 
 def test_rejects_bad_shapes():

@@ -89,10 +89,10 @@ def test_canary_key_never_leaks_through_a_distributed_sweep(tmp_path, redis_serv
     from rich.console import Console
 
     from contracts.ledger import open_ledger
-    from contracts.profiles import get_profile
     from contracts.records import CallRecord, JobResult_identity_keys, Outcome
     from coordinator.plan import load_plan
     from coordinator.sweep import execute, plan_jobs, print_summary
+    from egress.profiles import get_profile
     from worker.celery_app import make_app
 
     sim = make_sim(api_key=CANARY, latency_ms=20, seed=9)
@@ -181,8 +181,8 @@ def test_canary_key_never_leaks_through_a_distributed_sweep(tmp_path, redis_serv
 
 def test_exception_text_never_carries_the_key(make_sim, monkeypatch):
     """401, 404 and connection failures: message, str, repr and the formatted traceback are all clean."""
-    from contracts.profiles import Profile
-    from worker.provider import ProviderClient, ProviderError
+    from egress.client import ProviderClient, ProviderError
+    from egress.profiles import Profile
 
     sim = make_sim(api_key="sk-some-other-key-0000000000000")
     monkeypatch.setenv("EPT_SIM_API_KEY", CANARY)
@@ -202,8 +202,8 @@ def test_exception_text_never_carries_the_key(make_sim, monkeypatch):
 
 
 def test_credential_error_names_env_var_and_masks(make_sim, monkeypatch):
-    from contracts.profiles import Profile
-    from worker.provider import ProviderClient, ProviderError
+    from egress.client import ProviderClient, ProviderError
+    from egress.profiles import Profile
 
     sim = make_sim(api_key="sk-some-other-key-0000000000000")
     monkeypatch.setenv("EPT_SIM_API_KEY", CANARY)

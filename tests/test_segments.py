@@ -400,9 +400,9 @@ def test_compaction_during_a_celery_sweep_to_s3_loses_and_duplicates_nothing(tmp
     from fixtures_services import start_celery_workers
     from fixtures_sim import SIM_KEY
 
-    from contracts.profiles import get_profile
     from coordinator.plan import parse_plan
     from coordinator.sweep import execute
+    from egress.profiles import get_profile
 
     sim = make_sim(api_key=SIM_KEY, latency_ms=40)
     prof = tmp_path / "profiles.toml"

@@ -12,8 +12,8 @@ from fixtures_sim import SIM_KEY
 from contracts.errors import InputError
 from contracts.jobs import Job
 from contracts.tasks import load_builtin_suite
+from egress.client import ProviderClient
 from worker.job import run_job
-from worker.provider import ProviderClient
 from worker.strategies import STRATEGIES, Strategy, StrategyResult
 from worker.strategies.base import MAX_TOOL_STEPS, sample
 from worker.strategies.tree_search import level_sizes

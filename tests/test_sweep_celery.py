@@ -74,7 +74,7 @@ def celery_setup(tmp_path, redis_server, s3_env, make_sim, monkeypatch):
 
 
 def test_celery_s3_sweep_equals_local_sweep(tmp_path, celery_setup, s3_bucket, redis_server):
-    from contracts.profiles import get_profile
+    from egress.profiles import get_profile
 
     sim, queue, _ = celery_setup
     celery_plan = parse_plan(plan_text(name="eq", tpf=3, ledger=f"s3://{s3_bucket}/ledger", executor="celery", queue=queue))
@@ -115,7 +115,7 @@ def test_celery_s3_sweep_equals_local_sweep(tmp_path, celery_setup, s3_bucket, r
 
 def test_duplicate_messages_never_run_a_job_twice(tmp_path, celery_setup, s3_bucket, redis_server):
     """Every job enqueued three times at once (as after redeliveries): one object, one set of calls."""
-    from contracts.profiles import get_profile
+    from egress.profiles import get_profile
 
     sim, queue, _ = celery_setup
     plan = parse_plan(plan_text(name="dup", tpf=1, ledger=f"s3://{s3_bucket}/l", executor="celery", queue=queue))
@@ -231,7 +231,7 @@ def test_killed_worker_jobs_come_back(tmp_path, redis_server, s3_env, s3_bucket,
     import signal
 
     pytest.importorskip("worker.job")
-    from contracts.profiles import get_profile
+    from egress.profiles import get_profile
 
     sim = make_sim(api_key=SIM_KEY, latency_ms=300)
     prof_file = profiles_toml(tmp_path, sim.url)

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def tiny_run(job: Job, provider) -> JobResult:
     """A minimal job (budget_n calls, answer = first reply) to test the plumbing apart from the strategies."""
-    from worker.provider import ProviderError
+    from egress.client import ProviderError
 
     calls, answer = [], None
     try:
@@ -145,7 +145,7 @@ def test_transient_failures_are_retried_then_recorded(tmp_path, make_sim, key_en
     plan = _plan(tmp_path, name="flaky")
     jobs = _jobs(plan, n=1)[:2]
     prof = sim.profile(max_retries=0)
-    from worker.provider import ProviderClient
+    from egress.client import ProviderClient
     from worker.tasks import perform_job
 
     led = open_ledger(tmp_path / "ledger")
@@ -176,7 +176,7 @@ CHILD = """
 import os, sys
 sys.path.insert(0, {tests!r})
 from test_sweep_local import tiny_run
-from contracts.profiles import Profile
+from egress.profiles import Profile
 from coordinator.plan import load_plan
 from coordinator.sweep import execute, plan_jobs, print_summary
 from coordinator.expand import expand
@@ -305,12 +305,14 @@ def test_demo_command_end_to_end(tmp_path):
     assert "sk-demo-" not in r.stdout + r.stderr
     led = open_ledger(tmp_path / "out" / "ledger")
     assert led.list_runs() == ["demo-t3"]
-    # 3 families x 3 tasks x 6 arms
-    assert len(led.list_jobs("demo-t3")) == 54
+    # 3 families x 3 tasks x 9 arms (6 sampling arms, 3 reasoning-effort arms)
+    assert len(led.list_jobs("demo-t3")) == 81
+    md = (tmp_path / "out" / "report" / "report.md").read_text()
+    assert "effort=high" in md and "effort=low" in md and "| reasoning |" in md
     assert (tmp_path / "out" / "report" / "report.md").exists()
     # Running it again resumes: nothing to run.
     r2 = _ept("demo", "--out", str(tmp_path / "out"), "--tasks-per-family", "3")
-    assert r2.returncode == 0 and "54 already done" in r2.stdout.replace("\n", " ")
+    assert r2.returncode == 0 and "81 already done" in r2.stdout.replace("\n", " ")
 
 
 @pytest.mark.slow

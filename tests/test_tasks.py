@@ -18,8 +18,8 @@ GOOD = {"task_id": "t1", "family": "math", "prompt": "2+2?", "reference": 4, "gr
 
 
 def test_builtin_suites_have_at_least_100_unique_tasks_each():
-    assert builtin_suite_names() == ["code", "math", "tool_use"]
-    for name in builtin_suite_names():
+    assert {"code", "math", "tool_use"} <= set(builtin_suite_names())  # + public suites whose package is installed
+    for name in ("code", "math", "tool_use"):  # the generated suites (public ones: tests/test_public_suites.py)
         tasks = load_builtin_suite(name)
         assert len(tasks) >= 100, name
         assert len({t["task_id"] for t in tasks}) == len(tasks)

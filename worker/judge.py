@@ -17,7 +17,7 @@ from contracts.jobs import Job
 from contracts.prompts import judge_messages, parse_winner
 from contracts.records import JUDGE_STRATEGY, JobResult, Outcome
 from contracts.secrets import scrub
-from worker.provider import ProviderClient, ProviderError
+from egress.client import ProviderClient, ProviderError
 from worker.strategies.base import JobContext
 
 

@@ -9,7 +9,8 @@ from typing import Any
 
 from worker.graders.basic import BASIC, GradeResult
 from worker.graders.code import grade_code
-from worker.graders.extract import extract_answer, extract_code
+from worker.graders.extract import boxed, extract_answer, extract_code
+from worker.graders.mathverify import grade_math
 from worker.graders.tool import grade_tool
 
 __all__ = ["GradeResult", "final_answer", "grade"]
@@ -21,6 +22,10 @@ def final_answer(task: dict[str, Any], text: str | None) -> str | None:
     if gtype == "code":
         return extract_code(text)
     mode = task["grader"].get("extract", "auto")
+    if gtype == "math" and mode == "auto" and text:
+        # A LaTeX answer is not a 'last number': keep the Answer line / \boxed{}, else let math-verify
+        # find the answer in the whole reply.
+        return extract_answer(text, "answer") or boxed(text) or text
     if gtype == "tool":
         mode = task["grader"].get("answer", {}).get("extract", mode)
     return extract_answer(text, mode)
@@ -34,8 +39,14 @@ def grade(task: dict[str, Any], text: str | None, tool_calls: list[dict[str, Any
         return grade_code(answer, task)
     if gtype == "tool":
         return grade_tool(answer, task, tool_calls or [])
+    if gtype == "bfcl":
+        from worker.graders.bfcl import grade_bfcl
+
+        return grade_bfcl(task, tool_calls or [])
     if gtype == "none":
         return GradeResult(0.0, False, {"grader": "none", "reason": "no reference: use judge mode"})
+    if gtype == "math":
+        return grade_math(answer, task["reference"], g)
     res = BASIC[gtype](answer, task["reference"], g)
     res.details.setdefault("answer", answer)
     return res

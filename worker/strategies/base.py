@@ -13,12 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from contracts import generation
 from contracts.errors import InputError
-from contracts.jobs import Job
+from contracts.jobs import Job, derive_seed
 from contracts.prompts import parse_score, solve_messages, verify_messages
 from contracts.records import CallRecord
+from egress.client import ChatResponse, ProviderClient, ProviderError
 from worker.graders import final_answer
-from worker.provider import ChatResponse, ProviderClient, ProviderError
 from worker.tools import execute_tool
 
 T = TypeVar("T")
@@ -27,6 +28,7 @@ R = TypeVar("R")
 SAMPLE_TEMPERATURE = 0.7  # the seed's default for n > 1
 DEFAULT_CONCURRENCY = 8
 MAX_TOOL_STEPS = 4  # agent-loop turns per tool-use episode (tool calls + the final answer)
+MAX_INT_PARAM = 64  # e.g. tree depth/beam: calls grow with their product, so a plan's 10^9 must fail up front
 
 
 @dataclass
@@ -54,6 +56,10 @@ class JobContext:
         self.concurrency = max(1, concurrency)
         self.calls: list[CallRecord] = []
         self._lock = threading.Lock()
+        # Generation settings in effect: profile < plan < arm (contracts.generation).
+        prof_gen = getattr(getattr(provider, "profile", None), "generation", None) or {}
+        self.gen = generation.merge(prof_gen, job.base_gen, job.gen)
+        self.seed_base = int(self.gen.get("seed", job.seed))
 
     @property
     def supports_n(self) -> bool:
@@ -70,20 +76,36 @@ class JobContext:
         n: int = 1,
         tools: list[dict[str, Any]] | None = None,
     ) -> ChatResponse:
-        seed = self.job.call_seed(index)
+        seed = derive_seed(self.seed_base, self.job.key, index) if "seed" in self.gen else self.job.call_seed(index)
         meta = {"Job": self.job.key, "Arm": self.job.arm, "Role": role}
+        if temperature > 0 and "temperature" in self.gen:
+            temperature = self.gen["temperature"]  # the configured sampling temperature; greedy calls stay at 0
+        sent = {"temperature": temperature, **{k: v for k, v in self.gen.items() if k not in ("temperature", "seed")}}
         try:
-            resp = self.provider.chat(messages, temperature=temperature, n=n, seed=seed, tools=tools, meta=meta)
+            resp = self.provider.chat(messages, temperature=temperature, n=n, seed=seed, tools=tools, meta=meta,
+                                      gen=self.gen)
         except ProviderError as e:
-            self._record(CallRecord(index, role, None, None, 0.0, e.attempts, seed, n, 0, None,
-                                    {"class": e.error_class, "message": e.message}))
+            self._record_discarded(index, role, seed, n, getattr(e, "discarded", []))
+            usage, bad = getattr(e, "usage", None), getattr(e, "usage_invalid", None)
+            self._record(CallRecord(index, role, None, usage, 0.0, e.attempts, seed, n, 0, None,
+                                    {"class": e.error_class, "message": e.message}, bad is not None, bad, gen=sent))
             raise
+        self._record_discarded(index, role, seed, n, resp.discarded)
         finish = resp.choices[0].finish_reason if resp.choices else None
         self._record(CallRecord(index, role, resp.model, resp.usage, resp.latency_s, resp.attempts, seed,
-                                resp.n_requested, resp.n_returned, finish, None, resp.usage is None))
+                                resp.n_requested, resp.n_returned, finish, None, resp.usage is None,
+                                resp.usage_invalid, gen=sent, finish_reasons=[c.finish_reason for c in resp.choices]))
         if not resp.choices:
             raise ProviderError("permanent", "the server returned no choices", attempts=resp.attempts)
         return resp
+
+    def _record_discarded(self, index: int, role: str, seed: int, n: int, discarded: list[dict[str, Any]]) -> None:
+        # A 2xx response that was discarded (malformed) and retried was still billed: it is a call of its own,
+        # at the same index, with whatever usage it carried.
+        for d in discarded:
+            self._record(CallRecord(index, role, None, d["usage"], 0.0, 1, seed, n, 0, None,
+                                    {"class": "transient", "message": f"billed response discarded: {d['message']}"},
+                                    d["usage"] is None, d["usage_invalid"]))
 
     def _record(self, rec: CallRecord) -> None:
         with self._lock:
@@ -197,8 +219,12 @@ class Strategy:
             if k in self.param_choices and v not in self.param_choices[k]:
                 allowed = ", ".join(self.param_choices[k])
                 raise InputError(f"strategy '{self.name}' parameter '{k}' must be one of: {allowed}", field="params")
-            if isinstance(self.params[k], int) and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                raise InputError(f"strategy '{self.name}' parameter '{k}' must be an integer >= 1", field="params")
+            if isinstance(self.params[k], int) and (
+                not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_INT_PARAM
+            ):
+                raise InputError(
+                    f"strategy '{self.name}' parameter '{k}' must be an integer in 1..{MAX_INT_PARAM}", field="params"
+                )
 
     def param(self, job: Job, name: str) -> Any:
         return job.params.get(name, self.params[name])

@@ -27,14 +27,15 @@ def doctor(
     """Check credentials and egress for a profile (key set, base_url, /models, model, usage). Exit 0 = all pass."""
     from rich.console import Console
 
-    from contracts.profiles import get_profile
-    from ept.doctor import ok, render, run_checks
+    from contracts.secrets import scrub
+    from egress.doctor import check_client_configs, ok, render, run_checks
+    from egress.profiles import get_profile
 
     p = get_profile(profile, profiles)
-    checks = run_checks(p, timeout=timeout)
+    checks = [*run_checks(p, timeout=timeout), check_client_configs()]
     console = Console(highlight=False, soft_wrap=True)
     for line in render(p, checks):
-        console.print(line)
+        console.print(scrub(line))  # masks keys from the environment and any password in base_url
     if not ok(checks):
         raise typer.Exit(1)
 
@@ -44,7 +45,8 @@ def profiles_list(profiles: Path | None = typer.Option(None, "--profiles", help=
     from rich.console import Console
     from rich.table import Table
 
-    from contracts.profiles import load_profiles
+    from contracts.secrets import mask_url
+    from egress.profiles import load_profiles
 
     table = Table("name", "protocol", "base_url", "model", "key variable", "key")
     for p in load_profiles(profiles).values():
@@ -52,7 +54,7 @@ def profiles_list(profiles: Path | None = typer.Option(None, "--profiles", help=
         table.add_row(
             p.name,
             p.protocol,
-            p.base_url,
+            mask_url(p.base_url),
             p.model,
             p.api_key_env,
             p.masked_key() if key else "[red]not set[/]",
@@ -76,8 +78,8 @@ def profiles_export(
     import tempfile
 
     from contracts.errors import InputError
-    from contracts.profiles import get_profile
-    from ept.client_configs import render
+    from egress.exports import render
+    from egress.profiles import get_profile
 
     text = render(get_profile(name, profiles), to)
     if out is None:

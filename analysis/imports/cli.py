@@ -1,0 +1,87 @@
+"""`ept import batch|inspect`: other tools' logs -> a records JSONL that `ept analyze` reads (docs/imports.md)."""
+
+from __future__ import annotations
+
+import typer
+
+from contracts.errors import InputError
+
+import_app = typer.Typer(help="Other tools' logs (OpenAI Batch API, inspect_ai) -> records for `ept analyze`.",
+                         no_args_is_help=True)
+
+
+def _finish(col, out: str, what: str) -> None:
+    from collections import Counter
+
+    from rich.console import Console
+
+    from analysis.cli import _print_skipped
+    from analysis.imports.common import write_records
+
+    err = Console(stderr=True)
+    kinds = Counter(r["kind"] for r in col.records)
+    if not kinds.get("call") and not kinds.get("outcome"):
+        raise InputError(f"no records found in the {what}")
+    write_records(col.records, out)
+    arms = sorted({r["arm"] for r in col.records})
+    tasks = {r["task_id"] for r in col.records}
+    typer.echo(f"{out}: {kinds.get('call', 0)} call and {kinds.get('outcome', 0)} outcome records; "
+               f"{len(tasks)} tasks, arms: {', '.join(arms)}")
+    for note in col.notes:
+        err.print(f"note: {note}", highlight=False)
+    _print_skipped(col.skipped, err)
+    typer.echo(f"next: ept analyze {out}")
+
+
+@import_app.command("batch")
+def batch_cmd(
+    outputs: list[str] = typer.Argument(None, help="Batch output file(s) (JSONL from the batch's output_file_id)"),
+    out: str = typer.Option(None, "--out", "-o", help="records JSONL to write"),
+    input_file: str = typer.Option(None, "--input", help="the batch input file (request body.metadata maps custom_id)"),
+    mapping: str = typer.Option(None, "--mapping", help="CSV/JSONL: custom_id, task_id, arm, replicate, family"),
+    id_template: str = typer.Option(None, "--id-template", help="parse custom_id, e.g. '{task_id}__{arm}__r{replicate}'"),
+    outcomes: str = typer.Option(None, "--outcomes", help="CSV/JSONL scores: custom_id (or task_id, arm, replicate) + score|correct"),
+    write_template: str = typer.Option(None, "--write-template", help="write a mapping CSV to fill in, from --input, and stop"),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
+) -> None:
+    """OpenAI Batch API output -> call records (usage per response) + outcome records (your scores)."""
+    from analysis.imports.batch import import_batch, mapping_template
+    from analysis.imports.common import Collector
+
+    if write_template:
+        if not input_file:
+            raise InputError("--write-template needs --input (the batch input file)", field="input")
+        import polars as pl
+
+        rows = mapping_template(input_file, Collector(skip_bad=skip_bad))
+        pl.DataFrame(rows, schema=["custom_id", "task_id", "arm", "replicate", "family"]).write_csv(write_template)
+        typer.echo(f"{write_template}: {len(rows)} custom_ids; fill in task_id and arm (replicate, family optional), "
+                   f"then pass it as --mapping")
+        return
+    if not outputs:
+        raise InputError("give the batch output file(s)", field="outputs")
+    if not out:
+        raise InputError("give --out records.jsonl", field="out")
+    col = import_batch(outputs, input_file=input_file, mapping=mapping, id_template=id_template,
+                       outcomes=outcomes, skip_bad=skip_bad)
+    _finish(col, out, "batch output")
+
+
+@import_app.command("inspect")
+def inspect_cmd(
+    logs: list[str] = typer.Argument(..., help="inspect_ai eval logs (.eval or .json) or folders of them"),
+    out: str = typer.Option(..., "--out", "-o", help="records JSONL to write"),
+    arm_from: str = typer.Option("auto", "--arm-from", help="arm name: auto | model | task | solver | "
+                                 "a task/model arg or generate-config key (e.g. temperature) | file"),
+    score_key: str = typer.Option(None, "--score", help="which scorer's score becomes the outcome (default: first)"),
+    skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad samples/logs (reported) instead of stopping."),
+) -> None:
+    """inspect_ai eval logs -> call records (per-sample model usage) + outcome records (scores)."""
+    from analysis.imports.inspect_log import import_inspect
+
+    col = import_inspect(logs, arm_from=arm_from, score_key=score_key, skip_bad=skip_bad)
+    _finish(col, out, "inspect logs")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(import_app, name="import")

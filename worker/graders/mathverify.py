@@ -1,0 +1,81 @@
+"""Math grader: symbolic answer checking with HuggingFace's `math-verify` for answers that are not plain numbers.
+
+Grader type `math`. LaTeX (`\\frac{3}{4}`, `\\sqrt{2}/2`, `2\\pi`), fractions, sets (`\\{1, 2\\}`), intervals
+(`(-\\infty, 3]`), tuples, equations (`x = 5`), percentages and units are compared as mathematical objects,
+so a MATH/AIME-style suite grades `0.75` against `\\frac34` correctly.
+
+Plain numbers on both sides go to the numeric grader (same tolerances: `abs_tol`, `rel_tol`), because it
+reads things math-verify reads differently ('1,234.50' is a number to us, a tuple to math-verify) and
+because it needs no sympy. `tests/test_math_verify.py` shows the two agree on the built-in math suite.
+
+math-verify bounds each parse/compare with signal.alarm, which only works in a process's main thread;
+in worker threads we turn its timeout off (answers are short; the job's own timeout still applies).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+from worker.graders.basic import GradeResult, grade_numeric
+from worker.graders.extract import boxed, parse_number
+
+_PLAIN_NUMBER = re.compile(r"\s*\$?\s*[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?\s*")
+
+
+def is_plain_number(text: Any) -> bool:
+    """True for '42', '-3.5', '1,234.50', '$12', 7 — things the numeric grader reads exactly."""
+    if isinstance(text, bool):
+        return False
+    if isinstance(text, int | float):
+        return True
+    return isinstance(text, str) and _PLAIN_NUMBER.fullmatch(text) is not None
+
+
+def _timeout() -> int | None:
+    return 5 if threading.current_thread() is threading.main_thread() else None
+
+
+def _as_latex(text: str) -> str:
+    # math-verify's LaTeX extractor looks for math delimiters or \boxed; a bare answer gets both chances.
+    t = text.strip()
+    if "$" in t or "\\(" in t or "\\[" in t or "\\boxed" in t:
+        return t
+    return f"${t}$"
+
+
+def parse_math(text: str) -> list[Any]:
+    """math-verify's parse of an answer (sympy objects, then the matched string), [] when nothing parses."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+
+    return parse(_as_latex(text), extraction_config=[LatexExtractionConfig(), ExprExtractionConfig()],
+                 parsing_timeout=_timeout())
+
+
+def verify_math(answer: str, reference: Any) -> bool:
+    """Whether `answer` is mathematically equal to `reference` by math-verify alone (no numeric shortcut)."""
+    from math_verify import verify
+
+    gold, got = parse_math(str(reference)), parse_math(answer)
+    if not gold or not got:
+        return False
+    return bool(verify(gold, got, timeout_seconds=_timeout()))
+
+
+def grade_math(answer: str | None, reference: Any, options: dict[str, Any]) -> GradeResult:
+    """Score 1 when the answer equals the reference: numeric grader for plain numbers, else math-verify."""
+    if answer is None or not str(answer).strip():
+        return GradeResult(0.0, False, {"grader": "math", "reason": "no answer"})
+    inner = boxed(answer)
+    ans = inner if inner is not None else answer.strip()
+    if is_plain_number(reference) and is_plain_number(ans):
+        res = grade_numeric(ans, reference, options)
+        return GradeResult(res.score, res.correct, {**res.details, "grader": "math", "via": "numeric"})
+    ok = verify_math(ans, reference)
+    details: dict[str, Any] = {"grader": "math", "via": "math-verify", "answer": ans}
+    if not ok:
+        details["reason"] = "not equal to the reference" if parse_math(ans) else "answer does not parse as math"
+        if is_plain_number(reference) and parse_number(ans) is not None:
+            details["got"] = parse_number(ans)
+    return GradeResult(1.0 if ok else 0.0, ok, details)

@@ -1,0 +1,141 @@
+"""The program that runs INSIDE the sandbox (stdlib only; its source is passed to `python -I -S -c`).
+
+It reports values, never verdicts: each `assert` of a test was rewritten by worker/sandbox/checks.py into
+`__ept_check__(k, lambda: <probe>, ...)`, where the probes are the parts of the assertion that depend on
+the candidate (e.g. `f(1)`); the expected values stay outside. Here each probe is evaluated and serialised
+as a plain value (only exact int/float/str/bool/None/list/tuple/dict/set/frozenset/bytes/complex: an object
+with its own `__eq__` is refused), and the harness outside decides pass/fail. Candidate code can write
+anything on stdout, but all it can ever contribute is values, so printing a "pass" achieves nothing.
+
+Protocol (stdout): lines `MARKER + json`: {"load": error|null}, then per test {"t": i, "c": [[k, [probe
+results]]...], "e": error|null}, then {"done": 1}. A probe result is {"v": encoded} or {"x": "Type: msg"}.
+"""
+
+import io
+import json
+import os
+import resource
+import signal
+import sys
+
+MARKER = "\x1eEPT:"
+_BLOCKED = ("socket.", "subprocess.", "os.system", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn",
+            "os.exec", "os.kill", "os.killpg", "ctypes.", "pty.", "os.putenv", "webbrowser.", "urllib.Request")
+MAX_CHECKS_PER_TEST = 1000
+MAX_NODES = 200_000
+
+
+def _guard(event, args):
+    # An extra layer only: the namespaces and rlimits are the boundary.
+    if event.startswith(_BLOCKED):
+        raise PermissionError(f"sandbox: {event} is not allowed")
+
+
+def _limits(lim):
+    mb = 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu_s"], lim["cpu_s"] + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (lim["memory_mb"] * mb, lim["memory_mb"] * mb))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (lim["fsize_mb"] * mb, lim["fsize_mb"] * mb))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    # Counted per user namespace: only this sandbox's processes.
+    resource.setrlimit(resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _encode(v, budget):
+    # Exact types only: a subclass (or any object) could define __eq__/__hash__ to fake a match.
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ValueError("value too large to compare")
+    t = type(v)
+    if v is None or t is bool or t is str:
+        return v
+    if t is int:
+        return v if -(2**53) < v < 2**53 else {"i": hex(v)}
+    if t is float:
+        return {"f": v.hex()}
+    if t is list:
+        return [_encode(x, budget) for x in v]
+    if t is tuple:
+        return {"t": [_encode(x, budget) for x in v]}
+    if t is dict:
+        return {"d": [[_encode(k, budget), _encode(x, budget)] for k, x in v.items()]}
+    if t is set or t is frozenset:
+        return {"s" if t is set else "fs": [_encode(x, budget) for x in v]}
+    if t is bytes:
+        return {"b": v.hex()}
+    if t is complex:
+        return {"c": [v.real.hex(), v.imag.hex()]}
+    raise TypeError(f"returned a {t.__name__} object; only plain values (int, float, str, bool, None, list, "
+                    "tuple, dict, set, bytes) can be compared")
+
+
+def _err(e):
+    try:
+        text = str(e)
+    except BaseException:
+        text = "?"
+    return type(e).__name__ + (": " + text[:200] if text else "")
+
+
+def _on_xcpu(signum, frame):
+    # This process is its namespace's pid 1, which the kernel does not kill with a default-action signal:
+    # exit as SIGXCPU would have (the hard limit's SIGKILL, one second later, is the backstop).
+    os._exit(128 + signal.SIGXCPU)
+
+
+def main():
+    payload = json.loads(sys.stdin.buffer.read())
+    os.close(0)
+    signal.signal(signal.SIGXCPU, _on_xcpu)
+    _limits(payload["limits"])
+    if payload.get("audit_hook", True):
+        sys.addaudithook(_guard)
+    out_fd = 1
+    # The candidate's print() goes nowhere (its raw writes to fd 1/2 are capped and ignored by the caller).
+    sys.stdout = sys.stderr = io.StringIO()
+    encode, dumps, write, budget_max = _encode, json.dumps, os.write, MAX_NODES
+
+    def emit(obj):
+        data = (MARKER + dumps(obj, allow_nan=False) + "\n").encode()
+        while data:
+            data = data[write(out_fd, data):]
+
+    ns = {"__name__": "candidate"}
+    load = None
+    try:
+        exec(compile(payload["code"], "<candidate>", "exec"), ns)
+        if payload["entry_point"] not in ns:
+            load = "entry point " + payload["entry_point"] + " is not defined"
+    except BaseException as e:
+        load = _err(e)
+    emit({"load": load})
+    if load is None:
+        for i, src in enumerate(payload["tests"]):
+            events = []
+
+            def check(k, *thunks, events=events):
+                if len(events) >= MAX_CHECKS_PER_TEST:
+                    raise RuntimeError("too many checks in one test")
+                res = []
+                for th in thunks:
+                    try:
+                        res.append({"v": encode(th(), [budget_max])})
+                    except BaseException as e:
+                        res.append({"x": _err(e)})
+                events.append([k, res])
+
+            g = dict(ns)
+            g["__ept_check__"] = check
+            err = None
+            try:
+                exec(compile(src, "<test>", "exec"), g)
+            except BaseException as e:
+                err = _err(e)
+            emit({"t": i, "c": events, "e": err})
+    emit({"done": 1})
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
