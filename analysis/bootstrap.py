@@ -20,17 +20,56 @@ from analysis.merge import merge_thetas, theta_to_elo
 
 __all__ = [
     "BootstrapResult",
+    "OutcomeGroups",
     "PairData",
     "bootstrap",
+    "family_counts",
+    "fit_batch_size",
     "fit_families",
     "point_estimate",
     "small_sample_factor",
     "tokens_unweighted",
 ]
 
-# Rounds fitted per batch: bounds memory (chunk x K x K) and paces progress reports. Fixed, so the
-# result depends only on (data, seed, rounds).
+# Rounds drawn per block: fixed, so the random stream (and the result) depends only on (data, seed,
+# rounds), never on K or on the memory budget below.
 _CHUNK = 250
+# Working set of one batched fit: about _ARRAYS_PER_ROUND float64 K x K arrays per round (counts, pair
+# totals, differences, probabilities, Hessian, line-search temporaries). Rounds are fitted in batches
+# that keep this under _FIT_BUDGET bytes, so memory is O(batch x K^2) with batch >= 1 for any K.
+_ARRAYS_PER_ROUND = 12
+_FIT_BUDGET = 256 * 2**20
+
+
+def fit_batch_size(n_arms: int, budget: int = _FIT_BUDGET) -> int:
+    """Rounds fitted together for K arms: as many as fit the memory budget, at least 1, at most _CHUNK."""
+    per_round = _ARRAYS_PER_ROUND * 8 * max(int(n_arms), 1) ** 2
+    return int(min(_CHUNK, max(1, budget // per_round)))
+
+
+@dataclass(frozen=True)
+class OutcomeGroups:
+    """Scored outcomes by (task, arm, score level); see PairData.outcome_groups."""
+
+    task: np.ndarray
+    arm: np.ndarray
+    level: np.ndarray
+    mass: np.ndarray
+    tie_weight: float = 0.5  # 0 drops ties
+
+    def check(self, n_tasks: int, n_arms: int) -> None:
+        shape = np.asarray(self.task).shape
+        for name, hi in (("task", n_tasks), ("arm", n_arms), ("level", None)):
+            a = np.asarray(getattr(self, name))
+            if a.ndim != 1 or a.shape != shape or (a.size and not np.issubdtype(a.dtype, np.integer)):
+                raise ValueError(f"outcome_groups.{name} must be a 1-D integer array like outcome_groups.task")
+            if a.size and (a.min() < 0 or (hi is not None and a.max() >= hi)):
+                raise ValueError(f"outcome_groups.{name} holds an index outside [0, {hi})")
+        m = np.asarray(self.mass, dtype=float)
+        if m.shape != shape or not np.all(np.isfinite(m)) or np.any(m < 0):
+            raise ValueError("outcome_groups.mass must be finite, >= 0 and as long as outcome_groups.task")
+        if self.tie_weight not in (0.0, 0.5):
+            raise ValueError("outcome_groups.tie_weight must be 0.5 (ties count half) or 0 (ties dropped)")
 
 
 @dataclass(frozen=True)
@@ -41,6 +80,12 @@ class PairData:
     task, winner, loser [M] int and weight [M] float: comparison m happened in task `task[m]`; a tie is
         two rows (a beat b, b beat a) of weight 0.5 each.
     task_tokens [T, K] float: tokens arm k spent on task t, NaN where arm k did not run task t.
+    outcome_groups (optional): scored outcomes instead of their pair rows, for grids where every arm
+        meets every other on each task (K^2/2 rows per task). Arrays [G]: task, arm, level (dense rank of
+        the score within its task, higher wins) and mass (share of the arm's replicates on the task with
+        that score). Every two groups of different arms in a task imply the comparison "higher level
+        wins, equal levels tie (tie_weight each way)" with weight mass_a * mass_b: exactly the rows
+        analysis.pairs.outcome_pairs would build. See `_group_columns`.
     """
 
     task_family: np.ndarray
@@ -51,6 +96,7 @@ class PairData:
     n_arms: int
     families: Sequence[str]
     task_tokens: np.ndarray
+    outcome_groups: OutcomeGroups | None = None
 
     def __post_init__(self) -> None:
         k, f = int(self.n_arms), len(self.families)
@@ -81,6 +127,8 @@ class PairData:
             raise ValueError(f"task_tokens must have shape [T, K] = [{t}, {k}], got {tok.shape}")
         if np.any(np.isinf(tok)) or np.any(tok < 0):
             raise ValueError("task_tokens must be finite and >= 0 (NaN marks an arm that did not run)")
+        if self.outcome_groups is not None:
+            self.outcome_groups.check(t, k)
 
     @property
     def n_tasks(self) -> int:
@@ -120,7 +168,54 @@ def _family_counts(data: PairData, fam: int) -> np.ndarray:
     k = int(data.n_arms)
     sel = np.asarray(data.task_family)[np.asarray(data.task)] == fam
     flat = np.asarray(data.winner)[sel].astype(np.int64) * k + np.asarray(data.loser)[sel]
-    return np.bincount(flat, weights=np.asarray(data.weight, dtype=float)[sel], minlength=k * k).reshape(k, k)
+    wins = np.bincount(flat, weights=np.asarray(data.weight, dtype=float)[sel], minlength=k * k).reshape(k, k)
+    wins = wins.astype(float, copy=False)  # bincount of no rows is an integer array
+    cols = _group_columns(data, fam)
+    if cols is not None:
+        e, below, _ = cols
+        wins += _group_wins(e, below, np.ones((1, e.shape[1])))[0]
+    return wins
+
+
+def family_counts(data: PairData, fam: int) -> np.ndarray:
+    """K x K weighted win counts of family index `fam` (explicit rows and outcome groups)."""
+    return _family_counts(data, fam)
+
+
+def _group_columns(data: PairData, fam: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The family's outcome groups as two dense [K, Q] matrices over its Q (task, level) columns, and the
+    task of each column, or None without groups.
+
+    E[i, q]: mass of arm i at column q's level on its task. B[i, q]: mass of arm i strictly below that
+    level on the same task, plus tie_weight x E[i, q]. Then sum_q c_q E[:, q] B[:, q]^T is the win-count
+    matrix of the task multiplicities c (diagonal excepted: an arm meeting itself is dropped), at
+    O(K^2 Q) time and O(K Q) memory instead of one row per pair of arms."""
+    g = data.outcome_groups
+    if g is None:
+        return None
+    task = np.asarray(g.task)
+    sel = np.asarray(data.task_family)[task] == fam if task.size else np.zeros(0, dtype=bool)
+    if not np.any(sel):
+        return None
+    task, arm, level = task[sel].astype(np.int64), np.asarray(g.arm)[sel], np.asarray(g.level)[sel].astype(np.int64)
+    span = int(level.max()) + 1
+    cols, q = np.unique(task * span + level, return_inverse=True)  # sorted: by task, then level
+    q_task = cols // span
+    e = np.zeros((int(data.n_arms), cols.size))
+    np.add.at(e, (arm, q), np.asarray(g.mass, dtype=float)[sel])
+    run = np.cumsum(e, axis=1)
+    first = np.searchsorted(q_task, q_task)  # first column of each column's task
+    before_task = np.where(first > 0, run[:, np.maximum(first - 1, 0)], 0.0)
+    below = run - e - before_task + g.tie_weight * e
+    return e, below, q_task
+
+
+def _group_wins(e: np.ndarray, below: np.ndarray, col_weight: np.ndarray) -> np.ndarray:
+    """[R, K, K] win counts for R rows of column weights [R, Q] (a task's multiplicity on its columns)."""
+    wins = np.matmul(e[None, :, :] * col_weight[:, None, :], below.T)
+    k = e.shape[0]
+    wins[:, np.arange(k), np.arange(k)] = 0.0
+    return wins
 
 
 def _mask_unobserved(theta: np.ndarray, wins: np.ndarray) -> np.ndarray:
@@ -222,8 +317,12 @@ def bootstrap(
     seed: int = 0,
     l2: float = 1e-3,
     progress: Callable[[int], None] | None = None,
+    fit_budget: int = _FIT_BUDGET,
 ) -> BootstrapResult:
-    """Task-level bootstrap within each family; `progress(n)` is called with the rounds done so far."""
+    """Task-level bootstrap within each family; `progress(n)` is called with the rounds done so far.
+
+    fit_budget: bytes for the batched fits' working set (see fit_batch_size); it changes speed and
+    memory, never the result."""
     from scipy import sparse
 
     weights = _weights(data, family_weights)
@@ -254,39 +353,54 @@ def bootstrap(
             (weight[sel], (local[task[sel]], pair[sel])), shape=(tasks_f.size, k * k)
         )  # duplicate (task, pair) entries are summed
         tok = tokens[tasks_f]
+        cols = _group_columns(data, f)
+        if cols is not None:
+            cols = (cols[0], cols[1], local[cols[2]])  # column -> the family's local task index
         # Point values the small-sample stretch is measured from (see small_sample_factor).
         wins0 = _family_counts(data, f)
         th0 = fit_bt_counts(wins0, l2=l2).theta if tasks_f.size else np.zeros(k)
         fam_parts.append(
             (tasks_f.size, counts.T.tocsr(), np.nan_to_num(tok), (~np.isnan(tok)).astype(float), th0,
-             _tokens_per_task(tok) if tasks_f.size else np.full(k, np.nan), small_sample_factor(tasks_f.size, df_total or None))
+             _tokens_per_task(tok) if tasks_f.size else np.full(k, np.nan), small_sample_factor(tasks_f.size, df_total or None),
+             cols)
         )
 
     elo = np.empty((rounds, k))
     tpt = np.empty((rounds, k))
     fam_theta = {name: np.full((rounds, k), np.nan) for name in data.families}
     failed = np.zeros(rounds, dtype=bool)
+    batch = fit_batch_size(k, fit_budget)
     for start in range(0, rounds, _CHUNK):
         n = min(_CHUNK, rounds - start)
         rows = slice(start, start + n)
         fam_tok = np.full((len(fam_parts), n, k), np.nan)
-        for f, (t_f, counts_t, tok0, ran, th0, tok_pt, stretch) in enumerate(fam_parts):
+        for f, (t_f, counts_t, tok0, ran, th0, tok_pt, stretch, cols) in enumerate(fam_parts):
             if t_f == 0:
                 continue
             c = _resample_counts(rng, n, t_f)
             with np.errstate(invalid="ignore", divide="ignore"):
                 tok_n = c @ ran
                 fam_tok[f] = np.where(tok_n > 0, (c @ tok0) / np.where(tok_n > 0, tok_n, 1.0), np.nan)
-            wins = np.asarray(counts_t @ c.T).T.reshape(n, k, k)
-            theta, ok = _fit_rounds(wins, l2)
-            # Expanded percentile: stretch the round's deviation from the point fit (the merge absorbs
-            # any per-family constant, so the centring of either does not matter).
-            with np.errstate(invalid="ignore"):
-                theta = th0 + stretch * (theta - th0) if math.isfinite(stretch) else np.full_like(theta, np.nan)
                 fam_tok[f] = tok_pt + (stretch if math.isfinite(stretch) else np.nan) * (fam_tok[f] - tok_pt)
             name = data.families[f]
-            fam_theta[name][rows] = merge_thetas({name: theta}, {name: 1.0})  # centred over observed arms
-            failed[rows] |= ~ok
+            # Count matrices exist only for one fit batch at a time: [batch, K, K], bounded by the budget.
+            for b0 in range(0, n, batch):
+                sub = slice(b0, min(n, b0 + batch))
+                if cols is None:
+                    wins = np.asarray(counts_t @ c[sub].T).T.reshape(-1, k, k)
+                else:
+                    wins = _group_wins(cols[0], cols[1], c[sub][:, cols[2]])
+                    if counts_t.nnz:
+                        wins += np.asarray(counts_t @ c[sub].T).T.reshape(-1, k, k)
+                theta, ok = _fit_rounds(wins, l2)
+                del wins
+                # Expanded percentile: stretch the round's deviation from the point fit (the merge absorbs
+                # any per-family constant, so the centring of either does not matter).
+                with np.errstate(invalid="ignore"):
+                    theta = th0 + stretch * (theta - th0) if math.isfinite(stretch) else np.full_like(theta, np.nan)
+                out = slice(start + sub.start, start + sub.stop)
+                fam_theta[name][out] = merge_thetas({name: theta}, {name: 1.0})  # centred over observed arms
+                failed[out] |= ~ok
         live = {name: fam_theta[name][rows] for name in data.families if weights[name] > 0}
         if all(np.isnan(v).all() for v in live.values()):
             elo[rows] = np.nan  # no weighted family can be resampled (all have < 2 tasks)
@@ -295,6 +409,11 @@ def bootstrap(
         tpt[rows] = _weighted_tokens(fam_tok, fw)
         if progress is not None:
             progress(start + n)
+    if np.any((fw > 0) & (n_f == 1)):
+        # A merged family of one task cannot be resampled: rounds without it would describe another
+        # estimand than the point estimate, so nothing merged with it gets an interval.
+        elo[:] = np.nan
+        tpt[:] = np.nan
     return BootstrapResult(
         elo=elo,
         tokens_per_task=tpt,

@@ -90,13 +90,25 @@ def analyze_cmd(
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
     tasks: str | None = typer.Option(None, "--tasks", help="JSONL tasks file with task_id and family."),
     no_plots: bool = typer.Option(False, "--no-plots", help="With --out: skip the PNG plots."),
+    prices: str | None = typer.Option(
+        None, "--prices", help="USD per 1M tokens, e.g. in=0.15,cached=0.075,out=0.6: cost per task, ΔElo per $1."
+    ),
     html: str | None = typer.Option(None, "--html", help="Also write a self-contained HTML report to this file."),
     transcript: str | None = typer.Option(
         None, "--transcript", help="Also write the command and its terminal output as a markdown file."
     ),
     ledger: str | None = typer.Option(None, "--ledger", help=LEDGER_HELP),
+    top: int | None = typer.Option(
+        None, "--top", help="Terminal tables: only the N arms with the highest Elo (files keep every arm)."
+    ),
+    arms: str | None = typer.Option(
+        None, "--arms",
+        help="Terminal tables: only arms whose label contains PATTERN; * and ? are wildcards, e.g. 'best_of_n@*'.",
+    ),
 ) -> None:
-    """Elo per token: Bradley-Terry per family, weighted merge, bootstrap CIs, diminishing-returns table."""
+    """Elo per token: Bradley-Terry per family, weighted merge, bootstrap CIs, diminishing-returns table.
+
+    With many arms the terminal tables are grouped by strategy; narrow them with --top / --arms."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -105,8 +117,10 @@ def analyze_cmd(
 
     opts = AnalysisOptions(
         weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, l2=l2,
-        drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks, min_tasks=min_tasks,
+        drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks, min_tasks=min_tasks, prices=prices,
     )
+    if top is not None and top < 1:
+        raise InputError(f"must be >= 1, got {top}", field="--top")  # before the (long) analysis
     paths = resolve_inputs(paths, ledger)
     err = Console(stderr=True)
     with Progress(
@@ -123,7 +137,7 @@ def analyze_cmd(
 
         result = analyze(paths, opts, progress=progress, on_step=step)
     console = make_console(record=transcript is not None)
-    print_report(result, console)
+    print_report(result, console, top=top, arms=arms)
     written = write_outputs(result, out, plots=not no_plots) if out else []
     if html:
         from analysis.html import write_html

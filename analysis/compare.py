@@ -277,6 +277,16 @@ def compare_runs(
         .with_row_index("task")
         .with_columns(pl.col("task").cast(pl.Int64))
     )
+    from analysis.pipeline import MIN_TASKS, WARN_TASKS
+
+    for fam, n in tasks.group_by("family").len().sort("family").iter_rows():  # one row per family
+        if n < WARN_TASKS:
+            notes.append(
+                f"family {fam}: only {n} task(s) (fewer than {WARN_TASKS}): intervals are widened for the small "
+                "sample but approximate"
+                + (f"; below {MIN_TASKS} tasks the gate has little power (see 'drop caught 80%')" if n < MIN_TASKS else "")
+                + ("; with one task there is no interval and the gate cannot fire" if n < 2 else "")
+            )
     outcomes = outcomes.join(tasks, on=["family", "task_id"])
     tokens = tokens.join(tasks, on=["family", "task_id"])
     pairs = pooled_pairs(outcomes.select("task", "player", "replicate", "score"))
@@ -301,7 +311,7 @@ def compare_runs(
     # flagged at most (1 - level) / 2 (one-sided), instead of that per arm.
     gate_level = 1.0 - (1.0 - level) / k if adjust == "bonferroni" else level
     table = _arm_table(
-        arm_order, base.arms, elo, tok, boot.elo, boot.tokens_per_task, level, gate_level, rule.elo_drop or 0.0
+        arm_order, base.arms, elo, tok, boot.elo, boot.tokens_per_task, level, gate_level, rule.elo_drop
     )
     flagged, reasons = _apply_rule(table, rule)
     if boot.failed_rounds:
@@ -382,7 +392,7 @@ def _arm_table(
     tok_s: np.ndarray,
     level: float,
     gate_level: float,
-    margin: float = 0.0,
+    margin: float | None = None,
 ) -> pl.DataFrame:
     k = len(arm_order)
     eb, ec, tb, tc = elo[:k], elo[k:], tok[:k], tok[k:]
@@ -438,19 +448,22 @@ def _arm_table(
 POWER = 0.8
 
 
-def _detectable_drop(d_samples: np.ndarray, gate_level: float, margin: float) -> np.ndarray:
+def _detectable_drop(d_samples: np.ndarray, gate_level: float, margin: float | None) -> np.ndarray:
     """Per arm, the smallest true drop (Elo) the gate flags with 80% probability at these data's precision.
 
     With ΔElo estimated with standard error se (the bootstrap sd), the gate flags when the upper bound
     ΔElo + z_g * se is below -margin, z_g the two-sided gate quantile. For a true drop δ that happens with
     probability Φ((δ - margin - z_g * se) / se), which is 80% at δ = margin + (z_g + z_0.8) * se. The runs
-    being compared are the best guess of the precision of a run of this size (docs/compare.md).
+    being compared are the best guess of the precision of a run of this size (docs/compare.md). Without an
+    elo-drop rule nothing is ever flagged, so the figure is NaN (shown as missing).
     """
     from scipy.stats import norm
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         se = np.nanstd(d_samples, axis=0, ddof=1)
+    if margin is None:
+        return np.full(se.shape, np.nan)
     z_g = float(norm.ppf(1.0 - (1.0 - gate_level) / 2.0))
     return margin + (z_g + float(norm.ppf(POWER))) * se
 

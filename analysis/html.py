@@ -9,6 +9,7 @@ doc keys (all optional except `returns`):
   title, generated_at, inputs (list[str]), options (dict), warnings (list[str])
   returns:      rows of the diminishing-returns table (arm, strategy, budget_n, tokens_per_task, elo, elo_lo,
                 elo_hi, d_elo, d_elo_lo, d_elo_hi, d_elo_per_1k, d_elo_per_1k_lo, d_elo_per_1k_hi, frontier)
+  anchor:       the arm pinned at Elo 1000 (labelled in the Elo-vs-tokens plot)
   families:     rows (family, arm, theta, elo, weight?) — per-family breakdown
   token_split:  rows (arm, role, calls, prompt_tokens, completion_tokens, tasks?) — by arm and call role
   failures:     rows (arm, error_class, count, tokens_unrecorded)
@@ -111,41 +112,30 @@ def _svg(fig: Any) -> str:
     fig.savefig(buf, format="svg", bbox_inches="tight",
                 metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     text = buf.getvalue()
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
     return text[text.index("<svg") :]  # drop the XML prolog/doctype: inline SVG in HTML5
 
 
-def _plot_elo_vs_tokens(rows: Sequence[Mapping[str, Any]]) -> str:
+def _plot_elo_vs_tokens(rows: Sequence[Mapping[str, Any]], anchor: str | None = None, level_label: str = "95%") -> str:
+    """The Elo-vs-tokens figure of the PNG report (analysis.plots), as SVG with every arm's numbers on
+    hover: a <title> inside each point's group (browsers show it as a tooltip; no script needed)."""
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from analysis.plots import elo_vs_tokens_figure, plotted_points
 
-    pts = [r for r in rows if _is_num(r.get("tokens_per_task")) and _is_num(r.get("elo"))]
+    pts = plotted_points(rows)
     if not pts:
         return ""
     with matplotlib.rc_context(_RC):
-        fig, ax = plt.subplots(figsize=(_FIG_W, 5.6))
-        x = [r["tokens_per_task"] for r in pts]
-        y = [r["elo"] for r in pts]
-        lo = [r["elo"] - r["elo_lo"] if _is_num(r.get("elo_lo")) else 0.0 for r in pts]
-        hi = [r["elo_hi"] - r["elo"] if _is_num(r.get("elo_hi")) else 0.0 for r in pts]
-        ax.errorbar(x, y, yerr=[lo, hi], fmt="o", color="#4a6fa5", ecolor="#9ab", capsize=3, label="arm (95% CI)")
-        front = sorted((r for r in pts if r.get("frontier")), key=lambda r: r["tokens_per_task"])
-        if front:
-            ax.plot([r["tokens_per_task"] for r in front], [r["elo"] for r in front],
-                    color="#d2691e", lw=1.5, label="compute-optimal frontier")
-        for r in pts:
-            ax.annotate(str(r["arm"]), (r["tokens_per_task"], r["elo"]), textcoords="offset points",
-                        xytext=(5, 5), fontsize=11)
-        if min(x) > 0:
-            ax.set_xscale("log")
-        ax.set_xlabel("tokens per task (log scale)")
-        ax.set_ylabel("Elo")
-        ax.set_title("Elo vs tokens per task")
-        ax.grid(alpha=0.3)
-        ax.legend(loc="lower right")
-        out = _svg(fig)
-        plt.close(fig)
+        out = _svg(elo_vs_tokens_figure(rows, level_label, anchor, gid_prefix="arm-pt-", figsize=(_FIG_W, 6.4)))
+    for i, r in enumerate(pts):
+        tip = f"{r['arm']}: Elo {_fmt(r['elo'], '.0f')}"
+        if _is_num(r.get("elo_lo")) and _is_num(r.get("elo_hi")):
+            tip += f" [{_fmt(r['elo_lo'], '.0f')}, {_fmt(r['elo_hi'], '.0f')}]"
+        tip += f", {_fmt(r['tokens_per_task'], ',.0f')} tokens/task" + (", frontier" if r.get("frontier") else "")
+        out = out.replace(f'<g id="arm-pt-{i}">', f'<g id="arm-pt-{i}"><title>{html.escape(tip)}</title>', 1)
     return out
 
 
@@ -153,60 +143,33 @@ def _plot_bars(labels: list[str], values: list[float], los: list[float | None], 
                title: str, ylabel: str) -> str:
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from analysis.plots import bars_figure
 
     if not labels:
         return ""
+    rows = [{"arm": a, "v": v, "v_lo": lo, "v_hi": hi} for a, v, lo, hi in zip(labels, values, los, his, strict=True)]
     with matplotlib.rc_context(_RC):
-        fig, ax = plt.subplots(figsize=(_FIG_W, 4.6))
-        err = [
-            [v - lo if lo is not None else 0.0 for v, lo in zip(values, los, strict=True)],
-            [hi - v if hi is not None else 0.0 for v, hi in zip(values, his, strict=True)],
-        ]
-        ax.bar(range(len(labels)), values, yerr=err, color="#4a6fa5", ecolor="#333", capsize=3)
-        ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.axhline(0, color="#999", lw=0.8)
-        ax.grid(axis="y", alpha=0.3)
-        out = _svg(fig)
-        plt.close(fig)
-    return out
+        return _svg(bars_figure(rows, "v", title, ylabel, width=_FIG_W))
 
 
 def _plot_families(rows: Sequence[Mapping[str, Any]]) -> str:
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from analysis.plots import per_family_figure
 
     fams = sorted({r["family"] for r in rows})
-    arms: list[str] = []
-    for r in rows:
-        if r["arm"] not in arms:
-            arms.append(r["arm"])
+    arms = list(dict.fromkeys(r["arm"] for r in rows))
     if not fams or not arms:
         return ""
     val = {(r["family"], r["arm"]): r.get("elo") for r in rows}
+    weights = {r["family"]: r["weight"] for r in rows if _is_num(r.get("weight"))}
     with matplotlib.rc_context(_RC):
-        fig, ax = plt.subplots(figsize=(_FIG_W, 4.8))
-        width = 0.8 / len(fams)
-        for i, fam in enumerate(fams):
-            ys = [val.get((fam, a)) for a in arms]
-            ax.bar([j + i * width for j in range(len(arms))], [y if _is_num(y) else 0.0 for y in ys],
-                   width=width, label=fam)
-        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(arms))], arms, rotation=20, ha="right")
-        lows = [v for v in val.values() if _is_num(v)]
-        if lows:
-            ax.set_ylim(min(lows) - 30, max(lows) + 30)
-        ax.set_ylabel("Elo within family (centred)")
-        ax.set_title("Per-family Elo")
-        ax.legend()
-        ax.grid(axis="y", alpha=0.3)
-        out = _svg(fig)
-        plt.close(fig)
-    return out
+        return _svg(per_family_figure(arms, fams, val, weights=weights or None, width=_FIG_W))
+
+
+def _level_label(doc: Mapping[str, Any]) -> str:
+    level = (doc.get("options") or {}).get("level")
+    return f"{round(level * 100)}%" if _is_num(level) else "95%"
 
 
 def _prices(manifest: Mapping[str, Any] | None) -> tuple[float, float] | None:
@@ -294,7 +257,7 @@ def render_html(doc: Mapping[str, Any]) -> str:
         "Elo.</p>"
     )
     parts.append(_table("returns-table", returns, RETURNS_COLUMNS, row_class="frontier"))
-    parts.append('<figure id="plot-elo-tokens">' + _plot_elo_vs_tokens(returns) + "</figure>")
+    parts.append('<figure id="plot-elo-tokens">' + _plot_elo_vs_tokens(returns, doc.get("anchor"), _level_label(doc)) + "</figure>")
     steps = [r for r in returns if _is_num(r.get("d_elo_per_1k"))]
     parts.append(
         '<figure id="plot-delo-per-1k">'
@@ -371,6 +334,23 @@ def render_html(doc: Mapping[str, Any]) -> str:
     else:
         parts.append('<p id="no-failures">No failed jobs.</p>')
     parts.append("</section>")
+
+    breakdown = list(doc.get("breakdown") or [])
+    if breakdown:
+        parts.append('<section id="breakdown"><h2>Per arm: tasks, failures, token split</h2>')
+        parts.append(
+            '<p class="muted">lost = tasks where the strategy failed (context overflow, a request refused after '
+            "tokens were spent) and was scored 0 with its tokens; reasoning = share of completion tokens reported "
+            "as reasoning; cached = share of input served from the prompt cache (usage details as returned).</p>"
+        )
+        parts.append(_table("breakdown-table", breakdown,
+                            [("arm", "arm", None), ("tasks_attempted", "tasks", ",d"),
+                             ("tasks_answered", "answered", ",d"), ("tasks_lost", "lost", ",d"),
+                             ("failed_by_class", "failed by class", None),
+                             ("calls_cut_by_max_tokens", "cut by max_tokens", ",d"),
+                             ("reasoning_tokens", "reasoning tokens", ",d"), ("reasoning_share", "reasoning", ".0%"),
+                             ("cached_tokens", "cached input", ",d"), ("cached_share", "cached", ".0%")]))  # fmt: skip
+        parts.append("</section>")
 
     if doc.get("options"):
         parts.append('<section id="options"><h2>Options</h2><pre>'
@@ -530,9 +510,11 @@ def doc_from_result(result: Any) -> dict[str, Any]:
         "options": data["options"],
         "warnings": warnings,
         "returns": data["table"],
+        "anchor": data["anchor"],
         "families": data["per_family"],
         "token_split": token_split(frame),
         "failures": failures_by_class(list(result.inputs), failure_objs),
+        "breakdown": data.get("breakdown") or [],
         "manifest": manifest,
         "counts": data["counts"],
         "versions": data["versions"],

@@ -25,8 +25,12 @@ PAIR_SCHEMA = {
 }
 
 
-def _expand_ties(m: pl.DataFrame, a: str, b: str, result: str, drop_ties: bool, source: str) -> pl.DataFrame:
-    """m has columns task_id, family, {a}, {b}, w and `result` in {'A','B','tie'}."""
+def _expand_ties(
+    m: pl.DataFrame | pl.LazyFrame, a: str, b: str, result: str, drop_ties: bool, source: str
+) -> pl.DataFrame:
+    """m has columns task_id, family, {a}, {b}, w and `result` in {'A','B','tie'}. One lazy query, so the
+    (possibly many million) meetings are never held next to their expanded rows."""
+    m = m.lazy()
     base = ("task_id", "family")
     won_a = m.filter(pl.col(result) == "A").select(*base, pl.col(a).alias("winner"), pl.col(b).alias("loser"), "w")
     won_b = m.filter(pl.col(result) == "B").select(*base, pl.col(b).alias("winner"), pl.col(a).alias("loser"), "w")
@@ -40,6 +44,7 @@ def _expand_ties(m: pl.DataFrame, a: str, b: str, result: str, drop_ties: bool, 
         .rename({"w": "weight"})
         .with_columns(pl.col("weight").cast(pl.Float64), pl.lit(source).alias("source"))
         .select(list(PAIR_SCHEMA))
+        .collect()
     )
 
 
@@ -53,8 +58,9 @@ def outcome_pairs(outcomes: pl.DataFrame, *, drop_ties: bool = False) -> pl.Data
     left = o.rename({"arm": "arm_a", "score": "s_a", "n": "n_a"})
     right = o.drop("family").rename({"arm": "arm_b", "score": "s_b", "n": "n_b"})
     m = (
-        left.join(right, on="task_id", how="inner")
-        .filter(pl.col("arm_a") < pl.col("arm_b"))
+        left.lazy()
+        .join(right.lazy(), on="task_id", how="inner")
+        .filter(pl.col("arm_a") < pl.col("arm_b"))  # lazy: applied while joining, half the rows never exist
         .with_columns(
             (1.0 / (pl.col("n_a") * pl.col("n_b"))).alias("w"),
             pl.when(pl.col("s_a") > pl.col("s_b"))
@@ -80,3 +86,42 @@ def build_pairs(outcomes: pl.DataFrame, judgments: pl.DataFrame, *, drop_ties: b
         [outcome_pairs(outcomes, drop_ties=drop_ties), judgment_pairs(judgments, drop_ties=drop_ties)],
         how="vertical",
     )
+
+
+def outcome_groups(outcomes: pl.DataFrame) -> pl.DataFrame:
+    """Scored outcomes as (task_id, family, arm, level, mass, reps): the compact form of outcome_pairs.
+
+    level = dense rank of the score within its task (0 = lowest); mass = share of the arm's replicates on
+    the task that scored at that level; reps = replicates at that level. Two groups of different arms in
+    a task stand for the comparisons outcome_pairs builds between them (see analysis.bootstrap.PairData):
+    O(outcomes) rows instead of O(arms^2) per task. Tasks with a single scored arm compare nothing and
+    are left out."""
+    o = outcomes.filter(pl.col("score").is_not_null()).select("task_id", "family", "arm", "score")
+    return (
+        o.with_columns(
+            pl.len().over("task_id", "arm").alias("n"),
+            (pl.col("score").rank("dense").over("task_id") - 1).cast(pl.Int64).alias("level"),
+        )
+        .filter(pl.col("arm").n_unique().over("task_id") > 1)
+        .group_by("task_id", "family", "arm", "level")
+        .agg(pl.len().alias("reps"), pl.col("n").first())
+        .with_columns((pl.col("reps") / pl.col("n")).alias("mass"))
+        .select("task_id", "family", "arm", "level", "mass", "reps")
+        .sort("task_id", "arm", "level")
+    )
+
+
+def implied_pair_rows(groups: pl.DataFrame, *, drop_ties: bool = False) -> int:
+    """How many rows outcome_pairs would build from these groups: one per meeting of replicates of two
+    different arms, two per tied meeting (none with drop_ties)."""
+    if groups.height == 0:
+        return 0
+    sq = pl.col("r").cast(pl.Float64) ** 2
+
+    def pairs_within(*keys: str) -> float:
+        """Sum over `keys` groups of (sum of reps)^2: ordered meetings within them, self-meetings included."""
+        return float(groups.group_by(*keys).agg(pl.col("reps").sum().alias("r")).select(sq.sum()).item())
+
+    meetings = (pairs_within("task_id") - pairs_within("task_id", "arm")) / 2
+    ties = (pairs_within("task_id", "level") - float(groups.select(pl.col("reps").alias("r")).select(sq.sum()).item())) / 2
+    return round(meetings - ties if drop_ties else meetings + ties)

@@ -2,7 +2,7 @@
 
 Steps: read and validate records -> check arms -> tokens per (task, arm) -> within-task comparisons
 -> per-family Bradley-Terry, weighted merge, anchored Elo -> bootstrap over tasks -> returns tables,
-per-family view and dominance warnings. Reports, plots and the HTML report consume the result.
+per-family view, frontier and heterogeneity warnings. Reports, plots and the HTML report consume the result.
 """
 
 from __future__ import annotations
@@ -16,11 +16,16 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from analysis.breakdown import arm_breakdown, cost_arrays, parse_prices
 from analysis.io import BadLine, Records, line_of, read_records
-from analysis.pairs import build_pairs
+from analysis.pairs import build_pairs, implied_pair_rows, outcome_groups
 from analysis.tokens import arm_tokens, judge_tokens, strategy_calls, task_tokens
 from contracts.errors import InputError
 from contracts.records import JUDGE_STRATEGY
+
+# Above this many outcome comparison rows, outcomes are kept grouped by score level instead (memory: a
+# 200-arm grid with 300 tasks is 9M rows, a 1,000-arm one 225M). Below it, one row per comparison.
+_PAIR_ROWS_MAX = 2_000_000
 
 # A family needs this many tasks to enter the merge (fewer: left out with a warning, unless no family has
 # enough), and WARN_TASKS for its bootstrap interval to be more than approximate (docs/statistics.md).
@@ -39,6 +44,7 @@ class AnalysisOptions:
     drop_ties: bool = False
     skip_bad: bool = False
     tasks_file: str | None = None
+    prices: str | None = None  # "in=0.15,cached=0.075,out=0.6" USD per 1M tokens: cost per task, ΔElo per $1
     min_tasks: int = MIN_TASKS  # families with fewer tasks are left out of the merge (if another is not)
     heterogeneity_alpha: float = 0.05  # family x arm heterogeneity test, Bonferroni over arms
 
@@ -69,7 +75,8 @@ class AnalysisResult:
     tokens: pl.DataFrame  # analysis.tokens.arm_tokens over all arms in the input
     judge_tokens: pl.DataFrame
     task_tokens: pl.DataFrame  # analysis.tokens.task_tokens for the analysed arms
-    pairs: pl.DataFrame  # analysis.pairs.PAIR_SCHEMA for the analysed arms
+    pairs: pl.DataFrame  # analysis.pairs.PAIR_SCHEMA for the analysed arms (judgments only on large grids:
+    # their outcome comparisons are kept as analysis.pairs.outcome_groups, see _PAIR_ROWS_MAX)
     elo: np.ndarray  # [K] anchored point estimate
     tokens_per_task: np.ndarray  # [K]
     table: pl.DataFrame  # analysis.returns.returns_table + tokens_per_task_unweighted
@@ -84,6 +91,10 @@ class AnalysisResult:
     # The validated input records (analysis.io.RECORD_SCHEMA) after cross-line checks, for views that
     # need more than per-arm totals (token split by role, failures); not part of report.json.
     records: pl.DataFrame | None = None
+    # Per arm: tasks attempted/answered/lost, failures by class, calls cut by max_tokens, token split, cost
+    # (analysis.breakdown); cost_table: the returns table over cost per task (ΔElo per $1), when priced.
+    breakdown: pl.DataFrame | None = None
+    cost_table: pl.DataFrame | None = None
     # analysis.returns.frontier_steps_table: each arm against the next-cheaper frontier arm.
     vs_frontier: pl.DataFrame | None = None
     excluded_families: list[str] = field(default_factory=list)  # too few tasks: weight 0 in the merge
@@ -115,6 +126,8 @@ class AnalysisResult:
                 "failed_rounds": self.failed_rounds,
             },
             "warnings": self.warnings,
+            "breakdown": self.breakdown.to_dicts() if self.breakdown is not None else [],
+            "cost_table": self.cost_table.to_dicts() if self.cost_table is not None else None,
         }
 
 
@@ -177,6 +190,20 @@ def check_records(records: Records, *, skip_bad: bool) -> tuple[pl.DataFrame, li
     return frame.filter(~pl.col("_i").is_in(dropped.implode())).drop("_i"), bad
 
 
+def _decisive_families(groups: pl.DataFrame, judgments: pl.DataFrame, arms: list[str]) -> set[str]:
+    """Families with at least one decisive (not tied) comparison between two of `arms`, without building
+    pairs: a task where two different arms scored and two scores differ (some pair of replicates of
+    different arms then differs), or a judgment with a winner."""
+    g = groups.filter(pl.col("arm").is_in(arms))
+    tasks = (
+        g.group_by("task_id", "family")
+        .agg(pl.col("arm").n_unique().alias("n_arms"), pl.col("level").n_unique().alias("n_levels"))
+        .filter((pl.col("n_arms") > 1) & (pl.col("n_levels") > 1))
+    )
+    j = judgments.filter(pl.col("arm_a").is_in(arms) & pl.col("arm_b").is_in(arms) & (pl.col("winner") != "tie"))
+    return set(tasks["family"].to_list()) | set(j["family"].to_list())
+
+
 def analyze(
     paths: Sequence[str],
     options: AnalysisOptions | None = None,
@@ -188,8 +215,15 @@ def analyze(
 
     progress(n) reports bootstrap rounds done; on_step(name) announces each long step.
     """
-    from analysis.bootstrap import PairData, bootstrap, point_estimate, tokens_unweighted
-    from analysis.bt import fit_bt_detailed, prior_l2
+    from analysis.bootstrap import (
+        OutcomeGroups,
+        PairData,
+        bootstrap,
+        family_counts,
+        point_estimate,
+        tokens_unweighted,
+    )
+    from analysis.bt import fit_bt_counts, prior_l2
     from analysis.merge import ELO_BASE, ELO_SCALE, parse_weights
     from analysis.returns import family_heterogeneity, frontier_steps_table, per_strategy_table, returns_table
 
@@ -228,10 +262,22 @@ def analyze(
     if ungraded:
         warnings.append(f"{ungraded} outcome(s) have no score (failed before grading) and are not compared")
 
-    pairs_all = build_pairs(outcomes, judgments, drop_ties=opt.drop_ties)
-    decisive = pairs_all if opt.drop_ties else build_pairs(outcomes, judgments, drop_ties=True)
-    if opt.drop_ties and pairs_all.height == 0:
-        n_ties = build_pairs(outcomes, judgments).height // 2
+    # A grid where every arm meets every other on each task has K^2/2 pair rows per task: past
+    # _PAIR_ROWS_MAX rows, outcomes stay grouped by (task, arm, score level) and the fits expand them
+    # into count matrices (analysis.bootstrap.OutcomeGroups); otherwise one row per comparison.
+    groups_full = outcome_groups(outcomes)
+    use_groups = implied_pair_rows(groups_full, drop_ties=opt.drop_ties) > _PAIR_ROWS_MAX
+    # Labels as categoricals: pair rows hold codes, not strings.
+    cat = pl.Categorical
+    pairs_all = build_pairs(
+        (outcomes.head(0) if use_groups else outcomes).with_columns(pl.col("task_id", "family", "arm").cast(cat)),
+        judgments.with_columns(pl.col("task_id", "family", "arm_a", "arm_b").cast(cat)),
+        drop_ties=opt.drop_ties,
+    )
+    groups_all = groups_full if use_groups else groups_full.head(0)
+    if opt.drop_ties and pairs_all.height == 0 and groups_all.height == 0:
+        # Every comparison is a tie: two rows per tied meeting (pairs.implied_pair_rows), one per judgment.
+        n_ties = implied_pair_rows(groups_full) // 2 + judgments.filter(pl.col("winner") == "tie").height
         if n_ties:
             raise InputError(
                 f"all {n_ties} comparisons are ties (equal scores), so dropping ties leaves nothing to rank: "
@@ -244,7 +290,8 @@ def analyze(
     with_tokens = set(tok_all.filter(pl.col("avg_tokens_per_task").is_not_null())["arm"].to_list())
     for arm in sorted(set(ttok_all["arm"].to_list()) - with_tokens):
         warnings.append(f"arm {arm}: no task has complete usage, so its tokens per task are unknown; left out")
-    compared = set(pairs_all["winner"].to_list()) | set(pairs_all["loser"].to_list())
+    compared = set(pairs_all["winner"].unique().to_list()) | set(pairs_all["loser"].unique().to_list())
+    compared |= set(groups_all["arm"].unique().to_list())
     graded = set(outcomes.filter(pl.col("score").is_not_null())["arm"].to_list()) | compared
     for arm in sorted(graded - with_tokens):
         warnings.append(f"arm {arm} has outcomes but no strategy calls: tokens unknown, left out")
@@ -276,34 +323,39 @@ def analyze(
         raise InputError(f"unknown arm {anchor!r}; arms: {', '.join(arms)}", field="--anchor")
 
     pairs = pairs_all.filter(pl.col("winner").is_in(arms) & pl.col("loser").is_in(arms))
-    if pairs.height == 0:
+    groups = groups_all.filter(pl.col("arm").is_in(arms)).filter(pl.col("arm").n_unique().over("task_id") > 1)
+    if pairs.height == 0 and groups.height == 0:
         raise InputError(f"the arms with measured tokens ({', '.join(arms)}) never meet on a task", file=where)
     ttok = ttok_all.filter(pl.col("arm").is_in(arms))
-    families = sorted(pairs["family"].unique().to_list())
+    families = sorted(set(pairs["family"].unique().to_list()) | set(groups["family"].unique().to_list()))
     fw = parse_weights(opt.weights, families)
     fam_idx = {f: i for i, f in enumerate(families)}
-    if decisive.filter(pl.col("winner").is_in(arms) & pl.col("loser").is_in(arms)).height == 0:
+    fam_decisive = _decisive_families(groups_full, judgments, arms)
+    if not fam_decisive:
         warnings.append(
             "no signal: every comparison is a tie (equal scores), so the data say nothing about which arm is "
             "stronger; every Elo is 1000 by construction, not by measurement, and the frontier only "
             "reflects cost"
         )
     else:
-        fam_decisive = set(decisive.filter(pl.col("winner").is_in(arms) & pl.col("loser").is_in(arms))["family"])
         for f in families:
             if f not in fam_decisive:
                 warnings.append(f"family {f}: every comparison is a tie, so it carries no information about strength")
 
     # Tasks: everything compared, plus token-only tasks of the analysed families (they count for cost).
     tasks = (
-        pl.concat([pairs.select("task_id", "family"), ttok.select("task_id", "family")])
+        pl.concat([
+            pairs.select("task_id", "family").unique().cast(pl.String),
+            groups.select("task_id", "family"),
+            ttok.select("task_id", "family"),
+        ])
         .filter(pl.col("family").is_in(families))
         .unique()
         .sort("family", "task_id")
         .with_row_index("t")
     )
     t_of = tasks.select("task_id", pl.col("t").cast(pl.Int64))
-    p = pairs.join(t_of, on="task_id").with_columns(
+    p = pairs.join(t_of.with_columns(pl.col("task_id").cast(cat)), on="task_id").with_columns(
         pl.col("winner").replace_strict(arm_idx, return_dtype=pl.Int64).alias("wi"),
         pl.col("loser").replace_strict(arm_idx, return_dtype=pl.Int64).alias("li"),
     )
@@ -312,6 +364,15 @@ def analyze(
         pl.col("arm").replace_strict(arm_idx, return_dtype=pl.Int64).alias("ai")
     )
     grid[tt["t"].to_numpy(), tt["ai"].to_numpy()] = tt["tokens"].to_numpy()
+    og = None
+    if groups.height:
+        g = groups.join(t_of, on="task_id").with_columns(
+            pl.col("arm").replace_strict(arm_idx, return_dtype=pl.Int64).alias("ai")
+        )
+        og = OutcomeGroups(
+            task=g["t"].to_numpy(), arm=g["ai"].to_numpy(), level=g["level"].to_numpy(),
+            mass=g["mass"].to_numpy().astype(float), tie_weight=0.0 if opt.drop_ties else 0.5,
+        )
     data = PairData(
         task_family=tasks["family"].replace_strict(fam_idx, return_dtype=pl.Int64).to_numpy(),
         task=p["t"].to_numpy(),
@@ -321,6 +382,7 @@ def analyze(
         n_arms=k,
         families=families,
         task_tokens=grid,
+        outcome_groups=og,
     )
     # Small families: a family of a few tasks cannot be resampled into an honest interval (one task is
     # redrawn every round) and lets a handful of comparisons swing the merged scale. Below min_tasks it is
@@ -352,16 +414,14 @@ def analyze(
     tok_unweighted = tokens_unweighted(data)
 
     fits: list[FamilyFit] = []
-    for f in families:
-        sel = p.filter(pl.col("family") == f)
-        d = fit_bt_detailed(
-            sel["wi"].to_numpy(), sel["li"].to_numpy(), k, l2=l2, weights=sel["weight"].to_numpy()
-        )
+    for fi, f in enumerate(families):
+        counts = family_counts(data, fi)
+        d = fit_bt_counts(counts, l2=l2)
         fits.append(
             FamilyFit(
                 family=f,
                 tasks=int(tasks.filter(pl.col("family") == f).height),
-                comparisons=float(sel["weight"].sum()),
+                comparisons=float(counts.sum()),
                 converged=bool(d.converged),
                 n_iter=int(d.n_iter),
                 grad_norm=float(d.grad_norm),
@@ -392,6 +452,17 @@ def analyze(
     strategies = arm_info["strategy"].to_list()
     budgets = [int(b) for b in arm_info["budget_n"].to_list()]
     table = returns_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level)
+    prices = parse_prices(opt.prices)
+    breakdown = arm_breakdown(frame.filter(pl.col("arm").is_in(arms)), prices)
+    warnings += _task_set_warnings(breakdown)
+    cost_table = None
+    if prices is not None:
+        cost, cost_s = cost_arrays(arms, np.asarray(tok, dtype=float), tok_s, breakdown)
+        # The returns table over cost: "per 1k" of (USD x 1000) is per $1.
+        cost_table = returns_table(
+            arms, strategies, budgets, cost * 1000, elo, elo_s, None if cost_s is None else cost_s * 1000, level=opt.level
+        ).rename(lambda c: c.replace("tokens_per_task", "cost_per_task").replace("per_1k", "per_usd"))
+        cost_table = cost_table.with_columns(pl.col("cost_per_task") / 1000)
     unweighted = pl.DataFrame({"arm": arms, "tokens_per_task_unweighted": tok_unweighted})
     table = table.join(unweighted.with_columns(pl.col(pl.Float64).fill_nan(None)), on="arm", how="left")
     per_strategy = per_strategy_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level)
@@ -430,7 +501,7 @@ def analyze(
         "outcomes": outcomes.height,
         "ungraded_outcomes": ungraded,
         "judgments": judgments.height,
-        "comparisons": pairs.height,
+        "comparisons": pairs.height + implied_pair_rows(groups, drop_ties=opt.drop_ties),
         "tasks": tasks.height,
         "skipped_lines": len(skipped),
     }
@@ -463,9 +534,25 @@ def analyze(
         failed_rounds=failed,
         versions=versions(),
         records=frame,
+        breakdown=breakdown,
+        cost_table=cost_table,
         vs_frontier=vs_frontier,
         excluded_families=excluded,
     )
+
+
+def _task_set_warnings(breakdown: pl.DataFrame) -> list[str]:
+    """Arms are compared on the tasks they attempted: say so when those sets differ (an arm missing tasks —
+    jobs that failed on egress and wrote no result — is compared on fewer, and its cost is over fewer)."""
+    short = breakdown.filter(pl.col("tasks_attempted").fill_null(0) < pl.col("tasks_attempted").max())
+    if short.height == 0:
+        return []
+    most = int(breakdown["tasks_attempted"].max() or 0)
+    shown = ", ".join(f"{r['arm']} {r['tasks_attempted'] or 0}" for r in short.iter_rows(named=True))
+    return [
+        f"arms attempted different task sets (most: {most} tasks; {shown}): Elo and tokens per task of these arms "
+        "come from fewer tasks — `ept status`/`ept retry` show the jobs without a result"
+    ]
 
 
 def _ratio_warnings(table: pl.DataFrame, rounds: int) -> list[str]:

@@ -1,16 +1,36 @@
-"""PNG plots of an AnalysisResult (matplotlib, Agg backend: no display needed)."""
+"""PNG plots of an AnalysisResult (matplotlib, Agg backend: no display needed).
+
+The figure builders take plain rows (dicts, as in report.json), so the HTML report draws the same
+figures as SVG. They stay readable for any number of arms:
+
+- Elo vs tokens: every arm is a point with its interval; with more than LABEL_ALL arms only the frontier
+  and the anchor are labelled (the HTML report puts every arm's name on hover), points are coloured by
+  strategy.
+- Per-arm charts (ΔElo per 1k tokens, per-family Elo): with more than MANY_ARMS arms they show the TOP_N
+  highest and lowest arms, sorted, as horizontal rows with readable names, and say how many are hidden.
+
+Intervals are drawn as segments from lo to hi, not as error bars relative to the point: percentile
+intervals need not contain the point estimate, and matplotlib rejects negative error-bar lengths.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from analysis.pipeline import AnalysisResult
 
 PLOT_FILES = ("elo_vs_tokens.png", "d_elo_per_1k.png", "per_family_elo.png")
+LABEL_ALL = 12  # up to this many arms, every point is labelled
+MANY_ARMS = 20  # above this, per-arm charts switch to a sorted top/bottom view
+TOP_N = 15  # arms shown at each end of a sorted top/bottom view
+
+Row = Mapping[str, Any]
 
 
 def _plt() -> Any:
@@ -22,86 +42,257 @@ def _plt() -> Any:
     return plt
 
 
-def _err(vals: list[Any], los: list[Any], his: list[Any]) -> list[list[float]]:
-    """Asymmetric error bars; 0 where an interval is missing."""
-
-    def ok(x: Any) -> bool:
-        return x is not None and not math.isnan(x)
-
-    lower = [v - lo if ok(v) and ok(lo) else 0.0 for v, lo in zip(vals, los, strict=True)]
-    upper = [hi - v if ok(v) and ok(hi) else 0.0 for v, hi in zip(vals, his, strict=True)]
-    return [lower, upper]
+def _num(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def plot_elo_vs_tokens(table: pl.DataFrame, path: Path, level_label: str) -> None:
+def _segments(ax: Any, pos: Sequence[float], lo: Sequence[Any], hi: Sequence[Any], *, horizontal: bool = False,
+              **style: Any) -> None:
+    """Interval segments lo..hi at each position; missing bounds are skipped, crossing bounds are fine."""
+    keep = [(p, a, b) for p, a, b in zip(pos, lo, hi, strict=True) if _num(p) and _num(a) and _num(b)]
+    if not keep:
+        return
+    ps, los, his = zip(*keep, strict=True)
+    (ax.hlines if horizontal else ax.vlines)(ps, los, his, **style)
+
+
+def top_bottom(rows: Sequence[Row], key: str, n: int = TOP_N) -> tuple[list[Row], int]:
+    """Rows with a numeric `key`, sorted high to low; only the n highest and n lowest when there are more
+    than 2n. Returns (rows, number hidden)."""
+    have = sorted((r for r in rows if _num(r.get(key))), key=lambda r: -float(r[key]))
+    if len(have) <= 2 * n:
+        return have, 0
+    return have[:n] + have[-n:], len(have) - 2 * n
+
+
+def _strategy_colours(rows: Sequence[Row]) -> dict[str, Any]:
+    import matplotlib
+
+    strategies = list(dict.fromkeys(str(r.get("strategy") or "") for r in rows))
+    if len(strategies) > 10:  # more than a qualitative palette can tell apart: one colour
+        return {s: "tab:blue" for s in strategies}
+    cmap = matplotlib.colormaps["tab10"]
+    return {s: cmap(i) for i, s in enumerate(strategies)}
+
+
+def elo_vs_tokens_figure(rows: Sequence[Row], level_label: str, anchor: str | None = None,
+                         *, gid_prefix: str | None = None, figsize: tuple[float, float] = (8, 5)) -> Any:
+    """Elo against tokens per task (log x when all positive), intervals, frontier line, labels.
+
+    gid_prefix: give point i the SVG id f"{gid_prefix}{i}" (index into the plotted rows, see
+    `plotted_points`) so the HTML report can attach a hover title to it."""
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
-    x = table["tokens_per_task"].to_list()
-    y = table["elo"].to_list()
-    ax.errorbar(
-        x, y, yerr=_err(y, table["elo_lo"].to_list(), table["elo_hi"].to_list()),
-        fmt="o", color="tab:blue", ecolor="tab:gray", capsize=3, label=f"arm (Elo, {level_label} CI)",
-    )
-    front = table.filter(pl.col("frontier"))
-    ax.plot(front["tokens_per_task"], front["elo"], "-", color="tab:orange", label="compute-optimal frontier (point estimate)")
-    # P = share of bootstrap rounds in which the arm is on the frontier (the orange line is the point estimate).
-    probs = table["frontier_prob"].to_list() if "frontier_prob" in table.columns else [None] * table.height
-    for arm, xi, yi, pr in zip(table["arm"], x, y, probs, strict=True):
-        label = arm if pr is None else f"{arm} (P={pr:.0%})"
-        ax.annotate(label, (xi, yi), textcoords="offset points", xytext=(4, 6), fontsize=8)
-    ax.set_xscale("log")
-    ax.set_xlabel("tokens per task (log scale)")
+    pts = plotted_points(rows)
+    fig, ax = plt.subplots(figsize=figsize, dpi=110)
+    if not pts:
+        ax.text(0.5, 0.5, "no arm has both Elo and tokens per task", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    many = len(pts) > LABEL_ALL
+    x = [float(r["tokens_per_task"]) for r in pts]
+    y = [float(r["elo"]) for r in pts]
+    _segments(ax, x, [r.get("elo_lo") for r in pts], [r.get("elo_hi") for r in pts],
+              color="tab:gray", alpha=0.35 if many else 0.8, linewidth=0.8 if many else 1.2, zorder=1)
+    colours = _strategy_colours(pts)
+    size = 4 if len(pts) > 100 else 5 if many else 6
+    seen: set[str] = set()
+    for i, r in enumerate(pts):
+        s = str(r.get("strategy") or "")
+        show = len(set(colours)) > 1 and s not in seen and len(colours) <= 10
+        seen.add(s)
+        ax.plot([x[i]], [y[i]], "o", color=colours[s], markersize=size, alpha=0.85 if many else 1.0, zorder=2,
+                label=s if show else None, gid=f"{gid_prefix}{i}" if gid_prefix is not None else None)
+    front = sorted((r for r in pts if r.get("frontier")), key=lambda r: r["tokens_per_task"])
+    if front:
+        ax.plot([r["tokens_per_task"] for r in front], [r["elo"] for r in front], "-", color="tab:orange",
+                linewidth=1.5, zorder=3, label="compute-optimal frontier (point estimate)")
+    if min(x) > 0:
+        ax.set_xscale("log")
+        ax.set_xlabel("tokens per task (log scale)")
+    else:
+        ax.set_xlabel("tokens per task")
+    labelled = [r for r in pts if not many or r.get("frontier") or r.get("arm") == anchor]
+    labelled.sort(key=lambda r: r.get("arm") != anchor)  # the anchor's label is placed first
+    omitted = _place_labels(fig, ax, labelled, anchor, fontsize="x-small" if many else "small")
     ax.set_ylabel("Elo")
-    ax.set_title("Elo vs tokens per task")
+    title = f"Elo vs tokens per task ({len(pts)} arms, {level_label} CI)"
+    if many:
+        title += "; labelled: frontier and anchor"
+    if omitted:
+        title += f" ({omitted} overlapping labels left out)"
+    ax.set_title(title, fontsize="medium")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="lower right", fontsize="x-small", ncol=2 if len(colours) > 5 else 1)
     fig.tight_layout()
+    return fig
+
+
+def _place_labels(fig: Any, ax: Any, rows: Sequence[Row], anchor: str | None, fontsize: str) -> int:
+    """Annotate rows in order, each at the first of a few offsets where it overlaps no earlier label;
+    a label that fits nowhere is left out. Returns how many were left out."""
+    offsets = [((4, 5), "left", "bottom"), ((4, -5), "left", "top"), ((-4, 5), "right", "bottom"),
+               ((-4, -5), "right", "top")]
+    renderer = fig.canvas.get_renderer()
+    placed: list[Any] = []
+    omitted = 0
+    for r in rows:
+        text = str(r["arm"]) + (" (anchor)" if r.get("arm") == anchor else "")
+        if _num(r.get("frontier_prob")):  # share of bootstrap rounds with the arm on the frontier
+            text += f" (P={r['frontier_prob']:.0%})"
+        for off, ha, va in offsets:
+            ann = ax.annotate(text, (r["tokens_per_task"], r["elo"]), textcoords="offset points", xytext=off,
+                              ha=ha, va=va, fontsize=fontsize, zorder=4)
+            box = ann.get_window_extent(renderer).expanded(1.02, 1.1)
+            if not any(box.overlaps(b) for b in placed) and ax.bbox.contains(*box.p0) and ax.bbox.contains(*box.p1):
+                placed.append(box)
+                break
+            ann.remove()
+        else:
+            omitted += 1
+    return omitted
+
+
+def plotted_points(rows: Sequence[Row]) -> list[Row]:
+    """The rows elo_vs_tokens_figure draws, in drawing order."""
+    return [r for r in rows if _num(r.get("tokens_per_task")) and _num(r.get("elo"))]
+
+
+def bars_figure(rows: Sequence[Row], key: str, title: str, ylabel: str, *, n: int = TOP_N,
+                width: float = 8.0) -> Any:
+    """One bar per row of `key` with its `{key}_lo`..`{key}_hi` interval. Up to MANY_ARMS rows: vertical
+    bars in the given order; more: horizontal bars of the n highest and n lowest, sorted."""
+    plt = _plt()
+    have = [r for r in rows if _num(r.get(key))]
+    if len(have) <= MANY_ARMS:
+        fig, ax = plt.subplots(figsize=(width, 4.2), dpi=110)
+        if not have:
+            ax.text(0.5, 0.5, "no values to plot", ha="center", va="center", transform=ax.transAxes)
+            ax.set_axis_off()
+            return fig
+        pos = list(range(len(have)))
+        ax.bar(pos, [r[key] for r in have], color="tab:green")
+        _segments(ax, pos, [r.get(f"{key}_lo") for r in have], [r.get(f"{key}_hi") for r in have],
+                  color="black", linewidth=1.2)
+        ax.set_xticks(pos, [str(r["arm"]) for r in have], rotation=30, ha="right", fontsize="small")
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize="medium")
+        ax.grid(axis="y", alpha=0.3)
+        fig.tight_layout()
+        return fig
+    shown, hidden = top_bottom(have, key, n)
+    fig, ax = plt.subplots(figsize=(width, 0.22 * len(shown) + 1.6), dpi=110)
+    pos = list(range(len(shown)))[::-1]  # highest at the top
+    colours = ["tab:green" if float(r[key]) >= 0 else "tab:red" for r in shown]
+    ax.barh(pos, [r[key] for r in shown], color=colours, height=0.7)
+    _segments(ax, pos, [r.get(f"{key}_lo") for r in shown], [r.get(f"{key}_hi") for r in shown],
+              horizontal=True, color="black", linewidth=1.0)
+    ax.set_yticks(pos, [str(r["arm"]) for r in shown], fontsize="x-small")
+    if hidden:
+        gap = pos[n - 1] - 0.5
+        ax.axhline(gap, color="tab:gray", linestyle=":", linewidth=1)
+        ax.annotate(f"… {hidden} arms not shown …", (0.99, gap), xycoords=("axes fraction", "data"),
+                    ha="right", va="center", fontsize="x-small", color="tab:gray",
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_xlabel(ylabel)
+    ax.set_title(f"{title}: top and bottom {n} of {len(have)}" if hidden else title, fontsize="medium")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def per_family_figure(arms: Sequence[str], families: Sequence[str], elo_by: Mapping[tuple[str, str], Any],
+                      merged: Mapping[str, Any] | None = None, weights: Mapping[str, float] | None = None,
+                      *, n: int = TOP_N, width: float = 8.0) -> Any:
+    """Per-family Elo of each arm (elo_by[(family, arm)]), with the merged Elo when given. Up to MANY_ARMS
+    arms: one line per family over the arms in the given order; more: a dot plot of the n highest and
+    n lowest arms by merged Elo (or by the mean over families), one marker per family."""
+    plt = _plt()
+
+    def fam_label(f: str) -> str:
+        return f"{f} (w={weights[f]:.2f})" if weights and f in weights else f
+
+    def val(f: str, a: str) -> float:
+        v = elo_by.get((f, a))
+        return float(v) if _num(v) else float("nan")
+
+    if len(arms) <= MANY_ARMS:
+        fig, ax = plt.subplots(figsize=(width, 4.2), dpi=110)
+        xs = list(range(len(arms)))
+        for f in families:
+            ax.plot(xs, [val(f, a) for a in arms], "o-", label=fam_label(f))
+        if merged is not None:
+            ax.plot(xs, [float(merged[a]) if _num(merged.get(a)) else float("nan") for a in arms], "k--",
+                    label="merged (centred)")
+        ax.set_xticks(xs, list(arms), rotation=30, ha="right", fontsize="small")
+        ax.set_ylabel("Elo (family-centred)")
+        ax.set_title("Per-family Elo by arm", fontsize="medium")
+        ax.grid(True, alpha=0.3)
+        if families:
+            ax.legend(fontsize="small")
+        fig.tight_layout()
+        return fig
+    rows = []
+    for a in arms:
+        vals = [val(f, a) for f in families]
+        finite = [v for v in vals if math.isfinite(v)]
+        score = merged.get(a) if merged is not None else (sum(finite) / len(finite) if finite else None)
+        rows.append({"arm": a, "score": score})
+    shown, hidden = top_bottom(rows, "score", n)
+    fig, ax = plt.subplots(figsize=(width, 0.22 * len(shown) + 1.6), dpi=110)
+    pos = list(range(len(shown)))[::-1]
+    markers = "osD^v<>ph*"
+    for i, f in enumerate(families):
+        ax.plot([val(f, r["arm"]) for r in shown], pos, markers[i % len(markers)], linestyle="none", markersize=4,
+                alpha=0.8, label=fam_label(f))
+    if merged is not None:
+        ax.plot([float(r["score"]) for r in shown], pos, "|", color="black", markersize=9, label="merged (centred)")
+    ax.set_yticks(pos, [str(r["arm"]) for r in shown], fontsize="x-small")
+    if hidden:
+        gap = pos[n - 1] - 0.5
+        ax.axhline(gap, color="tab:gray", linestyle=":", linewidth=1)
+        ax.annotate(f"… {hidden} arms not shown …", (0.99, gap), xycoords=("axes fraction", "data"), ha="right",
+                    va="center", fontsize="x-small", color="tab:gray", bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+    ax.set_xlabel("Elo (centred: mean 1000 over arms)")
+    title = "Per-family Elo by arm"
+    ax.set_title(f"{title}: top and bottom {n} of {len(rows)} by merged Elo" if hidden else title, fontsize="medium")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize="x-small", loc="best")
+    fig.tight_layout()
+    return fig
+
+
+def _save(fig: Any, path: Path) -> None:
+    plt = _plt()
     fig.savefig(path)
     plt.close(fig)
+
+
+def plot_elo_vs_tokens(table: pl.DataFrame, path: Path, level_label: str, anchor: str | None = None) -> None:
+    _save(elo_vs_tokens_figure(table.to_dicts(), level_label, anchor), path)
 
 
 def plot_d_elo_per_1k(table: pl.DataFrame, path: Path, level_label: str) -> None:
-    plt = _plt()
-    rows = table.filter(pl.col("d_elo_per_1k").is_not_null())
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    vals = rows["d_elo_per_1k"].to_list()
-    ax.bar(
-        range(rows.height), vals, color="tab:green",
-        yerr=_err(vals, rows["d_elo_per_1k_lo"].to_list(), rows["d_elo_per_1k_hi"].to_list()), capsize=3,
-    )
-    ax.set_xticks(range(rows.height), rows["arm"].to_list(), rotation=20, ha="right", fontsize=8)
-    ax.axhline(0, color="black", linewidth=0.8)
-    ax.set_ylabel("ΔElo per 1k tokens (vs previous row)")
-    ax.set_title(f"Marginal Elo per 1k tokens ({level_label} CI)")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    fig = bars_figure(table.to_dicts(), "d_elo_per_1k", f"Marginal Elo per 1k tokens ({level_label} CI)",
+                      "ΔElo per 1k tokens (vs previous row)")
+    _save(fig, path)
 
 
 def plot_per_family(result: AnalysisResult, path: Path) -> None:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    xs = range(len(result.arms))
-    for fam in result.families:
-        sub = result.per_family.filter(pl.col("family") == fam)
-        by_arm = dict(zip(sub["arm"].to_list(), sub["elo"].to_list(), strict=True))
-        ys = [by_arm.get(a) if by_arm.get(a) is not None else float("nan") for a in result.arms]
-        ax.plot(xs, ys, "o-", label=f"{fam} (w={result.family_weights[fam]:.2f})")
-    ax.plot(xs, result.elo, "k--", label="merged (anchored)")
-    ax.set_xticks(list(xs), result.arms, rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("Elo (family-centred)")
-    ax.set_title("Per-family Elo by arm (arms ordered by tokens per task)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    sub = result.per_family
+    elo_by = dict(zip(zip(sub["family"].to_list(), sub["arm"].to_list(), strict=True), sub["elo"].to_list(), strict=True))
+    # Families are centred (mean Elo 1000 over their arms); centre the merged Elo the same way so the
+    # markers share one scale (the anchored values differ by a constant).
+    elo = np.asarray(result.elo, dtype=float)
+    merged = dict(zip(result.arms, (elo - np.nanmean(elo) + 1000.0).tolist(), strict=True))
+    _save(per_family_figure(result.arms, result.families, elo_by, merged, result.family_weights), path)
 
 
 def write_plots(result: AnalysisResult, out_dir: Path) -> list[str]:
     """Write the three PNGs into out_dir; returns their file names."""
     label = f"{round(result.options.level * 100)}%"
-    plot_elo_vs_tokens(result.table, out_dir / PLOT_FILES[0], label)
+    plot_elo_vs_tokens(result.table, out_dir / PLOT_FILES[0], label, result.anchor)
     plot_d_elo_per_1k(result.table, out_dir / PLOT_FILES[1], label)
     plot_per_family(result, out_dir / PLOT_FILES[2])
     return list(PLOT_FILES)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 if TYPE_CHECKING:  # annotations only: `ept tokens` prints through here and needs none of numpy/scipy
@@ -117,13 +118,10 @@ def _tokens_rows(tokens: pl.DataFrame) -> list[list[str]]:
     ]
 
 
-def _per_family_pivot(result: AnalysisResult) -> tuple[list[str], list[list[str]]]:
+def _per_family_pivot(result: AnalysisResult, arms: list[str] | None = None) -> tuple[list[str], list[list[str]]]:
     header = ["arm"] + [f"{f} (w={result.family_weights[f]:.2f})" for f in result.families]
-    rows = []
-    for arm in result.arms:
-        sub = result.per_family.filter(pl.col("arm") == arm)
-        by_f = dict(zip(sub["family"].to_list(), sub["elo"].to_list(), strict=True))
-        rows.append([arm] + [fmt_num(by_f.get(f)) for f in result.families])
+    by = {(r["arm"], r["family"]): r["elo"] for r in result.per_family.iter_rows(named=True)}
+    rows = [[arm] + [fmt_num(by.get((arm, f))) for f in result.families] for arm in (arms or result.arms)]
     return header, rows
 
 
@@ -148,21 +146,79 @@ def make_console(*, stderr: bool = False, record: bool = False) -> Console:
     return c
 
 
+BREAKDOWN_HEADER = ["arm", "tasks", "answered", "lost", "failed by class", "cut by max_tokens", "reasoning", "cached in"]
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None or x != x else f"{100 * x:.0f}%"
+
+
+def _breakdown_rows(result: AnalysisResult) -> tuple[list[str], list[list[str]]]:
+    """Per arm: tasks attempted / answered / lost (scored 0 with their tokens), failures by class, calls cut by
+    max_tokens, reasoning share of completion tokens, cached share of input; cost per task when priced."""
+    b = result.breakdown
+    if b is None or b.height == 0:
+        return BREAKDOWN_HEADER, []
+    priced = "cost_per_task" in b.columns
+    header = BREAKDOWN_HEADER + (["$/task"] if priced else [])
+    order = {a: i for i, a in enumerate(result.arms)}
+    rows = []
+    for r in sorted(b.iter_rows(named=True), key=lambda r: order.get(r["arm"], len(order))):
+        row = [
+            r["arm"], str(r["tasks_attempted"] or 0), str(r["tasks_answered"] or 0), str(r["tasks_lost"] or 0),
+            r["failed_by_class"] or "—", str(r["calls_cut_by_max_tokens"] or 0),
+            _pct(r["reasoning_share"]), _pct(r["cached_share"]),
+        ]  # fmt: skip
+        if priced:
+            row.append("—" if r["cost_per_task"] is None else f"{r['cost_per_task']:.5f}")
+        rows.append(row)
+    return header, rows
+
+
+def _cost_rows(result: AnalysisResult) -> list[list[str]]:
+    t = result.cost_table
+    if t is None:
+        return []
+    renamed = t.rename(lambda c: c.replace("cost_per_task", "tokens_per_task").replace("per_usd", "per_1k"))
+    rows = _returns_rows(renamed.with_columns(pl.col("tokens_per_task") * 1000), result.anchor)
+    for r, src in zip(rows, t.iter_rows(named=True), strict=True):
+        r[2] = f"{src['cost_per_task']:.5f}"
+        r[5] = r[5].replace("token step", "cost step")
+        v, lo, hi = src.get("d_elo_per_usd"), src.get("d_elo_per_usd_lo"), src.get("d_elo_per_usd_hi")
+        if "unresolved" not in r[5] and v is not None and v == v:
+            ci = f" [{_compact(lo)}, {_compact(hi)}]" if lo is not None and hi is not None else ""
+            r[5] = _compact(v) + ci
+    return rows
+
+
+def _compact(x: float | None) -> str:
+    """ΔElo per $1 spans orders of magnitude (a cheap model's task costs fractions of a cent): 124k, 3.2M."""
+    if x is None or x != x:
+        return "—"
+    for div, suffix in ((1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{suffix}"
+    return f"{x:.1f}"
+
+
+COST_HEADER = ["arm", "budget", "$/task", "Elo [95% CI]", "ΔElo [CI]", "ΔElo per $1 [CI]", "frontier"]
+
+
 def _rx(text: Any) -> str:
     """Untrusted text inside a rich markup string."""
-    from rich.markup import escape
-
     return escape(str(text))
 
 
-def _rich_table(title: str, header: list[str], rows: list[list[str]], right_from: int = 1) -> Table:
+def _rich_table(
+    title: str, header: list[str], rows: list[list[str]], right_from: int = 1, groups: list[str] | None = None
+) -> Table:
+    """groups: one key per row; a rule is drawn where the key changes (rows grouped by strategy)."""
     t = Table(title=title, title_justify="left", header_style="bold", min_width=len(title))
     for i, h in enumerate(header):
         t.add_column(h, justify="right" if i >= right_from else "left", no_wrap=True)
-    from rich.markup import escape
-
-    for r in rows:
-        t.add_row(*(escape(c) for c in r))  # an arm named "[/]" or "[link=…]" is text, not rich markup
+    for i, r in enumerate(rows):
+        # escape: arm labels carry variants in brackets (`best_of_n@4[effort=high]`), which rich reads as markup
+        t.add_row(*(escape(c) for c in r), end_section=groups is not None and i + 1 < len(rows) and groups[i + 1] != groups[i])
     return t
 
 
@@ -181,33 +237,96 @@ def print_tokens(tokens: pl.DataFrame, judge: pl.DataFrame, console: Console) ->
         console.print(f"[yellow]warning:[/] {missing} call(s) without usage: those arms' totals are lower bounds")
 
 
-def print_report(result: AnalysisResult, console: Console) -> None:
+GROUP_FROM = 30  # more arms shown than this: terminal tables are grouped by strategy
+ALL_TABLES_MAX = 60  # more than this, unfiltered: only the main table (the rest is in the files)
+MAX_WARNINGS = 20  # terminal only; the files list every warning
+
+
+def _pattern_regex(pattern: str) -> re.Pattern[str]:
+    # Only * and ? are wildcards: arm labels contain [ ] (variants), which fnmatch would read as classes.
+    return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern))
+
+
+def select_arms(result: AnalysisResult, *, top: int | None = None, pattern: str | None = None) -> list[str]:
+    """Arms the terminal shows: those whose label contains PATTERN (`*`, `?` wildcards), then the `top`
+    highest by Elo among them. Raises InputError when the filter is invalid or matches no arm."""
+    from contracts.errors import InputError
+
+    arms = list(result.arms)
+    if pattern is not None:
+        rx = _pattern_regex(pattern)
+        arms = [a for a in arms if rx.search(a)]
+        if not arms:
+            raise InputError(
+                f"no arm matches {pattern!r}; arms look like {', '.join(result.arms[:3])}", field="--arms"
+            )
+    if top is not None:
+        if top < 1:
+            raise InputError(f"must be >= 1, got {top}", field="--top")
+        elo = dict(zip(result.arms, result.elo.tolist(), strict=True))
+        best = sorted(arms, key=lambda a: -elo[a] if not math.isnan(elo[a]) else math.inf)[:top]
+        arms = [a for a in arms if a in set(best)]
+    return arms
+
+
+def print_report(
+    result: AnalysisResult, console: Console, *, top: int | None = None, arms: str | None = None
+) -> None:
+    """The terminal report. top / arms narrow the tables (see select_arms); the files keep every arm."""
     o = result.options
     ci = f"{_level_label(result)} bootstrap CI, {o.rounds} rounds" if o.rounds else "no bootstrap"
-    console.print(
-        _rich_table(
-            f"Diminishing returns (anchor {_rx(result.anchor)} = 1000; {ci})",
-            RETURNS_HEADER,
-            _returns_rows(result.table, result.anchor),
+    shown = select_arms(result, top=top, pattern=arms)
+    filtered = len(shown) < len(result.arms)
+    grouped = len(shown) > GROUP_FROM
+    keep = pl.col("arm").is_in(shown)
+    table = result.table.filter(keep)
+    if grouped:  # by strategy (cheapest strategy first), then tokens; Δ columns still vs the next-cheaper arm
+        first = table.group_by("strategy").agg(pl.col("tokens_per_task").min().alias("_s"))
+        table = table.join(first, on="strategy").sort("_s", "strategy", "tokens_per_task", maintain_order=True)
+    title = f"Diminishing returns (anchor {_rx(result.anchor)} = 1000; {ci})"
+    if filtered:
+        title += f"; {len(shown)} of {len(result.arms)} arms shown, Δ vs the next-cheaper of all arms"
+    if grouped:
+        title += "; grouped by strategy"
+    groups = table["strategy"].to_list() if grouped else None
+    console.print(_rich_table(title, RETURNS_HEADER, _returns_rows(table, result.anchor), groups=groups))
+    if len(shown) > ALL_TABLES_MAX and not filtered:
+        console.print(
+            f"{len(shown)} arms: the per-strategy, frontier and per-family tables are in report.md / report.json "
+            "(--out); narrow the terminal with --top N or --arms PATTERN (e.g. --arms 'best_of_n@*').",
+            highlight=False,
+            soft_wrap=True,
         )
-    )
-    console.print(
-        _rich_table(
-            "Per strategy: each budget against the previous budget of the same strategy",
-            RETURNS_HEADER,
-            _returns_rows(result.per_strategy),
-        )
-    )
-    if result.vs_frontier is not None:
+    else:
+        per_strategy = result.per_strategy.filter(keep)
         console.print(
             _rich_table(
-                "Vs previous frontier arm: each arm against the next-cheaper arm on the frontier",
+                "Per strategy: each budget against the previous budget of the same strategy",
                 RETURNS_HEADER,
-                _returns_rows(result.vs_frontier),
+                _returns_rows(per_strategy),
+                groups=per_strategy["strategy"].to_list() if grouped else None,
             )
         )
-    header, rows = _per_family_pivot(result)
-    console.print(_rich_table("Per family: Elo from the family's centred theta", header, rows))
+        if result.vs_frontier is not None:
+            console.print(
+                _rich_table(
+                    "Vs previous frontier arm: each arm against the next-cheaper arm on the frontier",
+                    RETURNS_HEADER,
+                    _returns_rows(result.vs_frontier.filter(keep)),
+                )
+            )
+        header, rows = _per_family_pivot(result, table["arm"].to_list())
+        console.print(
+            _rich_table("Per family: Elo from the family's centred theta", header, rows, groups=groups)
+        )
+    header, rows = _breakdown_rows(result)
+    if rows:
+        console.print(_rich_table(
+            "Per arm: tasks, failures (lost = scored 0 with their tokens), token split", header, rows
+        ))  # fmt: skip
+    if result.cost_table is not None:
+        console.print(_rich_table(f"Cost (prices {result.options.prices}, USD per 1M tokens)", COST_HEADER,
+                                  _cost_rows(result)))  # fmt: skip
     c = result.counts
     console.print(
         f"{c['files']} file(s), {c['calls']} calls ({c['judge_calls']} judge), {c['outcomes']} outcomes, "
@@ -216,8 +335,13 @@ def print_report(result: AnalysisResult, console: Console) -> None:
         highlight=False,
         soft_wrap=True,
     )
-    for w in result.warnings:
+    for w in result.warnings[:MAX_WARNINGS]:
         console.print(f"[yellow]warning:[/] {_rx(w)}", highlight=False, soft_wrap=True)
+    if len(result.warnings) > MAX_WARNINGS:  # many arms can raise one warning each
+        console.print(
+            f"[yellow]… and {len(result.warnings) - MAX_WARNINGS} more warnings[/] (all in report.md / report.json)",
+            highlight=False,
+        )
 
 
 # ---------------------------------------------------------------- files
@@ -290,7 +414,22 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         "",
         _md_table(TOKENS_HEADER, _tokens_rows(result.tokens), names=2),
         "",
+        "## Per arm: tasks, failures, token split",
+        "",
+        "lost = tasks where the strategy failed (context overflow, a refused request after spending tokens) and "
+        "was scored 0 with its tokens; reasoning = share of completion tokens the server reported as reasoning; "
+        "cached in = share of input tokens served from the prompt cache.",
+        "",
+        _md_table(*_breakdown_rows(result)),
+        "",
     ]
+    if result.cost_table is not None:
+        parts += [
+            f"## Cost (prices {result.options.prices}, USD per 1M tokens)",
+            "",
+            _md_table(COST_HEADER, _cost_rows(result)),
+            "",
+        ]
     if result.judge_tokens.height:
         parts += [
             "Judge calls (evaluation cost, not strategy cost): "

@@ -4,6 +4,9 @@
    Python loop over comparisons, L-BFGS-B with numeric gradients). Target: >= 200x faster.
 2. K=50 arms, 100k comparisons: fit_bt (from raw comparisons, aggregation and validation included) vs a
    minimal dense Newton on counts that are already aggregated. Target: within 3x.
+3. K=200 and K=1,000 arms, every pair compared 100 times (a grid where all arms run every task): one
+   fit_bt_counts vs the same dense reference, and one bootstrap fit batch (newton_batch on as many rounds as
+   analysis.bootstrap.fit_batch_size allows) with its peak traced memory against the batch budget.
 
 Run: python benchmarks/bench_bt.py
 """
@@ -20,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from seed_bt import seed_bt_fit
 
-from analysis.bt import fit_bt, fit_bt_counts
+from analysis.bootstrap import _FIT_BUDGET, fit_batch_size
+from analysis.bt import fit_bt, fit_bt_counts, newton_batch
 
 
 def simulate(rng: np.random.Generator, k: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -46,6 +50,39 @@ def dense_newton_reference(wins: np.ndarray, l2: float = 1e-3, tol: float = 1e-9
         h[np.diag_indices(k)] = c.sum(1) + 2 * l2
         theta = theta - np.linalg.solve(h, g)
     return theta - theta.mean()
+
+
+def dense_counts(rng: np.random.Generator, k: int, per_pair: int) -> np.ndarray:
+    """Every pair of k arms compared per_pair times under a BT model."""
+    theta = rng.normal(0, 1, k)
+    p = 1 / (1 + np.exp(-(theta[:, None] - theta[None, :])))
+    upper = np.triu(rng.binomial(per_pair, p).astype(float), 1)
+    return upper + np.tril(per_pair - upper.T, -1)
+
+
+def many_arms_rows(rng: np.random.Generator) -> None:
+    import tracemalloc
+
+    for k in (200, 1000):
+        counts = dense_counts(rng, k, 100)
+        t_ref = best_time(lambda c=counts: dense_newton_reference(c), 3)
+        t_fit = best_time(lambda c=counts: fit_bt_counts(c), 3)
+        diff = np.max(np.abs(dense_newton_reference(counts) - fit_bt_counts(counts).theta))
+        batch = fit_batch_size(k)
+        wins = np.broadcast_to(counts, (batch, k, k)).copy()
+        tracemalloc.start()
+        t0 = time.perf_counter()
+        fit = newton_batch(wins)
+        t_batch = time.perf_counter() - t0
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        print(
+            f"[K={k:,}, every pair x100] fit_bt_counts: {t_fit:.3f} s   dense reference: {t_ref:.3f} s   ratio "
+            f"{t_fit / t_ref:.2f}x   max |theta diff| {diff:.1e}\n"
+            f"    bootstrap batch: {batch} rounds in {t_batch:.2f} s ({t_batch / batch:.3f} s/round, "
+            f"{int(fit.n_iter.max())} Newton steps); peak traced memory {peak / 2**20:.0f} MiB "
+            f"(inputs {wins.nbytes / 2**20:.0f} MiB, budget {_FIT_BUDGET / 2**20:.0f} MiB)"
+        )
 
 
 def best_time(fn, repeat: int) -> float:
@@ -89,6 +126,7 @@ def main() -> None:
         f"[K=50, same pre-aggregated counts] fit_bt_counts: {t_counts * 1e3:.2f} ms   ratio vs reference: "
         f"{t_counts / t_ref:.2f}x (validation, line search and diagnostics included)"
     )
+    many_arms_rows(rng)
 
 
 if __name__ == "__main__":

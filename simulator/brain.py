@@ -39,7 +39,15 @@ from contracts.prompts import (
     prompt_kind,
     task_text,
 )
-from simulator.generic import BrainReply, BrainRequest, GenericBrain, content_text
+from simulator.generic import (
+    BrainReply,
+    BrainRequest,
+    GenericBrain,
+    apply_limits,
+    content_text,
+    reasoning_budget,
+    reasoning_gain,
+)
 
 SAMPLING_PENALTY = 0.03
 P_FINAL_SOUND, P_FINAL_FLAWED = 0.95, 0.10
@@ -129,7 +137,8 @@ class TaskBrain:
             reply = self._tool_turn(task, req)
         else:
             reply = self._solve(task, req)
-        return _limit(reply, req.max_tokens)
+        reply.reasoning_tokens = self.reasoning_tokens(task, req)
+        return apply_limits(reply, req)
 
     def find_task(self, messages: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
         users = [content_text(m.get("content")) for m in messages if m.get("role") == "user"]
@@ -142,10 +151,25 @@ class TaskBrain:
 
     # ------------------------------------------------------------ accuracy model
 
+    def reasoning_tokens(self, task: dict[str, Any], req: BrainRequest) -> int:
+        """Hidden thinking for this request: the effort's tokens scaled by difficulty (harder tasks think
+        longer), capped by a thinking budget. Deterministic in (task, seed or greedy, effort)."""
+        budget = reasoning_budget(req)
+        if not budget:
+            return 0
+        d = float(task.get("difficulty", 0.5))
+        salt = req.seed if req.temperature > 0 else 0
+        r = int(budget * (0.4 + 0.8 * d) * random.Random(derive_seed("reason", task["task_id"], salt, budget)).uniform(0.7, 1.3))
+        return max(1, min(r, req.thinking_budget) if req.thinking_budget else r)
+
     def p_correct(self, task: dict[str, Any], req: BrainRequest) -> float:
         p = 0.93 - 0.8 * float(task.get("difficulty", 0.5)) - req.degrade
         if req.temperature > 0:
             p -= SAMPLING_PENALTY
+        r = self.reasoning_tokens(task, req)
+        if req.max_tokens:
+            r = min(r, req.max_tokens)
+        p += (0.97 - p) * reasoning_gain(r) if p < 0.97 else 0.0
         return _clip(p)
 
     def _rng(self, task: dict[str, Any], req: BrainRequest, *salt: object) -> random.Random:
@@ -329,10 +353,3 @@ def _call_of(tc: dict[str, Any]) -> dict[str, Any]:
         except ValueError:
             args = {}
     return {"name": fn.get("name"), "arguments": args if isinstance(args, dict) else {}}
-
-
-def _limit(reply: BrainReply, max_tokens: int | None) -> BrainReply:
-    """Honour max_tokens like a real server: cut the text and report finish_reason 'length'."""
-    if not max_tokens or not reply.text or len(reply.text) <= max_tokens * 4:
-        return reply
-    return BrainReply(text=reply.text[: max_tokens * 4], tool_calls=reply.tool_calls, finish_reason="length")

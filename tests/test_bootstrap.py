@@ -228,3 +228,18 @@ def test_unpenalised_separated_resamples_count_as_failed():
     )
     assert bootstrap(data, np.ones(2), anchor=0, rounds=50, seed=0, l2=0.0).failed_rounds == 50
     assert bootstrap(data, np.ones(2), anchor=0, rounds=50, seed=0, l2=1e-3).failed_rounds == 0
+
+
+def test_fit_batch_size_bounds_memory_and_does_not_change_results():
+    from analysis.bootstrap import fit_batch_size
+
+    # Bounded by the budget for any K, at least one round, never more than a draw block.
+    assert fit_batch_size(5) == 250
+    assert fit_batch_size(1000, 256 * 2**20) * 12 * 8 * 1000**2 <= 256 * 2**20
+    assert fit_batch_size(100_000) == 1
+    data = _data(np.random.default_rng(3), np.array([[0.0, 0.4, 0.9, 1.3], [0.0, -0.2, 0.5, 0.8]]), 40)
+    w = np.array([0.5, 0.5])
+    whole = bootstrap(data, w, anchor=0, rounds=30, seed=4)
+    one_by_one = bootstrap(data, w, anchor=0, rounds=30, seed=4, fit_budget=1)
+    np.testing.assert_allclose(one_by_one.elo, whole.elo, rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(one_by_one.tokens_per_task, whole.tokens_per_task)

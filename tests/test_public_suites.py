@@ -206,3 +206,23 @@ def test_humaneval_checks_that_shadow_builtins_grade_correctly():
                                                     "len = 3\nassert len == 3\n"]}
     assert grade_code("def f():\n    return 'ab'\n", task).correct
     assert grade_code("def f():\n    return 'ba'\n", task).score == 0.5
+
+
+@pytestmark_bfcl
+def test_majority_on_bfcl_votes_on_the_calls_made(sim):
+    from worker.strategies.base import Candidate
+    from worker.strategies.majority import vote
+
+    task = next(t for t in BFCL if t["meta"]["category"] == "parallel")
+    from suites.public.bfcl import right_calls, wrong_calls
+
+    right = [{"name": c["name"], "arguments": json.dumps(c["arguments"])} for c in right_calls(task)]
+    wrong = [{"name": c["name"], "arguments": json.dumps(c["arguments"])} for c in wrong_calls(task, 0)]
+    cands = [Candidate(0, "Answer: the calls above.", "the calls above.", wrong),
+             Candidate(1, "Answer: the calls above.", "the calls above.", list(reversed(right))),
+             Candidate(2, "Answer: the calls above.", "the calls above.", right)]
+    chosen, details = vote(task, cands)
+    assert chosen.index == 1 and details["n_valid"] == 3  # same calls in another order are one answer
+    client = ProviderClient(sim.profile(), api_key=SIM_KEY, backoff_base=0.01, backoff_cap=0.05)
+    res = run_job(Job("r", task, "majority", 3, seed=2), client)
+    assert res.outcome.grader["grader"] == "bfcl" and sum(res.outcome.grader["strategy"]["votes"].values()) == 3

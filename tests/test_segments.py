@@ -210,24 +210,96 @@ def test_missing_run_lists_the_ledgers_runs(tmp_path):
 # ---- S3 ----------------------------------------------------------------------------------------------------
 
 
+class CountingProxy:
+    """A plain HTTP proxy in front of the S3 server that records every request (method, path): it counts the
+    GETs whoever makes them (boto3 or polars' own S3 client). The Host header is passed through unchanged,
+    so request signatures stay valid."""
+
+    def __init__(self, upstream: str) -> None:
+        import http.client
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlsplit
+
+        up = urlsplit(upstream)
+        seen = self.requests = []
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a) -> None:
+                pass
+
+            def _body(self) -> bytes | None:
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    out = b""
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0], 16)
+                        chunk = self.rfile.read(size + 2)[:size]
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b""):
+                                pass
+                            return out
+                        out += chunk
+                n = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(n) if n else None
+
+            def fwd(self) -> None:
+                body = self._body()
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "transfer-encoding"}
+                if body is not None:
+                    headers["Content-Length"] = str(len(body))
+                conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
+                conn.request(self.command, self.path, body=body, headers=headers)
+                r = conn.getresponse()
+                data = r.read()
+                conn.close()
+                seen.append((self.command, self.path.split("?")[0]))
+                self.send_response(r.status)
+                for k, v in r.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = fwd
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def gets(self, suffix: str) -> list[str]:
+        return [p for m, p in self.requests if m == "GET" and p.endswith(suffix)]
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
 @pytest.mark.services
-def test_s3_run_incremental_compaction_counts_gets(s3_bucket):
+def test_s3_run_incremental_compaction_counts_gets(s3_bucket, s3_env, monkeypatch):
+    proxy = CountingProxy(s3_env.endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    try:
+        _s3_incremental(s3_bucket, proxy)
+    finally:
+        proxy.close()
+
+
+def _s3_incremental(s3_bucket: str, proxy: CountingProxy) -> None:
     led = open_ledger(f"s3://{s3_bucket}/l")
     ledger_gen.write_s3(led, "r", 800)
-    gets: list[str] = []
-
-    def count(params, **_kw) -> None:
-        gets.append(params["Key"])
-
-    led.client.meta.events.register("before-parameter-build.s3.GetObject", count)
     first = compact_run(led, "r", chunk_jobs=300)
-    assert first.jobs == 800 and sum(k.endswith(".jsonl") for k in gets) == 800
+    assert first.jobs == 800 and len(proxy.gets(".jsonl")) == 800
     ledger_gen.write_s3(led, "r", 80, offset=800)
-    gets.clear()
+    proxy.requests.clear()
     second = compact_run(led, "r", chunk_jobs=300)
     assert (second.jobs, second.already) == (80, 800)
-    assert sum(k.endswith(".jsonl") for k in gets) == 80  # only the new objects (plus the one small index)
-    assert [k for k in gets if not k.endswith(".jsonl")] == ["l/runs/r/compact/part-00001.keys"]
+    # Only the 80 new objects were fetched, each once, plus the first segment's small index.
+    new = proxy.gets(".jsonl")
+    assert len(new) == len(set(new)) == 80
+    assert proxy.gets(".keys") == [f"/{s3_bucket}/l/runs/r/compact/part-00001.keys"]
+    assert not proxy.gets(".parquet")
     # Conditional create: the segment name cannot be taken twice.
     seg = led.blob_url("r", "compact/part-00002.parquet")
     assert seg.startswith("s3://") and led.create_blob("r", "compact/part-00002.parquet", __file__) is False
@@ -370,3 +442,21 @@ def test_compaction_during_a_celery_sweep_to_s3_loses_and_duplicates_nothing(tmp
     assert _totals(frame) == _totals(objects)
     t = _totals(frame)
     assert (t["outcomes"], t["calls"], t["tokens"]) == (res.tally.done, res.tally.calls, res.tally.tokens)
+
+
+def test_two_segments_holding_the_same_jobs_count_once(tmp_path):
+    """As after two compactions that ran at the same moment: the lowest-numbered segment holds each key."""
+    root = tmp_path / "ledger"
+    ledger_gen.write_local(root, "r", 400)
+    led = FileLedger(root)
+    compact_run(led, "r")
+    idx = root / "runs" / "r" / "compact" / "part-00001.keys"
+    saved = idx.read_bytes()
+    idx.unlink()  # compaction B did not see A's commit yet
+    ledger_gen.write_local(root, "r", 100, offset=400)
+    b = compact_run(led, "r")
+    assert b.jobs == 500 and b.segments[0].endswith("part-00002.parquet")
+    idx.write_bytes(saved)  # A commits after all
+    assert segment_state(led, "r").committed == [1, 2]
+    frame, _, _ = read_run(RunSource(str(root), "r"))
+    assert _totals(frame) == _expected(500)

@@ -28,7 +28,7 @@ from contracts.ledger import Ledger, open_ledger
 from contracts.records import JobResult
 from contracts.secrets import scrub
 
-RETRYABLE = ("transient", "rate_limit")
+RETRYABLE = ("transient", "rate_limit", "unreachable")
 TASK_NAME = "ept.run_job"
 
 
@@ -101,8 +101,9 @@ def perform_job(
         if clear_failure:
             ledger.delete_failure(job.run_id, job.key)
         return _summary(
-            job, "done" if created else "duplicate", calls=len(result.calls), tokens=result.tokens, attempts=attempt,
+            job, "done" if created else "duplicate", calls=result.sent_calls, tokens=result.tokens, attempts=attempt,
             started_at=started_at, finished_at=time.time(),
+            lost=(result.outcome.failure or {}).get("class"),
         )
 
     failure = {
@@ -111,7 +112,7 @@ def perform_job(
         "message": msg,
         "attempts": attempt,
         "at": time.time(),
-        "calls": len(result.calls) if result else 0,
+        "calls": result.sent_calls if result else 0,
         "tokens": result.tokens if result else 0,
         # The calls of a failed job still cost tokens: keep them for accounting.
         "lines": result.to_lines() if result else [],

@@ -111,15 +111,15 @@ def _run_tests(code: str, tests: list[str], entry_point: str, limits: Limits, au
                     max_stdout=MAX_STDOUT, max_stderr=MAX_STDERR)
     base = {"passed": 0, "total": len(tests), "failures": [], "load_error": None, "returncode": run.returncode,
             "pidns": run.pidns}
-    try:
-        load, lines, done = checks.parse_report(run.stdout, b"\x1eEPT:")
-    except checks.Tampered as e:
-        return {**base, "reason": f"result channel tampered with ({e}): graded as failed", "_memo": True}
     if run.overflow:
         cap = MAX_STDOUT if run.overflow == "stdout" else MAX_STDERR
         return {**base, "reason": f"output limit exceeded: more than {cap} bytes on {run.overflow} (killed)"}
     if run.timed_out:
         return {**base, "reason": f"timeout: still running after {wall:g}s wall clock (killed)"}
+    try:
+        load, lines, done = checks.parse_report(run.stdout, b"\x1eEPT:")
+    except checks.Tampered as e:
+        return {**base, "reason": f"result channel tampered with ({e}): graded as failed", "_memo": True}
     if not done:
         return {**base, "reason": _death_reason(run, limits), "load_error": load}
     if load is not None:
