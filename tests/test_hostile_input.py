@@ -64,6 +64,23 @@ def test_safe_components_keep_todays_keys_and_unsafe_ones_are_encoded():
         open_ledger("/nonexistent-ledger").put_job("r", "../../x/t/greedy_n1/r0", b"{}")
 
 
+def test_every_builtin_suite_key_is_unchanged():
+    """Existing ledgers stay readable: the keys of the built-in suites are what the old formula gave."""
+    from contracts.tasks import builtin_suite_names, load_builtin_suite
+
+    def old_key(j: Job) -> str:  # the key formula before contracts/keys.py
+        arm = j.arm.replace("@", "_n").replace("[", "_").replace("]", "").replace(",", "_").replace("=", "-")
+        safe_task = "".join(c if c.isalnum() or c in "-_." else "_" for c in j.task_id)
+        return f"{j.family}/{safe_task}/{arm}/r{j.replicate}"
+
+    tasks = [t for name in builtin_suite_names() for t in load_builtin_suite(name)]
+    assert len(tasks) >= 100
+    for t in tasks:
+        for strategy, params in (("greedy", {}), ("majority", {}), ("tree_search", {"depth": 2, "beam": 2})):
+            j = Job("r", t, strategy, 4, 1, params)
+            assert j.key == old_key(j)
+
+
 def _hostile_suite(tmp_path: Path) -> tuple[Path, Path]:
     outside = tmp_path / "outside-abs"
     tasks = [
