@@ -519,7 +519,8 @@ def test_grace_period_then_exit_and_second_ctrl_c_exits_at_once(tmp_path, make_s
 
 
 @pytest.mark.services
-def test_ctrl_c_on_a_celery_sweep_cancels_its_queued_jobs(tmp_path, make_sim, redis_server):
+def test_sigterm_on_a_celery_sweep_cancels_its_queued_jobs(tmp_path, make_sim, redis_server):
+    """SIGTERM (Ctrl-C takes the same path once the handler turns SIGTERM into KeyboardInterrupt)."""
     import signal
     import time
 
@@ -539,7 +540,7 @@ def test_ctrl_c_on_a_celery_sweep_cancels_its_queued_jobs(tmp_path, make_sim, re
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
         led = open_ledger(ledger)
         _wait_for(lambda: len(led.list_jobs("cstop")) >= 2, 90)
-        p.send_signal(signal.SIGINT)
+        p.send_signal(signal.SIGTERM)
         out = p.communicate(timeout=60)[0]
         assert p.returncode == 130, out
         at_stop = sim.control.stats()["completion_requests"]
