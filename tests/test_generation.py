@@ -223,6 +223,7 @@ def test_reasoning_arms_record_reasoning_tokens_and_cost_matches_hand_computatio
     assert "ΔElo per $1" in markdown(res) and "| reasoning |" in markdown(res)
     page = write_html(res, tmp_path / "r.html").read_text()
     assert 'id="breakdown-table"' in page and f'data-arm="{arm}"' in page
+    assert 'id="cost-elo-table"' in page and repr(float(ct[arm]["cost_per_task"])) in page
 
     # Compacted into a Parquet segment, the usage details (reasoning, cached) are kept.
     from analysis.segments import compact_run
