@@ -409,6 +409,11 @@ def bootstrap(
         tpt[rows] = _weighted_tokens(fam_tok, fw)
         if progress is not None:
             progress(start + n)
+    if np.any((fw > 0) & (n_f == 1)):
+        # A merged family of one task cannot be resampled: rounds without it would describe another
+        # estimand than the point estimate, so nothing merged with it gets an interval.
+        elo[:] = np.nan
+        tpt[:] = np.nan
     return BootstrapResult(
         elo=elo,
         tokens_per_task=tpt,

@@ -90,6 +90,9 @@ def analyze_cmd(
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
     tasks: str | None = typer.Option(None, "--tasks", help="JSONL tasks file with task_id and family."),
     no_plots: bool = typer.Option(False, "--no-plots", help="With --out: skip the PNG plots."),
+    prices: str | None = typer.Option(
+        None, "--prices", help="USD per 1M tokens, e.g. in=0.15,cached=0.075,out=0.6: cost per task, ΔElo per $1."
+    ),
     html: str | None = typer.Option(None, "--html", help="Also write a self-contained HTML report to this file."),
     transcript: str | None = typer.Option(
         None, "--transcript", help="Also write the command and its terminal output as a markdown file."
@@ -114,7 +117,7 @@ def analyze_cmd(
 
     opts = AnalysisOptions(
         weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, l2=l2,
-        drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks, min_tasks=min_tasks,
+        drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks, min_tasks=min_tasks, prices=prices,
     )
     if top is not None and top < 1:
         raise InputError(f"must be >= 1, got {top}", field="--top")  # before the (long) analysis

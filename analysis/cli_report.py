@@ -143,12 +143,12 @@ def run_options(inputs: list[str]) -> tuple[Any, str]:
     One run, one set of numbers: `ept demo`/`ept sweep` print the table with the plan's bootstrap rounds and
     seed (200 and 7 for the demo), so the report starts from them too. Plain logs, or several runs, get the
     `ept analyze` defaults."""
-    from analysis.compare import read_manifest, run_refs
-    from analysis.io import expand_inputs
+    from analysis.io import run_source
     from analysis.pipeline import AnalysisOptions
+    from contracts.ledger import open_ledger
 
-    refs = run_refs(expand_inputs(inputs))
-    manifest = read_manifest(refs[0]) if len(refs) == 1 else None
+    src = run_source(inputs[0]) if len(inputs) == 1 else None  # the run itself, not a listing of its files
+    manifest = open_ledger(src.ledger_url).get_manifest(src.run_id) if src else None
     if not manifest or not isinstance(manifest.get("plan"), dict):
         return AnalysisOptions(), "the defaults of `ept analyze`"
     from contracts.errors import InputError
@@ -158,8 +158,8 @@ def run_options(inputs: list[str]) -> tuple[Any, str]:
     try:
         plan = plan_from_raw(manifest["plan"], manifest.get("plan_source") or "<manifest>")
     except InputError as e:  # e.g. a suite file that moved since the run: the numbers need no suites
-        return AnalysisOptions(), f"the defaults of `ept analyze` (run {refs[0].run_id}'s plan: {e})"
-    return plan_analysis_options(plan), f"run {refs[0].run_id}'s plan, as in its table"
+        return AnalysisOptions(), f"the defaults of `ept analyze` (run {src.run_id}'s plan: {e})"
+    return plan_analysis_options(plan), f"run {src.run_id}'s plan, as in its table"
 
 
 DEFAULT_LEDGER = Path("ept-out/ledger")  # where `ept demo` and plans without a ledger write

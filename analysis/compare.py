@@ -277,6 +277,16 @@ def compare_runs(
         .with_row_index("task")
         .with_columns(pl.col("task").cast(pl.Int64))
     )
+    from analysis.pipeline import MIN_TASKS, WARN_TASKS
+
+    for fam, n in tasks.group_by("family").len().sort("family").iter_rows():  # one row per family
+        if n < WARN_TASKS:
+            notes.append(
+                f"family {fam}: only {n} task(s) (fewer than {WARN_TASKS}): intervals are widened for the small "
+                "sample but approximate"
+                + (f"; below {MIN_TASKS} tasks the gate has little power (see 'drop caught 80%')" if n < MIN_TASKS else "")
+                + ("; with one task there is no interval and the gate cannot fire" if n < 2 else "")
+            )
     outcomes = outcomes.join(tasks, on=["family", "task_id"])
     tokens = tokens.join(tasks, on=["family", "task_id"])
     pairs = pooled_pairs(outcomes.select("task", "player", "replicate", "score"))
@@ -301,7 +311,7 @@ def compare_runs(
     # flagged at most (1 - level) / 2 (one-sided), instead of that per arm.
     gate_level = 1.0 - (1.0 - level) / k if adjust == "bonferroni" else level
     table = _arm_table(
-        arm_order, base.arms, elo, tok, boot.elo, boot.tokens_per_task, level, gate_level, rule.elo_drop or 0.0
+        arm_order, base.arms, elo, tok, boot.elo, boot.tokens_per_task, level, gate_level, rule.elo_drop
     )
     flagged, reasons = _apply_rule(table, rule)
     if boot.failed_rounds:
@@ -382,7 +392,7 @@ def _arm_table(
     tok_s: np.ndarray,
     level: float,
     gate_level: float,
-    margin: float = 0.0,
+    margin: float | None = None,
 ) -> pl.DataFrame:
     k = len(arm_order)
     eb, ec, tb, tc = elo[:k], elo[k:], tok[:k], tok[k:]
@@ -438,19 +448,22 @@ def _arm_table(
 POWER = 0.8
 
 
-def _detectable_drop(d_samples: np.ndarray, gate_level: float, margin: float) -> np.ndarray:
+def _detectable_drop(d_samples: np.ndarray, gate_level: float, margin: float | None) -> np.ndarray:
     """Per arm, the smallest true drop (Elo) the gate flags with 80% probability at these data's precision.
 
     With ΔElo estimated with standard error se (the bootstrap sd), the gate flags when the upper bound
     ΔElo + z_g * se is below -margin, z_g the two-sided gate quantile. For a true drop δ that happens with
     probability Φ((δ - margin - z_g * se) / se), which is 80% at δ = margin + (z_g + z_0.8) * se. The runs
-    being compared are the best guess of the precision of a run of this size (docs/compare.md).
+    being compared are the best guess of the precision of a run of this size (docs/compare.md). Without an
+    elo-drop rule nothing is ever flagged, so the figure is NaN (shown as missing).
     """
     from scipy.stats import norm
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         se = np.nanstd(d_samples, axis=0, ddof=1)
+    if margin is None:
+        return np.full(se.shape, np.nan)
     z_g = float(norm.ppf(1.0 - (1.0 - gate_level) / 2.0))
     return margin + (z_g + float(norm.ppf(POWER))) * se
 
@@ -494,19 +507,28 @@ def fmt(x: float | None, spec: str) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+def _code(name: object) -> str:
+    """An untrusted name as a Markdown code span: nothing inside is HTML or Markdown; only a backtick (which
+    would end the span) or a pipe (which would end the table cell) needs replacing."""
+    return "`" + str(name).replace("`", "'").replace("|", "\\|").replace("\n", " ") + "`"
+
+
 def to_markdown(res: CompareResult) -> str:
-    """A pull-request comment: verdict first, then the per-arm table, then the method in one paragraph."""
+    """A pull-request comment: verdict first, then the per-arm table, then the method in one paragraph.
+    Arm names, families and sources come from the inputs: escaped (report.md's rules), never live HTML."""
+    from analysis.report import md_escape
+
     pct = f"{res.level * 100:g}%"
     if res.flagged:
         head = f"### ❌ ept compare: regression in {len(res.flagged)} arm(s): " + ", ".join(
-            f"`{a}`" for a in res.flagged
+            _code(a) for a in res.flagged
         )
     else:
         head = "### ✅ ept compare: no regression the data supports"
     lines = [
         head,
         "",
-        f"Baseline `{res.sources[0]}` vs current `{res.sources[1]}`. Rule: {res.rule.describe()}, applied to "
+        f"Baseline {_code(res.sources[0])} vs current {_code(res.sources[1])}. Rule: {res.rule.describe()}, applied to "
         f"{res.gate_level * 100:.4g}% intervals ({pct} adjusted for {res.table.height} arms tested at once).",
         "",
         f"| arm | Elo base | Elo current | ΔElo [{pct} CI] | tokens/task base | tokens/task current | "
@@ -521,7 +543,7 @@ def to_markdown(res: CompareResult) -> str:
             f"[{fmt(_mul(r['d_tokens_rel_lo']), '+.1f')}%, {fmt(_mul(r['d_tokens_rel_hi']), '+.1f')}%]"
         )
         lines.append(
-            f"| `{r['arm']}` | {fmt(r['elo_base'], '.0f')} | {fmt(r['elo_cur'], '.0f')} | "
+            f"| {_code(r['arm'])} | {fmt(r['elo_base'], '.0f')} | {fmt(r['elo_cur'], '.0f')} | "
             f"{fmt(r['d_elo'], '+.1f')} [{fmt(r['d_elo_lo'], '+.1f')}, {fmt(r['d_elo_hi'], '+.1f')}] | "
             f"{fmt(r['tokens_base'], ',.0f')} | {fmt(r['tokens_cur'], ',.0f')} | {dtok} | "
             f"{fmt(r['d_elo_per_1k_base'], '.1f')} | {fmt(r['d_elo_per_1k_cur'], '.1f')} | "
@@ -530,19 +552,19 @@ def to_markdown(res: CompareResult) -> str:
     if res.flagged:
         lines += ["", "**Why flagged**", ""]
         for arm in res.flagged:
-            lines += [f"- `{arm}`: " + "; ".join(res.reasons[arm])]
+            lines += [f"- {_code(arm)}: " + md_escape("; ".join(res.reasons[arm]))]
     lines += [
         "",
         f"<sub>Both runs fitted together (Bradley-Terry per family over every (run, arm), comparisons within each "
-        f"task across runs), families {', '.join(f'{f}={w:.2f}' for f, w in res.family_weights.items())}; "
-        f"Elo shown with baseline `{res.anchor}` = 1000 (differences do not depend on this anchor). Intervals: "
+        f"task across runs), families {', '.join(f'{md_escape(f)}={w:.2f}' for f, w in res.family_weights.items())}; "
+        f"Elo shown with baseline {_code(res.anchor)} = 1000 (differences do not depend on this anchor). Intervals: "
         f"{res.rounds}-round bootstrap resampling task ids, the same tasks in both runs. ΔElo/1k tok: each arm "
         f"against the previous row, within its run. Drop caught 80%: the smallest true Elo drop this rule "
         f"flags in 80% of runs of this size (margin + (z_gate + 0.84) x the bootstrap sd of ΔElo); smaller "
         f"drops are mostly missed.</sub>",
     ]
     if res.notes:
-        lines += ["", *[f"> {n}" for n in res.notes]]
+        lines += ["", *[f"> {md_escape(n)}" for n in res.notes]]
     return "\n".join(lines) + "\n"
 
 

@@ -337,6 +337,23 @@ def render_html(doc: Mapping[str, Any]) -> str:
         parts.append('<p id="no-failures">No failed jobs.</p>')
     parts.append("</section>")
 
+    breakdown = list(doc.get("breakdown") or [])
+    if breakdown:
+        parts.append('<section id="breakdown"><h2>Per arm: tasks, failures, token split</h2>')
+        parts.append(
+            '<p class="muted">lost = tasks where the strategy failed (context overflow, a request refused after '
+            "tokens were spent) and was scored 0 with its tokens; reasoning = share of completion tokens reported "
+            "as reasoning; cached = share of input served from the prompt cache (usage details as returned).</p>"
+        )
+        parts.append(_table("breakdown-table", breakdown,
+                            [("arm", "arm", None), ("tasks_attempted", "tasks", ",d"),
+                             ("tasks_answered", "answered", ",d"), ("tasks_lost", "lost", ",d"),
+                             ("failed_by_class", "failed by class", None),
+                             ("calls_cut_by_max_tokens", "cut by max_tokens", ",d"),
+                             ("reasoning_tokens", "reasoning tokens", ",d"), ("reasoning_share", "reasoning", ".0%"),
+                             ("cached_tokens", "cached input", ",d"), ("cached_share", "cached", ".0%")]))  # fmt: skip
+        parts.append("</section>")
+
     if doc.get("options"):
         parts.append('<section id="options"><h2>Options</h2><pre>'
                      + html.escape(scrub(json.dumps(doc["options"], indent=2, sort_keys=True, default=str)))
@@ -499,6 +516,7 @@ def doc_from_result(result: Any) -> dict[str, Any]:
         "families": data["per_family"],
         "token_split": token_split(frame),
         "failures": failures_by_class(list(result.inputs), failure_objs),
+        "breakdown": data.get("breakdown") or [],
         "manifest": manifest,
         "counts": data["counts"],
         "versions": data["versions"],

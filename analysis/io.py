@@ -20,15 +20,27 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from contracts.errors import InputError
+from contracts.ledger import JOB_SUFFIX
 
 KINDS = ("call", "outcome", "judgment")
 WINNERS = {"a": "A", "b": "B", "tie": "tie"}
 DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz", ".parquet")
 
-_USAGE = pl.Struct({"prompt_tokens": pl.Int64, "completion_tokens": pl.Int64})
+# The two counts every cost figure uses, plus the breakdown kept as returned (OpenAI's details objects,
+# Anthropic's cache fields): reasoning vs visible output, cached vs fresh input.
+_USAGE = pl.Struct({
+    "prompt_tokens": pl.Int64,
+    "completion_tokens": pl.Int64,
+    "prompt_tokens_details": pl.Struct({"cached_tokens": pl.Int64}),
+    "completion_tokens_details": pl.Struct({"reasoning_tokens": pl.Int64}),
+    "cache_read_input_tokens": pl.Int64,
+    "cache_creation_input_tokens": pl.Int64,
+})  # fmt: skip
+_CLASS = pl.Struct({"class": pl.String})
 
 # Every field analysis uses; anything else on a line is ignored (extra fields are allowed).
 RAW_SCHEMA: dict[str, pl.DataType] = {
@@ -44,6 +56,9 @@ RAW_SCHEMA: dict[str, pl.DataType] = {
     "prompt_tokens": pl.Int64(),
     "completion_tokens": pl.Int64(),
     "usage_missing": pl.Boolean(),
+    "error": _CLASS,
+    "failure": _CLASS,
+    "finish_reason": pl.String(),
     "score": pl.Float64(),
     "correct": pl.Boolean(),
     "winner": pl.String(),
@@ -72,6 +87,14 @@ RECORD_SCHEMA: dict[str, pl.DataType] = {
     "prompt_tokens": pl.Int64(),
     "completion_tokens": pl.Int64(),
     "usage_missing": pl.Boolean(),
+    # The usage breakdown as returned (null when the server did not send it); see analysis.tokens.token_split.
+    "reasoning_tokens": pl.Int64(),
+    "cached_tokens": pl.Int64(),  # OpenAI prompt_tokens_details.cached_tokens or Anthropic cache_read_input_tokens
+    "cache_creation_tokens": pl.Int64(),  # Anthropic cache_creation_input_tokens
+    "finish_reason": pl.String(),
+    # call: the failed call's class; outcome: why it has no score (error) or why it scored 0 (failure)
+    "error_class": pl.String(),
+    "scored_failure": pl.Boolean(),  # outcome scored as a loss because the strategy failed on the task
     "score": pl.Float64(),
     "winner": pl.String(),
     "arm_a": pl.String(),
@@ -297,7 +320,7 @@ def read_run(
 ) -> tuple[pl.DataFrame, list[BadLine], list[str]]:
     """A run's records (RECORD_SCHEMA, `file` naming each row's job object, Categorical), what was skipped,
     and the names read (segments, then the run's jobs/ folder for the objects no segment holds)."""
-    from analysis.segments import list_keys, read_index, seg_name, segment_state, tail_keys
+    from analysis.segments import list_keys, parsed_chunks, read_index, seg_name, segment_state, tail_keys
 
     led = open_run(src)
     run = src.run_id
@@ -314,11 +337,11 @@ def read_run(
         url = led.blob_url(run, seg_name(n))
         names.append(url)
         drop = dups.filter(pl.col("seg") == n)["job_key"] if dups.height else None
-        got, bad = _read_segment(led, run, url, drop, skip_bad=skip_bad)
+        got, bad = _read_segment(led, run, url, raw.filter(pl.col("seg") == n), drop, skip_bad=skip_bad)
         parts += got
         skipped += bad
-    for start in range(0, len(tail), chunk_jobs):
-        got, bad = _read_objects(led, run, tail[start : start + chunk_jobs], skip_bad=skip_bad, threads=threads)
+    for df, unparsable in parsed_chunks(led, run, tail, RAW_SCHEMA, chunk_jobs=chunk_jobs, threads=threads):
+        got, bad = _read_objects(led, run, df, unparsable, skip_bad=skip_bad)
         parts += got
         skipped += bad
     names.append(led.run_url(run) + "/jobs/")
@@ -332,18 +355,22 @@ def read_run(
 
 
 def _read_segment(
-    led, run: str, url: str, drop: pl.Series | None, *, skip_bad: bool
+    led, run: str, url: str, index: pl.DataFrame, drop: pl.Series | None, *, skip_bad: bool
 ) -> tuple[list[pl.DataFrame], list[BadLine]]:
-    """One segment, its rows named by job object and line (so every error names the object, as the
-    objects themselves would). `drop`: job keys an earlier segment already holds (two compactions at once)."""
+    """One segment, its rows named by job object and line (so every error names the object, as the objects
+    themselves would). `index`: its (job_key, rows) in row order, so the object of each row comes from the
+    index (one string per job, not per row). `drop`: keys an earlier segment holds (two compactions at once)."""
     opts = storage_options() if url.startswith("s3://") else None
-    prefix = led.run_url(run) + "/jobs/"
+    urls = ((led.run_url(run) + "/jobs/") + index["job_key"] + JOB_SUFFIX).cast(pl.Categorical)
+    per_row = pl.Series(np.repeat(np.arange(index.height, dtype=np.int64), index["rows"].to_numpy()))
     try:
-        lf = _scan_parquet(url, opts, extra=("job_key", "line"))
+        lf = _scan_parquet(url, opts, extra=("line",))
+        n_rows = lf.select(pl.len()).collect().item()
+        if n_rows != per_row.len():
+            raise OSError(f"it holds {n_rows} rows, its index says {per_row.len()}")
+        lf = lf.with_columns(urls.gather(per_row).alias("file"), (pl.col("line") - 1).cast(pl.Int64).alias("row"))
         if drop is not None and drop.len():
-            lf = lf.filter(~pl.col("job_key").is_in(drop.implode()))
-        obj = (pl.lit(prefix) + pl.col("job_key") + pl.lit(".jsonl")).cast(pl.Categorical)
-        lf = lf.with_columns(obj.alias("file"), (pl.col("line") - 1).cast(pl.Int64).alias("row"))
+            lf = lf.filter((~index["job_key"].is_in(drop.implode())).gather(per_row))
         frame = _normalise(lf).collect()
     except (pl.exceptions.PolarsError, OSError) as e:
         raise InputError(
@@ -355,24 +382,17 @@ def _read_segment(
 
 
 def _read_objects(
-    led, run: str, keys: list[str], *, skip_bad: bool, threads: int
+    led, run: str, df: pl.DataFrame, unparsable: list[str], *, skip_bad: bool
 ) -> tuple[list[pl.DataFrame], list[BadLine]]:
-    """A chunk of job objects: fetched in parallel, concatenated, parsed by one polars call."""
-    from analysis.segments import object_index, parse_good
-
-    blobs = led.get_jobs(run, keys, threads=threads)
-    groups, unparsable = parse_good(keys, blobs, RAW_SCHEMA)
-    del blobs
-    parts: list[pl.DataFrame] = []
-    skipped: list[BadLine] = []
-    for gkeys, df, counts in groups:
-        obj, line = object_index(counts)
-        urls = pl.Series("file", [led.job_url(run, k) for k in gkeys], dtype=pl.String).cast(pl.Categorical)
-        df = df.with_columns(urls.gather(obj).alias("file"), pl.Series("row", line, dtype=pl.Int64))
-        got, bad = _settle_flagged(_normalise(df.lazy()).collect(), skip_bad=skip_bad)
-        parts += got
-        skipped += bad
-    for k in unparsable:  # the error path: read line by line, which names the line
+    """A parsed chunk of job objects (analysis.segments.parsed_chunks), validated; objects polars could not
+    parse go through the line-by-line path, which names the line."""
+    prefix = led.run_url(run) + "/jobs/"
+    df = df.with_columns(
+        (pl.lit(prefix) + pl.col("job_key") + pl.lit(JOB_SUFFIX)).cast(pl.Categorical).alias("file"),
+        pl.col("line0").alias("row"),
+    )
+    parts, skipped = _settle_flagged(_normalise(df.lazy()).collect(), skip_bad=skip_bad)
+    for k in unparsable:
         good, bad = _slow_read(led.job_url(run, k), skip_bad=skip_bad)
         parts.append(good)
         skipped += bad
@@ -417,18 +437,23 @@ def _scan_parquet(
     cols = []
     for name, dtype in RAW_SCHEMA.items():
         if name == "usage" and isinstance(have.get("usage"), pl.Struct):
-            # Keep the two counts; a usage struct may carry more (total_tokens, details…).
+            # Keep the two counts (checked) and the breakdown (converted when present, else null: it is
+            # informational); a usage struct may carry more (total_tokens…), which is dropped.
             inner = {fl.name: fl.dtype for fl in have["usage"].fields}
-            cols.append(
-                pl.struct(
-                    (
-                        conv(pl.col("usage").struct.field(k), inner[k], pl.Int64(), f"usage.{k}")
-                        if k in inner
-                        else pl.lit(None, pl.Int64)
-                    ).alias(k)
-                    for k in ("prompt_tokens", "completion_tokens")
-                ).alias("usage")
-            )
+            want = _USAGE.to_schema()
+
+            def field_expr(k: str, inner: dict = inner, want: dict = want) -> pl.Expr:
+                if k not in inner:
+                    return pl.lit(None, want[k])
+                src = pl.col("usage").struct.field(k)
+                if k in ("prompt_tokens", "completion_tokens"):
+                    return conv(src, inner[k], pl.Int64(), f"usage.{k}")
+                return src.cast(want[k], strict=False)
+
+            cols.append(pl.struct(field_expr(k).alias(k) for k in want).alias("usage"))
+        elif name in have and dtype == _CLASS and have[name] == pl.String():
+            # Segments (analysis.segments) keep object fields as JSON text: take the class out of it.
+            cols.append(pl.struct(pl.col(name).str.json_path_match("$.class").alias("class")).alias(name))
         elif name in have:
             cols.append(conv(pl.col(name), have[name], dtype, name).alias(name))
         else:
@@ -544,9 +569,28 @@ def _normalise(lf: pl.LazyFrame, *, suspect_ids: bool = True) -> pl.LazyFrame:
         pl.col("role"),
         pl.col("p").alias("prompt_tokens"),
         pl.col("c").alias("completion_tokens"),
+        # A failed call without usage was not billed: not a missing usage. The explicit flag always counts
+        # (e.g. a billed response whose usage was invalid, stored as null).
         (
-            (kind == "call") & (pl.col("usage_missing").fill_null(False) | pl.col("p").is_null())
+            (kind == "call")
+            & (
+                pl.col("usage_missing").fill_null(False)
+                | (pl.col("p").is_null() & pl.col("error").struct.field("class").is_null())
+            )
         ).alias("usage_missing"),
+        pl.col("usage").struct.field("completion_tokens_details").struct.field("reasoning_tokens").alias(
+            "reasoning_tokens"
+        ),
+        pl.coalesce(
+            pl.col("usage").struct.field("prompt_tokens_details").struct.field("cached_tokens"),
+            pl.col("usage").struct.field("cache_read_input_tokens"),
+        ).alias("cached_tokens"),
+        pl.col("usage").struct.field("cache_creation_input_tokens").alias("cache_creation_tokens"),
+        pl.col("finish_reason"),
+        pl.coalesce(pl.col("failure").struct.field("class"), pl.col("error").struct.field("class")).alias(
+            "error_class"
+        ),
+        ((kind == "outcome") & pl.col("failure").struct.field("class").is_not_null()).alias("scored_failure"),
         pl.coalesce(pl.col("score"), pl.col("correct").cast(pl.Float64)).alias("score"),
         winner.alias("winner"),
         arm_a.alias("arm_a"),

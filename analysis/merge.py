@@ -98,24 +98,29 @@ def merge_fit(
     obs = ~np.isnan(y)
     y0 = np.where(obs, y, 0.0)
     wo = np.asarray(ws)[:, None] * obs  # [..., F, K] weight of each observed cell
-    n_f, k = y.shape[-2], y.shape[-1]
-    # Normal equations of the two-way additive model over unknowns (theta_1..K, b_1..F).
-    a = np.zeros((*y.shape[:-2], k + n_f, k + n_f))
-    idx_k, idx_f = np.arange(k), k + np.arange(n_f)
-    a[..., idx_k, idx_k] = wo.sum(axis=-2)
-    a[..., idx_f, idx_f] = wo.sum(axis=-1)
-    a[..., :k, k:] = np.swapaxes(wo, -1, -2)
-    a[..., k:, :k] = wo
-    rhs = np.concatenate([(wo * y0).sum(axis=-2), (wo * y0).sum(axis=-1)], axis=-1)
-    # The system is singular along "add c to every theta, subtract c from every offset" (and on
-    # unobserved arms); the pseudo-inverse picks one solution, and the shift is removed below.
-    sol = (np.linalg.pinv(a, hermitian=True) @ rhs[..., None])[..., 0]
-    seen = wo.sum(axis=-2) > 0
-    theta = np.where(seen, sol[..., :k], np.nan)
+    # Normal equations of the two-way additive model. Given the offsets, theta_k is the weighted mean of
+    # y_fk - b_f over the families that observed k; substituting it leaves an F x F system for the
+    # offsets (cost O(F*K + F**3) per row, so many arms stay cheap):
+    #     (diag(m) - C) b = r,   m_f = sum_k W_fk,  C_gf = sum_k W_gk W_fk / n_k,
+    #     r_g = sum_k W_gk (y_gk - ybar_k),  n_k = sum_f W_fk,  ybar_k = sum_f W_fk y_fk / n_k.
+    n_k = wo.sum(axis=-2)  # [..., K]
+    seen = n_k > 0
+    inv_n = np.where(seen, 1.0 / np.where(seen, n_k, 1.0), 0.0)
+    ybar = (wo * y0).sum(axis=-2) * inv_n  # [..., K]
+    c = np.einsum("...gk,...fk,...k->...gf", wo, wo, inv_n)
+    a = -c
+    m = wo.sum(axis=-1)  # [..., F]
+    idx = np.arange(len(fams))
+    a[..., idx, idx] += m
+    r = (wo * (y0 - ybar[..., None, :])).sum(axis=-1)
+    # Singular along "add c to every offset" (absorbed by theta) and, if the families' arm sets split into
+    # groups that share no arm, between groups; the pseudo-inverse picks one solution.
+    b = (np.linalg.pinv(a, hermitian=True) @ r[..., None])[..., 0]  # [..., F]
+    theta = np.where(seen, ybar - np.einsum("...fk,...f->...k", wo, b) * inv_n, np.nan)
     n_seen = seen.sum(axis=-1, keepdims=True)
     shift = np.nansum(theta, axis=-1, keepdims=True) / np.maximum(n_seen, 1)
     theta = theta - shift
-    offsets = {f: sol[..., k + i] + shift[..., 0] for i, f in enumerate(fams)}
+    offsets = {f: b[..., i] + shift[..., 0] for i, f in enumerate(fams)}
     return theta, offsets
 
 

@@ -2,7 +2,7 @@
 
 Steps: read and validate records -> check arms -> tokens per (task, arm) -> within-task comparisons
 -> per-family Bradley-Terry, weighted merge, anchored Elo -> bootstrap over tasks -> returns tables,
-per-family view and dominance warnings. Reports, plots and the HTML report consume the result.
+per-family view, frontier and heterogeneity warnings. Reports, plots and the HTML report consume the result.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from analysis.breakdown import arm_breakdown, cost_arrays, parse_prices
 from analysis.io import BadLine, Records, line_of, read_records
 from analysis.pairs import build_pairs, implied_pair_rows, outcome_groups
 from analysis.tokens import arm_tokens, judge_tokens, strategy_calls, task_tokens
@@ -43,6 +44,7 @@ class AnalysisOptions:
     drop_ties: bool = False
     skip_bad: bool = False
     tasks_file: str | None = None
+    prices: str | None = None  # "in=0.15,cached=0.075,out=0.6" USD per 1M tokens: cost per task, ΔElo per $1
     min_tasks: int = MIN_TASKS  # families with fewer tasks are left out of the merge (if another is not)
     heterogeneity_alpha: float = 0.05  # family x arm heterogeneity test, Bonferroni over arms
 
@@ -89,6 +91,10 @@ class AnalysisResult:
     # The validated input records (analysis.io.RECORD_SCHEMA) after cross-line checks, for views that
     # need more than per-arm totals (token split by role, failures); not part of report.json.
     records: pl.DataFrame | None = None
+    # Per arm: tasks attempted/answered/lost, failures by class, calls cut by max_tokens, token split, cost
+    # (analysis.breakdown); cost_table: the returns table over cost per task (ΔElo per $1), when priced.
+    breakdown: pl.DataFrame | None = None
+    cost_table: pl.DataFrame | None = None
     # analysis.returns.frontier_steps_table: each arm against the next-cheaper frontier arm.
     vs_frontier: pl.DataFrame | None = None
     excluded_families: list[str] = field(default_factory=list)  # too few tasks: weight 0 in the merge
@@ -120,6 +126,8 @@ class AnalysisResult:
                 "failed_rounds": self.failed_rounds,
             },
             "warnings": self.warnings,
+            "breakdown": self.breakdown.to_dicts() if self.breakdown is not None else [],
+            "cost_table": self.cost_table.to_dicts() if self.cost_table is not None else None,
         }
 
 
@@ -444,6 +452,17 @@ def analyze(
     strategies = arm_info["strategy"].to_list()
     budgets = [int(b) for b in arm_info["budget_n"].to_list()]
     table = returns_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level)
+    prices = parse_prices(opt.prices)
+    breakdown = arm_breakdown(frame.filter(pl.col("arm").is_in(arms)), prices)
+    warnings += _task_set_warnings(breakdown)
+    cost_table = None
+    if prices is not None:
+        cost, cost_s = cost_arrays(arms, np.asarray(tok, dtype=float), tok_s, breakdown)
+        # The returns table over cost: "per 1k" of (USD x 1000) is per $1.
+        cost_table = returns_table(
+            arms, strategies, budgets, cost * 1000, elo, elo_s, None if cost_s is None else cost_s * 1000, level=opt.level
+        ).rename(lambda c: c.replace("tokens_per_task", "cost_per_task").replace("per_1k", "per_usd"))
+        cost_table = cost_table.with_columns(pl.col("cost_per_task") / 1000)
     unweighted = pl.DataFrame({"arm": arms, "tokens_per_task_unweighted": tok_unweighted})
     table = table.join(unweighted.with_columns(pl.col(pl.Float64).fill_nan(None)), on="arm", how="left")
     per_strategy = per_strategy_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level)
@@ -515,9 +534,25 @@ def analyze(
         failed_rounds=failed,
         versions=versions(),
         records=frame,
+        breakdown=breakdown,
+        cost_table=cost_table,
         vs_frontier=vs_frontier,
         excluded_families=excluded,
     )
+
+
+def _task_set_warnings(breakdown: pl.DataFrame) -> list[str]:
+    """Arms are compared on the tasks they attempted: say so when those sets differ (an arm missing tasks —
+    jobs that failed on egress and wrote no result — is compared on fewer, and its cost is over fewer)."""
+    short = breakdown.filter(pl.col("tasks_attempted").fill_null(0) < pl.col("tasks_attempted").max())
+    if short.height == 0:
+        return []
+    most = int(breakdown["tasks_attempted"].max() or 0)
+    shown = ", ".join(f"{r['arm']} {r['tasks_attempted'] or 0}" for r in short.iter_rows(named=True))
+    return [
+        f"arms attempted different task sets (most: {most} tasks; {shown}): Elo and tokens per task of these arms "
+        "come from fewer tasks — `ept status`/`ept retry` show the jobs without a result"
+    ]
 
 
 def _ratio_warnings(table: pl.DataFrame, rounds: int) -> list[str]:

@@ -146,6 +146,64 @@ def make_console(*, stderr: bool = False, record: bool = False) -> Console:
     return c
 
 
+BREAKDOWN_HEADER = ["arm", "tasks", "answered", "lost", "failed by class", "cut by max_tokens", "reasoning", "cached in"]
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None or x != x else f"{100 * x:.0f}%"
+
+
+def _breakdown_rows(result: AnalysisResult) -> tuple[list[str], list[list[str]]]:
+    """Per arm: tasks attempted / answered / lost (scored 0 with their tokens), failures by class, calls cut by
+    max_tokens, reasoning share of completion tokens, cached share of input; cost per task when priced."""
+    b = result.breakdown
+    if b is None or b.height == 0:
+        return BREAKDOWN_HEADER, []
+    priced = "cost_per_task" in b.columns
+    header = BREAKDOWN_HEADER + (["$/task"] if priced else [])
+    order = {a: i for i, a in enumerate(result.arms)}
+    rows = []
+    for r in sorted(b.iter_rows(named=True), key=lambda r: order.get(r["arm"], len(order))):
+        row = [
+            r["arm"], str(r["tasks_attempted"] or 0), str(r["tasks_answered"] or 0), str(r["tasks_lost"] or 0),
+            r["failed_by_class"] or "—", str(r["calls_cut_by_max_tokens"] or 0),
+            _pct(r["reasoning_share"]), _pct(r["cached_share"]),
+        ]  # fmt: skip
+        if priced:
+            row.append("—" if r["cost_per_task"] is None else f"{r['cost_per_task']:.5f}")
+        rows.append(row)
+    return header, rows
+
+
+def _cost_rows(result: AnalysisResult) -> list[list[str]]:
+    t = result.cost_table
+    if t is None:
+        return []
+    renamed = t.rename(lambda c: c.replace("cost_per_task", "tokens_per_task").replace("per_usd", "per_1k"))
+    rows = _returns_rows(renamed.with_columns(pl.col("tokens_per_task") * 1000), result.anchor)
+    for r, src in zip(rows, t.iter_rows(named=True), strict=True):
+        r[2] = f"{src['cost_per_task']:.5f}"
+        r[5] = r[5].replace("token step", "cost step")
+        v, lo, hi = src.get("d_elo_per_usd"), src.get("d_elo_per_usd_lo"), src.get("d_elo_per_usd_hi")
+        if "unresolved" not in r[5] and v is not None and v == v:
+            ci = f" [{_compact(lo)}, {_compact(hi)}]" if lo is not None and hi is not None else ""
+            r[5] = _compact(v) + ci
+    return rows
+
+
+def _compact(x: float | None) -> str:
+    """ΔElo per $1 spans orders of magnitude (a cheap model's task costs fractions of a cent): 124k, 3.2M."""
+    if x is None or x != x:
+        return "—"
+    for div, suffix in ((1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{suffix}"
+    return f"{x:.1f}"
+
+
+COST_HEADER = ["arm", "budget", "$/task", "Elo [95% CI]", "ΔElo [CI]", "ΔElo per $1 [CI]", "frontier"]
+
+
 def _rx(text: Any) -> str:
     """Untrusted text inside a rich markup string."""
     return escape(str(text))
@@ -261,6 +319,14 @@ def print_report(
         console.print(
             _rich_table("Per family: Elo from the family's centred theta", header, rows, groups=groups)
         )
+    header, rows = _breakdown_rows(result)
+    if rows:
+        console.print(_rich_table(
+            "Per arm: tasks, failures (lost = scored 0 with their tokens), token split", header, rows
+        ))  # fmt: skip
+    if result.cost_table is not None:
+        console.print(_rich_table(f"Cost (prices {result.options.prices}, USD per 1M tokens)", COST_HEADER,
+                                  _cost_rows(result)))  # fmt: skip
     c = result.counts
     console.print(
         f"{c['files']} file(s), {c['calls']} calls ({c['judge_calls']} judge), {c['outcomes']} outcomes, "
@@ -348,7 +414,22 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         "",
         _md_table(TOKENS_HEADER, _tokens_rows(result.tokens), names=2),
         "",
+        "## Per arm: tasks, failures, token split",
+        "",
+        "lost = tasks where the strategy failed (context overflow, a refused request after spending tokens) and "
+        "was scored 0 with its tokens; reasoning = share of completion tokens the server reported as reasoning; "
+        "cached in = share of input tokens served from the prompt cache.",
+        "",
+        _md_table(*_breakdown_rows(result)),
+        "",
     ]
+    if result.cost_table is not None:
+        parts += [
+            f"## Cost (prices {result.options.prices}, USD per 1M tokens)",
+            "",
+            _md_table(COST_HEADER, _cost_rows(result)),
+            "",
+        ]
     if result.judge_tokens.height:
         parts += [
             "Judge calls (evaluation cost, not strategy cost): "

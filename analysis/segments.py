@@ -3,7 +3,9 @@
 Layout under runs/<run>/compact/ (see contracts/ledger.py):
 
     part-00001.parquet   the records of some job objects (SEGMENT_SCHEMA + job_key + line), sorted by job key
-    part-00001.keys      its index: the job keys it holds (Parquet, one column `job_key`)
+    part-00001.keys      its index: the job keys it holds, in segment order, and each key's row count
+                         (Parquet: `job_key`, `rows`) — a reader names each row's object without reading
+                         the segment's job_key column
 
 Rules that make compaction safe to run twice, or while workers are still writing:
 
@@ -35,11 +37,21 @@ import numpy as np
 import polars as pl
 
 from contracts.errors import InputError
+from contracts.ledger import JOB_SUFFIX
 
 COMPACT_DIR = "compact/"
 _PART = re.compile(r"^compact/part-(\d{5,})\.(parquet|keys)$")
 
-_USAGE = pl.Struct({"prompt_tokens": pl.Int64, "completion_tokens": pl.Int64, "total_tokens": pl.Int64})
+_USAGE = pl.Struct({
+    "prompt_tokens": pl.Int64,
+    "completion_tokens": pl.Int64,
+    "total_tokens": pl.Int64,
+    # the breakdown analysis splits tokens by (analysis.io._USAGE): reasoning vs visible, cached vs fresh input
+    "prompt_tokens_details": pl.Struct({"cached_tokens": pl.Int64}),
+    "completion_tokens_details": pl.Struct({"reasoning_tokens": pl.Int64}),
+    "cache_read_input_tokens": pl.Int64,
+    "cache_creation_input_tokens": pl.Int64,
+})  # fmt: skip
 
 # What a segment keeps of each record (contracts/records.py): every field analysis reads, plus the call and
 # outcome details worth querying. Object-valued fields (error, grader) keep their JSON text. Anything else
@@ -65,6 +77,8 @@ SEGMENT_SCHEMA: dict[str, pl.DataType] = {
     "attempts": pl.Int64(),
     "finish_reason": pl.String(),
     "error": pl.String(),
+    "failure": pl.String(),  # an outcome scored as a loss because the strategy failed (worker.job)
+    "gen": pl.String(),  # the generation settings a call sent
     "answer": pl.String(),
     "score": pl.Float64(),
     "correct": pl.Boolean(),
@@ -112,13 +126,13 @@ def segment_state(ledger, run_id: str) -> SegmentState:
 def read_index(ledger, run_id: str, committed: list[int], *, dedupe: bool = True) -> pl.DataFrame:
     """(job_key, seg) for every committed segment, in segment order; with dedupe each key is kept once, from
     the lowest-numbered segment (two compactions that ran at once may both hold it)."""
-    frames = [pl.DataFrame(schema={"job_key": pl.String, "seg": pl.Int32})]
+    frames = [pl.DataFrame(schema={"job_key": pl.String, "rows": pl.Int32, "seg": pl.Int32})]
     for n in committed:
         raw = ledger.get_blob(run_id, index_name(n))
         try:
             if raw is None:
                 raise OSError("gone")
-            keys = pl.read_parquet(io.BytesIO(raw), columns=["job_key"])
+            keys = pl.read_parquet(io.BytesIO(raw), columns=["job_key", "rows"])
         except (pl.exceptions.PolarsError, OSError) as e:
             raise InputError(
                 f"segment index is unreadable (corrupt or truncated: {str(e).splitlines()[0]}); rebuild the "
@@ -152,6 +166,66 @@ def tail_keys(all_keys: pl.Series, index: pl.DataFrame) -> list[str]:
     """The job keys no committed segment holds, sorted."""
     left = all_keys.to_frame("job_key").join(index.select("job_key"), on="job_key", how="anti")
     return left["job_key"].sort().to_list()
+
+
+def parsed_chunks(
+    ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType], *, chunk_jobs: int, threads: int
+) -> Iterator[tuple[pl.DataFrame, list[str]]]:
+    """The objects of `keys`, chunk by chunk, parsed with `schema`: (frame + `job_key` + `line0` (0-based line
+    in its object), keys of objects polars cannot parse). The next chunk is fetched and parsed in a
+    background thread while the caller uses this one (polars releases the GIL); at most two chunks are alive.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    chunks = [keys[i : i + chunk_jobs] for i in range(0, len(keys), chunk_jobs)]
+    if not chunks:
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="ept-prefetch") as ex:
+        fut = ex.submit(_fetch_parse, ledger, run_id, chunks[0], schema, threads)
+        for i in range(len(chunks)):
+            got = fut.result()
+            if i + 1 < len(chunks):
+                fut = ex.submit(_fetch_parse, ledger, run_id, chunks[i + 1], schema, threads)
+            yield got
+            del got
+
+
+def _fetch_parse(
+    ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType], threads: int
+) -> tuple[pl.DataFrame, list[str]]:
+    if ledger.url.startswith("s3://"):
+        got = _scan_s3(ledger, run_id, keys, schema)
+        if got is not None:
+            return got, []
+    blobs = ledger.get_jobs(run_id, keys, threads=threads)
+    if any(not b for b in blobs):
+        # An empty object is one another tool is still writing: leave it for later.
+        keys, blobs = [k for k, b in zip(keys, blobs, strict=True) if b], [b for b in blobs if b]
+    groups, bad = parse_good(keys, blobs, schema)
+    del blobs
+    frames = [pl.DataFrame(schema={**schema, "job_key": pl.String, "line0": pl.Int64})]
+    for gkeys, df, counts in groups:
+        obj, line = object_index(counts)
+        keyser = pl.Series("job_key", gkeys, dtype=pl.String)
+        frames.append(df.with_columns(keyser.gather(obj).alias("job_key"), pl.Series("line0", line, dtype=pl.Int64)))
+    return pl.concat(frames, how="vertical"), bad
+
+
+def _scan_s3(ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
+    """One polars scan over the objects' URLs: its Rust S3 client fetches them concurrently at a tenth of the
+    CPU boto3 spends per GET. None if polars refuses any of them (the caller then narrows it down)."""
+    from analysis.io import storage_options
+
+    prefix = ledger.run_url(run_id) + "/jobs/"
+    urls = [ledger.job_url(run_id, k) for k in keys]
+    try:
+        df = pl.scan_ndjson(urls, schema=schema, include_file_paths="_path", storage_options=storage_options()).collect()
+    except (pl.exceptions.PolarsError, OSError, ValueError):
+        return None
+    key = pl.col("_path").str.strip_prefix(prefix).str.strip_suffix(JOB_SUFFIX)
+    return df.with_columns(key.alias("job_key"), pl.int_range(pl.len(), dtype=pl.Int64).over("_path").alias("line0")).drop(
+        "_path"
+    )
 
 
 # ---------------------------------------------------------------- parsing many objects with one polars call
@@ -241,7 +315,6 @@ def compact_run(
     on_progress: Callable[[str, int, int], None] | None = None,
 ) -> CompactResult:
     """Fold the run's job objects that no segment holds into new segment(s). See the module docstring."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     res = CompactResult(run_id)
@@ -268,43 +341,37 @@ def compact_run(
         os.close(fd)
         try:
             writer = None
-            kept: list[pl.Series] = []
+            kept: list[pl.DataFrame] = []
             rows = 0
-            for keys in _chunks(seg_keys, chunk_jobs):
-                blobs = ledger.get_jobs(run_id, keys, threads=threads)
-                if any(not b for b in blobs):
-                    # An empty object is one another tool is still writing: leave it for the next compaction.
-                    keys, blobs = [k for k, b in zip(keys, blobs, strict=True) if b], [b for b in blobs if b]
-                groups, bad = parse_good(keys, blobs, SEGMENT_SCHEMA)
-                del blobs
+            for df, bad in parsed_chunks(ledger, run_id, seg_keys, SEGMENT_SCHEMA, chunk_jobs=chunk_jobs,
+                                         threads=threads):  # fmt: skip
                 res.unparsable += bad
-                for gkeys, df, counts in groups:
-                    obj, line = object_index(counts)
-                    keyser = pl.Series("job_key", gkeys, dtype=pl.String)
-                    df = df.with_columns(
-                        keyser.gather(obj).alias("job_key"), pl.Series("line", line + 1, dtype=pl.Int32)
-                    )
+                if df.height:
+                    df = df.with_columns((pl.col("line0") + 1).cast(pl.Int32).alias("line")).drop("line0")
                     table = df.to_arrow()
                     if writer is None:
                         writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
                     writer.write_table(table)
                     rows += df.height
-                    kept.append(keyser)
-                done += len(keys)
+                    # An object folds in only if it gave rows: an empty one stays for the next compaction.
+                    # Rows are grouped by object, in key order: (key, rows) runs are the index.
+                    kept.append(df["job_key"].rle().struct.unnest().select(pl.col("value").alias("job_key"),
+                                                                             pl.col("len").cast(pl.Int32).alias("rows")))  # fmt: skip
+                done += df["job_key"].n_unique() + len(bad)
                 if on_progress:
                     on_progress("compacting", done, len(new))
             if writer is None:
                 continue  # nothing parsable in this batch
             writer.close()
             folded = pl.concat(kept)
-            pq.write_table(pa.table({"job_key": folded.to_arrow()}), tmp_idx, compression="zstd")
+            pq.write_table(folded.to_arrow(), tmp_idx, compression="zstd")
             # Claim a number: the exclusive create of the segment fails if another compactor took it.
             while not ledger.create_blob(run_id, seg_name(next_n), tmp):
                 next_n += 1
             if not ledger.create_blob(run_id, index_name(next_n), tmp_idx):
                 raise RuntimeError(f"{ledger.blob_url(run_id, index_name(next_n))} appeared while committing")
             res.segments.append(ledger.blob_url(run_id, seg_name(next_n)))
-            res.jobs += folded.len()
+            res.jobs += folded.height
             res.rows += rows
             next_n += 1
         finally:

@@ -153,7 +153,8 @@ def score(doc: dict, exp: Experiment) -> dict[str, list]:
     e = np.array([elo_t[a] for a in arms])
     tk = np.array([tok_t[a] for a in arms])
     front = true_frontier(e, tk)
-    prob = np.array([r["frontier_prob"] for r in rows], dtype=float)
+    # .get: the same scoring runs against older versions (no frontier probability) for a before/after.
+    prob = np.array([r.get("frontier_prob") for r in rows], dtype=float)
     point = np.array([r["frontier"] for r in rows])
     out["front_confident_wrong"] = [bool(np.any((prob >= 0.95) & ~front) or np.any((prob <= 0.05) & front))]
     out["front_point_wrong"] = [bool(np.any(point != front))]

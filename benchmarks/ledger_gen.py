@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-ARMS = [("greedy", 1, 1), ("best_of_n", 4, 4), ("majority", 8, 8), ("best_of_n", 8, 8), ("self_consistency", 6, 6)]
+ARMS = [("greedy", 1, 1), ("best_of_n", 4, 4), ("majority", 8, 8), ("best_of_n", 8, 8), ("majority", 4, 4)]
 FAMILIES = ["math", "code", "tool_use"]
 
 

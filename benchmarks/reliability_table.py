@@ -118,6 +118,9 @@ Test outcomes in this run:
 """
 
 
+HAND_WRITTEN = "\n## Hostile input"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-k", help="pytest -k expression to run a subset")
@@ -128,7 +131,11 @@ def main() -> None:
     print(table(rows))
     for n, o in sorted(outcomes.items()):
         print(f"{o:8s} {n}")
-    Path(args.out).write_text(write_doc(rows, outcomes, elapsed, args.k))
+    out = Path(args.out)
+    # Hand-written sections after the generated part (e.g. "## Hostile input") are kept as they are.
+    old = out.read_text() if out.exists() else ""
+    kept = old[old.index(HAND_WRITTEN):] if HAND_WRITTEN in old else ""
+    out.write_text(write_doc(rows, outcomes, elapsed, args.k) + ("\n" + kept if kept else ""))
     print(f"wrote {args.out}")
     if any(o == "FAILED" for o in outcomes.values()):
         sys.exit(1)

@@ -37,4 +37,9 @@ class InputError(Exception):
 # Error classes shared by the provider client, the worker, the ledger and reports.
 # "credential" and "endpoint" are egress problems (fix the profile, not the evaluation);
 # "task" is an evaluation-side failure (grader crash, bad task).
-ERROR_CLASSES = ("credential", "endpoint", "rate_limit", "transient", "permanent", "task")
+# "unreachable" (connection refused / DNS) is egress too; "context_overflow" is a property of the strategy
+# and the task (scored as a loss, see worker.job).
+ERROR_CLASSES = (
+    "credential", "endpoint", "rate_limit", "unreachable", "transient", "context_overflow", "permanent", "task",
+)  # fmt: skip
+EGRESS_CLASSES = frozenset({"credential", "endpoint", "unreachable"})

@@ -12,6 +12,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from contracts.generation import label
+
 
 def arm_label(strategy: str, budget_n: int, variant: str = "") -> str:
     """Canonical arm name. An arm is (strategy, budget[, variant]) — never strategy alone."""
@@ -24,6 +26,12 @@ def params_variant(params: dict[str, Any]) -> str:
     if not params:
         return ""
     return ",".join(f"{k}={params[k]}" for k in sorted(params))
+
+
+def cancel_key(run_id: str) -> str:
+    """Redis key (on the broker) that marks a run's queued Celery jobs as cancelled: the coordinator sets it when
+    it is stopped (Ctrl-C/SIGTERM), workers skip jobs of the run while it exists, the next session clears it."""
+    return f"ept:cancel:{run_id}"
 
 
 def derive_seed(*parts: object) -> int:
@@ -42,6 +50,10 @@ class Job:
     params: dict[str, Any] = field(default_factory=dict)  # strategy parameters other than the budget
     seed: int = 0  # run seed; per-call seeds derive from (seed, job key, call index)
     profile: str = "default"  # profile NAME; credentials are resolved by the worker
+    # Generation settings (contracts.generation): `gen` from the arm (part of the arm label), `base_gen` from
+    # the plan (the same for every arm). The worker merges profile < base_gen < gen.
+    gen: dict[str, Any] = field(default_factory=dict)
+    base_gen: dict[str, Any] = field(default_factory=dict)
 
     @property
     def task_id(self) -> str:
@@ -53,7 +65,7 @@ class Job:
 
     @property
     def variant(self) -> str:
-        return params_variant(self.params)
+        return ",".join(x for x in (params_variant(self.params), label(self.gen)) if x)
 
     @property
     def arm(self) -> str:
@@ -66,6 +78,8 @@ class Job:
         from contracts.keys import key_component as kc
 
         arm = self.arm.replace("@", "_n").replace("[", "_").replace("]", "").replace(",", "_").replace("=", "-")
+        # Generation labels may carry other characters (extra_body values); plain arms are unchanged by this.
+        arm = "".join(c if c.isalnum() or c in "-_." else "_" for c in arm)
         safe_task = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.task_id)
         return f"{kc(self.family)}/{kc(safe_task)}/{kc(arm)}/r{self.replicate}"
 

@@ -52,9 +52,16 @@ class CallRecord:
     error: dict[str, str] | None = None  # {"class": ..., "message": ...} when the call failed
     usage_missing: bool = False
     usage_invalid: str | None = None  # the server sent usage that failed contracts.usage.check_usage (then usage=None)
+    # Generation settings sent with this call (temperature, max_tokens, reasoning_effort, …; contracts.generation).
+    gen: dict[str, Any] = field(default_factory=dict)
+    # One per returned choice (finish_reason above is the first one's): "length" = cut by max_tokens.
+    finish_reasons: list[str | None] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not d["gen"]:  # an empty object would be a struct without fields (Parquet cannot store one)
+            del d["gen"]
+        return d
 
 
 @dataclass
@@ -64,6 +71,8 @@ class Outcome:
     correct: bool | None
     grader: dict[str, Any] = field(default_factory=dict)  # grader name and details (reason, tests passed…)
     error: dict[str, str] | None = None
+    # A failure of the strategy on this task, scored as a loss (score 0): {"class", "message", "scored": "loss"}.
+    failure: dict[str, str] | None = None
 
 
 @dataclass
@@ -78,6 +87,11 @@ class JobResult:
     @property
     def ok(self) -> bool:
         return self.outcome.error is None
+
+    @property
+    def sent_calls(self) -> int:
+        """Calls that reached the server (a failed connect is an attempt, not a call)."""
+        return sum(1 for c in self.calls if not (c.error and c.error.get("class") == "unreachable"))
 
     @property
     def tokens(self) -> int:

@@ -23,8 +23,8 @@ from typing import Any
 
 from contracts.errors import InputError
 
-GRADER_TYPES = ("exact", "normalised", "numeric", "math", "regex", "choice", "code", "tool", "none")
-TOOL_IMPL_TYPES = ("calculator", "lookup")
+GRADER_TYPES = ("exact", "normalised", "numeric", "math", "regex", "choice", "code", "tool", "bfcl", "none")
+TOOL_IMPL_TYPES = ("calculator", "lookup", "record")
 _KNOWN_FIELDS = {
     "task_id", "family", "prompt", "messages", "reference", "grader", "difficulty", "distractors",
     "tools", "tool_impl", "tests", "visible_tests", "entry_point", "meta",
@@ -113,6 +113,12 @@ def _check_grader_options(task: dict[str, Any], grader: dict[str, Any], file: st
             raise _fail("grader option 'expect_calls' must be a list of {name, arguments?}", file, line, "grader")
         if not task.get("tools"):
             raise _fail("tool grader needs the task's tools", file, line, "tools")
+    if gtype == "bfcl":
+        if not task.get("tools"):
+            raise _fail("bfcl grader needs the task's tools", file, line, "tools")
+        if not isinstance(task["reference"], list) or not all(isinstance(g, dict) for g in task["reference"]):
+            raise _fail("bfcl grader needs the possible answers: a list of {function: {param: [options]}}",
+                        file, line, "reference")
 
 
 def _check_tools(task: dict[str, Any], file: str, line: int) -> None:

@@ -52,6 +52,26 @@ def _first_contact(fn: Callable[[], Any], app: Any) -> None:
         ) from None
 
 
+def _broker_redis(app: Any) -> Any:
+    import redis
+
+    return redis.Redis.from_url(str(app.conf.broker_url))
+
+
+def _cancel_queued(app: Any, run_ids: set[str], n_pending: int, notice: Callable[[str], None] | None) -> None:
+    """Ctrl-C/SIGTERM: the queued messages of this run must not start. Workers check the run's cancel key before
+    a job's first API call; jobs already running finish and reach the ledger."""
+    from contracts.jobs import cancel_key
+
+    with contextlib.suppress(Exception):  # the broker may be what failed; stopping must not raise here
+        r = _broker_redis(app)
+        for rid in run_ids:
+            r.set(cancel_key(rid), "1", ex=7 * 24 * 3600)
+        if notice:
+            notice(f"stopping: {n_pending} queued or running job(s) of this run are cancelled before they start; "
+                   "jobs already running finish on the workers")  # fmt: skip
+
+
 def run_celery(
     jobs: Iterable[Job],
     ctx: dict[str, Any],
@@ -121,7 +141,14 @@ def run_celery(
 
     ctx_clear = {**ctx, "clear_failure": True}
 
+    run_ids: set[str] = set()
+
     def send(job: Job, producer: Any) -> None:
+        if job.run_id not in run_ids:  # a new session of the run lifts an earlier session's cancel
+            from contracts.jobs import cancel_key
+
+            run_ids.add(job.run_id)
+            _broker_redis(app).delete(cancel_key(job.run_id))
         tid = f"{job.run_id}:{uuid.uuid4().hex}"
         # Only a job with a failure object from an earlier attempt deletes it on success (no blind DELETE).
         job_ctx = ctx_clear if job.key in clear_failures else ctx
@@ -195,5 +222,8 @@ def run_celery(
                     f"(start one with `ept worker --queue {queue}`); enqueued jobs wait on the queue until then"
                 )
         return not should_stop()  # stopped early (egress broken) unless every job was sent before it tripped
+    except KeyboardInterrupt:
+        _cancel_queued(app, run_ids, len(pending), notice)
+        raise
     finally:
         app.close()

@@ -32,6 +32,11 @@ def _finish(out) -> None:
 
     # Full width when stdout is a pipe, a CI log or `docker compose` output (the coordinator's only table there).
     print_summary(out, make_console())
+    if out.tally.abandoned:
+        from coordinator.local import hard_exit
+
+        # Threads blocked in HTTP reads would hold a normal exit until they return: leave without them.
+        hard_exit("exiting without waiting for the abandoned jobs", out.exit_code)
     if out.exit_code:
         raise typer.Exit(out.exit_code)
 
@@ -86,7 +91,8 @@ def register(app: typer.Typer) -> None:
         st = run_status(led, run_id)
         if as_json:
             typer.echo(json.dumps({"run_id": st.run_id, "run_url": st.run_url, "n_jobs": st.n_jobs, "done": st.done,
-                                   "failed": st.failed, "pending": st.pending}, sort_keys=True))  # fmt: skip
+                                   "failed": st.failed, "pending": st.pending, "retrying": st.retrying},
+                                  sort_keys=True))  # fmt: skip
             return
         c = make_console()
         m = st.manifest or {}
@@ -95,7 +101,8 @@ def register(app: typer.Typer) -> None:
                 f"profile {m.get('profile', {}).get('name', '?')} ({mask_url(str(m.get('profile', {}).get('base_url', '?')))})",
                 highlight=False)  # fmt: skip
         c.print(f"jobs {st.n_jobs if st.n_jobs is not None else '?'}: done {st.done} · failed "
-                f"{sum(st.failed.values())} · pending {st.pending if st.pending is not None else '?'}")  # fmt: skip
+                f"{sum(st.failed.values())} · pending {st.pending if st.pending is not None else '?'}"
+                + (f" (retrying {st.retrying} that failed before this session)" if st.retrying else ""))  # fmt: skip
         if st.failed_jobs:
             t = Table(title="failed jobs by error class")
             for col in ("class", "jobs", "example", "message"):

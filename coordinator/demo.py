@@ -16,8 +16,7 @@ def demo_plan_text() -> str:
 
 
 def run_demo(out: str | Path = "./ept-out", *, tasks_per_family: int | None = None, console: Any = None) -> Any:
-    from rich.console import Console
-
+    from analysis.report import make_console
     from coordinator.plan import parse_plan
     from coordinator.sweep import execute, plan_jobs
     from egress.profiles import Profile
@@ -33,13 +32,16 @@ def run_demo(out: str | Path = "./ept-out", *, tasks_per_family: int | None = No
     # A throwaway key that exists only in this process: the simulator checks it, nothing prints it.
     key = os.environ.get(DEMO_KEY_ENV) or "sk-demo-" + secrets.token_hex(16)
     os.environ[DEMO_KEY_ENV] = key
-    sim = start_in_thread({"latency_ms": 0.0, "seed": plan.seed, "api_key": key})
+    # prompt_cache: repeated prompts report cached input tokens, so the report's token split has both kinds.
+    sim = start_in_thread({"latency_ms": 0.0, "seed": plan.seed, "api_key": key, "prompt_cache": True})
     try:
         profile = Profile(
             name="simulator", protocol="openai", base_url=sim.url, api_key_env=DEMO_KEY_ENV, model="ept-sim-1",
             timeout=30.0, max_retries=3,
+            # Illustrative prices (USD per 1M tokens) so the demo shows cost per task and ΔElo per $1.
+            price_in_per_1m=0.15, price_cached_in_per_1m=0.075, price_out_per_1m=0.60,
         )  # fmt: skip
-        result = execute(plan, plan_jobs(plan), profile=profile, base_url=sim.url, console=console or Console(stderr=True))
+        result = execute(plan, plan_jobs(plan), profile=profile, base_url=sim.url, console=console or make_console(stderr=True))
     finally:
         sim.stop()
     if result.analysis is not None:

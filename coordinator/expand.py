@@ -36,15 +36,17 @@ def iter_jobs(plan: Plan, tasks: list[dict[str, Any]]) -> Iterator[Job]:
     for task in tasks:
         for arm in plan.arms:
             for budget in arm.budgets:
-                for rep in range(plan.replicates):
-                    yield Job(
-                        run_id=plan.run_id, task=task, strategy=arm.strategy, budget_n=budget, replicate=rep,
-                        params=dict(arm.params), seed=plan.seed, profile=plan.profile,
-                    )  # fmt: skip
+                for gen in arm.gens:
+                    for rep in range(plan.replicates):
+                        yield Job(
+                            run_id=plan.run_id, task=task, strategy=arm.strategy, budget_n=budget, replicate=rep,
+                            params=dict(arm.params), seed=plan.seed, profile=plan.profile, gen=dict(gen),
+                            base_gen=dict(plan.generation),
+                        )  # fmt: skip
 
 
 def count_jobs(plan: Plan, tasks: list[dict[str, Any]]) -> int:
-    return len(tasks) * sum(len(arm.budgets) for arm in plan.arms) * plan.replicates
+    return len(tasks) * sum(len(arm.budgets) * len(arm.gens) for arm in plan.arms) * plan.replicates
 
 
 def check_unique_keys(plan: Plan, tasks: list[dict[str, Any]]) -> None:
@@ -62,11 +64,13 @@ def check_unique_keys(plan: Plan, tasks: list[dict[str, Any]]) -> None:
     seen_arm: set[str] = set()
     for arm in plan.arms:
         for budget in arm.budgets:
-            j = Job(run_id=plan.run_id, task=tasks[0], strategy=arm.strategy, budget_n=budget, params=dict(arm.params))
-            part = j.key.split("/")[2]
-            if part in seen_arm:
-                _dup(plan, j.key)
-            seen_arm.add(part)
+            for gen in arm.gens:
+                j = Job(run_id=plan.run_id, task=tasks[0], strategy=arm.strategy, budget_n=budget,
+                        params=dict(arm.params), gen=dict(gen))  # fmt: skip
+                part = j.key.split("/")[2]
+                if part in seen_arm:
+                    _dup(plan, j.key)
+                seen_arm.add(part)
 
 
 def _dup(plan: Plan, key: str) -> None:

@@ -1,19 +1,44 @@
 """The local executor: jobs run in this process on a thread pool (they wait on HTTP, not on the CPU).
 
-Ctrl-C (or SIGTERM) stops submitting new jobs and lets the ones in flight finish and reach the ledger, so
-an interrupted run never leaves a half-run job whose calls would be paid for twice on resume.
+Stopping (Ctrl-C or SIGTERM):
+1. The first signal stops submitting, cancels the jobs queued but not started, and tells the provider client
+   and the job loop to stop retrying: each in-flight job ends after its current request and reaches the ledger
+   (a result, or a failure record with the calls it made), so nothing is paid for twice on resume.
+2. In-flight jobs get a grace period of STOP_GRACE_S seconds (EPT_STOP_GRACE_S). Jobs still running after it are
+   abandoned: their calls so far are not recorded, and the process exits (the CLI exits 130).
+3. A second signal exits at once (exit 130), abandoning whatever is in flight.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from contracts.errors import EXIT_INTERRUPTED
 from contracts.jobs import Job
 from contracts.ledger import Ledger
+
+STOP_GRACE_S = 30.0
+
+
+def stop_grace_s() -> float:
+    try:
+        return max(0.0, float(os.environ.get("EPT_STOP_GRACE_S") or STOP_GRACE_S))
+    except ValueError:
+        return STOP_GRACE_S
+
+
+def hard_exit(message: str, code: int = EXIT_INTERRUPTED) -> None:
+    """Exit now, without joining worker threads (a thread blocked in an HTTP read would hold the exit)."""
+    sys.stdout.flush()
+    print(message, file=sys.stderr, flush=True)
+    os._exit(code)
 
 
 def run_local(
@@ -27,15 +52,21 @@ def run_local(
     should_stop: Callable[[], bool] = lambda: False,
     run: Callable | None = None,
     clear_failures: Collection[str] = (),
+    grace_s: float | None = None,
+    on_abandon: Callable[[int], None] | None = None,
 ) -> bool:
-    """Run jobs; returns True when every job was attempted, False when interrupted or stopped early."""
+    """Run jobs; returns True when every job was attempted, False when interrupted or stopped early.
+    on_abandon(n) is called when n jobs were still running after the grace period (they were left running)."""
     from worker.tasks import perform_job
 
     api_key = getattr(provider, "_key", None)  # to scrub it from failure messages
+    stop = getattr(provider, "stopping", None) or threading.Event()
+    grace = stop_grace_s() if grace_s is None else grace_s
     todo = iter(jobs)
     in_flight: set[Future] = set()
     draining = False
     interrupted = threading.Event()
+    deadline = float("inf")
 
     def _term(_sig: int, _frm: Any) -> None:
         raise KeyboardInterrupt
@@ -43,31 +74,45 @@ def run_local(
     prev = None
     if threading.current_thread() is threading.main_thread():
         prev = signal.signal(signal.SIGTERM, _term)
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="ept-job")
+    abandoned = 0
     try:
-        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="ept-job") as pool:
-            while True:
-                try:
-                    # Keep a short queue so an interrupt leaves few jobs to finish.
-                    while not draining and len(in_flight) < concurrency * 2:
-                        job = next(todo, None)
-                        if job is None or should_stop():
-                            draining = True
-                            break
-                        in_flight.add(
-                            pool.submit(perform_job, job, ledger, provider, on_retry=on_retry, run=run, api_key=api_key,
-                                        clear_failure=job.key in clear_failures)
-                        )
-                    if not in_flight:
+        while True:
+            try:
+                # Keep a short queue so an interrupt leaves few jobs to finish.
+                while not draining and len(in_flight) < concurrency * 2:
+                    job = next(todo, None)
+                    if job is None or should_stop():
+                        draining = True
                         break
-                    done, in_flight = wait(in_flight, timeout=0.5, return_when=FIRST_COMPLETED)
-                    for f in done:
+                    in_flight.add(pool.submit(perform_job, job, ledger, provider, on_retry=on_retry, run=run,
+                                              api_key=api_key, clear_failure=job.key in clear_failures,
+                                              stop=stop))  # fmt: skip
+                if not in_flight:
+                    break
+                if time.monotonic() >= deadline:
+                    abandoned = len(in_flight)
+                    break
+                timeout = min(0.5, max(0.0, deadline - time.monotonic()))
+                done, in_flight = wait(in_flight, timeout=timeout, return_when=FIRST_COMPLETED)
+                for f in done:
+                    if not f.cancelled():
                         on_result(f.result())
-                except KeyboardInterrupt:
-                    if interrupted.is_set():
-                        raise  # a second Ctrl-C: give up waiting
-                    interrupted.set()
-                    draining = True
+            except KeyboardInterrupt:
+                if interrupted.is_set():
+                    hard_exit(f"second interrupt: exiting now; {len(in_flight)} job(s) in flight are not recorded")
+                interrupted.set()
+                draining = True
+                stop.set()
+                # Queued jobs that have not started never start.
+                in_flight = {f for f in in_flight if not f.cancel()}
+                deadline = time.monotonic() + grace
+                print(f"stopping: {len(in_flight)} job(s) in flight get up to {grace:g}s to finish and reach the "
+                      "ledger; press Ctrl-C again to exit now", file=sys.stderr, flush=True)  # fmt: skip
     finally:
         if prev is not None:
             signal.signal(signal.SIGTERM, prev)
+        pool.shutdown(wait=not abandoned, cancel_futures=True)
+    if abandoned and on_abandon is not None:
+        on_abandon(abandoned)
     return not interrupted.is_set() and not should_stop()

@@ -20,6 +20,15 @@
     budgets = [4, 8]
     params = {}                       # other strategy parameters, e.g. { depth = 2, beam = 2 }
 
+    [[arms]]                          # generation settings on an arm name it: majority@4[effort=low]
+    strategy = "majority"
+    budgets = [4]
+    reasoning_effort = ["low", "high"]  # a list is an arm dimension: one arm per value (thinking_budget too)
+    max_tokens = 1024
+
+    [generation]                      # for every arm (contracts.generation): max_tokens, temperature, top_p,
+    max_tokens = 2048                 # stop, seed, reasoning_effort, thinking_budget, extra_body
+
     [rate_limits.simulator]           # per profile, shared by all workers (requests / tokens per minute)
     rpm = 6000
     tpm = 2000000
@@ -36,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contracts import generation
 from contracts.errors import InputError
 
 EXECUTORS = ("local", "celery")
@@ -54,6 +64,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _TOP_FIELDS = {
     "name", "profile", "suites", "tasks_per_family", "replicates", "seed", "ledger", "executor",
     "concurrency", "queue", "batch_size", "weights", "arms", "rate_limits", "bootstrap_rounds", "anchor", "max_jobs",
+    "generation",
 }  # fmt: skip
 
 
@@ -62,6 +73,7 @@ class Arm:
     strategy: str
     budgets: tuple[int, ...]
     params: dict[str, Any] = field(default_factory=dict)
+    gens: tuple[dict[str, Any], ...] = ({},)  # arm-level generation settings, one entry per arm-dimension value
 
 
 @dataclass(frozen=True)
@@ -88,6 +100,7 @@ class Plan:
     rate_limits: dict[str, RateLimit] = field(default_factory=dict)
     bootstrap_rounds: int = 200
     anchor: str | None = None
+    generation: dict[str, Any] = field(default_factory=dict)  # plan-level generation settings (every arm)
     max_jobs: int = DEFAULT_MAX_JOBS
     source: str = "<plan>"
     raw: dict[str, Any] = field(default_factory=dict)
@@ -100,6 +113,8 @@ class Plan:
     def digest(self) -> str:
         """Hash of what defines the jobs (not where they run): a resumed run must have the same digest."""
         keep = {k: self.raw.get(k) for k in ("name", "profile", "suites", "tasks_per_family", "replicates", "seed", "arms")}
+        if "generation" in self.raw:  # only when present: digests of plans without it stay as they were
+            keep["generation"] = self.raw["generation"]
         return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def limits_for(self, profile: str) -> RateLimit:
@@ -211,9 +226,12 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
         where = f"arms[{i}]"
         if not isinstance(a, dict):
             raise v.err("must be a table", where)
-        extra = sorted(set(a) - {"strategy", "budgets", "budget", "params"})
+        extra = sorted(set(a) - {"strategy", "budgets", "budget", "params", *generation.FIELDS})
         if extra:
-            raise v.err("unknown field (known: strategy, budgets, params)", f"{where}.{extra[0]}")
+            raise v.err(
+                f"unknown field (known: strategy, budgets, params, {', '.join(generation.FIELDS)})",
+                f"{where}.{extra[0]}",
+            )
         if "strategy" not in a:
             raise v.err("missing strategy", f"{where}.strategy", key="strategy", table="arms")
         strategy = v.str_(a["strategy"], f"{where}.strategy")
@@ -226,7 +244,7 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
         params = a.get("params", {})
         if not isinstance(params, dict):
             raise v.err("must be a table of strategy parameters", f"{where}.params", key="params", table="arms")
-        arms.append(Arm(strategy, budgets, dict(params)))
+        arms.append(Arm(strategy, budgets, dict(params), _arm_gens(a, where, v)))
     _check_strategies(arms, v)
 
     executor = raw.get("executor", "local")
@@ -255,6 +273,13 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
             tpm=v.int_(lim["tpm"], f"{t}.tpm", 1, table=t, key="tpm") if "tpm" in lim else None,
         )
 
+    gen_raw = raw.get("generation", {})
+    if not isinstance(gen_raw, dict):
+        raise v.err("must be a table of generation settings", "generation")
+    plan_gen = generation.check(
+        gen_raw, lambda msg, k: v.err(msg, f"generation.{k}", key=k, table="generation")
+    )
+
     ledger = v.str_(raw.get("ledger", "./ept-out/ledger"), "ledger")
     anchor = raw.get("anchor")
     if anchor is not None:
@@ -277,10 +302,29 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
         rate_limits=limits,
         bootstrap_rounds=v.int_(raw.get("bootstrap_rounds", 200), "bootstrap_rounds", 0, hi=MAX_BOOTSTRAP_ROUNDS),
         anchor=anchor,
+        generation=plan_gen,
         max_jobs=v.int_(raw.get("max_jobs", DEFAULT_MAX_JOBS), "max_jobs", 1),
         source=file,
         raw=raw,
     )
+
+
+def _arm_gens(a: dict[str, Any], where: str, v: _V) -> tuple[dict[str, Any], ...]:
+    """The arm's generation settings, one dict per combination of its dimension values (lists)."""
+    nth = int(where[5:-1])
+    fixed = {k: a[k] for k in generation.FIELDS if k in a and not (k in generation.DIMENSIONS and isinstance(a[k], list))}
+
+    def err(msg: str, k: str) -> InputError:
+        return InputError(msg, file=v.file, line=_line_of(v.text, k, "arms", nth), field=f"{where}.{k}")
+
+    combos: list[dict[str, Any]] = [generation.check(fixed, err)]
+    for k in generation.DIMENSIONS:
+        if k in a and isinstance(a[k], list):
+            if not a[k] or len({json.dumps(x) for x in a[k]}) != len(a[k]):
+                raise err("must be a non-empty list of distinct values", k)
+            vals = [generation.check({k: x}, err)[k] for x in a[k]]
+            combos = [{**c, k: x} for c in combos for x in vals]
+    return tuple(combos)
 
 
 def _check_strategies(arms: list[Arm], v: _V) -> None:
@@ -309,11 +353,12 @@ def _check_strategies(arms: list[Arm], v: _V) -> None:
 def check_job_count(plan: Plan, n_tasks: int) -> int:
     """The plan's job count from counts alone (tasks x budgets x replicates); InputError above plan.max_jobs.
     Called before any job is built, so 10^10 jobs fail at once instead of filling memory."""
-    n = n_tasks * sum(len(a.budgets) for a in plan.arms) * plan.replicates
+    n_arms = sum(len(a.budgets) * len(a.gens) for a in plan.arms)  # reasoning-effort lists multiply arms too
+    n = n_tasks * n_arms * plan.replicates
     if n > plan.max_jobs:
         raise InputError(
-            f"the plan expands to {n:,} jobs ({n_tasks:,} tasks x {sum(len(a.budgets) for a in plan.arms)} arm "
-            f"budgets x {plan.replicates:,} replicates), over the limit of {plan.max_jobs:,}; if that is intended, "
+            f"the plan expands to {n:,} jobs ({n_tasks:,} tasks x {n_arms} arms "
+            f"x {plan.replicates:,} replicates), over the limit of {plan.max_jobs:,}; if that is intended, "
             "raise it with `max_jobs = N` in the plan or `ept sweep --max-jobs N`",
             file=plan.source, field="max_jobs",
         )  # fmt: skip

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from contracts.errors import InputError
@@ -20,6 +20,10 @@ class RunStatus:
     failed: dict[str, int]  # error class -> jobs whose last attempt failed (and have no result)
     failed_jobs: list[dict[str, Any]]
     manifest: dict[str, Any] | None
+    # Jobs whose failure predates the run's latest session: that session queued them again, so they are
+    # being retried (counted as pending), not failed.
+    retrying: int = 0
+    retrying_jobs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def pending(self) -> int | None:
@@ -36,6 +40,9 @@ def run_status(ledger: Ledger, run_id: str) -> RunStatus:
         raise InputError(f"no run {run_id!r} in ledger {ledger.url} (runs: {known})", field="RUN")
     # A failure object left behind by a job that later succeeded is stale: the result wins.
     fails = {k: v for k, v in ledger.list_failures(run_id).items() if k not in jobs}
+    since = _last_session_start(manifest)
+    retrying = {k: v for k, v in fails.items() if since is not None and float(v.get("at") or 0) < since}
+    fails = {k: v for k, v in fails.items() if k not in retrying}
     return RunStatus(
         run_id=run_id,
         run_url=ledger.run_url(run_id),
@@ -44,11 +51,30 @@ def run_status(ledger: Ledger, run_id: str) -> RunStatus:
         failed=dict(Counter(str(f.get("class")) for f in fails.values())),
         failed_jobs=[{"key": k, **v} for k, v in sorted(fails.items())],
         manifest=manifest,
+        retrying=len(retrying),
+        retrying_jobs=[{"key": k, **v} for k, v in sorted(retrying.items())],
     )
 
 
+def _last_session_start(manifest: dict[str, Any] | None) -> float | None:
+    from datetime import datetime
+
+    sessions = (manifest or {}).get("sessions") or []
+    if len(sessions) < 2:  # one session: every failure is from it
+        return None
+    try:
+        return datetime.fromisoformat(str(sessions[-1]["started_at"]).replace("Z", "+00:00")).timestamp()
+    except (KeyError, ValueError):
+        return None
+
+
 def failed_jobs(status: RunStatus) -> list[Job]:
-    return [Job.from_dict(f["job"]) for f in status.failed_jobs if isinstance(f.get("job"), dict)]
+    """Jobs without a result whose last attempt failed (also those a later session may still be retrying)."""
+    return [
+        Job.from_dict(f["job"])
+        for f in status.failed_jobs + status.retrying_jobs
+        if isinstance(f.get("job"), dict)
+    ]
 
 
 def compact(ledger: Ledger, run_id: str, threads: int = 16) -> tuple[str, int]:

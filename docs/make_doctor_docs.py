@@ -38,8 +38,23 @@ class Scenario:
 SCENARIOS = [
     Scenario(
         "All checks pass",
-        "A profile pointing at the simulator with the right key.",
+        "A profile pointing at the simulator with the right key (the simulator honours `n`).",
+        'base_url = "{url}"\nmodel = "ept-sim-1"\nsupports_n = true',
+    ),
+    Scenario(
+        "Proxy answers a bad key with 400 (LiteLLM, credential)",
+        "LiteLLM's proxy answers a key it cannot check with `400 … No connected db`, not 401. A 4xx on GET /models "
+        "(no body that could be malformed) is reported as credential or access, naming the key variable.",
         'base_url = "{url}"\nmodel = "ept-sim-1"',
+        env_key="sk-someone-elses-key-from-laptop-91c2",
+        sim={"auth_style": "litellm"},
+    ),
+    Scenario(
+        "Server ignores n (warning)",
+        "The profile says `supports_n = true` but the server returns one choice for n=2 (some llama.cpp builds): "
+        "ept still gets every sample by asking again, but each request costs a prompt.",
+        'base_url = "{url}"\nmodel = "ept-sim-1"\nsupports_n = true',
+        sim={"ignore_n": True},
     ),
     Scenario(
         "Key variable not set",
@@ -77,7 +92,7 @@ SCENARIOS = [
         'protocol = "anthropic"\nbase_url = "{url}"\nmodel = "ept-sim-1"',
     ),
     Scenario(
-        "Server not reachable (transient)",
+        "Server not reachable (unreachable)",
         "Nothing listens on the port (proxy not started, wrong host).",
         'base_url = "{dead}/v1"\nmodel = "ept-sim-1"',
     ),
@@ -121,7 +136,8 @@ def run(sc: Scenario, tmp: Path, root: str, dead: str) -> tuple[str, int]:
     pf = tmp / "profiles.toml"
     pf.write_text(f'[profiles.demo]\napi_key_env = "DEMO_API_KEY"\ntimeout = 10\n{body}\n')
     env = {k: v for k, v in os.environ.items() if k != "DEMO_API_KEY"}
-    env.update({"NO_COLOR": "1", "TERM": "dumb", "COLUMNS": "120", "PYTHONPATH": str(REPO)})
+    env.update({"NO_COLOR": "1", "TERM": "dumb", "COLUMNS": "120", "PYTHONPATH": str(REPO),
+                "EPT_CLIENT_CONFIGS": str(tmp / "no-client-config.json")})  # check 7 does not read this machine's
     if sc.env_key:
         env["DEMO_API_KEY"] = sc.env_key
     cmd = [sys.executable, "-m", "ept.cli", "doctor", "--profile", "demo", "--profiles", str(pf), *sc.args]
@@ -145,6 +161,8 @@ def main() -> None:
                 sim.control.set(
                     **{
                         "strict_models": False,
+                        "auth_style": "openai",
+                        "ignore_n": False,
                         "rate_hang": 0.0,
                         "rate_429": 0.0,
                         "rate_missing_usage": 0.0,
@@ -181,10 +199,15 @@ profile in the order the seed's section 6 recommends, and prints a concrete fix 
 3. **GET /models** — reachable with this key (network, TLS, credentials, path);
 4. **model listed** — the profile's model is among the listed ones (skipped if the server lists none);
 5. **tiny completion returns usage** — one 16-token call; the answer must carry `usage`, which is what
-   every token count in this project is built from.
+   every token count in this project is built from;
+6. **n=2 returns 2 choices** — a warning when the profile's `supports_n` disagrees with the server;
+7. **client configs hold no placeholder key** — a warning when `YOUR_API_KEY` (from `ept profiles export`) is
+   still in `~/.claude/settings.json`, `~/.codex/config.toml` or the files in `$EPT_CLIENT_CONFIGS`.
 
-Exit code 0 only when no check fails (warnings allowed); 1 otherwise; 2 for a bad profile file.
-Checks 3-5 are skipped when 1 or 2 fail. Network checks retry once (rate limits honour `Retry-After`,
+A 4xx on GET /models — or on a profile's first request — that is not 401/403 is reported as a credential or
+access problem naming the key variable (proxies such as LiteLLM answer a bad key with 400). Exit code 0 only
+when no check fails (warnings allowed); 1 otherwise; 2 for a bad profile file. Checks 3-6 are skipped when 1 or
+2 fail. Network checks retry once (rate limits honour `Retry-After`,
 capped at 5 s) with a per-request timeout of `--timeout` seconds (default 20). Keys are only ever shown
 masked (`sk-…abcd`).
 

@@ -28,11 +28,11 @@ def doctor(
     from rich.console import Console
 
     from contracts.secrets import scrub
-    from egress.doctor import ok, render, run_checks
+    from egress.doctor import check_client_configs, ok, render, run_checks
     from egress.profiles import get_profile
 
     p = get_profile(profile, profiles)
-    checks = run_checks(p, timeout=timeout)
+    checks = [*run_checks(p, timeout=timeout), check_client_configs()]
     console = Console(highlight=False, soft_wrap=True)
     for line in render(p, checks):
         console.print(scrub(line))  # masks keys from the environment and any password in base_url

@@ -3,13 +3,19 @@
 The SDKs run with max_retries=0 so that every attempt is counted here and every failure is classified
 once, with an actionable message:
 
-    credential  401/403            no retry   names the env variable the profile reads and whether it is set
-    endpoint    404                no retry   base_url (/api vs /api/v1) or model name
-    rate_limit  429                retry      waits Retry-After (capped), else backoff
-    transient   5xx, timeouts,     retry      exponential backoff with full jitter
-                connection errors,
-                malformed bodies
-    permanent   other 4xx          no retry
+    credential        401/403; any 4xx on GET /models   no retry   names the env variable the profile reads
+                      or on a profile's first request            and whether it is set (a proxy such as
+                      (before any request succeeded)             LiteLLM answers a bad key with 400)
+    endpoint          404                                no retry   base_url (/api vs /api/v1) or model name
+    rate_limit        429                                retry      waits Retry-After (capped), else backoff
+    unreachable       connection refused, DNS failure    retry      backoff; after UNREACHABLE_CIRCUIT failed
+                                                                    connects in a row the circuit opens: no
+                                                                    more attempts (one probe per
+                                                                    CIRCUIT_PROBE_S) until one connects
+    transient         5xx, timeouts, malformed bodies    retry      exponential backoff with full jitter
+    context_overflow  400 context length exceeded       no retry   prompt + max_tokens above the model's window:
+                                                                    a property of the strategy and the task
+    permanent         other 4xx                          no retry
 
 `usage` is returned as the server sent it (never recomputed); for the Anthropic protocol only the key
 names change (input_tokens -> prompt_tokens, output_tokens -> completion_tokens). Keys are scrubbed
@@ -23,6 +29,7 @@ import json
 import logging
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -35,8 +42,11 @@ from egress.profiles import Profile
 
 log = logging.getLogger("ept.provider")
 
-ERROR_CLASSES = ("credential", "endpoint", "rate_limit", "transient", "permanent")
-RETRYABLE = frozenset({"rate_limit", "transient"})
+ERROR_CLASSES = ("credential", "endpoint", "rate_limit", "unreachable", "transient", "context_overflow", "permanent")
+RETRYABLE = frozenset({"rate_limit", "transient", "unreachable"})
+UNREACHABLE_CIRCUIT = 8  # failed connects in a row (no response of any kind in between) that open the circuit
+CIRCUIT_PROBE_S = 5.0  # while open, one attempt per this many seconds may try the endpoint again
+_CONTEXT = re.compile(r"context length|context_length|context window|prompt is too long|too many tokens", re.I)
 ANTHROPIC_DEFAULT_MAX_TOKENS = 1024
 _ANTHROPIC_FINISH = {
     "end_turn": "stop",
@@ -155,6 +165,31 @@ def _server_code(e: Exception) -> str | None:
     return str(err.get("code")) if isinstance(err, dict) and err.get("code") else None
 
 
+def _conn_cause(e: Exception) -> str:
+    """The innermost cause of a connection error (connection refused, name resolution…), not just the SDK's
+    generic 'Connection error.'."""
+    seen, cur = [], e
+    while cur is not None and len(seen) < 8:
+        seen.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    inner = str(seen[-1]) if len(seen) > 1 else ""
+    return f"{e} ({inner})" if inner and inner not in str(e) else str(e)
+
+
+def access_error(err: ProviderError, profile: Profile, key: str | None, where_from: str) -> ProviderError:
+    """A 4xx that is not 401/403 where no request body can be at fault (GET /models, or the first request of
+    a profile) means the key or the account: proxies such as LiteLLM answer a key they cannot check with
+    400 ("No connected db"). Reclassified as `credential`, naming the key variable."""
+    env_key = os.environ.get(profile.api_key_env) or None
+    state = f"is set ({mask(env_key)})" if env_key else "is NOT set or empty"
+    msg = (
+        f"credential or access (key from ${profile.api_key_env}, which {state}): {err.message} A {err.status} on "
+        f"{where_from} means the key or the account, not the request; a proxy (LiteLLM) answers a key it cannot "
+        f"check with 400. Check the key and the proxy's key store; run `ept doctor --profile {profile.name}`"
+    )
+    return ProviderError("credential", scrub(msg, [key]), status=err.status, attempts=err.attempts)
+
+
 def _sentence(text: str) -> str:
     text = text.strip()
     return text if text.endswith((".", "!", "?")) else text + "."
@@ -181,8 +216,8 @@ def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
         )
     elif isinstance(e, conn_errors):
         cls, msg = (
-            "transient",
-            f"cannot connect to {where}: {e}; check the host/port and that the server is up",
+            "unreachable",
+            f"cannot connect to {where}: {_conn_cause(e)}; check the host/port and that the server is up",
         )
     elif status in (401, 403):
         env_key = os.environ.get(profile.api_key_env) or None
@@ -233,6 +268,12 @@ def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
         cls, msg = "rate_limit", f"429 rate limited by {where}: {_server_message(e)}{wait}"
     elif status is not None and (status >= 500 or status == 408):
         cls, msg = "transient", f"{status} server error from {where}: {_server_message(e)}"
+    elif status in (400, 413) and (_server_code(e) == "context_length_exceeded" or _CONTEXT.search(_server_message(e))):
+        cls, msg = (
+            "context_overflow",
+            f"{status} from {where}: {_server_message(e)} The prompt plus max_tokens exceed the model's context: "
+            "a loss for this strategy on this task (set max_tokens, or use a model with a longer context)",
+        )
     elif status is not None:
         cls, msg = "permanent", f"{status} rejected by {where}: {_server_message(e)}"
     else:
@@ -285,6 +326,103 @@ def _openai_choices(data: dict[str, Any]) -> list[Choice]:
         ]
         out.append(Choice(text=msg.get("content"), finish_reason=c.get("finish_reason"), tool_calls=calls))
     return out
+
+
+def _sse_events(text: str) -> list[tuple[str | None, Any]]:
+    """(event name, parsed data) for each event of an SSE body; `[DONE]` ends it."""
+    out: list[tuple[str | None, Any]] = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        name, data = None, []
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].strip())
+        if not data:
+            continue
+        payload = "\n".join(data)
+        if payload == "[DONE]":
+            break
+        try:
+            out.append((name, json.loads(payload)))
+        except json.JSONDecodeError as e:
+            raise _Malformed(f"an SSE event is not valid JSON ({e.msg})") from None
+    return out
+
+
+def parse_chat_stream(text: str) -> tuple[list[Choice], dict[str, Any] | None, str | None]:
+    """chat.completion.chunk events -> choices, usage (from the chunk that carries it, as sent) and model."""
+    texts: dict[int, list[str]] = {}
+    finish: dict[int, str | None] = {}
+    calls: dict[int, dict[int, dict[str, Any]]] = {}
+    usage, model = None, None
+    for _, ev in _sse_events(text):
+        if not isinstance(ev, dict):
+            raise _Malformed("an SSE event is not a JSON object")
+        model = ev.get("model") or model
+        if isinstance(ev.get("usage"), dict):
+            usage = ev["usage"]
+        for ch in ev.get("choices") or []:
+            i = int(ch.get("index", 0))
+            delta = ch.get("delta") or {}
+            texts.setdefault(i, [])
+            if delta.get("content"):
+                texts[i].append(delta["content"])
+            for tc in delta.get("tool_calls") or []:
+                slot = calls.setdefault(i, {}).setdefault(int(tc.get("index", 0)), {"id": "", "name": "", "arguments": ""})
+                fn = tc.get("function") or {}
+                slot["id"] = tc.get("id") or slot["id"]
+                slot["name"] = fn.get("name") or slot["name"]
+                slot["arguments"] += fn.get("arguments") or ""
+            if ch.get("finish_reason"):
+                finish[i] = ch["finish_reason"]
+    if not texts:
+        raise _Malformed("the stream carried no choices")
+    choices = [
+        Choice(
+            text="".join(texts[i]) or None,
+            finish_reason=finish.get(i),
+            tool_calls=[{**c, "arguments": c["arguments"] or "{}"} for _, c in sorted(calls.get(i, {}).items())],
+        )
+        for i in sorted(texts)
+    ]
+    return choices, _normalise_usage(usage, False), model
+
+
+def parse_messages_stream(text: str) -> tuple[list[Choice], dict[str, Any] | None, str | None]:
+    """Anthropic message events -> one choice; usage = message_start's usage updated by message_delta's."""
+    usage: dict[str, Any] | None = None
+    model, stop = None, None
+    blocks: dict[int, dict[str, Any]] = {}
+    for name, ev in _sse_events(text):
+        kind = ev.get("type", name) if isinstance(ev, dict) else None
+        if kind == "message_start":
+            msg = ev.get("message") or {}
+            model = msg.get("model")
+            usage = dict(msg["usage"]) if isinstance(msg.get("usage"), dict) else None
+        elif kind == "content_block_start":
+            b = dict(ev.get("content_block") or {})
+            if b.get("type") == "tool_use":
+                b["partial"] = ""
+            blocks[int(ev.get("index", 0))] = b
+        elif kind == "content_block_delta":
+            b = blocks.setdefault(int(ev.get("index", 0)), {"type": "text", "text": ""})
+            d = ev.get("delta") or {}
+            if d.get("type") == "text_delta":
+                b["text"] = b.get("text", "") + d.get("text", "")
+            elif d.get("type") == "input_json_delta":
+                b["partial"] = b.get("partial", "") + d.get("partial_json", "")
+        elif kind == "message_delta":
+            stop = (ev.get("delta") or {}).get("stop_reason") or stop
+            if isinstance(ev.get("usage"), dict):
+                usage = {**(usage or {}), **{k: v for k, v in ev["usage"].items() if v is not None}}
+        elif kind == "error":
+            raise _Malformed(f"the stream ended with an error event: {ev.get('error')}")
+    for b in blocks.values():
+        if b.get("type") == "tool_use" and b.get("partial"):
+            b["input"] = json.loads(b["partial"])
+    data = {"content": [blocks[i] for i in sorted(blocks)], "stop_reason": stop}
+    return [_anthropic_choice(data)], _normalise_usage(usage, True), model
 
 
 def _anthropic_choice(data: dict[str, Any]) -> Choice:
@@ -387,6 +525,15 @@ class ProviderClient:
         self.retry_after_cap = retry_after_cap
         self._sdk: Any = None
         self._sdk_lock = threading.Lock()
+        # Shared by every thread of this client: whether any request got a 2xx yet (a 4xx before that is an
+        # access problem, see access_error), and the circuit over failed connects.
+        self._reached = False
+        self._unreachable = 0
+        self._last_probe = 0.0
+        self._state_lock = threading.Lock()
+        # Set by the local executor on Ctrl-C/SIGTERM: no more retries or backoff waits, so in-flight jobs end
+        # after their current request instead of riding out a 429 storm.
+        self.stopping = threading.Event()
 
     def __repr__(self) -> str:
         return f"ProviderClient(profile={self.profile.name!r}, key={mask(self._key)})"
@@ -433,24 +580,74 @@ class ProviderClient:
     def _backoff(self, attempt: int) -> float:
         return random.uniform(0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1)))
 
-    def _with_retries(self, fn: Any, est_tokens: int, discarded: list[dict[str, Any]] | None = None) -> tuple[Any, int]:
+    def circuit_open(self) -> bool:
+        return self._unreachable >= UNREACHABLE_CIRCUIT
+
+    def _circuit_check(self, attempts: int) -> None:
+        """Refuse to try while the circuit is open, except for one probe per CIRCUIT_PROBE_S."""
+        with self._state_lock:
+            if not self.circuit_open():
+                return
+            now = time.monotonic()
+            if now - self._last_probe >= CIRCUIT_PROBE_S:
+                self._last_probe = now
+                return
+            n = self._unreachable
+        p = self.profile
+        raise ProviderError(
+            "unreachable",
+            f"circuit open: the last {n} attempts to connect to {p.base_url} (profile '{p.name}') all failed "
+            "(connection refused or name not resolved); not trying again until a probe connects — check the "
+            f"host/port and that the server is up (`ept doctor --profile {p.name}`)",
+            attempts=attempts,
+        )
+
+    def _note(self, err: ProviderError | None) -> None:
+        with self._state_lock:
+            if err is None:
+                self._reached, self._unreachable = True, 0
+            elif err.error_class == "unreachable":
+                self._unreachable += 1
+            elif err.status is not None:
+                self._unreachable = 0  # the server answered: it is reachable
+
+    def _with_retries(
+        self, fn: Any, est_tokens: int, discarded: list[dict[str, Any]] | None = None, *, access_check: bool = False
+    ) -> tuple[Any, int]:
         """Run fn() with classification and retries; returns (result, attempts). Malformed 2xx responses that
-        were retried are appended to `discarded`; the last one's usage rides on the raised error (`.usage`)."""
+        were retried are appended to `discarded`; the last one's usage rides on the raised error (`.usage`).
+        With access_check every 4xx is an access problem (GET /models: no request body could be at fault)."""
         self._require_key()
         attempts = 0
         while True:
             attempts += 1
+            self._circuit_check(attempts)
             if self.rate_limiter is not None:
                 self.rate_limiter.acquire(est_tokens)
             try:
-                return fn(), attempts
+                out = fn()
             except ProviderError:
                 raise
             except Exception as e:
                 err = classify(e, self.profile, self._key)
                 malformed = e if isinstance(e, _Malformed) else None
+            else:
+                self._note(None)
+                return out, attempts
             err.attempts = attempts
-            if err.error_class not in RETRYABLE or attempts > self.profile.max_retries:
+            self._note(err)
+            if (
+                err.error_class == "permanent"
+                and err.status is not None
+                and 400 <= err.status < 500
+                and (access_check or not self._reached)
+            ):
+                denied = access_error(
+                    err, self.profile, self._key, "GET /models" if access_check else "the profile's first request"
+                )
+                denied.discarded = list(discarded or [])  # type: ignore[attr-defined]
+                raise denied
+            if err.error_class not in RETRYABLE or attempts > self.profile.max_retries or self.stopping.is_set():
                 if malformed is not None:
                     err.usage, err.usage_invalid = check_usage(malformed.usage)  # type: ignore[attr-defined]
                 err.discarded = list(discarded or [])  # type: ignore[attr-defined]
@@ -464,7 +661,9 @@ class ProviderClient:
             log.info(
                 "retrying %s after %.2fs (attempt %d): %s", self.profile.name, wait, attempts, err.message
             )
-            time.sleep(wait)
+            if self.stopping.wait(wait):  # stopped while waiting: this attempt's error is the call's result
+                err.discarded = list(discarded or [])  # type: ignore[attr-defined]
+                raise err
 
     def chat(
         self,
@@ -476,11 +675,17 @@ class ProviderClient:
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
         meta: dict[str, str] | None = None,
+        gen: dict[str, Any] | None = None,
     ) -> ChatResponse:
         """One chat call (n choices when the protocol allows); raises ProviderError after retries.
 
-        The Anthropic protocol has no `n`: callers that need n samples must loop (n > 1 is refused here).
+        `gen` holds generation settings (contracts.generation: max_tokens, top_p, stop, reasoning_effort,
+        thinking_budget, extra_body); each protocol gets its own field names. The Anthropic protocol has
+        no `n`: callers that need n samples must loop (n > 1 is refused here).
         """
+        gen = gen or {}
+        if max_tokens is None:
+            max_tokens = gen.get("max_tokens")
         if n < 1:
             raise ValueError("n must be >= 1")
         if self.protocol == "anthropic" and n > 1:
@@ -498,12 +703,29 @@ class ProviderClient:
                 headers["X-EPT-Seed"] = str(seed)
             system, a_msgs, a_tools = to_anthropic(messages, tools)
             # temperature goes in extra_body: recent anthropic SDKs dropped the typed parameter, the API keeps it.
+            if gen.get("reasoning_effort") is not None:
+                raise ProviderError(
+                    "permanent",
+                    f"profile '{self.profile.name}' speaks the Anthropic protocol, which has no reasoning_effort: "
+                    "set thinking_budget (thinking.budget_tokens) instead",
+                    attempts=0,
+                )
+            extra: dict[str, Any] = {"temperature": temperature}
+            budget = gen.get("thinking_budget")
+            if budget:
+                # Extended thinking: budget_tokens counts inside max_tokens, and the API accepts no temperature.
+                extra = {"thinking": {"type": "enabled", "budget_tokens": budget}}
+                max_tokens = max_tokens or budget + ANTHROPIC_DEFAULT_MAX_TOKENS
+            if gen.get("top_p") is not None:
+                extra["top_p"] = gen["top_p"]
+            if gen.get("stop"):
+                extra["stop_sequences"] = list(gen["stop"])
             kwargs: dict[str, Any] = {
                 "model": self.profile.model,
                 "messages": a_msgs,
                 "max_tokens": max_tokens or ANTHROPIC_DEFAULT_MAX_TOKENS,
                 "extra_headers": headers,
-                "extra_body": {"temperature": temperature},
+                "extra_body": {**extra, **(gen.get("extra_body") or {})},
             }
             if system:
                 kwargs["system"] = system
@@ -511,6 +733,11 @@ class ProviderClient:
                 kwargs["tools"] = a_tools
 
             def call() -> tuple[list[Choice], dict[str, Any] | None, str | None]:
+                if self.profile.stream:
+                    body = {k: v for k, v in kwargs.items() if k not in ("extra_headers", "extra_body")}
+                    body.update(kwargs["extra_body"], stream=True)
+                    text = self.sdk.post("/v1/messages", body=body, cast_to=str, options={"headers": headers})
+                    return parse_messages_stream(text)
                 data = _parse_json(self.sdk.messages.with_raw_response.create(**kwargs))
                 return _choices_or_malformed(data, True), _normalise_usage(data.get("usage"), True), data.get("model")
         else:
@@ -523,12 +750,22 @@ class ProviderClient:
                 body["tools"] = tools
             if max_tokens is not None:
                 body["max_tokens"] = max_tokens
+            for k in ("top_p", "stop", "reasoning_effort"):
+                if gen.get(k) is not None:
+                    body[k] = gen[k]
+            if gen.get("thinking_budget"):  # OpenAI-compatible gateways (LiteLLM) pass this to Anthropic models
+                body["thinking"] = {"type": "enabled", "budget_tokens": gen["thinking_budget"]}
+            body.update(gen.get("extra_body") or {})
+            if self.profile.stream:  # usage arrives in a last chunk only when asked for
+                body.update(stream=True, stream_options={"include_usage": True})
 
             def call() -> tuple[list[Choice], dict[str, Any] | None, str | None]:
                 # The SDK's documented raw route (`client.post(path, body=…, cast_to=…)`): same auth, timeouts
                 # and error classes as `chat.completions.create`, without re-walking our plain-dict params through
                 # its TypedDict transform and pydantic models — 40% of the client CPU per call, measured.
                 text = self.sdk.post("/chat/completions", body=body, options={"headers": headers}, cast_to=str)
+                if self.profile.stream:
+                    return parse_chat_stream(text)
                 data = _parse_json_text(text)
                 return _choices_or_malformed(data, False), _normalise_usage(data.get("usage"), False), data.get("model")
 
@@ -566,5 +803,5 @@ class ProviderClient:
                 raise _Malformed("no 'data' list in the models response")
             return [str(m.get("id")) for m in items if isinstance(m, dict) and m.get("id")]
 
-        models, _ = self._with_retries(call, 0)
+        models, _ = self._with_retries(call, 0, access_check=True)
         return models

@@ -5,6 +5,9 @@
 3. GET /models is reachable                     (network, TLS, credentials, path)
 4. the profile's model is listed                (the 404 "model not found" class)
 5. one tiny completion returns `usage`          (token accounting needs it)
+6. n=2 returns 2 choices                        (warns when the profile's supports_n disagrees)
+7. client configs (~/.claude/settings.json, ~/.codex/config.toml, $EPT_CLIENT_CONFIGS) hold no placeholder
+   key YOUR_API_KEY left from `ept profiles export`   (warning)
 
 Each failure carries a concrete fix. Nothing here prints a key: only its mask.
 """
@@ -12,8 +15,10 @@ Each failure carries a concrete fix. Nothing here prints a key: only its mask.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from contracts.secrets import mask, scrub
@@ -134,7 +139,7 @@ def _fix_for(err: object, p: Profile) -> str:
         )
     if cls == "rate_limit":
         return "already rate limited: wait, or lower rpm/tpm in the profile"
-    if cls == "transient":
+    if cls in ("transient", "unreachable"):
         return (
             f"is the server up and reachable from here? try `curl {p.base_url.rstrip('/')}/models`; check proxies "
             f"and firewalls; a slow server needs a larger `timeout` (now {p.timeout:g}s)"
@@ -156,7 +161,8 @@ def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float =
     if any(c.status == FAIL for c in checks):
         reason = "fix the checks above first"
         return checks + [
-            Check(n, SKIP, reason) for n in ("GET /models", "model listed", "tiny completion returns usage")
+            Check(n, SKIP, reason)
+            for n in ("GET /models", "model listed", "tiny completion returns usage", "n=2 returns 2 choices")
         ]
 
     p = dataclasses.replace(
@@ -215,12 +221,97 @@ def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float =
             )
     except ProviderError as e:
         checks.append(Check("tiny completion returns usage", FAIL, _detail(e), _fix_for(e, p)))
+    checks.append(check_n(client, profile, checks[-1].status == PASS))
     # A server without a model list is fine if completions work.
     if checks[-1].status == PASS and checks[2].status == FAIL and "404" in checks[2].detail:
         checks[2] = dataclasses.replace(
             checks[2], status=WARN, fix="this server does not serve /models; completions work"
         )
     return [dataclasses.replace(c, detail=scrub(c.detail, [key]), fix=scrub(c.fix, [key])) for c in checks]
+
+
+def check_n(client: object, p: Profile, completion_works: bool) -> Check:
+    """Does n=2 return 2 choices? `supports_n = true` against a server that ignores n still yields k samples
+    (ept asks again for the shortfall) but wastes a request per sample; `false` against one that honours it
+    pays the prompt k times. Either disagreement is a warning, never a failure."""
+    from egress.client import ProviderError
+
+    name = "n=2 returns 2 choices"
+    if p.protocol != "openai":
+        return Check(name, SKIP, "the Anthropic protocol has no n: ept makes one request per sample")
+    if not completion_works:
+        return Check(name, SKIP, "the tiny completion failed")
+    try:
+        r = client.chat(  # type: ignore[attr-defined]
+            [{"role": "user", "content": "Reply with the word OK."}], max_tokens=8, temperature=0.7, n=2,
+            meta={"Role": "doctor"},
+        )  # fmt: skip
+    except ProviderError as e:
+        return Check(name, WARN, _detail(e), "set supports_n = false in the profile (one request per sample)")
+    got = r.n_returned
+    if got >= 2 and not p.supports_n:
+        return Check(name, WARN, f"the server returned {got} choices but the profile says supports_n = false",
+                     "set supports_n = true: one request per n samples saves the repeated prompt tokens")
+    if got < 2 and p.supports_n:
+        return Check(name, WARN, f"the server returned {got} choice for n=2 but the profile says supports_n = true",
+                     "set supports_n = false: this server ignores n (ept would ask again for every missing sample)")
+    return Check(name, PASS, f"{got} choice(s) for n=2; supports_n = {str(p.supports_n).lower()} agrees")
+
+
+def client_config_paths() -> list[Path]:
+    """Client configs `ept profiles export` writes: $EPT_CLIENT_CONFIGS (os.pathsep-separated), else the
+    default locations of Claude Code and Codex."""
+    env = os.environ.get("EPT_CLIENT_CONFIGS")
+    if env:
+        return [Path(x).expanduser() for x in env.split(os.pathsep) if x]
+    return [Path("~/.claude/settings.json").expanduser(), Path("~/.codex/config.toml").expanduser()]
+
+
+def _placeholder_spots(path: Path) -> list[str]:
+    """Where a placeholder key sits in a config: JSON values (Claude Code's env block), or non-comment lines."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if data is not None:
+            found: list[str] = []
+
+            def walk(x: object, where: str) -> None:
+                if isinstance(x, dict):
+                    for k, v in x.items():
+                        walk(v, f"{where}.{k}" if where else str(k))
+                elif isinstance(x, list):
+                    for i, v in enumerate(x):
+                        walk(v, f"{where}[{i}]")
+                elif isinstance(x, str) and x.strip() in PLACEHOLDERS:
+                    found.append(where)
+
+            walk(data, "")
+            return found
+    return [
+        f"line {i}"
+        for i, ln in enumerate(text.splitlines(), 1)
+        if not ln.lstrip().startswith("#") and any(ph in ln for ph in PLACEHOLDERS[:1])
+    ]
+
+
+def check_client_configs(paths: list[Path] | None = None) -> Check:
+    """A placeholder key left in a client config makes the client send YOUR_API_KEY and retry 401s silently
+    (Claude Code does so for minutes): a warning naming the file and the field."""
+    name = "client configs hold no placeholder key"
+    hits = []
+    checked = 0
+    for p in paths if paths is not None else client_config_paths():
+        if not p.is_file():
+            continue
+        checked += 1
+        hits += [f"{p}: {spot}" for spot in _placeholder_spots(p)]
+    if hits:
+        return Check(name, WARN, f"{PLACEHOLDERS[0]} still in " + "; ".join(hits),
+                     "replace the placeholder with the real key (or remove the entry and export the variable)")
+    return Check(name, PASS if checked else SKIP, f"{checked} config file(s) checked" if checked else "none found")
 
 
 def ok(checks: list[Check]) -> bool:

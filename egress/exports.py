@@ -4,6 +4,7 @@ Targets (seed section 3):
   claude-code  ~/.claude/settings.json   {"env": {ANTHROPIC_BASE_URL, ANTHROPIC_AUTH_TOKEN, ANTHROPIC_MODEL,
                                                   ANTHROPIC_SMALL_FAST_MODEL}}
   codex        ~/.codex/config.toml      model, model_provider, [model_providers.<id>] name/base_url/env_key/wire_api
+                                         (wire_api = "responses": targets Codex CLI 0.171, which refuses "chat")
   cc-switch    the BASE_URL / API KEY / MODEL triple
   env          shell exports
 The key is never written: always the placeholder YOUR_API_KEY (or the env variable's NAME for Codex).
@@ -53,13 +54,15 @@ def codex_provider_id(p: Profile) -> str:
 def codex_config(p: Profile) -> str:
     if p.protocol != "openai":
         raise InputError(
-            f"profile '{p.name}' speaks the {p.protocol} protocol; Codex's wire_api = \"chat\" needs an "
+            f"profile '{p.name}' speaks the {p.protocol} protocol; Codex's wire_api = \"responses\" needs an "
             "OpenAI-compatible endpoint",
             field="protocol",
         )
     pid = codex_provider_id(p)
     return (
         f"# Codex config for ept profile '{p.name}'. The key is read from ${p.api_key_env} (env_key):\n"
+        "# wire_api = \"responses\" (POST /v1/responses): written for Codex CLI 0.171, which refuses \"chat\";\n"
+        "# an old Codex (0.58) still accepted wire_api = \"chat\".\n"
         f"#   export {p.api_key_env}={_shell_quote(PLACEHOLDER_KEY)}\n"
         f"model = {_toml_str(p.model)}\n"
         f"model_provider = {_toml_str(pid)}\n"
@@ -68,7 +71,7 @@ def codex_config(p: Profile) -> str:
         f"name = {_toml_str(p.name)}\n"
         f"base_url = {_toml_str(p.base_url)}\n"
         f"env_key = {_toml_str(p.api_key_env)}\n"
-        'wire_api = "chat"\n'
+        'wire_api = "responses"\n'
     )
 
 
@@ -86,7 +89,8 @@ def shell_env(p: Profile) -> str:
             ("ANTHROPIC_SMALL_FAST_MODEL", p.small_fast_model or p.model),
         ]
     else:
-        pairs = [("OPENAI_BASE_URL", p.base_url), ("OPENAI_MODEL", p.model)]
+        # OPENAI_API_KEY is what the SDKs (and a plain `openai.OpenAI()`) read, whatever the profile's variable.
+        pairs = [("OPENAI_BASE_URL", p.base_url), ("OPENAI_API_KEY", PLACEHOLDER_KEY), ("OPENAI_MODEL", p.model)]
     if p.api_key_env not in dict(pairs):
         pairs.append((p.api_key_env, PLACEHOLDER_KEY))
     lines = [f"# ept profile '{p.name}' ({p.protocol}); replace {PLACEHOLDER_KEY} with your key"]

@@ -11,6 +11,12 @@ File format (`profiles.toml`, or `--profiles FILE`, or $EPT_PROFILES)::
     base_url = "http://127.0.0.1:8765/v1"
     api_key_env = "EPT_SIM_API_KEY"     # the variable NAME, never the key
     model = "ept-sim-1"
+    max_tokens = 2048                   # optional generation defaults for every run (contracts.generation):
+    reasoning_effort = "medium"         # max_tokens, temperature, top_p, stop, seed, reasoning_effort,
+                                        # thinking_budget, extra_body; plans and arms override them
+    price_in_per_1m = 0.15              # optional prices (USD per 1M tokens): cost per task in reports
+    price_cached_in_per_1m = 0.075
+    price_out_per_1m = 0.60
 
 The standard OPENAI_BASE_URL / OPENAI_API_KEY / OPENAI_MODEL variables form an implicit `default`
 profile unless the file defines one.
@@ -27,6 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from contracts import generation as gen_settings
 from contracts.errors import InputError
 from contracts.secrets import mask, mask_url
 
@@ -57,6 +64,9 @@ class Profile:
     supports_n: bool = False
     price_in_per_1m: float | None = None
     price_out_per_1m: float | None = None
+    price_cached_in_per_1m: float | None = None  # cached input tokens; None = priced as fresh input
+    generation: dict[str, Any] = field(default_factory=dict)  # defaults for every request (contracts.generation)
+    stream: bool = False  # ask for SSE streams (usage from the final event, recorded as from plain responses)
     small_fast_model: str | None = None  # Claude Code's ANTHROPIC_SMALL_FAST_MODEL; defaults to `model`
 
     def __hash__(self) -> int:  # headers is a dict; hash by identity fields only
@@ -68,6 +78,9 @@ class Profile:
 
     def masked_key(self) -> str:
         return mask(self.api_key())
+
+    def __repr__(self) -> str:  # a repr in a log or traceback shows the public fields only (masked base_url)
+        return f"Profile({', '.join(f'{k}={v!r}' for k, v in self.public_dict().items())})"
 
     def public_dict(self) -> dict[str, Any]:
         """Everything needed to reproduce the endpoint choice, and nothing secret (for manifests)."""
@@ -109,10 +122,13 @@ _SPEC: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "tpm": (int, False),
     "headers": (dict, False),
     "supports_n": (bool, False),
+    "stream": (bool, False),
     "price_in_per_1m": ((int, float), False),
     "price_out_per_1m": ((int, float), False),
+    "price_cached_in_per_1m": ((int, float), False),
     "small_fast_model": (str, False),
 }
+_GEN_FIELDS = frozenset(gen_settings.FIELDS)
 
 
 def _validate(name: str, raw: Any, file: str, text: str) -> Profile:
@@ -134,9 +150,11 @@ def _validate(name: str, raw: Any, file: str, text: str) -> Profile:
                 f'api_key_env = "SOME_VAR", then export SOME_VAR in the environment or CI secret',
                 k,
             )
-    unknown = sorted(set(raw) - set(_SPEC))
+    unknown = sorted(set(raw) - set(_SPEC) - _GEN_FIELDS)
     if unknown:
-        raise err(f"unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(_SPEC))}", unknown[0])
+        known = ", ".join(sorted(set(_SPEC) | _GEN_FIELDS))
+        raise err(f"unknown field(s) {', '.join(unknown)}; known: {known}", unknown[0])
+    generation = gen_settings.check({k: v for k, v in raw.items() if k in _GEN_FIELDS}, err)
     for k, (types, required) in _SPEC.items():
         if k not in raw:
             if required:
@@ -159,6 +177,9 @@ def _validate(name: str, raw: Any, file: str, text: str) -> Profile:
     parts = urlsplit(raw["base_url"].strip())
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise err(f"base_url must be an http(s) URL, got {raw['base_url']!r}", "base_url")
+    for k in ("price_in_per_1m", "price_out_per_1m", "price_cached_in_per_1m"):
+        if k in raw and not raw[k] >= 0:
+            raise err("must be >= 0", k)
     for k in ("timeout", "max_retries", "rpm", "tpm"):
         if k in raw and raw[k] < (0 if k == "max_retries" else 1e-9):
             raise err("must be positive", k)
@@ -181,8 +202,11 @@ def _validate(name: str, raw: Any, file: str, text: str) -> Profile:
         tpm=raw.get("tpm"),
         headers=dict(raw.get("headers", {})),
         supports_n=bool(raw.get("supports_n", False)),
+        stream=bool(raw.get("stream", False)),
         price_in_per_1m=raw.get("price_in_per_1m"),
         price_out_per_1m=raw.get("price_out_per_1m"),
+        price_cached_in_per_1m=raw.get("price_cached_in_per_1m"),
+        generation=generation,
         small_fast_model=raw.get("small_fast_model"),
     )
 

@@ -39,7 +39,15 @@ from contracts.prompts import (
     prompt_kind,
     task_text,
 )
-from simulator.generic import BrainReply, BrainRequest, GenericBrain, content_text
+from simulator.generic import (
+    BrainReply,
+    BrainRequest,
+    GenericBrain,
+    apply_limits,
+    content_text,
+    reasoning_budget,
+    reasoning_gain,
+)
 
 SAMPLING_PENALTY = 0.03
 P_FINAL_SOUND, P_FINAL_FLAWED = 0.95, 0.10
@@ -101,6 +109,11 @@ class TaskBrain:
 
             tasks = [t for name in builtin_suite_names() for t in load_builtin_suite(name)]
         self.by_text = {task_text(t).strip(): t for t in tasks}
+        # Public suites repeat a question with different tools (BFCL); those are told apart by the tools.
+        self.same_text: dict[str, list[dict[str, Any]]] = {}
+        for t in tasks:
+            self.same_text.setdefault(task_text(t).strip(), []).append(t)
+        self.same_text = {k: v for k, v in self.same_text.items() if len(v) > 1}
         self.generic = GenericBrain()
 
     # ------------------------------------------------------------ dispatch
@@ -110,6 +123,10 @@ class TaskBrain:
         task = self.find_task(req.messages, kind)
         if task is None:
             return self.generic.respond(req)
+        if req.tools and task_text(task).strip() in self.same_text:
+            offered = sorted(str((t.get("function") or {}).get("name")) for t in req.tools)
+            task = next((t for t in self.same_text[task_text(task).strip()]
+                         if sorted(x["function"]["name"] for x in t.get("tools") or []) == offered), task)
         if kind == "verify":
             reply = self._verify(task, req)
         elif kind == "step":
@@ -120,7 +137,8 @@ class TaskBrain:
             reply = self._tool_turn(task, req)
         else:
             reply = self._solve(task, req)
-        return _limit(reply, req.max_tokens)
+        reply.reasoning_tokens = self.reasoning_tokens(task, req)
+        return apply_limits(reply, req)
 
     def find_task(self, messages: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
         users = [content_text(m.get("content")) for m in messages if m.get("role") == "user"]
@@ -133,10 +151,25 @@ class TaskBrain:
 
     # ------------------------------------------------------------ accuracy model
 
+    def reasoning_tokens(self, task: dict[str, Any], req: BrainRequest) -> int:
+        """Hidden thinking for this request: the effort's tokens scaled by difficulty (harder tasks think
+        longer), capped by a thinking budget. Deterministic in (task, seed or greedy, effort)."""
+        budget = reasoning_budget(req)
+        if not budget:
+            return 0
+        d = float(task.get("difficulty", 0.5))
+        salt = req.seed if req.temperature > 0 else 0
+        r = int(budget * (0.4 + 0.8 * d) * random.Random(derive_seed("reason", task["task_id"], salt, budget)).uniform(0.7, 1.3))
+        return max(1, min(r, req.thinking_budget) if req.thinking_budget else r)
+
     def p_correct(self, task: dict[str, Any], req: BrainRequest) -> float:
         p = 0.93 - 0.8 * float(task.get("difficulty", 0.5)) - req.degrade
         if req.temperature > 0:
             p -= SAMPLING_PENALTY
+        r = self.reasoning_tokens(task, req)
+        if req.max_tokens:
+            r = min(r, req.max_tokens)
+        p += (0.97 - p) * reasoning_gain(r) if p < 0.97 else 0.0
         return _clip(p)
 
     def _rng(self, task: dict[str, Any], req: BrainRequest, *salt: object) -> random.Random:
@@ -252,6 +285,8 @@ class TaskBrain:
     # tools ---------------------------------------------------------------
 
     def _tool_turn(self, task: dict[str, Any], req: BrainRequest) -> BrainReply:
+        if task["grader"]["type"] == "bfcl":
+            return self._bfcl_turn(task, req)
         expected = task["grader"].get("expect_calls", [])
         made = [_call_of(tc) for m in req.messages if m.get("role") == "assistant" for tc in (m.get("tool_calls") or [])]
         turn = len(made)
@@ -271,6 +306,19 @@ class TaskBrain:
         answer = task["reference"] if right else self._wrong(task, rng)
         text = _prose(rng, self._reasoning_words(task, rng, scale=0.5)) + "\n" + self._answer_text(task, answer)
         return BrainReply(text=text)
+
+    def _bfcl_turn(self, task: dict[str, Any], req: BrainRequest) -> BrainReply:
+        """BFCL: all calls in the first turn (parallel ones together), right with p; then a short close."""
+        from suites.public.bfcl import right_calls, wrong_calls
+
+        rng = self._rng(task, req, "bfcl")
+        if any(m.get("tool_calls") for m in req.messages if m.get("role") == "assistant"):
+            return BrainReply(text=_prose(rng, int(rng.uniform(10, 30))) + "\nAnswer: the calls above.")
+        right = rng.random() < self.p_correct(task, req)
+        calls = right_calls(task) if right else wrong_calls(task, rng.randrange(2))
+        if not calls:  # irrelevance, answered right: no function fits the question
+            return BrainReply(text=_prose(rng, int(rng.uniform(20, 60))) + "\nAnswer: none of the functions apply.")
+        return BrainReply(text=_prose(rng, int(rng.uniform(15, 50))), tool_calls=calls, finish_reason="tool_calls")
 
     def _tool_args(self, task: dict[str, Any], exp: dict[str, Any]) -> dict[str, Any]:
         if exp.get("arguments"):
@@ -305,10 +353,3 @@ def _call_of(tc: dict[str, Any]) -> dict[str, Any]:
         except ValueError:
             args = {}
     return {"name": fn.get("name"), "arguments": args if isinstance(args, dict) else {}}
-
-
-def _limit(reply: BrainReply, max_tokens: int | None) -> BrainReply:
-    """Honour max_tokens like a real server: cut the text and report finish_reason 'length'."""
-    if not max_tokens or not reply.text or len(reply.text) <= max_tokens * 4:
-        return reply
-    return BrainReply(text=reply.text[: max_tokens * 4], tool_calls=reply.tool_calls, finish_reason="length")

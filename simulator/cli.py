@@ -21,7 +21,7 @@ def simulate(
         None, help="Seed for replies, faults and latency (overrides the config)."
     ),
 ) -> None:
-    """Run the ept SIMULATOR: a fake OpenAI-compatible provider (/v1/models, /v1/chat/completions, /v1/messages)."""
+    """Run the ept SIMULATOR: a fake OpenAI-compatible provider (/v1/models, /v1/chat/completions, /v1/messages, /v1/responses; SSE streaming)."""
     from rich.console import Console
 
     from simulator.config import SimConfig, apply_updates, load_config

@@ -17,6 +17,8 @@ from typing import Any
 
 from contracts.errors import InputError
 
+# "403", "400", "quota" (429 insufficient_quota), "proxy_400" (LiteLLM's "No connected db" for a key it cannot
+# check) and "context_length" (400 context_length_exceeded) exist for scripts only (no rate).
 # "403", "400" and "quota" (429 insufficient_quota) exist for scripts only (no rate), as do the hostile-provider
 # faults: "usage_negative", "usage_nan", "usage_float", "usage_huge" (a normal reply whose usage is broken that
 # way) and "no_choices" (a billed 200 with usage but no choices, which the client must discard and retry).
@@ -30,6 +32,8 @@ FAULTS = (
     "403",
     "400",
     "quota",
+    "proxy_400",
+    "context_length",
     "usage_negative",
     "usage_nan",
     "usage_float",
@@ -48,6 +52,9 @@ class SimConfig:
     latency_jitter_ms: float = 0.0  # uniform: +-jitter; normal: sd; exponential: ignored (sd = mean)
     latency_dist: str = "uniform"
     api_key: str | None = None  # when set, any other key gets 401
+    # How a wrong key is refused: "openai" (401 invalid_api_key) or "litellm" (400 "No connected db", what
+    # LiteLLM's proxy answers when it cannot check keys), on every route including GET /models.
+    auth_style: str = "openai"
     models: list[str] = field(default_factory=lambda: list(DEFAULT_MODELS))
     strict_models: bool = False  # when true, a model not in `models` gets 404 model_not_found
     rate_429: float = 0.0
@@ -60,6 +67,13 @@ class SimConfig:
     rate_fewer_choices: float = 0.0
     script: list[str] = field(default_factory=list)
     degrade: dict[str, float] = field(default_factory=dict)  # arm label -> accuracy drop, used by the brain
+    # Context window in tokens (None = unlimited): prompt + max_tokens above it gets a 400
+    # context_length_exceeded; without max_tokens a reply stops at the window (finish_reason "length").
+    context_length: int | None = None
+    ignore_n: bool = False  # answer n>1 with one choice (servers that ignore `n`, e.g. some llama.cpp builds)
+    # Report repeated prompt prefixes as cached input tokens. Off by default: which request of two concurrent ones
+    # "hit" the cache depends on arrival order, and per-call usage should be reproducible unless asked otherwise.
+    prompt_cache: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -85,6 +99,10 @@ def _check(name: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError("seed must be an integer")
         return value
+    if name == "auth_style":
+        if value not in ("openai", "litellm"):
+            raise ValueError("auth_style must be openai or litellm")
+        return value
     if name == "latency_dist":
         if value not in LATENCY_DISTS:
             raise ValueError(f"latency_dist must be one of {', '.join(LATENCY_DISTS)}")
@@ -97,9 +115,13 @@ def _check(name: str, value: Any) -> Any:
         if not isinstance(value, list) or not value or not all(isinstance(m, str) for m in value):
             raise ValueError("models must be a non-empty list of strings")
         return value
-    if name == "strict_models":
+    if name in ("strict_models", "ignore_n", "prompt_cache"):
         if not isinstance(value, bool):
-            raise ValueError("strict_models must be true or false")
+            raise ValueError(f"{name} must be true or false")
+        return value
+    if name == "context_length":
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError("context_length must be an integer >= 1 or null")
         return value
     if name == "script":
         if not isinstance(value, list) or any(v not in FAULTS for v in value):

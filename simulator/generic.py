@@ -30,6 +30,9 @@ class BrainRequest:
     meta: dict[str, str] = field(default_factory=dict)  # X-EPT-* headers without the prefix: Job, Arm, Role…
     degrade: float = 0.0  # the server's config `degrade[meta["Arm"]]` (0 = none): lower accuracy by this much
     max_tokens: int | None = None
+    reasoning_effort: str | None = None  # OpenAI-style effort (none/minimal/low/medium/high)
+    thinking_budget: int | None = None  # Anthropic thinking.budget_tokens
+    stop: list[str] | None = None
 
 
 @dataclass
@@ -38,6 +41,43 @@ class BrainReply:
     tool_calls: list[dict[str, Any]] | None = None  # [{"name": str, "arguments": dict}]
     finish_reason: str = "stop"
     completion_tokens: int | None = None  # None = estimate from the text and tool calls
+    reasoning_tokens: int = 0  # hidden thinking, counted inside completion_tokens (as real servers do)
+
+
+# Hidden reasoning per request at each effort (before the task's difficulty scales it). An explicit
+# thinking budget is a cap the model uses part of. More reasoning closes part of the gap to a perfect
+# answer with diminishing returns: gain(r) = REASONING_GAIN * (1 - exp(-r / REASONING_SCALE)).
+EFFORT_TOKENS = {"none": 0, "minimal": 48, "low": 256, "medium": 1024, "high": 3072}
+REASONING_GAIN, REASONING_SCALE = 0.6, 600.0
+
+
+def reasoning_budget(req: BrainRequest) -> int:
+    if req.thinking_budget:
+        return int(req.thinking_budget)
+    return EFFORT_TOKENS.get(req.reasoning_effort or "none", 0)
+
+
+def reasoning_gain(tokens: int) -> float:
+    """Share of the gap between the model's accuracy and 0.97 that `tokens` of thinking closes."""
+    return REASONING_GAIN * (1 - math.exp(-tokens / REASONING_SCALE)) if tokens > 0 else 0.0
+
+
+def apply_limits(reply: BrainReply, req: BrainRequest) -> BrainReply:
+    """Stop sequences and max_tokens like a real server: thinking is spent first (a budget eaten by thinking
+    leaves no visible answer), then the visible text is cut, finish_reason 'length'."""
+    text, finish = reply.text, reply.finish_reason
+    for s in req.stop or []:
+        if text and s in text:
+            text, finish = text[: text.index(s)], "stop"
+    r = reply.reasoning_tokens
+    if req.max_tokens:
+        if r >= req.max_tokens:
+            return BrainReply(text=None, finish_reason="length", reasoning_tokens=req.max_tokens, completion_tokens=0)
+        room = (req.max_tokens - r) * CHARS_PER_TOKEN
+        if text and len(text) > room:
+            return BrainReply(text=text[:room], tool_calls=reply.tool_calls, finish_reason="length", reasoning_tokens=r)
+    return BrainReply(text=text, tool_calls=reply.tool_calls, finish_reason=finish,
+                      completion_tokens=reply.completion_tokens, reasoning_tokens=r)
 
 
 class Brain(Protocol):
@@ -82,12 +122,13 @@ def prompt_tokens(
 
 
 def completion_tokens(reply: BrainReply) -> int:
+    """Visible output plus hidden reasoning (usage.completion_tokens includes reasoning_tokens)."""
     if reply.completion_tokens is not None:
-        return reply.completion_tokens
+        return reply.completion_tokens + reply.reasoning_tokens
     n = estimate_tokens(reply.text or "")
     for tc in reply.tool_calls or []:
         n += estimate_tokens(tc["name"]) + estimate_tokens(json.dumps(tc.get("arguments", {}))) + 3
-    return max(n, 1)
+    return max(n, 1) + reply.reasoning_tokens
 
 
 _WORDS = [
@@ -186,4 +227,5 @@ class GenericBrain:
         text = " ".join(words).capitalize() + "."
         if finish == "stop":
             text += f"\nAnswer: {rng.randint(0, 99)}"
-        return BrainReply(text=text, finish_reason=finish)
+        r = int(reasoning_budget(req) * rng.uniform(0.5, 1.0))
+        return apply_limits(BrainReply(text=text, finish_reason=finish, reasoning_tokens=r), req)

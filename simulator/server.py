@@ -4,6 +4,9 @@ Routes (each also under /api/v1, the layout of many gateways):
     GET  /v1/models                 lists the simulated models (owned_by: "ept-simulator")
     POST /v1/chat/completions       OpenAI chat completions (n, seed, tools, max_tokens)
     POST /v1/messages               Anthropic messages (usage.input_tokens / output_tokens)
+    POST /v1/responses              OpenAI Responses API (input/instructions, max_output_tokens, reasoning.effort)
+    every completion route streams (SSE) with "stream": true: usage in the final event (chat: only with
+                                    stream_options.include_usage, in a last chunk without choices)
     GET  /_sim/stats, POST /_sim/reset, GET|POST /_sim/config   control (no auth: bind to loopback)
 
 Answers come from a Brain (simulator/generic.py): TaskBrain from simulator/brain.py when that module
@@ -58,6 +61,7 @@ class SimState:
     script: list[str] = field(default_factory=list)
     stats: dict[str, Counter] = field(default_factory=dict)
     tokens: Counter = field(default_factory=Counter)
+    prefixes: set[bytes] = field(default_factory=set)  # hashes of prompt prefixes seen (the simulated prompt cache)
     stopping: asyncio.Event | None = None
 
     def __post_init__(self) -> None:
@@ -67,7 +71,7 @@ class SimState:
     def reset_stats(self) -> None:
         self.counter = 0
         self.stats = {
-            k: Counter() for k in ("by_route", "by_status", "by_fault", "by_job", "by_arm", "by_role")
+            k: Counter() for k in ("by_route", "by_status", "by_fault", "by_job", "by_arm", "by_role", "by_gen")
         }
         self.tokens = Counter()
 
@@ -197,6 +201,33 @@ def _anthropic_to_openai(
     return msgs, tools, system
 
 
+def _reasoning_params(body: dict[str, Any]) -> tuple[str | None, int | None, list[str] | None]:
+    """(reasoning_effort, thinking budget_tokens, stop sequences) from either protocol's body."""
+    effort = body.get("reasoning_effort")
+    if not isinstance(effort, str):
+        r = body.get("reasoning")  # the Responses API's {"effort": ...}
+        effort = r.get("effort") if isinstance(r, dict) and isinstance(r.get("effort"), str) else None
+    th = body.get("thinking")
+    budget = th.get("budget_tokens") if isinstance(th, dict) and th.get("type") == "enabled" else None
+    stop = body.get("stop", body.get("stop_sequences"))
+    stop = [stop] if isinstance(stop, str) else stop
+    stop = [x for x in stop if isinstance(x, str) and x] if isinstance(stop, list) else None
+    return effort, budget if isinstance(budget, int) and not isinstance(budget, bool) else None, stop or None
+
+
+def _context_error(limit: int, p_tok: int, max_tokens: int | None, anthropic: bool) -> web.Response:
+    """The 400 real servers send when prompt + max_tokens exceed the context (OpenAI's and Anthropic's wording)."""
+    if anthropic:
+        msg = f"prompt is too long: {p_tok + (max_tokens or 0)} tokens > {limit} maximum"
+    else:
+        msg = (
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{p_tok + (max_tokens or 0)} tokens ({p_tok} in the messages, {max_tokens or 0} in the completion). "
+            "Please reduce the length of the messages or completion."
+        )
+    return _error(400, msg, "invalid_request_error", "context_length_exceeded", anthropic)
+
+
 # ---------------------------------------------------------------- handlers
 
 
@@ -207,6 +238,8 @@ def _auth(state: SimState, request: web.Request, anthropic: bool) -> web.Respons
     got = _presented_key(request)
     if got == want:
         return None
+    if state.config.auth_style == "litellm":
+        return _error(400, "Authentication Error, No connected db.", "auth_error", "400", anthropic)
     msg = (
         f"Incorrect API key provided: {mask(got)}."
         if got
@@ -226,7 +259,7 @@ async def models(request: web.Request) -> web.Response:
     state.stats["by_route"]["models"] += 1
     denied = _auth(state, request, anthropic="anthropic-version" in request.headers)
     if denied:
-        state.stats["by_status"]["401"] += 1
+        state.stats["by_status"][str(denied.status)] += 1
         return denied
     state.stats["by_status"]["200"] += 1
     # Fields of both the OpenAI and the Anthropic model list, so either SDK can read it.
@@ -253,10 +286,10 @@ async def models(request: web.Request) -> web.Response:
     )
 
 
-async def _complete(request: web.Request, anthropic: bool) -> web.Response:
+async def _complete(request: web.Request, anthropic: bool, responses: bool = False) -> web.Response:
     state = request.app[STATE]
     cfg = state.config
-    route = "messages" if anthropic else "chat"
+    route = "messages" if anthropic else ("responses" if responses else "chat")
     state.stats["by_route"][route] += 1
 
     def done(resp: web.Response) -> web.Response:
@@ -275,6 +308,13 @@ async def _complete(request: web.Request, anthropic: bool) -> web.Response:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         return done(_error(400, "'model' is required", "invalid_request_error", None, anthropic))
+    stream = body.get("stream") is True
+    include_usage = anthropic or responses or bool((body.get("stream_options") or {}).get("include_usage"))
+    if responses:
+        # The Responses API: `input` (a string or message items) and `instructions` instead of `messages`;
+        # answered in text (tools are not simulated on this route).
+        body = {**body, "messages": _responses_messages(body), "max_tokens": body.get("max_output_tokens")}
+        body.pop("tools", None)
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) and m.get("role") for m in msgs):
         return done(
@@ -355,6 +395,12 @@ async def _complete(request: web.Request, anthropic: bool) -> web.Response:
         )
     if fault == "400":
         return done(_error(400, "Invalid request (simulated).", "invalid_request_error", None, anthropic))
+    if fault == "proxy_400":  # LiteLLM's answer to a key it cannot check (its key store is down or absent)
+        return done(
+            _error(400, "Authentication Error, No connected db.", "auth_error", "400", anthropic)
+        )
+    if fault == "context_length" and not cfg.context_length:
+        return done(_context_error(2048, 2100, None, anthropic))
     if fault == "hang":
         assert state.stopping is not None
         # sleep past the client's timeout, but wake up when the server stops
@@ -386,7 +432,19 @@ async def _complete(request: web.Request, anthropic: bool) -> web.Response:
     temperature = body.get("temperature")
     temperature = float(temperature) if isinstance(temperature, int | float) else 1.0
     max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
-    n_out = 1 if fault == "fewer_choices" and n > 1 else n
+    effort, thinking, stop = _reasoning_params(body)
+    for name, val in (("max_tokens", max_tokens), ("reasoning_effort", effort), ("thinking_budget", thinking),
+                      ("top_p", body.get("top_p")), ("stop", json.dumps(stop) if stop else None)):
+        if val is not None:
+            state.stats["by_gen"][f"{name}={val}"] += 1
+    p_tok = prompt_tokens(
+        [m for m in messages if m.get("role") != "system"] if anthropic else messages, tools, system
+    )
+    if cfg.context_length and (fault == "context_length" or p_tok + (max_tokens or 0) > cfg.context_length):
+        return done(_context_error(cfg.context_length, p_tok, max_tokens, anthropic))
+    if cfg.context_length:  # no max_tokens: the reply can only use what the context leaves (llama.cpp's n_ctx)
+        max_tokens = max_tokens or max(1, cfg.context_length - p_tok)
+    n_out = 1 if (fault == "fewer_choices" or cfg.ignore_n) and n > 1 else n
     degrade = cfg.degrade.get(meta.get("Arm", ""), 0.0)
     replies: list[BrainReply] = []
     try:
@@ -400,6 +458,9 @@ async def _complete(request: web.Request, anthropic: bool) -> web.Response:
                 meta=meta,
                 degrade=degrade,
                 max_tokens=max_tokens,
+                reasoning_effort=effort,
+                thinking_budget=thinking,
+                stop=stop,
             )
             replies.append(state.brain.respond(req))
     except Exception as e:
@@ -407,19 +468,192 @@ async def _complete(request: web.Request, anthropic: bool) -> web.Response:
         return done(
             _error(500, f"simulator brain error: {type(e).__name__}", "server_error", None, anthropic)
         )
-    p_tok = prompt_tokens(
-        [m for m in messages if m.get("role") != "system"] if anthropic else messages, tools, system
-    )
     c_toks = [completion_tokens(r) for r in replies]
     state.tokens["prompt_tokens"] += p_tok
     state.tokens["completion_tokens"] += sum(c_toks)
     with_usage = fault != "missing_usage"
     rid = f"{derive_seed(seed, k, model):08x}"
+    # Anthropic caches only what the request marks with cache_control; OpenAI caches repeated prefixes itself.
+    cacheable = cfg.prompt_cache and (not anthropic or "cache_control" in json.dumps(body))
+    cached, prefix = _cached_prefix(state, messages, tools) if cacheable else (0, 0)
     if anthropic:
-        out = _anthropic_body(rid, model, replies[0], p_tok, c_toks[0], with_usage)
-    else:
-        out = _openai_body(rid, model, replies, p_tok, c_toks, with_usage, seed)
-    return done(web.json_response(_hostile_usage(out, fault, anthropic)))
+        out = _anthropic_body(rid, model, replies[0], p_tok, c_toks[0], with_usage, cached, prefix if cacheable else 0)
+        out = _hostile_usage(out, fault, True)
+        return done(_sse(sse_messages(out)) if stream else web.json_response(out))
+    if responses:
+        out = _responses_body(rid, model, replies[0], p_tok, c_toks[0], with_usage, cached)
+        return done(_sse(sse_responses(out)) if stream else web.json_response(out))
+    out = _hostile_usage(_openai_body(rid, model, replies, p_tok, c_toks, with_usage, seed, cached), fault, False)
+    return done(_sse(sse_chat(out, include_usage)) if stream else web.json_response(out))
+
+
+# ---------------------------------------------------------------- Responses API and streaming (SSE)
+
+
+def _responses_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Responses `instructions` + `input` -> chat messages (text parts only)."""
+    msgs: list[dict[str, Any]] = []
+    if isinstance(body.get("instructions"), str) and body["instructions"]:
+        msgs.append({"role": "system", "content": body["instructions"]})
+    inp = body.get("input")
+    if isinstance(inp, str):
+        return [*msgs, {"role": "user", "content": inp}]
+    for item in inp if isinstance(inp, list) else []:
+        if not isinstance(item, dict) or item.get("type", "message") != "message":
+            continue
+        c = item.get("content")
+        text = c if isinstance(c, str) else "\n".join(
+            str(p.get("text", "")) for p in c or [] if isinstance(p, dict) and "text" in p
+        )
+        role = item.get("role") if item.get("role") in ("user", "assistant", "system") else "user"
+        msgs.append({"role": "system" if role == "developer" else role, "content": text})
+    return msgs
+
+
+def _responses_body(
+    rid: str, model: str, r: BrainReply, p_tok: int, c_tok: int, with_usage: bool, cached: int
+) -> dict[str, Any]:
+    cut = r.finish_reason == "length"
+    body: dict[str, Any] = {
+        "id": f"resp_sim_{rid}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "incomplete" if cut else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
+        "model": model,
+        "output": [
+            {
+                "type": "message", "id": f"msg_sim_{rid}", "status": "incomplete" if cut else "completed",
+                "role": "assistant", "content": [{"type": "output_text", "text": r.text or "", "annotations": []}],
+            }
+        ],
+        "usage": None,
+    }  # fmt: skip
+    if with_usage:
+        body["usage"] = {
+            "input_tokens": p_tok,
+            "input_tokens_details": {"cached_tokens": min(cached, p_tok)},
+            "output_tokens": c_tok,
+            "output_tokens_details": {"reasoning_tokens": r.reasoning_tokens},
+            "total_tokens": p_tok + c_tok,
+        }
+    return body
+
+
+def _sse(events: list[tuple[str | None, Any]]) -> web.Response:
+    """A complete SSE body (`event:` lines where the protocol names events; `data: [DONE]` for chat)."""
+    parts = []
+    for name, data in events:
+        head = f"event: {name}\n" if name else ""
+        parts.append(head + "data: " + (data if isinstance(data, str) else json.dumps(data)) + "\n\n")
+    return web.Response(text="".join(parts), content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+def _pieces(text: str | None, size: int = 24) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] if text else []
+
+
+def sse_chat(body: dict[str, Any], include_usage: bool) -> list[tuple[str | None, Any]]:
+    """chat.completion.chunk events: role, content deltas and finish_reason per choice; usage only in a last
+    chunk with no choices, and only with stream_options.include_usage (as OpenAI does)."""
+    base = {k: body[k] for k in ("id", "created", "model", "system_fingerprint")} | {"object": "chat.completion.chunk"}
+    ev: list[tuple[str | None, Any]] = []
+    for ch in body.get("choices", []):  # a hostile "no_choices" reply streams none
+        i, msg = ch["index"], ch["message"]
+        ev.append((None, {**base, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}))
+        for piece in _pieces(msg.get("content")):
+            ev.append((None, {**base, "choices": [{"index": i, "delta": {"content": piece}, "finish_reason": None}]}))
+        if msg.get("tool_calls"):
+            calls = [{"index": j, **tc} for j, tc in enumerate(msg["tool_calls"])]
+            ev.append((None, {**base, "choices": [{"index": i, "delta": {"tool_calls": calls}, "finish_reason": None}]}))
+        ev.append((None, {**base, "choices": [{"index": i, "delta": {}, "finish_reason": ch["finish_reason"]}]}))
+    if include_usage and body.get("usage") is not None:
+        ev.append((None, {**base, "choices": [], "usage": body["usage"]}))
+    ev.append((None, "[DONE]"))
+    return ev
+
+
+def sse_messages(body: dict[str, Any]) -> list[tuple[str | None, Any]]:
+    """Anthropic message events: input usage in message_start, output_tokens in message_delta."""
+    usage = body.get("usage") or {}
+    start = {**body, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1} if usage else None}
+    ev: list[tuple[str | None, Any]] = [("message_start", {"type": "message_start", "message": start})]
+    for i, block in enumerate(body.get("content", [])):
+        if block["type"] == "text":
+            ev.append(("content_block_start", {"type": "content_block_start", "index": i,
+                                               "content_block": {"type": "text", "text": ""}}))
+            for piece in _pieces(block["text"]):
+                ev.append(("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                   "delta": {"type": "text_delta", "text": piece}}))
+        else:
+            ev.append(("content_block_start", {"type": "content_block_start", "index": i, "content_block": block}))
+        ev.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    delta_usage = {"output_tokens": usage.get("output_tokens", 0)} if usage else None
+    ev.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": body["stop_reason"],
+                                                                     "stop_sequence": None}, "usage": delta_usage}))
+    ev.append(("message_stop", {"type": "message_stop"}))
+    return ev
+
+
+def sse_responses(body: dict[str, Any]) -> list[tuple[str | None, Any]]:
+    """Responses API events, usage in response.completed (response.incomplete when cut by max_output_tokens)."""
+    item = body["output"][0]
+    text = item["content"][0]["text"]
+    seq = iter(range(10**6))
+    pending = {**body, "status": "in_progress", "output": [], "usage": None}
+    ev: list[tuple[str | None, Any]] = [
+        ("response.created", {"type": "response.created", "sequence_number": next(seq), "response": pending}),
+        ("response.in_progress", {"type": "response.in_progress", "sequence_number": next(seq), "response": pending}),
+        ("response.output_item.added", {"type": "response.output_item.added", "sequence_number": next(seq),
+                                        "output_index": 0, "item": {**item, "status": "in_progress", "content": []}}),
+        ("response.content_part.added", {"type": "response.content_part.added", "sequence_number": next(seq),
+                                         "item_id": item["id"], "output_index": 0, "content_index": 0,
+                                         "part": {"type": "output_text", "text": "", "annotations": []}}),
+    ]  # fmt: skip
+    for piece in _pieces(text):
+        ev.append(("response.output_text.delta", {"type": "response.output_text.delta", "sequence_number": next(seq),
+                                                  "item_id": item["id"], "output_index": 0, "content_index": 0,
+                                                  "delta": piece, "logprobs": []}))  # fmt: skip
+    ev += [
+        ("response.output_text.done", {"type": "response.output_text.done", "sequence_number": next(seq),
+                                       "item_id": item["id"], "output_index": 0, "content_index": 0, "text": text,
+                                       "logprobs": []}),
+        ("response.content_part.done", {"type": "response.content_part.done", "sequence_number": next(seq),
+                                        "item_id": item["id"], "output_index": 0, "content_index": 0,
+                                        "part": item["content"][0]}),
+        ("response.output_item.done", {"type": "response.output_item.done", "sequence_number": next(seq),
+                                       "output_index": 0, "item": item}),
+    ]  # fmt: skip
+    final = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
+    ev.append((final, {"type": final, "sequence_number": next(seq), "response": body}))
+    return ev
+
+
+CACHE_MIN_TOKENS = 16
+_CACHE_CAP = 200_000
+
+
+def _cached_prefix(state: SimState, messages: list[dict[str, Any]], tools: Any) -> tuple[int, int]:
+    """(tokens of the longest message prefix an earlier request already sent, tokens of the prefix this request
+    adds to the cache); prefixes shorter than CACHE_MIN_TOKENS are never cached."""
+    import hashlib
+
+    h = hashlib.sha256(json.dumps(tools or [], sort_keys=True).encode())
+    cached = prefix = 0
+    if len(state.prefixes) > _CACHE_CAP:
+        state.prefixes.clear()
+    for i, m in enumerate(messages):
+        h.update(json.dumps(m, sort_keys=True, default=str).encode())
+        key = h.digest()
+        toks = prompt_tokens(messages[: i + 1], tools)
+        if toks < CACHE_MIN_TOKENS:
+            continue
+        if key in state.prefixes:
+            cached = toks
+        else:
+            state.prefixes.add(key)
+        prefix = toks
+    return cached, prefix
 
 
 _BAD_USAGE = {"usage_negative": -18, "usage_nan": float("nan"), "usage_float": 12.5, "usage_huge": 10**15}
@@ -442,6 +676,7 @@ def _openai_body(
     c_toks: list[int],
     with_usage: bool,
     seed: int,
+    cached: int = 0,
 ) -> dict[str, Any]:
     choices = []
     for i, r in enumerate(replies):
@@ -470,6 +705,13 @@ def _openai_body(
             "prompt_tokens": p_tok,
             "completion_tokens": sum(c_toks),
             "total_tokens": p_tok + sum(c_toks),
+            "prompt_tokens_details": {"cached_tokens": min(cached, p_tok), "audio_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": sum(r.reasoning_tokens for r in replies),
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
         }
     return body
 
@@ -478,9 +720,12 @@ _STOP_REASON = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_
 
 
 def _anthropic_body(
-    rid: str, model: str, r: BrainReply, p_tok: int, c_tok: int, with_usage: bool
+    rid: str, model: str, r: BrainReply, p_tok: int, c_tok: int, with_usage: bool, cached: int = 0, prefix: int = 0
 ) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"type": "text", "text": r.text}] if r.text else []
+    content: list[dict[str, Any]] = []
+    if r.reasoning_tokens:  # a summarised thinking block, as Claude 4 returns; output_tokens counts the full thinking
+        content.append({"type": "thinking", "thinking": "(simulated thinking, summarised)", "signature": "sim"})
+    content += [{"type": "text", "text": r.text}] if r.text else []
     content += [
         {"type": "tool_use", "id": f"toolu_{rid}_{j}", "name": tc["name"], "input": tc.get("arguments", {})}
         for j, tc in enumerate(r.tool_calls or [])
@@ -496,7 +741,15 @@ def _anthropic_body(
         "stop_sequence": None,
     }
     if with_usage:
-        body["usage"] = {"input_tokens": p_tok, "output_tokens": c_tok}
+        # input_tokens excludes cache reads and writes (Anthropic's accounting): the three add up to the prompt.
+        read = min(cached, p_tok)
+        created = 0 if read else min(prefix, p_tok)
+        body["usage"] = {
+            "input_tokens": p_tok - read - created,
+            "output_tokens": c_tok,
+            "cache_read_input_tokens": read,
+            "cache_creation_input_tokens": created,
+        }
     return body
 
 
@@ -506,6 +759,10 @@ async def chat_completions(request: web.Request) -> web.Response:
 
 async def messages(request: web.Request) -> web.Response:
     return await _complete(request, anthropic=True)
+
+
+async def responses(request: web.Request) -> web.Response:
+    return await _complete(request, anthropic=False, responses=True)
 
 
 async def sim_stats(request: web.Request) -> web.Response:
@@ -541,7 +798,7 @@ async def not_found(request: web.Request) -> web.Response:
     return _error(
         404,
         f"Not found: {request.method} {request.path} (ept simulator routes: /v1/models, "
-        "/v1/chat/completions, /v1/messages, also under /api/v1)",
+        "/v1/chat/completions, /v1/messages, /v1/responses, also under /api/v1)",
         "not_found_error" if anthropic else "invalid_request_error",
         "not_found",
         anthropic,
@@ -566,6 +823,7 @@ def make_app(config: SimConfig | dict[str, Any] | None = None, brain: Brain | No
         app.router.add_get(f"{p}/models", models)
         app.router.add_post(f"{p}/chat/completions", chat_completions)
         app.router.add_post(f"{p}/messages", messages)
+        app.router.add_post(f"{p}/responses", responses)
     app.router.add_get("/_sim/stats", sim_stats)
     app.router.add_post("/_sim/reset", sim_reset)
     app.router.add_get("/_sim/config", sim_config)

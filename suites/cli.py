@@ -19,14 +19,16 @@ def list_cmd() -> None:
 
     from contracts.tasks import builtin_suite_names, builtin_suite_path, load_builtin_suite
 
-    table = Table("suite", "tasks", "families", "graders", "mean difficulty", "file")
+    table = Table("suite", "tasks", "families", "graders", "categories", "mean difficulty", "file")
     for name in builtin_suite_names():
         tasks = load_builtin_suite(name)
         graders = Counter(t["grader"]["type"] for t in tasks)
         fams = sorted({t["family"] for t in tasks})
         diff = sum(t.get("difficulty", 0.5) for t in tasks) / len(tasks)
+        cats = Counter(t["meta"]["category"] for t in tasks if "category" in (t.get("meta") or {}))
         table.add_row(name, str(len(tasks)), ",".join(fams), ",".join(f"{k}:{v}" for k, v in graders.items()),
-                      f"{diff:.2f}", str(builtin_suite_path(name)))
+                      " ".join(f"{k}:{v}" for k, v in cats.items()) or "-", f"{diff:.2f}",
+                      str(builtin_suite_path(name)))
     Console().print(table)
 
 

@@ -366,6 +366,9 @@ def test_detectable_drop_is_printed_and_means_what_it_says() -> None:
         caught_big += "majority@4" in big.flagged
         caught_small += "majority@4" in small.flagged
         assert "drop caught 80%" in to_markdown(big)
+    # Without an elo-drop rule nothing is ever flagged: no detectable drop to print.
+    none = compare_runs(base, base, rule=FailRule(), rounds=60, seed=0)
+    assert none.table["detectable_drop"].null_count() == none.table.height
     assert caught_big >= 7, caught_big
     assert caught_small <= 3, caught_small
 
@@ -379,3 +382,11 @@ def test_per_1k_columns_only_where_the_token_step_is_resolved() -> None:
     row = {r["arm"]: r for r in res.table.iter_rows(named=True)}
     assert row["best_of_n@8"]["d_elo_per_1k_base"] is None and row["best_of_n@8"]["d_elo_per_1k_base_lo"] is None
     assert row["best_of_n@16"]["d_elo_per_1k_base"] is not None  # 4.6k -> 18.7k tokens: resolved
+
+
+def test_small_families_are_noted() -> None:
+    # Issue 12 case 1 in `ept compare`: a family of a few tasks gets a note, not silence.
+    res = compare_runs(make_run(1, n_tasks=5), make_run(2, n_tasks=5), rule=FailRule(elo_drop=20.0), rounds=60)
+    assert sum("only 5 task(s)" in n and "little power" in n for n in res.notes) == 2
+    assert not any("task(s)" in n for n in compare_runs(make_run(1, n_tasks=40), make_run(2, n_tasks=40),
+                                                        rule=FailRule(), rounds=60).notes)  # fmt: skip

@@ -22,7 +22,8 @@ def prof(base_url: str, protocol: str = "openai", model: str = "ept-sim-1") -> P
 
 
 def statuses(checks) -> list[str]:
-    return [c.status for c in checks]
+    """The first five checks (key, base_url, /models, model, completion); the n check has its own tests."""
+    return [c.status for c in checks[:5]]
 
 
 @pytest.fixture
@@ -34,7 +35,44 @@ def test_all_pass(sim_keyed, keyed_env):
     checks = run_checks(prof(sim_keyed.url))
     assert statuses(checks) == [PASS] * 5 and ok(checks)
     assert "prompt_tokens=" in checks[4].detail
-    assert sim_keyed.control.stats()["by_role"] == {"doctor": 1}
+    # check 6 asked for n=2: the simulator honours n, the profile says supports_n = false -> a warning
+    assert checks[5].status == WARN and "supports_n = true" in checks[5].fix
+    assert sim_keyed.control.stats()["by_role"] == {"doctor": 2}
+
+
+def test_n_check_warns_when_supports_n_disagrees_with_the_server(sim_keyed, keyed_env):
+    import dataclasses
+
+    sim_keyed.control.set(ignore_n=True)  # like a server that ignores n
+    checks = run_checks(dataclasses.replace(prof(sim_keyed.url), supports_n=True))
+    assert checks[5].status == WARN and "ignores n" in checks[5].fix and ok(checks)
+    checks = run_checks(prof(sim_keyed.url))  # supports_n = false: agrees
+    assert checks[5].status == PASS
+
+
+def test_litellm_style_400_on_models_is_a_credential_problem(sim_keyed, monkeypatch):
+    sim_keyed.control.set(auth_style="litellm")
+    monkeypatch.setenv(ENV, "sk-wrong-0000000000000000")
+    checks = run_checks(prof(sim_keyed.url))
+    assert statuses(checks) == [PASS, PASS, FAIL, SKIP, FAIL]
+    assert "credential or access" in checks[2].detail and "No connected db" in checks[2].detail
+    assert f"${ENV}" in checks[2].detail and "rejected the key" in checks[2].fix
+
+
+def test_placeholder_key_left_in_a_client_config_is_flagged(tmp_path):
+    from egress.doctor import check_client_configs
+    from egress.exports import render
+
+    p = prof("http://127.0.0.1:1", protocol="anthropic")
+    cc = tmp_path / "settings.json"
+    cc.write_text(render(p, "claude-code"))
+    codex = tmp_path / "config.toml"
+    codex.write_text(render(prof("http://127.0.0.1:1/v1"), "codex"))  # its placeholder is only in a comment
+    c = check_client_configs([cc, codex])
+    assert c.status == WARN and "env.ANTHROPIC_AUTH_TOKEN" in c.detail and str(codex) not in c.detail
+    cc.write_text(cc.read_text().replace("YOUR_API_KEY", "sk-real-key-000000000000"))
+    assert check_client_configs([cc, codex]).status == PASS
+    assert check_client_configs([tmp_path / "missing.json"]).status == SKIP
 
 
 def test_anthropic_profile_passes(sim_keyed, keyed_env):
@@ -171,4 +209,4 @@ def test_doctor_docs_cover_every_scenario_and_class():
         assert f"## {sc.title}" in md, f"docs/doctor.md is stale: rerun python docs/make_doctor_docs.py ({sc.title})"
     for cls in ("credential", "endpoint", "transient", "permanent", "429"):
         assert cls in md
-    assert mod.DOC_KEY not in md and md.count("All checks passed.") == 1
+    assert mod.DOC_KEY not in md and md.count("All checks passed.") == 2  # all pass; n ignored (a warning only)

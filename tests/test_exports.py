@@ -76,7 +76,7 @@ def test_codex_config_fields_exactly():
             "name": "tao token",
             "base_url": "https://gw.example.com/api/v1",
             "env_key": "GW_API_KEY",
-            "wire_api": "chat",
+            "wire_api": "responses",
         }
     }
 
@@ -97,6 +97,7 @@ def test_cc_switch_triple():
             OAI,
             {
                 "OPENAI_BASE_URL": "https://gw.example.com/api/v1",
+                "OPENAI_API_KEY": "YOUR_API_KEY",  # what a plain openai.OpenAI() reads
                 "OPENAI_MODEL": "codex-x",
                 "GW_API_KEY": "YOUR_API_KEY",
             },

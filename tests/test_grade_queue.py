@@ -83,6 +83,8 @@ def test_compose_grader_service_has_no_secrets(compose):  # noqa: F811
     _secretless(grader["environment"])
     assert "--queue" in grader["command"] and "grade" in grader["command"]
     assert svcs["worker"]["environment"]["EPT_GRADE_QUEUE"] == "grade"
+    assert grader["environment"]["EPT_BROKER_URL"] == svcs["worker"]["environment"]["EPT_BROKER_URL"]
+    assert "AWS_SECRET_ACCESS_KEY" in svcs["worker"]["environment"]  # the worker has what the grader lacks
     assert "seccomp=unconfined" in grader["security_opt"]  # bwrap needs user namespaces; the worker does not
     assert "security_opt" not in svcs["worker"]
 
@@ -96,3 +98,15 @@ def test_k8s_grader_pod_has_no_secrets():
     assert c["args"][-2:] == ["--queue", "grade"]
     cfg = yaml.safe_load((REPO / "deploy" / "k8s" / "config.yaml").read_text())
     assert cfg["data"]["EPT_GRADE_QUEUE"] == "grade"
+
+
+def test_a_grader_without_a_sandbox_refuses_to_start(tmp_path):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "EPT_SANDBOX_PYTHON": "/nonexistent/python3", "PYTHONPATH": str(REPO),
+           "EPT_BROKER_URL": "redis://127.0.0.1:1/0"}
+    p = subprocess.run([sys.executable, "-m", "ept.cli", "worker", "--queue", "grade"], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "this grader cannot run its sandbox" in p.stderr and "EPT_SANDBOX_PYTHON" in p.stderr

@@ -161,6 +161,12 @@ def f(x):
     except OSError as e:
         return f"no network: {{type(e).__name__}}"
 """,
+        "nested_user_namespace": """
+import subprocess
+def f(x):
+    p = subprocess.run(["unshare", "-U", "-r", "id", "-u"], capture_output=True, text=True)
+    return "uid 0 in a nested namespace" if p.stdout.strip() == "0" else "refused: " + p.stderr.strip()[-60:]
+""",
         "see_other_processes": """
 import os
 def f(x):
@@ -348,7 +354,14 @@ def test_network_to_localhost_gets_nothing(report):
     assert len(report["listener"]) == 1 and CANARY.encode() in report["listener"][0]
 
 
+@pytest.mark.skipif(not bwrap._supports("--disable-userns"), reason="bwrap < 0.8 has no --disable-userns")
+def test_no_nested_user_namespace(report):
+    # A nested user namespace (root inside it) is the usual first step of a kernel privilege escalation.
+    reason = _failed(report["results"]["nested_user_namespace"])
+    assert "refused" in reason and "uid 0" not in reason
+
+
 def test_a_sandbox_sees_only_its_own_processes(report):
     reason = _failed(report["results"]["see_other_processes"])
     pids = reason.split("pids ", 1)[1].split("'", 1)[0].split(",")
-    assert set(pids) <= {"1", "2", "3"}, pids  # bwrap's init, the harness (and at most one helper)
+    assert pids == ["1"], pids  # the harness is its namespace's pid 1, alone

@@ -15,7 +15,6 @@ import pytest
 from fixtures_sim import SIM_KEY
 
 from contracts.jobs import Job
-from contracts.keys import MAX_COMPONENT_BYTES, check_key, is_safe_component, key_component
 from contracts.ledger import open_ledger
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,6 +46,8 @@ def _files_under(root: Path) -> set[Path]:
 
 
 def test_safe_components_keep_todays_keys_and_unsafe_ones_are_encoded():
+    from contracts.keys import MAX_COMPONENT_BYTES, check_key, is_safe_component, key_component
+
     # Every key the built-in suites produce today is kept as is (existing ledgers stay readable).
     for s in ("math", "code-001", "tool_use", "q.1", "naïve", "my family"):
         assert key_component(s) == s
@@ -93,6 +94,8 @@ def test_hostile_suite_cannot_write_outside_the_run_prefix(tmp_path, make_sim):
     run_dir = ledger / "runs" / "h"
     assert new and all(run_dir in p.parents for p in new), [str(p) for p in new if run_dir not in p.parents]
     assert not outside.exists() and not (tmp_path / "in" / "x").exists()
+    from contracts.keys import check_key
+
     # Every job landed and is visible to `ept status`: nothing lost, nothing half-written.
     led = open_ledger(ledger)
     keys = led.list_jobs("h")
@@ -116,7 +119,7 @@ def test_hostile_keys_stay_inside_the_s3_run_prefix(tmp_path, make_sim, s3_env, 
     assert out.completed and out.tally.done == 5 and out.tally.failed == 0
     c = s3_client(s3_env.endpoint)
     keys = [o["Key"] for o in c.list_objects_v2(Bucket=s3_bucket)["Contents"]]
-    assert len(keys) == 6  # manifest + 5 jobs
+    assert len([k for k in keys if k.startswith("p/runs/h/jobs/")]) == 5 and "p/runs/h/manifest.json" in keys
     assert all(k.startswith("p/runs/h/") and "/../" not in k and "//" not in k for k in keys), keys
 
 
@@ -244,6 +247,9 @@ def test_password_in_base_url_is_masked_everywhere(tmp_path, make_sim):
     assert mask_url(f"http://user:{PW}@h/v1") == "http://user:…7d@h/v1".replace("…7d", "…" + PW[-4:])
     assert PW not in scrub(f"cannot connect to https://u:{PW}@x.example/v1: refused", [])
     assert mask_url("http://host/a@b") == "http://host/a@b"  # '@' in a path is not userinfo
+    from egress.profiles import Profile
+
+    assert PW not in repr(Profile("p", "openai", f"http://u:{PW}@h/v1", "K", "m"))  # reprs end up in logs
 
     sim = make_sim(strict_models=True)  # no key check: httpx turns the URL's userinfo into Basic auth
     url = sim.url.replace("http://", f"http://user:{PW}@")
@@ -390,10 +396,142 @@ def test_report_md_escapes_html_and_markdown_from_arm_names(tmp_path):
     evil = {"<img src=x onerror=alert(1)>": 1, "[x](http://evil.example)": 2, "[/]": 3, "greedy": 1}
     log = _write_log(tmp_path / "log.jsonl", _log_lines(evil))
     out = tmp_path / "rep"
-    r = _ept("analyze", str(log), "--rounds", "0", "--no-plots", "--out", str(out))
+    r = _ept("analyze", str(log), "--rounds", "0", "--no-plots", "--out", str(out), "--html", str(tmp_path / "r.html"))
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]  # "[/]" is an arm name, not rich markup
     md = (out / "report.md").read_text()
     assert "&lt;img src=x onerror=alert(1)&gt;@1" in md and "<img" not in md
     assert not re.search(r"(?<!\\)\]\(http", md) and "\\[x\\](http://evil.example)@2" in md  # no live link
-    html = (out / "report.html").read_text() if (out / "report.html").exists() else ""
-    assert "<img src=x" not in html
+    html = (tmp_path / "r.html").read_text()
+    assert "&lt;img src=x" in html and "<img src=x" not in html
+
+
+# ---- item 7: stops that stop --------------------------------------------------------------------------------
+
+
+def _sweep_proc(tmp_path: Path, sim, *, n_tasks: int, concurrency: int, env: dict | None = None,
+                timeout_s: float = 120.0) -> tuple[subprocess.Popen, Path]:  # fmt: skip
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    suite = tmp_path / "s.jsonl"
+    suite.write_text("".join(json.dumps(_math_task(f"t{i}", "math")) + "\n" for i in range(n_tasks)))
+    ledger = tmp_path / "led"
+    plan = _plan_file(tmp_path, suite, ledger, name="stop", concurrency=concurrency)
+    prof = tmp_path / "profiles.toml"
+    prof.write_text(f'[profiles.simx]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "EPT_SIMX_KEY"\n'
+                    f'model = "ept-sim-1"\ntimeout = {timeout_s}\n')  # fmt: skip
+    full = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", "EPT_PROFILES": str(prof),
+            "EPT_SIMX_KEY": SIM_KEY, **(env or {})}  # fmt: skip
+    p = subprocess.Popen([sys.executable, "-m", "ept.cli", "sweep", str(plan), "--no-analysis"], env=full,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    return p, ledger
+
+
+def _wait_for(pred, timeout: float = 60.0) -> None:
+    import time
+
+    end = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < end, "timed out waiting"
+        time.sleep(0.05)
+
+
+def _stop_and_time(p: subprocess.Popen, *signals: tuple[float, int]) -> tuple[int, str, float]:
+    """Send (delay, signal) pairs; return (exit code, output, seconds from the first signal to exit)."""
+    import time
+
+    t0 = None
+    for delay, sig in signals:
+        time.sleep(delay)
+        t0 = t0 or time.monotonic()
+        p.send_signal(sig)
+    out = p.communicate(timeout=120)[0]
+    return p.returncode, out, time.monotonic() - t0
+
+
+def test_sigterm_stops_submitting_cancels_queued_jobs_and_finishes_in_flight(tmp_path, make_sim):
+    import signal
+
+    sim = make_sim(api_key=SIM_KEY, latency_ms=1500)
+    p, ledger = _sweep_proc(tmp_path, sim, n_tasks=40, concurrency=2)
+    _wait_for(lambda: sim.control.stats()["completion_requests"] >= 3)  # jobs 1-2 done, 3-4 in flight
+    rc, out, took = _stop_and_time(p, (0.2, signal.SIGTERM))
+    sent_at_stop_upper = sim.control.stats()["completion_requests"]
+    assert rc == 130, out
+    assert "stopping: " in out and "Traceback" not in out
+    # No queued job started after the signal: at most the `concurrency` requests in flight (plus one racing).
+    led = open_ledger(ledger)
+    landed = led.list_jobs("stop") | set(led.list_failures("stop"))
+    assert sent_at_stop_upper <= 2 + 2 + 1 and len(landed) < 40
+    # Nothing half-done: every job that reached the server is in the ledger (result or failure).
+    assert set(sim.control.stats()["by_job"]) <= landed
+    assert took < 10, took  # the in-flight requests take 1.5 s; no waiting on queued work
+
+
+def test_sigterm_in_a_429_storm_stops_retrying_and_exits_promptly(tmp_path, make_sim):
+    import signal
+
+    sim = make_sim(api_key=SIM_KEY, rate_429=1.0, retry_after=8)
+    p, ledger = _sweep_proc(tmp_path, sim, n_tasks=20, concurrency=2)
+    _wait_for(lambda: sim.control.stats()["completion_requests"] >= 2)
+    rc, out, took = _stop_and_time(p, (0.3, signal.SIGTERM))
+    n = sim.control.stats()["completion_requests"]
+    assert rc == 130, out
+    # Before: requests kept going for minutes (Retry-After waits, 3 job attempts x 4 client attempts).
+    assert took < 8, (took, out)
+    assert n <= 4, n
+    fails = open_ledger(ledger).list_failures("stop")
+    assert fails and all(f["class"] == "rate_limit" for f in fails.values())  # recorded, for `ept retry`
+
+
+def test_grace_period_then_exit_and_second_ctrl_c_exits_at_once(tmp_path, make_sim):
+    import signal
+
+    sim = make_sim(api_key=SIM_KEY, rate_hang=1.0, hang_s=90)
+    # A hung request and a 3 s grace period: the process leaves after the grace, not after the 60 s timeout.
+    p, _ = _sweep_proc(tmp_path / "a", sim, n_tasks=4, concurrency=2, env={"EPT_STOP_GRACE_S": "3"}, timeout_s=60)
+    _wait_for(lambda: sim.control.stats()["completion_requests"] >= 2)
+    rc, out, took = _stop_and_time(p, (0.2, signal.SIGINT))
+    assert rc == 130 and "up to 3s" in out and "grace period ended" in out, out
+    assert 2.5 < took < 15, took
+    # A second Ctrl-C does not wait for the (60 s) grace period.
+    p, _ = _sweep_proc(tmp_path / "b", sim, n_tasks=4, concurrency=2, env={"EPT_STOP_GRACE_S": "60"}, timeout_s=60)
+    _wait_for(lambda: sim.control.stats()["completion_requests"] >= 4)
+    rc, out, took = _stop_and_time(p, (0.2, signal.SIGINT), (0.5, signal.SIGINT))
+    assert rc == 130 and "second interrupt" in out, out
+    assert took < 10, took
+
+
+@pytest.mark.services
+def test_ctrl_c_on_a_celery_sweep_cancels_its_queued_jobs(tmp_path, make_sim, redis_server):
+    import signal
+    import time
+
+    from fixtures_services import start_celery_workers
+
+    sim = make_sim(api_key=SIM_KEY, latency_ms=1000)
+    suite = tmp_path / "s.jsonl"
+    suite.write_text("".join(json.dumps(_math_task(f"t{i}", "math")) + "\n" for i in range(12)))
+    ledger = tmp_path / "led"
+    queue = "stopq"
+    plan = _plan_file(tmp_path, suite, ledger, name="cstop", extra=f'executor = "celery"\nqueue = "{queue}"\n')
+    env = {"EPT_PROFILES": str(_profiles(tmp_path, sim.url)), "EPT_SIMX_KEY": SIM_KEY}
+    ws = start_celery_workers(1, redis_server.url, tmp_path / "w", env=env, concurrency=1, queue=queue)
+    try:
+        full = {**os.environ, "PYTHONPATH": str(REPO), "EPT_BROKER_URL": redis_server.url, **env}
+        p = subprocess.Popen([sys.executable, "-m", "ept.cli", "sweep", str(plan), "--no-analysis"], env=full,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        led = open_ledger(ledger)
+        _wait_for(lambda: len(led.list_jobs("cstop")) >= 2, 90)
+        p.send_signal(signal.SIGINT)
+        out = p.communicate(timeout=60)[0]
+        assert p.returncode == 130, out
+        at_stop = sim.control.stats()["completion_requests"]
+        time.sleep(4)  # the worker would have run ~4 more queued jobs by now
+        # Only the job running at the signal (if any) finishes; the queued ones are skipped, never called.
+        assert sim.control.stats()["completion_requests"] <= at_stop + 1
+        assert len(led.list_jobs("cstop")) <= at_stop + 1 < 12
+        # The next session lifts the cancel and runs the rest.
+        r = _ept("sweep", str(plan), "--no-analysis", env={**env, "EPT_BROKER_URL": redis_server.url})
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert len(led.list_jobs("cstop")) == 12
+    finally:
+        ws.stop()

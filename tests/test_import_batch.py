@@ -157,3 +157,26 @@ def test_unknown_custom_id_and_bad_outcomes(batch, tmp_path):
     with pytest.raises(InputError) as e:
         import_batch([outp])
     assert e.value.field == "mapping"
+
+
+def test_responses_and_embeddings_usage_shapes(tmp_path):
+    from openai.types import CreateEmbeddingResponse
+    from openai.types.responses import ResponseUsage
+
+    from analysis.imports.batch import import_batch
+
+    usage = ResponseUsage(input_tokens=120, output_tokens=30, total_tokens=150,
+                          input_tokens_details={"cached_tokens": 0, "cache_write_tokens": 0}, output_tokens_details={"reasoning_tokens": 0})
+    emb = CreateEmbeddingResponse(data=[], model="m", object="list", usage={"prompt_tokens": 9, "total_tokens": 9})
+    lines = [
+        {"id": "r1", "custom_id": "t-1__a@1__r0", "error": None, "response": {
+            "status_code": 200, "request_id": "x", "body": {"object": "response", "usage": usage.model_dump(mode="json")}}},
+        {"id": "r2", "custom_id": "t-2__a@1__r0", "error": None, "response": {
+            "status_code": 200, "request_id": "y", "body": emb.model_dump(mode="json")}},
+    ]
+    out = tmp_path / "out.jsonl"
+    out.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    col = import_batch([str(out)], id_template="{task_id}__{arm}__r{replicate}")
+    assert [r["usage"] for r in col.records] == [{"prompt_tokens": 120, "completion_tokens": 30},
+                                                 {"prompt_tokens": 9, "completion_tokens": 0}]
+    assert col.records[0]["strategy"] == "a" and col.records[0]["budget_n"] == 1

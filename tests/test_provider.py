@@ -76,6 +76,9 @@ def test_anthropic_protocol_maps_usage_names_only(sim_keyed):
     assert r.usage == {
         "prompt_tokens": raw["usage"]["input_tokens"],
         "completion_tokens": raw["usage"]["output_tokens"],
+        # Anthropic's cache fields are kept as returned, under their own names
+        "cache_read_input_tokens": raw["usage"]["cache_read_input_tokens"],
+        "cache_creation_input_tokens": raw["usage"]["cache_creation_input_tokens"],
     }
     assert "total_tokens" not in r.usage  # not computed by us
     assert r.choices[0].text == raw["content"][0]["text"]
@@ -227,11 +230,30 @@ def test_anthropic_base_url_with_v1_is_endpoint_with_hint(sim):
 
 
 def test_other_4xx_is_permanent_and_not_retried(sim):
+    c = client(sim)
+    c.chat(MSGS)  # the profile works: a later 400 is about the request
     sim.control.set(script=["400"])
     with pytest.raises(ProviderError) as ei:
-        client(sim).chat(MSGS)
+        c.chat(MSGS)
     assert (ei.value.error_class, ei.value.status, ei.value.attempts) == ("permanent", 400, 1)
-    assert sim.control.stats()["completion_requests"] == 1
+    assert sim.control.stats()["completion_requests"] == 2
+
+
+def test_4xx_before_any_success_is_credential_or_access(sim):
+    # LiteLLM answers a key it cannot check with 400 "No connected db": no request body is at fault yet.
+    sim.control.set(script=["proxy_400"])
+    with pytest.raises(ProviderError) as ei:
+        client(sim).chat(MSGS)
+    assert (ei.value.error_class, ei.value.status, ei.value.attempts) == ("credential", 400, 1)
+    assert "No connected db" in ei.value.message and "$EPT_SIM_API_KEY" in ei.value.message
+
+
+def test_context_length_400_is_context_overflow(sim):
+    sim.control.set(context_length=50)
+    with pytest.raises(ProviderError) as ei:
+        client(sim).chat(MSGS, max_tokens=100)
+    assert (ei.value.error_class, ei.value.status, ei.value.attempts) == ("context_overflow", 400, 1)
+    assert "maximum context length is 50" in ei.value.message
 
 
 def test_429_exhausts_retries_and_counts_attempts(sim):
@@ -299,7 +321,9 @@ def test_hang_past_timeout_is_transient_timeout(sim):
     assert sim.control.stats()["by_fault"] == {"hang": 2}
 
 
-def test_connection_refused_is_transient(sim):
+def test_connection_refused_is_unreachable_and_opens_a_circuit(sim):
+    from egress.client import UNREACHABLE_CIRCUIT
+
     port = sim.port
     sim.stop()
     c = ProviderClient(
@@ -307,8 +331,18 @@ def test_connection_refused_is_transient(sim):
     )
     with pytest.raises(ProviderError) as ei:
         c.chat(MSGS)
-    assert (ei.value.error_class, ei.value.attempts) == ("transient", 2)
-    assert "cannot connect" in ei.value.message
+    assert (ei.value.error_class, ei.value.attempts) == ("unreachable", 2)
+    assert "cannot connect" in ei.value.message and "refused" in ei.value.message.lower()
+    while not c.circuit_open():  # every further connect fails too
+        with pytest.raises(ProviderError):
+            c.chat(MSGS)
+    assert c._unreachable == UNREACHABLE_CIRCUIT
+    t0 = time.perf_counter()
+    for _ in range(5):  # open: refused at once, without connecting or backing off
+        with pytest.raises(ProviderError) as ei:
+            c.chat(MSGS)
+        assert ei.value.error_class == "unreachable" and "circuit open" in ei.value.message
+    assert time.perf_counter() - t0 < 0.5
 
 
 def test_backoff_is_full_jitter_exponential_and_capped():

@@ -34,11 +34,21 @@ def test_credential_error_ends_the_job_without_a_score(sim_keyed):
 def test_error_mid_job_keeps_the_calls_already_made(make_sim):
     sim = make_sim(script=["ok", "ok", "400"])  # third request is rejected (permanent, no retry)
     res = run_job(Job("r", MATH[3], "majority", 5, seed=1), client(sim, supports_n=False), concurrency=1)
-    assert res.outcome.error["class"] == "permanent" and res.outcome.score is None
+    # The strategy's request was refused after it had spent tokens: a loss (score 0) that keeps them.
+    assert res.outcome.error is None and res.outcome.score == 0.0 and res.outcome.failure["class"] == "permanent"
     ok = [c for c in res.calls if c.error is None]
     failed = [c for c in res.calls if c.error is not None]
     assert [c.call_index for c in ok] == [0, 1] and [c.call_index for c in failed] == [2]
     assert res.tokens == sum(c.usage["prompt_tokens"] + c.usage["completion_tokens"] for c in ok) > 0
+
+
+def test_4xx_on_a_profiles_first_request_is_a_credential_problem_naming_the_key(make_sim):
+    # LiteLLM answers a key it cannot check with 400 "No connected db": before any request succeeded, a 4xx
+    # says nothing about the request body. The job is unscored (egress), not a loss.
+    sim = make_sim(script=["proxy_400"])
+    res = run_job(Job("r", MATH[3], "majority", 2, seed=1), client(sim, supports_n=False), concurrency=1)
+    assert res.outcome.score is None and res.outcome.error["class"] == "credential"
+    assert "No connected db" in res.outcome.error["message"] and "$EPT_SIM_API_KEY" in res.outcome.error["message"]
 
 
 def test_transient_errors_are_retried_and_counted(make_sim):

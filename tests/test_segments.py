@@ -154,7 +154,7 @@ def test_analysis_of_a_run_equals_its_objects_byte_for_byte(tmp_path):
     # The same run as a folder, and tokens of the run id, agree too.
     c = _ept("tokens", str(root / "runs" / "r"), "--csv", "-")
     d = _ept("tokens", "r", "--ledger", str(root), "--csv", "-")
-    assert c.returncode == d.returncode == 0 and c.stdout == d.stdout and "self_consistency@6" in c.stdout
+    assert c.returncode == d.returncode == 0 and c.stdout == d.stdout and "majority@4" in c.stdout
 
 
 def test_corrupt_segment_is_named_and_rebuilt(tmp_path):
@@ -210,24 +210,96 @@ def test_missing_run_lists_the_ledgers_runs(tmp_path):
 # ---- S3 ----------------------------------------------------------------------------------------------------
 
 
+class CountingProxy:
+    """A plain HTTP proxy in front of the S3 server that records every request (method, path): it counts the
+    GETs whoever makes them (boto3 or polars' own S3 client). The Host header is passed through unchanged,
+    so request signatures stay valid."""
+
+    def __init__(self, upstream: str) -> None:
+        import http.client
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlsplit
+
+        up = urlsplit(upstream)
+        seen = self.requests = []
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a) -> None:
+                pass
+
+            def _body(self) -> bytes | None:
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    out = b""
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0], 16)
+                        chunk = self.rfile.read(size + 2)[:size]
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b""):
+                                pass
+                            return out
+                        out += chunk
+                n = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(n) if n else None
+
+            def fwd(self) -> None:
+                body = self._body()
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "transfer-encoding"}
+                if body is not None:
+                    headers["Content-Length"] = str(len(body))
+                conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
+                conn.request(self.command, self.path, body=body, headers=headers)
+                r = conn.getresponse()
+                data = r.read()
+                conn.close()
+                seen.append((self.command, self.path.split("?")[0]))
+                self.send_response(r.status)
+                for k, v in r.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = fwd
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def gets(self, suffix: str) -> list[str]:
+        return [p for m, p in self.requests if m == "GET" and p.endswith(suffix)]
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
 @pytest.mark.services
-def test_s3_run_incremental_compaction_counts_gets(s3_bucket):
+def test_s3_run_incremental_compaction_counts_gets(s3_bucket, s3_env, monkeypatch):
+    proxy = CountingProxy(s3_env.endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    try:
+        _s3_incremental(s3_bucket, proxy)
+    finally:
+        proxy.close()
+
+
+def _s3_incremental(s3_bucket: str, proxy: CountingProxy) -> None:
     led = open_ledger(f"s3://{s3_bucket}/l")
     ledger_gen.write_s3(led, "r", 800)
-    gets: list[str] = []
-
-    def count(params, **_kw) -> None:
-        gets.append(params["Key"])
-
-    led.client.meta.events.register("before-parameter-build.s3.GetObject", count)
     first = compact_run(led, "r", chunk_jobs=300)
-    assert first.jobs == 800 and sum(k.endswith(".jsonl") for k in gets) == 800
+    assert first.jobs == 800 and len(proxy.gets(".jsonl")) == 800
     ledger_gen.write_s3(led, "r", 80, offset=800)
-    gets.clear()
+    proxy.requests.clear()
     second = compact_run(led, "r", chunk_jobs=300)
     assert (second.jobs, second.already) == (80, 800)
-    assert sum(k.endswith(".jsonl") for k in gets) == 80  # only the new objects (plus the one small index)
-    assert [k for k in gets if not k.endswith(".jsonl")] == ["l/runs/r/compact/part-00001.keys"]
+    # Only the 80 new objects were fetched, each once, plus the first segment's small index.
+    new = proxy.gets(".jsonl")
+    assert len(new) == len(set(new)) == 80
+    assert proxy.gets(".keys") == [f"/{s3_bucket}/l/runs/r/compact/part-00001.keys"]
+    assert not proxy.gets(".parquet")
     # Conditional create: the segment name cannot be taken twice.
     seg = led.blob_url("r", "compact/part-00002.parquet")
     assert seg.startswith("s3://") and led.create_blob("r", "compact/part-00002.parquet", __file__) is False
@@ -278,3 +350,113 @@ def test_unreachable_ledger_says_which_part_is_wrong(s3_bucket, s3_env):
             assert r.returncode == 2, (cmd, word, r.stderr)
             assert f"cannot read the ledger — {word}" in r.stderr, (cmd, word, r.stderr)
             assert "wrong-secret" not in r.stderr
+
+
+# ---- the write path and a real Celery sweep -----------------------------------------------------------------
+
+
+@pytest.mark.services
+def test_successful_job_costs_one_conditional_put(s3_bucket):
+    """perform_job's requests to S3, counted by boto3's own hooks: one PUT (plus the HEAD when asked to check
+    first); the failure object is deleted only when the coordinator says there is one."""
+    from contracts.jobs import Job
+    from contracts.records import CallRecord, JobResult, Outcome
+    from worker.tasks import perform_job
+
+    led = open_ledger(f"s3://{s3_bucket}/w")
+    led.client  # noqa: B018 - the bucket check happens on first use, outside the count
+    sent: list[str] = []
+    led.client.meta.events.register("before-parameter-build.s3.*", lambda model, **_: sent.append(model.name))
+
+    def run(job, _provider):
+        return JobResult(job, [CallRecord(0, "sample", "m", {"prompt_tokens": 3, "completion_tokens": 4}, 0.1, 1)],
+                         Outcome("a", 1.0, True), 1.0, 2.0)  # fmt: skip
+
+    task = {"task_id": "math-1", "family": "math", "prompt": "p", "reference": "1"}
+    jobs = [Job("w", task, "greedy", 1, replicate=i) for i in range(4)]
+    expect = {
+        0: (dict(check_existing=False), ["PutObject"]),
+        1: (dict(), ["HeadObject", "PutObject"]),
+        2: (dict(check_existing=False, clear_failure=True), ["PutObject", "DeleteObject"]),
+    }
+    for i, (kw, want) in expect.items():
+        sent.clear()
+        out = perform_job(jobs[i], led, None, run=run, **kw)
+        assert out["status"] == "done" and sent == want, (i, sent)
+    # A duplicate (the object exists): the conditional create refuses it, nothing is overwritten.
+    sent.clear()
+    assert perform_job(jobs[0], led, None, run=run, check_existing=False)["status"] == "duplicate"
+    assert sent == ["PutObject"]
+
+
+@pytest.mark.services
+def test_compaction_during_a_celery_sweep_to_s3_loses_and_duplicates_nothing(tmp_path, redis_server, s3_env,
+                                                                              s3_bucket, make_sim, monkeypatch):  # fmt: skip
+    """Real Celery workers write job objects to SeaweedFS while compactions run: the run read through its
+    segments equals the run read from its objects, and the sweep's own token count."""
+    import uuid
+
+    from fixtures_plans import plan_toml
+    from fixtures_services import start_celery_workers
+    from fixtures_sim import SIM_KEY
+
+    from coordinator.plan import parse_plan
+    from coordinator.sweep import execute
+    from egress.profiles import get_profile
+
+    sim = make_sim(api_key=SIM_KEY, latency_ms=40)
+    prof = tmp_path / "profiles.toml"
+    prof.write_text(f'[profiles.sim-test]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "EPT_SIM_API_KEY"\n'
+                    'model = "ept-sim-1"\ntimeout = 20\n')  # fmt: skip
+    monkeypatch.setenv("EPT_PROFILES", str(prof))
+    monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
+    queue = "q-" + uuid.uuid4().hex[:8]
+    env = {**s3_env.env(), "EPT_PROFILES": str(prof), "EPT_SIM_API_KEY": SIM_KEY}
+    workers = start_celery_workers(2, redis_server.url, tmp_path / "workers", env=env, concurrency=4, queue=queue)
+    ledger_url = f"s3://{s3_bucket}/l"
+    plan = parse_plan(plan_toml(
+        [("greedy", [1]), ("majority", [3]), ("best_of_n", [2])], {"rate_limits.sim-test": {"rpm": 1000000}},
+        name="cc", profile="sim-test", suites=["math", "code", "tool_use"], tasks_per_family=10, replicates=2,
+        seed=3, ledger=ledger_url, executor="celery", queue=queue, batch_size=5, bootstrap_rounds=0,
+    ))  # fmt: skip
+    led = open_ledger(ledger_url)
+    out: list = []
+    try:
+        sweep = threading.Thread(target=lambda: out.append(execute(
+            plan, None, profile=get_profile("sim-test"), broker_url=redis_server.url, analyze=False, compact=False)))
+        sweep.start()
+        compactions = []
+        while sweep.is_alive():
+            if any(True for _ in led.iter_job_keys("cc")):
+                compactions.append(compact_run(led, "cc", chunk_jobs=7))
+        sweep.join()
+    finally:
+        workers.stop()
+    res = out[0]
+    assert res.ok and res.tally.done == 3 * 10 * 3 * 2
+    compact_run(led, "cc")
+    assert sum(1 for c in compactions if c.jobs) >= 2, [c.jobs for c in compactions]  # really interleaved
+    assert len(segment_state(led, "cc").committed) >= 3
+    frame, _, _ = read_run(RunSource(ledger_url, "cc"))
+    objects, _, _ = read_run(RunSource(ledger_url, "cc", objects_only=True))
+    assert _totals(frame) == _totals(objects)
+    t = _totals(frame)
+    assert (t["outcomes"], t["calls"], t["tokens"]) == (res.tally.done, res.tally.calls, res.tally.tokens)
+
+
+def test_two_segments_holding_the_same_jobs_count_once(tmp_path):
+    """As after two compactions that ran at the same moment: the lowest-numbered segment holds each key."""
+    root = tmp_path / "ledger"
+    ledger_gen.write_local(root, "r", 400)
+    led = FileLedger(root)
+    compact_run(led, "r")
+    idx = root / "runs" / "r" / "compact" / "part-00001.keys"
+    saved = idx.read_bytes()
+    idx.unlink()  # compaction B did not see A's commit yet
+    ledger_gen.write_local(root, "r", 100, offset=400)
+    b = compact_run(led, "r")
+    assert b.jobs == 500 and b.segments[0].endswith("part-00002.parquet")
+    idx.write_bytes(saved)  # A commits after all
+    assert segment_state(led, "r").committed == [1, 2]
+    frame, _, _ = read_run(RunSource(str(root), "r"))
+    assert _totals(frame) == _expected(500)

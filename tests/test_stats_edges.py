@@ -39,6 +39,8 @@ def test_one_task_family_is_left_out_with_a_warning(tmp_path: Path) -> None:
     kept = analyze([str(f)], AnalysisOptions(rounds=50, seed=1, min_tasks=0))
     assert kept.excluded_families == [] and kept.family_weights["tiny"] > 0
     assert any("family tiny: only 1 task(s)" in w and "no interval" in w for w in kept.warnings)
+    # ... and since one task cannot be resampled, nothing merged with it gets an interval (not a fake one).
+    assert all(r["elo_lo"] is None for r in kept.table.iter_rows(named=True))
 
 
 def test_small_family_widens_its_interval_and_warns(tmp_path: Path) -> None:

@@ -305,12 +305,14 @@ def test_demo_command_end_to_end(tmp_path):
     assert "sk-demo-" not in r.stdout + r.stderr
     led = open_ledger(tmp_path / "out" / "ledger")
     assert led.list_runs() == ["demo-t3"]
-    # 3 families x 3 tasks x 6 arms
-    assert len(led.list_jobs("demo-t3")) == 54
+    # 3 families x 3 tasks x 9 arms (6 sampling arms, 3 reasoning-effort arms)
+    assert len(led.list_jobs("demo-t3")) == 81
+    md = (tmp_path / "out" / "report" / "report.md").read_text()
+    assert "effort=high" in md and "effort=low" in md and "| reasoning |" in md
     assert (tmp_path / "out" / "report" / "report.md").exists()
     # Running it again resumes: nothing to run.
     r2 = _ept("demo", "--out", str(tmp_path / "out"), "--tasks-per-family", "3")
-    assert r2.returncode == 0 and "54 already done" in r2.stdout.replace("\n", " ")
+    assert r2.returncode == 0 and "81 already done" in r2.stdout.replace("\n", " ")
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ def register(app: typer.Typer) -> None:
             os.environ["EPT_PROFILES"] = profiles
         if broker:
             os.environ["EPT_BROKER_URL"] = broker
+        _check_sandbox(queue)
         from worker.celery_app import make_app
 
         capp = make_app(broker)
@@ -30,3 +31,23 @@ def register(app: typer.Typer) -> None:
         if hostname:
             argv += ["-n", hostname]
         capp.worker_main(argv)
+
+
+GRADE_QUEUE = "grade"
+
+
+def _check_sandbox(queue: str) -> None:
+    """A grader worker without a working sandbox exits 2 at once (it could only fail every candidate); a job
+    worker that would grade code itself says so at start, before code jobs fail one by one."""
+    import os
+
+    from worker.sandbox import bwrap
+
+    why = bwrap.probe()
+    if why is None:
+        return
+    if queue == GRADE_QUEUE:
+        typer.echo(f"error: this grader cannot run its sandbox: {why}", err=True)
+        raise typer.Exit(2)
+    if not os.environ.get("EPT_GRADE_QUEUE"):
+        typer.echo(f"warning: this worker cannot grade code tasks (they will fail): {why}", err=True)

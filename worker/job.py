@@ -18,11 +18,16 @@ from worker.strategies.base import DEFAULT_CONCURRENCY, JobContext
 def run_job(job: Job, provider: ProviderClient, *, concurrency: int = DEFAULT_CONCURRENCY) -> JobResult:
     """Run the job's strategy on its task and grade the answer.
 
-    A ProviderError ends the job: the outcome carries {"class", "message"} and no score, and the calls
-    made so far (including the failed one) are kept. Any other failure inside the strategy (a tool, a
-    grader used for selection) is a "task" error that also keeps the calls already made: their tokens were
-    spent. A grader crash is a "task" error. Bad strategy names or parameters raise InputError, and a code
-    task on a machine that cannot sandbox raises SandboxUnavailable, before any call is made.
+    A ProviderError ends the job and the calls made so far (including the failed one) are kept. A failure of
+    the strategy on this task — the context overflowed, or the server refused (4xx) what the strategy sent
+    after it had already spent tokens — is scored as a loss (score 0, `outcome.failure` says why), so an arm
+    that fails on hard tasks keeps their cost and their place in the comparison. Egress and infrastructure
+    failures (credential, endpoint, unreachable, rate limit, transient) leave the outcome unscored with
+    {"class", "message"} in `error`: they say nothing about the strategy. Any other failure inside the
+    strategy (a tool, a grader used for selection) is a "task" error that also keeps the calls already made:
+    their tokens were spent. A grader crash is a "task" error. Bad strategy names or parameters raise
+    InputError, and a code task on a machine that cannot sandbox raises SandboxUnavailable, before any call
+    is made.
     """
     strategy = get_strategy(job.strategy)
     strategy.check(job)
@@ -33,7 +38,12 @@ def run_job(job: Job, provider: ProviderClient, *, concurrency: int = DEFAULT_CO
     try:
         result = strategy.run(ctx)
     except ProviderError as e:
-        outcome = Outcome(None, None, None, {}, {"class": e.error_class, "message": scrub(e.message)})
+        err = {"class": e.error_class, "message": scrub(e.message)}
+        spent = any(c.usage for c in ctx.calls)
+        if is_strategy_failure(e.error_class, spent):
+            outcome = Outcome(None, 0.0, False, {"reason": f"failed: {e.error_class}"}, None, {**err, "scored": "loss"})
+        else:
+            outcome = Outcome(None, None, None, {}, err)
     except Exception as e:
         msg = scrub(f"{type(e).__name__} in strategy {job.strategy}: {str(e)[:300]}")
         outcome = Outcome(None, None, None, {}, {"class": "task", "message": msg})
@@ -41,6 +51,11 @@ def run_job(job: Job, provider: ProviderClient, *, concurrency: int = DEFAULT_CO
         outcome = _grade(job, result)
     calls = sorted(ctx.calls, key=lambda c: c.call_index)
     return JobResult(job, calls, outcome, started, time.time())
+
+
+def is_strategy_failure(error_class: str, spent_tokens: bool) -> bool:
+    """Whether a provider failure is the strategy's (scored as a loss) rather than egress/infrastructure's."""
+    return error_class == "context_overflow" or (error_class == "permanent" and spent_tokens)
 
 
 def _require_sandbox() -> None:

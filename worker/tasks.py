@@ -28,7 +28,7 @@ from contracts.ledger import Ledger, open_ledger
 from contracts.records import JobResult
 from contracts.secrets import scrub
 
-RETRYABLE = ("transient", "rate_limit")
+RETRYABLE = ("transient", "rate_limit", "unreachable")
 TASK_NAME = "ept.run_job"
 
 
@@ -58,12 +58,14 @@ def perform_job(
     api_key: str | None = None,
     check_existing: bool = True,
     clear_failure: bool = False,
+    stop: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Run `job` unless its result exists, store the result, and return a small JSON summary.
 
     check_existing=False: the caller has just checked (the Celery task does, before taking its claim).
     clear_failure: the job has a failure object from an earlier attempt, deleted once it succeeds. Otherwise
     a success costs exactly one request to the ledger, the conditional create.
+    stop: when set (the executor is stopping), a failed attempt is not retried: it is recorded as it is.
     """
     started_at = time.time()
     if check_existing and ledger.has_job(job.run_id, job.key):
@@ -85,20 +87,23 @@ def perform_job(
                 break
             err = result.outcome.error or {}
             cls, msg = str(err.get("class") or "task"), scrub(str(err.get("message") or ""), secrets)
-        if cls not in RETRYABLE or attempt == max_attempts:
+        if cls not in RETRYABLE or attempt == max_attempts or (stop is not None and stop.is_set()):
             break
         if on_retry is not None:
             on_retry(job, attempt, cls)
         # Full jitter keeps a fleet of workers from retrying in lock step after a provider hiccup.
-        time.sleep(random.uniform(0, backoff_s * 2 ** (attempt - 1)) + max(0.0, 0.05 - (time.time() - t0)))
+        delay = random.uniform(0, backoff_s * 2 ** (attempt - 1)) + max(0.0, 0.05 - (time.time() - t0))
+        if stop is not None and stop.wait(delay):
+            break
 
     if result is not None and result.ok:
         created = ledger.put_job(job.run_id, job.key, result.to_jsonl())
         if clear_failure:
             ledger.delete_failure(job.run_id, job.key)
         return _summary(
-            job, "done" if created else "duplicate", calls=len(result.calls), tokens=result.tokens, attempts=attempt,
+            job, "done" if created else "duplicate", calls=result.sent_calls, tokens=result.tokens, attempts=attempt,
             started_at=started_at, finished_at=time.time(),
+            lost=(result.outcome.failure or {}).get("class"),
         )
 
     failure = {
@@ -107,7 +112,7 @@ def perform_job(
         "message": msg,
         "attempts": attempt,
         "at": time.time(),
-        "calls": len(result.calls) if result else 0,
+        "calls": result.sent_calls if result else 0,
         "tokens": result.tokens if result else 0,
         # The calls of a failed job still cost tokens: keep them for accounting.
         "lines": result.to_lines() if result else [],
@@ -225,6 +230,22 @@ def _claims(redis_url: str) -> Claims:
     return _cached(("claims", redis_url), make)
 
 
+def _cancelled(task_self: Any, job: Job) -> bool:
+    """The coordinator was stopped (contracts.jobs.cancel_key on the broker): a queued job does not start."""
+    from contracts.jobs import cancel_key
+
+    url = str(getattr(getattr(task_self, "app", None), "conf", {}).get("broker_url") or "")
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        return False
+    try:
+        import redis
+
+        r = _cached(("broker", url), lambda: redis.Redis.from_url(url))
+        return bool(r.exists(cancel_key(job.run_id)))
+    except Exception:  # an unreadable marker must not fail the job: run it
+        return False
+
+
 def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
     """Body of the Celery task `ept.run_job`. ctx: ledger URL, base_url override, rate limits."""
     import os
@@ -233,6 +254,8 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx: dict[str, Any]
     ledger = ledger_for(ctx["ledger"])
     if ledger.has_job(job.run_id, job.key):
         return _summary(job, "skipped")
+    if _cancelled(task_self, job):
+        return _summary(job, "cancelled", message="the sweep was stopped before this job started")
     redis_url = os.environ.get("EPT_RATELIMIT_URL") or os.environ.get("EPT_BROKER_URL") or "redis://127.0.0.1:6379/0"
     claims = _claims(redis_url)
     waited = False

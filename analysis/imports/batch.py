@@ -2,8 +2,9 @@
 
 Inputs (formats as documented by OpenAI for /v1/batches):
 * output file(s): one line per request, `{"id", "custom_id", "response": {"status_code", "request_id",
-  "body": <ChatCompletion>}, "error": null | {"code", "message"}}`. A 200 response's `body.usage` becomes
-  one call record (prompt/completion tokens); a failed request (error, or a non-200 status) is not
+  "body": <ChatCompletion | Response | …>}, "error": null | {"code", "message"}}`. A 200 response's
+  `body.usage` becomes one call record (prompt/completion tokens; a Responses-API body's
+  input/output tokens; an embeddings body's prompt tokens with 0 completion tokens); a failed request (error, or a non-200 status) is not
   billed and is counted, not recorded;
 * which task and arm each `custom_id` belongs to, from the first of:
   1. `--mapping FILE` (CSV or JSONL: custom_id, task_id, arm | strategy + budget_n, replicate, family, role),
@@ -111,12 +112,17 @@ def _usage(body: Any) -> tuple[dict[str, int] | None, str | None]:
         return None, None
     if not isinstance(usage, dict):
         return None, "response.body.usage"
+    # /v1/chat/completions and /v1/completions report prompt/completion tokens; /v1/responses reports
+    # input/output tokens; /v1/embeddings has prompt tokens only (no completion).
+    names = (("input_tokens", "output_tokens") if "input_tokens" in usage and "prompt_tokens" not in usage
+             else ("prompt_tokens", "completion_tokens"))
     got = {}
-    for k in ("prompt_tokens", "completion_tokens"):
-        v = usage.get(k)
+    for ours, theirs in zip(("prompt_tokens", "completion_tokens"), names, strict=True):
+        v = usage.get(theirs, 0 if theirs == "completion_tokens" and "total_tokens" in usage
+                      and "completion_tokens" not in usage else None)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            return None, f"response.body.usage.{k}"
-        got[k] = v
+            return None, f"response.body.usage.{theirs}"
+        got[ours] = v
     return got, None
 
 
@@ -178,16 +184,19 @@ def import_batch(
     if failed:
         col.notes.append(f"{failed} failed request(s) in the output (not billed, no tokens) were left out")
     if outcomes:
-        _outcomes(outcomes, {**known, **by_cid}, col)
+        _outcomes(outcomes, {**known, **by_cid}, col, template)
     return col
 
 
-def _outcomes(path: str, by_cid: dict[str, dict[str, Any]], col: Collector) -> None:
+def _outcomes(path: str, by_cid: dict[str, dict[str, Any]], col: Collector,
+              template: re.Pattern[str] | None = None) -> None:
     seen: dict[tuple[str, str, int], int] = {}
     for line, row in read_rows(path, col):
         cid = row.get("custom_id")
         if cid not in (None, ""):
             ident = by_cid.get(str(cid))
+            if ident is None and template is not None and (m := template.match(str(cid))):
+                ident = identity(m.groupdict())[0]  # e.g. a request that failed: scored, but no tokens
             if ident is None:
                 col.bad(path, line, "custom_id", f"'{cid}' is not a request of the batch")
                 continue

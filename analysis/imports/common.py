@@ -29,7 +29,7 @@ class Collector:
     def bad(self, file: str, line: int | None, fld: str | None, message: str) -> None:
         if not self.skip_bad:
             raise InputError(message, file=file, line=line, field=fld)
-        self.skipped.append(BadLine(file, line or 0, fld, message))
+        self.skipped.append(BadLine(file, line, fld, message))  # type: ignore[arg-type]  # None: a whole file
 
 
 def arm_fields(arm: str, budget_n: Any = None) -> dict[str, Any]:

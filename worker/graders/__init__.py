@@ -39,6 +39,10 @@ def grade(task: dict[str, Any], text: str | None, tool_calls: list[dict[str, Any
         return grade_code(answer, task)
     if gtype == "tool":
         return grade_tool(answer, task, tool_calls or [])
+    if gtype == "bfcl":
+        from worker.graders.bfcl import grade_bfcl
+
+        return grade_bfcl(task, tool_calls or [])
     if gtype == "none":
         return GradeResult(0.0, False, {"grader": "none", "reason": "no reference: use judge mode"})
     if gtype == "math":

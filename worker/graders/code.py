@@ -39,7 +39,9 @@ class Limits:
     timeout_s: float = 5.0  # CPU seconds for the whole run; the wall-clock backstop is WALL_FACTOR times this
     cpu_s: int = 5
     memory_mb: int = 512
-    nproc: int = 64  # processes inside this sandbox (counted per user namespace)
+    # Processes inside this sandbox (counted per user namespace). Address space is per process, so the
+    # sandbox's memory can reach nproc x memory_mb: keep it small, and bound the grader's container/pod too.
+    nproc: int = 16
     fsize_mb: int = 4
 
 
@@ -109,15 +111,15 @@ def _run_tests(code: str, tests: list[str], entry_point: str, limits: Limits, au
                     max_stdout=MAX_STDOUT, max_stderr=MAX_STDERR)
     base = {"passed": 0, "total": len(tests), "failures": [], "load_error": None, "returncode": run.returncode,
             "pidns": run.pidns}
-    try:
-        load, lines, done = checks.parse_report(run.stdout, b"\x1eEPT:")
-    except checks.Tampered as e:
-        return {**base, "reason": f"result channel tampered with ({e}): graded as failed", "_memo": True}
     if run.overflow:
         cap = MAX_STDOUT if run.overflow == "stdout" else MAX_STDERR
         return {**base, "reason": f"output limit exceeded: more than {cap} bytes on {run.overflow} (killed)"}
     if run.timed_out:
         return {**base, "reason": f"timeout: still running after {wall:g}s wall clock (killed)"}
+    try:
+        load, lines, done = checks.parse_report(run.stdout, b"\x1eEPT:")
+    except checks.Tampered as e:
+        return {**base, "reason": f"result channel tampered with ({e}): graded as failed", "_memo": True}
     if not done:
         return {**base, "reason": _death_reason(run, limits), "load_error": load}
     if load is not None:

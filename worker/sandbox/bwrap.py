@@ -42,7 +42,7 @@ FIX = (
     "or send code grading to a grader queue whose workers can (EPT_GRADE_QUEUE=grade)"
 )
 # Sandboxes started by root run under uid/gid UID_BASE + random: no host file or process is owned by them.
-UID_BASE = int(os.environ.get("EPT_SANDBOX_UID_BASE", "2000000000"))
+UID_BASE = 2_000_000_000
 UID_SPAN = 100_000_000
 INSIDE_UID = 65534  # the uid the program sees inside its user namespace
 
@@ -82,6 +82,25 @@ def _world_usable(path: str) -> bool:
 
 def _drops_uid() -> bool:
     return os.geteuid() == 0
+
+
+@functools.cache
+def uid_range() -> tuple[int, int]:
+    """[first, end) of the uids a root worker gives its sandboxes: EPT_SANDBOX_UID_BASE (+100,000,000), else
+    2,000,000,000 + 100,000,000 when this user namespace maps them (a plain host or container), else the
+    top of what it maps (a user-namespaced container maps 65,536 uids: 50,535..60,534)."""
+    if os.environ.get("EPT_SANDBOX_UID_BASE"):
+        base = int(os.environ["EPT_SANDBOX_UID_BASE"])
+        return base, base + UID_SPAN
+    try:
+        with open("/proc/self/uid_map") as fh:
+            maps = [tuple(map(int, line.split())) for line in fh if line.strip()]
+    except (OSError, ValueError):
+        maps = []
+    if not maps or any(inside <= UID_BASE and inside + n >= UID_BASE + UID_SPAN for inside, _, n in maps):
+        return UID_BASE, UID_BASE + UID_SPAN
+    top = max(inside + n for inside, _, n in maps)
+    return max(1000, top - 15_001), max(1001, top - 5_001)
 
 
 @functools.cache
@@ -134,6 +153,16 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap", path=os.environ.get("PATH", "") + ":/usr/bin:/bin")
 
 
+@functools.cache
+def _supports(flag: str) -> bool:
+    exe = bwrap_path()
+    try:
+        out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=10) if exe else None
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out is not None and flag in out.stdout + out.stderr
+
+
 def argv(python_args: list[str], *, tmp_mb: int = 16, info_fd: int | None = None) -> list[str]:
     """The full bwrap command line for running `python <python_args>` in the sandbox."""
     exe = bwrap_path()
@@ -142,7 +171,7 @@ def argv(python_args: list[str], *, tmp_mb: int = 16, info_fd: int | None = None
     python = interpreter()
     size = str(tmp_mb * 1024 * 1024)
     args = [
-        exe, "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+        exe, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--clearenv",
         "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "HOME", "/tmp",
         "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
         "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "sandbox",
@@ -150,7 +179,14 @@ def argv(python_args: list[str], *, tmp_mb: int = 16, info_fd: int | None = None
         "--proc", "/proc", "--dev", "/dev",
         "--size", size, "--tmpfs", "/dev/shm", "--size", size, "--tmpfs", "/tmp",
         "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--cap-drop", "ALL",
+        # The program is the namespace's pid 1 and bwrap's monitor (our child) reaps it. With bwrap's own init
+        # instead, the monitor exits first and the init is left a zombie for the host's pid 1 to reap: one
+        # per grading, forever, in a container whose pid 1 is the worker itself.
+        "--as-pid-1",
     ]
+    if _supports("--disable-userns"):
+        # bwrap >= 0.8: no nested user namespaces, a common first step of kernel privilege escalations.
+        args += ["--disable-userns"]
     if info_fd is not None:
         args += ["--info-fd", str(info_fd)]
     return [*args, "--", python, *python_args]
@@ -179,12 +215,16 @@ def run(
     try:
         os.write(mfd, stdin)
         os.lseek(mfd, 0, os.SEEK_SET)
-        uid = UID_BASE + secrets.randbelow(UID_SPAN) if _drops_uid() else None
+        lo, hi = uid_range()
+        uid = lo + secrets.randbelow(hi - lo) if _drops_uid() else None
         proc = subprocess.Popen(
             argv(python_args, tmp_mb=tmp_mb, info_fd=info_w), stdin=mfd, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, pass_fds=(info_w,), env={"PATH": "/usr/bin:/bin"}, close_fds=True,
             start_new_session=True, **_drop_kwargs(uid),
         )
+    except BaseException:
+        os.close(info_r)
+        raise
     finally:
         os.close(mfd)
         os.close(info_w)
@@ -298,6 +338,9 @@ def probe() -> str | None:
     if res.returncode == 0 and res.stdout.strip() == str(INSIDE_UID).encode():
         return None
     err = res.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {res.returncode}"]
+    if "execvp" in err[0]:
+        return (f"the sandbox cannot start its Python ({err[0][:200]}): set EPT_SANDBOX_PYTHON to an interpreter "
+                "every user can read and run")
     return f"bwrap cannot create its sandbox here ({err[0][:200]}): {FIX}"
 
 

@@ -57,22 +57,24 @@ def _small_const(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and type(node.value) in (int, float) and abs(node.value) <= 1_000_000
 
 
-def _pure(node: ast.AST) -> bool:
-    """Can the worker evaluate this subtree itself, cheaply and without candidate code?"""
+def _pure(node: ast.AST, shadow: frozenset[str] = frozenset()) -> bool:
+    """Can the worker evaluate this subtree itself, cheaply and without candidate code? (`shadow`: names the
+    test binds itself, e.g. `max = 3`, which then do not mean the builtin.)"""
     if isinstance(node, ast.Constant):
         return True
     if isinstance(node, ast.Name):
-        return node.id in _SAFE_FUNCS
+        return node.id in _SAFE_FUNCS and node.id not in shadow
     if isinstance(node, ast.Attribute):
-        return isinstance(node.value, ast.Name) and node.value.id == "math" and node.attr in _MATH
+        return (isinstance(node.value, ast.Name) and node.value.id == "math" and "math" not in shadow
+                and node.attr in _MATH)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult | ast.Pow):
         # Constant folding only (e.g. 2**31, 1e-9): `x * 10**9` could allocate without bound.
         return _small_const(node.left) and _small_const(node.right) and not (
             isinstance(node.op, ast.Pow) and abs(node.right.value) > 64)  # type: ignore[attr-defined]
-    return _structural(node) and all(_pure(c) for c in _children(node))
+    return _structural(node, shadow) and all(_pure(c, shadow) for c in _children(node))
 
 
-def _structural(node: ast.AST) -> bool:
+def _structural(node: ast.AST, shadow: frozenset[str] = frozenset()) -> bool:
     """Node kinds the worker evaluates itself once their operands are known (children split further)."""
     if isinstance(node, ast.BinOp):
         return isinstance(node.op, _BINOPS)
@@ -81,8 +83,8 @@ def _structural(node: ast.AST) -> bool:
         return not any(isinstance(c, ast.Starred) for c in _children(node))
     if isinstance(node, ast.Call):
         f = node.func
-        safe_func = (isinstance(f, ast.Name) and f.id in _SAFE_FUNCS) or (
-            isinstance(f, ast.Attribute) and _pure(f))
+        safe_func = (isinstance(f, ast.Name) and f.id in _SAFE_FUNCS and f.id not in shadow) or (
+            isinstance(f, ast.Attribute) and _pure(f, shadow))
         return safe_func and all(k.arg for k in node.keywords)
     return False
 
@@ -99,13 +101,14 @@ def _children(node: ast.AST) -> list[ast.AST]:
 class _Splitter(ast.NodeTransformer):
     """Replaces candidate-dependent subtrees of one assert expression by `__ept_get(j)`."""
 
-    def __init__(self) -> None:
+    def __init__(self, shadow: frozenset[str]) -> None:
         self.probes: list[ast.expr] = []
+        self.shadow = shadow
 
     def visit(self, node: ast.AST) -> ast.AST:
-        if not isinstance(node, ast.expr) or _pure(node):
+        if not isinstance(node, ast.expr) or _pure(node, self.shadow):
             return node
-        if _structural(node):
+        if _structural(node, self.shadow):
             if isinstance(node, ast.Call):  # keep the (safe) function itself, split the arguments
                 node.args = [self.visit(a) for a in node.args]
                 for k in node.keywords:
@@ -123,11 +126,12 @@ class _Rewriter(ast.NodeTransformer):
         self.top: list[int] = []
         self.nested: list[int] = []
         self.top_nodes: set[int] = set()
+        self.shadow: frozenset[str] = frozenset()
 
     def visit_Assert(self, node: ast.Assert) -> ast.AST:
         k = len(self.checks)
         source = ast.unparse(node)
-        sp = _Splitter()
+        sp = _Splitter(self.shadow)
         expr = sp.visit(ast.parse(ast.unparse(node.test), mode="eval").body)
         code = compile(ast.fix_missing_locations(ast.Expression(expr)), "<check>", "eval")
         top = id(node) in self.top_nodes
@@ -138,6 +142,23 @@ class _Rewriter(ast.NodeTransformer):
         return ast.copy_location(ast.Expr(call), node)
 
 
+def _bound_names(tree: ast.AST) -> frozenset[str]:
+    """Every name the test binds (assignments, defs, arguments, imports other than `import math`)."""
+    names: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            names.add(n.id)
+        elif isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(n.name)
+        elif isinstance(n, ast.arg):
+            names.add(n.arg)
+        elif isinstance(n, ast.alias) and not (n.name == "math" and n.asname is None):
+            names.add(n.asname or n.name.split(".")[0])
+        elif isinstance(n, ast.Global | ast.Nonlocal):
+            names.update(n.names)
+    return frozenset(names)
+
+
 def prepare(test: str) -> Prepared:
     """Split one test (Python source with asserts) into its sandbox program and its worker-side checks."""
     try:
@@ -146,6 +167,7 @@ def prepare(test: str) -> Prepared:
         return Prepared("", {}, (), (), f"the test does not parse: {type(e).__name__}: {str(e)[:200]}")
     rw = _Rewriter()
     rw.top_nodes = {id(n) for n in tree.body if isinstance(n, ast.Assert)}
+    rw.shadow = _bound_names(tree)
     try:
         new = ast.fix_missing_locations(rw.visit(tree))
         src = ast.unparse(new)

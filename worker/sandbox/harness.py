@@ -15,6 +15,7 @@ import io
 import json
 import os
 import resource
+import signal
 import sys
 
 MARKER = "\x1eEPT:"
@@ -77,9 +78,16 @@ def _err(e):
     return type(e).__name__ + (": " + text[:200] if text else "")
 
 
+def _on_xcpu(signum, frame):
+    # This process is its namespace's pid 1, which the kernel does not kill with a default-action signal:
+    # exit as SIGXCPU would have (the hard limit's SIGKILL, one second later, is the backstop).
+    os._exit(128 + signal.SIGXCPU)
+
+
 def main():
     payload = json.loads(sys.stdin.buffer.read())
     os.close(0)
+    signal.signal(signal.SIGXCPU, _on_xcpu)
     _limits(payload["limits"])
     if payload.get("audit_hook", True):
         sys.addaudithook(_guard)

@@ -13,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from contracts import generation
 from contracts.errors import InputError
-from contracts.jobs import Job
+from contracts.jobs import Job, derive_seed
 from contracts.prompts import parse_score, solve_messages, verify_messages
 from contracts.records import CallRecord
 from egress.client import ChatResponse, ProviderClient, ProviderError
@@ -55,6 +56,10 @@ class JobContext:
         self.concurrency = max(1, concurrency)
         self.calls: list[CallRecord] = []
         self._lock = threading.Lock()
+        # Generation settings in effect: profile < plan < arm (contracts.generation).
+        prof_gen = getattr(getattr(provider, "profile", None), "generation", None) or {}
+        self.gen = generation.merge(prof_gen, job.base_gen, job.gen)
+        self.seed_base = int(self.gen.get("seed", job.seed))
 
     @property
     def supports_n(self) -> bool:
@@ -71,21 +76,25 @@ class JobContext:
         n: int = 1,
         tools: list[dict[str, Any]] | None = None,
     ) -> ChatResponse:
-        seed = self.job.call_seed(index)
+        seed = derive_seed(self.seed_base, self.job.key, index) if "seed" in self.gen else self.job.call_seed(index)
         meta = {"Job": self.job.key, "Arm": self.job.arm, "Role": role}
+        if temperature > 0 and "temperature" in self.gen:
+            temperature = self.gen["temperature"]  # the configured sampling temperature; greedy calls stay at 0
+        sent = {"temperature": temperature, **{k: v for k, v in self.gen.items() if k not in ("temperature", "seed")}}
         try:
-            resp = self.provider.chat(messages, temperature=temperature, n=n, seed=seed, tools=tools, meta=meta)
+            resp = self.provider.chat(messages, temperature=temperature, n=n, seed=seed, tools=tools, meta=meta,
+                                      gen=self.gen)
         except ProviderError as e:
             self._record_discarded(index, role, seed, n, getattr(e, "discarded", []))
             usage, bad = getattr(e, "usage", None), getattr(e, "usage_invalid", None)
             self._record(CallRecord(index, role, None, usage, 0.0, e.attempts, seed, n, 0, None,
-                                    {"class": e.error_class, "message": e.message}, bad is not None, bad))
+                                    {"class": e.error_class, "message": e.message}, bad is not None, bad, gen=sent))
             raise
         self._record_discarded(index, role, seed, n, resp.discarded)
         finish = resp.choices[0].finish_reason if resp.choices else None
         self._record(CallRecord(index, role, resp.model, resp.usage, resp.latency_s, resp.attempts, seed,
                                 resp.n_requested, resp.n_returned, finish, None, resp.usage is None,
-                                resp.usage_invalid))
+                                resp.usage_invalid, gen=sent, finish_reasons=[c.finish_reason for c in resp.choices]))
         if not resp.choices:
             raise ProviderError("permanent", "the server returned no choices", attempts=resp.attempts)
         return resp

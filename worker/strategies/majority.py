@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 from collections import Counter
 from typing import Any
@@ -27,9 +29,24 @@ def vote_key(task: dict[str, Any], answer: str | None) -> str | None:
     return normalise(answer)
 
 
+def calls_key(cand: Candidate) -> str:
+    """BFCL tasks are answered by the calls made, not the reply text: vote on the calls (arguments parsed,
+    key order and call order ignored; no call at all is an answer too)."""
+    calls = []
+    for c in cand.tool_calls:
+        args = c.get("arguments")
+        if isinstance(args, str):
+            with contextlib.suppress(ValueError):  # unparsable arguments vote as their text
+                args = json.loads(args or "{}")
+        calls.append(json.dumps([c.get("name"), args], sort_keys=True, default=str))
+    return json.dumps(sorted(calls))
+
+
 def vote(task: dict[str, Any], cands: list[Candidate]) -> tuple[Candidate | None, dict[str, Any]]:
     """Most common answer wins; a tie goes to the answer seen first (lowest sample index)."""
-    keys = [vote_key(task, c.answer) for c in cands]
+    by_calls = task["grader"]["type"] == "bfcl"
+    keys = [(calls_key(c) if c.text is not None or c.tool_calls else None) if by_calls else vote_key(task, c.answer)
+            for c in cands]
     counts = Counter(k for k in keys if k is not None)
     if not counts:
         return (cands[0] if cands else None), {"votes": {}, "n_valid": 0}

@@ -1,0 +1,199 @@
+"""Benchmark: analysis and coordination at the scale of a sweep (issue 13).
+
+Per size (jobs) and store (a local folder; SeaweedFS S3 with --s3-sizes) it generates a ledger run in the
+documented layout (benchmarks/ledger_gen.py: 5 arms, 3 families, 1-8 calls per job, one object per job)
+and measures, each command in its own process (wall time, peak RSS of that process):
+
+* `ept analyze RUN` before any compaction (every job object read),
+* `ept compact RUN` (the first, full compaction),
+* `ept analyze RUN` compacted,
+* the baseline: `ept analyze` of the same records as ONE Parquet file, in the same run,
+* incremental: 1% more jobs (at least 1k) added, `ept compact` again (objects read = the new ones only),
+* the coordinator: `ept sweep PLAN` of the same N-job plan with every result already in the ledger —
+  expansion, the resume listing, nothing to enqueue (the progress is live from the start).
+
+    python benchmarks/bench_scale.py [--sizes 10000,100000,1000000] [--s3-sizes 10000,100000]
+                                     [--rounds 200] [--dir DIR] [--keep]
+
+Prints a markdown table (docs/benchmarks.md holds the figures measured here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "tests"))
+
+import ledger_gen  # noqa: E402
+
+
+def run_measured(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[float, float, str]:
+    """Popen + wait4 ourselves (communicate() would reap the child and lose its rusage)."""
+    full = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(argv, stdout=out, stderr=err, env=full, cwd=cwd)
+        _, status, ru = os.wait4(p.pid, 0)
+        dt = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if p.returncode:
+            raise RuntimeError(f"{' '.join(argv)} failed ({p.returncode}): {err.read().decode()[-2000:]}")
+        return dt, ru.ru_maxrss / 1024 / 1024, out.read().decode()
+
+
+EPT = [sys.executable, "-m", "ept.cli"]
+
+
+def suite_and_plan(work: Path, n_jobs: int, ledger: str) -> Path:
+    """A plan whose jobs are exactly the generated run's (same tasks, arms, replicates)."""
+    per_task = len(ledger_gen.ARMS) * 4
+    n_tasks = -(-n_jobs // per_task)
+    suite = work / f"suite-{n_jobs}.jsonl"
+    with open(suite, "w") as f:
+        for t in range(n_tasks):
+            fam = ledger_gen.FAMILIES[t % 3]
+            f.write(json.dumps({"task_id": f"{fam}-{t:06d}", "family": fam, "prompt": "1+0?", "reference": 1,
+                                "grader": {"type": "numeric"}}) + "\n")  # fmt: skip
+    profiles = work / "profiles.toml"
+    # Nothing is called: every job of the plan already has its result. A closed port makes sure of it.
+    profiles.write_text('[profiles.bench]\nprotocol = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'
+                        'api_key_env = "EPT_BENCH_KEY"\nmodel = "m"\n')  # fmt: skip
+    arms: dict[str, list[int]] = {}
+    for s, b, _ in ledger_gen.ARMS:
+        arms.setdefault(s, []).append(b)
+    plan = work / f"plan-{n_jobs}.toml"
+    text = (f'name = "r"\nprofile = "bench"\nsuites = ["{suite}"]\nreplicates = 4\nseed = 0\nledger = "{ledger}"\n'
+            'executor = "local"\nbootstrap_rounds = 0\n')  # fmt: skip
+    for s, bs in arms.items():
+        text += f'\n[[arms]]\nstrategy = "{s}"\nbudgets = {bs}\n'
+    plan.write_text(text)
+    return plan
+
+
+def bench_store(store: str, n: int, work: Path, rounds: int, s3_env: dict[str, str] | None) -> dict:
+    env = dict(s3_env or {})
+    row: dict = {"store": store, "jobs": n}
+    t0 = time.perf_counter()
+    if store == "local":
+        ledger = str(work / f"ledger-{n}")
+        if not (Path(ledger) / "runs" / "r" / ".complete").exists():
+            shutil.rmtree(ledger, ignore_errors=True)
+            ledger_gen.write_local(ledger, "r", n)
+            (Path(ledger) / "runs" / "r" / ".complete").write_text("")
+    else:
+        from contracts.ledger import open_ledger
+
+        ledger = f"s3://bench-{n}/l"
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            ledger_gen.write_s3(open_ledger(ledger), "r", n, threads=32)
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    row["generate_s"] = time.perf_counter() - t0
+    one = work / f"one-{n}.parquet"
+    if not one.exists():
+        ledger_gen.one_file(one, "r", n)
+    one_arg = str(one)
+    if store == "s3":
+        import boto3
+
+        c = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")  # fmt: skip
+        c.upload_file(str(one), f"bench-{n}", "one/records.parquet")
+        one_arg = f"s3://bench-{n}/one/records.parquet"
+    out = work / "out"
+    analyze = [*EPT, "analyze", "--rounds", str(rounds), "--no-plots", "--out"]
+    row["uncompacted"] = run_measured([*analyze, str(out / "u"), "r", "--ledger", ledger], env)[:2]
+    row["compact"] = run_measured([*EPT, "compact", "r", "--ledger", ledger], env)[:2]
+    row["compacted"] = run_measured([*analyze, str(out / "c"), "r", "--ledger", ledger], env)[:2]
+    row["one_parquet"] = run_measured([*analyze, str(out / "p"), one_arg], env)[:2]
+    same = (out / "u" / "arms.csv").read_bytes() == (out / "c" / "arms.csv").read_bytes()
+    row["arms_equal"] = same and (out / "c" / "arms.csv").read_bytes() == (out / "p" / "arms.csv").read_bytes()
+    # Incremental: 1% more jobs, compacted again.
+    extra = max(1000, n // 100)
+    if store == "local":
+        ledger_gen.write_local(ledger, "r", extra, offset=n)
+    else:
+        from contracts.ledger import open_ledger
+
+        os.environ.update(env)
+        ledger_gen.write_s3(open_ledger(ledger), "r", extra, offset=n)
+    dt, rss, text = run_measured([*EPT, "compact", "r", "--ledger", ledger], env)
+    row["incremental"] = (dt, rss, extra, text.split(" job objects")[0].strip())
+    # The coordinator: the whole plan expanded and resumed, nothing left to run.
+    plan = suite_and_plan(work, n + extra, ledger)
+    dt, rss, _ = run_measured([*EPT, "sweep", str(plan), "--no-analysis", "--profiles", str(work / "profiles.toml")],
+                              {**env, "EPT_BENCH_KEY": "sk-bench-0000"})  # fmt: skip
+    row["coordinator"] = (dt, rss)
+    return row
+
+
+def fmt_row(r: dict) -> str:
+    def tr(x: tuple) -> str:
+        return f"{x[0]:.1f} s / {x[1]:.2f} GB"
+
+    ratio = r["compacted"][0] / r["one_parquet"][0]
+    inc = r["incremental"]
+    return (
+        f"| {r['store']} | {r['jobs']:,} | {tr(r['uncompacted'])} | {tr(r['compact'])} | {tr(r['compacted'])} | "
+        f"{tr(r['one_parquet'])} | {ratio:.2f}× | {inc[0]:.1f} s, read {inc[3]} of {r['jobs'] + inc[2]:,} | "
+        f"{tr(r['coordinator'])} | {'yes' if r['arms_equal'] else 'NO'} |"
+    )
+
+
+HEADER = (
+    "| store | jobs | analyze uncompacted | compact (first) | analyze compacted | analyze one Parquet | compacted ÷ one "
+    "Parquet | compact again (+1%) | sweep resume (expand + list) | arms.csv equal |\n"
+    "|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10000,100000", help="Local sizes, comma-separated (e.g. 10000,100000,1000000).")
+    ap.add_argument("--s3-sizes", default="", help="SeaweedFS sizes, comma-separated (empty: none).")
+    ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--dir", default=None, help="Work folder (kept; generated ledgers are reused).")
+    args = ap.parse_args()
+    work = Path(args.dir or tempfile.mkdtemp(prefix="ept-bench-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    print(HEADER, flush=True)
+    for n in [int(x) for x in args.sizes.split(",") if x]:
+        rows.append(bench_store("local", n, work, args.rounds, None))
+        print(fmt_row(rows[-1]), flush=True)
+    s3_sizes = [int(x) for x in args.s3_sizes.split(",") if x]
+    if s3_sizes:
+        from fixtures_services import start_seaweed, stop_proc
+
+        srv = start_seaweed(work / "weed")
+        try:
+            for n in s3_sizes:
+                rows.append(bench_store("s3", n, work, args.rounds, srv.env()))
+                print(fmt_row(rows[-1]), flush=True)
+        finally:
+            stop_proc(srv.proc)
+    (work / "bench_scale.json").write_text(json.dumps(rows, indent=1, default=str))
+    print(f"\n(raw figures: {work / 'bench_scale.json'})")
+
+
+if __name__ == "__main__":
+    main()
