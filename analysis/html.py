@@ -135,6 +135,8 @@ def _plot_elo_vs_tokens(rows: Sequence[Mapping[str, Any]], anchor: str | None = 
         if _is_num(r.get("elo_lo")) and _is_num(r.get("elo_hi")):
             tip += f" [{_fmt(r['elo_lo'], '.0f')}, {_fmt(r['elo_hi'], '.0f')}]"
         tip += f", {_fmt(r['tokens_per_task'], ',.0f')} tokens/task" + (", frontier" if r.get("frontier") else "")
+        if _is_num(r.get("frontier_prob")):
+            tip += f", on the frontier in {r['frontier_prob']:.0%} of rounds"
         out = out.replace(f'<g id="arm-pt-{i}">', f'<g id="arm-pt-{i}"><title>{html.escape(tip)}</title>', 1)
     return out
 

@@ -292,7 +292,7 @@ def print_report(
     console.print(_rich_table(title, RETURNS_HEADER, _returns_rows(table, result.anchor), groups=groups))
     if len(shown) > ALL_TABLES_MAX and not filtered:
         console.print(
-            f"{len(shown)} arms: the per-strategy, frontier and per-family tables are in report.md / report.json "
+            f"{len(shown)} arms: the per-strategy, frontier, per-family and per-arm tables are in report.md / report.json "
             "(--out); narrow the terminal with --top N or --arms PATTERN (e.g. --arms 'best_of_n@*').",
             highlight=False,
             soft_wrap=True,
@@ -319,14 +319,18 @@ def print_report(
         console.print(
             _rich_table("Per family: Elo from the family's centred theta", header, rows, groups=groups)
         )
+    few = len(shown) <= ALL_TABLES_MAX or filtered  # same rule as the tables above
+    shown_set = set(shown)
     header, rows = _breakdown_rows(result)
-    if rows:
+    rows = [r for r in rows if r[0] in shown_set]
+    if rows and few:
         console.print(_rich_table(
             "Per arm: tasks, failures (lost = scored 0 with their tokens), token split", header, rows
         ))  # fmt: skip
-    if result.cost_table is not None:
+    if result.cost_table is not None and few:
+        cost_rows = [r for r in _cost_rows(result) if r[0].removesuffix(" (anchor)") in shown_set]
         console.print(_rich_table(f"Cost (prices {result.options.prices}, USD per 1M tokens)", COST_HEADER,
-                                  _cost_rows(result)))  # fmt: skip
+                                  cost_rows))  # fmt: skip
     c = result.counts
     console.print(
         f"{c['files']} file(s), {c['calls']} calls ({c['judge_calls']} judge), {c['outcomes']} outcomes, "
