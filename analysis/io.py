@@ -329,7 +329,7 @@ def read_run(
     first = pl.int_range(pl.len()).over("job_key") == 0  # in segment order: the lowest number holds a key
     index = raw.filter(first)
     dups = raw.filter(~first)
-    tail = tail_keys(list_keys(led, run), index)
+    tail = tail_keys(list_keys(led, run, index=index), index)
     parts: list[pl.DataFrame] = []
     skipped: list[BadLine] = []
     names: list[str] = []

@@ -144,13 +144,22 @@ def read_index(ledger, run_id: str, committed: list[int], *, dedupe: bool = True
     return out.unique("job_key", keep="first", maintain_order=True) if dedupe else out
 
 
-def list_keys(ledger, run_id: str, on_count: Callable[[int], None] | None = None) -> pl.Series:
+def list_keys(
+    ledger, run_id: str, on_count: Callable[[int], None] | None = None, index: pl.DataFrame | None = None
+) -> pl.Series:
     """Every job key of the run as one String Series (built in batches: a Python list of a million keys is
-    ~100 MB, a polars String column a fraction of that)."""
+    ~100 MB, a polars String column a fraction of that). On S3 with an index, the listing is split into
+    key ranges at every 20,000th indexed key and the ranges listed in parallel."""
     parts: list[pl.Series] = []
     batch: list[str] = []
     n = 0
-    for k in ledger.iter_job_keys(run_id):
+    split = getattr(ledger, "iter_job_keys_split", None)
+    if split is not None and index is not None and index.height >= 40_000:
+        bounds = index["job_key"].sort().gather_every(20_000, offset=20_000).to_list()
+        keys: Iterator[str] = split(run_id, bounds)
+    else:
+        keys = ledger.iter_job_keys(run_id)
+    for k in keys:
         batch.append(k)
         if len(batch) >= 100_000:
             parts.append(pl.Series("job_key", batch, dtype=pl.String))
@@ -325,7 +334,9 @@ def compact_run(
         res.dropped = drop_segments(ledger, run_id)
     st = segment_state(ledger, run_id)
     index = read_index(ledger, run_id, st.committed)
-    all_keys = list_keys(ledger, run_id, on_count=(lambda n: on_progress("listing", n, 0)) if on_progress else None)
+    all_keys = list_keys(
+        ledger, run_id, on_count=(lambda n: on_progress("listing", n, 0)) if on_progress else None, index=index
+    )
     if all_keys.len() == 0 and index.height == 0:
         known = ", ".join(ledger.list_runs()[:20]) or "none"
         raise InputError(f"run {run_id!r} has no job results in {ledger.url} (runs: {known})", field="RUN")

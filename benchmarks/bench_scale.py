@@ -39,19 +39,18 @@ import ledger_gen  # noqa: E402
 
 
 def run_measured(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[float, float, str]:
-    """Popen + wait4 ourselves (communicate() would reap the child and lose its rusage)."""
+    """(seconds, peak RSS in GB, stdout) of one command, measured by GNU time in its own small process: a
+    child forked straight from this (large) process would report at least this process's RSS (Linux keeps
+    the pre-exec high-water mark in ru_maxrss)."""
     full = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
         t0 = time.perf_counter()
-        p = subprocess.Popen(argv, stdout=out, stderr=err, env=full, cwd=cwd)
-        _, status, ru = os.wait4(p.pid, 0)
+        p = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", tf.name, *argv], capture_output=True, env=full, cwd=cwd)
         dt = time.perf_counter() - t0
-        p.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
         if p.returncode:
-            raise RuntimeError(f"{' '.join(argv)} failed ({p.returncode}): {err.read().decode()[-2000:]}")
-        return dt, ru.ru_maxrss / 1024 / 1024, out.read().decode()
+            raise RuntimeError(f"{' '.join(argv)} failed ({p.returncode}): {p.stderr.decode()[-2000:]}")
+        kb = int(tf.read().split()[-1])
+    return dt, kb / 1024 / 1024, p.stdout.decode()
 
 
 EPT = [sys.executable, "-m", "ept.cli"]

@@ -482,6 +482,39 @@ class S3Ledger:
     def job_url(self, run_id: str, key: str) -> str:
         return f"s3://{self.bucket}/{self._key(run_id, 'jobs', key + JOB_SUFFIX)}"
 
+    def iter_job_keys_split(self, run_id: str, bounds: list[str], threads: int = 8) -> Iterator[str]:
+        """All job keys, listed as len(bounds)+1 key ranges in parallel (StartAfter = the previous bound):
+        one LIST returns at most 1000 keys, so a million-key run is a thousand round trips in a row unless
+        they are split. `bounds`: known job keys (e.g. from the segment indexes), any order."""
+        base = self._key(run_id, "jobs") + "/"
+        # S3 lists in UTF-8 byte order of the whole object key, which Python's str order matches.
+        edges = sorted({base + b + JOB_SUFFIX for b in bounds})
+        ranges = list(zip([None, *edges], [*edges, None], strict=True))
+        c = self.client
+
+        def one(rng: tuple[str | None, str | None]) -> list[str]:
+            start, end = rng
+            out: list[str] = []
+            kw: dict[str, Any] = {"Bucket": self.bucket, "Prefix": base}
+            if start:
+                kw["StartAfter"] = start
+            while True:
+                page = self._retry(lambda kw=kw: c.list_objects_v2(**kw))
+                for obj in page.get("Contents", []):
+                    if end is not None and obj["Key"] > end:
+                        return out
+                    k = _strip_suffix(obj["Key"][len(base) :], JOB_SUFFIX)
+                    if k:
+                        out.append(k)
+                if not page.get("IsTruncated"):
+                    return out
+                kw = {**kw, "ContinuationToken": page["NextContinuationToken"]}
+                kw.pop("StartAfter", None)
+
+        with ThreadPoolExecutor(max(1, threads)) as ex:
+            for keys in ex.map(one, ranges):
+                yield from keys
+
     def get_jobs(self, run_id: str, keys: list[str], threads: int = 16) -> list[bytes]:
         """The objects' bytes in `keys` order, fetched by `threads` GETs in flight (latency-bound, not CPU)."""
         base = self._key(run_id, "jobs") + "/"

@@ -125,6 +125,21 @@ def test_expand_is_deterministic_and_complete():
     assert j.call_seed(0) != j.call_seed(1) != jobs[0].call_seed(1)
 
 
+def test_jobs_stream_lazily_in_plan_order():
+    """The coordinator streams a plan's jobs (a million-job plan is never a million objects at once): the
+    stream is a generator, equals the expanded list and its count is known without expanding."""
+    import types
+
+    from coordinator.expand import count_jobs, iter_jobs
+
+    plan = parse_plan(GOOD)
+    tasks = _tasks({"math": 3, "code": 3})
+    stream = iter_jobs(plan, tasks)
+    assert isinstance(stream, types.GeneratorType)
+    assert [j.to_json() for j in stream] == [j.to_json() for j in expand(plan, tasks)]
+    assert count_jobs(plan, tasks) == len(expand(plan, tasks))
+
+
 def test_duplicate_tasks_are_rejected():
     plan = parse_plan(GOOD)
     with pytest.raises(InputError) as ei:

@@ -326,6 +326,11 @@ def test_s3_run_id_and_url_analysis_equal_objects(s3_bucket, s3_env, tmp_path):
         assert r.returncode == 0, r.stderr
         outs.append((tmp_path / str(i) / "arms.csv").read_bytes())
     assert outs[0] == outs[1] == outs[2]
+    # The parallel listing by key ranges (used with a large index) finds every key exactly once.
+    plain = list(led.iter_job_keys("r"))
+    bounds = [*sorted(plain)[::97], "math/zzz-not-a-key", "code/code-000003/x"]
+    split = list(led.iter_job_keys_split("r", bounds, threads=4))
+    assert len(split) == len(plain) == 660 and set(split) == set(plain)
     st = _ept("status", f"s3://{s3_bucket}/l/runs/r", "--json", env=env)
     assert st.returncode == 0 and '"done": 660' in st.stdout, st.stderr
     r = _ept("analyze", "nope", "--ledger", f"s3://{s3_bucket}/l", env=env)
