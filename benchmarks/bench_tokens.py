@@ -120,14 +120,16 @@ def main() -> None:
     make_log(log, args.lines)
     print(f"log: {args.lines} lines, {log.stat().st_size / 1e6:.0f} MB, generated in {time.perf_counter() - t0:.1f} s")
 
-    from analysis.io import read_records, read_summary
+    from analysis.io import TOKENS_FIELDS, read_records, read_summary
     from analysis.tokens import arm_tokens, arm_tokens_from_groups, call_groups
 
     table = None
 
     def ours() -> None:
         nonlocal table
-        groups = read_summary([str(log)], lambda lf: call_groups(lf.filter(pl.col("kind") == "call"))).frame
+        groups = read_summary(
+            [str(log)], lambda lf: call_groups(lf.filter(pl.col("kind") == "call")), fields=TOKENS_FIELDS
+        ).frame
         table = arm_tokens_from_groups(groups)
 
     t_fn = timed(ours, repeat=2)
