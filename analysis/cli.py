@@ -52,14 +52,16 @@ def tokens_cmd(
     import polars as pl
     from rich.console import Console
 
-    from analysis.io import read_summary
+    from analysis.io import TOKENS_FIELDS, read_summary
     from analysis.report import make_console, print_tokens
     from analysis.tokens import arm_tokens_from_groups, call_groups, judge_tokens_from_groups
 
     err = Console(stderr=True)
     # Only call records count; outcome and judgment lines are still read and validated.
     paths = resolve_inputs(paths, ledger)
-    summary = read_summary(paths, lambda lf: call_groups(lf.filter(pl.col("kind") == "call")), skip_bad=skip_bad)
+    summary = read_summary(
+        paths, lambda lf: call_groups(lf.filter(pl.col("kind") == "call")), skip_bad=skip_bad, fields=TOKENS_FIELDS
+    )
     if summary.frame.height == 0:
         raise InputError("no call records in the input", file=summary.files[0] if len(summary.files) == 1 else None)
     table = arm_tokens_from_groups(summary.frame)

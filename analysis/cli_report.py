@@ -153,13 +153,17 @@ def run_options(inputs: list[str]) -> tuple[Any, str]:
         return AnalysisOptions(), "the defaults of `ept analyze`"
     from contracts.errors import InputError
     from coordinator.plan import plan_from_raw
-    from coordinator.sweep import plan_analysis_options
+    from coordinator.sweep import plan_analysis_options, profile_prices
 
     try:
         plan = plan_from_raw(manifest["plan"], manifest.get("plan_source") or "<manifest>")
     except InputError as e:  # e.g. a suite file that moved since the run: the numbers need no suites
         return AnalysisOptions(), f"the defaults of `ept analyze` (run {src.run_id}'s plan: {e})"
-    return plan_analysis_options(plan), f"run {src.run_id}'s plan, as in its table"
+    import dataclasses
+
+    # The run's profile prices too, as `ept sweep` used them for its cost table.
+    prices = profile_prices(manifest.get("profile") if isinstance(manifest.get("profile"), dict) else {})
+    return dataclasses.replace(plan_analysis_options(plan), prices=prices), f"run {src.run_id}'s plan, as in its table"
 
 
 DEFAULT_LEDGER = Path("ept-out/ledger")  # where `ept demo` and plans without a ledger write

@@ -321,6 +321,17 @@ def render_html(doc: Mapping[str, Any]) -> str:
         )
     else:
         parts.append('<p class="muted" id="no-prices">The run\'s profile has no prices, so no money figures.</p>')
+    cost_table = list(doc.get("cost_table") or [])
+    if cost_table:
+        parts.append(
+            '<p class="muted">Elo per dollar (report.json <code>cost_table</code>): cost per task with cached input at '
+            "its own price, rows ordered by it, ΔElo against the previous row and ΔElo per $1 with bootstrap "
+            "intervals.</p>"
+        )
+        parts.append(_table("cost-elo-table", cost_table,
+                            [("arm", "arm", None), ("cost_per_task", "$/task", ",.5f"), ("elo", "Elo", ".1f"),
+                             ("d_elo", "ΔElo", "+.1f"), ("d_elo_per_usd", "ΔElo per $1", ",.0f"),
+                             ("d_elo_per_usd_lo", "lo", ",.0f"), ("d_elo_per_usd_hi", "hi", ",.0f")]))  # fmt: skip
     parts.append("</section>")
 
     parts.append('<section id="failures"><h2>Failures by class</h2>')
@@ -517,6 +528,7 @@ def doc_from_result(result: Any) -> dict[str, Any]:
         "token_split": token_split(frame),
         "failures": failures_by_class(list(result.inputs), failure_objs),
         "breakdown": data.get("breakdown") or [],
+        "cost_table": data.get("cost_table") or [],
         "manifest": manifest,
         "counts": data["counts"],
         "versions": data["versions"],

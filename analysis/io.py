@@ -371,7 +371,8 @@ def _read_segment(
         lf = lf.with_columns(urls.gather(per_row).alias("file"), (pl.col("line") - 1).cast(pl.Int64).alias("row"))
         if drop is not None and drop.len():
             lf = lf.filter((~index["job_key"].is_in(drop.implode())).gather(per_row))
-        frame = _normalise(lf).collect()
+        # Streaming: a million-job segment is normalised in morsels, not column by column over all rows.
+        frame = _normalise(lf).collect(engine="streaming")
     except (pl.exceptions.PolarsError, OSError) as e:
         raise InputError(
             f"segment is corrupt or truncated ({str(e).splitlines()[0][:200]}); the job objects are intact: "
@@ -402,18 +403,28 @@ def _read_objects(
 # ---------------------------------------------------------------- fast path
 
 
-def _scan(files: list[str]) -> pl.LazyFrame:
-    """One lazy scan over same-format files, with the file path and per-file row index."""
+def _scan(files: list[str], schema: dict[str, pl.DataType] | None = None) -> pl.LazyFrame:
+    """One lazy scan over same-format files, with the file path and per-file row index. `schema`: parse only
+    these RAW_SCHEMA fields of JSON lines (the others read as null, so no check on them fires)."""
     opts = storage_options() if any(f.startswith("s3://") for f in files) else None
     if files[0].endswith(".parquet"):
         frames = [_scan_parquet(f, opts) for f in files]
         return pl.concat(frames, how="vertical")
+    schema = schema or RAW_SCHEMA
+    absent = [pl.lit(None, dt).alias(k) for k, dt in RAW_SCHEMA.items() if k not in schema]
     if len(files) == 1:
         # One file: a plain row index, no per-row path column and no window over it.
-        lf = pl.scan_ndjson(files[0], schema=RAW_SCHEMA, storage_options=opts, row_index_name="row")
-        return lf.with_columns(pl.col("row").cast(pl.Int64), pl.lit(files[0]).alias("file"))
-    lf = pl.scan_ndjson(files, schema=RAW_SCHEMA, include_file_paths="file", storage_options=opts)
-    return lf.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("file").alias("row"))
+        lf = pl.scan_ndjson(files[0], schema=schema, storage_options=opts, row_index_name="row")
+        return lf.with_columns(pl.col("row").cast(pl.Int64), pl.lit(files[0]).alias("file"), *absent)
+    lf = pl.scan_ndjson(files, schema=schema, include_file_paths="file", storage_options=opts)
+    return lf.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("file").alias("row"), *absent)
+
+
+# What `ept tokens` parses and validates: the call fields, and what classifies a line without `kind`.
+TOKENS_FIELDS = (
+    "kind", "task_id", "family", "strategy", "budget_n", "arm", "replicate", "role", "usage", "prompt_tokens",
+    "completion_tokens", "usage_missing", "error", "score", "correct", "winner",
+)  # fmt: skip
 
 
 _TYPE_WORDS = {pl.Int64(): "an integer", pl.Float64(): "a number", pl.Boolean(): "true or false", pl.String(): "a string"}
@@ -467,7 +478,7 @@ def _scan_parquet(
         cols.append(idx.replace_strict(labels, default=None, return_dtype=pl.String).alias("_type_bad"))
         cols.append(idx.replace_strict(msgs, default=None, return_dtype=pl.String).alias("_type_msg"))
     return lf.select(cols).with_columns(
-        pl.lit(f).alias("file"), pl.int_range(pl.len(), dtype=pl.Int64).alias("row")
+        pl.lit(f, pl.Categorical).alias("file"), pl.int_range(pl.len(), dtype=pl.Int64).alias("row")
     )
 
 
@@ -797,7 +808,7 @@ def line_of(file: str, row: int) -> int:
 
 def _fast(files: list[str]) -> pl.DataFrame | None:
     try:
-        return _normalise(_scan(files)).collect()
+        return _normalise(_scan(files)).collect(engine="streaming")
     except (pl.exceptions.PolarsError, OSError, ValueError):
         return None
 
@@ -895,18 +906,24 @@ class Summary:
 
 
 def read_summary(
-    paths: Sequence[str], summarise: Callable[[pl.LazyFrame], pl.LazyFrame], *, skip_bad: bool = False
+    paths: Sequence[str],
+    summarise: Callable[[pl.LazyFrame], pl.LazyFrame],
+    *,
+    skip_bad: bool = False,
+    fields: Sequence[str] | None = None,
 ) -> Summary:
     """`summarise` (a lazy query over the normalised records, RECORD_SCHEMA without families) computed in
     ONE pass over the files, fused with the validation check, so a million-line log is never held as a
     frame. Same validation as read_records: if any line is bad, or polars refuses a file, or the input is
     empty, the answer comes from read_records instead, which names the line (or skips it with skip_bad).
+    `fields`: parse (and so validate) only these fields of JSON lines — the JSON parse is most of the cost.
     """
     runs, _ = split_runs(paths)
     files = [] if runs else expand_inputs(paths)
     if files and (all(f.endswith(".parquet") for f in files) or not any(f.endswith(".parquet") for f in files)):
         try:
-            records = _normalise(_scan(files))
+            schema = {k: RAW_SCHEMA[k] for k in fields} if fields else None
+            records = _normalise(_scan(files, schema))
             check = records.select(pl.col("bad_field").is_not_null().any().alias("bad"), pl.len().alias("n"))
             out, seen = pl.collect_all([summarise(records.drop("bad_field", "bad_msg")), check])
             if not seen["bad"].item() and seen["n"].item() > 0:
@@ -960,4 +977,6 @@ def _resolve_families(frame: pl.DataFrame, tasks_file: str | None) -> pl.DataFra
         .otherwise(pl.lit("default"))
     )
     tasks = tasks.select("task_id", pl.coalesce(pl.col("fam_given"), pl.col("fam_file"), prefix).alias("family"))
-    return frame.drop("family").join(tasks, on="task_id", how="left", maintain_order="left")
+    # Join the task ids only and add the one column: joining the whole frame would copy every column.
+    fam = frame.select("task_id").join(tasks, on="task_id", how="left", maintain_order="left")["family"]
+    return frame.with_columns(fam)

@@ -187,6 +187,8 @@ def check_records(records: Records, *, skip_bad: bool) -> tuple[pl.DataFrame, li
     )
     drop.append(dup["_i"])
     dropped = pl.concat(drop).unique()
+    if dropped.len() == 0:  # the usual case: no copy of a million-row frame
+        return records.frame, bad
     return frame.filter(~pl.col("_i").is_in(dropped.implode())).drop("_i"), bad
 
 

@@ -87,12 +87,18 @@ def bench_store(store: str, n: int, work: Path, rounds: int, s3_env: dict[str, s
     env = dict(s3_env or {})
     row: dict = {"store": store, "jobs": n}
     t0 = time.perf_counter()
+    extra = max(1000, n // 100)
     if store == "local":
         ledger = str(work / f"ledger-{n}")
-        if not (Path(ledger) / "runs" / "r" / ".complete").exists():
+        run_dir = Path(ledger) / "runs" / "r"
+        if not (run_dir / ".complete").exists():
             shutil.rmtree(ledger, ignore_errors=True)
             ledger_gen.write_local(ledger, "r", n)
-            (Path(ledger) / "runs" / "r" / ".complete").write_text("")
+            (run_dir / ".complete").write_text("")
+        else:  # reused from an earlier run: back to n uncompacted jobs
+            shutil.rmtree(run_dir / "compact", ignore_errors=True)
+            for k in ledger_gen.job_frame("r", extra, offset=n)["job_key"].to_list():
+                (run_dir / "jobs" / (k + ".jsonl")).unlink(missing_ok=True)
     else:
         from contracts.ledger import open_ledger
 
@@ -128,7 +134,6 @@ def bench_store(store: str, n: int, work: Path, rounds: int, s3_env: dict[str, s
     same = (out / "u" / "arms.csv").read_bytes() == (out / "c" / "arms.csv").read_bytes()
     row["arms_equal"] = same and (out / "c" / "arms.csv").read_bytes() == (out / "p" / "arms.csv").read_bytes()
     # Incremental: 1% more jobs, compacted again.
-    extra = max(1000, n // 100)
     if store == "local":
         ledger_gen.write_local(ledger, "r", extra, offset=n)
     else:

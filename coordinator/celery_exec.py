@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import signal
+import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterable
@@ -50,6 +52,10 @@ def _first_contact(fn: Callable[[], Any], app: Any) -> None:
             "EPT_BROKER_URL (and EPT_RESULT_BACKEND) at a running one; `ept sweep --executor local` needs no broker",
             field="EPT_BROKER_URL",
         ) from None
+
+
+def _raise_interrupt(_sig: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _broker_redis(app: Any) -> Any:
@@ -193,6 +199,10 @@ def run_celery(
                 raise
             time.sleep(min(2.0, 0.2 * 2 ** min(int(time.monotonic() - broker_down_since[0]), 4)))
 
+    # SIGTERM stops the coordinator like Ctrl-C: the run's queued jobs are cancelled, not left to run unobserved.
+    prev_term = None
+    if threading.current_thread() is threading.main_thread():
+        prev_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         _first_contact(lambda: backend.client.set(marker, "1", ex=7 * 24 * 3600), app)
         stream = iter(jobs)
@@ -226,4 +236,6 @@ def run_celery(
         _cancel_queued(app, run_ids, len(pending), notice)
         raise
     finally:
+        if prev_term is not None:
+            signal.signal(signal.SIGTERM, prev_term)
         app.close()

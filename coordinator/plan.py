@@ -177,7 +177,9 @@ def parse_plan(text: str, file: str = "<plan>", base_dir: str | Path | None = No
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         m = re.search(r"line (\d+)", str(e))
-        raise InputError(f"not valid TOML: {e}", file=file, line=int(m.group(1)) if m else None) from None
+        # tomllib reports "(at end of document)" without a line: that is the last line of the file.
+        line = int(m.group(1)) if m else max(1, text.count("\n") + (0 if text.endswith("\n") else 1))
+        raise InputError(f"not valid TOML: {e}", file=file, line=line) from None
     except RecursionError:
         raise InputError("not valid here: TOML nested too deeply", file=file) from None
     return _from_raw(raw, file, text, base_dir)

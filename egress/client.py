@@ -103,6 +103,7 @@ class ChatResponse:
     usage_invalid: str | None = None  # why the server's usage was not stored (contracts.usage); usage is then None
     # Billed 2xx responses that were discarded and retried (malformed): [{"usage", "usage_invalid", "message"}]
     discarded: list[dict[str, Any]] = field(default_factory=list)
+    max_tokens: int | None = None  # the limit sent (a known context_length may have lowered the configured one)
 
 
 class _Malformed(Exception):
@@ -111,9 +112,9 @@ class _Malformed(Exception):
     usage: dict[str, Any] | None = None
 
 
-def _discarded(usage: Any, message: str) -> dict[str, Any]:
+def _discarded(usage: Any, message: str, attempt: int) -> dict[str, Any]:
     u, bad = check_usage(usage)
-    return {"usage": u, "usage_invalid": bad, "message": message}
+    return {"usage": u, "usage_invalid": bad, "message": message, "attempt": attempt}
 
 
 def _choices_or_malformed(data: dict[str, Any], anthropic: bool) -> list[Choice]:
@@ -653,7 +654,7 @@ class ProviderClient:
                 err.discarded = list(discarded or [])  # type: ignore[attr-defined]
                 raise err
             if malformed is not None and discarded is not None:
-                discarded.append(_discarded(malformed.usage, err.message))
+                discarded.append(_discarded(malformed.usage, err.message, attempts))
             if err.error_class == "rate_limit" and err.retry_after is not None:
                 wait = min(err.retry_after, self.retry_after_cap)
             else:
@@ -664,6 +665,28 @@ class ProviderClient:
             if self.stopping.wait(wait):  # stopped while waiting: this attempt's error is the call's result
                 err.discarded = list(discarded or [])  # type: ignore[attr-defined]
                 raise err
+
+    def _fit_context(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, max_tokens: int | None
+    ) -> int | None:
+        """With a known context window (profile `context_length`): a prompt that cannot fit is refused before it
+        is sent (class context_overflow, nothing billed), and max_tokens is lowered to what the window leaves.
+        The prompt size is an estimate (~4 characters per token, +10 %), used only for this guard — token
+        accounting always uses the server's usage."""
+        limit = self.profile.context_length
+        if not limit:
+            return max_tokens
+        text = json.dumps([m.get("content") for m in messages]) + (json.dumps(tools) if tools else "")
+        prompt = int(len(text) / 4 * 1.1) + 4 * len(messages)
+        room = limit - prompt
+        if room < 16:
+            raise ProviderError(
+                "context_overflow",
+                f"the prompt (about {prompt} tokens) does not fit profile '{self.profile.name}''s context_length "
+                f"({limit}): not sent. A loss for this strategy on this task; use a model with a longer context",
+                attempts=0,
+            )
+        return room if max_tokens is None or max_tokens > room else max_tokens
 
     def chat(
         self,
@@ -695,6 +718,7 @@ class ProviderClient:
                 "`n`: make n separate calls instead",
                 attempts=0,
             )
+        max_tokens = self._fit_context(messages, tools, max_tokens)
         headers = {f"X-EPT-{k}": str(v) for k, v in (meta or {}).items()}
         est = _estimate_tokens(messages, max_tokens, n)
         t0 = time.perf_counter()
@@ -790,6 +814,7 @@ class ProviderClient:
             n_returned=len(choices),
             usage_invalid=usage_invalid,
             discarded=discarded,
+            max_tokens=max_tokens,
         )
 
     def list_models(self) -> list[str]:

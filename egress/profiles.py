@@ -67,6 +67,9 @@ class Profile:
     price_cached_in_per_1m: float | None = None  # cached input tokens; None = priced as fresh input
     generation: dict[str, Any] = field(default_factory=dict)  # defaults for every request (contracts.generation)
     stream: bool = False  # ask for SSE streams (usage from the final event, recorded as from plain responses)
+    # The model's context window in tokens, when known: prompts that cannot fit are refused before sending
+    # (context_overflow) and max_tokens is lowered to what the window leaves.
+    context_length: int | None = None
     small_fast_model: str | None = None  # Claude Code's ANTHROPIC_SMALL_FAST_MODEL; defaults to `model`
 
     def __hash__(self) -> int:  # headers is a dict; hash by identity fields only
@@ -123,6 +126,7 @@ _SPEC: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "headers": (dict, False),
     "supports_n": (bool, False),
     "stream": (bool, False),
+    "context_length": (int, False),
     "price_in_per_1m": ((int, float), False),
     "price_out_per_1m": ((int, float), False),
     "price_cached_in_per_1m": ((int, float), False),
@@ -180,7 +184,7 @@ def _validate(name: str, raw: Any, file: str, text: str) -> Profile:
     for k in ("price_in_per_1m", "price_out_per_1m", "price_cached_in_per_1m"):
         if k in raw and not raw[k] >= 0:
             raise err("must be >= 0", k)
-    for k in ("timeout", "max_retries", "rpm", "tpm"):
+    for k in ("timeout", "max_retries", "rpm", "tpm", "context_length"):
         if k in raw and raw[k] < (0 if k == "max_retries" else 1e-9):
             raise err("must be positive", k)
     for hk, hv in raw.get("headers", {}).items():
@@ -203,6 +207,7 @@ def _validate(name: str, raw: Any, file: str, text: str) -> Profile:
         headers=dict(raw.get("headers", {})),
         supports_n=bool(raw.get("supports_n", False)),
         stream=bool(raw.get("stream", False)),
+        context_length=raw.get("context_length"),
         price_in_per_1m=raw.get("price_in_per_1m"),
         price_out_per_1m=raw.get("price_out_per_1m"),
         price_cached_in_per_1m=raw.get("price_cached_in_per_1m"),

@@ -296,7 +296,10 @@ def ledger_facts(ledger_url: str, run_id: str, expected_keys: set[str]) -> Ledge
             if x["kind"] != "call":
                 continue
             n += 1
-            per_call[(x["job_key"], x["call_index"])] += 1
+            # A billed response that was discarded and retried is an extra record of its call (error class
+            # "discarded", same index): not a duplicate.
+            if (x.get("error") or {}).get("class") != "discarded":
+                per_call[(x["job_key"], x["call_index"])] += 1
             u = x.get("usage")
             if u is None:
                 missing += 1

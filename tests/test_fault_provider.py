@@ -12,8 +12,10 @@ from fixtures_faults import FAULT_KEY, clean_tokens, fault_rig, record, recordin
 pytestmark = [pytest.mark.slow, pytest.mark.services]
 
 # Every fault once, in this order, before the rates take over (the simulator's `script`).
+# hang_s far beyond the client's 1.5 s timeout: a hung request must still be hanging when the stats are read (with
+# 3 s, the end-of-sweep compaction gave the hung handlers time to answer, and the count below came out short).
 SCRIPT = ["429", "429", "429", "500", "500", "hang", "malformed_json", "missing_usage", "fewer_choices", "ok"]
-RATES = dict(rate_429=0.06, retry_after=0.2, rate_500=0.06, rate_hang=0.02, hang_s=3.0, rate_malformed_json=0.04,
+RATES = dict(rate_429=0.06, retry_after=0.2, rate_500=0.06, rate_hang=0.02, hang_s=60.0, rate_malformed_json=0.04,
              rate_missing_usage=0.08, rate_fewer_choices=0.25)  # fmt: skip
 
 

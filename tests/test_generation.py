@@ -223,6 +223,7 @@ def test_reasoning_arms_record_reasoning_tokens_and_cost_matches_hand_computatio
     assert "ΔElo per $1" in markdown(res) and "| reasoning |" in markdown(res)
     page = write_html(res, tmp_path / "r.html").read_text()
     assert 'id="breakdown-table"' in page and f'data-arm="{arm}"' in page
+    assert 'id="cost-elo-table"' in page and repr(float(ct[arm]["cost_per_task"])) in page
 
     # Compacted into a Parquet segment, the usage details (reasoning, cached) are kept.
     from analysis.segments import compact_run
@@ -249,3 +250,17 @@ def test_anthropic_thinking_budget_reaches_the_server_and_usage_keeps_cache_fiel
     assert set(r.usage) >= {"prompt_tokens", "completion_tokens", "cache_read_input_tokens",
                             "cache_creation_input_tokens"}
     assert r.usage["completion_tokens"] > 1000  # thinking counts in output_tokens
+
+
+def test_a_known_context_length_lowers_max_tokens_and_refuses_prompts_that_cannot_fit(make_sim):
+    sim = make_sim(context_length=400)
+    c = client(sim, context_length=400)
+    res = run_job(Job("r", MATH[0], "greedy", 1, gen={"max_tokens": 2000}), c)
+    (call,) = res.calls
+    # Lowered before sending, so the server took it (no 400) and the record says what was sent.
+    assert call.error is None and call.gen["max_tokens"] < 400 and res.outcome.score is not None
+    assert sim.control.stats()["by_gen"] == {f"max_tokens={call.gen['max_tokens']}": 1}
+    tiny = client(sim, context_length=40)
+    lost = run_job(Job("r", MATH[0], "greedy", 1), tiny)
+    assert lost.outcome.failure["class"] == "context_overflow" and "not sent" in lost.outcome.failure["message"]
+    assert sim.control.stats()["completion_requests"] == 1  # the refused prompt never reached the server

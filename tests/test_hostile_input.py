@@ -64,6 +64,23 @@ def test_safe_components_keep_todays_keys_and_unsafe_ones_are_encoded():
         open_ledger("/nonexistent-ledger").put_job("r", "../../x/t/greedy_n1/r0", b"{}")
 
 
+def test_every_builtin_suite_key_is_unchanged():
+    """Existing ledgers stay readable: the keys of the built-in suites are what the old formula gave."""
+    from contracts.tasks import builtin_suite_names, load_builtin_suite
+
+    def old_key(j: Job) -> str:  # the key formula before contracts/keys.py
+        arm = j.arm.replace("@", "_n").replace("[", "_").replace("]", "").replace(",", "_").replace("=", "-")
+        safe_task = "".join(c if c.isalnum() or c in "-_." else "_" for c in j.task_id)
+        return f"{j.family}/{safe_task}/{arm}/r{j.replicate}"
+
+    tasks = [t for name in builtin_suite_names() for t in load_builtin_suite(name)]
+    assert len(tasks) >= 100
+    for t in tasks:
+        for strategy, params in (("greedy", {}), ("majority", {}), ("tree_search", {"depth": 2, "beam": 2})):
+            j = Job("r", t, strategy, 4, 1, params)
+            assert j.key == old_key(j)
+
+
 def _hostile_suite(tmp_path: Path) -> tuple[Path, Path]:
     outside = tmp_path / "outside-abs"
     tasks = [
@@ -151,7 +168,7 @@ def test_hostile_usage_is_flagged_not_stored_and_discarded_responses_are_counted
     r = _ept("sweep", str(_plan_file(tmp_path, suite, ledger)), "--no-analysis", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout.replace("\n", " ")
-    assert "5 run now" in out and " 0 failed" in out and "-18" not in out
+    assert "5 run now" in out and " 0 failed" in out and not re.search(r"-\d[\d,]* tokens", out)
 
     led = open_ledger(ledger)
     calls = {k: [json.loads(x) for x in led.get_job("u", k).decode().splitlines() if '"kind": "call"' in x]
@@ -164,8 +181,9 @@ def test_hostile_usage_is_flagged_not_stored_and_discarded_responses_are_counted
     assert len(invalid) == 4 and all(c["usage"] is None and c["usage_missing"] for c in invalid)
     reasons = " ".join(c["usage_invalid"] for c in invalid)
     assert "negative" in reasons and "absurd" in reasons and "not an integer" in reasons
-    discarded = [c for c in flat if c["error"] and "discarded" in c["error"]["message"]]
-    assert len(discarded) == 2
+    discarded = [c for c in flat if c["error"] and c["error"]["class"] == "discarded"]
+    assert len(discarded) == 2 and all("billed response discarded" in c["error"]["message"] for c in discarded)
+    assert sum(c["attempts"] for c in flat) == sum(sim.control.stats()["by_job"].values())
     assert [c["usage"] is not None for c in discarded].count(True) == 1  # no_choices carried usage; truncated JSON none
     for c in flat:  # nothing stored is negative, fractional or NaN
         for v in (c["usage"] or {}).values():
@@ -501,7 +519,8 @@ def test_grace_period_then_exit_and_second_ctrl_c_exits_at_once(tmp_path, make_s
 
 
 @pytest.mark.services
-def test_ctrl_c_on_a_celery_sweep_cancels_its_queued_jobs(tmp_path, make_sim, redis_server):
+def test_sigterm_on_a_celery_sweep_cancels_its_queued_jobs(tmp_path, make_sim, redis_server):
+    """SIGTERM (Ctrl-C takes the same path once the handler turns SIGTERM into KeyboardInterrupt)."""
     import signal
     import time
 
@@ -521,7 +540,7 @@ def test_ctrl_c_on_a_celery_sweep_cancels_its_queued_jobs(tmp_path, make_sim, re
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
         led = open_ledger(ledger)
         _wait_for(lambda: len(led.list_jobs("cstop")) >= 2, 90)
-        p.send_signal(signal.SIGINT)
+        p.send_signal(signal.SIGTERM)
         out = p.communicate(timeout=60)[0]
         assert p.returncode == 130, out
         at_stop = sim.control.stats()["completion_requests"]

@@ -85,14 +85,17 @@ class JobContext:
             resp = self.provider.chat(messages, temperature=temperature, n=n, seed=seed, tools=tools, meta=meta,
                                       gen=self.gen)
         except ProviderError as e:
-            self._record_discarded(index, role, seed, n, getattr(e, "discarded", []))
+            gone = getattr(e, "discarded", [])
+            self._record_discarded(index, role, seed, n, gone)
             usage, bad = getattr(e, "usage", None), getattr(e, "usage_invalid", None)
-            self._record(CallRecord(index, role, None, usage, 0.0, e.attempts, seed, n, 0, None,
+            self._record(CallRecord(index, role, None, usage, 0.0, e.attempts - len(gone), seed, n, 0, None,
                                     {"class": e.error_class, "message": e.message}, bad is not None, bad, gen=sent))
             raise
         self._record_discarded(index, role, seed, n, resp.discarded)
+        if resp.max_tokens is not None:
+            sent["max_tokens"] = resp.max_tokens  # as sent: a profile's context_length may have lowered it
         finish = resp.choices[0].finish_reason if resp.choices else None
-        self._record(CallRecord(index, role, resp.model, resp.usage, resp.latency_s, resp.attempts, seed,
+        self._record(CallRecord(index, role, resp.model, resp.usage, resp.latency_s, resp.attempts - len(resp.discarded), seed,
                                 resp.n_requested, resp.n_returned, finish, None, resp.usage is None,
                                 resp.usage_invalid, gen=sent, finish_reasons=[c.finish_reason for c in resp.choices]))
         if not resp.choices:
@@ -100,11 +103,12 @@ class JobContext:
         return resp
 
     def _record_discarded(self, index: int, role: str, seed: int, n: int, discarded: list[dict[str, Any]]) -> None:
-        # A 2xx response that was discarded (malformed) and retried was still billed: it is a call of its own,
-        # at the same index, with whatever usage it carried.
+        # A 2xx response that was discarded (malformed) and retried was still billed: it is a call of its own
+        # (one attempt, error class "discarded") at the same index; the call's own record counts the other attempts,
+        # so attempts summed over records = requests sent.
         for d in discarded:
             self._record(CallRecord(index, role, None, d["usage"], 0.0, 1, seed, n, 0, None,
-                                    {"class": "transient", "message": f"billed response discarded: {d['message']}"},
+                                    {"class": "discarded", "message": f"billed response discarded: {d['message']}"},
                                     d["usage"] is None, d["usage_invalid"]))
 
     def _record(self, rec: CallRecord) -> None:

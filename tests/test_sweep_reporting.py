@@ -1,0 +1,73 @@
+"""What the sweep and `ept status` say about failures: jobs a new session is retrying are not "failed",
+deterministic failures are not suggested for `ept retry`, strategy losses are counted apart, and failed
+connection attempts are not calls."""
+
+from __future__ import annotations
+
+import io
+import time
+from datetime import UTC, datetime
+
+from rich.console import Console
+
+from contracts.jobs import Job
+from contracts.ledger import open_ledger
+from contracts.records import CallRecord, JobResult, Outcome
+from coordinator.status import failed_jobs, run_status
+from coordinator.sweep import SweepOutcome, Tally, print_summary
+
+TASK = {"task_id": "math-001", "family": "math", "prompt": "1+1", "reference": "2", "grader": {"type": "numeric"}}
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_status_counts_failures_from_before_the_latest_session_as_retrying(tmp_path):
+    led = open_ledger(tmp_path / "ledger")
+    jobs = [Job("st", {**TASK, "task_id": f"math-{i:03d}"}, "greedy", 1) for i in range(3)]
+    t0 = time.time() - 100
+    led.put_failure("st", jobs[0].key, {"job": jobs[0].to_dict(), "class": "unreachable", "message": "refused",
+                                        "at": t0})  # fmt: skip
+    led.put_manifest("st", {"n_jobs": 3, "sessions": [{"started_at": _iso(t0 - 10)}]})
+    st = run_status(led, "st")
+    assert st.failed == {"unreachable": 1} and st.retrying == 0  # one session: the failure is current
+    # A second session started after that failure: it queued the job again.
+    led.put_manifest("st", {"n_jobs": 3, "sessions": [{"started_at": _iso(t0 - 10)}, {"started_at": _iso(t0 + 50)}]})
+    st = run_status(led, "st")
+    assert st.failed == {} and st.retrying == 1 and st.pending == 3
+    assert [j.key for j in failed_jobs(st)] == [jobs[0].key]  # `ept retry` still finds it
+    # It failed again in that session: failed once more.
+    led.put_failure("st", jobs[0].key, {"job": jobs[0].to_dict(), "class": "unreachable", "message": "refused",
+                                        "at": t0 + 60})  # fmt: skip
+    st = run_status(led, "st")
+    assert st.failed == {"unreachable": 1} and st.retrying == 0
+
+
+def _summary(tally: Tally) -> str:
+    buf = io.StringIO()
+    out = SweepOutcome(run_id="r", ledger_url="L", run_url="L/runs/r", n_jobs=tally.total, already_done=0,
+                       tally=tally, elapsed_s=1.0, completed=True)  # fmt: skip
+    print_summary(out, Console(file=buf, width=300, color_system=None))
+    return buf.getvalue()
+
+
+def test_summary_suggests_retry_only_for_failures_a_retry_can_fix_and_counts_losses_apart():
+    t = Tally(total=4)
+    t.add({"key": "a", "status": "done", "calls": 2, "tokens": 10, "lost": "context_overflow"})
+    t.add({"key": "b", "status": "failed", "class": "permanent", "message": "400 rejected", "calls": 1})
+    text = _summary(t)
+    assert "1 job(s) failed for a reason of the strategy on the task (context_overflow 1)" in text
+    assert "ept retry" not in text.split("permanent failures repeat")[0].split("failed jobs by error class")[-1]
+    assert "permanent failures repeat" in text
+    t.add({"key": "c", "status": "failed", "class": "rate_limit", "message": "429", "calls": 1})
+    text = _summary(t)
+    assert "ept retry r --ledger L (rate_limit)" in text
+
+
+def test_failed_connects_are_attempts_not_calls():
+    ok = CallRecord(0, "sample", "m", {"prompt_tokens": 3, "completion_tokens": 4}, 0.1, 1)
+    refused = CallRecord(1, "sample", None, None, 0.0, 4, error={"class": "unreachable", "message": "refused"})
+    rejected = CallRecord(2, "sample", None, None, 0.0, 1, error={"class": "permanent", "message": "400"})
+    res = JobResult(Job("r", TASK, "majority", 3), [ok, refused, rejected], Outcome(None, None, None))
+    assert res.sent_calls == 2 and res.tokens == 7
