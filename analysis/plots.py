@@ -163,6 +163,8 @@ def bars_figure(rows: Sequence[Row], key: str, title: str, ylabel: str, *, n: in
     bars in the given order; more: horizontal bars of the n highest and n lowest, sorted."""
     plt = _plt()
     have = [r for r in rows if _num(r.get(key))]
+    if len(have) < len(rows):  # e.g. unresolved token steps: say so rather than look like a short list
+        title += f" ({len(rows) - len(have)} of {len(rows)} rows without a value)"
     if len(have) <= MANY_ARMS:
         fig, ax = plt.subplots(figsize=(width, 4.2), dpi=110)
         if not have:

@@ -95,7 +95,14 @@ def _frontier(tokens: np.ndarray, elo: np.ndarray) -> np.ndarray:
 def frontier_probability(elo_samples: np.ndarray, tokens_samples: np.ndarray) -> np.ndarray:
     """Share of bootstrap rounds in which each arm is on that round's frontier ([K]); rounds where an arm's
     Elo or tokens are NaN count as off."""
-    return _frontier(np.asarray(tokens_samples, dtype=float), np.asarray(elo_samples, dtype=float)).mean(axis=0)
+    tok, elo = np.asarray(tokens_samples, dtype=float), np.asarray(elo_samples, dtype=float)
+    # _frontier compares every pair of arms: [rounds, K, K] booleans. Chunks of rounds keep that near 32M
+    # booleans per temporary for many arms (1,000 arms x 200 rounds would be 200M each); same result.
+    step = max(1, 2**25 // max(1, tok.shape[-1]) ** 2)
+    if tok.ndim < 2 or tok.shape[0] <= step:
+        return _frontier(tok, elo).mean(axis=0)
+    on = [_frontier(tok[i : i + step], elo[i : i + step]) for i in range(0, tok.shape[0], step)]
+    return np.concatenate(on).mean(axis=0)
 
 
 def _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev):
