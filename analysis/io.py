@@ -30,16 +30,16 @@ KINDS = ("call", "outcome", "judgment")
 WINNERS = {"a": "A", "b": "B", "tie": "tie"}
 DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz", ".parquet")
 
-# The two counts every cost figure uses, plus the breakdown kept as returned (OpenAI's details objects,
-# Anthropic's cache fields): reasoning vs visible output, cached vs fresh input.
-_USAGE = pl.Struct({
-    "prompt_tokens": pl.Int64,
-    "completion_tokens": pl.Int64,
+# The usage breakdown kept as returned (OpenAI's details objects, Anthropic's cache fields): reasoning vs
+# visible output, cached vs fresh input. Segments (analysis.segments) store the same fields, so both use this.
+USAGE_BREAKDOWN: dict[str, pl.DataType] = {
     "prompt_tokens_details": pl.Struct({"cached_tokens": pl.Int64}),
     "completion_tokens_details": pl.Struct({"reasoning_tokens": pl.Int64}),
-    "cache_read_input_tokens": pl.Int64,
-    "cache_creation_input_tokens": pl.Int64,
-})  # fmt: skip
+    "cache_read_input_tokens": pl.Int64(),
+    "cache_creation_input_tokens": pl.Int64(),
+}
+# The two counts every cost figure uses, plus the breakdown.
+_USAGE = pl.Struct({"prompt_tokens": pl.Int64, "completion_tokens": pl.Int64, **USAGE_BREAKDOWN})
 _CLASS = pl.Struct({"class": pl.String})
 
 # Every field analysis uses; anything else on a line is ignored (extra fields are allowed).

@@ -36,22 +36,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from analysis.io import USAGE_BREAKDOWN
 from contracts.errors import InputError
 from contracts.ledger import JOB_SUFFIX
 
 COMPACT_DIR = "compact/"
 _PART = re.compile(r"^compact/part-(\d{5,})\.(parquet|keys)$")
 
-_USAGE = pl.Struct({
-    "prompt_tokens": pl.Int64,
-    "completion_tokens": pl.Int64,
-    "total_tokens": pl.Int64,
-    # the breakdown analysis splits tokens by (analysis.io._USAGE): reasoning vs visible, cached vs fresh input
-    "prompt_tokens_details": pl.Struct({"cached_tokens": pl.Int64}),
-    "completion_tokens_details": pl.Struct({"reasoning_tokens": pl.Int64}),
-    "cache_read_input_tokens": pl.Int64,
-    "cache_creation_input_tokens": pl.Int64,
-})  # fmt: skip
+# The counts, the provider's total, and the breakdown analysis splits tokens by (the one definition in io).
+_USAGE = pl.Struct(
+    {"prompt_tokens": pl.Int64, "completion_tokens": pl.Int64, "total_tokens": pl.Int64, **USAGE_BREAKDOWN}
+)
 
 # What a segment keeps of each record (contracts/records.py): every field analysis reads, plus the call and
 # outcome details worth querying. Object-valued fields (error, grader) keep their JSON text. Anything else
