@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
 from elo_per_token.contracts.jobs import derive_seed
 from elo_per_token.contracts.secrets import mask
 from elo_per_token.simulator.config import SimConfig, apply_updates, make_config

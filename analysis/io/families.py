@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import polars as pl
+
 from elo_per_token.analysis.io.recovery import line_of
 from elo_per_token.contracts.errors import InputError
 

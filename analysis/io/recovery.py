@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import polars as pl
+
 from elo_per_token.analysis.io.scan import _scan_parquet
 from elo_per_token.analysis.io.schema import _SUSPECT_MSG, RAW_SCHEMA, BadLine, _normalise, _type_problem
 from elo_per_token.analysis.io.sources import _open_text, storage_options

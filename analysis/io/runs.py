@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+
 from elo_per_token.analysis.io.recovery import _settle_flagged, _slow_read
 from elo_per_token.analysis.io.scan import _scan_parquet
 from elo_per_token.analysis.io.schema import RAW_SCHEMA, RECORD_SCHEMA, BadLine, _normalise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import polars as pl
+
 from elo_per_token.analysis.io.schema import _CLASS, _USAGE, RAW_SCHEMA, _normalise
 from elo_per_token.analysis.io.sources import storage_options
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
+
 from elo_per_token.contracts.errors import InputError
 
 KINDS = ("call", "outcome", "judgment")
