@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from contracts.jobs import CeleryJobContext
+from elo_per_token.contracts.jobs import CeleryJobContext
 
 
 def test_an_ordinary_job_sends_the_four_keys_it_always_did():
