@@ -256,6 +256,8 @@ def _auth(state: SimState, request: web.Request, anthropic: bool) -> web.Respons
 
 async def models(request: web.Request) -> web.Response:
     state = request.app[STATE]
+    if not state.config.serve_models:
+        return await not_found(request)
     state.stats["by_route"]["models"] += 1
     denied = _auth(state, request, anthropic="anthropic-version" in request.headers)
     if denied:

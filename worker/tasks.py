@@ -23,12 +23,12 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from contracts.errors import RETRYABLE
 from contracts.jobs import Job
 from contracts.ledger import Ledger, open_ledger
 from contracts.records import JobResult
 from contracts.secrets import scrub
 
-RETRYABLE = ("transient", "rate_limit", "unreachable")
 TASK_NAME = "ept.run_job"
 
 
