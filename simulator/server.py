@@ -404,7 +404,8 @@ async def _complete(request: web.Request, anthropic: bool, responses: bool = Fal
     if fault == "context_length" and not cfg.context_length:
         return done(_context_error(2048, 2100, None, anthropic))
     if fault == "hang":
-        assert state.stopping is not None
+        if state.stopping is None:  # set by on_startup; an explicit check because `python -O` strips asserts
+            raise RuntimeError("simulator: a request arrived before the app's startup hook ran")
         # sleep past the client's timeout, but wake up when the server stops
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(state.stopping.wait(), cfg.hang_s)
