@@ -23,12 +23,12 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from elo_per_token.contracts.errors import RETRYABLE
 from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict, Job
 from elo_per_token.contracts.ledger import Ledger, open_ledger
 from elo_per_token.contracts.records import JobResult
 from elo_per_token.contracts.secrets import scrub
 
-RETRYABLE = ("transient", "rate_limit", "unreachable")
 TASK_NAME = "ept.run_job"
 
 
