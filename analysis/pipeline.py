@@ -1,8 +1,12 @@
 """`analyze(...)`: call logs and outcomes in, an AnalysisResult out (no printing, no files).
 
-Steps: read and validate records -> check arms -> tokens per (task, arm) -> within-task comparisons
--> per-family Bradley-Terry, weighted merge, anchored Elo -> bootstrap over tasks -> returns tables,
-per-family view, frontier and heterogeneity warnings. Reports, plots and the HTML report consume the result.
+Stages, each a function that takes data and returns data (analyze runs them in this order):
+read (analysis.io.read_records, split_records: cross-line checks, records by kind) -> build_comparisons
+(tokens per (task, arm), within-task comparisons) -> select_arms (measured tokens and comparisons, cheapest
+first, the anchor) -> build_design (analysed comparisons, tasks, family weights, PairData) -> fit_once (each
+family's Bradley-Terry fit, once; weighted merge, anchored Elo) -> intervals (bootstrap over tasks, from the
+same fits) -> make_tables (returns tables, per family, per arm, cost) -> collect_warnings. Option checks are
+AnalysisOptions.validate. Reports, plots and the HTML report consume the result.
 """
 
 from __future__ import annotations
