@@ -10,7 +10,7 @@ from contracts.jobs import Job
 from contracts.records import JobResult, Outcome
 from contracts.secrets import scrub
 from egress.client import ProviderClient, ProviderError
-from worker.graders import grade
+from worker.graders import grade, grader_for
 from worker.strategies import StrategyResult, get_strategy
 from worker.strategies.base import DEFAULT_CONCURRENCY, JobContext
 
@@ -31,7 +31,7 @@ def run_job(job: Job, provider: ProviderClient, *, concurrency: int = DEFAULT_CO
     """
     strategy = get_strategy(job.strategy)
     strategy.check(job)
-    if job.task["grader"]["type"] == "code":
+    if grader_for(job.task).needs_sandbox:
         _require_sandbox()
     ctx = JobContext(job, provider, concurrency)
     started = time.time()
@@ -59,7 +59,7 @@ def is_strategy_failure(error_class: str, spent_tokens: bool) -> bool:
 
 
 def _require_sandbox() -> None:
-    # Code is graded here unless a grader queue takes it; refuse before spending tokens if we cannot sandbox.
+    # Candidate code is graded here unless a grader queue takes it; refuse before spending tokens if we cannot sandbox.
     from worker.graders.remote import grade_queue
     from worker.sandbox import bwrap
 

@@ -8,7 +8,7 @@ Ties go to the most common answer among the tied candidates, then the lowest sam
 
 from __future__ import annotations
 
-from worker.graders.code import grade_code
+from worker.graders import grader_for
 from worker.strategies.base import (
     SAMPLE_TEMPERATURE,
     JobContext,
@@ -25,17 +25,18 @@ def run(ctx: JobContext) -> StrategyResult:
     n, task = ctx.job.budget_n, ctx.task
     cands = sample(ctx, 0, n, SAMPLE_TEMPERATURE)
     mode = STRATEGY.param(ctx.job, "verifier")
-    has_tests = task["grader"]["type"] == "code" and bool(task.get("visible_tests") or task.get("tests"))
-    if mode == "auto" or (mode == "tests" and not has_tests):  # only code tasks have tests to run
+    run_tests = grader_for(task).run_tests
+    has_tests = run_tests is not None and bool(task.get("visible_tests") or task.get("tests"))
+    if mode == "auto" or (mode == "tests" and not has_tests):  # only tasks whose grader runs tests have tests
         mode = "tests" if has_tests and task.get("visible_tests") else "llm"
-    if mode == "tests":
+    if mode == "tests" and run_tests is not None:  # (has_tests says run_tests is there)
         cache: dict[str, float] = {}  # identical candidates run once
 
         def test_score(code: str | None) -> float | None:
             if code is None:
                 return None
             if code not in cache:
-                cache[code] = grade_code(code, task, tests=task.get("visible_tests") or task["tests"]).score
+                cache[code] = run_tests(task, code, task.get("visible_tests") or task["tests"])
             return cache[code]
 
         scores = ctx.map(test_score, [c.answer for c in cands])
