@@ -11,12 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from worker.graders import basic, bfcl, code, mathverify, tool
-from worker.graders.registry import GRADERS, Grader, GradeResult, grader_for, register
+from worker.graders.registry import GRADERS, Grader, GradeResult, grader_for, register, register_module
 
 _MODULES = (basic, mathverify, code, tool, bfcl)
 for _m in _MODULES:
-    for _g in _m.GRADERS:
-        register(_g)
+    register_module(_m)
 
 __all__ = ["GRADERS", "GradeResult", "Grader", "final_answer", "grade", "grader_for", "register"]
 

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Protocol
 
 from contracts.graders import GraderSchema, OptionCheck, no_options, register_schema, unregister_schema
 from worker.graders.extract import extract_answer, normalise
 
-__all__ = ["GRADERS", "Answered", "GradeResult", "Grader", "get_grader", "grader_for", "register", "unregister"]
+__all__ = ["GRADERS", "Answered", "GradeResult", "Grader", "get_grader", "grader_for", "register",
+           "register_module", "unregister"]
 
 
 @dataclass
@@ -90,6 +92,12 @@ def register(grader: Grader) -> Grader:
     register_schema(grader.schema)
     GRADERS[grader.name] = grader
     return grader
+
+
+def register_module(module: ModuleType) -> None:
+    """Register every entry of a grader module's `GRADERS` (what listing it in `_MODULES` does)."""
+    for g in module.GRADERS:
+        register(g)
 
 
 def unregister(name: str) -> None:
