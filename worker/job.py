@@ -30,10 +30,10 @@ def run_job(job: Job, provider: ProviderClient, *, concurrency: int = DEFAULT_CO
     is made.
     """
     strategy = get_strategy(job.strategy)
-    strategy.check(job)
+    params = strategy.check(job)  # validated once, before any call; the strategy reads them from ctx
     if grader_for(job.task).needs_sandbox:
         _require_sandbox()
-    ctx = JobContext(job, provider, concurrency)
+    ctx = JobContext(job, provider, concurrency, params)
     started = time.time()
     try:
         result = strategy.run(ctx)

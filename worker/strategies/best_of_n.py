@@ -8,6 +8,9 @@ Ties go to the most common answer among the tied candidates, then the lowest sam
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 from worker.graders import grader_for
 from worker.strategies.base import (
     SAMPLE_TEMPERATURE,
@@ -21,10 +24,15 @@ from worker.strategies.base import (
 from worker.strategies.majority import vote
 
 
+@dataclass(frozen=True)
+class BestOfNParams:
+    verifier: Literal["auto", "llm", "tests"] = "auto"
+
+
 def run(ctx: JobContext) -> StrategyResult:
     n, task = ctx.job.budget_n, ctx.task
     cands = sample(ctx, 0, n, SAMPLE_TEMPERATURE)
-    mode = STRATEGY.param(ctx.job, "verifier")
+    mode: str = STRATEGY.params_of(ctx).verifier
     run_tests = grader_for(task).run_tests
     has_tests = run_tests is not None and bool(task.get("visible_tests") or task.get("tests"))
     if mode == "auto" or (mode == "tests" and not has_tests):  # only tasks whose grader runs tests have tests
@@ -53,7 +61,7 @@ def run(ctx: JobContext) -> StrategyResult:
     return StrategyResult(chosen, {"verifier": mode, "scores": scores, "chosen_index": chosen.index})
 
 
-STRATEGY = Strategy(
+STRATEGY: Strategy[BestOfNParams] = Strategy(
     "best_of_n", run, budget_meaning="samples n (plus one verifier call per sample with the llm verifier)",
-    params={"verifier": "auto"}, param_choices={"verifier": ("auto", "llm", "tests")}, description="n samples at T=0.7, rerank by verifier score",
+    params=BestOfNParams, description="n samples at T=0.7, rerank by verifier score",
 )
