@@ -17,8 +17,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-import analysis.bootstrap
-import analysis.bt
+from elo_per_token import analysis
 from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 
 ROOT = Path(__file__).resolve().parent.parent
