@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from analysis.bootstrap import OutcomeGroups, PairData
+from elo_per_token.analysis.bootstrap import OutcomeGroups, PairData
 
 __all__ = ["pair_data"]
 

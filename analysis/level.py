@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from contracts.errors import InputError
+from elo_per_token.contracts.errors import InputError
 
 __all__ = ["LevelError", "check_level"]
 

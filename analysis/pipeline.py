@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
-from analysis.breakdown import arm_breakdown, cost_arrays, parse_prices
-from analysis.io import BadLine, Records, line_of, read_records
-from analysis.level import check_level
-from analysis.pairs import build_pairs, implied_pair_rows, outcome_groups
-from analysis.tokens import arm_tokens, judge_tokens, strategy_calls, task_tokens
-from contracts.errors import InputError
-from contracts.records import JUDGE_STRATEGY
+from elo_per_token.analysis.breakdown import arm_breakdown, cost_arrays, parse_prices
+from elo_per_token.analysis.io import BadLine, Records, line_of, read_records
+from elo_per_token.analysis.level import check_level
+from elo_per_token.analysis.pairs import build_pairs, implied_pair_rows, outcome_groups
+from elo_per_token.analysis.tokens import arm_tokens, judge_tokens, strategy_calls, task_tokens
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.records import JUDGE_STRATEGY
 
 if TYPE_CHECKING:
-    from analysis.bootstrap import BootstrapResult, FamilyPoint, PairData
+    from elo_per_token.analysis.bootstrap import BootstrapResult, FamilyPoint, PairData
 
 # Above this many outcome comparison rows, outcomes are kept grouped by score level instead (memory: a
 # 200-arm grid with 300 tasks is 9M rows, a 1,000-arm one 225M). Below it, one row per comparison.
@@ -71,7 +71,7 @@ class AnalysisOptions:
     @property
     def l2_value(self) -> float:
         """The ridge penalty the fits use: the option, or the default prior."""
-        from analysis.bt import prior_l2
+        from elo_per_token.analysis.bt import prior_l2
 
         return prior_l2() if self.l2 is None else float(self.l2)
 
@@ -161,7 +161,7 @@ class AnalysisResult:
 def versions() -> dict[str, str]:
     import scipy
 
-    from ept import __version__
+    from elo_per_token.ept import __version__
 
     return {
         "elo_per_token": __version__,
@@ -473,7 +473,7 @@ def select_arms(inp: Inputs, comp: Comparisons, opt: AnalysisOptions) -> ArmSele
 def build_design(inp: Inputs, comp: Comparisons, sel: ArmSelection, opt: AnalysisOptions) -> Design:
     """The analysed arms' comparisons and tasks, the family weights (small families left out) and the
     PairData every fit reads."""
-    from analysis.merge import parse_weights
+    from elo_per_token.analysis.merge import parse_weights
 
     arms = sel.arms
     pairs = comp.pairs.filter(pl.col("winner").is_in(arms) & pl.col("loser").is_in(arms))
@@ -530,7 +530,7 @@ def _pair_data(
     drop_ties: bool,
 ) -> PairData:
     """Labels -> indices (task by task_id, arm by arm_idx); analysis.design.pair_data does the rest."""
-    from analysis.design import pair_data
+    from elo_per_token.analysis.design import pair_data
 
     t_of = tasks.select("task_id", pl.col("t").cast(pl.Int64).alias("task"))
 
@@ -580,7 +580,7 @@ def _small_families(
 def fit_once(design: Design, sel: ArmSelection, opt: AnalysisOptions) -> PointFit:
     """Each family's Bradley-Terry fit, ONCE (analysis.bootstrap.fit_families); the merged point estimate
     and the fit diagnostics both come from it, and the bootstrap reuses it."""
-    from analysis.bootstrap import fit_families, point_estimate, tokens_unweighted
+    from elo_per_token.analysis.bootstrap import fit_families, point_estimate, tokens_unweighted
 
     data, arms = design.data, sel.arms
     family_fits = fit_families(data, l2=opt.l2_value)
@@ -625,7 +625,7 @@ def intervals(
     progress: Callable[[int], None] | None = None,
 ) -> Intervals:
     """Bootstrap rounds over tasks (none when opt.rounds == 0), stretched from the point fits."""
-    from analysis.bootstrap import bootstrap
+    from elo_per_token.analysis.bootstrap import bootstrap
 
     if opt.rounds <= 0:
         return Intervals(boot=None, warnings=[])
@@ -642,7 +642,7 @@ def make_tables(
     inp: Inputs, sel: ArmSelection, design: Design, point: PointFit, iv: Intervals, opt: AnalysisOptions
 ) -> Tables:
     """The returns table (and over cost when priced), per strategy, vs the frontier, per family, per arm."""
-    from analysis.returns import frontier_steps_table, per_strategy_table, returns_table
+    from elo_per_token.analysis.returns import frontier_steps_table, per_strategy_table, returns_table
 
     arms, elo, tok, elo_s, tok_s = sel.arms, point.elo, point.tokens, iv.elo, iv.tokens
     strategies = sel.info["strategy"].to_list()
@@ -673,7 +673,7 @@ def make_tables(
 
 
 def _per_family_table(design: Design, arms: list[str], per_family_theta: dict[str, np.ndarray]) -> pl.DataFrame:
-    from analysis.merge import ELO_BASE, ELO_SCALE
+    from elo_per_token.analysis.merge import ELO_BASE, ELO_SCALE
 
     rows = []
     for f in design.families:
@@ -706,7 +706,7 @@ def collect_warnings(
     opt: AnalysisOptions,
 ) -> list[str]:
     """Every stage's warnings in pipeline order, then those read off the tables; skipped lines first."""
-    from analysis.returns import family_heterogeneity
+    from elo_per_token.analysis.returns import family_heterogeneity
 
     warnings = comp.warnings + sel.warnings + design.warnings + point.warnings + iv.warnings
     warnings += _task_set_warnings(tables.breakdown)

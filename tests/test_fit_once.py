@@ -19,7 +19,7 @@ import pytest
 
 import analysis.bootstrap
 import analysis.bt
-from analysis.pipeline import AnalysisOptions, analyze
+from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = str(ROOT / "examples" / "logs")
@@ -87,7 +87,7 @@ def test_point_fits_passed_in_give_the_same_numbers(counted: dict[str, list]) ->
     """point_estimate/bootstrap with fits= (what analyze does) equal their own-fitting form, without refitting."""
     from test_bootstrap import _data  # the bootstrap tests' synthetic two-family data
 
-    from analysis.bootstrap import bootstrap, fit_families, point_estimate
+    from elo_per_token.analysis.bootstrap import bootstrap, fit_families, point_estimate
 
     data = _data(np.random.default_rng(5), np.array([[0.0, 0.3, 0.8], [0.0, 0.5, 0.2]]), 40, reps=1)
     w = np.array([0.5, 0.5])
@@ -105,7 +105,7 @@ def test_point_fits_passed_in_give_the_same_numbers(counted: dict[str, list]) ->
 def test_compare_fits_each_family_once(counted: dict[str, list]) -> None:
     from test_compare import make_run
 
-    from analysis.compare import FailRule, compare_runs
+    from elo_per_token.analysis.compare import FailRule, compare_runs
 
     res = compare_runs(make_run(1, n_tasks=40), make_run(2, n_tasks=40), rule=FailRule(), rounds=50, seed=0)
     assert len(counted["single"]) == len(res.families) == 2
