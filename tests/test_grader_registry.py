@@ -14,15 +14,15 @@ from types import ModuleType
 import pytest
 from fixtures_sim import SIM_KEY
 
-from contracts import graders as schemas
-from contracts.errors import InputError
-from contracts.jobs import Job
-from contracts.tasks import load_suite
-from egress.client import ProviderClient
-from simulator.brain import TaskBrain
-from worker import graders
-from worker.graders.registry import GRADERS, register_module, unregister
-from worker.job import run_job
+from elo_per_token.contracts import graders as schemas
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.tasks import load_suite
+from elo_per_token.egress.client import ProviderClient
+from elo_per_token.simulator.brain import TaskBrain
+from elo_per_token.worker import graders
+from elo_per_token.worker.graders.registry import GRADERS, register_module, unregister
+from elo_per_token.worker.job import run_job
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,16 +11,16 @@ from typing import Literal
 import pytest
 from fixtures_sim import SIM_KEY
 
-from contracts.errors import InputError
-from contracts.jobs import Job
-from contracts.tasks import load_builtin_suite
-from egress.client import ProviderClient
-from egress.profiles import Profile
-from worker.job import run_job
-from worker.strategies import STRATEGIES, Strategy, StrategyResult
-from worker.strategies.base import MAX_INT_PARAM, JobContext, NoParams
-from worker.strategies.best_of_n import BestOfNParams
-from worker.strategies.tree_search import TreeSearchParams, level_sizes
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.tasks import load_builtin_suite
+from elo_per_token.egress.client import ProviderClient
+from elo_per_token.egress.profiles import Profile
+from elo_per_token.worker.job import run_job
+from elo_per_token.worker.strategies import STRATEGIES, Strategy, StrategyResult
+from elo_per_token.worker.strategies.base import MAX_INT_PARAM, JobContext, NoParams
+from elo_per_token.worker.strategies.best_of_n import BestOfNParams
+from elo_per_token.worker.strategies.tree_search import TreeSearchParams, level_sizes
 
 TASK = {"task_id": "t", "family": "f"}
 

@@ -10,8 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.graders import basic, bfcl, code, mathverify, tool
-from worker.graders.registry import GRADERS, Grader, GradeResult, grader_for, register, register_module
+from elo_per_token.worker.graders import basic, bfcl, code, mathverify, tool
+from elo_per_token.worker.graders.registry import (
+    GRADERS,
+    Grader,
+    GradeResult,
+    grader_for,
+    register,
+    register_module,
+)
 
 _MODULES = (basic, mathverify, code, tool, bfcl)
 for _m in _MODULES:

@@ -7,9 +7,9 @@ import math
 import re
 from typing import Any
 
-from contracts.graders import check_choice, check_numeric, check_regex
-from worker.graders.extract import normalise, parse_number
-from worker.graders.registry import Answered, GradeFn, Grader, GradeResult
+from elo_per_token.contracts.graders import check_choice, check_numeric, check_regex
+from elo_per_token.worker.graders.extract import normalise, parse_number
+from elo_per_token.worker.graders.registry import Answered, GradeFn, Grader, GradeResult
 
 
 def _result(ok: bool, grader: str, **details: Any) -> GradeResult:

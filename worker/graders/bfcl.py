@@ -23,8 +23,8 @@ import threading
 import types
 from typing import Any
 
-from contracts.graders import check_bfcl
-from worker.graders.registry import Answered, Grader, GradeResult
+from elo_per_token.contracts.graders import check_bfcl
+from elo_per_token.worker.graders.registry import Answered, Grader, GradeResult
 
 MODEL_NAME = "ept-openai-fc"
 

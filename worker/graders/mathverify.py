@@ -18,10 +18,10 @@ import re
 import threading
 from typing import Any
 
-from contracts.graders import check_math
-from worker.graders.basic import GradeResult, grade_numeric
-from worker.graders.extract import boxed, extract_answer, parse_number
-from worker.graders.registry import Grader
+from elo_per_token.contracts.graders import check_math
+from elo_per_token.worker.graders.basic import GradeResult, grade_numeric
+from elo_per_token.worker.graders.extract import boxed, extract_answer, parse_number
+from elo_per_token.worker.graders.registry import Grader
 
 _PLAIN_NUMBER = re.compile(r"\s*\$?\s*[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?\s*")
 

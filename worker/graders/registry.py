@@ -28,8 +28,14 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Protocol
 
-from contracts.graders import GraderSchema, OptionCheck, no_options, register_schema, unregister_schema
-from worker.graders.extract import extract_answer, normalise
+from elo_per_token.contracts.graders import (
+    GraderSchema,
+    OptionCheck,
+    no_options,
+    register_schema,
+    unregister_schema,
+)
+from elo_per_token.worker.graders.extract import extract_answer, normalise
 
 __all__ = ["GRADERS", "Answered", "GradeResult", "Grader", "get_grader", "grader_for", "register",
            "register_module", "unregister"]

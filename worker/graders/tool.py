@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from contracts.graders import check_tool
-from worker.graders.basic import BASIC, GradeResult, normalise, number_key
-from worker.graders.extract import extract_answer
-from worker.graders.registry import Answered, Grader
+from elo_per_token.contracts.graders import check_tool
+from elo_per_token.worker.graders.basic import BASIC, GradeResult, normalise, number_key
+from elo_per_token.worker.graders.extract import extract_answer
+from elo_per_token.worker.graders.registry import Answered, Grader
 
 
 def _args(a: Any) -> dict[str, Any]:

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from functools import cached_property
 from typing import Any, Generic, Literal, TypeVar, get_args, get_origin, get_type_hints
 
-from contracts import generation
-from contracts.errors import InputError
-from contracts.jobs import Job, derive_seed
-from contracts.prompts import parse_score, solve_messages, verify_messages
-from contracts.records import CallRecord
-from egress.client import ChatResponse, ProviderClient, ProviderError
-from worker.graders import final_answer
-from worker.tools import execute_tool
+from elo_per_token.contracts import generation
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.jobs import Job, derive_seed
+from elo_per_token.contracts.prompts import parse_score, solve_messages, verify_messages
+from elo_per_token.contracts.records import CallRecord
+from elo_per_token.egress.client import ChatResponse, ProviderClient, ProviderError
+from elo_per_token.worker.graders import final_answer
+from elo_per_token.worker.tools import execute_tool
 
 T = TypeVar("T")
 R = TypeVar("R")

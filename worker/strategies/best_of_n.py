@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from worker.graders import grader_for
-from worker.strategies.base import (
+from elo_per_token.worker.graders import grader_for
+from elo_per_token.worker.strategies.base import (
     SAMPLE_TEMPERATURE,
     JobContext,
     Strategy,
@@ -21,7 +21,7 @@ from worker.strategies.base import (
     sample,
     sample_stride,
 )
-from worker.strategies.majority import vote
+from elo_per_token.worker.strategies.majority import vote
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from worker.graders import grader_for
-from worker.strategies.base import SAMPLE_TEMPERATURE, Candidate, JobContext, Strategy, StrategyResult, sample
+from elo_per_token.worker.graders import grader_for
+from elo_per_token.worker.strategies.base import (
+    SAMPLE_TEMPERATURE,
+    Candidate,
+    JobContext,
+    Strategy,
+    StrategyResult,
+    sample,
+)
 
 
 def vote(task: dict[str, Any], cands: list[Candidate]) -> tuple[Candidate | None, dict[str, Any]]:
