@@ -12,7 +12,7 @@ suites_app = typer.Typer(help="Task suites: list, show, validate; strategy accur
 def _register_graders() -> None:
     """Graders added in worker/graders/ bring their option checks to suite validation when the registry is
     imported (contracts/graders.py says why validation cannot import it itself)."""
-    import worker.graders  # noqa: F401
+    import elo_per_token.worker.graders  # noqa: F401
 
 
 @suites_app.command("list")
