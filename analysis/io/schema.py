@@ -1,9 +1,10 @@
 """The record schemas and the validation rules, in their two forms side by side.
 
-`_normalise` is the polars form: expressions over a scanned frame that flag the first problem of each
-row (the fast path). `_type_problem` is its Python mirror for the JSON types polars cannot see once a
-value is in a String column, used line by line on the error path (analysis.io.recovery). The two must
-accept the same lines and blame the same field; tests/test_io_schema_agree.py checks that they do.
+`_normalise` (rules in `_checks`) is the polars form: expressions over a scanned frame that flag the first
+problem of each row (the fast path). `_type_problem` is its Python mirror for JSON types, used line by line
+on the error path (analysis.io.recovery): it names the field of a value polars would refuse (polars names
+no field), and catches ids of another JSON type, which polars reads as their text. The two must accept the
+same lines and blame the same field; tests/test_io_schema_agree.py checks that they do.
 """
 
 from __future__ import annotations
