@@ -9,8 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from contracts.jobs import CeleryJobContext
+from elo_per_token.contracts.jobs import CeleryJobContext
 
 
 def test_an_ordinary_job_sends_the_four_keys_it_always_did():
