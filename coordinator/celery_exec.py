@@ -39,9 +39,10 @@ def _first_contact(fn: Callable[[], Any], app: Any) -> None:
     """The first broker round trip: a broker that is down, unreachable or refuses the password is a setup
     problem, reported as an exit-2 error naming the (masked) URL, not a redis traceback."""
     import redis.exceptions
+    from kombu.exceptions import OperationalError
+
     from elo_per_token.contracts.errors import InputError
     from elo_per_token.contracts.secrets import mask_url
-    from kombu.exceptions import OperationalError
 
     try:
         fn()

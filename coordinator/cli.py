@@ -78,11 +78,12 @@ def status(
     """Progress of a running or finished run, read from the ledger."""
     import json
 
+    from rich.markup import escape
+    from rich.table import Table
+
     from elo_per_token.analysis.report import make_console
     from elo_per_token.contracts.secrets import mask_url
     from elo_per_token.coordinator.status import run_status
-    from rich.markup import escape
-    from rich.table import Table
 
     led, run_id = _ledger_and_run(run, ledger)
     st = run_status(led, run_id)

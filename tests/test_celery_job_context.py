@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from elo_per_token.contracts.jobs import CeleryJobContext
 
 

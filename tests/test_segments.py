@@ -14,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
 from elo_per_token.analysis.io import RunSource, read_records, read_run
 from elo_per_token.analysis.segments import compact_run, segment_state
 from elo_per_token.contracts.ledger import FileLedger, open_ledger
@@ -373,7 +374,8 @@ def test_successful_job_costs_one_conditional_put(s3_bucket):
     led.client.meta.events.register("before-parameter-build.s3.*", lambda model, **_: sent.append(model.name))
 
     def run(job, _provider):
-        return JobResult(job, [CallRecord(0, "sample", "m", {"prompt_tokens": 3, "completion_tokens": 4}, 0.1, 1)],
+        return JobResult(job, [CallRecord(call_index=0, role="sample", model="m",
+                                          usage={"prompt_tokens": 3, "completion_tokens": 4}, latency_s=0.1, attempts=1)],
                          Outcome("a", 1.0, True), 1.0, 2.0)  # fmt: skip
 
     task = {"task_id": "math-1", "family": "math", "prompt": "p", "reference": "1"}
@@ -400,12 +402,13 @@ def test_compaction_during_a_celery_sweep_to_s3_loses_and_duplicates_nothing(tmp
     segments equals the run read from its objects, and the sweep's own token count."""
     import uuid
 
-    from elo_per_token.coordinator.plan import parse_plan
-    from elo_per_token.coordinator.sweep import execute
-    from elo_per_token.egress.profiles import get_profile
     from fixtures_plans import plan_toml
     from fixtures_services import start_celery_workers
     from fixtures_sim import SIM_KEY
+
+    from elo_per_token.coordinator.plan import parse_plan
+    from elo_per_token.coordinator.sweep import execute
+    from elo_per_token.egress.profiles import get_profile
 
     sim = make_sim(api_key=SIM_KEY, latency_ms=40)
     prof = tmp_path / "profiles.toml"

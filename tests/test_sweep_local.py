@@ -12,13 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
+from fixtures_plans import plan_toml, write_plan_file
+from fixtures_sim import SIM_KEY
+
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.ledger import open_ledger
 from elo_per_token.contracts.records import CallRecord, JobResult, Outcome
 from elo_per_token.coordinator.plan import parse_plan
 from elo_per_token.coordinator.sweep import execute
-from fixtures_plans import plan_toml, write_plan_file
-from fixtures_sim import SIM_KEY
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,7 +37,8 @@ def tiny_run(job: Job, provider) -> JobResult:
                 temperature=0.7,
                 meta={"Job": job.key, "Arm": job.arm, "Role": "sample"},
             )
-            calls.append(CallRecord(i, "sample", r.model, r.usage, r.latency_s, r.attempts, seed=job.call_seed(i)))
+            calls.append(CallRecord(call_index=i, role="sample", model=r.model, usage=r.usage, latency_s=r.latency_s,
+                                    attempts=r.attempts, seed=job.call_seed(i)))
             answer = answer or (r.choices[0].text if r.choices else None)
     except ProviderError as e:
         return JobResult(job, calls, Outcome(None, None, None, error={"class": e.error_class, "message": e.message}))

@@ -23,12 +23,12 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from elo_per_token.contracts.errors import RETRYABLE
 from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict, Job
 from elo_per_token.contracts.ledger import Ledger, open_ledger
 from elo_per_token.contracts.records import JobResult
 from elo_per_token.contracts.secrets import scrub
 
-RETRYABLE = ("transient", "rate_limit", "unreachable")
 TASK_NAME = "ept.run_job"
 
 
@@ -71,7 +71,9 @@ def perform_job(
     if check_existing and ledger.has_job(job.run_id, job.key):
         return _summary(job, "skipped")
     if run is None:
-        from elo_per_token.worker.job import run_job as run
+        from elo_per_token.worker.job import run_job
+
+        run = run_job
     secrets = [api_key] if api_key else None
     cls, msg, result = "task", "", None
     attempt = 0
