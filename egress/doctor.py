@@ -1,4 +1,7 @@
-"""`ept doctor`: credential and egress checks, in the seed's order (section 6), before any evaluation.
+"""`ept doctor`: credential and egress checks before any evaluation, cheapest and most common cause first.
+
+The local checks come first and the network checks run only once they pass; each later check depends on
+fewer things going right than the one after it, so the first failure shown is usually the one to fix:
 
 1. the key variable is set and non-empty      (401s usually start here)
 2. base_url is well-formed for the protocol     (/v1 for OpenAI-compatible; none for Anthropic)

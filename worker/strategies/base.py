@@ -25,7 +25,7 @@ from worker.tools import execute_tool
 T = TypeVar("T")
 R = TypeVar("R")
 
-SAMPLE_TEMPERATURE = 0.7  # the seed's default for n > 1
+SAMPLE_TEMPERATURE = 0.7  # for n > 1 samples: diverse enough to vote or rerank; one sample is greedy (0)
 DEFAULT_CONCURRENCY = 8
 MAX_TOOL_STEPS = 4  # agent-loop turns per tool-use episode (tool calls + the final answer)
 MAX_INT_PARAM = 64  # e.g. tree depth/beam: calls grow with their product, so a plan's 10^9 must fail up front
