@@ -38,6 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from elo_per_token.analysis.merge import merge_thetas  # noqa: E402
 from fixtures_stats import (  # noqa: E402
     ELO_SCALE,
     Arm,
@@ -46,8 +47,6 @@ from fixtures_stats import (  # noqa: E402
     true_frontier,
     write_experiment,
 )
-
-from analysis.merge import merge_thetas  # noqa: E402
 
 ARMS4 = [
     Arm("greedy", 1, 0.0, 1000.0),
@@ -84,7 +83,7 @@ SCENARIOS = [
 
 def run_cli(argv: list[str]) -> int:
     """`ept ARGV` in this process; returns the exit code (stdout/stderr swallowed)."""
-    from ept.cli import main
+    from elo_per_token.ept.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -11,10 +11,9 @@ from typing import Any
 os.environ.setdefault("_RJEM_MALLOC_CONF", "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0")
 
 import typer
+from elo_per_token.contracts.errors import EXIT_BAD_INPUT, InputError
+from elo_per_token.contracts.secrets import scrub
 from rich.console import Console
-
-from contracts.errors import EXIT_BAD_INPUT, InputError
-from contracts.secrets import scrub
 
 app = typer.Typer(
     help="elo-per-token: how much quality does each extra 1k tokens of test-time compute buy?",
@@ -32,7 +31,7 @@ def _root() -> None:
 @app.command()
 def version() -> None:
     """Print the tool's version."""
-    from ept import __version__
+    from elo_per_token.ept import __version__
 
     typer.echo(__version__)
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from contracts.jobs import Job
-from worker.tasks import Claims
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.worker.tasks import Claims
 
 pytestmark = pytest.mark.services
 

@@ -21,8 +21,7 @@ import tempfile
 import threading
 
 import pytest
-
-from worker.sandbox import bwrap
+from elo_per_token.worker.sandbox import bwrap
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 UNPRIVILEGED_UID = 10001

@@ -10,9 +10,8 @@ import urllib.request
 from datetime import UTC
 
 import pytest
+from elo_per_token.egress.client import ProviderClient, ProviderError
 from fixtures_sim import SIM_KEY
-
-from egress.client import ProviderClient, ProviderError
 
 MSGS = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 6 times 7?"}]
 
@@ -226,7 +225,7 @@ def test_404_unknown_model_is_endpoint_and_names_model(sim):
 
 def test_error_class_vocabulary_is_checked_even_under_python_O():
     """ProviderError accepts only the provider's classes; the check is explicit, so `python -O` keeps it."""
-    from contracts.errors import ERROR_CLASSES, PROVIDER_ERROR_CLASSES, RETRYABLE
+    from elo_per_token.contracts.errors import ERROR_CLASSES, PROVIDER_ERROR_CLASSES, RETRYABLE
 
     assert set(PROVIDER_ERROR_CLASSES) == set(ERROR_CLASSES) - {"task"} and RETRYABLE.issubset(PROVIDER_ERROR_CLASSES)
     for cls in PROVIDER_ERROR_CLASSES:
@@ -335,7 +334,7 @@ def test_hang_past_timeout_is_transient_timeout(sim):
 
 
 def test_connection_refused_is_unreachable_and_opens_a_circuit(sim):
-    from egress.client import UNREACHABLE_CIRCUIT
+    from elo_per_token.egress.client import UNREACHABLE_CIRCUIT
 
     port = sim.port
     sim.stop()
@@ -360,7 +359,7 @@ def test_connection_refused_is_unreachable_and_opens_a_circuit(sim):
 
 def test_backoff_is_full_jitter_exponential_and_capped():
     c = ProviderClient(
-        __import__("egress.profiles", fromlist=["Profile"]).Profile(
+        __import__("elo_per_token.egress.profiles", fromlist=["Profile"]).Profile(
             name="x", protocol="openai", base_url="http://127.0.0.1:9/v1", api_key_env="X", model="m"
         ),
         api_key=SIM_KEY,
@@ -421,7 +420,7 @@ def test_retry_after_header_forms():
     from datetime import datetime, timedelta
     from email.utils import format_datetime
 
-    from egress.client import _retry_after
+    from elo_per_token.egress.client import _retry_after
 
     assert _retry_after({"retry-after": "3"}) == 3.0
     assert _retry_after({"retry-after-ms": "250", "retry-after": "1"}) == 0.25

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from contracts.jobs import Job
-from contracts.records import LINE_IDENTITY_KEYS, CallRecord, JobResult, Outcome
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.records import LINE_IDENTITY_KEYS, CallRecord, JobResult, Outcome
 
 
 def _result() -> JobResult:
