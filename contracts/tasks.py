@@ -181,7 +181,7 @@ def load_suite(path: str | Path) -> list[dict[str, Any]]:
 
 
 def _builtin_dir() -> Path:
-    spec = importlib.util.find_spec("suites")
+    spec = importlib.util.find_spec("elo_per_token.suites")
     if spec is None or not spec.submodule_search_locations:
         raise InputError("the built-in suites package is not installed")
     return Path(next(iter(spec.submodule_search_locations))) / "data"

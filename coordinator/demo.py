@@ -12,7 +12,7 @@ DEMO_KEY_ENV = "EPT_DEMO_API_KEY"
 
 
 def demo_plan_text() -> str:
-    return resources.files("coordinator").joinpath("demo_plan.toml").read_text(encoding="utf-8")
+    return resources.files(__package__).joinpath("demo_plan.toml").read_text(encoding="utf-8")
 
 
 def run_demo(out: str | Path = "./ept-out", *, tasks_per_family: int | None = None, console: Any = None) -> Any:

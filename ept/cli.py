@@ -46,24 +46,24 @@ def _register() -> None:
     if _registered:
         return
     _registered = True
-    import analysis.cli
-    import analysis.cli_report
-    import analysis.imports.cli
-    import coordinator.cli
-    import egress.cli
-    import simulator.cli
-    import suites.cli
-    import worker.cli
+    from elo_per_token.analysis import cli as analysis_cli
+    from elo_per_token.analysis import cli_report
+    from elo_per_token.analysis.imports import cli as imports_cli
+    from elo_per_token.coordinator import cli as coordinator_cli
+    from elo_per_token.egress import cli as egress_cli
+    from elo_per_token.simulator import cli as simulator_cli
+    from elo_per_token.suites import cli as suites_cli
+    from elo_per_token.worker import cli as worker_cli
 
     for mod in (
-        coordinator.cli,
-        worker.cli,
-        suites.cli,
-        analysis.cli,
-        analysis.imports.cli,
-        analysis.cli_report,
-        egress.cli,
-        simulator.cli,
+        coordinator_cli,
+        worker_cli,
+        suites_cli,
+        analysis_cli,
+        imports_cli,
+        cli_report,
+        egress_cli,
+        simulator_cli,
     ):
         mod.register(app)
 

@@ -4,7 +4,7 @@ exit code 2 — never a traceback, a hang or a half-written output.
 The generators start from VALID inputs (the hand-computed fixture run, a working plan, a working profile file,
 a working suite) and corrupt exactly one place: a field set to a value of a random type, a field dropped, a
 line replaced by junk text or bytes. Because everything else stays valid, an error must point at that place.
-The CLI runs in-process (ept_cli.main) so 50-100 examples per property stay cheap.
+The CLI runs in-process (elo_per_token.ept.cli.main) so 50-100 examples per property stay cheap.
 """
 
 from __future__ import annotations

@@ -298,7 +298,7 @@ def test_ept_simulate_command_serves_with_config(tmp_path):
         [
             sys.executable,
             "-m",
-            "elo_per_token.ept.cli",
+            "elo_per_token",
             "simulate",
             "--port",
             str(port),
