@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from elo_per_token.analysis.bt import BTFit, fit_bt_counts, mle_exists, newton_batch
 from elo_per_token.analysis.merge import merge_thetas, theta_to_elo
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+
 from elo_per_token.analysis.tokens import strategy_calls
 from elo_per_token.contracts.errors import InputError
 

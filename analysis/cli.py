@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import typer
+
 from elo_per_token.contracts.errors import InputError
 
 PATHS_HELP = (
@@ -49,10 +50,11 @@ def tokens_cmd(
 ) -> None:
     """Tokens per arm (strategy, budget): calls, prompt/completion/total tokens, tasks, tokens per task."""
     import polars as pl
+    from rich.console import Console
+
     from elo_per_token.analysis.io import TOKENS_FIELDS, read_summary
     from elo_per_token.analysis.report import make_console, print_tokens
     from elo_per_token.analysis.tokens import arm_tokens_from_groups, call_groups, judge_tokens_from_groups
-    from rich.console import Console
 
     err = Console(stderr=True)
     # Only call records count; outcome and judgment lines are still read and validated.
@@ -109,10 +111,11 @@ def analyze_cmd(
     """Elo per token: Bradley-Terry per family, weighted merge, bootstrap CIs, diminishing-returns table.
 
     With many arms the terminal tables are grouped by strategy; narrow them with --top / --arms."""
-    from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
-    from elo_per_token.analysis.report import make_console, print_report, write_outputs
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
+    from elo_per_token.analysis.report import make_console, print_report, write_outputs
 
     opts = AnalysisOptions(
         weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, l2=l2,

@@ -40,6 +40,8 @@ def compare(
     ledger: str | None = typer.Option(None, "--ledger", help="Ledger holding runs given by id; default ./ept-out/ledger."),
 ) -> None:
     """Compare two runs arm by arm; exit 1 on a regression the data supports, 2 when not comparable."""
+    from rich.table import Table
+
     from elo_per_token.analysis.compare import (
         compare_runs,
         fmt,
@@ -49,7 +51,6 @@ def compare(
         to_markdown,
     )
     from elo_per_token.analysis.report import make_console
-    from rich.table import Table
 
     rule = parse_fail_on(fail_on)  # bad flags fail before any reading
     baseline, current = resolve_run(baseline, ledger), resolve_run(current, ledger)

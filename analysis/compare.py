@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+
 from elo_per_token.contracts.errors import InputError
 
 BASE, CUR = "baseline", "current"

@@ -122,6 +122,7 @@ def _plot_elo_vs_tokens(rows: Sequence[Mapping[str, Any]], anchor: str | None = 
     """The Elo-vs-tokens figure of the PNG report (analysis.plots), as SVG with every arm's numbers on
     hover: a <title> inside each point's group (browsers show it as a tooltip; no script needed)."""
     import matplotlib
+
     from elo_per_token.analysis.plots import elo_vs_tokens_figure, plotted_points
 
     pts = plotted_points(rows)
@@ -143,6 +144,7 @@ def _plot_elo_vs_tokens(rows: Sequence[Mapping[str, Any]], anchor: str | None = 
 def _plot_bars(labels: list[str], values: list[float], los: list[float | None], his: list[float | None],
                title: str, ylabel: str) -> str:
     import matplotlib
+
     from elo_per_token.analysis.plots import bars_figure
 
     if not labels:
@@ -154,6 +156,7 @@ def _plot_bars(labels: list[str], values: list[float], los: list[float | None], 
 
 def _plot_families(rows: Sequence[Mapping[str, Any]]) -> str:
     import matplotlib
+
     from elo_per_token.analysis.plots import per_family_figure
 
     fams = sorted({r["family"] for r in rows})
@@ -418,6 +421,7 @@ def failures_by_class(files: Sequence[str], failure_objects: Sequence[Mapping[st
     """Failed jobs per (arm, error class): outcome lines with an `error`, plus the ledger's failure objects
     for jobs that never wrote a result (a job counted in both is counted once, by its job key)."""
     import polars as pl
+
     from elo_per_token.analysis.io import storage_options
 
     schema = {

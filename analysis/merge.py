@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+
 from elo_per_token.contracts.errors import InputError
 
 __all__ = ["ELO_BASE", "ELO_SCALE", "merge_fit", "merge_thetas", "parse_weights", "theta_to_elo"]

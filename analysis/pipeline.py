@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+
 from elo_per_token.analysis.breakdown import arm_breakdown, cost_arrays, parse_prices
 from elo_per_token.analysis.io import BadLine, Records, line_of, read_records
 from elo_per_token.analysis.pairs import build_pairs, implied_pair_rows, outcome_groups
@@ -132,6 +133,7 @@ class AnalysisResult:
 
 def versions() -> dict[str, str]:
     import scipy
+
     from elo_per_token.ept import __version__
 
     return {

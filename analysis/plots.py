@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+
 from elo_per_token.analysis.pipeline import AnalysisResult
 
 PLOT_FILES = ("elo_vs_tokens.png", "d_elo_per_1k.png", "per_family_elo.png")

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import polars as pl
+
 from elo_per_token.analysis.merge import ELO_SCALE
 
 __all__ = [
@@ -318,8 +319,9 @@ def family_heterogeneity(
 def _cochran_q(fit0, y0, fitr, yr, w):
     """Per arm: Q, degrees of freedom, p-value and a text of each family's deviation (Elo). Offsets are
     fitted on fit0/fitr (the arms still in the pool); every arm's view uses them."""
-    from elo_per_token.analysis.merge import merge_fit
     from scipy.stats import chi2
+
+    from elo_per_token.analysis.merge import merge_fit
 
     fams = list(w)
     _, b0 = merge_fit(fit0, w)

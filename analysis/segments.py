@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
+
 from elo_per_token.analysis.io import USAGE_BREAKDOWN
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.ledger import JOB_SUFFIX

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+
 from elo_per_token.analysis.bootstrap import PairData, bootstrap
 from elo_per_token.analysis.bt import fit_bt
 from elo_per_token.analysis.merge import merge_thetas, theta_to_elo

@@ -21,9 +21,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from seed_bt import seed_bt_fit
+
 from elo_per_token.analysis.bootstrap import _FIT_BUDGET, fit_batch_size
 from elo_per_token.analysis.bt import fit_bt, fit_bt_counts, newton_batch
-from seed_bt import seed_bt_fit
 
 
 def simulate(rng: np.random.Generator, k: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

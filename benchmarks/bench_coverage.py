@@ -38,7 +38,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from elo_per_token.analysis.merge import merge_thetas  # noqa: E402
 from fixtures_stats import (  # noqa: E402
     ELO_SCALE,
     Arm,
@@ -47,6 +46,8 @@ from fixtures_stats import (  # noqa: E402
     true_frontier,
     write_experiment,
 )
+
+from elo_per_token.analysis.merge import merge_thetas  # noqa: E402
 
 ARMS4 = [
     Arm("greedy", 1, 0.0, 1000.0),

@@ -82,6 +82,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import openai
+
     from elo_per_token.egress.client import ProviderClient
     from elo_per_token.egress.profiles import Profile
 

@@ -118,9 +118,10 @@ class CpuMeter:
 
 
 def run_sweep(plan_src: str, profile, broker: str | None) -> tuple[float, int, int]:
+    from rich.console import Console
+
     from elo_per_token.coordinator.plan import parse_plan
     from elo_per_token.coordinator.sweep import execute, plan_jobs
-    from rich.console import Console
 
     plan = parse_plan(plan_src)
     jobs = plan_jobs(plan)

@@ -25,10 +25,11 @@ def doctor(
     timeout: float = typer.Option(20.0, help="Per-request timeout for the network checks (seconds)."),
 ) -> None:
     """Check credentials and egress for a profile (key set, base_url, /models, model, usage). Exit 0 = all pass."""
+    from rich.console import Console
+
     from elo_per_token.contracts.secrets import scrub
     from elo_per_token.egress.doctor import check_client_configs, ok, render, run_checks
     from elo_per_token.egress.profiles import get_profile
-    from rich.console import Console
 
     p = get_profile(profile, profiles)
     checks = [*run_checks(p, timeout=timeout), check_client_configs()]
@@ -41,10 +42,11 @@ def doctor(
 
 def profiles_list(profiles: Path | None = typer.Option(None, "--profiles", help=PROFILES_HELP)) -> None:
     """List profiles: protocol, base_url, model and whether each key variable is set (masked)."""
-    from elo_per_token.contracts.secrets import mask_url
-    from elo_per_token.egress.profiles import load_profiles
     from rich.console import Console
     from rich.table import Table
+
+    from elo_per_token.contracts.secrets import mask_url
+    from elo_per_token.egress.profiles import load_profiles
 
     table = Table("name", "protocol", "base_url", "model", "key variable", "key")
     for p in load_profiles(profiles).values():

@@ -11,9 +11,10 @@ from typing import Any
 os.environ.setdefault("_RJEM_MALLOC_CONF", "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0")
 
 import typer
+from rich.console import Console
+
 from elo_per_token.contracts.errors import EXIT_BAD_INPUT, InputError
 from elo_per_token.contracts.secrets import scrub
-from rich.console import Console
 
 app = typer.Typer(
     help="elo-per-token: how much quality does each extra 1k tokens of test-time compute buy?",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+
 from elo_per_token.contracts.errors import InputError
 
 suites_app = typer.Typer(help="Task suites: list, show, validate; strategy accuracy on the simulator.", no_args_is_help=True)
@@ -13,9 +14,10 @@ def list_cmd() -> None:
     """The built-in suites with task counts and graders."""
     from collections import Counter
 
-    from elo_per_token.contracts.tasks import builtin_suite_names, builtin_suite_path, load_builtin_suite
     from rich.console import Console
     from rich.table import Table
+
+    from elo_per_token.contracts.tasks import builtin_suite_names, builtin_suite_path, load_builtin_suite
 
     table = Table("suite", "tasks", "families", "graders", "categories", "mean difficulty", "file")
     for name in builtin_suite_names():

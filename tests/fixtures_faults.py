@@ -331,10 +331,11 @@ def recording() -> bool:
 
 def clean_tokens(tmp: Path, suite: Path, per_family: int, sim_seed: int, supports_n: bool = False) -> dict[str, int]:
     """Tokens per arm of the same plan (seed 11) run cleanly: local executor, fresh fault-free simulator."""
+    from fixtures_sim import _start
+
     from elo_per_token.coordinator.plan import load_plan
     from elo_per_token.coordinator.sweep import execute, plan_jobs
     from elo_per_token.egress.profiles import get_profile
-    from fixtures_sim import _start
 
     sim = _start(api_key=FAULT_KEY, seed=sim_seed)
     old = os.environ.get("EPT_SIM_API_KEY")

@@ -12,13 +12,14 @@ import sys
 
 
 def main(url: str, log_dir: str, temperature: str, fmt: str, n: str, epochs: str) -> None:
-    from elo_per_token.contracts.prompts import SOLVE_SYSTEM
-    from elo_per_token.contracts.tasks import load_builtin_suite
     from inspect_ai import Task
     from inspect_ai import eval as inspect_eval
     from inspect_ai.dataset import MemoryDataset, Sample
     from inspect_ai.scorer import match
     from inspect_ai.solver import generate, system_message
+
+    from elo_per_token.contracts.prompts import SOLVE_SYSTEM
+    from elo_per_token.contracts.tasks import load_builtin_suite
 
     tasks = load_builtin_suite("math")[: int(n)]
     ds = MemoryDataset([Sample(input=t["prompt"], target=str(t["reference"]), id=t["task_id"]) for t in tasks],

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from elo_per_token.analysis.bt import prior_l2
 from scipy.optimize import brentq
+
+from elo_per_token.analysis.bt import prior_l2
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "logs"

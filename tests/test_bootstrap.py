@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from elo_per_token.analysis.bootstrap import (
     PairData,
     bootstrap,

@@ -7,6 +7,8 @@ import json
 import statistics
 
 import pytest
+from fixtures_sim import SIM_KEY
+
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.prompts import (
     final_answer_line,
@@ -23,7 +25,6 @@ from elo_per_token.egress.client import ProviderClient
 from elo_per_token.simulator.brain import TaskBrain
 from elo_per_token.simulator.generic import BrainRequest, estimate_tokens
 from elo_per_token.worker.job import run_job
-from fixtures_sim import SIM_KEY
 
 MATH = load_builtin_suite("math")
 CODE = load_builtin_suite("code")

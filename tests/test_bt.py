@@ -7,6 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import minimize
+
 from elo_per_token.analysis.bt import (
     aggregate_wins,
     fit_bt,
@@ -15,9 +19,6 @@ from elo_per_token.analysis.bt import (
     mle_exists,
     newton_batch,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from scipy.optimize import minimize
 
 
 def _seed_port():

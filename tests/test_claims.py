@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.worker.tasks import Claims
 

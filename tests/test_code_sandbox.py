@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+
 from elo_per_token.worker.graders.code import Limits, grade_code, run_tests
 
 TASK = {"task_id": "c", "family": "code", "prompt": "p", "reference": "", "entry_point": "f",
@@ -166,6 +167,8 @@ def test_candidate_output_cannot_forge_a_result():
 def test_no_sandbox_means_no_grading_and_no_tokens_spent(make_sim, monkeypatch):
     """Where bwrap cannot start, code is never run unsandboxed: grading raises with the fix, and a code job
     is refused before its first API call."""
+    from fixtures_sim import SIM_KEY
+
     from elo_per_token.contracts.jobs import Job
     from elo_per_token.contracts.tasks import load_builtin_suite
     from elo_per_token.egress.client import ProviderClient
@@ -173,7 +176,6 @@ def test_no_sandbox_means_no_grading_and_no_tokens_spent(make_sim, monkeypatch):
     from elo_per_token.worker.graders.code import SandboxUnavailable
     from elo_per_token.worker.job import run_job
     from elo_per_token.worker.sandbox import bwrap
-    from fixtures_sim import SIM_KEY
 
     task = load_builtin_suite("code")[0]
     sim = make_sim(brain=TaskBrain([task]))

@@ -12,6 +12,8 @@ import math
 import numpy as np
 import polars as pl
 import pytest
+from scipy.optimize import minimize
+
 from elo_per_token.analysis.bt import prior_l2
 from elo_per_token.analysis.compare import (
     FailRule,
@@ -24,7 +26,6 @@ from elo_per_token.analysis.compare import (
     to_markdown,
 )
 from elo_per_token.contracts.errors import InputError
-from scipy.optimize import minimize
 
 ARMS = {  # arm -> (strategy, budget, strength, tokens/task)
     "greedy@1": ("greedy", 1, 0.0, 1200.0),

@@ -82,6 +82,7 @@ def test_cli_refuses_a_ledger_root_with_several_runs(ledger: Path, tmp_path: Pat
 
 def test_ci_example_is_consistent() -> None:
     import yaml
+
     from elo_per_token.coordinator.plan import load_plan
 
     plan = load_plan(REPO / "examples/ci/plan.toml")

@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures_sim import SIM_KEY
+
 from elo_per_token.egress.doctor import FAIL, PASS, SKIP, WARN, check_base_url, check_key, ok, run_checks
 from elo_per_token.egress.profiles import Profile
-from fixtures_sim import SIM_KEY
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = "EPT_DOCTOR_TEST_KEY"

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from elo_per_token.contracts.errors import EXIT_STOPPED_EGRESS
 from elo_per_token.coordinator.sweep import EGRESS_ABORT_AFTER
 

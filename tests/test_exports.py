@@ -10,6 +10,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.egress.exports import PLACEHOLDER_KEY, render
 from elo_per_token.egress.profiles import Profile

@@ -145,8 +145,9 @@ def test_report_of_an_unknown_run_lists_the_runs_the_ledger_has(demo: tuple[Path
 
 
 def _all_commands() -> list[list[str]]:
-    import elo_per_token.ept.cli as cli
     import typer
+
+    import elo_per_token.ept.cli as cli
 
     cli._register()
     group = typer.main.get_command(cli.app)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from fixtures_sim import SIM_KEY
+
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.tasks import load_builtin_suite
@@ -19,7 +21,6 @@ from elo_per_token.coordinator.expand import expand
 from elo_per_token.coordinator.plan import parse_plan
 from elo_per_token.egress.client import ProviderClient
 from elo_per_token.worker.job import run_job
-from fixtures_sim import SIM_KEY
 
 MATH = load_builtin_suite("math")
 

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from elo_per_token.worker.graders.code import Limits
-from elo_per_token.worker.sandbox import bwrap
 from fixtures_services import start_celery_workers
 from test_compose import compose  # noqa: F401 - the fixture
+
+from elo_per_token.worker.graders.code import Limits
+from elo_per_token.worker.sandbox import bwrap
 
 needs_bwrap = pytest.mark.skipif(bwrap.probe() is not None, reason="no working bwrap here")
 REPO = Path(__file__).resolve().parents[1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from elo_per_token.worker.graders import final_answer, grade
 from elo_per_token.worker.graders.basic import (
     grade_choice,

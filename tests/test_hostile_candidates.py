@@ -21,6 +21,7 @@ import tempfile
 import threading
 
 import pytest
+
 from elo_per_token.worker.sandbox import bwrap
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

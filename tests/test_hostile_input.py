@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures_sim import SIM_KEY
+
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.ledger import open_ledger
-from fixtures_sim import SIM_KEY
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -121,9 +122,10 @@ def test_hostile_suite_cannot_write_outside_the_run_prefix(tmp_path, make_sim):
 
 
 def test_hostile_keys_stay_inside_the_s3_run_prefix(tmp_path, make_sim, s3_env, s3_bucket, monkeypatch):
+    from fixtures_services import s3_client
+
     from elo_per_token.coordinator.plan import parse_plan
     from elo_per_token.coordinator.sweep import execute, plan_jobs
-    from fixtures_services import s3_client
 
     sim = make_sim(api_key=SIM_KEY)
     monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)

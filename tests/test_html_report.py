@@ -11,8 +11,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from elo_per_token.analysis.html import render_html
 from test_compare import ARMS, write_ledger_run  # tests/ is on sys.path (rootdir conftest)
+
+from elo_per_token.analysis.html import render_html
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium not installed (CI installs it)")

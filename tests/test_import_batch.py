@@ -15,14 +15,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from elo_per_token.contracts.errors import InputError
-from elo_per_token.contracts.prompts import solve_messages
-from elo_per_token.contracts.tasks import load_builtin_suite
-from elo_per_token.worker.graders import grade
 from fixtures_sim import SIM_KEY
 from openai import OpenAI
 from openai.types import BatchError
 from openai.types.chat import ChatCompletion
+
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.prompts import solve_messages
+from elo_per_token.contracts.tasks import load_builtin_suite
+from elo_per_token.worker.graders import grade
 
 TASKS = load_builtin_suite("math")[:10]
 ARMS = {"t0": 0.0, "t07": 0.7}
@@ -159,9 +160,10 @@ def test_unknown_custom_id_and_bad_outcomes(batch, tmp_path):
 
 
 def test_responses_and_embeddings_usage_shapes(tmp_path):
-    from elo_per_token.analysis.imports.batch import import_batch
     from openai.types import CreateEmbeddingResponse
     from openai.types.responses import ResponseUsage
+
+    from elo_per_token.analysis.imports.batch import import_batch
 
     usage = ResponseUsage(input_tokens=120, output_tokens=30, total_tokens=150,
                           input_tokens_details={"cached_tokens": 0, "cache_write_tokens": 0}, output_tokens_details={"reasoning_tokens": 0})

@@ -140,8 +140,9 @@ def test_arm_from_and_bad_logs(runs, tmp_path):
 
 
 def test_score_mapping_uses_inspect_values():
-    from elo_per_token.analysis.imports.inspect_log import score_of
     from inspect_ai.scorer import Score
+
+    from elo_per_token.analysis.imports.inspect_log import score_of
 
     assert score_of({"m": Score(value="C")}, None)[0] == 1.0
     assert score_of({"m": Score(value="P")}, None)[0] == 0.5

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
 from elo_per_token.analysis.io import read_records
 from elo_per_token.contracts.errors import EXIT_BAD_INPUT, InputError
 from elo_per_token.contracts.jobs import Job

@@ -6,6 +6,7 @@ import json
 import threading
 
 import pytest
+
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.ledger import FileLedger, S3Ledger, open_ledger
 

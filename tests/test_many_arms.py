@@ -102,6 +102,7 @@ def test_outcome_groups_equal_explicit_pairs(drop_ties: bool) -> None:
     """Grouped outcomes give the same counts, fits and bootstrap as one row per comparison."""
     import numpy as np
     import polars as pl
+
     from elo_per_token.analysis.bootstrap import (
         OutcomeGroups,
         PairData,
@@ -141,6 +142,7 @@ def test_outcome_groups_equal_explicit_pairs(drop_ties: bool) -> None:
 def test_pipeline_grouped_path_equals_pair_rows(monkeypatch) -> None:
     """The example logs analysed with outcomes grouped (forced) and as pair rows: the same report."""
     import numpy as np
+
     from elo_per_token.analysis import pipeline
 
     opts = pipeline.AnalysisOptions(rounds=30, seed=2)

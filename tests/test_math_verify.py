@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.tasks import load_builtin_suite, validate_task
 from elo_per_token.worker.graders import grade

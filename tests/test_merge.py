@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+
 from elo_per_token.analysis.bootstrap import PairData, point_estimate
 from elo_per_token.analysis.merge import (
     ELO_BASE,

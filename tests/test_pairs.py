@@ -8,6 +8,7 @@ import random
 
 import polars as pl
 import pytest
+
 from elo_per_token.analysis.pairs import build_pairs, judgment_pairs, outcome_pairs
 
 

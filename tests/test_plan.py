@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.coordinator.expand import expand, load_tasks
 from elo_per_token.coordinator.plan import load_plan, parse_plan, plan_from_raw

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+
 from elo_per_token.analysis.plots import (
     LABEL_ALL,
     MANY_ARMS,

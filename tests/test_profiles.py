@@ -8,6 +8,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.egress.profiles import DEFAULT_OPENAI_BASE_URL, Profile, get_profile, load_profiles
 

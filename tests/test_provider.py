@@ -10,8 +10,9 @@ import urllib.request
 from datetime import UTC
 
 import pytest
-from elo_per_token.egress.client import ProviderClient, ProviderError
 from fixtures_sim import SIM_KEY
+
+from elo_per_token.egress.client import ProviderClient, ProviderError
 
 MSGS = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 6 times 7?"}]
 

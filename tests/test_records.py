@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.records import LINE_IDENTITY_KEYS, CallRecord, JobResult, Outcome
 

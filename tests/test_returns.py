@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from elo_per_token.analysis.returns import (
     family_heterogeneity,
     frontier_probability,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import polars as pl
+from fixtures_sim import SIM_KEY
+
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.records import JobResult
 from elo_per_token.contracts.tasks import load_builtin_suite
@@ -13,7 +15,6 @@ from elo_per_token.egress.client import ProviderClient
 from elo_per_token.simulator.brain import TaskBrain
 from elo_per_token.worker.job import run_job
 from elo_per_token.worker.judge import combine, judge_job, run_judgments
-from fixtures_sim import SIM_KEY
 
 MATH = load_builtin_suite("math")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from elo_per_token.worker.sandbox.checks import Tampered, parse_report, prepare, verdict
 
 

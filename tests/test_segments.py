@@ -14,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
 from elo_per_token.analysis.io import RunSource, read_records, read_run
 from elo_per_token.analysis.segments import compact_run, segment_state
 from elo_per_token.contracts.ledger import FileLedger, open_ledger
@@ -401,12 +402,13 @@ def test_compaction_during_a_celery_sweep_to_s3_loses_and_duplicates_nothing(tmp
     segments equals the run read from its objects, and the sweep's own token count."""
     import uuid
 
-    from elo_per_token.coordinator.plan import parse_plan
-    from elo_per_token.coordinator.sweep import execute
-    from elo_per_token.egress.profiles import get_profile
     from fixtures_plans import plan_toml
     from fixtures_services import start_celery_workers
     from fixtures_sim import SIM_KEY
+
+    from elo_per_token.coordinator.plan import parse_plan
+    from elo_per_token.coordinator.sweep import execute
+    from elo_per_token.egress.profiles import get_profile
 
     sim = make_sim(api_key=SIM_KEY, latency_ms=40)
     prof = tmp_path / "profiles.toml"

@@ -10,11 +10,12 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor, wait
 
 import pytest
+from fixtures_sim import SIM_KEY
+
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.simulator.config import load_config
 from elo_per_token.simulator.generic import BrainReply, BrainRequest
 from elo_per_token.simulator.server import start_in_thread
-from fixtures_sim import SIM_KEY
 
 
 def call(

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 from fixtures_stats import ELO_SCALE, Arm, Experiment, pseudo_true_theta, write_experiment
+
+from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 
 ROOT = Path(__file__).resolve().parents[1]
 ARMS = [Arm("greedy", 1, 0.0, 1000.0), Arm("vote", 4, 0.5, 4000.0), Arm("best", 8, 0.8, 8000.0)]

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from fixtures_sim import SIM_KEY
+
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.tasks import load_builtin_suite
@@ -15,7 +17,6 @@ from elo_per_token.worker.job import run_job
 from elo_per_token.worker.strategies import STRATEGIES, Strategy, StrategyResult
 from elo_per_token.worker.strategies.base import MAX_TOOL_STEPS, sample
 from elo_per_token.worker.strategies.tree_search import level_sizes
-from fixtures_sim import SIM_KEY
 
 MATH = load_builtin_suite("math")
 CODE = load_builtin_suite("code")

@@ -6,11 +6,12 @@ from __future__ import annotations
 import anthropic
 import openai
 import pytest
+from fixtures_sim import SIM_KEY
+
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.tasks import load_builtin_suite
 from elo_per_token.egress.client import ProviderClient
 from elo_per_token.worker.job import run_job
-from fixtures_sim import SIM_KEY
 
 MSGS = [{"role": "user", "content": "What is 6 times 7?"}]
 MATH = load_builtin_suite("math")

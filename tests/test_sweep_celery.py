@@ -10,13 +10,14 @@ import time
 import uuid
 
 import pytest
+from fixtures_plans import plan_toml
+from fixtures_services import start_celery_workers
+from fixtures_sim import SIM_KEY
+
 from elo_per_token.contracts.ledger import open_ledger
 from elo_per_token.contracts.records import JobResult
 from elo_per_token.coordinator.plan import parse_plan
 from elo_per_token.coordinator.sweep import execute, plan_jobs
-from fixtures_plans import plan_toml
-from fixtures_services import start_celery_workers
-from fixtures_sim import SIM_KEY
 
 pytestmark = pytest.mark.services
 
@@ -119,10 +120,11 @@ def test_duplicate_messages_never_run_a_job_twice(tmp_path, celery_setup, s3_buc
     sim, queue, _ = celery_setup
     plan = parse_plan(plan_text(name="dup", tpf=1, ledger=f"s3://{s3_bucket}/l", executor="celery", queue=queue))
     jobs = plan_jobs(plan)
+    from elo_per_token.contracts.jobs import CeleryJobContext
     from elo_per_token.coordinator.celery_exec import run_celery
 
     results = []
-    ctx = {"ledger": open_ledger(plan.ledger).url, "base_url": None, "rpm": None, "tpm": None}
+    ctx = CeleryJobContext(ledger=open_ledger(plan.ledger).url)
     run_celery(jobs * 3, ctx, queue=queue, batch_size=50, on_result=results.append, broker_url=redis_server.url)
     statuses = {}
     for r in results:
@@ -142,6 +144,7 @@ def test_duplicate_messages_never_run_a_job_twice(tmp_path, celery_setup, s3_buc
 
 def _limiters(redis_server, name, limits, n=2):
     import redis
+
     from elo_per_token.worker.ratelimit import RedisRateLimiter
 
     return [RedisRateLimiter(redis.Redis.from_url(redis_server.url), name, limits) for _ in range(n)]

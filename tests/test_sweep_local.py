@@ -12,13 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
+from fixtures_plans import plan_toml, write_plan_file
+from fixtures_sim import SIM_KEY
+
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.ledger import open_ledger
 from elo_per_token.contracts.records import CallRecord, JobResult, Outcome
 from elo_per_token.coordinator.plan import parse_plan
 from elo_per_token.coordinator.sweep import execute
-from fixtures_plans import plan_toml, write_plan_file
-from fixtures_sim import SIM_KEY
 
 REPO = Path(__file__).resolve().parents[1]
 

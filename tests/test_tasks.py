@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.tasks import builtin_suite_names, load_builtin_suite, load_suite
 from elo_per_token.worker.graders.code import run_tests

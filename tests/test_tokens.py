@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 
 import pytest
+
 from elo_per_token.analysis.io import read_records
 from elo_per_token.analysis.tokens import arm_tokens, judge_tokens, task_tokens
 

@@ -7,13 +7,14 @@ import json
 import time
 
 import pytest
+from fixtures_sim import SIM_KEY
+
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.tasks import load_builtin_suite
 from elo_per_token.egress.client import ProviderClient
 from elo_per_token.simulator.brain import TaskBrain
 from elo_per_token.worker.job import run_job
 from elo_per_token.worker.tools import calculate, execute_tool
-from fixtures_sim import SIM_KEY
 
 TASK = {"tool_impl": {"calculator": {"type": "calculator"}, "lookup": {"type": "lookup", "table": {"t": {"a": 1}}}}}
 

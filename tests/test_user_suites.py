@@ -9,6 +9,7 @@ import sys
 
 import polars as pl
 import pytest
+
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.tasks import load_builtin_suite, load_suite, load_suite_ref
 from elo_per_token.suites.importer import clean_answer, convert

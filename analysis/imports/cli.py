@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+
 from elo_per_token.contracts.errors import InputError
 
 import_app = typer.Typer(help="Other tools' logs (OpenAI Batch API, inspect_ai) -> records for `ept analyze`.",
@@ -12,9 +13,10 @@ import_app = typer.Typer(help="Other tools' logs (OpenAI Batch API, inspect_ai) 
 def _finish(col, out: str, what: str) -> None:
     from collections import Counter
 
+    from rich.console import Console
+
     from elo_per_token.analysis.cli import _print_skipped
     from elo_per_token.analysis.imports.common import write_records
-    from rich.console import Console
 
     err = Console(stderr=True)
     kinds = Counter(r["kind"] for r in col.records)
