@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 from numpy.typing import ArrayLike
 
-from analysis.merge import ELO_SCALE
+from elo_per_token.analysis.merge import ELO_SCALE
 
 __all__ = [
     "family_heterogeneity",
@@ -361,7 +361,7 @@ def _cochran_q(
     fitted on fit0/fitr (the arms still in the pool); every arm's view uses them."""
     from scipy.stats import chi2
 
-    from analysis.merge import merge_fit
+    from elo_per_token.analysis.merge import merge_fit
 
     fams = list(w)
     _, b0 = merge_fit(fit0, w)
