@@ -92,7 +92,8 @@ def _find_keys(base: Path) -> Iterator[str] | None:
     def gen() -> Iterator[str]:
         n = len(JOB_SUFFIX) + 1
         with subprocess.Popen(argv, cwd=base, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
-            assert proc.stdout is not None
+            if proc.stdout is None:  # not an assert: `python -O` would strip it
+                raise RuntimeError("find was started without a stdout pipe")
             for line in proc.stdout:
                 yield line[:-n].decode("utf-8", "surrogateescape")
         if proc.returncode not in (0, None):

@@ -243,7 +243,8 @@ def run(
 
 def _supervise(proc: subprocess.Popen[bytes], info_r: int, t0: float, wall_s: float,
                max_stdout: int, max_stderr: int) -> RunResult:
-    assert proc.stdout is not None and proc.stderr is not None
+    if proc.stdout is None or proc.stderr is None:  # not an assert: `python -O` would strip it
+        raise RuntimeError("sandbox: the child was started without stdout/stderr pipes")
     bufs = {"stdout": bytearray(), "stderr": bytearray(), "info": bytearray()}
     caps = {"stdout": max_stdout, "stderr": max_stderr, "info": 64 * 1024}
     sel = selectors.DefaultSelector()

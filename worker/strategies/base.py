@@ -88,16 +88,23 @@ class JobContext:
             gone = getattr(e, "discarded", [])
             self._record_discarded(index, role, seed, n, gone)
             usage, bad = getattr(e, "usage", None), getattr(e, "usage_invalid", None)
-            self._record(CallRecord(index, role, None, usage, 0.0, e.attempts - len(gone), seed, n, 0, None,
-                                    {"class": e.error_class, "message": e.message}, bad is not None, bad, gen=sent))
+            self._record(CallRecord(
+                call_index=index, role=role, model=None, usage=usage, latency_s=0.0, attempts=e.attempts - len(gone),
+                seed=seed, n_requested=n, n_returned=0, finish_reason=None,
+                error={"class": e.error_class, "message": e.message}, usage_missing=bad is not None, usage_invalid=bad,
+                gen=sent,
+            ))  # fmt: skip
             raise
         self._record_discarded(index, role, seed, n, resp.discarded)
         if resp.max_tokens is not None:
             sent["max_tokens"] = resp.max_tokens  # as sent: a profile's context_length may have lowered it
         finish = resp.choices[0].finish_reason if resp.choices else None
-        self._record(CallRecord(index, role, resp.model, resp.usage, resp.latency_s, resp.attempts - len(resp.discarded), seed,
-                                resp.n_requested, resp.n_returned, finish, None, resp.usage is None,
-                                resp.usage_invalid, gen=sent, finish_reasons=[c.finish_reason for c in resp.choices]))
+        self._record(CallRecord(
+            call_index=index, role=role, model=resp.model, usage=resp.usage, latency_s=resp.latency_s,
+            attempts=resp.attempts - len(resp.discarded), seed=seed, n_requested=resp.n_requested,
+            n_returned=resp.n_returned, finish_reason=finish, error=None, usage_missing=resp.usage is None,
+            usage_invalid=resp.usage_invalid, gen=sent, finish_reasons=[c.finish_reason for c in resp.choices],
+        ))  # fmt: skip
         if not resp.choices:
             raise ProviderError("permanent", "the server returned no choices", attempts=resp.attempts)
         return resp
@@ -107,9 +114,12 @@ class JobContext:
         # (one attempt, error class "discarded") at the same index; the call's own record counts the other attempts,
         # so attempts summed over records = requests sent.
         for d in discarded:
-            self._record(CallRecord(index, role, None, d["usage"], 0.0, 1, seed, n, 0, None,
-                                    {"class": "discarded", "message": f"billed response discarded: {d['message']}"},
-                                    d["usage"] is None, d["usage_invalid"]))
+            self._record(CallRecord(
+                call_index=index, role=role, model=None, usage=d["usage"], latency_s=0.0, attempts=1, seed=seed,
+                n_requested=n, n_returned=0, finish_reason=None,
+                error={"class": "discarded", "message": f"billed response discarded: {d['message']}"},
+                usage_missing=d["usage"] is None, usage_invalid=d["usage_invalid"],
+            ))  # fmt: skip
 
     def _record(self, rec: CallRecord) -> None:
         with self._lock:

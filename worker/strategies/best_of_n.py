@@ -48,7 +48,8 @@ def run(ctx: JobContext) -> StrategyResult:
     # Ties (common with test pass rates) go to the most common answer among the tied, then the lowest index.
     tied = [c for c in scored if scores[c.index] == top]
     chosen, _ = vote(task, tied)
-    assert chosen is not None
+    if chosen is None:  # vote() on a non-empty list always chooses; not an assert, `python -O` would strip it
+        raise RuntimeError("best_of_n: no candidate chosen among the tied top scores")
     return StrategyResult(chosen, {"verifier": mode, "scores": scores, "chosen_index": chosen.index})
 
 
