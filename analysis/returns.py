@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 from numpy.typing import ArrayLike
 
+from elo_per_token.analysis.level import check_level
 from elo_per_token.analysis.merge import ELO_SCALE
 
 __all__ = [
@@ -61,8 +62,7 @@ def _validate(
     elo = np.asarray(elo_points, dtype=float)
     if tokens.shape != (k,) or elo.shape != (k,):
         raise ValueError(f"tokens_per_task and elo must have shape [{k}]")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
+    check_level(level)  # LevelError is a ValueError too
     out: list[np.ndarray | None] = []
     for name, s in (("elo_samples", elo_samples), ("tokens_samples", tokens_samples)):
         arr = None
