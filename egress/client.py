@@ -175,7 +175,8 @@ def _server_code(e: Exception) -> str | None:
 def _conn_cause(e: Exception) -> str:
     """The innermost cause of a connection error (connection refused, name resolution…), not just the SDK's
     generic 'Connection error.'."""
-    seen, cur = [], e
+    seen: list[BaseException] = []
+    cur: BaseException | None = e
     while cur is not None and len(seen) < 8:
         seen.append(cur)
         cur = cur.__cause__ or cur.__context__
@@ -315,7 +316,8 @@ def _normalise_usage(u: Any, anthropic: bool) -> dict[str, Any] | None:
     if not anthropic:
         return dict(u)
     names = {"input_tokens": "prompt_tokens", "output_tokens": "completion_tokens"}
-    return {names.get(k, k): v for k, v in u.items() if v is not None}
+    usage: dict[str, Any] = u
+    return {names.get(k, k): v for k, v in usage.items() if v is not None}
 
 
 def _openai_choices(data: dict[str, Any]) -> list[Choice]:
@@ -446,7 +448,7 @@ def _anthropic_choice(data: dict[str, Any]) -> Choice:
         for b in blocks
         if b.get("type") == "tool_use"
     ]
-    stop = data.get("stop_reason")
+    stop: Any = data.get("stop_reason")  # untrusted JSON: any value, passed through when not a known reason
     return Choice(
         text="".join(texts) if texts else None,
         finish_reason=_ANTHROPIC_FINISH.get(stop, stop),

@@ -52,7 +52,7 @@ META_PREFIX = "x-ept-"
 def load_brain() -> Brain:
     """TaskBrain when simulator/brain.py exists (it knows the built-in suites), else GenericBrain."""
     try:
-        from elo_per_token.simulator.brain import TaskBrain  # type: ignore[import-not-found]
+        from elo_per_token.simulator.brain import TaskBrain
     except ModuleNotFoundError as e:
         if e.name != "elo_per_token.simulator.brain":
             raise

@@ -71,7 +71,9 @@ def perform_job(
     if check_existing and ledger.has_job(job.run_id, job.key):
         return _summary(job, "skipped")
     if run is None:
-        from elo_per_token.worker.job import run_job as run
+        from elo_per_token.worker.job import run_job
+
+        run = run_job
     secrets = [api_key] if api_key else None
     cls, msg, result = "task", "", None
     attempt = 0

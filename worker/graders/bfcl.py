@@ -59,7 +59,7 @@ def _load_checker() -> tuple[Any, Any]:
         stub.MODEL_CONFIG_MAPPING = _Registry()  # type: ignore[attr-defined]
         sys.modules[name] = stub
         from bfcl_eval.eval_checker.ast_eval import ast_checker as mod
-    mod.MODEL_CONFIG_MAPPING = _Registry()  # type: ignore[attr-defined]
+    mod.MODEL_CONFIG_MAPPING = _Registry()
     from bfcl_eval.constants.enums import Language
 
     return mod.ast_checker, Language.PYTHON

@@ -127,7 +127,8 @@ def _run_tests(code: str, tests: list[str], entry_point: str, limits: Limits, au
         return {**base, "reason": _death_reason(run, limits), "load_error": load}
     if load is not None:
         return {**base, "load_error": load, "reason": f"candidate failed to load: {load}", "_memo": True}
-    passed, failures = 0, []
+    passed = 0
+    failures: list[dict[str, str]] = []
     try:
         for i, (t, prep) in enumerate(zip(tests, preps, strict=True)):
             why = checks.verdict(prep, lines.get(i))

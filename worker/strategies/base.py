@@ -167,7 +167,8 @@ def sample(ctx: JobContext, base_index: int, k: int, temperature: float) -> list
 def _sample_batched(ctx: JobContext, base_index: int, k: int, temperature: float) -> list[Candidate]:
     # One request with n=k; a server that returns fewer choices gets follow-up requests for the shortfall,
     # each at the index of the first sample it fills, so indices stay within [base, base + k).
-    msgs, texts = solve_messages(ctx.task), []
+    msgs = solve_messages(ctx.task)
+    texts: list[str | None] = []
     while len(texts) < k:
         resp = ctx.chat(base_index + len(texts), "sample", msgs, temperature=temperature, n=k - len(texts))
         texts.extend(c.text for c in resp.choices[: k - len(texts)])
