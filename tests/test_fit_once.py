@@ -17,7 +17,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from elo_per_token import analysis
+from elo_per_token.analysis import bootstrap as bootstrap_mod
+from elo_per_token.analysis import bt as bt_mod
 from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,17 +30,17 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[np.ndarray]]:
     """Count every single fit (fit_bt_counts) and every batched fit (newton_batch), wherever it is called
     from: both the module that defines them and the module that calls them are patched."""
     seen: dict[str, list[np.ndarray]] = {"single": [], "batch": []}
-    real_single, real_batch = analysis.bt.fit_bt_counts, analysis.bt.newton_batch
+    real_single, real_batch = bt_mod.fit_bt_counts, bt_mod.newton_batch
 
-    def single(wins: np.ndarray, *args: object, **kw: object) -> analysis.bt.BTFit:
+    def single(wins: np.ndarray, *args: object, **kw: object) -> bt_mod.BTFit:
         seen["single"].append(np.array(wins, dtype=float, copy=True))
         return real_single(wins, *args, **kw)
 
-    def batch(wins: np.ndarray, *args: object, **kw: object) -> analysis.bt.BatchFit:
+    def batch(wins: np.ndarray, *args: object, **kw: object) -> bt_mod.BatchFit:
         seen["batch"].append(np.asarray(wins).shape)
         return real_batch(wins, *args, **kw)
 
-    for mod in (analysis.bt, analysis.bootstrap):
+    for mod in (bt_mod, bootstrap_mod):
         monkeypatch.setattr(mod, "fit_bt_counts", single)
         monkeypatch.setattr(mod, "newton_batch", batch)
     return seen
