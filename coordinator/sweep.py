@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from elo_per_token.contracts.errors import EGRESS_CLASSES, InputError
+from elo_per_token.contracts.errors import EGRESS_CLASSES, ErrorClass, InputError
 from elo_per_token.contracts.jobs import Job, JobSummary
 from elo_per_token.contracts.ledger import Ledger, open_ledger
 from elo_per_token.coordinator.plan import Plan
@@ -19,7 +19,7 @@ from elo_per_token.coordinator.plan import Plan
 # or since a key was revoked mid-run — or the server is down (every connect refused): stop spending effort.
 EGRESS_ABORT_AFTER = 8
 # Failures that a retry repeats exactly (same request, same refusal).
-DETERMINISTIC = frozenset({"permanent", "context_overflow"})
+DETERMINISTIC: frozenset[ErrorClass] = frozenset({"permanent", "context_overflow"})
 
 
 @dataclass
