@@ -1,8 +1,9 @@
 """The Celery executor: enqueue jobs by task NAME in batches, then follow them through the result backend.
 
 The coordinator does not import the worker's task code: messages name `ept.run_job` and carry the job (plain
-JSON) and a context (contracts.jobs.CeleryJobContext, sent as plain JSON: ledger URL, endpoint override, rate limits).
-Progress comes from the result backend with one MGET per poll for all outstanding jobs; the results themselves are in the ledger.
+JSON) and a context (contracts.jobs.CeleryJobContext, sent as plain JSON: ledger URL, endpoint override, rate
+limits). Progress comes from the result backend with one MGET per poll for all outstanding jobs; the results
+themselves are in the ledger.
 If the coordinator is interrupted, enqueued jobs keep running on the workers; a rerun skips what has landed.
 """
 
