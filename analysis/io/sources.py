@@ -196,7 +196,6 @@ def open_run(src: RunSource) -> Ledger:
     return led
 
 
-
 # ---------------------------------------------------------------- a file's lines (error path)
 
 
@@ -228,4 +227,3 @@ def _split_lines(text: str) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
-
