@@ -24,9 +24,15 @@ import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analysis.io.recovery import _slow_read
-from analysis.io.scan import _fast
-from analysis.io.schema import _ID_FIELDS, _SUSPECT_MSG, RAW_SCHEMA, RECORD_SCHEMA, _type_problem
+from elo_per_token.analysis.io.recovery import _slow_read
+from elo_per_token.analysis.io.scan import _fast
+from elo_per_token.analysis.io.schema import (
+    _ID_FIELDS,
+    _SUSPECT_MSG,
+    RAW_SCHEMA,
+    RECORD_SCHEMA,
+    _type_problem,
+)
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
