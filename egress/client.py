@@ -554,6 +554,12 @@ class ProviderClient:
         return f"ProviderClient(profile={self.profile.name!r}, key={mask(self._key)})"
 
     @property
+    def supports_n(self) -> bool:
+        """Whether one request may ask for n choices: the profile says so and the protocol has `n` (the
+        Anthropic protocol has none, so its samples are always separate calls)."""
+        return self.profile.supports_n and self.profile.protocol == "openai"
+
+    @property
     def sdk(self) -> Any:
         with self._sdk_lock:  # one SDK client (one connection pool) per ProviderClient, even across threads
             if self._sdk is None:

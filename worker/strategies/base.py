@@ -10,8 +10,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from dataclasses import dataclass, field, fields, is_dataclass
+from functools import cached_property
+from typing import Any, Generic, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from elo_per_token.contracts import generation
 from elo_per_token.contracts.errors import InputError
@@ -49,22 +50,23 @@ class StrategyResult:
 class JobContext:
     """One job's calls: records every call (success or failure) with its algorithm-fixed index."""
 
-    def __init__(self, job: Job, provider: ProviderClient, concurrency: int = DEFAULT_CONCURRENCY) -> None:
+    def __init__(
+        self, job: Job, provider: ProviderClient, concurrency: int = DEFAULT_CONCURRENCY, params: object = None
+    ) -> None:
         self.job = job
         self.task = job.task
         self.provider = provider
         self.concurrency = max(1, concurrency)
+        self.params = params  # the strategy's checked parameters (Strategy.check); read with Strategy.params_of
         self.calls: list[CallRecord] = []
         self._lock = threading.Lock()
         # Generation settings in effect: profile < plan < arm (contracts.generation).
-        prof_gen = getattr(getattr(provider, "profile", None), "generation", None) or {}
-        self.gen = generation.merge(prof_gen, job.base_gen, job.gen)
+        self.gen = generation.merge(provider.profile.generation, job.base_gen, job.gen)
         self.seed_base = int(self.gen.get("seed", job.seed))
 
     @property
     def supports_n(self) -> bool:
-        p = getattr(self.provider, "profile", None)
-        return bool(getattr(p, "supports_n", False)) and getattr(p, "protocol", "openai") == "openai"
+        return self.provider.supports_n
 
     def chat(
         self,
@@ -210,36 +212,76 @@ def llm_verify(ctx: JobContext, base_index: int, cands: list[Candidate]) -> list
 # ---------------------------------------------------------------- registry entry
 
 @dataclass(frozen=True)
-class Strategy:
-    """A registry entry: the algorithm plus what its budget and parameters mean."""
+class NoParams:
+    """The parameters of a strategy that has none besides its budget."""
+
+
+P = TypeVar("P")
+
+
+def _param_rule(hint: Any) -> tuple[str, tuple[str, ...]]:
+    """('int', ()) | ('str', ()) | ('choice', allowed values) for a parameter field's type hint."""
+    if hint is int:
+        return "int", ()
+    if hint is str:
+        return "str", ()
+    if get_origin(hint) is Literal and all(isinstance(a, str) for a in get_args(hint)):
+        return "choice", get_args(hint)
+    raise TypeError(f"strategy parameter type {hint!r} is not supported (int, str or Literal of strings)")
+
+
+@dataclass(frozen=True)
+class Strategy(Generic[P]):
+    """A registry entry: the algorithm plus what its budget and parameters mean.
+
+    `params` is a frozen dataclass whose fields are the strategy's parameters other than the budget, with
+    their types and defaults: `int` (checked to be in 1..MAX_INT_PARAM), `Literal["a", "b"]` (one of the
+    values) or `str`. `check(job)` validates a job's parameters once, before any call, and returns them as
+    that dataclass; run_job hands them to the strategy through `ctx`, read typed with `params_of(ctx)`.
+    """
 
     name: str
     run: Callable[[JobContext], StrategyResult]
     budget_meaning: str  # what budget_n counts for this strategy
-    params: dict[str, Any] = field(default_factory=dict)  # other parameters and their defaults
+    params: type[P] = NoParams  # type: ignore[assignment]  # the default is for strategies without parameters
     description: str = ""
     fixed_budget: int | None = None  # e.g. greedy only makes sense at budget 1
-    param_choices: dict[str, tuple[str, ...]] = field(default_factory=dict)  # allowed values of str params
 
-    def check(self, job: Job) -> None:
-        """Raise InputError for a budget or parameter this strategy cannot run."""
+    def __post_init__(self) -> None:
+        if not (is_dataclass(self.params) and self.params.__dataclass_params__.frozen):  # type: ignore[attr-defined]
+            raise TypeError(f"strategy '{self.name}': params must be a frozen dataclass")
+        _ = self.rules  # an unsupported parameter type fails when the strategy is defined, not when it runs
+
+    @cached_property
+    def rules(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """How each parameter is checked, from its type hint: {name: (kind, allowed values)}."""
+        hints = get_type_hints(self.params)
+        return {f.name: _param_rule(hints[f.name]) for f in fields(self.params)}  # type: ignore[arg-type]
+
+    def check(self, job: Job) -> P:
+        """The job's parameters, typed; InputError for a budget or parameter this strategy cannot run."""
         if job.budget_n < 1 or (self.fixed_budget is not None and job.budget_n != self.fixed_budget):
             want = f"= {self.fixed_budget}" if self.fixed_budget is not None else ">= 1"
             raise InputError(f"strategy '{self.name}' needs budget_n {want}, got {job.budget_n}", field="budget_n")
-        unknown = sorted(set(job.params) - set(self.params))
+        rules = self.rules
+        unknown = sorted(set(job.params) - set(rules))
         if unknown:
-            known = ", ".join(sorted(self.params)) or "none"
+            known = ", ".join(sorted(rules)) or "none"
             raise InputError(f"strategy '{self.name}' has no parameter '{unknown[0]}' (known: {known})", field="params")
         for k, v in job.params.items():
-            if k in self.param_choices and v not in self.param_choices[k]:
-                allowed = ", ".join(self.param_choices[k])
-                raise InputError(f"strategy '{self.name}' parameter '{k}' must be one of: {allowed}", field="params")
-            if isinstance(self.params[k], int) and (
-                not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_INT_PARAM
-            ):
+            kind, allowed = rules[k]
+            if kind == "choice" and v not in allowed:
+                raise InputError(f"strategy '{self.name}' parameter '{k}' must be one of: {', '.join(allowed)}",
+                                 field="params")
+            if kind == "int" and (not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_INT_PARAM):
                 raise InputError(
                     f"strategy '{self.name}' parameter '{k}' must be an integer in 1..{MAX_INT_PARAM}", field="params"
                 )
+            if kind == "str" and not isinstance(v, str):
+                raise InputError(f"strategy '{self.name}' parameter '{k}' must be a string", field="params")
+        return self.params(**job.params)
 
-    def param(self, job: Job, name: str) -> Any:
-        return job.params.get(name, self.params[name])
+    def params_of(self, ctx: JobContext) -> P:
+        """The parameters run_job checked for this job (checked here when the context was built without them)."""
+        got = ctx.params
+        return got if isinstance(got, self.params) else self.check(ctx.job)
