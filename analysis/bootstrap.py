@@ -396,8 +396,8 @@ def _resampled_tokens(part: _FamilyPart, c: np.ndarray) -> np.ndarray:
         tok_n = c @ part.ran
         out = np.where(tok_n > 0, (c @ part.tok0) / np.where(tok_n > 0, tok_n, 1.0), np.nan)
         stretch = part.stretch if math.isfinite(part.stretch) else np.nan
-        stretched: np.ndarray = part.tok_pt + stretch * (out - part.tok_pt)
-    return stretched
+        tokens: np.ndarray = part.tok_pt + stretch * (out - part.tok_pt)
+    return tokens
 
 
 def _resampled_theta(

@@ -1,4 +1,5 @@
-"""Diminishing-returns tables (the seed's section 5), frontier probability and the heterogeneity warning.
+"""Diminishing-returns tables (ΔElo and ΔElo per 1k tokens between arms ordered by cost), frontier
+probability and the heterogeneity warning.
 
 Each row is compared with a predecessor: the next-cheaper arm (`returns_table`), the previous budget
 of the same strategy (`per_strategy_table`) or the next-cheaper arm on the frontier

@@ -1,8 +1,10 @@
-"""Benchmark: `ept tokens` on a generated 1M-line call log vs the seed's jq+awk pipeline (section 4.1).
+"""Benchmark: `ept tokens` on a generated 1M-line call log vs a hand-written jq+awk pipeline.
 
-Also times the seed's Python script (section 4.2), fixed minimally so it runs: its `agg` lists have
-three slots but are unpacked into two names (ValueError); here they have two. Both seed baselines key
-by strategy alone (the seed's bug); they are kept that way because they are timing references only.
+Also times a hand-written Python aggregation script, fixed minimally so it runs: its `agg` lists had
+three slots but were unpacked into two names (ValueError); here they have two. Both baselines ("seed"
+baselines below: the snippets the project started from) key by strategy alone, which mixes budgets —
+the bug `ept tokens` fixes by keying on the arm; they are kept that way because they are timing
+references only.
 
     python benchmarks/bench_tokens.py [--lines 1000000] [--keep DIR]
 
@@ -26,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-# The seed's section 4.1 pipeline, verbatim apart from the file name.
+# The jq+awk baseline: totals per strategy alone (budgets mixed), verbatim apart from the file name.
 SEED_JQ_AWK = r"""jq -r 'select(.usage != null) | [.task_id, .strategy, (.budget_n|tostring), (.usage.prompt_tokens|tostring), (.usage.completion_tokens|tostring)] | @tsv' "$1" \
 | awk -F'\t' '
 {
@@ -47,7 +49,8 @@ END {
 
 
 def seed_python(path: str) -> list[str]:
-    """The seed's section 4.2 script; only change: `agg` slots [0, 0, 0] -> [0, 0] so the unpacking works."""
+    """The Python baseline: per-(task, strategy) sums, then per strategy; only change from the original
+    snippet: `agg` slots [0, 0, 0] -> [0, 0] so the unpacking works."""
     per_task = collections.defaultdict(lambda: collections.defaultdict(int))
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -108,7 +111,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=1_000_000)
     ap.add_argument("--keep", help="write the log here and keep it")
-    ap.add_argument("--skip-python", action="store_true", help="skip the (slow) seed Python baseline")
+    ap.add_argument("--skip-python", action="store_true", help="skip the (slow) Python baseline")
     args = ap.parse_args()
     if shutil.which("jq") is None:
         sys.exit("jq not found (apt-get install jq)")
@@ -135,7 +138,7 @@ def main() -> None:
     t_fn = timed(ours, repeat=2)
     t_two = timed(lambda: arm_tokens(read_records([str(log)]).calls), repeat=2)
     # The floor for any polars-based reader: a fresh interpreter that imports polars and parses only the
-    # seed's four fields — no validation, no aggregation, no output.
+    # four fields of a minimal call log — no validation, no aggregation, no output.
     floor_src = (
         "import polars as pl, sys; pl.read_ndjson(sys.argv[1], schema={'task_id': pl.String, 'strategy': pl.String,"
         " 'budget_n': pl.Int64, 'usage': pl.Struct({'prompt_tokens': pl.Int64, 'completion_tokens': pl.Int64})})"
@@ -156,7 +159,7 @@ def main() -> None:
 
     t_jq = timed(jq_awk, repeat=2)
 
-    # Same totals per strategy: the seed keys by strategy alone, so sum our arms per strategy to compare.
+    # Same totals per strategy: the baselines key by strategy alone, so sum our arms per strategy to compare.
     assert table is not None
     ours_by_strategy = dict(table.group_by("strategy").agg(pl.col("total_tokens").sum()).rows())
     seed_by_strategy = {ln.split()[0]: int(ln.split()[3]) for ln in jq_out[1:]}
@@ -169,7 +172,7 @@ def main() -> None:
         ("two steps: read_records (all rows) + arm_tokens", t_two),
         ("`ept tokens` CLI (process start, read, table, CSV)", t_cli),
         ("floor: python -c 'import polars; read 4 fields'", t_floor),
-        ("seed jq+awk pipeline (section 4.1)", t_jq),
+        ("jq+awk baseline (totals per strategy)", t_jq),
     ]
     for label, (wall, cpu) in rows:
         print(f"{label + ', best of 2':66s} {wall:8.2f} {cpu:8.2f}")
@@ -178,8 +181,8 @@ def main() -> None:
     print("target: `ept tokens` >= 10x faster than jq+awk (wall)")
     if not args.skip_python:
         t_py = timed(lambda: seed_python(str(log)))
-        print(f"{'seed Python script (section 4.2, fixed)':66s} {t_py[0]:8.2f} {t_py[1]:8.2f}")
-        print(f"ratio seed Python / analysis.tokens: wall {t_py[0] / t_fn[0]:5.1f}x, CPU {t_py[1] / t_fn[1]:5.1f}x")
+        print(f"{'Python baseline script (fixed)':66s} {t_py[0]:8.2f} {t_py[1]:8.2f}")
+        print(f"ratio Python baseline / analysis.tokens: wall {t_py[0] / t_fn[0]:5.1f}x, CPU {t_py[1] / t_fn[1]:5.1f}x")
     print("totals per strategy agree with the jq+awk pipeline")
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)

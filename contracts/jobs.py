@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from elo_per_token.contracts.generation import label
 
@@ -155,3 +155,25 @@ class CeleryJobContext:
             clear_failure=bool(d.get("clear_failure")),
             max_attempts=int(d.get("max_attempts", DEFAULT_MAX_ATTEMPTS)),
         )
+
+
+JobStatus = Literal["done", "duplicate", "skipped", "cancelled", "failed"]
+
+# What a worker reports for one job (worker.tasks.perform_job; through the Celery result backend as JSON) and
+# what the coordinator tallies (coordinator.sweep.Tally.add). Functional syntax because one key is `class`.
+JobSummary = TypedDict(
+    "JobSummary",
+    {
+        "key": str,  # Job.key
+        "status": JobStatus,  # done / duplicate (another copy landed first) / skipped (already in the ledger) / …
+        "calls": int,  # calls that reached the server
+        "tokens": int,  # strategy tokens as the server reported them (judge calls excluded)
+        "class": str | None,  # a contracts.errors.ErrorClass when status is "failed"
+        "message": str | None,  # why it failed (scrubbed of keys)
+        "attempts": NotRequired[int],  # attempts of the whole job (the worker's retries)
+        "started_at": NotRequired[float],
+        "finished_at": NotRequired[float],
+        "lost": NotRequired[str | None],  # a strategy failure scored as a loss (e.g. context_overflow)
+        "worker": NotRequired[str | None],  # the Celery worker's hostname
+    },
+)

@@ -1,8 +1,9 @@
 """The Celery executor: enqueue jobs by task NAME in batches, then follow them through the result backend.
 
 The coordinator does not import the worker's task code: messages name `ept.run_job` and carry the job (plain
-JSON) and a context (contracts.jobs.CeleryJobContext, sent as plain JSON: ledger URL, endpoint override, rate limits).
-Progress comes from the result backend with one MGET per poll for all outstanding jobs; the results themselves are in the ledger.
+JSON) and a context (contracts.jobs.CeleryJobContext, sent as plain JSON: ledger URL, endpoint override, rate
+limits). Progress comes from the result backend with one MGET per poll for all outstanding jobs; the results
+themselves are in the ledger.
 If the coordinator is interrupted, enqueued jobs keep running on the workers; a rerun skips what has landed.
 """
 
@@ -18,12 +19,12 @@ import uuid
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
-from elo_per_token.contracts.jobs import CeleryJobContext, Job
+from elo_per_token.contracts.jobs import CeleryJobContext, Job, JobSummary
 
 TASK_NAME = "ept.run_job"
 
 
-def _failed(job_key: str, message: str) -> dict[str, Any]:
+def _failed(job_key: str, message: str) -> JobSummary:
     return {"key": job_key, "status": "failed", "class": "transient", "message": message, "calls": 0, "tokens": 0}
 
 
@@ -111,7 +112,7 @@ class _Outstanding:
         *,
         queue: str,
         batch_size: int,
-        on_result: Callable[[dict[str, Any]], None],
+        on_result: Callable[[JobSummary], None],
         on_retry: Callable[[str, int, str], None] | None,
         notice: Callable[[str], None] | None,
         clear_failures: Collection[str],
@@ -267,7 +268,7 @@ def run_celery(
     *,
     queue: str,
     batch_size: int,
-    on_result: Callable[[dict[str, Any]], None],
+    on_result: Callable[[JobSummary], None],
     on_retry: Callable[[str, int, str], None] | None = None,
     broker_url: str | None = None,
     poll_s: float = 0.1,

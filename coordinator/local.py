@@ -21,7 +21,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from elo_per_token.contracts.errors import EXIT_INTERRUPTED
-from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.jobs import Job, JobSummary
 from elo_per_token.contracts.ledger import Ledger
 from elo_per_token.contracts.records import JobResult
 
@@ -48,7 +48,7 @@ def run_local(
     provider: Any,
     *,
     concurrency: int,
-    on_result: Callable[[dict[str, Any]], None],
+    on_result: Callable[[JobSummary], None],
     on_retry: Callable[[Job, int, str], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     run: Callable[[Job, Any], JobResult] | None = None,
@@ -64,7 +64,7 @@ def run_local(
     stop = getattr(provider, "stopping", None) or threading.Event()
     grace = stop_grace_s() if grace_s is None else grace_s
     todo = iter(jobs)
-    in_flight: set[Future[dict[str, Any]]] = set()
+    in_flight: set[Future[JobSummary]] = set()
     draining = False
     interrupted = threading.Event()
     deadline = float("inf")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from elo_per_token.contracts.errors import EGRESS_CLASSES, InputError
-from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.jobs import Job, JobSummary
 from elo_per_token.contracts.ledger import Ledger, open_ledger
 from elo_per_token.coordinator.plan import Plan
 
@@ -50,7 +50,7 @@ class Tally:
     abandoned: int = 0  # jobs still running when a stop's grace period ran out (their calls are not recorded)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, s: dict[str, Any]) -> None:
+    def add(self, s: JobSummary) -> None:
         with self.lock:
             self.retrying.discard(s["key"])
             st = s["status"]
@@ -65,8 +65,8 @@ class Tally:
                 self.egress_streak += 1
             if st == "done":
                 self.done += 1
-                if s.get("lost"):
-                    self.lost[s["lost"]] += 1
+                if lost := s.get("lost"):
+                    self.lost[lost] += 1
             elif st == "skipped":
                 self.skipped += 1
             elif st == "duplicate":
@@ -76,8 +76,8 @@ class Tally:
                 cls = s.get("class") or "task"
                 self.failures[cls].append(s["key"])
                 self.messages.setdefault(cls, s.get("message") or "")
-            if s.get("worker") and st != "skipped":
-                self.workers[s["worker"]] += 1
+            if (worker := s.get("worker")) and st != "skipped":
+                self.workers[worker] += 1
             self.calls += int(s.get("calls") or 0)
             self.tokens += int(s.get("tokens") or 0)
 
@@ -219,7 +219,7 @@ class _Live:
             f"retrying {len(tally.retrying)} · calls {tally.calls} · tokens {rate:,}",
         )
 
-    def on_result(self, s: dict[str, Any]) -> None:
+    def on_result(self, s: JobSummary) -> None:
         self.tally.add(s)
         self.refresh()
 
@@ -337,7 +337,7 @@ def _run_local(
     todo: Iterable[Job],
     ledger: Ledger,
     profile: Profile,
-    on_result: Callable[[dict[str, Any]], None],
+    on_result: Callable[[JobSummary], None],
     on_retry: Callable[[Job, int, str], None],
     tally: Tally,
     run: Callable[[Job, Any], JobResult] | None,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from celery import Celery
 
 if TYPE_CHECKING:
-    from elo_per_token.contracts.jobs import CeleryJobContextDict
+    from elo_per_token.contracts.jobs import CeleryJobContextDict, JobSummary
 
     app: Celery  # built on first use by __getattr__ below
 
@@ -64,7 +64,7 @@ def make_app(url: str | None = None) -> Celery:
     )
 
     @app.task(name="ept.run_job", bind=True, shared=False)
-    def run_job_task(self: Any, job: dict[str, Any], ctx: CeleryJobContextDict) -> dict[str, Any]:
+    def run_job_task(self: Any, job: dict[str, Any], ctx: CeleryJobContextDict) -> JobSummary:
         from elo_per_token.worker.tasks import celery_run_job
 
         return celery_run_job(self, job, ctx)

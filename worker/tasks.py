@@ -21,10 +21,10 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from elo_per_token.contracts.errors import RETRYABLE
-from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict, Job
+from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict, Job, JobStatus, JobSummary
 from elo_per_token.contracts.ledger import Ledger, open_ledger
 from elo_per_token.contracts.records import JobResult
 from elo_per_token.contracts.secrets import scrub
@@ -32,8 +32,11 @@ from elo_per_token.contracts.secrets import scrub
 TASK_NAME = "ept.run_job"
 
 
-def _summary(job: Job, status: str, **kw: Any) -> dict[str, Any]:
-    return {"key": job.key, "status": status, "calls": 0, "tokens": 0, "class": None, "message": None, **kw}
+def _summary(job: Job, status: JobStatus, **kw: Any) -> JobSummary:
+    # kw: the other JobSummary fields (calls, tokens, class, message, attempts, timing, lost)
+    return cast(
+        JobSummary, {"key": job.key, "status": status, "calls": 0, "tokens": 0, "class": None, "message": None, **kw}
+    )
 
 
 def _classify(exc: BaseException) -> tuple[str, str]:
@@ -59,7 +62,7 @@ def perform_job(
     check_existing: bool = True,
     clear_failure: bool = False,
     stop: threading.Event | None = None,
-) -> dict[str, Any]:
+) -> JobSummary:
     """Run `job` unless its result exists, store the result, and return a small JSON summary.
 
     check_existing=False: the caller has just checked (the Celery task does, before taking its claim).
@@ -248,7 +251,7 @@ def _cancelled(task_self: Any, job: Job) -> bool:
         return False
 
 
-def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJobContextDict) -> dict[str, Any]:
+def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJobContextDict) -> JobSummary:
     """Body of the Celery task `ept.run_job`. ctx_dict: the message's CeleryJobContext (ledger URL, base_url
     override, rate limits) as plain JSON."""
     import os
