@@ -23,6 +23,7 @@ from typing import Any
 from elo_per_token.contracts.errors import EXIT_INTERRUPTED
 from elo_per_token.contracts.jobs import Job, JobSummary
 from elo_per_token.contracts.ledger import Ledger
+from elo_per_token.contracts.records import JobResult
 
 STOP_GRACE_S = 30.0
 
@@ -50,7 +51,7 @@ def run_local(
     on_result: Callable[[JobSummary], None],
     on_retry: Callable[[Job, int, str], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
-    run: Callable | None = None,
+    run: Callable[[Job, Any], JobResult] | None = None,
     clear_failures: Collection[str] = (),
     grace_s: float | None = None,
     on_abandon: Callable[[int], None] | None = None,
@@ -63,7 +64,7 @@ def run_local(
     stop = getattr(provider, "stopping", None) or threading.Event()
     grace = stop_grace_s() if grace_s is None else grace_s
     todo = iter(jobs)
-    in_flight: set[Future] = set()
+    in_flight: set[Future[JobSummary]] = set()
     draining = False
     interrupted = threading.Event()
     deadline = float("inf")

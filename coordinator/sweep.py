@@ -6,14 +6,21 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from elo_per_token.contracts.errors import EGRESS_CLASSES, ErrorClass, InputError
 from elo_per_token.contracts.jobs import Job, JobSummary
 from elo_per_token.contracts.ledger import Ledger, open_ledger
 from elo_per_token.coordinator.plan import Plan
+
+if TYPE_CHECKING:  # annotations only: these are imported where a sweep needs them
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from elo_per_token.contracts.records import JobResult
+    from elo_per_token.egress.profiles import Profile
 
 # With this many egress failures in a row (no success in between), the endpoint or key is wrong — from the start
 # or since a key was revoked mid-run — or the server is down (every connect refused): stop spending effort.
@@ -121,7 +128,7 @@ class SweepOutcome:
         return EXIT_FAILED if self.tally.failed else 0
 
 
-def resolve_profile(plan: Plan, base_url: str | None, profiles_path: str | None = None):
+def resolve_profile(plan: Plan, base_url: str | None, profiles_path: str | None = None) -> Profile:
     from elo_per_token.egress.profiles import get_profile
 
     prof = get_profile(plan.profile, profiles_path)
@@ -134,7 +141,7 @@ def plan_jobs(plan: Plan) -> list[Job]:
     return expand(plan, load_tasks(plan))
 
 
-def _progress(console, total: int):
+def _progress(console: Console, total: int) -> Progress:
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -342,7 +349,17 @@ def _compact(ledger: Ledger, run_id: str) -> str:
     return f"compacted {res.jobs} job objects into {', '.join(res.segments) or 'no new segment'}"
 
 
-def _run_local(plan, todo, ledger, profile, on_result, on_retry, tally, run, had_failure=frozenset()) -> bool:
+def _run_local(
+    plan: Plan,
+    todo: Iterable[Job],
+    ledger: Ledger,
+    profile: Profile,
+    on_result: Callable[[JobSummary], None],
+    on_retry: Callable[[Job, int, str], None],
+    tally: Tally,
+    run: Callable[[Job, Any], JobResult] | None,
+    had_failure: Collection[str] = frozenset(),
+) -> bool:
     from elo_per_token.coordinator.local import run_local
     from elo_per_token.egress.client import ProviderClient
     from elo_per_token.worker.ratelimit import Limits, make_rate_limiter

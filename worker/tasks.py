@@ -21,7 +21,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from elo_per_token.contracts.errors import RETRYABLE
 from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict, Job, JobStatus, JobSummary
@@ -29,6 +29,10 @@ from elo_per_token.contracts.ledger import Ledger, open_ledger
 from elo_per_token.contracts.records import JobResult
 from elo_per_token.contracts.secrets import scrub
 
+if TYPE_CHECKING:  # the provider client (openai SDK) is imported when a worker first needs one
+    from elo_per_token.egress.client import ProviderClient
+
+T = TypeVar("T")
 TASK_NAME = "ept.run_job"
 
 
@@ -129,21 +133,24 @@ def perform_job(
 
 # ---- Celery side: providers, limiters and ledgers cached per worker process -------------------------------
 
-_cache: dict[tuple, Any] = {}
+_cache: dict[tuple[object, ...], Any] = {}
 _cache_lock = threading.Lock()
 
 
-def _cached(key: tuple, make: Callable[[], Any]) -> Any:
+def _cached(key: tuple[object, ...], make: Callable[[], T]) -> T:
     with _cache_lock:
         if key not in _cache:
             _cache[key] = make()
-        return _cache[key]
+        value: T = _cache[key]
+        return value
 
 
-def provider_for(profile_name: str, base_url: str | None, rpm: int | None, tpm: int | None, redis_url: str | None):
+def provider_for(
+    profile_name: str, base_url: str | None, rpm: int | None, tpm: int | None, redis_url: str | None
+) -> ProviderClient:
     """One ProviderClient per (profile, endpoint, limits) in this process, so HTTP connections are reused."""
 
-    def make():
+    def make() -> ProviderClient:
         from elo_per_token.egress.client import ProviderClient
         from elo_per_token.egress.profiles import get_profile
         from elo_per_token.worker.ratelimit import Limits, make_rate_limiter
