@@ -11,7 +11,8 @@ Rules that make compaction safe to run twice, or while workers are still writing
 
 * A segment counts only once its index exists: the index is written (exclusively) after the segment, so it is
   the commit. A segment without an index (a compactor died, or is still uploading) is ignored by readers.
-* A compaction folds in the job objects no committed index names, as listed when it starts; an object written
+* A compaction folds in the job objects no committed index names, as found when it starts (declared keys
+  probed, or the run listed: analysis/keyspace.py); an object written
   later is simply not in this segment and lands in the next one. Old segments are never rewritten.
 * Segment numbers are claimed by an exclusive create (link locally, IfNoneMatch='*' on S3): two compactors
   never write the same name. Two concurrent compactors may still fold the same objects into two segments;

@@ -6,7 +6,8 @@ and measures, each command in its own process (wall time, peak RSS of that proce
 
 * `ept analyze RUN` before any compaction (every job object read),
 * `ept compact RUN` (the first, full compaction),
-* `ept analyze RUN` compacted,
+* `ept analyze RUN` compacted (the run's keys declared, as `ept sweep` leaves them: no listing of jobs/),
+* the same with `EPT_VERIFY_JOBS=1` (the job keys listed: how every compacted read worked before),
 * the baseline: `ept analyze` of the same records as ONE Parquet file, in the same run,
 * incremental: 1% more jobs (at least 1k) added, `ept compact` again (objects read = the new ones only),
 * the coordinator: `ept sweep PLAN` of the same N-job plan with every result already in the ledger —

@@ -8,6 +8,8 @@ Key layout under the ledger root (a folder, or s3://bucket/prefix):
     runs/<run_id>/compact/part-NNNNN.parquet  a segment: the records of some job objects (`ept compact`)
     runs/<run_id>/compact/part-NNNNN.keys     its index: the job keys it holds (Parquet, one column);
                                             written after the segment, so it is the segment's commit
+    runs/<run_id>/planned/keys-<digest>.parquet  job keys a session declared before writing any (so readers
+                                            of a compacted run need not list jobs/: analysis/keyspace.py)
 
 Segments are derived copies (see analysis/segments.py): the job objects stay the source of truth.
 
