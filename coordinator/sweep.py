@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from elo_per_token.contracts.errors import EGRESS_CLASSES, InputError
+from elo_per_token.contracts.errors import EGRESS_CLASSES, ErrorClass, InputError
 from elo_per_token.contracts.jobs import Job, JobSummary
 from elo_per_token.contracts.ledger import Ledger, open_ledger
 from elo_per_token.coordinator.plan import Plan
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # annotations only: these are imported where a sweep needs th
 # or since a key was revoked mid-run — or the server is down (every connect refused): stop spending effort.
 EGRESS_ABORT_AFTER = 8
 # Failures that a retry repeats exactly (same request, same refusal).
-DETERMINISTIC = frozenset({"permanent", "context_overflow"})
+DETERMINISTIC: frozenset[ErrorClass] = frozenset({"permanent", "context_overflow"})
 
 
 @dataclass
@@ -287,6 +287,7 @@ def execute(
     ledger = open_ledger(plan.ledger)
     stream, n_jobs = _job_stream(plan, jobs)
     write_manifest(ledger, plan, profile.public_dict(), manifest_jobs or n_jobs, executor)
+    declare_jobs(ledger, plan, None if jobs is None else list(stream()))
     tally = Tally(total=n_jobs)
     t0 = time.monotonic()
     with _progress(console, n_jobs) as prog:
@@ -319,6 +320,22 @@ def execute(
     if analyze and completed:
         out.analysis, out.analysis_error = analyze_run(plan, ledger)
     return out
+
+
+def declare_jobs(ledger: Ledger, plan: Plan, jobs: list[Job] | None) -> None:
+    """Before any job runs: declare every key this session may write — the plan's (streamed sweep) or the
+    jobs handed in (`ept retry`, a given list) — so a reader of the compacted run can skip listing it
+    (analysis/keyspace.py). The session's manifest entry says it declares (coordinator/manifest.py)."""
+    import polars as pl
+
+    from elo_per_token.analysis.keyspace import declare_keys
+    from elo_per_token.coordinator.expand import load_tasks, plan_keys
+
+    if jobs is None:
+        keys = plan_keys(plan, load_tasks(plan))
+    else:
+        keys = pl.Series("job_key", [j.key for j in jobs], dtype=pl.String)
+    declare_keys(ledger, plan.run_id, keys)
 
 
 def _compact(ledger: Ledger, run_id: str) -> str:
