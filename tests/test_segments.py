@@ -361,17 +361,17 @@ def test_unreachable_ledger_says_which_part_is_wrong(s3_bucket, s3_env):
 
 
 @pytest.mark.services
-def test_successful_job_costs_one_conditional_put(s3_bucket):
-    """perform_job's requests to S3, counted by boto3's own hooks: one PUT (plus the HEAD when asked to check
-    first); the failure object is deleted only when the coordinator says there is one."""
+def test_successful_job_costs_one_conditional_put(s3_bucket, s3_env, monkeypatch):
+    """perform_job's requests to S3, counted on the wire (a proxy in front of SeaweedFS): one PUT (plus the HEAD
+    when asked to check first); the failure object is deleted only when the coordinator says there is one."""
     from contracts.jobs import Job
     from contracts.records import CallRecord, JobResult, Outcome
     from worker.tasks import perform_job
 
+    proxy = CountingProxy(s3_env.endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
     led = open_ledger(f"s3://{s3_bucket}/w")
     led.client  # noqa: B018 - the bucket check happens on first use, outside the count
-    sent: list[str] = []
-    led.client.meta.events.register("before-parameter-build.s3.*", lambda model, **_: sent.append(model.name))
 
     def run(job, _provider):
         return JobResult(job, [CallRecord(0, "sample", "m", {"prompt_tokens": 3, "completion_tokens": 4}, 0.1, 1)],
@@ -380,18 +380,27 @@ def test_successful_job_costs_one_conditional_put(s3_bucket):
     task = {"task_id": "math-1", "family": "math", "prompt": "p", "reference": "1"}
     jobs = [Job("w", task, "greedy", 1, replicate=i) for i in range(4)]
     expect = {
-        0: (dict(check_existing=False), ["PutObject"]),
-        1: (dict(), ["HeadObject", "PutObject"]),
-        2: (dict(check_existing=False, clear_failure=True), ["PutObject", "DeleteObject"]),
+        0: (dict(check_existing=False), ["PUT jobs"]),
+        1: (dict(), ["HEAD jobs", "PUT jobs"]),
+        2: (dict(check_existing=False, clear_failure=True), ["PUT jobs", "DELETE failures"]),
     }
-    for i, (kw, want) in expect.items():
-        sent.clear()
-        out = perform_job(jobs[i], led, None, run=run, **kw)
-        assert out["status"] == "done" and sent == want, (i, sent)
-    # A duplicate (the object exists): the conditional create refuses it, nothing is overwritten.
-    sent.clear()
-    assert perform_job(jobs[0], led, None, run=run, check_existing=False)["status"] == "duplicate"
-    assert sent == ["PutObject"]
+
+    def sent(job) -> list[str]:
+        base = f"/{s3_bucket}/w/runs/w/"
+        where = {f"{base}jobs/{job.key}.jsonl": "jobs", f"{base}failures/{job.key}.json": "failures"}
+        return [f"{m} {where.get(path, path)}" for m, path in proxy.requests]
+
+    try:
+        for i, (kw, want) in expect.items():
+            proxy.requests.clear()
+            out = perform_job(jobs[i], led, None, run=run, **kw)
+            assert out["status"] == "done" and sent(jobs[i]) == want, (i, proxy.requests)
+        # A duplicate (the object exists): the conditional create refuses it, nothing is overwritten.
+        proxy.requests.clear()
+        assert perform_job(jobs[0], led, None, run=run, check_existing=False)["status"] == "duplicate"
+        assert sent(jobs[0]) == ["PUT jobs"]
+    finally:
+        proxy.close()
 
 
 @pytest.mark.services
