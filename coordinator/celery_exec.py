@@ -146,10 +146,13 @@ def run_celery(
             backend.client.delete(*finished)
 
     ctx_clear = {**ctx, "clear_failure": True}
+    # After the broker lost its data, a re-sent job may have finished before the loss: its worker checks the
+    # ledger before the first API call whatever the session (see worker.tasks.celery_run_job).
+    resent = {**ctx, "check_ledger": True}
 
     run_ids: set[str] = set()
 
-    def send(job: Job, producer: Any) -> None:
+    def send(job: Job, producer: Any, again: bool = False) -> None:
         if job.run_id not in run_ids:  # a new session of the run lifts an earlier session's cancel
             from contracts.jobs import cancel_key
 
@@ -158,6 +161,8 @@ def run_celery(
         tid = f"{job.run_id}:{uuid.uuid4().hex}"
         # Only a job with a failure object from an earlier attempt deletes it on success (no blind DELETE).
         job_ctx = ctx_clear if job.key in clear_failures else ctx
+        if again:
+            job_ctx = {**resent, **({"clear_failure": True} if job.key in clear_failures else {})}
         # argsrepr: Flower shows the job key; Celery would otherwise saferepr() the whole job for every message,
         # ~15% of the coordinator's CPU per job.
         app.send_task(TASK_NAME, args=[job.to_dict(), job_ctx], task_id=tid, queue=queue, producer=producer,
@@ -173,7 +178,7 @@ def run_celery(
         pending.clear()
         with app.producer_or_acquire() as producer, _pipelined(producer, batch_size):
             for job in lost:
-                send(job, producer)
+                send(job, producer, again=True)
         backend.client.set(marker, "1", ex=7 * 24 * 3600)
         if notice:
             notice(f"the broker came back empty: enqueued {len(lost)} unfinished jobs again")

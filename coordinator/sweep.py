@@ -198,7 +198,12 @@ def execute(
     else:
         listed = list(jobs)
         stream, n_jobs = (lambda: iter(listed)), len(listed)
-    write_manifest(ledger, plan, profile.public_dict(), manifest_jobs or n_jobs, executor)
+    manifest = write_manifest(ledger, plan, profile.public_dict(), manifest_jobs or n_jobs, executor)
+    # A run's first session lists the run before it enqueues anything and no earlier session can have left
+    # jobs queued or running, so none of its jobs can be in the ledger when a worker starts it (short of a
+    # redelivery, which the worker sees): workers skip the check before the first API call and a successful
+    # job costs the ledger one request, the conditional create. A resumed run keeps the check.
+    first_session = len(manifest.get("sessions") or []) <= 1
     tally = Tally(total=n_jobs)
     t0 = time.monotonic()
     completed = True
@@ -247,7 +252,8 @@ def execute(
 
         try:
             if executor == "local":
-                completed = _run_local(plan, todo(), ledger, profile, on_result, on_retry, tally, run, had_failure)
+                completed = _run_local(plan, todo(), ledger, profile, on_result, on_retry, tally, run, had_failure,
+                                       check_existing=not first_session)  # fmt: skip
             else:
                 from coordinator.celery_exec import run_celery
 
@@ -256,6 +262,7 @@ def execute(
                     "base_url": base_url,
                     "rpm": plan.limits_for(plan.profile).rpm,
                     "tpm": plan.limits_for(plan.profile).tpm,
+                    "check_ledger": not first_session,
                 }
                 completed = run_celery(
                     todo(), ctx, queue=plan.queue, batch_size=plan.batch_size, on_result=on_result,
@@ -293,7 +300,8 @@ def _compact(ledger: Ledger, run_id: str) -> str:
     return f"compacted {res.jobs} job objects into {', '.join(res.segments) or 'no new segment'}"
 
 
-def _run_local(plan, todo, ledger, profile, on_result, on_retry, tally, run, had_failure=frozenset()) -> bool:
+def _run_local(plan, todo, ledger, profile, on_result, on_retry, tally, run, had_failure=frozenset(),
+               check_existing: bool = True) -> bool:  # fmt: skip
     from coordinator.local import run_local
     from egress.client import ProviderClient
     from worker.ratelimit import Limits, make_rate_limiter
@@ -309,7 +317,7 @@ def _run_local(plan, todo, ledger, profile, on_result, on_retry, tally, run, had
     provider = ProviderClient(profile, rate_limiter=limiter)
     return run_local(
         todo, ledger, provider, concurrency=plan.concurrency, on_result=on_result, on_retry=on_retry,
-        should_stop=tally.egress_broken, run=run, clear_failures=had_failure,
+        should_stop=tally.egress_broken, run=run, clear_failures=had_failure, check_existing=check_existing,
         on_abandon=lambda n: setattr(tally, "abandoned", n),
     )  # fmt: skip
 

@@ -252,7 +252,11 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx: dict[str, Any]
 
     job = Job.from_dict(job_dict)
     ledger = ledger_for(ctx["ledger"])
-    if ledger.has_job(job.run_id, job.key):
+    # The check before the first API call, so a job that finished elsewhere never spends tokens twice. Skipped
+    # only when nothing can have finished it: a first delivery (not a redelivery after a lost worker or a
+    # visibility timeout) of a run's first session (coordinator.sweep.execute). Messages without the flag check.
+    redelivered = bool((getattr(getattr(task_self, "request", None), "delivery_info", None) or {}).get("redelivered"))
+    if (ctx.get("check_ledger", True) or redelivered) and ledger.has_job(job.run_id, job.key):
         return _summary(job, "skipped")
     if _cancelled(task_self, job):
         return _summary(job, "cancelled", message="the sweep was stopped before this job started")
@@ -274,7 +278,7 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx: dict[str, Any]
         def on_retry(j: Job, attempt: int, cls: str) -> None:
             task_self.update_state(state="RETRYING", meta={"key": j.key, "attempt": attempt, "class": cls})
 
-        # One HEAD above, one conditional PUT in perform_job: nothing else on the success path.
+        # At most one HEAD above, one conditional PUT in perform_job: nothing else on the success path.
         summary = perform_job(
             job, ledger, provider, on_retry=on_retry, max_attempts=int(ctx.get("max_attempts", 3)),
             check_existing=False, clear_failure=bool(ctx.get("clear_failure")),
