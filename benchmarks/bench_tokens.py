@@ -140,8 +140,8 @@ def main() -> None:
         print(f"log generated in {time.perf_counter() - t0:.1f} s")
     print(f"log: {args.lines} lines, {log.stat().st_size / 1e6:.0f} MB")
 
-    from analysis.io import TOKENS_FIELDS, read_summary
-    from analysis.tokens import arm_tokens_from_groups, call_groups
+    from elo_per_token.analysis.io import TOKENS_FIELDS, read_summary
+    from elo_per_token.analysis.tokens import arm_tokens_from_groups, call_groups
 
     table = None
     out: dict[str, str] = {}
@@ -158,7 +158,7 @@ def main() -> None:
 
     csv = tmp / "tokens.csv"
     pipelines = {
-        "cli": lambda: run("cli", [sys.executable, "-m", "ept.cli", "tokens", str(log), "--csv", str(csv)]),
+        "cli": lambda: run("cli", [sys.executable, "-m", "elo_per_token", "tokens", str(log), "--csv", str(csv)]),
         "bare": lambda: run("bare", [sys.executable, "-c", BARE_POLARS, str(log)]),
         "jq": lambda: run("jq", ["bash", "-c", SEED_JQ_AWK, "bench", str(log)]),
         "fn": in_process,

@@ -17,8 +17,8 @@ import polars as pl
 
 # Every name the single-module analysis.io defined is still importable from here: the public API and,
 # for tests and callers that reached into the module, its private helpers.
-from analysis.io.families import _resolve_families, read_tasks_file
-from analysis.io.recovery import (
+from elo_per_token.analysis.io.families import _resolve_families, read_tasks_file
+from elo_per_token.analysis.io.recovery import (
     _constant_field,
     _NotJson,
     _parse_lines,
@@ -28,9 +28,9 @@ from analysis.io.recovery import (
     _slow_read_parquet,
     line_of,
 )
-from analysis.io.runs import RUN_CHUNK_JOBS, _read_objects, _read_segment, read_run
-from analysis.io.scan import _TYPE_WORDS, _fast, _scan, _scan_parquet
-from analysis.io.schema import (
+from elo_per_token.analysis.io.runs import RUN_CHUNK_JOBS, _read_objects, _read_segment, read_run
+from elo_per_token.analysis.io.scan import _TYPE_WORDS, _fast, _scan, _scan_parquet
+from elo_per_token.analysis.io.schema import (
     _CLASS,
     _ID_FIELDS,
     _INT_FIELDS,
@@ -48,7 +48,7 @@ from analysis.io.schema import (
     _type_problem,
     fields_schema,
 )
-from analysis.io.sources import (
+from elo_per_token.analysis.io.sources import (
     _RUN_URL,
     DATA_SUFFIXES,
     DEFAULT_LEDGER,
@@ -67,7 +67,7 @@ from analysis.io.sources import (
     split_runs,
     storage_options,
 )
-from contracts.errors import InputError
+from elo_per_token.contracts.errors import InputError
 
 __all__ = [
     "DATA_SUFFIXES",

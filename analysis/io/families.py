@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.io.recovery import line_of
-from contracts.errors import InputError
+from elo_per_token.analysis.io.recovery import line_of
+from elo_per_token.contracts.errors import InputError
 
 
 def read_tasks_file(path: str) -> pl.DataFrame:

@@ -9,10 +9,10 @@ from typing import Any
 
 import polars as pl
 
-from analysis.io.scan import _scan_parquet
-from analysis.io.schema import _SUSPECT_MSG, RAW_SCHEMA, BadLine, _normalise, _type_problem
-from analysis.io.sources import _open_text, storage_options
-from contracts.errors import InputError
+from elo_per_token.analysis.io.scan import _scan_parquet
+from elo_per_token.analysis.io.schema import _SUSPECT_MSG, RAW_SCHEMA, BadLine, _normalise, _type_problem
+from elo_per_token.analysis.io.sources import _open_text, storage_options
+from elo_per_token.contracts.errors import InputError
 
 
 class _NotJson(ValueError):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.io.recovery import _settle_flagged, _slow_read
-from analysis.io.scan import _scan_parquet
-from analysis.io.schema import RAW_SCHEMA, RECORD_SCHEMA, BadLine, _normalise
-from analysis.io.sources import RunSource, open_run, storage_options
-from contracts.errors import InputError
-from contracts.ledger import JOB_SUFFIX
+from elo_per_token.analysis.io.recovery import _settle_flagged, _slow_read
+from elo_per_token.analysis.io.scan import _scan_parquet
+from elo_per_token.analysis.io.schema import RAW_SCHEMA, RECORD_SCHEMA, BadLine, _normalise
+from elo_per_token.analysis.io.sources import RunSource, open_run, storage_options
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.ledger import JOB_SUFFIX
 
 RUN_CHUNK_JOBS = 20_000  # objects parsed per polars call: ~60 MB of JSONL, bounded whatever the run's size
 
@@ -19,7 +19,14 @@ def read_run(
 ) -> tuple[pl.DataFrame, list[BadLine], list[str]]:
     """A run's records (RECORD_SCHEMA, `file` naming each row's job object, Categorical), what was skipped,
     and the names read (segments, then the run's jobs/ folder for the objects no segment holds)."""
-    from analysis.segments import list_keys, parsed_chunks, read_index, seg_name, segment_state, tail_keys
+    from elo_per_token.analysis.segments import (
+        list_keys,
+        parsed_chunks,
+        read_index,
+        seg_name,
+        segment_state,
+        tail_keys,
+    )
 
     led = open_run(src)
     run = src.run_id

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from analysis.io.schema import _CLASS, _USAGE, RAW_SCHEMA, _normalise
-from analysis.io.sources import storage_options
+from elo_per_token.analysis.io.schema import _CLASS, _USAGE, RAW_SCHEMA, _normalise
+from elo_per_token.analysis.io.sources import storage_options
 
 
 def _scan(files: list[str], schema: dict[str, pl.DataType] | None = None) -> pl.LazyFrame:

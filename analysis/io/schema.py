@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from contracts.errors import InputError
+from elo_per_token.contracts.errors import InputError
 
 KINDS = ("call", "outcome", "judgment")
 WINNERS = {"a": "A", "b": "B", "tie": "tie"}

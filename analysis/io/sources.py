@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contracts.errors import InputError
+from elo_per_token.contracts.errors import InputError
 
 DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz", ".parquet")
 
@@ -167,10 +167,10 @@ def resolve_input(arg: str, ledger: str | None = None) -> str:
     """A command-line input as a path or URL. A run id (a bare name that is no file) means that run in
     `ledger` (default ./ept-out/ledger); a plan file means its run in its ledger (or `ledger`). Both are
     checked: a missing run lists the runs the ledger holds, an unreachable ledger says what is wrong."""
-    from contracts.ledger import check_run, open_ledger_for_reading
+    from elo_per_token.contracts.ledger import check_run, open_ledger_for_reading
 
     if arg.endswith(".toml") and os.path.isfile(arg):
-        from coordinator.plan import load_plan
+        from elo_per_token.coordinator.plan import load_plan
 
         plan = load_plan(arg)
         led = open_ledger_for_reading(ledger or plan.ledger)
@@ -186,7 +186,7 @@ def resolve_input(arg: str, ledger: str | None = None) -> str:
 
 def open_run(src: RunSource):
     """The run's ledger, checked: an unreachable ledger or a run it does not have is an InputError."""
-    from contracts.ledger import check_run, open_ledger_for_reading
+    from elo_per_token.contracts.ledger import check_run, open_ledger_for_reading
 
     led = open_ledger_for_reading(src.ledger_url)
     check_run(led, src.run_id)
