@@ -77,9 +77,11 @@ def task_costs(calls: pl.DataFrame, prices: Prices) -> pl.DataFrame:
         + pl.col("cached_tokens").fill_null(0) * prices.cached
         + pl.col("completion_tokens").fill_null(0) * prices.output
     ) / 1e6
+    # Sorted: the per-arm mean over these rows is a float sum, and group_by's output order varies run to run,
+    # which moved report.json's costs in the last bits between two runs of the same ledger.
     return c.group_by("task_id", "arm").agg(
         (usd.sum() / pl.col("replicate").n_unique()).alias("cost"),
-    )
+    ).sort("arm", "task_id")
 
 
 def arm_breakdown(frame: pl.DataFrame, prices: Prices | None = None) -> pl.DataFrame:

@@ -32,12 +32,16 @@ import re
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
 from elo_per_token.analysis.io import USAGE_BREAKDOWN
 from elo_per_token.contracts.errors import InputError
+
+if TYPE_CHECKING:
+    from elo_per_token.contracts.ledger import Ledger
 from elo_per_token.contracts.ledger import JOB_SUFFIX
 
 COMPACT_DIR = "compact/"
@@ -107,7 +111,7 @@ class SegmentState:
     orphans: list[int]  # a segment without an index: a compactor died or is still uploading
 
 
-def segment_state(ledger, run_id: str) -> SegmentState:
+def segment_state(ledger: Ledger, run_id: str) -> SegmentState:
     seen: dict[int, set[str]] = {}
     for name in ledger.list_blobs(run_id, COMPACT_DIR):
         m = _PART.match(name)
@@ -118,7 +122,7 @@ def segment_state(ledger, run_id: str) -> SegmentState:
     return SegmentState(committed, set(seen), orphans)
 
 
-def read_index(ledger, run_id: str, committed: list[int], *, dedupe: bool = True) -> pl.DataFrame:
+def read_index(ledger: Ledger, run_id: str, committed: list[int], *, dedupe: bool = True) -> pl.DataFrame:
     """(job_key, seg) for every committed segment, in segment order; with dedupe each key is kept once, from
     the lowest-numbered segment (two compactions that ran at once may both hold it)."""
     frames = [pl.DataFrame(schema={"job_key": pl.String, "rows": pl.Int32, "seg": pl.Int32})]
@@ -140,7 +144,7 @@ def read_index(ledger, run_id: str, committed: list[int], *, dedupe: bool = True
 
 
 def list_keys(
-    ledger, run_id: str, on_count: Callable[[int], None] | None = None, index: pl.DataFrame | None = None
+    ledger: Ledger, run_id: str, on_count: Callable[[int], None] | None = None, index: pl.DataFrame | None = None
 ) -> pl.Series:
     """Every job key of the run as one String Series (built in batches: a Python list of a million keys is
     ~100 MB, a polars String column a fraction of that). On S3 with an index, the listing is split into
@@ -173,7 +177,7 @@ def tail_keys(all_keys: pl.Series, index: pl.DataFrame) -> list[str]:
 
 
 def parsed_chunks(
-    ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType], *, chunk_jobs: int, threads: int
+    ledger: Ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType], *, chunk_jobs: int, threads: int
 ) -> Iterator[tuple[pl.DataFrame, list[str]]]:
     """The objects of `keys`, chunk by chunk, parsed with `schema`: (frame + `job_key` + `line0` (0-based line
     in its object), keys of objects polars cannot parse). The next chunk is fetched and parsed in a
@@ -195,7 +199,7 @@ def parsed_chunks(
 
 
 def _fetch_parse(
-    ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType], threads: int
+    ledger: Ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType], threads: int
 ) -> tuple[pl.DataFrame, list[str]]:
     if ledger.url.startswith("s3://"):
         got = _scan_s3(ledger, run_id, keys, schema)
@@ -215,7 +219,7 @@ def _fetch_parse(
     return pl.concat(frames, how="vertical"), bad
 
 
-def _scan_s3(ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
+def _scan_s3(ledger: Ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
     """One polars scan over the objects' URLs: its Rust S3 client fetches them concurrently at a tenth of the
     CPU boto3 spends per GET. None if polars refuses any of them (the caller then narrows it down)."""
     from elo_per_token.analysis.io import storage_options
@@ -295,7 +299,7 @@ def _chunks(seq: list[str], n: int) -> Iterator[list[str]]:
         yield seq[i : i + n]
 
 
-def drop_segments(ledger, run_id: str) -> list[str]:
+def drop_segments(ledger: Ledger, run_id: str) -> list[str]:
     """Remove every segment and index (indexes first: a reader then falls back to the job objects)."""
     st = segment_state(ledger, run_id)
     gone = []
@@ -309,7 +313,7 @@ def drop_segments(ledger, run_id: str) -> list[str]:
 
 
 def compact_run(
-    ledger,
+    ledger: Ledger,
     run_id: str,
     *,
     rebuild: bool = False,

@@ -1,9 +1,11 @@
-"""Benchmark: `ept tokens` on a generated 1M-line call log vs the seed's jq+awk pipeline (section 4.1) and vs a
+"""Benchmark: `ept tokens` on a generated 1M-line call log vs a hand-written jq+awk pipeline and vs a
 bare polars scan + group_by of the same file (issue 13: >= 5x jq+awk, <= 2x bare polars, whole process).
 
-Also times the seed's Python script (section 4.2), fixed minimally so it runs: its `agg` lists have
-three slots but are unpacked into two names (ValueError); here they have two. Both seed baselines key
-by strategy alone (the seed's bug); they are kept that way because they are timing references only.
+Also times a hand-written Python aggregation script, fixed minimally so it runs: its `agg` lists had
+three slots but were unpacked into two names (ValueError); here they have two. Both baselines ("seed"
+baselines below: the snippets the project started from) key by strategy alone, which mixes budgets —
+the bug `ept tokens` fixes by keying on the arm; they are kept that way because they are timing
+references only.
 
     python benchmarks/bench_tokens.py [--lines 1000000] [--repeat 3] [--keep DIR] [--skip-python]
 
@@ -28,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-# The seed's section 4.1 pipeline, verbatim apart from the file name.
+# The jq+awk baseline: totals per strategy alone (budgets mixed), verbatim apart from the file name.
 SEED_JQ_AWK = r"""jq -r 'select(.usage != null) | [.task_id, .strategy, (.budget_n|tostring), (.usage.prompt_tokens|tostring), (.usage.completion_tokens|tostring)] | @tsv' "$1" \
 | awk -F'\t' '
 {
@@ -49,7 +51,8 @@ END {
 
 
 def seed_python(path: str) -> list[str]:
-    """The seed's section 4.2 script; only change: `agg` slots [0, 0, 0] -> [0, 0] so the unpacking works."""
+    """The Python baseline: per-(task, strategy) sums, then per strategy; only change from the original
+    snippet: `agg` slots [0, 0, 0] -> [0, 0] so the unpacking works."""
     per_task = collections.defaultdict(lambda: collections.defaultdict(int))
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -103,7 +106,7 @@ def timed(fn) -> tuple[float, float]:
 
 
 # The issue's baseline for "close to the parser's limit": a fresh interpreter that imports polars, scans the
-# file with the four fields the seed uses and sums tokens per (task, strategy, budget) — no validation, no
+# file with the four fields of a minimal call log and sums tokens per (task, strategy, budget) — no validation, no
 # table, no CSV. Prints totals per strategy so they can be checked against the other pipelines.
 BARE_POLARS = """
 import json, sys
@@ -126,7 +129,7 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3, help="rounds; each round runs every pipeline once, interleaved")
     ap.add_argument("--keep", help="write the log here and keep it")
-    ap.add_argument("--skip-python", action="store_true", help="skip the (slow) seed Python baseline")
+    ap.add_argument("--skip-python", action="store_true", help="skip the (slow) Python baseline")
     args = ap.parse_args()
     if shutil.which("jq") is None:
         sys.exit("jq not found (apt-get install jq)")
@@ -171,13 +174,13 @@ def main() -> None:
             times[name].append(timed(fn))
     t = {k: best(v) for k, v in times.items()}
 
-    # Same totals per strategy from all three: the seed keys by strategy alone, so sum our arms per strategy.
+    # Same totals per strategy from all of them: the baselines key by strategy alone, so sum our arms per strategy.
     assert table is not None
     ours = dict(table.group_by("strategy").agg(pl.col("total_tokens").sum()).rows())
     cli = dict(pl.read_csv(csv).group_by("strategy").agg(pl.col("total_tokens").sum()).rows())
-    seed = {ln.split()[0]: int(ln.split()[3]) for ln in out["jq"].splitlines()[1:]}
+    jq = {ln.split()[0]: int(ln.split()[3]) for ln in out["jq"].splitlines()[1:]}
     bare = json.loads(out["bare"])
-    assert ours == seed == cli == bare, (ours, seed, cli, bare)
+    assert ours == jq == cli == bare, (ours, jq, cli, bare)
 
     print(f"load average after timing: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"{'best of ' + str(args.repeat) + ', interleaved':66s} {'wall s':>8s} {'CPU s':>8s}")
@@ -185,7 +188,7 @@ def main() -> None:
         ("fn", "in-process: read_summary + call_groups (what `ept tokens` runs)"),
         ("cli", "`ept tokens LOG --csv F`, whole process"),
         ("bare", "bare polars: python -c scan 4 fields + group_by, whole process"),
-        ("jq", "seed jq+awk pipeline (section 4.1), whole pipeline"),
+        ("jq", "jq+awk baseline (totals per strategy), whole pipeline"),
     ]
     for key, label in rows:
         print(f"{label:66s} {t[key][0]:8.2f} {t[key][1]:8.2f}")
@@ -199,8 +202,8 @@ def main() -> None:
     print(f"`ept tokens` / bare polars  wall {near_w:5.2f}x  CPU {near_c:5.2f}x   target <= 2x: {verdict(near_w <= 2)} (wall)")
     if not args.skip_python:
         t_py = timed(lambda: seed_python(str(log)))
-        print(f"{'seed Python script (section 4.2, fixed)':66s} {t_py[0]:8.2f} {t_py[1]:8.2f}")
-        print(f"ratio seed Python / `ept tokens`: wall {t_py[0] / t['cli'][0]:5.1f}x, CPU {t_py[1] / t['cli'][1]:5.1f}x")
+        print(f"{'Python baseline script (fixed)':66s} {t_py[0]:8.2f} {t_py[1]:8.2f}")
+        print(f"ratio Python baseline / `ept tokens`: wall {t_py[0] / t['cli'][0]:5.1f}x, CPU {t_py[1] / t['cli'][1]:5.1f}x")
     print("totals per strategy agree across `ept tokens`, the in-process call, bare polars and jq+awk")
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)

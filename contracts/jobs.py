@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 from elo_per_token.contracts.generation import label
 
@@ -95,3 +95,93 @@ class Job:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
+
+
+class CeleryJobContextDict(TypedDict):
+    """The job context as it travels in a Celery message (the task's second argument): plain JSON.
+
+    `clear_failure` is present (and true) only for a job with a failure object from an earlier attempt, and
+    `max_attempts` only when it differs from the worker's default of 3, so the messages of an ordinary job are
+    the same four keys they always were: a worker and a coordinator of the same version interoperate.
+    """
+
+    ledger: str
+    base_url: str | None
+    rpm: int | None
+    tpm: int | None
+    clear_failure: NotRequired[bool]
+    max_attempts: NotRequired[int]
+    check_ledger: NotRequired[bool]
+
+
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class CeleryJobContext:
+    """What a Celery worker needs besides the job: where results go and how to reach the provider.
+
+    Built by the coordinator (coordinator.celery_exec), read by the worker (worker.tasks.celery_run_job); on
+    the wire it is `to_dict()` (Celery sends JSON only), never this object. Not to be confused with
+    worker.strategies.base.JobContext, what a strategy sees while it runs a job.
+    """
+
+    ledger: str  # ledger URL the worker writes the job's object (or failure) to
+    base_url: str | None = None  # --profile-url-override: the profile's requests go here instead
+    rpm: int | None = None  # the plan's rate limits for the profile (None: the profile's own)
+    tpm: int | None = None
+    # The job has a failure object from an earlier attempt, deleted once it succeeds (no blind DELETE otherwise).
+    clear_failure: bool = False
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    # Check the ledger before the job's first API call (a job that finished elsewhere never spends tokens
+    # twice). False only from a run's first session, where nothing can have finished a job before its first
+    # delivery (coordinator.sweep.execute); absent on the wire means True, so older coordinators keep it.
+    check_ledger: bool = True
+
+    def to_dict(self) -> CeleryJobContextDict:
+        d: CeleryJobContextDict = {
+            "ledger": self.ledger, "base_url": self.base_url, "rpm": self.rpm, "tpm": self.tpm
+        }  # fmt: skip
+        if self.clear_failure:
+            d["clear_failure"] = True
+        if self.max_attempts != DEFAULT_MAX_ATTEMPTS:
+            d["max_attempts"] = self.max_attempts
+        if not self.check_ledger:
+            d["check_ledger"] = False
+        return d
+
+    @classmethod
+    def from_dict(cls, d: CeleryJobContextDict | dict[str, Any]) -> CeleryJobContext:
+        """The worker's reading of a message's context: `ledger` is required (KeyError otherwise, as before);
+        the rest default when absent, and keys it does not know are ignored."""
+        return cls(
+            ledger=d["ledger"],
+            base_url=d.get("base_url"),
+            rpm=d.get("rpm"),
+            tpm=d.get("tpm"),
+            clear_failure=bool(d.get("clear_failure")),
+            max_attempts=int(d.get("max_attempts", DEFAULT_MAX_ATTEMPTS)),
+            check_ledger=bool(d.get("check_ledger", True)),
+        )
+
+
+JobStatus = Literal["done", "duplicate", "skipped", "cancelled", "failed"]
+
+# What a worker reports for one job (worker.tasks.perform_job; through the Celery result backend as JSON) and
+# what the coordinator tallies (coordinator.sweep.Tally.add). Functional syntax because one key is `class`.
+JobSummary = TypedDict(
+    "JobSummary",
+    {
+        "key": str,  # Job.key
+        "status": JobStatus,  # done / duplicate (another copy landed first) / skipped (already in the ledger) / …
+        "calls": int,  # calls that reached the server
+        "tokens": int,  # strategy tokens as the server reported them (judge calls excluded)
+        "class": str | None,  # a contracts.errors.ErrorClass when status is "failed"
+        "message": str | None,  # why it failed (scrubbed of keys)
+        "attempts": NotRequired[int],  # attempts of the whole job (the worker's retries)
+        "started_at": NotRequired[float],
+        "finished_at": NotRequired[float],
+        "lost": NotRequired[str | None],  # a strategy failure scored as a loss (e.g. context_overflow)
+        "worker": NotRequired[str | None],  # the Celery worker's hostname
+    },
+)

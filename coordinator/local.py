@@ -21,7 +21,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from elo_per_token.contracts.errors import EXIT_INTERRUPTED
-from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.jobs import Job, JobSummary
 from elo_per_token.contracts.ledger import Ledger
 
 STOP_GRACE_S = 30.0
@@ -47,7 +47,7 @@ def run_local(
     provider: Any,
     *,
     concurrency: int,
-    on_result: Callable[[dict[str, Any]], None],
+    on_result: Callable[[JobSummary], None],
     on_retry: Callable[[Job, int, str], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     run: Callable | None = None,

@@ -34,16 +34,15 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
+from elo_per_token.contracts.errors import PROVIDER_ERROR_CLASSES, RETRYABLE, ProviderErrorClass
 from elo_per_token.contracts.secrets import mask, scrub
 from elo_per_token.contracts.usage import check_usage
 from elo_per_token.egress.profiles import Profile
 
 log = logging.getLogger("ept.provider")
 
-ERROR_CLASSES = ("credential", "endpoint", "rate_limit", "unreachable", "transient", "context_overflow", "permanent")
-RETRYABLE = frozenset({"rate_limit", "transient", "unreachable"})
 UNREACHABLE_CIRCUIT = 8  # failed connects in a row (no response of any kind in between) that open the circuit
 CIRCUIT_PROBE_S = 5.0  # while open, one attempt per this many seconds may try the endpoint again
 _CONTEXT = re.compile(r"context length|context_length|context window|prompt is too long|too many tokens", re.I)
@@ -56,23 +55,44 @@ _ANTHROPIC_FINISH = {
 }
 
 
+class Discarded(TypedDict):
+    """A billed 2xx response that was discarded (malformed) and retried: recorded as a call of its own."""
+
+    usage: dict[str, Any] | None  # checked by contracts.usage; None when absent or invalid
+    usage_invalid: str | None  # why the usage was not kept
+    message: str
+    attempt: int
+
+
 class ProviderError(Exception):
     def __init__(
         self,
-        error_class: str,
+        error_class: ProviderErrorClass,
         message: str,
         *,
         status: int | None = None,
         retry_after: float | None = None,
         attempts: int = 0,
+        code: str | None = None,
     ) -> None:
-        assert error_class in ERROR_CLASSES, error_class
+        # An explicit check, not an assert: `python -O` strips asserts, and an unknown class would then
+        # reach the ledger and the reports unnoticed.
+        if error_class not in PROVIDER_ERROR_CLASSES:
+            raise ValueError(f"unknown provider error class {error_class!r}; expected one of {PROVIDER_ERROR_CLASSES}")
         super().__init__(message)
-        self.error_class = error_class
+        self.error_class: ProviderErrorClass = error_class
         self.status = status
+        # The server's machine-readable error code when it sent one (e.g. "model_not_found",
+        # "insufficient_quota"): callers such as `ept doctor` branch on it, never on the message text.
+        self.code = code
         self.message = message
         self.retry_after = retry_after
         self.attempts = attempts
+        # Set by the client when it gives up (JobContext records them): what the failed attempt itself was billed
+        # (a malformed 2xx's usage, checked) and the billed responses discarded before it.
+        self.usage: dict[str, Any] | None = None
+        self.usage_invalid: str | None = None
+        self.discarded: list[Discarded] = []
 
     def __str__(self) -> str:
         status = f" {self.status}" if self.status else ""
@@ -101,8 +121,8 @@ class ChatResponse:
     n_requested: int
     n_returned: int
     usage_invalid: str | None = None  # why the server's usage was not stored (contracts.usage); usage is then None
-    # Billed 2xx responses that were discarded and retried (malformed): [{"usage", "usage_invalid", "message"}]
-    discarded: list[dict[str, Any]] = field(default_factory=list)
+    # Billed 2xx responses that were discarded and retried (malformed).
+    discarded: list[Discarded] = field(default_factory=list)
     max_tokens: int | None = None  # the limit sent (a known context_length may have lowered the configured one)
 
 
@@ -112,7 +132,7 @@ class _Malformed(Exception):
     usage: dict[str, Any] | None = None
 
 
-def _discarded(usage: Any, message: str, attempt: int) -> dict[str, Any]:
+def _discarded(usage: Any, message: str, attempt: int) -> Discarded:
     u, bad = check_usage(usage)
     return {"usage": u, "usage_invalid": bad, "message": message, "attempt": attempt}
 
@@ -169,7 +189,8 @@ def _server_code(e: Exception) -> str | None:
 def _conn_cause(e: Exception) -> str:
     """The innermost cause of a connection error (connection refused, name resolution…), not just the SDK's
     generic 'Connection error.'."""
-    seen, cur = [], e
+    seen: list[BaseException] = []
+    cur: BaseException | None = e
     while cur is not None and len(seen) < 8:
         seen.append(cur)
         cur = cur.__cause__ or cur.__context__
@@ -188,7 +209,7 @@ def access_error(err: ProviderError, profile: Profile, key: str | None, where_fr
         f"{where_from} means the key or the account, not the request; a proxy (LiteLLM) answers a key it cannot "
         f"check with 400. Check the key and the proxy's key store; run `ept doctor --profile {profile.name}`"
     )
-    return ProviderError("credential", scrub(msg, [key]), status=err.status, attempts=err.attempts)
+    return ProviderError("credential", scrub(msg, [key]), status=err.status, attempts=err.attempts, code=err.code)
 
 
 def _sentence(text: str) -> str:
@@ -208,6 +229,7 @@ def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
     status = getattr(e, "status_code", None)
     where = f"{profile.base_url} (profile '{profile.name}', protocol {profile.protocol})"
     ra = None
+    cls: ProviderErrorClass
     if isinstance(e, _Malformed):
         cls, msg = "transient", f"malformed response from {where}: {e}"
     elif isinstance(e, timeouts):
@@ -279,7 +301,10 @@ def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
         cls, msg = "permanent", f"{status} rejected by {where}: {_server_message(e)}"
     else:
         cls, msg = "permanent", f"{type(e).__name__} calling {where}: {e}"
-    return ProviderError(cls, scrub(msg, [key]), status=status, retry_after=ra)
+    code = _server_code(e)
+    return ProviderError(
+        cls, scrub(msg, [key]), status=status, retry_after=ra, code=scrub(code, [key]) if code else None
+    )
 
 
 # ---------------------------------------------------------------- protocol adapters
@@ -305,7 +330,8 @@ def _normalise_usage(u: Any, anthropic: bool) -> dict[str, Any] | None:
     if not anthropic:
         return dict(u)
     names = {"input_tokens": "prompt_tokens", "output_tokens": "completion_tokens"}
-    return {names.get(k, k): v for k, v in u.items() if v is not None}
+    usage: dict[str, Any] = u
+    return {names.get(k, k): v for k, v in usage.items() if v is not None}
 
 
 def _openai_choices(data: dict[str, Any]) -> list[Choice]:
@@ -436,7 +462,7 @@ def _anthropic_choice(data: dict[str, Any]) -> Choice:
         for b in blocks
         if b.get("type") == "tool_use"
     ]
-    stop = data.get("stop_reason")
+    stop: Any = data.get("stop_reason")  # untrusted JSON: any value, passed through when not a known reason
     return Choice(
         text="".join(texts) if texts else None,
         finish_reason=_ANTHROPIC_FINISH.get(stop, stop),
@@ -540,6 +566,12 @@ class ProviderClient:
         return f"ProviderClient(profile={self.profile.name!r}, key={mask(self._key)})"
 
     @property
+    def supports_n(self) -> bool:
+        """Whether one request may ask for n choices: the profile says so and the protocol has `n` (the
+        Anthropic protocol has none, so its samples are always separate calls)."""
+        return self.profile.supports_n and self.profile.protocol == "openai"
+
+    @property
     def sdk(self) -> Any:
         with self._sdk_lock:  # one SDK client (one connection pool) per ProviderClient, even across threads
             if self._sdk is None:
@@ -613,7 +645,7 @@ class ProviderClient:
                 self._unreachable = 0  # the server answered: it is reachable
 
     def _with_retries(
-        self, fn: Any, est_tokens: int, discarded: list[dict[str, Any]] | None = None, *, access_check: bool = False
+        self, fn: Any, est_tokens: int, discarded: list[Discarded] | None = None, *, access_check: bool = False
     ) -> tuple[Any, int]:
         """Run fn() with classification and retries; returns (result, attempts). Malformed 2xx responses that
         were retried are appended to `discarded`; the last one's usage rides on the raised error (`.usage`).
@@ -646,12 +678,12 @@ class ProviderClient:
                 denied = access_error(
                     err, self.profile, self._key, "GET /models" if access_check else "the profile's first request"
                 )
-                denied.discarded = list(discarded or [])  # type: ignore[attr-defined]
+                denied.discarded = list(discarded or [])
                 raise denied
             if err.error_class not in RETRYABLE or attempts > self.profile.max_retries or self.stopping.is_set():
                 if malformed is not None:
-                    err.usage, err.usage_invalid = check_usage(malformed.usage)  # type: ignore[attr-defined]
-                err.discarded = list(discarded or [])  # type: ignore[attr-defined]
+                    err.usage, err.usage_invalid = check_usage(malformed.usage)
+                err.discarded = list(discarded or [])
                 raise err
             if malformed is not None and discarded is not None:
                 discarded.append(_discarded(malformed.usage, err.message, attempts))
@@ -663,7 +695,7 @@ class ProviderClient:
                 "retrying %s after %.2fs (attempt %d): %s", self.profile.name, wait, attempts, err.message
             )
             if self.stopping.wait(wait):  # stopped while waiting: this attempt's error is the call's result
-                err.discarded = list(discarded or [])  # type: ignore[attr-defined]
+                err.discarded = list(discarded or [])
                 raise err
 
     def _fit_context(
@@ -793,7 +825,7 @@ class ProviderClient:
                 data = _parse_json_text(text)
                 return _choices_or_malformed(data, False), _normalise_usage(data.get("usage"), False), data.get("model")
 
-        discarded: list[dict[str, Any]] = []
+        discarded: list[Discarded] = []
         (choices, raw_usage, model), attempts = self._with_retries(call, est, discarded)
         # Checked before anything stores or sums it: invalid usage becomes None plus a reason.
         usage, usage_invalid = check_usage(raw_usage)

@@ -1,4 +1,7 @@
-"""`ept doctor`: credential and egress checks, in the seed's order (section 6), before any evaluation.
+"""`ept doctor`: credential and egress checks before any evaluation, cheapest and most common cause first.
+
+The local checks come first and the network checks run only once they pass; each later check depends on
+fewer things going right than the one after it, so the first failure shown is usually the one to fix:
 
 1. the key variable is set and non-empty      (401s usually start here)
 2. base_url is well-formed for the protocol     (/v1 for OpenAI-compatible; none for Anthropic)
@@ -19,12 +22,21 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from elo_per_token.contracts.secrets import mask, scrub
 from elo_per_token.egress.profiles import Profile
 
+if TYPE_CHECKING:  # for annotations; run_checks imports the client where it runs
+    from elo_per_token.egress.client import ProviderError
+
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
+# Names of the network checks: run_checks finds a check by its name, never by its position in the list.
+MODELS_CHECK = "GET /models"
+MODEL_LISTED_CHECK = "model listed"
+COMPLETION_CHECK = "tiny completion returns usage"
+N_CHECK = "n=2 returns 2 choices"
 PLACEHOLDERS = ("YOUR_API_KEY", "sk-...", "<your key>")
 
 
@@ -116,11 +128,11 @@ def check_base_url(p: Profile) -> Check:
     return Check(name, PASS, p.base_url)
 
 
-def _fix_for(err: object, p: Profile) -> str:
-    cls = getattr(err, "error_class", "")
-    if cls == "credential" and getattr(err, "status", None) == 429:
+def _fix_for(err: ProviderError, p: Profile) -> str:
+    cls = err.error_class
+    if cls == "credential" and err.status == 429:
         return f"the account behind ${p.api_key_env} has no quota left: add credit or use another key"
-    if cls == "credential" and getattr(err, "status", None) == 403:
+    if cls == "credential" and err.status == 403:
         return (
             f"give this key access to model '{p.model}' (provider console: project / model permissions), "
             f"or put a key that has it in ${p.api_key_env}"
@@ -130,7 +142,7 @@ def _fix_for(err: object, p: Profile) -> str:
             f"the server rejected the key in ${p.api_key_env}: create or copy a key for THIS provider and "
             f"re-export it; a key that works elsewhere means base_url and key belong to different providers"
         )
-    if cls == "endpoint" and "is not served at this base_url" in getattr(err, "message", ""):
+    if cls == "endpoint" and err.code == "model_not_found":
         return "set `model` in the profile to a name the server lists (GET /models); Claude Code also needs ANTHROPIC_MODEL"
     if cls == "endpoint":
         return (
@@ -147,9 +159,9 @@ def _fix_for(err: object, p: Profile) -> str:
     return "the server refused the request as sent; read its message above"
 
 
-def _detail(e: object) -> str:
-    n = getattr(e, "attempts", 0)
-    return f"{getattr(e, 'message', e)} [{n} attempt{'s' if n != 1 else ''}]"
+def _detail(e: ProviderError) -> str:
+    n = e.attempts
+    return f"{e.message} [{n} attempt{'s' if n != 1 else ''}]"
 
 
 def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float = 0.2) -> list[Check]:
@@ -162,7 +174,7 @@ def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float =
         reason = "fix the checks above first"
         return checks + [
             Check(n, SKIP, reason)
-            for n in ("GET /models", "model listed", "tiny completion returns usage", "n=2 returns 2 choices")
+            for n in (MODELS_CHECK, MODEL_LISTED_CHECK, COMPLETION_CHECK, N_CHECK)
         ]
 
     p = dataclasses.replace(
@@ -170,22 +182,24 @@ def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float =
     )
     client = ProviderClient(p, backoff_base=backoff_base, backoff_cap=2.0, retry_after_cap=5.0)
     models: list[str] | None = None
+    models_error: ProviderError | None = None
     try:
         models = client.list_models()
-        checks.append(Check("GET /models", PASS, f"{len(models)} model(s) listed"))
+        checks.append(Check(MODELS_CHECK, PASS, f"{len(models)} model(s) listed"))
     except ProviderError as e:
-        checks.append(Check("GET /models", FAIL, _detail(e), _fix_for(e, p)))
+        models_error = e
+        checks.append(Check(MODELS_CHECK, FAIL, _detail(e), _fix_for(e, p)))
     if models is None:
-        checks.append(Check("model listed", SKIP, "no model list"))
+        checks.append(Check(MODEL_LISTED_CHECK, SKIP, "no model list"))
     elif not models:
-        checks.append(Check("model listed", SKIP, "the server lists no models"))
+        checks.append(Check(MODEL_LISTED_CHECK, SKIP, "the server lists no models"))
     elif profile.model in models:
-        checks.append(Check("model listed", PASS, profile.model))
+        checks.append(Check(MODEL_LISTED_CHECK, PASS, profile.model))
     else:
         shown = ", ".join(models[:10]) + (" …" if len(models) > 10 else "")
         checks.append(
             Check(
-                "model listed",
+                MODEL_LISTED_CHECK,
                 FAIL,
                 f"'{profile.model}' is not among: {shown}",
                 "set model = one of the listed names in the profile (a wrong model name is the other "
@@ -202,7 +216,7 @@ def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float =
         if r.usage is None:
             checks.append(
                 Check(
-                    "tiny completion returns usage",
+                    COMPLETION_CHECK,
                     FAIL,
                     f"answered in {r.latency_s:.2f}s but sent no usage",
                     "token accounting needs the server's usage; enable it on the provider/gateway (some "
@@ -213,21 +227,28 @@ def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float =
             u = r.usage
             checks.append(
                 Check(
-                    "tiny completion returns usage",
+                    COMPLETION_CHECK,
                     PASS,
                     f"prompt_tokens={u.get('prompt_tokens')} completion_tokens={u.get('completion_tokens')} "
                     f"in {r.latency_s:.2f}s",
                 )
             )
     except ProviderError as e:
-        checks.append(Check("tiny completion returns usage", FAIL, _detail(e), _fix_for(e, p)))
-    checks.append(check_n(client, profile, checks[-1].status == PASS))
+        checks.append(Check(COMPLETION_CHECK, FAIL, _detail(e), _fix_for(e, p)))
+    completion_ok = _named(checks, COMPLETION_CHECK).status == PASS
+    checks.append(check_n(client, profile, completion_ok))
     # A server without a model list is fine if completions work.
-    if checks[-1].status == PASS and checks[2].status == FAIL and "404" in checks[2].detail:
-        checks[2] = dataclasses.replace(
-            checks[2], status=WARN, fix="this server does not serve /models; completions work"
-        )
+    if completion_ok and models_error is not None and models_error.status == 404:
+        checks = [
+            dataclasses.replace(c, status=WARN, fix="this server does not serve /models; completions work")
+            if c.name == MODELS_CHECK else c
+            for c in checks
+        ]  # fmt: skip
     return [dataclasses.replace(c, detail=scrub(c.detail, [key]), fix=scrub(c.fix, [key])) for c in checks]
+
+
+def _named(checks: list[Check], name: str) -> Check:
+    return next(c for c in checks if c.name == name)
 
 
 def check_n(client: object, p: Profile, completion_works: bool) -> Check:
@@ -236,7 +257,7 @@ def check_n(client: object, p: Profile, completion_works: bool) -> Check:
     pays the prompt k times. Either disagreement is a warning, never a failure."""
     from elo_per_token.egress.client import ProviderError
 
-    name = "n=2 returns 2 choices"
+    name = N_CHECK
     if p.protocol != "openai":
         return Check(name, SKIP, "the Anthropic protocol has no n: ept makes one request per sample")
     if not completion_works:

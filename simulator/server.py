@@ -52,7 +52,7 @@ META_PREFIX = "x-ept-"
 def load_brain() -> Brain:
     """TaskBrain when simulator/brain.py exists (it knows the built-in suites), else GenericBrain."""
     try:
-        from elo_per_token.simulator.brain import TaskBrain  # type: ignore[import-not-found]
+        from elo_per_token.simulator.brain import TaskBrain
     except ModuleNotFoundError as e:
         if e.name != "elo_per_token.simulator.brain":
             raise
@@ -263,6 +263,8 @@ def _auth(state: SimState, request: web.Request, anthropic: bool) -> web.Respons
 
 async def models(request: web.Request) -> web.Response:
     state = request.app[STATE]
+    if not state.config.serve_models:
+        return await not_found(request)
     state.stats["by_route"]["models"] += 1
     denied = _auth(state, request, anthropic="anthropic-version" in request.headers)
     if denied:
@@ -409,7 +411,8 @@ async def _complete(request: web.Request, anthropic: bool, responses: bool = Fal
     if fault == "context_length" and not cfg.context_length:
         return done(_context_error(2048, 2100, None, anthropic))
     if fault == "hang":
-        assert state.stopping is not None
+        if state.stopping is None:  # set by on_startup; an explicit check because `python -O` strips asserts
+            raise RuntimeError("simulator: a request arrived before the app's startup hook ran")
         # sleep past the client's timeout, but wake up when the server stops
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(state.stopping.wait(), cfg.hang_s)
@@ -482,7 +485,12 @@ async def _complete(request: web.Request, anthropic: bool, responses: bool = Fal
     rid = f"{derive_seed(seed, k, model):08x}"
     # Anthropic caches only what the request marks with cache_control; OpenAI caches repeated prefixes itself.
     cacheable = cfg.prompt_cache and (not anthropic or "cache_control" in json.dumps(body))
-    cached, prefix = _cached_prefix(state, messages, tools) if cacheable else (0, 0)
+    if not cacheable:
+        cached, prefix = 0, 0
+    elif cfg.prompt_cache == "warm":
+        cached, prefix = _warm_prefix(messages, tools)
+    else:
+        cached, prefix = _cached_prefix(state, messages, tools)
     if anthropic:
         out = _anthropic_body(rid, model, replies[0], p_tok, c_toks[0], with_usage, cached, prefix if cacheable else 0)
         out = _hostile_usage(out, fault, True)
@@ -661,6 +669,15 @@ def _cached_prefix(state: SimState, messages: list[dict[str, Any]], tools: Any) 
             state.prefixes.add(key)
         prefix = toks
     return cached, prefix
+
+
+def _warm_prefix(messages: list[dict[str, Any]], tools: Any) -> tuple[int, int]:
+    """(cached, prefix) for a cache a long sweep has already warmed: everything before the newest message was
+    sent before (the shared system prompt, earlier turns of an episode); this request adds the rest. Depends on
+    the request only, so the same run reports the same usage at any concurrency."""
+    whole = prompt_tokens(messages, tools)
+    before = prompt_tokens(messages[:-1], tools) if len(messages) > 1 else 0
+    return (before if before >= CACHE_MIN_TOKENS else 0), (whole if whole >= CACHE_MIN_TOKENS else 0)
 
 
 _BAD_USAGE = {"usage_negative": -18, "usage_nan": float("nan"), "usage_float": 12.5, "usage_huge": 10**15}

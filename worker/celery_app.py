@@ -14,8 +14,14 @@ Delivery guarantees and why:
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
+
+if TYPE_CHECKING:
+    from elo_per_token.contracts.jobs import CeleryJobContextDict
+
+    app: Celery  # built on first use by __getattr__ below
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 DEFAULT_QUEUE = "ept"
@@ -58,7 +64,7 @@ def make_app(url: str | None = None) -> Celery:
     )
 
     @app.task(name="ept.run_job", bind=True, shared=False)
-    def run_job_task(self, job: dict, ctx: dict) -> dict:
+    def run_job_task(self: Any, job: dict[str, Any], ctx: CeleryJobContextDict) -> dict[str, Any]:
         from elo_per_token.worker.tasks import celery_run_job
 
         return celery_run_job(self, job, ctx)

@@ -6,6 +6,11 @@ line by line (the error path) to name the exact line and field. With `skip_bad` 
 lines are dropped, counted and listed instead.
 
 The record schema is documented in docs/schema.md; contracts/records.py defines the ledger lines.
+
+The package: sources (inputs: files, globs, s3:// listings, ledger runs; a file's lines), schema (the
+schemas and the rules: polars checks next to their Python mirror), scan (the fast path), recovery (the
+line-by-line path), runs (a ledger run's segments and job objects), families (family per task). This
+module holds the entry points, read_records and read_summary.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from elo_per_token.analysis.io.scan import _scan_parquet
 from elo_per_token.analysis.io.schema import RAW_SCHEMA, RECORD_SCHEMA, BadLine, _normalise
 from elo_per_token.analysis.io.sources import RunSource, open_run, storage_options
 from elo_per_token.contracts.errors import InputError
-from elo_per_token.contracts.ledger import JOB_SUFFIX
+from elo_per_token.contracts.ledger import JOB_SUFFIX, Ledger
 
 RUN_CHUNK_JOBS = 20_000  # objects parsed per polars call: ~60 MB of JSONL, bounded whatever the run's size
 
@@ -61,7 +61,7 @@ def read_run(
 
 
 def _read_segment(
-    led, run: str, url: str, index: pl.DataFrame, drop: pl.Series | None, *, skip_bad: bool
+    led: Ledger, run: str, url: str, index: pl.DataFrame, drop: pl.Series | None, *, skip_bad: bool
 ) -> tuple[list[pl.DataFrame], list[BadLine]]:
     """One segment, its rows named by job object and line (so every error names the object, as the objects
     themselves would). `index`: its (job_key, rows) in row order, so the object of each row comes from the
@@ -91,7 +91,7 @@ def _read_segment(
 
 
 def _read_objects(
-    led, run: str, df: pl.DataFrame, unparsable: list[str], *, skip_bad: bool
+    led: Ledger, run: str, df: pl.DataFrame, unparsable: list[str], *, skip_bad: bool
 ) -> tuple[list[pl.DataFrame], list[BadLine]]:
     """A parsed chunk of job objects (analysis.segments.parsed_chunks), validated; objects polars could not
     parse go through the line-by-line path, which names the line."""

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
 import polars as pl
 
 from elo_per_token.analysis.io.schema import _CLASS, _USAGE, RAW_SCHEMA, _normalise
 from elo_per_token.analysis.io.sources import storage_options
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 
 def _scan(files: list[str], schema: dict[str, pl.DataType] | None = None) -> pl.LazyFrame:
@@ -45,7 +51,7 @@ def _scan_parquet(
     have = lf.collect_schema()
     failed: list[tuple[str, str, pl.Expr]] = []
 
-    def conv(src: pl.Expr, src_dtype: pl.DataType, dtype: pl.DataType, label: str) -> pl.Expr:
+    def conv(src: pl.Expr, src_dtype: PolarsDataType, dtype: pl.DataType, label: str) -> pl.Expr:
         if not strict and src_dtype != dtype:
             lost = src.is_not_null() & src.cast(dtype, strict=False).is_null()
             failed.append((label, f"must be {_TYPE_WORDS.get(dtype, str(dtype))}", lost))
@@ -53,13 +59,16 @@ def _scan_parquet(
 
     cols = []
     for name, dtype in RAW_SCHEMA.items():
-        if name == "usage" and isinstance(have.get("usage"), pl.Struct):
+        usage = have.get("usage")
+        if name == "usage" and isinstance(usage, pl.Struct):
             # Keep the two counts (checked) and the breakdown (converted when present, else null: it is
             # informational); a usage struct may carry more (total_tokens…), which is dropped.
-            inner = {fl.name: fl.dtype for fl in have["usage"].fields}
+            inner = {fl.name: fl.dtype for fl in usage.fields}
             want = _USAGE.to_schema()
 
-            def field_expr(k: str, inner: dict = inner, want: dict = want) -> pl.Expr:
+            def field_expr(
+                k: str, inner: Mapping[str, PolarsDataType] = inner, want: Mapping[str, PolarsDataType] = want
+            ) -> pl.Expr:
                 if k not in inner:
                     return pl.lit(None, want[k])
                 src = pl.col("usage").struct.field(k)
