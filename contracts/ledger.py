@@ -375,7 +375,9 @@ class _SignedRequests:
 
         return not get_environ_proxies(client.meta.endpoint_url)
 
-    def send(self, method: str, bucket: str, key: str, body: bytes | None = None, headers: dict | None = None) -> Any:
+    def send(
+        self, method: str, bucket: str, key: str, body: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> Any:
         from urllib.parse import quote
 
         import urllib3

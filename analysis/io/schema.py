@@ -12,11 +12,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from elo_per_token.contracts.errors import InputError
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 KINDS = ("call", "outcome", "judgment")
 WINNERS = {"a": "A", "b": "B", "tie": "tie"}
@@ -107,7 +110,7 @@ def fields_schema(fields: Sequence[str]) -> dict[str, pl.DataType]:
     """The RAW_SCHEMA subset that parses `fields` (names of RAW_SCHEMA, or "usage.<member>" for members of
     the usage object). The scan fills every other field, and usage member, with nulls (analysis.io.scan)."""
     schema: dict[str, pl.DataType] = {}
-    members: dict[str, pl.DataType] = {}
+    members: dict[str, PolarsDataType] = {}
     usage = _USAGE.to_schema()
     for f in fields:
         top, _, member = f.partition(".")
