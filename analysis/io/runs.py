@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 
 from elo_per_token.analysis.io.recovery import _settle_flagged, _slow_read
@@ -62,6 +61,8 @@ def _read_segment(
     """One segment, its rows named by job object and line (so every error names the object, as the objects
     themselves would). `index`: its (job_key, rows) in row order, so the object of each row comes from the
     index (one string per job, not per row). `drop`: keys an earlier segment holds (two compactions at once)."""
+    import numpy as np  # here, not at the top: `ept tokens` on a log never needs it (0.1 s of its start-up)
+
     opts = storage_options() if url.startswith("s3://") else None
     urls = ((led.run_url(run) + "/jobs/") + index["job_key"] + JOB_SUFFIX).cast(pl.Categorical)
     per_row = pl.Series(np.repeat(np.arange(index.height, dtype=np.int64), index["rows"].to_numpy()))

@@ -23,6 +23,14 @@ def _scan(files: list[str], schema: dict[str, pl.DataType] | None = None) -> pl.
         return pl.concat(frames, how="vertical")
     schema = schema or RAW_SCHEMA
     absent = [pl.lit(None, dt).alias(k) for k, dt in RAW_SCHEMA.items() if k not in schema]
+    if "usage" in schema and schema["usage"] != _USAGE:
+        # Only some usage members parsed (fields_schema): the others are null, in the struct every step reads.
+        parsed = {f.name for f in schema["usage"].fields}  # type: ignore[attr-defined]
+        members = [
+            pl.col("usage").struct.field(k) if k in parsed else pl.lit(None, dt).alias(k)
+            for k, dt in _USAGE.to_schema().items()
+        ]
+        absent.append(pl.struct(members).alias("usage"))
     if len(files) == 1:
         # One file: a plain row index, no per-row path column and no window over it.
         lf = pl.scan_ndjson(files[0], schema=schema, storage_options=opts, row_index_name="row")

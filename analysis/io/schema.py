@@ -10,12 +10,16 @@ same lines and blame the same field; tests/test_io_schema_agree.py checks that t
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from elo_per_token.contracts.errors import InputError
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 KINDS = ("call", "outcome", "judgment")
 WINNERS = {"a": "A", "b": "B", "tie": "tie"}
@@ -92,11 +96,30 @@ RECORD_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-# What `ept tokens` parses and validates: the call fields, and what classifies a line without `kind`.
+# What `ept tokens` parses and validates: the call fields it counts, and what classifies a line without `kind`.
+# "usage.x" parses only that member of the usage object: the breakdown (details objects, cache fields) is
+# most of the JSON parse's cost on a call line and `ept tokens` does not report it. Not `family` either.
 TOKENS_FIELDS = (
-    "kind", "task_id", "family", "strategy", "budget_n", "arm", "replicate", "role", "usage", "prompt_tokens",
-    "completion_tokens", "usage_missing", "error", "score", "correct", "winner",
+    "kind", "task_id", "strategy", "budget_n", "arm", "replicate", "role", "usage.prompt_tokens",
+    "usage.completion_tokens", "prompt_tokens", "completion_tokens", "usage_missing", "error", "score", "correct",
+    "winner",
 )  # fmt: skip
+
+
+def fields_schema(fields: Sequence[str]) -> dict[str, pl.DataType]:
+    """The RAW_SCHEMA subset that parses `fields` (names of RAW_SCHEMA, or "usage.<member>" for members of
+    the usage object). The scan fills every other field, and usage member, with nulls (analysis.io.scan)."""
+    schema: dict[str, pl.DataType] = {}
+    members: dict[str, PolarsDataType] = {}
+    usage = _USAGE.to_schema()
+    for f in fields:
+        top, _, member = f.partition(".")
+        if top not in RAW_SCHEMA or (member and (top != "usage" or member not in usage)):
+            raise ValueError(f"unknown record field {f!r}")
+        if member:
+            members[member] = usage[member]
+        schema[top] = pl.Struct(members) if member else RAW_SCHEMA[top]
+    return schema
 
 
 @dataclass(frozen=True)
