@@ -72,14 +72,32 @@ def _input_total() -> pl.Expr:
 def task_costs(calls: pl.DataFrame, prices: Prices) -> pl.DataFrame:
     """USD per (task, arm), per replicate (the same rule as analysis.tokens.task_tokens)."""
     c = strategy_calls(calls)
-    usd = (
-        _fresh_in() * prices.input
-        + pl.col("cached_tokens").fill_null(0) * prices.cached
-        + pl.col("completion_tokens").fill_null(0) * prices.output
-    ) / 1e6
+    # Integer token sums per (task, arm), priced once: exact whatever order the rows are summed in (a float
+    # sum of per-call USD changed in its last digits with the group_by's partitioning).
     return c.group_by("task_id", "arm").agg(
-        (usd.sum() / pl.col("replicate").n_unique()).alias("cost"),
+        _fresh_in().sum().alias("fresh"),
+        pl.col("cached_tokens").fill_null(0).sum().alias("cached"),
+        pl.col("completion_tokens").fill_null(0).sum().alias("out"),
+        pl.col("replicate").n_unique().alias("reps"),
+    ).select(
+        "task_id",
+        "arm",
+        (
+            (pl.col("fresh") * prices.input + pl.col("cached") * prices.cached + pl.col("out") * prices.output)
+            / 1e6
+            / pl.col("reps")
+        ).alias("cost"),
     )
+
+
+def _mean_cost(costs: pl.DataFrame) -> pl.DataFrame:
+    """Mean cost per task per arm, summed in task order by numpy: polars' float mean over groups changes in
+    its last digits with the hash order and the chunking of its input, so report.json would differ run to run."""
+    c = costs.sort("arm", "task_id")
+    runs = c.with_row_index("i").group_by("arm", maintain_order=True).agg(pl.col("i").first(), pl.len())
+    cost = c["cost"].to_numpy()
+    sums = np.add.reduceat(cost, runs["i"].to_numpy().astype(np.intp)) if cost.size else np.zeros(0)
+    return runs.select("arm", pl.Series("cost_per_task", sums / runs["len"].to_numpy(), dtype=pl.Float64))
 
 
 def arm_breakdown(frame: pl.DataFrame, prices: Prices | None = None) -> pl.DataFrame:
@@ -124,9 +142,7 @@ def arm_breakdown(frame: pl.DataFrame, prices: Prices | None = None) -> pl.DataF
         )
     )
     if prices is not None:
-        per_arm = task_costs(frame.filter(pl.col("kind") == "call"), prices).group_by("arm").agg(
-            pl.col("cost").mean().alias("cost_per_task")
-        )
+        per_arm = _mean_cost(task_costs(frame.filter(pl.col("kind") == "call"), prices))
         out = out.join(per_arm, on="arm", how="left")
     return out.drop("input_total").sort("arm")
 

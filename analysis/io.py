@@ -72,18 +72,26 @@ RAW_SCHEMA: dict[str, pl.DataType] = {
 
 _INT_FIELDS = ("budget_n", "replicate", "prompt_tokens", "completion_tokens", "budget_a", "budget_b")
 
+# Labels every row repeats (a 1M-job run is 6M rows over ~50k task ids and a handful of arms): the records
+# frame holds them as Categorical, a 4-byte code per row instead of a 16-byte string view (plus the text of
+# longer ones). That is most of a large run's frame, and it is what `ept analyze` keeps while it works.
+LABEL_COLUMNS = (
+    "file", "kind", "task_id", "family", "strategy", "arm", "role", "finish_reason", "error_class", "winner", "arm_a",
+    "arm_b",
+)  # fmt: skip
+
 # The normalised frame every later stage reads.
 RECORD_SCHEMA: dict[str, pl.DataType] = {
-    "file": pl.String(),
+    "file": pl.Categorical(),
     "row": pl.Int64(),  # 0-based index among the file's non-blank lines (parquet: row number)
-    "kind": pl.String(),
-    "task_id": pl.String(),
-    "family": pl.String(),
-    "strategy": pl.String(),
+    "kind": pl.Categorical(),
+    "task_id": pl.Categorical(),
+    "family": pl.Categorical(),
+    "strategy": pl.Categorical(),
     "budget_n": pl.Int64(),
-    "arm": pl.String(),
+    "arm": pl.Categorical(),
     "replicate": pl.Int64(),
-    "role": pl.String(),
+    "role": pl.Categorical(),
     "prompt_tokens": pl.Int64(),
     "completion_tokens": pl.Int64(),
     "usage_missing": pl.Boolean(),
@@ -91,14 +99,14 @@ RECORD_SCHEMA: dict[str, pl.DataType] = {
     "reasoning_tokens": pl.Int64(),
     "cached_tokens": pl.Int64(),  # OpenAI prompt_tokens_details.cached_tokens or Anthropic cache_read_input_tokens
     "cache_creation_tokens": pl.Int64(),  # Anthropic cache_creation_input_tokens
-    "finish_reason": pl.String(),
+    "finish_reason": pl.Categorical(),
     # call: the failed call's class; outcome: why it has no score (error) or why it scored 0 (failure)
-    "error_class": pl.String(),
+    "error_class": pl.Categorical(),
     "scored_failure": pl.Boolean(),  # outcome scored as a loss because the strategy failed on the task
     "score": pl.Float64(),
-    "winner": pl.String(),
-    "arm_a": pl.String(),
-    "arm_b": pl.String(),
+    "winner": pl.Categorical(),
+    "arm_a": pl.Categorical(),
+    "arm_b": pl.Categorical(),
 }
 
 
@@ -490,9 +498,10 @@ _SUSPECT_MSG = "must be a string"
 _ID_FIELDS = ("task_id", "family", "strategy", "arm")
 
 
-def _normalise(lf: pl.LazyFrame, *, suspect_ids: bool = True) -> pl.LazyFrame:
+def _normalise(lf: pl.LazyFrame, *, suspect_ids: bool = True, categorical: bool = True) -> pl.LazyFrame:
     """Raw schema -> RECORD_SCHEMA plus a `bad_field`/`bad_msg` pair describing the first problem.
-    suspect_ids=False on the line-by-line path, where the JSON types were already checked."""
+    suspect_ids=False on the line-by-line path, where the JSON types were already checked. categorical=False
+    keeps LABEL_COLUMNS as strings (a query that only aggregates them has no frame to keep small)."""
     kind_guess = (
         pl.when(pl.col("winner").is_not_null())
         .then(pl.lit("judgment"))
@@ -567,7 +576,7 @@ def _normalise(lf: pl.LazyFrame, *, suspect_ids: bool = True) -> pl.LazyFrame:
     )
     arm_a = pl.coalesce(pl.col("arm_a"), pl.col("strategy_a") + pl.lit("@") + pl.col("budget_a").cast(pl.String))
     arm_b = pl.coalesce(pl.col("arm_b"), pl.col("strategy_b") + pl.lit("@") + pl.col("budget_b").cast(pl.String))
-    return lf.select(
+    out = lf.select(
         pl.col("file"),
         pl.col("row"),
         kind.alias("kind"),
@@ -609,6 +618,10 @@ def _normalise(lf: pl.LazyFrame, *, suspect_ids: bool = True) -> pl.LazyFrame:
         bad_field.alias("bad_field"),
         bad_msg.alias("bad_msg"),
     )
+    if not categorical:
+        return out
+    # In the same (streaming) query: the string columns are never materialised whole.
+    return out.with_columns(pl.col(*LABEL_COLUMNS, "bad_field", "bad_msg").cast(pl.Categorical))
 
 
 # ---------------------------------------------------------------- error path (line by line)
@@ -923,7 +936,7 @@ def read_summary(
     if files and (all(f.endswith(".parquet") for f in files) or not any(f.endswith(".parquet") for f in files)):
         try:
             schema = {k: RAW_SCHEMA[k] for k in fields} if fields else None
-            records = _normalise(_scan(files, schema))
+            records = _normalise(_scan(files, schema), categorical=False)
             check = records.select(pl.col("bad_field").is_not_null().any().alias("bad"), pl.len().alias("n"))
             out, seen = pl.collect_all([summarise(records.drop("bad_field", "bad_msg")), check])
             if not seen["bad"].item() and seen["n"].item() > 0:
@@ -954,7 +967,7 @@ def _resolve_families(frame: pl.DataFrame, tasks_file: str | None) -> pl.DataFra
     An explicit tasks file wins over the prefix heuristic because it is the user's own statement.
     One task has one family: conflicting `family` fields for the same task_id are an input error.
     """
-    given = frame.filter(pl.col("family").is_not_null())
+    given = frame.select("file", "row", "task_id", "family").filter(pl.col("family").is_not_null())
     first = given.group_by("task_id", maintain_order=True).agg(pl.col("family").first().alias("fam_given"))
     conflict = given.join(first, on="task_id", maintain_order="left").filter(pl.col("family") != pl.col("fam_given"))
     if conflict.height:
@@ -967,6 +980,7 @@ def _resolve_families(frame: pl.DataFrame, tasks_file: str | None) -> pl.DataFra
         )
     # Resolve once per distinct task, then one join back (a regex over every line would be slow).
     tasks = frame.select("task_id").unique().join(first, on="task_id", how="left")
+    tasks = tasks.with_columns(pl.col("task_id", "fam_given").cast(pl.String))
     if tasks_file:
         tasks = tasks.join(read_tasks_file(tasks_file).rename({"family": "fam_file"}), on="task_id", how="left")
     else:
@@ -978,5 +992,6 @@ def _resolve_families(frame: pl.DataFrame, tasks_file: str | None) -> pl.DataFra
     )
     tasks = tasks.select("task_id", pl.coalesce(pl.col("fam_given"), pl.col("fam_file"), prefix).alias("family"))
     # Join the task ids only and add the one column: joining the whole frame would copy every column.
+    tasks = tasks.with_columns(pl.col("task_id", "family").cast(pl.Categorical))
     fam = frame.select("task_id").join(tasks, on="task_id", how="left", maintain_order="left")["family"]
     return frame.with_columns(fam)

@@ -192,6 +192,12 @@ def check_records(records: Records, *, skip_bad: bool) -> tuple[pl.DataFrame, li
     return frame.filter(~pl.col("_i").is_in(dropped.implode())).drop("_i"), bad
 
 
+def _strings(df: pl.DataFrame) -> pl.DataFrame:
+    """The result's tables hold labels as strings, as before the records frame went Categorical: views and
+    reports join them with their own string columns."""
+    return df.with_columns(pl.col(pl.Categorical).cast(pl.String))
+
+
 def _decisive_families(groups: pl.DataFrame, judgments: pl.DataFrame, arms: list[str]) -> set[str]:
     """Families with at least one decisive (not tied) comparison between two of `arms`, without building
     pairs: a task where two different arms scored and two scores differ (some pair of replicates of
@@ -252,7 +258,7 @@ def analyze(
     judgments = frame.filter(pl.col("kind") == "judgment")
     warnings: list[str] = []
 
-    tok_all = arm_tokens(calls)
+    tok_all = _strings(arm_tokens(calls))
     missing_usage = int(tok_all["calls_missing_usage"].sum()) if tok_all.height else 0
     if missing_usage:
         warnings.append(
@@ -348,16 +354,16 @@ def analyze(
     tasks = (
         pl.concat([
             pairs.select("task_id", "family").unique().cast(pl.String),
-            groups.select("task_id", "family"),
-            ttok.select("task_id", "family"),
+            groups.select("task_id", "family").cast(pl.String),
+            ttok.select("task_id", "family").cast(pl.String),
         ])
         .filter(pl.col("family").is_in(families))
         .unique()
         .sort("family", "task_id")
         .with_row_index("t")
     )
-    t_of = tasks.select("task_id", pl.col("t").cast(pl.Int64))
-    p = pairs.join(t_of.with_columns(pl.col("task_id").cast(cat)), on="task_id").with_columns(
+    t_of = tasks.select(pl.col("task_id").cast(cat), pl.col("t").cast(pl.Int64))  # the records' task ids are Categorical
+    p = pairs.join(t_of, on="task_id").with_columns(
         pl.col("winner").replace_strict(arm_idx, return_dtype=pl.Int64).alias("wi"),
         pl.col("loser").replace_strict(arm_idx, return_dtype=pl.Int64).alias("li"),
     )
@@ -455,7 +461,7 @@ def analyze(
     budgets = [int(b) for b in arm_info["budget_n"].to_list()]
     table = returns_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level)
     prices = parse_prices(opt.prices)
-    breakdown = arm_breakdown(frame.filter(pl.col("arm").is_in(arms)), prices)
+    breakdown = _strings(arm_breakdown(frame.filter(pl.col("arm").is_in(arms)), prices))
     warnings += _task_set_warnings(breakdown)
     cost_table = None
     if prices is not None:
@@ -521,8 +527,8 @@ def analyze(
         family_weights=fw,
         anchor=anchor,
         tokens=tok_all,
-        judge_tokens=judge_tokens(calls),
-        task_tokens=ttok,
+        judge_tokens=_strings(judge_tokens(calls)),
+        task_tokens=_strings(ttok),
         pairs=pairs,
         elo=np.asarray(elo, dtype=float),
         tokens_per_task=np.asarray(tok, dtype=float),
