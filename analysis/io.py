@@ -251,6 +251,17 @@ def _drop_compacted_copies(files: list[str]) -> list[str]:
 # …/runs/<id> (a run: its segments plus the objects no segment holds) or …/runs/<id>/jobs (its objects only).
 _RUN_URL = re.compile(r"^(?P<ledger>.*?)/?runs/(?P<run>[^/]+?)(?P<jobs>/jobs)?/*$")
 RUN_CHUNK_JOBS = 20_000  # objects parsed per polars call: ~60 MB of JSONL, bounded whatever the run's size
+# Parquet rows normalised per streaming query. One query over a whole 6M-row file peaked at 2.5 GB for a 1.1 GB
+# result (the reader decodes ahead of the slower validation); 500k-row slices keep the working set small.
+SLICE_ROWS = 500_000
+
+
+def _collect_sliced(make: Callable[[int, int], pl.LazyFrame], n_rows: int, rows: int | None = None) -> pl.DataFrame:
+    """make(offset, length) -> the query over those rows of the input, collected slice by slice (SLICE_ROWS)
+    and kept as chunks (no copy of the whole result)."""
+    rows = rows or SLICE_ROWS
+    parts = [make(o, rows).collect(engine="streaming") for o in range(0, max(n_rows, 1), rows)]
+    return pl.concat(parts, how="vertical", rechunk=False)
 
 
 @dataclass(frozen=True)
@@ -371,16 +382,20 @@ def _read_segment(
     opts = storage_options() if url.startswith("s3://") else None
     urls = ((led.run_url(run) + "/jobs/") + index["job_key"] + JOB_SUFFIX).cast(pl.Categorical)
     per_row = pl.Series(np.repeat(np.arange(index.height, dtype=np.int64), index["rows"].to_numpy()))
+    keep = None if drop is None or not drop.len() else ~index["job_key"].is_in(drop.implode())
     try:
-        lf = _scan_parquet(url, opts, extra=("line",))
-        n_rows = lf.select(pl.len()).collect().item()
+        scan = _scan_parquet(url, opts, extra=("line",))
+        n_rows = scan.select(pl.len()).collect().item()
         if n_rows != per_row.len():
             raise OSError(f"it holds {n_rows} rows, its index says {per_row.len()}")
-        lf = lf.with_columns(urls.gather(per_row).alias("file"), (pl.col("line") - 1).cast(pl.Int64).alias("row"))
-        if drop is not None and drop.len():
-            lf = lf.filter((~index["job_key"].is_in(drop.implode())).gather(per_row))
-        # Streaming: a million-job segment is normalised in morsels, not column by column over all rows.
-        frame = _normalise(lf).collect(engine="streaming")
+
+        def rows(o: int, n: int) -> pl.LazyFrame:
+            at = per_row.slice(o, n)
+            lf = scan.slice(o, n).with_columns(urls.gather(at).alias("file"), (pl.col("line") - 1).cast(pl.Int64).alias("row"))
+            return _normalise(lf if keep is None else lf.filter(keep.gather(at)))
+
+        # A million-job segment is normalised slice by slice, in morsels, never over all rows at once.
+        frame = _collect_sliced(rows, n_rows)
     except (pl.exceptions.PolarsError, OSError) as e:
         raise InputError(
             f"segment is corrupt or truncated ({str(e).splitlines()[0][:200]}); the job objects are intact: "
@@ -443,7 +458,9 @@ def _scan_parquet(
 ) -> pl.LazyFrame:
     """A parquet file as RAW_SCHEMA columns. strict=False turns values that do not convert into nulls and
     adds `_type_bad` / `_type_msg` for the first such field per row (the error path names rows, not files)."""
-    lf = pl.scan_parquet(f, storage_options=opts)
+    # The row number from the scan itself: an int_range over pl.len() made the streaming engine hold the whole
+    # file (every raw column, strings included) before normalising it — 2.5 GB for a 1M-job run.
+    lf = pl.scan_parquet(f, storage_options=opts, row_index_name="_row_ix")
     have = lf.collect_schema()
     failed: list[tuple[str, str, pl.Expr]] = []
 
@@ -485,8 +502,8 @@ def _scan_parquet(
         msgs = {i: msg for i, (_, msg, _) in enumerate(failed)}
         cols.append(idx.replace_strict(labels, default=None, return_dtype=pl.String).alias("_type_bad"))
         cols.append(idx.replace_strict(msgs, default=None, return_dtype=pl.String).alias("_type_msg"))
-    return lf.select(cols).with_columns(
-        pl.lit(f, pl.Categorical).alias("file"), pl.int_range(pl.len(), dtype=pl.Int64).alias("row")
+    return lf.select(*cols, pl.col("_row_ix").cast(pl.Int64).alias("row")).with_columns(
+        pl.lit(f, pl.Categorical).alias("file")
     )
 
 
@@ -821,6 +838,14 @@ def line_of(file: str, row: int) -> int:
 
 def _fast(files: list[str]) -> pl.DataFrame | None:
     try:
+        if files[0].endswith(".parquet"):
+            opts = storage_options() if any(f.startswith("s3://") for f in files) else None
+            parts = []
+            for f in files:
+                n = pl.scan_parquet(f, storage_options=opts).select(pl.len()).collect().item()
+                scan = _scan([f])
+                parts.append(_collect_sliced(lambda o, k, scan=scan: _normalise(scan.slice(o, k)), n))
+            return pl.concat(parts, how="vertical", rechunk=False)
         return _normalise(_scan(files)).collect(engine="streaming")
     except (pl.exceptions.PolarsError, OSError, ValueError):
         return None
