@@ -17,7 +17,7 @@ from contracts.errors import InputError
 from contracts.ledger import FileLedger
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import ledger_gen  # noqa: E402
+import ledger_gen
 
 
 def _run(tmp_path: Path, n_jobs: int) -> tuple[Path, Path]:
