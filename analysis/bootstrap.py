@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.bt import BTFit, fit_bt_counts, mle_exists, newton_batch
-from analysis.merge import merge_thetas, theta_to_elo
+from elo_per_token.analysis.bt import BTFit, fit_bt_counts, mle_exists, newton_batch
+from elo_per_token.analysis.merge import merge_thetas, theta_to_elo
 
 __all__ = [
     "BootstrapResult",

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from analysis.tokens import strategy_calls
-from contracts.errors import InputError
+from elo_per_token.analysis.tokens import strategy_calls
+from elo_per_token.contracts.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from contracts.errors import InputError
+from elo_per_token.contracts.errors import InputError
 
 PATHS_HELP = (
     "A run id (in --ledger), a run folder or s3://…/runs/<id> URL, or call logs: files, directories (recursive), "
@@ -19,7 +19,7 @@ LEDGER_HELP = "Ledger holding a RUN given by id (folder or s3://bucket/prefix); 
 
 
 def resolve_inputs(paths: list[str], ledger: str | None) -> list[str]:
-    from analysis.io import resolve_input
+    from elo_per_token.analysis.io import resolve_input
 
     return [resolve_input(p, ledger) for p in paths]
 
@@ -52,9 +52,9 @@ def tokens_cmd(
     import polars as pl
     from rich.console import Console
 
-    from analysis.io import TOKENS_FIELDS, read_summary
-    from analysis.report import make_console, print_tokens
-    from analysis.tokens import arm_tokens_from_groups, call_groups, judge_tokens_from_groups
+    from elo_per_token.analysis.io import TOKENS_FIELDS, read_summary
+    from elo_per_token.analysis.report import make_console, print_tokens
+    from elo_per_token.analysis.tokens import arm_tokens_from_groups, call_groups, judge_tokens_from_groups
 
     err = Console(stderr=True)
     # Only call records count; outcome and judgment lines are still read and validated.
@@ -114,8 +114,8 @@ def analyze_cmd(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from analysis.pipeline import AnalysisOptions, analyze
-    from analysis.report import make_console, print_report, write_outputs
+    from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
+    from elo_per_token.analysis.report import make_console, print_report, write_outputs
 
     opts = AnalysisOptions(
         weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, l2=l2,
@@ -142,7 +142,7 @@ def analyze_cmd(
     print_report(result, console, top=top, arms=arms)
     written = write_outputs(result, out, plots=not no_plots) if out else []
     if html:
-        from analysis.html import write_html
+        from elo_per_token.analysis.html import write_html
 
         written.append(write_html(result, html))
     for p in written:

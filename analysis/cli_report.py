@@ -42,8 +42,15 @@ def compare(
     """Compare two runs arm by arm; exit 1 on a regression the data supports, 2 when not comparable."""
     from rich.table import Table
 
-    from analysis.compare import compare_runs, fmt, load_run, parse_fail_on, to_json_dict, to_markdown
-    from analysis.report import make_console
+    from elo_per_token.analysis.compare import (
+        compare_runs,
+        fmt,
+        load_run,
+        parse_fail_on,
+        to_json_dict,
+        to_markdown,
+    )
+    from elo_per_token.analysis.report import make_console
 
     rule = parse_fail_on(fail_on)  # bad flags fail before any reading
     baseline, current = resolve_run(baseline, ledger), resolve_run(current, ledger)
@@ -120,8 +127,8 @@ def report(
     ledger: str | None = typer.Option(None, "--ledger", help="Ledger holding a run given by id; default ./ept-out/ledger."),
 ) -> None:
     """Analyse a run and write one self-contained HTML report (plots embedded, no external resources)."""
-    from analysis.html import write_html
-    from analysis.pipeline import AnalysisOptions, analyze
+    from elo_per_token.analysis.html import write_html
+    from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 
     inputs = [resolve_run(p, ledger) for p in paths]
     base, source = run_options(inputs)
@@ -143,17 +150,17 @@ def run_options(inputs: list[str]) -> tuple[Any, str]:
     One run, one set of numbers: `ept demo`/`ept sweep` print the table with the plan's bootstrap rounds and
     seed (200 and 7 for the demo), so the report starts from them too. Plain logs, or several runs, get the
     `ept analyze` defaults."""
-    from analysis.io import run_source
-    from analysis.pipeline import AnalysisOptions
-    from contracts.ledger import open_ledger
+    from elo_per_token.analysis.io import run_source
+    from elo_per_token.analysis.pipeline import AnalysisOptions
+    from elo_per_token.contracts.ledger import open_ledger
 
     src = run_source(inputs[0]) if len(inputs) == 1 else None  # the run itself, not a listing of its files
     manifest = open_ledger(src.ledger_url).get_manifest(src.run_id) if src else None
     if not manifest or not isinstance(manifest.get("plan"), dict):
         return AnalysisOptions(), "the defaults of `ept analyze`"
-    from contracts.errors import InputError
-    from coordinator.plan import plan_from_raw
-    from coordinator.sweep import plan_analysis_options, profile_prices
+    from elo_per_token.contracts.errors import InputError
+    from elo_per_token.coordinator.plan import plan_from_raw
+    from elo_per_token.coordinator.sweep import plan_analysis_options, profile_prices
 
     try:
         plan = plan_from_raw(manifest["plan"], manifest.get("plan_source") or "<manifest>")
@@ -171,7 +178,7 @@ DEFAULT_LEDGER = Path("ept-out/ledger")  # where `ept demo` and plans without a 
 
 def resolve_run(arg: str, ledger: str | None = None) -> str:
     """A bare run id (e.g. `demo`) that is not a path means that run in `ledger` (default ./ept-out/ledger)."""
-    from analysis.io import resolve_input
+    from elo_per_token.analysis.io import resolve_input
 
     return resolve_input(arg, ledger)
 

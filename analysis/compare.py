@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from contracts.errors import InputError
+from elo_per_token.contracts.errors import InputError
 
 BASE, CUR = "baseline", "current"
 
@@ -224,9 +224,9 @@ def compare_runs(
     adjust: str = "bonferroni",
 ) -> CompareResult:
     """Pooled, task-paired comparison of two runs (see the module docstring and docs/compare.md)."""
-    from analysis.bootstrap import PairData, bootstrap, point_estimate
-    from analysis.bt import prior_l2
-    from analysis.merge import parse_weights
+    from elo_per_token.analysis.bootstrap import PairData, bootstrap, point_estimate
+    from elo_per_token.analysis.bt import prior_l2
+    from elo_per_token.analysis.merge import parse_weights
 
     l2 = prior_l2() if l2 is None else float(l2)  # the same default prior as `ept analyze`
 
@@ -277,7 +277,7 @@ def compare_runs(
         .with_row_index("task")
         .with_columns(pl.col("task").cast(pl.Int64))
     )
-    from analysis.pipeline import MIN_TASKS, WARN_TASKS
+    from elo_per_token.analysis.pipeline import MIN_TASKS, WARN_TASKS
 
     for fam, n in tasks.group_by("family").len().sort("family").iter_rows():  # one row per family
         if n < WARN_TASKS:
@@ -371,7 +371,7 @@ def _resolved_steps(
     """ΔElo per 1k tokens against the previous arm with its interval, by the rule of the analyze table
     (docs/statistics.md §7): a number only where the token step's interval lies above 0; rounds with a
     step <= 0 count at +-inf instead of being dropped. NaN where unresolved or on the first arm."""
-    from analysis.returns import per_1k_rounds
+    from elo_per_token.analysis.returns import per_1k_rounds
 
     point = _steps(x, t)
     pad = np.full((xs.shape[0], 1), np.nan)
@@ -516,7 +516,7 @@ def _code(name: object) -> str:
 def to_markdown(res: CompareResult) -> str:
     """A pull-request comment: verdict first, then the per-arm table, then the method in one paragraph.
     Arm names, families and sources come from the inputs: escaped (report.md's rules), never live HTML."""
-    from analysis.report import md_escape
+    from elo_per_token.analysis.report import md_escape
 
     pct = f"{res.level * 100:g}%"
     if res.flagged:
@@ -615,14 +615,14 @@ def run_refs(files: list[str]) -> list[RunRef]:
 
 
 def read_manifest(ref: RunRef) -> dict[str, Any] | None:
-    from contracts.ledger import open_ledger
+    from elo_per_token.contracts.ledger import open_ledger
 
     return open_ledger(ref.ledger).get_manifest(ref.run_id)
 
 
 def read_failures(ref: RunRef) -> dict[str, dict[str, Any]]:
     """Jobs that failed and never wrote a result (the ledger's failures/ objects), by job key."""
-    from contracts.ledger import open_ledger
+    from elo_per_token.contracts.ledger import open_ledger
 
     return open_ledger(ref.ledger).list_failures(ref.run_id)
 
@@ -648,9 +648,9 @@ def _json_key(obj: Any) -> str:
 
 def load_run(path: str, *, skip_bad: bool = False, tasks_file: str | None = None) -> RunInputs:
     """Read one run (a ledger run folder or URL, or a folder of logs) with analyze's reader."""
-    from analysis.io import read_records
-    from analysis.pipeline import check_records
-    from analysis.tokens import task_tokens
+    from elo_per_token.analysis.io import read_records
+    from elo_per_token.analysis.pipeline import check_records
+    from elo_per_token.analysis.tokens import task_tokens
 
     records = read_records([path], skip_bad=skip_bad, tasks_file=tasks_file)
     refs = run_refs(records.files)

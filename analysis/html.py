@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from contracts.secrets import scrub
+from elo_per_token.contracts.secrets import scrub
 
 RETURNS_COLUMNS = [
     ("arm", "arm", None),
@@ -123,7 +123,7 @@ def _plot_elo_vs_tokens(rows: Sequence[Mapping[str, Any]], anchor: str | None = 
     hover: a <title> inside each point's group (browsers show it as a tooltip; no script needed)."""
     import matplotlib
 
-    from analysis.plots import elo_vs_tokens_figure, plotted_points
+    from elo_per_token.analysis.plots import elo_vs_tokens_figure, plotted_points
 
     pts = plotted_points(rows)
     if not pts:
@@ -145,7 +145,7 @@ def _plot_bars(labels: list[str], values: list[float], los: list[float | None], 
                title: str, ylabel: str) -> str:
     import matplotlib
 
-    from analysis.plots import bars_figure
+    from elo_per_token.analysis.plots import bars_figure
 
     if not labels:
         return ""
@@ -157,7 +157,7 @@ def _plot_bars(labels: list[str], values: list[float], los: list[float | None], 
 def _plot_families(rows: Sequence[Mapping[str, Any]]) -> str:
     import matplotlib
 
-    from analysis.plots import per_family_figure
+    from elo_per_token.analysis.plots import per_family_figure
 
     fams = sorted({r["family"] for r in rows})
     arms = list(dict.fromkeys(r["arm"] for r in rows))
@@ -422,7 +422,7 @@ def failures_by_class(files: Sequence[str], failure_objects: Sequence[Mapping[st
     for jobs that never wrote a result (a job counted in both is counted once, by its job key)."""
     import polars as pl
 
-    from analysis.io import storage_options
+    from elo_per_token.analysis.io import storage_options
 
     schema = {
         "kind": pl.String,
@@ -486,7 +486,7 @@ def _failure_arm(key: str, f: Mapping[str, Any]) -> str:
         return str(f["arm"])
     job = f.get("job")
     if isinstance(job, Mapping) and job.get("strategy") is not None:
-        from contracts.jobs import arm_label, params_variant
+        from elo_per_token.contracts.jobs import arm_label, params_variant
 
         return arm_label(str(job["strategy"]), int(job.get("budget_n", 0)), params_variant(job.get("params") or {}))
     parts = key.split("/")
@@ -498,8 +498,8 @@ def doc_from_result(result: Any) -> dict[str, Any]:
     result's validated records), failures by class and manifest (from the inputs and the ledger)."""
     from datetime import UTC, datetime
 
-    from analysis.compare import read_failures, read_manifest, run_refs
-    from analysis.io import read_records
+    from elo_per_token.analysis.compare import read_failures, read_manifest, run_refs
+    from elo_per_token.analysis.io import read_records
 
     data = result.to_json()
     frame = getattr(result, "records", None)

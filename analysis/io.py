@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from contracts.errors import InputError
-from contracts.ledger import JOB_SUFFIX
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.ledger import JOB_SUFFIX
 
 KINDS = ("call", "outcome", "judgment")
 WINNERS = {"a": "A", "b": "B", "tie": "tie"}
@@ -308,10 +308,10 @@ def resolve_input(arg: str, ledger: str | None = None) -> str:
     """A command-line input as a path or URL. A run id (a bare name that is no file) means that run in
     `ledger` (default ./ept-out/ledger); a plan file means its run in its ledger (or `ledger`). Both are
     checked: a missing run lists the runs the ledger holds, an unreachable ledger says what is wrong."""
-    from contracts.ledger import check_run, open_ledger_for_reading
+    from elo_per_token.contracts.ledger import check_run, open_ledger_for_reading
 
     if arg.endswith(".toml") and os.path.isfile(arg):
-        from coordinator.plan import load_plan
+        from elo_per_token.coordinator.plan import load_plan
 
         plan = load_plan(arg)
         led = open_ledger_for_reading(ledger or plan.ledger)
@@ -327,7 +327,7 @@ def resolve_input(arg: str, ledger: str | None = None) -> str:
 
 def open_run(src: RunSource):
     """The run's ledger, checked: an unreachable ledger or a run it does not have is an InputError."""
-    from contracts.ledger import check_run, open_ledger_for_reading
+    from elo_per_token.contracts.ledger import check_run, open_ledger_for_reading
 
     led = open_ledger_for_reading(src.ledger_url)
     check_run(led, src.run_id)
@@ -339,7 +339,14 @@ def read_run(
 ) -> tuple[pl.DataFrame, list[BadLine], list[str]]:
     """A run's records (RECORD_SCHEMA, `file` naming each row's job object, Categorical), what was skipped,
     and the names read (segments, then the run's jobs/ folder for the objects no segment holds)."""
-    from analysis.segments import list_keys, parsed_chunks, read_index, seg_name, segment_state, tail_keys
+    from elo_per_token.analysis.segments import (
+        list_keys,
+        parsed_chunks,
+        read_index,
+        seg_name,
+        segment_state,
+        tail_keys,
+    )
 
     led = open_run(src)
     run = src.run_id

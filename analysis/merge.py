@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from contracts.errors import InputError
+from elo_per_token.contracts.errors import InputError
 
 __all__ = ["ELO_BASE", "ELO_SCALE", "merge_fit", "merge_thetas", "parse_weights", "theta_to_elo"]
 

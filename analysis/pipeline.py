@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from analysis.breakdown import arm_breakdown, cost_arrays, parse_prices
-from analysis.io import BadLine, Records, line_of, read_records
-from analysis.pairs import build_pairs, implied_pair_rows, outcome_groups
-from analysis.tokens import arm_tokens, judge_tokens, strategy_calls, task_tokens
-from contracts.errors import InputError
-from contracts.records import JUDGE_STRATEGY
+from elo_per_token.analysis.breakdown import arm_breakdown, cost_arrays, parse_prices
+from elo_per_token.analysis.io import BadLine, Records, line_of, read_records
+from elo_per_token.analysis.pairs import build_pairs, implied_pair_rows, outcome_groups
+from elo_per_token.analysis.tokens import arm_tokens, judge_tokens, strategy_calls, task_tokens
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.records import JUDGE_STRATEGY
 
 # Above this many outcome comparison rows, outcomes are kept grouped by score level instead (memory: a
 # 200-arm grid with 300 tasks is 9M rows, a 1,000-arm one 225M). Below it, one row per comparison.
@@ -134,7 +134,7 @@ class AnalysisResult:
 def versions() -> dict[str, str]:
     import scipy
 
-    from ept import __version__
+    from elo_per_token.ept import __version__
 
     return {
         "elo_per_token": __version__,
@@ -223,7 +223,7 @@ def analyze(
 
     progress(n) reports bootstrap rounds done; on_step(name) announces each long step.
     """
-    from analysis.bootstrap import (
+    from elo_per_token.analysis.bootstrap import (
         OutcomeGroups,
         PairData,
         bootstrap,
@@ -231,9 +231,14 @@ def analyze(
         point_estimate,
         tokens_unweighted,
     )
-    from analysis.bt import fit_bt_counts, prior_l2
-    from analysis.merge import ELO_BASE, ELO_SCALE, parse_weights
-    from analysis.returns import family_heterogeneity, frontier_steps_table, per_strategy_table, returns_table
+    from elo_per_token.analysis.bt import fit_bt_counts, prior_l2
+    from elo_per_token.analysis.merge import ELO_BASE, ELO_SCALE, parse_weights
+    from elo_per_token.analysis.returns import (
+        family_heterogeneity,
+        frontier_steps_table,
+        per_strategy_table,
+        returns_table,
+    )
 
     opt = options or AnalysisOptions()
     if opt.rounds < 0:

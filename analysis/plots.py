@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from analysis.pipeline import AnalysisResult
+from elo_per_token.analysis.pipeline import AnalysisResult
 
 PLOT_FILES = ("elo_vs_tokens.png", "d_elo_per_1k.png", "per_family_elo.png")
 LABEL_ALL = 12  # up to this many arms, every point is labelled

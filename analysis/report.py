@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 if TYPE_CHECKING:  # annotations only: `ept tokens` prints through here and needs none of numpy/scipy
-    from analysis.pipeline import AnalysisResult
+    from elo_per_token.analysis.pipeline import AnalysisResult
 
 # ---------------------------------------------------------------- number formatting
 
@@ -250,7 +250,7 @@ def _pattern_regex(pattern: str) -> re.Pattern[str]:
 def select_arms(result: AnalysisResult, *, top: int | None = None, pattern: str | None = None) -> list[str]:
     """Arms the terminal shows: those whose label contains PATTERN (`*`, `?` wildcards), then the `top`
     highest by Elo among them. Raises InputError when the filter is invalid or matches no arm."""
-    from contracts.errors import InputError
+    from elo_per_token.contracts.errors import InputError
 
     arms = list(result.arms)
     if pattern is not None:
@@ -501,7 +501,7 @@ def write_outputs(result: AnalysisResult, out_dir: str | os.PathLike[str], *, pl
     try:
         names: list[str] = []
         if plots:
-            from analysis.plots import write_plots
+            from elo_per_token.analysis.plots import write_plots
 
             names = write_plots(result, tmp)
         (tmp / "report.md").write_text(markdown(result, names), encoding="utf-8")

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import polars as pl
 
-from analysis.merge import ELO_SCALE
+from elo_per_token.analysis.merge import ELO_SCALE
 
 __all__ = [
     "family_heterogeneity",
@@ -320,7 +320,7 @@ def _cochran_q(fit0, y0, fitr, yr, w):
     fitted on fit0/fitr (the arms still in the pool); every arm's view uses them."""
     from scipy.stats import chi2
 
-    from analysis.merge import merge_fit
+    from elo_per_token.analysis.merge import merge_fit
 
     fams = list(w)
     _, b0 = merge_fit(fit0, w)

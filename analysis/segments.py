@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from analysis.io import USAGE_BREAKDOWN
-from contracts.errors import InputError
-from contracts.ledger import JOB_SUFFIX
+from elo_per_token.analysis.io import USAGE_BREAKDOWN
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.ledger import JOB_SUFFIX
 
 COMPACT_DIR = "compact/"
 _PART = re.compile(r"^compact/part-(\d{5,})\.(parquet|keys)$")
@@ -218,7 +218,7 @@ def _fetch_parse(
 def _scan_s3(ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
     """One polars scan over the objects' URLs: its Rust S3 client fetches them concurrently at a tenth of the
     CPU boto3 spends per GET. None if polars refuses any of them (the caller then narrows it down)."""
-    from analysis.io import storage_options
+    from elo_per_token.analysis.io import storage_options
 
     prefix = ledger.run_url(run_id) + "/jobs/"
     urls = [ledger.job_url(run_id, k) for k in keys]

@@ -78,7 +78,7 @@ def run_analyze(
     log: Path, rounds: int, out: Path, extra: list[str]
 ) -> tuple[float, float, float, subprocess.CompletedProcess]:
     """(wall seconds, CPU seconds, peak RSS in MiB of the child, process)."""
-    cmd = [sys.executable, "-m", "ept.cli", "analyze", str(log), "--rounds", str(rounds), "--out", str(out),
+    cmd = [sys.executable, "-m", "elo_per_token", "analyze", str(log), "--rounds", str(rounds), "--out", str(out),
            "--html", str(out / "report.html"), *extra]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from suites.public.bfcl import load, right_calls, wrong_calls
-from worker.graders import grade
+from elo_per_token.suites.public.bfcl import load, right_calls, wrong_calls
+from elo_per_token.worker.graders import grade
 
 
 def main() -> None:

@@ -13,9 +13,9 @@ import time
 
 import numpy as np
 
-from analysis.bootstrap import PairData, bootstrap
-from analysis.bt import fit_bt
-from analysis.merge import merge_thetas, theta_to_elo
+from elo_per_token.analysis.bootstrap import PairData, bootstrap
+from elo_per_token.analysis.bt import fit_bt
+from elo_per_token.analysis.merge import merge_thetas, theta_to_elo
 
 K, FAMILIES, TASKS_PER_FAMILY, ROUNDS = 5, 3, 2000, 1000
 

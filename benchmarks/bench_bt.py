@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from seed_bt import seed_bt_fit
 
-from analysis.bootstrap import _FIT_BUDGET, fit_batch_size
-from analysis.bt import fit_bt, fit_bt_counts, newton_batch
+from elo_per_token.analysis.bootstrap import _FIT_BUDGET, fit_batch_size
+from elo_per_token.analysis.bt import fit_bt, fit_bt_counts, newton_batch
 
 
 def simulate(rng: np.random.Generator, k: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

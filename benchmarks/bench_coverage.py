@@ -47,7 +47,7 @@ from fixtures_stats import (  # noqa: E402
     write_experiment,
 )
 
-from analysis.merge import merge_thetas  # noqa: E402
+from elo_per_token.analysis.merge import merge_thetas  # noqa: E402
 
 ARMS4 = [
     Arm("greedy", 1, 0.0, 1000.0),
@@ -84,7 +84,7 @@ SCENARIOS = [
 
 def run_cli(argv: list[str]) -> int:
     """`ept ARGV` in this process; returns the exit code (stdout/stderr swallowed)."""
-    from ept.cli import main
+    from elo_per_token.ept.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

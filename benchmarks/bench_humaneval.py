@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import time
 
-from suites.public.humaneval import load
-from worker.graders import grade
-from worker.graders.code import grade_code, sandbox_info
+from elo_per_token.suites.public.humaneval import load
+from elo_per_token.worker.graders import grade
+from elo_per_token.worker.graders.code import grade_code, sandbox_info
 
 
 def main() -> None:

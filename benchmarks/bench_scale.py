@@ -53,7 +53,7 @@ def run_measured(argv: list[str], env: dict[str, str] | None = None, cwd: str | 
     return dt, kb / 1024 / 1024, p.stdout.decode()
 
 
-EPT = [sys.executable, "-m", "ept.cli"]
+EPT = [sys.executable, "-m", "elo_per_token"]
 
 
 def suite_and_plan(work: Path, n_jobs: int, ledger: str) -> Path:
@@ -99,7 +99,7 @@ def bench_store(store: str, n: int, work: Path, rounds: int, s3_env: dict[str, s
             for k in ledger_gen.job_frame("r", extra, offset=n)["job_key"].to_list():
                 (run_dir / "jobs" / (k + ".jsonl")).unlink(missing_ok=True)
     else:
-        from contracts.ledger import open_ledger
+        from elo_per_token.contracts.ledger import open_ledger
 
         ledger = f"s3://bench-{n}/l"
         old = {k: os.environ.get(k) for k in env}
@@ -136,7 +136,7 @@ def bench_store(store: str, n: int, work: Path, rounds: int, s3_env: dict[str, s
     if store == "local":
         ledger_gen.write_local(ledger, "r", extra, offset=n)
     else:
-        from contracts.ledger import open_ledger
+        from elo_per_token.contracts.ledger import open_ledger
 
         os.environ.update(env)
         ledger_gen.write_s3(open_ledger(ledger), "r", extra, offset=n)

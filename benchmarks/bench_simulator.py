@@ -40,7 +40,7 @@ def free_port() -> int:
 
 def start_server(port: int) -> subprocess.Popen:
     p = subprocess.Popen(
-        [sys.executable, "-m", "ept.cli", "simulate", "--port", str(port)],
+        [sys.executable, "-m", "elo_per_token", "simulate", "--port", str(port)],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -83,8 +83,8 @@ def main() -> None:
 
     import openai
 
-    from egress.client import ProviderClient
-    from egress.profiles import Profile
+    from elo_per_token.egress.client import ProviderClient
+    from elo_per_token.egress.profiles import Profile
 
     port = free_port()
     server = start_server(port)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.environ.get("PYTHONPATH") or str(Path(__file__).resolve().parents[1]))
-from simulator.server import start_in_thread
+from elo_per_token.simulator.server import start_in_thread
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "storm"
 cfg = {"api_key": "sk-canary-0123456789abcdefWXYZ"}
@@ -31,7 +31,7 @@ suite.write_text("".join(json.dumps({"task_id": f"t{i}", "family": "math", "prom
 (d / "p.toml").write_text(f'name = "m"\nprofile = "simx"\nsuites = ["{suite}"]\nledger = "{d}/led"\nconcurrency = 2\n[[arms]]\nstrategy = "greedy"\nbudgets = [1]\n')
 (d / "prof.toml").write_text(f'[profiles.simx]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "K"\nmodel = "ept-sim-1"\n')
 env = {**os.environ, "EPT_PROFILES": str(d / "prof.toml"), "K": cfg["api_key"]}
-p = subprocess.Popen([sys.executable, "-m", "ept.cli", "sweep", str(d / "p.toml"), "--no-analysis"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+p = subprocess.Popen([sys.executable, "-m", "elo_per_token", "sweep", str(d / "p.toml"), "--no-analysis"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 while sim.control.stats()["completion_requests"] < 3:
     time.sleep(0.05)
 n0 = sim.control.stats()["completion_requests"]

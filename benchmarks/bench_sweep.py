@@ -34,10 +34,10 @@ def start_sim(tmp: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     log = open(tmp / "sim.log", "wb")  # noqa: SIM115
-    p = subprocess.Popen([sys.executable, "-m", "ept.cli", "simulate", "--port", str(port)], stdout=log,
+    p = subprocess.Popen([sys.executable, "-m", "elo_per_token", "simulate", "--port", str(port)], stdout=log,
                          stderr=subprocess.STDOUT, env=env)  # fmt: skip
     root = f"http://127.0.0.1:{port}"
-    from simulator.server import SimControl
+    from elo_per_token.simulator.server import SimControl
 
     deadline = time.monotonic() + 30
     while True:
@@ -120,8 +120,8 @@ class CpuMeter:
 def run_sweep(plan_src: str, profile, broker: str | None) -> tuple[float, int, int]:
     from rich.console import Console
 
-    from coordinator.plan import parse_plan
-    from coordinator.sweep import execute, plan_jobs
+    from elo_per_token.coordinator.plan import parse_plan
+    from elo_per_token.coordinator.sweep import execute, plan_jobs
 
     plan = parse_plan(plan_src)
     jobs = plan_jobs(plan)
@@ -144,14 +144,14 @@ def main() -> None:
     ap.add_argument("--workers", default="1,2,4")
     args = ap.parse_args()
 
-    from contracts.tasks import load_builtin_suite
-    from egress.profiles import Profile
+    from elo_per_token.contracts.tasks import load_builtin_suite
+    from elo_per_token.egress.profiles import Profile
 
     n_math = len(load_builtin_suite("math"))
     tmp = Path(tempfile.mkdtemp(prefix="ept-bench-"))
     sim_proc, root = start_sim(tmp)
     url = root + "/v1"
-    from simulator.server import SimControl
+    from elo_per_token.simulator.server import SimControl
 
     ctl = SimControl(root)
     redis = start_redis(tmp / "redis")

@@ -120,8 +120,8 @@ def main() -> None:
     make_log(log, args.lines)
     print(f"log: {args.lines} lines, {log.stat().st_size / 1e6:.0f} MB, generated in {time.perf_counter() - t0:.1f} s")
 
-    from analysis.io import TOKENS_FIELDS, read_records, read_summary
-    from analysis.tokens import arm_tokens, arm_tokens_from_groups, call_groups
+    from elo_per_token.analysis.io import TOKENS_FIELDS, read_records, read_summary
+    from elo_per_token.analysis.tokens import arm_tokens, arm_tokens_from_groups, call_groups
 
     table = None
 
@@ -143,7 +143,7 @@ def main() -> None:
     t_floor = timed(lambda: subprocess.run([sys.executable, "-c", floor_src, str(log)], check=True), repeat=2)
     t_cli = timed(
         lambda: subprocess.run(
-            [sys.executable, "-m", "ept.cli", "tokens", str(log), "--csv", os.devnull],
+            [sys.executable, "-m", "elo_per_token", "tokens", str(log), "--csv", os.devnull],
             check=True, capture_output=True,
         ),
         repeat=2,

@@ -168,7 +168,7 @@ def one_file(path: str | Path, run_id: str, n_jobs: int, fmt: str = "parquet") -
 
     frames = []
     for _, blobs in generate(run_id, n_jobs):
-        from analysis.segments import SEGMENT_SCHEMA
+        from elo_per_token.analysis.segments import SEGMENT_SCHEMA
 
         frames.append(pl.read_ndjson(io.BytesIO(b"".join(blobs)), schema=SEGMENT_SCHEMA))
     pl.concat(frames).write_parquet(path, compression="zstd")

@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from worker.graders.code import Limits, _run_tests
-from worker.sandbox import bwrap
+from elo_per_token.worker.graders.code import Limits, _run_tests
+from elo_per_token.worker.sandbox import bwrap
 
 TESTS = ["assert f(1) == 2", "assert f(5) == 6", "assert f(0) == 1"]
 

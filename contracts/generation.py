@@ -26,7 +26,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from contracts.errors import InputError
+from elo_per_token.contracts.errors import InputError
 
 EFFORTS = ("none", "minimal", "low", "medium", "high")
 FIELDS = ("max_tokens", "temperature", "top_p", "stop", "seed", "reasoning_effort", "thinking_budget", "extra_body")

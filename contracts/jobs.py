@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from contracts.generation import label
+from elo_per_token.contracts.generation import label
 
 
 def arm_label(strategy: str, budget_n: int, variant: str = "") -> str:
@@ -75,7 +75,7 @@ class Job:
     def key(self) -> str:
         """Deterministic, path-safe job key: the same plan always yields the same keys. Every part goes
         through `key_component` (contracts.keys), so a hostile family or task id cannot leave the run."""
-        from contracts.keys import key_component as kc
+        from elo_per_token.contracts.keys import key_component as kc
 
         arm = self.arm.replace("@", "_n").replace("[", "_").replace("]", "").replace(",", "_").replace("=", "-")
         # Generation labels may carry other characters (extra_body values); plain arms are unchanged by this.

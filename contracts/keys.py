@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from contracts.errors import InputError
+from elo_per_token.contracts.errors import InputError
 
 MAX_COMPONENT_BYTES = 100  # well under the 255-byte file-name limit, with room for the '.jsonl' suffix
 _SLUG_CHARS = 40

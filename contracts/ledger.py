@@ -28,8 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from contracts.errors import InputError
-from contracts.keys import check_key
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.keys import check_key
 
 JOB_SUFFIX = ".jsonl"
 FAILURE_SUFFIX = ".json"
@@ -650,7 +650,7 @@ def _s3_problem(led: S3Ledger, e: Exception) -> InputError:
             why = f"credentials: {endpoint} refused them ({code or status}); check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
         else:
             why = f"endpoint: {endpoint} answered {code or status or type(e).__name__}"
-    from contracts.secrets import scrub
+    from elo_per_token.contracts.secrets import scrub
 
     return InputError(f"cannot read the ledger — {scrub(why)}", file=led.url, field="ledger")
 

@@ -20,7 +20,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from contracts.jobs import Job
+from elo_per_token.contracts.jobs import Job
 
 SCHEMA_VERSION = 1
 

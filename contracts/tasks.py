@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from contracts.errors import InputError
+from elo_per_token.contracts.errors import InputError
 
 GRADER_TYPES = ("exact", "normalised", "numeric", "math", "regex", "choice", "code", "tool", "bfcl", "none")
 TOOL_IMPL_TYPES = ("calculator", "lookup", "record")
@@ -151,7 +151,7 @@ def load_suite(path: str | Path) -> list[dict[str, Any]]:
     if not p.is_file():
         raise InputError("no such suite file", file=file)
     if p.suffix == ".parquet":
-        from suites.userfile import load_parquet_suite
+        from elo_per_token.suites.userfile import load_parquet_suite
 
         return load_parquet_suite(p)
     tasks: list[dict[str, Any]] = []
@@ -181,7 +181,7 @@ def load_suite(path: str | Path) -> list[dict[str, Any]]:
 
 
 def _builtin_dir() -> Path:
-    spec = importlib.util.find_spec("suites")
+    spec = importlib.util.find_spec("elo_per_token.suites")
     if spec is None or not spec.submodule_search_locations:
         raise InputError("the built-in suites package is not installed")
     return Path(next(iter(spec.submodule_search_locations))) / "data"
@@ -189,7 +189,7 @@ def _builtin_dir() -> Path:
 
 def builtin_suite_names() -> list[str]:
     """Generated suites (suites/data/*.jsonl) and the public-benchmark suites whose package is installed."""
-    from suites.public import available
+    from elo_per_token.suites.public import available
 
     return sorted({p.stem for p in _builtin_dir().glob("*.jsonl")} | set(available()))
 
@@ -200,7 +200,7 @@ def builtin_suite_path(name: str) -> Path:
         raise InputError(f"unknown built-in suite '{name}' (known: {', '.join(names)})", field="suite")
     path = _builtin_dir() / f"{name}.jsonl"
     if not path.is_file():
-        from suites.public import source_path
+        from elo_per_token.suites.public import source_path
 
         return source_path(name)
     return path
@@ -209,7 +209,7 @@ def builtin_suite_path(name: str) -> Path:
 def load_builtin_suite(name: str) -> list[dict[str, Any]]:
     path = builtin_suite_path(name)
     if path != _builtin_dir() / f"{name}.jsonl":  # a public-benchmark suite, read from its package
-        from suites.public import load
+        from elo_per_token.suites.public import load
 
         return load(name)
     return load_suite(path)

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
-from contracts.jobs import Job
+from elo_per_token.contracts.jobs import Job
 
 TASK_NAME = "ept.run_job"
 
@@ -39,8 +39,8 @@ def _first_contact(fn: Callable[[], Any], app: Any) -> None:
     import redis.exceptions
     from kombu.exceptions import OperationalError
 
-    from contracts.errors import InputError
-    from contracts.secrets import mask_url
+    from elo_per_token.contracts.errors import InputError
+    from elo_per_token.contracts.secrets import mask_url
 
     try:
         fn()
@@ -67,7 +67,7 @@ def _broker_redis(app: Any) -> Any:
 def _cancel_queued(app: Any, run_ids: set[str], n_pending: int, notice: Callable[[str], None] | None) -> None:
     """Ctrl-C/SIGTERM: the queued messages of this run must not start. Workers check the run's cancel key before
     a job's first API call; jobs already running finish and reach the ledger."""
-    from contracts.jobs import cancel_key
+    from elo_per_token.contracts.jobs import cancel_key
 
     with contextlib.suppress(Exception):  # the broker may be what failed; stopping must not raise here
         r = _broker_redis(app)
@@ -100,7 +100,7 @@ def run_celery(
     At most `max_pending` jobs are enqueued and unfinished at once, so the coordinator's memory and the
     broker's queue stay bounded whatever the plan's size; workers still always have a full queue.
     """
-    from worker.celery_app import make_app
+    from elo_per_token.worker.celery_app import make_app
 
     app = make_app(broker_url)
     backend = app.backend
@@ -151,7 +151,7 @@ def run_celery(
 
     def send(job: Job, producer: Any) -> None:
         if job.run_id not in run_ids:  # a new session of the run lifts an earlier session's cancel
-            from contracts.jobs import cancel_key
+            from elo_per_token.contracts.jobs import cancel_key
 
             run_ids.add(job.run_id)
             _broker_redis(app).delete(cancel_key(job.run_id))

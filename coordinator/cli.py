@@ -9,11 +9,11 @@ _LEDGER_HELP = "Ledger URL (folder, file://… or s3://bucket/prefix); default: 
 
 def _ledger_and_run(run: str, ledger: str | None):
     """RUN is a run id (with --ledger) or a plan file (its name and ledger)."""
-    from analysis.io import run_source
-    from contracts.ledger import check_run, open_ledger, open_ledger_for_reading
+    from elo_per_token.analysis.io import run_source
+    from elo_per_token.contracts.ledger import check_run, open_ledger, open_ledger_for_reading
 
     if run.endswith(".toml"):
-        from coordinator.plan import load_plan
+        from elo_per_token.coordinator.plan import load_plan
 
         plan = load_plan(run)
         led, run_id = open_ledger(ledger or plan.ledger), plan.run_id
@@ -27,13 +27,13 @@ def _ledger_and_run(run: str, ledger: str | None):
 
 
 def _finish(out) -> None:
-    from analysis.report import make_console
-    from coordinator.sweep import print_summary
+    from elo_per_token.analysis.report import make_console
+    from elo_per_token.coordinator.sweep import print_summary
 
     # Full width when stdout is a pipe, a CI log or `docker compose` output (the coordinator's only table there).
     print_summary(out, make_console())
     if out.tally.abandoned:
-        from coordinator.local import hard_exit
+        from elo_per_token.coordinator.local import hard_exit
 
         # Threads blocked in HTTP reads would hold a normal exit until they return: leave without them.
         hard_exit("exiting without waiting for the abandoned jobs", out.exit_code)
@@ -58,9 +58,9 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Run a plan: expand to jobs, skip those already in the ledger, run the rest, print the Elo table."""
-        from contracts.errors import InputError
-        from coordinator.plan import EXECUTORS, load_plan
-        from coordinator.sweep import execute, resolve_profile
+        from elo_per_token.contracts.errors import InputError
+        from elo_per_token.coordinator.plan import EXECUTORS, load_plan
+        from elo_per_token.coordinator.sweep import execute, resolve_profile
 
         plan = load_plan(plan_file)
         if executor and executor not in EXECUTORS:
@@ -83,9 +83,9 @@ def register(app: typer.Typer) -> None:
         from rich.markup import escape
         from rich.table import Table
 
-        from analysis.report import make_console
-        from contracts.secrets import mask_url
-        from coordinator.status import run_status
+        from elo_per_token.analysis.report import make_console
+        from elo_per_token.contracts.secrets import mask_url
+        from elo_per_token.coordinator.status import run_status
 
         led, run_id = _ledger_and_run(run, ledger)
         st = run_status(led, run_id)
@@ -121,10 +121,10 @@ def register(app: typer.Typer) -> None:
         profiles: str = typer.Option(None, "--profiles"),
     ) -> None:
         """Re-run the failed jobs of a run only (finished jobs are never re-run)."""
-        from contracts.errors import InputError
-        from coordinator.plan import plan_from_raw
-        from coordinator.status import failed_jobs, run_status
-        from coordinator.sweep import execute, resolve_profile
+        from elo_per_token.contracts.errors import InputError
+        from elo_per_token.coordinator.plan import plan_from_raw
+        from elo_per_token.coordinator.status import failed_jobs, run_status
+        from elo_per_token.coordinator.sweep import execute, resolve_profile
 
         led, run_id = _ledger_and_run(run, ledger)
         st = run_status(led, run_id)
@@ -149,7 +149,7 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Fold the job objects written since the last compaction into a new Parquet segment (incremental)."""
-        from coordinator.status import compact_cmd
+        from elo_per_token.coordinator.status import compact_cmd
 
         led, run_id = _ledger_and_run(run, ledger)
         res = compact_cmd(led, run_id, rebuild=rebuild)
@@ -170,7 +170,7 @@ def register(app: typer.Typer) -> None:
         tasks_per_family: int = typer.Option(None, "--tasks-per-family", help="Override the demo's task count."),
     ) -> None:
         """Start the simulator in-process, run the example plan locally and print the Elo-per-token report."""
-        from coordinator.demo import run_demo
+        from elo_per_token.coordinator.demo import run_demo
 
         res = run_demo(out, tasks_per_family=tasks_per_family)
         _finish(res)

@@ -12,15 +12,15 @@ DEMO_KEY_ENV = "EPT_DEMO_API_KEY"
 
 
 def demo_plan_text() -> str:
-    return resources.files("coordinator").joinpath("demo_plan.toml").read_text(encoding="utf-8")
+    return resources.files(__package__).joinpath("demo_plan.toml").read_text(encoding="utf-8")
 
 
 def run_demo(out: str | Path = "./ept-out", *, tasks_per_family: int | None = None, console: Any = None) -> Any:
-    from analysis.report import make_console
-    from coordinator.plan import parse_plan
-    from coordinator.sweep import execute, plan_jobs
-    from egress.profiles import Profile
-    from simulator.server import start_in_thread
+    from elo_per_token.analysis.report import make_console
+    from elo_per_token.coordinator.plan import parse_plan
+    from elo_per_token.coordinator.sweep import execute, plan_jobs
+    from elo_per_token.egress.profiles import Profile
+    from elo_per_token.simulator.server import start_in_thread
 
     out = Path(out)
     plan = parse_plan(demo_plan_text(), file="coordinator/demo_plan.toml")
@@ -45,7 +45,7 @@ def run_demo(out: str | Path = "./ept-out", *, tasks_per_family: int | None = No
     finally:
         sim.stop()
     if result.analysis is not None:
-        from analysis.report import write_outputs
+        from elo_per_token.analysis.report import write_outputs
 
         write_outputs(result.analysis, out / "report")
     return result

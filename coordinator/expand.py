@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from contracts.errors import InputError
-from contracts.jobs import Job
-from coordinator.plan import Plan, check_job_count
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.coordinator.plan import Plan, check_job_count
 
 
 def load_tasks(plan: Plan, loader: Callable[[str], list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
     """The plan's tasks in suite order, keeping the first `tasks_per_family` of each family."""
     if loader is None:
-        from contracts.tasks import load_suite_ref as loader
+        from elo_per_token.contracts.tasks import load_suite_ref as loader
     tasks: list[dict[str, Any]] = []
     for ref in plan.suites:
         tasks.extend(loader(ref))

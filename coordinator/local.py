@@ -20,9 +20,9 @@ from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from contracts.errors import EXIT_INTERRUPTED
-from contracts.jobs import Job
-from contracts.ledger import Ledger
+from elo_per_token.contracts.errors import EXIT_INTERRUPTED
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.ledger import Ledger
 
 STOP_GRACE_S = 30.0
 
@@ -57,7 +57,7 @@ def run_local(
 ) -> bool:
     """Run jobs; returns True when every job was attempted, False when interrupted or stopped early.
     on_abandon(n) is called when n jobs were still running after the grace period (they were left running)."""
-    from worker.tasks import perform_job
+    from elo_per_token.worker.tasks import perform_job
 
     api_key = getattr(provider, "_key", None)  # to scrub it from failure messages
     stop = getattr(provider, "stopping", None) or threading.Event()

@@ -7,14 +7,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from contracts.errors import InputError
-from contracts.ledger import Ledger
-from contracts.secrets import scrub
-from coordinator.plan import Plan
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.ledger import Ledger
+from elo_per_token.contracts.secrets import scrub
+from elo_per_token.coordinator.plan import Plan
 
 
 def code_version() -> dict[str, str | None]:
-    from ept import __version__
+    from elo_per_token.ept import __version__
 
     commit = None
     try:

@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contracts import generation
-from contracts.errors import InputError
+from elo_per_token.contracts import generation
+from elo_per_token.contracts.errors import InputError
 
 EXECUTORS = ("local", "celery")
 # Upper bounds: a plan is untrusted input, and a budget of 10^9 or 10^10 replicates must fail here, in
@@ -332,10 +332,10 @@ def _arm_gens(a: dict[str, Any], where: str, v: _V) -> tuple[dict[str, Any], ...
 def _check_strategies(arms: list[Arm], v: _V) -> None:
     """Unknown strategies, budgets or parameters fail here, before anything runs (when the registry is installed)."""
     try:
-        from worker.strategies import STRATEGIES as registry
+        from elo_per_token.worker.strategies import STRATEGIES as registry
     except ImportError:  # the registry is optional for plan parsing (e.g. a coordinator-only install)
         return
-    from contracts.jobs import Job
+    from elo_per_token.contracts.jobs import Job
 
     for i, a in enumerate(arms):
         if a.strategy not in registry:

@@ -6,9 +6,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from contracts.errors import InputError
-from contracts.jobs import Job
-from contracts.ledger import Ledger
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.ledger import Ledger
 
 
 @dataclass
@@ -88,7 +88,7 @@ def compact_cmd(ledger: Ledger, run_id: str, *, rebuild: bool = False):
     """analysis.segments.compact_run with a progress line on stderr (a million objects take a while)."""
     import sys
 
-    from analysis.segments import compact_run
+    from elo_per_token.analysis.segments import compact_run
 
     last = [0.0]
 

@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from contracts.errors import EGRESS_CLASSES, InputError
-from contracts.jobs import Job
-from contracts.ledger import Ledger, open_ledger
-from coordinator.plan import Plan
+from elo_per_token.contracts.errors import EGRESS_CLASSES, InputError
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.ledger import Ledger, open_ledger
+from elo_per_token.coordinator.plan import Plan
 
 # With this many egress failures in a row (no success in between), the endpoint or key is wrong — from the start
 # or since a key was revoked mid-run — or the server is down (every connect refused): stop spending effort.
@@ -112,7 +112,7 @@ class SweepOutcome:
 
     @property
     def exit_code(self) -> int:
-        from contracts.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_STOPPED_EGRESS
+        from elo_per_token.contracts.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_STOPPED_EGRESS
 
         if self.stopped_for_egress:
             return EXIT_STOPPED_EGRESS
@@ -122,14 +122,14 @@ class SweepOutcome:
 
 
 def resolve_profile(plan: Plan, base_url: str | None, profiles_path: str | None = None):
-    from egress.profiles import get_profile
+    from elo_per_token.egress.profiles import get_profile
 
     prof = get_profile(plan.profile, profiles_path)
     return prof.with_base_url(base_url) if base_url else prof
 
 
 def plan_jobs(plan: Plan) -> list[Job]:
-    from coordinator.expand import expand, load_tasks
+    from elo_per_token.coordinator.expand import expand, load_tasks
 
     return expand(plan, load_tasks(plan))
 
@@ -160,8 +160,8 @@ def _progress(console, total: int):
 
 def plan_source(plan: Plan) -> tuple[Callable[[], Iterator[Job]], int]:
     """(a fresh stream of the plan's jobs, how many) — expansion without holding the jobs."""
-    from coordinator.expand import check_unique_keys, count_jobs, iter_jobs, load_tasks
-    from coordinator.plan import check_job_count
+    from elo_per_token.coordinator.expand import check_unique_keys, count_jobs, iter_jobs, load_tasks
+    from elo_per_token.coordinator.plan import check_job_count
 
     tasks = load_tasks(plan)
     check_job_count(plan, len(tasks))  # from counts, before a single job is built
@@ -187,8 +187,8 @@ def execute(
 
     jobs=None streams the plan's jobs (a million-job plan in bounded memory); a list is run as given.
     """
-    from analysis.report import make_console
-    from coordinator.manifest import write_manifest
+    from elo_per_token.analysis.report import make_console
+    from elo_per_token.coordinator.manifest import write_manifest
 
     console = console or make_console(stderr=True)  # progress on stderr; full width in logs too
     executor = executor or plan.executor
@@ -249,7 +249,7 @@ def execute(
             if executor == "local":
                 completed = _run_local(plan, todo(), ledger, profile, on_result, on_retry, tally, run, had_failure)
             else:
-                from coordinator.celery_exec import run_celery
+                from elo_per_token.coordinator.celery_exec import run_celery
 
                 ctx = {
                     "ledger": ledger.url,
@@ -284,7 +284,7 @@ def execute(
 
 def _compact(ledger: Ledger, run_id: str) -> str:
     """Fold this sweep's results into a new segment; a failure here loses nothing (the objects stay)."""
-    from analysis.segments import compact_run
+    from elo_per_token.analysis.segments import compact_run
 
     try:
         res = compact_run(ledger, run_id)
@@ -294,9 +294,9 @@ def _compact(ledger: Ledger, run_id: str) -> str:
 
 
 def _run_local(plan, todo, ledger, profile, on_result, on_retry, tally, run, had_failure=frozenset()) -> bool:
-    from coordinator.local import run_local
-    from egress.client import ProviderClient
-    from worker.ratelimit import Limits, make_rate_limiter
+    from elo_per_token.coordinator.local import run_local
+    from elo_per_token.egress.client import ProviderClient
+    from elo_per_token.worker.ratelimit import Limits, make_rate_limiter
 
     if not profile.api_key():
         raise InputError(
@@ -323,7 +323,7 @@ def profile_prices(profile: dict[str, Any]) -> str | None:
 def plan_analysis_options(plan: Plan) -> Any:
     """The analysis settings of a run's table (its plan's weights, anchor, bootstrap rounds and seed). `ept report
     RUN` starts from the same settings, so the HTML page and the terminal table show the same intervals."""
-    from analysis.pipeline import AnalysisOptions
+    from elo_per_token.analysis.pipeline import AnalysisOptions
 
     weights = ",".join(f"{k}={v}" for k, v in sorted(plan.weights.items())) or None
     return AnalysisOptions(weights=weights, anchor=plan.anchor, rounds=plan.bootstrap_rounds, seed=plan.seed)
@@ -333,7 +333,7 @@ def analyze_run(plan: Plan, ledger: Ledger) -> tuple[Any, str | None]:
     """The Elo-per-token analysis of the run's job objects; (None, reason) when it cannot be computed."""
     import dataclasses
 
-    from analysis.pipeline import analyze
+    from elo_per_token.analysis.pipeline import analyze
 
     # The profile's prices (from the run's manifest): cost per task and ΔElo per $1 beside the token figures.
     prices = profile_prices((ledger.get_manifest(plan.run_id) or {}).get("profile") or {})
@@ -406,7 +406,7 @@ def print_summary(out: SweepOutcome, console: Any) -> None:
                 highlight=False,
             )
     if out.analysis is not None:
-        from analysis.report import print_report
+        from elo_per_token.analysis.report import print_report
 
         print_report(out.analysis, console)
     elif out.analysis_error:

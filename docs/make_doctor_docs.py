@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from simulator.server import start_in_thread  # noqa: E402
+from elo_per_token.simulator.server import start_in_thread  # noqa: E402
 
 DOC_KEY = "sk-sim-docs-example-key-7f3a"  # a dummy key the doc simulator accepts; shown masked as sk-…7f3a
 PORT = 18765
@@ -140,7 +140,7 @@ def run(sc: Scenario, tmp: Path, root: str, dead: str) -> tuple[str, int]:
                 "EPT_CLIENT_CONFIGS": str(tmp / "no-client-config.json")})  # check 7 does not read this machine's
     if sc.env_key:
         env["DEMO_API_KEY"] = sc.env_key
-    cmd = [sys.executable, "-m", "ept.cli", "doctor", "--profile", "demo", "--profiles", str(pf), *sc.args]
+    cmd = [sys.executable, "-m", "elo_per_token", "doctor", "--profile", "demo", "--profiles", str(pf), *sc.args]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     out = (r.stdout + r.stderr).replace(str(pf), "profiles.toml")
     for secret in (DOC_KEY, sc.env_key):

@@ -27,9 +27,9 @@ def doctor(
     """Check credentials and egress for a profile (key set, base_url, /models, model, usage). Exit 0 = all pass."""
     from rich.console import Console
 
-    from contracts.secrets import scrub
-    from egress.doctor import check_client_configs, ok, render, run_checks
-    from egress.profiles import get_profile
+    from elo_per_token.contracts.secrets import scrub
+    from elo_per_token.egress.doctor import check_client_configs, ok, render, run_checks
+    from elo_per_token.egress.profiles import get_profile
 
     p = get_profile(profile, profiles)
     checks = [*run_checks(p, timeout=timeout), check_client_configs()]
@@ -45,8 +45,8 @@ def profiles_list(profiles: Path | None = typer.Option(None, "--profiles", help=
     from rich.console import Console
     from rich.table import Table
 
-    from contracts.secrets import mask_url
-    from egress.profiles import load_profiles
+    from elo_per_token.contracts.secrets import mask_url
+    from elo_per_token.egress.profiles import load_profiles
 
     table = Table("name", "protocol", "base_url", "model", "key variable", "key")
     for p in load_profiles(profiles).values():
@@ -77,9 +77,9 @@ def profiles_export(
     import sys
     import tempfile
 
-    from contracts.errors import InputError
-    from egress.exports import render
-    from egress.profiles import get_profile
+    from elo_per_token.contracts.errors import InputError
+    from elo_per_token.egress.exports import render
+    from elo_per_token.egress.profiles import get_profile
 
     text = render(get_profile(name, profiles), to)
     if out is None:

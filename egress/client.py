@@ -36,9 +36,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from contracts.secrets import mask, scrub
-from contracts.usage import check_usage
-from egress.profiles import Profile
+from elo_per_token.contracts.secrets import mask, scrub
+from elo_per_token.contracts.usage import check_usage
+from elo_per_token.egress.profiles import Profile
 
 log = logging.getLogger("ept.provider")
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from contracts.secrets import mask, scrub
-from egress.profiles import Profile
+from elo_per_token.contracts.secrets import mask, scrub
+from elo_per_token.egress.profiles import Profile
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 PLACEHOLDERS = ("YOUR_API_KEY", "sk-...", "<your key>")
@@ -154,7 +154,7 @@ def _detail(e: object) -> str:
 
 def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float = 0.2) -> list[Check]:
     """All five checks; network checks are skipped when the key or base_url check fails."""
-    from egress.client import ProviderClient, ProviderError
+    from elo_per_token.egress.client import ProviderClient, ProviderError
 
     key = profile.api_key()
     checks = [check_key(profile), check_base_url(profile)]
@@ -234,7 +234,7 @@ def check_n(client: object, p: Profile, completion_works: bool) -> Check:
     """Does n=2 return 2 choices? `supports_n = true` against a server that ignores n still yields k samples
     (ept asks again for the shortfall) but wastes a request per sample; `false` against one that honours it
     pays the prompt k times. Either disagreement is a warning, never a failure."""
-    from egress.client import ProviderError
+    from elo_per_token.egress.client import ProviderError
 
     name = "n=2 returns 2 choices"
     if p.protocol != "openai":

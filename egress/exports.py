@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 import re
 
-from contracts.errors import InputError
-from egress.profiles import Profile
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.egress.profiles import Profile
 
 PLACEHOLDER_KEY = "YOUR_API_KEY"
 TARGETS = ("claude-code", "codex", "cc-switch", "env")

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from contracts import generation as gen_settings
-from contracts.errors import InputError
-from contracts.secrets import mask, mask_url
+from elo_per_token.contracts import generation as gen_settings
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.secrets import mask, mask_url
 
 PROTOCOLS = ("openai", "anthropic")
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"

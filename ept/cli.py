@@ -13,8 +13,8 @@ os.environ.setdefault("_RJEM_MALLOC_CONF", "background_thread:true,dirty_decay_m
 import typer
 from rich.console import Console
 
-from contracts.errors import EXIT_BAD_INPUT, InputError
-from contracts.secrets import scrub
+from elo_per_token.contracts.errors import EXIT_BAD_INPUT, InputError
+from elo_per_token.contracts.secrets import scrub
 
 app = typer.Typer(
     help="elo-per-token: how much quality does each extra 1k tokens of test-time compute buy?",
@@ -32,7 +32,7 @@ def _root() -> None:
 @app.command()
 def version() -> None:
     """Print the tool's version."""
-    from ept import __version__
+    from elo_per_token.ept import __version__
 
     typer.echo(__version__)
 
@@ -47,24 +47,24 @@ def _register() -> None:
     if _registered:
         return
     _registered = True
-    import analysis.cli
-    import analysis.cli_report
-    import analysis.imports.cli
-    import coordinator.cli
-    import egress.cli
-    import simulator.cli
-    import suites.cli
-    import worker.cli
+    from elo_per_token.analysis import cli as analysis_cli
+    from elo_per_token.analysis import cli_report
+    from elo_per_token.analysis.imports import cli as imports_cli
+    from elo_per_token.coordinator import cli as coordinator_cli
+    from elo_per_token.egress import cli as egress_cli
+    from elo_per_token.simulator import cli as simulator_cli
+    from elo_per_token.suites import cli as suites_cli
+    from elo_per_token.worker import cli as worker_cli
 
     for mod in (
-        coordinator.cli,
-        worker.cli,
-        suites.cli,
-        analysis.cli,
-        analysis.imports.cli,
-        analysis.cli_report,
-        egress.cli,
-        simulator.cli,
+        coordinator_cli,
+        worker_cli,
+        suites_cli,
+        analysis_cli,
+        imports_cli,
+        cli_report,
+        egress_cli,
+        simulator_cli,
     ):
         mod.register(app)
 

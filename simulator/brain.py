@@ -30,8 +30,8 @@ import random
 import re
 from typing import Any
 
-from contracts.jobs import derive_seed
-from contracts.prompts import (
+from elo_per_token.contracts.jobs import derive_seed
+from elo_per_token.contracts.prompts import (
     TASK_CLOSE,
     TASK_OPEN,
     between,
@@ -39,7 +39,7 @@ from contracts.prompts import (
     prompt_kind,
     task_text,
 )
-from simulator.generic import (
+from elo_per_token.simulator.generic import (
     BrainReply,
     BrainRequest,
     GenericBrain,
@@ -105,7 +105,7 @@ def _norm_code(code: str) -> str:
 class TaskBrain:
     def __init__(self, tasks: list[dict[str, Any]] | None = None) -> None:
         if tasks is None:
-            from contracts.tasks import builtin_suite_names, load_builtin_suite
+            from elo_per_token.contracts.tasks import builtin_suite_names, load_builtin_suite
 
             tasks = [t for name in builtin_suite_names() for t in load_builtin_suite(name)]
         self.by_text = {task_text(t).strip(): t for t in tasks}
@@ -309,7 +309,7 @@ class TaskBrain:
 
     def _bfcl_turn(self, task: dict[str, Any], req: BrainRequest) -> BrainReply:
         """BFCL: all calls in the first turn (parallel ones together), right with p; then a short close."""
-        from suites.public.bfcl import right_calls, wrong_calls
+        from elo_per_token.suites.public.bfcl import right_calls, wrong_calls
 
         rng = self._rng(task, req, "bfcl")
         if any(m.get("tool_calls") for m in req.messages if m.get("role") == "assistant"):

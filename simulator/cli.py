@@ -24,8 +24,8 @@ def simulate(
     """Run the ept SIMULATOR: a fake OpenAI-compatible provider (/v1/models, /v1/chat/completions, /v1/messages, /v1/responses; SSE streaming)."""
     from rich.console import Console
 
-    from simulator.config import SimConfig, apply_updates, load_config
-    from simulator.server import load_brain, serve
+    from elo_per_token.simulator.config import SimConfig, apply_updates, load_config
+    from elo_per_token.simulator.server import load_brain, serve
 
     cfg = load_config(config) if config else SimConfig()
     if seed is not None:

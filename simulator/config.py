@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contracts.errors import InputError
+from elo_per_token.contracts.errors import InputError
 
 # "403", "400", "quota" (429 insufficient_quota), "proxy_400" (LiteLLM's "No connected db" for a key it cannot
 # check) and "context_length" (400 context_length_exceeded) exist for scripts only (no rate).

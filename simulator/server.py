@@ -30,10 +30,17 @@ from typing import Any
 
 from aiohttp import web
 
-from contracts.jobs import derive_seed
-from contracts.secrets import mask
-from simulator.config import SimConfig, apply_updates, make_config
-from simulator.generic import Brain, BrainReply, BrainRequest, GenericBrain, completion_tokens, prompt_tokens
+from elo_per_token.contracts.jobs import derive_seed
+from elo_per_token.contracts.secrets import mask
+from elo_per_token.simulator.config import SimConfig, apply_updates, make_config
+from elo_per_token.simulator.generic import (
+    Brain,
+    BrainReply,
+    BrainRequest,
+    GenericBrain,
+    completion_tokens,
+    prompt_tokens,
+)
 
 log = logging.getLogger("ept.simulator")
 
@@ -45,9 +52,9 @@ META_PREFIX = "x-ept-"
 def load_brain() -> Brain:
     """TaskBrain when simulator/brain.py exists (it knows the built-in suites), else GenericBrain."""
     try:
-        from simulator.brain import TaskBrain  # type: ignore[import-not-found]
+        from elo_per_token.simulator.brain import TaskBrain  # type: ignore[import-not-found]
     except ModuleNotFoundError as e:
-        if e.name != "simulator.brain":
+        if e.name != "elo_per_token.simulator.brain":
             raise
         return GenericBrain()
     return TaskBrain()

@@ -19,7 +19,7 @@ DEFAULT_ARMS = (
 
 def draw_tasks(n_tasks: int, families: list[str], seed: int) -> list[dict[str, Any]]:
     """n_tasks tasks, as evenly as possible from each built-in suite, in a seeded order."""
-    from contracts.tasks import load_builtin_suite
+    from elo_per_token.contracts.tasks import load_builtin_suite
 
     per, extra = divmod(n_tasks, len(families))
     out: list[dict[str, Any]] = []
@@ -40,11 +40,11 @@ def run_arms(
     supports_n: bool = False,
 ) -> list[dict[str, Any]]:
     """Run every (task, arm) job against a fresh in-process simulator; one summary row per job."""
-    from contracts.jobs import Job
-    from egress.client import ProviderClient
-    from egress.profiles import Profile
-    from simulator.server import start_in_thread
-    from worker.job import run_job
+    from elo_per_token.contracts.jobs import Job
+    from elo_per_token.egress.client import ProviderClient
+    from elo_per_token.egress.profiles import Profile
+    from elo_per_token.simulator.server import start_in_thread
+    from elo_per_token.worker.job import run_job
 
     sim = start_in_thread(sim_config or {})
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from contracts.errors import InputError
+from elo_per_token.contracts.errors import InputError
 
 suites_app = typer.Typer(help="Task suites: list, show, validate; strategy accuracy on the simulator.", no_args_is_help=True)
 
@@ -17,7 +17,7 @@ def list_cmd() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from contracts.tasks import builtin_suite_names, builtin_suite_path, load_builtin_suite
+    from elo_per_token.contracts.tasks import builtin_suite_names, builtin_suite_path, load_builtin_suite
 
     table = Table("suite", "tasks", "families", "graders", "categories", "mean difficulty", "file")
     for name in builtin_suite_names():
@@ -41,7 +41,7 @@ def show_cmd(
     """Show tasks of a suite (one in full with --task)."""
     import json
 
-    from contracts.tasks import load_suite_ref
+    from elo_per_token.contracts.tasks import load_suite_ref
 
     tasks = load_suite_ref(suite)
     if task_id is not None:
@@ -60,7 +60,7 @@ def show_cmd(
 @suites_app.command("validate")
 def validate_cmd(path: str = typer.Argument(..., help="JSONL or Parquet suite file")) -> None:
     """Validate a suite file; exit 2 with file:line: field on the first problem."""
-    from contracts.tasks import load_suite
+    from elo_per_token.contracts.tasks import load_suite
 
     tasks = load_suite(path)
     typer.echo(f"{path}: {len(tasks)} tasks OK")
@@ -81,7 +81,7 @@ def import_cmd(
     import json
     from pathlib import Path
 
-    from suites.importer import convert, write_jsonl
+    from elo_per_token.suites.importer import convert, write_jsonl
 
     if not dry_run and not out:
         raise InputError("give --out FILE.jsonl (or --dry-run)", field="out")
@@ -106,7 +106,7 @@ def import_cmd(
 
 def parse_arms(spec: str) -> list[tuple[str, int]]:
     """'greedy@1,majority@8' -> [("greedy", 1), ("majority", 8)], checked against the registry."""
-    from worker.strategies import get_strategy
+    from elo_per_token.worker.strategies import get_strategy
 
     arms = []
     for part in filter(None, (p.strip() for p in spec.split(","))):
@@ -135,8 +135,8 @@ def accuracy_cmd(
     """Accuracy, calls and tokens per arm on the built-in suites against an in-process simulator (markdown)."""
     import time
 
-    from contracts.tasks import builtin_suite_names
-    from suites.accuracy import draw_tasks, markdown, run_arms, summarise
+    from elo_per_token.contracts.tasks import builtin_suite_names
+    from elo_per_token.suites.accuracy import draw_tasks, markdown, run_arms, summarise
 
     arm_list = parse_arms(arms)
     fams = [f.strip() for f in families.split(",") if f.strip()]

@@ -1,6 +1,6 @@
 """Generate the built-in suites (math, code, tool_use) deterministically.
 
-    python -m suites.generate [--out suites/data] [--check]
+    python -m elo_per_token.suites.generate [--out suites/data] [--check]
 
 Every task is written for this project from templates with seeded parameters; references are
 computed here (code references are run against their tests, and every buggy distractor is run to

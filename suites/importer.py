@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from contracts.errors import InputError
+from elo_per_token.contracts.errors import InputError
 
 Q_COLS = ("question", "problem", "prompt", "input", "query")
 A_COLS = ("answer", "final_answer", "expected_answer", "target", "solution")
@@ -54,8 +54,8 @@ def _line(row: dict[str, Any], index: int) -> int:
 
 def clean_answer(value: Any) -> Any:
     """GSM8K '…#### 1,234' -> 1234; a MATH solution -> its last \\boxed{}; plain numbers become numbers."""
-    from worker.graders.extract import boxed, parse_number
-    from worker.graders.mathverify import is_plain_number
+    from elo_per_token.worker.graders.extract import boxed, parse_number
+    from elo_per_token.worker.graders.mathverify import is_plain_number
 
     if isinstance(value, bool) or value is None:
         return value
@@ -94,7 +94,7 @@ def _common(row: dict[str, Any], index: int, family: str, prefix: str) -> dict[s
 
 def convert_qa(rows: list[dict[str, Any]], file: str, family: str, grader: str = "auto",
                prefix: str = "") -> list[dict[str, Any]]:
-    from contracts.tasks import validate_task
+    from elo_per_token.contracts.tasks import validate_task
 
     if not rows:
         raise InputError("table has no rows", file=file)
@@ -122,9 +122,9 @@ def convert_qa(rows: list[dict[str, Any]], file: str, family: str, grader: str =
 
 def convert_code(rows: list[dict[str, Any]], file: str, family: str, prefix: str = "",
                  check_visible: bool = True) -> list[dict[str, Any]]:
-    from contracts.tasks import validate_task
-    from suites.public.humaneval import INSTRUCTION, candidate_examples
-    from worker.graders.code import run_tests
+    from elo_per_token.contracts.tasks import validate_task
+    from elo_per_token.suites.public.humaneval import INSTRUCTION, candidate_examples
+    from elo_per_token.worker.graders.code import run_tests
 
     if not rows:
         raise InputError("table has no rows", file=file)
@@ -171,7 +171,7 @@ def _unique(tasks: list[dict[str, Any]], rows: list[dict[str, Any]], file: str) 
 def convert(path: Path, shape: str = "auto", family: str | None = None, grader: str = "auto",
             prefix: str = "", limit: int | None = None, check_visible: bool = True) -> tuple[str, list[dict[str, Any]]]:
     """(shape used, converted tasks) for a table file; limit converts only the first rows (dry runs)."""
-    from suites.userfile import read_table
+    from elo_per_token.suites.userfile import read_table
 
     if shape not in SHAPES:
         raise InputError(f"unknown shape (use {', '.join(SHAPES)})", field="shape")

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from contracts.errors import InputError
+from elo_per_token.contracts.errors import InputError
 
 # Fields that hold objects or lists: a string cell there is read as JSON.
 _JSON_FIELDS = ("grader", "messages", "tools", "tool_impl", "tests", "visible_tests", "distractors", "meta")
@@ -89,7 +89,7 @@ def parquet_row_to_task(row: dict[str, Any], file: str, line: int) -> dict[str, 
 
 def load_parquet_suite(path: Path) -> list[dict[str, Any]]:
     """Validated tasks of a Parquet suite (the whole file is checked before anything is returned)."""
-    from contracts.tasks import validate_task
+    from elo_per_token.contracts.tasks import validate_task
 
     file = str(path)
     tasks, seen = [], {}

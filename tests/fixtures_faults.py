@@ -40,7 +40,7 @@ from fixtures_services import (
 
 TESTS = Path(__file__).resolve().parent
 FAULT_KEY = "sk-canary-0123456789abcdefWXYZ"  # the same canary as fixtures_sim.SIM_KEY
-JOB_IMPL = "worker.job.run_job"  # what the jobs run, noted in the reliability rows
+JOB_IMPL = "elo_per_token.worker.job.run_job"  # what the jobs run, noted in the reliability rows
 
 
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -96,7 +96,7 @@ def sweep_proc(plan: Path, env: dict[str, str], log: Path, *extra: str) -> subpr
     full = {**os.environ, **env, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
     full["PYTHONPATH"] = os.pathsep.join([env.get("PYTHONPATH", ""), str(REPO)]).strip(os.pathsep)
     return subprocess.Popen(
-        [sys.executable, "-m", "ept.cli", "sweep", str(plan), "--no-analysis", *extra],
+        [sys.executable, "-m", "elo_per_token", "sweep", str(plan), "--no-analysis", *extra],
         stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=full, cwd=log.parent,
     )  # fmt: skip
 
@@ -127,7 +127,7 @@ class FaultRig:
         return self.tmp / "sweep.log"
 
     def open_ledger(self) -> Any:
-        from contracts.ledger import open_ledger
+        from elo_per_token.contracts.ledger import open_ledger
 
         return open_ledger(self.ledger)
 
@@ -160,8 +160,8 @@ def fault_rig(
 ) -> FaultRig:  # fmt: skip
     """Write the suite, profiles (`profile`: write_profiles options) and plan; a Celery plan gets a queue of its
     own so workers of other tests never take its messages."""
-    from coordinator.plan import load_plan
-    from coordinator.sweep import plan_jobs
+    from elo_per_token.coordinator.plan import load_plan
+    from elo_per_token.coordinator.sweep import plan_jobs
 
     suite = write_suite(tmp / "suite.jsonl", per_family=per_family)
     profiles = write_profiles(tmp / "profiles.toml", sim_url, **profile)
@@ -276,7 +276,7 @@ class LedgerFacts:
 
 
 def ledger_facts(ledger_url: str, run_id: str, expected_keys: set[str]) -> LedgerFacts:
-    from contracts.ledger import open_ledger
+    from elo_per_token.contracts.ledger import open_ledger
 
     led = open_ledger(ledger_url)
     keys = led.list_jobs(run_id)
@@ -333,9 +333,9 @@ def clean_tokens(tmp: Path, suite: Path, per_family: int, sim_seed: int, support
     """Tokens per arm of the same plan (seed 11) run cleanly: local executor, fresh fault-free simulator."""
     from fixtures_sim import _start
 
-    from coordinator.plan import load_plan
-    from coordinator.sweep import execute, plan_jobs
-    from egress.profiles import get_profile
+    from elo_per_token.coordinator.plan import load_plan
+    from elo_per_token.coordinator.sweep import execute, plan_jobs
+    from elo_per_token.egress.profiles import get_profile
 
     sim = _start(api_key=FAULT_KEY, seed=sim_seed)
     old = os.environ.get("EPT_SIM_API_KEY")

@@ -257,12 +257,12 @@ def start_celery_workers(
         ws.logs.append(log)
         ws.procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "ept.cli", "worker", "--concurrency", str(concurrency),
+                [sys.executable, "-m", "elo_per_token", "worker", "--concurrency", str(concurrency),
                  "--queue", queue, "--hostname", f"w{i}-{uuid.uuid4().hex[:6]}@127.0.0.1", "--loglevel", "WARNING"],
                 stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=full_env, cwd=tmp,  # noqa: SIM115
             )
         )  # fmt: skip
-    from worker.celery_app import make_app
+    from elo_per_token.worker.celery_app import make_app
 
     app = make_app(broker_url)
     deadline = time.monotonic() + ready_timeout

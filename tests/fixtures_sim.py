@@ -31,7 +31,7 @@ class SimHandle:
 
     def profile(self, protocol: str = "openai", **overrides: Any) -> Any:
         """A Profile pointing at this simulator (key env: EPT_SIM_API_KEY; pass api_key= to the client)."""
-        from egress.profiles import Profile
+        from elo_per_token.egress.profiles import Profile
 
         fields: dict[str, Any] = {
             "name": f"sim-{protocol}",
@@ -51,7 +51,7 @@ class SimHandle:
 
 
 def _start(config: dict[str, Any] | None = None, *, brain: Any = None, **kw: Any) -> SimHandle:
-    from simulator.server import start_in_thread
+    from elo_per_token.simulator.server import start_in_thread
 
     r = start_in_thread({**(config or {}), **kw}, brain=brain)
     return SimHandle(url=r.url, root=r.root, port=r.port, control=r.control, running=r)
@@ -86,6 +86,6 @@ def sim_keyed(make_sim: Callable[..., SimHandle]) -> SimHandle:
 @pytest.fixture
 def generic_sim(make_sim: Callable[..., SimHandle]) -> SimHandle:
     """A fresh simulator answering with GenericBrain, whatever simulator/brain.py does (for protocol tests)."""
-    from simulator.generic import GenericBrain
+    from elo_per_token.simulator.generic import GenericBrain
 
     return make_sim(brain=GenericBrain())

@@ -90,7 +90,7 @@ def pseudo_true_theta(theta: np.ndarray, mode: str = "binary") -> np.ndarray:
     """Large-sample limit of the Bradley-Terry fit (mean 0). Binary outcomes: expected scores (win 1, tie
     1/2) integrated over d ~ N(0, 1) by Gauss-Hermite quadrature, then the fit on those expected counts;
     judgments: theta itself."""
-    from analysis.bt import fit_bt_counts
+    from elo_per_token.analysis.bt import fit_bt_counts
 
     theta = np.asarray(theta, dtype=float)
     if mode != "binary":

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from worker.graders.code import Limits, run_tests
+from elo_per_token.worker.graders.code import Limits, run_tests
 
 
 def _maxrss_kb() -> int:

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from scipy.optimize import brentq
 
-from analysis.bt import prior_l2
+from elo_per_token.analysis.bt import prior_l2
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "logs"
@@ -21,7 +21,7 @@ EXAMPLE = ROOT / "examples" / "logs"
 
 def ept(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "ept.cli", *args], capture_output=True, text=True, timeout=300, cwd=cwd,
+        [sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, timeout=300, cwd=cwd,
         env={**__import__("os").environ, "COLUMNS": "200"},
     )  # fmt: skip
 
@@ -150,8 +150,8 @@ def test_judgments_ties_and_drop_ties(tmp_path: Path) -> None:
 
 def test_ledger_run_directory_end_to_end(tmp_path: Path) -> None:
     """JobResult objects under runs/<run_id>/jobs/**: judge calls are evaluation cost, missing usage is reported."""
-    from contracts.jobs import Job
-    from contracts.records import CallRecord, JobResult, Outcome
+    from elo_per_token.contracts.jobs import Job
+    from elo_per_token.contracts.records import CallRecord, JobResult, Outcome
 
     rng = np.random.default_rng(4)
     run = tmp_path / "ledger" / "runs" / "r7"
@@ -187,7 +187,7 @@ def test_ledger_run_directory_end_to_end(tmp_path: Path) -> None:
 
 def test_known_strengths_are_recovered_from_judgments(tmp_path: Path) -> None:
     """Judgments drawn from a known Bradley-Terry model per family: the merged, anchored Elo matches truth."""
-    from analysis.pipeline import AnalysisOptions, analyze
+    from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 
     rng = np.random.default_rng(12)
     arms = ["a@1", "a@2", "b@4", "b@8"]
@@ -218,7 +218,7 @@ def test_known_strengths_are_recovered_from_judgments(tmp_path: Path) -> None:
 
 
 def test_arm_missing_from_a_family_and_no_bootstrap(tmp_path: Path) -> None:
-    from analysis.pipeline import AnalysisOptions, analyze
+    from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 
     rows = []
     for fam in ("math", "code"):
@@ -250,7 +250,7 @@ def test_shipped_example_is_what_its_script_generates(tmp_path: Path) -> None:
 
 
 def test_arm_without_any_usage_is_left_out_not_made_cheapest(tmp_path: Path) -> None:
-    from analysis.pipeline import AnalysisOptions, analyze
+    from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 
     rows = []
     for t in range(8):
@@ -279,7 +279,7 @@ def test_nothing_to_compare_is_an_input_error(tmp_path: Path) -> None:
 
 
 def test_judge_jobs_own_outcomes_are_not_counted_as_ungraded(tmp_path: Path) -> None:
-    from analysis.pipeline import AnalysisOptions, analyze
+    from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 
     rows = []
     for t in range(6):

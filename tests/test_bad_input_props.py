@@ -4,7 +4,7 @@ exit code 2 — never a traceback, a hang or a half-written output.
 The generators start from VALID inputs (the hand-computed fixture run, a working plan, a working profile file,
 a working suite) and corrupt exactly one place: a field set to a value of a random type, a field dropped, a
 line replaced by junk text or bytes. Because everything else stays valid, an error must point at that place.
-The CLI runs in-process (ept.cli.main) so 50-100 examples per property stay cheap.
+The CLI runs in-process (elo_per_token.ept.cli.main) so 50-100 examples per property stay cheap.
 """
 
 from __future__ import annotations
@@ -37,12 +37,11 @@ class Hang(Exception):
 
 def run_cli(argv: list[str]) -> tuple[int, str]:
     """Run `ept ARGV` in this process; returns (exit code, stdout+stderr). A hang past HANG_S fails the test."""
-    import ept.cli
-
+    import elo_per_token.ept.cli as ept_cli
     # main() registers every stage's commands on each call; in one process, register once and reuse the app
     # (otherwise each call adds another copy of every command and the runs slow down quadratically).
     if not getattr(run_cli, "registered", False):
-        ept.cli._register()
+        ept_cli._register()
         run_cli.registered = True  # type: ignore[attr-defined]
     buf_out, buf_err = io.StringIO(), io.StringIO()
 
@@ -55,8 +54,8 @@ def run_cli(argv: list[str]) -> tuple[int, str]:
     try:
         with contextlib.redirect_stdout(buf_out), contextlib.redirect_stderr(buf_err):
             try:
-                with mock.patch.object(ept.cli, "_register", lambda: None):
-                    ept.cli.main(argv)
+                with mock.patch.object(ept_cli, "_register", lambda: None):
+                    ept_cli.main(argv)
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     finally:
@@ -262,8 +261,8 @@ def test_plan_files_parse_or_name_file_and_field(tmp_path_factory, data):
         text = "\n".join(lines) + "\n"
     f = tmp / "plan.toml"
     f.write_text(text, encoding="utf-8")
-    from contracts.errors import InputError
-    from coordinator.plan import load_plan
+    from elo_per_token.contracts.errors import InputError
+    from elo_per_token.coordinator.plan import load_plan
 
     try:
         plan = load_plan(f)
@@ -352,8 +351,8 @@ def _valid_tasks(n: int = 5) -> list[dict[str, Any]]:
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_suites_load_or_name_file_line_field(tmp_path_factory, data):
-    from contracts.errors import InputError
-    from contracts.tasks import load_suite
+    from elo_per_token.contracts.errors import InputError
+    from elo_per_token.contracts.tasks import load_suite
 
     tmp = tmp_path_factory.mktemp("suite")
     tasks = _valid_tasks()

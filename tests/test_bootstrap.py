@@ -5,9 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.bootstrap import PairData, bootstrap, fit_families, point_estimate, small_sample_factor
-from analysis.bt import fit_bt
-from analysis.merge import ELO_SCALE, merge_thetas, theta_to_elo
+from elo_per_token.analysis.bootstrap import (
+    PairData,
+    bootstrap,
+    fit_families,
+    point_estimate,
+    small_sample_factor,
+)
+from elo_per_token.analysis.bt import fit_bt
+from elo_per_token.analysis.merge import ELO_SCALE, merge_thetas, theta_to_elo
 
 FAMS = ["math", "code"]
 
@@ -231,7 +237,7 @@ def test_unpenalised_separated_resamples_count_as_failed():
 
 
 def test_fit_batch_size_bounds_memory_and_does_not_change_results():
-    from analysis.bootstrap import fit_batch_size
+    from elo_per_token.analysis.bootstrap import fit_batch_size
 
     # Bounded by the budget for any K, at least one round, never more than a draw block.
     assert fit_batch_size(5) == 250

@@ -9,8 +9,8 @@ import statistics
 import pytest
 from fixtures_sim import SIM_KEY
 
-from contracts.jobs import Job
-from contracts.prompts import (
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.prompts import (
     final_answer_line,
     judge_messages,
     parse_score,
@@ -20,11 +20,11 @@ from contracts.prompts import (
     step_messages,
     verify_messages,
 )
-from contracts.tasks import load_builtin_suite
-from egress.client import ProviderClient
-from simulator.brain import TaskBrain
-from simulator.generic import BrainRequest, estimate_tokens
-from worker.job import run_job
+from elo_per_token.contracts.tasks import load_builtin_suite
+from elo_per_token.egress.client import ProviderClient
+from elo_per_token.simulator.brain import TaskBrain
+from elo_per_token.simulator.generic import BrainRequest, estimate_tokens
+from elo_per_token.worker.job import run_job
 
 MATH = load_builtin_suite("math")
 CODE = load_builtin_suite("code")

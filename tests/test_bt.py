@@ -11,7 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import minimize
 
-from analysis.bt import aggregate_wins, fit_bt, fit_bt_counts, fit_bt_detailed, mle_exists, newton_batch
+from elo_per_token.analysis.bt import (
+    aggregate_wins,
+    fit_bt,
+    fit_bt_counts,
+    fit_bt_detailed,
+    mle_exists,
+    newton_batch,
+)
 
 
 def _seed_port():

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from contracts.jobs import Job
-from worker.tasks import Claims
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.worker.tasks import Claims
 
 pytestmark = pytest.mark.services
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from worker.graders.code import Limits, grade_code, run_tests
+from elo_per_token.worker.graders.code import Limits, grade_code, run_tests
 
 TASK = {"task_id": "c", "family": "code", "prompt": "p", "reference": "", "entry_point": "f",
         "tests": ["assert f(1) == 2", "assert f(5) == 6"], "grader": {"type": "code", "timeout_s": 3}}
@@ -169,13 +169,13 @@ def test_no_sandbox_means_no_grading_and_no_tokens_spent(make_sim, monkeypatch):
     is refused before its first API call."""
     from fixtures_sim import SIM_KEY
 
-    from contracts.jobs import Job
-    from contracts.tasks import load_builtin_suite
-    from egress.client import ProviderClient
-    from simulator.brain import TaskBrain
-    from worker.graders.code import SandboxUnavailable
-    from worker.job import run_job
-    from worker.sandbox import bwrap
+    from elo_per_token.contracts.jobs import Job
+    from elo_per_token.contracts.tasks import load_builtin_suite
+    from elo_per_token.egress.client import ProviderClient
+    from elo_per_token.simulator.brain import TaskBrain
+    from elo_per_token.worker.graders.code import SandboxUnavailable
+    from elo_per_token.worker.job import run_job
+    from elo_per_token.worker.sandbox import bwrap
 
     task = load_builtin_suite("code")[0]
     sim = make_sim(brain=TaskBrain([task]))
@@ -217,7 +217,7 @@ def test_a_sandbox_cannot_see_a_concurrent_one():
 def test_no_zombie_is_left_for_the_containers_pid_1():
     """In a container whose pid 1 is the worker (no init), an orphaned sandbox process would stay a zombie
     forever: one per grading until the pid limit. The sandbox's init must be reaped by the time we return."""
-    from worker.sandbox import bwrap
+    from elo_per_token.worker.sandbox import bwrap
 
     for _ in range(3):
         r = bwrap.run(["-I", "-S", "-c", "import os\nif os.fork() == 0:\n    os.setsid()\nprint(1)"], b"", wall_s=10)

@@ -14,8 +14,8 @@ import polars as pl
 import pytest
 from scipy.optimize import minimize
 
-from analysis.bt import prior_l2
-from analysis.compare import (
+from elo_per_token.analysis.bt import prior_l2
+from elo_per_token.analysis.compare import (
     FailRule,
     RunInputs,
     check_comparable,
@@ -25,7 +25,7 @@ from analysis.compare import (
     to_json_dict,
     to_markdown,
 )
-from contracts.errors import InputError
+from elo_per_token.contracts.errors import InputError
 
 ARMS = {  # arm -> (strategy, budget, strength, tokens/task)
     "greedy@1": ("greedy", 1, 0.0, 1200.0),
@@ -296,9 +296,9 @@ def write_ledger_run(
     Each job makes budget_n 'sample' calls (plus one 'verifier' call for best_of_n) whose usage adds up to
     the model's tokens; `fail_jobs` jobs end with a credential error (no score), as a worker records them.
     """
-    from contracts.jobs import Job
-    from contracts.ledger import FileLedger
-    from contracts.records import CallRecord, JobResult, Outcome
+    from elo_per_token.contracts.jobs import Job
+    from elo_per_token.contracts.ledger import FileLedger
+    from elo_per_token.contracts.records import CallRecord, JobResult, Outcome
 
     run = make_run(seed, n_tasks=n_tasks, degrade=degrade, token_scale=token_scale)
     led = FileLedger(ledger_root)

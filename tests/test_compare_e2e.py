@@ -19,7 +19,7 @@ def ept(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedP
     import os
 
     return subprocess.run(
-        [sys.executable, "-m", "ept.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=600,
+        [sys.executable, "-m", "elo_per_token", *args], cwd=cwd, capture_output=True, text=True, timeout=600,
         env={**os.environ, **(env or {})},
     )  # fmt: skip
 
@@ -83,7 +83,7 @@ def test_cli_refuses_a_ledger_root_with_several_runs(ledger: Path, tmp_path: Pat
 def test_ci_example_is_consistent() -> None:
     import yaml
 
-    from coordinator.plan import load_plan
+    from elo_per_token.coordinator.plan import load_plan
 
     plan = load_plan(REPO / "examples/ci/plan.toml")
     wf = yaml.safe_load((REPO / "examples/ci/elo-regression.yml").read_text())
@@ -92,7 +92,7 @@ def test_ci_example_is_consistent() -> None:
     assert f"runs/{plan.run_id}" in runs and "ept compare" in runs and "--markdown" in runs
     assert "gh pr comment" in runs and "ept doctor" in runs
     # The key comes from a CI secret, into the env var the plan's profile reads; never a literal key.
-    from egress.profiles import load_profiles
+    from elo_per_token.egress.profiles import load_profiles
 
     prof = load_profiles(REPO / "profiles.toml")[plan.profile]
     assert wf["jobs"]["elo"]["env"][prof.api_key_env] == "${{ secrets." + prof.api_key_env + " }}"
@@ -104,7 +104,7 @@ def test_ci_example_is_consistent() -> None:
 def _sweep_ready() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("worker.job") is not None and importlib.util.find_spec("simulator.brain") is not None
+    return importlib.util.find_spec("elo_per_token.worker.job") is not None and importlib.util.find_spec("elo_per_token.simulator.brain") is not None
 
 
 SIM_ARMS = [("greedy", [1]), ("majority", [4]), ("best_of_n", [4])]
@@ -148,7 +148,7 @@ def test_simulator_degrade_is_flagged_and_an_unchanged_rerun_passes(make_sim, tm
 @pytest.mark.services
 def test_cli_compares_runs_in_s3(ledger: Path, s3_env, s3_bucket: str, tmp_path: Path) -> None:
     """Runs stored in a real S3 server (SeaweedFS): read by URL, manifests included (suites check -> exit 2)."""
-    from contracts.ledger import open_ledger
+    from elo_per_token.contracts.ledger import open_ledger
 
     s3 = open_ledger(f"s3://{s3_bucket}/ledger")
     local = open_ledger(ledger)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from fixtures_sim import SIM_KEY
 
-from egress.doctor import FAIL, PASS, SKIP, WARN, check_base_url, check_key, ok, run_checks
-from egress.profiles import Profile
+from elo_per_token.egress.doctor import FAIL, PASS, SKIP, WARN, check_base_url, check_key, ok, run_checks
+from elo_per_token.egress.profiles import Profile
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = "EPT_DOCTOR_TEST_KEY"
@@ -60,8 +60,8 @@ def test_litellm_style_400_on_models_is_a_credential_problem(sim_keyed, monkeypa
 
 
 def test_placeholder_key_left_in_a_client_config_is_flagged(tmp_path):
-    from egress.doctor import check_client_configs
-    from egress.exports import render
+    from elo_per_token.egress.doctor import check_client_configs
+    from elo_per_token.egress.exports import render
 
     p = prof("http://127.0.0.1:1", protocol="anthropic")
     cc = tmp_path / "settings.json"
@@ -172,7 +172,7 @@ def run_cli(args: list[str], env_key: str | None) -> subprocess.CompletedProcess
     if env_key is not None:
         env[ENV] = env_key
     return subprocess.run(
-        [sys.executable, "-m", "ept.cli", "doctor", *args],
+        [sys.executable, "-m", "elo_per_token", "doctor", *args],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from contracts.errors import EXIT_STOPPED_EGRESS
-from coordinator.sweep import EGRESS_ABORT_AFTER
+from elo_per_token.contracts.errors import EXIT_STOPPED_EGRESS
+from elo_per_token.coordinator.sweep import EGRESS_ABORT_AFTER
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -38,7 +38,7 @@ def _setup(tmp_path: Path, base_url: str, n_tasks: int = 20) -> tuple[Path, dict
 
 
 def _sweep(plan: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ept.cli", "sweep", str(plan)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "elo_per_token", "sweep", str(plan)], capture_output=True, text=True,
                           env=env, timeout=300)  # fmt: skip
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from contracts.errors import InputError
-from egress.exports import PLACEHOLDER_KEY, render
-from egress.profiles import Profile
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.egress.exports import PLACEHOLDER_KEY, render
+from elo_per_token.egress.profiles import Profile
 
 REPO = Path(__file__).resolve().parents[1]
 CANARY = "sk-canary-export-0000111122223333"
@@ -143,7 +143,7 @@ def run_ept(*args: str, env_key: str | None = CANARY) -> subprocess.CompletedPro
 
     env = {**os.environ, "GW_API_KEY": env_key} if env_key else dict(os.environ)
     return subprocess.run(
-        [sys.executable, "-m", "ept.cli", *args],
+        [sys.executable, "-m", "elo_per_token", *args],
         capture_output=True,
         text=True,
         cwd=REPO,

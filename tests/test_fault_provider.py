@@ -20,8 +20,8 @@ RATES = dict(rate_429=0.06, retry_after=0.2, rate_500=0.06, rate_hang=0.02, hang
 
 
 def test_provider_faults_are_retried_or_recorded_and_missing_usage_is_flagged(tmp_path, make_sim, monkeypatch):
-    from coordinator.sweep import execute
-    from egress.profiles import get_profile
+    from elo_per_token.coordinator.sweep import execute
+    from elo_per_token.egress.profiles import get_profile
 
     sim = make_sim(api_key=FAULT_KEY, seed=8, script=SCRIPT, **RATES)
     rig = fault_rig(tmp_path, sim.url, name="prov", ledger=str(tmp_path / "ledger"), executor="local", per_family=8,
@@ -64,8 +64,8 @@ def test_provider_faults_are_retried_or_recorded_and_missing_usage_is_flagged(tm
     assert any(c["n_returned"] < c["n_requested"] for c in calls), "no short reply recorded"
 
     # The token report flags the calls without usage per arm and gives no per-task cost for their tasks.
-    from analysis.io import read_records
-    from analysis.tokens import arm_tokens
+    from elo_per_token.analysis.io import read_records
+    from elo_per_token.analysis.tokens import arm_tokens
 
     records = read_records([str(led.run_url("prov")) + "/jobs"])
     table = {r["arm"]: r for r in arm_tokens(records.calls).to_dicts()}

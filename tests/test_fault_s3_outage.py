@@ -25,7 +25,7 @@ OUTAGE_S = 20
 
 
 def test_s3_outage_mid_sweep_loses_nothing(tmp_path, redis_server, make_sim, monkeypatch):
-    from contracts.records import JobResult
+    from elo_per_token.contracts.records import JobResult
 
     weed = start_weed_on(tmp_path / "weed")
     try:

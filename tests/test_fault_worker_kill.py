@@ -23,9 +23,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.services]
 
 def clean_run(tmp, sim, suite, monkeypatch, name: str, per_family: int = 10) -> dict[str, int]:
     """The same plan on the local executor into a folder: the reference token totals per arm."""
-    from coordinator.plan import load_plan
-    from coordinator.sweep import execute, plan_jobs
-    from egress.profiles import get_profile
+    from elo_per_token.coordinator.plan import load_plan
+    from elo_per_token.coordinator.sweep import execute, plan_jobs
+    from elo_per_token.egress.profiles import get_profile
 
     profiles = write_profiles(tmp / "profiles-clean.toml", sim.url)
     monkeypatch.setenv("EPT_PROFILES", str(profiles))

@@ -1,6 +1,6 @@
 """The first hour of a new user (issue 15): what a pipe, a CI log, a fresh checkout and `--help` show.
 
-Runs the real CLI (`python -m ept.cli`) in subprocesses, the real docker-compose binary and a real headless
+Runs the real CLI (`python -m elo_per_token`) in subprocesses, the real docker-compose binary and a real headless
 Chromium. The demo runs once per module on 2 tasks per family (its own run name, demo-t2).
 """
 
@@ -36,7 +36,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def ept(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ept.cli", *args], cwd=cwd, env=_env(), capture_output=True,
+    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], cwd=cwd, env=_env(), capture_output=True,
                           text=True, timeout=600)  # fmt: skip
 
 
@@ -44,7 +44,7 @@ def ept(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """`ept demo … | cat` in a fresh folder: (folder, what the pipe received)."""
     work = tmp_path_factory.mktemp("first-hour")
-    cmd = f"{sys.executable} -m ept.cli demo --tasks-per-family 2 | cat"
+    cmd = f"{sys.executable} -m elo_per_token demo --tasks-per-family 2 | cat"
     r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=work, env=_env(), capture_output=True, text=True,
                        timeout=600)  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -60,7 +60,7 @@ def test_demo_through_a_pipe_shows_every_column_in_full(demo: tuple[Path, str]) 
     lines = out.splitlines()
     head = next(i for i, ln in enumerate(lines) if ln.startswith("Diminishing returns"))
     header_cells = [c.strip() for c in lines[head + 2].strip("┃").split("┃")]
-    from analysis.report import RETURNS_HEADER
+    from elo_per_token.analysis.report import RETURNS_HEADER
 
     assert header_cells == RETURNS_HEADER  # every header in full (`budget` used to be dropped at 80 columns)
     assert {"budget", "tokens/task", "ΔElo per 1k tokens [CI]"} <= set(header_cells)
@@ -147,7 +147,7 @@ def test_report_of_an_unknown_run_lists_the_runs_the_ledger_has(demo: tuple[Path
 def _all_commands() -> list[list[str]]:
     import typer
 
-    import ept.cli as cli
+    import elo_per_token.ept.cli as cli
 
     cli._register()
     group = typer.main.get_command(cli.app)
@@ -159,7 +159,7 @@ def _all_commands() -> list[list[str]]:
 
 
 def test_help_has_no_python_type_tags() -> None:
-    from ept.cli import main
+    from elo_per_token.ept.cli import main
 
     commands = _all_commands()
     assert len(commands) > 15

@@ -73,7 +73,7 @@ def expected(anchor: int) -> dict[str, np.ndarray]:
 
 
 def run_analyze(out: Path, *extra: str) -> dict:
-    cmd = [sys.executable, "-m", "ept.cli", "analyze", str(FIX), "--weights", "math=0.75,code=0.25",
+    cmd = [sys.executable, "-m", "elo_per_token", "analyze", str(FIX), "--weights", "math=0.75,code=0.25",
            "--rounds", "40", "--seed", "3", "--out", str(out), "--no-plots", "--l2", "1e-3", *extra]  # fmt: skip
     # --l2 1e-3: this fixture checks the seed's objective by hand (the default is now a prior, issue 12).
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -136,8 +136,8 @@ def test_every_column_matches_hand_computation(tmp_path: Path, anchor: str | Non
 
 def test_hand_counts_match_the_pairs_built_from_the_files() -> None:
     """The win weights in the docstring are what the pair builder produces from the fixture files."""
-    from analysis.io import read_records
-    from analysis.pairs import build_pairs
+    from elo_per_token.analysis.io import read_records
+    from elo_per_token.analysis.pairs import build_pairs
 
     rec = read_records([str(FIX)])
     pairs = build_pairs(rec.outcomes, rec.judgments)

@@ -14,13 +14,13 @@ import json
 import pytest
 from fixtures_sim import SIM_KEY
 
-from contracts.errors import InputError
-from contracts.jobs import Job
-from contracts.tasks import load_builtin_suite
-from coordinator.expand import expand
-from coordinator.plan import parse_plan
-from egress.client import ProviderClient
-from worker.job import run_job
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.tasks import load_builtin_suite
+from elo_per_token.coordinator.expand import expand
+from elo_per_token.coordinator.plan import parse_plan
+from elo_per_token.egress.client import ProviderClient
+from elo_per_token.worker.job import run_job
 
 MATH = load_builtin_suite("math")
 
@@ -85,7 +85,7 @@ def test_bad_generation_settings_name_file_line_and_field(snippet, field, msg):
 
 
 def test_profile_generation_fields_parse_and_fail_cleanly(tmp_path):
-    from egress.profiles import load_profiles
+    from elo_per_token.egress.profiles import load_profiles
 
     f = tmp_path / "p.toml"
     f.write_text('[profiles.x]\nbase_url = "http://h/v1"\napi_key_env = "K"\nmodel = "m"\nmax_tokens = 512\n'
@@ -114,7 +114,7 @@ def test_settings_reach_the_server_narrowest_level_wins_and_are_recorded(sim):
 
 
 def test_short_max_tokens_gives_length_and_the_report_counts_it(sim, tmp_path):
-    from analysis.pipeline import AnalysisOptions, analyze
+    from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 
     c = client(sim)
     lines = []
@@ -132,8 +132,8 @@ def test_short_max_tokens_gives_length_and_the_report_counts_it(sim, tmp_path):
 
 
 def test_context_overflow_is_a_scored_loss_with_its_tokens(make_sim, tmp_path):
-    from analysis.pipeline import AnalysisOptions, analyze
-    from coordinator.sweep import DETERMINISTIC
+    from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
+    from elo_per_token.coordinator.sweep import DETERMINISTIC
 
     # A window that fits one solve prompt but not a verifier prompt carrying a long candidate (best_of_n):
     # the samples are paid for, then the verifier call overflows.
@@ -164,8 +164,8 @@ def test_context_overflow_is_a_scored_loss_with_its_tokens(make_sim, tmp_path):
     assert tok[arm]["avg_tokens_per_task"] == pytest.approx(paid / 4)
 
     # The same run as ledger objects, compacted into a Parquet segment: the losses and their classes survive.
-    from analysis.segments import compact_run
-    from contracts.ledger import open_ledger
+    from elo_per_token.analysis.segments import compact_run
+    from elo_per_token.contracts.ledger import open_ledger
 
     led = open_ledger(tmp_path / "ledger")
     by_key: dict[str, list[str]] = {}
@@ -181,7 +181,7 @@ def test_context_overflow_is_a_scored_loss_with_its_tokens(make_sim, tmp_path):
 
 
 def test_reasoning_arms_record_reasoning_tokens_and_cost_matches_hand_computation(make_sim, tmp_path):
-    from analysis.pipeline import AnalysisOptions, analyze
+    from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 
     sim = make_sim(prompt_cache=True)
     c = client(sim, supports_n=False)
@@ -216,8 +216,8 @@ def test_reasoning_arms_record_reasoning_tokens_and_cost_matches_hand_computatio
     assert ct[arm]["cost_per_task"] == pytest.approx(b[arm]["cost_per_task"])
     assert ct[arm]["d_elo_per_usd_lo"] <= ct[arm]["d_elo_per_usd"] <= ct[arm]["d_elo_per_usd_hi"]
     # The split and the cost reach every output: report.json, report.md and the HTML report.
-    from analysis.html import write_html
-    from analysis.report import markdown
+    from elo_per_token.analysis.html import write_html
+    from elo_per_token.analysis.report import markdown
 
     assert res.to_json()["breakdown"] and res.to_json()["cost_table"]
     assert "ΔElo per $1" in markdown(res) and "| reasoning |" in markdown(res)
@@ -226,8 +226,8 @@ def test_reasoning_arms_record_reasoning_tokens_and_cost_matches_hand_computatio
     assert 'id="cost-elo-table"' in page and repr(float(ct[arm]["cost_per_task"])) in page
 
     # Compacted into a Parquet segment, the usage details (reasoning, cached) are kept.
-    from analysis.segments import compact_run
-    from contracts.ledger import open_ledger
+    from elo_per_token.analysis.segments import compact_run
+    from elo_per_token.contracts.ledger import open_ledger
 
     led = open_ledger(tmp_path / "ledger")
     by_key: dict[str, list[str]] = {}

@@ -13,8 +13,8 @@ import yaml
 from fixtures_services import start_celery_workers
 from test_compose import compose  # noqa: F401 - the fixture
 
-from worker.graders.code import Limits
-from worker.sandbox import bwrap
+from elo_per_token.worker.graders.code import Limits
+from elo_per_token.worker.sandbox import bwrap
 
 needs_bwrap = pytest.mark.skipif(bwrap.probe() is not None, reason="no working bwrap here")
 REPO = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ def grader(tmp_path, redis_server, monkeypatch):
     monkeypatch.setenv("EPT_GRADE_QUEUE", queue)
     # The caller holds a key; the candidate below looks for it in the grader's environment.
     monkeypatch.setenv("EPT_SIM_API_KEY", CANARY)
-    import worker.celery_app as ca
+    import elo_per_token.worker.celery_app as ca
 
     ca.__dict__.pop("app", None)  # built from the broker URL above
     yield ws
@@ -46,8 +46,8 @@ def grader(tmp_path, redis_server, monkeypatch):
 
 @needs_bwrap
 def test_code_is_graded_on_the_grade_queue_and_no_key_is_there_to_steal(grader):
-    from worker.graders.code import grade_code
-    from worker.graders.remote import run_tests_routed
+    from elo_per_token.worker.graders.code import grade_code
+    from elo_per_token.worker.graders.remote import run_tests_routed
 
     task = {"entry_point": "f", "tests": ["assert f(1) == 2", "assert f(5) == 6"], "grader": {"type": "code", "timeout_s": 3}}
     ok = grade_code("def f(x):\n    return x + 1\n", task)
@@ -63,7 +63,7 @@ def test_code_is_graded_on_the_grade_queue_and_no_key_is_there_to_steal(grader):
     assert CANARY not in env and "AWS_SECRET_ACCESS_KEY" not in env
 
     # The three verdicts came from the grader worker, not from this process.
-    from worker.celery_app import app
+    from elo_per_token.worker.celery_app import app
 
     stats = app.control.inspect(timeout=2).stats() or {}
     done = sum(s.get("total", {}).get("ept.grade_code", 0) for s in stats.values())
@@ -106,7 +106,7 @@ def test_a_grader_without_a_sandbox_refuses_to_start(tmp_path):
 
     env = {**os.environ, "EPT_SANDBOX_PYTHON": "/nonexistent/python3", "PYTHONPATH": str(REPO),
            "EPT_BROKER_URL": "redis://127.0.0.1:1/0"}
-    p = subprocess.run([sys.executable, "-m", "ept.cli", "worker", "--queue", "grade"], env=env, cwd=tmp_path,
+    p = subprocess.run([sys.executable, "-m", "elo_per_token", "worker", "--queue", "grade"], env=env, cwd=tmp_path,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2, p.stderr[-2000:]
     assert "this grader cannot run its sandbox" in p.stderr and "EPT_SANDBOX_PYTHON" in p.stderr

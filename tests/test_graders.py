@@ -6,11 +6,23 @@ import json
 
 import pytest
 
-from worker.graders import final_answer, grade
-from worker.graders.basic import grade_choice, grade_normalised, grade_numeric, grade_regex, normalise
-from worker.graders.extract import boxed, extract_answer, extract_code, last_number, parse_number
-from worker.graders.tool import grade_tool
-from worker.tools import calculate, execute_tool
+from elo_per_token.worker.graders import final_answer, grade
+from elo_per_token.worker.graders.basic import (
+    grade_choice,
+    grade_normalised,
+    grade_numeric,
+    grade_regex,
+    normalise,
+)
+from elo_per_token.worker.graders.extract import (
+    boxed,
+    extract_answer,
+    extract_code,
+    last_number,
+    parse_number,
+)
+from elo_per_token.worker.graders.tool import grade_tool
+from elo_per_token.worker.tools import calculate, execute_tool
 
 
 def test_answer_line_wins_over_other_numbers():
@@ -123,7 +135,13 @@ def test_calculator_refuses_anything_but_arithmetic(expr):
 
 
 def test_shared_prompt_parsers():
-    from contracts.prompts import final_answer_line, parse_score, parse_winner, prompt_kind, solve_messages
+    from elo_per_token.contracts.prompts import (
+        final_answer_line,
+        parse_score,
+        parse_winner,
+        prompt_kind,
+        solve_messages,
+    )
 
     assert final_answer_line("x\n**Answer:** 12\nmore\nFinal answer: 13") == "13"
     assert final_answer_line("no label here") is None

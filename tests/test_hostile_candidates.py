@@ -22,7 +22,7 @@ import threading
 
 import pytest
 
-from worker.sandbox import bwrap
+from elo_per_token.worker.sandbox import bwrap
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 UNPRIVILEGED_UID = 10001

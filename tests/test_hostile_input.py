@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 from fixtures_sim import SIM_KEY
 
-from contracts.jobs import Job
-from contracts.ledger import open_ledger
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.ledger import open_ledger
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _ept(*args: str, env: dict | None = None, cwd=None, timeout: float = 180) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "ept.cli", *args], capture_output=True, text=True, env=full,
+    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, env=full,
                           cwd=cwd, timeout=timeout)  # fmt: skip
 
 
@@ -46,7 +46,7 @@ def _files_under(root: Path) -> set[Path]:
 
 
 def test_safe_components_keep_todays_keys_and_unsafe_ones_are_encoded():
-    from contracts.keys import MAX_COMPONENT_BYTES, check_key, is_safe_component, key_component
+    from elo_per_token.contracts.keys import MAX_COMPONENT_BYTES, check_key, is_safe_component, key_component
 
     # Every key the built-in suites produce today is kept as is (existing ledgers stay readable).
     for s in ("math", "code-001", "tool_use", "q.1", "naïve", "my family"):
@@ -66,7 +66,7 @@ def test_safe_components_keep_todays_keys_and_unsafe_ones_are_encoded():
 
 def test_every_builtin_suite_key_is_unchanged():
     """Existing ledgers stay readable: the keys of the built-in suites are what the old formula gave."""
-    from contracts.tasks import builtin_suite_names, load_builtin_suite
+    from elo_per_token.contracts.tasks import builtin_suite_names, load_builtin_suite
 
     def old_key(j: Job) -> str:  # the key formula before contracts/keys.py
         arm = j.arm.replace("@", "_n").replace("[", "_").replace("]", "").replace(",", "_").replace("=", "-")
@@ -111,7 +111,7 @@ def test_hostile_suite_cannot_write_outside_the_run_prefix(tmp_path, make_sim):
     run_dir = ledger / "runs" / "h"
     assert new and all(run_dir in p.parents for p in new), [str(p) for p in new if run_dir not in p.parents]
     assert not outside.exists() and not (tmp_path / "in" / "x").exists()
-    from contracts.keys import check_key
+    from elo_per_token.contracts.keys import check_key
 
     # Every job landed and is visible to `ept status`: nothing lost, nothing half-written.
     led = open_ledger(ledger)
@@ -124,8 +124,8 @@ def test_hostile_suite_cannot_write_outside_the_run_prefix(tmp_path, make_sim):
 def test_hostile_keys_stay_inside_the_s3_run_prefix(tmp_path, make_sim, s3_env, s3_bucket, monkeypatch):
     from fixtures_services import s3_client
 
-    from coordinator.plan import parse_plan
-    from coordinator.sweep import execute, plan_jobs
+    from elo_per_token.coordinator.plan import parse_plan
+    from elo_per_token.coordinator.sweep import execute, plan_jobs
 
     sim = make_sim(api_key=SIM_KEY)
     monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
@@ -152,7 +152,7 @@ def _plan_file(tmp_path: Path, suite: Path | str, ledger: Path | str, *, name: s
 
 
 def test_hostile_usage_is_flagged_not_stored_and_discarded_responses_are_counted(tmp_path, make_sim):
-    from contracts.usage import check_usage
+    from elo_per_token.contracts.usage import check_usage
 
     assert check_usage({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})[1] is None
     for bad in (-1, float("nan"), 2.5, "7", True, 10**12, None):
@@ -237,8 +237,8 @@ def test_huge_budget_and_strategy_params_are_refused_before_anything_runs(tmp_pa
 
 
 def test_jobs_per_plan_are_bounded_from_counts_with_an_override(tmp_path):
-    from coordinator.expand import expand
-    from coordinator.plan import check_job_count, parse_plan
+    from elo_per_token.coordinator.expand import expand
+    from elo_per_token.coordinator.plan import check_job_count, parse_plan
 
     plan = tmp_path / "p.toml"
     plan.write_text('name = "b"\nsuites = ["math"]\nledger = "led"\nreplicates = 50\n\n[[arms]]\n'
@@ -260,12 +260,12 @@ PW = "s3cretPassw0rd-9f8e7d"
 
 
 def test_password_in_base_url_is_masked_everywhere(tmp_path, make_sim):
-    from contracts.secrets import mask_url, scrub
+    from elo_per_token.contracts.secrets import mask_url, scrub
 
     assert mask_url(f"http://user:{PW}@h/v1") == "http://user:…7d@h/v1".replace("…7d", "…" + PW[-4:])
     assert PW not in scrub(f"cannot connect to https://u:{PW}@x.example/v1: refused", [])
     assert mask_url("http://host/a@b") == "http://host/a@b"  # '@' in a path is not userinfo
-    from egress.profiles import Profile
+    from elo_per_token.egress.profiles import Profile
 
     assert PW not in repr(Profile("p", "openai", f"http://u:{PW}@h/v1", "K", "m"))  # reprs end up in logs
 
@@ -438,7 +438,7 @@ def _sweep_proc(tmp_path: Path, sim, *, n_tasks: int, concurrency: int, env: dic
                     f'model = "ept-sim-1"\ntimeout = {timeout_s}\n')  # fmt: skip
     full = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", "EPT_PROFILES": str(prof),
             "EPT_SIMX_KEY": SIM_KEY, **(env or {})}  # fmt: skip
-    p = subprocess.Popen([sys.executable, "-m", "ept.cli", "sweep", str(plan), "--no-analysis"], env=full,
+    p = subprocess.Popen([sys.executable, "-m", "elo_per_token", "sweep", str(plan), "--no-analysis"], env=full,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     return p, ledger
 
@@ -536,7 +536,7 @@ def test_sigterm_on_a_celery_sweep_cancels_its_queued_jobs(tmp_path, make_sim, r
     ws = start_celery_workers(1, redis_server.url, tmp_path / "w", env=env, concurrency=1, queue=queue)
     try:
         full = {**os.environ, "PYTHONPATH": str(REPO), "EPT_BROKER_URL": redis_server.url, **env}
-        p = subprocess.Popen([sys.executable, "-m", "ept.cli", "sweep", str(plan), "--no-analysis"], env=full,
+        p = subprocess.Popen([sys.executable, "-m", "elo_per_token", "sweep", str(plan), "--no-analysis"], env=full,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
         led = open_ledger(ledger)
         _wait_for(lambda: len(led.list_jobs("cstop")) >= 2, 90)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_compare import ARMS, write_ledger_run  # tests/ is on sys.path (rootdir conftest)
 
-from analysis.html import render_html
+from elo_per_token.analysis.html import render_html
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium not installed (CI installs it)")
@@ -75,7 +75,7 @@ class Cells(HTMLParser):
 
 
 def _ept(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ept.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=300)
 
 
@@ -89,8 +89,8 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     }
     run = Path(write_ledger_run(root, "nightly", 5, n_tasks=25, manifest=manifest, fail_jobs=2))
     # A job that failed for good has no result object, only a failure object (as worker.tasks writes it).
-    from contracts.jobs import Job
-    from contracts.ledger import FileLedger
+    from elo_per_token.contracts.jobs import Job
+    from elo_per_token.contracts.ledger import FileLedger
 
     job = Job(run_id="nightly", task={"task_id": "math-9999", "family": "math"}, strategy="majority", budget_n=4)
     FileLedger(root).put_failure("nightly", job.key, {"job": job.to_dict(), "class": "rate_limit", "message": "429",

@@ -20,17 +20,17 @@ from openai import OpenAI
 from openai.types import BatchError
 from openai.types.chat import ChatCompletion
 
-from contracts.errors import InputError
-from contracts.prompts import solve_messages
-from contracts.tasks import load_builtin_suite
-from worker.graders import grade
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.prompts import solve_messages
+from elo_per_token.contracts.tasks import load_builtin_suite
+from elo_per_token.worker.graders import grade
 
 TASKS = load_builtin_suite("math")[:10]
 ARMS = {"t0": 0.0, "t07": 0.7}
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ept.cli", *args], capture_output=True, text=True, timeout=300,
+    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "COLUMNS": "200"})
 
 
@@ -138,7 +138,7 @@ def test_bad_lines_name_file_line_field_exit_2_and_skip_bad(batch, tmp_path):
 
 
 def test_unknown_custom_id_and_bad_outcomes(batch, tmp_path):
-    from analysis.imports.batch import import_batch
+    from elo_per_token.analysis.imports.batch import import_batch
 
     inp, outp, outcomes, _ = batch
     with pytest.raises(InputError) as e:
@@ -163,7 +163,7 @@ def test_responses_and_embeddings_usage_shapes(tmp_path):
     from openai.types import CreateEmbeddingResponse
     from openai.types.responses import ResponseUsage
 
-    from analysis.imports.batch import import_batch
+    from elo_per_token.analysis.imports.batch import import_batch
 
     usage = ResponseUsage(input_tokens=120, output_tokens=30, total_tokens=150,
                           input_tokens_details={"cached_tokens": 0, "cache_write_tokens": 0}, output_tokens_details={"reasoning_tokens": 0})

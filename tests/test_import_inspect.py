@@ -20,18 +20,18 @@ from fixtures_sim import SIM_KEY
 
 inspect_log = pytest.importorskip("inspect_ai.log")
 
-from contracts.errors import InputError  # noqa: E402
-from contracts.jobs import Job  # noqa: E402
-from contracts.tasks import load_builtin_suite  # noqa: E402
-from egress.client import ProviderClient  # noqa: E402
-from worker.job import run_job  # noqa: E402
+from elo_per_token.contracts.errors import InputError  # noqa: E402
+from elo_per_token.contracts.jobs import Job  # noqa: E402
+from elo_per_token.contracts.tasks import load_builtin_suite  # noqa: E402
+from elo_per_token.egress.client import ProviderClient  # noqa: E402
+from elo_per_token.worker.job import run_job  # noqa: E402
 
 N_TASKS, EPOCHS = 8, 2
 HERE = Path(__file__).parent
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ept.cli", *args], capture_output=True, text=True, timeout=300,
+    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "COLUMNS": "200"})
 
 
@@ -46,7 +46,7 @@ def _inspect_run(sim, log_dir: Path, temperature: float, fmt: str) -> str:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    from simulator.server import start_in_thread
+    from elo_per_token.simulator.server import start_in_thread
 
     sim = start_in_thread({})
     try:
@@ -66,7 +66,7 @@ def runs(tmp_path_factory):
 
 
 def _profile(sim):
-    from egress.profiles import Profile
+    from elo_per_token.egress.profiles import Profile
 
     return Profile(name="sim", protocol="openai", api_key_env="EPT_SIM_API_KEY", model="ept-sim-1",
                    base_url=sim.url, timeout=10.0, max_retries=3, supports_n=True)
@@ -117,7 +117,7 @@ def test_temperature_zero_run_equals_the_same_calls_recorded_our_way(runs, tmp_p
 
 
 def test_arm_from_and_bad_logs(runs, tmp_path):
-    from analysis.imports.inspect_log import import_inspect
+    from elo_per_token.analysis.imports.inspect_log import import_inspect
 
     logs, served, _ = runs
     col = import_inspect([str(logs)], arm_from="file")
@@ -142,7 +142,7 @@ def test_arm_from_and_bad_logs(runs, tmp_path):
 def test_score_mapping_uses_inspect_values():
     from inspect_ai.scorer import Score
 
-    from analysis.imports.inspect_log import score_of
+    from elo_per_token.analysis.imports.inspect_log import score_of
 
     assert score_of({"m": Score(value="C")}, None)[0] == 1.0
     assert score_of({"m": Score(value="P")}, None)[0] == 0.5

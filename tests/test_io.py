@@ -9,10 +9,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analysis.io import read_records
-from contracts.errors import EXIT_BAD_INPUT, InputError
-from contracts.jobs import Job
-from contracts.records import CallRecord, JobResult, Outcome
+from elo_per_token.analysis.io import read_records
+from elo_per_token.contracts.errors import EXIT_BAD_INPUT, InputError
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.records import CallRecord, JobResult, Outcome
 
 
 def write_jsonl(path: Path, rows: list, *, raw: list[str] | None = None) -> Path:
@@ -46,7 +46,7 @@ def _wide_console(monkeypatch) -> None:
 
 
 def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
-    from ept.cli import main
+    from elo_per_token.ept.cli import main
 
     with pytest.raises(SystemExit) as ex:
         main(args)
@@ -156,7 +156,7 @@ def test_gzip_parquet_glob_and_mixed_inputs_agree(tmp_path: Path) -> None:
 
 @pytest.mark.services
 def test_s3_prefix_reads_like_local(tmp_path: Path, s3_bucket: str) -> None:
-    from analysis.io import _s3_client
+    from elo_per_token.analysis.io import _s3_client
 
     local = tmp_path / "logs"
     write_jsonl(local / "a.jsonl", GOOD[:2])
@@ -310,7 +310,7 @@ def test_skip_bad_skips_counts_and_says_where(tmp_path: Path, capsys) -> None:
 
 
 def test_duplicate_outcome_is_rejected_with_its_line(tmp_path: Path) -> None:
-    from analysis.pipeline import AnalysisOptions, analyze
+    from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 
     f = write_jsonl(tmp_path / "log.jsonl", [*GOOD, outcome("math-001", "greedy", 1, 1.0)])
     with pytest.raises(InputError) as e:
@@ -359,7 +359,7 @@ ODD_VALUES = [
 @pytest.mark.parametrize("extra", ODD_VALUES, ids=[json.dumps(v) for v in ODD_VALUES])
 def test_fast_path_and_line_by_line_path_agree(tmp_path: Path, extra: dict) -> None:
     """The two paths must accept the same lines and blame the same field, whichever path a file takes."""
-    from analysis.io import _fast, _slow_read
+    from elo_per_token.analysis.io import _fast, _slow_read
 
     f = tmp_path / "one.jsonl"
     f.write_text(json.dumps({"task_id": "m-1", "strategy": "g", "budget_n": 1, **extra}) + "\n")

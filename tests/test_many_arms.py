@@ -27,7 +27,7 @@ def _bench_arms():
 
 
 def ept(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ept.cli", *args], capture_output=True, text=True, timeout=600,
+    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, timeout=600,
                           cwd=ROOT, env={**os.environ, "COLUMNS": "200"})
 
 
@@ -103,8 +103,14 @@ def test_outcome_groups_equal_explicit_pairs(drop_ties: bool) -> None:
     import numpy as np
     import polars as pl
 
-    from analysis.bootstrap import OutcomeGroups, PairData, bootstrap, family_counts, point_estimate
-    from analysis.pairs import implied_pair_rows, outcome_groups, outcome_pairs
+    from elo_per_token.analysis.bootstrap import (
+        OutcomeGroups,
+        PairData,
+        bootstrap,
+        family_counts,
+        point_estimate,
+    )
+    from elo_per_token.analysis.pairs import implied_pair_rows, outcome_groups, outcome_pairs
 
     o = _outcomes()
     arms, fams = ["a", "b", "c"], ["code", "math"]
@@ -137,7 +143,7 @@ def test_pipeline_grouped_path_equals_pair_rows(monkeypatch) -> None:
     """The example logs analysed with outcomes grouped (forced) and as pair rows: the same report."""
     import numpy as np
 
-    from analysis import pipeline
+    from elo_per_token.analysis import pipeline
 
     opts = pipeline.AnalysisOptions(rounds=30, seed=2)
     rows = pipeline.analyze([str(ROOT / "examples" / "logs")], opts)

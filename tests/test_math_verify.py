@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from contracts.errors import InputError
-from contracts.tasks import load_builtin_suite, validate_task
-from worker.graders import grade
-from worker.graders.basic import grade_numeric
-from worker.graders.mathverify import grade_math, is_plain_number, verify_math
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.tasks import load_builtin_suite, validate_task
+from elo_per_token.worker.graders import grade
+from elo_per_token.worker.graders.basic import grade_numeric
+from elo_per_token.worker.graders.mathverify import grade_math, is_plain_number, verify_math
 
 PAIRS = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "math_verify_pairs.jsonl").open()]
 

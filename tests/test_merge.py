@@ -7,9 +7,16 @@ import math
 import numpy as np
 import pytest
 
-from analysis.bootstrap import PairData, point_estimate
-from analysis.merge import ELO_BASE, ELO_SCALE, merge_fit, merge_thetas, parse_weights, theta_to_elo
-from contracts.errors import InputError
+from elo_per_token.analysis.bootstrap import PairData, point_estimate
+from elo_per_token.analysis.merge import (
+    ELO_BASE,
+    ELO_SCALE,
+    merge_fit,
+    merge_thetas,
+    parse_weights,
+    theta_to_elo,
+)
+from elo_per_token.contracts.errors import InputError
 
 FAMS = ["math", "code", "tool_use"]
 

@@ -9,7 +9,7 @@ import random
 import polars as pl
 import pytest
 
-from analysis.pairs import build_pairs, judgment_pairs, outcome_pairs
+from elo_per_token.analysis.pairs import build_pairs, judgment_pairs, outcome_pairs
 
 
 def outcomes(rows: list[tuple[str, str, int, float | None]]) -> pl.DataFrame:

@@ -6,9 +6,9 @@ import textwrap
 
 import pytest
 
-from contracts.errors import InputError
-from coordinator.expand import expand, load_tasks
-from coordinator.plan import load_plan, parse_plan, plan_from_raw
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.coordinator.expand import expand, load_tasks
+from elo_per_token.coordinator.plan import load_plan, parse_plan, plan_from_raw
 
 GOOD = textwrap.dedent(
     """\
@@ -130,7 +130,7 @@ def test_jobs_stream_lazily_in_plan_order():
     stream is a generator, equals the expanded list and its count is known without expanding."""
     import types
 
-    from coordinator.expand import count_jobs, iter_jobs
+    from elo_per_token.coordinator.expand import count_jobs, iter_jobs
 
     plan = parse_plan(GOOD)
     tasks = _tasks({"math": 3, "code": 3})
@@ -150,7 +150,7 @@ def test_duplicate_tasks_are_rejected():
 def test_shipped_plans_parse():
     from pathlib import Path
 
-    from coordinator.demo import demo_plan_text
+    from elo_per_token.coordinator.demo import demo_plan_text
 
     demo = parse_plan(demo_plan_text())
     assert demo.executor == "local" and demo.tasks_per_family
@@ -161,7 +161,7 @@ def test_shipped_plans_parse():
 
 
 def test_strategy_names_budgets_and_params_are_checked():
-    pytest.importorskip("worker.strategies")
+    pytest.importorskip("elo_per_token.worker.strategies")
     base = 'name = "x"\nsuites = ["math"]\n[[arms]]\nstrategy = "{s}"\nbudgets = [{b}]\n{extra}'
     with pytest.raises(InputError) as ei:
         parse_plan(base.format(s="beam_me_up", b=1, extra=""), file="p.toml")

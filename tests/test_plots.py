@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from analysis.plots import (
+from elo_per_token.analysis.plots import (
     LABEL_ALL,
     MANY_ARMS,
     TOP_N,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from contracts.errors import InputError
-from egress.profiles import DEFAULT_OPENAI_BASE_URL, Profile, get_profile, load_profiles
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.egress.profiles import DEFAULT_OPENAI_BASE_URL, Profile, get_profile, load_profiles
 
 REPO = Path(__file__).resolve().parents[1]
 CANARY = "sk-canary-literal-key-1234567890QRST"
@@ -193,7 +193,7 @@ def test_key_accessors_and_public_dict(monkeypatch):
 def test_cli_bad_profile_file_exits_2_with_masked_message(tmp_path):
     p = write(tmp_path, f'[profiles.leaky]\nbase_url = "http://h/v1"\nmodel = "m"\napi_key = "{CANARY}"\n')
     r = subprocess.run(
-        [sys.executable, "-m", "ept.cli", "profiles", "list", "--profiles", str(p)],
+        [sys.executable, "-m", "elo_per_token", "profiles", "list", "--profiles", str(p)],
         capture_output=True,
         text=True,
         cwd=REPO,

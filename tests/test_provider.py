@@ -12,7 +12,7 @@ from datetime import UTC
 import pytest
 from fixtures_sim import SIM_KEY
 
-from egress.client import ProviderClient, ProviderError
+from elo_per_token.egress.client import ProviderClient, ProviderError
 
 MSGS = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 6 times 7?"}]
 
@@ -322,7 +322,7 @@ def test_hang_past_timeout_is_transient_timeout(sim):
 
 
 def test_connection_refused_is_unreachable_and_opens_a_circuit(sim):
-    from egress.client import UNREACHABLE_CIRCUIT
+    from elo_per_token.egress.client import UNREACHABLE_CIRCUIT
 
     port = sim.port
     sim.stop()
@@ -347,7 +347,7 @@ def test_connection_refused_is_unreachable_and_opens_a_circuit(sim):
 
 def test_backoff_is_full_jitter_exponential_and_capped():
     c = ProviderClient(
-        __import__("egress.profiles", fromlist=["Profile"]).Profile(
+        __import__("elo_per_token.egress.profiles", fromlist=["Profile"]).Profile(
             name="x", protocol="openai", base_url="http://127.0.0.1:9/v1", api_key_env="X", model="m"
         ),
         api_key=SIM_KEY,
@@ -408,7 +408,7 @@ def test_retry_after_header_forms():
     from datetime import datetime, timedelta
     from email.utils import format_datetime
 
-    from egress.client import _retry_after
+    from elo_per_token.egress.client import _retry_after
 
     assert _retry_after({"retry-after": "3"}) == 3.0
     assert _retry_after({"retry-after-ms": "250", "retry-after": "1"}) == 0.25

@@ -15,19 +15,19 @@ import sys
 import pytest
 from fixtures_sim import SIM_KEY
 
-from contracts.jobs import Job
-from contracts.tasks import builtin_suite_names, load_builtin_suite, load_suite_ref
-from egress.client import ProviderClient
-from worker.graders import grade
-from worker.graders.code import grade_code
-from worker.job import run_job
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.tasks import builtin_suite_names, load_builtin_suite, load_suite_ref
+from elo_per_token.egress.client import ProviderClient
+from elo_per_token.worker.graders import grade
+from elo_per_token.worker.graders.code import grade_code
+from elo_per_token.worker.job import run_job
 
 HE = load_builtin_suite("humaneval")
 SAMPLE = HE[::8]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ept.cli", *args], capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "COLUMNS": "400"})
 
 
@@ -106,7 +106,7 @@ def test_bfcl_is_listed_with_its_categories():
 
 @pytestmark_bfcl
 def test_bfcl_grader_is_bfcls_own_ast_checker():
-    from worker.graders.bfcl import _checker
+    from elo_per_token.worker.graders.bfcl import _checker
 
     check, lang = _checker()
     assert check.__module__ == "bfcl_eval.eval_checker.ast_eval.ast_checker" and lang.value == "python"
@@ -125,7 +125,7 @@ def test_bfcl_tools_are_openai_function_specs():
 
 @pytestmark_bfcl
 def test_bfcl_possible_answers_pass_and_wrong_answers_fail():
-    from suites.public.bfcl import right_calls, wrong_calls
+    from elo_per_token.suites.public.bfcl import right_calls, wrong_calls
 
     for t in BFCL_SAMPLE:
         right = grade(t, "Answer: done", right_calls(t))
@@ -160,8 +160,8 @@ def test_bfcl_jobs_against_the_simulator(sim):
 def test_bfcl_questions_repeated_with_other_tools_are_told_apart_by_the_tools():
     from collections import defaultdict
 
-    from simulator.brain import TaskBrain
-    from simulator.generic import BrainRequest
+    from elo_per_token.simulator.brain import TaskBrain
+    from elo_per_token.simulator.generic import BrainRequest
 
     by_text = defaultdict(list)
     for t in BFCL:
@@ -182,7 +182,7 @@ def test_public_benchmarks_plan_runs_end_to_end(sim, tmp_path):
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "EPT_SIM_API_KEY": SIM_KEY, "COLUMNS": "200"}
     out = subprocess.run(
-        [sys.executable, "-m", "ept.cli", "sweep", str(repo / "examples" / "plans" / "public-benchmarks.toml"),
+        [sys.executable, "-m", "elo_per_token", "sweep", str(repo / "examples" / "plans" / "public-benchmarks.toml"),
          "--profiles", str(repo / "profiles.toml"), "--profile-url-override", sim.url],
         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -210,11 +210,11 @@ def test_humaneval_checks_that_shadow_builtins_grade_correctly():
 
 @pytestmark_bfcl
 def test_majority_on_bfcl_votes_on_the_calls_made(sim):
-    from worker.strategies.base import Candidate
-    from worker.strategies.majority import vote
+    from elo_per_token.worker.strategies.base import Candidate
+    from elo_per_token.worker.strategies.majority import vote
 
     task = next(t for t in BFCL if t["meta"]["category"] == "parallel")
-    from suites.public.bfcl import right_calls, wrong_calls
+    from elo_per_token.suites.public.bfcl import right_calls, wrong_calls
 
     right = [{"name": c["name"], "arguments": json.dumps(c["arguments"])} for c in right_calls(task)]
     wrong = [{"name": c["name"], "arguments": json.dumps(c["arguments"])} for c in wrong_calls(task, 0)]

@@ -10,11 +10,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analysis import io
-from analysis.io import read_records
-from analysis.segments import compact_run
-from contracts.errors import InputError
-from contracts.ledger import FileLedger
+from elo_per_token.analysis import io
+from elo_per_token.analysis.io import read_records
+from elo_per_token.analysis.segments import compact_run
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.ledger import FileLedger
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import ledger_gen

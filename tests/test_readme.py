@@ -10,7 +10,7 @@ kubectl, real providers, sample output) are documentation only.
 
 Each marked block of a file runs, in order, in one fresh temporary directory holding a copy of examples/ and
 profiles.toml, through `bash -e -o pipefail`; any non-zero exit fails the test with the output. `ept` on the
-PATH is this checkout's (`python -m ept.cli`). Three rewrites keep the run small and safe, and only these:
+PATH is this checkout's (`python -m elo_per_token`). Three rewrites keep the run small and safe, and only these:
 
 - a leading `pip install -e . &&` / `python3 -m pip install -e '.[dev]' &&` is dropped: the environment running
   the tests already has the package installed (and must not repoint it);
@@ -102,7 +102,7 @@ def _workspace(tmp: Path) -> dict[str, str]:
     bin_dir = tmp / ".bin"
     bin_dir.mkdir()
     shim = bin_dir / "ept"
-    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ept.cli "$@"\n', encoding="utf-8")
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m elo_per_token "$@"\n', encoding="utf-8")
     shim.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith("EPT_")}  # a fresh shell: nothing preset
     env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", PYTHONPATH=str(REPO), MPLBACKEND="Agg")

@@ -48,7 +48,7 @@ def simulator(tmp_path_factory):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ept.cli", "simulate", "--port", str(port), "--config", str(d / "sim.toml")],
+        [sys.executable, "-m", "elo_per_token", "simulate", "--port", str(port), "--config", str(d / "sim.toml")],
         env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     root = f"http://127.0.0.1:{port}"
@@ -73,7 +73,7 @@ def _stats(root: str) -> dict:
 
 
 def _export(profiles: Path, name: str, to: str) -> str:
-    r = subprocess.run([sys.executable, "-m", "ept.cli", "profiles", "export", name, "--to", to, "--profiles",
+    r = subprocess.run([sys.executable, "-m", "elo_per_token", "profiles", "export", name, "--to", to, "--profiles",
                         str(profiles)], capture_output=True, text=True, check=True,
                        env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
     return r.stdout

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.returns import (
+from elo_per_token.analysis.returns import (
     family_heterogeneity,
     frontier_probability,
     frontier_steps_table,

@@ -8,13 +8,13 @@ import json
 import polars as pl
 from fixtures_sim import SIM_KEY
 
-from contracts.jobs import Job
-from contracts.records import JobResult
-from contracts.tasks import load_builtin_suite
-from egress.client import ProviderClient
-from simulator.brain import TaskBrain
-from worker.job import run_job
-from worker.judge import combine, judge_job, run_judgments
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.records import JobResult
+from elo_per_token.contracts.tasks import load_builtin_suite
+from elo_per_token.egress.client import ProviderClient
+from elo_per_token.simulator.brain import TaskBrain
+from elo_per_token.worker.job import run_job
+from elo_per_token.worker.judge import combine, judge_job, run_judgments
 
 MATH = load_builtin_suite("math")
 

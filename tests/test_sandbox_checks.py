@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.sandbox.checks import Tampered, parse_report, prepare, verdict
+from elo_per_token.worker.sandbox.checks import Tampered, parse_report, prepare, verdict
 
 
 def ok(v):

@@ -88,12 +88,12 @@ def test_canary_key_never_leaks_through_a_distributed_sweep(tmp_path, redis_serv
     import boto3
     from rich.console import Console
 
-    from contracts.ledger import open_ledger
-    from contracts.records import CallRecord, JobResult_identity_keys, Outcome
-    from coordinator.plan import load_plan
-    from coordinator.sweep import execute, plan_jobs, print_summary
-    from egress.profiles import get_profile
-    from worker.celery_app import make_app
+    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.contracts.records import CallRecord, JobResult_identity_keys, Outcome
+    from elo_per_token.coordinator.plan import load_plan
+    from elo_per_token.coordinator.sweep import execute, plan_jobs, print_summary
+    from elo_per_token.egress.profiles import get_profile
+    from elo_per_token.worker.celery_app import make_app
 
     sim = make_sim(api_key=CANARY, latency_ms=20, seed=9)
     suite = write_suite(tmp_path / "suite.jsonl", per_family=3)
@@ -169,7 +169,7 @@ def test_canary_key_never_leaks_through_a_distributed_sweep(tmp_path, redis_serv
     assert_clean(console_buf.getvalue(), "coordinator output")
     rep = tmp_path / "report"
     cp = subprocess.run(
-        [sys.executable, "-m", "ept.cli", "analyze", open_ledger(ledger).run_url("canary") + "/jobs", "--rounds", "0",
+        [sys.executable, "-m", "elo_per_token", "analyze", open_ledger(ledger).run_url("canary") + "/jobs", "--rounds", "0",
          "--no-plots", "--out", str(rep)],
         capture_output=True, env={**os.environ, **s3_env.env()}, timeout=120,
     )  # fmt: skip
@@ -181,8 +181,8 @@ def test_canary_key_never_leaks_through_a_distributed_sweep(tmp_path, redis_serv
 
 def test_exception_text_never_carries_the_key(make_sim, monkeypatch):
     """401, 404 and connection failures: message, str, repr and the formatted traceback are all clean."""
-    from egress.client import ProviderClient, ProviderError
-    from egress.profiles import Profile
+    from elo_per_token.egress.client import ProviderClient, ProviderError
+    from elo_per_token.egress.profiles import Profile
 
     sim = make_sim(api_key="sk-some-other-key-0000000000000")
     monkeypatch.setenv("EPT_SIM_API_KEY", CANARY)
@@ -202,8 +202,8 @@ def test_exception_text_never_carries_the_key(make_sim, monkeypatch):
 
 
 def test_credential_error_names_env_var_and_masks(make_sim, monkeypatch):
-    from egress.client import ProviderClient, ProviderError
-    from egress.profiles import Profile
+    from elo_per_token.egress.client import ProviderClient, ProviderError
+    from elo_per_token.egress.profiles import Profile
 
     sim = make_sim(api_key="sk-some-other-key-0000000000000")
     monkeypatch.setenv("EPT_SIM_API_KEY", CANARY)
@@ -220,7 +220,7 @@ def test_credential_error_names_env_var_and_masks(make_sim, monkeypatch):
 
 
 def test_celery_accepts_json_only():
-    from worker.celery_app import make_app
+    from elo_per_token.worker.celery_app import make_app
 
     c = make_app("redis://127.0.0.1:1/0").conf
     assert list(c.accept_content) == ["json"] and list(c.result_accept_content) == ["json"]
@@ -297,7 +297,7 @@ def listener():
 
 
 def test_sandbox_blocks_network_bounds_time_and_memory_and_hides_the_key(listener, monkeypatch):
-    from worker.graders.code import Limits, run_tests
+    from elo_per_token.worker.graders.code import Limits, run_tests
 
     port, accepted = listener
     net = f"import socket\ndef f():\n    socket.create_connection(('127.0.0.1', {port}), timeout=1).close()\n    return 1\n"

@@ -15,9 +15,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analysis.io import RunSource, read_records, read_run
-from analysis.segments import compact_run, segment_state
-from contracts.ledger import FileLedger, open_ledger
+from elo_per_token.analysis.io import RunSource, read_records, read_run
+from elo_per_token.analysis.segments import compact_run, segment_state
+from elo_per_token.contracts.ledger import FileLedger, open_ledger
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -37,7 +37,7 @@ sys.addaudithook(_audit)
 
 def _ept(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "500", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "ept.cli", *args], capture_output=True, text=True, env=full, timeout=300)
+    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, env=full, timeout=300)
 
 
 def _totals(frame: pl.DataFrame) -> dict:
@@ -364,9 +364,9 @@ def test_unreachable_ledger_says_which_part_is_wrong(s3_bucket, s3_env):
 def test_successful_job_costs_one_conditional_put(s3_bucket):
     """perform_job's requests to S3, counted by boto3's own hooks: one PUT (plus the HEAD when asked to check
     first); the failure object is deleted only when the coordinator says there is one."""
-    from contracts.jobs import Job
-    from contracts.records import CallRecord, JobResult, Outcome
-    from worker.tasks import perform_job
+    from elo_per_token.contracts.jobs import Job
+    from elo_per_token.contracts.records import CallRecord, JobResult, Outcome
+    from elo_per_token.worker.tasks import perform_job
 
     led = open_ledger(f"s3://{s3_bucket}/w")
     led.client  # noqa: B018 - the bucket check happens on first use, outside the count
@@ -405,9 +405,9 @@ def test_compaction_during_a_celery_sweep_to_s3_loses_and_duplicates_nothing(tmp
     from fixtures_services import start_celery_workers
     from fixtures_sim import SIM_KEY
 
-    from coordinator.plan import parse_plan
-    from coordinator.sweep import execute
-    from egress.profiles import get_profile
+    from elo_per_token.coordinator.plan import parse_plan
+    from elo_per_token.coordinator.sweep import execute
+    from elo_per_token.egress.profiles import get_profile
 
     sim = make_sim(api_key=SIM_KEY, latency_ms=40)
     prof = tmp_path / "profiles.toml"

@@ -12,10 +12,10 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import pytest
 from fixtures_sim import SIM_KEY
 
-from contracts.errors import InputError
-from simulator.config import load_config
-from simulator.generic import BrainReply, BrainRequest
-from simulator.server import start_in_thread
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.simulator.config import load_config
+from elo_per_token.simulator.generic import BrainReply, BrainRequest
+from elo_per_token.simulator.server import start_in_thread
 
 
 def call(
@@ -299,7 +299,7 @@ def test_ept_simulate_command_serves_with_config(tmp_path):
         [
             sys.executable,
             "-m",
-            "ept.cli",
+            "elo_per_token",
             "simulate",
             "--port",
             str(port),
@@ -340,7 +340,7 @@ def test_ept_simulate_bad_config_exits_2(tmp_path):
     cfg = tmp_path / "sim.toml"
     cfg.write_text("latency_dist = 'gamma'\n")
     r = subprocess.run(
-        [sys.executable, "-m", "ept.cli", "simulate", "--config", str(cfg)],
+        [sys.executable, "-m", "elo_per_token", "simulate", "--config", str(cfg)],
         capture_output=True,
         text=True,
         cwd=Path(__file__).resolve().parents[1],

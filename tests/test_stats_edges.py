@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from fixtures_stats import ELO_SCALE, Arm, Experiment, pseudo_true_theta, write_experiment
 
-from analysis.pipeline import AnalysisOptions, analyze
+from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 
 ROOT = Path(__file__).resolve().parents[1]
 ARMS = [Arm("greedy", 1, 0.0, 1000.0), Arm("vote", 4, 0.5, 4000.0), Arm("best", 8, 0.8, 8000.0)]
@@ -50,7 +50,7 @@ def test_small_family_widens_its_interval_and_warns(tmp_path: Path) -> None:
     f = write_experiment(tmp_path / "e.jsonl", exp, seed=2)
     res = analyze([str(f)], AnalysisOptions(rounds=400, seed=3))
     assert any("family math: only 12 task(s) (fewer than 30)" in w for w in res.warnings)
-    from analysis.bootstrap import small_sample_factor
+    from elo_per_token.analysis.bootstrap import small_sample_factor
 
     s = small_sample_factor(12)
     assert 1.15 < s < 1.2
@@ -87,7 +87,7 @@ def test_token_step_not_resolved_says_so(tmp_path: Path) -> None:
     assert r["per_1k_resolved"] is False and r["d_elo_per_1k"] is None
     assert r["per_1k_nonpositive_rounds"] > 0
     assert any(w.startswith("ΔElo per 1k tokens not reported for b@1") for w in res.warnings)
-    from analysis.report import _returns_rows
+    from elo_per_token.analysis.report import _returns_rows
 
     assert "token step unresolved" in _returns_rows(res.table)[1]
 
@@ -105,7 +105,7 @@ def test_no_signal_warns_and_drop_ties_stops_clearly(tmp_path: Path) -> None:
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = analyze([str(f)], AnalysisOptions(rounds=50))
     assert any(w.startswith("no signal: every comparison is a tie") for w in res.warnings)
-    proc = subprocess.run([sys.executable, "-m", "ept.cli", "analyze", str(f), "--drop-ties", "--rounds", "10"],
+    proc = subprocess.run([sys.executable, "-m", "elo_per_token", "analyze", str(f), "--drop-ties", "--rounds", "10"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     err = " ".join(proc.stderr.split())

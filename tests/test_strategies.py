@@ -9,14 +9,14 @@ from collections import Counter
 import pytest
 from fixtures_sim import SIM_KEY
 
-from contracts.errors import InputError
-from contracts.jobs import Job
-from contracts.tasks import load_builtin_suite
-from egress.client import ProviderClient
-from worker.job import run_job
-from worker.strategies import STRATEGIES, Strategy, StrategyResult
-from worker.strategies.base import MAX_TOOL_STEPS, sample
-from worker.strategies.tree_search import level_sizes
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.tasks import load_builtin_suite
+from elo_per_token.egress.client import ProviderClient
+from elo_per_token.worker.job import run_job
+from elo_per_token.worker.strategies import STRATEGIES, Strategy, StrategyResult
+from elo_per_token.worker.strategies.base import MAX_TOOL_STEPS, sample
+from elo_per_token.worker.strategies.tree_search import level_sizes
 
 MATH = load_builtin_suite("math")
 CODE = load_builtin_suite("code")
@@ -171,7 +171,7 @@ def test_adding_a_strategy_is_one_entry(sim, monkeypatch):
 def test_more_samples_beat_greedy_with_diminishing_returns():
     """Acceptance: on the built-in suites (simulator over HTTP), majority@8 and best_of_n@8 beat greedy, and
     the accuracy bought per extra 1k tokens shrinks as n grows (1 -> 4 -> 16). 120 tasks x 7 arms = 840 jobs."""
-    from suites.accuracy import draw_tasks, run_arms, summarise
+    from elo_per_token.suites.accuracy import draw_tasks, run_arms, summarise
 
     arms = [("greedy", 1), ("majority", 4), ("majority", 8), ("majority", 16),
             ("best_of_n", 4), ("best_of_n", 8), ("best_of_n", 16)]

@@ -8,10 +8,10 @@ import openai
 import pytest
 from fixtures_sim import SIM_KEY
 
-from contracts.jobs import Job
-from contracts.tasks import load_builtin_suite
-from egress.client import ProviderClient
-from worker.job import run_job
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.tasks import load_builtin_suite
+from elo_per_token.egress.client import ProviderClient
+from elo_per_token.worker.job import run_job
 
 MSGS = [{"role": "user", "content": "What is 6 times 7?"}]
 MATH = load_builtin_suite("math")

@@ -14,10 +14,10 @@ from fixtures_plans import plan_toml
 from fixtures_services import start_celery_workers
 from fixtures_sim import SIM_KEY
 
-from contracts.ledger import open_ledger
-from contracts.records import JobResult
-from coordinator.plan import parse_plan
-from coordinator.sweep import execute, plan_jobs
+from elo_per_token.contracts.ledger import open_ledger
+from elo_per_token.contracts.records import JobResult
+from elo_per_token.coordinator.plan import parse_plan
+from elo_per_token.coordinator.sweep import execute, plan_jobs
 
 pytestmark = pytest.mark.services
 
@@ -61,7 +61,7 @@ def comparable(led, run_id: str, jobs) -> dict:
 
 @pytest.fixture
 def celery_setup(tmp_path, redis_server, s3_env, make_sim, monkeypatch):
-    pytest.importorskip("worker.job")
+    pytest.importorskip("elo_per_token.worker.job")
     sim = make_sim(api_key=SIM_KEY)
     prof_file = profiles_toml(tmp_path, sim.url)
     monkeypatch.setenv("EPT_PROFILES", str(prof_file))
@@ -74,7 +74,7 @@ def celery_setup(tmp_path, redis_server, s3_env, make_sim, monkeypatch):
 
 
 def test_celery_s3_sweep_equals_local_sweep(tmp_path, celery_setup, s3_bucket, redis_server):
-    from egress.profiles import get_profile
+    from elo_per_token.egress.profiles import get_profile
 
     sim, queue, _ = celery_setup
     celery_plan = parse_plan(plan_text(name="eq", tpf=3, ledger=f"s3://{s3_bucket}/ledger", executor="celery", queue=queue))
@@ -115,12 +115,12 @@ def test_celery_s3_sweep_equals_local_sweep(tmp_path, celery_setup, s3_bucket, r
 
 def test_duplicate_messages_never_run_a_job_twice(tmp_path, celery_setup, s3_bucket, redis_server):
     """Every job enqueued three times at once (as after redeliveries): one object, one set of calls."""
-    from egress.profiles import get_profile
+    from elo_per_token.egress.profiles import get_profile
 
     sim, queue, _ = celery_setup
     plan = parse_plan(plan_text(name="dup", tpf=1, ledger=f"s3://{s3_bucket}/l", executor="celery", queue=queue))
     jobs = plan_jobs(plan)
-    from coordinator.celery_exec import run_celery
+    from elo_per_token.coordinator.celery_exec import run_celery
 
     results = []
     ctx = {"ledger": open_ledger(plan.ledger).url, "base_url": None, "rpm": None, "tpm": None}
@@ -144,14 +144,14 @@ def test_duplicate_messages_never_run_a_job_twice(tmp_path, celery_setup, s3_buc
 def _limiters(redis_server, name, limits, n=2):
     import redis
 
-    from worker.ratelimit import RedisRateLimiter
+    from elo_per_token.worker.ratelimit import RedisRateLimiter
 
     return [RedisRateLimiter(redis.Redis.from_url(redis_server.url), name, limits) for _ in range(n)]
 
 
 @pytest.mark.services
 def test_redis_rate_limit_requests_are_shared_between_clients(redis_server):
-    from worker.ratelimit import Limits
+    from elo_per_token.worker.ratelimit import Limits
 
     a, b = _limiters(redis_server, "rl-req-" + uuid.uuid4().hex[:6], Limits(rpm=600))
     t0 = time.monotonic()
@@ -167,7 +167,7 @@ def test_redis_rate_limit_requests_are_shared_between_clients(redis_server):
 
 @pytest.mark.services
 def test_redis_rate_limit_tokens_charge_actual_usage(redis_server):
-    from worker.ratelimit import Limits, LocalRateLimiter
+    from elo_per_token.worker.ratelimit import Limits, LocalRateLimiter
 
     (r,) = _limiters(redis_server, "rl-tok-" + uuid.uuid4().hex[:6], Limits(tpm=6000), n=1)
     for lim in (r, LocalRateLimiter(Limits(tpm=6000))):
@@ -184,7 +184,7 @@ def test_redis_rate_limit_tokens_charge_actual_usage(redis_server):
 
 
 def test_unlimited_is_none():
-    from worker.ratelimit import Limits, make_rate_limiter
+    from elo_per_token.worker.ratelimit import Limits, make_rate_limiter
 
     assert make_rate_limiter("p", Limits()) is None
     assert make_rate_limiter("p", Limits(rpm=5)) is not None
@@ -205,7 +205,7 @@ def test_killed_coordinator_rerun_runs_no_job_twice(tmp_path, celery_setup, s3_b
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "EPT_BROKER_URL": redis_server.url, "PYTHONPATH": str(repo)}
     led = open_ledger(f"s3://{s3_bucket}/k")
-    p = subprocess.Popen([sys.executable, "-m", "ept.cli", "sweep", str(plan_file), "--no-analysis"], env=env,
+    p = subprocess.Popen([sys.executable, "-m", "elo_per_token", "sweep", str(plan_file), "--no-analysis"], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
     deadline = time.monotonic() + 90
     while len(led.list_jobs("kill")) < 5 and time.monotonic() < deadline and p.poll() is None:
@@ -213,7 +213,7 @@ def test_killed_coordinator_rerun_runs_no_job_twice(tmp_path, celery_setup, s3_b
     p.send_signal(signal.SIGKILL)
     p.wait(30)
     assert len(led.list_jobs("kill")) < 36
-    r = subprocess.run([sys.executable, "-m", "ept.cli", "sweep", str(plan_file), "--no-analysis"], env=env,
+    r = subprocess.run([sys.executable, "-m", "elo_per_token", "sweep", str(plan_file), "--no-analysis"], env=env,
                        capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     plan = parse_plan(plan_file.read_text())
@@ -230,8 +230,8 @@ def test_killed_worker_jobs_come_back(tmp_path, redis_server, s3_env, s3_bucket,
     import os
     import signal
 
-    pytest.importorskip("worker.job")
-    from egress.profiles import get_profile
+    pytest.importorskip("elo_per_token.worker.job")
+    from elo_per_token.egress.profiles import get_profile
 
     sim = make_sim(api_key=SIM_KEY, latency_ms=300)
     prof_file = profiles_toml(tmp_path, sim.url)

@@ -15,18 +15,18 @@ import pytest
 from fixtures_plans import plan_toml, write_plan_file
 from fixtures_sim import SIM_KEY
 
-from contracts.jobs import Job
-from contracts.ledger import open_ledger
-from contracts.records import CallRecord, JobResult, Outcome
-from coordinator.plan import parse_plan
-from coordinator.sweep import execute
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.ledger import open_ledger
+from elo_per_token.contracts.records import CallRecord, JobResult, Outcome
+from elo_per_token.coordinator.plan import parse_plan
+from elo_per_token.coordinator.sweep import execute
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def tiny_run(job: Job, provider) -> JobResult:
     """A minimal job (budget_n calls, answer = first reply) to test the plumbing apart from the strategies."""
-    from egress.client import ProviderError
+    from elo_per_token.egress.client import ProviderError
 
     calls, answer = [], None
     try:
@@ -60,7 +60,7 @@ def _plan(tmp_path, name="t1", seed=5, **extra) -> object:
 
 
 def _jobs(plan, n=4) -> list[Job]:
-    from coordinator.expand import expand
+    from elo_per_token.coordinator.expand import expand
 
     return expand(plan, tiny_tasks(n))
 
@@ -103,7 +103,7 @@ def test_local_sweep_writes_every_job_once_and_resumes(tmp_path, make_sim, key_e
     assert len(led.get_manifest("t1")["sessions"]) == 2
 
     # A changed plan under the same name is refused before anything runs.
-    from contracts.errors import InputError
+    from elo_per_token.contracts.errors import InputError
 
     changed = _plan(tmp_path, seed=6)
     with pytest.raises(InputError) as ei:
@@ -128,7 +128,7 @@ def test_failures_are_classified_retried_and_never_leak_the_key(tmp_path, make_s
     assert "sk-wrong-key-0000000000000000" not in blob and SIM_KEY not in blob
 
     # `ept retry` semantics: with the key fixed, only the failed jobs run, and their failures disappear.
-    from coordinator.status import failed_jobs, run_status
+    from elo_per_token.coordinator.status import failed_jobs, run_status
 
     monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
     st = run_status(led, "bad-key")
@@ -145,8 +145,8 @@ def test_transient_failures_are_retried_then_recorded(tmp_path, make_sim, key_en
     plan = _plan(tmp_path, name="flaky")
     jobs = _jobs(plan, n=1)[:2]
     prof = sim.profile(max_retries=0)
-    from egress.client import ProviderClient
-    from worker.tasks import perform_job
+    from elo_per_token.egress.client import ProviderClient
+    from elo_per_token.worker.tasks import perform_job
 
     led = open_ledger(tmp_path / "ledger")
     retried = []
@@ -176,10 +176,10 @@ CHILD = """
 import os, sys
 sys.path.insert(0, {tests!r})
 from test_sweep_local import tiny_run
-from egress.profiles import Profile
-from coordinator.plan import load_plan
-from coordinator.sweep import execute, plan_jobs, print_summary
-from coordinator.expand import expand
+from elo_per_token.egress.profiles import Profile
+from elo_per_token.coordinator.plan import load_plan
+from elo_per_token.coordinator.sweep import execute, plan_jobs, print_summary
+from elo_per_token.coordinator.expand import expand
 from rich.console import Console
 plan = load_plan({plan!r})
 from test_sweep_local import tiny_tasks
@@ -250,7 +250,7 @@ def test_interrupted_coordinator_resumes_without_running_a_job_twice(tmp_path, m
 
 def _ept(*args: str, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "ept.cli", *args], capture_output=True, text=True, env=full,
+    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, env=full,
                           cwd=cwd, timeout=120)  # fmt: skip
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from contracts.errors import InputError
-from contracts.tasks import builtin_suite_names, load_builtin_suite, load_suite
-from worker.graders.code import run_tests
-from worker.tools import execute_tool
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.tasks import builtin_suite_names, load_builtin_suite, load_suite
+from elo_per_token.worker.graders.code import run_tests
+from elo_per_token.worker.tools import execute_tool
 
 GOOD = {"task_id": "t1", "family": "math", "prompt": "2+2?", "reference": 4, "grader": {"type": "numeric"}}
 
@@ -30,12 +30,12 @@ def test_builtin_suites_have_at_least_100_unique_tasks_each():
 
 
 def test_committed_suites_match_the_generator():
-    out = subprocess.run([sys.executable, "-m", "suites.generate", "--check"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "elo_per_token.suites.generate", "--check"], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_generator_is_deterministic(tmp_path):
-    from suites.generate import main
+    from elo_per_token.suites.generate import main
 
     assert main(["--out", str(tmp_path / "a")]) == 0
     assert main(["--out", str(tmp_path / "b")]) == 0

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.io import read_records
-from analysis.tokens import arm_tokens, judge_tokens, task_tokens
+from elo_per_token.analysis.io import read_records
+from elo_per_token.analysis.tokens import arm_tokens, judge_tokens, task_tokens
 
 
 def _write(path: Path, rows: list[dict]) -> Path:
@@ -92,7 +92,7 @@ def test_matches_plain_python_on_random_log(tmp_path: Path) -> None:
 
 
 def test_tokens_command_csv_and_json(tmp_path: Path, capsys, monkeypatch) -> None:
-    from ept.cli import main
+    from elo_per_token.ept.cli import main
 
     monkeypatch.setenv("COLUMNS", "1000")
     f = _write(tmp_path / "a.jsonl", [c("m-1", "g", 1, 10, 5), c("m-1", "h", 2, 20, 5), c("m-2", "h", 2, None, None)])
@@ -127,7 +127,7 @@ def _random_rows(seed: int, n: int) -> list[dict]:
 
 def test_one_pass_command_equals_read_then_aggregate(tmp_path: Path, capsys, monkeypatch) -> None:
     """`ept tokens` aggregates while it scans; the two-step path (every record in a frame) must agree."""
-    from ept.cli import main
+    from elo_per_token.ept.cli import main
 
     monkeypatch.setenv("COLUMNS", "1000")
     a = _write(tmp_path / "a.jsonl", _random_rows(1, 1500))
@@ -145,7 +145,7 @@ def test_one_pass_command_equals_read_then_aggregate(tmp_path: Path, capsys, mon
 
 
 def test_one_pass_command_still_names_a_bad_line_and_skips_it(tmp_path: Path, capsys, monkeypatch) -> None:
-    from ept.cli import main
+    from elo_per_token.ept.cli import main
 
     monkeypatch.setenv("COLUMNS", "1000")
     good = _random_rows(3, 400)

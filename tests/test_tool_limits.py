@@ -9,12 +9,12 @@ import time
 import pytest
 from fixtures_sim import SIM_KEY
 
-from contracts.jobs import Job
-from contracts.tasks import load_builtin_suite
-from egress.client import ProviderClient
-from simulator.brain import TaskBrain
-from worker.job import run_job
-from worker.tools import calculate, execute_tool
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.tasks import load_builtin_suite
+from elo_per_token.egress.client import ProviderClient
+from elo_per_token.simulator.brain import TaskBrain
+from elo_per_token.worker.job import run_job
+from elo_per_token.worker.tools import calculate, execute_tool
 
 TASK = {"tool_impl": {"calculator": {"type": "calculator"}, "lookup": {"type": "lookup", "table": {"t": {"a": 1}}}}}
 

@@ -10,16 +10,16 @@ import sys
 import polars as pl
 import pytest
 
-from contracts.errors import InputError
-from contracts.tasks import load_builtin_suite, load_suite, load_suite_ref
-from suites.importer import clean_answer, convert
-from suites.public.humaneval import read_problems
-from worker.graders import grade
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.tasks import load_builtin_suite, load_suite, load_suite_ref
+from elo_per_token.suites.importer import clean_answer, convert
+from elo_per_token.suites.public.humaneval import read_problems
+from elo_per_token.worker.graders import grade
 
 
 def _cli(*args: str, cwd=None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "ept.cli", *args], capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, timeout=120,
                           env=env, cwd=cwd)
 
 

@@ -59,14 +59,14 @@ def make_app(url: str | None = None) -> Celery:
 
     @app.task(name="ept.run_job", bind=True, shared=False)
     def run_job_task(self, job: dict, ctx: dict) -> dict:
-        from worker.tasks import celery_run_job
+        from elo_per_token.worker.tasks import celery_run_job
 
         return celery_run_job(self, job, ctx)
 
     @app.task(name="ept.grade_code", shared=False, acks_late=True)
     def grade_code_task(code: str, tests: list, entry_point: str, limits: dict) -> dict:
         # Served by grader workers (`ept worker --queue grade`) that hold no provider keys or S3 credentials.
-        from worker.graders.remote import grade_task_body
+        from elo_per_token.worker.graders.remote import grade_task_body
 
         return grade_task_body(code, tests, entry_point, limits)
 

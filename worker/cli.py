@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
         if broker:
             os.environ["EPT_BROKER_URL"] = broker
         _check_sandbox(queue)
-        from worker.celery_app import make_app
+        from elo_per_token.worker.celery_app import make_app
 
         capp = make_app(broker)
         argv = ["worker", "-P", "threads", "-c", str(concurrency), "-Q", queue, "-l", loglevel,
@@ -41,7 +41,7 @@ def _check_sandbox(queue: str) -> None:
     worker that would grade code itself says so at start, before code jobs fail one by one."""
     import os
 
-    from worker.sandbox import bwrap
+    from elo_per_token.worker.sandbox import bwrap
 
     why = bwrap.probe()
     if why is None:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import time
 
-from contracts.jobs import Job
-from contracts.records import JobResult, Outcome
-from contracts.secrets import scrub
-from egress.client import ProviderClient, ProviderError
-from worker.graders import grade
-from worker.strategies import StrategyResult, get_strategy
-from worker.strategies.base import DEFAULT_CONCURRENCY, JobContext
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.records import JobResult, Outcome
+from elo_per_token.contracts.secrets import scrub
+from elo_per_token.egress.client import ProviderClient, ProviderError
+from elo_per_token.worker.graders import grade
+from elo_per_token.worker.strategies import StrategyResult, get_strategy
+from elo_per_token.worker.strategies.base import DEFAULT_CONCURRENCY, JobContext
 
 
 def run_job(job: Job, provider: ProviderClient, *, concurrency: int = DEFAULT_CONCURRENCY) -> JobResult:
@@ -60,8 +60,8 @@ def is_strategy_failure(error_class: str, spent_tokens: bool) -> bool:
 
 def _require_sandbox() -> None:
     # Code is graded here unless a grader queue takes it; refuse before spending tokens if we cannot sandbox.
-    from worker.graders.remote import grade_queue
-    from worker.sandbox import bwrap
+    from elo_per_token.worker.graders.remote import grade_queue
+    from elo_per_token.worker.sandbox import bwrap
 
     if grade_queue() is None:
         bwrap.require()

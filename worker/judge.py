@@ -13,12 +13,12 @@ import itertools
 import time
 from typing import Any
 
-from contracts.jobs import Job
-from contracts.prompts import judge_messages, parse_winner
-from contracts.records import JUDGE_STRATEGY, JobResult, Outcome
-from contracts.secrets import scrub
-from egress.client import ProviderClient, ProviderError
-from worker.strategies.base import JobContext
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.prompts import judge_messages, parse_winner
+from elo_per_token.contracts.records import JUDGE_STRATEGY, JobResult, Outcome
+from elo_per_token.contracts.secrets import scrub
+from elo_per_token.egress.client import ProviderClient, ProviderError
+from elo_per_token.worker.strategies.base import JobContext
 
 
 def combine(first: str | None, second: str | None) -> str:

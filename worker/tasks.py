@@ -23,10 +23,10 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from contracts.jobs import Job
-from contracts.ledger import Ledger, open_ledger
-from contracts.records import JobResult
-from contracts.secrets import scrub
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.ledger import Ledger, open_ledger
+from elo_per_token.contracts.records import JobResult
+from elo_per_token.contracts.secrets import scrub
 
 RETRYABLE = ("transient", "rate_limit", "unreachable")
 TASK_NAME = "ept.run_job"
@@ -71,7 +71,7 @@ def perform_job(
     if check_existing and ledger.has_job(job.run_id, job.key):
         return _summary(job, "skipped")
     if run is None:
-        from worker.job import run_job as run
+        from elo_per_token.worker.job import run_job as run
     secrets = [api_key] if api_key else None
     cls, msg, result = "task", "", None
     attempt = 0
@@ -139,9 +139,9 @@ def provider_for(profile_name: str, base_url: str | None, rpm: int | None, tpm: 
     """One ProviderClient per (profile, endpoint, limits) in this process, so HTTP connections are reused."""
 
     def make():
-        from egress.client import ProviderClient
-        from egress.profiles import get_profile
-        from worker.ratelimit import Limits, make_rate_limiter
+        from elo_per_token.egress.client import ProviderClient
+        from elo_per_token.egress.profiles import get_profile
+        from elo_per_token.worker.ratelimit import Limits, make_rate_limiter
 
         prof = get_profile(profile_name)
         if base_url:
@@ -232,7 +232,7 @@ def _claims(redis_url: str) -> Claims:
 
 def _cancelled(task_self: Any, job: Job) -> bool:
     """The coordinator was stopped (contracts.jobs.cancel_key on the broker): a queued job does not start."""
-    from contracts.jobs import cancel_key
+    from elo_per_token.contracts.jobs import cancel_key
 
     url = str(getattr(getattr(task_self, "app", None), "conf", {}).get("broker_url") or "")
     if not url.startswith(("redis://", "rediss://", "unix://")):

@@ -21,8 +21,15 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from analysis.imports.common import Collector, arm_fields, as_int, as_score, read_jsonl, read_rows
-from contracts.errors import InputError
+from elo_per_token.analysis.imports.common import (
+    Collector,
+    arm_fields,
+    as_int,
+    as_score,
+    read_jsonl,
+    read_rows,
+)
+from elo_per_token.contracts.errors import InputError
 
 ID_FIELDS = ("task_id", "arm", "strategy", "budget_n", "replicate", "family", "role")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from contracts.errors import InputError
+from elo_per_token.contracts.errors import InputError
 
 import_app = typer.Typer(help="Other tools' logs (OpenAI Batch API, inspect_ai) -> records for `ept analyze`.",
                          no_args_is_help=True)
@@ -15,8 +15,8 @@ def _finish(col, out: str, what: str) -> None:
 
     from rich.console import Console
 
-    from analysis.cli import _print_skipped
-    from analysis.imports.common import write_records
+    from elo_per_token.analysis.cli import _print_skipped
+    from elo_per_token.analysis.imports.common import write_records
 
     err = Console(stderr=True)
     kinds = Counter(r["kind"] for r in col.records)
@@ -45,8 +45,8 @@ def batch_cmd(
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
 ) -> None:
     """OpenAI Batch API output -> call records (usage per response) + outcome records (your scores)."""
-    from analysis.imports.batch import import_batch, mapping_template
-    from analysis.imports.common import Collector
+    from elo_per_token.analysis.imports.batch import import_batch, mapping_template
+    from elo_per_token.analysis.imports.common import Collector
 
     if write_template:
         if not input_file:
@@ -77,7 +77,7 @@ def inspect_cmd(
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad samples/logs (reported) instead of stopping."),
 ) -> None:
     """inspect_ai eval logs -> call records (per-sample model usage) + outcome records (scores)."""
-    from analysis.imports.inspect_log import import_inspect
+    from elo_per_token.analysis.imports.inspect_log import import_inspect
 
     col = import_inspect(logs, arm_from=arm_from, score_key=score_key, skip_bad=skip_bad)
     _finish(col, out, "inspect logs")

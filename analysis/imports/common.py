@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.io import BadLine
-from contracts.errors import InputError
+from elo_per_token.analysis.io import BadLine
+from elo_per_token.contracts.errors import InputError
 
 _ARM_RE = re.compile(r"^(?P<strategy>.+)@(?P<n>\d+)$")
 

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from analysis.imports.common import Collector
-from contracts.errors import InputError
+from elo_per_token.analysis.imports.common import Collector
+from elo_per_token.contracts.errors import InputError
 
 LOG_SUFFIXES = (".eval", ".json")
 NAMED = ("model", "task", "solver", "file")

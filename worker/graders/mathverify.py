@@ -18,8 +18,8 @@ import re
 import threading
 from typing import Any
 
-from worker.graders.basic import GradeResult, grade_numeric
-from worker.graders.extract import boxed, parse_number
+from elo_per_token.worker.graders.basic import GradeResult, grade_numeric
+from elo_per_token.worker.graders.extract import boxed, parse_number
 
 _PLAIN_NUMBER = re.compile(r"\s*\$?\s*[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?\s*")
 

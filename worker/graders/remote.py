@@ -19,12 +19,12 @@ def grade_queue() -> str | None:
 
 
 def run_tests_routed(code: str, tests: list[str], entry_point: str, limits: Any) -> dict[str, Any]:
-    from worker.graders.code import run_tests
+    from elo_per_token.worker.graders.code import run_tests
 
     queue = grade_queue()
     if queue is None:
         return run_tests(code, tests, entry_point, limits)
-    from worker.celery_app import app
+    from elo_per_token.worker.celery_app import app
 
     wait = float(os.environ.get("EPT_GRADE_TIMEOUT", "300"))
     res = app.send_task(GRADE_TASK, args=[code, list(tests), entry_point, asdict(limits)], queue=queue)
@@ -38,6 +38,6 @@ def run_tests_routed(code: str, tests: list[str], entry_point: str, limits: Any)
 
 def grade_task_body(code: str, tests: list[str], entry_point: str, limits: dict[str, Any]) -> dict[str, Any]:
     """Body of the Celery task `ept.grade_code` (runs on a grader worker)."""
-    from worker.graders.code import Limits, run_tests
+    from elo_per_token.worker.graders.code import Limits, run_tests
 
     return run_tests(code, tests, entry_point, Limits(**limits))

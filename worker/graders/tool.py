@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from worker.graders.basic import BASIC, GradeResult, normalise
+from elo_per_token.worker.graders.basic import BASIC, GradeResult, normalise
 
 
 def _args(a: Any) -> dict[str, Any]:

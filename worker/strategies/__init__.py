@@ -3,9 +3,9 @@ list it in `_MODULES` below (see docs/strategies.md)."""
 
 from __future__ import annotations
 
-from contracts.errors import InputError
-from worker.strategies import best_of_n, greedy, majority, tree_search
-from worker.strategies.base import Candidate, JobContext, Strategy, StrategyResult
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.worker.strategies import best_of_n, greedy, majority, tree_search
+from elo_per_token.worker.strategies.base import Candidate, JobContext, Strategy, StrategyResult
 
 _MODULES = (greedy, best_of_n, majority, tree_search)
 STRATEGIES: dict[str, Strategy] = {m.STRATEGY.name: m.STRATEGY for m in _MODULES}

@@ -13,14 +13,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from contracts import generation
-from contracts.errors import InputError
-from contracts.jobs import Job, derive_seed
-from contracts.prompts import parse_score, solve_messages, verify_messages
-from contracts.records import CallRecord
-from egress.client import ChatResponse, ProviderClient, ProviderError
-from worker.graders import final_answer
-from worker.tools import execute_tool
+from elo_per_token.contracts import generation
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.jobs import Job, derive_seed
+from elo_per_token.contracts.prompts import parse_score, solve_messages, verify_messages
+from elo_per_token.contracts.records import CallRecord
+from elo_per_token.egress.client import ChatResponse, ProviderClient, ProviderError
+from elo_per_token.worker.graders import final_answer
+from elo_per_token.worker.tools import execute_tool
 
 T = TypeVar("T")
 R = TypeVar("R")

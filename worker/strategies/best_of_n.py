@@ -8,8 +8,8 @@ Ties go to the most common answer among the tied candidates, then the lowest sam
 
 from __future__ import annotations
 
-from worker.graders.code import grade_code
-from worker.strategies.base import (
+from elo_per_token.worker.graders.code import grade_code
+from elo_per_token.worker.strategies.base import (
     SAMPLE_TEMPERATURE,
     JobContext,
     Strategy,
@@ -18,7 +18,7 @@ from worker.strategies.base import (
     sample,
     sample_stride,
 )
-from worker.strategies.majority import vote
+from elo_per_token.worker.strategies.majority import vote
 
 
 def run(ctx: JobContext) -> StrategyResult:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.strategies.base import JobContext, Strategy, StrategyResult, sample
+from elo_per_token.worker.strategies.base import JobContext, Strategy, StrategyResult, sample
 
 
 def run(ctx: JobContext) -> StrategyResult:

@@ -8,9 +8,16 @@ import re
 from collections import Counter
 from typing import Any
 
-from worker.graders.basic import normalise
-from worker.graders.extract import parse_number
-from worker.strategies.base import SAMPLE_TEMPERATURE, Candidate, JobContext, Strategy, StrategyResult, sample
+from elo_per_token.worker.graders.basic import normalise
+from elo_per_token.worker.graders.extract import parse_number
+from elo_per_token.worker.strategies.base import (
+    SAMPLE_TEMPERATURE,
+    Candidate,
+    JobContext,
+    Strategy,
+    StrategyResult,
+    sample,
+)
 
 
 def vote_key(task: dict[str, Any], answer: str | None) -> str | None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contracts.prompts import parse_score, partial_verify_messages, step_messages
-from worker.graders import final_answer
-from worker.strategies.base import (
+from elo_per_token.contracts.prompts import parse_score, partial_verify_messages, step_messages
+from elo_per_token.worker.graders import final_answer
+from elo_per_token.worker.strategies.base import (
     SAMPLE_TEMPERATURE,
     Candidate,
     JobContext,
