@@ -10,8 +10,9 @@ all rounds, and the fits are one batched Newton solve (see analysis.bt.newton_ba
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from elo_per_token.analysis.merge import merge_thetas, theta_to_elo
 
 __all__ = [
     "BootstrapResult",
+    "FamilyPoint",
     "OutcomeGroups",
     "PairData",
     "bootstrap",
@@ -223,9 +225,30 @@ def _mask_unobserved(theta: np.ndarray, wins: np.ndarray) -> np.ndarray:
     return np.where(seen, theta, np.nan)
 
 
-def fit_families(data: PairData, *, l2: float = 1e-3) -> dict[str, BTFit]:
-    """One Bradley-Terry fit per family on all of that family's comparisons (diagnostics included)."""
-    return {name: fit_bt_counts(_family_counts(data, f), l2=l2) for f, name in enumerate(data.families)}
+@dataclass(frozen=True)
+class FamilyPoint:
+    """A family's Bradley-Terry fit on all of its comparisons, and their total weight."""
+
+    fit: BTFit
+    comparisons: float
+
+    def theta(self) -> np.ndarray:
+        """The fit's centred theta with NaN for arms the family never compared (BTFit.unobserved)."""
+        theta = np.array(self.fit.theta, dtype=float)
+        theta[np.asarray(self.fit.unobserved, dtype=np.int64)] = np.nan
+        return theta
+
+
+def fit_families(data: PairData, *, l2: float = 1e-3) -> dict[str, FamilyPoint]:
+    """One Bradley-Terry fit per family on all of that family's comparisons (diagnostics included).
+
+    The only point fit of a family in an analysis: point_estimate and bootstrap take its result (`fits=`)
+    instead of fitting again; bootstrap rounds are separate, batched fits of resampled counts."""
+    out = {}
+    for f, name in enumerate(data.families):
+        wins = _family_counts(data, f)
+        out[name] = FamilyPoint(fit_bt_counts(wins, l2=l2), float(wins.sum()))
+    return out
 
 
 def _tokens_per_task(tok: np.ndarray) -> np.ndarray:
@@ -269,19 +292,33 @@ def small_sample_factor(n_tasks: int, df: int | None = None) -> float:
     return math.sqrt(n / (n - 1)) * float(t.ppf(0.975, df)) / float(norm.ppf(0.975))
 
 
+def _point_fits(data: PairData, fits: Mapping[str, FamilyPoint] | None, l2: float) -> Mapping[str, FamilyPoint]:
+    if fits is None:
+        return fit_families(data, l2=l2)
+    if list(fits) != list(data.families):
+        raise ValueError(f"fits must hold one fit per family, in order {list(data.families)}, got {list(fits)}")
+    return fits
+
+
 def point_estimate(
-    data: PairData, family_weights: np.ndarray, *, anchor: int, l2: float = 1e-3
+    data: PairData,
+    family_weights: np.ndarray,
+    *,
+    anchor: int,
+    l2: float = 1e-3,
+    fits: Mapping[str, FamilyPoint] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """(elo [K] anchored, tokens_per_task [K], family -> centred theta [K] with NaN for unobserved arms)."""
+    """(elo [K] anchored, tokens_per_task [K], family -> centred theta [K] with NaN for unobserved arms).
+
+    fits: fit_families(data, l2=l2) when the caller has it already (then nothing is fitted here)."""
     weights = _weights(data, family_weights)
     anchor = _check_anchor(data, anchor)
+    fits = _point_fits(data, fits, l2)
     per_family: dict[str, np.ndarray] = {}
     tok = np.asarray(data.task_tokens, dtype=float)
     fam_tok = np.full((len(data.families), int(data.n_arms)), np.nan)
     for f, name in enumerate(data.families):
-        wins = _family_counts(data, f)
-        theta = _mask_unobserved(fit_bt_counts(wins, l2=l2).theta, wins)
-        per_family[name] = merge_thetas({name: theta}, {name: 1.0})  # centred over observed arms
+        per_family[name] = merge_thetas({name: fits[name].theta()}, {name: 1.0})  # centred over observed arms
         fam_tok[f] = _tokens_per_task(tok[np.asarray(data.task_family) == f])
     elo = theta_to_elo(merge_thetas(per_family, weights), anchor)
     fw = np.array([weights[name] for name in data.families])
@@ -308,6 +345,91 @@ def _fit_rounds(wins: np.ndarray, l2: float) -> tuple[np.ndarray, np.ndarray]:
     return _mask_unobserved(theta, wins), ok
 
 
+@dataclass(frozen=True)
+class _FamilyPart:
+    """What every round of one family needs, built once: the family's tasks as a sparse [K*K, T_f] matrix of
+    per-task weighted pair counts (transposed), its tokens, and the point values rounds are stretched from."""
+
+    n_tasks: int
+    counts_t: Any  # scipy.sparse csr [K*K, T_f]
+    tok0: np.ndarray  # [T_f, K] tokens, NaN -> 0
+    ran: np.ndarray  # [T_f, K] 1.0 where the arm ran the task
+    th0: np.ndarray  # [K] point theta (see small_sample_factor)
+    tok_pt: np.ndarray  # [K] point tokens per task
+    stretch: float
+    cols: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # _group_columns, task -> the family's local index
+
+
+def _family_part(data: PairData, f: int, point: FamilyPoint, df_total: int) -> _FamilyPart:
+    from scipy import sparse
+
+    k = int(data.n_arms)
+    task_family = np.asarray(data.task_family)
+    task = np.asarray(data.task)
+    pair = np.asarray(data.winner).astype(np.int64) * k + np.asarray(data.loser)
+    tasks_f = np.nonzero(task_family == f)[0]
+    local = np.full(task_family.shape[0], -1)
+    local[tasks_f] = np.arange(tasks_f.size)
+    sel = local[task] >= 0
+    counts = sparse.csr_matrix(
+        (np.asarray(data.weight, dtype=float)[sel], (local[task[sel]], pair[sel])), shape=(tasks_f.size, k * k)
+    )  # duplicate (task, pair) entries are summed
+    tok = np.asarray(data.task_tokens, dtype=float)[tasks_f]
+    cols = _group_columns(data, f)
+    if cols is not None:
+        cols = (cols[0], cols[1], local[cols[2]])  # column -> the family's local task index
+    return _FamilyPart(
+        n_tasks=int(tasks_f.size),
+        counts_t=counts.T.tocsr(),
+        tok0=np.nan_to_num(tok),
+        ran=(~np.isnan(tok)).astype(float),
+        th0=point.fit.theta if tasks_f.size else np.zeros(k),
+        tok_pt=_tokens_per_task(tok) if tasks_f.size else np.full(k, np.nan),
+        stretch=small_sample_factor(tasks_f.size, df_total or None),
+        cols=cols,
+    )
+
+
+def _resampled_tokens(part: _FamilyPart, c: np.ndarray) -> np.ndarray:
+    """[n, K] tokens per task of the family in each of n resamples (task multiplicities c [n, T_f])."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tok_n = c @ part.ran
+        out = np.where(tok_n > 0, (c @ part.tok0) / np.where(tok_n > 0, tok_n, 1.0), np.nan)
+        stretch = part.stretch if math.isfinite(part.stretch) else np.nan
+        stretched: np.ndarray = part.tok_pt + stretch * (out - part.tok_pt)
+    return stretched
+
+
+def _resampled_theta(
+    part: _FamilyPart, name: str, c: np.ndarray, k: int, l2: float, batch: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """([n, K] stretched, centred theta, [n] converged) of the family in each of n resamples."""
+    n = c.shape[0]
+    theta_out = np.full((n, k), np.nan)
+    ok_out = np.ones(n, dtype=bool)
+    # Count matrices exist only for one fit batch at a time: [batch, K, K], bounded by the budget.
+    for b0 in range(0, n, batch):
+        sub = slice(b0, min(n, b0 + batch))
+        if part.cols is None:
+            wins = np.asarray(part.counts_t @ c[sub].T).T.reshape(-1, k, k)
+        else:
+            wins = _group_wins(part.cols[0], part.cols[1], c[sub][:, part.cols[2]])
+            if part.counts_t.nnz:
+                wins += np.asarray(part.counts_t @ c[sub].T).T.reshape(-1, k, k)
+        theta, ok = _fit_rounds(wins, l2)
+        del wins
+        # Expanded percentile: stretch the round's deviation from the point fit (the merge absorbs any
+        # per-family constant, so the centring of either does not matter).
+        with np.errstate(invalid="ignore"):
+            if math.isfinite(part.stretch):
+                theta = part.th0 + part.stretch * (theta - part.th0)
+            else:
+                theta = np.full_like(theta, np.nan)
+        theta_out[sub] = merge_thetas({name: theta}, {name: 1.0})  # centred over observed arms
+        ok_out[sub] = ok
+    return theta_out, ok_out
+
+
 def bootstrap(
     data: PairData,
     family_weights: np.ndarray,
@@ -318,52 +440,26 @@ def bootstrap(
     l2: float = 1e-3,
     progress: Callable[[int], None] | None = None,
     fit_budget: int = _FIT_BUDGET,
+    fits: Mapping[str, FamilyPoint] | None = None,
 ) -> BootstrapResult:
     """Task-level bootstrap within each family; `progress(n)` is called with the rounds done so far.
 
     fit_budget: bytes for the batched fits' working set (see fit_batch_size); it changes speed and
-    memory, never the result."""
-    from scipy import sparse
-
+    memory, never the result. fits: fit_families(data, l2=l2) when the caller has it already (the point
+    fits rounds are stretched from; then only the rounds are fitted here)."""
     weights = _weights(data, family_weights)
     anchor = _check_anchor(data, anchor)
     if int(rounds) != rounds or rounds < 1:
         raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
     rounds = int(rounds)
+    fits = _point_fits(data, fits, l2)
     k = int(data.n_arms)
     rng = np.random.default_rng(seed)
-    task_family = np.asarray(data.task_family)
-    task = np.asarray(data.task)
-    tokens = np.asarray(data.task_tokens, dtype=float)
-    pair = np.asarray(data.winner).astype(np.int64) * k + np.asarray(data.loser)
-    weight = np.asarray(data.weight, dtype=float)
     fw = np.array([weights[name] for name in data.families])
-    n_f = np.bincount(task_family, minlength=len(data.families))
+    n_f = np.bincount(np.asarray(data.task_family), minlength=len(data.families))
     # Degrees of freedom of the merged estimate: the families that enter it, n_f - 1 each.
     df_total = int(np.sum(np.where((fw > 0) & (n_f >= 2), n_f - 1, 0)))
-
-    # Per family: the tasks, a sparse [T_f, K*K] matrix of per-task weighted pair counts, and tokens.
-    fam_parts = []
-    for f in range(len(data.families)):
-        tasks_f = np.nonzero(task_family == f)[0]
-        local = np.full(task_family.shape[0], -1)
-        local[tasks_f] = np.arange(tasks_f.size)
-        sel = local[task] >= 0
-        counts = sparse.csr_matrix(
-            (weight[sel], (local[task[sel]], pair[sel])), shape=(tasks_f.size, k * k)
-        )  # duplicate (task, pair) entries are summed
-        tok = tokens[tasks_f]
-        cols = _group_columns(data, f)
-        if cols is not None:
-            cols = (cols[0], cols[1], local[cols[2]])  # column -> the family's local task index
-        # Point values the small-sample stretch is measured from (see small_sample_factor).
-        wins0 = _family_counts(data, f)
-        th0 = fit_bt_counts(wins0, l2=l2).theta if tasks_f.size else np.zeros(k)
-        fam_parts.append(
-            (tasks_f.size, counts.T.tocsr(), np.nan_to_num(tok), (~np.isnan(tok)).astype(float), th0,
-             _tokens_per_task(tok) if tasks_f.size else np.full(k, np.nan), small_sample_factor(tasks_f.size, df_total or None),
-             cols)
-        )
+    parts = [_family_part(data, f, fits[name], df_total) for f, name in enumerate(data.families)]
 
     elo = np.empty((rounds, k))
     tpt = np.empty((rounds, k))
@@ -373,34 +469,15 @@ def bootstrap(
     for start in range(0, rounds, _CHUNK):
         n = min(_CHUNK, rounds - start)
         rows = slice(start, start + n)
-        fam_tok = np.full((len(fam_parts), n, k), np.nan)
-        for f, (t_f, counts_t, tok0, ran, th0, tok_pt, stretch, cols) in enumerate(fam_parts):
-            if t_f == 0:
+        fam_tok = np.full((len(parts), n, k), np.nan)
+        for f, part in enumerate(parts):
+            if part.n_tasks == 0:
                 continue
-            c = _resample_counts(rng, n, t_f)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                tok_n = c @ ran
-                fam_tok[f] = np.where(tok_n > 0, (c @ tok0) / np.where(tok_n > 0, tok_n, 1.0), np.nan)
-                fam_tok[f] = tok_pt + (stretch if math.isfinite(stretch) else np.nan) * (fam_tok[f] - tok_pt)
-            name = data.families[f]
-            # Count matrices exist only for one fit batch at a time: [batch, K, K], bounded by the budget.
-            for b0 in range(0, n, batch):
-                sub = slice(b0, min(n, b0 + batch))
-                if cols is None:
-                    wins = np.asarray(counts_t @ c[sub].T).T.reshape(-1, k, k)
-                else:
-                    wins = _group_wins(cols[0], cols[1], c[sub][:, cols[2]])
-                    if counts_t.nnz:
-                        wins += np.asarray(counts_t @ c[sub].T).T.reshape(-1, k, k)
-                theta, ok = _fit_rounds(wins, l2)
-                del wins
-                # Expanded percentile: stretch the round's deviation from the point fit (the merge absorbs
-                # any per-family constant, so the centring of either does not matter).
-                with np.errstate(invalid="ignore"):
-                    theta = th0 + stretch * (theta - th0) if math.isfinite(stretch) else np.full_like(theta, np.nan)
-                out = slice(start + sub.start, start + sub.stop)
-                fam_theta[name][out] = merge_thetas({name: theta}, {name: 1.0})  # centred over observed arms
-                failed[out] |= ~ok
+            c = _resample_counts(rng, n, part.n_tasks)
+            fam_tok[f] = _resampled_tokens(part, c)
+            theta, ok = _resampled_theta(part, data.families[f], c, k, l2, batch)
+            fam_theta[data.families[f]][rows] = theta
+            failed[rows] |= ~ok
         live = {name: fam_theta[name][rows] for name in data.families if weights[name] > 0}
         if all(np.isnan(v).all() for v in live.values()):
             elo[rows] = np.nan  # no weighted family can be resampled (all have < 2 tasks)

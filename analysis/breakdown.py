@@ -100,9 +100,13 @@ def _mean_cost(costs: pl.DataFrame) -> pl.DataFrame:
     return runs.select("arm", pl.Series("cost_per_task", sums / runs["len"].to_numpy(), dtype=pl.Float64))
 
 
-def arm_breakdown(frame: pl.DataFrame, prices: Prices | None = None) -> pl.DataFrame:
+def arm_breakdown(frame: pl.DataFrame | pl.LazyFrame, prices: Prices | None = None) -> pl.DataFrame:
     """One row per arm: tasks attempted / answered / lost (scored failures) / unscored failures, the lost
-    classes, calls cut by max_tokens, and the token split; `cost_per_task` when prices are given."""
+    classes, calls cut by max_tokens, and the token split; `cost_per_task` when prices are given.
+
+    Lazy queries over `frame`: each reads only its columns of the rows it needs (a records frame of a large
+    run is never copied whole)."""
+    frame = frame.lazy()
     calls = strategy_calls(frame.filter(pl.col("kind") == "call"))
     outcomes = frame.filter(pl.col("kind") == "outcome")
     tasks = outcomes.group_by("arm").agg(
@@ -142,9 +146,9 @@ def arm_breakdown(frame: pl.DataFrame, prices: Prices | None = None) -> pl.DataF
         )
     )
     if prices is not None:
-        per_arm = _mean_cost(task_costs(frame.filter(pl.col("kind") == "call"), prices))
-        out = out.join(per_arm, on="arm", how="left")
-    return out.drop("input_total").sort("arm")
+        per_arm = _mean_cost(task_costs(frame.filter(pl.col("kind") == "call"), prices).collect())
+        out = out.join(per_arm.lazy(), on="arm", how="left")
+    return out.drop("input_total").sort("arm").collect()
 
 
 def cost_arrays(

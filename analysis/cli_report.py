@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from elo_per_token.analysis.compare import CompareResult
 
 
 def register(app: typer.Typer) -> None:
@@ -40,17 +43,13 @@ def compare(
     ledger: str | None = typer.Option(None, "--ledger", help="Ledger holding runs given by id; default ./ept-out/ledger."),
 ) -> None:
     """Compare two runs arm by arm; exit 1 on a regression the data supports, 2 when not comparable."""
-    from rich.table import Table
-
     from elo_per_token.analysis.compare import (
         compare_runs,
-        fmt,
         load_run,
         parse_fail_on,
         to_json_dict,
         to_markdown,
     )
-    from elo_per_token.analysis.report import make_console
 
     rule = parse_fail_on(fail_on)  # bad flags fail before any reading
     baseline, current = resolve_run(baseline, ledger), resolve_run(current, ledger)
@@ -60,8 +59,17 @@ def compare(
         base, cur, rule=rule, weights=weights, rounds=rounds, seed=seed, level=level, adjust=adjust
     )
 
-    md = to_markdown(res)
-    _write_all({markdown: md, json_out: _dumps(to_json_dict(res))})
+    _write_all({markdown: to_markdown(res), json_out: _dumps(to_json_dict(res))})
+    _print_compare(res, baseline, current, level=level, adjust=adjust)
+    raise typer.Exit(res.exit_code)
+
+
+def _print_compare(res: CompareResult, baseline: str, current: str, *, level: float, adjust: str) -> None:
+    """The terminal view of `ept compare`: the per-arm table, the rule, notes and the verdict."""
+    from rich.table import Table
+
+    from elo_per_token.analysis.compare import fmt
+    from elo_per_token.analysis.report import make_console
 
     con = make_console()  # CI logs and pipes: every column in full, not squeezed to 80
     pct = f"{level * 100:g}%"
@@ -101,7 +109,6 @@ def compare(
         con.print(f"[bold red]regression[/] {arm}: " + "; ".join(res.reasons[arm]), highlight=False)
     if not res.flagged:
         con.print("[green]no regression the data supports[/]")
-    raise typer.Exit(res.exit_code)
 
 
 def report(

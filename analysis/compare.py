@@ -14,12 +14,16 @@ import math
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
+from elo_per_token.analysis.level import check_level
 from elo_per_token.contracts.errors import InputError
+
+if TYPE_CHECKING:
+    from elo_per_token.analysis.bootstrap import PairData
 
 BASE, CUR = "baseline", "current"
 
@@ -224,14 +228,12 @@ def compare_runs(
     adjust: str = "bonferroni",
 ) -> CompareResult:
     """Pooled, task-paired comparison of two runs (see the module docstring and docs/compare.md)."""
-    from elo_per_token.analysis.bootstrap import PairData, bootstrap, point_estimate
+    from elo_per_token.analysis.bootstrap import bootstrap, fit_families, point_estimate
     from elo_per_token.analysis.bt import prior_l2
     from elo_per_token.analysis.merge import parse_weights
 
     l2 = prior_l2() if l2 is None else float(l2)  # the same default prior as `ept analyze`
-
-    if not 0.5 < level < 1.0:
-        raise InputError(f"level must be between 0.5 and 1, got {level}", field="--level")
+    level = check_level(level)
     if adjust not in ("bonferroni", "none"):
         raise InputError(f"must be bonferroni or none, got {adjust!r}", field="--adjust")
     if rounds < 50:
@@ -240,73 +242,14 @@ def compare_runs(
 
     families = sorted(base.outcomes["family"].unique().to_list())
     fw = parse_weights(weights, families)
-    fam_idx = {f: i for i, f in enumerate(families)}
-
-    # Baseline's tokens/task order fixes the arm order (and the anchor: its cheapest arm).
-    base_tok = base.task_tokens.group_by("arm").agg(pl.col("tokens").mean().alias("t"))
-    arm_order = (
-        base.arms.join(base_tok, on="arm", how="left")
-        .sort(pl.col("t").fill_null(math.inf), "budget_n", "arm")
-        .get_column("arm")
-        .to_list()
-    )
+    arm_order = _arm_order(base)
     k = len(arm_order)
-    arm_idx = pl.DataFrame({"arm": arm_order, "ai": list(range(k))}, schema={"arm": pl.Utf8, "ai": pl.Int64})
-
-    def players(df: pl.DataFrame, run: int) -> pl.DataFrame:
-        return df.join(arm_idx, on="arm", how="inner").with_columns(
-            (pl.col("ai") + run * k).alias("player")
-        )
-
-    outcomes = pl.concat(
-        [
-            players(r.outcomes.select("task_id", "family", "arm", "replicate", pl.col("score").cast(pl.Float64)), i)
-            for i, r in enumerate((base, cur))
-        ]
-    ).filter(pl.col("score").is_not_null())
-    tokens = pl.concat(
-        [
-            players(r.task_tokens.select("task_id", "family", "arm", pl.col("tokens").cast(pl.Float64)), i)
-            for i, r in enumerate((base, cur))
-        ]
-    ).filter(pl.col("family").is_in(families))  # a family with calls but no outcomes has nothing to compare
-    tasks = (
-        pl.concat([outcomes.select("family", "task_id"), tokens.select("family", "task_id")])
-        .unique()
-        .sort("family", "task_id")
-        .with_row_index("task")
-        .with_columns(pl.col("task").cast(pl.Int64))
-    )
-    from elo_per_token.analysis.pipeline import MIN_TASKS, WARN_TASKS
-
-    for fam, n in tasks.group_by("family").len().sort("family").iter_rows():  # one row per family
-        if n < WARN_TASKS:
-            notes.append(
-                f"family {fam}: only {n} task(s) (fewer than {WARN_TASKS}): intervals are widened for the small "
-                "sample but approximate"
-                + (f"; below {MIN_TASKS} tasks the gate has little power (see 'drop caught 80%')" if n < MIN_TASKS else "")
-                + ("; with one task there is no interval and the gate cannot fire" if n < 2 else "")
-            )
-    outcomes = outcomes.join(tasks, on=["family", "task_id"])
-    tokens = tokens.join(tasks, on=["family", "task_id"])
-    pairs = pooled_pairs(outcomes.select("task", "player", "replicate", "score"))
-
-    n_tasks = tasks.height
-    task_tokens = np.full((n_tasks, 2 * k), np.nan)
-    task_tokens[tokens["task"].to_numpy(), tokens["player"].to_numpy()] = tokens["tokens"].to_numpy()
-    data = PairData(
-        task_family=tasks["family"].replace_strict(fam_idx, return_dtype=pl.Int64).to_numpy(),
-        task=pairs["task"].to_numpy(),
-        winner=pairs["winner"].to_numpy(),
-        loser=pairs["loser"].to_numpy(),
-        weight=pairs["weight"].to_numpy().astype(float),
-        n_arms=2 * k,
-        families=families,
-        task_tokens=task_tokens,
-    )
+    data, task_notes = _pooled_data(base, cur, arm_order, families)
+    notes += task_notes
     fw_arr = np.array([fw[f] for f in families], dtype=float)
-    elo, tok, _ = point_estimate(data, fw_arr, anchor=0, l2=l2)
-    boot = bootstrap(data, fw_arr, anchor=0, rounds=rounds, seed=seed, l2=l2)
+    fits = fit_families(data, l2=l2)  # each family once: the point estimate and the bootstrap share it
+    elo, tok, _ = point_estimate(data, fw_arr, anchor=0, l2=l2, fits=fits)
+    boot = bootstrap(data, fw_arr, anchor=0, rounds=rounds, seed=seed, l2=l2, fits=fits)
     # The gate tests every arm at once: Bonferroni over arms keeps the chance that ANY unchanged arm is
     # flagged at most (1 - level) / 2 (one-sided), instead of that per arm.
     gate_level = 1.0 - (1.0 - level) / k if adjust == "bonferroni" else level
@@ -334,6 +277,78 @@ def compare_runs(
         notes=notes,
         sources=(base.source, cur.source),
     )
+
+
+def _arm_order(base: RunInputs) -> list[str]:
+    """Baseline's tokens/task order fixes the arm order (and the anchor: its cheapest arm)."""
+    base_tok = base.task_tokens.group_by("arm").agg(pl.col("tokens").mean().alias("t"))
+    return (
+        base.arms.join(base_tok, on="arm", how="left")
+        .sort(pl.col("t").fill_null(math.inf), "budget_n", "arm")
+        .get_column("arm")
+        .to_list()
+    )
+
+
+def _pooled_data(
+    base: RunInputs, cur: RunInputs, arm_order: list[str], families: list[str]
+) -> tuple[PairData, list[str]]:
+    """Both runs' outcomes and tokens as one PairData over 2K players (player = run x K + arm index), with
+    notes on families too small for a reliable gate."""
+    from elo_per_token.analysis.design import pair_data
+
+    k = len(arm_order)
+    arm_idx = pl.DataFrame({"arm": arm_order, "ai": list(range(k))}, schema={"arm": pl.Utf8, "ai": pl.Int64})
+
+    def players(df: pl.DataFrame, run: int) -> pl.DataFrame:
+        return df.join(arm_idx, on="arm", how="inner").with_columns(
+            (pl.col("ai") + run * k).alias("player")
+        )
+
+    outcomes = pl.concat(
+        [
+            players(r.outcomes.select("task_id", "family", "arm", "replicate", pl.col("score").cast(pl.Float64)), i)
+            for i, r in enumerate((base, cur))
+        ]
+    ).filter(pl.col("score").is_not_null())
+    tokens = pl.concat(
+        [
+            players(r.task_tokens.select("task_id", "family", "arm", pl.col("tokens").cast(pl.Float64)), i)
+            for i, r in enumerate((base, cur))
+        ]
+    ).filter(pl.col("family").is_in(families))  # a family with calls but no outcomes has nothing to compare
+    tasks = (
+        pl.concat([outcomes.select("family", "task_id"), tokens.select("family", "task_id")])
+        .unique()
+        .sort("family", "task_id")
+        .with_row_index("task")
+        .with_columns(pl.col("task").cast(pl.Int64))
+    )
+    outcomes = outcomes.join(tasks, on=["family", "task_id"])
+    tokens = tokens.join(tasks, on=["family", "task_id"])
+    data = pair_data(
+        tasks["family"],
+        families,
+        pooled_pairs(outcomes.select("task", "player", "replicate", "score")),
+        tokens.select("task", pl.col("player").alias("arm"), "tokens"),
+        2 * k,
+    )
+    return data, _small_family_notes(tasks)
+
+
+def _small_family_notes(tasks: pl.DataFrame) -> list[str]:
+    from elo_per_token.analysis.pipeline import MIN_TASKS, WARN_TASKS
+
+    notes = []
+    for fam, n in tasks.group_by("family").len().sort("family").iter_rows():  # one row per family
+        if n < WARN_TASKS:
+            notes.append(
+                f"family {fam}: only {n} task(s) (fewer than {WARN_TASKS}): intervals are widened for the small "
+                "sample but approximate"
+                + (f"; below {MIN_TASKS} tasks the gate has little power (see 'drop caught 80%')" if n < MIN_TASKS else "")
+                + ("; with one task there is no interval and the gate cannot fire" if n < 2 else "")
+            )
+    return notes
 
 
 def _failure_counts(base: RunInputs, cur: RunInputs) -> str:

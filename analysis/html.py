@@ -228,13 +228,23 @@ def cost_rows(returns: Sequence[Mapping[str, Any]], token_split: Sequence[Mappin
 def render_html(doc: Mapping[str, Any]) -> str:
     """The whole page as one string: no scripts, no external resources."""
     returns = list(doc.get("returns") or [])
-    families = list(doc.get("families") or [])
     manifest = doc.get("manifest") or None
     prices = _prices(manifest)
     split = token_split_rows(doc.get("token_split") or [], prices)
-    failures = list(doc.get("failures") or [])
-    title = str(doc.get("title") or "elo-per-token report")
+    parts = _page_head(doc)
+    parts += _returns_section(doc, returns)
+    parts += _families_section(list(doc.get("families") or []))
+    parts += _summary_and_tokens(doc, split, prices)
+    parts += _cost_section(doc, returns, split, prices)
+    parts += _failures_section(list(doc.get("failures") or []))
+    parts += _breakdown_section(list(doc.get("breakdown") or []))
+    parts += _page_tail(doc, manifest)
+    return "\n".join(parts) + "\n"
 
+
+def _page_head(doc: Mapping[str, Any]) -> list[str]:
+    """Doctype, title, inputs line and the warnings."""
+    title = str(doc.get("title") or "elo-per-token report")
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -251,7 +261,11 @@ def render_html(doc: Mapping[str, Any]) -> str:
         parts.append(f'<p class="muted">{" · ".join(meta)}</p>')
     for w in doc.get("warnings") or []:
         parts.append(f'<p class="warn">{html.escape(str(w))}</p>')
+    return parts
 
+
+def _returns_section(doc: Mapping[str, Any], returns: list[dict[str, Any]]) -> list[str]:
+    parts: list[str] = []
     parts.append('<section id="returns"><h2>Diminishing returns</h2>')
     parts.append(
         '<p class="muted">Rows ordered by tokens per task; ΔElo and ΔElo per 1k tokens are against the previous '
@@ -273,7 +287,11 @@ def render_html(doc: Mapping[str, Any]) -> str:
         )
         + "</figure></section>"
     )
+    return parts
 
+
+def _families_section(families: list[dict[str, Any]]) -> list[str]:
+    parts: list[str] = []
     if families:
         parts.append('<section id="families"><h2>Per-family breakdown</h2>')
         fam_cols = [("family", "family", None), ("arm", "arm", None), ("theta", "θ (centred)", ".3f"),
@@ -282,7 +300,13 @@ def render_html(doc: Mapping[str, Any]) -> str:
             fam_cols.append(("weight", "family weight", ".2f"))
         parts.append(_table("family-table", families, fam_cols))
         parts.append('<figure id="plot-families">' + _plot_families(families) + "</figure></section>")
+    return parts
 
+
+def _summary_and_tokens(
+    doc: Mapping[str, Any], split: list[dict[str, Any]], prices: tuple[float, float] | None
+) -> list[str]:
+    parts: list[str] = []
     counts = doc.get("counts") or {}
     if counts:
         shown = ["tasks", "calls", "strategy_calls", "judge_calls", "calls_missing_usage", "outcomes",
@@ -306,7 +330,16 @@ def render_html(doc: Mapping[str, Any]) -> str:
             cols.append(("cost", "cost", ",.4f"))
         parts.append(_table("token-table", split, cols))
         parts.append("</section>")
+    return parts
 
+
+def _cost_section(
+    doc: Mapping[str, Any],
+    returns: list[dict[str, Any]],
+    split: list[dict[str, Any]],
+    prices: tuple[float, float] | None,
+) -> list[str]:
+    parts: list[str] = []
     parts.append('<section id="cost"><h2>Cost</h2>')
     if prices is not None and split:
         parts.append(
@@ -333,7 +366,11 @@ def render_html(doc: Mapping[str, Any]) -> str:
                              ("d_elo", "ΔElo", "+.1f"), ("d_elo_per_usd", "ΔElo per $1", ",.0f"),
                              ("d_elo_per_usd_lo", "lo", ",.0f"), ("d_elo_per_usd_hi", "hi", ",.0f")]))  # fmt: skip
     parts.append("</section>")
+    return parts
 
+
+def _failures_section(failures: list[dict[str, Any]]) -> list[str]:
+    parts: list[str] = []
     parts.append('<section id="failures"><h2>Failures by class</h2>')
     if failures:
         parts.append(_table("failure-table", failures,
@@ -347,8 +384,11 @@ def render_html(doc: Mapping[str, Any]) -> str:
     else:
         parts.append('<p id="no-failures">No failed jobs.</p>')
     parts.append("</section>")
+    return parts
 
-    breakdown = list(doc.get("breakdown") or [])
+
+def _breakdown_section(breakdown: list[dict[str, Any]]) -> list[str]:
+    parts: list[str] = []
     if breakdown:
         parts.append('<section id="breakdown"><h2>Per arm: tasks, failures, token split</h2>')
         parts.append(
@@ -364,7 +404,12 @@ def render_html(doc: Mapping[str, Any]) -> str:
                              ("reasoning_tokens", "reasoning tokens", ",d"), ("reasoning_share", "reasoning", ".0%"),
                              ("cached_tokens", "cached input", ",d"), ("cached_share", "cached", ".0%")]))  # fmt: skip
         parts.append("</section>")
+    return parts
 
+
+def _page_tail(doc: Mapping[str, Any], manifest: Any) -> list[str]:
+    """Options, the run manifest (collapsed) and the end of the page."""
+    parts: list[str] = []
     if doc.get("options"):
         parts.append('<section id="options"><h2>Options</h2><pre>'
                      + html.escape(scrub(json.dumps(doc["options"], indent=2, sort_keys=True, default=str)))
@@ -379,7 +424,7 @@ def render_html(doc: Mapping[str, Any]) -> str:
     else:
         parts.append('<p class="muted">No run manifest found (the inputs were plain logs).</p>')
     parts.append("</section></body></html>")
-    return "\n".join(parts) + "\n"
+    return parts
 
 
 def write_html_doc(doc: Mapping[str, Any], path: str | Path) -> Path:

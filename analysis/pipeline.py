@@ -1,8 +1,12 @@
 """`analyze(...)`: call logs and outcomes in, an AnalysisResult out (no printing, no files).
 
-Steps: read and validate records -> check arms -> tokens per (task, arm) -> within-task comparisons
--> per-family Bradley-Terry, weighted merge, anchored Elo -> bootstrap over tasks -> returns tables,
-per-family view, frontier and heterogeneity warnings. Reports, plots and the HTML report consume the result.
+Stages, each a function that takes data and returns data (analyze runs them in this order):
+read (analysis.io.read_records, split_records: cross-line checks, records by kind) -> build_comparisons
+(tokens per (task, arm), within-task comparisons) -> select_arms (measured tokens and comparisons, cheapest
+first, the anchor) -> build_design (analysed comparisons, tasks, family weights, PairData) -> fit_once (each
+family's Bradley-Terry fit, once; weighted merge, anchored Elo) -> intervals (bootstrap over tasks, from the
+same fits) -> make_tables (returns tables, per family, per arm, cost) -> collect_warnings. Option checks are
+AnalysisOptions.validate. Reports, plots and the HTML report consume the result.
 """
 
 from __future__ import annotations
@@ -11,17 +15,21 @@ import math
 import platform
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
 from elo_per_token.analysis.breakdown import arm_breakdown, cost_arrays, parse_prices
 from elo_per_token.analysis.io import BadLine, Records, line_of, read_records
+from elo_per_token.analysis.level import check_level
 from elo_per_token.analysis.pairs import build_pairs, implied_pair_rows, outcome_groups
 from elo_per_token.analysis.tokens import arm_tokens, judge_tokens, strategy_calls, task_tokens
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.records import JUDGE_STRATEGY
+
+if TYPE_CHECKING:
+    from elo_per_token.analysis.bootstrap import BootstrapResult, FamilyPoint, PairData
 
 # Above this many outcome comparison rows, outcomes are kept grouped by score level instead (memory: a
 # 200-arm grid with 300 tasks is 9M rows, a 1,000-arm one 225M). Below it, one row per comparison.
@@ -47,6 +55,25 @@ class AnalysisOptions:
     prices: str | None = None  # "in=0.15,cached=0.075,out=0.6" USD per 1M tokens: cost per task, ΔElo per $1
     min_tasks: int = MIN_TASKS  # families with fewer tasks are left out of the merge (if another is not)
     heterogeneity_alpha: float = 0.05  # family x arm heterogeneity test, Bonferroni over arms
+
+    def validate(self) -> None:
+        """InputError naming the option (field = its flag) for a value no analysis can use. Run first by
+        analyze, before any input is read."""
+        if self.rounds < 0:
+            raise InputError(f"must be >= 0, got {self.rounds}", field="--rounds")
+        if self.l2 is not None and not (math.isfinite(self.l2) and self.l2 >= 0):
+            raise InputError(f"must be a finite number >= 0, got {self.l2}", field="--l2")
+        if self.min_tasks < 0:
+            raise InputError(f"must be >= 0, got {self.min_tasks}", field="--min-tasks")
+        check_level(self.level)
+        parse_prices(self.prices)
+
+    @property
+    def l2_value(self) -> float:
+        """The ridge penalty the fits use: the option, or the default prior."""
+        from elo_per_token.analysis.bt import prior_l2
+
+        return prior_l2() if self.l2 is None else float(self.l2)
 
 
 @dataclass
@@ -192,12 +219,6 @@ def check_records(records: Records, *, skip_bad: bool) -> tuple[pl.DataFrame, li
     return frame.filter(~pl.col("_i").is_in(dropped.implode())).drop("_i"), bad
 
 
-def _strings(df: pl.DataFrame) -> pl.DataFrame:
-    """The result's tables hold labels as strings, as before the records frame went Categorical: views and
-    reports join them with their own string columns."""
-    return df.with_columns(pl.col(pl.Categorical).cast(pl.String))
-
-
 def _decisive_families(groups: pl.DataFrame, judgments: pl.DataFrame, arms: list[str]) -> set[str]:
     """Families with at least one decisive (not tied) comparison between two of `arms`, without building
     pairs: a task where two different arms scored and two scores differ (some pair of replicates of
@@ -212,6 +233,114 @@ def _decisive_families(groups: pl.DataFrame, judgments: pl.DataFrame, arms: list
     return set(tasks["family"].to_list()) | set(j["family"].to_list())
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """Stage 1 (read): the validated records, split by kind."""
+
+    files: list[str]
+    frame: pl.DataFrame  # every kept record (analysis.io.RECORD_SCHEMA)
+    skipped: list[BadLine]
+    where: str | None  # the input file when there is one, for errors about the whole input
+    calls: pl.DataFrame
+    outcomes: pl.DataFrame
+    judgments: pl.DataFrame
+
+
+@dataclass(frozen=True)
+class Comparisons:
+    """Stage 2: tokens per arm and task, and every within-task comparison (all arms of the input)."""
+
+    tokens: pl.DataFrame  # analysis.tokens.arm_tokens
+    task_tokens: pl.DataFrame  # analysis.tokens.task_tokens
+    groups_full: pl.DataFrame  # analysis.pairs.outcome_groups of every scored outcome
+    pairs: pl.DataFrame  # PAIR_SCHEMA, label columns categorical (outcome rows only on small grids)
+    groups: pl.DataFrame  # outcome groups standing for outcome pairs on large grids, else empty
+    missing_usage: int
+    ungraded: int
+    warnings: list[str]
+
+
+@dataclass(frozen=True)
+class ArmSelection:
+    """Stage 3 (select arms): the arms with both measured tokens and comparisons, cheapest first."""
+
+    info: pl.DataFrame  # arm, strategy, budget_n, ... (analysis.tokens.arm_tokens rows)
+    arms: list[str]
+    anchor: str
+    warnings: list[str]
+
+    @property
+    def index(self) -> dict[str, int]:
+        return {a: i for i, a in enumerate(self.arms)}
+
+
+@dataclass(frozen=True)
+class Design:
+    """Stage 4 (build the design): the analysed comparisons, tasks, family weights and their PairData."""
+
+    pairs: pl.DataFrame
+    groups: pl.DataFrame
+    task_tokens: pl.DataFrame
+    tasks: pl.DataFrame  # t, task_id, family: task index order of `data`
+    families: list[str]
+    weights: dict[str, float]  # after leaving out small families
+    excluded: list[str]
+    n_tasks: dict[str, int]
+    data: PairData
+    warnings: list[str]
+
+    @property
+    def weight_array(self) -> np.ndarray:
+        return np.array([self.weights[f] for f in self.families], dtype=float)
+
+
+@dataclass(frozen=True)
+class PointFit:
+    """Stage 5 (fit once): each family's one Bradley-Terry fit, and the merged point estimate from it."""
+
+    family_fits: dict[str, FamilyPoint]  # reused by the bootstrap
+    elo: np.ndarray
+    tokens: np.ndarray
+    tokens_unweighted: np.ndarray
+    per_family_theta: dict[str, np.ndarray]
+    fits: list[FamilyFit]
+    warnings: list[str]
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """Stage 6: bootstrap rounds (None without rounds)."""
+
+    boot: BootstrapResult | None
+    warnings: list[str]
+
+    @property
+    def elo(self) -> np.ndarray | None:
+        return None if self.boot is None else self.boot.elo
+
+    @property
+    def tokens(self) -> np.ndarray | None:
+        return None if self.boot is None else self.boot.tokens_per_task
+
+    @property
+    def failed(self) -> int:
+        return 0 if self.boot is None else int(self.boot.failed_rounds)
+
+
+@dataclass(frozen=True)
+class Tables:
+    """Stage 7: every table of the report."""
+
+    strategies: list[str]
+    budgets: list[int]
+    table: pl.DataFrame
+    per_strategy: pl.DataFrame
+    vs_frontier: pl.DataFrame
+    breakdown: pl.DataFrame
+    cost_table: pl.DataFrame | None
+    per_family: pl.DataFrame
+
+
 def analyze(
     paths: Sequence[str],
     options: AnalysisOptions | None = None,
@@ -221,49 +350,65 @@ def analyze(
 ) -> AnalysisResult:
     """The whole analysis; raises InputError on bad input (nothing is written by this function).
 
-    progress(n) reports bootstrap rounds done; on_step(name) announces each long step.
-    """
-    from elo_per_token.analysis.bootstrap import (
-        OutcomeGroups,
-        PairData,
-        bootstrap,
-        family_counts,
-        point_estimate,
-        tokens_unweighted,
-    )
-    from elo_per_token.analysis.bt import fit_bt_counts, prior_l2
-    from elo_per_token.analysis.merge import ELO_BASE, ELO_SCALE, parse_weights
-    from elo_per_token.analysis.returns import (
-        family_heterogeneity,
-        frontier_steps_table,
-        per_strategy_table,
-        returns_table,
-    )
-
+    progress(n) reports bootstrap rounds done; on_step(name) announces each long step. The stages below
+    each take data and return data: read -> comparisons -> select arms -> design -> fit once -> intervals
+    -> tables -> warnings."""
     opt = options or AnalysisOptions()
-    if opt.rounds < 0:
-        raise InputError(f"must be >= 0, got {opt.rounds}", field="--rounds")
-    if opt.l2 is not None and not (math.isfinite(opt.l2) and opt.l2 >= 0):
-        raise InputError(f"must be a finite number >= 0, got {opt.l2}", field="--l2")
-    if opt.min_tasks < 0:
-        raise InputError(f"must be >= 0, got {opt.min_tasks}", field="--min-tasks")
-    l2 = prior_l2() if opt.l2 is None else float(opt.l2)
-    if not 0.5 <= opt.level < 1:
-        raise InputError(f"must be in [0.5, 1), got {opt.level}", field="--level")
+    opt.validate()
     step = on_step or (lambda _name: None)
     step("reading inputs")
     records = read_records(paths, skip_bad=opt.skip_bad, tasks_file=opt.tasks_file)
     step("building comparisons")
+    inp = split_records(records, opt)
+    comp = build_comparisons(inp, opt)
+    sel = select_arms(inp, comp, opt)
+    design = build_design(inp, comp, sel, opt)
+    step("fitting Bradley-Terry")
+    point = fit_once(design, sel, opt)
+    if opt.rounds > 0:
+        step("bootstrap rounds")
+    iv = intervals(design, sel, point, opt, progress)
+    tables = make_tables(inp, sel, design, point, iv, opt)
+    warnings = collect_warnings(inp, comp, sel, design, point, iv, tables, opt)
+    return _result(records, inp, comp, sel, design, point, iv, tables, warnings, opt)
+
+
+def split_records(records: Records, opt: AnalysisOptions) -> Inputs:
+    """Cross-line checks (check_records), then the records by kind."""
     frame, late_bad = check_records(records, skip_bad=opt.skip_bad)
-    skipped = sorted(records.skipped + late_bad, key=lambda b: (b.file, b.line))
-    where = records.files[0] if len(records.files) == 1 else None
+    return Inputs(
+        files=records.files,
+        frame=frame,
+        skipped=sorted(records.skipped + late_bad, key=lambda b: (b.file, b.line)),
+        where=records.files[0] if len(records.files) == 1 else None,
+        calls=_kind(frame, "call", _CALL_COLUMNS),
+        outcomes=_kind(frame, "outcome", _OUTCOME_COLUMNS),
+        judgments=_kind(frame, "judgment", _JUDGMENT_COLUMNS),
+    )
 
-    calls = frame.filter(pl.col("kind") == "call")
-    outcomes = frame.filter(pl.col("kind") == "outcome")
-    judgments = frame.filter(pl.col("kind") == "judgment")
+
+# What the stages read of each kind. A full-width copy of the calls of a 1M-job run (5M rows, 23 columns) was
+# the largest frame after the records themselves; the frame itself stays whole for the views (records=).
+_CALL_COLUMNS = ("task_id", "family", "strategy", "budget_n", "arm", "replicate", "role", "prompt_tokens",
+                 "completion_tokens", "usage_missing")  # fmt: skip
+_OUTCOME_COLUMNS = ("task_id", "family", "strategy", "budget_n", "arm", "replicate", "score")
+_JUDGMENT_COLUMNS = ("task_id", "family", "arm_a", "arm_b", "winner")
+
+
+def _kind(frame: pl.DataFrame, kind: str, columns: tuple[str, ...]) -> pl.DataFrame:
+    return frame.lazy().filter(pl.col("kind") == kind).select(columns).collect()
+
+
+def _strings(df: pl.DataFrame) -> pl.DataFrame:
+    """The result's tables hold labels as strings, as before the records frame went Categorical: views and
+    reports join them with their own string columns."""
+    return df.with_columns(pl.col(pl.Categorical).cast(pl.String))
+
+
+def build_comparisons(inp: Inputs, opt: AnalysisOptions) -> Comparisons:
+    """Tokens per arm and per (task, arm), and the within-task comparisons of every arm."""
     warnings: list[str] = []
-
-    tok_all = _strings(arm_tokens(calls))
+    tok_all = _strings(arm_tokens(inp.calls))
     missing_usage = int(tok_all["calls_missing_usage"].sum()) if tok_all.height else 0
     if missing_usage:
         warnings.append(
@@ -271,41 +416,50 @@ def analyze(
             "(see calls_missing_usage in arms.csv)"
         )
     # A judge job's own outcome carries no score by design: not an answer that failed before grading.
-    ungraded = int(outcomes.filter(pl.col("strategy") != JUDGE_STRATEGY)["score"].is_null().sum())
+    ungraded = int(inp.outcomes.filter(pl.col("strategy") != JUDGE_STRATEGY)["score"].is_null().sum())
     if ungraded:
         warnings.append(f"{ungraded} outcome(s) have no score (failed before grading) and are not compared")
 
     # A grid where every arm meets every other on each task has K^2/2 pair rows per task: past
     # _PAIR_ROWS_MAX rows, outcomes stay grouped by (task, arm, score level) and the fits expand them
     # into count matrices (analysis.bootstrap.OutcomeGroups); otherwise one row per comparison.
-    groups_full = outcome_groups(outcomes)
+    groups_full = outcome_groups(inp.outcomes)
     use_groups = implied_pair_rows(groups_full, drop_ties=opt.drop_ties) > _PAIR_ROWS_MAX
     # Labels as categoricals: pair rows hold codes, not strings.
     cat = pl.Categorical
     pairs_all = build_pairs(
-        (outcomes.head(0) if use_groups else outcomes).with_columns(pl.col("task_id", "family", "arm").cast(cat)),
-        judgments.with_columns(pl.col("task_id", "family", "arm_a", "arm_b").cast(cat)),
+        (inp.outcomes.head(0) if use_groups else inp.outcomes).with_columns(pl.col("task_id", "family", "arm").cast(cat)),
+        inp.judgments.with_columns(pl.col("task_id", "family", "arm_a", "arm_b").cast(cat)),
         drop_ties=opt.drop_ties,
     )
     groups_all = groups_full if use_groups else groups_full.head(0)
     if opt.drop_ties and pairs_all.height == 0 and groups_all.height == 0:
         # Every comparison is a tie: two rows per tied meeting (pairs.implied_pair_rows), one per judgment.
-        n_ties = implied_pair_rows(groups_full) // 2 + judgments.filter(pl.col("winner") == "tie").height
+        n_ties = implied_pair_rows(groups_full) // 2 + inp.judgments.filter(pl.col("winner") == "tie").height
         if n_ties:
             raise InputError(
                 f"all {n_ties} comparisons are ties (equal scores), so dropping ties leaves nothing to rank: "
                 "the data carry no information about which arm is stronger",
-                file=where,
+                file=inp.where,
                 field="--drop-ties",
             )
-    ttok_all = task_tokens(calls)
+    return Comparisons(
+        tokens=tok_all, task_tokens=task_tokens(inp.calls), groups_full=groups_full, pairs=pairs_all,
+        groups=groups_all, missing_usage=missing_usage, ungraded=ungraded, warnings=warnings,
+    )
+
+
+def select_arms(inp: Inputs, comp: Comparisons, opt: AnalysisOptions) -> ArmSelection:
+    """The arms that can sit on both axes (measured tokens, some comparison), cheapest first; the anchor."""
+    warnings: list[str] = []
+    tok_all, pairs_all = comp.tokens, comp.pairs
     # An arm whose every task lacks usage has no measured cost: it cannot sit on a tokens axis.
     with_tokens = set(tok_all.filter(pl.col("avg_tokens_per_task").is_not_null())["arm"].to_list())
-    for arm in sorted(set(ttok_all["arm"].to_list()) - with_tokens):
+    for arm in sorted(set(comp.task_tokens["arm"].to_list()) - with_tokens):
         warnings.append(f"arm {arm}: no task has complete usage, so its tokens per task are unknown; left out")
     compared = set(pairs_all["winner"].unique().to_list()) | set(pairs_all["loser"].unique().to_list())
-    compared |= set(groups_all["arm"].unique().to_list())
-    graded = set(outcomes.filter(pl.col("score").is_not_null())["arm"].to_list()) | compared
+    compared |= set(comp.groups["arm"].unique().to_list())
+    graded = set(inp.outcomes.filter(pl.col("score").is_not_null())["arm"].to_list()) | compared
     for arm in sorted(graded - with_tokens):
         warnings.append(f"arm {arm} has outcomes but no strategy calls: tokens unknown, left out")
     for arm in sorted(with_tokens - graded):
@@ -313,15 +467,14 @@ def analyze(
     for arm in sorted((graded & with_tokens) - compared):
         warnings.append(f"arm {arm} never meets another arm on a task: left out of the Elo table")
     keep = with_tokens & compared
-    if not strategy_calls(calls).height:
-        raise InputError("no call records (with usage): tokens per task cannot be measured", file=where)
-    if not (outcomes.height or judgments.height):
-        raise InputError("no outcome or judgment records: nothing to compare", file=where)
+    if not strategy_calls(inp.calls).height:
+        raise InputError("no call records (with usage): tokens per task cannot be measured", file=inp.where)
+    if not (inp.outcomes.height or inp.judgments.height):
+        raise InputError("no outcome or judgment records: nothing to compare", file=inp.where)
     if len(keep) < 2:
         raise InputError(
-            f"need at least two arms with both calls and comparisons, found {sorted(keep)}", file=where
+            f"need at least two arms with both calls and comparisons, found {sorted(keep)}", file=inp.where
         )
-
     # Arm order: cheapest first, the order of every array and of the table.
     arm_info = (
         tok_all.filter(pl.col("arm").is_in(sorted(keep)))
@@ -329,32 +482,26 @@ def analyze(
         .unique("arm", keep="first", maintain_order=True)
     )
     arms = arm_info["arm"].to_list()
-    k = len(arms)
-    arm_idx = {a: i for i, a in enumerate(arms)}
     anchor = opt.anchor or arms[0]
-    if anchor not in arm_idx:
+    if anchor not in arms:
         raise InputError(f"unknown arm {anchor!r}; arms: {', '.join(arms)}", field="--anchor")
+    return ArmSelection(info=arm_info, arms=arms, anchor=anchor, warnings=warnings)
 
-    pairs = pairs_all.filter(pl.col("winner").is_in(arms) & pl.col("loser").is_in(arms))
-    groups = groups_all.filter(pl.col("arm").is_in(arms)).filter(pl.col("arm").n_unique().over("task_id") > 1)
+
+def build_design(inp: Inputs, comp: Comparisons, sel: ArmSelection, opt: AnalysisOptions) -> Design:
+    """The analysed arms' comparisons and tasks, the family weights (small families left out) and the
+    PairData every fit reads."""
+    from elo_per_token.analysis.merge import parse_weights
+
+    arms = sel.arms
+    pairs = comp.pairs.filter(pl.col("winner").is_in(arms) & pl.col("loser").is_in(arms))
+    groups = comp.groups.filter(pl.col("arm").is_in(arms)).filter(pl.col("arm").n_unique().over("task_id") > 1)
     if pairs.height == 0 and groups.height == 0:
-        raise InputError(f"the arms with measured tokens ({', '.join(arms)}) never meet on a task", file=where)
-    ttok = ttok_all.filter(pl.col("arm").is_in(arms))
+        raise InputError(f"the arms with measured tokens ({', '.join(arms)}) never meet on a task", file=inp.where)
+    ttok = comp.task_tokens.filter(pl.col("arm").is_in(arms))
     families = sorted(set(pairs["family"].unique().to_list()) | set(groups["family"].unique().to_list()))
     fw = parse_weights(opt.weights, families)
-    fam_idx = {f: i for i, f in enumerate(families)}
-    fam_decisive = _decisive_families(groups_full, judgments, arms)
-    if not fam_decisive:
-        warnings.append(
-            "no signal: every comparison is a tie (equal scores), so the data say nothing about which arm is "
-            "stronger; every Elo is 1000 by construction, not by measurement, and the frontier only "
-            "reflects cost"
-        )
-    else:
-        for f in families:
-            if f not in fam_decisive:
-                warnings.append(f"family {f}: every comparison is a tie, so it carries no information about strength")
-
+    warnings = _tie_warnings(families, _decisive_families(comp.groups_full, inp.judgments, arms))
     # Tasks: everything compared, plus token-only tasks of the analysed families (they count for cost).
     tasks = (
         pl.concat([
@@ -367,47 +514,73 @@ def analyze(
         .sort("family", "task_id")
         .with_row_index("t")
     )
-    t_of = tasks.select(pl.col("task_id").cast(cat), pl.col("t").cast(pl.Int64))  # the records' task ids are Categorical
-    p = pairs.join(t_of, on="task_id").with_columns(
-        pl.col("winner").replace_strict(arm_idx, return_dtype=pl.Int64).alias("wi"),
-        pl.col("loser").replace_strict(arm_idx, return_dtype=pl.Int64).alias("li"),
+    data = _pair_data(tasks, pairs, groups, ttok, families, sel.index, opt.drop_ties)
+    counted = tasks.group_by("family").len()
+    n_tasks = dict(zip(counted["family"].to_list(), counted["len"].to_list(), strict=True))
+    fw, excluded, small = _small_families(families, fw, n_tasks, opt.min_tasks)
+    return Design(
+        pairs=pairs, groups=groups, task_tokens=ttok, tasks=tasks, families=families, weights=fw,
+        excluded=excluded, n_tasks=n_tasks, data=data, warnings=warnings + small,
     )
-    grid = np.full((tasks.height, k), np.nan)
-    tt = ttok.join(t_of, on="task_id").with_columns(
-        pl.col("arm").replace_strict(arm_idx, return_dtype=pl.Int64).alias("ai")
+
+
+def _tie_warnings(families: list[str], decisive: set[str]) -> list[str]:
+    if not decisive:
+        return [
+            "no signal: every comparison is a tie (equal scores), so the data say nothing about which arm is "
+            "stronger; every Elo is 1000 by construction, not by measurement, and the frontier only "
+            "reflects cost"
+        ]
+    return [
+        f"family {f}: every comparison is a tie, so it carries no information about strength"
+        for f in families
+        if f not in decisive
+    ]
+
+
+def _pair_data(
+    tasks: pl.DataFrame,
+    pairs: pl.DataFrame,
+    groups: pl.DataFrame,
+    ttok: pl.DataFrame,
+    families: list[str],
+    arm_idx: dict[str, int],
+    drop_ties: bool,
+) -> PairData:
+    """Labels -> indices (task by task_id, arm by arm_idx); analysis.design.pair_data does the rest."""
+    from elo_per_token.analysis.design import pair_data
+
+    # The records' task ids are Categorical (analysis.io.LABEL_COLUMNS), and so every frame joined here.
+    t_of = tasks.select(pl.col("task_id").cast(pl.Categorical), pl.col("t").cast(pl.Int64).alias("task"))
+
+    def arm(col: str) -> pl.Expr:
+        return pl.col(col).replace_strict(arm_idx, return_dtype=pl.Int64)
+
+    p = pairs.join(t_of, on="task_id")
+    return pair_data(
+        tasks["family"],
+        families,
+        p.select("task", arm("winner").alias("winner"), arm("loser").alias("loser"), "weight"),
+        ttok.join(t_of, on="task_id").select("task", arm("arm").alias("arm"), "tokens"),
+        len(arm_idx),
+        groups=groups.join(t_of, on="task_id").select("task", arm("arm").alias("arm"), "level", "mass"),
+        tie_weight=0.0 if drop_ties else 0.5,
     )
-    grid[tt["t"].to_numpy(), tt["ai"].to_numpy()] = tt["tokens"].to_numpy()
-    og = None
-    if groups.height:
-        g = groups.join(t_of, on="task_id").with_columns(
-            pl.col("arm").replace_strict(arm_idx, return_dtype=pl.Int64).alias("ai")
-        )
-        og = OutcomeGroups(
-            task=g["t"].to_numpy(), arm=g["ai"].to_numpy(), level=g["level"].to_numpy(),
-            mass=g["mass"].to_numpy().astype(float), tie_weight=0.0 if opt.drop_ties else 0.5,
-        )
-    data = PairData(
-        task_family=tasks["family"].replace_strict(fam_idx, return_dtype=pl.Int64).to_numpy(),
-        task=p["t"].to_numpy(),
-        winner=p["wi"].to_numpy(),
-        loser=p["li"].to_numpy(),
-        weight=p["weight"].to_numpy().astype(float),
-        n_arms=k,
-        families=families,
-        task_tokens=grid,
-        outcome_groups=og,
-    )
-    # Small families: a family of a few tasks cannot be resampled into an honest interval (one task is
-    # redrawn every round) and lets a handful of comparisons swing the merged scale. Below min_tasks it is
-    # left out of the merge (weight 0) when some other weighted family has enough tasks.
-    n_tasks = tasks.group_by("family").len()
-    n_tasks = dict(zip(n_tasks["family"].to_list(), n_tasks["len"].to_list(), strict=True))
-    big = [f for f in families if fw[f] > 0 and n_tasks[f] >= opt.min_tasks]
-    excluded = [f for f in families if fw[f] > 0 and n_tasks[f] < opt.min_tasks] if big else []
+
+
+def _small_families(
+    families: list[str], fw: dict[str, float], n_tasks: dict[str, int], min_tasks: int
+) -> tuple[dict[str, float], list[str], list[str]]:
+    """(weights, excluded families, warnings). A family of a few tasks cannot be resampled into an honest
+    interval (one task is redrawn every round) and lets a handful of comparisons swing the merged scale.
+    Below min_tasks it is left out of the merge (weight 0) when some other weighted family has enough."""
+    big = [f for f in families if fw[f] > 0 and n_tasks[f] >= min_tasks]
+    excluded = [f for f in families if fw[f] > 0 and n_tasks[f] < min_tasks] if big else []
+    warnings = []
     for f in families:
         if f in excluded:
             warnings.append(
-                f"family {f}: only {n_tasks[f]} task(s), below the minimum of {opt.min_tasks} "
+                f"family {f}: only {n_tasks[f]} task(s), below the minimum of {min_tasks} "
                 "(--min-tasks): left out of the merge, Elo and tokens per task (its per-family Elo is shown "
                 "but not trustworthy)"
             )
@@ -420,21 +593,28 @@ def analyze(
     if excluded:
         kept = sum(fw[f] for f in families if f not in excluded)
         fw = {f: (0.0 if f in excluded else w / kept) for f, w in fw.items()}
-    fw_arr = np.array([fw[f] for f in families], dtype=float)
-    a_i = arm_idx[anchor]
-    step("fitting Bradley-Terry")
-    elo, tok, per_family_theta = point_estimate(data, fw_arr, anchor=a_i, l2=l2)
-    tok_unweighted = tokens_unweighted(data)
+    return fw, excluded, warnings
 
+
+def fit_once(design: Design, sel: ArmSelection, opt: AnalysisOptions) -> PointFit:
+    """Each family's Bradley-Terry fit, ONCE (analysis.bootstrap.fit_families); the merged point estimate
+    and the fit diagnostics both come from it, and the bootstrap reuses it."""
+    from elo_per_token.analysis.bootstrap import fit_families, point_estimate, tokens_unweighted
+
+    data, arms = design.data, sel.arms
+    family_fits = fit_families(data, l2=opt.l2_value)
+    elo, tok, per_family_theta = point_estimate(
+        data, design.weight_array, anchor=sel.index[sel.anchor], l2=opt.l2_value, fits=family_fits
+    )
     fits: list[FamilyFit] = []
-    for fi, f in enumerate(families):
-        counts = family_counts(data, fi)
-        d = fit_bt_counts(counts, l2=l2)
+    warnings: list[str] = []
+    for f in design.families:
+        d = family_fits[f].fit
         fits.append(
             FamilyFit(
                 family=f,
-                tasks=int(tasks.filter(pl.col("family") == f).height),
-                comparisons=float(counts.sum()),
+                tasks=int(design.n_tasks[f]),
+                comparisons=family_fits[f].comparisons,
                 converged=bool(d.converged),
                 n_iter=int(d.n_iter),
                 grad_norm=float(d.grad_norm),
@@ -449,108 +629,152 @@ def analyze(
                 "comes from the other families only (placed on the common scale through the arms the "
                 "families share)"
             )
+    return PointFit(
+        family_fits=family_fits, elo=np.asarray(elo, dtype=float), tokens=np.asarray(tok, dtype=float),
+        tokens_unweighted=tokens_unweighted(data), per_family_theta=per_family_theta, fits=fits,
+        warnings=warnings,
+    )
 
-    elo_s = tok_s = None
-    failed = 0
-    boot = None
-    if opt.rounds > 0:
-        step("bootstrap rounds")
-        boot = bootstrap(
-            data, fw_arr, anchor=a_i, rounds=opt.rounds, seed=opt.seed, l2=l2, progress=progress
-        )
-        elo_s, tok_s, failed = boot.elo, boot.tokens_per_task, int(boot.failed_rounds)
-        if failed:
-            warnings.append(f"{failed} of {opt.rounds} bootstrap rounds had a non-converged fit")
 
-    strategies = arm_info["strategy"].to_list()
-    budgets = [int(b) for b in arm_info["budget_n"].to_list()]
+def intervals(
+    design: Design,
+    sel: ArmSelection,
+    point: PointFit,
+    opt: AnalysisOptions,
+    progress: Callable[[int], None] | None = None,
+) -> Intervals:
+    """Bootstrap rounds over tasks (none when opt.rounds == 0), stretched from the point fits."""
+    from elo_per_token.analysis.bootstrap import bootstrap
+
+    if opt.rounds <= 0:
+        return Intervals(boot=None, warnings=[])
+    boot = bootstrap(
+        design.data, design.weight_array, anchor=sel.index[sel.anchor], rounds=opt.rounds, seed=opt.seed,
+        l2=opt.l2_value, progress=progress, fits=point.family_fits,
+    )
+    failed = int(boot.failed_rounds)
+    warnings = [f"{failed} of {opt.rounds} bootstrap rounds had a non-converged fit"] if failed else []
+    return Intervals(boot=boot, warnings=warnings)
+
+
+def make_tables(
+    inp: Inputs, sel: ArmSelection, design: Design, point: PointFit, iv: Intervals, opt: AnalysisOptions
+) -> Tables:
+    """The returns table (and over cost when priced), per strategy, vs the frontier, per family, per arm."""
+    from elo_per_token.analysis.returns import frontier_steps_table, per_strategy_table, returns_table
+
+    arms, elo, tok, elo_s, tok_s = sel.arms, point.elo, point.tokens, iv.elo, iv.tokens
+    strategies = sel.info["strategy"].to_list()
+    budgets = [int(b) for b in sel.info["budget_n"].to_list()]
     table = returns_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level)
     prices = parse_prices(opt.prices)
-    breakdown = _strings(arm_breakdown(frame.filter(pl.col("arm").is_in(arms)), prices))
-    warnings += _task_set_warnings(breakdown)
+    # Lazy: the breakdown's queries read their few columns of the analysed arms' rows, no copy of the frame.
+    breakdown = _strings(arm_breakdown(inp.frame.lazy().filter(pl.col("arm").is_in(arms)), prices))
     cost_table = None
     if prices is not None:
-        cost, cost_s = cost_arrays(arms, np.asarray(tok, dtype=float), tok_s, breakdown)
+        cost, cost_s = cost_arrays(arms, tok, tok_s, breakdown)
         # The returns table over cost: "per 1k" of (USD x 1000) is per $1.
         cost_table = returns_table(
             arms, strategies, budgets, cost * 1000, elo, elo_s, None if cost_s is None else cost_s * 1000, level=opt.level
         ).rename(lambda c: c.replace("tokens_per_task", "cost_per_task").replace("per_1k", "per_usd"))
         cost_table = cost_table.with_columns(pl.col("cost_per_task") / 1000)
-    unweighted = pl.DataFrame({"arm": arms, "tokens_per_task_unweighted": tok_unweighted})
+    unweighted = pl.DataFrame({"arm": arms, "tokens_per_task_unweighted": point.tokens_unweighted})
     table = table.join(unweighted.with_columns(pl.col(pl.Float64).fill_nan(None)), on="arm", how="left")
-    per_strategy = per_strategy_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level)
-    vs_frontier = frontier_steps_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level)
-    if boot is not None:
-        warnings += _ratio_warnings(table, opt.rounds)
-        warnings += family_heterogeneity(
-            per_family_theta, boot.family_theta, fw, arms, alpha=opt.heterogeneity_alpha
-        )
+    return Tables(
+        strategies=strategies,
+        budgets=budgets,
+        table=table,
+        per_strategy=per_strategy_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level),
+        vs_frontier=frontier_steps_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level),
+        breakdown=breakdown,
+        cost_table=cost_table,
+        per_family=_per_family_table(design, arms, point.per_family_theta),
+    )
+
+
+def _per_family_table(design: Design, arms: list[str], per_family_theta: dict[str, np.ndarray]) -> pl.DataFrame:
+    from elo_per_token.analysis.merge import ELO_BASE, ELO_SCALE
 
     rows = []
-    for f in families:
+    for f in design.families:
         th = np.asarray(per_family_theta[f], dtype=float)
         centred = th - np.nanmean(th)
         rows += [
             {
                 "family": f,
-                "weight": fw[f],
+                "weight": design.weights[f],
                 "arm": a,
                 "theta": None if math.isnan(centred[i]) else float(centred[i]),
                 "elo": None if math.isnan(centred[i]) else float(ELO_BASE + ELO_SCALE * centred[i]),
             }
             for i, a in enumerate(arms)
         ]
-    per_family = pl.DataFrame(
+    return pl.DataFrame(
         rows,
         schema={"family": pl.String, "weight": pl.Float64, "arm": pl.String, "theta": pl.Float64, "elo": pl.Float64},
     )
 
+
+def collect_warnings(
+    inp: Inputs,
+    comp: Comparisons,
+    sel: ArmSelection,
+    design: Design,
+    point: PointFit,
+    iv: Intervals,
+    tables: Tables,
+    opt: AnalysisOptions,
+) -> list[str]:
+    """Every stage's warnings in pipeline order, then those read off the tables; skipped lines first."""
+    from elo_per_token.analysis.returns import family_heterogeneity
+
+    warnings = comp.warnings + sel.warnings + design.warnings + point.warnings + iv.warnings
+    warnings += _task_set_warnings(tables.breakdown)
+    if iv.boot is not None:
+        warnings += _ratio_warnings(tables.table, opt.rounds)
+        warnings += family_heterogeneity(
+            point.per_family_theta, iv.boot.family_theta, design.weights, sel.arms, alpha=opt.heterogeneity_alpha
+        )
+    if inp.skipped:
+        warnings.insert(0, f"skipped {len(inp.skipped)} bad line(s) (--skip-bad); first: {inp.skipped[0]}")
+    return warnings
+
+
+def _result(
+    records: Records,
+    inp: Inputs,
+    comp: Comparisons,
+    sel: ArmSelection,
+    design: Design,
+    point: PointFit,
+    iv: Intervals,
+    tables: Tables,
+    warnings: list[str],
+    opt: AnalysisOptions,
+) -> AnalysisResult:
+    n_strategy_calls = strategy_calls(inp.calls).height
     counts = {
         "files": len(records.files),
-        "calls": calls.height,
-        "strategy_calls": strategy_calls(calls).height,
-        "judge_calls": calls.height - strategy_calls(calls).height,
-        "calls_missing_usage": missing_usage,
-        "outcomes": outcomes.height,
-        "ungraded_outcomes": ungraded,
-        "judgments": judgments.height,
-        "comparisons": pairs.height + implied_pair_rows(groups, drop_ties=opt.drop_ties),
-        "tasks": tasks.height,
-        "skipped_lines": len(skipped),
+        "calls": inp.calls.height,
+        "strategy_calls": n_strategy_calls,
+        "judge_calls": inp.calls.height - n_strategy_calls,
+        "calls_missing_usage": comp.missing_usage,
+        "outcomes": inp.outcomes.height,
+        "ungraded_outcomes": comp.ungraded,
+        "judgments": inp.judgments.height,
+        "comparisons": design.pairs.height + implied_pair_rows(design.groups, drop_ties=opt.drop_ties),
+        "tasks": design.tasks.height,
+        "skipped_lines": len(inp.skipped),
     }
-    if skipped:
-        warnings.insert(0, f"skipped {len(skipped)} bad line(s) (--skip-bad); first: {skipped[0]}")
     return AnalysisResult(
-        inputs=records.files,
-        options=opt,
-        counts=counts,
-        skipped=skipped,
-        arms=arms,
-        strategies=strategies,
-        budgets=budgets,
-        families=families,
-        family_weights=fw,
-        anchor=anchor,
-        tokens=tok_all,
-        judge_tokens=_strings(judge_tokens(calls)),
-        task_tokens=_strings(ttok),
-        pairs=pairs,
-        elo=np.asarray(elo, dtype=float),
-        tokens_per_task=np.asarray(tok, dtype=float),
-        table=table,
-        per_strategy=per_strategy,
-        per_family=per_family,
-        fits=fits,
-        warnings=warnings,
-        elo_samples=elo_s,
-        tokens_samples=tok_s,
-        failed_rounds=failed,
-        versions=versions(),
-        records=frame,
-        breakdown=breakdown,
-        cost_table=cost_table,
-        vs_frontier=vs_frontier,
-        excluded_families=excluded,
+        inputs=records.files, options=opt, counts=counts, skipped=inp.skipped, arms=sel.arms,
+        strategies=tables.strategies, budgets=tables.budgets, families=design.families,
+        family_weights=design.weights, anchor=sel.anchor, tokens=comp.tokens, judge_tokens=_strings(judge_tokens(inp.calls)),
+        task_tokens=_strings(design.task_tokens), pairs=design.pairs, elo=point.elo, tokens_per_task=point.tokens,
+        table=tables.table, per_strategy=tables.per_strategy, per_family=tables.per_family, fits=point.fits,
+        warnings=warnings, elo_samples=iv.elo, tokens_samples=iv.tokens, failed_rounds=iv.failed,
+        versions=versions(), records=inp.frame, breakdown=tables.breakdown, cost_table=tables.cost_table,
+        vs_frontier=tables.vs_frontier, excluded_families=design.excluded,
     )
 
 

@@ -440,6 +440,13 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
             + ", ".join(f"{md_escape(r['arm'])}: {r['total_tokens']} tokens" for r in result.judge_tokens.iter_rows(named=True)),
             "",
         ]
+    parts += _md_fits_and_end(result, plots)
+    return "\n".join(parts)
+
+
+def _md_fits_and_end(result: AnalysisResult, plots: list[str] | None) -> list[str]:
+    """The end of report.md: the fits, warnings, plots, inputs and versions."""
+    parts: list[str] = []
     parts += ["## Fits", ""]
     for f in result.fits:
         unobs = f" unobserved arms: {', '.join(md_escape(a) for a in f.unobserved)}." if f.unobserved else ""
@@ -461,7 +468,7 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         "Versions: " + ", ".join(f"{k} {v}" for k, v in result.versions.items()),
         "",
     ]
-    return "\n".join(parts)
+    return parts
 
 
 def arms_csv_frame(result: AnalysisResult) -> pl.DataFrame:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import polars as pl
 
+from elo_per_token.analysis.level import check_level
 from elo_per_token.analysis.merge import ELO_SCALE
 
 __all__ = [
@@ -50,8 +51,7 @@ def _validate(arms, strategies, budgets, tokens, elo, elo_samples, tokens_sample
     elo = np.asarray(elo, dtype=float)
     if tokens.shape != (k,) or elo.shape != (k,):
         raise ValueError(f"tokens_per_task and elo must have shape [{k}]")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
+    check_level(level)  # LevelError is a ValueError too
     out = []
     for name, s in (("elo_samples", elo_samples), ("tokens_samples", tokens_samples)):
         if s is not None:

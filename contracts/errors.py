@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 # Exit codes of every `ept` command (docs/sweep.md lists them):
 #   0 done · 1 some jobs failed · 2 bad input or setup (file:line:field) · 3 a sweep stopped because the
@@ -34,12 +35,17 @@ class InputError(Exception):
         return f"{where}{field}{self.message}"
 
 
-# Error classes shared by the provider client, the worker, the ledger and reports.
+# Error classes: one vocabulary shared by the provider client, the worker, the ledger and reports.
 # "credential" and "endpoint" are egress problems (fix the profile, not the evaluation);
-# "task" is an evaluation-side failure (grader crash, bad task).
 # "unreachable" (connection refused / DNS) is egress too; "context_overflow" is a property of the strategy
-# and the task (scored as a loss, see worker.job).
-ERROR_CLASSES = (
-    "credential", "endpoint", "rate_limit", "unreachable", "transient", "context_overflow", "permanent", "task",
-)  # fmt: skip
-EGRESS_CLASSES = frozenset({"credential", "endpoint", "unreachable"})
+# and the task (scored as a loss, see worker.job); "task" is an evaluation-side failure (grader crash, bad
+# task) and is never raised by the provider client.
+ProviderErrorClass = Literal[
+    "credential", "endpoint", "rate_limit", "unreachable", "transient", "context_overflow", "permanent",
+]  # fmt: skip
+ErrorClass = Literal[ProviderErrorClass, "task"]
+PROVIDER_ERROR_CLASSES: tuple[ProviderErrorClass, ...] = get_args(ProviderErrorClass)
+ERROR_CLASSES: tuple[ErrorClass, ...] = (*PROVIDER_ERROR_CLASSES, "task")
+EGRESS_CLASSES: frozenset[ErrorClass] = frozenset({"credential", "endpoint", "unreachable"})
+# Failures worth another attempt after a backoff (the provider client's retries, then the worker's).
+RETRYABLE: frozenset[ErrorClass] = frozenset({"rate_limit", "transient", "unreachable"})

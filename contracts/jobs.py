@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from elo_per_token.contracts.generation import label
 
@@ -95,3 +95,63 @@ class Job:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
+
+
+class CeleryJobContextDict(TypedDict):
+    """The job context as it travels in a Celery message (the task's second argument): plain JSON.
+
+    `clear_failure` is present (and true) only for a job with a failure object from an earlier attempt, and
+    `max_attempts` only when it differs from the worker's default of 3, so the messages of an ordinary job are
+    the same four keys they always were: a worker and a coordinator of the same version interoperate.
+    """
+
+    ledger: str
+    base_url: str | None
+    rpm: int | None
+    tpm: int | None
+    clear_failure: NotRequired[bool]
+    max_attempts: NotRequired[int]
+
+
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class CeleryJobContext:
+    """What a Celery worker needs besides the job: where results go and how to reach the provider.
+
+    Built by the coordinator (coordinator.celery_exec), read by the worker (worker.tasks.celery_run_job); on
+    the wire it is `to_dict()` (Celery sends JSON only), never this object. Not to be confused with
+    worker.strategies.base.JobContext, what a strategy sees while it runs a job.
+    """
+
+    ledger: str  # ledger URL the worker writes the job's object (or failure) to
+    base_url: str | None = None  # --profile-url-override: the profile's requests go here instead
+    rpm: int | None = None  # the plan's rate limits for the profile (None: the profile's own)
+    tpm: int | None = None
+    # The job has a failure object from an earlier attempt, deleted once it succeeds (no blind DELETE otherwise).
+    clear_failure: bool = False
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+
+    def to_dict(self) -> CeleryJobContextDict:
+        d: CeleryJobContextDict = {
+            "ledger": self.ledger, "base_url": self.base_url, "rpm": self.rpm, "tpm": self.tpm
+        }  # fmt: skip
+        if self.clear_failure:
+            d["clear_failure"] = True
+        if self.max_attempts != DEFAULT_MAX_ATTEMPTS:
+            d["max_attempts"] = self.max_attempts
+        return d
+
+    @classmethod
+    def from_dict(cls, d: CeleryJobContextDict | dict[str, Any]) -> CeleryJobContext:
+        """The worker's reading of a message's context: `ledger` is required (KeyError otherwise, as before);
+        the rest default when absent, and keys it does not know are ignored."""
+        return cls(
+            ledger=d["ledger"],
+            base_url=d.get("base_url"),
+            rpm=d.get("rpm"),
+            tpm=d.get("tpm"),
+            clear_failure=bool(d.get("clear_failure")),
+            max_attempts=int(d.get("max_attempts", DEFAULT_MAX_ATTEMPTS)),
+        )

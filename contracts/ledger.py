@@ -18,6 +18,7 @@ and readers never see a partial file); an S3 write uses `put_object(IfNoneMatch=
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -91,7 +92,8 @@ def _find_keys(base: Path) -> Iterator[str] | None:
     def gen() -> Iterator[str]:
         n = len(JOB_SUFFIX) + 1
         with subprocess.Popen(argv, cwd=base, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
-            assert proc.stdout is not None
+            if proc.stdout is None:  # not an assert: `python -O` would strip it
+                raise RuntimeError("find was started without a stdout pipe")
             for line in proc.stdout:
                 yield line[:-n].decode("utf-8", "surrogateescape")
         if proc.returncode not in (0, None):
@@ -417,7 +419,8 @@ class S3Ledger:
     def _get(self, key: str) -> bytes | None:
         c = self.client
         try:
-            return self._retry(lambda: c.get_object(Bucket=self.bucket, Key=key))["Body"].read()
+            body: bytes = self._retry(lambda: c.get_object(Bucket=self.bucket, Key=key))["Body"].read()
+            return body
         except Exception as e:
             if _s3_status(e) == 404 or getattr(e, "response", {}).get("Error", {}).get("Code") == "NoSuchKey":
                 return None
@@ -499,7 +502,7 @@ class S3Ledger:
             if start:
                 kw["StartAfter"] = start
             while True:
-                page = self._retry(lambda kw=kw: c.list_objects_v2(**kw))
+                page = self._retry(functools.partial(c.list_objects_v2, **kw))
                 for obj in page.get("Contents", []):
                     if end is not None and obj["Key"] > end:
                         return out

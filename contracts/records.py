@@ -30,14 +30,15 @@ JUDGE_STRATEGY = "judge"
 CALL_ROLES = ("sample", "verifier", "search_node", "tool_turn", "judge")
 
 
-@dataclass
-class Usage:
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int | None = None
+# Keys every ledger line carries besides its own fields: the job identity (JobResult.identity) and `kind`.
+LINE_IDENTITY_KEYS = frozenset(
+    ["schema", "run_id", "job_key", "task_id", "family", "strategy", "budget_n", "arm", "replicate", "kind"]
+)
 
 
-@dataclass
+# Keyword-only: twelve fields of which several are optional ints and strings are easy to pass in the wrong
+# order. Field order (and so the JSON written to the ledger) is unchanged.
+@dataclass(kw_only=True)
 class CallRecord:
     call_index: int
     role: str
@@ -141,12 +142,8 @@ class JobResult:
                 outcome = Outcome(**{k: v for k, v in rec.items() if k in out_fields})
                 started, finished = rec.get("started_at", 0.0), rec.get("finished_at", 0.0)
             elif rec.get("kind") == "judgment":
-                judgments.append({k: v for k, v in rec.items() if k not in JobResult_identity_keys})
+                judgments.append({k: v for k, v in rec.items() if k not in LINE_IDENTITY_KEYS})
         if outcome is None:
             raise ValueError(f"job {job.key}: no outcome line")
         return cls(job, calls, outcome, started, finished, judgments)
 
-
-JobResult_identity_keys = frozenset(
-    ["schema", "run_id", "job_key", "task_id", "family", "strategy", "budget_n", "arm", "replicate", "kind"]
-)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 
 
 def mask(secret: str | None) -> str:
@@ -16,7 +17,7 @@ def mask(secret: str | None) -> str:
     return f"{prefix}…{secret[-4:]}"
 
 
-def scrub(text: str, secrets: list[str | None] | None = None) -> str:
+def scrub(text: str, secrets: Sequence[str | None] | None = None) -> str:
     """Replace every occurrence of the given secrets (default: likely-secret env values) with its mask."""
     if secrets is None:
         secrets = [v for k, v in os.environ.items() if _looks_secret_name(k)]

@@ -7,7 +7,8 @@ One task per line (see docs/suites.md):
     prompt       str            -- or --   messages: [{"role", "content"}, ...]
     reference    the expected answer (str/number; for code tasks the canonical solution); may be null
                  only with grader type "none" (judge mode)
-    grader       {"type": one of GRADER_TYPES, ...options}
+    grader       {"type": a registered grader (contracts.graders.grader_types()), ...options checked by
+                 that grader's option check}
     difficulty   optional float in 0..1
     distractors  optional list of plausible wrong answers (the simulator uses them)
     tools        optional OpenAI tool specs; tool_impl {tool name: {"type": "calculator" | "lookup", ...}}
@@ -22,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.graders import GraderOptionError, GraderSchema, get_schema, grader_types
 
-GRADER_TYPES = ("exact", "normalised", "numeric", "math", "regex", "choice", "code", "tool", "bfcl", "none")
 TOOL_IMPL_TYPES = ("calculator", "lookup", "record")
 _KNOWN_FIELDS = {
     "task_id", "family", "prompt", "messages", "reference", "grader", "difficulty", "distractors",
@@ -61,10 +62,10 @@ def validate_task(task: Any, file: str = "<task>", line: int = 1) -> dict[str, A
         if not ok or not any(m["role"] == "user" for m in msgs):
             raise _fail("must be a list of {role, content} with at least one user message", file, line, "messages")
     grader = task.get("grader")
-    if not isinstance(grader, dict) or grader.get("type") not in GRADER_TYPES:
-        raise _fail(f"must be an object with 'type' in {', '.join(GRADER_TYPES)}", file, line, "grader")
-    gtype = grader["type"]
-    if task.get("reference") is None and gtype != "none":
+    schema = get_schema(grader.get("type")) if isinstance(grader, dict) else None
+    if schema is None:
+        raise _fail(f"must be an object with 'type' in {', '.join(grader_types())}", file, line, "grader")
+    if task.get("reference") is None and schema.needs_reference:
         raise _fail("required unless grader type is 'none' (judge mode)", file, line, "reference")
     if "difficulty" in task:
         d = task["difficulty"]
@@ -72,53 +73,16 @@ def validate_task(task: Any, file: str = "<task>", line: int = 1) -> dict[str, A
             raise _fail("must be a number in 0..1", file, line, "difficulty")
     if "distractors" in task and not isinstance(task["distractors"], list):
         raise _fail("must be a list of wrong answers", file, line, "distractors")
-    _check_grader_options(task, grader, file, line)
+    _check_grader_options(task, schema, file, line)
     _check_tools(task, file, line)
     return task
 
 
-def _check_grader_options(task: dict[str, Any], grader: dict[str, Any], file: str, line: int) -> None:
-    gtype = grader["type"]
-    if gtype == "numeric":
-        for opt in ("abs_tol", "rel_tol"):
-            v = grader.get(opt, 0.0)
-            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
-                raise _fail(f"grader option '{opt}' must be a number >= 0", file, line, "grader")
-        try:
-            float(task["reference"])
-        except (TypeError, ValueError):
-            raise _fail("numeric grader needs a numeric reference", file, line, "reference") from None
-    if gtype == "math" and (isinstance(task["reference"], bool) or not isinstance(task["reference"], str | int | float)):
-        raise _fail("math grader needs a LaTeX string or a number", file, line, "reference")
-    if gtype == "regex":
-        import re
-
-        try:
-            re.compile(str(grader.get("pattern", task.get("reference", ""))))
-        except re.error as e:
-            raise _fail(f"bad regular expression: {e}", file, line, "grader") from None
-    if gtype == "choice" and "choices" in grader and not isinstance(grader["choices"], list):
-        raise _fail("grader option 'choices' must be a list", file, line, "grader")
-    if gtype == "code":
-        if not isinstance(task.get("entry_point"), str) or not task["entry_point"].isidentifier():
-            raise _fail("code tasks need a Python identifier", file, line, "entry_point")
-        for f in ("tests", "visible_tests"):
-            if f in task or f == "tests":
-                tests = task.get(f)
-                if not isinstance(tests, list) or (f == "tests" and not tests) or not all(isinstance(t, str) for t in tests):
-                    raise _fail("must be a list of Python assert statements (strings)", file, line, f)
-    if gtype == "tool":
-        calls = grader.get("expect_calls", [])
-        if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls):
-            raise _fail("grader option 'expect_calls' must be a list of {name, arguments?}", file, line, "grader")
-        if not task.get("tools"):
-            raise _fail("tool grader needs the task's tools", file, line, "tools")
-    if gtype == "bfcl":
-        if not task.get("tools"):
-            raise _fail("bfcl grader needs the task's tools", file, line, "tools")
-        if not isinstance(task["reference"], list) or not all(isinstance(g, dict) for g in task["reference"]):
-            raise _fail("bfcl grader needs the possible answers: a list of {function: {param: [options]}}",
-                        file, line, "reference")
+def _check_grader_options(task: dict[str, Any], schema: GraderSchema, file: str, line: int) -> None:
+    try:
+        schema.check_options(task, task["grader"])
+    except GraderOptionError as e:
+        raise _fail(e.message, file, line, e.field) from None
 
 
 def _check_tools(task: dict[str, Any], file: str, line: int) -> None:

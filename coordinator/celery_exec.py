@@ -1,14 +1,15 @@
 """The Celery executor: enqueue jobs by task NAME in batches, then follow them through the result backend.
 
 The coordinator does not import the worker's task code: messages name `ept.run_job` and carry the job (plain
-JSON) and a context (ledger URL, endpoint override, rate limits). Progress comes from the result backend with
-one MGET per poll for all outstanding jobs; the results themselves are in the ledger.
+JSON) and a context (contracts.jobs.CeleryJobContext, sent as plain JSON: ledger URL, endpoint override, rate limits).
+Progress comes from the result backend with one MGET per poll for all outstanding jobs; the results themselves are in the ledger.
 If the coordinator is interrupted, enqueued jobs keep running on the workers; a rerun skips what has landed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import signal
 import threading
@@ -17,7 +18,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
-from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.jobs import CeleryJobContext, Job
 
 TASK_NAME = "ept.run_job"
 
@@ -78,9 +79,191 @@ def _cancel_queued(app: Any, run_ids: set[str], n_pending: int, notice: Callable
                    "jobs already running finish on the workers")  # fmt: skip
 
 
+def _read_back(meta: dict[str, Any]) -> tuple[str, Any]:
+    """A result-backend entry as (what happened, its payload): ("result", the job's summary), ("failure", the
+    worker's exception message), ("retry", the worker's RETRYING meta) or ("running", None) for any other state
+    (the job is not finished)."""
+    state, result = meta.get("status"), meta.get("result")
+    if state == "SUCCESS":
+        return "result", result
+    if state == "FAILURE":
+        return "failure", result.get("exc_message") if isinstance(result, dict) else str(result)
+    if state == "RETRYING" and isinstance(result, dict):
+        return "retry", result
+    return "running", None
+
+
+class _Outstanding:
+    """The run's enqueued, unfinished jobs and their progress in the result backend.
+
+    One object rather than closures over shared locals, so each step (send, poll, recover from a broker
+    restart) is a method of its own; the state is exactly what `run_celery` used to keep in locals.
+    """
+
+    # Jobs finish roughly in the order they were sent: most polls read only the oldest WINDOW pending
+    # results; every tenth reads them all, so a job that finishes out of order is seen within a second.
+    WINDOW = 1000
+
+    def __init__(
+        self,
+        app: Any,
+        ctx: CeleryJobContext,
+        *,
+        queue: str,
+        batch_size: int,
+        on_result: Callable[[dict[str, Any]], None],
+        on_retry: Callable[[str, int, str], None] | None,
+        notice: Callable[[str], None] | None,
+        clear_failures: Collection[str],
+    ) -> None:
+        self.app, self.backend = app, app.backend
+        self.queue, self.batch_size = queue, batch_size
+        self.on_result, self.on_retry, self.notice = on_result, on_retry, notice
+        self.clear_failures = clear_failures
+        # Serialised once: the context of every message is one of these two plain dicts.
+        self.ctx_wire = ctx.to_dict()
+        self.ctx_clear_wire = dataclasses.replace(ctx, clear_failure=True).to_dict()
+        # task id -> (job, its result-backend key): the job to enqueue again if the broker loses its data, the
+        # key built once rather than on every poll.
+        self.pending: dict[str, tuple[Job, bytes]] = {}
+        self.retry_seen: dict[str, Any] = {}
+        self.ticks = 0
+        self.run_ids: set[str] = set()
+        # A marker in Redis: gone after a broker restart means Redis came back empty (no persistence).
+        self.marker = f"ept:sweep-alive:{uuid.uuid4().hex}"
+        self.broker_down_since: list[float] = []  # when the current broker outage began (empty = reachable)
+
+    def mark_alive(self) -> None:
+        self.backend.client.set(self.marker, "1", ex=7 * 24 * 3600)
+
+    def send(self, job: Job, producer: Any) -> None:
+        if job.run_id not in self.run_ids:  # a new session of the run lifts an earlier session's cancel
+            from elo_per_token.contracts.jobs import cancel_key
+
+            self.run_ids.add(job.run_id)
+            _broker_redis(self.app).delete(cancel_key(job.run_id))
+        tid = f"{job.run_id}:{uuid.uuid4().hex}"
+        # Only a job with a failure object from an earlier attempt deletes it on success (no blind DELETE).
+        job_ctx = self.ctx_clear_wire if job.key in self.clear_failures else self.ctx_wire
+        # argsrepr: Flower shows the job key; Celery would otherwise saferepr() the whole job for every message,
+        # ~15% of the coordinator's CPU per job.
+        self.app.send_task(TASK_NAME, args=[job.to_dict(), job_ctx], task_id=tid, queue=self.queue,
+                           producer=producer, argsrepr=f"[{job.key!r}]", kwargsrepr="{}")  # fmt: skip
+        self.pending[tid] = (job, self.backend.get_key_for_task(tid))
+
+    def send_batch(self, jobs: list[Job], producer: Any) -> None:
+        with _pipelined(producer, self.batch_size):
+            for job in jobs:
+                self.send(job, producer)
+
+    def poll(self) -> None:
+        """One MGET for the pending results (see WINDOW); finished jobs are reported and their entries deleted."""
+        if not self.pending:
+            return
+        self.ticks += 1
+        ids = list(self.pending) if self.ticks % 10 == 0 else list(itertools.islice(self.pending, self.WINDOW))
+        keys = [self.pending[t][1] for t in ids]
+        values = self.backend.mget(keys)
+        finished = []
+        for tid, key, raw in zip(ids, keys, values, strict=True):
+            if raw is None:
+                continue
+            what, payload = _read_back(self.backend.decode_result(raw))
+            if what == "result":
+                self.on_result(payload)
+            elif what == "failure":
+                self.on_result(_failed(self.pending[tid][0].key, f"worker error: {payload}"))
+            else:
+                self._note_retry(tid, payload if what == "retry" else None)
+                continue
+            self.pending.pop(tid)
+            finished.append(key)
+        if finished:
+            # One DEL per poll, not one round trip per finished job.
+            self.backend.client.delete(*finished)
+
+    def _note_retry(self, tid: str, meta: dict[str, Any] | None) -> None:
+        """Report a job's retry once per attempt (the backend shows the same RETRYING meta on every poll)."""
+        if meta is not None and self.on_retry and self.retry_seen.get(tid) != meta:
+            self.retry_seen[tid] = meta
+            self.on_retry(self.pending[tid][0].key, int(meta.get("attempt", 1)), str(meta.get("class")))
+
+    def resend_if_lost(self) -> None:
+        """After an outage: if Redis lost its data, the queued messages and results are gone — enqueue the
+        pending jobs again. Safe if some did run: workers skip jobs already in the ledger."""
+        if self.backend.client.exists(self.marker):
+            return
+        lost = [job for job, _ in self.pending.values()]
+        self.pending.clear()
+        with self.app.producer_or_acquire() as producer:
+            self.send_batch(lost, producer)
+        self.mark_alive()
+        if self.notice:
+            self.notice(f"the broker came back empty: enqueued {len(lost)} unfinished jobs again")
+
+    def patient_poll(self, broker_patience_s: float) -> None:
+        """poll(), riding out a broker restart: the results wait in Redis, so reconnect and read them later."""
+        import redis.exceptions
+        from kombu.exceptions import OperationalError
+
+        try:
+            if self.broker_down_since:
+                self.resend_if_lost()
+            self.poll()
+            self.broker_down_since.clear()
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OperationalError) as e:
+            if not self.broker_down_since:
+                self.broker_down_since.append(time.monotonic())
+                if self.notice:
+                    self.notice(f"lost the broker ({type(e).__name__}); reconnecting")
+            if time.monotonic() - self.broker_down_since[0] > broker_patience_s:
+                raise
+            time.sleep(min(2.0, 0.2 * 2 ** min(int(time.monotonic() - self.broker_down_since[0]), 4)))
+
+
+def _enqueue_all(
+    out: _Outstanding,
+    jobs: Iterable[Job],
+    *,
+    max_pending: int,
+    poll_s: float,
+    broker_patience_s: float,
+    should_stop: Callable[[], bool],
+) -> None:
+    """Send the jobs in pipelined batches, never more than `max_pending` unfinished at once."""
+    stream = iter(jobs)
+    with out.app.producer_or_acquire() as producer:
+        while not should_stop():
+            batch = list(itertools.islice(stream, max(1, out.batch_size)))
+            if not batch:
+                break
+            out.send_batch(batch, producer)
+            del batch
+            out.poll()
+            while len(out.pending) >= max_pending and not should_stop():
+                time.sleep(poll_s)
+                out.patient_poll(broker_patience_s)
+
+
+def _drain(out: _Outstanding, *, poll_s: float, broker_patience_s: float, idle_notice_s: float) -> None:
+    """Follow the enqueued jobs until every one has finished; say once if none finishes for a while."""
+    last_change, last_pending, told = time.monotonic(), len(out.pending), False
+    while out.pending:
+        time.sleep(poll_s)
+        out.patient_poll(broker_patience_s)
+        if len(out.pending) != last_pending:
+            last_change, last_pending = time.monotonic(), len(out.pending)
+        elif out.notice and not told and time.monotonic() - last_change > idle_notice_s:
+            told = True
+            out.notice(
+                f"no job finished in {idle_notice_s:.0f}s: is a worker consuming queue {out.queue!r} on this broker? "
+                f"(start one with `ept worker --queue {out.queue}`); enqueued jobs wait on the queue until then"
+            )
+
+
 def run_celery(
     jobs: Iterable[Job],
-    ctx: dict[str, Any],
+    ctx: CeleryJobContext,
     *,
     queue: str,
     batch_size: int,
@@ -103,137 +286,20 @@ def run_celery(
     from elo_per_token.worker.celery_app import make_app
 
     app = make_app(broker_url)
-    backend = app.backend
-    # task id -> (job, its result-backend key): the job to enqueue again if the broker loses its data, the key
-    # built once rather than on every poll.
-    pending: dict[str, tuple[Job, bytes]] = {}
-    retry_seen: dict[str, Any] = {}
-    ticks = 0
-    window = 1000
-    # A marker in Redis: gone after a broker restart means Redis came back empty (no persistence).
-    marker = f"ept:sweep-alive:{uuid.uuid4().hex}"
-
-    def poll() -> None:
-        nonlocal ticks
-        if not pending:
-            return
-        # Jobs finish roughly in the order they were sent: most polls read only the oldest `window` pending
-        # results; every tenth reads them all, so a job that finishes out of order is seen within a second.
-        ticks += 1
-        ids = list(pending) if ticks % 10 == 0 else list(itertools.islice(pending, window))
-        keys = [pending[t][1] for t in ids]
-        values = backend.mget(keys)
-        finished = []
-        for tid, key, raw in zip(ids, keys, values, strict=True):
-            if raw is None:
-                continue
-            meta = backend.decode_result(raw)
-            state, result = meta.get("status"), meta.get("result")
-            if state == "SUCCESS":
-                on_result(result)
-            elif state == "FAILURE":
-                msg = result.get("exc_message") if isinstance(result, dict) else str(result)
-                on_result(_failed(pending[tid][0].key, f"worker error: {msg}"))
-            else:
-                if state == "RETRYING" and on_retry and isinstance(result, dict) and retry_seen.get(tid) != result:
-                    retry_seen[tid] = result
-                    on_retry(pending[tid][0].key, int(result.get("attempt", 1)), str(result.get("class")))
-                continue
-            pending.pop(tid)
-            finished.append(key)
-        if finished:
-            # One DEL per poll, not one round trip per finished job.
-            backend.client.delete(*finished)
-
-    ctx_clear = {**ctx, "clear_failure": True}
-
-    run_ids: set[str] = set()
-
-    def send(job: Job, producer: Any) -> None:
-        if job.run_id not in run_ids:  # a new session of the run lifts an earlier session's cancel
-            from elo_per_token.contracts.jobs import cancel_key
-
-            run_ids.add(job.run_id)
-            _broker_redis(app).delete(cancel_key(job.run_id))
-        tid = f"{job.run_id}:{uuid.uuid4().hex}"
-        # Only a job with a failure object from an earlier attempt deletes it on success (no blind DELETE).
-        job_ctx = ctx_clear if job.key in clear_failures else ctx
-        # argsrepr: Flower shows the job key; Celery would otherwise saferepr() the whole job for every message,
-        # ~15% of the coordinator's CPU per job.
-        app.send_task(TASK_NAME, args=[job.to_dict(), job_ctx], task_id=tid, queue=queue, producer=producer,
-                      argsrepr=f"[{job.key!r}]", kwargsrepr="{}")  # fmt: skip
-        pending[tid] = (job, backend.get_key_for_task(tid))
-
-    def resend_if_lost() -> None:
-        """After an outage: if Redis lost its data, the queued messages and results are gone — enqueue the
-        pending jobs again. Safe if some did run: workers skip jobs already in the ledger."""
-        if backend.client.exists(marker):
-            return
-        lost = [job for job, _ in pending.values()]
-        pending.clear()
-        with app.producer_or_acquire() as producer, _pipelined(producer, batch_size):
-            for job in lost:
-                send(job, producer)
-        backend.client.set(marker, "1", ex=7 * 24 * 3600)
-        if notice:
-            notice(f"the broker came back empty: enqueued {len(lost)} unfinished jobs again")
-
-    broker_down_since: list[float] = []  # when the current broker outage began (empty = reachable)
-
-    def patient_poll() -> None:
-        """poll(), riding out a broker restart: the results wait in Redis, so reconnect and read them later."""
-        import redis.exceptions
-        from kombu.exceptions import OperationalError
-
-        try:
-            if broker_down_since:
-                resend_if_lost()
-            poll()
-            broker_down_since.clear()
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OperationalError) as e:
-            if not broker_down_since:
-                broker_down_since.append(time.monotonic())
-                if notice:
-                    notice(f"lost the broker ({type(e).__name__}); reconnecting")
-            if time.monotonic() - broker_down_since[0] > broker_patience_s:
-                raise
-            time.sleep(min(2.0, 0.2 * 2 ** min(int(time.monotonic() - broker_down_since[0]), 4)))
-
+    out = _Outstanding(app, ctx, queue=queue, batch_size=batch_size, on_result=on_result, on_retry=on_retry,
+                       notice=notice, clear_failures=clear_failures)  # fmt: skip
     # SIGTERM stops the coordinator like Ctrl-C: the run's queued jobs are cancelled, not left to run unobserved.
     prev_term = None
     if threading.current_thread() is threading.main_thread():
         prev_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        _first_contact(lambda: backend.client.set(marker, "1", ex=7 * 24 * 3600), app)
-        stream = iter(jobs)
-        with app.producer_or_acquire() as producer:
-            while not should_stop():
-                batch = list(itertools.islice(stream, max(1, batch_size)))
-                if not batch:
-                    break
-                with _pipelined(producer, batch_size):
-                    for job in batch:
-                        send(job, producer)
-                del batch
-                poll()
-                while len(pending) >= max_pending and not should_stop():
-                    time.sleep(poll_s)
-                    patient_poll()
-        last_change, last_pending, told = time.monotonic(), len(pending), False
-        while pending:
-            time.sleep(poll_s)
-            patient_poll()
-            if len(pending) != last_pending:
-                last_change, last_pending = time.monotonic(), len(pending)
-            elif notice and not told and time.monotonic() - last_change > idle_notice_s:
-                told = True
-                notice(
-                    f"no job finished in {idle_notice_s:.0f}s: is a worker consuming queue {queue!r} on this broker? "
-                    f"(start one with `ept worker --queue {queue}`); enqueued jobs wait on the queue until then"
-                )
+        _first_contact(out.mark_alive, app)
+        _enqueue_all(out, jobs, max_pending=max_pending, poll_s=poll_s, broker_patience_s=broker_patience_s,
+                     should_stop=should_stop)  # fmt: skip
+        _drain(out, poll_s=poll_s, broker_patience_s=broker_patience_s, idle_notice_s=idle_notice_s)
         return not should_stop()  # stopped early (egress broken) unless every job was sent before it tripped
     except KeyboardInterrupt:
-        _cancel_queued(app, run_ids, len(pending), notice)
+        _cancel_queued(app, out.run_ids, len(out.pending), notice)
         raise
     finally:
         if prev_term is not None:

@@ -193,95 +193,23 @@ def plan_from_raw(raw: dict[str, Any], source: str = "<plan>") -> Plan:
 
 
 def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | None) -> Plan:
+    # The checks run in the order a reader meets the fields (name, suites, arms, then the run settings), so
+    # a plan with several mistakes always reports the same, first one.
     v = _V(file, text)
     unknown = sorted(set(raw) - _TOP_FIELDS)
     if unknown:
         raise v.err(f"unknown field (known: {', '.join(sorted(_TOP_FIELDS))})", unknown[0])
-
-    if "name" not in raw:
-        raise InputError("missing required field", file=file, field="name")
-    name = v.str_(raw["name"], "name")
-    if not _NAME.match(name):
-        raise v.err("must be letters, digits, '-', '_' or '.' (it names the run in the ledger)", "name")
+    name = _name(raw, v)
     profile = v.str_(raw.get("profile", "default"), "profile")
-
-    suites_raw = raw.get("suites")
-    if suites_raw is None:
-        raise InputError("missing required field (built-in suite names or JSONL files)", file=file, field="suites")
-    if isinstance(suites_raw, str):
-        suites_raw = [suites_raw]
-    if not isinstance(suites_raw, list) or not suites_raw:
-        raise v.err("must be a non-empty list of suite names or files", "suites")
-    base = Path(base_dir) if base_dir else None
-    suites = []
-    for s in suites_raw:
-        s = v.str_(s, "suites")
-        if s.endswith(".jsonl") and base is not None and not Path(s).is_absolute():
-            s = str((base / s).resolve())
-        suites.append(s)
-
-    arms_raw = raw.get("arms")
-    if not isinstance(arms_raw, list) or not arms_raw:
-        raise InputError("missing or empty [[arms]] (each: strategy, budgets)", file=file, field="arms")
-    arms = []
-    for i, a in enumerate(arms_raw):
-        where = f"arms[{i}]"
-        if not isinstance(a, dict):
-            raise v.err("must be a table", where)
-        extra = sorted(set(a) - {"strategy", "budgets", "budget", "params", *generation.FIELDS})
-        if extra:
-            raise v.err(
-                f"unknown field (known: strategy, budgets, params, {', '.join(generation.FIELDS)})",
-                f"{where}.{extra[0]}",
-            )
-        if "strategy" not in a:
-            raise v.err("missing strategy", f"{where}.strategy", key="strategy", table="arms")
-        strategy = v.str_(a["strategy"], f"{where}.strategy")
-        budgets = a.get("budgets", [a["budget"]] if "budget" in a else None)
-        if not isinstance(budgets, list) or not budgets:
-            raise v.err("must be a non-empty list of integers", f"{where}.budgets", key="budgets", table="arms")
-        budgets = tuple(v.int_(b, f"{where}.budgets", 1, table="arms", key="budgets", hi=MAX_BUDGET) for b in budgets)
-        if len(set(budgets)) != len(budgets):
-            raise v.err("budgets repeat", f"{where}.budgets", key="budgets", table="arms")
-        params = a.get("params", {})
-        if not isinstance(params, dict):
-            raise v.err("must be a table of strategy parameters", f"{where}.params", key="params", table="arms")
-        arms.append(Arm(strategy, budgets, dict(params), _arm_gens(a, where, v)))
+    suites = _suites(raw, v, base_dir)
+    arms = _arms(raw, v)
     _check_strategies(arms, v)
-
     executor = raw.get("executor", "local")
     if executor not in EXECUTORS:
         raise v.err(f"must be one of {', '.join(EXECUTORS)}, got {executor!r}", "executor")
-
-    weights: dict[str, float] = {}
-    w_raw = raw.get("weights", {})
-    if not isinstance(w_raw, dict):
-        raise v.err("must be a table family = weight", "weights")
-    for fam, w in w_raw.items():
-        if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0:
-            raise v.err("must be a finite number >= 0 (not nan or inf)", f"weights.{fam}", key=fam, table="weights")
-        weights[fam] = float(w)
-
-    limits: dict[str, RateLimit] = {}
-    rl_raw = raw.get("rate_limits", {})
-    if not isinstance(rl_raw, dict):
-        raise v.err("must be a table of [rate_limits.<profile>]", "rate_limits")
-    for prof, lim in rl_raw.items():
-        t = f"rate_limits.{prof}"
-        if not isinstance(lim, dict) or set(lim) - {"rpm", "tpm"}:
-            raise v.err("must be a table with rpm and/or tpm", t, table=t, key="rpm")
-        limits[prof] = RateLimit(
-            rpm=v.int_(lim["rpm"], f"{t}.rpm", 1, table=t, key="rpm") if "rpm" in lim else None,
-            tpm=v.int_(lim["tpm"], f"{t}.tpm", 1, table=t, key="tpm") if "tpm" in lim else None,
-        )
-
-    gen_raw = raw.get("generation", {})
-    if not isinstance(gen_raw, dict):
-        raise v.err("must be a table of generation settings", "generation")
-    plan_gen = generation.check(
-        gen_raw, lambda msg, k: v.err(msg, f"generation.{k}", key=k, table="generation")
-    )
-
+    weights = _weights(raw, v)
+    limits = _rate_limits(raw, v)
+    plan_gen = _plan_generation(raw, v)
     ledger = v.str_(raw.get("ledger", "./ept-out/ledger"), "ledger")
     anchor = raw.get("anchor")
     if anchor is not None:
@@ -309,6 +237,105 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
         source=file,
         raw=raw,
     )
+
+
+def _name(raw: dict[str, Any], v: _V) -> str:
+    """The run id: required, and safe as a folder/prefix name in the ledger."""
+    if "name" not in raw:
+        raise InputError("missing required field", file=v.file, field="name")
+    name = v.str_(raw["name"], "name")
+    if not _NAME.match(name):
+        raise v.err("must be letters, digits, '-', '_' or '.' (it names the run in the ledger)", "name")
+    return name
+
+
+def _suites(raw: dict[str, Any], v: _V, base_dir: str | Path | None) -> list[str]:
+    """Suite names and files; a relative JSONL file is resolved against the plan file's folder."""
+    suites_raw = raw.get("suites")
+    if suites_raw is None:
+        raise InputError("missing required field (built-in suite names or JSONL files)", file=v.file, field="suites")
+    if isinstance(suites_raw, str):
+        suites_raw = [suites_raw]
+    if not isinstance(suites_raw, list) or not suites_raw:
+        raise v.err("must be a non-empty list of suite names or files", "suites")
+    base = Path(base_dir) if base_dir else None
+    suites = []
+    for s in suites_raw:
+        s = v.str_(s, "suites")
+        if s.endswith(".jsonl") and base is not None and not Path(s).is_absolute():
+            s = str((base / s).resolve())
+        suites.append(s)
+    return suites
+
+
+def _arms(raw: dict[str, Any], v: _V) -> list[Arm]:
+    arms_raw = raw.get("arms")
+    if not isinstance(arms_raw, list) or not arms_raw:
+        raise InputError("missing or empty [[arms]] (each: strategy, budgets)", file=v.file, field="arms")
+    return [_arm(a, f"arms[{i}]", v) for i, a in enumerate(arms_raw)]
+
+
+def _arm(a: Any, where: str, v: _V) -> Arm:
+    """One [[arms]] table: its strategy, budgets (distinct, bounded), parameters and generation settings."""
+    if not isinstance(a, dict):
+        raise v.err("must be a table", where)
+    extra = sorted(set(a) - {"strategy", "budgets", "budget", "params", *generation.FIELDS})
+    if extra:
+        raise v.err(
+            f"unknown field (known: strategy, budgets, params, {', '.join(generation.FIELDS)})",
+            f"{where}.{extra[0]}",
+        )
+    if "strategy" not in a:
+        raise v.err("missing strategy", f"{where}.strategy", key="strategy", table="arms")
+    strategy = v.str_(a["strategy"], f"{where}.strategy")
+    budgets = a.get("budgets", [a["budget"]] if "budget" in a else None)
+    if not isinstance(budgets, list) or not budgets:
+        raise v.err("must be a non-empty list of integers", f"{where}.budgets", key="budgets", table="arms")
+    budgets = tuple(v.int_(b, f"{where}.budgets", 1, table="arms", key="budgets", hi=MAX_BUDGET) for b in budgets)
+    if len(set(budgets)) != len(budgets):
+        raise v.err("budgets repeat", f"{where}.budgets", key="budgets", table="arms")
+    params = a.get("params", {})
+    if not isinstance(params, dict):
+        raise v.err("must be a table of strategy parameters", f"{where}.params", key="params", table="arms")
+    return Arm(strategy, budgets, dict(params), _arm_gens(a, where, v))
+
+
+def _weights(raw: dict[str, Any], v: _V) -> dict[str, float]:
+    """[weights]: family = a finite weight >= 0 (nan or inf would poison the merged Elo)."""
+    weights: dict[str, float] = {}
+    w_raw = raw.get("weights", {})
+    if not isinstance(w_raw, dict):
+        raise v.err("must be a table family = weight", "weights")
+    for fam, w in w_raw.items():
+        if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0:
+            raise v.err("must be a finite number >= 0 (not nan or inf)", f"weights.{fam}", key=fam, table="weights")
+        weights[fam] = float(w)
+    return weights
+
+
+def _rate_limits(raw: dict[str, Any], v: _V) -> dict[str, RateLimit]:
+    """[rate_limits.<profile>]: rpm and/or tpm, positive integers."""
+    limits: dict[str, RateLimit] = {}
+    rl_raw = raw.get("rate_limits", {})
+    if not isinstance(rl_raw, dict):
+        raise v.err("must be a table of [rate_limits.<profile>]", "rate_limits")
+    for prof, lim in rl_raw.items():
+        t = f"rate_limits.{prof}"
+        if not isinstance(lim, dict) or set(lim) - {"rpm", "tpm"}:
+            raise v.err("must be a table with rpm and/or tpm", t, table=t, key="rpm")
+        limits[prof] = RateLimit(
+            rpm=v.int_(lim["rpm"], f"{t}.rpm", 1, table=t, key="rpm") if "rpm" in lim else None,
+            tpm=v.int_(lim["tpm"], f"{t}.tpm", 1, table=t, key="tpm") if "tpm" in lim else None,
+        )
+    return limits
+
+
+def _plan_generation(raw: dict[str, Any], v: _V) -> dict[str, Any]:
+    """[generation]: settings for every arm, checked by contracts.generation."""
+    gen_raw = raw.get("generation", {})
+    if not isinstance(gen_raw, dict):
+        raise v.err("must be a table of generation settings", "generation")
+    return generation.check(gen_raw, lambda msg, k: v.err(msg, f"generation.{k}", key=k, table="generation"))
 
 
 def _arm_gens(a: dict[str, Any], where: str, v: _V) -> tuple[dict[str, Any], ...]:

@@ -169,6 +169,91 @@ def plan_source(plan: Plan) -> tuple[Callable[[], Iterator[Job]], int]:
     return (lambda: iter_jobs(plan, tasks)), count_jobs(plan, tasks)
 
 
+def _job_stream(plan: Plan, jobs: Iterable[Job] | None) -> tuple[Callable[[], Iterator[Job]], int]:
+    """(a fresh stream of the jobs to consider, how many): the plan's, streamed, or the given list."""
+    if jobs is None:
+        return plan_source(plan)
+    listed = list(jobs)
+    return (lambda: iter(listed)), len(listed)
+
+
+def _existing(ledger: Ledger, run_id: str, prog: Any, bar: Any) -> tuple[set[str], set[str]]:
+    """(keys of the run's results, keys of the jobs with a failure object and no result), counting on the bar."""
+    have: set[str] = set()
+    for k in ledger.iter_job_keys(run_id):
+        have.add(k)
+        if len(have) % 10_000 == 0:
+            prog.update(bar, detail=f"{len(have):,} results found")
+    # Only jobs that failed before have a failure object to delete when they succeed (no blind DELETE).
+    had_failure = {k for k in ledger.iter_failure_keys(run_id) if k not in have}
+    return have, had_failure
+
+
+class _Live:
+    """The executors' callbacks: count results in the tally and show them on the progress bar."""
+
+    def __init__(self, tally: Tally, prog: Any, bar: Any) -> None:
+        self.tally, self.prog, self.bar = tally, prog, bar
+        self.counted = 0  # jobs handed to the executor (the true number to run, known once the stream ends)
+
+    def todo(self, stream: Callable[[], Iterator[Job]], have: set[str]) -> Iterator[Job]:
+        for j in stream():
+            if j.key not in have:
+                self.counted += 1
+                yield j
+
+    def refresh(self) -> None:
+        tally = self.tally
+        rate = tally.tokens
+        self.prog.update(
+            self.bar,
+            completed=tally.finished,
+            detail=f"done {tally.done + tally.duplicate} · skipped {tally.skipped} · failed {tally.failed} · "
+            f"retrying {len(tally.retrying)} · calls {tally.calls} · tokens {rate:,}",
+        )
+
+    def on_result(self, s: dict[str, Any]) -> None:
+        self.tally.add(s)
+        self.refresh()
+
+    def on_retry(self, job_or_key: Any, attempt: int, cls: str) -> None:
+        self.tally.retry(job_or_key if isinstance(job_or_key, str) else job_or_key.key)
+        self.refresh()
+
+
+def _run_jobs(
+    plan: Plan,
+    executor: str,
+    todo: Iterator[Job],
+    ledger: Ledger,
+    live: _Live,
+    had_failure: set[str],
+    *,
+    profile: Any,
+    base_url: str | None,
+    run: Any,
+    broker_url: str | None,
+) -> bool:
+    """Run `todo` on the chosen executor; False when interrupted or stopped early."""
+    tally = live.tally
+    try:
+        if executor == "local":
+            return _run_local(plan, todo, ledger, profile, live.on_result, live.on_retry, tally, run, had_failure)
+        from elo_per_token.contracts.jobs import CeleryJobContext
+        from elo_per_token.coordinator.celery_exec import run_celery
+
+        lim = plan.limits_for(plan.profile)
+        ctx = CeleryJobContext(ledger=ledger.url, base_url=base_url, rpm=lim.rpm, tpm=lim.tpm)
+        return run_celery(
+            todo, ctx, queue=plan.queue, batch_size=plan.batch_size, on_result=live.on_result,
+            on_retry=live.on_retry, broker_url=broker_url, should_stop=tally.egress_broken,
+            notice=lambda msg: live.prog.console.print(f"[yellow]{msg}[/]", highlight=False),
+            clear_failures=had_failure,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        return False
+
+
 def execute(
     plan: Plan,
     jobs: Iterable[Job] | None,
@@ -193,25 +278,14 @@ def execute(
     console = console or make_console(stderr=True)  # progress on stderr; full width in logs too
     executor = executor or plan.executor
     ledger = open_ledger(plan.ledger)
-    if jobs is None:
-        stream, n_jobs = plan_source(plan)
-    else:
-        listed = list(jobs)
-        stream, n_jobs = (lambda: iter(listed)), len(listed)
+    stream, n_jobs = _job_stream(plan, jobs)
     write_manifest(ledger, plan, profile.public_dict(), manifest_jobs or n_jobs, executor)
     tally = Tally(total=n_jobs)
     t0 = time.monotonic()
-    completed = True
     with _progress(console, n_jobs) as prog:
         # The bar is live from the start: listing a million results takes a while on S3.
         bar = prog.add_task("listing results", total=n_jobs, detail="")
-        have: set[str] = set()
-        for k in ledger.iter_job_keys(plan.run_id):
-            have.add(k)
-            if len(have) % 10_000 == 0:
-                prog.update(bar, detail=f"{len(have):,} results found")
-        # Only jobs that failed before have a failure object to delete when they succeed (no blind DELETE).
-        had_failure = {k for k in ledger.iter_failure_keys(plan.run_id) if k not in have}
+        have, had_failure = _existing(ledger, plan.run_id, prog, bar)
         todo_est = max(0, n_jobs - len(have))
         tally.total = todo_est
         prog.update(bar, description="jobs", total=todo_est, detail="")
@@ -220,56 +294,14 @@ def execute(
             f"{todo_est} to run ({executor})",
             highlight=False,
         )
-        counted = [0]
-
-        def todo() -> Iterator[Job]:
-            for j in stream():
-                if j.key not in have:
-                    counted[0] += 1
-                    yield j
-
-        def refresh() -> None:
-            rate = tally.tokens
-            prog.update(
-                bar,
-                completed=tally.finished,
-                detail=f"done {tally.done + tally.duplicate} · skipped {tally.skipped} · failed {tally.failed} · "
-                f"retrying {len(tally.retrying)} · calls {tally.calls} · tokens {rate:,}",
-            )
-
-        def on_result(s: dict[str, Any]) -> None:
-            tally.add(s)
-            refresh()
-
-        def on_retry(job_or_key: Any, attempt: int, cls: str) -> None:
-            tally.retry(job_or_key if isinstance(job_or_key, str) else job_or_key.key)
-            refresh()
-
-        try:
-            if executor == "local":
-                completed = _run_local(plan, todo(), ledger, profile, on_result, on_retry, tally, run, had_failure)
-            else:
-                from elo_per_token.coordinator.celery_exec import run_celery
-
-                ctx = {
-                    "ledger": ledger.url,
-                    "base_url": base_url,
-                    "rpm": plan.limits_for(plan.profile).rpm,
-                    "tpm": plan.limits_for(plan.profile).tpm,
-                }
-                completed = run_celery(
-                    todo(), ctx, queue=plan.queue, batch_size=plan.batch_size, on_result=on_result,
-                    on_retry=on_retry, broker_url=broker_url, should_stop=tally.egress_broken,
-                    notice=lambda msg: prog.console.print(f"[yellow]{msg}[/]", highlight=False),
-                    clear_failures=had_failure,
-                )  # fmt: skip
-        except KeyboardInterrupt:
-            completed = False
-        if completed and counted[0] != tally.total:
-            tally.total = counted[0]  # results outside the plan (or a partial plan) made the estimate off
-            prog.update(bar, total=counted[0])
-        refresh()
-    n_todo = counted[0]
+        live = _Live(tally, prog, bar)
+        completed = _run_jobs(plan, executor, live.todo(stream, have), ledger, live, had_failure, profile=profile,
+                              base_url=base_url, run=run, broker_url=broker_url)  # fmt: skip
+        if completed and live.counted != tally.total:
+            tally.total = live.counted  # results outside the plan (or a partial plan) made the estimate off
+            prog.update(bar, total=live.counted)
+        live.refresh()
+    n_todo = live.counted
     out = SweepOutcome(
         run_id=plan.run_id, ledger_url=ledger.url, run_url=ledger.run_url(plan.run_id), n_jobs=n_jobs,
         already_done=n_jobs - n_todo if completed else len(have), tally=tally, elapsed_s=time.monotonic() - t0,

@@ -36,14 +36,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from elo_per_token.contracts.errors import PROVIDER_ERROR_CLASSES, RETRYABLE, ProviderErrorClass
 from elo_per_token.contracts.secrets import mask, scrub
 from elo_per_token.contracts.usage import check_usage
 from elo_per_token.egress.profiles import Profile
 
 log = logging.getLogger("ept.provider")
 
-ERROR_CLASSES = ("credential", "endpoint", "rate_limit", "unreachable", "transient", "context_overflow", "permanent")
-RETRYABLE = frozenset({"rate_limit", "transient", "unreachable"})
 UNREACHABLE_CIRCUIT = 8  # failed connects in a row (no response of any kind in between) that open the circuit
 CIRCUIT_PROBE_S = 5.0  # while open, one attempt per this many seconds may try the endpoint again
 _CONTEXT = re.compile(r"context length|context_length|context window|prompt is too long|too many tokens", re.I)
@@ -59,17 +58,24 @@ _ANTHROPIC_FINISH = {
 class ProviderError(Exception):
     def __init__(
         self,
-        error_class: str,
+        error_class: ProviderErrorClass,
         message: str,
         *,
         status: int | None = None,
         retry_after: float | None = None,
         attempts: int = 0,
+        code: str | None = None,
     ) -> None:
-        assert error_class in ERROR_CLASSES, error_class
+        # An explicit check, not an assert: `python -O` strips asserts, and an unknown class would then
+        # reach the ledger and the reports unnoticed.
+        if error_class not in PROVIDER_ERROR_CLASSES:
+            raise ValueError(f"unknown provider error class {error_class!r}; expected one of {PROVIDER_ERROR_CLASSES}")
         super().__init__(message)
-        self.error_class = error_class
+        self.error_class: ProviderErrorClass = error_class
         self.status = status
+        # The server's machine-readable error code when it sent one (e.g. "model_not_found",
+        # "insufficient_quota"): callers such as `ept doctor` branch on it, never on the message text.
+        self.code = code
         self.message = message
         self.retry_after = retry_after
         self.attempts = attempts
@@ -169,7 +175,8 @@ def _server_code(e: Exception) -> str | None:
 def _conn_cause(e: Exception) -> str:
     """The innermost cause of a connection error (connection refused, name resolution…), not just the SDK's
     generic 'Connection error.'."""
-    seen, cur = [], e
+    seen: list[BaseException] = []
+    cur: BaseException | None = e
     while cur is not None and len(seen) < 8:
         seen.append(cur)
         cur = cur.__cause__ or cur.__context__
@@ -188,7 +195,7 @@ def access_error(err: ProviderError, profile: Profile, key: str | None, where_fr
         f"{where_from} means the key or the account, not the request; a proxy (LiteLLM) answers a key it cannot "
         f"check with 400. Check the key and the proxy's key store; run `ept doctor --profile {profile.name}`"
     )
-    return ProviderError("credential", scrub(msg, [key]), status=err.status, attempts=err.attempts)
+    return ProviderError("credential", scrub(msg, [key]), status=err.status, attempts=err.attempts, code=err.code)
 
 
 def _sentence(text: str) -> str:
@@ -208,6 +215,7 @@ def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
     status = getattr(e, "status_code", None)
     where = f"{profile.base_url} (profile '{profile.name}', protocol {profile.protocol})"
     ra = None
+    cls: ProviderErrorClass
     if isinstance(e, _Malformed):
         cls, msg = "transient", f"malformed response from {where}: {e}"
     elif isinstance(e, timeouts):
@@ -279,7 +287,10 @@ def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
         cls, msg = "permanent", f"{status} rejected by {where}: {_server_message(e)}"
     else:
         cls, msg = "permanent", f"{type(e).__name__} calling {where}: {e}"
-    return ProviderError(cls, scrub(msg, [key]), status=status, retry_after=ra)
+    code = _server_code(e)
+    return ProviderError(
+        cls, scrub(msg, [key]), status=status, retry_after=ra, code=scrub(code, [key]) if code else None
+    )
 
 
 # ---------------------------------------------------------------- protocol adapters
@@ -305,7 +316,8 @@ def _normalise_usage(u: Any, anthropic: bool) -> dict[str, Any] | None:
     if not anthropic:
         return dict(u)
     names = {"input_tokens": "prompt_tokens", "output_tokens": "completion_tokens"}
-    return {names.get(k, k): v for k, v in u.items() if v is not None}
+    usage: dict[str, Any] = u
+    return {names.get(k, k): v for k, v in usage.items() if v is not None}
 
 
 def _openai_choices(data: dict[str, Any]) -> list[Choice]:
@@ -436,7 +448,7 @@ def _anthropic_choice(data: dict[str, Any]) -> Choice:
         for b in blocks
         if b.get("type") == "tool_use"
     ]
-    stop = data.get("stop_reason")
+    stop: Any = data.get("stop_reason")  # untrusted JSON: any value, passed through when not a known reason
     return Choice(
         text="".join(texts) if texts else None,
         finish_reason=_ANTHROPIC_FINISH.get(stop, stop),
@@ -538,6 +550,12 @@ class ProviderClient:
 
     def __repr__(self) -> str:
         return f"ProviderClient(profile={self.profile.name!r}, key={mask(self._key)})"
+
+    @property
+    def supports_n(self) -> bool:
+        """Whether one request may ask for n choices: the profile says so and the protocol has `n` (the
+        Anthropic protocol has none, so its samples are always separate calls)."""
+        return self.profile.supports_n and self.profile.protocol == "openai"
 
     @property
     def sdk(self) -> Any:

@@ -25,6 +25,11 @@ from elo_per_token.contracts.secrets import mask, scrub
 from elo_per_token.egress.profiles import Profile
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
+# Names of the network checks: run_checks finds a check by its name, never by its position in the list.
+MODELS_CHECK = "GET /models"
+MODEL_LISTED_CHECK = "model listed"
+COMPLETION_CHECK = "tiny completion returns usage"
+N_CHECK = "n=2 returns 2 choices"
 PLACEHOLDERS = ("YOUR_API_KEY", "sk-...", "<your key>")
 
 
@@ -130,7 +135,7 @@ def _fix_for(err: object, p: Profile) -> str:
             f"the server rejected the key in ${p.api_key_env}: create or copy a key for THIS provider and "
             f"re-export it; a key that works elsewhere means base_url and key belong to different providers"
         )
-    if cls == "endpoint" and "is not served at this base_url" in getattr(err, "message", ""):
+    if cls == "endpoint" and getattr(err, "code", None) == "model_not_found":
         return "set `model` in the profile to a name the server lists (GET /models); Claude Code also needs ANTHROPIC_MODEL"
     if cls == "endpoint":
         return (
@@ -162,7 +167,7 @@ def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float =
         reason = "fix the checks above first"
         return checks + [
             Check(n, SKIP, reason)
-            for n in ("GET /models", "model listed", "tiny completion returns usage", "n=2 returns 2 choices")
+            for n in (MODELS_CHECK, MODEL_LISTED_CHECK, COMPLETION_CHECK, N_CHECK)
         ]
 
     p = dataclasses.replace(
@@ -170,22 +175,24 @@ def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float =
     )
     client = ProviderClient(p, backoff_base=backoff_base, backoff_cap=2.0, retry_after_cap=5.0)
     models: list[str] | None = None
+    models_error: ProviderError | None = None
     try:
         models = client.list_models()
-        checks.append(Check("GET /models", PASS, f"{len(models)} model(s) listed"))
+        checks.append(Check(MODELS_CHECK, PASS, f"{len(models)} model(s) listed"))
     except ProviderError as e:
-        checks.append(Check("GET /models", FAIL, _detail(e), _fix_for(e, p)))
+        models_error = e
+        checks.append(Check(MODELS_CHECK, FAIL, _detail(e), _fix_for(e, p)))
     if models is None:
-        checks.append(Check("model listed", SKIP, "no model list"))
+        checks.append(Check(MODEL_LISTED_CHECK, SKIP, "no model list"))
     elif not models:
-        checks.append(Check("model listed", SKIP, "the server lists no models"))
+        checks.append(Check(MODEL_LISTED_CHECK, SKIP, "the server lists no models"))
     elif profile.model in models:
-        checks.append(Check("model listed", PASS, profile.model))
+        checks.append(Check(MODEL_LISTED_CHECK, PASS, profile.model))
     else:
         shown = ", ".join(models[:10]) + (" …" if len(models) > 10 else "")
         checks.append(
             Check(
-                "model listed",
+                MODEL_LISTED_CHECK,
                 FAIL,
                 f"'{profile.model}' is not among: {shown}",
                 "set model = one of the listed names in the profile (a wrong model name is the other "
@@ -202,7 +209,7 @@ def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float =
         if r.usage is None:
             checks.append(
                 Check(
-                    "tiny completion returns usage",
+                    COMPLETION_CHECK,
                     FAIL,
                     f"answered in {r.latency_s:.2f}s but sent no usage",
                     "token accounting needs the server's usage; enable it on the provider/gateway (some "
@@ -213,21 +220,28 @@ def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float =
             u = r.usage
             checks.append(
                 Check(
-                    "tiny completion returns usage",
+                    COMPLETION_CHECK,
                     PASS,
                     f"prompt_tokens={u.get('prompt_tokens')} completion_tokens={u.get('completion_tokens')} "
                     f"in {r.latency_s:.2f}s",
                 )
             )
     except ProviderError as e:
-        checks.append(Check("tiny completion returns usage", FAIL, _detail(e), _fix_for(e, p)))
-    checks.append(check_n(client, profile, checks[-1].status == PASS))
+        checks.append(Check(COMPLETION_CHECK, FAIL, _detail(e), _fix_for(e, p)))
+    completion_ok = _named(checks, COMPLETION_CHECK).status == PASS
+    checks.append(check_n(client, profile, completion_ok))
     # A server without a model list is fine if completions work.
-    if checks[-1].status == PASS and checks[2].status == FAIL and "404" in checks[2].detail:
-        checks[2] = dataclasses.replace(
-            checks[2], status=WARN, fix="this server does not serve /models; completions work"
-        )
+    if completion_ok and models_error is not None and models_error.status == 404:
+        checks = [
+            dataclasses.replace(c, status=WARN, fix="this server does not serve /models; completions work")
+            if c.name == MODELS_CHECK else c
+            for c in checks
+        ]  # fmt: skip
     return [dataclasses.replace(c, detail=scrub(c.detail, [key]), fix=scrub(c.fix, [key])) for c in checks]
+
+
+def _named(checks: list[Check], name: str) -> Check:
+    return next(c for c in checks if c.name == name)
 
 
 def check_n(client: object, p: Profile, completion_works: bool) -> Check:
@@ -236,7 +250,7 @@ def check_n(client: object, p: Profile, completion_works: bool) -> Check:
     pays the prompt k times. Either disagreement is a warning, never a failure."""
     from elo_per_token.egress.client import ProviderError
 
-    name = "n=2 returns 2 choices"
+    name = N_CHECK
     if p.protocol != "openai":
         return Check(name, SKIP, "the Anthropic protocol has no n: ept makes one request per sample")
     if not completion_works:

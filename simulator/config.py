@@ -57,6 +57,7 @@ class SimConfig:
     auth_style: str = "openai"
     models: list[str] = field(default_factory=lambda: list(DEFAULT_MODELS))
     strict_models: bool = False  # when true, a model not in `models` gets 404 model_not_found
+    serve_models: bool = True  # false: GET /models answers 404, like a gateway without a model list
     rate_429: float = 0.0
     retry_after: float = 1.0  # seconds, sent as Retry-After (rounded up) and retry-after-ms
     rate_500: float = 0.0
@@ -115,7 +116,7 @@ def _check(name: str, value: Any) -> Any:
         if not isinstance(value, list) or not value or not all(isinstance(m, str) for m in value):
             raise ValueError("models must be a non-empty list of strings")
         return value
-    if name in ("strict_models", "ignore_n", "prompt_cache"):
+    if name in ("strict_models", "serve_models", "ignore_n", "prompt_cache"):
         if not isinstance(value, bool):
             raise ValueError(f"{name} must be true or false")
         return value

@@ -52,7 +52,7 @@ META_PREFIX = "x-ept-"
 def load_brain() -> Brain:
     """TaskBrain when simulator/brain.py exists (it knows the built-in suites), else GenericBrain."""
     try:
-        from elo_per_token.simulator.brain import TaskBrain  # type: ignore[import-not-found]
+        from elo_per_token.simulator.brain import TaskBrain
     except ModuleNotFoundError as e:
         if e.name != "elo_per_token.simulator.brain":
             raise
@@ -263,6 +263,8 @@ def _auth(state: SimState, request: web.Request, anthropic: bool) -> web.Respons
 
 async def models(request: web.Request) -> web.Response:
     state = request.app[STATE]
+    if not state.config.serve_models:
+        return await not_found(request)
     state.stats["by_route"]["models"] += 1
     denied = _auth(state, request, anthropic="anthropic-version" in request.headers)
     if denied:
@@ -409,7 +411,8 @@ async def _complete(request: web.Request, anthropic: bool, responses: bool = Fal
     if fault == "context_length" and not cfg.context_length:
         return done(_context_error(2048, 2100, None, anthropic))
     if fault == "hang":
-        assert state.stopping is not None
+        if state.stopping is None:  # set by on_startup; an explicit check because `python -O` strips asserts
+            raise RuntimeError("simulator: a request arrived before the app's startup hook ran")
         # sleep past the client's timeout, but wake up when the server stops
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(state.stopping.wait(), cfg.hang_s)

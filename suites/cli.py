@@ -9,6 +9,12 @@ from elo_per_token.contracts.errors import InputError
 suites_app = typer.Typer(help="Task suites: list, show, validate; strategy accuracy on the simulator.", no_args_is_help=True)
 
 
+def _register_graders() -> None:
+    """Graders added in worker/graders/ bring their option checks to suite validation when the registry is
+    imported (contracts/graders.py says why validation cannot import it itself)."""
+    import elo_per_token.worker.graders  # noqa: F401
+
+
 @suites_app.command("list")
 def list_cmd() -> None:
     """The built-in suites with task counts and graders."""
@@ -43,6 +49,7 @@ def show_cmd(
 
     from elo_per_token.contracts.tasks import load_suite_ref
 
+    _register_graders()
     tasks = load_suite_ref(suite)
     if task_id is not None:
         found = [t for t in tasks if t["task_id"] == task_id]
@@ -62,6 +69,7 @@ def validate_cmd(path: str = typer.Argument(..., help="JSONL or Parquet suite fi
     """Validate a suite file; exit 2 with file:line: field on the first problem."""
     from elo_per_token.contracts.tasks import load_suite
 
+    _register_graders()
     tasks = load_suite(path)
     typer.echo(f"{path}: {len(tasks)} tasks OK")
 

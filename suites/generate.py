@@ -70,11 +70,11 @@ def _math_tasks(rng: random.Random) -> list[dict[str, Any]]:
         })
 
     for _ in range(PER_TEMPLATE_MATH):
-        n = rng.choice(names)
+        buyer = rng.choice(names)
         p, q, a, b = rng.randint(2, 9), rng.randint(3, 15), rng.randint(2, 9), rng.randint(1, 6)
         bill = 100 if a * p + b * q < 100 else 200
-        add("change", f"Pencils cost ${p} each and notebooks cost ${q} each. {n} buys {a} pencils and {b} notebooks "
-            f"and pays with a ${bill} bill. How many dollars of change does {n} get?",
+        add("change", f"Pencils cost ${p} each and notebooks cost ${q} each. {buyer} buys {a} pencils and {b} notebooks "
+            f"and pays with a ${bill} bill. How many dollars of change does {buyer} get?",
             bill - (a * p + b * q), [a * p + b * q, bill - (a * p + q), bill - (p + b * q)], 0.15 + 0.02 * b)
     for _ in range(PER_TEMPLATE_MATH):
         v, w, t1, t2 = rng.randint(40, 120), rng.randint(30, 110), rng.randint(2, 6), rng.randint(1, 5)

@@ -92,7 +92,8 @@ def load_parquet_suite(path: Path) -> list[dict[str, Any]]:
     from elo_per_token.contracts.tasks import validate_task
 
     file = str(path)
-    tasks, seen = [], {}
+    tasks: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
     for i, row in enumerate(read_table(path), start=1):
         task = validate_task(parquet_row_to_task(row, file, i), file, i)
         if task["task_id"] in seen:

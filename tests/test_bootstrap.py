@@ -158,7 +158,7 @@ def test_point_estimate_by_hand():
     # Tokens weighted like Elo (math 3 : code 1): arm 0 (150, 150), arm 1 (400, 400), arm 2 code only.
     assert np.allclose(tpt, [150.0, 400.0, 1000.0])
     fits = fit_families(data)
-    assert fits["math"].unobserved.tolist() == [2] and fits["code"].converged
+    assert fits["math"].fit.unobserved.tolist() == [2] and fits["code"].fit.converged
 
 
 @pytest.mark.slow

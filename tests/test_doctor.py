@@ -144,6 +144,20 @@ def test_unlisted_model(sim, keyed_env):
     checks = run_checks(prof(sim.url, model="gpt-4o"))
     assert statuses(checks) == [PASS, PASS, PASS, FAIL, FAIL]
     assert "ept-sim-1" in checks[3].detail and "model" in checks[4].fix
+    # The fix is chosen by the server's error code (ProviderError.code), not by the wording of the message.
+    assert checks[4].fix.startswith("set `model` in the profile to a name the server lists")
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_no_model_list_is_a_warning_when_completions_work(sim, keyed_env, protocol):
+    """A server without GET /models (404) passes the doctor if the tiny completion works, whatever the n check
+    says (the Anthropic protocol skips it)."""
+    sim.control.set(serve_models=False)
+    base = sim.url if protocol == "openai" else sim.root
+    checks = run_checks(prof(base, protocol=protocol))
+    assert statuses(checks) == [PASS, PASS, WARN, SKIP, PASS] and ok(checks)
+    assert "does not serve /models" in checks[2].fix and "404" in checks[2].detail
+    assert checks[5].status == (WARN if protocol == "openai" else SKIP)
 
 
 def test_server_down(sim, keyed_env):

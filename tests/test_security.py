@@ -89,7 +89,7 @@ def test_canary_key_never_leaks_through_a_distributed_sweep(tmp_path, redis_serv
     from rich.console import Console
 
     from elo_per_token.contracts.ledger import open_ledger
-    from elo_per_token.contracts.records import CallRecord, JobResult_identity_keys, Outcome
+    from elo_per_token.contracts.records import LINE_IDENTITY_KEYS, CallRecord, Outcome
     from elo_per_token.coordinator.plan import load_plan
     from elo_per_token.coordinator.sweep import execute, plan_jobs, print_summary
     from elo_per_token.egress.profiles import get_profile
@@ -150,7 +150,7 @@ def test_canary_key_never_leaks_through_a_distributed_sweep(tmp_path, redis_serv
     s3 = boto3.client("s3")
     names = [o["Key"] for p in s3.get_paginator("list_objects_v2").paginate(Bucket=s3_bucket) for o in p.get("Contents", [])]
     assert any(n.endswith("manifest.json") for n in names) and sum("/jobs/" in n for n in names) == len(jobs)
-    allowed = (set(JobResult_identity_keys) | set(CallRecord.__dataclass_fields__) | set(Outcome.__dataclass_fields__)
+    allowed = (set(LINE_IDENTITY_KEYS) | set(CallRecord.__dataclass_fields__) | set(Outcome.__dataclass_fields__)
                | {"started_at", "finished_at"})  # fmt: skip
     for n in names:
         body = s3.get_object(Bucket=s3_bucket, Key=n)["Body"].read()

@@ -374,7 +374,8 @@ def test_successful_job_costs_one_conditional_put(s3_bucket):
     led.client.meta.events.register("before-parameter-build.s3.*", lambda model, **_: sent.append(model.name))
 
     def run(job, _provider):
-        return JobResult(job, [CallRecord(0, "sample", "m", {"prompt_tokens": 3, "completion_tokens": 4}, 0.1, 1)],
+        return JobResult(job, [CallRecord(call_index=0, role="sample", model="m",
+                                          usage={"prompt_tokens": 3, "completion_tokens": 4}, latency_s=0.1, attempts=1)],
                          Outcome("a", 1.0, True), 1.0, 2.0)  # fmt: skip
 
     task = {"task_id": "math-1", "family": "math", "prompt": "p", "reference": "1"}

@@ -120,10 +120,11 @@ def test_duplicate_messages_never_run_a_job_twice(tmp_path, celery_setup, s3_buc
     sim, queue, _ = celery_setup
     plan = parse_plan(plan_text(name="dup", tpf=1, ledger=f"s3://{s3_bucket}/l", executor="celery", queue=queue))
     jobs = plan_jobs(plan)
+    from elo_per_token.contracts.jobs import CeleryJobContext
     from elo_per_token.coordinator.celery_exec import run_celery
 
     results = []
-    ctx = {"ledger": open_ledger(plan.ledger).url, "base_url": None, "rpm": None, "tpm": None}
+    ctx = CeleryJobContext(ledger=open_ledger(plan.ledger).url)
     run_celery(jobs * 3, ctx, queue=queue, batch_size=50, on_result=results.append, broker_url=redis_server.url)
     statuses = {}
     for r in results:

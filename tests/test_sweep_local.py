@@ -37,7 +37,8 @@ def tiny_run(job: Job, provider) -> JobResult:
                 temperature=0.7,
                 meta={"Job": job.key, "Arm": job.arm, "Role": "sample"},
             )
-            calls.append(CallRecord(i, "sample", r.model, r.usage, r.latency_s, r.attempts, seed=job.call_seed(i)))
+            calls.append(CallRecord(call_index=i, role="sample", model=r.model, usage=r.usage, latency_s=r.latency_s,
+                                    attempts=r.attempts, seed=job.call_seed(i)))
             answer = answer or (r.choices[0].text if r.choices else None)
     except ProviderError as e:
         return JobResult(job, calls, Outcome(None, None, None, error={"class": e.error_class, "message": e.message}))

@@ -66,8 +66,11 @@ def test_summary_suggests_retry_only_for_failures_a_retry_can_fix_and_counts_los
 
 
 def test_failed_connects_are_attempts_not_calls():
-    ok = CallRecord(0, "sample", "m", {"prompt_tokens": 3, "completion_tokens": 4}, 0.1, 1)
-    refused = CallRecord(1, "sample", None, None, 0.0, 4, error={"class": "unreachable", "message": "refused"})
-    rejected = CallRecord(2, "sample", None, None, 0.0, 1, error={"class": "permanent", "message": "400"})
+    ok = CallRecord(call_index=0, role="sample", model="m", usage={"prompt_tokens": 3, "completion_tokens": 4},
+                    latency_s=0.1, attempts=1)
+    refused = CallRecord(call_index=1, role="sample", model=None, usage=None, latency_s=0.0, attempts=4,
+                         error={"class": "unreachable", "message": "refused"})
+    rejected = CallRecord(call_index=2, role="sample", model=None, usage=None, latency_s=0.0, attempts=1,
+                          error={"class": "permanent", "message": "400"})
     res = JobResult(Job("r", TASK, "majority", 3), [ok, refused, rejected], Outcome(None, None, None))
     assert res.sent_calls == 2 and res.tokens == 7

@@ -10,7 +10,7 @@ from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.records import JobResult, Outcome
 from elo_per_token.contracts.secrets import scrub
 from elo_per_token.egress.client import ProviderClient, ProviderError
-from elo_per_token.worker.graders import grade
+from elo_per_token.worker.graders import grade, grader_for
 from elo_per_token.worker.strategies import StrategyResult, get_strategy
 from elo_per_token.worker.strategies.base import DEFAULT_CONCURRENCY, JobContext
 
@@ -30,10 +30,10 @@ def run_job(job: Job, provider: ProviderClient, *, concurrency: int = DEFAULT_CO
     is made.
     """
     strategy = get_strategy(job.strategy)
-    strategy.check(job)
-    if job.task["grader"]["type"] == "code":
+    params = strategy.check(job)  # validated once, before any call; the strategy reads them from ctx
+    if grader_for(job.task).needs_sandbox:
         _require_sandbox()
-    ctx = JobContext(job, provider, concurrency)
+    ctx = JobContext(job, provider, concurrency, params)
     started = time.time()
     try:
         result = strategy.run(ctx)
@@ -59,7 +59,7 @@ def is_strategy_failure(error_class: str, spent_tokens: bool) -> bool:
 
 
 def _require_sandbox() -> None:
-    # Code is graded here unless a grader queue takes it; refuse before spending tokens if we cannot sandbox.
+    # Candidate code is graded here unless a grader queue takes it; refuse before spending tokens if we cannot sandbox.
     from elo_per_token.worker.graders.remote import grade_queue
     from elo_per_token.worker.sandbox import bwrap
 

@@ -23,12 +23,12 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.errors import RETRYABLE
+from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict, Job
 from elo_per_token.contracts.ledger import Ledger, open_ledger
 from elo_per_token.contracts.records import JobResult
 from elo_per_token.contracts.secrets import scrub
 
-RETRYABLE = ("transient", "rate_limit", "unreachable")
 TASK_NAME = "ept.run_job"
 
 
@@ -71,7 +71,9 @@ def perform_job(
     if check_existing and ledger.has_job(job.run_id, job.key):
         return _summary(job, "skipped")
     if run is None:
-        from elo_per_token.worker.job import run_job as run
+        from elo_per_token.worker.job import run_job
+
+        run = run_job
     secrets = [api_key] if api_key else None
     cls, msg, result = "task", "", None
     attempt = 0
@@ -246,12 +248,14 @@ def _cancelled(task_self: Any, job: Job) -> bool:
         return False
 
 
-def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
-    """Body of the Celery task `ept.run_job`. ctx: ledger URL, base_url override, rate limits."""
+def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJobContextDict) -> dict[str, Any]:
+    """Body of the Celery task `ept.run_job`. ctx_dict: the message's CeleryJobContext (ledger URL, base_url
+    override, rate limits) as plain JSON."""
     import os
 
     job = Job.from_dict(job_dict)
-    ledger = ledger_for(ctx["ledger"])
+    ctx = CeleryJobContext.from_dict(ctx_dict)
+    ledger = ledger_for(ctx.ledger)
     if ledger.has_job(job.run_id, job.key):
         return _summary(job, "skipped")
     if _cancelled(task_self, job):
@@ -269,15 +273,15 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx: dict[str, Any]
         claims.release(job)
         return _summary(job, "skipped")
     try:
-        provider = provider_for(job.profile, ctx.get("base_url"), ctx.get("rpm"), ctx.get("tpm"), redis_url)
+        provider = provider_for(job.profile, ctx.base_url, ctx.rpm, ctx.tpm, redis_url)
 
         def on_retry(j: Job, attempt: int, cls: str) -> None:
             task_self.update_state(state="RETRYING", meta={"key": j.key, "attempt": attempt, "class": cls})
 
         # One HEAD above, one conditional PUT in perform_job: nothing else on the success path.
         summary = perform_job(
-            job, ledger, provider, on_retry=on_retry, max_attempts=int(ctx.get("max_attempts", 3)),
-            check_existing=False, clear_failure=bool(ctx.get("clear_failure")),
+            job, ledger, provider, on_retry=on_retry, max_attempts=ctx.max_attempts,
+            check_existing=False, clear_failure=ctx.clear_failure,
         )  # fmt: skip
         return {**summary, "worker": getattr(task_self.request, "hostname", None)}
     finally:

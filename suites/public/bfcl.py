@@ -66,7 +66,7 @@ def _schema(node: Any) -> Any:
         return [_schema(x) for x in node]
     if not isinstance(node, dict):
         return node
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in node.items():
         if k == "type" and isinstance(v, str):
             out[k] = GORILLA_TO_OPENAPI.get(v, "string")

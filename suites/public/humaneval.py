@@ -111,9 +111,9 @@ def candidate_examples(prompt: str, entry_point: str) -> list[str]:
         sep = _SEPARATORS.match(rest)
         if not sep:
             continue
-        want = _literal(rest[sep.end():])
-        if want is not None:
-            out.append(f"assert ({call}) == ({want})")
+        expected = _literal(rest[sep.end():])
+        if expected is not None:
+            out.append(f"assert ({call}) == ({expected})")
     return out
 
 

@@ -1,35 +1,19 @@
-"""Reference-based graders: exact, normalised, numeric (with tolerance), regex, choice. Scores are 0 or 1."""
+"""Reference-based graders: exact, normalised, numeric (with tolerance), regex, choice — scores are 0 or 1 —
+and `none` (judge mode: no reference). Their registry entries are `GRADERS` at the end."""
 
 from __future__ import annotations
 
 import math
 import re
-import unicodedata
-from dataclasses import dataclass, field
 from typing import Any
 
-from elo_per_token.worker.graders.extract import parse_number
-
-
-@dataclass
-class GradeResult:
-    score: float  # 0..1
-    correct: bool
-    details: dict[str, Any] = field(default_factory=dict)  # grader name, reason, …
+from elo_per_token.contracts.graders import check_choice, check_numeric, check_regex
+from elo_per_token.worker.graders.extract import normalise, parse_number
+from elo_per_token.worker.graders.registry import Answered, GradeFn, Grader, GradeResult
 
 
 def _result(ok: bool, grader: str, **details: Any) -> GradeResult:
     return GradeResult(1.0 if ok else 0.0, ok, {"grader": grader, **details})
-
-
-def normalise(text: str) -> str:
-    """Case-, accent-, punctuation- and whitespace-insensitive form; '1,000' and '1000' agree."""
-    t = unicodedata.normalize("NFKD", str(text)).encode("ascii", "ignore").decode().lower().strip()
-    t = re.sub(r"(?<=\d),(?=\d{3}\b)", "", t)
-    t = re.sub(r"^(the|a|an)\s+", "", t)
-    t = re.sub(r"[^\w\s.\-]", " ", t)
-    t = re.sub(r"\s+", " ", t).strip()
-    return t.rstrip(".")
 
 
 def grade_exact(answer: str | None, reference: Any, options: dict[str, Any]) -> GradeResult:
@@ -91,3 +75,42 @@ BASIC = {
     "regex": grade_regex,
     "choice": grade_choice,
 }
+
+
+# ---------------------------------------------------------------- registry entries
+
+def number_key(answer: str) -> str:
+    """Vote key of an answer read as a number (by value: '1,000' and '1000.0' agree), else its normalised text."""
+    x = parse_number(answer)
+    if x is not None:
+        return f"{x:.6g}" if abs(x) < 1e15 else repr(x)
+    return normalise(answer)
+
+
+def vote_number(task: dict[str, Any], cand: Answered) -> str | None:
+    return None if cand.answer is None else number_key(cand.answer)
+
+
+def _on_answer(fn: Any) -> GradeFn:
+    """A grader of (answer, reference, options) as a registry grade function; the outcome keeps the answer."""
+
+    def grade(task: dict[str, Any], answer: str | None, tool_calls: list[dict[str, Any]]) -> GradeResult:
+        res: GradeResult = fn(answer, task["reference"], task["grader"])
+        res.details.setdefault("answer", answer)
+        return res
+
+    return grade
+
+
+def grade_none(task: dict[str, Any], answer: str | None, tool_calls: list[dict[str, Any]]) -> GradeResult:
+    return GradeResult(0.0, False, {"grader": "none", "reason": "no reference: use judge mode"})
+
+
+GRADERS = (
+    Grader("exact", _on_answer(grade_exact)),
+    Grader("normalised", _on_answer(grade_normalised)),
+    Grader("numeric", _on_answer(grade_numeric), vote_key=vote_number, check_options=check_numeric),
+    Grader("regex", _on_answer(grade_regex), check_options=check_regex),
+    Grader("choice", _on_answer(grade_choice), check_options=check_choice),
+    Grader("none", grade_none, needs_reference=False),
+)

@@ -15,6 +15,7 @@ score 1 / 0; details carry BFCL's error messages and error type.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
@@ -22,7 +23,8 @@ import threading
 import types
 from typing import Any
 
-from elo_per_token.worker.graders.basic import GradeResult
+from elo_per_token.contracts.graders import check_bfcl
+from elo_per_token.worker.graders.registry import Answered, Grader, GradeResult
 
 MODEL_NAME = "ept-openai-fc"
 
@@ -57,7 +59,7 @@ def _load_checker() -> tuple[Any, Any]:
         stub.MODEL_CONFIG_MAPPING = _Registry()  # type: ignore[attr-defined]
         sys.modules[name] = stub
         from bfcl_eval.eval_checker.ast_eval import ast_checker as mod
-    mod.MODEL_CONFIG_MAPPING = _Registry()  # type: ignore[attr-defined]
+    mod.MODEL_CONFIG_MAPPING = _Registry()
     from bfcl_eval.constants.enums import Language
 
     return mod.ast_checker, Language.PYTHON
@@ -99,3 +101,25 @@ def grade_bfcl(task: dict[str, Any], tool_calls: list[dict[str, Any]]) -> GradeR
                "reason": None if ok else "; ".join(map(str, res.get("error", [])))[:300] or "invalid",
                "error_type": res.get("error_type")}
     return GradeResult(float(ok), ok, details)
+
+
+def calls_key(task: dict[str, Any], cand: Answered) -> str | None:
+    """BFCL tasks are answered by the calls made, not the reply text: vote on the calls (arguments parsed,
+    key order and call order ignored; no call at all is an answer too, unless the episode gave no reply)."""
+    if cand.text is None and not cand.tool_calls:
+        return None
+    calls = []
+    for c in cand.tool_calls:
+        args = c.get("arguments")
+        if isinstance(args, str):
+            with contextlib.suppress(ValueError):  # unparsable arguments vote as their text
+                args = json.loads(args or "{}")
+        calls.append(json.dumps([c.get("name"), args], sort_keys=True, default=str))
+    return json.dumps(sorted(calls))
+
+
+def _grade(task: dict[str, Any], answer: str | None, tool_calls: list[dict[str, Any]]) -> GradeResult:
+    return grade_bfcl(task, tool_calls)
+
+
+GRADERS = (Grader("bfcl", _grade, vote_key=calls_key, check_options=check_bfcl),)

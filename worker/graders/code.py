@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from elo_per_token.worker.graders.basic import GradeResult
+from elo_per_token.contracts.graders import check_code
+from elo_per_token.worker.graders.extract import extract_code
+from elo_per_token.worker.graders.registry import Answered, Grader, GradeResult
 from elo_per_token.worker.sandbox import bwrap, checks
 from elo_per_token.worker.sandbox.bwrap import SandboxUnavailable
 
@@ -124,7 +127,8 @@ def _run_tests(code: str, tests: list[str], entry_point: str, limits: Limits, au
         return {**base, "reason": _death_reason(run, limits), "load_error": load}
     if load is not None:
         return {**base, "load_error": load, "reason": f"candidate failed to load: {load}", "_memo": True}
-    passed, failures = 0, []
+    passed = 0
+    failures: list[dict[str, str]] = []
     try:
         for i, (t, prep) in enumerate(zip(tests, preps, strict=True)):
             why = checks.verdict(prep, lines.get(i))
@@ -170,3 +174,25 @@ def grade_code(code: str | None, task: dict[str, Any], tests: list[str] | None =
     # The namespace id would make identical jobs write different ledger objects.
     details = {k: v for k, v in res.items() if k != "pidns"}
     return GradeResult(score, res["passed"] == res["total"] and res["total"] > 0, {"grader": "code", **details})
+
+
+def code_key(task: dict[str, Any], cand: Answered) -> str | None:
+    """Vote key of a code answer: the same code without blank lines and comments."""
+    if cand.answer is None:
+        return None
+    lines = [re.sub(r"\s+#.*$", "", ln).rstrip() for ln in cand.answer.splitlines()]
+    return "\n".join(ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#"))
+
+
+def _grade(task: dict[str, Any], answer: str | None, tool_calls: list[dict[str, Any]]) -> GradeResult:
+    return grade_code(answer, task)
+
+
+def _test_score(task: dict[str, Any], code: str, tests: list[str]) -> float:
+    return grade_code(code, task, tests=tests).score
+
+
+GRADERS = (
+    Grader("code", _grade, extract=lambda task, text: extract_code(text), vote_key=code_key,
+           check_options=check_code, needs_sandbox=True, run_tests=_test_score),
+)

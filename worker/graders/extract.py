@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from elo_per_token.contracts.prompts import final_answer_line
 
 _NUMBER_RE = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _CODE_RE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+def normalise(text: str) -> str:
+    """Case-, accent-, punctuation- and whitespace-insensitive form; '1,000' and '1000' agree."""
+    t = unicodedata.normalize("NFKD", str(text)).encode("ascii", "ignore").decode().lower().strip()
+    t = re.sub(r"(?<=\d),(?=\d{3}\b)", "", t)
+    t = re.sub(r"^(the|a|an)\s+", "", t)
+    t = re.sub(r"[^\w\s.\-]", " ", t)
+    t = re.sub(r"\s+", " ", t).strip()
+    return t.rstrip(".")
 
 
 def boxed(text: str) -> str | None:

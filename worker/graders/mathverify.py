@@ -18,8 +18,10 @@ import re
 import threading
 from typing import Any
 
+from elo_per_token.contracts.graders import check_math
 from elo_per_token.worker.graders.basic import GradeResult, grade_numeric
-from elo_per_token.worker.graders.extract import boxed, parse_number
+from elo_per_token.worker.graders.extract import boxed, extract_answer, parse_number
+from elo_per_token.worker.graders.registry import Grader
 
 _PLAIN_NUMBER = re.compile(r"\s*\$?\s*[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?\s*")
 
@@ -79,3 +81,19 @@ def grade_math(answer: str | None, reference: Any, options: dict[str, Any]) -> G
         if is_plain_number(reference) and parse_number(ans) is not None:
             details["got"] = parse_number(ans)
     return GradeResult(1.0 if ok else 0.0, ok, details)
+
+
+def extract_math(task: dict[str, Any], text: str | None) -> str | None:
+    """A LaTeX answer is not a 'last number': keep the Answer line / \\boxed{}, else let math-verify find the
+    answer in the whole reply."""
+    mode = task["grader"].get("extract", "auto")
+    if mode == "auto" and text:
+        return extract_answer(text, "answer") or boxed(text) or text
+    return extract_answer(text, mode)
+
+
+def _grade(task: dict[str, Any], answer: str | None, tool_calls: list[dict[str, Any]]) -> GradeResult:
+    return grade_math(answer, task["reference"], task["grader"])
+
+
+GRADERS = (Grader("math", _grade, extract=extract_math, check_options=check_math),)

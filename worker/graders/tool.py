@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from elo_per_token.worker.graders.basic import BASIC, GradeResult, normalise
+from elo_per_token.contracts.graders import check_tool
+from elo_per_token.worker.graders.basic import BASIC, GradeResult, normalise, number_key
+from elo_per_token.worker.graders.extract import extract_answer
+from elo_per_token.worker.graders.registry import Answered, Grader
 
 
 def _args(a: Any) -> dict[str, Any]:
@@ -47,3 +50,25 @@ def grade_tool(answer: str | None, task: dict[str, Any], tool_calls: list[dict[s
         "grader": "tool", "calls_ok": calls_ok, "answer_ok": ans.correct, "n_tool_calls": len(tool_calls),
         "answer_details": ans.details, "reason": reason,
     })
+
+
+def extract_tool(task: dict[str, Any], text: str | None) -> str | None:
+    """The final answer, extracted as `grader.answer.extract` says (else `grader.extract`, else auto)."""
+    g = task["grader"]
+    return extract_answer(text, g.get("answer", {}).get("extract", g.get("extract", "auto")))
+
+
+def tool_answer_key(task: dict[str, Any], cand: Answered) -> str | None:
+    """Vote key of the final answer: by value when `grader.answer` is numeric, else normalised text."""
+    if cand.answer is None:
+        return None
+    if task["grader"].get("answer", {}).get("type") == "numeric":
+        return number_key(cand.answer)
+    return normalise(cand.answer)
+
+
+def _grade(task: dict[str, Any], answer: str | None, tool_calls: list[dict[str, Any]]) -> GradeResult:
+    return grade_tool(answer, task, tool_calls)
+
+
+GRADERS = (Grader("tool", _grade, extract=extract_tool, vote_key=tool_answer_key, check_options=check_tool),)

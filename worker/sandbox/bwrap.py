@@ -34,6 +34,7 @@ import sys
 import sysconfig
 import time
 from dataclasses import dataclass
+from typing import TypedDict
 
 FIX = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) and allow unprivileged user namespaces "
@@ -192,7 +193,13 @@ def argv(python_args: list[str], *, tmp_mb: int = 16, info_fd: int | None = None
     return [*args, "--", python, *python_args]
 
 
-def _drop_kwargs(uid: int | None) -> dict[str, object]:
+class _DropKwargs(TypedDict, total=False):
+    user: int
+    group: int
+    extra_groups: list[int]
+
+
+def _drop_kwargs(uid: int | None) -> _DropKwargs:
     # Popen switches uid/gid/groups between fork and exec without a preexec_fn (which is unsafe with threads).
     return {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
 
@@ -236,7 +243,8 @@ def run(
 
 def _supervise(proc: subprocess.Popen[bytes], info_r: int, t0: float, wall_s: float,
                max_stdout: int, max_stderr: int) -> RunResult:
-    assert proc.stdout is not None and proc.stderr is not None
+    if proc.stdout is None or proc.stderr is None:  # not an assert: `python -O` would strip it
+        raise RuntimeError("sandbox: the child was started without stdout/stderr pipes")
     bufs = {"stdout": bytearray(), "stderr": bytearray(), "info": bytearray()}
     caps = {"stdout": max_stdout, "stderr": max_stderr, "info": 64 * 1024}
     sel = selectors.DefaultSelector()

@@ -23,7 +23,7 @@ import ast
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 _SAFE_FUNCS: dict[str, Any] = {
     f.__name__: f for f in (abs, all, any, bool, bytes, complex, dict, divmod, float, frozenset, int, isinstance,
@@ -54,7 +54,11 @@ class Prepared:
 
 
 def _small_const(node: ast.AST) -> bool:
-    return isinstance(node, ast.Constant) and type(node.value) in (int, float) and abs(node.value) <= 1_000_000
+    # int or float, not bool (ast.parse makes no other subclasses of them)
+    return (
+        isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool)
+        and abs(node.value) <= 1_000_000
+    )
 
 
 def _pure(node: ast.AST, shadow: frozenset[str] = frozenset()) -> bool:
@@ -105,6 +109,12 @@ class _Splitter(ast.NodeTransformer):
         self.probes: list[ast.expr] = []
         self.shadow = shadow
 
+    # An expression always comes back an expression (itself, or the probe call that replaces it).
+    @overload
+    def visit(self, node: ast.expr) -> ast.expr: ...
+    @overload
+    def visit(self, node: ast.AST) -> ast.AST: ...
+
     def visit(self, node: ast.AST) -> ast.AST:
         if not isinstance(node, ast.expr) or _pure(node, self.shadow):
             return node
@@ -115,7 +125,7 @@ class _Splitter(ast.NodeTransformer):
                     k.value = self.visit(k.value)
                 return node
             return self.generic_visit(node)
-        self.probes.append(node)  # type: ignore[arg-type]
+        self.probes.append(node)
         call = ast.Call(ast.Name(_GET, ast.Load()), [ast.Constant(len(self.probes) - 1)], [])
         return ast.copy_location(call, node)
 

@@ -101,7 +101,7 @@ def main():
         while data:
             data = data[write(out_fd, data):]
 
-    ns = {"__name__": "candidate"}
+    ns: dict[str, object] = {"__name__": "candidate"}
     load = None
     try:
         exec(compile(payload["code"], "<candidate>", "exec"), ns)
@@ -112,7 +112,7 @@ def main():
     emit({"load": load})
     if load is None:
         for i, src in enumerate(payload["tests"]):
-            events = []
+            events: list[list[object]] = []
 
             def check(k, *thunks, events=events):
                 if len(events) >= MAX_CHECKS_PER_TEST:

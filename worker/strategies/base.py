@@ -10,8 +10,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from dataclasses import dataclass, field, fields, is_dataclass
+from functools import cached_property
+from typing import Any, Generic, Literal, TypeVar, get_args, get_origin, get_type_hints
 
 from elo_per_token.contracts import generation
 from elo_per_token.contracts.errors import InputError
@@ -49,22 +50,23 @@ class StrategyResult:
 class JobContext:
     """One job's calls: records every call (success or failure) with its algorithm-fixed index."""
 
-    def __init__(self, job: Job, provider: ProviderClient, concurrency: int = DEFAULT_CONCURRENCY) -> None:
+    def __init__(
+        self, job: Job, provider: ProviderClient, concurrency: int = DEFAULT_CONCURRENCY, params: object = None
+    ) -> None:
         self.job = job
         self.task = job.task
         self.provider = provider
         self.concurrency = max(1, concurrency)
+        self.params = params  # the strategy's checked parameters (Strategy.check); read with Strategy.params_of
         self.calls: list[CallRecord] = []
         self._lock = threading.Lock()
         # Generation settings in effect: profile < plan < arm (contracts.generation).
-        prof_gen = getattr(getattr(provider, "profile", None), "generation", None) or {}
-        self.gen = generation.merge(prof_gen, job.base_gen, job.gen)
+        self.gen = generation.merge(provider.profile.generation, job.base_gen, job.gen)
         self.seed_base = int(self.gen.get("seed", job.seed))
 
     @property
     def supports_n(self) -> bool:
-        p = getattr(self.provider, "profile", None)
-        return bool(getattr(p, "supports_n", False)) and getattr(p, "protocol", "openai") == "openai"
+        return self.provider.supports_n
 
     def chat(
         self,
@@ -88,16 +90,23 @@ class JobContext:
             gone = getattr(e, "discarded", [])
             self._record_discarded(index, role, seed, n, gone)
             usage, bad = getattr(e, "usage", None), getattr(e, "usage_invalid", None)
-            self._record(CallRecord(index, role, None, usage, 0.0, e.attempts - len(gone), seed, n, 0, None,
-                                    {"class": e.error_class, "message": e.message}, bad is not None, bad, gen=sent))
+            self._record(CallRecord(
+                call_index=index, role=role, model=None, usage=usage, latency_s=0.0, attempts=e.attempts - len(gone),
+                seed=seed, n_requested=n, n_returned=0, finish_reason=None,
+                error={"class": e.error_class, "message": e.message}, usage_missing=bad is not None, usage_invalid=bad,
+                gen=sent,
+            ))  # fmt: skip
             raise
         self._record_discarded(index, role, seed, n, resp.discarded)
         if resp.max_tokens is not None:
             sent["max_tokens"] = resp.max_tokens  # as sent: a profile's context_length may have lowered it
         finish = resp.choices[0].finish_reason if resp.choices else None
-        self._record(CallRecord(index, role, resp.model, resp.usage, resp.latency_s, resp.attempts - len(resp.discarded), seed,
-                                resp.n_requested, resp.n_returned, finish, None, resp.usage is None,
-                                resp.usage_invalid, gen=sent, finish_reasons=[c.finish_reason for c in resp.choices]))
+        self._record(CallRecord(
+            call_index=index, role=role, model=resp.model, usage=resp.usage, latency_s=resp.latency_s,
+            attempts=resp.attempts - len(resp.discarded), seed=seed, n_requested=resp.n_requested,
+            n_returned=resp.n_returned, finish_reason=finish, error=None, usage_missing=resp.usage is None,
+            usage_invalid=resp.usage_invalid, gen=sent, finish_reasons=[c.finish_reason for c in resp.choices],
+        ))  # fmt: skip
         if not resp.choices:
             raise ProviderError("permanent", "the server returned no choices", attempts=resp.attempts)
         return resp
@@ -107,9 +116,12 @@ class JobContext:
         # (one attempt, error class "discarded") at the same index; the call's own record counts the other attempts,
         # so attempts summed over records = requests sent.
         for d in discarded:
-            self._record(CallRecord(index, role, None, d["usage"], 0.0, 1, seed, n, 0, None,
-                                    {"class": "discarded", "message": f"billed response discarded: {d['message']}"},
-                                    d["usage"] is None, d["usage_invalid"]))
+            self._record(CallRecord(
+                call_index=index, role=role, model=None, usage=d["usage"], latency_s=0.0, attempts=1, seed=seed,
+                n_requested=n, n_returned=0, finish_reason=None,
+                error={"class": "discarded", "message": f"billed response discarded: {d['message']}"},
+                usage_missing=d["usage"] is None, usage_invalid=d["usage_invalid"],
+            ))  # fmt: skip
 
     def _record(self, rec: CallRecord) -> None:
         with self._lock:
@@ -155,7 +167,8 @@ def sample(ctx: JobContext, base_index: int, k: int, temperature: float) -> list
 def _sample_batched(ctx: JobContext, base_index: int, k: int, temperature: float) -> list[Candidate]:
     # One request with n=k; a server that returns fewer choices gets follow-up requests for the shortfall,
     # each at the index of the first sample it fills, so indices stay within [base, base + k).
-    msgs, texts = solve_messages(ctx.task), []
+    msgs = solve_messages(ctx.task)
+    texts: list[str | None] = []
     while len(texts) < k:
         resp = ctx.chat(base_index + len(texts), "sample", msgs, temperature=temperature, n=k - len(texts))
         texts.extend(c.text for c in resp.choices[: k - len(texts)])
@@ -199,36 +212,76 @@ def llm_verify(ctx: JobContext, base_index: int, cands: list[Candidate]) -> list
 # ---------------------------------------------------------------- registry entry
 
 @dataclass(frozen=True)
-class Strategy:
-    """A registry entry: the algorithm plus what its budget and parameters mean."""
+class NoParams:
+    """The parameters of a strategy that has none besides its budget."""
+
+
+P = TypeVar("P")
+
+
+def _param_rule(hint: Any) -> tuple[str, tuple[str, ...]]:
+    """('int', ()) | ('str', ()) | ('choice', allowed values) for a parameter field's type hint."""
+    if hint is int:
+        return "int", ()
+    if hint is str:
+        return "str", ()
+    if get_origin(hint) is Literal and all(isinstance(a, str) for a in get_args(hint)):
+        return "choice", get_args(hint)
+    raise TypeError(f"strategy parameter type {hint!r} is not supported (int, str or Literal of strings)")
+
+
+@dataclass(frozen=True)
+class Strategy(Generic[P]):
+    """A registry entry: the algorithm plus what its budget and parameters mean.
+
+    `params` is a frozen dataclass whose fields are the strategy's parameters other than the budget, with
+    their types and defaults: `int` (checked to be in 1..MAX_INT_PARAM), `Literal["a", "b"]` (one of the
+    values) or `str`. `check(job)` validates a job's parameters once, before any call, and returns them as
+    that dataclass; run_job hands them to the strategy through `ctx`, read typed with `params_of(ctx)`.
+    """
 
     name: str
     run: Callable[[JobContext], StrategyResult]
     budget_meaning: str  # what budget_n counts for this strategy
-    params: dict[str, Any] = field(default_factory=dict)  # other parameters and their defaults
+    params: type[P] = NoParams  # type: ignore[assignment]  # the default is for strategies without parameters
     description: str = ""
     fixed_budget: int | None = None  # e.g. greedy only makes sense at budget 1
-    param_choices: dict[str, tuple[str, ...]] = field(default_factory=dict)  # allowed values of str params
 
-    def check(self, job: Job) -> None:
-        """Raise InputError for a budget or parameter this strategy cannot run."""
+    def __post_init__(self) -> None:
+        if not (is_dataclass(self.params) and self.params.__dataclass_params__.frozen):  # type: ignore[attr-defined]
+            raise TypeError(f"strategy '{self.name}': params must be a frozen dataclass")
+        _ = self.rules  # an unsupported parameter type fails when the strategy is defined, not when it runs
+
+    @cached_property
+    def rules(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """How each parameter is checked, from its type hint: {name: (kind, allowed values)}."""
+        hints = get_type_hints(self.params)
+        return {f.name: _param_rule(hints[f.name]) for f in fields(self.params)}  # type: ignore[arg-type]
+
+    def check(self, job: Job) -> P:
+        """The job's parameters, typed; InputError for a budget or parameter this strategy cannot run."""
         if job.budget_n < 1 or (self.fixed_budget is not None and job.budget_n != self.fixed_budget):
             want = f"= {self.fixed_budget}" if self.fixed_budget is not None else ">= 1"
             raise InputError(f"strategy '{self.name}' needs budget_n {want}, got {job.budget_n}", field="budget_n")
-        unknown = sorted(set(job.params) - set(self.params))
+        rules = self.rules
+        unknown = sorted(set(job.params) - set(rules))
         if unknown:
-            known = ", ".join(sorted(self.params)) or "none"
+            known = ", ".join(sorted(rules)) or "none"
             raise InputError(f"strategy '{self.name}' has no parameter '{unknown[0]}' (known: {known})", field="params")
         for k, v in job.params.items():
-            if k in self.param_choices and v not in self.param_choices[k]:
-                allowed = ", ".join(self.param_choices[k])
-                raise InputError(f"strategy '{self.name}' parameter '{k}' must be one of: {allowed}", field="params")
-            if isinstance(self.params[k], int) and (
-                not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_INT_PARAM
-            ):
+            kind, allowed = rules[k]
+            if kind == "choice" and v not in allowed:
+                raise InputError(f"strategy '{self.name}' parameter '{k}' must be one of: {', '.join(allowed)}",
+                                 field="params")
+            if kind == "int" and (not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_INT_PARAM):
                 raise InputError(
                     f"strategy '{self.name}' parameter '{k}' must be an integer in 1..{MAX_INT_PARAM}", field="params"
                 )
+            if kind == "str" and not isinstance(v, str):
+                raise InputError(f"strategy '{self.name}' parameter '{k}' must be a string", field="params")
+        return self.params(**job.params)
 
-    def param(self, job: Job, name: str) -> Any:
-        return job.params.get(name, self.params[name])
+    def params_of(self, ctx: JobContext) -> P:
+        """The parameters run_job checked for this job (checked here when the context was built without them)."""
+        got = ctx.params
+        return got if isinstance(got, self.params) else self.check(ctx.job)

@@ -8,7 +8,10 @@ Ties go to the most common answer among the tied candidates, then the lowest sam
 
 from __future__ import annotations
 
-from elo_per_token.worker.graders.code import grade_code
+from dataclasses import dataclass
+from typing import Literal
+
+from elo_per_token.worker.graders import grader_for
 from elo_per_token.worker.strategies.base import (
     SAMPLE_TEMPERATURE,
     JobContext,
@@ -21,21 +24,27 @@ from elo_per_token.worker.strategies.base import (
 from elo_per_token.worker.strategies.majority import vote
 
 
+@dataclass(frozen=True)
+class BestOfNParams:
+    verifier: Literal["auto", "llm", "tests"] = "auto"
+
+
 def run(ctx: JobContext) -> StrategyResult:
     n, task = ctx.job.budget_n, ctx.task
     cands = sample(ctx, 0, n, SAMPLE_TEMPERATURE)
-    mode = STRATEGY.param(ctx.job, "verifier")
-    has_tests = task["grader"]["type"] == "code" and bool(task.get("visible_tests") or task.get("tests"))
-    if mode == "auto" or (mode == "tests" and not has_tests):  # only code tasks have tests to run
+    mode: str = STRATEGY.params_of(ctx).verifier
+    run_tests = grader_for(task).run_tests
+    has_tests = run_tests is not None and bool(task.get("visible_tests") or task.get("tests"))
+    if mode == "auto" or (mode == "tests" and not has_tests):  # only tasks whose grader runs tests have tests
         mode = "tests" if has_tests and task.get("visible_tests") else "llm"
-    if mode == "tests":
+    if mode == "tests" and run_tests is not None:  # (has_tests says run_tests is there)
         cache: dict[str, float] = {}  # identical candidates run once
 
         def test_score(code: str | None) -> float | None:
             if code is None:
                 return None
             if code not in cache:
-                cache[code] = grade_code(code, task, tests=task.get("visible_tests") or task["tests"]).score
+                cache[code] = run_tests(task, code, task.get("visible_tests") or task["tests"])
             return cache[code]
 
         scores = ctx.map(test_score, [c.answer for c in cands])
@@ -48,11 +57,12 @@ def run(ctx: JobContext) -> StrategyResult:
     # Ties (common with test pass rates) go to the most common answer among the tied, then the lowest index.
     tied = [c for c in scored if scores[c.index] == top]
     chosen, _ = vote(task, tied)
-    assert chosen is not None
+    if chosen is None:  # vote() on a non-empty list always chooses; not an assert, `python -O` would strip it
+        raise RuntimeError("best_of_n: no candidate chosen among the tied top scores")
     return StrategyResult(chosen, {"verifier": mode, "scores": scores, "chosen_index": chosen.index})
 
 
-STRATEGY = Strategy(
+STRATEGY: Strategy[BestOfNParams] = Strategy(
     "best_of_n", run, budget_meaning="samples n (plus one verifier call per sample with the llm verifier)",
-    params={"verifier": "auto"}, param_choices={"verifier": ("auto", "llm", "tests")}, description="n samples at T=0.7, rerank by verifier score",
+    params=BestOfNParams, description="n samples at T=0.7, rerank by verifier score",
 )

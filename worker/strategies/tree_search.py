@@ -27,6 +27,12 @@ from elo_per_token.worker.strategies.base import (
 )
 
 
+@dataclass(frozen=True)
+class TreeSearchParams:
+    depth: int = 3  # levels d
+    beam: int = 2  # nodes w kept per level
+
+
 @dataclass
 class Node:
     index: int
@@ -45,7 +51,8 @@ def level_sizes(b: int, d: int, w: int) -> list[int]:
 
 def run(ctx: JobContext) -> StrategyResult:
     job, task = ctx.job, ctx.task
-    b, d, w = job.budget_n, STRATEGY.param(job, "depth"), STRATEGY.param(job, "beam")
+    params = STRATEGY.params_of(ctx)
+    b, d, w = job.budget_n, params.depth, params.beam
     if task.get("tools"):
         return _tool_fallback(ctx, b)
     sizes = level_sizes(b, d, w)
@@ -84,7 +91,7 @@ def _tool_fallback(ctx: JobContext, b: int) -> StrategyResult:
     return StrategyResult(cands[best[1]], {"mode": "tool episodes", "scores": scores, "chosen_index": best[1]})
 
 
-STRATEGY = Strategy(
-    "tree_search", run, budget_meaning="branching factor b", params={"depth": 3, "beam": 2},
+STRATEGY: Strategy[TreeSearchParams] = Strategy(
+    "tree_search", run, budget_meaning="branching factor b", params=TreeSearchParams,
     description="step-wise beam search pruned by verifier scores",
 )

@@ -1,0 +1,252 @@
+"""Reading call logs, outcome records, judgments and ledger objects into one validated frame.
+
+Fast path: polars scans every input with an explicit schema and flags bad rows with expressions.
+Only when polars refuses a file, or a validation expression flags a row, is that file re-read
+line by line (the error path) to name the exact line and field. With `skip_bad` the offending
+lines are dropped, counted and listed instead.
+
+The record schema is documented in docs/schema.md; contracts/records.py defines the ledger lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import polars as pl
+
+# Every name the single-module analysis.io defined is still importable from here: the public API and,
+# for tests and callers that reached into the module, its private helpers.
+from elo_per_token.analysis.io.families import _resolve_families, read_tasks_file
+from elo_per_token.analysis.io.recovery import (
+    _constant_field,
+    _NotJson,
+    _parse_lines,
+    _refuse_constant,
+    _settle_flagged,
+    _slow_read,
+    _slow_read_parquet,
+    line_of,
+)
+from elo_per_token.analysis.io.runs import RUN_CHUNK_JOBS, _read_objects, _read_segment, read_run
+from elo_per_token.analysis.io.scan import _TYPE_WORDS, _fast, _scan, _scan_parquet
+from elo_per_token.analysis.io.schema import (
+    _CLASS,
+    _ID_FIELDS,
+    _INT_FIELDS,
+    _SUSPECT_ID,
+    _SUSPECT_MSG,
+    _USAGE,
+    KINDS,
+    LABEL_COLUMNS,
+    RAW_SCHEMA,
+    RECORD_SCHEMA,
+    TOKENS_FIELDS,
+    USAGE_BREAKDOWN,
+    WINNERS,
+    BadLine,
+    _normalise,
+    _type_problem,
+)
+from elo_per_token.analysis.io.sources import (
+    _RUN_URL,
+    DATA_SUFFIXES,
+    DEFAULT_LEDGER,
+    RunSource,
+    _drop_compacted_copies,
+    _is_data_file,
+    _list_s3,
+    _open_text,
+    _read_lines,
+    _s3_client,
+    _split_lines,
+    expand_inputs,
+    open_run,
+    resolve_input,
+    run_source,
+    split_runs,
+    storage_options,
+)
+from elo_per_token.contracts.errors import InputError
+
+__all__ = [
+    "DATA_SUFFIXES",
+    "DEFAULT_LEDGER",
+    "KINDS",
+    "LABEL_COLUMNS",
+    "RAW_SCHEMA",
+    "RECORD_SCHEMA",
+    "RUN_CHUNK_JOBS",
+    "TOKENS_FIELDS",
+    "USAGE_BREAKDOWN",
+    "WINNERS",
+    "_CLASS",
+    "_ID_FIELDS",
+    "_INT_FIELDS",
+    "_RUN_URL",
+    "_SUSPECT_ID",
+    "_SUSPECT_MSG",
+    "_TYPE_WORDS",
+    "_USAGE",
+    "BadLine",
+    "Records",
+    "RunSource",
+    "Summary",
+    "_NotJson",
+    "_as_list",
+    "_constant_field",
+    "_drop_compacted_copies",
+    "_fast",
+    "_is_data_file",
+    "_list_s3",
+    "_normalise",
+    "_open_text",
+    "_parse_lines",
+    "_read_group",
+    "_read_lines",
+    "_read_objects",
+    "_read_segment",
+    "_refuse_constant",
+    "_resolve_families",
+    "_s3_client",
+    "_scan",
+    "_scan_parquet",
+    "_settle_flagged",
+    "_slow_read",
+    "_slow_read_parquet",
+    "_split_lines",
+    "_type_problem",
+    "expand_inputs",
+    "line_of",
+    "open_run",
+    "read_records",
+    "read_run",
+    "read_summary",
+    "read_tasks_file",
+    "resolve_input",
+    "run_source",
+    "split_runs",
+    "storage_options",
+]
+
+
+@dataclass
+class Records:
+    """All input records, normalised (RECORD_SCHEMA), plus what was skipped."""
+
+    frame: pl.DataFrame
+    files: list[str]
+    skipped: list[BadLine] = field(default_factory=list)
+
+    @property
+    def calls(self) -> pl.DataFrame:
+        return self.frame.filter(pl.col("kind") == "call")
+
+    @property
+    def outcomes(self) -> pl.DataFrame:
+        return self.frame.filter(pl.col("kind") == "outcome")
+
+    @property
+    def judgments(self) -> pl.DataFrame:
+        return self.frame.filter(pl.col("kind") == "judgment")
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def _read_group(group: list[str], *, skip_bad: bool) -> tuple[list[pl.DataFrame], list[BadLine]]:
+    """Fast path for the whole group; if polars refuses it, file by file; line by line only where needed."""
+    frame = _fast(group)
+    if frame is None and len(group) > 1:
+        parts: list[pl.DataFrame] = []
+        skipped: list[BadLine] = []
+        for f in group:
+            got, bad = _read_group([f], skip_bad=skip_bad)
+            parts += got
+            skipped += bad
+        return parts, skipped
+    if frame is None:
+        return _as_list(_slow_read(group[0], skip_bad=skip_bad))
+    return _settle_flagged(frame, skip_bad=skip_bad)
+
+
+def _as_list(res: tuple[pl.DataFrame, list[BadLine]]) -> tuple[list[pl.DataFrame], list[BadLine]]:
+    return [res[0]], res[1]
+
+
+def read_records(
+    paths: Sequence[str],
+    *,
+    skip_bad: bool = False,
+    tasks_file: str | None = None,
+    resolve_families: bool = True,
+) -> Records:
+    """Read every input into one validated frame (RECORD_SCHEMA) with a resolved `family` per task.
+
+    resolve_families=False leaves `family` as written on each line (token counting needs no families).
+    """
+    runs, plain = split_runs(paths)
+    files = expand_inputs(plain) if plain else []
+    groups = {
+        "parquet": [f for f in files if f.endswith(".parquet")],
+        "json": [f for f in files if not f.endswith(".parquet")],
+    }
+    parts: list[pl.DataFrame] = []
+    skipped: list[BadLine] = []
+    for group in groups.values():
+        if group:
+            got, bad = _read_group(group, skip_bad=skip_bad)
+            parts += [p.drop("bad_field", "bad_msg") for p in got]
+            skipped += bad
+    for run in runs:
+        got_run, bad, names = read_run(run, skip_bad=skip_bad)
+        parts.append(got_run)
+        skipped += bad
+        files += names
+    if any(p.schema["file"] == pl.Categorical for p in parts):
+        # A run's rows name their job object in a Categorical column (4 bytes a row, not the path).
+        parts = [p.with_columns(pl.col("file").cast(pl.Categorical)) for p in parts]
+    frame = pl.concat(parts, how="vertical")
+    if frame.height == 0:
+        raise InputError("no records in the input", file=", ".join(files[:3]) + (" …" if len(files) > 3 else ""))
+    if resolve_families:
+        frame = _resolve_families(frame, tasks_file)
+    return Records(frame=frame.select(list(RECORD_SCHEMA)), files=files, skipped=skipped)
+
+
+@dataclass
+class Summary:
+    """The result of read_summary: a small frame computed from every record, plus the inputs and skips."""
+
+    frame: pl.DataFrame
+    files: list[str]
+    skipped: list[BadLine] = field(default_factory=list)
+
+
+def read_summary(
+    paths: Sequence[str],
+    summarise: Callable[[pl.LazyFrame], pl.LazyFrame],
+    *,
+    skip_bad: bool = False,
+    fields: Sequence[str] | None = None,
+) -> Summary:
+    """`summarise` (a lazy query over the normalised records, RECORD_SCHEMA without families) computed in
+    ONE pass over the files, fused with the validation check, so a million-line log is never held as a
+    frame. Same validation as read_records: if any line is bad, or polars refuses a file, or the input is
+    empty, the answer comes from read_records instead, which names the line (or skips it with skip_bad).
+    `fields`: parse (and so validate) only these fields of JSON lines — the JSON parse is most of the cost.
+    """
+    runs, _ = split_runs(paths)
+    files = [] if runs else expand_inputs(paths)
+    if files and (all(f.endswith(".parquet") for f in files) or not any(f.endswith(".parquet") for f in files)):
+        try:
+            schema = {k: RAW_SCHEMA[k] for k in fields} if fields else None
+            records = _normalise(_scan(files, schema), categorical=False)
+            check = records.select(pl.col("bad_field").is_not_null().any().alias("bad"), pl.len().alias("n"))
+            out, seen = pl.collect_all([summarise(records.drop("bad_field", "bad_msg")), check])
+            if not seen["bad"].item() and seen["n"].item() > 0:
+                return Summary(out, files)
+        except (pl.exceptions.PolarsError, OSError, ValueError):
+            pass
+    rec = read_records(paths, skip_bad=skip_bad, resolve_families=False)
+    return Summary(summarise(rec.frame.lazy()).collect(), rec.files, rec.skipped)

@@ -1,0 +1,111 @@
+"""Reading a ledger run: its committed segments plus the job objects no segment holds."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from elo_per_token.analysis.io.recovery import _settle_flagged, _slow_read
+from elo_per_token.analysis.io.scan import _collect_sliced, _scan_parquet
+from elo_per_token.analysis.io.schema import RAW_SCHEMA, RECORD_SCHEMA, BadLine, _normalise
+from elo_per_token.analysis.io.sources import RunSource, open_run, storage_options
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.ledger import JOB_SUFFIX
+
+RUN_CHUNK_JOBS = 20_000  # objects parsed per polars call: ~60 MB of JSONL, bounded whatever the run's size
+
+
+def read_run(
+    src: RunSource, *, skip_bad: bool = False, threads: int = 32, chunk_jobs: int = RUN_CHUNK_JOBS
+) -> tuple[pl.DataFrame, list[BadLine], list[str]]:
+    """A run's records (RECORD_SCHEMA, `file` naming each row's job object, Categorical), what was skipped,
+    and the names read (segments, then the run's jobs/ folder for the objects no segment holds)."""
+    from elo_per_token.analysis.segments import (
+        list_keys,
+        parsed_chunks,
+        read_index,
+        seg_name,
+        segment_state,
+        tail_keys,
+    )
+
+    led = open_run(src)
+    run = src.run_id
+    committed = [] if src.objects_only else segment_state(led, run).committed
+    raw = read_index(led, run, committed, dedupe=False)
+    first = pl.int_range(pl.len()).over("job_key") == 0  # in segment order: the lowest number holds a key
+    index = raw.filter(first)
+    dups = raw.filter(~first)
+    tail = tail_keys(list_keys(led, run, index=index), index)
+    parts: list[pl.DataFrame] = []
+    skipped: list[BadLine] = []
+    names: list[str] = []
+    for n in committed:
+        url = led.blob_url(run, seg_name(n))
+        names.append(url)
+        drop = dups.filter(pl.col("seg") == n)["job_key"] if dups.height else None
+        got, bad = _read_segment(led, run, url, raw.filter(pl.col("seg") == n), drop, skip_bad=skip_bad)
+        parts += got
+        skipped += bad
+    for df, unparsable in parsed_chunks(led, run, tail, RAW_SCHEMA, chunk_jobs=chunk_jobs, threads=threads):
+        got, bad = _read_objects(led, run, df, unparsable, skip_bad=skip_bad)
+        parts += got
+        skipped += bad
+    names.append(led.run_url(run) + "/jobs/")
+    parts = [p.drop("bad_field", "bad_msg").with_columns(pl.col("file").cast(pl.Categorical)) for p in parts]
+    frame = pl.concat(parts, how="vertical") if parts else pl.DataFrame(schema=RECORD_SCHEMA)
+    if committed and tail:
+        # Segments and the tail interleave job keys; one order (the job objects') keeps results identical
+        # to reading the objects alone.
+        frame = frame.sort(pl.col("file").cast(pl.String), "row")
+    return frame, skipped, names
+
+
+def _read_segment(
+    led, run: str, url: str, index: pl.DataFrame, drop: pl.Series | None, *, skip_bad: bool
+) -> tuple[list[pl.DataFrame], list[BadLine]]:
+    """One segment, its rows named by job object and line (so every error names the object, as the objects
+    themselves would). `index`: its (job_key, rows) in row order, so the object of each row comes from the
+    index (one string per job, not per row). `drop`: keys an earlier segment holds (two compactions at once)."""
+    opts = storage_options() if url.startswith("s3://") else None
+    urls = ((led.run_url(run) + "/jobs/") + index["job_key"] + JOB_SUFFIX).cast(pl.Categorical)
+    per_row = pl.Series(np.repeat(np.arange(index.height, dtype=np.int64), index["rows"].to_numpy()))
+    keep = None if drop is None or not drop.len() else ~index["job_key"].is_in(drop.implode())
+    try:
+        scan = _scan_parquet(url, opts, extra=("line",))
+        n_rows = scan.select(pl.len()).collect().item()
+        if n_rows != per_row.len():
+            raise OSError(f"it holds {n_rows} rows, its index says {per_row.len()}")
+
+        def rows(o: int, n: int) -> pl.LazyFrame:
+            at = per_row.slice(o, n)
+            lf = scan.slice(o, n).with_columns(urls.gather(at).alias("file"), (pl.col("line") - 1).cast(pl.Int64).alias("row"))
+            return _normalise(lf if keep is None else lf.filter(keep.gather(at)))
+
+        # A million-job segment is normalised slice by slice, in morsels, never over all rows at once.
+        frame = _collect_sliced(rows, n_rows)
+    except (pl.exceptions.PolarsError, OSError) as e:
+        raise InputError(
+            f"segment is corrupt or truncated ({str(e).splitlines()[0][:200]}); the job objects are intact: "
+            f"rebuild the segments with `ept compact {run} --rebuild --ledger {led.url}`",
+            file=url,
+        ) from e
+    return _settle_flagged(frame, skip_bad=skip_bad)
+
+
+def _read_objects(
+    led, run: str, df: pl.DataFrame, unparsable: list[str], *, skip_bad: bool
+) -> tuple[list[pl.DataFrame], list[BadLine]]:
+    """A parsed chunk of job objects (analysis.segments.parsed_chunks), validated; objects polars could not
+    parse go through the line-by-line path, which names the line."""
+    prefix = led.run_url(run) + "/jobs/"
+    df = df.with_columns(
+        (pl.lit(prefix) + pl.col("job_key") + pl.lit(JOB_SUFFIX)).cast(pl.Categorical).alias("file"),
+        pl.col("line0").alias("row"),
+    )
+    parts, skipped = _settle_flagged(_normalise(df.lazy()).collect(), skip_bad=skip_bad)
+    for k in unparsable:
+        good, bad = _slow_read(led.job_url(run, k), skip_bad=skip_bad)
+        parts.append(good)
+        skipped += bad
+    return parts, skipped

@@ -1,0 +1,284 @@
+"""The record schemas and the validation rules, in their two forms side by side.
+
+`_normalise` is the polars form: expressions over a scanned frame that flag the first problem of each
+row (the fast path). `_type_problem` is its Python mirror for the JSON types polars cannot see once a
+value is in a String column, used line by line on the error path (analysis.io.recovery). The two must
+accept the same lines and blame the same field; tests/test_io_schema_agree.py checks that they do.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from elo_per_token.contracts.errors import InputError
+
+KINDS = ("call", "outcome", "judgment")
+WINNERS = {"a": "A", "b": "B", "tie": "tie"}
+
+# The usage breakdown kept as returned (OpenAI's details objects, Anthropic's cache fields): reasoning vs
+# visible output, cached vs fresh input. Segments (analysis.segments) store the same fields, so both use this.
+USAGE_BREAKDOWN: dict[str, pl.DataType] = {
+    "prompt_tokens_details": pl.Struct({"cached_tokens": pl.Int64}),
+    "completion_tokens_details": pl.Struct({"reasoning_tokens": pl.Int64}),
+    "cache_read_input_tokens": pl.Int64(),
+    "cache_creation_input_tokens": pl.Int64(),
+}
+# The two counts every cost figure uses, plus the breakdown.
+_USAGE = pl.Struct({"prompt_tokens": pl.Int64, "completion_tokens": pl.Int64, **USAGE_BREAKDOWN})
+_CLASS = pl.Struct({"class": pl.String})
+
+# Every field analysis uses; anything else on a line is ignored (extra fields are allowed).
+RAW_SCHEMA: dict[str, pl.DataType] = {
+    "kind": pl.String(),
+    "task_id": pl.String(),
+    "family": pl.String(),
+    "strategy": pl.String(),
+    "budget_n": pl.Int64(),
+    "arm": pl.String(),
+    "replicate": pl.Int64(),
+    "role": pl.String(),
+    "usage": _USAGE,
+    "prompt_tokens": pl.Int64(),
+    "completion_tokens": pl.Int64(),
+    "usage_missing": pl.Boolean(),
+    "error": _CLASS,
+    "failure": _CLASS,
+    "finish_reason": pl.String(),
+    "score": pl.Float64(),
+    "correct": pl.Boolean(),
+    "winner": pl.String(),
+    "arm_a": pl.String(),
+    "arm_b": pl.String(),
+    "strategy_a": pl.String(),
+    "budget_a": pl.Int64(),
+    "strategy_b": pl.String(),
+    "budget_b": pl.Int64(),
+}
+
+_INT_FIELDS = ("budget_n", "replicate", "prompt_tokens", "completion_tokens", "budget_a", "budget_b")
+
+# Labels every row repeats (a 1M-job run is 6M rows over ~50k task ids and a handful of arms): the records
+# frame holds them as Categorical, a 4-byte code per row instead of a 16-byte string view (plus the text of
+# longer ones). That is most of a large run's frame, and it is what `ept analyze` keeps while it works.
+LABEL_COLUMNS = (
+    "file", "kind", "task_id", "family", "strategy", "arm", "role", "finish_reason", "error_class", "winner", "arm_a",
+    "arm_b",
+)  # fmt: skip
+
+# The normalised frame every later stage reads.
+RECORD_SCHEMA: dict[str, pl.DataType] = {
+    "file": pl.Categorical(),
+    "row": pl.Int64(),  # 0-based index among the file's non-blank lines (parquet: row number)
+    "kind": pl.Categorical(),
+    "task_id": pl.Categorical(),
+    "family": pl.Categorical(),
+    "strategy": pl.Categorical(),
+    "budget_n": pl.Int64(),
+    "arm": pl.Categorical(),
+    "replicate": pl.Int64(),
+    "role": pl.Categorical(),
+    "prompt_tokens": pl.Int64(),
+    "completion_tokens": pl.Int64(),
+    "usage_missing": pl.Boolean(),
+    # The usage breakdown as returned (null when the server did not send it); see analysis.tokens.token_split.
+    "reasoning_tokens": pl.Int64(),
+    "cached_tokens": pl.Int64(),  # OpenAI prompt_tokens_details.cached_tokens or Anthropic cache_read_input_tokens
+    "cache_creation_tokens": pl.Int64(),  # Anthropic cache_creation_input_tokens
+    "finish_reason": pl.Categorical(),
+    # call: the failed call's class; outcome: why it has no score (error) or why it scored 0 (failure)
+    "error_class": pl.Categorical(),
+    "scored_failure": pl.Boolean(),  # outcome scored as a loss because the strategy failed on the task
+    "score": pl.Float64(),
+    "winner": pl.Categorical(),
+    "arm_a": pl.Categorical(),
+    "arm_b": pl.Categorical(),
+}
+
+
+# What `ept tokens` parses and validates: the call fields, and what classifies a line without `kind`.
+TOKENS_FIELDS = (
+    "kind", "task_id", "family", "strategy", "budget_n", "arm", "replicate", "role", "usage", "prompt_tokens",
+    "completion_tokens", "usage_missing", "error", "score", "correct", "winner",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BadLine:
+    file: str
+    line: int
+    field: str | None
+    message: str
+
+    def __str__(self) -> str:
+        return str(InputError(self.message, self.file, self.line, self.field))
+
+
+
+# polars reads any JSON value into a String column as its text, so `"task_id": 5` and `"task_id": "5"` look the
+# same on the fast path. Ids that could be a bare JSON number, literal, object or array send their file to the
+# line-by-line path (which sees the JSON types); ids that are genuine strings are then accepted there.
+_SUSPECT_ID = r"^(-?[0-9][0-9.eE+-]*|true|false|null|\{.*|\[.*)$"
+_SUSPECT_MSG = "must be a string"
+_ID_FIELDS = ("task_id", "family", "strategy", "arm")
+
+
+def _normalise(lf: pl.LazyFrame, *, suspect_ids: bool = True, categorical: bool = True) -> pl.LazyFrame:
+    """Raw schema -> RECORD_SCHEMA plus a `bad_field`/`bad_msg` pair describing the first problem.
+    suspect_ids=False on the line-by-line path, where the JSON types were already checked. categorical=False
+    keeps LABEL_COLUMNS as strings (a query that only aggregates them has no frame to keep small)."""
+    kind_guess = (
+        pl.when(pl.col("winner").is_not_null())
+        .then(pl.lit("judgment"))
+        .when(pl.col("score").is_not_null() | pl.col("correct").is_not_null())
+        .then(pl.lit("outcome"))
+        .otherwise(pl.lit("call"))
+    )
+    prompt = pl.coalesce(pl.col("usage").struct.field("prompt_tokens"), pl.col("prompt_tokens"))
+    completion = pl.coalesce(pl.col("usage").struct.field("completion_tokens"), pl.col("completion_tokens"))
+    arm_from = pl.col("strategy") + pl.lit("@") + pl.col("budget_n").cast(pl.String)
+    winner = pl.col("winner").str.to_lowercase().replace_strict(WINNERS, default=None, return_dtype=pl.String)
+    lf = lf.with_columns(
+        pl.coalesce(pl.col("kind"), kind_guess).alias("kind_r"),
+        prompt.alias("p"),
+        completion.alias("c"),
+    )
+    kind = pl.col("kind_r")
+    call_or_outcome = kind.is_in(["call", "outcome"])
+    checks: list[tuple[str, str, pl.Expr]] = [
+        ("kind", "must be one of call, outcome, judgment", ~kind.is_in(KINDS)),
+        ("task_id", "is required", pl.col("task_id").is_null()),
+        *(
+            (name, "must not be empty or hold NUL/control characters",
+             (pl.col(name).str.strip_chars() == "") | pl.col(name).str.contains(r"[\x00-\x1f\x7f]"))
+            for name in _ID_FIELDS
+        ),
+        *(((name, _SUSPECT_MSG, pl.col(name).str.contains(_SUSPECT_ID)) for name in _ID_FIELDS) if suspect_ids else ()),
+        ("strategy", "is required", call_or_outcome & pl.col("strategy").is_null()),
+        ("budget_n", "is required", call_or_outcome & pl.col("budget_n").is_null()),
+        ("budget_n", "must be >= 0", pl.col("budget_n") < 0),
+        ("replicate", "must be >= 0", pl.col("replicate") < 0),
+        ("usage.prompt_tokens", "must be >= 0", pl.col("p") < 0),
+        ("usage.completion_tokens", "must be >= 0", pl.col("c") < 0),
+        (
+            "usage.prompt_tokens",
+            "is missing while usage.completion_tokens is present",
+            (kind == "call") & pl.col("p").is_null() & pl.col("c").is_not_null(),
+        ),
+        (
+            "usage.completion_tokens",
+            "is missing while usage.prompt_tokens is present",
+            (kind == "call") & pl.col("c").is_null() & pl.col("p").is_not_null(),
+        ),
+        ("score", "must be between 0 and 1", (pl.col("score") < 0) | (pl.col("score") > 1)),
+        ("score", "must be a number", pl.col("score").is_nan()),
+        ("winner", "is required for a judgment", (kind == "judgment") & pl.col("winner").is_null()),
+        ("winner", "must be A, B or tie", pl.col("winner").is_not_null() & winner.is_null()),
+        (
+            "arm_a",
+            "is required for a judgment (or strategy_a and budget_a)",
+            (kind == "judgment")
+            & pl.col("arm_a").is_null()
+            & (pl.col("strategy_a").is_null() | pl.col("budget_a").is_null()),
+        ),
+        (
+            "arm_b",
+            "is required for a judgment (or strategy_b and budget_b)",
+            (kind == "judgment")
+            & pl.col("arm_b").is_null()
+            & (pl.col("strategy_b").is_null() | pl.col("budget_b").is_null()),
+        ),
+    ]
+    # One integer per row (index of the first failing check) is far cheaper than two long when-chains.
+    first_bad = pl.min_horizontal(
+        [pl.when(cond.fill_null(False)).then(pl.lit(i, pl.Int32)) for i, (_, _, cond) in enumerate(checks)]
+    )
+    bad_field = first_bad.replace_strict(
+        {i: f for i, (f, _, _) in enumerate(checks)}, default=None, return_dtype=pl.String
+    )
+    bad_msg = first_bad.replace_strict(
+        {i: m for i, (_, m, _) in enumerate(checks)}, default=None, return_dtype=pl.String
+    )
+    arm_a = pl.coalesce(pl.col("arm_a"), pl.col("strategy_a") + pl.lit("@") + pl.col("budget_a").cast(pl.String))
+    arm_b = pl.coalesce(pl.col("arm_b"), pl.col("strategy_b") + pl.lit("@") + pl.col("budget_b").cast(pl.String))
+    out = lf.select(
+        pl.col("file"),
+        pl.col("row"),
+        kind.alias("kind"),
+        pl.col("task_id"),
+        pl.col("family"),
+        pl.col("strategy"),
+        pl.col("budget_n"),
+        pl.coalesce(pl.col("arm"), arm_from).alias("arm"),
+        pl.col("replicate").fill_null(0),
+        pl.col("role"),
+        pl.col("p").alias("prompt_tokens"),
+        pl.col("c").alias("completion_tokens"),
+        # A failed call without usage was not billed: not a missing usage. The explicit flag always counts
+        # (e.g. a billed response whose usage was invalid, stored as null).
+        (
+            (kind == "call")
+            & (
+                pl.col("usage_missing").fill_null(False)
+                | (pl.col("p").is_null() & pl.col("error").struct.field("class").is_null())
+            )
+        ).alias("usage_missing"),
+        pl.col("usage").struct.field("completion_tokens_details").struct.field("reasoning_tokens").alias(
+            "reasoning_tokens"
+        ),
+        pl.coalesce(
+            pl.col("usage").struct.field("prompt_tokens_details").struct.field("cached_tokens"),
+            pl.col("usage").struct.field("cache_read_input_tokens"),
+        ).alias("cached_tokens"),
+        pl.col("usage").struct.field("cache_creation_input_tokens").alias("cache_creation_tokens"),
+        pl.col("finish_reason"),
+        pl.coalesce(pl.col("failure").struct.field("class"), pl.col("error").struct.field("class")).alias(
+            "error_class"
+        ),
+        ((kind == "outcome") & pl.col("failure").struct.field("class").is_not_null()).alias("scored_failure"),
+        pl.coalesce(pl.col("score"), pl.col("correct").cast(pl.Float64)).alias("score"),
+        winner.alias("winner"),
+        arm_a.alias("arm_a"),
+        arm_b.alias("arm_b"),
+        bad_field.alias("bad_field"),
+        bad_msg.alias("bad_msg"),
+    )
+    if not categorical:
+        return out
+    # In the same (streaming) query: the string columns are never materialised whole.
+    return out.with_columns(pl.col(*LABEL_COLUMNS, "bad_field", "bad_msg").cast(pl.Categorical))
+
+
+
+
+def _type_problem(obj: dict[str, Any]) -> tuple[str, str] | None:
+    """Same type rules polars applies with RAW_SCHEMA: integer fields take JSON integers only (not 4.0,
+    not "4"), number and boolean fields their own JSON type. String fields, like polars, take any JSON
+    value and keep its text, so both paths accept exactly the same lines."""
+    usage = obj.get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        return "usage", f"must be an object, got {type(usage).__name__}"
+    for name in _ID_FIELDS:
+        v = obj.get(name)
+        if v is not None and not isinstance(v, str):
+            return name, f"{_SUSPECT_MSG}, got {json.dumps(v)[:40]}"
+    for name in _INT_FIELDS:
+        src = usage if name in ("prompt_tokens", "completion_tokens") and usage and name in usage else obj
+        v = src.get(name)
+        label = f"usage.{name}" if src is usage else name
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            return label, f"must be an integer, got {json.dumps(v)}"
+    s = obj.get("score")
+    if s is not None and (isinstance(s, bool) or not isinstance(s, int | float)):
+        return "score", f"must be a number between 0 and 1, got {json.dumps(s)}"
+    c = obj.get("correct")
+    if c is not None and not isinstance(c, bool):
+        return "correct", f"must be true or false, got {json.dumps(c)}"
+    for name in ("usage_missing",):
+        v = obj.get(name)
+        if v is not None and not isinstance(v, bool):
+            return name, f"must be true or false, got {json.dumps(v)}"
+    return None

@@ -1,0 +1,228 @@
+"""Where records come from: files, directories, globs, s3:// prefixes and ledger runs, and reading a
+file's text (local, gzip or S3) for the line-by-line path."""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from elo_per_token.contracts.errors import InputError
+
+DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz", ".parquet")
+
+
+def storage_options() -> dict[str, str]:
+    """polars/object_store options for s3:// from the standard AWS environment variables."""
+    opts: dict[str, str] = {}
+    env = {
+        "AWS_ENDPOINT_URL": "aws_endpoint_url",
+        "AWS_ACCESS_KEY_ID": "aws_access_key_id",
+        "AWS_SECRET_ACCESS_KEY": "aws_secret_access_key",
+        "AWS_SESSION_TOKEN": "aws_session_token",
+        "AWS_REGION": "aws_region",
+    }
+    for var, key in env.items():
+        if os.environ.get(var):
+            opts[key] = os.environ[var]
+    opts.setdefault("aws_region", os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
+    if opts.get("aws_endpoint_url", "").startswith("http://"):
+        opts["aws_allow_http"] = "true"
+    if "aws_access_key_id" not in opts:
+        # An anonymous endpoint: don't let object_store wander off to the instance-metadata service.
+        opts["aws_skip_signature"] = "true"
+    return opts
+
+
+def _s3_client() -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None,
+        region_name=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+        config=Config(s3={"addressing_style": "path"}),
+    )
+
+
+def _is_data_file(name: str) -> bool:
+    return name.endswith(DATA_SUFFIXES)
+
+
+def expand_inputs(paths: Sequence[str]) -> list[str]:
+    """Files, directories (recursive), globs and s3://bucket/prefix URLs -> sorted data files."""
+    files: list[str] = []
+    for p in paths:
+        if p.startswith("s3://"):
+            files.extend(_list_s3(p))
+        elif os.path.isdir(p):
+            found = sorted(
+                os.path.join(root, f) for root, _, names in os.walk(p) for f in names if _is_data_file(f)
+            )
+            if not found:
+                raise InputError("directory holds no .jsonl, .jsonl.gz or .parquet files", file=p)
+            files.extend(_drop_compacted_copies(found))
+        elif os.path.isfile(p):
+            files.append(p)
+        elif glob.has_magic(p):
+            found = sorted(f for f in glob.glob(p, recursive=True) if os.path.isfile(f))
+            if not found:
+                raise InputError("glob matches no files", file=p)
+            files.extend(found)
+        else:
+            raise InputError("no such file or directory", file=p)
+    if not files:
+        raise InputError("no input files given")
+    return list(dict.fromkeys(files))
+
+
+def _list_s3(url: str) -> list[str]:
+    """s3://bucket/prefix (every data object under it) or s3://bucket/pattern with glob characters."""
+    import fnmatch
+    import re
+
+    bucket, _, prefix = url[len("s3://") :].partition("/")
+    if not bucket:
+        raise InputError("s3 URL needs a bucket: s3://bucket/prefix", file=url)
+    pattern = None
+    if glob.has_magic(prefix):
+        pattern = prefix
+        prefix = re.split(r"[*?\[]", prefix, maxsplit=1)[0]
+    client = _s3_client()
+    keys: list[str] = []
+    try:
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        for page in pages:
+            keys.extend(
+                o["Key"]
+                for o in page.get("Contents", [])
+                if _is_data_file(o["Key"]) and (pattern is None or fnmatch.fnmatchcase(o["Key"], pattern))
+            )
+    except Exception as e:  # botocore errors carry no secrets, but the message is scrubbed by the CLI anyway
+        raise InputError(f"cannot list S3 prefix: {e}", file=url) from e
+    if not keys:
+        raise InputError("S3 prefix holds no .jsonl, .jsonl.gz or .parquet objects", file=url)
+    return _drop_compacted_copies([f"s3://{bucket}/{k}" for k in sorted(keys)])
+
+
+def _drop_compacted_copies(files: list[str]) -> list[str]:
+    """A ledger run holds jobs/** and possibly compact/records.parquet, a copy of the same records:
+    read a found directory's jobs/ objects and skip its compact/ copy so no record counts twice."""
+    runs_with_jobs = {f.split("/jobs/")[0] for f in files if "/jobs/" in f}
+    return [f for f in files if not ("/compact/" in f and f.split("/compact/")[0] in runs_with_jobs)]
+
+
+# ---------------------------------------------------------------- ledger runs (where they are)
+
+# …/runs/<id> (a run: its segments plus the objects no segment holds) or …/runs/<id>/jobs (its objects only).
+_RUN_URL = re.compile(r"^(?P<ledger>.*?)/?runs/(?P<run>[^/]+?)(?P<jobs>/jobs)?/*$")
+
+
+@dataclass(frozen=True)
+class RunSource:
+    ledger_url: str  # the ledger root: a folder or s3://bucket/prefix
+    run_id: str
+    objects_only: bool = False  # the path named the run's jobs/ folder: ignore its segments
+
+
+def run_source(p: str) -> RunSource | None:
+    """A run folder or s3://…/runs/<id> URL (with /jobs: the objects only); None for anything else."""
+    m = _RUN_URL.match(p)
+    if not m or glob.has_magic(p):
+        return None
+    if p.startswith("s3://"):
+        led = m.group("ledger")
+        if not led.startswith("s3://") or led == "s3:/":
+            led = "s3://" + p[len("s3://") :].split("/", 1)[0]
+        return RunSource(led, m.group("run"), bool(m.group("jobs")))
+    if "://" in p or not os.path.isdir(p):
+        return None
+    run_dir = p.rstrip("/")[: -len("/jobs")] if m.group("jobs") else p.rstrip("/")
+    if not any(os.path.exists(os.path.join(run_dir, n)) for n in ("jobs", "compact", "manifest.json")):
+        return None
+    return RunSource(m.group("ledger") or ".", m.group("run"), bool(m.group("jobs")))
+
+
+def split_runs(paths: Sequence[str]) -> tuple[list[RunSource], list[str]]:
+    runs: list[RunSource] = []
+    plain: list[str] = []
+    for p in paths:
+        src = run_source(p)
+        if src is None:
+            plain.append(p)
+        else:
+            runs.append(src)
+    return runs, plain
+
+
+DEFAULT_LEDGER = "./ept-out/ledger"
+
+
+def resolve_input(arg: str, ledger: str | None = None) -> str:
+    """A command-line input as a path or URL. A run id (a bare name that is no file) means that run in
+    `ledger` (default ./ept-out/ledger); a plan file means its run in its ledger (or `ledger`). Both are
+    checked: a missing run lists the runs the ledger holds, an unreachable ledger says what is wrong."""
+    from elo_per_token.contracts.ledger import check_run, open_ledger_for_reading
+
+    if arg.endswith(".toml") and os.path.isfile(arg):
+        from elo_per_token.coordinator.plan import load_plan
+
+        plan = load_plan(arg)
+        led = open_ledger_for_reading(ledger or plan.ledger)
+        check_run(led, plan.run_id)
+        return led.run_url(plan.run_id)
+    bare = "/" not in arg and "://" not in arg and not glob.has_magic(arg) and not os.path.exists(arg)
+    if bare and not arg.endswith(DATA_SUFFIXES):
+        led = open_ledger_for_reading(ledger or DEFAULT_LEDGER)
+        check_run(led, arg)
+        return led.run_url(arg)
+    return arg
+
+
+def open_run(src: RunSource):
+    """The run's ledger, checked: an unreachable ledger or a run it does not have is an InputError."""
+    from elo_per_token.contracts.ledger import check_run, open_ledger_for_reading
+
+    led = open_ledger_for_reading(src.ledger_url)
+    check_run(led, src.run_id)
+    return led
+
+
+
+# ---------------------------------------------------------------- a file's lines (error path)
+
+
+def _open_text(f: str) -> list[str]:
+    try:
+        return _read_lines(f)
+    except Exception as e:  # the error path must end in a named error, not a traceback
+        raise InputError(f"cannot read: {e}", file=f) from e
+
+
+def _read_lines(f: str) -> list[str]:
+    if f.startswith("s3://"):
+        bucket, _, key = f[len("s3://") :].partition("/")
+        data = _s3_client().get_object(Bucket=bucket, Key=key)["Body"].read()
+        if f.endswith(".gz"):
+            data = gzip.decompress(data)
+        return _split_lines(data.decode("utf-8", errors="replace"))
+    if f.endswith(".gz"):
+        with gzip.open(f, "rt", encoding="utf-8", errors="replace", newline="") as fh:
+            return _split_lines(fh.read())
+    with open(f, encoding="utf-8", errors="replace", newline="") as fh:
+        return _split_lines(fh.read())
+
+
+def _split_lines(text: str) -> list[str]:
+    # JSONL lines end at "\n" only: str.splitlines() would also split at \x85, \u2028, \r… inside a line and
+    # shift every reported line number after it.
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
