@@ -33,7 +33,8 @@ def read_run(
     run = src.run_id
     committed = [] if src.objects_only else segment_state(led, run).committed
     raw = read_index(led, run, committed, dedupe=False)
-    first = pl.int_range(pl.len()).over("job_key") == 0  # in segment order: the lowest number holds a key
+    # In segment order: the lowest number holds a key. (A window over a million job keys took 8 s.)
+    first = raw["job_key"].is_first_distinct()
     index = raw.filter(first)
     dups = raw.filter(~first)
     tail = tail_keys(list_keys(led, run, index=index), index)
