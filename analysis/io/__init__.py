@@ -43,6 +43,7 @@ from elo_per_token.analysis.io.schema import (
     _SUSPECT_MSG,
     _USAGE,
     KINDS,
+    LABEL_COLUMNS,
     RAW_SCHEMA,
     RECORD_SCHEMA,
     TOKENS_FIELDS,
@@ -78,6 +79,7 @@ __all__ = [
     "DATA_SUFFIXES",
     "DEFAULT_LEDGER",
     "KINDS",
+    "LABEL_COLUMNS",
     "RAW_SCHEMA",
     "RECORD_SCHEMA",
     "RUN_CHUNK_JOBS",
@@ -246,7 +248,7 @@ def read_summary(
     if files and (all(f.endswith(".parquet") for f in files) or not any(f.endswith(".parquet") for f in files)):
         try:
             schema = fields_schema(fields) if fields else None
-            records = _normalise(_scan(files, schema))
+            records = _normalise(_scan(files, schema), categorical=False)
             check = records.select(pl.col("bad_field").is_not_null().any().alias("bad"), pl.len().alias("n"))
             out, seen = pl.collect_all([summarise(records.drop("bad_field", "bad_msg")), check])
             if not seen["bad"].item() and seen["n"].item() > 0:
