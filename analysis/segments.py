@@ -292,6 +292,7 @@ class CompactResult:
     already: int = 0  # job objects already in earlier segments
     unparsable: list[str] = field(default_factory=list)  # job objects left out (analysis names their bad line)
     dropped: list[str] = field(default_factory=list)  # --rebuild: segment files removed
+    found_by: str = "listed"  # how the new objects were found: "listed", or "declared" (analysis/keyspace.py)
 
 
 def _chunks(seq: list[str], n: int) -> Iterator[list[str]]:
@@ -321,9 +322,12 @@ def compact_run(
     max_segment_jobs: int = 500_000,
     threads: int = 32,
     on_progress: Callable[[str, int, int], None] | None = None,
+    verify: bool | None = None,
 ) -> CompactResult:
     """Fold the run's job objects that no segment holds into new segment(s). See the module docstring."""
     import pyarrow.parquet as pq
+
+    from elo_per_token.analysis.keyspace import declared_tail
 
     res = CompactResult(run_id)
     # Numbers are never reused, not even after --rebuild: a reader that listed an old index must not find a
@@ -333,15 +337,21 @@ def compact_run(
         res.dropped = drop_segments(ledger, run_id)
     st = segment_state(ledger, run_id)
     index = read_index(ledger, run_id, st.committed)
-    all_keys = list_keys(
-        ledger, run_id, on_count=(lambda n: on_progress("listing", n, 0)) if on_progress else None, index=index
-    )
-    if all_keys.len() == 0 and index.height == 0:
-        known = ", ".join(ledger.list_runs()[:20]) or "none"
-        raise InputError(f"run {run_id!r} has no job results in {ledger.url} (runs: {known})", field="RUN")
-    new = tail_keys(all_keys, index)
-    res.already = all_keys.len() - len(new)
-    del all_keys
+    # The objects no segment holds: from the run's declared key space when safe (no listing), else listed.
+    found = declared_tail(ledger, run_id, index, verify=verify)
+    if found is not None:
+        new, res.found_by = found, "declared"
+        res.already = index.height
+    else:
+        all_keys = list_keys(
+            ledger, run_id, on_count=(lambda n: on_progress("listing", n, 0)) if on_progress else None, index=index
+        )
+        if all_keys.len() == 0 and index.height == 0:
+            known = ", ".join(ledger.list_runs()[:20]) or "none"
+            raise InputError(f"run {run_id!r} has no job results in {ledger.url} (runs: {known})", field="RUN")
+        new = tail_keys(all_keys, index)
+        res.already = all_keys.len() - len(new)
+        del all_keys
     next_n = max(st.used | used_before, default=0) + 1
     done = 0
     for seg_keys in _chunks(new, max_segment_jobs):

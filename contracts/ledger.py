@@ -430,6 +430,7 @@ class S3Ledger:
         self._signed: _SignedRequests | None = None
         self._create_bucket = create_bucket
         self._bucket_ok = False
+        self.checked_runs: set[str] = set()  # runs check_run found through this ledger
 
     @property
     def client(self) -> Any:
@@ -701,12 +702,22 @@ def open_ledger(url: str | Path) -> FileLedger | S3Ledger:
     return FileLedger(s)
 
 
+_READERS: dict[tuple[str, ...], S3Ledger] = {}
+
+
 def open_ledger_for_reading(url: str | Path) -> FileLedger | S3Ledger:
     """A ledger to read from: an S3 ledger fails fast (no outage patience, no bucket creation), so a wrong
-    endpoint, key or bucket is reported at once rather than retried for minutes."""
+    endpoint, key or bucket is reported at once rather than retried for minutes. One S3 reader per ledger
+    and endpoint/credentials per process: a boto3 client costs ~0.3-1 s to build, and a command resolves
+    its run and then opens it (which also checks the run once, not twice)."""
     led = open_ledger(url)
     if isinstance(led, S3Ledger):
-        led = S3Ledger(led.bucket, led.prefix, create_bucket=False, attempts=2, patience_s=0.0)
+        env = tuple(os.environ.get(v, "") for v in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
+                                                     "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION"))  # fmt: skip
+        cache_key = (led.url, *env)
+        if cache_key not in _READERS:
+            _READERS[cache_key] = S3Ledger(led.bucket, led.prefix, create_bucket=False, attempts=2, patience_s=0.0)
+        return _READERS[cache_key]
     return led
 
 
@@ -745,12 +756,16 @@ def check_run(led: FileLedger | S3Ledger, run_id: str) -> None:
     """InputError unless the ledger is reachable and holds the run; the error lists the runs it does hold."""
     _check_run_id(run_id)
     if isinstance(led, S3Ledger):
+        if run_id in led.checked_runs:  # this reader found the run already (runs are not deleted by ept)
+            return
         base = led._key(run_id) + "/"
         try:
             resp = led.client.list_objects_v2(Bucket=led.bucket, Prefix=base, MaxKeys=1)
         except Exception as e:
             raise _s3_problem(led, e) from e
         exists = bool(resp.get("KeyCount") or resp.get("Contents"))
+        if exists:
+            led.checked_runs.add(run_id)
     else:
         exists = (led.root / "runs" / run_id).is_dir()
     if not exists:

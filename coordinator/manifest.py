@@ -43,7 +43,9 @@ def build_manifest(plan: Plan, profile_public: dict[str, Any], n_jobs: int, exec
         "profile": profile_public,
         "n_jobs": n_jobs,
         "started_at": _iso(now),
-        "sessions": [{"started_at": _iso(now), "executor": executor}],
+        # This session declares its job keys before writing any (analysis/keyspace.py): a reader may trust the
+        # declarations only if every session of the run did.
+        "sessions": [{"started_at": _iso(now), "executor": executor, "declares_keys": True}],
     }
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from elo_per_token.contracts.errors import EGRESS_CLASSES, InputError
+from elo_per_token.contracts.errors import EGRESS_CLASSES, ErrorClass, InputError
 from elo_per_token.contracts.jobs import Job, JobSummary
 from elo_per_token.contracts.ledger import Ledger, open_ledger
 from elo_per_token.coordinator.plan import Plan
@@ -19,7 +19,7 @@ from elo_per_token.coordinator.plan import Plan
 # or since a key was revoked mid-run — or the server is down (every connect refused): stop spending effort.
 EGRESS_ABORT_AFTER = 8
 # Failures that a retry repeats exactly (same request, same refusal).
-DETERMINISTIC = frozenset({"permanent", "context_overflow"})
+DETERMINISTIC: frozenset[ErrorClass] = frozenset({"permanent", "context_overflow"})
 
 
 @dataclass
@@ -283,6 +283,7 @@ def execute(
     ledger = open_ledger(plan.ledger)
     stream, n_jobs = _job_stream(plan, jobs)
     manifest = write_manifest(ledger, plan, profile.public_dict(), manifest_jobs or n_jobs, executor)
+    declare_jobs(ledger, plan, None if jobs is None else list(stream()))
     # A run's first session lists the run before it enqueues anything and no earlier session can have left
     # jobs queued or running, so none of its jobs can be in the ledger when a worker starts it (short of a
     # redelivery, which the worker sees): workers skip the check before the first API call and a successful
@@ -320,6 +321,22 @@ def execute(
     if analyze and completed:
         out.analysis, out.analysis_error = analyze_run(plan, ledger)
     return out
+
+
+def declare_jobs(ledger: Ledger, plan: Plan, jobs: list[Job] | None) -> None:
+    """Before any job runs: declare every key this session may write — the plan's (streamed sweep) or the
+    jobs handed in (`ept retry`, a given list) — so a reader of the compacted run can skip listing it
+    (analysis/keyspace.py). The session's manifest entry says it declares (coordinator/manifest.py)."""
+    import polars as pl
+
+    from elo_per_token.analysis.keyspace import declare_keys
+    from elo_per_token.coordinator.expand import load_tasks, plan_keys
+
+    if jobs is None:
+        keys = plan_keys(plan, load_tasks(plan))
+    else:
+        keys = pl.Series("job_key", [j.key for j in jobs], dtype=pl.String)
+    declare_keys(ledger, plan.run_id, keys)
 
 
 def _compact(ledger: Ledger, run_id: str) -> str:

@@ -222,6 +222,7 @@ class CountingProxy:
 
         up = urlsplit(upstream)
         seen = self.requests = []
+        full = self.full = []  # (method, path with its query): what a LIST asked for
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -254,6 +255,7 @@ class CountingProxy:
                 data = r.read()
                 conn.close()
                 seen.append((self.command, self.path.split("?")[0]))
+                full.append((self.command, self.path))
                 self.send_response(r.status)
                 for k, v in r.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length"):
@@ -516,6 +518,8 @@ def test_compaction_during_a_celery_sweep_to_s3_loses_and_duplicates_nothing(tmp
     assert res.ok and res.tally.done == 3 * 10 * 3 * 2
     compact_run(led, "cc")
     assert sum(1 for c in compactions if c.jobs) >= 2, [c.jobs for c in compactions]  # really interleaved
+    # After the first, compactions found the new objects from the sweep's declared keys, not a listing.
+    assert any(c.found_by == "declared" and c.jobs for c in compactions), [(c.found_by, c.jobs) for c in compactions]
     assert len(segment_state(led, "cc").committed) >= 3
     frame, _, _ = read_run(RunSource(ledger_url, "cc"))
     objects, _, _ = read_run(RunSource(ledger_url, "cc", objects_only=True))

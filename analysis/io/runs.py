@@ -19,14 +19,8 @@ def read_run(
 ) -> tuple[pl.DataFrame, list[BadLine], list[str]]:
     """A run's records (RECORD_SCHEMA, `file` naming each row's job object, Categorical), what was skipped,
     and the names read (segments, then the run's jobs/ folder for the objects no segment holds)."""
-    from elo_per_token.analysis.segments import (
-        list_keys,
-        parsed_chunks,
-        read_index,
-        seg_name,
-        segment_state,
-        tail_keys,
-    )
+    from elo_per_token.analysis.keyspace import unindexed_keys
+    from elo_per_token.analysis.segments import parsed_chunks, read_index, seg_name, segment_state
 
     led = open_run(src)
     run = src.run_id
@@ -35,7 +29,8 @@ def read_run(
     first = pl.int_range(pl.len()).over("job_key") == 0  # in segment order: the lowest number holds a key
     index = raw.filter(first)
     dups = raw.filter(~first)
-    tail = tail_keys(list_keys(led, run, index=index), index)
+    # The objects no segment holds: from the run's declared key space when it is safe, else by listing.
+    tail, _ = unindexed_keys(led, run, index)
     parts: list[pl.DataFrame] = []
     skipped: list[BadLine] = []
     names: list[str] = []
