@@ -290,6 +290,7 @@ def execute(
     ledger = open_ledger(plan.ledger)
     stream, n_jobs = _job_stream(plan, jobs)
     manifest = write_manifest(ledger, plan, profile.public_dict(), manifest_jobs or n_jobs, executor)
+    declare_jobs(ledger, plan, None if jobs is None else list(stream()))
     # A run's first session lists the run before it enqueues anything and no earlier session can have left
     # jobs queued or running, so none of its jobs can be in the ledger when a worker starts it (short of a
     # redelivery, which the worker sees): workers skip the check before the first API call and a successful
