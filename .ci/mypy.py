@@ -44,15 +44,20 @@ def build_view(root: Path) -> Path:
     return view
 
 
+def repo_paths(text: str, dirs: dict[str, str]) -> str:
+    """mypy's output with view paths turned into repository paths (elo_per_token/analysis/bt.py ->
+    analysis/bt.py) at the start of each line, where mypy names the file."""
+    folders = {f"{PACKAGE}/{sub}/": f"{folder}/" for sub, folder in dirs.items()}
+    pattern = re.compile("^(" + "|".join(map(re.escape, folders)) + ")", re.M)
+    return pattern.sub(lambda m: folders[m.group(1)], text)
+
+
 def main(argv: list[str]) -> int:
     view = build_view(ROOT)
     cmd = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
            "--cache-dir", str(ROOT / ".mypy_cache"), "-p", PACKAGE, *argv]  # fmt: skip
     proc = subprocess.run(cmd, cwd=view, capture_output=True, text=True)
-    # elo_per_token/analysis/bt.py -> analysis/bt.py (the file in the repository)
-    folders = {f"{PACKAGE}/{sub}/": f"{folder}/" for sub, folder in stage_dirs(ROOT / "pyproject.toml").items()}
-    pattern = re.compile("^(" + "|".join(map(re.escape, folders)) + ")", re.M)
-    sys.stdout.write(pattern.sub(lambda m: folders[m.group(1)], proc.stdout))
+    sys.stdout.write(repo_paths(proc.stdout, stage_dirs(ROOT / "pyproject.toml")))
     sys.stderr.write(proc.stderr)
     return proc.returncode
 

@@ -34,8 +34,12 @@ import re
 import tempfile
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import polars as pl
+
+if TYPE_CHECKING:
+    from elo_per_token.contracts.ledger import Ledger
 
 PLANNED_DIR = "planned/"
 _DECL = re.compile(r"^planned/keys-[0-9a-f]{16,64}\.parquet$")
@@ -50,7 +54,7 @@ def declaration_name(keys: pl.Series) -> str:
     return f"{PLANNED_DIR}keys-{h.hexdigest()[:32]}.parquet"
 
 
-def declare_keys(ledger, run_id: str, keys: pl.Series) -> str:
+def declare_keys(ledger: Ledger, run_id: str, keys: pl.Series) -> str:
     """Declare `keys` as keys that may be written in the run; returns the declaration's URL. Idempotent:
     the same key space is one object (the exclusive create of an existing one is a no-op)."""
     keys = keys.cast(pl.String).unique().sort().rename("job_key")
@@ -67,7 +71,7 @@ def declare_keys(ledger, run_id: str, keys: pl.Series) -> str:
     return ledger.blob_url(run_id, name)
 
 
-def declare_open(ledger, run_id: str) -> str:
+def declare_open(ledger: Ledger, run_id: str) -> str:
     """Mark the run as written by someone who could not declare its keys: from now on readers list it."""
     fd, tmp = tempfile.mkstemp(prefix="ept-open-")
     os.close(fd)
@@ -79,7 +83,7 @@ def declare_open(ledger, run_id: str) -> str:
     return ledger.blob_url(run_id, name)
 
 
-def declared_keys(ledger, run_id: str) -> pl.Series | None:
+def declared_keys(ledger: Ledger, run_id: str) -> pl.Series | None:
     """Every declared key of the run, or None when the run cannot be read that way (no declaration, an
     `open-*` marker, or a declaration that is unreadable): the reader must then list."""
     manifest = ledger.get_manifest(run_id) or {}
@@ -111,7 +115,7 @@ def probe_limit(declared: int) -> int:
     return max(200, declared // 100)
 
 
-def existing_jobs(ledger, run_id: str, keys: list[str], threads: int = 32) -> list[str]:
+def existing_jobs(ledger: Ledger, run_id: str, keys: list[str], threads: int = 32) -> list[str]:
     """Those of `keys` whose job object exists (a HEAD each on S3, a stat locally), in `keys` order."""
     if not keys:
         return []
@@ -122,7 +126,7 @@ def existing_jobs(ledger, run_id: str, keys: list[str], threads: int = 32) -> li
     return [k for k, ok in zip(keys, there, strict=True) if ok]
 
 
-def declared_tail(ledger, run_id: str, index: pl.DataFrame, *, verify: bool | None = None) -> list[str] | None:
+def declared_tail(ledger: Ledger, run_id: str, index: pl.DataFrame, *, verify: bool | None = None) -> list[str] | None:
     """The job keys of the run no committed segment holds, sorted, found from the declared key space without
     a listing — or None when that is not safe or not cheaper (see the module docstring): list instead.
     `index`: the committed segments' (job_key, …), deduplicated."""
@@ -138,7 +142,7 @@ def declared_tail(ledger, run_id: str, index: pl.DataFrame, *, verify: bool | No
     return sorted(existing_jobs(ledger, run_id, missing["job_key"].to_list()))
 
 
-def unindexed_keys(ledger, run_id: str, index: pl.DataFrame, *, verify: bool | None = None) -> tuple[list[str], str]:
+def unindexed_keys(ledger: Ledger, run_id: str, index: pl.DataFrame, *, verify: bool | None = None) -> tuple[list[str], str]:
     """(job keys of the run that no committed segment holds, sorted; how they were found: "declared" or
     "listed")."""
     from elo_per_token.analysis.segments import list_keys, tail_keys

@@ -49,7 +49,9 @@ def build_manifest(plan: Plan, profile_public: dict[str, Any], n_jobs: int, exec
     }
 
 
-def write_manifest(ledger: Ledger, plan: Plan, profile_public: dict[str, Any], n_jobs: int, executor: str) -> dict:
+def write_manifest(
+    ledger: Ledger, plan: Plan, profile_public: dict[str, Any], n_jobs: int, executor: str
+) -> dict[str, Any]:
     """Create the manifest, or on resume check the plan is the same and append a session entry."""
     new = build_manifest(plan, profile_public, n_jobs, executor)
     old = ledger.get_manifest(plan.run_id)

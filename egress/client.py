@@ -33,8 +33,9 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypedDict
+from typing import Any, Protocol, TypedDict, TypeVar
 
 from elo_per_token.contracts.errors import PROVIDER_ERROR_CLASSES, RETRYABLE, ProviderErrorClass
 from elo_per_token.contracts.secrets import mask, scrub
@@ -42,6 +43,7 @@ from elo_per_token.contracts.usage import check_usage
 from elo_per_token.egress.profiles import Profile
 
 log = logging.getLogger("ept.provider")
+T = TypeVar("T")
 
 UNREACHABLE_CIRCUIT = 8  # failed connects in a row (no response of any kind in between) that open the circuit
 CIRCUIT_PROBE_S = 5.0  # while open, one attempt per this many seconds may try the endpoint again
@@ -645,8 +647,9 @@ class ProviderClient:
                 self._unreachable = 0  # the server answered: it is reachable
 
     def _with_retries(
-        self, fn: Any, est_tokens: int, discarded: list[Discarded] | None = None, *, access_check: bool = False
-    ) -> tuple[Any, int]:
+        self, fn: Callable[[], T], est_tokens: int, discarded: list[Discarded] | None = None, *,
+        access_check: bool = False,
+    ) -> tuple[T, int]:
         """Run fn() with classification and retries; returns (result, attempts). Malformed 2xx responses that
         were retried are appended to `discarded`; the last one's usage rides on the raised error (`.usage`).
         With access_check every 4xx is an access problem (GET /models: no request body could be at fault)."""

@@ -29,7 +29,7 @@ from elo_per_token.contracts.secrets import mask, scrub
 from elo_per_token.egress.profiles import Profile
 
 if TYPE_CHECKING:  # for annotations; run_checks imports the client where it runs
-    from elo_per_token.egress.client import ProviderError
+    from elo_per_token.egress.client import ProviderClient, ProviderError
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 # Names of the network checks: run_checks finds a check by its name, never by its position in the list.
@@ -251,7 +251,7 @@ def _named(checks: list[Check], name: str) -> Check:
     return next(c for c in checks if c.name == name)
 
 
-def check_n(client: object, p: Profile, completion_works: bool) -> Check:
+def check_n(client: ProviderClient, p: Profile, completion_works: bool) -> Check:
     """Does n=2 return 2 choices? `supports_n = true` against a server that ignores n still yields k samples
     (ept asks again for the shortfall) but wastes a request per sample; `false` against one that honours it
     pays the prompt k times. Either disagreement is a warning, never a failure."""
@@ -263,7 +263,7 @@ def check_n(client: object, p: Profile, completion_works: bool) -> Check:
     if not completion_works:
         return Check(name, SKIP, "the tiny completion failed")
     try:
-        r = client.chat(  # type: ignore[attr-defined]
+        r = client.chat(
             [{"role": "user", "content": "Reply with the word OK."}], max_tokens=8, temperature=0.7, n=2,
             meta={"Role": "doctor"},
         )  # fmt: skip

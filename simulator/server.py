@@ -66,8 +66,8 @@ class SimState:
     brain: Brain
     counter: int = 0  # completion requests since start/reset: drives deterministic faults
     script: list[str] = field(default_factory=list)
-    stats: dict[str, Counter] = field(default_factory=dict)
-    tokens: Counter = field(default_factory=Counter)
+    stats: dict[str, Counter[str]] = field(default_factory=dict)
+    tokens: Counter[str] = field(default_factory=Counter)
     prefixes: set[bytes] = field(default_factory=set)  # hashes of prompt prefixes seen (the simulated prompt cache)
     stopping: asyncio.Event | None = None
 
@@ -871,7 +871,8 @@ class SimControl:
             self.root + path, data=data, method=method, headers={"Content-Type": "application/json"}
         )
         with urllib.request.urlopen(req, timeout=10) as r:
-            return json.loads(r.read())
+            reply: dict[str, Any] = json.loads(r.read())
+        return reply
 
     def set(self, **updates: Any) -> dict[str, Any]:
         """Change config at runtime (same fields as SimConfig); returns the config now in effect."""

@@ -12,7 +12,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, is_dataclass
 from functools import cached_property
-from typing import Any, Generic, Literal, TypeVar, get_args, get_origin, get_type_hints
+from typing import Any, Generic, Literal, get_args, get_origin, get_type_hints
+
+from typing_extensions import TypeVar  # TypeVar defaults (PEP 696, used by Strategy) before Python 3.13
 
 from elo_per_token.contracts import generation
 from elo_per_token.contracts.errors import InputError
@@ -216,7 +218,8 @@ class NoParams:
     """The parameters of a strategy that has none besides its budget."""
 
 
-P = TypeVar("P")
+# The default lets a strategy without parameters be written `Strategy("name", run, ...)` and still be typed.
+P = TypeVar("P", default=NoParams)
 
 
 def _param_rule(hint: Any) -> tuple[str, tuple[str, ...]]:
