@@ -214,7 +214,7 @@ def _group_columns(data: PairData, fam: int) -> tuple[np.ndarray, np.ndarray, np
 
 def _group_wins(e: np.ndarray, below: np.ndarray, col_weight: np.ndarray) -> np.ndarray:
     """[R, K, K] win counts for R rows of column weights [R, Q] (a task's multiplicity on its columns)."""
-    wins = np.matmul(e[None, :, :] * col_weight[:, None, :], below.T)
+    wins: np.ndarray = np.matmul(e[None, :, :] * col_weight[:, None, :], below.T)
     k = e.shape[0]
     wins[:, np.arange(k), np.arange(k)] = 0.0
     return wins
@@ -413,8 +413,8 @@ def _resampled_tokens(part: _FamilyPart, c: np.ndarray) -> np.ndarray:
         tok_n = c @ part.ran
         out = np.where(tok_n > 0, (c @ part.tok0) / np.where(tok_n > 0, tok_n, 1.0), np.nan)
         stretch = part.stretch if math.isfinite(part.stretch) else np.nan
-        stretched: np.ndarray = part.tok_pt + stretch * (out - part.tok_pt)
-    return stretched
+        tokens: np.ndarray = part.tok_pt + stretch * (out - part.tok_pt)
+    return tokens
 
 
 def _resampled_theta(

@@ -142,10 +142,13 @@ def bt_objective(theta: np.ndarray, wins: np.ndarray, l2: float) -> np.ndarray:
     d = theta[..., :, None] - theta[..., None, :]
     # -log sigmoid(d) = logaddexp(0, -d): finite for every d, so 0 * it is 0 on empty cells.
     nll = np.sum(wins * np.logaddexp(0.0, -d), axis=(-2, -1))
-    return nll + l2 * np.sum(theta**2, axis=-1)
+    f: np.ndarray = nll + l2 * np.sum(theta**2, axis=-1)  # numpy's stubs type the sums as Any
+    return f
 
 
-def _grad_hess(theta: np.ndarray, wins: np.ndarray, n_pair: np.ndarray, l2: float):
+def _grad_hess(
+    theta: np.ndarray, wins: np.ndarray, n_pair: np.ndarray, l2: float
+) -> tuple[np.ndarray, np.ndarray]:
     d = theta[..., :, None] - theta[..., None, :]
     p = expit(d)
     g = np.sum(n_pair * p - wins, axis=-1) + 2.0 * l2 * theta
@@ -160,7 +163,8 @@ def _grad_hess(theta: np.ndarray, wins: np.ndarray, n_pair: np.ndarray, l2: floa
 def _gtol(wins: np.ndarray) -> np.ndarray:
     # Gradient entries are sums of up to total-weight terms of size <= 1, so the attainable
     # precision scales with the total weight; 1e-9 relative keeps theta errors far below 1e-6.
-    return 1e-9 * np.maximum(1.0, np.sum(wins, axis=(-2, -1)))
+    tol: np.ndarray = 1e-9 * np.maximum(1.0, np.sum(wins, axis=(-2, -1)))
+    return tol
 
 
 def newton_batch(wins: np.ndarray, *, l2: float = 1e-3, max_iter: int = _MAX_ITER) -> BatchFit:
@@ -242,7 +246,7 @@ def _objective_and_p(theta: np.ndarray, w: np.ndarray, l2: float) -> tuple[float
     return nll + l2 * float(theta @ theta), p
 
 
-def _newton_single(w: np.ndarray, l2: float, max_iter: int):
+def _newton_single(w: np.ndarray, l2: float, max_iter: int) -> tuple[np.ndarray, bool, int, float, float]:
     """Damped Newton on one K x K count matrix; the same iteration as newton_batch without the
     active-set bookkeeping, which dominates the cost of a single small fit."""
     k = w.shape[0]
@@ -293,16 +297,16 @@ def mle_exists(wins: np.ndarray) -> bool:
     return bool(n_weak == n_strong)
 
 
-def _scipy_fallback(w: np.ndarray, l2: float, theta0: np.ndarray):
+def _scipy_fallback(w: np.ndarray, l2: float, theta0: np.ndarray) -> tuple[np.ndarray, int]:
     from scipy.optimize import minimize
 
     n_pair = w + w.T
 
-    def fun(th):
+    def fun(th: np.ndarray) -> tuple[float, np.ndarray]:
         g, _ = _grad_hess(th, w, n_pair, l2)
         return float(bt_objective(th, w, l2)), g
 
-    def hess(th):
+    def hess(th: np.ndarray) -> np.ndarray:
         return _grad_hess(th, w, n_pair, l2)[1]
 
     res = minimize(fun, theta0, jac=True, hess=hess, method="trust-exact", options={"gtol": 1e-12})

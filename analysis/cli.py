@@ -5,11 +5,18 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from elo_per_token.contracts.errors import InputError
+
+if TYPE_CHECKING:  # annotations only: the CLI imports its stages when a command runs
+    from rich.console import Console
+
+    from elo_per_token.analysis.io import BadLine
 
 PATHS_HELP = (
     "A run id (in --ledger), a run folder or s3://…/runs/<id> URL, or call logs: files, directories (recursive), "
@@ -31,7 +38,7 @@ def _write_text_or_stdout(dest: str, text: str) -> None:
         Path(dest).write_text(text, encoding="utf-8")
 
 
-def _print_skipped(skipped: list, err) -> None:
+def _print_skipped(skipped: Sequence[BadLine], err: Console) -> None:
     if skipped:
         err.print(f"[yellow]--skip-bad: skipped {len(skipped)} bad line(s):[/]", highlight=False)
         for b in skipped[:20]:

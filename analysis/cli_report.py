@@ -163,7 +163,7 @@ def run_options(inputs: list[str]) -> tuple[Any, str]:
 
     src = run_source(inputs[0]) if len(inputs) == 1 else None  # the run itself, not a listing of its files
     manifest = open_ledger(src.ledger_url).get_manifest(src.run_id) if src else None
-    if not manifest or not isinstance(manifest.get("plan"), dict):
+    if src is None or not manifest or not isinstance(manifest.get("plan"), dict):
         return AnalysisOptions(), "the defaults of `ept analyze`"
     from elo_per_token.contracts.errors import InputError
     from elo_per_token.coordinator.plan import plan_from_raw
@@ -176,7 +176,8 @@ def run_options(inputs: list[str]) -> tuple[Any, str]:
     import dataclasses
 
     # The run's profile prices too, as `ept sweep` used them for its cost table.
-    prices = profile_prices(manifest.get("profile") if isinstance(manifest.get("profile"), dict) else {})
+    profile = manifest.get("profile")
+    prices = profile_prices(profile if isinstance(profile, dict) else {})
     return dataclasses.replace(plan_analysis_options(plan), prices=prices), f"run {src.run_id}'s plan, as in its table"
 
 

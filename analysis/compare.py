@@ -480,7 +480,8 @@ def _detectable_drop(d_samples: np.ndarray, gate_level: float, margin: float | N
     if margin is None:
         return np.full(se.shape, np.nan)
     z_g = float(norm.ppf(1.0 - (1.0 - gate_level) / 2.0))
-    return margin + (z_g + float(norm.ppf(POWER))) * se
+    drop: np.ndarray = margin + (z_g + float(norm.ppf(POWER))) * se
+    return drop
 
 
 def _apply_rule(table: pl.DataFrame, rule: FailRule) -> tuple[list[str], dict[str, list[str]]]:

@@ -24,9 +24,14 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from elo_per_token.contracts.secrets import scrub
+
+if TYPE_CHECKING:  # annotations only: matplotlib and polars are imported where a report needs them
+    import polars as pl
+    from matplotlib.typing import RcKeyType
+    from polars._typing import PolarsDataType
 
 RETURNS_COLUMNS = [
     ("arm", "arm", None),
@@ -61,11 +66,11 @@ details{margin:.6rem 0} summary{cursor:pointer;color:#445}
 # Plots span the page's text column (1200px) at a size where their text reads like the tables' (about 13-15px).
 # Matplotlib's default 10pt labels on a 7.5in figure came out half the page wide with 8px labels.
 _FIG_W = 12.0
-_RC = {"svg.fonttype": "none", "svg.hashsalt": "ept", "font.size": 12, "axes.titlesize": 14,
+_RC: dict[RcKeyType, Any] = {"svg.fonttype": "none", "svg.hashsalt": "ept", "font.size": 12, "axes.titlesize": 14,
        "axes.labelsize": 12, "xtick.labelsize": 11, "ytick.labelsize": 11, "legend.fontsize": 11}
 
 
-def _is_num(x: Any) -> bool:
+def _is_num(x: Any) -> TypeGuard[float]:
     return isinstance(x, int | float) and not isinstance(x, bool)
 
 
@@ -440,7 +445,7 @@ def write_html_doc(doc: Mapping[str, Any], path: str | Path) -> Path:
 # ---------------------------------------------------------------- from an AnalysisResult
 
 
-def token_split(frame: Any) -> list[dict[str, Any]]:
+def token_split(frame: pl.DataFrame) -> list[dict[str, Any]]:
     """Calls and tokens by (arm, role) from analysis.io's normalised records frame."""
     import polars as pl
 
@@ -469,7 +474,7 @@ def failures_by_class(files: Sequence[str], failure_objects: Sequence[Mapping[st
 
     from elo_per_token.analysis.io import storage_options
 
-    schema = {
+    schema: dict[str, PolarsDataType] = {
         "kind": pl.String,
         "arm": pl.String,
         "strategy": pl.String,

@@ -15,7 +15,7 @@ import math
 import platform
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import polars as pl
@@ -801,7 +801,8 @@ def _task_set_warnings(breakdown: pl.DataFrame) -> list[str]:
     short = breakdown.filter(pl.col("tasks_attempted").fill_null(0) < pl.col("tasks_attempted").max())
     if short.height == 0:
         return []
-    most = int(breakdown["tasks_attempted"].max() or 0)
+    # polars types a Series' max as any Python value; this column holds task counts (integers or null).
+    most = int(cast("int | None", breakdown["tasks_attempted"].max()) or 0)
     shown = ", ".join(f"{r['arm']} {r['tasks_attempted'] or 0}" for r in short.iter_rows(named=True))
     return [
         f"arms attempted different task sets (most: {most} tasks; {shown}): Elo and tokens per task of these arms "

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import polars as pl
@@ -42,7 +42,7 @@ def _plt() -> Any:
     return plt
 
 
-def _num(x: Any) -> bool:
+def _num(x: Any) -> TypeGuard[float]:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 

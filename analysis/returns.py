@@ -1,4 +1,5 @@
-"""Diminishing-returns tables (the seed's section 5), frontier probability and the heterogeneity warning.
+"""Diminishing-returns tables (ΔElo and ΔElo per 1k tokens between arms ordered by cost), frontier
+probability and the heterogeneity warning.
 
 Each row is compared with a predecessor: the next-cheaper arm (`returns_table`), the previous budget
 of the same strategy (`per_strategy_table`) or the next-cheaper arm on the frontier
@@ -11,9 +12,11 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
+from numpy.typing import ArrayLike
 
 from elo_per_token.analysis.level import check_level
 from elo_per_token.analysis.merge import ELO_SCALE
@@ -43,22 +46,32 @@ _FLOAT_COLS = [
 _EXTRA_COLS = ["d_tokens", "d_tokens_lo", "d_tokens_hi", "frontier_prob"]
 
 
-def _validate(arms, strategies, budgets, tokens, elo, elo_samples, tokens_samples, level):
+def _validate(
+    arms: Sequence[str],
+    strategies: Sequence[str],
+    budgets: Sequence[int],
+    tokens_per_task: ArrayLike,
+    elo_points: ArrayLike,
+    elo_samples: ArrayLike | None,
+    tokens_samples: ArrayLike | None,
+    level: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
     k = len(arms)
     if not (len(strategies) == len(budgets) == k):
         raise ValueError("arms, strategies and budgets must have the same length")
-    tokens = np.asarray(tokens, dtype=float)
-    elo = np.asarray(elo, dtype=float)
+    tokens = np.asarray(tokens_per_task, dtype=float)
+    elo = np.asarray(elo_points, dtype=float)
     if tokens.shape != (k,) or elo.shape != (k,):
         raise ValueError(f"tokens_per_task and elo must have shape [{k}]")
     check_level(level)  # LevelError is a ValueError too
-    out = []
+    out: list[np.ndarray | None] = []
     for name, s in (("elo_samples", elo_samples), ("tokens_samples", tokens_samples)):
+        arr = None
         if s is not None:
-            s = np.asarray(s, dtype=float)
-            if s.ndim != 2 or s.shape[1] != k:
+            arr = np.asarray(s, dtype=float)
+            if arr.ndim != 2 or arr.shape[1] != k:
                 raise ValueError(f"{name} must have shape [R, {k}]")
-        out.append(s)
+        out.append(arr)
     if out[0] is not None and out[1] is not None and out[0].shape != out[1].shape:
         raise ValueError("elo_samples and tokens_samples must have the same number of rounds")
     return tokens, elo, out[0], out[1]
@@ -67,7 +80,8 @@ def _validate(arms, strategies, budgets, tokens, elo, elo_samples, tokens_sample
 def _per_1k(d_elo: np.ndarray, d_tok: np.ndarray) -> np.ndarray:
     # Undefined (NaN -> null) when the row is not more expensive than its predecessor.
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(d_tok > 0, d_elo / np.where(d_tok > 0, d_tok, 1.0) * 1000.0, np.nan)
+        ratio: np.ndarray = np.where(d_tok > 0, d_elo / np.where(d_tok > 0, d_tok, 1.0) * 1000.0, np.nan)
+    return ratio
 
 
 def per_1k_rounds(d_elo: np.ndarray, d_tok: np.ndarray) -> np.ndarray:
@@ -78,7 +92,8 @@ def per_1k_rounds(d_elo: np.ndarray, d_tok: np.ndarray) -> np.ndarray:
         ratio = np.where(d_tok > 0, d_elo / np.where(d_tok > 0, d_tok, 1.0) * 1000.0, np.nan)
     edge = ~(d_tok > 0) & ~np.isnan(d_tok)
     with np.errstate(invalid="ignore"):
-        return np.where(edge & (d_elo != 0), np.sign(d_elo) * np.inf, ratio)
+        out: np.ndarray = np.where(edge & (d_elo != 0), np.sign(d_elo) * np.inf, ratio)
+    return out
 
 
 def _frontier(tokens: np.ndarray, elo: np.ndarray) -> np.ndarray:
@@ -89,7 +104,8 @@ def _frontier(tokens: np.ndarray, elo: np.ndarray) -> np.ndarray:
     e_ge = elo[..., None, :] >= elo[..., :, None]
     strict = (tokens[..., None, :] < tokens[..., :, None]) | (elo[..., None, :] > elo[..., :, None])
     dominated = np.any(t_le & e_ge & strict, axis=-1)
-    return ~dominated & ~np.isnan(elo) & ~np.isnan(tokens)
+    on: np.ndarray = ~dominated & ~np.isnan(elo) & ~np.isnan(tokens)
+    return on
 
 
 def frontier_probability(elo_samples: np.ndarray, tokens_samples: np.ndarray) -> np.ndarray:
@@ -100,18 +116,38 @@ def frontier_probability(elo_samples: np.ndarray, tokens_samples: np.ndarray) ->
     # booleans per temporary for many arms (1,000 arms x 200 rounds would be 200M each); same result.
     step = max(1, 2**25 // max(1, tok.shape[-1]) ** 2)
     if tok.ndim < 2 or tok.shape[0] <= step:
-        return _frontier(tok, elo).mean(axis=0)
+        share: np.ndarray = _frontier(tok, elo).mean(axis=0)
+        return share
     on = [_frontier(tok[i : i + step], elo[i : i + step]) for i in range(0, tok.shape[0], step)]
-    return np.concatenate(on).mean(axis=0)
+    share = np.concatenate(on).mean(axis=0)
+    return share
 
 
-def _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev):
+def _or_none(cond: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`values` where `cond`, else None (an object array; polars reads the None as null)."""
+    # numpy's stubs do not accept None as np.where's `y`; at run time it gives an object array.
+    out: np.ndarray = np.where(cond, values, None)  # type: ignore[call-overload]
+    return out
+
+
+def _build(
+    arms: Sequence[str],
+    strategies: Sequence[str],
+    budgets: Sequence[int],
+    tokens: np.ndarray,
+    elo: np.ndarray,
+    es: np.ndarray | None,
+    ts: np.ndarray | None,
+    level: float,
+    order: np.ndarray,
+    prev: np.ndarray,
+) -> pl.DataFrame:
     """Rows `order`; row i is compared with arm prev[i] (-1 = no predecessor)."""
     has_prev = prev >= 0
     p = np.where(has_prev, prev, 0)
     d_elo = np.where(has_prev, elo[order] - elo[p], np.nan)
     d_tok = np.where(has_prev, tokens[order] - tokens[p], np.nan)
-    cols: dict[str, object] = {
+    cols: dict[str, Any] = {  # column name -> values (arrays, or lists of strings)
         "arm": [arms[i] for i in order],
         "strategy": [strategies[i] for i in order],
         "budget_n": np.asarray(budgets, dtype=np.int64)[order],
@@ -147,8 +183,8 @@ def _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev):
         ok &= np.isfinite(cols["d_elo_per_1k_lo"]) & np.isfinite(cols["d_elo_per_1k_hi"])
         for name in ("d_elo_per_1k", "d_elo_per_1k_lo", "d_elo_per_1k_hi"):
             cols[name] = np.where(ok, cols[name], np.nan)
-        resolved = np.where(has_prev, ok, None)
-        dropped = np.where(has_prev, np.sum(~(d_ts > 0) & ~np.isnan(d_ts), axis=0), None)
+        resolved = _or_none(has_prev, ok)
+        dropped = _or_none(has_prev, np.sum(~(d_ts > 0) & ~np.isnan(d_ts), axis=0))
         cols["frontier_prob"] = frontier_probability(es, ts)[order]
     else:
         for name in ("elo", "d_elo", "d_elo_per_1k", "d_tokens"):
@@ -305,17 +341,23 @@ def family_heterogeneity(
         flagged.append((best, q[best], p[best], int(df[best]), views[best]))
         out_set[best] = True
     out = []
-    for kk, qk, pk, dfk, views in flagged:
+    for kk, qk, pk, dfk, view in flagged:
         out.append(
             f"{arms[kk]}: the families disagree about its strength beyond noise (heterogeneity test "
             f"chi2={qk:.1f}, df={dfk}, p={pk:.2g} < {alpha / n_tested:.2g}); each family's view vs their "
-            f"precision-weighted mean, in Elo: {views}. The global Elo is a weighted average of different "
+            f"precision-weighted mean, in Elo: {view}. The global Elo is a weighted average of different "
             "effects: check the per-family view before trusting it"
         )
     return out
 
 
-def _cochran_q(fit0, y0, fitr, yr, w):
+def _cochran_q(
+    fit0: Mapping[str, np.ndarray],
+    y0: Mapping[str, np.ndarray],
+    fitr: Mapping[str, np.ndarray],
+    yr: Mapping[str, np.ndarray],
+    w: Mapping[str, float],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """Per arm: Q, degrees of freedom, p-value and a text of each family's deviation (Elo). Offsets are
     fitted on fit0/fitr (the arms still in the pool); every arm's view uses them."""
     from scipy.stats import chi2

@@ -11,7 +11,8 @@ Rules that make compaction safe to run twice, or while workers are still writing
 
 * A segment counts only once its index exists: the index is written (exclusively) after the segment, so it is
   the commit. A segment without an index (a compactor died, or is still uploading) is ignored by readers.
-* A compaction folds in the job objects no committed index names, as listed when it starts; an object written
+* A compaction folds in the job objects no committed index names, as found when it starts (declared keys
+  probed, or the run listed: analysis/keyspace.py); an object written
   later is simply not in this segment and lands in the next one. Old segments are never rewritten.
 * Segment numbers are claimed by an exclusive create (link locally, IfNoneMatch='*' on S3): two compactors
   never write the same name. Two concurrent compactors may still fold the same objects into two segments;
@@ -32,12 +33,16 @@ import re
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
 from elo_per_token.analysis.io import USAGE_BREAKDOWN
 from elo_per_token.contracts.errors import InputError
+
+if TYPE_CHECKING:
+    from elo_per_token.contracts.ledger import Ledger
 from elo_per_token.contracts.ledger import JOB_SUFFIX
 
 COMPACT_DIR = "compact/"
@@ -107,7 +112,7 @@ class SegmentState:
     orphans: list[int]  # a segment without an index: a compactor died or is still uploading
 
 
-def segment_state(ledger, run_id: str) -> SegmentState:
+def segment_state(ledger: Ledger, run_id: str) -> SegmentState:
     seen: dict[int, set[str]] = {}
     for name in ledger.list_blobs(run_id, COMPACT_DIR):
         m = _PART.match(name)
@@ -118,7 +123,7 @@ def segment_state(ledger, run_id: str) -> SegmentState:
     return SegmentState(committed, set(seen), orphans)
 
 
-def read_index(ledger, run_id: str, committed: list[int], *, dedupe: bool = True) -> pl.DataFrame:
+def read_index(ledger: Ledger, run_id: str, committed: list[int], *, dedupe: bool = True) -> pl.DataFrame:
     """(job_key, seg) for every committed segment, in segment order; with dedupe each key is kept once, from
     the lowest-numbered segment (two compactions that ran at once may both hold it)."""
     frames = [pl.DataFrame(schema={"job_key": pl.String, "rows": pl.Int32, "seg": pl.Int32})]
@@ -140,7 +145,7 @@ def read_index(ledger, run_id: str, committed: list[int], *, dedupe: bool = True
 
 
 def list_keys(
-    ledger, run_id: str, on_count: Callable[[int], None] | None = None, index: pl.DataFrame | None = None
+    ledger: Ledger, run_id: str, on_count: Callable[[int], None] | None = None, index: pl.DataFrame | None = None
 ) -> pl.Series:
     """Every job key of the run as one String Series (built in batches: a Python list of a million keys is
     ~100 MB, a polars String column a fraction of that). On S3 with an index, the listing is split into
@@ -173,7 +178,7 @@ def tail_keys(all_keys: pl.Series, index: pl.DataFrame) -> list[str]:
 
 
 def parsed_chunks(
-    ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType], *, chunk_jobs: int, threads: int
+    ledger: Ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType], *, chunk_jobs: int, threads: int
 ) -> Iterator[tuple[pl.DataFrame, list[str]]]:
     """The objects of `keys`, chunk by chunk, parsed with `schema`: (frame + `job_key` + `line0` (0-based line
     in its object), keys of objects polars cannot parse). The next chunk is fetched and parsed in a
@@ -195,7 +200,7 @@ def parsed_chunks(
 
 
 def _fetch_parse(
-    ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType], threads: int
+    ledger: Ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType], threads: int
 ) -> tuple[pl.DataFrame, list[str]]:
     if ledger.url.startswith("s3://"):
         got = _scan_s3(ledger, run_id, keys, schema)
@@ -215,7 +220,7 @@ def _fetch_parse(
     return pl.concat(frames, how="vertical"), bad
 
 
-def _scan_s3(ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
+def _scan_s3(ledger: Ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
     """One polars scan over the objects' URLs: its Rust S3 client fetches them concurrently at a tenth of the
     CPU boto3 spends per GET. None if polars refuses any of them (the caller then narrows it down)."""
     from elo_per_token.analysis.io import storage_options
@@ -288,6 +293,7 @@ class CompactResult:
     already: int = 0  # job objects already in earlier segments
     unparsable: list[str] = field(default_factory=list)  # job objects left out (analysis names their bad line)
     dropped: list[str] = field(default_factory=list)  # --rebuild: segment files removed
+    found_by: str = "listed"  # how the new objects were found: "listed", or "declared" (analysis/keyspace.py)
 
 
 def _chunks(seq: list[str], n: int) -> Iterator[list[str]]:
@@ -295,7 +301,7 @@ def _chunks(seq: list[str], n: int) -> Iterator[list[str]]:
         yield seq[i : i + n]
 
 
-def drop_segments(ledger, run_id: str) -> list[str]:
+def drop_segments(ledger: Ledger, run_id: str) -> list[str]:
     """Remove every segment and index (indexes first: a reader then falls back to the job objects)."""
     st = segment_state(ledger, run_id)
     gone = []
@@ -308,8 +314,36 @@ def drop_segments(ledger, run_id: str) -> list[str]:
     return gone
 
 
+def _unfolded_keys(
+    ledger: Ledger,
+    run_id: str,
+    index: pl.DataFrame,
+    res: CompactResult,
+    *,
+    verify: bool | None,
+    on_progress: Callable[[str, int, int], None] | None,
+) -> list[str]:
+    """The job keys no committed segment holds (sets res.found_by / res.already): from the run's declared key
+    space when that is safe (no listing), else listed."""
+    from elo_per_token.analysis.keyspace import declared_tail
+
+    found = declared_tail(ledger, run_id, index, verify=verify)
+    if found is not None:
+        res.found_by, res.already = "declared", index.height
+        return found
+    all_keys = list_keys(
+        ledger, run_id, on_count=(lambda n: on_progress("listing", n, 0)) if on_progress else None, index=index
+    )
+    if all_keys.len() == 0 and index.height == 0:
+        known = ", ".join(ledger.list_runs()[:20]) or "none"
+        raise InputError(f"run {run_id!r} has no job results in {ledger.url} (runs: {known})", field="RUN")
+    new = tail_keys(all_keys, index)
+    res.already = all_keys.len() - len(new)
+    return new
+
+
 def compact_run(
-    ledger,
+    ledger: Ledger,
     run_id: str,
     *,
     rebuild: bool = False,
@@ -317,6 +351,7 @@ def compact_run(
     max_segment_jobs: int = 500_000,
     threads: int = 32,
     on_progress: Callable[[str, int, int], None] | None = None,
+    verify: bool | None = None,
 ) -> CompactResult:
     """Fold the run's job objects that no segment holds into new segment(s). See the module docstring."""
     import pyarrow.parquet as pq
@@ -329,15 +364,7 @@ def compact_run(
         res.dropped = drop_segments(ledger, run_id)
     st = segment_state(ledger, run_id)
     index = read_index(ledger, run_id, st.committed)
-    all_keys = list_keys(
-        ledger, run_id, on_count=(lambda n: on_progress("listing", n, 0)) if on_progress else None, index=index
-    )
-    if all_keys.len() == 0 and index.height == 0:
-        known = ", ".join(ledger.list_runs()[:20]) or "none"
-        raise InputError(f"run {run_id!r} has no job results in {ledger.url} (runs: {known})", field="RUN")
-    new = tail_keys(all_keys, index)
-    res.already = all_keys.len() - len(new)
-    del all_keys
+    new = _unfolded_keys(ledger, run_id, index, res, verify=verify, on_progress=on_progress)
     next_n = max(st.used | used_before, default=0) + 1
     done = 0
     for seg_keys in _chunks(new, max_segment_jobs):

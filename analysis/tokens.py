@@ -1,4 +1,6 @@
-"""Token accounting per arm (the seed's section 4, keyed by the arm, never by strategy alone).
+"""Token accounting per arm: keyed by the arm (strategy AND budget), never by strategy alone.
+
+Summing by strategy alone would mix budgets: best_of_n@4 and best_of_n@16 would share one total.
 
 Strategy cost is every call except role == "judge"; judge calls are evaluation cost and are reported
 on their own. Calls without usage are counted (`calls_missing_usage`), never treated as zero tokens

@@ -156,6 +156,19 @@ def write_s3(ledger, run_id: str, n_jobs: int, *, offset: int = 0, threads: int 
     return n
 
 
+def declare(ledger, run_id: str, n_jobs: int, *, offset: int = 0) -> str:
+    """Declare the keys of jobs offset..offset+n_jobs as `ept sweep` does before it runs them
+    (analysis/keyspace.py): a generated run then reads like a swept one. `ledger`: a Ledger or a folder."""
+    from elo_per_token.analysis.keyspace import declare_keys
+    from elo_per_token.contracts.ledger import FileLedger
+
+    if isinstance(ledger, str | Path):
+        ledger = FileLedger(ledger)
+    keys = pl.concat([job_frame(run_id, min(50_000, offset + n_jobs - s), offset=s)["job_key"]
+                      for s in range(offset, offset + n_jobs, 50_000)])  # fmt: skip
+    return declare_keys(ledger, run_id, keys)
+
+
 def one_file(path: str | Path, run_id: str, n_jobs: int, fmt: str = "parquet") -> int:
     """The same records as one file (the baseline): Parquet via polars, or one JSONL file."""
     path = Path(path)

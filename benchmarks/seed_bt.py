@@ -1,8 +1,9 @@
-"""BASELINE ONLY — a straightforward port of the seed blog post's `bt_fit` (section 2).
+"""BASELINE ONLY — a straightforward Bradley-Terry fit (`bt_fit`, the snippet the project started from).
 
+It minimises -Σ log σ(θ_winner − θ_loser) + l2·‖θ‖² over the comparisons and returns θ − mean(θ).
 Not used by the product. It exists as (1) the speed baseline in benchmarks/bench_bt.py and (2) a test
-oracle in tests/test_bt.py. Kept deliberately as the seed wrote it: a Python loop over every
-comparison inside the objective, and L-BFGS-B with numerically differenced gradients.
+oracle in tests/test_bt.py. Kept deliberately naive: a Python loop over every comparison inside the
+objective, and L-BFGS-B with numerically differenced gradients.
 """
 
 from __future__ import annotations

@@ -5,12 +5,14 @@ Why this half of the grader registry lives in contracts/: suites are validated w
 coordinator -> queue -> worker -> ledger -> analysis; contracts are shared by all). So a grader's
 *schema* — its name, whether the task needs a reference, and the check of its options against the task —
 is data here, and its *behaviour* (grade, answer extraction, vote key) is a `worker.graders.registry.Grader`
-entry. The built-in schemas are listed below, so a coordinator validates every built-in suite without the
-worker installed. A grader added in worker/graders/ carries its own option check in its entry; registering
-that entry (`worker.graders.registry.register`, done for every module listed in worker/graders/__init__.py)
+entry (worker/graders/registry.py). The built-in schemas are listed below, so every built-in suite
+validates without importing the worker. A grader added in worker/graders/ carries its own option check in
+its entry; registering that entry (`register`, done for every module listed in worker/graders/__init__.py)
 adds its schema here with `register_schema`, so adding a grader is still one module plus one registry line
-(docs/suites.md, "Adding a grader"). `tests/test_grader_registry.py` checks the two halves name the same
-graders.
+(docs/suites.md, "Adding a grader"). The cost of injecting it this way: a process that validates a suite
+using an added grader must have imported the worker's registry first (`ept suites show/validate` do, and a
+sweep does through the plan's strategy check). `tests/test_grader_registry.py` checks that the two halves
+name the same graders and that validation imports nothing from the worker.
 
 An option check takes (task, grader options) and raises `GraderOptionError(message, field)`; task
 validation (contracts/tasks.py) turns that into an InputError naming the file, line and field.

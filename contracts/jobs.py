@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from elo_per_token.contracts.generation import label
 
@@ -111,6 +111,7 @@ class CeleryJobContextDict(TypedDict):
     tpm: int | None
     clear_failure: NotRequired[bool]
     max_attempts: NotRequired[int]
+    check_ledger: NotRequired[bool]
 
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -132,6 +133,10 @@ class CeleryJobContext:
     # The job has a failure object from an earlier attempt, deleted once it succeeds (no blind DELETE otherwise).
     clear_failure: bool = False
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    # Check the ledger before the job's first API call (a job that finished elsewhere never spends tokens
+    # twice). False only from a run's first session, where nothing can have finished a job before its first
+    # delivery (coordinator.sweep.execute); absent on the wire means True, so older coordinators keep it.
+    check_ledger: bool = True
 
     def to_dict(self) -> CeleryJobContextDict:
         d: CeleryJobContextDict = {
@@ -141,6 +146,8 @@ class CeleryJobContext:
             d["clear_failure"] = True
         if self.max_attempts != DEFAULT_MAX_ATTEMPTS:
             d["max_attempts"] = self.max_attempts
+        if not self.check_ledger:
+            d["check_ledger"] = False
         return d
 
     @classmethod
@@ -154,4 +161,27 @@ class CeleryJobContext:
             tpm=d.get("tpm"),
             clear_failure=bool(d.get("clear_failure")),
             max_attempts=int(d.get("max_attempts", DEFAULT_MAX_ATTEMPTS)),
+            check_ledger=bool(d.get("check_ledger", True)),
         )
+
+
+JobStatus = Literal["done", "duplicate", "skipped", "cancelled", "failed"]
+
+# What a worker reports for one job (worker.tasks.perform_job; through the Celery result backend as JSON) and
+# what the coordinator tallies (coordinator.sweep.Tally.add). Functional syntax because one key is `class`.
+JobSummary = TypedDict(
+    "JobSummary",
+    {
+        "key": str,  # Job.key
+        "status": JobStatus,  # done / duplicate (another copy landed first) / skipped (already in the ledger) / …
+        "calls": int,  # calls that reached the server
+        "tokens": int,  # strategy tokens as the server reported them (judge calls excluded)
+        "class": str | None,  # a contracts.errors.ErrorClass when status is "failed"
+        "message": str | None,  # why it failed (scrubbed of keys)
+        "attempts": NotRequired[int],  # attempts of the whole job (the worker's retries)
+        "started_at": NotRequired[float],
+        "finished_at": NotRequired[float],
+        "lost": NotRequired[str | None],  # a strategy failure scored as a loss (e.g. context_overflow)
+        "worker": NotRequired[str | None],  # the Celery worker's hostname
+    },
+)

@@ -9,8 +9,8 @@ One ledger object per job is a JSONL file whose lines are records, each tagged w
 
 Every line repeats the job identity (`run_id`, `job_key`, `task_id`, `family`, `strategy`,
 `budget_n`, `arm`, `replicate`) so a plain `polars.scan_ndjson` over a run's objects needs no joins.
-The seed's call-log shape (`task_id`, `strategy`, `budget_n`, `usage.prompt_tokens`,
-`usage.completion_tokens`) is a subset of a call record; lines without `kind` are classified
+The minimal call-log shape (`task_id`, `strategy`, `budget_n`, `usage.prompt_tokens`,
+`usage.completion_tokens`), what an agent harness typically logs, is a subset of a call record; lines without `kind` are classified
 by their fields (see analysis.io).
 """
 

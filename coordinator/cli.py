@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
+
+if TYPE_CHECKING:  # annotations only: each command imports what it runs
+    from elo_per_token.contracts.ledger import FileLedger, S3Ledger
+    from elo_per_token.coordinator.sweep import SweepOutcome
 
 _LEDGER_HELP = "Ledger URL (folder, file://… or s3://bucket/prefix); default: the plan's, else ./ept-out/ledger."
 
 
-def _ledger_and_run(run: str, ledger: str | None):
+def _ledger_and_run(run: str, ledger: str | None) -> tuple[FileLedger | S3Ledger, str]:
     """RUN is a run id (with --ledger) or a plan file (its name and ledger)."""
     from elo_per_token.analysis.io import run_source
     from elo_per_token.contracts.ledger import check_run, open_ledger, open_ledger_for_reading
@@ -26,7 +32,7 @@ def _ledger_and_run(run: str, ledger: str | None):
     return led, run_id
 
 
-def _finish(out) -> None:
+def _finish(out: SweepOutcome) -> None:
     from elo_per_token.analysis.report import make_console
     from elo_per_token.coordinator.sweep import print_summary
 

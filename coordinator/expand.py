@@ -75,6 +75,30 @@ def check_unique_keys(plan: Plan, tasks: list[dict[str, Any]]) -> None:
                 seen_arm.add(part)
 
 
+def plan_keys(plan: Plan, tasks: list[dict[str, Any]]) -> Any:
+    """Every job key of the plan as a polars String Series, without building a Job per job: a key is
+    <task part>/<arm part>/r<replicate> (contracts.jobs.Job.key), so it is the product of the task parts, the
+    arm parts and the replicates — thousands of Jobs built, not millions. Equal to {j.key for j in iter_jobs}
+    (tests/test_keyspace.py checks it)."""
+    import polars as pl
+
+    if not tasks or not plan.arms:
+        return pl.Series("job_key", [], dtype=pl.String)
+    probe = Job(run_id=plan.run_id, task=tasks[0], strategy="x", budget_n=0)
+    task_parts = ["/".join(Job(**{**probe.to_dict(), "task": t}).key.split("/")[:2]) for t in tasks]
+    arm_parts = [
+        Job(run_id=plan.run_id, task=tasks[0], strategy=arm.strategy, budget_n=budget, params=dict(arm.params),
+            gen=dict(gen)).key.split("/")[2]
+        for arm in plan.arms for budget in arm.budgets for gen in arm.gens
+    ]  # fmt: skip
+    reps = [f"r{r}" for r in range(plan.replicates)]
+    grid = (
+        pl.DataFrame({"t": task_parts}).join(pl.DataFrame({"a": arm_parts}), how="cross")
+        .join(pl.DataFrame({"r": reps}), how="cross")
+    )  # fmt: skip
+    return grid.select(pl.concat_str("t", "a", "r", separator="/").alias("job_key"))["job_key"]
+
+
 def _dup(plan: Plan, key: str) -> None:
     raise InputError(
         f"two jobs share the key {key!r} (task {key.split('/')[1]!r} appears twice in the suites, "

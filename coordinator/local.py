@@ -21,8 +21,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from elo_per_token.contracts.errors import EXIT_INTERRUPTED
-from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.jobs import Job, JobSummary
 from elo_per_token.contracts.ledger import Ledger
+from elo_per_token.contracts.records import JobResult
 
 STOP_GRACE_S = 30.0
 
@@ -47,11 +48,12 @@ def run_local(
     provider: Any,
     *,
     concurrency: int,
-    on_result: Callable[[dict[str, Any]], None],
+    on_result: Callable[[JobSummary], None],
     on_retry: Callable[[Job, int, str], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
-    run: Callable | None = None,
+    run: Callable[[Job, Any], JobResult] | None = None,
     clear_failures: Collection[str] = (),
+    check_existing: bool = True,
     grace_s: float | None = None,
     on_abandon: Callable[[int], None] | None = None,
 ) -> bool:
@@ -63,7 +65,7 @@ def run_local(
     stop = getattr(provider, "stopping", None) or threading.Event()
     grace = stop_grace_s() if grace_s is None else grace_s
     todo = iter(jobs)
-    in_flight: set[Future] = set()
+    in_flight: set[Future[JobSummary]] = set()
     draining = False
     interrupted = threading.Event()
     deadline = float("inf")
@@ -87,6 +89,7 @@ def run_local(
                         break
                     in_flight.add(pool.submit(perform_job, job, ledger, provider, on_retry=on_retry, run=run,
                                               api_key=api_key, clear_failure=job.key in clear_failures,
+                                              check_existing=check_existing,
                                               stop=stop))  # fmt: skip
                 if not in_flight:
                     break

@@ -43,11 +43,15 @@ def build_manifest(plan: Plan, profile_public: dict[str, Any], n_jobs: int, exec
         "profile": profile_public,
         "n_jobs": n_jobs,
         "started_at": _iso(now),
-        "sessions": [{"started_at": _iso(now), "executor": executor}],
+        # This session declares its job keys before writing any (analysis/keyspace.py): a reader may trust the
+        # declarations only if every session of the run did.
+        "sessions": [{"started_at": _iso(now), "executor": executor, "declares_keys": True}],
     }
 
 
-def write_manifest(ledger: Ledger, plan: Plan, profile_public: dict[str, Any], n_jobs: int, executor: str) -> dict:
+def write_manifest(
+    ledger: Ledger, plan: Plan, profile_public: dict[str, Any], n_jobs: int, executor: str
+) -> dict[str, Any]:
     """Create the manifest, or on resume check the plan is the same and append a session entry."""
     new = build_manifest(plan, profile_public, n_jobs, executor)
     old = ledger.get_manifest(plan.run_id)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.ledger import Ledger
+
+if TYPE_CHECKING:  # analysis (polars) is imported only by the compact command
+    from elo_per_token.analysis.segments import CompactResult
 
 
 @dataclass
@@ -84,7 +87,7 @@ def compact(ledger: Ledger, run_id: str, threads: int = 16) -> tuple[str, int]:
     return where, res.rows
 
 
-def compact_cmd(ledger: Ledger, run_id: str, *, rebuild: bool = False):
+def compact_cmd(ledger: Ledger, run_id: str, *, rebuild: bool = False) -> CompactResult:
     """analysis.segments.compact_run with a progress line on stderr (a million objects take a while)."""
     import sys
 

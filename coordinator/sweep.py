@@ -6,20 +6,27 @@ import math
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from elo_per_token.contracts.errors import EGRESS_CLASSES, InputError
-from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.errors import EGRESS_CLASSES, ErrorClass, InputError
+from elo_per_token.contracts.jobs import Job, JobSummary
 from elo_per_token.contracts.ledger import Ledger, open_ledger
 from elo_per_token.coordinator.plan import Plan
+
+if TYPE_CHECKING:  # annotations only: these are imported where a sweep needs them
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from elo_per_token.contracts.records import JobResult
+    from elo_per_token.egress.profiles import Profile
 
 # With this many egress failures in a row (no success in between), the endpoint or key is wrong — from the start
 # or since a key was revoked mid-run — or the server is down (every connect refused): stop spending effort.
 EGRESS_ABORT_AFTER = 8
 # Failures that a retry repeats exactly (same request, same refusal).
-DETERMINISTIC = frozenset({"permanent", "context_overflow"})
+DETERMINISTIC: frozenset[ErrorClass] = frozenset({"permanent", "context_overflow"})
 
 
 @dataclass
@@ -43,7 +50,7 @@ class Tally:
     abandoned: int = 0  # jobs still running when a stop's grace period ran out (their calls are not recorded)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, s: dict[str, Any]) -> None:
+    def add(self, s: JobSummary) -> None:
         with self.lock:
             self.retrying.discard(s["key"])
             st = s["status"]
@@ -58,8 +65,8 @@ class Tally:
                 self.egress_streak += 1
             if st == "done":
                 self.done += 1
-                if s.get("lost"):
-                    self.lost[s["lost"]] += 1
+                if lost := s.get("lost"):
+                    self.lost[lost] += 1
             elif st == "skipped":
                 self.skipped += 1
             elif st == "duplicate":
@@ -69,8 +76,8 @@ class Tally:
                 cls = s.get("class") or "task"
                 self.failures[cls].append(s["key"])
                 self.messages.setdefault(cls, s.get("message") or "")
-            if s.get("worker") and st != "skipped":
-                self.workers[s["worker"]] += 1
+            if (worker := s.get("worker")) and st != "skipped":
+                self.workers[worker] += 1
             self.calls += int(s.get("calls") or 0)
             self.tokens += int(s.get("tokens") or 0)
 
@@ -121,7 +128,7 @@ class SweepOutcome:
         return EXIT_FAILED if self.tally.failed else 0
 
 
-def resolve_profile(plan: Plan, base_url: str | None, profiles_path: str | None = None):
+def resolve_profile(plan: Plan, base_url: str | None, profiles_path: str | None = None) -> Profile:
     from elo_per_token.egress.profiles import get_profile
 
     prof = get_profile(plan.profile, profiles_path)
@@ -134,7 +141,7 @@ def plan_jobs(plan: Plan) -> list[Job]:
     return expand(plan, load_tasks(plan))
 
 
-def _progress(console, total: int):
+def _progress(console: Console, total: int) -> Progress:
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -212,7 +219,7 @@ class _Live:
             f"retrying {len(tally.retrying)} · calls {tally.calls} · tokens {rate:,}",
         )
 
-    def on_result(self, s: dict[str, Any]) -> None:
+    def on_result(self, s: JobSummary) -> None:
         self.tally.add(s)
         self.refresh()
 
@@ -233,17 +240,20 @@ def _run_jobs(
     base_url: str | None,
     run: Any,
     broker_url: str | None,
+    check_ledger: bool = True,
 ) -> bool:
-    """Run `todo` on the chosen executor; False when interrupted or stopped early."""
+    """Run `todo` on the chosen executor; False when interrupted or stopped early. check_ledger: each job is
+    looked up in the ledger before its first API call (see execute)."""
     tally = live.tally
     try:
         if executor == "local":
-            return _run_local(plan, todo, ledger, profile, live.on_result, live.on_retry, tally, run, had_failure)
+            return _run_local(plan, todo, ledger, profile, live.on_result, live.on_retry, tally, run, had_failure,
+                              check_existing=check_ledger)  # fmt: skip
         from elo_per_token.contracts.jobs import CeleryJobContext
         from elo_per_token.coordinator.celery_exec import run_celery
 
         lim = plan.limits_for(plan.profile)
-        ctx = CeleryJobContext(ledger=ledger.url, base_url=base_url, rpm=lim.rpm, tpm=lim.tpm)
+        ctx = CeleryJobContext(ledger=ledger.url, base_url=base_url, rpm=lim.rpm, tpm=lim.tpm, check_ledger=check_ledger)
         return run_celery(
             todo, ctx, queue=plan.queue, batch_size=plan.batch_size, on_result=live.on_result,
             on_retry=live.on_retry, broker_url=broker_url, should_stop=tally.egress_broken,
@@ -279,7 +289,14 @@ def execute(
     executor = executor or plan.executor
     ledger = open_ledger(plan.ledger)
     stream, n_jobs = _job_stream(plan, jobs)
-    write_manifest(ledger, plan, profile.public_dict(), manifest_jobs or n_jobs, executor)
+    manifest = write_manifest(ledger, plan, profile.public_dict(), manifest_jobs or n_jobs, executor)
+    declare_jobs(ledger, plan, None if jobs is None else list(stream()))
+    # A run's first session lists the run before it enqueues anything and no earlier session can have left
+    # jobs queued or running, so none of its jobs can be in the ledger when a worker starts it (short of a
+    # redelivery, which the worker sees): workers skip the check before the first API call and a successful
+    # job costs the ledger one request, the conditional create. A resumed run keeps the check.
+    declare_jobs(ledger, plan, None if jobs is None else list(stream()))
+    check_ledger = len(manifest.get("sessions") or []) > 1
     tally = Tally(total=n_jobs)
     t0 = time.monotonic()
     with _progress(console, n_jobs) as prog:
@@ -296,7 +313,7 @@ def execute(
         )
         live = _Live(tally, prog, bar)
         completed = _run_jobs(plan, executor, live.todo(stream, have), ledger, live, had_failure, profile=profile,
-                              base_url=base_url, run=run, broker_url=broker_url)  # fmt: skip
+                              base_url=base_url, run=run, broker_url=broker_url, check_ledger=check_ledger)  # fmt: skip
         if completed and live.counted != tally.total:
             tally.total = live.counted  # results outside the plan (or a partial plan) made the estimate off
             prog.update(bar, total=live.counted)
@@ -314,6 +331,22 @@ def execute(
     return out
 
 
+def declare_jobs(ledger: Ledger, plan: Plan, jobs: list[Job] | None) -> None:
+    """Before any job runs: declare every key this session may write — the plan's (streamed sweep) or the
+    jobs handed in (`ept retry`, a given list) — so a reader of the compacted run can skip listing it
+    (analysis/keyspace.py). The session's manifest entry says it declares (coordinator/manifest.py)."""
+    import polars as pl
+
+    from elo_per_token.analysis.keyspace import declare_keys
+    from elo_per_token.coordinator.expand import load_tasks, plan_keys
+
+    if jobs is None:
+        keys = plan_keys(plan, load_tasks(plan))
+    else:
+        keys = pl.Series("job_key", [j.key for j in jobs], dtype=pl.String)
+    declare_keys(ledger, plan.run_id, keys)
+
+
 def _compact(ledger: Ledger, run_id: str) -> str:
     """Fold this sweep's results into a new segment; a failure here loses nothing (the objects stay)."""
     from elo_per_token.analysis.segments import compact_run
@@ -325,7 +358,18 @@ def _compact(ledger: Ledger, run_id: str) -> str:
     return f"compacted {res.jobs} job objects into {', '.join(res.segments) or 'no new segment'}"
 
 
-def _run_local(plan, todo, ledger, profile, on_result, on_retry, tally, run, had_failure=frozenset()) -> bool:
+def _run_local(
+    plan: Plan,
+    todo: Iterable[Job],
+    ledger: Ledger,
+    profile: Profile,
+    on_result: Callable[[JobSummary], None],
+    on_retry: Callable[[Job, int, str], None],
+    tally: Tally,
+    run: Callable[[Job, Any], JobResult] | None,
+    had_failure: Collection[str] = frozenset(),
+    check_existing: bool = True,
+) -> bool:
     from elo_per_token.coordinator.local import run_local
     from elo_per_token.egress.client import ProviderClient
     from elo_per_token.worker.ratelimit import Limits, make_rate_limiter
@@ -341,7 +385,7 @@ def _run_local(plan, todo, ledger, profile, on_result, on_retry, tally, run, had
     provider = ProviderClient(profile, rate_limiter=limiter)
     return run_local(
         todo, ledger, provider, concurrency=plan.concurrency, on_result=on_result, on_retry=on_retry,
-        should_stop=tally.egress_broken, run=run, clear_failures=had_failure,
+        should_stop=tally.egress_broken, run=run, clear_failures=had_failure, check_existing=check_existing,
         on_abandon=lambda n: setattr(tally, "abandoned", n),
     )  # fmt: skip
 

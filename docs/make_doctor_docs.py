@@ -59,7 +59,7 @@ SCENARIOS = [
     Scenario(
         "Key variable not set",
         "The profile names `$DEMO_API_KEY`, but this shell (or CI job) never exported it "
-        "— the seed's opening 401 story. Network checks are skipped until it is fixed.",
+        "— the classic 401 on a build machine. Network checks are skipped until it is fixed.",
         'base_url = "{url}"\nmodel = "ept-sim-1"',
         env_key=None,
     ),
@@ -77,7 +77,7 @@ SCENARIOS = [
     ),
     Scenario(
         "base_url without /v1 (404, endpoint)",
-        "An OpenAI-compatible gateway configured as `/api` instead of `/api/v1` (the seed's section 6).",
+        "An OpenAI-compatible gateway configured as `/api` instead of `/api/v1` (a missing or extra `/v1` is the most common 404).",
         'base_url = "{root}/api"\nmodel = "ept-sim-1"',
     ),
     Scenario(
@@ -192,7 +192,7 @@ def main() -> None:
 HEADER = """# `ept doctor`: credentials and egress before evaluation
 
 A 401 or 404 is an egress problem (profile, key, URL), not an evaluation problem. `ept doctor` checks a
-profile in the order the seed's section 6 recommends, and prints a concrete fix for each failure:
+profile local checks first, then the network, and prints a concrete fix for each failure:
 
 1. **key variable** — the variable named by `api_key_env` is set, non-empty, unquoted, not the placeholder;
 2. **base_url** — an http(s) URL without query string; OpenAI-compatible ones usually end in `/v1`

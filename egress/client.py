@@ -33,8 +33,9 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict, TypeVar
 
 from elo_per_token.contracts.errors import PROVIDER_ERROR_CLASSES, RETRYABLE, ProviderErrorClass
 from elo_per_token.contracts.secrets import mask, scrub
@@ -42,6 +43,7 @@ from elo_per_token.contracts.usage import check_usage
 from elo_per_token.egress.profiles import Profile
 
 log = logging.getLogger("ept.provider")
+T = TypeVar("T")
 
 UNREACHABLE_CIRCUIT = 8  # failed connects in a row (no response of any kind in between) that open the circuit
 CIRCUIT_PROBE_S = 5.0  # while open, one attempt per this many seconds may try the endpoint again
@@ -53,6 +55,15 @@ _ANTHROPIC_FINISH = {
     "max_tokens": "length",
     "tool_use": "tool_calls",
 }
+
+
+class Discarded(TypedDict):
+    """A billed 2xx response that was discarded (malformed) and retried: recorded as a call of its own."""
+
+    usage: dict[str, Any] | None  # checked by contracts.usage; None when absent or invalid
+    usage_invalid: str | None  # why the usage was not kept
+    message: str
+    attempt: int
 
 
 class ProviderError(Exception):
@@ -79,6 +90,11 @@ class ProviderError(Exception):
         self.message = message
         self.retry_after = retry_after
         self.attempts = attempts
+        # Set by the client when it gives up (JobContext records them): what the failed attempt itself was billed
+        # (a malformed 2xx's usage, checked) and the billed responses discarded before it.
+        self.usage: dict[str, Any] | None = None
+        self.usage_invalid: str | None = None
+        self.discarded: list[Discarded] = []
 
     def __str__(self) -> str:
         status = f" {self.status}" if self.status else ""
@@ -107,8 +123,8 @@ class ChatResponse:
     n_requested: int
     n_returned: int
     usage_invalid: str | None = None  # why the server's usage was not stored (contracts.usage); usage is then None
-    # Billed 2xx responses that were discarded and retried (malformed): [{"usage", "usage_invalid", "message"}]
-    discarded: list[dict[str, Any]] = field(default_factory=list)
+    # Billed 2xx responses that were discarded and retried (malformed).
+    discarded: list[Discarded] = field(default_factory=list)
     max_tokens: int | None = None  # the limit sent (a known context_length may have lowered the configured one)
 
 
@@ -118,7 +134,7 @@ class _Malformed(Exception):
     usage: dict[str, Any] | None = None
 
 
-def _discarded(usage: Any, message: str, attempt: int) -> dict[str, Any]:
+def _discarded(usage: Any, message: str, attempt: int) -> Discarded:
     u, bad = check_usage(usage)
     return {"usage": u, "usage_invalid": bad, "message": message, "attempt": attempt}
 
@@ -631,8 +647,9 @@ class ProviderClient:
                 self._unreachable = 0  # the server answered: it is reachable
 
     def _with_retries(
-        self, fn: Any, est_tokens: int, discarded: list[dict[str, Any]] | None = None, *, access_check: bool = False
-    ) -> tuple[Any, int]:
+        self, fn: Callable[[], T], est_tokens: int, discarded: list[Discarded] | None = None, *,
+        access_check: bool = False,
+    ) -> tuple[T, int]:
         """Run fn() with classification and retries; returns (result, attempts). Malformed 2xx responses that
         were retried are appended to `discarded`; the last one's usage rides on the raised error (`.usage`).
         With access_check every 4xx is an access problem (GET /models: no request body could be at fault)."""
@@ -664,12 +681,12 @@ class ProviderClient:
                 denied = access_error(
                     err, self.profile, self._key, "GET /models" if access_check else "the profile's first request"
                 )
-                denied.discarded = list(discarded or [])  # type: ignore[attr-defined]
+                denied.discarded = list(discarded or [])
                 raise denied
             if err.error_class not in RETRYABLE or attempts > self.profile.max_retries or self.stopping.is_set():
                 if malformed is not None:
-                    err.usage, err.usage_invalid = check_usage(malformed.usage)  # type: ignore[attr-defined]
-                err.discarded = list(discarded or [])  # type: ignore[attr-defined]
+                    err.usage, err.usage_invalid = check_usage(malformed.usage)
+                err.discarded = list(discarded or [])
                 raise err
             if malformed is not None and discarded is not None:
                 discarded.append(_discarded(malformed.usage, err.message, attempts))
@@ -681,7 +698,7 @@ class ProviderClient:
                 "retrying %s after %.2fs (attempt %d): %s", self.profile.name, wait, attempts, err.message
             )
             if self.stopping.wait(wait):  # stopped while waiting: this attempt's error is the call's result
-                err.discarded = list(discarded or [])  # type: ignore[attr-defined]
+                err.discarded = list(discarded or [])
                 raise err
 
     def _fit_context(
@@ -811,7 +828,7 @@ class ProviderClient:
                 data = _parse_json_text(text)
                 return _choices_or_malformed(data, False), _normalise_usage(data.get("usage"), False), data.get("model")
 
-        discarded: list[dict[str, Any]] = []
+        discarded: list[Discarded] = []
         (choices, raw_usage, model), attempts = self._with_retries(call, est, discarded)
         # Checked before anything stores or sums it: invalid usage becomes None plus a reason.
         usage, usage_invalid = check_usage(raw_usage)

@@ -1,4 +1,7 @@
-"""`ept doctor`: credential and egress checks, in the seed's order (section 6), before any evaluation.
+"""`ept doctor`: credential and egress checks before any evaluation, cheapest and most common cause first.
+
+The local checks come first and the network checks run only once they pass; each later check depends on
+fewer things going right than the one after it, so the first failure shown is usually the one to fix:
 
 1. the key variable is set and non-empty      (401s usually start here)
 2. base_url is well-formed for the protocol     (/v1 for OpenAI-compatible; none for Anthropic)
@@ -19,10 +22,14 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from elo_per_token.contracts.secrets import mask, scrub
 from elo_per_token.egress.profiles import Profile
+
+if TYPE_CHECKING:  # for annotations; run_checks imports the client where it runs
+    from elo_per_token.egress.client import ProviderClient, ProviderError
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 # Names of the network checks: run_checks finds a check by its name, never by its position in the list.
@@ -121,11 +128,11 @@ def check_base_url(p: Profile) -> Check:
     return Check(name, PASS, p.base_url)
 
 
-def _fix_for(err: object, p: Profile) -> str:
-    cls = getattr(err, "error_class", "")
-    if cls == "credential" and getattr(err, "status", None) == 429:
+def _fix_for(err: ProviderError, p: Profile) -> str:
+    cls = err.error_class
+    if cls == "credential" and err.status == 429:
         return f"the account behind ${p.api_key_env} has no quota left: add credit or use another key"
-    if cls == "credential" and getattr(err, "status", None) == 403:
+    if cls == "credential" and err.status == 403:
         return (
             f"give this key access to model '{p.model}' (provider console: project / model permissions), "
             f"or put a key that has it in ${p.api_key_env}"
@@ -135,7 +142,7 @@ def _fix_for(err: object, p: Profile) -> str:
             f"the server rejected the key in ${p.api_key_env}: create or copy a key for THIS provider and "
             f"re-export it; a key that works elsewhere means base_url and key belong to different providers"
         )
-    if cls == "endpoint" and getattr(err, "code", None) == "model_not_found":
+    if cls == "endpoint" and err.code == "model_not_found":
         return "set `model` in the profile to a name the server lists (GET /models); Claude Code also needs ANTHROPIC_MODEL"
     if cls == "endpoint":
         return (
@@ -152,9 +159,9 @@ def _fix_for(err: object, p: Profile) -> str:
     return "the server refused the request as sent; read its message above"
 
 
-def _detail(e: object) -> str:
-    n = getattr(e, "attempts", 0)
-    return f"{getattr(e, 'message', e)} [{n} attempt{'s' if n != 1 else ''}]"
+def _detail(e: ProviderError) -> str:
+    n = e.attempts
+    return f"{e.message} [{n} attempt{'s' if n != 1 else ''}]"
 
 
 def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float = 0.2) -> list[Check]:
@@ -244,7 +251,7 @@ def _named(checks: list[Check], name: str) -> Check:
     return next(c for c in checks if c.name == name)
 
 
-def check_n(client: object, p: Profile, completion_works: bool) -> Check:
+def check_n(client: ProviderClient, p: Profile, completion_works: bool) -> Check:
     """Does n=2 return 2 choices? `supports_n = true` against a server that ignores n still yields k samples
     (ept asks again for the shortfall) but wastes a request per sample; `false` against one that honours it
     pays the prompt k times. Either disagreement is a warning, never a failure."""
@@ -256,7 +263,7 @@ def check_n(client: object, p: Profile, completion_works: bool) -> Check:
     if not completion_works:
         return Check(name, SKIP, "the tiny completion failed")
     try:
-        r = client.chat(  # type: ignore[attr-defined]
+        r = client.chat(
             [{"role": "user", "content": "Reply with the word OK."}], max_tokens=8, temperature=0.7, n=2,
             meta={"Role": "doctor"},
         )  # fmt: skip

@@ -1,6 +1,6 @@
-"""Client configurations for a profile, with the seed's field names exactly and a placeholder key.
+"""Client configurations for a profile, with each client's own field names exactly and a placeholder key.
 
-Targets (seed section 3):
+Targets (file, then the fields each client reads):
   claude-code  ~/.claude/settings.json   {"env": {ANTHROPIC_BASE_URL, ANTHROPIC_AUTH_TOKEN, ANTHROPIC_MODEL,
                                                   ANTHROPIC_SMALL_FAST_MODEL}}
   codex        ~/.codex/config.toml      model, model_provider, [model_providers.<id>] name/base_url/env_key/wire_api

@@ -1,11 +1,11 @@
 """Generate the shipped example: examples/logs/calls.jsonl.gz and examples/logs/outcomes.jsonl.
 
-Seed-shaped records (section 4.1 of the source post): one call per line with task_id, strategy,
+Minimal call-log records, the shape an agent harness typically writes: one call per line with task_id, strategy,
 budget_n and usage.prompt_tokens / usage.completion_tokens (gzipped: the reader takes .jsonl.gz);
 one outcome per (task, arm): `correct` (bool) for math and tool_use, `score` = fraction of 10 unit
 tests passed for code. The data come from a known model so the report can be checked against it: each arm has a
 per-family strength, each task a difficulty, and P(correct) = sigmoid(strength - difficulty).
-Strengths grow with budget and flatten out, like the seed's diminishing-returns table.
+Strengths grow with budget and flatten out: diminishing returns, which the report should show.
 
     python examples/make_example_logs.py            # rewrites examples/logs/
 """

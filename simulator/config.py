@@ -42,6 +42,7 @@ FAULTS = (
     "ok",
 )
 LATENCY_DISTS = ("uniform", "normal", "exponential")
+PROMPT_CACHE_MODES = ("seen", "warm")
 DEFAULT_MODELS = ("ept-sim-1", "ept-sim-large")
 
 
@@ -72,9 +73,12 @@ class SimConfig:
     # context_length_exceeded; without max_tokens a reply stops at the window (finish_reason "length").
     context_length: int | None = None
     ignore_n: bool = False  # answer n>1 with one choice (servers that ignore `n`, e.g. some llama.cpp builds)
-    # Report repeated prompt prefixes as cached input tokens. Off by default: which request of two concurrent ones
-    # "hit" the cache depends on arrival order, and per-call usage should be reproducible unless asked otherwise.
-    prompt_cache: bool = False
+    # Report prompt prefixes as cached input tokens. false: never. "warm" (what the demo uses): a cache that a
+    # long sweep has already filled — every message but the newest counts as cached, a function of the request
+    # alone, so a run's usage is the same whatever the concurrency. true / "seen": a prefix counts once an
+    # earlier request sent it — closer to a cold provider, but which of two concurrent requests "hits" depends
+    # on arrival order, so usage varies from run to run.
+    prompt_cache: bool | str = False
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -116,7 +120,11 @@ def _check(name: str, value: Any) -> Any:
         if not isinstance(value, list) or not value or not all(isinstance(m, str) for m in value):
             raise ValueError("models must be a non-empty list of strings")
         return value
-    if name in ("strict_models", "serve_models", "ignore_n", "prompt_cache"):
+    if name == "prompt_cache":
+        if not isinstance(value, bool) and value not in PROMPT_CACHE_MODES:
+            raise ValueError(f"prompt_cache must be true, false or one of {', '.join(PROMPT_CACHE_MODES)}")
+        return value
+    if name in ("strict_models", "serve_models", "ignore_n"):
         if not isinstance(value, bool):
             raise ValueError(f"{name} must be true or false")
         return value

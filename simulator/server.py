@@ -66,8 +66,8 @@ class SimState:
     brain: Brain
     counter: int = 0  # completion requests since start/reset: drives deterministic faults
     script: list[str] = field(default_factory=list)
-    stats: dict[str, Counter] = field(default_factory=dict)
-    tokens: Counter = field(default_factory=Counter)
+    stats: dict[str, Counter[str]] = field(default_factory=dict)
+    tokens: Counter[str] = field(default_factory=Counter)
     prefixes: set[bytes] = field(default_factory=set)  # hashes of prompt prefixes seen (the simulated prompt cache)
     stopping: asyncio.Event | None = None
 
@@ -485,7 +485,12 @@ async def _complete(request: web.Request, anthropic: bool, responses: bool = Fal
     rid = f"{derive_seed(seed, k, model):08x}"
     # Anthropic caches only what the request marks with cache_control; OpenAI caches repeated prefixes itself.
     cacheable = cfg.prompt_cache and (not anthropic or "cache_control" in json.dumps(body))
-    cached, prefix = _cached_prefix(state, messages, tools) if cacheable else (0, 0)
+    if not cacheable:
+        cached, prefix = 0, 0
+    elif cfg.prompt_cache == "warm":
+        cached, prefix = _warm_prefix(messages, tools)
+    else:
+        cached, prefix = _cached_prefix(state, messages, tools)
     if anthropic:
         out = _anthropic_body(rid, model, replies[0], p_tok, c_toks[0], with_usage, cached, prefix if cacheable else 0)
         out = _hostile_usage(out, fault, True)
@@ -664,6 +669,15 @@ def _cached_prefix(state: SimState, messages: list[dict[str, Any]], tools: Any) 
             state.prefixes.add(key)
         prefix = toks
     return cached, prefix
+
+
+def _warm_prefix(messages: list[dict[str, Any]], tools: Any) -> tuple[int, int]:
+    """(cached, prefix) for a cache a long sweep has already warmed: everything before the newest message was
+    sent before (the shared system prompt, earlier turns of an episode); this request adds the rest. Depends on
+    the request only, so the same run reports the same usage at any concurrency."""
+    whole = prompt_tokens(messages, tools)
+    before = prompt_tokens(messages[:-1], tools) if len(messages) > 1 else 0
+    return (before if before >= CACHE_MIN_TOKENS else 0), (whole if whole >= CACHE_MIN_TOKENS else 0)
 
 
 _BAD_USAGE = {"usage_negative": -18, "usage_nan": float("nan"), "usage_float": 12.5, "usage_huge": 10**15}
@@ -857,7 +871,8 @@ class SimControl:
             self.root + path, data=data, method=method, headers={"Content-Type": "application/json"}
         )
         with urllib.request.urlopen(req, timeout=10) as r:
-            return json.loads(r.read())
+            reply: dict[str, Any] = json.loads(r.read())
+        return reply
 
     def set(self, **updates: Any) -> dict[str, Any]:
         """Change config at runtime (same fields as SimConfig); returns the config now in effect."""

@@ -309,7 +309,8 @@ def _code_tasks(rng: random.Random) -> list[dict[str, Any]]:
 
 def _safe_eq(code: str, entry: str, arg: Any, want: Any) -> bool:
     try:
-        return _run(code, entry, arg) == want
+        same: bool = _run(code, entry, arg) == want
+        return same
     except Exception:
         return False
 

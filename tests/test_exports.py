@@ -1,4 +1,4 @@
-"""`ept profiles export`: the seed's section-3 field names exactly, a placeholder key, never the real one."""
+"""`ept profiles export`: each client's own field names exactly, a placeholder key, never the real one."""
 
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -135,3 +137,13 @@ def test_strategies_do_not_branch_on_the_grader_type():
     # What a strategy needs to know about a grader is in its registry entry (vote_key, run_tests, extract).
     for path in (ROOT / "worker" / "strategies").glob("*.py"):
         assert '["grader"]' not in path.read_text(encoding="utf-8"), path.name
+
+
+def test_suite_validation_needs_no_worker_import():
+    # contracts/ must not import worker/: every built-in suite validates from the schema half alone.
+    code = ("import sys\nfrom elo_per_token.contracts.tasks import load_builtin_suite\n"
+            "n = sum(len(load_builtin_suite(s)) for s in ('math', 'code', 'tool_use'))\n"
+            "print(n, sorted({m for m in sys.modules if m.startswith('elo_per_token.worker')}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    n, loaded = out.stdout.split(" ", 1)
+    assert int(n) > 300 and loaded.strip() == "[]", out.stdout

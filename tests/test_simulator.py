@@ -347,3 +347,52 @@ def test_ept_simulate_bad_config_exits_2(tmp_path):
         timeout=60,
     )
     assert r.returncode == 2 and "latency_dist" in r.stderr
+
+
+_SYSTEM = {"role": "system", "content": "You are a careful solver. Think step by step and answer briefly. " * 3}
+
+
+def _conversations() -> list[list[dict]]:
+    convs = []
+    for i in range(6):
+        user = {"role": "user", "content": f"task {i}: what is {i} + {i}?"}
+        convs.append([_SYSTEM, user])
+        convs.append([_SYSTEM, user, {"role": "assistant", "content": str(2 * i)}, {"role": "user", "content": "sure?"}])
+    return convs
+
+
+def _cached(url: str, messages: list[dict]) -> int:
+    status, body, _ = call(url + "/chat/completions", {"model": "ept-sim-1", "messages": messages})
+    assert status == 200, body
+    return body["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+def test_warm_prompt_cache_depends_on_the_request_only(make_sim):
+    """"warm" (the demo's cache): the same requests report the same cached tokens in any order and at any
+    concurrency — so a demo run is reproducible — and earlier messages count as cached from the first request."""
+    convs = _conversations()
+    a, b = make_sim(api_key=SIM_KEY, prompt_cache="warm"), make_sim(api_key=SIM_KEY, prompt_cache="warm")
+    in_order = [_cached(a.url, m) for m in convs]
+    with ThreadPoolExecutor(8) as pool:  # reversed and concurrent on a fresh simulator
+        rev = list(pool.map(lambda m: _cached(b.url, m), list(reversed(convs))))
+    assert in_order == list(reversed(rev))
+    assert all(c > 0 for c in in_order)  # the system prompt is in the warmed cache from the start
+    # A longer conversation has more cached (its earlier turns), never the newest message.
+    assert all(in_order[2 * i + 1] > in_order[2 * i] for i in range(6))
+    _, body, _ = call(a.url + "/chat/completions", {"model": "ept-sim-1", "messages": convs[1]})
+    assert body["usage"]["prompt_tokens_details"]["cached_tokens"] < body["usage"]["prompt_tokens"]
+
+
+def test_seen_prompt_cache_counts_what_was_sent_before(make_sim):
+    """true / "seen": the first request of a prefix misses, a repeat hits (order-dependent by design)."""
+    s = make_sim(api_key=SIM_KEY, prompt_cache=True)
+    conv = _conversations()[0]
+    assert _cached(s.url, conv) == 0
+    assert _cached(s.url, conv) > 0
+
+
+def test_prompt_cache_mode_is_checked(tmp_path):
+    f = tmp_path / "sim.toml"
+    f.write_text('prompt_cache = "cold"\n')
+    with pytest.raises(InputError, match="prompt_cache"):
+        load_config(f)

@@ -161,6 +161,18 @@ def test_transient_failures_are_retried_then_recorded(tmp_path, make_sim, key_en
     # A job whose code raises is a "task" failure, not retried.
     boom = perform_job(jobs[1], led, None, run=lambda j, p: 1 / 0)
     assert boom["status"] == "failed" and boom["class"] == "task" and "ZeroDivisionError" in boom["message"]
+    # The summaries keep to their declared contract (contracts.jobs.JobSummary): every required key, no other.
+    from elo_per_token.contracts.jobs import JobSummary
+
+    def answer(j, _p):
+        return JobResult(j, [], Outcome("4", 1.0, True))
+
+    again = perform_job(jobs[1], led, None, run=answer)  # a failure object exists, but no job object: it runs
+    skipped = perform_job(jobs[1], led, None, run=answer)
+    assert (again["status"], skipped["status"]) == ("done", "skipped")
+    for summary in (s, boom, again, skipped):
+        assert JobSummary.__required_keys__ <= set(summary) <= set(JobSummary.__annotations__), summary
+    assert set(again) | {"worker"} == set(JobSummary.__annotations__)  # only the Celery task adds `worker`
 
 
 def test_egress_failures_stop_the_sweep_early(tmp_path, make_sim, monkeypatch):

@@ -14,8 +14,14 @@ Delivery guarantees and why:
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
+
+if TYPE_CHECKING:
+    from elo_per_token.contracts.jobs import CeleryJobContextDict, JobSummary
+
+    app: Celery  # built on first use by __getattr__ below
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 DEFAULT_QUEUE = "ept"
@@ -57,14 +63,15 @@ def make_app(url: str | None = None) -> Celery:
         task_send_sent_event=False,
     )
 
-    @app.task(name="ept.run_job", bind=True, shared=False)
-    def run_job_task(self, job: dict, ctx: dict) -> dict:
+    # celery ships no type information: its decorator hides these signatures from mypy.
+    @app.task(name="ept.run_job", bind=True, shared=False)  # type: ignore[untyped-decorator]
+    def run_job_task(self: Any, job: dict[str, Any], ctx: CeleryJobContextDict) -> JobSummary:
         from elo_per_token.worker.tasks import celery_run_job
 
         return celery_run_job(self, job, ctx)
 
-    @app.task(name="ept.grade_code", shared=False, acks_late=True)
-    def grade_code_task(code: str, tests: list, entry_point: str, limits: dict) -> dict:
+    @app.task(name="ept.grade_code", shared=False, acks_late=True)  # type: ignore[untyped-decorator]
+    def grade_code_task(code: str, tests: list[str], entry_point: str, limits: dict[str, Any]) -> dict[str, Any]:
         # Served by grader workers (`ept worker --queue grade`) that hold no provider keys or S3 credentials.
         from elo_per_token.worker.graders.remote import grade_task_body
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 # KEYS[1] = bucket hash. ARGV: now_ms, rpm, tpm, need_req, need_tok, charge_tok.
 # rpm/tpm <= 0 means unlimited. Returns 0 when admitted (and charged), else the milliseconds to wait.
@@ -110,7 +111,7 @@ class LocalRateLimiter:
 class RedisRateLimiter:
     """Shared by all workers: the bucket lives at `ept:rl:<profile>` in Redis."""
 
-    def __init__(self, redis_client, profile: str, limits: Limits) -> None:
+    def __init__(self, redis_client: Any, profile: str, limits: Limits) -> None:
         self.limits = limits
         self.key = f"ept:rl:{profile}"
         self._r = redis_client
@@ -136,7 +137,9 @@ class RedisRateLimiter:
         self._call(0, 0, max(0, int(tokens)))
 
 
-def make_rate_limiter(profile: str, limits: Limits, redis_url: str | None = None):
+def make_rate_limiter(
+    profile: str, limits: Limits, redis_url: str | None = None
+) -> LocalRateLimiter | RedisRateLimiter | None:
     """None when unlimited; a Redis-backed limiter when a Redis URL is given; else an in-process one."""
     if limits.unlimited:
         return None

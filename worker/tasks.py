@@ -21,19 +21,26 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from elo_per_token.contracts.errors import RETRYABLE
-from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict, Job
+from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict, Job, JobStatus, JobSummary
 from elo_per_token.contracts.ledger import Ledger, open_ledger
 from elo_per_token.contracts.records import JobResult
 from elo_per_token.contracts.secrets import scrub
 
+if TYPE_CHECKING:  # the provider client (openai SDK) is imported when a worker first needs one
+    from elo_per_token.egress.client import ProviderClient
+
+T = TypeVar("T")
 TASK_NAME = "ept.run_job"
 
 
-def _summary(job: Job, status: str, **kw: Any) -> dict[str, Any]:
-    return {"key": job.key, "status": status, "calls": 0, "tokens": 0, "class": None, "message": None, **kw}
+def _summary(job: Job, status: JobStatus, **kw: Any) -> JobSummary:
+    # kw: the other JobSummary fields (calls, tokens, class, message, attempts, timing, lost)
+    return cast(
+        JobSummary, {"key": job.key, "status": status, "calls": 0, "tokens": 0, "class": None, "message": None, **kw}
+    )
 
 
 def _classify(exc: BaseException) -> tuple[str, str]:
@@ -59,7 +66,7 @@ def perform_job(
     check_existing: bool = True,
     clear_failure: bool = False,
     stop: threading.Event | None = None,
-) -> dict[str, Any]:
+) -> JobSummary:
     """Run `job` unless its result exists, store the result, and return a small JSON summary.
 
     check_existing=False: the caller has just checked (the Celery task does, before taking its claim).
@@ -126,21 +133,24 @@ def perform_job(
 
 # ---- Celery side: providers, limiters and ledgers cached per worker process -------------------------------
 
-_cache: dict[tuple, Any] = {}
+_cache: dict[tuple[object, ...], Any] = {}
 _cache_lock = threading.Lock()
 
 
-def _cached(key: tuple, make: Callable[[], Any]) -> Any:
+def _cached(key: tuple[object, ...], make: Callable[[], T]) -> T:
     with _cache_lock:
         if key not in _cache:
             _cache[key] = make()
-        return _cache[key]
+        value: T = _cache[key]
+        return value
 
 
-def provider_for(profile_name: str, base_url: str | None, rpm: int | None, tpm: int | None, redis_url: str | None):
+def provider_for(
+    profile_name: str, base_url: str | None, rpm: int | None, tpm: int | None, redis_url: str | None
+) -> ProviderClient:
     """One ProviderClient per (profile, endpoint, limits) in this process, so HTTP connections are reused."""
 
-    def make():
+    def make() -> ProviderClient:
         from elo_per_token.egress.client import ProviderClient
         from elo_per_token.egress.profiles import get_profile
         from elo_per_token.worker.ratelimit import Limits, make_rate_limiter
@@ -248,7 +258,7 @@ def _cancelled(task_self: Any, job: Job) -> bool:
         return False
 
 
-def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJobContextDict) -> dict[str, Any]:
+def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJobContextDict) -> JobSummary:
     """Body of the Celery task `ept.run_job`. ctx_dict: the message's CeleryJobContext (ledger URL, base_url
     override, rate limits) as plain JSON."""
     import os
@@ -256,8 +266,6 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
     job = Job.from_dict(job_dict)
     ctx = CeleryJobContext.from_dict(ctx_dict)
     ledger = ledger_for(ctx.ledger)
-    if ledger.has_job(job.run_id, job.key):
-        return _summary(job, "skipped")
     if _cancelled(task_self, job):
         return _summary(job, "cancelled", message="the sweep was stopped before this job started")
     redis_url = os.environ.get("EPT_RATELIMIT_URL") or os.environ.get("EPT_BROKER_URL") or "redis://127.0.0.1:6379/0"
@@ -269,7 +277,12 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
         time.sleep(0.5)
         if ledger.has_job(job.run_id, job.key):
             return _summary(job, "skipped")
-    if waited and ledger.has_job(job.run_id, job.key):  # the other delivery finished as we took the claim
+    # The check before the first API call, so a job that finished elsewhere never spends tokens twice; made
+    # with the claim held, so a copy that finished just before it released the claim is seen. Skipped only
+    # when nothing can have finished the job: the first delivery (not a redelivery after a lost worker or a
+    # visibility timeout) of a job from a run's first session (coordinator.sweep.execute), uncontended.
+    redelivered = bool((getattr(getattr(task_self, "request", None), "delivery_info", None) or {}).get("redelivered"))
+    if (ctx.check_ledger or redelivered or waited) and ledger.has_job(job.run_id, job.key):
         claims.release(job)
         return _summary(job, "skipped")
     try:
@@ -278,7 +291,7 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
         def on_retry(j: Job, attempt: int, cls: str) -> None:
             task_self.update_state(state="RETRYING", meta={"key": j.key, "attempt": attempt, "class": cls})
 
-        # One HEAD above, one conditional PUT in perform_job: nothing else on the success path.
+        # At most one HEAD above, one conditional PUT in perform_job: nothing else on the success path.
         summary = perform_job(
             job, ledger, provider, on_retry=on_retry, max_attempts=ctx.max_attempts,
             check_existing=False, clear_failure=ctx.clear_failure,

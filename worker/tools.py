@@ -15,11 +15,11 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-_BIN: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+_BIN: dict[type[ast.operator], Callable[[Any, Any], int | float]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
     ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
 }
-_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], int | float]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 # Limits on what a model may ask the worker to compute: checked BEFORE each operation, so nothing runs long
 # (`((9**999)**999)**10` would hold the GIL for many seconds) or builds numbers too big to print.
 MAX_EXPRESSION_CHARS = 2000

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from elo_per_token.contracts.errors import InputError
+
+if TYPE_CHECKING:
+    from elo_per_token.analysis.imports.common import Collector
 
 import_app = typer.Typer(help="Other tools' logs (OpenAI Batch API, inspect_ai) -> records for `ept analyze`.",
                          no_args_is_help=True)
 
 
-def _finish(col, out: str, what: str) -> None:
+def _finish(col: Collector, out: str, what: str) -> None:
     from collections import Counter
 
     from rich.console import Console

@@ -6,6 +6,11 @@ line by line (the error path) to name the exact line and field. With `skip_bad` 
 lines are dropped, counted and listed instead.
 
 The record schema is documented in docs/schema.md; contracts/records.py defines the ledger lines.
+
+The package: sources (inputs: files, globs, s3:// listings, ledger runs; a file's lines), schema (the
+schemas and the rules: polars checks next to their Python mirror), scan (the fast path), recovery (the
+line-by-line path), runs (a ledger run's segments and job objects), families (family per task). This
+module holds the entry points, read_records and read_summary.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from elo_per_token.analysis.io.schema import (
     BadLine,
     _normalise,
     _type_problem,
+    fields_schema,
 )
 from elo_per_token.analysis.io.sources import (
     _RUN_URL,
@@ -234,13 +240,14 @@ def read_summary(
     ONE pass over the files, fused with the validation check, so a million-line log is never held as a
     frame. Same validation as read_records: if any line is bad, or polars refuses a file, or the input is
     empty, the answer comes from read_records instead, which names the line (or skips it with skip_bad).
-    `fields`: parse (and so validate) only these fields of JSON lines — the JSON parse is most of the cost.
+    `fields`: parse (and so validate) only these fields of JSON lines — the JSON parse is most of the cost
+    (names as in schema.fields_schema, e.g. TOKENS_FIELDS).
     """
     runs, _ = split_runs(paths)
     files = [] if runs else expand_inputs(paths)
     if files and (all(f.endswith(".parquet") for f in files) or not any(f.endswith(".parquet") for f in files)):
         try:
-            schema = {k: RAW_SCHEMA[k] for k in fields} if fields else None
+            schema = fields_schema(fields) if fields else None
             records = _normalise(_scan(files, schema), categorical=False)
             check = records.select(pl.col("bad_field").is_not_null().any().alias("bad"), pl.len().alias("n"))
             out, seen = pl.collect_all([summarise(records.drop("bad_field", "bad_msg")), check])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 
 from elo_per_token.analysis.io.recovery import _settle_flagged, _slow_read
@@ -10,7 +9,7 @@ from elo_per_token.analysis.io.scan import _collect_sliced, _scan_parquet
 from elo_per_token.analysis.io.schema import RAW_SCHEMA, RECORD_SCHEMA, BadLine, _normalise
 from elo_per_token.analysis.io.sources import RunSource, open_run, storage_options
 from elo_per_token.contracts.errors import InputError
-from elo_per_token.contracts.ledger import JOB_SUFFIX
+from elo_per_token.contracts.ledger import JOB_SUFFIX, Ledger
 
 RUN_CHUNK_JOBS = 20_000  # objects parsed per polars call: ~60 MB of JSONL, bounded whatever the run's size
 
@@ -20,14 +19,8 @@ def read_run(
 ) -> tuple[pl.DataFrame, list[BadLine], list[str]]:
     """A run's records (RECORD_SCHEMA, `file` naming each row's job object, Categorical), what was skipped,
     and the names read (segments, then the run's jobs/ folder for the objects no segment holds)."""
-    from elo_per_token.analysis.segments import (
-        list_keys,
-        parsed_chunks,
-        read_index,
-        seg_name,
-        segment_state,
-        tail_keys,
-    )
+    from elo_per_token.analysis.keyspace import unindexed_keys
+    from elo_per_token.analysis.segments import parsed_chunks, read_index, seg_name, segment_state
 
     led = open_run(src)
     run = src.run_id
@@ -37,7 +30,8 @@ def read_run(
     first = raw["job_key"].is_first_distinct()
     index = raw.filter(first)
     dups = raw.filter(~first)
-    tail = tail_keys(list_keys(led, run, index=index), index)
+    # The objects no segment holds: from the run's declared key space when it is safe, else by listing.
+    tail, _ = unindexed_keys(led, run, index)
     parts: list[pl.DataFrame] = []
     skipped: list[BadLine] = []
     names: list[str] = []
@@ -63,11 +57,13 @@ def read_run(
 
 
 def _read_segment(
-    led, run: str, url: str, index: pl.DataFrame, drop: pl.Series | None, *, skip_bad: bool
+    led: Ledger, run: str, url: str, index: pl.DataFrame, drop: pl.Series | None, *, skip_bad: bool
 ) -> tuple[list[pl.DataFrame], list[BadLine]]:
     """One segment, its rows named by job object and line (so every error names the object, as the objects
     themselves would). `index`: its (job_key, rows) in row order, so the object of each row comes from the
     index (one string per job, not per row). `drop`: keys an earlier segment holds (two compactions at once)."""
+    import numpy as np  # here, not at the top: `ept tokens` on a log never needs it (0.1 s of its start-up)
+
     opts = storage_options() if url.startswith("s3://") else None
     urls = ((led.run_url(run) + "/jobs/") + index["job_key"] + JOB_SUFFIX).cast(pl.Categorical)
     per_row = pl.Series(np.repeat(np.arange(index.height, dtype=np.int64), index["rows"].to_numpy()))
@@ -95,7 +91,7 @@ def _read_segment(
 
 
 def _read_objects(
-    led, run: str, df: pl.DataFrame, unparsable: list[str], *, skip_bad: bool
+    led: Ledger, run: str, df: pl.DataFrame, unparsable: list[str], *, skip_bad: bool
 ) -> tuple[list[pl.DataFrame], list[BadLine]]:
     """A parsed chunk of job objects (analysis.segments.parsed_chunks), validated; objects polars could not
     parse go through the line-by-line path, which names the line."""

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from elo_per_token.analysis.io.schema import _CLASS, _USAGE, RAW_SCHEMA, _normalise
 from elo_per_token.analysis.io.sources import storage_options
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 
 def _scan(files: list[str], schema: dict[str, pl.DataType] | None = None) -> pl.LazyFrame:
@@ -19,6 +23,14 @@ def _scan(files: list[str], schema: dict[str, pl.DataType] | None = None) -> pl.
         return pl.concat(frames, how="vertical")
     schema = schema or RAW_SCHEMA
     absent = [pl.lit(None, dt).alias(k) for k, dt in RAW_SCHEMA.items() if k not in schema]
+    if "usage" in schema and schema["usage"] != _USAGE:
+        # Only some usage members parsed (fields_schema): the others are null, in the struct every step reads.
+        parsed = {f.name for f in schema["usage"].fields}  # type: ignore[attr-defined]
+        members = [
+            pl.col("usage").struct.field(k) if k in parsed else pl.lit(None, dt).alias(k)
+            for k, dt in _USAGE.to_schema().items()
+        ]
+        absent.append(pl.struct(members).alias("usage"))
     if len(files) == 1:
         # One file: a plain row index, no per-row path column and no window over it.
         lf = pl.scan_ndjson(files[0], schema=schema, storage_options=opts, row_index_name="row")
@@ -53,7 +65,7 @@ def _scan_parquet(
     have = lf.collect_schema()
     failed: list[tuple[str, str, pl.Expr]] = []
 
-    def conv(src: pl.Expr, src_dtype: pl.DataType, dtype: pl.DataType, label: str) -> pl.Expr:
+    def conv(src: pl.Expr, src_dtype: PolarsDataType, dtype: pl.DataType, label: str) -> pl.Expr:
         if not strict and src_dtype != dtype:
             lost = src.is_not_null() & src.cast(dtype, strict=False).is_null()
             failed.append((label, f"must be {_TYPE_WORDS.get(dtype, str(dtype))}", lost))
@@ -61,13 +73,16 @@ def _scan_parquet(
 
     cols = []
     for name, dtype in RAW_SCHEMA.items():
-        if name == "usage" and isinstance(have.get("usage"), pl.Struct):
+        usage = have.get("usage")
+        if name == "usage" and isinstance(usage, pl.Struct):
             # Keep the two counts (checked) and the breakdown (converted when present, else null: it is
             # informational); a usage struct may carry more (total_tokens…), which is dropped.
-            inner = {fl.name: fl.dtype for fl in have["usage"].fields}
+            inner = {fl.name: fl.dtype for fl in usage.fields}
             want = _USAGE.to_schema()
 
-            def field_expr(k: str, inner: dict = inner, want: dict = want) -> pl.Expr:
+            def field_expr(
+                k: str, inner: Mapping[str, PolarsDataType] = inner, want: Mapping[str, PolarsDataType] = want
+            ) -> pl.Expr:
                 if k not in inner:
                     return pl.lit(None, want[k])
                 src = pl.col("usage").struct.field(k)

@@ -1,20 +1,25 @@
 """The record schemas and the validation rules, in their two forms side by side.
 
-`_normalise` is the polars form: expressions over a scanned frame that flag the first problem of each
-row (the fast path). `_type_problem` is its Python mirror for the JSON types polars cannot see once a
-value is in a String column, used line by line on the error path (analysis.io.recovery). The two must
-accept the same lines and blame the same field; tests/test_io_schema_agree.py checks that they do.
+`_normalise` (rules in `_checks`) is the polars form: expressions over a scanned frame that flag the first
+problem of each row (the fast path). `_type_problem` is its Python mirror for JSON types, used line by line
+on the error path (analysis.io.recovery): it names the field of a value polars would refuse (polars names
+no field), and catches ids of another JSON type, which polars reads as their text. The two must accept the
+same lines and blame the same field; tests/test_io_schema_agree.py checks that they do.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from elo_per_token.contracts.errors import InputError
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 KINDS = ("call", "outcome", "judgment")
 WINNERS = {"a": "A", "b": "B", "tie": "tie"}
@@ -99,11 +104,30 @@ RECORD_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-# What `ept tokens` parses and validates: the call fields, and what classifies a line without `kind`.
+# What `ept tokens` parses and validates: the call fields it counts, and what classifies a line without `kind`.
+# "usage.x" parses only that member of the usage object: the breakdown (details objects, cache fields) is
+# most of the JSON parse's cost on a call line and `ept tokens` does not report it. Not `family` either.
 TOKENS_FIELDS = (
-    "kind", "task_id", "family", "strategy", "budget_n", "arm", "replicate", "role", "usage", "prompt_tokens",
-    "completion_tokens", "usage_missing", "error", "score", "correct", "winner",
+    "kind", "task_id", "strategy", "budget_n", "arm", "replicate", "role", "usage.prompt_tokens",
+    "usage.completion_tokens", "prompt_tokens", "completion_tokens", "usage_missing", "error", "score", "correct",
+    "winner",
 )  # fmt: skip
+
+
+def fields_schema(fields: Sequence[str]) -> dict[str, pl.DataType]:
+    """The RAW_SCHEMA subset that parses `fields` (names of RAW_SCHEMA, or "usage.<member>" for members of
+    the usage object). The scan fills every other field, and usage member, with nulls (analysis.io.scan)."""
+    schema: dict[str, pl.DataType] = {}
+    members: dict[str, PolarsDataType] = {}
+    usage = _USAGE.to_schema()
+    for f in fields:
+        top, _, member = f.partition(".")
+        if top not in RAW_SCHEMA or (member and (top != "usage" or member not in usage)):
+            raise ValueError(f"unknown record field {f!r}")
+        if member:
+            members[member] = usage[member]
+        schema[top] = pl.Struct(members) if member else RAW_SCHEMA[top]
+    return schema
 
 
 @dataclass(frozen=True)
@@ -117,13 +141,17 @@ class BadLine:
         return str(InputError(self.message, self.file, self.line, self.field))
 
 
-
 # polars reads any JSON value into a String column as its text, so `"task_id": 5` and `"task_id": "5"` look the
 # same on the fast path. Ids that could be a bare JSON number, literal, object or array send their file to the
 # line-by-line path (which sees the JSON types); ids that are genuine strings are then accepted there.
 _SUSPECT_ID = r"^(-?[0-9][0-9.eE+-]*|true|false|null|\{.*|\[.*)$"
 _SUSPECT_MSG = "must be a string"
 _ID_FIELDS = ("task_id", "family", "strategy", "arm")
+
+
+def _winner() -> pl.Expr:
+    """A, B or tie from any casing; null for anything else (the `winner` check names it)."""
+    return pl.col("winner").str.to_lowercase().replace_strict(WINNERS, default=None, return_dtype=pl.String)
 
 
 def _normalise(lf: pl.LazyFrame, *, suspect_ids: bool = True, categorical: bool = True) -> pl.LazyFrame:
@@ -139,16 +167,26 @@ def _normalise(lf: pl.LazyFrame, *, suspect_ids: bool = True, categorical: bool 
     )
     prompt = pl.coalesce(pl.col("usage").struct.field("prompt_tokens"), pl.col("prompt_tokens"))
     completion = pl.coalesce(pl.col("usage").struct.field("completion_tokens"), pl.col("completion_tokens"))
-    arm_from = pl.col("strategy") + pl.lit("@") + pl.col("budget_n").cast(pl.String)
-    winner = pl.col("winner").str.to_lowercase().replace_strict(WINNERS, default=None, return_dtype=pl.String)
     lf = lf.with_columns(
         pl.coalesce(pl.col("kind"), kind_guess).alias("kind_r"),
         prompt.alias("p"),
         completion.alias("c"),
     )
+    bad_field, bad_msg = _first_problem(_checks(suspect_ids=suspect_ids))
+    out = lf.select(*_record_columns(), bad_field.alias("bad_field"), bad_msg.alias("bad_msg"))
+    if not categorical:
+        return out
+    # In the same (streaming) query: the string columns are never materialised whole.
+    return out.with_columns(pl.col(*LABEL_COLUMNS, "bad_field", "bad_msg").cast(pl.Categorical))
+
+
+def _checks(*, suspect_ids: bool) -> list[tuple[str, str, pl.Expr]]:
+    """The validation rules in order, as (field, message, flags-the-row): a row's first true rule is its
+    problem. Over the columns `_normalise` adds: kind_r (the resolved kind), p and c (the token counts)."""
     kind = pl.col("kind_r")
     call_or_outcome = kind.is_in(["call", "outcome"])
-    checks: list[tuple[str, str, pl.Expr]] = [
+    winner = _winner()
+    return [
         ("kind", "must be one of call, outcome, judgment", ~kind.is_in(KINDS)),
         ("task_id", "is required", pl.col("task_id").is_null()),
         *(
@@ -192,6 +230,10 @@ def _normalise(lf: pl.LazyFrame, *, suspect_ids: bool = True, categorical: bool 
             & (pl.col("strategy_b").is_null() | pl.col("budget_b").is_null()),
         ),
     ]
+
+
+def _first_problem(checks: list[tuple[str, str, pl.Expr]]) -> tuple[pl.Expr, pl.Expr]:
+    """(bad_field, bad_msg) of each row's first failing check, null when every check passes."""
     # One integer per row (index of the first failing check) is far cheaper than two long when-chains.
     first_bad = pl.min_horizontal(
         [pl.when(cond.fill_null(False)).then(pl.lit(i, pl.Int32)) for i, (_, _, cond) in enumerate(checks)]
@@ -202,9 +244,16 @@ def _normalise(lf: pl.LazyFrame, *, suspect_ids: bool = True, categorical: bool 
     bad_msg = first_bad.replace_strict(
         {i: m for i, (_, m, _) in enumerate(checks)}, default=None, return_dtype=pl.String
     )
+    return bad_field, bad_msg
+
+
+def _record_columns() -> list[pl.Expr]:
+    """The RECORD_SCHEMA columns (in order) from the raw columns plus kind_r, p and c."""
+    kind = pl.col("kind_r")
+    arm_from = pl.col("strategy") + pl.lit("@") + pl.col("budget_n").cast(pl.String)
     arm_a = pl.coalesce(pl.col("arm_a"), pl.col("strategy_a") + pl.lit("@") + pl.col("budget_a").cast(pl.String))
     arm_b = pl.coalesce(pl.col("arm_b"), pl.col("strategy_b") + pl.lit("@") + pl.col("budget_b").cast(pl.String))
-    out = lf.select(
+    return [
         pl.col("file"),
         pl.col("row"),
         kind.alias("kind"),
@@ -240,18 +289,10 @@ def _normalise(lf: pl.LazyFrame, *, suspect_ids: bool = True, categorical: bool 
         ),
         ((kind == "outcome") & pl.col("failure").struct.field("class").is_not_null()).alias("scored_failure"),
         pl.coalesce(pl.col("score"), pl.col("correct").cast(pl.Float64)).alias("score"),
-        winner.alias("winner"),
+        _winner().alias("winner"),
         arm_a.alias("arm_a"),
         arm_b.alias("arm_b"),
-        bad_field.alias("bad_field"),
-        bad_msg.alias("bad_msg"),
-    )
-    if not categorical:
-        return out
-    # In the same (streaming) query: the string columns are never materialised whole.
-    return out.with_columns(pl.col(*LABEL_COLUMNS, "bad_field", "bad_msg").cast(pl.Categorical))
-
-
+    ]
 
 
 def _type_problem(obj: dict[str, Any]) -> tuple[str, str] | None:

@@ -9,9 +9,12 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from elo_per_token.contracts.errors import InputError
+
+if TYPE_CHECKING:  # contracts.ledger is imported where a ledger is opened
+    from elo_per_token.contracts.ledger import Ledger
 
 DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz", ".parquet")
 
@@ -114,7 +117,9 @@ def _drop_compacted_copies(files: list[str]) -> list[str]:
     """A ledger run holds jobs/** and possibly compact/records.parquet, a copy of the same records:
     read a found directory's jobs/ objects and skip its compact/ copy so no record counts twice."""
     runs_with_jobs = {f.split("/jobs/")[0] for f in files if "/jobs/" in f}
-    return [f for f in files if not ("/compact/" in f and f.split("/compact/")[0] in runs_with_jobs)]
+    # planned/keys-*.parquet are job-key declarations (analysis/keyspace.py), not records.
+    return [f for f in files if not ("/compact/" in f and f.split("/compact/")[0] in runs_with_jobs)
+            and "/planned/keys-" not in f]  # fmt: skip
 
 
 # ---------------------------------------------------------------- ledger runs (where they are)
@@ -184,14 +189,13 @@ def resolve_input(arg: str, ledger: str | None = None) -> str:
     return arg
 
 
-def open_run(src: RunSource):
+def open_run(src: RunSource) -> Ledger:
     """The run's ledger, checked: an unreachable ledger or a run it does not have is an InputError."""
     from elo_per_token.contracts.ledger import check_run, open_ledger_for_reading
 
     led = open_ledger_for_reading(src.ledger_url)
     check_run(led, src.run_id)
     return led
-
 
 
 # ---------------------------------------------------------------- a file's lines (error path)
@@ -225,4 +229,3 @@ def _split_lines(text: str) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
-

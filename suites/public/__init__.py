@@ -42,4 +42,5 @@ def load(name: str) -> list[dict[str, Any]]:
 
 def source_path(name: str) -> Path:
     """The package file (or folder) the suite is read from."""
-    return importlib.import_module(PUBLIC_SUITES[name][1]).data_path()
+    path: Path = importlib.import_module(PUBLIC_SUITES[name][1]).data_path()
+    return path

@@ -33,7 +33,7 @@ class _UnderscoreNames:
     underscore_to_dot = True  # OpenAI function calling: 'math.factorial' is offered as 'math_factorial'
 
 
-class _Registry(dict):
+class _Registry(dict[str, _UnderscoreNames]):
     def __missing__(self, key: str) -> _UnderscoreNames:
         return _UnderscoreNames()
 

@@ -81,7 +81,7 @@ def extract_code(text: str | None) -> str | None:
     """The last fenced Python code block; a reply that is bare code (starts with def/import) counts too."""
     if not text:
         return None
-    blocks = _CODE_RE.findall(text)
+    blocks: list[str] = _CODE_RE.findall(text)
     if blocks:
         return blocks[-1].strip("\n") + "\n"
     stripped = text.strip()

@@ -19,9 +19,9 @@ import threading
 from typing import Any
 
 from elo_per_token.contracts.graders import check_math
-from elo_per_token.worker.graders.basic import GradeResult, grade_numeric
+from elo_per_token.worker.graders.basic import grade_numeric
 from elo_per_token.worker.graders.extract import boxed, extract_answer, parse_number
-from elo_per_token.worker.graders.registry import Grader
+from elo_per_token.worker.graders.registry import Grader, GradeResult
 
 _PLAIN_NUMBER = re.compile(r"\s*\$?\s*[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?\s*")
 
@@ -51,8 +51,9 @@ def parse_math(text: str) -> list[Any]:
     """math-verify's parse of an answer (sympy objects, then the matched string), [] when nothing parses."""
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
 
-    return parse(_as_latex(text), extraction_config=[LatexExtractionConfig(), ExprExtractionConfig()],
-                 parsing_timeout=_timeout())
+    parsed: list[Any] = parse(_as_latex(text), extraction_config=[LatexExtractionConfig(), ExprExtractionConfig()],
+                              parsing_timeout=_timeout())
+    return parsed
 
 
 def verify_math(answer: str, reference: Any) -> bool:

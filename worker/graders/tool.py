@@ -11,9 +11,9 @@ import json
 from typing import Any
 
 from elo_per_token.contracts.graders import check_tool
-from elo_per_token.worker.graders.basic import BASIC, GradeResult, normalise, number_key
-from elo_per_token.worker.graders.extract import extract_answer
-from elo_per_token.worker.graders.registry import Answered, Grader
+from elo_per_token.worker.graders.basic import BASIC, number_key
+from elo_per_token.worker.graders.extract import extract_answer, normalise
+from elo_per_token.worker.graders.registry import Answered, Grader, GradeResult
 
 
 def _args(a: Any) -> dict[str, Any]:

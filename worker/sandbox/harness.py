@@ -11,12 +11,20 @@ Protocol (stdout): lines `MARKER + json`: {"load": error|null}, then per test {"
 results]]...], "e": error|null}, then {"done": 1}. A probe result is {"v": encoded} or {"x": "Type: msg"}.
 """
 
+from __future__ import annotations  # annotations are never evaluated here: typing is not imported at run time
+
 import io
 import json
 import os
 import resource
 import signal
 import sys
+
+TYPE_CHECKING = False  # mypy reads the block below; the sandboxed run imports nothing for annotations
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import FrameType
+    from typing import Any
 
 MARKER = "\x1eEPT:"
 _BLOCKED = ("socket.", "subprocess.", "os.system", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn",
@@ -25,13 +33,13 @@ MAX_CHECKS_PER_TEST = 1000
 MAX_NODES = 200_000
 
 
-def _guard(event, args):
+def _guard(event: str, args: tuple[Any, ...]) -> None:
     # An extra layer only: the namespaces and rlimits are the boundary.
     if event.startswith(_BLOCKED):
         raise PermissionError(f"sandbox: {event} is not allowed")
 
 
-def _limits(lim):
+def _limits(lim: dict[str, int]) -> None:
     mb = 1024 * 1024
     resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu_s"], lim["cpu_s"] + 1))
     resource.setrlimit(resource.RLIMIT_AS, (lim["memory_mb"] * mb, lim["memory_mb"] * mb))
@@ -42,7 +50,7 @@ def _limits(lim):
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def _encode(v, budget):
+def _encode(v: Any, budget: list[int]) -> Any:
     # Exact types only: a subclass (or any object) could define __eq__/__hash__ to fake a match.
     budget[0] -= 1
     if budget[0] < 0:
@@ -70,7 +78,7 @@ def _encode(v, budget):
                     "tuple, dict, set, bytes) can be compared")
 
 
-def _err(e):
+def _err(e: BaseException) -> str:
     try:
         text = str(e)
     except BaseException:
@@ -78,13 +86,13 @@ def _err(e):
     return type(e).__name__ + (": " + text[:200] if text else "")
 
 
-def _on_xcpu(signum, frame):
+def _on_xcpu(signum: int, frame: FrameType | None) -> None:
     # This process is its namespace's pid 1, which the kernel does not kill with a default-action signal:
     # exit as SIGXCPU would have (the hard limit's SIGKILL, one second later, is the backstop).
     os._exit(128 + signal.SIGXCPU)
 
 
-def main():
+def main() -> None:
     payload = json.loads(sys.stdin.buffer.read())
     os.close(0)
     signal.signal(signal.SIGXCPU, _on_xcpu)
@@ -96,7 +104,7 @@ def main():
     sys.stdout = sys.stderr = io.StringIO()
     encode, dumps, write, budget_max = _encode, json.dumps, os.write, MAX_NODES
 
-    def emit(obj):
+    def emit(obj: dict[str, Any]) -> None:
         data = (MARKER + dumps(obj, allow_nan=False) + "\n").encode()
         while data:
             data = data[write(out_fd, data):]
@@ -114,7 +122,7 @@ def main():
         for i, src in enumerate(payload["tests"]):
             events: list[list[object]] = []
 
-            def check(k, *thunks, events=events):
+            def check(k: int, *thunks: Callable[[], Any], events: list[list[object]] = events) -> None:
                 if len(events) >= MAX_CHECKS_PER_TEST:
                     raise RuntimeError("too many checks in one test")
                 res = []

@@ -12,21 +12,23 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, is_dataclass
 from functools import cached_property
-from typing import Any, Generic, Literal, TypeVar, get_args, get_origin, get_type_hints
+from typing import Any, Generic, Literal, get_args, get_origin, get_type_hints
+
+from typing_extensions import TypeVar  # TypeVar defaults (PEP 696, used by Strategy) before Python 3.13
 
 from elo_per_token.contracts import generation
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.jobs import Job, derive_seed
 from elo_per_token.contracts.prompts import parse_score, solve_messages, verify_messages
 from elo_per_token.contracts.records import CallRecord
-from elo_per_token.egress.client import ChatResponse, ProviderClient, ProviderError
+from elo_per_token.egress.client import ChatResponse, Discarded, ProviderClient, ProviderError
 from elo_per_token.worker.graders import final_answer
 from elo_per_token.worker.tools import execute_tool
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-SAMPLE_TEMPERATURE = 0.7  # the seed's default for n > 1
+SAMPLE_TEMPERATURE = 0.7  # for n > 1 samples: diverse enough to vote or rerank; one sample is greedy (0)
 DEFAULT_CONCURRENCY = 8
 MAX_TOOL_STEPS = 4  # agent-loop turns per tool-use episode (tool calls + the final answer)
 MAX_INT_PARAM = 64  # e.g. tree depth/beam: calls grow with their product, so a plan's 10^9 must fail up front
@@ -87,9 +89,9 @@ class JobContext:
             resp = self.provider.chat(messages, temperature=temperature, n=n, seed=seed, tools=tools, meta=meta,
                                       gen=self.gen)
         except ProviderError as e:
-            gone = getattr(e, "discarded", [])
+            gone = e.discarded
             self._record_discarded(index, role, seed, n, gone)
-            usage, bad = getattr(e, "usage", None), getattr(e, "usage_invalid", None)
+            usage, bad = e.usage, e.usage_invalid
             self._record(CallRecord(
                 call_index=index, role=role, model=None, usage=usage, latency_s=0.0, attempts=e.attempts - len(gone),
                 seed=seed, n_requested=n, n_returned=0, finish_reason=None,
@@ -111,7 +113,7 @@ class JobContext:
             raise ProviderError("permanent", "the server returned no choices", attempts=resp.attempts)
         return resp
 
-    def _record_discarded(self, index: int, role: str, seed: int, n: int, discarded: list[dict[str, Any]]) -> None:
+    def _record_discarded(self, index: int, role: str, seed: int, n: int, discarded: list[Discarded]) -> None:
         # A 2xx response that was discarded (malformed) and retried was still billed: it is a call of its own
         # (one attempt, error class "discarded") at the same index; the call's own record counts the other attempts,
         # so attempts summed over records = requests sent.
@@ -216,7 +218,8 @@ class NoParams:
     """The parameters of a strategy that has none besides its budget."""
 
 
-P = TypeVar("P")
+# The default lets a strategy without parameters be written `Strategy("name", run, ...)` and still be typed.
+P = TypeVar("P", default=NoParams)
 
 
 def _param_rule(hint: Any) -> tuple[str, tuple[str, ...]]:

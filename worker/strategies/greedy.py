@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from elo_per_token.worker.strategies.base import JobContext, Strategy, StrategyResult, sample
+from elo_per_token.worker.strategies.base import JobContext, NoParams, Strategy, StrategyResult, sample
 
 
 def run(ctx: JobContext) -> StrategyResult:
@@ -10,4 +10,4 @@ def run(ctx: JobContext) -> StrategyResult:
     return StrategyResult(cand, {"note": cand.note} if cand.note else {})
 
 
-STRATEGY = Strategy("greedy", run, budget_meaning="must be 1", description="one call, temperature 0", fixed_budget=1)
+STRATEGY: Strategy[NoParams] = Strategy("greedy", run, budget_meaning="must be 1", description="one call, temperature 0", fixed_budget=1)

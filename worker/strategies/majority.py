@@ -10,6 +10,7 @@ from elo_per_token.worker.strategies.base import (
     SAMPLE_TEMPERATURE,
     Candidate,
     JobContext,
+    NoParams,
     Strategy,
     StrategyResult,
     sample,
@@ -36,4 +37,4 @@ def run(ctx: JobContext) -> StrategyResult:
     return StrategyResult(chosen, details)
 
 
-STRATEGY = Strategy("majority", run, budget_meaning="samples n", description="n samples at T=0.7, majority vote")
+STRATEGY: Strategy[NoParams] = Strategy("majority", run, budget_meaning="samples n", description="n samples at T=0.7, majority vote")

@@ -1,0 +1,153 @@
+"""Declared key spaces: how a reader of a compacted run finds the job objects no segment holds WITHOUT
+listing every job key (on S3, listing is one request per 1,000 keys and was most of a compacted read).
+
+Layout under runs/<run>/ (see contracts/ledger.py):
+
+    planned/keys-<digest>.parquet   a key-space declaration: every job key some writer may write (Parquet,
+                                    one column `job_key`, sorted, unique; <digest> is of that content)
+    planned/open-<id>               a writer that could not declare its keys: readers must list
+
+The rule a writer follows: before it writes (or enqueues) the first job object of a session, it makes sure a
+declaration naming every key of that session exists — conditionally created, so the same key space declared
+twice is one object. `ept sweep` and `ept retry` (coordinator/sweep.py `execute`) declare every key of the
+run's plan (plus any job they were handed) before running anything; Celery workers only write the jobs a
+coordinator enqueued, after it declared them. Job objects are created exclusively and never replaced, so once
+a segment holds a key, no other object can appear under it.
+
+Hence what a reader must fetch besides the segments is: declared keys − indexed keys (probed one by one;
+those not written yet are simply absent). It lists the run instead — always correct — when:
+
+* the run has no declaration (written by an older ept, or by a tool that writes job objects itself), or its
+  manifest names a session that did not declare (`declares_keys` missing: an older ept resumed the run),
+* there is an `open-*` marker, or a declaration cannot be read,
+* too many declared keys are unindexed (an uncompacted run: a listing is cheaper than a probe per key),
+* `EPT_VERIFY_JOBS=1` is set — use it when something outside ept may have written job objects under keys
+  its plan does not name: such an object is invisible to the declared path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import tempfile
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+if TYPE_CHECKING:
+    from elo_per_token.contracts.ledger import Ledger
+
+PLANNED_DIR = "planned/"
+_DECL = re.compile(r"^planned/keys-[0-9a-f]{16,64}\.parquet$")
+VERIFY_ENV = "EPT_VERIFY_JOBS"
+
+
+def declaration_name(keys: pl.Series) -> str:
+    """The declaration's name: a digest of its (sorted, unique) keys, so equal key spaces share one object."""
+    h = hashlib.sha256()
+    for chunk in keys.str.join("\n").to_list():  # one string; a million keys is ~40 MB, hashed once
+        h.update(chunk.encode())
+    return f"{PLANNED_DIR}keys-{h.hexdigest()[:32]}.parquet"
+
+
+def declare_keys(ledger: Ledger, run_id: str, keys: pl.Series) -> str:
+    """Declare `keys` as keys that may be written in the run; returns the declaration's URL. Idempotent:
+    the same key space is one object (the exclusive create of an existing one is a no-op)."""
+    keys = keys.cast(pl.String).unique().sort().rename("job_key")
+    name = declaration_name(keys)
+    if name in ledger.list_blobs(run_id, PLANNED_DIR):  # a resumed sweep: declared by an earlier session
+        return ledger.blob_url(run_id, name)
+    fd, tmp = tempfile.mkstemp(prefix="ept-planned-", suffix=".parquet")
+    os.close(fd)
+    try:
+        keys.to_frame().write_parquet(tmp, compression="zstd")
+        ledger.create_blob(run_id, name, tmp)  # False: already declared, same content by its name
+    finally:
+        os.unlink(tmp)
+    return ledger.blob_url(run_id, name)
+
+
+def declare_open(ledger: Ledger, run_id: str) -> str:
+    """Mark the run as written by someone who could not declare its keys: from now on readers list it."""
+    fd, tmp = tempfile.mkstemp(prefix="ept-open-")
+    os.close(fd)
+    name = f"{PLANNED_DIR}open-{uuid.uuid4().hex}"
+    try:
+        ledger.create_blob(run_id, name, tmp)
+    finally:
+        os.unlink(tmp)
+    return ledger.blob_url(run_id, name)
+
+
+def declared_keys(ledger: Ledger, run_id: str) -> pl.Series | None:
+    """Every declared key of the run, or None when the run cannot be read that way (no declaration, an
+    `open-*` marker, or a declaration that is unreadable): the reader must then list."""
+    manifest = ledger.get_manifest(run_id) or {}
+    if any(not (isinstance(s, dict) and s.get("declares_keys")) for s in manifest.get("sessions") or []):
+        return None  # a session of an older ept wrote to the run without declaring its keys
+    names = ledger.list_blobs(run_id, PLANNED_DIR)
+    decls = [n for n in names if _DECL.match(n)]
+    if not decls or len(decls) != len(names):  # an open- marker, or anything this version does not know
+        return None
+    parts = []
+    for n in decls:
+        raw = ledger.get_blob(run_id, n)
+        try:
+            if raw is None:
+                return None
+            parts.append(pl.read_parquet(io.BytesIO(raw), columns=["job_key"])["job_key"])
+        except (pl.exceptions.PolarsError, OSError):
+            return None  # listing is always correct; a damaged declaration only costs the fast path
+    return pl.concat(parts).unique() if len(parts) > 1 else parts[0]
+
+
+def verify_requested() -> bool:
+    return os.environ.get(VERIFY_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def probe_limit(declared: int) -> int:
+    """Unindexed declared keys probed one request each, at most: beyond this a listing (1,000 keys per
+    request) is cheaper. 1% of the run, at least 200."""
+    return max(200, declared // 100)
+
+
+def existing_jobs(ledger: Ledger, run_id: str, keys: list[str], threads: int = 32) -> list[str]:
+    """Those of `keys` whose job object exists (a HEAD each on S3, a stat locally), in `keys` order."""
+    if not keys:
+        return []
+    if len(keys) < 8 or threads <= 1:
+        return [k for k in keys if ledger.has_job(run_id, k)]
+    with ThreadPoolExecutor(min(threads, 32)) as ex:
+        there = list(ex.map(lambda k: ledger.has_job(run_id, k), keys))
+    return [k for k, ok in zip(keys, there, strict=True) if ok]
+
+
+def declared_tail(ledger: Ledger, run_id: str, index: pl.DataFrame, *, verify: bool | None = None) -> list[str] | None:
+    """The job keys of the run no committed segment holds, sorted, found from the declared key space without
+    a listing — or None when that is not safe or not cheaper (see the module docstring): list instead.
+    `index`: the committed segments' (job_key, …), deduplicated."""
+    verify = verify_requested() if verify is None else verify
+    if verify or not index.height:
+        return None
+    declared = declared_keys(ledger, run_id)
+    if declared is None:
+        return None
+    missing = declared.to_frame("job_key").join(index.select("job_key"), on="job_key", how="anti")
+    if missing.height > probe_limit(declared.len()):
+        return None
+    return sorted(existing_jobs(ledger, run_id, missing["job_key"].to_list()))
+
+
+def unindexed_keys(ledger: Ledger, run_id: str, index: pl.DataFrame, *, verify: bool | None = None) -> tuple[list[str], str]:
+    """(job keys of the run that no committed segment holds, sorted; how they were found: "declared" or
+    "listed")."""
+    from elo_per_token.analysis.segments import list_keys, tail_keys
+
+    got = declared_tail(ledger, run_id, index, verify=verify)
+    if got is not None:
+        return got, "declared"
+    return tail_keys(list_keys(ledger, run_id, index=index), index), "listed"
