@@ -220,6 +220,23 @@ def _group_wins(e: np.ndarray, below: np.ndarray, col_weight: np.ndarray) -> np.
     return wins
 
 
+# Bytes for the [rounds, K, Q] product _group_wins builds (Q = a family's (task, level) columns: ~33k for
+# a 1M-job run's family), computed over as many rounds at a time as fit. Per round the product is
+# independent of the others, so this bounds memory without changing a bit of the result.
+_GROUP_BUDGET = 64 * 2**20
+
+
+def _group_wins_bounded(cols: tuple[np.ndarray, np.ndarray, np.ndarray], c: np.ndarray) -> np.ndarray:
+    """_group_wins of the resample counts c [R, T_f] (gathered onto the columns' tasks), a few rounds at a time."""
+    e, below, q_task = cols
+    k, q = e.shape
+    step = max(1, _GROUP_BUDGET // (8 * q * (k + 1)))
+    wins = np.empty((c.shape[0], k, k))
+    for s in range(0, c.shape[0], step):
+        wins[s : s + step] = _group_wins(e, below, c[s : s + step][:, q_task])
+    return wins
+
+
 def _mask_unobserved(theta: np.ndarray, wins: np.ndarray) -> np.ndarray:
     seen = (wins + np.swapaxes(wins, -1, -2)).sum(axis=-1) > 0
     return np.where(seen, theta, np.nan)
@@ -413,7 +430,7 @@ def _resampled_theta(
         if part.cols is None:
             wins = np.asarray(part.counts_t @ c[sub].T).T.reshape(-1, k, k)
         else:
-            wins = _group_wins(part.cols[0], part.cols[1], c[sub][:, part.cols[2]])
+            wins = _group_wins_bounded(part.cols, c[sub])
             if part.counts_t.nnz:
                 wins += np.asarray(part.counts_t @ c[sub].T).T.reshape(-1, k, k)
         theta, ok = _fit_rounds(wins, l2)

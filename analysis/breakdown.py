@@ -72,21 +72,41 @@ def _input_total() -> pl.Expr:
 def task_costs(calls: pl.DataFrame, prices: Prices) -> pl.DataFrame:
     """USD per (task, arm), per replicate (the same rule as analysis.tokens.task_tokens)."""
     c = strategy_calls(calls)
-    usd = (
-        _fresh_in() * prices.input
-        + pl.col("cached_tokens").fill_null(0) * prices.cached
-        + pl.col("completion_tokens").fill_null(0) * prices.output
-    ) / 1e6
-    # Sorted: the per-arm mean over these rows is a float sum, and group_by's output order varies run to run,
-    # which moved report.json's costs in the last bits between two runs of the same ledger.
+    # Integer token sums per (task, arm), priced once: exact whatever order the rows are summed in (a float
+    # sum of per-call USD changed in its last digits with the group_by's partitioning).
     return c.group_by("task_id", "arm").agg(
-        (usd.sum() / pl.col("replicate").n_unique()).alias("cost"),
-    ).sort("arm", "task_id")
+        _fresh_in().sum().alias("fresh"),
+        pl.col("cached_tokens").fill_null(0).sum().alias("cached"),
+        pl.col("completion_tokens").fill_null(0).sum().alias("out"),
+        pl.col("replicate").n_unique().alias("reps"),
+    ).select(
+        "task_id",
+        "arm",
+        (
+            (pl.col("fresh") * prices.input + pl.col("cached") * prices.cached + pl.col("out") * prices.output)
+            / 1e6
+            / pl.col("reps")
+        ).alias("cost"),
+    )
 
 
-def arm_breakdown(frame: pl.DataFrame, prices: Prices | None = None) -> pl.DataFrame:
+def _mean_cost(costs: pl.DataFrame) -> pl.DataFrame:
+    """Mean cost per task per arm, summed in task order by numpy: polars' float mean over groups changes in
+    its last digits with the hash order and the chunking of its input, so report.json would differ run to run."""
+    c = costs.sort("arm", "task_id")
+    runs = c.with_row_index("i").group_by("arm", maintain_order=True).agg(pl.col("i").first(), pl.len())
+    cost = c["cost"].to_numpy()
+    sums = np.add.reduceat(cost, runs["i"].to_numpy().astype(np.intp)) if cost.size else np.zeros(0)
+    return runs.select("arm", pl.Series("cost_per_task", sums / runs["len"].to_numpy(), dtype=pl.Float64))
+
+
+def arm_breakdown(frame: pl.DataFrame | pl.LazyFrame, prices: Prices | None = None) -> pl.DataFrame:
     """One row per arm: tasks attempted / answered / lost (scored failures) / unscored failures, the lost
-    classes, calls cut by max_tokens, and the token split; `cost_per_task` when prices are given."""
+    classes, calls cut by max_tokens, and the token split; `cost_per_task` when prices are given.
+
+    Lazy queries over `frame`: each reads only its columns of the rows it needs (a records frame of a large
+    run is never copied whole)."""
+    frame = frame.lazy()
     calls = strategy_calls(frame.filter(pl.col("kind") == "call"))
     outcomes = frame.filter(pl.col("kind") == "outcome")
     tasks = outcomes.group_by("arm").agg(
@@ -126,11 +146,9 @@ def arm_breakdown(frame: pl.DataFrame, prices: Prices | None = None) -> pl.DataF
         )
     )
     if prices is not None:
-        per_arm = task_costs(frame.filter(pl.col("kind") == "call"), prices).group_by("arm").agg(
-            pl.col("cost").mean().alias("cost_per_task")
-        )
-        out = out.join(per_arm, on="arm", how="left")
-    return out.drop("input_total").sort("arm")
+        per_arm = _mean_cost(task_costs(frame.filter(pl.col("kind") == "call"), prices).collect())
+        out = out.join(per_arm.lazy(), on="arm", how="left")
+    return out.drop("input_total").sort("arm").collect()
 
 
 def cost_arrays(

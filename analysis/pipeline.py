@@ -24,7 +24,12 @@ from elo_per_token.analysis.breakdown import arm_breakdown, cost_arrays, parse_p
 from elo_per_token.analysis.io import BadLine, Records, line_of, read_records
 from elo_per_token.analysis.level import check_level
 from elo_per_token.analysis.pairs import build_pairs, implied_pair_rows, outcome_groups
-from elo_per_token.analysis.tokens import arm_tokens, judge_tokens, strategy_calls, task_tokens
+from elo_per_token.analysis.tokens import (
+    arm_tokens_from_groups,
+    call_groups,
+    judge_tokens_from_groups,
+    task_tokens,
+)
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.records import JUDGE_STRATEGY
 
@@ -241,9 +246,18 @@ class Inputs:
     frame: pl.DataFrame  # every kept record (analysis.io.RECORD_SCHEMA)
     skipped: list[BadLine]
     where: str | None  # the input file when there is one, for errors about the whole input
-    calls: pl.DataFrame
+    calls: pl.LazyFrame  # a query over `frame`: each use reads its columns, no copy of millions of calls
+    call_groups: pl.DataFrame  # analysis.tokens.call_groups(calls): per (task, arm, judge or not)
     outcomes: pl.DataFrame
     judgments: pl.DataFrame
+
+    @property
+    def n_calls(self) -> int:
+        return int(self.call_groups["calls"].sum())
+
+    @property
+    def n_strategy_calls(self) -> int:
+        return int(self.call_groups.filter(~pl.col("judge"))["calls"].sum())
 
 
 @dataclass(frozen=True)
@@ -376,21 +390,42 @@ def analyze(
 def split_records(records: Records, opt: AnalysisOptions) -> Inputs:
     """Cross-line checks (check_records), then the records by kind."""
     frame, late_bad = check_records(records, skip_bad=opt.skip_bad)
+    calls = frame.lazy().filter(pl.col("kind") == "call").select(_CALL_COLUMNS)
     return Inputs(
         files=records.files,
         frame=frame,
         skipped=sorted(records.skipped + late_bad, key=lambda b: (b.file, b.line)),
         where=records.files[0] if len(records.files) == 1 else None,
-        calls=frame.filter(pl.col("kind") == "call"),
-        outcomes=frame.filter(pl.col("kind") == "outcome"),
-        judgments=frame.filter(pl.col("kind") == "judgment"),
+        calls=calls,
+        call_groups=call_groups(calls).collect(),
+        outcomes=_kind(frame, "outcome", _OUTCOME_COLUMNS),
+        judgments=_kind(frame, "judgment", _JUDGMENT_COLUMNS),
     )
+
+
+# What the stages read of each kind. A full-width copy of the calls of a 1M-job run (5M rows, 23 columns) was
+# the largest frame after the records themselves; the frame itself stays whole for the views (records=).
+_CALL_COLUMNS = ("task_id", "family", "strategy", "budget_n", "arm", "replicate", "role", "prompt_tokens",
+                 "completion_tokens", "usage_missing")  # fmt: skip
+_OUTCOME_COLUMNS = ("task_id", "family", "strategy", "budget_n", "arm", "replicate", "score")
+_JUDGMENT_COLUMNS = ("task_id", "family", "arm_a", "arm_b", "winner")
+
+
+def _kind(frame: pl.DataFrame, kind: str, columns: tuple[str, ...]) -> pl.DataFrame:
+    """The records of one kind, only `columns`."""
+    return frame.lazy().filter(pl.col("kind") == kind).select(columns).collect()
+
+
+def _strings(df: pl.DataFrame) -> pl.DataFrame:
+    """The result's tables hold labels as strings, as before the records frame went Categorical: views and
+    reports join them with their own string columns."""
+    return df.with_columns(pl.col(pl.Categorical).cast(pl.String))
 
 
 def build_comparisons(inp: Inputs, opt: AnalysisOptions) -> Comparisons:
     """Tokens per arm and per (task, arm), and the within-task comparisons of every arm."""
     warnings: list[str] = []
-    tok_all = arm_tokens(inp.calls)
+    tok_all = _strings(arm_tokens_from_groups(inp.call_groups))
     missing_usage = int(tok_all["calls_missing_usage"].sum()) if tok_all.height else 0
     if missing_usage:
         warnings.append(
@@ -426,7 +461,7 @@ def build_comparisons(inp: Inputs, opt: AnalysisOptions) -> Comparisons:
                 field="--drop-ties",
             )
     return Comparisons(
-        tokens=tok_all, task_tokens=task_tokens(inp.calls), groups_full=groups_full, pairs=pairs_all,
+        tokens=tok_all, task_tokens=task_tokens(inp.calls).collect(), groups_full=groups_full, pairs=pairs_all,
         groups=groups_all, missing_usage=missing_usage, ungraded=ungraded, warnings=warnings,
     )
 
@@ -449,7 +484,7 @@ def select_arms(inp: Inputs, comp: Comparisons, opt: AnalysisOptions) -> ArmSele
     for arm in sorted((graded & with_tokens) - compared):
         warnings.append(f"arm {arm} never meets another arm on a task: left out of the Elo table")
     keep = with_tokens & compared
-    if not strategy_calls(inp.calls).height:
+    if not inp.n_strategy_calls:
         raise InputError("no call records (with usage): tokens per task cannot be measured", file=inp.where)
     if not (inp.outcomes.height or inp.judgments.height):
         raise InputError("no outcome or judgment records: nothing to compare", file=inp.where)
@@ -488,8 +523,8 @@ def build_design(inp: Inputs, comp: Comparisons, sel: ArmSelection, opt: Analysi
     tasks = (
         pl.concat([
             pairs.select("task_id", "family").unique().cast(pl.String),
-            groups.select("task_id", "family"),
-            ttok.select("task_id", "family"),
+            groups.select("task_id", "family").cast(pl.String),
+            ttok.select("task_id", "family").cast(pl.String),
         ])
         .filter(pl.col("family").is_in(families))
         .unique()
@@ -532,12 +567,13 @@ def _pair_data(
     """Labels -> indices (task by task_id, arm by arm_idx); analysis.design.pair_data does the rest."""
     from elo_per_token.analysis.design import pair_data
 
-    t_of = tasks.select("task_id", pl.col("t").cast(pl.Int64).alias("task"))
+    # The records' task ids are Categorical (analysis.io.LABEL_COLUMNS), and so every frame joined here.
+    t_of = tasks.select(pl.col("task_id").cast(pl.Categorical), pl.col("t").cast(pl.Int64).alias("task"))
 
     def arm(col: str) -> pl.Expr:
         return pl.col(col).replace_strict(arm_idx, return_dtype=pl.Int64)
 
-    p = pairs.join(t_of.with_columns(pl.col("task_id").cast(pl.Categorical)), on="task_id")
+    p = pairs.join(t_of, on="task_id")
     return pair_data(
         tasks["family"],
         families,
@@ -649,7 +685,8 @@ def make_tables(
     budgets = [int(b) for b in sel.info["budget_n"].to_list()]
     table = returns_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level)
     prices = parse_prices(opt.prices)
-    breakdown = arm_breakdown(inp.frame.filter(pl.col("arm").is_in(arms)), prices)
+    # Lazy: the breakdown's queries read their few columns of the analysed arms' rows, no copy of the frame.
+    breakdown = _strings(arm_breakdown(inp.frame.lazy().filter(pl.col("arm").is_in(arms)), prices))
     cost_table = None
     if prices is not None:
         cost, cost_s = cost_arrays(arms, tok, tok_s, breakdown)
@@ -732,12 +769,12 @@ def _result(
     warnings: list[str],
     opt: AnalysisOptions,
 ) -> AnalysisResult:
-    n_strategy_calls = strategy_calls(inp.calls).height
+    n_strategy_calls = inp.n_strategy_calls
     counts = {
         "files": len(records.files),
-        "calls": inp.calls.height,
+        "calls": inp.n_calls,
         "strategy_calls": n_strategy_calls,
-        "judge_calls": inp.calls.height - n_strategy_calls,
+        "judge_calls": inp.n_calls - n_strategy_calls,
         "calls_missing_usage": comp.missing_usage,
         "outcomes": inp.outcomes.height,
         "ungraded_outcomes": comp.ungraded,
@@ -749,8 +786,8 @@ def _result(
     return AnalysisResult(
         inputs=records.files, options=opt, counts=counts, skipped=inp.skipped, arms=sel.arms,
         strategies=tables.strategies, budgets=tables.budgets, families=design.families,
-        family_weights=design.weights, anchor=sel.anchor, tokens=comp.tokens, judge_tokens=judge_tokens(inp.calls),
-        task_tokens=design.task_tokens, pairs=design.pairs, elo=point.elo, tokens_per_task=point.tokens,
+        family_weights=design.weights, anchor=sel.anchor, tokens=comp.tokens, judge_tokens=_strings(judge_tokens_from_groups(inp.call_groups)),
+        task_tokens=_strings(design.task_tokens), pairs=design.pairs, elo=point.elo, tokens_per_task=point.tokens,
         table=tables.table, per_strategy=tables.per_strategy, per_family=tables.per_family, fits=point.fits,
         warnings=warnings, elo_samples=iv.elo, tokens_samples=iv.tokens, failed_rounds=iv.failed,
         versions=versions(), records=inp.frame, breakdown=tables.breakdown, cost_table=tables.cost_table,

@@ -11,7 +11,8 @@ Rules that make compaction safe to run twice, or while workers are still writing
 
 * A segment counts only once its index exists: the index is written (exclusively) after the segment, so it is
   the commit. A segment without an index (a compactor died, or is still uploading) is ignored by readers.
-* A compaction folds in the job objects no committed index names, as listed when it starts; an object written
+* A compaction folds in the job objects no committed index names, as found when it starts (declared keys
+  probed, or the run listed: analysis/keyspace.py); an object written
   later is simply not in this segment and lands in the next one. Old segments are never rewritten.
 * Segment numbers are claimed by an exclusive create (link locally, IfNoneMatch='*' on S3): two compactors
   never write the same name. Two concurrent compactors may still fold the same objects into two segments;
@@ -313,6 +314,34 @@ def drop_segments(ledger: Ledger, run_id: str) -> list[str]:
     return gone
 
 
+def _unfolded_keys(
+    ledger: Ledger,
+    run_id: str,
+    index: pl.DataFrame,
+    res: CompactResult,
+    *,
+    verify: bool | None,
+    on_progress: Callable[[str, int, int], None] | None,
+) -> list[str]:
+    """The job keys no committed segment holds (sets res.found_by / res.already): from the run's declared key
+    space when that is safe (no listing), else listed."""
+    from elo_per_token.analysis.keyspace import declared_tail
+
+    found = declared_tail(ledger, run_id, index, verify=verify)
+    if found is not None:
+        res.found_by, res.already = "declared", index.height
+        return found
+    all_keys = list_keys(
+        ledger, run_id, on_count=(lambda n: on_progress("listing", n, 0)) if on_progress else None, index=index
+    )
+    if all_keys.len() == 0 and index.height == 0:
+        known = ", ".join(ledger.list_runs()[:20]) or "none"
+        raise InputError(f"run {run_id!r} has no job results in {ledger.url} (runs: {known})", field="RUN")
+    new = tail_keys(all_keys, index)
+    res.already = all_keys.len() - len(new)
+    return new
+
+
 def compact_run(
     ledger: Ledger,
     run_id: str,
@@ -327,8 +356,6 @@ def compact_run(
     """Fold the run's job objects that no segment holds into new segment(s). See the module docstring."""
     import pyarrow.parquet as pq
 
-    from elo_per_token.analysis.keyspace import declared_tail
-
     res = CompactResult(run_id)
     # Numbers are never reused, not even after --rebuild: a reader that listed an old index must not find a
     # new segment under the same name.
@@ -337,21 +364,7 @@ def compact_run(
         res.dropped = drop_segments(ledger, run_id)
     st = segment_state(ledger, run_id)
     index = read_index(ledger, run_id, st.committed)
-    # The objects no segment holds: from the run's declared key space when safe (no listing), else listed.
-    found = declared_tail(ledger, run_id, index, verify=verify)
-    if found is not None:
-        new, res.found_by = found, "declared"
-        res.already = index.height
-    else:
-        all_keys = list_keys(
-            ledger, run_id, on_count=(lambda n: on_progress("listing", n, 0)) if on_progress else None, index=index
-        )
-        if all_keys.len() == 0 and index.height == 0:
-            known = ", ".join(ledger.list_runs()[:20]) or "none"
-            raise InputError(f"run {run_id!r} has no job results in {ledger.url} (runs: {known})", field="RUN")
-        new = tail_keys(all_keys, index)
-        res.already = all_keys.len() - len(new)
-        del all_keys
+    new = _unfolded_keys(ledger, run_id, index, res, verify=verify, on_progress=on_progress)
     next_n = max(st.used | used_before, default=0) + 1
     done = 0
     for seg_keys in _chunks(new, max_segment_jobs):

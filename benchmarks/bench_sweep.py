@@ -3,9 +3,15 @@ against the simulator at 0 ms and 200 ms latency, next to the Little's-law bound
 raw `openai` client loop with the same concurrency on the same server.
 
     python benchmarks/bench_sweep.py [--jobs-0ms 600] [--seconds-200ms 6] [--threads 16] [--strategy greedy]
+    python benchmarks/bench_sweep.py --ledger-cpu 2000 [--ledger-rounds 2]
 
 Real services only: a simulator subprocess (`ept simulate`), redis-server, Celery worker subprocesses; the
 ledger is a local folder (shared by the workers on this machine) so the numbers measure the executors.
+
+--ledger-cpu N runs only the write-path comparison (issue 13): the same Celery sweep of N jobs (2 workers,
+0 ms latency) once with a file ledger and once with an S3 ledger on a SeaweedFS server started here,
+alternating for --ledger-rounds rounds, and prints the workers' CPU per job for each (from /proc, so only
+the worker processes count), SeaweedFS's CPU per job, and the S3 / file ratio (target <= 1.3x).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from fixtures_services import free_port, start_celery_workers, start_redis, stop_proc  # noqa: E402
+from fixtures_services import free_port, start_celery_workers, start_redis, start_seaweed, stop_proc  # noqa: E402
 
 KEY = "sk-bench-" + uuid.uuid4().hex
 
@@ -117,7 +123,7 @@ class CpuMeter:
         return time.process_time() + sum(proc_cpu(p) for p in self.pids) - self.t0
 
 
-def run_sweep(plan_src: str, profile, broker: str | None) -> tuple[float, int, int]:
+def run_sweep(plan_src: str, profile, broker: str | None, compact: bool = True) -> tuple[float, int, int]:
     from rich.console import Console
 
     from elo_per_token.coordinator.plan import parse_plan
@@ -127,11 +133,59 @@ def run_sweep(plan_src: str, profile, broker: str | None) -> tuple[float, int, i
     jobs = plan_jobs(plan)
     quiet = Console(file=open(os.devnull, "w"), stderr=False)  # noqa: SIM115
     t0 = time.perf_counter()
-    out = execute(plan, jobs, profile=profile, analyze=False, broker_url=broker, console=quiet)
+    out = execute(plan, jobs, profile=profile, analyze=False, broker_url=broker, console=quiet, compact=compact)
     dt = time.perf_counter() - t0
     if not out.ok:
         raise RuntimeError(f"sweep failed: {dict(out.tally.failures)} {out.tally.messages}")
     return dt, out.tally.done, out.tally.calls
+
+
+def ledger_cpu(args, tmp: Path, ctl, redis, n_math: int, profile) -> None:
+    """Workers' CPU per job, file ledger vs S3 ledger (SeaweedFS), same sweep, same run, alternating."""
+    s3 = start_seaweed(tmp / "weed")
+    os.environ.update(s3.env())  # the coordinator (this process) reads and writes the S3 ledger too
+    ctl.set(latency_ms=0.0, latency_jitter_ms=0.0)
+    bucket = "ept-bench-" + uuid.uuid4().hex[:8]
+    ledgers = {"file": str(tmp / "ledger-cpu"), "s3": f"s3://{bucket}/ledger"}
+    reps = -(-args.ledger_cpu // n_math)
+    got: dict[str, list[tuple[float, float, float, int]]] = {k: [] for k in ledgers}
+    try:
+        for rnd in range(args.ledger_rounds):
+            for kind, ledger in ledgers.items():
+                queue = "bench-" + uuid.uuid4().hex[:6]
+                name = f"lcpu-{kind}-{rnd}-{uuid.uuid4().hex[:6]}"
+                env = {"EPT_BENCH_KEY": KEY, "EPT_PROFILES": str(tmp / "profiles.toml"), **s3.env()}
+                workers = start_celery_workers(2, redis.url, tmp / f"w-{name}", concurrency=args.threads,
+                                               queue=queue, env=env)  # fmt: skip
+                try:
+                    warm = plan_text(name + "-warm", ledger, args.strategy, args.budget, 1, "celery", queue, args.threads)
+                    run_sweep(warm, profile, redis.url, compact=False)  # imports, pools, the bucket: not measured
+                    src = plan_text(name, ledger, args.strategy, args.budget, reps, "celery", queue, args.threads)
+                    w = CpuMeter([p.pid for p in workers.procs])
+                    srv = CpuMeter([s3.proc.pid])
+                    coord = CpuMeter([])
+                    for m in (w, srv, coord):
+                        m.start()
+                    dt, done, _calls = run_sweep(src, profile, redis.url, compact=False)
+                    got[kind].append((w.stop() / done, srv.stop() / done, coord.stop() / done, done))
+                    print(f"  round {rnd + 1} {kind:<4} {done} jobs in {dt:.1f} s: workers "
+                          f"{1000 * got[kind][-1][0]:.2f} ms CPU/job", flush=True)  # fmt: skip
+                finally:
+                    workers.stop()
+    finally:
+        stop_proc(s3.proc)
+    best = {k: min(v) for k, v in got.items()}  # the quietest round of each (rows sort by worker CPU first)
+    print(f"\nwrite path: Celery x2 ({args.threads} threads each), {args.strategy}@{args.budget}, 0 ms latency,"
+          f" {best['file'][3]} jobs a sweep, best of {args.ledger_rounds} alternating rounds; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n")  # fmt: skip
+    print(f"{'ledger':<28} {'workers ms/job':>14} {'S3 server ms/job':>16} {'coordinator ms/job':>18}")
+    for kind, label in (("file", "file (local folder)"), ("s3", "S3 (SeaweedFS, same machine)")):
+        wk, sv, co, _ = best[kind]
+        print(f"{label:<28} {1000 * wk:>14.2f} {1000 * sv if kind == 's3' else 0.0:>16.2f} {1000 * co:>18.2f}")
+    ratio = best["s3"][0] / best["file"][0]
+    with_srv = (best["s3"][0] + best["s3"][1]) / best["file"][0]
+    print(f"S3 / file, workers' CPU per job: {ratio:.2f}x (target <= 1.3x: {'met' if ratio <= 1.3 else 'NOT met'});"
+          f" counting the S3 server's CPU too: {with_srv:.2f}x")  # fmt: skip
 
 
 def main() -> None:
@@ -142,6 +196,9 @@ def main() -> None:
     ap.add_argument("--strategy", default="greedy")
     ap.add_argument("--budget", type=int, default=1)
     ap.add_argument("--workers", default="1,2,4")
+    ap.add_argument("--ledger-cpu", type=int, default=0, metavar="N",
+                    help="only the write-path row: N-job Celery sweeps, file ledger vs S3 (SeaweedFS)")
+    ap.add_argument("--ledger-rounds", type=int, default=2)
     args = ap.parse_args()
 
     from elo_per_token.contracts.tasks import load_builtin_suite
@@ -164,6 +221,13 @@ def main() -> None:
     profile = Profile(name="sim-bench", protocol="openai", base_url=url, api_key_env="EPT_BENCH_KEY", model="ept-sim-1")
     worker_counts = [int(x) for x in args.workers.split(",")]
     rows = []
+    if args.ledger_cpu:
+        try:
+            ledger_cpu(args, tmp, ctl, redis, n_math, profile)
+        finally:
+            stop_proc(redis.proc)
+            stop_proc(sim_proc)
+        return
     try:
         for latency in (0, 200):
             ctl.set(latency_ms=float(latency), latency_jitter_ms=0.0)

@@ -111,6 +111,7 @@ class CeleryJobContextDict(TypedDict):
     tpm: int | None
     clear_failure: NotRequired[bool]
     max_attempts: NotRequired[int]
+    check_ledger: NotRequired[bool]
 
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -132,6 +133,10 @@ class CeleryJobContext:
     # The job has a failure object from an earlier attempt, deleted once it succeeds (no blind DELETE otherwise).
     clear_failure: bool = False
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    # Check the ledger before the job's first API call (a job that finished elsewhere never spends tokens
+    # twice). False only from a run's first session, where nothing can have finished a job before its first
+    # delivery (coordinator.sweep.execute); absent on the wire means True, so older coordinators keep it.
+    check_ledger: bool = True
 
     def to_dict(self) -> CeleryJobContextDict:
         d: CeleryJobContextDict = {
@@ -141,6 +146,8 @@ class CeleryJobContext:
             d["clear_failure"] = True
         if self.max_attempts != DEFAULT_MAX_ATTEMPTS:
             d["max_attempts"] = self.max_attempts
+        if not self.check_ledger:
+            d["check_ledger"] = False
         return d
 
     @classmethod
@@ -154,6 +161,7 @@ class CeleryJobContext:
             tpm=d.get("tpm"),
             clear_failure=bool(d.get("clear_failure")),
             max_attempts=int(d.get("max_attempts", DEFAULT_MAX_ATTEMPTS)),
+            check_ledger=bool(d.get("check_ledger", True)),
         )
 
 

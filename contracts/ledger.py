@@ -8,6 +8,8 @@ Key layout under the ledger root (a folder, or s3://bucket/prefix):
     runs/<run_id>/compact/part-NNNNN.parquet  a segment: the records of some job objects (`ept compact`)
     runs/<run_id>/compact/part-NNNNN.keys     its index: the job keys it holds (Parquet, one column);
                                             written after the segment, so it is the segment's commit
+    runs/<run_id>/planned/keys-<digest>.parquet  job keys a session declared before writing any (so readers
+                                            of a compacted run need not list jobs/: analysis/keyspace.py)
 
 Segments are derived copies (see analysis/segments.py): the job objects stay the source of truth.
 
@@ -22,6 +24,7 @@ import functools
 import json
 import os
 import random
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -345,6 +348,71 @@ def _s3_status(e: Exception) -> int:
     return int(resp.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
 
 
+class _SignedRequests:
+    """HEAD and PUT of one small object as one SigV4-signed HTTP request each (botocore's credentials chain
+    and signer, urllib3's connection pool), without boto3's per-call machinery (event hooks, parameter
+    validation and serialisation, response parsing). Those two calls are all a successful job makes (the
+    check before its first API call, the conditional create of its result), and boto3 spent 1.0–1.7 ms of
+    CPU on each against SeaweedFS where this spends 0.4–0.6 ms (measured side by side). Errors come back as
+    botocore ClientErrors with the same status and code, so retries and the credential message are shared
+    with every other call, which stays on boto3."""
+
+    def __init__(self, session: Any, client: Any) -> None:
+        import urllib3
+        from botocore.httpsession import get_cert_path
+
+        self._creds = session.get_credentials()
+        self._region = client.meta.region_name
+        self._endpoint = client.meta.endpoint_url.rstrip("/")
+        verify = session.get_config_variable("ca_bundle") or True
+        tls = {"cert_reqs": "CERT_REQUIRED", "ca_certs": get_cert_path(verify)} if self._endpoint.startswith("https") else {}
+        self._http = urllib3.PoolManager(
+            maxsize=64, timeout=urllib3.Timeout(connect=5, read=60), retries=False, **tls
+        )
+
+    @staticmethod
+    def usable(client: Any) -> bool:
+        """Not through an HTTP proxy (boto3 handles those): then every call stays on boto3."""
+        from botocore.utils import get_environ_proxies
+
+        return not get_environ_proxies(client.meta.endpoint_url)
+
+    def send(
+        self, method: str, bucket: str, key: str, body: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> Any:
+        from urllib.parse import quote
+
+        import urllib3
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.exceptions import (
+            ClientError,
+            ConnectionClosedError,
+            EndpointConnectionError,
+            NoCredentialsError,
+        )
+
+        if self._creds is None:
+            raise NoCredentialsError()
+        # Path-style, as the boto3 client is configured; keys are checked safe (contracts.keys), quoted anyway.
+        url = f"{self._endpoint}/{quote(bucket)}/{quote(key, safe='/~')}"
+        req = AWSRequest(method=method, url=url, data=body, headers=dict(headers or {}))
+        S3SigV4Auth(self._creds.get_frozen_credentials(), "s3", self._region).add_auth(req)
+        try:
+            resp = self._http.request(method, url, body=body, headers=dict(req.headers.items()))
+        except urllib3.exceptions.NewConnectionError as e:
+            raise EndpointConnectionError(endpoint_url=url, error=e) from e
+        except urllib3.exceptions.HTTPError as e:  # reset, timeout, protocol: as botocore reports them
+            raise ConnectionClosedError(endpoint_url=url, error=e) from e
+        if resp.status >= 300:
+            found = re.search(rb"<Code>([^<]{1,64})</Code>", resp.data or b"")
+            code = found.group(1).decode() if found else str(resp.status)
+            meta = {"HTTPStatusCode": resp.status}
+            op = {"PUT": "PutObject", "HEAD": "HeadObject"}.get(method, method)
+            raise ClientError({"Error": {"Code": code, "Message": ""}, "ResponseMetadata": meta}, op)
+        return resp
+
+
 class S3Ledger:
     """A ledger in an S3 bucket under a prefix. Endpoint, credentials and region come from the standard
     AWS environment variables (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION)."""
@@ -359,6 +427,9 @@ class S3Ledger:
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
         self._client = client
+        # The per-job calls (HEAD, conditional PUT) go through this when the ledger built its own client; an
+        # injected client (tests, callers with their own session) gets every call through boto3.
+        self._signed: _SignedRequests | None = None
         self._create_bucket = create_bucket
         self._bucket_ok = False
         self.checked_runs: set[str] = set()  # runs check_run found through this ledger
@@ -380,7 +451,12 @@ class S3Ledger:
                 connect_timeout=5,
                 read_timeout=60,
             )
-            self._client = boto3.client("s3", endpoint_url=endpoint, config=cfg)
+            import botocore.session
+
+            session = botocore.session.get_session()  # shared: one credentials chain for both paths
+            self._client = boto3.session.Session(botocore_session=session).client("s3", endpoint_url=endpoint, config=cfg)
+            if _SignedRequests.usable(self._client):
+                self._signed = _SignedRequests(session, self._client)
         if not self._bucket_ok and self._create_bucket:
             self._ensure_bucket()
         return self._client
@@ -429,12 +505,21 @@ class S3Ledger:
 
     def _put(self, key: str, data: bytes, **kw: Any) -> None:
         c = self.client
+        fast = self._signed
+        if fast is not None and set(kw) <= {"IfNoneMatch"}:
+            hdrs = {"If-None-Match": kw["IfNoneMatch"]} if kw else {}
+            self._retry(lambda: fast.send("PUT", self.bucket, key, data, hdrs))
+            return
         self._retry(lambda: c.put_object(Bucket=self.bucket, Key=key, Body=data, **kw))
 
     def _exists(self, key: str) -> bool:
         c = self.client
+        fast = self._signed
         try:
-            self._retry(lambda: c.head_object(Bucket=self.bucket, Key=key))
+            if fast is not None:
+                self._retry(lambda: fast.send("HEAD", self.bucket, key))
+            else:
+                self._retry(lambda: c.head_object(Bucket=self.bucket, Key=key))
             return True
         except Exception as e:
             if _s3_status(e) == 404:

@@ -124,6 +124,10 @@ class _Outstanding:
         # Serialised once: the context of every message is one of these two plain dicts.
         self.ctx_wire = ctx.to_dict()
         self.ctx_clear_wire = dataclasses.replace(ctx, clear_failure=True).to_dict()
+        # After the broker lost its data, a re-sent job may have finished before the loss: its worker checks
+        # the ledger before the first API call whatever the session (worker.tasks.celery_run_job).
+        self.resent_wire = dataclasses.replace(ctx, check_ledger=True).to_dict()
+        self.resent_clear_wire = dataclasses.replace(ctx, check_ledger=True, clear_failure=True).to_dict()
         # task id -> (job, its result-backend key): the job to enqueue again if the broker loses its data, the
         # key built once rather than on every poll.
         self.pending: dict[str, tuple[Job, bytes]] = {}
@@ -137,7 +141,7 @@ class _Outstanding:
     def mark_alive(self) -> None:
         self.backend.client.set(self.marker, "1", ex=7 * 24 * 3600)
 
-    def send(self, job: Job, producer: Any) -> None:
+    def send(self, job: Job, producer: Any, again: bool = False) -> None:
         if job.run_id not in self.run_ids:  # a new session of the run lifts an earlier session's cancel
             from elo_per_token.contracts.jobs import cancel_key
 
@@ -145,17 +149,21 @@ class _Outstanding:
             _broker_redis(self.app).delete(cancel_key(job.run_id))
         tid = f"{job.run_id}:{uuid.uuid4().hex}"
         # Only a job with a failure object from an earlier attempt deletes it on success (no blind DELETE).
-        job_ctx = self.ctx_clear_wire if job.key in self.clear_failures else self.ctx_wire
+        clear = job.key in self.clear_failures
+        if again:
+            job_ctx = self.resent_clear_wire if clear else self.resent_wire
+        else:
+            job_ctx = self.ctx_clear_wire if clear else self.ctx_wire
         # argsrepr: Flower shows the job key; Celery would otherwise saferepr() the whole job for every message,
         # ~15% of the coordinator's CPU per job.
         self.app.send_task(TASK_NAME, args=[job.to_dict(), job_ctx], task_id=tid, queue=self.queue,
                            producer=producer, argsrepr=f"[{job.key!r}]", kwargsrepr="{}")  # fmt: skip
         self.pending[tid] = (job, self.backend.get_key_for_task(tid))
 
-    def send_batch(self, jobs: list[Job], producer: Any) -> None:
+    def send_batch(self, jobs: list[Job], producer: Any, again: bool = False) -> None:
         with _pipelined(producer, self.batch_size):
             for job in jobs:
-                self.send(job, producer)
+                self.send(job, producer, again)
 
     def poll(self) -> None:
         """One MGET for the pending results (see WINDOW); finished jobs are reported and their entries deleted."""
@@ -197,7 +205,7 @@ class _Outstanding:
         lost = [job for job, _ in self.pending.values()]
         self.pending.clear()
         with self.app.producer_or_acquire() as producer:
-            self.send_batch(lost, producer)
+            self.send_batch(lost, producer, again=True)
         self.mark_alive()
         if self.notice:
             self.notice(f"the broker came back empty: enqueued {len(lost)} unfinished jobs again")

@@ -53,6 +53,7 @@ def run_local(
     should_stop: Callable[[], bool] = lambda: False,
     run: Callable[[Job, Any], JobResult] | None = None,
     clear_failures: Collection[str] = (),
+    check_existing: bool = True,
     grace_s: float | None = None,
     on_abandon: Callable[[int], None] | None = None,
 ) -> bool:
@@ -88,6 +89,7 @@ def run_local(
                         break
                     in_flight.add(pool.submit(perform_job, job, ledger, provider, on_retry=on_retry, run=run,
                                               api_key=api_key, clear_failure=job.key in clear_failures,
+                                              check_existing=check_existing,
                                               stop=stop))  # fmt: skip
                 if not in_flight:
                     break

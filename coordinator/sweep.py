@@ -240,17 +240,20 @@ def _run_jobs(
     base_url: str | None,
     run: Any,
     broker_url: str | None,
+    check_ledger: bool = True,
 ) -> bool:
-    """Run `todo` on the chosen executor; False when interrupted or stopped early."""
+    """Run `todo` on the chosen executor; False when interrupted or stopped early. check_ledger: each job is
+    looked up in the ledger before its first API call (see execute)."""
     tally = live.tally
     try:
         if executor == "local":
-            return _run_local(plan, todo, ledger, profile, live.on_result, live.on_retry, tally, run, had_failure)
+            return _run_local(plan, todo, ledger, profile, live.on_result, live.on_retry, tally, run, had_failure,
+                              check_existing=check_ledger)  # fmt: skip
         from elo_per_token.contracts.jobs import CeleryJobContext
         from elo_per_token.coordinator.celery_exec import run_celery
 
         lim = plan.limits_for(plan.profile)
-        ctx = CeleryJobContext(ledger=ledger.url, base_url=base_url, rpm=lim.rpm, tpm=lim.tpm)
+        ctx = CeleryJobContext(ledger=ledger.url, base_url=base_url, rpm=lim.rpm, tpm=lim.tpm, check_ledger=check_ledger)
         return run_celery(
             todo, ctx, queue=plan.queue, batch_size=plan.batch_size, on_result=live.on_result,
             on_retry=live.on_retry, broker_url=broker_url, should_stop=tally.egress_broken,
@@ -286,8 +289,14 @@ def execute(
     executor = executor or plan.executor
     ledger = open_ledger(plan.ledger)
     stream, n_jobs = _job_stream(plan, jobs)
-    write_manifest(ledger, plan, profile.public_dict(), manifest_jobs or n_jobs, executor)
+    manifest = write_manifest(ledger, plan, profile.public_dict(), manifest_jobs or n_jobs, executor)
     declare_jobs(ledger, plan, None if jobs is None else list(stream()))
+    # A run's first session lists the run before it enqueues anything and no earlier session can have left
+    # jobs queued or running, so none of its jobs can be in the ledger when a worker starts it (short of a
+    # redelivery, which the worker sees): workers skip the check before the first API call and a successful
+    # job costs the ledger one request, the conditional create. A resumed run keeps the check.
+    declare_jobs(ledger, plan, None if jobs is None else list(stream()))
+    check_ledger = len(manifest.get("sessions") or []) > 1
     tally = Tally(total=n_jobs)
     t0 = time.monotonic()
     with _progress(console, n_jobs) as prog:
@@ -304,7 +313,7 @@ def execute(
         )
         live = _Live(tally, prog, bar)
         completed = _run_jobs(plan, executor, live.todo(stream, have), ledger, live, had_failure, profile=profile,
-                              base_url=base_url, run=run, broker_url=broker_url)  # fmt: skip
+                              base_url=base_url, run=run, broker_url=broker_url, check_ledger=check_ledger)  # fmt: skip
         if completed and live.counted != tally.total:
             tally.total = live.counted  # results outside the plan (or a partial plan) made the estimate off
             prog.update(bar, total=live.counted)
@@ -359,6 +368,7 @@ def _run_local(
     tally: Tally,
     run: Callable[[Job, Any], JobResult] | None,
     had_failure: Collection[str] = frozenset(),
+    check_existing: bool = True,
 ) -> bool:
     from elo_per_token.coordinator.local import run_local
     from elo_per_token.egress.client import ProviderClient
@@ -375,7 +385,7 @@ def _run_local(
     provider = ProviderClient(profile, rate_limiter=limiter)
     return run_local(
         todo, ledger, provider, concurrency=plan.concurrency, on_result=on_result, on_retry=on_retry,
-        should_stop=tally.egress_broken, run=run, clear_failures=had_failure,
+        should_stop=tally.egress_broken, run=run, clear_failures=had_failure, check_existing=check_existing,
         on_abandon=lambda n: setattr(tally, "abandoned", n),
     )  # fmt: skip
 

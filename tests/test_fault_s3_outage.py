@@ -61,8 +61,10 @@ def test_s3_outage_mid_sweep_loses_nothing(tmp_path, redis_server, make_sim, mon
         # Nothing stray under the run (temporary or multipart leftovers).
         objs = weed.client().list_objects_v2(Bucket=bucket, Prefix="ledger/runs/s3out/")
         names = [o["Key"] for o in objs.get("Contents", [])]
-        # job objects, failure records, the manifest, and the Parquet segments the sweep compacts them into
-        assert all(n.endswith("manifest.json") or any(p in n for p in ("/jobs/", "/failures/", "/compact/part-"))
+        # job objects, failure records, the manifest, the Parquet segments the sweep compacts them into, and the
+        # run's declared key space (planned/keys-*.parquet)
+        assert all(n.endswith("manifest.json")
+                   or any(p in n for p in ("/jobs/", "/failures/", "/compact/part-", "/planned/keys-"))
                    for n in names), names  # fmt: skip
         assert not [n for n in names if "/failures/" in n]
         assert weed.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []

@@ -244,3 +244,14 @@ def _s3_fast_path(s3_bucket: str, proxy: CountingProxy, s3_env, tmp_path: Path) 
         assert p.returncode == 0, p.stderr[-2000:]
         outs.append((out / "arms.csv").read_bytes())
     assert outs[0] == outs[1] and len(outs[0].splitlines()) == 6  # header + 5 arms
+
+
+def test_a_ledger_folder_read_as_files_skips_the_declarations(tmp_path):
+    """planned/keys-*.parquet hold job keys, not records: reading the ledger folder as plain files skips them
+    (and the compacted copies), so the records are the job objects' own."""
+    from elo_per_token.analysis.io import read_records
+
+    root, _ = _generated(tmp_path, n=200, declared=220)
+    got = read_records([str(root)]).frame
+    assert _totals(got.drop("family") if "family" in got.columns else got)["outcomes"] == 200
+    assert got.height == _expected(200)["rows"]

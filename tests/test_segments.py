@@ -363,17 +363,17 @@ def test_unreachable_ledger_says_which_part_is_wrong(s3_bucket, s3_env):
 
 
 @pytest.mark.services
-def test_successful_job_costs_one_conditional_put(s3_bucket):
-    """perform_job's requests to S3, counted by boto3's own hooks: one PUT (plus the HEAD when asked to check
-    first); the failure object is deleted only when the coordinator says there is one."""
+def test_successful_job_costs_one_conditional_put(s3_bucket, s3_env, monkeypatch):
+    """perform_job's requests to S3, counted on the wire (a proxy in front of SeaweedFS): one PUT (plus the HEAD
+    when asked to check first); the failure object is deleted only when the coordinator says there is one."""
     from elo_per_token.contracts.jobs import Job
     from elo_per_token.contracts.records import CallRecord, JobResult, Outcome
     from elo_per_token.worker.tasks import perform_job
 
+    proxy = CountingProxy(s3_env.endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
     led = open_ledger(f"s3://{s3_bucket}/w")
     led.client  # noqa: B018 - the bucket check happens on first use, outside the count
-    sent: list[str] = []
-    led.client.meta.events.register("before-parameter-build.s3.*", lambda model, **_: sent.append(model.name))
 
     def run(job, _provider):
         return JobResult(job, [CallRecord(call_index=0, role="sample", model="m",
@@ -383,18 +383,92 @@ def test_successful_job_costs_one_conditional_put(s3_bucket):
     task = {"task_id": "math-1", "family": "math", "prompt": "p", "reference": "1"}
     jobs = [Job("w", task, "greedy", 1, replicate=i) for i in range(4)]
     expect = {
-        0: (dict(check_existing=False), ["PutObject"]),
-        1: (dict(), ["HeadObject", "PutObject"]),
-        2: (dict(check_existing=False, clear_failure=True), ["PutObject", "DeleteObject"]),
+        0: (dict(check_existing=False), ["PUT jobs"]),
+        1: (dict(), ["HEAD jobs", "PUT jobs"]),
+        2: (dict(check_existing=False, clear_failure=True), ["PUT jobs", "DELETE failures"]),
     }
-    for i, (kw, want) in expect.items():
-        sent.clear()
-        out = perform_job(jobs[i], led, None, run=run, **kw)
-        assert out["status"] == "done" and sent == want, (i, sent)
-    # A duplicate (the object exists): the conditional create refuses it, nothing is overwritten.
-    sent.clear()
-    assert perform_job(jobs[0], led, None, run=run, check_existing=False)["status"] == "duplicate"
-    assert sent == ["PutObject"]
+
+    def sent(job) -> list[str]:
+        base = f"/{s3_bucket}/w/runs/w/"
+        where = {f"{base}jobs/{job.key}.jsonl": "jobs", f"{base}failures/{job.key}.json": "failures"}
+        return [f"{m} {where.get(path, path)}" for m, path in proxy.requests]
+
+    try:
+        for i, (kw, want) in expect.items():
+            proxy.requests.clear()
+            out = perform_job(jobs[i], led, None, run=run, **kw)
+            assert out["status"] == "done" and sent(jobs[i]) == want, (i, proxy.requests)
+        # A duplicate (the object exists): the conditional create refuses it, nothing is overwritten.
+        proxy.requests.clear()
+        assert perform_job(jobs[0], led, None, run=run, check_existing=False)["status"] == "duplicate"
+        assert sent(jobs[0]) == ["PUT jobs"]
+    finally:
+        proxy.close()
+
+
+@pytest.mark.services
+def test_celery_sweep_to_s3_makes_one_request_per_successful_job(tmp_path, redis_server, s3_env, s3_bucket, make_sim,
+                                                                  monkeypatch):  # fmt: skip
+    """Real Celery workers writing to SeaweedFS through a counting proxy. A run's first session: each job's
+    object gets exactly one request, the conditional PUT (no HEAD, no DELETE, nothing under failures/). The
+    next session of the run (a resume) checks each job it sends before running it: one HEAD, then the PUT."""
+    import collections
+    import uuid
+
+    from fixtures_plans import plan_toml
+    from fixtures_services import start_celery_workers
+    from fixtures_sim import SIM_KEY
+
+    from elo_per_token.coordinator.plan import parse_plan
+    from elo_per_token.coordinator.sweep import execute, plan_jobs
+    from elo_per_token.egress.profiles import get_profile
+
+    sim = make_sim(api_key=SIM_KEY, latency_ms=5)
+    prof = tmp_path / "profiles.toml"
+    prof.write_text(f'[profiles.sim-test]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "EPT_SIM_API_KEY"\n'
+                    'model = "ept-sim-1"\ntimeout = 20\n')  # fmt: skip
+    monkeypatch.setenv("EPT_PROFILES", str(prof))
+    monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
+    proxy = CountingProxy(s3_env.endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    queue = "q-" + uuid.uuid4().hex[:8]
+    env = {**s3_env.env(), "AWS_ENDPOINT_URL": proxy.url, "EPT_PROFILES": str(prof), "EPT_SIM_API_KEY": SIM_KEY}
+    workers = start_celery_workers(2, redis_server.url, tmp_path / "workers", env=env, concurrency=4, queue=queue)
+    plan = parse_plan(plan_toml(
+        [("greedy", [1]), ("majority", [3])], {"rate_limits.sim-test": {"rpm": 1000000}},
+        name="onereq", profile="sim-test", suites=["math"], tasks_per_family=6, replicates=2, seed=3,
+        ledger=f"s3://{s3_bucket}/l", executor="celery", queue=queue, batch_size=5, bootstrap_rounds=0,
+    ))  # fmt: skip
+    jobs = plan_jobs(plan)
+    first, rest = jobs[: len(jobs) // 2], jobs[len(jobs) // 2 :]
+    base = f"/{s3_bucket}/l/runs/onereq/"
+
+    def per_job() -> dict[str, list[str]]:
+        out: dict[str, list[str]] = collections.defaultdict(list)
+        for method, path in proxy.requests:
+            if path.startswith(base + "jobs/") or path.startswith(base + "failures/"):
+                out[path.removeprefix(base)].append(method)
+        return out
+
+    try:
+        kw = dict(profile=get_profile("sim-test"), broker_url=redis_server.url, analyze=False, compact=False)
+        proxy.requests.clear()
+        one = execute(plan, first, **kw)
+        assert one.ok and one.tally.done == len(first)
+        seen = per_job()
+        assert {k: v for k, v in seen.items() if k.startswith("jobs/")} == {f"jobs/{j.key}.jsonl": ["PUT"] for j in first}
+        assert not [k for k in seen if k.startswith("failures/")] and "DELETE" not in {m for m, _ in proxy.requests}
+
+        proxy.requests.clear()
+        two = execute(plan, None, **kw)  # the second session: the first half is listed, the rest is sent
+        assert two.ok and two.tally.done == len(rest)
+        seen = per_job()
+        assert {k: v for k, v in seen.items() if k.startswith("jobs/")} == {
+            f"jobs/{j.key}.jsonl": ["HEAD", "PUT"] for j in rest
+        }
+    finally:
+        workers.stop()
+        proxy.close()
 
 
 @pytest.mark.services

@@ -166,3 +166,40 @@ def test_one_pass_command_still_names_a_bad_line_and_skips_it(tmp_path: Path, ca
     kept = read_records([str(a), str(_write(tmp_path / "b_good.jsonl", [*good[:7], *good[7:20]]))]).calls
     assert json.loads(out_json.read_text())["arms"] == arm_tokens(kept).to_dicts()
     assert "skipped 1 bad line" in capsys.readouterr().err
+
+
+def test_tokens_parses_only_its_fields_and_still_validates_them(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`ept tokens` parses the usage counts, not the breakdown (analysis.io.TOKENS_FIELDS): same table as the
+    full parse on a log that carries the breakdown; a wrongly typed count is still named by file, line, field."""
+    import polars as pl
+
+    from elo_per_token.analysis.io import TOKENS_FIELDS, fields_schema, read_summary
+    from elo_per_token.analysis.tokens import arm_tokens_from_groups, call_groups
+    from elo_per_token.ept.cli import main
+
+    monkeypatch.setenv("COLUMNS", "1000")
+    rows = _random_rows(4, 600)
+    for i, r in enumerate(rows):
+        if r.get("usage") and i % 3:
+            r["usage"] |= {"prompt_tokens_details": {"cached_tokens": i % 7}, "cache_read_input_tokens": i % 5,
+                           "completion_tokens_details": {"reasoning_tokens": i % 11}}  # fmt: skip
+    a = _write(tmp_path / "a.jsonl", rows)
+    narrow = fields_schema(TOKENS_FIELDS)
+    assert "family" not in narrow and [f.name for f in narrow["usage"].fields] == ["prompt_tokens", "completion_tokens"]
+
+    def groups(fields):
+        return read_summary([str(a)], lambda lf: call_groups(lf.filter(pl.col("kind") == "call")), fields=fields).frame
+
+    want = arm_tokens(read_records([str(a)]).calls)
+    assert arm_tokens_from_groups(groups(TOKENS_FIELDS)).equals(want)
+    assert arm_tokens_from_groups(groups(None)).equals(want)
+    with pytest.raises(ValueError, match="unknown record field"):
+        fields_schema(["usage.total_tokens"])
+
+    bad = [*rows[:4], {**rows[4], "usage": {"prompt_tokens": "12", "completion_tokens": 3}}, *rows[5:9]]
+    b = _write(tmp_path / "b.jsonl", bad)
+    with pytest.raises(SystemExit) as ex:
+        main(["tokens", str(b)])
+    assert ex.value.code == 2
+    err = capsys.readouterr().err.replace("\n", "")
+    assert f"{b}:5" in err and "usage.prompt_tokens" in err

@@ -266,8 +266,6 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
     job = Job.from_dict(job_dict)
     ctx = CeleryJobContext.from_dict(ctx_dict)
     ledger = ledger_for(ctx.ledger)
-    if ledger.has_job(job.run_id, job.key):
-        return _summary(job, "skipped")
     if _cancelled(task_self, job):
         return _summary(job, "cancelled", message="the sweep was stopped before this job started")
     redis_url = os.environ.get("EPT_RATELIMIT_URL") or os.environ.get("EPT_BROKER_URL") or "redis://127.0.0.1:6379/0"
@@ -279,7 +277,12 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
         time.sleep(0.5)
         if ledger.has_job(job.run_id, job.key):
             return _summary(job, "skipped")
-    if waited and ledger.has_job(job.run_id, job.key):  # the other delivery finished as we took the claim
+    # The check before the first API call, so a job that finished elsewhere never spends tokens twice; made
+    # with the claim held, so a copy that finished just before it released the claim is seen. Skipped only
+    # when nothing can have finished the job: the first delivery (not a redelivery after a lost worker or a
+    # visibility timeout) of a job from a run's first session (coordinator.sweep.execute), uncontended.
+    redelivered = bool((getattr(getattr(task_self, "request", None), "delivery_info", None) or {}).get("redelivered"))
+    if (ctx.check_ledger or redelivered or waited) and ledger.has_job(job.run_id, job.key):
         claims.release(job)
         return _summary(job, "skipped")
     try:
@@ -288,7 +291,7 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
         def on_retry(j: Job, attempt: int, cls: str) -> None:
             task_self.update_state(state="RETRYING", meta={"key": j.key, "attempt": attempt, "class": cls})
 
-        # One HEAD above, one conditional PUT in perform_job: nothing else on the success path.
+        # At most one HEAD above, one conditional PUT in perform_job: nothing else on the success path.
         summary = perform_job(
             job, ledger, provider, on_retry=on_retry, max_attempts=ctx.max_attempts,
             check_existing=False, clear_failure=ctx.clear_failure,

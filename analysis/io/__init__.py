@@ -43,6 +43,7 @@ from elo_per_token.analysis.io.schema import (
     _SUSPECT_MSG,
     _USAGE,
     KINDS,
+    LABEL_COLUMNS,
     RAW_SCHEMA,
     RECORD_SCHEMA,
     TOKENS_FIELDS,
@@ -51,6 +52,7 @@ from elo_per_token.analysis.io.schema import (
     BadLine,
     _normalise,
     _type_problem,
+    fields_schema,
 )
 from elo_per_token.analysis.io.sources import (
     _RUN_URL,
@@ -77,6 +79,7 @@ __all__ = [
     "DATA_SUFFIXES",
     "DEFAULT_LEDGER",
     "KINDS",
+    "LABEL_COLUMNS",
     "RAW_SCHEMA",
     "RECORD_SCHEMA",
     "RUN_CHUNK_JOBS",
@@ -237,14 +240,15 @@ def read_summary(
     ONE pass over the files, fused with the validation check, so a million-line log is never held as a
     frame. Same validation as read_records: if any line is bad, or polars refuses a file, or the input is
     empty, the answer comes from read_records instead, which names the line (or skips it with skip_bad).
-    `fields`: parse (and so validate) only these fields of JSON lines — the JSON parse is most of the cost.
+    `fields`: parse (and so validate) only these fields of JSON lines — the JSON parse is most of the cost
+    (names as in schema.fields_schema, e.g. TOKENS_FIELDS).
     """
     runs, _ = split_runs(paths)
     files = [] if runs else expand_inputs(paths)
     if files and (all(f.endswith(".parquet") for f in files) or not any(f.endswith(".parquet") for f in files)):
         try:
-            schema = {k: RAW_SCHEMA[k] for k in fields} if fields else None
-            records = _normalise(_scan(files, schema))
+            schema = fields_schema(fields) if fields else None
+            records = _normalise(_scan(files, schema), categorical=False)
             check = records.select(pl.col("bad_field").is_not_null().any().alias("bad"), pl.len().alias("n"))
             out, seen = pl.collect_all([summarise(records.drop("bad_field", "bad_msg")), check])
             if not seen["bad"].item() and seen["n"].item() > 0:

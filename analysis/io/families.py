@@ -28,7 +28,7 @@ def _resolve_families(frame: pl.DataFrame, tasks_file: str | None) -> pl.DataFra
     An explicit tasks file wins over the prefix heuristic because it is the user's own statement.
     One task has one family: conflicting `family` fields for the same task_id are an input error.
     """
-    given = frame.filter(pl.col("family").is_not_null())
+    given = frame.select("file", "row", "task_id", "family").filter(pl.col("family").is_not_null())
     first = given.group_by("task_id", maintain_order=True).agg(pl.col("family").first().alias("fam_given"))
     conflict = given.join(first, on="task_id", maintain_order="left").filter(pl.col("family") != pl.col("fam_given"))
     if conflict.height:
@@ -41,6 +41,7 @@ def _resolve_families(frame: pl.DataFrame, tasks_file: str | None) -> pl.DataFra
         )
     # Resolve once per distinct task, then one join back (a regex over every line would be slow).
     tasks = frame.select("task_id").unique().join(first, on="task_id", how="left")
+    tasks = tasks.with_columns(pl.col("task_id", "fam_given").cast(pl.String))  # Categorical in the records
     if tasks_file:
         tasks = tasks.join(read_tasks_file(tasks_file).rename({"family": "fam_file"}), on="task_id", how="left")
     else:
@@ -52,5 +53,6 @@ def _resolve_families(frame: pl.DataFrame, tasks_file: str | None) -> pl.DataFra
     )
     tasks = tasks.select("task_id", pl.coalesce(pl.col("fam_given"), pl.col("fam_file"), prefix).alias("family"))
     # Join the task ids only and add the one column: joining the whole frame would copy every column.
+    tasks = tasks.with_columns(pl.col("task_id", "family").cast(pl.Categorical))
     fam = frame.select("task_id").join(tasks, on="task_id", how="left", maintain_order="left")["family"]
     return frame.with_columns(fam)

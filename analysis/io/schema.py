@@ -10,12 +10,16 @@ same lines and blame the same field; tests/test_io_schema_agree.py checks that t
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from elo_per_token.contracts.errors import InputError
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 KINDS = ("call", "outcome", "judgment")
 WINNERS = {"a": "A", "b": "B", "tie": "tie"}
@@ -62,18 +66,26 @@ RAW_SCHEMA: dict[str, pl.DataType] = {
 
 _INT_FIELDS = ("budget_n", "replicate", "prompt_tokens", "completion_tokens", "budget_a", "budget_b")
 
+# Labels every row repeats (a 1M-job run is 6M rows over ~50k task ids and a handful of arms): the records
+# frame holds them as Categorical, a 4-byte code per row instead of a 16-byte string view (plus the text of
+# longer ones). That is most of a large run's frame, and it is what `ept analyze` keeps while it works.
+LABEL_COLUMNS = (
+    "file", "kind", "task_id", "family", "strategy", "arm", "role", "finish_reason", "error_class", "winner", "arm_a",
+    "arm_b",
+)  # fmt: skip
+
 # The normalised frame every later stage reads.
 RECORD_SCHEMA: dict[str, pl.DataType] = {
-    "file": pl.String(),
+    "file": pl.Categorical(),
     "row": pl.Int64(),  # 0-based index among the file's non-blank lines (parquet: row number)
-    "kind": pl.String(),
-    "task_id": pl.String(),
-    "family": pl.String(),
-    "strategy": pl.String(),
+    "kind": pl.Categorical(),
+    "task_id": pl.Categorical(),
+    "family": pl.Categorical(),
+    "strategy": pl.Categorical(),
     "budget_n": pl.Int64(),
-    "arm": pl.String(),
+    "arm": pl.Categorical(),
     "replicate": pl.Int64(),
-    "role": pl.String(),
+    "role": pl.Categorical(),
     "prompt_tokens": pl.Int64(),
     "completion_tokens": pl.Int64(),
     "usage_missing": pl.Boolean(),
@@ -81,22 +93,41 @@ RECORD_SCHEMA: dict[str, pl.DataType] = {
     "reasoning_tokens": pl.Int64(),
     "cached_tokens": pl.Int64(),  # OpenAI prompt_tokens_details.cached_tokens or Anthropic cache_read_input_tokens
     "cache_creation_tokens": pl.Int64(),  # Anthropic cache_creation_input_tokens
-    "finish_reason": pl.String(),
+    "finish_reason": pl.Categorical(),
     # call: the failed call's class; outcome: why it has no score (error) or why it scored 0 (failure)
-    "error_class": pl.String(),
+    "error_class": pl.Categorical(),
     "scored_failure": pl.Boolean(),  # outcome scored as a loss because the strategy failed on the task
     "score": pl.Float64(),
-    "winner": pl.String(),
-    "arm_a": pl.String(),
-    "arm_b": pl.String(),
+    "winner": pl.Categorical(),
+    "arm_a": pl.Categorical(),
+    "arm_b": pl.Categorical(),
 }
 
 
-# What `ept tokens` parses and validates: the call fields, and what classifies a line without `kind`.
+# What `ept tokens` parses and validates: the call fields it counts, and what classifies a line without `kind`.
+# "usage.x" parses only that member of the usage object: the breakdown (details objects, cache fields) is
+# most of the JSON parse's cost on a call line and `ept tokens` does not report it. Not `family` either.
 TOKENS_FIELDS = (
-    "kind", "task_id", "family", "strategy", "budget_n", "arm", "replicate", "role", "usage", "prompt_tokens",
-    "completion_tokens", "usage_missing", "error", "score", "correct", "winner",
+    "kind", "task_id", "strategy", "budget_n", "arm", "replicate", "role", "usage.prompt_tokens",
+    "usage.completion_tokens", "prompt_tokens", "completion_tokens", "usage_missing", "error", "score", "correct",
+    "winner",
 )  # fmt: skip
+
+
+def fields_schema(fields: Sequence[str]) -> dict[str, pl.DataType]:
+    """The RAW_SCHEMA subset that parses `fields` (names of RAW_SCHEMA, or "usage.<member>" for members of
+    the usage object). The scan fills every other field, and usage member, with nulls (analysis.io.scan)."""
+    schema: dict[str, pl.DataType] = {}
+    members: dict[str, PolarsDataType] = {}
+    usage = _USAGE.to_schema()
+    for f in fields:
+        top, _, member = f.partition(".")
+        if top not in RAW_SCHEMA or (member and (top != "usage" or member not in usage)):
+            raise ValueError(f"unknown record field {f!r}")
+        if member:
+            members[member] = usage[member]
+        schema[top] = pl.Struct(members) if member else RAW_SCHEMA[top]
+    return schema
 
 
 @dataclass(frozen=True)
@@ -123,9 +154,10 @@ def _winner() -> pl.Expr:
     return pl.col("winner").str.to_lowercase().replace_strict(WINNERS, default=None, return_dtype=pl.String)
 
 
-def _normalise(lf: pl.LazyFrame, *, suspect_ids: bool = True) -> pl.LazyFrame:
+def _normalise(lf: pl.LazyFrame, *, suspect_ids: bool = True, categorical: bool = True) -> pl.LazyFrame:
     """Raw schema -> RECORD_SCHEMA plus a `bad_field`/`bad_msg` pair describing the first problem.
-    suspect_ids=False on the line-by-line path, where the JSON types were already checked."""
+    suspect_ids=False on the line-by-line path, where the JSON types were already checked. categorical=False
+    keeps LABEL_COLUMNS as strings (a query that only aggregates them has no frame to keep small)."""
     kind_guess = (
         pl.when(pl.col("winner").is_not_null())
         .then(pl.lit("judgment"))
@@ -141,7 +173,11 @@ def _normalise(lf: pl.LazyFrame, *, suspect_ids: bool = True) -> pl.LazyFrame:
         completion.alias("c"),
     )
     bad_field, bad_msg = _first_problem(_checks(suspect_ids=suspect_ids))
-    return lf.select(*_record_columns(), bad_field.alias("bad_field"), bad_msg.alias("bad_msg"))
+    out = lf.select(*_record_columns(), bad_field.alias("bad_field"), bad_msg.alias("bad_msg"))
+    if not categorical:
+        return out
+    # In the same (streaming) query: the string columns are never materialised whole.
+    return out.with_columns(pl.col(*LABEL_COLUMNS, "bad_field", "bad_msg").cast(pl.Categorical))
 
 
 def _checks(*, suspect_ids: bool) -> list[tuple[str, str, pl.Expr]]:

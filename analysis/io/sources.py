@@ -117,7 +117,9 @@ def _drop_compacted_copies(files: list[str]) -> list[str]:
     """A ledger run holds jobs/** and possibly compact/records.parquet, a copy of the same records:
     read a found directory's jobs/ objects and skip its compact/ copy so no record counts twice."""
     runs_with_jobs = {f.split("/jobs/")[0] for f in files if "/jobs/" in f}
-    return [f for f in files if not ("/compact/" in f and f.split("/compact/")[0] in runs_with_jobs)]
+    # planned/keys-*.parquet are job-key declarations (analysis/keyspace.py), not records.
+    return [f for f in files if not ("/compact/" in f and f.split("/compact/")[0] in runs_with_jobs)
+            and "/planned/keys-" not in f]  # fmt: skip
 
 
 # ---------------------------------------------------------------- ledger runs (where they are)
