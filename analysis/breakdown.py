@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from elo_per_token.analysis.tokens import strategy_calls
+from elo_per_token.analysis.tokens import FrameT, strategy_calls
 from elo_per_token.contracts.errors import InputError
 
 
@@ -69,7 +69,7 @@ def _input_total() -> pl.Expr:
     return pl.col("prompt_tokens").fill_null(0) + extra
 
 
-def task_costs(calls: pl.DataFrame, prices: Prices) -> pl.DataFrame:
+def task_costs(calls: FrameT, prices: Prices) -> FrameT:
     """USD per (task, arm), per replicate (the same rule as analysis.tokens.task_tokens)."""
     c = strategy_calls(calls)
     # Integer token sums per (task, arm), priced once: exact whatever order the rows are summed in (a float

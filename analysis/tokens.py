@@ -25,11 +25,11 @@ ARM_KEYS = ("arm", "strategy", "budget_n")
 _IS_JUDGE = pl.col("role").fill_null("") == "judge"
 
 
-def strategy_calls(calls: pl.DataFrame) -> pl.DataFrame:
+def strategy_calls(calls: FrameT) -> FrameT:
     return calls.filter(~_IS_JUDGE)
 
 
-def task_tokens(calls: pl.DataFrame) -> pl.DataFrame:
+def task_tokens(calls: FrameT) -> FrameT:
     """One row per (task, arm): tokens one run of the arm spent on the task (judge calls excluded).
 
     Columns: task_id, family, arm, strategy, budget_n, prompt_tokens, completion_tokens, tokens

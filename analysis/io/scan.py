@@ -44,6 +44,11 @@ def _scan(files: list[str], schema: dict[str, pl.DataType] | None = None) -> pl.
 SLICE_ROWS = 500_000
 
 
+def _normalised_slices(scan: pl.LazyFrame) -> Callable[[int, int], pl.LazyFrame]:
+    """make(offset, length) for _collect_sliced: the normalised rows [offset, offset + length) of `scan`."""
+    return lambda o, k: _normalise(scan.slice(o, k))
+
+
 def _collect_sliced(make: Callable[[int, int], pl.LazyFrame], n_rows: int, rows: int | None = None) -> pl.DataFrame:
     """make(offset, length) -> the query over those rows of the input, collected slice by slice (SLICE_ROWS)
     and kept as chunks (no copy of the whole result)."""
@@ -118,8 +123,7 @@ def _fast(files: list[str]) -> pl.DataFrame | None:
             parts = []
             for f in files:
                 n = pl.scan_parquet(f, storage_options=opts).select(pl.len()).collect().item()
-                scan = _scan([f])
-                parts.append(_collect_sliced(lambda o, k, scan=scan: _normalise(scan.slice(o, k)), n))
+                parts.append(_collect_sliced(_normalised_slices(_scan([f])), n))
             return pl.concat(parts, how="vertical", rechunk=False)
         return _normalise(_scan(files)).collect(engine="streaming")
     except (pl.exceptions.PolarsError, OSError, ValueError):
