@@ -677,6 +677,9 @@ def load_run(path: str, *, skip_bad: bool = False, tasks_file: str | None = None
             file=path,
         )
     frame, _ = check_records(records, skip_bad=skip_bad)
+    # Labels as plain strings: the reader keeps them Categorical (analysis.io.LABEL_COLUMNS), and the two
+    # runs of a comparison do not share one category dictionary, so their frames could not be joined.
+    frame = frame.with_columns(pl.col(pl.Categorical).cast(pl.String))
     calls = frame.filter(pl.col("kind") == "call")
     outcomes = frame.filter(pl.col("kind") == "outcome")
     if outcomes.height == 0:
