@@ -87,7 +87,7 @@ def task_costs(calls: FrameT, prices: Prices) -> FrameT:
             / 1e6
             / pl.col("reps")
         ).alias("cost"),
-    )
+    ).sort("arm", "task_id")  # one order for every caller, whatever the group_by's partitioning
 
 
 def _mean_cost(costs: pl.DataFrame) -> pl.DataFrame:
