@@ -7,6 +7,8 @@ Real files, the real simulator over HTTP, a real SeaweedFS behind a counting pro
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import subprocess
 import sys
@@ -243,7 +245,20 @@ def _s3_fast_path(s3_bucket: str, proxy: CountingProxy, s3_env, tmp_path: Path) 
                             "20", "--no-plots"], capture_output=True, text=True, env={**os.environ, **env}, timeout=300)  # fmt: skip
         assert p.returncode == 0, p.stderr[-2000:]
         outs.append((out / "arms.csv").read_bytes())
-    assert outs[0] == outs[1] and len(outs[0].splitlines()) == 6  # header + 5 arms
+    assert len(outs[0].splitlines()) == 6  # header + 5 arms
+    # Every column equal; floats to 1e-12 relative. Byte-identity held until the records' labels became
+    # Categorical (issue 13's memory work): since then a few bootstrap-percentile columns (elo_lo, d_elo_lo)
+    # can differ in their last 1-2 digits between the two read paths. Known and noted; not a different result.
+    a, b = (list(csv.reader(io.StringIO(o.decode()))) for o in outs)
+    assert a[0] == b[0] and len(a) == len(b)
+    for ra, rb in zip(a[1:], b[1:], strict=True):
+        for name, x, y in zip(a[0], ra, rb, strict=True):
+            try:
+                fx, fy = float(x), float(y)
+            except ValueError:
+                assert x == y, (name, x, y)
+                continue
+            assert fx == pytest.approx(fy, rel=1e-12, abs=1e-12), (name, x, y)
 
 
 def test_a_ledger_folder_read_as_files_skips_the_declarations(tmp_path):
