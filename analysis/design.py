@@ -33,6 +33,12 @@ def pair_data(
     arm that ran it; the rest of the [T, K] grid is NaN). groups (optional): task, arm, level, mass, see
     PairData.outcome_groups; tie_weight 0 when ties are dropped.
     """
+    # Canonical row order: the frames come out of hash joins whose order varies from run to run, and the
+    # fit's float sums follow array order, so without this the same records give bootstrap bounds that
+    # differ in the last digits between reads (issue 13: run id vs job objects).
+    pairs = pairs.sort("task", "winner", "loser", "weight")
+    if groups is not None:
+        groups = groups.sort("task", "arm", "level", "mass")
     fam_idx = {f: i for i, f in enumerate(families)}
     grid = np.full((task_family.len(), int(n_arms)), np.nan)
     grid[tokens["task"].to_numpy(), tokens["arm"].to_numpy()] = tokens["tokens"].to_numpy()

@@ -7,8 +7,6 @@ Real files, the real simulator over HTTP, a real SeaweedFS behind a counting pro
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 import subprocess
 import sys
@@ -239,26 +237,17 @@ def _s3_fast_path(s3_bucket: str, proxy: CountingProxy, s3_env, tmp_path: Path) 
     # arms.csv of the run (fast path) equals arms.csv of its job objects, byte for byte.
     env = {**s3_env.env(), "AWS_ENDPOINT_URL": proxy.url, "PYTHONPATH": str(REPO), "COLUMNS": "500"}
     outs = []
-    for i, target in enumerate((["r", "--ledger", f"s3://{s3_bucket}/l"], [f"s3://{s3_bucket}/l/runs/r/jobs"])):
+    # The run id twice: its tail objects arrive from parallel GETs, and the hash joins after the read order
+    # rows differently from run to run; analysis.design.pair_data puts them in one order (the bounds used
+    # to differ in the last digits about one run in three).
+    run_id = ["r", "--ledger", f"s3://{s3_bucket}/l"]
+    for i, target in enumerate((run_id, [f"s3://{s3_bucket}/l/runs/r/jobs"], run_id)):
         out = tmp_path / f"a{i}"
         p = subprocess.run([sys.executable, "-m", "elo_per_token", "analyze", *target, "--out", str(out), "--rounds",
                             "20", "--no-plots"], capture_output=True, text=True, env={**os.environ, **env}, timeout=300)  # fmt: skip
         assert p.returncode == 0, p.stderr[-2000:]
         outs.append((out / "arms.csv").read_bytes())
-    assert len(outs[0].splitlines()) == 6  # header + 5 arms
-    # Every column equal; floats to 1e-12 relative. Byte-identity held until the records' labels became
-    # Categorical (issue 13's memory work): since then a few bootstrap-percentile columns (elo_lo, d_elo_lo)
-    # can differ in their last 1-2 digits between the two read paths. Known and noted; not a different result.
-    a, b = (list(csv.reader(io.StringIO(o.decode()))) for o in outs)
-    assert a[0] == b[0] and len(a) == len(b)
-    for ra, rb in zip(a[1:], b[1:], strict=True):
-        for name, x, y in zip(a[0], ra, rb, strict=True):
-            try:
-                fx, fy = float(x), float(y)
-            except ValueError:
-                assert x == y, (name, x, y)
-                continue
-            assert fx == pytest.approx(fy, rel=1e-12, abs=1e-12), (name, x, y)
+    assert outs[0] == outs[1] == outs[2] and len(outs[0].splitlines()) == 6  # header + 5 arms
 
 
 def test_a_ledger_folder_read_as_files_skips_the_declarations(tmp_path):
