@@ -385,8 +385,8 @@ def analyze(
         step("bootstrap rounds")
     iv = intervals(design, sel, point, opt, progress)
     tables = make_tables(inp, sel, design, point, iv, opt)
-    warnings = collect_warnings(inp, comp, sel, design, point, iv, tables, opt)
-    return _result(records, inp, comp, sel, design, point, iv, tables, warnings, opt)
+    stages = Stages(inp, comp, sel, design, point, iv, tables)
+    return _result(records, stages, collect_warnings(stages, opt), opt)
 
 
 def split_records(records: Records, opt: AnalysisOptions) -> Inputs:
@@ -734,18 +734,24 @@ def _per_family_table(design: Design, arms: list[str], per_family_theta: dict[st
     )
 
 
-def collect_warnings(
-    inp: Inputs,
-    comp: Comparisons,
-    sel: ArmSelection,
-    design: Design,
-    point: PointFit,
-    iv: Intervals,
-    tables: Tables,
-    opt: AnalysisOptions,
-) -> list[str]:
+@dataclass(frozen=True)
+class Stages:
+    """Every stage's result of one analysis, for the steps that read them all (warnings, the result)."""
+
+    inp: Inputs
+    comp: Comparisons
+    sel: ArmSelection
+    design: Design
+    point: PointFit
+    iv: Intervals
+    tables: Tables
+
+
+def collect_warnings(st: Stages, opt: AnalysisOptions) -> list[str]:
     """Every stage's warnings in pipeline order, then those read off the tables; skipped lines first."""
     from elo_per_token.analysis.returns import family_heterogeneity
+
+    inp, comp, sel, design, point, iv, tables = st.inp, st.comp, st.sel, st.design, st.point, st.iv, st.tables
 
     warnings = comp.warnings + sel.warnings + design.warnings + point.warnings + iv.warnings
     warnings += _task_set_warnings(tables.breakdown)
@@ -759,18 +765,8 @@ def collect_warnings(
     return warnings
 
 
-def _result(
-    records: Records,
-    inp: Inputs,
-    comp: Comparisons,
-    sel: ArmSelection,
-    design: Design,
-    point: PointFit,
-    iv: Intervals,
-    tables: Tables,
-    warnings: list[str],
-    opt: AnalysisOptions,
-) -> AnalysisResult:
+def _result(records: Records, st: Stages, warnings: list[str], opt: AnalysisOptions) -> AnalysisResult:
+    inp, comp, sel, design, point, iv, tables = st.inp, st.comp, st.sel, st.design, st.point, st.iv, st.tables
     n_strategy_calls = inp.n_strategy_calls
     counts = {
         "files": len(records.files),

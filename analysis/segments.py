@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from elo_per_token.analysis.io import USAGE_BREAKDOWN
+from elo_per_token.analysis.io import RAW_SCHEMA, USAGE_BREAKDOWN
 from elo_per_token.contracts.errors import InputError
 
 if TYPE_CHECKING:
@@ -53,45 +53,24 @@ _USAGE = pl.Struct(
     {"prompt_tokens": pl.Int64, "completion_tokens": pl.Int64, "total_tokens": pl.Int64, **USAGE_BREAKDOWN}
 )
 
-# What a segment keeps of each record (contracts/records.py): every field analysis reads, plus the call and
-# outcome details worth querying. Object-valued fields (error, grader) keep their JSON text. Anything else
-# stays in the job objects only.
+# What a segment keeps of each record (contracts/records.py): every field analysis reads (RAW_SCHEMA, one
+# definition of their types), plus the call and outcome details worth querying. Object-valued fields (error,
+# failure, gen, grader) keep their JSON text. Anything else stays in the job objects only.
+_AS_JSON_TEXT = ("error", "failure")
 SEGMENT_SCHEMA: dict[str, pl.DataType] = {
     "schema": pl.Int64(),
     "run_id": pl.String(),
-    "kind": pl.String(),
-    "task_id": pl.String(),
-    "family": pl.String(),
-    "strategy": pl.String(),
-    "budget_n": pl.Int64(),
-    "arm": pl.String(),
-    "replicate": pl.Int64(),
+    **{k: (pl.String() if k in _AS_JSON_TEXT else v) for k, v in RAW_SCHEMA.items()},
+    "usage": _USAGE,  # with the provider's total_tokens, kept for queries on the segment
     "call_index": pl.Int64(),
-    "role": pl.String(),
     "model": pl.String(),
-    "usage": _USAGE,
-    "prompt_tokens": pl.Int64(),
-    "completion_tokens": pl.Int64(),
-    "usage_missing": pl.Boolean(),
     "latency_s": pl.Float64(),
     "attempts": pl.Int64(),
-    "finish_reason": pl.String(),
-    "error": pl.String(),
-    "failure": pl.String(),  # an outcome scored as a loss because the strategy failed (worker.job)
     "gen": pl.String(),  # the generation settings a call sent
     "answer": pl.String(),
-    "score": pl.Float64(),
-    "correct": pl.Boolean(),
     "grader": pl.String(),
     "started_at": pl.Float64(),
     "finished_at": pl.Float64(),
-    "winner": pl.String(),
-    "arm_a": pl.String(),
-    "arm_b": pl.String(),
-    "strategy_a": pl.String(),
-    "budget_a": pl.Int64(),
-    "strategy_b": pl.String(),
-    "budget_b": pl.Int64(),
 }
 
 

@@ -95,8 +95,11 @@ def bench_store(store: str, n: int, work: Path, rounds: int, s3_env: dict[str, s
             shutil.rmtree(ledger, ignore_errors=True)
             ledger_gen.write_local(ledger, "r", n)
             (run_dir / ".complete").write_text("")
-        else:  # reused from an earlier run: back to n uncompacted jobs
+        else:  # reused from an earlier run: back to n uncompacted jobs, as generated (no manifest: an
+            # earlier run's sweep-resume step left one, and sessions of an older ept in it make readers list)
             shutil.rmtree(run_dir / "compact", ignore_errors=True)
+            shutil.rmtree(run_dir / "planned", ignore_errors=True)
+            (run_dir / "manifest.json").unlink(missing_ok=True)
             for k in ledger_gen.job_frame("r", extra, offset=n)["job_key"].to_list():
                 (run_dir / "jobs" / (k + ".jsonl")).unlink(missing_ok=True)
     else:

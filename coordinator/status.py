@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +11,7 @@ from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.ledger import Ledger
 
-if TYPE_CHECKING:  # analysis (polars) is imported only by the compact command
+if TYPE_CHECKING:  # analysis (polars) is imported only for a compacted run and by the compact command
     from elo_per_token.analysis.segments import CompactResult
 
 
@@ -37,12 +38,14 @@ class RunStatus:
 
 def run_status(ledger: Ledger, run_id: str) -> RunStatus:
     manifest = ledger.get_manifest(run_id)
-    jobs = ledger.list_jobs(run_id)
-    if manifest is None and not jobs:
+    done, has_result = _results(ledger, run_id)
+    if manifest is None and not done:
         known = ", ".join(ledger.list_runs()[:20]) or "none"
         raise InputError(f"no run {run_id!r} in ledger {ledger.url} (runs: {known})", field="RUN")
     # A failure object left behind by a job that later succeeded is stale: the result wins.
-    fails = {k: v for k, v in ledger.list_failures(run_id).items() if k not in jobs}
+    failures = ledger.list_failures(run_id)
+    finished = has_result(list(failures))
+    fails = {k: v for k, v in failures.items() if k not in finished}
     since = _last_session_start(manifest)
     retrying = {k: v for k, v in fails.items() if since is not None and float(v.get("at") or 0) < since}
     fails = {k: v for k, v in fails.items() if k not in retrying}
@@ -50,13 +53,38 @@ def run_status(ledger: Ledger, run_id: str) -> RunStatus:
         run_id=run_id,
         run_url=ledger.run_url(run_id),
         n_jobs=(manifest or {}).get("n_jobs"),
-        done=len(jobs),
+        done=done,
         failed=dict(Counter(str(f.get("class")) for f in fails.values())),
         failed_jobs=[{"key": k, **v} for k, v in sorted(fails.items())],
         manifest=manifest,
         retrying=len(retrying),
         retrying_jobs=[{"key": k, **v} for k, v in sorted(retrying.items())],
     )
+
+
+def _results(ledger: Ledger, run_id: str) -> tuple[int, Callable[[list[str]], set[str]]]:
+    """(jobs with a result, which of some keys have one). A compacted run is counted from its segment
+    indexes plus the job objects no segment holds (found from the declared keys, as `ept analyze` finds
+    them), not by listing every job object: on S3 a listing is one request per 1,000 keys."""
+    import polars as pl
+
+    from elo_per_token.analysis.segments import COMPACT_DIR
+
+    if not ledger.list_blobs(run_id, COMPACT_DIR):
+        jobs = ledger.list_jobs(run_id)
+        return len(jobs), lambda keys: {k for k in keys if k in jobs}
+    from elo_per_token.analysis.keyspace import unindexed_keys
+    from elo_per_token.analysis.segments import read_index, segment_state
+
+    index = read_index(ledger, run_id, segment_state(ledger, run_id).committed)
+    tail = set(unindexed_keys(ledger, run_id, index)[0])
+    indexed = index["job_key"]
+
+    def has_result(keys: list[str]) -> set[str]:
+        asked = pl.Series(keys, dtype=pl.String)
+        return set(asked.filter(asked.is_in(indexed.implode())).to_list()) | (set(keys) & tail)
+
+    return index.height + len(tail), has_result
 
 
 def _last_session_start(manifest: dict[str, Any] | None) -> float | None:

@@ -7,6 +7,7 @@ Real files, the real simulator over HTTP, a real SeaweedFS behind a counting pro
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -144,6 +145,26 @@ def _generated(tmp_path: Path, n: int = 300, declared: int = 320) -> tuple[Path,
     return root, led
 
 
+def test_status_of_a_compacted_run_counts_without_listing(tmp_path):
+    """`ept status` counts results from the segment indexes plus the declared keys no segment holds: the same
+    figures as listing every job object, and no listing. A failure object left behind by a job that later
+    succeeded (in a segment, or in the tail) is stale and not counted as failed."""
+    from elo_per_token.coordinator.status import run_status
+
+    root, led = _generated(tmp_path)
+    ledger_gen.write_local(root, "r", 12, offset=300)  # written after the compaction: the tail
+    keys = ledger_gen.job_frame("r", 320)["job_key"].to_list()
+    for k in (keys[5], keys[305], keys[315], keys[316]):  # indexed, tail (stale); two with no result (failed)
+        led.put_failure("r", k, {"class": "transient", "message": "x", "at": 1.0})
+    st, n_lists = _listings(lambda: run_status(led, "r"))
+    assert n_lists == 0
+    assert (st.done, st.failed) == (312, {"transient": 2})
+    assert sorted(f["key"] for f in st.failed_jobs) == sorted([keys[315], keys[316]])
+    # The same as the listing of every job object (a run with no segments is counted that way).
+    listed = set(led.list_jobs("r"))
+    assert len(listed) == st.done and not {keys[315], keys[316]} & listed
+
+
 def test_other_writers(tmp_path):
     """Writers outside `ept sweep`: one writing a declared key is found by the probe; one writing a key no
     session declared is NOT seen by the fast path (documented) and is found with EPT_VERIFY_JOBS=1; an older
@@ -236,6 +257,13 @@ def _s3_fast_path(s3_bucket: str, proxy: CountingProxy, s3_env, tmp_path: Path) 
 
     # arms.csv of the run (fast path) equals arms.csv of its job objects, byte for byte.
     env = {**s3_env.env(), "AWS_ENDPOINT_URL": proxy.url, "PYTHONPATH": str(REPO), "COLUMNS": "500"}
+    # `ept status` of the compacted run: every result counted, the job keys never listed.
+    proxy.requests.clear()
+    proxy.full.clear()
+    p = subprocess.run([sys.executable, "-m", "elo_per_token", "status", "r", "--ledger", f"s3://{s3_bucket}/l",
+                        "--json"], capture_output=True, text=True, env={**os.environ, **env}, timeout=300)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads(p.stdout)["done"] == 615 and _lists(proxy, jobs_prefix) == 0
     outs = []
     # The run id twice: its tail objects arrive from parallel GETs, and the hash joins after the read order
     # rows differently from run to run; analysis.design.pair_data puts them in one order (the bounds used

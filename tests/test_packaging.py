@@ -138,3 +138,18 @@ def test_installed_wheel_runs_next_to_foreign_packages(wheel, tmp_path):
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     assert "PROBE-OK" in p.stdout
     assert (work / "out" / "report" / "arms.csv").is_file()
+
+
+def test_polars_allocator_returns_freed_memory_sooner():
+    """The package sets jemalloc's decay for polars before polars is imported (elo_per_token/__init__.py; the
+    peak-RSS effect is measured in benchmarks/bench_scale.py), and never overrides a user's setting."""
+    code = ("import os, sys, elo_per_token; assert 'polars' not in sys.modules; import polars; "
+            "print(os.environ.get('_RJEM_MALLOC_CONF'))")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    # polars puts its own defaults in front when it loads; jemalloc applies the options in order, so ours,
+    # last, are the ones in force.
+    assert out.stdout.strip().endswith("dirty_decay_ms:250,muzzy_decay_ms:0")
+    mine = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**env, "_RJEM_MALLOC_CONF": "narenas:2"})  # fmt: skip
+    assert mine.stdout.strip().endswith("narenas:2") and "dirty_decay_ms:250" not in mine.stdout
