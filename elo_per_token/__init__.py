@@ -16,8 +16,12 @@ __version__ = "0.1.0"
 # back: an analysis of a 1M-job run frees ~0.3 GB between stages that then still counts as resident at the
 # next stage's peak (1.93-1.96 GiB peak RSS; with these settings 1.71-1.72 GiB, ~3% slower, measured in
 # docs/benchmarks.md). jemalloc reads this once, when polars is first imported, so it must be set before
-# that; a value the user set wins.
-_os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:250,muzzy_decay_ms:0")
+# that. A value the user set wins; polars' own default (which polars writes into the environment on import,
+# so a parent process that imported polars hands it to us) does not count as the user's.
+_POLARS_DEFAULT = "dirty_decay_ms:500,muzzy_decay_ms:1000"
+_conf = _os.environ.get("_RJEM_MALLOC_CONF", "")
+if _conf in ("", _POLARS_DEFAULT, _POLARS_DEFAULT + ",thp:always,metadata_thp:always"):
+    _os.environ["_RJEM_MALLOC_CONF"] = ",".join(filter(None, [_conf, "dirty_decay_ms:250,muzzy_decay_ms:0"]))
 
 # A plain source checkout (`PYTHONPATH=<checkout>`, no install) has the stage folders next to this one, not
 # inside it: look for them there too, so `elo_per_token.analysis` is the checkout's `analysis/`. In an

@@ -153,3 +153,9 @@ def test_polars_allocator_returns_freed_memory_sooner():
     mine = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env={**env, "_RJEM_MALLOC_CONF": "narenas:2"})  # fmt: skip
     assert mine.stdout.strip().endswith("narenas:2") and "dirty_decay_ms:250" not in mine.stdout
+    # A parent that imported polars (a benchmark, a driver script) passes polars' default on: not the user's.
+    before = subprocess.run([sys.executable, "-c", "import os, polars; print(os.environ['_RJEM_MALLOC_CONF'])"],
+                            capture_output=True, text=True, check=True, env=env).stdout.strip()  # fmt: skip
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**env, "_RJEM_MALLOC_CONF": before})  # fmt: skip
+    assert before and child.stdout.strip().endswith("dirty_decay_ms:250,muzzy_decay_ms:0")
