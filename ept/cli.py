@@ -6,10 +6,6 @@ import os
 import sys
 from typing import Any
 
-# polars' allocator (jemalloc) keeps freed pages by default: a million-job analysis then holds ~2x the memory
-# its frames need. Returning them promptly costs no measurable time here. Must be set before polars loads.
-os.environ.setdefault("_RJEM_MALLOC_CONF", "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0")
-
 import typer
 from rich.console import Console
 
@@ -25,8 +21,20 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    verify_jobs: bool = typer.Option(
+        False,
+        "--verify-jobs",
+        help="Find a compacted run's uncompacted job objects by listing the run, not from its declared keys "
+        "(same as EPT_VERIFY_JOBS=1): for runs something outside ept may have written into.",
+    ),
+) -> None:
     """elo-per-token: how much quality does each extra 1k tokens of test-time compute buy?"""
+    if verify_jobs:
+        # The readers (analysis/keyspace.py) look this up where they decide; one switch for every command.
+        from elo_per_token.analysis.keyspace import VERIFY_ENV
+
+        os.environ[VERIFY_ENV] = "1"
 
 
 @app.command()

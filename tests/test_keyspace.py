@@ -287,3 +287,26 @@ def test_a_ledger_folder_read_as_files_skips_the_declarations(tmp_path):
     got = read_records([str(root)]).frame
     assert _totals(got.drop("family") if "family" in got.columns else got)["outcomes"] == 200
     assert got.height == _expected(200)["rows"]
+
+
+def test_verify_jobs_flag_makes_every_reader_list(tmp_path, monkeypatch, capsys):
+    """`ept --verify-jobs CMD` is EPT_VERIFY_JOBS=1 for any command: a compacted, declared run is listed
+    (one `find`) instead of read from its declared keys (none)."""
+    from elo_per_token.ept.cli import main
+
+    root, _ = _generated(tmp_path)
+    monkeypatch.setenv("EPT_VERIFY_JOBS", "0")  # restored (unset) after the test, whatever the flag sets
+
+    def status(*flags: str) -> int:
+        def run() -> None:
+            try:
+                main([*flags, "status", "r", "--ledger", str(root), "--json"])
+            except SystemExit as e:
+                assert not e.code, capsys.readouterr().err
+
+        _, n = _listings(run)
+        assert json.loads(capsys.readouterr().out)["done"] == 300
+        return n
+
+    assert status() == 0
+    assert status("--verify-jobs") == 1
