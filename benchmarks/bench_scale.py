@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "tests"))
 
-import ledger_gen  # noqa: E402
+import fixtures_ledger as ledger_gen  # noqa: E402
 
 
 def run_measured(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[float, float, str]:

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import fixtures_ledger as ledger_gen
 import polars as pl
 import pytest
 from fixtures_plans import plan_toml
@@ -28,8 +29,6 @@ from elo_per_token.coordinator.plan import parse_plan
 from elo_per_token.coordinator.sweep import execute, plan_jobs
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-import ledger_gen  # noqa: E402
 from test_segments import CountingProxy, _expected, _totals  # noqa: E402
 from test_sweep_local import tiny_run  # noqa: E402
 

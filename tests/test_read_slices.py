@@ -4,9 +4,9 @@ numbered across slices, errors named by their row, and labels held as Categorica
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+import fixtures_ledger as ledger_gen
 import polars as pl
 import pytest
 
@@ -15,9 +15,6 @@ from elo_per_token.analysis.io import scan as io_scan
 from elo_per_token.analysis.segments import compact_run
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.ledger import FileLedger
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import ledger_gen
 
 
 def _run(tmp_path: Path, n_jobs: int) -> tuple[Path, Path]:

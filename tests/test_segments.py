@@ -12,6 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
+import fixtures_ledger as ledger_gen
 import polars as pl
 import pytest
 
@@ -20,8 +21,6 @@ from elo_per_token.analysis.segments import compact_run, segment_state
 from elo_per_token.contracts.ledger import FileLedger, open_ledger
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-import ledger_gen  # noqa: E402
 
 _OPENS: list[str] = []
 _COUNTING = threading.Event()
