@@ -103,19 +103,8 @@ def bench_store(store: str, n: int, work: Path, rounds: int, s3_env: dict[str, s
             for k in ledger_gen.job_frame("r", extra, offset=n)["job_key"].to_list():
                 (run_dir / "jobs" / (k + ".jsonl")).unlink(missing_ok=True)
     else:
-        from elo_per_token.contracts.ledger import open_ledger
-
         ledger = f"s3://bench-{n}/l"
-        old = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            ledger_gen.write_s3(open_ledger(ledger), "r", n, threads=32)
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        _with_env(env, lambda: ledger_gen.write_s3(_open(ledger), "r", n, threads=32))
     # As a sweep leaves it: the key space declared (analysis/keyspace.py), so a compacted read needs no LIST.
     _with_env(env, lambda: ledger_gen.declare(_open(ledger), "r", n))
     row["generate_s"] = time.perf_counter() - t0
@@ -154,10 +143,7 @@ def bench_store(store: str, n: int, work: Path, rounds: int, s3_env: dict[str, s
     if store == "local":
         ledger_gen.write_local(ledger, "r", extra, offset=n)
     else:
-        from elo_per_token.contracts.ledger import open_ledger
-
-        os.environ.update(env)
-        ledger_gen.write_s3(open_ledger(ledger), "r", extra, offset=n)
+        _with_env(env, lambda: ledger_gen.write_s3(_open(ledger), "r", extra, offset=n))
     dt, rss, text = run_measured([*EPT, "compact", "r", "--ledger", ledger], env)
     row["incremental"] = (dt, rss, extra, text.split(" job objects")[0].strip())
     # The coordinator: the whole plan expanded and resumed, nothing left to run.

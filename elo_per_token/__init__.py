@@ -12,10 +12,10 @@ from pathlib import Path as _Path
 
 __version__ = "0.1.0"
 
-# polars allocates through its own jemalloc, which by default keeps freed pages for 10 s before giving them
-# back: an analysis of a 1M-job run frees ~0.3 GB between stages that then still counts as resident at the
-# next stage's peak (1.93-1.96 GiB peak RSS; with these settings 1.71-1.72 GiB, ~3% slower, measured in
-# docs/benchmarks.md). jemalloc reads this once, when polars is first imported, so it must be set before
+# polars allocates through its own jemalloc, which keeps freed pages a while before giving them back (polars'
+# default: 500 ms dirty, then 1 s muzzy): an analysis of a 1M-job run frees ~0.3 GB between stages that then
+# still counts as resident at the next stage's peak (1.93-1.96 GiB peak RSS with the earlier 1000 ms setting;
+# 1.71-1.72 GiB with this one, ~3% slower, measured in docs/benchmarks.md). jemalloc reads this once, when polars is first imported, so it must be set before
 # that. A value the user set wins; polars' own default (which polars writes into the environment on import,
 # so a parent process that imported polars hands it to us) does not count as the user's.
 _POLARS_DEFAULT = "dirty_decay_ms:500,muzzy_decay_ms:1000"

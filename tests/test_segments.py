@@ -405,6 +405,18 @@ def test_successful_job_costs_one_conditional_put(s3_bucket, s3_env, monkeypatch
         proxy.close()
 
 
+def _sim_profile(tmp_path: Path, sim_url: str, monkeypatch) -> Path:
+    """A profiles file naming the simulator (`sim-test`), set for this process and its key in the env."""
+    from fixtures_sim import SIM_KEY
+
+    prof = tmp_path / "profiles.toml"
+    prof.write_text(f'[profiles.sim-test]\nprotocol = "openai"\nbase_url = "{sim_url}"\napi_key_env = "EPT_SIM_API_KEY"\n'
+                    'model = "ept-sim-1"\ntimeout = 20\n')  # fmt: skip
+    monkeypatch.setenv("EPT_PROFILES", str(prof))
+    monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
+    return prof
+
+
 @pytest.mark.services
 def test_celery_sweep_to_s3_makes_one_request_per_successful_job(tmp_path, redis_server, s3_env, s3_bucket, make_sim,
                                                                   monkeypatch):  # fmt: skip
@@ -423,11 +435,7 @@ def test_celery_sweep_to_s3_makes_one_request_per_successful_job(tmp_path, redis
     from elo_per_token.egress.profiles import get_profile
 
     sim = make_sim(api_key=SIM_KEY, latency_ms=5)
-    prof = tmp_path / "profiles.toml"
-    prof.write_text(f'[profiles.sim-test]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "EPT_SIM_API_KEY"\n'
-                    'model = "ept-sim-1"\ntimeout = 20\n')  # fmt: skip
-    monkeypatch.setenv("EPT_PROFILES", str(prof))
-    monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
+    prof = _sim_profile(tmp_path, sim.url, monkeypatch)
     proxy = CountingProxy(s3_env.endpoint)
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
     queue = "q-" + uuid.uuid4().hex[:8]
@@ -486,11 +494,7 @@ def test_compaction_during_a_celery_sweep_to_s3_loses_and_duplicates_nothing(tmp
     from elo_per_token.egress.profiles import get_profile
 
     sim = make_sim(api_key=SIM_KEY, latency_ms=40)
-    prof = tmp_path / "profiles.toml"
-    prof.write_text(f'[profiles.sim-test]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "EPT_SIM_API_KEY"\n'
-                    'model = "ept-sim-1"\ntimeout = 20\n')  # fmt: skip
-    monkeypatch.setenv("EPT_PROFILES", str(prof))
-    monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
+    prof = _sim_profile(tmp_path, sim.url, monkeypatch)
     queue = "q-" + uuid.uuid4().hex[:8]
     env = {**s3_env.env(), "EPT_PROFILES": str(prof), "EPT_SIM_API_KEY": SIM_KEY}
     workers = start_celery_workers(2, redis_server.url, tmp_path / "workers", env=env, concurrency=4, queue=queue)

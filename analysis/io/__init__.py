@@ -203,6 +203,7 @@ def read_records(
         if group:
             got, bad = _read_group(group, skip_bad=skip_bad)
             parts += [p.drop("bad_field", "bad_msg") for p in got]
+            del got  # the dropped-column copies share its buffers: `parts` must hold the only reference
             skipped += bad
     for run in runs:
         got_run, bad, names = read_run(run, skip_bad=skip_bad)
@@ -210,7 +211,7 @@ def read_records(
         del got_run  # `parts` holds the only reference: _assemble frees each part's memory as it copies it
         skipped += bad
         files += names
-    frame = _assemble(parts, tasks_file if resolve_families else None, resolve_families)
+    frame = _assemble(parts, tasks_file, resolve_families)
     if frame.height == 0:
         raise InputError("no records in the input", file=", ".join(files[:3]) + (" …" if len(files) > 3 else ""))
     return Records(frame=frame, files=files, skipped=skipped)
@@ -227,11 +228,10 @@ def _assemble(parts: list[pl.DataFrame], tasks_file: str | None, resolve_familie
         parts[:] = [p.with_columns(pl.col("file").cast(pl.Categorical)) for p in parts]
     if not parts:
         return pl.DataFrame(schema=RECORD_SCHEMA)
-    holder = [pl.concat(parts, how="vertical", rechunk=False)]
+    frame = pl.concat(parts, how="vertical", rechunk=False)
     parts.clear()
-    if resolve_families and holder[0].height:
-        holder[0] = _resolve_families(holder[0], tasks_file)
-    frame = holder.pop()
+    if resolve_families and frame.height:
+        frame = _resolve_families(frame, tasks_file)
     cols = [frame.get_column(name) for name in RECORD_SCHEMA]  # not `select`: it would align chunks (a copy)
     del frame
     for i, col in enumerate(cols):
