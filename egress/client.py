@@ -96,9 +96,24 @@ class ProviderError(Exception):
         self.usage_invalid: str | None = None
         self.discarded: list[Discarded] = []
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled by its fields (Celery's result backend, multiprocessing): Exception's default pickling
+        calls __init__(message) alone, which fails without the error class."""
+        kwargs = {"status": self.status, "retry_after": self.retry_after, "attempts": self.attempts, "code": self.code}
+        state = {"usage": self.usage, "usage_invalid": self.usage_invalid, "discarded": self.discarded}
+        return (_rebuild_provider_error, (self.error_class, self.message, kwargs, state))
+
     def __str__(self) -> str:
         status = f" {self.status}" if self.status else ""
         return f"[{self.error_class}{status}] {self.message} (attempts: {self.attempts})"
+
+
+def _rebuild_provider_error(
+    error_class: ProviderErrorClass, message: str, kwargs: dict[str, Any], state: dict[str, Any]
+) -> ProviderError:
+    err = ProviderError(error_class, message, **kwargs)
+    err.__dict__.update(state)
+    return err
 
 
 class RateLimiter(Protocol):
@@ -139,9 +154,11 @@ def _discarded(usage: Any, message: str, attempt: int) -> Discarded:
     return {"usage": u, "usage_invalid": bad, "message": message, "attempt": attempt}
 
 
-def _choices_or_malformed(data: dict[str, Any], anthropic: bool) -> list[Choice]:
+def _choices_or_malformed(data: dict[str, Any], anthropic: bool) -> tuple[list[Choice], str | None]:
+    """The choices and the model name of a plain (not streamed) 2xx body, every field type-checked."""
     try:
-        return [_anthropic_choice(data)] if anthropic else _openai_choices(data)
+        choices = [_anthropic_choice(data)] if anthropic else _openai_choices(data)
+        return choices, _label(data.get("model"), "model")
     except _Malformed as e:
         e.usage = _normalise_usage(data.get("usage"), anthropic)  # the response was billed all the same
         raise
@@ -173,19 +190,22 @@ def _retry_after(headers: Any) -> float | None:
     return max(dt.timestamp() - time.time(), 0.0)
 
 
+_MAX_SERVER_MESSAGE = 1000  # characters of a server's error message kept (the body itself may be megabytes)
+
+
 def _server_message(e: Exception) -> str:
     body = getattr(e, "body", None)
     if isinstance(body, dict):
         err = body.get("error", body)
         if isinstance(err, dict) and err.get("message"):
-            return _sentence(str(err["message"]))
-    return _sentence(str(getattr(e, "message", "") or e))
+            return _sentence(str(err["message"])[:_MAX_SERVER_MESSAGE])
+    return _sentence(str(getattr(e, "message", "") or e)[:_MAX_SERVER_MESSAGE])
 
 
 def _server_code(e: Exception) -> str | None:
     body = getattr(e, "body", None)
     err = body.get("error", body) if isinstance(body, dict) else None
-    return str(err.get("code")) if isinstance(err, dict) and err.get("code") else None
+    return str(err.get("code"))[:100] if isinstance(err, dict) and err.get("code") else None
 
 
 def _conn_cause(e: Exception) -> str:
@@ -214,6 +234,45 @@ def access_error(err: ProviderError, profile: Profile, key: str | None, where_fr
     return ProviderError("credential", scrub(msg, [key]), status=err.status, attempts=err.attempts, code=err.code)
 
 
+def _chain(e: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    cur: BaseException | None = e
+    while cur is not None and len(seen) < 8:
+        seen.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return seen
+
+
+def _transport_failure(e: Exception, profile: Profile, where: str) -> tuple[ProviderErrorClass, str] | None:
+    """What the bounded transport or the socket said, when that decides the class: the byte cap and the total
+    deadline are transients; so is a connection the server closed after answering began (llama.cpp aborts a
+    stream when another request arrives) — only a failed *connect* is `unreachable`."""
+    import httpx2
+
+    from elo_per_token.egress.bounded import DeadlineExceeded, ResponseTooLarge
+
+    chain = _chain(e)
+    big = next((c for c in chain if isinstance(c, ResponseTooLarge)), None)
+    if big is not None:
+        return "transient", f"response from {where} too large: {big}; raise `max_response_mb` if this is expected"
+    if any(isinstance(c, (DeadlineExceeded, httpx2.TimeoutException)) for c in chain):
+        return "transient", (
+            f"timed out: no complete response within {profile.timeout:g}s (the profile's `timeout`, total per request: a slow "
+            f"or endless reply is cut there) from {where}; raise `timeout` if requests queue (n=16 can take long)"
+        )
+    if any(isinstance(c, (httpx2.ConnectError, httpx2.ProxyError)) for c in chain):
+        return None  # a failed connect: unreachable, as classified below
+    cut = next((c for c in chain if isinstance(c, (httpx2.ReadError, httpx2.RemoteProtocolError,
+                                                   httpx2.WriteError))), None)
+    if cut is not None:
+        return "transient", f"{where} closed the connection mid-response ({str(cut)[:200] or type(cut).__name__})"
+    return None
+
+
+_MODEL_NAME = re.compile(r"invalid model|model[ _]not[ _]found|unknown model|no such model|model\S* .{0,60}"
+                         r"(?:does not exist|not (?:found|supported|available|allowed))", re.I)
+
+
 def _sentence(text: str) -> str:
     text = text.strip()
     return text if text.endswith((".", "!", "?")) else text + "."
@@ -232,8 +291,11 @@ def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
     where = f"{profile.base_url} (profile '{profile.name}', protocol {profile.protocol})"
     ra = None
     cls: ProviderErrorClass
+    transport = None if isinstance(e, _Malformed) else _transport_failure(e, profile, where)
     if isinstance(e, _Malformed):
         cls, msg = "transient", f"malformed response from {where}: {e}"
+    elif transport is not None:
+        cls, msg = transport
     elif isinstance(e, timeouts):
         cls, msg = (
             "transient",
@@ -299,6 +361,13 @@ def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
             f"{status} from {where}: {_server_message(e)} The prompt plus max_tokens exceed the model's context: "
             "a loss for this strategy on this task (set max_tokens, or use a model with a longer context)",
         )
+    elif status in (400, 422) and (_server_code(e) == "model_not_found" or _MODEL_NAME.search(_server_message(e))):
+        # A proxy (LiteLLM) answers an unknown model with 400 "Invalid model name": the body says it is the
+        # model, so this is not the key (access_error only reclassifies `permanent`).
+        cls, msg = "endpoint", (
+            f"{status} from {where}: {_sentence(_server_message(e))} The model name '{profile.model}' is not served "
+            f"at this base_url: set `model` in the profile to a listed one (`ept doctor --profile {profile.name}`)"
+        )
     elif status is not None:
         cls, msg = "permanent", f"{status} rejected by {where}: {_server_message(e)}"
     else:
@@ -316,11 +385,19 @@ def _parse_json(raw: Any) -> dict[str, Any]:
     return _parse_json_text(raw.http_response.text)
 
 
-def _parse_json_text(text: str) -> dict[str, Any]:
+def _loads(text: str, what: str) -> Any:
+    """json.loads with every way hostile JSON fails mapped to a malformed response: bad syntax, a number past
+    Python's 4,300-digit int limit (ValueError), nesting past the recursion limit (RecursionError)."""
     try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise _Malformed(f"body is not valid JSON ({e.msg if hasattr(e, 'msg') else e})") from None
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise _Malformed(f"{what} is not valid JSON ({e.msg})") from None
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        raise _Malformed(f"{what} is not usable JSON ({type(e).__name__}: {str(e)[:120]})") from None
+
+
+def _parse_json_text(text: str) -> dict[str, Any]:
+    data = _loads(text, "the body")
     if not isinstance(data, dict):
         raise _Malformed("body is not a JSON object")
     return data
@@ -336,25 +413,75 @@ def _normalise_usage(u: Any, anthropic: bool) -> dict[str, Any] | None:
     return {names.get(k, k): v for k, v in usage.items() if v is not None}
 
 
+_MAX_LABEL = 200  # characters kept of a provider's `model` or `finish_reason` (labels, not content)
+
+
+def _text(v: Any, what: str) -> str | None:
+    """A content field: a string or absent; anything else (42, NaN, a list) is a malformed response."""
+    if v is None or isinstance(v, str):
+        return v
+    raise _Malformed(f"{what} is {type(v).__name__}, not a string")
+
+
+def _label(v: Any, what: str) -> str | None:
+    """`model` / `finish_reason`: a string (cut to _MAX_LABEL) or absent. NaN, Infinity and numbers are
+    malformed: stored, they would make the write-once ledger unreadable."""
+    t = _text(v, what)
+    return t[:_MAX_LABEL] if t else None
+
+
+def _index(v: Any, what: str) -> int:
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 16:
+        raise _Malformed(f"{what} is {str(v)[:40]!r}, not a small non-negative integer")
+    return v
+
+
+def _obj(v: Any, what: str) -> dict[str, Any]:
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise _Malformed(f"{what} is {type(v).__name__}, not an object")
+    return v
+
+
+def _list(v: Any, what: str) -> list[Any]:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise _Malformed(f"{what} is {type(v).__name__}, not a list")
+    return v
+
+
+def _openai_call(tc: Any) -> dict[str, Any]:
+    tc = _obj(tc, "a tool call")
+    fn = _obj(tc.get("function"), "a tool call's function")
+    name = _text(fn.get("name"), "a tool call's name")
+    if not name:
+        raise _Malformed("a tool call has no function name")
+    return {
+        "id": _text(tc.get("id"), "a tool call's id") or "",
+        "name": name,
+        "arguments": _text(fn.get("arguments"), "a tool call's arguments") or "{}",
+    }
+
+
 def _openai_choices(data: dict[str, Any]) -> list[Choice]:
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
         raise _Malformed("no choices in the response")
-    out = []
-    for c in sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0):
-        msg = c.get("message") if isinstance(c, dict) else None
+    out: dict[int, Choice] = {}
+    for c in choices:
+        msg = _obj(c, "a choice").get("message")
         if not isinstance(msg, dict):
             raise _Malformed("a choice has no message")
-        calls = [
-            {
-                "id": tc.get("id", ""),
-                "name": tc["function"]["name"],
-                "arguments": tc["function"].get("arguments") or "{}",
-            }
-            for tc in msg.get("tool_calls") or []
-        ]
-        out.append(Choice(text=msg.get("content"), finish_reason=c.get("finish_reason"), tool_calls=calls))
-    return out
+        out[_index(c.get("index"), "a choice's index")] = Choice(
+            text=_text(msg.get("content"), "content"),
+            finish_reason=_label(c.get("finish_reason"), "finish_reason"),
+            tool_calls=[_openai_call(tc) for tc in _list(msg.get("tool_calls"), "tool_calls")],
+        )
+    return [out[i] for i in sorted(out)]
 
 
 def _sse_events(text: str) -> list[tuple[str | None, Any]]:
@@ -372,15 +499,37 @@ def _sse_events(text: str) -> list[tuple[str | None, Any]]:
         payload = "\n".join(data)
         if payload == "[DONE]":
             break
-        try:
-            out.append((name, json.loads(payload)))
-        except json.JSONDecodeError as e:
-            raise _Malformed(f"an SSE event is not valid JSON ({e.msg})") from None
+        out.append((name, _loads(payload, "an SSE event")))
     return out
 
 
+def _chat_delta(ch: Any, texts: dict[int, list[str]], finish: dict[int, str | None],
+                calls: dict[int, dict[int, dict[str, Any]]]) -> None:
+    """One streamed choice delta folded into the per-choice texts, finish reasons and tool calls."""
+    ch = _obj(ch, "a streamed choice")
+    i = _index(ch.get("index"), "a streamed choice's index")
+    delta = _obj(ch.get("delta"), "a delta")
+    texts.setdefault(i, [])
+    content = _text(delta.get("content"), "a delta's content")
+    if content:
+        texts[i].append(content)
+    for tc in _list(delta.get("tool_calls"), "a delta's tool_calls"):
+        tc = _obj(tc, "a streamed tool call")
+        slot = calls.setdefault(i, {}).setdefault(
+            _index(tc.get("index"), "a tool call's index"), {"id": "", "name": "", "arguments": ""}
+        )
+        fn = _obj(tc.get("function"), "a tool call's function")
+        slot["id"] = _text(tc.get("id"), "a tool call's id") or slot["id"]
+        slot["name"] = _text(fn.get("name"), "a tool call's name") or slot["name"]
+        slot["arguments"] += _text(fn.get("arguments"), "a tool call's arguments") or ""
+    reason = _label(ch.get("finish_reason"), "finish_reason")
+    if reason:
+        finish[i] = reason
+
+
 def parse_chat_stream(text: str) -> tuple[list[Choice], dict[str, Any] | None, str | None]:
-    """chat.completion.chunk events -> choices, usage (from the chunk that carries it, as sent) and model."""
+    """chat.completion.chunk events -> choices, usage (from the chunk that carries it, as sent) and model.
+    Every field is type-checked as it is read: a wrong type is a malformed (retried) response."""
     texts: dict[int, list[str]] = {}
     finish: dict[int, str | None] = {}
     calls: dict[int, dict[int, dict[str, Any]]] = {}
@@ -388,23 +537,11 @@ def parse_chat_stream(text: str) -> tuple[list[Choice], dict[str, Any] | None, s
     for _, ev in _sse_events(text):
         if not isinstance(ev, dict):
             raise _Malformed("an SSE event is not a JSON object")
-        model = ev.get("model") or model
+        model = _label(ev.get("model"), "model") or model
         if isinstance(ev.get("usage"), dict):
             usage = ev["usage"]
-        for ch in ev.get("choices") or []:
-            i = int(ch.get("index", 0))
-            delta = ch.get("delta") or {}
-            texts.setdefault(i, [])
-            if delta.get("content"):
-                texts[i].append(delta["content"])
-            for tc in delta.get("tool_calls") or []:
-                slot = calls.setdefault(i, {}).setdefault(int(tc.get("index", 0)), {"id": "", "name": "", "arguments": ""})
-                fn = tc.get("function") or {}
-                slot["id"] = tc.get("id") or slot["id"]
-                slot["name"] = fn.get("name") or slot["name"]
-                slot["arguments"] += fn.get("arguments") or ""
-            if ch.get("finish_reason"):
-                finish[i] = ch["finish_reason"]
+        for ch in _list(ev.get("choices"), "choices"):
+            _chat_delta(ch, texts, finish, calls)
     if not texts:
         raise _Malformed("the stream carried no choices")
     choices = [
@@ -415,41 +552,54 @@ def parse_chat_stream(text: str) -> tuple[list[Choice], dict[str, Any] | None, s
         )
         for i in sorted(texts)
     ]
+    if any(not c["name"] for ch in choices for c in ch.tool_calls):
+        raise _Malformed("a streamed tool call has no function name")
     return choices, _normalise_usage(usage, False), model
 
 
+def _message_event(kind: Any, ev: dict[str, Any], blocks: dict[int, dict[str, Any]]) -> None:
+    """content_block_start / content_block_delta folded into `blocks` (text or a tool call's partial JSON)."""
+    if kind == "content_block_start":
+        b = dict(_obj(ev.get("content_block"), "a content block"))
+        if b.get("type") == "tool_use":
+            b["partial"] = ""
+        blocks[_index(ev.get("index"), "a content block's index")] = b
+        return
+    b = blocks.setdefault(_index(ev.get("index"), "a content block's index"), {"type": "text", "text": ""})
+    d = _obj(ev.get("delta"), "a delta")
+    if d.get("type") == "text_delta":
+        b["text"] = (_text(b.get("text"), "a text block") or "") + (_text(d.get("text"), "a text delta") or "")
+    elif d.get("type") == "input_json_delta":
+        b["partial"] = (_text(b.get("partial"), "a tool input") or "") + (
+            _text(d.get("partial_json"), "a tool input delta") or ""
+        )
+
+
 def parse_messages_stream(text: str) -> tuple[list[Choice], dict[str, Any] | None, str | None]:
-    """Anthropic message events -> one choice; usage = message_start's usage updated by message_delta's."""
+    """Anthropic message events -> one choice; usage = message_start's usage updated by message_delta's.
+    A tool call whose streamed input is not complete JSON (the stream was cut) is a malformed response."""
     usage: dict[str, Any] | None = None
     model, stop = None, None
     blocks: dict[int, dict[str, Any]] = {}
     for name, ev in _sse_events(text):
-        kind = ev.get("type", name) if isinstance(ev, dict) else None
+        if not isinstance(ev, dict):
+            raise _Malformed("an SSE event is not a JSON object")
+        kind = ev.get("type", name)
         if kind == "message_start":
-            msg = ev.get("message") or {}
-            model = msg.get("model")
+            msg = _obj(ev.get("message"), "message_start's message")
+            model = _label(msg.get("model"), "model")
             usage = dict(msg["usage"]) if isinstance(msg.get("usage"), dict) else None
-        elif kind == "content_block_start":
-            b = dict(ev.get("content_block") or {})
-            if b.get("type") == "tool_use":
-                b["partial"] = ""
-            blocks[int(ev.get("index", 0))] = b
-        elif kind == "content_block_delta":
-            b = blocks.setdefault(int(ev.get("index", 0)), {"type": "text", "text": ""})
-            d = ev.get("delta") or {}
-            if d.get("type") == "text_delta":
-                b["text"] = b.get("text", "") + d.get("text", "")
-            elif d.get("type") == "input_json_delta":
-                b["partial"] = b.get("partial", "") + d.get("partial_json", "")
+        elif kind in ("content_block_start", "content_block_delta"):
+            _message_event(kind, ev, blocks)
         elif kind == "message_delta":
-            stop = (ev.get("delta") or {}).get("stop_reason") or stop
+            stop = _obj(ev.get("delta"), "message_delta's delta").get("stop_reason") or stop
             if isinstance(ev.get("usage"), dict):
                 usage = {**(usage or {}), **{k: v for k, v in ev["usage"].items() if v is not None}}
         elif kind == "error":
-            raise _Malformed(f"the stream ended with an error event: {ev.get('error')}")
+            raise _Malformed(f"the stream ended with an error event: {str(ev.get('error'))[:300]}")
     for b in blocks.values():
         if b.get("type") == "tool_use" and b.get("partial"):
-            b["input"] = json.loads(b["partial"])
+            b["input"] = _loads(b["partial"], "a streamed tool call's input")
     data = {"content": [blocks[i] for i in sorted(blocks)], "stop_reason": stop}
     return [_anthropic_choice(data)], _normalise_usage(usage, True), model
 
@@ -458,16 +608,21 @@ def _anthropic_choice(data: dict[str, Any]) -> Choice:
     blocks = data.get("content")
     if not isinstance(blocks, list):
         raise _Malformed("no content in the response")
-    texts = [b.get("text", "") for b in blocks if b.get("type") == "text"]
-    calls = [
-        {"id": b.get("id", ""), "name": b.get("name", ""), "arguments": json.dumps(b.get("input", {}))}
-        for b in blocks
-        if b.get("type") == "tool_use"
-    ]
-    stop: Any = data.get("stop_reason")  # untrusted JSON: any value, passed through when not a known reason
+    blocks = [_obj(b, "a content block") for b in blocks]
+    texts = [_text(b.get("text"), "a text block") or "" for b in blocks if b.get("type") == "text"]
+    calls = []
+    for b in blocks:
+        if b.get("type") == "tool_use":
+            try:
+                args = json.dumps(b.get("input", {}), allow_nan=False)
+            except (ValueError, TypeError, RecursionError):
+                raise _Malformed("a tool call's input is not finite JSON") from None
+            calls.append({"id": _text(b.get("id"), "a tool call's id") or "",
+                          "name": _text(b.get("name"), "a tool call's name") or "", "arguments": args})
+    stop = _label(data.get("stop_reason"), "stop_reason")  # passed through when not a known reason
     return Choice(
         text="".join(texts) if texts else None,
-        finish_reason=_ANTHROPIC_FINISH.get(stop, stop),
+        finish_reason=_ANTHROPIC_FINISH.get(stop, stop) if stop else None,
         tool_calls=calls,
     )
 
@@ -522,6 +677,26 @@ def to_anthropic(
             for t in tools
         ]
     return system, out, a_tools
+
+
+def _scrubbed(choices: list[Choice], model: str | None, key: str | None) -> tuple[list[Choice], str | None]:
+    """What a provider echoed of the key, masked before anything stores it: every secret pattern in the labels
+    (`model`, `finish_reason`); only the key itself in the text and tool calls, so that a candidate's own
+    code (say, a "Bearer …" header in an answer) is graded as written."""
+    keys = [key] if key and len(key) >= 8 else []
+
+    def exact(t: str) -> str:
+        return t.replace(key, mask(key)) if keys and key and key in t else t
+
+    out = [
+        Choice(
+            text=exact(c.text) if c.text else c.text,
+            finish_reason=scrub(c.finish_reason, keys) if c.finish_reason else c.finish_reason,
+            tool_calls=[{k: exact(v) if isinstance(v, str) else v for k, v in tc.items()} for tc in c.tool_calls],
+        )
+        for c in choices
+    ]
+    return out, scrub(model, keys) if model else model
 
 
 def _estimate_tokens(messages: list[dict[str, Any]], max_tokens: int | None, n: int) -> int:
@@ -582,6 +757,10 @@ class ProviderClient:
 
     def _make_sdk(self) -> Any:
         p = self.profile
+        from elo_per_token.egress.bounded import bounded_http_client
+
+        # Every request through a transport with a total deadline (the profile's timeout) and a byte cap.
+        http = bounded_http_client(p.timeout, int(p.max_response_mb * 2**20))
         if p.protocol == "anthropic":
             import anthropic
 
@@ -591,6 +770,7 @@ class ProviderClient:
                 timeout=p.timeout,
                 max_retries=0,
                 default_headers=p.headers or None,
+                http_client=http,
             )
         import openai
 
@@ -600,6 +780,7 @@ class ProviderClient:
             timeout=p.timeout,
             max_retries=0,
             default_headers=p.headers or None,
+            http_client=http,
         )
 
     def _require_key(self) -> None:
@@ -791,14 +972,15 @@ class ProviderClient:
             if a_tools:
                 kwargs["tools"] = a_tools
 
-            def call() -> tuple[list[Choice], dict[str, Any] | None, str | None]:
+            def call() -> tuple[list[Choice], str | None, dict[str, Any] | None]:
                 if self.profile.stream:
                     body = {k: v for k, v in kwargs.items() if k not in ("extra_headers", "extra_body")}
                     body.update(kwargs["extra_body"], stream=True)
                     text = self.sdk.post("/v1/messages", body=body, cast_to=str, options={"headers": headers})
-                    return parse_messages_stream(text)
+                    choices, usage, model = parse_messages_stream(text)
+                    return choices, model, usage
                 data = _parse_json(self.sdk.messages.with_raw_response.create(**kwargs))
-                return _choices_or_malformed(data, True), _normalise_usage(data.get("usage"), True), data.get("model")
+                return (*_choices_or_malformed(data, True), _normalise_usage(data.get("usage"), True))
         else:
             body: dict[str, Any] = {"model": self.profile.model, "messages": messages, "temperature": temperature}
             if n > 1:
@@ -818,18 +1000,20 @@ class ProviderClient:
             if self.profile.stream:  # usage arrives in a last chunk only when asked for
                 body.update(stream=True, stream_options={"include_usage": True})
 
-            def call() -> tuple[list[Choice], dict[str, Any] | None, str | None]:
+            def call() -> tuple[list[Choice], str | None, dict[str, Any] | None]:
                 # The SDK's documented raw route (`client.post(path, body=…, cast_to=…)`): same auth, timeouts
                 # and error classes as `chat.completions.create`, without re-walking our plain-dict params through
                 # its TypedDict transform and pydantic models — 40% of the client CPU per call, measured.
                 text = self.sdk.post("/chat/completions", body=body, options={"headers": headers}, cast_to=str)
                 if self.profile.stream:
-                    return parse_chat_stream(text)
+                    choices, usage, model = parse_chat_stream(text)
+                    return choices, model, usage
                 data = _parse_json_text(text)
-                return _choices_or_malformed(data, False), _normalise_usage(data.get("usage"), False), data.get("model")
+                return (*_choices_or_malformed(data, False), _normalise_usage(data.get("usage"), False))
 
         discarded: list[Discarded] = []
-        (choices, raw_usage, model), attempts = self._with_retries(call, est, discarded)
+        (choices, model, raw_usage), attempts = self._with_retries(call, est, discarded)
+        choices, model = _scrubbed(choices, model, self._key)
         # Checked before anything stores or sums it: invalid usage becomes None plus a reason.
         usage, usage_invalid = check_usage(raw_usage)
         if self.rate_limiter is not None:

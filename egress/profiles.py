@@ -40,6 +40,8 @@ from elo_per_token.contracts.secrets import mask, mask_url
 PROTOCOLS = ("openai", "anthropic")
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
+# A response body past this many MB is not read (egress.bounded): a 16-sample reply of 128k tokens each is ~8 MB.
+DEFAULT_MAX_RESPONSE_MB = 32.0
 
 # Field names that would put a literal secret into a versioned file.
 _LITERAL_KEY_FIELDS = frozenset(
@@ -56,7 +58,7 @@ class Profile:
     base_url: str
     api_key_env: str
     model: str
-    timeout: float = 120.0
+    timeout: float = 120.0  # total seconds per request attempt (connect to last byte), not per read
     max_retries: int = 3
     rpm: int | None = None
     tpm: int | None = None
@@ -71,6 +73,7 @@ class Profile:
     # (context_overflow) and max_tokens is lowered to what the window leaves.
     context_length: int | None = None
     small_fast_model: str | None = None  # Claude Code's ANTHROPIC_SMALL_FAST_MODEL; defaults to `model`
+    max_response_mb: float = DEFAULT_MAX_RESPONSE_MB  # a response body past this is not read (transient)
 
     def __hash__(self) -> int:  # headers is a dict; hash by identity fields only
         return hash((self.name, self.protocol, self.base_url, self.model))
@@ -131,6 +134,7 @@ _SPEC: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "price_out_per_1m": ((int, float), False),
     "price_cached_in_per_1m": ((int, float), False),
     "small_fast_model": (str, False),
+    "max_response_mb": ((int, float), False),
 }
 _GEN_FIELDS = frozenset(gen_settings.FIELDS)
 
@@ -184,9 +188,10 @@ def _validate(name: str, raw: Any, file: str, text: str) -> Profile:
     for k in ("price_in_per_1m", "price_out_per_1m", "price_cached_in_per_1m"):
         if k in raw and not raw[k] >= 0:
             raise err("must be >= 0", k)
-    for k in ("timeout", "max_retries", "rpm", "tpm", "context_length"):
-        if k in raw and raw[k] < (0 if k == "max_retries" else 1e-9):
-            raise err("must be positive", k)
+    for k in ("timeout", "max_retries", "rpm", "tpm", "context_length", "max_response_mb"):
+        # `not >=` also refuses NaN (TOML allows nan and inf); inf would disable the deadline or the cap.
+        if k in raw and (not raw[k] >= (0 if k == "max_retries" else 1e-9) or raw[k] == float("inf")):
+            raise err("must be positive and finite", k)
     for hk, hv in raw.get("headers", {}).items():
         if not isinstance(hv, str):
             raise err(f"header {hk!r} must be a string", "headers")
@@ -213,6 +218,7 @@ def _validate(name: str, raw: Any, file: str, text: str) -> Profile:
         price_cached_in_per_1m=raw.get("price_cached_in_per_1m"),
         generation=generation,
         small_fast_model=raw.get("small_fast_model"),
+        max_response_mb=float(raw.get("max_response_mb", DEFAULT_MAX_RESPONSE_MB)),
     )
 
 
