@@ -32,6 +32,7 @@ from elo_per_token.analysis.tokens import (
 )
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.records import JUDGE_STRATEGY
+from elo_per_token.contracts.usage import USAGE_MISSING_HINT
 
 if TYPE_CHECKING:
     from elo_per_token.analysis.bootstrap import BootstrapResult, FamilyPoint, PairData
@@ -490,6 +491,8 @@ def select_arms(inp: Inputs, comp: Comparisons, opt: AnalysisOptions) -> ArmSele
         raise InputError("no call records (with usage): tokens per task cannot be measured", file=inp.where)
     if not (inp.outcomes.height or inp.judgments.height):
         raise InputError("no outcome or judgment records: nothing to compare", file=inp.where)
+    if not with_tokens and inp.n_strategy_calls:
+        raise InputError(f"no arm has measured tokens: {USAGE_MISSING_HINT}", file=inp.where)
     if len(keep) < 2:
         raise InputError(
             f"need at least two arms with both calls and comparisons, found {sorted(keep)}", file=inp.where

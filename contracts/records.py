@@ -128,7 +128,9 @@ class JobResult:
         return lines
 
     def to_jsonl(self) -> bytes:
-        return "".join(json.dumps(x, sort_keys=True) + "\n" for x in self.to_lines()).encode()
+        """The job object's bytes. allow_nan=False: a NaN or Infinity (from a provider field that slipped past
+        validation) raises here instead of writing a write-once object that `ept analyze` can never read."""
+        return "".join(json.dumps(x, sort_keys=True, allow_nan=False) + "\n" for x in self.to_lines()).encode()
 
     @classmethod
     def from_lines(cls, lines: list[dict[str, Any]], job: Job) -> JobResult:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from elo_per_token.contracts.errors import EGRESS_CLASSES, ErrorClass, InputError
 from elo_per_token.contracts.jobs import Job, JobSummary
 from elo_per_token.contracts.ledger import Ledger, open_ledger
+from elo_per_token.contracts.usage import USAGE_MISSING_HINT
 from elo_per_token.coordinator.plan import Plan
 
 if TYPE_CHECKING:  # annotations only: these are imported where a sweep needs them
@@ -432,6 +433,9 @@ def print_summary(out: SweepOutcome, console: Any) -> None:
         highlight=False,
     )
     console.print(f"ledger: {out.run_url}", highlight=False)
+    if t.calls and not t.tokens:
+        # Every call came back without usage (a zero-token call does not happen): say so, and how to get it.
+        console.print(f"[yellow]usage missing[/]: {t.calls} calls and 0 tokens — {USAGE_MISSING_HINT}", highlight=False)
     if out.compact_note:
         console.print(out.compact_note, highlight=False)
     if out.stopped_for_egress:

@@ -154,3 +154,22 @@ def test_cut_tool_call_stream_is_malformed():
     ]
     with pytest.raises(_Malformed, match="tool call"):
         parse_messages_stream("".join(f"data: {e}\n\n" for e in events))
+
+
+def test_ledger_refuses_non_finite_json(tmp_path):
+    """Case 6, last line of defence: a NaN that slipped past validation is refused by the writer (job bytes and
+    failure objects), and nothing is left half-written."""
+    from elo_per_token.contracts.jobs import Job
+    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.contracts.records import CallRecord, JobResult, Outcome
+
+    job = Job(run_id="r1", task={"task_id": "t1", "family": "fam"}, strategy="greedy", budget_n=1)
+    call = CallRecord(call_index=0, role="sample", model="m", usage={"prompt_tokens": 1, "completion_tokens": 1},
+                      latency_s=0.1, attempts=1, finish_reason=float("nan"))  # type: ignore[arg-type]  # fmt: skip
+    result = JobResult(job, [call], Outcome(answer="4", score=1.0, correct=True, grader={}), 1.0, 2.0)
+    with pytest.raises(ValueError, match="JSON compliant"):
+        result.to_jsonl()
+    led = open_ledger(tmp_path / "ledger")
+    with pytest.raises(ValueError, match="JSON compliant"):
+        led.put_failure("r1", job.key, {"class": "transient", "latency": float("inf")})
+    assert list(led.iter_failure_keys("r1")) == []
