@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -13,6 +14,16 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_STOPPED_EGRESS = 3
 EXIT_INTERRUPTED = 130
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` safe for a terminal: control characters (ESC, so no colour codes, cursor moves or OSC 52 clipboard
+    writes) and bidi overrides shown escaped (`\\x1b`), newlines and tabs kept. For names that come from user
+    files or model output."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 @dataclass
@@ -32,7 +43,7 @@ class InputError(Exception):
                 where += f":{self.line}"
             where += ": "
         field = f"field '{self.field}': " if self.field else ""
-        return f"{where}{field}{self.message}"
+        return printable(f"{where}{field}{self.message}")  # names and values from user files reach a terminal
 
 
 # Error classes: one vocabulary shared by the provider client, the worker, the ledger and reports.

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.errors import InputError, printable
 
 if TYPE_CHECKING:
     from elo_per_token.analysis.imports.common import Collector
@@ -30,10 +30,12 @@ def _finish(col: Collector, out: str, what: str) -> None:
     write_records(col.records, out)
     arms = sorted({r["arm"] for r in col.records})
     tasks = {r["task_id"] for r in col.records}
-    typer.echo(f"{out}: {kinds.get('call', 0)} call and {kinds.get('outcome', 0)} outcome records; "
-               f"{len(tasks)} tasks, arms: {', '.join(arms)}")
+    # Arm names come from the user's files (custom_ids, metadata): escape control characters before a terminal
+    # sees them (an OSC 52 sequence in an arm name would write the clipboard).
+    typer.echo(printable(f"{out}: {kinds.get('call', 0)} call and {kinds.get('outcome', 0)} outcome records; "
+                         f"{len(tasks)} tasks, arms: {', '.join(arms)}"))
     for note in col.notes:
-        err.print(f"note: {note}", highlight=False)
+        err.print(f"note: {printable(note)}", highlight=False, markup=False)
     _print_skipped(col.skipped, err)
     typer.echo(f"next: ept analyze {out}")
 

@@ -118,6 +118,31 @@ def score_of(scores: dict[str, Any] | None, score_key: str | None) -> tuple[floa
     return v, None, ""
 
 
+MAX_LOG_MB = 512  # uncompressed bytes of one log (EPT_MAX_IMPORT_MB): inspect reads it whole, then more
+
+
+def too_big(f: str) -> str | None:
+    """Why a log must not be read, or None: an `.eval` (a zip) whose members inflate past the cap — checked from
+    the declared sizes, which bound what Python's zipfile will inflate — or a `.json` log past it on disk. A
+    1 MB `.eval` that inflates to 1 GiB took the import to 2.1 GiB."""
+    import os
+    import zipfile
+
+    cap = float(os.environ.get("EPT_MAX_IMPORT_MB") or MAX_LOG_MB) * 2**20
+    if not f.endswith(".eval"):
+        size = os.path.getsize(f)
+        return None if size <= cap else f"{size / 2**20:.0f} MB, over EPT_MAX_IMPORT_MB={cap / 2**20:g}"
+    try:
+        with zipfile.ZipFile(f) as z:
+            total = sum(i.file_size for i in z.infolist())
+    except (zipfile.BadZipFile, OSError) as e:
+        return f"not a readable inspect_ai eval log (not a zip: {e})"
+    if total > cap:
+        return (f"inflates to {total / 2**20:.0f} MB, over EPT_MAX_IMPORT_MB={cap / 2**20:g} "
+                "(a zip bomb, or a log to split or to import with a higher cap)")
+    return None
+
+
 def _usage(u: Any) -> dict[str, int]:
     prompt = u.input_tokens + (u.input_tokens_cache_read or 0) + (u.input_tokens_cache_write or 0)
     return {"prompt_tokens": int(prompt), "completion_tokens": int(u.output_tokens)}
@@ -129,6 +154,9 @@ def import_inspect(paths: Sequence[str], *, arm_from: str = "auto", score_key: s
     col = Collector(skip_bad=skip_bad)
     files, logs = [], []
     for f in expand_logs(paths):
+        if (why := too_big(f)) is not None:
+            col.bad(f, None, None, why)
+            continue
         try:
             log = log_api.read_eval_log(f)
         except Exception as e:  # inspect raises many types for a file that is not its log

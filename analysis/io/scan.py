@@ -60,6 +60,30 @@ def _collect_sliced(make: Callable[[int, int], pl.LazyFrame], n_rows: int, rows:
 _TYPE_WORDS = {pl.Int64(): "an integer", pl.Float64(): "a number", pl.Boolean(): "true or false", pl.String(): "a string"}
 
 
+# A Parquet's row count comes from its footer: checked before anything is materialised. A row of records is
+# ~100-200 bytes once in memory, so 20M rows is already several GB; a file of far fewer bytes than rows is a
+# constant column run-length encoded (a 205 KB file of 60M rows took `ept analyze` to 6.2 GiB).
+MAX_PARQUET_ROWS = 20_000_000
+_MIN_BYTES_PER_ROW = 0.25  # real records carry distinct job keys and task ids: several bytes per row, compressed
+
+
+def check_parquet_rows(f: str, rows: int) -> None:
+    """Refuse (InputError naming the file) a local Parquet whose footer declares more rows than can be read
+    (EPT_MAX_PARQUET_ROWS, default 20M) or implausibly many for its size."""
+    import os
+
+    from elo_per_token.contracts.errors import InputError
+
+    cap = int(os.environ.get("EPT_MAX_PARQUET_ROWS") or MAX_PARQUET_ROWS)
+    size = os.path.getsize(f)
+    if rows > cap:
+        raise InputError(f"{rows:,} rows, more than EPT_MAX_PARQUET_ROWS={cap:,} (raise it if this is real data; "
+                         f"reading would need ~{rows * 150 // 2**30} GiB)", file=f)
+    if rows > 1_000_000 and size < rows * _MIN_BYTES_PER_ROW:
+        raise InputError(f"{rows:,} rows in {size:,} bytes: not ept records (a constant column repeated; "
+                         "refused before reading)", file=f)
+
+
 def _scan_parquet(
     f: str, opts: dict[str, str] | None, *, strict: bool = True, extra: tuple[str, ...] = ()
 ) -> pl.LazyFrame:
@@ -67,6 +91,8 @@ def _scan_parquet(
     adds `_type_bad` / `_type_msg` for the first such field per row (the error path names rows, not files)."""
     # The row number from the scan itself: an int_range over pl.len() cannot be computed slice by slice.
     lf = pl.scan_parquet(f, storage_options=opts, row_index_name="_row_ix")
+    if opts is None:
+        check_parquet_rows(f, pl.scan_parquet(f).select(pl.len()).collect().item())
     have = lf.collect_schema()
     failed: list[tuple[str, str, pl.Expr]] = []
 
