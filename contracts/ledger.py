@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.finite import dumps_finite
 from elo_per_token.contracts.keys import check_key
 
 JOB_SUFFIX = ".jsonl"
@@ -145,7 +146,7 @@ class FileLedger:
         return json.loads(p.read_text()) if p.exists() else None
 
     def put_manifest(self, run_id: str, manifest: dict[str, Any]) -> None:
-        self._replace(self._run(run_id) / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False).encode())
+        self._replace(self._run(run_id) / "manifest.json", dumps_finite(manifest, indent=2, sort_keys=True).encode())
 
     def _job_path(self, run_id: str, key: str) -> Path:
         return self._run(run_id) / "jobs" / (check_key(key) + JOB_SUFFIX)
@@ -271,7 +272,7 @@ class FileLedger:
             yield k
 
     def put_failure(self, run_id: str, key: str, failure: dict[str, Any]) -> None:
-        self._replace(self._failure_path(run_id, key), json.dumps(failure, sort_keys=True, allow_nan=False).encode())
+        self._replace(self._failure_path(run_id, key), dumps_finite(failure, sort_keys=True).encode())
 
     def delete_failure(self, run_id: str, key: str) -> None:
         self._failure_path(run_id, key).unlink(missing_ok=True)
@@ -537,7 +538,7 @@ class S3Ledger:
         return json.loads(raw) if raw is not None else None
 
     def put_manifest(self, run_id: str, manifest: dict[str, Any]) -> None:
-        body = json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False).encode()
+        body = dumps_finite(manifest, indent=2, sort_keys=True).encode()
         self._put(self._key(run_id, "manifest.json"), body, ContentType="application/json")
 
     def has_job(self, run_id: str, key: str) -> bool:
@@ -657,7 +658,7 @@ class S3Ledger:
                 yield k
 
     def put_failure(self, run_id: str, key: str, failure: dict[str, Any]) -> None:
-        self._put(self._key(run_id, "failures", key + FAILURE_SUFFIX), json.dumps(failure, sort_keys=True, allow_nan=False).encode())
+        self._put(self._key(run_id, "failures", key + FAILURE_SUFFIX), dumps_finite(failure, sort_keys=True).encode())
 
     def delete_failure(self, run_id: str, key: str) -> None:
         c = self.client

@@ -16,10 +16,10 @@ by their fields (see analysis.io).
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from elo_per_token.contracts.finite import dumps_finite
 from elo_per_token.contracts.jobs import Job
 
 SCHEMA_VERSION = 1
@@ -128,9 +128,9 @@ class JobResult:
         return lines
 
     def to_jsonl(self) -> bytes:
-        """The job object's bytes. allow_nan=False: a NaN or Infinity (from a provider field that slipped past
-        validation) raises here instead of writing a write-once object that `ept analyze` can never read."""
-        return "".join(json.dumps(x, sort_keys=True, allow_nan=False) + "\n" for x in self.to_lines()).encode()
+        """The job object's bytes: never a NaN or Infinity token (contracts.finite), which would make a write-once
+        object that `ept analyze` can never read."""
+        return "".join(dumps_finite(x, sort_keys=True) + "\n" for x in self.to_lines()).encode()
 
     @classmethod
     def from_lines(cls, lines: list[dict[str, Any]], job: Job) -> JobResult:

@@ -156,20 +156,32 @@ def test_cut_tool_call_stream_is_malformed():
         parse_messages_stream("".join(f"data: {e}\n\n" for e in events))
 
 
-def test_ledger_refuses_non_finite_json(tmp_path):
-    """Case 6, last line of defence: a NaN that slipped past validation is refused by the writer (job bytes and
-    failure objects), and nothing is left half-written."""
+def test_ledger_never_writes_non_finite_json(tmp_path):
+    """Case 6, last line of defence: a NaN or Infinity that reaches the writer (a grader's `"got": inf` for a
+    5,000-digit answer) is written as a string, never as a `NaN` token that makes the write-once object
+    unreadable, and never as an exception that fails the sweep; job bytes and failure objects alike."""
+    import json
+
     from elo_per_token.contracts.jobs import Job
     from elo_per_token.contracts.ledger import open_ledger
     from elo_per_token.contracts.records import CallRecord, JobResult, Outcome
 
+    def strict(raw: bytes) -> list:
+        def refuse(tok: str) -> None:
+            raise AssertionError(f"non-finite token {tok} written")
+
+        return [json.loads(x, parse_constant=refuse) for x in raw.decode().splitlines()]
+
     job = Job(run_id="r1", task={"task_id": "t1", "family": "fam"}, strategy="greedy", budget_n=1)
     call = CallRecord(call_index=0, role="sample", model="m", usage={"prompt_tokens": 1, "completion_tokens": 1},
-                      latency_s=0.1, attempts=1, finish_reason=float("nan"))  # type: ignore[arg-type]  # fmt: skip
-    result = JobResult(job, [call], Outcome(answer="4", score=1.0, correct=True, grader={}), 1.0, 2.0)
-    with pytest.raises(ValueError, match="JSON compliant"):
-        result.to_jsonl()
+                      latency_s=0.1, attempts=1, finish_reason="stop")  # fmt: skip
+    grader = {"grader": "numeric", "got": float("inf"), "want": 4.0, "nested": [float("nan")]}
+    result = JobResult(job, [call], Outcome(answer="9" * 400, score=0.0, correct=False, grader=grader), 1.0, 2.0)
+    lines = strict(result.to_jsonl())
+    assert lines[-1]["grader"]["got"] == "inf" and lines[-1]["grader"]["nested"] == ["nan"]
     led = open_ledger(tmp_path / "ledger")
-    with pytest.raises(ValueError, match="JSON compliant"):
-        led.put_failure("r1", job.key, {"class": "transient", "latency": float("inf")})
-    assert list(led.iter_failure_keys("r1")) == []
+    assert led.put_job("r1", job.key, result.to_jsonl())
+    strict(led.get_job("r1", job.key))
+    led.put_failure("r1", job.key, {"class": "task", "latency": float("inf"), "lines": result.to_lines()})
+    failure = led.list_failures("r1")[job.key]
+    assert failure["latency"] == "inf"
