@@ -534,16 +534,20 @@ def parse_chat_stream(text: str) -> tuple[list[Choice], dict[str, Any] | None, s
     finish: dict[int, str | None] = {}
     calls: dict[int, dict[int, dict[str, Any]]] = {}
     usage, model = None, None
-    for _, ev in _sse_events(text):
-        if not isinstance(ev, dict):
-            raise _Malformed("an SSE event is not a JSON object")
-        model = _label(ev.get("model"), "model") or model
-        if isinstance(ev.get("usage"), dict):
-            usage = ev["usage"]
-        for ch in _list(ev.get("choices"), "choices"):
-            _chat_delta(ch, texts, finish, calls)
-    if not texts:
-        raise _Malformed("the stream carried no choices")
+    try:
+        for _, ev in _sse_events(text):
+            if not isinstance(ev, dict):
+                raise _Malformed("an SSE event is not a JSON object")
+            if isinstance(ev.get("usage"), dict):
+                usage = ev["usage"]
+            model = _label(ev.get("model"), "model") or model
+            for ch in _list(ev.get("choices"), "choices"):
+                _chat_delta(ch, texts, finish, calls)
+        if not texts:
+            raise _Malformed("the stream carried no choices")
+    except _Malformed as e:
+        e.usage = _normalise_usage(usage, False)  # billed all the same: recorded with the discarded call
+        raise
     choices = [
         Choice(
             text="".join(texts[i]) or None,
@@ -577,9 +581,19 @@ def _message_event(kind: Any, ev: dict[str, Any], blocks: dict[int, dict[str, An
 
 def parse_messages_stream(text: str) -> tuple[list[Choice], dict[str, Any] | None, str | None]:
     """Anthropic message events -> one choice; usage = message_start's usage updated by message_delta's.
-    A tool call whose streamed input is not complete JSON (the stream was cut) is a malformed response."""
-    usage: dict[str, Any] | None = None
-    model, stop = None, None
+    A tool call whose streamed input is not complete JSON (the stream was cut) is a malformed response; a
+    malformed stream carries the usage it stated (it was billed all the same)."""
+    seen: dict[str, Any] = {"usage": None, "model": None, "stop": None}
+    try:
+        choice = _message_choice(text, seen)
+    except _Malformed as e:
+        e.usage = _normalise_usage(seen["usage"], True)
+        raise
+    return [choice], _normalise_usage(seen["usage"], True), seen["model"]
+
+
+def _message_choice(text: str, seen: dict[str, Any]) -> Choice:
+    """The fold of parse_messages_stream: the choice; usage, model and stop reason as seen so far in `seen`."""
     blocks: dict[int, dict[str, Any]] = {}
     for name, ev in _sse_events(text):
         if not isinstance(ev, dict):
@@ -587,21 +601,20 @@ def parse_messages_stream(text: str) -> tuple[list[Choice], dict[str, Any] | Non
         kind = ev.get("type", name)
         if kind == "message_start":
             msg = _obj(ev.get("message"), "message_start's message")
-            model = _label(msg.get("model"), "model")
-            usage = dict(msg["usage"]) if isinstance(msg.get("usage"), dict) else None
+            seen["usage"] = dict(msg["usage"]) if isinstance(msg.get("usage"), dict) else None
+            seen["model"] = _label(msg.get("model"), "model")
         elif kind in ("content_block_start", "content_block_delta"):
             _message_event(kind, ev, blocks)
         elif kind == "message_delta":
-            stop = _obj(ev.get("delta"), "message_delta's delta").get("stop_reason") or stop
             if isinstance(ev.get("usage"), dict):
-                usage = {**(usage or {}), **{k: v for k, v in ev["usage"].items() if v is not None}}
+                seen["usage"] = {**(seen["usage"] or {}), **{k: v for k, v in ev["usage"].items() if v is not None}}
+            seen["stop"] = _obj(ev.get("delta"), "message_delta's delta").get("stop_reason") or seen["stop"]
         elif kind == "error":
             raise _Malformed(f"the stream ended with an error event: {str(ev.get('error'))[:300]}")
     for b in blocks.values():
         if b.get("type") == "tool_use" and b.get("partial"):
             b["input"] = _loads(b["partial"], "a streamed tool call's input")
-    data = {"content": [blocks[i] for i in sorted(blocks)], "stop_reason": stop}
-    return [_anthropic_choice(data)], _normalise_usage(usage, True), model
+    return _anthropic_choice({"content": [blocks[i] for i in sorted(blocks)], "stop_reason": seen["stop"]})
 
 
 def _anthropic_choice(data: dict[str, Any]) -> Choice:

@@ -185,3 +185,14 @@ def test_ledger_never_writes_non_finite_json(tmp_path):
     led.put_failure("r1", job.key, {"class": "task", "latency": float("inf"), "lines": result.to_lines()})
     failure = led.list_failures("r1")[job.key]
     assert failure["latency"] == "inf"
+
+
+@pytest.mark.parametrize("protocol,stream", [("openai", False), ("anthropic", False), ("anthropic", True)])
+def test_malformed_replies_keep_the_usage_they_were_billed(hostile, protocol, stream):
+    """A malformed 2xx was billed: the usage it stated rides on the error and on each discarded attempt (the
+    worker records them as calls), for plain bodies and for a stream whose usage came before the bad field."""
+    out, _ = _call(hostile, "nan_finish", protocol, stream)
+    assert isinstance(out, ProviderError) and "malformed" in out.message
+    want = {"prompt_tokens": 11, "completion_tokens": 7}
+    assert out.usage is not None and {k: out.usage[k] for k in want} == want, out.usage
+    assert len(out.discarded) == RETRIES and all(d["usage"] for d in out.discarded), out.discarded
