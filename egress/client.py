@@ -712,6 +712,18 @@ def _scrubbed(choices: list[Choice], model: str | None, key: str | None) -> tupl
     return out, scrub(model, keys) if model else model
 
 
+def _sdk_http(sdk: Any, http: Any) -> dict[str, Any]:
+    """{"http_client": the bounded client} for an SDK that sends through httpx2 (tested: openai 3.57, anthropic
+    2.14); an older SDK (plain httpx) keeps its own client — without the total deadline and the byte cap,
+    which a warning says once."""
+    if hasattr(sys.modules.get(f"{sdk.__name__}._base_client"), "httpx2"):
+        return {"http_client": http}
+    log.warning("%s %s does not send through httpx2: no total deadline or byte cap per request; upgrade it",
+                sdk.__name__, getattr(sdk, "__version__", "?"))
+    http.close()
+    return {}
+
+
 def _estimate_tokens(messages: list[dict[str, Any]], max_tokens: int | None, n: int) -> int:
     chars = sum(len(json.dumps(m.get("content") or "")) for m in messages)
     return chars // 4 + 4 * len(messages) + (max_tokens or 512) * n
@@ -773,27 +785,27 @@ class ProviderClient:
         from elo_per_token.egress.bounded import bounded_http_client
 
         # Every request through a transport with a total deadline (the profile's timeout) and a byte cap.
-        http = bounded_http_client(p.timeout, int(p.max_response_mb * 2**20))
+        http: Any = bounded_http_client(p.timeout, int(p.max_response_mb * 2**20))
         if p.protocol == "anthropic":
             import anthropic
 
             return anthropic.Anthropic(
+                **_sdk_http(anthropic, http),
                 api_key=self._key or "",
                 base_url=p.base_url,
                 timeout=p.timeout,
                 max_retries=0,
                 default_headers=p.headers or None,
-                http_client=http,
             )
         import openai
 
         return openai.OpenAI(
+            **_sdk_http(openai, http),
             api_key=self._key or "",
             base_url=p.base_url,
             timeout=p.timeout,
             max_retries=0,
             default_headers=p.headers or None,
-            http_client=http,
         )
 
     def _require_key(self) -> None:
