@@ -134,12 +134,29 @@ class BoundedTransport(httpx2.HTTPTransport):
         return response
 
 
+class _BoundedClient(httpx2.Client):
+    """httpx2's client with every transport it makes bounded — the direct one and those it mounts for the
+    environment's proxies (HTTPS_PROXY…), which passing `transport=` would switch off."""
+
+    def __init__(self, *, total_s: float, max_bytes: int, **kwargs: Any) -> None:
+        self._total_s, self._max_bytes = total_s, max_bytes  # read by the _init_* calls of __init__
+        super().__init__(**kwargs)
+
+    def _init_transport(self, *args: Any, **kwargs: Any) -> httpx2.BaseTransport:
+        kwargs.pop("transport", None)
+        return BoundedTransport(*args, total_s=self._total_s, max_bytes=self._max_bytes, **kwargs)
+
+    def _init_proxy_transport(self, proxy: httpx2.Proxy, *args: Any, **kwargs: Any) -> httpx2.BaseTransport:
+        return BoundedTransport(*args, proxy=proxy, total_s=self._total_s, max_bytes=self._max_bytes, **kwargs)
+
+
 def bounded_http_client(total_s: float, max_bytes: int) -> httpx2.Client:
     """An httpx2 client for the SDKs: per-operation timeouts of `total_s`, and the bounds above (the SDKs'
-    own connection limits and redirect policy)."""
-    limits = httpx2.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=5.0)
-    return httpx2.Client(
-        transport=BoundedTransport(total_s=total_s, max_bytes=max_bytes, limits=limits),
+    own connection limits and redirect policy; proxies from the environment as usual)."""
+    return _BoundedClient(
+        total_s=total_s,
+        max_bytes=max_bytes,
+        limits=httpx2.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=5.0),
         timeout=httpx2.Timeout(total_s),
         follow_redirects=True,
     )

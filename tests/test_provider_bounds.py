@@ -53,6 +53,7 @@ def _call(h, mode: str, protocol: str, stream: bool):
         return e, time.monotonic() - t0
 
 
+@pytest.mark.slow  # 16 cases of about two deadlines each
 @pytest.mark.parametrize("protocol,stream", COMBOS)
 @pytest.mark.parametrize("mode", ["drip", "header_drip", "endless", "stall"])
 def test_total_deadline_per_request(hostile, mode, protocol, stream):
@@ -196,3 +197,21 @@ def test_malformed_replies_keep_the_usage_they_were_billed(hostile, protocol, st
     want = {"prompt_tokens": 11, "completion_tokens": 7}
     assert out.usage is not None and {k: out.usage[k] for k in want} == want, out.usage
     assert len(out.discarded) == RETRIES and all(d["usage"] for d in out.discarded), out.discarded
+
+
+def test_proxies_from_the_environment_are_used_and_bounded(hostile, monkeypatch):
+    """The bounded transport keeps the environment's proxy (HTTP_PROXY) working — the hostile server plays the
+    proxy for a host that does not exist — and a reply dripped through the proxy is cut at the deadline too."""
+    for k in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", hostile.url.removesuffix("/v1"))
+    prof = Profile(name="via-proxy", protocol="openai", base_url="http://ept-no-such-host.invalid/v1",
+                   api_key_env="EPT_HOSTILE_KEY", model="hostile-1", timeout=TIMEOUT, max_retries=RETRIES)  # fmt: skip
+    hostile.force = "ok"
+    c = ProviderClient(prof, api_key=KEY, backoff_base=0.01, backoff_cap=0.05)
+    assert "Answer: 5" in (c.chat(MSGS).choices[0].text or "")
+    hostile.force = "drip"
+    t0 = time.monotonic()
+    with pytest.raises(ProviderError) as ei:
+        c.chat(MSGS)
+    assert ei.value.error_class == "transient" and time.monotonic() - t0 < BOUND_S
