@@ -1,0 +1,133 @@
+"""Outcomes without a score: the per-arm missingness check and the estimand (issue 25).
+
+An outcome with `score: null` (a job that failed before grading, e.g. a transient error after retries),
+or a task an arm ran in a family but has no outcome for, is a missing outcome. When the misses fall on the
+hard tasks, simply dropping them (the arm is then compared on the easy tasks only) inflates the arm. The
+estimand says what a missing outcome means; it is stated in the headline table's title:
+
+- `shared` (default): compare arms on the tasks every arm that ran the family answered. No arm is
+  credited for the tasks it lacks and none is charged; the result describes those tasks only.
+- `loss`: a missing outcome is a loss (score 0) on that task: right when the failure is the arm's own.
+- `drop`: compare each arm on the tasks it answered (the old behaviour): unbiased only when outcomes are
+  missing at random.
+
+The check (`missingness`) compares the other arms' mean score on the tasks an arm lacks with their mean
+on the tasks it has: a lower mean on the missing ones means they are the hard ones (not at random).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from elo_per_token.contracts.errors import InputError
+
+__all__ = ["ESTIMANDS", "Missing", "apply_estimand", "check_estimand", "missing_cells", "missingness"]
+
+ESTIMANDS = {
+    "shared": "on the tasks every arm answered",
+    "loss": "a missing score counted as a loss",
+    "drop": "each arm on the tasks it answered",
+}
+
+
+def check_estimand(name: str) -> str:
+    """The estimand's name, or InputError(field='--missing')."""
+    if name not in ESTIMANDS:
+        raise InputError(f"must be one of {', '.join(ESTIMANDS)}, got {name!r}", field="--missing")
+    return name
+
+
+@dataclass(frozen=True)
+class Missing:
+    """What the estimand did: outcomes after it, the tasks it left out (shared) and the title text."""
+
+    outcomes: pl.DataFrame
+    dropped_tasks: pl.DataFrame  # task_id (shared: tasks some arm lacks), else empty
+    n_missing: int  # (task, arm) cells without a score
+    title: str  # '' when nothing is missing
+
+
+def missing_cells(outcomes: pl.DataFrame) -> pl.DataFrame:
+    """(task_id, family, arm, strategy, budget_n) where the arm ran the family but has no scored outcome on
+    a task of that family that some arm has. Input: outcome records (task_id, family, strategy, budget_n,
+    arm, score) of the compared arms."""
+    ran = outcomes.select("family", "arm", "strategy", "budget_n").unique()
+    tasks = outcomes.filter(pl.col("score").is_not_null()).select("task_id", "family").unique()
+    scored = outcomes.filter(pl.col("score").is_not_null()).select("task_id", "arm").unique()
+    return (
+        tasks.join(ran, on="family")
+        .join(scored, on=["task_id", "arm"], how="anti")
+        .sort("family", "task_id", "arm")
+    )
+
+
+def apply_estimand(outcomes: pl.DataFrame, estimand: str) -> Missing:
+    """The outcomes the comparisons are built from under `estimand` (see the module docstring)."""
+    check_estimand(estimand)
+    cells = missing_cells(outcomes)
+    empty = pl.DataFrame(schema={"task_id": outcomes.schema["task_id"]})
+    if cells.height == 0:
+        return Missing(outcomes, empty, 0, "")
+    title = f"missing outcomes: {ESTIMANDS[estimand]} (--missing {estimand})"
+    if estimand == "drop":
+        return Missing(outcomes, empty, cells.height, title)
+    if estimand == "shared":
+        dropped = cells.select("task_id").unique().sort("task_id")
+        kept = outcomes.join(dropped, on="task_id", how="anti")
+        return Missing(kept, dropped, cells.height, title)
+    # loss: every missing cell becomes one outcome scored 0 (null scores too), replicate 0 when none exists
+    losses = cells.with_columns(pl.lit(0, dtype=outcomes.schema["replicate"]).alias("replicate"),
+                                pl.lit(0.0, dtype=outcomes.schema["score"]).alias("score"))  # fmt: skip
+    nulls = outcomes.filter(pl.col("score").is_null()).join(cells.select("task_id", "arm"), on=["task_id", "arm"])
+    kept = pl.concat([
+        outcomes.filter(pl.col("score").is_not_null()),
+        nulls.unique(["task_id", "arm"]).with_columns(pl.lit(0.0, dtype=outcomes.schema["score"]).alias("score")),
+        losses.join(nulls.select("task_id", "arm").unique(), on=["task_id", "arm"], how="anti")
+        .select(outcomes.columns).cast(outcomes.schema),
+    ], how="vertical")  # fmt: skip
+    return Missing(kept.select(outcomes.columns), empty, cells.height, title)
+
+
+def missingness(outcomes: pl.DataFrame, total_failed: int = 0) -> tuple[pl.DataFrame, list[str]]:
+    """Per arm with missing outcomes: (arm, missing, tasks, others_on_missing, others_on_rest) and one
+    warning each with the figures, plus one suggesting `ept retry` with the count of missing outcomes.
+
+    others_on_missing: the other arms' mean score on the tasks this arm lacks; others_on_rest: on the tasks
+    it has. A clearly lower first figure says the misses are the hard tasks: dropping them would flatter
+    the arm."""
+    cells = missing_cells(outcomes)
+    schema = {"arm": pl.String, "missing": pl.Int64, "tasks": pl.Int64,
+              "others_on_missing": pl.Float64, "others_on_rest": pl.Float64}  # fmt: skip
+    if cells.height == 0:
+        return pl.DataFrame(schema=schema), []
+    scored = outcomes.filter(pl.col("score").is_not_null())
+    task_arm = scored.group_by("task_id", "arm").agg(pl.col("score").mean())
+    rows = []
+    for arm in cells["arm"].unique().sort().to_list():
+        fams = outcomes.filter(pl.col("arm") == arm)["family"].unique()
+        lacks = cells.filter(pl.col("arm") == arm).select("task_id")
+        others = task_arm.filter(pl.col("arm") != arm).join(
+            scored.filter(pl.col("family").is_in(fams.implode())).select("task_id").unique(), on="task_id"
+        )
+        on_missing = others.join(lacks, on="task_id")["score"].mean()
+        on_rest = others.join(lacks, on="task_id", how="anti")["score"].mean()
+        n_tasks = scored.filter(pl.col("family").is_in(fams.implode()))["task_id"].n_unique()
+        rows.append({"arm": str(arm), "missing": lacks.height, "tasks": n_tasks,
+                     "others_on_missing": on_missing, "others_on_rest": on_rest})  # fmt: skip
+    table = pl.DataFrame(rows, schema=schema)
+    warnings = []
+    for r in table.iter_rows(named=True):
+        a, b = r["others_on_missing"], r["others_on_rest"]
+        figs = f"the other arms score {a:.2f} on those vs {b:.2f} on the rest" if a is not None and b is not None else ""
+        hard = a is not None and b is not None and a < b - 0.1
+        warnings.append(
+            f"{r['arm']}: no score on {r['missing']} of {r['tasks']} task(s)"
+            + (f"; {figs}" if figs else "")
+            + ("; the missing ones are the harder tasks, so dropping them would flatter this arm" if hard else "")
+        )
+    n = int(table["missing"].sum())
+    warnings.append(f"{n} outcome(s) have no score: `ept retry` reruns the failed jobs"
+                    + (f" ({total_failed} failed before grading)" if total_failed else ""))  # fmt: skip
+    return table, warnings
