@@ -75,7 +75,7 @@ def frontier_cell(r: dict[str, Any]) -> str:
 def _ratio(r: dict[str, Any]) -> str:
     if r.get("per_1k_resolved") is False:
         return r.get("per_1k_note") or "token step unresolved"
-    return _ci(r["d_elo_per_1k"], r.get("d_elo_per_1k_lo"), r.get("d_elo_per_1k_hi"), nd=1, sign=True)
+    return _ci(r.get("d_elo_per_1k"), r.get("d_elo_per_1k_lo"), r.get("d_elo_per_1k_hi"), nd=1, sign=True)
 
 
 def headline_rows(rows: list[dict[str, Any]], anchor: str | None = None) -> list[list[str]]:
