@@ -344,6 +344,10 @@ def _pooled_data(
     return data, _small_family_notes(tasks)
 
 
+# Below this many tasks a family gives the gate little power (a note; the family still counts from MIN_TASKS).
+_POWER_TASKS = 10
+
+
 def _task_counts(data: PairData) -> dict[str, int]:
     """Tasks per family of the pooled data."""
     n = np.bincount(np.asarray(data.task_family), minlength=len(data.families))
@@ -357,7 +361,7 @@ def _small_family_notes(tasks: pl.DataFrame) -> list[str]:
             notes.append(
                 f"family {fam}: only {n} task(s) (fewer than {WARN_TASKS}): intervals are widened for the small "
                 "sample but approximate"
-                + (f"; below {MIN_TASKS} tasks the gate has little power (see 'drop caught 80%')" if n < MIN_TASKS else "")
+                + (f"; below {_POWER_TASKS} tasks the gate has little power (see 'drop caught 80%')" if n < _POWER_TASKS else "")
                 + ("; with one task there is no interval and the gate cannot fire" if n < 2 else "")
             )
     return notes

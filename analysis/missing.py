@@ -90,7 +90,7 @@ def apply_estimand(outcomes: pl.DataFrame, estimand: str) -> Missing:
     return Missing(kept.select(outcomes.columns), empty, cells.height, title)
 
 
-def missingness(outcomes: pl.DataFrame, total_failed: int = 0) -> tuple[pl.DataFrame, list[str]]:
+def missingness(outcomes: pl.DataFrame, estimand: str = "shared") -> tuple[pl.DataFrame, list[str]]:
     """Per arm with missing outcomes: (arm, missing, tasks, others_on_missing, others_on_rest) and one
     warning each with the figures, plus one suggesting `ept retry` with the count of missing outcomes.
 
@@ -98,10 +98,11 @@ def missingness(outcomes: pl.DataFrame, total_failed: int = 0) -> tuple[pl.DataF
     it has. A clearly lower first figure says the misses are the hard tasks: dropping them would flatter
     the arm."""
     cells = missing_cells(outcomes)
+    tail = _retry_warning(outcomes, cells, estimand)
     schema = {"arm": pl.String, "missing": pl.Int64, "tasks": pl.Int64,
               "others_on_missing": pl.Float64, "others_on_rest": pl.Float64}  # fmt: skip
     if cells.height == 0:
-        return pl.DataFrame(schema=schema), []
+        return pl.DataFrame(schema=schema), tail
     scored = outcomes.filter(pl.col("score").is_not_null())
     task_arm = scored.group_by("task_id", "arm").agg(pl.col("score").mean())
     rows = []
@@ -127,7 +128,17 @@ def missingness(outcomes: pl.DataFrame, total_failed: int = 0) -> tuple[pl.DataF
             + (f"; {figs}" if figs else "")
             + ("; the missing ones are the harder tasks, so dropping them would flatter this arm" if hard else "")
         )
-    n = int(table["missing"].sum())
-    warnings.append(f"{n} outcome(s) have no score: `ept retry` reruns the failed jobs"
-                    + (f" ({total_failed} failed before grading)" if total_failed else ""))  # fmt: skip
-    return table, warnings
+    return table, warnings + tail
+
+
+def _retry_warning(outcomes: pl.DataFrame, cells: pl.DataFrame, estimand: str) -> list[str]:
+    """The count of outcomes without a score (and of tasks without any outcome) and `ept retry`."""
+    ungraded = int(outcomes["score"].is_null().sum())
+    vanished = cells.join(outcomes.select("task_id", "arm").unique(), on=["task_id", "arm"], how="anti").height
+    if not (ungraded or vanished):
+        return []
+    parts = [f"{ungraded} outcome(s) have no score (failed before grading)"] if ungraded else []
+    if vanished:
+        parts.append(f"{vanished} (task, arm) pair(s) of a family the arm ran have no outcome at all")
+    return [" and ".join(parts) + f"; counted as --missing {estimand} says ({ESTIMANDS[estimand]}); "
+            "`ept retry RUN` reruns the failed jobs"]  # fmt: skip

@@ -455,7 +455,7 @@ def build_comparisons(inp: Inputs, opt: AnalysisOptions) -> Comparisons:
     # A judge job's own outcome carries no score by design: not an answer that failed before grading.
     own = inp.outcomes.filter(pl.col("strategy") != JUDGE_STRATEGY)
     ungraded = int(own["score"].is_null().sum())
-    missing_table, missing_warnings = missingness(own, ungraded)
+    missing_table, missing_warnings = missingness(own, opt.missing)
     warnings += missing_warnings
     est = apply_estimand(own, opt.missing)
     if est.dropped_tasks.height:
