@@ -85,14 +85,17 @@ SCENARIOS = [
 
 # Issue 25: the four cases whose table used to mislead, each with known truth for the estimand it states.
 SCENARIOS_25 = [
-    Scenario("mnar-hard", Experiment([*ARMS4, Arm("flaky", 4, 0.3, 3500.0)], {"math": 100, "code": 100, "tool": 100},
+    Scenario("mnar-hard", Experiment([*ARMS4, Arm("flaky", 4, 0.2, 3500.0)], {"math": 100, "code": 100, "tool": 100},
                                      null_hard={"flaky@4": 0.2}),
              "flaky@4 (dominated by vote@4) has no score on each family's hardest 20% of tasks; truth: every arm "
              "on the tasks all answered (--missing shared, the default)", easiest=0.8),
-    Scenario("partial-interaction", Experiment([*ARMS4, Arm("solo", 4, 0.35, 3100.0)], {"math": 150, "code": 150, "tool": 150},
+    Scenario("partial-interaction", Experiment([Arm("greedy", 1, 0.0, 1000.0), Arm("vote", 4, 0.3, 3000.0),
+                                                Arm("solo", 4, 0.3, 3100.0), Arm("best", 8, 1.0, 6000.0),
+                                                Arm("tree", 16, 1.2, 12000.0)], {"math": 150, "code": 150, "tool": 150},
                                                missing={"code": {"solo@4"}, "tool": {"solo@4"}},
-                                               interaction={"math": {"vote@4": 0.8, "solo@4": 0.8}}),
-             "solo@4 = vote@4 but run on math only, where both gain +0.8 logits (family x arm interaction)"),
+                                               interaction={"math": {"vote@4": 0.9, "solo@4": 0.9}}),
+             "solo@4 = vote@4 but run on math only, where both gain +0.9 logits (family x arm interaction): "
+             "unmarked, solo@4 would sit on the frontier above best@8 at half its cost"),
     Scenario("family-9-weighted", Experiment(ARMS4, {"math": 150, "code": 150, "tool": 9}),
              "binary, math/code 150 tasks, tool 9 tasks, --weights math=0.4,code=0.4,tool=0.2",
              args=("--weights", "math=0.4,code=0.4,tool=0.2")),
