@@ -315,14 +315,8 @@ def print_report(
                 groups=per_strategy["strategy"].to_list() if grouped else None,
             )
         )
-        if result.vs_frontier is not None:
-            console.print(
-                _rich_table(
-                    "Vs previous frontier arm: each arm against the next-cheaper arm on the frontier",
-                    RETURNS_HEADER,
-                    _returns_rows(result.vs_frontier.filter(keep)),
-                )
-            )
+        # (The headline table is against the previous frontier arm since issue 25: the separate "vs previous
+        # frontier arm" table would repeat it; report.json keeps it as vs_frontier.)
         header, rows = _per_family_pivot(result, table["arm"].to_list())
         console.print(
             _rich_table(f"Per family: Elo from the family's centred theta [{_level_label(result)} CI]", header, rows,
@@ -403,19 +397,6 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         "",
         _md_table(RETURNS_HEADER, _returns_rows(result.per_strategy)),
         "",
-        *(
-            [
-                "## Vs previous frontier arm",
-                "",
-                "Each arm against the next-cheaper arm on the frontier, so a dominated arm in between does not "
-                "inflate the next step.",
-                "",
-                _md_table(RETURNS_HEADER, _returns_rows(result.vs_frontier)),
-                "",
-            ]
-            if result.vs_frontier is not None
-            else []
-        ),
         "## Per family",
         "",
         "Elo = 1000 + 400/ln10 · θ, θ centred within the family over the arms it observed.",
