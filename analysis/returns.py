@@ -211,6 +211,11 @@ def _build(
         pl.Series("per_1k_nonpositive_rounds", dropped.tolist(), dtype=pl.Int64),
         pl.Series("per_1k_note", [n or None for n in np.asarray(note).tolist()], dtype=pl.String),
     )
+    return _columns(df)
+
+
+def _columns(df: pl.DataFrame) -> pl.DataFrame:
+    """The table's columns in their published order, NaN as null."""
     return df.select(
         "arm",
         "strategy",
