@@ -52,7 +52,7 @@ RETURNS_COLUMNS = [
     ("frontier_band", "frontier band", None),
     ("seen_in", "measured in", None),
     ("tie_share", "ties", ".0%"),
-    ("separating_tasks", "sep. tasks", "d"),
+    ("separating_vs", "sep. tasks vs", "d"),
 ]
 
 _CSS = """
@@ -309,6 +309,8 @@ def _families_section(families: list[dict[str, Any]]) -> list[str]:
         parts.append('<section id="families"><h2>Per-family breakdown</h2>')
         fam_cols = [("family", "family", None), ("arm", "arm", None), ("theta", "θ (centred)", ".3f"),
                     ("elo", "Elo", ".1f")]
+        if any("elo_lo" in r for r in families):  # the family's own bootstrap interval (issue 25)
+            fam_cols += [("elo_lo", "lo", ".1f"), ("elo_hi", "hi", ".1f")]
         if any("weight" in r for r in families):
             fam_cols.append(("weight", "family weight", ".2f"))
         parts.append(_table("family-table", families, fam_cols))

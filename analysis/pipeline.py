@@ -717,10 +717,14 @@ def make_tables(
     unweighted = pl.DataFrame({"arm": arms, "tokens_per_task_unweighted": point.tokens_unweighted})
     table = table.join(unweighted.with_columns(pl.col(pl.Float64).fill_nan(None)), on="arm", how="left")
     if comp is not None:
-        from elo_per_token.analysis.ties import tie_stats
+        from elo_per_token.analysis.ties import separating_pairs, tie_stats
 
         groups = comp.groups_full.filter(pl.col("family").is_in(design.families))
         table = table.join(tie_stats(groups, inp.judgments, arms), on="arm", how="left")
+        vs_pairs = list(zip(table["arm"].to_list(), table["vs"].to_list(), strict=True))
+        table = table.with_columns(
+            pl.Series("separating_vs", separating_pairs(groups, inp.judgments, vs_pairs), dtype=pl.Int64)
+        )
     return Tables(
         strategies=strategies,
         budgets=budgets,

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 __all__ = ["HEADLINE_HEADER", "LEGEND", "fmt_step", "frontier_cell", "headline_rows", "headline_title"]
 
 HEADLINE_HEADER = ["arm", "budget", "tokens/task", "Δtokens", "Elo [CI]", "ΔElo [CI]", "vs", "ΔElo per 1k [CI]",
-                   "frontier", "ties", "sep. tasks"]  # fmt: skip
+                   "frontier", "ties", "sep. tasks vs"]  # fmt: skip
 
 # One line per column and mark: report.md prints it under the table, README's demo block copies it.
 LEGEND = [
@@ -26,7 +26,8 @@ LEGEND = [
     "of the cost, or the ratio's interval is many times its value",
     "frontier: on / uncertain / off = on the frontier in >= 95% / 5-95% / <= 5% of bootstrap rounds (the share, "
     "in brackets, is a bootstrap share, not a probability)",
-    "ties: share of the arm's comparisons that are ties; sep. tasks: tasks where it differs from some other arm",
+    "ties: share of the arm's comparisons that are ties; sep. tasks vs: tasks on which it and the `vs` arm differ "
+    "(what ΔElo rests on)",
 ]
 
 
@@ -90,7 +91,8 @@ def headline_rows(rows: list[dict[str, Any]], anchor: str | None = None) -> list
             arm, str(r["budget_n"]), _tokens(r["tokens_per_task"]), fmt_step(r.get("d_tokens"), r["tokens_per_task"]),
             _ci(r["elo"], r.get("elo_lo"), r.get("elo_hi")),
             _ci(r["d_elo"], r.get("d_elo_lo"), r.get("d_elo_hi"), sign=True), r.get("vs") or "—", _ratio(r),
-            frontier_cell(r), "—" if not _ok(ties) else f"{ties:.0%}", str(r.get("separating_tasks") or 0),
+            frontier_cell(r), "—" if not _ok(ties) else f"{ties:.0%}",
+            "—" if r.get("separating_vs") is None else str(r["separating_vs"]),
         ])  # fmt: skip
     return out
 

@@ -55,3 +55,29 @@ def tie_stats(groups: pl.DataFrame, judgments: pl.DataFrame, arms: list[str]) ->
         (pl.col("ties") < pl.col("total") - 1e-9).sum().cast(pl.Int64).alias("separating_tasks"),
     )
     return base.join(per_arm, on="arm", how="left").with_columns(pl.col("separating_tasks").fill_null(0)).select(list(_SCHEMA))
+
+
+def separating_pairs(groups: pl.DataFrame, judgments: pl.DataFrame, pairs: list[tuple[str, str | None]]) -> list[int | None]:
+    """For each (arm, other) pair: the tasks on which the two have a decisive comparison (their scores differ
+    in some pair of replicates, or a judgment between them has a winner); None where other is None. The
+    headline's "+5 Elo" against its `vs` arm is then read with the number of tasks it rests on. All pairs
+    in a few joins (no loop over arms: a 1,000-arm run's groups hold millions of rows)."""
+    m = pl.DataFrame([(a, b) for a, b in pairs if b is not None], schema={"arm": pl.String, "vs": pl.String},
+                     orient="row")  # fmt: skip
+    g = groups.select(pl.col("task_id").cast(pl.String), pl.col("arm").cast(pl.String), "level", "mass")
+    ga = g.join(m, on="arm")
+    gb = g.select("task_id", pl.col("arm").alias("vs"), "level", pl.col("mass").alias("mass_b"))
+    both = ga.select("task_id", "arm", "vs").unique().join(gb.select("task_id", "vs").unique(), on=["task_id", "vs"])
+    tie = ga.join(gb, on=["task_id", "vs", "level"]).group_by("task_id", "arm").agg(
+        (pl.col("mass") * pl.col("mass_b")).sum().alias("tie"))  # fmt: skip
+    sep = (both.join(tie, on=["task_id", "arm"], how="left")
+           .filter(pl.col("tie").fill_null(0.0) < 1.0 - 1e-9).select("task_id", "arm"))  # fmt: skip
+    j = judgments.filter(pl.col("winner") != "tie").select(
+        pl.col("task_id").cast(pl.String), pl.col("arm_a").cast(pl.String).alias("x"), pl.col("arm_b").cast(pl.String).alias("y"))
+    jd = pl.concat([
+        j.join(m, left_on=["x", "y"], right_on=["arm", "vs"]).select("task_id", pl.col("x").alias("arm")),
+        j.join(m, left_on=["y", "x"], right_on=["arm", "vs"]).select("task_id", pl.col("y").alias("arm")),
+    ])  # fmt: skip
+    counts = pl.concat([sep, jd]).unique().group_by("arm").len()
+    n = dict(zip(counts["arm"].to_list(), counts["len"].to_list(), strict=True))
+    return [None if b is None else int(n.get(a, 0)) for a, b in pairs]

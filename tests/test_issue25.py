@@ -252,3 +252,17 @@ def test_no_signed_zero_in_intervals() -> None:
     assert headline_rows([{"arm": "x", "budget_n": 1, "tokens_per_task": 10.0, "elo": 1000.0, "d_elo": -0.2,
                            "d_elo_lo": -0.4, "d_elo_hi": 10.0, "vs": "y"}])[0][5] == "0 [0, +10]"  # fmt: skip
     assert ELO_SCALE > 0
+
+
+def test_separating_tasks_between_two_arms_hand_computed() -> None:
+    from elo_per_token.analysis.ties import separating_pairs
+
+    groups = pl.DataFrame({
+        "task_id": ["t1", "t1", "t2", "t2", "t3", "t3", "t3", "t4"],
+        "arm": ["a", "b", "a", "b", "a", "b", "b", "a"],
+        "level": [1, 1, 0, 1, 1, 1, 0, 0],
+        "mass": [1, 1, 1, 1, 1, 0.5, 0.5, 1],
+    }, schema_overrides={"mass": pl.Float64})  # fmt: skip
+    judg = pl.DataFrame({"task_id": ["t5", "t6"], "arm_a": ["b", "a"], "arm_b": ["a", "b"], "winner": ["A", "tie"]})
+    # t1 tied, t2 differs, t3 differs on one replicate, t4 b absent, t5 decisive judgment, t6 tied judgment
+    assert separating_pairs(groups, judg, [("a", "b"), ("b", None)]) == [3, None]
