@@ -266,3 +266,22 @@ def test_separating_tasks_between_two_arms_hand_computed() -> None:
     judg = pl.DataFrame({"task_id": ["t5", "t6"], "arm_a": ["b", "a"], "arm_b": ["a", "b"], "winner": ["A", "tie"]})
     # t1 tied, t2 differs, t3 differs on one replicate, t4 b absent, t5 decisive judgment, t6 tied judgment
     assert separating_pairs(groups, judg, [("a", "b"), ("b", None)]) == [3, None]
+
+
+def test_shared_estimand_equals_removing_those_tasks_by_hand(tmp_path: Path) -> None:
+    # Independent check: --missing shared on the log == analysing a log from which the tasks some arm has no
+    # score on were deleted by hand (every record of those tasks), Elo and tokens alike.
+    import json
+
+    exp = Experiment([*ARMS4, Arm("flaky", 4, 0.3, 3500.0)], {"math": 30, "code": 30}, null_hard={"flaky@4": 0.2})
+    f = write_experiment(tmp_path / "e.jsonl", exp, seed=8)
+    recs = [json.loads(line) for line in f.read_text().splitlines()]
+    holes = {r["task_id"] for r in recs if r.get("kind") == "outcome" and r["score"] is None}
+    assert len(holes) == 12
+    g = tmp_path / "by_hand.jsonl"
+    g.write_text("".join(json.dumps(r) + "\n" for r in recs if r["task_id"] not in holes))
+    shared = analyze([str(f)], AnalysisOptions(rounds=0))
+    by_hand = analyze([str(g)], AnalysisOptions(rounds=0, missing="drop"))
+    assert shared.arms == by_hand.arms
+    np.testing.assert_allclose(shared.elo, by_hand.elo, atol=1e-9)
+    np.testing.assert_allclose(shared.tokens_per_task, by_hand.tokens_per_task, rtol=1e-12)
