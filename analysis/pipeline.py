@@ -699,6 +699,7 @@ def make_tables(
     strategies = sel.info["strategy"].to_list()
     budgets = [int(b) for b in sel.info["budget_n"].to_list()]
     partial = families_seen(point.per_family_theta, design.weights, arms)
+    eligible = np.array([a not in partial for a in arms])  # partial arms are off every table's frontier
     table = headline_table(
         arms, strategies, budgets, tok, elo, elo_s, tok_s, partial=partial, per_family_theta=point.per_family_theta,
         round_theta=None if iv.boot is None else iv.boot.family_theta, weights=design.weights, level=opt.level,
@@ -711,7 +712,8 @@ def make_tables(
         cost, cost_s = cost_arrays(arms, tok, tok_s, breakdown)
         # The returns table over cost: "per 1k" of (USD x 1000) is per $1.
         cost_table = returns_table(
-            arms, strategies, budgets, cost * 1000, elo, elo_s, None if cost_s is None else cost_s * 1000, level=opt.level
+            arms, strategies, budgets, cost * 1000, elo, elo_s, None if cost_s is None else cost_s * 1000, level=opt.level,
+            eligible=eligible,
         ).rename(lambda c: c.replace("tokens_per_task", "cost_per_task").replace("per_1k", "per_usd"))
         cost_table = cost_table.with_columns(pl.col("cost_per_task") / 1000)
     unweighted = pl.DataFrame({"arm": arms, "tokens_per_task_unweighted": point.tokens_unweighted})
@@ -729,8 +731,10 @@ def make_tables(
         strategies=strategies,
         budgets=budgets,
         table=table,
-        per_strategy=per_strategy_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level),
-        vs_frontier=frontier_steps_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level),
+        per_strategy=per_strategy_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level,
+                                        eligible=eligible),
+        vs_frontier=frontier_steps_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level,
+                                         eligible=eligible),
         breakdown=breakdown,
         cost_table=cost_table,
         per_family=_per_family_table(design, arms, point.per_family_theta, iv, opt.level),

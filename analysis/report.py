@@ -63,10 +63,13 @@ def _per_1k_cell(r: dict[str, Any]) -> str:
 
 
 def _frontier_cell(r: dict[str, Any]) -> str:
-    """'yes'/'' from the point estimate, with the bootstrap share of rounds on the frontier when known."""
-    label = "yes" if r["frontier"] else ""
+    """The band (on / uncertain / off, analysis.frontier.band) with the bootstrap share of rounds on the
+    frontier when known; the point label alone without rounds."""
+    from elo_per_token.analysis.frontier import band
+
     prob = r.get("frontier_prob")
-    return f"{label} ({prob:.0%})".strip() if _ok(prob) else label
+    label = band(r["frontier"], prob if _ok(prob) else None)
+    return f"{label} ({prob:.0%})" if _ok(prob) else label
 
 
 def _returns_rows(table: pl.DataFrame, anchor: str | None = None) -> list[list[str]]:
@@ -89,7 +92,7 @@ def _returns_rows(table: pl.DataFrame, anchor: str | None = None) -> list[list[s
     return rows
 
 
-RETURNS_HEADER = ["arm", "budget", "tokens/task", "Elo [95% CI]", "ΔElo [CI]", "ΔElo per 1k tokens [CI]", "frontier (P)"]
+RETURNS_HEADER = ["arm", "budget", "tokens/task", "Elo [95% CI]", "ΔElo [CI]", "ΔElo per 1k tokens [CI]", "frontier"]
 TOKENS_HEADER = [
     "arm",
     "strategy",

@@ -263,6 +263,7 @@ def returns_table(
     elo_samples: np.ndarray | None,
     tokens_samples: np.ndarray | None,
     level: float = 0.95,
+    eligible: np.ndarray | None = None,
 ) -> pl.DataFrame:
     """Rows by tokens/task ascending; deltas against the previous (next-cheaper) row.
 
@@ -279,7 +280,7 @@ def returns_table(
     )
     order = np.argsort(tokens, kind="stable")
     prev = np.concatenate([[-1], order[:-1]]) if order.size else order
-    return _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev)
+    return _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev, eligible)
 
 
 def per_strategy_table(
@@ -291,6 +292,7 @@ def per_strategy_table(
     elo_samples: np.ndarray | None,
     tokens_samples: np.ndarray | None,
     level: float = 0.95,
+    eligible: np.ndarray | None = None,
 ) -> pl.DataFrame:
     """Each budget against the previous (smaller) budget of the same strategy; same columns as
     returns_table (frontier is still the global frontier). Strategies are listed cheapest first."""
@@ -305,7 +307,7 @@ def per_strategy_table(
     order = np.lexsort((tokens, np.asarray(budgets), rank))
     same = np.concatenate([[False], inv[order][1:] == inv[order][:-1]]) if order.size else order.astype(bool)
     prev = np.where(same, np.concatenate([[-1], order[:-1]]) if order.size else order, -1)
-    return _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev)
+    return _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev, eligible)
 
 
 def frontier_steps_table(
@@ -317,6 +319,7 @@ def frontier_steps_table(
     elo_samples: np.ndarray | None,
     tokens_samples: np.ndarray | None,
     level: float = 0.95,
+    eligible: np.ndarray | None = None,
 ) -> pl.DataFrame:
     """Rows as in returns_table, but each row against the next-cheaper arm ON the (point-estimate) frontier
     (column `vs`), so a dominated arm in between does not inflate the next arm's return. Frontier arms'
@@ -326,14 +329,15 @@ def frontier_steps_table(
         arms, strategies, budgets, tokens_per_task, elo, elo_samples, tokens_samples, level
     )
     order = np.argsort(tokens, kind="stable")
-    front = _frontier(tokens, elo)
+    elig = np.ones(tokens.shape, dtype=bool) if eligible is None else np.asarray(eligible, dtype=bool)
+    front = _frontier(tokens, np.where(elig, elo, np.nan))
     prev = np.full(order.size, -1)
     last = -1
     for pos, i in enumerate(order):  # K rows: a loop over arms, not over data
         prev[pos] = last
         if front[i]:
             last = i
-    df = _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev)
+    df = _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev, eligible)
     return df.insert_column(3, pl.Series("vs", [arms[j] if j >= 0 else None for j in prev], dtype=pl.String))
 
 

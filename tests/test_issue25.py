@@ -122,6 +122,8 @@ def test_arm_seen_in_one_family_is_marked_off_the_frontier_and_compared_on_it(tm
     # No other arm is compared against it, and it dominates nobody.
     assert all(x["vs"] != "solo@4" for x in res.table.iter_rows(named=True))
     assert any(w.startswith("solo@4: measured in math only") for w in res.warnings)
+    for other in (res.per_strategy, res.vs_frontier):  # off every table's frontier, not only the headline's
+        assert next(x for x in other.iter_rows(named=True) if x["arm"] == "solo@4")["frontier"] is False
 
 
 # ---------------------------------------------------------------- 5. small families
