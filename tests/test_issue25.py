@@ -287,3 +287,15 @@ def test_shared_estimand_equals_removing_those_tasks_by_hand(tmp_path: Path) -> 
     assert shared.arms == by_hand.arms
     np.testing.assert_allclose(shared.elo, by_hand.elo, atol=1e-9)
     np.testing.assert_allclose(shared.tokens_per_task, by_hand.tokens_per_task, rtol=1e-12)
+
+
+def test_unknown_estimand_is_a_clear_input_error(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    f = write_experiment(tmp_path / "e.jsonl", Experiment(ARMS4, {"math": 10}), seed=1)
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "elo_per_token", "analyze", str(f), "--missing", "maybe", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert p.returncode != 0 and "--missing" in p.stderr and "shared, loss, drop" in p.stderr
+    assert not out.exists()  # nothing half-written
