@@ -103,21 +103,7 @@ def missingness(outcomes: pl.DataFrame, estimand: str = "shared") -> tuple[pl.Da
               "others_on_missing": pl.Float64, "others_on_rest": pl.Float64}  # fmt: skip
     if cells.height == 0:
         return pl.DataFrame(schema=schema), tail
-    scored = outcomes.filter(pl.col("score").is_not_null())
-    task_arm = scored.group_by("task_id", "arm").agg(pl.col("score").mean())
-    rows = []
-    for arm in cells["arm"].unique().sort().to_list():
-        fams = outcomes.filter(pl.col("arm") == arm)["family"].unique()
-        lacks = cells.filter(pl.col("arm") == arm).select("task_id")
-        others = task_arm.filter(pl.col("arm") != arm).join(
-            scored.filter(pl.col("family").is_in(fams.implode())).select("task_id").unique(), on="task_id"
-        )
-        on_missing = others.join(lacks, on="task_id")["score"].mean()
-        on_rest = others.join(lacks, on="task_id", how="anti")["score"].mean()
-        n_tasks = scored.filter(pl.col("family").is_in(fams.implode()))["task_id"].n_unique()
-        rows.append({"arm": str(arm), "missing": lacks.height, "tasks": n_tasks,
-                     "others_on_missing": on_missing, "others_on_rest": on_rest})  # fmt: skip
-    table = pl.DataFrame(rows, schema=schema)
+    table = _others_means(outcomes, cells).select(list(schema)).cast(schema)  # type: ignore[arg-type]
     warnings = []
     for r in table.iter_rows(named=True):
         a, b = r["others_on_missing"], r["others_on_rest"]
@@ -129,6 +115,27 @@ def missingness(outcomes: pl.DataFrame, estimand: str = "shared") -> tuple[pl.Da
             + ("; the missing ones are the harder tasks, so dropping them would flatter this arm" if hard else "")
         )
     return table, warnings + tail
+
+
+def _others_means(outcomes: pl.DataFrame, cells: pl.DataFrame) -> pl.DataFrame:
+    """Per arm with missing cells: missing, tasks (scored tasks of its families), and the other arms' mean
+    score (over their (task, arm) means) on its missing tasks and on the rest. Joins only, no loop over
+    arms: with per-task sums S_t and counts N_t of the arms' means, the others' figures are S_t, N_t on a
+    task the arm lacks and S_t - s_at, N_t - 1 on one it has."""
+    task_arm = (outcomes.filter(pl.col("score").is_not_null())
+                .group_by("task_id", "family", "arm").agg(pl.col("score").mean().alias("s")))  # fmt: skip
+    per_task = task_arm.group_by("task_id").agg(pl.col("s").sum().alias("S"), pl.len().alias("N"))
+    on_missing = cells.join(per_task, on="task_id").group_by("arm").agg(
+        pl.len().alias("missing"), (pl.col("S").sum() / pl.col("N").sum()).alias("others_on_missing"))
+    has = task_arm.filter(pl.col("arm").is_in(cells["arm"].unique().implode())).join(per_task, on="task_id")
+    on_rest = has.group_by("arm").agg(
+        pl.when((pl.col("N") - 1).sum() > 0)
+        .then((pl.col("S") - pl.col("s")).sum() / (pl.col("N") - 1).sum()).alias("others_on_rest"))
+    fam_tasks = task_arm.group_by("family").agg(pl.col("task_id").n_unique().alias("n"))
+    arm_fams = outcomes.select("family", "arm").unique().join(fam_tasks, on="family", how="left")
+    tasks = arm_fams.group_by("arm").agg(pl.col("n").fill_null(0).sum().alias("tasks"))
+    return (on_missing.join(on_rest, on="arm", how="left").join(tasks, on="arm", how="left")
+            .with_columns(pl.col("arm").cast(pl.String)).sort("arm"))  # fmt: skip
 
 
 def _retry_warning(outcomes: pl.DataFrame, cells: pl.DataFrame, estimand: str) -> list[str]:

@@ -67,6 +67,12 @@ def test_loss_estimand_scores_every_missing_cell_zero() -> None:
     shared = apply_estimand(out, "shared")
     assert shared.outcomes["task_id"].unique().to_list() == ["t2"]
     assert apply_estimand(out, "drop").outcomes.equals(out)
+    from elo_per_token.analysis.missing import missingness
+
+    table, warns = missingness(out)
+    # b lacks t1 and t3, where a scores 1.0 and 1.0; on t2 (b has it) a scores 0.5
+    assert table.to_dicts() == [{"arm": "b@1", "missing": 2, "tasks": 3, "others_on_missing": 1.0, "others_on_rest": 0.5}]
+    assert warns[0] == "b@1: no score on 2 of 3 task(s); the other arms score 1.00 on those vs 0.50 on the rest"
 
 
 _outcome = st.tuples(st.integers(0, 6), st.integers(0, 3), st.sampled_from([None, 0.0, 0.5, 1.0, 1e-300]))
@@ -88,7 +94,13 @@ def test_estimand_on_hostile_outcomes_is_bounded(rows: list, estimand: str) -> N
     tracemalloc.start()
     t0 = time.perf_counter()
     res = apply_estimand(out, estimand)
+    from elo_per_token.analysis.missing import missingness
+
+    table, _ = missingness(out, estimand)
     elapsed = time.perf_counter() - t0
+    for r in table.iter_rows(named=True):  # scores are in [0, 1], so are the others' means
+        assert all(v is None or 0.0 <= v <= 1.0 for v in (r["others_on_missing"], r["others_on_rest"]))
+        assert 0 < r["missing"] <= r["tasks"]
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert elapsed < 5.0 and peak < 50 * 2**20
