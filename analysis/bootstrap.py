@@ -291,8 +291,9 @@ def _weighted_tokens(fam_mean: np.ndarray, fw: np.ndarray) -> np.ndarray:
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
-def small_sample_factor(n_tasks: int, df: int | None = None) -> float:
-    """How much a family's bootstrap deviations are stretched: sqrt(n/(n-1)) * t_{0.975,df} / z_{0.975}.
+def small_sample_factor(n_tasks: int, df: int | None = None, level: float = 0.95) -> float:
+    """How much a family's bootstrap deviations are stretched: sqrt(n/(n-1)) * t_{q,df} / z_q, with
+    q = (1 + level) / 2 the upper quantile of the interval asked for (0.975 for 95%, 0.995 for 99%).
 
     The percentile bootstrap of a mean over n tasks is too narrow by about this factor (its variance is
     (n-1)/n of the unbiased one, and it uses normal rather than Student-t tails): Hesterberg's "expanded
@@ -306,7 +307,8 @@ def small_sample_factor(n_tasks: int, df: int | None = None) -> float:
     if n < 2:
         return math.inf
     df = n - 1 if df is None else max(int(df), 1)
-    return math.sqrt(n / (n - 1)) * float(t.ppf(0.975, df)) / float(norm.ppf(0.975))
+    q = (1.0 + float(level)) / 2.0  # the tail the interval is read at: the t/z ratio grows with the level
+    return math.sqrt(n / (n - 1)) * float(t.ppf(q, df)) / float(norm.ppf(q))
 
 
 def _point_fits(data: PairData, fits: Mapping[str, FamilyPoint] | None, l2: float) -> Mapping[str, FamilyPoint]:
@@ -377,7 +379,7 @@ class _FamilyPart:
     cols: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # _group_columns, task -> the family's local index
 
 
-def _family_part(data: PairData, f: int, point: FamilyPoint, df_total: int) -> _FamilyPart:
+def _family_part(data: PairData, f: int, point: FamilyPoint, df_total: int, level: float = 0.95) -> _FamilyPart:
     from scipy import sparse
 
     k = int(data.n_arms)
@@ -402,7 +404,7 @@ def _family_part(data: PairData, f: int, point: FamilyPoint, df_total: int) -> _
         ran=(~np.isnan(tok)).astype(float),
         th0=point.fit.theta if tasks_f.size else np.zeros(k),
         tok_pt=_tokens_per_task(tok) if tasks_f.size else np.full(k, np.nan),
-        stretch=small_sample_factor(tasks_f.size, df_total or None),
+        stretch=small_sample_factor(tasks_f.size, df_total or None, level),
         cols=cols,
     )
 
@@ -458,8 +460,12 @@ def bootstrap(
     progress: Callable[[int], None] | None = None,
     fit_budget: int = _FIT_BUDGET,
     fits: Mapping[str, FamilyPoint] | None = None,
+    level: float = 0.95,
 ) -> BootstrapResult:
     """Task-level bootstrap within each family; `progress(n)` is called with the rounds done so far.
+
+    level: the interval level the rounds will be read at; the small-sample stretch (small_sample_factor)
+    uses its quantile, so a 99% interval is widened with t_{0.995} rather than t_{0.975}.
 
     fit_budget: bytes for the batched fits' working set (see fit_batch_size); it changes speed and
     memory, never the result. fits: fit_families(data, l2=l2) when the caller has it already (the point
@@ -476,7 +482,7 @@ def bootstrap(
     n_f = np.bincount(np.asarray(data.task_family), minlength=len(data.families))
     # Degrees of freedom of the merged estimate: the families that enter it, n_f - 1 each.
     df_total = int(np.sum(np.where((fw > 0) & (n_f >= 2), n_f - 1, 0)))
-    parts = [_family_part(data, f, fits[name], df_total) for f, name in enumerate(data.families)]
+    parts = [_family_part(data, f, fits[name], df_total, level) for f, name in enumerate(data.families)]
 
     elo = np.empty((rounds, k))
     tpt = np.empty((rounds, k))

@@ -83,6 +83,10 @@ def tokens_cmd(
     _print_skipped(summary.skipped, err)
 
 
+MISSING_HELP = ("Outcomes without a score: shared = compare arms on the tasks every arm answered (default), "
+                "loss = count a missing score as a loss, drop = each arm on the tasks it answered.")  # fmt: skip
+
+
 def analyze_cmd(
     paths: list[str] = typer.Argument(..., help=PATHS_HELP),
     out: str | None = typer.Option(None, "--out", help="Write report.md, arms.csv, report.json and PNG plots here."),
@@ -94,8 +98,9 @@ def analyze_cmd(
     l2: float | None = typer.Option(
         None, "--l2", help="L2 penalty of the Bradley-Terry fit (default: a prior of one virtual tie per arm, l2 = 0.125; the seed used 1e-3)."
     ),
-    min_tasks: int = typer.Option(10, "--min-tasks", help="Families with fewer tasks are left out of the merge (with a warning)."),
+    min_tasks: int = typer.Option(5, "--min-tasks", help="Families with fewer tasks are left out of the merge and the weights renormalised (with a warning); smaller families cannot show their own task-to-task variance."),
     drop_ties: bool = typer.Option(False, "--drop-ties", help="Drop ties instead of counting half a win each way."),
+    missing: str = typer.Option("shared", "--missing", help=MISSING_HELP),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
     tasks: str | None = typer.Option(None, "--tasks", help="JSONL tasks file with task_id and family."),
     no_plots: bool = typer.Option(False, "--no-plots", help="With --out: skip the PNG plots."),
@@ -126,7 +131,7 @@ def analyze_cmd(
 
     opts = AnalysisOptions(
         weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, l2=l2,
-        drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks, min_tasks=min_tasks, prices=prices,
+        drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks, min_tasks=min_tasks, prices=prices, missing=missing,
     )
     if top is not None and top < 1:
         raise InputError(f"must be >= 1, got {top}", field="--top")  # before the (long) analysis

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
+from elo_per_token.analysis.families import MIN_TASKS, WARN_TASKS, small_families
 from elo_per_token.analysis.level import check_level
 from elo_per_token.contracts.errors import InputError
 
@@ -226,8 +227,11 @@ def compare_runs(
     level: float = 0.95,
     l2: float | None = None,
     adjust: str = "bonferroni",
+    min_tasks: int = MIN_TASKS,
 ) -> CompareResult:
-    """Pooled, task-paired comparison of two runs (see the module docstring and docs/compare.md)."""
+    """Pooled, task-paired comparison of two runs (see the module docstring and docs/compare.md).
+
+    Families with fewer than min_tasks tasks are left out as in `ept analyze` (analysis.families)."""
     from elo_per_token.analysis.bootstrap import bootstrap, fit_families, point_estimate
     from elo_per_token.analysis.bt import prior_l2
     from elo_per_token.analysis.merge import parse_weights
@@ -246,10 +250,14 @@ def compare_runs(
     k = len(arm_order)
     data, task_notes = _pooled_data(base, cur, arm_order, families)
     notes += task_notes
+    # The same small-family rule as `ept analyze` (analysis.families), on the pooled tasks of both runs.
+    fam_rule = small_families(families, fw, _task_counts(data), min_tasks)
+    fw = fam_rule.weights
+    notes += [w for w in fam_rule.warnings if "left out" in w]
     fw_arr = np.array([fw[f] for f in families], dtype=float)
     fits = fit_families(data, l2=l2)  # each family once: the point estimate and the bootstrap share it
     elo, tok, _ = point_estimate(data, fw_arr, anchor=0, l2=l2, fits=fits)
-    boot = bootstrap(data, fw_arr, anchor=0, rounds=rounds, seed=seed, l2=l2, fits=fits)
+    boot = bootstrap(data, fw_arr, anchor=0, rounds=rounds, seed=seed, l2=l2, fits=fits, level=level)
     # The gate tests every arm at once: Bonferroni over arms keeps the chance that ANY unchanged arm is
     # flagged at most (1 - level) / 2 (one-sided), instead of that per arm.
     gate_level = 1.0 - (1.0 - level) / k if adjust == "bonferroni" else level
@@ -336,16 +344,24 @@ def _pooled_data(
     return data, _small_family_notes(tasks)
 
 
-def _small_family_notes(tasks: pl.DataFrame) -> list[str]:
-    from elo_per_token.analysis.pipeline import MIN_TASKS, WARN_TASKS
+# Below this many tasks a family gives the gate little power (a note; the family still counts from MIN_TASKS).
+_POWER_TASKS = 10
 
+
+def _task_counts(data: PairData) -> dict[str, int]:
+    """Tasks per family of the pooled data."""
+    n = np.bincount(np.asarray(data.task_family), minlength=len(data.families))
+    return {f: int(n[i]) for i, f in enumerate(data.families)}
+
+
+def _small_family_notes(tasks: pl.DataFrame) -> list[str]:
     notes = []
     for fam, n in tasks.group_by("family").len().sort("family").iter_rows():  # one row per family
         if n < WARN_TASKS:
             notes.append(
                 f"family {fam}: only {n} task(s) (fewer than {WARN_TASKS}): intervals are widened for the small "
                 "sample but approximate"
-                + (f"; below {MIN_TASKS} tasks the gate has little power (see 'drop caught 80%')" if n < MIN_TASKS else "")
+                + (f"; below {_POWER_TASKS} tasks the gate has little power (see 'drop caught 80%')" if n < _POWER_TASKS else "")
                 + ("; with one task there is no interval and the gate cannot fire" if n < 2 else "")
             )
     return notes

@@ -47,6 +47,12 @@ RETURNS_COLUMNS = [
     ("d_elo_per_1k_lo", "lo", ".2f"),
     ("d_elo_per_1k_hi", "hi", ".2f"),
     ("frontier", "frontier", None),
+    # Issue 25: what each row is against, the frontier band, partial arms, ties.
+    ("vs", "vs", None),
+    ("frontier_band", "frontier band", None),
+    ("seen_in", "measured in", None),
+    ("tie_share", "ties", ".0%"),
+    ("separating_vs", "sep. tasks vs", "d"),
 ]
 
 _CSS = """
@@ -274,8 +280,10 @@ def _returns_section(doc: Mapping[str, Any], returns: list[dict[str, Any]]) -> l
     parts.append('<section id="returns"><h2>Diminishing returns</h2>')
     parts.append(
         '<p class="muted">Rows ordered by tokens per task; ΔElo and ΔElo per 1k tokens are against the previous '
-        "row; intervals are bootstrap percentile intervals; frontier rows (bold) have no cheaper arm with a higher "
-        "Elo.</p>"
+        "arm on the frontier (column vs); intervals are bootstrap percentile intervals; frontier rows (bold) have no "
+        "cheaper arm with a higher Elo; frontier band: on / uncertain / off = on the frontier in at least 95% / "
+        "5-95% / at most 5% of bootstrap rounds (a bootstrap share, not a probability); an arm measured in some "
+        "families only is off the frontier and its ΔElo is over the shared families.</p>"
     )
     parts.append(_table("returns-table", returns, RETURNS_COLUMNS, row_class="frontier"))
     parts.append('<figure id="plot-elo-tokens">' + _plot_elo_vs_tokens(returns, doc.get("anchor"), _level_label(doc)) + "</figure>")
@@ -283,11 +291,11 @@ def _returns_section(doc: Mapping[str, Any], returns: list[dict[str, Any]]) -> l
     parts.append(
         '<figure id="plot-delo-per-1k">'
         + _plot_bars(
-            [str(r["arm"]) for r in steps],
+            [f"{r['arm']} vs {r['vs']}" if r.get("vs") else str(r["arm"]) for r in steps],
             [float(r["d_elo_per_1k"]) for r in steps],
             [r.get("d_elo_per_1k_lo") if _is_num(r.get("d_elo_per_1k_lo")) else None for r in steps],
             [r.get("d_elo_per_1k_hi") if _is_num(r.get("d_elo_per_1k_hi")) else None for r in steps],
-            "ΔElo per 1k tokens (vs the previous arm)",
+            "ΔElo per 1k tokens (vs the previous frontier arm)",
             "ΔElo / 1k tokens",
         )
         + "</figure></section>"
@@ -301,6 +309,8 @@ def _families_section(families: list[dict[str, Any]]) -> list[str]:
         parts.append('<section id="families"><h2>Per-family breakdown</h2>')
         fam_cols = [("family", "family", None), ("arm", "arm", None), ("theta", "θ (centred)", ".3f"),
                     ("elo", "Elo", ".1f")]
+        if any("elo_lo" in r for r in families):  # the family's own bootstrap interval (issue 25)
+            fam_cols += [("elo_lo", "lo", ".1f"), ("elo_hi", "hi", ".1f")]
         if any("weight" in r for r in families):
             fam_cols.append(("weight", "family weight", ".2f"))
         parts.append(_table("family-table", families, fam_cols))

@@ -21,8 +21,10 @@ import numpy as np
 import polars as pl
 
 from elo_per_token.analysis.breakdown import arm_breakdown, cost_arrays, parse_prices
+from elo_per_token.analysis.families import MIN_TASKS, WARN_TASKS, small_families
 from elo_per_token.analysis.io import BadLine, Records, line_of, read_records
 from elo_per_token.analysis.level import check_level
+from elo_per_token.analysis.missing import apply_estimand, check_estimand, missingness
 from elo_per_token.analysis.pairs import build_pairs, implied_pair_rows, outcome_groups
 from elo_per_token.analysis.tokens import (
     arm_tokens_from_groups,
@@ -41,10 +43,10 @@ if TYPE_CHECKING:
 # 200-arm grid with 300 tasks is 9M rows, a 1,000-arm one 225M). Below it, one row per comparison.
 _PAIR_ROWS_MAX = 2_000_000
 
-# A family needs this many tasks to enter the merge (fewer: left out with a warning, unless no family has
-# enough), and WARN_TASKS for its bootstrap interval to be more than approximate (docs/statistics.md).
-MIN_TASKS = 10
-WARN_TASKS = 30
+# A family needs MIN_TASKS tasks to enter the merge (fewer: left out with a warning, unless no family has
+# enough), and WARN_TASKS for its bootstrap interval to be more than approximate (analysis.families);
+# both are re-exported here for the modules that read them from the pipeline.
+__all__ = ["MIN_TASKS", "WARN_TASKS", "AnalysisOptions", "AnalysisResult", "analyze"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class AnalysisOptions:
     prices: str | None = None  # "in=0.15,cached=0.075,out=0.6" USD per 1M tokens: cost per task, ΔElo per $1
     min_tasks: int = MIN_TASKS  # families with fewer tasks are left out of the merge (if another is not)
     heterogeneity_alpha: float = 0.05  # family x arm heterogeneity test, Bonferroni over arms
+    missing: str = "shared"  # outcomes without a score: shared / loss / drop (analysis.missing)
 
     def validate(self) -> None:
         """InputError naming the option (field = its flag) for a value no analysis can use. Run first by
@@ -73,6 +76,7 @@ class AnalysisOptions:
             raise InputError(f"must be >= 0, got {self.min_tasks}", field="--min-tasks")
         check_level(self.level)
         parse_prices(self.prices)
+        check_estimand(self.missing)
 
     @property
     def l2_value(self) -> float:
@@ -131,6 +135,12 @@ class AnalysisResult:
     # analysis.returns.frontier_steps_table: each arm against the next-cheaper frontier arm.
     vs_frontier: pl.DataFrame | None = None
     excluded_families: list[str] = field(default_factory=list)  # too few tasks: weight 0 in the merge
+    # Issue 25: what the headline table's title must say (the estimand for missing outcomes, renormalised
+    # weights), arms seen in some weighted families only (arm -> those families) and the per-arm
+    # missingness check (analysis.missing.missingness).
+    title_notes: list[str] = field(default_factory=list)
+    partial_arms: dict[str, list[str]] = field(default_factory=dict)
+    missing: pl.DataFrame | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Every number, the inputs, the options and the versions (report.json)."""
@@ -148,6 +158,10 @@ class AnalysisResult:
             "per_strategy": self.per_strategy.to_dicts(),
             "vs_frontier": self.vs_frontier.to_dicts() if self.vs_frontier is not None else [],
             "excluded_families": self.excluded_families,
+            "title_notes": self.title_notes,
+            "missing_estimand": self.options.missing,
+            "partial_arms": self.partial_arms,
+            "missing": self.missing.to_dicts() if self.missing is not None else [],
             "per_family": self.per_family.to_dicts(),
             "tokens": self.tokens.to_dicts(),
             "judge_tokens": self.judge_tokens.to_dicts(),
@@ -275,6 +289,8 @@ class Comparisons:
     missing_usage: int
     ungraded: int
     warnings: list[str]
+    estimand_title: str = ""  # analysis.missing: what a missing outcome means, for the table's title
+    missing: pl.DataFrame | None = None  # analysis.missing.missingness per arm
 
 
 @dataclass(frozen=True)
@@ -305,6 +321,7 @@ class Design:
     n_tasks: dict[str, int]
     data: PairData
     warnings: list[str]
+    weights_note: str = ""  # the table title's note when small families were left out (analysis.families)
 
     @property
     def weight_array(self) -> np.ndarray:
@@ -356,6 +373,7 @@ class Tables:
     breakdown: pl.DataFrame
     cost_table: pl.DataFrame | None
     per_family: pl.DataFrame
+    partial: dict[str, list[str]] = field(default_factory=dict)  # arm -> the weighted families it was seen in
 
 
 def analyze(
@@ -385,7 +403,7 @@ def analyze(
     if opt.rounds > 0:
         step("bootstrap rounds")
     iv = intervals(design, sel, point, opt, progress)
-    tables = make_tables(inp, sel, design, point, iv, opt)
+    tables = make_tables(inp, sel, design, point, iv, opt, comp)
     stages = Stages(inp, comp, sel, design, point, iv, tables)
     return _result(records, stages, collect_warnings(stages, opt), opt)
 
@@ -436,19 +454,27 @@ def build_comparisons(inp: Inputs, opt: AnalysisOptions) -> Comparisons:
             "(see calls_missing_usage in arms.csv)"
         )
     # A judge job's own outcome carries no score by design: not an answer that failed before grading.
-    ungraded = int(inp.outcomes.filter(pl.col("strategy") != JUDGE_STRATEGY)["score"].is_null().sum())
-    if ungraded:
-        warnings.append(f"{ungraded} outcome(s) have no score (failed before grading) and are not compared")
+    own = inp.outcomes.filter(pl.col("strategy") != JUDGE_STRATEGY)
+    ungraded = int(own["score"].is_null().sum())
+    missing_table, missing_warnings = missingness(own, opt.missing)
+    warnings += missing_warnings
+    est = apply_estimand(own, opt.missing)
+    if est.dropped_tasks.height:
+        warnings.append(
+            f"--missing shared: {est.dropped_tasks.height} task(s) where some arm has no score are left out for "
+            "every arm (comparisons and tokens per task); --missing loss counts those as losses instead"
+        )
+    outcomes = est.outcomes
 
     # A grid where every arm meets every other on each task has K^2/2 pair rows per task: past
     # _PAIR_ROWS_MAX rows, outcomes stay grouped by (task, arm, score level) and the fits expand them
     # into count matrices (analysis.bootstrap.OutcomeGroups); otherwise one row per comparison.
-    groups_full = outcome_groups(inp.outcomes)
+    groups_full = outcome_groups(outcomes)
     use_groups = implied_pair_rows(groups_full, drop_ties=opt.drop_ties) > _PAIR_ROWS_MAX
     # Labels as categoricals: pair rows hold codes, not strings.
     cat = pl.Categorical
     pairs_all = build_pairs(
-        (inp.outcomes.head(0) if use_groups else inp.outcomes).with_columns(pl.col("task_id", "family", "arm").cast(cat)),
+        (outcomes.head(0) if use_groups else outcomes).with_columns(pl.col("task_id", "family", "arm").cast(cat)),
         inp.judgments.with_columns(pl.col("task_id", "family", "arm_a", "arm_b").cast(cat)),
         drop_ties=opt.drop_ties,
     )
@@ -463,9 +489,13 @@ def build_comparisons(inp: Inputs, opt: AnalysisOptions) -> Comparisons:
                 file=inp.where,
                 field="--drop-ties",
             )
+    ttok = task_tokens(inp.calls).collect()
+    if est.dropped_tasks.height:  # the shared tasks' cost too, so every arm's cost is over the same tasks
+        ttok = ttok.filter(~pl.col("task_id").cast(pl.String).is_in(est.dropped_tasks["task_id"].cast(pl.String).implode()))
     return Comparisons(
-        tokens=tok_all, task_tokens=task_tokens(inp.calls).collect(), groups_full=groups_full, pairs=pairs_all,
+        tokens=tok_all, task_tokens=ttok, groups_full=groups_full, pairs=pairs_all,
         groups=groups_all, missing_usage=missing_usage, ungraded=ungraded, warnings=warnings,
+        estimand_title=est.title, missing=missing_table,
     )
 
 
@@ -539,10 +569,11 @@ def build_design(inp: Inputs, comp: Comparisons, sel: ArmSelection, opt: Analysi
     data = _pair_data(tasks, pairs, groups, ttok, families, sel.index, opt.drop_ties)
     counted = tasks.group_by("family").len()
     n_tasks = dict(zip(counted["family"].to_list(), counted["len"].to_list(), strict=True))
-    fw, excluded, small = _small_families(families, fw, n_tasks, opt.min_tasks)
+    rule = small_families(families, fw, n_tasks, opt.min_tasks)
     return Design(
-        pairs=pairs, groups=groups, task_tokens=ttok, tasks=tasks, families=families, weights=fw,
-        excluded=excluded, n_tasks=n_tasks, data=data, warnings=warnings + small,
+        pairs=pairs, groups=groups, task_tokens=ttok, tasks=tasks, families=families, weights=rule.weights,
+        excluded=rule.excluded, n_tasks=n_tasks, data=data, warnings=warnings + rule.warnings,
+        weights_note=rule.note,
     )
 
 
@@ -588,34 +619,6 @@ def _pair_data(
         groups=groups.join(t_of, on="task_id").select("task", arm("arm").alias("arm"), "level", "mass"),
         tie_weight=0.0 if drop_ties else 0.5,
     )
-
-
-def _small_families(
-    families: list[str], fw: dict[str, float], n_tasks: dict[str, int], min_tasks: int
-) -> tuple[dict[str, float], list[str], list[str]]:
-    """(weights, excluded families, warnings). A family of a few tasks cannot be resampled into an honest
-    interval (one task is redrawn every round) and lets a handful of comparisons swing the merged scale.
-    Below min_tasks it is left out of the merge (weight 0) when some other weighted family has enough."""
-    big = [f for f in families if fw[f] > 0 and n_tasks[f] >= min_tasks]
-    excluded = [f for f in families if fw[f] > 0 and n_tasks[f] < min_tasks] if big else []
-    warnings = []
-    for f in families:
-        if f in excluded:
-            warnings.append(
-                f"family {f}: only {n_tasks[f]} task(s), below the minimum of {min_tasks} "
-                "(--min-tasks): left out of the merge, Elo and tokens per task (its per-family Elo is shown "
-                "but not trustworthy)"
-            )
-        elif fw[f] > 0 and n_tasks[f] < WARN_TASKS:
-            warnings.append(
-                f"family {f}: only {n_tasks[f]} task(s) (fewer than {WARN_TASKS}): its intervals are widened "
-                "for the small sample but remain approximate"
-                + ("; no interval is possible with a single task" if n_tasks[f] < 2 else "")
-            )
-    if excluded:
-        kept = sum(fw[f] for f in families if f not in excluded)
-        fw = {f: (0.0 if f in excluded else w / kept) for f, w in fw.items()}
-    return fw, excluded, warnings
 
 
 def fit_once(design: Design, sel: ArmSelection, opt: AnalysisOptions) -> PointFit:
@@ -672,7 +675,7 @@ def intervals(
         return Intervals(boot=None, warnings=[])
     boot = bootstrap(
         design.data, design.weight_array, anchor=sel.index[sel.anchor], rounds=opt.rounds, seed=opt.seed,
-        l2=opt.l2_value, progress=progress, fits=point.family_fits,
+        l2=opt.l2_value, progress=progress, fits=point.family_fits, level=opt.level,
     )
     failed = int(boot.failed_rounds)
     warnings = [f"{failed} of {opt.rounds} bootstrap rounds had a non-converged fit"] if failed else []
@@ -680,15 +683,30 @@ def intervals(
 
 
 def make_tables(
-    inp: Inputs, sel: ArmSelection, design: Design, point: PointFit, iv: Intervals, opt: AnalysisOptions
+    inp: Inputs,
+    sel: ArmSelection,
+    design: Design,
+    point: PointFit,
+    iv: Intervals,
+    opt: AnalysisOptions,
+    comp: Comparisons | None = None,
 ) -> Tables:
-    """The returns table (and over cost when priced), per strategy, vs the frontier, per family, per arm."""
+    """The returns table (and over cost when priced), per strategy, vs the frontier, per family, per arm.
+
+    The headline table (analysis.frontier.headline_table) is against the previous frontier arm, with
+    partial arms marked and off the frontier; comp adds each arm's tie share (analysis.ties)."""
+    from elo_per_token.analysis.frontier import families_seen, headline_table
     from elo_per_token.analysis.returns import frontier_steps_table, per_strategy_table, returns_table
 
     arms, elo, tok, elo_s, tok_s = sel.arms, point.elo, point.tokens, iv.elo, iv.tokens
     strategies = sel.info["strategy"].to_list()
     budgets = [int(b) for b in sel.info["budget_n"].to_list()]
-    table = returns_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level)
+    partial = families_seen(point.per_family_theta, design.weights, arms)
+    eligible = np.array([a not in partial for a in arms])  # partial arms are off every table's frontier
+    table = headline_table(
+        arms, strategies, budgets, tok, elo, elo_s, tok_s, partial=partial, per_family_theta=point.per_family_theta,
+        round_theta=None if iv.boot is None else iv.boot.family_theta, weights=design.weights, level=opt.level,
+    )
     prices = parse_prices(opt.prices)
     # Lazy: the breakdown's queries read their few columns of the analysed arms' rows, no copy of the frame.
     breakdown = _strings(arm_breakdown(inp.frame.lazy().filter(pl.col("arm").is_in(arms)), prices))
@@ -697,30 +715,57 @@ def make_tables(
         cost, cost_s = cost_arrays(arms, tok, tok_s, breakdown)
         # The returns table over cost: "per 1k" of (USD x 1000) is per $1.
         cost_table = returns_table(
-            arms, strategies, budgets, cost * 1000, elo, elo_s, None if cost_s is None else cost_s * 1000, level=opt.level
+            arms, strategies, budgets, cost * 1000, elo, elo_s, None if cost_s is None else cost_s * 1000, level=opt.level,
+            eligible=eligible,
         ).rename(lambda c: c.replace("tokens_per_task", "cost_per_task").replace("per_1k", "per_usd"))
         cost_table = cost_table.with_columns(pl.col("cost_per_task") / 1000)
     unweighted = pl.DataFrame({"arm": arms, "tokens_per_task_unweighted": point.tokens_unweighted})
     table = table.join(unweighted.with_columns(pl.col(pl.Float64).fill_nan(None)), on="arm", how="left")
+    if comp is not None:
+        from elo_per_token.analysis.ties import separating_pairs, tie_stats
+
+        groups = comp.groups_full.filter(pl.col("family").is_in(design.families))
+        table = table.join(tie_stats(groups, inp.judgments, arms), on="arm", how="left")
+        vs_pairs = list(zip(table["arm"].to_list(), table["vs"].to_list(), strict=True))
+        table = table.with_columns(
+            pl.Series("separating_vs", separating_pairs(groups, inp.judgments, vs_pairs), dtype=pl.Int64)
+        )
     return Tables(
         strategies=strategies,
         budgets=budgets,
         table=table,
-        per_strategy=per_strategy_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level),
-        vs_frontier=frontier_steps_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level),
+        per_strategy=per_strategy_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level,
+                                        eligible=eligible),
+        vs_frontier=frontier_steps_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level,
+                                         eligible=eligible),
         breakdown=breakdown,
         cost_table=cost_table,
-        per_family=_per_family_table(design, arms, point.per_family_theta),
+        per_family=_per_family_table(design, arms, point.per_family_theta, iv, opt.level),
+        partial=partial,
     )
 
 
-def _per_family_table(design: Design, arms: list[str], per_family_theta: dict[str, np.ndarray]) -> pl.DataFrame:
+def _per_family_table(
+    design: Design, arms: list[str], per_family_theta: dict[str, np.ndarray], iv: Intervals | None = None,
+    level: float = 0.95,
+) -> pl.DataFrame:
+    """family, weight, arm, theta (centred), elo and its interval (elo_lo, elo_hi: percentiles of the
+    family's own bootstrap rounds, null without rounds or where the family never observed the arm)."""
+    import warnings
+
     from elo_per_token.analysis.merge import ELO_BASE, ELO_SCALE
 
     rows = []
+    q = [100 * (1 - level) / 2, 100 * (1 + level) / 2]
     for f in design.families:
         th = np.asarray(per_family_theta[f], dtype=float)
         centred = th - np.nanmean(th)
+        lo = hi = np.full(len(arms), np.nan)
+        if iv is not None and iv.boot is not None and f in iv.boot.family_theta:
+            r = iv.boot.family_theta[f]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # an arm the family never saw: all NaN
+                lo, hi = ELO_BASE + ELO_SCALE * np.nanpercentile(r - np.nanmean(r, axis=1, keepdims=True), q, axis=0)
         rows += [
             {
                 "family": f,
@@ -728,13 +773,16 @@ def _per_family_table(design: Design, arms: list[str], per_family_theta: dict[st
                 "arm": a,
                 "theta": None if math.isnan(centred[i]) else float(centred[i]),
                 "elo": None if math.isnan(centred[i]) else float(ELO_BASE + ELO_SCALE * centred[i]),
+                "elo_lo": None if math.isnan(centred[i]) or math.isnan(lo[i]) else float(lo[i]),
+                "elo_hi": None if math.isnan(centred[i]) or math.isnan(hi[i]) else float(hi[i]),
             }
             for i, a in enumerate(arms)
         ]
     return pl.DataFrame(
         rows,
-        schema={"family": pl.String, "weight": pl.Float64, "arm": pl.String, "theta": pl.Float64, "elo": pl.Float64},
-    )
+        schema={"family": pl.String, "weight": pl.Float64, "arm": pl.String, "theta": pl.Float64, "elo": pl.Float64,
+                "elo_lo": pl.Float64, "elo_hi": pl.Float64},
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -758,6 +806,7 @@ def collect_warnings(st: Stages, opt: AnalysisOptions) -> list[str]:
 
     warnings = comp.warnings + sel.warnings + design.warnings + point.warnings + iv.warnings
     warnings += _task_set_warnings(tables.breakdown)
+    warnings += _partial_warnings(tables.partial)
     if iv.boot is not None:
         warnings += _ratio_warnings(tables.table, opt.rounds)
         warnings += family_heterogeneity(
@@ -793,6 +842,8 @@ def _result(records: Records, st: Stages, warnings: list[str], opt: AnalysisOpti
         warnings=warnings, elo_samples=iv.elo, tokens_samples=iv.tokens, failed_rounds=iv.failed,
         versions=versions(), records=inp.frame, breakdown=tables.breakdown, cost_table=tables.cost_table,
         vs_frontier=tables.vs_frontier, excluded_families=design.excluded,
+        title_notes=[n for n in (comp.estimand_title, design.weights_note) if n], partial_arms=tables.partial,
+        missing=comp.missing,
     )
 
 
@@ -811,16 +862,28 @@ def _task_set_warnings(breakdown: pl.DataFrame) -> list[str]:
     ]
 
 
+def _partial_warnings(partial: dict[str, list[str]]) -> list[str]:
+    from elo_per_token.analysis.frontier import seen_label
+
+    return [
+        f"{arm}: measured in {seen_label(seen)}: its global Elo assumes no family x arm interaction, which one "
+        "family cannot test; it is kept off the frontier and its ΔElo is over the families it shares"
+        for arm, seen in partial.items()
+    ]
+
+
 def _ratio_warnings(table: pl.DataFrame, rounds: int) -> list[str]:
     """Never silent about the ratio: which rows have no ΔElo per 1k (unresolved token step) and how many
     rounds had a token step <= 0 (they enter the interval at +-inf instead of being dropped)."""
     out = []
     rows = table.filter(pl.col("per_1k_resolved").is_not_null())
-    unresolved = rows.filter(~pl.col("per_1k_resolved"))["arm"].to_list()
-    if unresolved:
+    unresolved = rows.filter(~pl.col("per_1k_resolved"))
+    if unresolved.height:
         out.append(
-            "ΔElo per 1k tokens not reported for " + ", ".join(unresolved) + ": the token step to the previous "
-            "row is not resolved (its interval includes 0), so the ratio could be anything"
+            "ΔElo per 1k tokens not reported for "
+            + ", ".join(f"{r['arm']} ({r['per_1k_note'] or 'unresolved'})" for r in unresolved.iter_rows(named=True))
+            + ": a token step whose interval includes 0, below a few percent of the cost, or a ratio whose "
+            "interval is many times its value says nothing about the return per token"
         )
     edge = rows.filter(pl.col("per_1k_resolved") & (pl.col("per_1k_nonpositive_rounds") > 0))
     for r in edge.iter_rows(named=True):

@@ -276,8 +276,10 @@ def plot_elo_vs_tokens(table: pl.DataFrame, path: Path, level_label: str, anchor
 
 
 def plot_d_elo_per_1k(table: pl.DataFrame, path: Path, level_label: str) -> None:
-    fig = bars_figure(table.to_dicts(), "d_elo_per_1k", f"Marginal Elo per 1k tokens ({level_label} CI)",
-                      "ΔElo per 1k tokens (vs previous row)")
+    # Each bar is against the previous frontier arm (the headline table's `vs`), named in its label.
+    rows = [{**r, "arm": f"{r['arm']} vs {r['vs']}" if r.get("vs") else r["arm"]} for r in table.to_dicts()]
+    fig = bars_figure(rows, "d_elo_per_1k", f"Marginal Elo per 1k tokens ({level_label} CI)",
+                      "ΔElo per 1k tokens (vs the previous frontier arm)")
     _save(fig, path)
 
 

@@ -20,6 +20,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from elo_per_token.analysis.report_headline import HEADLINE_HEADER, LEGEND, headline_rows, headline_title
+
 if TYPE_CHECKING:  # annotations only: `ept tokens` prints through here and needs none of numpy/scipy
     from elo_per_token.analysis.pipeline import AnalysisResult
 
@@ -39,6 +41,8 @@ def fmt_tokens(x: Any) -> str:
 def fmt_num(x: Any, nd: int = 0, sign: bool = False) -> str:
     if not _ok(x):
         return "—"
+    if round(float(x), nd) == 0:  # never "-0" (or "+0"): a zero has no sign
+        return f"{0:.{nd}f}"
     return f"{x:+.{nd}f}" if sign else f"{x:.{nd}f}"
 
 
@@ -54,15 +58,18 @@ def fmt_ci(x: Any, lo: Any, hi: Any, nd: int = 0, sign: bool = False) -> str:
 def _per_1k_cell(r: dict[str, Any]) -> str:
     # A ratio over a token step whose interval includes 0 could be anything: say so instead of a number.
     if r.get("per_1k_resolved") is False:
-        return "token step unresolved"
+        return r.get("per_1k_note") or "token step unresolved"
     return fmt_ci(r["d_elo_per_1k"], r.get("d_elo_per_1k_lo"), r.get("d_elo_per_1k_hi"), nd=1)
 
 
 def _frontier_cell(r: dict[str, Any]) -> str:
-    """'yes'/'' from the point estimate, with the bootstrap share of rounds on the frontier when known."""
-    label = "yes" if r["frontier"] else ""
+    """The band (on / uncertain / off, analysis.frontier.band) with the bootstrap share of rounds on the
+    frontier when known; the point label alone without rounds."""
+    from elo_per_token.analysis.frontier import band
+
     prob = r.get("frontier_prob")
-    return f"{label} ({prob:.0%})".strip() if _ok(prob) else label
+    label = band(r["frontier"], prob if _ok(prob) else None)
+    return f"{label} ({prob:.0%})" if _ok(prob) else label
 
 
 def _returns_rows(table: pl.DataFrame, anchor: str | None = None) -> list[list[str]]:
@@ -85,7 +92,7 @@ def _returns_rows(table: pl.DataFrame, anchor: str | None = None) -> list[list[s
     return rows
 
 
-RETURNS_HEADER = ["arm", "budget", "tokens/task", "Elo [95% CI]", "ΔElo [CI]", "ΔElo per 1k tokens [CI]", "frontier (P)"]
+RETURNS_HEADER = ["arm", "budget", "tokens/task", "Elo [95% CI]", "ΔElo [CI]", "ΔElo per 1k tokens [CI]", "frontier"]
 TOKENS_HEADER = [
     "arm",
     "strategy",
@@ -120,8 +127,12 @@ def _tokens_rows(tokens: pl.DataFrame) -> list[list[str]]:
 
 def _per_family_pivot(result: AnalysisResult, arms: list[str] | None = None) -> tuple[list[str], list[list[str]]]:
     header = ["arm"] + [f"{f} (w={result.family_weights[f]:.2f})" for f in result.families]
-    by = {(r["arm"], r["family"]): r["elo"] for r in result.per_family.iter_rows(named=True)}
-    rows = [[arm] + [fmt_num(by.get((arm, f))) for f in result.families] for arm in (arms or result.arms)]
+    by = {(r["arm"], r["family"]): r for r in result.per_family.iter_rows(named=True)}
+
+    def cell(r: dict[str, Any] | None) -> str:
+        return "—" if r is None else fmt_ci(r["elo"], r.get("elo_lo"), r.get("elo_hi"))
+
+    rows = [[arm] + [cell(by.get((arm, f))) for f in result.families] for arm in (arms or result.arms)]
     return header, rows
 
 
@@ -283,13 +294,13 @@ def print_report(
     if grouped:  # by strategy (cheapest strategy first), then tokens; Δ columns still vs the next-cheaper arm
         first = table.group_by("strategy").agg(pl.col("tokens_per_task").min().alias("_s"))
         table = table.join(first, on="strategy").sort("_s", "strategy", "tokens_per_task", maintain_order=True)
-    title = f"Diminishing returns (anchor {_rx(result.anchor)} = 1000; {ci})"
+    title = _rx(headline_title(result, ci))
     if filtered:
         title += f"; {len(shown)} of {len(result.arms)} arms shown, Δ vs the next-cheaper of all arms"
     if grouped:
         title += "; grouped by strategy"
     groups = table["strategy"].to_list() if grouped else None
-    console.print(_rich_table(title, RETURNS_HEADER, _returns_rows(table, result.anchor), groups=groups))
+    console.print(_rich_table(title, HEADLINE_HEADER, headline_rows(table.to_dicts(), result.anchor), groups=groups))
     if len(shown) > ALL_TABLES_MAX and not filtered:
         console.print(
             f"{len(shown)} arms: the per-strategy, frontier, per-family and per-arm tables are in report.md / report.json "
@@ -307,17 +318,12 @@ def print_report(
                 groups=per_strategy["strategy"].to_list() if grouped else None,
             )
         )
-        if result.vs_frontier is not None:
-            console.print(
-                _rich_table(
-                    "Vs previous frontier arm: each arm against the next-cheaper arm on the frontier",
-                    RETURNS_HEADER,
-                    _returns_rows(result.vs_frontier.filter(keep)),
-                )
-            )
+        # (The headline table is against the previous frontier arm since issue 25: the separate "vs previous
+        # frontier arm" table would repeat it; report.json keeps it as vs_frontier.)
         header, rows = _per_family_pivot(result, table["arm"].to_list())
         console.print(
-            _rich_table("Per family: Elo from the family's centred theta", header, rows, groups=groups)
+            _rich_table(f"Per family: Elo from the family's centred theta [{_level_label(result)} CI]", header, rows,
+                        groups=groups)
         )
     few = len(shown) <= ALL_TABLES_MAX or filtered  # same rule as the tables above
     shown_set = set(shown)
@@ -382,12 +388,11 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         "",
         "## Diminishing returns",
         "",
-        "Rows ordered by tokens per task (weighted over families like Elo); ΔElo and ΔElo per 1k tokens are "
-        "against the previous row; the ratio is shown only where the token step's interval excludes 0. "
-        "frontier = no arm is at least as cheap and at least as strong; (P) = share of bootstrap rounds in "
-        "which the arm is on the frontier.",
+        md_escape(headline_title(result, ci)) + ".",
         "",
-        _md_table(RETURNS_HEADER, _returns_rows(result.table, result.anchor)),
+        _md_table(HEADLINE_HEADER, headline_rows(result.table.to_dicts(), result.anchor)),
+        "",
+        *[f"- {md_escape(line)}" for line in LEGEND],
         "",
         "## Per strategy",
         "",
@@ -395,19 +400,6 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         "",
         _md_table(RETURNS_HEADER, _returns_rows(result.per_strategy)),
         "",
-        *(
-            [
-                "## Vs previous frontier arm",
-                "",
-                "Each arm against the next-cheaper arm on the frontier, so a dominated arm in between does not "
-                "inflate the next step.",
-                "",
-                _md_table(RETURNS_HEADER, _returns_rows(result.vs_frontier)),
-                "",
-            ]
-            if result.vs_frontier is not None
-            else []
-        ),
         "## Per family",
         "",
         "Elo = 1000 + 400/ln10 · θ, θ centred within the family over the arms it observed.",

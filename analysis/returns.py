@@ -45,6 +45,14 @@ _FLOAT_COLS = [
 # Appended after `frontier` (issue 12), so the older columns keep their positions.
 _EXTRA_COLS = ["d_tokens", "d_tokens_lo", "d_tokens_hi", "frontier_prob"]
 
+# When ΔElo per 1k tokens is a number (issue 25; docs/statistics.md). A token step below STEP_MIN of the
+# row's cost is noise in any real run even when measured exactly (a 0.9% step turns ±10 Elo into ±1000
+# per 1k). A ratio whose interval is RATIO_SPREAD times its own size, and over RATIO_NOISE times the
+# width ΔElo alone would give (ΔElo's interval over the point step), owes its width to the token step.
+STEP_MIN = 0.03
+RATIO_SPREAD = 10.0
+RATIO_NOISE = 2.0
+
 
 def _validate(
     arms: Sequence[str],
@@ -141,8 +149,11 @@ def _build(
     level: float,
     order: np.ndarray,
     prev: np.ndarray,
+    eligible: np.ndarray | None = None,
 ) -> pl.DataFrame:
-    """Rows `order`; row i is compared with arm prev[i] (-1 = no predecessor)."""
+    """Rows `order`; row i is compared with arm prev[i] (-1 = no predecessor). eligible [K]: arms that may
+    be on the frontier (default all); the others are never on it, dominate nothing, frontier_prob null."""
+    elig = np.ones(tokens.shape, dtype=bool) if eligible is None else np.asarray(eligible, dtype=bool)
     has_prev = prev >= 0
     p = np.where(has_prev, prev, 0)
     d_elo = np.where(has_prev, elo[order] - elo[p], np.nan)
@@ -179,22 +190,32 @@ def _build(
             cols[f"{name}_lo"], cols[f"{name}_hi"] = lo, hi
         # The ratio is a number only where the token step is resolved: its own interval excludes 0 (and
         # the ratio's bounds are finite). Elsewhere it is null and `per_1k_resolved` says why.
-        ok = has_prev & (cols["d_tokens_lo"] > 0)
-        ok &= np.isfinite(cols["d_elo_per_1k_lo"]) & np.isfinite(cols["d_elo_per_1k_hi"])
+        note = _ratio_notes(cols, has_prev, tokens[order])
+        ok = has_prev & (note == "")
         for name in ("d_elo_per_1k", "d_elo_per_1k_lo", "d_elo_per_1k_hi"):
             cols[name] = np.where(ok, cols[name], np.nan)
         resolved = _or_none(has_prev, ok)
         dropped = _or_none(has_prev, np.sum(~(d_ts > 0) & ~np.isnan(d_ts), axis=0))
-        cols["frontier_prob"] = frontier_probability(es, ts)[order]
+        masked = np.where(elig, es, np.nan)
+        cols["frontier_prob"] = np.where(elig, frontier_probability(masked, ts), np.nan)[order]
     else:
         for name in ("elo", "d_elo", "d_elo_per_1k", "d_tokens"):
             cols[f"{name}_lo"], cols[f"{name}_hi"] = nan, nan
         cols["frontier_prob"] = nan
-    cols["frontier"] = _frontier(tokens, elo)[order]
+        small = has_prev & ~(np.nan_to_num(d_tok) >= STEP_MIN * tokens[order])  # no interval: the size rule only
+        cols["d_elo_per_1k"] = np.where(small, np.nan, cols["d_elo_per_1k"])
+        note = np.where(small & (np.nan_to_num(d_tok) > 0), _step_text(d_tok, tokens[order]), "")
+    cols["frontier"] = _frontier(tokens, np.where(elig, elo, np.nan))[order]
     df = pl.DataFrame(cols).with_columns(
         pl.Series("per_1k_resolved", resolved.tolist(), dtype=pl.Boolean),
         pl.Series("per_1k_nonpositive_rounds", dropped.tolist(), dtype=pl.Int64),
+        pl.Series("per_1k_note", [n or None for n in np.asarray(note).tolist()], dtype=pl.String),
     )
+    return _columns(df)
+
+
+def _columns(df: pl.DataFrame) -> pl.DataFrame:
+    """The table's columns in their published order, NaN as null."""
     return df.select(
         "arm",
         "strategy",
@@ -204,7 +225,33 @@ def _build(
         *[pl.col(c).cast(pl.Float64).fill_nan(None) for c in _EXTRA_COLS],
         "per_1k_resolved",
         "per_1k_nonpositive_rounds",
+        "per_1k_note",
     )
+
+
+def _step_text(d_tok: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pct = 100.0 * d_tok / tokens
+    return np.array([f"token step {p:.1f}% of cost" for p in np.nan_to_num(pct)], dtype=object)
+
+
+def _ratio_notes(cols: dict[str, Any], has_prev: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Why a row's ΔElo per 1k is not a number ('' where it is): the token step's interval includes 0,
+    the step is below STEP_MIN of the cost, or the ratio's interval is many times its value because of
+    the token step (see the constants)."""
+    d_tok, lo, hi = cols["d_tokens"], cols["d_elo_per_1k_lo"], cols["d_elo_per_1k_hi"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        width = hi - lo
+        natural = (cols["d_elo_hi"] - cols["d_elo_lo"]) / d_tok * 1000.0
+        spread = (width > RATIO_SPREAD * np.abs(cols["d_elo_per_1k"])) & (width > RATIO_NOISE * natural)
+    note = np.full(d_tok.shape, "", dtype=object)
+    note[spread] = "ratio interval many times its value"
+    small = ~(np.nan_to_num(d_tok) >= STEP_MIN * tokens) & (np.nan_to_num(d_tok) > 0)
+    note[small] = _step_text(d_tok, tokens)[small]
+    unresolved = ~(cols["d_tokens_lo"] > 0) | ~np.isfinite(lo) | ~np.isfinite(hi)
+    note[unresolved] = "token step unresolved"
+    note[~has_prev] = ""
+    return note
 
 
 def returns_table(
@@ -216,6 +263,7 @@ def returns_table(
     elo_samples: np.ndarray | None,
     tokens_samples: np.ndarray | None,
     level: float = 0.95,
+    eligible: np.ndarray | None = None,
 ) -> pl.DataFrame:
     """Rows by tokens/task ascending; deltas against the previous (next-cheaper) row.
 
@@ -232,7 +280,7 @@ def returns_table(
     )
     order = np.argsort(tokens, kind="stable")
     prev = np.concatenate([[-1], order[:-1]]) if order.size else order
-    return _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev)
+    return _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev, eligible)
 
 
 def per_strategy_table(
@@ -244,6 +292,7 @@ def per_strategy_table(
     elo_samples: np.ndarray | None,
     tokens_samples: np.ndarray | None,
     level: float = 0.95,
+    eligible: np.ndarray | None = None,
 ) -> pl.DataFrame:
     """Each budget against the previous (smaller) budget of the same strategy; same columns as
     returns_table (frontier is still the global frontier). Strategies are listed cheapest first."""
@@ -258,7 +307,7 @@ def per_strategy_table(
     order = np.lexsort((tokens, np.asarray(budgets), rank))
     same = np.concatenate([[False], inv[order][1:] == inv[order][:-1]]) if order.size else order.astype(bool)
     prev = np.where(same, np.concatenate([[-1], order[:-1]]) if order.size else order, -1)
-    return _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev)
+    return _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev, eligible)
 
 
 def frontier_steps_table(
@@ -270,6 +319,7 @@ def frontier_steps_table(
     elo_samples: np.ndarray | None,
     tokens_samples: np.ndarray | None,
     level: float = 0.95,
+    eligible: np.ndarray | None = None,
 ) -> pl.DataFrame:
     """Rows as in returns_table, but each row against the next-cheaper arm ON the (point-estimate) frontier
     (column `vs`), so a dominated arm in between does not inflate the next arm's return. Frontier arms'
@@ -279,14 +329,15 @@ def frontier_steps_table(
         arms, strategies, budgets, tokens_per_task, elo, elo_samples, tokens_samples, level
     )
     order = np.argsort(tokens, kind="stable")
-    front = _frontier(tokens, elo)
+    elig = np.ones(tokens.shape, dtype=bool) if eligible is None else np.asarray(eligible, dtype=bool)
+    front = _frontier(tokens, np.where(elig, elo, np.nan))
     prev = np.full(order.size, -1)
     last = -1
     for pos, i in enumerate(order):  # K rows: a loop over arms, not over data
         prev[pos] = last
         if front[i]:
             last = i
-    df = _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev)
+    df = _build(arms, strategies, budgets, tokens, elo, es, ts, level, order, prev, eligible)
     return df.insert_column(3, pl.Series("vs", [arms[j] if j >= 0 else None for j in prev], dtype=pl.String))
 
 

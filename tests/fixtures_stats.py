@@ -46,6 +46,10 @@ class Experiment:
     missing: dict[str, set[str]] = field(default_factory=dict)  # family -> arm labels it never ran
     token_sd: float = 0.2  # lognormal sigma of tokens per task
     degrade: dict[str, float] = field(default_factory=dict)  # arm label -> theta drop (the "current" run)
+    # Issue 25: arm label -> share of each family's hardest tasks on which its outcome has `score: null`
+    # (missing not at random); family -> arm label -> theta shift in that family (family x arm interaction).
+    null_hard: dict[str, float] = field(default_factory=dict)
+    interaction: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def _records(exp: Experiment, rng: np.random.Generator, task_rng: np.random.Generator) -> list[dict]:
@@ -53,7 +57,9 @@ def _records(exp: Experiment, rng: np.random.Generator, task_rng: np.random.Gene
     for fam, n in exp.tasks.items():
         diff = task_rng.normal(0.0, 1.0, n)
         arms = [a for a in exp.arms if a.label not in exp.missing.get(fam, set())]
-        th = np.array([a.theta - exp.degrade.get(a.label, 0.0) for a in arms])
+        shift = exp.interaction.get(fam, {})
+        th = np.array([a.theta - exp.degrade.get(a.label, 0.0) + shift.get(a.label, 0.0) for a in arms])
+        hard = np.argsort(np.argsort(-diff)) if n else np.zeros(0, dtype=int)  # 0 = the hardest task
         tok = np.array([a.tokens for a in arms]) * rng.lognormal(-exp.token_sd**2 / 2, exp.token_sd, (n, len(arms)))
         if exp.mode == "binary":
             solved = rng.random((n, len(arms))) < 1 / (1 + np.exp(-(th[None, :] - diff[:, None])))
@@ -68,8 +74,10 @@ def _records(exp: Experiment, rng: np.random.Generator, task_rng: np.random.Gene
                              "usage": {"prompt_tokens": round(float(tok[t, i])) - completion,
                                        "completion_tokens": completion}})  # fmt: skip
                 if exp.mode == "binary":
+                    lost = hard[t] < round(exp.null_hard.get(a.label, 0.0) * n)
                     rows.append({"kind": "outcome", "task_id": tid, "family": fam, "strategy": a.strategy,
-                                 "budget_n": a.budget, "replicate": 0, "score": float(solved[t, i])})  # fmt: skip
+                                 "budget_n": a.budget, "replicate": 0,
+                                 "score": None if lost else float(solved[t, i])})  # fmt: skip
             if exp.mode == "judgment":
                 for p, (i, j) in enumerate(zip(ii, jj, strict=True)):
                     rows.append({"kind": "judgment", "task_id": tid, "family": fam, "arm_a": arms[i].label,
@@ -86,17 +94,24 @@ def write_experiment(path: Path, exp: Experiment, seed: int, *, task_seed: int |
     return path
 
 
-def pseudo_true_theta(theta: np.ndarray, mode: str = "binary") -> np.ndarray:
+def pseudo_true_theta(theta: np.ndarray, mode: str = "binary", easiest: float = 1.0) -> np.ndarray:
     """Large-sample limit of the Bradley-Terry fit (mean 0). Binary outcomes: expected scores (win 1, tie
     1/2) integrated over d ~ N(0, 1) by Gauss-Hermite quadrature, then the fit on those expected counts;
-    judgments: theta itself."""
+    judgments: theta itself. easiest < 1: only the tasks below that quantile of difficulty (the tasks every
+    arm answered when the hardest ones lack a score), by the midpoint rule in probability."""
+    from scipy.stats import norm
+
     from elo_per_token.analysis.bt import fit_bt_counts
 
     theta = np.asarray(theta, dtype=float)
     if mode != "binary":
         return theta - theta.mean()
-    x, w = np.polynomial.hermite_e.hermegauss(80)
-    w = w / w.sum()
+    if easiest < 1.0:
+        x = norm.ppf((np.arange(2000) + 0.5) / 2000 * easiest)
+        w = np.full(x.size, 1.0 / x.size)
+    else:
+        x, w = np.polynomial.hermite_e.hermegauss(80)
+        w = w / w.sum()
     p = 1 / (1 + np.exp(-(theta[None, :] - x[:, None])))  # [nodes, K]
     # E[score of a vs b] = P(a solves, b not) + 1/2 P(same result)
     win = np.einsum("n,na,nb->ab", w, p, 1 - p)

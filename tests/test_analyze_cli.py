@@ -297,6 +297,7 @@ def test_judge_jobs_own_outcomes_are_not_counted_as_ungraded(tmp_path: Path) -> 
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = analyze([str(f)], AnalysisOptions(rounds=0))
     assert [w for w in res.warnings if "have no score" in w] == [
-        "1 outcome(s) have no score (failed before grading) and are not compared"
+        "1 outcome(s) have no score (failed before grading); counted as --missing shared says (on the tasks "
+        "every arm answered); `ept retry RUN` reruns the failed jobs"
     ]
     assert res.arms == ["g@1", "b@4"]

@@ -30,7 +30,7 @@ def test_one_task_family_is_left_out_with_a_warning(tmp_path: Path) -> None:
     res = analyze([str(f)], AnalysisOptions(rounds=300, seed=1))
     assert res.excluded_families == ["tiny"]
     assert res.family_weights["tiny"] == 0.0 and res.family_weights["math"] == pytest.approx(0.5)
-    assert any(w.startswith("family tiny: only 1 task(s), below the minimum of 10") for w in res.warnings)
+    assert any(w.startswith("family tiny: only 1 task(s), below the minimum of 5") for w in res.warnings)
     truth = 1000 + ELO_SCALE * (np.array([a.theta for a in ARMS]) - ARMS[0].theta)
     for a, t in zip(ARMS, truth, strict=True):
         r = _row(res, a.label)
