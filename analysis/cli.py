@@ -102,6 +102,9 @@ def analyze_cmd(
     prices: str | None = typer.Option(
         None, "--prices", help="USD per 1M tokens, e.g. in=0.15,cached=0.075,out=0.6: cost per task, ΔElo per $1."
     ),
+    budget: str | None = typer.Option(
+        None, "--budget", help="Tokens (3000, 2.5k) or dollars ($0.002) per task: the recommendation adds the best arm under it."
+    ),
     html: str | None = typer.Option(None, "--html", help="Also write a self-contained HTML report to this file."),
     transcript: str | None = typer.Option(
         None, "--transcript", help="Also write the command and its terminal output as a markdown file."
@@ -126,11 +129,18 @@ def analyze_cmd(
 
     opts = AnalysisOptions(
         weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, l2=l2,
-        drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks, min_tasks=min_tasks, prices=prices,
+        drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks, min_tasks=min_tasks, prices=prices, budget=budget,
     )
+    opts.validate()  # bad flags fail before any reading
     if top is not None and top < 1:
         raise InputError(f"must be >= 1, got {top}", field="--top")  # before the (long) analysis
     paths = resolve_inputs(paths, ledger)
+    if prices is None:  # a run: its profile's prices, as `ept sweep` priced its table
+        from dataclasses import replace
+
+        from elo_per_token.analysis.cli_report import run_options
+
+        opts = replace(opts, prices=run_options(paths)[0].prices)
     err = Console(stderr=True)
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

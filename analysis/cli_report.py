@@ -132,6 +132,12 @@ def report(
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed lines instead of stopping."),
     drop_ties: bool = typer.Option(False, "--drop-ties", help="Drop tied comparisons instead of half wins."),
     ledger: str | None = typer.Option(None, "--ledger", help="Ledger holding a run given by id; default ./ept-out/ledger."),
+    prices: str | None = typer.Option(
+        None, "--prices", help="USD per 1M tokens, e.g. in=0.15,cached=0.075,out=0.6 (default: the run's profile prices)."
+    ),
+    budget: str | None = typer.Option(
+        None, "--budget", help="Tokens (3000, 2.5k) or dollars ($0.002) per task: the recommendation adds the best arm under it."
+    ),
 ) -> None:
     """Analyse a run and write one self-contained HTML report (plots embedded, no external resources)."""
     from elo_per_token.analysis.html import write_html
@@ -145,6 +151,7 @@ def report(
         rounds=rounds if rounds is not None else base.rounds,
         seed=seed if seed is not None else base.seed,
         level=level, l2=l2, drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks,
+        prices=prices if prices is not None else base.prices, budget=budget,
     )  # fmt: skip
     result = analyze(inputs, opts)
     write_html(result, out)

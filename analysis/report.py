@@ -20,6 +20,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from elo_per_token.analysis.accuracy_report import (
+    accuracy_csv_columns,
+    accuracy_header,
+    accuracy_rows,
+    family_accuracy_pivot,
+    recommendation_lines,
+)
+
 if TYPE_CHECKING:  # annotations only: `ept tokens` prints through here and needs none of numpy/scipy
     from elo_per_token.analysis.pipeline import AnalysisResult
 
@@ -289,7 +297,14 @@ def print_report(
     if grouped:
         title += "; grouped by strategy"
     groups = table["strategy"].to_list() if grouped else None
+    for line in recommendation_lines(result):  # first: the answer to "which arm should I use?"
+        console.print(f"[bold]{_rx(line)}[/]" if line.startswith(("Recommendation", "No recommendation")) else _rx(line),
+                      highlight=False, soft_wrap=True)  # fmt: skip
     console.print(_rich_table(title, RETURNS_HEADER, _returns_rows(table, result.anchor), groups=groups))
+    acc_rows = accuracy_rows(result, table["arm"].to_list())
+    if acc_rows:
+        console.print(_rich_table("Accuracy: mean score per arm (pass@1; families weighted like Elo), task-bootstrap "
+                                  "intervals", accuracy_header(result), acc_rows))  # fmt: skip
     if len(shown) > ALL_TABLES_MAX and not filtered:
         console.print(
             f"{len(shown)} arms: the per-strategy, frontier, per-family and per-arm tables are in report.md / report.json "
@@ -380,6 +395,7 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         + ", ".join(f"{md_escape(f)}={w:.3g}" for f, w in result.family_weights.items())
         + ".",
         "",
+        *_md_recommendation(result),
         "## Diminishing returns",
         "",
         "Rows ordered by tokens per task (weighted over families like Elo); ΔElo and ΔElo per 1k tokens are "
@@ -389,6 +405,7 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         "",
         _md_table(RETURNS_HEADER, _returns_rows(result.table, result.anchor)),
         "",
+        *_md_accuracy(result),
         "## Per strategy",
         "",
         "Each budget against the previous budget of the same strategy.",
@@ -444,6 +461,32 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
     return "\n".join(parts)
 
 
+def _md_recommendation(result: AnalysisResult) -> list[str]:
+    lines = recommendation_lines(result)
+    return ["## Recommendation", "", *[f"- {md_escape(x)}" for x in lines], ""] if lines else []
+
+
+def _md_accuracy(result: AnalysisResult) -> list[str]:
+    rows = accuracy_rows(result)
+    if not rows:
+        return []
+    header, fam_rows = family_accuracy_pivot(result)
+    return [
+        "## Accuracy",
+        "",
+        "Mean score per arm (accuracy; pass@1 for pass/fail tasks): per task the mean over replicates, per family "
+        "the mean over tasks, families weighted like Elo. Intervals resample tasks within families. pass@k: the "
+        "unbiased estimator 1 - C(n-c, k)/C(n, k) over tasks with n >= k replicates (c passed).",
+        "",
+        _md_table(accuracy_header(result), rows),
+        "",
+        "Per family:",
+        "",
+        _md_table(header, fam_rows),
+        "",
+    ]
+
+
 def _md_fits_and_end(result: AnalysisResult, plots: list[str] | None) -> list[str]:
     """The end of report.md: the fits, warnings, plots, inputs and versions."""
     parts: list[str] = []
@@ -478,7 +521,7 @@ def arms_csv_frame(result: AnalysisResult) -> pl.DataFrame:
     )
     return result.table.join(extra, on="arm", how="left").with_columns(
         (pl.col("arm") == result.anchor).alias("anchor")
-    )
+    ).join(accuracy_csv_columns(result), on="arm", how="left")
 
 
 def _json_default(x: Any) -> Any:
