@@ -170,21 +170,23 @@ def run_options(inputs: list[str]) -> tuple[Any, str]:
 
     src = run_source(inputs[0]) if len(inputs) == 1 else None  # the run itself, not a listing of its files
     manifest = open_ledger(src.ledger_url).get_manifest(src.run_id) if src else None
-    if src is None or not manifest or not isinstance(manifest.get("plan"), dict):
+    if src is None or not manifest:
         return AnalysisOptions(), "the defaults of `ept analyze`"
     from elo_per_token.contracts.errors import InputError
     from elo_per_token.coordinator.plan import plan_from_raw
     from elo_per_token.coordinator.sweep import plan_analysis_options, profile_prices
 
+    # The run's profile prices, as `ept sweep` used them for its cost table (even when its plan is unreadable).
+    profile = manifest.get("profile")
+    prices = profile_prices(profile if isinstance(profile, dict) else {})
+    if not isinstance(manifest.get("plan"), dict):
+        return AnalysisOptions(prices=prices), "the defaults of `ept analyze` and the run's prices"
     try:
         plan = plan_from_raw(manifest["plan"], manifest.get("plan_source") or "<manifest>")
     except InputError as e:  # e.g. a suite file that moved since the run: the numbers need no suites
-        return AnalysisOptions(), f"the defaults of `ept analyze` (run {src.run_id}'s plan: {e})"
+        return AnalysisOptions(prices=prices), f"the defaults of `ept analyze` (run {src.run_id}'s plan: {e})"
     import dataclasses
 
-    # The run's profile prices too, as `ept sweep` used them for its cost table.
-    profile = manifest.get("profile")
-    prices = profile_prices(profile if isinstance(profile, dict) else {})
     return dataclasses.replace(plan_analysis_options(plan), prices=prices), f"run {src.run_id}'s plan, as in its table"
 
 
