@@ -277,6 +277,21 @@ def select_arms(result: AnalysisResult, *, top: int | None = None, pattern: str 
     return arms
 
 
+def print_recommendation(result: AnalysisResult, console: Console) -> None:
+    """The recommendation's lines (analysis.recommend), its first line in bold."""
+    for line in recommendation_lines(result):
+        bold = line.startswith(("Recommendation", "No recommendation"))
+        console.print(f"[bold]{_rx(line)}[/]" if bold else _rx(line), highlight=False, soft_wrap=True)
+
+
+def print_accuracy(result: AnalysisResult, console: Console, arms: list[str]) -> None:
+    """Accuracy / pass@1 and pass@k per arm (analysis.accuracy) for the shown arms."""
+    rows = accuracy_rows(result, arms)
+    if rows:
+        title = "Accuracy: mean score per arm (pass@1; families weighted like Elo), task-bootstrap intervals"
+        console.print(_rich_table(title, accuracy_header(result), rows))
+
+
 def print_report(
     result: AnalysisResult, console: Console, *, top: int | None = None, arms: str | None = None
 ) -> None:
@@ -297,14 +312,9 @@ def print_report(
     if grouped:
         title += "; grouped by strategy"
     groups = table["strategy"].to_list() if grouped else None
-    for line in recommendation_lines(result):  # first: the answer to "which arm should I use?"
-        console.print(f"[bold]{_rx(line)}[/]" if line.startswith(("Recommendation", "No recommendation")) else _rx(line),
-                      highlight=False, soft_wrap=True)  # fmt: skip
+    print_recommendation(result, console)  # first: the answer to "which arm should I use?"
     console.print(_rich_table(title, RETURNS_HEADER, _returns_rows(table, result.anchor), groups=groups))
-    acc_rows = accuracy_rows(result, table["arm"].to_list())
-    if acc_rows:
-        console.print(_rich_table("Accuracy: mean score per arm (pass@1; families weighted like Elo), task-bootstrap "
-                                  "intervals", accuracy_header(result), acc_rows))  # fmt: skip
+    print_accuracy(result, console, table["arm"].to_list())
     if len(shown) > ALL_TABLES_MAX and not filtered:
         console.print(
             f"{len(shown)} arms: the per-strategy, frontier, per-family and per-arm tables are in report.md / report.json "
