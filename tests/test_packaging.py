@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ("analysis", "contracts", "coordinator", "egress", "ept", "simulator", "suites", "worker")
+STAGES = ("analysis", "contracts", "coordinator", "egress", "ept", "simulator", "suites", "viewer", "worker")
 
 
 def _pyproject() -> dict:
