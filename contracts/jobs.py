@@ -118,6 +118,7 @@ class CeleryJobContextDict(TypedDict):
     clear_failure: NotRequired[bool]
     max_attempts: NotRequired[int]
     check_ledger: NotRequired[bool]
+    transcripts: NotRequired[bool]
 
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -143,6 +144,8 @@ class CeleryJobContext:
     # twice). False only from a run's first session, where nothing can have finished a job before its first
     # delivery (coordinator.sweep.execute); absent on the wire means True, so older coordinators keep it.
     check_ledger: bool = True
+    # Store each job's transcript beside its result (contracts.transcripts); on the wire only when false.
+    transcripts: bool = True
 
     def to_dict(self) -> CeleryJobContextDict:
         d: CeleryJobContextDict = {
@@ -154,6 +157,8 @@ class CeleryJobContext:
             d["max_attempts"] = self.max_attempts
         if not self.check_ledger:
             d["check_ledger"] = False
+        if not self.transcripts:
+            d["transcripts"] = False
         return d
 
     @classmethod
@@ -168,6 +173,7 @@ class CeleryJobContext:
             clear_failure=bool(d.get("clear_failure")),
             max_attempts=int(d.get("max_attempts", DEFAULT_MAX_ATTEMPTS)),
             check_ledger=bool(d.get("check_ledger", True)),
+            transcripts=bool(d.get("transcripts", True)),
         )
 
 

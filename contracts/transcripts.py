@@ -26,7 +26,9 @@ MAX_CALL_CHARS = 16_000  # per call, over all its text fields; a long generation
 MAX_FIELD_CHARS = 8_000  # one field (a message, the completion, the grader's evidence)
 MAX_BLOB_BYTES = 4_000_000  # a compressed transcript larger than this is not read back by the viewer
 TRUNCATION_MARK = "\n…[truncated by ept: {n} characters left out]…\n"
-_KEYLIKE = re.compile(r"\b(sk-[A-Za-z0-9_-]{12,}|sk-ant-[A-Za-z0-9_-]{12,}|AKIA[0-9A-Z]{16}|ghp_[A-Za-z0-9]{20,})\b")
+# Key-shaped tokens, wherever they sit ("0sk-…" too; not after a letter, so "task-…" ids stay readable). The
+# process's own secrets are masked by value whatever surrounds them (contracts.secrets.scrub).
+_KEYLIKE = re.compile(r"(?<![A-Za-z])(sk-[A-Za-z0-9_-]{12,}|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{20,})")
 
 
 class BlobReader(Protocol):
@@ -91,10 +93,15 @@ def decode(data: bytes) -> dict[str, Any]:
     """A stored transcript; ValueError when the bytes are not one (too large, not gzip, not a JSON object)."""
     if len(data) > MAX_BLOB_BYTES:
         raise ValueError(f"transcript blob of {len(data)} bytes is over {MAX_BLOB_BYTES}")
+    limit = MAX_BLOB_BYTES * 20  # bounded inflation: a gzip bomb stops here
+    parts, size = [], 0
     with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
-        raw = f.read(MAX_BLOB_BYTES * 20 + 1)  # bounded inflation: a gzip bomb stops here
-    if len(raw) > MAX_BLOB_BYTES * 20:
-        raise ValueError("transcript inflates beyond its bound")
+        while chunk := f.read(1 << 20):  # chunks: read(n) would allocate n bytes up front
+            size += len(chunk)
+            if size > limit:
+                raise ValueError("transcript inflates beyond its bound")
+            parts.append(chunk)
+    raw = b"".join(parts)
     doc = json.loads(raw.decode("utf-8"))
     if not isinstance(doc, dict):
         raise ValueError("transcript is not a JSON object")

@@ -111,6 +111,7 @@ class Choice:
     text: str | None
     finish_reason: str | None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # [{"id", "name", "arguments" (JSON str)}]
+    reasoning: str | None = None  # reasoning text when the provider returns it (transcripts only; untrusted)
 
 
 @dataclass
@@ -336,6 +337,11 @@ def _normalise_usage(u: Any, anthropic: bool) -> dict[str, Any] | None:
     return {names.get(k, k): v for k, v in usage.items() if v is not None}
 
 
+def _text_or_none(x: Any) -> str | None:
+    """A reasoning field as text: servers send a string (DeepSeek, vLLM, OpenRouter); anything else is dropped."""
+    return x if isinstance(x, str) and x else None
+
+
 def _openai_choices(data: dict[str, Any]) -> list[Choice]:
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
@@ -353,7 +359,8 @@ def _openai_choices(data: dict[str, Any]) -> list[Choice]:
             }
             for tc in msg.get("tool_calls") or []
         ]
-        out.append(Choice(text=msg.get("content"), finish_reason=c.get("finish_reason"), tool_calls=calls))
+        out.append(Choice(text=msg.get("content"), finish_reason=c.get("finish_reason"), tool_calls=calls,
+                          reasoning=_text_or_none(msg.get("reasoning_content") or msg.get("reasoning"))))
     return out
 
 
@@ -465,10 +472,12 @@ def _anthropic_choice(data: dict[str, Any]) -> Choice:
         if b.get("type") == "tool_use"
     ]
     stop: Any = data.get("stop_reason")  # untrusted JSON: any value, passed through when not a known reason
+    thinking = [str(b.get("thinking", "")) for b in blocks if isinstance(b, dict) and b.get("type") == "thinking"]
     return Choice(
         text="".join(texts) if texts else None,
         finish_reason=_ANTHROPIC_FINISH.get(stop, stop),
         tool_calls=calls,
+        reasoning="".join(thinking) or None,
     )
 
 
