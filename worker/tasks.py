@@ -28,6 +28,8 @@ from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict,
 from elo_per_token.contracts.ledger import Ledger, open_ledger
 from elo_per_token.contracts.records import JobResult
 from elo_per_token.contracts.secrets import scrub
+from elo_per_token.worker.transcript import Recorder
+from elo_per_token.worker.transcript import store as store_transcript
 
 if TYPE_CHECKING:  # the provider client (openai SDK) is imported when a worker first needs one
     from elo_per_token.egress.client import ProviderClient
@@ -79,13 +81,7 @@ def perform_job(
     started_at = time.time()
     if check_existing and ledger.has_job(job.run_id, job.key):
         return _summary(job, "skipped")
-    recorders: list[Any] = []  # the last attempt's transcript recorder, when transcripts are kept
-    if run is None:
-        from elo_per_token.worker.job import run_job
-
-        run = run_job
-        if transcripts:
-            run = _recording(run_job, recorders)
+    run, recorders = _runner(run, transcripts)
     secrets = [api_key] if api_key else None
     cls, msg, result = "task", "", None
     attempt = 0
@@ -113,9 +109,7 @@ def perform_job(
     if result is not None and result.ok:
         created = ledger.put_job(job.run_id, job.key, result.to_jsonl())
         if created and recorders:  # a second, separate object: never read by `ept analyze`
-            from elo_per_token.worker.transcript import store
-
-            store(ledger, job.run_id, job.key, recorders[-1], result.outcome, secrets)
+            store_transcript(ledger, job.run_id, job.key, recorders[-1], result.outcome, secrets)
         if clear_failure:
             ledger.delete_failure(job.run_id, job.key)
         return _summary(
@@ -140,15 +134,24 @@ def perform_job(
                     started_at=started_at, finished_at=time.time(), **{"class": cls, "message": msg})  # fmt: skip
 
 
-def _recording(run_job: Callable[..., JobResult], recorders: list[Any]) -> Callable[[Job, Any], JobResult]:
-    """run_job with a fresh transcript recorder per attempt (the last one is the stored attempt's)."""
-    from elo_per_token.worker.transcript import Recorder
+def _runner(
+    run: Callable[[Job, Any], JobResult] | None, transcripts: bool
+) -> tuple[Callable[[Job, Any], JobResult], list[Recorder]]:
+    """The job runner (run_job unless given) and, when transcripts are kept (run_job only), the list it adds
+    a fresh recorder to per attempt: the last one is the stored attempt's."""
+    if run is not None:
+        return run, []
+    from elo_per_token.worker.job import run_job
 
-    def run(job: Job, provider: Any) -> JobResult:
+    if not transcripts:
+        return run_job, []
+    recorders: list[Recorder] = []
+
+    def recording(job: Job, provider: Any) -> JobResult:
         recorders.append(Recorder())
         return run_job(job, provider, transcript=recorders[-1])
 
-    return run
+    return recording, recorders
 
 
 # ---- Celery side: providers, limiters and ledgers cached per worker process -------------------------------
