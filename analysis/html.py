@@ -69,6 +69,7 @@ tr.frontier td{font-weight:600} .muted{color:#667} .warn{background:#fff4e5;padd
 border-left:4px solid #f0a030} pre{background:#f6f8fa;padding:.8rem;overflow:auto;font-size:.8rem}
 figure{margin:1rem 0} figure svg{display:block;width:100%;height:auto}
 details{margin:.6rem 0} summary{cursor:pointer;color:#445}
+#vs-frontier-table td:first-child{white-space:normal;max-width:17rem}
 #recommendation{background:#eef6ee;border-left:4px solid #3a8a3a;padding:.3rem 1rem;margin:1rem 0}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.1rem 1rem;font-size:.85rem} dd{margin:0}
 """

@@ -50,7 +50,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         m = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
         assert m, (line, proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
         yield {"url": f"http://127.0.0.1:{m.group(1)}", "report": json.loads((tmp / "out" / "report.json").read_text()),
-               "compare": json.loads((tmp / "compare.json").read_text())}
+               "compare": json.loads((tmp / "compare.json").read_text()), "run": base}
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -65,7 +65,8 @@ def page(site: dict) -> Iterator:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         pg = browser.new_page(viewport={"width": 1400, "height": 1000})
         outside: list[str] = []
-        pg.on("request", lambda r: outside.append(r.url) if not r.url.startswith(site["url"]) else None)
+        pg.on("request", lambda r: outside.append(r.url)
+              if not r.url.startswith((site["url"], "file://", "data:")) else None)
         pg.set_default_timeout(120_000)  # the first visit of a run analyses it (1000 bootstrap rounds)
         yield pg
         assert outside == [], f"requests outside the viewer (no CDN allowed): {outside}"
@@ -184,3 +185,15 @@ def test_viewer_is_read_only_and_local(site: dict) -> None:
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(site["url"] + bad, timeout=60)
         assert e.value.code in (400, 404), bad
+
+
+def test_tables_fit_a_1400px_window(page, site: dict, tmp_path: Path) -> None:
+    """The run page's and the HTML report's tables fit a 1400-px window (no table wider than its box)."""
+    r = _ept("report", site["run"], "--rounds", "50", "--out", str(tmp_path / "r.html"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    for url in (site["url"] + "/run/nightly", (tmp_path / "r.html").as_uri()):
+        page.goto(url)
+        wide = page.eval_on_selector_all(
+            "table", "ts => ts.filter(t => t.scrollWidth > t.parentElement.clientWidth + 1).map(t => t.id)")
+        assert wide == [], (url, wide)
+        assert page.eval_on_selector("body", "b => b.scrollWidth <= window.innerWidth")
