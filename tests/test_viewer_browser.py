@@ -66,7 +66,7 @@ def page(site: dict) -> Iterator:
         pg = browser.new_page(viewport={"width": 1400, "height": 1000})
         outside: list[str] = []
         pg.on("request", lambda r: outside.append(r.url)
-              if not r.url.startswith((site["url"], "file://", "data:")) else None)
+              if not r.url.startswith(("http://127.0.0.1:", "file://", "data:")) else None)  # the viewers only
         pg.set_default_timeout(120_000)  # the first visit of a run analyses it (1000 bootstrap rounds)
         yield pg
         assert outside == [], f"requests outside the viewer (no CDN allowed): {outside}"
@@ -197,3 +197,33 @@ def test_tables_fit_a_1400px_window(page, site: dict, tmp_path: Path) -> None:
             "table", "ts => ts.filter(t => t.scrollWidth > t.parentElement.clientWidth + 1).map(t => t.id)")
         assert wide == [], (url, wide)
         assert page.eval_on_selector("body", "b => b.scrollWidth <= window.innerWidth")
+
+
+def test_demo_then_view_shows_the_demo_run(page, tmp_path: Path) -> None:
+    """The README's path: `ept demo`, then `ept view` shows the demo run with the table the demo printed
+    (its report.json) and a code job's transcript."""
+    d = _ept("demo", "--out", str(tmp_path / "out"), "--tasks-per-family", "3", cwd=tmp_path)
+    assert d.returncode == 0, d.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "report" / "report.json").read_text())
+    proc = subprocess.Popen([sys.executable, "-m", "elo_per_token", "view", str(tmp_path / "out" / "ledger"),
+                             "--port", "0"], cwd=tmp_path, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/", proc.stdout.readline() if proc.stdout else "")
+        assert m
+        url = f"http://127.0.0.1:{m.group(1)}"
+        page.goto(url + "/")
+        page.click("#runs-table a:text-is('demo-t3')")
+        page.wait_for_selector("#returns-table")
+        shown = _cells(page, "returns-table", "elo")
+        assert {a: float(v) for a, v in shown.items()} == pytest.approx({r["arm"]: r["elo"] for r in report["table"]})
+        assert page.inner_text("#recommendation p") == report["recommendation"]["lines"][0]
+        page.screenshot(path=str(SHOTS / "10-demo-run.png"), full_page=True)
+        page.goto(url + "/run/demo-t3/grid?family=code")
+        page.locator("#grid-table tbody a").first.click()
+        page.locator("#task-jobs tr[data-arm='greedy@1'] a.job-link").click()
+        page.wait_for_selector("#transcript section.call")
+        assert "def " in page.inner_text("#transcript .completion")  # the candidate code
+        page.screenshot(path=str(SHOTS / "11-demo-transcript.png"), full_page=True)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
