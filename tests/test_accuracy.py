@@ -212,3 +212,39 @@ def test_budget_parser_on_hostile_text(text: str) -> None:
         b = None
     assert time.perf_counter() - t0 < 1.0
     assert b is None or b.amount > 0
+
+
+def test_pass_at_k_reaches_every_output(tmp_path: Path) -> None:
+    """With replicates, pass@k is in the terminal table, report.md, arms.csv, report.json and the HTML page,
+    and report.json's value is the unbiased estimator computed by hand from the log."""
+    import subprocess
+    import sys
+
+    rng = random.Random(2)
+    lines, by_task = [], {}
+    for t in range(12):
+        for rep in range(4):
+            for arm, p in (("greedy@1", 0.4), ("majority@4", 0.7)):
+                s, b = arm.split("@")
+                base = {"task_id": f"q-{t}", "family": "q", "strategy": s, "budget_n": int(b), "replicate": rep}
+                ok = rng.random() < p
+                by_task.setdefault((arm, t), []).append(ok)
+                lines.append({**base, "kind": "call", "role": "sample",
+                              "usage": {"prompt_tokens": 100 * int(b), "completion_tokens": 50}})
+                lines.append({**base, "kind": "outcome", "score": 1.0 if ok else 0.0})
+    log = tmp_path / "reps.jsonl"
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    r = subprocess.run([sys.executable, "-m", "elo_per_token", "analyze", str(log), "--rounds", "50", "--out",
+                        str(tmp_path / "out"), "--no-plots", "--html", str(tmp_path / "r.html")],
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "pass@2" in r.stdout and "pass@4" in r.stdout
+    assert "pass@2" in (tmp_path / "out" / "report.md").read_text()
+    with (tmp_path / "out" / "arms.csv").open() as f:
+        assert {"pass_at_2", "pass_at_4_lo"} <= set(csv.DictReader(f).fieldnames or [])
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    for row in doc["pass_at_k"]:
+        want = np.mean([1 - math.comb(4 - sum(v), row["k"]) / math.comb(4, row["k"])
+                        for (arm, _), v in by_task.items() if arm == row["arm"]])  # fmt: skip
+        assert row["pass_at_k"] == pytest.approx(want, abs=1e-12)
+    assert 'data-col="pass_at_2"' in (tmp_path / "r.html").read_text()
