@@ -34,6 +34,7 @@ class Budget:
         return f"${self.amount:g}/task" if self.usd else f"{_tok(self.amount)} tokens/task"
 
 
+MAX_STEP_LINES = 8  # frontier steps printed; every step is in the returned data
 _BUDGET = re.compile(r"^\s*(\$)?\s*([0-9]*\.?[0-9]+)\s*([kKmM])?\s*(\$|usd|USD)?\s*$")
 
 
@@ -151,7 +152,9 @@ def recommend(
         if pick == best:
             head = (f"Recommendation: {arms[best]} ({_tok(tok[best])} tokens/task, Elo {elo[best]:.0f}) — the best "
                     f"arm, and no cheaper arm is within its noise ({pct} interval).")  # fmt: skip
-    lines = [head] + [f"Frontier step: {s['text']}" for s in steps]
+    lines = [head] + [f"Frontier step: {s['text']}" for s in steps[:MAX_STEP_LINES]]
+    if len(steps) > MAX_STEP_LINES:  # many arms: the rest are in report.json's recommendation.steps
+        lines.append(f"… and {len(steps) - MAX_STEP_LINES} more frontier steps (report.json recommendation.steps)")
     under = _under_budget(arms, elo, tok, cost, elo_s, level, budget, valid)
     if under is not None:
         lines.append(under["text"])

@@ -314,7 +314,6 @@ def print_report(
     groups = table["strategy"].to_list() if grouped else None
     print_recommendation(result, console)  # first: the answer to "which arm should I use?"
     console.print(_rich_table(title, RETURNS_HEADER, _returns_rows(table, result.anchor), groups=groups))
-    print_accuracy(result, console, table["arm"].to_list())
     if len(shown) > ALL_TABLES_MAX and not filtered:
         console.print(
             f"{len(shown)} arms: the per-strategy, frontier, per-family and per-arm tables are in report.md / report.json "
@@ -323,6 +322,7 @@ def print_report(
             soft_wrap=True,
         )
     else:
+        print_accuracy(result, console, table["arm"].to_list())
         per_strategy = result.per_strategy.filter(keep)
         console.print(
             _rich_table(
