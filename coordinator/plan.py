@@ -11,6 +11,7 @@
     concurrency = 16                  # local: threads; celery: jobs in flight hint (workers set their own)
     queue = "ept"                     # celery queue name
     batch_size = 200                  # celery: messages enqueued per batch
+    transcripts = true                # keep each job's transcript beside its result (false: private data)
 
     [weights]                         # family weights for the merged Elo (default: equal)
     math = 2.0
