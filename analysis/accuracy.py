@@ -81,16 +81,18 @@ def task_scores(outcomes: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
 
 
 def _matrix(ts: pl.DataFrame, value: str, arms: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(values [T, K] with 0 where missing, observed mask [T, K]) of one family's rows."""
-    tasks = ts["task_id"].unique(maintain_order=True).to_list()
-    t_idx = {t: i for i, t in enumerate(tasks)}
-    a_idx = {a: i for i, a in enumerate(arms)}
-    vals = np.zeros((len(tasks), len(arms)))
-    mask = np.zeros((len(tasks), len(arms)))
-    for t, a, v in zip(ts["task_id"].to_list(), ts["arm"].to_list(), ts[value].to_list(), strict=True):
-        if a in a_idx and v is not None:
-            vals[t_idx[t], a_idx[a]] = v
-            mask[t_idx[t], a_idx[a]] = 1.0
+    """(values [T, K] with 0 where missing, observed mask [T, K]) of one family's rows; tasks in sorted order
+    (vectorised: a 1M-job run has about a million (task, arm) rows)."""
+    if ts.height == 0:
+        return np.zeros((0, len(arms))), np.zeros((0, len(arms)))
+    t = (ts["task_id"].rank("dense").cast(pl.Int64) - 1).to_numpy()
+    a = ts["arm"].replace_strict({x: i for i, x in enumerate(arms)}, default=-1, return_dtype=pl.Int64).to_numpy()
+    v = ts[value].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+    keep = (a >= 0) & ~np.isnan(v)
+    vals = np.zeros((int(t.max()) + 1, len(arms)))
+    mask = np.zeros_like(vals)
+    vals[t[keep], a[keep]] = v[keep]
+    mask[t[keep], a[keep]] = 1.0
     return vals, mask
 
 
