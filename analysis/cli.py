@@ -17,11 +17,13 @@ if TYPE_CHECKING:  # annotations only: the CLI imports its stages when a command
     from rich.console import Console
 
     from elo_per_token.analysis.io import BadLine
+    from elo_per_token.analysis.pipeline import AnalysisOptions
 
 PATHS_HELP = (
     "A run id (in --ledger), a run folder or s3://…/runs/<id> URL, or call logs: files, directories (recursive), "
     "globs or s3://bucket/prefix; JSONL, .jsonl.gz, Parquet."
 )
+BUDGET_HELP = "Tokens (3000, 2.5k) or dollars ($0.002) per task: the recommendation adds the best arm under it."
 LEDGER_HELP = "Ledger holding a RUN given by id (folder or s3://bucket/prefix); default: ./ept-out/ledger."
 
 
@@ -85,6 +87,22 @@ def tokens_cmd(
 
 MISSING_HELP = ("Outcomes without a score: shared = compare arms on the tasks every arm answered (default), "
                 "loss = count a missing score as a loss, drop = each arm on the tasks it answered.")  # fmt: skip
+def _checked_inputs(
+    opts: AnalysisOptions, paths: list[str], ledger: str | None, top: int | None
+) -> tuple[AnalysisOptions, list[str]]:
+    """Options checked before any (long) reading, the inputs resolved; without --prices, a run's profile
+    prices (as `ept sweep` priced its table)."""
+    opts.validate()
+    if top is not None and top < 1:
+        raise InputError(f"must be >= 1, got {top}", field="--top")
+    paths = resolve_inputs(paths, ledger)
+    if opts.prices is not None:
+        return opts, paths
+    from dataclasses import replace
+
+    from elo_per_token.analysis.cli_report import run_options
+
+    return replace(opts, prices=run_options(paths)[0].prices), paths
 
 
 def analyze_cmd(
@@ -107,6 +125,7 @@ def analyze_cmd(
     prices: str | None = typer.Option(
         None, "--prices", help="USD per 1M tokens, e.g. in=0.15,cached=0.075,out=0.6: cost per task, ΔElo per $1."
     ),
+    budget: str | None = typer.Option(None, "--budget", help=BUDGET_HELP),
     html: str | None = typer.Option(None, "--html", help="Also write a self-contained HTML report to this file."),
     transcript: str | None = typer.Option(
         None, "--transcript", help="Also write the command and its terminal output as a markdown file."
@@ -132,10 +151,9 @@ def analyze_cmd(
     opts = AnalysisOptions(
         weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, l2=l2,
         drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks, min_tasks=min_tasks, prices=prices, missing=missing,
+        budget=budget,
     )
-    if top is not None and top < 1:
-        raise InputError(f"must be >= 1, got {top}", field="--top")  # before the (long) analysis
-    paths = resolve_inputs(paths, ledger)
+    opts, paths = _checked_inputs(opts, paths, ledger, top)
     err = Console(stderr=True)
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -132,6 +132,12 @@ def report(
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed lines instead of stopping."),
     drop_ties: bool = typer.Option(False, "--drop-ties", help="Drop tied comparisons instead of half wins."),
     ledger: str | None = typer.Option(None, "--ledger", help="Ledger holding a run given by id; default ./ept-out/ledger."),
+    prices: str | None = typer.Option(
+        None, "--prices", help="USD per 1M tokens, e.g. in=0.15,cached=0.075,out=0.6 (default: the run's profile prices)."
+    ),
+    budget: str | None = typer.Option(
+        None, "--budget", help="Tokens (3000, 2.5k) or dollars ($0.002) per task: the recommendation adds the best arm under it."
+    ),
 ) -> None:
     """Analyse a run and write one self-contained HTML report (plots embedded, no external resources)."""
     from elo_per_token.analysis.html import write_html
@@ -145,6 +151,7 @@ def report(
         rounds=rounds if rounds is not None else base.rounds,
         seed=seed if seed is not None else base.seed,
         level=level, l2=l2, drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks,
+        prices=prices if prices is not None else base.prices, budget=budget,
     )  # fmt: skip
     result = analyze(inputs, opts)
     write_html(result, out)
@@ -163,21 +170,23 @@ def run_options(inputs: list[str]) -> tuple[Any, str]:
 
     src = run_source(inputs[0]) if len(inputs) == 1 else None  # the run itself, not a listing of its files
     manifest = open_ledger(src.ledger_url).get_manifest(src.run_id) if src else None
-    if src is None or not manifest or not isinstance(manifest.get("plan"), dict):
+    if src is None or not manifest:
         return AnalysisOptions(), "the defaults of `ept analyze`"
     from elo_per_token.contracts.errors import InputError
     from elo_per_token.coordinator.plan import plan_from_raw
     from elo_per_token.coordinator.sweep import plan_analysis_options, profile_prices
 
+    # The run's profile prices, as `ept sweep` used them for its cost table (even when its plan is unreadable).
+    profile = manifest.get("profile")
+    prices = profile_prices(profile if isinstance(profile, dict) else {})
+    if not isinstance(manifest.get("plan"), dict):
+        return AnalysisOptions(prices=prices), "the defaults of `ept analyze` and the run's prices"
     try:
         plan = plan_from_raw(manifest["plan"], manifest.get("plan_source") or "<manifest>")
     except InputError as e:  # e.g. a suite file that moved since the run: the numbers need no suites
-        return AnalysisOptions(), f"the defaults of `ept analyze` (run {src.run_id}'s plan: {e})"
+        return AnalysisOptions(prices=prices), f"the defaults of `ept analyze` (run {src.run_id}'s plan: {e})"
     import dataclasses
 
-    # The run's profile prices too, as `ept sweep` used them for its cost table.
-    profile = manifest.get("profile")
-    prices = profile_prices(profile if isinstance(profile, dict) else {})
     return dataclasses.replace(plan_analysis_options(plan), prices=prices), f"run {src.run_id}'s plan, as in its table"
 
 

@@ -26,6 +26,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+from elo_per_token.analysis.html_sections import (
+    STEP_COLUMNS,
+    accuracy_section,
+    column_notes,
+    recommendation_section,
+    step_tables_section,
+)
 from elo_per_token.contracts.secrets import scrub
 
 if TYPE_CHECKING:  # annotations only: matplotlib and polars are imported where a report needs them
@@ -53,20 +60,24 @@ RETURNS_COLUMNS = [
     ("seen_in", "measured in", None),
     ("tie_share", "ties", ".0%"),
     ("separating_vs", "sep. tasks vs", "d"),
+    ("frontier_prob", "frontier P", ".0%"),
 ]
 
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1200px;
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1300px;
 color:#1d232b;padding:0 1rem}
 h1{font-size:1.6rem;margin-bottom:.2rem} h2{font-size:1.2rem;margin-top:2rem;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;font-size:.95rem;margin:.6rem 0}
-th,td{padding:.22rem .42rem;border-bottom:1px solid #e5e5e5;text-align:right;white-space:nowrap}
+th,td{padding:.2rem .36rem;border-bottom:1px solid #e5e5e5;text-align:right;white-space:nowrap}
 .scroll{overflow-x:auto}
 th{background:#f4f6f8} td.t,th.t{text-align:left}
 tr.frontier td{font-weight:600} .muted{color:#667} .warn{background:#fff4e5;padding:.4rem .8rem;
 border-left:4px solid #f0a030} pre{background:#f6f8fa;padding:.8rem;overflow:auto;font-size:.8rem}
 figure{margin:1rem 0} figure svg{display:block;width:100%;height:auto}
 details{margin:.6rem 0} summary{cursor:pointer;color:#445}
+#vs-frontier-table td:first-child{white-space:normal;max-width:17rem}
+#recommendation{background:#eef6ee;border-left:4px solid #3a8a3a;padding:.3rem 1rem;margin:1rem 0}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:.1rem 1rem;font-size:.85rem} dd{margin:0}
 """
 
 # Plots span the page's text column (1200px) at a size where their text reads like the tables' (about 13-15px).
@@ -213,8 +224,12 @@ def token_split_rows(token_split: Sequence[Mapping[str, Any]],
 
 
 def cost_rows(returns: Sequence[Mapping[str, Any]], token_split: Sequence[Mapping[str, Any]],
-              prices: tuple[float, float]) -> list[dict[str, Any]]:
-    """Money per arm: total strategy cost (judge calls excluded) and per task, from prompt/completion prices."""
+              prices: tuple[float, float], breakdown: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+    """Money per arm: total strategy cost (judge calls excluded) and per task, from prompt/completion prices.
+
+    Per task: the terminal's $/task (the breakdown's cost_per_task, cached input at its own price) when the
+    analysis was priced; else the total over the tasks the arm attempted (every role of the arm counted once
+    per task, not the task count of its last role)."""
     totals: dict[str, list[float]] = {}
     for r in token_split:
         if r.get("role") == "judge":
@@ -222,7 +237,14 @@ def cost_rows(returns: Sequence[Mapping[str, Any]], token_split: Sequence[Mappin
         t = totals.setdefault(str(r["arm"]), [0.0, 0.0])
         t[0] += r.get("prompt_tokens") or 0
         t[1] += r.get("completion_tokens") or 0
-    tasks = {str(r["arm"]): r.get("tasks") for r in token_split if _is_num(r.get("tasks"))}
+    tasks: dict[str, Any] = {}
+    for r in token_split:  # an arm's tasks: the most any of its roles touched (every job makes a sample call)
+        if _is_num(r.get("tasks")) and r.get("role") != "judge":
+            tasks[str(r["arm"])] = max(tasks.get(str(r["arm"]), 0), r["tasks"])
+    for r in breakdown:
+        if _is_num(r.get("tasks_attempted")) and r["tasks_attempted"]:
+            tasks[str(r["arm"])] = r["tasks_attempted"]
+    priced = {str(r["arm"]): r["cost_per_task"] for r in breakdown if _is_num(r.get("cost_per_task"))}
     out = []
     for r in returns:
         arm = str(r["arm"])
@@ -232,7 +254,7 @@ def cost_rows(returns: Sequence[Mapping[str, Any]], token_split: Sequence[Mappin
         cost = (p * prices[0] + c * prices[1]) / 1e6
         n = tasks.get(arm)
         out.append({"arm": arm, "prompt_tokens": p, "completion_tokens": c, "cost": cost,
-                    "cost_per_task": cost / n if n else None})
+                    "cost_per_task": priced.get(arm, cost / n if n else None)})
     return out
 
 
@@ -243,7 +265,10 @@ def render_html(doc: Mapping[str, Any]) -> str:
     prices = _prices(manifest)
     split = token_split_rows(doc.get("token_split") or [], prices)
     parts = _page_head(doc)
+    parts += recommendation_section(doc)
     parts += _returns_section(doc, returns)
+    parts += accuracy_section(doc, _table)
+    parts += step_tables_section(doc, _table)
     parts += _families_section(list(doc.get("families") or []))
     parts += _summary_and_tokens(doc, split, prices)
     parts += _cost_section(doc, returns, split, prices)
@@ -286,6 +311,7 @@ def _returns_section(doc: Mapping[str, Any], returns: list[dict[str, Any]]) -> l
         "families only is off the frontier and its ΔElo is over the shared families.</p>"
     )
     parts.append(_table("returns-table", returns, RETURNS_COLUMNS, row_class="frontier"))
+    parts.append(column_notes(STEP_COLUMNS))
     parts.append('<figure id="plot-elo-tokens">' + _plot_elo_vs_tokens(returns, doc.get("anchor"), _level_label(doc)) + "</figure>")
     steps = [r for r in returns if _is_num(r.get("d_elo_per_1k"))]
     parts.append(
@@ -362,7 +388,7 @@ def _cost_section(
             "completion tokens.</p>"
         )
         parts.append(
-            _table("cost-table", cost_rows(returns, split, prices),
+            _table("cost-table", cost_rows(returns, split, prices, list(doc.get("breakdown") or [])),
                    [("arm", "arm", None), ("prompt_tokens", "prompt", ",.0f"),
                     ("completion_tokens", "completion", ",.0f"), ("cost", "cost", ",.4f"),
                     ("cost_per_task", "cost / task", ",.5f")])
@@ -378,8 +404,10 @@ def _cost_section(
         )
         parts.append(_table("cost-elo-table", cost_table,
                             [("arm", "arm", None), ("cost_per_task", "$/task", ",.5f"), ("elo", "Elo", ".1f"),
-                             ("d_elo", "ΔElo", "+.1f"), ("d_elo_per_usd", "ΔElo per $1", ",.0f"),
-                             ("d_elo_per_usd_lo", "lo", ",.0f"), ("d_elo_per_usd_hi", "hi", ",.0f")]))  # fmt: skip
+                             ("d_elo", "ΔElo", "+.1f"), ("d_elo_lo", "lo", "+.1f"), ("d_elo_hi", "hi", "+.1f"),
+                             ("d_elo_per_usd", "ΔElo per $1", ",.0f"), ("d_elo_per_usd_lo", "lo", ",.0f"),
+                             ("d_elo_per_usd_hi", "hi", ",.0f"), ("frontier", "frontier", None),
+                             ("frontier_prob", "frontier P", ".0%")], row_class="frontier"))  # fmt: skip
     parts.append("</section>")
     return parts
 
@@ -589,6 +617,12 @@ def doc_from_result(result: Any) -> dict[str, Any]:
         "failures": failures_by_class(list(result.inputs), failure_objs),
         "breakdown": data.get("breakdown") or [],
         "cost_table": data.get("cost_table") or [],
+        "per_strategy": data.get("per_strategy") or [],
+        "vs_frontier": data.get("vs_frontier") or [],
+        "recommendation": data.get("recommendation"),
+        "accuracy": data.get("accuracy") or [],
+        "accuracy_family": data.get("accuracy_family") or [],
+        "pass_at_k": data.get("pass_at_k") or [],
         "manifest": manifest,
         "counts": data["counts"],
         "versions": data["versions"],

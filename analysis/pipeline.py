@@ -64,6 +64,7 @@ class AnalysisOptions:
     min_tasks: int = MIN_TASKS  # families with fewer tasks are left out of the merge (if another is not)
     heterogeneity_alpha: float = 0.05  # family x arm heterogeneity test, Bonferroni over arms
     missing: str = "shared"  # outcomes without a score: shared / loss / drop (analysis.missing)
+    budget: str | None = None  # "3k" tokens or "$0.002" per task: the recommendation's best arm under it
 
     def validate(self) -> None:
         """InputError naming the option (field = its flag) for a value no analysis can use. Run first by
@@ -77,6 +78,9 @@ class AnalysisOptions:
         check_level(self.level)
         parse_prices(self.prices)
         check_estimand(self.missing)
+        from elo_per_token.analysis.recommend import parse_budget
+
+        parse_budget(self.budget)
 
     @property
     def l2_value(self) -> float:
@@ -141,6 +145,12 @@ class AnalysisResult:
     title_notes: list[str] = field(default_factory=list)
     partial_arms: dict[str, list[str]] = field(default_factory=dict)
     missing: pl.DataFrame | None = None
+    # analysis.accuracy: mean score per arm / per family x arm with task-bootstrap intervals, pass@k;
+    # analysis.recommend: the recommendation every report prints first.
+    accuracy: pl.DataFrame | None = None
+    accuracy_family: pl.DataFrame | None = None
+    pass_k: pl.DataFrame | None = None
+    recommendation: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Every number, the inputs, the options and the versions (report.json)."""
@@ -175,6 +185,10 @@ class AnalysisResult:
             "warnings": self.warnings,
             "breakdown": self.breakdown.to_dicts() if self.breakdown is not None else [],
             "cost_table": self.cost_table.to_dicts() if self.cost_table is not None else None,
+            "recommendation": self.recommendation,
+            "accuracy": self.accuracy.to_dicts() if self.accuracy is not None else [],
+            "accuracy_family": self.accuracy_family.to_dicts() if self.accuracy_family is not None else [],
+            "pass_at_k": self.pass_k.to_dicts() if self.pass_k is not None else [],
         }
 
 
@@ -405,7 +419,20 @@ def analyze(
     iv = intervals(design, sel, point, opt, progress)
     tables = make_tables(inp, sel, design, point, iv, opt, comp)
     stages = Stages(inp, comp, sel, design, point, iv, tables)
-    return _result(records, stages, collect_warnings(stages, opt), opt)
+    return absolute_metrics(_result(records, stages, collect_warnings(stages, opt), opt), inp.outcomes)
+
+
+def absolute_metrics(result: AnalysisResult, outcomes: pl.DataFrame) -> AnalysisResult:
+    """The result with accuracy / pass@k (analysis.accuracy) and the recommendation (analysis.recommend)."""
+    from elo_per_token.analysis.accuracy import accuracy_tables
+    from elo_per_token.analysis.recommend import parse_budget, recommend_result
+
+    o = result.options
+    result.accuracy, result.accuracy_family, result.pass_k = accuracy_tables(
+        outcomes, result.arms, result.family_weights, rounds=o.rounds, seed=o.seed, level=o.level
+    )
+    result.recommendation = recommend_result(result, parse_budget(o.budget))
+    return result
 
 
 def split_records(records: Records, opt: AnalysisOptions) -> Inputs:

@@ -68,7 +68,9 @@ def top_bottom(rows: Sequence[Row], key: str, n: int = TOP_N) -> tuple[list[Row]
 def _strategy_colours(rows: Sequence[Row]) -> dict[str, Any]:
     import matplotlib
 
-    strategies = list(dict.fromkeys(str(r.get("strategy") or "") for r in rows))
+    # Sorted, not in row order: a strategy gets the same colour in every plot and report of the run (and in
+    # `ept view`, which uses the same palette order: viewer.svgplot.strategy_colours).
+    strategies = sorted({str(r.get("strategy") or "") for r in rows})
     if len(strategies) > 10:  # more than a qualitative palette can tell apart: one colour
         return {s: "tab:blue" for s in strategies}
     cmap = matplotlib.colormaps["tab10"]
@@ -157,6 +159,28 @@ def plotted_points(rows: Sequence[Row]) -> list[Row]:
     return [r for r in rows if _num(r.get("tokens_per_task")) and _num(r.get("elo"))]
 
 
+def _clip_intervals(ax: Any, pos: list[int], rows: Sequence[Row], key: str) -> tuple[list[Any], list[Any]]:
+    """One huge interval (a token step near 0) would flatten every other bar: the axis spans the bars and
+    the ordinary intervals; a whisker beyond it is cut at the edge and marked with its true end."""
+    vals = [float(r[key]) for r in rows]
+    ends = [float(r[f"{key}_{s}"]) for r in rows for s in ("lo", "hi") if _num(r.get(f"{key}_{s}"))]
+    big = max([abs(v) for v in vals] + [1e-9])
+    top = max([0.0, *vals, *(e for e in ends if e <= 3 * big)]) + 0.15 * big
+    bottom = min([0.0, *vals, *(e for e in ends if e >= -3 * big)]) - 0.15 * big
+    lo, hi = [], []
+    for p, r in zip(pos, rows, strict=True):
+        a, b = r.get(f"{key}_lo"), r.get(f"{key}_hi")
+        for end, edge, mark, va in ((a, bottom, "v", "top"), (b, top, "^", "bottom")):
+            if _num(end) and (float(end) > top or float(end) < bottom):
+                ax.plot([p], [edge], mark, color="black", markersize=6, clip_on=False)
+                ax.annotate(f"{float(end):.3g}", (p, edge), ha="center", va=va, fontsize="x-small",
+                            xytext=(0, 6 if va == "bottom" else -6), textcoords="offset points")
+        lo.append(None if not _num(a) else min(max(float(a), bottom), top))
+        hi.append(None if not _num(b) else min(max(float(b), bottom), top))
+    ax.set_ylim(bottom, top)
+    return lo, hi
+
+
 def bars_figure(rows: Sequence[Row], key: str, title: str, ylabel: str, *, n: int = TOP_N,
                 width: float = 8.0) -> Any:
     """One bar per row of `key` with its `{key}_lo`..`{key}_hi` interval. Up to MANY_ARMS rows: vertical
@@ -173,8 +197,8 @@ def bars_figure(rows: Sequence[Row], key: str, title: str, ylabel: str, *, n: in
             return fig
         pos = list(range(len(have)))
         ax.bar(pos, [r[key] for r in have], color="tab:green")
-        _segments(ax, pos, [r.get(f"{key}_lo") for r in have], [r.get(f"{key}_hi") for r in have],
-                  color="black", linewidth=1.2)
+        lo, hi = _clip_intervals(ax, pos, have, key)
+        _segments(ax, pos, lo, hi, color="black", linewidth=1.2)
         ax.set_xticks(pos, [str(r["arm"]) for r in have], rotation=30, ha="right", fontsize="small")
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_ylabel(ylabel)

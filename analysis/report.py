@@ -21,6 +21,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from elo_per_token.analysis.report_headline import HEADLINE_HEADER, LEGEND, headline_rows, headline_title
+from elo_per_token.analysis.accuracy_report import (
+    accuracy_csv_columns,
+    accuracy_header,
+    accuracy_rows,
+    family_accuracy_pivot,
+    recommendation_lines,
+)
 
 if TYPE_CHECKING:  # annotations only: `ept tokens` prints through here and needs none of numpy/scipy
     from elo_per_token.analysis.pipeline import AnalysisResult
@@ -280,6 +287,21 @@ def select_arms(result: AnalysisResult, *, top: int | None = None, pattern: str 
     return arms
 
 
+def print_recommendation(result: AnalysisResult, console: Console) -> None:
+    """The recommendation's lines (analysis.recommend), its first line in bold."""
+    for line in recommendation_lines(result):
+        bold = line.startswith(("Recommendation", "No recommendation"))
+        console.print(f"[bold]{_rx(line)}[/]" if bold else _rx(line), highlight=False, soft_wrap=True)
+
+
+def print_accuracy(result: AnalysisResult, console: Console, arms: list[str]) -> None:
+    """Accuracy / pass@1 and pass@k per arm (analysis.accuracy) for the shown arms."""
+    rows = accuracy_rows(result, arms)
+    if rows:
+        title = "Accuracy: mean score per arm (pass@1; families weighted like Elo), task-bootstrap intervals"
+        console.print(_rich_table(title, accuracy_header(result), rows))
+
+
 def print_report(
     result: AnalysisResult, console: Console, *, top: int | None = None, arms: str | None = None
 ) -> None:
@@ -300,6 +322,7 @@ def print_report(
     if grouped:
         title += "; grouped by strategy"
     groups = table["strategy"].to_list() if grouped else None
+    print_recommendation(result, console)  # first: the answer to "which arm should I use?"
     console.print(_rich_table(title, HEADLINE_HEADER, headline_rows(table.to_dicts(), result.anchor), groups=groups))
     if len(shown) > ALL_TABLES_MAX and not filtered:
         console.print(
@@ -309,6 +332,7 @@ def print_report(
             soft_wrap=True,
         )
     else:
+        print_accuracy(result, console, table["arm"].to_list())
         per_strategy = result.per_strategy.filter(keep)
         console.print(
             _rich_table(
@@ -386,6 +410,7 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         + ", ".join(f"{md_escape(f)}={w:.3g}" for f, w in result.family_weights.items())
         + ".",
         "",
+        *_md_recommendation(result),
         "## Diminishing returns",
         "",
         md_escape(headline_title(result, ci)) + ".",
@@ -394,6 +419,7 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         "",
         *[f"- {md_escape(line)}" for line in LEGEND],
         "",
+        *_md_accuracy(result),
         "## Per strategy",
         "",
         "Each budget against the previous budget of the same strategy.",
@@ -436,6 +462,32 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
     return "\n".join(parts)
 
 
+def _md_recommendation(result: AnalysisResult) -> list[str]:
+    lines = recommendation_lines(result)
+    return ["## Recommendation", "", *[f"- {md_escape(x)}" for x in lines], ""] if lines else []
+
+
+def _md_accuracy(result: AnalysisResult) -> list[str]:
+    rows = accuracy_rows(result)
+    if not rows:
+        return []
+    header, fam_rows = family_accuracy_pivot(result)
+    return [
+        "## Accuracy",
+        "",
+        "Mean score per arm (accuracy; pass@1 for pass/fail tasks): per task the mean over replicates, per family "
+        "the mean over tasks, families weighted like Elo. Intervals resample tasks within families. pass@k: the "
+        "unbiased estimator 1 - C(n-c, k)/C(n, k) over tasks with n >= k replicates (c passed).",
+        "",
+        _md_table(accuracy_header(result), rows),
+        "",
+        "Per family:",
+        "",
+        _md_table(header, fam_rows),
+        "",
+    ]
+
+
 def _md_fits_and_end(result: AnalysisResult, plots: list[str] | None) -> list[str]:
     """The end of report.md: the fits, warnings, plots, inputs and versions."""
     parts: list[str] = []
@@ -470,7 +522,7 @@ def arms_csv_frame(result: AnalysisResult) -> pl.DataFrame:
     )
     return result.table.join(extra, on="arm", how="left").with_columns(
         (pl.col("arm") == result.anchor).alias("anchor")
-    )
+    ).join(accuracy_csv_columns(result), on="arm", how="left")
 
 
 def _json_default(x: Any) -> Any:

@@ -40,6 +40,18 @@ def derive_seed(*parts: object) -> int:
     return int.from_bytes(h[:4], "big") & 0x7FFFFFFF
 
 
+def job_key(family: str, task_id: str, arm: str, replicate: int) -> str:
+    """The job key of (family, task, arm label, replicate): Job.key, also for readers that know only a record's
+    labels (`ept view` finds a job's objects from an outcome row)."""
+    from elo_per_token.contracts.keys import key_component as kc
+
+    arm = arm.replace("@", "_n").replace("[", "_").replace("]", "").replace(",", "_").replace("=", "-")
+    # Generation labels may carry other characters (extra_body values); plain arms are unchanged by this.
+    arm = "".join(c if c.isalnum() or c in "-_." else "_" for c in arm)
+    safe_task = "".join(c if c.isalnum() or c in "-_." else "_" for c in task_id)
+    return f"{kc(family)}/{kc(safe_task)}/{kc(arm)}/r{replicate}"
+
+
 @dataclass(frozen=True)
 class Job:
     run_id: str
@@ -75,13 +87,7 @@ class Job:
     def key(self) -> str:
         """Deterministic, path-safe job key: the same plan always yields the same keys. Every part goes
         through `key_component` (contracts.keys), so a hostile family or task id cannot leave the run."""
-        from elo_per_token.contracts.keys import key_component as kc
-
-        arm = self.arm.replace("@", "_n").replace("[", "_").replace("]", "").replace(",", "_").replace("=", "-")
-        # Generation labels may carry other characters (extra_body values); plain arms are unchanged by this.
-        arm = "".join(c if c.isalnum() or c in "-_." else "_" for c in arm)
-        safe_task = "".join(c if c.isalnum() or c in "-_." else "_" for c in self.task_id)
-        return f"{kc(self.family)}/{kc(safe_task)}/{kc(arm)}/r{self.replicate}"
+        return job_key(self.family, self.task_id, self.arm, self.replicate)
 
     def call_seed(self, call_index: int) -> int:
         return derive_seed(self.seed, self.key, call_index)
@@ -112,6 +118,7 @@ class CeleryJobContextDict(TypedDict):
     clear_failure: NotRequired[bool]
     max_attempts: NotRequired[int]
     check_ledger: NotRequired[bool]
+    transcripts: NotRequired[bool]
 
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -137,6 +144,8 @@ class CeleryJobContext:
     # twice). False only from a run's first session, where nothing can have finished a job before its first
     # delivery (coordinator.sweep.execute); absent on the wire means True, so older coordinators keep it.
     check_ledger: bool = True
+    # Store each job's transcript beside its result (contracts.transcripts); on the wire only when false.
+    transcripts: bool = True
 
     def to_dict(self) -> CeleryJobContextDict:
         d: CeleryJobContextDict = {
@@ -148,6 +157,8 @@ class CeleryJobContext:
             d["max_attempts"] = self.max_attempts
         if not self.check_ledger:
             d["check_ledger"] = False
+        if not self.transcripts:
+            d["transcripts"] = False
         return d
 
     @classmethod
@@ -162,6 +173,7 @@ class CeleryJobContext:
             clear_failure=bool(d.get("clear_failure")),
             max_attempts=int(d.get("max_attempts", DEFAULT_MAX_ATTEMPTS)),
             check_ledger=bool(d.get("check_ledger", True)),
+            transcripts=bool(d.get("transcripts", True)),
         )
 
 

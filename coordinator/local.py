@@ -56,6 +56,7 @@ def run_local(
     check_existing: bool = True,
     grace_s: float | None = None,
     on_abandon: Callable[[int], None] | None = None,
+    transcripts: bool = False,
 ) -> bool:
     """Run jobs; returns True when every job was attempted, False when interrupted or stopped early.
     on_abandon(n) is called when n jobs were still running after the grace period (they were left running)."""
@@ -90,7 +91,7 @@ def run_local(
                     in_flight.add(pool.submit(perform_job, job, ledger, provider, on_retry=on_retry, run=run,
                                               api_key=api_key, clear_failure=job.key in clear_failures,
                                               check_existing=check_existing,
-                                              stop=stop))  # fmt: skip
+                                              stop=stop, transcripts=transcripts))  # fmt: skip
                 if not in_flight:
                     break
                 if time.monotonic() >= deadline:

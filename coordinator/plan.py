@@ -11,6 +11,7 @@
     concurrency = 16                  # local: threads; celery: jobs in flight hint (workers set their own)
     queue = "ept"                     # celery queue name
     batch_size = 200                  # celery: messages enqueued per batch
+    transcripts = true                # keep each job's transcript beside its result (false: private data)
 
     [weights]                         # family weights for the merged Elo (default: equal)
     math = 2.0
@@ -64,7 +65,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _TOP_FIELDS = {
     "name", "profile", "suites", "tasks_per_family", "replicates", "seed", "ledger", "executor",
     "concurrency", "queue", "batch_size", "weights", "arms", "rate_limits", "bootstrap_rounds", "anchor", "max_jobs",
-    "generation",
+    "generation", "transcripts",
 }  # fmt: skip
 
 
@@ -102,6 +103,8 @@ class Plan:
     anchor: str | None = None
     generation: dict[str, Any] = field(default_factory=dict)  # plan-level generation settings (every arm)
     max_jobs: int = DEFAULT_MAX_JOBS
+    # Keep each job's transcript (prompts, completions, grader evidence) beside its result; false for private data.
+    transcripts: bool = True
     source: str = "<plan>"
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -234,9 +237,16 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
         anchor=anchor,
         generation=plan_gen,
         max_jobs=v.int_(raw.get("max_jobs", DEFAULT_MAX_JOBS), "max_jobs", 1),
+        transcripts=_bool(raw.get("transcripts", True), "transcripts", v),
         source=file,
         raw=raw,
     )
+
+
+def _bool(x: Any, name: str, v: _V) -> bool:
+    if not isinstance(x, bool):
+        raise v.err(f"must be true or false, got {x!r}", name)
+    return x
 
 
 def _name(raw: dict[str, Any], v: _V) -> str:

@@ -254,7 +254,8 @@ def _run_jobs(
         from elo_per_token.coordinator.celery_exec import run_celery
 
         lim = plan.limits_for(plan.profile)
-        ctx = CeleryJobContext(ledger=ledger.url, base_url=base_url, rpm=lim.rpm, tpm=lim.tpm, check_ledger=check_ledger)
+        ctx = CeleryJobContext(ledger=ledger.url, base_url=base_url, rpm=lim.rpm, tpm=lim.tpm, check_ledger=check_ledger,
+                               transcripts=plan.transcripts)
         return run_celery(
             todo, ctx, queue=plan.queue, batch_size=plan.batch_size, on_result=live.on_result,
             on_retry=live.on_retry, broker_url=broker_url, should_stop=tally.egress_broken,
@@ -387,7 +388,7 @@ def _run_local(
     return run_local(
         todo, ledger, provider, concurrency=plan.concurrency, on_result=on_result, on_retry=on_retry,
         should_stop=tally.egress_broken, run=run, clear_failures=had_failure, check_existing=check_existing,
-        on_abandon=lambda n: setattr(tally, "abandoned", n),
+        on_abandon=lambda n: setattr(tally, "abandoned", n), transcripts=plan.transcripts,
     )  # fmt: skip
 
 

@@ -126,6 +126,7 @@ class Choice:
     text: str | None
     finish_reason: str | None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # [{"id", "name", "arguments" (JSON str)}]
+    reasoning: str | None = None  # reasoning text when the provider returns it (transcripts only; untrusted)
 
 
 @dataclass
@@ -465,6 +466,9 @@ def _openai_call(tc: Any) -> dict[str, Any]:
         "name": name,
         "arguments": _text(fn.get("arguments"), "a tool call's arguments") or "{}",
     }
+def _text_or_none(x: Any) -> str | None:
+    """A reasoning field as text: servers send a string (DeepSeek, vLLM, OpenRouter); anything else is dropped."""
+    return x if isinstance(x, str) and x else None
 
 
 def _openai_choices(data: dict[str, Any]) -> list[Choice]:
@@ -480,6 +484,7 @@ def _openai_choices(data: dict[str, Any]) -> list[Choice]:
             text=_text(msg.get("content"), "content"),
             finish_reason=_label(c.get("finish_reason"), "finish_reason"),
             tool_calls=[_openai_call(tc) for tc in _list(msg.get("tool_calls"), "tool_calls")],
+            reasoning=_text_or_none(msg.get("reasoning_content") or msg.get("reasoning")),
         )
     return [out[i] for i in sorted(out)]
 
@@ -633,10 +638,12 @@ def _anthropic_choice(data: dict[str, Any]) -> Choice:
             calls.append({"id": _text(b.get("id"), "a tool call's id") or "",
                           "name": _text(b.get("name"), "a tool call's name") or "", "arguments": args})
     stop = _label(data.get("stop_reason"), "stop_reason")  # passed through when not a known reason
+    thinking = [b["thinking"] for b in blocks if b.get("type") == "thinking" and isinstance(b.get("thinking"), str)]
     return Choice(
         text="".join(texts) if texts else None,
         finish_reason=_ANTHROPIC_FINISH.get(stop, stop) if stop else None,
         tool_calls=calls,
+        reasoning="".join(thinking) or None,
     )
 
 

@@ -62,6 +62,7 @@ def _register() -> None:
     from elo_per_token.egress import cli as egress_cli
     from elo_per_token.simulator import cli as simulator_cli
     from elo_per_token.suites import cli as suites_cli
+    from elo_per_token.viewer import cli as viewer_cli
     from elo_per_token.worker import cli as worker_cli
 
     for mod in (
@@ -73,6 +74,7 @@ def _register() -> None:
         cli_report,
         egress_cli,
         simulator_cli,
+        viewer_cli,
     ):
         mod.register(app)
 

@@ -17,6 +17,7 @@ MAX_LINES = 80
 FOLDERS = [
     "coordinator",
     "worker",
+    "viewer",
 ]
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ("analysis", "contracts", "coordinator", "egress", "ept", "simulator", "suites", "worker")
+STAGES = ("analysis", "contracts", "coordinator", "egress", "ept", "simulator", "suites", "viewer", "worker")
 
 
 def _pyproject() -> dict:
@@ -159,3 +159,9 @@ def test_polars_allocator_returns_freed_memory_sooner():
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={**env, "_RJEM_MALLOC_CONF": before})  # fmt: skip
     assert before and child.stdout.strip().endswith("dirty_decay_ms:250,muzzy_decay_ms:0")
+
+
+def test_wheel_ships_the_viewers_assets(wheel):
+    """`ept view` serves every asset from the package (no CDN): they must be in the wheel."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"elo_per_token/viewer/static/view.js", "elo_per_token/viewer/static/view.css"} <= names

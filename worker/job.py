@@ -13,9 +13,12 @@ from elo_per_token.egress.client import ProviderClient, ProviderError
 from elo_per_token.worker.graders import grade, grader_for
 from elo_per_token.worker.strategies import StrategyResult, get_strategy
 from elo_per_token.worker.strategies.base import DEFAULT_CONCURRENCY, JobContext
+from elo_per_token.worker.transcript import Recorder, take_evidence
 
 
-def run_job(job: Job, provider: ProviderClient, *, concurrency: int = DEFAULT_CONCURRENCY) -> JobResult:
+def run_job(
+    job: Job, provider: ProviderClient, *, concurrency: int = DEFAULT_CONCURRENCY, transcript: Recorder | None = None
+) -> JobResult:
     """Run the job's strategy on its task and grade the answer.
 
     A ProviderError ends the job and the calls made so far (including the failed one) are kept. A failure of
@@ -34,6 +37,7 @@ def run_job(job: Job, provider: ProviderClient, *, concurrency: int = DEFAULT_CO
     if grader_for(job.task).needs_sandbox:
         _require_sandbox()
     ctx = JobContext(job, provider, concurrency, params)
+    ctx.transcript = transcript  # worker.transcript: every call's messages and response, when kept
     started = time.time()
     try:
         result = strategy.run(ctx)
@@ -49,6 +53,7 @@ def run_job(job: Job, provider: ProviderClient, *, concurrency: int = DEFAULT_CO
         outcome = Outcome(None, None, None, {}, {"class": "task", "message": msg})
     else:
         outcome = _grade(job, result)
+    take_evidence(outcome, transcript)  # transcript-only grader evidence never enters the job object
     calls = sorted(ctx.calls, key=lambda c: c.call_index)
     return JobResult(job, calls, outcome, started, time.time())
 

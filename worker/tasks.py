@@ -28,6 +28,8 @@ from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict,
 from elo_per_token.contracts.ledger import Ledger, open_ledger
 from elo_per_token.contracts.records import JobResult
 from elo_per_token.contracts.secrets import scrub
+from elo_per_token.worker.transcript import Recorder
+from elo_per_token.worker.transcript import store as store_transcript
 
 if TYPE_CHECKING:  # the provider client (openai SDK) is imported when a worker first needs one
     from elo_per_token.egress.client import ProviderClient
@@ -66,6 +68,7 @@ def perform_job(
     check_existing: bool = True,
     clear_failure: bool = False,
     stop: threading.Event | None = None,
+    transcripts: bool = False,
 ) -> JobSummary:
     """Run `job` unless its result exists, store the result, and return a small JSON summary.
 
@@ -73,14 +76,12 @@ def perform_job(
     clear_failure: the job has a failure object from an earlier attempt, deleted once it succeeds. Otherwise
     a success costs exactly one request to the ledger, the conditional create.
     stop: when set (the executor is stopping), a failed attempt is not retried: it is recorded as it is.
+    transcripts: also store the job's transcript beside its result (worker.transcript; run_job only).
     """
     started_at = time.time()
     if check_existing and ledger.has_job(job.run_id, job.key):
         return _summary(job, "skipped")
-    if run is None:
-        from elo_per_token.worker.job import run_job
-
-        run = run_job
+    run, recorders = _runner(run, transcripts)
     secrets = [api_key] if api_key else None
     cls, msg, result = "task", "", None
     attempt = 0
@@ -107,6 +108,8 @@ def perform_job(
 
     if result is not None and result.ok:
         created = ledger.put_job(job.run_id, job.key, result.to_jsonl())
+        if created and recorders:  # a second, separate object: never read by `ept analyze`
+            store_transcript(ledger, job.run_id, job.key, recorders[-1], result.outcome, secrets)
         if clear_failure:
             ledger.delete_failure(job.run_id, job.key)
         return _summary(
@@ -129,6 +132,26 @@ def perform_job(
     ledger.put_failure(job.run_id, job.key, failure)
     return _summary(job, "failed", calls=failure["calls"], tokens=failure["tokens"], attempts=attempt,
                     started_at=started_at, finished_at=time.time(), **{"class": cls, "message": msg})  # fmt: skip
+
+
+def _runner(
+    run: Callable[[Job, Any], JobResult] | None, transcripts: bool
+) -> tuple[Callable[[Job, Any], JobResult], list[Recorder]]:
+    """The job runner (run_job unless given) and, when transcripts are kept (run_job only), the list it adds
+    a fresh recorder to per attempt: the last one is the stored attempt's."""
+    if run is not None:
+        return run, []
+    from elo_per_token.worker.job import run_job
+
+    if not transcripts:
+        return run_job, []
+    recorders: list[Recorder] = []
+
+    def recording(job: Job, provider: Any) -> JobResult:
+        recorders.append(Recorder())
+        return run_job(job, provider, transcript=recorders[-1])
+
+    return recording, recorders
 
 
 # ---- Celery side: providers, limiters and ledgers cached per worker process -------------------------------
@@ -291,10 +314,11 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
         def on_retry(j: Job, attempt: int, cls: str) -> None:
             task_self.update_state(state="RETRYING", meta={"key": j.key, "attempt": attempt, "class": cls})
 
-        # At most one HEAD above, one conditional PUT in perform_job: nothing else on the success path.
+        # At most one HEAD above, one conditional PUT in perform_job (and the transcript's PUT when the plan
+        # keeps transcripts): nothing else on the success path.
         summary = perform_job(
             job, ledger, provider, on_retry=on_retry, max_attempts=ctx.max_attempts,
-            check_existing=False, clear_failure=ctx.clear_failure,
+            check_existing=False, clear_failure=ctx.clear_failure, transcripts=ctx.transcripts,
         )  # fmt: skip
         return {**summary, "worker": getattr(task_self.request, "hostname", None)}
     finally:

@@ -113,7 +113,7 @@ def _run_tests(code: str, tests: list[str], entry_point: str, limits: Limits, au
     run = bwrap.run(["-I", "-S", "-c", harness_src], payload.encode(), wall_s=wall,
                     max_stdout=MAX_STDOUT, max_stderr=MAX_STDERR)
     base = {"passed": 0, "total": len(tests), "failures": [], "load_error": None, "returncode": run.returncode,
-            "pidns": run.pidns}
+            "pidns": run.pidns, "sandbox_output": _sandbox_output(run.stdout, run.stderr)}
     if run.overflow:
         cap = MAX_STDOUT if run.overflow == "stdout" else MAX_STDERR
         return {**base, "reason": f"output limit exceeded: more than {cap} bytes on {run.overflow} (killed)"}
@@ -142,6 +142,18 @@ def _run_tests(code: str, tests: list[str], entry_point: str, limits: Limits, au
     if failures:
         reason = f"{len(tests) - passed} of {len(tests)} tests failed: {failures[0]['error']}"
     return {**base, "passed": passed, "failures": failures, "reason": reason, "_memo": True}
+
+
+def _sandbox_output(stdout: bytes, stderr: bytes, limit: int = 4000) -> str:
+    """What the candidate wrote to the sandbox's stdout (fd 1, without the harness's report lines; its print()
+    goes to the harness's buffer) and stderr, the last `limit` characters: transcript evidence only
+    (worker.transcript takes it out of the job object)."""
+    # split("\n"), not splitlines(): that also splits at the marker's \x1e and would keep the report lines
+    out = [ln for ln in stdout.decode(errors="replace").split("\n") if "\x1eEPT:" not in ln]
+    text = "\n".join(out).strip()
+    err = stderr.decode(errors="replace").strip()
+    both = (f"stdout:\n{text}\n" if text else "") + (f"stderr:\n{err}\n" if err else "")
+    return both[-limit:]
 
 
 def _death_reason(run: bwrap.RunResult, limits: Limits) -> str:

@@ -24,6 +24,7 @@ from elo_per_token.contracts.records import CallRecord
 from elo_per_token.egress.client import ChatResponse, Discarded, ProviderClient, ProviderError
 from elo_per_token.worker.graders import final_answer
 from elo_per_token.worker.tools import execute_tool
+from elo_per_token.worker.transcript import Recorder
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -65,6 +66,7 @@ class JobContext:
         # Generation settings in effect: profile < plan < arm (contracts.generation).
         self.gen = generation.merge(provider.profile.generation, job.base_gen, job.gen)
         self.seed_base = int(self.gen.get("seed", job.seed))
+        self.transcript: Recorder | None = None  # set by run_job when the plan keeps transcripts
 
     @property
     def supports_n(self) -> bool:
@@ -89,6 +91,8 @@ class JobContext:
             resp = self.provider.chat(messages, temperature=temperature, n=n, seed=seed, tools=tools, meta=meta,
                                       gen=self.gen)
         except ProviderError as e:
+            if self.transcript is not None:
+                self.transcript.call(index, role, messages, error=f"{e.error_class}: {e.message}")
             gone = e.discarded
             self._record_discarded(index, role, seed, n, gone)
             usage, bad = e.usage, e.usage_invalid
@@ -100,6 +104,8 @@ class JobContext:
             ))  # fmt: skip
             raise
         self._record_discarded(index, role, seed, n, resp.discarded)
+        if self.transcript is not None:
+            self.transcript.call(index, role, messages, resp)
         if resp.max_tokens is not None:
             sent["max_tokens"] = resp.max_tokens  # as sent: a profile's context_length may have lowered it
         finish = resp.choices[0].finish_reason if resp.choices else None

@@ -1,0 +1,115 @@
+"""Sections of the HTML report that say what the terminal says: the recommendation (first), accuracy and
+pass@k, the per-strategy and vs-previous-frontier tables, and a line explaining every column.
+
+Rendered from the report `doc` (analysis.html) like the rest of the page; numeric cells carry `data-value`.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# (key, label, format, what the column means): the returns tables' columns, as the terminal shows them.
+STEP_COLUMNS: list[tuple[str, str, str | None, str]] = [
+    ("arm", "arm", None, "strategy@budget, with its parameter variant"),
+    ("budget_n", "budget", "d", "the strategy's budget n (samples, votes, nodes)"),
+    ("tokens_per_task", "tokens/task", ",.0f", "mean strategy tokens per task (prompt + completion), families "
+     "weighted like Elo; judge calls excluded"),
+    ("elo", "Elo", ".1f", "merged Bradley-Terry Elo, the anchor at 1000"),
+    ("elo_lo", "lo", ".1f", "lower end of the bootstrap interval (tasks resampled within families)"),
+    ("elo_hi", "hi", ".1f", "upper end of that interval"),
+    ("d_elo", "ΔElo", "+.1f", "Elo minus the previous row's (the comparison named in the table's title)"),
+    ("d_elo_lo", "lo", "+.1f", "interval of ΔElo (same bootstrap rounds for both arms)"),
+    ("d_elo_hi", "hi", "+.1f", ""),
+    ("d_elo_per_1k", "ΔElo/1k tok", ".2f", "ΔElo divided by the token step, per 1000 tokens; — where the token "
+     "step's interval includes 0 (the ratio could be anything)"),
+    ("d_elo_per_1k_lo", "lo", ".2f", "interval of the ratio"),
+    ("d_elo_per_1k_hi", "hi", ".2f", ""),
+    ("frontier", "frontier", None, "no arm is at least as cheap and at least as strong"),
+    ("frontier_prob", "frontier P", ".0%", "share of bootstrap rounds in which the arm is on the frontier"),
+]
+
+
+def _cols(keys: Sequence[tuple[str, str, str | None, str]]) -> list[tuple[str, str, str | None]]:
+    return [(k, label, fmt) for k, label, fmt, _ in keys]
+
+
+def column_notes(columns: Sequence[tuple[str, str, str | None, str]]) -> str:
+    """A definition list: one line per column that has an explanation."""
+    items = "".join(
+        f"<dt>{html.escape(label)}</dt><dd>{html.escape(note)}</dd>" for _, label, _, note in columns if note
+    )
+    return f'<details class="notes"><summary>What each column means</summary><dl>{items}</dl></details>'
+
+
+def recommendation_section(doc: Mapping[str, Any]) -> list[str]:
+    """The recommendation's lines at the top of the page (analysis.recommend)."""
+    rec = doc.get("recommendation") or {}
+    lines = list(rec.get("lines") or [])
+    if not lines:
+        return []
+    head, rest = lines[0], lines[1:]
+    status = html.escape(str(rec.get("status", "")), quote=True)
+    pick = html.escape(str(rec.get("arm") or ""), quote=True)
+    out = [f'<section id="recommendation" data-status="{status}" data-arm="{pick}">',
+           f'<p class="rec"><strong>{html.escape(head)}</strong></p>']  # fmt: skip
+    if rest:
+        out.append("<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in rest) + "</ul>")
+    out.append("</section>")
+    return out
+
+
+def accuracy_section(doc: Mapping[str, Any], table: Any) -> list[str]:
+    """Accuracy / pass@1 per arm with intervals, pass@k where an arm has replicates, and per family.
+    table: analysis.html._table (passed in: this module does not import the page it is part of)."""
+    acc = list(doc.get("accuracy") or [])
+    if not acc:
+        return []
+    pk = {(r["arm"], r["k"]): r for r in doc.get("pass_at_k") or []}
+    ks = sorted({k for _, k in pk if k > 1})
+    rows = []
+    for r in acc:
+        row = dict(r)
+        for k in ks:
+            p = pk.get((r["arm"], k)) or {}
+            row[f"pass_at_{k}"], row[f"pass_at_{k}_lo"], row[f"pass_at_{k}_hi"] = (
+                p.get("pass_at_k"), p.get("pass_at_k_lo"), p.get("pass_at_k_hi"))
+        rows.append(row)
+    cols: list[tuple[str, str, str | None]] = [
+        ("arm", "arm", None), ("accuracy", "accuracy / pass@1", ".1%"), ("accuracy_lo", "lo", ".1%"),
+        ("accuracy_hi", "hi", ".1%"), ("tasks", "tasks", ",d"), ("outcomes", "outcomes", ",d"),
+    ]  # fmt: skip
+    for k in ks:
+        cols += [(f"pass_at_{k}", f"pass@{k}", ".1%"), (f"pass_at_{k}_lo", "lo", ".1%"), (f"pass_at_{k}_hi", "hi", ".1%")]
+    out = ['<section id="accuracy"><h2>Accuracy</h2>',
+           '<p class="muted">Mean score per arm (accuracy; pass@1 for pass/fail tasks): per task the mean over '
+           "replicates, per family the mean over tasks, families weighted like Elo; intervals resample tasks within "
+           "families. pass@k: the unbiased estimator 1 − C(n−c, k)/C(n, k) over tasks with n ≥ k replicates.</p>",
+           table("accuracy-table", rows, cols)]  # fmt: skip
+    fam = list(doc.get("accuracy_family") or [])
+    if fam:
+        out.append(table("accuracy-family-table", fam,
+                         [("family", "family", None), ("arm", "arm", None), ("accuracy", "accuracy", ".1%"),
+                          ("accuracy_lo", "lo", ".1%"), ("accuracy_hi", "hi", ".1%"), ("tasks", "tasks", ",d")]))
+    out.append("</section>")
+    return out
+
+
+def step_tables_section(doc: Mapping[str, Any], table: Any) -> list[str]:
+    """The per-strategy and vs-previous-frontier tables, as in the terminal."""
+    out: list[str] = []
+    cols = _cols(STEP_COLUMNS)
+    per = list(doc.get("per_strategy") or [])
+    if per:
+        out += ['<section id="per-strategy"><h2>Per strategy</h2>',
+                '<p class="muted">Each budget against the previous budget of the same strategy.</p>',
+                table("per-strategy-table", per, cols, row_class="frontier"), "</section>"]  # fmt: skip
+    vs = list(doc.get("vs_frontier") or [])
+    if vs:
+        rows = [{**r, "arm": f"{r['arm']} vs {r['vs']}" if r.get("vs") else r["arm"]} for r in vs]
+        out += ['<section id="vs-frontier"><h2>Vs previous frontier arm</h2>',
+                '<p class="muted">Each arm against the next-cheaper arm on the frontier, so a dominated arm in '
+                "between does not inflate the next step.</p>",
+                table("vs-frontier-table", rows, cols, row_class="frontier"), "</section>"]  # fmt: skip
+    return out

@@ -1,0 +1,59 @@
+"""`ept view`: a local, read-only web app over a ledger or a run (added to the `ept` app by ept.cli)."""
+
+from __future__ import annotations
+
+import typer
+
+from elo_per_token.contracts.errors import InputError
+
+
+def view(
+    target: str = typer.Argument(
+        "ept-out/ledger", help="A ledger (folder or s3://bucket/prefix) or a run in one (…/runs/ID, or a run id in --ledger)."
+    ),
+    ledger: str | None = typer.Option(None, "--ledger", help="Ledger holding a run given by id; default ./ept-out/ledger."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (default: this machine only)."),
+    port: int = typer.Option(8765, "--port", help="Port; 0 picks a free one (printed)."),
+    budget: str | None = typer.Option(None, "--budget", help="Tokens (3k) or dollars ($0.002) per task for the recommendation."),
+) -> None:
+    """Serve the runs, their tables, an interactive Elo-vs-tokens plot, the arms x tasks grid and job transcripts."""
+    from elo_per_token.analysis.recommend import parse_budget
+    from elo_per_token.viewer.server import serve
+    from elo_per_token.viewer.store import Store
+
+    parse_budget(budget)
+    if not 0 <= port <= 65535:
+        raise InputError(f"must be 0..65535, got {port}", field="--port")
+    ledger_url, run_id = _target(target, ledger)
+    server = serve(Store(ledger_url, budget=budget), host, port)
+    where = f"http://{host}:{server.server_address[1]}/" + (f"run/{run_id}" if run_id else "")
+    typer.echo(f"ept view: serving {ledger_url} (read-only) at {where}  (Ctrl-C stops)", err=False)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+def _target(target: str, ledger: str | None) -> tuple[str, str | None]:
+    """(ledger URL, run id or None): a ledger as given, or the ledger and id of a run."""
+    import os
+
+    from elo_per_token.analysis.io import run_source
+
+    src = run_source(target)
+    if src is not None:
+        return src.ledger_url, src.run_id
+    if target.startswith("s3://") or os.path.isdir(os.path.join(target, "runs")) or os.path.isdir(target):
+        return target, None
+    from elo_per_token.analysis.io import resolve_input
+
+    src = run_source(resolve_input(target, ledger))  # a bare run id: checked, its ledger's runs listed if missing
+    if src is None:
+        raise InputError(f"not a ledger or a run: {target!r}", field="target")
+    return src.ledger_url, src.run_id
+
+
+def register(app: typer.Typer) -> None:
+    app.command("view")(view)

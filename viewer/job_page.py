@@ -1,0 +1,92 @@
+"""A job's transcript page: every call with its usage, latency and finish reason (from the job object), its
+messages, reasoning, completion and tool traffic (from the stored transcript, when the run kept one), then
+the grader's verdict and evidence. All of it is untrusted model or tool output: escaped, shown as text."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from elo_per_token.viewer.pages import e, pretty, run_url, shell
+
+
+def _usage(c: Mapping[str, Any]) -> dict[str, Any]:
+    u = c.get("usage") or {}
+    details = u.get("completion_tokens_details") or {}
+    cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens")
+    return {"prompt": u.get("prompt_tokens"), "completion": u.get("completion_tokens"),
+            "reasoning": details.get("reasoning_tokens"), "cached": cached}  # fmt: skip
+
+
+def _calls_table(calls: Sequence[Mapping[str, Any]]) -> str:
+    rows = []
+    for c in calls:
+        u = _usage(c)
+        err = (c.get("error") or {}).get("class") if isinstance(c.get("error"), dict) else None
+        cells = [c.get("call_index"), c.get("role"), c.get("model"), u["prompt"], u["completion"], u["reasoning"],
+                 u["cached"], f"{c['latency_s']:.2f}" if isinstance(c.get("latency_s"), int | float) else None,
+                 c.get("finish_reason"), err]  # fmt: skip
+        rows.append("<tr>" + "".join(f"<td>{e('—' if x is None else str(x))}</td>" for x in cells) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("call", "role", "model", "prompt", "completion", "reasoning", "cached",
+                                            "latency s", "finish", "error"))  # fmt: skip
+    return f'<table id="calls-table"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _block(label: str, text: Any, cls: str) -> str:
+    if text in (None, "", [], {}):
+        return ""
+    return f'<div class="{cls}"><div class="lbl">{e(label)}</div><pre>{pretty(text)}</pre></div>'
+
+
+def _transcript_calls(t: Mapping[str, Any]) -> list[str]:
+    out = []
+    for c in t.get("calls") or []:
+        parts = [f'<section class="call" data-call="{e(str(c.get("call_index")), quote=True)}">'
+                 f"<h3>call {e(str(c.get('call_index')))} · {e(str(c.get('role') or ''))}</h3>"]  # fmt: skip
+        for m in c.get("messages") or []:
+            if isinstance(m, Mapping):
+                parts.append(_block(str(m.get("role") or "message"), m.get("content"), "msg"))
+        parts.append(_block("reasoning", c.get("reasoning"), "reasoning"))
+        parts.append(_block("completion", c.get("completion"), "completion"))
+        parts.append(_block("tool calls", c.get("tool_calls"), "tool"))
+        parts.append(_block("tool results", c.get("tool_results"), "tool"))
+        out.append("".join(parts) + "</section>")
+    return out
+
+
+def _grader(outcome: Mapping[str, Any] | None, t: Mapping[str, Any] | None) -> list[str]:
+    out = ['<section id="grader"><h2>Grader</h2>']
+    if outcome:
+        score = outcome.get("score")
+        out.append(f'<p id="verdict" data-score="{e(str(score), quote=True)}">score {e(str(score))}'
+                   f'{" · correct" if outcome.get("correct") else " · not correct" if outcome.get("correct") is False else ""}</p>')  # fmt: skip
+        out.append(_block("final answer", outcome.get("answer"), "answer"))
+        out.append(_block("grader details", outcome.get("grader"), "evidence"))
+        out.append(_block("error", outcome.get("error"), "evidence"))
+        out.append(_block("failure", outcome.get("failure"), "evidence"))
+    g = (t or {}).get("grader") or {}
+    out.append(_block("verdict (transcript)", g.get("verdict"), "evidence"))
+    out.append(_block("evidence (transcript)", g.get("evidence"), "evidence"))
+    out.append("</section>")
+    return out
+
+
+def job_page(run_id: str, key: str, records: Sequence[Mapping[str, Any]], transcript: Mapping[str, Any] | None) -> str:
+    calls = [r for r in records if r.get("kind") == "call"]
+    outcome = next((r for r in records if r.get("kind") == "outcome"), None)
+    head = outcome or (calls[0] if calls else {})
+    title = f"{head.get('arm', '?')} on {head.get('task_id', '?')} (replicate {head.get('replicate', 0)})"
+    body = [f'<p class="muted">job {e(key)} · {len(calls)} calls</p>', "<h2>Calls</h2>", _calls_table(calls)]
+    if transcript is None:
+        body.append('<p class="muted" id="no-transcript">No transcript stored for this job (the run was made with '
+                    "<code>transcripts = false</code>, or before transcripts existed).</p>")  # fmt: skip
+    else:
+        if transcript.get("error"):
+            body.append(f'<p class="warn">transcript {e(str(transcript["error"]))}</p>')
+        if transcript.get("truncated"):
+            body.append('<p class="muted">Some texts were cut to the per-call bound; the cut is marked in place.</p>')
+        body += ['<h2>Transcript</h2><div id="transcript">', *_transcript_calls(transcript), "</div>"]
+    body += _grader(outcome, transcript)
+    task = str(head.get("task_id", ""))
+    return shell(title, body, crumbs=[(run_id, run_url(run_id)), (task, run_url(run_id, "task", task=task)),
+                                      ("job", run_url(run_id, "job", key=key))])  # fmt: skip

@@ -1,0 +1,197 @@
+"""The viewer's pages as HTML strings, rendered from plain data (the report doc, job records, transcripts).
+
+Every name and every piece of model output is escaped: run ids, arms, tasks and transcripts are untrusted
+text. Numeric cells carry `data-value` like the HTML report's (analysis.html), so a browser test reads them
+back and compares them with report.json.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from elo_per_token.analysis.html import RETURNS_COLUMNS
+from elo_per_token.analysis.html import _table as table
+from elo_per_token.analysis.html_sections import accuracy_section, recommendation_section, step_tables_section
+from elo_per_token.viewer.svgplot import elo_tokens_svg, strategy_colours
+
+e = html.escape
+REFRESH_S = 5  # a running sweep's pages reload this often
+
+
+def _q(x: Any) -> str:
+    return e(str(x), quote=True)
+
+
+def run_url(run_id: str, page: str = "", **params: Any) -> str:
+    """/run/<id>[/page][?params] with every part quoted."""
+    base = f"/run/{quote(run_id, safe='')}" + (f"/{page}" if page else "")
+    return base + ("?" + urlencode({k: v for k, v in params.items() if v is not None}) if params else "")
+
+
+def shell(title: str, body: list[str], *, refresh: bool = False, crumbs: Sequence[tuple[str, str]] = ()) -> str:
+    """The page around `body`: local CSS/JS only (no CDN), breadcrumbs, optional auto-refresh."""
+    nav = " › ".join(['<a href="/">runs</a>'] + [f'<a href="{_q(u)}">{e(t)}</a>' for t, u in crumbs])
+    meta = f'<meta http-equiv="refresh" content="{REFRESH_S}">' if refresh else ""
+    return "\n".join([
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">', meta,
+        f"<title>{e(title)} · ept view</title>", '<link rel="stylesheet" href="/static/view.css">',
+        '<script src="/static/view.js" defer></script></head><body>',
+        f'<nav class="crumbs">{nav}</nav>', f'<h1 id="title">{e(title)}</h1>', *body, "</body></html>",
+    ]) + "\n"  # fmt: skip
+
+
+def runs_page(runs: Sequence[Mapping[str, Any]], ledger: str) -> str:
+    rows = []
+    for r in runs:
+        state = "running" if r["planned"] and r["done"] + r["failed"] < r["planned"] else "done"
+        rows.append(f'<tr data-run="{_q(r["run_id"])}"><td class="t"><a href="{_q(run_url(r["run_id"]))}">'
+                    f'{e(r["run_id"])}</a></td><td class="t">{e(str(r.get("started_at") or "—"))}</td>'
+                    f'<td class="t">{e(str(r.get("profile") or "—"))}</td><td>{r["done"]:,}</td>'
+                    f'<td>{r["failed"]:,}</td><td>{e(str(r["planned"] if r["planned"] is not None else "—"))}</td>'
+                    f'<td class="t">{state}</td></tr>')  # fmt: skip
+    opts = "".join(f'<option value="{_q(r["run_id"])}">{e(r["run_id"])}</option>' for r in runs)
+    body = [f'<p class="muted">Ledger {e(ledger)} (read-only).</p>',
+            '<table id="runs-table"><thead><tr><th class="t">run</th><th class="t">started</th>'
+            '<th class="t">profile</th><th>jobs done</th><th>failed</th><th>planned</th><th class="t">state</th>'
+            f'</tr></thead><tbody>{"".join(rows)}</tbody></table>']  # fmt: skip
+    if len(runs) > 1:
+        body.append('<h2>Compare two runs</h2><form id="compare-form" action="/compare" method="get">'
+                    f'<label>baseline <select name="a">{opts}</select></label> '
+                    f'<label>current <select name="b">{opts}</select></label> '
+                    '<button type="submit">compare</button></form>')  # fmt: skip
+    return shell("Runs", body)
+
+
+def _progress(v: Any) -> str:
+    planned = "?" if v.planned is None else f"{v.planned:,}"
+    text = f"{v.done:,} of {planned} jobs done, {v.failed:,} failed"
+    if v.running:
+        text += f" — the sweep is running: this page follows it (reloads every {REFRESH_S} s; the table is partial)"
+    return f'<p id="progress" data-done="{v.done}" data-running="{str(v.running).lower()}">{e(text)}</p>'
+
+
+def run_page(v: Any) -> str:
+    """Recommendation, the interactive plot with strategy toggles, the returns table, accuracy, the step
+    tables and links to the arms and the grid."""
+    body = [_progress(v)]
+    if v.doc is None:
+        body.append(f'<p class="warn" id="no-analysis">No analysis yet: {e(v.error or "")}</p>')
+        return shell(f"Run {v.run_id}", body, refresh=v.running, crumbs=[(v.run_id, run_url(v.run_id))])
+    doc = v.doc
+    returns = list(doc.get("returns") or [])
+    body += recommendation_section(doc)
+    colours = strategy_colours([str(r.get("strategy") or "") for r in returns])
+    toggles = "".join(f'<label class="toggle"><input type="checkbox" checked data-strategy="{_q(s)}">'
+                      f'<span class="swatch" style="background:{c}"></span>{e(s)}</label>' for s, c in colours.items())
+    level = (doc.get("options") or {}).get("level") or 0.95
+    body += ['<h2>Elo against tokens per task</h2>',
+             f'<div id="toggles">{toggles}<label class="toggle"><input type="checkbox" checked id="show-frontier">'
+             "frontier</label></div>",
+             f'<figure id="plot">{elo_tokens_svg(returns, f"{round(level * 100)}%")}<div id="tip" hidden></div></figure>',
+             "<h2>Diminishing returns</h2>", table("returns-table", returns, RETURNS_COLUMNS, row_class="frontier"),
+             '<h2>Arms</h2><ul id="arm-links">'
+             + "".join(f'<li><a href="{_q(run_url(v.run_id, "arm", arm=r["arm"]))}">{e(r["arm"])}</a></li>'
+                       for r in returns) + "</ul>",
+             f'<p><a id="grid-link" href="{_q(run_url(v.run_id, "grid"))}">arms × tasks grid</a> · '
+             f'<a href="{_q(run_url(v.run_id, "report.json"))}">report.json</a></p>']  # fmt: skip
+    body += accuracy_section(doc, table)
+    body += step_tables_section(doc, table)
+    for w in doc.get("warnings") or []:
+        body.append(f'<p class="warn">{e(str(w))}</p>')
+    return shell(f"Run {v.run_id}", body, refresh=v.running, crumbs=[(v.run_id, run_url(v.run_id))])
+
+
+def _fmt_score(x: Any) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
+
+
+def arm_page(v: Any, arm: str, rows: Sequence[Mapping[str, Any]]) -> str:
+    """One arm's tasks: mean score, replicates and tokens per task, each task linked."""
+    body = [f'<p class="muted">{len(rows)} tasks.</p>', '<table id="arm-tasks"><thead><tr><th class="t">family</th>'
+            '<th class="t">task</th><th>score</th><th>replicates</th><th>tokens</th></tr></thead><tbody>']  # fmt: skip
+    for r in rows:
+        link = run_url(v.run_id, "task", task=r["task_id"])
+        body.append(f'<tr data-task="{_q(r["task_id"])}"><td class="t">{e(r["family"])}</td><td class="t">'
+                    f'<a href="{_q(link)}">{e(r["task_id"])}</a></td><td data-value="{r["score"]}">'
+                    f'{_fmt_score(r["score"])}</td><td>{r["n"]}</td><td>{_tokens(r.get("tokens"))}</td></tr>')  # fmt: skip
+    body.append("</tbody></table>")
+    return shell(f"{arm} in {v.run_id}", body, refresh=v.running,
+                 crumbs=[(v.run_id, run_url(v.run_id)), (arm, run_url(v.run_id, "arm", arm=arm))])  # fmt: skip
+
+
+def _tokens(x: Any) -> str:
+    return "—" if x is None else f"{x:,.0f}"
+
+
+def grid_page(v: Any, grid: Mapping[str, Any], family: str | None, disagree: bool) -> str:
+    """Arms x tasks: each cell the task's mean score (colour) and tokens (hover), filterable by family and
+    to the tasks where the arms disagree."""
+    arms, fams = grid["arms"], grid["families"]
+    sel = "".join(f'<option value="{_q(f)}"{" selected" if f == family else ""}>{e(f)}</option>' for f in fams)
+    form = (f'<form id="grid-filter" method="get"><label>family <select name="family"><option value="">all'
+            f'</option>{sel}</select></label> <label><input type="checkbox" name="disagree" value="1"'
+            f'{" checked" if disagree else ""}> arms disagree</label> <button type="submit">filter</button></form>')  # fmt: skip
+    head = "".join(f'<th class="arm"><a href="{_q(run_url(v.run_id, "arm", arm=a))}">{e(a)}</a></th>' for a in arms)
+    body = [form, f'<p class="muted" id="grid-count">{len(grid["rows"])} of {grid["total"]} tasks'
+            + (f" (first {len(grid['rows'])} shown)" if grid.get("clipped") else "") + ".</p>",
+            f'<div class="scroll"><table id="grid-table"><thead><tr><th class="t">task</th>{head}</tr></thead><tbody>']  # fmt: skip
+    for r in grid["rows"]:
+        link = run_url(v.run_id, "task", task=r["task_id"])
+        cells = []
+        for a in arms:
+            c = r["cells"].get(a)
+            if c is None:
+                cells.append('<td class="na">—</td>')
+                continue
+            shade = int(255 - 120 * (c["score"] or 0))
+            cells.append(f'<td data-arm="{_q(a)}" data-value="{c["score"]}" title="{_q(_tokens(c["tokens"]))} tokens" '
+                         f'style="background:rgb({shade},{255},{shade})">{_fmt_score(c["score"])}</td>')  # fmt: skip
+        body.append(f'<tr data-task="{_q(r["task_id"])}"><td class="t"><a href="{_q(link)}">{e(r["task_id"])}</a></td>'
+                    + "".join(cells) + "</tr>")
+    body.append("</tbody></table></div>")
+    return shell(f"Grid of {v.run_id}", body, refresh=v.running,
+                 crumbs=[(v.run_id, run_url(v.run_id)), ("grid", run_url(v.run_id, "grid"))])  # fmt: skip
+
+
+def task_page(v: Any, task_id: str, rows: Sequence[Mapping[str, Any]]) -> str:
+    """Every arm and replicate on one task: score and tokens, each linked to its job's transcript."""
+    body = ['<table id="task-jobs"><thead><tr><th class="t">arm</th><th>replicate</th><th>score</th>'
+            '<th>tokens</th><th class="t">job</th></tr></thead><tbody>']  # fmt: skip
+    for r in rows:
+        link = run_url(v.run_id, "job", key=r["job_key"])
+        body.append(f'<tr data-arm="{_q(r["arm"])}"><td class="t">{e(r["arm"])}</td><td>{r["replicate"]}</td>'
+                    f'<td data-value="{r["score"]}">{_fmt_score(r["score"])}</td><td>{_tokens(r.get("tokens"))}</td>'
+                    f'<td class="t"><a class="job-link" href="{_q(link)}">transcript</a></td></tr>')  # fmt: skip
+    body.append("</tbody></table>")
+    return shell(f"Task {task_id}", body, crumbs=[(v.run_id, run_url(v.run_id)),
+                                                  (task_id, run_url(v.run_id, "task", task=task_id))])  # fmt: skip
+
+
+def compare_page(a: str, b: str, res: Mapping[str, Any]) -> str:
+    """`ept compare A B` (no gate): the per-arm table, notes and the verdict."""
+    cols: list[tuple[str, str, str | None]] = [
+        ("arm", "arm", None), ("elo_base", f"Elo {a}", ".0f"), ("elo_cur", f"Elo {b}", ".0f"),
+        ("d_elo", "ΔElo", "+.1f"), ("d_elo_lo", "lo", "+.1f"), ("d_elo_hi", "hi", "+.1f"),
+        ("tokens_base", f"tok/task {a}", ",.0f"), ("tokens_cur", f"tok/task {b}", ",.0f"),
+        ("d_tokens_rel", "Δtok", "+.1%"), ("detectable_drop", "drop caught 80%", ".0f"),
+    ]  # fmt: skip
+    body = [f'<p>Baseline <a href="{_q(run_url(a))}">{e(a)}</a>, current <a href="{_q(run_url(b))}">{e(b)}</a>; '
+            f"{e(str(res.get('rule')))}.</p>", table("compare-table", list(res.get("arms") or []), cols)]  # fmt: skip
+    body += [f'<p class="warn">{e(str(n))}</p>' for n in res.get("notes") or []]
+    flagged = res.get("flagged") or []
+    body.append(f'<p id="verdict">{"regression: " + e(", ".join(flagged)) if flagged else "no regression the data supports"}</p>')
+    return shell(f"{a} vs {b}", body)
+
+
+def error_page(status: int, message: str) -> str:
+    return shell(f"{status}", [f'<p class="warn" id="error">{e(message)}</p>'])
+
+
+def pretty(x: Any) -> str:
+    return e(x if isinstance(x, str) else json.dumps(x, indent=2, ensure_ascii=False, default=str))
