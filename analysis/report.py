@@ -20,7 +20,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from elo_per_token.analysis.report_headline import HEADLINE_HEADER, LEGEND, headline_rows, headline_title
 from elo_per_token.analysis.accuracy_report import (
     accuracy_csv_columns,
     accuracy_header,
@@ -28,6 +27,7 @@ from elo_per_token.analysis.accuracy_report import (
     family_accuracy_pivot,
     recommendation_lines,
 )
+from elo_per_token.analysis.report_headline import HEADLINE_HEADER, LEGEND, headline_rows, headline_title
 
 if TYPE_CHECKING:  # annotations only: `ept tokens` prints through here and needs none of numpy/scipy
     from elo_per_token.analysis.pipeline import AnalysisResult
