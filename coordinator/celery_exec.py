@@ -254,12 +254,19 @@ def _enqueue_all(
                 out.patient_poll(broker_patience_s)
 
 
-def _drain(out: _Outstanding, *, poll_s: float, broker_patience_s: float, idle_notice_s: float) -> None:
-    """Follow the enqueued jobs until every one has finished; say once if none finishes for a while."""
-    last_change, last_pending, told = time.monotonic(), len(out.pending), False
+def _drain(
+    out: _Outstanding, *, poll_s: float, broker_patience_s: float, idle_notice_s: float,
+    cancel_when: Callable[[], bool] = lambda: False,
+) -> None:  # fmt: skip
+    """Follow the enqueued jobs until every one has finished; say once if none finishes for a while. Once
+    cancel_when() is true (a budget cap reached), the queued jobs are cancelled: workers skip them."""
+    last_change, last_pending, told, cancelled = time.monotonic(), len(out.pending), False, False
     while out.pending:
         time.sleep(poll_s)
         out.patient_poll(broker_patience_s)
+        if not cancelled and cancel_when():
+            cancelled = True
+            _cancel_queued(out.app, out.run_ids, len(out.pending), out.notice)
         if len(out.pending) != last_pending:
             last_change, last_pending = time.monotonic(), len(out.pending)
         elif out.notice and not told and time.monotonic() - last_change > idle_notice_s:
@@ -286,6 +293,7 @@ def run_celery(
     broker_patience_s: float = 180.0,
     clear_failures: Collection[str] = (),
     max_pending: int = 50_000,
+    cancel_when: Callable[[], bool] = lambda: False,
 ) -> bool:
     """Enqueue `jobs` (any iterable: a million-job plan is streamed) in pipelined batches and follow them.
 
@@ -305,7 +313,8 @@ def run_celery(
         _first_contact(out.mark_alive, app)
         _enqueue_all(out, jobs, max_pending=max_pending, poll_s=poll_s, broker_patience_s=broker_patience_s,
                      should_stop=should_stop)  # fmt: skip
-        _drain(out, poll_s=poll_s, broker_patience_s=broker_patience_s, idle_notice_s=idle_notice_s)
+        _drain(out, poll_s=poll_s, broker_patience_s=broker_patience_s, idle_notice_s=idle_notice_s,
+               cancel_when=cancel_when)  # fmt: skip
         return not should_stop()  # stopped early (egress broken) unless every job was sent before it tripped
     except KeyboardInterrupt:
         _cancel_queued(app, out.run_ids, len(out.pending), notice)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -60,20 +60,81 @@ def sweep(
     max_jobs: int = typer.Option(
         None, "--max-jobs", min=1, help="Allow plans of up to N jobs (default: the plan's max_jobs, else 2,000,000)."
     ),
+    limit: int = typer.Option(None, "--limit", min=1, help="Run at most the first N tasks of each family now."),
+    arms: str = typer.Option(None, "--arms", help="Run only the arms matching PATTERN now (e.g. 'majority@*,greedy@1')."),
+    profile: str = typer.Option(None, "--profile", help="Profile NAME to use instead of the plan's."),
+    model: str = typer.Option(None, "--model", help="Model to use instead of the profile's."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print jobs, calls and a token/$ estimate; send nothing."),
+    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Cap the run's total tokens (overrides the plan's [budget])."),
+    max_cost: float = typer.Option(None, "--max-cost", min=0.0, help="Cap the run's cost in USD at the profile's prices."),
+    allow_endpoint_change: bool = typer.Option(
+        False, "--allow-endpoint-change", help="Continue a run at another endpoint serving the same model."
+    ),
 ) -> None:
     """Run a plan: expand to jobs, skip those already in the ledger, run the rest, print the Elo table."""
     from elo_per_token.contracts.errors import InputError
     from elo_per_token.coordinator.plan import EXECUTORS, load_plan
-    from elo_per_token.coordinator.sweep import execute, resolve_profile
+    from elo_per_token.coordinator.sweep import execute
 
     plan = load_plan(plan_file)
     if executor and executor not in EXECUTORS:
         raise InputError(f"must be one of {', '.join(EXECUTORS)}", field="--executor")
-    plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency, max_jobs=max_jobs)
-    prof = resolve_profile(plan, profile_url_override, profiles)
-    # jobs=None: the plan's jobs are streamed, never all held at once.
-    out = execute(plan, None, profile=prof, base_url=profile_url_override, analyze=not no_analysis)
+    plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency, max_jobs=max_jobs,
+                               profile=profile, max_total_tokens=max_tokens, max_cost=max_cost)  # fmt: skip
+    full, plan = plan, _select(plan, limit, arms)
+    prof = _profile_for(plan, profile_url_override, profiles, model)
+    if dry_run:
+        from elo_per_token.coordinator.dryrun import describe, estimate
+
+        typer.echo(describe(estimate(plan, prof.public_dict()), plan.run_id))
+        return
+    _check_key(plan, prof)
+    # jobs=None: the plan's jobs are streamed, never all held at once. A partial session records the full
+    # plan's job count, so `ept status` shows what is left.
+    out = execute(plan, None, profile=prof, base_url=profile_url_override, analyze=not no_analysis,
+                  manifest_jobs=_count(full) if full is not plan else None,
+                  allow_endpoint_change=allow_endpoint_change)  # fmt: skip
     _finish(out)
+
+
+def _select(plan: Any, limit: int | None, arms: str | None) -> Any:
+    from elo_per_token.coordinator.plan import limit_tasks, select_arms
+
+    if limit is not None:
+        plan = limit_tasks(plan, limit)
+    if arms:
+        plan = select_arms(plan, arms)
+    return plan
+
+
+def _count(plan: Any) -> int:
+    from elo_per_token.coordinator.sweep import plan_source
+
+    return plan_source(plan)[1]
+
+
+def _profile_for(plan: Any, url_override: str | None, profiles: str | None, model: str | None) -> Any:
+    """The plan's profile, resolved, with the endpoint override and --model applied."""
+    import dataclasses
+
+    from elo_per_token.coordinator.sweep import resolve_profile
+
+    prof = resolve_profile(plan, url_override, profiles)
+    if model:
+        prof = dataclasses.replace(prof, model=model)
+    return prof
+
+
+def _check_key(plan: Any, prof: Any) -> None:
+    """The local executor calls the provider from here: a missing key fails before the run is created (its
+    manifest and key declarations). Celery workers read the key in their own environment."""
+    from elo_per_token.contracts.errors import InputError
+
+    if plan.executor == "local" and not prof.api_key():
+        raise InputError(
+            f"environment variable {prof.api_key_env} is not set (profile {prof.name!r} reads the key from it; "
+            "`ept doctor` checks the whole setup); nothing was written", field="profile",
+        )  # fmt: skip
 
 
 def status(
@@ -89,13 +150,14 @@ def status(
 
     from elo_per_token.analysis.report import make_console
     from elo_per_token.contracts.secrets import mask_url
-    from elo_per_token.coordinator.status import run_status
+    from elo_per_token.coordinator.status import last_stop, run_endpoints, run_status, status_notes
 
     led, run_id = _ledger_and_run(run, ledger)
     st = run_status(led, run_id)
     if as_json:
         typer.echo(json.dumps({"run_id": st.run_id, "run_url": st.run_url, "n_jobs": st.n_jobs, "done": st.done,
-                               "failed": st.failed, "pending": st.pending, "retrying": st.retrying},
+                               "failed": st.failed, "pending": st.pending, "retrying": st.retrying,
+                               "endpoints": run_endpoints(st.manifest), "stopped": last_stop(st.manifest)},
                               sort_keys=True))  # fmt: skip
         return
     c = make_console()
@@ -107,6 +169,8 @@ def status(
     c.print(f"jobs {st.n_jobs if st.n_jobs is not None else '?'}: done {st.done} · failed "
             f"{sum(st.failed.values())} · pending {st.pending if st.pending is not None else '?'}"
             + (f" (retrying {st.retrying} that failed before this session)" if st.retrying else ""))  # fmt: skip
+    for line in status_notes(st.manifest):
+        c.print(line, highlight=False)
     if st.failed_jobs:
         t = Table(title="failed jobs by error class")
         for col in ("class", "jobs", "example", "message"):
@@ -121,28 +185,65 @@ def retry(
     run: str = typer.Argument(..., metavar="RUN", help="Run id (the plan's name) or the plan file."),
     ledger: str = typer.Option(None, "--ledger", help=_LEDGER_HELP),
     executor: str = typer.Option(None, "--executor", help="local | celery (default: the run's)."),
-    profile_url_override: str = typer.Option(None, "--profile-url-override"),
-    profiles: str = typer.Option(None, "--profiles"),
+    profile_url_override: str = typer.Option(
+        None, "--profile-url-override", help="The base URL the run used (default: the one recorded in its manifest)."
+    ),
+    profiles: str = typer.Option(None, "--profiles", help="profiles.toml (default: $EPT_PROFILES, ./profiles.toml)."),
+    allow_endpoint_change: bool = typer.Option(
+        False, "--allow-endpoint-change", help="Run the jobs at another endpoint than the run's (same model)."
+    ),
+    failed_only: bool = typer.Option(False, "--failed-only", help="Run only the failed jobs, not the pending ones."),
 ) -> None:
-    """Re-run the failed jobs of a run only (finished jobs are never re-run)."""
+    """Finish a run: its failed jobs and the jobs that never started, at the endpoint and model the run used
+    (finished jobs are never re-run)."""
     from elo_per_token.contracts.errors import InputError
     from elo_per_token.coordinator.plan import plan_from_raw
     from elo_per_token.coordinator.status import failed_jobs, run_status
-    from elo_per_token.coordinator.sweep import execute, resolve_profile
+    from elo_per_token.coordinator.sweep import execute
 
     led, run_id = _ledger_and_run(run, ledger)
     st = run_status(led, run_id)
     if not st.manifest or not isinstance(st.manifest.get("plan"), dict):
         raise InputError(f"run {run_id!r} has no manifest with its plan in {led.url}", field="RUN")
-    jobs = failed_jobs(st)
-    if not jobs:
+    jobs = failed_jobs(st) if failed_only else None
+    if failed_only and not jobs:
         typer.echo(f"run {run_id}: no failed jobs to retry ({st.done} done, {st.pending} pending)")
         return
     plan = plan_from_raw(st.manifest["plan"], st.manifest.get("plan_source") or "<manifest>")
     plan = plan.with_overrides(executor=executor, ledger=led.url)
-    prof = resolve_profile(plan, profile_url_override, profiles)
-    out = execute(plan, jobs, profile=prof, base_url=profile_url_override, manifest_jobs=st.n_jobs)
+    prof, base_url = _run_endpoint(plan, st.manifest, profile_url_override, profiles, allow_endpoint_change)
+    _check_key(plan, prof)
+    typer.echo(f"run {run_id}: {'failed jobs' if failed_only else 'failed and pending jobs'} at {prof.base_url} "
+               f"(model {prof.model})", err=True)  # fmt: skip
+    out = execute(plan, jobs, profile=prof, base_url=base_url, manifest_jobs=st.n_jobs,
+                  allow_endpoint_change=allow_endpoint_change)  # fmt: skip
     _finish(out)
+
+
+def _run_endpoint(
+    plan: Any, manifest: dict[str, Any], override: str | None, profiles: str | None, allow_change: bool
+) -> tuple[Any, str | None]:
+    """(profile, base_url override) for continuing a run at the endpoint it ran against: the recorded one
+    unless --profile-url-override names another, which needs --allow-endpoint-change."""
+    from elo_per_token.contracts.errors import InputError
+    from elo_per_token.contracts.secrets import mask_url
+    from elo_per_token.coordinator.identity import legacy_identity
+
+    ident = manifest.get("identity") or legacy_identity(manifest) or {}
+    recorded = str(ident.get("endpoint") or "")
+    prof = _profile_for(plan, override, profiles, None)
+    if not recorded or mask_url(prof.base_url) == recorded or allow_change:
+        return prof, override
+    if override:
+        raise InputError(
+            f"the run ran against {recorded}; --profile-url-override {mask_url(override)} is another endpoint: "
+            "jobs of one run must not mix providers. Pass --allow-endpoint-change if it serves the same model",
+            field="--profile-url-override",
+        )  # fmt: skip
+    if mask_url(recorded) != recorded or "…" in recorded:  # a masked password: the URL cannot be rebuilt
+        raise InputError(f"the run ran against {recorded}, the profile now points at {mask_url(prof.base_url)}: "
+                         "pass --profile-url-override with the run's URL", field="--profile-url-override")  # fmt: skip
+    return prof.with_base_url(recorded), recorded
 
 
 def compact(

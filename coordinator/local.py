@@ -56,9 +56,12 @@ def run_local(
     check_existing: bool = True,
     grace_s: float | None = None,
     on_abandon: Callable[[int], None] | None = None,
+    cancel_queued: Callable[[], bool] = lambda: False,
 ) -> bool:
     """Run jobs; returns True when every job was attempted, False when interrupted or stopped early.
-    on_abandon(n) is called when n jobs were still running after the grace period (they were left running)."""
+    on_abandon(n) is called when n jobs were still running after the grace period (they were left running).
+    cancel_queued() true (a budget cap reached): jobs submitted but not started never start, so the stop
+    overshoots by at most the jobs running on the `concurrency` threads."""
     from elo_per_token.worker.tasks import perform_job
 
     api_key = getattr(provider, "_key", None)  # to scrub it from failure messages
@@ -101,6 +104,9 @@ def run_local(
                 for f in done:
                     if not f.cancelled():
                         on_result(f.result())
+                if cancel_queued():
+                    draining = True
+                    in_flight = {f for f in in_flight if not f.cancel()}
             except KeyboardInterrupt:
                 if interrupted.is_set():
                     hard_exit(f"second interrupt: exiting now; {len(in_flight)} job(s) in flight are not recorded")
