@@ -57,11 +57,13 @@ def run_local(
     grace_s: float | None = None,
     on_abandon: Callable[[int], None] | None = None,
     cancel_queued: Callable[[], bool] = lambda: False,
+    queue_factor: int = 2,
 ) -> bool:
     """Run jobs; returns True when every job was attempted, False when interrupted or stopped early.
     on_abandon(n) is called when n jobs were still running after the grace period (they were left running).
     cancel_queued() true (a budget cap reached): jobs submitted but not started never start, so the stop
-    overshoots by at most the jobs running on the `concurrency` threads."""
+    overshoots by at most the jobs running on the `concurrency` threads; queue_factor=1 then (no job waits in
+    the pool, where a thread freed by a finished job would start it before the cap is seen)."""
     from elo_per_token.worker.tasks import perform_job
 
     api_key = getattr(provider, "_key", None)  # to scrub it from failure messages
@@ -85,7 +87,7 @@ def run_local(
         while True:
             try:
                 # Keep a short queue so an interrupt leaves few jobs to finish.
-                while not draining and len(in_flight) < concurrency * 2:
+                while not draining and len(in_flight) < concurrency * queue_factor:
                     job = next(todo, None)
                     if job is None or should_stop():
                         draining = True
