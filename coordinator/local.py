@@ -42,6 +42,11 @@ def hard_exit(message: str, code: int = EXIT_INTERRUPTED) -> None:
     os._exit(code)
 
 
+def _term(_sig: int, _frm: Any) -> None:
+    """SIGTERM stops a local sweep as Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
 def run_local(
     jobs: Iterable[Job],
     ledger: Ledger,
@@ -60,10 +65,9 @@ def run_local(
     queue_factor: int = 2,
 ) -> bool:
     """Run jobs; returns True when every job was attempted, False when interrupted or stopped early.
-    on_abandon(n) is called when n jobs were still running after the grace period (they were left running).
-    cancel_queued() true (a budget cap reached): jobs submitted but not started never start, so the stop
-    overshoots by at most the jobs running on the `concurrency` threads; queue_factor=1 then (no job waits in
-    the pool, where a thread freed by a finished job would start it before the cap is seen)."""
+    on_abandon(n): n jobs were still running after the grace period. cancel_queued() (a budget cap) stops at
+    most the `concurrency` running jobs over the cap with queue_factor=1 (no job waits in the pool for a freed
+    thread to start it before the cap is seen)."""
     from elo_per_token.worker.tasks import perform_job
 
     api_key = getattr(provider, "_key", None)  # to scrub it from failure messages
@@ -74,9 +78,6 @@ def run_local(
     draining = False
     interrupted = threading.Event()
     deadline = float("inf")
-
-    def _term(_sig: int, _frm: Any) -> None:
-        raise KeyboardInterrupt
 
     prev = None
     if threading.current_thread() is threading.main_thread():
@@ -106,9 +107,8 @@ def run_local(
                 for f in done:
                     if not f.cancelled():
                         on_result(f.result())
-                if cancel_queued():
-                    draining = True
-                    in_flight = {f for f in in_flight if not f.cancel()}
+                if cancel_queued():  # a cap reached: jobs submitted but not started never start
+                    draining, in_flight = True, {f for f in in_flight if not f.cancel()}
             except KeyboardInterrupt:
                 if interrupted.is_set():
                     hard_exit(f"second interrupt: exiting now; {len(in_flight)} job(s) in flight are not recorded")
