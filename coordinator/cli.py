@@ -13,8 +13,9 @@ if TYPE_CHECKING:  # annotations only: each command imports what it runs
 _LEDGER_HELP = "Ledger URL (folder, file://… or s3://bucket/prefix); default: the plan's, else ./ept-out/ledger."
 
 
-def _ledger_and_run(run: str, ledger: str | None) -> tuple[FileLedger | S3Ledger, str]:
-    """RUN is a run id (with --ledger) or a plan file (its name and ledger)."""
+def _ledger_and_run(run: str, ledger: str | None, *, write: bool = True) -> tuple[FileLedger | S3Ledger, str]:
+    """RUN is a run id (with --ledger) or a plan file (its name and ledger). write=False (`ept status`): the
+    ledger is opened as a reader, which never creates a bucket and fails at once on a wrong endpoint."""
     from elo_per_token.analysis.io import run_source
     from elo_per_token.contracts.ledger import check_run, open_ledger, open_ledger_for_reading
 
@@ -28,8 +29,9 @@ def _ledger_and_run(run: str, ledger: str | None) -> tuple[FileLedger | S3Ledger
     else:
         led, run_id = open_ledger(ledger or "./ept-out/ledger"), run
     # Reachable, and holding the run: otherwise say which (endpoint, credentials, bucket) or list the runs.
-    check_run(open_ledger_for_reading(led.url), run_id)
-    return led, run_id
+    reader = open_ledger_for_reading(led.url)
+    check_run(reader, run_id)
+    return (led if write else reader), run_id
 
 
 def _finish(out: SweepOutcome) -> None:
@@ -152,7 +154,7 @@ def status(
     from elo_per_token.contracts.secrets import mask_url
     from elo_per_token.coordinator.status import last_stop, run_endpoints, run_status, status_notes
 
-    led, run_id = _ledger_and_run(run, ledger)
+    led, run_id = _ledger_and_run(run, ledger, write=False)
     st = run_status(led, run_id)
     if as_json:
         typer.echo(json.dumps({"run_id": st.run_id, "run_url": st.run_url, "n_jobs": st.n_jobs, "done": st.done,

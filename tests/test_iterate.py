@@ -275,3 +275,36 @@ def test_missing_key_fails_before_the_run_is_created(tmp_path, make_sim):
     r = _ept("sweep", str(plan), env={"EPT_PROFILES": str(prof), "EPT_NOPE_KEY": ""})
     assert r.returncode == 2 and "EPT_NOPE_KEY" in r.stderr and time.monotonic() - t0 < 60
     assert not (tmp_path / "led").exists()
+
+
+@pytest.mark.services
+def test_read_only_commands_never_create_a_misspelt_bucket(tmp_path, s3_env, s3_bucket):
+    """Issue 24: `ept report`/`compare`/`status` opened the ledger as a writer and created a misspelt bucket."""
+    from fixtures_services import s3_client
+
+    env = {**s3_env.env(), "EPT_S3_PATIENCE_S": "4"}
+    url = f"s3://{s3_bucket}/p"
+    cmds = [("status", "r1", "--ledger", url), ("report", f"{url}/runs/r1", "--out", str(tmp_path / "r.html")),
+            ("compare", f"{url}/runs/r1", f"{url}/runs/r2")]  # fmt: skip
+    for args in cmds:
+        t0 = time.monotonic()
+        r = _ept(*args, env=env)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert time.monotonic() - t0 < 30 and "Traceback" not in r.stderr
+    names = {b["Name"] for b in s3_client(s3_env.endpoint).list_buckets()["Buckets"]}
+    assert s3_bucket not in names and not (tmp_path / "r.html").exists()
+
+
+def test_s3_ledger_against_a_closed_port_fails_within_its_patience(monkeypatch):
+    """Issue 24: botocore's retries nested in the ledger's made EPT_S3_PATIENCE_S=4 take 31.9 s."""
+    from fixtures_services import free_port
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    monkeypatch.setenv("EPT_S3_PATIENCE_S", "4")
+    led = open_ledger("s3://no-such-host-bucket/p")
+    t0 = time.monotonic()
+    with pytest.raises(Exception):  # noqa: B017 - a connection error of botocore's, whichever class
+        led.get_manifest("r")
+    assert 3.5 <= time.monotonic() - t0 < 8  # the patience is used, and not multiplied
