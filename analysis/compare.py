@@ -148,7 +148,7 @@ def check_comparable(base: RunInputs, cur: RunInputs) -> list[str]:
     arms_c = set(cur.arms["arm"].to_list())
     if arms_b != arms_c:
         raise InputError(
-            "the runs have different arms: " + _diff_text(arms_b, arms_c) + " (an arm is strategy@budget)",
+            "the runs have different arms: " + _diff_text(arms_b, arms_c) + " (an arm is strategy@budget[variant], its full label)",
             file=cur.source,
             field="arm",
         )
