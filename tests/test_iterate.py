@@ -308,3 +308,106 @@ def test_s3_ledger_against_a_closed_port_fails_within_its_patience(monkeypatch):
     with pytest.raises(Exception):  # noqa: B017 - a connection error of botocore's, whichever class
         led.get_manifest("r")
     assert 3.5 <= time.monotonic() - t0 < 8  # the patience is used, and not multiplied
+
+
+# ---------------------------------------------------------------- first-hour frictions (issue 27 item 5)
+
+
+def test_simulate_on_a_bad_or_busy_port_is_one_line_exit_2():
+    import socket
+
+    r = _ept("simulate", "--port", "99999")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--port" in r.stderr and "Traceback" not in r.stderr
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        port = s.getsockname()[1]
+        r = _ept("simulate", "--port", str(port), timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "in use" in r.stderr
+
+
+def test_doctor_takes_profile_url_override(tmp_path, make_sim):
+    sim = make_sim(api_key=SIM_KEY)
+    prof = tmp_path / "profiles.toml"
+    prof.write_text('[profiles.p]\nprotocol = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n'
+                    'api_key_env = "EPT_P_KEY"\nmodel = "ept-sim-1"\n')  # fmt: skip
+    env = {"EPT_PROFILES": str(prof), "EPT_P_KEY": SIM_KEY}
+    closed = _ept("doctor", "--profile", "p", "--timeout", "5", env=env)
+    over = _ept("doctor", "--profile", "p", "--timeout", "5", "--profile-url-override", sim.url, env=env)
+    assert closed.returncode == 1 and sim.url not in closed.stdout
+    assert sim.url in over.stdout and sim.control.stats()["requests"] > 0
+
+
+def test_unknown_profile_outside_the_checkout_says_where_it_looked(tmp_path):
+    plan = write_plan_file(tmp_path / "p.toml", [("greedy", [1])], name="x", profile="simulator", suites=["math"])
+    env = {k: v for k, v in os.environ.items() if k != "EPT_PROFILES"}
+    r = subprocess.run([sys.executable, "-m", "elo_per_token", "sweep", str(plan), "--dry-run"], capture_output=True,
+                       text=True, cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)}, timeout=120)  # fmt: skip
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "no profiles.toml was found" in err and "EPT_PROFILES" in err
+    assert str(tmp_path / "profiles.toml") in err
+
+
+def test_unknown_suite_names_the_plan_line_the_known_and_the_nearest(tmp_path):
+    plan = tmp_path / "p.toml"
+    plan.write_text('name = "x"\nprofile = "default"\n\nsuites = ["math", "bfcll"]\n[[arms]]\nstrategy = "greedy"\n'
+                    "budgets = [1]\n")  # fmt: skip
+    r = _ept("sweep", str(plan), "--dry-run")
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2 and f"{plan}:4" in err and "did you mean 'bfcl'" in err and "tool_use" in err
+
+
+def test_a_public_suite_without_its_package_says_how_to_install_and_is_listed(tmp_path):
+    """bfcl before `pip install --no-deps bfcl-eval` (the package hidden from this interpreter)."""
+    plan = write_plan_file(tmp_path / "p.toml", [("greedy", [1])], name="x", profile="default", suites=["bfcl"])
+    code = ("import sys; sys.modules['bfcl_eval'] = None; sys.argv = ['ept'] + sys.argv[1:]\n"
+            "from elo_per_token.ept.cli import main; main()")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "300"}
+    r = subprocess.run([sys.executable, "-c", code, "sweep", str(plan), "--dry-run"], capture_output=True, text=True,
+                       env=env, timeout=120)  # fmt: skip
+    assert r.returncode == 2 and "pip install --no-deps bfcl-eval" in " ".join(r.stderr.split())
+    r = subprocess.run([sys.executable, "-c", code, "suites", "list"], capture_output=True, text=True, env=env,
+                       timeout=300)  # fmt: skip
+    row = next(line for line in r.stdout.splitlines() if " bfcl " in line)
+    assert "not installed" in row and "pip install --no-deps bfcl-eval" in row
+
+
+def test_analyze_a_missing_path_or_a_csv(tmp_path):
+    r = _ept("analyze", "nosuchdir", cwd=tmp_path)
+    assert r.returncode == 2 and "no such file or folder 'nosuchdir'" in " ".join(r.stderr.split())
+    (tmp_path / "bad.csv").write_text("task,score\na,1\n")
+    r = _ept("analyze", str(tmp_path / "bad.csv"))
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "ept import" in err and "malformed JSON" not in err
+
+
+def test_errors_keep_arm_qualifiers(tmp_path):
+    """Arm labels in an error (compare's 'only in baseline', --arms) keep [effort=…]: printed as text, not markup."""
+    plan = tmp_path / "p.toml"
+    plan.write_text('name = "x"\nprofile = "default"\nsuites = ["math"]\n[[arms]]\nstrategy = "greedy"\n'
+                    'budgets = [1]\nreasoning_effort = ["low", "high"]\n')  # fmt: skip
+    r = _ept("sweep", str(plan), "--arms", "nope", "--dry-run")
+    assert r.returncode == 2 and "greedy@1[effort=low], greedy@1[effort=high]" in " ".join(r.stderr.split())
+
+
+def test_version_and_every_retry_option_has_help():
+    r = _ept("--version")
+    assert r.returncode == 0 and r.stdout.startswith("ept ")
+    import typer
+
+    from elo_per_token.ept.cli import _register, app
+
+    _register()
+    cmd = typer.main.get_command(app).commands["retry"]
+    missing = [p.name for p in cmd.params if getattr(p, "param_type_name", "") == "option" and not p.help]
+    assert missing == []
+
+
+def test_help_and_suite_tables_are_not_cut_at_80_columns_in_a_pipe():
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH")}
+    full = "[default: greedy@1,majority@4,majority@8,majority@16,best_of_n@4,best_of_n@8,best_of_n@16]"
+    r = subprocess.run([sys.executable, "-m", "elo_per_token", "suites", "accuracy", "--help"], capture_output=True,
+                       text=True, env={**env, "PYTHONPATH": str(REPO)}, timeout=120)  # fmt: skip
+    assert r.returncode == 0 and any(full in line for line in r.stdout.splitlines())
+    r = subprocess.run([sys.executable, "-m", "elo_per_token", "suites", "list"], capture_output=True, text=True,
+                       env={**env, "PYTHONPATH": str(REPO)}, timeout=300)  # fmt: skip
+    row = next(line for line in r.stdout.splitlines() if " math " in line)
+    assert "suites/data/math.jsonl" in row  # the last column, whole, on the row's own line
