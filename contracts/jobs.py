@@ -112,9 +112,16 @@ class CeleryJobContextDict(TypedDict):
     clear_failure: NotRequired[bool]
     max_attempts: NotRequired[int]
     check_ledger: NotRequired[bool]
+    budget_tokens: NotRequired[int]
 
 
 DEFAULT_MAX_ATTEMPTS = 3
+
+
+def budget_key(run_id: str) -> str:
+    """Redis key (on the broker) counting the tokens a run has spent, for its budget cap: the coordinator sets
+    it to what earlier sessions spent, workers add each job's tokens and start no job once it reaches the cap."""
+    return f"ept:spent:{run_id}"
 
 
 @dataclass(frozen=True)
@@ -137,6 +144,9 @@ class CeleryJobContext:
     # twice). False only from a run's first session, where nothing can have finished a job before its first
     # delivery (coordinator.sweep.execute); absent on the wire means True, so older coordinators keep it.
     check_ledger: bool = True
+    # The run's token cap (coordinator.sweep.BudgetCap, $ converted at the profile's price): a worker starts no
+    # job of the run once budget_key(run_id) reaches it. None: no cap (absent on the wire).
+    budget_tokens: int | None = None
 
     def to_dict(self) -> CeleryJobContextDict:
         d: CeleryJobContextDict = {
@@ -148,6 +158,8 @@ class CeleryJobContext:
             d["max_attempts"] = self.max_attempts
         if not self.check_ledger:
             d["check_ledger"] = False
+        if self.budget_tokens is not None:
+            d["budget_tokens"] = self.budget_tokens
         return d
 
     @classmethod
@@ -162,6 +174,7 @@ class CeleryJobContext:
             clear_failure=bool(d.get("clear_failure")),
             max_attempts=int(d.get("max_attempts", DEFAULT_MAX_ATTEMPTS)),
             check_ledger=bool(d.get("check_ledger", True)),
+            budget_tokens=None if d.get("budget_tokens") is None else int(d["budget_tokens"]),
         )
 
 

@@ -115,11 +115,16 @@ class BudgetCap:
     price_per_token: float | None = None  # USD, the higher of the input and output prices
     prior_tokens: int = 0  # spent by earlier sessions of the run (their manifest entries)
 
+    def token_cap(self) -> int | None:
+        """The cap in tokens: max_tokens, or max_cost at the price per token, whichever is lower."""
+        caps = [self.max_tokens] if self.max_tokens is not None else []
+        if self.max_cost is not None and self.price_per_token:
+            caps.append(math.ceil(self.max_cost / self.price_per_token))
+        return min(caps) if caps else None
+
     def reached(self, session_tokens: int) -> bool:
-        total = self.prior_tokens + session_tokens
-        if self.max_tokens is not None and total >= self.max_tokens:
-            return True
-        return self.max_cost is not None and self.price_per_token is not None and total * self.price_per_token >= self.max_cost
+        cap = self.token_cap()
+        return cap is not None and self.prior_tokens + session_tokens >= cap
 
     def describe(self) -> str:
         parts = [f"{self.max_tokens:,} tokens" if self.max_tokens is not None else "",
@@ -300,12 +305,14 @@ def _run_jobs(
         from elo_per_token.coordinator.celery_exec import run_celery
 
         lim = plan.limits_for(plan.profile)
-        ctx = CeleryJobContext(ledger=ledger.url, base_url=base_url, rpm=lim.rpm, tpm=lim.tpm, check_ledger=check_ledger)
+        cap = tally.cap
+        ctx = CeleryJobContext(ledger=ledger.url, base_url=base_url, rpm=lim.rpm, tpm=lim.tpm, check_ledger=check_ledger,
+                               budget_tokens=cap.token_cap() if cap else None)  # fmt: skip
         return run_celery(
             todo, ctx, queue=plan.queue, batch_size=plan.batch_size, on_result=live.on_result,
             on_retry=live.on_retry, broker_url=broker_url, should_stop=tally.should_stop, cancel_when=tally.over_budget,
             notice=lambda msg: live.prog.console.print(f"[yellow]{msg}[/]", highlight=False),
-            clear_failures=had_failure,
+            clear_failures=had_failure, budget=(plan.run_id, cap.prior_tokens) if cap else None,
         )  # fmt: skip
     except KeyboardInterrupt:
         return False

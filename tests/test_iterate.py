@@ -411,3 +411,42 @@ def test_help_and_suite_tables_are_not_cut_at_80_columns_in_a_pipe():
                        env={**env, "PYTHONPATH": str(REPO)}, timeout=300)  # fmt: skip
     row = next(line for line in r.stdout.splitlines() if " math " in line)
     assert "suites/data/math.jsonl" in row  # the last column, whole, on the row's own line
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_max_tokens_on_celery_stops_within_one_job_per_worker_thread(tmp_path, redis_server, make_sim, monkeypatch):
+    """2 workers x 2 threads: the cap overshoots by less than 4 jobs' tokens; a higher cap continues with nothing
+    lost or run twice; the queued jobs the cap kept from starting are cancelled, not failed."""
+    import uuid
+
+    from fixtures_services import start_celery_workers
+
+    sim = make_sim(api_key=SIM_KEY, latency_ms=30)
+    prof = tmp_path / "profiles.toml"
+    prof.write_text(f'[profiles.x]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "EPT_SIM_API_KEY"\n'
+                    'model = "ept-sim-1"\n')  # fmt: skip
+    monkeypatch.setenv("EPT_PROFILES", str(prof))
+    monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
+    queue = "q-" + uuid.uuid4().hex[:8]
+    env = {"EPT_PROFILES": str(prof), "EPT_SIM_API_KEY": SIM_KEY}
+    workers = start_celery_workers(2, redis_server.url, tmp_path / "w", env=env, concurrency=2, queue=queue)
+    try:
+        def plan(cap: int | None) -> object:
+            p = _capped_plan(tmp_path, cap, executor="celery", concurrency=4)
+            return p.with_overrides(queue=queue, batch_size=10)
+
+        from elo_per_token.egress.profiles import get_profile
+
+        x = get_profile("x")
+        out = execute(plan(5000), None, profile=x, broker_url=redis_server.url, analyze=False)
+        led = open_ledger(tmp_path / "led")
+        toks = _check_cap(led, 5000, 4, out)
+        assert out.tally.cancelled > 0 and out.tally.failed == 0 and len(toks) < 40
+        nxt = execute(plan(None), None, profile=x, broker_url=redis_server.url, analyze=False)
+        assert nxt.ok and nxt.already_done == len(toks) and nxt.tally.done == 40 - len(toks)
+        assert len(led.list_jobs("cap")) == 40 and led.list_failures("cap") == {}
+        seen = sim.control.stats()["by_job"]
+        assert len(seen) == 40  # every job reached the server once: none lost, none run again
+    finally:
+        workers.stop()
