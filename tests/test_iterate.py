@@ -492,3 +492,28 @@ def test_no_docker_recipe_runs_a_celery_s3_sweep(tmp_path, make_sim):
         svc.send_signal(signal.SIGTERM)
         svc.wait(timeout=30)
     assert svc.returncode == 0
+
+
+def test_readme_and_docs_set_up_and_write_under_ept_out():
+    """README: a virtual environment and Python >= 3.11; docs/sweep.md describes the demo as it is; the
+    documented commands write under ept-out/ (git-ignored) or a folder they name there, never the checkout."""
+    import re
+
+    from test_readme import documented_files, runnable_blocks
+
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert "virtual environment" in readme and "Python ≥ 3.11" in readme and "externally-managed-environment" in readme
+    sweep = (REPO / "docs" / "sweep.md").read_text()
+    assert "720 jobs" not in sweep and "6 arms" not in sweep and "1,080 jobs" in sweep
+    assert "/ept-out/" in (REPO / ".gitignore").read_text().splitlines()
+    target = re.compile(r"(?:--out|-o|--html|--ledger|--markdown|--json|--dir)\s+(\S+)|(?<![<>&2])>\s*(\S+)")
+    for doc in documented_files():
+        inside = False  # after `cd ept-out/…`, relative targets are inside it
+        for line in "\n".join(runnable_blocks(doc.read_text())).splitlines():
+            code = line.split(" #", 1)[0]
+            inside = inside or bool(re.search(r"\bcd ept-out/", code))
+            for m in target.finditer(code):
+                path = (m.group(1) or m.group(2)).strip("'\"")
+                if path.startswith(("ept-out", "./ept-out", "/dev/", "$", "&")) or inside:
+                    continue
+                raise AssertionError(f"{doc.name}: {line.strip()!r} writes {path!r} outside ept-out/")
