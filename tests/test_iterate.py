@@ -188,6 +188,8 @@ def _check_cap(led: FileLedger, cap: int, concurrency: int, out: object) -> dict
     assert out.stopped_for_budget and out.exit_code == 0
     assert spent >= cap and spent - cap < concurrency * biggest, (spent, cap, biggest)
     assert out.tally.tokens == spent
+    print(f"cap {cap:,}: {len(toks)} jobs, {spent:,} tokens (overshoot {spent - cap:,}; largest job {biggest:,}; "
+          f"{concurrency} threads)")  # the figures docs/sweep.md quotes (pytest -s)
     return toks
 
 
