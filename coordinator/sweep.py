@@ -340,6 +340,8 @@ def execute(
     existing key computes is refused naming the field. The plan's budget cap (plan.max_total_tokens /
     plan.max_cost) stops the session once the run has spent it.
     """
+    from rich.markup import escape
+
     from elo_per_token.analysis.report import make_console
     from elo_per_token.coordinator.manifest import write_manifest
 
@@ -366,7 +368,8 @@ def execute(
         prog.update(bar, description="jobs", total=todo_est, detail="")
         prog.console.print(
             f"run [bold]{plan.run_id}[/]: {n_jobs} jobs, {len(have)} already in {ledger.run_url(plan.run_id)}, "
-            f"{todo_est} to run ({executor})" + (f", cap {tally.cap.describe()}" if tally.cap else ""),
+            f"{todo_est} to run ({executor}) at {escape(str(manifest['identity']['endpoint']))} (model "
+            f"{escape(str(manifest['identity']['model']))})" + (f", cap {tally.cap.describe()}" if tally.cap else ""),
             highlight=False,
         )
         live = _Live(tally, prog, bar)

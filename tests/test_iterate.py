@@ -138,6 +138,13 @@ def test_retry_runs_all_60_jobs_at_the_runs_endpoint_or_refuses(tmp_path, make_s
     st = json.loads(_ept("status", "r60", "--ledger", led, "--json").stdout)
     assert (st["done"], st["pending"], st["failed"]) == (60, 0, {})
     assert [e["endpoint"] for e in st["endpoints"]] == [sim.url]
+    text = _ept("status", "r60", "--ledger", led).stdout
+    assert f"endpoint {sim.url} · model ept-sim-1 · sessions 1, 2" in " ".join(text.split())
+    # The report shows the endpoints too.
+    r = _ept("report", f"{led}/runs/r60", "--out", str(tmp_path / "r.html"), "--rounds", "0")
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert 'id="endpoints"' in page and sim.url in page.split('id="endpoints"')[1].split("</div>")[0]
 
 
 def test_dry_run_limit_and_arms_send_nothing_and_estimate(tmp_path, make_sim):
