@@ -82,7 +82,8 @@ def sweep(
     if executor and executor not in EXECUTORS:
         raise InputError(f"must be one of {', '.join(EXECUTORS)}", field="--executor")
     plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency, max_jobs=max_jobs,
-                               profile=profile, max_total_tokens=max_tokens, max_cost=max_cost)  # fmt: skip
+                               profile=profile, max_total_tokens=max_tokens, max_cost=max_cost,
+                               raw={**plan.raw, "profile": profile} if profile else None)  # fmt: skip
     full, plan = plan, _select(plan, limit, arms)
     prof = _profile_for(plan, profile_url_override, profiles, model)
     if dry_run:
@@ -233,7 +234,8 @@ def _run_endpoint(
 
     ident = manifest.get("identity") or legacy_identity(manifest) or {}
     recorded = str(ident.get("endpoint") or "")
-    prof = _profile_for(plan, override, profiles, None)
+    # The run's model (a sweep's --model included): what its jobs compute.
+    prof = _profile_for(plan, override, profiles, str(ident["model"]) if ident.get("model") else None)
     if not recorded or mask_url(prof.base_url) == recorded or allow_change:
         return prof, override
     if override:

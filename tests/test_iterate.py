@@ -526,3 +526,21 @@ def test_readme_and_docs_set_up_and_write_under_ept_out():
                 if path.startswith(("ept-out", "./ept-out", "/dev/", "$", "&")) or inside:
                     continue
                 raise AssertionError(f"{doc.name}: {line.strip()!r} writes {path!r} outside ept-out/")
+
+
+def test_model_override_is_the_runs_model_for_retry_and_a_refusal_without_it(tmp_path, make_sim):
+    sim = make_sim(api_key=SIM_KEY)
+    prof = tmp_path / "profiles.toml"
+    prof.write_text(f'[profiles.p]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "EPT_P_KEY"\n'
+                    'model = "ept-sim-1"\n')  # fmt: skip
+    plan = write_plan_file(tmp_path / "plan.toml", [("greedy", [1])], name="m2", profile="p", suites=["math"],
+                           tasks_per_family=2, ledger=tmp_path / "led", bootstrap_rounds=0)  # fmt: skip
+    env = {"EPT_PROFILES": str(prof), "EPT_P_KEY": SIM_KEY}
+    r = _ept("sweep", str(plan), "--model", "ept-sim-2", "--limit", "1", "--no-analysis", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _ept("retry", "m2", "--ledger", str(tmp_path / "led"), env=env)  # the pending job, at the run's model
+    assert r.returncode == 0 and "model ept-sim-2" in r.stderr, r.stdout + r.stderr
+    st = json.loads(_ept("status", "m2", "--ledger", str(tmp_path / "led"), "--json").stdout)
+    assert st["done"] == 2 and {e["model"] for e in st["endpoints"]} == {"ept-sim-2"}
+    r = _ept("sweep", str(plan), "--no-analysis", env=env)  # the profile's own model: another run's jobs
+    assert r.returncode == 2 and "profile.model" in r.stderr and "ept-sim-2" in r.stderr
