@@ -48,7 +48,8 @@ def run_identity(plan_generation: dict[str, Any], seed: int, profile_public: dic
         "model": profile_public.get("model"),
         "endpoint": str(profile_public.get("base_url") or ""),
         "protocol": profile_public.get("protocol", "openai"),
-        "generation": dict(plan_generation),
+        # What every request is sent with: the profile's defaults under the plan's (as the worker merges them).
+        "generation": {**dict(profile_public.get("generation") or {}), **dict(plan_generation)},
         "seed": seed,
     }
 
