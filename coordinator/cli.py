@@ -91,11 +91,13 @@ def sweep(
 
         typer.echo(describe(estimate(plan, prof.public_dict()), plan.run_id))
         return
+    # The plan's jobs are checked (suites, job count) before the key: a bad plan is reported as such. A partial
+    # session records the full plan's job count, so `ept status` shows what is left.
+    n_full = _count(full)
     _check_key(plan, prof)
-    # jobs=None: the plan's jobs are streamed, never all held at once. A partial session records the full
-    # plan's job count, so `ept status` shows what is left.
+    # jobs=None: the plan's jobs are streamed, never all held at once.
     out = execute(plan, None, profile=prof, base_url=profile_url_override, analyze=not no_analysis,
-                  manifest_jobs=_count(full) if full is not plan else None,
+                  manifest_jobs=n_full if full is not plan else None,
                   allow_endpoint_change=allow_endpoint_change)  # fmt: skip
     _finish(out)
 
