@@ -544,3 +544,23 @@ def test_model_override_is_the_runs_model_for_retry_and_a_refusal_without_it(tmp
     assert st["done"] == 2 and {e["model"] for e in st["endpoints"]} == {"ept-sim-2"}
     r = _ept("sweep", str(plan), "--no-analysis", env=env)  # the profile's own model: another run's jobs
     assert r.returncode == 2 and "profile.model" in r.stderr and "ept-sim-2" in r.stderr
+
+
+def test_compare_lists_arms_by_their_full_labels(tmp_path):
+    """Issue 27: `only in baseline: ['greedy@1', 'greedy@1', …]` — the qualifiers were eaten as markup."""
+    def write(path: Path, arms: list[tuple[str, int, str]]) -> None:
+        path.mkdir()
+        lines = []
+        for k, (strategy, budget, arm) in enumerate(arms):
+            for i in range(6):
+                ident = {"task_id": f"t{i}", "family": "f", "strategy": strategy, "budget_n": budget, "arm": arm}
+                lines.append({**ident, "kind": "call", "usage": {"prompt_tokens": 10 * budget, "completion_tokens": 5}})
+                lines.append({**ident, "kind": "outcome", "score": float(i % (k + 2) == 0)})
+        (path / "log.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+    write(tmp_path / "a", [("greedy", 1, "greedy@1"), ("greedy", 1, "greedy@1[effort=low]"),
+                           ("greedy", 1, "greedy@1[effort=high]")])  # fmt: skip
+    write(tmp_path / "b", [("greedy", 1, "greedy@1"), ("majority", 4, "majority@4")])
+    r = _ept("compare", str(tmp_path / "a"), str(tmp_path / "b"))
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "only in baseline: ['greedy@1[effort=high]', 'greedy@1[effort=low]']" in err
