@@ -228,7 +228,7 @@ def test_max_tokens_stops_within_one_job_per_thread_and_continues_when_raised(tm
     assert not set(seen) & set(toks)  # the first session's jobs were not run again
 
 
-def test_sweep_declares_its_key_space_once(tmp_path, make_sim, key_env):
+def test_sweep_declares_its_key_space_once(tmp_path, make_sim, key_env, monkeypatch):
     """Issue 24: execute declared the run's keys twice (two listings of the declarations per session)."""
     sim = make_sim(api_key=SIM_KEY)
     calls: list[str] = []
@@ -243,12 +243,9 @@ def test_sweep_declares_its_key_space_once(tmp_path, make_sim, key_env):
     p = write_plan_file(tmp_path / "p.toml", [("greedy", [1])], name="once", profile="x", suites=["math"],
                         tasks_per_family=2, ledger=tmp_path / "led", bootstrap_rounds=0)  # fmt: skip
     plan = parse_plan(p.read_text(), file=str(p))
-    orig = sweep_mod.open_ledger
-    sweep_mod.open_ledger = lambda url: Counting(tmp_path / "led")  # type: ignore[assignment]
-    try:
-        execute(plan, None, profile=sim.profile(), analyze=False, compact=False)
-    finally:
-        sweep_mod.open_ledger = orig
+    # A real file ledger that counts its listings of the declarations (the sweep opens it by URL).
+    monkeypatch.setattr(sweep_mod, "open_ledger", lambda url: Counting(tmp_path / "led"))
+    execute(plan, None, profile=sim.profile(), analyze=False, compact=False)
     from elo_per_token.analysis.keyspace import PLANNED_DIR
 
     assert calls.count(PLANNED_DIR) == 1
