@@ -166,11 +166,12 @@ def run_options(inputs: list[str]) -> tuple[Any, str]:
     `ept analyze` defaults."""
     from elo_per_token.analysis.io import run_source
     from elo_per_token.analysis.pipeline import AnalysisOptions
-    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.contracts.ledger import open_ledger_for_reading
 
     src = run_source(inputs[0]) if len(inputs) == 1 else None  # the run itself, not a listing of its files
-    manifest = open_ledger(src.ledger_url).get_manifest(src.run_id) if src else None
-    if src is None or not manifest:
+    # A reader: reporting never creates a bucket, and a wrong endpoint fails at once.
+    manifest = open_ledger_for_reading(src.ledger_url).get_manifest(src.run_id) if src else None
+    if src is None or not manifest or not isinstance(manifest.get("plan"), dict):
         return AnalysisOptions(), "the defaults of `ept analyze`"
     from elo_per_token.contracts.errors import InputError
     from elo_per_token.coordinator.plan import plan_from_raw

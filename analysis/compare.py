@@ -149,7 +149,7 @@ def check_comparable(base: RunInputs, cur: RunInputs) -> list[str]:
     arms_c = set(cur.arms["arm"].to_list())
     if arms_b != arms_c:
         raise InputError(
-            "the runs have different arms: " + _diff_text(arms_b, arms_c) + " (an arm is strategy@budget)",
+            "the runs have different arms: " + _diff_text(arms_b, arms_c) + " (an arm is strategy@budget[variant], its full label)",
             file=cur.source,
             field="arm",
         )
@@ -647,16 +647,16 @@ def run_refs(files: list[str]) -> list[RunRef]:
 
 
 def read_manifest(ref: RunRef) -> dict[str, Any] | None:
-    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.contracts.ledger import open_ledger_for_reading
 
-    return open_ledger(ref.ledger).get_manifest(ref.run_id)
+    return open_ledger_for_reading(ref.ledger).get_manifest(ref.run_id)  # reading never creates a bucket
 
 
 def read_failures(ref: RunRef) -> dict[str, dict[str, Any]]:
     """Jobs that failed and never wrote a result (the ledger's failures/ objects), by job key."""
-    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.contracts.ledger import open_ledger_for_reading
 
-    return open_ledger(ref.ledger).list_failures(ref.run_id)
+    return open_ledger_for_reading(ref.ledger).list_failures(ref.run_id)
 
 
 def manifest_suites(manifest: dict[str, Any] | None) -> tuple[str, ...] | None:

@@ -33,7 +33,7 @@ from elo_per_token.analysis.html_sections import (
     recommendation_section,
     step_tables_section,
 )
-from elo_per_token.contracts.secrets import scrub
+from elo_per_token.contracts.secrets import mask_urls, scrub
 
 if TYPE_CHECKING:  # annotations only: matplotlib and polars are imported where a report needs them
     import polars as pl
@@ -450,6 +450,20 @@ def _breakdown_section(breakdown: list[dict[str, Any]]) -> list[str]:
     return parts
 
 
+def _endpoints_html(manifest: Mapping[str, Any]) -> str:
+    """The endpoints and models the run's sessions used (sessions recorded before endpoints were: the
+    manifest's profile), shown above the collapsed manifest: one run should have one."""
+    prof: Mapping[str, Any] = manifest["profile"] if isinstance(manifest.get("profile"), Mapping) else {}
+    seen: dict[tuple[str, str], list[int]] = {}
+    for i, sess in enumerate(manifest.get("sessions") or [], 1):
+        sess = sess if isinstance(sess, Mapping) else {}
+        key = (str(sess.get("endpoint") or prof.get("base_url") or "?"), str(sess.get("model") or prof.get("model") or "?"))
+        seen.setdefault(key, []).append(i)
+    items = "".join(f"<li>{html.escape(mask_urls(e))} · model {html.escape(m)} · sessions {', '.join(map(str, s))}</li>"
+                    for (e, m), s in seen.items())  # fmt: skip
+    return f'<div id="endpoints"><p>Endpoints the run used:</p><ul>{items}</ul></div>' if items else ""
+
+
 def _page_tail(doc: Mapping[str, Any], manifest: Any) -> list[str]:
     """Options, the run manifest (collapsed) and the end of the page."""
     parts: list[str] = []
@@ -459,6 +473,7 @@ def _page_tail(doc: Mapping[str, Any], manifest: Any) -> list[str]:
                      + "</pre></section>")
     parts.append('<section id="manifest"><h2>Run manifest</h2>')
     if manifest:
+        parts.append(_endpoints_html(manifest))
         # Long (plan, sessions, profile): collapsed, one click away, so it does not bury the page's end.
         parts.append('<details id="manifest-details"><summary>The run\'s manifest (JSON): plan, profile, code '
                      "version, sessions</summary><pre>"

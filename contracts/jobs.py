@@ -119,9 +119,16 @@ class CeleryJobContextDict(TypedDict):
     max_attempts: NotRequired[int]
     check_ledger: NotRequired[bool]
     transcripts: NotRequired[bool]
+    budget_tokens: NotRequired[int]
 
 
 DEFAULT_MAX_ATTEMPTS = 3
+
+
+def budget_key(run_id: str) -> str:
+    """Redis key (on the broker) counting the tokens a run has spent, for its budget cap: the coordinator sets
+    it to what earlier sessions spent, workers add each job's tokens and start no job once it reaches the cap."""
+    return f"ept:spent:{run_id}"
 
 
 @dataclass(frozen=True)
@@ -146,6 +153,9 @@ class CeleryJobContext:
     check_ledger: bool = True
     # Store each job's transcript beside its result (contracts.transcripts); on the wire only when false.
     transcripts: bool = True
+    # The run's token cap (coordinator.sweep.BudgetCap, $ converted at the profile's price): a worker starts no
+    # job of the run once budget_key(run_id) reaches it. None: no cap (absent on the wire).
+    budget_tokens: int | None = None
 
     def to_dict(self) -> CeleryJobContextDict:
         d: CeleryJobContextDict = {
@@ -159,6 +169,8 @@ class CeleryJobContext:
             d["check_ledger"] = False
         if not self.transcripts:
             d["transcripts"] = False
+        if self.budget_tokens is not None:
+            d["budget_tokens"] = self.budget_tokens
         return d
 
     @classmethod
@@ -174,6 +186,7 @@ class CeleryJobContext:
             max_attempts=int(d.get("max_attempts", DEFAULT_MAX_ATTEMPTS)),
             check_ledger=bool(d.get("check_ledger", True)),
             transcripts=bool(d.get("transcripts", True)),
+            budget_tokens=None if d.get("budget_tokens") is None else int(d["budget_tokens"]),
         )
 
 

@@ -323,9 +323,12 @@ def _retrying(
             err = e
             outage = status >= 500  # a server restarting; 409/429 are answers, not outages
         i += 1
-        if i >= attempts and (not outage or time.monotonic() - start >= patience_s):
+        left = patience_s - (time.monotonic() - start)
+        if i >= attempts and (not outage or left <= 0):
             raise err
-        time.sleep(random.uniform(0, min(cap_s, base_s * 2 ** min(i - 1, 16))))
+        pause = random.uniform(0, min(cap_s, base_s * 2 ** min(i - 1, 16)))
+        # Past the attempts, an outage is retried only within the patience: never sleep beyond it.
+        time.sleep(min(pause, left) if i >= attempts else pause)
 
 
 _S3_CREDENTIAL_CODES = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken")
@@ -447,7 +450,9 @@ class S3Ledger:
                 region_name=region,
                 # Path-style works with every S3-compatible server (SeaweedFS, MinIO) and with AWS.
                 s3={"addressing_style": "path"},
-                retries={"max_attempts": 2 if self._attempts <= 2 else 3, "mode": "standard"},
+                # One try per call: _retrying owns the retries and the patience. botocore's own retries nested
+                # inside it multiplied both (EPT_S3_PATIENCE_S=4 took 31.9 s against a closed port).
+                retries={"total_max_attempts": 1, "mode": "standard"},
                 max_pool_connections=64,
                 connect_timeout=5,
                 read_timeout=60,
@@ -528,10 +533,16 @@ class S3Ledger:
             raise
 
     def _list(self, prefix: str) -> Iterator[str]:
-        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
-        for page in pages:
+        """Object names under prefix, a page at a time, each page retried (botocore retries nothing itself)."""
+        c = self.client
+        kw: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+        while True:
+            page = self._retry(functools.partial(c.list_objects_v2, **kw))
             for obj in page.get("Contents", []):
                 yield obj["Key"][len(prefix) :]
+            if not page.get("IsTruncated") or not page.get("NextContinuationToken"):
+                return
+            kw["ContinuationToken"] = page["NextContinuationToken"]
 
     def get_manifest(self, run_id: str) -> dict[str, Any] | None:
         raw = self._get(self._key(run_id, "manifest.json"))
@@ -682,8 +693,12 @@ class S3Ledger:
     def list_runs(self) -> list[str]:
         base = f"{self.prefix}/runs/" if self.prefix else "runs/"
         c = self.client
-        resp = c.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base, Delimiter="/")
-        return sorted(cp["Prefix"][len(base) :].rstrip("/") for page in resp for cp in page.get("CommonPrefixes", []))
+
+        def listing() -> list[str]:
+            resp = c.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base, Delimiter="/")
+            return [cp["Prefix"][len(base) :].rstrip("/") for page in resp for cp in page.get("CommonPrefixes", [])]
+
+        return sorted(self._retry(listing))
 
 
 def open_ledger(url: str | Path) -> FileLedger | S3Ledger:

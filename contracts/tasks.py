@@ -180,7 +180,26 @@ def load_builtin_suite(name: str) -> list[dict[str, Any]]:
 
 
 def load_suite_ref(ref: str) -> list[dict[str, Any]]:
-    """A suite by built-in name or by file path."""
+    """A suite by built-in name or by file path. A name that is neither says what is known and the nearest
+    one; a public suite whose package is missing says how to install it."""
     if not ref.endswith((".jsonl", ".parquet")) and ref in builtin_suite_names():
         return load_builtin_suite(ref)
+    if not ref.endswith((".jsonl", ".parquet")) and "/" not in ref and not Path(ref).exists():
+        raise unknown_suite(ref)
     return load_suite(ref)
+
+
+def unknown_suite(ref: str) -> InputError:
+    """The error for a suite name that is not built in: install hint, or the known names and the nearest."""
+    import difflib
+
+    from elo_per_token.suites.public import INSTALL, PUBLIC_SUITES, not_installed
+
+    if ref in PUBLIC_SUITES and ref in not_installed():
+        return InputError(f"suite {ref!r} reads a public benchmark whose package is not installed: "
+                          f"{INSTALL.get(ref, 'install its package')}", field="suites")  # fmt: skip
+    known = sorted({*builtin_suite_names(), *PUBLIC_SUITES})
+    near = difflib.get_close_matches(ref, known, n=1, cutoff=0.6)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return InputError(f"unknown suite {ref!r}: not a built-in suite nor a file (built-in: {', '.join(known)}; "
+                      f"or a .jsonl/.parquet path){hint}", field="suites")  # fmt: skip

@@ -66,6 +66,13 @@ def _broker_redis(app: Any) -> Any:
     return redis.Redis.from_url(str(app.conf.broker_url))
 
 
+def _start_budget(app: Any, run_id: str, spent: int) -> None:
+    """Set the run's spend counter (contracts.jobs.budget_key) that workers check against the cap."""
+    from elo_per_token.contracts.jobs import budget_key
+
+    _broker_redis(app).set(budget_key(run_id), spent, ex=7 * 24 * 3600)
+
+
 def _cancel_queued(app: Any, run_ids: set[str], n_pending: int, notice: Callable[[str], None] | None) -> None:
     """Ctrl-C/SIGTERM: the queued messages of this run must not start. Workers check the run's cancel key before
     a job's first API call; jobs already running finish and reach the ledger."""
@@ -254,12 +261,19 @@ def _enqueue_all(
                 out.patient_poll(broker_patience_s)
 
 
-def _drain(out: _Outstanding, *, poll_s: float, broker_patience_s: float, idle_notice_s: float) -> None:
-    """Follow the enqueued jobs until every one has finished; say once if none finishes for a while."""
-    last_change, last_pending, told = time.monotonic(), len(out.pending), False
+def _drain(
+    out: _Outstanding, *, poll_s: float, broker_patience_s: float, idle_notice_s: float,
+    cancel_when: Callable[[], bool] = lambda: False,
+) -> None:  # fmt: skip
+    """Follow the enqueued jobs until every one has finished; say once if none finishes for a while. Once
+    cancel_when() is true (a budget cap reached), the queued jobs are cancelled: workers skip them."""
+    last_change, last_pending, told, cancelled = time.monotonic(), len(out.pending), False, False
     while out.pending:
         time.sleep(poll_s)
         out.patient_poll(broker_patience_s)
+        if not cancelled and cancel_when():
+            cancelled = True
+            _cancel_queued(out.app, out.run_ids, len(out.pending), out.notice)
         if len(out.pending) != last_pending:
             last_change, last_pending = time.monotonic(), len(out.pending)
         elif out.notice and not told and time.monotonic() - last_change > idle_notice_s:
@@ -286,6 +300,8 @@ def run_celery(
     broker_patience_s: float = 180.0,
     clear_failures: Collection[str] = (),
     max_pending: int = 50_000,
+    cancel_when: Callable[[], bool] = lambda: False,
+    budget: tuple[str, int] | None = None,
 ) -> bool:
     """Enqueue `jobs` (any iterable: a million-job plan is streamed) in pipelined batches and follow them.
 
@@ -303,9 +319,12 @@ def run_celery(
         prev_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         _first_contact(out.mark_alive, app)
+        if budget is not None:  # (run id, spent by earlier sessions): workers count the run's spend from there
+            _start_budget(app, *budget)
         _enqueue_all(out, jobs, max_pending=max_pending, poll_s=poll_s, broker_patience_s=broker_patience_s,
                      should_stop=should_stop)  # fmt: skip
-        _drain(out, poll_s=poll_s, broker_patience_s=broker_patience_s, idle_notice_s=idle_notice_s)
+        _drain(out, poll_s=poll_s, broker_patience_s=broker_patience_s, idle_notice_s=idle_notice_s,
+               cancel_when=cancel_when)  # fmt: skip
         return not should_stop()  # stopped early (egress broken) unless every job was sent before it tripped
     except KeyboardInterrupt:
         _cancel_queued(app, out.run_ids, len(out.pending), notice)

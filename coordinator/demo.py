@@ -42,7 +42,9 @@ def run_demo(out: str | Path = "./ept-out", *, tasks_per_family: int | None = No
             # Illustrative prices (USD per 1M tokens) so the demo shows cost per task and ΔElo per $1.
             price_in_per_1m=0.15, price_cached_in_per_1m=0.075, price_out_per_1m=0.60,
         )  # fmt: skip
-        result = execute(plan, plan_jobs(plan), profile=profile, base_url=sim.url, console=console or make_console(stderr=True))
+        # The in-process simulator listens on a new port each time: the same model at a moved endpoint.
+        result = execute(plan, plan_jobs(plan), profile=profile, base_url=sim.url, allow_endpoint_change=True,
+                         console=console or make_console(stderr=True))
     finally:
         sim.stop()
     if result.analysis is not None:

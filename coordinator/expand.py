@@ -18,7 +18,12 @@ def load_tasks(plan: Plan, loader: Callable[[str], list[dict[str, Any]]] | None 
         loader = load_suite_ref
     tasks: list[dict[str, Any]] = []
     for ref in plan.suites:
-        tasks.extend(loader(ref))
+        try:
+            tasks.extend(loader(ref))
+        except InputError as e:
+            if e.file is not None:  # an error inside a suite file names that file and line
+                raise
+            raise InputError(e.message, file=plan.source, line=_suites_line(plan.source), field="suites") from None
     if plan.tasks_per_family is not None:
         seen: dict[str, int] = {}
         kept = []
@@ -31,6 +36,18 @@ def load_tasks(plan: Plan, loader: Callable[[str], list[dict[str, Any]]] | None 
     if not tasks:
         raise InputError("the plan's suites contain no tasks", file=plan.source, field="suites")
     return tasks
+
+
+def _suites_line(source: str) -> int | None:
+    """The line of `suites = …` in the plan file, when it is a readable file."""
+    from pathlib import Path
+
+    from elo_per_token.coordinator.plan import _line_of
+
+    try:
+        return _line_of(Path(source).read_text(encoding="utf-8"), "suites")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def iter_jobs(plan: Plan, tasks: list[dict[str, Any]]) -> Iterator[Job]:

@@ -42,6 +42,11 @@ def hard_exit(message: str, code: int = EXIT_INTERRUPTED) -> None:
     os._exit(code)
 
 
+def sigterm_as_interrupt(_sig: int, _frm: Any) -> None:
+    """SIGTERM stops a local sweep as Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
 def run_local(
     jobs: Iterable[Job],
     ledger: Ledger,
@@ -57,9 +62,13 @@ def run_local(
     grace_s: float | None = None,
     on_abandon: Callable[[int], None] | None = None,
     transcripts: bool = False,
+    cancel_queued: Callable[[], bool] = lambda: False,
+    queue_factor: int = 2,
 ) -> bool:
     """Run jobs; returns True when every job was attempted, False when interrupted or stopped early.
-    on_abandon(n) is called when n jobs were still running after the grace period (they were left running)."""
+    on_abandon(n): n jobs were still running after the grace period. cancel_queued() (a budget cap) stops at
+    most the `concurrency` running jobs over the cap with queue_factor=1 (no job waits in the pool for a freed
+    thread to start it before the cap is seen)."""
     from elo_per_token.worker.tasks import perform_job
 
     api_key = getattr(provider, "_key", None)  # to scrub it from failure messages
@@ -71,19 +80,16 @@ def run_local(
     interrupted = threading.Event()
     deadline = float("inf")
 
-    def _term(_sig: int, _frm: Any) -> None:
-        raise KeyboardInterrupt
-
     prev = None
     if threading.current_thread() is threading.main_thread():
-        prev = signal.signal(signal.SIGTERM, _term)
+        prev = signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="ept-job")
     abandoned = 0
     try:
         while True:
             try:
                 # Keep a short queue so an interrupt leaves few jobs to finish.
-                while not draining and len(in_flight) < concurrency * 2:
+                while not draining and len(in_flight) < concurrency * queue_factor:
                     job = next(todo, None)
                     if job is None or should_stop():
                         draining = True
@@ -102,6 +108,8 @@ def run_local(
                 for f in done:
                     if not f.cancelled():
                         on_result(f.result())
+                if cancel_queued():  # a cap reached: jobs submitted but not started never start
+                    draining, in_flight = True, {f for f in in_flight if not f.cancel()}
             except KeyboardInterrupt:
                 if interrupted.is_set():
                     hard_exit(f"second interrupt: exiting now; {len(in_flight)} job(s) in flight are not recorded")

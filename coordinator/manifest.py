@@ -13,26 +13,49 @@ from elo_per_token.contracts.secrets import scrub
 from elo_per_token.coordinator.plan import Plan
 
 
-def code_version() -> dict[str, str | None]:
+def code_version(root: Path | None = None) -> dict[str, str | None]:
+    """The package version, and the git commit when the code runs from a checkout of this project (root: the
+    folder holding the stage folders; default: this file's). An installed package sits inside whatever
+    repository holds the user's virtual environment: that repository's commit says nothing about ept's code,
+    so it is recorded only when the checkout's top level is the package's own root and is this project."""
     from elo_per_token.ept import __version__
 
-    commit = None
+    root = (root or Path(__file__).resolve().parents[1]).resolve()
+    return {"version": __version__, "git_commit": _checkout_commit(root)}
+
+
+def _checkout_commit(root: Path) -> str | None:
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=5
-        )
-        commit = out.stdout.strip() or None if out.returncode == 0 else None
+        pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if 'name = "elo-per-token"' not in pyproject:
+        return None
+    try:
+        out = subprocess.run(["git", "rev-parse", "--show-toplevel", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=5)  # fmt: skip
     except (OSError, subprocess.SubprocessError):
-        pass
-    return {"version": __version__, "git_commit": commit}
+        return None
+    lines = out.stdout.split()
+    if out.returncode != 0 or len(lines) != 2 or Path(lines[0]).resolve() != root:
+        return None
+    return lines[1]
 
 
 def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-def build_manifest(plan: Plan, profile_public: dict[str, Any], n_jobs: int, executor: str) -> dict[str, Any]:
+def build_manifest(
+    plan: Plan, profile_public: dict[str, Any], n_jobs: int, executor: str, tasks_blob: str | None = None
+) -> dict[str, Any]:
+    """A new run's manifest; its one session records the endpoint and model it ran against."""
+    from elo_per_token.coordinator.identity import run_identity
+
     now = time.time()
+    identity = run_identity(plan.generation, plan.seed, profile_public)
+    if tasks_blob:
+        identity["tasks_blob"] = tasks_blob
     return {
         "run_id": plan.run_id,
         "plan_digest": plan.digest,
@@ -41,31 +64,72 @@ def build_manifest(plan: Plan, profile_public: dict[str, Any], n_jobs: int, exec
         "ledger": plan.ledger,
         "code": code_version(),
         "profile": profile_public,
+        "identity": identity,
         "n_jobs": n_jobs,
         "started_at": _iso(now),
         # This session declares its job keys before writing any (analysis/keyspace.py): a reader may trust the
         # declarations only if every session of the run did.
-        "sessions": [{"started_at": _iso(now), "executor": executor, "declares_keys": True}],
-    }
+        "sessions": [{"started_at": _iso(now), "executor": executor, "declares_keys": True,
+                      "endpoint": identity["endpoint"], "model": identity["model"],
+                      "profile": profile_public.get("name")}],
+    }  # fmt: skip
 
 
 def write_manifest(
-    ledger: Ledger, plan: Plan, profile_public: dict[str, Any], n_jobs: int, executor: str
+    ledger: Ledger,
+    plan: Plan,
+    profile_public: dict[str, Any],
+    n_jobs: int,
+    executor: str,
+    *,
+    tasks: list[dict[str, Any]] | None = None,
+    allow_endpoint_change: bool = False,
 ) -> dict[str, Any]:
-    """Create the manifest, or on resume check the plan is the same and append a session entry."""
-    new = build_manifest(plan, profile_public, n_jobs, executor)
+    """Create the manifest, or extend the run: check that this session computes the same jobs under the same
+    keys (coordinator.identity: model, endpoint, generation settings, seed, task contents), then record the
+    (possibly grown) plan and a session entry. Arms, budgets, tasks and replicates may be added."""
+    from elo_per_token.coordinator import identity as ident
+
+    digests = ident.task_digests(tasks) if tasks is not None else None
+    blob = ident.tasks_blob_name(digests) if digests is not None else None
+    new = build_manifest(plan, profile_public, n_jobs, executor, blob)
     old = ledger.get_manifest(plan.run_id)
     if old is not None:
-        if old.get("plan_digest") != plan.digest:
-            raise InputError(
-                f"run {plan.run_id!r} already exists in {ledger.url} with a different plan "
-                "(jobs, suites, seed or profile changed): give the plan a new name to start a new run",
-                file=plan.source, field="name",
-            )  # fmt: skip
-        new = {**old, "sessions": [*old.get("sessions", []), *new["sessions"]], "profile": profile_public}
+        new = _extend(ledger, plan.run_id, old, new, digests, allow_endpoint_change)
+    if digests is not None:
+        ledger.put_blob(plan.run_id, str(new["identity"]["tasks_blob"]), ident.encode_tasks(digests))
     # Defence in depth: nothing that looks like a key goes into the ledger.
     import json
 
     text = scrub(json.dumps(new, sort_keys=True, default=str))
     ledger.put_manifest(plan.run_id, json.loads(text))
     return new
+
+
+def _extend(
+    ledger: Ledger, run_id: str, old: dict[str, Any], new: dict[str, Any], digests: dict[str, str] | None,
+    allow_endpoint_change: bool,
+) -> dict[str, Any]:  # fmt: skip
+    """The manifest of a run that already exists, after checking the new session against it."""
+    from elo_per_token.coordinator import identity as ident
+
+    old_id = old.get("identity") or ident.legacy_identity(old)
+    if old_id is None:
+        raise InputError(f"run {run_id!r} in {ledger.url} has a manifest without its plan or profile: "
+                         "give the plan a new name to start a new run", field="name")  # fmt: skip
+    ident.check_compatible(old_id, new["identity"], run_id, allow_endpoint_change=allow_endpoint_change)
+    old_blob = old_id.get("tasks_blob")
+    if digests is not None and old_blob:
+        old_tasks = ident.decode_tasks(ledger.get_blob(run_id, str(old_blob)))
+        ident.check_tasks(old_tasks, digests, run_id)
+        digests.update({k: v for k, v in old_tasks.items() if k not in digests})  # the run's tasks: a union
+        new["identity"]["tasks_blob"] = ident.tasks_blob_name(digests)
+    elif old_blob:
+        new["identity"]["tasks_blob"] = old_blob
+    # The endpoint recorded is the run's first (an allowed change shows in the session entries).
+    identity = {**new["identity"], "endpoint": old_id.get("endpoint", new["identity"]["endpoint"])}
+    return {
+        **old, "sessions": [*old.get("sessions", []), *new["sessions"]], "profile": new["profile"],
+        "identity": identity, "plan": new["plan"], "plan_digest": new["plan_digest"],
+        "plan_source": new["plan_source"], "n_jobs": max(int(old.get("n_jobs") or 0), int(new["n_jobs"])),
+    }  # fmt: skip

@@ -33,6 +33,10 @@
     [rate_limits.simulator]           # per profile, shared by all workers (requests / tokens per minute)
     rpm = 6000
     tpm = 2000000
+
+    [budget]                          # a cap on the run's total spend (`ept sweep --max-tokens/--max-cost`)
+    max_tokens = 5000000              # strategy tokens, all sessions of the run together
+    max_cost = 20.0                   # USD at the profile's prices (counted at the higher of in/out)
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _TOP_FIELDS = {
     "name", "profile", "suites", "tasks_per_family", "replicates", "seed", "ledger", "executor",
     "concurrency", "queue", "batch_size", "weights", "arms", "rate_limits", "bootstrap_rounds", "anchor", "max_jobs",
-    "generation", "transcripts",
+    "generation", "transcripts", "budget",
 }  # fmt: skip
 
 
@@ -105,6 +109,8 @@ class Plan:
     max_jobs: int = DEFAULT_MAX_JOBS
     # Keep each job's transcript (prompts, completions, grader evidence) beside its result; false for private data.
     transcripts: bool = True
+    max_total_tokens: int | None = None  # [budget] max_tokens: the run's token cap (None: no cap)
+    max_cost: float | None = None  # [budget] max_cost: the run's cap in USD
     source: str = "<plan>"
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -218,6 +224,7 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
     if anchor is not None:
         anchor = v.str_(anchor, "anchor")
     tpf = raw.get("tasks_per_family")
+    cap_tokens, cap_cost = _budget(raw, v)
     return Plan(
         name=name,
         profile=profile,
@@ -238,6 +245,8 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
         generation=plan_gen,
         max_jobs=v.int_(raw.get("max_jobs", DEFAULT_MAX_JOBS), "max_jobs", 1),
         transcripts=_bool(raw.get("transcripts", True), "transcripts", v),
+        max_total_tokens=cap_tokens,
+        max_cost=cap_cost,
         source=file,
         raw=raw,
     )
@@ -340,6 +349,19 @@ def _rate_limits(raw: dict[str, Any], v: _V) -> dict[str, RateLimit]:
     return limits
 
 
+def _budget(raw: dict[str, Any], v: _V) -> tuple[int | None, float | None]:
+    """[budget]: max_tokens (a positive integer) and/or max_cost (a finite positive number of USD)."""
+    b = raw.get("budget", {})
+    if not isinstance(b, dict) or set(b) - {"max_tokens", "max_cost"}:
+        raise v.err("must be a table with max_tokens and/or max_cost", "budget", table="budget", key="max_tokens")
+    tokens = v.int_(b["max_tokens"], "budget.max_tokens", 1, table="budget", key="max_tokens") if "max_tokens" in b else None
+    cost = b.get("max_cost")
+    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost)
+                             or cost <= 0):  # fmt: skip
+        raise v.err("must be a finite number of USD > 0", "budget.max_cost", table="budget", key="max_cost")
+    return tokens, None if cost is None else float(cost)
+
+
 def _plan_generation(raw: dict[str, Any], v: _V) -> dict[str, Any]:
     """[generation]: settings for every arm, checked by contracts.generation."""
     gen_raw = raw.get("generation", {})
@@ -413,3 +435,42 @@ def load_plan(path: str | Path) -> Plan:
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"cannot read plan: {e}", file=str(path)) from None
     return parse_plan(text, file=str(path), base_dir=p.resolve().parent)
+
+
+def arm_labels(plan: Plan) -> list[str]:
+    """Every arm label of the plan (strategy@budget[variant]), in plan order."""
+    from elo_per_token.contracts.jobs import Job
+
+    probe = {"task_id": "t", "family": "f"}
+    return [Job(run_id="x", task=probe, strategy=a.strategy, budget_n=b, params=dict(a.params), gen=dict(g)).arm
+            for a in plan.arms for b in a.budgets for g in a.gens]  # fmt: skip
+
+
+def select_arms(plan: Plan, pattern: str) -> Plan:
+    """The plan restricted to the arms whose label matches PATTERN (shell wildcards; several separated by ','):
+    `--arms 'majority@*'`. Labels and job keys are those of the full plan, so a partial run fills the same run."""
+    import fnmatch
+
+    from elo_per_token.contracts.jobs import Job
+
+    pats = [p.strip() for p in pattern.split(",") if p.strip()]
+    probe = {"task_id": "t", "family": "f"}
+    kept: list[Arm] = []
+    for a in plan.arms:
+        for b in a.budgets:
+            for g in a.gens:
+                label = Job(run_id="x", task=probe, strategy=a.strategy, budget_n=b, params=dict(a.params), gen=dict(g)).arm
+                if any(fnmatch.fnmatchcase(label, p) for p in pats):
+                    kept.append(Arm(a.strategy, (b,), dict(a.params), (dict(g),)))
+    if not kept:
+        raise InputError(f"no arm matches {pattern!r}; the plan's arms: {', '.join(arm_labels(plan))}",
+                         file=plan.source, field="--arms")  # fmt: skip
+    return plan.with_overrides(arms=tuple(kept))
+
+
+def limit_tasks(plan: Plan, n: int) -> Plan:
+    """The plan with at most N tasks per family this session (`--limit N`): the first N, as tasks_per_family."""
+    if n < 1:
+        raise InputError(f"must be >= 1, got {n}", field="--limit")
+    cur = plan.tasks_per_family
+    return plan.with_overrides(tasks_per_family=n if cur is None else min(cur, n))

@@ -136,3 +136,47 @@ def compact_cmd(ledger: Ledger, run_id: str, *, rebuild: bool = False) -> Compac
     if sys.stderr.isatty() and last[0]:
         sys.stderr.write("\n")
     return res
+
+
+def run_endpoints(manifest: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The endpoints and models a run's sessions ran against, in order, with the sessions of each (1-based).
+    Sessions of an ept before endpoints were recorded count under the manifest's profile."""
+    m = manifest or {}
+    prof: dict[str, Any] = m["profile"] if isinstance(m.get("profile"), dict) else {}
+    out: dict[tuple[str, str], list[int]] = {}
+    for i, sess in enumerate(m.get("sessions") or [], 1):
+        sess = sess if isinstance(sess, dict) else {}
+        key = (str(sess.get("endpoint") or prof.get("base_url") or "?"), str(sess.get("model") or prof.get("model") or "?"))
+        out.setdefault(key, []).append(i)
+    return [{"endpoint": e, "model": mo, "sessions": s} for (e, mo), s in out.items()]
+
+
+def last_stop(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Why the run's last session stopped early ('budget', 'egress', 'interrupted'), with what it spent."""
+    sessions = [s for s in (manifest or {}).get("sessions") or [] if isinstance(s, dict)]
+    if not sessions or not sessions[-1].get("stopped"):
+        return None
+    last = sessions[-1]
+    spent = sum(int(s.get("tokens") or 0) for s in sessions)
+    return {"reason": last["stopped"], "tokens": spent, "cap": last.get("cap")}
+
+
+def status_notes(manifest: dict[str, Any] | None) -> list[str]:
+    """Lines for `ept status` about the run's endpoints and how its last session ended."""
+    from elo_per_token.contracts.secrets import mask_url
+
+    eps = run_endpoints(manifest)
+    lines = [f"endpoint {mask_url(e['endpoint'])} · model {e['model']} · sessions {', '.join(map(str, e['sessions']))}"
+             for e in eps]  # fmt: skip
+    if len(eps) > 1:
+        lines.append("[yellow]this run used more than one endpoint[/] (--allow-endpoint-change): see the sessions above")
+    stop = last_stop(manifest)
+    if stop and stop["reason"] == "budget":
+        cap = stop.get("cap") or {}
+        caps = " / ".join(x for x in (f"{cap['max_tokens']:,} tokens" if cap.get("max_tokens") else "",
+                                      f"${cap['max_cost']:g}" if cap.get("max_cost") else "") if x)  # fmt: skip
+        lines.append(f"stopped at its budget ({caps or 'cap'}): {stop['tokens']:,} tokens spent; the run is "
+                     "analysable as it stands, raise --max-tokens/--max-cost and rerun the sweep to continue")  # fmt: skip
+    elif stop:
+        lines.append(f"last session stopped early ({stop['reason']}): rerun the sweep or `ept retry` to continue")
+    return lines

@@ -49,6 +49,8 @@ class Tally:
     streak_since: float | None = None  # when the streak's first failure finished
     workers: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # jobs run per Celery worker
     abandoned: int = 0  # jobs still running when a stop's grace period ran out (their calls are not recorded)
+    cancelled: int = 0  # queued jobs a stop kept from starting (Celery: skipped by the workers)
+    cap: BudgetCap | None = None  # the run's token/cost cap, with what earlier sessions spent
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, s: JobSummary) -> None:
@@ -72,6 +74,8 @@ class Tally:
                 self.skipped += 1
             elif st == "duplicate":
                 self.duplicate += 1
+            elif st == "cancelled":
+                self.cancelled += 1
             else:
                 self.failed += 1
                 cls = s.get("class") or "task"
@@ -88,10 +92,45 @@ class Tally:
 
     @property
     def finished(self) -> int:
-        return self.done + self.skipped + self.duplicate + self.failed
+        return self.done + self.skipped + self.duplicate + self.failed + self.cancelled
 
     def egress_broken(self) -> bool:
         return self.egress_streak >= EGRESS_ABORT_AFTER
+
+    def over_budget(self) -> bool:
+        """The run has spent its cap (earlier sessions plus the jobs finished in this one): start no new job."""
+        return self.cap is not None and self.cap.reached(self.tokens)
+
+    def should_stop(self) -> bool:
+        return self.egress_broken() or self.over_budget()
+
+
+@dataclass(frozen=True)
+class BudgetCap:
+    """A sweep's cap on the run's total strategy tokens and/or cost. Tokens are counted as jobs finish, so a
+    stop overshoots by at most the jobs running when the cap is reached (one job per worker thread). Cost is
+    counted at the higher of the profile's input and output prices: the estimate never undercounts."""
+
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    price_per_token: float | None = None  # USD, the higher of the input and output prices
+    prior_tokens: int = 0  # spent by earlier sessions of the run (their manifest entries)
+
+    def token_cap(self) -> int | None:
+        """The cap in tokens: max_tokens, or max_cost at the price per token, whichever is lower."""
+        caps = [self.max_tokens] if self.max_tokens is not None else []
+        if self.max_cost is not None and self.price_per_token:
+            caps.append(math.ceil(self.max_cost / self.price_per_token))
+        return min(caps) if caps else None
+
+    def reached(self, session_tokens: int) -> bool:
+        cap = self.token_cap()
+        return cap is not None and self.prior_tokens + session_tokens >= cap
+
+    def describe(self) -> str:
+        parts = [f"{self.max_tokens:,} tokens" if self.max_tokens is not None else "",
+                 f"${self.max_cost:g}" if self.max_cost is not None else ""]  # fmt: skip
+        return " / ".join(p for p in parts if p)
 
 
 @dataclass
@@ -119,11 +158,18 @@ class SweepOutcome:
         return not self.completed and self.tally.egress_broken()
 
     @property
+    def stopped_for_budget(self) -> bool:
+        """Stopped at the run's token/cost cap: the run is analysable as it stands; a higher cap continues it."""
+        return not self.completed and not self.tally.egress_broken() and self.tally.over_budget()
+
+    @property
     def exit_code(self) -> int:
         from elo_per_token.contracts.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_STOPPED_EGRESS
 
         if self.stopped_for_egress:
             return EXIT_STOPPED_EGRESS
+        if self.stopped_for_budget:  # the cap the user set was reached: not an error
+            return EXIT_FAILED if self.tally.failed else 0
         if not self.completed:
             return EXIT_INTERRUPTED
         return EXIT_FAILED if self.tally.failed else 0
@@ -168,21 +214,27 @@ def _progress(console: Console, total: int) -> Progress:
 
 def plan_source(plan: Plan) -> tuple[Callable[[], Iterator[Job]], int]:
     """(a fresh stream of the plan's jobs, how many) — expansion without holding the jobs."""
+    stream, n, _ = _plan_source(plan)
+    return stream, n
+
+
+def _plan_source(plan: Plan) -> tuple[Callable[[], Iterator[Job]], int, list[dict[str, Any]]]:
     from elo_per_token.coordinator.expand import check_unique_keys, count_jobs, iter_jobs, load_tasks
     from elo_per_token.coordinator.plan import check_job_count
 
     tasks = load_tasks(plan)
     check_job_count(plan, len(tasks))  # from counts, before a single job is built
     check_unique_keys(plan, tasks)
-    return (lambda: iter_jobs(plan, tasks)), count_jobs(plan, tasks)
+    return (lambda: iter_jobs(plan, tasks)), count_jobs(plan, tasks), tasks
 
 
-def _job_stream(plan: Plan, jobs: Iterable[Job] | None) -> tuple[Callable[[], Iterator[Job]], int]:
-    """(a fresh stream of the jobs to consider, how many): the plan's, streamed, or the given list."""
+def _job_stream(plan: Plan, jobs: Iterable[Job] | None) -> tuple[Callable[[], Iterator[Job]], int, list[dict[str, Any]]]:
+    """(a fresh stream of the jobs to consider, how many, their tasks): the plan's, streamed, or the given list."""
     if jobs is None:
-        return plan_source(plan)
+        return _plan_source(plan)
     listed = list(jobs)
-    return (lambda: iter(listed)), len(listed)
+    tasks = list({(j.family, j.task_id): j.task for j in listed}.values())
+    return (lambda: iter(listed)), len(listed), tasks
 
 
 def _existing(ledger: Ledger, run_id: str, prog: Any, bar: Any) -> tuple[set[str], set[str]]:
@@ -254,13 +306,14 @@ def _run_jobs(
         from elo_per_token.coordinator.celery_exec import run_celery
 
         lim = plan.limits_for(plan.profile)
+        cap = tally.cap
         ctx = CeleryJobContext(ledger=ledger.url, base_url=base_url, rpm=lim.rpm, tpm=lim.tpm, check_ledger=check_ledger,
-                               transcripts=plan.transcripts)
+                               budget_tokens=cap.token_cap() if cap else None, transcripts=plan.transcripts)  # fmt: skip
         return run_celery(
             todo, ctx, queue=plan.queue, batch_size=plan.batch_size, on_result=live.on_result,
-            on_retry=live.on_retry, broker_url=broker_url, should_stop=tally.egress_broken,
+            on_retry=live.on_retry, broker_url=broker_url, should_stop=tally.should_stop, cancel_when=tally.over_budget,
             notice=lambda msg: live.prog.console.print(f"[yellow]{msg}[/]", highlight=False),
-            clear_failures=had_failure,
+            clear_failures=had_failure, budget=(plan.run_id, cap.prior_tokens) if cap else None,
         )  # fmt: skip
     except KeyboardInterrupt:
         return False
@@ -279,27 +332,33 @@ def execute(
     broker_url: str | None = None,
     manifest_jobs: int | None = None,
     compact: bool = True,
+    allow_endpoint_change: bool = False,
 ) -> SweepOutcome:
     """Write/extend the manifest, run the jobs that have no result yet, then compact, summarise and analyse.
 
-    jobs=None streams the plan's jobs (a million-job plan in bounded memory); a list is run as given.
+    jobs=None streams the plan's jobs (a million-job plan in bounded memory); a list is run as given. A run
+    that exists is extended (coordinator.identity): new keys run, done ones are skipped, a change in what an
+    existing key computes is refused naming the field. The plan's budget cap (plan.max_total_tokens /
+    plan.max_cost) stops the session once the run has spent it.
     """
+    from rich.markup import escape
+
     from elo_per_token.analysis.report import make_console
     from elo_per_token.coordinator.manifest import write_manifest
 
     console = console or make_console(stderr=True)  # progress on stderr; full width in logs too
     executor = executor or plan.executor
     ledger = open_ledger(plan.ledger)
-    stream, n_jobs = _job_stream(plan, jobs)
-    manifest = write_manifest(ledger, plan, profile.public_dict(), manifest_jobs or n_jobs, executor)
-    declare_jobs(ledger, plan, None if jobs is None else list(stream()))
+    stream, n_jobs, tasks = _job_stream(plan, jobs)
+    manifest = write_manifest(ledger, plan, profile.public_dict(), manifest_jobs or n_jobs, executor, tasks=tasks,
+                              allow_endpoint_change=allow_endpoint_change)  # fmt: skip
     # A run's first session lists the run before it enqueues anything and no earlier session can have left
     # jobs queued or running, so none of its jobs can be in the ledger when a worker starts it (short of a
     # redelivery, which the worker sees): workers skip the check before the first API call and a successful
     # job costs the ledger one request, the conditional create. A resumed run keeps the check.
     declare_jobs(ledger, plan, None if jobs is None else list(stream()))
     check_ledger = len(manifest.get("sessions") or []) > 1
-    tally = Tally(total=n_jobs)
+    tally = Tally(total=n_jobs, cap=budget_cap(plan, manifest, profile.public_dict()))
     t0 = time.monotonic()
     with _progress(console, n_jobs) as prog:
         # The bar is live from the start: listing a million results takes a while on S3.
@@ -310,27 +369,62 @@ def execute(
         prog.update(bar, description="jobs", total=todo_est, detail="")
         prog.console.print(
             f"run [bold]{plan.run_id}[/]: {n_jobs} jobs, {len(have)} already in {ledger.run_url(plan.run_id)}, "
-            f"{todo_est} to run ({executor})",
+            f"{todo_est} to run ({executor}) at {escape(str(manifest['identity']['endpoint']))} (model "
+            f"{escape(str(manifest['identity']['model']))})" + (f", cap {tally.cap.describe()}" if tally.cap else ""),
             highlight=False,
         )
         live = _Live(tally, prog, bar)
-        completed = _run_jobs(plan, executor, live.todo(stream, have), ledger, live, had_failure, profile=profile,
-                              base_url=base_url, run=run, broker_url=broker_url, check_ledger=check_ledger)  # fmt: skip
+        completed = tally.over_budget() is False and _run_jobs(
+            plan, executor, live.todo(stream, have), ledger, live, had_failure, profile=profile, base_url=base_url,
+            run=run, broker_url=broker_url, check_ledger=check_ledger)  # fmt: skip
         if completed and live.counted != tally.total:
             tally.total = live.counted  # results outside the plan (or a partial plan) made the estimate off
             prog.update(bar, total=live.counted)
         live.refresh()
-    n_todo = live.counted
     out = SweepOutcome(
         run_id=plan.run_id, ledger_url=ledger.url, run_url=ledger.run_url(plan.run_id), n_jobs=n_jobs,
-        already_done=n_jobs - n_todo if completed else len(have), tally=tally, elapsed_s=time.monotonic() - t0,
-        completed=completed, profile_name=getattr(profile, "name", None),
+        already_done=n_jobs - live.counted if completed else len(have), tally=tally,
+        elapsed_s=time.monotonic() - t0, completed=completed, profile_name=getattr(profile, "name", None),
     )  # fmt: skip
-    if compact and completed and tally.done:
+    record_session(ledger, plan.run_id, out)
+    if compact and (completed or out.stopped_for_budget) and tally.done:
         out.compact_note = _compact(ledger, plan.run_id)
-    if analyze and completed:
+    if analyze and (completed or out.stopped_for_budget):
         out.analysis, out.analysis_error = analyze_run(plan, ledger)
     return out
+
+
+def budget_cap(plan: Plan, manifest: dict[str, Any], profile_public: dict[str, Any]) -> BudgetCap | None:
+    """The plan's cap with what the run's earlier sessions spent (their manifest entries); None without a cap."""
+    if plan.max_total_tokens is None and plan.max_cost is None:
+        return None
+    prices = [profile_public.get(k) for k in ("price_in_per_1m", "price_out_per_1m")]
+    known = [float(p) for p in prices if isinstance(p, int | float)]
+    if plan.max_cost is not None and not known:
+        raise InputError(
+            f"--max-cost needs the profile's prices (price_in_per_1m, price_out_per_1m in profiles.toml); "
+            f"profile {profile_public.get('name')!r} has none: cap tokens with --max-tokens instead",
+            field="max_cost",
+        )
+    sessions = [x for x in manifest.get("sessions") or [] if isinstance(x, dict)][:-1]  # the last one is this
+    prior = sum(int(x.get("tokens") or 0) for x in sessions)
+    return BudgetCap(plan.max_total_tokens, plan.max_cost, max(known) / 1e6 if known else None, prior)
+
+
+def record_session(ledger: Ledger, run_id: str, out: SweepOutcome) -> None:
+    """Write what this session spent and why it stopped into its manifest entry (`ept status` shows it; the
+    next session's budget counts it)."""
+    m = ledger.get_manifest(run_id)
+    if not m or not m.get("sessions"):
+        return
+    t = out.tally
+    stopped = ("egress" if out.stopped_for_egress else "budget" if out.stopped_for_budget
+               else None if out.completed else "interrupted")  # fmt: skip
+    entry = {**m["sessions"][-1], "tokens": t.tokens, "calls": t.calls, "jobs_done": t.done + t.duplicate,
+             "stopped": stopped}  # fmt: skip
+    if t.cap is not None:
+        entry["cap"] = {"max_tokens": t.cap.max_tokens, "max_cost": t.cap.max_cost, "prior_tokens": t.cap.prior_tokens}
+    ledger.put_manifest(run_id, {**m, "sessions": [*m["sessions"][:-1], entry]})
 
 
 def declare_jobs(ledger: Ledger, plan: Plan, jobs: list[Job] | None) -> None:
@@ -387,7 +481,8 @@ def _run_local(
     provider = ProviderClient(profile, rate_limiter=limiter)
     return run_local(
         todo, ledger, provider, concurrency=plan.concurrency, on_result=on_result, on_retry=on_retry,
-        should_stop=tally.egress_broken, run=run, clear_failures=had_failure, check_existing=check_existing,
+        should_stop=tally.should_stop, run=run, clear_failures=had_failure, check_existing=check_existing,
+        cancel_queued=tally.over_budget, queue_factor=1 if tally.cap is not None else 2,
         on_abandon=lambda n: setattr(tally, "abandoned", n), transcripts=plan.transcripts,
     )  # fmt: skip
 
@@ -443,6 +538,13 @@ def print_summary(out: SweepOutcome, console: Any) -> None:
         console.print(
             f"[red]stopped[/]: {EGRESS_ABORT_AFTER} credential/endpoint failures in a row — fix the profile "
             f"(`ept doctor --profile {out.profile_name or 'NAME'}`), then `ept retry {out.run_id} --ledger {out.ledger_url}`",
+            highlight=False,
+        )
+    elif out.stopped_for_budget and t.cap is not None:
+        console.print(
+            f"[yellow]stopped at its budget[/] ({t.cap.describe()}): {t.cap.prior_tokens + t.tokens:,} tokens spent "
+            f"by the run; {t.cancelled} queued job(s) did not start. The run is analysable as it stands; raise "
+            "--max-tokens/--max-cost and rerun the same command to continue (finished jobs are skipped)",
             highlight=False,
         )
     elif not out.completed:

@@ -23,6 +23,9 @@ def doctor(
     profile: str = typer.Option("default", "--profile", "-p", help="Profile name."),
     profiles: Path | None = typer.Option(None, "--profiles", help=PROFILES_HELP),
     timeout: float = typer.Option(20.0, help="Per-request timeout for the network checks (seconds)."),
+    profile_url_override: str = typer.Option(
+        None, "--profile-url-override", help="Check this base URL instead of the profile's (as sweep and retry)."
+    ),
 ) -> None:
     """Check credentials and egress for a profile (key set, base_url, /models, model, usage). Exit 0 = all pass."""
     from rich.console import Console
@@ -32,6 +35,8 @@ def doctor(
     from elo_per_token.egress.profiles import get_profile
 
     p = get_profile(profile, profiles)
+    if profile_url_override:
+        p = p.with_base_url(profile_url_override)
     checks = [*run_checks(p, timeout=timeout), check_client_configs()]
     console = Console(highlight=False, soft_wrap=True)
     for line in render(p, checks):

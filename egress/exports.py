@@ -93,9 +93,20 @@ def shell_env(p: Profile) -> str:
         pairs = [("OPENAI_BASE_URL", p.base_url), ("OPENAI_API_KEY", PLACEHOLDER_KEY), ("OPENAI_MODEL", p.model)]
     if p.api_key_env not in dict(pairs):
         pairs.append((p.api_key_env, PLACEHOLDER_KEY))
-    lines = [f"# ept profile '{p.name}' ({p.protocol}); replace {PLACEHOLDER_KEY} with your key"]
-    lines += [f"export {k}={_shell_quote(v)}" for k, v in pairs]
+    lines = [f"# ept profile '{p.name}' ({p.protocol}); keys already set are kept (the SDK's variable "
+             f"takes ${p.api_key_env} when set); {PLACEHOLDER_KEY} only fills an unset one: replace it with your key"]  # fmt: skip
+    lines += [f"export {k}={_key_default(k, p.api_key_env) if v == PLACEHOLDER_KEY else _shell_quote(v)}"
+              for k, v in pairs]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _key_default(name: str, profile_var: str) -> str:
+    """A key variable's value that never puts the placeholder over a set key: `eval`-ing the exports must not
+    replace a working key. The SDK's variable (OPENAI_API_KEY…) takes the profile's key when that is set — the
+    key for the base URL exported beside it — else keeps its own value."""
+    if name == profile_var:
+        return f'"${{{name}:-{PLACEHOLDER_KEY}}}"'
+    return f'"${{{profile_var}:-${{{name}:-{PLACEHOLDER_KEY}}}}}"'
 
 
 def render(p: Profile, target: str) -> str:

@@ -277,9 +277,16 @@ def get_profile(name: str, path: str | Path | None = None) -> Profile:
     profiles = load_profiles(path)
     if name not in profiles:
         where = profiles_path(path)
+        if where is None:  # say why only `default` exists: no file was found, and where ept looked
+            raise InputError(
+                f"unknown profile {name!r}: no profiles.toml was found (looked for --profiles, $EPT_PROFILES "
+                f"(unset) and {Path('profiles.toml').resolve()}); only the implicit 'default' profile (from "
+                "OPENAI_BASE_URL / OPENAI_API_KEY / OPENAI_MODEL) exists. Pass --profiles FILE or set EPT_PROFILES",
+                field="profile",
+            )  # fmt: skip
         raise InputError(
-            f"unknown profile {name!r}; known: {', '.join(sorted(profiles))}",
-            file=str(where) if where else None,
+            f"unknown profile {name!r} in {where}; known: {', '.join(sorted(profiles))}",
+            file=str(where),
             field="profile",
         )
     return profiles[name]

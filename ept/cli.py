@@ -28,6 +28,9 @@ def _root(
         help="Find a compacted run's uncompacted job objects by listing the run, not from its declared keys "
         "(same as EPT_VERIFY_JOBS=1): for runs something outside ept may have written into.",
     ),
+    show_version: bool = typer.Option(
+        False, "--version", help="Print the version and exit.", is_eager=True, callback=lambda v: _print_version(v)
+    ),
 ) -> None:
     """elo-per-token: how much quality does each extra 1k tokens of test-time compute buy?"""
     if verify_jobs:
@@ -35,6 +38,15 @@ def _root(
         from elo_per_token.analysis.keyspace import VERIFY_ENV
 
         os.environ[VERIFY_ENV] = "1"
+
+
+def _print_version(value: bool) -> None:
+    """`ept --version`, as every command-line tool answers it."""
+    if value:
+        from elo_per_token.ept import __version__
+
+        typer.echo(f"ept {__version__}")
+        raise typer.Exit(0)
 
 
 @app.command()
@@ -127,6 +139,16 @@ def _plain_help(cmd: Any) -> None:
 
 
 _command: Any = None
+HELP_PIPE_WIDTH = 160
+
+
+def _help_width() -> None:
+    """--help into a pipe (`ept suites accuracy --help | less`) at a readable width, not cut at 80 columns,
+    unless TERMINAL_WIDTH or COLUMNS says otherwise."""
+    import typer.rich_utils
+
+    if not sys.stdout.isatty() and not (os.environ.get("TERMINAL_WIDTH") or os.environ.get("COLUMNS")):
+        typer.rich_utils.MAX_WIDTH = HELP_PIPE_WIDTH
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -135,10 +157,14 @@ def main(argv: list[str] | None = None) -> None:
     if _command is None:
         _command = typer.main.get_command(app)
         _plain_help(_command)
+    _help_width()
     try:
         _command(args=argv, prog_name="ept")  # standalone: click prints usage errors itself and exits 2
     except InputError as e:
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {scrub(str(e))}", highlight=False)
+        from rich.markup import escape
+
+        # The message is text, not markup: arm labels such as greedy@1[effort=low] must keep their brackets.
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(scrub(str(e)))}", highlight=False)
         sys.exit(EXIT_BAD_INPUT)
     except RecursionError:
         # A parser met input nested thousands deep (e.g. 100k brackets on one line) somewhere not caught closer.

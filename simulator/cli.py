@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import typer
+
+from elo_per_token.contracts.errors import InputError
+
+
+def check_port_free(host: str, port: int) -> None:
+    """InputError (one line, exit 2) when the address cannot be bound: in use, or not an address of this host."""
+    import socket
+
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as e:
+        why = "in use (another simulator? pick another --port)" if e.errno == errno.EADDRINUSE else e.strerror
+        raise InputError(f"cannot listen on {host}:{port}: {why}", field="--port") from None
 
 
 def register(app: typer.Typer) -> None:
@@ -27,6 +42,9 @@ def simulate(
     from elo_per_token.simulator.config import SimConfig, apply_updates, load_config
     from elo_per_token.simulator.server import load_brain, serve
 
+    if not 0 < port < 65536:
+        raise InputError(f"must be a port between 1 and 65535, got {port}", field="--port")
+    check_port_free(host, port)
     cfg = load_config(config) if config else SimConfig()
     if seed is not None:
         cfg = apply_updates(cfg, {"seed": seed})
@@ -36,4 +54,7 @@ def simulate(
         f"key check={'on' if cfg.api_key else 'off'}  — Ctrl-C to stop",
         highlight=False,
     )
-    serve(cfg, host=host, port=port, brain=brain)
+    try:
+        serve(cfg, host=host, port=port, brain=brain)
+    except OSError as e:  # taken between the check and the bind
+        raise InputError(f"cannot listen on {host}:{port}: {e.strerror or e}", field="--port") from None

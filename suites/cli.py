@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from elo_per_token.contracts.errors import InputError
@@ -20,7 +22,6 @@ def list_cmd() -> None:
     """The built-in suites with task counts and graders."""
     from collections import Counter
 
-    from rich.console import Console
     from rich.table import Table
 
     from elo_per_token.contracts.tasks import builtin_suite_names, builtin_suite_path, load_builtin_suite
@@ -35,7 +36,19 @@ def list_cmd() -> None:
         table.add_row(name, str(len(tasks)), ",".join(fams), ",".join(f"{k}:{v}" for k, v in graders.items()),
                       " ".join(f"{k}:{v}" for k, v in cats.items()) or "-", f"{diff:.2f}",
                       str(builtin_suite_path(name)))
-    Console().print(table)
+    from elo_per_token.suites.public import INSTALL, not_installed
+
+    for name in not_installed():  # known to ept, its data package missing: say how to get it
+        table.add_row(name, "-", "-", "-", "-", "-", f"not installed: {INSTALL.get(name, 'install its package')}")
+    _console().print(table)
+
+
+def _console() -> Any:
+    """A console that does not cut tables at 80 columns when the output is a pipe."""
+    from rich.console import Console
+
+    c = Console()
+    return c if c.is_terminal else Console(width=1000)
 
 
 @suites_app.command("show")

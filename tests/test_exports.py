@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -124,6 +125,7 @@ def test_env_exports_source_in_bash(tmp_path, profile, expected):
         text=True,
         check=True,
         timeout=30,
+        env={"PATH": os.environ.get("PATH", "")},  # no key variable set: the placeholders show
     ).stdout
     assert dict(line.split("=", 1) for line in out.splitlines()) == expected
 
@@ -196,3 +198,23 @@ def test_cli_export_to_file_refuses_overwrite(tmp_path):
         str(pf),
     )
     assert r.returncode == 2 and not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("profile", [OAI, ANTH])
+def test_env_exports_never_overwrite_a_set_key(tmp_path, profile):
+    """Issue 27: `eval "$(ept profiles export NAME --to env)"` replaced a working key with the placeholder."""
+    f = tmp_path / "env.sh"
+    f.write_text(render(profile, "env"))
+    sdk = "OPENAI_API_KEY" if profile.protocol == "openai" else "ANTHROPIC_AUTH_TOKEN"
+    show = f"source {f}; printf '%s|%s' \"$GW_API_KEY\" \"${sdk}\""
+    base = {"PATH": os.environ.get("PATH", "")}
+
+    def run(env: dict[str, str]) -> str:
+        return subprocess.run(["bash", "-c", show], capture_output=True, text=True, check=True, timeout=30,
+                              env={**base, **env}).stdout  # fmt: skip
+
+    assert run({"GW_API_KEY": "sk-real-1234"}) == "sk-real-1234|sk-real-1234"  # the SDK's takes the profile's
+    assert run({sdk: "sk-other-9"}) == "YOUR_API_KEY|sk-other-9"  # a set SDK key is kept
+    # Both set: the SDK's variable takes the profile's key, the one for the base URL exported beside it.
+    assert run({"GW_API_KEY": "sk-real-1234", sdk: "sk-other-9"}) == "sk-real-1234|sk-real-1234"
+    assert "sk-" not in render(profile, "env")

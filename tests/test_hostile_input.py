@@ -392,7 +392,9 @@ def test_wrong_s3_credentials_are_an_exit_2_error(tmp_path, s3_server, s3_bucket
     plan = tmp_path / "p.toml"
     plan.write_text(f'name = "s"\nsuites = ["math"]\ntasks_per_family = 1\nledger = "s3://{s3_bucket}/x"\n'
                     '[[arms]]\nstrategy = "greedy"\nbudgets = [1]\n')  # fmt: skip
-    env = {**s3_server.env(), "AWS_SECRET_ACCESS_KEY": "wrong-secret-0000000000000000", "EPT_S3_PATIENCE_S": "1"}
+    # A provider key is set: a missing one is refused before the ledger is touched (issue 27).
+    env = {**s3_server.env(), "AWS_SECRET_ACCESS_KEY": "wrong-secret-0000000000000000", "EPT_S3_PATIENCE_S": "1",
+           "OPENAI_API_KEY": "sk-unused-0000000000000000"}  # fmt: skip
     r = _ept("sweep", str(plan), env=env, timeout=120)
     assert r.returncode == 2, r.stdout + r.stderr[-3000:]
     assert "Traceback" not in r.stderr and "AWS_SECRET_ACCESS_KEY" in r.stderr.replace("\n", " ")

@@ -281,6 +281,38 @@ def _cancelled(task_self: Any, job: Job) -> bool:
         return False
 
 
+def _broker(task_self: Any) -> Any:
+    """The broker's Redis client (cached), or None when the broker is not Redis."""
+    url = str(getattr(getattr(task_self, "app", None), "conf", {}).get("broker_url") or "")
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        return None
+    import redis
+
+    return _cached(("broker", url), lambda: redis.Redis.from_url(url))
+
+
+def _over_budget(task_self: Any, job: Job, cap: int | None) -> bool:
+    """The run has spent its token cap (contracts.jobs.budget_key): the job does not start."""
+    from elo_per_token.contracts.jobs import budget_key
+
+    if cap is None:
+        return False
+    try:
+        r = _broker(task_self)
+        return r is not None and int(r.get(budget_key(job.run_id)) or 0) >= cap
+    except Exception:  # an unreadable counter must not fail the job; the coordinator still stops the run
+        return False
+
+
+def _spend(task_self: Any, job: Job, tokens: int) -> None:
+    from elo_per_token.contracts.jobs import budget_key
+
+    with contextlib.suppress(Exception):
+        r = _broker(task_self)
+        if r is not None and tokens:
+            r.incrby(budget_key(job.run_id), tokens)
+
+
 def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJobContextDict) -> JobSummary:
     """Body of the Celery task `ept.run_job`. ctx_dict: the message's CeleryJobContext (ledger URL, base_url
     override, rate limits) as plain JSON."""
@@ -291,6 +323,8 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
     ledger = ledger_for(ctx.ledger)
     if _cancelled(task_self, job):
         return _summary(job, "cancelled", message="the sweep was stopped before this job started")
+    if _over_budget(task_self, job, ctx.budget_tokens):
+        return _summary(job, "cancelled", message="the run reached its budget cap before this job started")
     redis_url = os.environ.get("EPT_RATELIMIT_URL") or os.environ.get("EPT_BROKER_URL") or "redis://127.0.0.1:6379/0"
     claims = _claims(redis_url)
     waited = False
@@ -320,6 +354,8 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
             job, ledger, provider, on_retry=on_retry, max_attempts=ctx.max_attempts,
             check_existing=False, clear_failure=ctx.clear_failure, transcripts=ctx.transcripts,
         )  # fmt: skip
+        if ctx.budget_tokens is not None:
+            _spend(task_self, job, int(summary.get("tokens") or 0))
         return {**summary, "worker": getattr(task_self.request, "hostname", None)}
     finally:
         claims.release(job)

@@ -181,10 +181,20 @@ def resolve_input(arg: str, ledger: str | None = None) -> str:
         led = open_ledger_for_reading(ledger or plan.ledger)
         check_run(led, plan.run_id)
         return led.run_url(plan.run_id)
+    if arg.lower().endswith((".csv", ".tsv", ".xlsx")):
+        raise InputError(
+            "a table is not a call log: `ept import batch` turns OpenAI Batch output plus a CSV of scores into "
+            "records `ept analyze` reads (docs/imports.md); suites of tasks in CSV go through `ept suites import`",
+            file=arg,
+        )  # fmt: skip
     bare = "/" not in arg and "://" not in arg and not glob.has_magic(arg) and not os.path.exists(arg)
     if bare and not arg.endswith(DATA_SUFFIXES):
         led = open_ledger_for_reading(ledger or DEFAULT_LEDGER)
-        check_run(led, arg)
+        try:
+            check_run(led, arg)
+        except InputError as e:  # a bare name is a run id or a path: say neither exists
+            raise InputError(f"no such file or folder {arg!r} (in {os.getcwd()}), and {e.message}",
+                             field=e.field) from None  # fmt: skip
         return led.run_url(arg)
     return arg
 

