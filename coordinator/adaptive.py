@@ -14,6 +14,7 @@ ledger and continues where it stopped.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -84,7 +85,7 @@ def task_order(families: Sequence[str], seed: int) -> list[int]:
 def round_bounds(n_tasks: int, rounds: int) -> list[tuple[int, int]]:
     """(start, stop) positions in the task order of each round: `rounds` near-equal slices."""
     edges = np.linspace(0, n_tasks, min(rounds, max(n_tasks, 1)) + 1).round().astype(int)
-    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True) if b > a]
+    return [(int(a), int(b)) for a, b in itertools.pairwise(edges) if b > a]
 
 
 @dataclass
@@ -193,8 +194,10 @@ def run_adaptive(
     order = task_order(families, settings.seed)
     bounds = round_bounds(len(order), settings.rounds)
     w = task_weights(families, weights)
-    z_dec = decision_z(settings.alpha, len(bounds), k)
-    min_tasks = bounds[min(settings.min_rounds, len(bounds)) - 1][1]
+    first = min(settings.min_rounds, len(bounds))
+    looks = len(bounds) - first + 1  # decisions (and a stop) happen only from round `first` on
+    z_dec = decision_z(settings.alpha, looks, k)
+    min_tasks = bounds[first - 1][1]
     st = _State(k)
     active = list(range(k))
     a: Assessment | None = None
@@ -222,7 +225,7 @@ def run_adaptive(
             stop_reason = f"token cap reached ({st.spent:,.0f} >= {settings.max_tokens:,.0f})"
             break
     s, t, ww = st.matrices()
-    z_rep = report_z(settings.alpha, len(bounds))
+    z_rep = report_z(settings.alpha, looks)
     reports, anchor = _reports(arms, s, t, ww, a, st, z_rep, stop_reason)
     return AdaptiveResult(
         arms=list(arms), reports=reports, rounds_run=len(history), rounds_planned=len(bounds), tokens_spent=st.spent,

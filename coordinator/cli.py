@@ -60,6 +60,9 @@ def sweep(
     max_jobs: int = typer.Option(
         None, "--max-jobs", min=1, help="Allow plans of up to N jobs (default: the plan's max_jobs, else 2,000,000)."
     ),
+    adaptive: bool = typer.Option(
+        False, "--adaptive", help="Run tasks in rounds; settled arms stop receiving tasks (also: [adaptive] in the plan)."
+    ),
 ) -> None:
     """Run a plan: expand to jobs, skip those already in the ledger, run the rest, print the Elo table."""
     from elo_per_token.contracts.errors import InputError
@@ -71,6 +74,11 @@ def sweep(
         raise InputError(f"must be one of {', '.join(EXECUTORS)}", field="--executor")
     plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency, max_jobs=max_jobs)
     prof = resolve_profile(plan, profile_url_override, profiles)
+    if adaptive or "adaptive" in plan.raw:
+        from elo_per_token.coordinator.adaptive_cli import finish_adaptive
+
+        finish_adaptive(plan, prof, profile_url_override, analyze=not no_analysis)
+        return
     # jobs=None: the plan's jobs are streamed, never all held at once.
     out = execute(plan, None, profile=prof, base_url=profile_url_override, analyze=not no_analysis)
     _finish(out)
@@ -89,13 +97,15 @@ def status(
 
     from elo_per_token.analysis.report import make_console
     from elo_per_token.contracts.secrets import mask_url
+    from elo_per_token.coordinator.adaptive_sweep import read_state
     from elo_per_token.coordinator.status import run_status
 
     led, run_id = _ledger_and_run(run, ledger)
     st = run_status(led, run_id)
     if as_json:
         typer.echo(json.dumps({"run_id": st.run_id, "run_url": st.run_url, "n_jobs": st.n_jobs, "done": st.done,
-                               "failed": st.failed, "pending": st.pending, "retrying": st.retrying},
+                               "failed": st.failed, "pending": st.pending, "retrying": st.retrying,
+                               "adaptive": read_state(led, run_id)},
                               sort_keys=True))  # fmt: skip
         return
     c = make_console()
@@ -107,6 +117,9 @@ def status(
     c.print(f"jobs {st.n_jobs if st.n_jobs is not None else '?'}: done {st.done} · failed "
             f"{sum(st.failed.values())} · pending {st.pending if st.pending is not None else '?'}"
             + (f" (retrying {st.retrying} that failed before this session)" if st.retrying else ""))  # fmt: skip
+    from elo_per_token.coordinator.adaptive_cli import print_state
+
+    print_state(led, run_id, c)
     if st.failed_jobs:
         t = Table(title="failed jobs by error class")
         for col in ("class", "jobs", "example", "message"):
@@ -183,5 +196,8 @@ def demo(
 def register(app: typer.Typer) -> None:
     # One module-level function per command (not closures inside this function), in the order `ept --help`
     # lists them; typer names each command after its function.
+    from elo_per_token.coordinator.adaptive_cli import replay_adaptive_cmd
+
     for command in (sweep, status, retry, compact, demo):
         app.command()(command)
+    app.command("replay-adaptive")(replay_adaptive_cmd)
