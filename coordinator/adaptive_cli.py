@@ -67,6 +67,9 @@ def print_state(ledger: Any, run_id: str, console: Any) -> None:
                f"{', '.join(map(str, running)) or 'none'}"),
         highlight=False,
     )  # fmt: skip
+    if st.get("finished"):
+        console.print(escape(f"adaptive sweep finished: {st.get('stop_reason', '?')} (the jobs left pending are "
+                             "not needed)"), highlight=False)  # fmt: skip
     if settled:
         console.print(escape("settled: " + ", ".join(f"{k} ({v})" for k, v in sorted(settled.items()))), highlight=False)
 

@@ -52,8 +52,12 @@ def _settings(table: dict[str, Any], seed: int) -> AdaptiveSettings:
 
 def settings_of(plan: Plan) -> AdaptiveSettings:
     """The plan's adaptive settings ([adaptive], defaults otherwise); the task order uses the plan's seed."""
-    table = plan.raw.get("adaptive")
-    return _settings(table if isinstance(table, dict) else {}, plan.seed)
+    table = dict(plan.raw.get("adaptive") or {})
+    # A plan-wide token cap (`--max-tokens`, when the plan has one) caps the adaptive sweep too.
+    cap = getattr(plan, "max_tokens", None)
+    if "max_tokens" not in table and isinstance(cap, int | float) and not isinstance(cap, bool) and cap > 0:
+        table["max_tokens"] = cap
+    return _settings(table, plan.seed)
 
 
 @dataclass
@@ -128,6 +132,9 @@ def run_adaptive_sweep(plan: Plan, *, profile: Any, base_url: str | None = None,
         )  # fmt: skip
     except _Stopped:
         res = None
+    if res is not None:  # `ept status`: the sweep is over, the rest of the grid is not needed
+        last = res.history[-1] if res.history else {}
+        write_state(ledger, plan.run_id, {**last, "finished": True, "stop_reason": res.stop_reason})
     return AdaptiveSweep(res, rr.outcomes, rr.completed, time.monotonic() - t0)
 
 

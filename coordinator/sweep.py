@@ -303,11 +303,13 @@ def execute(
         # The bar is live from the start: listing a million results takes a while on S3.
         bar = prog.add_task("listing results", total=n_jobs, detail="")
         have, had_failure = _existing(ledger, plan.run_id, prog, bar)
-        todo_est = max(0, n_jobs - len(have))
+        # A given list (`ept retry`, an adaptive round) is part of the run: count its own finished jobs.
+        n_have = len(have) if jobs is None else sum(1 for j in stream() if j.key in have)
+        todo_est = max(0, n_jobs - n_have)
         tally.total = todo_est
         prog.update(bar, description="jobs", total=todo_est, detail="")
         prog.console.print(
-            f"run [bold]{plan.run_id}[/]: {n_jobs} jobs, {len(have)} already in {ledger.run_url(plan.run_id)}, "
+            f"run [bold]{plan.run_id}[/]: {n_jobs} jobs, {n_have} already in {ledger.run_url(plan.run_id)}, "
             f"{todo_est} to run ({executor})",
             highlight=False,
         )
@@ -321,7 +323,7 @@ def execute(
     n_todo = live.counted
     out = SweepOutcome(
         run_id=plan.run_id, ledger_url=ledger.url, run_url=ledger.run_url(plan.run_id), n_jobs=n_jobs,
-        already_done=n_jobs - n_todo if completed else len(have), tally=tally, elapsed_s=time.monotonic() - t0,
+        already_done=n_jobs - n_todo if completed else n_have, tally=tally, elapsed_s=time.monotonic() - t0,
         completed=completed, profile_name=getattr(profile, "name", None),
     )  # fmt: skip
     if compact and completed and tally.done:

@@ -197,4 +197,62 @@ def test_adaptive_sweep_local_interrupted_then_resumed_loses_and_duplicates_noth
     assert again.result.frontier == ref.result.frontier
     assert again.result.tokens_spent == pytest.approx(ref.result.tokens_spent)
     final = read_state(led, "ad1")
-    assert final is not None and final["round"] == again.result.rounds_run
+    assert final is not None and final["round"] == again.result.rounds_run and final["finished"]
+
+
+@pytest.mark.slow
+def test_replay_of_a_full_run_makes_the_live_adaptive_sweeps_decisions(tmp_path, make_sim, monkeypatch):
+    """The replay executor returns what each job returned in the full run, with its real tokens: replaying a
+    full sweep gives the live adaptive sweep's decisions and spend (the simulator is deterministic), and
+    `ept replay-adaptive RUN --json` says the same."""
+    import json
+    import subprocess
+    import sys
+
+    from elo_per_token.analysis.run_table import read_run_table
+    from elo_per_token.coordinator.adaptive_sweep import run_adaptive_sweep, settings_of
+    from elo_per_token.coordinator.sweep import execute
+
+    monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
+    sim = make_sim(api_key=SIM_KEY)
+    plan = _adaptive_plan(tmp_path, "live")
+    live = run_adaptive_sweep(plan, profile=sim.profile())
+    assert live.completed and live.result is not None
+    full_plan = plan.with_overrides(name="full", ledger=str(tmp_path / "full"))
+    full = execute(full_plan, None, profile=sim.profile(), analyze=False)
+    assert full.completed and full.tally.failed == 0
+    run_dir = str(tmp_path / "full" / "runs" / "full")
+    out = replay_adaptive(read_run_table([run_dir]), settings_of(plan))
+    assert out.result.frontier == live.result.frontier
+    assert out.result.tokens_spent == pytest.approx(live.result.tokens_spent)
+    assert out.full_tokens == pytest.approx(full.tally.tokens)
+    cmd = [sys.executable, "-m", "elo_per_token", "replay-adaptive", run_dir]
+    res = subprocess.run([*cmd, "--seed", str(plan.seed), "--rounds", "3", "--min-rounds", "1", "--json"],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = json.loads(res.stdout)
+    assert got["tokens_spent"] == pytest.approx(live.result.tokens_spent)
+    assert {a["arm"]: a["status"] for a in got["arms"]} == live.result.frontier
+    bad = subprocess.run([*cmd, "--rounds", "0"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--rounds" in bad.stderr and not bad.stdout
+
+
+@settings(max_examples=80, deadline=None)
+@given(table=st.dictionaries(st.text(max_size=12), st.one_of(st.integers(-10**12, 10**12), st.floats(allow_nan=True),
+                                                          st.text(max_size=5), st.booleans(), st.none()), max_size=4))  # fmt: skip
+def test_hostile_adaptive_table_is_refused_with_its_field_or_accepted(table):
+    """An [adaptive] table in a user's plan: any content is either valid settings or an InputError naming
+    adaptive.<field>, quickly; never another exception."""
+    from elo_per_token.contracts.errors import InputError
+    from elo_per_token.coordinator.adaptive_sweep import check_adaptive, settings_of
+    from elo_per_token.coordinator.plan import _V, Plan
+
+    t0 = time.perf_counter()
+    try:
+        check_adaptive(table, _V("p.toml", ""))
+    except InputError as e:
+        assert (e.field or "").startswith("adaptive") and e.file == "p.toml"
+    else:
+        plan = Plan(name="x", profile="p", suites=("math",), arms=(), raw={"adaptive": table})
+        settings_of(plan).check()
+    assert time.perf_counter() - t0 < 2
