@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from elo_per_token.analysis.run_table import RunTable, read_run_table
 from elo_per_token.analysis.sequential import OFF, ON, elo_from_balance, true_frontier
-from elo_per_token.coordinator.adaptive import AdaptiveSettings
+from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
 from elo_per_token.coordinator.replay import full_decisions, replay_adaptive
 
 FAMILIES = ("code", "math", "tool_use")

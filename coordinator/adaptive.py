@@ -33,40 +33,13 @@ from elo_per_token.analysis.sequential import (
     report_z,
     step_per_1k,
 )
+from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
 
-__all__ = ["AdaptiveResult", "AdaptiveSettings", "ArmReport", "round_bounds", "run_adaptive", "task_order"]
+__all__ = ["AdaptiveResult", "ArmReport", "round_bounds", "run_adaptive", "task_order"]
 
 # One round's results: (task index, arm index) -> (score, tokens per task); a missing key is a job that failed.
 RoundResults = Mapping[tuple[int, int], tuple[float, float]]
 Runner = Callable[[int, list[int], list[int]], RoundResults]
-
-
-@dataclass(frozen=True)
-class AdaptiveSettings:
-    """alpha: error budget per arm decision and per interval; rounds: the grid is cut into this many rounds
-    (the looks the budget is spent over); min_rounds: rounds before any decision; width: an on-frontier arm
-    keeps running until its ΔElo-per-1k step over the next-cheaper frontier arm is resolved to this width
-    (None: the frontier decision alone settles it); max_tokens: stop once this many tokens are spent."""
-
-    alpha: float = 0.05
-    rounds: int = 10
-    min_rounds: int = 2
-    width: float | None = None
-    seed: int = 0
-    max_tokens: float | None = None
-
-    def check(self) -> None:
-        """ValueError naming the setting for a value no sweep can use."""
-        if not 0 < self.alpha < 0.5:
-            raise ValueError(f"alpha: must be in (0, 0.5), got {self.alpha}")
-        if not 1 <= self.rounds <= 10_000:
-            raise ValueError(f"rounds: must be in 1..10000, got {self.rounds}")
-        if not 1 <= self.min_rounds <= self.rounds:
-            raise ValueError(f"min_rounds: must be in 1..rounds ({self.rounds}), got {self.min_rounds}")
-        if self.width is not None and not (np.isfinite(self.width) and self.width > 0):
-            raise ValueError(f"width: must be a positive number, got {self.width}")
-        if self.max_tokens is not None and not (np.isfinite(self.max_tokens) and self.max_tokens > 0):
-            raise ValueError(f"max_tokens: must be a positive number, got {self.max_tokens}")
 
 
 def task_order(families: Sequence[str], seed: int) -> list[int]:

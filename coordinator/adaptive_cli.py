@@ -52,7 +52,7 @@ def print_state(ledger: Any, run_id: str, console: Any) -> None:
     """`ept status`: the adaptive sweep's last finished round and the arms still running (nothing otherwise)."""
     from rich.markup import escape
 
-    from elo_per_token.coordinator.adaptive_sweep import read_state
+    from elo_per_token.coordinator.adaptive_state import read_state
 
     st = read_state(ledger, run_id)
     if st is None:
@@ -92,8 +92,8 @@ def replay_adaptive_cmd(
     from elo_per_token.analysis.report import make_console
     from elo_per_token.analysis.run_table import read_run_table
     from elo_per_token.contracts.errors import InputError
-    from elo_per_token.coordinator.adaptive import AdaptiveSettings
     from elo_per_token.coordinator.adaptive_report import adaptive_json, print_adaptive
+    from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
     from elo_per_token.coordinator.replay import replay_adaptive
 
     settings = AdaptiveSettings(alpha=alpha, rounds=rounds, min_rounds=min_rounds, width=width, seed=seed,

@@ -11,43 +11,18 @@ The state after each round is written to the run's `adaptive.json` blob for `ept
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.jobs import Job
-from elo_per_token.coordinator.adaptive import AdaptiveResult, AdaptiveSettings, RoundResults, run_adaptive
+from elo_per_token.coordinator.adaptive import AdaptiveResult, RoundResults, run_adaptive
+from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings, settings_from_table
+from elo_per_token.coordinator.adaptive_state import write_state
 from elo_per_token.coordinator.plan import Plan
 
-__all__ = ["ADAPTIVE_BLOB", "AdaptiveSweep", "check_adaptive", "read_state", "run_adaptive_sweep", "settings_of"]
-
-ADAPTIVE_BLOB = "adaptive.json"
-_KEYS = {"alpha": float, "rounds": int, "min_rounds": int, "width": float, "max_tokens": float}
-
-
-def check_adaptive(table: Any, v: Any) -> None:
-    """Validate a plan's `[adaptive]` table (v: plan._V, so errors name file, line and field)."""
-    if table is None:
-        return
-    if not isinstance(table, dict):
-        raise v.err("must be a table: [adaptive]", "adaptive")
-    for key, val in table.items():
-        if key not in _KEYS:
-            raise v.err(f"unknown field (known: {', '.join(sorted(_KEYS))})", f"adaptive.{key}", key, "adaptive")
-        if isinstance(val, bool) or not isinstance(val, int | float) or (_KEYS[key] is int and not isinstance(val, int)):
-            raise v.err(f"must be a number, got {type(val).__name__}", f"adaptive.{key}", key, "adaptive")
-    try:
-        _settings(table, 0).check()
-    except ValueError as e:
-        key = str(e).split(":")[0]
-        raise v.err(str(e).split(": ", 1)[-1], f"adaptive.{key}", key, "adaptive") from None
-
-
-def _settings(table: dict[str, Any], seed: int) -> AdaptiveSettings:
-    kw = {k: _KEYS[k](val) for k, val in table.items() if k in _KEYS}
-    return AdaptiveSettings(seed=seed, **kw)
+__all__ = ["AdaptiveSweep", "run_adaptive_sweep", "settings_of"]
 
 
 def settings_of(plan: Plan) -> AdaptiveSettings:
@@ -57,7 +32,7 @@ def settings_of(plan: Plan) -> AdaptiveSettings:
     cap = getattr(plan, "max_tokens", None)
     if "max_tokens" not in table and isinstance(cap, int | float) and not isinstance(cap, bool) and cap > 0:
         table["max_tokens"] = cap
-    return _settings(table, plan.seed)
+    return settings_from_table(table, plan.seed)
 
 
 @dataclass
@@ -85,23 +60,6 @@ def _round_results(ledger: Any, run_id: str, tidx: dict[str, int], aidx: dict[st
             if task in tidx and arm in aidx and np.isfinite(s) and np.isfinite(t):
                 out[(tidx[task], aidx[arm])] = (float(s), float(t))
     return out
-
-
-def write_state(ledger: Any, run_id: str, event: dict[str, object]) -> None:
-    """The round just finished, for `ept status` (a blob: overwritten each round)."""
-    ledger.put_blob(run_id, ADAPTIVE_BLOB, json.dumps({**event, "at": time.time()}, sort_keys=True).encode())
-
-
-def read_state(ledger: Any, run_id: str) -> dict[str, Any] | None:
-    """The adaptive state `write_state` left, None for a run that is not adaptive (or an unreadable blob)."""
-    raw = ledger.get_blob(run_id, ADAPTIVE_BLOB)
-    if raw is None:
-        return None
-    try:
-        state = json.loads(raw)
-    except ValueError:
-        return None
-    return state if isinstance(state, dict) else None
 
 
 def run_adaptive_sweep(plan: Plan, *, profile: Any, base_url: str | None = None, executor: str | None = None,

@@ -97,7 +97,7 @@ def status(
 
     from elo_per_token.analysis.report import make_console
     from elo_per_token.contracts.secrets import mask_url
-    from elo_per_token.coordinator.adaptive_sweep import read_state
+    from elo_per_token.coordinator.adaptive_state import read_state
     from elo_per_token.coordinator.status import run_status
 
     led, run_id = _ledger_and_run(run, ledger)

@@ -215,7 +215,7 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
     if anchor is not None:
         anchor = v.str_(anchor, "anchor")
     tpf = raw.get("tasks_per_family")
-    from elo_per_token.coordinator.adaptive_sweep import check_adaptive  # [adaptive]: issue 29
+    from elo_per_token.coordinator.adaptive_settings import check_adaptive  # [adaptive]: issue 29
 
     check_adaptive(raw.get("adaptive"), v)
     return Plan(

@@ -14,7 +14,8 @@ import numpy as np
 
 from elo_per_token.analysis.run_table import RunTable
 from elo_per_token.analysis.sequential import OFF, ON, pair_stats, true_frontier
-from elo_per_token.coordinator.adaptive import AdaptiveResult, AdaptiveSettings, RoundResults, run_adaptive
+from elo_per_token.coordinator.adaptive import AdaptiveResult, RoundResults, run_adaptive
+from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
 
 __all__ = ["ReplayOutcome", "full_decisions", "replay_adaptive", "replay_runner"]
 

@@ -19,7 +19,8 @@ from scipy.special import expit
 
 from elo_per_token.analysis.run_table import RunTable
 from elo_per_token.analysis.sequential import OFF, ON, OPEN, assess, decision_z, pair_stats, report_z
-from elo_per_token.coordinator.adaptive import AdaptiveSettings, round_bounds, run_adaptive, task_order
+from elo_per_token.coordinator.adaptive import round_bounds, run_adaptive, task_order
+from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
 from elo_per_token.coordinator.replay import replay_adaptive, replay_runner
 
 
@@ -160,7 +161,8 @@ def test_plan_adaptive_table_is_validated_with_file_line_field():
 @pytest.mark.slow
 def test_adaptive_sweep_local_interrupted_then_resumed_loses_and_duplicates_nothing(tmp_path, make_sim, monkeypatch):
     from elo_per_token.contracts.ledger import open_ledger
-    from elo_per_token.coordinator.adaptive_sweep import read_state, run_adaptive_sweep
+    from elo_per_token.coordinator.adaptive_state import read_state
+    from elo_per_token.coordinator.adaptive_sweep import run_adaptive_sweep
     from elo_per_token.worker.job import run_job
 
     monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
@@ -244,7 +246,8 @@ def test_hostile_adaptive_table_is_refused_with_its_field_or_accepted(table):
     """An [adaptive] table in a user's plan: any content is either valid settings or an InputError naming
     adaptive.<field>, quickly; never another exception."""
     from elo_per_token.contracts.errors import InputError
-    from elo_per_token.coordinator.adaptive_sweep import check_adaptive, settings_of
+    from elo_per_token.coordinator.adaptive_settings import check_adaptive
+    from elo_per_token.coordinator.adaptive_sweep import settings_of
     from elo_per_token.coordinator.plan import _V, Plan
 
     t0 = time.perf_counter()
