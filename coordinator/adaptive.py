@@ -194,9 +194,12 @@ def run_adaptive(
         if not active:
             stop_reason = "every arm settled"
             break
-        if settings.max_tokens is not None and st.spent >= settings.max_tokens:
-            stop_reason = f"token cap reached ({st.spent:,.0f} >= {settings.max_tokens:,.0f})"
-            break
+        if settings.max_tokens is not None and r + 1 < len(bounds):
+            nxt = _next_round_cost(t, active, bounds[r + 1])
+            if st.spent + nxt > settings.max_tokens:
+                stop_reason = (f"token cap: spent {st.spent:,.0f}, the next round would cost ~{nxt:,.0f} more "
+                               f"(cap {settings.max_tokens:,.0f})")  # fmt: skip
+                break
     s, t, ww = st.matrices()
     z_rep = report_z(settings.alpha, looks)
     reports, anchor = _reports(arms, s, t, ww, a, st, z_rep, stop_reason)
@@ -204,6 +207,13 @@ def run_adaptive(
         arms=list(arms), reports=reports, rounds_run=len(history), rounds_planned=len(bounds), tokens_spent=st.spent,
         stop_reason=stop_reason, anchor=anchor, order=order, assessment=a, z_report=z_rep, history=history,
     )  # fmt: skip
+
+
+def _next_round_cost(t: np.ndarray, active: list[int], nxt: tuple[int, int]) -> float:
+    """Tokens the next round will likely spend: its tasks x the running arms' mean tokens per task so far."""
+    with np.errstate(invalid="ignore"):
+        per_task = np.nanmean(t[:, active], axis=0) if t.size and active else np.zeros(0)
+    return float(np.nansum(per_task)) * (nxt[1] - nxt[0])
 
 
 def _reason(i: int, arms: Sequence[str], a: Assessment, n: int, stopped: int | None, stop_reason: str) -> str:

@@ -20,7 +20,8 @@ class AdaptiveSettings:
     """alpha: error budget per arm decision and per interval; rounds: the grid is cut into this many rounds
     (the looks the budget is spent over); min_rounds: rounds before any decision; width: an on-frontier arm
     keeps running until its ΔElo-per-1k step over the next-cheaper frontier arm is resolved to this width
-    (None: the frontier decision alone settles it); max_tokens: stop once this many tokens are spent."""
+    (None: the frontier decision alone settles it); max_tokens: stop before a round whose likely cost (the running arms'
+    tokens per task so far x its tasks) would pass it; the first round always runs."""
 
     alpha: float = 0.05
     rounds: int = 10

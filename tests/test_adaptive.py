@@ -61,6 +61,19 @@ def test_dominated_expensive_arms_stop_early_and_the_report_says_why():
     assert out.result.tokens_spent == pytest.approx(ran)
 
 
+def test_width_keeps_frontier_arms_running_until_their_step_is_resolved():
+    table = _table((0.0, 1.2, 2.4, -0.5), (500, 1500, 4000, 30000), tasks=600, seed=4)
+    plain = replay_adaptive(table, AdaptiveSettings(seed=1)).result
+    loose = replay_adaptive(table, AdaptiveSettings(seed=1, width=1e9)).result
+    tight = replay_adaptive(table, AdaptiveSettings(seed=1, width=1e-6)).result
+    assert [r.status for r in plain.reports] == [ON, ON, ON, OFF]
+    assert loose.tokens_spent == plain.tokens_spent  # any resolved step is narrower than 1e9
+    # A width no interval reaches: the frontier arms above the cheapest run the whole grid.
+    assert tight.stop_reason == "grid exhausted" and tight.reports[2].tasks == 600 > plain.reports[2].tasks
+    step = tight.reports[2].per_1k
+    assert step is not None and step[0] < step[1] < step[2]  # ΔElo per 1k over arm1, with its interval
+
+
 def test_arms_too_close_spend_the_whole_grid_and_stay_open():
     table = _table((1.0, 1.0, 1.0), (1000, 1200, 1400), tasks=300, seed=2)
     out = replay_adaptive(table, AdaptiveSettings(seed=0))
@@ -72,9 +85,13 @@ def test_arms_too_close_spend_the_whole_grid_and_stay_open():
 
 def test_token_cap_stops_the_sweep():
     table = _table((0.0, 0.3, 0.6), (500, 900, 1300), tasks=300)
-    out = replay_adaptive(table, AdaptiveSettings(max_tokens=50_000))
-    assert out.result.stop_reason.startswith("token cap reached")
-    assert 50_000 <= out.result.tokens_spent < 50_000 + 300 / 10 * 3 * 1300 * 4
+    full = replay_adaptive(table, AdaptiveSettings())
+    assert full.result.tokens_spent > 200_000  # without a cap these arms run (nearly) the whole grid
+    out = replay_adaptive(table, AdaptiveSettings(max_tokens=200_000))
+    assert out.result.stop_reason.startswith("token cap") and "next round" in out.result.stop_reason
+    # Stopped before the round that would pass the cap: under it, and within about one round of it.
+    assert 200_000 - 30 * (500 + 900 + 1300) * 2 < out.result.tokens_spent <= 200_000
+    assert all("stayed open (token cap" in r.reason for r in out.result.reports if r.status == OPEN)
 
 
 def test_z_spends_the_error_budget_over_rounds_and_comparisons():
