@@ -181,7 +181,7 @@ def run_adaptive(
         st.add_round(tasks, active, runner(r, tasks, active), w)
         s, t, ww = st.matrices()
         a = assess(pair_stats(s, t, ww), z_dec, min_tasks)
-        need = needs_data(a, _width_ok(a, np.nanmean(t, axis=0), z_dec, settings.width))
+        need = needs_data(a, _width_ok(a, _mean_tokens(t), z_dec, settings.width))
         for i in active:
             if not need[i]:
                 st.stopped[i] = r
@@ -209,10 +209,17 @@ def run_adaptive(
     )  # fmt: skip
 
 
+def _mean_tokens(t: np.ndarray) -> np.ndarray:
+    """Tokens per task of each arm over the tasks it ran (NaN for an arm with none, without a warning)."""
+    n = (~np.isnan(t)).sum(axis=0)
+    total = np.nansum(t, axis=0)
+    out: np.ndarray = np.where(n > 0, total / np.maximum(n, 1), np.nan)
+    return out
+
+
 def _next_round_cost(t: np.ndarray, active: list[int], nxt: tuple[int, int]) -> float:
     """Tokens the next round will likely spend: its tasks x the running arms' mean tokens per task so far."""
-    with np.errstate(invalid="ignore"):
-        per_task = np.nanmean(t[:, active], axis=0) if t.size and active else np.zeros(0)
+    per_task = _mean_tokens(t[:, active]) if t.size and active else np.zeros(0)
     return float(np.nansum(per_task)) * (nxt[1] - nxt[0])
 
 
@@ -242,8 +249,7 @@ def _reports(
     """Per arm: decision, reason, spend and intervals at the report's z (alpha spent over the rounds)."""
     ran = ~np.isnan(t)
     n = ran.sum(axis=0)
-    with np.errstate(invalid="ignore"):
-        tok = np.nanmean(np.where(ran, t, np.nan), axis=0) if t.size else np.full(len(arms), np.nan)
+    tok = _mean_tokens(t) if t.size else np.full(len(arms), np.nan)
     anchor = int(np.nanargmin(np.where(np.isnan(tok), np.inf, tok))) if len(arms) else 0
     stats = a.stats if a is not None else pair_stats(s, t, w)
     out = []

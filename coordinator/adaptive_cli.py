@@ -21,7 +21,7 @@ def finish_adaptive(plan: Plan, profile: Any, base_url: str | None, *, analyze: 
     from elo_per_token.contracts.ledger import open_ledger
     from elo_per_token.coordinator.adaptive_report import print_adaptive
     from elo_per_token.coordinator.adaptive_sweep import run_adaptive_sweep
-    from elo_per_token.coordinator.sweep import _compact, analyze_run
+    from elo_per_token.coordinator.sweep import _compact, analyze_run, print_summary
 
     console = make_console()
     res = run_adaptive_sweep(plan, profile=profile, base_url=base_url, console=make_console(stderr=True))
@@ -30,9 +30,12 @@ def finish_adaptive(plan: Plan, profile: Any, base_url: str | None, *, analyze: 
     console.print(f"\n[bold]run {plan.run_id}[/] (adaptive) · {len(res.outcomes)} round(s) · tokens this session "
                   f"{tokens:,} · {failed} failed job(s) · {res.elapsed_s:.1f}s", highlight=False)  # fmt: skip
     if not res.completed or res.result is None:
-        console.print("[yellow]interrupted or stopped early[/]: rerun the same command to resume (finished rounds "
-                      "are replayed from the ledger, no job runs twice)")  # fmt: skip
-        raise typer.Exit(EXIT_INTERRUPTED)
+        last = res.outcomes[-1] if res.outcomes else None
+        if last is not None:  # the stopped round's own summary: failures, an egress stop and its fix
+            print_summary(last, console)
+        console.print("[yellow]adaptive sweep stopped[/]: rerun the same command to resume (finished rounds are "
+                      "replayed from the ledger, no job runs twice)")  # fmt: skip
+        raise typer.Exit(last.exit_code if last is not None and last.exit_code else EXIT_INTERRUPTED)
     ledger = open_ledger(plan.ledger)
     console.print(_compact(ledger, plan.run_id), highlight=False)
     print_adaptive(res.result, console)

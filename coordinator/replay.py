@@ -43,7 +43,9 @@ def full_decisions(table: RunTable, weights: dict[str, float] | None = None) -> 
 
     w = task_weights(table.families, weights)
     st = pair_stats(table.scores, table.tokens, w)
-    return [bool(x) for x in true_frontier(np.nanmean(table.tokens, axis=0), np.nan_to_num(st.q))]
+    seen = (~np.isnan(table.tokens)).sum(axis=0)
+    tok = np.where(seen > 0, np.nansum(table.tokens, axis=0) / np.maximum(seen, 1), np.nan)
+    return [bool(x) for x in true_frontier(tok, np.nan_to_num(st.q))]
 
 
 @dataclass(frozen=True)

@@ -276,3 +276,33 @@ def test_hostile_adaptive_table_is_refused_with_its_field_or_accepted(table):
         plan = Plan(name="x", profile="p", suites=("math",), arms=(), raw={"adaptive": table})
         settings_of(plan).check()
     assert time.perf_counter() - t0 < 2
+
+
+@pytest.mark.slow
+def test_adaptive_sweep_cli_with_a_wrong_key_stops_with_the_egress_exit_and_no_secret(tmp_path, make_sim):
+    """`ept sweep --adaptive` through the CLI: a revoked key stops the round like a full sweep (exit 3, the fix
+    named), the adaptive sweep does not go on to the next round, and the key never appears in the output."""
+    import subprocess
+    import sys
+
+    sim = make_sim(api_key=SIM_KEY)
+    prof = tmp_path / "profiles.toml"
+    prof.write_text(f'[profiles.sim-test]\nprotocol = "openai"\nbase_url = "{sim.url}"\n'
+                    'api_key_env = "EPT_SIM_API_KEY"\nmodel = "ept-sim-1"\ntimeout = 10\n')  # fmt: skip
+    plan = tmp_path / "plan.toml"
+    plan.write_text(plan_toml([("greedy", [1]), ("majority", [3])], {"adaptive": {"rounds": 3}}, name="eg",
+                              profile="sim-test", suites=["math"], tasks_per_family=12, seed=3,
+                              ledger=tmp_path / "led", concurrency=1, bootstrap_rounds=0))  # fmt: skip
+    wrong = "sk-wrong-0123456789abcdefQRST"
+    env = {**os.environ, "EPT_PROFILES": str(prof), "EPT_SIM_API_KEY": wrong}
+    r = subprocess.run([sys.executable, "-m", "elo_per_token", "sweep", str(plan)], env=env, capture_output=True,
+                       text=True, timeout=300)  # fmt: skip
+    out = r.stdout + r.stderr
+    assert r.returncode == 3, out
+    assert "ept doctor" in out and "rerun the same command to resume" in out
+    assert wrong not in out and wrong[:-4] not in out  # at most the masked form sk-…QRST
+    assert sim.control.stats()["by_status"].get("200", 0) == 0
+    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.coordinator.adaptive_state import read_state
+
+    assert read_state(open_ledger(tmp_path / "led"), "eg") is None  # no round finished, none was started after
