@@ -51,6 +51,11 @@ def finish_adaptive(plan: Plan, profile: Any, base_url: str | None, *, analyze: 
         raise typer.Exit(EXIT_FAILED)
 
 
+def _number(v: Any) -> float:
+    """A number from the state blob, 0 for anything else (the blob is read back from storage)."""
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and v == v else 0.0
+
+
 def print_state(ledger: Any, run_id: str, console: Any) -> None:
     """`ept status`: the adaptive sweep's last finished round and the arms still running (nothing otherwise)."""
     from rich.markup import escape
@@ -63,16 +68,16 @@ def print_state(ledger: Any, run_id: str, console: Any) -> None:
     r_raw, s_raw = st.get("running"), st.get("status")
     running: list[Any] = r_raw if isinstance(r_raw, list) else []
     status: dict[str, Any] = s_raw if isinstance(s_raw, dict) else {}
-    settled = {k: v for k, v in status.items() if v != "open" and k not in running}
-    console.print(
-        escape(f"adaptive: round {st.get('round', '?')} of {st.get('rounds', '?')} finished · {st.get('tasks', '?')} "
-               f"tasks · {float(st.get('tokens') or 0):,.0f} tokens · arms still running ({len(running)}): "
-               f"{', '.join(map(str, running)) or 'none'}"),
-        highlight=False,
-    )  # fmt: skip
+    head = (f"adaptive: round {st.get('round', '?')} of {st.get('rounds', '?')} finished · {st.get('tasks', '?')} tasks · "
+            f"{_number(st.get('tokens')):,.0f} tokens")  # fmt: skip
     if st.get("finished"):
-        console.print(escape(f"adaptive sweep finished: {st.get('stop_reason', '?')} (the jobs left pending are "
-                             "not needed)"), highlight=False)  # fmt: skip
+        open_arms = sorted(k for k, v in status.items() if v == "open")
+        console.print(escape(f"{head} · sweep finished: {st.get('stop_reason', '?')} (jobs left pending are not "
+                             f"needed); decisions still open: {', '.join(open_arms) or 'none'}"), highlight=False)  # fmt: skip
+    else:
+        console.print(escape(f"{head} · arms still running ({len(running)}): {', '.join(map(str, running)) or 'none'}"),
+                      highlight=False)  # fmt: skip
+    settled = {k: v for k, v in status.items() if v != "open"}
     if settled:
         console.print(escape("settled: " + ", ".join(f"{k} ({v})" for k, v in sorted(settled.items()))), highlight=False)
 

@@ -306,3 +306,26 @@ def test_adaptive_sweep_cli_with_a_wrong_key_stops_with_the_egress_exit_and_no_s
     from elo_per_token.coordinator.adaptive_state import read_state
 
     assert read_state(open_ledger(tmp_path / "led"), "eg") is None  # no round finished, none was started after
+
+
+@settings(max_examples=60, deadline=None)
+@given(blob=st.one_of(st.binary(max_size=200), st.dictionaries(st.sampled_from(["round", "rounds", "tasks", "tokens",
+       "running", "status", "finished", "stop_reason"]), st.one_of(st.none(), st.text(max_size=8), st.floats(),
+       st.integers(), st.lists(st.text(max_size=4), max_size=3), st.dictionaries(st.text(max_size=4),
+       st.text(max_size=4), max_size=3)), max_size=8).map(lambda d: __import__("json").dumps(d).encode())))  # fmt: skip
+def test_status_reads_a_hostile_adaptive_blob_without_crashing(tmp_path_factory, blob):
+    """`ept status` reads adaptive.json back from storage: any bytes there print a line or nothing, fast."""
+    import io
+
+    from rich.console import Console
+
+    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.coordinator.adaptive_cli import print_state
+    from elo_per_token.coordinator.adaptive_state import ADAPTIVE_BLOB
+
+    led = open_ledger(tmp_path_factory.mktemp("led"))
+    led.put_blob("r", ADAPTIVE_BLOB, blob)
+    buf = io.StringIO()
+    t0 = time.perf_counter()
+    print_state(led, "r", Console(file=buf, width=200))
+    assert time.perf_counter() - t0 < 2 and len(buf.getvalue()) < 20_000
