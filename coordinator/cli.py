@@ -61,7 +61,7 @@ def sweep(
         None, "--max-jobs", min=1, help="Allow plans of up to N jobs (default: the plan's max_jobs, else 2,000,000)."
     ),
     adaptive: bool = typer.Option(
-        False, "--adaptive", help="Run tasks in rounds; settled arms stop receiving tasks (also: [adaptive] in the plan)."
+        False, "--adaptive", help="Run tasks in rounds; settled arms stop receiving tasks (also: an adaptive table in the plan)."
     ),
 ) -> None:
     """Run a plan: expand to jobs, skip those already in the ledger, run the rest, print the Elo table."""
