@@ -72,6 +72,9 @@ def sweep(
     allow_endpoint_change: bool = typer.Option(
         False, "--allow-endpoint-change", help="Continue a run at another endpoint serving the same model."
     ),
+    adaptive: bool = typer.Option(
+        False, "--adaptive", help="Run tasks in rounds; settled arms stop receiving tasks (also: an adaptive table in the plan)."
+    ),
 ) -> None:
     """Run a plan: expand to jobs, skip those already in the ledger, run the rest, print the Elo table."""
     from elo_per_token.contracts.errors import InputError
@@ -95,6 +98,11 @@ def sweep(
     # session records the full plan's job count, so `ept status` shows what is left.
     n_full = _count(full)
     _check_key(plan, prof)
+    if adaptive or "adaptive" in plan.raw:
+        from elo_per_token.coordinator.adaptive_cli import finish_adaptive
+
+        finish_adaptive(plan, prof, profile_url_override, analyze=not no_analysis)
+        return
     # jobs=None: the plan's jobs are streamed, never all held at once.
     out = execute(plan, None, profile=prof, base_url=profile_url_override, analyze=not no_analysis,
                   manifest_jobs=n_full if full is not plan else None,
@@ -155,6 +163,7 @@ def status(
 
     from elo_per_token.analysis.report import make_console
     from elo_per_token.contracts.secrets import mask_url
+    from elo_per_token.coordinator.adaptive_state import read_state
     from elo_per_token.coordinator.status import last_stop, run_endpoints, run_status, status_notes
 
     led, run_id = _ledger_and_run(run, ledger, write=False)
@@ -162,7 +171,8 @@ def status(
     if as_json:
         typer.echo(json.dumps({"run_id": st.run_id, "run_url": st.run_url, "n_jobs": st.n_jobs, "done": st.done,
                                "failed": st.failed, "pending": st.pending, "retrying": st.retrying,
-                               "endpoints": run_endpoints(st.manifest), "stopped": last_stop(st.manifest)},
+                               "endpoints": run_endpoints(st.manifest), "stopped": last_stop(st.manifest),
+                               "adaptive": read_state(led, run_id)},
                               sort_keys=True))  # fmt: skip
         return
     c = make_console()
@@ -176,6 +186,9 @@ def status(
             + (f" (retrying {st.retrying} that failed before this session)" if st.retrying else ""))  # fmt: skip
     for line in status_notes(st.manifest):
         c.print(line, highlight=False)
+    from elo_per_token.coordinator.adaptive_cli import print_state
+
+    print_state(led, run_id, c)
     if st.failed_jobs:
         t = Table(title="failed jobs by error class")
         for col in ("class", "jobs", "example", "message"):
@@ -329,5 +342,8 @@ def services(
 def register(app: typer.Typer) -> None:
     # One module-level function per command (not closures inside this function), in the order `ept --help`
     # lists them; typer names each command after its function.
+    from elo_per_token.coordinator.adaptive_cli import replay_adaptive_cmd
+
     for command in (sweep, status, retry, compact, demo, services):
         app.command()(command)
+    app.command("replay-adaptive")(replay_adaptive_cmd)

@@ -69,7 +69,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _TOP_FIELDS = {
     "name", "profile", "suites", "tasks_per_family", "replicates", "seed", "ledger", "executor",
     "concurrency", "queue", "batch_size", "weights", "arms", "rate_limits", "bootstrap_rounds", "anchor", "max_jobs",
-    "generation", "transcripts", "budget",
+    "generation", "transcripts", "budget", "adaptive",
 }  # fmt: skip
 
 
@@ -225,6 +225,9 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
         anchor = v.str_(anchor, "anchor")
     tpf = raw.get("tasks_per_family")
     cap_tokens, cap_cost = _budget(raw, v)
+    from elo_per_token.coordinator.adaptive_settings import check_adaptive  # [adaptive]: issue 29
+
+    check_adaptive(raw.get("adaptive"), v)
     return Plan(
         name=name,
         profile=profile,

@@ -364,11 +364,13 @@ def execute(
         # The bar is live from the start: listing a million results takes a while on S3.
         bar = prog.add_task("listing results", total=n_jobs, detail="")
         have, had_failure = _existing(ledger, plan.run_id, prog, bar)
-        todo_est = max(0, n_jobs - len(have))
+        # A given list (`ept retry`, an adaptive round) is part of the run: count its own finished jobs.
+        n_have = len(have) if jobs is None else sum(1 for j in stream() if j.key in have)
+        todo_est = max(0, n_jobs - n_have)
         tally.total = todo_est
         prog.update(bar, description="jobs", total=todo_est, detail="")
         prog.console.print(
-            f"run [bold]{plan.run_id}[/]: {n_jobs} jobs, {len(have)} already in {ledger.run_url(plan.run_id)}, "
+            f"run [bold]{plan.run_id}[/]: {n_jobs} jobs, {n_have} already in {ledger.run_url(plan.run_id)}, "
             f"{todo_est} to run ({executor}) at {escape(str(manifest['identity']['endpoint']))} (model "
             f"{escape(str(manifest['identity']['model']))})" + (f", cap {tally.cap.describe()}" if tally.cap else ""),
             highlight=False,
@@ -383,7 +385,7 @@ def execute(
         live.refresh()
     out = SweepOutcome(
         run_id=plan.run_id, ledger_url=ledger.url, run_url=ledger.run_url(plan.run_id), n_jobs=n_jobs,
-        already_done=n_jobs - live.counted if completed else len(have), tally=tally,
+        already_done=n_jobs - live.counted if completed else n_have, tally=tally,
         elapsed_s=time.monotonic() - t0, completed=completed, profile_name=getattr(profile, "name", None),
     )  # fmt: skip
     record_session(ledger, plan.run_id, out)

@@ -1,0 +1,205 @@
+"""Stopping statistics of an adaptive sweep (issue 29): pure functions on per-task matrices.
+
+Data: `scores` and `tokens` are [T, K] arrays (T tasks seen so far in the sweep's random order, K arms), NaN
+where an arm did not run the task (it had stopped, or the job failed); `task_weight` [T] is each task's weight
+in the merged quality, w_f / pi_f (family weight over the family's share of the task pool), so the mean over a
+stratified random draw of tasks estimates the family-weighted quantity.
+
+Per pair of arms (i, j), on the tasks both ran:
+  quality  q_ij = mean_t task_weight_t * sign(score_i - score_j)   (the win balance: the direction of the
+                  Bradley-Terry comparison of i and j; ties count 0)
+  tokens   c_ij = mean_t (tokens_i - tokens_j)
+
+Decisions (the frontier of the report: an arm is off when another is at most as costly and at least as strong):
+  off(i) when some arm j is confidently cheaper (c_ij's interval > 0) and confidently stronger (q_ji's > 0);
+  on(i)  when every arm j not already off is confidently costlier (c_ji > 0) or confidently weaker (q_ij > 0)
+         (an arm dominated by an off arm is dominated by that arm's dominator too, so off arms need no check);
+  open   otherwise.
+
+Honest intervals under adaptive stopping: every interval is looked at once per round, and the sweep stops on
+what it sees. An error budget is spent across rounds (Bonferroni over the at most `looks` rounds, so each
+interval holds at every round at once with probability >= 1 - alpha, whenever the sweep stops), and a decision
+additionally splits alpha over the arm's 2 (K - 1) pair intervals, so the chance that an arm's decision is
+wrong is <= alpha. Intervals are normal intervals; the quality one adds two pseudo-observations at the bounds
+(+m, -m) to its variance, so a run of ties is not read as certainty, and none is used before `min_tasks`.
+See docs/sweep.md (adaptive sweeps) and benchmarks/bench_adaptive.py for the measured coverage.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import norm
+
+from elo_per_token.analysis.merge import ELO_SCALE
+
+__all__ = [
+    "Assessment",
+    "PairStats",
+    "assess",
+    "decision_z",
+    "elo_from_balance",
+    "pair_stats",
+    "report_z",
+    "true_frontier",
+]
+
+ON, OFF, OPEN = "on", "off", "open"
+
+
+def report_z(alpha: float, looks: int) -> float:
+    """z of an interval that holds at all `looks` rounds at once with probability >= 1 - alpha (Bonferroni)."""
+    if not (0 < alpha < 1) or looks < 1:
+        raise ValueError(f"need 0 < alpha < 1 and looks >= 1, got {alpha}, {looks}")
+    return float(norm.ppf(1 - alpha / (2 * looks)))
+
+
+def decision_z(alpha: float, looks: int, arms: int) -> float:
+    """z of the pair intervals a decision uses: alpha split over looks and the arm's 2 (K - 1) intervals."""
+    return report_z(alpha, looks * max(1, 2 * (arms - 1)))
+
+
+@dataclass(frozen=True)
+class PairStats:
+    """[K, K] matrices: mean, half-width at z = 1 (the standard error) and tasks in common, for quality
+    (q[i, j]: i's win balance against j) and tokens (c[i, j]: i's tokens minus j's per task)."""
+
+    q: np.ndarray
+    q_se: np.ndarray
+    c: np.ndarray
+    c_se: np.ndarray
+    n: np.ndarray
+
+
+def _mean_se(x: np.ndarray, m: float | None) -> tuple[float, float]:
+    """Mean and standard error of x; with m, two pseudo-observations +-m enter the variance (not the mean)."""
+    n = x.size
+    mean = float(x.mean())
+    ss = float(((x - mean) ** 2).sum())
+    if m is not None:
+        ss += 2 * m * m
+        return mean, math.sqrt(ss / (n + 1) / n)
+    return mean, math.sqrt(ss / max(n - 1, 1) / n)
+
+
+def pair_stats(scores: np.ndarray, tokens: np.ndarray, task_weight: np.ndarray) -> PairStats:
+    """Win balance and token difference of every pair of arms on the tasks both ran (module docstring)."""
+    s = np.asarray(scores, dtype=float)
+    t = np.asarray(tokens, dtype=float)
+    w = np.asarray(task_weight, dtype=float)
+    k = s.shape[1]
+    seen = ~np.isnan(s) & ~np.isnan(t)
+    m = float(w.max()) if w.size else 1.0
+    out = {name: np.full((k, k), np.nan) for name in ("q", "q_se", "c", "c_se")}
+    n = np.zeros((k, k), dtype=np.int64)
+    for i in range(k):  # K^2 / 2 pairs: a loop over arms, vectorised over tasks
+        for j in range(i + 1, k):
+            both = seen[:, i] & seen[:, j]
+            nn = int(both.sum())
+            n[i, j] = n[j, i] = nn
+            if nn == 0:
+                continue
+            x = w[both] * np.sign(s[both, i] - s[both, j])
+            q, q_se = _mean_se(x, m)
+            c, c_se = _mean_se(t[both, i] - t[both, j], None)
+            out["q"][i, j], out["q"][j, i] = q, -q
+            out["c"][i, j], out["c"][j, i] = c, -c
+            out["q_se"][i, j] = out["q_se"][j, i] = q_se
+            out["c_se"][i, j] = out["c_se"][j, i] = c_se
+    return PairStats(out["q"], out["q_se"], out["c"], out["c_se"], n)
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """Per arm: status (on/off/open) and, for off arms, the arm that dominates it; per pair: which claims are
+    confident (stronger[i, j]: i confidently stronger than j; cheaper[i, j]: i confidently cheaper)."""
+
+    status: list[str]
+    dominated_by: list[int | None]
+    stronger: np.ndarray
+    cheaper: np.ndarray
+    stats: PairStats
+
+
+def assess(stats: PairStats, z: float, min_tasks: int) -> Assessment:
+    """Frontier decisions from pair intervals at `z` (module docstring); pairs with fewer than `min_tasks`
+    tasks in common claim nothing."""
+    enough = stats.n >= max(2, min_tasks)
+    with np.errstate(invalid="ignore"):
+        stronger = enough & (stats.q - z * stats.q_se > 0)
+        cheaper = enough & (-stats.c - z * stats.c_se > 0)  # c[i, j] < 0 confidently: i cheaper
+    k = stats.q.shape[0]
+    status = [OPEN] * k
+    dominated_by: list[int | None] = [None] * k
+    for i in range(k):
+        dom = [j for j in range(k) if j != i and cheaper[j, i] and stronger[j, i]]
+        if dom:
+            status[i], dominated_by[i] = OFF, dom[0]
+    for i in range(k):
+        if status[i] == OFF:
+            continue
+        if all(cheaper[i, j] or stronger[i, j] for j in range(k) if j != i and status[j] != OFF):
+            status[i] = ON
+    return Assessment(status, dominated_by, stronger, cheaper, stats)
+
+
+def pair_done(a: Assessment, i: int, j: int) -> bool:
+    """Whether the pair (i, j) says all it needs to about i: j cannot dominate i, or j confidently does."""
+    return bool(a.cheaper[i, j] or a.stronger[i, j] or (a.cheaper[j, i] and a.stronger[j, i]))
+
+
+def needs_data(a: Assessment, width_ok: list[bool] | None = None) -> list[bool]:
+    """Which arms still receive tasks: open arms, and settled arms whose comparison an open arm still needs
+    (an on-arm that an open arm is not yet resolved against), or an on-arm whose ΔElo-per-1k step is not yet
+    resolved to the stated width (width_ok[i] False). Off arms stop: no decision needs them (assess)."""
+    k = len(a.status)
+    open_ = [s == OPEN for s in a.status]
+    out = []
+    for i in range(k):
+        if open_[i]:
+            out.append(True)
+        elif a.status[i] == OFF:
+            out.append(False)
+        else:
+            wanted = any(open_[j] and not pair_done(a, j, i) for j in range(k) if j != i)
+            out.append(wanted or (width_ok is not None and not width_ok[i]))
+    return out
+
+
+def elo_from_balance(balance: np.ndarray | float) -> np.ndarray:
+    """ΔElo of a win balance b = P(win) - P(loss) read as a two-arm Bradley-Terry comparison (ties as half a
+    win each): P = (1 + b) / 2, ΔElo = ELO_SCALE * logit(P), clipped at |b| <= 0.999."""
+    b = np.clip(np.asarray(balance, dtype=float), -0.999, 0.999)
+    p = (1 + b) / 2
+    out: np.ndarray = ELO_SCALE * np.log(p / (1 - p))
+    return out
+
+
+def step_per_1k(stats: PairStats, i: int, j: int, z: float) -> tuple[float, float, float] | None:
+    """ΔElo per 1k tokens of arm i over the cheaper arm j with an interval at z (the box of the two intervals:
+    conservative); None while the token step's interval includes 0."""
+    c, c_se, q, q_se = stats.c[i, j], stats.c_se[i, j], stats.q[i, j], stats.q_se[i, j]
+    if not (np.isfinite(c) and c - z * c_se > 0):
+        return None
+    d_lo, d, d_hi = (float(v) for v in elo_from_balance(np.array([q - z * q_se, q, q + z * q_se])))
+    t_lo, t_hi = c - z * c_se, c + z * c_se
+    lo = min(d_lo / t_lo, d_lo / t_hi) * 1000
+    hi = max(d_hi / t_lo, d_hi / t_hi) * 1000
+    return lo, d / c * 1000, hi
+
+
+def true_frontier(tokens: np.ndarray, quality: np.ndarray) -> np.ndarray:
+    """The frontier from exact per-arm quantities: tokens [K] and a pairwise win-balance matrix [K, K]
+    (quality[i, j] > 0: i stronger). Off when another arm is at most as costly and at least as strong, one of
+    the two strictly. Used by the benchmark's known truth."""
+    t = np.asarray(tokens, dtype=float)
+    q = np.asarray(quality, dtype=float)
+    k = t.size
+    on = np.ones(k, dtype=bool)
+    for i in range(k):
+        for j in range(k):
+            if i != j and t[j] <= t[i] and q[j, i] >= 0 and (t[j] < t[i] or q[j, i] > 0):
+                on[i] = False
+    return on

@@ -1,0 +1,179 @@
+"""Adaptive sweeps (issue 29): tokens saved, decision error and interval coverage on replays with known truth.
+
+    PYTHONPATH=$PWD python3 benchmarks/bench_adaptive.py [REPLAYS=100] [DEMO_RUN ...]
+
+Scenarios (each replayed REPLAYS times with the replay executor, coordinator/replay.py):
+- synthetic-12: 12 arms, 600 tasks in 3 families, the expensive arms clearly dominated;
+- close-frontier: 8 arms, 600 tasks, frontier arms with close neighbours (0.05 logit apart);
+- too-close: 6 arms of equal strength at rising cost: no decision can be made (spend the grid, say open);
+- demo run(s): the stored results of `ept demo` runs given on the command line (the ledger run folder).
+Synthetic runs are drawn afresh for every replay from a known model (score ~ Bernoulli(sigmoid(a_arm - d_task)),
+tokens ~ cost_arm * lognormal), so truth is the model: the true win balance of two arms on binary scores is
+the difference of their mean accuracies, the true tokens/task the model's mean. A demo run is one fixed run;
+its replays differ in the random task order and its truth is the full grid itself (the population replayed).
+Reported: token share of the full grid (mean, min, max), per-arm decision error (a confident on/off decision
+contradicting the truth; worst arm, with its 95% Clopper-Pearson upper bound as the Monte-Carlo error), the
+share of arms decided, and the coverage of the report's intervals (tokens/task and ΔElo vs the anchor).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.special import expit
+from scipy.stats import beta
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from elo_per_token.analysis.run_table import RunTable, read_run_table
+from elo_per_token.analysis.sequential import OFF, ON, elo_from_balance, true_frontier
+from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
+from elo_per_token.coordinator.replay import full_decisions, replay_adaptive
+
+FAMILIES = ("code", "math", "tool_use")
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    ability: tuple[float, ...]
+    cost: tuple[float, ...]
+    tasks: int = 600
+    sigma_tokens: float = 0.35
+
+    def draw(self, rng: np.random.Generator) -> RunTable:
+        """One full run of the model: every arm on every task."""
+        k, t = len(self.ability), self.tasks
+        fam = [FAMILIES[i % 3] for i in range(t)]
+        offset = np.asarray([{"code": 0.3, "math": -0.2, "tool_use": 0.0}[f] for f in fam])
+        d = rng.normal(0.0, 1.2, t) + offset - 1.0  # task difficulty (negative: easy)
+        p = expit(np.asarray(self.ability)[None, :] - d[:, None])
+        scores = (rng.uniform(size=(t, k)) < p).astype(float)
+        length = rng.lognormal(0.0, 0.3, t)[:, None]  # long tasks cost every arm more
+        tokens = np.round(np.asarray(self.cost)[None, :] * length * rng.lognormal(0.0, self.sigma_tokens, (t, k)))
+        arms = [f"arm{i:02d}" for i in range(k)]
+        return RunTable(tasks=[f"t{i:04d}" for i in range(t)], families=fam, arms=arms, strategies=arms,
+                        budgets=[1] * k, scores=scores, tokens=tokens)  # fmt: skip
+
+    def truth(self) -> tuple[np.ndarray, np.ndarray]:
+        """(true tokens/task [K], true win balance [K, K]) by quadrature over 400k task draws."""
+        rng = np.random.default_rng(12345)
+        n = 400_000
+        offset = np.tile([0.3, -0.2, 0.0], n // 3 + 1)[:n]
+        d = rng.normal(0.0, 1.2, n) + offset - 1.0
+        acc = expit(np.asarray(self.ability)[None, :] - d[:, None]).mean(axis=0)
+        mean_tok = np.asarray(self.cost) * np.exp(0.3**2 / 2) * np.exp(self.sigma_tokens**2 / 2)
+        return mean_tok, acc[:, None] - acc[None, :]
+
+
+SYNTH = [
+    Model("synthetic-12 (expensive arms dominated)",
+          ability=(0.0, 0.6, 1.0, 1.3, 1.5, 0.7, 0.4, 0.5, 0.2, 0.3, -0.1, 0.1),
+          cost=(500, 900, 1500, 2500, 4000, 6000, 9000, 13000, 18000, 24000, 32000, 45000)),
+    Model("close-frontier (neighbours 0.05 logit apart)",
+          ability=(0.0, 0.5, 0.55, 1.0, 1.05, 1.1, 0.2, -0.2),
+          cost=(600, 1200, 1300, 3000, 3300, 3600, 9000, 15000)),
+    Model("too-close (equal arms)", ability=(1.0,) * 6, cost=(1000, 1500, 2000, 3000, 4000, 6000), tasks=300),
+]  # fmt: skip
+
+
+@dataclass
+class Tally:
+    share: list[float]
+    wrong: np.ndarray  # [K] confident wrong decisions
+    decided: np.ndarray  # [K] confident decisions
+    cover_tok: list[bool]
+    cover_elo: list[bool]
+    agree: list[float]  # share of arms whose decision equals the full grid's point frontier (decided arms)
+    replays: int = 0
+
+
+def _score(t: Tally, out: object, truth_on: np.ndarray, tok: np.ndarray, bal: np.ndarray) -> None:
+    res = out.result  # type: ignore[attr-defined]
+    t.share.append(out.token_share)  # type: ignore[attr-defined]
+    anchor = res.arms.index(res.anchor)
+    for i, r in enumerate(res.reports):
+        wrong = (r.status == ON and not truth_on[i]) or (r.status == OFF and truth_on[i])
+        t.wrong[i] += wrong
+        t.decided[i] += r.status in (ON, OFF)
+        t.cover_tok.append(r.tokens_lo <= tok[i] <= r.tokens_hi)
+        if i != anchor and r.d_elo_lo is not None:
+            true_d = float(elo_from_balance(bal[i, anchor]))
+            t.cover_elo.append(r.d_elo_lo - 1e-9 <= true_d <= r.d_elo_hi + 1e-9)
+    full = out.truth  # type: ignore[attr-defined]
+    dec = [(r.status == ON) == f for r, f in zip(res.reports, full, strict=True) if r.status in (ON, OFF)]
+    t.agree.append(float(np.mean(dec)) if dec else float("nan"))
+    t.replays += 1
+
+
+def run_model(m: Model, replays: int, settings: AdaptiveSettings) -> Tally:
+    tok, bal = m.truth()
+    truth_on = true_frontier(tok, bal)
+    k = len(m.ability)
+    t = Tally([], np.zeros(k), np.zeros(k), [], [], [])
+    for r in range(replays):
+        table = m.draw(np.random.default_rng(1000 + r))
+        out = replay_adaptive(table, AdaptiveSettings(**{**settings.__dict__, "seed": r}))
+        _score(t, out, truth_on, tok, bal)
+    return t
+
+
+def run_stored(path: str, replays: int, settings: AdaptiveSettings) -> Tally:
+    table = read_run_table([path])
+    from elo_per_token.coordinator.adaptive import task_weights
+
+    w = task_weights(table.families, None)
+    seen = ~np.isnan(table.scores)
+    k = len(table.arms)
+    bal = np.zeros((k, k))
+    for i in range(k):
+        for j in range(k):
+            both = seen[:, i] & seen[:, j]
+            bal[i, j] = float(np.mean(w[both] * np.sign(table.scores[both, i] - table.scores[both, j])))
+    tok = np.nanmean(table.tokens, axis=0)
+    truth_on = np.asarray(full_decisions(table))
+    t = Tally([], np.zeros(k), np.zeros(k), [], [], [])
+    for r in range(replays):
+        _score(t, replay_adaptive(table, AdaptiveSettings(**{**settings.__dict__, "seed": r})), truth_on, tok, bal)
+    return t
+
+
+def _line(name: str, t: Tally, secs: float) -> str:
+    n = t.replays
+    worst = int(t.wrong.max())
+    hi = float(beta.ppf(0.95, worst + 1, n - worst)) if worst < n else 1.0
+    share = np.asarray(t.share)
+    agree = np.asarray([a for a in t.agree if np.isfinite(a)])
+    return (
+        f"| {name} | {n} | {share.mean():.1%} (min {share.min():.1%}, max {share.max():.1%}) | "
+        f"{worst}/{n} = {worst / n:.1%} (95% upper {hi:.1%}) | {t.decided.sum() / (n * t.wrong.size):.0%} | "
+        f"{np.mean(t.cover_tok):.1%} ({len(t.cover_tok)}) | "
+        f"{(np.mean(t.cover_elo) if t.cover_elo else float('nan')):.1%} ({len(t.cover_elo)}) | "
+        f"{(agree.mean() if agree.size else float('nan')):.1%} | {secs:.0f} s |"
+    )
+
+
+def main() -> None:
+    replays = int(sys.argv[1]) if len(sys.argv) > 1 else 100
+    stored = sys.argv[2:]
+    settings = AdaptiveSettings()
+    print(f"settings: alpha={settings.alpha}, rounds={settings.rounds}, min_rounds={settings.min_rounds}")
+    print("| run | replays | tokens vs full grid | worst arm's decision error | arms decided | "
+          "coverage tokens/task | coverage ΔElo | agreement with full grid | time |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    for m in SYNTH:
+        t0 = time.perf_counter()
+        t = run_model(m, replays, settings)
+        print(_line(m.name, t, time.perf_counter() - t0), flush=True)
+    for path in stored:
+        t0 = time.perf_counter()
+        t = run_stored(path, replays, settings)
+        print(_line(f"stored run {Path(path).name}", t, time.perf_counter() - t0), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,287 @@
+"""The adaptive sweep's round loop (issue 29): tasks in rounds, arms that are settled stop receiving tasks.
+
+Tasks are put in one random order, stratified by family (each round holds every family in proportion), and
+cut into `rounds` rounds; every arm still running gets the same tasks in a round. After each round the
+stopping statistics (analysis/sequential.py) re-assess every arm: off the frontier (confidently dominated),
+on it (confidently not dominated by any arm still in question), or open. The sweep stops when no arm needs
+more data, at the token cap, or when the grid is exhausted, and says per arm why it stopped.
+
+The loop does no I/O: a `runner` runs one round (the replay executor, coordinator/replay.py; the live sweep,
+coordinator/adaptive_sweep.py) and returns (score, tokens) per (task, arm). With the same seed the task order
+and every decision are a function of the results, so a resumed sweep replays its finished rounds from the
+ledger and continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from elo_per_token.analysis.sequential import (
+    OFF,
+    ON,
+    OPEN,
+    Assessment,
+    assess,
+    decision_z,
+    elo_from_balance,
+    needs_data,
+    pair_stats,
+    report_z,
+    step_per_1k,
+)
+from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
+
+__all__ = ["AdaptiveResult", "ArmReport", "round_bounds", "run_adaptive", "task_order"]
+
+# One round's results: (task index, arm index) -> (score, tokens per task); a missing key is a job that failed.
+RoundResults = Mapping[tuple[int, int], tuple[float, float]]
+Runner = Callable[[int, list[int], list[int]], RoundResults]
+
+
+def task_order(families: Sequence[str], seed: int) -> list[int]:
+    """A random order of the tasks, stratified by family: each family's tasks shuffled and spread evenly, so
+    every prefix (every round) holds each family in proportion to its size."""
+    rng = np.random.default_rng(seed)
+    fam = np.asarray(families, dtype=object)
+    key = np.empty(fam.size)
+    for f in sorted(set(families)):
+        idx = np.flatnonzero(fam == f)
+        rank = rng.permutation(idx.size)
+        key[idx] = (rank + rng.uniform(0.0, 1.0)) / idx.size  # one offset per family: no family always first
+    return [int(i) for i in np.lexsort((rng.permutation(fam.size), key))]
+
+
+def round_bounds(n_tasks: int, rounds: int) -> list[tuple[int, int]]:
+    """(start, stop) positions in the task order of each round: `rounds` near-equal slices."""
+    edges = np.linspace(0, n_tasks, min(rounds, max(n_tasks, 1)) + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in itertools.pairwise(edges) if b > a]
+
+
+@dataclass
+class ArmReport:
+    """What the report says of one arm: decision, why it stopped, tasks and tokens spent, intervals."""
+
+    arm: str
+    status: str
+    reason: str
+    tasks: int
+    tokens: float
+    stopped_round: int | None
+    tokens_per_task: float
+    tokens_lo: float
+    tokens_hi: float
+    d_elo: float | None  # vs the anchor (the cheapest arm), from the win balance
+    d_elo_lo: float | None
+    d_elo_hi: float | None
+    per_1k: tuple[float, float, float] | None = None  # vs the next-cheaper on-frontier arm
+
+
+@dataclass
+class AdaptiveResult:
+    arms: list[str]
+    reports: list[ArmReport]
+    rounds_run: int
+    rounds_planned: int
+    tokens_spent: float
+    stop_reason: str
+    anchor: str
+    order: list[int]
+    assessment: Assessment | None
+    z_report: float
+    history: list[dict[str, object]] = field(default_factory=list)
+
+    @property
+    def frontier(self) -> dict[str, str]:
+        return {r.arm: r.status for r in self.reports}
+
+
+@dataclass
+class _State:
+    k: int
+    scores: list[np.ndarray] = field(default_factory=list)  # one [K] row per task run, in the task order
+    tokens: list[np.ndarray] = field(default_factory=list)
+    weights: list[float] = field(default_factory=list)
+    spent: float = 0.0
+    stopped: dict[int, int] = field(default_factory=dict)  # arm -> round after which it stopped
+
+    def add_round(self, tasks: list[int], arms: list[int], res: RoundResults, w: np.ndarray) -> None:
+        for t in tasks:
+            s_row, t_row = np.full(self.k, np.nan), np.full(self.k, np.nan)
+            for a in arms:
+                if (t, a) in res:
+                    sc, tk = res[(t, a)]
+                    s_row[a], t_row[a] = float(sc), float(tk)
+                    self.spent += float(tk)
+            self.scores.append(s_row)
+            self.tokens.append(t_row)
+            self.weights.append(float(w[t]))
+
+    def matrices(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if not self.scores:
+            return np.empty((0, self.k)), np.empty((0, self.k)), np.empty(0)
+        return np.vstack(self.scores), np.vstack(self.tokens), np.asarray(self.weights)
+
+
+def task_weights(families: Sequence[str], weights: Mapping[str, float] | None) -> np.ndarray:
+    """w_f / pi_f per task: family weight (normalised; default equal) over the family's share of the pool."""
+    fams = sorted(set(families))
+    raw = {f: float((weights or {}).get(f, 1.0 if not weights else 0.0)) for f in fams}
+    total = sum(raw.values()) or 1.0
+    share = {f: sum(1 for x in families if x == f) / len(families) for f in fams}
+    return np.asarray([raw[f] / total / share[f] for f in families])
+
+
+def _width_ok(a: Assessment, tok: np.ndarray, z: float, width: float | None) -> list[bool] | None:
+    """Per arm: its ΔElo-per-1k step over the next-cheaper on-arm is resolved to `width` (None: no rule)."""
+    if width is None:
+        return None
+    order = np.argsort(tok)
+    ok = [True] * len(a.status)
+    prev = None
+    for i in (int(x) for x in order):
+        if a.status[i] != ON:
+            continue
+        if prev is not None:
+            step = step_per_1k(a.stats, i, prev, z)
+            ok[i] = step is not None and step[2] - step[0] <= width
+        prev = i
+    return ok
+
+
+def run_adaptive(
+    families: Sequence[str],
+    arms: Sequence[str],
+    runner: Runner,
+    settings: AdaptiveSettings,
+    *,
+    weights: Mapping[str, float] | None = None,
+    on_round: Callable[[dict[str, object]], None] | None = None,
+) -> AdaptiveResult:
+    """Run the adaptive sweep over tasks 0..T-1 (families[t] is task t's family) and `arms` with `runner`."""
+    settings.check()
+    k = len(arms)
+    order = task_order(families, settings.seed)
+    bounds = round_bounds(len(order), settings.rounds)
+    w = task_weights(families, weights)
+    first = min(settings.min_rounds, len(bounds))
+    looks = len(bounds) - first + 1  # decisions (and a stop) happen only from round `first` on
+    z_dec = decision_z(settings.alpha, looks, k)
+    min_tasks = bounds[first - 1][1]
+    st = _State(k)
+    active = list(range(k))
+    a: Assessment | None = None
+    history: list[dict[str, object]] = []
+    stop_reason = "grid exhausted"
+    for r, (lo, hi) in enumerate(bounds):
+        tasks = order[lo:hi]
+        st.add_round(tasks, active, runner(r, tasks, active), w)
+        s, t, ww = st.matrices()
+        a = assess(pair_stats(s, t, ww), z_dec, min_tasks)
+        need = needs_data(a, _width_ok(a, _mean_tokens(t), z_dec, settings.width))
+        for i in active:
+            if not need[i]:
+                st.stopped[i] = r
+        active = [i for i in active if need[i]]
+        event = {"round": r + 1, "rounds": len(bounds), "tasks": hi, "tokens": st.spent,
+                 "running": [arms[i] for i in active], "status": dict(zip(arms, a.status, strict=True))}  # fmt: skip
+        history.append(event)
+        if on_round is not None:
+            on_round(event)
+        if not active:
+            stop_reason = "every arm settled"
+            break
+        if settings.max_tokens is not None and r + 1 < len(bounds):
+            nxt = _next_round_cost(t, active, bounds[r + 1])
+            if st.spent + nxt > settings.max_tokens:
+                stop_reason = (f"token cap: spent {st.spent:,.0f}, the next round would cost ~{nxt:,.0f} more "
+                               f"(cap {settings.max_tokens:,.0f})")  # fmt: skip
+                break
+    s, t, ww = st.matrices()
+    z_rep = report_z(settings.alpha, looks)
+    reports, anchor = _reports(arms, s, t, ww, a, st, z_rep, stop_reason)
+    return AdaptiveResult(
+        arms=list(arms), reports=reports, rounds_run=len(history), rounds_planned=len(bounds), tokens_spent=st.spent,
+        stop_reason=stop_reason, anchor=anchor, order=order, assessment=a, z_report=z_rep, history=history,
+    )  # fmt: skip
+
+
+def _mean_tokens(t: np.ndarray) -> np.ndarray:
+    """Tokens per task of each arm over the tasks it ran (NaN for an arm with none, without a warning)."""
+    n = (~np.isnan(t)).sum(axis=0)
+    total = np.nansum(t, axis=0)
+    out: np.ndarray = np.where(n > 0, total / np.maximum(n, 1), np.nan)
+    return out
+
+
+def _next_round_cost(t: np.ndarray, active: list[int], nxt: tuple[int, int]) -> float:
+    """Tokens the next round will likely spend: its tasks x the running arms' mean tokens per task so far."""
+    per_task = _mean_tokens(t[:, active]) if t.size and active else np.zeros(0)
+    return float(np.nansum(per_task)) * (nxt[1] - nxt[0])
+
+
+def _reason(i: int, arms: Sequence[str], a: Assessment, n: int, stopped: int | None, stop_reason: str) -> str:
+    status = a.status[i]
+    when = f"after {n} tasks (round {stopped + 1})" if stopped is not None else f"ran to the end ({n} tasks)"
+    if status == OFF:
+        dom = a.dominated_by[i]
+        return f"off the frontier: {arms[dom] if dom is not None else '?'} is cheaper and stronger; stopped {when}"
+    if status == ON:
+        if stopped is not None:
+            return f"on the frontier: no arm in question can dominate it; stopped {when}"
+        return f"on the frontier; kept running while open arms were compared with it; {when}"
+    return f"decision stayed open ({stop_reason}); {when}"
+
+
+def _reports(
+    arms: Sequence[str],
+    s: np.ndarray,
+    t: np.ndarray,
+    w: np.ndarray,
+    a: Assessment | None,
+    st: _State,
+    z: float,
+    stop_reason: str,
+) -> tuple[list[ArmReport], str]:
+    """Per arm: decision, reason, spend and intervals at the report's z (alpha spent over the rounds)."""
+    ran = ~np.isnan(t)
+    n = ran.sum(axis=0)
+    tok = _mean_tokens(t) if t.size else np.full(len(arms), np.nan)
+    anchor = int(np.nanargmin(np.where(np.isnan(tok), np.inf, tok))) if len(arms) else 0
+    stats = a.stats if a is not None else pair_stats(s, t, w)
+    out = []
+    for i, arm in enumerate(arms):
+        col = t[ran[:, i], i]
+        sd = float(col.std(ddof=1)) if col.size > 1 else float("nan")
+        half = z * sd / np.sqrt(max(col.size, 1))
+        d = lo = hi = None
+        if i != anchor and stats.n[i, anchor] > 0:
+            q, qse = stats.q[i, anchor], stats.q_se[i, anchor]
+            d, lo, hi = (float(v) for v in elo_from_balance(np.array([q, q - z * qse, q + z * qse])))
+        elif i == anchor:
+            d = lo = hi = 0.0
+        status = a.status[i] if a is not None else OPEN
+        reason = _reason(i, arms, a, int(n[i]), st.stopped.get(i), stop_reason) if a is not None else stop_reason
+        out.append(ArmReport(
+            arm=arm, status=status, reason=reason, tasks=int(n[i]), tokens=float(np.nansum(col)),
+            stopped_round=st.stopped.get(i), tokens_per_task=float(tok[i]), tokens_lo=float(tok[i] - half),
+            tokens_hi=float(tok[i] + half), d_elo=d, d_elo_lo=lo, d_elo_hi=hi,
+        ))  # fmt: skip
+    _add_steps(out, stats, tok, a, z)
+    return out, arms[anchor] if arms else ""
+
+
+def _add_steps(out: list[ArmReport], stats: object, tok: np.ndarray, a: Assessment | None, z: float) -> None:
+    """ΔElo per 1k tokens of each on-frontier arm over the next-cheaper on-frontier arm (None: unresolved)."""
+    if a is None:
+        return
+    prev = None
+    for i in (int(x) for x in np.argsort(tok)):
+        if a.status[i] != ON:
+            continue
+        if prev is not None:
+            out[i].per_1k = step_per_1k(a.stats, i, prev, z)
+        prev = i

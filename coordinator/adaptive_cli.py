@@ -1,0 +1,125 @@
+"""Commands and CLI glue of adaptive sweeps: `ept sweep --adaptive`, `ept replay-adaptive RUN`, and the
+adaptive lines of `ept status`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from elo_per_token.coordinator.plan import Plan
+
+__all__ = ["finish_adaptive", "print_state", "replay_adaptive_cmd"]
+
+
+def finish_adaptive(plan: Plan, profile: Any, base_url: str | None, *, analyze: bool = True) -> None:
+    """Run the plan adaptively, compact, print the adaptive report (and the usual Elo table); exit non-zero
+    when interrupted (a rerun resumes) or when jobs failed."""
+    from elo_per_token.analysis.report import make_console, print_report
+    from elo_per_token.contracts.errors import EXIT_FAILED, EXIT_INTERRUPTED
+    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.coordinator.adaptive_report import print_adaptive
+    from elo_per_token.coordinator.adaptive_sweep import run_adaptive_sweep
+    from elo_per_token.coordinator.sweep import _compact, analyze_run, print_summary
+
+    console = make_console()
+    res = run_adaptive_sweep(plan, profile=profile, base_url=base_url, console=make_console(stderr=True))
+    failed = sum(o.tally.failed for o in res.outcomes)
+    tokens = sum(o.tally.tokens for o in res.outcomes)
+    console.print(f"\n[bold]run {plan.run_id}[/] (adaptive) · {len(res.outcomes)} round(s) · tokens this session "
+                  f"{tokens:,} · {failed} failed job(s) · {res.elapsed_s:.1f}s", highlight=False)  # fmt: skip
+    if not res.completed or res.result is None:
+        last = res.outcomes[-1] if res.outcomes else None
+        if last is not None:  # the stopped round's own summary: failures, an egress stop and its fix
+            print_summary(last, console)
+        console.print("[yellow]adaptive sweep stopped[/]: rerun the same command to resume (finished rounds are "
+                      "replayed from the ledger, no job runs twice)")  # fmt: skip
+        raise typer.Exit(last.exit_code if last is not None and last.exit_code else EXIT_INTERRUPTED)
+    ledger = open_ledger(plan.ledger)
+    console.print(_compact(ledger, plan.run_id), highlight=False)
+    print_adaptive(res.result, console)
+    if analyze:
+        analysis, err = analyze_run(plan, ledger)
+        if analysis is not None:
+            console.print("Elo table of the tasks each arm ran (bootstrap intervals: not adjusted for the adaptive "
+                          "stopping; the adaptive table above is)", highlight=False)  # fmt: skip
+            print_report(analysis, console)
+        elif err:
+            console.print(f"[yellow]no Elo table:[/] {err}", highlight=False)
+    if failed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _number(v: Any) -> float:
+    """A number from the state blob, 0 for anything else (the blob is read back from storage)."""
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and v == v else 0.0
+
+
+def print_state(ledger: Any, run_id: str, console: Any) -> None:
+    """`ept status`: the adaptive sweep's last finished round and the arms still running (nothing otherwise)."""
+    from rich.markup import escape
+
+    from elo_per_token.coordinator.adaptive_state import read_state
+
+    st = read_state(ledger, run_id)
+    if st is None:
+        return
+    r_raw, s_raw = st.get("running"), st.get("status")
+    running: list[Any] = r_raw if isinstance(r_raw, list) else []
+    status: dict[str, Any] = s_raw if isinstance(s_raw, dict) else {}
+    head = (f"adaptive: round {st.get('round', '?')} of {st.get('rounds', '?')} finished · {st.get('tasks', '?')} tasks · "
+            f"{_number(st.get('tokens')):,.0f} tokens")  # fmt: skip
+    if st.get("finished"):
+        open_arms = sorted(k for k, v in status.items() if v == "open")
+        console.print(escape(f"{head} · sweep finished: {st.get('stop_reason', '?')} (jobs left pending are not "
+                             f"needed); decisions still open: {', '.join(open_arms) or 'none'}"), highlight=False)  # fmt: skip
+    else:
+        console.print(escape(f"{head} · arms still running ({len(running)}): {', '.join(map(str, running)) or 'none'}"),
+                      highlight=False)  # fmt: skip
+    settled = {k: v for k, v in status.items() if v != "open"}
+    if settled:
+        console.print(escape("settled: " + ", ".join(f"{k} ({v})" for k, v in sorted(settled.items()))), highlight=False)
+
+
+def replay_adaptive_cmd(
+    run: list[str] = typer.Argument(..., metavar="RUN", help="A finished full run: run folder, s3://…/runs/<id>, "
+                                    "or its JSONL/Parquet files."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random task order."),
+    alpha: float = typer.Option(0.05, "--alpha", help="Error budget per decision and per interval."),
+    rounds: int = typer.Option(10, "--rounds", help="Rounds the grid is cut into."),
+    min_rounds: int = typer.Option(2, "--min-rounds", help="Rounds before any decision."),
+    width: float = typer.Option(None, "--width", help="Resolve on-frontier arms' ΔElo-per-1k step to this width."),
+    max_tokens: float = typer.Option(None, "--max-tokens", help="Stop before a round that would pass this many tokens."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """How much would an adaptive sweep have saved on this run? Replays the adaptive policy on the run's stored
+    results (each job returns what it returned, with its real tokens) and compares with the full grid."""
+    import json
+
+    from elo_per_token.analysis.report import make_console
+    from elo_per_token.analysis.run_table import read_run_table
+    from elo_per_token.contracts.errors import InputError
+    from elo_per_token.coordinator.adaptive_report import adaptive_json, print_adaptive
+    from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
+    from elo_per_token.coordinator.replay import replay_adaptive
+
+    settings = AdaptiveSettings(alpha=alpha, rounds=rounds, min_rounds=min_rounds, width=width, seed=seed,
+                                max_tokens=max_tokens)  # fmt: skip
+    try:
+        settings.check()
+    except ValueError as e:
+        key = str(e).split(":")[0]
+        raise InputError(str(e).split(": ", 1)[-1], field=f"--{key.replace('_', '-')}") from None
+    table = read_run_table(run)
+    out = replay_adaptive(table, settings)
+    if as_json:
+        typer.echo(json.dumps({**adaptive_json(out.result, out.full_tokens), "full_grid_frontier": out.truth},
+                              default=str, sort_keys=True))  # fmt: skip
+        return
+    c = make_console()
+    print_adaptive(out.result, c, out.full_tokens)
+    agree = [r.status == ("on" if f else "off") for r, f in zip(out.result.reports, out.truth, strict=True)
+             if r.status != "open"]  # fmt: skip
+    c.print(f"decided {len(agree)} of {len(out.truth)} arms; {sum(agree)} agree with the full grid's frontier",
+            highlight=False)  # fmt: skip

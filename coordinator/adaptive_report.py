@@ -1,0 +1,50 @@
+"""The adaptive sweep's report: per arm the decision, why it stopped, tasks and tokens, and the intervals
+(their level holds under the adaptive stopping: alpha spent over the rounds, analysis/sequential.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from elo_per_token.coordinator.adaptive import AdaptiveResult
+
+__all__ = ["adaptive_json", "print_adaptive"]
+
+
+def _ci(v: float | None, lo: float | None, hi: float | None, fmt: str) -> str:
+    if v is None or lo is None or hi is None:
+        return "—"
+    return f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
+
+
+def print_adaptive(res: AdaptiveResult, console: Any, full_tokens: float | None = None) -> None:
+    """The per-arm table and one line on the sweep (rounds, tokens, why it stopped)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title=f"Adaptive sweep: {res.rounds_run} of {res.rounds_planned} rounds · stopped: {res.stop_reason} · "
+                    f"intervals hold under the adaptive stopping (z = {res.z_report:.2f}); anchor {res.anchor}")  # fmt: skip
+    for col in ("arm", "frontier", "tasks", "tokens/task [CI]", "ΔElo vs anchor [CI]", "ΔElo per 1k [CI]", "why it stopped"):
+        t.add_column(col)
+    for r in sorted(res.reports, key=lambda r: r.tokens_per_task):
+        step = r.per_1k
+        t.add_row(
+            escape(r.arm), r.status, str(r.tasks), _ci(r.tokens_per_task, r.tokens_lo, r.tokens_hi, ",.0f"),
+            _ci(r.d_elo, r.d_elo_lo, r.d_elo_hi, "+.0f"),
+            _ci(step[1], step[0], step[2], ".1f") if step else "—", escape(r.reason),
+        )  # fmt: skip
+    console.print(t)
+    early = [r for r in res.reports if r.stopped_round is not None and r.stopped_round + 1 < res.rounds_planned]
+    line = f"tokens spent {res.tokens_spent:,.0f}"
+    if full_tokens:
+        line += f" of the full grid's {full_tokens:,.0f} ({res.tokens_spent / full_tokens:.1%})"
+    line += f"; {len(early)} arm(s) stopped early: " + (", ".join(f"{r.arm} ({r.tasks} tasks)" for r in early) or "none")
+    console.print(escape(line), highlight=False)
+
+
+def adaptive_json(res: AdaptiveResult, full_tokens: float | None = None) -> dict[str, Any]:
+    """The report as JSON-ready data."""
+    return {
+        "rounds_run": res.rounds_run, "rounds_planned": res.rounds_planned, "stop_reason": res.stop_reason,
+        "tokens_spent": res.tokens_spent, "full_tokens": full_tokens, "anchor": res.anchor, "z": res.z_report,
+        "arms": [{k: v for k, v in r.__dict__.items()} for r in res.reports],
+    }  # fmt: skip

@@ -1,0 +1,68 @@
+"""The adaptive sweep's settings (issue 29): `[adaptive]` in a plan, validated with file, line and field.
+
+Kept free of numpy/scipy: every plan parse runs `check_adaptive`, and the statistics are imported only by
+a sweep that runs adaptively.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["AdaptiveSettings", "check_adaptive", "settings_from_table"]
+
+_KEYS: dict[str, type] = {"alpha": float, "rounds": int, "min_rounds": int, "width": float, "max_tokens": float}
+
+
+@dataclass(frozen=True)
+class AdaptiveSettings:
+    """alpha: error budget per arm decision and per interval; rounds: the grid is cut into this many rounds
+    (the looks the budget is spent over); min_rounds: rounds before any decision; width: an on-frontier arm
+    keeps running until its ΔElo-per-1k step over the next-cheaper frontier arm is resolved to this width
+    (None: the frontier decision alone settles it); max_tokens: stop before a round whose likely cost (the running arms'
+    tokens per task so far x its tasks) would pass it; the first round always runs."""
+
+    alpha: float = 0.05
+    rounds: int = 10
+    min_rounds: int = 2
+    width: float | None = None
+    seed: int = 0
+    max_tokens: float | None = None
+
+    def check(self) -> None:
+        """ValueError 'name: problem' for a value no sweep can use."""
+        if not 0 < self.alpha < 0.5:
+            raise ValueError(f"alpha: must be in (0, 0.5), got {self.alpha}")
+        if not 1 <= self.rounds <= 10_000:
+            raise ValueError(f"rounds: must be in 1..10000, got {self.rounds}")
+        if not 1 <= self.min_rounds <= self.rounds:
+            raise ValueError(f"min_rounds: must be in 1..rounds ({self.rounds}), got {self.min_rounds}")
+        if self.width is not None and not (math.isfinite(self.width) and self.width > 0):
+            raise ValueError(f"width: must be a positive number, got {self.width}")
+        if self.max_tokens is not None and not (math.isfinite(self.max_tokens) and self.max_tokens > 0):
+            raise ValueError(f"max_tokens: must be a positive number, got {self.max_tokens}")
+
+
+def settings_from_table(table: dict[str, Any], seed: int) -> AdaptiveSettings:
+    """Settings from a validated `[adaptive]` table (unknown keys ignored; check_adaptive refuses them)."""
+    kw = {k: _KEYS[k](val) for k, val in table.items() if k in _KEYS}
+    return AdaptiveSettings(seed=seed, **kw)
+
+
+def check_adaptive(table: Any, v: Any) -> None:
+    """Validate a plan's `[adaptive]` table (v: plan._V, so errors name file, line and field)."""
+    if table is None:
+        return
+    if not isinstance(table, dict):
+        raise v.err("must be a table: [adaptive]", "adaptive")
+    for key, val in table.items():
+        if key not in _KEYS:
+            raise v.err(f"unknown field (known: {', '.join(sorted(_KEYS))})", f"adaptive.{key}", key, "adaptive")
+        if isinstance(val, bool) or not isinstance(val, int | float) or (_KEYS[key] is int and not isinstance(val, int)):
+            raise v.err(f"must be a number, got {type(val).__name__}", f"adaptive.{key}", key, "adaptive")
+    try:
+        settings_from_table(table, 0).check()
+    except (ValueError, OverflowError) as e:
+        key = str(e).split(":")[0] if ":" in str(e) else "adaptive"
+        raise v.err(str(e).split(": ", 1)[-1], f"adaptive.{key}", key, "adaptive") from None

@@ -1,0 +1,125 @@
+"""`ept sweep --adaptive` (and `[adaptive]` in the plan): the round loop of coordinator/adaptive.py on the real
+executors.
+
+Each round's jobs (the round's tasks x the arms still running x replicates) go through sweep.execute, so the
+local executor and Celery work as in a full sweep (Celery enqueues only that round's jobs), finished jobs are
+skipped, and failures are recorded. After each round the run's results are read back from the ledger and the
+policy re-assesses. Resume: the task order and every decision are a function of the seed and the results, so
+rerunning the same command replays the finished rounds from the ledger (no job runs twice) and continues.
+The state after each round is written to the run's `adaptive.json` blob for `ept status`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.coordinator.adaptive import AdaptiveResult, RoundResults, run_adaptive
+from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings, settings_from_table
+from elo_per_token.coordinator.adaptive_state import write_state
+from elo_per_token.coordinator.plan import Plan
+
+__all__ = ["AdaptiveSweep", "run_adaptive_sweep", "settings_of"]
+
+
+def settings_of(plan: Plan) -> AdaptiveSettings:
+    """The plan's adaptive settings ([adaptive], defaults otherwise); the task order uses the plan's seed."""
+    table = dict(plan.raw.get("adaptive") or {})
+    # A plan-wide token cap (`--max-tokens`, when the plan has one) caps the adaptive sweep too.
+    cap = getattr(plan, "max_tokens", None)
+    if "max_tokens" not in table and isinstance(cap, int | float) and not isinstance(cap, bool) and cap > 0:
+        table["max_tokens"] = cap
+    return settings_from_table(table, plan.seed)
+
+
+@dataclass
+class AdaptiveSweep:
+    result: AdaptiveResult | None
+    outcomes: list[Any]  # the SweepOutcome of each round's execute
+    completed: bool
+    elapsed_s: float
+
+
+def _round_results(ledger: Any, run_id: str, tidx: dict[str, int], aidx: dict[str, int]) -> dict[tuple[int, int], tuple[float, float]]:
+    """Every (task, arm) result of the run so far, from the ledger (the same reading as a replay)."""
+    import numpy as np
+
+    from elo_per_token.analysis.run_table import read_run_table
+
+    try:
+        table = read_run_table([ledger.run_url(run_id)])
+    except InputError:
+        return {}  # nothing graded yet
+    out: dict[tuple[int, int], tuple[float, float]] = {}
+    for i, task in enumerate(table.tasks):
+        for j, arm in enumerate(table.arms):
+            s, t = table.scores[i, j], table.tokens[i, j]
+            if task in tidx and arm in aidx and np.isfinite(s) and np.isfinite(t):
+                out[(tidx[task], aidx[arm])] = (float(s), float(t))
+    return out
+
+
+def run_adaptive_sweep(plan: Plan, *, profile: Any, base_url: str | None = None, executor: str | None = None,
+                       console: Any = None, broker_url: str | None = None, run: Any = None) -> AdaptiveSweep:  # fmt: skip
+    """Run `plan` adaptively; each round through sweep.execute (module docstring)."""
+    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.coordinator.expand import expand, load_tasks
+
+    settings = settings_of(plan)
+    tasks = load_tasks(plan)
+    jobs = expand(plan, tasks)
+    by_cell: dict[tuple[str, str], list[Job]] = {}
+    for j in jobs:
+        by_cell.setdefault((j.task_id, j.arm), []).append(j)
+    task_ids = sorted({j.task_id for j in jobs})
+    fam = {j.task_id: j.family for j in jobs}
+    arms = sorted({j.arm for j in jobs})
+    ledger = open_ledger(plan.ledger)
+    t0 = time.monotonic()
+    rr = _RoundRunner(plan, by_cell, task_ids, arms, len(jobs), ledger,
+                      dict(profile=profile, base_url=base_url, executor=executor, console=console,
+                           broker_url=broker_url, run=run))  # fmt: skip
+    res: AdaptiveResult | None
+    try:
+        res = run_adaptive(
+            [fam[t] for t in task_ids], arms, rr, settings, weights=plan.weights or None,
+            on_round=lambda ev: write_state(ledger, plan.run_id, ev),
+        )  # fmt: skip
+    except _Stopped:
+        res = None
+    if res is not None:  # `ept status`: the sweep is over, the rest of the grid is not needed
+        last = res.history[-1] if res.history else {}
+        write_state(ledger, plan.run_id, {**last, "finished": True, "stop_reason": res.stop_reason})
+    return AdaptiveSweep(res, rr.outcomes, rr.completed, time.monotonic() - t0)
+
+
+class _RoundRunner:
+    """One round = one sweep.execute of the round's jobs, then the run's results read back from the ledger."""
+
+    def __init__(self, plan: Plan, by_cell: dict[tuple[str, str], list[Job]], task_ids: list[str], arms: list[str],
+                 n_jobs: int, ledger: Any, kw: dict[str, Any]) -> None:  # fmt: skip
+        self.plan, self.by_cell, self.task_ids, self.arms = plan, by_cell, task_ids, arms
+        self.n_jobs, self.ledger, self.kw = n_jobs, ledger, kw
+        self.tidx = {t: i for i, t in enumerate(task_ids)}
+        self.aidx = {a: i for i, a in enumerate(arms)}
+        self.outcomes: list[Any] = []
+        self.completed = True
+
+    def __call__(self, r: int, tids: list[int], aids: list[int]) -> RoundResults:
+        from elo_per_token.coordinator.sweep import execute
+
+        todo = [j for t in tids for a in aids for j in self.by_cell.get((self.task_ids[t], self.arms[a]), [])]
+        out = execute(self.plan, todo, analyze=False, compact=False, manifest_jobs=self.n_jobs, **self.kw)
+        self.outcomes.append(out)
+        if not out.completed:
+            self.completed = False
+            raise _Stopped
+        got = _round_results(self.ledger, self.plan.run_id, self.tidx, self.aidx)
+        return {(t, a): got[(t, a)] for t in tids for a in aids if (t, a) in got}
+
+
+class _Stopped(Exception):
+    """A round's execute was interrupted or stopped early: the sweep stops; a rerun resumes."""

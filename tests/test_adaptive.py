@@ -1,0 +1,331 @@
+"""Adaptive sweeps (issue 29): the stopping statistics, the round loop, the replay executor, and
+`ept sweep --adaptive` against the simulator on the local executor (interrupted, then resumed)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import tracemalloc
+
+import numpy as np
+import pytest
+from fixtures_plans import plan_toml
+from fixtures_sim import SIM_KEY
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy.special import expit
+
+from elo_per_token.analysis.run_table import RunTable
+from elo_per_token.analysis.sequential import OFF, ON, OPEN, assess, decision_z, pair_stats, report_z
+from elo_per_token.coordinator.adaptive import round_bounds, run_adaptive, task_order
+from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
+from elo_per_token.coordinator.replay import replay_adaptive, replay_runner
+
+
+def _table(ability, cost, tasks=600, seed=0) -> RunTable:
+    rng = np.random.default_rng(seed)
+    k = len(ability)
+    fam = [("a", "b", "c")[i % 3] for i in range(tasks)]
+    d = rng.normal(0, 1.2, tasks) - 1.0
+    scores = (rng.uniform(size=(tasks, k)) < expit(np.asarray(ability)[None, :] - d[:, None])).astype(float)
+    tokens = np.round(np.asarray(cost, dtype=float)[None, :] * rng.lognormal(0, 0.35, (tasks, k)))
+    arms = [f"arm{i}" for i in range(k)]
+    return RunTable([f"t{i}" for i in range(tasks)], fam, arms, arms, [1] * k, scores, tokens)
+
+
+def test_task_order_is_a_stratified_permutation_and_rounds_cover_the_grid():
+    fams = ["m"] * 60 + ["c"] * 30 + ["t"] * 30
+    order = task_order(fams, seed=3)
+    assert sorted(order) == list(range(120)) and order != list(range(120))
+    bounds = round_bounds(120, 10)
+    assert bounds[0][0] == 0 and bounds[-1][1] == 120 and len(bounds) == 10
+    for lo, hi in bounds:  # every round holds each family in proportion (12 tasks: 6 m, 3 c, 3 t, +-1)
+        got = [fams[i] for i in order[lo:hi]]
+        assert abs(got.count("m") - 6) <= 1 and abs(got.count("c") - 3) <= 1 and abs(got.count("t") - 3) <= 1
+    assert task_order(fams, seed=3) == order and task_order(fams, seed=4) != order
+
+
+def test_dominated_expensive_arms_stop_early_and_the_report_says_why():
+    table = _table((0.0, 1.0, 1.5, -0.5, -0.8), (500, 1500, 4000, 20000, 40000))
+    out = replay_adaptive(table, AdaptiveSettings(seed=1))
+    rep = {r.arm: r for r in out.result.reports}
+    for arm in ("arm3", "arm4"):
+        assert rep[arm].status == OFF and rep[arm].stopped_round is not None and rep[arm].tasks < 600
+        assert "off the frontier" in rep[arm].reason and "cheaper and stronger" in rep[arm].reason
+    assert out.token_share < 0.5  # the expensive arms are ~90% of the grid's tokens
+    assert not any(out.wrong) and out.truth == [True, True, True, False, False]
+    # The spend is the sum of what the replay returned: each job's real tokens, counted once.
+    ran = sum(r.tokens for r in out.result.reports)
+    assert out.result.tokens_spent == pytest.approx(ran)
+
+
+def test_width_keeps_frontier_arms_running_until_their_step_is_resolved():
+    table = _table((0.0, 1.2, 2.4, -0.5), (500, 1500, 4000, 30000), tasks=600, seed=4)
+    plain = replay_adaptive(table, AdaptiveSettings(seed=1)).result
+    loose = replay_adaptive(table, AdaptiveSettings(seed=1, width=1e9)).result
+    tight = replay_adaptive(table, AdaptiveSettings(seed=1, width=1e-6)).result
+    assert [r.status for r in plain.reports] == [ON, ON, ON, OFF]
+    assert loose.tokens_spent == plain.tokens_spent  # any resolved step is narrower than 1e9
+    # A width no interval reaches: the frontier arms above the cheapest run the whole grid.
+    assert tight.stop_reason == "grid exhausted" and tight.reports[2].tasks == 600 > plain.reports[2].tasks
+    step = tight.reports[2].per_1k
+    assert step is not None and step[0] < step[1] < step[2]  # ΔElo per 1k over arm1, with its interval
+
+
+def test_arms_too_close_spend_the_whole_grid_and_stay_open():
+    table = _table((1.0, 1.0, 1.0), (1000, 1200, 1400), tasks=300, seed=2)
+    out = replay_adaptive(table, AdaptiveSettings(seed=0))
+    assert out.result.stop_reason == "grid exhausted" and out.token_share > 0.95
+    statuses = [r.status for r in out.result.reports]
+    assert statuses[1:] == [OPEN, OPEN]  # never a confident wrong frontier for equal arms
+    assert all("stayed open" in r.reason for r in out.result.reports[1:])
+
+
+def test_token_cap_stops_the_sweep():
+    table = _table((0.0, 0.3, 0.6), (500, 900, 1300), tasks=300)
+    full = replay_adaptive(table, AdaptiveSettings())
+    assert full.result.tokens_spent > 200_000  # without a cap these arms run (nearly) the whole grid
+    out = replay_adaptive(table, AdaptiveSettings(max_tokens=200_000))
+    assert out.result.stop_reason.startswith("token cap") and "next round" in out.result.stop_reason
+    # Stopped before the round that would pass the cap: under it, and within about one round of it.
+    assert 200_000 - 30 * (500 + 900 + 1300) * 2 < out.result.tokens_spent <= 200_000
+    assert all("stayed open (token cap" in r.reason for r in out.result.reports if r.status == OPEN)
+
+
+def test_z_spends_the_error_budget_over_rounds_and_comparisons():
+    assert report_z(0.05, 1) == pytest.approx(1.95996, abs=1e-4)
+    assert report_z(0.05, 9) > report_z(0.05, 1)
+    assert decision_z(0.05, 9, 12) > report_z(0.05, 9)
+    with pytest.raises(ValueError):
+        report_z(0.0, 3)
+
+
+def test_a_run_of_ties_is_not_certainty():
+    s = np.ones((50, 2))  # both arms always right: 50 ties
+    t = np.column_stack([np.full(50, 100.0), np.full(50, 200.0)])
+    a = assess(pair_stats(s, t, np.ones(50)), z=3.0, min_tasks=10)
+    assert not a.stronger.any()
+    assert a.status == [ON, OPEN]  # the cheaper arm is on; the other could still be as strong: open
+
+
+_finite = st.one_of(st.floats(-1e12, 1e12), st.just(float("nan")), st.sampled_from([0.0, 1.0]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    k=st.integers(1, 6),
+    t=st.integers(0, 40),
+    data=st.data(),
+)
+def test_hostile_results_give_bounded_decisions_in_bounded_time_and_memory(k, t, data):
+    """Degenerate and hostile stored results (NaN, constant, huge, negative tokens, one task, no task): the
+    policy ends with a decision per arm, within the grid, fast and in little memory."""
+    scores = np.asarray(data.draw(st.lists(_finite, min_size=t * k, max_size=t * k)), dtype=float).reshape(t, k)
+    tokens = np.asarray(data.draw(st.lists(_finite, min_size=t * k, max_size=t * k)), dtype=float).reshape(t, k)
+    fams = [data.draw(st.sampled_from(["a", "b", "\u202e", ""])) for _ in range(t)]
+    if t == 0:
+        return
+    table = RunTable([f"t{i}" for i in range(t)], fams, [f"x{i}" for i in range(k)], ["s"] * k, [1] * k, scores, tokens)
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    out = replay_adaptive(table, AdaptiveSettings(rounds=data.draw(st.integers(1, 12)), min_rounds=1))
+    elapsed = time.perf_counter() - t0
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert elapsed < 20 and peak < 50 * 2**20
+    assert {r.status for r in out.result.reports} <= {ON, OFF, OPEN}
+    assert all(0 <= r.tasks <= t for r in out.result.reports)
+    assert out.result.rounds_run <= out.result.rounds_planned <= max(1, t)
+
+
+def test_failed_jobs_are_skipped_not_scored():
+    table = _table((0.0, 1.0), (500, 1500), tasks=60)
+    table.scores[::7, 1] = np.nan  # jobs the full run had no graded result for
+    runner = replay_runner(table)
+    got = runner(0, list(range(14)), [0, 1])
+    assert (0, 1) not in got and (1, 1) in got and len(got) == 14 * 2 - 2
+    res = run_adaptive(table.families, table.arms, runner, AdaptiveSettings())
+    assert res.reports[1].tasks == 60 - len(range(0, 60, 7))
+
+
+# ----------------------------------------------------------------- the sweep on the local executor
+
+
+def _adaptive_plan(tmp_path, name="ad1"):
+    from elo_per_token.coordinator.plan import parse_plan
+
+    body = plan_toml([("greedy", [1]), ("majority", [3])], {"adaptive": {"rounds": 3, "min_rounds": 1}},
+                     name=name, profile="sim-openai", suites=["math", "tool_use"], tasks_per_family=6, seed=3,
+                     ledger=tmp_path / name, concurrency=2, bootstrap_rounds=0)  # fmt: skip
+    return parse_plan(body)
+
+
+def test_plan_adaptive_table_is_validated_with_file_line_field():
+    from elo_per_token.contracts.errors import InputError
+    from elo_per_token.coordinator.plan import parse_plan
+
+    body = plan_toml([("greedy", [1])], {"adaptive": {"rounds": 0}}, name="x", suites=["math"])
+    with pytest.raises(InputError) as ei:
+        parse_plan(body, file="p.toml")
+    assert ei.value.field == "adaptive.rounds" and ei.value.file == "p.toml" and ei.value.line is not None
+    with pytest.raises(InputError) as ei:
+        parse_plan(plan_toml([("greedy", [1])], {"adaptive": {"bogus": 1}}, name="x", suites=["math"]))
+    assert ei.value.field == "adaptive.bogus"
+
+
+@pytest.mark.slow
+def test_adaptive_sweep_local_interrupted_then_resumed_loses_and_duplicates_nothing(tmp_path, make_sim, monkeypatch):
+    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.coordinator.adaptive_state import read_state
+    from elo_per_token.coordinator.adaptive_sweep import run_adaptive_sweep
+    from elo_per_token.worker.job import run_job
+
+    monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
+    sim = make_sim(api_key=SIM_KEY)
+    ref = run_adaptive_sweep(_adaptive_plan(tmp_path, "ref"), profile=sim.profile())
+    assert ref.completed and ref.result is not None
+    ref_keys = open_ledger(tmp_path / "ref").list_jobs("ref")
+
+    count, lock = [0], threading.Lock()
+
+    def stopping_run(job, provider):
+        with lock:
+            count[0] += 1
+            if count[0] == 15:  # mid-way through round 2: the coordinator is told to stop (SIGTERM)
+                os.kill(os.getpid(), signal.SIGTERM)
+        return run_job(job, provider)
+
+    plan = _adaptive_plan(tmp_path, "ad1")
+    first = run_adaptive_sweep(plan, profile=sim.profile(), run=stopping_run)
+    assert not first.completed and first.result is None
+    led = open_ledger(tmp_path / "ad1")
+    partial = led.list_jobs("ad1")
+    assert 0 < len(partial) < len(ref_keys)
+    state = read_state(led, "ad1")
+    assert state is not None and state["round"] == 1 and state["running"]
+    sim.control.reset()
+    again = run_adaptive_sweep(plan, profile=sim.profile())
+    assert again.completed and again.result is not None
+    # Nothing lost or duplicated: the same jobs as an uninterrupted sweep, none discarded as a duplicate,
+    # finished jobs not requested again, and the same decisions.
+    assert led.list_jobs("ad1") == ref_keys
+    assert sum(o.tally.duplicate for o in first.outcomes + again.outcomes) == 0
+    assert not (set(sim.control.stats()["by_job"]) & partial)
+    assert again.result.frontier == ref.result.frontier
+    assert again.result.tokens_spent == pytest.approx(ref.result.tokens_spent)
+    final = read_state(led, "ad1")
+    assert final is not None and final["round"] == again.result.rounds_run and final["finished"]
+
+
+@pytest.mark.slow
+def test_replay_of_a_full_run_makes_the_live_adaptive_sweeps_decisions(tmp_path, make_sim, monkeypatch):
+    """The replay executor returns what each job returned in the full run, with its real tokens: replaying a
+    full sweep gives the live adaptive sweep's decisions and spend (the simulator is deterministic), and
+    `ept replay-adaptive RUN --json` says the same."""
+    import json
+    import subprocess
+    import sys
+
+    from elo_per_token.analysis.run_table import read_run_table
+    from elo_per_token.coordinator.adaptive_sweep import run_adaptive_sweep, settings_of
+    from elo_per_token.coordinator.sweep import execute
+
+    monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
+    sim = make_sim(api_key=SIM_KEY)
+    plan = _adaptive_plan(tmp_path, "live")
+    live = run_adaptive_sweep(plan, profile=sim.profile())
+    assert live.completed and live.result is not None
+    full_plan = plan.with_overrides(name="full", ledger=str(tmp_path / "full"))
+    full = execute(full_plan, None, profile=sim.profile(), analyze=False)
+    assert full.completed and full.tally.failed == 0
+    run_dir = str(tmp_path / "full" / "runs" / "full")
+    out = replay_adaptive(read_run_table([run_dir]), settings_of(plan))
+    assert out.result.frontier == live.result.frontier
+    assert out.result.tokens_spent == pytest.approx(live.result.tokens_spent)
+    assert out.full_tokens == pytest.approx(full.tally.tokens)
+    cmd = [sys.executable, "-m", "elo_per_token", "replay-adaptive", run_dir]
+    res = subprocess.run([*cmd, "--seed", str(plan.seed), "--rounds", "3", "--min-rounds", "1", "--json"],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = json.loads(res.stdout)
+    assert got["tokens_spent"] == pytest.approx(live.result.tokens_spent)
+    assert {a["arm"]: a["status"] for a in got["arms"]} == live.result.frontier
+    bad = subprocess.run([*cmd, "--rounds", "0"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--rounds" in bad.stderr and not bad.stdout
+
+
+@settings(max_examples=80, deadline=None)
+@given(table=st.dictionaries(st.text(max_size=12), st.one_of(st.integers(-10**12, 10**12), st.floats(allow_nan=True),
+                                                          st.text(max_size=5), st.booleans(), st.none()), max_size=4))  # fmt: skip
+def test_hostile_adaptive_table_is_refused_with_its_field_or_accepted(table):
+    """An [adaptive] table in a user's plan: any content is either valid settings or an InputError naming
+    adaptive.<field>, quickly; never another exception."""
+    from elo_per_token.contracts.errors import InputError
+    from elo_per_token.coordinator.adaptive_settings import check_adaptive
+    from elo_per_token.coordinator.adaptive_sweep import settings_of
+    from elo_per_token.coordinator.plan import _V, Plan
+
+    t0 = time.perf_counter()
+    try:
+        check_adaptive(table, _V("p.toml", ""))
+    except InputError as e:
+        assert (e.field or "").startswith("adaptive") and e.file == "p.toml"
+    else:
+        plan = Plan(name="x", profile="p", suites=("math",), arms=(), raw={"adaptive": table})
+        settings_of(plan).check()
+    assert time.perf_counter() - t0 < 2
+
+
+@pytest.mark.slow
+def test_adaptive_sweep_cli_with_a_wrong_key_stops_with_the_egress_exit_and_no_secret(tmp_path, make_sim):
+    """`ept sweep --adaptive` through the CLI: a revoked key stops the round like a full sweep (exit 3, the fix
+    named), the adaptive sweep does not go on to the next round, and the key never appears in the output."""
+    import subprocess
+    import sys
+
+    sim = make_sim(api_key=SIM_KEY)
+    prof = tmp_path / "profiles.toml"
+    prof.write_text(f'[profiles.sim-test]\nprotocol = "openai"\nbase_url = "{sim.url}"\n'
+                    'api_key_env = "EPT_SIM_API_KEY"\nmodel = "ept-sim-1"\ntimeout = 10\n')  # fmt: skip
+    plan = tmp_path / "plan.toml"
+    plan.write_text(plan_toml([("greedy", [1]), ("majority", [3])], {"adaptive": {"rounds": 3}}, name="eg",
+                              profile="sim-test", suites=["math"], tasks_per_family=12, seed=3,
+                              ledger=tmp_path / "led", concurrency=1, bootstrap_rounds=0))  # fmt: skip
+    wrong = "sk-wrong-0123456789abcdefQRST"
+    env = {**os.environ, "EPT_PROFILES": str(prof), "EPT_SIM_API_KEY": wrong}
+    r = subprocess.run([sys.executable, "-m", "elo_per_token", "sweep", str(plan)], env=env, capture_output=True,
+                       text=True, timeout=300)  # fmt: skip
+    out = r.stdout + r.stderr
+    assert r.returncode == 3, out
+    assert "ept doctor" in out and "rerun the same command to resume" in out
+    assert wrong not in out and wrong[:-4] not in out  # at most the masked form sk-…QRST
+    assert sim.control.stats()["by_status"].get("200", 0) == 0
+    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.coordinator.adaptive_state import read_state
+
+    assert read_state(open_ledger(tmp_path / "led"), "eg") is None  # no round finished, none was started after
+
+
+@settings(max_examples=60, deadline=None)
+@given(blob=st.one_of(st.binary(max_size=200), st.dictionaries(st.sampled_from(["round", "rounds", "tasks", "tokens",
+       "running", "status", "finished", "stop_reason"]), st.one_of(st.none(), st.text(max_size=8), st.floats(),
+       st.integers(), st.lists(st.text(max_size=4), max_size=3), st.dictionaries(st.text(max_size=4),
+       st.text(max_size=4), max_size=3)), max_size=8).map(lambda d: __import__("json").dumps(d).encode())))  # fmt: skip
+def test_status_reads_a_hostile_adaptive_blob_without_crashing(tmp_path_factory, blob):
+    """`ept status` reads adaptive.json back from storage: any bytes there print a line or nothing, fast."""
+    import io
+
+    from rich.console import Console
+
+    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.coordinator.adaptive_cli import print_state
+    from elo_per_token.coordinator.adaptive_state import ADAPTIVE_BLOB
+
+    led = open_ledger(tmp_path_factory.mktemp("led"))
+    led.put_blob("r", ADAPTIVE_BLOB, blob)
+    buf = io.StringIO()
+    t0 = time.perf_counter()
+    print_state(led, "r", Console(file=buf, width=200))
+    assert time.perf_counter() - t0 < 2 and len(buf.getvalue()) < 20_000
