@@ -28,9 +28,10 @@ __all__ = ["AdaptiveSweep", "run_adaptive_sweep", "settings_of"]
 def settings_of(plan: Plan) -> AdaptiveSettings:
     """The plan's adaptive settings ([adaptive], defaults otherwise); the task order uses the plan's seed."""
     table = dict(plan.raw.get("adaptive") or {})
-    # A plan-wide token cap (`--max-tokens`, when the plan has one) caps the adaptive sweep too.
-    cap = getattr(plan, "max_tokens", None)
-    if "max_tokens" not in table and isinstance(cap, int | float) and not isinstance(cap, bool) and cap > 0:
+    # The run's token cap (`--max-tokens` / [budget] max_tokens) caps the adaptive rounds too (each round's
+    # execute also enforces it, counting every earlier session's tokens).
+    cap = plan.max_total_tokens
+    if "max_tokens" not in table and cap is not None and cap > 0:
         table["max_tokens"] = cap
     return settings_from_table(table, plan.seed)
 
