@@ -63,7 +63,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"${C[@]}" build -q
+"${C[@]}" build -q >"$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log" >&2; die "the project image did not build"; }
 say "project image built"
 "${C[@]}" up -d
 say "up -d: waiting for the coordinator"

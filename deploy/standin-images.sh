@@ -34,6 +34,8 @@ for t in "$PY_TAG" "$REDIS_TAG" "$WEED_TAG" "$FLOWER_TAG"; do
 done
 
 have() { [ "${EPT_STANDIN_FORCE:-0}" != 1 ] && docker image inspect "$1" >/dev/null 2>&1; }
+# docker build, quiet unless it fails (the classic builder's deprecation banner is noise here).
+dbuild() { docker build -q --network host "$@" >"$WORK/build.log" 2>&1 || { tail -30 "$WORK/build.log" >&2; exit 1; }; }
 log() { echo "standin: $* ($(date -u +%T))"; }
 
 WORK=$(mktemp -d)
@@ -71,7 +73,7 @@ RUN update-ca-certificates >/dev/null && printf 'deb $MIRROR $SUITE main\n' >/et
 ENV LANG=C.UTF-8 PIP_CERT=/etc/ssl/certs/ca-certificates.crt PIP_DISABLE_PIP_VERSION_CHECK=1
 CMD ["bash"]
 EOF
-    docker build -q --network host -t "$BASE" "$WORK/ctx-base" >/dev/null
+    dbuild -t "$BASE" "$WORK/ctx-base"
     docker rmi "$BASE.raw" >/dev/null
     log "$BASE built"
 }
@@ -82,7 +84,7 @@ build() {
     have "$tag" && { log "$tag present"; return; }
     ctx=$(mktemp -d -p "$WORK")
     cat >"$ctx/Dockerfile"
-    docker build -q --network host -t "$tag" "$ctx" >/dev/null
+    dbuild -t "$tag" "$ctx"
     log "$tag built"
 }
 
