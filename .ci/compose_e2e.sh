@@ -38,7 +38,7 @@ say "stand-in images ready"
 WORK=$(mktemp -d)
 PROJECT=ept-e2e
 canary() { echo "$1-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"; }
-REDIS_PW=$(canary e2e-redis); GRADER_PW=$(canary e2e-grader); S3_SECRET=$(canary e2e-s3)
+REDIS_PW=$(canary e2e-redis); GRADER_PW=$(canary e2e-grader); S3_SECRET=$(canary e2e-s3); FLOWER_PW=$(canary e2e-flower)
 SIM_KEY=$(canary sk-e2e-sim); OPENAI_KEY=$(canary sk-e2e-openai)
 cat >"$WORK/env" <<EOF
 REDIS_PASSWORD=$REDIS_PW
@@ -47,6 +47,7 @@ AWS_ACCESS_KEY_ID=e2e-ledger
 AWS_SECRET_ACCESS_KEY=$S3_SECRET
 EPT_SIM_API_KEY=$SIM_KEY
 OPENAI_API_KEY=$OPENAI_KEY
+FLOWER_PASSWORD=$FLOWER_PW
 EOF
 export EPT_ENV_FILE="$WORK/env"
 C=("${COMPOSE_BIN[@]}" -p "$PROJECT" --env-file "$WORK/env" -f docker-compose.yml -f deploy/compose.offline.yml)
@@ -108,12 +109,12 @@ for svc in redis s3 simulator worker grader coordinator flower; do
     case $svc in redis|simulator|grader|flower) grep -qF -- "$S3_SECRET" <<<"$envs" && die "S3 secret in $svc's environment";; esac
     case $svc in s3|simulator|grader) grep -qF -- "$REDIS_PW" <<<"$envs" && die "broker password in $svc's environment";; esac
     argv=$(docker inspect -f '{{.Path}} {{join .Args " "}}' "$id")
-    for s in "$REDIS_PW" "$GRADER_PW" "$S3_SECRET" "$SIM_KEY" "$OPENAI_KEY"; do
+    for s in "$REDIS_PW" "$GRADER_PW" "$S3_SECRET" "$SIM_KEY" "$OPENAI_KEY" "$FLOWER_PW"; do
         grep -qF -- "$s" <<<"$argv" && die "a secret is in $svc's command line"
     done
 done
 # Every process on the host (containers' processes included), as `ps` shows them to any user.
-for s in "$REDIS_PW" "$GRADER_PW" "$S3_SECRET" "$SIM_KEY" "$OPENAI_KEY"; do
+for s in "$REDIS_PW" "$GRADER_PW" "$S3_SECRET" "$SIM_KEY" "$OPENAI_KEY" "$FLOWER_PW"; do
     ps -eo args | grep -v grep | grep -qF -- "$s" && die "a secret is visible in ps"
 done
 # The grader's broker user may serve the grade queue only: enqueueing a sweep job is refused by Redis.
@@ -145,6 +146,27 @@ for host, port in (("s3", 8333), ("simulator", 8765)):
         continue
     raise SystemExit(f"grader reached {host}:{port}")
 print("grader: S3 and simulator unreachable")
+PY
+# Flower (published on 127.0.0.1 only) asks for its login.
+FLOWER_PW="$FLOWER_PW" python3 - <<'PY' || die "Flower answered without its login"
+import base64, os, time, urllib.error, urllib.request
+def get(auth=None):
+    req = urllib.request.Request("http://127.0.0.1:5555/")
+    if auth:
+        req.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+    try:
+        return urllib.request.urlopen(req, timeout=5).status
+    except urllib.error.HTTPError as e:
+        return e.code
+for _ in range(30):
+    try:
+        anon = get()
+        break
+    except OSError:
+        time.sleep(1)
+assert anon == 401, anon
+assert get("ept:" + os.environ["FLOWER_PW"]) == 200
+print("flower: 401 without its login, 200 with it")
 PY
 say "secrets: provider keys only in the workers, none in any argv; grader user cannot enqueue jobs"
 

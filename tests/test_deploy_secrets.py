@@ -32,6 +32,7 @@ CANARIES = {
     "AWS_SECRET_ACCESS_KEY": "canary-s3-secret-7e8f",
     "EPT_SIM_API_KEY": "sk-canary-sim-9a0b",
     "OPENAI_API_KEY": "sk-canary-openai-1c2d",
+    "FLOWER_PASSWORD": "canary-flower-pw-3e4f",
 }
 PROVIDER_KEYS = ("EPT_SIM_API_KEY", "OPENAI_API_KEY")
 
@@ -77,7 +78,8 @@ def test_each_service_holds_only_the_secrets_it_uses(resolved):
     assert holds["s3"] == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}, holds
     assert holds["grader"] == {"REDIS_GRADER_PASSWORD"}, holds
     assert holds["coordinator"] == {"REDIS_PASSWORD", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}, holds
-    assert holds["flower"] == {"REDIS_PASSWORD"}, holds
+    assert holds["flower"] == {"REDIS_PASSWORD", "FLOWER_PASSWORD"}, holds
+    assert _env(s["flower"])["FLOWER_BASIC_AUTH"] == "ept:" + CANARIES["FLOWER_PASSWORD"]  # a login, from the env
     assert holds["redis"] == {"REDIS_PASSWORD", "REDIS_GRADER_PASSWORD"}, holds
 
 
