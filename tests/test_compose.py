@@ -53,8 +53,9 @@ def test_compose_services_and_exposure(compose):
         assert p.get("host_ip") == "127.0.0.1"
     # Workers can be scaled: no fixed container name or host port.
     assert "container_name" not in svcs["worker"] and not svcs["worker"].get("ports")
-    # Redis requires the password from the env file, and workers use it in the broker URL.
-    assert "--requirepass" in svcs["redis"]["command"]
+    # Redis requires the password from the env file (through its environment, not argv), and workers use it.
+    assert svcs["redis"]["environment"]["REDIS_PASSWORD"] == "change-me-redis-password"
+    assert "change-me-redis-password" not in " ".join(svcs["redis"]["command"])
     assert svcs["worker"]["environment"]["EPT_BROKER_URL"].startswith("redis://:change-me-redis-password@redis:")
     assert svcs["coordinator"]["restart"] == "no"
     assert "http://simulator:8765/v1" in svcs["coordinator"]["command"]

@@ -235,16 +235,17 @@ def test_compose_config_passes_on_a_fresh_checkout_without_env(tmp_path: Path) -
     r = run("config", "-q")
     assert r.returncode == 0, r.stderr
     cfg = json.loads(run("config", "--format", "json").stdout)["services"]
-    # One password everywhere: the server, the workers' broker URL and Flower.
-    cmd = cfg["redis"]["command"]
-    password = cmd[cmd.index("--requirepass") + 1]
-    assert password.startswith("local-only-")
+    # One password everywhere: the server, the workers' broker URL and Flower; the grader has its own user.
+    password = cfg["redis"]["environment"]["REDIS_PASSWORD"]
+    grader_password = cfg["redis"]["environment"]["REDIS_GRADER_PASSWORD"]
+    assert password.startswith("local-only-") and grader_password.startswith("local-only-")
+    assert password not in " ".join(cfg["redis"]["command"])  # from the environment, not the command line
     brokers = {name: svc["environment"]["EPT_BROKER_URL"] for name, svc in cfg.items()
                if "EPT_BROKER_URL" in (svc.get("environment") or {})}  # fmt: skip
-    assert {"worker", "coordinator"} <= set(brokers)
-    assert set(brokers.values()) == {f"redis://:{password}@redis:6379/0"}, brokers
-    assert f"--broker=redis://:{password}@redis:6379/0" in cfg["flower"]["command"]
-    assert cfg["redis"]["environment"]["REDIS_PASSWORD"] == password
+    assert set(brokers) == {"worker", "coordinator", "grader"}, brokers
+    assert {brokers["worker"], brokers["coordinator"]} == {f"redis://:{password}@redis:6379/0"}, brokers
+    assert brokers["grader"] == f"redis://grader:{grader_password}@redis:6379/0"
+    assert cfg["flower"]["environment"]["CELERY_BROKER_URL"] == f"redis://:{password}@redis:6379/0"
     # S3: the server enforces the keys the clients use.
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         assert cfg["s3"]["environment"][k] == cfg["worker"]["environment"][k] == cfg["coordinator"]["environment"][k]

@@ -93,6 +93,16 @@ def test_wheel_has_one_top_level_package(wheel):
     assert "ept = elo_per_token.ept.cli:main" in entry
 
 
+def test_wheel_declares_its_license_as_an_spdx_expression(wheel):
+    # `project.license` as a table is deprecated by setuptools (unsupported from February 2027); an SPDX string
+    # needs setuptools >= 77, and the build requirement has an upper bound so a future major cannot break it.
+    assert _pyproject()["project"]["license"] == "Apache-2.0"
+    (req,) = _pyproject()["build-system"]["requires"]
+    assert re.fullmatch(r"setuptools>=(\d+),<(\d+)", req) and int(req.split(">=")[1].split(",")[0]) >= 77, req
+    meta = zipfile.ZipFile(wheel).read(next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith("METADATA")))
+    assert b"License-Expression: Apache-2.0" in meta
+
+
 _FOREIGN = "MARK = 'foreign'\n"
 
 _PROBE = """

@@ -241,13 +241,14 @@ def test_compose_keeps_redis_and_s3_off_the_host_and_sets_a_redis_password():
         assert "ports" not in svc, f"{name} publishes ports to the host"
         assert svc.get("network_mode") != "host"
     assert all(s.get("network_mode") != "host" for s in services.values())
+    # The password comes from the env file into Redis's environment and a config file, never its command line.
     cmd = " ".join(services["redis"]["command"])
-    m = re.search(r"--requirepass\s+(\S+)", cmd)
-    assert m and m.group(1).startswith("${REDIS_PASSWORD"), cmd  # from the env file, never a literal
-    # Every Redis client in the stack authenticates with that password.
+    assert "requirepass %s" in cmd and '"$$REDIS_PASSWORD"' in cmd and "--requirepass" not in cmd, cmd
+    assert services["redis"]["environment"]["REDIS_PASSWORD"].startswith("${REDIS_PASSWORD")
+    # Every Redis client in the stack authenticates: as the default user with that password, or as `grader`.
     urls = [str(v) for s in services.values() for v in (s.get("environment") or {}).values() if "redis://" in str(v)]
-    urls += [c for s in services.values() for c in (s.get("command") or []) if "redis://" in str(c)]
-    assert urls and all(":${REDIS_PASSWORD" in u for u in urls), urls
+    assert not [c for s in services.values() for c in (s.get("command") or []) if "redis://" in str(c)]
+    assert urls and all(":${REDIS_PASSWORD" in u or "grader:${REDIS_GRADER_PASSWORD" in u for u in urls), urls
     # Only loopback publishing anywhere (e.g. Flower's UI).
     for s in services.values():
         for p in s.get("ports") or []:

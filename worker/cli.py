@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 
@@ -28,12 +30,29 @@ def register(app: typer.Typer) -> None:
         capp = make_app(broker)
         argv = ["worker", "-P", "threads", "-c", str(concurrency), "-Q", queue, "-l", loglevel,
                 "--without-gossip", "--without-mingle"]  # fmt: skip
+        if queue == GRADE_QUEUE:
+            capp.conf.update(grader_broker_settings(capp.conf.broker_transport_options))
+            argv.append("--without-heartbeat")
         if hostname:
             argv += ["-n", hostname]
         capp.worker_main(argv)
 
 
 GRADE_QUEUE = "grade"
+
+
+def grader_broker_settings(transport_options: dict[str, Any]) -> dict[str, Any]:
+    """Celery settings for a grader worker, which may hold a Redis user restricted to `grade*` keys and
+    `celery-task-meta-*` (deploy/README.md, "Broker users"): its unacked bookkeeping lives under `grade.*`
+    instead of the job workers' shared `unacked` hash (so it cannot plant a message there for a job worker to
+    restore onto the `ept` queue), and it takes no remote-control broadcasts (no pidbox keys or channels)."""
+    opts = dict(transport_options)
+    opts.update(
+        unacked_key=f"{GRADE_QUEUE}.unacked",
+        unacked_index_key=f"{GRADE_QUEUE}.unacked_index",
+        unacked_mutex_key=f"{GRADE_QUEUE}.unacked_mutex",
+    )
+    return {"broker_transport_options": opts, "worker_enable_remote_control": False}
 
 
 def _check_sandbox(queue: str) -> None:

@@ -39,7 +39,8 @@ from typing import TypedDict
 FIX = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) and allow unprivileged user namespaces "
     "(sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0; in Docker run with "
-    "--security-opt seccomp=unconfined --security-opt apparmor=unconfined, see docs/reliability.md), "
+    "--security-opt seccomp=unconfined --security-opt systempaths=unconfined --security-opt apparmor=unconfined, "
+    "see deploy/README.md), "
     "or send code grading to a grader queue whose workers can (EPT_GRADE_QUEUE=grade)"
 )
 # Sandboxes started by root run under uid/gid UID_BASE + random: no host file or process is owned by them.
