@@ -1,0 +1,236 @@
+"""Hostile replies through extraction and grading (issue 23): bounded time, a score, never a frozen worker.
+
+Each case runs the real path: the simulator over HTTP answers with the hostile reply, `run_job` extracts,
+grades (the code grader in the real bwrap sandbox, math-verify in its killable child process) and records.
+A reply that makes grading raise must come back as a scored loss that keeps its tokens (score 0, no
+error), never as an unscored "task" failure. Every case fails on c20688e (a hang past the guard, a raise,
+or an unscored outcome) and passes after.
+"""
+
+from __future__ import annotations
+
+import re
+import resource
+import threading
+import time
+from typing import Any
+
+import pytest
+from fixtures_sim import SIM_KEY
+
+from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.prompts import final_answer_line, parse_score, parse_winner
+from elo_per_token.contracts.records import JobResult
+from elo_per_token.contracts.tasks import load_builtin_suite, validate_task
+from elo_per_token.egress.client import ProviderClient
+from elo_per_token.simulator.generic import BrainReply, BrainRequest
+from elo_per_token.worker.graders import grade
+from elo_per_token.worker.job import _grade, run_job
+from elo_per_token.worker.sandbox import checks
+from elo_per_token.worker.strategies.base import Candidate, StrategyResult
+
+MATH = load_builtin_suite("math")
+CODE = load_builtin_suite("code")
+TOOL = load_builtin_suite("tool_use")
+LATEX_TASK = validate_task({"task_id": "m-latex", "family": "math", "prompt": "Simplify 6/8.",
+                            "reference": r"\frac34", "grader": {"type": "math"}})
+HANG_GUARD_S = 120.0  # far above any bound asserted below: only a frozen grader reaches it
+
+
+class ReplyBrain:
+    """Answers every request with the same text (what a degenerate or hostile model sends)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def respond(self, req: BrainRequest) -> BrainReply:
+        return BrainReply(text=self.text, completion_tokens=50)
+
+
+def _client(sim: Any) -> ProviderClient:
+    return ProviderClient(sim.profile(supports_n=False), api_key=SIM_KEY, backoff_base=0.01, backoff_cap=0.05)
+
+
+def _in_thread(fn: Any, guard_s: float = HANG_GUARD_S) -> tuple[Any, float]:
+    """fn() in a worker thread, as jobs run (math-verify's signal.alarm does not work there); (result, seconds).
+    A daemon thread, so a frozen grader fails the test instead of hanging the run."""
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["r"] = fn()
+        except BaseException as e:  # re-raised in the test's thread
+            out["e"] = e
+
+    t0 = time.monotonic()
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    th.join(guard_s)
+    took = time.monotonic() - t0
+    assert not th.is_alive(), f"grading still running after {guard_s:g}s: the worker would be frozen"
+    if "e" in out:
+        raise out["e"]
+    return out["r"], took
+
+
+def _scored_loss(res: JobResult) -> None:
+    """Scored 0 with its tokens, no error: the job stays in the fit and is never paid for again."""
+    o = res.outcome
+    assert o.error is None, o.error
+    assert o.score == 0.0 and o.correct is False, o.grader
+    assert res.tokens > 0 and all(c.error is None for c in res.calls)
+
+
+# ---- item 1: extraction in linear time ----------------------------------------------------------------
+
+@pytest.mark.parametrize("reply", [
+    "\n" * 2_000,  # c20688e: cubic, ~40 s of CPU with the GIL held (1,200 newlines: 8.7 s)
+    "Answer:" + " " * 20_000,  # quadratic
+    " " * 20_000 + "x",
+    "answer" + " " * 20_000 + "x",
+    "**" * 20_000,
+], ids=["newlines", "answer-spaces", "spaces", "label-spaces", "stars"])
+def test_answer_extraction_is_linear_on_degenerate_replies(reply):
+    t0 = time.process_time()
+    final_answer_line(reply)
+    final_answer_line(reply * 20)  # 20x the input: still well under a second
+    assert time.process_time() - t0 < 1.0
+
+
+def test_judge_and_verifier_labels_are_linear():
+    t0 = time.process_time()
+    assert parse_winner("winner:" + " " * 20_000 + "x") is None  # c20688e: quadratic, 3.8 s
+    assert parse_score("score:" + " " * 20_000 + "x") is None
+    assert parse_winner("Winner: **B**") == "B" and parse_score("Score: 0.7") == 0.7
+    assert time.process_time() - t0 < 0.5
+
+
+def test_a_newline_flood_reply_is_graded_as_a_loss_in_bounded_time(make_sim):
+    sim = make_sim(brain=ReplyBrain("\n" * 10_000))  # 10 KB: c20688e needs ~1.2 h per extraction
+    res, took = _in_thread(lambda: run_job(Job("r", MATH[0], "greedy", 1, seed=1), _client(sim)))
+    _scored_loss(res)
+    assert took < 30 and sim.control.stats()["requests"] == 1
+
+
+# ---- item 2: math-verify in a killable process --------------------------------------------------------
+
+@pytest.mark.parametrize("answer", [
+    r"$9^{9^{9}}$",  # c20688e: froze `ept sweep` for 1,255 s
+    r"$\binom{10^9}{5\cdot10^8}$",  # > 90 s
+    "$" + r"\frac{1}{" * 2_000 + "2" + "}" * 2_000 + "$",  # 14.8 s
+], ids=["tower", "binomial", "nested-frac"])
+def test_math_answers_that_make_sympy_run_for_ever_are_killed_and_scored(make_sim, monkeypatch, answer):
+    monkeypatch.setenv("EPT_MATH_TIMEOUT_S", "3")
+    sim = make_sim(brain=ReplyBrain(f"Working.\nAnswer: {answer}"))
+    t0 = time.process_time()
+    res, took = _in_thread(lambda: run_job(Job("r", LATEX_TASK, "greedy", 1, seed=1), _client(sim)))
+    _scored_loss(res)
+    # 3 s deadline + starting a fresh math-verify process after the kill; the worker's own CPU stays small.
+    assert took < 60 and time.process_time() - t0 < 10
+    # The next check works (a new child replaced the killed one).
+    ok, _ = _in_thread(lambda: grade(LATEX_TASK, r"Answer: $\frac{6}{8}$"))
+    assert ok.correct
+
+
+# ---- item 3: decoded values from the sandbox are bounded ------------------------------------------------
+
+def test_colliding_hash_ints_from_the_sandbox_are_refused_in_bounded_time():
+    # 300k distinct ints that all hash to 0 (what a 335-byte candidate builds): c20688e > 11 min of worker CPU.
+    prep = checks.prepare("assert f(1) == {1, 2}")
+    forged = {"s": [{"i": hex(k * (2**61 - 1))} for k in range(1, 300_001)]}
+    t0 = time.process_time()
+    why, _ = _in_thread(lambda: checks.verdict(prep, {"c": [[0, [{"v": forged}]]], "e": None}))
+    assert time.process_time() - t0 < 5
+    assert why is not None and "collide" in why
+
+
+def test_set_of_candidate_values_is_built_in_the_sandbox_not_the_worker():
+    prep = checks.prepare("assert set(f(1)) == {1, 2}\nassert f(2) == set([1, 2])")
+    assert [c.probes for c in prep.checks.values()] == [("set(f(1))",), ("f(2)",)]
+
+
+def test_huge_ints_from_the_sandbox_fail_their_check_only():
+    prep = checks.prepare("assert f(1) == 2")
+    why = checks.verdict(prep, {"c": [[0, [{"v": {"i": hex(2**200_000)}}]]], "e": None})
+    assert why is not None and "too large" in why
+
+
+# ---- a wrong answer is a loss, not an unscored task failure ---------------------------------------------
+
+@pytest.mark.parametrize("answer", [
+    "1/" + "7" * 5_000,  # c20688e: ValueError (int past 4,300 digits) -> "failed (task) grader failed"
+    "9" * 400 + "/1",  # OverflowError (a float past its range)
+], ids=["long-denominator", "huge-fraction"])
+def test_fractions_past_int_and_float_limits_are_losses(make_sim, answer):
+    sim = make_sim(brain=ReplyBrain(f"Answer: {answer}"))
+    res = run_job(Job("r", MATH[0], "greedy", 1, seed=1), _client(sim))
+    _scored_loss(res)
+    # ... and their majority vote key (c20688e: the vote raised inside the strategy: a task failure).
+    res = run_job(Job("r", MATH[0], "majority", 3, seed=1), _client(sim), concurrency=1)
+    _scored_loss(res)
+
+
+def test_code_returning_an_int_past_the_repr_limit_is_a_loss(make_sim):
+    code = "```python\ndef sum_multiples(n):\n    return 10**5000\n```\nAnswer: done"
+    sim = make_sim(brain=ReplyBrain(code))
+    res = run_job(Job("r", CODE[0], "greedy", 1, seed=1), _client(sim))
+    _scored_loss(res)  # c20688e: ValueError from repr() of the value in the failure message
+    assert "bits" in res.outcome.grader["reason"]
+
+
+def test_a_forged_float_in_the_result_channel_is_a_loss(make_sim):
+    forged = ('{"load": null}', '{"t": 0, "c": [[0, [{"v": {"f": "0x1p99999"}}]]], "e": null}', '{"done": true}')
+    report = "".join(f"\x1eEPT:{x}\n" for x in forged).encode()
+    code = f"```python\nimport os\nos.write(1, {report!r})\nos._exit(0)\n```"
+    sim = make_sim(brain=ReplyBrain(code))
+    res = run_job(Job("r", CODE[0], "greedy", 1, seed=1), _client(sim))
+    _scored_loss(res)  # c20688e: OverflowError out of float.fromhex
+    assert "tampered" in res.outcome.grader["reason"]
+
+
+def _deep(n: int) -> str:
+    return "{\"key\": " + "[" * n + "]" * n + "}"
+
+
+@pytest.mark.parametrize("suite", ["tool_use", "bfcl"])
+def test_tool_arguments_nested_100k_deep_are_a_loss(suite):
+    task = TOOL[0] if suite == "tool_use" else load_builtin_suite("bfcl")[0]
+    name = task["tools"][0]["function"]["name"]
+    cand = Candidate(0, "Answer: 1", "1", [{"name": name, "arguments": _deep(100_000)}])
+    t0 = time.process_time()
+    out = _grade(Job("r", task, "greedy", 1, seed=1), StrategyResult(cand))
+    assert out.error is None and out.score == 0.0  # c20688e: RecursionError -> unscored task failure
+    from elo_per_token.worker.strategies.majority import vote
+
+    chosen, details = vote(task, [cand, cand])
+    assert chosen is cand and details["n_valid"] == 2  # the vote key does not raise either
+    assert time.process_time() - t0 < 2
+
+
+def test_infrastructure_failures_of_grading_stay_unscored(monkeypatch):
+    """A grader queue that never answers says nothing about the candidate: unscored, retried."""
+    monkeypatch.setenv("EPT_MATH_TIMEOUT_S", "3")
+    from elo_per_token.worker.graders import mathproc
+
+    monkeypatch.setattr(mathproc, "START_TIMEOUT_S", 0.001)  # the child cannot say "ready" this fast
+    mathproc.close()
+    monkeypatch.setattr(mathproc, "_POOL", None)
+    out = _grade(Job("r", LATEX_TASK, "greedy", 1, seed=1), StrategyResult(Candidate(0, "Answer: x^2", "x^2")))
+    assert out.score is None and out.error["class"] == "task" and "math-verify" in out.error["message"]
+
+
+def test_maxrss_of_the_worker_stays_small_across_the_cases(make_sim):
+    """The grading cases above, run again in one go: the worker's own peak memory grows by < 200 MB."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for text in ("\n" * 50_000, "Answer: 1/" + "7" * 50_000, "Answer:" + " " * 500_000):
+        sim = make_sim(brain=ReplyBrain(text))
+        _scored_loss(run_job(Job("r", MATH[0], "majority", 2, seed=1), _client(sim), concurrency=1))
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024
+
+
+def test_the_old_answer_regex_agrees_with_the_linear_scan_on_a_known_reply():
+    old = re.compile(r"^\s*\**\s*(?:final\s+)?answer\s*\**\s*[:：]\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+    text = "Work\n**Final Answer:** 42 \nAnswer:\n\n  7  \nanswer： x"
+    from elo_per_token.contracts.prompts import answer_lines
+
+    assert answer_lines(text) == old.findall(text) == ["** 42", "7", "x"]
