@@ -234,3 +234,68 @@ def test_the_old_answer_regex_agrees_with_the_linear_scan_on_a_known_reply():
     from elo_per_token.contracts.prompts import answer_lines
 
     assert answer_lines(text) == old.findall(text) == ["** 42", "7", "x"]
+
+
+# ---- sandbox memory: one budget for all sandboxes -------------------------------------------------------
+
+_HOG = '''
+import os, time
+def f(x):
+    pids = []
+    for i in range(6):
+        pid = os.fork()
+        if pid == 0:
+            b = bytearray(200 * 1024 * 1024)
+            for j in range(0, len(b), 4096):
+                b[j] = 1  # touch every page: resident, not just reserved
+            time.sleep(1.0)
+            os._exit(0)
+        pids.append(pid)
+    ok = 0
+    for p in pids:
+        _, st = os.waitpid(p, 0)
+        ok += os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0
+    return ok
+'''
+
+_DRIVER = '''
+import json, sys
+from elo_per_token.worker.graders.code import Limits, run_tests
+res = run_tests(sys.stdin.read(), ["assert f(1) == 6"], "f", Limits(timeout_s=10, cpu_s=10), audit_hook=False)
+try:
+    from elo_per_token.worker.sandbox import budget
+    cg = budget.cgroup()
+except ImportError:  # c20688e: no whole-sandbox budget at all
+    cg = budget = None
+peak = None
+if cg is not None:
+    name = "memory.max_usage_in_bytes" if cg.version == 1 else "memory.peak"
+    with open(cg.path + "/" + name) as fh:
+        peak = int(fh.read())
+print(json.dumps({"passed": res["passed"], "reason": res["reason"], "peak": peak}))
+'''
+
+
+@pytest.mark.slow
+def test_all_sandboxes_of_a_worker_share_one_memory_budget(tmp_path):
+    """6 children x 200 MB, each under the 512 MB per-process limit: c20688e let all six take 1.2 GB. With
+    a 400 MB budget for the worker's sandboxes the kernel kills inside the sandbox and the test fails."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    try:
+        from elo_per_token.worker.sandbox import budget
+
+        if budget.cgroup() is None:
+            pytest.skip("no memory cgroup can be created here (the concurrency cap still holds)")
+    except ImportError:
+        pass  # c20688e: the run below shows all six children getting their memory
+    env = {**os.environ, "EPT_SANDBOX_MEMORY_MB": "400"}
+    p = subprocess.run([sys.executable, "-c", _DRIVER], input=_HOG, capture_output=True, text=True, env=env,
+                       timeout=180, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout)
+    assert out["passed"] == 0, out
+    assert out["peak"] is not None and out["peak"] <= 400 * 2**20, out
