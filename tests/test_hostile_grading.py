@@ -299,3 +299,75 @@ def test_all_sandboxes_of_a_worker_share_one_memory_budget(tmp_path):
     out = json.loads(p.stdout)
     assert out["passed"] == 0, out
     assert out["peak"] is not None and out["peak"] <= 400 * 2**20, out
+
+
+# ---- the Celery poison message: graded once, paid once, the worker keeps answering ------------------------
+
+def _profiles(tmp_path: Any, url: str) -> Any:
+    p = tmp_path / "profiles.toml"
+    p.write_text(f'[profiles.sim-test]\nprotocol = "openai"\nbase_url = "{url}"\napi_key_env = "EPT_SIM_API_KEY"\n'
+                 'model = "ept-sim-1"\ntimeout = 20\nsupports_n = false\n')
+    return p
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_a_newline_flood_through_celery_is_graded_once_paid_once_and_pings_answered(
+        tmp_path, make_sim, redis_server, s3_env, s3_bucket, monkeypatch):
+    """c20688e: 6,000 newlines are ~18 min of CPU with the GIL held; the worker stops answering pings, its
+    message comes back after the visibility timeout and the next worker pays for the request again."""
+    import json
+    import uuid
+
+    from fixtures_plans import plan_toml
+    from fixtures_services import start_celery_workers
+
+    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.coordinator.plan import parse_plan
+    from elo_per_token.coordinator.sweep import execute, plan_jobs
+    from elo_per_token.egress.profiles import get_profile
+    from elo_per_token.worker.celery_app import make_app
+
+    sim = make_sim(brain=ReplyBrain("\n" * 6_000), api_key=SIM_KEY)
+    prof = _profiles(tmp_path, sim.url)
+    monkeypatch.setenv("EPT_PROFILES", str(prof))
+    monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
+    queue = "q-" + uuid.uuid4().hex[:8]
+    env = {**s3_env.env(), "EPT_PROFILES": str(prof), "EPT_SIM_API_KEY": SIM_KEY, "EPT_VISIBILITY_TIMEOUT": "10"}
+    workers = start_celery_workers(2, redis_server.url, tmp_path / "w", env=env, concurrency=2, queue=queue)
+    plan = parse_plan(plan_toml(
+        [("greedy", [1])], {"rate_limits.sim-test": {"rpm": 1000000}}, name="flood", profile="sim-test",
+        suites=["math"], tasks_per_family=4, seed=5, ledger=f"s3://{s3_bucket}/f", executor="celery", queue=queue,
+        batch_size=2, bootstrap_rounds=0,
+    ))  # fmt: skip
+    jobs = plan_jobs(plan)
+    out: list[Any] = []
+    app = make_app(redis_server.url)
+    gaps: dict[str, float] = {}
+    try:
+        sweep = threading.Thread(target=lambda: out.append(execute(
+            plan, jobs, profile=get_profile("sim-test"), broker_url=redis_server.url, analyze=False)), daemon=True)
+        sweep.start()
+        last: dict[str, float] = {}
+        deadline = time.monotonic() + 240
+        while sweep.is_alive() and time.monotonic() < deadline:
+            now = time.monotonic()
+            for reply in app.control.ping(timeout=1.0) or []:
+                name = next(iter(reply))
+                gaps[name] = max(gaps.get(name, 0.0), now - last.get(name, now))
+                last[name] = now
+            time.sleep(0.5)
+        sweep.join(1)
+        assert not sweep.is_alive(), "the sweep is still running: a worker is frozen on the reply"
+        answered = app.control.ping(timeout=2.0) or []
+    finally:
+        app.close()
+        workers.stop()
+    res = out[0]
+    assert res.ok and res.tally.done == len(jobs) == 4
+    assert len(answered) == 2 and all(g < 10 for g in gaps.values()), gaps  # pings answered throughout
+    assert sim.control.stats()["requests"] == len(jobs)  # paid once each: no redelivery re-ran a request
+    led = open_ledger(f"s3://{s3_bucket}/f")
+    for j in jobs:
+        r = JobResult.from_lines([json.loads(x) for x in led.get_job("flood", j.key).decode().splitlines()], j)
+        _scored_loss(r)
