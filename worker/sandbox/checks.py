@@ -9,7 +9,9 @@ candidate that prints a fake result line, exits early or returns an always-equal
 
 What the worker evaluates is restricted to literals, comparisons, boolean logic, + - / // %, indexing and
 pure builtins (len, sorted, abs, math.isclose, ...): no attribute access, no comprehensions, no `*`/`**` on
-non-constants, so a hostile task file cannot make it loop or allocate without bound. Anything outside that
+non-constants, and `set`/`frozenset`/`dict`/`bytes` only of constants, so neither a hostile task file nor a
+candidate's values can make it loop or allocate without bound (values are decoded under caps: MAX_INT_BITS,
+MAX_ITEMS, MAX_SAME_HASH; past them the check fails with the reason). Anything outside that
 subset is evaluated inside the sandbox as part of a probe (and is then only as trustworthy as the sandbox:
 a comparison inside a comprehension or a helper function of the test runs next to the candidate).
 
