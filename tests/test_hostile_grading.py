@@ -10,7 +10,6 @@ or an unscored outcome) and passes after.
 from __future__ import annotations
 
 import re
-import resource
 import threading
 import time
 from typing import Any
@@ -225,13 +224,20 @@ def test_infrastructure_failures_of_grading_stay_unscored(monkeypatch):
     assert out.score is None and out.error["class"] == "task" and "math-verify" in out.error["message"]
 
 
-def test_maxrss_of_the_worker_stays_small_across_the_cases(make_sim):
-    """The grading cases above, run again in one go: the worker's own peak memory grows by < 200 MB."""
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    for text in ("\n" * 50_000, "Answer: 1/" + "7" * 50_000, "Answer:" + " " * 500_000):
-        sim = make_sim(brain=ReplyBrain(text))
-        _scored_loss(run_job(Job("r", MATH[0], "majority", 2, seed=1), _client(sim), concurrency=1))
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024
+def test_peak_memory_of_grading_hostile_replies_stays_near_a_benign_one(make_sim):
+    """The worker's peak RSS grading a hostile reply (majority of 2, in its own process) is within 200 MB of
+    grading "Answer: 42", and under 1 GB."""
+    def peak(text: str) -> float:
+        sim = make_sim(brain=ReplyBrain(text), api_key=SIM_KEY)
+        out = _driver({"kind": "run_job", "task": MATH[0], "strategy": "majority", "budget": 2, "base_url": sim.url,
+                       "key": SIM_KEY}, timeout=90)
+        _loss_dict(out["result"])
+        return float(out["maxrss_mb"])
+
+    base = peak("Answer: 42")
+    for text in ("\n" * 50_000, "Answer: 1/" + "7" * 50_000, "Answer:" + " " * 500_000, "answer" + " " * 500_000 + "x"):
+        got = peak(text)
+        assert got - base < 200 and got < 1024, (text[:12], got, base)
 
 
 def test_the_old_answer_regex_agrees_with_the_linear_scan_on_a_known_reply():
