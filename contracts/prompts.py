@@ -106,9 +106,16 @@ def judge_messages(task: dict[str, Any], response_a: str, response_b: str) -> li
 
 # ---- parsing (shared so the simulator and the worker read the same format) ----
 
-_ANSWER_RE = re.compile(r"^\s*\**\s*(?:final\s+)?answer\s*\**\s*[:：]\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
-_SCORE_RE = re.compile(r"score\s*[:=]\s*([01](?:\.\d+)?|\.\d+)", re.IGNORECASE)
-_WINNER_RE = re.compile(r"winner\s*[:=]\s*\**\s*(A|B|tie)\b", re.IGNORECASE)
+# Replies are untrusted and often degenerate (a newline flood at max_tokens): every pattern here runs in
+# time linear in the reply. The answer label is matched with possessive quantifiers at one position at a
+# time (final_answer_line), never by a MULTILINE search whose `^\s*` can restart at every newline (that
+# search, `^\s*\**\s*(?:final\s+)?answer\s*\**\s*[:：]\s*(.+?)\s*$`, was cubic in the newlines: 1,200
+# newlines cost 8.7 s with the GIL held).
+_ANSWER_LABEL = re.compile(r"\**+\s*+(?:final\s++)?answer\s*+\**+\s*+[:：]", re.IGNORECASE)
+_NON_SPACE = re.compile(r"\S")
+_SPACES = re.compile(r"\s*+")
+_SCORE_RE = re.compile(r"score\s*+[:=]\s*+([01](?:\.\d+)?|\.\d+)", re.IGNORECASE)
+_WINNER_RE = re.compile(r"winner\s*+[:=]\s*+\**+\s*+(A|B|tie)\b", re.IGNORECASE)
 
 
 def prompt_kind(messages: list[dict[str, Any]]) -> str:
@@ -133,8 +140,44 @@ def final_answer_line(text: str | None) -> str | None:
     """The last 'Answer: ...' line of a reply, without the label; None when there is none."""
     if not text:
         return None
-    found = _ANSWER_RE.findall(text)
+    found = answer_lines(text)
     return found[-1].strip() if found else None
+
+
+def answer_lines(text: str) -> list[str]:
+    """Every 'Answer: ...' value of a reply in order (what the old MULTILINE regex's findall returned), in
+    time linear in the reply: each character is looked at a bounded number of times.
+
+    A label is the first non-blank thing on a line: optional `**`, optional `final`, `answer` (any case),
+    optional `**`, a colon; the value is the rest of the first non-blank line after the colon (it may be
+    on the next line), right-stripped.
+    """
+    found: list[str] = []
+    pos, n = 0, len(text)
+    while pos < n:
+        first = _NON_SPACE.search(text, pos)  # blank lines before a line's content change nothing
+        if first is None:
+            break
+        p0 = first.start()
+        label = _ANSWER_LABEL.match(text, p0)
+        if label is None:
+            nl = text.find("\n", p0)
+            if nl < 0:
+                break
+            pos = nl + 1
+            continue
+        blanks = _SPACES.match(text, label.end())
+        value_at = blanks.end() if blanks else label.end()
+        if value_at >= n:  # only blanks after the colon: the old regex took one of them as the value
+            rest = text[label.end():].rstrip("\n")
+            if rest:
+                found.append(rest[-1])
+            break
+        eol = text.find("\n", value_at)
+        eol = n if eol < 0 else eol
+        found.append(text[value_at:eol].rstrip())
+        pos = eol + 1
+    return found
 
 
 def parse_score(text: str | None) -> float | None:

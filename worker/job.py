@@ -5,12 +5,15 @@ the provider. Both the local and the distributed executors call it.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.records import JobResult, Outcome
 from elo_per_token.contracts.secrets import scrub
 from elo_per_token.egress.client import ProviderClient, ProviderError
-from elo_per_token.worker.graders import grade, grader_for
+from elo_per_token.worker.graders import GradeResult, grade, grader_for
+from elo_per_token.worker.graders.registry import GradingUnavailable
+from elo_per_token.worker.sandbox.bwrap import SandboxUnavailable
 from elo_per_token.worker.strategies import StrategyResult, get_strategy
 from elo_per_token.worker.strategies.base import DEFAULT_CONCURRENCY, JobContext
 from elo_per_token.worker.transcript import Recorder, take_evidence
@@ -28,7 +31,9 @@ def run_job(
     failures (credential, endpoint, unreachable, rate limit, transient) leave the outcome unscored with
     {"class", "message"} in `error`: they say nothing about the strategy. Any other failure inside the
     strategy (a tool, a grader used for selection) is a "task" error that also keeps the calls already made:
-    their tokens were spent. A grader crash is a "task" error. Bad strategy names or parameters raise
+    their tokens were spent. Anything a candidate makes the grader raise is a scored loss
+    (`details.grading_error`); only grading that cannot run here (GradingUnavailable, SandboxUnavailable)
+    is an unscored "task" error. Bad strategy names or parameters raise
     InputError, and a code task on a machine that cannot sandbox raises SandboxUnavailable, before any call
     is made.
     """
@@ -72,6 +77,21 @@ def _require_sandbox() -> None:
         bwrap.require()
 
 
+def grading_error(task: dict[str, Any], e: BaseException) -> GradeResult:
+    """A candidate whose grading raised (a number past the int digit limit, arguments nested 100k deep, ...)
+    is a scored loss that keeps its tokens: dropping it would drop exactly the arm's worst answers from the
+    fit, and `ept retry` would pay for it again."""
+    reason = scrub(f"grading raised {type(e).__name__}: {_safe_str(e)[:300]}")
+    return GradeResult(0.0, False, {"grader": task["grader"]["type"], "reason": reason, "grading_error": True})
+
+
+def _safe_str(e: BaseException) -> str:
+    try:
+        return str(e)
+    except Exception:  # an exception whose message cannot be built still needs a reason
+        return "(no message)"
+
+
 def _grade(job: Job, result: StrategyResult) -> Outcome:
     task, chosen = job.task, result.chosen
     details = {"strategy": result.details}
@@ -81,8 +101,10 @@ def _grade(job: Job, result: StrategyResult) -> Outcome:
         return Outcome(chosen.answer, None, None, {**details, "grader": "none"})
     try:
         g = grade(task, chosen.text, chosen.tool_calls)
-    except Exception as e:  # a grader bug or a malformed task must not take the worker down
-        return Outcome(chosen.answer, None, None, details, {"class": "task", "message": scrub(f"grader failed: {type(e).__name__}: {e}")})
+    except (GradingUnavailable, SandboxUnavailable) as e:  # infrastructure: unscored, the job is retried
+        return Outcome(chosen.answer, None, None, details, {"class": "task", "message": scrub(f"grader failed: {type(e).__name__}: {str(e)[:300]}")})
+    except Exception as e:  # whatever the candidate made the grader raise is the candidate's miss
+        g = grading_error(task, e)
     if chosen.note:
         g.details.setdefault("note", chosen.note)
     return Outcome(chosen.answer, g.score, g.correct, {**g.details, **details})

@@ -28,8 +28,15 @@ __all__ = ["GRADERS", "GradeResult", "Grader", "final_answer", "grade", "grader_
 
 
 def final_answer(task: dict[str, Any], text: str | None) -> str | None:
-    """What counts as the answer of a reply (the grader's `extract`): e.g. the code block for code tasks."""
-    return grader_for(task).extract(task, text)
+    """What counts as the answer of a reply (the grader's `extract`): e.g. the code block for code tasks.
+
+    None when extraction raises: a sample must not end its job; grade() extracts again and scores the raise
+    as a loss."""
+    extract = grader_for(task).extract
+    try:
+        return extract(task, text)
+    except Exception:  # the reply is untrusted; the error resurfaces, scored, when this candidate is graded
+        return None
 
 
 def grade(task: dict[str, Any], text: str | None, tool_calls: list[dict[str, Any]] | None = None) -> GradeResult:

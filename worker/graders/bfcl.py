@@ -15,7 +15,6 @@ score 1 / 0; details carry BFCL's error messages and error type.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import sys
@@ -24,6 +23,7 @@ import types
 from typing import Any
 
 from elo_per_token.contracts.graders import check_bfcl
+from elo_per_token.worker.graders.jsonargs import BadArguments, parse_arguments
 from elo_per_token.worker.graders.registry import Answered, Grader, GradeResult
 
 MODEL_NAME = "ept-openai-fc"
@@ -66,11 +66,9 @@ def _load_checker() -> tuple[Any, Any]:
 
 
 def _args(a: Any) -> Any:
-    if isinstance(a, dict):
-        return a
     try:
-        return json.loads(a or "{}")
-    except (TypeError, ValueError):
+        return parse_arguments(a)
+    except BadArguments:  # not JSON, or nested past MAX_DEPTH: graded as not a JSON object
         return None
 
 
@@ -111,10 +109,11 @@ def calls_key(task: dict[str, Any], cand: Answered) -> str | None:
     calls = []
     for c in cand.tool_calls:
         args = c.get("arguments")
-        if isinstance(args, str):
-            with contextlib.suppress(ValueError):  # unparsable arguments vote as their text
-                args = json.loads(args or "{}")
-        calls.append(json.dumps([c.get("name"), args], sort_keys=True, default=str))
+        try:
+            args = parse_arguments(args)
+        except BadArguments:  # unparsable arguments vote as their text; too deep ones all alike
+            args = args if isinstance(args, str) else "<arguments nested too deeply>"
+        calls.append(json.dumps([str(c.get("name")), args], sort_keys=True, default=str))
     return json.dumps(sorted(calls))
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from elo_per_token.contracts.graders import check_code
 from elo_per_token.worker.graders.extract import extract_code
 from elo_per_token.worker.graders.registry import Answered, Grader, GradeResult
-from elo_per_token.worker.sandbox import bwrap, checks
+from elo_per_token.worker.sandbox import budget, bwrap, checks
 from elo_per_token.worker.sandbox.bwrap import SandboxUnavailable
 
 __all__ = ["Limits", "SandboxUnavailable", "grade_code", "run_tests", "sandbox_info"]
@@ -53,7 +53,7 @@ def sandbox_info() -> dict[str, Any]:
     why = bwrap.probe()
     info: dict[str, Any] = {"bwrap": why is None, "audit_hook": True, "rlimits": True, "unforgeable_verdicts": True}
     if why is None:
-        info.update(interpreter=bwrap.interpreter(), uid_drop=os.geteuid() == 0)
+        info.update(interpreter=bwrap.interpreter(), uid_drop=os.geteuid() == 0, whole_sandbox=budget.describe())
     else:
         info["unavailable"] = why
     return info

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 
 from elo_per_token.contracts.prompts import final_answer_line
 
 _NUMBER_RE = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_FRACTION_RE = re.compile(r"\s*+([-+]?\d+)\s*+/\s*+(\d+)\s*+")
 _CODE_RE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
 
@@ -43,20 +45,34 @@ def last_number(text: str) -> str | None:
 
 
 def parse_number(text: str | None) -> float | None:
-    """A number from an answer string: '$1,234.50' -> 1234.5, '12 km' -> 12.0, '3/4' -> 0.75."""
+    """A number from an answer string: '$1,234.50' -> 1234.5, '12 km' -> 12.0, '3/4' -> 0.75.
+
+    Never raises and never returns NaN or an infinity (a reply's number is untrusted: '999…(400 digits)/1'
+    overflows a float and '1/777…(5,000 digits)' is past CPython's int-from-string limit); a number that
+    is not a finite float is no number.
+    """
     if text is None:
         return None
     t = text.strip().replace("$", "").replace(",", "")
-    frac = re.fullmatch(r"\s*([-+]?\d+)\s*/\s*(\d+)\s*", t)
-    if frac and int(frac.group(2)) != 0:
-        return int(frac.group(1)) / int(frac.group(2))
-    n = last_number(t) if not _NUMBER_RE.fullmatch(t) else t
-    if n is None:
-        return None
+    frac = _FRACTION_RE.fullmatch(t)
+    if frac and frac.group(2).strip("0"):
+        x = _ratio(frac.group(1), frac.group(2))
+    else:
+        n = last_number(t) if not _NUMBER_RE.fullmatch(t) else t
+        if n is None:
+            return None
+        try:
+            x = float(n)
+        except ValueError:
+            return None
+    return x if math.isfinite(x) else None
+
+
+def _ratio(num: str, den: str) -> float:
     try:
-        return float(n)
-    except ValueError:
-        return None
+        return int(num) / int(den)  # exact rounding while the ints are of a sane size
+    except (ValueError, OverflowError):  # past the int digit limit, or the quotient past the float range
+        return float(num) / float(den)  # inf, 0.0 or nan: the caller keeps only finite values
 
 
 def extract_answer(text: str | None, mode: str = "auto") -> str | None:

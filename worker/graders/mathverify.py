@@ -8,8 +8,9 @@ Plain numbers on both sides go to the numeric grader (same tolerances: `abs_tol`
 reads things math-verify reads differently ('1,234.50' is a number to us, a tuple to math-verify) and
 because it needs no sympy. `tests/test_math_verify.py` shows the two agree on the built-in math suite.
 
-math-verify bounds each parse/compare with signal.alarm, which only works in a process's main thread;
-in worker threads we turn its timeout off (answers are short; the job's own timeout still applies).
+math-verify bounds each parse/compare with signal.alarm, which only works in a process's main thread, and
+jobs run in threads: the worker runs math-verify in child processes it kills at a deadline (mathproc.py),
+and never hands it text longer than MAX_MATH_CHARS or nested deeper than MAX_MATH_DEPTH.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ import threading
 from typing import Any
 
 from elo_per_token.contracts.graders import check_math
+from elo_per_token.worker.graders import mathproc
 from elo_per_token.worker.graders.basic import grade_numeric
 from elo_per_token.worker.graders.extract import boxed, extract_answer, parse_number
 from elo_per_token.worker.graders.registry import Grader, GradeResult
 
-_PLAIN_NUMBER = re.compile(r"\s*\$?\s*[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?\s*")
+_PLAIN_NUMBER = re.compile(r"\s*+\$?\s*+[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?\s*")
 
 
 def is_plain_number(text: Any) -> bool:
@@ -47,8 +49,9 @@ def _as_latex(text: str) -> str:
     return f"${t}$"
 
 
-def parse_math(text: str) -> list[Any]:
-    """math-verify's parse of an answer (sympy objects, then the matched string), [] when nothing parses."""
+def parse_here(text: str) -> list[Any]:
+    """math-verify's parse of an answer in this process (sympy objects, then the matched string), [] when
+    nothing parses. Unbounded outside a main thread: the worker calls it only through mathproc."""
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
 
     parsed: list[Any] = parse(_as_latex(text), extraction_config=[LatexExtractionConfig(), ExprExtractionConfig()],
@@ -56,14 +59,41 @@ def parse_math(text: str) -> list[Any]:
     return parsed
 
 
-def verify_math(answer: str, reference: Any) -> bool:
-    """Whether `answer` is mathematically equal to `reference` by math-verify alone (no numeric shortcut)."""
+def verify_here(answer: str, reference: Any, got: list[Any] | None = None) -> bool:
+    """math-verify's equality in this process (see parse_here)."""
     from math_verify import verify
 
-    gold, got = parse_math(str(reference)), parse_math(answer)
+    gold = parse_here(str(reference))
+    got = parse_here(answer) if got is None else got
     if not gold or not got:
         return False
     return bool(verify(gold, got, timeout_seconds=_timeout()))
+
+
+# What is never handed to sympy: a final answer is short and shallow. Longer text (math-verify searching a
+# whole reply for its last expression) is cut to its end, where the answer is; deeper nesting is refused.
+MAX_MATH_CHARS = 2000
+MAX_MATH_DEPTH = 50
+
+
+def refusal(text: str) -> str | None:
+    """Why an answer is not sent to math-verify at all, or None (cheap, linear checks)."""
+    depth = deepest = 0
+    for c in text:
+        if c in "{([":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "})]":
+            depth -= 1
+    if deepest > MAX_MATH_DEPTH:
+        return f"answer nested more than {MAX_MATH_DEPTH} levels deep: not checked as math"
+    return None
+
+
+def verify_math(answer: str, reference: Any) -> bool:
+    """Whether `answer` is mathematically equal to `reference` by math-verify alone (no numeric shortcut),
+    checked in a killable child process (mathproc)."""
+    return mathproc.check(answer[-MAX_MATH_CHARS:], str(reference)).equal
 
 
 def grade_math(answer: str | None, reference: Any, options: dict[str, Any]) -> GradeResult:
@@ -75,13 +105,18 @@ def grade_math(answer: str | None, reference: Any, options: dict[str, Any]) -> G
     if is_plain_number(reference) and is_plain_number(ans):
         res = grade_numeric(ans, reference, options)
         return GradeResult(res.score, res.correct, {**res.details, "grader": "math", "via": "numeric"})
-    ok = verify_math(ans, reference)
+    refused = refusal(ans)
+    ans = ans[-MAX_MATH_CHARS:]
     details: dict[str, Any] = {"grader": "math", "via": "math-verify", "answer": ans}
-    if not ok:
-        details["reason"] = "not equal to the reference" if parse_math(ans) else "answer does not parse as math"
+    if refused is not None:
+        return GradeResult(0.0, False, {**details, "reason": refused})
+    verdict = mathproc.check(ans, str(reference))
+    if not verdict.equal:
+        details["reason"] = verdict.error or (
+            "not equal to the reference" if verdict.parsed else "answer does not parse as math")
         if is_plain_number(reference) and parse_number(ans) is not None:
             details["got"] = parse_number(ans)
-    return GradeResult(1.0 if ok else 0.0, ok, details)
+    return GradeResult(1.0 if verdict.equal else 0.0, verdict.equal, details)
 
 
 def extract_math(task: dict[str, Any], text: str | None) -> str | None:

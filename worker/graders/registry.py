@@ -37,8 +37,13 @@ from elo_per_token.contracts.graders import (
 )
 from elo_per_token.worker.graders.extract import extract_answer, normalise
 
-__all__ = ["GRADERS", "Answered", "GradeResult", "Grader", "get_grader", "grader_for", "register",
+__all__ = ["GRADERS", "Answered", "GradeResult", "Grader", "GradingUnavailable", "get_grader", "grader_for", "register",
            "register_module", "unregister"]
+
+
+class GradingUnavailable(RuntimeError):
+    """Grading could not run here (a grader queue that does not answer, a checker process that cannot start):
+    says nothing about the candidate, so the job is left unscored and retried rather than scored a loss."""
 
 
 @dataclass

@@ -30,9 +30,16 @@ def run_tests_routed(code: str, tests: list[str], entry_point: str, limits: Any)
     res = app.send_task(GRADE_TASK, args=[code, list(tests), entry_point, asdict(limits)], queue=queue)
     # Waiting on a task from inside a task is normally refused by Celery; here it is the point (the grader
     # queue is served by other workers, so this cannot deadlock on our own pool).
-    out = res.get(timeout=wait, disable_sync_subtasks=False)
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    from elo_per_token.worker.graders.registry import GradingUnavailable
+
+    try:
+        out = res.get(timeout=wait, disable_sync_subtasks=False)
+    except CeleryTimeout:  # no grader answered: infrastructure, not the candidate (the job stays unscored)
+        raise GradingUnavailable(f"grader queue {queue!r} gave no verdict within {wait:g}s") from None
     if not isinstance(out, dict) or "passed" not in out:
-        raise RuntimeError(f"grader queue {queue!r} returned a malformed verdict")
+        raise GradingUnavailable(f"grader queue {queue!r} returned a malformed verdict")
     return out
 
 

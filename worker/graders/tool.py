@@ -7,21 +7,19 @@ An expected call matches a made call with the same name whose arguments include 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from elo_per_token.contracts.graders import check_tool
 from elo_per_token.worker.graders.basic import BASIC, number_key
 from elo_per_token.worker.graders.extract import extract_answer, normalise
+from elo_per_token.worker.graders.jsonargs import BadArguments, parse_arguments
 from elo_per_token.worker.graders.registry import Answered, Grader, GradeResult
 
 
 def _args(a: Any) -> dict[str, Any]:
-    if isinstance(a, dict):
-        return a
     try:
-        v = json.loads(a or "{}")
-    except (TypeError, ValueError):
+        v = parse_arguments(a)
+    except BadArguments:  # not JSON, or nested past MAX_DEPTH: no expected argument can match
         return {}
     return v if isinstance(v, dict) else {}
 

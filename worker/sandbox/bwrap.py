@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass
 from typing import TypedDict
 
+from elo_per_token.worker.sandbox import budget
+
 FIX = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) and allow unprivileged user namespaces "
     "(sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0; in Docker run with "
@@ -215,7 +217,14 @@ def run(
     tmp_mb: int = 16,
 ) -> RunResult:
     """Run `python <python_args>` in a fresh sandbox with `stdin` as its input; never raises for what the
-    sandboxed program does (only SandboxUnavailable / OSError when bwrap cannot be started at all)."""
+    sandboxed program does (only SandboxUnavailable / OSError when bwrap cannot be started at all).
+    All sandboxes of this process share one memory budget and a concurrency cap (budget.py)."""
+    with budget.slot():
+        return _run(python_args, stdin, wall_s, max_stdout, max_stderr, tmp_mb)
+
+
+def _run(python_args: list[str], stdin: bytes, wall_s: float, max_stdout: int, max_stderr: int,
+         tmp_mb: int) -> RunResult:
     # stdin from an in-memory file: no writer thread, and the program sees exactly these bytes.
     mfd = os.memfd_create("ept-sandbox-stdin", os.MFD_CLOEXEC)
     info_r, info_w = os.pipe()
@@ -225,10 +234,11 @@ def run(
         os.lseek(mfd, 0, os.SEEK_SET)
         lo, hi = uid_range()
         uid = lo + secrets.randbelow(hi - lo) if _drops_uid() else None
+        cmd, dropped = budget.launcher(argv(python_args, tmp_mb=tmp_mb, info_fd=info_w), uid)
         proc = subprocess.Popen(
-            argv(python_args, tmp_mb=tmp_mb, info_fd=info_w), stdin=mfd, stdout=subprocess.PIPE,
+            cmd, stdin=mfd, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, pass_fds=(info_w,), env={"PATH": "/usr/bin:/bin"}, close_fds=True,
-            start_new_session=True, **_drop_kwargs(uid),
+            start_new_session=True, **_drop_kwargs(None if dropped else uid),
         )
     except BaseException:
         os.close(info_r)

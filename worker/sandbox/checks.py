@@ -9,7 +9,9 @@ candidate that prints a fake result line, exits early or returns an always-equal
 
 What the worker evaluates is restricted to literals, comparisons, boolean logic, + - / // %, indexing and
 pure builtins (len, sorted, abs, math.isclose, ...): no attribute access, no comprehensions, no `*`/`**` on
-non-constants, so a hostile task file cannot make it loop or allocate without bound. Anything outside that
+non-constants, and `set`/`frozenset`/`dict`/`bytes` only of constants, so neither a hostile task file nor a
+candidate's values can make it loop or allocate without bound (values are decoded under caps: MAX_INT_BITS,
+MAX_ITEMS, MAX_SAME_HASH; past them the check fails with the reason). Anything outside that
 subset is evaluated inside the sandbox as part of a probe (and is then only as trustworthy as the sandbox:
 a comparison inside a comprehension or a helper function of the test runs next to the candidate).
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -30,6 +33,7 @@ _SAFE_FUNCS: dict[str, Any] = {
                             len, list, max, min, repr, reversed, round, set, sorted, str, sum, tuple, type)
 }
 _SAFE_NAMES: dict[str, Any] = {**_SAFE_FUNCS, "math": math}
+_BUILD_ONLY_PURE = {"set", "frozenset", "dict", "bytes"}  # called in the worker on constants only
 _MATH = {"isclose", "isnan", "isinf", "isfinite", "sqrt", "floor", "ceil", "fabs", "pi", "e", "inf", "nan"}
 _BINOPS = (ast.Add, ast.Sub, ast.Div, ast.FloorDiv, ast.Mod)
 _GET = "__ept_get"
@@ -89,6 +93,10 @@ def _structural(node: ast.AST, shadow: frozenset[str] = frozenset()) -> bool:
         f = node.func
         safe_func = (isinstance(f, ast.Name) and f.id in _SAFE_FUNCS and f.id not in shadow) or (
             isinstance(f, ast.Attribute) and _pure(f, shadow))
+        if safe_func and isinstance(f, ast.Name) and f.id in _BUILD_ONLY_PURE:
+            # set(<candidate list>) could be 300k keys crafted to collide, bytes(<candidate int>) 10**12 bytes:
+            # on candidate values these run in the sandbox, and come back checked by decode().
+            return all(_pure(c, shadow) for c in _children(node)) and all(k.arg for k in node.keywords)
         return safe_func and all(k.arg for k in node.keywords)
     return False
 
@@ -193,35 +201,77 @@ class Tampered(ValueError):
     """The result channel holds something the harness never writes: the candidate wrote into it."""
 
 
-def decode(v: Any, depth: int = 0) -> Any:
-    """Encoded value from the sandbox -> a real plain Python value (whose __eq__ is the builtin one)."""
+class TooLarge(ValueError):
+    """A value from the sandbox the worker will not build or compare (a check with it fails, nothing else)."""
+
+
+# What the worker builds from one value the sandbox sent (the report itself is capped at 8 MB): ints of at
+# most MAX_INT_BITS (arithmetic on them stays in milliseconds), at most MAX_ITEMS items in all, and no set or
+# dict whose keys share a hash value more than MAX_SAME_HASH times. 300k distinct ints that all hash alike
+# (k * (2**61 - 1)) made one set() take > 11 min of worker CPU: every insert walked every earlier key.
+MAX_INT_BITS = 1 << 17
+MAX_ITEMS = 1_000_000
+MAX_SAME_HASH = 64
+
+
+def decode(v: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
+    """Encoded value from the sandbox -> a real plain Python value (whose __eq__ is the builtin one).
+
+    Raises Tampered for what the harness never writes, TooLarge past the limits above."""
+    if budget is None:
+        budget = [MAX_ITEMS]
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise TooLarge(f"value too large to compare (more than {MAX_ITEMS:,} items)")
     if depth > 200:
         raise Tampered("value nested too deeply")
     if v is None or type(v) in (bool, str, int):
         return v
     if type(v) is list:
-        return [decode(x, depth + 1) for x in v]
+        return [decode(x, depth + 1, budget) for x in v]
     if type(v) is dict and len(v) == 1:
         (tag, x), = v.items()
         try:
-            if tag == "i":
-                return int(x, 16)
-            if tag == "f":
-                return float.fromhex(x)
-            if tag == "t":
-                return tuple(decode(e, depth + 1) for e in x)
-            if tag == "d":
-                return {decode(k, depth + 1): decode(e, depth + 1) for k, e in x}
-            if tag in ("s", "fs"):
-                items = (decode(e, depth + 1) for e in x)
-                return set(items) if tag == "s" else frozenset(items)
-            if tag == "b":
-                return bytes.fromhex(x)
-            if tag == "c":
-                return complex(float.fromhex(x[0]), float.fromhex(x[1]))
-        except (TypeError, ValueError, AttributeError, IndexError) as e:
-            raise Tampered(f"malformed value: {e}") from None
+            return _decode_tagged(tag, x, depth, budget)
+        except (TypeError, ValueError, AttributeError, IndexError, OverflowError) as e:
+            if isinstance(e, TooLarge | Tampered):
+                raise
+            raise Tampered(f"malformed value: {type(e).__name__}: {str(e)[:100]}") from None
     raise Tampered("malformed value")
+
+
+def _decode_tagged(tag: str, x: Any, depth: int, budget: list[int]) -> Any:
+    if tag == "i":
+        if type(x) is not str or len(x) > MAX_INT_BITS // 4 + 3:  # '-0x' + hex digits
+            raise TooLarge(f"integer too large to compare (more than {MAX_INT_BITS:,} bits)")
+        return int(x, 16)
+    if tag == "f":
+        return float.fromhex(x)  # a forged '0x1p99999' raises OverflowError: malformed, not a crash
+    if tag == "t":
+        return tuple(decode(e, depth + 1, budget) for e in x)
+    if tag == "d":
+        pairs = [(decode(k, depth + 1, budget), decode(e, depth + 1, budget)) for k, e in x]
+        _check_hashes([k for k, _ in pairs])
+        return dict(pairs)
+    if tag in ("s", "fs"):
+        items = [decode(e, depth + 1, budget) for e in x]
+        _check_hashes(items)
+        return set(items) if tag == "s" else frozenset(items)
+    if tag == "b":
+        return bytes.fromhex(x)
+    if tag == "c":
+        return complex(float.fromhex(x[0]), float.fromhex(x[1]))
+    raise Tampered("malformed value")
+
+
+def _check_hashes(keys: list[Any]) -> None:
+    """Refuse keys crafted to collide before a set or dict is built of them (hashing is linear; a Counter of
+    distinct hash values does not collide)."""
+    if len(keys) <= MAX_SAME_HASH:
+        return
+    counts = Counter(hash(k) for k in keys)  # TypeError for an unhashable key: malformed
+    if max(counts.values()) > MAX_SAME_HASH:
+        raise TooLarge(f"set or dict keys crafted to collide (more than {MAX_SAME_HASH} share a hash value)")
 
 
 class _ProbeFailed(Exception):
@@ -229,7 +279,11 @@ class _ProbeFailed(Exception):
 
 
 def _short(v: Any) -> str:
-    r = repr(v)
+    try:
+        r = repr(v)
+    except (ValueError, RecursionError, MemoryError):  # an int past CPython's 4,300-digit repr limit
+        n = v.bit_length() if type(v) is int else 0
+        return f"<int of {n:,} bits>" if n else f"<{type(v).__name__} too large to show>"
     return r if len(r) <= 80 else r[:77] + "..."
 
 
@@ -241,7 +295,13 @@ def evaluate(check: Check, results: list[Any]) -> str | None:
     for r in results:
         if not isinstance(r, dict) or len(r) != 1 or not ({"v", "x"} >= r.keys()):
             raise Tampered("malformed probe result")
-        values.append(("ok", decode(r["v"])) if "v" in r else ("err", str(r["x"])[:300]))
+        if "x" in r:
+            values.append(("err", str(r["x"])[:300]))
+            continue
+        try:
+            values.append(("ok", decode(r["v"])))
+        except TooLarge as e:
+            values.append(("err", str(e)))
 
     def get(j: int) -> Any:
         kind, v = values[j]

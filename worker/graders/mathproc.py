@@ -1,0 +1,211 @@
+"""math-verify in killable child processes: a reply can make sympy compute for ever, the worker cannot.
+
+math-verify bounds its work with signal.alarm, which works only in a process's main thread, and every job
+runs in a thread: `Answer: $9^{9^{9}}$` froze `ept sweep` for 1,255 s (SIGTERM ignored: the GIL was held in
+sympy's integer power), `\\binom{10^9}{5\\cdot10^8}` > 90 s, 2,000 nested `\\frac` 14.8 s. Here each check
+is sent to a small pool of persistent child processes (`python -m elo_per_token.worker.graders.mathproc`),
+where math-verify runs in the main thread with its own timeouts; the worker waits at most TIMEOUT_S and
+then SIGKILLs the child (a new one starts on the next check). Children also refuse more than
+MEMORY_MB of address space and more than TIMEOUT_S + 5 s of CPU per check (a backstop for a child whose
+worker died), and get an environment without the worker's secrets.
+
+Settings (environment): EPT_MATH_TIMEOUT_S (default 10), EPT_MATH_PROCS (children, default 2),
+EPT_MATH_MEMORY_MB (default 1024).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from elo_per_token.worker.graders.registry import GradingUnavailable
+
+START_TIMEOUT_S = 120.0  # importing sympy on a loaded machine; a child that never says "ready" is infrastructure
+
+
+def timeout_s() -> float:
+    return float(os.environ.get("EPT_MATH_TIMEOUT_S", "10"))
+
+
+def _procs() -> int:
+    return max(1, int(os.environ.get("EPT_MATH_PROCS", "2")))
+
+
+def _memory_mb() -> int:
+    return int(os.environ.get("EPT_MATH_MEMORY_MB", "1024"))
+
+
+@dataclass(frozen=True)
+class MathVerdict:
+    equal: bool
+    parsed: bool  # the answer parsed as math at all (for the reason given)
+    timed_out: bool = False
+    error: str | None = None  # the child died or refused (memory): the candidate's answer is still the cause
+
+
+def _child_env() -> dict[str, str]:
+    # No provider keys, broker or S3 credentials: only what finds the interpreter and this package.
+    keep = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "EPT_MATH_TIMEOUT_S", "EPT_MATH_MEMORY_MB")
+    return {k: os.environ[k] for k in keep if k in os.environ}
+
+
+class _Child:
+    """One math-verify process, asked one JSON line at a time."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "elo_per_token.worker.graders.mathproc"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_child_env(), close_fds=True,
+            start_new_session=True,  # a Ctrl-C at the terminal is the worker's to handle, not the child's
+        )
+        self.buf = b""
+        if self._line(START_TIMEOUT_S) != b"ready":
+            self.kill()
+            raise GradingUnavailable("the math-verify process did not start (is math-verify installed?)")
+
+    def _line(self, timeout: float) -> bytes | None:
+        """The next line from the child, or None at the deadline or if the child is gone."""
+        stdout = self.proc.stdout
+        if stdout is None:
+            return None
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(stdout, selectors.EVENT_READ)
+            while b"\n" not in self.buf:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(timeout=left):
+                    return None
+                chunk = os.read(stdout.fileno(), 65536)
+                if not chunk:
+                    return None
+                self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
+
+    def ask(self, answer: str, reference: str, timeout: float) -> dict[str, Any] | None:
+        if self.proc.stdin is None:
+            return None
+        try:
+            self.proc.stdin.write(json.dumps({"a": answer, "r": reference}).encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return None
+        line = self._line(timeout)
+        if line is None:
+            return None
+        try:
+            out = json.loads(line)
+        except ValueError:
+            return None
+        return out if isinstance(out, dict) else None
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        for f in (self.proc.stdin, self.proc.stdout):
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    f.close()
+        self.proc.wait()
+
+
+class _Pool:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.idle: list[_Child] = []
+        self.slots = threading.BoundedSemaphore(_procs())
+
+    def check(self, answer: str, reference: str) -> MathVerdict:
+        limit = timeout_s()
+        with self.slots:
+            with self.lock:
+                child = self.idle.pop() if self.idle else None
+            if child is None or child.proc.poll() is not None:
+                child = _Child()
+            out = child.ask(answer, reference, limit)
+            if out is None:
+                alive = child.proc.poll() is None
+                child.kill()  # stuck in sympy (or dead): killed, never reused
+                if alive:
+                    return MathVerdict(False, False, timed_out=True, error=f"math check still running after {limit:g}s (killed)")
+                return MathVerdict(False, False, error="the math check process died (memory or CPU limit)")
+            with self.lock:
+                self.idle.append(child)
+        return MathVerdict(bool(out.get("equal")), bool(out.get("parsed")), error=out.get("error"))
+
+    def close(self) -> None:
+        with self.lock:
+            idle, self.idle = self.idle, []
+        for c in idle:
+            c.kill()
+
+
+_POOL: _Pool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def check(answer: str, reference: str) -> MathVerdict:
+    """Whether `answer` equals `reference` by math-verify, computed in a child process with a deadline."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = _Pool()
+        pool = _POOL
+    return pool.check(answer, reference)
+
+
+def close() -> None:
+    """Stop the children (they also exit when the worker closes their stdin, i.e. when it exits)."""
+    with _POOL_LOCK:
+        if _POOL is not None:
+            _POOL.close()
+
+
+# ---- the child ------------------------------------------------------------------------------------
+
+
+def _serve() -> None:
+    import resource
+
+    mb = _memory_mb() * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (mb, mb))
+    from elo_per_token.worker.graders.mathverify import parse_here, verify_here
+
+    parse_here("1")  # warm up sympy's parsers before saying ready
+    out = sys.stdout.buffer
+    out.write(b"ready\n")
+    out.flush()
+    cpu_extra = int(timeout_s()) + 5
+    for raw in sys.stdin.buffer:
+        # CPU backstop per check: a child whose worker is gone (no one to kill it) stops on its own.
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        now = int(used.ru_utime + used.ru_stime) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (now + cpu_extra, resource.RLIM_INFINITY))
+        try:
+            req = json.loads(raw)
+            got = parse_here(str(req["a"]))
+            equal = bool(got) and verify_here(str(req["a"]), str(req["r"]), got)
+            reply: dict[str, Any] = {"equal": equal, "parsed": bool(got)}
+        except Exception as e:  # any failure is a reason for this answer, never a dead child
+            reply = {"equal": False, "parsed": False, "error": _describe(e)}
+        out.write(json.dumps(reply).encode() + b"\n")
+        out.flush()
+
+
+def _describe(e: BaseException) -> str:
+    try:
+        return f"{type(e).__name__}: {str(e)[:200]}"
+    except Exception:  # a message that cannot be built (an int past the digit limit inside it)
+        return type(e).__name__
+
+
+if __name__ == "__main__":
+    _serve()
