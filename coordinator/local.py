@@ -77,8 +77,7 @@ def run_local(
     todo = iter(jobs)
     in_flight: set[Future[JobSummary]] = set()
     draining = False
-    interrupted = threading.Event()
-    deadline = float("inf")
+    interrupted, deadline = threading.Event(), float("inf")
 
     prev = None
     if threading.current_thread() is threading.main_thread():
