@@ -130,6 +130,9 @@ class AnalysisResult:
     # analysis.returns.frontier_steps_table: each arm against the next-cheaper frontier arm.
     vs_frontier: pl.DataFrame | None = None
     excluded_families: list[str] = field(default_factory=list)  # too few tasks: weight 0 in the merge
+    # Per arm: calls, tokens (and USD when priced) of failed attempts, from the runs' spent/ objects
+    # (analysis.spent): billed, not in the job objects, so not in `tokens`; the arm's spend is the sum of both.
+    spent_on_failed_attempts: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """Every number, the inputs, the options and the versions (report.json)."""
@@ -160,6 +163,7 @@ class AnalysisResult:
             "warnings": self.warnings,
             "breakdown": self.breakdown.to_dicts() if self.breakdown is not None else [],
             "cost_table": self.cost_table.to_dicts() if self.cost_table is not None else None,
+            "spent_on_failed_attempts": self.spent_on_failed_attempts,
         }
 
 
@@ -790,7 +794,17 @@ def _result(records: Records, st: Stages, warnings: list[str], opt: AnalysisOpti
         warnings=warnings, elo_samples=iv.elo, tokens_samples=iv.tokens, failed_rounds=iv.failed,
         versions=versions(), records=inp.frame, breakdown=tables.breakdown, cost_table=tables.cost_table,
         vs_frontier=tables.vs_frontier, excluded_families=design.excluded,
+        spent_on_failed_attempts=_spent(records.files, opt),
     )
+
+
+def _spent(paths: Sequence[str], opt: AnalysisOptions) -> list[dict[str, Any]]:
+    from elo_per_token.analysis.spent import spent_for_inputs
+
+    try:
+        return spent_for_inputs(paths, parse_prices(opt.prices))
+    except ValueError as e:  # a malformed spent object: named, as any other bad input
+        raise InputError(str(e), field="spent") from None
 
 
 def _task_set_warnings(breakdown: pl.DataFrame) -> list[str]:

@@ -191,6 +191,21 @@ def _cost_rows(result: AnalysisResult) -> list[list[str]]:
     return rows
 
 
+def _spent_rows(result: AnalysisResult) -> tuple[list[str], list[list[str]]]:
+    """Per arm: calls and tokens (and USD when priced) of failed attempts (analysis.spent)."""
+    rows = result.spent_on_failed_attempts
+    priced = any("failed_attempt_usd" in r for r in rows)
+    header = ["arm", "calls", "prompt tokens", "completion tokens", "tokens"] + (["USD"] if priced else [])
+    out = []
+    for r in rows:
+        row = [str(r["arm"]), str(r["failed_attempt_calls"]), fmt_tokens(r["failed_attempt_prompt_tokens"]),
+               fmt_tokens(r["failed_attempt_completion_tokens"]), fmt_tokens(r["failed_attempt_tokens"])]  # fmt: skip
+        if priced:
+            row.append(f"{float(r.get('failed_attempt_usd') or 0.0):.4f}")
+        out.append(row)
+    return header, out
+
+
 def _compact(x: float | None) -> str:
     """ΔElo per $1 spans orders of magnitude (a cheap model's task costs fractions of a cent): 124k, 3.2M."""
     if x is None or x != x:
@@ -331,6 +346,8 @@ def print_report(
         cost_rows = [r for r in _cost_rows(result) if r[0].removesuffix(" (anchor)") in shown_set]
         console.print(_rich_table(f"Cost (prices {result.options.prices}, USD per 1M tokens)", COST_HEADER,
                                   cost_rows))  # fmt: skip
+    if result.spent_on_failed_attempts:
+        console.print(_rich_table("Spent on failed attempts (billed, not in the tables above)", *_spent_rows(result)))
     c = result.counts
     console.print(
         f"{c['files']} file(s), {c['calls']} calls ({c['judge_calls']} judge), {c['outcomes']} outcomes, "
@@ -432,6 +449,16 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
             f"## Cost (prices {result.options.prices}, USD per 1M tokens)",
             "",
             _md_table(COST_HEADER, _cost_rows(result)),
+            "",
+        ]
+    if result.spent_on_failed_attempts:
+        parts += [
+            "## Spent on failed attempts",
+            "",
+            "Billed calls of attempts whose result is not the job's record (failed and retried or resumed, or a "
+            "duplicate copy): not in the tables above; an arm's spend is its tokens plus these.",
+            "",
+            _md_table(*_spent_rows(result)),
             "",
         ]
     if result.judge_tokens.height:

@@ -174,8 +174,8 @@ JobSummary = TypedDict(
     {
         "key": str,  # Job.key
         "status": JobStatus,  # done / duplicate (another copy landed first) / skipped (already in the ledger) / …
-        "calls": int,  # calls that reached the server
-        "tokens": int,  # strategy tokens as the server reported them (judge calls excluded)
+        "calls": int,  # calls that reached the server, every attempt's (failed ones included)
+        "tokens": int,  # strategy tokens as the server reported them (judge calls excluded), every attempt's
         "class": str | None,  # a contracts.errors.ErrorClass when status is "failed"
         "message": str | None,  # why it failed (scrubbed of keys)
         "attempts": NotRequired[int],  # attempts of the whole job (the worker's retries)
@@ -183,5 +183,9 @@ JobSummary = TypedDict(
         "finished_at": NotRequired[float],
         "lost": NotRequired[str | None],  # a strategy failure scored as a loss (e.g. context_overflow)
         "worker": NotRequired[str | None],  # the Celery worker's hostname
+        # Of calls/tokens: those of attempts whose result is not the job's object (failed attempts, a copy that
+        # lost the race), recorded in the run's spent/ objects (contracts.spent).
+        "spent_calls": NotRequired[int],
+        "spent_tokens": NotRequired[int],
     },
 )

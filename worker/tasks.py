@@ -84,6 +84,7 @@ def perform_job(
     secrets = [api_key] if api_key else None
     cls, msg, result = "task", "", None
     attempt = 0
+    spent = _Spent()
     for attempt in range(1, max_attempts + 1):
         t0 = time.time()
         try:
@@ -96,6 +97,8 @@ def perform_job(
                 break
             err = result.outcome.error or {}
             cls, msg = str(err.get("class") or "task"), scrub(str(err.get("message") or ""), secrets)
+            # Every failed attempt's calls were billed: write them now, before a retry or a crash loses them.
+            spent.record(ledger, result, reason="failed", error_class=cls, attempt=attempt)
         if cls not in RETRYABLE or attempt == max_attempts or (stop is not None and stop.is_set()):
             break
         if on_retry is not None:
@@ -107,28 +110,66 @@ def perform_job(
 
     if result is not None and result.ok:
         created = ledger.put_job(job.run_id, job.key, result.to_jsonl())
+        if not created:  # another copy's object stands; this copy's calls were billed all the same
+            spent.record(ledger, result, reason="duplicate", error_class=None, attempt=attempt)
         if clear_failure:
             ledger.delete_failure(job.run_id, job.key)
         return _summary(
-            job, "done" if created else "duplicate", calls=result.sent_calls, tokens=result.tokens, attempts=attempt,
-            started_at=started_at, finished_at=time.time(),
-            lost=(result.outcome.failure or {}).get("class"),
-        )
+            job, "done" if created else "duplicate", attempts=attempt, lost=(result.outcome.failure or {}).get("class"),
+            started_at=started_at, finished_at=time.time(), **spent.totals(result if created else None),
+        )  # fmt: skip
 
+    return _record_failure(job, ledger, result, spent, cls=cls, msg=msg, attempt=attempt, started_at=started_at)
+
+
+def _record_failure(
+    job: Job, ledger: Ledger, result: JobResult | None, spent: _Spent, *, cls: str, msg: str, attempt: int,
+    started_at: float,
+) -> JobSummary:  # fmt: skip
+    """Write the job's failure object (overwritable: the last failure of the job, for `ept retry`)."""
     failure = {
         "job": job.to_dict(),
         "class": cls,
         "message": msg,
         "attempts": attempt,
         "at": time.time(),
+        # This attempt's calls (also in its spent object, which is what the totals count).
         "calls": result.sent_calls if result else 0,
         "tokens": result.tokens if result else 0,
-        # The calls of a failed job still cost tokens: keep them for accounting.
         "lines": result.to_lines() if result else [],
+        # Every attempt's calls in this run of the job: spent/ objects hold each of them.
+        "spent_calls": spent.calls,
+        "spent_tokens": spent.tokens,
     }
     ledger.put_failure(job.run_id, job.key, failure)
-    return _summary(job, "failed", calls=failure["calls"], tokens=failure["tokens"], attempts=attempt,
-                    started_at=started_at, finished_at=time.time(), **{"class": cls, "message": msg})  # fmt: skip
+    return _summary(job, "failed", attempts=attempt, started_at=started_at, finished_at=time.time(),
+                    **spent.totals(None), **{"class": cls, "message": msg})  # fmt: skip
+
+
+class _Spent:
+    """The calls of a job's attempts that are not its stored result: each written at once as a write-once
+    spent object (contracts.spent), and counted for the job's summary."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.tokens = 0
+
+    def record(self, ledger: Ledger, result: JobResult, *, reason: str, error_class: str | None, attempt: int) -> None:
+        if not result.calls:
+            return
+        from elo_per_token.contracts.spent import spent_bytes, spent_name
+
+        data = spent_bytes(result.to_lines(), reason=reason, error_class=error_class, attempt=attempt, at=time.time())
+        ledger.put_blob(result.job.run_id, spent_name(), data)
+        self.calls += result.sent_calls
+        self.tokens += result.tokens
+
+    def totals(self, stored: JobResult | None) -> dict[str, int]:
+        """Summary fields: calls and tokens of every attempt (the stored result's included), and the share
+        spent on attempts whose calls are in spent objects."""
+        calls = self.calls + (stored.sent_calls if stored else 0)
+        tokens = self.tokens + (stored.tokens if stored else 0)
+        return {"calls": calls, "tokens": tokens, "spent_calls": self.calls, "spent_tokens": self.tokens}
 
 
 # ---- Celery side: providers, limiters and ledgers cached per worker process -------------------------------
