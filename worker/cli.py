@@ -23,6 +23,7 @@ def register(app: typer.Typer) -> None:
         if broker:
             os.environ["EPT_BROKER_URL"] = broker
         _check_sandbox(queue)
+        _check_allow_lists(queue)
         from elo_per_token.worker.celery_app import make_app
 
         capp = make_app(broker)
@@ -34,6 +35,20 @@ def register(app: typer.Typer) -> None:
 
 
 GRADE_QUEUE = "grade"
+
+
+def _check_allow_lists(queue: str) -> None:
+    """A job worker with no ledger allow-list could only refuse every job: it exits 2 at once, saying what to set."""
+    from elo_per_token.worker.trust import LEDGERS_ENV, ledgers_configured
+
+    if queue != GRADE_QUEUE and not ledgers_configured():
+        typer.echo(
+            f"error: set {LEDGERS_ENV} to the ledger(s) this worker may write to (the plan's `ledger`, e.g. "
+            f"s3://ept-ledger/sweeps; comma-separated, a trailing * allows a prefix): a worker never takes the "
+            "ledger from a message alone (EPT_WORKER_BASE_URLS likewise lists the endpoints a plan may override)",
+            err=True,
+        )
+        raise typer.Exit(2)
 
 
 def _check_sandbox(queue: str) -> None:

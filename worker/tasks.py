@@ -299,18 +299,66 @@ def _cancelled(task_self: Any, job: Job) -> bool:
         return False
 
 
+def _ran_key(task_id: str) -> str:
+    return f"ept:ran:{task_id}"
+
+
+RAN_TTL_S = 7 * 24 * 3600
+
+
+def _ran_before(r: Any, task_id: str | None) -> JobSummary | None:
+    """The summary of an earlier delivery of this very message (same task id) that ran to the end: a redelivered
+    copy returns it instead of running the job again (a failed job is not in the ledger, so without this a copy
+    redelivered after a visibility timeout paid for its calls again)."""
+    import json
+
+    if not task_id:
+        return None
+    try:
+        raw = r.get(_ran_key(task_id))
+    except Exception:  # the broker is unreachable: the ledger and the claim still stop a double write
+        return None
+    if not raw:
+        return None
+    try:
+        summary: JobSummary = json.loads(raw)
+    except ValueError:
+        return None
+    return summary
+
+
+def _mark_ran(r: Any, task_id: str | None, summary: JobSummary) -> None:
+    import json
+
+    if task_id:
+        with contextlib.suppress(Exception):
+            r.set(_ran_key(task_id), json.dumps(summary), ex=RAN_TTL_S)
+
+
+def _refused(job: Job, why: str) -> JobSummary:
+    return _summary(job, "failed", **{"class": "permanent", "message": scrub(why)})
+
+
 def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJobContextDict) -> JobSummary:
     """Body of the Celery task `ept.run_job`. ctx_dict: the message's CeleryJobContext (ledger URL, base_url
-    override, rate limits) as plain JSON."""
+    override, rate limits) as plain JSON. The ledger and the endpoint are used only if this worker's own
+    allow-lists name them (worker.trust): a message cannot choose where the key goes or where results land."""
     import os
+
+    from elo_per_token.worker.trust import Untrusted, check_base_url, check_ledger
 
     job = Job.from_dict(job_dict)
     ctx = CeleryJobContext.from_dict(ctx_dict)
-    ledger = ledger_for(ctx.ledger)
+    try:
+        ledger = ledger_for(check_ledger(ctx.ledger))
+        base_url = check_base_url(ctx.base_url)
+    except Untrusted as e:
+        return _refused(job, str(e))
     if _cancelled(task_self, job):
         return _summary(job, "cancelled", message="the sweep was stopped before this job started")
     redis_url = os.environ.get("EPT_RATELIMIT_URL") or os.environ.get("EPT_BROKER_URL") or "redis://127.0.0.1:6379/0"
     claims = _claims(redis_url)
+    task_id = getattr(getattr(task_self, "request", None), "id", None)
     waited = False
     while not claims.acquire(job):
         # Another delivery of this job is running (e.g. redelivered after a visibility timeout): wait for it.
@@ -318,16 +366,17 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
         time.sleep(0.5)
         if ledger.has_job(job.run_id, job.key):
             return _summary(job, "skipped")
-    # The check before the first API call, so a job that finished elsewhere never spends tokens twice; made
-    # with the claim held, so a copy that finished just before it released the claim is seen. Skipped only
-    # when nothing can have finished the job: the first delivery (not a redelivery after a lost worker or a
-    # visibility timeout) of a job from a run's first session (coordinator.sweep.execute), uncontended.
-    redelivered = bool((getattr(getattr(task_self, "request", None), "delivery_info", None) or {}).get("redelivered"))
-    if (ctx.check_ledger or redelivered or waited) and ledger.has_job(job.run_id, job.key):
-        claims.release(job)
-        return _summary(job, "skipped")
     try:
-        provider = provider_for(job.profile, ctx.base_url, ctx.rpm, ctx.tpm, redis_url)
+        if (earlier := _ran_before(claims.r, task_id)) is not None:
+            return earlier
+        # The check before the first API call, so a job that finished elsewhere never spends tokens twice; made
+        # with the claim held, so a copy that finished just before it released the claim is seen. Skipped only
+        # when nothing can have finished the job: the first delivery (not a redelivery after a lost worker or
+        # a visibility timeout) of a job from a run's first session (coordinator.sweep.execute), uncontended.
+        redelivered = bool((getattr(getattr(task_self, "request", None), "delivery_info", None) or {}).get("redelivered"))
+        if (ctx.check_ledger or redelivered or waited) and ledger.has_job(job.run_id, job.key):
+            return _summary(job, "skipped")
+        provider = provider_for(job.profile, base_url, ctx.rpm, ctx.tpm, redis_url)
 
         def on_retry(j: Job, attempt: int, cls: str) -> None:
             task_self.update_state(state="RETRYING", meta={"key": j.key, "attempt": attempt, "class": cls})
@@ -337,6 +386,9 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
             job, ledger, provider, on_retry=on_retry, max_attempts=ctx.max_attempts,
             check_existing=False, clear_failure=ctx.clear_failure,
         )  # fmt: skip
-        return {**summary, "worker": getattr(task_self.request, "hostname", None)}
+        summary = {**summary, "worker": getattr(task_self.request, "hostname", None)}
+        # Before the claim is released: a copy waiting on the claim must find it.
+        _mark_ran(claims.r, task_id, summary)
+        return summary
     finally:
         claims.release(job)
