@@ -34,6 +34,12 @@ def cancel_key(run_id: str) -> str:
     return f"ept:cancel:{run_id}"
 
 
+def worker_error_key(queue: str) -> str:
+    """Redis key (on the broker) where a worker that cannot start for `queue` leaves its reason, so a coordinator
+    waiting on that queue can name the cause (coordinator.consumers)."""
+    return f"ept:worker-error:{queue}"
+
+
 def derive_seed(*parts: object) -> int:
     """A 31-bit seed derived from any parts; the same parts always give the same seed."""
     h = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()

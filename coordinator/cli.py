@@ -95,7 +95,8 @@ def status(
     st = run_status(led, run_id)
     if as_json:
         typer.echo(json.dumps({"run_id": st.run_id, "run_url": st.run_url, "n_jobs": st.n_jobs, "done": st.done,
-                               "failed": st.failed, "pending": st.pending, "retrying": st.retrying},
+                               "failed": st.failed, "pending": st.pending, "retrying": st.retrying,
+                               "stopped": st.stopped},
                               sort_keys=True))  # fmt: skip
         return
     c = make_console()
@@ -107,6 +108,8 @@ def status(
     c.print(f"jobs {st.n_jobs if st.n_jobs is not None else '?'}: done {st.done} · failed "
             f"{sum(st.failed.values())} · pending {st.pending if st.pending is not None else '?'}"
             + (f" (retrying {st.retrying} that failed before this session)" if st.retrying else ""))  # fmt: skip
+    if st.stopped:
+        c.print(f"[red]the coordinator stopped this session:[/] {escape(mask_url(st.stopped))}", highlight=False)
     if st.failed_jobs:
         t = Table(title="failed jobs by error class")
         for col in ("class", "jobs", "example", "message"):

@@ -324,7 +324,8 @@ def execute(
         already_done=n_jobs - n_todo if completed else len(have), tally=tally, elapsed_s=time.monotonic() - t0,
         completed=completed, profile_name=getattr(profile, "name", None),
     )  # fmt: skip
-    if compact and completed and tally.done:
+    # Also when this session ran nothing but results exist: an earlier session stopped before compacting.
+    if compact and completed and (tally.done or have):
         out.compact_note = _compact(ledger, plan.run_id)
     if analyze and completed:
         out.analysis, out.analysis_error = analyze_run(plan, ledger)
@@ -347,7 +348,7 @@ def declare_jobs(ledger: Ledger, plan: Plan, jobs: list[Job] | None) -> None:
     declare_keys(ledger, plan.run_id, keys)
 
 
-def _compact(ledger: Ledger, run_id: str) -> str:
+def _compact(ledger: Ledger, run_id: str) -> str | None:
     """Fold this sweep's results into a new segment; a failure here loses nothing (the objects stay)."""
     from elo_per_token.analysis.segments import compact_run
 
@@ -355,6 +356,8 @@ def _compact(ledger: Ledger, run_id: str) -> str:
         res = compact_run(ledger, run_id)
     except Exception as e:  # compaction is an optimisation: report it, keep the sweep's result
         return f"compaction skipped ({type(e).__name__}: {e}); run `ept compact {run_id}` later"
+    if not res.jobs:
+        return None
     return f"compacted {res.jobs} job objects into {', '.join(res.segments) or 'no new segment'}"
 
 
