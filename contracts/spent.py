@@ -21,7 +21,8 @@ from typing import Any
 SPENT_DIR = "spent/"
 SPENT_SUFFIX = ".jsonl"
 # Why an attempt's calls are not in the job's object.
-SPENT_REASONS = ("failed", "duplicate")
+# "lost": journaled by a worker that died mid-job, recovered by the job's next delivery (worker.journal).
+SPENT_REASONS = ("failed", "duplicate", "lost")
 
 
 def spent_name() -> str:

@@ -31,6 +31,7 @@ from elo_per_token.contracts.secrets import scrub
 
 if TYPE_CHECKING:  # the provider client (openai SDK) is imported when a worker first needs one
     from elo_per_token.egress.client import ProviderClient
+    from elo_per_token.worker.journal import CallJournal
 
 T = TypeVar("T")
 TASK_NAME = "ept.run_job"
@@ -66,6 +67,7 @@ def perform_job(
     check_existing: bool = True,
     clear_failure: bool = False,
     stop: threading.Event | None = None,
+    journal: CallJournal | None = None,
 ) -> JobSummary:
     """Run `job` unless its result exists, store the result, and return a small JSON summary.
 
@@ -73,6 +75,8 @@ def perform_job(
     clear_failure: the job has a failure object from an earlier attempt, deleted once it succeeds. Otherwise
     a success costs exactly one request to the ledger, the conditional create.
     stop: when set (the executor is stopping), a failed attempt is not retried: it is recorded as it is.
+    journal: (Celery) each call is also journaled on the broker until its attempt is in the ledger, so the
+    calls of a worker killed mid-job are recovered by the job's next delivery (worker.journal).
     """
     started_at = time.time()
     if check_existing and ledger.has_job(job.run_id, job.key):
@@ -84,21 +88,23 @@ def perform_job(
     secrets = [api_key] if api_key else None
     cls, msg, result = "task", "", None
     attempt = 0
-    spent = _Spent()
+    spent = _Spent(job, ledger, journal)
     for attempt in range(1, max_attempts + 1):
         t0 = time.time()
+        spent.begin()
         try:
             result = run(job, provider)
         except Exception as e:
             cls, msg = _classify(e)
             result = None
+            spent.salvage()  # calls made before the exception are only in the journal
         else:
             if result.ok:
                 break
             err = result.outcome.error or {}
             cls, msg = str(err.get("class") or "task"), scrub(str(err.get("message") or ""), secrets)
             # Every failed attempt's calls were billed: write them now, before a retry or a crash loses them.
-            spent.record(ledger, result, reason="failed", error_class=cls, attempt=attempt)
+            spent.record(result, reason="failed", error_class=cls, attempt=attempt)
         if cls not in RETRYABLE or attempt == max_attempts or (stop is not None and stop.is_set()):
             break
         if on_retry is not None:
@@ -109,9 +115,11 @@ def perform_job(
             break
 
     if result is not None and result.ok:
+        spent.commit()
         created = ledger.put_job(job.run_id, job.key, result.to_jsonl())
         if not created:  # another copy's object stands; this copy's calls were billed all the same
-            spent.record(ledger, result, reason="duplicate", error_class=None, attempt=attempt)
+            spent.record(result, reason="duplicate", error_class=None, attempt=attempt)
+        spent.end()
         if clear_failure:
             ledger.delete_failure(job.run_id, job.key)
         return _summary(
@@ -147,22 +155,44 @@ def _record_failure(
 
 
 class _Spent:
-    """The calls of a job's attempts that are not its stored result: each written at once as a write-once
-    spent object (contracts.spent), and counted for the job's summary."""
+    """The calls of a job's attempts that are not its stored result: each written at once as a write-once spent
+    object named after its attempt (contracts.spent), and counted for the job's summary. With a journal, each
+    attempt's calls are also on the broker until they are in the ledger (worker.journal)."""
 
-    def __init__(self) -> None:
+    def __init__(self, job: Job, ledger: Ledger, journal: CallJournal | None) -> None:
+        self.job, self.ledger, self.journal = job, ledger, journal
         self.calls = 0
         self.tokens = 0
+        self.attempt_id = ""
 
-    def record(self, ledger: Ledger, result: JobResult, *, reason: str, error_class: str | None, attempt: int) -> None:
-        if not result.calls:
-            return
-        from elo_per_token.contracts.spent import spent_bytes, spent_name
+    def begin(self) -> None:
+        import uuid
 
-        data = spent_bytes(result.to_lines(), reason=reason, error_class=error_class, attempt=attempt, at=time.time())
-        ledger.put_blob(result.job.run_id, spent_name(), data)
-        self.calls += result.sent_calls
-        self.tokens += result.tokens
+        self.attempt_id = self.journal.begin(self.job) if self.journal is not None else uuid.uuid4().hex
+
+    def record(self, result: JobResult, *, reason: str, error_class: str | None, attempt: int) -> None:
+        if result.calls:
+            from elo_per_token.contracts.spent import SPENT_DIR, SPENT_SUFFIX, spent_bytes
+
+            data = spent_bytes(result.to_lines(), reason=reason, error_class=error_class, attempt=attempt, at=time.time())
+            self.ledger.put_blob(result.job.run_id, f"{SPENT_DIR}{self.attempt_id}{SPENT_SUFFIX}", data)
+            self.calls += result.sent_calls
+            self.tokens += result.tokens
+        self.end()
+
+    def commit(self) -> None:
+        if self.journal is not None:
+            self.journal.commit(self.job, self.attempt_id)
+
+    def end(self) -> None:
+        if self.journal is not None:
+            self.journal.end(self.job, self.attempt_id)
+
+    def salvage(self) -> None:
+        """An attempt that raised: whatever it journaled becomes a spent object now."""
+        if self.journal is not None:
+            with contextlib.suppress(Exception):
+                self.journal.recover(self.ledger, self.job)
 
     def totals(self, stored: JobResult | None) -> dict[str, int]:
         """Summary fields: calls and tokens of every attempt (the stored result's included), and the share
@@ -299,6 +329,12 @@ def _cancelled(task_self: Any, job: Job) -> bool:
         return False
 
 
+def _journal(r: Any) -> CallJournal:
+    from elo_per_token.worker.journal import CallJournal
+
+    return _cached(("journal", id(r)), lambda: CallJournal(r))
+
+
 def _ran_key(task_id: str) -> str:
     return f"ept:ran:{task_id}"
 
@@ -366,7 +402,10 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
         time.sleep(0.5)
         if ledger.has_job(job.run_id, job.key):
             return _summary(job, "skipped")
+    journal = _journal(claims.r)
     try:
+        # Calls of an earlier delivery that died mid-job: recorded before anything else (the claim is ours).
+        journal.recover(ledger, job)
         if (earlier := _ran_before(claims.r, task_id)) is not None:
             return earlier
         # The check before the first API call, so a job that finished elsewhere never spends tokens twice; made
@@ -384,11 +423,12 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
         # At most one HEAD above, one conditional PUT in perform_job: nothing else on the success path.
         summary = perform_job(
             job, ledger, provider, on_retry=on_retry, max_attempts=ctx.max_attempts,
-            check_existing=False, clear_failure=ctx.clear_failure,
+            check_existing=False, clear_failure=ctx.clear_failure, journal=journal,
         )  # fmt: skip
         summary = {**summary, "worker": getattr(task_self.request, "hostname", None)}
         # Before the claim is released: a copy waiting on the claim must find it.
         _mark_ran(claims.r, task_id, summary)
         return summary
     finally:
+        journal.release(job)
         claims.release(job)
