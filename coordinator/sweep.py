@@ -38,8 +38,10 @@ class Tally:
     skipped: int = 0
     duplicate: int = 0
     failed: int = 0
-    calls: int = 0
+    calls: int = 0  # every attempt's (contracts.jobs.JobSummary)
     tokens: int = 0
+    spent_calls: int = 0  # of those: attempts whose calls are in spent/ objects (failed, duplicate copies)
+    spent_tokens: int = 0
     retrying: set[str] = field(default_factory=set)
     failures: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     lost: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # strategy failures scored as losses
@@ -80,6 +82,8 @@ class Tally:
                 self.workers[worker] += 1
             self.calls += int(s.get("calls") or 0)
             self.tokens += int(s.get("tokens") or 0)
+            self.spent_calls += int(s.get("spent_calls") or 0)
+            self.spent_tokens += int(s.get("spent_tokens") or 0)
 
     def retry(self, key: str) -> None:
         with self.lock:
@@ -434,6 +438,9 @@ def print_summary(out: SweepOutcome, console: Any) -> None:
         f"{t.failed} failed · {t.calls} calls · {t.tokens:,} tokens · {out.elapsed_s:.1f}s",
         highlight=False,
     )
+    if t.spent_calls:
+        console.print(f"of which {t.spent_calls} calls · {t.spent_tokens:,} tokens on failed attempts (recorded in "
+                      "the run's spent/ objects; `ept analyze` lists them per arm)", highlight=False)  # fmt: skip
     console.print(f"ledger: {out.run_url}", highlight=False)
     if out.compact_note:
         console.print(out.compact_note, highlight=False)

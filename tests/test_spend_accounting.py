@@ -59,8 +59,10 @@ def test_failed_attempts_are_recorded_across_retries_and_resume(tmp_path, make_s
     stats = sim.control.stats()
     recorded, spent_tokens = ledger_calls(led, "spent")
     assert stats["completion_requests"] == recorded, (stats["completion_requests"], recorded, first.tally.failed)
-    # The sweeps' own tallies count every attempt's calls too.
+    # The sweeps' own tallies count every attempt's calls too, and say how many went to failed attempts.
     assert first.tally.calls + second.tally.calls == recorded
+    spent_calls = sum(len(parse_spent(led.get_blob("spent", n), n)) for n in led.list_blobs("spent", SPENT_DIR))
+    assert first.tally.spent_calls + second.tally.spent_calls == spent_calls > 0
     assert sum(spent_tokens.values()) > 0
     # The report's totals: the failed attempts' tokens by arm, exactly those of the spent objects.
     res = analyze([led.run_url("spent")], AnalysisOptions(rounds=0, prices="in=1,out=2"))
