@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -110,6 +110,8 @@ def status(
             + (f" (retrying {st.retrying} that failed before this session)" if st.retrying else ""))  # fmt: skip
     if st.stopped:
         c.print(f"[red]the coordinator stopped this session:[/] {escape(mask_url(st.stopped))}", highlight=False)
+    for line in _broker_lines(m):
+        c.print(f"[yellow]{escape(mask_url(line))}[/]", highlight=False)
     if st.failed_jobs:
         t = Table(title="failed jobs by error class")
         for col in ("class", "jobs", "example", "message"):
@@ -118,6 +120,16 @@ def status(
             ex = next(f for f in st.failed_jobs if str(f.get("class")) == cls)
             t.add_row(cls, str(n), escape(ex["key"]), escape(mask_url(str(ex.get("message", "")))[:160]))
         c.print(t)
+
+
+def _broker_lines(manifest: dict[str, Any]) -> list[str]:
+    """For a Celery run, with EPT_BROKER_URL set: queues that have work and no consumer now."""
+    sessions = manifest.get("sessions") or []
+    if not sessions or sessions[-1].get("executor") != "celery":
+        return []
+    from elo_per_token.coordinator.consumers import broker_status
+
+    return broker_status(str((manifest.get("plan") or {}).get("queue") or "ept"))
 
 
 def retry(

@@ -143,3 +143,38 @@ def redis_watch(app: Any, queue: str, window: float) -> QueueWatch:
 
     grade = os.environ.get("EPT_GRADE_QUEUE") or "grade"
     return QueueWatch(queue, grade if grade != queue else None, inspect, waiting, reason, window=window)
+
+
+def queue_lines(watch: QueueWatch) -> list[str]:
+    """One line per queue (the job queue, the grade queue) that has work waiting and no consumer right now, with
+    the reason a worker that failed to start for it left; [] when all is well or the broadcast failed."""
+    replies = watch.inspect()
+    if replies is None:
+        return []
+    consumers = consumers_by_queue(replies)
+    out = []
+    for q in (watch.queue, watch.grade_queue):
+        if not q or consumers.get(q):
+            continue
+        waiting = watch.waiting(q)
+        if waiting:
+            cause = watch.reason(q)
+            out.append(f"queue {q!r}: {waiting} message(s) waiting and no worker consuming it"
+                       + (f" (a worker failed to start: {cause})" if cause else ""))  # fmt: skip
+    return out
+
+
+def broker_status(queue: str) -> list[str]:
+    """queue_lines for the broker in EPT_BROKER_URL (`ept status` of a Celery run); [] without one or on error."""
+    if not os.environ.get("EPT_BROKER_URL"):
+        return []
+    try:
+        from elo_per_token.worker.celery_app import make_app
+
+        app = make_app()
+        try:
+            return queue_lines(redis_watch(app, queue, DEFAULT_WINDOW_S))
+        finally:
+            app.close()
+    except Exception:  # status reads the ledger; the broker is extra information
+        return []

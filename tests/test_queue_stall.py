@@ -87,6 +87,9 @@ def test_a_grader_that_cannot_start_stops_the_sweep_in_two_minutes_and_nothing_r
     shown = subprocess.run([sys.executable, "-m", "elo_per_token", "status", "stall", "--ledger", ledger],
                            env={**__import__("os").environ, **env}, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert "stopped" in shown.stdout and grade in shown.stdout, shown.stdout + shown.stderr
+    # With the broker at hand, status also says the grade queue has work and nobody consuming it, and why.
+    assert f"queue {grade!r}" in shown.stdout and "no worker consuming it" in shown.stdout, shown.stdout
+    assert "cannot run its sandbox" in shown.stdout
 
 
 def test_queue_watch_stops_only_after_the_whole_window_with_work_and_no_consumer():
@@ -116,6 +119,20 @@ def test_queue_watch_stops_only_after_the_whole_window_with_work_and_no_consumer
     # An unanswered broadcast (None) is no evidence either way; nothing pending is no stall.
     w4 = QueueWatch("ept", None, inspect=lambda: None, waiting=lambda q: 0, reason=lambda q: None, window=1, every=0)
     assert all(w4.check(pending=1, now=t) is None for t in range(10))
+
+
+def test_queue_lines_name_each_queue_with_work_and_no_consumer():
+    from elo_per_token.coordinator.consumers import queue_lines
+
+    waiting = {"ept": 0, "grade": 7}
+    w = QueueWatch("ept", "grade", inspect=lambda: {"w1": [{"name": "ept"}]}, waiting=waiting.__getitem__,
+                   reason=lambda q: "no sandbox" if q == "grade" else None)  # fmt: skip
+    assert queue_lines(w) == ["queue 'grade': 7 message(s) waiting and no worker consuming it "
+                              "(a worker failed to start: no sandbox)"]  # fmt: skip
+    w.inspect = lambda: {"w1": [{"name": "ept"}, {"name": "grade"}]}
+    assert queue_lines(w) == []
+    w.inspect = lambda: None  # no answer: nothing claimed
+    assert queue_lines(w) == []
 
 
 def test_consumers_by_queue_reads_any_reply_shape():
