@@ -123,3 +123,26 @@ def test_a_failed_delivery_is_not_run_again_by_its_redelivered_copy(rig_and_work
     sim.control.set(rate_500=0.0)
     third = _send(app, job, {"base_url": None, "ledger": rig.ledger})
     assert third["status"] == "done" and sim.control.stats()["completion_requests"] > paid
+
+
+@pytest.mark.services
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(raw=st.one_of(st.binary(max_size=300), st.builds(lambda v: __import__("json").dumps(v).encode(),
+                                                         st.recursive(st.none() | st.integers() | st.text(max_size=8),
+                                                                      lambda c: st.lists(c, max_size=3)
+                                                                      | st.dictionaries(st.sampled_from(["key", "status", "x"]), c, max_size=3),
+                                                                      max_leaves=10))))  # fmt: skip
+def test_a_hostile_ran_marker_never_replaces_a_run(redis_server, raw):
+    """Whatever sits under a task's ran marker on the broker: it is returned only if it is a finished summary of
+    that very job; anything else is ignored (the job runs), never raised, fast."""
+    from elo_per_token.contracts.jobs import Job
+    from elo_per_token.worker.tasks import _ran_before, _ran_key
+
+    r = redis_server.client()
+    job = Job("r", {"task_id": "t", "family": "f"}, "greedy", 1)
+    tid = f"t-{uuid.uuid4().hex}"
+    r.set(_ran_key(tid), raw, ex=60)
+    t0 = time.perf_counter()
+    got = _ran_before(r, tid, job)
+    assert time.perf_counter() - t0 < 1.0
+    assert got is None or (isinstance(got, dict) and got["key"] == job.key and got["status"] in ("done", "duplicate", "failed"))

@@ -342,25 +342,24 @@ def _ran_key(task_id: str) -> str:
 RAN_TTL_S = 7 * 24 * 3600
 
 
-def _ran_before(r: Any, task_id: str | None) -> JobSummary | None:
+def _ran_before(r: Any, task_id: str | None, job: Job) -> JobSummary | None:
     """The summary of an earlier delivery of this very message (same task id) that ran to the end: a redelivered
     copy returns it instead of running the job again (a failed job is not in the ledger, so without this a copy
-    redelivered after a visibility timeout paid for its calls again)."""
+    redelivered after a visibility timeout paid for its calls again). Anything on the broker that is not such
+    a summary of this job is ignored (the job then runs, as before markers existed)."""
     import json
 
     if not task_id:
         return None
     try:
         raw = r.get(_ran_key(task_id))
-    except Exception:  # the broker is unreachable: the ledger and the claim still stop a double write
+        summary = json.loads(raw) if raw else None
+    except Exception:  # unreachable broker or unreadable marker: the ledger and the claim still stop a double write
         return None
-    if not raw:
+    statuses = ("done", "duplicate", "failed")
+    if not isinstance(summary, dict) or summary.get("key") != job.key or summary.get("status") not in statuses:
         return None
-    try:
-        summary: JobSummary = json.loads(raw)
-    except ValueError:
-        return None
-    return summary
+    return cast(JobSummary, summary)
 
 
 def _mark_ran(r: Any, task_id: str | None, summary: JobSummary) -> None:
@@ -406,7 +405,7 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
     try:
         # Calls of an earlier delivery that died mid-job: recorded before anything else (the claim is ours).
         journal.recover(ledger, job)
-        if (earlier := _ran_before(claims.r, task_id)) is not None:
+        if (earlier := _ran_before(claims.r, task_id, job)) is not None:
             return earlier
         # The check before the first API call, so a job that finished elsewhere never spends tokens twice; made
         # with the claim held, so a copy that finished just before it released the claim is seen. Skipped only
