@@ -132,6 +132,8 @@ class CeleryJobContext:
     worker.strategies.base.JobContext, what a strategy sees while it runs a job.
     """
 
+    # Both used by a worker only if its own allow-lists name them (worker.trust: EPT_WORKER_LEDGERS,
+    # EPT_WORKER_BASE_URLS): anyone who can publish to the broker can write a context.
     ledger: str  # ledger URL the worker writes the job's object (or failure) to
     base_url: str | None = None  # --profile-url-override: the profile's requests go here instead
     rpm: int | None = None  # the plan's rate limits for the profile (None: the profile's own)
