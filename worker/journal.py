@@ -49,6 +49,8 @@ class CallJournal:
 
     def __init__(self, r: Any) -> None:
         self.r = r
+        self._listed: set[str] = set()  # attempts already in their job's set (and their list given a TTL)
+        self._lock = threading.Lock()
 
     def begin(self, job: Job) -> str:
         """A new attempt of `job`: its calls are journaled under the returned id until `end`."""
@@ -58,10 +60,17 @@ class CallJournal:
         return attempt
 
     def _push(self, job: Job, attempt: str, line: dict[str, Any]) -> None:
+        data = json.dumps(line, sort_keys=True, default=str)
+        lk = _list_key(job.run_id, job.key, attempt)
+        with self._lock:
+            first = attempt not in self._listed
+            self._listed.add(attempt)
         with contextlib.suppress(Exception):
+            if not first:  # one round trip per call after the attempt's first
+                self.r.rpush(lk, data)
+                return
             pipe = self.r.pipeline(transaction=False)
-            lk = _list_key(job.run_id, job.key, attempt)
-            pipe.rpush(lk, json.dumps(line, sort_keys=True, default=str))
+            pipe.rpush(lk, data)
             pipe.expire(lk, TTL_S)
             pipe.sadd(_set_key(job.run_id, job.key), attempt)
             pipe.expire(_set_key(job.run_id, job.key), TTL_S)
@@ -76,6 +85,14 @@ class CallJournal:
         with _active_lock:
             if _active.get((job.run_id, job.key), (None, ""))[1] == attempt:
                 _active.pop((job.run_id, job.key), None)
+        with self._lock:
+            listed = attempt in self._listed
+        if listed:  # else the attempt journaled nothing: nothing on the broker to drop
+            self._drop(job, attempt)
+
+    def _drop(self, job: Job, attempt: str) -> None:
+        with self._lock:
+            self._listed.discard(attempt)
         with contextlib.suppress(Exception):
             pipe = self.r.pipeline(transaction=False)
             pipe.delete(_list_key(job.run_id, job.key, attempt))
@@ -106,7 +123,10 @@ class CallJournal:
             if calls and not done:
                 ledger.put_blob(job.run_id, name, spent_bytes(calls, reason="lost", error_class=None, attempt=0, at=0.0))
                 recovered += len(calls)
-            self.end(job, attempt)
+            self._drop(job, attempt)
+            with _active_lock:
+                if _active.get((job.run_id, job.key), (None, ""))[1] == attempt:
+                    _active.pop((job.run_id, job.key), None)
         return recovered
 
 
