@@ -103,8 +103,9 @@ class QueueWatch:
             return (
                 f"stopped: code jobs wait for verdicts on the grade queue {queue!r}, which no grader has consumed "
                 f"for {waited:.0f}s.{why} Start a grader whose sandbox works (`ept worker --queue {queue}`; in "
-                f"containers see deploy/README.md, 'Grader'), then resume the sweep; {pending} job(s) not finished "
-                "are cancelled before they start, running ones end as failures with their calls recorded"
+                f"containers see deploy/README.md, 'Grader'), then resume the sweep. Of {pending} unfinished job(s), "
+                "the queued ones are cancelled before they start; running ones end as failures with their calls "
+                "recorded"
             )
         return (
             f"stopped: no worker has consumed queue {queue!r} for {waited:.0f}s.{why} Start one with "
