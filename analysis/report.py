@@ -191,6 +191,21 @@ def _cost_rows(result: AnalysisResult) -> list[list[str]]:
     return rows
 
 
+def _md_spent(result: AnalysisResult) -> list[str]:
+    if not result.spent_on_failed_attempts:
+        return []
+    return [
+        "## Spent on failed attempts",
+        "",
+        "Billed calls of attempts whose result is not the job's record (failed and retried or resumed, a "
+        "duplicate copy, or lost with a killed worker): not in the tables above; an arm's spend is its tokens "
+        "plus these.",
+        "",
+        _md_table(*_spent_rows(result)),
+        "",
+    ]
+
+
 def _spent_rows(result: AnalysisResult) -> tuple[list[str], list[list[str]]]:
     """Per arm: calls and tokens (and USD when priced) of failed attempts (analysis.spent)."""
     rows = result.spent_on_failed_attempts
@@ -451,16 +466,7 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
             _md_table(COST_HEADER, _cost_rows(result)),
             "",
         ]
-    if result.spent_on_failed_attempts:
-        parts += [
-            "## Spent on failed attempts",
-            "",
-            "Billed calls of attempts whose result is not the job's record (failed and retried or resumed, or a "
-            "duplicate copy): not in the tables above; an arm's spend is its tokens plus these.",
-            "",
-            _md_table(*_spent_rows(result)),
-            "",
-        ]
+    parts += _md_spent(result)
     if result.judge_tokens.height:
         parts += [
             "Judge calls (evaluation cost, not strategy cost): "
