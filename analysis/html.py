@@ -572,7 +572,10 @@ def failures_by_class(files: Sequence[str], failure_objects: Sequence[Mapping[st
 
 
 def _failure_tokens(f: Mapping[str, Any]) -> int:
-    """Tokens a job spent before it failed without writing a result (its calls are in no table)."""
+    """Tokens a job spent before it failed without writing a result (its calls are in no table). A failure written
+    with spent objects (`spent_tokens` present, contracts.spent) has its calls recorded there: none unrecorded."""
+    if "spent_tokens" in f:
+        return 0
     t = f.get("tokens")
     return int(t) if isinstance(t, int) and not isinstance(t, bool) and t > 0 else 0
 

@@ -151,6 +151,9 @@ class AnalysisResult:
     accuracy_family: pl.DataFrame | None = None
     pass_k: pl.DataFrame | None = None
     recommendation: dict[str, Any] | None = None
+    # Per arm: calls, tokens (and USD when priced) of failed attempts, from the runs' spent/ objects
+    # (analysis.spent): billed, not in the job objects, so not in `tokens`; the arm's spend is the sum of both.
+    spent_on_failed_attempts: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """Every number, the inputs, the options and the versions (report.json)."""
@@ -189,6 +192,7 @@ class AnalysisResult:
             "accuracy": self.accuracy.to_dicts() if self.accuracy is not None else [],
             "accuracy_family": self.accuracy_family.to_dicts() if self.accuracy_family is not None else [],
             "pass_at_k": self.pass_k.to_dicts() if self.pass_k is not None else [],
+            "spent_on_failed_attempts": self.spent_on_failed_attempts,
         }
 
 
@@ -871,7 +875,17 @@ def _result(records: Records, st: Stages, warnings: list[str], opt: AnalysisOpti
         vs_frontier=tables.vs_frontier, excluded_families=design.excluded,
         title_notes=[n for n in (comp.estimand_title, design.weights_note) if n], partial_arms=tables.partial,
         missing=comp.missing,
+        spent_on_failed_attempts=_spent(records.files, opt),
     )
+
+
+def _spent(paths: Sequence[str], opt: AnalysisOptions) -> list[dict[str, Any]]:
+    from elo_per_token.analysis.spent import spent_for_inputs
+
+    try:
+        return spent_for_inputs(paths, parse_prices(opt.prices))
+    except ValueError as e:  # a malformed spent object: named, as any other bad input
+        raise InputError(str(e), field="spent") from None
 
 
 def _task_set_warnings(breakdown: pl.DataFrame) -> list[str]:

@@ -209,6 +209,36 @@ def _cost_rows(result: AnalysisResult) -> list[list[str]]:
     return rows
 
 
+def _md_spent(result: AnalysisResult) -> list[str]:
+    if not result.spent_on_failed_attempts:
+        return []
+    return [
+        "## Spent on failed attempts",
+        "",
+        "Billed calls of attempts whose result is not the job's record (failed and retried or resumed, a "
+        "duplicate copy, or lost with a killed worker): not in the tables above; an arm's spend is its tokens "
+        "plus these.",
+        "",
+        _md_table(*_spent_rows(result)),
+        "",
+    ]
+
+
+def _spent_rows(result: AnalysisResult) -> tuple[list[str], list[list[str]]]:
+    """Per arm: calls and tokens (and USD when priced) of failed attempts (analysis.spent)."""
+    rows = result.spent_on_failed_attempts
+    priced = any("failed_attempt_usd" in r for r in rows)
+    header = ["arm", "calls", "prompt tokens", "completion tokens", "tokens"] + (["USD"] if priced else [])
+    out = []
+    for r in rows:
+        row = [str(r["arm"]), str(r["failed_attempt_calls"]), fmt_tokens(r["failed_attempt_prompt_tokens"]),
+               fmt_tokens(r["failed_attempt_completion_tokens"]), fmt_tokens(r["failed_attempt_tokens"])]  # fmt: skip
+        if priced:
+            row.append(f"{float(r.get('failed_attempt_usd') or 0.0):.4f}")
+        out.append(row)
+    return header, out
+
+
 def _compact(x: float | None) -> str:
     """ΔElo per $1 spans orders of magnitude (a cheap model's task costs fractions of a cent): 124k, 3.2M."""
     if x is None or x != x:
@@ -361,6 +391,8 @@ def print_report(
         cost_rows = [r for r in _cost_rows(result) if r[0].removesuffix(" (anchor)") in shown_set]
         console.print(_rich_table(f"Cost (prices {result.options.prices}, USD per 1M tokens)", COST_HEADER,
                                   cost_rows))  # fmt: skip
+    if result.spent_on_failed_attempts:
+        console.print(_rich_table("Spent on failed attempts (billed, not in the tables above)", *_spent_rows(result)))
     c = result.counts
     console.print(
         f"{c['files']} file(s), {c['calls']} calls ({c['judge_calls']} judge), {c['outcomes']} outcomes, "
@@ -452,6 +484,7 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
             _md_table(COST_HEADER, _cost_rows(result)),
             "",
         ]
+    parts += _md_spent(result)
     if result.judge_tokens.height:
         parts += [
             "Judge calls (evaluation cost, not strategy cost): "

@@ -34,6 +34,13 @@ def cancel_key(run_id: str) -> str:
     return f"ept:cancel:{run_id}"
 
 
+def worker_error_key(queue: str) -> str:
+    """Redis key (on the broker) where a worker that cannot start for `queue` leaves its reason, so a coordinator
+    waiting on that queue can name the cause (coordinator.consumers). Prefixed by the queue's name so a grader
+    whose broker user may touch only its queue's keys (`~grade*`, deploy/README.md "Broker users") can write it."""
+    return f"{queue}.ept-worker-error"
+
+
 def derive_seed(*parts: object) -> int:
     """A 31-bit seed derived from any parts; the same parts always give the same seed."""
     h = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
@@ -140,6 +147,8 @@ class CeleryJobContext:
     worker.strategies.base.JobContext, what a strategy sees while it runs a job.
     """
 
+    # Both used by a worker only if its own allow-lists name them (worker.trust: EPT_WORKER_LEDGERS,
+    # EPT_WORKER_BASE_URLS): anyone who can publish to the broker can write a context.
     ledger: str  # ledger URL the worker writes the job's object (or failure) to
     base_url: str | None = None  # --profile-url-override: the profile's requests go here instead
     rpm: int | None = None  # the plan's rate limits for the profile (None: the profile's own)
@@ -199,8 +208,8 @@ JobSummary = TypedDict(
     {
         "key": str,  # Job.key
         "status": JobStatus,  # done / duplicate (another copy landed first) / skipped (already in the ledger) / …
-        "calls": int,  # calls that reached the server
-        "tokens": int,  # strategy tokens as the server reported them (judge calls excluded)
+        "calls": int,  # calls that reached the server, every attempt's (failed ones included)
+        "tokens": int,  # strategy tokens as the server reported them (judge calls excluded), every attempt's
         "class": str | None,  # a contracts.errors.ErrorClass when status is "failed"
         "message": str | None,  # why it failed (scrubbed of keys)
         "attempts": NotRequired[int],  # attempts of the whole job (the worker's retries)
@@ -208,5 +217,9 @@ JobSummary = TypedDict(
         "finished_at": NotRequired[float],
         "lost": NotRequired[str | None],  # a strategy failure scored as a loss (e.g. context_overflow)
         "worker": NotRequired[str | None],  # the Celery worker's hostname
+        # Of calls/tokens: those of attempts whose result is not the job's object (failed attempts, a copy that
+        # lost the race), recorded in the run's spent/ objects (contracts.spent).
+        "spent_calls": NotRequired[int],
+        "spent_tokens": NotRequired[int],
     },
 )

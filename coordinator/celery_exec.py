@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from elo_per_token.contracts.jobs import CeleryJobContext, Job, JobSummary
+from elo_per_token.coordinator.consumers import QueueStalled, QueueWatch, redis_watch, window_s
 
 TASK_NAME = "ept.run_job"
 
@@ -54,6 +55,19 @@ def _first_contact(fn: Callable[[], Any], app: Any) -> None:
             "EPT_BROKER_URL (and EPT_RESULT_BACKEND) at a running one; `ept sweep --executor local` needs no broker",
             field="EPT_BROKER_URL",
         ) from None
+
+
+def _record_stop(ledger_url: str, run_ids: Collection[str], message: str) -> None:
+    """The reason the coordinator stopped, for `ept status` (coordinator.status.STOP_BLOB); best effort."""
+    import json
+
+    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.coordinator.status import STOP_BLOB
+
+    with contextlib.suppress(Exception):
+        led = open_ledger(ledger_url)
+        for rid in run_ids:
+            led.put_blob(rid, STOP_BLOB, json.dumps({"at": time.time(), "message": message}).encode())
 
 
 def _raise_interrupt(_sig: int, _frame: Any) -> None:
@@ -144,6 +158,12 @@ class _Outstanding:
         # A marker in Redis: gone after a broker restart means Redis came back empty (no persistence).
         self.marker = f"ept:sweep-alive:{uuid.uuid4().hex}"
         self.broker_down_since: list[float] = []  # when the current broker outage began (empty = reachable)
+        self.watch: QueueWatch | None = None  # coordinator.consumers: a queue with work and no consumer stops us
+
+    def check_consumers(self) -> None:
+        """QueueStalled when the job queue or the grade queue has had work and no consumer for the window."""
+        if self.watch is not None and (msg := self.watch.check(len(self.pending))):
+            raise QueueStalled(msg, field="queue")
 
     def mark_alive(self) -> None:
         self.backend.client.set(self.marker, "1", ex=7 * 24 * 3600)
@@ -259,6 +279,7 @@ def _enqueue_all(
             while len(out.pending) >= max_pending and not should_stop():
                 time.sleep(poll_s)
                 out.patient_poll(broker_patience_s)
+                out.check_consumers()
 
 
 def _drain(
@@ -274,13 +295,15 @@ def _drain(
         if not cancelled and cancel_when():
             cancelled = True
             _cancel_queued(out.app, out.run_ids, len(out.pending), out.notice)
+        out.check_consumers()
         if len(out.pending) != last_pending:
             last_change, last_pending = time.monotonic(), len(out.pending)
         elif out.notice and not told and time.monotonic() - last_change > idle_notice_s:
             told = True
             out.notice(
-                f"no job finished in {idle_notice_s:.0f}s: is a worker consuming queue {out.queue!r} on this broker? "
-                f"(start one with `ept worker --queue {out.queue}`); enqueued jobs wait on the queue until then"
+                f"no job finished in {idle_notice_s:.0f}s: is a worker consuming queue {out.queue!r} on this broker "
+                f"(`ept worker --queue {out.queue}`), and, for code tasks, a grader on the grade queue? The sweep "
+                "stops if either has work and no consumer for EPT_NO_CONSUMER_S (60 s)"
             )
 
 
@@ -302,6 +325,7 @@ def run_celery(
     max_pending: int = 50_000,
     cancel_when: Callable[[], bool] = lambda: False,
     budget: tuple[str, int] | None = None,
+    watch_consumers: bool = True,
 ) -> bool:
     """Enqueue `jobs` (any iterable: a million-job plan is streamed) in pipelined batches and follow them.
 
@@ -313,6 +337,7 @@ def run_celery(
     app = make_app(broker_url)
     out = _Outstanding(app, ctx, queue=queue, batch_size=batch_size, on_result=on_result, on_retry=on_retry,
                        notice=notice, clear_failures=clear_failures)  # fmt: skip
+    out.watch = redis_watch(app, queue, window_s()) if watch_consumers else None
     # SIGTERM stops the coordinator like Ctrl-C: the run's queued jobs are cancelled, not left to run unobserved.
     prev_term = None
     if threading.current_thread() is threading.main_thread():
@@ -328,6 +353,11 @@ def run_celery(
         return not should_stop()  # stopped early (egress broken) unless every job was sent before it tripped
     except KeyboardInterrupt:
         _cancel_queued(app, out.run_ids, len(out.pending), notice)
+        raise
+    except QueueStalled as e:
+        # Queued jobs must not start later and spend on a sweep nobody follows; `ept status` shows why it stopped.
+        _cancel_queued(app, out.run_ids, len(out.pending), None)
+        _record_stop(ctx.ledger, out.run_ids, e.message)
         raise
     finally:
         if prev_term is not None:

@@ -172,7 +172,7 @@ def status(
         typer.echo(json.dumps({"run_id": st.run_id, "run_url": st.run_url, "n_jobs": st.n_jobs, "done": st.done,
                                "failed": st.failed, "pending": st.pending, "retrying": st.retrying,
                                "endpoints": run_endpoints(st.manifest), "stopped": last_stop(st.manifest),
-                               "adaptive": read_state(led, run_id)},
+                               "adaptive": read_state(led, run_id), "coordinator_stopped": st.stopped},
                               sort_keys=True))  # fmt: skip
         return
     c = make_console()
@@ -184,6 +184,10 @@ def status(
     c.print(f"jobs {st.n_jobs if st.n_jobs is not None else '?'}: done {st.done} · failed "
             f"{sum(st.failed.values())} · pending {st.pending if st.pending is not None else '?'}"
             + (f" (retrying {st.retrying} that failed before this session)" if st.retrying else ""))  # fmt: skip
+    if st.stopped:
+        c.print(f"[red]the coordinator stopped this session:[/] {escape(mask_url(st.stopped))}", highlight=False)
+    for line in _broker_lines(m):
+        c.print(f"[yellow]{escape(mask_url(line))}[/]", highlight=False)
     for line in status_notes(st.manifest):
         c.print(line, highlight=False)
     from elo_per_token.coordinator.adaptive_cli import print_state
@@ -197,6 +201,16 @@ def status(
             ex = next(f for f in st.failed_jobs if str(f.get("class")) == cls)
             t.add_row(cls, str(n), escape(ex["key"]), escape(mask_url(str(ex.get("message", "")))[:160]))
         c.print(t)
+
+
+def _broker_lines(manifest: dict[str, Any]) -> list[str]:
+    """For a Celery run, with EPT_BROKER_URL set: queues that have work and no consumer now."""
+    sessions = manifest.get("sessions") or []
+    if not sessions or sessions[-1].get("executor") != "celery":
+        return []
+    from elo_per_token.coordinator.consumers import broker_status
+
+    return broker_status(str((manifest.get("plan") or {}).get("queue") or "ept"))
 
 
 def retry(

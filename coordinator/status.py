@@ -11,6 +11,10 @@ from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.ledger import Ledger
 
+# Written by the coordinator when it stops a Celery sweep because a queue has work and no consumer
+# (coordinator.consumers): {"at": unix time, "message": why}.
+STOP_BLOB = "coordinator-stopped.json"
+
 if TYPE_CHECKING:  # analysis (polars) is imported only for a compacted run and by the compact command
     from elo_per_token.analysis.segments import CompactResult
 
@@ -28,6 +32,8 @@ class RunStatus:
     # being retried (counted as pending), not failed.
     retrying: int = 0
     retrying_jobs: list[dict[str, Any]] = field(default_factory=list)
+    # Why the latest session's coordinator stopped the sweep early (a queue nobody consumed), if it did.
+    stopped: str | None = None
 
     @property
     def pending(self) -> int | None:
@@ -59,7 +65,33 @@ def run_status(ledger: Ledger, run_id: str) -> RunStatus:
         manifest=manifest,
         retrying=len(retrying),
         retrying_jobs=[{"key": k, **v} for k, v in sorted(retrying.items())],
+        stopped=_stopped(ledger, run_id, _session_start(manifest)),
     )
+
+
+def _stopped(ledger: Ledger, run_id: str, since: float | None) -> str | None:
+    """The stop message of this session's coordinator (an older session's stop was followed by a resume)."""
+    import json
+
+    raw = ledger.get_blob(run_id, STOP_BLOB)
+    if not raw:
+        return None
+    try:
+        doc = json.loads(raw)
+        at, message = float(doc["at"]), str(doc["message"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return message if since is None or at >= since else None
+
+
+def _session_start(manifest: dict[str, Any] | None) -> float | None:
+    from datetime import datetime
+
+    sessions = (manifest or {}).get("sessions") or []
+    try:
+        return datetime.fromisoformat(str(sessions[-1]["started_at"]).replace("Z", "+00:00")).timestamp()
+    except (IndexError, KeyError, ValueError, TypeError):
+        return None
 
 
 def _results(ledger: Ledger, run_id: str) -> tuple[int, Callable[[list[str]], set[str]]]:

@@ -39,8 +39,10 @@ class Tally:
     skipped: int = 0
     duplicate: int = 0
     failed: int = 0
-    calls: int = 0
+    calls: int = 0  # every attempt's (contracts.jobs.JobSummary)
     tokens: int = 0
+    spent_calls: int = 0  # of those: attempts whose calls are in spent/ objects (failed, duplicate copies)
+    spent_tokens: int = 0
     retrying: set[str] = field(default_factory=set)
     failures: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     lost: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # strategy failures scored as losses
@@ -85,6 +87,8 @@ class Tally:
                 self.workers[worker] += 1
             self.calls += int(s.get("calls") or 0)
             self.tokens += int(s.get("tokens") or 0)
+            self.spent_calls += int(s.get("spent_calls") or 0)
+            self.spent_tokens += int(s.get("spent_tokens") or 0)
 
     def retry(self, key: str) -> None:
         with self.lock:
@@ -389,7 +393,8 @@ def execute(
         elapsed_s=time.monotonic() - t0, completed=completed, profile_name=getattr(profile, "name", None),
     )  # fmt: skip
     record_session(ledger, plan.run_id, out)
-    if compact and (completed or out.stopped_for_budget) and tally.done:
+    # Also when this session ran nothing but results exist: an earlier session stopped before compacting.
+    if compact and (completed or out.stopped_for_budget) and (tally.done or have):
         out.compact_note = _compact(ledger, plan.run_id)
     if analyze and (completed or out.stopped_for_budget):
         out.analysis, out.analysis_error = analyze_run(plan, ledger)
@@ -445,7 +450,7 @@ def declare_jobs(ledger: Ledger, plan: Plan, jobs: list[Job] | None) -> None:
     declare_keys(ledger, plan.run_id, keys)
 
 
-def _compact(ledger: Ledger, run_id: str) -> str:
+def _compact(ledger: Ledger, run_id: str) -> str | None:
     """Fold this sweep's results into a new segment; a failure here loses nothing (the objects stay)."""
     from elo_per_token.analysis.segments import compact_run
 
@@ -453,6 +458,8 @@ def _compact(ledger: Ledger, run_id: str) -> str:
         res = compact_run(ledger, run_id)
     except Exception as e:  # compaction is an optimisation: report it, keep the sweep's result
         return f"compaction skipped ({type(e).__name__}: {e}); run `ept compact {run_id}` later"
+    if not res.jobs:
+        return None
     return f"compacted {res.jobs} job objects into {', '.join(res.segments) or 'no new segment'}"
 
 
@@ -530,6 +537,9 @@ def print_summary(out: SweepOutcome, console: Any) -> None:
         f"{t.failed} failed · {t.calls} calls · {t.tokens:,} tokens · {out.elapsed_s:.1f}s",
         highlight=False,
     )
+    if t.spent_calls:
+        console.print(f"of which {t.spent_calls} calls · {t.spent_tokens:,} tokens on failed attempts (recorded in "
+                      "the run's spent/ objects; `ept analyze` lists them per arm)", highlight=False)  # fmt: skip
     console.print(f"ledger: {out.run_url}", highlight=False)
     if t.calls and not t.tokens:
         # Every call came back without usage (a zero-token call does not happen): say so, and how to get it.

@@ -273,6 +273,9 @@ class LedgerFacts:
     calls_by_job: dict[str, int] = field(default_factory=dict)
     missing_usage: int = 0
     extra_keys: int = 0  # objects under jobs/ that are not expected job keys (e.g. partial uploads)
+    # Calls in spent/ objects (contracts.spent): failed attempts, losing copies, journals of killed workers.
+    spent_calls: int = 0
+    spent_by_job: dict[str, int] = field(default_factory=dict)
 
 
 def ledger_facts(ledger_url: str, run_id: str, expected_keys: set[str]) -> LedgerFacts:
@@ -308,12 +311,23 @@ def ledger_facts(ledger_url: str, run_id: str, expected_keys: set[str]) -> Ledge
         calls += n
         calls_by_job[k] = n
     dups = sum(c - 1 for c in per_key.values() if c > 1) + sum(c - 1 for c in per_call.values() if c > 1)
+    spent_by_job = _spent_by_job(led, run_id)
     return LedgerFacts(
         jobs=len(keys & expected_keys), records=records, calls=calls, duplicates=dups,
         lost=len(expected_keys - keys - failures), failed=len((expected_keys - keys) & failures),
         tokens_by_arm=dict(tokens), calls_by_job=calls_by_job, missing_usage=missing,
-        extra_keys=len(keys - expected_keys),
+        extra_keys=len(keys - expected_keys), spent_calls=sum(spent_by_job.values()), spent_by_job=spent_by_job,
     )  # fmt: skip
+
+
+def _spent_by_job(led: Any, run_id: str) -> dict[str, int]:
+    from elo_per_token.contracts.spent import SPENT_DIR, parse_spent
+
+    out: Counter[str] = Counter()
+    for name in led.list_blobs(run_id, SPENT_DIR):
+        for x in parse_spent(led.get_blob(run_id, name) or b"", name):
+            out[str(x.get("job_key"))] += 1
+    return dict(out)
 
 
 def tail(path: Path, n: int = 3000) -> str:

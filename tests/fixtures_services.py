@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -249,7 +250,11 @@ def start_celery_workers(
 ) -> CeleryWorkers:  # fmt: skip
     """Start n `ept worker` subprocesses (threads pool) and wait until all answer a ping."""
     tmp.mkdir(parents=True, exist_ok=True)
-    full_env = {**os.environ, **(env or {}), "EPT_BROKER_URL": broker_url, "PYTHONUNBUFFERED": "1"}
+    # A worker takes the ledger and an endpoint override from a message only if its allow-lists name them
+    # (worker.trust): test workers accept the test ledgers (S3 buckets, pytest's temp folders) and the loopback
+    # simulators, unless the test sets the lists itself.
+    defaults = {"EPT_WORKER_LEDGERS": f"s3://*,{tempfile.gettempdir()}/*", "EPT_WORKER_BASE_URLS": "http://127.0.0.1:*"}
+    full_env = {**defaults, **os.environ, **(env or {}), "EPT_BROKER_URL": broker_url, "PYTHONUNBUFFERED": "1"}
     full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), full_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     ws = CeleryWorkers()
     for i in range(n):

@@ -390,17 +390,19 @@ def test_successful_job_costs_one_conditional_put(s3_bucket, s3_env, monkeypatch
     def sent(job) -> list[str]:
         base = f"/{s3_bucket}/w/runs/w/"
         where = {f"{base}jobs/{job.key}.jsonl": "jobs", f"{base}failures/{job.key}.json": "failures"}
-        return [f"{m} {where.get(path, path)}" for m, path in proxy.requests]
+        spent = f"{base}spent/"
+        return [f"{m} {'spent' if path.startswith(spent) else where.get(path, path)}" for m, path in proxy.requests]
 
     try:
         for i, (kw, want) in expect.items():
             proxy.requests.clear()
             out = perform_job(jobs[i], led, None, run=run, **kw)
             assert out["status"] == "done" and sent(jobs[i]) == want, (i, proxy.requests)
-        # A duplicate (the object exists): the conditional create refuses it, nothing is overwritten.
+        # A duplicate (the object exists): the conditional create refuses it, nothing is overwritten; the losing
+        # copy's calls were billed all the same, so they go to a spent object of their own (contracts.spent).
         proxy.requests.clear()
         assert perform_job(jobs[0], led, None, run=run, check_existing=False)["status"] == "duplicate"
-        assert sent(jobs[0]) == ["PUT jobs"]
+        assert sent(jobs[0]) == ["PUT jobs", "PUT spent"]
     finally:
         proxy.close()
 

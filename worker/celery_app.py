@@ -5,15 +5,21 @@ Delivery guarantees and why:
   killed worker's jobs are delivered again.
 - Redis has no broker-side leases: an unacked message comes back when it is older than `visibility_timeout`
   AND kombu's restore sweep runs (every `unacked_restore_interval` x `unacked_restore_throttle`). Defaults
-  (VT 50 s, sweep every 5 s) bring a dead worker's jobs back in under a minute. The timeout must stay above the
-  longest job (raise EPT_VISIBILITY_TIMEOUT for slow providers): a job still running past it is delivered a
-  second time, which the Redis claim and the ledger's conditional create turn into a no-op.
+  (VT 50 s, sweep every 5 s) bring a dead worker's jobs back in under a minute. The lease must outlive the
+  longest wait of a job: with a grade queue (EPT_GRADE_QUEUE) a job waits up to EPT_GRADE_TIMEOUT for its
+  verdict, so the lease defaults to that plus LEASE_MARGIN_S, and an explicit EPT_VISIBILITY_TIMEOUT below it
+  is refused (`lease_seconds`): a 300 s grading wait under a 50 s lease redelivered every code job again and
+  again, each copy paying for its provider calls (issue 26). A job still running past its lease anyway (many
+  slow calls) is delivered a second time, which the Redis claim, the worker's ran marker (a finished or
+  failed delivery is never run again) and the ledger's conditional create turn into a no-op.
 - `worker_prefetch_multiplier = 1`: a worker holds only the messages it is running, so scaling out spreads load.
 """
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
@@ -25,6 +31,53 @@ if TYPE_CHECKING:
 
 DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
 DEFAULT_QUEUE = "ept"
+DEFAULT_LEASE_S = 50
+DEFAULT_GRADE_TIMEOUT_S = 120.0
+# The lease exceeds the grading wait by this much: the provider calls before it and the ledger write after it.
+LEASE_MARGIN_S = 60
+
+
+def grade_timeout_s(env: Mapping[str, str] | None = None) -> float:
+    """How long a job waits for a verdict from the grade queue (EPT_GRADE_TIMEOUT, seconds)."""
+    from elo_per_token.contracts.errors import InputError
+
+    raw = (os.environ if env is None else env).get("EPT_GRADE_TIMEOUT") or str(DEFAULT_GRADE_TIMEOUT_S)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InputError(f"not a number: {raw[:40]!r}", field="EPT_GRADE_TIMEOUT") from None
+    if not 0 < value < 86400:
+        raise InputError(f"must be between 0 and 86400 seconds, got {raw[:40]!r}", field="EPT_GRADE_TIMEOUT")
+    return value
+
+
+def lease_seconds(env: Mapping[str, str] | None = None) -> int:
+    """The broker lease (visibility timeout) of a job message, checked against the longest wait inside a job.
+
+    Unset EPT_VISIBILITY_TIMEOUT: 50 s, or EPT_GRADE_TIMEOUT + LEASE_MARGIN_S when jobs wait on a grade queue.
+    Set: used as given, but a lease that a grading wait can outlast is refused (InputError naming both
+    settings): the job would be delivered again while it waits, and every copy would pay for its calls."""
+    from elo_per_token.contracts.errors import InputError
+
+    env = os.environ if env is None else env
+    need = math.ceil(grade_timeout_s(env)) + LEASE_MARGIN_S if env.get("EPT_GRADE_QUEUE") else 0
+    raw = env.get("EPT_VISIBILITY_TIMEOUT")
+    if not raw:
+        return max(DEFAULT_LEASE_S, need)
+    try:
+        vt = int(raw)
+    except ValueError:
+        raise InputError(f"not a whole number of seconds: {raw[:40]!r}", field="EPT_VISIBILITY_TIMEOUT") from None
+    if vt < 1:
+        raise InputError(f"must be at least 1 second, got {vt}", field="EPT_VISIBILITY_TIMEOUT")
+    if vt < need:
+        raise InputError(
+            f"{vt} s is shorter than a job's longest wait: EPT_GRADE_TIMEOUT ({grade_timeout_s(env):g} s) + "
+            f"{LEASE_MARGIN_S} s. Raise EPT_VISIBILITY_TIMEOUT to at least {need}, or lower EPT_GRADE_TIMEOUT: "
+            "a job still waiting for its grade when its lease ends is delivered again and pays for its calls again",
+            field="EPT_VISIBILITY_TIMEOUT",
+        )
+    return vt
 
 
 def broker_url() -> str:
@@ -33,7 +86,7 @@ def broker_url() -> str:
 
 def make_app(url: str | None = None) -> Celery:
     url = url or broker_url()
-    vt = int(os.environ.get("EPT_VISIBILITY_TIMEOUT", "50"))
+    vt = lease_seconds()
     app = Celery("ept", broker=url, backend=os.environ.get("EPT_RESULT_BACKEND") or url)
     app.conf.update(
         task_serializer="json",

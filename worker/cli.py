@@ -25,6 +25,7 @@ def register(app: typer.Typer) -> None:
         if broker:
             os.environ["EPT_BROKER_URL"] = broker
         _check_sandbox(queue)
+        _check_allow_lists(queue)
         from elo_per_token.worker.celery_app import make_app
 
         capp = make_app(broker)
@@ -53,6 +54,41 @@ def grader_broker_settings(transport_options: dict[str, Any]) -> dict[str, Any]:
         unacked_mutex_key=f"{GRADE_QUEUE}.unacked_mutex",
     )
     return {"broker_transport_options": opts, "worker_enable_remote_control": False}
+def _check_allow_lists(queue: str) -> None:
+    """A job worker with no ledger allow-list could only refuse every job: it exits 2 at once, saying what to set."""
+    from elo_per_token.worker.trust import LEDGERS_ENV, ledgers_configured
+
+    if not _is_grader(queue) and not ledgers_configured():
+        message = (
+            f"set {LEDGERS_ENV} to the ledger(s) this worker may write to (the plan's `ledger`, e.g. "
+            f"s3://ept-ledger/sweeps; comma-separated, a trailing * allows a prefix): a worker never takes the "
+            "ledger from a message alone (EPT_WORKER_BASE_URLS likewise lists the endpoints a plan may override)"
+        )
+        typer.echo(f"error: {message}", err=True)
+        _report_start_failure(queue, message)
+        raise typer.Exit(2)
+
+
+def _is_grader(queue: str) -> bool:
+    import os
+
+    return queue == GRADE_QUEUE or os.environ.get("EPT_GRADE_QUEUE") == queue
+
+
+def _report_start_failure(queue: str, message: str) -> None:
+    """Leave the reason on the broker for a coordinator waiting on this queue (best effort, never raises)."""
+    import contextlib
+    import os
+
+    from elo_per_token.contracts.jobs import worker_error_key
+    from elo_per_token.contracts.secrets import scrub
+
+    with contextlib.suppress(Exception):
+        import redis
+
+        url = os.environ.get("EPT_BROKER_URL") or "redis://127.0.0.1:6379/0"
+        r = redis.Redis.from_url(url, socket_timeout=3, socket_connect_timeout=3)
+        r.set(worker_error_key(queue), scrub(message)[:2000], ex=3600)
 
 
 def _check_sandbox(queue: str) -> None:
@@ -65,8 +101,10 @@ def _check_sandbox(queue: str) -> None:
     why = bwrap.probe()
     if why is None:
         return
-    if queue == GRADE_QUEUE:
-        typer.echo(f"error: this grader cannot run its sandbox: {why}", err=True)
+    if _is_grader(queue):
+        message = f"this grader cannot run its sandbox: {why}"
+        typer.echo(f"error: {message}", err=True)
+        _report_start_failure(queue, message)
         raise typer.Exit(2)
     if not os.environ.get("EPT_GRADE_QUEUE"):
         typer.echo(f"warning: this worker cannot grade code tasks (they will fail): {why}", err=True)

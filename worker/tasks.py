@@ -33,6 +33,7 @@ from elo_per_token.worker.transcript import store as store_transcript
 
 if TYPE_CHECKING:  # the provider client (openai SDK) is imported when a worker first needs one
     from elo_per_token.egress.client import ProviderClient
+    from elo_per_token.worker.journal import CallJournal
 
 T = TypeVar("T")
 TASK_NAME = "ept.run_job"
@@ -69,6 +70,7 @@ def perform_job(
     clear_failure: bool = False,
     stop: threading.Event | None = None,
     transcripts: bool = False,
+    journal: CallJournal | None = None,
 ) -> JobSummary:
     """Run `job` unless its result exists, store the result, and return a small JSON summary.
 
@@ -77,6 +79,8 @@ def perform_job(
     a success costs exactly one request to the ledger, the conditional create.
     stop: when set (the executor is stopping), a failed attempt is not retried: it is recorded as it is.
     transcripts: also store the job's transcript beside its result (worker.transcript; run_job only).
+    journal: (Celery) each call is also journaled on the broker until its attempt is in the ledger, so the
+    calls of a worker killed mid-job are recovered by the job's next delivery (worker.journal).
     """
     started_at = time.time()
     if check_existing and ledger.has_job(job.run_id, job.key):
@@ -85,18 +89,23 @@ def perform_job(
     secrets = [api_key] if api_key else None
     cls, msg, result = "task", "", None
     attempt = 0
+    spent = _Spent(job, ledger, journal)
     for attempt in range(1, max_attempts + 1):
         t0 = time.time()
+        spent.begin()
         try:
             result = run(job, provider)
         except Exception as e:
             cls, msg = _classify(e)
             result = None
+            spent.salvage()  # calls made before the exception are only in the journal
         else:
             if result.ok:
                 break
             err = result.outcome.error or {}
             cls, msg = str(err.get("class") or "task"), scrub(str(err.get("message") or ""), secrets)
+            # Every failed attempt's calls were billed: write them now, before a retry or a crash loses them.
+            spent.record(result, reason="failed", error_class=cls, attempt=attempt)
         if cls not in RETRYABLE or attempt == max_attempts or (stop is not None and stop.is_set()):
             break
         if on_retry is not None:
@@ -107,31 +116,93 @@ def perform_job(
             break
 
     if result is not None and result.ok:
+        spent.commit()
         created = ledger.put_job(job.run_id, job.key, result.to_jsonl())
         if created and recorders:  # a second, separate object: never read by `ept analyze`
             store_transcript(ledger, job.run_id, job.key, recorders[-1], result.outcome, secrets)
+        if not created:  # another copy's object stands; this copy's calls were billed all the same
+            spent.record(result, reason="duplicate", error_class=None, attempt=attempt)
+        spent.end()
         if clear_failure:
             ledger.delete_failure(job.run_id, job.key)
         return _summary(
-            job, "done" if created else "duplicate", calls=result.sent_calls, tokens=result.tokens, attempts=attempt,
-            started_at=started_at, finished_at=time.time(),
-            lost=(result.outcome.failure or {}).get("class"),
-        )
+            job, "done" if created else "duplicate", attempts=attempt, lost=(result.outcome.failure or {}).get("class"),
+            started_at=started_at, finished_at=time.time(), **spent.totals(result if created else None),
+        )  # fmt: skip
 
+    return _record_failure(job, ledger, result, spent, cls=cls, msg=msg, attempt=attempt, started_at=started_at)
+
+
+def _record_failure(
+    job: Job, ledger: Ledger, result: JobResult | None, spent: _Spent, *, cls: str, msg: str, attempt: int,
+    started_at: float,
+) -> JobSummary:  # fmt: skip
+    """Write the job's failure object (overwritable: the last failure of the job, for `ept retry`)."""
     failure = {
         "job": job.to_dict(),
         "class": cls,
         "message": msg,
         "attempts": attempt,
         "at": time.time(),
+        # This attempt's calls (also in its spent object, which is what the totals count).
         "calls": result.sent_calls if result else 0,
         "tokens": result.tokens if result else 0,
-        # The calls of a failed job still cost tokens: keep them for accounting.
         "lines": result.to_lines() if result else [],
+        # Every attempt's calls in this run of the job: spent/ objects hold each of them.
+        "spent_calls": spent.calls,
+        "spent_tokens": spent.tokens,
     }
     ledger.put_failure(job.run_id, job.key, failure)
-    return _summary(job, "failed", calls=failure["calls"], tokens=failure["tokens"], attempts=attempt,
-                    started_at=started_at, finished_at=time.time(), **{"class": cls, "message": msg})  # fmt: skip
+    return _summary(job, "failed", attempts=attempt, started_at=started_at, finished_at=time.time(),
+                    **spent.totals(None), **{"class": cls, "message": msg})  # fmt: skip
+
+
+class _Spent:
+    """The calls of a job's attempts that are not its stored result: each written at once as a write-once spent
+    object named after its attempt (contracts.spent), and counted for the job's summary. With a journal, each
+    attempt's calls are also on the broker until they are in the ledger (worker.journal)."""
+
+    def __init__(self, job: Job, ledger: Ledger, journal: CallJournal | None) -> None:
+        self.job, self.ledger, self.journal = job, ledger, journal
+        self.calls = 0
+        self.tokens = 0
+        self.attempt_id = ""
+
+    def begin(self) -> None:
+        import uuid
+
+        self.attempt_id = self.journal.begin(self.job) if self.journal is not None else uuid.uuid4().hex
+
+    def record(self, result: JobResult, *, reason: str, error_class: str | None, attempt: int) -> None:
+        if result.calls:
+            from elo_per_token.contracts.spent import SPENT_DIR, SPENT_SUFFIX, spent_bytes
+
+            data = spent_bytes(result.to_lines(), reason=reason, error_class=error_class, attempt=attempt, at=time.time())
+            self.ledger.put_blob(result.job.run_id, f"{SPENT_DIR}{self.attempt_id}{SPENT_SUFFIX}", data)
+            self.calls += result.sent_calls
+            self.tokens += result.tokens
+        self.end()
+
+    def commit(self) -> None:
+        if self.journal is not None:
+            self.journal.commit(self.job, self.attempt_id)
+
+    def end(self) -> None:
+        if self.journal is not None:
+            self.journal.end(self.job, self.attempt_id)
+
+    def salvage(self) -> None:
+        """An attempt that raised: whatever it journaled becomes a spent object now."""
+        if self.journal is not None:
+            with contextlib.suppress(Exception):
+                self.journal.recover(self.ledger, self.job)
+
+    def totals(self, stored: JobResult | None) -> dict[str, int]:
+        """Summary fields: calls and tokens of every attempt (the stored result's included), and the share
+        spent on attempts whose calls are in spent objects."""
+        calls = self.calls + (stored.sent_calls if stored else 0)
+        tokens = self.tokens + (stored.tokens if stored else 0)
+        return {"calls": calls, "tokens": tokens, "spent_calls": self.calls, "spent_tokens": self.tokens}
 
 
 def _runner(
@@ -313,20 +384,73 @@ def _spend(task_self: Any, job: Job, tokens: int) -> None:
             r.incrby(budget_key(job.run_id), tokens)
 
 
+def _journal(r: Any) -> CallJournal:
+    from elo_per_token.worker.journal import CallJournal
+
+    return _cached(("journal", id(r)), lambda: CallJournal(r))
+
+
+def _ran_key(task_id: str) -> str:
+    return f"ept:ran:{task_id}"
+
+
+RAN_TTL_S = 7 * 24 * 3600
+
+
+def _ran_before(r: Any, task_id: str | None, job: Job) -> JobSummary | None:
+    """The summary of an earlier delivery of this very message (same task id) that ran to the end: a redelivered
+    copy returns it instead of running the job again (a failed job is not in the ledger, so without this a copy
+    redelivered after a visibility timeout paid for its calls again). Anything on the broker that is not such
+    a summary of this job is ignored (the job then runs, as before markers existed)."""
+    import json
+
+    if not task_id:
+        return None
+    try:
+        raw = r.get(_ran_key(task_id))
+        summary = json.loads(raw) if raw else None
+    except Exception:  # unreachable broker or unreadable marker: the ledger and the claim still stop a double write
+        return None
+    statuses = ("done", "duplicate", "failed")
+    if not isinstance(summary, dict) or summary.get("key") != job.key or summary.get("status") not in statuses:
+        return None
+    return cast(JobSummary, summary)
+
+
+def _mark_ran(r: Any, task_id: str | None, summary: JobSummary) -> None:
+    import json
+
+    if task_id:
+        with contextlib.suppress(Exception):
+            r.set(_ran_key(task_id), json.dumps(summary), ex=RAN_TTL_S)
+
+
+def _refused(job: Job, why: str) -> JobSummary:
+    return _summary(job, "failed", **{"class": "permanent", "message": scrub(why)})
+
+
 def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJobContextDict) -> JobSummary:
     """Body of the Celery task `ept.run_job`. ctx_dict: the message's CeleryJobContext (ledger URL, base_url
-    override, rate limits) as plain JSON."""
+    override, rate limits) as plain JSON. The ledger and the endpoint are used only if this worker's own
+    allow-lists name them (worker.trust): a message cannot choose where the key goes or where results land."""
     import os
+
+    from elo_per_token.worker.trust import Untrusted, check_base_url, check_ledger
 
     job = Job.from_dict(job_dict)
     ctx = CeleryJobContext.from_dict(ctx_dict)
-    ledger = ledger_for(ctx.ledger)
+    try:
+        ledger = ledger_for(check_ledger(ctx.ledger))
+        base_url = check_base_url(ctx.base_url)
+    except Untrusted as e:
+        return _refused(job, str(e))
     if _cancelled(task_self, job):
         return _summary(job, "cancelled", message="the sweep was stopped before this job started")
     if _over_budget(task_self, job, ctx.budget_tokens):
         return _summary(job, "cancelled", message="the run reached its budget cap before this job started")
     redis_url = os.environ.get("EPT_RATELIMIT_URL") or os.environ.get("EPT_BROKER_URL") or "redis://127.0.0.1:6379/0"
     claims = _claims(redis_url)
+    task_id = getattr(getattr(task_self, "request", None), "id", None)
     waited = False
     while not claims.acquire(job):
         # Another delivery of this job is running (e.g. redelivered after a visibility timeout): wait for it.
@@ -334,16 +458,20 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
         time.sleep(0.5)
         if ledger.has_job(job.run_id, job.key):
             return _summary(job, "skipped")
-    # The check before the first API call, so a job that finished elsewhere never spends tokens twice; made
-    # with the claim held, so a copy that finished just before it released the claim is seen. Skipped only
-    # when nothing can have finished the job: the first delivery (not a redelivery after a lost worker or a
-    # visibility timeout) of a job from a run's first session (coordinator.sweep.execute), uncontended.
-    redelivered = bool((getattr(getattr(task_self, "request", None), "delivery_info", None) or {}).get("redelivered"))
-    if (ctx.check_ledger or redelivered or waited) and ledger.has_job(job.run_id, job.key):
-        claims.release(job)
-        return _summary(job, "skipped")
+    journal = _journal(claims.r)
     try:
-        provider = provider_for(job.profile, ctx.base_url, ctx.rpm, ctx.tpm, redis_url)
+        # Calls of an earlier delivery that died mid-job: recorded before anything else (the claim is ours).
+        journal.recover(ledger, job)
+        if (earlier := _ran_before(claims.r, task_id, job)) is not None:
+            return earlier
+        # The check before the first API call, so a job that finished elsewhere never spends tokens twice; made
+        # with the claim held, so a copy that finished just before it released the claim is seen. Skipped only
+        # when nothing can have finished the job: the first delivery (not a redelivery after a lost worker or
+        # a visibility timeout) of a job from a run's first session (coordinator.sweep.execute), uncontended.
+        redelivered = bool((getattr(getattr(task_self, "request", None), "delivery_info", None) or {}).get("redelivered"))
+        if (ctx.check_ledger or redelivered or waited) and ledger.has_job(job.run_id, job.key):
+            return _summary(job, "skipped")
+        provider = provider_for(job.profile, base_url, ctx.rpm, ctx.tpm, redis_url)
 
         def on_retry(j: Job, attempt: int, cls: str) -> None:
             task_self.update_state(state="RETRYING", meta={"key": j.key, "attempt": attempt, "class": cls})
@@ -352,10 +480,14 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
         # keeps transcripts): nothing else on the success path.
         summary = perform_job(
             job, ledger, provider, on_retry=on_retry, max_attempts=ctx.max_attempts,
-            check_existing=False, clear_failure=ctx.clear_failure, transcripts=ctx.transcripts,
+            check_existing=False, clear_failure=ctx.clear_failure, transcripts=ctx.transcripts, journal=journal,
         )  # fmt: skip
-        if ctx.budget_tokens is not None:
+        if ctx.budget_tokens is not None:  # every billed token counts toward the cap, failed attempts' too
             _spend(task_self, job, int(summary.get("tokens") or 0))
-        return {**summary, "worker": getattr(task_self.request, "hostname", None)}
+        summary = {**summary, "worker": getattr(task_self.request, "hostname", None)}
+        # Before the claim is released: a copy waiting on the claim must find it.
+        _mark_ran(claims.r, task_id, summary)
+        return summary
     finally:
+        journal.release(job)
         claims.release(job)

@@ -24,9 +24,9 @@ def run_tests_routed(code: str, tests: list[str], entry_point: str, limits: Any)
     queue = grade_queue()
     if queue is None:
         return run_tests(code, tests, entry_point, limits)
-    from elo_per_token.worker.celery_app import app
+    from elo_per_token.worker.celery_app import app, grade_timeout_s
 
-    wait = float(os.environ.get("EPT_GRADE_TIMEOUT", "300"))
+    wait = grade_timeout_s()
     res = app.send_task(GRADE_TASK, args=[code, list(tests), entry_point, asdict(limits)], queue=queue)
     # Waiting on a task from inside a task is normally refused by Celery; here it is the point (the grader
     # queue is served by other workers, so this cannot deadlock on our own pool).

@@ -132,8 +132,11 @@ class JobContext:
             ))  # fmt: skip
 
     def _record(self, rec: CallRecord) -> None:
+        from elo_per_token.worker.journal import note_call
+
         with self._lock:
             self.calls.append(rec)
+        note_call(self.job, rec)  # on a Celery worker: on the broker too, until the attempt is in the ledger
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         """fn over items with bounded concurrency, results in item order; the first error (in item

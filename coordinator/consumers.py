@@ -1,0 +1,181 @@
+"""Noticing a queue nobody consumes: the coordinator stops instead of waiting forever.
+
+Two ways a Celery sweep can wait without end (issue 26): no worker consumes the job queue, or job workers
+send code to a grade queue whose graders never started (a sandbox that cannot run in its container) or died.
+In the second case jobs wait for verdicts that never come while the rest of the sweep goes on, so the check
+cannot rely on "nothing finished". Every CHECK_EVERY_S the coordinator asks the workers which queues they
+consume (Celery's remote control, one broadcast) and reads how many messages wait on the grade queue; a
+queue with work waiting and no consumer for `window_s` ends the sweep with a message that names the queue
+and, when a worker that failed to start left one on the broker (`worker_error_key`), its reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.jobs import worker_error_key
+
+DEFAULT_WINDOW_S = 60.0
+CHECK_EVERY_S = 10.0
+
+
+def window_s() -> float:
+    """EPT_NO_CONSUMER_S: how long a queue may have work and no consumer before the sweep stops."""
+    raw = os.environ.get("EPT_NO_CONSUMER_S") or ""
+    try:
+        value = float(raw) if raw else DEFAULT_WINDOW_S
+    except ValueError:
+        raise InputError(f"not a number: {raw[:40]!r}", field="EPT_NO_CONSUMER_S") from None
+    if not 0 < value < 86400:
+        raise InputError(f"must be between 0 and 86400 seconds, got {raw[:40]!r}", field="EPT_NO_CONSUMER_S")
+    return value
+
+
+class QueueStalled(InputError):
+    """A queue had work and no consumer for the whole window: the sweep stops (exit 2, a setup problem)."""
+
+
+def consumers_by_queue(replies: dict[str, Any] | None) -> dict[str, int]:
+    """Workers per queue name from `inspect().active_queues()` replies ({worker: [{"name": q, …}, …]})."""
+    out: dict[str, int] = {}
+    for queues in (replies or {}).values():
+        if not isinstance(queues, list):
+            continue
+        for q in queues:
+            name = q.get("name") if isinstance(q, dict) else None
+            if isinstance(name, str):
+                out[name] = out.get(name, 0) + 1
+    return out
+
+
+@dataclass
+class QueueWatch:
+    """The job queue and the grade queue, checked every CHECK_EVERY_S; `check` returns a stop message or None.
+
+    `inspect` returns the workers' active queues (None when the broadcast failed: that check is skipped),
+    `waiting(queue)` the number of messages on a queue, `reason(queue)` what a worker that could not start
+    for it left on the broker."""
+
+    queue: str
+    grade_queue: str | None
+    inspect: Callable[[], dict[str, Any] | None]
+    waiting: Callable[[str], int]
+    reason: Callable[[str], str | None]
+    window: float = DEFAULT_WINDOW_S
+    every: float = CHECK_EVERY_S
+    since: dict[str, float] = field(default_factory=dict)  # queue -> when it was first seen with work, no consumer
+    last: float = float("-inf")
+
+    def check(self, pending: int, now: float | None = None) -> str | None:
+        now = time.monotonic() if now is None else now
+        if now - self.last < self.every:
+            return None
+        self.last = now
+        replies = self.inspect()
+        if replies is None:
+            return None
+        consumers = consumers_by_queue(replies)
+        self._track(self.queue, pending > 0 and not consumers.get(self.queue), now)
+        if self.grade_queue:
+            waiting = self.waiting(self.grade_queue) if not consumers.get(self.grade_queue) else 0
+            self._track(self.grade_queue, waiting > 0, now)
+        for q, t0 in self.since.items():
+            if now - t0 >= self.window:
+                return self._message(q, now - t0, pending)
+        return None
+
+    def _track(self, queue: str, stalled: bool, now: float) -> None:
+        if stalled:
+            self.since.setdefault(queue, now)
+        else:
+            self.since.pop(queue, None)
+
+    def _message(self, queue: str, waited: float, pending: int) -> str:
+        cause = self.reason(queue)
+        why = f" A worker for it failed to start: {cause}." if cause else ""
+        if queue == self.grade_queue:
+            return (
+                f"stopped: code jobs wait for verdicts on the grade queue {queue!r}, which no grader has consumed "
+                f"for {waited:.0f}s.{why} Start a grader whose sandbox works (`ept worker --queue {queue}`; in "
+                f"containers see deploy/README.md, 'Grader'), then resume the sweep. Of {pending} unfinished job(s), "
+                "the queued ones are cancelled before they start; running ones end as failures with their calls "
+                "recorded"
+            )
+        return (
+            f"stopped: no worker has consumed queue {queue!r} for {waited:.0f}s.{why} Start one with "
+            f"`ept worker --queue {queue}` on this broker, then resume the sweep (EPT_NO_CONSUMER_S sets this wait)"
+        )
+
+
+def redis_watch(app: Any, queue: str, window: float) -> QueueWatch:
+    """A QueueWatch over the Celery app's broker (Redis): the grade queue is EPT_GRADE_QUEUE, else `grade`."""
+    import redis
+
+    from elo_per_token.contracts.secrets import scrub
+
+    r = redis.Redis.from_url(str(app.conf.broker_url), socket_timeout=5)
+
+    def inspect() -> dict[str, Any] | None:
+        try:
+            replies: dict[str, Any] = app.control.inspect(timeout=1.0).active_queues() or {}
+            return replies
+        except Exception:
+            return None
+
+    def waiting(q: str) -> int:
+        try:
+            return int(r.llen(q))
+        except Exception:
+            return 0
+
+    def reason(q: str) -> str | None:
+        with contextlib.suppress(Exception):
+            raw = r.get(worker_error_key(q))
+            if raw:
+                text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+                return scrub(text[:400])
+        return None
+
+    grade = os.environ.get("EPT_GRADE_QUEUE") or "grade"
+    return QueueWatch(queue, grade if grade != queue else None, inspect, waiting, reason, window=window)
+
+
+def queue_lines(watch: QueueWatch) -> list[str]:
+    """One line per queue (the job queue, the grade queue) that has work waiting and no consumer right now, with
+    the reason a worker that failed to start for it left; [] when all is well or the broadcast failed."""
+    replies = watch.inspect()
+    if replies is None:
+        return []
+    consumers = consumers_by_queue(replies)
+    out = []
+    for q in (watch.queue, watch.grade_queue):
+        if not q or consumers.get(q):
+            continue
+        waiting = watch.waiting(q)
+        if waiting:
+            cause = watch.reason(q)
+            out.append(f"queue {q!r}: {waiting} message(s) waiting and no worker consuming it"
+                       + (f" (a worker failed to start: {cause})" if cause else ""))  # fmt: skip
+    return out
+
+
+def broker_status(queue: str) -> list[str]:
+    """queue_lines for the broker in EPT_BROKER_URL (`ept status` of a Celery run); [] without one or on error."""
+    if not os.environ.get("EPT_BROKER_URL"):
+        return []
+    try:
+        from elo_per_token.worker.celery_app import make_app
+
+        app = make_app()
+        try:
+            return queue_lines(redis_watch(app, queue, DEFAULT_WINDOW_S))
+        finally:
+            app.close()
+    except Exception:  # status reads the ledger; the broker is extra information
+        return []
