@@ -423,6 +423,12 @@ def md_escape(text: Any) -> str:
     return _MD_SPECIAL.sub(r"\\\1", s)
 
 
+def _md_vs(rows: list[list[str]]) -> list[list[str]]:
+    """The headline rows with their `vs` cell (an arm name, untrusted like the arm column) Markdown-escaped."""
+    i = HEADLINE_HEADER.index("vs")
+    return [[md_escape(c) if j == i else c for j, c in enumerate(r)] for r in rows]
+
+
 def _md_table(header: list[str], rows: list[list[str]], names: int = 1) -> str:
     """A Markdown table; the header and the first `names` columns (arm, strategy) are escaped, the numbers
     (ours) are written as they are."""
@@ -447,7 +453,7 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         "",
         md_escape(headline_title(result, ci)) + ".",
         "",
-        _md_table(HEADLINE_HEADER, headline_rows(result.table.to_dicts(), result.anchor)),
+        _md_table(HEADLINE_HEADER, _md_vs(headline_rows(result.table.to_dicts(), result.anchor))),
         "",
         *[f"- {md_escape(line)}" for line in LEGEND],
         "",

@@ -60,10 +60,10 @@ def test_demo_through_a_pipe_shows_every_column_in_full(demo: tuple[Path, str]) 
     lines = out.splitlines()
     head = next(i for i, ln in enumerate(lines) if ln.startswith("Diminishing returns"))
     header_cells = [c.strip() for c in lines[head + 2].strip("┃").split("┃")]
-    from elo_per_token.analysis.report import RETURNS_HEADER
+    from elo_per_token.analysis.report_headline import HEADLINE_HEADER
 
-    assert header_cells == RETURNS_HEADER  # every header in full (`budget` used to be dropped at 80 columns)
-    assert {"budget", "tokens/task", "ΔElo per 1k tokens [CI]"} <= set(header_cells)
+    assert header_cells == HEADLINE_HEADER  # every header in full (`budget` used to be dropped at 80 columns)
+    assert {"budget", "tokens/task", "ΔElo per 1k [CI]", "vs"} <= set(header_cells)
     end = next(i for i in range(head, len(lines)) if lines[i].startswith("└"))
     table = lines[head + 1 : end]  # the demo's 9 arms (6 sampling, 3 reasoning-effort)
     body = [ln for ln in table if ln.startswith("│")]
