@@ -62,10 +62,12 @@ def test_s3_outage_mid_sweep_loses_nothing(tmp_path, redis_server, make_sim, mon
         objs = weed.client().list_objects_v2(Bucket=bucket, Prefix="ledger/runs/s3out/")
         names = [o["Key"] for o in objs.get("Contents", [])]
         # job objects, failure records, the manifest, the Parquet segments the sweep compacts them into, and the
-        # run's declared key space (planned/keys-*.parquet), its tasks' content digests (identity/tasks-*.json)
-        assert all(n.endswith("manifest.json")
-                   or any(p in n for p in ("/jobs/", "/failures/", "/compact/part-", "/planned/keys-", "/identity/tasks-"))
-                   for n in names), names  # fmt: skip
+        # run's declared key space (planned/keys-*.parquet), its tasks' content digests (identity/tasks-*.json),
+        # the jobs' transcripts (transcripts/) and the calls of attempts that failed during the outage (spent/)
+        allowed = ("/jobs/", "/failures/", "/compact/part-", "/planned/keys-", "/identity/tasks-", "/transcripts/",
+                   "/spent/")  # fmt: skip
+        stray = [n for n in names if not n.endswith("manifest.json") and not any(p in n for p in allowed)]
+        assert not stray, stray
         assert not [n for n in names if "/failures/" in n]
         assert weed.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
         if recording():
