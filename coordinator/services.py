@@ -92,6 +92,8 @@ def build_stack(data_dir: Path, redis_exe: str, weed_exe: str, ports: list[int] 
         "AWS_REGION": "us-east-1",
         **creds,
         "EPT_LEDGER": f"s3://{BUCKET}/ledger",
+        # A worker writes only to ledgers its own configuration lists (worker.trust): this stack's.
+        "EPT_WORKER_LEDGERS": f"s3://{BUCKET}/ledger",
     }
     return Stack(redis, weed, {**os.environ, **creds}, env, p[0], p[4])
 
