@@ -54,7 +54,10 @@ def test_the_calls_of_a_worker_killed_mid_job_are_recovered_by_the_next_delivery
     finally:
         app.close()
         first.stop()
-    assert out["status"] == "done", out
+    # "skipped": on a loaded machine the 10 s lease can hand the job to the second worker's other slot too; that
+    # copy waits on the claim, finds the stored job and reports it (the result backend keeps the last report).
+    # Either way the job object must exist and nothing may be paid twice (below).
+    assert out["status"] in ("done", "skipped"), out
     answered = sum(sim.control.stats()["by_status"].values())
     job_calls = [json.loads(x) for x in led.get_job(rig.run_id, job.key).decode().splitlines()]
     job_calls = [x for x in job_calls if x["kind"] == "call"]
