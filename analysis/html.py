@@ -76,6 +76,8 @@ border-left:4px solid #f0a030} pre{background:#f6f8fa;padding:.8rem;overflow:aut
 figure{margin:1rem 0} figure svg{display:block;width:100%;height:auto}
 details{margin:.6rem 0} summary{cursor:pointer;color:#445}
 #vs-frontier-table td:first-child{white-space:normal;max-width:17rem}
+/* the headline table has ~19 columns: names wrap and the type is smaller, so it fits a 1400-px window */
+#returns-table{font-size:.8rem} #returns-table th{white-space:normal} #returns-table td.t{white-space:normal;max-width:11rem;overflow-wrap:anywhere}
 #recommendation{background:#eef6ee;border-left:4px solid #3a8a3a;padding:.3rem 1rem;margin:1rem 0}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.1rem 1rem;font-size:.85rem} dd{margin:0}
 """

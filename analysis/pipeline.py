@@ -861,7 +861,9 @@ def _result(records: Records, st: Stages, warnings: list[str], opt: AnalysisOpti
         "ungraded_outcomes": comp.ungraded,
         "judgments": inp.judgments.height,
         "comparisons": design.pairs.height + implied_pair_rows(design.groups, drop_ties=opt.drop_ties),
-        "tasks": design.tasks.height,
+        "tasks": design.tasks.height,  # the tasks the fit compares arms on (the --missing estimand's)
+        # every task with an outcome, those the estimand leaves out included (what `ept view`'s grids list)
+        "tasks_with_outcomes": inp.outcomes["task_id"].n_unique() if inp.outcomes.height else 0,
         "skipped_lines": len(inp.skipped),
     }
     return AnalysisResult(

@@ -129,7 +129,7 @@ def test_arm_task_transcript(page, site: dict) -> None:
     arm = site["report"]["arms"][-1]
     page.click(f"#arm-links a:text-is('{arm}')")
     page.wait_for_selector("#arm-tasks")
-    assert page.locator("#arm-tasks tbody tr").count() == site["report"]["counts"]["tasks"]
+    assert page.locator("#arm-tasks tbody tr").count() == site["report"]["counts"]["tasks_with_outcomes"]
     page.screenshot(path=str(SHOTS / "05-arm.png"), full_page=True)
     page.locator("#arm-tasks tbody a").first.click()
     page.wait_for_selector("#task-jobs")
@@ -145,7 +145,7 @@ def test_arm_task_transcript(page, site: dict) -> None:
 def test_grid_filters(page, site: dict) -> None:
     page.goto(site["url"] + "/run/nightly/grid")
     total = page.locator("#grid-table tbody tr").count()
-    assert total == site["report"]["counts"]["tasks"]
+    assert total == site["report"]["counts"]["tasks_with_outcomes"]
     page.check("#grid-filter input[name=disagree]")
     page.click("#grid-filter button")
     page.wait_for_url(re.compile(r"disagree=1"))
