@@ -105,7 +105,7 @@ def bench_store(store: str, n: int, work: Path, rounds: int, s3_env: dict[str, s
     else:
         ledger = f"s3://bench-{n}/l"
         _with_env(env, lambda: ledger_gen.write_s3(_open(ledger), "r", n, threads=32))
-    # As a sweep leaves it: the key space declared (analysis/keyspace.py), so a compacted read needs no LIST.
+    # As a sweep leaves it: the key space declared (ledger/keyspace.py), so a compacted read needs no LIST.
     _with_env(env, lambda: ledger_gen.declare(_open(ledger), "r", n))
     row["generate_s"] = time.perf_counter() - t0
     one = work / f"one-{n}.parquet"
@@ -155,7 +155,7 @@ def bench_store(store: str, n: int, work: Path, rounds: int, s3_env: dict[str, s
 
 
 def _open(ledger: str):
-    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.ledger import open_ledger
 
     return open_ledger(ledger)
 

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from elo_per_token.contracts.errors import InputError
-from elo_per_token.contracts.ledger import FileLedger, S3Ledger, open_ledger
+from elo_per_token.ledger import FileLedger, S3Ledger, open_ledger
 
 
 def _ledger(kind: str, tmp_path, request):

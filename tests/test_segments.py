@@ -1,4 +1,4 @@
-"""Incremental compaction (analysis/segments.py) and reading a run as segments + uncompacted objects.
+"""Incremental compaction (ledger/segments.py) and reading a run as segments + uncompacted objects.
 
 Real files and a real SeaweedFS; requests are counted with boto3's own event hooks, file opens with a
 Python audit hook — nothing is mocked.
@@ -17,8 +17,8 @@ import polars as pl
 import pytest
 
 from elo_per_token.analysis.io import RunSource, read_records, read_run
-from elo_per_token.analysis.segments import compact_run, segment_state
-from elo_per_token.contracts.ledger import FileLedger, open_ledger
+from elo_per_token.ledger import FileLedger, open_ledger
+from elo_per_token.ledger.segments import compact_run, segment_state
 
 REPO = Path(__file__).resolve().parents[1]
 

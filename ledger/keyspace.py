@@ -1,7 +1,7 @@
 """Declared key spaces: how a reader of a compacted run finds the job objects no segment holds WITHOUT
 listing every job key (on S3, listing is one request per 1,000 keys and was most of a compacted read).
 
-Layout under runs/<run>/ (see contracts/ledger.py):
+Layout under runs/<run>/ (see ledger/store.py):
 
     planned/keys-<digest>.parquet   a key-space declaration: every job key some writer may write (Parquet,
                                     one column `job_key`, sorted, unique; <digest> is of that content)
@@ -23,6 +23,12 @@ those not written yet are simply absent). It lists the run instead — always co
 * too many declared keys are unindexed (an uncompacted run: a listing is cheaper than a probe per key),
 * `EPT_VERIFY_JOBS=1` is set — use it when something outside ept may have written job objects under keys
   its plan does not name: such an object is invisible to the declared path.
+
+A run written by another tool declares nothing. `ept compact` of such a run lists it (it must, to find the
+objects) and records every key it found as `planned/listed-<digest>.parquet` (a newer one replaces the older):
+readers then treat those keys like declared ones and read the compacted run without a listing. An object the
+other tool writes after that compaction is read after the next `ept compact` (which always lists a run holding
+`listed-` records), or at once with `EPT_VERIFY_JOBS=1`. `ReadPlan.why` says why a reader listed.
 """
 
 from __future__ import annotations
@@ -34,31 +40,55 @@ import re
 import tempfile
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import polars as pl
 
 if TYPE_CHECKING:
-    from elo_per_token.contracts.ledger import Ledger
+    from elo_per_token.ledger import Ledger
 
 PLANNED_DIR = "planned/"
 _DECL = re.compile(r"^planned/keys-[0-9a-f]{16,64}\.parquet$")
+# Keys `ept compact` found by listing a run that declared nothing (written by another tool).
+_LISTED = re.compile(r"^planned/listed-[0-9a-f]{16,64}\.parquet$")
 VERIFY_ENV = "EPT_VERIFY_JOBS"
 
 
-def declaration_name(keys: pl.Series) -> str:
-    """The declaration's name: a digest of its (sorted, unique) keys, so equal key spaces share one object."""
+def declaration_name(keys: pl.Series, kind: str = "keys") -> str:
+    """The declaration's name: a digest of its (sorted, unique) keys, so equal key spaces share one object.
+    `kind`: "keys" (declared by a writer) or "listed" (found by a compaction's listing)."""
     h = hashlib.sha256()
     for chunk in keys.str.join("\n").to_list():  # one string; a million keys is ~40 MB, hashed once
         h.update(chunk.encode())
-    return f"{PLANNED_DIR}keys-{h.hexdigest()[:32]}.parquet"
+    return f"{PLANNED_DIR}{kind}-{h.hexdigest()[:32]}.parquet"
 
 
 def declare_keys(ledger: Ledger, run_id: str, keys: pl.Series) -> str:
     """Declare `keys` as keys that may be written in the run; returns the declaration's URL. Idempotent:
     the same key space is one object (the exclusive create of an existing one is a no-op)."""
+    return _write_keys(ledger, run_id, keys, "keys")
+
+
+def record_listed(ledger: Ledger, run_id: str, keys: pl.Series) -> str | None:
+    """After a compaction listed a run nobody declared: record every key the listing found, so readers of
+    the compacted run need not list it again (see the module docstring). Earlier `listed-` records are
+    removed once the new one (a superset: objects are never deleted) exists. Returns its URL, or None when
+    the run has writer declarations or an `open-` marker (then the record would be wrong or unused)."""
+    names = ledger.list_blobs(run_id, PLANNED_DIR)
+    if any(not _LISTED.match(n) for n in names):
+        return None
+    url = _write_keys(ledger, run_id, keys, "listed")
+    mine = declaration_name(keys.cast(pl.String).unique().sort().rename("job_key"), "listed")
+    for n in names:
+        if n != mine:
+            ledger.delete_blob(run_id, n)
+    return url
+
+
+def _write_keys(ledger: Ledger, run_id: str, keys: pl.Series, kind: str) -> str:
     keys = keys.cast(pl.String).unique().sort().rename("job_key")
-    name = declaration_name(keys)
+    name = declaration_name(keys, kind)
     if name in ledger.list_blobs(run_id, PLANNED_DIR):  # a resumed sweep: declared by an earlier session
         return ledger.blob_url(run_id, name)
     fd, tmp = tempfile.mkstemp(prefix="ept-planned-", suffix=".parquet")
@@ -83,25 +113,37 @@ def declare_open(ledger: Ledger, run_id: str) -> str:
     return ledger.blob_url(run_id, name)
 
 
-def declared_keys(ledger: Ledger, run_id: str) -> pl.Series | None:
+def declared_keys(ledger: Ledger, run_id: str, *, listed: bool = True) -> pl.Series | None:
     """Every declared key of the run, or None when the run cannot be read that way (no declaration, an
-    `open-*` marker, or a declaration that is unreadable): the reader must then list."""
+    `open-*` marker, or a declaration that is unreadable): the reader must then list. `listed`: count the
+    keys a compaction recorded (`listed-*`) as declared."""
+    got = declared_or_why(ledger, run_id, listed=listed)
+    return None if isinstance(got, str) else got
+
+
+def declared_or_why(ledger: Ledger, run_id: str, *, listed: bool = True) -> pl.Series | str:
+    """declared_keys, or the reason the run's keys cannot be known without a listing."""
     manifest = ledger.get_manifest(run_id) or {}
     if any(not (isinstance(s, dict) and s.get("declares_keys")) for s in manifest.get("sessions") or []):
-        return None  # a session of an older ept wrote to the run without declaring its keys
+        return "a session of an older ept wrote to the run without declaring its keys"
     names = ledger.list_blobs(run_id, PLANNED_DIR)
-    decls = [n for n in names if _DECL.match(n)]
-    if not decls or len(decls) != len(names):  # an open- marker, or anything this version does not know
-        return None
+    decls = [n for n in names if _DECL.match(n) or (listed and _LISTED.match(n))]
+    if not listed and any(_LISTED.match(n) for n in names):
+        return "another tool wrote the run: a compaction lists it to find the objects written since"
+    if len(decls) != len(names):  # an open- marker, or anything this version does not know
+        return f"{ledger.blob_url(run_id, PLANNED_DIR)} holds a writer that could not declare its keys"
+    if not decls:
+        return "the run declares no keys (written by another tool or an older ept; `ept compact` records them)"
     parts = []
     for n in decls:
         raw = ledger.get_blob(run_id, n)
         try:
             if raw is None:
-                return None
+                return f"{ledger.blob_url(run_id, n)} is gone"
             parts.append(pl.read_parquet(io.BytesIO(raw), columns=["job_key"])["job_key"])
         except (pl.exceptions.PolarsError, OSError):
-            return None  # listing is always correct; a damaged declaration only costs the fast path
+            # listing is always correct; a damaged declaration only costs the fast path
+            return f"{ledger.blob_url(run_id, n)} is unreadable"
     return pl.concat(parts).unique() if len(parts) > 1 else parts[0]
 
 
@@ -126,28 +168,56 @@ def existing_jobs(ledger: Ledger, run_id: str, keys: list[str], threads: int = 3
     return [k for k, ok in zip(keys, there, strict=True) if ok]
 
 
-def declared_tail(ledger: Ledger, run_id: str, index: pl.DataFrame, *, verify: bool | None = None) -> list[str] | None:
+def declared_tail(
+    ledger: Ledger, run_id: str, index: pl.DataFrame, *, verify: bool | None = None, listed: bool = True
+) -> list[str] | None:
     """The job keys of the run no committed segment holds, sorted, found from the declared key space without
     a listing — or None when that is not safe or not cheaper (see the module docstring): list instead.
     `index`: the committed segments' (job_key, …), deduplicated."""
+    got = tail_or_why(ledger, run_id, index, verify=verify, listed=listed)
+    return None if isinstance(got, str) else got
+
+
+def tail_or_why(
+    ledger: Ledger, run_id: str, index: pl.DataFrame, *, verify: bool | None = None, listed: bool = True
+) -> list[str] | str:
+    """declared_tail, or why the reader must list instead."""
     verify = verify_requested() if verify is None else verify
-    if verify or not index.height:
-        return None
-    declared = declared_keys(ledger, run_id)
-    if declared is None:
-        return None
+    if verify:
+        return f"{VERIFY_ENV} is set"
+    if not index.height:
+        return "the run is not compacted"
+    declared = declared_or_why(ledger, run_id, listed=listed)
+    if isinstance(declared, str):
+        return declared
     missing = declared.to_frame("job_key").join(index.select("job_key"), on="job_key", how="anti")
     if missing.height > probe_limit(declared.len()):
-        return None
+        return f"{missing.height} declared keys are not compacted (a listing is cheaper than probing them)"
     return sorted(existing_jobs(ledger, run_id, missing["job_key"].to_list()))
 
 
 def unindexed_keys(ledger: Ledger, run_id: str, index: pl.DataFrame, *, verify: bool | None = None) -> tuple[list[str], str]:
     """(job keys of the run that no committed segment holds, sorted; how they were found: "declared" or
     "listed")."""
-    from elo_per_token.analysis.segments import list_keys, tail_keys
+    plan = read_plan(ledger, run_id, index, verify=verify)
+    return plan.tail, plan.found_by
 
-    got = declared_tail(ledger, run_id, index, verify=verify)
-    if got is not None:
-        return got, "declared"
-    return tail_keys(list_keys(ledger, run_id, index=index), index), "listed"
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """The job objects a reader must fetch besides the segments, and how they were found."""
+
+    tail: list[str]  # job keys no committed segment holds, sorted
+    found_by: str  # "declared" (no listing) or "listed"
+    why: str = ""  # when listed: the reason the declared key space could not be used
+
+
+def read_plan(ledger: Ledger, run_id: str, index: pl.DataFrame, *, verify: bool | None = None) -> ReadPlan:
+    """Find the run's uncompacted job objects: from its declared (or compaction-recorded) keys when that is
+    safe, else by listing; the plan says which, and why it listed."""
+    from elo_per_token.ledger.segments import list_keys, tail_keys
+
+    got = tail_or_why(ledger, run_id, index, verify=verify)
+    if not isinstance(got, str):
+        return ReadPlan(got, "declared")
+    return ReadPlan(tail_keys(list_keys(ledger, run_id, index=index), index), "listed", got)

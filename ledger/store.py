@@ -9,9 +9,9 @@ Key layout under the ledger root (a folder, or s3://bucket/prefix):
     runs/<run_id>/compact/part-NNNNN.keys     its index: the job keys it holds (Parquet, one column);
                                             written after the segment, so it is the segment's commit
     runs/<run_id>/planned/keys-<digest>.parquet  job keys a session declared before writing any (so readers
-                                            of a compacted run need not list jobs/: analysis/keyspace.py)
+                                            of a compacted run need not list jobs/: ledger/keyspace.py)
 
-Segments are derived copies (see analysis/segments.py): the job objects stay the source of truth.
+Segments are derived copies (see ledger/segments.py): the job objects stay the source of truth.
 
 Job objects are created exclusively, so a redelivered or duplicated job can never add a second copy:
 a local write goes to a temporary file that is hard-linked into place (link fails if the name exists,
