@@ -8,12 +8,12 @@ import typer
 
 if TYPE_CHECKING:  # annotations only: each command imports what it runs
     from elo_per_token.coordinator.sweep import SweepOutcome
-    from elo_per_token.ledger import FileLedger, S3Ledger
+    from elo_per_token.ledger import Ledger
 
 _LEDGER_HELP = "Ledger URL (folder, file://… or s3://bucket/prefix); default: the plan's, else ./ept-out/ledger."
 
 
-def _ledger_and_run(run: str, ledger: str | None, *, write: bool = True) -> tuple[FileLedger | S3Ledger, str]:
+def _ledger_and_run(run: str, ledger: str | None, *, write: bool = True) -> tuple[Ledger, str]:
     """RUN is a run id (with --ledger) or a plan file (its name and ledger). write=False (`ept status`): the
     ledger is opened as a reader, which never creates a bucket and fails at once on a wrong endpoint."""
     from elo_per_token.analysis.io import run_source

@@ -106,10 +106,9 @@ def list_keys(
     parts: list[pl.Series] = []
     batch: list[str] = []
     n = 0
-    split = getattr(ledger, "iter_job_keys_split", None)
-    if split is not None and index is not None and index.height >= 40_000:
+    if index is not None and index.height >= 40_000:
         bounds = index["job_key"].sort().gather_every(20_000, offset=20_000).to_list()
-        keys: Iterator[str] = split(run_id, bounds)
+        keys: Iterator[str] = ledger.iter_job_keys_split(run_id, bounds)
     else:
         keys = ledger.iter_job_keys(run_id)
     for k in keys:

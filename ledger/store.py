@@ -43,29 +43,107 @@ T = TypeVar("T")
 
 
 class Ledger(Protocol):
-    url: str
+    """What every ledger offers (FileLedger: a local folder; S3Ledger: a bucket under a prefix), over the key
+    layout in the module docstring. `run_id` is checked (no slashes, spaces or leading dot) and job keys are
+    checked by contracts.keys.check_key before any object is touched."""
 
-    def run_url(self, run_id: str) -> str: ...
-    def get_manifest(self, run_id: str) -> dict[str, Any] | None: ...
-    def put_manifest(self, run_id: str, manifest: dict[str, Any]) -> None: ...
-    def has_job(self, run_id: str, key: str) -> bool: ...
-    def put_job(self, run_id: str, key: str, data: bytes) -> bool: ...
-    def get_job(self, run_id: str, key: str) -> bytes: ...
-    def list_jobs(self, run_id: str) -> set[str]: ...
-    def put_failure(self, run_id: str, key: str, failure: dict[str, Any]) -> None: ...
-    def delete_failure(self, run_id: str, key: str) -> None: ...
-    def list_failures(self, run_id: str) -> dict[str, dict[str, Any]]: ...
-    def iter_failure_keys(self, run_id: str) -> Iterator[str]: ...
-    def put_blob(self, run_id: str, name: str, data: bytes) -> str: ...
-    def list_runs(self) -> list[str]: ...
-    def iter_job_keys(self, run_id: str) -> Iterator[str]: ...
-    def get_jobs(self, run_id: str, keys: list[str], threads: int = 16) -> list[bytes]: ...
-    def job_url(self, run_id: str, key: str) -> str: ...
-    def create_blob(self, run_id: str, name: str, src: str | Path) -> bool: ...
-    def get_blob(self, run_id: str, name: str) -> bytes | None: ...
-    def list_blobs(self, run_id: str, prefix: str) -> list[str]: ...
-    def delete_blob(self, run_id: str, name: str) -> None: ...
-    def blob_url(self, run_id: str, name: str) -> str: ...
+    url: str  # the ledger's root: a folder path or s3://bucket[/prefix]
+
+    def run_url(self, run_id: str) -> str:
+        """Where the run's objects live (a folder path or s3://…/runs/<run_id>); nothing is read."""
+        ...
+
+    def run_exists(self, run_id: str) -> bool:
+        """Whether the run has any object (S3: one LIST of at most one key; a diagnosed InputError when the
+        endpoint, credentials or bucket are wrong)."""
+        ...
+
+    def get_manifest(self, run_id: str) -> dict[str, Any] | None:
+        """The run's manifest.json, parsed; None when the run has none."""
+        ...
+
+    def put_manifest(self, run_id: str, manifest: dict[str, Any]) -> None:
+        """Write (replace) the run's manifest.json: finite JSON, indented, keys sorted."""
+        ...
+
+    def has_job(self, run_id: str, key: str) -> bool:
+        """Whether the job object `key` exists (a stat locally, a HEAD on S3)."""
+        ...
+
+    def put_job(self, run_id: str, key: str, data: bytes) -> bool:
+        """Create the job object `key` with `data`, exclusively: True if this call created it, False if it
+        already existed (a redelivered or duplicated job: the first copy stands, `data` is dropped)."""
+        ...
+
+    def get_job(self, run_id: str, key: str) -> bytes:
+        """The job object's bytes; FileNotFoundError if there is none."""
+        ...
+
+    def list_jobs(self, run_id: str) -> set[str]:
+        """Every job key of the run (a full listing)."""
+        ...
+
+    def put_failure(self, run_id: str, key: str, failure: dict[str, Any]) -> None:
+        """Record (replace) the last failure of job `key`."""
+        ...
+
+    def delete_failure(self, run_id: str, key: str) -> None:
+        """Remove job `key`'s failure object (none there: nothing happens)."""
+        ...
+
+    def list_failures(self, run_id: str) -> dict[str, dict[str, Any]]:
+        """Every failure object of the run, by job key (each object read)."""
+        ...
+
+    def iter_failure_keys(self, run_id: str) -> Iterator[str]:
+        """Keys of the jobs that have a failure object, streamed (no object read)."""
+        ...
+
+    def put_blob(self, run_id: str, name: str, data: bytes) -> str:
+        """Write (replace) the object `name` (a path relative to the run); returns its URL."""
+        ...
+
+    def list_runs(self) -> list[str]:
+        """The run ids the ledger holds, sorted."""
+        ...
+
+    def iter_job_keys(self, run_id: str) -> Iterator[str]:
+        """Every job key of the run as found (no order), streamed."""
+        ...
+
+    def iter_job_keys_split(self, run_id: str, bounds: list[str], threads: int = 8) -> Iterator[str]:
+        """Every job key of the run, listed as key ranges split at `bounds` (known keys, any order) in
+        parallel where the store lists a page at a time (S3); elsewhere the same as iter_job_keys."""
+        ...
+
+    def get_jobs(self, run_id: str, keys: list[str], threads: int = 16) -> list[bytes]:
+        """The job objects' bytes in `keys` order, `threads` reads in flight; FileNotFoundError if one is
+        missing."""
+        ...
+
+    def job_url(self, run_id: str, key: str) -> str:
+        """The job object's URL (a path locally), for messages and for polars' own readers."""
+        ...
+
+    def create_blob(self, run_id: str, name: str, src: str | Path) -> bool:
+        """Create the object `name` from the local file `src`, exclusively: False if it already exists."""
+        ...
+
+    def get_blob(self, run_id: str, name: str) -> bytes | None:
+        """The object `name`'s bytes; None when there is none."""
+        ...
+
+    def list_blobs(self, run_id: str, prefix: str) -> list[str]:
+        """Names (relative to the run, sorted) of the objects directly under the folder `prefix` ("compact/")."""
+        ...
+
+    def delete_blob(self, run_id: str, name: str) -> None:
+        """Remove the object `name` (none there: nothing happens)."""
+        ...
+
+    def blob_url(self, run_id: str, name: str) -> str:
+        """The object `name`'s URL (a path locally)."""
+        ...
 
 
 def _check_run_id(run_id: str) -> None:
@@ -208,6 +286,13 @@ class FileLedger:
 
     def job_url(self, run_id: str, key: str) -> str:
         return str(self._job_path(run_id, key))
+
+    def iter_job_keys_split(self, run_id: str, bounds: list[str], threads: int = 8) -> Iterator[str]:
+        """One walk of the folder: a local listing has no page round trips to split."""
+        return self.iter_job_keys(run_id)
+
+    def run_exists(self, run_id: str) -> bool:
+        return self._run(run_id).is_dir()
 
     def get_jobs(self, run_id: str, keys: list[str], threads: int = 16) -> list[bytes]:
         """The objects' bytes in `keys` order. Threads: open/read release the GIL, and on a cold cache the
@@ -499,6 +584,18 @@ class S3Ledger:
     def run_url(self, run_id: str) -> str:
         return f"s3://{self.bucket}/{self._key(run_id)}"
 
+    def run_exists(self, run_id: str) -> bool:
+        if run_id in self.checked_runs:  # this reader found the run already (runs are not deleted by ept)
+            return True
+        try:
+            resp = self.client.list_objects_v2(Bucket=self.bucket, Prefix=self._key(run_id) + "/", MaxKeys=1)
+        except Exception as e:
+            raise _s3_problem(self, e) from e
+        exists = bool(resp.get("KeyCount") or resp.get("Contents"))
+        if exists:
+            self.checked_runs.add(run_id)
+        return exists
+
     def _get(self, key: str) -> bytes | None:
         c = self.client
         try:
@@ -701,7 +798,7 @@ class S3Ledger:
         return sorted(self._retry(listing))
 
 
-def open_ledger(url: str | Path) -> FileLedger | S3Ledger:
+def open_ledger(url: str | Path) -> Ledger:
     """`s3://bucket/prefix` -> S3Ledger; `file:///path` or a plain path -> FileLedger."""
     s = str(url).strip()
     if not s:
@@ -723,7 +820,7 @@ def open_ledger(url: str | Path) -> FileLedger | S3Ledger:
 _READERS: dict[tuple[str, ...], S3Ledger] = {}
 
 
-def open_ledger_for_reading(url: str | Path) -> FileLedger | S3Ledger:
+def open_ledger_for_reading(url: str | Path) -> Ledger:
     """A ledger to read from: an S3 ledger fails fast (no outage patience, no bucket creation), so a wrong
     endpoint, key or bucket is reported at once rather than retried for minutes. One S3 reader per ledger
     and endpoint/credentials per process: a boto3 client costs ~0.3-1 s to build, and a command resolves
@@ -770,23 +867,10 @@ def _s3_problem(led: S3Ledger, e: Exception) -> InputError:
     return InputError(f"cannot read the ledger — {scrub(why)}", file=led.url, field="ledger")
 
 
-def check_run(led: FileLedger | S3Ledger, run_id: str) -> None:
+def check_run(led: Ledger, run_id: str) -> None:
     """InputError unless the ledger is reachable and holds the run; the error lists the runs it does hold."""
     _check_run_id(run_id)
-    if isinstance(led, S3Ledger):
-        if run_id in led.checked_runs:  # this reader found the run already (runs are not deleted by ept)
-            return
-        base = led._key(run_id) + "/"
-        try:
-            resp = led.client.list_objects_v2(Bucket=led.bucket, Prefix=base, MaxKeys=1)
-        except Exception as e:
-            raise _s3_problem(led, e) from e
-        exists = bool(resp.get("KeyCount") or resp.get("Contents"))
-        if exists:
-            led.checked_runs.add(run_id)
-    else:
-        exists = (led.root / "runs" / run_id).is_dir()
-    if not exists:
+    if not led.run_exists(run_id):
         runs = led.list_runs()
         shown = ", ".join(runs[:30]) + (f" … ({len(runs)} in all)" if len(runs) > 30 else "")
         raise InputError(f"no run {run_id!r} in ledger {led.url}; it holds: {shown or 'no runs'}", field="RUN")
