@@ -16,8 +16,8 @@ _LEDGER_HELP = "Ledger URL (folder, file://… or s3://bucket/prefix); default: 
 def _ledger_and_run(run: str, ledger: str | None, *, write: bool = True) -> tuple[Ledger, str]:
     """RUN is a run id (with --ledger) or a plan file (its name and ledger). write=False (`ept status`): the
     ledger is opened as a reader, which never creates a bucket and fails at once on a wrong endpoint."""
-    from elo_per_token.analysis.io import run_source
     from elo_per_token.ledger import check_run, open_ledger, open_ledger_for_reading
+    from elo_per_token.ledger.runref import run_source
 
     if run.endswith(".toml"):
         from elo_per_token.coordinator.plan import load_plan

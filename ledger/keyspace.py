@@ -27,8 +27,10 @@ those not written yet are simply absent). It lists the run instead — always co
 A run written by another tool declares nothing. `ept compact` of such a run lists it (it must, to find the
 objects) and records every key it found as `planned/listed-<digest>.parquet` (a newer one replaces the older):
 readers then treat those keys like declared ones and read the compacted run without a listing. An object the
-other tool writes after that compaction is read after the next `ept compact` (which always lists a run holding
-`listed-` records), or at once with `EPT_VERIFY_JOBS=1`. `ReadPlan.why` says why a reader listed.
+other tool writes after that listing began is found by a local reader in the directories changed since
+(directory times: no object is read or listed one by one); on S3, which cannot tell, it is read after the
+next `ept compact` (which always lists a run holding `listed-` records), or at once with `EPT_VERIFY_JOBS=1`.
+`ReadPlan.why` says why a reader listed.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import io
 import os
 import re
 import tempfile
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -53,6 +56,8 @@ _DECL = re.compile(r"^planned/keys-[0-9a-f]{16,64}\.parquet$")
 # Keys `ept compact` found by listing a run that declared nothing (written by another tool).
 _LISTED = re.compile(r"^planned/listed-[0-9a-f]{16,64}\.parquet$")
 VERIFY_ENV = "EPT_VERIFY_JOBS"
+# Directory times compared with a listing's start: a margin for coarse file-system timestamps.
+_MTIME_SLACK_S = 2.0
 
 
 def declaration_name(keys: pl.Series, kind: str = "keys") -> str:
@@ -70,7 +75,7 @@ def declare_keys(ledger: Ledger, run_id: str, keys: pl.Series) -> str:
     return _write_keys(ledger, run_id, keys, "keys")
 
 
-def record_listed(ledger: Ledger, run_id: str, keys: pl.Series) -> str | None:
+def record_listed(ledger: Ledger, run_id: str, keys: pl.Series, listed_at: float | None = None) -> str | None:
     """After a compaction listed a run nobody declared: record every key the listing found, so readers of
     the compacted run need not list it again (see the module docstring). Earlier `listed-` records are
     removed once the new one (a superset: objects are never deleted) exists. Returns its URL, or None when
@@ -78,7 +83,7 @@ def record_listed(ledger: Ledger, run_id: str, keys: pl.Series) -> str | None:
     names = ledger.list_blobs(run_id, PLANNED_DIR)
     if any(not _LISTED.match(n) for n in names):
         return None
-    url = _write_keys(ledger, run_id, keys, "listed")
+    url = _write_keys(ledger, run_id, keys, "listed", listed_at=time.time() if listed_at is None else listed_at)
     mine = declaration_name(keys.cast(pl.String).unique().sort().rename("job_key"), "listed")
     for n in names:
         if n != mine:
@@ -86,15 +91,18 @@ def record_listed(ledger: Ledger, run_id: str, keys: pl.Series) -> str | None:
     return url
 
 
-def _write_keys(ledger: Ledger, run_id: str, keys: pl.Series, kind: str) -> str:
+def _write_keys(ledger: Ledger, run_id: str, keys: pl.Series, kind: str, listed_at: float | None = None) -> str:
     keys = keys.cast(pl.String).unique().sort().rename("job_key")
     name = declaration_name(keys, kind)
     if name in ledger.list_blobs(run_id, PLANNED_DIR):  # a resumed sweep: declared by an earlier session
         return ledger.blob_url(run_id, name)
     fd, tmp = tempfile.mkstemp(prefix="ept-planned-", suffix=".parquet")
     os.close(fd)
+    frame = keys.to_frame()
+    if listed_at is not None:  # when the listing began: objects written since are looked for (local store)
+        frame = frame.with_columns(pl.lit(listed_at, pl.Float64).alias("listed_at"))
     try:
-        keys.to_frame().write_parquet(tmp, compression="zstd")
+        frame.write_parquet(tmp, compression="zstd")
         ledger.create_blob(run_id, name, tmp)  # False: already declared, same content by its name
     finally:
         os.unlink(tmp)
@@ -118,11 +126,12 @@ def declared_keys(ledger: Ledger, run_id: str, *, listed: bool = True) -> pl.Ser
     `open-*` marker, or a declaration that is unreadable): the reader must then list. `listed`: count the
     keys a compaction recorded (`listed-*`) as declared."""
     got = declared_or_why(ledger, run_id, listed=listed)
-    return None if isinstance(got, str) else got
+    return None if isinstance(got, str) else got[0]
 
 
-def declared_or_why(ledger: Ledger, run_id: str, *, listed: bool = True) -> pl.Series | str:
-    """declared_keys, or the reason the run's keys cannot be known without a listing."""
+def declared_or_why(ledger: Ledger, run_id: str, *, listed: bool = True) -> tuple[pl.Series, float | None] | str:
+    """(declared keys, when the earliest `listed-` record's listing began (None: no such record)), or the
+    reason the run's keys cannot be known without a listing."""
     manifest = ledger.get_manifest(run_id) or {}
     if any(not (isinstance(s, dict) and s.get("declares_keys")) for s in manifest.get("sessions") or []):
         return "a session of an older ept wrote to the run without declaring its keys"
@@ -134,17 +143,22 @@ def declared_or_why(ledger: Ledger, run_id: str, *, listed: bool = True) -> pl.S
         return f"{ledger.blob_url(run_id, PLANNED_DIR)} holds a writer that could not declare its keys"
     if not decls:
         return "the run declares no keys (written by another tool or an older ept; `ept compact` records them)"
-    parts = []
+    parts: list[pl.Series] = []
+    since: list[float] = []
     for n in decls:
         raw = ledger.get_blob(run_id, n)
         try:
             if raw is None:
                 return f"{ledger.blob_url(run_id, n)} is gone"
-            parts.append(pl.read_parquet(io.BytesIO(raw), columns=["job_key"])["job_key"])
-        except (pl.exceptions.PolarsError, OSError):
+            frame = pl.read_parquet(io.BytesIO(raw))
+            parts.append(frame["job_key"].cast(pl.String))
+            if _LISTED.match(n):
+                since.append(float(frame["listed_at"].min() if frame.height else time.time()))  # type: ignore[arg-type]
+        except (pl.exceptions.PolarsError, OSError, ValueError, TypeError):
             # listing is always correct; a damaged declaration only costs the fast path
             return f"{ledger.blob_url(run_id, n)} is unreadable"
-    return pl.concat(parts).unique() if len(parts) > 1 else parts[0]
+    keys = pl.concat(parts).unique() if len(parts) > 1 else parts[0]
+    return keys, (min(since) if since else None)
 
 
 def verify_requested() -> bool:
@@ -187,9 +201,16 @@ def tail_or_why(
         return f"{VERIFY_ENV} is set"
     if not index.height:
         return "the run is not compacted"
-    declared = declared_or_why(ledger, run_id, listed=listed)
-    if isinstance(declared, str):
-        return declared
+    got = declared_or_why(ledger, run_id, listed=listed)
+    if isinstance(got, str):
+        return got
+    declared, since = got
+    if since is not None:
+        # Keys a compaction found by listing: objects the other tool wrote after that listing began are found
+        # where the store can tell (a local folder: the directories changed since); S3 cannot, see above.
+        newer = ledger.iter_job_keys_since(run_id, since - _MTIME_SLACK_S)
+        if newer is not None:
+            declared = pl.concat([declared, pl.Series("job_key", list(newer), dtype=pl.String)]).unique()
     missing = declared.to_frame("job_key").join(index.select("job_key"), on="job_key", how="anti")
     if missing.height > probe_limit(declared.len()):
         return f"{missing.height} declared keys are not compacted (a listing is cheaper than probing them)"

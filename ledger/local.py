@@ -147,6 +147,28 @@ class LocalStore:
                     elif e.name.endswith(suffix) and not e.name.startswith(TMP_PREFIX):
                         yield rel + e.name[: -len(suffix)]
 
+    def list_suffix_since(self, prefix: str, suffix: str, since: float) -> Iterator[str] | None:
+        """Names in the directories modified at or after `since`: creating an entry updates its directory's
+        time, so those hold every object written since. Only directories are stat'ed; the entries of the
+        others are passed over without building a name."""
+        base = self.root / prefix
+        if not base.is_dir():
+            return iter(())
+        changed: list[tuple[str, str]] = []
+        stack = [(str(base), "")]
+        while stack:
+            path, rel = stack.pop()
+            try:
+                if os.stat(path).st_mtime >= since:
+                    changed.append((path, rel))
+                it = os.scandir(path)
+            except FileNotFoundError:
+                continue
+            with it:
+                stack += [(e.path, rel + e.name + "/") for e in it if e.is_dir(follow_symlinks=False)]
+        return (rel + e.name[: -len(suffix)] for path, rel in changed for e in os.scandir(path)
+                if e.name.endswith(suffix) and not e.name.startswith(TMP_PREFIX) and e.is_file(follow_symlinks=False))  # fmt: skip
+
     def get_many(self, keys: builtins.list[str], threads: int = 16) -> builtins.list[bytes]:
         """Threads: open/read release the GIL, and on a cold cache the disk serves several requests at once."""
         root = str(self.root)

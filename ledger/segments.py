@@ -31,6 +31,7 @@ import io
 import os
 import re
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -248,6 +249,7 @@ class CompactResult:
     found_by: str = "listed"  # how the new objects were found: "listed", or "declared" (ledger/keyspace.py)
     why_listed: str = ""  # when listed: why the declared key space could not be used
     recorded: str | None = None  # the listed keys recorded for readers (ledger/keyspace.py record_listed)
+    listed_at: float | None = None  # when the listing began (time.time())
 
 
 def _chunks(seq: list[str], n: int) -> Iterator[list[str]]:
@@ -289,6 +291,7 @@ def _unfolded_keys(
         res.found_by, res.already = "declared", index.height
         return found, None
     res.why_listed = found
+    res.listed_at = time.time()
     all_keys = list_keys(
         ledger, run_id, on_count=(lambda n: on_progress("listing", n, 0)) if on_progress else None, index=index
     )
@@ -373,5 +376,5 @@ def compact_run(
         # After the segments are committed: a reader that finds the record finds the keys compacted.
         from elo_per_token.ledger.keyspace import record_listed
 
-        res.recorded = record_listed(ledger, run_id, listed)
+        res.recorded = record_listed(ledger, run_id, listed, res.listed_at)
     return res

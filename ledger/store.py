@@ -10,6 +10,9 @@ Key layout under the ledger root (a folder, or s3://bucket/prefix):
                                             written after the segment, so it is the segment's commit
     runs/<run_id>/planned/keys-<digest>.parquet  job keys a session declared before writing any (so readers
                                             of a compacted run need not list jobs/: ledger/keyspace.py)
+    runs/<run_id>/planned/listed-<digest>.parquet  the job keys `ept compact` found listing a run that
+                                            declared none (written by another tool): readers use them likewise
+    runs/<run_id>/planned/open-<id>         a writer that could not declare its keys: readers list
 
 Segments are derived copies (see ledger/segments.py): the job objects stay the source of truth.
 
@@ -115,6 +118,11 @@ class Ledger:
         """Every job key of the run, listed as key ranges split at `bounds` (known keys, any order) in
         parallel where the store lists a page at a time (S3); elsewhere the same as iter_job_keys."""
         return self.store.list_suffix(f"{self._run(run_id)}/jobs/", JOB_SUFFIX, bounds=bounds, threads=threads)
+
+    def iter_job_keys_since(self, run_id: str, since: float) -> Iterator[str] | None:
+        """Job keys that may have been written since `since` (time.time()), a superset, without listing
+        every key: None when the store cannot tell (S3)."""
+        return self.store.list_suffix_since(f"{self._run(run_id)}/jobs/", JOB_SUFFIX, since)
 
     def get_jobs(self, run_id: str, keys: list[str], threads: int = 16) -> list[bytes]:
         """The job objects' bytes in `keys` order, `threads` reads in flight; FileNotFoundError if one is

@@ -60,16 +60,21 @@ def test_objects_written_after_the_compaction_are_found_by_the_next_one(tmp_path
     assert n_lists == 0 and _totals(frame) == _totals(_read(root, "r", objects_only=True)) == _expected(340)
 
 
-def test_verify_lists_and_says_why(tmp_path, monkeypatch):
+def test_objects_written_after_the_compaction_are_read_without_a_listing(tmp_path, monkeypatch):
+    """Locally the reader finds them in the directories changed since the compaction's listing began."""
     root, led = _undeclared(tmp_path, 300)
     compact_run(led, "r")
     ledger_gen.write_local(root, "r", 5, offset=300)
+    new = sorted(ledger_gen.job_frame("r", 5, offset=300)["job_key"].to_list())
     index = read_index(led, "r", segment_state(led, "r").committed)
-    plan = read_plan(led, "r", index)
-    assert (plan.found_by, plan.tail) == ("declared", [])  # documented: unseen until the next compaction
+    (plan, n_lists) = _listings(lambda: read_plan(led, "r", index))
+    assert (plan.found_by, plan.tail, n_lists) == ("declared", new, 0)
+    (frame, n_lists) = _listings(lambda: _read(root, "r"))
+    assert n_lists == 0 and _totals(frame) == _expected(305)
+    # EPT_VERIFY_JOBS=1: listed, and the plan says why.
     monkeypatch.setenv("EPT_VERIFY_JOBS", "1")
     (plan, n_lists) = _listings(lambda: read_plan(led, "r", index))
-    assert (plan.found_by, len(plan.tail), n_lists) == ("listed", 5, 1) and "EPT_VERIFY_JOBS" in plan.why
+    assert (plan.found_by, plan.tail, n_lists) == ("listed", new, 1) and "EPT_VERIFY_JOBS" in plan.why
 
 
 def test_no_record_over_declarations_or_an_open_marker(tmp_path):

@@ -8,10 +8,12 @@ import gzip
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.ledger.runref import _RUN_URL as _RUN_URL
+from elo_per_token.ledger.runref import RunSource as RunSource
+from elo_per_token.ledger.runref import run_source as run_source
 from elo_per_token.ledger.s3config import storage_options as storage_options
 
 if TYPE_CHECKING:  # ledger is imported where a ledger is opened
@@ -66,7 +68,6 @@ def expand_inputs(paths: Sequence[str]) -> list[str]:
 def _list_s3(url: str) -> list[str]:
     """s3://bucket/prefix (every data object under it) or s3://bucket/pattern with glob characters."""
     import fnmatch
-    import re
 
     bucket, _, prefix = url[len("s3://") :].partition("/")
     if not bucket:
@@ -103,33 +104,7 @@ def _drop_compacted_copies(files: list[str]) -> list[str]:
 
 # ---------------------------------------------------------------- ledger runs (where they are)
 
-# …/runs/<id> (a run: its segments plus the objects no segment holds) or …/runs/<id>/jobs (its objects only).
-_RUN_URL = re.compile(r"^(?P<ledger>.*?)/?runs/(?P<run>[^/]+?)(?P<jobs>/jobs)?/*$")
-
-
-@dataclass(frozen=True)
-class RunSource:
-    ledger_url: str  # the ledger root: a folder or s3://bucket/prefix
-    run_id: str
-    objects_only: bool = False  # the path named the run's jobs/ folder: ignore its segments
-
-
-def run_source(p: str) -> RunSource | None:
-    """A run folder or s3://…/runs/<id> URL (with /jobs: the objects only); None for anything else."""
-    m = _RUN_URL.match(p)
-    if not m or glob.has_magic(p):
-        return None
-    if p.startswith("s3://"):
-        led = m.group("ledger")
-        if not led.startswith("s3://") or led == "s3:/":
-            led = "s3://" + p[len("s3://") :].split("/", 1)[0]
-        return RunSource(led, m.group("run"), bool(m.group("jobs")))
-    if "://" in p or not os.path.isdir(p):
-        return None
-    run_dir = p.rstrip("/")[: -len("/jobs")] if m.group("jobs") else p.rstrip("/")
-    if not any(os.path.exists(os.path.join(run_dir, n)) for n in ("jobs", "compact", "manifest.json")):
-        return None
-    return RunSource(m.group("ledger") or ".", m.group("run"), bool(m.group("jobs")))
+# Run URLs (…/runs/<id>, …/runs/<id>/jobs) are parsed by ledger/runref.py (RunSource, run_source).
 
 
 def split_runs(paths: Sequence[str]) -> tuple[list[RunSource], list[str]]:
