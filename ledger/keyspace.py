@@ -48,6 +48,8 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from elo_per_token.contracts.errors import InputError
+
 if TYPE_CHECKING:
     from elo_per_token.ledger import Ledger
 
@@ -205,16 +207,23 @@ def tail_or_why(
     if isinstance(got, str):
         return got
     declared, since = got
+    newer: list[str] = []
     if since is not None:
         # Keys a compaction found by listing: objects the other tool wrote after that listing began are found
         # where the store can tell (a local folder: the directories changed since); S3 cannot, see above.
-        newer = ledger.iter_job_keys_since(run_id, since - _MTIME_SLACK_S)
-        if newer is not None:
-            declared = pl.concat([declared, pl.Series("job_key", list(newer), dtype=pl.String)]).unique()
+        found = ledger.iter_job_keys_since(run_id, since - _MTIME_SLACK_S)
+        if found is not None:
+            listed_now = pl.Series("job_key", list(found), dtype=pl.String).to_frame()
+            newer = listed_now.join(index.select("job_key"), on="job_key", how="anti")["job_key"].to_list()
     missing = declared.to_frame("job_key").join(index.select("job_key"), on="job_key", how="anti")
-    if missing.height > probe_limit(declared.len()):
-        return f"{missing.height} declared keys are not compacted (a listing is cheaper than probing them)"
-    return sorted(existing_jobs(ledger, run_id, missing["job_key"].to_list()))
+    if missing.height + len(newer) > probe_limit(declared.len()):
+        return f"{missing.height + len(newer)} known keys are not compacted (a listing is cheaper than probing them)"
+    seen = set(newer)
+    try:
+        there = existing_jobs(ledger, run_id, [k for k in missing["job_key"].to_list() if k not in seen])
+    except InputError as e:  # a name another tool gave an object that is no job key ept could probe
+        return f"a recorded key cannot be probed ({e})"
+    return sorted({*there, *newer})  # `newer` exist: they were just found in the folder
 
 
 def unindexed_keys(ledger: Ledger, run_id: str, index: pl.DataFrame, *, verify: bool | None = None) -> tuple[list[str], str]:

@@ -129,6 +129,35 @@ def test_hostile_planned_objects_fall_back_to_a_listing(tmp_path_factory, files)
     assert plan.found_by == "listed" and plan.why == got and len(plan.tail) == 3
 
 
+_ODD = st.text(st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)), min_size=1, max_size=30)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(names=st.lists(st.tuples(st.sampled_from(["", "x/", "math/odd dir/"]), _ODD), min_size=1, max_size=6,
+                      unique=True))  # fmt: skip
+def test_objects_another_tool_names_oddly_after_the_compaction(tmp_path_factory, names):
+    """Names no ept job key has (spaces, newlines, dots, unicode), written after the compaction by another
+    tool: the reader finds every one of them, or lists and says why; never an exception, bounded time."""
+    root = tmp_path_factory.mktemp("odd")
+    led = FileLedger(root)
+    ledger_gen.write_local(root, "r", 40)
+    compact_run(led, "r")
+    want = set()
+    for d, n in names:
+        if n.startswith(".tmp-") or n in (".", ".."):
+            continue
+        p = root / "runs" / "r" / "jobs" / (d + n + ".jsonl")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b'{"kind": "call"}\n')
+        want.add(d + n)
+    index = read_index(led, "r", segment_state(led, "r").committed)
+    t0 = time.monotonic()
+    plan = read_plan(led, "r", index)
+    assert time.monotonic() - t0 < 30
+    assert set(plan.tail) == want
+    assert plan.found_by == "declared" or plan.why
+
+
 def test_record_listed_refuses_runs_with_writer_declarations(tmp_path):
     import polars as pl
 
