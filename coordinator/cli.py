@@ -296,8 +296,11 @@ def compact(
     where = ", ".join(res.segments) or "no new segment"
     typer.echo(f"{res.jobs} job objects ({res.rows} records) -> {where}; {res.already} already compacted")
     if res.recorded:
-        typer.echo(f"the run declared no job keys ({res.why_listed}): recorded the keys found, so reads of the "
-                   f"compacted run need no listing ({res.recorded})", err=True)  # fmt: skip
+        later = ("objects written after this are read after the next `ept compact`, or at once with "
+                 "EPT_VERIFY_JOBS=1" if res.recorded.startswith("s3://") else
+                 "objects written after this are found from the folders changed since")  # fmt: skip
+        typer.echo("the run declares no job keys (another tool wrote it): recorded the keys found, so reads of the "
+                   f"compacted run need no listing ({res.recorded}); {later}", err=True)  # fmt: skip
     if res.unparsable:
         typer.echo(
             f"{len(res.unparsable)} job objects could not be parsed and stay uncompacted (analysis names their "
