@@ -166,7 +166,7 @@ def run_options(inputs: list[str]) -> tuple[Any, str]:
     `ept analyze` defaults."""
     from elo_per_token.analysis.io import run_source
     from elo_per_token.analysis.pipeline import AnalysisOptions
-    from elo_per_token.contracts.ledger import open_ledger_for_reading
+    from elo_per_token.ledger import open_ledger_for_reading
 
     src = run_source(inputs[0]) if len(inputs) == 1 else None  # the run itself, not a listing of its files
     # A reader: reporting never creates a bucket, and a wrong endpoint fails at once.

@@ -647,14 +647,14 @@ def run_refs(files: list[str]) -> list[RunRef]:
 
 
 def read_manifest(ref: RunRef) -> dict[str, Any] | None:
-    from elo_per_token.contracts.ledger import open_ledger_for_reading
+    from elo_per_token.ledger import open_ledger_for_reading
 
     return open_ledger_for_reading(ref.ledger).get_manifest(ref.run_id)  # reading never creates a bucket
 
 
 def read_failures(ref: RunRef) -> dict[str, dict[str, Any]]:
     """Jobs that failed and never wrote a result (the ledger's failures/ objects), by job key."""
-    from elo_per_token.contracts.ledger import open_ledger_for_reading
+    from elo_per_token.ledger import open_ledger_for_reading
 
     return open_ledger_for_reading(ref.ledger).list_failures(ref.run_id)
 

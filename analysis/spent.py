@@ -12,8 +12,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from elo_per_token.contracts.ledger import Ledger
 from elo_per_token.contracts.spent import SPENT_DIR, parse_spent, spent_usage_totals
+from elo_per_token.ledger import Ledger
 
 # The most spent objects one run is read for (each is one attempt of one job): a bound on time and memory for a
 # ledger someone else wrote; beyond it the totals are marked as partial.
@@ -65,7 +65,7 @@ _IN_RUN = re.compile(r"^(?P<root>.*?)/?runs/(?P<run>[^/]+)/(?:jobs|compact)/")
 
 def spent_for_inputs(files: Sequence[str], prices: Any = None) -> list[dict[str, Any]]:
     """spent_rows over every run the analysed files belong to (plain call-log files have no spent objects)."""
-    from elo_per_token.contracts.ledger import open_ledger_for_reading
+    from elo_per_token.ledger import open_ledger_for_reading
 
     lines: list[dict[str, Any]] = []
     for root, run_id in run_roots(files):

@@ -68,7 +68,7 @@ def _peak_rss_kb(pid: int) -> int:
 
 
 def _ledger_facts(ledger: Path, run: str) -> dict[str, Any]:
-    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.ledger import open_ledger
 
     led = open_ledger(str(ledger))
     facts: dict[str, Any] = {"jobs": 0, "scored": 0, "failed": {}, "attempts": 0, "longest_job_s": 0.0,

@@ -16,6 +16,10 @@ and measures, each command in its own process (wall time, peak RSS of that proce
     python benchmarks/bench_scale.py [--sizes 10000,100000,1000000] [--s3-sizes 10000,100000]
                                      [--rounds 200] [--dir DIR] [--keep]
 
+With --undeclared (issue 24 item 6) it measures instead a run written by another tool (job objects only, no
+key declarations): `ept compact`, then `ept analyze` of the compacted run (the keys the compaction recorded:
+no listing) against the one-Parquet baseline, and with `EPT_VERIFY_JOBS=1` (listed, as before).
+
 Prints a markdown table (docs/benchmarks.md holds the figures measured here).
 """
 
@@ -105,7 +109,7 @@ def bench_store(store: str, n: int, work: Path, rounds: int, s3_env: dict[str, s
     else:
         ledger = f"s3://bench-{n}/l"
         _with_env(env, lambda: ledger_gen.write_s3(_open(ledger), "r", n, threads=32))
-    # As a sweep leaves it: the key space declared (analysis/keyspace.py), so a compacted read needs no LIST.
+    # As a sweep leaves it: the key space declared (ledger/keyspace.py), so a compacted read needs no LIST.
     _with_env(env, lambda: ledger_gen.declare(_open(ledger), "r", n))
     row["generate_s"] = time.perf_counter() - t0
     one = work / f"one-{n}.parquet"
@@ -154,8 +158,66 @@ def bench_store(store: str, n: int, work: Path, rounds: int, s3_env: dict[str, s
     return row
 
 
+def bench_undeclared(store: str, n: int, work: Path, rounds: int, s3_env: dict[str, str] | None) -> dict:
+    """A run another tool wrote (no declarations), compacted by `ept compact`: its read against one Parquet."""
+    env = dict(s3_env or {})
+    row: dict = {"store": store, "jobs": n}
+    if store == "local":
+        ledger = str(work / f"undeclared-{n}")
+        shutil.rmtree(ledger, ignore_errors=True)
+        ledger_gen.write_local(ledger, "r", n)
+    else:
+        ledger = f"s3://undeclared-{n}/l"
+        _with_env(env, lambda: ledger_gen.write_s3(_open(ledger), "r", n, threads=32))
+    one = work / f"one-{n}.parquet"
+    if not one.exists():
+        ledger_gen.one_file(one, "r", n)
+    one_arg = str(one)
+    if store == "s3":
+        import boto3
+
+        c = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                         aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")  # fmt: skip
+        c.upload_file(str(one), f"undeclared-{n}", "one/records.parquet")
+        one_arg = f"s3://undeclared-{n}/one/records.parquet"
+    row["compact"] = run_measured([*EPT, "compact", "r", "--ledger", ledger], env)[:2]
+    out = work / "out-undeclared"
+    analyze = [*EPT, "analyze", "--rounds", str(rounds), "--no-plots", "--out"]
+    runs = {
+        "compacted": ([*analyze, str(out / "c"), "r", "--ledger", ledger], env),
+        "compacted_listed": ([*analyze, str(out / "v"), "r", "--ledger", ledger], {**env, "EPT_VERIFY_JOBS": "1"}),
+        "one_parquet": ([*analyze, str(out / "p"), one_arg], env),
+    }
+    for order in (list(runs), list(reversed(runs))):  # best of two, in opposite orders (see bench_store)
+        for name in order:
+            got = run_measured(*runs[name])[:2]
+            row[name] = min(row.get(name, got), got)
+    arms = [(out / d / "arms.csv").read_bytes() for d in ("c", "v", "p")]
+    row["arms_equal"] = arms[0] == arms[1] == arms[2]
+    return row
+
+
+def fmt_undeclared(r: dict) -> str:
+    def tr(x: tuple) -> str:
+        return f"{x[0]:.1f} s / {x[1]:.2f} GB"
+
+    one = r["one_parquet"][0]
+    return (
+        f"| {r['store']} | {r['jobs']:,} | {tr(r['compact'])} | {tr(r['compacted'])} | {tr(r['one_parquet'])} | "
+        f"{r['compacted'][0] / one:.2f}× | {tr(r['compacted_listed'])} ({r['compacted_listed'][0] / one:.2f}×) | "
+        f"{'yes' if r['arms_equal'] else 'NO'} |"
+    )
+
+
+HEADER_UNDECLARED = (
+    "| store | jobs | compact (lists, records the keys) | analyze compacted | analyze one Parquet | compacted ÷ one "
+    "Parquet | analyze compacted, keys listed (`EPT_VERIFY_JOBS=1`) | arms.csv equal |\n"
+    "|---|---|---|---|---|---|---|---|"
+)
+
+
 def _open(ledger: str):
-    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.ledger import open_ledger
 
     return open_ledger(ledger)
 
@@ -202,14 +264,16 @@ def main() -> None:
     ap.add_argument("--s3-sizes", default="", help="SeaweedFS sizes, comma-separated (empty: none).")
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--dir", default=None, help="Work folder (kept; generated ledgers are reused).")
+    ap.add_argument("--undeclared", action="store_true", help="Measure runs written without key declarations.")
     args = ap.parse_args()
     work = Path(args.dir or tempfile.mkdtemp(prefix="ept-bench-scale-"))
     work.mkdir(parents=True, exist_ok=True)
+    bench, fmt = (bench_undeclared, fmt_undeclared) if args.undeclared else (bench_store, fmt_row)
     rows = []
-    print(HEADER, flush=True)
+    print(HEADER_UNDECLARED if args.undeclared else HEADER, flush=True)
     for n in [int(x) for x in args.sizes.split(",") if x]:
-        rows.append(bench_store("local", n, work, args.rounds, None))
-        print(fmt_row(rows[-1]), flush=True)
+        rows.append(bench("local", n, work, args.rounds, None))
+        print(fmt(rows[-1]), flush=True)
     s3_sizes = [int(x) for x in args.s3_sizes.split(",") if x]
     if s3_sizes:
         from fixtures_services import start_seaweed, stop_proc
@@ -217,8 +281,8 @@ def main() -> None:
         srv = start_seaweed(work / "weed")
         try:
             for n in s3_sizes:
-                rows.append(bench_store("s3", n, work, args.rounds, srv.env()))
-                print(fmt_row(rows[-1]), flush=True)
+                rows.append(bench("s3", n, work, args.rounds, srv.env()))
+                print(fmt(rows[-1]), flush=True)
         finally:
             stop_proc(srv.proc)
     (work / "bench_scale.json").write_text(json.dumps(rows, indent=1, default=str))

@@ -103,7 +103,7 @@ What each scenario checks beyond the table (see the test files for the assertion
    forever); the per-job claims were wiped too, so a job still running at the restart could run twice (the
    ledger keeps one copy) — the requests column shows whether that happened.
 3. S3 outage: job writes wait for S3 (the S3 ledger used to give up after ~6 s and lose finished jobs — fixed in
-   contracts/ledger.py, `EPT_S3_PATIENCE_S`, default 180 s); no partial objects or multipart leftovers.
+   ledger/store.py, `EPT_S3_PATIENCE_S`, default 180 s); no partial objects or multipart leftovers.
 4. Provider faults: 429 (Retry-After honoured), 5xx, hangs past the timeout and malformed JSON are retried and
    the attempts are on the call records; missing usage is null + flagged on the record and counted in
    `calls_missing_usage` of the token table (never zero); short replies are recorded as such.

@@ -2,7 +2,8 @@
 
 Everything that crosses a stage boundary is defined here exactly once:
 the job payload (coordinator -> queue -> worker), the records a worker writes
-(worker -> ledger -> analysis), ledger storage, task suites and provider
-profiles. Stages import from here; they never import from each other
-against the data flow (coordinator -> queue -> worker -> ledger -> analysis).
+(worker -> ledger -> analysis), task suites and provider profiles. Storage
+itself (the ledger's layout and backends) is the `ledger/` stage. Stages
+import from here; they never import from each other against the data flow
+(coordinator -> queue -> worker -> ledger -> analysis).
 """

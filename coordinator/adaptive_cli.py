@@ -18,10 +18,10 @@ def finish_adaptive(plan: Plan, profile: Any, base_url: str | None, *, analyze: 
     when interrupted (a rerun resumes) or when jobs failed."""
     from elo_per_token.analysis.report import make_console, print_report
     from elo_per_token.contracts.errors import EXIT_FAILED, EXIT_INTERRUPTED
-    from elo_per_token.contracts.ledger import open_ledger
     from elo_per_token.coordinator.adaptive_report import print_adaptive
     from elo_per_token.coordinator.adaptive_sweep import run_adaptive_sweep
     from elo_per_token.coordinator.sweep import _compact, analyze_run, print_summary
+    from elo_per_token.ledger import open_ledger
 
     console = make_console()
     res = run_adaptive_sweep(plan, profile=profile, base_url=base_url, console=make_console(stderr=True))

@@ -66,8 +66,8 @@ def _round_results(ledger: Any, run_id: str, tidx: dict[str, int], aidx: dict[st
 def run_adaptive_sweep(plan: Plan, *, profile: Any, base_url: str | None = None, executor: str | None = None,
                        console: Any = None, broker_url: str | None = None, run: Any = None) -> AdaptiveSweep:  # fmt: skip
     """Run `plan` adaptively; each round through sweep.execute (module docstring)."""
-    from elo_per_token.contracts.ledger import open_ledger
     from elo_per_token.coordinator.expand import expand, load_tasks
+    from elo_per_token.ledger import open_ledger
 
     settings = settings_of(plan)
     tasks = load_tasks(plan)

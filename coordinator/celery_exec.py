@@ -61,8 +61,8 @@ def _record_stop(ledger_url: str, run_ids: Collection[str], message: str) -> Non
     """The reason the coordinator stopped, for `ept status` (coordinator.status.STOP_BLOB); best effort."""
     import json
 
-    from elo_per_token.contracts.ledger import open_ledger
     from elo_per_token.coordinator.status import STOP_BLOB
+    from elo_per_token.ledger import open_ledger
 
     with contextlib.suppress(Exception):
         led = open_ledger(ledger_url)

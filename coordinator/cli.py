@@ -7,17 +7,17 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:  # annotations only: each command imports what it runs
-    from elo_per_token.contracts.ledger import FileLedger, S3Ledger
     from elo_per_token.coordinator.sweep import SweepOutcome
+    from elo_per_token.ledger import Ledger
 
 _LEDGER_HELP = "Ledger URL (folder, file://… or s3://bucket/prefix); default: the plan's, else ./ept-out/ledger."
 
 
-def _ledger_and_run(run: str, ledger: str | None, *, write: bool = True) -> tuple[FileLedger | S3Ledger, str]:
+def _ledger_and_run(run: str, ledger: str | None, *, write: bool = True) -> tuple[Ledger, str]:
     """RUN is a run id (with --ledger) or a plan file (its name and ledger). write=False (`ept status`): the
     ledger is opened as a reader, which never creates a bucket and fails at once on a wrong endpoint."""
-    from elo_per_token.analysis.io import run_source
-    from elo_per_token.contracts.ledger import check_run, open_ledger, open_ledger_for_reading
+    from elo_per_token.ledger import check_run, open_ledger, open_ledger_for_reading
+    from elo_per_token.ledger.runref import run_source
 
     if run.endswith(".toml"):
         from elo_per_token.coordinator.plan import load_plan
@@ -295,6 +295,12 @@ def compact(
         typer.echo(f"--rebuild: removed {len(res.dropped)} segment files", err=True)
     where = ", ".join(res.segments) or "no new segment"
     typer.echo(f"{res.jobs} job objects ({res.rows} records) -> {where}; {res.already} already compacted")
+    if res.recorded:
+        later = ("objects written after this are read after the next `ept compact`, or at once with "
+                 "EPT_VERIFY_JOBS=1" if res.recorded.startswith("s3://") else
+                 "objects written after this are found from the folders changed since")  # fmt: skip
+        typer.echo("the run declares no job keys (another tool wrote it): recorded the keys found, so reads of the "
+                   f"compacted run need no listing ({res.recorded}); {later}", err=True)  # fmt: skip
     if res.unparsable:
         typer.echo(
             f"{len(res.unparsable)} job objects could not be parsed and stay uncompacted (analysis names their "

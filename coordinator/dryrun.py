@@ -52,8 +52,8 @@ def _measured(ledger: Any, run_id: str, keys: list[str]) -> tuple[float, float] 
 
 def estimate(plan: Any, profile_public: dict[str, Any]) -> Estimate:
     """The selection's jobs, those already done, and calls/tokens/$ for the rest (reads the ledger only)."""
-    from elo_per_token.contracts.ledger import open_ledger_for_reading
     from elo_per_token.coordinator.sweep import plan_source
+    from elo_per_token.ledger import open_ledger_for_reading
 
     stream, n = plan_source(plan)
     led = open_ledger_for_reading(plan.ledger)

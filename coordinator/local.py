@@ -22,8 +22,8 @@ from typing import Any
 
 from elo_per_token.contracts.errors import EXIT_INTERRUPTED
 from elo_per_token.contracts.jobs import Job, JobSummary
-from elo_per_token.contracts.ledger import Ledger
 from elo_per_token.contracts.records import JobResult
+from elo_per_token.ledger import Ledger
 
 STOP_GRACE_S = 30.0
 

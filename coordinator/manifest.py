@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from elo_per_token.contracts.errors import InputError
-from elo_per_token.contracts.ledger import Ledger
 from elo_per_token.contracts.secrets import scrub
 from elo_per_token.coordinator.plan import Plan
+from elo_per_token.ledger import Ledger
 
 
 def code_version(root: Path | None = None) -> dict[str, str | None]:
@@ -67,7 +67,7 @@ def build_manifest(
         "identity": identity,
         "n_jobs": n_jobs,
         "started_at": _iso(now),
-        # This session declares its job keys before writing any (analysis/keyspace.py): a reader may trust the
+        # This session declares its job keys before writing any (ledger/keyspace.py): a reader may trust the
         # declarations only if every session of the run did.
         "sessions": [{"started_at": _iso(now), "executor": executor, "declares_keys": True,
                       "endpoint": identity["endpoint"], "model": identity["model"],

@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.jobs import Job
-from elo_per_token.contracts.ledger import Ledger
+from elo_per_token.ledger import Ledger
 
 # Written by the coordinator when it stops a Celery sweep because a queue has work and no consumer
 # (coordinator.consumers): {"at": unix time, "message": why}.
 STOP_BLOB = "coordinator-stopped.json"
 
 if TYPE_CHECKING:  # analysis (polars) is imported only for a compacted run and by the compact command
-    from elo_per_token.analysis.segments import CompactResult
+    from elo_per_token.ledger.segments import CompactResult
 
 
 @dataclass
@@ -100,13 +100,13 @@ def _results(ledger: Ledger, run_id: str) -> tuple[int, Callable[[list[str]], se
     them), not by listing every job object: on S3 a listing is one request per 1,000 keys."""
     import polars as pl
 
-    from elo_per_token.analysis.segments import COMPACT_DIR
+    from elo_per_token.ledger.segments import COMPACT_DIR
 
     if not ledger.list_blobs(run_id, COMPACT_DIR):
         jobs = ledger.list_jobs(run_id)
         return len(jobs), lambda keys: {k for k in keys if k in jobs}
-    from elo_per_token.analysis.keyspace import unindexed_keys
-    from elo_per_token.analysis.segments import read_index, segment_state
+    from elo_per_token.ledger.keyspace import unindexed_keys
+    from elo_per_token.ledger.segments import read_index, segment_state
 
     index = read_index(ledger, run_id, segment_state(ledger, run_id).committed)
     tail = set(unindexed_keys(ledger, run_id, index)[0])
@@ -148,10 +148,10 @@ def compact(ledger: Ledger, run_id: str, threads: int = 16) -> tuple[str, int]:
 
 
 def compact_cmd(ledger: Ledger, run_id: str, *, rebuild: bool = False) -> CompactResult:
-    """analysis.segments.compact_run with a progress line on stderr (a million objects take a while)."""
+    """ledger.segments.compact_run with a progress line on stderr (a million objects take a while)."""
     import sys
 
-    from elo_per_token.analysis.segments import compact_run
+    from elo_per_token.ledger.segments import compact_run
 
     last = [0.0]
 

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from elo_per_token.contracts.errors import EGRESS_CLASSES, ErrorClass, InputError
 from elo_per_token.contracts.jobs import Job, JobSummary
-from elo_per_token.contracts.ledger import Ledger, open_ledger
 from elo_per_token.contracts.usage import USAGE_MISSING_HINT
 from elo_per_token.coordinator.plan import Plan
+from elo_per_token.ledger import Ledger, open_ledger
 
 if TYPE_CHECKING:  # annotations only: these are imported where a sweep needs them
     from rich.console import Console
@@ -437,11 +437,11 @@ def record_session(ledger: Ledger, run_id: str, out: SweepOutcome) -> None:
 def declare_jobs(ledger: Ledger, plan: Plan, jobs: list[Job] | None) -> None:
     """Before any job runs: declare every key this session may write — the plan's (streamed sweep) or the
     jobs handed in (`ept retry`, a given list) — so a reader of the compacted run can skip listing it
-    (analysis/keyspace.py). The session's manifest entry says it declares (coordinator/manifest.py)."""
+    (ledger/keyspace.py). The session's manifest entry says it declares (coordinator/manifest.py)."""
     import polars as pl
 
-    from elo_per_token.analysis.keyspace import declare_keys
     from elo_per_token.coordinator.expand import load_tasks, plan_keys
+    from elo_per_token.ledger.keyspace import declare_keys
 
     if jobs is None:
         keys = plan_keys(plan, load_tasks(plan))
@@ -452,7 +452,7 @@ def declare_jobs(ledger: Ledger, plan: Plan, jobs: list[Job] | None) -> None:
 
 def _compact(ledger: Ledger, run_id: str) -> str | None:
     """Fold this sweep's results into a new segment; a failure here loses nothing (the objects stay)."""
-    from elo_per_token.analysis.segments import compact_run
+    from elo_per_token.ledger.segments import compact_run
 
     try:
         res = compact_run(ledger, run_id)

@@ -1,7 +1,7 @@
 """elo-per-token: how much quality each extra 1k tokens of test-time compute buys.
 
 Every stage is a subpackage of this one import package — `elo_per_token.coordinator`, `.worker`,
-`.analysis`, `.contracts`, `.egress`, `.simulator`, `.suites`, `.ept` (the CLI) — so installing the
+`.analysis`, `.contracts`, `.egress`, `.ledger` (storage), `.simulator`, `.suites`, `.ept` (the CLI) — so installing the
 distribution next to any other project's `analysis` or `worker` package is safe. In the repository the stages
 stay top-level folders (the design's layout); pyproject.toml maps them under this package for the wheel and
 the editable install.

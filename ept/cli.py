@@ -34,8 +34,8 @@ def _root(
 ) -> None:
     """elo-per-token: how much quality does each extra 1k tokens of test-time compute buy?"""
     if verify_jobs:
-        # The readers (analysis/keyspace.py) look this up where they decide; one switch for every command.
-        from elo_per_token.analysis.keyspace import VERIFY_ENV
+        # The readers (ledger/keyspace.py) look this up where they decide; one switch for every command.
+        from elo_per_token.ledger.keyspace import VERIFY_ENV
 
         os.environ[VERIFY_ENV] = "1"
 

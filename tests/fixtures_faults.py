@@ -127,7 +127,7 @@ class FaultRig:
         return self.tmp / "sweep.log"
 
     def open_ledger(self) -> Any:
-        from elo_per_token.contracts.ledger import open_ledger
+        from elo_per_token.ledger import open_ledger
 
         return open_ledger(self.ledger)
 
@@ -279,7 +279,7 @@ class LedgerFacts:
 
 
 def ledger_facts(ledger_url: str, run_id: str, expected_keys: set[str]) -> LedgerFacts:
-    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.ledger import open_ledger
 
     led = open_ledger(ledger_url)
     keys = led.list_jobs(run_id)

@@ -158,9 +158,9 @@ def write_s3(ledger, run_id: str, n_jobs: int, *, offset: int = 0, threads: int 
 
 def declare(ledger, run_id: str, n_jobs: int, *, offset: int = 0) -> str:
     """Declare the keys of jobs offset..offset+n_jobs as `ept sweep` does before it runs them
-    (analysis/keyspace.py): a generated run then reads like a swept one. `ledger`: a Ledger or a folder."""
-    from elo_per_token.analysis.keyspace import declare_keys
-    from elo_per_token.contracts.ledger import FileLedger
+    (ledger/keyspace.py): a generated run then reads like a swept one. `ledger`: a Ledger or a folder."""
+    from elo_per_token.ledger import FileLedger
+    from elo_per_token.ledger.keyspace import declare_keys
 
     if isinstance(ledger, str | Path):
         ledger = FileLedger(ledger)
@@ -181,7 +181,7 @@ def one_file(path: str | Path, run_id: str, n_jobs: int, fmt: str = "parquet") -
 
     frames = []
     for _, blobs in generate(run_id, n_jobs):
-        from elo_per_token.analysis.segments import SEGMENT_SCHEMA
+        from elo_per_token.ledger.segments import SEGMENT_SCHEMA
 
         frames.append(pl.read_ndjson(io.BytesIO(b"".join(blobs)), schema=SEGMENT_SCHEMA))
     pl.concat(frames).write_parquet(path, compression="zstd")

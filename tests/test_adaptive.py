@@ -177,9 +177,9 @@ def test_plan_adaptive_table_is_validated_with_file_line_field():
 
 @pytest.mark.slow
 def test_adaptive_sweep_local_interrupted_then_resumed_loses_and_duplicates_nothing(tmp_path, make_sim, monkeypatch):
-    from elo_per_token.contracts.ledger import open_ledger
     from elo_per_token.coordinator.adaptive_state import read_state
     from elo_per_token.coordinator.adaptive_sweep import run_adaptive_sweep
+    from elo_per_token.ledger import open_ledger
     from elo_per_token.worker.job import run_job
 
     monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
@@ -302,8 +302,8 @@ def test_adaptive_sweep_cli_with_a_wrong_key_stops_with_the_egress_exit_and_no_s
     assert "ept doctor" in out and "rerun the same command to resume" in out
     assert wrong not in out and wrong[:-4] not in out  # at most the masked form sk-…QRST
     assert sim.control.stats()["by_status"].get("200", 0) == 0
-    from elo_per_token.contracts.ledger import open_ledger
     from elo_per_token.coordinator.adaptive_state import read_state
+    from elo_per_token.ledger import open_ledger
 
     assert read_state(open_ledger(tmp_path / "led"), "eg") is None  # no round finished, none was started after
 
@@ -319,9 +319,9 @@ def test_status_reads_a_hostile_adaptive_blob_without_crashing(tmp_path_factory,
 
     from rich.console import Console
 
-    from elo_per_token.contracts.ledger import open_ledger
     from elo_per_token.coordinator.adaptive_cli import print_state
     from elo_per_token.coordinator.adaptive_state import ADAPTIVE_BLOB
+    from elo_per_token.ledger import open_ledger
 
     led = open_ledger(tmp_path_factory.mktemp("led"))
     led.put_blob("r", ADAPTIVE_BLOB, blob)

@@ -297,8 +297,8 @@ def write_ledger_run(
     the model's tokens; `fail_jobs` jobs end with a credential error (no score), as a worker records them.
     """
     from elo_per_token.contracts.jobs import Job
-    from elo_per_token.contracts.ledger import FileLedger
     from elo_per_token.contracts.records import CallRecord, JobResult, Outcome
+    from elo_per_token.ledger import FileLedger
 
     run = make_run(seed, n_tasks=n_tasks, degrade=degrade, token_scale=token_scale)
     led = FileLedger(ledger_root)

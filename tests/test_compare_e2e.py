@@ -148,7 +148,7 @@ def test_simulator_degrade_is_flagged_and_an_unchanged_rerun_passes(make_sim, tm
 @pytest.mark.services
 def test_cli_compares_runs_in_s3(ledger: Path, s3_env, s3_bucket: str, tmp_path: Path) -> None:
     """Runs stored in a real S3 server (SeaweedFS): read by URL, manifests included (suites check -> exit 2)."""
-    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.ledger import open_ledger
 
     s3 = open_ledger(f"s3://{s3_bucket}/ledger")
     local = open_ledger(ledger)

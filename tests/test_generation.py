@@ -164,8 +164,8 @@ def test_context_overflow_is_a_scored_loss_with_its_tokens(make_sim, tmp_path):
     assert tok[arm]["avg_tokens_per_task"] == pytest.approx(paid / 4)
 
     # The same run as ledger objects, compacted into a Parquet segment: the losses and their classes survive.
-    from elo_per_token.analysis.segments import compact_run
-    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.ledger import open_ledger
+    from elo_per_token.ledger.segments import compact_run
 
     led = open_ledger(tmp_path / "ledger")
     by_key: dict[str, list[str]] = {}
@@ -226,8 +226,8 @@ def test_reasoning_arms_record_reasoning_tokens_and_cost_matches_hand_computatio
     assert 'id="cost-elo-table"' in page and repr(float(ct[arm]["cost_per_task"])) in page
 
     # Compacted into a Parquet segment, the usage details (reasoning, cached) are kept.
-    from elo_per_token.analysis.segments import compact_run
-    from elo_per_token.contracts.ledger import open_ledger
+    from elo_per_token.ledger import open_ledger
+    from elo_per_token.ledger.segments import compact_run
 
     led = open_ledger(tmp_path / "ledger")
     by_key: dict[str, list[str]] = {}

@@ -334,10 +334,10 @@ def test_a_newline_flood_through_celery_is_graded_once_paid_once_and_pings_answe
     from fixtures_plans import plan_toml
     from fixtures_services import start_celery_workers
 
-    from elo_per_token.contracts.ledger import open_ledger
     from elo_per_token.coordinator.plan import parse_plan
     from elo_per_token.coordinator.sweep import execute, plan_jobs
     from elo_per_token.egress.profiles import get_profile
+    from elo_per_token.ledger import open_ledger
     from elo_per_token.worker.celery_app import make_app
 
     sim = make_sim(brain=ReplyBrain("\n" * 6_000), api_key=SIM_KEY)

@@ -15,7 +15,7 @@ import pytest
 from fixtures_sim import SIM_KEY
 
 from elo_per_token.contracts.jobs import Job
-from elo_per_token.contracts.ledger import open_ledger
+from elo_per_token.ledger import open_ledger
 
 REPO = Path(__file__).resolve().parents[1]
 

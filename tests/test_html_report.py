@@ -90,7 +90,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = Path(write_ledger_run(root, "nightly", 5, n_tasks=25, manifest=manifest, fail_jobs=2))
     # A job that failed for good has no result object, only a failure object (as worker.tasks writes it).
     from elo_per_token.contracts.jobs import Job
-    from elo_per_token.contracts.ledger import FileLedger
+    from elo_per_token.ledger import FileLedger
 
     job = Job(run_id="nightly", task={"task_id": "math-9999", "family": "math"}, strategy="majority", budget_n=4)
     FileLedger(root).put_failure("nightly", job.key, {"job": job.to_dict(), "class": "rate_limit", "message": "429",

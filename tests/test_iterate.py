@@ -16,10 +16,10 @@ from fixtures_plans import write_plan_file
 from fixtures_sim import SIM_KEY
 
 from elo_per_token.contracts.errors import InputError
-from elo_per_token.contracts.ledger import FileLedger, open_ledger
 from elo_per_token.coordinator.demo import demo_plan_text
 from elo_per_token.coordinator.plan import parse_plan
 from elo_per_token.coordinator.sweep import execute
+from elo_per_token.ledger import FileLedger, open_ledger
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -246,7 +246,7 @@ def test_sweep_declares_its_key_space_once(tmp_path, make_sim, key_env, monkeypa
     # A real file ledger that counts its listings of the declarations (the sweep opens it by URL).
     monkeypatch.setattr(sweep_mod, "open_ledger", lambda url: Counting(tmp_path / "led"))
     execute(plan, None, profile=sim.profile(), analyze=False, compact=False)
-    from elo_per_token.analysis.keyspace import PLANNED_DIR
+    from elo_per_token.ledger.keyspace import PLANNED_DIR
 
     assert calls.count(PLANNED_DIR) == 1
 

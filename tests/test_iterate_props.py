@@ -120,8 +120,8 @@ def test_a_hostile_manifest_identity_is_compatible_or_a_named_refusal(manifest, 
 @given(st.lists(st.binary(max_size=2000) | json_values.map(lambda v: (json.dumps(v) + "\n").encode()), min_size=1,
                 max_size=6))
 def test_dry_run_measures_only_well_formed_call_lines(tmp_path, blobs):
-    from elo_per_token.contracts.ledger import FileLedger
     from elo_per_token.coordinator.dryrun import _measured
+    from elo_per_token.ledger import FileLedger
 
     led = FileLedger(tmp_path / "led")
     keys = []

@@ -86,7 +86,7 @@ def test_recover_writes_only_parsable_calls_from_any_journal_bytes(redis_server,
     import uuid
 
     from elo_per_token.contracts.jobs import Job
-    from elo_per_token.contracts.ledger import FileLedger
+    from elo_per_token.ledger import FileLedger
     from elo_per_token.worker.journal import CallJournal
 
     r = redis_server.client()

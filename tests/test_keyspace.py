@@ -1,4 +1,4 @@
-"""Reading a compacted run without listing its job keys (analysis/keyspace.py): the fast path is taken on a
+"""Reading a compacted run without listing its job keys (ledger/keyspace.py): the fast path is taken on a
 declared, compacted run, and every writer that adds a job object after the compaction is still seen.
 
 Real files, the real simulator over HTTP, a real SeaweedFS behind a counting proxy; listing is counted by the
@@ -22,11 +22,11 @@ from fixtures_plans import plan_toml
 from fixtures_sim import SIM_KEY
 
 from elo_per_token.analysis.io import RunSource, read_run
-from elo_per_token.analysis.keyspace import declare_open, unindexed_keys
-from elo_per_token.analysis.segments import compact_run, read_index, segment_state
-from elo_per_token.contracts.ledger import FileLedger, open_ledger
 from elo_per_token.coordinator.plan import parse_plan
 from elo_per_token.coordinator.sweep import execute, plan_jobs
+from elo_per_token.ledger import FileLedger, open_ledger
+from elo_per_token.ledger.keyspace import declare_open, unindexed_keys
+from elo_per_token.ledger.segments import compact_run, read_index, segment_state
 
 REPO = Path(__file__).resolve().parents[1]
 from test_segments import CountingProxy, _expected, _totals  # noqa: E402

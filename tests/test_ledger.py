@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from elo_per_token.contracts.errors import InputError
-from elo_per_token.contracts.ledger import FileLedger, S3Ledger, open_ledger
+from elo_per_token.ledger import FileLedger, S3Ledger, open_ledger
 
 
 def _ledger(kind: str, tmp_path, request):
@@ -124,7 +124,7 @@ def test_s3_retries_connection_errors_then_fails(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
     led = S3Ledger("nobucket", "p", attempts=2)
     calls = []
-    real = led._retry
+    real = led.store._retry
 
     def counting(fn):
         def wrapped():
@@ -133,7 +133,7 @@ def test_s3_retries_connection_errors_then_fails(monkeypatch):
 
         return real(wrapped)
 
-    led._retry = counting  # count attempts of our own retry loop
+    led.store._retry = counting  # count attempts of our own retry loop (the S3 store's)
     with pytest.raises(EndpointConnectionError):
         led.has_job("r", "k")
     assert len(calls) == 2

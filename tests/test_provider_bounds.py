@@ -164,8 +164,8 @@ def test_ledger_never_writes_non_finite_json(tmp_path):
     import json
 
     from elo_per_token.contracts.jobs import Job
-    from elo_per_token.contracts.ledger import open_ledger
     from elo_per_token.contracts.records import CallRecord, JobResult, Outcome
+    from elo_per_token.ledger import open_ledger
 
     def strict(raw: bytes) -> list:
         def refuse(tok: str) -> None:

@@ -42,8 +42,8 @@ def _running(redis_server, queue: str) -> bool:
 def test_a_grader_that_cannot_start_stops_the_sweep_in_two_minutes_and_nothing_runs_twice(
     tmp_path, redis_server, make_sim
 ):  # fmt: skip
-    from elo_per_token.contracts.ledger import open_ledger
     from elo_per_token.coordinator.status import run_status
+    from elo_per_token.ledger import open_ledger
 
     sim = make_sim(api_key=FAULT_KEY, seed=4)
     profiles = write_profiles(tmp_path / "profiles.toml", sim.url)

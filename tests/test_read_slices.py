@@ -12,9 +12,9 @@ import pytest
 
 from elo_per_token.analysis.io import LABEL_COLUMNS, read_records
 from elo_per_token.analysis.io import scan as io_scan
-from elo_per_token.analysis.segments import compact_run
 from elo_per_token.contracts.errors import InputError
-from elo_per_token.contracts.ledger import FileLedger
+from elo_per_token.ledger import FileLedger
+from elo_per_token.ledger.segments import compact_run
 
 
 def _run(tmp_path: Path, n_jobs: int) -> tuple[Path, Path]:

@@ -88,11 +88,11 @@ def test_canary_key_never_leaks_through_a_distributed_sweep(tmp_path, redis_serv
     import boto3
     from rich.console import Console
 
-    from elo_per_token.contracts.ledger import open_ledger
     from elo_per_token.contracts.records import LINE_IDENTITY_KEYS, CallRecord, Outcome
     from elo_per_token.coordinator.plan import load_plan
     from elo_per_token.coordinator.sweep import execute, plan_jobs, print_summary
     from elo_per_token.egress.profiles import get_profile
+    from elo_per_token.ledger import open_ledger
     from elo_per_token.worker.celery_app import make_app
 
     sim = make_sim(api_key=CANARY, latency_ms=20, seed=9)

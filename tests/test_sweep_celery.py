@@ -14,10 +14,10 @@ from fixtures_plans import plan_toml
 from fixtures_services import start_celery_workers
 from fixtures_sim import SIM_KEY
 
-from elo_per_token.contracts.ledger import open_ledger
 from elo_per_token.contracts.records import JobResult
 from elo_per_token.coordinator.plan import parse_plan
 from elo_per_token.coordinator.sweep import execute, plan_jobs
+from elo_per_token.ledger import open_ledger
 
 pytestmark = pytest.mark.services
 

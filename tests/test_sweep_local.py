@@ -16,10 +16,10 @@ from fixtures_plans import plan_toml, write_plan_file
 from fixtures_sim import SIM_KEY
 
 from elo_per_token.contracts.jobs import Job
-from elo_per_token.contracts.ledger import open_ledger
 from elo_per_token.contracts.records import CallRecord, JobResult, Outcome
 from elo_per_token.coordinator.plan import parse_plan
 from elo_per_token.coordinator.sweep import execute
+from elo_per_token.ledger import open_ledger
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 from rich.console import Console
 
 from elo_per_token.contracts.jobs import Job
-from elo_per_token.contracts.ledger import open_ledger
 from elo_per_token.contracts.records import CallRecord, JobResult, Outcome
 from elo_per_token.coordinator.status import failed_jobs, run_status
 from elo_per_token.coordinator.sweep import SweepOutcome, Tally, print_summary
+from elo_per_token.ledger import open_ledger
 
 TASK = {"task_id": "math-001", "family": "math", "prompt": "1+1", "reference": "2", "grader": {"type": "numeric"}}
 

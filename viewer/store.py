@@ -38,7 +38,7 @@ class Store:
     """A ledger opened for reading, with one cached analysis per run."""
 
     def __init__(self, ledger_url: str, *, budget: str | None = None) -> None:
-        from elo_per_token.contracts.ledger import open_ledger_for_reading
+        from elo_per_token.ledger import open_ledger_for_reading
 
         self.url = ledger_url
         self.ledger = open_ledger_for_reading(ledger_url)

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from elo_per_token.contracts.jobs import Job
-    from elo_per_token.contracts.ledger import Ledger
     from elo_per_token.contracts.records import CallRecord
+    from elo_per_token.ledger import Ledger
 
 TTL_S = 7 * 24 * 3600
 COMMIT = {"kind": "commit"}

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from elo_per_token.contracts.errors import RETRYABLE
 from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict, Job, JobStatus, JobSummary
-from elo_per_token.contracts.ledger import Ledger, open_ledger
 from elo_per_token.contracts.records import JobResult
 from elo_per_token.contracts.secrets import scrub
+from elo_per_token.ledger import Ledger, open_ledger
 from elo_per_token.worker.transcript import Recorder
 from elo_per_token.worker.transcript import store as store_transcript
 

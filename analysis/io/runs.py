@@ -9,7 +9,7 @@ from elo_per_token.analysis.io.scan import _collect_sliced, _scan_parquet
 from elo_per_token.analysis.io.schema import RAW_SCHEMA, RECORD_SCHEMA, BadLine, _normalise
 from elo_per_token.analysis.io.sources import RunSource, open_run, storage_options
 from elo_per_token.contracts.errors import InputError
-from elo_per_token.contracts.ledger import JOB_SUFFIX, Ledger
+from elo_per_token.ledger import JOB_SUFFIX, Ledger
 
 RUN_CHUNK_JOBS = 20_000  # objects parsed per polars call: ~60 MB of JSONL, bounded whatever the run's size
 
@@ -19,8 +19,8 @@ def read_run(
 ) -> tuple[pl.DataFrame, list[BadLine], list[str]]:
     """A run's records (RECORD_SCHEMA, `file` naming each row's job object, Categorical), what was skipped,
     and the names read (segments, then the run's jobs/ folder for the objects no segment holds)."""
-    from elo_per_token.analysis.keyspace import unindexed_keys
-    from elo_per_token.analysis.segments import parsed_chunks, read_index, seg_name, segment_state
+    from elo_per_token.ledger.keyspace import unindexed_keys
+    from elo_per_token.ledger.segments import parsed_chunks, read_index, seg_name, segment_state
 
     led = open_run(src)
     run = src.run_id
@@ -94,7 +94,7 @@ def _read_segment(
 def _read_objects(
     led: Ledger, run: str, df: pl.DataFrame, unparsable: list[str], *, skip_bad: bool
 ) -> tuple[list[pl.DataFrame], list[BadLine]]:
-    """A parsed chunk of job objects (analysis.segments.parsed_chunks), validated; objects polars could not
+    """A parsed chunk of job objects (ledger.segments.parsed_chunks), validated; objects polars could not
     parse go through the line-by-line path, which names the line."""
     prefix = led.run_url(run) + "/jobs/"
     df = df.with_columns(

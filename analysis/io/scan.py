@@ -123,7 +123,7 @@ def _scan_parquet(
 
             cols.append(pl.struct(field_expr(k).alias(k) for k in want).alias("usage"))
         elif name in have and dtype == _CLASS and have[name] == pl.String():
-            # Segments (analysis.segments) keep object fields as JSON text: take the class out of it.
+            # Segments (ledger.segments) keep object fields as JSON text: take the class out of it.
             cols.append(pl.struct(pl.col(name).str.json_path_match("$.class").alias("class")).alias(name))
         elif name in have:
             cols.append(conv(pl.col(name), have[name], dtype, name).alias(name))

@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.ledger.schema import CLASS_STRUCT, RECORD_USAGE
+from elo_per_token.ledger.schema import RAW_SCHEMA as RAW_SCHEMA
+from elo_per_token.ledger.schema import USAGE_BREAKDOWN as USAGE_BREAKDOWN
 
 if TYPE_CHECKING:
     from polars._typing import PolarsDataType
@@ -24,45 +27,9 @@ if TYPE_CHECKING:
 KINDS = ("call", "outcome", "judgment")
 WINNERS = {"a": "A", "b": "B", "tie": "tie"}
 
-# The usage breakdown kept as returned (OpenAI's details objects, Anthropic's cache fields): reasoning vs
-# visible output, cached vs fresh input. Segments (analysis.segments) store the same fields, so both use this.
-USAGE_BREAKDOWN: dict[str, pl.DataType] = {
-    "prompt_tokens_details": pl.Struct({"cached_tokens": pl.Int64}),
-    "completion_tokens_details": pl.Struct({"reasoning_tokens": pl.Int64}),
-    "cache_read_input_tokens": pl.Int64(),
-    "cache_creation_input_tokens": pl.Int64(),
-}
-# The two counts every cost figure uses, plus the breakdown.
-_USAGE = pl.Struct({"prompt_tokens": pl.Int64, "completion_tokens": pl.Int64, **USAGE_BREAKDOWN})
-_CLASS = pl.Struct({"class": pl.String})
-
-# Every field analysis uses; anything else on a line is ignored (extra fields are allowed).
-RAW_SCHEMA: dict[str, pl.DataType] = {
-    "kind": pl.String(),
-    "task_id": pl.String(),
-    "family": pl.String(),
-    "strategy": pl.String(),
-    "budget_n": pl.Int64(),
-    "arm": pl.String(),
-    "replicate": pl.Int64(),
-    "role": pl.String(),
-    "usage": _USAGE,
-    "prompt_tokens": pl.Int64(),
-    "completion_tokens": pl.Int64(),
-    "usage_missing": pl.Boolean(),
-    "error": _CLASS,
-    "failure": _CLASS,
-    "finish_reason": pl.String(),
-    "score": pl.Float64(),
-    "correct": pl.Boolean(),
-    "winner": pl.String(),
-    "arm_a": pl.String(),
-    "arm_b": pl.String(),
-    "strategy_a": pl.String(),
-    "budget_a": pl.Int64(),
-    "strategy_b": pl.String(),
-    "budget_b": pl.Int64(),
-}
+# The line schema analysis reads (RAW_SCHEMA) is the ledger's storage format: one definition, in ledger/schema.py.
+_USAGE = RECORD_USAGE
+_CLASS = CLASS_STRUCT
 
 _INT_FIELDS = ("budget_n", "replicate", "prompt_tokens", "completion_tokens", "budget_a", "budget_b")
 

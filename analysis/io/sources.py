@@ -8,37 +8,18 @@ import gzip
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.ledger.runref import _RUN_URL as _RUN_URL
+from elo_per_token.ledger.runref import RunSource as RunSource
+from elo_per_token.ledger.runref import run_source as run_source
+from elo_per_token.ledger.s3config import storage_options as storage_options
 
-if TYPE_CHECKING:  # contracts.ledger is imported where a ledger is opened
-    from elo_per_token.contracts.ledger import Ledger
+if TYPE_CHECKING:  # ledger is imported where a ledger is opened
+    from elo_per_token.ledger import Ledger
 
 DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz", ".parquet")
-
-
-def storage_options() -> dict[str, str]:
-    """polars/object_store options for s3:// from the standard AWS environment variables."""
-    opts: dict[str, str] = {}
-    env = {
-        "AWS_ENDPOINT_URL": "aws_endpoint_url",
-        "AWS_ACCESS_KEY_ID": "aws_access_key_id",
-        "AWS_SECRET_ACCESS_KEY": "aws_secret_access_key",
-        "AWS_SESSION_TOKEN": "aws_session_token",
-        "AWS_REGION": "aws_region",
-    }
-    for var, key in env.items():
-        if os.environ.get(var):
-            opts[key] = os.environ[var]
-    opts.setdefault("aws_region", os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
-    if opts.get("aws_endpoint_url", "").startswith("http://"):
-        opts["aws_allow_http"] = "true"
-    if "aws_access_key_id" not in opts:
-        # An anonymous endpoint: don't let object_store wander off to the instance-metadata service.
-        opts["aws_skip_signature"] = "true"
-    return opts
 
 
 def _s3_client() -> Any:
@@ -87,7 +68,6 @@ def expand_inputs(paths: Sequence[str]) -> list[str]:
 def _list_s3(url: str) -> list[str]:
     """s3://bucket/prefix (every data object under it) or s3://bucket/pattern with glob characters."""
     import fnmatch
-    import re
 
     bucket, _, prefix = url[len("s3://") :].partition("/")
     if not bucket:
@@ -117,40 +97,14 @@ def _drop_compacted_copies(files: list[str]) -> list[str]:
     """A ledger run holds jobs/** and possibly compact/records.parquet, a copy of the same records:
     read a found directory's jobs/ objects and skip its compact/ copy so no record counts twice."""
     runs_with_jobs = {f.split("/jobs/")[0] for f in files if "/jobs/" in f}
-    # planned/keys-*.parquet are job-key declarations (analysis/keyspace.py), not records.
+    # planned/keys-*.parquet are job-key declarations (ledger/keyspace.py), not records.
     return [f for f in files if not ("/compact/" in f and f.split("/compact/")[0] in runs_with_jobs)
             and "/planned/keys-" not in f]  # fmt: skip
 
 
 # ---------------------------------------------------------------- ledger runs (where they are)
 
-# …/runs/<id> (a run: its segments plus the objects no segment holds) or …/runs/<id>/jobs (its objects only).
-_RUN_URL = re.compile(r"^(?P<ledger>.*?)/?runs/(?P<run>[^/]+?)(?P<jobs>/jobs)?/*$")
-
-
-@dataclass(frozen=True)
-class RunSource:
-    ledger_url: str  # the ledger root: a folder or s3://bucket/prefix
-    run_id: str
-    objects_only: bool = False  # the path named the run's jobs/ folder: ignore its segments
-
-
-def run_source(p: str) -> RunSource | None:
-    """A run folder or s3://…/runs/<id> URL (with /jobs: the objects only); None for anything else."""
-    m = _RUN_URL.match(p)
-    if not m or glob.has_magic(p):
-        return None
-    if p.startswith("s3://"):
-        led = m.group("ledger")
-        if not led.startswith("s3://") or led == "s3:/":
-            led = "s3://" + p[len("s3://") :].split("/", 1)[0]
-        return RunSource(led, m.group("run"), bool(m.group("jobs")))
-    if "://" in p or not os.path.isdir(p):
-        return None
-    run_dir = p.rstrip("/")[: -len("/jobs")] if m.group("jobs") else p.rstrip("/")
-    if not any(os.path.exists(os.path.join(run_dir, n)) for n in ("jobs", "compact", "manifest.json")):
-        return None
-    return RunSource(m.group("ledger") or ".", m.group("run"), bool(m.group("jobs")))
+# Run URLs (…/runs/<id>, …/runs/<id>/jobs) are parsed by ledger/runref.py (RunSource, run_source).
 
 
 def split_runs(paths: Sequence[str]) -> tuple[list[RunSource], list[str]]:
@@ -172,7 +126,7 @@ def resolve_input(arg: str, ledger: str | None = None) -> str:
     """A command-line input as a path or URL. A run id (a bare name that is no file) means that run in
     `ledger` (default ./ept-out/ledger); a plan file means its run in its ledger (or `ledger`). Both are
     checked: a missing run lists the runs the ledger holds, an unreachable ledger says what is wrong."""
-    from elo_per_token.contracts.ledger import check_run, open_ledger_for_reading
+    from elo_per_token.ledger import check_run, open_ledger_for_reading
 
     if arg.endswith(".toml") and os.path.isfile(arg):
         from elo_per_token.coordinator.plan import load_plan
@@ -201,7 +155,7 @@ def resolve_input(arg: str, ledger: str | None = None) -> str:
 
 def open_run(src: RunSource) -> Ledger:
     """The run's ledger, checked: an unreachable ledger or a run it does not have is an InputError."""
-    from elo_per_token.contracts.ledger import check_run, open_ledger_for_reading
+    from elo_per_token.ledger import check_run, open_ledger_for_reading
 
     led = open_ledger_for_reading(src.ledger_url)
     check_run(led, src.run_id)

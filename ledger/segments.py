@@ -1,6 +1,6 @@
 """Incremental compaction of a ledger run: job objects -> Parquet segments, each with an index of its job keys.
 
-Layout under runs/<run>/compact/ (see contracts/ledger.py):
+Layout under runs/<run>/compact/ (see ledger/store.py):
 
     part-00001.parquet   the records of some job objects (SEGMENT_SCHEMA + job_key + line), sorted by job key
     part-00001.keys      its index: the job keys it holds, in segment order, and each key's row count
@@ -12,7 +12,7 @@ Rules that make compaction safe to run twice, or while workers are still writing
 * A segment counts only once its index exists: the index is written (exclusively) after the segment, so it is
   the commit. A segment without an index (a compactor died, or is still uploading) is ignored by readers.
 * A compaction folds in the job objects no committed index names, as found when it starts (declared keys
-  probed, or the run listed: analysis/keyspace.py); an object written
+  probed, or the run listed: ledger/keyspace.py); an object written
   later is simply not in this segment and lands in the next one. Old segments are never rewritten.
 * Segment numbers are claimed by an exclusive create (link locally, IfNoneMatch='*' on S3): two compactors
   never write the same name. Two concurrent compactors may still fold the same objects into two segments;
@@ -31,6 +31,7 @@ import io
 import os
 import re
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -38,41 +39,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from elo_per_token.analysis.io import RAW_SCHEMA, USAGE_BREAKDOWN
 from elo_per_token.contracts.errors import InputError
 
 if TYPE_CHECKING:
-    from elo_per_token.contracts.ledger import Ledger
-from elo_per_token.contracts.ledger import JOB_SUFFIX
+    from elo_per_token.ledger.store import Ledger
+from elo_per_token.ledger.schema import SEGMENT_SCHEMA as SEGMENT_SCHEMA
+from elo_per_token.ledger.store import JOB_SUFFIX
 
 COMPACT_DIR = "compact/"
 _PART = re.compile(r"^compact/part-(\d{5,})\.(parquet|keys)$")
-
-# The counts, the provider's total, and the breakdown analysis splits tokens by (the one definition in io).
-_USAGE = pl.Struct(
-    {"prompt_tokens": pl.Int64, "completion_tokens": pl.Int64, "total_tokens": pl.Int64, **USAGE_BREAKDOWN}
-)
-
-# What a segment keeps of each record (contracts/records.py): every field analysis reads (RAW_SCHEMA, one
-# definition of their types), plus the call and outcome details worth querying. Object-valued fields (error,
-# failure, gen, grader) keep their JSON text. Anything else stays in the job objects only.
-_AS_JSON_TEXT = ("error", "failure")
-SEGMENT_SCHEMA: dict[str, pl.DataType] = {
-    "schema": pl.Int64(),
-    "run_id": pl.String(),
-    **{k: (pl.String() if k in _AS_JSON_TEXT else v) for k, v in RAW_SCHEMA.items()},
-    "usage": _USAGE,  # with the provider's total_tokens, kept for queries on the segment
-    "call_index": pl.Int64(),
-    "model": pl.String(),
-    "latency_s": pl.Float64(),
-    "attempts": pl.Int64(),
-    "gen": pl.String(),  # the generation settings a call sent
-    "answer": pl.String(),
-    "grader": pl.String(),
-    "started_at": pl.Float64(),
-    "finished_at": pl.Float64(),
-}
-
 
 def seg_name(n: int) -> str:
     return f"{COMPACT_DIR}part-{n:05d}.parquet"
@@ -132,10 +107,9 @@ def list_keys(
     parts: list[pl.Series] = []
     batch: list[str] = []
     n = 0
-    split = getattr(ledger, "iter_job_keys_split", None)
-    if split is not None and index is not None and index.height >= 40_000:
+    if index is not None and index.height >= 40_000:
         bounds = index["job_key"].sort().gather_every(20_000, offset=20_000).to_list()
-        keys: Iterator[str] = split(run_id, bounds)
+        keys: Iterator[str] = ledger.iter_job_keys_split(run_id, bounds)
     else:
         keys = ledger.iter_job_keys(run_id)
     for k in keys:
@@ -202,7 +176,7 @@ def _fetch_parse(
 def _scan_s3(ledger: Ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
     """One polars scan over the objects' URLs: its Rust S3 client fetches them concurrently at a tenth of the
     CPU boto3 spends per GET. None if polars refuses any of them (the caller then narrows it down)."""
-    from elo_per_token.analysis.io import storage_options
+    from elo_per_token.ledger.s3config import storage_options
 
     prefix = ledger.run_url(run_id) + "/jobs/"
     urls = [ledger.job_url(run_id, k) for k in keys]
@@ -272,7 +246,10 @@ class CompactResult:
     already: int = 0  # job objects already in earlier segments
     unparsable: list[str] = field(default_factory=list)  # job objects left out (analysis names their bad line)
     dropped: list[str] = field(default_factory=list)  # --rebuild: segment files removed
-    found_by: str = "listed"  # how the new objects were found: "listed", or "declared" (analysis/keyspace.py)
+    found_by: str = "listed"  # how the new objects were found: "listed", or "declared" (ledger/keyspace.py)
+    why_listed: str = ""  # when listed: why the declared key space could not be used
+    recorded: str | None = None  # the listed keys recorded for readers (ledger/keyspace.py record_listed)
+    listed_at: float | None = None  # when the listing began (time.time())
 
 
 def _chunks(seq: list[str], n: int) -> Iterator[list[str]]:
@@ -301,15 +278,20 @@ def _unfolded_keys(
     *,
     verify: bool | None,
     on_progress: Callable[[str, int, int], None] | None,
-) -> list[str]:
-    """The job keys no committed segment holds (sets res.found_by / res.already): from the run's declared key
-    space when that is safe (no listing), else listed."""
-    from elo_per_token.analysis.keyspace import declared_tail
+) -> tuple[list[str], pl.Series | None]:
+    """The job keys no committed segment holds (sets res.found_by / res.already / res.why_listed): from the
+    run's declared key space when that is safe (no listing), else listed. Second: every key the listing
+    found (None when declared), for record_listed."""
+    from elo_per_token.ledger.keyspace import tail_or_why
 
-    found = declared_tail(ledger, run_id, index, verify=verify)
-    if found is not None:
+    # Keys an earlier compaction recorded (listed-*) do not count here: a run another tool writes is listed by
+    # each compaction, which is how its newer objects are found.
+    found = tail_or_why(ledger, run_id, index, verify=verify, listed=False)
+    if not isinstance(found, str):
         res.found_by, res.already = "declared", index.height
-        return found
+        return found, None
+    res.why_listed = found
+    res.listed_at = time.time()
     all_keys = list_keys(
         ledger, run_id, on_count=(lambda n: on_progress("listing", n, 0)) if on_progress else None, index=index
     )
@@ -318,7 +300,7 @@ def _unfolded_keys(
         raise InputError(f"run {run_id!r} has no job results in {ledger.url} (runs: {known})", field="RUN")
     new = tail_keys(all_keys, index)
     res.already = all_keys.len() - len(new)
-    return new
+    return new, all_keys
 
 
 def compact_run(
@@ -343,7 +325,7 @@ def compact_run(
         res.dropped = drop_segments(ledger, run_id)
     st = segment_state(ledger, run_id)
     index = read_index(ledger, run_id, st.committed)
-    new = _unfolded_keys(ledger, run_id, index, res, verify=verify, on_progress=on_progress)
+    new, listed = _unfolded_keys(ledger, run_id, index, res, verify=verify, on_progress=on_progress)
     next_n = max(st.used | used_before, default=0) + 1
     done = 0
     for seg_keys in _chunks(new, max_segment_jobs):
@@ -390,4 +372,9 @@ def compact_run(
             for p in (tmp, tmp_idx):
                 if os.path.exists(p):
                     os.unlink(p)
+    if listed is not None:
+        # After the segments are committed: a reader that finds the record finds the keys compacted.
+        from elo_per_token.ledger.keyspace import record_listed
+
+        res.recorded = record_listed(ledger, run_id, listed, res.listed_at)
     return res

@@ -1,0 +1,228 @@
+"""The local-folder object store: a key is a path under the root. Safe for many threads and processes on one
+filesystem: writes go to a temporary file (`.tmp-*`, never listed) that is renamed (replace) or hard-linked
+(exclusive create: link fails if the name exists) into place, so readers never see a partial file."""
+
+from __future__ import annotations
+
+import builtins
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+TMP_PREFIX = ".tmp-"
+
+
+def _find_names(base: Path, suffix: str) -> Iterator[str] | None:
+    """Names ending in `suffix` (without it) under `base`, listed by GNU find (None when it is not there, e.g. BSD find without -printf)."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("find")
+    if exe is None:
+        return None
+    argv = [exe, ".", "-type", "f", "-name", "*" + suffix, "!", "-name", ".tmp-*", "-printf", "%P\\n"]
+    try:
+        probe = subprocess.run([exe, str(base), "-maxdepth", "0", "-printf", ""], capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if probe.returncode != 0:
+        return None
+
+    def gen() -> Iterator[str]:
+        n = len(suffix) + 1
+        with subprocess.Popen(argv, cwd=base, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
+            if proc.stdout is None:  # not an assert: `python -O` would strip it
+                raise RuntimeError("find was started without a stdout pipe")
+            for line in proc.stdout:
+                yield line[:-n].decode("utf-8", "surrogateescape")
+        if proc.returncode not in (0, None):
+            raise OSError(f"find failed listing {base} (exit {proc.returncode})")
+
+    return gen()
+
+
+def _find_changed_dirs(base: Path, since: float) -> list[str] | None:
+    """Directories under `base` (relative, "" for itself) modified at or after `since`, by GNU find; None
+    when GNU find is not there."""
+    import subprocess
+
+    exe = shutil.which("find")
+    if exe is None:
+        return None
+    # NUL-separated: a directory name may hold a newline. The start point itself prints as "".
+    argv = [exe, ".", "-type", "d", "-newermt", f"@{since:.3f}", "-printf", "%P\\0"]
+    try:
+        out = subprocess.run(argv, cwd=base, capture_output=True, timeout=600)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1]
+
+
+def _walk_changed_dirs(base: Path, since: float) -> list[str]:
+    changed: list[str] = []
+    stack = [(str(base), "")]
+    while stack:
+        path, rel = stack.pop()
+        try:
+            if os.stat(path).st_mtime >= since:
+                changed.append(rel.rstrip("/"))
+            it = os.scandir(path)
+        except FileNotFoundError:
+            continue
+        with it:
+            stack += [(e.path, rel + e.name + "/") for e in it if e.is_dir(follow_symlinks=False)]
+    return changed
+
+
+def _names_in(base: Path, dirs: list[str], suffix: str) -> Iterator[str]:
+    """The names ending in `suffix` (without it) directly in each of `dirs` (relative to `base`)."""
+    for rel in dirs:
+        try:
+            it = os.scandir(base / rel if rel else base)
+        except FileNotFoundError:
+            continue
+        with it:
+            for e in it:
+                if e.name.endswith(suffix) and not e.name.startswith(TMP_PREFIX) and e.is_file(follow_symlinks=False):
+                    yield (rel + "/" if rel else "") + e.name[: -len(suffix)]
+
+
+class LocalStore:
+    """Objects as files under `root`."""
+
+    def __init__(self, root: str | Path, *, fsync: bool | None = None) -> None:
+        self.root = Path(root).expanduser().resolve()
+        # Rename/link already make writes atomic for readers and against a killed process; fsync adds
+        # durability across power loss; it cost ~7% of local-executor throughput here (200 ms latency), so opt-in.
+        self.fsync = os.environ.get("EPT_LEDGER_FSYNC", "") not in ("", "0") if fsync is None else fsync
+
+    def url(self, key: str = "") -> str:
+        return str(self.root / key) if key else str(self.root)
+
+    def _write_tmp(self, final: Path, data: bytes) -> Path:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=TMP_PREFIX, suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                if self.fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        return Path(tmp)
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return (self.root / key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def put(self, key: str, data: bytes, *, content_type: str | None = None) -> None:
+        final = self.root / key
+        os.replace(self._write_tmp(final, data), final)
+
+    def create(self, key: str, data: bytes) -> bool:
+        final = self.root / key
+        tmp = self._write_tmp(final, data)
+        try:
+            # link() is atomic and fails if the name exists: an exclusive create of complete content.
+            os.link(tmp, final)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+
+    def create_from_file(self, key: str, src: str | Path) -> bool:
+        final = self.root / key
+        final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=TMP_PREFIX, suffix=".part")
+        os.close(fd)
+        try:
+            shutil.copyfile(src, tmp)  # streamed; a segment can be hundreds of MB
+            if self.fsync:
+                with open(tmp, "rb+") as f:
+                    os.fsync(f.fileno())
+            os.link(tmp, final)  # exclusive: fails if the name exists
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
+
+    def exists(self, key: str) -> bool:
+        return (self.root / key).exists()
+
+    def has_prefix(self, prefix: str) -> bool:
+        return (self.root / prefix).is_dir()
+
+    def list(self, prefix: str) -> Iterator[str]:
+        base = self.root / prefix
+        if not base.is_dir():
+            return
+        for p in base.rglob("*"):
+            if not p.name.startswith(TMP_PREFIX) and p.is_file():
+                yield p.relative_to(base).as_posix()
+
+    def list_suffix(self, prefix: str, suffix: str, bounds: builtins.list[str] | None = None, threads: int = 8) -> Iterator[str]:
+        """GNU find walks a million files about twice as fast as the fastest Python walk (os.scandir, itself
+        ~3x faster than rglob); the walk below is the fallback. One walk: a folder has no pages to split."""
+        base = self.root / prefix
+        if not base.is_dir():
+            return
+        found = _find_names(base, suffix)
+        if found is not None:
+            yield from found
+            return
+        stack = [(str(base), "")]
+        while stack:
+            path, rel = stack.pop()
+            try:
+                it = os.scandir(path)
+            except FileNotFoundError:
+                continue
+            with it:
+                for e in it:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append((e.path, rel + e.name + "/"))
+                    elif e.name.endswith(suffix) and not e.name.startswith(TMP_PREFIX):
+                        yield rel + e.name[: -len(suffix)]
+
+    def list_suffix_since(self, prefix: str, suffix: str, since: float) -> Iterator[str] | None:
+        """Names in the directories modified at or after `since`: creating an entry updates its directory's
+        time, so those hold every object written since. GNU find reports just those directories (no name of
+        an unchanged one reaches Python); the walk below is the fallback."""
+        base = self.root / prefix
+        if not base.is_dir():
+            return iter(())
+        changed = _find_changed_dirs(base, since)
+        if changed is None:
+            changed = _walk_changed_dirs(base, since)
+        return _names_in(base, changed, suffix)
+
+    def get_many(self, keys: builtins.list[str], threads: int = 16) -> builtins.list[bytes]:
+        """Threads: open/read release the GIL, and on a cold cache the disk serves several requests at once."""
+        root = str(self.root)
+
+        def read(k: str) -> bytes:
+            with open(os.path.join(root, k), "rb") as f:
+                return f.read()
+
+        if len(keys) < 64 or threads <= 1:
+            return [read(k) for k in keys]
+        with ThreadPoolExecutor(min(threads, 8)) as ex:
+            return list(ex.map(read, keys, chunksize=256))
+
+    def delete(self, key: str) -> None:
+        (self.root / key).unlink(missing_ok=True)
+
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
+        base = self.root / prefix
+        return sorted(p.name for p in base.iterdir() if p.is_dir()) if base.exists() else []
