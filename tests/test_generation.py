@@ -16,10 +16,10 @@ from fixtures_sim import SIM_KEY
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.jobs import Job
-from elo_per_token.contracts.tasks import load_builtin_suite
 from elo_per_token.coordinator.expand import expand
 from elo_per_token.coordinator.plan import parse_plan
 from elo_per_token.egress.client import ProviderClient
+from elo_per_token.suites.load import load_builtin_suite
 from elo_per_token.worker.job import run_job
 
 MATH = load_builtin_suite("math")
