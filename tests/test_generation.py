@@ -192,6 +192,8 @@ def test_reasoning_arms_record_reasoning_tokens_and_cost_matches_hand_computatio
     calls = [x for x in lines if x["kind"] == "call"]
     high = [x for x in calls if x["gen"].get("reasoning_effort") == "high"]
     plain = [x for x in calls if "reasoning_effort" not in x["gen"]]
+    # all() over an empty list is True: both kinds of call must be there for the checks below to mean anything.
+    assert len(high) >= 8 and len(plain) >= 8, (len(high), len(plain))
     assert all(x["usage"]["completion_tokens_details"]["reasoning_tokens"] > 0 for x in high)
     assert all(x["usage"]["completion_tokens_details"]["reasoning_tokens"] == 0 for x in plain)
     # Repeated prompts (the second sample of each task) report cached input tokens.
