@@ -190,7 +190,7 @@ def _settings(data: dict[str, Any], *, plan: bool) -> tuple[dict[str, Any], str 
     older manifest) from its stored plan's fields with the plan's defaults; (…, problem) when a value is bad."""
     import math
 
-    from elo_per_token.contracts.manifest import weights_option
+    from elo_per_token.contracts.manifest import MAX_BOOTSTRAP_ROUNDS, MAX_SEED, weights_option
 
     keys = ("weights", "anchor", "bootstrap_rounds", "seed") if plan else ("weights", "anchor", "rounds", "seed")
     weights, anchor, rounds, seed = (data.get(k) for k in keys)
@@ -204,9 +204,9 @@ def _settings(data: dict[str, Any], *, plan: bool) -> tuple[dict[str, Any], str 
         return {}, "weights must be a table family = finite weight >= 0"
     if anchor is not None and not isinstance(anchor, str):
         return {}, "anchor must be a string"
-    for name, v in (("bootstrap_rounds", rounds), ("seed", seed)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            return {}, f"{name} must be an integer >= 0"
+    for name, v, hi in (("bootstrap_rounds", rounds, MAX_BOOTSTRAP_ROUNDS), ("seed", seed, MAX_SEED)):
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= hi:
+            return {}, f"{name} must be an integer in 0..{hi}"
     out = {"weights": weights_option({str(k): float(w) for k, w in weights.items()}), "anchor": anchor}
     return {**out, "rounds": rounds, "seed": seed}, None
 

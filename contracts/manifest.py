@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+MAX_BOOTSTRAP_ROUNDS = 100_000
+MAX_SEED = 2**63 - 1  # sent to the provider as a JSON integer
+
 
 def profile_prices(profile: dict[str, Any]) -> str | None:
     """The profile's prices as AnalysisOptions.prices ('in=…,cached=…,out=…'), None unless in and out are set."""
