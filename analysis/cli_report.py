@@ -159,13 +159,15 @@ def report(
 
 
 def run_options(inputs: list[str]) -> tuple[Any, str]:
-    """The settings the run's own table used (from the plan in its manifest), and where they came from.
+    """The settings the run's own table used (from its manifest), and where they came from.
 
     One run, one set of numbers: `ept demo`/`ept sweep` print the table with the plan's bootstrap rounds and
     seed (200 and 7 for the demo), so the report starts from them too. Plain logs, or several runs, get the
-    `ept analyze` defaults."""
+    `ept analyze` defaults. The coordinator records the settings in the manifest as plain data
+    (contracts/manifest.py); a manifest written before that is read from its stored plan."""
     from elo_per_token.analysis.io import run_source
     from elo_per_token.analysis.pipeline import AnalysisOptions
+    from elo_per_token.contracts.manifest import profile_prices
     from elo_per_token.ledger import open_ledger_for_reading
 
     src = run_source(inputs[0]) if len(inputs) == 1 else None  # the run itself, not a listing of its files
@@ -173,22 +175,40 @@ def run_options(inputs: list[str]) -> tuple[Any, str]:
     manifest = open_ledger_for_reading(src.ledger_url).get_manifest(src.run_id) if src else None
     if src is None or not manifest or not isinstance(manifest.get("plan"), dict):
         return AnalysisOptions(), "the defaults of `ept analyze`"
-    from elo_per_token.contracts.errors import InputError
-    from elo_per_token.coordinator.plan import plan_from_raw
-    from elo_per_token.coordinator.sweep import plan_analysis_options, profile_prices
-
     # The run's profile prices, as `ept sweep` used them for its cost table (even when its plan is unreadable).
     profile = manifest.get("profile")
     prices = profile_prices(profile if isinstance(profile, dict) else {})
-    if not isinstance(manifest.get("plan"), dict):
-        return AnalysisOptions(prices=prices), "the defaults of `ept analyze` and the run's prices"
-    try:
-        plan = plan_from_raw(manifest["plan"], manifest.get("plan_source") or "<manifest>")
-    except InputError as e:  # e.g. a suite file that moved since the run: the numbers need no suites
-        return AnalysisOptions(prices=prices), f"the defaults of `ept analyze` (run {src.run_id}'s plan: {e})"
-    import dataclasses
+    stored = manifest.get("analysis")
+    settings, problem = _settings(stored if isinstance(stored, dict) else manifest["plan"], plan=not isinstance(stored, dict))
+    if problem:
+        return AnalysisOptions(prices=prices), f"the defaults of `ept analyze` (run {src.run_id}'s plan: {problem})"
+    return AnalysisOptions(**settings, prices=prices), f"run {src.run_id}'s plan, as in its table"
 
-    return dataclasses.replace(plan_analysis_options(plan), prices=prices), f"run {src.run_id}'s plan, as in its table"
+
+def _settings(data: dict[str, Any], *, plan: bool) -> tuple[dict[str, Any], str | None]:
+    """weights/anchor/rounds/seed for AnalysisOptions from a manifest's `analysis` entry, or (plan=True, an
+    older manifest) from its stored plan's fields with the plan's defaults; (…, problem) when a value is bad."""
+    import math
+
+    from elo_per_token.contracts.manifest import MAX_BOOTSTRAP_ROUNDS, MAX_SEED, weights_option
+
+    keys = ("weights", "anchor", "bootstrap_rounds", "seed") if plan else ("weights", "anchor", "rounds", "seed")
+    weights, anchor, rounds, seed = (data.get(k) for k in keys)
+    weights = {} if weights is None else weights
+    rounds = 200 if rounds is None and plan else rounds
+    seed = 0 if seed is None and plan else seed
+    if not isinstance(weights, dict) or not all(
+        isinstance(w, int | float) and not isinstance(w, bool) and math.isfinite(w) and w >= 0
+        for w in weights.values()
+    ):
+        return {}, "weights must be a table family = finite weight >= 0"
+    if anchor is not None and not isinstance(anchor, str):
+        return {}, "anchor must be a string"
+    for name, v, hi in (("bootstrap_rounds", rounds, MAX_BOOTSTRAP_ROUNDS), ("seed", seed, MAX_SEED)):
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= hi:
+            return {}, f"{name} must be an integer in 0..{hi}"
+    out = {"weights": weights_option({str(k): float(w) for k, w in weights.items()}), "anchor": anchor}
+    return {**out, "rounds": rounds, "seed": seed}, None
 
 
 DEFAULT_LEDGER = Path("ept-out/ledger")  # where `ept demo` and plans without a ledger write

@@ -201,8 +201,8 @@ def main() -> None:
     ap.add_argument("--ledger-rounds", type=int, default=2)
     args = ap.parse_args()
 
-    from elo_per_token.contracts.tasks import load_builtin_suite
     from elo_per_token.egress.profiles import Profile
+    from elo_per_token.suites.load import load_builtin_suite
 
     n_math = len(load_builtin_suite("math"))
     tmp = Path(tempfile.mkdtemp(prefix="ept-bench-"))

@@ -13,7 +13,7 @@ from elo_per_token.coordinator.plan import Plan, check_job_count
 def load_tasks(plan: Plan, loader: Callable[[str], list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
     """The plan's tasks in suite order, keeping the first `tasks_per_family` of each family."""
     if loader is None:
-        from elo_per_token.contracts.tasks import load_suite_ref
+        from elo_per_token.suites.load import load_suite_ref
 
         loader = load_suite_ref
     tasks: list[dict[str, Any]] = []

@@ -47,6 +47,23 @@ def sigterm_as_interrupt(_sig: int, _frm: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _route_grading() -> Callable[..., JobSummary]:
+    """Set where this process grades code: on the grader queue (EPT_GRADE_QUEUE), through the Celery app (built
+    on first use), else in its own sandbox. Returns the worker's perform_job, which runs the jobs."""
+    from elo_per_token.worker.graders.remote import grade_queue
+    from elo_per_token.worker.tasks import perform_job
+
+    if grade_queue():
+        from elo_per_token.worker.celery_app import app, route_grading
+
+        route_grading(app)
+    else:
+        from elo_per_token.worker.graders.code import use_test_runner
+
+        use_test_runner(None)
+    return perform_job
+
+
 def run_local(
     jobs: Iterable[Job],
     ledger: Ledger,
@@ -69,8 +86,7 @@ def run_local(
     on_abandon(n): n jobs were still running after the grace period. cancel_queued() (a budget cap) stops at
     most the `concurrency` running jobs over the cap with queue_factor=1 (no job waits in the pool for a freed
     thread to start it before the cap is seen)."""
-    from elo_per_token.worker.tasks import perform_job
-
+    perform_job = _route_grading()  # before any job: code grading may go to the grader queue
     api_key = getattr(provider, "_key", None)  # to scrub it from failure messages
     stop = getattr(provider, "stopping", None) or threading.Event()
     grace = stop_grace_s() if grace_s is None else grace_s

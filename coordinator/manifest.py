@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.manifest import profile_prices
 from elo_per_token.contracts.secrets import scrub
 from elo_per_token.coordinator.plan import Plan
 from elo_per_token.ledger import Ledger
@@ -18,7 +19,7 @@ def code_version(root: Path | None = None) -> dict[str, str | None]:
     folder holding the stage folders; default: this file's). An installed package sits inside whatever
     repository holds the user's virtual environment: that repository's commit says nothing about ept's code,
     so it is recorded only when the checkout's top level is the package's own root and is this project."""
-    from elo_per_token.ept import __version__
+    from elo_per_token import __version__
 
     root = (root or Path(__file__).resolve().parents[1]).resolve()
     return {"version": __version__, "git_commit": _checkout_commit(root)}
@@ -46,6 +47,13 @@ def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
+def analysis_settings(plan: Plan, profile_public: dict[str, Any]) -> dict[str, Any]:
+    """The settings the run's table is computed with, as plain data in its manifest: `ept report RUN` (the
+    analysis stage) reads them from there and needs no plan parser of the coordinator's."""
+    return {"weights": dict(sorted(plan.weights.items())), "anchor": plan.anchor, "rounds": plan.bootstrap_rounds,
+            "seed": plan.seed, "prices": profile_prices(profile_public)}  # fmt: skip
+
+
 def build_manifest(
     plan: Plan, profile_public: dict[str, Any], n_jobs: int, executor: str, tasks_blob: str | None = None
 ) -> dict[str, Any]:
@@ -64,6 +72,7 @@ def build_manifest(
         "ledger": plan.ledger,
         "code": code_version(),
         "profile": profile_public,
+        "analysis": analysis_settings(plan, profile_public),
         "identity": identity,
         "n_jobs": n_jobs,
         "started_at": _iso(now),
@@ -131,5 +140,5 @@ def _extend(
     return {
         **old, "sessions": [*old.get("sessions", []), *new["sessions"]], "profile": new["profile"],
         "identity": identity, "plan": new["plan"], "plan_digest": new["plan_digest"],
-        "plan_source": new["plan_source"], "n_jobs": max(int(old.get("n_jobs") or 0), int(new["n_jobs"])),
+        "plan_source": new["plan_source"], "analysis": new["analysis"], "n_jobs": max(int(old.get("n_jobs") or 0), int(new["n_jobs"])),
     }  # fmt: skip

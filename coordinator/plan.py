@@ -52,6 +52,7 @@ from typing import Any
 
 from elo_per_token.contracts import generation
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.manifest import MAX_BOOTSTRAP_ROUNDS, MAX_SEED
 
 EXECUTORS = ("local", "celery")
 # Upper bounds: a plan is untrusted input, and a budget of 10^9 or 10^10 replicates must fail here, in
@@ -60,8 +61,8 @@ MAX_BUDGET = 4096  # budget_n per job (samples / branching factor); the simulato
 MAX_REPLICATES = 10_000
 MAX_CONCURRENCY = 4096
 MAX_BATCH_SIZE = 100_000
-MAX_BOOTSTRAP_ROUNDS = 100_000
-MAX_SEED = 2**63 - 1  # sent to the provider as a JSON integer
+# bootstrap_rounds and seed: MAX_BOOTSTRAP_ROUNDS, MAX_SEED (contracts.manifest; the analysis checks a
+# manifest's settings with the same bounds).
 # Jobs per plan (tasks x budgets x replicates), checked from counts before any job is built; raise it with
 # `max_jobs = N` in the plan or `ept sweep --max-jobs N`.
 DEFAULT_MAX_JOBS = 2_000_000

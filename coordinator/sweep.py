@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from elo_per_token.contracts.errors import EGRESS_CLASSES, ErrorClass, InputError
 from elo_per_token.contracts.jobs import Job, JobSummary
+from elo_per_token.contracts.manifest import profile_prices, weights_option
 from elo_per_token.contracts.usage import USAGE_MISSING_HINT
 from elo_per_token.coordinator.plan import Plan
 from elo_per_token.ledger import Ledger, open_ledger
@@ -496,19 +497,12 @@ def _run_local(
     )  # fmt: skip
 
 
-def profile_prices(profile: dict[str, Any]) -> str | None:
-    """The profile's prices as AnalysisOptions.prices ('in=…,cached=…,out=…'), None unless in and out are set."""
-    pi, po, pc = (profile.get(k) for k in ("price_in_per_1m", "price_out_per_1m", "price_cached_in_per_1m"))
-    if pi is None or po is None:
-        return None
-    return f"in={pi},out={po}" + (f",cached={pc}" if pc is not None else "")
 def plan_analysis_options(plan: Plan) -> Any:
     """The analysis settings of a run's table (its plan's weights, anchor, bootstrap rounds and seed). `ept report
     RUN` starts from the same settings, so the HTML page and the terminal table show the same intervals."""
     from elo_per_token.analysis.pipeline import AnalysisOptions
 
-    weights = ",".join(f"{k}={v}" for k, v in sorted(plan.weights.items())) or None
-    return AnalysisOptions(weights=weights, anchor=plan.anchor, rounds=plan.bootstrap_rounds, seed=plan.seed)
+    return AnalysisOptions(weights=weights_option(plan.weights), anchor=plan.anchor, rounds=plan.bootstrap_rounds, seed=plan.seed)
 
 
 def analyze_run(plan: Plan, ledger: Ledger) -> tuple[Any, str | None]:

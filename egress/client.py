@@ -279,6 +279,46 @@ def _sentence(text: str) -> str:
     return text if text.endswith((".", "!", "?")) else text + "."
 
 
+def _credential_message(e: Exception, status: int, profile: Profile, key: str | None, where: str) -> str:
+    """A 401/403: where the key came from (masked) and what to check."""
+    env_key = os.environ.get(profile.api_key_env) or None
+    env_state = f"is set ({mask(env_key)})" if env_key else "is NOT set or empty"
+    if key and key != env_key:
+        env_state += f"; this client was given another key explicitly ({mask(key)})"
+    if status == 403:
+        advice = (
+            f"The key is recognised but not allowed to do this: check that model '{profile.model}' is "
+            "enabled for this key / project / region"
+        )
+    else:
+        advice = (
+            "Check that this key belongs to this base_url (Claude Code reads ANTHROPIC_AUTH_TOKEN, "
+            "Codex reads the variable named by env_key)"
+        )
+    return (
+        f"{status} from {where}: {_server_message(e)} The profile reads the key from ${profile.api_key_env}, which "
+        f"{env_state}. {advice}; run `ept doctor --profile {profile.name}`"
+    )
+
+
+def _not_found_message(e: Exception, profile: Profile, where: str) -> str:
+    """A 404: the model is not served there, or the base_url path is wrong for the protocol."""
+    hint = (
+        "OpenAI-compatible clients usually need a base_url ending in /v1 (e.g. /api/v1, not /api)"
+        if profile.protocol == "openai"
+        else "Anthropic-protocol base_urls stop before /v1 (e.g. https://host/api, not /api/v1): the SDK adds /v1/messages"
+    )
+    if _server_code(e) == "model_not_found":
+        return (
+            f"404 from {where}: {_sentence(_server_message(e))} The model name '{profile.model}' is not served "
+            f"at this base_url: set `model` in the profile to a listed one (`ept doctor --profile {profile.name}`)"
+        )
+    return (
+        f"404 from {where}: {_sentence(_server_message(e))} Either the base_url path is wrong — {hint} — "
+        f"or the model name '{profile.model}' is not served there (`ept doctor --profile {profile.name}` lists them)"
+    )
+
+
 def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
     """Turn an SDK exception (either SDK) into a ProviderError with a fix-oriented message."""
     import openai
@@ -308,42 +348,9 @@ def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
             f"cannot connect to {where}: {_conn_cause(e)}; check the host/port and that the server is up",
         )
     elif status in (401, 403):
-        env_key = os.environ.get(profile.api_key_env) or None
-        env_state = f"is set ({mask(env_key)})" if env_key else "is NOT set or empty"
-        if key and key != env_key:
-            env_state += f"; this client was given another key explicitly ({mask(key)})"
-        cls = "credential"
-        if status == 403:
-            advice = (
-                f"The key is recognised but not allowed to do this: check that model '{profile.model}' is "
-                "enabled for this key / project / region"
-            )
-        else:
-            advice = (
-                "Check that this key belongs to this base_url (Claude Code reads ANTHROPIC_AUTH_TOKEN, "
-                "Codex reads the variable named by env_key)"
-            )
-        msg = (
-            f"{status} from {where}: {_server_message(e)} The profile reads the key from ${profile.api_key_env}, which "
-            f"{env_state}. {advice}; run `ept doctor --profile {profile.name}`"
-        )
+        cls, msg = "credential", _credential_message(e, status, profile, key, where)
     elif status == 404:
-        hint = (
-            "OpenAI-compatible clients usually need a base_url ending in /v1 (e.g. /api/v1, not /api)"
-            if profile.protocol == "openai"
-            else "Anthropic-protocol base_urls stop before /v1 (e.g. https://host/api, not /api/v1): the SDK adds /v1/messages"
-        )
-        cls = "endpoint"
-        if _server_code(e) == "model_not_found":
-            msg = (
-                f"404 from {where}: {_sentence(_server_message(e))} The model name '{profile.model}' is not served "
-                f"at this base_url: set `model` in the profile to a listed one (`ept doctor --profile {profile.name}`)"
-            )
-        else:
-            msg = (
-                f"404 from {where}: {_sentence(_server_message(e))} Either the base_url path is wrong — {hint} — "
-                f"or the model name '{profile.model}' is not served there (`ept doctor --profile {profile.name}` lists them)"
-            )
+        cls, msg = "endpoint", _not_found_message(e, profile, where)
     elif status == 429 and _server_code(e) == "insufficient_quota":
         cls = "credential"  # OpenAI signals an exhausted quota with 429: waiting will not help
         msg = (
@@ -971,78 +978,9 @@ class ProviderClient:
         est = _estimate_tokens(messages, max_tokens, n)
         t0 = time.perf_counter()
         if self.protocol == "anthropic":
-            if seed is not None:  # the messages API has no seed; the simulator reads this header
-                headers["X-EPT-Seed"] = str(seed)
-            system, a_msgs, a_tools = to_anthropic(messages, tools)
-            # temperature goes in extra_body: recent anthropic SDKs dropped the typed parameter, the API keeps it.
-            if gen.get("reasoning_effort") is not None:
-                raise ProviderError(
-                    "permanent",
-                    f"profile '{self.profile.name}' speaks the Anthropic protocol, which has no reasoning_effort: "
-                    "set thinking_budget (thinking.budget_tokens) instead",
-                    attempts=0,
-                )
-            extra: dict[str, Any] = {"temperature": temperature}
-            budget = gen.get("thinking_budget")
-            if budget:
-                # Extended thinking: budget_tokens counts inside max_tokens, and the API accepts no temperature.
-                extra = {"thinking": {"type": "enabled", "budget_tokens": budget}}
-                max_tokens = max_tokens or budget + ANTHROPIC_DEFAULT_MAX_TOKENS
-            if gen.get("top_p") is not None:
-                extra["top_p"] = gen["top_p"]
-            if gen.get("stop"):
-                extra["stop_sequences"] = list(gen["stop"])
-            kwargs: dict[str, Any] = {
-                "model": self.profile.model,
-                "messages": a_msgs,
-                "max_tokens": max_tokens or ANTHROPIC_DEFAULT_MAX_TOKENS,
-                "extra_headers": headers,
-                "extra_body": {**extra, **(gen.get("extra_body") or {})},
-            }
-            if system:
-                kwargs["system"] = system
-            if a_tools:
-                kwargs["tools"] = a_tools
-
-            def call() -> tuple[list[Choice], str | None, dict[str, Any] | None]:
-                if self.profile.stream:
-                    body = {k: v for k, v in kwargs.items() if k not in ("extra_headers", "extra_body")}
-                    body.update(kwargs["extra_body"], stream=True)
-                    text = self.sdk.post("/v1/messages", body=body, cast_to=str, options={"headers": headers})
-                    choices, usage, model = parse_messages_stream(text)
-                    return choices, model, usage
-                data = _parse_json(self.sdk.messages.with_raw_response.create(**kwargs))
-                return (*_choices_or_malformed(data, True), _normalise_usage(data.get("usage"), True))
+            call, max_tokens = self._messages_call(messages, tools, temperature, seed, max_tokens, gen, headers)
         else:
-            body: dict[str, Any] = {"model": self.profile.model, "messages": messages, "temperature": temperature}
-            if n > 1:
-                body["n"] = n
-            if seed is not None:
-                body["seed"] = seed
-            if tools:
-                body["tools"] = tools
-            if max_tokens is not None:
-                body["max_tokens"] = max_tokens
-            for k in ("top_p", "stop", "reasoning_effort"):
-                if gen.get(k) is not None:
-                    body[k] = gen[k]
-            if gen.get("thinking_budget"):  # OpenAI-compatible gateways (LiteLLM) pass this to Anthropic models
-                body["thinking"] = {"type": "enabled", "budget_tokens": gen["thinking_budget"]}
-            body.update(gen.get("extra_body") or {})
-            if self.profile.stream:  # usage arrives in a last chunk only when asked for
-                body.update(stream=True, stream_options={"include_usage": True})
-
-            def call() -> tuple[list[Choice], str | None, dict[str, Any] | None]:
-                # The SDK's documented raw route (`client.post(path, body=…, cast_to=…)`): same auth, timeouts
-                # and error classes as `chat.completions.create`, without re-walking our plain-dict params through
-                # its TypedDict transform and pydantic models — 40% of the client CPU per call, measured.
-                text = self.sdk.post("/chat/completions", body=body, options={"headers": headers}, cast_to=str)
-                if self.profile.stream:
-                    choices, usage, model = parse_chat_stream(text)
-                    return choices, model, usage
-                data = _parse_json_text(text)
-                return (*_choices_or_malformed(data, False), _normalise_usage(data.get("usage"), False))
-
+            call = self._chat_call(messages, tools, temperature, n, seed, max_tokens, gen, headers)
         discarded: list[Discarded] = []
         (choices, model, raw_usage), attempts = self._with_retries(call, est, discarded)
         choices, model = _scrubbed(choices, model, self._key)
@@ -1067,6 +1005,93 @@ class ProviderClient:
             discarded=discarded,
             max_tokens=max_tokens,
         )
+
+    def _messages_call(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, temperature: float,
+        seed: int | None, max_tokens: int | None, gen: dict[str, Any], headers: dict[str, str],
+    ) -> tuple[Callable[[], tuple[list[Choice], str | None, dict[str, Any] | None]], int | None]:  # fmt: skip
+        """The Anthropic Messages request (its own field names for the generation settings) as a call to
+        retry, and the max_tokens it asks for (extended thinking raises it)."""
+        if seed is not None:  # the messages API has no seed; the simulator reads this header
+            headers["X-EPT-Seed"] = str(seed)
+        system, a_msgs, a_tools = to_anthropic(messages, tools)
+        # temperature goes in extra_body: recent anthropic SDKs dropped the typed parameter, the API keeps it.
+        if gen.get("reasoning_effort") is not None:
+            raise ProviderError(
+                "permanent",
+                f"profile '{self.profile.name}' speaks the Anthropic protocol, which has no reasoning_effort: "
+                "set thinking_budget (thinking.budget_tokens) instead",
+                attempts=0,
+            )
+        extra: dict[str, Any] = {"temperature": temperature}
+        budget = gen.get("thinking_budget")
+        if budget:
+            # Extended thinking: budget_tokens counts inside max_tokens, and the API accepts no temperature.
+            extra = {"thinking": {"type": "enabled", "budget_tokens": budget}}
+            max_tokens = max_tokens or budget + ANTHROPIC_DEFAULT_MAX_TOKENS
+        if gen.get("top_p") is not None:
+            extra["top_p"] = gen["top_p"]
+        if gen.get("stop"):
+            extra["stop_sequences"] = list(gen["stop"])
+        kwargs: dict[str, Any] = {
+            "model": self.profile.model,
+            "messages": a_msgs,
+            "max_tokens": max_tokens or ANTHROPIC_DEFAULT_MAX_TOKENS,
+            "extra_headers": headers,
+            "extra_body": {**extra, **(gen.get("extra_body") or {})},
+        }
+        if system:
+            kwargs["system"] = system
+        if a_tools:
+            kwargs["tools"] = a_tools
+
+        def call() -> tuple[list[Choice], str | None, dict[str, Any] | None]:
+            if self.profile.stream:
+                body = {k: v for k, v in kwargs.items() if k not in ("extra_headers", "extra_body")}
+                body.update(kwargs["extra_body"], stream=True)
+                text = self.sdk.post("/v1/messages", body=body, cast_to=str, options={"headers": headers})
+                choices, usage, model = parse_messages_stream(text)
+                return choices, model, usage
+            data = _parse_json(self.sdk.messages.with_raw_response.create(**kwargs))
+            return (*_choices_or_malformed(data, True), _normalise_usage(data.get("usage"), True))
+
+        return call, max_tokens
+
+    def _chat_call(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, temperature: float, n: int,
+        seed: int | None, max_tokens: int | None, gen: dict[str, Any], headers: dict[str, str],
+    ) -> Callable[[], tuple[list[Choice], str | None, dict[str, Any] | None]]:  # fmt: skip
+        """The OpenAI-compatible chat request as a call to retry (the SDK's raw route, JSON or SSE)."""
+        body: dict[str, Any] = {"model": self.profile.model, "messages": messages, "temperature": temperature}
+        if n > 1:
+            body["n"] = n
+        if seed is not None:
+            body["seed"] = seed
+        if tools:
+            body["tools"] = tools
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        for k in ("top_p", "stop", "reasoning_effort"):
+            if gen.get(k) is not None:
+                body[k] = gen[k]
+        if gen.get("thinking_budget"):  # OpenAI-compatible gateways (LiteLLM) pass this to Anthropic models
+            body["thinking"] = {"type": "enabled", "budget_tokens": gen["thinking_budget"]}
+        body.update(gen.get("extra_body") or {})
+        if self.profile.stream:  # usage arrives in a last chunk only when asked for
+            body.update(stream=True, stream_options={"include_usage": True})
+
+        def call() -> tuple[list[Choice], str | None, dict[str, Any] | None]:
+            # The SDK's documented raw route (`client.post(path, body=…, cast_to=…)`): same auth, timeouts
+            # and error classes as `chat.completions.create`, without re-walking our plain-dict params through
+            # its TypedDict transform and pydantic models — 40% of the client CPU per call, measured.
+            text = self.sdk.post("/chat/completions", body=body, options={"headers": headers}, cast_to=str)
+            if self.profile.stream:
+                choices, usage, model = parse_chat_stream(text)
+                return choices, model, usage
+            data = _parse_json_text(text)
+            return (*_choices_or_malformed(data, False), _normalise_usage(data.get("usage"), False))
+
+        return call
 
     def list_models(self) -> list[str]:
         """Model ids the server lists (GET /models); raises ProviderError (same classes and retries as chat)."""

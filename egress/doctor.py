@@ -164,6 +164,36 @@ def _detail(e: ProviderError) -> str:
     return f"{e.message} [{n} attempt{'s' if n != 1 else ''}]"
 
 
+def _check_completion(client: ProviderClient, p: Profile) -> Check:
+    """One short completion: passes with the server's usage, fails without it or on a provider error."""
+    from elo_per_token.egress.client import ProviderError
+
+    try:
+        r = client.chat(
+            [{"role": "user", "content": "Reply with the word OK."}],
+            max_tokens=16,
+            temperature=0.0,
+            meta={"Role": "doctor"},
+        )
+    except ProviderError as e:
+        return Check(COMPLETION_CHECK, FAIL, _detail(e), _fix_for(e, p))
+    if r.usage is None:
+        return Check(
+            COMPLETION_CHECK,
+            FAIL,
+            f"answered in {r.latency_s:.2f}s but sent no usage",
+            "token accounting needs the server's usage; enable it on the provider/gateway (some "
+            "proxies strip it), or pick another endpoint",
+        )
+    u = r.usage
+    return Check(
+        COMPLETION_CHECK,
+        PASS,
+        f"prompt_tokens={u.get('prompt_tokens')} completion_tokens={u.get('completion_tokens')} "
+        f"in {r.latency_s:.2f}s",
+    )
+
+
 def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float = 0.2) -> list[Check]:
     """All five checks; network checks are skipped when the key or base_url check fails."""
     from elo_per_token.egress.client import ProviderClient, ProviderError
@@ -206,35 +236,7 @@ def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float =
                 "common cause of 404; Claude Code also needs ANTHROPIC_MODEL)",
             )
         )
-    try:
-        r = client.chat(
-            [{"role": "user", "content": "Reply with the word OK."}],
-            max_tokens=16,
-            temperature=0.0,
-            meta={"Role": "doctor"},
-        )
-        if r.usage is None:
-            checks.append(
-                Check(
-                    COMPLETION_CHECK,
-                    FAIL,
-                    f"answered in {r.latency_s:.2f}s but sent no usage",
-                    "token accounting needs the server's usage; enable it on the provider/gateway (some "
-                    "proxies strip it), or pick another endpoint",
-                )
-            )
-        else:
-            u = r.usage
-            checks.append(
-                Check(
-                    COMPLETION_CHECK,
-                    PASS,
-                    f"prompt_tokens={u.get('prompt_tokens')} completion_tokens={u.get('completion_tokens')} "
-                    f"in {r.latency_s:.2f}s",
-                )
-            )
-    except ProviderError as e:
-        checks.append(Check(COMPLETION_CHECK, FAIL, _detail(e), _fix_for(e, p)))
+    checks.append(_check_completion(client, p))
     completion_ok = _named(checks, COMPLETION_CHECK).status == PASS
     checks.append(check_n(client, profile, completion_ok))
     # A server without a model list is fine if completions work.

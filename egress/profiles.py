@@ -28,6 +28,7 @@ import dataclasses
 import os
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,38 @@ _SPEC: dict[str, tuple[type | tuple[type, ...], bool]] = {
 _GEN_FIELDS = frozenset(gen_settings.FIELDS)
 
 
+def _check_values(raw: dict[str, Any], err: Callable[[str, str | None], InputError]) -> tuple[str, str]:
+    """The values of a profile whose fields have the right types: protocol, key variable name, URL, prices,
+    limits and headers; returns (protocol, api_key_env)."""
+    protocol = raw.get("protocol", "openai")
+    if protocol not in PROTOCOLS:
+        raise err(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}", "protocol")
+    env = raw["api_key_env"]
+    if not _ENV_NAME.match(env):
+        raise err(
+            f"api_key_env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), not {mask(env)}",
+            "api_key_env",
+        )
+    parts = urlsplit(raw["base_url"].strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise err(f"base_url must be an http(s) URL, got {raw['base_url']!r}", "base_url")
+    for k in ("price_in_per_1m", "price_out_per_1m", "price_cached_in_per_1m"):
+        if k in raw and not raw[k] >= 0:
+            raise err("must be >= 0", k)
+    for k in ("timeout", "max_retries", "rpm", "tpm", "context_length", "max_response_mb"):
+        # `not >=` also refuses NaN (TOML allows nan and inf); inf would disable the deadline or the cap.
+        if k in raw and (not raw[k] >= (0 if k == "max_retries" else 1e-9) or raw[k] == float("inf")):
+            raise err("must be positive and finite", k)
+    for hk, hv in raw.get("headers", {}).items():
+        if not isinstance(hv, str):
+            raise err(f"header {hk!r} must be a string", "headers")
+        if _SECRET_HEADER.search(hk):
+            raise err(
+                f"header {hk!r} looks like a credential ({mask(hv)}); use api_key_env instead", "headers"
+            )
+    return protocol, env
+
+
 def _validate(name: str, raw: Any, file: str, text: str) -> Profile:
     def err(msg: str, key: str | None) -> InputError:
         return InputError(
@@ -173,32 +206,7 @@ def _validate(name: str, raw: Any, file: str, text: str) -> Profile:
         # bool is an int subclass: never accept true/false as a number
         if not isinstance(v, accepted) or (isinstance(v, bool) and bool not in accepted):
             raise err(f"expected {' or '.join(t.__name__ for t in accepted)}, got {type(v).__name__}", k)
-    protocol = raw.get("protocol", "openai")
-    if protocol not in PROTOCOLS:
-        raise err(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}", "protocol")
-    env = raw["api_key_env"]
-    if not _ENV_NAME.match(env):
-        raise err(
-            f"api_key_env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), not {mask(env)}",
-            "api_key_env",
-        )
-    parts = urlsplit(raw["base_url"].strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise err(f"base_url must be an http(s) URL, got {raw['base_url']!r}", "base_url")
-    for k in ("price_in_per_1m", "price_out_per_1m", "price_cached_in_per_1m"):
-        if k in raw and not raw[k] >= 0:
-            raise err("must be >= 0", k)
-    for k in ("timeout", "max_retries", "rpm", "tpm", "context_length", "max_response_mb"):
-        # `not >=` also refuses NaN (TOML allows nan and inf); inf would disable the deadline or the cap.
-        if k in raw and (not raw[k] >= (0 if k == "max_retries" else 1e-9) or raw[k] == float("inf")):
-            raise err("must be positive and finite", k)
-    for hk, hv in raw.get("headers", {}).items():
-        if not isinstance(hv, str):
-            raise err(f"header {hk!r} must be a string", "headers")
-        if _SECRET_HEADER.search(hk):
-            raise err(
-                f"header {hk!r} looks like a credential ({mask(hv)}); use api_key_env instead", "headers"
-            )
+    protocol, env = _check_values(raw, err)
     return Profile(
         name=name,
         protocol=protocol,

@@ -10,7 +10,25 @@ the editable install.
 import os as _os
 from pathlib import Path as _Path
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    """The version, read once from one place: the installed distribution's metadata, or in a plain checkout
+    (PYTHONPATH, nothing installed) pyproject.toml next to this folder. No other copy of it exists."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("elo-per-token")
+    except PackageNotFoundError:
+        import tomllib
+
+        try:
+            with open(_Path(__file__).resolve().parent.parent / "pyproject.toml", "rb") as f:
+                return str(tomllib.load(f)["project"]["version"])
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            return "0+unknown"
+
+
+__version__ = _version()
 
 # polars allocates through its own jemalloc, which keeps freed pages a while before giving them back (polars'
 # default: 500 ms dirty, then 1 s muzzy): an analysis of a 1M-job run frees ~0.3 GB between stages that then

@@ -1,3 +1,5 @@
 """elo-per-token command line (`ept`). The stages live in their own packages; this one only wires them."""
 
-__version__ = "0.1.0"
+from elo_per_token import __version__
+
+__all__ = ["__version__"]

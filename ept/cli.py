@@ -43,7 +43,7 @@ def _root(
 def _print_version(value: bool) -> None:
     """`ept --version`, as every command-line tool answers it."""
     if value:
-        from elo_per_token.ept import __version__
+        from elo_per_token import __version__
 
         typer.echo(f"ept {__version__}")
         raise typer.Exit(0)
@@ -52,7 +52,7 @@ def _print_version(value: bool) -> None:
 @app.command()
 def version() -> None:
     """Print the tool's version."""
-    from elo_per_token.ept import __version__
+    from elo_per_token import __version__
 
     typer.echo(__version__)
 

@@ -245,7 +245,7 @@ class ReadPlan:
 def read_plan(ledger: Ledger, run_id: str, index: pl.DataFrame, *, verify: bool | None = None) -> ReadPlan:
     """Find the run's uncompacted job objects: from its declared (or compaction-recorded) keys when that is
     safe, else by listing; the plan says which, and why it listed."""
-    from elo_per_token.ledger.segments import list_keys, tail_keys
+    from elo_per_token.ledger.listing import list_keys, tail_keys
 
     got = tail_or_why(ledger, run_id, index, verify=verify)
     if not isinstance(got, str):

@@ -43,6 +43,7 @@ from elo_per_token.contracts.errors import InputError
 
 if TYPE_CHECKING:
     from elo_per_token.ledger.store import Ledger
+from elo_per_token.ledger.listing import list_keys, tail_keys
 from elo_per_token.ledger.schema import SEGMENT_SCHEMA as SEGMENT_SCHEMA
 from elo_per_token.ledger.store import JOB_SUFFIX
 
@@ -96,38 +97,6 @@ def read_index(ledger: Ledger, run_id: str, committed: list[int], *, dedupe: boo
         frames.append(keys.with_columns(pl.lit(n, pl.Int32).alias("seg")))
     out = pl.concat(frames, how="vertical")
     return out.unique("job_key", keep="first", maintain_order=True) if dedupe else out
-
-
-def list_keys(
-    ledger: Ledger, run_id: str, on_count: Callable[[int], None] | None = None, index: pl.DataFrame | None = None
-) -> pl.Series:
-    """Every job key of the run as one String Series (built in batches: a Python list of a million keys is
-    ~100 MB, a polars String column a fraction of that). On S3 with an index, the listing is split into
-    key ranges at every 20,000th indexed key and the ranges listed in parallel."""
-    parts: list[pl.Series] = []
-    batch: list[str] = []
-    n = 0
-    if index is not None and index.height >= 40_000:
-        bounds = index["job_key"].sort().gather_every(20_000, offset=20_000).to_list()
-        keys: Iterator[str] = ledger.iter_job_keys_split(run_id, bounds)
-    else:
-        keys = ledger.iter_job_keys(run_id)
-    for k in keys:
-        batch.append(k)
-        if len(batch) >= 100_000:
-            parts.append(pl.Series("job_key", batch, dtype=pl.String))
-            n += len(batch)
-            batch = []
-            if on_count:
-                on_count(n)
-    parts.append(pl.Series("job_key", batch, dtype=pl.String))
-    return pl.concat(parts) if len(parts) > 1 else parts[0]
-
-
-def tail_keys(all_keys: pl.Series, index: pl.DataFrame) -> list[str]:
-    """The job keys no committed segment holds, sorted."""
-    left = all_keys.to_frame("job_key").join(index.select("job_key"), on="job_key", how="anti")
-    return left["job_key"].sort().to_list()
 
 
 def parsed_chunks(

@@ -105,7 +105,7 @@ def _norm_code(code: str) -> str:
 class TaskBrain:
     def __init__(self, tasks: list[dict[str, Any]] | None = None) -> None:
         if tasks is None:
-            from elo_per_token.contracts.tasks import builtin_suite_names, load_builtin_suite
+            from elo_per_token.suites.load import builtin_suite_names, load_builtin_suite
 
             tasks = [t for name in builtin_suite_names() for t in load_builtin_suite(name)]
         self.by_text = {task_text(t).strip(): t for t in tasks}

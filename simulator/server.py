@@ -295,59 +295,42 @@ async def models(request: web.Request) -> web.Response:
     )
 
 
+# Faults answered with an error before the brain runs: fault -> (status, message, error type for OpenAI,
+# for Anthropic, code). The others change the answer itself (hang, malformed_json, context_length,
+# fewer_choices, missing_usage, hostile usage) and are handled where they act.
+_FAULT_ERRORS: dict[str, tuple[int, str, str, str, str | None]] = {
+    "429": (429, "Rate limit reached (simulated).", "requests", "rate_limit_error", "rate_limit_exceeded"),
+    "500": (500, "The server had an error while processing your request (simulated).", "server_error",
+            "api_error", None),
+    "403": (403, "Your key is not allowed to use this model (simulated).", "permission_error", "permission_error",
+            "forbidden"),
+    "quota": (429, "You exceeded your current quota (simulated).", "insufficient_quota", "insufficient_quota",
+              "insufficient_quota"),
+    "400": (400, "Invalid request (simulated).", "invalid_request_error", "invalid_request_error", None),
+    # LiteLLM's answer to a key it cannot check (its key store is down or absent)
+    "proxy_400": (400, "Authentication Error, No connected db.", "auth_error", "auth_error", "400"),
+}  # fmt: skip
+
+
 async def _complete(request: web.Request, anthropic: bool, responses: bool = False) -> web.Response:
+    """One completion on any route (chat, messages, responses): check the request, count it, apply the
+    fault it draws, ask the brain, answer in the route's wire format (JSON or SSE)."""
     state = request.app[STATE]
-    cfg = state.config
     route = "messages" if anthropic else ("responses" if responses else "chat")
     state.stats["by_route"][route] += 1
+    resp = await _completion_response(request, state, anthropic, responses)
+    state.stats["by_status"][str(resp.status)] += 1
+    return resp
 
-    def done(resp: web.Response) -> web.Response:
-        state.stats["by_status"][str(resp.status)] += 1
-        return resp
 
+async def _completion_response(request: web.Request, state: SimState, anthropic: bool, responses: bool) -> web.Response:
+    cfg = state.config
     denied = _auth(state, request, anthropic)
     if denied:
-        return done(denied)
-    try:
-        body = await request.json()
-        if not isinstance(body, dict):
-            raise ValueError("body must be a JSON object")
-    except (ValueError, json.JSONDecodeError) as e:
-        return done(_error(400, f"Invalid JSON body: {e}", "invalid_request_error", None, anthropic))
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        return done(_error(400, "'model' is required", "invalid_request_error", None, anthropic))
-    stream = body.get("stream") is True
-    include_usage = anthropic or responses or bool((body.get("stream_options") or {}).get("include_usage"))
-    if responses:
-        # The Responses API: `input` (a string or message items) and `instructions` instead of `messages`;
-        # answered in text (tools are not simulated on this route).
-        body = {**body, "messages": _responses_messages(body), "max_tokens": body.get("max_output_tokens")}
-        body.pop("tools", None)
-    msgs = body.get("messages")
-    if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) and m.get("role") for m in msgs):
-        return done(
-            _error(
-                400,
-                "'messages' must be a non-empty list of objects with a role",
-                "invalid_request_error",
-                None,
-                anthropic,
-            )
-        )
-    if anthropic and not isinstance(body.get("max_tokens"), int):
-        return done(_error(400, "max_tokens: Field required", "invalid_request_error", None, anthropic))
-    if cfg.strict_models and model not in cfg.models:
-        return done(
-            _error(
-                404,
-                f"The model `{model}` does not exist (simulator serves: {', '.join(cfg.models)}).",
-                "not_found_error" if anthropic else "invalid_request_error",
-                "model_not_found",
-                anthropic,
-            )
-        )
-
+        return denied
+    body, bad = await _read_body(request, cfg, anthropic, responses)
+    if bad is not None:
+        return bad
     meta = _meta(request)
     for key, stat in (("Job", "by_job"), ("Arm", "by_arm"), ("Role", "by_role")):
         if key in meta:
@@ -356,60 +339,58 @@ async def _complete(request: web.Request, anthropic: bool, responses: bool = Fal
     state.counter += 1
     fault = pick_fault(state, k)
     state.stats["by_fault"][fault] += 1
-
     lat = _latency_s(cfg, random.Random(derive_seed(cfg.seed, "latency", k)))
     if lat:
         await asyncio.sleep(lat)
-    if fault == "429":
-        ra = cfg.retry_after
-        return done(
-            _error(
-                429,
-                "Rate limit reached (simulated).",
-                "rate_limit_error" if anthropic else "requests",
-                "rate_limit_exceeded",
-                anthropic,
-                **{"Retry-After": str(math.ceil(ra)), "retry-after-ms": str(int(ra * 1000))},
-            )
-        )
-    if fault == "500":
-        return done(
-            _error(
-                500,
-                "The server had an error while processing your request (simulated).",
-                "api_error" if anthropic else "server_error",
-                None,
-                anthropic,
-            )
-        )
-    if fault == "403":
-        return done(
-            _error(
-                403,
-                "Your key is not allowed to use this model (simulated).",
-                "permission_error",
-                "forbidden",
-                anthropic,
-            )
-        )
-    if fault == "quota":
-        return done(
-            _error(
-                429,
-                "You exceeded your current quota (simulated).",
-                "insufficient_quota",
-                "insufficient_quota",
-                anthropic,
-            )
-        )
-    if fault == "400":
-        return done(_error(400, "Invalid request (simulated).", "invalid_request_error", None, anthropic))
-    if fault == "proxy_400":  # LiteLLM's answer to a key it cannot check (its key store is down or absent)
-        return done(
-            _error(400, "Authentication Error, No connected db.", "auth_error", "400", anthropic)
-        )
+    faulted = await _fault_response(state, fault, anthropic)
+    if faulted is not None:
+        return faulted
+    return _answer(request, state, body, meta, k, fault, anthropic, responses)
+
+
+async def _read_body(
+    request: web.Request, cfg: SimConfig, anthropic: bool, responses: bool
+) -> tuple[dict[str, Any], web.Response | None]:
+    """The request body as chat messages, or the 400/404 a provider would answer to it."""
+    try:
+        body = await request.json()
+        if not isinstance(body, dict):
+            raise ValueError("body must be a JSON object")
+    except (ValueError, json.JSONDecodeError) as e:
+        return {}, _error(400, f"Invalid JSON body: {e}", "invalid_request_error", None, anthropic)
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        return body, _error(400, "'model' is required", "invalid_request_error", None, anthropic)
+    if responses:
+        # The Responses API: `input` (a string or message items) and `instructions` instead of `messages`;
+        # answered in text (tools are not simulated on this route).
+        body = {**body, "messages": _responses_messages(body), "max_tokens": body.get("max_output_tokens")}
+        body.pop("tools", None)
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) and m.get("role") for m in msgs):
+        return body, _error(400, "'messages' must be a non-empty list of objects with a role",
+                            "invalid_request_error", None, anthropic)  # fmt: skip
+    if anthropic and not isinstance(body.get("max_tokens"), int):
+        return body, _error(400, "max_tokens: Field required", "invalid_request_error", None, anthropic)
+    if cfg.strict_models and model not in cfg.models:
+        return body, _error(404, f"The model `{model}` does not exist (simulator serves: {', '.join(cfg.models)}).",
+                            "not_found_error" if anthropic else "invalid_request_error", "model_not_found",
+                            anthropic)  # fmt: skip
+    return body, None
+
+
+async def _fault_response(state: SimState, fault: str, anthropic: bool) -> web.Response | None:
+    """The response a drawn fault gives instead of an answer (None: answer, possibly after a hang)."""
+    cfg = state.config
+    if fault in _FAULT_ERRORS:
+        status, message, openai_type, anthropic_type, code = _FAULT_ERRORS[fault]
+        headers = {}
+        if fault == "429":
+            ra = cfg.retry_after
+            headers = {"Retry-After": str(math.ceil(ra)), "retry-after-ms": str(int(ra * 1000))}
+        return _error(status, message, anthropic_type if anthropic else openai_type, code, anthropic, **headers)
     if fault == "context_length" and not cfg.context_length:
-        return done(_context_error(2048, 2100, None, anthropic))
+        return _context_error(2048, 2100, None, anthropic)
     if fault == "hang":
         if state.stopping is None:  # set by on_startup; an explicit check because `python -O` strips asserts
             raise RuntimeError("simulator: a request arrived before the app's startup hook ran")
@@ -417,24 +398,14 @@ async def _complete(request: web.Request, anthropic: bool, responses: bool = Fal
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(state.stopping.wait(), cfg.hang_s)
     if fault == "malformed_json":
-        return done(
-            web.Response(
-                status=200,
-                text='{"id": "sim-broken", "choices": [{"index": 0, "message": {"ro',
-                content_type="application/json",
-            )
-        )
+        return web.Response(status=200, text='{"id": "sim-broken", "choices": [{"index": 0, "message": {"ro',
+                            content_type="application/json")  # fmt: skip
+    return None
 
-    if anthropic:
-        messages, tools, system = _anthropic_to_openai(body)
-        n = 1
-    else:
-        messages, tools, system = body["messages"], body.get("tools"), ""
-        n = 1 if body.get("n") is None else body["n"]
-        if not isinstance(n, int) or not 1 <= n <= 128:
-            return done(
-                _error(400, "'n' must be an integer in 1..128", "invalid_request_error", None, anthropic)
-            )
+
+def _generation(request: web.Request, state: SimState, body: dict[str, Any], k: int) -> dict[str, Any]:
+    """The request's sampling settings (seed from the body, the X-EPT-Seed header, or drawn), counted."""
+    cfg = state.config
     seed = body.get("seed")
     if not isinstance(seed, int):
         hdr = request.headers.get("X-EPT-Seed")
@@ -447,40 +418,58 @@ async def _complete(request: web.Request, anthropic: bool, responses: bool = Fal
                       ("top_p", body.get("top_p")), ("stop", json.dumps(stop) if stop else None)):
         if val is not None:
             state.stats["by_gen"][f"{name}={val}"] += 1
+    return {"seed": seed, "temperature": temperature, "max_tokens": max_tokens, "reasoning_effort": effort,
+            "thinking_budget": thinking, "stop": stop}  # fmt: skip
+
+
+def _answer(
+    request: web.Request, state: SimState, body: dict[str, Any], meta: dict[str, str], k: int, fault: str,
+    anthropic: bool, responses: bool,
+) -> web.Response:  # fmt: skip
+    """Ask the brain for the request's choices and answer in the route's format."""
+    cfg = state.config
+    model = body["model"]
+    if anthropic:
+        messages, tools, system = _anthropic_to_openai(body)
+        n = 1
+    else:
+        messages, tools, system = body["messages"], body.get("tools"), ""
+        n = 1 if body.get("n") is None else body["n"]
+        if not isinstance(n, int) or not 1 <= n <= 128:
+            return _error(400, "'n' must be an integer in 1..128", "invalid_request_error", None, anthropic)
+    gen = _generation(request, state, body, k)
+    seed, max_tokens = gen.pop("seed"), gen.pop("max_tokens")
     p_tok = prompt_tokens(
         [m for m in messages if m.get("role") != "system"] if anthropic else messages, tools, system
     )
     if cfg.context_length and (fault == "context_length" or p_tok + (max_tokens or 0) > cfg.context_length):
-        return done(_context_error(cfg.context_length, p_tok, max_tokens, anthropic))
+        return _context_error(cfg.context_length, p_tok, max_tokens, anthropic)
     if cfg.context_length:  # no max_tokens: the reply can only use what the context leaves (llama.cpp's n_ctx)
         max_tokens = max_tokens or max(1, cfg.context_length - p_tok)
     n_out = 1 if (fault == "fewer_choices" or cfg.ignore_n) and n > 1 else n
     degrade = cfg.degrade.get(meta.get("Arm", ""), 0.0)
-    replies: list[BrainReply] = []
     try:
-        for i in range(n_out):
-            req = BrainRequest(
-                messages=messages,
-                temperature=temperature,
-                seed=derive_seed(seed, i),
-                tools=tools,
-                model=model,
-                meta=meta,
-                degrade=degrade,
-                max_tokens=max_tokens,
-                reasoning_effort=effort,
-                thinking_budget=thinking,
-                stop=stop,
-            )
-            replies.append(state.brain.respond(req))
+        replies = [state.brain.respond(BrainRequest(messages=messages, seed=derive_seed(seed, i), tools=tools,
+                                                    model=model, meta=meta, degrade=degrade, max_tokens=max_tokens,
+                                                    **gen))
+                   for i in range(n_out)]  # fmt: skip
     except Exception as e:
         log.exception("brain failed")
-        return done(
-            _error(500, f"simulator brain error: {type(e).__name__}", "server_error", None, anthropic)
-        )
+        return _error(500, f"simulator brain error: {type(e).__name__}", "server_error", None, anthropic)
     c_toks = [completion_tokens(r) for r in replies]
     state.tokens["prompt_tokens"] += p_tok
     state.tokens["completion_tokens"] += sum(c_toks)
+    return _render(state, body, messages, tools, replies, p_tok, c_toks, seed, k, fault, anthropic, responses)
+
+
+def _render(
+    state: SimState, body: dict[str, Any], messages: list[dict[str, Any]], tools: Any, replies: list[BrainReply],
+    p_tok: int, c_toks: list[int], seed: int, k: int, fault: str, anthropic: bool, responses: bool,
+) -> web.Response:  # fmt: skip
+    """The answer in the route's wire format, with the prompt-cache model's cached tokens."""
+    cfg, model = state.config, body["model"]
+    stream = body.get("stream") is True
+    include_usage = anthropic or responses or bool((body.get("stream_options") or {}).get("include_usage"))
     with_usage = fault != "missing_usage"
     rid = f"{derive_seed(seed, k, model):08x}"
     # Anthropic caches only what the request marks with cache_control; OpenAI caches repeated prefixes itself.
@@ -494,12 +483,12 @@ async def _complete(request: web.Request, anthropic: bool, responses: bool = Fal
     if anthropic:
         out = _anthropic_body(rid, model, replies[0], p_tok, c_toks[0], with_usage, cached, prefix if cacheable else 0)
         out = _hostile_usage(out, fault, True)
-        return done(_sse(sse_messages(out)) if stream else web.json_response(out))
+        return _sse(sse_messages(out)) if stream else web.json_response(out)
     if responses:
         out = _responses_body(rid, model, replies[0], p_tok, c_toks[0], with_usage, cached)
-        return done(_sse(sse_responses(out)) if stream else web.json_response(out))
+        return _sse(sse_responses(out)) if stream else web.json_response(out)
     out = _hostile_usage(_openai_body(rid, model, replies, p_tok, c_toks, with_usage, seed, cached), fault, False)
-    return done(_sse(sse_chat(out, include_usage)) if stream else web.json_response(out))
+    return _sse(sse_chat(out, include_usage)) if stream else web.json_response(out)
 
 
 # ---------------------------------------------------------------- Responses API and streaming (SSE)

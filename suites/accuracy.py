@@ -19,7 +19,7 @@ DEFAULT_ARMS = (
 
 def draw_tasks(n_tasks: int, families: list[str], seed: int) -> list[dict[str, Any]]:
     """n_tasks tasks, as evenly as possible from each built-in suite, in a seeded order."""
-    from elo_per_token.contracts.tasks import load_builtin_suite
+    from elo_per_token.suites.load import load_builtin_suite
 
     per, extra = divmod(n_tasks, len(families))
     out: list[dict[str, Any]] = []

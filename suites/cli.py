@@ -24,7 +24,7 @@ def list_cmd() -> None:
 
     from rich.table import Table
 
-    from elo_per_token.contracts.tasks import builtin_suite_names, builtin_suite_path, load_builtin_suite
+    from elo_per_token.suites.load import builtin_suite_names, builtin_suite_path, load_builtin_suite
 
     table = Table("suite", "tasks", "families", "graders", "categories", "mean difficulty", "file")
     for name in builtin_suite_names():
@@ -60,7 +60,7 @@ def show_cmd(
     """Show tasks of a suite (one in full with --task)."""
     import json
 
-    from elo_per_token.contracts.tasks import load_suite_ref
+    from elo_per_token.suites.load import load_suite_ref
 
     _register_graders()
     tasks = load_suite_ref(suite)
@@ -80,7 +80,7 @@ def show_cmd(
 @suites_app.command("validate")
 def validate_cmd(path: str = typer.Argument(..., help="JSONL or Parquet suite file")) -> None:
     """Validate a suite file; exit 2 with file:line: field on the first problem."""
-    from elo_per_token.contracts.tasks import load_suite
+    from elo_per_token.suites.load import load_suite
 
     _register_graders()
     tasks = load_suite(path)
@@ -156,8 +156,8 @@ def accuracy_cmd(
     """Accuracy, calls and tokens per arm on the built-in suites against an in-process simulator (markdown)."""
     import time
 
-    from elo_per_token.contracts.tasks import builtin_suite_names
     from elo_per_token.suites.accuracy import draw_tasks, markdown, run_arms, summarise
+    from elo_per_token.suites.load import builtin_suite_names
 
     arm_list = parse_arms(arms)
     fams = [f.strip() for f in families.split(",") if f.strip()]

@@ -19,7 +19,7 @@ def main(url: str, log_dir: str, temperature: str, fmt: str, n: str, epochs: str
     from inspect_ai.solver import generate, system_message
 
     from elo_per_token.contracts.prompts import SOLVE_SYSTEM
-    from elo_per_token.contracts.tasks import load_builtin_suite
+    from elo_per_token.suites.load import load_builtin_suite
 
     tasks = load_builtin_suite("math")[: int(n)]
     ds = MemoryDataset([Sample(input=t["prompt"], target=str(t["reference"]), id=t["task_id"]) for t in tasks],

@@ -337,7 +337,7 @@ def test_profile_with_literal_key_is_rejected_and_masked(tmp_path):
     assert code == 2 and "api_key_env" in out and key not in out and "cdef" in out
 
 
-# ---- task suites: contracts.tasks.load_suite, and through `ept sweep` (nothing written on error) -------------
+# ---- task suites: suites.load.load_suite, and through `ept sweep` (nothing written on error) -------------
 
 
 def _valid_tasks(n: int = 5) -> list[dict[str, Any]]:
@@ -352,7 +352,7 @@ def _valid_tasks(n: int = 5) -> list[dict[str, Any]]:
 @given(data=st.data())
 def test_suites_load_or_name_file_line_field(tmp_path_factory, data):
     from elo_per_token.contracts.errors import InputError
-    from elo_per_token.contracts.tasks import load_suite
+    from elo_per_token.suites.load import load_suite
 
     tmp = tmp_path_factory.mktemp("suite")
     tasks = _valid_tasks()

@@ -20,10 +20,10 @@ from elo_per_token.contracts.prompts import (
     step_messages,
     verify_messages,
 )
-from elo_per_token.contracts.tasks import load_builtin_suite
 from elo_per_token.egress.client import ProviderClient
 from elo_per_token.simulator.brain import TaskBrain
 from elo_per_token.simulator.generic import BrainRequest, estimate_tokens
+from elo_per_token.suites.load import load_builtin_suite
 from elo_per_token.worker.job import run_job
 
 MATH = load_builtin_suite("math")

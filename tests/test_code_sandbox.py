@@ -170,9 +170,9 @@ def test_no_sandbox_means_no_grading_and_no_tokens_spent(make_sim, monkeypatch):
     from fixtures_sim import SIM_KEY
 
     from elo_per_token.contracts.jobs import Job
-    from elo_per_token.contracts.tasks import load_builtin_suite
     from elo_per_token.egress.client import ProviderClient
     from elo_per_token.simulator.brain import TaskBrain
+    from elo_per_token.suites.load import load_builtin_suite
     from elo_per_token.worker.graders.code import SandboxUnavailable
     from elo_per_token.worker.job import run_job
     from elo_per_token.worker.sandbox import bwrap

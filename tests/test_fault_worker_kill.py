@@ -71,6 +71,9 @@ def test_sigkill_two_workers_mid_sweep(tmp_path, redis_server, s3_env, s3_bucket
     # flight at the kill (at most 2 jobs x 3 parallel calls per killed worker) can be paid and unrecorded.
     killed_waste = sum(by_job.values()) - facts.calls - facts.spent_calls
     assert 0 <= killed_waste <= 12, (killed_waste, facts.spent_by_job)
+    # The kills caught work in flight (else this test would show nothing about recovery): each killed worker
+    # was inside a job, so its journaled calls came back as spent objects or its open requests went unrecorded.
+    assert facts.spent_calls + killed_waste >= 1, (killed_waste, facts.spent_by_job)
     requests = sim.control.stats()["requests"]
 
     sim.control.reset()

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.prompts import answer_lines, parse_score, parse_winner
 from elo_per_token.contracts.records import JobResult
-from elo_per_token.contracts.tasks import load_builtin_suite, validate_task
+from elo_per_token.contracts.tasks import validate_task
+from elo_per_token.suites.load import load_builtin_suite
 from elo_per_token.worker.graders import bfcl, final_answer, grader_for
 from elo_per_token.worker.job import _grade
 from elo_per_token.worker.judge import combine

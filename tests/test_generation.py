@@ -16,10 +16,10 @@ from fixtures_sim import SIM_KEY
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.jobs import Job
-from elo_per_token.contracts.tasks import load_builtin_suite
 from elo_per_token.coordinator.expand import expand
 from elo_per_token.coordinator.plan import parse_plan
 from elo_per_token.egress.client import ProviderClient
+from elo_per_token.suites.load import load_builtin_suite
 from elo_per_token.worker.job import run_job
 
 MATH = load_builtin_suite("math")
@@ -192,6 +192,8 @@ def test_reasoning_arms_record_reasoning_tokens_and_cost_matches_hand_computatio
     calls = [x for x in lines if x["kind"] == "call"]
     high = [x for x in calls if x["gen"].get("reasoning_effort") == "high"]
     plain = [x for x in calls if "reasoning_effort" not in x["gen"]]
+    # all() over an empty list is True: both kinds of call must be there for the checks below to mean anything.
+    assert len(high) >= 8 and len(plain) >= 8, (len(high), len(plain))
     assert all(x["usage"]["completion_tokens_details"]["reasoning_tokens"] > 0 for x in high)
     assert all(x["usage"]["completion_tokens_details"]["reasoning_tokens"] == 0 for x in plain)
     # Repeated prompts (the second sample of each task) report cached input tokens.

@@ -38,17 +38,25 @@ def grader(tmp_path, redis_server, monkeypatch):
     # The caller holds a key; the candidate below looks for it in the grader's environment.
     monkeypatch.setenv("EPT_SIM_API_KEY", CANARY)
     import elo_per_token.worker.celery_app as ca
+    from elo_per_token.worker.graders.code import use_test_runner
 
     ca.__dict__.pop("app", None)  # built from the broker URL above
     yield ws
     ca.__dict__.pop("app", None)
+    use_test_runner(None)  # the app built here routed this process's grading to the queue: no longer
     ws.stop()
 
 
 @needs_bwrap
 def test_code_is_graded_on_the_grade_queue_and_no_key_is_there_to_steal(grader):
+    from elo_per_token.worker.celery_app import app, route_grading
+
+    route_grading(app)  # what a worker does before each job: with EPT_GRADE_QUEUE set, grading goes there
+    from elo_per_token.worker.graders import code as code_grader
     from elo_per_token.worker.graders.code import grade_code
-    from elo_per_token.worker.graders.remote import run_tests_routed
+
+    runner = code_grader._test_runner
+    assert runner is not None and runner is not code_grader.run_tests
 
     task = {"entry_point": "f", "tests": ["assert f(1) == 2", "assert f(5) == 6"], "grader": {"type": "code", "timeout_s": 3}}
     ok = grade_code("def f(x):\n    return x + 1\n", task)
@@ -57,15 +65,13 @@ def test_code_is_graded_on_the_grade_queue_and_no_key_is_there_to_steal(grader):
     assert half.score == 0.5 and "1 of 2 tests failed" in half.details["reason"]
     # Even if the sandbox fell, the grader process has no key: its environment is all there is.
     leak = "import os\ndef f(x):\n    return repr(sorted(os.environ))\n"
-    res = run_tests_routed(leak, ["assert f(1) == 2"], "f", Limits(timeout_s=3))
+    res = runner(leak, ["assert f(1) == 2"], "f", Limits(timeout_s=3))
     assert res["passed"] == 0 and CANARY not in repr(res)
     with open(f"/proc/{grader.procs[0].pid}/environ", "rb") as fh:
         env = fh.read().decode(errors="replace")
     assert CANARY not in env and "AWS_SECRET_ACCESS_KEY" not in env
 
     # The three verdicts came from the grader worker, not from this process.
-    from elo_per_token.worker.celery_app import app
-
     stats = app.control.inspect(timeout=2).stats() or {}
     done = sum(s.get("total", {}).get("ept.grade_code", 0) for s in stats.values())
     assert done == 3

@@ -19,9 +19,9 @@ from fixtures_sim import SIM_KEY
 from elo_per_token.contracts import graders as schemas
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.jobs import Job
-from elo_per_token.contracts.tasks import load_suite
 from elo_per_token.egress.client import ProviderClient
 from elo_per_token.simulator.brain import TaskBrain
+from elo_per_token.suites.load import load_suite
 from elo_per_token.worker import graders
 from elo_per_token.worker.graders.registry import GRADERS, register_module, unregister
 from elo_per_token.worker.job import run_job
@@ -141,7 +141,7 @@ def test_strategies_do_not_branch_on_the_grader_type():
 
 def test_suite_validation_needs_no_worker_import():
     # contracts/ must not import worker/: every built-in suite validates from the schema half alone.
-    code = ("import sys\nfrom elo_per_token.contracts.tasks import load_builtin_suite\n"
+    code = ("import sys\nfrom elo_per_token.suites.load import load_builtin_suite\n"
             "n = sum(len(load_builtin_suite(s)) for s in ('math', 'code', 'tool_use'))\n"
             "print(n, sorted({m for m in sys.modules if m.startswith('elo_per_token.worker')}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)

@@ -20,9 +20,10 @@ from fixtures_sim import SIM_KEY
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.prompts import parse_score, parse_winner
 from elo_per_token.contracts.records import JobResult
-from elo_per_token.contracts.tasks import load_builtin_suite, validate_task
+from elo_per_token.contracts.tasks import validate_task
 from elo_per_token.egress.client import ProviderClient
 from elo_per_token.simulator.generic import BrainReply, BrainRequest
+from elo_per_token.suites.load import load_builtin_suite
 from elo_per_token.worker.job import _grade, run_job
 from elo_per_token.worker.sandbox import checks
 from elo_per_token.worker.strategies.base import Candidate, StrategyResult

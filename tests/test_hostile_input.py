@@ -66,7 +66,7 @@ def test_safe_components_keep_todays_keys_and_unsafe_ones_are_encoded():
 
 def test_every_builtin_suite_key_is_unchanged():
     """Existing ledgers stay readable: the keys of the built-in suites are what the old formula gave."""
-    from elo_per_token.contracts.tasks import builtin_suite_names, load_builtin_suite
+    from elo_per_token.suites.load import builtin_suite_names, load_builtin_suite
 
     def old_key(j: Job) -> str:  # the key formula before contracts/keys.py
         arm = j.arm.replace("@", "_n").replace("[", "_").replace("]", "").replace(",", "_").replace("=", "-")

@@ -22,7 +22,7 @@ from openai.types.chat import ChatCompletion
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.prompts import solve_messages
-from elo_per_token.contracts.tasks import load_builtin_suite
+from elo_per_token.suites.load import load_builtin_suite
 from elo_per_token.worker.graders import grade
 
 TASKS = load_builtin_suite("math")[:10]

@@ -22,8 +22,8 @@ inspect_log = pytest.importorskip("inspect_ai.log")
 
 from elo_per_token.contracts.errors import InputError  # noqa: E402
 from elo_per_token.contracts.jobs import Job  # noqa: E402
-from elo_per_token.contracts.tasks import load_builtin_suite  # noqa: E402
 from elo_per_token.egress.client import ProviderClient  # noqa: E402
+from elo_per_token.suites.load import load_builtin_suite  # noqa: E402
 from elo_per_token.worker.job import run_job  # noqa: E402
 
 N_TASKS, EPOCHS = 8, 2

@@ -156,7 +156,7 @@ def test_gzip_parquet_glob_and_mixed_inputs_agree(tmp_path: Path) -> None:
 
 @pytest.mark.services
 def test_s3_prefix_reads_like_local(tmp_path: Path, s3_bucket: str) -> None:
-    from elo_per_token.analysis.io import _s3_client
+    from elo_per_token.analysis.io.sources import _s3_client
 
     local = tmp_path / "logs"
     write_jsonl(local / "a.jsonl", GOOD[:2])
@@ -359,7 +359,8 @@ ODD_VALUES = [
 @pytest.mark.parametrize("extra", ODD_VALUES, ids=[json.dumps(v) for v in ODD_VALUES])
 def test_fast_path_and_line_by_line_path_agree(tmp_path: Path, extra: dict) -> None:
     """The two paths must accept the same lines and blame the same field, whichever path a file takes."""
-    from elo_per_token.analysis.io import _fast, _slow_read
+    from elo_per_token.analysis.io.recovery import _slow_read
+    from elo_per_token.analysis.io.scan import _fast
 
     f = tmp_path / "one.jsonl"
     f.write_text(json.dumps({"task_id": "m-1", "strategy": "g", "budget_n": 1, **extra}) + "\n")

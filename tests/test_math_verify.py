@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from elo_per_token.contracts.errors import InputError
-from elo_per_token.contracts.tasks import load_builtin_suite, validate_task
+from elo_per_token.contracts.tasks import validate_task
+from elo_per_token.suites.load import load_builtin_suite
 from elo_per_token.worker.graders import grade
 from elo_per_token.worker.graders.basic import grade_numeric
 from elo_per_token.worker.graders.mathverify import grade_math, is_plain_number, verify_math

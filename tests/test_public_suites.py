@@ -16,8 +16,8 @@ import pytest
 from fixtures_sim import SIM_KEY
 
 from elo_per_token.contracts.jobs import Job
-from elo_per_token.contracts.tasks import builtin_suite_names, load_builtin_suite, load_suite_ref
 from elo_per_token.egress.client import ProviderClient
+from elo_per_token.suites.load import builtin_suite_names, load_builtin_suite, load_suite_ref
 from elo_per_token.worker.graders import grade
 from elo_per_token.worker.graders.code import grade_code
 from elo_per_token.worker.job import run_job

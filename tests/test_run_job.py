@@ -10,9 +10,9 @@ from fixtures_sim import SIM_KEY
 
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.records import JobResult
-from elo_per_token.contracts.tasks import load_builtin_suite
 from elo_per_token.egress.client import ProviderClient
 from elo_per_token.simulator.brain import TaskBrain
+from elo_per_token.suites.load import load_builtin_suite
 from elo_per_token.worker.job import run_job
 from elo_per_token.worker.judge import combine, judge_job, run_judgments
 

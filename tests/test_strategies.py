@@ -11,8 +11,8 @@ from fixtures_sim import SIM_KEY
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.jobs import Job
-from elo_per_token.contracts.tasks import load_builtin_suite
 from elo_per_token.egress.client import ProviderClient
+from elo_per_token.suites.load import load_builtin_suite
 from elo_per_token.worker.job import run_job
 from elo_per_token.worker.strategies import STRATEGIES, Strategy, StrategyResult
 from elo_per_token.worker.strategies.base import MAX_TOOL_STEPS, sample

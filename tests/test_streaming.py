@@ -9,8 +9,8 @@ import pytest
 from fixtures_sim import SIM_KEY
 
 from elo_per_token.contracts.jobs import Job
-from elo_per_token.contracts.tasks import load_builtin_suite
 from elo_per_token.egress.client import ProviderClient
+from elo_per_token.suites.load import load_builtin_suite
 from elo_per_token.worker.job import run_job
 
 MSGS = [{"role": "user", "content": "What is 6 times 7?"}]

@@ -14,6 +14,7 @@ from fixtures_plans import plan_toml
 from fixtures_services import start_celery_workers
 from fixtures_sim import SIM_KEY
 
+from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.records import JobResult
 from elo_per_token.coordinator.plan import parse_plan
 from elo_per_token.coordinator.sweep import execute, plan_jobs
@@ -224,6 +225,19 @@ def test_killed_coordinator_rerun_runs_no_job_twice(tmp_path, celery_setup, s3_b
     assert sim.control.stats()["by_job"] == calls
 
 
+def _busy_worker(broker_url: str, pids: list[int], deadline: float) -> tuple[int, set[str]]:
+    """(pid, job keys) of a worker (one of `pids`) running jobs, asked over the broker (Celery's inspect)."""
+    from celery import Celery
+
+    probe = Celery(broker=broker_url, backend=broker_url)
+    hosts = {h: s.get("pid") for h, s in (probe.control.inspect(timeout=2).stats() or {}).items()}
+    while time.monotonic() < deadline:
+        for host, tasks in (probe.control.inspect(timeout=0.5, limit=len(hosts)).active() or {}).items():
+            if tasks and hosts.get(host) in pids:
+                return int(hosts[host]), {Job.from_dict(t["args"][0]).key for t in tasks}
+    pytest.fail(f"no worker of {hosts} was seen running a job")
+
+
 @pytest.mark.slow
 def test_killed_worker_jobs_come_back(tmp_path, redis_server, s3_env, s3_bucket, make_sim, monkeypatch):
     """SIGKILL a worker process with jobs in flight: they are delivered again (visibility timeout + restore
@@ -254,9 +268,11 @@ def test_killed_worker_jobs_come_back(tmp_path, redis_server, s3_env, s3_bucket,
         t.start()
         led = open_ledger(plan.ledger)
         deadline = time.monotonic() + 60
-        while len(led.list_jobs("wk")) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        os.kill(ws.procs[0].pid, signal.SIGKILL)
+        # Kill a worker while it runs jobs (asked of the workers themselves), so the check below can see a job
+        # cut off and delivered again.
+        victim, running = _busy_worker(redis_server.url, [p.pid for p in ws.procs], deadline)
+        os.kill(victim, signal.SIGKILL)
+        cut = running - led.list_jobs("wk")  # the jobs the kill interrupted: not stored when it died
         killed_at = time.monotonic()
         t.join(120)
         if t.is_alive():
@@ -279,5 +295,9 @@ def test_killed_worker_jobs_come_back(tmp_path, redis_server, s3_env, s3_bucket,
         rerun = {k for k in calls if by_job[k] != calls[k]}
         assert all(by_job[k] > calls[k] for k in rerun)
         assert len(rerun) <= 2  # at most the killed worker's two threads' jobs
+        # The kill caught jobs in flight, and they were delivered again and finished (the run is complete):
+        # without a job cut off, this test would show nothing about redelivery.
+        assert cut, f"the killed worker had finished {running} before it died: nothing to redeliver"
+        assert cut <= led.list_jobs("wk")
     finally:
         ws.stop()

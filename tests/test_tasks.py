@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from elo_per_token.contracts.errors import InputError
-from elo_per_token.contracts.tasks import builtin_suite_names, load_builtin_suite, load_suite
+from elo_per_token.suites.load import builtin_suite_names, load_builtin_suite, load_suite
 from elo_per_token.worker.graders.code import run_tests
 from elo_per_token.worker.tools import execute_tool
 

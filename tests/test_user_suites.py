@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 
 from elo_per_token.contracts.errors import InputError
-from elo_per_token.contracts.tasks import load_builtin_suite, load_suite, load_suite_ref
 from elo_per_token.suites.importer import clean_answer, convert
+from elo_per_token.suites.load import load_builtin_suite, load_suite, load_suite_ref
 from elo_per_token.suites.public.humaneval import read_problems
 from elo_per_token.worker.graders import grade
 

@@ -121,16 +121,28 @@ def make_app(url: str | None = None) -> Celery:
     def run_job_task(self: Any, job: dict[str, Any], ctx: CeleryJobContextDict) -> JobSummary:
         from elo_per_token.worker.tasks import celery_run_job
 
+        route_grading(app)  # this worker's environment says where code is graded
         return celery_run_job(self, job, ctx)
 
     @app.task(name="ept.grade_code", shared=False, acks_late=True)  # type: ignore[untyped-decorator]
     def grade_code_task(code: str, tests: list[str], entry_point: str, limits: dict[str, Any]) -> dict[str, Any]:
         # Served by grader workers (`ept worker --queue grade`) that hold no provider keys or S3 credentials.
-        from elo_per_token.worker.graders.remote import grade_task_body
+        from elo_per_token.worker.graders.code import Limits, run_tests
 
-        return grade_task_body(code, tests, entry_point, limits)
+        return run_tests(code, tests, entry_point, Limits(**limits))
 
     return app
+
+
+def route_grading(app: Celery) -> None:
+    """With EPT_GRADE_QUEUE set, this process grades code on that queue through `app` (a grader worker with
+    no keys runs the tests); without it, in its own sandbox. Called before a job runs (a Celery job here, or
+    a local sweep's jobs)."""
+    from elo_per_token.worker.graders.code import use_test_runner
+    from elo_per_token.worker.graders.remote import grade_queue, queue_runner
+
+    queue = grade_queue()
+    use_test_runner(queue_runner(app, queue, grade_timeout_s()) if queue else None)
 
 
 def __getattr__(name: str) -> Celery:

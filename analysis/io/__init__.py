@@ -20,28 +20,17 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-# Every name the single-module analysis.io defined is still importable from here: the public API and,
-# for tests and callers that reached into the module, its private helpers.
+# The submodules' public API (and the helpers read_records below uses); private helpers are imported from
+# their own submodule.
 from elo_per_token.analysis.io.families import _resolve_families, read_tasks_file
 from elo_per_token.analysis.io.recovery import (
-    _constant_field,
-    _NotJson,
-    _parse_lines,
-    _refuse_constant,
     _settle_flagged,
     _slow_read,
-    _slow_read_parquet,
     line_of,
 )
-from elo_per_token.analysis.io.runs import RUN_CHUNK_JOBS, _read_objects, _read_segment, read_run
-from elo_per_token.analysis.io.scan import _TYPE_WORDS, _fast, _scan, _scan_parquet
+from elo_per_token.analysis.io.runs import RUN_CHUNK_JOBS, read_run
+from elo_per_token.analysis.io.scan import _fast, _scan
 from elo_per_token.analysis.io.schema import (
-    _CLASS,
-    _ID_FIELDS,
-    _INT_FIELDS,
-    _SUSPECT_ID,
-    _SUSPECT_MSG,
-    _USAGE,
     KINDS,
     LABEL_COLUMNS,
     RAW_SCHEMA,
@@ -51,21 +40,12 @@ from elo_per_token.analysis.io.schema import (
     WINNERS,
     BadLine,
     _normalise,
-    _type_problem,
     fields_schema,
 )
 from elo_per_token.analysis.io.sources import (
-    _RUN_URL,
     DATA_SUFFIXES,
     DEFAULT_LEDGER,
     RunSource,
-    _drop_compacted_copies,
-    _is_data_file,
-    _list_s3,
-    _open_text,
-    _read_lines,
-    _s3_client,
-    _split_lines,
     expand_inputs,
     open_run,
     resolve_input,
@@ -86,42 +66,10 @@ __all__ = [
     "TOKENS_FIELDS",
     "USAGE_BREAKDOWN",
     "WINNERS",
-    "_CLASS",
-    "_ID_FIELDS",
-    "_INT_FIELDS",
-    "_RUN_URL",
-    "_SUSPECT_ID",
-    "_SUSPECT_MSG",
-    "_TYPE_WORDS",
-    "_USAGE",
     "BadLine",
     "Records",
     "RunSource",
     "Summary",
-    "_NotJson",
-    "_as_list",
-    "_constant_field",
-    "_drop_compacted_copies",
-    "_fast",
-    "_is_data_file",
-    "_list_s3",
-    "_normalise",
-    "_open_text",
-    "_parse_lines",
-    "_read_group",
-    "_read_lines",
-    "_read_objects",
-    "_read_segment",
-    "_refuse_constant",
-    "_resolve_families",
-    "_s3_client",
-    "_scan",
-    "_scan_parquet",
-    "_settle_flagged",
-    "_slow_read",
-    "_slow_read_parquet",
-    "_split_lines",
-    "_type_problem",
     "expand_inputs",
     "line_of",
     "open_run",

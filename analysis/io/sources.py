@@ -122,6 +122,26 @@ def split_runs(paths: Sequence[str]) -> tuple[list[RunSource], list[str]]:
 DEFAULT_LEDGER = "./ept-out/ledger"
 
 
+def plan_run(path: str) -> tuple[str, str]:
+    """(run id, ledger) of a sweep plan file: its `name` and `ledger` fields, read as TOML here (the analysis
+    does not import the coordinator's plan parser; a run it names is checked against the ledger anyway)."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except OSError as e:
+        raise InputError(f"cannot read the plan ({e.strerror})", file=path) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"not a valid plan: {e}", file=path) from None
+    name, led = raw.get("name"), raw.get("ledger", DEFAULT_LEDGER)
+    if not isinstance(name, str) or not name:
+        raise InputError("missing required field (the run's name)", file=path, field="name")
+    if not isinstance(led, str):
+        raise InputError("must be a string (a folder, file://… or s3://…)", file=path, field="ledger")
+    return name, led
+
+
 def resolve_input(arg: str, ledger: str | None = None) -> str:
     """A command-line input as a path or URL. A run id (a bare name that is no file) means that run in
     `ledger` (default ./ept-out/ledger); a plan file means its run in its ledger (or `ledger`). Both are
@@ -129,12 +149,10 @@ def resolve_input(arg: str, ledger: str | None = None) -> str:
     from elo_per_token.ledger import check_run, open_ledger_for_reading
 
     if arg.endswith(".toml") and os.path.isfile(arg):
-        from elo_per_token.coordinator.plan import load_plan
-
-        plan = load_plan(arg)
-        led = open_ledger_for_reading(ledger or plan.ledger)
-        check_run(led, plan.run_id)
-        return led.run_url(plan.run_id)
+        run_id, plan_ledger = plan_run(arg)
+        led = open_ledger_for_reading(ledger or plan_ledger)
+        check_run(led, run_id)
+        return led.run_url(run_id)
     if arg.lower().endswith((".csv", ".tsv", ".xlsx")):
         raise InputError(
             "a table is not a call log: `ept import batch` turns OpenAI Batch output plus a CSV of scores into "

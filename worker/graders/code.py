@@ -20,6 +20,7 @@ import json
 import os
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -168,6 +169,19 @@ def _death_reason(run: bwrap.RunResult, limits: Limits) -> str:
     return f"sandbox process ended before reporting ({why}) {tail[0][:200]}".strip()
 
 
+TestRunner = Callable[[str, list[str], str, Limits], dict[str, Any]]
+# Where the tests run: None = run_tests, in this process's sandbox. A process whose code grading goes to the
+# grader queue installs that queue's runner (worker/celery_app.py route_grading): the grader receives its
+# transport instead of importing it.
+_test_runner: TestRunner | None = None
+
+
+def use_test_runner(runner: TestRunner | None) -> None:
+    """Run the code grader's tests with `runner` from now on in this process (None: locally, run_tests)."""
+    global _test_runner
+    _test_runner = runner
+
+
 def grade_code(code: str | None, task: dict[str, Any], tests: list[str] | None = None) -> GradeResult:
     """Score = fraction of tests passed; correct = all passed. No code or a sandbox failure scores 0."""
     if not code:
@@ -177,9 +191,7 @@ def grade_code(code: str | None, task: dict[str, Any], tests: list[str] | None =
     limits = Limits(timeout_s=timeout_s, cpu_s=int(opts.get("cpu_s", max(1, round(timeout_s)))),
                     memory_mb=int(opts.get("memory_mb", 512)))
     tests = task["tests"] if tests is None else tests
-    from elo_per_token.worker.graders.remote import run_tests_routed
-
-    res = run_tests_routed(code, tests, task["entry_point"], limits)
+    res = (_test_runner or run_tests)(code, tests, task["entry_point"], limits)
     score = res["passed"] / res["total"] if res["total"] else 0.0
     if res.get("load_error"):
         score = 0.0

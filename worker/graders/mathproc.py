@@ -177,7 +177,7 @@ def _serve() -> None:
 
     mb = _memory_mb() * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (mb, mb))
-    from elo_per_token.worker.graders.mathverify import parse_here, verify_here
+    from elo_per_token.worker.graders.mathsym import parse_here, verify_here
 
     parse_here("1")  # warm up sympy's parsers before saying ready
     out = sys.stdout.buffer

@@ -16,7 +16,6 @@ and never hands it text longer than MAX_MATH_CHARS or nested deeper than MAX_MAT
 from __future__ import annotations
 
 import re
-import threading
 from typing import Any
 
 from elo_per_token.contracts.graders import check_math
@@ -35,39 +34,6 @@ def is_plain_number(text: Any) -> bool:
     if isinstance(text, int | float):
         return True
     return isinstance(text, str) and _PLAIN_NUMBER.fullmatch(text) is not None
-
-
-def _timeout() -> int | None:
-    return 5 if threading.current_thread() is threading.main_thread() else None
-
-
-def _as_latex(text: str) -> str:
-    # math-verify's LaTeX extractor looks for math delimiters or \boxed; a bare answer gets both chances.
-    t = text.strip()
-    if "$" in t or "\\(" in t or "\\[" in t or "\\boxed" in t:
-        return t
-    return f"${t}$"
-
-
-def parse_here(text: str) -> list[Any]:
-    """math-verify's parse of an answer in this process (sympy objects, then the matched string), [] when
-    nothing parses. Unbounded outside a main thread: the worker calls it only through mathproc."""
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
-
-    parsed: list[Any] = parse(_as_latex(text), extraction_config=[LatexExtractionConfig(), ExprExtractionConfig()],
-                              parsing_timeout=_timeout())
-    return parsed
-
-
-def verify_here(answer: str, reference: Any, got: list[Any] | None = None) -> bool:
-    """math-verify's equality in this process (see parse_here)."""
-    from math_verify import verify
-
-    gold = parse_here(str(reference))
-    got = parse_here(answer) if got is None else got
-    if not gold or not got:
-        return False
-    return bool(verify(gold, got, timeout_seconds=_timeout()))
 
 
 # What is never handed to sympy: a final answer is short and shallow. Longer text (math-verify searching a

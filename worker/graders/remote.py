@@ -1,13 +1,18 @@
-"""Where code grading runs: in this process's sandbox (default), or on the `grade` Celery queue.
+"""The `grade` Celery queue as a code-test runner: code grading can run on a grader worker instead of here.
 
 With EPT_GRADE_QUEUE=grade the caller sends (code, tests, entry point, limits) to a grader worker started
 with no provider keys and no S3 credentials (`ept worker --queues grade`, see docker-compose.yml and
 deploy/k8s/grader.yaml), and waits for the verdict: a sandbox escape there finds nothing to steal.
+
+This module is transport only: it imports neither the code grader nor the Celery app. The app that owns the
+broker connection hands itself in (worker/celery_app.py `route_grading`), and the code grader receives the
+runner built here (worker/graders/code.py `use_test_runner`), so no import runs against the flow.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -15,19 +20,22 @@ GRADE_TASK = "ept.grade_code"
 
 
 def grade_queue() -> str | None:
+    """The grader queue code grading goes to (EPT_GRADE_QUEUE), or None: grade in this process."""
     return os.environ.get("EPT_GRADE_QUEUE") or None
 
 
-def run_tests_routed(code: str, tests: list[str], entry_point: str, limits: Any) -> dict[str, Any]:
-    from elo_per_token.worker.graders.code import run_tests
+def queue_runner(app: Any, queue: str, wait_s: float) -> Callable[..., dict[str, Any]]:
+    """A test runner with run_tests' signature (code, tests, entry_point, limits) that sends the work to
+    `queue` through the Celery `app` and waits up to `wait_s` for the verdict."""
 
-    queue = grade_queue()
-    if queue is None:
-        return run_tests(code, tests, entry_point, limits)
-    from elo_per_token.worker.celery_app import app, grade_timeout_s
+    def run_on_queue(code: str, tests: list[str], entry_point: str, limits: Any) -> dict[str, Any]:
+        res = app.send_task(GRADE_TASK, args=[code, list(tests), entry_point, asdict(limits)], queue=queue)
+        return _verdict(res, queue, wait_s)
 
-    wait = grade_timeout_s()
-    res = app.send_task(GRADE_TASK, args=[code, list(tests), entry_point, asdict(limits)], queue=queue)
+    return run_on_queue
+
+
+def _verdict(res: Any, queue: str, wait: float) -> dict[str, Any]:
     # Waiting on a task from inside a task is normally refused by Celery; here it is the point (the grader
     # queue is served by other workers, so this cannot deadlock on our own pool).
     from celery.exceptions import TimeoutError as CeleryTimeout
@@ -41,10 +49,3 @@ def run_tests_routed(code: str, tests: list[str], entry_point: str, limits: Any)
     if not isinstance(out, dict) or "passed" not in out:
         raise GradingUnavailable(f"grader queue {queue!r} returned a malformed verdict")
     return out
-
-
-def grade_task_body(code: str, tests: list[str], entry_point: str, limits: dict[str, Any]) -> dict[str, Any]:
-    """Body of the Celery task `ept.grade_code` (runs on a grader worker)."""
-    from elo_per_token.worker.graders.code import Limits, run_tests
-
-    return run_tests(code, tests, entry_point, Limits(**limits))
