@@ -145,3 +145,45 @@ def test_forged_output_lines_stay_bounded(raw: bytes, lines: list[bytes], err: b
     assert len(out) <= BOUND
     assert not any(ord(c) < 32 and c not in "\n\t" for c in out)
     assert "\x1eEPT:" not in out
+
+
+@pytest.mark.slow
+def test_analyze_never_reads_transcripts(tmp_path: Path) -> None:
+    """`ept analyze` of a run whose transcripts/ folder holds poison (garbage under job-object names, damaged
+    .json.gz) gives the same arms.csv as without it, uncompacted, compacted, and as a folder of logs: it never
+    lists or opens transcripts (docs/benchmarks.md measures the time and memory at 100k and 1M jobs)."""
+    import os
+    import subprocess
+    import sys
+
+    import fixtures_ledger
+
+    ledger = tmp_path / "ledger"
+    fixtures_ledger.write_local(ledger, "r", 300)
+    run_dir = ledger / "runs" / "r"
+    env = {**os.environ, "COLUMNS": "200"}
+
+    def analyze(out: str, *target: str) -> bytes:
+        p = subprocess.run([sys.executable, "-m", "elo_per_token", "analyze", "--rounds", "20", "--no-plots",
+                            "--out", str(tmp_path / out), *target], capture_output=True, env=env, timeout=600)  # fmt: skip
+        assert p.returncode == 0, p.stderr.decode()[-2000:]
+        return (tmp_path / out / "arms.csv").read_bytes()
+
+    def poison() -> None:
+        for k in ("a/b/c", "x", "deep/er/still/y"):
+            p = run_dir / "transcripts" / k
+            p.parent.mkdir(parents=True, exist_ok=True)
+            Path(str(p) + ".json.gz").write_bytes(b"\x1f\x8b not gzip" * 1000)
+        for name in ("poison.jsonl", "poison.parquet", "deep/er/poison.jsonl.gz"):
+            (run_dir / "transcripts" / name).write_bytes(b'{"kind": "call", "broken\n\x00')
+
+    clean = {"u": analyze("u0", "r", "--ledger", str(ledger)), "f": analyze("f0", str(run_dir))}
+    poison()
+    assert analyze("u1", "r", "--ledger", str(ledger)) == clean["u"]
+    for name in ("poison.jsonl", "poison.parquet", "deep/er/poison.jsonl.gz"):  # a folder of logs takes these
+        (run_dir / "transcripts" / name).unlink()
+    assert analyze("f1", str(run_dir)) == clean["f"]  # damaged transcripts (.json.gz) beside the job objects
+    subprocess.run([sys.executable, "-m", "elo_per_token", "compact", "r", "--ledger", str(ledger)], check=True,
+                   capture_output=True, env=env, timeout=600)  # fmt: skip
+    poison()
+    assert analyze("c1", "r", "--ledger", str(ledger)) == clean["u"]
