@@ -7,7 +7,8 @@ layout of contracts/transcripts.py; ~6 KB gzip each, the size measured on the de
 and moved away (a rename: the same files), alternating the order, best of `--repeat`: uncompacted first
 (unless --compacted-only), then after `ept compact`.
 
-    python benchmarks/bench_transcripts.py [--sizes 100000] [--compacted-only 1000000] [--repeat 2] [--dir DIR]
+    python benchmarks/bench_transcripts.py [--sizes 100000] [--compacted-only 1000000]
+                                           [--uncompacted-only 1000000] [--repeat 2] [--dir DIR]
 
 Prints a markdown table (docs/benchmarks.md, "Transcripts: `ept analyze` with and without them").
 """
@@ -84,7 +85,7 @@ def measure_pair(run_dir: Path, ledger: Path, out: Path, rounds: int, repeat: in
     return best
 
 
-def bench(n: int, work: Path, rounds: int, repeat: int, uncompacted: bool) -> dict:
+def bench(n: int, work: Path, rounds: int, repeat: int, uncompacted: bool, compacted: bool = True) -> dict:
     ledger = work / f"ledger-{n}"
     run_dir = ledger / "runs" / "r"
     if not (run_dir / ".complete").exists():
@@ -98,6 +99,8 @@ def bench(n: int, work: Path, rounds: int, repeat: int, uncompacted: bool) -> di
     row: dict = {"jobs": n, "transcripts": count, "transcript_bytes": size}
     if uncompacted:
         row["uncompacted"] = measure_pair(run_dir, ledger, work / "out", rounds, repeat, f"u{n}")
+    if not compacted:
+        return row
     run_measured([*EPT, "compact", "r", "--ledger", str(ledger)])
     row["compacted"] = measure_pair(run_dir, ledger, work / "out", rounds, repeat, f"c{n}")
     return row
@@ -124,17 +127,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="100000", help="Sizes measured uncompacted and compacted.")
     ap.add_argument("--compacted-only", default="", help="Sizes measured compacted only (e.g. 1000000).")
+    ap.add_argument("--uncompacted-only", default="", help="Sizes measured uncompacted only.")
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--dir", default=None, help="Work folder (kept; generated ledgers are reused).")
     args = ap.parse_args()
     work = Path(args.dir or tempfile.mkdtemp(prefix="ept-bench-transcripts-"))
     work.mkdir(parents=True, exist_ok=True)
-    plan = [(int(x), True) for x in args.sizes.split(",") if x]
-    plan += [(int(x), False) for x in args.compacted_only.split(",") if x]
+    plan = [(int(x), True, True) for x in args.sizes.split(",") if x]
+    plan += [(int(x), False, True) for x in args.compacted_only.split(",") if x]
+    plan += [(int(x), True, False) for x in args.uncompacted_only.split(",") if x]
     rows = []
-    for n, unc in plan:
-        rows.append(bench(n, work, args.rounds, args.repeat, unc))
+    for n, unc, comp in plan:
+        rows.append(bench(n, work, args.rounds, args.repeat, unc, comp))
         print(HEADER + "\n" + "\n".join(fmt_row(r) for r in rows), flush=True)
     (work / "bench_transcripts.json").write_text(json.dumps(rows, indent=1, default=str))
 
