@@ -57,7 +57,7 @@ def test_humaneval_transcript_shows_code_failed_assert_and_sandbox_output(sim, t
     assert ev["failures"][0]["error"] and "sandbox_output" in ev
     assert t["grader"]["verdict"]["score"] == outcome["score"]
     page = job_page("he", job.key, lines, t)
-    assert "failures" in page and "sandbox_output" in page and f"def {task['entry_point']}" in page
+    assert "failed assert" in page and "sandbox output" in page and f"def {task['entry_point']}" in page
 
 
 def test_sandbox_output_is_kept_for_the_transcript() -> None:

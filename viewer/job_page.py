@@ -66,8 +66,25 @@ def _grader(outcome: Mapping[str, Any] | None, t: Mapping[str, Any] | None) -> l
         out.append(_block("failure", outcome.get("failure"), "evidence"))
     g = (t or {}).get("grader") or {}
     out.append(_block("verdict (transcript)", g.get("verdict"), "evidence"))
-    out.append(_block("evidence (transcript)", g.get("evidence"), "evidence"))
+    out += _evidence(g.get("evidence"))
     out.append("</section>")
+    return out
+
+
+def _evidence(ev: Any) -> list[str]:
+    """The grader's evidence: each failed assert and the sandbox's output (what the candidate printed) as
+    text blocks of their own, the rest as one JSON block."""
+    if not isinstance(ev, Mapping):
+        return [_block("evidence (transcript)", ev, "evidence")]
+    out = []
+    for f in ev.get("failures") or []:
+        if isinstance(f, Mapping):
+            out.append(_block("failed assert", f"{f.get('error')}\n\nin test:\n{f.get('test')}", "failed-assert"))
+    if "sandbox_output" in ev:  # a code grading: say so when the candidate printed nothing
+        out.append(_block("sandbox output (printed by the candidate; untrusted)",
+                          ev["sandbox_output"] or "(nothing printed)", "sandbox-output"))
+    rest = {k: v for k, v in ev.items() if k != "sandbox_output"}
+    out.append(_block("evidence (transcript)", rest, "evidence"))
     return out
 
 

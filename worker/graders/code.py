@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from elo_per_token.contracts.graders import check_code
+from elo_per_token.contracts.transcripts import clip
 from elo_per_token.worker.graders.extract import extract_code
 from elo_per_token.worker.graders.registry import Answered, Grader, GradeResult
 from elo_per_token.worker.sandbox import budget, bwrap, checks
@@ -35,6 +36,7 @@ __all__ = ["Limits", "SandboxUnavailable", "grade_code", "run_tests", "sandbox_i
 WALL_FACTOR = 3
 MAX_STDOUT = 8 * 1024 * 1024  # the harness's reports; a candidate writing more is killed
 MAX_STDERR = 64 * 1024
+MARKER = b"\x1eEPT:"  # the harness's report lines (worker/sandbox/harness.py)
 _HARNESS = os.path.join(os.path.dirname(bwrap.__file__), "harness.py")
 
 
@@ -121,7 +123,7 @@ def _run_tests(code: str, tests: list[str], entry_point: str, limits: Limits, au
     if run.timed_out:
         return {**base, "reason": f"timeout: still running after {wall:g}s wall clock (killed)"}
     try:
-        load, lines, done = checks.parse_report(run.stdout, b"\x1eEPT:")
+        load, lines, done = checks.parse_report(run.stdout, MARKER)
     except checks.Tampered as e:
         return {**base, "reason": f"result channel tampered with ({e}): graded as failed", "_memo": True}
     if not done:
@@ -146,15 +148,28 @@ def _run_tests(code: str, tests: list[str], entry_point: str, limits: Limits, au
 
 
 def _sandbox_output(stdout: bytes, stderr: bytes, limit: int = 4000) -> str:
-    """What the candidate wrote to the sandbox's stdout (fd 1, without the harness's report lines; its print()
-    goes to the harness's buffer) and stderr, the last `limit` characters: transcript evidence only
-    (worker.transcript takes it out of the job object)."""
+    """What the candidate printed (print() and sys.stdout/sys.stderr, reported by the harness on its own
+    channel), wrote raw to fd 1 (without the harness's report lines) and to stderr: at most `limit`
+    characters, start and end kept, every cut marked, control characters shown escaped. Transcript evidence
+    only (worker.transcript takes it out of the job object); no verdict is read from it."""
+    printed, cut = checks.printed_output(stdout, MARKER)
+    if cut:
+        printed += f"\n…[ept: {cut} more characters printed in the sandbox, not kept]…"
     # split("\n"), not splitlines(): that also splits at the marker's \x1e and would keep the report lines
-    out = [ln for ln in stdout.decode(errors="replace").split("\n") if "\x1eEPT:" not in ln]
-    text = "\n".join(out).strip()
-    err = stderr.decode(errors="replace").strip()
-    both = (f"stdout:\n{text}\n" if text else "") + (f"stderr:\n{err}\n" if err else "")
-    return both[-limit:]
+    raw = [ln for ln in stdout.decode(errors="replace").split("\n") if MARKER.decode() not in ln]
+    parts = [("printed", printed.strip()), ("stdout (raw fd 1)", "\n".join(raw).strip()),
+             ("stderr", stderr.decode(errors="replace").strip())]
+    text = "".join(f"{label}:\n{_visible(body)}\n" for label, body in parts if body)
+    return clip(text, limit) if len(text) > limit else text
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _visible(text: str) -> str:
+    """Control characters (terminal escapes, NUL, the report marker) and lone surrogates as visible escapes."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}" if ord(m.group(0)) < 256
+                        else f"\\u{ord(m.group(0)):04x}", text)
 
 
 def _death_reason(run: bwrap.RunResult, limits: Limits) -> str:

@@ -380,3 +380,27 @@ def parse_report(stdout: bytes, marker: bytes) -> tuple[str | None, dict[int, di
     if not seen_load:
         done = False
     return load, tests, done
+
+
+def printed_output(stdout: bytes, marker: bytes, limit: int = 64_000) -> tuple[str, int]:
+    """(text, characters cut in the sandbox) of the harness's {"o": ..., "cut": n} lines: what the candidate
+    printed. Evidence for the transcript only: no verdict ever depends on it (a candidate can forge these lines
+    with raw writes to fd 1; it then forges only what is shown as its output). At most `limit` characters."""
+    parts: list[str] = []
+    kept = cut = 0
+    for raw in stdout.split(b"\n"):
+        if not raw.startswith(marker) or b'"o"' not in raw:
+            continue
+        try:
+            obj = json.loads(raw[len(marker):])
+        except (ValueError, RecursionError):
+            continue
+        if not (isinstance(obj, dict) and obj.keys() == {"o", "cut"} and type(obj["o"]) is str):
+            continue
+        c = obj["cut"]
+        cut += c if type(c) is int and 0 <= c < 2**53 else 0
+        room = limit - kept
+        parts.append(obj["o"][:max(room, 0)])
+        kept += len(parts[-1])
+        cut += len(obj["o"]) - len(parts[-1])
+    return "".join(parts), cut

@@ -9,11 +9,13 @@ anything on stdout, but all it can ever contribute is values, so printing a "pas
 
 Protocol (stdout): lines `MARKER + json`: {"load": error|null}, then per test {"t": i, "c": [[k, [probe
 results]]...], "e": error|null}, then {"done": 1}. A probe result is {"v": encoded} or {"x": "Type: msg"}.
+After the load report and after each test report, what the candidate printed since (its print() and writes to
+sys.stdout/sys.stderr, kept up to OUTPUT_CAP characters in all, the rest counted) as {"o": text, "cut": n}:
+evidence for the transcript only, never read for a verdict (worker/sandbox/checks.py ignores it).
 """
 
 from __future__ import annotations  # annotations are never evaluated here: typing is not imported at run time
 
-import io
 import json
 import os
 import resource
@@ -22,7 +24,7 @@ import sys
 
 TYPE_CHECKING = False  # mypy reads the block below; the sandboxed run imports nothing for annotations
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from types import FrameType
     from typing import Any
 
@@ -31,6 +33,46 @@ _BLOCKED = ("socket.", "subprocess.", "os.system", "os.fork", "os.forkpty", "os.
             "os.exec", "os.kill", "os.killpg", "ctypes.", "pty.", "os.putenv", "webbrowser.", "urllib.Request")
 MAX_CHECKS_PER_TEST = 1000
 MAX_NODES = 200_000
+OUTPUT_CAP = 16_000  # characters of the candidate's printed output kept (the worker shows at most 4,000)
+
+
+class _Printed:
+    """sys.stdout/sys.stderr of the candidate: the first OUTPUT_CAP characters kept, the rest only counted.
+
+    Bounded whatever the candidate prints (a print loop costs CPU time, not memory), and never written to fd 1,
+    so nothing it prints can interleave with or imitate the harness's report lines."""
+
+    encoding = "utf-8"
+    errors = "replace"
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.kept = 0
+        self.cut = 0
+
+    def write(self, s: object) -> int:
+        text = s if type(s) is str else str(s)
+        room = OUTPUT_CAP - self.kept
+        if room > 0:
+            self.parts.append(text[:room])
+            self.kept += min(len(text), room)
+        self.cut += max(0, len(text) - max(room, 0))
+        return len(text)
+
+    def writelines(self, lines: Iterable[object]) -> None:
+        for ln in lines:
+            self.write(ln)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def take(self) -> tuple[str, int]:
+        text, cut = "".join(self.parts), self.cut
+        self.parts, self.cut = [], 0
+        return text, cut
 
 
 def _guard(event: str, args: tuple[Any, ...]) -> None:
@@ -100,14 +142,28 @@ def main() -> None:
     if payload.get("audit_hook", True):
         sys.addaudithook(_guard)
     out_fd = 1
-    # The candidate's print() goes nowhere (its raw writes to fd 1/2 are capped and ignored by the caller).
-    sys.stdout = sys.stderr = io.StringIO()
-    encode, dumps, write, budget_max = _encode, json.dumps, os.write, MAX_NODES
+    # The candidate's print() goes to a bounded buffer, reported as evidence only (its raw writes to fd 1/2
+    # are capped and shown by the caller, never parsed as reports).
+    printed = _Printed()
+    sys.stdout = sys.stderr = printed
+    encode, dumps, write, budget_max, take, cap = _encode, json.dumps, os.write, MAX_NODES, printed.take, OUTPUT_CAP
 
     def emit(obj: dict[str, Any]) -> None:
-        data = (MARKER + dumps(obj, allow_nan=False) + "\n").encode()
+        data = (MARKER + dumps(obj, allow_nan=False) + "\n").encode("utf-8", "surrogatepass")
         while data:
             data = data[write(out_fd, data):]
+
+    def emit_printed() -> None:
+        # `take` was bound before any candidate code ran; what it returns is still checked (the candidate can
+        # reach the buffer through sys.stdout and fill it with anything).
+        try:
+            text, cut = take()
+            text = text[:cap] if type(text) is str else ""
+            cut = cut if type(cut) is int and 0 <= cut < 2**53 else 0
+        except BaseException:
+            text, cut = "", 0
+        if text or cut:
+            emit({"o": text, "cut": cut})
 
     ns: dict[str, object] = {"__name__": "candidate"}
     load = None
@@ -118,6 +174,7 @@ def main() -> None:
     except BaseException as e:
         load = _err(e)
     emit({"load": load})
+    emit_printed()
     if load is None:
         for i, src in enumerate(payload["tests"]):
             events: list[list[object]] = []
@@ -141,6 +198,7 @@ def main() -> None:
             except BaseException as e:
                 err = _err(e)
             emit({"t": i, "c": events, "e": err})
+            emit_printed()
     emit({"done": 1})
     os._exit(0)
 
