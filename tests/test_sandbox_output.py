@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from elo_per_token.contracts import transcripts as tr
 from elo_per_token.contracts.jobs import Job
-from elo_per_token.contracts.ledger import FileLedger
-from elo_per_token.contracts.tasks import load_builtin_suite
 from elo_per_token.egress.client import ProviderClient
+from elo_per_token.ledger import FileLedger
+from elo_per_token.suites.load import load_builtin_suite
 from elo_per_token.worker.graders.code import MARKER, _sandbox_output, grade_code
 from elo_per_token.worker.sandbox import bwrap, checks
 from elo_per_token.worker.tasks import perform_job
