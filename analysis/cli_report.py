@@ -179,6 +179,10 @@ def run_options(inputs: list[str]) -> tuple[Any, str]:
     profile = manifest.get("profile")
     prices = profile_prices(profile if isinstance(profile, dict) else {})
     stored = manifest.get("analysis")
+    if not isinstance(stored, dict) and not isinstance(manifest["plan"].get("name"), str):
+        # Not a plan the coordinator wrote (another tool's manifest, a hand-made one): nothing says which
+        # settings its table used, so the `ept analyze` defaults, as for plain logs.
+        return AnalysisOptions(prices=prices), f"the defaults of `ept analyze` (run {src.run_id}'s stored plan has no name)"
     settings, problem = _settings(stored if isinstance(stored, dict) else manifest["plan"], plan=not isinstance(stored, dict))
     if problem:
         return AnalysisOptions(prices=prices), f"the defaults of `ept analyze` (run {src.run_id}'s plan: {problem})"
