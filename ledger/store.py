@@ -40,6 +40,9 @@ from elo_per_token.ledger.objects import ObjectStore, strip_suffix
 from elo_per_token.ledger.s3 import S3Store
 from elo_per_token.ledger.s3config import S3_ENV_VARS
 
+# Where `ept demo`, plans without a `ledger` and commands given a bare run id keep runs (relative to the cwd).
+DEFAULT_LEDGER = "./ept-out/ledger"
+
 JOB_SUFFIX = ".jsonl"
 FAILURE_SUFFIX = ".json"
 MANIFEST = "manifest.json"

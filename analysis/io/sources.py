@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.ledger import DEFAULT_LEDGER as DEFAULT_LEDGER
 from elo_per_token.ledger.runref import _RUN_URL as _RUN_URL
 from elo_per_token.ledger.runref import RunSource as RunSource
 from elo_per_token.ledger.runref import run_source as run_source
@@ -121,7 +122,6 @@ def split_runs(paths: Sequence[str]) -> tuple[list[RunSource], list[str]]:
     return runs, plain
 
 
-DEFAULT_LEDGER = "./ept-out/ledger"
 
 
 def plan_run(path: str) -> tuple[str, str]:
