@@ -215,9 +215,6 @@ def _settings(data: dict[str, Any], *, plan: bool) -> tuple[dict[str, Any], str 
     return {**out, "rounds": rounds, "seed": seed}, None
 
 
-DEFAULT_LEDGER = Path("ept-out/ledger")  # where `ept demo` and plans without a ledger write
-
-
 def resolve_run(arg: str, ledger: str | None = None) -> str:
     """A bare run id (e.g. `demo`) that is not a path means that run in `ledger` (default ./ept-out/ledger)."""
     from elo_per_token.analysis.io import resolve_input

@@ -21,6 +21,7 @@ import polars as pl
 
 from elo_per_token.analysis.families import MIN_TASKS, WARN_TASKS, small_families
 from elo_per_token.analysis.level import check_level
+from elo_per_token.analysis.numfmt import fmt as fmt
 from elo_per_token.contracts.errors import InputError
 
 if TYPE_CHECKING:
@@ -532,11 +533,6 @@ def _apply_rule(table: pl.DataFrame, rule: FailRule) -> tuple[list[str], dict[st
             flagged.append(row["arm"])
             reasons[row["arm"]] = why
     return flagged, reasons
-
-
-def fmt(x: float | None, spec: str) -> str:
-    """A number for people; '—' for a missing one."""
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
 def _code(name: object) -> str:

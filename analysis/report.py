@@ -27,39 +27,16 @@ from elo_per_token.analysis.accuracy_report import (
     family_accuracy_pivot,
     recommendation_lines,
 )
+from elo_per_token.analysis.numfmt import fmt_ci as fmt_ci
+from elo_per_token.analysis.numfmt import fmt_num as fmt_num
+from elo_per_token.analysis.numfmt import fmt_tokens as fmt_tokens
+from elo_per_token.analysis.numfmt import present as _ok
 from elo_per_token.analysis.report_headline import HEADLINE_HEADER, LEGEND, headline_rows, headline_title
 
 if TYPE_CHECKING:  # annotations only: `ept tokens` prints through here and needs none of numpy/scipy
     from elo_per_token.analysis.pipeline import AnalysisResult
 
 # ---------------------------------------------------------------- number formatting
-
-
-def _ok(x: Any) -> bool:
-    return x is not None and not (isinstance(x, float) and math.isnan(x))
-
-
-def fmt_tokens(x: Any) -> str:
-    if not _ok(x):
-        return "—"
-    return f"{x / 1000:.1f}k" if abs(x) >= 1000 else f"{x:.0f}"
-
-
-def fmt_num(x: Any, nd: int = 0, sign: bool = False) -> str:
-    if not _ok(x):
-        return "—"
-    if round(float(x), nd) == 0:  # never "-0" (or "+0"): a zero has no sign
-        return f"{0:.{nd}f}"
-    return f"{x:+.{nd}f}" if sign else f"{x:.{nd}f}"
-
-
-def fmt_ci(x: Any, lo: Any, hi: Any, nd: int = 0, sign: bool = False) -> str:
-    if not _ok(x):
-        return "—"
-    s = fmt_num(x, nd, sign)
-    if _ok(lo) and _ok(hi):
-        s += f" [{fmt_num(lo, nd, sign)}, {fmt_num(hi, nd, sign)}]"
-    return s
 
 
 def _per_1k_cell(r: dict[str, Any]) -> str:

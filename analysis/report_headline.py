@@ -3,8 +3,11 @@ table (analysis.frontier.headline_table + tie columns), nothing computed here bu
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
+
+from elo_per_token.analysis.numfmt import fmt_ci as _ci
+from elo_per_token.analysis.numfmt import fmt_tokens
+from elo_per_token.analysis.numfmt import present as _ok
 
 if TYPE_CHECKING:
     from elo_per_token.analysis.pipeline import AnalysisResult
@@ -31,32 +34,8 @@ LEGEND = [
 ]
 
 
-def _ok(x: Any) -> bool:
-    return x is not None and not (isinstance(x, float) and math.isnan(x))
-
-
-def _num(x: Any, nd: int = 0, sign: bool = False) -> str:
-    if not _ok(x):
-        return "—"
-    r = round(float(x), nd)
-    if r == 0:  # never "-0" or "+0": a zero has no sign
-        return f"{0:.{nd}f}"
-    return f"{r:+.{nd}f}" if sign else f"{r:.{nd}f}"
-
-
-def _ci(x: Any, lo: Any, hi: Any, nd: int = 0, sign: bool = False) -> str:
-    if not _ok(x):
-        return "—"
-    s = _num(x, nd, sign)
-    if _ok(lo) and _ok(hi):
-        s += f" [{_num(lo, nd, sign)}, {_num(hi, nd, sign)}]"
-    return s
-
-
 def _tokens(x: Any) -> str:
-    if not _ok(x):
-        return "—"
-    return f"{x / 1000:.2f}k" if abs(x) >= 1000 else f"{x:.0f}"
+    return fmt_tokens(x, 2)  # the headline shows one more decimal than the detail tables
 
 
 def fmt_step(d: Any, tokens: Any) -> str:

@@ -16,7 +16,7 @@ _LEDGER_HELP = "Ledger URL (folder, file://… or s3://bucket/prefix); default: 
 def _ledger_and_run(run: str, ledger: str | None, *, write: bool = True) -> tuple[Ledger, str]:
     """RUN is a run id (with --ledger) or a plan file (its name and ledger). write=False (`ept status`): the
     ledger is opened as a reader, which never creates a bucket and fails at once on a wrong endpoint."""
-    from elo_per_token.ledger import check_run, open_ledger, open_ledger_for_reading
+    from elo_per_token.ledger import DEFAULT_LEDGER, check_run, open_ledger, open_ledger_for_reading
     from elo_per_token.ledger.runref import run_source
 
     if run.endswith(".toml"):
@@ -27,7 +27,7 @@ def _ledger_and_run(run: str, ledger: str | None, *, write: bool = True) -> tupl
     elif (src := run_source(run)) is not None:  # a run folder or s3://…/runs/<id>
         led, run_id = open_ledger(src.ledger_url), src.run_id
     else:
-        led, run_id = open_ledger(ledger or "./ept-out/ledger"), run
+        led, run_id = open_ledger(ledger or DEFAULT_LEDGER), run
     # Reachable, and holding the run: otherwise say which (endpoint, credentials, bucket) or list the runs.
     reader = open_ledger_for_reading(led.url)
     check_run(reader, run_id)

@@ -42,10 +42,10 @@ def _suites_line(source: str) -> int | None:
     """The line of `suites = …` in the plan file, when it is a readable file."""
     from pathlib import Path
 
-    from elo_per_token.coordinator.plan import _line_of
+    from elo_per_token.contracts.tomlpos import toml_line
 
     try:
-        return _line_of(Path(source).read_text(encoding="utf-8"), "suites")
+        return toml_line(Path(source).read_text(encoding="utf-8"), "suites")
     except (OSError, UnicodeDecodeError):
         return None
 

@@ -53,6 +53,8 @@ from typing import Any
 from elo_per_token.contracts import generation
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.manifest import MAX_BOOTSTRAP_ROUNDS, MAX_SEED
+from elo_per_token.contracts.tomlpos import toml_line
+from elo_per_token.ledger.store import DEFAULT_LEDGER
 
 EXECUTORS = ("local", "celery")
 # Upper bounds: a plan is untrusted input, and a budget of 10^9 or 10^10 replicates must fail here, in
@@ -97,7 +99,7 @@ class Plan:
     replicates: int = 1
     seed: int = 0
     tasks_per_family: int | None = None
-    ledger: str = "./ept-out/ledger"
+    ledger: str = DEFAULT_LEDGER
     executor: str = "local"
     concurrency: int = 8
     queue: str = "ept"
@@ -136,23 +138,6 @@ class Plan:
         return dataclasses.replace(self, **{k: v for k, v in kw.items() if v is not None})
 
 
-def _line_of(text: str, key: str, table: str | None = None, nth: int = 0) -> int | None:
-    """Best-effort 1-based line of `key = …` (inside the nth `[table]` / `[[table]]` when given)."""
-    lines = text.splitlines()
-    start = 0
-    if table:
-        hdr = re.compile(r"^\s*\[+\s*" + re.escape(table).replace(r"\.", r"\s*\.\s*") + r"\s*\]+")
-        found = [i for i, ln in enumerate(lines) if hdr.match(ln)]
-        if len(found) <= nth:
-            return None
-        start = found[nth]
-    pat = re.compile(r"^\s*\"?" + re.escape(key) + r"\"?\s*=")
-    for i in range(start, len(lines)):
-        if pat.match(lines[i]):
-            return i + 1
-    return start + 1 if table else None
-
-
 class _V:
     """Validation helpers bound to one file, so every error names the file, line and field."""
 
@@ -162,7 +147,7 @@ class _V:
     def err(self, msg: str, fieldname: str, key: str | None = None, table: str | None = None) -> InputError:
         m = re.match(r"^(\w+)\[(\d+)\]", fieldname)
         nth = int(m.group(2)) if m and table == m.group(1) else 0
-        line = _line_of(self.text, key or fieldname.split(".")[-1], table, nth)
+        line = toml_line(self.text, key or fieldname.split(".")[-1], table, nth)
         return InputError(msg, file=self.file, line=line, field=fieldname)
 
     def int_(
@@ -220,7 +205,7 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
     weights = _weights(raw, v)
     limits = _rate_limits(raw, v)
     plan_gen = _plan_generation(raw, v)
-    ledger = v.str_(raw.get("ledger", "./ept-out/ledger"), "ledger")
+    ledger = v.str_(raw.get("ledger", DEFAULT_LEDGER), "ledger")
     anchor = raw.get("anchor")
     if anchor is not None:
         anchor = v.str_(anchor, "anchor")
@@ -380,7 +365,7 @@ def _arm_gens(a: dict[str, Any], where: str, v: _V) -> tuple[dict[str, Any], ...
     fixed = {k: a[k] for k in generation.FIELDS if k in a and not (k in generation.DIMENSIONS and isinstance(a[k], list))}
 
     def err(msg: str, k: str) -> InputError:
-        return InputError(msg, file=v.file, line=_line_of(v.text, k, "arms", nth), field=f"{where}.{k}")
+        return InputError(msg, file=v.file, line=toml_line(v.text, k, "arms", nth), field=f"{where}.{k}")
 
     combos: list[dict[str, Any]] = [generation.check(fixed, err)]
     for k in generation.DIMENSIONS:

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from elo_per_token.contracts.atomic import write_atomic
+
 PROFILES_HELP = "Profile file (default: $EPT_PROFILES, else ./profiles.toml)."
 
 
@@ -78,9 +80,7 @@ def profiles_export(
     profiles: Path | None = typer.Option(None, "--profiles", help=PROFILES_HELP),
 ) -> None:
     """Write a client configuration for a profile (placeholder key YOUR_API_KEY, never the real one)."""
-    import os
     import sys
-    import tempfile
 
     from elo_per_token.contracts.errors import InputError
     from elo_per_token.egress.exports import render
@@ -94,9 +94,5 @@ def profiles_export(
         raise InputError(
             "exists; pass --force to overwrite (or merge the printed block by hand)", file=str(out)
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=".tmp-", suffix=out.suffix)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, out)  # all or nothing
+    write_atomic(out, text, prefix=".tmp-", suffix=out.suffix)  # all or nothing
     typer.echo(f"wrote {out} ({to})", err=True)

@@ -28,7 +28,6 @@ import email.utils
 import json
 import logging
 import os
-import random
 import re
 import sys
 import threading
@@ -37,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict, TypeVar
 
+from elo_per_token.contracts.backoff import backoff
 from elo_per_token.contracts.errors import PROVIDER_ERROR_CLASSES, RETRYABLE, ProviderErrorClass
 from elo_per_token.contracts.secrets import mask, scrub
 from elo_per_token.contracts.usage import check_usage
@@ -833,7 +833,7 @@ class ProviderClient:
             )
 
     def _backoff(self, attempt: int) -> float:
-        return random.uniform(0, min(self.backoff_cap, self.backoff_base * 2 ** (attempt - 1)))
+        return backoff(attempt, self.backoff_base, self.backoff_cap)
 
     def circuit_open(self) -> bool:
         return self._unreachable >= UNREACHABLE_CIRCUIT

@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 from elo_per_token.contracts import generation as gen_settings
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.secrets import mask, mask_url
+from elo_per_token.contracts.tomlpos import toml_line
 
 PROTOCOLS = ("openai", "anthropic")
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -100,23 +101,6 @@ class Profile:
         return dataclasses.replace(self, base_url=url)
 
 
-def _field_line(text: str, name: str, key: str | None) -> int | None:
-    """1-based line of `key` inside the `[profiles.<name>]` table (or of the header), for error messages."""
-    lines = text.splitlines()
-    header = re.compile(r"^\s*\[\s*profiles\s*\.\s*\"?" + re.escape(name) + r"\"?\s*\]")
-    start = next((i for i, ln in enumerate(lines) if header.match(ln)), None)
-    if start is None:
-        return None
-    if key is None:
-        return start + 1
-    for i in range(start + 1, len(lines)):
-        if lines[i].lstrip().startswith("["):
-            break
-        if re.match(r"^\s*\"?" + re.escape(key) + r"\"?\s*=", lines[i]):
-            return i + 1
-    return start + 1
-
-
 _SPEC: dict[str, tuple[type | tuple[type, ...], bool]] = {
     # field: (accepted types, required)
     "protocol": (str, False),
@@ -177,7 +161,7 @@ def _validate(name: str, raw: Any, file: str, text: str) -> Profile:
         return InputError(
             msg,
             file=file,
-            line=_field_line(text, name, key),
+            line=toml_line(text, key, ("profiles", name)),
             field=f"profiles.{name}" + (f".{key}" if key else ""),
         )
 

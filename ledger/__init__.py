@@ -10,6 +10,7 @@ storage from here only.
 """
 
 from elo_per_token.ledger.store import (
+    DEFAULT_LEDGER,
     FAILURE_SUFFIX,
     JOB_SUFFIX,
     FileLedger,
@@ -21,6 +22,7 @@ from elo_per_token.ledger.store import (
 )
 
 __all__ = [
+    "DEFAULT_LEDGER",
     "FAILURE_SUFFIX",
     "JOB_SUFFIX",
     "FileLedger",

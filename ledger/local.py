@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from elo_per_token.contracts.atomic import write_atomic, write_temp
+
 TMP_PREFIX = ".tmp-"
 
 
@@ -105,18 +107,7 @@ class LocalStore:
         return str(self.root / key) if key else str(self.root)
 
     def _write_tmp(self, final: Path, data: bytes) -> Path:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=TMP_PREFIX, suffix=".part")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                if self.fsync:
-                    f.flush()
-                    os.fsync(f.fileno())
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        return Path(tmp)
+        return write_temp(final, data, prefix=TMP_PREFIX, suffix=".part", fsync=self.fsync)
 
     def get(self, key: str) -> bytes | None:
         try:
@@ -126,7 +117,7 @@ class LocalStore:
 
     def put(self, key: str, data: bytes, *, content_type: str | None = None) -> None:
         final = self.root / key
-        os.replace(self._write_tmp(final, data), final)
+        write_atomic(final, data, prefix=TMP_PREFIX, suffix=".part", fsync=self.fsync)
 
     def create(self, key: str, data: bytes) -> bool:
         final = self.root / key

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable
 from typing import TypeVar
+
+from elo_per_token.contracts.backoff import backoff
 
 T = TypeVar("T")
 
@@ -40,6 +41,6 @@ def retrying(
         left = patience_s - (time.monotonic() - start)
         if i >= attempts and (not outage or left <= 0):
             raise err
-        pause = random.uniform(0, min(cap_s, base_s * 2 ** min(i - 1, 16)))
+        pause = backoff(i, base_s, cap_s)
         # Past the attempts, an outage is retried only within the patience: never sleep beyond it.
         time.sleep(min(pause, left) if i >= attempts else pause)

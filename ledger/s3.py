@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import builtins
 import functools
-import os
 import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +16,7 @@ from typing import Any, TypeVar
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.ledger.objects import strip_suffix
 from elo_per_token.ledger.retry import retrying
+from elo_per_token.ledger.s3config import endpoint_label, s3_settings
 
 T = TypeVar("T")
 
@@ -133,8 +133,8 @@ class S3Store:
             import boto3
             from botocore.config import Config
 
-            endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
-            region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+            settings = s3_settings()
+            endpoint, region = settings.endpoint, settings.region
             cfg = Config(
                 region_name=region,
                 # Path-style works with every S3-compatible server (SeaweedFS, MinIO) and with AWS.
@@ -366,11 +366,11 @@ def s3_problem(store: S3Store, e: Exception) -> InputError:
     )
     from botocore.exceptions import ConnectionError as BotoConnectionError
 
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "the AWS default"
+    endpoint = endpoint_label()
     if isinstance(e, NoCredentialsError | PartialCredentialsError):
         why = "credentials: none found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
     elif isinstance(e, EndpointConnectionError | BotoConnectionError | ConnectionClosedError | ReadTimeoutError):
-        why = f"endpoint: cannot connect to {endpoint} (AWS_ENDPOINT_URL): {type(e).__name__}"
+        why = f"endpoint: cannot connect to {endpoint} (AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL): {type(e).__name__}"
     else:
         code = str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
         status = s3_status(e)

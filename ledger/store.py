@@ -38,6 +38,10 @@ from elo_per_token.contracts.keys import check_key
 from elo_per_token.ledger.local import LocalStore
 from elo_per_token.ledger.objects import ObjectStore, strip_suffix
 from elo_per_token.ledger.s3 import S3Store
+from elo_per_token.ledger.s3config import S3_ENV_VARS
+
+# Where `ept demo`, plans without a `ledger` and commands given a bare run id keep runs (relative to the cwd).
+DEFAULT_LEDGER = "./ept-out/ledger"
 
 JOB_SUFFIX = ".jsonl"
 FAILURE_SUFFIX = ".json"
@@ -251,8 +255,7 @@ def open_ledger_for_reading(url: str | Path) -> Ledger:
     its run and then opens it (which also checks the run once, not twice)."""
     led = open_ledger(url)
     if isinstance(led, S3Ledger):
-        env = tuple(os.environ.get(v, "") for v in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
-                                                     "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION"))  # fmt: skip
+        env = tuple(os.environ.get(v, "") for v in S3_ENV_VARS)
         cache_key = (led.url, *env)
         if cache_key not in _READERS:
             _READERS[cache_key] = S3Ledger(led.bucket, led.prefix, create_bucket=False, attempts=2, patience_s=0.0)

@@ -16,12 +16,11 @@ Every converted task is validated; an error names the source file, its line (row
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from elo_per_token.contracts.atomic import write_atomic
 from elo_per_token.contracts.errors import InputError
 
 Q_COLS = ("question", "problem", "prompt", "input", "query")
@@ -191,13 +190,4 @@ def convert(path: Path, shape: str = "auto", family: str | None = None, grader: 
 
 def write_jsonl(tasks: list[dict[str, Any]], out: Path) -> None:
     """All or nothing: a temp file in the target folder, renamed over `out` once complete."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for t in tasks:
-                fh.write(json.dumps(t, ensure_ascii=False, default=str) + "\n")
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(out, "".join(json.dumps(t, ensure_ascii=False, default=str) + "\n" for t in tasks))

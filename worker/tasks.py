@@ -16,13 +16,13 @@ rate-limit failures are retried here with backoff; the last failure is written t
 from __future__ import annotations
 
 import contextlib
-import random
 import threading
 import time
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from elo_per_token.contracts.backoff import backoff
 from elo_per_token.contracts.errors import RETRYABLE
 from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict, Job, JobStatus, JobSummary
 from elo_per_token.contracts.records import JobResult
@@ -111,7 +111,7 @@ def perform_job(
         if on_retry is not None:
             on_retry(job, attempt, cls)
         # Full jitter keeps a fleet of workers from retrying in lock step after a provider hiccup.
-        delay = random.uniform(0, backoff_s * 2 ** (attempt - 1)) + max(0.0, 0.05 - (time.time() - t0))
+        delay = backoff(attempt, backoff_s) + max(0.0, 0.05 - (time.time() - t0))
         if stop is not None and stop.wait(delay):
             break
 

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from elo_per_token.analysis.io import BadLine
+from elo_per_token.contracts.atomic import write_atomic
 from elo_per_token.contracts.errors import InputError
 
 _ARM_RE = re.compile(r"^(?P<strategy>.+)@(?P<n>\d+)$")
@@ -109,14 +108,4 @@ def as_score(row: dict[str, Any]) -> tuple[float | None, str | None]:
 
 def write_records(records: list[dict[str, Any]], out: str) -> None:
     """All or nothing: write to a temp file next to `out`, then rename."""
-    dest = Path(out)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            for r in records:
-                fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))

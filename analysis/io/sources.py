@@ -11,9 +11,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.ledger import DEFAULT_LEDGER as DEFAULT_LEDGER
 from elo_per_token.ledger.runref import _RUN_URL as _RUN_URL
 from elo_per_token.ledger.runref import RunSource as RunSource
 from elo_per_token.ledger.runref import run_source as run_source
+from elo_per_token.ledger.s3config import s3_settings
 from elo_per_token.ledger.s3config import storage_options as storage_options
 
 if TYPE_CHECKING:  # ledger is imported where a ledger is opened
@@ -26,10 +28,11 @@ def _s3_client() -> Any:
     import boto3
     from botocore.config import Config
 
+    settings = s3_settings()  # the ledger's own endpoint resolution: reader and writer reach one server
     return boto3.client(
         "s3",
-        endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None,
-        region_name=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+        endpoint_url=settings.endpoint,
+        region_name=settings.region,
         config=Config(s3={"addressing_style": "path"}),
     )
 
@@ -119,7 +122,6 @@ def split_runs(paths: Sequence[str]) -> tuple[list[RunSource], list[str]]:
     return runs, plain
 
 
-DEFAULT_LEDGER = "./ept-out/ledger"
 
 
 def plan_run(path: str) -> tuple[str, str]:
