@@ -31,7 +31,9 @@ def list_keys(s3: object, prefix: str) -> list[str]:
 
 def sim(route: str, method: str = "GET") -> dict[str, object]:
     """The simulator's control routes (the worker shares its network); {} if unreachable."""
-    req = urllib.request.Request(f"http://simulator:8765/_sim/{route}", data=b"{}" if method == "POST" else None, method=method)
+    req = urllib.request.Request(
+        f"http://simulator:8765/_sim/{route}", data=b"{}" if method == "POST" else None, method=method
+    )
     try:
         with urllib.request.urlopen(req, timeout=5) as r:
             return dict(json.load(r))
@@ -59,7 +61,11 @@ def main(run: str, flags: list[str]) -> int:
     bad: list[str] = []
     suites: dict[str, int] = {}
     for key, name in zip(jobs, names, strict=True):
-        lines = [json.loads(x) for x in s3.get_object(Bucket=BUCKET, Key=key)["Body"].read().splitlines() if x.strip()]
+        lines = [
+            json.loads(x)
+            for x in s3.get_object(Bucket=BUCKET, Key=key)["Body"].read().splitlines()
+            if x.strip()
+        ]
         outcomes = [x for x in lines if x.get("kind") == "outcome"]
         if len(outcomes) != 1 or any(x.get("job_key") != name for x in lines):
             bad.append(name)

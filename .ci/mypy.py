@@ -28,7 +28,7 @@ def stage_dirs(pyproject: Path) -> dict[str, str]:
     """Subpackage name -> its folder in the repository, from [tool.setuptools.package-dir]."""
     mapping = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["setuptools"]["package-dir"]
     prefix = PACKAGE + "."
-    return {name[len(prefix):]: folder for name, folder in mapping.items() if name.startswith(prefix)}
+    return {name[len(prefix) :]: folder for name, folder in mapping.items() if name.startswith(prefix)}
 
 
 def build_view(root: Path) -> Path:

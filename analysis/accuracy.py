@@ -86,7 +86,11 @@ def _matrix(ts: pl.DataFrame, value: str, arms: list[str]) -> tuple[np.ndarray, 
     if ts.height == 0:
         return np.zeros((0, len(arms))), np.zeros((0, len(arms)))
     t = (ts["task_id"].rank("dense").cast(pl.Int64) - 1).to_numpy()
-    a = ts["arm"].replace_strict({x: i for i, x in enumerate(arms)}, default=-1, return_dtype=pl.Int64).to_numpy()
+    a = (
+        ts["arm"]
+        .replace_strict({x: i for i, x in enumerate(arms)}, default=-1, return_dtype=pl.Int64)
+        .to_numpy()
+    )
     v = ts[value].cast(pl.Float64).fill_null(float("nan")).to_numpy()
     keep = (a >= 0) & ~np.isnan(v)
     vals = np.zeros((int(t.max()) + 1, len(arms)))
@@ -169,7 +173,9 @@ def accuracy_tables(
     families = sorted(ts["family"].unique().to_list())
     point, boot, count = _family_means(ts, "score", arm_list, families, rounds, seed)
     acc = _weighted(point, weights) if families else np.full(len(arm_list), np.nan)
-    lo, hi = _interval(_weighted(boot, weights), level) if families and rounds else (acc * np.nan, acc * np.nan)
+    lo, hi = (
+        _interval(_weighted(boot, weights), level) if families and rounds else (acc * np.nan, acc * np.nan)
+    )
     n_out = dict(ts.group_by("arm").agg(pl.col("n").sum()).iter_rows())
     n_tasks = dict(ts.group_by("arm").agg(pl.len()).iter_rows())
     per_arm = pl.DataFrame(
@@ -193,8 +199,13 @@ def accuracy_tables(
 
 
 def _pass_k_table(
-    ts: pl.DataFrame, arms: list[str], families: list[str], weights: Mapping[str, float],
-    rounds: int, seed: int, level: float,
+    ts: pl.DataFrame,
+    arms: list[str],
+    families: list[str],
+    weights: Mapping[str, float],
+    rounds: int,
+    seed: int,
+    level: float,
 ) -> pl.DataFrame:
     """pass@k rows for every arm whose tasks all have >= 2 replicates (k up to the fewest)."""
     rows = []
@@ -203,7 +214,9 @@ def _pass_k_table(
         if mine.height == 0 or int(mine["n"].min() or 0) < 2:  # type: ignore[arg-type]
             continue
         for k in _ks(int(mine["n"].min() or 0)):  # type: ignore[arg-type]
-            pk = mine.with_columns(pl.Series("pk", pass_at_k_array(mine["n"].to_numpy(), mine["c"].to_numpy(), k)))
+            pk = mine.with_columns(
+                pl.Series("pk", pass_at_k_array(mine["n"].to_numpy(), mine["c"].to_numpy(), k))
+            )
             point, boot, _ = _family_means(pk, "pk", [arm], families, rounds, seed)
             v = _weighted(point, weights)[0]
             lo, hi = _interval(_weighted(boot, weights), level) if rounds else (np.array([np.nan]),) * 2

@@ -44,7 +44,12 @@ def accuracy_rows(result: AnalysisResult, arms: list[str] | None = None) -> list
     for r in result.accuracy.iter_rows(named=True):
         if keep is not None and r["arm"] not in keep:
             continue
-        row = [r["arm"], _pct(r["accuracy"], r["accuracy_lo"], r["accuracy_hi"]), str(r["tasks"]), str(r["outcomes"])]
+        row = [
+            r["arm"],
+            _pct(r["accuracy"], r["accuracy_lo"], r["accuracy_hi"]),
+            str(r["tasks"]),
+            str(r["outcomes"]),
+        ]
         for k in pass_k_values(result):
             p = pk.get((r["arm"], k))
             row.append(_pct(p["pass_at_k"], p["pass_at_k_lo"], p["pass_at_k_hi"]) if p else "—")
@@ -52,7 +57,9 @@ def accuracy_rows(result: AnalysisResult, arms: list[str] | None = None) -> list
     return rows
 
 
-def family_accuracy_pivot(result: AnalysisResult, arms: list[str] | None = None) -> tuple[list[str], list[list[str]]]:
+def family_accuracy_pivot(
+    result: AnalysisResult, arms: list[str] | None = None
+) -> tuple[list[str], list[list[str]]]:
     """arm x family table of mean scores with intervals."""
     t = result.accuracy_family
     if t is None or t.height == 0:
@@ -62,7 +69,9 @@ def family_accuracy_pivot(result: AnalysisResult, arms: list[str] | None = None)
     rows = []
     for a in arms or result.arms:
         cells = [by.get((a, f)) for f in fams]
-        rows.append([a] + [_pct(c["accuracy"], c["accuracy_lo"], c["accuracy_hi"]) if c else "—" for c in cells])
+        rows.append(
+            [a] + [_pct(c["accuracy"], c["accuracy_lo"], c["accuracy_hi"]) if c else "—" for c in cells]
+        )
     return ["arm", *fams], rows
 
 
@@ -76,11 +85,15 @@ def accuracy_csv_columns(result: AnalysisResult) -> pl.DataFrame:
     base = pl.DataFrame({"arm": result.arms}, schema={"arm": pl.String})
     if result.accuracy is None:
         return base
-    out = base.join(result.accuracy.select("arm", "accuracy", "accuracy_lo", "accuracy_hi"), on="arm", how="left")
+    out = base.join(
+        result.accuracy.select("arm", "accuracy", "accuracy_lo", "accuracy_hi"), on="arm", how="left"
+    )
     for k in pass_k_values(result):
         assert result.pass_k is not None
         col = result.pass_k.filter(pl.col("k") == k).select(
-            "arm", pl.col("pass_at_k").alias(f"pass_at_{k}"), pl.col("pass_at_k_lo").alias(f"pass_at_{k}_lo"),
+            "arm",
+            pl.col("pass_at_k").alias(f"pass_at_{k}"),
+            pl.col("pass_at_k_lo").alias(f"pass_at_{k}_lo"),
             pl.col("pass_at_k_hi").alias(f"pass_at_{k}_hi"),
         )
         out = out.join(col, on="arm", how="left")

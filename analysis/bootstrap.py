@@ -64,7 +64,9 @@ class OutcomeGroups:
         for name, hi in (("task", n_tasks), ("arm", n_arms), ("level", None)):
             a = np.asarray(getattr(self, name))
             if a.ndim != 1 or a.shape != shape or (a.size and not np.issubdtype(a.dtype, np.integer)):
-                raise ValueError(f"outcome_groups.{name} must be a 1-D integer array like outcome_groups.task")
+                raise ValueError(
+                    f"outcome_groups.{name} must be a 1-D integer array like outcome_groups.task"
+                )
             if a.size and (a.min() < 0 or (hi is not None and a.max() >= hi)):
                 raise ValueError(f"outcome_groups.{name} holds an index outside [0, {hi})")
         m = np.asarray(self.mass, dtype=float)
@@ -199,7 +201,11 @@ def _group_columns(data: PairData, fam: int) -> tuple[np.ndarray, np.ndarray, np
     sel = np.asarray(data.task_family)[task] == fam if task.size else np.zeros(0, dtype=bool)
     if not np.any(sel):
         return None
-    task, arm, level = task[sel].astype(np.int64), np.asarray(g.arm)[sel], np.asarray(g.level)[sel].astype(np.int64)
+    task, arm, level = (
+        task[sel].astype(np.int64),
+        np.asarray(g.arm)[sel],
+        np.asarray(g.level)[sel].astype(np.int64),
+    )
     span = int(level.max()) + 1
     cols, q = np.unique(task * span + level, return_inverse=True)  # sorted: by task, then level
     q_task = cols // span
@@ -311,11 +317,15 @@ def small_sample_factor(n_tasks: int, df: int | None = None, level: float = 0.95
     return math.sqrt(n / (n - 1)) * float(t.ppf(q, df)) / float(norm.ppf(q))
 
 
-def _point_fits(data: PairData, fits: Mapping[str, FamilyPoint] | None, l2: float) -> Mapping[str, FamilyPoint]:
+def _point_fits(
+    data: PairData, fits: Mapping[str, FamilyPoint] | None, l2: float
+) -> Mapping[str, FamilyPoint]:
     if fits is None:
         return fit_families(data, l2=l2)
     if list(fits) != list(data.families):
-        raise ValueError(f"fits must hold one fit per family, in order {list(data.families)}, got {list(fits)}")
+        raise ValueError(
+            f"fits must hold one fit per family, in order {list(data.families)}, got {list(fits)}"
+        )
     return fits
 
 
@@ -379,7 +389,9 @@ class _FamilyPart:
     cols: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # _group_columns, task -> the family's local index
 
 
-def _family_part(data: PairData, f: int, point: FamilyPoint, df_total: int, level: float = 0.95) -> _FamilyPart:
+def _family_part(
+    data: PairData, f: int, point: FamilyPoint, df_total: int, level: float = 0.95
+) -> _FamilyPart:
     from scipy import sparse
 
     k = int(data.n_arms)
@@ -391,7 +403,8 @@ def _family_part(data: PairData, f: int, point: FamilyPoint, df_total: int, leve
     local[tasks_f] = np.arange(tasks_f.size)
     sel = local[task] >= 0
     counts = sparse.csr_matrix(
-        (np.asarray(data.weight, dtype=float)[sel], (local[task[sel]], pair[sel])), shape=(tasks_f.size, k * k)
+        (np.asarray(data.weight, dtype=float)[sel], (local[task[sel]], pair[sel])),
+        shape=(tasks_f.size, k * k),
     )  # duplicate (task, pair) entries are summed
     tok = np.asarray(data.task_tokens, dtype=float)[tasks_f]
     cols = _group_columns(data, f)

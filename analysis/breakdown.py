@@ -44,7 +44,9 @@ def parse_prices(text: str | None) -> Prices | None:
         k, sep, v = part.partition("=")
         k = k.strip()
         if not sep or k not in ("in", "cached", "out"):
-            raise InputError(f"expected in=X,out=Y[,cached=Z] (USD per 1M tokens), got {part!r}", field="--prices")
+            raise InputError(
+                f"expected in=X,out=Y[,cached=Z] (USD per 1M tokens), got {part!r}", field="--prices"
+            )
         try:
             vals[k] = float(v)
         except ValueError:
@@ -58,14 +60,24 @@ def parse_prices(text: str | None) -> Prices | None:
 
 def _fresh_in() -> pl.Expr:
     # OpenAI counts cached tokens inside prompt_tokens; Anthropic's input_tokens already excludes cache reads.
-    openai_cached = pl.when(pl.col("cache_creation_tokens").is_null()).then(pl.col("cached_tokens")).otherwise(0)
-    return pl.col("prompt_tokens").fill_null(0) - openai_cached.fill_null(0) + pl.col("cache_creation_tokens").fill_null(0)
+    openai_cached = (
+        pl.when(pl.col("cache_creation_tokens").is_null()).then(pl.col("cached_tokens")).otherwise(0)
+    )
+    return (
+        pl.col("prompt_tokens").fill_null(0)
+        - openai_cached.fill_null(0)
+        + pl.col("cache_creation_tokens").fill_null(0)
+    )
 
 
 def _input_total() -> pl.Expr:
     """Every input token, cached or not (Anthropic reports cache reads and writes beside input_tokens)."""
     anthropic = pl.col("cache_creation_tokens").is_not_null()
-    extra = pl.when(anthropic).then(pl.col("cached_tokens").fill_null(0) + pl.col("cache_creation_tokens")).otherwise(0)
+    extra = (
+        pl.when(anthropic)
+        .then(pl.col("cached_tokens").fill_null(0) + pl.col("cache_creation_tokens"))
+        .otherwise(0)
+    )
     return pl.col("prompt_tokens").fill_null(0) + extra
 
 
@@ -74,20 +86,29 @@ def task_costs(calls: FrameT, prices: Prices) -> FrameT:
     c = strategy_calls(calls)
     # Integer token sums per (task, arm), priced once: exact whatever order the rows are summed in (a float
     # sum of per-call USD changed in its last digits with the group_by's partitioning).
-    return c.group_by("task_id", "arm").agg(
-        _fresh_in().sum().alias("fresh"),
-        pl.col("cached_tokens").fill_null(0).sum().alias("cached"),
-        pl.col("completion_tokens").fill_null(0).sum().alias("out"),
-        pl.col("replicate").n_unique().alias("reps"),
-    ).select(
-        "task_id",
-        "arm",
-        (
-            (pl.col("fresh") * prices.input + pl.col("cached") * prices.cached + pl.col("out") * prices.output)
-            / 1e6
-            / pl.col("reps")
-        ).alias("cost"),
-    ).sort("arm", "task_id")  # one order for every caller, whatever the group_by's partitioning
+    return (
+        c.group_by("task_id", "arm")
+        .agg(
+            _fresh_in().sum().alias("fresh"),
+            pl.col("cached_tokens").fill_null(0).sum().alias("cached"),
+            pl.col("completion_tokens").fill_null(0).sum().alias("out"),
+            pl.col("replicate").n_unique().alias("reps"),
+        )
+        .select(
+            "task_id",
+            "arm",
+            (
+                (
+                    pl.col("fresh") * prices.input
+                    + pl.col("cached") * prices.cached
+                    + pl.col("out") * prices.output
+                )
+                / 1e6
+                / pl.col("reps")
+            ).alias("cost"),
+        )
+        .sort("arm", "task_id")
+    )  # one order for every caller, whatever the group_by's partitioning
 
 
 def _mean_cost(costs: pl.DataFrame) -> pl.DataFrame:
@@ -111,13 +132,15 @@ def arm_breakdown(frame: pl.DataFrame | pl.LazyFrame, prices: Prices | None = No
     outcomes = frame.filter(pl.col("kind") == "outcome")
     tasks = outcomes.group_by("arm").agg(
         pl.col("task_id").n_unique().alias("tasks_attempted"),
-        pl.col("task_id").filter(pl.col("score").is_not_null() & ~pl.col("scored_failure")).n_unique().alias(
-            "tasks_answered"
-        ),
+        pl.col("task_id")
+        .filter(pl.col("score").is_not_null() & ~pl.col("scored_failure"))
+        .n_unique()
+        .alias("tasks_answered"),
         pl.col("task_id").filter(pl.col("scored_failure")).n_unique().alias("tasks_lost"),
-        pl.col("task_id").filter(pl.col("score").is_null() & pl.col("error_class").is_not_null()).n_unique().alias(
-            "tasks_unscored"
-        ),
+        pl.col("task_id")
+        .filter(pl.col("score").is_null() & pl.col("error_class").is_not_null())
+        .n_unique()
+        .alias("tasks_unscored"),
     )
     lost = (
         outcomes.filter(pl.col("error_class").is_not_null())

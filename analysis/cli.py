@@ -23,7 +23,9 @@ PATHS_HELP = (
     "A run id (in --ledger), a run folder or s3://…/runs/<id> URL, or call logs: files, directories (recursive), "
     "globs or s3://bucket/prefix; JSONL, .jsonl.gz, Parquet."
 )
-BUDGET_HELP = "Tokens (3000, 2.5k) or dollars ($0.002) per task: the recommendation adds the best arm under it."
+BUDGET_HELP = (
+    "Tokens (3000, 2.5k) or dollars ($0.002) per task: the recommendation adds the best arm under it."
+)
 LEDGER_HELP = "Ledger holding a RUN given by id (folder or s3://bucket/prefix); default: ./ept-out/ledger."
 
 
@@ -46,15 +48,23 @@ def _print_skipped(skipped: Sequence[BadLine], err: Console) -> None:
         for b in skipped[:20]:
             err.print(f"  {b}", highlight=False, soft_wrap=True)
         if len(skipped) > 20:
-            err.print(f"  … and {len(skipped) - 20} more (all listed in report.json with --out)", highlight=False)
+            err.print(
+                f"  … and {len(skipped) - 20} more (all listed in report.json with --out)", highlight=False
+            )
 
 
 def tokens_cmd(
     paths: list[str] = typer.Argument(..., help=PATHS_HELP),
-    csv: str | None = typer.Option(None, "--csv", help="Also write the table as CSV to this file ('-' = stdout)."),
-    json_out: str | None = typer.Option(None, "--json", help="Also write the table as JSON to this file ('-' = stdout)."),
+    csv: str | None = typer.Option(
+        None, "--csv", help="Also write the table as CSV to this file ('-' = stdout)."
+    ),
+    json_out: str | None = typer.Option(
+        None, "--json", help="Also write the table as JSON to this file ('-' = stdout)."
+    ),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
-    tasks: str | None = typer.Option(None, "--tasks", hidden=True, help="Accepted for symmetry with analyze; unused."),
+    tasks: str | None = typer.Option(
+        None, "--tasks", hidden=True, help="Accepted for symmetry with analyze; unused."
+    ),
     ledger: str | None = typer.Option(None, "--ledger", help=LEDGER_HELP),
 ) -> None:
     """Tokens per arm (strategy, budget): calls, prompt/completion/total tokens, tasks, tokens per task."""
@@ -69,10 +79,15 @@ def tokens_cmd(
     # Only call records count; outcome and judgment lines are still read and validated.
     paths = resolve_inputs(paths, ledger)
     summary = read_summary(
-        paths, lambda lf: call_groups(lf.filter(pl.col("kind") == "call")), skip_bad=skip_bad, fields=TOKENS_FIELDS
+        paths,
+        lambda lf: call_groups(lf.filter(pl.col("kind") == "call")),
+        skip_bad=skip_bad,
+        fields=TOKENS_FIELDS,
     )
     if summary.frame.height == 0:
-        raise InputError("no call records in the input", file=summary.files[0] if len(summary.files) == 1 else None)
+        raise InputError(
+            "no call records in the input", file=summary.files[0] if len(summary.files) == 1 else None
+        )
     table = arm_tokens_from_groups(summary.frame)
     judge = judge_tokens_from_groups(summary.frame)
     to_stdout = "-" in (csv, json_out)
@@ -87,6 +102,8 @@ def tokens_cmd(
 
 MISSING_HELP = ("Outcomes without a score: shared = compare arms on the tasks every arm answered (default), "
                 "loss = count a missing score as a loss, drop = each arm on the tasks it answered.")  # fmt: skip
+
+
 def _checked_inputs(
     opts: AnalysisOptions, paths: list[str], ledger: str | None, top: int | None
 ) -> tuple[AnalysisOptions, list[str]]:
@@ -107,26 +124,46 @@ def _checked_inputs(
 
 def analyze_cmd(
     paths: list[str] = typer.Argument(..., help=PATHS_HELP),
-    out: str | None = typer.Option(None, "--out", help="Write report.md, arms.csv, report.json and PNG plots here."),
-    weights: str | None = typer.Option(None, "--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2 (default equal)."),
-    anchor: str | None = typer.Option(None, "--anchor", help="Arm pinned at Elo 1000, e.g. greedy@1 (default: cheapest arm)."),
-    rounds: int = typer.Option(1000, "--rounds", help="Bootstrap rounds (resampling tasks within families); 0 = none."),
+    out: str | None = typer.Option(
+        None, "--out", help="Write report.md, arms.csv, report.json and PNG plots here."
+    ),
+    weights: str | None = typer.Option(
+        None, "--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2 (default equal)."
+    ),
+    anchor: str | None = typer.Option(
+        None, "--anchor", help="Arm pinned at Elo 1000, e.g. greedy@1 (default: cheapest arm)."
+    ),
+    rounds: int = typer.Option(
+        1000, "--rounds", help="Bootstrap rounds (resampling tasks within families); 0 = none."
+    ),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
     level: float = typer.Option(0.95, "--level", help="Interval level."),
     l2: float | None = typer.Option(
-        None, "--l2", help="L2 penalty of the Bradley-Terry fit (default: a prior of one virtual tie per arm, l2 = 0.125; the seed used 1e-3)."
+        None,
+        "--l2",
+        help="L2 penalty of the Bradley-Terry fit (default: a prior of one virtual tie per arm, l2 = 0.125; the seed used 1e-3).",
     ),
-    min_tasks: int = typer.Option(5, "--min-tasks", help="Families with fewer tasks are left out of the merge and the weights renormalised (with a warning); smaller families cannot show their own task-to-task variance."),
-    drop_ties: bool = typer.Option(False, "--drop-ties", help="Drop ties instead of counting half a win each way."),
+    min_tasks: int = typer.Option(
+        5,
+        "--min-tasks",
+        help="Families with fewer tasks are left out of the merge and the weights renormalised (with a warning); smaller families cannot show their own task-to-task variance.",
+    ),
+    drop_ties: bool = typer.Option(
+        False, "--drop-ties", help="Drop ties instead of counting half a win each way."
+    ),
     missing: str = typer.Option("shared", "--missing", help=MISSING_HELP),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
     tasks: str | None = typer.Option(None, "--tasks", help="JSONL tasks file with task_id and family."),
     no_plots: bool = typer.Option(False, "--no-plots", help="With --out: skip the PNG plots."),
     prices: str | None = typer.Option(
-        None, "--prices", help="USD per 1M tokens, e.g. in=0.15,cached=0.075,out=0.6: cost per task, ΔElo per $1."
+        None,
+        "--prices",
+        help="USD per 1M tokens, e.g. in=0.15,cached=0.075,out=0.6: cost per task, ΔElo per $1.",
     ),
     budget: str | None = typer.Option(None, "--budget", help=BUDGET_HELP),
-    html: str | None = typer.Option(None, "--html", help="Also write a self-contained HTML report to this file."),
+    html: str | None = typer.Option(
+        None, "--html", help="Also write a self-contained HTML report to this file."
+    ),
     transcript: str | None = typer.Option(
         None, "--transcript", help="Also write the command and its terminal output as a markdown file."
     ),
@@ -135,7 +172,8 @@ def analyze_cmd(
         None, "--top", help="Terminal tables: only the N arms with the highest Elo (files keep every arm)."
     ),
     arms: str | None = typer.Option(
-        None, "--arms",
+        None,
+        "--arms",
         help="Terminal tables: only arms whose label contains PATTERN; * and ? are wildcards, e.g. 'best_of_n@*'.",
     ),
 ) -> None:
@@ -149,15 +187,29 @@ def analyze_cmd(
     from elo_per_token.analysis.report import make_console, print_report, write_outputs
 
     opts = AnalysisOptions(
-        weights=weights, anchor=anchor, rounds=rounds, seed=seed, level=level, l2=l2,
-        drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks, min_tasks=min_tasks, prices=prices, missing=missing,
+        weights=weights,
+        anchor=anchor,
+        rounds=rounds,
+        seed=seed,
+        level=level,
+        l2=l2,
+        drop_ties=drop_ties,
+        skip_bad=skip_bad,
+        tasks_file=tasks,
+        min_tasks=min_tasks,
+        prices=prices,
+        missing=missing,
         budget=budget,
     )
     opts, paths = _checked_inputs(opts, paths, ledger, top)
     err = Console(stderr=True)
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=err, transient=True,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
     ) as bar:
         job = bar.add_task("reading inputs", total=max(rounds, 1))
 

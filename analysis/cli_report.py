@@ -18,7 +18,8 @@ def register(app: typer.Typer) -> None:
 
 def compare(
     baseline: str = typer.Argument(
-        ..., help="Baseline run: a ledger run folder/URL (…/runs/ID), a run id in ./ept-out/ledger, or a folder of logs."
+        ...,
+        help="Baseline run: a ledger run folder/URL (…/runs/ID), a run id in ./ept-out/ledger, or a folder of logs.",
     ),
     current: str = typer.Argument(..., help="Current run, same suites and arms as the baseline."),
     fail_on: str = typer.Option(
@@ -27,20 +28,29 @@ def compare(
         help="Thresholds on the interval: elo-drop=POINTS, tokens-rise=PCT% or tokens-rise=TOKENS; 'none' only "
         "reports. Exit 1 when an arm's whole interval is past a threshold.",
     ),
-    markdown: Path | None = typer.Option(None, "--markdown", help="Write a pull-request comment (markdown) here."),
+    markdown: Path | None = typer.Option(
+        None, "--markdown", help="Write a pull-request comment (markdown) here."
+    ),
     json_out: Path | None = typer.Option(None, "--json", help="Write every number as JSON here."),
-    weights: str | None = typer.Option(None, "--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2."),
+    weights: str | None = typer.Option(
+        None, "--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2."
+    ),
     rounds: int = typer.Option(1000, "--rounds", help="Bootstrap rounds."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
     level: float = typer.Option(0.95, "--level", help="Interval level of the table."),
     adjust: str = typer.Option(
-        "bonferroni", "--adjust",
+        "bonferroni",
+        "--adjust",
         help="bonferroni: the rule uses intervals widened for the number of arms tested at once (family-wise "
         "false-alarm control); none: the table's intervals.",
     ),
-    tasks: str | None = typer.Option(None, "--tasks", help="JSONL with task_id and family, for logs without them."),
+    tasks: str | None = typer.Option(
+        None, "--tasks", help="JSONL with task_id and family, for logs without them."
+    ),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed lines instead of stopping."),
-    ledger: str | None = typer.Option(None, "--ledger", help="Ledger holding runs given by id; default ./ept-out/ledger."),
+    ledger: str | None = typer.Option(
+        None, "--ledger", help="Ledger holding runs given by id; default ./ept-out/ledger."
+    ),
 ) -> None:
     """Compare two runs arm by arm; exit 1 on a regression the data supports, 2 when not comparable."""
     from elo_per_token.analysis.compare import (
@@ -113,30 +123,45 @@ def _print_compare(res: CompareResult, baseline: str, current: str, *, level: fl
 
 def report(
     paths: list[str] = typer.Argument(
-        ..., help="A run (ledger run folder/URL, or a run id in ./ept-out/ledger) or call-log paths, dirs, globs."
+        ...,
+        help="A run (ledger run folder/URL, or a run id in ./ept-out/ledger) or call-log paths, dirs, globs.",
     ),
     out: Path = typer.Option(Path("report.html"), "--out", help="The HTML file to write."),
     weights: str | None = typer.Option(
-        None, "--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2 (default: the run's plan, else equal)."
+        None,
+        "--weights",
+        help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2 (default: the run's plan, else equal).",
     ),
     anchor: str | None = typer.Option(
         None, "--anchor", help="Arm pinned at Elo 1000 (default: the run's plan, else the cheapest)."
     ),
     rounds: int | None = typer.Option(
-        None, "--rounds", help="Bootstrap rounds, 0: no intervals (default: the run's plan, as in its table; else 1000)."
+        None,
+        "--rounds",
+        help="Bootstrap rounds, 0: no intervals (default: the run's plan, as in its table; else 1000).",
     ),
     seed: int | None = typer.Option(None, "--seed", help="Bootstrap seed (default: the run's plan, else 0)."),
     level: float = typer.Option(0.95, "--level", help="Interval level."),
-    l2: float | None = typer.Option(None, "--l2", help="L2 penalty of the Bradley-Terry fit (default: the prior of `ept analyze`)."),
-    tasks: str | None = typer.Option(None, "--tasks", help="JSONL with task_id and family, for logs without them."),
+    l2: float | None = typer.Option(
+        None, "--l2", help="L2 penalty of the Bradley-Terry fit (default: the prior of `ept analyze`)."
+    ),
+    tasks: str | None = typer.Option(
+        None, "--tasks", help="JSONL with task_id and family, for logs without them."
+    ),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed lines instead of stopping."),
     drop_ties: bool = typer.Option(False, "--drop-ties", help="Drop tied comparisons instead of half wins."),
-    ledger: str | None = typer.Option(None, "--ledger", help="Ledger holding a run given by id; default ./ept-out/ledger."),
+    ledger: str | None = typer.Option(
+        None, "--ledger", help="Ledger holding a run given by id; default ./ept-out/ledger."
+    ),
     prices: str | None = typer.Option(
-        None, "--prices", help="USD per 1M tokens, e.g. in=0.15,cached=0.075,out=0.6 (default: the run's profile prices)."
+        None,
+        "--prices",
+        help="USD per 1M tokens, e.g. in=0.15,cached=0.075,out=0.6 (default: the run's profile prices).",
     ),
     budget: str | None = typer.Option(
-        None, "--budget", help="Tokens (3000, 2.5k) or dollars ($0.002) per task: the recommendation adds the best arm under it."
+        None,
+        "--budget",
+        help="Tokens (3000, 2.5k) or dollars ($0.002) per task: the recommendation adds the best arm under it.",
     ),
 ) -> None:
     """Analyse a run and write one self-contained HTML report (plots embedded, no external resources)."""
@@ -182,10 +207,16 @@ def run_options(inputs: list[str]) -> tuple[Any, str]:
     if not isinstance(stored, dict) and not isinstance(manifest["plan"].get("name"), str):
         # Not a plan the coordinator wrote (another tool's manifest, a hand-made one): nothing says which
         # settings its table used, so the `ept analyze` defaults, as for plain logs.
-        return AnalysisOptions(prices=prices), f"the defaults of `ept analyze` (run {src.run_id}'s stored plan has no name)"
-    settings, problem = _settings(stored if isinstance(stored, dict) else manifest["plan"], plan=not isinstance(stored, dict))
+        return AnalysisOptions(
+            prices=prices
+        ), f"the defaults of `ept analyze` (run {src.run_id}'s stored plan has no name)"
+    settings, problem = _settings(
+        stored if isinstance(stored, dict) else manifest["plan"], plan=not isinstance(stored, dict)
+    )
     if problem:
-        return AnalysisOptions(prices=prices), f"the defaults of `ept analyze` (run {src.run_id}'s plan: {problem})"
+        return AnalysisOptions(
+            prices=prices
+        ), f"the defaults of `ept analyze` (run {src.run_id}'s plan: {problem})"
     return AnalysisOptions(**settings, prices=prices), f"run {src.run_id}'s plan, as in its table"
 
 
@@ -196,7 +227,9 @@ def _settings(data: dict[str, Any], *, plan: bool) -> tuple[dict[str, Any], str 
 
     from elo_per_token.contracts.manifest import MAX_BOOTSTRAP_ROUNDS, MAX_SEED, weights_option
 
-    keys = ("weights", "anchor", "bootstrap_rounds", "seed") if plan else ("weights", "anchor", "rounds", "seed")
+    keys = (
+        ("weights", "anchor", "bootstrap_rounds", "seed") if plan else ("weights", "anchor", "rounds", "seed")
+    )
     weights, anchor, rounds, seed = (data.get(k) for k in keys)
     weights = {} if weights is None else weights
     rounds = 200 if rounds is None and plan else rounds

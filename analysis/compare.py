@@ -41,7 +41,9 @@ class FailRule:
     def describe(self) -> str:
         parts = []
         if self.elo_drop is not None:
-            parts.append(f"elo-drop={self.elo_drop:g} (flag when the upper bound of ΔElo < -{self.elo_drop:g})")
+            parts.append(
+                f"elo-drop={self.elo_drop:g} (flag when the upper bound of ΔElo < -{self.elo_drop:g})"
+            )
         if self.tokens_rise is not None:
             parts.append(
                 f"tokens-rise={self.tokens_rise * 100:g}% (flag when the lower bound of the relative "
@@ -150,7 +152,9 @@ def check_comparable(base: RunInputs, cur: RunInputs) -> list[str]:
     arms_c = set(cur.arms["arm"].to_list())
     if arms_b != arms_c:
         raise InputError(
-            "the runs have different arms: " + _diff_text(arms_b, arms_c) + " (an arm is strategy@budget[variant], its full label)",
+            "the runs have different arms: "
+            + _diff_text(arms_b, arms_c)
+            + " (an arm is strategy@budget[variant], its full label)",
             file=cur.source,
             field="arm",
         )
@@ -196,7 +200,9 @@ def pooled_pairs(outcomes: pl.DataFrame) -> pl.DataFrame:
     each meeting weighted 1/(n_a*n_b), so one task and pair of players weighs 1 whatever the replicates.
     """
     o = outcomes.with_columns(pl.len().over("task", "player").alias("n_rep").cast(pl.Float64))
-    left = o.select("task", pl.col("player").alias("a"), pl.col("score").alias("sa"), pl.col("n_rep").alias("na"))
+    left = o.select(
+        "task", pl.col("player").alias("a"), pl.col("score").alias("sa"), pl.col("n_rep").alias("na")
+    )
     right = o.select(
         "task", pl.col("player").alias("b"), pl.col("score").alias("sb"), pl.col("n_rep").alias("nb")
     )
@@ -212,8 +218,12 @@ def pooled_pairs(outcomes: pl.DataFrame) -> pl.DataFrame:
         pl.col("w").alias("weight"),
     )
     ties = m.filter(pl.col("sa") == pl.col("sb"))
-    tie_ab = ties.select("task", pl.col("a").alias("winner"), pl.col("b").alias("loser"), (pl.col("w") * 0.5).alias("weight"))
-    tie_ba = ties.select("task", pl.col("b").alias("winner"), pl.col("a").alias("loser"), (pl.col("w") * 0.5).alias("weight"))
+    tie_ab = ties.select(
+        "task", pl.col("a").alias("winner"), pl.col("b").alias("loser"), (pl.col("w") * 0.5).alias("weight")
+    )
+    tie_ba = ties.select(
+        "task", pl.col("b").alias("winner"), pl.col("a").alias("loser"), (pl.col("w") * 0.5).alias("weight")
+    )
     return pl.concat([decided, tie_ab, tie_ba]).sort("task", "winner", "loser")
 
 
@@ -310,13 +320,14 @@ def _pooled_data(
     arm_idx = pl.DataFrame({"arm": arm_order, "ai": list(range(k))}, schema={"arm": pl.Utf8, "ai": pl.Int64})
 
     def players(df: pl.DataFrame, run: int) -> pl.DataFrame:
-        return df.join(arm_idx, on="arm", how="inner").with_columns(
-            (pl.col("ai") + run * k).alias("player")
-        )
+        return df.join(arm_idx, on="arm", how="inner").with_columns((pl.col("ai") + run * k).alias("player"))
 
     outcomes = pl.concat(
         [
-            players(r.outcomes.select("task_id", "family", "arm", "replicate", pl.col("score").cast(pl.Float64)), i)
+            players(
+                r.outcomes.select("task_id", "family", "arm", "replicate", pl.col("score").cast(pl.Float64)),
+                i,
+            )
             for i, r in enumerate((base, cur))
         ]
     ).filter(pl.col("score").is_not_null())
@@ -362,7 +373,11 @@ def _small_family_notes(tasks: pl.DataFrame) -> list[str]:
             notes.append(
                 f"family {fam}: only {n} task(s) (fewer than {WARN_TASKS}): intervals are widened for the small "
                 "sample but approximate"
-                + (f"; below {_POWER_TASKS} tasks the gate has little power (see 'drop caught 80%')" if n < _POWER_TASKS else "")
+                + (
+                    f"; below {_POWER_TASKS} tasks the gate has little power (see 'drop caught 80%')"
+                    if n < _POWER_TASKS
+                    else ""
+                )
                 + ("; with one task there is no interval and the gate cannot fire" if n < 2 else "")
             )
     return notes
@@ -372,9 +387,7 @@ def _failure_counts(base: RunInputs, cur: RunInputs) -> str:
     counts = [r.outcomes.filter(pl.col("score").is_null()).height + r.failed_jobs for r in (base, cur)]
     if not any(counts):
         return ""
-    return (
-        f"jobs without a graded outcome (left out of the comparisons): baseline {counts[0]}, current {counts[1]}"
-    )
+    return f"jobs without a graded outcome (left out of the comparisons): baseline {counts[0]}, current {counts[1]}"
 
 
 def _interval(samples: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
@@ -506,7 +519,11 @@ def _apply_rule(table: pl.DataFrame, rule: FailRule) -> tuple[list[str], dict[st
     reasons: dict[str, list[str]] = {}
     for row in table.iter_rows(named=True):  # one row per arm: a handful at most
         why = []
-        if rule.elo_drop is not None and row["gate_d_elo_hi"] is not None and row["gate_d_elo_hi"] < -rule.elo_drop:
+        if (
+            rule.elo_drop is not None
+            and row["gate_d_elo_hi"] is not None
+            and row["gate_d_elo_hi"] < -rule.elo_drop
+        ):
             why.append(
                 f"Elo dropped {row['d_elo']:+.1f} (gate interval {row['gate_d_elo_lo']:+.1f} .. "
                 f"{row['gate_d_elo_hi']:+.1f}, entirely below -{rule.elo_drop:g})"
@@ -700,7 +717,9 @@ def load_run(path: str, *, skip_bad: bool = False, tasks_file: str | None = None
         raise InputError("no call records: tokens per task cannot be measured", file=path)
     ttok = task_tokens(calls)
     arms = (
-        pl.concat([outcomes.select("arm", "strategy", "budget_n"), ttok.select("arm", "strategy", "budget_n")])
+        pl.concat(
+            [outcomes.select("arm", "strategy", "budget_n"), ttok.select("arm", "strategy", "budget_n")]
+        )
         .unique("arm", keep="first")
         .sort("arm")
     )

@@ -45,8 +45,11 @@ def pair_data(
     og = None
     if groups is not None and groups.height:
         og = OutcomeGroups(
-            task=groups["task"].to_numpy(), arm=groups["arm"].to_numpy(), level=groups["level"].to_numpy(),
-            mass=groups["mass"].to_numpy().astype(float), tie_weight=tie_weight,
+            task=groups["task"].to_numpy(),
+            arm=groups["arm"].to_numpy(),
+            level=groups["level"].to_numpy(),
+            mass=groups["mass"].to_numpy().astype(float),
+            tie_weight=tie_weight,
         )
     return PairData(
         task_family=task_family.replace_strict(fam_idx, return_dtype=pl.Int64).to_numpy(),

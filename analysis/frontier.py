@@ -24,7 +24,15 @@ import polars as pl
 from elo_per_token.analysis.merge import ELO_SCALE
 from elo_per_token.analysis.returns import _build, _frontier, _validate
 
-__all__ = ["OFF_SHARE", "ON_SHARE", "band", "families_seen", "headline_table", "seen_label", "shared_family_delta"]
+__all__ = [
+    "OFF_SHARE",
+    "ON_SHARE",
+    "band",
+    "families_seen",
+    "headline_table",
+    "seen_label",
+    "shared_family_delta",
+]
 
 ON_SHARE = 0.95
 OFF_SHARE = 0.05
@@ -88,10 +96,15 @@ def shared_family_delta(
         return np.nan, np.nan, np.nan
     w = np.array([weights[f] for f in fams])
     w = w / w.sum()
-    point = float(ELO_SCALE * sum(wi * (per_family_theta[f][k] - per_family_theta[f][j]) for wi, f in zip(w, fams, strict=True)))
+    point = float(
+        ELO_SCALE
+        * sum(wi * (per_family_theta[f][k] - per_family_theta[f][j]) for wi, f in zip(w, fams, strict=True))
+    )
     if not round_theta:
         return point, np.nan, np.nan
-    d = ELO_SCALE * sum(wi * (round_theta[f][:, k] - round_theta[f][:, j]) for wi, f in zip(w, fams, strict=True))
+    d = ELO_SCALE * sum(
+        wi * (round_theta[f][:, k] - round_theta[f][:, j]) for wi, f in zip(w, fams, strict=True)
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         lo, hi = np.nanpercentile(np.asarray(d), [100 * (1 - level) / 2, 100 * (1 + level) / 2])

@@ -85,8 +85,16 @@ dl{display:grid;grid-template-columns:max-content 1fr;gap:.1rem 1rem;font-size:.
 # Plots span the page's text column (1200px) at a size where their text reads like the tables' (about 13-15px).
 # Matplotlib's default 10pt labels on a 7.5in figure came out half the page wide with 8px labels.
 _FIG_W = 12.0
-_RC: dict[RcKeyType, Any] = {"svg.fonttype": "none", "svg.hashsalt": "ept", "font.size": 12, "axes.titlesize": 14,
-       "axes.labelsize": 12, "xtick.labelsize": 11, "ytick.labelsize": 11, "legend.fontsize": 11}
+_RC: dict[RcKeyType, Any] = {
+    "svg.fonttype": "none",
+    "svg.hashsalt": "ept",
+    "font.size": 12,
+    "axes.titlesize": 14,
+    "axes.labelsize": 12,
+    "xtick.labelsize": 11,
+    "ytick.labelsize": 11,
+    "legend.fontsize": 11,
+}
 
 
 def _is_num(x: Any) -> TypeGuard[float]:
@@ -112,8 +120,12 @@ def _cell(col: str, x: Any, fmt: str | None) -> str:
     return f'<td data-col="{col}" data-value="{html.escape(value, quote=True)}"{cls}>{text}</td>'
 
 
-def _table(table_id: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str, str | None]],
-           row_class: str | None = None) -> str:
+def _table(
+    table_id: str,
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[tuple[str, str, str | None]],
+    row_class: str | None = None,
+) -> str:
     head = "".join(
         f'<th class="t">{html.escape(label)}</th>' if fmt is None else f"<th>{html.escape(label)}</th>"
         for _, label, fmt in columns
@@ -126,15 +138,19 @@ def _table(table_id: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[t
         body.append(f'<tr data-arm="{key}"{cls}>{cells}</tr>')
     return (
         f'<div class="scroll"><table id="{table_id}"><thead><tr>{head}</tr></thead>'
-        f'<tbody>{"".join(body)}</tbody></table></div>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
     )
 
 
 def _svg(fig: Any) -> str:
     buf = io.StringIO()
     # No metadata block: no date (reproducible bytes) and no links to licence/namespace pages.
-    fig.savefig(buf, format="svg", bbox_inches="tight",
-                metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+    fig.savefig(
+        buf,
+        format="svg",
+        bbox_inches="tight",
+        metadata={"Date": None, "Creator": None, "Format": None, "Type": None},
+    )
     text = buf.getvalue()
     import matplotlib.pyplot as plt
 
@@ -142,7 +158,9 @@ def _svg(fig: Any) -> str:
     return text[text.index("<svg") :]  # drop the XML prolog/doctype: inline SVG in HTML5
 
 
-def _plot_elo_vs_tokens(rows: Sequence[Mapping[str, Any]], anchor: str | None = None, level_label: str = "95%") -> str:
+def _plot_elo_vs_tokens(
+    rows: Sequence[Mapping[str, Any]], anchor: str | None = None, level_label: str = "95%"
+) -> str:
     """The Elo-vs-tokens figure of the PNG report (analysis.plots), as SVG with every arm's numbers on
     hover: a <title> inside each point's group (browsers show it as a tooltip; no script needed)."""
     import matplotlib
@@ -153,27 +171,40 @@ def _plot_elo_vs_tokens(rows: Sequence[Mapping[str, Any]], anchor: str | None = 
     if not pts:
         return ""
     with matplotlib.rc_context(_RC):
-        out = _svg(elo_vs_tokens_figure(rows, level_label, anchor, gid_prefix="arm-pt-", figsize=(_FIG_W, 6.4)))
+        out = _svg(
+            elo_vs_tokens_figure(rows, level_label, anchor, gid_prefix="arm-pt-", figsize=(_FIG_W, 6.4))
+        )
     for i, r in enumerate(pts):
         tip = f"{r['arm']}: Elo {_fmt(r['elo'], '.0f')}"
         if _is_num(r.get("elo_lo")) and _is_num(r.get("elo_hi")):
             tip += f" [{_fmt(r['elo_lo'], '.0f')}, {_fmt(r['elo_hi'], '.0f')}]"
-        tip += f", {_fmt(r['tokens_per_task'], ',.0f')} tokens/task" + (", frontier" if r.get("frontier") else "")
+        tip += f", {_fmt(r['tokens_per_task'], ',.0f')} tokens/task" + (
+            ", frontier" if r.get("frontier") else ""
+        )
         if _is_num(r.get("frontier_prob")):
             tip += f", on the frontier in {r['frontier_prob']:.0%} of rounds"
         out = out.replace(f'<g id="arm-pt-{i}">', f'<g id="arm-pt-{i}"><title>{html.escape(tip)}</title>', 1)
     return out
 
 
-def _plot_bars(labels: list[str], values: list[float], los: list[float | None], his: list[float | None],
-               title: str, ylabel: str) -> str:
+def _plot_bars(
+    labels: list[str],
+    values: list[float],
+    los: list[float | None],
+    his: list[float | None],
+    title: str,
+    ylabel: str,
+) -> str:
     import matplotlib
 
     from elo_per_token.analysis.plots import bars_figure
 
     if not labels:
         return ""
-    rows = [{"arm": a, "v": v, "v_lo": lo, "v_hi": hi} for a, v, lo, hi in zip(labels, values, los, his, strict=True)]
+    rows = [
+        {"arm": a, "v": v, "v_lo": lo, "v_hi": hi}
+        for a, v, lo, hi in zip(labels, values, los, his, strict=True)
+    ]
     with matplotlib.rc_context(_RC):
         return _svg(bars_figure(rows, "v", title, ylabel, width=_FIG_W))
 
@@ -211,8 +242,9 @@ def _prices(manifest: Mapping[str, Any] | None) -> tuple[float, float] | None:
     return None
 
 
-def token_split_rows(token_split: Sequence[Mapping[str, Any]],
-                     prices: tuple[float, float] | None) -> list[dict[str, Any]]:
+def token_split_rows(
+    token_split: Sequence[Mapping[str, Any]], prices: tuple[float, float] | None
+) -> list[dict[str, Any]]:
     """Add totals, shares and (when priced) money to each (arm, role) row."""
     out = []
     for r in token_split:
@@ -225,8 +257,12 @@ def token_split_rows(token_split: Sequence[Mapping[str, Any]],
     return out
 
 
-def cost_rows(returns: Sequence[Mapping[str, Any]], token_split: Sequence[Mapping[str, Any]],
-              prices: tuple[float, float], breakdown: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+def cost_rows(
+    returns: Sequence[Mapping[str, Any]],
+    token_split: Sequence[Mapping[str, Any]],
+    prices: tuple[float, float],
+    breakdown: Sequence[Mapping[str, Any]] = (),
+) -> list[dict[str, Any]]:
     """Money per arm: total strategy cost (judge calls excluded) and per task, from prompt/completion prices.
 
     Per task: the terminal's $/task (the breakdown's cost_per_task, cached input at its own price) when the
@@ -255,8 +291,15 @@ def cost_rows(returns: Sequence[Mapping[str, Any]], token_split: Sequence[Mappin
         p, c = totals[arm]
         cost = (p * prices[0] + c * prices[1]) / 1e6
         n = tasks.get(arm)
-        out.append({"arm": arm, "prompt_tokens": p, "completion_tokens": c, "cost": cost,
-                    "cost_per_task": priced.get(arm, cost / n if n else None)})
+        out.append(
+            {
+                "arm": arm,
+                "prompt_tokens": p,
+                "completion_tokens": c,
+                "cost": cost,
+                "cost_per_task": priced.get(arm, cost / n if n else None),
+            }
+        )
     return out
 
 
@@ -314,7 +357,11 @@ def _returns_section(doc: Mapping[str, Any], returns: list[dict[str, Any]]) -> l
     )
     parts.append(_table("returns-table", returns, RETURNS_COLUMNS, row_class="frontier"))
     parts.append(column_notes(STEP_COLUMNS))
-    parts.append('<figure id="plot-elo-tokens">' + _plot_elo_vs_tokens(returns, doc.get("anchor"), _level_label(doc)) + "</figure>")
+    parts.append(
+        '<figure id="plot-elo-tokens">'
+        + _plot_elo_vs_tokens(returns, doc.get("anchor"), _level_label(doc))
+        + "</figure>"
+    )
     steps = [r for r in returns if _is_num(r.get("d_elo_per_1k"))]
     parts.append(
         '<figure id="plot-delo-per-1k">'
@@ -335,8 +382,12 @@ def _families_section(families: list[dict[str, Any]]) -> list[str]:
     parts: list[str] = []
     if families:
         parts.append('<section id="families"><h2>Per-family breakdown</h2>')
-        fam_cols = [("family", "family", None), ("arm", "arm", None), ("theta", "θ (centred)", ".3f"),
-                    ("elo", "Elo", ".1f")]
+        fam_cols = [
+            ("family", "family", None),
+            ("arm", "arm", None),
+            ("theta", "θ (centred)", ".3f"),
+            ("elo", "Elo", ".1f"),
+        ]
         if any("elo_lo" in r for r in families):  # the family's own bootstrap interval (issue 25)
             fam_cols += [("elo_lo", "lo", ".1f"), ("elo_hi", "hi", ".1f")]
         if any("weight" in r for r in families):
@@ -352,23 +403,41 @@ def _summary_and_tokens(
     parts: list[str] = []
     counts = doc.get("counts") or {}
     if counts:
-        shown = ["tasks", "calls", "strategy_calls", "judge_calls", "calls_missing_usage", "outcomes",
-                 "ungraded_outcomes", "judgments", "comparisons", "skipped_lines"]
+        shown = [
+            "tasks",
+            "calls",
+            "strategy_calls",
+            "judge_calls",
+            "calls_missing_usage",
+            "outcomes",
+            "ungraded_outcomes",
+            "judgments",
+            "comparisons",
+            "skipped_lines",
+        ]
         items = "".join(
             f'<tr><td class="t">{html.escape(k.replace("_", " "))}</td>'
             f'<td data-col="{k}" data-value="{counts[k]}">{counts[k]:,}</td></tr>'
-            for k in shown if isinstance(counts.get(k), int)
+            for k in shown
+            if isinstance(counts.get(k), int)
         )
-        parts.append(f'<section id="summary"><h2>Run summary</h2><table id="summary-table">{items}</table></section>')
+        parts.append(
+            f'<section id="summary"><h2>Run summary</h2><table id="summary-table">{items}</table></section>'
+        )
     if split:
         parts.append('<section id="tokens"><h2>Token split</h2>')
         parts.append(
             '<p class="muted">Tokens as returned in each call\'s usage, by arm and call role (sample, verifier, '
             "search_node, tool_turn; judge calls are evaluation cost, not strategy cost).</p>"
         )
-        cols = [("arm", "arm", None), ("role", "role", None), ("calls", "calls", ",d"),
-                ("prompt_tokens", "prompt", ",d"), ("completion_tokens", "completion", ",d"),
-                ("total_tokens", "total", ",d")]
+        cols = [
+            ("arm", "arm", None),
+            ("role", "role", None),
+            ("calls", "calls", ",d"),
+            ("prompt_tokens", "prompt", ",d"),
+            ("completion_tokens", "completion", ",d"),
+            ("total_tokens", "total", ",d"),
+        ]
         if prices is not None:
             cols.append(("cost", "cost", ",.4f"))
         parts.append(_table("token-table", split, cols))
@@ -386,17 +455,26 @@ def _cost_section(
     parts.append('<section id="cost"><h2>Cost</h2>')
     if prices is not None and split:
         parts.append(
-            f'<p>Prices from the run\'s profile: {prices[0]:g} per 1M prompt tokens, {prices[1]:g} per 1M '
+            f"<p>Prices from the run's profile: {prices[0]:g} per 1M prompt tokens, {prices[1]:g} per 1M "
             "completion tokens.</p>"
         )
         parts.append(
-            _table("cost-table", cost_rows(returns, split, prices, list(doc.get("breakdown") or [])),
-                   [("arm", "arm", None), ("prompt_tokens", "prompt", ",.0f"),
-                    ("completion_tokens", "completion", ",.0f"), ("cost", "cost", ",.4f"),
-                    ("cost_per_task", "cost / task", ",.5f")])
+            _table(
+                "cost-table",
+                cost_rows(returns, split, prices, list(doc.get("breakdown") or [])),
+                [
+                    ("arm", "arm", None),
+                    ("prompt_tokens", "prompt", ",.0f"),
+                    ("completion_tokens", "completion", ",.0f"),
+                    ("cost", "cost", ",.4f"),
+                    ("cost_per_task", "cost / task", ",.5f"),
+                ],
+            )
         )
     else:
-        parts.append('<p class="muted" id="no-prices">The run\'s profile has no prices, so no money figures.</p>')
+        parts.append(
+            '<p class="muted" id="no-prices">The run\'s profile has no prices, so no money figures.</p>'
+        )
     cost_table = list(doc.get("cost_table") or [])
     if cost_table:
         parts.append(
@@ -459,7 +537,10 @@ def _endpoints_html(manifest: Mapping[str, Any]) -> str:
     seen: dict[tuple[str, str], list[int]] = {}
     for i, sess in enumerate(manifest.get("sessions") or [], 1):
         sess = sess if isinstance(sess, Mapping) else {}
-        key = (str(sess.get("endpoint") or prof.get("base_url") or "?"), str(sess.get("model") or prof.get("model") or "?"))
+        key = (
+            str(sess.get("endpoint") or prof.get("base_url") or "?"),
+            str(sess.get("model") or prof.get("model") or "?"),
+        )
         seen.setdefault(key, []).append(i)
     items = "".join(f"<li>{html.escape(mask_urls(e))} · model {html.escape(m)} · sessions {', '.join(map(str, s))}</li>"
                     for (e, m), s in seen.items())  # fmt: skip
@@ -470,17 +551,21 @@ def _page_tail(doc: Mapping[str, Any], manifest: Any) -> list[str]:
     """Options, the run manifest (collapsed) and the end of the page."""
     parts: list[str] = []
     if doc.get("options"):
-        parts.append('<section id="options"><h2>Options</h2><pre>'
-                     + html.escape(scrub(json.dumps(doc["options"], indent=2, sort_keys=True, default=str)))
-                     + "</pre></section>")
+        parts.append(
+            '<section id="options"><h2>Options</h2><pre>'
+            + html.escape(scrub(json.dumps(doc["options"], indent=2, sort_keys=True, default=str)))
+            + "</pre></section>"
+        )
     parts.append('<section id="manifest"><h2>Run manifest</h2>')
     if manifest:
         parts.append(_endpoints_html(manifest))
         # Long (plan, sessions, profile): collapsed, one click away, so it does not bury the page's end.
-        parts.append('<details id="manifest-details"><summary>The run\'s manifest (JSON): plan, profile, code '
-                     "version, sessions</summary><pre>"
-                     + html.escape(scrub(json.dumps(manifest, indent=2, sort_keys=True, default=str)))
-                     + "</pre></details>")
+        parts.append(
+            '<details id="manifest-details"><summary>The run\'s manifest (JSON): plan, profile, code '
+            "version, sessions</summary><pre>"
+            + html.escape(scrub(json.dumps(manifest, indent=2, sort_keys=True, default=str)))
+            + "</pre></details>"
+        )
     else:
         parts.append('<p class="muted">No run manifest found (the inputs were plain logs).</p>')
     parts.append("</section></body></html>")
@@ -522,7 +607,9 @@ def token_split(frame: pl.DataFrame) -> list[dict[str, Any]]:
     )
 
 
-def failures_by_class(files: Sequence[str], failure_objects: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+def failures_by_class(
+    files: Sequence[str], failure_objects: Sequence[Mapping[str, Any]] = ()
+) -> list[dict[str, Any]]:
     """Failed jobs per (arm, error class): outcome lines with an `error`, plus the ledger's failure objects
     for jobs that never wrote a result (a job counted in both is counted once, by its job key)."""
     import polars as pl
@@ -547,7 +634,9 @@ def failures_by_class(files: Sequence[str], failure_objects: Sequence[Mapping[st
             pl.scan_ndjson(jsonl, schema=schema, storage_options=opts)
             .filter((pl.col("kind") == "outcome") & pl.col("error").is_not_null())
             .select(
-                pl.coalesce("arm", pl.col("strategy") + "@" + pl.col("budget_n").cast(pl.String)).alias("arm"),
+                pl.coalesce("arm", pl.col("strategy") + "@" + pl.col("budget_n").cast(pl.String)).alias(
+                    "arm"
+                ),
                 pl.col("error").struct.field("class").fill_null("unknown").alias("error_class"),
                 "job_key",
                 # This job's calls are in the ledger, so already in the token and cost tables.
@@ -557,7 +646,12 @@ def failures_by_class(files: Sequence[str], failure_objects: Sequence[Mapping[st
         )
     seen = set(rows["job_key"].drop_nulls().to_list())
     extra = [
-        {"arm": _failure_arm(k, f), "error_class": _failure_class(f), "job_key": k, "tokens": _failure_tokens(f)}
+        {
+            "arm": _failure_arm(k, f),
+            "error_class": _failure_class(f),
+            "job_key": k,
+            "tokens": _failure_tokens(f),
+        }
         for k, f in ((str(f.get("job_key", "")), f) for f in failure_objects)
         if not k or k not in seen
     ]
@@ -596,7 +690,9 @@ def _failure_arm(key: str, f: Mapping[str, Any]) -> str:
     if isinstance(job, Mapping) and job.get("strategy") is not None:
         from elo_per_token.contracts.jobs import arm_label, params_variant
 
-        return arm_label(str(job["strategy"]), int(job.get("budget_n", 0)), params_variant(job.get("params") or {}))
+        return arm_label(
+            str(job["strategy"]), int(job.get("budget_n", 0)), params_variant(job.get("params") or {})
+        )
     parts = key.split("/")
     return parts[2] if len(parts) >= 4 else "unknown"  # job keys are family/task/arm/rN
 
@@ -627,7 +723,11 @@ def doc_from_result(result: Any) -> dict[str, Any]:
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "inputs": [r.ledger.rstrip("/") + "/runs/" + r.run_id for r in refs]
         if refs
-        else (data["inputs"] if len(data["inputs"]) <= 5 else [*data["inputs"][:5], f"… {len(data['inputs'])} files"]),
+        else (
+            data["inputs"]
+            if len(data["inputs"]) <= 5
+            else [*data["inputs"][:5], f"… {len(data['inputs'])} files"]
+        ),
         "options": data["options"],
         "warnings": warnings,
         "returns": data["table"],

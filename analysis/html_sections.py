@@ -14,16 +14,26 @@ from typing import Any
 STEP_COLUMNS: list[tuple[str, str, str | None, str]] = [
     ("arm", "arm", None, "strategy@budget, with its parameter variant"),
     ("budget_n", "budget", "d", "the strategy's budget n (samples, votes, nodes)"),
-    ("tokens_per_task", "tokens/task", ",.0f", "mean strategy tokens per task (prompt + completion), families "
-     "weighted like Elo; judge calls excluded"),
+    (
+        "tokens_per_task",
+        "tokens/task",
+        ",.0f",
+        "mean strategy tokens per task (prompt + completion), families "
+        "weighted like Elo; judge calls excluded",
+    ),
     ("elo", "Elo", ".1f", "merged Bradley-Terry Elo, the anchor at 1000"),
     ("elo_lo", "lo", ".1f", "lower end of the bootstrap interval (tasks resampled within families)"),
     ("elo_hi", "hi", ".1f", "upper end of that interval"),
     ("d_elo", "ΔElo", "+.1f", "Elo minus the previous row's (the comparison named in the table's title)"),
     ("d_elo_lo", "lo", "+.1f", "interval of ΔElo (same bootstrap rounds for both arms)"),
     ("d_elo_hi", "hi", "+.1f", ""),
-    ("d_elo_per_1k", "ΔElo/1k tok", ".2f", "ΔElo divided by the token step, per 1000 tokens; — where the token "
-     "step's interval includes 0 (the ratio could be anything)"),
+    (
+        "d_elo_per_1k",
+        "ΔElo/1k tok",
+        ".2f",
+        "ΔElo divided by the token step, per 1000 tokens; — where the token "
+        "step's interval includes 0 (the ratio could be anything)",
+    ),
     ("d_elo_per_1k_lo", "lo", ".2f", "interval of the ratio"),
     ("d_elo_per_1k_hi", "hi", ".2f", ""),
     ("frontier", "frontier", None, "no arm is at least as cheap and at least as strong"),
@@ -74,14 +84,21 @@ def accuracy_section(doc: Mapping[str, Any], table: Any) -> list[str]:
         for k in ks:
             p = pk.get((r["arm"], k)) or {}
             row[f"pass_at_{k}"], row[f"pass_at_{k}_lo"], row[f"pass_at_{k}_hi"] = (
-                p.get("pass_at_k"), p.get("pass_at_k_lo"), p.get("pass_at_k_hi"))
+                p.get("pass_at_k"),
+                p.get("pass_at_k_lo"),
+                p.get("pass_at_k_hi"),
+            )
         rows.append(row)
     cols: list[tuple[str, str, str | None]] = [
         ("arm", "arm", None), ("accuracy", "accuracy / pass@1", ".1%"), ("accuracy_lo", "lo", ".1%"),
         ("accuracy_hi", "hi", ".1%"), ("tasks", "tasks", ",d"), ("outcomes", "outcomes", ",d"),
     ]  # fmt: skip
     for k in ks:
-        cols += [(f"pass_at_{k}", f"pass@{k}", ".1%"), (f"pass_at_{k}_lo", "lo", ".1%"), (f"pass_at_{k}_hi", "hi", ".1%")]
+        cols += [
+            (f"pass_at_{k}", f"pass@{k}", ".1%"),
+            (f"pass_at_{k}_lo", "lo", ".1%"),
+            (f"pass_at_{k}_hi", "hi", ".1%"),
+        ]
     out = ['<section id="accuracy"><h2>Accuracy</h2>',
            '<p class="muted">Mean score per arm (accuracy; pass@1 for pass/fail tasks): per task the mean over '
            "replicates, per family the mean over tasks, families weighted like Elo; intervals resample tasks within "
@@ -89,9 +106,20 @@ def accuracy_section(doc: Mapping[str, Any], table: Any) -> list[str]:
            table("accuracy-table", rows, cols)]  # fmt: skip
     fam = list(doc.get("accuracy_family") or [])
     if fam:
-        out.append(table("accuracy-family-table", fam,
-                         [("family", "family", None), ("arm", "arm", None), ("accuracy", "accuracy", ".1%"),
-                          ("accuracy_lo", "lo", ".1%"), ("accuracy_hi", "hi", ".1%"), ("tasks", "tasks", ",d")]))
+        out.append(
+            table(
+                "accuracy-family-table",
+                fam,
+                [
+                    ("family", "family", None),
+                    ("arm", "arm", None),
+                    ("accuracy", "accuracy", ".1%"),
+                    ("accuracy_lo", "lo", ".1%"),
+                    ("accuracy_hi", "hi", ".1%"),
+                    ("tasks", "tasks", ",d"),
+                ],
+            )
+        )
     out.append("</section>")
     return out
 

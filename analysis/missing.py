@@ -80,7 +80,9 @@ def apply_estimand(outcomes: pl.DataFrame, estimand: str) -> Missing:
     # loss: every missing cell becomes one outcome scored 0 (null scores too), replicate 0 when none exists
     losses = cells.with_columns(pl.lit(0, dtype=outcomes.schema["replicate"]).alias("replicate"),
                                 pl.lit(0.0, dtype=outcomes.schema["score"]).alias("score"))  # fmt: skip
-    nulls = outcomes.filter(pl.col("score").is_null()).join(cells.select("task_id", "arm"), on=["task_id", "arm"])
+    nulls = outcomes.filter(pl.col("score").is_null()).join(
+        cells.select("task_id", "arm"), on=["task_id", "arm"]
+    )
     kept = pl.concat([
         outcomes.filter(pl.col("score").is_not_null()),
         nulls.unique(["task_id", "arm"]).with_columns(pl.lit(0.0, dtype=outcomes.schema["score"]).alias("score")),
@@ -107,12 +109,20 @@ def missingness(outcomes: pl.DataFrame, estimand: str = "shared") -> tuple[pl.Da
     warnings = []
     for r in table.iter_rows(named=True):
         a, b = r["others_on_missing"], r["others_on_rest"]
-        figs = f"the other arms score {a:.2f} on those vs {b:.2f} on the rest" if a is not None and b is not None else ""
+        figs = (
+            f"the other arms score {a:.2f} on those vs {b:.2f} on the rest"
+            if a is not None and b is not None
+            else ""
+        )
         hard = a is not None and b is not None and a < b - 0.1
         warnings.append(
             f"{r['arm']}: no score on {r['missing']} of {r['tasks']} task(s)"
             + (f"; {figs}" if figs else "")
-            + ("; the missing ones are the harder tasks, so dropping them would flatter this arm" if hard else "")
+            + (
+                "; the missing ones are the harder tasks, so dropping them would flatter this arm"
+                if hard
+                else ""
+            )
         )
     return table, warnings + tail
 
@@ -125,12 +135,17 @@ def _others_means(outcomes: pl.DataFrame, cells: pl.DataFrame) -> pl.DataFrame:
     task_arm = (outcomes.filter(pl.col("score").is_not_null())
                 .group_by("task_id", "family", "arm").agg(pl.col("score").mean().alias("s")))  # fmt: skip
     per_task = task_arm.group_by("task_id").agg(pl.col("s").sum().alias("S"), pl.len().alias("N"))
-    on_missing = cells.join(per_task, on="task_id").group_by("arm").agg(
-        pl.len().alias("missing"), (pl.col("S").sum() / pl.col("N").sum()).alias("others_on_missing"))
+    on_missing = (
+        cells.join(per_task, on="task_id")
+        .group_by("arm")
+        .agg(pl.len().alias("missing"), (pl.col("S").sum() / pl.col("N").sum()).alias("others_on_missing"))
+    )
     has = task_arm.filter(pl.col("arm").is_in(cells["arm"].unique().implode())).join(per_task, on="task_id")
     on_rest = has.group_by("arm").agg(
         pl.when((pl.col("N") - 1).sum() > 0)
-        .then((pl.col("S") - pl.col("s")).sum() / (pl.col("N") - 1).sum()).alias("others_on_rest"))
+        .then((pl.col("S") - pl.col("s")).sum() / (pl.col("N") - 1).sum())
+        .alias("others_on_rest")
+    )
     fam_tasks = task_arm.group_by("family").agg(pl.col("task_id").n_unique().alias("n"))
     arm_fams = outcomes.select("family", "arm").unique().join(fam_tasks, on="family", how="left")
     tasks = arm_fams.group_by("arm").agg(pl.col("n").fill_null(0).sum().alias("tasks"))
@@ -141,7 +156,9 @@ def _others_means(outcomes: pl.DataFrame, cells: pl.DataFrame) -> pl.DataFrame:
 def _retry_warning(outcomes: pl.DataFrame, cells: pl.DataFrame, estimand: str) -> list[str]:
     """The count of outcomes without a score (and of tasks without any outcome) and `ept retry`."""
     ungraded = int(outcomes["score"].is_null().sum())
-    vanished = cells.join(outcomes.select("task_id", "arm").unique(), on=["task_id", "arm"], how="anti").height
+    vanished = cells.join(
+        outcomes.select("task_id", "arm").unique(), on=["task_id", "arm"], how="anti"
+    ).height
     if not (ungraded or vanished):
         return []
     parts = [f"{ungraded} outcome(s) have no score (failed before grading)"] if ungraded else []

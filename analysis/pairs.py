@@ -32,8 +32,12 @@ def _expand_ties(
     (possibly many million) meetings are never held next to their expanded rows."""
     m = m.lazy()
     base = ("task_id", "family")
-    won_a = m.filter(pl.col(result) == "A").select(*base, pl.col(a).alias("winner"), pl.col(b).alias("loser"), "w")
-    won_b = m.filter(pl.col(result) == "B").select(*base, pl.col(b).alias("winner"), pl.col(a).alias("loser"), "w")
+    won_a = m.filter(pl.col(result) == "A").select(
+        *base, pl.col(a).alias("winner"), pl.col(b).alias("loser"), "w"
+    )
+    won_b = m.filter(pl.col(result) == "B").select(
+        *base, pl.col(b).alias("winner"), pl.col(a).alias("loser"), "w"
+    )
     parts = [won_a, won_b]
     if not drop_ties:
         ties = m.filter(pl.col(result) == "tie").with_columns(pl.col("w") * 0.5)
@@ -123,5 +127,8 @@ def implied_pair_rows(groups: pl.DataFrame, *, drop_ties: bool = False) -> int:
         return float(groups.group_by(*keys).agg(pl.col("reps").sum().alias("r")).select(sq.sum()).item())
 
     meetings = (pairs_within("task_id") - pairs_within("task_id", "arm")) / 2
-    ties = (pairs_within("task_id", "level") - float(groups.select(pl.col("reps").alias("r")).select(sq.sum()).item())) / 2
+    ties = (
+        pairs_within("task_id", "level")
+        - float(groups.select(pl.col("reps").alias("r")).select(sq.sum()).item())
+    ) / 2
     return round(meetings - ties if drop_ties else meetings + ties)

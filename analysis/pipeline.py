@@ -227,7 +227,9 @@ def check_records(records: Records, *, skip_bad: bool) -> tuple[pl.DataFrame, li
     frame = records.frame.with_row_index("_i")
     # Lazy and narrow: a filter of the whole frame would copy all its columns (0.8 GB for a 1M-job run).
     lazy = frame.lazy()
-    known = lazy.filter(pl.col("kind").is_in(["call", "outcome"])).select(pl.col("arm").unique()).collect()["arm"]
+    known = (
+        lazy.filter(pl.col("kind").is_in(["call", "outcome"])).select(pl.col("arm").unique()).collect()["arm"]
+    )
     judg = lazy.filter(pl.col("kind") == "judgment").select("_i", "file", "row", "arm_a", "arm_b").collect()
     bad: list[BadLine] = []
     drop: list[pl.Series] = []
@@ -236,14 +238,20 @@ def check_records(records: Records, *, skip_bad: bool) -> tuple[pl.DataFrame, li
         bad += _bad(
             unknown,
             side,
-            "unknown arm {" + side + "!r}: no call or outcome record has this arm (arms are strategy@budget_n)",
+            "unknown arm {"
+            + side
+            + "!r}: no call or outcome record has this arm (arms are strategy@budget_n)",
             skip_bad,
         )
         drop.append(unknown["_i"])
     same = judg.filter(pl.col("arm_a") == pl.col("arm_b"))
     bad += _bad(same, "arm_b", "a judgment needs two different arms, got {arm_a!r} twice", skip_bad)
     drop.append(same["_i"])
-    outc = lazy.filter(pl.col("kind") == "outcome").select("_i", "file", "row", "task_id", "arm", "replicate").collect()
+    outc = (
+        lazy.filter(pl.col("kind") == "outcome")
+        .select("_i", "file", "row", "task_id", "arm", "replicate")
+        .collect()
+    )
     dup = outc.filter(pl.int_range(pl.len()).over("task_id", "arm", "replicate") > 0)
     bad += _bad(
         dup,
@@ -269,7 +277,9 @@ def _decisive_families(groups: pl.DataFrame, judgments: pl.DataFrame, arms: list
         .agg(pl.col("arm").n_unique().alias("n_arms"), pl.col("level").n_unique().alias("n_levels"))
         .filter((pl.col("n_arms") > 1) & (pl.col("n_levels") > 1))
     )
-    j = judgments.filter(pl.col("arm_a").is_in(arms) & pl.col("arm_b").is_in(arms) & (pl.col("winner") != "tie"))
+    j = judgments.filter(
+        pl.col("arm_a").is_in(arms) & pl.col("arm_b").is_in(arms) & (pl.col("winner") != "tie")
+    )
     return set(tasks["family"].to_list()) | set(j["family"].to_list())
 
 
@@ -505,7 +515,9 @@ def build_comparisons(inp: Inputs, opt: AnalysisOptions) -> Comparisons:
     # Labels as categoricals: pair rows hold codes, not strings.
     cat = pl.Categorical
     pairs_all = build_pairs(
-        (outcomes.head(0) if use_groups else outcomes).with_columns(pl.col("task_id", "family", "arm").cast(cat)),
+        (outcomes.head(0) if use_groups else outcomes).with_columns(
+            pl.col("task_id", "family", "arm").cast(cat)
+        ),
         inp.judgments.with_columns(pl.col("task_id", "family", "arm_a", "arm_b").cast(cat)),
         drop_ties=opt.drop_ties,
     )
@@ -522,11 +534,20 @@ def build_comparisons(inp: Inputs, opt: AnalysisOptions) -> Comparisons:
             )
     ttok = task_tokens(inp.calls).collect()
     if est.dropped_tasks.height:  # the shared tasks' cost too, so every arm's cost is over the same tasks
-        ttok = ttok.filter(~pl.col("task_id").cast(pl.String).is_in(est.dropped_tasks["task_id"].cast(pl.String).implode()))
+        ttok = ttok.filter(
+            ~pl.col("task_id").cast(pl.String).is_in(est.dropped_tasks["task_id"].cast(pl.String).implode())
+        )
     return Comparisons(
-        tokens=tok_all, task_tokens=ttok, groups_full=groups_full, pairs=pairs_all,
-        groups=groups_all, missing_usage=missing_usage, ungraded=ungraded, warnings=warnings,
-        estimand_title=est.title, missing=missing_table,
+        tokens=tok_all,
+        task_tokens=ttok,
+        groups_full=groups_full,
+        pairs=pairs_all,
+        groups=groups_all,
+        missing_usage=missing_usage,
+        ungraded=ungraded,
+        warnings=warnings,
+        estimand_title=est.title,
+        missing=missing_table,
     )
 
 
@@ -537,7 +558,9 @@ def select_arms(inp: Inputs, comp: Comparisons, opt: AnalysisOptions) -> ArmSele
     # An arm whose every task lacks usage has no measured cost: it cannot sit on a tokens axis.
     with_tokens = set(tok_all.filter(pl.col("avg_tokens_per_task").is_not_null())["arm"].to_list())
     for arm in sorted(set(comp.task_tokens["arm"].to_list()) - with_tokens):
-        warnings.append(f"arm {arm}: no task has complete usage, so its tokens per task are unknown; left out")
+        warnings.append(
+            f"arm {arm}: no task has complete usage, so its tokens per task are unknown; left out"
+        )
     compared = set(pairs_all["winner"].unique().to_list()) | set(pairs_all["loser"].unique().to_list())
     compared |= set(comp.groups["arm"].unique().to_list())
     graded = set(inp.outcomes.filter(pl.col("score").is_not_null())["arm"].to_list()) | compared
@@ -578,20 +601,26 @@ def build_design(inp: Inputs, comp: Comparisons, sel: ArmSelection, opt: Analysi
 
     arms = sel.arms
     pairs = comp.pairs.filter(pl.col("winner").is_in(arms) & pl.col("loser").is_in(arms))
-    groups = comp.groups.filter(pl.col("arm").is_in(arms)).filter(pl.col("arm").n_unique().over("task_id") > 1)
+    groups = comp.groups.filter(pl.col("arm").is_in(arms)).filter(
+        pl.col("arm").n_unique().over("task_id") > 1
+    )
     if pairs.height == 0 and groups.height == 0:
-        raise InputError(f"the arms with measured tokens ({', '.join(arms)}) never meet on a task", file=inp.where)
+        raise InputError(
+            f"the arms with measured tokens ({', '.join(arms)}) never meet on a task", file=inp.where
+        )
     ttok = comp.task_tokens.filter(pl.col("arm").is_in(arms))
     families = sorted(set(pairs["family"].unique().to_list()) | set(groups["family"].unique().to_list()))
     fw = parse_weights(opt.weights, families)
     warnings = _tie_warnings(families, _decisive_families(comp.groups_full, inp.judgments, arms))
     # Tasks: everything compared, plus token-only tasks of the analysed families (they count for cost).
     tasks = (
-        pl.concat([
-            pairs.select("task_id", "family").unique().cast(pl.String),
-            groups.select("task_id", "family").cast(pl.String),
-            ttok.select("task_id", "family").cast(pl.String),
-        ])
+        pl.concat(
+            [
+                pairs.select("task_id", "family").unique().cast(pl.String),
+                groups.select("task_id", "family").cast(pl.String),
+                ttok.select("task_id", "family").cast(pl.String),
+            ]
+        )
         .filter(pl.col("family").is_in(families))
         .unique()
         .sort("family", "task_id")
@@ -602,8 +631,16 @@ def build_design(inp: Inputs, comp: Comparisons, sel: ArmSelection, opt: Analysi
     n_tasks = dict(zip(counted["family"].to_list(), counted["len"].to_list(), strict=True))
     rule = small_families(families, fw, n_tasks, opt.min_tasks)
     return Design(
-        pairs=pairs, groups=groups, task_tokens=ttok, tasks=tasks, families=families, weights=rule.weights,
-        excluded=rule.excluded, n_tasks=n_tasks, data=data, warnings=warnings + rule.warnings,
+        pairs=pairs,
+        groups=groups,
+        task_tokens=ttok,
+        tasks=tasks,
+        families=families,
+        weights=rule.weights,
+        excluded=rule.excluded,
+        n_tasks=n_tasks,
+        data=data,
+        warnings=warnings + rule.warnings,
         weights_note=rule.note,
     )
 
@@ -686,8 +723,12 @@ def fit_once(design: Design, sel: ArmSelection, opt: AnalysisOptions) -> PointFi
                 "families share)"
             )
     return PointFit(
-        family_fits=family_fits, elo=np.asarray(elo, dtype=float), tokens=np.asarray(tok, dtype=float),
-        tokens_unweighted=tokens_unweighted(data), per_family_theta=per_family_theta, fits=fits,
+        family_fits=family_fits,
+        elo=np.asarray(elo, dtype=float),
+        tokens=np.asarray(tok, dtype=float),
+        tokens_unweighted=tokens_unweighted(data),
+        per_family_theta=per_family_theta,
+        fits=fits,
         warnings=warnings,
     )
 
@@ -705,8 +746,15 @@ def intervals(
     if opt.rounds <= 0:
         return Intervals(boot=None, warnings=[])
     boot = bootstrap(
-        design.data, design.weight_array, anchor=sel.index[sel.anchor], rounds=opt.rounds, seed=opt.seed,
-        l2=opt.l2_value, progress=progress, fits=point.family_fits, level=opt.level,
+        design.data,
+        design.weight_array,
+        anchor=sel.index[sel.anchor],
+        rounds=opt.rounds,
+        seed=opt.seed,
+        l2=opt.l2_value,
+        progress=progress,
+        fits=point.family_fits,
+        level=opt.level,
     )
     failed = int(boot.failed_rounds)
     warnings = [f"{failed} of {opt.rounds} bootstrap rounds had a non-converged fit"] if failed else []
@@ -735,8 +783,18 @@ def make_tables(
     partial = families_seen(point.per_family_theta, design.weights, arms)
     eligible = np.array([a not in partial for a in arms])  # partial arms are off every table's frontier
     table = headline_table(
-        arms, strategies, budgets, tok, elo, elo_s, tok_s, partial=partial, per_family_theta=point.per_family_theta,
-        round_theta=None if iv.boot is None else iv.boot.family_theta, weights=design.weights, level=opt.level,
+        arms,
+        strategies,
+        budgets,
+        tok,
+        elo,
+        elo_s,
+        tok_s,
+        partial=partial,
+        per_family_theta=point.per_family_theta,
+        round_theta=None if iv.boot is None else iv.boot.family_theta,
+        weights=design.weights,
+        level=opt.level,
     )
     prices = parse_prices(opt.prices)
     # Lazy: the breakdown's queries read their few columns of the analysed arms' rows, no copy of the frame.
@@ -746,7 +804,14 @@ def make_tables(
         cost, cost_s = cost_arrays(arms, tok, tok_s, breakdown)
         # The returns table over cost: "per 1k" of (USD x 1000) is per $1.
         cost_table = returns_table(
-            arms, strategies, budgets, cost * 1000, elo, elo_s, None if cost_s is None else cost_s * 1000, level=opt.level,
+            arms,
+            strategies,
+            budgets,
+            cost * 1000,
+            elo,
+            elo_s,
+            None if cost_s is None else cost_s * 1000,
+            level=opt.level,
             eligible=eligible,
         ).rename(lambda c: c.replace("tokens_per_task", "cost_per_task").replace("per_1k", "per_usd"))
         cost_table = cost_table.with_columns(pl.col("cost_per_task") / 1000)
@@ -765,10 +830,12 @@ def make_tables(
         strategies=strategies,
         budgets=budgets,
         table=table,
-        per_strategy=per_strategy_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level,
-                                        eligible=eligible),
-        vs_frontier=frontier_steps_table(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level,
-                                         eligible=eligible),
+        per_strategy=per_strategy_table(
+            arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level, eligible=eligible
+        ),
+        vs_frontier=frontier_steps_table(
+            arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level, eligible=eligible
+        ),
         breakdown=breakdown,
         cost_table=cost_table,
         per_family=_per_family_table(design, arms, point.per_family_theta, iv, opt.level),
@@ -777,7 +844,10 @@ def make_tables(
 
 
 def _per_family_table(
-    design: Design, arms: list[str], per_family_theta: dict[str, np.ndarray], iv: Intervals | None = None,
+    design: Design,
+    arms: list[str],
+    per_family_theta: dict[str, np.ndarray],
+    iv: Intervals | None = None,
     level: float = 0.95,
 ) -> pl.DataFrame:
     """family, weight, arm, theta (centred), elo and its interval (elo_lo, elo_hi: percentiles of the
@@ -796,7 +866,9 @@ def _per_family_table(
             r = iv.boot.family_theta[f]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # an arm the family never saw: all NaN
-                lo, hi = ELO_BASE + ELO_SCALE * np.nanpercentile(r - np.nanmean(r, axis=1, keepdims=True), q, axis=0)
+                lo, hi = ELO_BASE + ELO_SCALE * np.nanpercentile(
+                    r - np.nanmean(r, axis=1, keepdims=True), q, axis=0
+                )
         rows += [
             {
                 "family": f,
@@ -841,7 +913,11 @@ def collect_warnings(st: Stages, opt: AnalysisOptions) -> list[str]:
     if iv.boot is not None:
         warnings += _ratio_warnings(tables.table, opt.rounds)
         warnings += family_heterogeneity(
-            point.per_family_theta, iv.boot.family_theta, design.weights, sel.arms, alpha=opt.heterogeneity_alpha
+            point.per_family_theta,
+            iv.boot.family_theta,
+            design.weights,
+            sel.arms,
+            alpha=opt.heterogeneity_alpha,
         )
     if inp.skipped:
         warnings.insert(0, f"skipped {len(inp.skipped)} bad line(s) (--skip-bad); first: {inp.skipped[0]}")
@@ -867,15 +943,38 @@ def _result(records: Records, st: Stages, warnings: list[str], opt: AnalysisOpti
         "skipped_lines": len(inp.skipped),
     }
     return AnalysisResult(
-        inputs=records.files, options=opt, counts=counts, skipped=inp.skipped, arms=sel.arms,
-        strategies=tables.strategies, budgets=tables.budgets, families=design.families,
-        family_weights=design.weights, anchor=sel.anchor, tokens=comp.tokens, judge_tokens=_strings(judge_tokens_from_groups(inp.call_groups)),
-        task_tokens=_strings(design.task_tokens), pairs=design.pairs, elo=point.elo, tokens_per_task=point.tokens,
-        table=tables.table, per_strategy=tables.per_strategy, per_family=tables.per_family, fits=point.fits,
-        warnings=warnings, elo_samples=iv.elo, tokens_samples=iv.tokens, failed_rounds=iv.failed,
-        versions=versions(), records=inp.frame, breakdown=tables.breakdown, cost_table=tables.cost_table,
-        vs_frontier=tables.vs_frontier, excluded_families=design.excluded,
-        title_notes=[n for n in (comp.estimand_title, design.weights_note) if n], partial_arms=tables.partial,
+        inputs=records.files,
+        options=opt,
+        counts=counts,
+        skipped=inp.skipped,
+        arms=sel.arms,
+        strategies=tables.strategies,
+        budgets=tables.budgets,
+        families=design.families,
+        family_weights=design.weights,
+        anchor=sel.anchor,
+        tokens=comp.tokens,
+        judge_tokens=_strings(judge_tokens_from_groups(inp.call_groups)),
+        task_tokens=_strings(design.task_tokens),
+        pairs=design.pairs,
+        elo=point.elo,
+        tokens_per_task=point.tokens,
+        table=tables.table,
+        per_strategy=tables.per_strategy,
+        per_family=tables.per_family,
+        fits=point.fits,
+        warnings=warnings,
+        elo_samples=iv.elo,
+        tokens_samples=iv.tokens,
+        failed_rounds=iv.failed,
+        versions=versions(),
+        records=inp.frame,
+        breakdown=tables.breakdown,
+        cost_table=tables.cost_table,
+        vs_frontier=tables.vs_frontier,
+        excluded_families=design.excluded,
+        title_notes=[n for n in (comp.estimand_title, design.weights_note) if n],
+        partial_arms=tables.partial,
         missing=comp.missing,
         spent_on_failed_attempts=_spent(records.files, opt),
     )
@@ -924,7 +1023,9 @@ def _ratio_warnings(table: pl.DataFrame, rounds: int) -> list[str]:
     if unresolved.height:
         out.append(
             "ΔElo per 1k tokens not reported for "
-            + ", ".join(f"{r['arm']} ({r['per_1k_note'] or 'unresolved'})" for r in unresolved.iter_rows(named=True))
+            + ", ".join(
+                f"{r['arm']} ({r['per_1k_note'] or 'unresolved'})" for r in unresolved.iter_rows(named=True)
+            )
             + ": a token step whose interval includes 0, below a few percent of the cost, or a ratio whose "
             "interval is many times its value says nothing about the return per token"
         )

@@ -46,8 +46,15 @@ def _num(x: Any) -> TypeGuard[float]:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _segments(ax: Any, pos: Sequence[float], lo: Sequence[Any], hi: Sequence[Any], *, horizontal: bool = False,
-              **style: Any) -> None:
+def _segments(
+    ax: Any,
+    pos: Sequence[float],
+    lo: Sequence[Any],
+    hi: Sequence[Any],
+    *,
+    horizontal: bool = False,
+    **style: Any,
+) -> None:
     """Interval segments lo..hi at each position; missing bounds are skipped, crossing bounds are fine."""
     keep = [(p, a, b) for p, a, b in zip(pos, lo, hi, strict=True) if _num(p) and _num(a) and _num(b)]
     if not keep:
@@ -77,8 +84,14 @@ def _strategy_colours(rows: Sequence[Row]) -> dict[str, Any]:
     return {s: cmap(i) for i, s in enumerate(strategies)}
 
 
-def elo_vs_tokens_figure(rows: Sequence[Row], level_label: str, anchor: str | None = None,
-                         *, gid_prefix: str | None = None, figsize: tuple[float, float] = (8, 5)) -> Any:
+def elo_vs_tokens_figure(
+    rows: Sequence[Row],
+    level_label: str,
+    anchor: str | None = None,
+    *,
+    gid_prefix: str | None = None,
+    figsize: tuple[float, float] = (8, 5),
+) -> Any:
     """Elo against tokens per task (log x when all positive), intervals, frontier line, labels.
 
     gid_prefix: give point i the SVG id f"{gid_prefix}{i}" (index into the plotted rows, see
@@ -87,14 +100,29 @@ def elo_vs_tokens_figure(rows: Sequence[Row], level_label: str, anchor: str | No
     pts = plotted_points(rows)
     fig, ax = plt.subplots(figsize=figsize, dpi=110)
     if not pts:
-        ax.text(0.5, 0.5, "no arm has both Elo and tokens per task", ha="center", va="center", transform=ax.transAxes)
+        ax.text(
+            0.5,
+            0.5,
+            "no arm has both Elo and tokens per task",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
         ax.set_axis_off()
         return fig
     many = len(pts) > LABEL_ALL
     x = [float(r["tokens_per_task"]) for r in pts]
     y = [float(r["elo"]) for r in pts]
-    _segments(ax, x, [r.get("elo_lo") for r in pts], [r.get("elo_hi") for r in pts],
-              color="tab:gray", alpha=0.35 if many else 0.8, linewidth=0.8 if many else 1.2, zorder=1)
+    _segments(
+        ax,
+        x,
+        [r.get("elo_lo") for r in pts],
+        [r.get("elo_hi") for r in pts],
+        color="tab:gray",
+        alpha=0.35 if many else 0.8,
+        linewidth=0.8 if many else 1.2,
+        zorder=1,
+    )
     colours = _strategy_colours(pts)
     size = 4 if len(pts) > 100 else 5 if many else 6
     seen: set[str] = set()
@@ -102,12 +130,28 @@ def elo_vs_tokens_figure(rows: Sequence[Row], level_label: str, anchor: str | No
         s = str(r.get("strategy") or "")
         show = len(set(colours)) > 1 and s not in seen and len(colours) <= 10
         seen.add(s)
-        ax.plot([x[i]], [y[i]], "o", color=colours[s], markersize=size, alpha=0.85 if many else 1.0, zorder=2,
-                label=s if show else None, gid=f"{gid_prefix}{i}" if gid_prefix is not None else None)
+        ax.plot(
+            [x[i]],
+            [y[i]],
+            "o",
+            color=colours[s],
+            markersize=size,
+            alpha=0.85 if many else 1.0,
+            zorder=2,
+            label=s if show else None,
+            gid=f"{gid_prefix}{i}" if gid_prefix is not None else None,
+        )
     front = sorted((r for r in pts if r.get("frontier")), key=lambda r: r["tokens_per_task"])
     if front:
-        ax.plot([r["tokens_per_task"] for r in front], [r["elo"] for r in front], "-", color="tab:orange",
-                linewidth=1.5, zorder=3, label="compute-optimal frontier (point estimate)")
+        ax.plot(
+            [r["tokens_per_task"] for r in front],
+            [r["elo"] for r in front],
+            "-",
+            color="tab:orange",
+            linewidth=1.5,
+            zorder=3,
+            label="compute-optimal frontier (point estimate)",
+        )
     if min(x) > 0:
         ax.set_xscale("log")
         ax.set_xlabel("tokens per task (log scale)")
@@ -132,8 +176,12 @@ def elo_vs_tokens_figure(rows: Sequence[Row], level_label: str, anchor: str | No
 def _place_labels(fig: Any, ax: Any, rows: Sequence[Row], anchor: str | None, fontsize: str) -> int:
     """Annotate rows in order, each at the first of a few offsets where it overlaps no earlier label;
     a label that fits nowhere is left out. Returns how many were left out."""
-    offsets = [((4, 5), "left", "bottom"), ((4, -5), "left", "top"), ((-4, 5), "right", "bottom"),
-               ((-4, -5), "right", "top")]
+    offsets = [
+        ((4, 5), "left", "bottom"),
+        ((4, -5), "left", "top"),
+        ((-4, 5), "right", "bottom"),
+        ((-4, -5), "right", "top"),
+    ]
     renderer = fig.canvas.get_renderer()
     placed: list[Any] = []
     omitted = 0
@@ -142,10 +190,22 @@ def _place_labels(fig: Any, ax: Any, rows: Sequence[Row], anchor: str | None, fo
         if _num(r.get("frontier_prob")):  # share of bootstrap rounds with the arm on the frontier
             text += f" (P={r['frontier_prob']:.0%})"
         for off, ha, va in offsets:
-            ann = ax.annotate(text, (r["tokens_per_task"], r["elo"]), textcoords="offset points", xytext=off,
-                              ha=ha, va=va, fontsize=fontsize, zorder=4)
+            ann = ax.annotate(
+                text,
+                (r["tokens_per_task"], r["elo"]),
+                textcoords="offset points",
+                xytext=off,
+                ha=ha,
+                va=va,
+                fontsize=fontsize,
+                zorder=4,
+            )
             box = ann.get_window_extent(renderer).expanded(1.02, 1.1)
-            if not any(box.overlaps(b) for b in placed) and ax.bbox.contains(*box.p0) and ax.bbox.contains(*box.p1):
+            if (
+                not any(box.overlaps(b) for b in placed)
+                and ax.bbox.contains(*box.p0)
+                and ax.bbox.contains(*box.p1)
+            ):
                 placed.append(box)
                 break
             ann.remove()
@@ -173,16 +233,24 @@ def _clip_intervals(ax: Any, pos: list[int], rows: Sequence[Row], key: str) -> t
         for end, edge, mark, va in ((a, bottom, "v", "top"), (b, top, "^", "bottom")):
             if _num(end) and (float(end) > top or float(end) < bottom):
                 ax.plot([p], [edge], mark, color="black", markersize=6, clip_on=False)
-                ax.annotate(f"{float(end):.3g}", (p, edge), ha="center", va=va, fontsize="x-small",
-                            xytext=(0, 6 if va == "bottom" else -6), textcoords="offset points")
+                ax.annotate(
+                    f"{float(end):.3g}",
+                    (p, edge),
+                    ha="center",
+                    va=va,
+                    fontsize="x-small",
+                    xytext=(0, 6 if va == "bottom" else -6),
+                    textcoords="offset points",
+                )
         lo.append(None if not _num(a) else min(max(float(a), bottom), top))
         hi.append(None if not _num(b) else min(max(float(b), bottom), top))
     ax.set_ylim(bottom, top)
     return lo, hi
 
 
-def bars_figure(rows: Sequence[Row], key: str, title: str, ylabel: str, *, n: int = TOP_N,
-                width: float = 8.0) -> Any:
+def bars_figure(
+    rows: Sequence[Row], key: str, title: str, ylabel: str, *, n: int = TOP_N, width: float = 8.0
+) -> Any:
     """One bar per row of `key` with its `{key}_lo`..`{key}_hi` interval. Up to MANY_ARMS rows: vertical
     bars in the given order; more: horizontal bars of the n highest and n lowest, sorted."""
     plt = _plt()
@@ -211,15 +279,29 @@ def bars_figure(rows: Sequence[Row], key: str, title: str, ylabel: str, *, n: in
     pos = list(range(len(shown)))[::-1]  # highest at the top
     colours = ["tab:green" if float(r[key]) >= 0 else "tab:red" for r in shown]
     ax.barh(pos, [r[key] for r in shown], color=colours, height=0.7)
-    _segments(ax, pos, [r.get(f"{key}_lo") for r in shown], [r.get(f"{key}_hi") for r in shown],
-              horizontal=True, color="black", linewidth=1.0)
+    _segments(
+        ax,
+        pos,
+        [r.get(f"{key}_lo") for r in shown],
+        [r.get(f"{key}_hi") for r in shown],
+        horizontal=True,
+        color="black",
+        linewidth=1.0,
+    )
     ax.set_yticks(pos, [str(r["arm"]) for r in shown], fontsize="x-small")
     if hidden:
         gap = pos[n - 1] - 0.5
         ax.axhline(gap, color="tab:gray", linestyle=":", linewidth=1)
-        ax.annotate(f"… {hidden} arms not shown …", (0.99, gap), xycoords=("axes fraction", "data"),
-                    ha="right", va="center", fontsize="x-small", color="tab:gray",
-                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+        ax.annotate(
+            f"… {hidden} arms not shown …",
+            (0.99, gap),
+            xycoords=("axes fraction", "data"),
+            ha="right",
+            va="center",
+            fontsize="x-small",
+            color="tab:gray",
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
+        )
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_xlabel(ylabel)
     ax.set_title(f"{title}: top and bottom {n} of {len(have)}" if hidden else title, fontsize="medium")
@@ -228,9 +310,16 @@ def bars_figure(rows: Sequence[Row], key: str, title: str, ylabel: str, *, n: in
     return fig
 
 
-def per_family_figure(arms: Sequence[str], families: Sequence[str], elo_by: Mapping[tuple[str, str], Any],
-                      merged: Mapping[str, Any] | None = None, weights: Mapping[str, float] | None = None,
-                      *, n: int = TOP_N, width: float = 8.0) -> Any:
+def per_family_figure(
+    arms: Sequence[str],
+    families: Sequence[str],
+    elo_by: Mapping[tuple[str, str], Any],
+    merged: Mapping[str, Any] | None = None,
+    weights: Mapping[str, float] | None = None,
+    *,
+    n: int = TOP_N,
+    width: float = 8.0,
+) -> Any:
     """Per-family Elo of each arm (elo_by[(family, arm)]), with the merged Elo when given. Up to MANY_ARMS
     arms: one line per family over the arms in the given order; more: a dot plot of the n highest and
     n lowest arms by merged Elo (or by the mean over families), one marker per family."""
@@ -249,8 +338,12 @@ def per_family_figure(arms: Sequence[str], families: Sequence[str], elo_by: Mapp
         for f in families:
             ax.plot(xs, [val(f, a) for a in arms], "o-", label=fam_label(f))
         if merged is not None:
-            ax.plot(xs, [float(merged[a]) if _num(merged.get(a)) else float("nan") for a in arms], "k--",
-                    label="merged (centred)")
+            ax.plot(
+                xs,
+                [float(merged[a]) if _num(merged.get(a)) else float("nan") for a in arms],
+                "k--",
+                label="merged (centred)",
+            )
         ax.set_xticks(xs, list(arms), rotation=30, ha="right", fontsize="small")
         ax.set_ylabel("Elo (family-centred)")
         ax.set_title("Per-family Elo by arm", fontsize="medium")
@@ -270,19 +363,43 @@ def per_family_figure(arms: Sequence[str], families: Sequence[str], elo_by: Mapp
     pos = list(range(len(shown)))[::-1]
     markers = "osD^v<>ph*"
     for i, f in enumerate(families):
-        ax.plot([val(f, r["arm"]) for r in shown], pos, markers[i % len(markers)], linestyle="none", markersize=4,
-                alpha=0.8, label=fam_label(f))
+        ax.plot(
+            [val(f, r["arm"]) for r in shown],
+            pos,
+            markers[i % len(markers)],
+            linestyle="none",
+            markersize=4,
+            alpha=0.8,
+            label=fam_label(f),
+        )
     if merged is not None:
-        ax.plot([float(r["score"]) for r in shown], pos, "|", color="black", markersize=9, label="merged (centred)")
+        ax.plot(
+            [float(r["score"]) for r in shown],
+            pos,
+            "|",
+            color="black",
+            markersize=9,
+            label="merged (centred)",
+        )
     ax.set_yticks(pos, [str(r["arm"]) for r in shown], fontsize="x-small")
     if hidden:
         gap = pos[n - 1] - 0.5
         ax.axhline(gap, color="tab:gray", linestyle=":", linewidth=1)
-        ax.annotate(f"… {hidden} arms not shown …", (0.99, gap), xycoords=("axes fraction", "data"), ha="right",
-                    va="center", fontsize="x-small", color="tab:gray", bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+        ax.annotate(
+            f"… {hidden} arms not shown …",
+            (0.99, gap),
+            xycoords=("axes fraction", "data"),
+            ha="right",
+            va="center",
+            fontsize="x-small",
+            color="tab:gray",
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
+        )
     ax.set_xlabel("Elo (centred: mean 1000 over arms)")
     title = "Per-family Elo by arm"
-    ax.set_title(f"{title}: top and bottom {n} of {len(rows)} by merged Elo" if hidden else title, fontsize="medium")
+    ax.set_title(
+        f"{title}: top and bottom {n} of {len(rows)} by merged Elo" if hidden else title, fontsize="medium"
+    )
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize="x-small", loc="best")
     fig.tight_layout()
@@ -302,14 +419,22 @@ def plot_elo_vs_tokens(table: pl.DataFrame, path: Path, level_label: str, anchor
 def plot_d_elo_per_1k(table: pl.DataFrame, path: Path, level_label: str) -> None:
     # Each bar is against the previous frontier arm (the headline table's `vs`), named in its label.
     rows = [{**r, "arm": f"{r['arm']} vs {r['vs']}" if r.get("vs") else r["arm"]} for r in table.to_dicts()]
-    fig = bars_figure(rows, "d_elo_per_1k", f"Marginal Elo per 1k tokens ({level_label} CI)",
-                      "ΔElo per 1k tokens (vs the previous frontier arm)")
+    fig = bars_figure(
+        rows,
+        "d_elo_per_1k",
+        f"Marginal Elo per 1k tokens ({level_label} CI)",
+        "ΔElo per 1k tokens (vs the previous frontier arm)",
+    )
     _save(fig, path)
 
 
 def plot_per_family(result: AnalysisResult, path: Path) -> None:
     sub = result.per_family
-    elo_by = dict(zip(zip(sub["family"].to_list(), sub["arm"].to_list(), strict=True), sub["elo"].to_list(), strict=True))
+    elo_by = dict(
+        zip(
+            zip(sub["family"].to_list(), sub["arm"].to_list(), strict=True), sub["elo"].to_list(), strict=True
+        )
+    )
     # Families are centred (mean Elo 1000 over their arms); centre the merged Elo the same way so the
     # markers share one scale (the anchored values differ by a constant).
     elo = np.asarray(result.elo, dtype=float)

@@ -44,7 +44,9 @@ def parse_budget(text: str | None) -> Budget | None:
         return None
     m = _BUDGET.match(text)
     if not m:
-        raise InputError(f"expected tokens per task (e.g. 3000, 2.5k) or dollars ($0.002), got {text!r}", field="--budget")
+        raise InputError(
+            f"expected tokens per task (e.g. 3000, 2.5k) or dollars ($0.002), got {text!r}", field="--budget"
+        )
     amount = float(m.group(2)) * {"k": 1e3, "m": 1e6}.get((m.group(3) or "").lower(), 1.0)
     if amount <= 0:
         raise InputError(f"must be > 0, got {text!r}", field="--budget")
@@ -154,7 +156,9 @@ def recommend(
                     f"arm, and no cheaper arm is within its noise ({pct} interval).")  # fmt: skip
     lines = [head] + [f"Frontier step: {s['text']}" for s in steps[:MAX_STEP_LINES]]
     if len(steps) > MAX_STEP_LINES:  # many arms: the rest are in report.json's recommendation.steps
-        lines.append(f"… and {len(steps) - MAX_STEP_LINES} more frontier steps (report.json recommendation.steps)")
+        lines.append(
+            f"… and {len(steps) - MAX_STEP_LINES} more frontier steps (report.json recommendation.steps)"
+        )
     under = _under_budget(arms, elo, tok, cost, elo_s, level, budget, valid)
     if under is not None:
         lines.append(under["text"])
@@ -175,16 +179,22 @@ def _under_budget(arms: Sequence[str], elo: np.ndarray, tok: np.ndarray, cost: n
     fit = [i for i in valid if not math.isnan(spend[i]) and spend[i] <= budget.amount]
     if not fit:
         cheapest = min(valid, key=lambda i: spend[i])
-        return {"budget": budget.describe(), "arm": None,
-                "text": f"Budget {budget.describe()}: no arm fits (the cheapest, {arms[cheapest]}, needs "
-                + (f"${spend[cheapest]:.5f}" if budget.usd else f"{_tok(spend[cheapest])} tokens") + " per task)."}
+        return {
+            "budget": budget.describe(),
+            "arm": None,
+            "text": f"Budget {budget.describe()}: no arm fits (the cheapest, {arms[cheapest]}, needs "
+            + (f"${spend[cheapest]:.5f}" if budget.usd else f"{_tok(spend[cheapest])} tokens")
+            + " per task).",
+        }
     best = max(fit, key=lambda i: elo[i])
     near = [i for i in _within_noise(best, elo_s, elo, level) if i in fit]
     pick = min(near, key=lambda i: (spend[i], -elo[i]))
     used = f"${spend[pick]:.5f}" if budget.usd else f"{_tok(spend[pick])} tokens"
     text = f"Budget {budget.describe()}: {arms[pick]} (Elo {elo[pick]:.0f}, {used} per task)"
     if pick != best:
-        text += f", within the noise of the strongest arm under the budget, {arms[best]} (Elo {elo[best]:.0f})"
+        text += (
+            f", within the noise of the strongest arm under the budget, {arms[best]} (Elo {elo[best]:.0f})"
+        )
     return {"budget": budget.describe(), "arm": arms[pick], "best": arms[best], "text": text + "."}
 
 

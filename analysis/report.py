@@ -76,7 +76,15 @@ def _returns_rows(table: pl.DataFrame, anchor: str | None = None) -> list[list[s
     return rows
 
 
-RETURNS_HEADER = ["arm", "budget", "tokens/task", "Elo [95% CI]", "ΔElo [CI]", "ΔElo per 1k tokens [CI]", "frontier"]
+RETURNS_HEADER = [
+    "arm",
+    "budget",
+    "tokens/task",
+    "Elo [95% CI]",
+    "ΔElo [CI]",
+    "ΔElo per 1k tokens [CI]",
+    "frontier",
+]
 TOKENS_HEADER = [
     "arm",
     "strategy",
@@ -109,7 +117,9 @@ def _tokens_rows(tokens: pl.DataFrame) -> list[list[str]]:
     ]
 
 
-def _per_family_pivot(result: AnalysisResult, arms: list[str] | None = None) -> tuple[list[str], list[list[str]]]:
+def _per_family_pivot(
+    result: AnalysisResult, arms: list[str] | None = None
+) -> tuple[list[str], list[list[str]]]:
     header = ["arm"] + [f"{f} (w={result.family_weights[f]:.2f})" for f in result.families]
     by = {(r["arm"], r["family"]): r for r in result.per_family.iter_rows(named=True)}
 
@@ -141,7 +151,16 @@ def make_console(*, stderr: bool = False, record: bool = False) -> Console:
     return c
 
 
-BREAKDOWN_HEADER = ["arm", "tasks", "answered", "lost", "failed by class", "cut by max_tokens", "reasoning", "cached in"]
+BREAKDOWN_HEADER = [
+    "arm",
+    "tasks",
+    "answered",
+    "lost",
+    "failed by class",
+    "cut by max_tokens",
+    "reasoning",
+    "cached in",
+]
 
 
 def _pct(x: float | None) -> str:
@@ -243,23 +262,42 @@ def _rich_table(
         t.add_column(h, justify="right" if i >= right_from else "left", no_wrap=True)
     for i, r in enumerate(rows):
         # escape: arm labels carry variants in brackets (`best_of_n@4[effort=high]`), which rich reads as markup
-        t.add_row(*(escape(c) for c in r), end_section=groups is not None and i + 1 < len(rows) and groups[i + 1] != groups[i])
+        t.add_row(
+            *(escape(c) for c in r),
+            end_section=groups is not None and i + 1 < len(rows) and groups[i + 1] != groups[i],
+        )
     return t
 
 
 def print_tokens(tokens: pl.DataFrame, judge: pl.DataFrame, console: Console) -> None:
-    console.print(_rich_table("Tokens per arm (strategy cost; judge calls excluded)", TOKENS_HEADER, _tokens_rows(tokens), 2))
+    console.print(
+        _rich_table(
+            "Tokens per arm (strategy cost; judge calls excluded)", TOKENS_HEADER, _tokens_rows(tokens), 2
+        )
+    )
     if judge.height:
         rows = [
-            [r["arm"], str(r["judge_calls"]), str(r["prompt_tokens"]), str(r["completion_tokens"]), str(r["total_tokens"])]
+            [
+                r["arm"],
+                str(r["judge_calls"]),
+                str(r["prompt_tokens"]),
+                str(r["completion_tokens"]),
+                str(r["total_tokens"]),
+            ]
             for r in judge.iter_rows(named=True)
         ]
         console.print(
-            _rich_table("Evaluation cost: judge calls per judged arm", ["arm", "calls", "prompt", "completion", "total"], rows)
+            _rich_table(
+                "Evaluation cost: judge calls per judged arm",
+                ["arm", "calls", "prompt", "completion", "total"],
+                rows,
+            )
         )
     missing = int(tokens["calls_missing_usage"].sum()) if tokens.height else 0
     if missing:
-        console.print(f"[yellow]warning:[/] {missing} call(s) without usage: those arms' totals are lower bounds")
+        console.print(
+            f"[yellow]warning:[/] {missing} call(s) without usage: those arms' totals are lower bounds"
+        )
 
 
 GROUP_FROM = 30  # more arms shown than this: terminal tables are grouped by strategy
@@ -322,7 +360,9 @@ def print_report(
     table = result.table.filter(keep)
     if grouped:  # by strategy (cheapest strategy first), then tokens; Δ columns still vs the next-cheaper arm
         first = table.group_by("strategy").agg(pl.col("tokens_per_task").min().alias("_s"))
-        table = table.join(first, on="strategy").sort("_s", "strategy", "tokens_per_task", maintain_order=True)
+        table = table.join(first, on="strategy").sort(
+            "_s", "strategy", "tokens_per_task", maintain_order=True
+        )
     title = _rx(headline_title(result, ci))
     if filtered:
         title += f"; {len(shown)} of {len(result.arms)} arms shown, Δ vs the next-cheaper of all arms"
@@ -330,7 +370,9 @@ def print_report(
         title += "; grouped by strategy"
     groups = table["strategy"].to_list() if grouped else None
     print_recommendation(result, console)  # first: the answer to "which arm should I use?"
-    console.print(_rich_table(title, HEADLINE_HEADER, headline_rows(table.to_dicts(), result.anchor), groups=groups))
+    console.print(
+        _rich_table(title, HEADLINE_HEADER, headline_rows(table.to_dicts(), result.anchor), groups=groups)
+    )
     if len(shown) > ALL_TABLES_MAX and not filtered:
         console.print(
             f"{len(shown)} arms: the per-strategy, frontier, per-family and per-arm tables are in report.md / report.json "
@@ -353,8 +395,12 @@ def print_report(
         # frontier arm" table would repeat it; report.json keeps it as vs_frontier.)
         header, rows = _per_family_pivot(result, table["arm"].to_list())
         console.print(
-            _rich_table(f"Per family: Elo from the family's centred theta [{_level_label(result)} CI]", header, rows,
-                        groups=groups)
+            _rich_table(
+                f"Per family: Elo from the family's centred theta [{_level_label(result)} CI]",
+                header,
+                rows,
+                groups=groups,
+            )
         )
     few = len(shown) <= ALL_TABLES_MAX or filtered  # same rule as the tables above
     shown_set = set(shown)
@@ -369,7 +415,9 @@ def print_report(
         console.print(_rich_table(f"Cost (prices {result.options.prices}, USD per 1M tokens)", COST_HEADER,
                                   cost_rows))  # fmt: skip
     if result.spent_on_failed_attempts:
-        console.print(_rich_table("Spent on failed attempts (billed, not in the tables above)", *_spent_rows(result)))
+        console.print(
+            _rich_table("Spent on failed attempts (billed, not in the tables above)", *_spent_rows(result))
+        )
     c = result.counts
     console.print(
         f"{c['files']} file(s), {c['calls']} calls ({c['judge_calls']} judge), {c['outcomes']} outcomes, "
@@ -417,7 +465,11 @@ def _md_table(header: list[str], rows: list[list[str]], names: int = 1) -> str:
 
 def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
     o = result.options
-    ci = f"{_level_label(result)} bootstrap intervals over tasks ({o.rounds} rounds, seed {o.seed})" if o.rounds else "no bootstrap"
+    ci = (
+        f"{_level_label(result)} bootstrap intervals over tasks ({o.rounds} rounds, seed {o.seed})"
+        if o.rounds
+        else "no bootstrap"
+    )
     parts = [
         "# Elo per token",
         "",
@@ -471,7 +523,10 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
     if result.judge_tokens.height:
         parts += [
             "Judge calls (evaluation cost, not strategy cost): "
-            + ", ".join(f"{md_escape(r['arm'])}: {r['total_tokens']} tokens" for r in result.judge_tokens.iter_rows(named=True)),
+            + ", ".join(
+                f"{md_escape(r['arm'])}: {r['total_tokens']} tokens"
+                for r in result.judge_tokens.iter_rows(named=True)
+            ),
             "",
         ]
     parts += _md_fits_and_end(result, plots)
@@ -536,9 +591,11 @@ def arms_csv_frame(result: AnalysisResult) -> pl.DataFrame:
     extra = result.tokens.select(
         "arm", "calls", "calls_missing_usage", "prompt_tokens", "completion_tokens", "total_tokens", "tasks"
     )
-    return result.table.join(extra, on="arm", how="left").with_columns(
-        (pl.col("arm") == result.anchor).alias("anchor")
-    ).join(accuracy_csv_columns(result), on="arm", how="left")
+    return (
+        result.table.join(extra, on="arm", how="left")
+        .with_columns((pl.col("arm") == result.anchor).alias("anchor"))
+        .join(accuracy_csv_columns(result), on="arm", how="left")
+    )
 
 
 def _json_default(x: Any) -> Any:
@@ -560,7 +617,9 @@ def _clean(x: Any) -> Any:
     return x
 
 
-def write_outputs(result: AnalysisResult, out_dir: str | os.PathLike[str], *, plots: bool = True) -> list[Path]:
+def write_outputs(
+    result: AnalysisResult, out_dir: str | os.PathLike[str], *, plots: bool = True
+) -> list[Path]:
     """report.md, arms.csv, report.json and (optionally) PNG plots, moved into out_dir only when complete."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -202,7 +202,9 @@ def _build(
         for name in ("elo", "d_elo", "d_elo_per_1k", "d_tokens"):
             cols[f"{name}_lo"], cols[f"{name}_hi"] = nan, nan
         cols["frontier_prob"] = nan
-        small = has_prev & ~(np.nan_to_num(d_tok) >= STEP_MIN * tokens[order])  # no interval: the size rule only
+        small = has_prev & ~(
+            np.nan_to_num(d_tok) >= STEP_MIN * tokens[order]
+        )  # no interval: the size rule only
         cols["d_elo_per_1k"] = np.where(small, np.nan, cols["d_elo_per_1k"])
         note = np.where(small & (np.nan_to_num(d_tok) > 0), _step_text(d_tok, tokens[order]), "")
     cols["frontier"] = _frontier(tokens, np.where(elig, elo, np.nan))[order]
@@ -375,8 +377,11 @@ def family_heterogeneity(
     n_tested = None
     while True:
         res = _cochran_q(
-            {f: np.where(out_set, np.nan, v) for f, v in y0.items()}, y0,
-            {f: np.where(out_set, np.nan, v) for f, v in yr.items()}, yr, w,
+            {f: np.where(out_set, np.nan, v) for f, v in y0.items()},
+            y0,
+            {f: np.where(out_set, np.nan, v) for f, v in yr.items()},
+            yr,
+            w,
         )
         q, df, p, views = res
         tested = (df >= 1) & ~out_set

@@ -20,7 +20,9 @@ from elo_per_token.ledger import Ledger
 MAX_SPENT_OBJECTS = 200_000
 
 
-def read_spent_lines(ledger: Ledger, run_id: str, limit: int = MAX_SPENT_OBJECTS) -> tuple[list[dict[str, Any]], bool]:
+def read_spent_lines(
+    ledger: Ledger, run_id: str, limit: int = MAX_SPENT_OBJECTS
+) -> tuple[list[dict[str, Any]], bool]:
     """The call lines of the run's spent objects (tagged spent_reason/spent_class), and whether every object was
     read (False: more than `limit`). A malformed object raises ValueError naming it."""
     names = ledger.list_blobs(run_id, SPENT_DIR)
@@ -44,7 +46,9 @@ def spent_rows(lines: Sequence[dict[str, Any]], prices: Any = None) -> list[dict
                                "failed_attempt_completion_tokens": t["completion_tokens"],
                                "failed_attempt_tokens": t["tokens"]}  # fmt: skip
         if prices is not None:
-            row["failed_attempt_usd"] = (t["prompt_tokens"] * prices.input + t["completion_tokens"] * prices.output) / 1e6
+            row["failed_attempt_usd"] = (
+                t["prompt_tokens"] * prices.input + t["completion_tokens"] * prices.output
+            ) / 1e6
         rows.append(row)
     return rows
 

@@ -33,7 +33,9 @@ def _judgment_ties(judgments: pl.DataFrame) -> pl.DataFrame:
                          pl.col("arm_b").cast(pl.String), (pl.col("winner") == "tie").cast(pl.Float64).alias("tie"))  # fmt: skip
     both = pl.concat([j.select("task_id", pl.col("arm_a").alias("arm"), "tie"),
                       j.select("task_id", pl.col("arm_b").alias("arm"), "tie")])  # fmt: skip
-    return both.group_by("task_id", "arm").agg(pl.len().cast(pl.Float64).alias("total"), pl.col("tie").sum().alias("ties"))
+    return both.group_by("task_id", "arm").agg(
+        pl.len().cast(pl.Float64).alias("total"), pl.col("tie").sum().alias("ties")
+    )
 
 
 def tie_stats(groups: pl.DataFrame, judgments: pl.DataFrame, arms: list[str]) -> pl.DataFrame:
@@ -43,21 +45,33 @@ def tie_stats(groups: pl.DataFrame, judgments: pl.DataFrame, arms: list[str]) ->
     parts = []
     if groups.height:
         parts.append(_outcome_ties(groups.filter(pl.col("arm").cast(pl.String).is_in(arms))))
-    jj = judgments.filter(pl.col("arm_a").cast(pl.String).is_in(arms) & pl.col("arm_b").cast(pl.String).is_in(arms))
+    jj = judgments.filter(
+        pl.col("arm_a").cast(pl.String).is_in(arms) & pl.col("arm_b").cast(pl.String).is_in(arms)
+    )
     if jj.height:
         parts.append(_judgment_ties(jj))
     base = pl.DataFrame({"arm": arms}, schema={"arm": pl.String})
     if not parts:
-        return base.with_columns(pl.lit(None, pl.Float64).alias("tie_share"), pl.lit(0, pl.Int64).alias("separating_tasks"))
+        return base.with_columns(
+            pl.lit(None, pl.Float64).alias("tie_share"), pl.lit(0, pl.Int64).alias("separating_tasks")
+        )
     per_task = pl.concat(parts).group_by("task_id", "arm").agg(pl.col("total").sum(), pl.col("ties").sum())
     per_arm = per_task.group_by("arm").agg(
-        pl.when(pl.col("total").sum() > 0).then(pl.col("ties").sum() / pl.col("total").sum()).alias("tie_share"),
+        pl.when(pl.col("total").sum() > 0)
+        .then(pl.col("ties").sum() / pl.col("total").sum())
+        .alias("tie_share"),
         (pl.col("ties") < pl.col("total") - 1e-9).sum().cast(pl.Int64).alias("separating_tasks"),
     )
-    return base.join(per_arm, on="arm", how="left").with_columns(pl.col("separating_tasks").fill_null(0)).select(list(_SCHEMA))
+    return (
+        base.join(per_arm, on="arm", how="left")
+        .with_columns(pl.col("separating_tasks").fill_null(0))
+        .select(list(_SCHEMA))
+    )
 
 
-def separating_pairs(groups: pl.DataFrame, judgments: pl.DataFrame, pairs: list[tuple[str, str | None]]) -> list[int | None]:
+def separating_pairs(
+    groups: pl.DataFrame, judgments: pl.DataFrame, pairs: list[tuple[str, str | None]]
+) -> list[int | None]:
     """For each (arm, other) pair: the tasks on which the two have a decisive comparison (their scores differ
     in some pair of replicates, or a judgment between them has a winner); None where other is None. The
     headline's "+5 Elo" against its `vs` arm is then read with the number of tasks it rests on. All pairs
@@ -67,13 +81,20 @@ def separating_pairs(groups: pl.DataFrame, judgments: pl.DataFrame, pairs: list[
     g = groups.select(pl.col("task_id").cast(pl.String), pl.col("arm").cast(pl.String), "level", "mass")
     ga = g.join(m, on="arm")
     gb = g.select("task_id", pl.col("arm").alias("vs"), "level", pl.col("mass").alias("mass_b"))
-    both = ga.select("task_id", "arm", "vs").unique().join(gb.select("task_id", "vs").unique(), on=["task_id", "vs"])
+    both = (
+        ga.select("task_id", "arm", "vs")
+        .unique()
+        .join(gb.select("task_id", "vs").unique(), on=["task_id", "vs"])
+    )
     tie = ga.join(gb, on=["task_id", "vs", "level"]).group_by("task_id", "arm").agg(
         (pl.col("mass") * pl.col("mass_b")).sum().alias("tie"))  # fmt: skip
     sep = (both.join(tie, on=["task_id", "arm"], how="left")
            .filter(pl.col("tie").fill_null(0.0) < 1.0 - 1e-9).select("task_id", "arm"))  # fmt: skip
     j = judgments.filter(pl.col("winner") != "tie").select(
-        pl.col("task_id").cast(pl.String), pl.col("arm_a").cast(pl.String).alias("x"), pl.col("arm_b").cast(pl.String).alias("y"))
+        pl.col("task_id").cast(pl.String),
+        pl.col("arm_a").cast(pl.String).alias("x"),
+        pl.col("arm_b").cast(pl.String).alias("y"),
+    )
     jd = pl.concat([
         j.join(m, left_on=["x", "y"], right_on=["arm", "vs"]).select("task_id", pl.col("x").alias("arm")),
         j.join(m, left_on=["y", "x"], right_on=["arm", "vs"]).select("task_id", pl.col("y").alias("arm")),

@@ -54,7 +54,9 @@ class Model:
         p = expit(np.asarray(self.ability)[None, :] - d[:, None])
         scores = (rng.uniform(size=(t, k)) < p).astype(float)
         length = rng.lognormal(0.0, 0.3, t)[:, None]  # long tasks cost every arm more
-        tokens = np.round(np.asarray(self.cost)[None, :] * length * rng.lognormal(0.0, self.sigma_tokens, (t, k)))
+        tokens = np.round(
+            np.asarray(self.cost)[None, :] * length * rng.lognormal(0.0, self.sigma_tokens, (t, k))
+        )
         arms = [f"arm{i:02d}" for i in range(k)]
         return RunTable(tasks=[f"t{i:04d}" for i in range(t)], families=fam, arms=arms, strategies=arms,
                         budgets=[1] * k, scores=scores, tokens=tokens)  # fmt: skip
@@ -138,7 +140,13 @@ def run_stored(path: str, replays: int, settings: AdaptiveSettings) -> Tally:
     truth_on = np.asarray(full_decisions(table))
     t = Tally([], np.zeros(k), np.zeros(k), [], [], [])
     for r in range(replays):
-        _score(t, replay_adaptive(table, AdaptiveSettings(**{**settings.__dict__, "seed": r})), truth_on, tok, bal)
+        _score(
+            t,
+            replay_adaptive(table, AdaptiveSettings(**{**settings.__dict__, "seed": r})),
+            truth_on,
+            tok,
+            bal,
+        )
     return t
 
 

@@ -65,9 +65,19 @@ def write_grid(path: Path, k: int, tasks_per_family: int, seed: int = 0) -> int:
                     label = f"{s}@{b}[{v}]" if v else f"{s}@{b}"
                     base = {"task_id": task, "family": fam, "strategy": s, "budget_n": b, "arm": label}
                     prompt = int(tokens[i] * 0.3)
-                    out.append(json.dumps({**base, "kind": "call", "role": "sample",
-                                           "usage": {"prompt_tokens": prompt,
-                                                     "completion_tokens": int(tokens[i]) - prompt}}))
+                    out.append(
+                        json.dumps(
+                            {
+                                **base,
+                                "kind": "call",
+                                "role": "sample",
+                                "usage": {
+                                    "prompt_tokens": prompt,
+                                    "completion_tokens": int(tokens[i]) - prompt,
+                                },
+                            }
+                        )
+                    )
                     out.append(json.dumps({**base, "kind": "outcome", "correct": bool(correct[i])}))
                 fh.write("\n".join(out) + "\n")
                 lines += len(out)
@@ -78,8 +88,20 @@ def run_analyze(
     log: Path, rounds: int, out: Path, extra: list[str]
 ) -> tuple[float, float, float, subprocess.CompletedProcess]:
     """(wall seconds, CPU seconds, peak RSS in MiB of the child, process)."""
-    cmd = [sys.executable, "-m", "elo_per_token", "analyze", str(log), "--rounds", str(rounds), "--out", str(out),
-           "--html", str(out / "report.html"), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "elo_per_token",
+        "analyze",
+        str(log),
+        "--rounds",
+        str(rounds),
+        "--out",
+        str(out),
+        "--html",
+        str(out / "report.html"),
+        *extra,
+    ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -106,15 +128,26 @@ def main() -> None:
         log = base / "grid.jsonl"
         t0 = time.perf_counter()
         n = write_grid(log, args.arms, args.tasks, args.seed)
-        print(f"input: {n:,} lines ({log.stat().st_size / 2**20:.0f} MiB), {args.arms} arms x "
-              f"{len(FAMILIES)} families x {args.tasks} tasks, written in {time.perf_counter() - t0:.1f} s")
+        print(
+            f"input: {n:,} lines ({log.stat().st_size / 2**20:.0f} MiB), {args.arms} arms x "
+            f"{len(FAMILIES)} families x {args.tasks} tasks, written in {time.perf_counter() - t0:.1f} s"
+        )
         out = base / "out"
         wall, cpu, rss, proc = run_analyze(log, args.rounds, out, extra)
-        files = ["report.md", "arms.csv", "report.json", "elo_vs_tokens.png", "d_elo_per_1k.png",
-                 "per_family_elo.png", "report.html"]
+        files = [
+            "report.md",
+            "arms.csv",
+            "report.json",
+            "elo_vs_tokens.png",
+            "d_elo_per_1k.png",
+            "per_family_elo.png",
+            "report.html",
+        ]
         missing = [f for f in files if not (out / f).is_file()]
-        print(f"ept analyze --rounds {args.rounds}: exit {proc.returncode}, wall {wall:.1f} s, CPU {cpu:.1f} s, "
-              f"peak RSS {rss:,.0f} MiB, missing outputs: {missing or 'none'}")
+        print(
+            f"ept analyze --rounds {args.rounds}: exit {proc.returncode}, wall {wall:.1f} s, CPU {cpu:.1f} s, "
+            f"peak RSS {rss:,.0f} MiB, missing outputs: {missing or 'none'}"
+        )
         if proc.returncode != 0:
             print(proc.stderr[-3000:])
             sys.exit(1)

@@ -35,7 +35,9 @@ def main() -> None:
     print("| category | tasks | possible answer passes | wrong variants failed |")
     print("|---|---:|---:|---:|")
     for cat in total:
-        print(f"| {cat} | {total[cat]} | {right_ok[cat]}/{total[cat]} | {wrong_caught[cat]}/{2 * total[cat]} |")
+        print(
+            f"| {cat} | {total[cat]} | {right_ok[cat]}/{total[cat]} | {wrong_caught[cat]}/{2 * total[cat]} |"
+        )
     for tid, why in failures:
         print(f"  FAILED {tid}: {why}")
     print(f"graded {3 * len(tasks)} answers in {dt:.1f}s ({dt / (3 * len(tasks)) * 1000:.2f} ms each)")

@@ -177,14 +177,19 @@ def _far(lo, hi, truth) -> bool:
     return truth < lo - half or truth > hi + half
 
 
-def shared_truth(exp: Experiment, weights: dict[str, float], k: str, j: str, easiest: float | dict[str, float]) -> float:
+def shared_truth(
+    exp: Experiment, weights: dict[str, float], k: str, j: str, easiest: float | dict[str, float]
+) -> float:
     """True ΔElo of arm k over arm j on the families both ran (weights renormalised over them)."""
     labels = [a.label for a in exp.arms]
     per_family = family_truth(exp, easiest)
     ik, ij = labels.index(k), labels.index(j)
     fams = [f for f, th in per_family.items() if weights.get(f, 0) > 0 and not np.isnan(th[ik] + th[ij])]
     w = np.array([weights[f] for f in fams])
-    return float(ELO_SCALE * sum(wi * (per_family[f][ik] - per_family[f][ij]) for wi, f in zip(w / w.sum(), fams, strict=True)))
+    return float(
+        ELO_SCALE
+        * sum(wi * (per_family[f][ik] - per_family[f][ij]) for wi, f in zip(w / w.sum(), fams, strict=True))
+    )
 
 
 def score(doc: dict, exp: Experiment, easiest: float | dict[str, float] = 1.0) -> dict[str, list]:
@@ -240,8 +245,20 @@ def run_scenario(sc: Scenario, n: int, rounds: int, tmp: Path) -> dict[str, floa
     for e in range(n):
         f = write_experiment(tmp / f"{sc.name}-{e}.jsonl", sc.exp, seed=10_000 + e)
         out = tmp / f"{sc.name}-{e}"
-        code = run_cli(["analyze", str(f), "--rounds", str(rounds), "--seed", str(e), "--out", str(out), "--no-plots",
-                        *sc.args])
+        code = run_cli(
+            [
+                "analyze",
+                str(f),
+                "--rounds",
+                str(rounds),
+                "--seed",
+                str(e),
+                "--out",
+                str(out),
+                "--no-plots",
+                *sc.args,
+            ]
+        )
         if code != 0:
             raise SystemExit(f"{sc.name} experiment {e}: ept analyze exited {code}")
         doc = json.loads((out / "report.json").read_text())
@@ -307,7 +324,9 @@ def run_gate(n: int, rounds: int, tmp: Path) -> dict[str, float]:
         exp = Experiment(GATE_EXP.arms, GATE_EXP.tasks, degrade={GATE_ARM: degrade} if degrade else {})
         write_experiment(cur / "log.jsonl", exp, seed=30_000 + e, task_seed=e)
         js = tmp / f"gate-{e}.json"
-        code = run_cli(["compare", str(base), str(cur), "--rounds", str(rounds), "--seed", str(e), "--json", str(js)])
+        code = run_cli(
+            ["compare", str(base), str(cur), "--rounds", str(rounds), "--seed", str(e), "--json", str(js)]
+        )
         doc = json.loads(js.read_text())
         shutil.rmtree(base)
         shutil.rmtree(cur)
@@ -369,7 +388,9 @@ def main() -> None:
         if args.gate_experiments:
             g = run_gate(args.gate_experiments, args.rounds, tmp)
             print()
-            print(f"gate (ept compare, elo-drop=20, Bonferroni, 4 arms, 3 families x 300 tasks, {g['n']} pairs each):")
+            print(
+                f"gate (ept compare, elo-drop=20, Bonferroni, 4 arms, 3 families x 300 tasks, {g['n']} pairs each):"
+            )
             print(f"  false alarms on unchanged runs: {g['false_alarm']:.0%}")
             print(f"  median printed 'drop caught 80%' for {GATE_ARM}: {g['printed_drop_80']:.0f} Elo")
             print(f"  detection of a true drop of that size: {g['detect_at_printed']:.0%}")

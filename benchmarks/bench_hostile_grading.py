@@ -29,10 +29,23 @@ sys.path.insert(0, str(REPO))
 KEY = "sk-bench-0123456789abcdefWXYZ"
 
 CORPUS = [
-    "\n" * 10_000, "\n" * 100_000, "\n" * 1_000_000, " " * 100_000 + "x", "answer" + " " * 100_000 + "x",
-    "Answer:" + " " * 100_000, "**" * 50_000, "Answer: 1/" + "7" * 5_000, "Answer: " + "9" * 400 + "/1",
-    "Answer: $\\binom{10^9}{5\\cdot10^8}$", "Answer: $" + "\\frac{1}{" * 2_000 + "2" + "}" * 2_000 + "$",
-    "Answer: 0x1p99999", "Answer: 1e400", "Answer: nan", "Answer: 42", "Answer: $\\frac34$", "Answer: 7",
+    "\n" * 10_000,
+    "\n" * 100_000,
+    "\n" * 1_000_000,
+    " " * 100_000 + "x",
+    "answer" + " " * 100_000 + "x",
+    "Answer:" + " " * 100_000,
+    "**" * 50_000,
+    "Answer: 1/" + "7" * 5_000,
+    "Answer: " + "9" * 400 + "/1",
+    "Answer: $\\binom{10^9}{5\\cdot10^8}$",
+    "Answer: $" + "\\frac{1}{" * 2_000 + "2" + "}" * 2_000 + "$",
+    "Answer: 0x1p99999",
+    "Answer: 1e400",
+    "Answer: nan",
+    "Answer: 42",
+    "Answer: $\\frac34$",
+    "Answer: 7",
     "Final answer: \\boxed{" * 3_000,
 ]
 TOWER = "Answer: $9^{9^{9}}$"  # each costs a killed math-verify child: 1 reply in 40
@@ -51,8 +64,18 @@ def _latex_suite(path: Path, n: int) -> Path:
     refs = ["\\frac34", "\\sqrt{2}", "2\\pi", "(-3, 3)", "\\{1, 2\\}", "x^2 + 1"]
     with path.open("w") as fh:
         for i in range(n):
-            fh.write(json.dumps({"task_id": f"tex-{i:04d}", "family": "mathtex", "prompt": f"Problem {i}.",
-                                 "reference": refs[i % len(refs)], "grader": {"type": "math"}}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "task_id": f"tex-{i:04d}",
+                        "family": "mathtex",
+                        "prompt": f"Problem {i}.",
+                        "reference": refs[i % len(refs)],
+                        "grader": {"type": "math"},
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
@@ -71,8 +94,14 @@ def _ledger_facts(ledger: Path, run: str) -> dict[str, Any]:
     from elo_per_token.ledger import open_ledger
 
     led = open_ledger(str(ledger))
-    facts: dict[str, Any] = {"jobs": 0, "scored": 0, "failed": {}, "attempts": 0, "longest_job_s": 0.0,
-                             "grading_errors": 0}
+    facts: dict[str, Any] = {
+        "jobs": 0,
+        "scored": 0,
+        "failed": {},
+        "attempts": 0,
+        "longest_job_s": 0.0,
+        "grading_errors": 0,
+    }
     for key in led.list_jobs(run):
         lines = [json.loads(x) for x in led.get_job(run, key).decode().splitlines()]
         facts["jobs"] += 1
@@ -102,18 +131,30 @@ def main() -> None:
     suite = _latex_suite(tmp / "tex.jsonl", args.tasks_per_family)
     (tmp / "profiles.toml").write_text(
         f'[profiles.hostile]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "EPT_SIM_API_KEY"\n'
-        'model = "ept-sim-1"\ntimeout = 20\nsupports_n = false\n')
+        'model = "ept-sim-1"\ntimeout = 20\nsupports_n = false\n'
+    )
     (tmp / "plan.toml").write_text(
         f'name = "hostile"\nprofile = "hostile"\nsuites = ["math", "tool_use", "{suite}"]\n'
         f"tasks_per_family = {args.tasks_per_family}\nreplicates = {args.replicates}\nseed = 23\n"
         f'ledger = "{tmp / "ledger"}"\nexecutor = "local"\nconcurrency = 8\nbootstrap_rounds = 0\n'
         '[[arms]]\nstrategy = "greedy"\nbudgets = [1]\n[[arms]]\nstrategy = "majority"\nbudgets = [3]\n'
-        '[rate_limits.hostile]\nrpm = 1000000\n')
-    env = {**os.environ, "EPT_PROFILES": str(tmp / "profiles.toml"), "EPT_SIM_API_KEY": KEY,
-           "EPT_MATH_TIMEOUT_S": str(args.math_timeout), "PYTHONPATH": str(REPO)}
+        "[rate_limits.hostile]\nrpm = 1000000\n"
+    )
+    env = {
+        **os.environ,
+        "EPT_PROFILES": str(tmp / "profiles.toml"),
+        "EPT_SIM_API_KEY": KEY,
+        "EPT_MATH_TIMEOUT_S": str(args.math_timeout),
+        "PYTHONPATH": str(REPO),
+    }
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "elo_per_token", "sweep", str(tmp / "plan.toml"), "--no-analysis"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "elo_per_token", "sweep", str(tmp / "plan.toml"), "--no-analysis"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=tmp,
+    )
     peak = 0
     while proc.poll() is None:
         peak = max(peak, _peak_rss_kb(proc.pid))
@@ -123,8 +164,18 @@ def main() -> None:
     facts = _ledger_facts(tmp / "ledger", "hostile")
     requests = sim.control.stats()["requests"]
     print(out[-1500:])
-    print(json.dumps({"exit": proc.returncode, "seconds": round(took, 1), "sweep_peak_rss_mb": round(peak / 1024),
-                      "requests_at_server": requests, **facts}, indent=2))
+    print(
+        json.dumps(
+            {
+                "exit": proc.returncode,
+                "seconds": round(took, 1),
+                "sweep_peak_rss_mb": round(peak / 1024),
+                "requests_at_server": requests,
+                **facts,
+            },
+            indent=2,
+        )
+    )
     sim.stop()
 
 

@@ -35,8 +35,10 @@ def main() -> None:
     for tid, why in failed:
         print(f"  FAILED {tid}: {why}")
     n_vis = sum(1 for t in tasks if t["visible_tests"])
-    print(f"canonical solutions passing their visible (docstring) tests: {n_vis - len(visible_failed)}/{n_vis} "
-          f"({sum(len(t['visible_tests']) for t in tasks)} visible tests)")
+    print(
+        f"canonical solutions passing their visible (docstring) tests: {n_vis - len(visible_failed)}/{n_vis} "
+        f"({sum(len(t['visible_tests']) for t in tasks)} visible tests)"
+    )
     print(f"distractors (`return None`) passing: {len(distractor_passed)}/{n} {distractor_passed}")
     print(f"graded {3 * n} runs in {dt:.1f}s ({dt / (3 * n) * 1000:.0f} ms per sandbox run)")
 

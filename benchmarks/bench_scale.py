@@ -43,14 +43,18 @@ sys.path.insert(0, str(REPO / "tests"))
 import fixtures_ledger as ledger_gen  # noqa: E402
 
 
-def run_measured(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> tuple[float, float, str]:
+def run_measured(
+    argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None
+) -> tuple[float, float, str]:
     """(seconds, peak RSS in GB, stdout) of one command, measured by GNU time in its own small process: a
     child forked straight from this (large) process would report at least this process's RSS (Linux keeps
     the pre-exec high-water mark in ru_maxrss)."""
     full = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
         t0 = time.perf_counter()
-        p = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", tf.name, *argv], capture_output=True, env=full, cwd=cwd)
+        p = subprocess.run(
+            ["/usr/bin/time", "-f", "%M", "-o", tf.name, *argv], capture_output=True, env=full, cwd=cwd
+        )
         dt = time.perf_counter() - t0
         if p.returncode:
             raise RuntimeError(f"{' '.join(argv)} failed ({p.returncode}): {p.stderr.decode()[-2000:]}")
@@ -132,7 +136,10 @@ def bench_store(store: str, n: int, work: Path, rounds: int, s3_env: dict[str, s
     # two cores a single figure moved by 2x between neighbours (S3 still settling after the compaction).
     runs = {
         "compacted": ([*analyze, str(out / "c"), "r", "--ledger", ledger], env),
-        "compacted_listed": ([*analyze, str(out / "v"), "r", "--ledger", ledger], {**env, "EPT_VERIFY_JOBS": "1"}),
+        "compacted_listed": (
+            [*analyze, str(out / "v"), "r", "--ledger", ledger],
+            {**env, "EPT_VERIFY_JOBS": "1"},
+        ),
         "one_parquet": ([*analyze, str(out / "p"), one_arg], env),
     }
     for order in (list(runs), list(reversed(runs))):
@@ -140,8 +147,12 @@ def bench_store(store: str, n: int, work: Path, rounds: int, s3_env: dict[str, s
             got = run_measured(*runs[name])[:2]
             row[name] = min(row.get(name, got), got)
     same = (out / "u" / "arms.csv").read_bytes() == (out / "c" / "arms.csv").read_bytes()
-    row["arms_equal"] = same and (out / "c" / "arms.csv").read_bytes() == (out / "p" / "arms.csv").read_bytes()
-    row["arms_equal"] = row["arms_equal"] and (out / "v" / "arms.csv").read_bytes() == (out / "c" / "arms.csv").read_bytes()
+    row["arms_equal"] = (
+        same and (out / "c" / "arms.csv").read_bytes() == (out / "p" / "arms.csv").read_bytes()
+    )
+    row["arms_equal"] = (
+        row["arms_equal"] and (out / "v" / "arms.csv").read_bytes() == (out / "c" / "arms.csv").read_bytes()
+    )
     # Incremental: 1% more jobs (declared first, as a resumed sweep of a larger plan does), compacted again.
     _with_env(env, lambda: ledger_gen.declare(_open(ledger), "r", extra, offset=n))
     if store == "local":
@@ -185,7 +196,10 @@ def bench_undeclared(store: str, n: int, work: Path, rounds: int, s3_env: dict[s
     analyze = [*EPT, "analyze", "--rounds", str(rounds), "--no-plots", "--out"]
     runs = {
         "compacted": ([*analyze, str(out / "c"), "r", "--ledger", ledger], env),
-        "compacted_listed": ([*analyze, str(out / "v"), "r", "--ledger", ledger], {**env, "EPT_VERIFY_JOBS": "1"}),
+        "compacted_listed": (
+            [*analyze, str(out / "v"), "r", "--ledger", ledger],
+            {**env, "EPT_VERIFY_JOBS": "1"},
+        ),
         "one_parquet": ([*analyze, str(out / "p"), one_arg], env),
     }
     for order in (list(runs), list(reversed(runs))):  # best of two, in opposite orders (see bench_store)
@@ -260,11 +274,15 @@ HEADER = (
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="10000,100000", help="Local sizes, comma-separated (e.g. 10000,100000,1000000).")
+    ap.add_argument(
+        "--sizes", default="10000,100000", help="Local sizes, comma-separated (e.g. 10000,100000,1000000)."
+    )
     ap.add_argument("--s3-sizes", default="", help="SeaweedFS sizes, comma-separated (empty: none).")
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--dir", default=None, help="Work folder (kept; generated ledgers are reused).")
-    ap.add_argument("--undeclared", action="store_true", help="Measure runs written without key declarations.")
+    ap.add_argument(
+        "--undeclared", action="store_true", help="Measure runs written without key declarations."
+    )
     args = ap.parse_args()
     work = Path(args.dir or tempfile.mkdtemp(prefix="ept-bench-scale-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -27,11 +27,34 @@ elif mode == "slow":
 sim = start_in_thread(cfg)
 d = Path(tempfile.mkdtemp())
 suite = d / "s.jsonl"
-suite.write_text("".join(json.dumps({"task_id": f"t{i}", "family": "math", "prompt": "2+3?", "reference": 5, "grader": {"type": "numeric"}}) + "\n" for i in range(40)))
-(d / "p.toml").write_text(f'name = "m"\nprofile = "simx"\nsuites = ["{suite}"]\nledger = "{d}/led"\nconcurrency = 2\n[[arms]]\nstrategy = "greedy"\nbudgets = [1]\n')
-(d / "prof.toml").write_text(f'[profiles.simx]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "K"\nmodel = "ept-sim-1"\n')
+suite.write_text(
+    "".join(
+        json.dumps(
+            {
+                "task_id": f"t{i}",
+                "family": "math",
+                "prompt": "2+3?",
+                "reference": 5,
+                "grader": {"type": "numeric"},
+            }
+        )
+        + "\n"
+        for i in range(40)
+    )
+)
+(d / "p.toml").write_text(
+    f'name = "m"\nprofile = "simx"\nsuites = ["{suite}"]\nledger = "{d}/led"\nconcurrency = 2\n[[arms]]\nstrategy = "greedy"\nbudgets = [1]\n'
+)
+(d / "prof.toml").write_text(
+    f'[profiles.simx]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "K"\nmodel = "ept-sim-1"\n'
+)
 env = {**os.environ, "EPT_PROFILES": str(d / "prof.toml"), "K": cfg["api_key"]}
-p = subprocess.Popen([sys.executable, "-m", "elo_per_token", "sweep", str(d / "p.toml"), "--no-analysis"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+p = subprocess.Popen(
+    [sys.executable, "-m", "elo_per_token", "sweep", str(d / "p.toml"), "--no-analysis"],
+    env=env,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+)
 while sim.control.stats()["completion_requests"] < 3:
     time.sleep(0.05)
 n0 = sim.control.stats()["completion_requests"]
@@ -45,5 +68,7 @@ except subprocess.TimeoutExpired:
     took, rc = None, "still running"
     p.kill()
 n1 = sim.control.stats()["completion_requests"]
-print(f"{mode}: SIGTERM after {n0} requests -> exit {rc} after {took if took is None else round(took, 1)} s; requests after the signal: {n1 - n0}")
+print(
+    f"{mode}: SIGTERM after {n0} requests -> exit {rc} after {took if took is None else round(took, 1)} s; requests after the signal: {n1 - n0}"
+)
 sim.stop()

@@ -93,7 +93,9 @@ def raw_openai(url: str, threads: int, n_calls: int) -> float:
                 if left[0] <= 0:
                     return
                 left[0] -= 1
-            client.chat.completions.create(model="ept-sim-1", messages=[{"role": "user", "content": "What is 2+2?"}])
+            client.chat.completions.create(
+                model="ept-sim-1", messages=[{"role": "user", "content": "What is 2+2?"}]
+            )
 
     ts = [threading.Thread(target=loop) for _ in range(threads)]
     t0 = time.perf_counter()
@@ -133,7 +135,9 @@ def run_sweep(plan_src: str, profile, broker: str | None, compact: bool = True) 
     jobs = plan_jobs(plan)
     quiet = Console(file=open(os.devnull, "w"), stderr=False)  # noqa: SIM115
     t0 = time.perf_counter()
-    out = execute(plan, jobs, profile=profile, analyze=False, broker_url=broker, console=quiet, compact=compact)
+    out = execute(
+        plan, jobs, profile=profile, analyze=False, broker_url=broker, console=quiet, compact=compact
+    )
     dt = time.perf_counter() - t0
     if not out.ok:
         raise RuntimeError(f"sweep failed: {dict(out.tally.failures)} {out.tally.messages}")
@@ -158,9 +162,15 @@ def ledger_cpu(args, tmp: Path, ctl, redis, n_math: int, profile) -> None:
                 workers = start_celery_workers(2, redis.url, tmp / f"w-{name}", concurrency=args.threads,
                                                queue=queue, env=env)  # fmt: skip
                 try:
-                    warm = plan_text(name + "-warm", ledger, args.strategy, args.budget, 1, "celery", queue, args.threads)
-                    run_sweep(warm, profile, redis.url, compact=False)  # imports, pools, the bucket: not measured
-                    src = plan_text(name, ledger, args.strategy, args.budget, reps, "celery", queue, args.threads)
+                    warm = plan_text(
+                        name + "-warm", ledger, args.strategy, args.budget, 1, "celery", queue, args.threads
+                    )
+                    run_sweep(
+                        warm, profile, redis.url, compact=False
+                    )  # imports, pools, the bucket: not measured
+                    src = plan_text(
+                        name, ledger, args.strategy, args.budget, reps, "celery", queue, args.threads
+                    )
                     w = CpuMeter([p.pid for p in workers.procs])
                     srv = CpuMeter([s3.proc.pid])
                     coord = CpuMeter([])
@@ -181,7 +191,9 @@ def ledger_cpu(args, tmp: Path, ctl, redis, n_math: int, profile) -> None:
     print(f"{'ledger':<28} {'workers ms/job':>14} {'S3 server ms/job':>16} {'coordinator ms/job':>18}")
     for kind, label in (("file", "file (local folder)"), ("s3", "S3 (SeaweedFS, same machine)")):
         wk, sv, co, _ = best[kind]
-        print(f"{label:<28} {1000 * wk:>14.2f} {1000 * sv if kind == 's3' else 0.0:>16.2f} {1000 * co:>18.2f}")
+        print(
+            f"{label:<28} {1000 * wk:>14.2f} {1000 * sv if kind == 's3' else 0.0:>16.2f} {1000 * co:>18.2f}"
+        )
     ratio = best["s3"][0] / best["file"][0]
     with_srv = (best["s3"][0] + best["s3"][1]) / best["file"][0]
     print(f"S3 / file, workers' CPU per job: {ratio:.2f}x (target <= 1.3x: {'met' if ratio <= 1.3 else 'NOT met'});"
@@ -190,14 +202,21 @@ def ledger_cpu(args, tmp: Path, ctl, redis, n_math: int, profile) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--threads", type=int, default=16, help="threads per executor process (local and per worker)")
+    ap.add_argument(
+        "--threads", type=int, default=16, help="threads per executor process (local and per worker)"
+    )
     ap.add_argument("--jobs-0ms", type=int, default=400)
     ap.add_argument("--seconds-200ms", type=float, default=8.0, help="target duration of each 200 ms run")
     ap.add_argument("--strategy", default="greedy")
     ap.add_argument("--budget", type=int, default=1)
     ap.add_argument("--workers", default="1,2,4")
-    ap.add_argument("--ledger-cpu", type=int, default=0, metavar="N",
-                    help="only the write-path row: N-job Celery sweeps, file ledger vs S3 (SeaweedFS)")
+    ap.add_argument(
+        "--ledger-cpu",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only the write-path row: N-job Celery sweeps, file ledger vs S3 (SeaweedFS)",
+    )
     ap.add_argument("--ledger-rounds", type=int, default=2)
     args = ap.parse_args()
 
@@ -218,7 +237,9 @@ def main() -> None:
     )
     os.environ["EPT_BENCH_KEY"] = KEY
     os.environ["EPT_PROFILES"] = str(tmp / "profiles.toml")
-    profile = Profile(name="sim-bench", protocol="openai", base_url=url, api_key_env="EPT_BENCH_KEY", model="ept-sim-1")
+    profile = Profile(
+        name="sim-bench", protocol="openai", base_url=url, api_key_env="EPT_BENCH_KEY", model="ept-sim-1"
+    )
     worker_counts = [int(x) for x in args.workers.split(",")]
     rows = []
     if args.ledger_cpu:
@@ -260,7 +281,9 @@ def main() -> None:
                                      "local" if label == "local" else "celery", queue, args.threads)  # fmt: skip
                     run_sweep(warm.replace('suites = ["math"]', f'suites = ["math"]\ntasks_per_family = {min(n_math, 2 * conc)}'),
                               profile, redis.url)  # fmt: skip
-                    meter = CpuMeter([sim_proc.pid, redis.proc.pid, *(w.pid for w in (workers.procs if workers else []))])
+                    meter = CpuMeter(
+                        [sim_proc.pid, redis.proc.pid, *(w.pid for w in (workers.procs if workers else []))]
+                    )
                     meter.start()
                     dt, jobs_done, calls = run_sweep(src, profile, redis.url)
                     cpu = meter.stop()
@@ -268,13 +291,17 @@ def main() -> None:
                     if workers:
                         workers.stop()
                 rows.append((latency, label, conc, jobs_done / dt, calls / dt, bound, cpu / jobs_done))
-                print(f"  {latency:>3} ms  {label:<16} {jobs_done} jobs, {calls} calls in {dt:.2f}s", flush=True)
+                print(
+                    f"  {latency:>3} ms  {label:<16} {jobs_done} jobs, {calls} calls in {dt:.2f}s", flush=True
+                )
     finally:
         stop_proc(redis.proc)
         stop_proc(sim_proc)
 
     cores = os.cpu_count() or 1
-    print(f"\nstrategy {args.strategy}@{args.budget}, {args.threads} threads per process, file ledger, {cores}-core box\n")
+    print(
+        f"\nstrategy {args.strategy}@{args.budget}, {args.threads} threads per process, file ledger, {cores}-core box\n"
+    )
     print(f"{'latency':>7}  {'executor':<16} {'conc':>4} {'jobs/s':>8} {'calls/s':>8} {'bound':>8} {'% bound':>8} {'vs raw':>7}"
           f" {'CPU ms/job':>10} {'CPU cap/s':>9}")  # fmt: skip
     raw = {r[0]: r[4] for r in rows if r[1].startswith("raw")}
@@ -285,10 +312,16 @@ def main() -> None:
         vs = f"{cps / raw[lat]:.2f}" if raw.get(lat) else "-"
         print(f"{lat:>5}ms  {label:<16} {conc:>4} {j:>8} {cps:>8.1f} {b:>8} {pct:>8} {vs:>7}"
               f" {1000 * cpu_per:>10.2f} {cores / cpu_per:>9.0f}")  # fmt: skip
-    print("\nbound = concurrency / latency (Little's law); raw openai loop uses 16 threads (1 process) on the same server;")
+    print(
+        "\nbound = concurrency / latency (Little's law); raw openai loop uses 16 threads (1 process) on the same server;"
+    )
     print("'vs raw' = calls/s relative to that loop at the same latency. Target: >= 80% of bound at 200 ms.")
-    print("CPU ms/job = CPU of every process involved (coordinator/local executor, workers, redis, simulator) per job")
-    print("(per call for the raw loop); CPU cap/s = cores / that: the most this box can run whatever the latency.")
+    print(
+        "CPU ms/job = CPU of every process involved (coordinator/local executor, workers, redis, simulator) per job"
+    )
+    print(
+        "(per call for the raw loop); CPU cap/s = cores / that: the most this box can run whatever the latency."
+    )
     print("A row whose bound is above its CPU cap is limited by this machine's cores, not by the executor.")
 
 

@@ -82,7 +82,9 @@ def make_log(path: Path, n: int, seed: int = 0) -> None:
     fam = np.array(["math", "code", "tool_use"])[rng.integers(0, 3, n)]
     df = pl.DataFrame(
         {
-            "task_id": pl.Series(fam) + "-" + pl.Series(rng.integers(0, 2000, n)).cast(pl.String).str.zfill(4),
+            "task_id": pl.Series(fam)
+            + "-"
+            + pl.Series(rng.integers(0, 2000, n)).cast(pl.String).str.zfill(4),
             "strategy": pl.Series([s for s, _ in arms])[a],
             "budget_n": pl.Series([b for _, b in arms])[a],
             "usage": pl.DataFrame(
@@ -127,7 +129,9 @@ def best(runs: list[tuple[float, float]]) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=1_000_000)
-    ap.add_argument("--repeat", type=int, default=3, help="rounds; each round runs every pipeline once, interleaved")
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="rounds; each round runs every pipeline once, interleaved"
+    )
     ap.add_argument("--keep", help="write the log here and keep it")
     ap.add_argument("--skip-python", action="store_true", help="skip the (slow) Python baseline")
     args = ap.parse_args()
@@ -161,7 +165,9 @@ def main() -> None:
 
     csv = tmp / "tokens.csv"
     pipelines = {
-        "cli": lambda: run("cli", [sys.executable, "-m", "elo_per_token", "tokens", str(log), "--csv", str(csv)]),
+        "cli": lambda: run(
+            "cli", [sys.executable, "-m", "elo_per_token", "tokens", str(log), "--csv", str(csv)]
+        ),
         "bare": lambda: run("bare", [sys.executable, "-c", BARE_POLARS, str(log)]),
         "jq": lambda: run("jq", ["bash", "-c", SEED_JQ_AWK, "bench", str(log)]),
         "fn": in_process,
@@ -198,12 +204,18 @@ def main() -> None:
 
     fast_w, fast_c = t["jq"][0] / t["cli"][0], t["jq"][1] / t["cli"][1]
     near_w, near_c = t["cli"][0] / t["bare"][0], t["cli"][1] / t["bare"][1]
-    print(f"jq+awk / `ept tokens`       wall {fast_w:5.2f}x  CPU {fast_c:5.2f}x   target >= 5x: {verdict(fast_w >= 5)} (wall)")
-    print(f"`ept tokens` / bare polars  wall {near_w:5.2f}x  CPU {near_c:5.2f}x   target <= 2x: {verdict(near_w <= 2)} (wall)")
+    print(
+        f"jq+awk / `ept tokens`       wall {fast_w:5.2f}x  CPU {fast_c:5.2f}x   target >= 5x: {verdict(fast_w >= 5)} (wall)"
+    )
+    print(
+        f"`ept tokens` / bare polars  wall {near_w:5.2f}x  CPU {near_c:5.2f}x   target <= 2x: {verdict(near_w <= 2)} (wall)"
+    )
     if not args.skip_python:
         t_py = timed(lambda: seed_python(str(log)))
         print(f"{'Python baseline script (fixed)':66s} {t_py[0]:8.2f} {t_py[1]:8.2f}")
-        print(f"ratio Python baseline / `ept tokens`: wall {t_py[0] / t['cli'][0]:5.1f}x, CPU {t_py[1] / t['cli'][1]:5.1f}x")
+        print(
+            f"ratio Python baseline / `ept tokens`: wall {t_py[0] / t['cli'][0]:5.1f}x, CPU {t_py[1] / t['cli'][1]:5.1f}x"
+        )
     print("totals per strategy agree across `ept tokens`, the in-process call, bare polars and jq+awk")
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)

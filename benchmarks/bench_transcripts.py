@@ -64,13 +64,15 @@ def add_transcripts(run_dir: Path, n: int) -> tuple[int, int]:
     return count, size
 
 
-def measure_pair(run_dir: Path, ledger: Path, out: Path, rounds: int, repeat: int, tag: str) -> dict[str, tuple]:
+def measure_pair(
+    run_dir: Path, ledger: Path, out: Path, rounds: int, repeat: int, tag: str
+) -> dict[str, tuple]:
     """Best-of-`repeat` (seconds, GB) of `ept analyze` with and without the transcripts folder, alternating."""
     on, off = run_dir / "transcripts", run_dir.parent / f".transcripts-away-{run_dir.name}"
     argv = [*EPT, "analyze", "--rounds", str(rounds), "--no-plots", "--out"]
     best: dict[str, tuple] = {}
     for rep in range(repeat):
-        for which in (("with", "without") if rep % 2 == 0 else ("without", "with")):
+        for which in ("with", "without") if rep % 2 == 0 else ("without", "with"):
             if which == "without":
                 on.rename(off)
             try:
@@ -80,7 +82,9 @@ def measure_pair(run_dir: Path, ledger: Path, out: Path, rounds: int, repeat: in
                     off.rename(on)
             print(f"  {tag} {which}: {got[0]:.1f} s / {got[1]:.3f} GB", flush=True)
             best[which] = min(best.get(which, got), got)
-    same = (out / f"{tag}-with" / "arms.csv").read_bytes() == (out / f"{tag}-without" / "arms.csv").read_bytes()
+    same = (out / f"{tag}-with" / "arms.csv").read_bytes() == (
+        out / f"{tag}-without" / "arms.csv"
+    ).read_bytes()
     best["arms_equal"] = (same,)
     return best
 
@@ -115,12 +119,17 @@ def fmt_row(r: dict) -> str:
             continue
         cells += [f"{m[w][0]:.1f} s / {m[w][1]:.2f} GB" for w in ("with", "without")]
         cells[-1] += "" if m["arms_equal"][0] else " (arms.csv DIFFERS)"
-    return (f"| {r['jobs']:,} | {r['transcripts']:,} objects, {r['transcript_bytes'] / 1e9:.2f} GB | "
-            + " | ".join(cells) + " |")
+    return (
+        f"| {r['jobs']:,} | {r['transcripts']:,} objects, {r['transcript_bytes'] / 1e9:.2f} GB | "
+        + " | ".join(cells)
+        + " |"
+    )
 
 
-HEADER = ("| jobs | transcripts | uncompacted, with | uncompacted, without | compacted, with | compacted, without |\n"
-          "|---|---|---|---|---|---|")
+HEADER = (
+    "| jobs | transcripts | uncompacted, with | uncompacted, without | compacted, with | compacted, without |\n"
+    "|---|---|---|---|---|---|"
+)
 
 
 def main() -> None:

@@ -47,7 +47,10 @@ def main() -> None:
 
     def done(stage: str) -> None:
         now = time.perf_counter()
-        print(f"{stage:20s} {now - t[0]:6.1f} s   peak {peak[0]:.2f} GiB   after {rss_gib():.2f} GiB", flush=True)
+        print(
+            f"{stage:20s} {now - t[0]:6.1f} s   peak {peak[0]:.2f} GiB   after {rss_gib():.2f} GiB",
+            flush=True,
+        )
         peak[0], t[0] = 0.0, now
 
     opt = P.AnalysisOptions(rounds=args.rounds)

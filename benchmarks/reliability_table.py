@@ -39,7 +39,11 @@ def run(k: str | None) -> tuple[list[dict], dict[str, str], float]:
     t0 = time.monotonic()
     subprocess.run(cmd, cwd=REPO, env={**os.environ, "EPT_RELIABILITY_OUT": str(out / "rows")}, check=False)
     elapsed = time.monotonic() - t0
-    rows = [json.loads(p.read_text()) for p in sorted((out / "rows").glob("*.json"))] if (out / "rows").exists() else []
+    rows = (
+        [json.loads(p.read_text()) for p in sorted((out / "rows").glob("*.json"))]
+        if (out / "rows").exists()
+        else []
+    )
     outcomes: dict[str, str] = {}
     if junit.exists():
         for tc in ET.parse(junit).getroot().iter("testcase"):
@@ -134,7 +138,7 @@ def main() -> None:
     out = Path(args.out)
     # Hand-written sections after the generated part (e.g. "## Hostile input") are kept as they are.
     old = out.read_text() if out.exists() else ""
-    kept = old[old.index(HAND_WRITTEN):] if HAND_WRITTEN in old else ""
+    kept = old[old.index(HAND_WRITTEN) :] if HAND_WRITTEN in old else ""
     out.write_text(write_doc(rows, outcomes, elapsed, args.k) + ("\n" + kept if kept else ""))
     print(f"wrote {args.out}")
     if any(o == "FAILED" for o in outcomes.values()):

@@ -11,12 +11,16 @@ import tempfile
 from pathlib import Path
 
 
-def write_temp(dest: Path, data: bytes, *, prefix: str | None = None, suffix: str = "", fsync: bool = False) -> Path:
+def write_temp(
+    dest: Path, data: bytes, *, prefix: str | None = None, suffix: str = "", fsync: bool = False
+) -> Path:
     """Write `data` to a new temp file next to `dest` (creating the folder) and return its path; the caller
     renames or links it into place. On failure the temp file is removed. `prefix` defaults to `.<name>.`
     (hidden); `fsync` adds durability across power loss."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}." if prefix is None else prefix, suffix=suffix)
+    fd, tmp = tempfile.mkstemp(
+        dir=dest.parent, prefix=f".{dest.name}." if prefix is None else prefix, suffix=suffix
+    )
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

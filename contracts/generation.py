@@ -29,7 +29,16 @@ from typing import Any
 from elo_per_token.contracts.errors import InputError
 
 EFFORTS = ("none", "minimal", "low", "medium", "high")
-FIELDS = ("max_tokens", "temperature", "top_p", "stop", "seed", "reasoning_effort", "thinking_budget", "extra_body")
+FIELDS = (
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "stop",
+    "seed",
+    "reasoning_effort",
+    "thinking_budget",
+    "extra_body",
+)
 # Arm-level keys that may list several values: each value is its own arm (an arm dimension, like budgets).
 DIMENSIONS = ("reasoning_effort", "thinking_budget")
 
@@ -99,7 +108,11 @@ def _flat(prefix: str, d: dict[str, Any]) -> list[str]:
     for k in sorted(d):
         v = d[k]
         key = f"{prefix}.{k}" if prefix else str(k)
-        out += _flat(key, v) if isinstance(v, dict) else [f"{key}={json.dumps(v) if not isinstance(v, str) else v}"]
+        out += (
+            _flat(key, v)
+            if isinstance(v, dict)
+            else [f"{key}={json.dumps(v) if not isinstance(v, str) else v}"]
+        )
     return out
 
 

@@ -25,7 +25,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["GraderOptionError", "GraderSchema", "OptionCheck", "get_schema", "grader_types", "register_schema"]
+__all__ = [
+    "GraderOptionError",
+    "GraderSchema",
+    "OptionCheck",
+    "get_schema",
+    "grader_types",
+    "register_schema",
+]
 
 
 class GraderOptionError(ValueError):
@@ -52,6 +59,7 @@ class GraderSchema:
 
 
 # ---------------------------------------------------------------- built-in option checks
+
 
 def check_numeric(task: dict[str, Any], grader: dict[str, Any]) -> None:
     for opt in ("abs_tol", "rel_tol"):
@@ -87,13 +95,19 @@ def check_code(task: dict[str, Any], grader: dict[str, Any]) -> None:
     for f in ("tests", "visible_tests"):
         if f in task or f == "tests":
             tests = task.get(f)
-            if not isinstance(tests, list) or (f == "tests" and not tests) or not all(isinstance(t, str) for t in tests):
+            if (
+                not isinstance(tests, list)
+                or (f == "tests" and not tests)
+                or not all(isinstance(t, str) for t in tests)
+            ):
                 raise GraderOptionError("must be a list of Python assert statements (strings)", f)
 
 
 def check_tool(task: dict[str, Any], grader: dict[str, Any]) -> None:
     calls = grader.get("expect_calls", [])
-    if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls):
+    if not isinstance(calls, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls
+    ):
         raise GraderOptionError("grader option 'expect_calls' must be a list of {name, arguments?}")
     if not task.get("tools"):
         raise GraderOptionError("tool grader needs the task's tools", "tools")
@@ -103,25 +117,29 @@ def check_bfcl(task: dict[str, Any], grader: dict[str, Any]) -> None:
     if not task.get("tools"):
         raise GraderOptionError("bfcl grader needs the task's tools", "tools")
     if not isinstance(task["reference"], list) or not all(isinstance(g, dict) for g in task["reference"]):
-        raise GraderOptionError("bfcl grader needs the possible answers: a list of {function: {param: [options]}}",
-                                "reference")
+        raise GraderOptionError(
+            "bfcl grader needs the possible answers: a list of {function: {param: [options]}}", "reference"
+        )
 
 
 # ---------------------------------------------------------------- the registry
 
 # Order matters only for messages ("'type' in exact, normalised, …").
-_SCHEMAS: dict[str, GraderSchema] = {s.name: s for s in (
-    GraderSchema("exact"),
-    GraderSchema("normalised"),
-    GraderSchema("numeric", check_numeric),
-    GraderSchema("math", check_math),
-    GraderSchema("regex", check_regex),
-    GraderSchema("choice", check_choice),
-    GraderSchema("code", check_code),
-    GraderSchema("tool", check_tool),
-    GraderSchema("bfcl", check_bfcl),
-    GraderSchema("none", needs_reference=False),
-)}
+_SCHEMAS: dict[str, GraderSchema] = {
+    s.name: s
+    for s in (
+        GraderSchema("exact"),
+        GraderSchema("normalised"),
+        GraderSchema("numeric", check_numeric),
+        GraderSchema("math", check_math),
+        GraderSchema("regex", check_regex),
+        GraderSchema("choice", check_choice),
+        GraderSchema("code", check_code),
+        GraderSchema("tool", check_tool),
+        GraderSchema("bfcl", check_bfcl),
+        GraderSchema("none", needs_reference=False),
+    )
+}
 
 
 def register_schema(schema: GraderSchema) -> None:

@@ -77,7 +77,9 @@ def solve_messages(task: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def verify_messages(task: dict[str, Any], candidate: str) -> list[dict[str, Any]]:
-    user = f"Task:\n{wrap_task(task_text(task))}\n\nCandidate solution:\n<candidate>\n{candidate}\n</candidate>"
+    user = (
+        f"Task:\n{wrap_task(task_text(task))}\n\nCandidate solution:\n<candidate>\n{candidate}\n</candidate>"
+    )
     return [{"role": "system", "content": VERIFY_SYSTEM}, {"role": "user", "content": user}]
 
 
@@ -169,7 +171,7 @@ def answer_lines(text: str) -> list[str]:
         blanks = _SPACES.match(text, label.end())
         value_at = blanks.end() if blanks else label.end()
         if value_at >= n:  # only blanks after the colon: the old regex took one of them as the value
-            rest = text[label.end():].rstrip("\n")
+            rest = text[label.end() :].rstrip("\n")
             if rest:
                 found.append(rest[-1])
             break

@@ -52,7 +52,9 @@ class CallRecord:
     finish_reason: str | None = None
     error: dict[str, str] | None = None  # {"class": ..., "message": ...} when the call failed
     usage_missing: bool = False
-    usage_invalid: str | None = None  # the server sent usage that failed contracts.usage.check_usage (then usage=None)
+    usage_invalid: str | None = (
+        None  # the server sent usage that failed contracts.usage.check_usage (then usage=None)
+    )
     # Generation settings sent with this call (temperature, max_tokens, reasoning_effort, …; contracts.generation).
     gen: dict[str, Any] = field(default_factory=dict)
     # One per returned choice (finish_reason above is the first one's): "length" = cut by max_tokens.
@@ -148,4 +150,3 @@ class JobResult:
         if outcome is None:
             raise ValueError(f"job {job.key}: no outcome line")
         return cls(job, calls, outcome, started, finished, judgments)
-

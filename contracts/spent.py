@@ -30,7 +30,9 @@ def spent_name() -> str:
     return f"{SPENT_DIR}{uuid.uuid4().hex}{SPENT_SUFFIX}"
 
 
-def spent_bytes(lines: list[dict[str, Any]], *, reason: str, error_class: str | None, attempt: int, at: float) -> bytes:
+def spent_bytes(
+    lines: list[dict[str, Any]], *, reason: str, error_class: str | None, attempt: int, at: float
+) -> bytes:
     """The object for one attempt: a header, then its call lines (an outcome line, if any, is dropped: the
     attempt's outcome is the header's `reason` and `class`). `lines` are JobResult.to_lines() of the attempt."""
     if reason not in SPENT_REASONS:
@@ -85,7 +87,9 @@ def parse_spent(data: bytes, name: str = "spent object") -> list[dict[str, Any]]
             head = x
             continue
         if x.get("kind") != "call":
-            raise ValueError(f"{name}:{i}: field 'kind': expected a call line, got {str(x.get('kind'))[:40]!r}")
+            raise ValueError(
+                f"{name}:{i}: field 'kind': expected a call line, got {str(x.get('kind'))[:40]!r}"
+            )
         out.append({**x, "spent_reason": head.get("reason"), "spent_class": head.get("class")})
     return out
 
@@ -99,7 +103,9 @@ def spent_usage_totals(lines: Iterable[dict[str, Any]]) -> dict[str, dict[str, i
     from tokens, as in analysis.tokens; counted in calls)."""
     out: dict[str, dict[str, int]] = {}
     for x in lines:
-        row = out.setdefault(str(x.get("arm")), {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "tokens": 0})
+        row = out.setdefault(
+            str(x.get("arm")), {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "tokens": 0}
+        )
         row["calls"] += 1
         u = x.get("usage")
         if not isinstance(u, dict) or x.get("role") == "judge":

@@ -24,8 +24,20 @@ from elo_per_token.contracts.graders import GraderOptionError, GraderSchema, get
 
 TOOL_IMPL_TYPES = ("calculator", "lookup", "record")
 _KNOWN_FIELDS = {
-    "task_id", "family", "prompt", "messages", "reference", "grader", "difficulty", "distractors",
-    "tools", "tool_impl", "tests", "visible_tests", "entry_point", "meta",
+    "task_id",
+    "family",
+    "prompt",
+    "messages",
+    "reference",
+    "grader",
+    "difficulty",
+    "distractors",
+    "tools",
+    "tool_impl",
+    "tests",
+    "visible_tests",
+    "entry_point",
+    "meta",
 }
 
 
@@ -52,12 +64,20 @@ def validate_task(task: Any, file: str = "<task>", line: int = 1) -> dict[str, A
         raise _fail("must be a non-empty string", file, line, "prompt")
     if has_msgs:
         msgs = task["messages"]
-        ok = isinstance(msgs, list) and msgs and all(
-            isinstance(m, dict) and m.get("role") in ("system", "user", "assistant") and isinstance(m.get("content"), str)
-            for m in msgs
+        ok = (
+            isinstance(msgs, list)
+            and msgs
+            and all(
+                isinstance(m, dict)
+                and m.get("role") in ("system", "user", "assistant")
+                and isinstance(m.get("content"), str)
+                for m in msgs
+            )
         )
         if not ok or not any(m["role"] == "user" for m in msgs):
-            raise _fail("must be a list of {role, content} with at least one user message", file, line, "messages")
+            raise _fail(
+                "must be a list of {role, content} with at least one user message", file, line, "messages"
+            )
     grader = task.get("grader")
     schema = get_schema(grader.get("type")) if isinstance(grader, dict) else None
     if schema is None:
@@ -91,8 +111,15 @@ def _check_tools(task: dict[str, Any], file: str, line: int) -> None:
         raise _fail("must be a non-empty list of OpenAI tool specs", file, line, "tools")
     for t in tools:
         fn = t.get("function") if isinstance(t, dict) else None
-        if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(fn, dict) or not fn.get("name"):
-            raise _fail("each tool must be {type: 'function', function: {name, parameters}}", file, line, "tools")
+        if (
+            not isinstance(t, dict)
+            or t.get("type") != "function"
+            or not isinstance(fn, dict)
+            or not fn.get("name")
+        ):
+            raise _fail(
+                "each tool must be {type: 'function', function: {name, parameters}}", file, line, "tools"
+            )
         names.append(fn["name"])
     impl = task.get("tool_impl")
     if not isinstance(impl, dict):
@@ -100,6 +127,11 @@ def _check_tools(task: dict[str, Any], file: str, line: int) -> None:
     for n in names:
         spec = impl.get(n)
         if not isinstance(spec, dict) or spec.get("type") not in TOOL_IMPL_TYPES:
-            raise _fail(f"tool '{n}' needs an implementation of type {' or '.join(TOOL_IMPL_TYPES)}", file, line, "tool_impl")
+            raise _fail(
+                f"tool '{n}' needs an implementation of type {' or '.join(TOOL_IMPL_TYPES)}",
+                file,
+                line,
+                "tool_impl",
+            )
         if spec["type"] == "lookup" and not isinstance(spec.get("table"), dict):
             raise _fail(f"lookup tool '{n}' needs a 'table' object", file, line, "tool_impl")

@@ -17,7 +17,9 @@ def _header(table: str | tuple[str, ...]) -> re.Pattern[str]:
     return re.compile(r"^\s*\[+\s*" + r"\s*\.\s*".join(parts) + r"\s*\]+")
 
 
-def toml_line(text: str, key: str | None, table: str | tuple[str, ...] | None = None, nth: int = 0) -> int | None:
+def toml_line(
+    text: str, key: str | None, table: str | tuple[str, ...] | None = None, nth: int = 0
+) -> int | None:
     """1-based line of `key = …` (optionally quoted), or None when not found.
 
     With `table`, the search runs inside the nth `[table]` / `[[table]]` section only (up to the next header);

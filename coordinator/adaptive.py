@@ -264,7 +264,9 @@ def _reports(
         elif i == anchor:
             d = lo = hi = 0.0
         status = a.status[i] if a is not None else OPEN
-        reason = _reason(i, arms, a, int(n[i]), st.stopped.get(i), stop_reason) if a is not None else stop_reason
+        reason = (
+            _reason(i, arms, a, int(n[i]), st.stopped.get(i), stop_reason) if a is not None else stop_reason
+        )
         out.append(ArmReport(
             arm=arm, status=status, reason=reason, tasks=int(n[i]), tokens=float(np.nansum(col)),
             stopped_round=st.stopped.get(i), tokens_per_task=float(tok[i]), tokens_lo=float(tok[i] - half),

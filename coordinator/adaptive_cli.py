@@ -79,18 +79,27 @@ def print_state(ledger: Any, run_id: str, console: Any) -> None:
                       highlight=False)  # fmt: skip
     settled = {k: v for k, v in status.items() if v != "open"}
     if settled:
-        console.print(escape("settled: " + ", ".join(f"{k} ({v})" for k, v in sorted(settled.items()))), highlight=False)
+        console.print(
+            escape("settled: " + ", ".join(f"{k} ({v})" for k, v in sorted(settled.items()))), highlight=False
+        )
 
 
 def replay_adaptive_cmd(
-    run: list[str] = typer.Argument(..., metavar="RUN", help="A finished full run: run folder, s3://…/runs/<id>, "
-                                    "or its JSONL/Parquet files."),
+    run: list[str] = typer.Argument(
+        ...,
+        metavar="RUN",
+        help="A finished full run: run folder, s3://…/runs/<id>, or its JSONL/Parquet files.",
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the random task order."),
     alpha: float = typer.Option(0.05, "--alpha", help="Error budget per decision and per interval."),
     rounds: int = typer.Option(10, "--rounds", help="Rounds the grid is cut into."),
     min_rounds: int = typer.Option(2, "--min-rounds", help="Rounds before any decision."),
-    width: float = typer.Option(None, "--width", help="Resolve on-frontier arms' ΔElo-per-1k step to this width."),
-    max_tokens: float = typer.Option(None, "--max-tokens", help="Stop before a round that would pass this many tokens."),
+    width: float = typer.Option(
+        None, "--width", help="Resolve on-frontier arms' ΔElo-per-1k step to this width."
+    ),
+    max_tokens: float = typer.Option(
+        None, "--max-tokens", help="Stop before a round that would pass this many tokens."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """How much would an adaptive sweep have saved on this run? Replays the adaptive policy on the run's stored

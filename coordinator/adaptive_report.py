@@ -23,7 +23,15 @@ def print_adaptive(res: AdaptiveResult, console: Any, full_tokens: float | None 
 
     t = Table(title=f"Adaptive sweep: {res.rounds_run} of {res.rounds_planned} rounds · stopped: {res.stop_reason} · "
                     f"intervals hold under the adaptive stopping (z = {res.z_report:.2f}); anchor {res.anchor}")  # fmt: skip
-    for col in ("arm", "frontier", "tasks", "tokens/task [CI]", "ΔElo vs anchor [CI]", "ΔElo per 1k [CI]", "why it stopped"):
+    for col in (
+        "arm",
+        "frontier",
+        "tasks",
+        "tokens/task [CI]",
+        "ΔElo vs anchor [CI]",
+        "ΔElo per 1k [CI]",
+        "why it stopped",
+    ):
         t.add_column(col)
     for r in sorted(res.reports, key=lambda r: r.tokens_per_task):
         step = r.per_1k
@@ -33,11 +41,15 @@ def print_adaptive(res: AdaptiveResult, console: Any, full_tokens: float | None 
             _ci(step[1], step[0], step[2], ".1f") if step else "—", escape(r.reason),
         )  # fmt: skip
     console.print(t)
-    early = [r for r in res.reports if r.stopped_round is not None and r.stopped_round + 1 < res.rounds_planned]
+    early = [
+        r for r in res.reports if r.stopped_round is not None and r.stopped_round + 1 < res.rounds_planned
+    ]
     line = f"tokens spent {res.tokens_spent:,.0f}"
     if full_tokens:
         line += f" of the full grid's {full_tokens:,.0f} ({res.tokens_spent / full_tokens:.1%})"
-    line += f"; {len(early)} arm(s) stopped early: " + (", ".join(f"{r.arm} ({r.tasks} tasks)" for r in early) or "none")
+    line += f"; {len(early)} arm(s) stopped early: " + (
+        ", ".join(f"{r.arm} ({r.tasks} tasks)" for r in early) or "none"
+    )
     console.print(escape(line), highlight=False)
 
 

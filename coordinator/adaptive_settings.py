@@ -12,7 +12,13 @@ from typing import Any
 
 __all__ = ["AdaptiveSettings", "check_adaptive", "settings_from_table"]
 
-_KEYS: dict[str, type] = {"alpha": float, "rounds": int, "min_rounds": int, "width": float, "max_tokens": float}
+_KEYS: dict[str, type] = {
+    "alpha": float,
+    "rounds": int,
+    "min_rounds": int,
+    "width": float,
+    "max_tokens": float,
+}
 
 
 @dataclass(frozen=True)
@@ -58,8 +64,14 @@ def check_adaptive(table: Any, v: Any) -> None:
         raise v.err("must be a table: [adaptive]", "adaptive")
     for key, val in table.items():
         if key not in _KEYS:
-            raise v.err(f"unknown field (known: {', '.join(sorted(_KEYS))})", f"adaptive.{key}", key, "adaptive")
-        if isinstance(val, bool) or not isinstance(val, int | float) or (_KEYS[key] is int and not isinstance(val, int)):
+            raise v.err(
+                f"unknown field (known: {', '.join(sorted(_KEYS))})", f"adaptive.{key}", key, "adaptive"
+            )
+        if (
+            isinstance(val, bool)
+            or not isinstance(val, int | float)
+            or (_KEYS[key] is int and not isinstance(val, int))
+        ):
             raise v.err(f"must be a number, got {type(val).__name__}", f"adaptive.{key}", key, "adaptive")
     try:
         settings_from_table(table, 0).check()

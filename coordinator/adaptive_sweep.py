@@ -44,7 +44,9 @@ class AdaptiveSweep:
     elapsed_s: float
 
 
-def _round_results(ledger: Any, run_id: str, tidx: dict[str, int], aidx: dict[str, int]) -> dict[tuple[int, int], tuple[float, float]]:
+def _round_results(
+    ledger: Any, run_id: str, tidx: dict[str, int], aidx: dict[str, int]
+) -> dict[tuple[int, int], tuple[float, float]]:
     """Every (task, arm) result of the run so far, from the ledger (the same reading as a replay)."""
     import numpy as np
 

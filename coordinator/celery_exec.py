@@ -26,7 +26,14 @@ TASK_NAME = "ept.run_job"
 
 
 def _failed(job_key: str, message: str) -> JobSummary:
-    return {"key": job_key, "status": "failed", "class": "transient", "message": message, "calls": 0, "tokens": 0}
+    return {
+        "key": job_key,
+        "status": "failed",
+        "class": "transient",
+        "message": message,
+        "calls": 0,
+        "tokens": 0,
+    }
 
 
 def _pipelined(producer: Any, size: int) -> Any:
@@ -158,7 +165,9 @@ class _Outstanding:
         # A marker in Redis: gone after a broker restart means Redis came back empty (no persistence).
         self.marker = f"ept:sweep-alive:{uuid.uuid4().hex}"
         self.broker_down_since: list[float] = []  # when the current broker outage began (empty = reachable)
-        self.watch: QueueWatch | None = None  # coordinator.consumers: a queue with work and no consumer stops us
+        self.watch: QueueWatch | None = (
+            None  # coordinator.consumers: a queue with work and no consumer stops us
+        )
 
     def check_consumers(self) -> None:
         """QueueStalled when the job queue or the grade queue has had work and no consumer for the window."""
@@ -197,7 +206,9 @@ class _Outstanding:
         if not self.pending:
             return
         self.ticks += 1
-        ids = list(self.pending) if self.ticks % 10 == 0 else list(itertools.islice(self.pending, self.WINDOW))
+        ids = (
+            list(self.pending) if self.ticks % 10 == 0 else list(itertools.islice(self.pending, self.WINDOW))
+        )
         keys = [self.pending[t][1] for t in ids]
         values = self.backend.mget(keys)
         finished = []
@@ -344,7 +355,9 @@ def run_celery(
         prev_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         _first_contact(out.mark_alive, app)
-        if budget is not None:  # (run id, spent by earlier sessions): workers count the run's spend from there
+        if (
+            budget is not None
+        ):  # (run id, spent by earlier sessions): workers count the run's spend from there
             _start_budget(app, *budget)
         _enqueue_all(out, jobs, max_pending=max_pending, poll_s=poll_s, broker_patience_s=broker_patience_s,
                      should_stop=should_stop)  # fmt: skip

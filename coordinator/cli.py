@@ -10,7 +10,9 @@ if TYPE_CHECKING:  # annotations only: each command imports what it runs
     from elo_per_token.coordinator.sweep import SweepOutcome
     from elo_per_token.ledger import Ledger
 
-_LEDGER_HELP = "Ledger URL (folder, file://… or s3://bucket/prefix); default: the plan's, else ./ept-out/ledger."
+_LEDGER_HELP = (
+    "Ledger URL (folder, file://… or s3://bucket/prefix); default: the plan's, else ./ept-out/ledger."
+)
 
 
 def _ledger_and_run(run: str, ledger: str | None, *, write: bool = True) -> tuple[Ledger, str]:
@@ -56,24 +58,43 @@ def sweep(
     ),
     executor: str = typer.Option(None, "--executor", help="local | celery (overrides the plan)."),
     ledger: str = typer.Option(None, "--ledger", help=_LEDGER_HELP),
-    concurrency: int = typer.Option(None, "--concurrency", help="Local executor threads (overrides the plan)."),
-    profiles: str = typer.Option(None, "--profiles", help="profiles.toml (default: $EPT_PROFILES, ./profiles.toml)."),
+    concurrency: int = typer.Option(
+        None, "--concurrency", help="Local executor threads (overrides the plan)."
+    ),
+    profiles: str = typer.Option(
+        None, "--profiles", help="profiles.toml (default: $EPT_PROFILES, ./profiles.toml)."
+    ),
     no_analysis: bool = typer.Option(False, "--no-analysis", help="Skip the Elo table at the end."),
     max_jobs: int = typer.Option(
-        None, "--max-jobs", min=1, help="Allow plans of up to N jobs (default: the plan's max_jobs, else 2,000,000)."
+        None,
+        "--max-jobs",
+        min=1,
+        help="Allow plans of up to N jobs (default: the plan's max_jobs, else 2,000,000).",
     ),
-    limit: int = typer.Option(None, "--limit", min=1, help="Run at most the first N tasks of each family now."),
-    arms: str = typer.Option(None, "--arms", help="Run only the arms matching PATTERN now (e.g. 'majority@*,greedy@1')."),
+    limit: int = typer.Option(
+        None, "--limit", min=1, help="Run at most the first N tasks of each family now."
+    ),
+    arms: str = typer.Option(
+        None, "--arms", help="Run only the arms matching PATTERN now (e.g. 'majority@*,greedy@1')."
+    ),
     profile: str = typer.Option(None, "--profile", help="Profile NAME to use instead of the plan's."),
     model: str = typer.Option(None, "--model", help="Model to use instead of the profile's."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print jobs, calls and a token/$ estimate; send nothing."),
-    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="Cap the run's total tokens (overrides the plan's [budget])."),
-    max_cost: float = typer.Option(None, "--max-cost", min=0.0, help="Cap the run's cost in USD at the profile's prices."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print jobs, calls and a token/$ estimate; send nothing."
+    ),
+    max_tokens: int = typer.Option(
+        None, "--max-tokens", min=1, help="Cap the run's total tokens (overrides the plan's [budget])."
+    ),
+    max_cost: float = typer.Option(
+        None, "--max-cost", min=0.0, help="Cap the run's cost in USD at the profile's prices."
+    ),
     allow_endpoint_change: bool = typer.Option(
         False, "--allow-endpoint-change", help="Continue a run at another endpoint serving the same model."
     ),
     adaptive: bool = typer.Option(
-        False, "--adaptive", help="Run tasks in rounds; settled arms stop receiving tasks (also: an adaptive table in the plan)."
+        False,
+        "--adaptive",
+        help="Run tasks in rounds; settled arms stop receiving tasks (also: an adaptive table in the plan).",
     ),
 ) -> None:
     """Run a plan: expand to jobs, skip those already in the ledger, run the rest, print the Elo table."""
@@ -185,7 +206,9 @@ def status(
             f"{sum(st.failed.values())} · pending {st.pending if st.pending is not None else '?'}"
             + (f" (retrying {st.retrying} that failed before this session)" if st.retrying else ""))  # fmt: skip
     if st.stopped:
-        c.print(f"[red]the coordinator stopped this session:[/] {escape(mask_url(st.stopped))}", highlight=False)
+        c.print(
+            f"[red]the coordinator stopped this session:[/] {escape(mask_url(st.stopped))}", highlight=False
+        )
     for line in _broker_lines(m):
         c.print(f"[yellow]{escape(mask_url(line))}[/]", highlight=False)
     for line in status_notes(st.manifest):
@@ -218,13 +241,19 @@ def retry(
     ledger: str = typer.Option(None, "--ledger", help=_LEDGER_HELP),
     executor: str = typer.Option(None, "--executor", help="local | celery (default: the run's)."),
     profile_url_override: str = typer.Option(
-        None, "--profile-url-override", help="The base URL the run used (default: the one recorded in its manifest)."
+        None,
+        "--profile-url-override",
+        help="The base URL the run used (default: the one recorded in its manifest).",
     ),
-    profiles: str = typer.Option(None, "--profiles", help="profiles.toml (default: $EPT_PROFILES, ./profiles.toml)."),
+    profiles: str = typer.Option(
+        None, "--profiles", help="profiles.toml (default: $EPT_PROFILES, ./profiles.toml)."
+    ),
     allow_endpoint_change: bool = typer.Option(
         False, "--allow-endpoint-change", help="Run the jobs at another endpoint than the run's (same model)."
     ),
-    failed_only: bool = typer.Option(False, "--failed-only", help="Run only the failed jobs, not the pending ones."),
+    failed_only: bool = typer.Option(
+        False, "--failed-only", help="Run only the failed jobs, not the pending ones."
+    ),
 ) -> None:
     """Finish a run: its failed jobs and the jobs that never started, at the endpoint and model the run used
     (finished jobs are never re-run)."""
@@ -280,10 +309,14 @@ def _run_endpoint(
 
 
 def compact(
-    run: str = typer.Argument(..., metavar="RUN", help="Run id, run folder / s3://…/runs/<id> URL, or the plan file."),
+    run: str = typer.Argument(
+        ..., metavar="RUN", help="Run id, run folder / s3://…/runs/<id> URL, or the plan file."
+    ),
     ledger: str = typer.Option(None, "--ledger", help=_LEDGER_HELP),
     rebuild: bool = typer.Option(
-        False, "--rebuild", help="Drop every segment and fold all job objects again (e.g. after a corrupt one)."
+        False,
+        "--rebuild",
+        help="Drop every segment and fold all job objects again (e.g. after a corrupt one).",
     ),
 ) -> None:
     """Fold the job objects written since the last compaction into a new Parquet segment (incremental)."""
@@ -344,7 +377,9 @@ def services(
     env_file.write_text(svc.env_script(stack))
     env_file.chmod(0o600)
     typer.echo(f"# Redis and S3 are up (logs in {root}); in other shells: source {env_file}")
-    typer.echo("# then `ept worker`, and `ept sweep PLAN --executor celery --ledger \"$EPT_LEDGER\"`. Ctrl-C stops both.")
+    typer.echo(
+        '# then `ept worker`, and `ept sweep PLAN --executor celery --ledger "$EPT_LEDGER"`. Ctrl-C stops both.'
+    )
     typer.echo(f"ready {env_file}", err=True)
     from elo_per_token.coordinator.local import sigterm_as_interrupt
 

@@ -69,7 +69,9 @@ class QueueWatch:
     reason: Callable[[str], str | None]
     window: float = DEFAULT_WINDOW_S
     every: float = CHECK_EVERY_S
-    since: dict[str, float] = field(default_factory=dict)  # queue -> when it was first seen with work, no consumer
+    since: dict[str, float] = field(
+        default_factory=dict
+    )  # queue -> when it was first seen with work, no consumer
     last: float = float("-inf")
 
     def check(self, pending: int, now: float | None = None) -> str | None:

@@ -15,7 +15,9 @@ def demo_plan_text() -> str:
     return resources.files(__package__).joinpath("demo_plan.toml").read_text(encoding="utf-8")
 
 
-def run_demo(out: str | Path = "./ept-out", *, tasks_per_family: int | None = None, console: Any = None) -> Any:
+def run_demo(
+    out: str | Path = "./ept-out", *, tasks_per_family: int | None = None, console: Any = None
+) -> Any:
     from elo_per_token.analysis.report import make_console
     from elo_per_token.coordinator.plan import parse_plan
     from elo_per_token.coordinator.sweep import execute, plan_jobs
@@ -43,8 +45,14 @@ def run_demo(out: str | Path = "./ept-out", *, tasks_per_family: int | None = No
             price_in_per_1m=0.15, price_cached_in_per_1m=0.075, price_out_per_1m=0.60,
         )  # fmt: skip
         # The in-process simulator listens on a new port each time: the same model at a moved endpoint.
-        result = execute(plan, plan_jobs(plan), profile=profile, base_url=sim.url, allow_endpoint_change=True,
-                         console=console or make_console(stderr=True))
+        result = execute(
+            plan,
+            plan_jobs(plan),
+            profile=profile,
+            base_url=sim.url,
+            allow_endpoint_change=True,
+            console=console or make_console(stderr=True),
+        )
     finally:
         sim.stop()
     if result.analysis is not None:

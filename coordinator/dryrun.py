@@ -80,7 +80,11 @@ def estimate(plan: Any, profile_public: dict[str, Any]) -> Estimate:
 
 def describe(est: Estimate, run_id: str) -> str:
     """The dry run's report, a few lines of plain text."""
-    how = "measured on the run's results" if est.measured else "from the plan (prompt/4 + max_tokens: an upper-bound guess)"
+    how = (
+        "measured on the run's results"
+        if est.measured
+        else "from the plan (prompt/4 + max_tokens: an upper-bound guess)"
+    )
     cost = f"${est.cost:,.2f}" if est.cost is not None else "$ unknown (the profile has no prices)"
     return (
         f"dry run of {run_id}: {est.jobs:,} jobs, {est.done:,} already done, {est.to_run:,} to run\n"

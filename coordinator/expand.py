@@ -10,7 +10,9 @@ from elo_per_token.contracts.jobs import Job
 from elo_per_token.coordinator.plan import Plan, check_job_count
 
 
-def load_tasks(plan: Plan, loader: Callable[[str], list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
+def load_tasks(
+    plan: Plan, loader: Callable[[str], list[dict[str, Any]]] | None = None
+) -> list[dict[str, Any]]:
     """The plan's tasks in suite order, keeping the first `tasks_per_family` of each family."""
     if loader is None:
         from elo_per_token.suites.load import load_suite_ref
@@ -23,7 +25,9 @@ def load_tasks(plan: Plan, loader: Callable[[str], list[dict[str, Any]]] | None 
         except InputError as e:
             if e.file is not None:  # an error inside a suite file names that file and line
                 raise
-            raise InputError(e.message, file=plan.source, line=_suites_line(plan.source), field="suites") from None
+            raise InputError(
+                e.message, file=plan.source, line=_suites_line(plan.source), field="suites"
+            ) from None
     if plan.tasks_per_family is not None:
         seen: dict[str, int] = {}
         kept = []

@@ -42,7 +42,9 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def run_identity(plan_generation: dict[str, Any], seed: int, profile_public: dict[str, Any]) -> dict[str, Any]:
+def run_identity(
+    plan_generation: dict[str, Any], seed: int, profile_public: dict[str, Any]
+) -> dict[str, Any]:
     """The run-wide part of a job's identity (profile_public: the profile with the endpoint it runs against)."""
     return {
         "model": profile_public.get("model"),

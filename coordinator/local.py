@@ -127,7 +127,9 @@ def run_local(
                     draining, in_flight = True, {f for f in in_flight if not f.cancel()}
             except KeyboardInterrupt:
                 if interrupted.is_set():
-                    hard_exit(f"second interrupt: exiting now; {len(in_flight)} job(s) in flight are not recorded")
+                    hard_exit(
+                        f"second interrupt: exiting now; {len(in_flight)} job(s) in flight are not recorded"
+                    )
                 interrupted.set()
                 draining = True
                 stop.set()

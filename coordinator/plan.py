@@ -1,42 +1,42 @@
 """The sweep plan: a TOML file, parsed and fully validated before anything runs.
 
-    name = "my-sweep"                 # the run id (letters, digits, - _ .)
-    profile = "simulator"             # provider profile NAME (profiles.toml); never a key
-    suites = ["math", "suites/my.jsonl"]   # built-in names or JSONL files (relative to the plan file)
-    tasks_per_family = 40             # optional: first N tasks of each family (quick demos)
-    replicates = 1
-    seed = 7
-    ledger = "./ept-out/ledger"       # a folder (relative to the working dir), file://…, or s3://bucket/prefix
-    executor = "local"                # local | celery
-    concurrency = 16                  # local: threads; celery: jobs in flight hint (workers set their own)
-    queue = "ept"                     # celery queue name
-    batch_size = 200                  # celery: messages enqueued per batch
-    transcripts = true                # keep each job's transcript beside its result (false: private data)
+name = "my-sweep"                 # the run id (letters, digits, - _ .)
+profile = "simulator"             # provider profile NAME (profiles.toml); never a key
+suites = ["math", "suites/my.jsonl"]   # built-in names or JSONL files (relative to the plan file)
+tasks_per_family = 40             # optional: first N tasks of each family (quick demos)
+replicates = 1
+seed = 7
+ledger = "./ept-out/ledger"       # a folder (relative to the working dir), file://…, or s3://bucket/prefix
+executor = "local"                # local | celery
+concurrency = 16                  # local: threads; celery: jobs in flight hint (workers set their own)
+queue = "ept"                     # celery queue name
+batch_size = 200                  # celery: messages enqueued per batch
+transcripts = true                # keep each job's transcript beside its result (false: private data)
 
-    [weights]                         # family weights for the merged Elo (default: equal)
-    math = 2.0
+[weights]                         # family weights for the merged Elo (default: equal)
+math = 2.0
 
-    [[arms]]                          # strategy x budgets x params
-    strategy = "majority"
-    budgets = [4, 8]
-    params = {}                       # other strategy parameters, e.g. { depth = 2, beam = 2 }
+[[arms]]                          # strategy x budgets x params
+strategy = "majority"
+budgets = [4, 8]
+params = {}                       # other strategy parameters, e.g. { depth = 2, beam = 2 }
 
-    [[arms]]                          # generation settings on an arm name it: majority@4[effort=low]
-    strategy = "majority"
-    budgets = [4]
-    reasoning_effort = ["low", "high"]  # a list is an arm dimension: one arm per value (thinking_budget too)
-    max_tokens = 1024
+[[arms]]                          # generation settings on an arm name it: majority@4[effort=low]
+strategy = "majority"
+budgets = [4]
+reasoning_effort = ["low", "high"]  # a list is an arm dimension: one arm per value (thinking_budget too)
+max_tokens = 1024
 
-    [generation]                      # for every arm (contracts.generation): max_tokens, temperature, top_p,
-    max_tokens = 2048                 # stop, seed, reasoning_effort, thinking_budget, extra_body
+[generation]                      # for every arm (contracts.generation): max_tokens, temperature, top_p,
+max_tokens = 2048                 # stop, seed, reasoning_effort, thinking_budget, extra_body
 
-    [rate_limits.simulator]           # per profile, shared by all workers (requests / tokens per minute)
-    rpm = 6000
-    tpm = 2000000
+[rate_limits.simulator]           # per profile, shared by all workers (requests / tokens per minute)
+rpm = 6000
+tpm = 2000000
 
-    [budget]                          # a cap on the run's total spend (`ept sweep --max-tokens/--max-cost`)
-    max_tokens = 5000000              # strategy tokens, all sessions of the run together
-    max_cost = 20.0                   # USD at the profile's prices (counted at the higher of in/out)
+[budget]                          # a cap on the run's total spend (`ept sweep --max-tokens/--max-cost`)
+max_tokens = 5000000              # strategy tokens, all sessions of the run together
+max_cost = 20.0                   # USD at the profile's prices (counted at the higher of in/out)
 """
 
 from __future__ import annotations
@@ -81,7 +81,9 @@ class Arm:
     strategy: str
     budgets: tuple[int, ...]
     params: dict[str, Any] = field(default_factory=dict)
-    gens: tuple[dict[str, Any], ...] = ({},)  # arm-level generation settings, one entry per arm-dimension value
+    gens: tuple[dict[str, Any], ...] = (
+        {},
+    )  # arm-level generation settings, one entry per arm-dimension value
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,10 @@ class Plan:
     @property
     def digest(self) -> str:
         """Hash of what defines the jobs (not where they run): a resumed run must have the same digest."""
-        keep = {k: self.raw.get(k) for k in ("name", "profile", "suites", "tasks_per_family", "replicates", "seed", "arms")}
+        keep = {
+            k: self.raw.get(k)
+            for k in ("name", "profile", "suites", "tasks_per_family", "replicates", "seed", "arms")
+        }
         if "generation" in self.raw:  # only when present: digests of plans without it stay as they were
             keep["generation"] = self.raw["generation"]
         return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -151,7 +156,13 @@ class _V:
         return InputError(msg, file=self.file, line=line, field=fieldname)
 
     def int_(
-        self, v: Any, name: str, lo: int, table: str | None = None, key: str | None = None, hi: int | None = None
+        self,
+        v: Any,
+        name: str,
+        lo: int,
+        table: str | None = None,
+        key: str | None = None,
+        hi: int | None = None,
     ) -> int:
         if isinstance(v, bool) or not isinstance(v, int):
             raise self.err(f"must be an integer, got {type(v).__name__}", name, key, table)
@@ -229,7 +240,9 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
         batch_size=v.int_(raw.get("batch_size", 200), "batch_size", 1, hi=MAX_BATCH_SIZE),
         weights=weights,
         rate_limits=limits,
-        bootstrap_rounds=v.int_(raw.get("bootstrap_rounds", 200), "bootstrap_rounds", 0, hi=MAX_BOOTSTRAP_ROUNDS),
+        bootstrap_rounds=v.int_(
+            raw.get("bootstrap_rounds", 200), "bootstrap_rounds", 0, hi=MAX_BOOTSTRAP_ROUNDS
+        ),
         anchor=anchor,
         generation=plan_gen,
         max_jobs=v.int_(raw.get("max_jobs", DEFAULT_MAX_JOBS), "max_jobs", 1),
@@ -261,7 +274,9 @@ def _suites(raw: dict[str, Any], v: _V, base_dir: str | Path | None) -> list[str
     """Suite names and files; a relative JSONL file is resolved against the plan file's folder."""
     suites_raw = raw.get("suites")
     if suites_raw is None:
-        raise InputError("missing required field (built-in suite names or JSONL files)", file=v.file, field="suites")
+        raise InputError(
+            "missing required field (built-in suite names or JSONL files)", file=v.file, field="suites"
+        )
     if isinstance(suites_raw, str):
         suites_raw = [suites_raw]
     if not isinstance(suites_raw, list) or not suites_raw:
@@ -299,7 +314,9 @@ def _arm(a: Any, where: str, v: _V) -> Arm:
     budgets = a.get("budgets", [a["budget"]] if "budget" in a else None)
     if not isinstance(budgets, list) or not budgets:
         raise v.err("must be a non-empty list of integers", f"{where}.budgets", key="budgets", table="arms")
-    budgets = tuple(v.int_(b, f"{where}.budgets", 1, table="arms", key="budgets", hi=MAX_BUDGET) for b in budgets)
+    budgets = tuple(
+        v.int_(b, f"{where}.budgets", 1, table="arms", key="budgets", hi=MAX_BUDGET) for b in budgets
+    )
     if len(set(budgets)) != len(budgets):
         raise v.err("budgets repeat", f"{where}.budgets", key="budgets", table="arms")
     params = a.get("params", {})
@@ -316,7 +333,9 @@ def _weights(raw: dict[str, Any], v: _V) -> dict[str, float]:
         raise v.err("must be a table family = weight", "weights")
     for fam, w in w_raw.items():
         if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0:
-            raise v.err("must be a finite number >= 0 (not nan or inf)", f"weights.{fam}", key=fam, table="weights")
+            raise v.err(
+                "must be a finite number >= 0 (not nan or inf)", f"weights.{fam}", key=fam, table="weights"
+            )
         weights[fam] = float(w)
     return weights
 
@@ -342,8 +361,14 @@ def _budget(raw: dict[str, Any], v: _V) -> tuple[int | None, float | None]:
     """[budget]: max_tokens (a positive integer) and/or max_cost (a finite positive number of USD)."""
     b = raw.get("budget", {})
     if not isinstance(b, dict) or set(b) - {"max_tokens", "max_cost"}:
-        raise v.err("must be a table with max_tokens and/or max_cost", "budget", table="budget", key="max_tokens")
-    tokens = v.int_(b["max_tokens"], "budget.max_tokens", 1, table="budget", key="max_tokens") if "max_tokens" in b else None
+        raise v.err(
+            "must be a table with max_tokens and/or max_cost", "budget", table="budget", key="max_tokens"
+        )
+    tokens = (
+        v.int_(b["max_tokens"], "budget.max_tokens", 1, table="budget", key="max_tokens")
+        if "max_tokens" in b
+        else None
+    )
     cost = b.get("max_cost")
     if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost)
                              or cost <= 0):  # fmt: skip
@@ -362,7 +387,11 @@ def _plan_generation(raw: dict[str, Any], v: _V) -> dict[str, Any]:
 def _arm_gens(a: dict[str, Any], where: str, v: _V) -> tuple[dict[str, Any], ...]:
     """The arm's generation settings, one dict per combination of its dimension values (lists)."""
     nth = int(where[5:-1])
-    fixed = {k: a[k] for k in generation.FIELDS if k in a and not (k in generation.DIMENSIONS and isinstance(a[k], list))}
+    fixed = {
+        k: a[k]
+        for k in generation.FIELDS
+        if k in a and not (k in generation.DIMENSIONS and isinstance(a[k], list))
+    }
 
     def err(msg: str, k: str) -> InputError:
         return InputError(msg, file=v.file, line=toml_line(v.text, k, "arms", nth), field=f"{where}.{k}")
@@ -392,7 +421,13 @@ def _check_strategies(arms: list[Arm], v: _V) -> None:
                 f"arms[{i}].strategy", key="strategy", table="arms",
             )  # fmt: skip
         for b in a.budgets:
-            probe = Job(run_id="check", task={"task_id": "t", "family": "f"}, strategy=a.strategy, budget_n=b, params=a.params)
+            probe = Job(
+                run_id="check",
+                task={"task_id": "t", "family": "f"},
+                strategy=a.strategy,
+                budget_n=b,
+                params=a.params,
+            )
             try:
                 registry[a.strategy].check(probe)
             except InputError as e:
@@ -448,7 +483,14 @@ def select_arms(plan: Plan, pattern: str) -> Plan:
     for a in plan.arms:
         for b in a.budgets:
             for g in a.gens:
-                label = Job(run_id="x", task=probe, strategy=a.strategy, budget_n=b, params=dict(a.params), gen=dict(g)).arm
+                label = Job(
+                    run_id="x",
+                    task=probe,
+                    strategy=a.strategy,
+                    budget_n=b,
+                    params=dict(a.params),
+                    gen=dict(g),
+                ).arm
                 if any(fnmatch.fnmatchcase(label, p) for p in pats):
                     kept.append(Arm(a.strategy, (b,), dict(a.params), (dict(g),)))
     if not kept:

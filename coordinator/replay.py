@@ -70,4 +70,6 @@ def replay_adaptive(
 ) -> ReplayOutcome:
     """The adaptive policy replayed on a full run's table; its tokens against the full grid's."""
     res = run_adaptive(table.families, table.arms, replay_runner(table), settings, weights=weights)
-    return ReplayOutcome(result=res, full_tokens=float(np.nansum(table.tokens)), truth=full_decisions(table, weights))
+    return ReplayOutcome(
+        result=res, full_tokens=float(np.nansum(table.tokens)), truth=full_decisions(table, weights)
+    )

@@ -106,7 +106,9 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise InputError(f"{Path(str(proc.args[0])).name} exited with code {proc.returncode} (see its log)")  # type: ignore[index]
+            raise InputError(
+                f"{Path(str(proc.args[0])).name} exited with code {proc.returncode} (see its log)"
+            )  # type: ignore[index]
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 return
@@ -133,7 +135,9 @@ def _create_bucket(stack: Stack, timeout: float) -> None:
             if "BucketAlreadyOwnedByYou" in str(e) or "BucketAlreadyExists" in str(e):
                 return
             if time.monotonic() > deadline:
-                raise InputError(f"S3 at {stack.env['AWS_ENDPOINT_URL']} not ready after {timeout:.0f}s: {e}") from None
+                raise InputError(
+                    f"S3 at {stack.env['AWS_ENDPOINT_URL']} not ready after {timeout:.0f}s: {e}"
+                ) from None
             time.sleep(0.3)
 
 

@@ -178,7 +178,10 @@ def run_endpoints(manifest: dict[str, Any] | None) -> list[dict[str, Any]]:
     out: dict[tuple[str, str], list[int]] = {}
     for i, sess in enumerate(m.get("sessions") or [], 1):
         sess = sess if isinstance(sess, dict) else {}
-        key = (str(sess.get("endpoint") or prof.get("base_url") or "?"), str(sess.get("model") or prof.get("model") or "?"))
+        key = (
+            str(sess.get("endpoint") or prof.get("base_url") or "?"),
+            str(sess.get("model") or prof.get("model") or "?"),
+        )
         out.setdefault(key, []).append(i)
     return [{"endpoint": e, "model": mo, "sessions": s} for (e, mo), s in out.items()]
 
@@ -201,7 +204,9 @@ def status_notes(manifest: dict[str, Any] | None) -> list[str]:
     lines = [f"endpoint {mask_url(e['endpoint'])} · model {e['model']} · sessions {', '.join(map(str, e['sessions']))}"
              for e in eps]  # fmt: skip
     if len(eps) > 1:
-        lines.append("[yellow]this run used more than one endpoint[/] (--allow-endpoint-change): see the sessions above")
+        lines.append(
+            "[yellow]this run used more than one endpoint[/] (--allow-endpoint-change): see the sessions above"
+        )
     stop = last_stop(manifest)
     if stop and stop["reason"] == "budget":
         cap = stop.get("cap") or {}
@@ -210,5 +215,7 @@ def status_notes(manifest: dict[str, Any] | None) -> list[str]:
         lines.append(f"stopped at its budget ({caps or 'cap'}): {stop['tokens']:,} tokens spent; the run is "
                      "analysable as it stands, raise --max-tokens/--max-cost and rerun the sweep to continue")  # fmt: skip
     elif stop:
-        lines.append(f"last session stopped early ({stop['reason']}): rerun the sweep or `ept retry` to continue")
+        lines.append(
+            f"last session stopped early ({stop['reason']}): rerun the sweep or `ept retry` to continue"
+        )
     return lines

@@ -46,7 +46,9 @@ class Tally:
     spent_tokens: int = 0
     retrying: set[str] = field(default_factory=set)
     failures: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
-    lost: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # strategy failures scored as losses
+    lost: dict[str, int] = field(
+        default_factory=lambda: defaultdict(int)
+    )  # strategy failures scored as losses
     messages: dict[str, str] = field(default_factory=dict)  # first message per error class
     egress_streak: int = 0  # credential/endpoint failures since the last success that proves egress works
     streak_since: float | None = None  # when the streak's first failure finished
@@ -233,7 +235,9 @@ def _plan_source(plan: Plan) -> tuple[Callable[[], Iterator[Job]], int, list[dic
     return (lambda: iter_jobs(plan, tasks)), count_jobs(plan, tasks), tasks
 
 
-def _job_stream(plan: Plan, jobs: Iterable[Job] | None) -> tuple[Callable[[], Iterator[Job]], int, list[dict[str, Any]]]:
+def _job_stream(
+    plan: Plan, jobs: Iterable[Job] | None
+) -> tuple[Callable[[], Iterator[Job]], int, list[dict[str, Any]]]:
     """(a fresh stream of the jobs to consider, how many, their tasks): the plan's, streamed, or the given list."""
     if jobs is None:
         return _plan_source(plan)
@@ -377,7 +381,8 @@ def execute(
         prog.console.print(
             f"run [bold]{plan.run_id}[/]: {n_jobs} jobs, {n_have} already in {ledger.run_url(plan.run_id)}, "
             f"{todo_est} to run ({executor}) at {escape(str(manifest['identity']['endpoint']))} (model "
-            f"{escape(str(manifest['identity']['model']))})" + (f", cap {tally.cap.describe()}" if tally.cap else ""),
+            f"{escape(str(manifest['identity']['model']))})"
+            + (f", cap {tally.cap.describe()}" if tally.cap else ""),
             highlight=False,
         )
         live = _Live(tally, prog, bar)
@@ -431,7 +436,11 @@ def record_session(ledger: Ledger, run_id: str, out: SweepOutcome) -> None:
     entry = {**m["sessions"][-1], "tokens": t.tokens, "calls": t.calls, "jobs_done": t.done + t.duplicate,
              "stopped": stopped}  # fmt: skip
     if t.cap is not None:
-        entry["cap"] = {"max_tokens": t.cap.max_tokens, "max_cost": t.cap.max_cost, "prior_tokens": t.cap.prior_tokens}
+        entry["cap"] = {
+            "max_tokens": t.cap.max_tokens,
+            "max_cost": t.cap.max_cost,
+            "prior_tokens": t.cap.prior_tokens,
+        }
     ledger.put_manifest(run_id, {**m, "sessions": [*m["sessions"][:-1], entry]})
 
 
@@ -502,7 +511,9 @@ def plan_analysis_options(plan: Plan) -> Any:
     RUN` starts from the same settings, so the HTML page and the terminal table show the same intervals."""
     from elo_per_token.analysis.pipeline import AnalysisOptions
 
-    return AnalysisOptions(weights=weights_option(plan.weights), anchor=plan.anchor, rounds=plan.bootstrap_rounds, seed=plan.seed)
+    return AnalysisOptions(
+        weights=weights_option(plan.weights), anchor=plan.anchor, rounds=plan.bootstrap_rounds, seed=plan.seed
+    )
 
 
 def analyze_run(plan: Plan, ledger: Ledger) -> tuple[Any, str | None]:
@@ -537,7 +548,9 @@ def print_summary(out: SweepOutcome, console: Any) -> None:
     console.print(f"ledger: {out.run_url}", highlight=False)
     if t.calls and not t.tokens:
         # Every call came back without usage (a zero-token call does not happen): say so, and how to get it.
-        console.print(f"[yellow]usage missing[/]: {t.calls} calls and 0 tokens — {USAGE_MISSING_HINT}", highlight=False)
+        console.print(
+            f"[yellow]usage missing[/]: {t.calls} calls and 0 tokens — {USAGE_MISSING_HINT}", highlight=False
+        )
     if out.compact_note:
         console.print(out.compact_note, highlight=False)
     if out.stopped_for_egress:

@@ -136,11 +136,28 @@ def run(sc: Scenario, tmp: Path, root: str, dead: str) -> tuple[str, int]:
     pf = tmp / "profiles.toml"
     pf.write_text(f'[profiles.demo]\napi_key_env = "DEMO_API_KEY"\ntimeout = 10\n{body}\n')
     env = {k: v for k, v in os.environ.items() if k != "DEMO_API_KEY"}
-    env.update({"NO_COLOR": "1", "TERM": "dumb", "COLUMNS": "120", "PYTHONPATH": str(REPO),
-                "EPT_CLIENT_CONFIGS": str(tmp / "no-client-config.json")})  # check 7 does not read this machine's
+    env.update(
+        {
+            "NO_COLOR": "1",
+            "TERM": "dumb",
+            "COLUMNS": "120",
+            "PYTHONPATH": str(REPO),
+            "EPT_CLIENT_CONFIGS": str(tmp / "no-client-config.json"),
+        }
+    )  # check 7 does not read this machine's
     if sc.env_key:
         env["DEMO_API_KEY"] = sc.env_key
-    cmd = [sys.executable, "-m", "elo_per_token", "doctor", "--profile", "demo", "--profiles", str(pf), *sc.args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "elo_per_token",
+        "doctor",
+        "--profile",
+        "demo",
+        "--profiles",
+        str(pf),
+        *sc.args,
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     out = (r.stdout + r.stderr).replace(str(pf), "profiles.toml")
     for secret in (DOC_KEY, sc.env_key):

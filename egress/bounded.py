@@ -62,8 +62,9 @@ class _ClampedStream(httpcore2.NetworkStream):
     def close(self) -> None:
         self._inner.close()
 
-    def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
-                  timeout: float | None = None) -> httpcore2.NetworkStream:
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore2.NetworkStream:
         return _ClampedStream(self._inner.start_tls(ssl_context, server_hostname, _left(timeout)))
 
     def get_extra_info(self, info: str) -> Any:
@@ -76,12 +77,21 @@ class _ClampedBackend(httpcore2.NetworkBackend):
     def __init__(self, inner: httpcore2.NetworkBackend) -> None:
         self._inner = inner
 
-    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
-                    socket_options: Iterable[Any] | None = None) -> httpcore2.NetworkStream:
-        return _ClampedStream(self._inner.connect_tcp(host, port, _left(timeout), local_address, socket_options))
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.NetworkStream:
+        return _ClampedStream(
+            self._inner.connect_tcp(host, port, _left(timeout), local_address, socket_options)
+        )
 
-    def connect_unix_socket(self, path: str, timeout: float | None = None,
-                            socket_options: Iterable[Any] | None = None) -> httpcore2.NetworkStream:
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore2.NetworkStream:
         return _ClampedStream(self._inner.connect_unix_socket(path, _left(timeout), socket_options))
 
     def sleep(self, seconds: float) -> None:
@@ -100,7 +110,9 @@ class _CountedBody(httpx2.SyncByteStream):
         for chunk in self._inner:
             seen += len(chunk)
             if seen > self._cap:
-                raise ResponseTooLarge(f"response body over {self._cap} bytes (max_response_mb): not read further")
+                raise ResponseTooLarge(
+                    f"response body over {self._cap} bytes (max_response_mb): not read further"
+                )
             if time.monotonic() > self._deadline:
                 raise DeadlineExceeded("the request's total deadline passed while its body was arriving")
             yield chunk
@@ -147,7 +159,9 @@ class _BoundedClient(httpx2.Client):
         return BoundedTransport(*args, total_s=self._total_s, max_bytes=self._max_bytes, **kwargs)
 
     def _init_proxy_transport(self, proxy: httpx2.Proxy, *args: Any, **kwargs: Any) -> httpx2.BaseTransport:
-        return BoundedTransport(*args, proxy=proxy, total_s=self._total_s, max_bytes=self._max_bytes, **kwargs)
+        return BoundedTransport(
+            *args, proxy=proxy, total_s=self._total_s, max_bytes=self._max_bytes, **kwargs
+        )
 
 
 def bounded_http_client(total_s: float, max_bytes: int) -> httpx2.Client:

@@ -26,7 +26,9 @@ def doctor(
     profiles: Path | None = typer.Option(None, "--profiles", help=PROFILES_HELP),
     timeout: float = typer.Option(20.0, help="Per-request timeout for the network checks (seconds)."),
     profile_url_override: str = typer.Option(
-        None, "--profile-url-override", help="Check this base URL instead of the profile's (as sweep and retry)."
+        None,
+        "--profile-url-override",
+        help="Check this base URL instead of the profile's (as sweep and retry).",
     ),
 ) -> None:
     """Check credentials and egress for a profile (key set, base_url, /models, model, usage). Exit 0 = all pass."""

@@ -47,7 +47,9 @@ T = TypeVar("T")
 
 UNREACHABLE_CIRCUIT = 8  # failed connects in a row (no response of any kind in between) that open the circuit
 CIRCUIT_PROBE_S = 5.0  # while open, one attempt per this many seconds may try the endpoint again
-_CONTEXT = re.compile(r"context length|context_length|context window|prompt is too long|too many tokens", re.I)
+_CONTEXT = re.compile(
+    r"context length|context_length|context window|prompt is too long|too many tokens", re.I
+)
 ANTHROPIC_DEFAULT_MAX_TOKENS = 1024
 _ANTHROPIC_FINISH = {
     "end_turn": "stop",
@@ -80,7 +82,9 @@ class ProviderError(Exception):
         # An explicit check, not an assert: `python -O` strips asserts, and an unknown class would then
         # reach the ledger and the reports unnoticed.
         if error_class not in PROVIDER_ERROR_CLASSES:
-            raise ValueError(f"unknown provider error class {error_class!r}; expected one of {PROVIDER_ERROR_CLASSES}")
+            raise ValueError(
+                f"unknown provider error class {error_class!r}; expected one of {PROVIDER_ERROR_CLASSES}"
+            )
         super().__init__(message)
         self.error_class: ProviderErrorClass = error_class
         self.status = status
@@ -99,7 +103,12 @@ class ProviderError(Exception):
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled by its fields (Celery's result backend, multiprocessing): Exception's default pickling
         calls __init__(message) alone, which fails without the error class."""
-        kwargs = {"status": self.status, "retry_after": self.retry_after, "attempts": self.attempts, "code": self.code}
+        kwargs = {
+            "status": self.status,
+            "retry_after": self.retry_after,
+            "attempts": self.attempts,
+            "code": self.code,
+        }
         state = {"usage": self.usage, "usage_invalid": self.usage_invalid, "discarded": self.discarded}
         return (_rebuild_provider_error, (self.error_class, self.message, kwargs, state))
 
@@ -138,10 +147,14 @@ class ChatResponse:
     attempts: int
     n_requested: int
     n_returned: int
-    usage_invalid: str | None = None  # why the server's usage was not stored (contracts.usage); usage is then None
+    usage_invalid: str | None = (
+        None  # why the server's usage was not stored (contracts.usage); usage is then None
+    )
     # Billed 2xx responses that were discarded and retried (malformed).
     discarded: list[Discarded] = field(default_factory=list)
-    max_tokens: int | None = None  # the limit sent (a known context_length may have lowered the configured one)
+    max_tokens: int | None = (
+        None  # the limit sent (a known context_length may have lowered the configured one)
+    )
 
 
 class _Malformed(Exception):
@@ -232,7 +245,9 @@ def access_error(err: ProviderError, profile: Profile, key: str | None, where_fr
         f"{where_from} means the key or the account, not the request; a proxy (LiteLLM) answers a key it cannot "
         f"check with 400. Check the key and the proxy's key store; run `ept doctor --profile {profile.name}`"
     )
-    return ProviderError("credential", scrub(msg, [key]), status=err.status, attempts=err.attempts, code=err.code)
+    return ProviderError(
+        "credential", scrub(msg, [key]), status=err.status, attempts=err.attempts, code=err.code
+    )
 
 
 def _chain(e: BaseException) -> list[BaseException]:
@@ -255,7 +270,10 @@ def _transport_failure(e: Exception, profile: Profile, where: str) -> tuple[Prov
     chain = _chain(e)
     big = next((c for c in chain if isinstance(c, ResponseTooLarge)), None)
     if big is not None:
-        return "transient", f"response from {where} too large: {big}; raise `max_response_mb` if this is expected"
+        return (
+            "transient",
+            f"response from {where} too large: {big}; raise `max_response_mb` if this is expected",
+        )
     if any(isinstance(c, (DeadlineExceeded, httpx2.TimeoutException)) for c in chain):
         return "transient", (
             f"timed out: no complete response within {profile.timeout:g}s (the profile's `timeout`, total per request: a slow "
@@ -263,15 +281,27 @@ def _transport_failure(e: Exception, profile: Profile, where: str) -> tuple[Prov
         )
     if any(isinstance(c, (httpx2.ConnectError, httpx2.ProxyError)) for c in chain):
         return None  # a failed connect: unreachable, as classified below
-    cut = next((c for c in chain if isinstance(c, (httpx2.ReadError, httpx2.RemoteProtocolError,
-                                                   httpx2.WriteError))), None)
+    cut = next(
+        (
+            c
+            for c in chain
+            if isinstance(c, (httpx2.ReadError, httpx2.RemoteProtocolError, httpx2.WriteError))
+        ),
+        None,
+    )
     if cut is not None:
-        return "transient", f"{where} closed the connection mid-response ({str(cut)[:200] or type(cut).__name__})"
+        return (
+            "transient",
+            f"{where} closed the connection mid-response ({str(cut)[:200] or type(cut).__name__})",
+        )
     return None
 
 
-_MODEL_NAME = re.compile(r"invalid model|model[ _]not[ _]found|unknown model|no such model|model\S* .{0,60}"
-                         r"(?:does not exist|not (?:found|supported|available|allowed))", re.I)
+_MODEL_NAME = re.compile(
+    r"invalid model|model[ _]not[ _]found|unknown model|no such model|model\S* .{0,60}"
+    r"(?:does not exist|not (?:found|supported|available|allowed))",
+    re.I,
+)
 
 
 def _sentence(text: str) -> str:
@@ -363,18 +393,25 @@ def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
         cls, msg = "rate_limit", f"429 rate limited by {where}: {_server_message(e)}{wait}"
     elif status is not None and (status >= 500 or status == 408):
         cls, msg = "transient", f"{status} server error from {where}: {_server_message(e)}"
-    elif status in (400, 413) and (_server_code(e) == "context_length_exceeded" or _CONTEXT.search(_server_message(e))):
+    elif status in (400, 413) and (
+        _server_code(e) == "context_length_exceeded" or _CONTEXT.search(_server_message(e))
+    ):
         cls, msg = (
             "context_overflow",
             f"{status} from {where}: {_server_message(e)} The prompt plus max_tokens exceed the model's context: "
             "a loss for this strategy on this task (set max_tokens, or use a model with a longer context)",
         )
-    elif status in (400, 422) and (_server_code(e) == "model_not_found" or _MODEL_NAME.search(_server_message(e))):
+    elif status in (400, 422) and (
+        _server_code(e) == "model_not_found" or _MODEL_NAME.search(_server_message(e))
+    ):
         # A proxy (LiteLLM) answers an unknown model with 400 "Invalid model name": the body says it is the
         # model, so this is not the key (access_error only reclassifies `permanent`).
-        cls, msg = "endpoint", (
-            f"{status} from {where}: {_sentence(_server_message(e))} The model name '{profile.model}' is not served "
-            f"at this base_url: set `model` in the profile to a listed one (`ept doctor --profile {profile.name}`)"
+        cls, msg = (
+            "endpoint",
+            (
+                f"{status} from {where}: {_sentence(_server_message(e))} The model name '{profile.model}' is not served "
+                f"at this base_url: set `model` in the profile to a listed one (`ept doctor --profile {profile.name}`)"
+            ),
         )
     elif status is not None:
         cls, msg = "permanent", f"{status} rejected by {where}: {_server_message(e)}"
@@ -473,6 +510,8 @@ def _openai_call(tc: Any) -> dict[str, Any]:
         "name": name,
         "arguments": _text(fn.get("arguments"), "a tool call's arguments") or "{}",
     }
+
+
 def _text_or_none(x: Any) -> str | None:
     """A reasoning field as text: servers send a string (DeepSeek, vLLM, OpenRouter); anything else is dropped."""
     return x if isinstance(x, str) and x else None
@@ -515,8 +554,12 @@ def _sse_events(text: str) -> list[tuple[str | None, Any]]:
     return out
 
 
-def _chat_delta(ch: Any, texts: dict[int, list[str]], finish: dict[int, str | None],
-                calls: dict[int, dict[int, dict[str, Any]]]) -> None:
+def _chat_delta(
+    ch: Any,
+    texts: dict[int, list[str]],
+    finish: dict[int, str | None],
+    calls: dict[int, dict[int, dict[str, Any]]],
+) -> None:
     """One streamed choice delta folded into the per-choice texts, finish reasons and tool calls."""
     ch = _obj(ch, "a streamed choice")
     i = _index(ch.get("index"), "a streamed choice's index")
@@ -564,7 +607,9 @@ def parse_chat_stream(text: str) -> tuple[list[Choice], dict[str, Any] | None, s
         Choice(
             text="".join(texts[i]) or None,
             finish_reason=finish.get(i),
-            tool_calls=[{**c, "arguments": c["arguments"] or "{}"} for _, c in sorted(calls.get(i, {}).items())],
+            tool_calls=[
+                {**c, "arguments": c["arguments"] or "{}"} for _, c in sorted(calls.get(i, {}).items())
+            ],
         )
         for i in sorted(texts)
     ]
@@ -584,7 +629,9 @@ def _message_event(kind: Any, ev: dict[str, Any], blocks: dict[int, dict[str, An
     b = blocks.setdefault(_index(ev.get("index"), "a content block's index"), {"type": "text", "text": ""})
     d = _obj(ev.get("delta"), "a delta")
     if d.get("type") == "text_delta":
-        b["text"] = (_text(b.get("text"), "a text block") or "") + (_text(d.get("text"), "a text delta") or "")
+        b["text"] = (_text(b.get("text"), "a text block") or "") + (
+            _text(d.get("text"), "a text delta") or ""
+        )
     elif d.get("type") == "input_json_delta":
         b["partial"] = (_text(b.get("partial"), "a tool input") or "") + (
             _text(d.get("partial_json"), "a tool input delta") or ""
@@ -619,7 +666,10 @@ def _message_choice(text: str, seen: dict[str, Any]) -> Choice:
             _message_event(kind, ev, blocks)
         elif kind == "message_delta":
             if isinstance(ev.get("usage"), dict):
-                seen["usage"] = {**(seen["usage"] or {}), **{k: v for k, v in ev["usage"].items() if v is not None}}
+                seen["usage"] = {
+                    **(seen["usage"] or {}),
+                    **{k: v for k, v in ev["usage"].items() if v is not None},
+                }
             seen["stop"] = _obj(ev.get("delta"), "message_delta's delta").get("stop_reason") or seen["stop"]
         elif kind == "error":
             raise _Malformed(f"the stream ended with an error event: {str(ev.get('error'))[:300]}")
@@ -642,10 +692,17 @@ def _anthropic_choice(data: dict[str, Any]) -> Choice:
                 args = json.dumps(b.get("input", {}), allow_nan=False)
             except (ValueError, TypeError, RecursionError):
                 raise _Malformed("a tool call's input is not finite JSON") from None
-            calls.append({"id": _text(b.get("id"), "a tool call's id") or "",
-                          "name": _text(b.get("name"), "a tool call's name") or "", "arguments": args})
+            calls.append(
+                {
+                    "id": _text(b.get("id"), "a tool call's id") or "",
+                    "name": _text(b.get("name"), "a tool call's name") or "",
+                    "arguments": args,
+                }
+            )
     stop = _label(data.get("stop_reason"), "stop_reason")  # passed through when not a known reason
-    thinking = [b["thinking"] for b in blocks if b.get("type") == "thinking" and isinstance(b.get("thinking"), str)]
+    thinking = [
+        b["thinking"] for b in blocks if b.get("type") == "thinking" and isinstance(b.get("thinking"), str)
+    ]
     return Choice(
         text="".join(texts) if texts else None,
         finish_reason=_ANTHROPIC_FINISH.get(stop, stop) if stop else None,
@@ -719,7 +776,9 @@ def _scrubbed(choices: list[Choice], model: str | None, key: str | None) -> tupl
         Choice(
             text=exact(c.text) if c.text else c.text,
             finish_reason=scrub(c.finish_reason, keys) if c.finish_reason else c.finish_reason,
-            tool_calls=[{k: exact(v) if isinstance(v, str) else v for k, v in tc.items()} for tc in c.tool_calls],
+            tool_calls=[
+                {k: exact(v) if isinstance(v, str) else v for k, v in tc.items()} for tc in c.tool_calls
+            ],
         )
         for c in choices
     ]
@@ -732,8 +791,11 @@ def _sdk_http(sdk: Any, http: Any) -> dict[str, Any]:
     which a warning says once."""
     if hasattr(sys.modules.get(f"{sdk.__name__}._base_client"), "httpx2"):
         return {"http_client": http}
-    log.warning("%s %s does not send through httpx2: no total deadline or byte cap per request; upgrade it",
-                sdk.__name__, getattr(sdk, "__version__", "?"))
+    log.warning(
+        "%s %s does not send through httpx2: no total deadline or byte cap per request; upgrade it",
+        sdk.__name__,
+        getattr(sdk, "__version__", "?"),
+    )
     http.close()
     return {}
 
@@ -867,7 +929,11 @@ class ProviderClient:
                 self._unreachable = 0  # the server answered: it is reachable
 
     def _with_retries(
-        self, fn: Callable[[], T], est_tokens: int, discarded: list[Discarded] | None = None, *,
+        self,
+        fn: Callable[[], T],
+        est_tokens: int,
+        discarded: list[Discarded] | None = None,
+        *,
         access_check: bool = False,
     ) -> tuple[T, int]:
         """Run fn() with classification and retries; returns (result, attempts). Malformed 2xx responses that
@@ -899,11 +965,18 @@ class ProviderClient:
                 and (access_check or not self._reached)
             ):
                 denied = access_error(
-                    err, self.profile, self._key, "GET /models" if access_check else "the profile's first request"
+                    err,
+                    self.profile,
+                    self._key,
+                    "GET /models" if access_check else "the profile's first request",
                 )
                 denied.discarded = list(discarded or [])
                 raise denied
-            if err.error_class not in RETRYABLE or attempts > self.profile.max_retries or self.stopping.is_set():
+            if (
+                err.error_class not in RETRYABLE
+                or attempts > self.profile.max_retries
+                or self.stopping.is_set()
+            ):
                 if malformed is not None:
                     err.usage, err.usage_invalid = check_usage(malformed.usage)
                 err.discarded = list(discarded or [])
@@ -978,7 +1051,9 @@ class ProviderClient:
         est = _estimate_tokens(messages, max_tokens, n)
         t0 = time.perf_counter()
         if self.protocol == "anthropic":
-            call, max_tokens = self._messages_call(messages, tools, temperature, seed, max_tokens, gen, headers)
+            call, max_tokens = self._messages_call(
+                messages, tools, temperature, seed, max_tokens, gen, headers
+            )
         else:
             call = self._chat_call(messages, tools, temperature, n, seed, max_tokens, gen, headers)
         discarded: list[Discarded] = []

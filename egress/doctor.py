@@ -203,8 +203,7 @@ def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float =
     if any(c.status == FAIL for c in checks):
         reason = "fix the checks above first"
         return checks + [
-            Check(n, SKIP, reason)
-            for n in (MODELS_CHECK, MODEL_LISTED_CHECK, COMPLETION_CHECK, N_CHECK)
+            Check(n, SKIP, reason) for n in (MODELS_CHECK, MODEL_LISTED_CHECK, COMPLETION_CHECK, N_CHECK)
         ]
 
     p = dataclasses.replace(
@@ -273,11 +272,19 @@ def check_n(client: ProviderClient, p: Profile, completion_works: bool) -> Check
         return Check(name, WARN, _detail(e), "set supports_n = false in the profile (one request per sample)")
     got = r.n_returned
     if got >= 2 and not p.supports_n:
-        return Check(name, WARN, f"the server returned {got} choices but the profile says supports_n = false",
-                     "set supports_n = true: one request per n samples saves the repeated prompt tokens")
+        return Check(
+            name,
+            WARN,
+            f"the server returned {got} choices but the profile says supports_n = false",
+            "set supports_n = true: one request per n samples saves the repeated prompt tokens",
+        )
     if got < 2 and p.supports_n:
-        return Check(name, WARN, f"the server returned {got} choice for n=2 but the profile says supports_n = true",
-                     "set supports_n = false: this server ignores n (ept would ask again for every missing sample)")
+        return Check(
+            name,
+            WARN,
+            f"the server returned {got} choice for n=2 but the profile says supports_n = true",
+            "set supports_n = false: this server ignores n (ept would ask again for every missing sample)",
+        )
     return Check(name, PASS, f"{got} choice(s) for n=2; supports_n = {str(p.supports_n).lower()} agrees")
 
 
@@ -332,9 +339,15 @@ def check_client_configs(paths: list[Path] | None = None) -> Check:
         checked += 1
         hits += [f"{p}: {spot}" for spot in _placeholder_spots(p)]
     if hits:
-        return Check(name, WARN, f"{PLACEHOLDERS[0]} still in " + "; ".join(hits),
-                     "replace the placeholder with the real key (or remove the entry and export the variable)")
-    return Check(name, PASS if checked else SKIP, f"{checked} config file(s) checked" if checked else "none found")
+        return Check(
+            name,
+            WARN,
+            f"{PLACEHOLDERS[0]} still in " + "; ".join(hits),
+            "replace the placeholder with the real key (or remove the entry and export the variable)",
+        )
+    return Check(
+        name, PASS if checked else SKIP, f"{checked} config file(s) checked" if checked else "none found"
+    )
 
 
 def ok(checks: list[Check]) -> bool:

@@ -61,8 +61,8 @@ def codex_config(p: Profile) -> str:
     pid = codex_provider_id(p)
     return (
         f"# Codex config for ept profile '{p.name}'. The key is read from ${p.api_key_env} (env_key):\n"
-        "# wire_api = \"responses\" (POST /v1/responses): written for Codex CLI 0.171, which refuses \"chat\";\n"
-        "# an old Codex (0.58) still accepted wire_api = \"chat\".\n"
+        '# wire_api = "responses" (POST /v1/responses): written for Codex CLI 0.171, which refuses "chat";\n'
+        '# an old Codex (0.58) still accepted wire_api = "chat".\n'
         f"#   export {p.api_key_env}={_shell_quote(PLACEHOLDER_KEY)}\n"
         f"model = {_toml_str(p.model)}\n"
         f"model_provider = {_toml_str(pid)}\n"
@@ -90,7 +90,11 @@ def shell_env(p: Profile) -> str:
         ]
     else:
         # OPENAI_API_KEY is what the SDKs (and a plain `openai.OpenAI()`) read, whatever the profile's variable.
-        pairs = [("OPENAI_BASE_URL", p.base_url), ("OPENAI_API_KEY", PLACEHOLDER_KEY), ("OPENAI_MODEL", p.model)]
+        pairs = [
+            ("OPENAI_BASE_URL", p.base_url),
+            ("OPENAI_API_KEY", PLACEHOLDER_KEY),
+            ("OPENAI_MODEL", p.model),
+        ]
     if p.api_key_env not in dict(pairs):
         pairs.append((p.api_key_env, PLACEHOLDER_KEY))
     lines = [f"# ept profile '{p.name}' ({p.protocol}); keys already set are kept (the SDK's variable "

@@ -69,7 +69,9 @@ class Profile:
     price_in_per_1m: float | None = None
     price_out_per_1m: float | None = None
     price_cached_in_per_1m: float | None = None  # cached input tokens; None = priced as fresh input
-    generation: dict[str, Any] = field(default_factory=dict)  # defaults for every request (contracts.generation)
+    generation: dict[str, Any] = field(
+        default_factory=dict
+    )  # defaults for every request (contracts.generation)
     stream: bool = False  # ask for SSE streams (usage from the final event, recorded as from plain responses)
     # The model's context window in tokens, when known: prompts that cannot fit are refused before sending
     # (context_overflow) and max_tokens is lowered to what the window leaves.

@@ -29,7 +29,11 @@ def _root(
         "(same as EPT_VERIFY_JOBS=1): for runs something outside ept may have written into.",
     ),
     show_version: bool = typer.Option(
-        False, "--version", help="Print the version and exit.", is_eager=True, callback=lambda v: _print_version(v)
+        False,
+        "--version",
+        help="Print the version and exit.",
+        is_eager=True,
+        callback=lambda v: _print_version(v),
     ),
 ) -> None:
     """elo-per-token: how much quality does each extra 1k tokens of test-time compute buy?"""
@@ -164,7 +168,9 @@ def main(argv: list[str] | None = None) -> None:
         from rich.markup import escape
 
         # The message is text, not markup: arm labels such as greedy@1[effort=low] must keep their brackets.
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(scrub(str(e)))}", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(
+            f"[bold red]error:[/] {escape(scrub(str(e)))}", highlight=False
+        )
         sys.exit(EXIT_BAD_INPUT)
     except RecursionError:
         # A parser met input nested thousands deep (e.g. 100k brackets on one line) somewhere not caught closer.

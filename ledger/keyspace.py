@@ -85,7 +85,9 @@ def record_listed(ledger: Ledger, run_id: str, keys: pl.Series, listed_at: float
     names = ledger.list_blobs(run_id, PLANNED_DIR)
     if any(not _LISTED.match(n) for n in names):
         return None
-    url = _write_keys(ledger, run_id, keys, "listed", listed_at=time.time() if listed_at is None else listed_at)
+    url = _write_keys(
+        ledger, run_id, keys, "listed", listed_at=time.time() if listed_at is None else listed_at
+    )
     mine = declaration_name(keys.cast(pl.String).unique().sort().rename("job_key"), "listed")
     for n in names:
         if n != mine:
@@ -93,7 +95,9 @@ def record_listed(ledger: Ledger, run_id: str, keys: pl.Series, listed_at: float
     return url
 
 
-def _write_keys(ledger: Ledger, run_id: str, keys: pl.Series, kind: str, listed_at: float | None = None) -> str:
+def _write_keys(
+    ledger: Ledger, run_id: str, keys: pl.Series, kind: str, listed_at: float | None = None
+) -> str:
     keys = keys.cast(pl.String).unique().sort().rename("job_key")
     name = declaration_name(keys, kind)
     if name in ledger.list_blobs(run_id, PLANNED_DIR):  # a resumed sweep: declared by an earlier session
@@ -131,7 +135,9 @@ def declared_keys(ledger: Ledger, run_id: str, *, listed: bool = True) -> pl.Ser
     return None if isinstance(got, str) else got[0]
 
 
-def declared_or_why(ledger: Ledger, run_id: str, *, listed: bool = True) -> tuple[pl.Series, float | None] | str:
+def declared_or_why(
+    ledger: Ledger, run_id: str, *, listed: bool = True
+) -> tuple[pl.Series, float | None] | str:
     """(declared keys, when the earliest `listed-` record's listing began (None: no such record)), or the
     reason the run's keys cannot be known without a listing."""
     manifest = ledger.get_manifest(run_id) or {}
@@ -144,7 +150,9 @@ def declared_or_why(ledger: Ledger, run_id: str, *, listed: bool = True) -> tupl
     if len(decls) != len(names):  # an open- marker, or anything this version does not know
         return f"{ledger.blob_url(run_id, PLANNED_DIR)} holds a writer that could not declare its keys"
     if not decls:
-        return "the run declares no keys (written by another tool or an older ept; `ept compact` records them)"
+        return (
+            "the run declares no keys (written by another tool or an older ept; `ept compact` records them)"
+        )
     parts: list[pl.Series] = []
     since: list[float] = []
     for n in decls:
@@ -226,7 +234,9 @@ def tail_or_why(
     return sorted({*there, *newer})  # `newer` exist: they were just found in the folder
 
 
-def unindexed_keys(ledger: Ledger, run_id: str, index: pl.DataFrame, *, verify: bool | None = None) -> tuple[list[str], str]:
+def unindexed_keys(
+    ledger: Ledger, run_id: str, index: pl.DataFrame, *, verify: bool | None = None
+) -> tuple[list[str], str]:
     """(job keys of the run that no committed segment holds, sorted; how they were found: "declared" or
     "listed")."""
     plan = read_plan(ledger, run_id, index, verify=verify)

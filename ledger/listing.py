@@ -13,7 +13,10 @@ __all__ = ["list_keys", "tail_keys"]
 
 
 def list_keys(
-    ledger: Ledger, run_id: str, on_count: Callable[[int], None] | None = None, index: pl.DataFrame | None = None
+    ledger: Ledger,
+    run_id: str,
+    on_count: Callable[[int], None] | None = None,
+    index: pl.DataFrame | None = None,
 ) -> pl.Series:
     """Every job key of the run as one String Series (built in batches: a Python list of a million keys is
     ~100 MB, a polars String column a fraction of that). On S3 with an index, the listing is split into

@@ -49,7 +49,9 @@ class ObjectStore(Protocol):
         """Names (relative to `prefix`, `/`-separated, any depth, no order) of the objects under it."""
         ...
 
-    def list_suffix(self, prefix: str, suffix: str, bounds: builtins.list[str] | None = None, threads: int = 8) -> Iterator[str]:
+    def list_suffix(
+        self, prefix: str, suffix: str, bounds: builtins.list[str] | None = None, threads: int = 8
+    ) -> Iterator[str]:
         """The names under `prefix` that end in `suffix`, without the suffix, the fastest way the store knows.
         `bounds` (names without the suffix, any order) may split the listing into ranges listed in parallel."""
         ...

@@ -12,7 +12,12 @@ T = TypeVar("T")
 
 
 def retrying(
-    fn: Callable[[], T], *, attempts: int = 6, base_s: float = 0.2, cap_s: float = 5.0, patience_s: float = 0.0
+    fn: Callable[[], T],
+    *,
+    attempts: int = 6,
+    base_s: float = 0.2,
+    cap_s: float = 5.0,
+    patience_s: float = 0.0,
 ) -> T:
     """Call fn, retrying connection-level failures with exponential backoff and full jitter.
 

@@ -20,7 +20,13 @@ from elo_per_token.ledger.s3config import endpoint_label, s3_settings
 
 T = TypeVar("T")
 
-_S3_CREDENTIAL_CODES = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken")
+_S3_CREDENTIAL_CODES = (
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "AccessDenied",
+    "InvalidToken",
+    "ExpiredToken",
+)
 
 
 def raise_if_credentials(e: Exception, url: str) -> None:
@@ -28,7 +34,11 @@ def raise_if_credentials(e: Exception, url: str) -> None:
     from botocore.exceptions import NoCredentialsError, PartialCredentialsError
 
     code = str(getattr(e, "response", {}).get("Error", {}).get("Code", "")) if hasattr(e, "response") else ""
-    if isinstance(e, NoCredentialsError | PartialCredentialsError) or code in _S3_CREDENTIAL_CODES or s3_status(e) in (401, 403):
+    if (
+        isinstance(e, NoCredentialsError | PartialCredentialsError)
+        or code in _S3_CREDENTIAL_CODES
+        or s3_status(e) in (401, 403)
+    ):
         raise InputError(
             f"S3 refused the credentials for {url} ({code or type(e).__name__}): check AWS_ACCESS_KEY_ID, "
             "AWS_SECRET_ACCESS_KEY and AWS_ENDPOINT_URL (and that this key may read and write the bucket)",
@@ -59,7 +69,11 @@ class _SignedRequests:
         self._region = client.meta.region_name
         self._endpoint = client.meta.endpoint_url.rstrip("/")
         verify = session.get_config_variable("ca_bundle") or True
-        tls = {"cert_reqs": "CERT_REQUIRED", "ca_certs": get_cert_path(verify)} if self._endpoint.startswith("https") else {}
+        tls = (
+            {"cert_reqs": "CERT_REQUIRED", "ca_certs": get_cert_path(verify)}
+            if self._endpoint.startswith("https")
+            else {}
+        )
         self._http = urllib3.PoolManager(
             maxsize=64, timeout=urllib3.Timeout(connect=5, read=60), retries=False, **tls
         )
@@ -72,7 +86,12 @@ class _SignedRequests:
         return not get_environ_proxies(client.meta.endpoint_url)
 
     def send(
-        self, method: str, bucket: str, key: str, body: bytes | None = None, headers: dict[str, str] | None = None
+        self,
+        method: str,
+        bucket: str,
+        key: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Any:
         from urllib.parse import quote
 
@@ -149,7 +168,9 @@ class S3Store:
             import botocore.session
 
             session = botocore.session.get_session()  # shared: one credentials chain for both paths
-            self._client = boto3.session.Session(botocore_session=session).client("s3", endpoint_url=endpoint, config=cfg)
+            self._client = boto3.session.Session(botocore_session=session).client(
+                "s3", endpoint_url=endpoint, config=cfg
+            )
             if _SignedRequests.usable(self._client):
                 self._signed = _SignedRequests(session, self._client)
         if not self._bucket_ok and self._create_bucket:
@@ -279,7 +300,9 @@ class S3Store:
     def list(self, prefix: str) -> Iterator[str]:
         return self._list(self._full(prefix))
 
-    def list_suffix(self, prefix: str, suffix: str, bounds: builtins.list[str] | None = None, threads: int = 8) -> Iterator[str]:
+    def list_suffix(
+        self, prefix: str, suffix: str, bounds: builtins.list[str] | None = None, threads: int = 8
+    ) -> Iterator[str]:
         if bounds is None:
             for n in self._list(self._full(prefix)):
                 k = strip_suffix(n, suffix)
@@ -350,7 +373,11 @@ class S3Store:
 
         def listing() -> builtins.list[str]:
             resp = c.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base, Delimiter="/")
-            return [cp["Prefix"][len(base) :].rstrip("/") for page in resp for cp in page.get("CommonPrefixes", [])]
+            return [
+                cp["Prefix"][len(base) :].rstrip("/")
+                for page in resp
+                for cp in page.get("CommonPrefixes", [])
+            ]
 
         return sorted(self._retry(listing))
 
@@ -369,7 +396,9 @@ def s3_problem(store: S3Store, e: Exception) -> InputError:
     endpoint = endpoint_label()
     if isinstance(e, NoCredentialsError | PartialCredentialsError):
         why = "credentials: none found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
-    elif isinstance(e, EndpointConnectionError | BotoConnectionError | ConnectionClosedError | ReadTimeoutError):
+    elif isinstance(
+        e, EndpointConnectionError | BotoConnectionError | ConnectionClosedError | ReadTimeoutError
+    ):
         why = f"endpoint: cannot connect to {endpoint} (AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL): {type(e).__name__}"
     else:
         code = str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))

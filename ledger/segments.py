@@ -50,6 +50,7 @@ from elo_per_token.ledger.store import JOB_SUFFIX
 COMPACT_DIR = "compact/"
 _PART = re.compile(r"^compact/part-(\d{5,})\.(parquet|keys)$")
 
+
 def seg_name(n: int) -> str:
     return f"{COMPACT_DIR}part-{n:05d}.parquet"
 
@@ -100,7 +101,13 @@ def read_index(ledger: Ledger, run_id: str, committed: list[int], *, dedupe: boo
 
 
 def parsed_chunks(
-    ledger: Ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType], *, chunk_jobs: int, threads: int
+    ledger: Ledger,
+    run_id: str,
+    keys: list[str],
+    schema: dict[str, pl.DataType],
+    *,
+    chunk_jobs: int,
+    threads: int,
 ) -> Iterator[tuple[pl.DataFrame, list[str]]]:
     """The objects of `keys`, chunk by chunk, parsed with `schema`: (frame + `job_key` + `line0` (0-based line
     in its object), keys of objects polars cannot parse). The next chunk is fetched and parsed in a
@@ -138,11 +145,15 @@ def _fetch_parse(
     for gkeys, df, counts in groups:
         obj, line = object_index(counts)
         keyser = pl.Series("job_key", gkeys, dtype=pl.String)
-        frames.append(df.with_columns(keyser.gather(obj).alias("job_key"), pl.Series("line0", line, dtype=pl.Int64)))
+        frames.append(
+            df.with_columns(keyser.gather(obj).alias("job_key"), pl.Series("line0", line, dtype=pl.Int64))
+        )
     return pl.concat(frames, how="vertical"), bad
 
 
-def _scan_s3(ledger: Ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
+def _scan_s3(
+    ledger: Ledger, run_id: str, keys: list[str], schema: dict[str, pl.DataType]
+) -> pl.DataFrame | None:
     """One polars scan over the objects' URLs: its Rust S3 client fetches them concurrently at a tenth of the
     CPU boto3 spends per GET. None if polars refuses any of them (the caller then narrows it down)."""
     from elo_per_token.ledger.s3config import storage_options
@@ -150,23 +161,29 @@ def _scan_s3(ledger: Ledger, run_id: str, keys: list[str], schema: dict[str, pl.
     prefix = ledger.run_url(run_id) + "/jobs/"
     urls = [ledger.job_url(run_id, k) for k in keys]
     try:
-        df = pl.scan_ndjson(urls, schema=schema, include_file_paths="_path", storage_options=storage_options()).collect()
+        df = pl.scan_ndjson(
+            urls, schema=schema, include_file_paths="_path", storage_options=storage_options()
+        ).collect()
     except (pl.exceptions.PolarsError, OSError, ValueError):
         return None
     key = pl.col("_path").str.strip_prefix(prefix).str.strip_suffix(JOB_SUFFIX)
-    return df.with_columns(key.alias("job_key"), pl.int_range(pl.len(), dtype=pl.Int64).over("_path").alias("line0")).drop(
-        "_path"
-    )
+    return df.with_columns(
+        key.alias("job_key"), pl.int_range(pl.len(), dtype=pl.Int64).over("_path").alias("line0")
+    ).drop("_path")
 
 
 # ---------------------------------------------------------------- parsing many objects with one polars call
 
 
-def parse_objects(blobs: list[bytes], schema: dict[str, pl.DataType]) -> tuple[pl.DataFrame, np.ndarray] | None:
+def parse_objects(
+    blobs: list[bytes], schema: dict[str, pl.DataType]
+) -> tuple[pl.DataFrame, np.ndarray] | None:
     """Parse the concatenated objects with one polars call. Returns (frame, lines per object), or None when
     polars refuses the bytes or the row count does not match the line count (blank lines, a line that is not
     an object…): the caller then narrows down object by object."""
-    counts = np.fromiter((b.count(b"\n") + (1 if b and not b.endswith(b"\n") else 0) for b in blobs), np.int64, len(blobs))
+    counts = np.fromiter(
+        (b.count(b"\n") + (1 if b and not b.endswith(b"\n") else 0) for b in blobs), np.int64, len(blobs)
+    )
     buf = b"".join(b if not b or b.endswith(b"\n") else b + b"\n" for b in blobs)
     if not buf:
         return pl.DataFrame(schema=schema), counts
@@ -213,7 +230,9 @@ class CompactResult:
     jobs: int = 0  # job objects folded in by this call
     rows: int = 0
     already: int = 0  # job objects already in earlier segments
-    unparsable: list[str] = field(default_factory=list)  # job objects left out (analysis names their bad line)
+    unparsable: list[str] = field(
+        default_factory=list
+    )  # job objects left out (analysis names their bad line)
     dropped: list[str] = field(default_factory=list)  # --rebuild: segment files removed
     found_by: str = "listed"  # how the new objects were found: "listed", or "declared" (ledger/keyspace.py)
     why_listed: str = ""  # when listed: why the declared key space could not be used
@@ -262,7 +281,10 @@ def _unfolded_keys(
     res.why_listed = found
     res.listed_at = time.time()
     all_keys = list_keys(
-        ledger, run_id, on_count=(lambda n: on_progress("listing", n, 0)) if on_progress else None, index=index
+        ledger,
+        run_id,
+        on_count=(lambda n: on_progress("listing", n, 0)) if on_progress else None,
+        index=index,
     )
     if all_keys.len() == 0 and index.height == 0:
         known = ", ".join(ledger.list_runs()[:20]) or "none"

@@ -121,7 +121,9 @@ class Ledger:
     def iter_job_keys_split(self, run_id: str, bounds: list[str], threads: int = 8) -> Iterator[str]:
         """Every job key of the run, listed as key ranges split at `bounds` (known keys, any order) in
         parallel where the store lists a page at a time (S3); elsewhere the same as iter_job_keys."""
-        return self.store.list_suffix(f"{self._run(run_id)}/jobs/", JOB_SUFFIX, bounds=bounds, threads=threads)
+        return self.store.list_suffix(
+            f"{self._run(run_id)}/jobs/", JOB_SUFFIX, bounds=bounds, threads=threads
+        )
 
     def iter_job_keys_since(self, run_id: str, since: float) -> Iterator[str] | None:
         """Job keys that may have been written since `since` (time.time()), a superset, without listing
@@ -241,7 +243,9 @@ def open_ledger(url: str | Path) -> Ledger:
     if s.startswith("file://"):
         return FileLedger(s[len("file://") :] or "/")
     if "://" in s:
-        raise InputError(f"unsupported ledger URL {s!r} (use a path, file://… or s3://bucket/prefix)", field="ledger")
+        raise InputError(
+            f"unsupported ledger URL {s!r} (use a path, file://… or s3://bucket/prefix)", field="ledger"
+        )
     return FileLedger(s)
 
 
@@ -258,7 +262,9 @@ def open_ledger_for_reading(url: str | Path) -> Ledger:
         env = tuple(os.environ.get(v, "") for v in S3_ENV_VARS)
         cache_key = (led.url, *env)
         if cache_key not in _READERS:
-            _READERS[cache_key] = S3Ledger(led.bucket, led.prefix, create_bucket=False, attempts=2, patience_s=0.0)
+            _READERS[cache_key] = S3Ledger(
+                led.bucket, led.prefix, create_bucket=False, attempts=2, patience_s=0.0
+            )
         return _READERS[cache_key]
     return led
 
@@ -269,4 +275,6 @@ def check_run(led: Ledger, run_id: str) -> None:
     if not led.run_exists(run_id):
         runs = led.list_runs()
         shown = ", ".join(runs[:30]) + (f" … ({len(runs)} in all)" if len(runs) > 30 else "")
-        raise InputError(f"no run {run_id!r} in ledger {led.url}; it holds: {shown or 'no runs'}", field="RUN")
+        raise InputError(
+            f"no run {run_id!r} in ledger {led.url}; it holds: {shown or 'no runs'}", field="RUN"
+        )

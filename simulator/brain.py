@@ -56,16 +56,26 @@ P_FINAL_SOUND, P_FINAL_FLAWED = 0.95, 0.10
 VERIFY_RIGHT, VERIFY_WRONG = (0.62, 0.2), (0.42, 0.2)
 
 _FRAGMENTS = [
-    "Let me restate what is being asked", "first I identify the quantities involved",
-    "the key constraint is stated in the second sentence", "I will work through it step by step",
-    "an easy mistake here would be to skip one of the operations", "checking the units keeps this honest",
-    "a quick estimate gives a rough idea of the size of the result", "now I combine the partial results",
-    "it is worth double-checking the arithmetic", "the edge cases need a separate look",
-    "this matches the pattern described in the task", "so the intermediate value follows directly",
-    "rewriting the expression makes the structure clearer", "the order of operations matters here",
-    "I consider an alternative approach to cross-check", "both approaches should agree",
-    "nothing in the statement suggests a trick", "carrying the computation through carefully",
-    "the remaining part is straightforward", "putting it all together",
+    "Let me restate what is being asked",
+    "first I identify the quantities involved",
+    "the key constraint is stated in the second sentence",
+    "I will work through it step by step",
+    "an easy mistake here would be to skip one of the operations",
+    "checking the units keeps this honest",
+    "a quick estimate gives a rough idea of the size of the result",
+    "now I combine the partial results",
+    "it is worth double-checking the arithmetic",
+    "the edge cases need a separate look",
+    "this matches the pattern described in the task",
+    "so the intermediate value follows directly",
+    "rewriting the expression makes the structure clearer",
+    "the order of operations matters here",
+    "I consider an alternative approach to cross-check",
+    "both approaches should agree",
+    "nothing in the statement suggests a trick",
+    "carrying the computation through carefully",
+    "the remaining part is straightforward",
+    "putting it all together",
 ]
 _NUM_RE = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?")
 _CODE_RE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -125,8 +135,14 @@ class TaskBrain:
             return self.generic.respond(req)
         if req.tools and task_text(task).strip() in self.same_text:
             offered = sorted(str((t.get("function") or {}).get("name")) for t in req.tools)
-            task = next((t for t in self.same_text[task_text(task).strip()]
-                         if sorted(x["function"]["name"] for x in t.get("tools") or []) == offered), task)
+            task = next(
+                (
+                    t
+                    for t in self.same_text[task_text(task).strip()]
+                    if sorted(x["function"]["name"] for x in t.get("tools") or []) == offered
+                ),
+                task,
+            )
         if kind == "verify":
             reply = self._verify(task, req)
         elif kind == "step":
@@ -159,7 +175,11 @@ class TaskBrain:
             return 0
         d = float(task.get("difficulty", 0.5))
         salt = req.seed if req.temperature > 0 else 0
-        r = int(budget * (0.4 + 0.8 * d) * random.Random(derive_seed("reason", task["task_id"], salt, budget)).uniform(0.7, 1.3))
+        r = int(
+            budget
+            * (0.4 + 0.8 * d)
+            * random.Random(derive_seed("reason", task["task_id"], salt, budget)).uniform(0.7, 1.3)
+        )
         return max(1, min(r, req.thinking_budget) if req.thinking_budget else r)
 
     def p_correct(self, task: dict[str, Any], req: BrainRequest) -> float:
@@ -226,9 +246,18 @@ class TaskBrain:
             good = self._sound(task, cand)  # a partial tree-search solution
         else:
             good = self.is_correct(task, cand)
-        rng = (random.Random(derive_seed("verify", task["task_id"], cand)) if req.temperature <= 0
-               else random.Random(derive_seed(req.seed, "verify", task["task_id"])))
-        score = _clip(rng.gauss(VERIFY_RIGHT[0], VERIFY_RIGHT[1]) if good else rng.gauss(VERIFY_WRONG[0], VERIFY_WRONG[1]), 0.0, 1.0)
+        rng = (
+            random.Random(derive_seed("verify", task["task_id"], cand))
+            if req.temperature <= 0
+            else random.Random(derive_seed(req.seed, "verify", task["task_id"]))
+        )
+        score = _clip(
+            rng.gauss(VERIFY_RIGHT[0], VERIFY_RIGHT[1])
+            if good
+            else rng.gauss(VERIFY_WRONG[0], VERIFY_WRONG[1]),
+            0.0,
+            1.0,
+        )
         text = _prose(rng, int(rng.uniform(40, 120))) + f"\nScore: {score:.2f}"
         return BrainReply(text=text)
 
@@ -273,7 +302,9 @@ class TaskBrain:
         a = between(user, "<response_a>", "</response_a>") or ""
         b = between(user, "<response_b>", "</response_b>") or ""
         ok_a, ok_b = self.is_correct(task, a), self.is_correct(task, b)
-        rng = random.Random(derive_seed("judge", task["task_id"], a, b, req.seed if req.temperature > 0 else 0))
+        rng = random.Random(
+            derive_seed("judge", task["task_id"], a, b, req.seed if req.temperature > 0 else 0)
+        )
         if ok_a != ok_b:
             better, worse = ("A", "B") if ok_a else ("B", "A")
             winner = better if rng.random() < 0.85 else worse
@@ -288,7 +319,12 @@ class TaskBrain:
         if task["grader"]["type"] == "bfcl":
             return self._bfcl_turn(task, req)
         expected = task["grader"].get("expect_calls", [])
-        made = [_call_of(tc) for m in req.messages if m.get("role") == "assistant" for tc in (m.get("tool_calls") or [])]
+        made = [
+            _call_of(tc)
+            for m in req.messages
+            if m.get("role") == "assistant"
+            for tc in (m.get("tool_calls") or [])
+        ]
         turn = len(made)
         rng = self._rng(task, req, "tool", turn)
         p_half = math.sqrt(self.p_correct(task, req))
@@ -298,13 +334,17 @@ class TaskBrain:
             if rng.random() >= p_half:
                 args = self._wrong_args(task, exp, args, rng)
             intro = _prose(rng, int(rng.uniform(15, 50)))
-            return BrainReply(text=intro, tool_calls=[{"name": exp["name"], "arguments": args}], finish_reason="tool_calls")
+            return BrainReply(
+                text=intro, tool_calls=[{"name": exp["name"], "arguments": args}], finish_reason="tool_calls"
+            )
         calls_ok = len(made) >= len(expected) and all(
             self._args_match(task, e, c) for e, c in zip(expected, made, strict=False)
         )
         right = calls_ok and rng.random() < p_half
         answer = task["reference"] if right else self._wrong(task, rng)
-        text = _prose(rng, self._reasoning_words(task, rng, scale=0.5)) + "\n" + self._answer_text(task, answer)
+        text = (
+            _prose(rng, self._reasoning_words(task, rng, scale=0.5)) + "\n" + self._answer_text(task, answer)
+        )
         return BrainReply(text=text)
 
     def _bfcl_turn(self, task: dict[str, Any], req: BrainRequest) -> BrainReply:
@@ -317,8 +357,12 @@ class TaskBrain:
         right = rng.random() < self.p_correct(task, req)
         calls = right_calls(task) if right else wrong_calls(task, rng.randrange(2))
         if not calls:  # irrelevance, answered right: no function fits the question
-            return BrainReply(text=_prose(rng, int(rng.uniform(20, 60))) + "\nAnswer: none of the functions apply.")
-        return BrainReply(text=_prose(rng, int(rng.uniform(15, 50))), tool_calls=calls, finish_reason="tool_calls")
+            return BrainReply(
+                text=_prose(rng, int(rng.uniform(20, 60))) + "\nAnswer: none of the functions apply."
+            )
+        return BrainReply(
+            text=_prose(rng, int(rng.uniform(15, 50))), tool_calls=calls, finish_reason="tool_calls"
+        )
 
     def _tool_args(self, task: dict[str, Any], exp: dict[str, Any]) -> dict[str, Any]:
         if exp.get("arguments"):
@@ -328,7 +372,9 @@ class TaskBrain:
             return {"expression": m.group(1) if m else "0"}
         return {}
 
-    def _wrong_args(self, task: dict[str, Any], exp: dict[str, Any], args: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    def _wrong_args(
+        self, task: dict[str, Any], exp: dict[str, Any], args: dict[str, Any], rng: random.Random
+    ) -> dict[str, Any]:
         if exp["name"] == "lookup":
             tables = task.get("tool_impl", {}).get("lookup", {}).get("table", {})
             keys = [k for t in tables.values() for k in t if k != args.get("key")]
@@ -340,7 +386,8 @@ class TaskBrain:
     def _args_match(self, task: dict[str, Any], exp: dict[str, Any], call: dict[str, Any]) -> bool:
         want = self._tool_args(task, exp)
         return call.get("name") == exp["name"] and all(
-            str(call.get("arguments", {}).get(k, "")).strip().lower() == str(v).strip().lower() for k, v in want.items()
+            str(call.get("arguments", {}).get(k, "")).strip().lower() == str(v).strip().lower()
+            for k, v in want.items()
         )
 
 

@@ -72,12 +72,21 @@ def apply_limits(reply: BrainReply, req: BrainRequest) -> BrainReply:
     r = reply.reasoning_tokens
     if req.max_tokens:
         if r >= req.max_tokens:
-            return BrainReply(text=None, finish_reason="length", reasoning_tokens=req.max_tokens, completion_tokens=0)
+            return BrainReply(
+                text=None, finish_reason="length", reasoning_tokens=req.max_tokens, completion_tokens=0
+            )
         room = (req.max_tokens - r) * CHARS_PER_TOKEN
         if text and len(text) > room:
-            return BrainReply(text=text[:room], tool_calls=reply.tool_calls, finish_reason="length", reasoning_tokens=r)
-    return BrainReply(text=text, tool_calls=reply.tool_calls, finish_reason=finish,
-                      completion_tokens=reply.completion_tokens, reasoning_tokens=r)
+            return BrainReply(
+                text=text[:room], tool_calls=reply.tool_calls, finish_reason="length", reasoning_tokens=r
+            )
+    return BrainReply(
+        text=text,
+        tool_calls=reply.tool_calls,
+        finish_reason=finish,
+        completion_tokens=reply.completion_tokens,
+        reasoning_tokens=r,
+    )
 
 
 class Brain(Protocol):

@@ -68,7 +68,9 @@ class SimState:
     script: list[str] = field(default_factory=list)
     stats: dict[str, Counter[str]] = field(default_factory=dict)
     tokens: Counter[str] = field(default_factory=Counter)
-    prefixes: set[bytes] = field(default_factory=set)  # hashes of prompt prefixes seen (the simulated prompt cache)
+    prefixes: set[bytes] = field(
+        default_factory=set
+    )  # hashes of prompt prefixes seen (the simulated prompt cache)
     stopping: asyncio.Event | None = None
 
     def __post_init__(self) -> None:
@@ -78,7 +80,8 @@ class SimState:
     def reset_stats(self) -> None:
         self.counter = 0
         self.stats = {
-            k: Counter() for k in ("by_route", "by_status", "by_fault", "by_job", "by_arm", "by_role", "by_gen")
+            k: Counter()
+            for k in ("by_route", "by_status", "by_fault", "by_job", "by_arm", "by_role", "by_gen")
         }
         self.tokens = Counter()
 
@@ -323,7 +326,9 @@ async def _complete(request: web.Request, anthropic: bool, responses: bool = Fal
     return resp
 
 
-async def _completion_response(request: web.Request, state: SimState, anthropic: bool, responses: bool) -> web.Response:
+async def _completion_response(
+    request: web.Request, state: SimState, anthropic: bool, responses: bool
+) -> web.Response:
     cfg = state.config
     denied = _auth(state, request, anthropic)
     if denied:
@@ -388,7 +393,9 @@ async def _fault_response(state: SimState, fault: str, anthropic: bool) -> web.R
         if fault == "429":
             ra = cfg.retry_after
             headers = {"Retry-After": str(math.ceil(ra)), "retry-after-ms": str(int(ra * 1000))}
-        return _error(status, message, anthropic_type if anthropic else openai_type, code, anthropic, **headers)
+        return _error(
+            status, message, anthropic_type if anthropic else openai_type, code, anthropic, **headers
+        )
     if fault == "context_length" and not cfg.context_length:
         return _context_error(2048, 2100, None, anthropic)
     if fault == "hang":
@@ -414,8 +421,13 @@ def _generation(request: web.Request, state: SimState, body: dict[str, Any], k: 
     temperature = float(temperature) if isinstance(temperature, int | float) else 1.0
     max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
     effort, thinking, stop = _reasoning_params(body)
-    for name, val in (("max_tokens", max_tokens), ("reasoning_effort", effort), ("thinking_budget", thinking),
-                      ("top_p", body.get("top_p")), ("stop", json.dumps(stop) if stop else None)):
+    for name, val in (
+        ("max_tokens", max_tokens),
+        ("reasoning_effort", effort),
+        ("thinking_budget", thinking),
+        ("top_p", body.get("top_p")),
+        ("stop", json.dumps(stop) if stop else None),
+    ):
         if val is not None:
             state.stats["by_gen"][f"{name}={val}"] += 1
     return {"seed": seed, "temperature": temperature, "max_tokens": max_tokens, "reasoning_effort": effort,
@@ -444,7 +456,9 @@ def _answer(
     )
     if cfg.context_length and (fault == "context_length" or p_tok + (max_tokens or 0) > cfg.context_length):
         return _context_error(cfg.context_length, p_tok, max_tokens, anthropic)
-    if cfg.context_length:  # no max_tokens: the reply can only use what the context leaves (llama.cpp's n_ctx)
+    if (
+        cfg.context_length
+    ):  # no max_tokens: the reply can only use what the context leaves (llama.cpp's n_ctx)
         max_tokens = max_tokens or max(1, cfg.context_length - p_tok)
     n_out = 1 if (fault == "fewer_choices" or cfg.ignore_n) and n > 1 else n
     degrade = cfg.degrade.get(meta.get("Arm", ""), 0.0)
@@ -481,13 +495,17 @@ def _render(
     else:
         cached, prefix = _cached_prefix(state, messages, tools)
     if anthropic:
-        out = _anthropic_body(rid, model, replies[0], p_tok, c_toks[0], with_usage, cached, prefix if cacheable else 0)
+        out = _anthropic_body(
+            rid, model, replies[0], p_tok, c_toks[0], with_usage, cached, prefix if cacheable else 0
+        )
         out = _hostile_usage(out, fault, True)
         return _sse(sse_messages(out)) if stream else web.json_response(out)
     if responses:
         out = _responses_body(rid, model, replies[0], p_tok, c_toks[0], with_usage, cached)
         return _sse(sse_responses(out)) if stream else web.json_response(out)
-    out = _hostile_usage(_openai_body(rid, model, replies, p_tok, c_toks, with_usage, seed, cached), fault, False)
+    out = _hostile_usage(
+        _openai_body(rid, model, replies, p_tok, c_toks, with_usage, seed, cached), fault, False
+    )
     return _sse(sse_chat(out, include_usage)) if stream else web.json_response(out)
 
 
@@ -506,8 +524,10 @@ def _responses_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
         if not isinstance(item, dict) or item.get("type", "message") != "message":
             continue
         c = item.get("content")
-        text = c if isinstance(c, str) else "\n".join(
-            str(p.get("text", "")) for p in c or [] if isinstance(p, dict) and "text" in p
+        text = (
+            c
+            if isinstance(c, str)
+            else "\n".join(str(p.get("text", "")) for p in c or [] if isinstance(p, dict) and "text" in p)
         )
         role = item.get("role") if item.get("role") in ("user", "assistant", "system") else "user"
         msgs.append({"role": "system" if role == "developer" else role, "content": text})
@@ -550,7 +570,9 @@ def _sse(events: list[tuple[str | None, Any]]) -> web.Response:
     for name, data in events:
         head = f"event: {name}\n" if name else ""
         parts.append(head + "data: " + (data if isinstance(data, str) else json.dumps(data)) + "\n\n")
-    return web.Response(text="".join(parts), content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    return web.Response(
+        text="".join(parts), content_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+    )
 
 
 def _pieces(text: str | None, size: int = 24) -> list[str]:
@@ -560,17 +582,44 @@ def _pieces(text: str | None, size: int = 24) -> list[str]:
 def sse_chat(body: dict[str, Any], include_usage: bool) -> list[tuple[str | None, Any]]:
     """chat.completion.chunk events: role, content deltas and finish_reason per choice; usage only in a last
     chunk with no choices, and only with stream_options.include_usage (as OpenAI does)."""
-    base = {k: body[k] for k in ("id", "created", "model", "system_fingerprint")} | {"object": "chat.completion.chunk"}
+    base = {k: body[k] for k in ("id", "created", "model", "system_fingerprint")} | {
+        "object": "chat.completion.chunk"
+    }
     ev: list[tuple[str | None, Any]] = []
     for ch in body.get("choices", []):  # a hostile "no_choices" reply streams none
         i, msg = ch["index"], ch["message"]
-        ev.append((None, {**base, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}))
+        ev.append(
+            (
+                None,
+                {
+                    **base,
+                    "choices": [
+                        {"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                    ],
+                },
+            )
+        )
         for piece in _pieces(msg.get("content")):
-            ev.append((None, {**base, "choices": [{"index": i, "delta": {"content": piece}, "finish_reason": None}]}))
+            ev.append(
+                (
+                    None,
+                    {**base, "choices": [{"index": i, "delta": {"content": piece}, "finish_reason": None}]},
+                )
+            )
         if msg.get("tool_calls"):
             calls = [{"index": j, **tc} for j, tc in enumerate(msg["tool_calls"])]
-            ev.append((None, {**base, "choices": [{"index": i, "delta": {"tool_calls": calls}, "finish_reason": None}]}))
-        ev.append((None, {**base, "choices": [{"index": i, "delta": {}, "finish_reason": ch["finish_reason"]}]}))
+            ev.append(
+                (
+                    None,
+                    {
+                        **base,
+                        "choices": [{"index": i, "delta": {"tool_calls": calls}, "finish_reason": None}],
+                    },
+                )
+            )
+        ev.append(
+            (None, {**base, "choices": [{"index": i, "delta": {}, "finish_reason": ch["finish_reason"]}]})
+        )
     if include_usage and body.get("usage") is not None:
         ev.append((None, {**base, "choices": [], "usage": body["usage"]}))
     ev.append((None, "[DONE]"))
@@ -580,21 +629,52 @@ def sse_chat(body: dict[str, Any], include_usage: bool) -> list[tuple[str | None
 def sse_messages(body: dict[str, Any]) -> list[tuple[str | None, Any]]:
     """Anthropic message events: input usage in message_start, output_tokens in message_delta."""
     usage = body.get("usage") or {}
-    start = {**body, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1} if usage else None}
+    start = {
+        **body,
+        "content": [],
+        "stop_reason": None,
+        "usage": {**usage, "output_tokens": 1} if usage else None,
+    }
     ev: list[tuple[str | None, Any]] = [("message_start", {"type": "message_start", "message": start})]
     for i, block in enumerate(body.get("content", [])):
         if block["type"] == "text":
-            ev.append(("content_block_start", {"type": "content_block_start", "index": i,
-                                               "content_block": {"type": "text", "text": ""}}))
+            ev.append(
+                (
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": i,
+                        "content_block": {"type": "text", "text": ""},
+                    },
+                )
+            )
             for piece in _pieces(block["text"]):
-                ev.append(("content_block_delta", {"type": "content_block_delta", "index": i,
-                                                   "delta": {"type": "text_delta", "text": piece}}))
+                ev.append(
+                    (
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": i,
+                            "delta": {"type": "text_delta", "text": piece},
+                        },
+                    )
+                )
         else:
-            ev.append(("content_block_start", {"type": "content_block_start", "index": i, "content_block": block}))
+            ev.append(
+                ("content_block_start", {"type": "content_block_start", "index": i, "content_block": block})
+            )
         ev.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
     delta_usage = {"output_tokens": usage.get("output_tokens", 0)} if usage else None
-    ev.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": body["stop_reason"],
-                                                                     "stop_sequence": None}, "usage": delta_usage}))
+    ev.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": body["stop_reason"], "stop_sequence": None},
+                "usage": delta_usage,
+            },
+        )
+    )
     ev.append(("message_stop", {"type": "message_stop"}))
     return ev
 
@@ -733,11 +813,22 @@ _STOP_REASON = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_
 
 
 def _anthropic_body(
-    rid: str, model: str, r: BrainReply, p_tok: int, c_tok: int, with_usage: bool, cached: int = 0, prefix: int = 0
+    rid: str,
+    model: str,
+    r: BrainReply,
+    p_tok: int,
+    c_tok: int,
+    with_usage: bool,
+    cached: int = 0,
+    prefix: int = 0,
 ) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
-    if r.reasoning_tokens:  # a summarised thinking block, as Claude 4 returns; output_tokens counts the full thinking
-        content.append({"type": "thinking", "thinking": "(simulated thinking, summarised)", "signature": "sim"})
+    if (
+        r.reasoning_tokens
+    ):  # a summarised thinking block, as Claude 4 returns; output_tokens counts the full thinking
+        content.append(
+            {"type": "thinking", "thinking": "(simulated thinking, summarised)", "signature": "sim"}
+        )
     content += [{"type": "text", "text": r.text}] if r.text else []
     content += [
         {"type": "tool_use", "id": f"toolu_{rid}_{j}", "name": tc["name"], "input": tc.get("arguments", {})}

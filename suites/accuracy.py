@@ -12,8 +12,12 @@ from typing import Any
 
 DEFAULT_ARMS = (
     ("greedy", 1),
-    ("majority", 4), ("majority", 8), ("majority", 16),
-    ("best_of_n", 4), ("best_of_n", 8), ("best_of_n", 16),
+    ("majority", 4),
+    ("majority", 8),
+    ("majority", 16),
+    ("best_of_n", 4),
+    ("best_of_n", 8),
+    ("best_of_n", 16),
 )
 
 
@@ -48,17 +52,31 @@ def run_arms(
 
     sim = start_in_thread(sim_config or {})
     try:
-        profile = Profile(name="simulator", protocol="openai", base_url=sim.url, api_key_env="EPT_SIM_API_KEY",
-                          model="ept-sim-1", timeout=30.0, max_retries=2, supports_n=supports_n)
+        profile = Profile(
+            name="simulator",
+            protocol="openai",
+            base_url=sim.url,
+            api_key_env="EPT_SIM_API_KEY",
+            model="ept-sim-1",
+            timeout=30.0,
+            max_retries=2,
+            supports_n=supports_n,
+        )
         provider = ProviderClient(profile, api_key="sk-simulator-not-a-secret")
         jobs = [Job("accuracy", t, s, n, seed=seed, profile="simulator") for t in tasks for s, n in arms]
 
         def one(job: Job) -> dict[str, Any]:
             r = run_job(job, provider, concurrency=1)  # parallelism comes from running jobs side by side
             return {
-                "family": job.family, "task_id": job.task_id, "strategy": job.strategy, "budget_n": job.budget_n,
-                "arm": job.arm, "calls": len(r.calls), "tokens": r.tokens,
-                "correct": bool(r.outcome.correct), "error": (r.outcome.error or {}).get("class"),
+                "family": job.family,
+                "task_id": job.task_id,
+                "strategy": job.strategy,
+                "budget_n": job.budget_n,
+                "arm": job.arm,
+                "calls": len(r.calls),
+                "tokens": r.tokens,
+                "correct": bool(r.outcome.correct),
+                "error": (r.outcome.error or {}).get("class"),
             }
 
         with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -85,7 +103,7 @@ def summarise(rows: list[dict[str, Any]]) -> Any:
         .sort("strategy", "budget_n")
     )
     base = t.filter(pl.col("strategy") == "greedy").select("accuracy", "calls_per_job")
-    acc0, calls0 = (base.row(0) if base.height else (None, None))
+    acc0, calls0 = base.row(0) if base.height else (None, None)
     prev_acc = pl.col("accuracy").shift(1).over("strategy")
     prev_calls = pl.col("calls_per_job").shift(1).over("strategy")
     if acc0 is not None:
@@ -93,7 +111,9 @@ def summarise(rows: list[dict[str, Any]]) -> Any:
         prev_calls = prev_calls.fill_null(calls0)
     t = t.with_columns(
         (pl.col("accuracy") - prev_acc).alias("d_accuracy"),
-        ((pl.col("accuracy") - prev_acc) / (pl.col("calls_per_job") - prev_calls)).alias("d_acc_per_extra_call"),
+        ((pl.col("accuracy") - prev_acc) / (pl.col("calls_per_job") - prev_calls)).alias(
+            "d_acc_per_extra_call"
+        ),
     ).with_columns(
         pl.when(pl.col("strategy") == "greedy").then(None).otherwise(pl.col(c)).alias(c)
         for c in ("d_accuracy", "d_acc_per_extra_call")
@@ -103,11 +123,15 @@ def summarise(rows: list[dict[str, Any]]) -> Any:
 
 
 def markdown(table: Any) -> str:
-    head = "| arm | jobs | accuracy | calls/job | tokens/job | Δacc vs previous budget | Δacc per extra call |"
+    head = (
+        "| arm | jobs | accuracy | calls/job | tokens/job | Δacc vs previous budget | Δacc per extra call |"
+    )
     lines = [head, "|---|---:|---:|---:|---:|---:|---:|"]
     for r in table.iter_rows(named=True):
         d = "—" if r["d_accuracy"] is None else f"{r['d_accuracy']:+.3f}"
         g = "—" if r["d_acc_per_extra_call"] is None else f"{r['d_acc_per_extra_call']:+.4f}"
-        lines.append(f"| {r['arm']} | {r['jobs']} | {r['accuracy']:.3f} | {r['calls_per_job']:.1f} | "
-                     f"{r['tokens_per_job']:.0f} | {d} | {g} |")
+        lines.append(
+            f"| {r['arm']} | {r['jobs']} | {r['accuracy']:.3f} | {r['calls_per_job']:.1f} | "
+            f"{r['tokens_per_job']:.0f} | {d} | {g} |"
+        )
     return "\n".join(lines)

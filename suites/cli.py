@@ -8,7 +8,9 @@ import typer
 
 from elo_per_token.contracts.errors import InputError
 
-suites_app = typer.Typer(help="Task suites: list, show, validate; strategy accuracy on the simulator.", no_args_is_help=True)
+suites_app = typer.Typer(
+    help="Task suites: list, show, validate; strategy accuracy on the simulator.", no_args_is_help=True
+)
 
 
 def _register_graders() -> None:
@@ -33,13 +35,21 @@ def list_cmd() -> None:
         fams = sorted({t["family"] for t in tasks})
         diff = sum(t.get("difficulty", 0.5) for t in tasks) / len(tasks)
         cats = Counter(t["meta"]["category"] for t in tasks if "category" in (t.get("meta") or {}))
-        table.add_row(name, str(len(tasks)), ",".join(fams), ",".join(f"{k}:{v}" for k, v in graders.items()),
-                      " ".join(f"{k}:{v}" for k, v in cats.items()) or "-", f"{diff:.2f}",
-                      str(builtin_suite_path(name)))
+        table.add_row(
+            name,
+            str(len(tasks)),
+            ",".join(fams),
+            ",".join(f"{k}:{v}" for k, v in graders.items()),
+            " ".join(f"{k}:{v}" for k, v in cats.items()) or "-",
+            f"{diff:.2f}",
+            str(builtin_suite_path(name)),
+        )
     from elo_per_token.suites.public import INSTALL, not_installed
 
     for name in not_installed():  # known to ept, its data package missing: say how to get it
-        table.add_row(name, "-", "-", "-", "-", "-", f"not installed: {INSTALL.get(name, 'install its package')}")
+        table.add_row(
+            name, "-", "-", "-", "-", "-", f"not installed: {INSTALL.get(name, 'install its package')}"
+        )
     _console().print(table)
 
 
@@ -72,7 +82,9 @@ def show_cmd(
         return
     for t in tasks[:limit]:
         prompt = t.get("prompt") or t["messages"][-1]["content"]
-        typer.echo(f"{t['task_id']}  [{t['family']}, {t['grader']['type']}, d={t.get('difficulty', '-')}]  {prompt[:100]}")
+        typer.echo(
+            f"{t['task_id']}  [{t['family']}, {t['grader']['type']}, d={t.get('difficulty', '-')}]  {prompt[:100]}"
+        )
     if len(tasks) > limit:
         typer.echo(f"... {len(tasks) - limit} more")
 
@@ -90,7 +102,9 @@ def validate_cmd(path: str = typer.Argument(..., help="JSONL or Parquet suite fi
 @suites_app.command("import")
 def import_cmd(
     src: str = typer.Argument(..., help="table to convert: .jsonl, .jsonl.gz, .json, .parquet or .csv"),
-    out: str = typer.Option(None, "--out", "-o", help="suite file to write (JSONL); required unless --dry-run"),
+    out: str = typer.Option(
+        None, "--out", "-o", help="suite file to write (JSONL); required unless --dry-run"
+    ),
     shape: str = typer.Option("auto", help="qa (question/answer table), code (HumanEval-style) or auto"),
     family: str = typer.Option(None, help="task family (default: the file's name; a 'family' column wins)"),
     grader: str = typer.Option("auto", help="qa tables: auto, numeric, math, normalised or exact"),
@@ -109,20 +123,26 @@ def import_cmd(
     if dry_run:
         # Every row is converted and validated (errors show now, not at import); only the shown ones
         # get their docstring examples checked in the sandbox.
-        used, tasks = convert(Path(src), shape=shape, family=family, grader=grader, prefix=prefix, check_visible=False)
+        used, tasks = convert(
+            Path(src), shape=shape, family=family, grader=grader, prefix=prefix, check_visible=False
+        )
         _, first = convert(Path(src), shape=used, family=family, grader=grader, prefix=prefix, limit=show)
         for t in first:
             typer.echo(json.dumps(t, indent=2, ensure_ascii=False))
-        typer.echo(f"dry run: {src} read as a '{used}' table, {len(tasks)} tasks valid; first {len(first)} shown; "
-                   "nothing written")
+        typer.echo(
+            f"dry run: {src} read as a '{used}' table, {len(tasks)} tasks valid; first {len(first)} shown; "
+            "nothing written"
+        )
         return
     used, tasks = convert(Path(src), shape=shape, family=family, grader=grader, prefix=prefix)
     from collections import Counter
 
     write_jsonl(tasks, Path(out))
     graders = Counter(t["grader"]["type"] for t in tasks)
-    typer.echo(f"{out}: {len(tasks)} tasks from {src} ('{used}' table; graders "
-               f"{', '.join(f'{k}:{v}' for k, v in sorted(graders.items()))})")
+    typer.echo(
+        f"{out}: {len(tasks)} tasks from {src} ('{used}' table; graders "
+        f"{', '.join(f'{k}:{v}' for k, v in sorted(graders.items()))})"
+    )
 
 
 def parse_arms(spec: str) -> list[tuple[str, int]]:
@@ -151,7 +171,9 @@ def accuracy_cmd(
     families: str = typer.Option("math,code,tool_use", help="built-in suites to draw from"),
     seed: int = typer.Option(0),
     workers: int = typer.Option(8, help="jobs run side by side"),
-    supports_n: bool = typer.Option(False, help="ask for n choices in one request (fewer calls, same samples' role)"),
+    supports_n: bool = typer.Option(
+        False, help="ask for n choices in one request (fewer calls, same samples' role)"
+    ),
 ) -> None:
     """Accuracy, calls and tokens per arm on the built-in suites against an in-process simulator (markdown)."""
     import time
@@ -163,15 +185,19 @@ def accuracy_cmd(
     fams = [f.strip() for f in families.split(",") if f.strip()]
     unknown = sorted(set(fams) - set(builtin_suite_names()))
     if unknown:
-        raise InputError(f"unknown suite '{unknown[0]}' (known: {', '.join(builtin_suite_names())})", field="families")
+        raise InputError(
+            f"unknown suite '{unknown[0]}' (known: {', '.join(builtin_suite_names())})", field="families"
+        )
     if tasks < len(fams):
         raise InputError("need at least one task per suite", field="tasks")
     t0 = time.time()
     drawn = draw_tasks(tasks, fams, seed)
     rows = run_arms(drawn, arm_list, seed=seed, workers=workers, supports_n=supports_n)
     typer.echo(markdown(summarise(rows)))
-    typer.echo(f"\n{len(rows)} jobs ({len(drawn)} tasks x {len(arm_list)} arms, seed {seed}, "
-               f"supports_n={supports_n}) in {time.time() - t0:.0f}s")
+    typer.echo(
+        f"\n{len(rows)} jobs ({len(drawn)} tasks x {len(arm_list)} arms, seed {seed}, "
+        f"supports_n={supports_n}) in {time.time() - t0:.0f}s"
+    )
 
 
 def register(app: typer.Typer) -> None:

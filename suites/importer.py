@@ -44,7 +44,10 @@ def detect_shape(rows: list[dict[str, Any]], file: str) -> str:
     raise InputError(
         f"cannot tell the table's shape from its columns ({', '.join(sorted(cols)) or 'none'}): a qa table needs "
         f"one of {'/'.join(Q_COLS)} and one of {'/'.join(A_COLS)}; a code table needs prompt, entry_point and "
-        "test or tests", file=file, line=_line(rows[0], 1) if rows else None)
+        "test or tests",
+        file=file,
+        line=_line(rows[0], 1) if rows else None,
+    )
 
 
 def _line(row: dict[str, Any], index: int) -> int:
@@ -79,7 +82,11 @@ def _common(row: dict[str, Any], index: int, family: str, prefix: str) -> dict[s
     cols = set(row)
     id_col = _pick(cols, ID_COLS)
     raw_id = row.get(id_col) if id_col else None
-    task_id = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(raw_id)).strip("-") if raw_id not in (None, "") else f"{index:05d}"
+    task_id = (
+        re.sub(r"[^A-Za-z0-9_.-]+", "-", str(raw_id)).strip("-")
+        if raw_id not in (None, "")
+        else f"{index:05d}"
+    )
     out: dict[str, Any] = {"task_id": f"{prefix}{task_id}", "family": str(row.get("family") or family)}
     if row.get("difficulty") not in (None, ""):
         try:
@@ -91,8 +98,9 @@ def _common(row: dict[str, Any], index: int, family: str, prefix: str) -> dict[s
     return out
 
 
-def convert_qa(rows: list[dict[str, Any]], file: str, family: str, grader: str = "auto",
-               prefix: str = "") -> list[dict[str, Any]]:
+def convert_qa(
+    rows: list[dict[str, Any]], file: str, family: str, grader: str = "auto", prefix: str = ""
+) -> list[dict[str, Any]]:
     from elo_per_token.contracts.tasks import validate_task
 
     if not rows:
@@ -100,9 +108,19 @@ def convert_qa(rows: list[dict[str, Any]], file: str, family: str, grader: str =
     cols = set().union(*(set(r) for r in rows))
     q_col, a_col = _pick(cols, Q_COLS), _pick(cols, A_COLS)
     if q_col is None:
-        raise InputError(f"no question column (one of {', '.join(Q_COLS)})", file=file, line=_line(rows[0], 1), field="question")
+        raise InputError(
+            f"no question column (one of {', '.join(Q_COLS)})",
+            file=file,
+            line=_line(rows[0], 1),
+            field="question",
+        )
     if a_col is None:
-        raise InputError(f"no answer column (one of {', '.join(A_COLS)})", file=file, line=_line(rows[0], 1), field="answer")
+        raise InputError(
+            f"no answer column (one of {', '.join(A_COLS)})",
+            file=file,
+            line=_line(rows[0], 1),
+            field="answer",
+        )
     tasks = []
     for i, row in enumerate(rows, start=1):
         line = _line(row, i)
@@ -113,14 +131,17 @@ def convert_qa(rows: list[dict[str, Any]], file: str, family: str, grader: str =
             raise InputError("empty answer", file=file, line=line, field=a_col)
         g = auto_grader(a) if grader == "auto" else {"type": grader}
         if g["type"] == "numeric" and not isinstance(a, int | float):
-            raise InputError(f"grader numeric needs a number, got {str(a)[:40]!r}", file=file, line=line, field=a_col)
+            raise InputError(
+                f"grader numeric needs a number, got {str(a)[:40]!r}", file=file, line=line, field=a_col
+            )
         task = {**_common(row, i, family, prefix), "prompt": q.strip(), "reference": a, "grader": g}
         tasks.append(validate_task(task, file, line))
     return _unique(tasks, rows, file)
 
 
-def convert_code(rows: list[dict[str, Any]], file: str, family: str, prefix: str = "",
-                 check_visible: bool = True) -> list[dict[str, Any]]:
+def convert_code(
+    rows: list[dict[str, Any]], file: str, family: str, prefix: str = "", check_visible: bool = True
+) -> list[dict[str, Any]]:
     from elo_per_token.contracts.tasks import validate_task
     from elo_per_token.suites.public.humaneval import INSTRUCTION, candidate_examples
     from elo_per_token.worker.graders.code import run_tests
@@ -140,19 +161,33 @@ def convert_code(rows: list[dict[str, Any]], file: str, family: str, prefix: str
         elif isinstance(row.get("tests"), list) and row["tests"]:
             tests = [str(t) for t in row["tests"]]
         else:
-            raise InputError("needs 'test' (a check(candidate) function or asserts) or 'tests' (a list)",
-                             file=file, line=line, field="test")
+            raise InputError(
+                "needs 'test' (a check(candidate) function or asserts) or 'tests' (a list)",
+                file=file,
+                line=line,
+                field="test",
+            )
         solution = row.get("canonical_solution") or row.get("solution") or row.get("reference")
         if not isinstance(solution, str) or not solution.strip():
-            raise InputError("required: the canonical solution (canonical_solution | solution | reference)",
-                             file=file, line=line, field="canonical_solution")
+            raise InputError(
+                "required: the canonical solution (canonical_solution | solution | reference)",
+                file=file,
+                line=line,
+                field="canonical_solution",
+            )
         reference = solution if re.search(rf"^def {re.escape(ep)}\(", solution, re.M) else prompt + solution
         visible = candidate_examples(prompt, ep)
         if check_visible:
             visible = [t for t in visible if run_tests(reference, [t], ep)["passed"] == 1]
-        task = {**_common(row, i, family, prefix), "prompt": INSTRUCTION + "```python\n" + prompt.rstrip() + "\n```",
-                "reference": reference, "grader": {"type": "code", "timeout_s": 5}, "entry_point": ep,
-                "tests": tests, "visible_tests": visible}
+        task = {
+            **_common(row, i, family, prefix),
+            "prompt": INSTRUCTION + "```python\n" + prompt.rstrip() + "\n```",
+            "reference": reference,
+            "grader": {"type": "code", "timeout_s": 5},
+            "entry_point": ep,
+            "tests": tests,
+            "visible_tests": visible,
+        }
         tasks.append(validate_task(task, file, line))
     return _unique(tasks, rows, file)
 
@@ -162,13 +197,25 @@ def _unique(tasks: list[dict[str, Any]], rows: list[dict[str, Any]], file: str) 
     for i, (t, row) in enumerate(zip(tasks, rows, strict=True), start=1):
         line = _line(row, i)
         if t["task_id"] in seen:
-            raise InputError(f"duplicate task id (first on line {seen[t['task_id']]})", file=file, line=line, field="task_id")
+            raise InputError(
+                f"duplicate task id (first on line {seen[t['task_id']]})",
+                file=file,
+                line=line,
+                field="task_id",
+            )
         seen[t["task_id"]] = line
     return tasks
 
 
-def convert(path: Path, shape: str = "auto", family: str | None = None, grader: str = "auto",
-            prefix: str = "", limit: int | None = None, check_visible: bool = True) -> tuple[str, list[dict[str, Any]]]:
+def convert(
+    path: Path,
+    shape: str = "auto",
+    family: str | None = None,
+    grader: str = "auto",
+    prefix: str = "",
+    limit: int | None = None,
+    check_visible: bool = True,
+) -> tuple[str, list[dict[str, Any]]]:
     """(shape used, converted tasks) for a table file; limit converts only the first rows (dry runs)."""
     from elo_per_token.suites.userfile import read_table
 

@@ -36,12 +36,16 @@ def load_suite(path: str | Path) -> list[dict[str, Any]]:
             try:
                 rec = json.loads(raw)
             except json.JSONDecodeError as e:
-                raise InputError(f"not valid JSON ({e.msg} at column {e.colno})", file=file, line=lineno) from None
+                raise InputError(
+                    f"not valid JSON ({e.msg} at column {e.colno})", file=file, line=lineno
+                ) from None
             except RecursionError:
                 raise InputError("not valid here: JSON nested too deeply", file=file, line=lineno) from None
             validate_task(rec, file, lineno)
             if rec["task_id"] in seen:
-                raise InputError(f"duplicate task_id (first on line {seen[rec['task_id']]})", file, lineno, "task_id")
+                raise InputError(
+                    f"duplicate task_id (first on line {seen[rec['task_id']]})", file, lineno, "task_id"
+                )
             seen[rec["task_id"]] = lineno
             tasks.append(rec)
     if not tasks:

@@ -41,7 +41,9 @@ def read_table(path: Path) -> list[dict[str, Any]]:
         if suffix == ".csv":
             return pl.read_csv(path, infer_schema_length=0).to_dicts()  # all text: answers stay as written
     except Exception as e:  # polars/pyarrow raise many types for a damaged file
-        raise InputError(f"cannot read {suffix[1:]} file: {str(e).splitlines()[0][:200]}", file=file) from None
+        raise InputError(
+            f"cannot read {suffix[1:]} file: {str(e).splitlines()[0][:200]}", file=file
+        ) from None
     if suffix in (".jsonl", ".jsonl.gz"):
         return _read_jsonl(path, file)
     if suffix == ".json":
@@ -69,7 +71,9 @@ def _read_jsonl(path: Path, file: str) -> list[dict[str, Any]]:
             except UnicodeDecodeError as e:
                 raise InputError(f"not valid UTF-8 (byte {e.start + 1})", file=file, line=lineno) from None
             except json.JSONDecodeError as e:
-                raise InputError(f"not valid JSON ({e.msg} at column {e.colno})", file=file, line=lineno) from None
+                raise InputError(
+                    f"not valid JSON ({e.msg} at column {e.colno})", file=file, line=lineno
+                ) from None
             if not isinstance(rec, dict):
                 raise InputError("each line must be a JSON object", file=file, line=lineno)
             rows.append({"__line__": lineno, **rec})
@@ -83,7 +87,9 @@ def parquet_row_to_task(row: dict[str, Any], file: str, line: int) -> dict[str, 
             try:
                 task[f] = json.loads(task[f])
             except json.JSONDecodeError as e:
-                raise InputError(f"text in this column must be JSON ({e.msg})", file=file, line=line, field=f) from None
+                raise InputError(
+                    f"text in this column must be JSON ({e.msg})", file=file, line=line, field=f
+                ) from None
     return task
 
 

@@ -20,7 +20,9 @@ def in_ci() -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "ci_may_skip(reason): this test's skip is acceptable even under EPT_CI=1")
+    config.addinivalue_line(
+        "markers", "ci_may_skip(reason): this test's skip is acceptable even under EPT_CI=1"
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -29,7 +31,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     rep = outcome.get_result()
     if not (in_ci() and rep.skipped) or hasattr(rep, "wasxfail") or item.get_closest_marker("ci_may_skip"):
         return
-    reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) and len(rep.longrepr) == 3 else str(rep.longrepr)
+    reason = (
+        rep.longrepr[2] if isinstance(rep.longrepr, tuple) and len(rep.longrepr) == 3 else str(rep.longrepr)
+    )
     rep.outcome = "failed"
     rep.longrepr = (
         f"skipped under EPT_CI=1, which CI must not do: {reason}\n"

@@ -343,7 +343,9 @@ def recording() -> bool:
     return bool(os.environ.get("EPT_RELIABILITY_OUT"))
 
 
-def clean_tokens(tmp: Path, suite: Path, per_family: int, sim_seed: int, supports_n: bool = False) -> dict[str, int]:
+def clean_tokens(
+    tmp: Path, suite: Path, per_family: int, sim_seed: int, supports_n: bool = False
+) -> dict[str, int]:
     """Tokens per arm of the same plan (seed 11) run cleanly: local executor, fresh fault-free simulator."""
     from fixtures_sim import _start
 
@@ -355,7 +357,9 @@ def clean_tokens(tmp: Path, suite: Path, per_family: int, sim_seed: int, support
     old = os.environ.get("EPT_SIM_API_KEY")
     os.environ["EPT_SIM_API_KEY"] = FAULT_KEY
     try:
-        prof = get_profile("fault-sim", write_profiles(tmp / "clean-profiles.toml", sim.url, supports_n=supports_n))
+        prof = get_profile(
+            "fault-sim", write_profiles(tmp / "clean-profiles.toml", sim.url, supports_n=supports_n)
+        )
         plan = load_plan(write_plan(tmp / "clean-plan.toml", name="clean", suite=suite, ledger=str(tmp / "clean-ledger"),
                                     executor="local", per_family=per_family))  # fmt: skip
         jobs = plan_jobs(plan)

@@ -18,7 +18,9 @@ ARMS = [("greedy", 1, 1), ("best_of_n", 4, 4), ("majority", 8, 8), ("best_of_n",
 FAMILIES = ["math", "code", "tool_use"]
 
 
-def job_frame(run_id: str, n_jobs: int, *, replicates: int = 4, seed: int = 0, offset: int = 0) -> pl.DataFrame:
+def job_frame(
+    run_id: str, n_jobs: int, *, replicates: int = 4, seed: int = 0, offset: int = 0
+) -> pl.DataFrame:
     """n_jobs jobs (rows), job index offset..offset+n_jobs, deterministic in (seed, job index)."""
     per_task = len(ARMS) * replicates
     idx = np.arange(offset, offset + n_jobs)
@@ -60,7 +62,18 @@ def job_frame(run_id: str, n_jobs: int, *, replicates: int = 4, seed: int = 0, o
 
 def job_lines(jobs: pl.DataFrame) -> tuple[list[str], list[bytes]]:
     """(job keys, object bytes) for the jobs of job_frame."""
-    ident = ["schema", "run_id", "job_key", "task_id", "family", "strategy", "budget_n", "arm", "replicate", "kind"]
+    ident = [
+        "schema",
+        "run_id",
+        "job_key",
+        "task_id",
+        "family",
+        "strategy",
+        "budget_n",
+        "arm",
+        "replicate",
+        "kind",
+    ]
     base = jobs.with_columns(pl.lit(1).alias("schema"))
     calls = (
         base.with_columns(pl.int_ranges(0, pl.col("ncalls")).alias("call_index"))
@@ -115,7 +128,9 @@ def generate(
     run_id: str, n_jobs: int, *, batch: int = 50_000, offset: int = 0, replicates: int = 4
 ) -> Iterator[tuple[list[str], list[bytes]]]:
     for start in range(offset, offset + n_jobs, batch):
-        yield job_lines(job_frame(run_id, min(batch, offset + n_jobs - start), offset=start, replicates=replicates))
+        yield job_lines(
+            job_frame(run_id, min(batch, offset + n_jobs - start), offset=start, replicates=replicates)
+        )
 
 
 def write_local(root: str | Path, run_id: str, n_jobs: int, *, offset: int = 0,

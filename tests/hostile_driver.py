@@ -64,7 +64,9 @@ def main() -> None:
             code = code.replace(k, v)
         rss0 = _maxrss_kb()
         t0 = time.monotonic()
-        res = run_tests(code, a["tests"], "f", Limits(**a.get("limits", {})), audit_hook=a.get("audit_hook", True))
+        res = run_tests(
+            code, a["tests"], "f", Limits(**a.get("limits", {})), audit_hook=a.get("audit_hook", True)
+        )
         res["elapsed_s"] = time.monotonic() - t0
         res["maxrss_growth_kb"] = _maxrss_kb() - rss0
         time.sleep(0.05)
@@ -73,8 +75,9 @@ def main() -> None:
         out["results"][name] = res
     for name, code in spec.get("controls", {}).items():
         # The same attack with no sandbox: shows the test would notice if the sandbox did not hold.
-        p = subprocess.run([sys.executable, "-I", "-c", code + "\nprint(f(1))"], capture_output=True, text=True,
-                           timeout=30)
+        p = subprocess.run(
+            [sys.executable, "-I", "-c", code + "\nprint(f(1))"], capture_output=True, text=True, timeout=30
+        )
         out["controls"][name] = (p.stdout + p.stderr)[-300:]
     out["sentinel_alive"] = sentinel.poll() is None
     sentinel.kill()

@@ -51,7 +51,9 @@ class Request:
     @property
     def key(self) -> str:
         auth = self.headers.get("authorization", "")
-        return auth.split(" ", 1)[1] if auth.lower().startswith("bearer ") else self.headers.get("x-api-key", "")
+        return (
+            auth.split(" ", 1)[1] if auth.lower().startswith("bearer ") else self.headers.get("x-api-key", "")
+        )
 
     def answer(self) -> int:
         """The right answer to the fault suite's 'What is A + B?' (0 when the prompt is something else)."""
@@ -86,7 +88,9 @@ def _read_request(conn: socket.socket) -> Request | None:
 
 def _chat_json(content: Any, *, model: Any = "hostile-1", finish: Any = "stop", extra: str = "") -> bytes:
     """A chat.completion body as text, so non-JSON values (NaN, Infinity, 5,000-digit ints) can be spliced in."""
-    msg = json.dumps(content) if not isinstance(content, str) or not content.startswith("RAW:") else content[4:]
+    msg = (
+        json.dumps(content) if not isinstance(content, str) or not content.startswith("RAW:") else content[4:]
+    )
     mdl = model[4:] if isinstance(model, str) and model.startswith("RAW:") else json.dumps(model)
     fin = finish[4:] if isinstance(finish, str) and finish.startswith("RAW:") else json.dumps(finish)
     return (
@@ -95,8 +99,12 @@ def _chat_json(content: Any, *, model: Any = "hostile-1", finish: Any = "stop", 
     ).encode()
 
 
-def _messages_json(content: Any, *, model: Any = "hostile-1", finish: Any = "end_turn", extra: str = "") -> bytes:
-    msg = json.dumps(content) if not isinstance(content, str) or not content.startswith("RAW:") else content[4:]
+def _messages_json(
+    content: Any, *, model: Any = "hostile-1", finish: Any = "end_turn", extra: str = ""
+) -> bytes:
+    msg = (
+        json.dumps(content) if not isinstance(content, str) or not content.startswith("RAW:") else content[4:]
+    )
     mdl = model[4:] if isinstance(model, str) and model.startswith("RAW:") else json.dumps(model)
     fin = finish[4:] if isinstance(finish, str) and finish.startswith("RAW:") else json.dumps(finish)
     usage = {"input_tokens": 11, "output_tokens": 7}
@@ -108,7 +116,9 @@ def _messages_json(content: Any, *, model: Any = "hostile-1", finish: Any = "end
 
 def _sse(req: Request, content: Any, *, model: Any = "hostile-1", finish: Any = "stop") -> bytes:
     """The same reply as an SSE stream of the request's protocol (one content event)."""
-    msg = json.dumps(content) if not isinstance(content, str) or not content.startswith("RAW:") else content[4:]
+    msg = (
+        json.dumps(content) if not isinstance(content, str) or not content.startswith("RAW:") else content[4:]
+    )
     mdl = model[4:] if isinstance(model, str) and model.startswith("RAW:") else json.dumps(model)
     fin = finish[4:] if isinstance(finish, str) and finish.startswith("RAW:") else json.dumps(finish)
     if req.anthropic:

@@ -22,14 +22,27 @@ def main(url: str, log_dir: str, temperature: str, fmt: str, n: str, epochs: str
     from elo_per_token.suites.load import load_builtin_suite
 
     tasks = load_builtin_suite("math")[: int(n)]
-    ds = MemoryDataset([Sample(input=t["prompt"], target=str(t["reference"]), id=t["task_id"]) for t in tasks],
-                       name="ept-math")
+    ds = MemoryDataset(
+        [Sample(input=t["prompt"], target=str(t["reference"]), id=t["task_id"]) for t in tasks],
+        name="ept-math",
+    )
     os.environ["SIM_BASE_URL"] = url
     os.environ.setdefault("SIM_API_KEY", "sk-sim-unused")
-    task = Task(dataset=ds, solver=[system_message(SOLVE_SYSTEM), generate()], scorer=match(numeric=True),
-                name="ept_math")
-    logs = inspect_eval(task, model="openai-api/sim/ept-sim-1", epochs=int(epochs), log_dir=log_dir,
-                        display="none", temperature=float(temperature), log_format=fmt)
+    task = Task(
+        dataset=ds,
+        solver=[system_message(SOLVE_SYSTEM), generate()],
+        scorer=match(numeric=True),
+        name="ept_math",
+    )
+    logs = inspect_eval(
+        task,
+        model="openai-api/sim/ept-sim-1",
+        epochs=int(epochs),
+        log_dir=log_dir,
+        display="none",
+        temperature=float(temperature),
+        log_format=fmt,
+    )
     assert logs[0].status == "success", logs[0].error
     print(logs[0].location)
 

@@ -66,8 +66,15 @@ def _replicate_outcomes(seed: int, n_tasks: int = 30, n_rep: int = 6) -> pl.Data
         p = rng.random()
         for arm, boost in (("a@1", 0.0), ("b@4", 0.2)):
             for rep in range(n_rep):
-                rows.append({"task_id": f"f-{t}", "family": "f", "arm": arm, "replicate": rep,
-                             "score": 1.0 if rng.random() < min(1.0, p + boost) else 0.0})
+                rows.append(
+                    {
+                        "task_id": f"f-{t}",
+                        "family": "f",
+                        "arm": arm,
+                        "replicate": rep,
+                        "score": 1.0 if rng.random() < min(1.0, p + boost) else 0.0,
+                    }
+                )
     return pl.DataFrame(rows)
 
 
@@ -77,10 +84,14 @@ def test_pass_at_k_equals_the_unbiased_estimator_on_replicates() -> None:
     assert sorted(set(pk["k"].to_list())) == [1, 2, 4, 6]
     for arm in ("a@1", "b@4"):
         mine = out.filter(pl.col("arm") == arm)
-        per_task = mine.group_by("task_id").agg(pl.len().alias("n"), (pl.col("score") == 1.0).sum().alias("c"))
+        per_task = mine.group_by("task_id").agg(
+            pl.len().alias("n"), (pl.col("score") == 1.0).sum().alias("c")
+        )
         for k in (1, 2, 4, 6):
             # 1 - C(n-c, k) / C(n, k) with exact integers, averaged over tasks
-            want = np.mean([1 - math.comb(n - c, k) / math.comb(n, k) for n, c in per_task.select("n", "c").iter_rows()])
+            want = np.mean(
+                [1 - math.comb(n - c, k) / math.comb(n, k) for n, c in per_task.select("n", "c").iter_rows()]
+            )
             got = pk.filter((pl.col("arm") == arm) & (pl.col("k") == k))["pass_at_k"].item()
             assert got == pytest.approx(want, abs=1e-12), (arm, k)
     k1 = pk.filter(pl.col("k") == 1).sort("arm")["pass_at_k"].to_list()
@@ -102,8 +113,12 @@ def test_pass_at_k_scalar_and_array_agree_with_comb() -> None:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(
-        st.tuples(st.integers(0, 40), st.sampled_from(["x", "y", "z"]), st.integers(0, 3),
-                  st.one_of(st.none(), st.floats(0, 1), st.sampled_from([0.0, 1.0]))),
+        st.tuples(
+            st.integers(0, 40),
+            st.sampled_from(["x", "y", "z"]),
+            st.integers(0, 3),
+            st.one_of(st.none(), st.floats(0, 1), st.sampled_from([0.0, 1.0])),
+        ),
         max_size=300,
     ),
     st.sampled_from([0, 7]),
@@ -118,7 +133,9 @@ def test_hostile_outcomes_stay_bounded(rows: list, rounds: int) -> None:
     )  # fmt: skip
     tracemalloc.start()
     t0 = time.perf_counter()
-    acc, fam, pk = accuracy_tables(frame, ["x", "y", "z", "never"], {"a": 0.5, "b": 0.5}, rounds=rounds, seed=1)
+    acc, fam, pk = accuracy_tables(
+        frame, ["x", "y", "z", "never"], {"a": 0.5, "b": 0.5}, rounds=rounds, seed=1
+    )
     elapsed = time.perf_counter() - t0
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
@@ -136,7 +153,13 @@ def test_hostile_outcomes_stay_bounded(rows: list, rounds: int) -> None:
 
 # arm -> (true solve probability, tokens per task). c@2 is truly dominated by b@2 (as strong, dearer);
 # e@1 is truly dominated by a@1 (weaker, dearer).
-TRUTH = {"a@1": (0.45, 1000), "b@2": (0.75, 2000), "c@2": (0.75, 4000), "d@8": (0.78, 8000), "e@1": (0.35, 3000)}
+TRUTH = {
+    "a@1": (0.45, 1000),
+    "b@2": (0.75, 2000),
+    "c@2": (0.75, 4000),
+    "d@8": (0.78, 8000),
+    "e@1": (0.35, 3000),
+}
 
 
 def _dominated() -> set[str]:
@@ -153,9 +176,17 @@ def _write_logs(path: Path, seed: int, n_tasks: int = 150, truth: dict | None = 
             s, b = arm.split("@")
             base = {"task_id": f"q-{t}", "family": "q", "strategy": s, "budget_n": int(b)}
             used = max(1, round(rng.gauss(tok, tok * 0.1)))
-            lines.append({**base, "kind": "call", "role": "sample",
-                          "usage": {"prompt_tokens": used // 2, "completion_tokens": used - used // 2}})
-            lines.append({**base, "kind": "outcome", "score": 1.0 if rng.random() < min(1, max(0, p + hard)) else 0.0})
+            lines.append(
+                {
+                    **base,
+                    "kind": "call",
+                    "role": "sample",
+                    "usage": {"prompt_tokens": used // 2, "completion_tokens": used - used // 2},
+                }
+            )
+            lines.append(
+                {**base, "kind": "outcome", "score": 1.0 if rng.random() < min(1, max(0, p + hard)) else 0.0}
+            )
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
 
 
@@ -186,7 +217,9 @@ def test_recommendation_says_so_when_data_do_not_separate_arms(tmp_path: Path) -
 def test_recommend_point_estimates_and_budget_in_dollars() -> None:
     arms = ["a", "b", "c"]
     elo, tok = np.array([1000.0, 1050, 1040]), np.array([100.0, 200, 400])
-    rec = recommend(arms, elo, tok, None, cost=np.array([0.001, 0.002, 0.004]), budget=parse_budget("$0.0015"))
+    rec = recommend(
+        arms, elo, tok, None, cost=np.array([0.001, 0.002, 0.004]), budget=parse_budget("$0.0015")
+    )
     assert rec["status"] == "point_estimate" and rec["best"] == "b"
     assert rec["budget"]["arm"] == "a"
     samples = np.array([[1000.0, 1050 + d, 1040 + d] for d in np.linspace(-5, 5, 50)])
@@ -226,11 +259,23 @@ def test_pass_at_k_reaches_every_output(tmp_path: Path) -> None:
         for rep in range(4):
             for arm, p in (("greedy@1", 0.4), ("majority@4", 0.7)):
                 s, b = arm.split("@")
-                base = {"task_id": f"q-{t}", "family": "q", "strategy": s, "budget_n": int(b), "replicate": rep}
+                base = {
+                    "task_id": f"q-{t}",
+                    "family": "q",
+                    "strategy": s,
+                    "budget_n": int(b),
+                    "replicate": rep,
+                }
                 ok = rng.random() < p
                 by_task.setdefault((arm, t), []).append(ok)
-                lines.append({**base, "kind": "call", "role": "sample",
-                              "usage": {"prompt_tokens": 100 * int(b), "completion_tokens": 50}})
+                lines.append(
+                    {
+                        **base,
+                        "kind": "call",
+                        "role": "sample",
+                        "usage": {"prompt_tokens": 100 * int(b), "completion_tokens": 50},
+                    }
+                )
                 lines.append({**base, "kind": "outcome", "score": 1.0 if ok else 0.0})
     log = tmp_path / "reps.jsonl"
     log.write_text("".join(json.dumps(x) + "\n" for x in lines))

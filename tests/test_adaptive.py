@@ -122,12 +122,18 @@ _finite = st.one_of(st.floats(-1e12, 1e12), st.just(float("nan")), st.sampled_fr
 def test_hostile_results_give_bounded_decisions_in_bounded_time_and_memory(k, t, data):
     """Degenerate and hostile stored results (NaN, constant, huge, negative tokens, one task, no task): the
     policy ends with a decision per arm, within the grid, fast and in little memory."""
-    scores = np.asarray(data.draw(st.lists(_finite, min_size=t * k, max_size=t * k)), dtype=float).reshape(t, k)
-    tokens = np.asarray(data.draw(st.lists(_finite, min_size=t * k, max_size=t * k)), dtype=float).reshape(t, k)
+    scores = np.asarray(data.draw(st.lists(_finite, min_size=t * k, max_size=t * k)), dtype=float).reshape(
+        t, k
+    )
+    tokens = np.asarray(data.draw(st.lists(_finite, min_size=t * k, max_size=t * k)), dtype=float).reshape(
+        t, k
+    )
     fams = [data.draw(st.sampled_from(["a", "b", "\u202e", ""])) for _ in range(t)]
     if t == 0:
         return
-    table = RunTable([f"t{i}" for i in range(t)], fams, [f"x{i}" for i in range(k)], ["s"] * k, [1] * k, scores, tokens)
+    table = RunTable(
+        [f"t{i}" for i in range(t)], fams, [f"x{i}" for i in range(k)], ["s"] * k, [1] * k, scores, tokens
+    )
     tracemalloc.start()
     t0 = time.perf_counter()
     out = replay_adaptive(table, AdaptiveSettings(rounds=data.draw(st.integers(1, 12)), min_rounds=1))
@@ -176,7 +182,9 @@ def test_plan_adaptive_table_is_validated_with_file_line_field():
 
 
 @pytest.mark.slow
-def test_adaptive_sweep_local_interrupted_then_resumed_loses_and_duplicates_nothing(tmp_path, make_sim, monkeypatch):
+def test_adaptive_sweep_local_interrupted_then_resumed_loses_and_duplicates_nothing(
+    tmp_path, make_sim, monkeypatch
+):
     from elo_per_token.coordinator.adaptive_state import read_state
     from elo_per_token.coordinator.adaptive_sweep import run_adaptive_sweep
     from elo_per_token.ledger import open_ledger
@@ -305,7 +313,9 @@ def test_adaptive_sweep_cli_with_a_wrong_key_stops_with_the_egress_exit_and_no_s
     from elo_per_token.coordinator.adaptive_state import read_state
     from elo_per_token.ledger import open_ledger
 
-    assert read_state(open_ledger(tmp_path / "led"), "eg") is None  # no round finished, none was started after
+    assert (
+        read_state(open_ledger(tmp_path / "led"), "eg") is None
+    )  # no round finished, none was started after
 
 
 @settings(max_examples=60, deadline=None)

@@ -25,7 +25,12 @@ from elo_per_token.ledger import open_ledger
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 
-def test_adaptive_celery_sweep_resumes_after_a_coordinator_kill(tmp_path, celery_setup, s3_bucket, redis_server):  # noqa: F811
+def test_adaptive_celery_sweep_resumes_after_a_coordinator_kill(
+    tmp_path,
+    celery_setup,  # noqa: F811  (the fixture imported above)
+    s3_bucket,
+    redis_server,
+):
     sim, queue, _ = celery_setup
     sim.control.set(latency_ms=40.0)
     url = f"s3://{s3_bucket}/ad"
@@ -36,7 +41,11 @@ def test_adaptive_celery_sweep_resumes_after_a_coordinator_kill(tmp_path, celery
         name="adk", profile="sim-test", suites=["math", "tool_use"], tasks_per_family=6, seed=13, ledger=url,
         executor="celery", queue=queue, concurrency=8, batch_size=5, bootstrap_rounds=0,
     ))  # fmt: skip
-    env = {**os.environ, "EPT_BROKER_URL": redis_server.url, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {
+        **os.environ,
+        "EPT_BROKER_URL": redis_server.url,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    }
     led = open_ledger(url)
     cmd = [sys.executable, "-m", "elo_per_token", "sweep", str(plan_file), "--adaptive", "--no-analysis"]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -67,5 +76,10 @@ def test_adaptive_celery_sweep_resumes_after_a_coordinator_kill(tmp_path, celery
         return serve(rnd, tasks, arms)
 
     run_adaptive(table.families, table.arms, runner, settings_of(plan), weights=plan.weights or None)
-    held = {(t, a) for t in range(len(table.tasks)) for a in range(len(table.arms)) if table.scores[t, a] == table.scores[t, a]}
+    held = {
+        (t, a)
+        for t in range(len(table.tasks))
+        for a in range(len(table.arms))
+        if table.scores[t, a] == table.scores[t, a]
+    }
     assert asked == held and len(keys) == len(held)

@@ -38,7 +38,14 @@ def example_report(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]
 
 def test_outputs_exist_and_agree(example_report) -> None:
     out, proc = example_report
-    for name in ("report.md", "arms.csv", "report.json", "elo_vs_tokens.png", "d_elo_per_1k.png", "per_family_elo.png"):
+    for name in (
+        "report.md",
+        "arms.csv",
+        "report.json",
+        "elo_vs_tokens.png",
+        "d_elo_per_1k.png",
+        "per_family_elo.png",
+    ):
         assert (out / name).stat().st_size > 0, name
     for png in out.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -74,7 +81,15 @@ def test_outputs_exist_and_agree(example_report) -> None:
 def test_same_seed_same_numbers_other_seed_other_intervals(example_report, tmp_path: Path) -> None:
     out, _ = example_report
     base = json.loads((out / "report.json").read_text())["table"]
-    args = ["analyze", str(EXAMPLE), "--rounds", "200", "--weights", "math=0.4,code=0.4,tool_use=0.2", "--no-plots"]
+    args = [
+        "analyze",
+        str(EXAMPLE),
+        "--rounds",
+        "200",
+        "--weights",
+        "math=0.4,code=0.4,tool_use=0.2",
+        "--no-plots",
+    ]
     ept(*args, "--seed", "1", "--out", str(tmp_path / "a"))
     ept(*args, "--seed", "2", "--out", str(tmp_path / "b"))
     same = json.loads((tmp_path / "a" / "report.json").read_text())["table"]
@@ -90,7 +105,10 @@ def test_weights_change_the_merge_as_the_per_family_view_predicts(example_report
     pf = pl.DataFrame(doc["per_family"])
     w = doc["family_weights"]
     # Merged theta = sum_f w_f * centred theta_f (every family observed every arm here); Elo anchored at greedy@1.
-    theta = {a: sum(w[r["family"]] * r["theta"] for r in pf.filter(pl.col("arm") == a).to_dicts()) for a in doc["arms"]}
+    theta = {
+        a: sum(w[r["family"]] * r["theta"] for r in pf.filter(pl.col("arm") == a).to_dicts())
+        for a in doc["arms"]
+    }
     scale = 400 / math.log(10)
     for r in doc["table"]:
         assert r["elo"] == pytest.approx(1000 + scale * (theta[r["arm"]] - theta["greedy@1"]), abs=1e-6)
@@ -134,6 +152,7 @@ def test_judgments_ties_and_drop_ties(tmp_path: Path) -> None:
     da = json.loads((tmp_path / "a" / "report.json").read_text())
     db = json.loads((tmp_path / "b" / "report.json").read_text())
     assert da["counts"]["comparisons"] == 20 + 2 * 10 and db["counts"]["comparisons"] == 20
+
     # 2-arm closed form: with theta = (-d/2, d/2) the objective is -W log s(d) - L log s(-d) + l2 d^2/2,
     # stationary where -W s(-d) + L s(d) + l2 d = 0. Ties count half each way: W = 20 + 5, L = 5.
     # The default l2 is the prior of one virtual tie per arm (analysis.bt.prior_l2, issue 12), not 1e-3.
@@ -231,7 +250,9 @@ def test_arm_missing_from_a_family_and_no_bootstrap(tmp_path: Path) -> None:
     f = tmp_path / "a.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = analyze([str(f)], AnalysisOptions(rounds=0))
-    assert res.elo_samples is None and res.table["elo_lo"].null_count() + res.table["elo_lo"].is_nan().sum() == 3
+    assert (
+        res.elo_samples is None and res.table["elo_lo"].null_count() + res.table["elo_lo"].is_nan().sum() == 3
+    )
     code = {r["arm"]: r["elo"] for r in res.per_family.filter(pl.col("family") == "code").to_dicts()}
     assert code["x@9"] is None and code["g@1"] is not None
     assert [fit.unobserved for fit in res.fits] == [["x@9"], []]  # families sorted: code, math
@@ -273,7 +294,9 @@ def test_nothing_to_compare_is_an_input_error(tmp_path: Path) -> None:
     proc = ept("analyze", str(calls_only), "--out", str(tmp_path / "o"))
     assert proc.returncode == 2 and "nothing to compare" in proc.stderr and not (tmp_path / "o").exists()
     outcomes_only = tmp_path / "outcomes.jsonl"
-    outcomes_only.write_text(json.dumps({"task_id": "m-1", "strategy": "g", "budget_n": 1, "score": 1}) + "\n")
+    outcomes_only.write_text(
+        json.dumps({"task_id": "m-1", "strategy": "g", "budget_n": 1, "score": 1}) + "\n"
+    )
     proc = ept("tokens", str(outcomes_only))
     assert proc.returncode == 2 and "no call records" in proc.stderr
 
@@ -290,9 +313,13 @@ def test_judge_jobs_own_outcomes_are_not_counted_as_ungraded(tmp_path: Path) -> 
         # What a judge job writes: its calls (role judge) and an outcome without a score.
         rows.append({"task_id": f"m-{t}", "strategy": "judge", "budget_n": 1, "role": "judge",
                      "usage": {"prompt_tokens": 50, "completion_tokens": 2}})  # fmt: skip
-        rows.append({"kind": "outcome", "task_id": f"m-{t}", "strategy": "judge", "budget_n": 1, "score": None})
+        rows.append(
+            {"kind": "outcome", "task_id": f"m-{t}", "strategy": "judge", "budget_n": 1, "score": None}
+        )
     # One real answer that failed before grading.
-    rows.append({"kind": "outcome", "task_id": "m-0", "strategy": "b", "budget_n": 4, "replicate": 1, "score": None})
+    rows.append(
+        {"kind": "outcome", "task_id": "m-0", "strategy": "b", "budget_n": 4, "replicate": 1, "score": None}
+    )
     f = tmp_path / "a.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = analyze([str(f)], AnalysisOptions(rounds=0))

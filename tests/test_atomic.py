@@ -57,6 +57,8 @@ def test_any_content_and_name_round_trip_quickly(tmp_path, data, name):
         elapsed = time.perf_counter() - t0
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-        assert elapsed < 5.0 and peak < 4 * len(data if isinstance(data, bytes) else data.encode()) + 1_000_000
+        assert (
+            elapsed < 5.0 and peak < 4 * len(data if isinstance(data, bytes) else data.encode()) + 1_000_000
+        )
     assert dest.read_bytes() == (data.encode("utf-8") if isinstance(data, str) else data)
     assert [p.name for p in dest.parent.iterdir() if p.name != name and p.name.startswith(f".{name}.")] == []

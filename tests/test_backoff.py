@@ -26,7 +26,11 @@ def test_callers_keep_their_numbers():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(min_value=-(10**12), max_value=10**12), st.floats(0, 1e6), st.floats(0, math.inf) | st.just(math.inf))
+@given(
+    st.integers(min_value=-(10**12), max_value=10**12),
+    st.floats(0, 1e6),
+    st.floats(0, math.inf) | st.just(math.inf),
+)
 def test_any_attempt_count_gives_a_bounded_pause_at_once(attempt, base, cap):
     """Degenerate attempt counts (0, negative, huge) neither overflow nor hang nor exceed the cap."""
     t0 = time.perf_counter()

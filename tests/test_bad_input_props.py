@@ -26,7 +26,9 @@ from hypothesis import strategies as st
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "table3x2"
 SETTINGS = settings(
-    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+    max_examples=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 HANG_S = 30
 
@@ -38,6 +40,7 @@ class Hang(Exception):
 def run_cli(argv: list[str]) -> tuple[int, str]:
     """Run `ept ARGV` in this process; returns (exit code, stdout+stderr). A hang past HANG_S fails the test."""
     import elo_per_token.ept.cli as ept_cli
+
     # main() registers every stage's commands on each call; in one process, register once and reuse the app
     # (otherwise each call adds another copy of every command and the runs slow down quadratically).
     if not getattr(run_cli, "registered", False):
@@ -94,7 +97,11 @@ junk_lines = st.one_of(
 def _mutate_record(rec: dict[str, Any], data: st.DataObject) -> tuple[dict[str, Any], str]:
     """Set or drop one (possibly nested) field of a record; returns the new record and the field's path."""
     rec = json.loads(json.dumps(rec))
-    paths = [k for k in rec if k != "usage"] + [f"usage.{k}" for k in rec.get("usage", {})] + ["usage", "kind", "extra"]
+    paths = (
+        [k for k in rec if k != "usage"]
+        + [f"usage.{k}" for k in rec.get("usage", {})]
+        + ["usage", "kind", "extra"]
+    )
     path = data.draw(st.sampled_from(paths), label="field")
     drop = data.draw(st.booleans(), label="drop")
     parent, key = (rec["usage"], path.split(".")[1]) if path.startswith("usage.") else (rec, path)
@@ -144,7 +151,9 @@ def test_analyze_on_one_corrupted_line_parses_or_names_file_line_field(tmp_path_
     bad, line, fieldname = _mutated_log(tmp, which, data)
     other = FIXTURE / ("outcomes.jsonl" if which == "calls.jsonl" else "calls.jsonl")
     out_dir = tmp / "out"
-    code, text = run_cli(["analyze", str(bad), str(other), "--rounds", "0", "--no-plots", "--out", str(out_dir)])
+    code, text = run_cli(
+        ["analyze", str(bad), str(other), "--rounds", "0", "--no-plots", "--out", str(out_dir)]
+    )
     assert_clean_error(code, text)
     if code == 2:
         # Nothing half-written: the error comes before any output file.
@@ -185,7 +194,16 @@ def test_judgment_files_parse_or_name_file_line_field(tmp_path_factory, data):
     f = tmp / "judgments.jsonl"
     _write_lines(f, [json.dumps(r).encode() for r in recs])
     out_dir = tmp / "out"
-    argv = ["analyze", str(FIXTURE / "calls.jsonl"), str(f), "--rounds", "0", "--no-plots", "--out", str(out_dir)]
+    argv = [
+        "analyze",
+        str(FIXTURE / "calls.jsonl"),
+        str(f),
+        "--rounds",
+        "0",
+        "--no-plots",
+        "--out",
+        str(out_dir),
+    ]
     code, text = run_cli(argv)
     assert_clean_error(code, text)
     if code == 2:
@@ -247,12 +265,18 @@ def test_plan_files_parse_or_name_file_and_field(tmp_path_factory, data):
     mode = data.draw(st.sampled_from(["top", "arm", "junk"]), label="mode")
     fieldname: str | None = None
     if mode == "top":
-        fieldname = data.draw(st.sampled_from([*PLAN, "weights", "ledger", "anchor", "unknown_field"]), label="field")
-        top[fieldname] = None if data.draw(st.booleans(), label="drop") else data.draw(toml_values, label="value")
+        fieldname = data.draw(
+            st.sampled_from([*PLAN, "weights", "ledger", "anchor", "unknown_field"]), label="field"
+        )
+        top[fieldname] = (
+            None if data.draw(st.booleans(), label="drop") else data.draw(toml_values, label="value")
+        )
         text = _plan_text(top, arms)
     elif mode == "arm":
         fieldname = data.draw(st.sampled_from(["strategy", "budgets", "params", "other"]), label="field")
-        arms[1][fieldname] = None if data.draw(st.booleans(), label="drop") else data.draw(toml_values, label="value")
+        arms[1][fieldname] = (
+            None if data.draw(st.booleans(), label="drop") else data.draw(toml_values, label="value")
+        )
         text = _plan_text(top, arms)
     else:
         lines = _plan_text(top, arms).splitlines()
@@ -301,9 +325,12 @@ def test_profile_files_parse_or_name_file_and_field(tmp_path_factory, data):
     tmp = tmp_path_factory.mktemp("prof")
     prof = dict(PROFILE)
     fieldname = data.draw(
-        st.sampled_from([*PROFILE, "headers", "price_in_per_1m", "small_fast_model", "api_key", "bogus"]), label="field"
+        st.sampled_from([*PROFILE, "headers", "price_in_per_1m", "small_fast_model", "api_key", "bogus"]),
+        label="field",
     )
-    prof[fieldname] = None if data.draw(st.booleans(), label="drop") else data.draw(toml_values, label="value")
+    prof[fieldname] = (
+        None if data.draw(st.booleans(), label="drop") else data.draw(toml_values, label="value")
+    )
     body = "[profiles.p1]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in prof.items() if v is not None)
     if data.draw(st.booleans(), label="junk line"):
         lines = body.splitlines()
@@ -364,7 +391,9 @@ def test_suites_load_or_name_file_line_field(tmp_path_factory, data):
         # A blank line (Unicode whitespace only, e.g. "\x1f") is legitimately skipped.
         assume(lines[i].decode("utf-8", "replace").strip())
     else:
-        fieldname = data.draw(st.sampled_from([*tasks[i], "messages", "tools", "tests", "bogus"]), label="field")
+        fieldname = data.draw(
+            st.sampled_from([*tasks[i], "messages", "tools", "tests", "bogus"]), label="field"
+        )
         if data.draw(st.booleans(), label="drop"):
             tasks[i].pop(fieldname, None)
         else:
@@ -386,7 +415,9 @@ def test_bad_suite_through_sweep_exits_2_and_writes_nothing(tmp_path, monkeypatc
     tasks[2]["grader"] = {"type": "telepathy"}
     _write_lines(suite, [json.dumps(t).encode() for t in tasks])
     prof = tmp_path / "profiles.toml"
-    prof.write_text('[profiles.p]\nprotocol = "openai"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_env = "EPT_PROPS_KEY"\nmodel = "m"\n')
+    prof.write_text(
+        '[profiles.p]\nprotocol = "openai"\nbase_url = "http://127.0.0.1:9/v1"\napi_key_env = "EPT_PROPS_KEY"\nmodel = "m"\n'
+    )
     monkeypatch.setenv("EPT_PROPS_KEY", "sk-props-0000000000000000")
     plan = tmp_path / "plan.toml"
     ledger = tmp_path / "ledger"
@@ -404,6 +435,8 @@ def test_unicode_line_separators_inside_a_line_do_not_shift_line_numbers(tmp_pat
     lines[0] = f"junk{sep}0".encode()
     bad = tmp_path / "calls.jsonl"
     _write_lines(bad, lines)
-    code, text = run_cli(["analyze", str(bad), str(FIXTURE / "outcomes.jsonl"), "--rounds", "0", "--no-plots"])
+    code, text = run_cli(
+        ["analyze", str(bad), str(FIXTURE / "outcomes.jsonl"), "--rounds", "0", "--no-plots"]
+    )
     assert code == 2
     _check_named(text, bad, 1)

@@ -38,7 +38,12 @@ def req(messages, temperature=0.0, seed=0, tools=None, degrade=0.0):
 
 def test_finds_tasks_from_every_prompt_kind():
     t = MATH[10]
-    for msgs in (solve_messages(t), verify_messages(t, "x"), step_messages(t, [], 1, 3), judge_messages(t, "a", "b")):
+    for msgs in (
+        solve_messages(t),
+        verify_messages(t, "x"),
+        step_messages(t, [], 1, 3),
+        judge_messages(t, "a", "b"),
+    ):
         assert BRAIN.find_task(msgs, prompt_kind(msgs))["task_id"] == t["task_id"]
     unknown = BRAIN.respond(req([{"role": "user", "content": "Tell me a joke about ducks."}]))
     assert unknown.text  # generic text, not a crash
@@ -50,13 +55,18 @@ def test_greedy_is_deterministic_per_task_and_sampling_varies_with_seed():
     assert len(greedy) == 1
     sampled = {BRAIN.respond(req(solve_messages(t), 0.7, seed=s)).text for s in range(5)}
     assert len(sampled) == 5
-    assert BRAIN.respond(req(solve_messages(t), 0.7, seed=3)).text == BRAIN.respond(req(solve_messages(t), 0.7, seed=3)).text
+    assert (
+        BRAIN.respond(req(solve_messages(t), 0.7, seed=3)).text
+        == BRAIN.respond(req(solve_messages(t), 0.7, seed=3)).text
+    )
 
 
 @pytest.mark.parametrize("task", [MATH[0], MATH[60], CODE[30]], ids=lambda t: t["task_id"])
 def test_sampling_accuracy_recovers_the_stated_model(task):
     n = 600
-    hits = sum(BRAIN.is_correct(task, BRAIN.respond(req(solve_messages(task), 0.7, seed=s)).text) for s in range(n))
+    hits = sum(
+        BRAIN.is_correct(task, BRAIN.respond(req(solve_messages(task), 0.7, seed=s)).text) for s in range(n)
+    )
     p = min(0.99, max(0.02, 0.93 - 0.8 * task["difficulty"] - 0.03))
     assert abs(hits / n - p) < 4 * (p * (1 - p) / n) ** 0.5 + 0.01
 
@@ -65,7 +75,8 @@ def test_accuracy_falls_with_difficulty_and_degrade():
     def acc(tasks, degrade=0.0):
         return statistics.mean(
             BRAIN.is_correct(t, BRAIN.respond(req(solve_messages(t), 0.7, seed=s, degrade=degrade)).text)
-            for t in tasks for s in range(20)
+            for t in tasks
+            for s in range(20)
         )
 
     by_d = sorted(MATH, key=lambda t: t["difficulty"])
@@ -92,8 +103,14 @@ def test_verifier_scores_correlate_with_correctness():
     right, wrong = [], []
     for t in MATH[:60]:
         for s in range(3):
-            right.append(parse_score(BRAIN.respond(req(verify_messages(t, f"Answer: {t['reference']}"), 0.7, s)).text))
-            wrong.append(parse_score(BRAIN.respond(req(verify_messages(t, f"Answer: {t['distractors'][0]}"), 0.7, s)).text))
+            right.append(
+                parse_score(BRAIN.respond(req(verify_messages(t, f"Answer: {t['reference']}"), 0.7, s)).text)
+            )
+            wrong.append(
+                parse_score(
+                    BRAIN.respond(req(verify_messages(t, f"Answer: {t['distractors'][0]}"), 0.7, s)).text
+                )
+            )
     assert all(0 <= x <= 1 for x in right + wrong)
     assert statistics.mean(right) > statistics.mean(wrong) + 0.12
     assert min(right) < max(wrong)  # noisy: the ranges overlap
@@ -103,21 +120,40 @@ def test_tree_steps_end_with_an_answer_and_flawed_paths_mostly_fail():
     t = MATH[30]
     first = BRAIN.respond(req(step_messages(t, [], 1, 3), 0.7, seed=1)).text
     assert "Check value:" in first and final_answer_line(first) is None
-    last = BRAIN.respond(req(step_messages(t, ["a Check value: 0000", "b Check value: 0000"], 3, 3), 0.7, seed=2)).text
+    last = BRAIN.respond(
+        req(step_messages(t, ["a Check value: 0000", "b Check value: 0000"], 3, 3), 0.7, seed=2)
+    ).text
     assert final_answer_line(last) is not None
-    flawed = sum(BRAIN.is_correct(t, BRAIN.respond(req(step_messages(t, ["x Check value: ffff"] * 2, 3, 3), 0.7, s)).text)
-                 for s in range(200))
+    flawed = sum(
+        BRAIN.is_correct(
+            t, BRAIN.respond(req(step_messages(t, ["x Check value: ffff"] * 2, 3, 3), 0.7, s)).text
+        )
+        for s in range(200)
+    )
     assert flawed / 200 < 0.25
 
 
 def test_tool_protocol_call_then_answer():
     t = TOOL[0]
     first = BRAIN.respond(req(solve_messages(t), 0.0, tools=t["tools"]))
-    assert first.tool_calls and first.tool_calls[0]["name"] == "lookup" and first.finish_reason == "tool_calls"
-    msgs = [*solve_messages(t),
-            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
-                "name": "lookup", "arguments": json.dumps(first.tool_calls[0]["arguments"])}}]},
-            {"role": "tool", "tool_call_id": "c1", "content": "{\"value\": 1}"}]
+    assert (
+        first.tool_calls and first.tool_calls[0]["name"] == "lookup" and first.finish_reason == "tool_calls"
+    )
+    msgs = [
+        *solve_messages(t),
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "lookup", "arguments": json.dumps(first.tool_calls[0]["arguments"])},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": '{"value": 1}'},
+    ]
     final = BRAIN.respond(req(msgs, 0.0, tools=t["tools"]))
     assert not final.tool_calls and final_answer_line(final.text) is not None
 
@@ -125,7 +161,9 @@ def test_tool_protocol_call_then_answer():
 def test_judge_prefers_the_correct_response():
     picks = []
     for t in MATH[:40]:
-        r = BRAIN.respond(req(judge_messages(t, f"Answer: {t['distractors'][0]}", f"Answer: {t['reference']}")))
+        r = BRAIN.respond(
+            req(judge_messages(t, f"Answer: {t['distractors'][0]}", f"Answer: {t['reference']}"))
+        )
         picks.append(parse_winner(r.text))
     assert picks.count("B") >= 28
 

@@ -32,7 +32,9 @@ def test_clear_failure_and_max_attempts_appear_only_when_set():
     "ctx",
     [
         CeleryJobContext(ledger="./x"),
-        CeleryJobContext(ledger="s3://b/p", base_url="http://h/v1", rpm=1, tpm=2, clear_failure=True, max_attempts=7),
+        CeleryJobContext(
+            ledger="s3://b/p", base_url="http://h/v1", rpm=1, tpm=2, clear_failure=True, max_attempts=7
+        ),
     ],
 )
 def test_the_worker_reads_back_what_the_coordinator_sent(ctx):
@@ -42,7 +44,9 @@ def test_the_worker_reads_back_what_the_coordinator_sent(ctx):
 def test_the_worker_reads_a_minimal_message_as_before():
     """Absent optional keys take the worker's old defaults; unknown keys are ignored; no ledger is an error."""
     ctx = CeleryJobContext.from_dict({"ledger": "l", "extra": 1})
-    assert ctx == CeleryJobContext(ledger="l", base_url=None, rpm=None, tpm=None, clear_failure=False, max_attempts=3)
+    assert ctx == CeleryJobContext(
+        ledger="l", base_url=None, rpm=None, tpm=None, clear_failure=False, max_attempts=3
+    )
     with pytest.raises(KeyError):
         CeleryJobContext.from_dict({"base_url": None})
 

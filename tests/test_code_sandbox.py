@@ -11,8 +11,15 @@ import pytest
 
 from elo_per_token.worker.graders.code import Limits, grade_code, run_tests
 
-TASK = {"task_id": "c", "family": "code", "prompt": "p", "reference": "", "entry_point": "f",
-        "tests": ["assert f(1) == 2", "assert f(5) == 6"], "grader": {"type": "code", "timeout_s": 3}}
+TASK = {
+    "task_id": "c",
+    "family": "code",
+    "prompt": "p",
+    "reference": "",
+    "entry_point": "f",
+    "tests": ["assert f(1) == 2", "assert f(5) == 6"],
+    "grader": {"type": "code", "timeout_s": 3},
+}
 
 
 def test_correct_and_partly_wrong_candidates():
@@ -28,7 +35,9 @@ def test_correct_and_partly_wrong_candidates():
 def test_infinite_loop_is_killed_at_the_cpu_limit():
     # 1 s of CPU against a 15 s wall clock: holds even on a heavily loaded 2-core machine.
     t0 = time.monotonic()
-    r = run_tests("def f(x):\n    while True:\n        pass\n", ["assert f(1) == 2"], "f", Limits(timeout_s=5, cpu_s=1))
+    r = run_tests(
+        "def f(x):\n    while True:\n        pass\n", ["assert f(1) == 2"], "f", Limits(timeout_s=5, cpu_s=1)
+    )
     elapsed = time.monotonic() - t0
     assert r["passed"] == 0 and r["reason"] == "timeout: CPU limit of 1s exceeded (killed)"
     assert 0.9 < elapsed < 5 * 3 + 1
@@ -36,7 +45,12 @@ def test_infinite_loop_is_killed_at_the_cpu_limit():
 
 def test_sleeping_candidate_is_killed_at_the_wall_clock_backstop():
     t0 = time.monotonic()
-    r = run_tests("import time\ndef f(x):\n    time.sleep(60)\n", ["assert f(1) == 2"], "f", Limits(timeout_s=1, cpu_s=1))
+    r = run_tests(
+        "import time\ndef f(x):\n    time.sleep(60)\n",
+        ["assert f(1) == 2"],
+        "f",
+        Limits(timeout_s=1, cpu_s=1),
+    )
     elapsed = time.monotonic() - t0
     assert r["passed"] == 0 and r["reason"] == "timeout: still running after 3s wall clock (killed)"
     assert r["pidns"] and _live_in_namespace(r["pidns"]) == 0 and elapsed < 3 + 2
@@ -67,9 +81,11 @@ def test_fork_bomb_is_blocked_and_leaves_no_processes():
 
 
 def test_fork_bomb_without_the_audit_hook_hits_the_process_cap():
-    code = ("import os, time\ndef f(x):\n    n = 0\n    while True:\n        try:\n            pid = os.fork()\n"
-            "        except OSError:\n            return n\n        if pid == 0:\n            time.sleep(60)\n"
-            "        n += 1\n")
+    code = (
+        "import os, time\ndef f(x):\n    n = 0\n    while True:\n        try:\n            pid = os.fork()\n"
+        "        except OSError:\n            return n\n        if pid == 0:\n            time.sleep(60)\n"
+        "        n += 1\n"
+    )
     r = run_tests(code, ["assert f(1) == 2"], "f", Limits(timeout_s=4, nproc=16), audit_hook=False)
     # The candidate got at most the cap (minus bwrap's init and itself), then fork failed.
     assert r["passed"] == 0 and "got f(1) = " in r["reason"], r
@@ -83,7 +99,9 @@ def test_os_system_is_refused_and_has_no_effect(tmp_path):
     os.chmod(tmp_path, 0o777)
     r = grade_code(f"import os\nos.system('touch {marker}')\ndef f(x):\n    return x + 1\n", TASK)
     assert r.score == 0.0 and "os.system is not allowed" in r.details["reason"]
-    sub = grade_code(f"import subprocess\ndef f(x):\n    subprocess.run(['touch', '{marker}'])\n    return x + 1\n", TASK)
+    sub = grade_code(
+        f"import subprocess\ndef f(x):\n    subprocess.run(['touch', '{marker}'])\n    return x + 1\n", TASK
+    )
     assert sub.score == 0.0 and "subprocess.Popen is not allowed" in sub.details["reason"]
     assert not marker.exists()
 
@@ -125,15 +143,19 @@ def listener():
 
 
 def _net_code(port: int) -> str:
-    return (f"import socket\ndef f(x):\n    s = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
-            "    s.close()\n    return x + 1\n")
+    return (
+        f"import socket\ndef f(x):\n    s = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+        "    s.close()\n    return x + 1\n"
+    )
 
 
 def test_network_call_is_blocked(listener):
     r = grade_code(_net_code(listener.port), TASK)
     assert r.score == 0.0 and "socket" in r.details["reason"] and "not allowed" in r.details["reason"]
-    urllib_code = (f"import urllib.request\ndef f(x):\n    urllib.request.urlopen('http://127.0.0.1:{listener.port}/', timeout=1)\n"
-                   "    return x + 1\n")
+    urllib_code = (
+        f"import urllib.request\ndef f(x):\n    urllib.request.urlopen('http://127.0.0.1:{listener.port}/', timeout=1)\n"
+        "    return x + 1\n"
+    )
     assert grade_code(urllib_code, TASK).score == 0.0
     time.sleep(0.3)
     assert listener.accepted == 0
@@ -179,7 +201,9 @@ def test_no_sandbox_means_no_grading_and_no_tokens_spent(make_sim, monkeypatch):
 
     task = load_builtin_suite("code")[0]
     sim = make_sim(brain=TaskBrain([task]))
-    monkeypatch.setenv("EPT_SANDBOX_PYTHON", "/nonexistent/python3")  # the sandbox cannot start its interpreter
+    monkeypatch.setenv(
+        "EPT_SANDBOX_PYTHON", "/nonexistent/python3"
+    )  # the sandbox cannot start its interpreter
     bwrap.probe.cache_clear()
     bwrap.interpreter.cache_clear()
     try:
@@ -199,12 +223,20 @@ def test_no_sandbox_means_no_grading_and_no_tokens_spent(make_sim, monkeypatch):
 def test_a_sandbox_cannot_see_a_concurrent_one():
     """Two gradings at once (as two worker threads would run them): the second sees neither the first's
     processes nor its /tmp or /dev/shm files."""
-    holder = ("import time\nopen('/tmp/peer-secret', 'w').write('x')\nopen('/dev/shm/peer-shm', 'w').write('x')\n"
-              "def f(x):\n    time.sleep(3)\n    return 0\n")
-    spy = ("import os\ndef f(x):\n    return 'pids ' + ','.join(sorted(p for p in os.listdir('/proc') if p.isdigit()))"
-           " + ' tmp ' + ','.join(sorted(os.listdir('/tmp') + os.listdir('/dev/shm')))\n")
+    holder = (
+        "import time\nopen('/tmp/peer-secret', 'w').write('x')\nopen('/dev/shm/peer-shm', 'w').write('x')\n"
+        "def f(x):\n    time.sleep(3)\n    return 0\n"
+    )
+    spy = (
+        "import os\ndef f(x):\n    return 'pids ' + ','.join(sorted(p for p in os.listdir('/proc') if p.isdigit()))"
+        " + ' tmp ' + ','.join(sorted(os.listdir('/tmp') + os.listdir('/dev/shm')))\n"
+    )
     out: dict = {}
-    t = threading.Thread(target=lambda: out.setdefault("holder", run_tests(holder, ["assert f(1) == 1"], "f", Limits(timeout_s=5))))
+    t = threading.Thread(
+        target=lambda: out.setdefault(
+            "holder", run_tests(holder, ["assert f(1) == 1"], "f", Limits(timeout_s=5))
+        )
+    )
     t.start()
     time.sleep(1.0)  # the holder is loaded and sleeping
     seen = run_tests(spy, ["assert f(1) == 1"], "f", Limits(timeout_s=5))["reason"]
@@ -220,7 +252,9 @@ def test_no_zombie_is_left_for_the_containers_pid_1():
     from elo_per_token.worker.sandbox import bwrap
 
     for _ in range(3):
-        r = bwrap.run(["-I", "-S", "-c", "import os\nif os.fork() == 0:\n    os.setsid()\nprint(1)"], b"", wall_s=10)
+        r = bwrap.run(
+            ["-I", "-S", "-c", "import os\nif os.fork() == 0:\n    os.setsid()\nprint(1)"], b"", wall_s=10
+        )
         assert r.stdout.strip().endswith(b"1") and r.init_pid
         assert not os.path.exists(f"/proc/{r.init_pid}")  # reaped, not a zombie
 

@@ -85,7 +85,9 @@ def test_parse_fail_on_reads_thresholds() -> None:
     assert parse_fail_on(" elo-drop = 7.5 ") == FailRule(elo_drop=7.5)
 
 
-@pytest.mark.parametrize("spec", ["elo-drop", "elo-drop=-3", "elo=20", "elo-drop=20%", "elo-drop=1,elo-drop=2"])
+@pytest.mark.parametrize(
+    "spec", ["elo-drop", "elo-drop=-3", "elo=20", "elo-drop=20%", "elo-drop=1,elo-drop=2"]
+)
 def test_parse_fail_on_rejects_bad_specs(spec: str) -> None:
     with pytest.raises(InputError) as e:
         parse_fail_on(spec)
@@ -269,8 +271,12 @@ def test_replicates_and_nulls_are_handled() -> None:
     cur = make_run(42, n_tasks=30, replicates=2)
     # A failed job (no score) is left out, and noted.
     cur = RunInputs(
-        **{**cur.__dict__, "outcomes": cur.outcomes.with_columns(
-            pl.when(pl.int_range(pl.len()) == 0).then(None).otherwise(pl.col("score")).alias("score"))}
+        **{
+            **cur.__dict__,
+            "outcomes": cur.outcomes.with_columns(
+                pl.when(pl.int_range(pl.len()) == 0).then(None).otherwise(pl.col("score")).alias("score")
+            ),
+        }
     )
     res = compare_runs(base, cur, rule=FailRule(elo_drop=20.0), rounds=100, seed=5)
     assert res.table.height == len(ARMS)
@@ -307,22 +313,37 @@ def write_ledger_run(
     failed = 0
     for row in run.outcomes.iter_rows(named=True):
         strategy, budget, _, _ = ARMS[row["arm"]]
-        job = Job(run_id=run_id, task={"task_id": row["task_id"], "family": row["family"]}, strategy=strategy,
-                  budget_n=budget, replicate=row["replicate"], seed=seed)
+        job = Job(
+            run_id=run_id,
+            task={"task_id": row["task_id"], "family": row["family"]},
+            strategy=strategy,
+            budget_n=budget,
+            replicate=row["replicate"],
+            seed=seed,
+        )
         total = round(toks[(row["task_id"], row["arm"])])
         roles = ["sample"] * budget + (["verifier"] if strategy == "best_of_n" else [])
         share = [total // len(roles)] * len(roles)
         share[0] += total - sum(share)
         calls = [
-            CallRecord(call_index=i, role=role, model="sim", latency_s=0.0, attempts=1,
-                       usage={"prompt_tokens": s * 3 // 4, "completion_tokens": s - s * 3 // 4,
-                              "total_tokens": s})
+            CallRecord(
+                call_index=i,
+                role=role,
+                model="sim",
+                latency_s=0.0,
+                attempts=1,
+                usage={"prompt_tokens": s * 3 // 4, "completion_tokens": s - s * 3 // 4, "total_tokens": s},
+            )
             for i, (role, s) in enumerate(zip(roles, share, strict=True))
         ]
         if failed < fail_jobs:
             failed += 1
-            outcome = Outcome(answer=None, score=None, correct=None,
-                              error={"class": "credential", "message": "401 from the provider"})
+            outcome = Outcome(
+                answer=None,
+                score=None,
+                correct=None,
+                error={"class": "credential", "message": "401 from the provider"},
+            )
         else:
             outcome = Outcome(answer="x", score=row["score"], correct=bool(row["score"]))
         led.put_job(run_id, job.key, JobResult(job=job, calls=calls, outcome=outcome).to_jsonl())
@@ -380,13 +401,17 @@ def test_per_1k_columns_only_where_the_token_step_is_resolved() -> None:
     base, cur = make_run(1, n_tasks=60, arms=arms), make_run(2, n_tasks=60, arms=arms)
     res = compare_runs(base, cur, rule=FailRule(), rounds=200, seed=0)
     row = {r["arm"]: r for r in res.table.iter_rows(named=True)}
-    assert row["best_of_n@8"]["d_elo_per_1k_base"] is None and row["best_of_n@8"]["d_elo_per_1k_base_lo"] is None
+    assert (
+        row["best_of_n@8"]["d_elo_per_1k_base"] is None and row["best_of_n@8"]["d_elo_per_1k_base_lo"] is None
+    )
     assert row["best_of_n@16"]["d_elo_per_1k_base"] is not None  # 4.6k -> 18.7k tokens: resolved
 
 
 def test_small_families_are_noted() -> None:
     # Issue 12 case 1 in `ept compare`: a family of a few tasks gets a note, not silence.
-    res = compare_runs(make_run(1, n_tasks=5), make_run(2, n_tasks=5), rule=FailRule(elo_drop=20.0), rounds=60)
+    res = compare_runs(
+        make_run(1, n_tasks=5), make_run(2, n_tasks=5), rule=FailRule(elo_drop=20.0), rounds=60
+    )
     assert sum("only 5 task(s)" in n and "little power" in n for n in res.notes) == 2
     assert not any("task(s)" in n for n in compare_runs(make_run(1, n_tasks=40), make_run(2, n_tasks=40),
                                                         rule=FailRule(), rounds=60).notes)  # fmt: skip

@@ -30,15 +30,30 @@ def ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_ledger_run(root, "base", 101, n_tasks=60)
     write_ledger_run(root, "same", 102, n_tasks=60)
     write_ledger_run(root, "worse", 103, n_tasks=60, degrade={"best_of_n@8": 1.5})
-    write_ledger_run(root, "other-suites", 104, n_tasks=10,
-                     manifest={"run_id": "other-suites", "plan": {"suites": ["math", "tool_use"]}})
+    write_ledger_run(
+        root,
+        "other-suites",
+        104,
+        n_tasks=10,
+        manifest={"run_id": "other-suites", "plan": {"suites": ["math", "tool_use"]}},
+    )
     return root
 
 
 def test_cli_flags_the_degraded_arm_and_writes_markdown(ledger: Path, tmp_path: Path) -> None:
     md, js = tmp_path / "pr.md", tmp_path / "c.json"
-    r = ept("compare", str(ledger / "runs/base"), str(ledger / "runs/worse"), "--markdown", str(md), "--json",
-            str(js), "--rounds", "400", cwd=tmp_path)
+    r = ept(
+        "compare",
+        str(ledger / "runs/base"),
+        str(ledger / "runs/worse"),
+        "--markdown",
+        str(md),
+        "--json",
+        str(js),
+        "--rounds",
+        "400",
+        cwd=tmp_path,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     data = json.loads(js.read_text())
     assert data["flagged"] == ["best_of_n@8"] and data["verdict"] == "regression"
@@ -49,8 +64,16 @@ def test_cli_flags_the_degraded_arm_and_writes_markdown(ledger: Path, tmp_path: 
 
 def test_cli_passes_an_unchanged_run(ledger: Path, tmp_path: Path) -> None:
     md = tmp_path / "pr.md"
-    r = ept("compare", str(ledger / "runs/base"), str(ledger / "runs/same"), "--markdown", str(md),
-            "--rounds", "400", cwd=tmp_path)
+    r = ept(
+        "compare",
+        str(ledger / "runs/base"),
+        str(ledger / "runs/same"),
+        "--markdown",
+        str(md),
+        "--rounds",
+        "400",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert md.read_text().startswith("### ✅")
 
@@ -67,8 +90,17 @@ def test_cli_not_comparable_or_bad_flags_exit_2_and_write_nothing(
     ledger: Path, tmp_path: Path, current: str, args: list[str], needle: str
 ) -> None:
     md = tmp_path / "pr.md"
-    r = ept("compare", str(ledger / "runs/base"), str(ledger / f"runs/{current}"), "--markdown", str(md),
-            "--rounds", "100", *args, cwd=tmp_path)
+    r = ept(
+        "compare",
+        str(ledger / "runs/base"),
+        str(ledger / f"runs/{current}"),
+        "--markdown",
+        str(md),
+        "--rounds",
+        "100",
+        *args,
+        cwd=tmp_path,
+    )
     assert r.returncode == 2, r.stdout + r.stderr
     assert needle in r.stderr
     assert not md.exists() and not list(tmp_path.glob(".*.part"))
@@ -101,10 +133,14 @@ def test_ci_example_is_consistent() -> None:
 
 # ---------------------------------------------------------------- acceptance on real simulator sweeps
 
+
 def _sweep_ready() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("elo_per_token.worker.job") is not None and importlib.util.find_spec("elo_per_token.simulator.brain") is not None
+    return (
+        importlib.util.find_spec("elo_per_token.worker.job") is not None
+        and importlib.util.find_spec("elo_per_token.simulator.brain") is not None
+    )
 
 
 SIM_ARMS = [("greedy", [1]), ("majority", [4]), ("best_of_n", [4])]
@@ -116,14 +152,25 @@ def _sim_sweep(tmp: Path, sim_url: str, seed: int, ledger: str) -> Path:
     plan = tmp / f"plan-{ledger}.toml"
     write_plan_file(plan, SIM_ARMS, name="gate", profile="simulator", suites=["math", "code"], tasks_per_family=SIM_TASKS,
                     replicates=1, seed=seed, executor="local", concurrency=16, bootstrap_rounds=0)  # fmt: skip
-    r = ept("sweep", str(plan), "--profile-url-override", sim_url, "--ledger", str(tmp / ledger), "--no-analysis",
-            cwd=tmp, env={"EPT_SIM_API_KEY": "sk-sim-dummy-key-for-tests", "EPT_PROFILES": str(REPO / "profiles.toml")})
+    r = ept(
+        "sweep",
+        str(plan),
+        "--profile-url-override",
+        sim_url,
+        "--ledger",
+        str(tmp / ledger),
+        "--no-analysis",
+        cwd=tmp,
+        env={"EPT_SIM_API_KEY": "sk-sim-dummy-key-for-tests", "EPT_PROFILES": str(REPO / "profiles.toml")},
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return tmp / ledger / "runs" / "gate"
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _sweep_ready(), reason="needs the strategies (worker.job) and the simulator's TaskBrain")
+@pytest.mark.skipif(
+    not _sweep_ready(), reason="needs the strategies (worker.job) and the simulator's TaskBrain"
+)
 def test_simulator_degrade_is_flagged_and_an_unchanged_rerun_passes(make_sim, tmp_path: Path) -> None:
     sim = make_sim()
     base = _sim_sweep(tmp_path, sim.url, 1, "base")
@@ -135,8 +182,16 @@ def test_simulator_degrade_is_flagged_and_an_unchanged_rerun_passes(make_sim, tm
 
     ok = ept("compare", str(base), str(same), "--json", str(tmp_path / "same.json"), cwd=tmp_path)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    bad = ept("compare", str(base), str(worse), "--json", str(tmp_path / "worse.json"), "--markdown",
-              str(tmp_path / "worse.md"), cwd=tmp_path)
+    bad = ept(
+        "compare",
+        str(base),
+        str(worse),
+        "--json",
+        str(tmp_path / "worse.json"),
+        "--markdown",
+        str(tmp_path / "worse.md"),
+        cwd=tmp_path,
+    )
     assert bad.returncode == 1, bad.stdout + bad.stderr
     data = json.loads((tmp_path / "worse.json").read_text())
     assert data["flagged"] == [DEGRADED_ARM]
@@ -157,12 +212,28 @@ def test_cli_compares_runs_in_s3(ledger: Path, s3_env, s3_bucket: str, tmp_path:
         for key in local.list_jobs(run):
             s3.put_job(run, key, local.get_job(run, key))
     env = s3_env.env()
-    r = ept("compare", f"s3://{s3_bucket}/ledger/runs/base", f"s3://{s3_bucket}/ledger/runs/worse",
-            "--json", str(tmp_path / "c.json"), "--rounds", "300", cwd=tmp_path, env=env)
+    r = ept(
+        "compare",
+        f"s3://{s3_bucket}/ledger/runs/base",
+        f"s3://{s3_bucket}/ledger/runs/worse",
+        "--json",
+        str(tmp_path / "c.json"),
+        "--rounds",
+        "300",
+        cwd=tmp_path,
+        env=env,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     assert json.loads((tmp_path / "c.json").read_text())["flagged"] == ["best_of_n@8"]
-    r = ept("compare", f"s3://{s3_bucket}/ledger/runs/base", f"s3://{s3_bucket}/ledger/runs/other-suites",
-            "--rounds", "100", cwd=tmp_path, env=env)
+    r = ept(
+        "compare",
+        f"s3://{s3_bucket}/ledger/runs/base",
+        f"s3://{s3_bucket}/ledger/runs/other-suites",
+        "--rounds",
+        "100",
+        cwd=tmp_path,
+        env=env,
+    )
     assert r.returncode == 2 and "different suites" in r.stderr, r.stdout + r.stderr
 
 

@@ -56,7 +56,9 @@ def test_compose_services_and_exposure(compose):
     # Redis requires the password from the env file (through its environment, not argv), and workers use it.
     assert svcs["redis"]["environment"]["REDIS_PASSWORD"] == "change-me-redis-password"
     assert "change-me-redis-password" not in " ".join(svcs["redis"]["command"])
-    assert svcs["worker"]["environment"]["EPT_BROKER_URL"].startswith("redis://:change-me-redis-password@redis:")
+    assert svcs["worker"]["environment"]["EPT_BROKER_URL"].startswith(
+        "redis://:change-me-redis-password@redis:"
+    )
     assert svcs["coordinator"]["restart"] == "no"
     assert "http://simulator:8765/v1" in svcs["coordinator"]["command"]
 
@@ -64,7 +66,9 @@ def test_compose_services_and_exposure(compose):
 def test_no_secret_literals_in_compose_file():
     text = (REPO / "docker-compose.yml").read_text()
     example = dict(
-        line.split("=", 1) for line in (REPO / ".env.example").read_text().splitlines() if "=" in line and not line.startswith("#")
+        line.split("=", 1)
+        for line in (REPO / ".env.example").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
     )
     for value in example.values():
         assert value.strip() not in text
@@ -72,6 +76,8 @@ def test_no_secret_literals_in_compose_file():
 
 def test_bad_key_is_rejected(compose, tmp_path):
     bad = tmp_path / "docker-compose.yml"
-    bad.write_text((REPO / "docker-compose.yml").read_text().replace("  worker:\n", "  worker:\n    no_such_key: 1\n"))
+    bad.write_text(
+        (REPO / "docker-compose.yml").read_text().replace("  worker:\n", "  worker:\n    no_such_key: 1\n")
+    )
     r = compose("config", "-q", file=bad)
     assert r.returncode != 0 and "no_such_key" in (r.stderr + r.stdout)

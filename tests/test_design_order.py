@@ -25,11 +25,17 @@ def _frames(rng: np.random.Generator) -> tuple[pl.Series, pl.DataFrame, pl.DataF
     pairs = pl.DataFrame(rows, schema=["task", "winner", "loser", "weight"], orient="row")
     tokens = pl.DataFrame(
         [(t, a, float(rng.integers(100, 5000))) for t in range(n_tasks) for a in range(n_arms)],
-        schema=["task", "arm", "tokens"], orient="row",
+        schema=["task", "arm", "tokens"],
+        orient="row",
     )
     groups = pl.DataFrame(
-        [(t, a, int(rng.integers(0, 3)), int(rng.integers(1, 4))) for t in range(n_tasks) for a in range(n_arms)],
-        schema=["task", "arm", "level", "mass"], orient="row",
+        [
+            (t, a, int(rng.integers(0, 3)), int(rng.integers(1, 4)))
+            for t in range(n_tasks)
+            for a in range(n_arms)
+        ],
+        schema=["task", "arm", "level", "mass"],
+        orient="row",
     )
     return fam, pairs, tokens, groups
 
@@ -58,9 +64,11 @@ def test_bootstrap_bounds_are_bit_identical_for_any_row_order():
     weights = np.array([0.5, 0.5])
     out = []
     for seed in (None, 1, 2):
-        frames = (pairs, tokens, groups) if seed is None else [
-            f.sample(fraction=1.0, shuffle=True, seed=seed) for f in (pairs, tokens, groups)
-        ]
+        frames = (
+            (pairs, tokens, groups)
+            if seed is None
+            else [f.sample(fraction=1.0, shuffle=True, seed=seed) for f in (pairs, tokens, groups)]
+        )
         data = _build(fam, *frames)
         fits = fit_families(data, l2=0.01)
         out.append(bootstrap(data, weights, anchor=0, rounds=30, seed=7, l2=0.01, fits=fits))

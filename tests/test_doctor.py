@@ -220,7 +220,11 @@ def test_doctor_docs_cover_every_scenario_and_class():
     spec.loader.exec_module(mod)
     md = (REPO / "docs" / "doctor.md").read_text()
     for sc in mod.SCENARIOS:
-        assert f"## {sc.title}" in md, f"docs/doctor.md is stale: rerun python docs/make_doctor_docs.py ({sc.title})"
+        assert f"## {sc.title}" in md, (
+            f"docs/doctor.md is stale: rerun python docs/make_doctor_docs.py ({sc.title})"
+        )
     for cls in ("credential", "endpoint", "transient", "permanent", "429"):
         assert cls in md
-    assert mod.DOC_KEY not in md and md.count("All checks passed.") == 2  # all pass; n ignored (a warning only)
+    assert (
+        mod.DOC_KEY not in md and md.count("All checks passed.") == 2
+    )  # all pass; n ignored (a warning only)

@@ -206,7 +206,7 @@ def test_env_exports_never_overwrite_a_set_key(tmp_path, profile):
     f = tmp_path / "env.sh"
     f.write_text(render(profile, "env"))
     sdk = "OPENAI_API_KEY" if profile.protocol == "openai" else "ANTHROPIC_AUTH_TOKEN"
-    show = f"source {f}; printf '%s|%s' \"$GW_API_KEY\" \"${sdk}\""
+    show = f'source {f}; printf \'%s|%s\' "$GW_API_KEY" "${sdk}"'
     base = {"PATH": os.environ.get("PATH", "")}
 
     def run(env: dict[str, str]) -> str:

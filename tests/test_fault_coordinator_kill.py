@@ -11,7 +11,9 @@ from fixtures_faults import FAULT_KEY, clean_tokens, fault_rig, record, recordin
 pytestmark = [pytest.mark.slow, pytest.mark.services]
 
 
-def test_coordinator_sigkill_then_rerun_runs_no_job_twice(tmp_path, redis_server, s3_env, s3_bucket, make_sim):
+def test_coordinator_sigkill_then_rerun_runs_no_job_twice(
+    tmp_path, redis_server, s3_env, s3_bucket, make_sim
+):
     sim = make_sim(api_key=FAULT_KEY, latency_ms=150, seed=4)
     rig = fault_rig(tmp_path, sim.url, name="coord", ledger=f"s3://{s3_bucket}/ledger", s3=s3_env.env())
     keys, log, led = rig.keys, rig.log, rig.open_ledger()
@@ -33,8 +35,16 @@ def test_coordinator_sigkill_then_rerun_runs_no_job_twice(tmp_path, redis_server
     facts = rig.facts()
     assert facts.jobs == len(keys) and facts.lost == 0 and facts.failed == 0 and facts.duplicates == 0, facts
     by_job = sim.control.stats()["by_job"]
-    assert by_job == facts.calls_by_job, {k: (by_job.get(k), v) for k, v in facts.calls_by_job.items() if by_job.get(k) != v}
+    assert by_job == facts.calls_by_job, {
+        k: (by_job.get(k), v) for k, v in facts.calls_by_job.items() if by_job.get(k) != v
+    }
     assert len(led.get_manifest("coord")["sessions"]) == 2
     if recording():
-        record("6: coordinator SIGKILL", f"SIGKILL `ept sweep` at {landed_at_kill} of 60 jobs, rerun at once", facts,
-               len(keys), sim.control.stats()["requests"], clean_tokens(tmp_path, rig.suite, 10, 4))
+        record(
+            "6: coordinator SIGKILL",
+            f"SIGKILL `ept sweep` at {landed_at_kill} of 60 jobs, rerun at once",
+            facts,
+            len(keys),
+            sim.control.stats()["requests"],
+            clean_tokens(tmp_path, rig.suite, 10, 4),
+        )

@@ -70,6 +70,12 @@ def test_401_mid_run_fails_fast_names_env_var_and_resumes(tmp_path, make_sim, mo
     assert set(by_job) == keys - done_before
     assert all(by_job[k] == facts.calls_by_job[k] for k in by_job)
     if recording():
-        record("5: credential 401", f"key revoked after {len(done_before)} of 90 jobs; fixed; same sweep rerun", facts,
-               len(keys), first_requests + sim.control.stats()["requests"], clean_tokens(tmp_path, rig.suite, 15, 5),
-               f"{n401} requests got 401 before the sweep stopped ({out.tally.failed} jobs failed fast, attempts=1)")
+        record(
+            "5: credential 401",
+            f"key revoked after {len(done_before)} of 90 jobs; fixed; same sweep rerun",
+            facts,
+            len(keys),
+            first_requests + sim.control.stats()["requests"],
+            clean_tokens(tmp_path, rig.suite, 15, 5),
+            f"{n401} requests got 401 before the sweep stopped ({out.tally.failed} jobs failed fast, attempts=1)",
+        )

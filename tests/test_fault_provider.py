@@ -19,7 +19,9 @@ RATES = dict(rate_429=0.06, retry_after=0.2, rate_500=0.06, rate_hang=0.02, hang
              rate_missing_usage=0.08, rate_fewer_choices=0.25)  # fmt: skip
 
 
-def test_provider_faults_are_retried_or_recorded_and_missing_usage_is_flagged(tmp_path, make_sim, monkeypatch):
+def test_provider_faults_are_retried_or_recorded_and_missing_usage_is_flagged(
+    tmp_path, make_sim, monkeypatch
+):
     from elo_per_token.coordinator.sweep import execute
     from elo_per_token.egress.profiles import get_profile
 
@@ -43,7 +45,9 @@ def test_provider_faults_are_retried_or_recorded_and_missing_usage_is_flagged(tm
     assert out.tally.done + out.tally.failed == len(jobs)
     assert facts.jobs >= len(jobs) - 3, (facts.jobs, len(jobs))
 
-    lines = [json.loads(x) for k in led.list_jobs("prov") for x in led.get_job("prov", k).decode().splitlines()]
+    lines = [
+        json.loads(x) for k in led.list_jobs("prov") for x in led.get_job("prov", k).decode().splitlines()
+    ]
     calls = [x for x in lines if x["kind"] == "call"]
     # Retries are visible on the records: attempts > 1 where a 429/5xx/hang/malformed reply came first, and the
     # server never saw fewer requests than the recorded attempts of the stored jobs.
@@ -75,12 +79,20 @@ def test_provider_faults_are_retried_or_recorded_and_missing_usage_is_flagged(tm
     known = {}
     for c in calls:
         if c["usage"] is not None and c.get("role") != "judge":
-            known[c["arm"]] = known.get(c["arm"], 0) + c["usage"]["prompt_tokens"] + c["usage"]["completion_tokens"]
+            known[c["arm"]] = (
+                known.get(c["arm"], 0) + c["usage"]["prompt_tokens"] + c["usage"]["completion_tokens"]
+            )
     for arm, row in table.items():
         assert row["total_tokens"] == known[arm], (arm, row)
     if recording():
         injected = ", ".join(f"{k} x{v}" for k, v in sorted(faults.items()) if k != "ok")
-        record("4: provider faults", f"simulator faults over {stats['requests']} requests: {injected}", facts,
-               len(keys), stats["requests"], clean_tokens(tmp_path, rig.suite, 8, 8, supports_n=True),
-               f"{len(missing)} calls without usage flagged (not zero); short replies made up by extra calls, "
-               "so tokens differ from the clean run by design")
+        record(
+            "4: provider faults",
+            f"simulator faults over {stats['requests']} requests: {injected}",
+            facts,
+            len(keys),
+            stats["requests"],
+            clean_tokens(tmp_path, rig.suite, 8, 8, supports_n=True),
+            f"{len(missing)} calls without usage flagged (not zero); short replies made up by extra calls, "
+            "so tokens differ from the clean run by design",
+        )

@@ -61,7 +61,9 @@ def test_redis_restart_mid_sweep(tmp_path, s3_env, s3_bucket, make_sim, aof):
         text = log.read_text()
         assert "lost the broker" in text and (("came back empty" in text) != aof), tail(log)
         facts = rig.facts()
-        assert facts.jobs == len(keys) and facts.lost == 0 and facts.failed == 0 and facts.duplicates == 0, facts
+        assert facts.jobs == len(keys) and facts.lost == 0 and facts.failed == 0 and facts.duplicates == 0, (
+            facts
+        )
         # No job ran twice across the restart: requests per job at the simulator = recorded calls.
         by_job = sim.control.stats()["by_job"]
         diff = {k: (by_job.get(k), v) for k, v in facts.calls_by_job.items() if by_job.get(k) != v}
@@ -72,7 +74,13 @@ def test_redis_restart_mid_sweep(tmp_path, s3_env, s3_bucket, make_sim, aof):
             # principle run again beside its re-sent copy (the ledger keeps one). Never fewer requests than calls.
             assert all(by_job.get(k, 0) >= v for k, v in facts.calls_by_job.items()), diff
         if recording():
-            record(f"2{'a' if aof else 'b'}: Redis restart", f"Redis ({'AOF' if aof else 'no persistence'}) stopped for {DOWN_S} s after 10 of 60 jobs, restarted on its port",
-                   facts, len(keys), sim.control.stats()["requests"], clean_tokens(tmp_path, rig.suite, 10, 7))
+            record(
+                f"2{'a' if aof else 'b'}: Redis restart",
+                f"Redis ({'AOF' if aof else 'no persistence'}) stopped for {DOWN_S} s after 10 of 60 jobs, restarted on its port",
+                facts,
+                len(keys),
+                sim.control.stats()["requests"],
+                clean_tokens(tmp_path, rig.suite, 10, 7),
+            )
     finally:
         redis.stop()

@@ -50,7 +50,9 @@ def test_s3_outage_mid_sweep_loses_nothing(tmp_path, redis_server, make_sim, mon
             workers.stop()
         assert outage >= OUTAGE_S
         facts = rig.facts()
-        assert facts.jobs == len(keys) and facts.lost == 0 and facts.failed == 0 and facts.duplicates == 0, facts
+        assert facts.jobs == len(keys) and facts.lost == 0 and facts.failed == 0 and facts.duplicates == 0, (
+            facts
+        )
         assert facts.extra_keys == 0
         # No partial objects: every object is complete JSONL ending with the job's outcome line.
         by_key = {j.key: j for j in jobs}
@@ -71,8 +73,14 @@ def test_s3_outage_mid_sweep_loses_nothing(tmp_path, redis_server, make_sim, mon
         assert not [n for n in names if "/failures/" in n]
         assert weed.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
         if recording():
-            record("3: S3 outage", f"SeaweedFS stopped {outage:.0f} s after 10 of 60 jobs, restarted on its ports/dir",
-                   facts, len(keys), sim.control.stats()["requests"], clean_tokens(tmp_path, rig.suite, 10, 6),
-                   "no partial objects, no multipart leftovers, no failure records")
+            record(
+                "3: S3 outage",
+                f"SeaweedFS stopped {outage:.0f} s after 10 of 60 jobs, restarted on its ports/dir",
+                facts,
+                len(keys),
+                sim.control.stats()["requests"],
+                clean_tokens(tmp_path, rig.suite, 10, 6),
+                "no partial objects, no multipart leftovers, no failure records",
+            )
     finally:
         weed.stop()

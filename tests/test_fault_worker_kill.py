@@ -78,7 +78,14 @@ def test_sigkill_two_workers_mid_sweep(tmp_path, redis_server, s3_env, s3_bucket
 
     sim.control.reset()
     reference = clean_run(tmp_path, sim, rig.suite, monkeypatch, "kill")
-    record("1: worker SIGKILL", "SIGKILL 2 of 3 Celery workers (at 10 and 30 of 60 jobs landed)", facts, len(keys),
-           requests, reference, f"{killed_waste} requests were in flight in the killed workers (paid, not recorded); "
-           f"{facts.spent_calls} calls of their jobs recovered from the journals")
+    record(
+        "1: worker SIGKILL",
+        "SIGKILL 2 of 3 Celery workers (at 10 and 30 of 60 jobs landed)",
+        facts,
+        len(keys),
+        requests,
+        reference,
+        f"{killed_waste} requests were in flight in the killed workers (paid, not recorded); "
+        f"{facts.spent_calls} calls of their jobs recovered from the journals",
+    )
     assert facts.tokens_by_arm == reference and sum(reference.values()) > 0

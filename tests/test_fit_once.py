@@ -94,7 +94,10 @@ def test_point_fits_passed_in_give_the_same_numbers(counted: dict[str, list]) ->
     alone = point_estimate(data, w, anchor=0), bootstrap(data, w, anchor=0, rounds=20, seed=1)
     counted["single"].clear()
     fits = fit_families(data)
-    shared = point_estimate(data, w, anchor=0, fits=fits), bootstrap(data, w, anchor=0, rounds=20, seed=1, fits=fits)
+    shared = (
+        point_estimate(data, w, anchor=0, fits=fits),
+        bootstrap(data, w, anchor=0, rounds=20, seed=1, fits=fits),
+    )
     assert len(counted["single"]) == 2  # fit_families: one per family; nothing else fitted a family again
     np.testing.assert_array_equal(alone[0][0], shared[0][0])
     np.testing.assert_array_equal(alone[1].elo, shared[1].elo)

@@ -40,7 +40,14 @@ TOKENS = np.array([1200.0, 4600.0, 18700.0])
 G, B4, B16 = 0, 1, 2
 # (winner, loser, weight) per task, from the docstring.
 PER_TASK = {
-    "math": [(B4, G, 0.75), (G, B4, 0.25), (B16, G, 0.625), (G, B16, 0.375), (B4, B16, 0.75), (B16, B4, 0.25)],
+    "math": [
+        (B4, G, 0.75),
+        (G, B4, 0.25),
+        (B16, G, 0.625),
+        (G, B16, 0.375),
+        (B4, B16, 0.75),
+        (B16, B4, 0.25),
+    ],
     "code": [(B4, G, 0.5), (G, B4, 0.5), (B16, G, 0.75), (G, B16, 0.25), (B16, B4, 0.75), (B4, B16, 0.25)],
 }
 WEIGHTS = {"math": 0.75, "code": 0.25}
@@ -145,5 +152,8 @@ def test_hand_counts_match_the_pairs_built_from_the_files() -> None:
     for fam, comps in PER_TASK.items():
         for task in (f"{fam}-001", f"{fam}-002"):
             sub = got.filter(pl.col("task_id") == task)
-            table = {(ARMS.index(w), ARMS.index(lo)): x for w, lo, x in sub.select("winner", "loser", "weight").rows()}
+            table = {
+                (ARMS.index(w), ARMS.index(lo)): x
+                for w, lo, x in sub.select("winner", "loser", "weight").rows()
+            }
             assert table == pytest.approx({(i, j): w for i, j, w in comps})

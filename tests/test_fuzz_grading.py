@@ -31,15 +31,28 @@ from elo_per_token.worker.sandbox import checks
 from elo_per_token.worker.strategies.base import Candidate, StrategyResult
 from elo_per_token.worker.strategies.majority import vote
 
-FUZZ = settings(max_examples=60, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 TIME_S = 2.0  # per example, CPU of this process (generous: a linear pass over < 1 MB takes milliseconds)
 MEMORY_MB = 64  # peak Python allocations per example (inputs are < 1 MB)
 
 
 def _task(grader: dict[str, Any], reference: Any = "42", **extra: Any) -> dict[str, Any]:
-    return validate_task({"task_id": f"fz-{grader['type']}", "family": "fuzz", "prompt": "p", "reference": reference,
-                          "grader": grader, **extra})
+    return validate_task(
+        {
+            "task_id": f"fz-{grader['type']}",
+            "family": "fuzz",
+            "prompt": "p",
+            "reference": reference,
+            "grader": grader,
+            **extra,
+        }
+    )
 
 
 TASKS = {
@@ -56,15 +69,65 @@ TASKS = {
 
 bfcl._checker()  # import BFCL's checker once (seconds of CPU) before any example is timed
 
-_PIECES = ["\n", " ", "\t", "\r", "*", "**", ":", "：", "Answer:", "answer", "final answer:", "**Answer:**",
-           "\\boxed{", "{", "}", "[", "]", "(", ")", "$", "```", "```python\n", "/", "-", ".", ",", "e", "^",
-           "\\frac{", "9^{", "\\binom{", "0x1p99999", "nan", "inf", "1e400", "Winner:", "Score:", "A", "B", "tie",
-           "\x00", "\u2028", "\ufeff", "ſ", "İ", "é", "4", "42", "7", "0"]
+_PIECES = [
+    "\n",
+    " ",
+    "\t",
+    "\r",
+    "*",
+    "**",
+    ":",
+    "：",
+    "Answer:",
+    "answer",
+    "final answer:",
+    "**Answer:**",
+    "\\boxed{",
+    "{",
+    "}",
+    "[",
+    "]",
+    "(",
+    ")",
+    "$",
+    "```",
+    "```python\n",
+    "/",
+    "-",
+    ".",
+    ",",
+    "e",
+    "^",
+    "\\frac{",
+    "9^{",
+    "\\binom{",
+    "0x1p99999",
+    "nan",
+    "inf",
+    "1e400",
+    "Winner:",
+    "Score:",
+    "A",
+    "B",
+    "tie",
+    "\x00",
+    "\u2028",
+    "\ufeff",
+    "ſ",
+    "İ",
+    "é",
+    "4",
+    "42",
+    "7",
+    "0",
+]
 _BLOCK = st.one_of(
     st.sampled_from(_PIECES),
     st.text(max_size=40),
     st.integers(min_value=1, max_value=6_000).map(lambda n: "9" * n),  # past 4,300 digits, past 1e308
-    st.tuples(st.sampled_from(_PIECES), st.integers(min_value=100, max_value=20_000)).map(lambda t: t[0] * t[1]),
+    st.tuples(st.sampled_from(_PIECES), st.integers(min_value=100, max_value=20_000)).map(
+        lambda t: t[0] * t[1]
+    ),
 )
 REPLIES = st.lists(_BLOCK, max_size=8).map("".join)
 
@@ -116,13 +179,17 @@ _ARGS = st.one_of(
     REPLIES,
     st.integers(min_value=1, max_value=200_000).map(lambda n: "[" * n + "]" * n),
     st.integers(min_value=1, max_value=200_000).map(lambda n: '{"a": ' * n + "1" + "}" * n),
-    st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
-                 lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=5), c, max_size=4),
-                 max_leaves=30).map(lambda v: json.dumps(v)),
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+        lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=5), c, max_size=4),
+        max_leaves=30,
+    ).map(lambda v: json.dumps(v)),
     st.none(),
 )
-_CALLS = st.lists(st.fixed_dictionaries({"name": st.sampled_from(["lookup", "calculator", "x", ""]), "arguments": _ARGS}),
-                  max_size=3)
+_CALLS = st.lists(
+    st.fixed_dictionaries({"name": st.sampled_from(["lookup", "calculator", "x", ""]), "arguments": _ARGS}),
+    max_size=3,
+)
 
 
 @FUZZ
@@ -135,8 +202,11 @@ def test_tool_and_bfcl_graders_score_any_calls(reply, calls, grader):
 
 
 @FUZZ
-@given(replies=st.lists(REPLIES, min_size=1, max_size=4), calls=_CALLS,
-       grader=st.sampled_from(["numeric", "exact", "choice", "tool", "bfcl", "math"]))
+@given(
+    replies=st.lists(REPLIES, min_size=1, max_size=4),
+    calls=_CALLS,
+    grader=st.sampled_from(["numeric", "exact", "choice", "tool", "bfcl", "math"]),
+)
 def test_majority_vote_key_of_any_reply(replies, calls, grader):
     task = TASKS[grader]
     cands = [Candidate(i, r, final_answer(task, r), calls) for i, r in enumerate(replies)]
@@ -160,27 +230,40 @@ def test_judge_and_verifier_parsing_of_any_reply(first, second):
 
 # ---- values coming back from the sandbox (the code grader's checks.decode / verdict) --------------------
 
-_HEX_INTS = st.one_of(st.integers(), st.integers(min_value=1, max_value=300_000).map(lambda k: k * (2**61 - 1)),
-                      st.integers(min_value=0, max_value=300_000).map(lambda b: 2**b)).map(hex)
+_HEX_INTS = st.one_of(
+    st.integers(),
+    st.integers(min_value=1, max_value=300_000).map(lambda k: k * (2**61 - 1)),
+    st.integers(min_value=0, max_value=300_000).map(lambda b: 2**b),
+).map(hex)
 _LEAF = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**53), max_value=2**53), st.text(max_size=20),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**53), max_value=2**53),
+    st.text(max_size=20),
     _HEX_INTS.map(lambda h: {"i": h}),
-    st.one_of(st.floats().map(float.hex), st.sampled_from(["0x1p99999", "-0x1p99999", "nan", "zz", "0x1.8p-1074"]))
-    .map(lambda f: {"f": f}),
+    st.one_of(
+        st.floats().map(float.hex), st.sampled_from(["0x1p99999", "-0x1p99999", "nan", "zz", "0x1.8p-1074"])
+    ).map(lambda f: {"f": f}),
     st.sampled_from([{"c": ["0x1p99999", "0x0p0"]}, {"b": "zz"}, {"b": "00ff"}, {"q": 1}, {"i": 5}]),
 )
 _VALUES = st.recursive(
     _LEAF,
     lambda c: st.one_of(
-        st.lists(c, max_size=5), st.lists(c, max_size=5).map(lambda v: {"t": v}),
-        st.lists(c, max_size=5).map(lambda v: {"s": v}), st.lists(c, max_size=5).map(lambda v: {"fs": v}),
+        st.lists(c, max_size=5),
+        st.lists(c, max_size=5).map(lambda v: {"t": v}),
+        st.lists(c, max_size=5).map(lambda v: {"s": v}),
+        st.lists(c, max_size=5).map(lambda v: {"fs": v}),
         st.lists(st.tuples(c, c).map(list), max_size=4).map(lambda v: {"d": v}),
     ),
     max_leaves=40,
 )
 _FLOODS = st.one_of(
-    st.integers(min_value=1, max_value=300_000).map(lambda n: {"s": [{"i": hex(k * (2**61 - 1))} for k in range(1, n)]}),
-    st.integers(min_value=1, max_value=5_000).map(lambda n: {"d": [[{"i": hex(k * (2**61 - 1))}, 0] for k in range(1, n)]}),
+    st.integers(min_value=1, max_value=300_000).map(
+        lambda n: {"s": [{"i": hex(k * (2**61 - 1))} for k in range(1, n)]}
+    ),
+    st.integers(min_value=1, max_value=5_000).map(
+        lambda n: {"d": [[{"i": hex(k * (2**61 - 1))}, 0] for k in range(1, n)]}
+    ),
     st.integers(min_value=1, max_value=400).map(lambda n: [[[]]] * n if n < 200 else _nest(n)),
 )
 

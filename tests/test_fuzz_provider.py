@@ -28,8 +28,9 @@ from elo_per_token.egress.client import (
 
 TIME_S = 2.0  # per example, a hang guard (typical: well under 10 ms)
 MEM_MB = 64  # per example, peak Python allocations
-SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                             HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 # Hostile leaves: NaN and infinities, huge and negative ints, control characters and bidi overrides, big strings.
 LEAF = st.one_of(
@@ -137,8 +138,12 @@ def test_one_field_swapped_for_raw_non_json(anthropic, path, raw):
 @given(st.binary(max_size=400))
 def test_raw_bytes_as_a_body_or_a_stream(raw):
     text = raw.decode("utf-8", errors="surrogateescape")
-    for fn in (lambda t: _choices_or_malformed(_parse_json_text(t), False),
-               lambda t: _choices_or_malformed(_parse_json_text(t), True), parse_chat_stream, parse_messages_stream):
+    for fn in (
+        lambda t: _choices_or_malformed(_parse_json_text(t), False),
+        lambda t: _choices_or_malformed(_parse_json_text(t), True),
+        parse_chat_stream,
+        parse_messages_stream,
+    ):
         _check_choices(_bounded(fn, text))
 
 

@@ -56,7 +56,11 @@ def test_plan_arms_and_generation_levels():
     jobs = expand(plan, MATH[:1])
     arms = [j.arm for j in jobs]
     # A list is an arm dimension; arm-level settings name the arm, plan-level ones do not.
-    assert arms == ["greedy@1", "majority@2[max_tokens=64,effort=low]", "majority@2[max_tokens=64,effort=high]"]
+    assert arms == [
+        "greedy@1",
+        "majority@2[max_tokens=64,effort=low]",
+        "majority@2[max_tokens=64,effort=high]",
+    ]
     assert all(j.base_gen == {"max_tokens": 300, "top_p": 0.9} for j in jobs)
     assert jobs[1].gen == {"max_tokens": 64, "reasoning_effort": "low"}
     assert len({j.key for j in jobs}) == 3 and all("[" not in j.key for j in jobs)
@@ -70,10 +74,13 @@ def test_plan_arms_and_generation_levels():
     ("snippet", "field", "msg"),
     [
         ("[generation]\nmax_tokens = 0\n", "generation.max_tokens", ">= 1"),
-        ("[generation]\nreasoning_effort = \"extreme\"\n", "generation.reasoning_effort", "one of"),
+        ('[generation]\nreasoning_effort = "extreme"\n', "generation.reasoning_effort", "one of"),
         ("[generation]\nbogus = 1\n", "generation.bogus", "unknown generation setting"),
-        ("[[arms]]\nstrategy = \"greedy\"\nbudgets = [1]\nthinking_budget = [1024, 1024]\n", "arms[2].thinking_budget",
-         "distinct"),
+        (
+            '[[arms]]\nstrategy = "greedy"\nbudgets = [1]\nthinking_budget = [1024, 1024]\n',
+            "arms[2].thinking_budget",
+            "distinct",
+        ),
     ],
 )
 def test_bad_generation_settings_name_file_line_and_field(snippet, field, msg):
@@ -88,8 +95,10 @@ def test_profile_generation_fields_parse_and_fail_cleanly(tmp_path):
     from elo_per_token.egress.profiles import load_profiles
 
     f = tmp_path / "p.toml"
-    f.write_text('[profiles.x]\nbase_url = "http://h/v1"\napi_key_env = "K"\nmodel = "m"\nmax_tokens = 512\n'
-                 'reasoning_effort = "low"\nprice_in_per_1m = 1.0\nprice_cached_in_per_1m = 0.5\n')
+    f.write_text(
+        '[profiles.x]\nbase_url = "http://h/v1"\napi_key_env = "K"\nmodel = "m"\nmax_tokens = 512\n'
+        'reasoning_effort = "low"\nprice_in_per_1m = 1.0\nprice_cached_in_per_1m = 0.5\n'
+    )
     p = load_profiles(f)["x"]
     assert p.generation == {"max_tokens": 512, "reasoning_effort": "low"} and p.price_cached_in_per_1m == 0.5
     f.write_text('[profiles.x]\nbase_url = "http://h/v1"\napi_key_env = "K"\nmodel = "m"\ntop_p = 2\n')
@@ -101,14 +110,27 @@ def test_profile_generation_fields_parse_and_fail_cleanly(tmp_path):
 def test_settings_reach_the_server_narrowest_level_wins_and_are_recorded(sim):
     # profile: max_tokens 500 + stop; plan: max_tokens 300, top_p; arm: max_tokens 64, effort low.
     c = client(sim, generation={"max_tokens": 500, "stop": ["\nZZZ"]})
-    job = Job("r", MATH[0], "greedy", 1, gen={"max_tokens": 64, "reasoning_effort": "low"},
-              base_gen={"max_tokens": 300, "top_p": 0.9})
+    job = Job(
+        "r",
+        MATH[0],
+        "greedy",
+        1,
+        gen={"max_tokens": 64, "reasoning_effort": "low"},
+        base_gen={"max_tokens": 300, "top_p": 0.9},
+    )
     res = run_job(job, c)
     by_gen = sim.control.stats()["by_gen"]
-    assert by_gen == {"max_tokens=64": 1, "reasoning_effort=low": 1, "top_p=0.9": 1, 'stop=["\\nZZZ"]': 1}, by_gen
+    assert by_gen == {"max_tokens=64": 1, "reasoning_effort=low": 1, "top_p=0.9": 1, 'stop=["\\nZZZ"]': 1}, (
+        by_gen
+    )
     (call,) = res.calls
-    assert call.gen == {"temperature": 0.0, "max_tokens": 64, "reasoning_effort": "low", "top_p": 0.9,
-                        "stop": ["\nZZZ"]}
+    assert call.gen == {
+        "temperature": 0.0,
+        "max_tokens": 64,
+        "reasoning_effort": "low",
+        "top_p": 0.9,
+        "stop": ["\nZZZ"],
+    }
     line = next(x for x in res.to_lines() if x["kind"] == "call")
     assert line["gen"]["max_tokens"] == 64 and line["finish_reasons"] == [call.finish_reason]
 
@@ -143,7 +165,9 @@ def test_context_overflow_is_a_scored_loss_with_its_tokens(make_sim, tmp_path):
     for t in MATH[:4]:
         lost = run_job(Job("r", t, "best_of_n", 2, gen={"max_tokens": 400}), c)
         assert lost.outcome.score == 0.0 and lost.outcome.error is None, lost.outcome
-        assert lost.outcome.failure["class"] == "context_overflow" and lost.outcome.failure["scored"] == "loss"
+        assert (
+            lost.outcome.failure["class"] == "context_overflow" and lost.outcome.failure["scored"] == "loss"
+        )
         assert "maximum context length" in lost.outcome.failure["message"]
         assert lost.tokens > 0 and any(x.error and x.error["class"] == "context_overflow" for x in lost.calls)
         lines += lost.to_lines() + run_job(Job("r", t, "greedy", 1), c).to_lines()
@@ -158,8 +182,11 @@ def test_context_overflow_is_a_scored_loss_with_its_tokens(make_sim, tmp_path):
     assert b[arm]["failed_by_class"] == "context_overflow:4"
     # Its tokens count: the failed call is not "missing usage", and the arm's cost is the samples it paid for.
     tok = {r["arm"]: r for r in res.tokens.to_dicts()}
-    paid = sum(x["usage"]["prompt_tokens"] + x["usage"]["completion_tokens"] for x in lines
-               if x["kind"] == "call" and x["arm"] == arm and x["usage"])
+    paid = sum(
+        x["usage"]["prompt_tokens"] + x["usage"]["completion_tokens"]
+        for x in lines
+        if x["kind"] == "call" and x["arm"] == arm and x["usage"]
+    )
     assert tok[arm]["total_tokens"] == paid and tok[arm]["calls_missing_usage"] == 0
     assert tok[arm]["avg_tokens_per_task"] == pytest.approx(paid / 4)
 
@@ -206,7 +233,9 @@ def test_reasoning_arms_record_reasoning_tokens_and_cost_matches_hand_computatio
     mine = [x for x in calls if x["arm"] == arm]
     reasoning = sum(x["usage"]["completion_tokens_details"]["reasoning_tokens"] for x in mine)
     completion = sum(x["usage"]["completion_tokens"] for x in mine)
-    assert b[arm]["reasoning_tokens"] == reasoning and b[arm]["reasoning_share"] == pytest.approx(reasoning / completion)
+    assert b[arm]["reasoning_tokens"] == reasoning and b[arm]["reasoning_share"] == pytest.approx(
+        reasoning / completion
+    )
     by_task: dict[str, float] = {}
     for x in mine:
         u = x["usage"]
@@ -241,7 +270,9 @@ def test_reasoning_arms_record_reasoning_tokens_and_cost_matches_hand_computatio
     assert list((tmp_path / "ledger" / "runs" / "r" / "compact").glob("*.parquet"))
     again = analyze([led.run_url("r")], AnalysisOptions(rounds=0, prices="in=2,cached=0.5,out=8"))
     b2 = {r["arm"]: r for r in again.breakdown.to_dicts()}
-    assert b2[arm]["reasoning_tokens"] == reasoning and b2[arm]["cost_per_task"] == pytest.approx(b[arm]["cost_per_task"])
+    assert b2[arm]["reasoning_tokens"] == reasoning and b2[arm]["cost_per_task"] == pytest.approx(
+        b[arm]["cost_per_task"]
+    )
 
 
 def test_anthropic_thinking_budget_reaches_the_server_and_usage_keeps_cache_fields(make_sim):
@@ -249,8 +280,12 @@ def test_anthropic_thinking_budget_reaches_the_server_and_usage_keeps_cache_fiel
     c = ProviderClient(sim.profile("anthropic"), api_key=SIM_KEY)
     r = c.chat([{"role": "user", "content": "What is 6 times 7?"}], gen={"thinking_budget": 2048})
     assert sim.control.stats()["by_gen"] == {"thinking_budget=2048": 1, f"max_tokens={2048 + 1024}": 1}
-    assert set(r.usage) >= {"prompt_tokens", "completion_tokens", "cache_read_input_tokens",
-                            "cache_creation_input_tokens"}
+    assert set(r.usage) >= {
+        "prompt_tokens",
+        "completion_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+    }
     assert r.usage["completion_tokens"] > 1000  # thinking counts in output_tokens
 
 
@@ -264,5 +299,7 @@ def test_a_known_context_length_lowers_max_tokens_and_refuses_prompts_that_canno
     assert sim.control.stats()["by_gen"] == {f"max_tokens={call.gen['max_tokens']}": 1}
     tiny = client(sim, context_length=40)
     lost = run_job(Job("r", MATH[0], "greedy", 1), tiny)
-    assert lost.outcome.failure["class"] == "context_overflow" and "not sent" in lost.outcome.failure["message"]
+    assert (
+        lost.outcome.failure["class"] == "context_overflow" and "not sent" in lost.outcome.failure["message"]
+    )
     assert sim.control.stats()["completion_requests"] == 1  # the refused prompt never reached the server

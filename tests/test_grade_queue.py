@@ -27,8 +27,11 @@ CANARY = "sk-grader-canary-" + uuid.uuid4().hex[:8]
 def grader(tmp_path, redis_server, monkeypatch):
     queue = "grade-" + uuid.uuid4().hex[:6]
     # The grader's environment: the broker, nothing else of ours (the env below drops keys and AWS settings).
-    keep = {k: v for k, v in os.environ.items()
-            if not k.startswith(("AWS_", "EPT_SIM_API_KEY", "OPENAI", "ANTHROPIC")) and "KEY" not in k}
+    keep = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AWS_", "EPT_SIM_API_KEY", "OPENAI", "ANTHROPIC")) and "KEY" not in k
+    }
     for k in list(os.environ):
         if k not in keep:
             monkeypatch.delenv(k)
@@ -58,7 +61,11 @@ def test_code_is_graded_on_the_grade_queue_and_no_key_is_there_to_steal(grader):
     runner = code_grader._test_runner
     assert runner is not None and runner is not code_grader.run_tests
 
-    task = {"entry_point": "f", "tests": ["assert f(1) == 2", "assert f(5) == 6"], "grader": {"type": "code", "timeout_s": 3}}
+    task = {
+        "entry_point": "f",
+        "tests": ["assert f(1) == 2", "assert f(5) == 6"],
+        "grader": {"type": "code", "timeout_s": 3},
+    }
     ok = grade_code("def f(x):\n    return x + 1\n", task)
     assert ok.score == 1.0 and ok.correct
     half = grade_code("def f(x):\n    return 2\n", task)
@@ -91,7 +98,10 @@ def test_compose_grader_service_has_no_secrets(compose):  # noqa: F811
     assert "--queue" in grader["command"] and "grade" in grader["command"]
     assert svcs["worker"]["environment"]["EPT_GRADE_QUEUE"] == "grade"
     # The same broker, as its own restricted user (deploy/README.md, "Broker users"), not the workers' login.
-    g_url, w_url = urlsplit(grader["environment"]["EPT_BROKER_URL"]), urlsplit(svcs["worker"]["environment"]["EPT_BROKER_URL"])
+    g_url, w_url = (
+        urlsplit(grader["environment"]["EPT_BROKER_URL"]),
+        urlsplit(svcs["worker"]["environment"]["EPT_BROKER_URL"]),
+    )
     assert (g_url.hostname, g_url.port, g_url.path) == (w_url.hostname, w_url.port, w_url.path)
     assert g_url.username == "grader" and g_url.password != w_url.password
     assert "AWS_SECRET_ACCESS_KEY" in svcs["worker"]["environment"]  # the worker has what the grader lacks
@@ -114,9 +124,19 @@ def test_a_grader_without_a_sandbox_refuses_to_start(tmp_path):
     import subprocess
     import sys
 
-    env = {**os.environ, "EPT_SANDBOX_PYTHON": "/nonexistent/python3", "PYTHONPATH": str(REPO),
-           "EPT_BROKER_URL": "redis://127.0.0.1:1/0"}
-    p = subprocess.run([sys.executable, "-m", "elo_per_token", "worker", "--queue", "grade"], env=env, cwd=tmp_path,
-                       capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        "EPT_SANDBOX_PYTHON": "/nonexistent/python3",
+        "PYTHONPATH": str(REPO),
+        "EPT_BROKER_URL": "redis://127.0.0.1:1/0",
+    }
+    p = subprocess.run(
+        [sys.executable, "-m", "elo_per_token", "worker", "--queue", "grade"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2, p.stderr[-2000:]
     assert "this grader cannot run its sandbox" in p.stderr and "EPT_SANDBOX_PYTHON" in p.stderr

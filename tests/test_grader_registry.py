@@ -58,9 +58,15 @@ def casefold(tmp_path: Path) -> ModuleType:
 
 
 def task(i: int, reference: object, distractors: list[str], **kw: object) -> dict:
-    return {"task_id": f"cf-{i}", "family": "trivia", "prompt": f"Question {i}: which city? End with 'Answer: <city>'.",
-            "reference": reference, "grader": {"type": "casefold", **kw}, "difficulty": 1.0,
-            "distractors": distractors}
+    return {
+        "task_id": f"cf-{i}",
+        "family": "trivia",
+        "prompt": f"Question {i}: which city? End with 'Answer: <city>'.",
+        "reference": reference,
+        "grader": {"type": "casefold", **kw},
+        "difficulty": 1.0,
+        "distractors": distractors,
+    }
 
 
 def write(tmp_path: Path, tasks: list[dict]) -> Path:
@@ -77,7 +83,10 @@ def test_grader_types_are_the_registry(casefold):
     assert set(GRADERS) == set(schemas.grader_types())
     assert all(schemas.get_schema(name) == g.schema for name, g in GRADERS.items())
     # The built-in order (error messages list it) is kept; an added grader comes last.
-    assert schemas.grader_types()[:3] == ("exact", "normalised", "numeric") and schemas.grader_types()[-1] == "casefold"
+    assert (
+        schemas.grader_types()[:3] == ("exact", "normalised", "numeric")
+        and schemas.grader_types()[-1] == "casefold"
+    )
 
 
 def test_a_suite_names_the_grader_only_once_it_is_registered(tmp_path):
@@ -89,8 +98,9 @@ def test_a_suite_names_the_grader_only_once_it_is_registered(tmp_path):
 
 
 def test_the_option_check_runs_at_load_with_file_line_field(tmp_path, casefold):
-    assert [t["task_id"] for t in load_suite(write(tmp_path, [task(0, "Paris", []), task(1, "Lyon", [])]))] == [
-        "cf-0", "cf-1"]
+    assert [
+        t["task_id"] for t in load_suite(write(tmp_path, [task(0, "Paris", []), task(1, "Lyon", [])]))
+    ] == ["cf-0", "cf-1"]
     with pytest.raises(InputError) as e:
         load_suite(write(tmp_path, [task(0, "Paris", []), task(1, 75, [])]))
     assert (e.value.file, e.value.line, e.value.field) == (str(tmp_path / "suite.jsonl"), 2, "reference")
@@ -103,8 +113,15 @@ def test_the_option_check_runs_at_load_with_file_line_field(tmp_path, casefold):
 def test_jobs_are_graded_by_the_toy_grader(make_sim, tmp_path, casefold):
     # difficulty 1.0: the simulator mostly answers with a distractor. 'PARIS' is right for casefold (not for
     # exact); 'Marseille' is wrong for both.
-    suite = load_suite(write(tmp_path, [*(task(i, "Paris", ["PARIS"]) for i in range(6)),
-                                        *(task(i, "Lyon", ["Marseille"]) for i in range(6, 9))]))
+    suite = load_suite(
+        write(
+            tmp_path,
+            [
+                *(task(i, "Paris", ["PARIS"]) for i in range(6)),
+                *(task(i, "Lyon", ["Marseille"]) for i in range(6, 9)),
+            ],
+        )
+    )
     p = client(make_sim(brain=TaskBrain(suite)))  # the simulator answers these tasks (by their prompts)
     results = [run_job(Job("r", t, "greedy", 1), p) for t in suite]
     answers = [r.outcome.answer for r in results]
@@ -141,9 +158,13 @@ def test_strategies_do_not_branch_on_the_grader_type():
 
 def test_suite_validation_needs_no_worker_import():
     # contracts/ must not import worker/: every built-in suite validates from the schema half alone.
-    code = ("import sys\nfrom elo_per_token.suites.load import load_builtin_suite\n"
-            "n = sum(len(load_builtin_suite(s)) for s in ('math', 'code', 'tool_use'))\n"
-            "print(n, sorted({m for m in sys.modules if m.startswith('elo_per_token.worker')}))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    code = (
+        "import sys\nfrom elo_per_token.suites.load import load_builtin_suite\n"
+        "n = sum(len(load_builtin_suite(s)) for s in ('math', 'code', 'tool_use'))\n"
+        "print(n, sorted({m for m in sys.modules if m.startswith('elo_per_token.worker')}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     n, loaded = out.stdout.split(" ", 1)
     assert int(n) > 300 and loaded.strip() == "[]", out.stdout

@@ -54,7 +54,14 @@ def test_code_extraction_takes_the_last_python_block():
 
 @pytest.mark.parametrize(
     "answer, ok",
-    [("42", True), ("42.0000001", True), ("41.99", False), ("$42", True), ("about 42 km", True), ("x", False)],
+    [
+        ("42", True),
+        ("42.0000001", True),
+        ("41.99", False),
+        ("$42", True),
+        ("about 42 km", True),
+        ("x", False),
+    ],
 )
 def test_numeric_tolerance(answer, ok):
     assert grade_numeric(answer, 42, {"abs_tol": 1e-6}).correct is ok
@@ -93,11 +100,23 @@ def test_grade_dispatches_on_the_task_grader():
 
 
 TOOL_TASK = {
-    "task_id": "tool", "family": "tool_use", "prompt": "p", "reference": 12,
-    "grader": {"type": "tool", "expect_calls": [{"name": "lookup", "arguments": {"table": "parts", "key": "AB-1"}}],
-               "answer": {"type": "numeric"}},
-    "tools": [{"type": "function", "function": {"name": "lookup"}}, {"type": "function", "function": {"name": "calculator"}}],
-    "tool_impl": {"lookup": {"type": "lookup", "table": {"parts": {"AB-1": 60}}}, "calculator": {"type": "calculator"}},
+    "task_id": "tool",
+    "family": "tool_use",
+    "prompt": "p",
+    "reference": 12,
+    "grader": {
+        "type": "tool",
+        "expect_calls": [{"name": "lookup", "arguments": {"table": "parts", "key": "AB-1"}}],
+        "answer": {"type": "numeric"},
+    },
+    "tools": [
+        {"type": "function", "function": {"name": "lookup"}},
+        {"type": "function", "function": {"name": "calculator"}},
+    ],
+    "tool_impl": {
+        "lookup": {"type": "lookup", "table": {"parts": {"AB-1": 60}}},
+        "calculator": {"type": "calculator"},
+    },
 }
 
 
@@ -117,18 +136,24 @@ def test_tool_grader_checks_the_call_and_the_answer():
 def test_suite_tools_execute_and_fail_softly():
     assert json.loads(execute_tool(TOOL_TASK, "lookup", '{"table": "parts", "key": "AB-1"}'))["value"] == 60
     assert execute_tool(TOOL_TASK, "lookup", {"table": "parts", "key": "nope"}).startswith("error: no row")
-    assert execute_tool(TOOL_TASK, "lookup", {"table": "cities", "key": "x"}).startswith("error: unknown table")
+    assert execute_tool(TOOL_TASK, "lookup", {"table": "cities", "key": "x"}).startswith(
+        "error: unknown table"
+    )
     assert execute_tool(TOOL_TASK, "lookup", "{bad json").startswith("error:")
     assert execute_tool(TOOL_TASK, "teleport", {}).startswith("error: unknown tool")
     assert json.loads(execute_tool(TOOL_TASK, "calculator", {"expression": "60 // 5"}))["value"] == 12
 
 
-@pytest.mark.parametrize("expr, value", [("2+3*4", 14), ("(2+3)*4", 20), ("7/2", 3.5), ("2^10", 1024), ("-3**2", -9)])
+@pytest.mark.parametrize(
+    "expr, value", [("2+3*4", 14), ("(2+3)*4", 20), ("7/2", 3.5), ("2^10", 1024), ("-3**2", -9)]
+)
 def test_calculator_is_exact(expr, value):
     assert calculate(expr) == value
 
 
-@pytest.mark.parametrize("expr", ["__import__('os').system('true')", "x + 1", "open('/etc/passwd')", "9**9**9", "[1]*3"])
+@pytest.mark.parametrize(
+    "expr", ["__import__('os').system('true')", "x + 1", "open('/etc/passwd')", "9**9**9", "[1]*3"]
+)
 def test_calculator_refuses_anything_but_arithmetic(expr):
     with pytest.raises((ValueError, SyntaxError)):
         calculate(expr)

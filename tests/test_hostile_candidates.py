@@ -176,8 +176,12 @@ def f(x):
     tests = {"always_equal": ["assert f(1) == 'expected-1'", "assert f(2) == 99"]}
     limits = {"fork_bomb": {"timeout_s": 2, "cpu_s": 1}, "one_gb_output": {"timeout_s": 20, "cpu_s": 20}}
     return {
-        name: {"code": code, "tests": tests.get(name, NEVER), "limits": limits.get(name, {"timeout_s": 5}),
-               "audit_hook": False}
+        name: {
+            "code": code,
+            "tests": tests.get(name, NEVER),
+            "limits": limits.get(name, {"timeout_s": 5}),
+            "audit_hook": False,
+        }
         for name, code in a.items()
     }
 
@@ -246,14 +250,28 @@ def _run_driver(mode: str, tmp: pathlib.Path) -> dict:
     lst = _Listener()
     try:
         attacks = _attacks(str(secret), str(owned), lst.port)
-        controls = {k: attacks[k]["code"].replace("{WORKER_PID}", "1")
-                    for k in ("read_environ", "read_secret_file", "network_to_localhost")}
+        controls = {
+            k: attacks[k]["code"].replace("{WORKER_PID}", "1")
+            for k in ("read_environ", "read_secret_file", "network_to_localhost")
+        }
         spec = {"attacks": attacks, "controls": controls, "mark": MARK}
-        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "EPT_SIM_API_KEY": CANARY,
-               "AWS_SECRET_ACCESS_KEY": CANARY, "HOME": str(tmp)}
-        p = subprocess.run([python, str(ROOT / "tests" / "hostile_driver.py")], input=json.dumps(spec),
-                           capture_output=True, text=True, timeout=600, env=env, cwd=str(tmp),
-                           **({"user": uid, "group": uid, "extra_groups": []} if uid != os.geteuid() else {}))
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": str(ROOT),
+            "EPT_SIM_API_KEY": CANARY,
+            "AWS_SECRET_ACCESS_KEY": CANARY,
+            "HOME": str(tmp),
+        }
+        p = subprocess.run(
+            [python, str(ROOT / "tests" / "hostile_driver.py")],
+            input=json.dumps(spec),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+            cwd=str(tmp),
+            **({"user": uid, "group": uid, "extra_groups": []} if uid != os.geteuid() else {}),
+        )
         assert p.returncode == 0, f"the worker process died: rc {p.returncode}\n{p.stderr[-2000:]}"
         report = json.loads(p.stdout)
         report["listener"] = list(lst.received)

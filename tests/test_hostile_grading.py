@@ -31,8 +31,15 @@ from elo_per_token.worker.strategies.base import Candidate, StrategyResult
 MATH = load_builtin_suite("math")
 CODE = load_builtin_suite("code")
 TOOL = load_builtin_suite("tool_use")
-LATEX_TASK = validate_task({"task_id": "m-latex", "family": "math", "prompt": "Simplify 6/8.",
-                            "reference": r"\frac34", "grader": {"type": "math"}})
+LATEX_TASK = validate_task(
+    {
+        "task_id": "m-latex",
+        "family": "math",
+        "prompt": "Simplify 6/8.",
+        "reference": r"\frac34",
+        "grader": {"type": "math"},
+    }
+)
 HANG_GUARD_S = 120.0  # far above any bound asserted below: only a frozen grader reaches it
 
 
@@ -50,7 +57,9 @@ def _client(sim: Any) -> ProviderClient:
     return ProviderClient(sim.profile(supports_n=False), api_key=SIM_KEY, backoff_base=0.01, backoff_cap=0.05)
 
 
-def _driver(spec: dict[str, Any], timeout: float = HANG_GUARD_S, env: dict[str, str] | None = None) -> dict[str, Any]:
+def _driver(
+    spec: dict[str, Any], timeout: float = HANG_GUARD_S, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Run one case in its own process (tests/grading_driver.py). A case that holds the GIL (c20688e's regex,
     sympy's integer power) freezes a whole interpreter, a test thread's join() included: only a process
     can be stopped at a deadline."""
@@ -61,8 +70,14 @@ def _driver(spec: dict[str, Any], timeout: float = HANG_GUARD_S, env: dict[str, 
 
     driver = os.path.join(os.path.dirname(__file__), "grading_driver.py")
     try:
-        p = subprocess.run([sys.executable, driver], input=json.dumps(spec), capture_output=True, text=True,
-                           timeout=timeout, env={**os.environ, **(env or {})})
+        p = subprocess.run(
+            [sys.executable, driver],
+            input=json.dumps(spec),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **(env or {})},
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"{spec['kind']} still running after {timeout:g}s: the worker would be frozen")
     assert p.returncode == 0, p.stderr[-3000:]
@@ -87,13 +102,18 @@ def _scored_loss(res: JobResult) -> None:
 
 # ---- item 1: extraction in linear time ----------------------------------------------------------------
 
-@pytest.mark.parametrize("reply", [
-    "\n" * 2_000,  # c20688e: cubic, ~40 s of CPU with the GIL held (1,200 newlines: 8.7 s)
-    "Answer:" + " " * 20_000,  # quadratic
-    " " * 20_000 + "x",
-    "answer" + " " * 20_000 + "x",
-    "**" * 20_000,
-], ids=["newlines", "answer-spaces", "spaces", "label-spaces", "stars"])
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "\n" * 2_000,  # c20688e: cubic, ~40 s of CPU with the GIL held (1,200 newlines: 8.7 s)
+        "Answer:" + " " * 20_000,  # quadratic
+        " " * 20_000 + "x",
+        "answer" + " " * 20_000 + "x",
+        "**" * 20_000,
+    ],
+    ids=["newlines", "answer-spaces", "spaces", "label-spaces", "stars"],
+)
 def test_answer_extraction_is_linear_on_degenerate_replies(reply):
     out = _driver({"kind": "extract", "text": reply * 20}, timeout=60)  # 20 copies: still well under a second
     assert out["cpu_s"] < 1.0, out
@@ -108,32 +128,65 @@ def test_judge_and_verifier_labels_are_linear():
 
 
 def test_a_newline_flood_reply_is_graded_as_a_loss_in_bounded_time(make_sim):
-    sim = make_sim(brain=ReplyBrain("\n" * 10_000), api_key=SIM_KEY)  # 10 KB: c20688e needs ~1.2 h per extraction
-    out = _driver({"kind": "run_job", "task": MATH[0], "strategy": "greedy", "budget": 1, "base_url": sim.url,
-                   "key": SIM_KEY}, timeout=90)
+    sim = make_sim(
+        brain=ReplyBrain("\n" * 10_000), api_key=SIM_KEY
+    )  # 10 KB: c20688e needs ~1.2 h per extraction
+    out = _driver(
+        {
+            "kind": "run_job",
+            "task": MATH[0],
+            "strategy": "greedy",
+            "budget": 1,
+            "base_url": sim.url,
+            "key": SIM_KEY,
+        },
+        timeout=90,
+    )
     _loss_dict(out["result"])
     assert out["cpu_s"] < 10 and sim.control.stats()["requests"] == 1
 
 
 # ---- item 2: math-verify in a killable process --------------------------------------------------------
 
-@pytest.mark.parametrize("answer", [
-    r"$9^{9^{9}}$",  # c20688e: froze `ept sweep` for 1,255 s
-    r"$\binom{10^9}{5\cdot10^8}$",  # > 90 s
-    "$" + r"\frac{1}{" * 2_000 + "2" + "}" * 2_000 + "$",  # 14.8 s
-], ids=["tower", "binomial", "nested-frac"])
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        r"$9^{9^{9}}$",  # c20688e: froze `ept sweep` for 1,255 s
+        r"$\binom{10^9}{5\cdot10^8}$",  # > 90 s
+        "$" + r"\frac{1}{" * 2_000 + "2" + "}" * 2_000 + "$",  # 14.8 s
+    ],
+    ids=["tower", "binomial", "nested-frac"],
+)
 def test_math_answers_that_make_sympy_run_for_ever_are_killed_and_scored(make_sim, answer):
     sim = make_sim(brain=ReplyBrain(f"Working.\nAnswer: {answer}"), api_key=SIM_KEY)
-    out = _driver({"kind": "run_job", "task": LATEX_TASK, "strategy": "greedy", "budget": 1, "base_url": sim.url,
-                   "key": SIM_KEY}, timeout=90, env={"EPT_MATH_TIMEOUT_S": "3"})
+    out = _driver(
+        {
+            "kind": "run_job",
+            "task": LATEX_TASK,
+            "strategy": "greedy",
+            "budget": 1,
+            "base_url": sim.url,
+            "key": SIM_KEY,
+        },
+        timeout=90,
+        env={"EPT_MATH_TIMEOUT_S": "3"},
+    )
     _loss_dict(out["result"])
     # A 3 s deadline (plus starting the math-verify process); the worker's own CPU and memory stay small.
     assert out["wall_s"] < 60 and out["cpu_s"] < 10 and out["maxrss_mb"] < 1024, out
 
 
 def test_after_a_killed_math_check_the_next_one_runs_on_a_fresh_process():
-    out = _driver({"kind": "grade_seq", "task": LATEX_TASK, "replies": [r"Answer: $9^{9^{9}}$", r"Answer: $\frac{6}{8}$"]},
-                  timeout=90, env={"EPT_MATH_TIMEOUT_S": "3"})
+    out = _driver(
+        {
+            "kind": "grade_seq",
+            "task": LATEX_TASK,
+            "replies": [r"Answer: $9^{9^{9}}$", r"Answer: $\frac{6}{8}$"],
+        },
+        timeout=90,
+        env={"EPT_MATH_TIMEOUT_S": "3"},
+    )
     bad, ok = out["result"]
     assert bad["score"] == 0.0 and "killed" in bad["reason"]
     assert ok["correct"] is True
@@ -141,11 +194,18 @@ def test_after_a_killed_math_check_the_next_one_runs_on_a_fresh_process():
 
 # ---- item 3: decoded values from the sandbox are bounded ------------------------------------------------
 
+
 def test_colliding_hash_ints_from_the_sandbox_are_refused_in_bounded_time():
     # 300k distinct ints that all hash to 0 (what a 335-byte candidate builds): c20688e > 11 min of worker CPU.
     forged = {"s": [{"i": hex(k * (2**61 - 1))} for k in range(1, 300_001)]}
-    out = _driver({"kind": "verdict", "test": "assert f(1) == {1, 2}", "line": {"c": [[0, [{"v": forged}]]], "e": None}},
-                  timeout=90)
+    out = _driver(
+        {
+            "kind": "verdict",
+            "test": "assert f(1) == {1, 2}",
+            "line": {"c": [[0, [{"v": forged}]]], "e": None},
+        },
+        timeout=90,
+    )
     assert out["cpu_s"] < 10 and out["maxrss_mb"] < 1024, out
     assert "collide" in out["result"]["why"]
 
@@ -163,10 +223,15 @@ def test_huge_ints_from_the_sandbox_fail_their_check_only():
 
 # ---- a wrong answer is a loss, not an unscored task failure ---------------------------------------------
 
-@pytest.mark.parametrize("answer", [
-    "1/" + "7" * 5_000,  # c20688e: ValueError (int past 4,300 digits) -> "failed (task) grader failed"
-    "9" * 400 + "/1",  # OverflowError (a float past its range)
-], ids=["long-denominator", "huge-fraction"])
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "1/" + "7" * 5_000,  # c20688e: ValueError (int past 4,300 digits) -> "failed (task) grader failed"
+        "9" * 400 + "/1",  # OverflowError (a float past its range)
+    ],
+    ids=["long-denominator", "huge-fraction"],
+)
 def test_fractions_past_int_and_float_limits_are_losses(make_sim, answer):
     sim = make_sim(brain=ReplyBrain(f"Answer: {answer}"))
     res = run_job(Job("r", MATH[0], "greedy", 1, seed=1), _client(sim))
@@ -185,7 +250,11 @@ def test_code_returning_an_int_past_the_repr_limit_is_a_loss(make_sim):
 
 
 def test_a_forged_float_in_the_result_channel_is_a_loss(make_sim):
-    forged = ('{"load": null}', '{"t": 0, "c": [[0, [{"v": {"f": "0x1p99999"}}]]], "e": null}', '{"done": true}')
+    forged = (
+        '{"load": null}',
+        '{"t": 0, "c": [[0, [{"v": {"f": "0x1p99999"}}]]], "e": null}',
+        '{"done": true}',
+    )
     report = "".join(f"\x1eEPT:{x}\n" for x in forged).encode()
     code = f"```python\nimport os\nos.write(1, {report!r})\nos._exit(0)\n```"
     sim = make_sim(brain=ReplyBrain(code))
@@ -195,7 +264,7 @@ def test_a_forged_float_in_the_result_channel_is_a_loss(make_sim):
 
 
 def _deep(n: int) -> str:
-    return "{\"key\": " + "[" * n + "]" * n + "}"
+    return '{"key": ' + "[" * n + "]" * n + "}"
 
 
 @pytest.mark.parametrize("suite", ["tool_use", "bfcl"])
@@ -221,22 +290,39 @@ def test_infrastructure_failures_of_grading_stay_unscored(monkeypatch):
     monkeypatch.setattr(mathproc, "START_TIMEOUT_S", 0.001)  # the child cannot say "ready" this fast
     mathproc.close()
     monkeypatch.setattr(mathproc, "_POOL", None)
-    out = _grade(Job("r", LATEX_TASK, "greedy", 1, seed=1), StrategyResult(Candidate(0, "Answer: x^2", "x^2")))
+    out = _grade(
+        Job("r", LATEX_TASK, "greedy", 1, seed=1), StrategyResult(Candidate(0, "Answer: x^2", "x^2"))
+    )
     assert out.score is None and out.error["class"] == "task" and "math-verify" in out.error["message"]
 
 
 def test_peak_memory_of_grading_hostile_replies_stays_near_a_benign_one(make_sim):
     """The worker's peak RSS grading a hostile reply (majority of 2, in its own process) is within 200 MB of
     grading "Answer: 42", and under 1 GB."""
+
     def peak(text: str) -> float:
         sim = make_sim(brain=ReplyBrain(text), api_key=SIM_KEY)
-        out = _driver({"kind": "run_job", "task": MATH[0], "strategy": "majority", "budget": 2, "base_url": sim.url,
-                       "key": SIM_KEY}, timeout=90)
+        out = _driver(
+            {
+                "kind": "run_job",
+                "task": MATH[0],
+                "strategy": "majority",
+                "budget": 2,
+                "base_url": sim.url,
+                "key": SIM_KEY,
+            },
+            timeout=90,
+        )
         _loss_dict(out["result"])
         return float(out["maxrss_mb"])
 
     base = peak("Answer: 42")
-    for text in ("\n" * 50_000, "Answer: 1/" + "7" * 50_000, "Answer:" + " " * 500_000, "answer" + " " * 500_000 + "x"):
+    for text in (
+        "\n" * 50_000,
+        "Answer: 1/" + "7" * 50_000,
+        "Answer:" + " " * 500_000,
+        "answer" + " " * 500_000 + "x",
+    ):
         got = peak(text)
         assert got - base < 200 and got < 1024, (text[:12], got, base)
 
@@ -251,7 +337,7 @@ def test_the_old_answer_regex_agrees_with_the_linear_scan_on_a_known_reply():
 
 # ---- sandbox memory: one budget for all sandboxes -------------------------------------------------------
 
-_HOG = '''
+_HOG = """
 import os, time
 def f(x):
     pids = []
@@ -269,9 +355,9 @@ def f(x):
         _, st = os.waitpid(p, 0)
         ok += os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0
     return ok
-'''
+"""
 
-_DRIVER = '''
+_DRIVER = """
 import json, sys
 from elo_per_token.worker.graders.code import Limits, run_tests
 res = run_tests(sys.stdin.read(), ["assert f(1) == 6"], "f", Limits(timeout_s=10, cpu_s=10), audit_hook=False)
@@ -286,7 +372,7 @@ if cg is not None:
     with open(cg.path + "/" + name) as fh:
         peak = int(fh.read())
 print(json.dumps({"passed": res["passed"], "reason": res["reason"], "peak": peak}))
-'''
+"""
 
 
 @pytest.mark.slow
@@ -306,8 +392,15 @@ def test_all_sandboxes_of_a_worker_share_one_memory_budget(tmp_path):
     except ImportError:
         pass  # c20688e: the run below shows all six children getting their memory
     env = {**os.environ, "EPT_SANDBOX_MEMORY_MB": "400"}
-    p = subprocess.run([sys.executable, "-c", _DRIVER], input=_HOG, capture_output=True, text=True, env=env,
-                       timeout=180, cwd=tmp_path)
+    p = subprocess.run(
+        [sys.executable, "-c", _DRIVER],
+        input=_HOG,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     out = json.loads(p.stdout)
     assert out["passed"] == 0, out
@@ -316,17 +409,21 @@ def test_all_sandboxes_of_a_worker_share_one_memory_budget(tmp_path):
 
 # ---- the Celery poison message: graded once, paid once, the worker keeps answering ------------------------
 
+
 def _profiles(tmp_path: Any, url: str) -> Any:
     p = tmp_path / "profiles.toml"
-    p.write_text(f'[profiles.sim-test]\nprotocol = "openai"\nbase_url = "{url}"\napi_key_env = "EPT_SIM_API_KEY"\n'
-                 'model = "ept-sim-1"\ntimeout = 20\nsupports_n = false\n')
+    p.write_text(
+        f'[profiles.sim-test]\nprotocol = "openai"\nbase_url = "{url}"\napi_key_env = "EPT_SIM_API_KEY"\n'
+        'model = "ept-sim-1"\ntimeout = 20\nsupports_n = false\n'
+    )
     return p
 
 
 @pytest.mark.services
 @pytest.mark.slow
 def test_a_newline_flood_through_celery_is_graded_once_paid_once_and_pings_answered(
-        tmp_path, make_sim, redis_server, s3_env, s3_bucket, monkeypatch):
+    tmp_path, make_sim, redis_server, s3_env, s3_bucket, monkeypatch
+):
     """c20688e: 6,000 newlines are ~18 min of CPU with the GIL held; the worker stops answering pings, its
     message comes back after the visibility timeout and the next worker pays for the request again."""
     import json
@@ -346,7 +443,12 @@ def test_a_newline_flood_through_celery_is_graded_once_paid_once_and_pings_answe
     monkeypatch.setenv("EPT_PROFILES", str(prof))
     monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
     queue = "q-" + uuid.uuid4().hex[:8]
-    env = {**s3_env.env(), "EPT_PROFILES": str(prof), "EPT_SIM_API_KEY": SIM_KEY, "EPT_VISIBILITY_TIMEOUT": "10"}
+    env = {
+        **s3_env.env(),
+        "EPT_PROFILES": str(prof),
+        "EPT_SIM_API_KEY": SIM_KEY,
+        "EPT_VISIBILITY_TIMEOUT": "10",
+    }
     workers = start_celery_workers(2, redis_server.url, tmp_path / "w", env=env, concurrency=2, queue=queue)
     plan = parse_plan(plan_toml(
         [("greedy", [1])], {"rate_limits.sim-test": {"rpm": 1000000}}, name="flood", profile="sim-test",
@@ -358,8 +460,14 @@ def test_a_newline_flood_through_celery_is_graded_once_paid_once_and_pings_answe
     app = make_app(redis_server.url)
     gaps: dict[str, float] = {}
     try:
-        sweep = threading.Thread(target=lambda: out.append(execute(
-            plan, jobs, profile=get_profile("sim-test"), broker_url=redis_server.url, analyze=False)), daemon=True)
+        sweep = threading.Thread(
+            target=lambda: out.append(
+                execute(
+                    plan, jobs, profile=get_profile("sim-test"), broker_url=redis_server.url, analyze=False
+                )
+            ),
+            daemon=True,
+        )
         sweep.start()
         last: dict[str, float] = {}
         deadline = time.monotonic() + 240
@@ -382,5 +490,7 @@ def test_a_newline_flood_through_celery_is_graded_once_paid_once_and_pings_answe
     assert sim.control.stats()["requests"] == len(jobs)  # paid once each: no redelivery re-ran a request
     led = open_ledger(f"s3://{s3_bucket}/f")
     for j in jobs:
-        r = JobResult.from_lines([json.loads(x) for x in led.get_job("flood", j.key).decode().splitlines()], j)
+        r = JobResult.from_lines(
+            [json.loads(x) for x in led.get_job("flood", j.key).decode().splitlines()], j
+        )
         _scored_loss(r)

@@ -44,8 +44,16 @@ def test_id_template_is_linear_on_a_long_custom_id(tmp_path):
 
 @seed(23)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.text(alphabet="ab_r0123\x1b", max_size=60), st.sampled_from(
-    ["{task_id}__{arm}__r{replicate}", "{task_id}_{arm}", "x{task_id}__{strategy}@{budget_n}_r{replicate}y"]))
+@given(
+    st.text(alphabet="ab_r0123\x1b", max_size=60),
+    st.sampled_from(
+        [
+            "{task_id}__{arm}__r{replicate}",
+            "{task_id}_{arm}",
+            "x{task_id}__{strategy}@{budget_n}_r{replicate}y",
+        ]
+    ),
+)
 def test_id_template_match_reassembles_the_id(cid, template):
     """Whatever the id, a match splits it exactly: literals and values put back together give the id, digit
     fields hold digits, and no field is empty."""
@@ -93,8 +101,10 @@ def test_eval_zip_bomb_is_refused_before_inflating(tmp_path, monkeypatch):
     from elo_per_token.analysis.imports.inspect_log import import_inspect
 
     bomb = tmp_path / "bomb.eval"
-    with (zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as z,
-          z.open("samples/1_epoch_1.json", "w", force_zip64=True) as fh):
+    with (
+        zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as z,
+        z.open("samples/1_epoch_1.json", "w", force_zip64=True) as fh,
+    ):
         for _ in range(96):
             fh.write(b" " * 2**20)
     assert bomb.stat().st_size < 2**20  # under 1 MB on disk, 96 MB inflated

@@ -51,7 +51,19 @@ def test_safe_components_keep_todays_keys_and_unsafe_ones_are_encoded():
     # Every key the built-in suites produce today is kept as is (existing ledgers stay readable).
     for s in ("math", "code-001", "tool_use", "q.1", "naïve", "my family"):
         assert key_component(s) == s
-    hostile = ["..", ".", "/tmp/x", "../../../../x", "a/b", "a\\b", "x\x00y", ".tmp-1", " pad", "t" * 300, "é" * 60]
+    hostile = [
+        "..",
+        ".",
+        "/tmp/x",
+        "../../../../x",
+        "a/b",
+        "a\\b",
+        "x\x00y",
+        ".tmp-1",
+        " pad",
+        "t" * 300,
+        "é" * 60,
+    ]
     out = [key_component(s) for s in hostile]
     assert len(set(out)) == len(out)  # the hash keeps distinct inputs distinct
     for s, k in zip(hostile, out, strict=True):
@@ -182,9 +194,13 @@ def test_hostile_usage_is_flagged_not_stored_and_discarded_responses_are_counted
     reasons = " ".join(c["usage_invalid"] for c in invalid)
     assert "negative" in reasons and "absurd" in reasons and "not an integer" in reasons
     discarded = [c for c in flat if c["error"] and c["error"]["class"] == "discarded"]
-    assert len(discarded) == 2 and all("billed response discarded" in c["error"]["message"] for c in discarded)
+    assert len(discarded) == 2 and all(
+        "billed response discarded" in c["error"]["message"] for c in discarded
+    )
     assert sum(c["attempts"] for c in flat) == sum(sim.control.stats()["by_job"].values())
-    assert [c["usage"] is not None for c in discarded].count(True) == 1  # no_choices carried usage; truncated JSON none
+    assert [c["usage"] is not None for c in discarded].count(
+        True
+    ) == 1  # no_choices carried usage; truncated JSON none
     for c in flat:  # nothing stored is negative, fractional or NaN
         for v in (c["usage"] or {}).values():
             assert isinstance(v, int | dict) and (not isinstance(v, int) or v >= 0)
@@ -192,7 +208,7 @@ def test_hostile_usage_is_flagged_not_stored_and_discarded_responses_are_counted
     # The ledger stays readable: analysis counts the flagged calls as missing usage instead of failing.
     a = _ept("tokens", str(ledger / "runs" / "u" / "jobs"), "--json", "-", env=env)
     assert a.returncode == 0, a.stderr
-    arm = json.loads(a.stdout[a.stdout.index("{"):])["arms"][0]
+    arm = json.loads(a.stdout[a.stdout.index("{") :])["arms"][0]
     assert arm["calls"] == len(flat) and arm["calls_missing_usage"] == 5  # 4 invalid + the truncated body
     assert arm["prompt_tokens"] >= 0
 
@@ -201,12 +217,12 @@ def test_hostile_usage_is_flagged_not_stored_and_discarded_responses_are_counted
 
 _BOUNDS = [
     # (plan lines, line number of the culprit, field named)
-    ('replicates = 10000000000\n', 4, "replicates"),
-    ('seed = 100000000000000000000000\n', 4, "seed"),
-    ('bootstrap_rounds = 1000000000\n', 4, "bootstrap_rounds"),
-    ('[weights]\nmath = nan\n', 5, "weights.math"),
-    ('[weights]\nmath = inf\n', 5, "weights.math"),
-    ('[weights]\nmath = -inf\n', 5, "weights.math"),
+    ("replicates = 10000000000\n", 4, "replicates"),
+    ("seed = 100000000000000000000000\n", 4, "seed"),
+    ("bootstrap_rounds = 1000000000\n", 4, "bootstrap_rounds"),
+    ("[weights]\nmath = nan\n", 5, "weights.math"),
+    ("[weights]\nmath = inf\n", 5, "weights.math"),
+    ("[weights]\nmath = -inf\n", 5, "weights.math"),
 ]
 
 
@@ -291,7 +307,9 @@ def test_password_in_base_url_is_masked_everywhere(tmp_path, make_sim):
     assert "user:…" in run("profiles", "list", rc=0).stdout
     run("doctor", "--profile", "simx")
     run("doctor", "--profile", "wrongmodel")
-    bad = run("doctor", "--profile", "badscheme", "--profiles", str(bad_prof), rc=2).stderr  # an error with the URL
+    bad = run(
+        "doctor", "--profile", "badscheme", "--profiles", str(bad_prof), rc=2
+    ).stderr  # an error with the URL
     assert "base_url" in bad and "ftp://user:…" in bad
     suite = tmp_path / "s.jsonl"
     suite.write_text("".join(json.dumps(_math_task(f"t{i}", "math")) + "\n" for i in range(2)))
@@ -321,7 +339,9 @@ def _log_lines(arms: dict[str, int], n_tasks: int = 6) -> list[dict]:
     for k, (strategy, budget) in enumerate(arms.items()):
         for i in range(n_tasks):
             ident = {"task_id": f"t{i}", "family": "f", "strategy": strategy, "budget_n": budget}
-            lines.append({**ident, "kind": "call", "usage": {"prompt_tokens": 10 * budget, "completion_tokens": 5}})
+            lines.append(
+                {**ident, "kind": "call", "usage": {"prompt_tokens": 10 * budget, "completion_tokens": 5}}
+            )
             lines.append({**ident, "kind": "outcome", "score": float(i % (k + 2) == 0)})
     return lines
 
@@ -334,14 +354,22 @@ def _write_log(path: Path, lines: list, raw_extra: list[str] = ()) -> Path:
 _BAD_LINES = [
     # (raw line appended after 24 good ones, field named or None)
     ("[" * 100_000 + "]" * 100_000, None),  # RecursionError on main
-    (json.dumps({"kind": "call", "task_id": "t1", "strategy": "", "budget_n": 1}), "strategy"),  # arm "@1" on main
+    (
+        json.dumps({"kind": "call", "task_id": "t1", "strategy": "", "budget_n": 1}),
+        "strategy",
+    ),  # arm "@1" on main
     (json.dumps({"kind": "call", "task_id": 7, "strategy": "greedy", "budget_n": 1}), "task_id"),
     (json.dumps({"kind": "call", "task_id": "a\x00b", "strategy": "greedy", "budget_n": 1}), "task_id"),
-    ('{"kind": "outcome", "task_id": "t1", "strategy": "greedy", "budget_n": 1, "score": NaN}', "score"),  # TapeError
+    (
+        '{"kind": "outcome", "task_id": "t1", "strategy": "greedy", "budget_n": 1, "score": NaN}',
+        "score",
+    ),  # TapeError
 ]
 
 
-@pytest.mark.parametrize("raw,field", _BAD_LINES, ids=["deep", "empty-strategy", "int-task-id", "nul-task-id", "nan-score"])
+@pytest.mark.parametrize(
+    "raw,field", _BAD_LINES, ids=["deep", "empty-strategy", "int-task-id", "nul-task-id", "nan-score"]
+)
 def test_bad_log_lines_exit_2_naming_line_and_field(tmp_path, raw, field):
     log = _write_log(tmp_path / "log.jsonl", _log_lines({"greedy": 1, "majority": 4}), [raw])
     r = _ept("analyze", str(log), "--rounds", "0", "--no-plots", timeout=120)
@@ -406,17 +434,33 @@ def test_sweep_stopped_for_credentials_exits_3_not_130(tmp_path, make_sim):
     suite = tmp_path / "s.jsonl"
     suite.write_text("".join(json.dumps(_math_task(f"t{i}", "math")) + "\n" for i in range(30)))
     plan = _plan_file(tmp_path, suite, tmp_path / "led", name="cred")
-    env = {"EPT_PROFILES": str(_profiles(tmp_path, sim.url)), "EPT_SIMX_KEY": "sk-wrong-000000000000000000000"}
+    env = {
+        "EPT_PROFILES": str(_profiles(tmp_path, sim.url)),
+        "EPT_SIMX_KEY": "sk-wrong-000000000000000000000",
+    }
     r = _ept("sweep", str(plan), env=env)
     assert r.returncode == 3, r.stdout + r.stderr
-    assert "credential/endpoint failures in a row" in r.stdout.replace("\n", " ") and "ept retry cred" in r.stdout
+    assert (
+        "credential/endpoint failures in a row" in r.stdout.replace("\n", " ")
+        and "ept retry cred" in r.stdout
+    )
 
 
 def test_report_md_escapes_html_and_markdown_from_arm_names(tmp_path):
     evil = {"<img src=x onerror=alert(1)>": 1, "[x](http://evil.example)": 2, "[/]": 3, "greedy": 1}
     log = _write_log(tmp_path / "log.jsonl", _log_lines(evil))
     out = tmp_path / "rep"
-    r = _ept("analyze", str(log), "--rounds", "0", "--no-plots", "--out", str(out), "--html", str(tmp_path / "r.html"))
+    r = _ept(
+        "analyze",
+        str(log),
+        "--rounds",
+        "0",
+        "--no-plots",
+        "--out",
+        str(out),
+        "--html",
+        str(tmp_path / "r.html"),
+    )
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]  # "[/]" is an arm name, not rich markup
     md = (out / "report.md").read_text()
     assert "&lt;img src=x onerror=alert(1)&gt;@1" in md and "<img" not in md
@@ -507,13 +551,17 @@ def test_grace_period_then_exit_and_second_ctrl_c_exits_at_once(tmp_path, make_s
 
     sim = make_sim(api_key=SIM_KEY, rate_hang=1.0, hang_s=90)
     # A hung request and a 3 s grace period: the process leaves after the grace, not after the 60 s timeout.
-    p, _ = _sweep_proc(tmp_path / "a", sim, n_tasks=4, concurrency=2, env={"EPT_STOP_GRACE_S": "3"}, timeout_s=60)
+    p, _ = _sweep_proc(
+        tmp_path / "a", sim, n_tasks=4, concurrency=2, env={"EPT_STOP_GRACE_S": "3"}, timeout_s=60
+    )
     _wait_for(lambda: sim.control.stats()["completion_requests"] >= 2)
     rc, out, took = _stop_and_time(p, (0.2, signal.SIGINT))
     assert rc == 130 and "up to 3s" in out and "grace period ended" in out, out
     assert 2.5 < took < 15, took
     # A second Ctrl-C does not wait for the (60 s) grace period.
-    p, _ = _sweep_proc(tmp_path / "b", sim, n_tasks=4, concurrency=2, env={"EPT_STOP_GRACE_S": "60"}, timeout_s=60)
+    p, _ = _sweep_proc(
+        tmp_path / "b", sim, n_tasks=4, concurrency=2, env={"EPT_STOP_GRACE_S": "60"}, timeout_s=60
+    )
     _wait_for(lambda: sim.control.stats()["completion_requests"] >= 4)
     rc, out, took = _stop_and_time(p, (0.2, signal.SIGINT), (0.5, signal.SIGINT))
     assert rc == 130 and "second interrupt" in out, out
@@ -533,7 +581,9 @@ def test_sigterm_on_a_celery_sweep_cancels_its_queued_jobs(tmp_path, make_sim, r
     suite.write_text("".join(json.dumps(_math_task(f"t{i}", "math")) + "\n" for i in range(12)))
     ledger = tmp_path / "led"
     queue = "stopq"
-    plan = _plan_file(tmp_path, suite, ledger, name="cstop", extra=f'executor = "celery"\nqueue = "{queue}"\n')
+    plan = _plan_file(
+        tmp_path, suite, ledger, name="cstop", extra=f'executor = "celery"\nqueue = "{queue}"\n'
+    )
     env = {"EPT_PROFILES": str(_profiles(tmp_path, sim.url)), "EPT_SIMX_KEY": SIM_KEY}
     ws = start_celery_workers(1, redis_server.url, tmp_path / "w", env=env, concurrency=1, queue=queue)
     try:

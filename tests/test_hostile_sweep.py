@@ -47,7 +47,9 @@ def test_hostile_corpus_sweep_of_1000_jobs(tmp_path, stream, per_family):
         h.stop()
     log = rig.log.read_text(errors="replace")
     assert len(rig.jobs) >= (1000 if not stream else 250)
-    assert code in (0, 1), log[-3000:]  # 1: some jobs failed (with a class), as hostile replies should make them
+    assert code in (0, 1), log[
+        -3000:
+    ]  # 1: some jobs failed (with a class), as hostile replies should make them
     assert set(stats["served"]) >= set(MODES) - {"bad_model"}, stats["served"]  # every attack was served
 
     facts = rig.facts()
@@ -71,5 +73,7 @@ def test_hostile_corpus_sweep_of_1000_jobs(tmp_path, stream, per_family):
         assert FAULT_KEY.encode() not in raw
         calls = [json.loads(x) for x in raw.decode().splitlines() if '"kind": "call"' in x]
         assert len([c for c in calls if c.get("usage")]) <= stats["billed"].get(k, 0), k
-    print(f"hostile sweep: {len(rig.jobs)} jobs in {took:.0f}s, peak RSS {peak_mb:.0f} MB, "
-          f"longest request {stats['longest_s']:.2f}s, served {stats['served']}, {len(failures)} failure objects")
+    print(
+        f"hostile sweep: {len(rig.jobs)} jobs in {took:.0f}s, peak RSS {peak_mb:.0f} MB, "
+        f"longest request {stats['longest_s']:.2f}s, served {stats['served']}, {len(failures)} failure objects"
+    )

@@ -16,8 +16,9 @@ PRICES = {"price_in_per_1m": 0.5, "price_out_per_1m": 2.0}
 
 
 def _ept(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "elo_per_token", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
 
 
 def _terminal_cost_per_task(stdout: str) -> dict[str, str]:
@@ -51,21 +52,36 @@ def test_html_cost_per_task_equals_terminal(tmp_path: Path) -> None:
     assert table is not None
     html_cost = {
         arm: format(float(v), ".5f")
-        for arm, v in re.findall(r'<tr data-arm="([^"]+)">.*?data-col="cost_per_task" data-value="([^"]+)"',
-                                 table.group(0))
+        for arm, v in re.findall(
+            r'<tr data-arm="([^"]+)">.*?data-col="cost_per_task" data-value="([^"]+)"', table.group(0)
+        )
     }
     assert html_cost == terminal
     assert 'id="recommendation"' in page and page.index('id="recommendation"') < page.index('id="returns"')
     for section in ("accuracy-table", "per-strategy-table", "vs-frontier-table", "cost-elo-table"):
         assert f'id="{section}"' in page, section
     # --prices overrides the profile's
-    r2 = _ept("report", run, "--rounds", "0", "--prices", "in=1,out=4", "--out", str(tmp_path / "r2.html"), cwd=tmp_path)
+    r2 = _ept(
+        "report",
+        run,
+        "--rounds",
+        "0",
+        "--prices",
+        "in=1,out=4",
+        "--out",
+        str(tmp_path / "r2.html"),
+        cwd=tmp_path,
+    )
     assert r2.returncode == 0, r2.stderr
-    doubled = re.findall(r'data-col="cost_per_task" data-value="([^"]+)"',
-                         re.search(r'<table id="cost-elo-table">.*?</table>', (tmp_path / "r2.html").read_text(),
-                                   re.S).group(0))  # type: ignore[union-attr]
-    assert sorted(round(float(v), 9) for v in doubled) == sorted(round(2 * float(v), 9) for v in
-                                                                  [x for x in doc_costs(doc)])
+    doubled = re.findall(
+        r'data-col="cost_per_task" data-value="([^"]+)"',
+        re.search(r'<table id="cost-elo-table">.*?</table>', (tmp_path / "r2.html").read_text(), re.S).group(
+            0
+        ),
+    )  # type: ignore[union-attr]
+    assert sorted(round(float(v), 9) for v in doubled) == sorted(
+        round(2 * float(v), 9) for v in [x for x in doc_costs(doc)]
+    )
 
 
 def doc_costs(doc: dict) -> list[float]:

@@ -75,8 +75,9 @@ class Cells(HTMLParser):
 
 
 def _ept(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "elo_per_token", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +93,9 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from elo_per_token.contracts.jobs import Job
     from elo_per_token.ledger import FileLedger
 
-    job = Job(run_id="nightly", task={"task_id": "math-9999", "family": "math"}, strategy="majority", budget_n=4)
+    job = Job(
+        run_id="nightly", task={"task_id": "math-9999", "family": "math"}, strategy="majority", budget_n=4
+    )
     FileLedger(root).put_failure("nightly", job.key, {"job": job.to_dict(), "class": "rate_limit", "message": "429",
                                                         "calls": 2, "tokens": 1234})  # fmt: skip
     return run
@@ -106,17 +109,40 @@ def rendered(run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
 
     os.environ[env_key] = CANARY  # scrub() masks the values of secret-looking env vars
     try:
-        a = _ept("analyze", str(run_dir), "--out", str(tmp / "out"), "--rounds", "200", "--seed", "3",
-                 "--no-plots", cwd=tmp)
+        a = _ept(
+            "analyze",
+            str(run_dir),
+            "--out",
+            str(tmp / "out"),
+            "--rounds",
+            "200",
+            "--seed",
+            "3",
+            "--no-plots",
+            cwd=tmp,
+        )
         assert a.returncode == 0, a.stderr
-        r = _ept("report", str(run_dir), "--out", str(tmp / "report.html"), "--rounds", "200", "--seed", "3",
-                 cwd=tmp)
+        r = _ept(
+            "report",
+            str(run_dir),
+            "--out",
+            str(tmp / "report.html"),
+            "--rounds",
+            "200",
+            "--seed",
+            "3",
+            cwd=tmp,
+        )
         assert r.returncode == 0, r.stderr
     finally:
         del os.environ[env_key]
     page = tmp / "report.html"
-    out: dict = {"tmp": tmp, "page": page, "json": json.loads((tmp / "out" / "report.json").read_text()),
-                 "source": page.read_text()}
+    out: dict = {
+        "tmp": tmp,
+        "page": page,
+        "json": json.loads((tmp / "out" / "report.json").read_text()),
+        "source": page.read_text(),
+    }
     if CHROMIUM:
         dom = _chromium(["--dump-dom", page.as_uri()], tmp).stdout
         parser = Cells()
@@ -133,8 +159,18 @@ def test_rendered_returns_table_equals_report_json(rendered: dict) -> None:
     table = rendered["json"]["table"]
     assert [arm for arm, _ in rows] == [r["arm"] for r in table]
     assert {r["arm"] for r in table} == set(ARMS)
-    numeric = ["tokens_per_task", "elo", "elo_lo", "elo_hi", "d_elo", "d_elo_lo", "d_elo_hi", "d_elo_per_1k",
-               "d_elo_per_1k_lo", "d_elo_per_1k_hi"]
+    numeric = [
+        "tokens_per_task",
+        "elo",
+        "elo_lo",
+        "elo_hi",
+        "d_elo",
+        "d_elo_lo",
+        "d_elo_hi",
+        "d_elo_per_1k",
+        "d_elo_per_1k_lo",
+        "d_elo_per_1k_hi",
+    ]
     for (arm, got), want in zip(rows, table, strict=True):
         for col in numeric:
             value, text = got[col]
@@ -184,18 +220,23 @@ def test_token_split_cost_and_failures_match_the_ledger(rendered: dict, run_dir:
         assert float(row["calls"][0]) == n
         assert float(row["prompt_tokens"][0]) == p
         assert float(row["completion_tokens"][0]) == c
-        assert float(row["cost"][0]) == pytest.approx((p * PRICES["price_in_per_1m"] + c * PRICES["price_out_per_1m"]) / 1e6)
+        assert float(row["cost"][0]) == pytest.approx(
+            (p * PRICES["price_in_per_1m"] + c * PRICES["price_out_per_1m"]) / 1e6
+        )
     cost = {r["arm"][0]: float(r["cost"][0]) for _, r in cells.tables["cost-table"]}
     for arm in ARMS:
         p = sum(v[1] for (a, _), v in calls.items() if a == arm)
         c = sum(v[2] for (a, _), v in calls.items() if a == arm)
         assert cost[arm] == pytest.approx((p * 0.5 + c * 2.0) / 1e6)
-    fails = {(r["arm"][0], r["error_class"][0]): float(r["count"][0]) for _, r in cells.tables["failure-table"]}
+    fails = {
+        (r["arm"][0], r["error_class"][0]): float(r["count"][0]) for _, r in cells.tables["failure-table"]
+    }
     failed[("majority@4", "rate_limit")] = 1  # the failure object
     assert fails == failed and sum(failed.values()) == 3
     # Tokens of the job that wrote no result are shown (they are in no other table); the others' are not repeated.
     unrecorded = {
-        (r["arm"][0], r["error_class"][0]): float(r["tokens_unrecorded"][0]) for _, r in cells.tables["failure-table"]
+        (r["arm"][0], r["error_class"][0]): float(r["tokens_unrecorded"][0])
+        for _, r in cells.tables["failure-table"]
     }
     assert unrecorded.pop(("majority@4", "rate_limit")) == 1234
     assert set(unrecorded.values()) == {0}
@@ -253,8 +294,20 @@ def test_rendered_summary_counts_equal_report_json(rendered: dict) -> None:
 @needs_chromium
 def test_analyze_html_option_matches_its_own_report_json(run_dir: Path, tmp_path: Path) -> None:
     """`ept analyze --out DIR --html FILE`: one analysis, two outputs; the rendered page equals report.json."""
-    r = _ept("analyze", str(run_dir), "--out", str(tmp_path / "out"), "--html", str(tmp_path / "a.html"),
-             "--rounds", "100", "--seed", "9", "--no-plots", cwd=tmp_path)
+    r = _ept(
+        "analyze",
+        str(run_dir),
+        "--out",
+        str(tmp_path / "out"),
+        "--html",
+        str(tmp_path / "a.html"),
+        "--rounds",
+        "100",
+        "--seed",
+        "9",
+        "--no-plots",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     table = json.loads((tmp_path / "out" / "report.json").read_text())["table"]
     parser = Cells()

@@ -30,8 +30,13 @@ ARMS = {"t0": 0.0, "t07": 0.7}
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "elo_per_token", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 def make_batch(sim, tmp_path, *, metadata: bool = True):
@@ -44,20 +49,44 @@ def make_batch(sim, tmp_path, *, metadata: bool = True):
                 cid = f"{t['task_id']}__{arm}__r{rep}"
                 body = {"model": "ept-sim-1", "messages": solve_messages(t), "temperature": temp, "seed": rep}
                 if metadata:
-                    body["metadata"] = {"task_id": t["task_id"], "arm": arm, "replicate": str(rep), "family": "math"}
-                inputs.append({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions", "body": body})
+                    body["metadata"] = {
+                        "task_id": t["task_id"],
+                        "arm": arm,
+                        "replicate": str(rep),
+                        "family": "math",
+                    }
+                inputs.append(
+                    {"custom_id": cid, "method": "POST", "url": "/v1/chat/completions", "body": body}
+                )
                 comp: ChatCompletion = client.chat.completions.create(**body)
-                outputs.append({"id": f"batch_req_{len(outputs):04d}", "custom_id": cid,
-                                "response": {"status_code": 200, "request_id": f"req_{len(outputs):04d}",
-                                             "body": comp.model_dump(mode="json")}, "error": None})
+                outputs.append(
+                    {
+                        "id": f"batch_req_{len(outputs):04d}",
+                        "custom_id": cid,
+                        "response": {
+                            "status_code": 200,
+                            "request_id": f"req_{len(outputs):04d}",
+                            "body": comp.model_dump(mode="json"),
+                        },
+                        "error": None,
+                    }
+                )
                 tokens[arm] += comp.usage.prompt_tokens + comp.usage.completion_tokens
                 scores.append({"custom_id": cid, "score": grade(t, comp.choices[0].message.content).score})
     # One request that failed inside the batch: not billed, so no call and no tokens.
     cid = f"{TASKS[0]['task_id']}__t0__r9"
-    inputs.append({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions",
-                   "body": {"model": "ept-sim-1", "messages": solve_messages(TASKS[0])}})
+    inputs.append(
+        {
+            "custom_id": cid,
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": "ept-sim-1", "messages": solve_messages(TASKS[0])},
+        }
+    )
     err = BatchError(code="rate_limit_exceeded", message="Rate limit reached", line=len(inputs))
-    outputs.append({"id": "batch_req_fail", "custom_id": cid, "response": None, "error": err.model_dump(mode="json")})
+    outputs.append(
+        {"id": "batch_req_fail", "custom_id": cid, "response": None, "error": err.model_dump(mode="json")}
+    )
     paths = tmp_path / "batch_input.jsonl", tmp_path / "batch_output.jsonl", tmp_path / "outcomes.csv"
     paths[0].write_text("".join(json.dumps(r) + "\n" for r in inputs))
     paths[1].write_text("".join(json.dumps(r) + "\n" for r in outputs))
@@ -81,7 +110,7 @@ def test_batch_import_then_analyze(batch, tmp_path):
     assert "40 call and 40 outcome records" in res.stdout and "1 failed request" in res.stderr
     tok = _cli("tokens", str(rec), "--json", "-")
     assert tok.returncode == 0, tok.stderr
-    by_arm = {a["arm"]: a for a in json.loads(tok.stdout[tok.stdout.index("{"):])["arms"]}
+    by_arm = {a["arm"]: a for a in json.loads(tok.stdout[tok.stdout.index("{") :])["arms"]}
     assert {a: by_arm[a]["total_tokens"] for a in ARMS} == tokens  # every response's usage, nothing else
     assert by_arm["t0"]["calls"] == 20
     ana = _cli("analyze", str(rec), "--rounds", "30", "--out", str(tmp_path / "rep"), "--no-plots")
@@ -93,12 +122,23 @@ def test_batch_import_then_analyze(batch, tmp_path):
 def test_id_template_and_mapping_template(sim, tmp_path):
     inp, outp, outcomes, _ = make_batch(sim, tmp_path, metadata=False)
     rec = tmp_path / "r.jsonl"
-    res = _cli("import", "batch", outp, "--id-template", "{task_id}__{arm}__r{replicate}", "--outcomes", outcomes,
-               "-o", str(rec))
+    res = _cli(
+        "import",
+        "batch",
+        outp,
+        "--id-template",
+        "{task_id}__{arm}__r{replicate}",
+        "--outcomes",
+        outcomes,
+        "-o",
+        str(rec),
+    )
     assert res.returncode == 0, res.stderr
     lines = [json.loads(x) for x in rec.read_text().splitlines()]
     call = next(r for r in lines if r["kind"] == "call" and r["replicate"] == 1)
-    assert call["task_id"] == TASKS[0]["task_id"] and call["arm"] in ARMS and call["usage"]["prompt_tokens"] > 0
+    assert (
+        call["task_id"] == TASKS[0]["task_id"] and call["arm"] in ARMS and call["usage"]["prompt_tokens"] > 0
+    )
     tmpl = tmp_path / "map.csv"
     res = _cli("import", "batch", "--input", inp, "--write-template", str(tmpl))
     assert res.returncode == 0, res.stderr
@@ -114,7 +154,10 @@ def test_id_template_and_mapping_template(sim, tmp_path):
     rec2 = tmp_path / "r2.jsonl"
     res = _cli("import", "batch", outp, "--mapping", str(tmpl), "--outcomes", outcomes, "-o", str(rec2))
     assert res.returncode == 0, res.stderr
-    strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "source"} for x in p.read_text().splitlines()]  # noqa: E731
+
+    def strip(p):
+        return [{k: v for k, v in json.loads(x).items() if k != "source"} for x in p.read_text().splitlines()]
+
     assert strip(rec2) == strip(rec)
 
 
@@ -165,18 +208,39 @@ def test_responses_and_embeddings_usage_shapes(tmp_path):
 
     from elo_per_token.analysis.imports.batch import import_batch
 
-    usage = ResponseUsage(input_tokens=120, output_tokens=30, total_tokens=150,
-                          input_tokens_details={"cached_tokens": 0, "cache_write_tokens": 0}, output_tokens_details={"reasoning_tokens": 0})
-    emb = CreateEmbeddingResponse(data=[], model="m", object="list", usage={"prompt_tokens": 9, "total_tokens": 9})
+    usage = ResponseUsage(
+        input_tokens=120,
+        output_tokens=30,
+        total_tokens=150,
+        input_tokens_details={"cached_tokens": 0, "cache_write_tokens": 0},
+        output_tokens_details={"reasoning_tokens": 0},
+    )
+    emb = CreateEmbeddingResponse(
+        data=[], model="m", object="list", usage={"prompt_tokens": 9, "total_tokens": 9}
+    )
     lines = [
-        {"id": "r1", "custom_id": "t-1__a@1__r0", "error": None, "response": {
-            "status_code": 200, "request_id": "x", "body": {"object": "response", "usage": usage.model_dump(mode="json")}}},
-        {"id": "r2", "custom_id": "t-2__a@1__r0", "error": None, "response": {
-            "status_code": 200, "request_id": "y", "body": emb.model_dump(mode="json")}},
+        {
+            "id": "r1",
+            "custom_id": "t-1__a@1__r0",
+            "error": None,
+            "response": {
+                "status_code": 200,
+                "request_id": "x",
+                "body": {"object": "response", "usage": usage.model_dump(mode="json")},
+            },
+        },
+        {
+            "id": "r2",
+            "custom_id": "t-2__a@1__r0",
+            "error": None,
+            "response": {"status_code": 200, "request_id": "y", "body": emb.model_dump(mode="json")},
+        },
     ]
     out = tmp_path / "out.jsonl"
     out.write_text("".join(json.dumps(x) + "\n" for x in lines))
     col = import_batch([str(out)], id_template="{task_id}__{arm}__r{replicate}")
-    assert [r["usage"] for r in col.records] == [{"prompt_tokens": 120, "completion_tokens": 30},
-                                                 {"prompt_tokens": 9, "completion_tokens": 0}]
+    assert [r["usage"] for r in col.records] == [
+        {"prompt_tokens": 120, "completion_tokens": 30},
+        {"prompt_tokens": 9, "completion_tokens": 0},
+    ]
     assert col.records[0]["strategy"] == "a" and col.records[0]["budget_n"] == 1

@@ -24,7 +24,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "elo_per_token"
 # Folders of the checkout that are stages (or the CLI / viewer on top of them).
-STAGES = ("analysis", "contracts", "coordinator", "egress", "ept", "ledger", "simulator", "suites", "viewer", "worker")
+STAGES = (
+    "analysis",
+    "contracts",
+    "coordinator",
+    "egress",
+    "ept",
+    "ledger",
+    "simulator",
+    "suites",
+    "viewer",
+    "worker",
+)
 # Stage -> stages it must never import. contracts is the shared schema: everyone may import it.
 FORBIDDEN: dict[str, set[str]] = {
     "contracts": set(STAGES) - {"contracts"},
@@ -186,8 +197,9 @@ def test_no_import_cycle() -> None:
     # the other branch's; any other cycle is found.
     graph = {m: t - STORAGE_CYCLE_ALLOWED for m, t in GRAPH.items() if m not in STORAGE_CYCLE_ALLOWED}
     found = cycles(graph)
-    assert not found, "import cycles (break them: pass the dependency in, or move the shared part down):\n" + "\n".join(
-        " <-> ".join(c) for c in found
+    assert not found, (
+        "import cycles (break them: pass the dependency in, or move the shared part down):\n"
+        + "\n".join(" <-> ".join(c) for c in found)
     )
 
 

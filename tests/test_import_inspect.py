@@ -31,15 +31,32 @@ HERE = Path(__file__).parent
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "elo_per_token", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 def _inspect_run(sim, log_dir: Path, temperature: float, fmt: str) -> str:
     res = subprocess.run(
-        [sys.executable, str(HERE / "inspect_sim_eval.py"), sim.url, str(log_dir), str(temperature), fmt,
-         str(N_TASKS), str(EPOCHS)],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "INSPECT_LOG_LEVEL": "warning"})
+        [
+            sys.executable,
+            str(HERE / "inspect_sim_eval.py"),
+            sim.url,
+            str(log_dir),
+            str(temperature),
+            fmt,
+            str(N_TASKS),
+            str(EPOCHS),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "INSPECT_LOG_LEVEL": "warning"},
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     return res.stdout.strip().splitlines()[-1]
 
@@ -58,8 +75,10 @@ def runs(tmp_path_factory):
             served[path] = sum(sim.control.stats()["tokens"].values()) - before
         # The same calls our way: greedy jobs (temperature 0, same system + user messages).
         client = ProviderClient(_profile(sim), api_key=SIM_KEY, backoff_base=0.01, backoff_cap=0.05)
-        ours = {t["task_id"]: run_job(Job("r", t, "greedy", 1, seed=0), client)
-                for t in load_builtin_suite("math")[:N_TASKS]}
+        ours = {
+            t["task_id"]: run_job(Job("r", t, "greedy", 1, seed=0), client)
+            for t in load_builtin_suite("math")[:N_TASKS]
+        }
         yield logs, served, ours
     finally:
         sim.stop()
@@ -68,8 +87,16 @@ def runs(tmp_path_factory):
 def _profile(sim):
     from elo_per_token.egress.profiles import Profile
 
-    return Profile(name="sim", protocol="openai", api_key_env="EPT_SIM_API_KEY", model="ept-sim-1",
-                   base_url=sim.url, timeout=10.0, max_retries=3, supports_n=True)
+    return Profile(
+        name="sim",
+        protocol="openai",
+        api_key_env="EPT_SIM_API_KEY",
+        model="ept-sim-1",
+        base_url=sim.url,
+        timeout=10.0,
+        max_retries=3,
+        supports_n=True,
+    )
 
 
 def _records(path: Path) -> list[dict]:
@@ -87,14 +114,19 @@ def test_two_inspect_runs_import_and_analyze(runs, tmp_path):
     assert {r["replicate"] for r in records} == set(range(EPOCHS))
     # Tokens: the import counts exactly what the simulator served for each run.
     for path, tokens in served.items():
-        got = sum(r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"]
-                  for r in records if r["kind"] == "call" and r["source"].startswith(path + "#"))
+        got = sum(
+            r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"]
+            for r in records
+            if r["kind"] == "call" and r["source"].startswith(path + "#")
+        )
         assert got == tokens > 0
     # Scores: the mean outcome per run is inspect's own accuracy metric for that run.
     for path in served:
         log = inspect_log.read_eval_log(path)
         acc = log.results.scores[0].metrics["accuracy"].value
-        scores = [r["score"] for r in records if r["kind"] == "outcome" and r["source"].startswith(path + "#")]
+        scores = [
+            r["score"] for r in records if r["kind"] == "outcome" and r["source"].startswith(path + "#")
+        ]
         assert sum(scores) / len(scores) == pytest.approx(acc)
     ana = _cli("analyze", str(rec), "--rounds", "30", "--out", str(tmp_path / "rep"), "--no-plots")
     assert ana.returncode == 0, ana.stderr
@@ -135,7 +167,9 @@ def test_arm_from_and_bad_logs(runs, tmp_path):
     junk.write_text('{"not": "an inspect log"}')
     res = _cli("import", "inspect", str(junk), next(iter(served)), "-o", str(tmp_path / "x.jsonl"))
     assert res.returncode == 2 and str(junk) in res.stderr and not (tmp_path / "x.jsonl").exists()
-    res = _cli("import", "inspect", str(junk), next(iter(served)), "-o", str(tmp_path / "x.jsonl"), "--skip-bad")
+    res = _cli(
+        "import", "inspect", str(junk), next(iter(served)), "-o", str(tmp_path / "x.jsonl"), "--skip-bad"
+    )
     assert res.returncode == 0 and "skipped 1 bad line" in res.stderr
 
 

@@ -23,7 +23,13 @@ def write_jsonl(path: Path, rows: list, *, raw: list[str] | None = None) -> Path
 
 
 def call(task: str, strategy: str, n: int, p: int = 100, c: int = 10, **kw) -> dict:
-    return {"task_id": task, "strategy": strategy, "budget_n": n, "usage": {"prompt_tokens": p, "completion_tokens": c}, **kw}
+    return {
+        "task_id": task,
+        "strategy": strategy,
+        "budget_n": n,
+        "usage": {"prompt_tokens": p, "completion_tokens": c},
+        **kw,
+    }
 
 
 def outcome(task: str, strategy: str, n: int, score: float, **kw) -> dict:
@@ -72,7 +78,14 @@ def test_lines_without_kind_are_classified_and_arms_keep_the_budget(tmp_path: Pa
 def test_flat_token_fields_and_judgment_by_strategy_fields(tmp_path: Path) -> None:
     rows = [
         {"task_id": "t-1", "strategy": "s", "budget_n": 2, "prompt_tokens": 7, "completion_tokens": 3},
-        {"task_id": "t-1", "strategy_a": "s", "budget_a": 2, "strategy_b": "s", "budget_b": 8, "winner": "tie"},
+        {
+            "task_id": "t-1",
+            "strategy_a": "s",
+            "budget_a": 2,
+            "strategy_b": "s",
+            "budget_b": 8,
+            "winner": "tie",
+        },
     ]
     rec = read_records([str(write_jsonl(tmp_path / "a.jsonl", rows))])
     assert rec.calls.select("prompt_tokens", "completion_tokens").row(0) == (7, 3)
@@ -94,7 +107,9 @@ def test_families_field_then_tasks_file_then_prefix(tmp_path: Path) -> None:
         call("plain", "g", 1),  # nothing applies
     ]
     f = write_jsonl(tmp_path / "a.jsonl", rows)
-    tasks = write_jsonl(tmp_path / "tasks.jsonl", [{"task_id": "beta-7", "family": "from_file", "prompt": "x"}])
+    tasks = write_jsonl(
+        tmp_path / "tasks.jsonl", [{"task_id": "beta-7", "family": "from_file", "prompt": "x"}]
+    )
     rec = read_records([str(f)], tasks_file=str(tasks))
     fam = dict(rec.frame.select("task_id", "family").unique().rows())
     assert fam == {"alpha-1": "explicit", "beta-7": "from_file", "gamma-x-2": "gamma-x", "plain": "default"}
@@ -170,7 +185,9 @@ def test_s3_prefix_reads_like_local(tmp_path: Path, s3_bucket: str) -> None:
     pl.read_ndjson(local / "a.jsonl").write_parquet(tmp_path / "a.parquet")
     s3.put_object(Bucket=s3_bucket, Key="pq/a.parquet", Body=(tmp_path / "a.parquet").read_bytes())
     pq = read_records([f"s3://{s3_bucket}/pq"]).frame.select("kind", "task_id", "arm", "prompt_tokens")
-    assert pq.equals(read_records([str(local / "a.jsonl")]).frame.select("kind", "task_id", "arm", "prompt_tokens"))
+    assert pq.equals(
+        read_records([str(local / "a.jsonl")]).frame.select("kind", "task_id", "arm", "prompt_tokens")
+    )
     rec = read_records([f"s3://{s3_bucket}/runs/"])
     assert rec.files == [f"s3://{s3_bucket}/runs/x/{n}" for n in ("a.jsonl", "b.jsonl", "c.jsonl.gz")]
     cols = ["kind", "task_id", "arm", "prompt_tokens", "score", "winner"]
@@ -178,7 +195,9 @@ def test_s3_prefix_reads_like_local(tmp_path: Path, s3_bucket: str) -> None:
     globbed = read_records([f"s3://{s3_bucket}/runs/*/b.json*"])
     assert globbed.files == [f"s3://{s3_bucket}/runs/x/b.jsonl"]
     # A bad line in an S3 object is located just as precisely (error path reads the object).
-    s3.put_object(Bucket=s3_bucket, Key="bad/x.jsonl", Body=b'\n{"task_id": "a-1", "strategy": "g", "budget_n": -1}\n')
+    s3.put_object(
+        Bucket=s3_bucket, Key="bad/x.jsonl", Body=b'\n{"task_id": "a-1", "strategy": "g", "budget_n": -1}\n'
+    )
     with pytest.raises(InputError) as e:
         read_records([f"s3://{s3_bucket}/bad/"])
     assert (e.value.file, e.value.line, e.value.field) == (f"s3://{s3_bucket}/bad/x.jsonl", 2, "budget_n")
@@ -228,10 +247,30 @@ def test_bad_row_in_parquet_is_named_by_row(tmp_path: Path) -> None:
 def test_wrongly_typed_parquet_values_are_named_by_row_and_skippable(tmp_path: Path) -> None:
     # A string column for integer fields: values that convert are kept, the ones that don't are the bad rows.
     rows = [
-        {"task_id": "m-1", "strategy": "g", "budget_n": "1", "usage": {"prompt_tokens": "5", "completion_tokens": "1"}},
-        {"task_id": "m-2", "strategy": "g", "budget_n": "x", "usage": {"prompt_tokens": "5", "completion_tokens": "1"}},
-        {"task_id": "m-3", "strategy": "g", "budget_n": "2", "usage": {"prompt_tokens": "five", "completion_tokens": "1"}},
-        {"task_id": "m-4", "strategy": "g", "budget_n": "2", "usage": {"prompt_tokens": "7", "completion_tokens": "1"}},
+        {
+            "task_id": "m-1",
+            "strategy": "g",
+            "budget_n": "1",
+            "usage": {"prompt_tokens": "5", "completion_tokens": "1"},
+        },
+        {
+            "task_id": "m-2",
+            "strategy": "g",
+            "budget_n": "x",
+            "usage": {"prompt_tokens": "5", "completion_tokens": "1"},
+        },
+        {
+            "task_id": "m-3",
+            "strategy": "g",
+            "budget_n": "2",
+            "usage": {"prompt_tokens": "five", "completion_tokens": "1"},
+        },
+        {
+            "task_id": "m-4",
+            "strategy": "g",
+            "budget_n": "2",
+            "usage": {"prompt_tokens": "7", "completion_tokens": "1"},
+        },
     ]
     pq = tmp_path / "x.parquet"
     pl.DataFrame(rows).write_parquet(pq)
@@ -245,7 +284,9 @@ def test_wrongly_typed_parquet_values_are_named_by_row_and_skippable(tmp_path: P
 
 
 def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path: Path, capsys) -> None:
-    f = write_jsonl(tmp_path / "log.jsonl", GOOD, raw=['{"task_id": "m-2", "strategy": "g", "budget_n": "x"}'])
+    f = write_jsonl(
+        tmp_path / "log.jsonl", GOOD, raw=['{"task_id": "m-2", "strategy": "g", "budget_n": "x"}']
+    )
     out = tmp_path / "report"
     code, _, err = run_cli(["analyze", str(f), "--out", str(out), "--rounds", "10"], capsys)
     assert code == EXIT_BAD_INPUT
@@ -300,11 +341,17 @@ def test_skip_bad_skips_counts_and_says_where(tmp_path: Path, capsys) -> None:
     assert [(b.line, b.field) for b in rec.skipped] == [(7, "usage.prompt_tokens"), (8, None)]
     assert rec.frame.height == 6  # the unknown-arm judgment is a cross-line check, made by analyze
     out = tmp_path / "o"
-    code, stdout, err = run_cli(["analyze", str(f), "--skip-bad", "--rounds", "20", "--out", str(out)], capsys)
+    code, stdout, err = run_cli(
+        ["analyze", str(f), "--skip-bad", "--rounds", "20", "--out", str(out)], capsys
+    )
     assert code == 0, err
     doc = json.loads((out / "report.json").read_text())
     assert doc["counts"]["skipped_lines"] == 3
-    assert [(s["line"], s["field"]) for s in doc["skipped"]] == [(6, "arm_b"), (7, "usage.prompt_tokens"), (8, None)]
+    assert [(s["line"], s["field"]) for s in doc["skipped"]] == [
+        (6, "arm_b"),
+        (7, "usage.prompt_tokens"),
+        (8, None),
+    ]
     assert "skipped 3 bad line(s)" in stdout
     assert f"{f}:7: field 'usage.prompt_tokens'" in err and f"{f}:8:" in err
 
@@ -372,16 +419,28 @@ def test_fast_path_and_line_by_line_path_agree(tmp_path: Path, extra: dict) -> N
         assert [b.field for b in bad] == [fast["bad_field"][0]]
     else:
         assert bad == []
-        cols = ["kind", "task_id", "strategy", "budget_n", "prompt_tokens", "usage_missing", "score", "winner"]
+        cols = [
+            "kind",
+            "task_id",
+            "strategy",
+            "budget_n",
+            "prompt_tokens",
+            "usage_missing",
+            "score",
+            "winner",
+        ]
         assert good.select(cols).equals(fast.select(cols))
 
 
 def test_first_bad_line_is_reported_whatever_its_kind_of_problem(tmp_path: Path) -> None:
     f = tmp_path / "a.jsonl"
     f.write_text(
-        json.dumps(GOOD[0]) + "\n"
-        + json.dumps({"task_id": "m-1", "strategy": "g", "budget_n": -4}) + "\n"  # a check polars runs
-        + json.dumps(GOOD[1]) + "\n"
+        json.dumps(GOOD[0])
+        + "\n"
+        + json.dumps({"task_id": "m-1", "strategy": "g", "budget_n": -4})
+        + "\n"  # a check polars runs
+        + json.dumps(GOOD[1])
+        + "\n"
         + "{not json\n"  # a line polars refuses
     )
     with pytest.raises(InputError) as e:
@@ -394,7 +453,9 @@ def test_first_bad_line_is_reported_whatever_its_kind_of_problem(tmp_path: Path)
 def test_bad_file_among_good_ones_with_skip_bad(tmp_path: Path) -> None:
     for k in range(5):
         write_jsonl(tmp_path / f"ok{k}.jsonl", GOOD)
-    write_jsonl(tmp_path / "bad.jsonl", GOOD[:2], raw=['{"task_id": "m-9", "strategy": "g", "budget_n": "x"}'])
+    write_jsonl(
+        tmp_path / "bad.jsonl", GOOD[:2], raw=['{"task_id": "m-9", "strategy": "g", "budget_n": "x"}']
+    )
     rec = read_records([str(tmp_path)], skip_bad=True)
     assert rec.frame.height == 5 * len(GOOD) + 2
     assert [(Path(b.file).name, b.line, b.field) for b in rec.skipped] == [("bad.jsonl", 3, "budget_n")]

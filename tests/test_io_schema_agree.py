@@ -76,7 +76,9 @@ SCALARS = st.one_of(
 VALUES = st.one_of(
     SCALARS,
     st.lists(SCALARS, max_size=2),
-    st.dictionaries(st.sampled_from(["class", "cached_tokens", "reasoning_tokens", "a"]), SCALARS, max_size=2),
+    st.dictionaries(
+        st.sampled_from(["class", "cached_tokens", "reasoning_tokens", "a"]), SCALARS, max_size=2
+    ),
 )
 CHANGE = st.tuples(st.sampled_from(FIELDS), st.one_of(VALUES, st.just(DELETE)))
 
@@ -159,7 +161,9 @@ def test_python_type_rules_mirror_the_polars_parse(base: dict[str, Any], change:
         # ... and flags it: as not a string, or, when that text holds a NUL/control character (e.g. the list
         # ["a\x00b"]), by the control-character rule checked first on the same field. Either names the field.
         assert fast["bad_field"][0] == field, (fast["bad_field"][0], change)
-        assert fast["bad_msg"][0] in (_SUSPECT_MSG, "must not be empty or hold NUL/control characters"), change
+        assert fast["bad_msg"][0] in (_SUSPECT_MSG, "must not be empty or hold NUL/control characters"), (
+            change
+        )
     else:
         assert not reads, f"the Python rules reject {problem} but polars reads the line"
 

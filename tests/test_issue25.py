@@ -31,7 +31,9 @@ def _row(result, arm: str) -> dict:
 
 
 def test_unscored_failures_on_hard_tasks_are_named_and_not_credited(tmp_path: Path) -> None:
-    exp = Experiment([*ARMS4, Arm("flaky", 4, 0.3, 3500.0)], {"math": 40, "code": 40}, null_hard={"flaky@4": 0.25})
+    exp = Experiment(
+        [*ARMS4, Arm("flaky", 4, 0.3, 3500.0)], {"math": 40, "code": 40}, null_hard={"flaky@4": 0.25}
+    )
     f = write_experiment(tmp_path / "e.jsonl", exp, seed=3)
     shared = analyze([str(f)], AnalysisOptions(rounds=0))
     drop = analyze([str(f)], AnalysisOptions(rounds=0, missing="drop"))
@@ -42,9 +44,13 @@ def test_unscored_failures_on_hard_tasks_are_named_and_not_credited(tmp_path: Pa
     miss = shared.missing.row(0, named=True)
     assert miss["arm"] == "flaky@4" and miss["missing"] == 20
     assert miss["others_on_missing"] < miss["others_on_rest"]
-    assert any("`ept retry RUN`" in w and w.startswith("20 outcome(s) have no score") for w in shared.warnings)
+    assert any(
+        "`ept retry RUN`" in w and w.startswith("20 outcome(s) have no score") for w in shared.warnings
+    )
     # The estimand is in the title; shared drops the 20 tasks for every arm (60 left), loss keeps all 80.
-    assert "missing outcomes: on the tasks every arm answered (--missing shared)" in headline_title(shared, "x")
+    assert "missing outcomes: on the tasks every arm answered (--missing shared)" in headline_title(
+        shared, "x"
+    )
     assert shared.counts["tasks"] == 60 and loss.counts["tasks"] == 80
     # Dropping the misses flatters the arm (it is compared on the easy tasks only); loss charges them.
     gap = {r.options.missing: r.elo[r.arms.index("flaky@4")] - r.elo[r.arms.index("vote@4")]
@@ -71,8 +77,12 @@ def test_loss_estimand_scores_every_missing_cell_zero() -> None:
 
     table, warns = missingness(out)
     # b lacks t1 and t3, where a scores 1.0 and 1.0; on t2 (b has it) a scores 0.5
-    assert table.to_dicts() == [{"arm": "b@1", "missing": 2, "tasks": 3, "others_on_missing": 1.0, "others_on_rest": 0.5}]
-    assert warns[0] == "b@1: no score on 2 of 3 task(s); the other arms score 1.00 on those vs 0.50 on the rest"
+    assert table.to_dicts() == [
+        {"arm": "b@1", "missing": 2, "tasks": 3, "others_on_missing": 1.0, "others_on_rest": 0.5}
+    ]
+    assert (
+        warns[0] == "b@1: no score on 2 of 3 task(s); the other arms score 1.00 on those vs 0.50 on the rest"
+    )
 
 
 _outcome = st.tuples(st.integers(0, 6), st.integers(0, 3), st.sampled_from([None, 0.0, 0.5, 1.0, 1e-300]))
@@ -121,7 +131,9 @@ def test_arm_seen_in_one_family_is_marked_off_the_frontier_and_compared_on_it(tm
     arms = [*ARMS4, Arm("solo", 4, 0.35, 3100.0)]
     exp = Experiment(arms, {"math": 60, "code": 60, "tool": 60}, missing={"code": {"solo@4"}, "tool": {"solo@4"}},
                      interaction={"math": {"vote@4": 0.8, "solo@4": 0.8}})  # fmt: skip
-    res = analyze([str(write_experiment(tmp_path / "e.jsonl", exp, seed=5))], AnalysisOptions(rounds=200, seed=1))
+    res = analyze(
+        [str(write_experiment(tmp_path / "e.jsonl", exp, seed=5))], AnalysisOptions(rounds=200, seed=1)
+    )
     r = _row(res, "solo@4")
     assert r["seen_in"] == "math only" and res.partial_arms == {"solo@4": ["math"]}
     assert r["frontier"] is False and r["frontier_prob"] is None and r["frontier_band"] == "off (partial)"
@@ -147,12 +159,19 @@ def test_nine_task_family_keeps_its_weight_and_a_smaller_one_says_renormalised(t
     res = analyze([str(f)], AnalysisOptions(rounds=100, weights="math=0.4,code=0.4,tool=0.2"))
     assert res.family_weights == pytest.approx({"math": 0.4, "code": 0.4, "tool": 0.2})
     assert res.excluded_families == [] and not res.title_notes
-    tiny = write_experiment(tmp_path / "t.jsonl", Experiment(ARMS4, {"math": 40, "code": 40, "tool": 4}), seed=2)
+    tiny = write_experiment(
+        tmp_path / "t.jsonl", Experiment(ARMS4, {"math": 40, "code": 40, "tool": 4}), seed=2
+    )
     res = analyze([str(tiny)], AnalysisOptions(rounds=0, weights="math=0.4,code=0.4,tool=0.2"))
     assert res.family_weights == pytest.approx({"math": 0.5, "code": 0.5, "tool": 0.0})
     title = headline_title(res, "x")
-    assert "weights renormalised to code=0.5, math=0.5 (asked code=0.4, math=0.4, tool=0.2; tool too small)" in title
-    assert any("below the minimum of 5" in w and "renormalised to code=0.5, math=0.5" in w for w in res.warnings)
+    assert (
+        "weights renormalised to code=0.5, math=0.5 (asked code=0.4, math=0.4, tool=0.2; tool too small)"
+        in title
+    )
+    assert any(
+        "below the minimum of 5" in w and "renormalised to code=0.5, math=0.5" in w for w in res.warnings
+    )
 
 
 def test_compare_applies_the_same_family_rule() -> None:
@@ -161,7 +180,10 @@ def test_compare_applies_the_same_family_rule() -> None:
     from elo_per_token.analysis.compare import FailRule, RunInputs, compare_runs
 
     def run(seed: int) -> RunInputs:
-        big, small = make_run(seed, n_tasks=40, families=("math",)), make_run(seed, n_tasks=3, families=("code",))
+        big, small = (
+            make_run(seed, n_tasks=40, families=("math",)),
+            make_run(seed, n_tasks=3, families=("code",)),
+        )
         return RunInputs(source="run", outcomes=pl.concat([big.outcomes, small.outcomes]),
                          task_tokens=pl.concat([big.task_tokens, small.task_tokens]), arms=big.arms)  # fmt: skip
 
@@ -177,8 +199,14 @@ def test_small_sample_widening_follows_the_level() -> None:
 
     for level in (0.8, 0.95, 0.99):
         q = (1 + level) / 2
-        assert small_sample_factor(10, level=level) == pytest.approx(math.sqrt(10 / 9) * t.ppf(q, 9) / norm.ppf(q))
-    assert small_sample_factor(10, level=0.99) > small_sample_factor(10, level=0.95) > small_sample_factor(10, level=0.8)
+        assert small_sample_factor(10, level=level) == pytest.approx(
+            math.sqrt(10 / 9) * t.ppf(q, 9) / norm.ppf(q)
+        )
+    assert (
+        small_sample_factor(10, level=0.99)
+        > small_sample_factor(10, level=0.95)
+        > small_sample_factor(10, level=0.8)
+    )
 
 
 # ---------------------------------------------------------------- 3. the ratio
@@ -186,7 +214,9 @@ def test_small_sample_widening_follows_the_level() -> None:
 
 def test_deterministic_costs_under_one_percent_apart_give_no_ratio(tmp_path: Path) -> None:
     arms = [Arm("greedy", 1, 0.0, 1000.0), Arm("a", 1, 0.4, 4000.0), Arm("b", 1, 0.45, 4036.0)]
-    f = write_experiment(tmp_path / "e.jsonl", Experiment(arms, {"math": 40, "code": 40}, token_sd=0.0), seed=1)
+    f = write_experiment(
+        tmp_path / "e.jsonl", Experiment(arms, {"math": 40, "code": 40}, token_sd=0.0), seed=1
+    )
     res = analyze([str(f)], AnalysisOptions(rounds=200))
     r = _row(res, "b@1")
     assert r["vs"] == "a@1" and r["d_tokens"] == pytest.approx(36.0, abs=1.0)
@@ -202,7 +232,9 @@ def test_ratio_many_times_its_value_is_not_a_number() -> None:
     rng = np.random.default_rng(0)
     es = np.column_stack([np.full(400, 1000.0), 1000.0 + rng.normal(2.0, 1.0, 400)])
     ts = np.column_stack([np.full(400, 1000.0), 1000.0 + rng.uniform(5.0, 400.0, 400)])
-    df = returns_table(["a", "b"], ["x", "y"], [1, 1], np.array([1000.0, 1200.0]), np.array([1000.0, 1002.0]), es, ts)
+    df = returns_table(
+        ["a", "b"], ["x", "y"], [1, 1], np.array([1000.0, 1200.0]), np.array([1000.0, 1002.0]), es, ts
+    )
     row = df.row(1, named=True)
     assert row["per_1k_note"] == "ratio interval many times its value" and row["d_elo_per_1k"] is None
 
@@ -216,7 +248,9 @@ def test_headline_is_against_the_previous_frontier_arm(tmp_path: Path) -> None:
     res = analyze([str(f)], AnalysisOptions(rounds=200))
     best, tree = _row(res, "best@8"), _row(res, "tree@2")
     assert tree["frontier"] is False and best["vs"] == "greedy@1"
-    assert best["d_elo"] == pytest.approx(res.elo[res.arms.index("best@8")] - res.elo[res.arms.index("greedy@1")])
+    assert best["d_elo"] == pytest.approx(
+        res.elo[res.arms.index("best@8")] - res.elo[res.arms.index("greedy@1")]
+    )
     for r in res.table.iter_rows(named=True):
         p = r["frontier_prob"]
         want = "on" if p >= 0.95 else "off" if p <= 0.05 else "uncertain"
@@ -249,7 +283,9 @@ def test_tie_stats_on_hostile_groups_are_bounded(cells: list) -> None:
          "mass": [1.0] * len(uniq)},
         schema={"task_id": pl.String, "arm": pl.String, "level": pl.Int64, "mass": pl.Float64},
     )  # fmt: skip
-    judg = pl.DataFrame(schema={"task_id": pl.String, "arm_a": pl.String, "arm_b": pl.String, "winner": pl.String})
+    judg = pl.DataFrame(
+        schema={"task_id": pl.String, "arm_a": pl.String, "arm_b": pl.String, "winner": pl.String}
+    )
     t0 = time.perf_counter()
     out = tie_stats(groups, judg, [f"a{i}" for i in range(5)])
     assert time.perf_counter() - t0 < 5.0
@@ -277,7 +313,9 @@ def test_separating_tasks_between_two_arms_hand_computed() -> None:
         "level": [1, 1, 0, 1, 1, 1, 0, 0],
         "mass": [1, 1, 1, 1, 1, 0.5, 0.5, 1],
     }, schema_overrides={"mass": pl.Float64})  # fmt: skip
-    judg = pl.DataFrame({"task_id": ["t5", "t6"], "arm_a": ["b", "a"], "arm_b": ["a", "b"], "winner": ["A", "tie"]})
+    judg = pl.DataFrame(
+        {"task_id": ["t5", "t6"], "arm_a": ["b", "a"], "arm_b": ["a", "b"], "winner": ["A", "tie"]}
+    )
     # t1 tied, t2 differs, t3 differs on one replicate, t4 b absent, t5 decisive judgment, t6 tied judgment
     assert separating_pairs(groups, judg, [("a", "b"), ("b", None)]) == [3, None]
 
@@ -287,7 +325,9 @@ def test_shared_estimand_equals_removing_those_tasks_by_hand(tmp_path: Path) -> 
     # score on were deleted by hand (every record of those tasks), Elo and tokens alike.
     import json
 
-    exp = Experiment([*ARMS4, Arm("flaky", 4, 0.3, 3500.0)], {"math": 30, "code": 30}, null_hard={"flaky@4": 0.2})
+    exp = Experiment(
+        [*ARMS4, Arm("flaky", 4, 0.3, 3500.0)], {"math": 30, "code": 30}, null_hard={"flaky@4": 0.2}
+    )
     f = write_experiment(tmp_path / "e.jsonl", exp, seed=8)
     recs = [json.loads(line) for line in f.read_text().splitlines()]
     holes = {r["task_id"] for r in recs if r.get("kind") == "outcome" and r["score"] is None}

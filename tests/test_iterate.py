@@ -34,7 +34,9 @@ def _demo(tmp_path: Path, text: str | None = None, **over) -> object:
     """The demo plan, 2 tasks per family, on a ledger in tmp_path."""
     plan = parse_plan(text or demo_plan_text(), file="demo_plan.toml")
     raw = {**plan.raw, "tasks_per_family": 2, "bootstrap_rounds": 0}
-    return plan.with_overrides(tasks_per_family=2, bootstrap_rounds=0, raw=raw, ledger=str(tmp_path / "led"), **over)
+    return plan.with_overrides(
+        tasks_per_family=2, bootstrap_rounds=0, raw=raw, ledger=str(tmp_path / "led"), **over
+    )
 
 
 @pytest.fixture
@@ -49,13 +51,22 @@ def test_extending_the_demo_plan_runs_only_the_new_arm_and_the_report_covers_all
     first = execute(base, None, profile=sim.profile(), console=None)
     assert first.ok and first.tally.done == first.n_jobs == 54
     # One more budget on the majority arm: 3 families x 2 tasks = 6 new jobs, nothing else runs again.
-    grown = _demo(tmp_path, demo_plan_text().replace("budgets = [4, 8]\n\n[[arms]]\nstrategy = \"best_of_n\"",
-                                                     "budgets = [2, 4, 8]\n\n[[arms]]\nstrategy = \"best_of_n\""))
+    grown = _demo(
+        tmp_path,
+        demo_plan_text().replace(
+            'budgets = [4, 8]\n\n[[arms]]\nstrategy = "best_of_n"',
+            'budgets = [2, 4, 8]\n\n[[arms]]\nstrategy = "best_of_n"',
+        ),
+    )
     sim.control.reset()
     second = execute(grown, None, profile=sim.profile())
     assert second.ok and second.n_jobs == 60 and second.already_done == 54 and second.tally.done == 6
     assert set(sim.control.stats()["by_arm"]) == {"majority@2"}  # the simulator saw only the new arm
-    assert second.analysis is not None and "majority@2" in second.analysis.arms and "greedy@1" in second.analysis.arms
+    assert (
+        second.analysis is not None
+        and "majority@2" in second.analysis.arms
+        and "greedy@1" in second.analysis.arms
+    )
     led = open_ledger(tmp_path / "led")
     m = led.get_manifest("demo")
     assert m["n_jobs"] == 60 and len(m["sessions"]) == 2 and len(led.list_jobs("demo")) == 60
@@ -99,7 +110,13 @@ def test_refused_mixes_name_the_field(tmp_path, make_sim, key_env):
     with pytest.raises(InputError) as ei:
         execute(plan, None, profile=sim.profile(), analyze=False)
     assert ei.value.field == "suites" and "math/t1" in ei.value.message
-    extra = {"task_id": "t9", "family": "math", "prompt": "What is 9+1?", "reference": "10", "grader": {"type": "numeric"}}
+    extra = {
+        "task_id": "t9",
+        "family": "math",
+        "prompt": "What is 9+1?",
+        "reference": "10",
+        "grader": {"type": "numeric"},
+    }
     suite.write_text("".join(json.dumps(r) + "\n" for r in [*rows, extra]))
     grown = execute(plan, None, profile=sim.profile(), analyze=False)
     assert grown.ok and grown.tally.done == 1 and grown.already_done == 3
@@ -121,7 +138,13 @@ def test_retry_runs_all_60_jobs_at_the_runs_endpoint_or_refuses(tmp_path, make_s
     sim = make_sim(api_key=SIM_KEY)
     plan, env = _retry_setup(tmp_path, sim.url)
     led = str(tmp_path / "led")
-    r = _ept("sweep", str(plan), "--profile-url-override", sim.url, env={**env, "EPT_P_KEY": "sk-wrong-000000000000"})
+    r = _ept(
+        "sweep",
+        str(plan),
+        "--profile-url-override",
+        sim.url,
+        env={**env, "EPT_P_KEY": "sk-wrong-000000000000"},
+    )
     assert r.returncode == 3, r.stdout + r.stderr  # stopped: credential failures in a row
     st = json.loads(_ept("status", "r60", "--ledger", led, "--json").stdout)
     assert st["done"] == 0 and st["pending"] > 0 and st["endpoints"][0]["endpoint"] == sim.url
@@ -195,8 +218,10 @@ def _check_cap(led: FileLedger, cap: int, concurrency: int, out: object) -> dict
     assert out.stopped_for_budget and out.exit_code == 0
     assert spent >= cap and spent - cap < concurrency * biggest, (spent, cap, biggest)
     assert out.tally.tokens == spent
-    print(f"cap {cap:,}: {len(toks)} jobs, {spent:,} tokens (overshoot {spent - cap:,}; largest job {biggest:,}; "
-          f"{concurrency} threads)")  # the figures docs/sweep.md quotes (pytest -s)
+    print(
+        f"cap {cap:,}: {len(toks)} jobs, {spent:,} tokens (overshoot {spent - cap:,}; largest job {biggest:,}; "
+        f"{concurrency} threads)"
+    )  # the figures docs/sweep.md quotes (pytest -s)
     return toks
 
 
@@ -263,7 +288,9 @@ def test_git_commit_is_recorded_only_from_a_checkout_of_this_project(tmp_path):
                     "--allow-empty", "-m", "x"], check=True)  # fmt: skip
     assert code_version(pkg)["git_commit"] is None
     # The project's own checkout records its commit.
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
     assert code_version()["git_commit"] == head
     # A repository that is not this project, even with the package at its top level, records nothing.
     (user / "pyproject.toml").write_text('[project]\nname = "someone-else"\n')
@@ -323,7 +350,12 @@ def test_simulate_on_a_bad_or_busy_port_is_one_line_exit_2():
     import socket
 
     r = _ept("simulate", "--port", "99999")
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--port" in r.stderr and "Traceback" not in r.stderr
+    assert (
+        r.returncode == 2
+        and r.stderr.count("\n") == 1
+        and "--port" in r.stderr
+        and "Traceback" not in r.stderr
+    )
     with socket.create_server(("127.0.0.1", 0)) as s:
         port = s.getsockname()[1]
         r = _ept("simulate", "--port", str(port), timeout=60)
@@ -343,7 +375,9 @@ def test_doctor_takes_profile_url_override(tmp_path, make_sim):
 
 
 def test_unknown_profile_outside_the_checkout_says_where_it_looked(tmp_path):
-    plan = write_plan_file(tmp_path / "p.toml", [("greedy", [1])], name="x", profile="simulator", suites=["math"])
+    plan = write_plan_file(
+        tmp_path / "p.toml", [("greedy", [1])], name="x", profile="simulator", suites=["math"]
+    )
     env = {k: v for k, v in os.environ.items() if k != "EPT_PROFILES"}
     r = subprocess.run([sys.executable, "-m", "elo_per_token", "sweep", str(plan), "--dry-run"], capture_output=True,
                        text=True, cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)}, timeout=120)  # fmt: skip
@@ -363,7 +397,9 @@ def test_unknown_suite_names_the_plan_line_the_known_and_the_nearest(tmp_path):
 
 def test_a_public_suite_without_its_package_says_how_to_install_and_is_listed(tmp_path):
     """bfcl before `pip install --no-deps bfcl-eval` (the package hidden from this interpreter)."""
-    plan = write_plan_file(tmp_path / "p.toml", [("greedy", [1])], name="x", profile="default", suites=["bfcl"])
+    plan = write_plan_file(
+        tmp_path / "p.toml", [("greedy", [1])], name="x", profile="default", suites=["bfcl"]
+    )
     code = ("import sys; sys.modules['bfcl_eval'] = None; sys.argv = ['ept'] + sys.argv[1:]\n"
             "from elo_per_token.ept.cli import main; main()")  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "300"}
@@ -421,7 +457,9 @@ def test_help_and_suite_tables_are_not_cut_at_80_columns_in_a_pipe():
 
 @pytest.mark.services
 @pytest.mark.slow
-def test_max_tokens_on_celery_stops_within_one_job_per_worker_thread(tmp_path, redis_server, make_sim, monkeypatch):
+def test_max_tokens_on_celery_stops_within_one_job_per_worker_thread(
+    tmp_path, redis_server, make_sim, monkeypatch
+):
     """2 workers x 2 threads: the cap overshoots by less than 4 jobs' tokens; a higher cap continues with nothing
     lost or run twice; the queued jobs the cap kept from starting are cancelled, not failed."""
     import uuid
@@ -438,6 +476,7 @@ def test_max_tokens_on_celery_stops_within_one_job_per_worker_thread(tmp_path, r
     env = {"EPT_PROFILES": str(prof), "EPT_SIM_API_KEY": SIM_KEY}
     workers = start_celery_workers(2, redis_server.url, tmp_path / "w", env=env, concurrency=2, queue=queue)
     try:
+
         def plan(cap: int | None) -> object:
             p = _capped_plan(tmp_path, cap, executor="celery", concurrency=4)
             return p.with_overrides(queue=queue, batch_size=10)
@@ -480,7 +519,7 @@ def test_no_docker_recipe_runs_a_celery_s3_sweep(tmp_path, make_sim):
         assert line.startswith("ready "), line + svc.stderr.read()
         env_sh = line.split(" ", 1)[1].strip()
         assert oct(os.stat(env_sh).st_mode & 0o777) == "0o600"
-        exported = dict(x[len("export "):].split("=", 1) for x in Path(env_sh).read_text().splitlines())
+        exported = dict(x[len("export ") :].split("=", 1) for x in Path(env_sh).read_text().splitlines())
         env = {**base, **{k: v.strip("'") for k, v in exported.items()}}
         worker = subprocess.Popen([sys.executable, "-m", "elo_per_token", "worker", "--concurrency", "2",
                                    "--loglevel", "WARNING"], env=env, cwd=tmp_path,
@@ -508,7 +547,11 @@ def test_readme_and_docs_set_up_and_write_under_ept_out():
     from test_readme import documented_files, runnable_blocks
 
     readme = " ".join((REPO / "README.md").read_text().split())
-    assert "virtual environment" in readme and "Python ≥ 3.11" in readme and "externally-managed-environment" in readme
+    assert (
+        "virtual environment" in readme
+        and "Python ≥ 3.11" in readme
+        and "externally-managed-environment" in readme
+    )
     sweep = (REPO / "docs" / "sweep.md").read_text()
     assert "720 jobs" not in sweep and "6 arms" not in sweep and "1,080 jobs" in sweep
     assert "/ept-out/" in (REPO / ".gitignore").read_text().splitlines()
@@ -545,13 +588,22 @@ def test_model_override_is_the_runs_model_for_retry_and_a_refusal_without_it(tmp
 
 def test_compare_lists_arms_by_their_full_labels(tmp_path):
     """Issue 27: `only in baseline: ['greedy@1', 'greedy@1', …]` — the qualifiers were eaten as markup."""
+
     def write(path: Path, arms: list[tuple[str, int, str]]) -> None:
         path.mkdir()
         lines = []
         for k, (strategy, budget, arm) in enumerate(arms):
             for i in range(6):
-                ident = {"task_id": f"t{i}", "family": "f", "strategy": strategy, "budget_n": budget, "arm": arm}
-                lines.append({**ident, "kind": "call", "usage": {"prompt_tokens": 10 * budget, "completion_tokens": 5}})
+                ident = {
+                    "task_id": f"t{i}",
+                    "family": "f",
+                    "strategy": strategy,
+                    "budget_n": budget,
+                    "arm": arm,
+                }
+                lines.append(
+                    {**ident, "kind": "call", "usage": {"prompt_tokens": 10 * budget, "completion_tokens": 5}}
+                )
                 lines.append({**ident, "kind": "outcome", "score": float(i % (k + 2) == 0)})
         (path / "log.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
 

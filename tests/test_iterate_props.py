@@ -45,8 +45,11 @@ def _bounded(fn, *, seconds: float = 10.0, mib: float = 32.0):
 
 toml_values = st.one_of(
     st.integers(min_value=-(2**63), max_value=2**63 - 1).map(str),
-    st.floats(allow_nan=True, allow_infinity=True).map(lambda f: "nan" if f != f else "inf" if f == float("inf")
-                                                       else "-inf" if f == float("-inf") else repr(f)),
+    st.floats(allow_nan=True, allow_infinity=True).map(
+        lambda f: (
+            "nan" if f != f else "inf" if f == float("inf") else "-inf" if f == float("-inf") else repr(f)
+        )
+    ),
     st.booleans().map(lambda b: "true" if b else "false"),
     st.text(max_size=30).map(json.dumps),
     st.lists(st.integers(), max_size=3).map(str),
@@ -97,11 +100,19 @@ def test_stored_task_digests_decode_to_strings_or_nothing(data):
 
 
 @FAST
-@given(st.dictionaries(st.sampled_from(["plan", "profile", "identity", "sessions", "n_jobs"]), json_values, max_size=5),
-       st.dictionaries(st.sampled_from(list(identity.RUN_FIELDS)), json_values, max_size=5))
+@given(
+    st.dictionaries(
+        st.sampled_from(["plan", "profile", "identity", "sessions", "n_jobs"]), json_values, max_size=5
+    ),
+    st.dictionaries(st.sampled_from(list(identity.RUN_FIELDS)), json_values, max_size=5),
+)
 def test_a_hostile_manifest_identity_is_compatible_or_a_named_refusal(manifest, new):
     def run():
-        old = identity.legacy_identity(manifest) if not isinstance(manifest.get("identity"), dict) else manifest["identity"]
+        old = (
+            identity.legacy_identity(manifest)
+            if not isinstance(manifest.get("identity"), dict)
+            else manifest["identity"]
+        )
         if old is None:
             return
         try:
@@ -117,8 +128,13 @@ def test_a_hostile_manifest_identity_is_compatible_or_a_named_refusal(manifest, 
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.binary(max_size=2000) | json_values.map(lambda v: (json.dumps(v) + "\n").encode()), min_size=1,
-                max_size=6))
+@given(
+    st.lists(
+        st.binary(max_size=2000) | json_values.map(lambda v: (json.dumps(v) + "\n").encode()),
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_dry_run_measures_only_well_formed_call_lines(tmp_path, blobs):
     from elo_per_token.coordinator.dryrun import _measured
     from elo_per_token.ledger import FileLedger

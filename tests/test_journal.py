@@ -19,7 +19,9 @@ from elo_per_token.contracts.spent import SPENT_DIR, parse_spent
 
 @pytest.mark.services
 @pytest.mark.slow
-def test_the_calls_of_a_worker_killed_mid_job_are_recovered_by_the_next_delivery(tmp_path, redis_server, make_sim):
+def test_the_calls_of_a_worker_killed_mid_job_are_recovered_by_the_next_delivery(
+    tmp_path, redis_server, make_sim
+):
     from elo_per_token.worker.celery_app import make_app
 
     # Two calls of the job are answered, the third hangs: the job is in flight with 2 billed calls.
@@ -44,7 +46,9 @@ def test_the_calls_of_a_worker_killed_mid_job_are_recovered_by_the_next_delivery
         answered_before = sum(sim.control.stats()["by_status"].values())
         assert answered_before == 2
         led = rig.open_ledger()
-        assert not led.list_jobs(rig.run_id) and not led.list_blobs(rig.run_id, SPENT_DIR)  # nothing recorded yet
+        assert not led.list_jobs(rig.run_id) and not led.list_blobs(
+            rig.run_id, SPENT_DIR
+        )  # nothing recorded yet
         second = start_celery_workers(1, redis_server.url, tmp_path / "w2", env=rig.env(), concurrency=2,
                                       queue=rig.plan.queue)  # fmt: skip
         try:
@@ -61,7 +65,9 @@ def test_the_calls_of_a_worker_killed_mid_job_are_recovered_by_the_next_delivery
     answered = sum(sim.control.stats()["by_status"].values())
     job_calls = [json.loads(x) for x in led.get_job(rig.run_id, job.key).decode().splitlines()]
     job_calls = [x for x in job_calls if x["kind"] == "call"]
-    lost = [x for n in led.list_blobs(rig.run_id, SPENT_DIR) for x in parse_spent(led.get_blob(rig.run_id, n), n)]
+    lost = [
+        x for n in led.list_blobs(rig.run_id, SPENT_DIR) for x in parse_spent(led.get_blob(rig.run_id, n), n)
+    ]
     assert len(lost) == 2 and {x["spent_reason"] for x in lost} == {"lost"}
     assert all(x["usage"]["completion_tokens"] > 0 for x in lost)
     assert len(job_calls) + len(lost) == answered == 2 + 3
@@ -71,8 +77,9 @@ def test_the_calls_of_a_worker_killed_mid_job_are_recovered_by_the_next_delivery
 
 _VALUES = st.one_of(st.just("call"), st.just("commit"), st.integers(), st.none(), st.text(max_size=10))
 _OBJECTS = st.dictionaries(st.sampled_from(["kind", "arm", "usage", "x"]), _VALUES, max_size=4)
-JOURNAL_ENTRIES = st.lists(st.one_of(st.binary(max_size=200), st.builds(lambda d: json.dumps(d).encode(), _OBJECTS)),
-                           max_size=20)
+JOURNAL_ENTRIES = st.lists(
+    st.one_of(st.binary(max_size=200), st.builds(lambda d: json.dumps(d).encode(), _OBJECTS)), max_size=20
+)
 
 
 @pytest.mark.services

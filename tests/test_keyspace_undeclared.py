@@ -129,7 +129,9 @@ def test_hostile_planned_objects_fall_back_to_a_listing(tmp_path_factory, files)
     assert plan.found_by == "listed" and plan.why == got and len(plan.tail) == 3
 
 
-_ODD = st.text(st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)), min_size=1, max_size=30)
+_ODD = st.text(
+    st.characters(blacklist_characters="/\x00", blacklist_categories=("Cs",)), min_size=1, max_size=30
+)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -15,7 +15,12 @@ def test_default_lease_covers_the_grading_wait():
     assert lease_seconds({}) == 50  # no grade queue: jobs wait only on the provider
     assert lease_seconds({"EPT_GRADE_QUEUE": "grade"}) == 120 + LEASE_MARGIN_S
     assert lease_seconds({"EPT_GRADE_QUEUE": "grade", "EPT_GRADE_TIMEOUT": "300"}) == 300 + LEASE_MARGIN_S
-    assert lease_seconds({"EPT_GRADE_QUEUE": "grade", "EPT_GRADE_TIMEOUT": "300", "EPT_VISIBILITY_TIMEOUT": "400"}) == 400
+    assert (
+        lease_seconds(
+            {"EPT_GRADE_QUEUE": "grade", "EPT_GRADE_TIMEOUT": "300", "EPT_VISIBILITY_TIMEOUT": "400"}
+        )
+        == 400
+    )
 
 
 def test_a_lease_shorter_than_the_grading_wait_is_refused_naming_both_settings():
@@ -23,7 +28,11 @@ def test_a_lease_shorter_than_the_grading_wait_is_refused_naming_both_settings()
     env = {"EPT_GRADE_QUEUE": "grade", "EPT_GRADE_TIMEOUT": "300", "EPT_VISIBILITY_TIMEOUT": "50"}
     with pytest.raises(InputError) as e:
         lease_seconds(env)
-    assert e.value.field == "EPT_VISIBILITY_TIMEOUT" and "EPT_GRADE_TIMEOUT" in e.value.message and "360" in e.value.message
+    assert (
+        e.value.field == "EPT_VISIBILITY_TIMEOUT"
+        and "EPT_GRADE_TIMEOUT" in e.value.message
+        and "360" in e.value.message
+    )
 
 
 def test_make_app_refuses_an_inconsistent_setting(monkeypatch):

@@ -20,7 +20,14 @@ def _three_ways(level: float) -> list[BaseException | None]:
         # Level is checked before the runs are read, so placeholders are enough to reach it.
         lambda: compare_runs(None, None, rule=FailRule(), level=level),  # type: ignore[arg-type]
         lambda: returns_table(
-            ["a", "b"], ["s", "s"], [1, 2], np.array([1.0, 2.0]), np.array([0.0, 1.0]), None, None, level=level
+            ["a", "b"],
+            ["s", "s"],
+            [1, 2],
+            np.array([1.0, 2.0]),
+            np.array([0.0, 1.0]),
+            None,
+            None,
+            level=level,
         ),
     ):
         try:

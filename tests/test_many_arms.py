@@ -27,8 +27,14 @@ def _bench_arms():
 
 
 def ept(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, timeout=600,
-                          cwd=ROOT, env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "elo_per_token", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -40,12 +46,31 @@ def grid(tmp_path_factory) -> Path:
 
 def test_200_arms_write_every_file_with_filtered_terminal(grid: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = ept("analyze", str(grid), "--rounds", "20", "--out", str(out), "--html", str(out / "report.html"),
-               "--top", "8", "--arms", "best_of_n@*")
+    proc = ept(
+        "analyze",
+        str(grid),
+        "--rounds",
+        "20",
+        "--out",
+        str(out),
+        "--html",
+        str(out / "report.html"),
+        "--top",
+        "8",
+        "--arms",
+        "best_of_n@*",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
-    for name in ("report.md", "arms.csv", "report.json", "elo_vs_tokens.png", "d_elo_per_1k.png",
-                 "per_family_elo.png", "report.html"):
+    for name in (
+        "report.md",
+        "arms.csv",
+        "report.json",
+        "elo_vs_tokens.png",
+        "d_elo_per_1k.png",
+        "per_family_elo.png",
+        "report.html",
+    ):
         assert (out / name).stat().st_size > 0, name
     doc = json.loads((out / "report.json").read_text())
     assert len(doc["table"]) == 200 == len(doc["arms"])  # files keep every arm
@@ -57,7 +82,7 @@ def test_200_arms_write_every_file_with_filtered_terminal(grid: Path, tmp_path: 
     assert "8 of 200 arms shown" in proc.stdout
     # HTML: every plotted arm has a hover title in the Elo-vs-tokens figure.
     html = (out / "report.html").read_text()
-    fig = html[html.index('<figure id="plot-elo-tokens">'):]
+    fig = html[html.index('<figure id="plot-elo-tokens">') :]
     fig = fig[: fig.index("</figure>")]
     assert fig.count("<title>") == 200
     assert "best_of_n@16[effort=0,verifier=0]: Elo" in fig
@@ -92,8 +117,15 @@ def _outcomes(seed: int = 0):
         for t in range(6):
             for arm, skill in (("a", 0.0), ("b", 0.6), ("c", 1.2)):
                 for rep in range(int(rng.integers(1, 4))):
-                    rows.append({"task_id": f"{fam}-{t}", "family": fam, "arm": arm, "replicate": rep,
-                                 "score": float(np.clip(np.round(rng.normal(skill, 1.0)), 0, 2) / 2)})
+                    rows.append(
+                        {
+                            "task_id": f"{fam}-{t}",
+                            "family": fam,
+                            "arm": arm,
+                            "replicate": rep,
+                            "score": float(np.clip(np.round(rng.normal(skill, 1.0)), 0, 2) / 2),
+                        }
+                    )
     return pl.DataFrame(rows)
 
 
@@ -116,25 +148,52 @@ def test_outcome_groups_equal_explicit_pairs(drop_ties: bool) -> None:
     arms, fams = ["a", "b", "c"], ["code", "math"]
     tasks = o.select("task_id", "family").unique().sort("family", "task_id").with_row_index("t")
     t_of = dict(zip(tasks["task_id"], tasks["t"], strict=True))
-    fam_of = tasks["family"].replace_strict({f: i for i, f in enumerate(fams)}, return_dtype=pl.Int64).to_numpy()
+    fam_of = (
+        tasks["family"].replace_strict({f: i for i, f in enumerate(fams)}, return_dtype=pl.Int64).to_numpy()
+    )
     tokens = np.random.default_rng(1).gamma(3.0, 100.0, (tasks.height, 3))
     pairs = outcome_pairs(o, drop_ties=drop_ties)
     groups = outcome_groups(o)
     assert implied_pair_rows(groups, drop_ties=drop_ties) == pairs.height
     idx = {a: i for i, a in enumerate(arms)}
-    explicit = PairData(fam_of, np.array([t_of[t] for t in pairs["task_id"]]),
-                        np.array([idx[a] for a in pairs["winner"]]), np.array([idx[a] for a in pairs["loser"]]),
-                        pairs["weight"].to_numpy(), 3, fams, tokens)
+    explicit = PairData(
+        fam_of,
+        np.array([t_of[t] for t in pairs["task_id"]]),
+        np.array([idx[a] for a in pairs["winner"]]),
+        np.array([idx[a] for a in pairs["loser"]]),
+        pairs["weight"].to_numpy(),
+        3,
+        fams,
+        tokens,
+    )
     empty = np.zeros(0, dtype=np.int64)
-    grouped = PairData(fam_of, empty, empty, empty, np.zeros(0), 3, fams, tokens, OutcomeGroups(
-        np.array([t_of[t] for t in groups["task_id"]]), np.array([idx[a] for a in groups["arm"]]),
-        groups["level"].to_numpy(), groups["mass"].to_numpy(), 0.0 if drop_ties else 0.5))
+    grouped = PairData(
+        fam_of,
+        empty,
+        empty,
+        empty,
+        np.zeros(0),
+        3,
+        fams,
+        tokens,
+        OutcomeGroups(
+            np.array([t_of[t] for t in groups["task_id"]]),
+            np.array([idx[a] for a in groups["arm"]]),
+            groups["level"].to_numpy(),
+            groups["mass"].to_numpy(),
+            0.0 if drop_ties else 0.5,
+        ),
+    )
     for f in range(2):
         np.testing.assert_allclose(family_counts(grouped, f), family_counts(explicit, f), rtol=0, atol=1e-12)
     w = np.array([0.5, 0.5])
-    np.testing.assert_allclose(point_estimate(grouped, w, anchor=0)[0], point_estimate(explicit, w, anchor=0)[0],
-                               atol=1e-9)
-    a, b = bootstrap(grouped, w, anchor=0, rounds=40, seed=3), bootstrap(explicit, w, anchor=0, rounds=40, seed=3)
+    np.testing.assert_allclose(
+        point_estimate(grouped, w, anchor=0)[0], point_estimate(explicit, w, anchor=0)[0], atol=1e-9
+    )
+    a, b = (
+        bootstrap(grouped, w, anchor=0, rounds=40, seed=3),
+        bootstrap(explicit, w, anchor=0, rounds=40, seed=3),
+    )
     np.testing.assert_allclose(a.elo, b.elo, atol=1e-8)
     np.testing.assert_array_equal(a.tokens_per_task, b.tokens_per_task)
 

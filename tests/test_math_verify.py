@@ -60,8 +60,15 @@ def test_math_verify_agrees_with_numeric_grader_on_builtin_math_suite():
 
 
 def test_full_reply_through_grade_uses_boxed_or_answer_line_not_the_last_number():
-    task = validate_task({"task_id": "m1", "family": "math", "prompt": "Solve x^2 < 9.",
-                          "reference": r"(-3, 3)", "grader": {"type": "math"}})
+    task = validate_task(
+        {
+            "task_id": "m1",
+            "family": "math",
+            "prompt": "Solve x^2 < 9.",
+            "reference": r"(-3, 3)",
+            "grader": {"type": "math"},
+        }
+    )
     assert grade(task, r"Step 1 gives 9 then 3. So \boxed{(-3,3)}").correct
     assert grade(task, "Work...\nAnswer: $(-3, 3)$").correct
     assert not grade(task, r"Answer: $[-3, 3]$").correct
@@ -78,6 +85,15 @@ def test_grading_in_a_worker_thread_works_without_signal_alarm():
 
 def test_math_grader_reference_must_be_text_or_number():
     with pytest.raises(InputError) as e:
-        validate_task({"task_id": "m", "family": "math", "prompt": "p", "reference": {"a": 1},
-                       "grader": {"type": "math"}}, "s.jsonl", 4)
+        validate_task(
+            {
+                "task_id": "m",
+                "family": "math",
+                "prompt": "p",
+                "reference": {"a": 1},
+                "grader": {"type": "math"},
+            },
+            "s.jsonl",
+            4,
+        )
     assert e.value.field == "reference" and e.value.line == 4

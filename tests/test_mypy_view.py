@@ -24,7 +24,16 @@ def test_view_maps_every_stage_folder_to_its_subpackage():
     pkg = view / "elo_per_token"
     mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
     stages = {k.split(".", 1)[1]: v for k, v in mapping.items() if k.startswith("elo_per_token.")}
-    assert set(stages) >= {"analysis", "contracts", "coordinator", "egress", "ept", "simulator", "suites", "worker"}
+    assert set(stages) >= {
+        "analysis",
+        "contracts",
+        "coordinator",
+        "egress",
+        "ept",
+        "simulator",
+        "suites",
+        "worker",
+    }
     for sub, folder in stages.items():
         assert (pkg / sub).resolve() == (ROOT / folder).resolve(), sub
         assert (pkg / sub / "__init__.py").is_file(), sub

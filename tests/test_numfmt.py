@@ -13,7 +13,9 @@ from elo_per_token.analysis.numfmt import fmt, fmt_ci, fmt_num, fmt_tokens
 
 def test_missing_zero_and_signs():
     assert fmt_num(None) == fmt_num(math.nan) == fmt(None, ".1f") == fmt_tokens(math.nan) == "—"
-    assert fmt_num(-0.4) == "0" and fmt_num(0.04, 1, sign=True) == "0.0" and fmt_num(2.5, 0, sign=True) == "+2"
+    assert (
+        fmt_num(-0.4) == "0" and fmt_num(0.04, 1, sign=True) == "0.0" and fmt_num(2.5, 0, sign=True) == "+2"
+    )
     assert fmt_ci(4.6, -0.3, 10.2, sign=True) == "+5 [0, +10]" and fmt_ci(3, None, 4) == "3"
     assert fmt_tokens(12345) == "12.3k" and fmt_tokens(12345, 2) == "12.35k" and fmt_tokens(999) == "999"
     assert fmt(1234.5, ",.0f") == "1,234"

@@ -20,7 +20,18 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ("analysis", "contracts", "coordinator", "egress", "ept", "ledger", "simulator", "suites", "viewer", "worker")
+STAGES = (
+    "analysis",
+    "contracts",
+    "coordinator",
+    "egress",
+    "ept",
+    "ledger",
+    "simulator",
+    "suites",
+    "viewer",
+    "worker",
+)
 
 
 def _pyproject() -> dict:
@@ -42,7 +53,9 @@ def test_package_list_matches_the_folders():
     assert set(cfg["packages"]) == _source_packages(), "pyproject.toml [tool.setuptools] packages is stale"
     mapped = {k.removeprefix("elo_per_token.") for k in cfg["package-dir"] if k != "elo_per_token"}
     assert mapped == set(STAGES)
-    assert all(v == k.removeprefix("elo_per_token.") for k, v in cfg["package-dir"].items() if k != "elo_per_token")
+    assert all(
+        v == k.removeprefix("elo_per_token.") for k, v in cfg["package-dir"].items() if k != "elo_per_token"
+    )
 
 
 def test_dockerfile_copies_every_mapped_folder():
@@ -67,16 +80,23 @@ def test_no_code_imports_a_bare_stage_package():
     bad = []
     for folder in (*STAGES, "elo_per_token", "tests", "benchmarks", "docs"):
         for path in (REPO / folder).rglob("*.py"):
-            bad += [f"{path.relative_to(REPO)}:{line}: {mod}" for line, mod in _imports_of(path)
-                    if mod.split(".")[0] in STAGES]
+            bad += [
+                f"{path.relative_to(REPO)}:{line}: {mod}"
+                for line, mod in _imports_of(path)
+                if mod.split(".")[0] in STAGES
+            ]
     assert not bad, "imports outside elo_per_token:\n" + "\n".join(bad)
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out),
-                    str(REPO)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(REPO)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (whl,) = out.glob("elo_per_token-*.whl")
     return whl
 
@@ -86,8 +106,12 @@ def test_wheel_has_one_top_level_package(wheel):
     tops = {n.split("/")[0] for n in names}
     assert tops == {"elo_per_token", next(t for t in tops if t.endswith(".dist-info"))}, tops
     # Data the tool reads at run time travels with it.
-    for needed in ("elo_per_token/suites/data/math.jsonl", "elo_per_token/coordinator/demo_plan.toml",
-                   "elo_per_token/suites/public/humaneval_visible.json", "elo_per_token/worker/sandbox/harness.py"):
+    for needed in (
+        "elo_per_token/suites/data/math.jsonl",
+        "elo_per_token/coordinator/demo_plan.toml",
+        "elo_per_token/suites/public/humaneval_visible.json",
+        "elo_per_token/worker/sandbox/harness.py",
+    ):
         assert needed in names
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "ept = elo_per_token.ept.cli:main" in entry
@@ -99,7 +123,9 @@ def test_wheel_declares_its_license_as_an_spdx_expression(wheel):
     assert _pyproject()["project"]["license"] == "Apache-2.0"
     (req,) = _pyproject()["build-system"]["requires"]
     assert re.fullmatch(r"setuptools>=(\d+),<(\d+)", req) and int(req.split(">=")[1].split(",")[0]) >= 77, req
-    meta = zipfile.ZipFile(wheel).read(next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith("METADATA")))
+    meta = zipfile.ZipFile(wheel).read(
+        next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith("METADATA"))
+    )
     assert b"License-Expression: Apache-2.0" in meta
 
 
@@ -128,10 +154,15 @@ print("PROBE-OK", len(ours))
 
 def test_installed_wheel_runs_next_to_foreign_packages(wheel, tmp_path):
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
-                   check=True, capture_output=True, timeout=300)
-    assert sorted(p.name for p in site.iterdir() if not p.name.endswith(".dist-info") and p.name != "bin") == \
-        ["elo_per_token"]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    assert sorted(
+        p.name for p in site.iterdir() if not p.name.endswith(".dist-info") and p.name != "bin"
+    ) == ["elo_per_token"]
     foreign = tmp_path / "other-project"
     for stage in STAGES:
         (foreign / stage).mkdir(parents=True)
@@ -141,10 +172,20 @@ def test_installed_wheel_runs_next_to_foreign_packages(wheel, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     # The other project comes first on the path, as if installed earlier; the checkout is nowhere on it.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(foreign), str(site)]), "EPT_WHEEL_SITE": str(site),
-           "COLUMNS": "200"}
-    p = subprocess.run([sys.executable, str(probe), "demo", "--tasks-per-family", "1", "--out", str(work / "out")],
-                       cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(foreign), str(site)]),
+        "EPT_WHEEL_SITE": str(site),
+        "COLUMNS": "200",
+    }
+    p = subprocess.run(
+        [sys.executable, str(probe), "demo", "--tasks-per-family", "1", "--out", str(work / "out")],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     assert "PROBE-OK" in p.stdout
     assert (work / "out" / "report" / "arms.csv").is_file()

@@ -14,8 +14,17 @@ from elo_per_token.analysis.pairs import build_pairs, judgment_pairs, outcome_pa
 
 def outcomes(rows: list[tuple[str, str, int, float | None]]) -> pl.DataFrame:
     return pl.DataFrame(
-        [{"task_id": t, "family": t.split("-")[0], "arm": a, "replicate": r, "score": s} for t, a, r, s in rows],
-        schema={"task_id": pl.String, "family": pl.String, "arm": pl.String, "replicate": pl.Int64, "score": pl.Float64},
+        [
+            {"task_id": t, "family": t.split("-")[0], "arm": a, "replicate": r, "score": s}
+            for t, a, r, s in rows
+        ],
+        schema={
+            "task_id": pl.String,
+            "family": pl.String,
+            "arm": pl.String,
+            "replicate": pl.Int64,
+            "score": pl.Float64,
+        },
     )
 
 
@@ -37,7 +46,9 @@ def test_higher_score_wins_and_ties_split() -> None:
 
 def test_replicates_meet_pairwise_with_normalised_weight() -> None:
     # a: [1, 0, 0], b: [1, 1] -> 6 meetings of weight 1/6: (1,1) x2 ties, (0,1) x4 b wins.
-    o = outcomes([("t-1", "a", 0, 1), ("t-1", "a", 1, 0), ("t-1", "a", 2, 0), ("t-1", "b", 0, 1), ("t-1", "b", 1, 1)])
+    o = outcomes(
+        [("t-1", "a", 0, 1), ("t-1", "a", 1, 0), ("t-1", "a", 2, 0), ("t-1", "b", 0, 1), ("t-1", "b", 1, 1)]
+    )
     got = as_dict(outcome_pairs(o))
     assert got == pytest.approx({("t-1", "a", "b"): 2 / 6 * 0.5, ("t-1", "b", "a"): 4 / 6 + 2 / 6 * 0.5})
     assert sum(got.values()) == pytest.approx(1.0)

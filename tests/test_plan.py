@@ -119,7 +119,14 @@ def test_expand_is_deterministic_and_complete():
     again = expand(parse_plan(GOOD), tasks)
     assert [j.to_json() for j in jobs] == [j.to_json() for j in again]
     j = jobs[-1]
-    assert (j.run_id, j.profile, j.seed, j.strategy, j.budget_n, j.replicate) == ("p1", "simulator", 11, "tree_search", 8, 1)
+    assert (j.run_id, j.profile, j.seed, j.strategy, j.budget_n, j.replicate) == (
+        "p1",
+        "simulator",
+        11,
+        "tree_search",
+        8,
+        1,
+    )
     assert j.key == "code/code-001/tree_search_n8_depth-2/r1"
     # Per-call seeds differ by job and call index but not by run.
     assert j.call_seed(0) != j.call_seed(1) != jobs[0].call_seed(1)
@@ -172,4 +179,6 @@ def test_strategy_names_budgets_and_params_are_checked():
     with pytest.raises(InputError) as ei:
         parse_plan(base.format(s="tree_search", b=2, extra="params = { depht = 2 }\n"), file="p.toml")
     assert (ei.value.field, ei.value.line) == ("arms[0].params", 6) and "depht" in str(ei.value)
-    assert parse_plan(base.format(s="tree_search", b=2, extra="params = { depth = 2 }\n")).arms[0].params == {"depth": 2}
+    assert parse_plan(base.format(s="tree_search", b=2, extra="params = { depth = 2 }\n")).arms[0].params == {
+        "depth": 2
+    }

@@ -27,12 +27,20 @@ def _rows(k: int, seed: int = 0) -> list[dict]:
         # Percentile intervals need not contain the point: some rows have both bounds above (or below) it.
         lo, hi = sorted(elo[i] + rng.normal(0, 30, 2))
         best_before = max(elo[:i], default=-math.inf)
-        rows.append({
-            "arm": f"s{i % 4}@{2 ** (i % 5)}[v={i}]", "strategy": f"s{i % 4}", "tokens_per_task": float(tok[i]),
-            "elo": float(elo[i]), "elo_lo": float(lo), "elo_hi": float(hi), "frontier": bool(elo[i] > best_before),
-            "d_elo_per_1k": float(rng.normal(0, 5)), "d_elo_per_1k_lo": float(rng.normal(3, 5)),
-            "d_elo_per_1k_hi": float(rng.normal(-3, 5)),
-        })
+        rows.append(
+            {
+                "arm": f"s{i % 4}@{2 ** (i % 5)}[v={i}]",
+                "strategy": f"s{i % 4}",
+                "tokens_per_task": float(tok[i]),
+                "elo": float(elo[i]),
+                "elo_lo": float(lo),
+                "elo_hi": float(hi),
+                "frontier": bool(elo[i] > best_before),
+                "d_elo_per_1k": float(rng.normal(0, 5)),
+                "d_elo_per_1k_lo": float(rng.normal(3, 5)),
+                "d_elo_per_1k_hi": float(rng.normal(-3, 5)),
+            }
+        )
     rows[0]["elo_lo"] = None  # a missing bound
     if k > 2:
         rows[2]["d_elo_per_1k"] = float("nan")
@@ -62,7 +70,9 @@ def test_figures_never_fail_and_label_only_frontier_and_anchor_for_many_arms(k, 
     bars = bars_figure(rows, "d_elo_per_1k", "t", "y")
     bars.savefig(tmp_path / "b.png")
     shown = [t.get_text() for t in bars.axes[0].get_yticklabels() + bars.axes[0].get_xticklabels()]
-    assert len([s for s in shown if "@" in s]) == (min(k - (k > 2), 2 * TOP_N) if k > MANY_ARMS else k - (k > 2))
+    assert len([s for s in shown if "@" in s]) == (
+        min(k - (k > 2), 2 * TOP_N) if k > MANY_ARMS else k - (k > 2)
+    )
     fams = ["a", "b"]
     val = {(f, r["arm"]): r["elo"] + (5 if f == "a" else -5) for f in fams for r in rows}
     per = per_family_figure([r["arm"] for r in rows], fams, val, {r["arm"]: r["elo"] for r in rows})

@@ -220,7 +220,9 @@ def test_404_unknown_model_is_endpoint_and_names_model(sim):
     with pytest.raises(ProviderError) as ei:
         client(sim, model="gpt-nonexistent").chat(MSGS)
     assert ei.value.error_class == "endpoint" and "gpt-nonexistent" in ei.value.message
-    assert ei.value.code == "model_not_found"  # the server's code, typed: callers branch on it, not on the text
+    assert (
+        ei.value.code == "model_not_found"
+    )  # the server's code, typed: callers branch on it, not on the text
     assert sim.control.stats()["by_status"] == {"404": 1}
 
 
@@ -228,7 +230,9 @@ def test_error_class_vocabulary_is_checked_even_under_python_O():
     """ProviderError accepts only the provider's classes; the check is explicit, so `python -O` keeps it."""
     from elo_per_token.contracts.errors import ERROR_CLASSES, PROVIDER_ERROR_CLASSES, RETRYABLE
 
-    assert set(PROVIDER_ERROR_CLASSES) == set(ERROR_CLASSES) - {"task"} and RETRYABLE.issubset(PROVIDER_ERROR_CLASSES)
+    assert set(PROVIDER_ERROR_CLASSES) == set(ERROR_CLASSES) - {"task"} and RETRYABLE.issubset(
+        PROVIDER_ERROR_CLASSES
+    )
     for cls in PROVIDER_ERROR_CLASSES:
         assert ProviderError(cls, "m").error_class == cls
     for bad in ("task", "Transient", ""):

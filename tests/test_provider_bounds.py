@@ -177,7 +177,9 @@ def test_ledger_never_writes_non_finite_json(tmp_path):
     call = CallRecord(call_index=0, role="sample", model="m", usage={"prompt_tokens": 1, "completion_tokens": 1},
                       latency_s=0.1, attempts=1, finish_reason="stop")  # fmt: skip
     grader = {"grader": "numeric", "got": float("inf"), "want": 4.0, "nested": [float("nan")]}
-    result = JobResult(job, [call], Outcome(answer="9" * 400, score=0.0, correct=False, grader=grader), 1.0, 2.0)
+    result = JobResult(
+        job, [call], Outcome(answer="9" * 400, score=0.0, correct=False, grader=grader), 1.0, 2.0
+    )
     lines = strict(result.to_jsonl())
     assert lines[-1]["grader"]["got"] == "inf" and lines[-1]["grader"]["nested"] == ["nan"]
     led = open_ledger(tmp_path / "ledger")

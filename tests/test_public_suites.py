@@ -27,8 +27,13 @@ SAMPLE = HE[::8]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "COLUMNS": "400"})
+    return subprocess.run(
+        [sys.executable, "-m", "elo_per_token", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "400"},
+    )
 
 
 def test_humaneval_is_listed_with_164_tasks():
@@ -52,8 +57,10 @@ def test_canonical_solution_passes_the_official_check_and_return_none_fails(task
 def test_a_plausible_wrong_answer_fails_the_hidden_check_but_can_pass_visible_tests():
     task = next(t for t in HE if t["meta"]["problem_id"] == "HumanEval/0")
     # Checks only neighbours in the given order: right on the docstring examples, wrong in general.
-    wrong = ("def has_close_elements(numbers, threshold):\n"
-             "    return any(abs(a - b) < threshold for a, b in zip(numbers, numbers[1:]))\n")
+    wrong = (
+        "def has_close_elements(numbers, threshold):\n"
+        "    return any(abs(a - b) < threshold for a, b in zip(numbers, numbers[1:]))\n"
+    )
     assert not grade(task, f"```python\n{wrong}```").correct
     assert grade_code(wrong, task, tests=task["visible_tests"]).correct
 
@@ -70,7 +77,9 @@ def test_visible_tests_are_docstring_examples_not_the_hidden_check():
 
 def test_best_of_n_uses_the_docstring_examples_as_its_verifier(sim):
     task = next(t for t in HE if len(t["visible_tests"]) >= 2)
-    client = ProviderClient(sim.profile(supports_n=False), api_key=SIM_KEY, backoff_base=0.01, backoff_cap=0.05)
+    client = ProviderClient(
+        sim.profile(supports_n=False), api_key=SIM_KEY, backoff_base=0.01, backoff_cap=0.05
+    )
     res = run_job(Job("r", task, "best_of_n", 4, seed=1), client)
     assert res.outcome.grader["strategy"]["verifier"] == "tests"
     assert [c.role for c in res.calls] == ["sample"] * 4  # no LLM verifier calls: the tests decide
@@ -90,7 +99,9 @@ def test_humaneval_task_json_round_trips_through_suite_validation(tmp_path):
 HAS_BFCL = "bfcl" in builtin_suite_names()
 BFCL = load_builtin_suite("bfcl") if HAS_BFCL else []
 BFCL_SAMPLE = BFCL[::5]
-pytestmark_bfcl = pytest.mark.skipif(not HAS_BFCL, reason="bfcl-eval not installed (pip install --no-deps bfcl-eval)")
+pytestmark_bfcl = pytest.mark.skipif(
+    not HAS_BFCL, reason="bfcl-eval not installed (pip install --no-deps bfcl-eval)"
+)
 
 
 @pytestmark_bfcl
@@ -98,7 +109,13 @@ def test_bfcl_is_listed_with_its_categories():
     from collections import Counter
 
     cats = Counter(t["meta"]["category"] for t in BFCL)
-    assert cats == {"simple_python": 400, "multiple": 200, "parallel": 200, "parallel_multiple": 200, "irrelevance": 240}
+    assert cats == {
+        "simple_python": 400,
+        "multiple": 200,
+        "parallel": 200,
+        "parallel_multiple": 200,
+        "irrelevance": 240,
+    }
     out = _cli("suites", "list")
     row = next(line for line in out.stdout.splitlines() if line.startswith("│ bfcl"))
     assert "1240" in row and "simple_python:400" in row and "irrelevance:240" in row
@@ -120,7 +137,14 @@ def test_bfcl_tools_are_openai_function_specs():
             assert re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", fn["name"])
             assert fn["parameters"]["type"] == "object"
             for p in fn["parameters"].get("properties", {}).values():
-                assert p.get("type", "string") in ("string", "integer", "number", "boolean", "array", "object")
+                assert p.get("type", "string") in (
+                    "string",
+                    "integer",
+                    "number",
+                    "boolean",
+                    "array",
+                    "object",
+                )
 
 
 @pytestmark_bfcl
@@ -171,7 +195,9 @@ def test_bfcl_questions_repeated_with_other_tools_are_told_apart_by_the_tools():
     for t in pair:
         names = {tool["function"]["name"] for tool in t["tools"]}
         for seed in range(4):
-            reply = brain.respond(BrainRequest(messages=t["messages"], temperature=0.7, seed=seed, tools=t["tools"]))
+            reply = brain.respond(
+                BrainRequest(messages=t["messages"], temperature=0.7, seed=seed, tools=t["tools"])
+            )
             assert {c["name"].removesuffix("_x") for c in reply.tool_calls or []} <= names
 
 
@@ -182,14 +208,31 @@ def test_public_benchmarks_plan_runs_end_to_end(sim, tmp_path):
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "EPT_SIM_API_KEY": SIM_KEY, "COLUMNS": "200"}
     out = subprocess.run(
-        [sys.executable, "-m", "elo_per_token", "sweep", str(repo / "examples" / "plans" / "public-benchmarks.toml"),
-         "--profiles", str(repo / "profiles.toml"), "--profile-url-override", sim.url],
-        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "elo_per_token",
+            "sweep",
+            str(repo / "examples" / "plans" / "public-benchmarks.toml"),
+            "--profiles",
+            str(repo / "profiles.toml"),
+            "--profile-url-override",
+            sim.url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout + out.stderr
     assert "108 jobs" in text and "0 failed" in text.replace("failed 0", "0 failed")
     jobs = list((tmp_path / "ept-out" / "ledger" / "runs" / "public-benchmarks" / "jobs").rglob("*.jsonl"))
-    fams = {p.relative_to(tmp_path / "ept-out" / "ledger" / "runs" / "public-benchmarks" / "jobs").parts[0] for p in jobs}
+    fams = {
+        p.relative_to(tmp_path / "ept-out" / "ledger" / "runs" / "public-benchmarks" / "jobs").parts[0]
+        for p in jobs
+    }
     assert len(jobs) == 108 and fams == {"code", "tool_use", "math"}
     outcomes = [json.loads(x) for p in jobs for x in p.read_text().splitlines() if '"outcome"' in x]
     graders = {o["grader"]["grader"] for o in outcomes if o.get("grader")}
@@ -202,8 +245,14 @@ def test_humaneval_checks_that_shadow_builtins_grade_correctly():
     for pid in ("HumanEval/38", "HumanEval/50"):
         task = next(t for t in HE if t["meta"]["problem_id"] == pid)
         assert grade(task, f"```python\n{task['reference']}```").correct
-    task = {**HE[0], "entry_point": "f", "tests": ["def check(c):\n    str = 'ab'\n    assert c() == str\ncheck(f)\n",
-                                                    "len = 3\nassert len == 3\n"]}
+    task = {
+        **HE[0],
+        "entry_point": "f",
+        "tests": [
+            "def check(c):\n    str = 'ab'\n    assert c() == str\ncheck(f)\n",
+            "len = 3\nassert len == 3\n",
+        ],
+    }
     assert grade_code("def f():\n    return 'ab'\n", task).correct
     assert grade_code("def f():\n    return 'ba'\n", task).score == 0.5
 
@@ -218,11 +267,15 @@ def test_majority_on_bfcl_votes_on_the_calls_made(sim):
 
     right = [{"name": c["name"], "arguments": json.dumps(c["arguments"])} for c in right_calls(task)]
     wrong = [{"name": c["name"], "arguments": json.dumps(c["arguments"])} for c in wrong_calls(task, 0)]
-    cands = [Candidate(0, "Answer: the calls above.", "the calls above.", wrong),
-             Candidate(1, "Answer: the calls above.", "the calls above.", list(reversed(right))),
-             Candidate(2, "Answer: the calls above.", "the calls above.", right)]
+    cands = [
+        Candidate(0, "Answer: the calls above.", "the calls above.", wrong),
+        Candidate(1, "Answer: the calls above.", "the calls above.", list(reversed(right))),
+        Candidate(2, "Answer: the calls above.", "the calls above.", right),
+    ]
     chosen, details = vote(task, cands)
     assert chosen.index == 1 and details["n_valid"] == 3  # same calls in another order are one answer
     client = ProviderClient(sim.profile(), api_key=SIM_KEY, backoff_base=0.01, backoff_cap=0.05)
     res = run_job(Job("r", task, "majority", 3, seed=2), client)
-    assert res.outcome.grader["grader"] == "bfcl" and sum(res.outcome.grader["strategy"]["votes"].values()) == 3
+    assert (
+        res.outcome.grader["grader"] == "bfcl" and sum(res.outcome.grader["strategy"]["votes"].values()) == 3
+    )

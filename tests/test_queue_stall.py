@@ -23,7 +23,9 @@ from elo_per_token.coordinator.consumers import QueueWatch, consumers_by_queue
 def _calls_by_job(led, run_id: str) -> Counter:
     """Requests the ledger's call records account for, per job key (job objects and spent objects alike)."""
     out: Counter = Counter()
-    lines = [json.loads(x) for k in led.list_jobs(run_id) for x in led.get_job(run_id, k).decode().splitlines()]
+    lines = [
+        json.loads(x) for k in led.list_jobs(run_id) for x in led.get_job(run_id, k).decode().splitlines()
+    ]
     for name in led.list_blobs(run_id, SPENT_DIR):
         lines += parse_spent(led.get_blob(run_id, name), name)
     for x in lines:
@@ -79,7 +81,10 @@ def test_a_grader_that_cannot_start_stops_the_sweep_in_two_minutes_and_nothing_r
         workers.stop()
     stats = sim.control.stats()
     recorded = _calls_by_job(led, "stall")
-    assert stats["completion_requests"] > 0 and sum(recorded.values()) == stats["completion_requests"], (stats, recorded)
+    assert stats["completion_requests"] > 0 and sum(recorded.values()) == stats["completion_requests"], (
+        stats,
+        recorded,
+    )
     # Nothing ran twice: each job's requests at the server are exactly the calls of its one recorded run.
     assert {k: v for k, v in stats["by_job"].items() if v} == dict(recorded)
     st = run_status(led, "stall")
@@ -113,11 +118,15 @@ def test_queue_watch_stops_only_after_the_whole_window_with_work_and_no_consumer
     assert w2.check(pending=1, now=70) is None  # stalled since 70 only
     assert w2.check(pending=1, now=131) and "'grade'" in w2.check(pending=1, now=200)
     # No worker on the job queue: that queue is named.
-    w3 = QueueWatch("ept", None, inspect=lambda: {}, waiting=lambda q: 0, reason=lambda q: None, window=60, every=10)
+    w3 = QueueWatch(
+        "ept", None, inspect=lambda: {}, waiting=lambda q: 0, reason=lambda q: None, window=60, every=10
+    )
     assert w3.check(pending=1, now=0) is None
     assert "'ept'" in (w3.check(pending=1, now=60) or "")
     # An unanswered broadcast (None) is no evidence either way; nothing pending is no stall.
-    w4 = QueueWatch("ept", None, inspect=lambda: None, waiting=lambda q: 0, reason=lambda q: None, window=1, every=0)
+    w4 = QueueWatch(
+        "ept", None, inspect=lambda: None, waiting=lambda q: 0, reason=lambda q: None, window=1, every=0
+    )
     assert all(w4.check(pending=1, now=t) is None for t in range(10))
 
 

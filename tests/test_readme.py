@@ -137,4 +137,6 @@ def test_documented_commands_run(doc: Path, tmp_path: Path) -> None:
     script = f"{stop}\nset -x\n{body}\n"
     r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=tmp_path, env=env, capture_output=True,
                        text=True, timeout=900)  # fmt: skip
-    assert r.returncode == 0, f"{doc.name}: exit {r.returncode}\n--- stdout\n{r.stdout[-4000:]}\n--- stderr\n{r.stderr[-6000:]}"
+    assert r.returncode == 0, (
+        f"{doc.name}: exit {r.returncode}\n--- stdout\n{r.stdout[-4000:]}\n--- stderr\n{r.stderr[-6000:]}"
+    )

@@ -100,7 +100,9 @@ def test_claude_p_with_the_exported_settings_reaches_the_simulator(clients, simu
     assert "YOUR_API_KEY" in settings
     home = tmp_path / "home"
     (home / ".claude").mkdir(parents=True)
-    (home / ".claude" / "settings.json").write_text(settings.replace("YOUR_API_KEY", KEY))  # the user's one edit
+    (home / ".claude" / "settings.json").write_text(
+        settings.replace("YOUR_API_KEY", KEY)
+    )  # the user's one edit
     urllib.request.urlopen(urllib.request.Request(root + "/_sim/reset", data=b"{}", method="POST"))
     r = subprocess.run([str(clients / "claude"), "-p", "What is 6 times 7?"], capture_output=True, text=True,
                        timeout=180, cwd=tmp_path, env={**os.environ, "HOME": str(home)})  # fmt: skip

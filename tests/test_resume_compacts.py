@@ -13,7 +13,9 @@ def test_a_resume_with_nothing_to_run_compacts_what_an_earlier_session_left(tmp_
     from elo_per_token.egress.profiles import get_profile
 
     sim = make_sim(api_key=FAULT_KEY, seed=2)
-    rig = fault_rig(tmp_path, sim.url, name="resume", ledger=str(tmp_path / "ledger"), executor="local", per_family=2)
+    rig = fault_rig(
+        tmp_path, sim.url, name="resume", ledger=str(tmp_path / "ledger"), executor="local", per_family=2
+    )
     rig.use_in_process(monkeypatch)
     prof = get_profile("fault-sim")
     first = execute(rig.plan, rig.jobs, profile=prof, analyze=False, compact=False)
@@ -23,7 +25,9 @@ def test_a_resume_with_nothing_to_run_compacts_what_an_earlier_session_left(tmp_
     requests = sim.control.stats()["requests"]
     again = execute(rig.plan, rig.jobs, profile=prof, analyze=False)
     assert again.tally.done == 0 and sim.control.stats()["requests"] == requests  # nothing ran
-    assert any(n.endswith(".parquet") for n in led.list_blobs("resume", "compact/")), led.list_blobs("resume", "compact/")
+    assert any(n.endswith(".parquet") for n in led.list_blobs("resume", "compact/")), led.list_blobs(
+        "resume", "compact/"
+    )
     assert again.compact_note and "compacted" in again.compact_note
     # A third resume has nothing new to fold and says nothing about it.
     third = execute(rig.plan, rig.jobs, profile=prof, analyze=False)

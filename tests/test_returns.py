@@ -151,7 +151,9 @@ def test_ratio_only_where_the_token_step_is_resolved():
     r = 1000
     ts = np.column_stack([4000 + rng.normal(0, 30, r), 4050 + rng.normal(0, 30, r)])
     es = np.column_stack([np.full(r, 1000.0), 1005.6 + rng.normal(0, 8, r)])
-    df = returns_table(["a", "b"], ["x", "y"], [1, 2], np.array([4000.0, 4050.0]), np.array([1000.0, 1005.6]), es, ts)
+    df = returns_table(
+        ["a", "b"], ["x", "y"], [1, 2], np.array([4000.0, 4050.0]), np.array([1000.0, 1005.6]), es, ts
+    )
     row = df.row(1, named=True)
     assert row["per_1k_resolved"] is False
     assert row["d_elo_per_1k"] is None and row["d_elo_per_1k_lo"] is None and row["d_elo_per_1k_hi"] is None
@@ -168,7 +170,9 @@ def test_resolved_ratio_counts_nonpositive_rounds_at_the_far_end():
     d = np.linspace(400.0, 600.0, 200)
     d[:3] = [-5.0, 0.0, -1.0]
     ts = np.column_stack([np.full(200, 1000.0), 1000.0 + d])
-    df = returns_table(["a", "b"], ["x", "y"], [1, 2], np.array([1000.0, 1500.0]), np.array([1000.0, 1010.0]), es, ts)
+    df = returns_table(
+        ["a", "b"], ["x", "y"], [1, 2], np.array([1000.0, 1500.0]), np.array([1000.0, 1010.0]), es, ts
+    )
     row = df.row(1, named=True)
     assert row["per_1k_resolved"] is True and row["per_1k_nonpositive_rounds"] == 3
     ratio = np.where(d > 0, 10.0 / np.where(d > 0, d, 1) * 1000, np.inf)
@@ -181,12 +185,16 @@ def test_resolved_ratio_counts_nonpositive_rounds_at_the_far_end():
 def test_frontier_probability_from_rounds():
     # Three arms truly all on the frontier but close: the point label marks one off, the probability
     # says how sure that is.
-    es = np.array([[1000.0, 1010.0, 1020.0], [1000.0, 1020.0, 1015.0], [1000.0, 995.0, 1030.0], [1000, 1010, 1010]])
+    es = np.array(
+        [[1000.0, 1010.0, 1020.0], [1000.0, 1020.0, 1015.0], [1000.0, 995.0, 1030.0], [1000, 1010, 1010]]
+    )
     ts = np.tile([100.0, 200.0, 300.0], (4, 1))
     # round 2: arm 2 below arm 1 -> off; round 3: arm 1 below arm 0 -> off; round 4: arm 2 ties arm 1 at more
     # tokens -> weakly dominated, off.
     assert frontier_probability(es, ts).tolist() == [1.0, 0.75, 0.5]
-    df = returns_table(["a", "b", "c"], ["x"] * 3, [1, 2, 3], ts[0], np.array([1000.0, 1012.0, 1010.0]), es, ts)
+    df = returns_table(
+        ["a", "b", "c"], ["x"] * 3, [1, 2, 3], ts[0], np.array([1000.0, 1012.0, 1010.0]), es, ts
+    )
     assert df["frontier_prob"].to_list() == [1.0, 0.75, 0.5]
     assert df["frontier"].to_list() == [True, True, False]
 
@@ -222,7 +230,12 @@ def test_heterogeneity_warns_only_on_evidence():
     msgs = family_heterogeneity(split, _family_rounds(rng, split, 0.08), w, arms)
     assert msgs and msgs[0].startswith("bo4: the families disagree")
     # One family: nothing to test.
-    assert family_heterogeneity({"math": agree["math"]}, {"math": _family_rounds(rng, agree, 0.1)["math"]}, w, arms) == []
+    assert (
+        family_heterogeneity(
+            {"math": agree["math"]}, {"math": _family_rounds(rng, agree, 0.1)["math"]}, w, arms
+        )
+        == []
+    )
 
 
 def test_heterogeneity_false_alarm_rate_is_bounded():

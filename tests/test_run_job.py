@@ -24,7 +24,9 @@ def client(sim, key: str = SIM_KEY, **kw) -> ProviderClient:
 
 
 def test_credential_error_ends_the_job_without_a_score(sim_keyed):
-    res = run_job(Job("r", MATH[0], "best_of_n", 4, seed=1), client(sim_keyed, key="sk-wrong-key-000000000000"))
+    res = run_job(
+        Job("r", MATH[0], "best_of_n", 4, seed=1), client(sim_keyed, key="sk-wrong-key-000000000000")
+    )
     assert res.outcome.score is None and res.outcome.correct is None
     assert res.outcome.error["class"] == "credential" and "EPT_SIM_API_KEY" in res.outcome.error["message"]
     assert len(res.calls) == 1 and res.calls[0].error["class"] == "credential" and res.calls[0].usage is None
@@ -35,7 +37,9 @@ def test_error_mid_job_keeps_the_calls_already_made(make_sim):
     sim = make_sim(script=["ok", "ok", "400"])  # third request is rejected (permanent, no retry)
     res = run_job(Job("r", MATH[3], "majority", 5, seed=1), client(sim, supports_n=False), concurrency=1)
     # The strategy's request was refused after it had spent tokens: a loss (score 0) that keeps them.
-    assert res.outcome.error is None and res.outcome.score == 0.0 and res.outcome.failure["class"] == "permanent"
+    assert (
+        res.outcome.error is None and res.outcome.score == 0.0 and res.outcome.failure["class"] == "permanent"
+    )
     ok = [c for c in res.calls if c.error is None]
     failed = [c for c in res.calls if c.error is not None]
     assert [c.call_index for c in ok] == [0, 1] and [c.call_index for c in failed] == [2]
@@ -48,7 +52,10 @@ def test_4xx_on_a_profiles_first_request_is_a_credential_problem_naming_the_key(
     sim = make_sim(script=["proxy_400"])
     res = run_job(Job("r", MATH[3], "majority", 2, seed=1), client(sim, supports_n=False), concurrency=1)
     assert res.outcome.score is None and res.outcome.error["class"] == "credential"
-    assert "No connected db" in res.outcome.error["message"] and "$EPT_SIM_API_KEY" in res.outcome.error["message"]
+    assert (
+        "No connected db" in res.outcome.error["message"]
+        and "$EPT_SIM_API_KEY" in res.outcome.error["message"]
+    )
 
 
 def test_transient_errors_are_retried_and_counted(make_sim):
@@ -65,7 +72,11 @@ def test_missing_usage_is_flagged_not_invented(make_sim):
 
 
 def test_job_results_are_ledger_lines_polars_reads(sim, tmp_path):
-    jobs = [Job("run1", MATH[i], s, n, seed=7) for i in range(3) for s, n in (("greedy", 1), ("majority", 4), ("best_of_n", 2))]
+    jobs = [
+        Job("run1", MATH[i], s, n, seed=7)
+        for i in range(3)
+        for s, n in (("greedy", 1), ("majority", 4), ("best_of_n", 2))
+    ]
     results = [run_job(j, client(sim, supports_n=False)) for j in jobs]
     for r in results:
         (tmp_path / (r.job.key.replace("/", "__") + ".jsonl")).write_bytes(r.to_jsonl())
@@ -73,9 +84,10 @@ def test_job_results_are_ledger_lines_polars_reads(sim, tmp_path):
     calls = df.filter(pl.col("kind") == "call")
     outcomes = df.filter(pl.col("kind") == "outcome")
     assert outcomes.height == len(jobs) and calls.height == sum(len(r.calls) for r in results)
-    tok = (
-        calls.group_by("job_key")
-        .agg((pl.col("usage").struct.field("prompt_tokens") + pl.col("usage").struct.field("completion_tokens")).sum().alias("t"))
+    tok = calls.group_by("job_key").agg(
+        (pl.col("usage").struct.field("prompt_tokens") + pl.col("usage").struct.field("completion_tokens"))
+        .sum()
+        .alias("t")
     )
     assert dict(tok.iter_rows()) == {r.job.key: r.tokens for r in results}
     assert set(outcomes["arm"]) == {"greedy@1", "majority@4", "best_of_n@2"}
@@ -110,7 +122,9 @@ def test_judge_mode_pairs_both_orders_at_evaluation_cost(sim):
         job = judge_job("r", task, seed=1)
         res = run_judgments(job, {"good@1": right, "bad@1": wrong, "meh@1": wrong}, p)
         assert res.ok and len(res.judgments) == 3 and len(res.calls) == 6
-        assert all(c.role == "judge" for c in res.calls) and res.tokens == 0  # evaluation cost, not strategy cost
+        assert (
+            all(c.role == "judge" for c in res.calls) and res.tokens == 0
+        )  # evaluation cost, not strategy cost
         by_pair = {(j["arm_a"], j["arm_b"]): j for j in res.judgments}
         wins[by_pair[("bad@1", "good@1")]["winner"]] += 1
         lines = [json.loads(x) for x in res.to_jsonl().decode().splitlines()]
@@ -123,6 +137,8 @@ def test_judge_reads_bare_answers_too(sim):
     p = client(sim)
     picked = 0
     for task in MATH[20:40]:
-        res = run_judgments(judge_job("r", task), {"a@1": str(task["distractors"][0]), "b@1": str(task["reference"])}, p)
+        res = run_judgments(
+            judge_job("r", task), {"a@1": str(task["distractors"][0]), "b@1": str(task["reference"])}, p
+        )
         picked += res.judgments[0]["winner"] == "B"
     assert picked >= 12

@@ -45,11 +45,14 @@ def test_nested_asserts_must_run_at_least_once():
     assert "did not all run" in verdict(p, {"c": [], "e": None})
 
 
-@pytest.mark.parametrize("stdout", [
-    b"\x1eEPT:{\"load\": null}\n\x1eEPT:{\"load\": null}\n",  # two load reports
-    b"\x1eEPT:{\"load\": null}\n\x1eEPT:{\"t\": 0, \"c\": [], \"e\": null}\n\x1eEPT:{\"t\": 0, \"c\": [], \"e\": null}\n",
-    b"\x1eEPT:not json\n",
-])
+@pytest.mark.parametrize(
+    "stdout",
+    [
+        b'\x1eEPT:{"load": null}\n\x1eEPT:{"load": null}\n',  # two load reports
+        b'\x1eEPT:{"load": null}\n\x1eEPT:{"t": 0, "c": [], "e": null}\n\x1eEPT:{"t": 0, "c": [], "e": null}\n',
+        b"\x1eEPT:not json\n",
+    ],
+)
 def test_a_written_over_channel_is_tampering(stdout):
     with pytest.raises(Tampered):
         parse_report(stdout, b"\x1eEPT:")
@@ -57,8 +60,12 @@ def test_a_written_over_channel_is_tampering(stdout):
 
 def test_values_with_wrong_shape_are_tampering():
     p = prepare("assert f(1) == 2")
-    for line in ({"c": [[0, []]], "e": None}, {"c": [[7, [ok(1)]]], "e": None}, {"c": [[0, [{"q": 1}]]], "e": None},
-                 {"c": [[0, [ok({"zz": 1})]]], "e": None}):
+    for line in (
+        {"c": [[0, []]], "e": None},
+        {"c": [[7, [ok(1)]]], "e": None},
+        {"c": [[0, [{"q": 1}]]], "e": None},
+        {"c": [[0, [ok({"zz": 1})]]], "e": None},
+    ):
         with pytest.raises(Tampered):
             verdict(p, line)
 

@@ -38,7 +38,9 @@ def _printing_wrong(task: dict, body: str = "") -> str:
 
 
 @needs_bwrap
-def test_humaneval_job_transcript_shows_code_failed_assert_and_printed_output(make_sim, tmp_path: Path) -> None:
+def test_humaneval_job_transcript_shows_code_failed_assert_and_printed_output(
+    make_sim, tmp_path: Path
+) -> None:
     """End to end: the simulator answers a HumanEval task with code that prints and fails an assert; the job's
     transcript and its `ept view` page show the candidate code, the failed assert and what it printed."""
     from elo_per_token.simulator.brain import TaskBrain
@@ -47,7 +49,9 @@ def test_humaneval_job_transcript_shows_code_failed_assert_and_printed_output(ma
     code = _printing_wrong(HE[0])
     task = {**HE[0], "reference": code, "distractors": [code]}  # right or wrong, the reply is this code
     sim = make_sim(brain=TaskBrain(tasks=[task]))
-    client = ProviderClient(sim.profile(supports_n=False), api_key=SIM_KEY, backoff_base=0.01, backoff_cap=0.05)
+    client = ProviderClient(
+        sim.profile(supports_n=False), api_key=SIM_KEY, backoff_base=0.01, backoff_cap=0.05
+    )
     led = FileLedger(tmp_path / "ledger")
     job = Job("he", task, "greedy", 1, seed=3)
     assert perform_job(job, led, client, transcripts=True)["status"] == "done"
@@ -66,7 +70,10 @@ def test_humaneval_job_transcript_shows_code_failed_assert_and_printed_output(ma
     blocks = {c: page.split(f'<div class="{c}">', 1)[1].split("</div></div>")[0] if f'<div class="{c}">' in page
               else "" for c in ("failed-assert", "sandbox-output")}  # fmt: skip
     assert "AssertionError: assert candidate(" in blocks["failed-assert"]
-    assert "debug: called with" in blocks["sandbox-output"] and "loading has_close_elements" in blocks["sandbox-output"]
+    assert (
+        "debug: called with" in blocks["sandbox-output"]
+        and "loading has_close_elements" in blocks["sandbox-output"]
+    )
 
 
 @needs_bwrap
@@ -87,8 +94,10 @@ def test_printed_fake_verdicts_change_nothing() -> None:
     if right is None:
         pytest.skip("the task has no reference solution to check the other direction")
     ep = task["entry_point"]
-    fail_report = "'\\x1eEPT:' + '{\"t\": 0, \"c\": [[0, [{\"x\": \"forged\"}]]], \"e\": \"forged\"}'"
-    lying = right + f"\n_orig = {ep}\ndef {ep}(*a, **k):\n    print({fail_report})\n    return _orig(*a, **k)\n"
+    fail_report = '\'\\x1eEPT:\' + \'{"t": 0, "c": [[0, [{"x": "forged"}]]], "e": "forged"}\''
+    lying = (
+        right + f"\n_orig = {ep}\ndef {ep}(*a, **k):\n    print({fail_report})\n    return _orig(*a, **k)\n"
+    )
     g = grade_code(lying, task)
     assert g.correct and g.score == 1.0 and '"e": "forged"' in g.details["sandbox_output"]
 
@@ -96,8 +105,18 @@ def test_printed_fake_verdicts_change_nothing() -> None:
 # Hostile printed output: huge, control characters, the report marker, fake verdict lines, surrogates.
 _piece = st.one_of(
     st.text(max_size=50),
-    st.sampled_from(["\x1eEPT:{\"done\": 1}", "\x1eEPT:{\"t\": 0, \"c\": [], \"e\": null}", "\x1b[2J\x1b[H",
-                     "\x00\x07\x1e\x7f\x9b", "\ud800", "\r", "\n" * 50, '{"o": "x", "cut": -1}']),
+    st.sampled_from(
+        [
+            '\x1eEPT:{"done": 1}',
+            '\x1eEPT:{"t": 0, "c": [], "e": null}',
+            "\x1b[2J\x1b[H",
+            "\x00\x07\x1e\x7f\x9b",
+            "\ud800",
+            "\r",
+            "\n" * 50,
+            '{"o": "x", "cut": -1}',
+        ]
+    ),
 )
 
 
@@ -119,7 +138,9 @@ def test_hostile_printed_output_is_bounded_and_never_a_verdict(pieces: list[str]
     tracemalloc.stop()
     assert (g.score, g.correct) == (silent.score, silent.correct)
     reason = g.details["reason"]
-    assert reason == silent.details["reason"] or reason.startswith("timeout")  # a huge print loop may run out of CPU
+    assert reason == silent.details["reason"] or reason.startswith(
+        "timeout"
+    )  # a huge print loop may run out of CPU
     out = g.details["sandbox_output"]
     assert len(out) <= BOUND
     assert not any((ord(c) < 32 and c not in "\n\t") or 0x7f <= ord(c) <= 0x9f or 0xD800 <= ord(c) <= 0xDFFF

@@ -48,7 +48,9 @@ def redis_dump(r: Any) -> bytes:
             env = json.loads(v)
         except (ValueError, UnicodeDecodeError):
             return
-        if isinstance(env, list) and env and isinstance(env[0], str | bytes):  # unacked hash values: [msg, ex, rk]
+        if (
+            isinstance(env, list) and env and isinstance(env[0], str | bytes)
+        ):  # unacked hash values: [msg, ex, rk]
             env = env[0] if isinstance(env[0], dict) else env
         if isinstance(env, dict) and isinstance(env.get("body"), str):
             with_b64 = env.get("properties", {}).get("body_encoding") == "base64"
@@ -111,12 +113,24 @@ def test_canary_key_never_leaks_through_a_distributed_sweep(tmp_path, redis_serv
 
     # Enqueue with no worker yet, so the messages sit in Redis where we can read them.
     result: dict[str, Any] = {}
-    t = threading.Thread(target=lambda: result.update(out=execute(
-        plan, jobs, profile=get_profile("fault-sim"), broker_url=redis_server.url, console=console, analyze=True)))
+    t = threading.Thread(
+        target=lambda: result.update(
+            out=execute(
+                plan,
+                jobs,
+                profile=get_profile("fault-sim"),
+                broker_url=redis_server.url,
+                console=console,
+                analyze=True,
+            )
+        )
+    )
     t.start()
     wait_until(lambda: r.llen(queue) >= len(jobs), 30, "all jobs queued")
     queued = redis_dump(r)
-    assert b'"profile": "fault-sim"' in queued and b"EPT_SIM_API_KEY" not in queued  # we read real job payloads
+    assert (
+        b'"profile": "fault-sim"' in queued and b"EPT_SIM_API_KEY" not in queued
+    )  # we read real job payloads
     assert_clean(queued, "Redis while jobs are queued")
 
     env = {**s3_env.env(), **worker_env(), "EPT_PROFILES": str(profiles), "EPT_SIM_API_KEY": CANARY}
@@ -148,7 +162,11 @@ def test_canary_key_never_leaks_through_a_distributed_sweep(tmp_path, redis_serv
 
     # Every object in the bucket: ledger job objects, manifest, failures.
     s3 = boto3.client("s3")
-    names = [o["Key"] for p in s3.get_paginator("list_objects_v2").paginate(Bucket=s3_bucket) for o in p.get("Contents", [])]
+    names = [
+        o["Key"]
+        for p in s3.get_paginator("list_objects_v2").paginate(Bucket=s3_bucket)
+        for o in p.get("Contents", [])
+    ]
     assert any(n.endswith("manifest.json") for n in names) and sum("/jobs/" in n for n in names) == len(jobs)
     allowed = (set(LINE_IDENTITY_KEYS) | set(CallRecord.__dataclass_fields__) | set(Outcome.__dataclass_fields__)
                | {"started_at", "finished_at"})  # fmt: skip
@@ -163,7 +181,9 @@ def test_canary_key_never_leaks_through_a_distributed_sweep(tmp_path, redis_serv
                 bad = [k for k in _walk_keys(rec) if HEADERISH.search(k)]
                 assert not bad, (n, bad)
     m = open_ledger(ledger).get_manifest("canary")
-    assert m["profile"]["api_key_env"] == "EPT_SIM_API_KEY" and not [k for k in _walk_keys(m) if "key" in k.lower() and k not in ("api_key_env", "declares_keys")]
+    assert m["profile"]["api_key_env"] == "EPT_SIM_API_KEY" and not [
+        k for k in _walk_keys(m) if "key" in k.lower() and k not in ("api_key_env", "declares_keys")
+    ]
 
     # The coordinator's terminal output and the reports.
     assert_clean(console_buf.getvalue(), "coordinator output")
@@ -246,7 +266,12 @@ def test_compose_keeps_redis_and_s3_off_the_host_and_sets_a_redis_password():
     assert "requirepass %s" in cmd and '"$$REDIS_PASSWORD"' in cmd and "--requirepass" not in cmd, cmd
     assert services["redis"]["environment"]["REDIS_PASSWORD"].startswith("${REDIS_PASSWORD")
     # Every Redis client in the stack authenticates: as the default user with that password, or as `grader`.
-    urls = [str(v) for s in services.values() for v in (s.get("environment") or {}).values() if "redis://" in str(v)]
+    urls = [
+        str(v)
+        for s in services.values()
+        for v in (s.get("environment") or {}).values()
+        if "redis://" in str(v)
+    ]
     assert not [c for s in services.values() for c in (s.get("command") or []) if "redis://" in str(c)]
     assert urls and all(":${REDIS_PASSWORD" in u or "grader:${REDIS_GRADER_PASSWORD" in u for u in urls), urls
     # Only loopback publishing anywhere (e.g. Flower's UI).

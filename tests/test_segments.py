@@ -36,7 +36,9 @@ sys.addaudithook(_audit)
 
 def _ept(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     full = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "500", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, env=full, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, env=full, timeout=300
+    )
 
 
 def _totals(frame: pl.DataFrame) -> dict:
@@ -56,8 +58,17 @@ def _expected(n_jobs: int) -> dict:
 
     df = pl.read_ndjson(io.BytesIO(b"".join(blobs)))
     calls = df.filter(pl.col("kind") == "call")
-    tokens = int(calls["usage"].struct.field("prompt_tokens").sum() + calls["usage"].struct.field("completion_tokens").sum())
-    return {"rows": df.height, "calls": calls.height, "outcomes": n_jobs, "tokens": tokens, "distinct": df.height}
+    tokens = int(
+        calls["usage"].struct.field("prompt_tokens").sum()
+        + calls["usage"].struct.field("completion_tokens").sum()
+    )
+    return {
+        "rows": df.height,
+        "calls": calls.height,
+        "outcomes": n_jobs,
+        "tokens": tokens,
+        "distinct": df.height,
+    }
 
 
 def test_incremental_compaction_opens_only_new_objects(tmp_path):
@@ -77,7 +88,9 @@ def test_incremental_compaction_opens_only_new_objects(tmp_path):
     assert second.segments[0].endswith("part-00002.parquet")
     # Exactly the 150 new objects were opened, each once.
     assert len(_OPENS) == 150 and len(set(_OPENS)) == 150
-    new_keys = {k for k, _ in zip(*ledger_gen.job_lines(ledger_gen.job_frame("r", 150, offset=1500)), strict=True)}
+    new_keys = {
+        k for k, _ in zip(*ledger_gen.job_lines(ledger_gen.job_frame("r", 150, offset=1500)), strict=True)
+    }
     assert {os.path.relpath(p, root / "runs" / "r" / "jobs")[: -len(".jsonl")] for p in _OPENS} == new_keys
     # Again: nothing new, nothing opened, no segment written.
     _COUNTING.set()
@@ -118,6 +131,7 @@ def test_compaction_interleaved_with_writers_loses_and_duplicates_nothing(tmp_pa
             except Exception as e:  # "no job results" before the first object lands
                 if "no job results" not in str(e):
                     raise
+
     w = threading.Thread(target=writer)
     res_a: list = []
     res_b: list = []
@@ -143,9 +157,19 @@ def test_analysis_of_a_run_equals_its_objects_byte_for_byte(tmp_path):
     ledger_gen.write_local(root, "r", 300, offset=1200)
     compact_run(FileLedger(root), "r")
     ledger_gen.write_local(root, "r", 150, offset=1500)  # an uncompacted tail
-    a = _ept("analyze", "r", "--ledger", str(root), "--rounds", "30", "--no-plots", "--out", str(tmp_path / "a"))
+    a = _ept(
+        "analyze", "r", "--ledger", str(root), "--rounds", "30", "--no-plots", "--out", str(tmp_path / "a")
+    )
     assert a.returncode == 0, a.stderr
-    b = _ept("analyze", str(root / "runs" / "r" / "jobs"), "--rounds", "30", "--no-plots", "--out", str(tmp_path / "b"))
+    b = _ept(
+        "analyze",
+        str(root / "runs" / "r" / "jobs"),
+        "--rounds",
+        "30",
+        "--no-plots",
+        "--out",
+        str(tmp_path / "b"),
+    )
     assert b.returncode == 0, b.stderr
     arms = (tmp_path / "a" / "arms.csv").read_bytes()
     assert arms == (tmp_path / "b" / "arms.csv").read_bytes()
@@ -160,7 +184,9 @@ def test_corrupt_segment_is_named_and_rebuilt(tmp_path):
     root = tmp_path / "ledger"
     ledger_gen.write_local(root, "r", 600)
     compact_run(FileLedger(root), "r")
-    good = _ept("analyze", "r", "--ledger", str(root), "--rounds", "10", "--no-plots", "--out", str(tmp_path / "a"))
+    good = _ept(
+        "analyze", "r", "--ledger", str(root), "--rounds", "10", "--no-plots", "--out", str(tmp_path / "a")
+    )
     assert good.returncode == 0, good.stderr
     seg = root / "runs" / "r" / "compact" / "part-00001.parquet"
     seg.write_bytes(seg.read_bytes()[: seg.stat().st_size // 2])  # truncated, as by a full disk
@@ -170,7 +196,9 @@ def test_corrupt_segment_is_named_and_rebuilt(tmp_path):
     rb = _ept("compact", "r", "--ledger", str(root), "--rebuild")
     assert rb.returncode == 0, rb.stderr
     assert "600 job objects" in rb.stdout and "part-00002.parquet" in rb.stdout and not seg.exists()
-    again = _ept("analyze", "r", "--ledger", str(root), "--rounds", "10", "--no-plots", "--out", str(tmp_path / "b"))
+    again = _ept(
+        "analyze", "r", "--ledger", str(root), "--rounds", "10", "--no-plots", "--out", str(tmp_path / "b")
+    )
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "a" / "arms.csv").read_bytes() == (tmp_path / "b" / "arms.csv").read_bytes()
 
@@ -328,7 +356,11 @@ def test_s3_run_id_and_url_analysis_equal_objects(s3_bucket, s3_env, tmp_path):
     env = {**s3_env.env(), "EPT_VERIFY_JOBS": "1"}
     outs = []
     for i, args in enumerate(
-        (["r", "--ledger", f"s3://{s3_bucket}/l"], [f"s3://{s3_bucket}/l/runs/r"], [f"s3://{s3_bucket}/l/runs/r/jobs"])
+        (
+            ["r", "--ledger", f"s3://{s3_bucket}/l"],
+            [f"s3://{s3_bucket}/l/runs/r"],
+            [f"s3://{s3_bucket}/l/runs/r/jobs"],
+        )
     ):
         r = _ept("analyze", *args, "--rounds", "20", "--no-plots", "--out", str(tmp_path / str(i)), env=env)
         assert r.returncode == 0, r.stderr
@@ -398,7 +430,10 @@ def test_successful_job_costs_one_conditional_put(s3_bucket, s3_env, monkeypatch
         base = f"/{s3_bucket}/w/runs/w/"
         where = {f"{base}jobs/{job.key}.jsonl": "jobs", f"{base}failures/{job.key}.json": "failures"}
         spent = f"{base}spent/"
-        return [f"{m} {'spent' if path.startswith(spent) else where.get(path, path)}" for m, path in proxy.requests]
+        return [
+            f"{m} {'spent' if path.startswith(spent) else where.get(path, path)}"
+            for m, path in proxy.requests
+        ]
 
     try:
         for i, (kw, want) in expect.items():
@@ -448,8 +483,15 @@ def test_celery_sweep_to_s3_makes_one_request_per_successful_job(tmp_path, redis
     proxy = CountingProxy(s3_env.endpoint)
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
     queue = "q-" + uuid.uuid4().hex[:8]
-    env = {**s3_env.env(), "AWS_ENDPOINT_URL": proxy.url, "EPT_PROFILES": str(prof), "EPT_SIM_API_KEY": SIM_KEY}
-    workers = start_celery_workers(2, redis_server.url, tmp_path / "workers", env=env, concurrency=4, queue=queue)
+    env = {
+        **s3_env.env(),
+        "AWS_ENDPOINT_URL": proxy.url,
+        "EPT_PROFILES": str(prof),
+        "EPT_SIM_API_KEY": SIM_KEY,
+    }
+    workers = start_celery_workers(
+        2, redis_server.url, tmp_path / "workers", env=env, concurrency=4, queue=queue
+    )
     plan = parse_plan(plan_toml(
         [("greedy", [1]), ("majority", [3])], {"rate_limits.sim-test": {"rpm": 1000000}},
         name="onereq", profile="sim-test", suites=["math"], tasks_per_family=6, replicates=2, seed=3,
@@ -472,8 +514,12 @@ def test_celery_sweep_to_s3_makes_one_request_per_successful_job(tmp_path, redis
         one = execute(plan, first, **kw)
         assert one.ok and one.tally.done == len(first)
         seen = per_job()
-        assert {k: v for k, v in seen.items() if k.startswith("jobs/")} == {f"jobs/{j.key}.jsonl": ["PUT"] for j in first}
-        assert not [k for k in seen if k.startswith("failures/")] and "DELETE" not in {m for m, _ in proxy.requests}
+        assert {k: v for k, v in seen.items() if k.startswith("jobs/")} == {
+            f"jobs/{j.key}.jsonl": ["PUT"] for j in first
+        }
+        assert not [k for k in seen if k.startswith("failures/")] and "DELETE" not in {
+            m for m, _ in proxy.requests
+        }
 
         proxy.requests.clear()
         two = execute(plan, None, **kw)  # the second session: the first half is listed, the rest is sent
@@ -506,7 +552,9 @@ def test_compaction_during_a_celery_sweep_to_s3_loses_and_duplicates_nothing(tmp
     prof = _sim_profile(tmp_path, sim.url, monkeypatch)
     queue = "q-" + uuid.uuid4().hex[:8]
     env = {**s3_env.env(), "EPT_PROFILES": str(prof), "EPT_SIM_API_KEY": SIM_KEY}
-    workers = start_celery_workers(2, redis_server.url, tmp_path / "workers", env=env, concurrency=4, queue=queue)
+    workers = start_celery_workers(
+        2, redis_server.url, tmp_path / "workers", env=env, concurrency=4, queue=queue
+    )
     ledger_url = f"s3://{s3_bucket}/l"
     plan = parse_plan(plan_toml(
         [("greedy", [1]), ("majority", [3]), ("best_of_n", [2])], {"rate_limits.sim-test": {"rpm": 1000000}},
@@ -516,8 +564,18 @@ def test_compaction_during_a_celery_sweep_to_s3_loses_and_duplicates_nothing(tmp
     led = open_ledger(ledger_url)
     out: list = []
     try:
-        sweep = threading.Thread(target=lambda: out.append(execute(
-            plan, None, profile=get_profile("sim-test"), broker_url=redis_server.url, analyze=False, compact=False)))
+        sweep = threading.Thread(
+            target=lambda: out.append(
+                execute(
+                    plan,
+                    None,
+                    profile=get_profile("sim-test"),
+                    broker_url=redis_server.url,
+                    analyze=False,
+                    compact=False,
+                )
+            )
+        )
         sweep.start()
         compactions = []
         while sweep.is_alive():
@@ -531,7 +589,9 @@ def test_compaction_during_a_celery_sweep_to_s3_loses_and_duplicates_nothing(tmp
     compact_run(led, "cc")
     assert sum(1 for c in compactions if c.jobs) >= 2, [c.jobs for c in compactions]  # really interleaved
     # After the first, compactions found the new objects from the sweep's declared keys, not a listing.
-    assert any(c.found_by == "declared" and c.jobs for c in compactions), [(c.found_by, c.jobs) for c in compactions]
+    assert any(c.found_by == "declared" and c.jobs for c in compactions), [
+        (c.found_by, c.jobs) for c in compactions
+    ]
     assert len(segment_state(led, "cc").committed) >= 3
     frame, _, _ = read_run(RunSource(ledger_url, "cc"))
     objects, _, _ = read_run(RunSource(ledger_url, "cc", objects_only=True))

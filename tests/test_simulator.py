@@ -349,7 +349,10 @@ def test_ept_simulate_bad_config_exits_2(tmp_path):
     assert r.returncode == 2 and "latency_dist" in r.stderr
 
 
-_SYSTEM = {"role": "system", "content": "You are a careful solver. Think step by step and answer briefly. " * 3}
+_SYSTEM = {
+    "role": "system",
+    "content": "You are a careful solver. Think step by step and answer briefly. " * 3,
+}
 
 
 def _conversations() -> list[list[dict]]:
@@ -357,7 +360,14 @@ def _conversations() -> list[list[dict]]:
     for i in range(6):
         user = {"role": "user", "content": f"task {i}: what is {i} + {i}?"}
         convs.append([_SYSTEM, user])
-        convs.append([_SYSTEM, user, {"role": "assistant", "content": str(2 * i)}, {"role": "user", "content": "sure?"}])
+        convs.append(
+            [
+                _SYSTEM,
+                user,
+                {"role": "assistant", "content": str(2 * i)},
+                {"role": "user", "content": "sure?"},
+            ]
+        )
     return convs
 
 
@@ -368,7 +378,7 @@ def _cached(url: str, messages: list[dict]) -> int:
 
 
 def test_warm_prompt_cache_depends_on_the_request_only(make_sim):
-    """"warm" (the demo's cache): the same requests report the same cached tokens in any order and at any
+    """ "warm" (the demo's cache): the same requests report the same cached tokens in any order and at any
     concurrency — so a demo run is reproducible — and earlier messages count as cached from the first request."""
     convs = _conversations()
     a, b = make_sim(api_key=SIM_KEY, prompt_cache="warm"), make_sim(api_key=SIM_KEY, prompt_cache="warm")

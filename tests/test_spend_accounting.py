@@ -58,10 +58,16 @@ def test_failed_attempts_are_recorded_across_retries_and_resume(tmp_path, make_s
     assert second.ok, (dict(second.tally.failures), second.tally.messages)
     stats = sim.control.stats()
     recorded, spent_tokens = ledger_calls(led, "spent")
-    assert stats["completion_requests"] == recorded, (stats["completion_requests"], recorded, first.tally.failed)
+    assert stats["completion_requests"] == recorded, (
+        stats["completion_requests"],
+        recorded,
+        first.tally.failed,
+    )
     # The sweeps' own tallies count every attempt's calls too, and say how many went to failed attempts.
     assert first.tally.calls + second.tally.calls == recorded
-    spent_calls = sum(len(parse_spent(led.get_blob("spent", n), n)) for n in led.list_blobs("spent", SPENT_DIR))
+    spent_calls = sum(
+        len(parse_spent(led.get_blob("spent", n), n)) for n in led.list_blobs("spent", SPENT_DIR)
+    )
     assert first.tally.spent_calls + second.tally.spent_calls == spent_calls > 0
     assert sum(spent_tokens.values()) > 0
     # The report's totals: the failed attempts' tokens by arm, exactly those of the spent objects.
@@ -69,18 +75,29 @@ def test_failed_attempts_are_recorded_across_retries_and_resume(tmp_path, make_s
     rows = {r["arm"]: r for r in res.spent_on_failed_attempts}
     assert {a: r["failed_attempt_tokens"] for a, r in rows.items()} == spent_tokens
     assert all(r["failed_attempt_usd"] > 0 for r in rows.values() if r["failed_attempt_tokens"])
-    assert "Spent on failed attempts" in __import__("elo_per_token.analysis.report", fromlist=["markdown"]).markdown(res)
+    assert "Spent on failed attempts" in __import__(
+        "elo_per_token.analysis.report", fromlist=["markdown"]
+    ).markdown(res)
 
 
 def _call(arm: str, usage: object) -> dict:
-    return {"kind": "call", "job_key": "f/t/a/r0", "arm": arm, "role": "solve", "usage": usage, "call_index": 0}
+    return {
+        "kind": "call",
+        "job_key": "f/t/a/r0",
+        "arm": arm,
+        "role": "solve",
+        "usage": usage,
+        "call_index": 0,
+    }
 
 
 usage_values = st.one_of(st.none(), st.integers(-10**30, 10**30), st.floats(allow_nan=True), st.text(max_size=5),
                          st.booleans())  # fmt: skip
 
 
-usage_dicts = st.dictionaries(st.sampled_from(["prompt_tokens", "completion_tokens", "x"]), usage_values, max_size=3)
+usage_dicts = st.dictionaries(
+    st.sampled_from(["prompt_tokens", "completion_tokens", "x"]), usage_values, max_size=3
+)
 
 
 @settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

@@ -73,8 +73,12 @@ def test_tokens_are_weighted_like_elo(tmp_path: Path) -> None:
     for arm in ("greedy@1", "vote@4"):
         # Weighted: exactly the math-only figure; the unweighted pooled figure is kept as its own column.
         assert _row(math_only, arm)["tokens_per_task"] == pytest.approx(_row(alone, arm)["tokens_per_task"])
-        assert _row(math_only, arm)["tokens_per_task_unweighted"] == pytest.approx(_row(both, arm)["tokens_per_task"])
-        assert _row(math_only, arm)["tokens_per_task_unweighted"] > 1.5 * _row(math_only, arm)["tokens_per_task"]
+        assert _row(math_only, arm)["tokens_per_task_unweighted"] == pytest.approx(
+            _row(both, arm)["tokens_per_task"]
+        )
+        assert (
+            _row(math_only, arm)["tokens_per_task_unweighted"] > 1.5 * _row(math_only, arm)["tokens_per_task"]
+        )
 
 
 def test_token_step_not_resolved_says_so(tmp_path: Path) -> None:
@@ -100,7 +104,9 @@ def test_no_signal_warns_and_drop_ties_stops_clearly(tmp_path: Path) -> None:
         for strat, tok in (("greedy", 100), ("vote", 400)):
             rows.append({"task_id": f"math-{t}", "strategy": strat, "budget_n": 1,
                          "usage": {"prompt_tokens": tok, "completion_tokens": 10}})  # fmt: skip
-            rows.append({"kind": "outcome", "task_id": f"math-{t}", "strategy": strat, "budget_n": 1, "score": 1.0})
+            rows.append(
+                {"kind": "outcome", "task_id": f"math-{t}", "strategy": strat, "budget_n": 1, "score": 1.0}
+            )
     f = tmp_path / "ties.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = analyze([str(f)], AnalysisOptions(rounds=50))
@@ -109,7 +115,10 @@ def test_no_signal_warns_and_drop_ties_stops_clearly(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=300, cwd=ROOT)  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     err = " ".join(proc.stderr.split())
-    assert "field '--drop-ties': all 20 comparisons are ties (equal scores), so dropping ties leaves nothing" in err
+    assert (
+        "field '--drop-ties': all 20 comparisons are ties (equal scores), so dropping ties leaves nothing"
+        in err
+    )
     assert "found []" not in err
 
 
@@ -117,7 +126,9 @@ def test_frontier_probability_and_vs_frontier_view(tmp_path: Path) -> None:
     # Case 4: a dominated arm (weaker and dearer than vote@4) sits between vote@4 and best@8; the vs-frontier
     # view measures best@8 against vote@4, and every arm carries its bootstrap frontier probability.
     arms = [*ARMS, Arm("bad", 2, -0.6, 6000.0)]
-    f = write_experiment(tmp_path / "e.jsonl", Experiment(arms, {"math": 150, "code": 150}, mode="judgment"), seed=8)
+    f = write_experiment(
+        tmp_path / "e.jsonl", Experiment(arms, {"math": 150, "code": 150}, mode="judgment"), seed=8
+    )
     res = analyze([str(f)], AnalysisOptions(rounds=300, seed=2))
     probs = dict(zip(res.table["arm"], res.table["frontier_prob"], strict=True))
     assert probs["bad@2"] < 0.05 and probs["greedy@1"] == 1.0 and probs["best@8"] > 0.95

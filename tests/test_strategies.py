@@ -102,7 +102,9 @@ def test_code_best_of_n_uses_visible_tests_as_a_free_verifier(sim):
     res = run_job(Job("r", CODE[3], "best_of_n", 6, seed=1), client(sim, supports_n=False))
     assert roles(res) == {"sample": 6} and res.outcome.grader["strategy"]["verifier"] == "tests"
     check_accounting(res, sim)
-    llm = run_job(Job("r", CODE[3], "best_of_n", 3, params={"verifier": "llm"}, seed=1), client(sim, supports_n=False))
+    llm = run_job(
+        Job("r", CODE[3], "best_of_n", 3, params={"verifier": "llm"}, seed=1), client(sim, supports_n=False)
+    )
     assert roles(llm) == {"sample": 3, "verifier": 3}
 
 
@@ -162,7 +164,9 @@ def test_adding_a_strategy_is_one_entry(sim, monkeypatch):
         cands = sample(ctx, 0, 2, temperature=0.7)
         return StrategyResult(cands[0], {"kept": 0})
 
-    monkeypatch.setitem(STRATEGIES, "first_of_two", Strategy("first_of_two", run, budget_meaning="fixed", fixed_budget=2))
+    monkeypatch.setitem(
+        STRATEGIES, "first_of_two", Strategy("first_of_two", run, budget_meaning="fixed", fixed_budget=2)
+    )
     res = run_job(Job("r", MATH[2], "first_of_two", 2), client(sim, supports_n=False))
     assert roles(res) == {"sample": 2} and res.outcome.grader["strategy"] == {"kept": 0}
 
@@ -173,8 +177,15 @@ def test_more_samples_beat_greedy_with_diminishing_returns():
     the accuracy bought per extra 1k tokens shrinks as n grows (1 -> 4 -> 16). 120 tasks x 7 arms = 840 jobs."""
     from elo_per_token.suites.accuracy import draw_tasks, run_arms, summarise
 
-    arms = [("greedy", 1), ("majority", 4), ("majority", 8), ("majority", 16),
-            ("best_of_n", 4), ("best_of_n", 8), ("best_of_n", 16)]
+    arms = [
+        ("greedy", 1),
+        ("majority", 4),
+        ("majority", 8),
+        ("majority", 16),
+        ("best_of_n", 4),
+        ("best_of_n", 8),
+        ("best_of_n", 16),
+    ]
     tasks = draw_tasks(120, ["math", "code", "tool_use"], seed=0)
     rows = run_arms(tasks, arms, seed=0, supports_n=True)
     assert len(rows) == 840 and not any(r["error"] for r in rows)

@@ -84,8 +84,14 @@ def test_a_parameter_type_the_checks_do_not_know_fails_when_the_strategy_is_defi
 
 
 def profile(protocol: str, supports_n: bool) -> Profile:
-    return Profile(name="p", protocol=protocol, base_url="http://127.0.0.1:9/v1", api_key_env="K", model="m",
-                   supports_n=supports_n)
+    return Profile(
+        name="p",
+        protocol=protocol,
+        base_url="http://127.0.0.1:9/v1",
+        api_key_env="K",
+        model="m",
+        supports_n=supports_n,
+    )
 
 
 @pytest.mark.parametrize("protocol, supports_n, batched", [

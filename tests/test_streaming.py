@@ -21,11 +21,17 @@ MATH = load_builtin_suite("math")
 def test_streamed_calls_record_the_same_usage_and_text_as_plain_calls(sim, protocol):
     plain = ProviderClient(sim.profile(protocol), api_key=SIM_KEY)
     streamed = ProviderClient(sim.profile(protocol, stream=True), api_key=SIM_KEY)
-    for gen in ({}, {"max_tokens": 40}, {"thinking_budget": 2048} if protocol == "anthropic" else {"reasoning_effort": "low"}):
+    for gen in (
+        {},
+        {"max_tokens": 40},
+        {"thinking_budget": 2048} if protocol == "anthropic" else {"reasoning_effort": "low"},
+    ):
         a = plain.chat(MSGS, seed=5, gen=gen)
         b = streamed.chat(MSGS, seed=5, gen=gen)
         assert b.usage == a.usage and b.usage["completion_tokens"] > 0
-        assert [(c.text, c.finish_reason) for c in b.choices] == [(c.text, c.finish_reason) for c in a.choices]
+        assert [(c.text, c.finish_reason) for c in b.choices] == [
+            (c.text, c.finish_reason) for c in a.choices
+        ]
     route = "chat" if protocol == "openai" else "messages"
     assert sim.control.stats()["by_route"] == {route: 6}
 
@@ -49,7 +55,9 @@ def test_openai_sdk_reads_chat_and_responses_streams(sim):
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     plain = oc.chat.completions.create(model="ept-sim-1", messages=MSGS, seed=1)
-    assert text == plain.choices[0].message.content and chunks[-1].usage.total_tokens == plain.usage.total_tokens
+    assert (
+        text == plain.choices[0].message.content and chunks[-1].usage.total_tokens == plain.usage.total_tokens
+    )
     # Without include_usage no chunk carries usage (OpenAI's behaviour).
     bare = list(oc.chat.completions.create(model="ept-sim-1", messages=MSGS, stream=True, seed=1))
     assert all(c.usage is None for c in bare)

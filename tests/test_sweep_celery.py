@@ -22,6 +22,7 @@ from elo_per_token.ledger import open_ledger
 
 pytestmark = pytest.mark.services
 
+
 def plan_text(name: str, tpf: int, ledger: object, executor: str, queue: str) -> str:
     return plan_toml(
         [("greedy", [1]), ("majority", [3]), ("best_of_n", [2])],
@@ -69,7 +70,9 @@ def celery_setup(tmp_path, redis_server, s3_env, make_sim, monkeypatch):
     monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
     queue = "q-" + uuid.uuid4().hex[:8]
     env = {**s3_env.env(), "EPT_PROFILES": str(prof_file), "EPT_SIM_API_KEY": SIM_KEY}
-    workers = start_celery_workers(2, redis_server.url, tmp_path / "workers", env=env, concurrency=4, queue=queue)
+    workers = start_celery_workers(
+        2, redis_server.url, tmp_path / "workers", env=env, concurrency=4, queue=queue
+    )
     yield sim, queue, workers
     workers.stop()
 
@@ -78,8 +81,12 @@ def test_celery_s3_sweep_equals_local_sweep(tmp_path, celery_setup, s3_bucket, r
     from elo_per_token.egress.profiles import get_profile
 
     sim, queue, _ = celery_setup
-    celery_plan = parse_plan(plan_text(name="eq", tpf=3, ledger=f"s3://{s3_bucket}/ledger", executor="celery", queue=queue))
-    local_plan = parse_plan(plan_text(name="eq", tpf=3, ledger=tmp_path / "local", executor="local", queue=queue))
+    celery_plan = parse_plan(
+        plan_text(name="eq", tpf=3, ledger=f"s3://{s3_bucket}/ledger", executor="celery", queue=queue)
+    )
+    local_plan = parse_plan(
+        plan_text(name="eq", tpf=3, ledger=tmp_path / "local", executor="local", queue=queue)
+    )
     jobs = plan_jobs(celery_plan)
     assert len(jobs) == 9 * 3
     prof = get_profile("sim-test")
@@ -119,14 +126,18 @@ def test_duplicate_messages_never_run_a_job_twice(tmp_path, celery_setup, s3_buc
     from elo_per_token.egress.profiles import get_profile
 
     sim, queue, _ = celery_setup
-    plan = parse_plan(plan_text(name="dup", tpf=1, ledger=f"s3://{s3_bucket}/l", executor="celery", queue=queue))
+    plan = parse_plan(
+        plan_text(name="dup", tpf=1, ledger=f"s3://{s3_bucket}/l", executor="celery", queue=queue)
+    )
     jobs = plan_jobs(plan)
     from elo_per_token.contracts.jobs import CeleryJobContext
     from elo_per_token.coordinator.celery_exec import run_celery
 
     results = []
     ctx = CeleryJobContext(ledger=open_ledger(plan.ledger).url)
-    run_celery(jobs * 3, ctx, queue=queue, batch_size=50, on_result=results.append, broker_url=redis_server.url)
+    run_celery(
+        jobs * 3, ctx, queue=queue, batch_size=50, on_result=results.append, broker_url=redis_server.url
+    )
     statuses = {}
     for r in results:
         statuses.setdefault(r["key"], []).append(r["status"])
@@ -157,7 +168,9 @@ def test_redis_rate_limit_requests_are_shared_between_clients(redis_server):
 
     a, b = _limiters(redis_server, "rl-req-" + uuid.uuid4().hex[:6], Limits(rpm=600))
     t0 = time.monotonic()
-    threads = [threading.Thread(target=lambda lim=lim: [lim.acquire(0) for _ in range(310)]) for lim in (a, b)]
+    threads = [
+        threading.Thread(target=lambda lim=lim: [lim.acquire(0) for _ in range(310)]) for lim in (a, b)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -203,7 +216,9 @@ def test_killed_coordinator_rerun_runs_no_job_twice(tmp_path, celery_setup, s3_b
     sim, queue, _ = celery_setup
     sim.control.set(latency_ms=60.0)
     plan_file = tmp_path / "plan.toml"
-    plan_file.write_text(plan_text(name="kill", tpf=4, ledger=f"s3://{s3_bucket}/k", executor="celery", queue=queue))
+    plan_file.write_text(
+        plan_text(name="kill", tpf=4, ledger=f"s3://{s3_bucket}/k", executor="celery", queue=queue)
+    )
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "EPT_BROKER_URL": redis_server.url, "PYTHONPATH": str(repo)}
     led = open_ledger(f"s3://{s3_bucket}/k")
@@ -254,15 +269,24 @@ def test_killed_worker_jobs_come_back(tmp_path, redis_server, s3_env, s3_bucket,
     monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
     queue = "q-" + uuid.uuid4().hex[:8]
     # A short visibility timeout so the test does not wait the production minute.
-    env = {**s3_env.env(), "EPT_PROFILES": str(prof_file), "EPT_SIM_API_KEY": SIM_KEY, "EPT_VISIBILITY_TIMEOUT": "8"}
+    env = {
+        **s3_env.env(),
+        "EPT_PROFILES": str(prof_file),
+        "EPT_SIM_API_KEY": SIM_KEY,
+        "EPT_VISIBILITY_TIMEOUT": "8",
+    }
     ws = start_celery_workers(2, redis_server.url, tmp_path / "w", env=env, concurrency=2, queue=queue)
     try:
-        plan = parse_plan(plan_text(name="wk", tpf=2, ledger=f"s3://{s3_bucket}/w", executor="celery", queue=queue))
+        plan = parse_plan(
+            plan_text(name="wk", tpf=2, ledger=f"s3://{s3_bucket}/w", executor="celery", queue=queue)
+        )
         jobs = plan_jobs(plan)
         box = {}
 
         def coordinate() -> None:
-            box["out"] = execute(plan, jobs, profile=get_profile("sim-test"), broker_url=redis_server.url, analyze=False)
+            box["out"] = execute(
+                plan, jobs, profile=get_profile("sim-test"), broker_url=redis_server.url, analyze=False
+            )
 
         t = threading.Thread(target=coordinate)
         t.start()

@@ -37,18 +37,36 @@ def tiny_run(job: Job, provider) -> JobResult:
                 temperature=0.7,
                 meta={"Job": job.key, "Arm": job.arm, "Role": "sample"},
             )
-            calls.append(CallRecord(call_index=i, role="sample", model=r.model, usage=r.usage, latency_s=r.latency_s,
-                                    attempts=r.attempts, seed=job.call_seed(i)))
+            calls.append(
+                CallRecord(
+                    call_index=i,
+                    role="sample",
+                    model=r.model,
+                    usage=r.usage,
+                    latency_s=r.latency_s,
+                    attempts=r.attempts,
+                    seed=job.call_seed(i),
+                )
+            )
             answer = answer or (r.choices[0].text if r.choices else None)
     except ProviderError as e:
-        return JobResult(job, calls, Outcome(None, None, None, error={"class": e.error_class, "message": e.message}))
+        return JobResult(
+            job, calls, Outcome(None, None, None, error={"class": e.error_class, "message": e.message})
+        )
     score = float(len(answer or "") % 2)
-    return JobResult(job, calls, Outcome(answer, score, bool(score), {"name": "parity"}), time.time(), time.time())
+    return JobResult(
+        job, calls, Outcome(answer, score, bool(score), {"name": "parity"}), time.time(), time.time()
+    )
 
 
 def tiny_tasks(n: int = 4) -> list[dict]:
     return [
-        {"task_id": f"{fam}-{i:03d}", "family": fam, "prompt": f"What is {i} + {len(fam)}?", "reference": str(i)}
+        {
+            "task_id": f"{fam}-{i:03d}",
+            "family": fam,
+            "prompt": f"What is {i} + {len(fam)}?",
+            "reference": str(i),
+        }
         for fam in ("math", "code")
         for i in range(n)
     ]
@@ -89,7 +107,12 @@ def test_local_sweep_writes_every_job_once_and_resumes(tmp_path, make_sim, key_e
     stats = sim.control.stats()
     assert stats["by_job"] == {j.key: j.budget_n for j in jobs}
     assert out.tally.calls == sum(j.budget_n for j in jobs)
-    tokens = sum(JobResult.from_lines([json.loads(x) for x in led.get_job("t1", j.key).decode().splitlines()], j).tokens for j in jobs)
+    tokens = sum(
+        JobResult.from_lines(
+            [json.loads(x) for x in led.get_job("t1", j.key).decode().splitlines()], j
+        ).tokens
+        for j in jobs
+    )
     assert out.tally.tokens == tokens > 0
 
     # The manifest describes the run without secrets.
@@ -120,7 +143,9 @@ def test_failures_are_classified_retried_and_never_leak_the_key(tmp_path, make_s
     jobs = _jobs(plan, n=1)
     out = execute(plan, jobs, profile=sim.profile(), run=tiny_run, analyze=False)
     assert not out.ok and out.tally.done == 0
-    assert dict(out.tally.failures).keys() == {"credential"} and len(out.tally.failures["credential"]) == len(jobs)
+    assert dict(out.tally.failures).keys() == {"credential"} and len(out.tally.failures["credential"]) == len(
+        jobs
+    )
     led = open_ledger(tmp_path / "ledger")
     assert led.list_jobs("bad-key") == set()
     fails = led.list_failures("bad-key")
@@ -136,7 +161,9 @@ def test_failures_are_classified_retried_and_never_leak_the_key(tmp_path, make_s
     st = run_status(led, "bad-key")
     assert st.failed == {"credential": len(jobs)} and st.done == 0
     sim.control.reset()
-    redo = execute(plan, failed_jobs(st), profile=sim.profile(), run=tiny_run, analyze=False, manifest_jobs=st.n_jobs)
+    redo = execute(
+        plan, failed_jobs(st), profile=sim.profile(), run=tiny_run, analyze=False, manifest_jobs=st.n_jobs
+    )
     assert redo.ok and redo.tally.done == len(jobs)
     st2 = run_status(led, "bad-key")
     assert st2.failed == {} and st2.done == len(jobs) and st2.pending == 0 and st2.n_jobs == len(jobs)
@@ -211,7 +238,9 @@ def _child(tmp_path, sim, ledger: str, n: int, tiny: bool = True) -> subprocess.
                     seed=9, ledger=ledger, concurrency=3)  # fmt: skip
     script = CHILD.format(tests=str(Path(__file__).parent), plan=str(plan), n=n, url=sim.url, tiny=tiny)
     env = {**os.environ, "EPT_SIM_API_KEY": SIM_KEY, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
 
 
 def _ledger_view(led, run_id):
@@ -270,7 +299,9 @@ def _ept(*args: str, env: dict | None = None, cwd=None) -> subprocess.CompletedP
 
 def test_cli_bad_plan_exits_2_naming_file_line_field(tmp_path):
     p = tmp_path / "plan.toml"
-    p.write_text('name = "x"\nsuites = ["math"]\nreplicates = 0\n[[arms]]\nstrategy = "greedy"\nbudgets = [1]\n')
+    p.write_text(
+        'name = "x"\nsuites = ["math"]\nreplicates = 0\n[[arms]]\nstrategy = "greedy"\nbudgets = [1]\n'
+    )
     r = _ept("sweep", str(p))
     assert r.returncode == 2
     assert f"{p}:3" in r.stderr and "replicates" in r.stderr
@@ -283,11 +314,18 @@ def test_cli_status_and_compact(tmp_path, make_sim, key_env):
     jobs = _jobs(plan, n=2)
     execute(plan, jobs[:-3], profile=sim.profile(), run=tiny_run, analyze=False, manifest_jobs=len(jobs))
     led = open_ledger(tmp_path / "ledger")
-    led.put_failure("st", jobs[-1].key, {"job": jobs[-1].to_dict(), "class": "endpoint", "message": "404 model"})
+    led.put_failure(
+        "st", jobs[-1].key, {"job": jobs[-1].to_dict(), "class": "endpoint", "message": "404 model"}
+    )
     r = _ept("status", "st", "--ledger", str(tmp_path / "ledger"), "--json")
     assert r.returncode == 0, r.stderr
     st = json.loads(r.stdout)
-    assert (st["n_jobs"], st["done"], st["failed"], st["pending"]) == (len(jobs), len(jobs) - 3, {"endpoint": 1}, 2)
+    assert (st["n_jobs"], st["done"], st["failed"], st["pending"]) == (
+        len(jobs),
+        len(jobs) - 3,
+        {"endpoint": 1},
+        2,
+    )
     r = _ept("status", "st", "--ledger", str(tmp_path / "ledger"))
     assert r.returncode == 0 and "endpoint" in r.stdout and jobs[-1].key in r.stdout
     r = _ept("status", "nope", "--ledger", str(tmp_path / "ledger"))

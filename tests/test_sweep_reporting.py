@@ -16,7 +16,13 @@ from elo_per_token.coordinator.status import failed_jobs, run_status
 from elo_per_token.coordinator.sweep import SweepOutcome, Tally, print_summary
 from elo_per_token.ledger import open_ledger
 
-TASK = {"task_id": "math-001", "family": "math", "prompt": "1+1", "reference": "2", "grader": {"type": "numeric"}}
+TASK = {
+    "task_id": "math-001",
+    "family": "math",
+    "prompt": "1+1",
+    "reference": "2",
+    "grader": {"type": "numeric"},
+}
 
 
 def _iso(t: float) -> str:
@@ -33,7 +39,9 @@ def test_status_counts_failures_from_before_the_latest_session_as_retrying(tmp_p
     st = run_status(led, "st")
     assert st.failed == {"unreachable": 1} and st.retrying == 0  # one session: the failure is current
     # A second session started after that failure: it queued the job again.
-    led.put_manifest("st", {"n_jobs": 3, "sessions": [{"started_at": _iso(t0 - 10)}, {"started_at": _iso(t0 + 50)}]})
+    led.put_manifest(
+        "st", {"n_jobs": 3, "sessions": [{"started_at": _iso(t0 - 10)}, {"started_at": _iso(t0 + 50)}]}
+    )
     st = run_status(led, "st")
     assert st.failed == {} and st.retrying == 1 and st.pending == 3
     assert [j.key for j in failed_jobs(st)] == [jobs[0].key]  # `ept retry` still finds it
@@ -58,7 +66,9 @@ def test_summary_suggests_retry_only_for_failures_a_retry_can_fix_and_counts_los
     t.add({"key": "b", "status": "failed", "class": "permanent", "message": "400 rejected", "calls": 1})
     text = _summary(t)
     assert "1 job(s) failed for a reason of the strategy on the task (context_overflow 1)" in text
-    assert "ept retry" not in text.split("permanent failures repeat")[0].split("failed jobs by error class")[-1]
+    assert (
+        "ept retry" not in text.split("permanent failures repeat")[0].split("failed jobs by error class")[-1]
+    )
     assert "permanent failures repeat" in text
     t.add({"key": "c", "status": "failed", "class": "rate_limit", "message": "429", "calls": 1})
     text = _summary(t)
@@ -66,11 +76,31 @@ def test_summary_suggests_retry_only_for_failures_a_retry_can_fix_and_counts_los
 
 
 def test_failed_connects_are_attempts_not_calls():
-    ok = CallRecord(call_index=0, role="sample", model="m", usage={"prompt_tokens": 3, "completion_tokens": 4},
-                    latency_s=0.1, attempts=1)
-    refused = CallRecord(call_index=1, role="sample", model=None, usage=None, latency_s=0.0, attempts=4,
-                         error={"class": "unreachable", "message": "refused"})
-    rejected = CallRecord(call_index=2, role="sample", model=None, usage=None, latency_s=0.0, attempts=1,
-                          error={"class": "permanent", "message": "400"})
+    ok = CallRecord(
+        call_index=0,
+        role="sample",
+        model="m",
+        usage={"prompt_tokens": 3, "completion_tokens": 4},
+        latency_s=0.1,
+        attempts=1,
+    )
+    refused = CallRecord(
+        call_index=1,
+        role="sample",
+        model=None,
+        usage=None,
+        latency_s=0.0,
+        attempts=4,
+        error={"class": "unreachable", "message": "refused"},
+    )
+    rejected = CallRecord(
+        call_index=2,
+        role="sample",
+        model=None,
+        usage=None,
+        latency_s=0.0,
+        attempts=1,
+        error={"class": "permanent", "message": "400"},
+    )
     res = JobResult(Job("r", TASK, "majority", 3), [ok, refused, rejected], Outcome(None, None, None))
     assert res.sent_calls == 2 and res.tokens == 7

@@ -18,8 +18,14 @@ GOOD = {"task_id": "t1", "family": "math", "prompt": "2+2?", "reference": 4, "gr
 
 
 def test_builtin_suites_have_at_least_100_unique_tasks_each():
-    assert {"code", "math", "tool_use"} <= set(builtin_suite_names())  # + public suites whose package is installed
-    for name in ("code", "math", "tool_use"):  # the generated suites (public ones: tests/test_public_suites.py)
+    assert {"code", "math", "tool_use"} <= set(
+        builtin_suite_names()
+    )  # + public suites whose package is installed
+    for name in (
+        "code",
+        "math",
+        "tool_use",
+    ):  # the generated suites (public ones: tests/test_public_suites.py)
         tasks = load_builtin_suite(name)
         assert len(tasks) >= 100, name
         assert len({t["task_id"] for t in tasks}) == len(tasks)
@@ -30,7 +36,9 @@ def test_builtin_suites_have_at_least_100_unique_tasks_each():
 
 
 def test_committed_suites_match_the_generator():
-    out = subprocess.run([sys.executable, "-m", "elo_per_token.suites.generate", "--check"], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "elo_per_token.suites.generate", "--check"], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -40,7 +48,9 @@ def test_generator_is_deterministic(tmp_path):
     assert main(["--out", str(tmp_path / "a")]) == 0
     assert main(["--out", str(tmp_path / "b")]) == 0
     for name in ("math", "code", "tool_use"):
-        assert (tmp_path / "a" / f"{name}.jsonl").read_bytes() == (tmp_path / "b" / f"{name}.jsonl").read_bytes()
+        assert (tmp_path / "a" / f"{name}.jsonl").read_bytes() == (
+            tmp_path / "b" / f"{name}.jsonl"
+        ).read_bytes()
 
 
 def test_math_references_are_computed_not_copied():

@@ -83,7 +83,12 @@ def test_matches_plain_python_on_random_log(tmp_path: Path) -> None:
         pt[1].add(r["replicate"])
     for row in t.iter_rows(named=True):
         calls, p, o, tasks = tot[row["arm"]]
-        assert (row["calls"], row["prompt_tokens"], row["completion_tokens"], row["tasks"]) == (calls, p, o, len(tasks))
+        assert (row["calls"], row["prompt_tokens"], row["completion_tokens"], row["tasks"]) == (
+            calls,
+            p,
+            o,
+            len(tasks),
+        )
         avg = sum(v[0] / len(v[1]) for (arm, _), v in per_task.items() if arm == row["arm"]) / len(tasks)
         assert row["avg_tokens_per_task"] == pytest.approx(avg, rel=1e-12)
     assert sorted(t["arm"]) == sorted(tot)
@@ -95,14 +100,19 @@ def test_tokens_command_csv_and_json(tmp_path: Path, capsys, monkeypatch) -> Non
     from elo_per_token.ept.cli import main
 
     monkeypatch.setenv("COLUMNS", "1000")
-    f = _write(tmp_path / "a.jsonl", [c("m-1", "g", 1, 10, 5), c("m-1", "h", 2, 20, 5), c("m-2", "h", 2, None, None)])
+    f = _write(
+        tmp_path / "a.jsonl", [c("m-1", "g", 1, 10, 5), c("m-1", "h", 2, 20, 5), c("m-2", "h", 2, None, None)]
+    )
     out_json = tmp_path / "t.json"
     with pytest.raises(SystemExit) as ex:
         main(["tokens", str(f), "--csv", "-", "--json", str(out_json)])
     assert ex.value.code in (0, None)
     out, err = capsys.readouterr()
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert [(r["arm"], r["total_tokens"], r["calls_missing_usage"]) for r in rows] == [("g@1", "15", "0"), ("h@2", "25", "1")]
+    assert [(r["arm"], r["total_tokens"], r["calls_missing_usage"]) for r in rows] == [
+        ("g@1", "15", "0"),
+        ("h@2", "25", "1"),
+    ]
     assert "without usage" in err  # the table goes to stderr when stdout carries CSV
     doc = json.loads(out_json.read_text())
     assert doc["arms"][1]["avg_tokens_per_task"] == pytest.approx(25.0)  # m-2's cost is unknown, not 0
@@ -185,10 +195,15 @@ def test_tokens_parses_only_its_fields_and_still_validates_them(tmp_path: Path, 
                            "completion_tokens_details": {"reasoning_tokens": i % 11}}  # fmt: skip
     a = _write(tmp_path / "a.jsonl", rows)
     narrow = fields_schema(TOKENS_FIELDS)
-    assert "family" not in narrow and [f.name for f in narrow["usage"].fields] == ["prompt_tokens", "completion_tokens"]
+    assert "family" not in narrow and [f.name for f in narrow["usage"].fields] == [
+        "prompt_tokens",
+        "completion_tokens",
+    ]
 
     def groups(fields):
-        return read_summary([str(a)], lambda lf: call_groups(lf.filter(pl.col("kind") == "call")), fields=fields).frame
+        return read_summary(
+            [str(a)], lambda lf: call_groups(lf.filter(pl.col("kind") == "call")), fields=fields
+        ).frame
 
     want = arm_tokens(read_records([str(a)]).calls)
     assert arm_tokens_from_groups(groups(TOKENS_FIELDS)).equals(want)

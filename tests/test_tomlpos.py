@@ -26,7 +26,9 @@ model = "m"
 def test_lines_of_keys_tables_and_headers():
     assert toml_line(TEXT, "name") == 1
     assert toml_line(TEXT, "label", "arms", 1) == 5
-    assert toml_line(TEXT, "budget", "arms", 0) == 2  # not in the first [[arms]]: its header, not a later table's key
+    assert (
+        toml_line(TEXT, "budget", "arms", 0) == 2
+    )  # not in the first [[arms]]: its header, not a later table's key
     assert toml_line(TEXT, "budget", "arms", 1) == 6
     assert toml_line(TEXT, "label", "arms", 2) is None
     assert toml_line(TEXT, "model", ("profiles", "gpt-4.1")) == 8

@@ -43,7 +43,9 @@ def test_humaneval_transcript_shows_code_failed_assert_and_sandbox_output(sim, t
         assert s["status"] == "done"
         lines = [json.loads(x) for x in led.get_job("he", job.key).decode().splitlines()]
         outcome = lines[-1]
-        assert "sandbox_output" not in outcome["grader"]  # transcript-only evidence stays out of the job object
+        assert (
+            "sandbox_output" not in outcome["grader"]
+        )  # transcript-only evidence stays out of the job object
         if outcome["score"] < 1.0 and outcome["grader"].get("failures"):
             break
     else:
@@ -65,8 +67,10 @@ def test_sandbox_output_is_kept_for_the_transcript() -> None:
     from elo_per_token.worker.transcript import Recorder, take_evidence
 
     task = HE[0]
-    code = (f"import os\ndef {task['entry_point']}(*a, **k):\n    os.write(1, b'hello from the candidate\\n')\n"
-            "    return None\n")
+    code = (
+        f"import os\ndef {task['entry_point']}(*a, **k):\n    os.write(1, b'hello from the candidate\\n')\n"
+        "    return None\n"
+    )
     g = grade_code(code, task)
     assert not g.correct and "hello from the candidate" in g.details["sandbox_output"]
 
@@ -92,7 +96,12 @@ def test_plan_switch(tmp_path: Path) -> None:
     from elo_per_token.contracts.errors import InputError
     from elo_per_token.coordinator.plan import plan_from_raw
 
-    base = {"name": "p", "profile": "simulator", "suites": ["math"], "arms": [{"strategy": "greedy", "budgets": [1]}]}
+    base = {
+        "name": "p",
+        "profile": "simulator",
+        "suites": ["math"],
+        "arms": [{"strategy": "greedy", "budgets": [1]}],
+    }
     assert plan_from_raw(base, "p.toml").transcripts is True
     assert plan_from_raw({**base, "transcripts": False}, "p.toml").transcripts is False
     with pytest.raises(InputError) as e:
@@ -134,7 +143,9 @@ def test_hostile_calls_are_bounded_and_scrubbed(calls: list, evidence: str) -> N
     mark = "[truncated by ept"
     for c in back["calls"]:
         text = sum(len(s) for s in _strings(c))
-        assert text <= tr.MAX_CALL_CHARS + 400 * (1 + len(c["messages"]) + 4)  # the cap, plus marks and minimums
+        assert text <= tr.MAX_CALL_CHARS + 400 * (
+            1 + len(c["messages"]) + 4
+        )  # the cap, plus marks and minimums
     big = any(size > tr.MAX_FIELD_CHARS for _, size, _ in calls)
     assert not big or (back["truncated"] and mark in raw)
 

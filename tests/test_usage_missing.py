@@ -18,10 +18,14 @@ def test_sweep_and_analysis_say_usage_is_missing_and_how_to_get_it(tmp_path, mak
                     per_family=2, timeout=5.0, max_retries=1)  # fmt: skip
     rig.use_in_process(monkeypatch)
     out = execute(rig.plan, rig.jobs, profile=get_profile("fault-sim"), analyze=True)
-    assert out.tally.calls >= len(rig.jobs) and out.tally.tokens == 0  # the calls happened; no usage came back
+    assert (
+        out.tally.calls >= len(rig.jobs) and out.tally.tokens == 0
+    )  # the calls happened; no usage came back
     buf = io.StringIO()
     print_summary(out, Console(file=buf, width=400, color_system=None))
     text = buf.getvalue()
     assert "usage missing" in text and "stream = false" in text and "LiteLLM" in text, text
-    assert out.analysis is None and out.analysis_error and "no `usage`" in out.analysis_error, out.analysis_error
+    assert out.analysis is None and out.analysis_error and "no `usage`" in out.analysis_error, (
+        out.analysis_error
+    )
     assert "found []" not in out.analysis_error

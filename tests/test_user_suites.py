@@ -19,8 +19,14 @@ from elo_per_token.worker.graders import grade
 
 def _cli(*args: str, cwd=None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, timeout=120,
-                          env=env, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "elo_per_token", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=cwd,
+    )
 
 
 MIXED = load_builtin_suite("math")[:4] + load_builtin_suite("tool_use")[:2] + load_builtin_suite("code")[:2]
@@ -55,8 +61,12 @@ def test_bad_parquet_row_names_file_row_and_field_and_exits_2(tmp_path):
     assert f"{path}:3: field 'difficulty'" in out.stderr.replace("\n", "")
     rows[2]["difficulty"] = 0.5
     rows[4]["grader"] = "{not json"
-    pl.DataFrame([{**r, "grader": json.dumps(r["grader"]) if isinstance(r["grader"], dict) else r["grader"]}
-                  for r in rows]).write_parquet(path)
+    pl.DataFrame(
+        [
+            {**r, "grader": json.dumps(r["grader"]) if isinstance(r["grader"], dict) else r["grader"]}
+            for r in rows
+        ]
+    ).write_parquet(path)
     with pytest.raises(InputError) as e:
         load_suite(path)
     assert (e.value.line, e.value.field) == (5, "grader")
@@ -103,7 +113,11 @@ def test_dry_run_prints_the_first_tasks_and_writes_nothing(tmp_path):
 
 def test_bad_row_names_file_line_and_column_and_nothing_is_written(tmp_path):
     src = tmp_path / "qa.jsonl"
-    rows = [*QA, {"id": "bad", "question": "  ", "answer": "1"}, {"id": "later", "question": "q", "answer": "2"}]
+    rows = [
+        *QA,
+        {"id": "bad", "question": "  ", "answer": "1"},
+        {"id": "later", "question": "q", "answer": "2"},
+    ]
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     dest = tmp_path / "out.jsonl"
     out = _cli("suites", "import", str(src), "--out", str(dest))

@@ -28,8 +28,9 @@ pytestmark = [
 
 
 def _ept(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "elo_per_token", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.fixture(scope="module")
@@ -40,17 +41,40 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     write_ledger_run(ledger, "candidate", 6, n_tasks=24, degrade={"majority@4": 0.3})
     a = _ept("analyze", base, "--out", str(tmp / "out"), "--no-plots", cwd=tmp)
     assert a.returncode == 0, a.stderr
-    c = _ept("compare", "nightly", "candidate", "--ledger", str(ledger), "--rounds", "300", "--seed", "0",
-             "--fail-on", "none", "--json", str(tmp / "compare.json"), cwd=tmp)
+    c = _ept(
+        "compare",
+        "nightly",
+        "candidate",
+        "--ledger",
+        str(ledger),
+        "--rounds",
+        "300",
+        "--seed",
+        "0",
+        "--fail-on",
+        "none",
+        "--json",
+        str(tmp / "compare.json"),
+        cwd=tmp,
+    )
     assert c.returncode == 0, c.stderr
-    proc = subprocess.Popen([sys.executable, "-m", "elo_per_token", "view", str(ledger), "--port", "0"], cwd=tmp,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "elo_per_token", "view", str(ledger), "--port", "0"],
+        cwd=tmp,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         m = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
         assert m, (line, proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
-        yield {"url": f"http://127.0.0.1:{m.group(1)}", "report": json.loads((tmp / "out" / "report.json").read_text()),
-               "compare": json.loads((tmp / "compare.json").read_text()), "run": base}
+        yield {
+            "url": f"http://127.0.0.1:{m.group(1)}",
+            "report": json.loads((tmp / "out" / "report.json").read_text()),
+            "compare": json.loads((tmp / "compare.json").read_text()),
+            "run": base,
+        }
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -65,8 +89,14 @@ def page(site: dict) -> Iterator:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         pg = browser.new_page(viewport={"width": 1400, "height": 1000})
         outside: list[str] = []
-        pg.on("request", lambda r: outside.append(r.url)
-              if not r.url.startswith(("http://127.0.0.1:", "file://", "data:")) else None)  # the viewers only
+        pg.on(
+            "request",
+            lambda r: (
+                outside.append(r.url)
+                if not r.url.startswith(("http://127.0.0.1:", "file://", "data:"))
+                else None
+            ),
+        )  # the viewers only
         pg.set_default_timeout(120_000)  # the first visit of a run analyses it (1000 bootstrap rounds)
         yield pg
         assert outside == [], f"requests outside the viewer (no CDN allowed): {outside}"
@@ -100,7 +130,9 @@ def test_run_page_table_equals_report_json(page, site: dict) -> None:
                 assert float(shown[arm]) == pytest.approx(v, rel=1e-12, abs=1e-9), (col, arm)
     assert page.inner_text("#recommendation p") == report["recommendation"]["lines"][0]
     acc = _cells(page, "accuracy-table", "accuracy")
-    assert {a: float(v) for a, v in acc.items()} == pytest.approx({r["arm"]: r["accuracy"] for r in report["accuracy"]})
+    assert {a: float(v) for a, v in acc.items()} == pytest.approx(
+        {r["arm"]: r["accuracy"] for r in report["accuracy"]}
+    )
     page.screenshot(path=str(SHOTS / "02-run.png"), full_page=True)
 
 
@@ -150,7 +182,8 @@ def test_grid_filters(page, site: dict) -> None:
     page.click("#grid-filter button")
     page.wait_for_url(re.compile(r"disagree=1"))
     rows = page.eval_on_selector_all(
-        "#grid-table tbody tr", "rows => rows.map(r => [...r.querySelectorAll('td[data-value]')].map(c => c.dataset.value))"
+        "#grid-table tbody tr",
+        "rows => rows.map(r => [...r.querySelectorAll('td[data-value]')].map(c => c.dataset.value))",
     )
     assert 0 < len(rows) <= total and all(len(set(r)) > 1 for r in rows)
     page.screenshot(path=str(SHOTS / "08-grid-disagree.png"), full_page=True)
@@ -194,7 +227,8 @@ def test_tables_fit_a_1400px_window(page, site: dict, tmp_path: Path) -> None:
     for url in (site["url"] + "/run/nightly", (tmp_path / "r.html").as_uri()):
         page.goto(url)
         wide = page.eval_on_selector_all(
-            "table", "ts => ts.filter(t => t.scrollWidth > t.parentElement.clientWidth + 1).map(t => t.id)")
+            "table", "ts => ts.filter(t => t.scrollWidth > t.parentElement.clientWidth + 1).map(t => t.id)"
+        )
         assert wide == [], (url, wide)
         assert page.eval_on_selector("body", "b => b.scrollWidth <= window.innerWidth")
 
@@ -215,7 +249,9 @@ def test_demo_then_view_shows_the_demo_run(page, tmp_path: Path) -> None:
         page.click("#runs-table a:text-is('demo-t3')")
         page.wait_for_selector("#returns-table")
         shown = _cells(page, "returns-table", "elo")
-        assert {a: float(v) for a, v in shown.items()} == pytest.approx({r["arm"]: r["elo"] for r in report["table"]})
+        assert {a: float(v) for a, v in shown.items()} == pytest.approx(
+            {r["arm"]: r["elo"] for r in report["table"]}
+        )
         assert page.inner_text("#recommendation p") == report["recommendation"]["lines"][0]
         page.screenshot(path=str(SHOTS / "10-demo-run.png"), full_page=True)
         page.goto(url + "/run/demo-t3/grid?family=code")

@@ -58,12 +58,22 @@ def test_store_follows_a_running_sweep(tmp_path: Path) -> None:
     assert b'http-equiv="refresh"' not in body and b'id="returns-table"' in body
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(st.text(max_size=300), st.text(max_size=300))
 def test_hostile_urls_are_refused_quickly(ledger: Path, path: str, query: str) -> None:
     store = Store(str(ledger))
-    for p in (path, "/run/" + path, "/run/full/" + path, "/run/full/job", "/run/full/task", "/static/" + path):
+    for p in (
+        path,
+        "/run/" + path,
+        "/run/full/" + path,
+        "/run/full/job",
+        "/run/full/task",
+        "/static/" + path,
+    ):
         t0 = time.perf_counter()
         try:
             ctype, body = route(store, p, query)

@@ -24,7 +24,13 @@ def test_allow_lists_take_exact_entries_and_prefixes_only(tmp_path):
            "EPT_WORKER_BASE_URLS": "http://simulator:8765/v1"}  # fmt: skip
     assert check_ledger("s3://ept-ledger/sweeps/", env) == "s3://ept-ledger/sweeps/"
     assert check_ledger(str(tmp_path / "ok" / "a"), env)
-    for bad in ("s3://ept-ledger/sweeps2", "s3://other/sweeps", str(tmp_path / "ok" / ".." / "no"), "/any/path", ""):
+    for bad in (
+        "s3://ept-ledger/sweeps2",
+        "s3://other/sweeps",
+        str(tmp_path / "ok" / ".." / "no"),
+        "/any/path",
+        "",
+    ):
         with pytest.raises(Untrusted, match="EPT_WORKER_LEDGERS"):
             check_ledger(bad, env)
     assert check_base_url(None, env) is None
@@ -68,7 +74,9 @@ job_queue: list[str] = []
 @pytest.fixture
 def rig_and_worker(tmp_path, redis_server, make_sim):
     sim = make_sim(api_key=FAULT_KEY, seed=3)
-    rig = fault_rig(tmp_path, sim.url, name="trust", ledger=str(tmp_path / "ledger"), per_family=1, max_retries=0)
+    rig = fault_rig(
+        tmp_path, sim.url, name="trust", ledger=str(tmp_path / "ledger"), per_family=1, max_retries=0
+    )
     env = {**rig.env(), "EPT_WORKER_LEDGERS": rig.ledger}
     env.pop("EPT_WORKER_BASE_URLS", None)
     job_queue[:] = [rig.plan.queue]
@@ -145,4 +153,6 @@ def test_a_hostile_ran_marker_never_replaces_a_run(redis_server, raw):
     t0 = time.perf_counter()
     got = _ran_before(r, tid, job)
     assert time.perf_counter() - t0 < 1.0
-    assert got is None or (isinstance(got, dict) and got["key"] == job.key and got["status"] in ("done", "duplicate", "failed"))
+    assert got is None or (
+        isinstance(got, dict) and got["key"] == job.key and got["status"] in ("done", "duplicate", "failed")
+    )

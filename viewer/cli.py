@@ -9,12 +9,19 @@ from elo_per_token.contracts.errors import InputError
 
 def view(
     target: str = typer.Argument(
-        "ept-out/ledger", help="A ledger (folder or s3://bucket/prefix) or a run in one (…/runs/ID, or a run id in --ledger)."
+        "ept-out/ledger",
+        help="A ledger (folder or s3://bucket/prefix) or a run in one (…/runs/ID, or a run id in --ledger).",
     ),
-    ledger: str | None = typer.Option(None, "--ledger", help="Ledger holding a run given by id; default ./ept-out/ledger."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (default: this machine only)."),
+    ledger: str | None = typer.Option(
+        None, "--ledger", help="Ledger holding a run given by id; default ./ept-out/ledger."
+    ),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to listen on (default: this machine only)."
+    ),
     port: int = typer.Option(8765, "--port", help="Port; 0 picks a free one (printed)."),
-    budget: str | None = typer.Option(None, "--budget", help="Tokens (3k) or dollars ($0.002) per task for the recommendation."),
+    budget: str | None = typer.Option(
+        None, "--budget", help="Tokens (3k) or dollars ($0.002) per task for the recommendation."
+    ),
 ) -> None:
     """Serve the runs, their tables, an interactive Elo-vs-tokens plot, the arms x tasks grid and job transcripts."""
     from elo_per_token.analysis.recommend import parse_budget
@@ -49,7 +56,9 @@ def _target(target: str, ledger: str | None) -> tuple[str, str | None]:
         return target, None
     from elo_per_token.analysis.io import resolve_input
 
-    src = run_source(resolve_input(target, ledger))  # a bare run id: checked, its ledger's runs listed if missing
+    src = run_source(
+        resolve_input(target, ledger)
+    )  # a bare run id: checked, its ledger's runs listed if missing
     if src is None:
         raise InputError(f"not a ledger or a run: {target!r}", field="target")
     return src.ledger_url, src.run_id

@@ -28,7 +28,11 @@ def _task_tokens(result: Any) -> pl.DataFrame:
 
 def task_means(result: Any) -> pl.DataFrame:
     """Per (family, task, arm): mean score, replicates n, tokens per task."""
-    o = _outcomes(result).group_by("family", "task_id", "arm").agg(pl.col("score").mean(), pl.len().alias("n"))
+    o = (
+        _outcomes(result)
+        .group_by("family", "task_id", "arm")
+        .agg(pl.col("score").mean(), pl.len().alias("n"))
+    )
     return o.join(_task_tokens(result), on=["task_id", "arm"], how="left").sort("family", "task_id", "arm")
 
 

@@ -79,16 +79,25 @@ def _evidence(ev: Any) -> list[str]:
     out = []
     for f in ev.get("failures") or []:
         if isinstance(f, Mapping):
-            out.append(_block("failed assert", f"{f.get('error')}\n\nin test:\n{f.get('test')}", "failed-assert"))
+            out.append(
+                _block("failed assert", f"{f.get('error')}\n\nin test:\n{f.get('test')}", "failed-assert")
+            )
     if "sandbox_output" in ev:  # a code grading: say so when the candidate printed nothing
-        out.append(_block("sandbox output (printed by the candidate; untrusted)",
-                          ev["sandbox_output"] or "(nothing printed)", "sandbox-output"))
+        out.append(
+            _block(
+                "sandbox output (printed by the candidate; untrusted)",
+                ev["sandbox_output"] or "(nothing printed)",
+                "sandbox-output",
+            )
+        )
     rest = {k: v for k, v in ev.items() if k != "sandbox_output"}
     out.append(_block("evidence (transcript)", rest, "evidence"))
     return out
 
 
-def job_page(run_id: str, key: str, records: Sequence[Mapping[str, Any]], transcript: Mapping[str, Any] | None) -> str:
+def job_page(
+    run_id: str, key: str, records: Sequence[Mapping[str, Any]], transcript: Mapping[str, Any] | None
+) -> str:
     calls = [r for r in records if r.get("kind") == "call"]
     outcome = next((r for r in records if r.get("kind") == "outcome"), None)
     head = outcome or (calls[0] if calls else {})
@@ -101,7 +110,9 @@ def job_page(run_id: str, key: str, records: Sequence[Mapping[str, Any]], transc
         if transcript.get("error"):
             body.append(f'<p class="warn">transcript {e(str(transcript["error"]))}</p>')
         if transcript.get("truncated"):
-            body.append('<p class="muted">Some texts were cut to the per-call bound; the cut is marked in place.</p>')
+            body.append(
+                '<p class="muted">Some texts were cut to the per-call bound; the cut is marked in place.</p>'
+            )
         body += ['<h2>Transcript</h2><div id="transcript">', *_transcript_calls(transcript), "</div>"]
     body += _grader(outcome, transcript)
     task = str(head.get("task_id", ""))

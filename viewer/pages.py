@@ -33,7 +33,9 @@ def run_url(run_id: str, page: str = "", **params: Any) -> str:
     return base + ("?" + urlencode({k: v for k, v in params.items() if v is not None}) if params else "")
 
 
-def shell(title: str, body: list[str], *, refresh: bool = False, crumbs: Sequence[tuple[str, str]] = ()) -> str:
+def shell(
+    title: str, body: list[str], *, refresh: bool = False, crumbs: Sequence[tuple[str, str]] = ()
+) -> str:
     """The page around `body`: local CSS/JS only (no CDN), breadcrumbs, optional auto-refresh."""
     nav = " › ".join(['<a href="/">runs</a>'] + [f'<a href="{_q(u)}">{e(t)}</a>' for t, u in crumbs])
     meta = f'<meta http-equiv="refresh" content="{REFRESH_S}">' if refresh else ""
@@ -87,8 +89,11 @@ def run_page(v: Any) -> str:
     returns = list(doc.get("returns") or [])
     body += recommendation_section(doc)
     colours = strategy_colours([str(r.get("strategy") or "") for r in returns])
-    toggles = "".join(f'<label class="toggle"><input type="checkbox" checked data-strategy="{_q(s)}">'
-                      f'<span class="swatch" style="background:{c}"></span>{e(s)}</label>' for s, c in colours.items())
+    toggles = "".join(
+        f'<label class="toggle"><input type="checkbox" checked data-strategy="{_q(s)}">'
+        f'<span class="swatch" style="background:{c}"></span>{e(s)}</label>'
+        for s, c in colours.items()
+    )
     level = (doc.get("options") or {}).get("level") or 0.95
     body += ['<h2>Elo against tokens per task</h2>',
              f'<div id="toggles">{toggles}<label class="toggle"><input type="checkbox" checked id="show-frontier">'
@@ -133,11 +138,15 @@ def grid_page(v: Any, grid: Mapping[str, Any], family: str | None, disagree: boo
     """Arms x tasks: each cell the task's mean score (colour) and tokens (hover), filterable by family and
     to the tasks where the arms disagree."""
     arms, fams = grid["arms"], grid["families"]
-    sel = "".join(f'<option value="{_q(f)}"{" selected" if f == family else ""}>{e(f)}</option>' for f in fams)
+    sel = "".join(
+        f'<option value="{_q(f)}"{" selected" if f == family else ""}>{e(f)}</option>' for f in fams
+    )
     form = (f'<form id="grid-filter" method="get"><label>family <select name="family"><option value="">all'
             f'</option>{sel}</select></label> <label><input type="checkbox" name="disagree" value="1"'
             f'{" checked" if disagree else ""}> arms disagree</label> <button type="submit">filter</button></form>')  # fmt: skip
-    head = "".join(f'<th class="arm"><a href="{_q(run_url(v.run_id, "arm", arm=a))}">{e(a)}</a></th>' for a in arms)
+    head = "".join(
+        f'<th class="arm"><a href="{_q(run_url(v.run_id, "arm", arm=a))}">{e(a)}</a></th>' for a in arms
+    )
     body = [form, f'<p class="muted" id="grid-count">{len(grid["rows"])} of {grid["total"]} tasks'
             + (f" (first {len(grid['rows'])} shown)" if grid.get("clipped") else "") + ".</p>",
             f'<div class="scroll"><table id="grid-table"><thead><tr><th class="t">task</th>{head}</tr></thead><tbody>']  # fmt: skip
@@ -152,8 +161,11 @@ def grid_page(v: Any, grid: Mapping[str, Any], family: str | None, disagree: boo
             shade = int(255 - 120 * (c["score"] or 0))
             cells.append(f'<td data-arm="{_q(a)}" data-value="{c["score"]}" title="{_q(_tokens(c["tokens"]))} tokens" '
                          f'style="background:rgb({shade},{255},{shade})">{_fmt_score(c["score"])}</td>')  # fmt: skip
-        body.append(f'<tr data-task="{_q(r["task_id"])}"><td class="t"><a href="{_q(link)}">{e(r["task_id"])}</a></td>'
-                    + "".join(cells) + "</tr>")
+        body.append(
+            f'<tr data-task="{_q(r["task_id"])}"><td class="t"><a href="{_q(link)}">{e(r["task_id"])}</a></td>'
+            + "".join(cells)
+            + "</tr>"
+        )
     body.append("</tbody></table></div>")
     return shell(f"Grid of {v.run_id}", body, refresh=v.running,
                  crumbs=[(v.run_id, run_url(v.run_id)), ("grid", run_url(v.run_id, "grid"))])  # fmt: skip
@@ -185,7 +197,9 @@ def compare_page(a: str, b: str, res: Mapping[str, Any]) -> str:
             f"{e(str(res.get('rule')))}.</p>", table("compare-table", list(res.get("arms") or []), cols)]  # fmt: skip
     body += [f'<p class="warn">{e(str(n))}</p>' for n in res.get("notes") or []]
     flagged = res.get("flagged") or []
-    body.append(f'<p id="verdict">{"regression: " + e(", ".join(flagged)) if flagged else "no regression the data supports"}</p>')
+    body.append(
+        f'<p id="verdict">{"regression: " + e(", ".join(flagged)) if flagged else "no regression the data supports"}</p>'
+    )
     return shell(f"{a} vs {b}", body)
 
 

@@ -107,8 +107,10 @@ class Handler(BaseHTTPRequestHandler):
             status = HTTPStatus.NOT_FOUND if ex.field in ("run", "job") else HTTPStatus.BAD_REQUEST
             ctype, body = _html(pages.error_page(int(status), scrub(str(ex))))
         except Exception as ex:  # one broken page must not stop the server; said without secrets
-            status, ctype, body = HTTPStatus.INTERNAL_SERVER_ERROR, *_html(
-                pages.error_page(500, scrub(f"{type(ex).__name__}: {ex}")))
+            status, ctype, body = (
+                HTTPStatus.INTERNAL_SERVER_ERROR,
+                *_html(pages.error_page(500, scrub(f"{type(ex).__name__}: {ex}"))),
+            )
         self._send(status, ctype, body)
 
     def do_HEAD(self) -> None:

@@ -122,5 +122,7 @@ class Store:
         if key not in self._compare:
             b = load_run(self.ledger.run_url(base))
             c = load_run(self.ledger.run_url(cur))
-            self._compare[key] = to_json_dict(compare_runs(b, c, rule=parse_fail_on("none"), rounds=300, seed=0))
+            self._compare[key] = to_json_dict(
+                compare_runs(b, c, rule=parse_fail_on("none"), rounds=300, seed=0)
+            )
         return self._compare[key]

@@ -13,7 +13,18 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-TAB10 = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+TAB10 = [
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+]
 W, H = 1000, 470
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 20, 50
 
@@ -65,7 +76,11 @@ def elo_tokens_svg(rows: Sequence[Mapping[str, Any]], level_label: str = "95%") 
     y0, y1 = min(ys) - pad, max(ys) + pad
 
     def sx(x: float) -> float:
-        f = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0)) if log else (x - x0) / ((x1 - x0) or 1)
+        f = (
+            (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            if log
+            else (x - x0) / ((x1 - x0) or 1)
+        )
         return LEFT + f * (W - LEFT - RIGHT)
 
     def sy(y: float) -> float:
@@ -98,13 +113,17 @@ def _point(r: Mapping[str, Any], x: float, sy: Any, colour: str) -> str:
     tip = f"{arm}: Elo {float(r['elo']):.0f}"
     if _num(r.get("elo_lo")) and _num(r.get("elo_hi")):
         tip += f" [{float(r['elo_lo']):.0f}, {float(r['elo_hi']):.0f}]"
-    tip += f", {float(r['tokens_per_task']):,.0f} tokens/task" + (", on the frontier" if r.get("frontier") else "")
+    tip += f", {float(r['tokens_per_task']):,.0f} tokens/task" + (
+        ", on the frontier" if r.get("frontier") else ""
+    )
     if _num(r.get("frontier_prob")):
         tip += f" (P {float(r['frontier_prob']):.0%})"
     ci = ""
     if _num(r.get("elo_lo")) and _num(r.get("elo_hi")):
-        ci = f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{sy(float(r["elo_lo"])):.1f}" y2="{sy(float(r["elo_hi"])):.1f}" ' \
-             f'stroke="{colour}" stroke-width="2" opacity=".6"/>'
+        ci = (
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{sy(float(r["elo_lo"])):.1f}" y2="{sy(float(r["elo_hi"])):.1f}" '
+            f'stroke="{colour}" stroke-width="2" opacity=".6"/>'
+        )
     a = html.escape
     return (f'<g class="pt" data-arm="{a(arm, quote=True)}" data-strategy="{a(strategy, quote=True)}" '
             f'data-tip="{a(tip, quote=True)}"><title>{a(tip)}</title>{ci}'

@@ -67,7 +67,9 @@ def lease_seconds(env: Mapping[str, str] | None = None) -> int:
     try:
         vt = int(raw)
     except ValueError:
-        raise InputError(f"not a whole number of seconds: {raw[:40]!r}", field="EPT_VISIBILITY_TIMEOUT") from None
+        raise InputError(
+            f"not a whole number of seconds: {raw[:40]!r}", field="EPT_VISIBILITY_TIMEOUT"
+        ) from None
     if vt < 1:
         raise InputError(f"must be at least 1 second, got {vt}", field="EPT_VISIBILITY_TIMEOUT")
     if vt < need:
@@ -125,7 +127,9 @@ def make_app(url: str | None = None) -> Celery:
         return celery_run_job(self, job, ctx)
 
     @app.task(name="ept.grade_code", shared=False, acks_late=True)  # type: ignore[untyped-decorator]
-    def grade_code_task(code: str, tests: list[str], entry_point: str, limits: dict[str, Any]) -> dict[str, Any]:
+    def grade_code_task(
+        code: str, tests: list[str], entry_point: str, limits: dict[str, Any]
+    ) -> dict[str, Any]:
         # Served by grader workers (`ept worker --queue grade`) that hold no provider keys or S3 credentials.
         from elo_per_token.worker.graders.code import Limits, run_tests
 

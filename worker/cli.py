@@ -10,12 +10,18 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command("worker")
     def worker(
-        concurrency: int = typer.Option(16, "--concurrency", "-c", help="Jobs in flight (threads) in this process."),
+        concurrency: int = typer.Option(
+            16, "--concurrency", "-c", help="Jobs in flight (threads) in this process."
+        ),
         queue: str = typer.Option("ept", "--queue", "-Q", help="Queue to consume."),
-        broker: str = typer.Option(None, "--broker", help="Broker URL (default: $EPT_BROKER_URL or local Redis)."),
+        broker: str = typer.Option(
+            None, "--broker", help="Broker URL (default: $EPT_BROKER_URL or local Redis)."
+        ),
         hostname: str = typer.Option(None, "--hostname", "-n", help="Worker node name."),
         loglevel: str = typer.Option("INFO", "--loglevel", "-l"),
-        profiles: str = typer.Option(None, "--profiles", help="profiles.toml to resolve profile names (else $EPT_PROFILES)."),
+        profiles: str = typer.Option(
+            None, "--profiles", help="profiles.toml to resolve profile names (else $EPT_PROFILES)."
+        ),
     ) -> None:
         """Run a Celery worker for sweep jobs (threads pool: jobs wait on the API, not the CPU)."""
         import os
@@ -54,6 +60,8 @@ def grader_broker_settings(transport_options: dict[str, Any]) -> dict[str, Any]:
         unacked_mutex_key=f"{GRADE_QUEUE}.unacked_mutex",
     )
     return {"broker_transport_options": opts, "worker_enable_remote_control": False}
+
+
 def _check_allow_lists(queue: str) -> None:
     """A job worker with no ledger allow-list could only refuse every job: it exits 2 at once, saying what to set."""
     from elo_per_token.worker.trust import LEDGERS_ENV, ledgers_configured

@@ -20,7 +20,11 @@ from elo_per_token.worker.transcript import Recorder, take_evidence
 
 
 def run_job(
-    job: Job, provider: ProviderClient, *, concurrency: int = DEFAULT_CONCURRENCY, transcript: Recorder | None = None
+    job: Job,
+    provider: ProviderClient,
+    *,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    transcript: Recorder | None = None,
 ) -> JobResult:
     """Run the job's strategy on its task and grade the answer.
 
@@ -50,7 +54,9 @@ def run_job(
         err = {"class": e.error_class, "message": scrub(e.message)}
         spent = any(c.usage for c in ctx.calls)
         if is_strategy_failure(e.error_class, spent):
-            outcome = Outcome(None, 0.0, False, {"reason": f"failed: {e.error_class}"}, None, {**err, "scored": "loss"})
+            outcome = Outcome(
+                None, 0.0, False, {"reason": f"failed: {e.error_class}"}, None, {**err, "scored": "loss"}
+            )
         else:
             outcome = Outcome(None, None, None, {}, err)
     except Exception as e:
@@ -82,7 +88,9 @@ def grading_error(task: dict[str, Any], e: BaseException) -> GradeResult:
     is a scored loss that keeps its tokens: dropping it would drop exactly the arm's worst answers from the
     fit, and `ept retry` would pay for it again."""
     reason = scrub(f"grading raised {type(e).__name__}: {_safe_str(e)[:300]}")
-    return GradeResult(0.0, False, {"grader": task["grader"]["type"], "reason": reason, "grading_error": True})
+    return GradeResult(
+        0.0, False, {"grader": task["grader"]["type"], "reason": reason, "grading_error": True}
+    )
 
 
 def _safe_str(e: BaseException) -> str:
@@ -96,13 +104,21 @@ def _grade(job: Job, result: StrategyResult) -> Outcome:
     task, chosen = job.task, result.chosen
     details = {"strategy": result.details}
     if chosen is None:
-        return Outcome(None, 0.0, False, {**details, "grader": task["grader"]["type"], "reason": "no candidate"})
+        return Outcome(
+            None, 0.0, False, {**details, "grader": task["grader"]["type"], "reason": "no candidate"}
+        )
     if task["grader"]["type"] == "none":  # judge mode: scored later by pairwise judgments
         return Outcome(chosen.answer, None, None, {**details, "grader": "none"})
     try:
         g = grade(task, chosen.text, chosen.tool_calls)
     except (GradingUnavailable, SandboxUnavailable) as e:  # infrastructure: unscored, the job is retried
-        return Outcome(chosen.answer, None, None, details, {"class": "task", "message": scrub(f"grader failed: {type(e).__name__}: {str(e)[:300]}")})
+        return Outcome(
+            chosen.answer,
+            None,
+            None,
+            details,
+            {"class": "task", "message": scrub(f"grader failed: {type(e).__name__}: {str(e)[:300]}")},
+        )
     except Exception as e:  # whatever the candidate made the grader raise is the candidate's miss
         g = grading_error(task, e)
     if chosen.note:

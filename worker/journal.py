@@ -110,7 +110,10 @@ class CallJournal:
         from elo_per_token.contracts.spent import SPENT_DIR, SPENT_SUFFIX, spent_bytes
 
         try:
-            attempts = sorted(a.decode() if isinstance(a, bytes) else str(a) for a in self.r.smembers(_set_key(job.run_id, job.key)))
+            attempts = sorted(
+                a.decode() if isinstance(a, bytes) else str(a)
+                for a in self.r.smembers(_set_key(job.run_id, job.key))
+            )
         except Exception:
             return 0
         recovered = 0
@@ -119,9 +122,13 @@ class CallJournal:
             lines = _parsed(self.r.lrange(_list_key(job.run_id, job.key, attempt), 0, MAX_LINES))
             committed = bool(lines) and lines[-1] == COMMIT
             calls = [x for x in lines if isinstance(x, dict) and x.get("kind") == "call"]
-            done = ledger.get_blob(job.run_id, name) is not None or (committed and ledger.has_job(job.run_id, job.key))
+            done = ledger.get_blob(job.run_id, name) is not None or (
+                committed and ledger.has_job(job.run_id, job.key)
+            )
             if calls and not done:
-                ledger.put_blob(job.run_id, name, spent_bytes(calls, reason="lost", error_class=None, attempt=0, at=0.0))
+                ledger.put_blob(
+                    job.run_id, name, spent_bytes(calls, reason="lost", error_class=None, attempt=0, at=0.0)
+                )
                 recovered += len(calls)
             self._drop(job, attempt)
             with _active_lock:

@@ -51,13 +51,21 @@ def run_judgments(job: Job, answers: dict[str, str], provider: ProviderClient) -
         r1 = ctx.chat(2 * k, "judge", judge_messages(job.task, answers[a], answers[b]), temperature=0.0)
         r2 = ctx.chat(2 * k + 1, "judge", judge_messages(job.task, answers[b], answers[a]), temperature=0.0)
         v1, v2 = parse_winner(r1.choices[0].text), parse_winner(r2.choices[0].text)
-        return {"task_id": job.task_id, "arm_a": a, "arm_b": b, "winner": combine(v1, v2), "verdicts": [v1, v2]}
+        return {
+            "task_id": job.task_id,
+            "arm_a": a,
+            "arm_b": b,
+            "winner": combine(v1, v2),
+            "verdicts": [v1, v2],
+        }
 
     try:
         judgments = ctx.map(one, list(enumerate(pairs)))
         outcome = Outcome(None, None, None, {"grader": "judge", "pairs": len(pairs)})
     except ProviderError as e:
         judgments = []
-        outcome = Outcome(None, None, None, {"grader": "judge"}, {"class": e.error_class, "message": scrub(e.message)})
+        outcome = Outcome(
+            None, None, None, {"grader": "judge"}, {"class": e.error_class, "message": scrub(e.message)}
+        )
     calls = sorted(ctx.calls, key=lambda c: c.call_index)
     return JobResult(job, calls, outcome, started, time.time(), judgments)

@@ -42,7 +42,8 @@ TASK_NAME = "ept.run_job"
 def _summary(job: Job, status: JobStatus, **kw: Any) -> JobSummary:
     # kw: the other JobSummary fields (calls, tokens, class, message, attempts, timing, lost)
     return cast(
-        JobSummary, {"key": job.key, "status": status, "calls": 0, "tokens": 0, "class": None, "message": None, **kw}
+        JobSummary,
+        {"key": job.key, "status": status, "calls": 0, "tokens": 0, "class": None, "message": None, **kw},
     )
 
 
@@ -130,7 +131,9 @@ def perform_job(
             started_at=started_at, finished_at=time.time(), **spent.totals(result if created else None),
         )  # fmt: skip
 
-    return _record_failure(job, ledger, result, spent, cls=cls, msg=msg, attempt=attempt, started_at=started_at)
+    return _record_failure(
+        job, ledger, result, spent, cls=cls, msg=msg, attempt=attempt, started_at=started_at
+    )
 
 
 def _record_failure(
@@ -177,7 +180,9 @@ class _Spent:
         if result.calls:
             from elo_per_token.contracts.spent import SPENT_DIR, SPENT_SUFFIX, spent_bytes
 
-            data = spent_bytes(result.to_lines(), reason=reason, error_class=error_class, attempt=attempt, at=time.time())
+            data = spent_bytes(
+                result.to_lines(), reason=reason, error_class=error_class, attempt=attempt, at=time.time()
+            )
             self.ledger.put_blob(result.job.run_id, f"{SPENT_DIR}{self.attempt_id}{SPENT_SUFFIX}", data)
             self.calls += result.sent_calls
             self.tokens += result.tokens
@@ -409,10 +414,16 @@ def _ran_before(r: Any, task_id: str | None, job: Job) -> JobSummary | None:
     try:
         raw = r.get(_ran_key(task_id))
         summary = json.loads(raw) if raw else None
-    except Exception:  # unreachable broker or unreadable marker: the ledger and the claim still stop a double write
+    except (
+        Exception
+    ):  # unreachable broker or unreadable marker: the ledger and the claim still stop a double write
         return None
     statuses = ("done", "duplicate", "failed")
-    if not isinstance(summary, dict) or summary.get("key") != job.key or summary.get("status") not in statuses:
+    if (
+        not isinstance(summary, dict)
+        or summary.get("key") != job.key
+        or summary.get("status") not in statuses
+    ):
         return None
     return cast(JobSummary, summary)
 
@@ -448,7 +459,9 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
         return _summary(job, "cancelled", message="the sweep was stopped before this job started")
     if _over_budget(task_self, job, ctx.budget_tokens):
         return _summary(job, "cancelled", message="the run reached its budget cap before this job started")
-    redis_url = os.environ.get("EPT_RATELIMIT_URL") or os.environ.get("EPT_BROKER_URL") or "redis://127.0.0.1:6379/0"
+    redis_url = (
+        os.environ.get("EPT_RATELIMIT_URL") or os.environ.get("EPT_BROKER_URL") or "redis://127.0.0.1:6379/0"
+    )
     claims = _claims(redis_url)
     task_id = getattr(getattr(task_self, "request", None), "id", None)
     waited = False
@@ -468,7 +481,9 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
         # with the claim held, so a copy that finished just before it released the claim is seen. Skipped only
         # when nothing can have finished the job: the first delivery (not a redelivery after a lost worker or
         # a visibility timeout) of a job from a run's first session (coordinator.sweep.execute), uncontended.
-        redelivered = bool((getattr(getattr(task_self, "request", None), "delivery_info", None) or {}).get("redelivered"))
+        redelivered = bool(
+            (getattr(getattr(task_self, "request", None), "delivery_info", None) or {}).get("redelivered")
+        )
         if (ctx.check_ledger or redelivered or waited) and ledger.has_job(job.run_id, job.key):
             return _summary(job, "skipped")
         provider = provider_for(job.profile, base_url, ctx.rpm, ctx.tpm, redis_url)

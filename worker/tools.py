@@ -16,10 +16,18 @@ from collections.abc import Callable
 from typing import Any
 
 _BIN: dict[type[ast.operator], Callable[[Any, Any], int | float]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
 }
-_UNARY: dict[type[ast.unaryop], Callable[[Any], int | float]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], int | float]] = {
+    ast.UAdd: operator.pos,
+    ast.USub: operator.neg,
+}
 # Limits on what a model may ask the worker to compute: checked BEFORE each operation, so nothing runs long
 # (`((9**999)**999)**10` would hold the GIL for many seconds) or builds numbers too big to print.
 MAX_EXPRESSION_CHARS = 2000
@@ -54,7 +62,13 @@ def _guard_binop(op: ast.operator, left: int | float, right: int | float) -> Non
     if isinstance(op, ast.Pow) and abs(right) > 10_000:
         raise CalculatorLimit("exponent too large")
     # |left| ** right has about right * (bits(left) - 1) bits; a product has about bits(left) + bits(right).
-    too_big_pow = isinstance(op, ast.Pow) and ints and right > 0 and abs(left) > 1 and right * max(1, _bits(left) - 1) > MAX_INT_BITS
+    too_big_pow = (
+        isinstance(op, ast.Pow)
+        and ints
+        and right > 0
+        and abs(left) > 1
+        and right * max(1, _bits(left) - 1) > MAX_INT_BITS
+    )
     too_big_mul = isinstance(op, ast.Mult) and ints and _bits(left) + _bits(right) > MAX_INT_BITS + 1
     if too_big_pow or too_big_mul:
         raise CalculatorLimit(f"result too large (more than {MAX_INT_BITS} bits)")
@@ -76,7 +90,11 @@ def calculate(expression: str) -> int | float:
     def ev(node: ast.AST) -> int | float:
         if isinstance(node, ast.Expression):
             return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, int | float)
+            and not isinstance(node.value, bool)
+        ):
             if _bits(node.value) > MAX_INT_BITS:
                 raise CalculatorLimit(f"number too large (more than {MAX_INT_BITS} bits)")
             return node.value

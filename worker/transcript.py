@@ -55,8 +55,11 @@ class Recorder:
                    "failure": getattr(outcome, "failure", None)}  # fmt: skip
         evidence = {k: g[k] for k in ("failures", "load_error", "returncode", "passed", "total") if k in g}
         evidence.update(self.evidence)
-        return {"job_key": job_key, "calls": calls,
-                "grader": {"verdict": verdict, "evidence": evidence, "answer": getattr(outcome, "answer", None)}}
+        return {
+            "job_key": job_key,
+            "calls": calls,
+            "grader": {"verdict": verdict, "evidence": evidence, "answer": getattr(outcome, "answer", None)},
+        }
 
 
 def _message(m: Any) -> dict[str, Any]:

@@ -44,7 +44,11 @@ def _allowed(value: str, entries: list[str]) -> bool:
         if e.endswith("*"):
             stem = e[:-1]
             # A folder prefix is resolved too, so `/data/*` cannot be escaped with `..`.
-            stem = stem if "://" in stem and not stem.startswith("file://") else _norm(stem) + ("/" if stem.endswith("/") else "")
+            stem = (
+                stem
+                if "://" in stem and not stem.startswith("file://")
+                else _norm(stem) + ("/" if stem.endswith("/") else "")
+            )
             if v.startswith(stem):
                 return True
         elif v == _norm(e):

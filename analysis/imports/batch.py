@@ -105,8 +105,11 @@ def identity(fields: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None,
         ident = arm_fields(arm.strip(), as_int(budget) if budget not in (None, "") else None)
     else:
         ident = arm_fields(arm.strip(), as_int(budget) if budget not in (None, "") else 1)
-    ident.update(task_id=task_id.strip(), replicate=as_int(rep) if rep not in (None, "") else 0,
-                 role=str(fields.get("role") or "sample"))
+    ident.update(
+        task_id=task_id.strip(),
+        replicate=as_int(rep) if rep not in (None, "") else 0,
+        role=str(fields.get("role") or "sample"),
+    )
     if fields.get("family"):
         ident["family"] = str(fields["family"])
     return ident, None, ""
@@ -155,12 +158,19 @@ def _usage(body: Any) -> tuple[dict[str, int] | None, str | None]:
         return None, "response.body.usage"
     # /v1/chat/completions and /v1/completions report prompt/completion tokens; /v1/responses reports
     # input/output tokens; /v1/embeddings has prompt tokens only (no completion).
-    names = (("input_tokens", "output_tokens") if "input_tokens" in usage and "prompt_tokens" not in usage
-             else ("prompt_tokens", "completion_tokens"))
+    names = (
+        ("input_tokens", "output_tokens")
+        if "input_tokens" in usage and "prompt_tokens" not in usage
+        else ("prompt_tokens", "completion_tokens")
+    )
     got = {}
     for ours, theirs in zip(("prompt_tokens", "completion_tokens"), names, strict=True):
-        v = usage.get(theirs, 0 if theirs == "completion_tokens" and "total_tokens" in usage
-                      and "completion_tokens" not in usage else None)
+        v = usage.get(
+            theirs,
+            0
+            if theirs == "completion_tokens" and "total_tokens" in usage and "completion_tokens" not in usage
+            else None,
+        )
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             return None, f"response.body.usage.{theirs}"
         got[ours] = v
@@ -168,13 +178,21 @@ def _usage(body: Any) -> tuple[dict[str, int] | None, str | None]:
 
 
 def import_batch(
-    outputs: Sequence[str], *, input_file: str | None = None, mapping: str | None = None,
-    id_template: str | None = None, outcomes: str | None = None, skip_bad: bool = False,
+    outputs: Sequence[str],
+    *,
+    input_file: str | None = None,
+    mapping: str | None = None,
+    id_template: str | None = None,
+    outcomes: str | None = None,
+    skip_bad: bool = False,
 ) -> Collector:
     """Call records from Batch output files (+ outcome records from an outcomes file)."""
     if not (input_file or mapping or id_template):
-        raise InputError("say which task and arm each custom_id is: --mapping FILE, --input FILE "
-                         "(request body.metadata) or --id-template", field="mapping")
+        raise InputError(
+            "say which task and arm each custom_id is: --mapping FILE, --input FILE "
+            "(request body.metadata) or --id-template",
+            field="mapping",
+        )
     col = Collector(skip_bad=skip_bad)
     template = compile_template(id_template) if id_template else None
     known = load_mapping(mapping, input_file, col)
@@ -205,8 +223,13 @@ def import_batch(
                     col.bad(file, line, "custom_id", f"--id-template gives a bad {bad_field}: {msg}")
                     continue
             if ident is None:
-                col.bad(file, line, "custom_id", f"'{cid}' is not in the mapping"
-                        + (" and does not match --id-template" if template else ""))
+                col.bad(
+                    file,
+                    line,
+                    "custom_id",
+                    f"'{cid}' is not in the mapping"
+                    + (" and does not match --id-template" if template else ""),
+                )
                 continue
             seen[cid] = f"{file}:{line}"
             body = resp.get("body")
@@ -217,9 +240,16 @@ def import_batch(
             if bad_field:
                 col.bad(file, line, bad_field, "must be an integer >= 0")
                 continue
-            rec = {"kind": "call", **ident, "usage": usage, "usage_missing": usage is None,
-                   "model": body.get("model"), "n_returned": len(body.get("choices") or []),
-                   "custom_id": cid, "source": f"{file}:{line}"}
+            rec = {
+                "kind": "call",
+                **ident,
+                "usage": usage,
+                "usage_missing": usage is None,
+                "model": body.get("model"),
+                "n_returned": len(body.get("choices") or []),
+                "custom_id": cid,
+                "source": f"{file}:{line}",
+            }
             col.records.append(rec)
             by_cid[cid] = ident
     if failed:
@@ -229,8 +259,9 @@ def import_batch(
     return col
 
 
-def _outcomes(path: str, by_cid: dict[str, dict[str, Any]], col: Collector,
-              template: IdTemplate | None = None) -> None:
+def _outcomes(
+    path: str, by_cid: dict[str, dict[str, Any]], col: Collector, template: IdTemplate | None = None
+) -> None:
     seen: dict[tuple[str, str, int], int] = {}
     for line, row in read_rows(path, col):
         cid = row.get("custom_id")
@@ -252,8 +283,13 @@ def _outcomes(path: str, by_cid: dict[str, dict[str, Any]], col: Collector,
             continue
         key = (ident["task_id"], ident["arm"], ident["replicate"])
         if key in seen:
-            col.bad(path, line, "task_id", f"second outcome for task {key[0]}, arm {key[1]}, replicate {key[2]} "
-                    f"(first on line {seen[key]})")
+            col.bad(
+                path,
+                line,
+                "task_id",
+                f"second outcome for task {key[0]}, arm {key[1]}, replicate {key[2]} "
+                f"(first on line {seen[key]})",
+            )
             continue
         seen[key] = line
         rec = {k: v for k, v in ident.items() if k != "role"}
@@ -265,6 +301,10 @@ def mapping_template(input_file: str, col: Collector) -> list[dict[str, Any]]:
     rows = []
     for _, obj in read_jsonl(input_file, col):
         meta = (obj.get("body") or {}).get("metadata") or {} if isinstance(obj.get("body"), dict) else {}
-        rows.append({"custom_id": obj.get("custom_id", ""), **{k: str(meta.get(k, "")) for k in
-                                                              ("task_id", "arm", "replicate", "family")}})
+        rows.append(
+            {
+                "custom_id": obj.get("custom_id", ""),
+                **{k: str(meta.get(k, "")) for k in ("task_id", "arm", "replicate", "family")},
+            }
+        )
     return rows

@@ -11,8 +11,10 @@ from elo_per_token.contracts.errors import InputError, printable
 if TYPE_CHECKING:
     from elo_per_token.analysis.imports.common import Collector
 
-import_app = typer.Typer(help="Other tools' logs (OpenAI Batch API, inspect_ai) -> records for `ept analyze`.",
-                         no_args_is_help=True)
+import_app = typer.Typer(
+    help="Other tools' logs (OpenAI Batch API, inspect_ai) -> records for `ept analyze`.",
+    no_args_is_help=True,
+)
 
 
 def _finish(col: Collector, out: str, what: str) -> None:
@@ -32,8 +34,12 @@ def _finish(col: Collector, out: str, what: str) -> None:
     tasks = {r["task_id"] for r in col.records}
     # Arm names come from the user's files (custom_ids, metadata): escape control characters before a terminal
     # sees them (an OSC 52 sequence in an arm name would write the clipboard).
-    typer.echo(printable(f"{out}: {kinds.get('call', 0)} call and {kinds.get('outcome', 0)} outcome records; "
-                         f"{len(tasks)} tasks, arms: {', '.join(arms)}"))
+    typer.echo(
+        printable(
+            f"{out}: {kinds.get('call', 0)} call and {kinds.get('outcome', 0)} outcome records; "
+            f"{len(tasks)} tasks, arms: {', '.join(arms)}"
+        )
+    )
     for note in col.notes:
         err.print(f"note: {printable(note)}", highlight=False, markup=False)
     _print_skipped(col.skipped, err)
@@ -42,13 +48,25 @@ def _finish(col: Collector, out: str, what: str) -> None:
 
 @import_app.command("batch")
 def batch_cmd(
-    outputs: list[str] = typer.Argument(None, help="Batch output file(s) (JSONL from the batch's output_file_id)"),
+    outputs: list[str] = typer.Argument(
+        None, help="Batch output file(s) (JSONL from the batch's output_file_id)"
+    ),
     out: str = typer.Option(None, "--out", "-o", help="records JSONL to write"),
-    input_file: str = typer.Option(None, "--input", help="the batch input file (request body.metadata maps custom_id)"),
-    mapping: str = typer.Option(None, "--mapping", help="CSV/JSONL: custom_id, task_id, arm, replicate, family"),
-    id_template: str = typer.Option(None, "--id-template", help="parse custom_id, e.g. '{task_id}__{arm}__r{replicate}'"),
-    outcomes: str = typer.Option(None, "--outcomes", help="CSV/JSONL scores: custom_id (or task_id, arm, replicate) + score|correct"),
-    write_template: str = typer.Option(None, "--write-template", help="write a mapping CSV to fill in, from --input, and stop"),
+    input_file: str = typer.Option(
+        None, "--input", help="the batch input file (request body.metadata maps custom_id)"
+    ),
+    mapping: str = typer.Option(
+        None, "--mapping", help="CSV/JSONL: custom_id, task_id, arm, replicate, family"
+    ),
+    id_template: str = typer.Option(
+        None, "--id-template", help="parse custom_id, e.g. '{task_id}__{arm}__r{replicate}'"
+    ),
+    outcomes: str = typer.Option(
+        None, "--outcomes", help="CSV/JSONL scores: custom_id (or task_id, arm, replicate) + score|correct"
+    ),
+    write_template: str = typer.Option(
+        None, "--write-template", help="write a mapping CSV to fill in, from --input, and stop"
+    ),
     skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
 ) -> None:
     """OpenAI Batch API output -> call records (usage per response) + outcome records (your scores)."""
@@ -61,16 +79,26 @@ def batch_cmd(
         import polars as pl
 
         rows = mapping_template(input_file, Collector(skip_bad=skip_bad))
-        pl.DataFrame(rows, schema=["custom_id", "task_id", "arm", "replicate", "family"]).write_csv(write_template)
-        typer.echo(f"{write_template}: {len(rows)} custom_ids; fill in task_id and arm (replicate, family optional), "
-                   f"then pass it as --mapping")
+        pl.DataFrame(rows, schema=["custom_id", "task_id", "arm", "replicate", "family"]).write_csv(
+            write_template
+        )
+        typer.echo(
+            f"{write_template}: {len(rows)} custom_ids; fill in task_id and arm (replicate, family optional), "
+            f"then pass it as --mapping"
+        )
         return
     if not outputs:
         raise InputError("give the batch output file(s)", field="outputs")
     if not out:
         raise InputError("give --out records.jsonl", field="out")
-    col = import_batch(outputs, input_file=input_file, mapping=mapping, id_template=id_template,
-                       outcomes=outcomes, skip_bad=skip_bad)
+    col = import_batch(
+        outputs,
+        input_file=input_file,
+        mapping=mapping,
+        id_template=id_template,
+        outcomes=outcomes,
+        skip_bad=skip_bad,
+    )
     _finish(col, out, "batch output")
 
 
@@ -78,10 +106,18 @@ def batch_cmd(
 def inspect_cmd(
     logs: list[str] = typer.Argument(..., help="inspect_ai eval logs (.eval or .json) or folders of them"),
     out: str = typer.Option(..., "--out", "-o", help="records JSONL to write"),
-    arm_from: str = typer.Option("auto", "--arm-from", help="arm name: auto | model | task | solver | "
-                                 "a task/model arg or generate-config key (e.g. temperature) | file"),
-    score_key: str = typer.Option(None, "--score", help="which scorer's score becomes the outcome (default: first)"),
-    skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad samples/logs (reported) instead of stopping."),
+    arm_from: str = typer.Option(
+        "auto",
+        "--arm-from",
+        help="arm name: auto | model | task | solver | "
+        "a task/model arg or generate-config key (e.g. temperature) | file",
+    ),
+    score_key: str = typer.Option(
+        None, "--score", help="which scorer's score becomes the outcome (default: first)"
+    ),
+    skip_bad: bool = typer.Option(
+        False, "--skip-bad", help="Skip bad samples/logs (reported) instead of stopping."
+    ),
 ) -> None:
     """inspect_ai eval logs -> call records (per-sample model usage) + outcome records (scores)."""
     from elo_per_token.analysis.imports.inspect_log import import_inspect

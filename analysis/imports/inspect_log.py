@@ -36,8 +36,10 @@ def _require_inspect() -> Any:
     try:
         import inspect_ai.log as log_api
     except ImportError:
-        raise InputError("reading inspect_ai logs needs the optional extra: pip install 'elo-per-token[inspect]'",
-                         field="logs") from None
+        raise InputError(
+            "reading inspect_ai logs needs the optional extra: pip install 'elo-per-token[inspect]'",
+            field="logs",
+        ) from None
     return log_api
 
 
@@ -54,7 +56,9 @@ def expand_logs(paths: Sequence[str]) -> list[str]:
                 raise InputError("no such file or folder", file=p)
             out.append(p)
     if not out:
-        raise InputError("no inspect_ai logs (*.eval, *.json) found", file=paths[0] if len(paths) == 1 else None)
+        raise InputError(
+            "no inspect_ai logs (*.eval, *.json) found", file=paths[0] if len(paths) == 1 else None
+        )
     return out
 
 
@@ -82,8 +86,11 @@ def arm_names(descs: list[dict[str, str]], arm_from: str, files: list[str]) -> l
     names = []
     for d, f in zip(descs, files, strict=True):
         if arm_from not in d:
-            raise InputError(f"--arm-from {arm_from}: not a field of this run (it has: {', '.join(sorted(d))})",
-                             file=f, field="arm-from")
+            raise InputError(
+                f"--arm-from {arm_from}: not a field of this run (it has: {', '.join(sorted(d))})",
+                file=f,
+                field="arm-from",
+            )
         names.append(d[arm_from] if arm_from in NAMED else f"{arm_from}={d[arm_from]}")
     return names
 
@@ -138,8 +145,10 @@ def too_big(f: str) -> str | None:
     except (zipfile.BadZipFile, OSError) as e:
         return f"not a readable inspect_ai eval log (not a zip: {e})"
     if total > cap:
-        return (f"inflates to {total / 2**20:.0f} MB, over EPT_MAX_IMPORT_MB={cap / 2**20:g} "
-                "(a zip bomb, or a log to split or to import with a higher cap)")
+        return (
+            f"inflates to {total / 2**20:.0f} MB, over EPT_MAX_IMPORT_MB={cap / 2**20:g} "
+            "(a zip bomb, or a log to split or to import with a higher cap)"
+        )
     return None
 
 
@@ -148,8 +157,9 @@ def _usage(u: Any) -> dict[str, int]:
     return {"prompt_tokens": int(prompt), "completion_tokens": int(u.output_tokens)}
 
 
-def import_inspect(paths: Sequence[str], *, arm_from: str = "auto", score_key: str | None = None,
-                   skip_bad: bool = False) -> Collector:
+def import_inspect(
+    paths: Sequence[str], *, arm_from: str = "auto", score_key: str | None = None, skip_bad: bool = False
+) -> Collector:
     log_api = _require_inspect()
     col = Collector(skip_bad=skip_bad)
     files, logs = [], []
@@ -174,7 +184,9 @@ def import_inspect(paths: Sequence[str], *, arm_from: str = "auto", score_key: s
     for f, log, arm in zip(files, logs, arms, strict=True):
         family = (log.eval.dataset.name or "default") if arm_from == "task" else str(log.eval.task)
         if log.status != "success":
-            col.notes.append(f"{f}: run status '{log.status}' — its {len(log.samples)} samples are imported as they are")
+            col.notes.append(
+                f"{f}: run status '{log.status}' — its {len(log.samples)} samples are imported as they are"
+            )
         ident = {"strategy": arm, "budget_n": 1, "arm": arm, "family": family}
         for pos, s in enumerate(log.samples, start=1):
             task_id = f"{family}-{s.id}"
@@ -183,8 +195,13 @@ def import_inspect(paths: Sequence[str], *, arm_from: str = "auto", score_key: s
                 continue
             key = (task_id, arm, s.epoch - 1)
             if key in seen:
-                col.bad(f, pos, "id", f"sample {s.id} epoch {s.epoch} of arm '{arm}' appears twice (first: {seen[key]}); "
-                        "name the runs apart with --arm-from")
+                col.bad(
+                    f,
+                    pos,
+                    "id",
+                    f"sample {s.id} epoch {s.epoch} of arm '{arm}' appears twice (first: {seen[key]}); "
+                    "name the runs apart with --arm-from",
+                )
                 continue
             score, bad_field, msg = score_of(s.scores, score_key)
             if bad_field:
@@ -196,7 +213,15 @@ def import_inspect(paths: Sequence[str], *, arm_from: str = "auto", score_key: s
                 role = "sample" if model == log.eval.model else "judge"
                 col.records.append({"kind": "call", **base, "role": role, "model": model, "usage": _usage(u)})
             if not s.model_usage:
-                col.records.append({"kind": "call", **base, "role": "sample", "usage": None, "usage_missing": True})
-            col.records.append({"kind": "outcome", **base, "score": score,
-                                **({"error": str(s.error.message)[:200]} if s.error else {})})
+                col.records.append(
+                    {"kind": "call", **base, "role": "sample", "usage": None, "usage_missing": True}
+                )
+            col.records.append(
+                {
+                    "kind": "outcome",
+                    **base,
+                    "score": score,
+                    **({"error": str(s.error.message)[:200]} if s.error else {}),
+                }
+            )
     return col

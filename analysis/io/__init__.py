@@ -161,7 +161,9 @@ def read_records(
         files += names
     frame = _assemble(parts, tasks_file, resolve_families)
     if frame.height == 0:
-        raise InputError("no records in the input", file=", ".join(files[:3]) + (" …" if len(files) > 3 else ""))
+        raise InputError(
+            "no records in the input", file=", ".join(files[:3]) + (" …" if len(files) > 3 else "")
+        )
     return Records(frame=frame, files=files, skipped=skipped)
 
 
@@ -212,7 +214,9 @@ def read_summary(
     """
     runs, _ = split_runs(paths)
     files = [] if runs else expand_inputs(paths)
-    if files and (all(f.endswith(".parquet") for f in files) or not any(f.endswith(".parquet") for f in files)):
+    if files and (
+        all(f.endswith(".parquet") for f in files) or not any(f.endswith(".parquet") for f in files)
+    ):
         try:
             schema = fields_schema(fields) if fields else None
             records = _normalise(_scan(files, schema), categorical=False)

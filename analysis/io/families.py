@@ -56,7 +56,9 @@ def _resolve_families(frame: pl.DataFrame, tasks_file: str | None) -> pl.DataFra
     tasks = frame.select("task_id").unique().join(first, on="task_id", how="left")
     tasks = tasks.with_columns(pl.col("task_id", "fam_given").cast(pl.String))  # Categorical in the records
     if tasks_file:
-        tasks = tasks.join(read_tasks_file(tasks_file).rename({"family": "fam_file"}), on="task_id", how="left")
+        tasks = tasks.join(
+            read_tasks_file(tasks_file).rename({"family": "fam_file"}), on="task_id", how="left"
+        )
     else:
         tasks = tasks.with_columns(pl.lit(None, pl.String).alias("fam_file"))
     prefix = (
@@ -64,7 +66,9 @@ def _resolve_families(frame: pl.DataFrame, tasks_file: str | None) -> pl.DataFra
         .then(pl.col("task_id").str.replace(r"-[^-]*$", ""))
         .otherwise(pl.lit("default"))
     )
-    tasks = tasks.select("task_id", pl.coalesce(pl.col("fam_given"), pl.col("fam_file"), prefix).alias("family"))
+    tasks = tasks.select(
+        "task_id", pl.coalesce(pl.col("fam_given"), pl.col("fam_file"), prefix).alias("family")
+    )
     # Join the task ids only and add the one column: joining the whole frame would copy every column.
     tasks = tasks.with_columns(pl.col("task_id", "family").cast(pl.Categorical))
     fam = frame.select("task_id").join(tasks, on="task_id", how="left", maintain_order="left")["family"]

@@ -53,9 +53,17 @@ def _slow_read(f: str, *, skip_bad: bool) -> tuple[pl.DataFrame, list[BadLine]]:
         except json.JSONDecodeError as e:
             bad.append(BadLine(f, i, None, f"malformed JSON: {e.msg} at column {e.colno}"))
         except _NotJson as e:
-            bad.append(BadLine(f, i, _constant_field(text, str(e)), f"{e} is not a JSON value (numbers must be finite)"))
+            bad.append(
+                BadLine(
+                    f, i, _constant_field(text, str(e)), f"{e} is not a JSON value (numbers must be finite)"
+                )
+            )
         except RecursionError:
-            bad.append(BadLine(f, i, None, "malformed JSON: nested too deeply (no record nests more than a few levels)"))
+            bad.append(
+                BadLine(
+                    f, i, None, "malformed JSON: nested too deeply (no record nests more than a few levels)"
+                )
+            )
         else:
             problem = _type_problem(obj) if isinstance(obj, dict) else (None, "a line must be a JSON object")
             if problem:
@@ -69,7 +77,11 @@ def _slow_read(f: str, *, skip_bad: bool) -> tuple[pl.DataFrame, list[BadLine]]:
     raw = _parse_lines(f, texts, rows, lines, bad).with_columns(
         pl.lit(f).alias("file"), pl.Series("row", rows, dtype=pl.Int64)
     )
-    norm = _normalise(raw.lazy(), suspect_ids=False).collect().with_columns(pl.Series("_line", lines, dtype=pl.Int64))
+    norm = (
+        _normalise(raw.lazy(), suspect_ids=False)
+        .collect()
+        .with_columns(pl.Series("_line", lines, dtype=pl.Int64))
+    )
     flagged = norm.filter(pl.col("bad_field").is_not_null())
     bad.extend(
         BadLine(f, ln, fld, msg)
@@ -86,6 +98,7 @@ def _parse_lines(
 ) -> pl.DataFrame:
     """polars parse of lines that passed the Python type rules; a line polars still refuses is named
     and removed (texts/rows/lines are edited in place)."""
+
     def parse(chunk: list[str]) -> pl.DataFrame:
         return pl.read_ndjson(io.BytesIO(("\n".join(chunk) + "\n").encode()), schema=RAW_SCHEMA)
 
@@ -117,9 +130,13 @@ def _slow_read_parquet(f: str, *, skip_bad: bool) -> tuple[pl.DataFrame, list[Ba
         # Unreadable, or a column no value of which can become its field's type (a struct for budget_n).
         raise InputError(f"cannot read parquet: {e}", file=f) from e
     # A value that did not convert is the row's first problem (its null would otherwise read as "missing").
-    norm = _normalise(raw.lazy(), suspect_ids=False).collect().with_columns(
-        pl.coalesce(raw["_type_bad"], pl.col("bad_field")).alias("bad_field"),
-        pl.coalesce(raw["_type_msg"], pl.col("bad_msg")).alias("bad_msg"),
+    norm = (
+        _normalise(raw.lazy(), suspect_ids=False)
+        .collect()
+        .with_columns(
+            pl.coalesce(raw["_type_bad"], pl.col("bad_field")).alias("bad_field"),
+            pl.coalesce(raw["_type_msg"], pl.col("bad_msg")).alias("bad_msg"),
+        )
     )
     flagged = norm.filter(pl.col("bad_field").is_not_null())
     bad = [

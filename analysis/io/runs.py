@@ -77,7 +77,9 @@ def _read_segment(
 
         def rows(o: int, n: int) -> pl.LazyFrame:
             at = per_row.slice(o, n)
-            lf = scan.slice(o, n).with_columns(urls.gather(at).alias("file"), (pl.col("line") - 1).cast(pl.Int64).alias("row"))
+            lf = scan.slice(o, n).with_columns(
+                urls.gather(at).alias("file"), (pl.col("line") - 1).cast(pl.Int64).alias("row")
+            )
             return _normalise(lf if keep is None else lf.filter(keep.gather(at)))
 
         # A million-job segment is normalised slice by slice, in morsels, never over all rows at once.

@@ -49,7 +49,9 @@ def _normalised_slices(scan: pl.LazyFrame) -> Callable[[int, int], pl.LazyFrame]
     return lambda o, k: _normalise(scan.slice(o, k))
 
 
-def _collect_sliced(make: Callable[[int, int], pl.LazyFrame], n_rows: int, rows: int | None = None) -> pl.DataFrame:
+def _collect_sliced(
+    make: Callable[[int, int], pl.LazyFrame], n_rows: int, rows: int | None = None
+) -> pl.DataFrame:
     """make(offset, length) -> the query over those rows of the input, collected slice by slice (SLICE_ROWS)
     and kept as chunks (no copy of the whole result)."""
     rows = rows or SLICE_ROWS
@@ -57,14 +59,21 @@ def _collect_sliced(make: Callable[[int, int], pl.LazyFrame], n_rows: int, rows:
     return pl.concat(parts, how="vertical", rechunk=False)
 
 
-_TYPE_WORDS = {pl.Int64(): "an integer", pl.Float64(): "a number", pl.Boolean(): "true or false", pl.String(): "a string"}
+_TYPE_WORDS = {
+    pl.Int64(): "an integer",
+    pl.Float64(): "a number",
+    pl.Boolean(): "true or false",
+    pl.String(): "a string",
+}
 
 
 # A Parquet's row count comes from its footer: checked before anything is materialised. A row of records is
 # ~100-200 bytes once in memory, so 20M rows is already several GB; a file of far fewer bytes than rows is a
 # constant column run-length encoded (a 205 KB file of 60M rows took `ept analyze` to 6.2 GiB).
 MAX_PARQUET_ROWS = 20_000_000
-_MIN_BYTES_PER_ROW = 0.25  # real records carry distinct job keys and task ids: several bytes per row, compressed
+_MIN_BYTES_PER_ROW = (
+    0.25  # real records carry distinct job keys and task ids: several bytes per row, compressed
+)
 
 
 def check_parquet_rows(f: str, rows: int) -> None:
@@ -77,11 +86,17 @@ def check_parquet_rows(f: str, rows: int) -> None:
     cap = int(os.environ.get("EPT_MAX_PARQUET_ROWS") or MAX_PARQUET_ROWS)
     size = os.path.getsize(f)
     if rows > cap:
-        raise InputError(f"{rows:,} rows, more than EPT_MAX_PARQUET_ROWS={cap:,} (raise it if this is real data; "
-                         f"reading would need ~{rows * 150 // 2**30} GiB)", file=f)
+        raise InputError(
+            f"{rows:,} rows, more than EPT_MAX_PARQUET_ROWS={cap:,} (raise it if this is real data; "
+            f"reading would need ~{rows * 150 // 2**30} GiB)",
+            file=f,
+        )
     if rows > 1_000_000 and size < rows * _MIN_BYTES_PER_ROW:
-        raise InputError(f"{rows:,} rows in {size:,} bytes: not ept records (a constant column repeated; "
-                         "refused before reading)", file=f)
+        raise InputError(
+            f"{rows:,} rows in {size:,} bytes: not ept records (a constant column repeated; "
+            "refused before reading)",
+            file=f,
+        )
 
 
 def _scan_parquet(

@@ -157,11 +157,18 @@ def _checks(*, suspect_ids: bool) -> list[tuple[str, str, pl.Expr]]:
         ("kind", "must be one of call, outcome, judgment", ~kind.is_in(KINDS)),
         ("task_id", "is required", pl.col("task_id").is_null()),
         *(
-            (name, "must not be empty or hold NUL/control characters",
-             (pl.col(name).str.strip_chars() == "") | pl.col(name).str.contains(r"[\x00-\x1f\x7f]"))
+            (
+                name,
+                "must not be empty or hold NUL/control characters",
+                (pl.col(name).str.strip_chars() == "") | pl.col(name).str.contains(r"[\x00-\x1f\x7f]"),
+            )
             for name in _ID_FIELDS
         ),
-        *(((name, _SUSPECT_MSG, pl.col(name).str.contains(_SUSPECT_ID)) for name in _ID_FIELDS) if suspect_ids else ()),
+        *(
+            ((name, _SUSPECT_MSG, pl.col(name).str.contains(_SUSPECT_ID)) for name in _ID_FIELDS)
+            if suspect_ids
+            else ()
+        ),
         ("strategy", "is required", call_or_outcome & pl.col("strategy").is_null()),
         ("budget_n", "is required", call_or_outcome & pl.col("budget_n").is_null()),
         ("budget_n", "must be >= 0", pl.col("budget_n") < 0),
@@ -218,8 +225,12 @@ def _record_columns() -> list[pl.Expr]:
     """The RECORD_SCHEMA columns (in order) from the raw columns plus kind_r, p and c."""
     kind = pl.col("kind_r")
     arm_from = pl.col("strategy") + pl.lit("@") + pl.col("budget_n").cast(pl.String)
-    arm_a = pl.coalesce(pl.col("arm_a"), pl.col("strategy_a") + pl.lit("@") + pl.col("budget_a").cast(pl.String))
-    arm_b = pl.coalesce(pl.col("arm_b"), pl.col("strategy_b") + pl.lit("@") + pl.col("budget_b").cast(pl.String))
+    arm_a = pl.coalesce(
+        pl.col("arm_a"), pl.col("strategy_a") + pl.lit("@") + pl.col("budget_a").cast(pl.String)
+    )
+    arm_b = pl.coalesce(
+        pl.col("arm_b"), pl.col("strategy_b") + pl.lit("@") + pl.col("budget_b").cast(pl.String)
+    )
     return [
         pl.col("file"),
         pl.col("row"),
@@ -242,9 +253,10 @@ def _record_columns() -> list[pl.Expr]:
                 | (pl.col("p").is_null() & pl.col("error").struct.field("class").is_null())
             )
         ).alias("usage_missing"),
-        pl.col("usage").struct.field("completion_tokens_details").struct.field("reasoning_tokens").alias(
-            "reasoning_tokens"
-        ),
+        pl.col("usage")
+        .struct.field("completion_tokens_details")
+        .struct.field("reasoning_tokens")
+        .alias("reasoning_tokens"),
         pl.coalesce(
             pl.col("usage").struct.field("prompt_tokens_details").struct.field("cached_tokens"),
             pl.col("usage").struct.field("cache_read_input_tokens"),

@@ -122,8 +122,6 @@ def split_runs(paths: Sequence[str]) -> tuple[list[RunSource], list[str]]:
     return runs, plain
 
 
-
-
 def plan_run(path: str) -> tuple[str, str]:
     """(run id, ledger) of a sweep plan file: its `name` and `ledger` fields, read as TOML here (the analysis
     does not import the coordinator's plan parser; a run it names is checked against the ledger anyway)."""

@@ -34,11 +34,31 @@ ACK = json.dumps({"status": "recorded"})
 
 # BFCL's own type table (bfcl_eval/constants/type_mappings.py), copied so the conversion needs no import.
 GORILLA_TO_OPENAPI = {
-    "integer": "integer", "number": "number", "float": "number", "string": "string", "boolean": "boolean",
-    "bool": "boolean", "array": "array", "list": "array", "dict": "object", "object": "object",
-    "tuple": "array", "any": "string", "byte": "integer", "short": "integer", "long": "integer",
-    "double": "number", "char": "string", "ArrayList": "array", "Array": "array", "HashMap": "object",
-    "Hashtable": "object", "Queue": "array", "Stack": "array", "Any": "string", "String": "string",
+    "integer": "integer",
+    "number": "number",
+    "float": "number",
+    "string": "string",
+    "boolean": "boolean",
+    "bool": "boolean",
+    "array": "array",
+    "list": "array",
+    "dict": "object",
+    "object": "object",
+    "tuple": "array",
+    "any": "string",
+    "byte": "integer",
+    "short": "integer",
+    "long": "integer",
+    "double": "number",
+    "char": "string",
+    "ArrayList": "array",
+    "Array": "array",
+    "HashMap": "object",
+    "Hashtable": "object",
+    "Queue": "array",
+    "Stack": "array",
+    "Any": "string",
+    "String": "string",
     "Bigint": "integer",
 }
 
@@ -46,7 +66,9 @@ GORILLA_TO_OPENAPI = {
 def data_path() -> Path:
     spec = importlib.util.find_spec("bfcl_eval")
     if spec is None or not spec.submodule_search_locations:
-        raise InputError("suite 'bfcl' needs the 'bfcl-eval' package (pip install --no-deps bfcl-eval)", field="suite")
+        raise InputError(
+            "suite 'bfcl' needs the 'bfcl-eval' package (pip install --no-deps bfcl-eval)", field="suite"
+        )
     return Path(next(iter(spec.submodule_search_locations))) / "data"
 
 
@@ -80,9 +102,14 @@ def _schema(node: Any) -> Any:
 
 
 def to_tool(fn: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "function", "function": {
-        "name": openai_name(fn["name"]), "description": fn.get("description", ""),
-        "parameters": _schema(fn.get("parameters", {"type": "dict", "properties": {}}))}}
+    return {
+        "type": "function",
+        "function": {
+            "name": openai_name(fn["name"]),
+            "description": fn.get("description", ""),
+            "parameters": _schema(fn.get("parameters", {"type": "dict", "properties": {}})),
+        },
+    }
 
 
 def to_task(entry: dict[str, Any], answer: list[dict[str, Any]] | None, category: str) -> dict[str, Any]:
@@ -97,7 +124,12 @@ def to_task(entry: dict[str, Any], answer: list[dict[str, Any]] | None, category
         "grader": {"type": "bfcl", "category": category},
         "tools": tools,
         "tool_impl": {t["function"]["name"]: {"type": "record"} for t in tools},
-        "meta": {"source": "bfcl-eval", "category": category, "bfcl_id": entry["id"], "functions": entry["function"]},
+        "meta": {
+            "source": "bfcl-eval",
+            "category": category,
+            "bfcl_id": entry["id"],
+            "functions": entry["function"],
+        },
     }
 
 
@@ -151,7 +183,11 @@ def right_calls(task: dict[str, Any]) -> list[dict[str, Any]]:
     for gt in task["reference"]:
         for name, params in gt.items():
             props = docs.get(name, {}).get("parameters", {}).get("properties", {})
-            args = {k: v for k, v in ((k, _pick(opts, k in props)) for k, opts in params.items()) if v is not _OMIT}
+            args = {
+                k: v
+                for k, v in ((k, _pick(opts, k in props)) for k, opts in params.items())
+                if v is not _OMIT
+            }
             calls.append({"name": openai_name(name), "arguments": args})
     return calls
 
@@ -182,7 +218,9 @@ def wrong_calls(task: dict[str, Any], salt: int = 0) -> list[dict[str, Any]]:
     options = next(iter(task["reference"][i].values()))
     args = dict(calls[i]["arguments"])
     keys = sorted(args)
-    for k in keys[salt % max(1, len(keys)):] + keys[: salt % max(1, len(keys))]:  # deterministic, salt-rotated
+    for k in (
+        keys[salt % max(1, len(keys)) :] + keys[: salt % max(1, len(keys))]
+    ):  # deterministic, salt-rotated
         bad = _off(args[k])
         if bad not in options.get(k, []):
             args[k] = bad

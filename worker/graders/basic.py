@@ -79,6 +79,7 @@ BASIC = {
 
 # ---------------------------------------------------------------- registry entries
 
+
 def number_key(answer: str) -> str:
     """Vote key of an answer read as a number (by value: '1,000' and '1000.0' agree), else its normalised text."""
     x = parse_number(answer)

@@ -76,28 +76,56 @@ def grade_bfcl(task: dict[str, Any], tool_calls: list[dict[str, Any]]) -> GradeR
     category = task["grader"].get("category", "simple_python")
     if category == "irrelevance" or not task["reference"]:
         ok = not tool_calls
-        return GradeResult(float(ok), ok, {"grader": "bfcl", "category": category, "n_calls": len(tool_calls),
-                                           "reason": None if ok else "called a function for an irrelevant question"})
+        return GradeResult(
+            float(ok),
+            ok,
+            {
+                "grader": "bfcl",
+                "category": category,
+                "n_calls": len(tool_calls),
+                "reason": None if ok else "called a function for an irrelevant question",
+            },
+        )
     output = []
     for c in tool_calls:
         args = _args(c.get("arguments"))
         if not isinstance(args, dict):
-            return GradeResult(0.0, False, {"grader": "bfcl", "category": category,
-                                            "reason": f"arguments of {c.get('name')} are not a JSON object"})
+            return GradeResult(
+                0.0,
+                False,
+                {
+                    "grader": "bfcl",
+                    "category": category,
+                    "reason": f"arguments of {c.get('name')} are not a JSON object",
+                },
+            )
         output.append({c.get("name"): args})
     if not output:
-        return GradeResult(0.0, False, {"grader": "bfcl", "category": category, "reason": "no function call made"})
+        return GradeResult(
+            0.0, False, {"grader": "bfcl", "category": category, "reason": "no function call made"}
+        )
     check, python = _checker()
     functions = task.get("meta", {}).get("functions") or [t["function"] for t in task["tools"]]
     try:
         res = check(functions, output, task["reference"], python, category, MODEL_NAME)
     except Exception as e:  # the checker assumes well-formed calls; a malformed one is the model's miss
-        return GradeResult(0.0, False, {"grader": "bfcl", "category": category,
-                                        "reason": f"checker rejected the calls: {type(e).__name__}: {str(e)[:200]}"})
+        return GradeResult(
+            0.0,
+            False,
+            {
+                "grader": "bfcl",
+                "category": category,
+                "reason": f"checker rejected the calls: {type(e).__name__}: {str(e)[:200]}",
+            },
+        )
     ok = bool(res.get("valid"))
-    details = {"grader": "bfcl", "category": category, "n_calls": len(output),
-               "reason": None if ok else "; ".join(map(str, res.get("error", [])))[:300] or "invalid",
-               "error_type": res.get("error_type")}
+    details = {
+        "grader": "bfcl",
+        "category": category,
+        "n_calls": len(output),
+        "reason": None if ok else "; ".join(map(str, res.get("error", [])))[:300] or "invalid",
+        "error_type": res.get("error_type"),
+    }
     return GradeResult(float(ok), ok, details)
 
 

@@ -54,9 +54,16 @@ class Limits:
 def sandbox_info() -> dict[str, Any]:
     """Which isolation layers are active on this machine (shown in docs and tests)."""
     why = bwrap.probe()
-    info: dict[str, Any] = {"bwrap": why is None, "audit_hook": True, "rlimits": True, "unforgeable_verdicts": True}
+    info: dict[str, Any] = {
+        "bwrap": why is None,
+        "audit_hook": True,
+        "rlimits": True,
+        "unforgeable_verdicts": True,
+    }
     if why is None:
-        info.update(interpreter=bwrap.interpreter(), uid_drop=os.geteuid() == 0, whole_sandbox=budget.describe())
+        info.update(
+            interpreter=bwrap.interpreter(), uid_drop=os.geteuid() == 0, whole_sandbox=budget.describe()
+        )
     else:
         info["unavailable"] = why
     return info
@@ -104,19 +111,38 @@ def run_tests(
     return dict(res)
 
 
-def _run_tests(code: str, tests: list[str], entry_point: str, limits: Limits, audit_hook: bool) -> dict[str, Any]:
+def _run_tests(
+    code: str, tests: list[str], entry_point: str, limits: Limits, audit_hook: bool
+) -> dict[str, Any]:
     preps = [_prepared(t) for t in tests]
-    payload = json.dumps({
-        "code": code, "entry_point": entry_point, "tests": [p.sandbox_src for p in preps],
-        "limits": {k: v for k, v in asdict(limits).items() if k != "timeout_s"}, "audit_hook": audit_hook,
-    })
+    payload = json.dumps(
+        {
+            "code": code,
+            "entry_point": entry_point,
+            "tests": [p.sandbox_src for p in preps],
+            "limits": {k: v for k, v in asdict(limits).items() if k != "timeout_s"},
+            "audit_hook": audit_hook,
+        }
+    )
     with open(_HARNESS, encoding="utf-8") as fh:
         harness_src = fh.read()
     wall = limits.timeout_s * WALL_FACTOR
-    run = bwrap.run(["-I", "-S", "-c", harness_src], payload.encode(), wall_s=wall,
-                    max_stdout=MAX_STDOUT, max_stderr=MAX_STDERR)
-    base = {"passed": 0, "total": len(tests), "failures": [], "load_error": None, "returncode": run.returncode,
-            "pidns": run.pidns, "sandbox_output": _sandbox_output(run.stdout, run.stderr)}
+    run = bwrap.run(
+        ["-I", "-S", "-c", harness_src],
+        payload.encode(),
+        wall_s=wall,
+        max_stdout=MAX_STDOUT,
+        max_stderr=MAX_STDERR,
+    )
+    base = {
+        "passed": 0,
+        "total": len(tests),
+        "failures": [],
+        "load_error": None,
+        "returncode": run.returncode,
+        "pidns": run.pidns,
+        "sandbox_output": _sandbox_output(run.stdout, run.stderr),
+    }
     if run.overflow:
         cap = MAX_STDOUT if run.overflow == "stdout" else MAX_STDERR
         return {**base, "reason": f"output limit exceeded: more than {cap} bytes on {run.overflow} (killed)"}
@@ -157,8 +183,11 @@ def _sandbox_output(stdout: bytes, stderr: bytes, limit: int = 4000) -> str:
         printed += f"\n…[ept: {cut} more characters printed in the sandbox, not kept]…"
     # split("\n"), not splitlines(): that also splits at the marker's \x1e and would keep the report lines
     raw = [ln for ln in stdout.decode(errors="replace").split("\n") if MARKER.decode() not in ln]
-    parts = [("printed", printed.strip()), ("stdout (raw fd 1)", "\n".join(raw).strip()),
-             ("stderr", stderr.decode(errors="replace").strip())]
+    parts = [
+        ("printed", printed.strip()),
+        ("stdout (raw fd 1)", "\n".join(raw).strip()),
+        ("stderr", stderr.decode(errors="replace").strip()),
+    ]
     text = "".join(f"{label}:\n{_visible(body)}\n" for label, body in parts if body)
     return clip(text, limit) if len(text) > limit else text
 
@@ -168,8 +197,9 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 
 def _visible(text: str) -> str:
     """Control characters (terminal escapes, NUL, the report marker) and lone surrogates as visible escapes."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}" if ord(m.group(0)) < 256
-                        else f"\\u{ord(m.group(0)):04x}", text)
+    return _CONTROL.sub(
+        lambda m: f"\\x{ord(m.group(0)):02x}" if ord(m.group(0)) < 256 else f"\\u{ord(m.group(0)):04x}", text
+    )
 
 
 def _death_reason(run: bwrap.RunResult, limits: Limits) -> str:
@@ -203,8 +233,11 @@ def grade_code(code: str | None, task: dict[str, Any], tests: list[str] | None =
         return GradeResult(0.0, False, {"grader": "code", "reason": "no code block in the answer"})
     opts = task.get("grader", {})
     timeout_s = float(opts.get("timeout_s", 5.0))
-    limits = Limits(timeout_s=timeout_s, cpu_s=int(opts.get("cpu_s", max(1, round(timeout_s)))),
-                    memory_mb=int(opts.get("memory_mb", 512)))
+    limits = Limits(
+        timeout_s=timeout_s,
+        cpu_s=int(opts.get("cpu_s", max(1, round(timeout_s)))),
+        memory_mb=int(opts.get("memory_mb", 512)),
+    )
     tests = task["tests"] if tests is None else tests
     res = (_test_runner or run_tests)(code, tests, task["entry_point"], limits)
     score = res["passed"] / res["total"] if res["total"] else 0.0
@@ -212,7 +245,9 @@ def grade_code(code: str | None, task: dict[str, Any], tests: list[str] | None =
         score = 0.0
     # The namespace id would make identical jobs write different ledger objects.
     details = {k: v for k, v in res.items() if k != "pidns"}
-    return GradeResult(score, res["passed"] == res["total"] and res["total"] > 0, {"grader": "code", **details})
+    return GradeResult(
+        score, res["passed"] == res["total"] and res["total"] > 0, {"grader": "code", **details}
+    )
 
 
 def code_key(task: dict[str, Any], cand: Answered) -> str | None:
@@ -232,6 +267,13 @@ def _test_score(task: dict[str, Any], code: str, tests: list[str]) -> float:
 
 
 GRADERS = (
-    Grader("code", _grade, extract=lambda task, text: extract_code(text), vote_key=code_key,
-           check_options=check_code, needs_sandbox=True, run_tests=_test_score),
+    Grader(
+        "code",
+        _grade,
+        extract=lambda task, text: extract_code(text),
+        vote_key=code_key,
+        check_options=check_code,
+        needs_sandbox=True,
+        run_tests=_test_score,
+    ),
 )

@@ -28,7 +28,9 @@ from typing import Any
 
 from elo_per_token.worker.graders.registry import GradingUnavailable
 
-START_TIMEOUT_S = 120.0  # importing sympy on a loaded machine; a child that never says "ready" is infrastructure
+START_TIMEOUT_S = (
+    120.0  # importing sympy on a loaded machine; a child that never says "ready" is infrastructure
+)
 
 
 def timeout_s() -> float:
@@ -53,7 +55,16 @@ class MathVerdict:
 
 def _child_env() -> dict[str, str]:
     # No provider keys, broker or S3 credentials: only what finds the interpreter and this package.
-    keep = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "EPT_MATH_TIMEOUT_S", "EPT_MATH_MEMORY_MB")
+    keep = (
+        "PATH",
+        "PYTHONPATH",
+        "LANG",
+        "LC_ALL",
+        "HOME",
+        "TMPDIR",
+        "EPT_MATH_TIMEOUT_S",
+        "EPT_MATH_MEMORY_MB",
+    )
     return {k: os.environ[k] for k in keep if k in os.environ}
 
 
@@ -62,8 +73,12 @@ class _Child:
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "elo_per_token.worker.graders.mathproc"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=_child_env(), close_fds=True,
+            [sys.executable, "-m", "elo_per_token.worker.graders.mathproc"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=_child_env(),
+            close_fds=True,
             start_new_session=True,  # a Ctrl-C at the terminal is the worker's to handle, not the child's
         )
         self.buf = b""
@@ -135,7 +150,12 @@ class _Pool:
                 alive = child.proc.poll() is None
                 child.kill()  # stuck in sympy (or dead): killed, never reused
                 if alive:
-                    return MathVerdict(False, False, timed_out=True, error=f"math check still running after {limit:g}s (killed)")
+                    return MathVerdict(
+                        False,
+                        False,
+                        timed_out=True,
+                        error=f"math check still running after {limit:g}s (killed)",
+                    )
                 return MathVerdict(False, False, error="the math check process died (memory or CPU limit)")
             with self.lock:
                 self.idle.append(child)

@@ -26,8 +26,11 @@ def parse_here(text: str) -> list[Any]:
     nothing parses. Unbounded outside a main thread: the worker calls it only through mathproc."""
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
 
-    parsed: list[Any] = parse(_as_latex(text), extraction_config=[LatexExtractionConfig(), ExprExtractionConfig()],
-                              parsing_timeout=_timeout())
+    parsed: list[Any] = parse(
+        _as_latex(text),
+        extraction_config=[LatexExtractionConfig(), ExprExtractionConfig()],
+        parsing_timeout=_timeout(),
+    )
     return parsed
 
 

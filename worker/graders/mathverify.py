@@ -79,7 +79,8 @@ def grade_math(answer: str | None, reference: Any, options: dict[str, Any]) -> G
     verdict = mathproc.check(ans, str(reference))
     if not verdict.equal:
         details["reason"] = verdict.error or (
-            "not equal to the reference" if verdict.parsed else "answer does not parse as math")
+            "not equal to the reference" if verdict.parsed else "answer does not parse as math"
+        )
         if is_plain_number(reference) and parse_number(ans) is not None:
             details["got"] = parse_number(ans)
     return GradeResult(1.0 if verdict.equal else 0.0, verdict.equal, details)

@@ -37,8 +37,18 @@ from elo_per_token.contracts.graders import (
 )
 from elo_per_token.worker.graders.extract import extract_answer, normalise
 
-__all__ = ["GRADERS", "Answered", "GradeResult", "Grader", "GradingUnavailable", "get_grader", "grader_for", "register",
-           "register_module", "unregister"]
+__all__ = [
+    "GRADERS",
+    "Answered",
+    "GradeResult",
+    "Grader",
+    "GradingUnavailable",
+    "get_grader",
+    "grader_for",
+    "register",
+    "register_module",
+    "unregister",
+]
 
 
 class GradingUnavailable(RuntimeError):

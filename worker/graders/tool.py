@@ -28,7 +28,10 @@ def call_matches(expected: dict[str, Any], made: dict[str, Any]) -> bool:
     if expected["name"] != made.get("name"):
         return False
     got = _args(made.get("arguments"))
-    return all(k in got and normalise(str(got[k])) == normalise(str(v)) for k, v in expected.get("arguments", {}).items())
+    return all(
+        k in got and normalise(str(got[k])) == normalise(str(v))
+        for k, v in expected.get("arguments", {}).items()
+    )
 
 
 def grade_tool(answer: str | None, task: dict[str, Any], tool_calls: list[dict[str, Any]]) -> GradeResult:
@@ -44,10 +47,18 @@ def grade_tool(answer: str | None, task: dict[str, Any], tool_calls: list[dict[s
         reason = f"expected tool call(s) not made (or with wrong arguments): {', '.join(missing)}"
     elif not ans.correct:
         reason = "wrong final answer"
-    return GradeResult(score, calls_ok and ans.correct, {
-        "grader": "tool", "calls_ok": calls_ok, "answer_ok": ans.correct, "n_tool_calls": len(tool_calls),
-        "answer_details": ans.details, "reason": reason,
-    })
+    return GradeResult(
+        score,
+        calls_ok and ans.correct,
+        {
+            "grader": "tool",
+            "calls_ok": calls_ok,
+            "answer_ok": ans.correct,
+            "n_tool_calls": len(tool_calls),
+            "answer_details": ans.details,
+            "reason": reason,
+        },
+    )
 
 
 def extract_tool(task: dict[str, Any], text: str | None) -> str | None:

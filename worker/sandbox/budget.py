@@ -140,5 +140,9 @@ def slot() -> Iterator[None]:
 def describe() -> dict[str, object]:
     """Which whole-sandbox bounds hold here."""
     cg = cgroup()
-    return {"cgroup": None if cg is None else cg.path, "cgroup_version": None if cg is None else cg.version,
-            "memory_mb_all_sandboxes": total_mb() if cg is not None else None, "concurrent_sandboxes": concurrency()}
+    return {
+        "cgroup": None if cg is None else cg.path,
+        "cgroup_version": None if cg is None else cg.version,
+        "memory_mb_all_sandboxes": total_mb() if cg is not None else None,
+        "concurrent_sandboxes": concurrency(),
+    }

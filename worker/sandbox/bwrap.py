@@ -175,14 +175,52 @@ def argv(python_args: list[str], *, tmp_mb: int = 16, info_fd: int | None = None
     python = interpreter()
     size = str(tmp_mb * 1024 * 1024)
     args = [
-        exe, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--clearenv",
-        "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "HOME", "/tmp",
-        "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-        "--uid", str(INSIDE_UID), "--gid", str(INSIDE_UID), "--hostname", "sandbox",
-        *_system_binds(), *_interpreter_binds(python),
-        "--proc", "/proc", "--dev", "/dev",
-        "--size", size, "--tmpfs", "/dev/shm", "--size", size, "--tmpfs", "/tmp",
-        "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--cap-drop", "ALL",
+        exe,
+        "--unshare-all",
+        "--unshare-user",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--setenv",
+        "LANG",
+        "C.UTF-8",
+        "--setenv",
+        "HOME",
+        "/tmp",
+        "--setenv",
+        "PYTHONDONTWRITEBYTECODE",
+        "1",
+        "--uid",
+        str(INSIDE_UID),
+        "--gid",
+        str(INSIDE_UID),
+        "--hostname",
+        "sandbox",
+        *_system_binds(),
+        *_interpreter_binds(python),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        size,
+        "--tmpfs",
+        "/dev/shm",
+        "--size",
+        size,
+        "--tmpfs",
+        "/tmp",
+        "--remount-ro",
+        "/dev",
+        "--remount-ro",
+        "/",
+        "--chdir",
+        "/tmp",
+        "--cap-drop",
+        "ALL",
         # The program is the namespace's pid 1 and bwrap's monitor (our child) reaps it. With bwrap's own init
         # instead, the monitor exits first and the init is left a zombie for the host's pid 1 to reap: one
         # per grading, forever, in a container whose pid 1 is the worker itself.
@@ -223,8 +261,9 @@ def run(
         return _run(python_args, stdin, wall_s, max_stdout, max_stderr, tmp_mb)
 
 
-def _run(python_args: list[str], stdin: bytes, wall_s: float, max_stdout: int, max_stderr: int,
-         tmp_mb: int) -> RunResult:
+def _run(
+    python_args: list[str], stdin: bytes, wall_s: float, max_stdout: int, max_stderr: int, tmp_mb: int
+) -> RunResult:
     # stdin from an in-memory file: no writer thread, and the program sees exactly these bytes.
     mfd = os.memfd_create("ept-sandbox-stdin", os.MFD_CLOEXEC)
     info_r, info_w = os.pipe()
@@ -236,9 +275,15 @@ def _run(python_args: list[str], stdin: bytes, wall_s: float, max_stdout: int, m
         uid = lo + secrets.randbelow(hi - lo) if _drops_uid() else None
         cmd, dropped = budget.launcher(argv(python_args, tmp_mb=tmp_mb, info_fd=info_w), uid)
         proc = subprocess.Popen(
-            cmd, stdin=mfd, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, pass_fds=(info_w,), env={"PATH": "/usr/bin:/bin"}, close_fds=True,
-            start_new_session=True, **_drop_kwargs(None if dropped else uid),
+            cmd,
+            stdin=mfd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(info_w,),
+            env={"PATH": "/usr/bin:/bin"},
+            close_fds=True,
+            start_new_session=True,
+            **_drop_kwargs(None if dropped else uid),
         )
     except BaseException:
         os.close(info_r)
@@ -252,8 +297,9 @@ def _run(python_args: list[str], stdin: bytes, wall_s: float, max_stdout: int, m
         os.close(info_r)
 
 
-def _supervise(proc: subprocess.Popen[bytes], info_r: int, t0: float, wall_s: float,
-               max_stdout: int, max_stderr: int) -> RunResult:
+def _supervise(
+    proc: subprocess.Popen[bytes], info_r: int, t0: float, wall_s: float, max_stdout: int, max_stderr: int
+) -> RunResult:
     if proc.stdout is None or proc.stderr is None:  # not an assert: `python -O` would strip it
         raise RuntimeError("sandbox: the child was started without stdout/stderr pipes")
     bufs = {"stdout": bytearray(), "stderr": bytearray(), "info": bytearray()}
@@ -295,8 +341,14 @@ def _supervise(proc: subprocess.Popen[bytes], info_r: int, t0: float, wall_s: fl
     if init_pid is None:
         init_pid, pidns = _parse_info(bytes(bufs["info"]))
     return RunResult(
-        bytes(bufs["stdout"][:max_stdout]), bytes(bufs["stderr"][:max_stderr]), proc.returncode, timed_out,
-        overflow if overflow != "info" else "stderr", init_pid, pidns, time.monotonic() - t0,
+        bytes(bufs["stdout"][:max_stdout]),
+        bytes(bufs["stderr"][:max_stderr]),
+        proc.returncode,
+        timed_out,
+        overflow if overflow != "info" else "stderr",
+        init_pid,
+        pidns,
+        time.monotonic() - t0,
     )
 
 
@@ -358,8 +410,10 @@ def probe() -> str | None:
         return None
     err = res.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit status {res.returncode}"]
     if "execvp" in err[0]:
-        return (f"the sandbox cannot start its Python ({err[0][:200]}): set EPT_SANDBOX_PYTHON to an interpreter "
-                "every user can read and run")
+        return (
+            f"the sandbox cannot start its Python ({err[0][:200]}): set EPT_SANDBOX_PYTHON to an interpreter "
+            "every user can read and run"
+        )
     return f"bwrap cannot create its sandbox here ({err[0][:200]}): {FIX}"
 
 

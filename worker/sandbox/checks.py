@@ -29,8 +29,34 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 _SAFE_FUNCS: dict[str, Any] = {
-    f.__name__: f for f in (abs, all, any, bool, bytes, complex, dict, divmod, float, frozenset, int, isinstance,
-                            len, list, max, min, repr, reversed, round, set, sorted, str, sum, tuple, type)
+    f.__name__: f
+    for f in (
+        abs,
+        all,
+        any,
+        bool,
+        bytes,
+        complex,
+        dict,
+        divmod,
+        float,
+        frozenset,
+        int,
+        isinstance,
+        len,
+        list,
+        max,
+        min,
+        repr,
+        reversed,
+        round,
+        set,
+        sorted,
+        str,
+        sum,
+        tuple,
+        type,
+    )
 }
 _SAFE_NAMES: dict[str, Any] = {**_SAFE_FUNCS, "math": math}
 _BUILD_ONLY_PURE = {"set", "frozenset", "dict", "bytes"}  # called in the worker on constants only
@@ -60,7 +86,9 @@ class Prepared:
 def _small_const(node: ast.AST) -> bool:
     # int or float, not bool (ast.parse makes no other subclasses of them)
     return (
-        isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool)
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int | float)
+        and not isinstance(node.value, bool)
         and abs(node.value) <= 1_000_000
     )
 
@@ -73,12 +101,19 @@ def _pure(node: ast.AST, shadow: frozenset[str] = frozenset()) -> bool:
     if isinstance(node, ast.Name):
         return node.id in _SAFE_FUNCS and node.id not in shadow
     if isinstance(node, ast.Attribute):
-        return (isinstance(node.value, ast.Name) and node.value.id == "math" and "math" not in shadow
-                and node.attr in _MATH)
+        return (
+            isinstance(node.value, ast.Name)
+            and node.value.id == "math"
+            and "math" not in shadow
+            and node.attr in _MATH
+        )
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult | ast.Pow):
         # Constant folding only (e.g. 2**31, 1e-9): `x * 10**9` could allocate without bound.
-        return _small_const(node.left) and _small_const(node.right) and not (
-            isinstance(node.op, ast.Pow) and abs(node.right.value) > 64)  # type: ignore[attr-defined]
+        return (
+            _small_const(node.left)
+            and _small_const(node.right)
+            and not (isinstance(node.op, ast.Pow) and abs(node.right.value) > 64)
+        )  # type: ignore[attr-defined]
     return _structural(node, shadow) and all(_pure(c, shadow) for c in _children(node))
 
 
@@ -86,13 +121,25 @@ def _structural(node: ast.AST, shadow: frozenset[str] = frozenset()) -> bool:
     """Node kinds the worker evaluates itself once their operands are known (children split further)."""
     if isinstance(node, ast.BinOp):
         return isinstance(node.op, _BINOPS)
-    if isinstance(node, ast.UnaryOp | ast.BoolOp | ast.Compare | ast.Tuple | ast.List | ast.Set | ast.Dict
-                  | ast.Subscript | ast.Slice | ast.IfExp):
+    if isinstance(
+        node,
+        ast.UnaryOp
+        | ast.BoolOp
+        | ast.Compare
+        | ast.Tuple
+        | ast.List
+        | ast.Set
+        | ast.Dict
+        | ast.Subscript
+        | ast.Slice
+        | ast.IfExp,
+    ):
         return not any(isinstance(c, ast.Starred) for c in _children(node))
     if isinstance(node, ast.Call):
         f = node.func
         safe_func = (isinstance(f, ast.Name) and f.id in _SAFE_FUNCS and f.id not in shadow) or (
-            isinstance(f, ast.Attribute) and _pure(f, shadow))
+            isinstance(f, ast.Attribute) and _pure(f, shadow)
+        )
         if safe_func and isinstance(f, ast.Name) and f.id in _BUILD_ONLY_PURE:
             # set(<candidate list>) could be 300k keys crafted to collide, bytes(<candidate int>) 10**12 bytes:
             # on candidate values these run in the sandbox, and come back checked by decode().
@@ -230,7 +277,7 @@ def decode(v: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
     if type(v) is list:
         return [decode(x, depth + 1, budget) for x in v]
     if type(v) is dict and len(v) == 1:
-        (tag, x), = v.items()
+        ((tag, x),) = v.items()
         try:
             return _decode_tagged(tag, x, depth, budget)
         except (TypeError, ValueError, AttributeError, IndexError, OverflowError) as e:
@@ -319,7 +366,9 @@ def evaluate(check: Check, results: list[Any]) -> str | None:
         ok = bool(ok)  # plain values only: their truth cannot be faked
     if ok:
         return None
-    got = "; ".join(f"{p[:60]} = {_short(v)}" for p, (kind, v) in zip(check.probes, values, strict=True) if kind == "ok")
+    got = "; ".join(
+        f"{p[:60]} = {_short(v)}" for p, (kind, v) in zip(check.probes, values, strict=True) if kind == "ok"
+    )
     return f"AssertionError: {check.source[:120]}" + (f" (got {got})" if got else "")
 
 
@@ -361,7 +410,7 @@ def parse_report(stdout: bytes, marker: bytes) -> tuple[str | None, dict[int, di
         if not raw.startswith(marker):
             continue
         try:
-            obj = json.loads(raw[len(marker):])
+            obj = json.loads(raw[len(marker) :])
         except (ValueError, RecursionError) as e:
             raise Tampered(f"unreadable report line: {type(e).__name__}") from None
         if not isinstance(obj, dict):
@@ -392,7 +441,7 @@ def printed_output(stdout: bytes, marker: bytes, limit: int = 64_000) -> tuple[s
         if not raw.startswith(marker) or b'"o"' not in raw:
             continue
         try:
-            obj = json.loads(raw[len(marker):])
+            obj = json.loads(raw[len(marker) :])
         except (ValueError, RecursionError):
             continue
         if not (isinstance(obj, dict) and obj.keys() == {"o", "cut"} and type(obj["o"]) is str):
@@ -400,7 +449,7 @@ def printed_output(stdout: bytes, marker: bytes, limit: int = 64_000) -> tuple[s
         c = obj["cut"]
         cut += c if type(c) is int and 0 <= c < 2**53 else 0
         room = limit - kept
-        parts.append(obj["o"][:max(room, 0)])
+        parts.append(obj["o"][: max(room, 0)])
         kept += len(parts[-1])
         cut += len(obj["o"]) - len(parts[-1])
     return "".join(parts), cut

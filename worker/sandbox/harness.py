@@ -29,8 +29,23 @@ if TYPE_CHECKING:
     from typing import Any
 
 MARKER = "\x1eEPT:"
-_BLOCKED = ("socket.", "subprocess.", "os.system", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn",
-            "os.exec", "os.kill", "os.killpg", "ctypes.", "pty.", "os.putenv", "webbrowser.", "urllib.Request")
+_BLOCKED = (
+    "socket.",
+    "subprocess.",
+    "os.system",
+    "os.fork",
+    "os.forkpty",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.exec",
+    "os.kill",
+    "os.killpg",
+    "ctypes.",
+    "pty.",
+    "os.putenv",
+    "webbrowser.",
+    "urllib.Request",
+)
 MAX_CHECKS_PER_TEST = 1000
 MAX_NODES = 200_000
 OUTPUT_CAP = 16_000  # characters of the candidate's printed output kept (the worker shows at most 4,000)
@@ -116,8 +131,10 @@ def _encode(v: Any, budget: list[int]) -> Any:
         return {"b": v.hex()}
     if t is complex:
         return {"c": [v.real.hex(), v.imag.hex()]}
-    raise TypeError(f"returned a {t.__name__} object; only plain values (int, float, str, bool, None, list, "
-                    "tuple, dict, set, bytes) can be compared")
+    raise TypeError(
+        f"returned a {t.__name__} object; only plain values (int, float, str, bool, None, list, "
+        "tuple, dict, set, bytes) can be compared"
+    )
 
 
 def _err(e: BaseException) -> str:
@@ -146,12 +163,19 @@ def main() -> None:
     # are capped and shown by the caller, never parsed as reports).
     printed = _Printed()
     sys.stdout = sys.stderr = printed
-    encode, dumps, write, budget_max, take, cap = _encode, json.dumps, os.write, MAX_NODES, printed.take, OUTPUT_CAP
+    encode, dumps, write, budget_max, take, cap = (
+        _encode,
+        json.dumps,
+        os.write,
+        MAX_NODES,
+        printed.take,
+        OUTPUT_CAP,
+    )
 
     def emit(obj: dict[str, Any]) -> None:
         data = (MARKER + dumps(obj, allow_nan=False) + "\n").encode("utf-8", "surrogatepass")
         while data:
-            data = data[write(out_fd, data):]
+            data = data[write(out_fd, data) :]
 
     def emit_printed() -> None:
         # `take` was bound before any candidate code ran; what it returns is still checked (the candidate can

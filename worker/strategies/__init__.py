@@ -17,5 +17,7 @@ __all__ = ["STRATEGIES", "Candidate", "JobContext", "Strategy", "StrategyResult"
 
 def get_strategy(name: str) -> Strategy[Any]:
     if name not in STRATEGIES:
-        raise InputError(f"unknown strategy '{name}' (known: {', '.join(sorted(STRATEGIES))})", field="strategy")
+        raise InputError(
+            f"unknown strategy '{name}' (known: {', '.join(sorted(STRATEGIES))})", field="strategy"
+        )
     return STRATEGIES[name]

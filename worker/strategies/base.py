@@ -54,13 +54,19 @@ class JobContext:
     """One job's calls: records every call (success or failure) with its algorithm-fixed index."""
 
     def __init__(
-        self, job: Job, provider: ProviderClient, concurrency: int = DEFAULT_CONCURRENCY, params: object = None
+        self,
+        job: Job,
+        provider: ProviderClient,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        params: object = None,
     ) -> None:
         self.job = job
         self.task = job.task
         self.provider = provider
         self.concurrency = max(1, concurrency)
-        self.params = params  # the strategy's checked parameters (Strategy.check); read with Strategy.params_of
+        self.params = (
+            params  # the strategy's checked parameters (Strategy.check); read with Strategy.params_of
+        )
         self.calls: list[CallRecord] = []
         self._lock = threading.Lock()
         # Generation settings in effect: profile < plan < arm (contracts.generation).
@@ -82,14 +88,24 @@ class JobContext:
         n: int = 1,
         tools: list[dict[str, Any]] | None = None,
     ) -> ChatResponse:
-        seed = derive_seed(self.seed_base, self.job.key, index) if "seed" in self.gen else self.job.call_seed(index)
+        seed = (
+            derive_seed(self.seed_base, self.job.key, index)
+            if "seed" in self.gen
+            else self.job.call_seed(index)
+        )
         meta = {"Job": self.job.key, "Arm": self.job.arm, "Role": role}
         if temperature > 0 and "temperature" in self.gen:
-            temperature = self.gen["temperature"]  # the configured sampling temperature; greedy calls stay at 0
-        sent = {"temperature": temperature, **{k: v for k, v in self.gen.items() if k not in ("temperature", "seed")}}
+            temperature = self.gen[
+                "temperature"
+            ]  # the configured sampling temperature; greedy calls stay at 0
+        sent = {
+            "temperature": temperature,
+            **{k: v for k, v in self.gen.items() if k not in ("temperature", "seed")},
+        }
         try:
-            resp = self.provider.chat(messages, temperature=temperature, n=n, seed=seed, tools=tools, meta=meta,
-                                      gen=self.gen)
+            resp = self.provider.chat(
+                messages, temperature=temperature, n=n, seed=seed, tools=tools, meta=meta, gen=self.gen
+            )
         except ProviderError as e:
             if self.transcript is not None:
                 self.transcript.call(index, role, messages, error=f"{e.error_class}: {e.message}")
@@ -154,6 +170,7 @@ class JobContext:
 
 # ---------------------------------------------------------------- sampling
 
+
 def sample_stride(task: dict[str, Any]) -> int:
     """Call indices one sample occupies: 1, or the turns of a tool-use episode."""
     return MAX_TOOL_STEPS if task.get("tools") else 1
@@ -163,7 +180,9 @@ def sample(ctx: JobContext, base_index: int, k: int, temperature: float) -> list
     """k candidate solutions. Sample i uses call indices [base + i*stride, base + (i+1)*stride)."""
     task = ctx.task
     if task.get("tools"):
-        return ctx.map(lambda i: episode(ctx, i, base_index + i * MAX_TOOL_STEPS, temperature), list(range(k)))
+        return ctx.map(
+            lambda i: episode(ctx, i, base_index + i * MAX_TOOL_STEPS, temperature), list(range(k))
+        )
     if ctx.supports_n and k > 1:
         return _sample_batched(ctx, base_index, k, temperature)
     msgs = solve_messages(task)
@@ -192,20 +211,37 @@ def episode(ctx: JobContext, i: int, base_index: int, temperature: float) -> Can
     messages = solve_messages(task)
     made: list[dict[str, Any]] = []
     for step in range(MAX_TOOL_STEPS):
-        ch = ctx.chat(base_index + step, "tool_turn", messages, temperature=temperature, tools=task["tools"]).choices[0]
+        ch = ctx.chat(
+            base_index + step, "tool_turn", messages, temperature=temperature, tools=task["tools"]
+        ).choices[0]
         if not ch.tool_calls:
             return Candidate(i, ch.text, final_answer(task, ch.text), made)
-        messages.append({
-            "role": "assistant",
-            "content": ch.text,
-            "tool_calls": [{"id": tc["id"], "type": "function",
-                            "function": {"name": tc["name"], "arguments": tc["arguments"]}} for tc in ch.tool_calls],
-        })
+        messages.append(
+            {
+                "role": "assistant",
+                "content": ch.text,
+                "tool_calls": [
+                    {
+                        "id": tc["id"],
+                        "type": "function",
+                        "function": {"name": tc["name"], "arguments": tc["arguments"]},
+                    }
+                    for tc in ch.tool_calls
+                ],
+            }
+        )
         for tc in ch.tool_calls:
-            messages.append({"role": "tool", "tool_call_id": tc["id"],
-                             "content": execute_tool(task, tc["name"], tc["arguments"])})
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": tc["id"],
+                    "content": execute_tool(task, tc["name"], tc["arguments"]),
+                }
+            )
             made.append({"name": tc["name"], "arguments": tc["arguments"]})
-    return Candidate(i, None, None, made, note=f"step limit ({MAX_TOOL_STEPS}) reached without a final answer")
+    return Candidate(
+        i, None, None, made, note=f"step limit ({MAX_TOOL_STEPS}) reached without a final answer"
+    )
 
 
 def llm_verify(ctx: JobContext, base_index: int, cands: list[Candidate]) -> list[float | None]:
@@ -221,6 +257,7 @@ def llm_verify(ctx: JobContext, base_index: int, cands: list[Candidate]) -> list
 
 
 # ---------------------------------------------------------------- registry entry
+
 
 @dataclass(frozen=True)
 class NoParams:
@@ -274,20 +311,29 @@ class Strategy(Generic[P]):
         """The job's parameters, typed; InputError for a budget or parameter this strategy cannot run."""
         if job.budget_n < 1 or (self.fixed_budget is not None and job.budget_n != self.fixed_budget):
             want = f"= {self.fixed_budget}" if self.fixed_budget is not None else ">= 1"
-            raise InputError(f"strategy '{self.name}' needs budget_n {want}, got {job.budget_n}", field="budget_n")
+            raise InputError(
+                f"strategy '{self.name}' needs budget_n {want}, got {job.budget_n}", field="budget_n"
+            )
         rules = self.rules
         unknown = sorted(set(job.params) - set(rules))
         if unknown:
             known = ", ".join(sorted(rules)) or "none"
-            raise InputError(f"strategy '{self.name}' has no parameter '{unknown[0]}' (known: {known})", field="params")
+            raise InputError(
+                f"strategy '{self.name}' has no parameter '{unknown[0]}' (known: {known})", field="params"
+            )
         for k, v in job.params.items():
             kind, allowed = rules[k]
             if kind == "choice" and v not in allowed:
-                raise InputError(f"strategy '{self.name}' parameter '{k}' must be one of: {', '.join(allowed)}",
-                                 field="params")
-            if kind == "int" and (not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_INT_PARAM):
                 raise InputError(
-                    f"strategy '{self.name}' parameter '{k}' must be an integer in 1..{MAX_INT_PARAM}", field="params"
+                    f"strategy '{self.name}' parameter '{k}' must be one of: {', '.join(allowed)}",
+                    field="params",
+                )
+            if kind == "int" and (
+                not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_INT_PARAM
+            ):
+                raise InputError(
+                    f"strategy '{self.name}' parameter '{k}' must be an integer in 1..{MAX_INT_PARAM}",
+                    field="params",
                 )
             if kind == "str" and not isinstance(v, str):
                 raise InputError(f"strategy '{self.name}' parameter '{k}' must be a string", field="params")

@@ -52,7 +52,9 @@ def run(ctx: JobContext) -> StrategyResult:
         scores = llm_verify(ctx, n * sample_stride(task), cands)
     scored = [c for s, c in zip(scores, cands, strict=True) if s is not None]
     if not scored:
-        return StrategyResult(cands[0], {"verifier": mode, "scores": scores, "reason": "no candidate could be scored"})
+        return StrategyResult(
+            cands[0], {"verifier": mode, "scores": scores, "reason": "no candidate could be scored"}
+        )
     top = max(s for s in scores if s is not None)
     # Ties (common with test pass rates) go to the most common answer among the tied, then the lowest index.
     tied = [c for c in scored if scores[c.index] == top]
@@ -63,6 +65,9 @@ def run(ctx: JobContext) -> StrategyResult:
 
 
 STRATEGY: Strategy[BestOfNParams] = Strategy(
-    "best_of_n", run, budget_meaning="samples n (plus one verifier call per sample with the llm verifier)",
-    params=BestOfNParams, description="n samples at T=0.7, rerank by verifier score",
+    "best_of_n",
+    run,
+    budget_meaning="samples n (plus one verifier call per sample with the llm verifier)",
+    params=BestOfNParams,
+    description="n samples at T=0.7, rerank by verifier score",
 )

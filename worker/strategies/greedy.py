@@ -10,4 +10,6 @@ def run(ctx: JobContext) -> StrategyResult:
     return StrategyResult(cand, {"note": cand.note} if cand.note else {})
 
 
-STRATEGY: Strategy[NoParams] = Strategy("greedy", run, budget_meaning="must be 1", description="one call, temperature 0", fixed_budget=1)
+STRATEGY: Strategy[NoParams] = Strategy(
+    "greedy", run, budget_meaning="must be 1", description="one call, temperature 0", fixed_budget=1
+)

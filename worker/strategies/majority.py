@@ -29,7 +29,10 @@ def vote(task: dict[str, Any], cands: list[Candidate]) -> tuple[Candidate | None
     first_seen = {k: keys.index(k) for k in counts}
     best = min(counts, key=lambda k: (-counts[k], first_seen[k]))
     top = dict(sorted(counts.items(), key=lambda kv: (-kv[1], first_seen[kv[0]]))[:5])
-    return cands[first_seen[best]], {"votes": {k[:80]: v for k, v in top.items()}, "n_valid": sum(counts.values())}
+    return cands[first_seen[best]], {
+        "votes": {k[:80]: v for k, v in top.items()},
+        "n_valid": sum(counts.values()),
+    }
 
 
 def _safe_key(key: VoteKeyFn, task: dict[str, Any], cand: Candidate) -> str | None:
@@ -47,4 +50,6 @@ def run(ctx: JobContext) -> StrategyResult:
     return StrategyResult(chosen, details)
 
 
-STRATEGY: Strategy[NoParams] = Strategy("majority", run, budget_meaning="samples n", description="n samples at T=0.7, majority vote")
+STRATEGY: Strategy[NoParams] = Strategy(
+    "majority", run, budget_meaning="samples n", description="n samples at T=0.7, majority vote"
+)

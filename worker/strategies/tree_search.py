@@ -61,13 +61,17 @@ def run(ctx: JobContext) -> StrategyResult:
     for level in range(1, d + 1):
         slots = [(p, c) for p in range(len(beam)) for c in range(b)]
 
-        def expand(slot: tuple[int, int], beam: list[Node] = beam, offset: int = offset, level: int = level) -> Node:
+        def expand(
+            slot: tuple[int, int], beam: list[Node] = beam, offset: int = offset, level: int = level
+        ) -> Node:
             p, c = slot
             idx = offset + p * b + c
             msgs = step_messages(task, beam[p].steps, level, d)
             text = ctx.chat(idx, "search_node", msgs, temperature=SAMPLE_TEMPERATURE).choices[0].text or ""
             node = Node(idx, [*beam[p].steps, text.strip()])
-            reply = ctx.chat(total + idx, "verifier", partial_verify_messages(task, node.steps), temperature=0.0)
+            reply = ctx.chat(
+                total + idx, "verifier", partial_verify_messages(task, node.steps), temperature=0.0
+            )
             s = parse_score(reply.choices[0].text)
             node.score = -1.0 if s is None else s
             return node
@@ -88,10 +92,15 @@ def _tool_fallback(ctx: JobContext, b: int) -> StrategyResult:
     if not ranked:
         return StrategyResult(cands[0], {"mode": "tool episodes", "scores": scores})
     best = min(ranked, key=lambda sc: (-sc[0], sc[1]))
-    return StrategyResult(cands[best[1]], {"mode": "tool episodes", "scores": scores, "chosen_index": best[1]})
+    return StrategyResult(
+        cands[best[1]], {"mode": "tool episodes", "scores": scores, "chosen_index": best[1]}
+    )
 
 
 STRATEGY: Strategy[TreeSearchParams] = Strategy(
-    "tree_search", run, budget_meaning="branching factor b", params=TreeSearchParams,
+    "tree_search",
+    run,
+    budget_meaning="branching factor b",
+    params=TreeSearchParams,
     description="step-wise beam search pruned by verifier scores",
 )
