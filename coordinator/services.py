@@ -106,9 +106,8 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise InputError(
-                f"{Path(str(proc.args[0])).name} exited with code {proc.returncode} (see its log)"
-            )  # type: ignore[index]
+            name = Path(str(proc.args[0])).name  # type: ignore[index]
+            raise InputError(f"{name} exited with code {proc.returncode} (see its log)")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 return

@@ -112,8 +112,8 @@ def _pure(node: ast.AST, shadow: frozenset[str] = frozenset()) -> bool:
         return (
             _small_const(node.left)
             and _small_const(node.right)
-            and not (isinstance(node.op, ast.Pow) and abs(node.right.value) > 64)
-        )  # type: ignore[attr-defined]
+            and not (isinstance(node.op, ast.Pow) and abs(node.right.value) > 64)  # type: ignore[attr-defined]
+        )
     return _structural(node, shadow) and all(_pure(c, shadow) for c in _children(node))
 
 
