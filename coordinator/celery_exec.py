@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
+from elo_per_token.contracts.backoff import backoff_ceiling
 from elo_per_token.contracts.jobs import CeleryJobContext, Job, JobSummary
 from elo_per_token.coordinator.consumers import QueueStalled, QueueWatch, redis_watch, window_s
 
@@ -265,7 +266,8 @@ class _Outstanding:
                     self.notice(f"lost the broker ({type(e).__name__}); reconnecting")
             if time.monotonic() - self.broker_down_since[0] > broker_patience_s:
                 raise
-            time.sleep(min(2.0, 0.2 * 2 ** min(int(time.monotonic() - self.broker_down_since[0]), 4)))
+            # One coordinator, so no herd to spread: the ceiling itself, not a jittered draw.
+            time.sleep(backoff_ceiling(int(time.monotonic() - self.broker_down_since[0]) + 1, 0.2, 2.0))
 
 
 def _enqueue_all(
