@@ -224,7 +224,7 @@ def analyze_cmd(
     print_report(result, console, top=top, arms=arms)
     written = write_outputs(result, out, plots=not no_plots) if out else []
     if html:
-        from elo_per_token.analysis.html import write_html
+        from elo_per_token.analysis.html_gather import write_html
 
         written.append(write_html(result, html))
     for p in written:

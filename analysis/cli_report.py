@@ -165,7 +165,7 @@ def report(
     ),
 ) -> None:
     """Analyse a run and write one self-contained HTML report (plots embedded, no external resources)."""
-    from elo_per_token.analysis.html import write_html
+    from elo_per_token.analysis.html_gather import write_html
     from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 
     inputs = [resolve_run(p, ledger) for p in paths]
@@ -190,14 +190,13 @@ def run_options(inputs: list[str]) -> tuple[Any, str]:
     seed (200 and 7 for the demo), so the report starts from them too. Plain logs, or several runs, get the
     `ept analyze` defaults. The coordinator records the settings in the manifest as plain data
     (contracts/manifest.py); a manifest written before that is read from its stored plan."""
-    from elo_per_token.analysis.io import run_source
+    from elo_per_token.analysis.io import read_manifest, run_source
     from elo_per_token.analysis.pipeline import AnalysisOptions
     from elo_per_token.contracts.manifest import profile_prices
-    from elo_per_token.ledger import open_ledger_for_reading
 
     src = run_source(inputs[0]) if len(inputs) == 1 else None  # the run itself, not a listing of its files
     # A reader: reporting never creates a bucket, and a wrong endpoint fails at once.
-    manifest = open_ledger_for_reading(src.ledger_url).get_manifest(src.run_id) if src else None
+    manifest = read_manifest(src) if src else None
     if src is None or not manifest or not isinstance(manifest.get("plan"), dict):
         return AnalysisOptions(), "the defaults of `ept analyze`"
     # The run's profile prices, as `ept sweep` used them for its cost table (even when its plan is unreadable).

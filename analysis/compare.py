@@ -638,39 +638,6 @@ def to_json_dict(res: CompareResult) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- reading a run (the I/O edge)
 
-_RUN_PART = re.compile(r"^(?P<ledger>.*?)/?runs/(?P<run>[^/]+)/(?:jobs|compact)/")
-
-
-@dataclass(frozen=True)
-class RunRef:
-    """A run inside a ledger, found from the path of one of its job objects."""
-
-    ledger: str  # ledger root: a folder or s3://bucket/prefix
-    run_id: str
-
-
-def run_refs(files: list[str]) -> list[RunRef]:
-    """The ledger runs the given data files belong to (none for plain log files)."""
-    refs = []
-    for f in files:
-        m = _RUN_PART.match(f)
-        if m:
-            refs.append(RunRef(m.group("ledger") or ".", m.group("run")))
-    return list(dict.fromkeys(refs))
-
-
-def read_manifest(ref: RunRef) -> dict[str, Any] | None:
-    from elo_per_token.ledger import open_ledger_for_reading
-
-    return open_ledger_for_reading(ref.ledger).get_manifest(ref.run_id)  # reading never creates a bucket
-
-
-def read_failures(ref: RunRef) -> dict[str, dict[str, Any]]:
-    """Jobs that failed and never wrote a result (the ledger's failures/ objects), by job key."""
-    from elo_per_token.ledger import open_ledger_for_reading
-
-    return open_ledger_for_reading(ref.ledger).list_failures(ref.run_id)
-
 
 def manifest_suites(manifest: dict[str, Any] | None) -> tuple[str, ...] | None:
     """The suites a run used, from its manifest (top level or inside the plan), else None."""
@@ -693,16 +660,16 @@ def _json_key(obj: Any) -> str:
 
 def load_run(path: str, *, skip_bad: bool = False, tasks_file: str | None = None) -> RunInputs:
     """Read one run (a ledger run folder or URL, or a folder of logs) with analyze's reader."""
-    from elo_per_token.analysis.io import read_records
+    from elo_per_token.analysis.io import read_failures, read_manifest, read_records, runs_of_files
     from elo_per_token.analysis.pipeline import check_records
     from elo_per_token.analysis.tokens import task_tokens
 
     records = read_records([path], skip_bad=skip_bad, tasks_file=tasks_file)
-    refs = run_refs(records.files)
+    refs = runs_of_files(records.files)
     if len({r.run_id for r in refs}) > 1:
         names = ", ".join(sorted({r.run_id for r in refs}))
         raise InputError(
-            f"holds {len(refs)} runs ({names}); pass one run, e.g. {refs[0].ledger}/runs/{refs[0].run_id}",
+            f"holds {len(refs)} runs ({names}); pass one run, e.g. {refs[0].ledger_url}/runs/{refs[0].run_id}",
             file=path,
         )
     frame, _ = check_records(records, skip_bad=skip_bad)

@@ -1,11 +1,13 @@
 """One self-contained HTML report: tables, inline SVG plots, the run manifest. No external resources.
 
-The page is rendered from a plain `doc` dict (the same numbers report.json holds), so what the page shows
-can be checked against report.json. Every numeric table cell carries its exact value in `data-value` next
+The page is rendered from a document gathered first (analysis.html_document.HtmlDocument, built by
+analysis.html_gather from the analysis result and the ledger; or the same keys as a plain mapping): this
+module reads nothing and writes nothing. The document holds the same numbers report.json holds, so what the
+page shows can be checked against report.json. Every numeric table cell carries its exact value in `data-value` next
 to the rounded text people read; tables and rows carry ids/`data-*` attributes so a browser test can read
 them back from the rendered DOM.
 
-doc keys (all optional except `returns`):
+doc keys (all optional except `returns`; HtmlDocument's fields):
   title, generated_at, inputs (list[str]), options (dict), warnings (list[str])
   returns:      rows of the diminishing-returns table (arm, strategy, budget_n, tokens_per_task, elo, elo_lo,
                 elo_hi, d_elo, d_elo_lo, d_elo_hi, d_elo_per_1k, d_elo_per_1k_lo, d_elo_per_1k_hi, frontier)
@@ -23,9 +25,9 @@ import io
 import json
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+from elo_per_token.analysis.html_document import HtmlDocument
 from elo_per_token.analysis.html_sections import (
     STEP_COLUMNS,
     accuracy_section,
@@ -35,10 +37,9 @@ from elo_per_token.analysis.html_sections import (
 )
 from elo_per_token.contracts.secrets import mask_urls, scrub
 
-if TYPE_CHECKING:  # annotations only: matplotlib and polars are imported where a report needs them
-    import polars as pl
+if TYPE_CHECKING:  # annotations only: matplotlib is imported where a report needs it
+    from matplotlib.figure import Figure
     from matplotlib.typing import RcKeyType
-    from polars._typing import PolarsDataType
 
 RETURNS_COLUMNS = [
     ("arm", "arm", None),
@@ -142,7 +143,7 @@ def _table(
     )
 
 
-def _svg(fig: Any) -> str:
+def _svg(fig: Figure) -> str:
     buf = io.StringIO()
     # No metadata block: no date (reproducible bytes) and no links to licence/namespace pages.
     fig.savefig(
@@ -303,8 +304,9 @@ def cost_rows(
     return out
 
 
-def render_html(doc: Mapping[str, Any]) -> str:
+def render_html(document: HtmlDocument | Mapping[str, Any]) -> str:
     """The whole page as one string: no scripts, no external resources."""
+    doc = document.as_dict() if isinstance(document, HtmlDocument) else document
     returns = list(doc.get("returns") or [])
     manifest = doc.get("manifest") or None
     prices = _prices(manifest)
@@ -547,7 +549,7 @@ def _endpoints_html(manifest: Mapping[str, Any]) -> str:
     return f'<div id="endpoints"><p>Endpoints the run used:</p><ul>{items}</ul></div>' if items else ""
 
 
-def _page_tail(doc: Mapping[str, Any], manifest: Any) -> list[str]:
+def _page_tail(doc: Mapping[str, Any], manifest: Mapping[str, Any] | None) -> list[str]:
     """Options, the run manifest (collapsed) and the end of the page."""
     parts: list[str] = []
     if doc.get("options"):
@@ -570,185 +572,3 @@ def _page_tail(doc: Mapping[str, Any], manifest: Any) -> list[str]:
         parts.append('<p class="muted">No run manifest found (the inputs were plain logs).</p>')
     parts.append("</section></body></html>")
     return parts
-
-
-def write_html_doc(doc: Mapping[str, Any], path: str | Path) -> Path:
-    """Render and write atomically (a half-written report never replaces a good one)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.part")
-    tmp.write_text(render_html(doc), encoding="utf-8")
-    tmp.replace(p)
-    return p
-
-
-# ---------------------------------------------------------------- from an AnalysisResult
-
-
-def token_split(frame: pl.DataFrame) -> list[dict[str, Any]]:
-    """Calls and tokens by (arm, role) from analysis.io's normalised records frame."""
-    import polars as pl
-
-    calls = frame.filter(pl.col("kind") == "call")
-    if calls.height == 0:
-        return []
-    return (
-        calls.with_columns(pl.col("role").fill_null("unspecified"))
-        .group_by("arm", "role")
-        .agg(
-            pl.len().alias("calls"),
-            pl.col("prompt_tokens").sum().alias("prompt_tokens"),
-            pl.col("completion_tokens").sum().alias("completion_tokens"),
-            pl.col("usage_missing").sum().cast(pl.Int64).alias("calls_missing_usage"),
-            pl.col("task_id").n_unique().alias("tasks"),
-        )
-        .sort("arm", "role")
-        .to_dicts()
-    )
-
-
-def failures_by_class(
-    files: Sequence[str], failure_objects: Sequence[Mapping[str, Any]] = ()
-) -> list[dict[str, Any]]:
-    """Failed jobs per (arm, error class): outcome lines with an `error`, plus the ledger's failure objects
-    for jobs that never wrote a result (a job counted in both is counted once, by its job key)."""
-    import polars as pl
-
-    from elo_per_token.analysis.io import storage_options
-
-    schema: dict[str, PolarsDataType] = {
-        "kind": pl.String,
-        "arm": pl.String,
-        "strategy": pl.String,
-        "budget_n": pl.Int64,
-        "job_key": pl.String,
-        "error": pl.Struct({"class": pl.String}),
-    }
-    jsonl = [f for f in files if not f.endswith(".parquet")]
-    rows = pl.DataFrame(
-        schema={"arm": pl.String, "error_class": pl.String, "job_key": pl.String, "tokens": pl.Int64}
-    )
-    if jsonl:
-        opts = storage_options() if any(f.startswith("s3://") for f in jsonl) else None
-        rows = (
-            pl.scan_ndjson(jsonl, schema=schema, storage_options=opts)
-            .filter((pl.col("kind") == "outcome") & pl.col("error").is_not_null())
-            .select(
-                pl.coalesce("arm", pl.col("strategy") + "@" + pl.col("budget_n").cast(pl.String)).alias(
-                    "arm"
-                ),
-                pl.col("error").struct.field("class").fill_null("unknown").alias("error_class"),
-                "job_key",
-                # This job's calls are in the ledger, so already in the token and cost tables.
-                pl.lit(0, pl.Int64).alias("tokens"),
-            )
-            .collect()
-        )
-    seen = set(rows["job_key"].drop_nulls().to_list())
-    extra = [
-        {
-            "arm": _failure_arm(k, f),
-            "error_class": _failure_class(f),
-            "job_key": k,
-            "tokens": _failure_tokens(f),
-        }
-        for k, f in ((str(f.get("job_key", "")), f) for f in failure_objects)
-        if not k or k not in seen
-    ]
-    if extra:
-        rows = pl.concat([rows, pl.DataFrame(extra, schema=rows.schema)])
-    if rows.height == 0:
-        return []
-    return (
-        rows.group_by("arm", "error_class")
-        .agg(pl.len().alias("count"), pl.col("tokens").sum().alias("tokens_unrecorded"))
-        .sort("arm", "error_class")
-        .to_dicts()
-    )
-
-
-def _failure_tokens(f: Mapping[str, Any]) -> int:
-    """Tokens a job spent before it failed without writing a result (its calls are in no table). A failure written
-    with spent objects (`spent_tokens` present, contracts.spent) has its calls recorded there: none unrecorded."""
-    if "spent_tokens" in f:
-        return 0
-    t = f.get("tokens")
-    return int(t) if isinstance(t, int) and not isinstance(t, bool) and t > 0 else 0
-
-
-def _failure_class(f: Mapping[str, Any]) -> str:
-    err = f.get("error")
-    if isinstance(err, Mapping) and err.get("class"):
-        return str(err["class"])
-    return str(f.get("error_class") or f.get("class") or "unknown")
-
-
-def _failure_arm(key: str, f: Mapping[str, Any]) -> str:
-    if f.get("arm"):
-        return str(f["arm"])
-    job = f.get("job")
-    if isinstance(job, Mapping) and job.get("strategy") is not None:
-        from elo_per_token.contracts.jobs import arm_label, params_variant
-
-        return arm_label(
-            str(job["strategy"]), int(job.get("budget_n", 0)), params_variant(job.get("params") or {})
-        )
-    parts = key.split("/")
-    return parts[2] if len(parts) >= 4 else "unknown"  # job keys are family/task/arm/rN
-
-
-def doc_from_result(result: Any) -> dict[str, Any]:
-    """The page's data: report.json's numbers (result.to_json()) plus the run's token split (from the
-    result's validated records), failures by class and manifest (from the inputs and the ledger)."""
-    from datetime import UTC, datetime
-
-    from elo_per_token.analysis.compare import read_failures, read_manifest, run_refs
-    from elo_per_token.analysis.io import read_records
-
-    data = result.to_json()
-    frame = getattr(result, "records", None)
-    if frame is None:  # an AnalysisResult built without its records: read the inputs again
-        frame = read_records(result.inputs, skip_bad=True, tasks_file=result.options.tasks_file).frame
-    refs = run_refs(list(result.inputs))
-    manifest = read_manifest(refs[0]) if len(refs) == 1 else None
-    failure_objs: list[dict[str, Any]] = []
-    for ref in refs:
-        failure_objs += [{"job_key": k, **v} for k, v in read_failures(ref).items()]
-    run_name = refs[0].run_id if len(refs) == 1 else None
-    warnings = list(data.get("warnings") or [])
-    if len(refs) > 1:
-        warnings.insert(0, f"the inputs hold {len(refs)} runs; no single run manifest is shown")
-    return {
-        "title": f"elo-per-token report: {run_name}" if run_name else "elo-per-token report",
-        "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "inputs": [r.ledger.rstrip("/") + "/runs/" + r.run_id for r in refs]
-        if refs
-        else (
-            data["inputs"]
-            if len(data["inputs"]) <= 5
-            else [*data["inputs"][:5], f"… {len(data['inputs'])} files"]
-        ),
-        "options": data["options"],
-        "warnings": warnings,
-        "returns": data["table"],
-        "anchor": data["anchor"],
-        "families": data["per_family"],
-        "token_split": token_split(frame),
-        "failures": failures_by_class(list(result.inputs), failure_objs),
-        "breakdown": data.get("breakdown") or [],
-        "cost_table": data.get("cost_table") or [],
-        "per_strategy": data.get("per_strategy") or [],
-        "vs_frontier": data.get("vs_frontier") or [],
-        "recommendation": data.get("recommendation"),
-        "accuracy": data.get("accuracy") or [],
-        "accuracy_family": data.get("accuracy_family") or [],
-        "pass_at_k": data.get("pass_at_k") or [],
-        "manifest": manifest,
-        "counts": data["counts"],
-        "versions": data["versions"],
-    }
-
-
-def write_html(result: Any, path: str | Path) -> Path:
-    """The `--html` hook for `ept analyze` and the body of `ept report`: one self-contained file."""
-    return write_html_doc(doc_from_result(result), path)

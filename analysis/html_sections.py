@@ -8,7 +8,20 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
+
+
+class TableRenderer(Protocol):
+    """analysis.html._table: rows as an HTML table, numeric cells carrying `data-value`."""
+
+    def __call__(
+        self,
+        table_id: str,
+        rows: Sequence[Mapping[str, Any]],
+        columns: Sequence[tuple[str, str, str | None]],
+        row_class: str | None = None,
+    ) -> str: ...
+
 
 # (key, label, format, what the column means): the returns tables' columns, as the terminal shows them.
 STEP_COLUMNS: list[tuple[str, str, str | None, str]] = [
@@ -70,7 +83,7 @@ def recommendation_section(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def accuracy_section(doc: Mapping[str, Any], table: Any) -> list[str]:
+def accuracy_section(doc: Mapping[str, Any], table: TableRenderer) -> list[str]:
     """Accuracy / pass@1 per arm with intervals, pass@k where an arm has replicates, and per family.
     table: analysis.html._table (passed in: this module does not import the page it is part of)."""
     acc = list(doc.get("accuracy") or [])
@@ -124,7 +137,7 @@ def accuracy_section(doc: Mapping[str, Any], table: Any) -> list[str]:
     return out
 
 
-def step_tables_section(doc: Mapping[str, Any], table: Any) -> list[str]:
+def step_tables_section(doc: Mapping[str, Any], table: TableRenderer) -> list[str]:
     """The per-strategy and vs-previous-frontier tables, as in the terminal."""
     out: list[str] = []
     cols = _cols(STEP_COLUMNS)

@@ -1,14 +1,21 @@
-"""Naming a run by where it lives: a run folder or an s3://…/runs/<id> URL -> (ledger root, run id)."""
+"""Naming a run by where it lives: the one parser of "which ledger run is this?".
+
+Two kinds of text name a run: an argument (a run folder or an s3://…/runs/<id> URL, `run_source`) and the
+name of a data file read from a run (…/runs/<id>/jobs/… or …/compact/…, `run_of_file`). Both give the one
+type, RunSource (ledger root, run id)."""
 
 from __future__ import annotations
 
 import glob
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 # …/runs/<id> (a run: its segments plus the objects no segment holds) or …/runs/<id>/jobs (its objects only).
 _RUN_URL = re.compile(r"^(?P<ledger>.*?)/?runs/(?P<run>[^/]+?)(?P<jobs>/jobs)?/*$")
+# A file inside a run: one of its job objects or its compacted copy.
+_RUN_FILE = re.compile(r"^(?P<ledger>.*?)/?runs/(?P<run>[^/]+)/(?:jobs|compact)/")
 
 
 @dataclass(frozen=True)
@@ -18,6 +25,11 @@ class RunSource:
     ledger_url: str  # the ledger root: a folder or s3://bucket/prefix
     run_id: str
     objects_only: bool = False  # the path named the run's jobs/ folder: ignore its segments
+
+    @property
+    def url(self) -> str:
+        """The run's folder or URL: <ledger>/runs/<id>."""
+        return self.ledger_url.rstrip("/") + "/runs/" + self.run_id
 
 
 def run_source(p: str) -> RunSource | None:
@@ -36,3 +48,15 @@ def run_source(p: str) -> RunSource | None:
     if not any(os.path.exists(os.path.join(run_dir, n)) for n in ("jobs", "compact", "manifest.json")):
         return None
     return RunSource(m.group("ledger") or ".", m.group("run"), bool(m.group("jobs")))
+
+
+def run_of_file(f: str) -> RunSource | None:
+    """The run a data file was read from (a job object or compact/ copy of a run); None for a plain log.
+    Only the text is parsed: the file is not opened."""
+    m = _RUN_FILE.match(f)
+    return RunSource(m.group("ledger") or ".", m.group("run")) if m else None
+
+
+def runs_of_files(files: Sequence[str]) -> list[RunSource]:
+    """The ledger runs the given data files belong to, each once, in first-seen order (none for plain logs)."""
+    return list(dict.fromkeys(r for r in map(run_of_file, files) if r is not None))

@@ -17,7 +17,7 @@ from elo_per_token.contracts.errors import InputError
 
 @dataclass
 class RunView:
-    """One run's analysis as the pages need it: the report doc (analysis.html.doc_from_result), the result
+    """One run's analysis as the pages need it: the report doc (analysis.html_gather.doc_from_result), the result
     and the progress it was computed at; `error` when the (partial) run cannot be analysed yet."""
 
     run_id: str
@@ -87,7 +87,7 @@ class Store:
         import dataclasses
 
         from elo_per_token.analysis.cli_report import run_options
-        from elo_per_token.analysis.html import doc_from_result
+        from elo_per_token.analysis.html_gather import doc_from_result
         from elo_per_token.analysis.pipeline import analyze
 
         url = self.ledger.run_url(run_id)

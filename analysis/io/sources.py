@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.ledger import DEFAULT_LEDGER as DEFAULT_LEDGER
-from elo_per_token.ledger.runref import _RUN_URL as _RUN_URL
 from elo_per_token.ledger.runref import RunSource as RunSource
+from elo_per_token.ledger.runref import run_of_file as run_of_file
 from elo_per_token.ledger.runref import run_source as run_source
+from elo_per_token.ledger.runref import runs_of_files as runs_of_files
 from elo_per_token.ledger.s3config import s3_settings
 from elo_per_token.ledger.s3config import storage_options as storage_options
 
@@ -107,7 +108,8 @@ def _drop_compacted_copies(files: list[str]) -> list[str]:
 
 # ---------------------------------------------------------------- ledger runs (where they are)
 
-# Run URLs (…/runs/<id>, …/runs/<id>/jobs) are parsed by ledger/runref.py (RunSource, run_source).
+# Run URLs (…/runs/<id>, …/runs/<id>/jobs) and the names of files read from a run are parsed by
+# ledger/runref.py (RunSource, run_source, run_of_file): one parser for analyze, compare and the report.
 
 
 def split_runs(paths: Sequence[str]) -> tuple[list[RunSource], list[str]]:
@@ -169,6 +171,20 @@ def resolve_input(arg: str, ledger: str | None = None) -> str:
                              field=e.field) from None  # fmt: skip
         return led.run_url(arg)
     return arg
+
+
+def read_manifest(src: RunSource) -> dict[str, Any] | None:
+    """The run's manifest, None when it has none (reading never creates a bucket)."""
+    from elo_per_token.ledger import open_ledger_for_reading
+
+    return open_ledger_for_reading(src.ledger_url).get_manifest(src.run_id)
+
+
+def read_failures(src: RunSource) -> dict[str, dict[str, Any]]:
+    """Jobs that failed and never wrote a result (the ledger's failures/ objects), by job key."""
+    from elo_per_token.ledger import open_ledger_for_reading
+
+    return open_ledger_for_reading(src.ledger_url).list_failures(src.run_id)
 
 
 def open_run(src: RunSource) -> Ledger:

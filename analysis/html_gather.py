@@ -1,0 +1,204 @@
+"""The HTML report's data, gathered before anything is rendered: `build_document` reads what the page needs
+(report.json's numbers, the token split of the validated records, failures by class from the data files and
+the ledger, the run's manifest) into one typed HtmlDocument (analysis.html_document); analysis.html only
+renders it.
+
+This module is the report's I/O edge: it reads the inputs and the ledger and writes the page."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from elo_per_token.analysis.html_document import HtmlDocument
+
+if TYPE_CHECKING:  # annotations only: polars and the pipeline are imported where a report is gathered
+    import polars as pl
+    from polars._typing import PolarsDataType
+
+    from elo_per_token.analysis.pipeline import AnalysisResult
+
+
+def token_split(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    """Calls and tokens by (arm, role) from analysis.io's normalised records frame."""
+    import polars as pl
+
+    calls = frame.filter(pl.col("kind") == "call")
+    if calls.height == 0:
+        return []
+    return (
+        calls.with_columns(pl.col("role").fill_null("unspecified"))
+        .group_by("arm", "role")
+        .agg(
+            pl.len().alias("calls"),
+            pl.col("prompt_tokens").sum().alias("prompt_tokens"),
+            pl.col("completion_tokens").sum().alias("completion_tokens"),
+            pl.col("usage_missing").sum().cast(pl.Int64).alias("calls_missing_usage"),
+            pl.col("task_id").n_unique().alias("tasks"),
+        )
+        .sort("arm", "role")
+        .to_dicts()
+    )
+
+
+def failures_by_class(
+    files: Sequence[str], failure_objects: Sequence[Mapping[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """Failed jobs per (arm, error class): outcome lines with an `error`, plus the ledger's failure objects
+    for jobs that never wrote a result (a job counted in both is counted once, by its job key)."""
+    import polars as pl
+
+    from elo_per_token.analysis.io import storage_options
+
+    schema: dict[str, PolarsDataType] = {
+        "kind": pl.String,
+        "arm": pl.String,
+        "strategy": pl.String,
+        "budget_n": pl.Int64,
+        "job_key": pl.String,
+        "error": pl.Struct({"class": pl.String}),
+    }
+    jsonl = [f for f in files if not f.endswith(".parquet")]
+    rows = pl.DataFrame(
+        schema={"arm": pl.String, "error_class": pl.String, "job_key": pl.String, "tokens": pl.Int64}
+    )
+    if jsonl:
+        opts = storage_options() if any(f.startswith("s3://") for f in jsonl) else None
+        rows = (
+            pl.scan_ndjson(jsonl, schema=schema, storage_options=opts)
+            .filter((pl.col("kind") == "outcome") & pl.col("error").is_not_null())
+            .select(
+                pl.coalesce("arm", pl.col("strategy") + "@" + pl.col("budget_n").cast(pl.String)).alias(
+                    "arm"
+                ),
+                pl.col("error").struct.field("class").fill_null("unknown").alias("error_class"),
+                "job_key",
+                # This job's calls are in the ledger, so already in the token and cost tables.
+                pl.lit(0, pl.Int64).alias("tokens"),
+            )
+            .collect()
+        )
+    seen = set(rows["job_key"].drop_nulls().to_list())
+    extra = [
+        {
+            "arm": _failure_arm(k, f),
+            "error_class": _failure_class(f),
+            "job_key": k,
+            "tokens": _failure_tokens(f),
+        }
+        for k, f in ((str(f.get("job_key", "")), f) for f in failure_objects)
+        if not k or k not in seen
+    ]
+    if extra:
+        rows = pl.concat([rows, pl.DataFrame(extra, schema=rows.schema)])
+    if rows.height == 0:
+        return []
+    return (
+        rows.group_by("arm", "error_class")
+        .agg(pl.len().alias("count"), pl.col("tokens").sum().alias("tokens_unrecorded"))
+        .sort("arm", "error_class")
+        .to_dicts()
+    )
+
+
+def _failure_tokens(f: Mapping[str, Any]) -> int:
+    """Tokens a job spent before it failed without writing a result (its calls are in no table). A failure written
+    with spent objects (`spent_tokens` present, contracts.spent) has its calls recorded there: none unrecorded."""
+    if "spent_tokens" in f:
+        return 0
+    t = f.get("tokens")
+    return int(t) if isinstance(t, int) and not isinstance(t, bool) and t > 0 else 0
+
+
+def _failure_class(f: Mapping[str, Any]) -> str:
+    err = f.get("error")
+    if isinstance(err, Mapping) and err.get("class"):
+        return str(err["class"])
+    return str(f.get("error_class") or f.get("class") or "unknown")
+
+
+def _failure_arm(key: str, f: Mapping[str, Any]) -> str:
+    if f.get("arm"):
+        return str(f["arm"])
+    job = f.get("job")
+    if isinstance(job, Mapping) and job.get("strategy") is not None:
+        from elo_per_token.contracts.jobs import arm_label, params_variant
+
+        return arm_label(
+            str(job["strategy"]), int(job.get("budget_n", 0)), params_variant(job.get("params") or {})
+        )
+    parts = key.split("/")
+    return parts[2] if len(parts) >= 4 else "unknown"  # job keys are family/task/arm/rN
+
+
+def build_document(result: AnalysisResult) -> HtmlDocument:
+    """The page's data: report.json's numbers (result.to_json()) plus the run's token split (from the
+    result's validated records), failures by class and manifest (from the inputs and the ledger)."""
+    from datetime import UTC, datetime
+
+    from elo_per_token.analysis.io import read_failures, read_manifest, read_records, runs_of_files
+
+    data = result.to_json()
+    frame = result.records
+    if frame is None:  # an AnalysisResult built without its records: read the inputs again
+        frame = read_records(result.inputs, skip_bad=True, tasks_file=result.options.tasks_file).frame
+    refs = runs_of_files(list(result.inputs))
+    manifest = read_manifest(refs[0]) if len(refs) == 1 else None
+    failure_objs: list[dict[str, Any]] = []
+    for ref in refs:
+        failure_objs += [{"job_key": k, **v} for k, v in read_failures(ref).items()]
+    run_name = refs[0].run_id if len(refs) == 1 else None
+    warnings = list(data.get("warnings") or [])
+    if len(refs) > 1:
+        warnings.insert(0, f"the inputs hold {len(refs)} runs; no single run manifest is shown")
+    return HtmlDocument(
+        title=f"elo-per-token report: {run_name}" if run_name else "elo-per-token report",
+        generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        inputs=[r.url for r in refs] if refs else _shown_inputs(list(data["inputs"])),
+        options=data["options"],
+        warnings=warnings,
+        returns=data["table"],
+        anchor=data["anchor"],
+        families=data["per_family"],
+        token_split=token_split(frame),
+        failures=failures_by_class(list(result.inputs), failure_objs),
+        breakdown=data.get("breakdown") or [],
+        cost_table=data.get("cost_table") or [],
+        per_strategy=data.get("per_strategy") or [],
+        vs_frontier=data.get("vs_frontier") or [],
+        recommendation=data.get("recommendation"),
+        accuracy=data.get("accuracy") or [],
+        accuracy_family=data.get("accuracy_family") or [],
+        pass_at_k=data.get("pass_at_k") or [],
+        manifest=manifest,
+        counts=data["counts"],
+        versions=data["versions"],
+    )
+
+
+def _shown_inputs(inputs: list[str]) -> list[str]:
+    """Plain log files as the page lists them: the first five, then how many there are."""
+    return inputs if len(inputs) <= 5 else [*inputs[:5], f"… {len(inputs)} files"]
+
+
+def doc_from_result(result: AnalysisResult) -> dict[str, Any]:
+    """build_document as a plain mapping (the viewer keeps it and serves it as JSON)."""
+    return build_document(result).as_dict()
+
+
+def write_html_doc(doc: HtmlDocument | Mapping[str, Any], path: str | Path) -> Path:
+    """Render and write atomically (a half-written report never replaces a good one)."""
+    from elo_per_token.analysis.html import render_html
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.part")
+    tmp.write_text(render_html(doc), encoding="utf-8")
+    tmp.replace(p)
+    return p
+
+
+def write_html(result: AnalysisResult, path: str | Path) -> Path:
+    """The `--html` hook for `ept analyze` and the body of `ept report`: one self-contained file."""
+    return write_html_doc(build_document(result), path)
