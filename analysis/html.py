@@ -1,21 +1,12 @@
 """One self-contained HTML report: tables, inline SVG plots, the run manifest. No external resources.
 
 The page is rendered from a document gathered first (analysis.html_document.HtmlDocument, built by
-analysis.html_gather from the analysis result and the ledger; or the same keys as a plain mapping): this
-module reads nothing and writes nothing. The document holds the same numbers report.json holds, so what the
+analysis.html_gather from the analysis result and the ledger): this module reads nothing and writes nothing. The document holds the same numbers report.json holds, so what the
 page shows can be checked against report.json. Every numeric table cell carries its exact value in `data-value` next
 to the rounded text people read; tables and rows carry ids/`data-*` attributes so a browser test can read
 them back from the rendered DOM.
 
-doc keys (all optional except `returns`; HtmlDocument's fields):
-  title, generated_at, inputs (list[str]), options (dict), warnings (list[str])
-  returns:      rows of the diminishing-returns table (arm, strategy, budget_n, tokens_per_task, elo, elo_lo,
-                elo_hi, d_elo, d_elo_lo, d_elo_hi, d_elo_per_1k, d_elo_per_1k_lo, d_elo_per_1k_hi, frontier)
-  anchor:       the arm pinned at Elo 1000 (labelled in the Elo-vs-tokens plot)
-  families:     rows (family, arm, theta, elo, weight?) — per-family breakdown
-  token_split:  rows (arm, role, calls, prompt_tokens, completion_tokens, tasks?) — by arm and call role
-  failures:     rows (arm, error_class, count, tokens_unrecorded)
-  manifest:     the run manifest dict (public profile with optional price_in_per_1m / price_out_per_1m)
+The document's fields are described in analysis/html_document.py.
 """
 
 from __future__ import annotations
@@ -225,8 +216,8 @@ def _plot_families(rows: Sequence[Mapping[str, Any]]) -> str:
         return _svg(per_family_figure(arms, fams, val, weights=weights or None, width=_FIG_W))
 
 
-def _level_label(doc: Mapping[str, Any]) -> str:
-    level = (doc.get("options") or {}).get("level")
+def _level_label(doc: HtmlDocument) -> str:
+    level = (doc.options or {}).get("level")
     return f"{round(level * 100)}%" if _is_num(level) else "95%"
 
 
@@ -304,30 +295,29 @@ def cost_rows(
     return out
 
 
-def render_html(document: HtmlDocument | Mapping[str, Any]) -> str:
+def render_html(doc: HtmlDocument) -> str:
     """The whole page as one string: no scripts, no external resources."""
-    doc = document.as_dict() if isinstance(document, HtmlDocument) else document
-    returns = list(doc.get("returns") or [])
-    manifest = doc.get("manifest") or None
+    returns = list(doc.returns or [])
+    manifest = doc.manifest or None
     prices = _prices(manifest)
-    split = token_split_rows(doc.get("token_split") or [], prices)
+    split = token_split_rows(doc.token_split or [], prices)
     parts = _page_head(doc)
     parts += recommendation_section(doc)
     parts += _returns_section(doc, returns)
     parts += accuracy_section(doc, _table)
     parts += step_tables_section(doc, _table)
-    parts += _families_section(list(doc.get("families") or []))
+    parts += _families_section(list(doc.families or []))
     parts += _summary_and_tokens(doc, split, prices)
     parts += _cost_section(doc, returns, split, prices)
-    parts += _failures_section(list(doc.get("failures") or []))
-    parts += _breakdown_section(list(doc.get("breakdown") or []))
+    parts += _failures_section(list(doc.failures or []))
+    parts += _breakdown_section(list(doc.breakdown or []))
     parts += _page_tail(doc, manifest)
     return "\n".join(parts) + "\n"
 
 
-def _page_head(doc: Mapping[str, Any]) -> list[str]:
+def _page_head(doc: HtmlDocument) -> list[str]:
     """Doctype, title, inputs line and the warnings."""
-    title = str(doc.get("title") or "elo-per-token report")
+    title = str(doc.title or "elo-per-token report")
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -336,18 +326,18 @@ def _page_head(doc: Mapping[str, Any]) -> list[str]:
         f'<h1 id="title">{html.escape(title)}</h1>',
     ]
     meta = []
-    if doc.get("generated_at"):
-        meta.append(f"generated {html.escape(str(doc['generated_at']))}")
-    if doc.get("inputs"):
-        meta.append("inputs: " + ", ".join(html.escape(str(i)) for i in doc["inputs"]))
+    if doc.generated_at:
+        meta.append(f"generated {html.escape(str(doc.generated_at))}")
+    if doc.inputs:
+        meta.append("inputs: " + ", ".join(html.escape(str(i)) for i in doc.inputs))
     if meta:
         parts.append(f'<p class="muted">{" · ".join(meta)}</p>')
-    for w in doc.get("warnings") or []:
+    for w in doc.warnings or []:
         parts.append(f'<p class="warn">{html.escape(str(w))}</p>')
     return parts
 
 
-def _returns_section(doc: Mapping[str, Any], returns: list[dict[str, Any]]) -> list[str]:
+def _returns_section(doc: HtmlDocument, returns: list[dict[str, Any]]) -> list[str]:
     parts: list[str] = []
     parts.append('<section id="returns"><h2>Diminishing returns</h2>')
     parts.append(
@@ -361,7 +351,7 @@ def _returns_section(doc: Mapping[str, Any], returns: list[dict[str, Any]]) -> l
     parts.append(column_notes(STEP_COLUMNS))
     parts.append(
         '<figure id="plot-elo-tokens">'
-        + _plot_elo_vs_tokens(returns, doc.get("anchor"), _level_label(doc))
+        + _plot_elo_vs_tokens(returns, doc.anchor, _level_label(doc))
         + "</figure>"
     )
     steps = [r for r in returns if _is_num(r.get("d_elo_per_1k"))]
@@ -400,10 +390,10 @@ def _families_section(families: list[dict[str, Any]]) -> list[str]:
 
 
 def _summary_and_tokens(
-    doc: Mapping[str, Any], split: list[dict[str, Any]], prices: tuple[float, float] | None
+    doc: HtmlDocument, split: list[dict[str, Any]], prices: tuple[float, float] | None
 ) -> list[str]:
     parts: list[str] = []
-    counts = doc.get("counts") or {}
+    counts = doc.counts or {}
     if counts:
         shown = [
             "tasks",
@@ -448,7 +438,7 @@ def _summary_and_tokens(
 
 
 def _cost_section(
-    doc: Mapping[str, Any],
+    doc: HtmlDocument,
     returns: list[dict[str, Any]],
     split: list[dict[str, Any]],
     prices: tuple[float, float] | None,
@@ -463,7 +453,7 @@ def _cost_section(
         parts.append(
             _table(
                 "cost-table",
-                cost_rows(returns, split, prices, list(doc.get("breakdown") or [])),
+                cost_rows(returns, split, prices, list(doc.breakdown or [])),
                 [
                     ("arm", "arm", None),
                     ("prompt_tokens", "prompt", ",.0f"),
@@ -477,7 +467,7 @@ def _cost_section(
         parts.append(
             '<p class="muted" id="no-prices">The run\'s profile has no prices, so no money figures.</p>'
         )
-    cost_table = list(doc.get("cost_table") or [])
+    cost_table = list(doc.cost_table or [])
     if cost_table:
         parts.append(
             '<p class="muted">Elo per dollar (report.json <code>cost_table</code>): cost per task with cached input at '
@@ -549,13 +539,13 @@ def _endpoints_html(manifest: Mapping[str, Any]) -> str:
     return f'<div id="endpoints"><p>Endpoints the run used:</p><ul>{items}</ul></div>' if items else ""
 
 
-def _page_tail(doc: Mapping[str, Any], manifest: Mapping[str, Any] | None) -> list[str]:
+def _page_tail(doc: HtmlDocument, manifest: Mapping[str, Any] | None) -> list[str]:
     """Options, the run manifest (collapsed) and the end of the page."""
     parts: list[str] = []
-    if doc.get("options"):
+    if doc.options:
         parts.append(
             '<section id="options"><h2>Options</h2><pre>'
-            + html.escape(scrub(json.dumps(doc["options"], indent=2, sort_keys=True, default=str)))
+            + html.escape(scrub(json.dumps(doc.options, indent=2, sort_keys=True, default=str)))
             + "</pre></section>"
         )
     parts.append('<section id="manifest"><h2>Run manifest</h2>')

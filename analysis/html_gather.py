@@ -182,12 +182,7 @@ def _shown_inputs(inputs: list[str]) -> list[str]:
     return inputs if len(inputs) <= 5 else [*inputs[:5], f"… {len(inputs)} files"]
 
 
-def doc_from_result(result: AnalysisResult) -> dict[str, Any]:
-    """build_document as a plain mapping (the viewer keeps it and serves it as JSON)."""
-    return build_document(result).as_dict()
-
-
-def write_html_doc(doc: HtmlDocument | Mapping[str, Any], path: str | Path) -> Path:
+def write_html_doc(doc: HtmlDocument, path: str | Path) -> Path:
     """Render and write atomically (a half-written report never replaces a good one)."""
     from elo_per_token.analysis.html import render_html
 

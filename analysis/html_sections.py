@@ -1,14 +1,18 @@
 """Sections of the HTML report that say what the terminal says: the recommendation (first), accuracy and
 pass@k, the per-strategy and vs-previous-frontier tables, and a line explaining every column.
 
-Rendered from the report `doc` (analysis.html) like the rest of the page; numeric cells carry `data-value`.
+Rendered from the report's document (analysis.html_document.HtmlDocument) like the rest of the page (and the
+viewer's run page); numeric cells carry `data-value`.
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from elo_per_token.analysis.html_document import HtmlDocument
 
 
 class TableRenderer(Protocol):
@@ -66,9 +70,9 @@ def column_notes(columns: Sequence[tuple[str, str, str | None, str]]) -> str:
     return f'<details class="notes"><summary>What each column means</summary><dl>{items}</dl></details>'
 
 
-def recommendation_section(doc: Mapping[str, Any]) -> list[str]:
+def recommendation_section(doc: HtmlDocument) -> list[str]:
     """The recommendation's lines at the top of the page (analysis.recommend)."""
-    rec = doc.get("recommendation") or {}
+    rec = doc.recommendation or {}
     lines = list(rec.get("lines") or [])
     if not lines:
         return []
@@ -83,13 +87,13 @@ def recommendation_section(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def accuracy_section(doc: Mapping[str, Any], table: TableRenderer) -> list[str]:
+def accuracy_section(doc: HtmlDocument, table: TableRenderer) -> list[str]:
     """Accuracy / pass@1 per arm with intervals, pass@k where an arm has replicates, and per family.
     table: analysis.html._table (passed in: this module does not import the page it is part of)."""
-    acc = list(doc.get("accuracy") or [])
+    acc = list(doc.accuracy or [])
     if not acc:
         return []
-    pk = {(r["arm"], r["k"]): r for r in doc.get("pass_at_k") or []}
+    pk = {(r["arm"], r["k"]): r for r in doc.pass_at_k or []}
     ks = sorted({k for _, k in pk if k > 1})
     rows = []
     for r in acc:
@@ -117,7 +121,7 @@ def accuracy_section(doc: Mapping[str, Any], table: TableRenderer) -> list[str]:
            "replicates, per family the mean over tasks, families weighted like Elo; intervals resample tasks within "
            "families. pass@k: the unbiased estimator 1 − C(n−c, k)/C(n, k) over tasks with n ≥ k replicates.</p>",
            table("accuracy-table", rows, cols)]  # fmt: skip
-    fam = list(doc.get("accuracy_family") or [])
+    fam = list(doc.accuracy_family or [])
     if fam:
         out.append(
             table(
@@ -137,16 +141,16 @@ def accuracy_section(doc: Mapping[str, Any], table: TableRenderer) -> list[str]:
     return out
 
 
-def step_tables_section(doc: Mapping[str, Any], table: TableRenderer) -> list[str]:
+def step_tables_section(doc: HtmlDocument, table: TableRenderer) -> list[str]:
     """The per-strategy and vs-previous-frontier tables, as in the terminal."""
     out: list[str] = []
     cols = _cols(STEP_COLUMNS)
-    per = list(doc.get("per_strategy") or [])
+    per = list(doc.per_strategy or [])
     if per:
         out += ['<section id="per-strategy"><h2>Per strategy</h2>',
                 '<p class="muted">Each budget against the previous budget of the same strategy.</p>',
                 table("per-strategy-table", per, cols, row_class="frontier"), "</section>"]  # fmt: skip
-    vs = list(doc.get("vs_frontier") or [])
+    vs = list(doc.vs_frontier or [])
     if vs:
         rows = [{**r, "arm": f"{r['arm']} vs {r['vs']}" if r.get("vs") else r["arm"]} for r in vs]
         out += ['<section id="vs-frontier"><h2>Vs previous frontier arm</h2>',

@@ -14,6 +14,7 @@ import pytest
 from test_compare import ARMS, write_ledger_run  # tests/ is on sys.path (rootdir conftest)
 
 from elo_per_token.analysis.html import render_html
+from elo_per_token.analysis.html_document import HtmlDocument
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium not installed (CI installs it)")
@@ -274,7 +275,9 @@ def test_screenshot_renders_a_page(rendered: dict) -> None:
 
 
 def test_render_without_prices_or_failures_says_so() -> None:
-    doc = {"returns": [{"arm": "greedy@1", "tokens_per_task": 100.0, "elo": 1000.0, "frontier": True}]}
+    doc = HtmlDocument(
+        returns=[{"arm": "greedy@1", "tokens_per_task": 100.0, "elo": 1000.0, "frontier": True}]
+    )
     page = render_html(doc)
     assert 'id="no-prices"' in page and 'id="no-failures"' in page
     assert 'data-col="elo" data-value="1000.0"' in page

@@ -11,13 +11,16 @@ import html
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from elo_per_token.analysis.html import RETURNS_COLUMNS
 from elo_per_token.analysis.html import _table as table
 from elo_per_token.analysis.html_sections import accuracy_section, recommendation_section, step_tables_section
 from elo_per_token.viewer.svgplot import elo_tokens_svg, strategy_colours
+
+if TYPE_CHECKING:  # the store is the server's; pages only read the views it hands them
+    from elo_per_token.viewer.store import RunView
 
 e = html.escape
 REFRESH_S = 5  # a running sweep's pages reload this often
@@ -70,7 +73,7 @@ def runs_page(runs: Sequence[Mapping[str, Any]], ledger: str) -> str:
     return shell("Runs", body)
 
 
-def _progress(v: Any) -> str:
+def _progress(v: RunView) -> str:
     planned = "?" if v.planned is None else f"{v.planned:,}"
     text = f"{v.done:,} of {planned} jobs done, {v.failed:,} failed"
     if v.running:
@@ -78,7 +81,7 @@ def _progress(v: Any) -> str:
     return f'<p id="progress" data-done="{v.done}" data-running="{str(v.running).lower()}">{e(text)}</p>'
 
 
-def run_page(v: Any) -> str:
+def run_page(v: RunView) -> str:
     """Recommendation, the interactive plot with strategy toggles, the returns table, accuracy, the step
     tables and links to the arms and the grid."""
     body = [_progress(v)]
@@ -86,7 +89,7 @@ def run_page(v: Any) -> str:
         body.append(f'<p class="warn" id="no-analysis">No analysis yet: {e(v.error or "")}</p>')
         return shell(f"Run {v.run_id}", body, refresh=v.running, crumbs=[(v.run_id, run_url(v.run_id))])
     doc = v.doc
-    returns = list(doc.get("returns") or [])
+    returns = list(doc.returns or [])
     body += recommendation_section(doc)
     colours = strategy_colours([str(r.get("strategy") or "") for r in returns])
     toggles = "".join(
@@ -94,7 +97,7 @@ def run_page(v: Any) -> str:
         f'<span class="swatch" style="background:{c}"></span>{e(s)}</label>'
         for s, c in colours.items()
     )
-    level = (doc.get("options") or {}).get("level") or 0.95
+    level = (doc.options or {}).get("level") or 0.95
     body += ['<h2>Elo against tokens per task</h2>',
              f'<div id="toggles">{toggles}<label class="toggle"><input type="checkbox" checked id="show-frontier">'
              "frontier</label></div>",
@@ -107,7 +110,7 @@ def run_page(v: Any) -> str:
              f'<a href="{_q(run_url(v.run_id, "report.json"))}">report.json</a></p>']  # fmt: skip
     body += accuracy_section(doc, table)
     body += step_tables_section(doc, table)
-    for w in doc.get("warnings") or []:
+    for w in doc.warnings or []:
         body.append(f'<p class="warn">{e(str(w))}</p>')
     return shell(f"Run {v.run_id}", body, refresh=v.running, crumbs=[(v.run_id, run_url(v.run_id))])
 
@@ -116,7 +119,7 @@ def _fmt_score(x: Any) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
 
 
-def arm_page(v: Any, arm: str, rows: Sequence[Mapping[str, Any]]) -> str:
+def arm_page(v: RunView, arm: str, rows: Sequence[Mapping[str, Any]]) -> str:
     """One arm's tasks: mean score, replicates and tokens per task, each task linked."""
     body = [f'<p class="muted">{len(rows)} tasks.</p>', '<table id="arm-tasks"><thead><tr><th class="t">family</th>'
             '<th class="t">task</th><th>score</th><th>replicates</th><th>tokens</th></tr></thead><tbody>']  # fmt: skip
@@ -134,7 +137,7 @@ def _tokens(x: Any) -> str:
     return "—" if x is None else f"{x:,.0f}"
 
 
-def grid_page(v: Any, grid: Mapping[str, Any], family: str | None, disagree: bool) -> str:
+def grid_page(v: RunView, grid: Mapping[str, Any], family: str | None, disagree: bool) -> str:
     """Arms x tasks: each cell the task's mean score (colour) and tokens (hover), filterable by family and
     to the tasks where the arms disagree."""
     arms, fams = grid["arms"], grid["families"]
@@ -171,7 +174,7 @@ def grid_page(v: Any, grid: Mapping[str, Any], family: str | None, disagree: boo
                  crumbs=[(v.run_id, run_url(v.run_id)), ("grid", run_url(v.run_id, "grid"))])  # fmt: skip
 
 
-def task_page(v: Any, task_id: str, rows: Sequence[Mapping[str, Any]]) -> str:
+def task_page(v: RunView, task_id: str, rows: Sequence[Mapping[str, Any]]) -> str:
     """Every arm and replicate on one task: score and tokens, each linked to its job's transcript."""
     body = ['<table id="task-jobs"><thead><tr><th class="t">arm</th><th>replicate</th><th>score</th>'
             '<th>tokens</th><th class="t">job</th></tr></thead><tbody>']  # fmt: skip

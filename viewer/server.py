@@ -65,7 +65,9 @@ def _run_route(store: Store, run_id: str, page: str, params: dict[str, list[str]
     if page == "":
         return _html(pages.run_page(v))
     if page == "report.json":
-        body = json.dumps(v.doc or {"error": v.error}, default=str, allow_nan=False)
+        body = json.dumps(
+            v.doc.as_dict() if v.doc is not None else {"error": v.error}, default=str, allow_nan=False
+        )
         return "application/json", body.encode()
     if v.result is None:
         return _html(pages.run_page(v))  # no analysis yet: the run page says why

@@ -10,22 +10,26 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from elo_per_token.contracts.errors import InputError
+
+if TYPE_CHECKING:  # the analysis is imported where a run is analysed
+    from elo_per_token.analysis.html_document import HtmlDocument
+    from elo_per_token.analysis.pipeline import AnalysisResult
 
 
 @dataclass
 class RunView:
-    """One run's analysis as the pages need it: the report doc (analysis.html_gather.doc_from_result), the result
+    """One run's analysis as the pages need it: the report's document (analysis.html_gather.build_document), the result
     and the progress it was computed at; `error` when the (partial) run cannot be analysed yet."""
 
     run_id: str
     done: int
     planned: int | None
     failed: int
-    doc: dict[str, Any] | None = None
-    result: Any = None
+    doc: HtmlDocument | None = None
+    result: AnalysisResult | None = None
     error: str | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
 
@@ -83,17 +87,17 @@ class Store:
             self._cache[run_id] = v
             return v
 
-    def _analyse(self, run_id: str) -> tuple[Any, dict[str, Any]]:
+    def _analyse(self, run_id: str) -> tuple[AnalysisResult, HtmlDocument]:
         import dataclasses
 
         from elo_per_token.analysis.cli_report import run_options
-        from elo_per_token.analysis.html_gather import doc_from_result
+        from elo_per_token.analysis.html_gather import build_document
         from elo_per_token.analysis.pipeline import analyze
 
         url = self.ledger.run_url(run_id)
         opts, _ = run_options([url])
         result = analyze([url], dataclasses.replace(opts, budget=self.budget))
-        return result, doc_from_result(result)
+        return result, build_document(result)
 
     def job(self, run_id: str, key: str) -> list[dict[str, Any]]:
         """The job object's records (calls, then the outcome), parsed; InputError for an unknown job."""
