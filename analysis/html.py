@@ -1,10 +1,11 @@
 """One self-contained HTML report: tables, inline SVG plots, the run manifest. No external resources.
 
 The page is rendered from a document gathered first (analysis.html_document.HtmlDocument, built by
-analysis.html_gather from the analysis result and the ledger): this module reads nothing and writes nothing. The document holds the same numbers report.json holds, so what the
-page shows can be checked against report.json. Every numeric table cell carries its exact value in `data-value` next
-to the rounded text people read; tables and rows carry ids/`data-*` attributes so a browser test can read
-them back from the rendered DOM.
+analysis.html_gather from the analysis result and the ledger): this module reads nothing and writes
+nothing. The document holds the same numbers report.json holds, so what the page shows can be checked
+against report.json. Every numeric table cell carries its exact value in `data-value` next to the rounded
+text people read; tables and rows carry ids/`data-*` attributes so a browser test can read them back from
+the rendered DOM.
 
 The document's fields are described in analysis/html_document.py.
 """
