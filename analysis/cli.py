@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # annotations only: the CLI imports its stages when a command
     from rich.console import Console
 
     from elo_per_token.analysis.io import BadLine
-    from elo_per_token.analysis.pipeline import AnalysisOptions
+    from elo_per_token.analysis.pipeline import AnalysisOptions, AnalysisResult
 
 PATHS_HELP = (
     "A run id (in --ledger), a run folder or s3://…/runs/<id> URL, or call logs: files, directories (recursive), "
@@ -180,11 +180,7 @@ def analyze_cmd(
     """Elo per token: Bradley-Terry per family, weighted merge, bootstrap CIs, diminishing-returns table.
 
     With many arms the terminal tables are grouped by strategy; narrow them with --top / --arms."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
-    from elo_per_token.analysis.report import make_console, print_report, write_outputs
+    from elo_per_token.analysis.pipeline import AnalysisOptions
 
     opts = AnalysisOptions(
         weights=weights,
@@ -202,27 +198,32 @@ def analyze_cmd(
         budget=budget,
     )
     opts, paths = _checked_inputs(opts, paths, ledger, top)
+    _analyze_and_report(
+        paths, opts, out=out, html=html, transcript=transcript, top=top, arms=arms, plots=not no_plots
+    )
+
+
+def _analyze_and_report(
+    paths: list[str],
+    opts: AnalysisOptions,
+    *,
+    out: str | None,
+    html: str | None,
+    transcript: str | None,
+    top: int | None,
+    arms: str | None,
+    plots: bool,
+) -> None:
+    """Analyse, print the terminal report, write the files asked for and say what was written."""
+    from rich.console import Console
+
+    from elo_per_token.analysis.report import make_console, print_report, write_outputs
+
     err = Console(stderr=True)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-    ) as bar:
-        job = bar.add_task("reading inputs", total=max(rounds, 1))
-
-        def progress(done: int) -> None:
-            bar.update(job, description="bootstrap rounds", completed=done)
-
-        def step(name: str) -> None:
-            bar.update(job, description=name)
-
-        result = analyze(paths, opts, progress=progress, on_step=step)
+    result = _analyze_with_progress(paths, opts, err)
     console = make_console(record=transcript is not None)
     print_report(result, console, top=top, arms=arms)
-    written = write_outputs(result, out, plots=not no_plots) if out else []
+    written = write_outputs(result, out, plots=plots) if out else []
     if html:
         from elo_per_token.analysis.html_gather import write_html
 
@@ -231,12 +232,41 @@ def analyze_cmd(
         err.print(f"wrote {p}", highlight=False)
     _print_skipped(result.skipped, err)
     if transcript:
-        cmd = "ept " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-        text = console.export_text()
-        Path(transcript).write_text(
-            f"# Example report\n\nProduced by:\n\n```\n{cmd}\n```\n\nTerminal output:\n\n```\n{text}```\n",
-            encoding="utf-8",
-        )
+        _write_transcript(transcript, console.export_text())
+
+
+def _analyze_with_progress(paths: list[str], opts: AnalysisOptions, err: Console) -> AnalysisResult:
+    """Run the analysis with a transient progress bar on stderr (reading, then the bootstrap rounds)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from elo_per_token.analysis.pipeline import analyze
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        job = bar.add_task("reading inputs", total=max(opts.rounds, 1))
+
+        def progress(done: int) -> None:
+            bar.update(job, description="bootstrap rounds", completed=done)
+
+        def step(name: str) -> None:
+            bar.update(job, description=name)
+
+        return analyze(paths, opts, progress=progress, on_step=step)
+
+
+def _write_transcript(path: str, text: str) -> None:
+    """The command line and its terminal output as a markdown file (how docs/example-report.md is made)."""
+    cmd = "ept " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    Path(path).write_text(
+        f"# Example report\n\nProduced by:\n\n```\n{cmd}\n```\n\nTerminal output:\n\n```\n{text}```\n",
+        encoding="utf-8",
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -16,7 +16,7 @@ intervals need not contain the point estimate, and matplotlib rejects negative e
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -124,34 +124,8 @@ def elo_vs_tokens_figure(
         zorder=1,
     )
     colours = _strategy_colours(pts)
-    size = 4 if len(pts) > 100 else 5 if many else 6
-    seen: set[str] = set()
-    for i, r in enumerate(pts):
-        s = str(r.get("strategy") or "")
-        show = len(set(colours)) > 1 and s not in seen and len(colours) <= 10
-        seen.add(s)
-        ax.plot(
-            [x[i]],
-            [y[i]],
-            "o",
-            color=colours[s],
-            markersize=size,
-            alpha=0.85 if many else 1.0,
-            zorder=2,
-            label=s if show else None,
-            gid=f"{gid_prefix}{i}" if gid_prefix is not None else None,
-        )
-    front = sorted((r for r in pts if r.get("frontier")), key=lambda r: r["tokens_per_task"])
-    if front:
-        ax.plot(
-            [r["tokens_per_task"] for r in front],
-            [r["elo"] for r in front],
-            "-",
-            color="tab:orange",
-            linewidth=1.5,
-            zorder=3,
-            label="compute-optimal frontier (point estimate)",
-        )
+    _plot_points(ax, pts, x, y, colours, many, gid_prefix)
+    _plot_frontier(ax, pts)
     if min(x) > 0:
         ax.set_xscale("log")
         ax.set_xlabel("tokens per task (log scale)")
@@ -171,6 +145,50 @@ def elo_vs_tokens_figure(
     ax.legend(loc="lower right", fontsize="x-small", ncol=2 if len(colours) > 5 else 1)
     fig.tight_layout()
     return fig
+
+
+def _plot_points(
+    ax: Any,
+    pts: Sequence[Row],
+    x: list[float],
+    y: list[float],
+    colours: dict[str, Any],
+    many: bool,
+    gid_prefix: str | None,
+) -> None:
+    """One marker per arm in its strategy's colour; the first of each strategy carries the legend label."""
+    size = 4 if len(pts) > 100 else 5 if many else 6
+    seen: set[str] = set()
+    for i, r in enumerate(pts):
+        s = str(r.get("strategy") or "")
+        show = len(set(colours)) > 1 and s not in seen and len(colours) <= 10
+        seen.add(s)
+        ax.plot(
+            [x[i]],
+            [y[i]],
+            "o",
+            color=colours[s],
+            markersize=size,
+            alpha=0.85 if many else 1.0,
+            zorder=2,
+            label=s if show else None,
+            gid=f"{gid_prefix}{i}" if gid_prefix is not None else None,
+        )
+
+
+def _plot_frontier(ax: Any, pts: Sequence[Row]) -> None:
+    """The compute-optimal frontier through its arms' point estimates, in token order."""
+    front = sorted((r for r in pts if r.get("frontier")), key=lambda r: r["tokens_per_task"])
+    if front:
+        ax.plot(
+            [r["tokens_per_task"] for r in front],
+            [r["elo"] for r in front],
+            "-",
+            color="tab:orange",
+            linewidth=1.5,
+            zorder=3,
+            label="compute-optimal frontier (point estimate)",
+        )
 
 
 def _place_labels(fig: Any, ax: Any, rows: Sequence[Row], anchor: str | None, fontsize: str) -> int:
@@ -333,25 +351,7 @@ def per_family_figure(
         return float(v) if _num(v) else float("nan")
 
     if len(arms) <= MANY_ARMS:
-        fig, ax = plt.subplots(figsize=(width, 4.2), dpi=110)
-        xs = list(range(len(arms)))
-        for f in families:
-            ax.plot(xs, [val(f, a) for a in arms], "o-", label=fam_label(f))
-        if merged is not None:
-            ax.plot(
-                xs,
-                [float(merged[a]) if _num(merged.get(a)) else float("nan") for a in arms],
-                "k--",
-                label="merged (centred)",
-            )
-        ax.set_xticks(xs, list(arms), rotation=30, ha="right", fontsize="small")
-        ax.set_ylabel("Elo (family-centred)")
-        ax.set_title("Per-family Elo by arm", fontsize="medium")
-        ax.grid(True, alpha=0.3)
-        if families:
-            ax.legend(fontsize="small")
-        fig.tight_layout()
-        return fig
+        return _family_lines_figure(arms, families, val, fam_label, merged, width)
     rows = []
     for a in arms:
         vals = [val(f, a) for f in families]
@@ -402,6 +402,37 @@ def per_family_figure(
     )
     ax.grid(axis="x", alpha=0.3)
     ax.legend(fontsize="x-small", loc="best")
+    fig.tight_layout()
+    return fig
+
+
+def _family_lines_figure(
+    arms: Sequence[str],
+    families: Sequence[str],
+    val: Callable[[str, str], float],
+    fam_label: Callable[[str], str],
+    merged: Mapping[str, Any] | None,
+    width: float,
+) -> Any:
+    """Few arms: one line per family over the arms in the given order, the merged Elo dashed."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(width, 4.2), dpi=110)
+    xs = list(range(len(arms)))
+    for f in families:
+        ax.plot(xs, [val(f, a) for a in arms], "o-", label=fam_label(f))
+    if merged is not None:
+        ax.plot(
+            xs,
+            [float(merged[a]) if _num(merged.get(a)) else float("nan") for a in arms],
+            "k--",
+            label="merged (centred)",
+        )
+    ax.set_xticks(xs, list(arms), rotation=30, ha="right", fontsize="small")
+    ax.set_ylabel("Elo (family-centred)")
+    ax.set_title("Per-family Elo by arm", fontsize="medium")
+    ax.grid(True, alpha=0.3)
+    if families:
+        ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
 

@@ -391,8 +391,8 @@ def print_report(
                 groups=per_strategy["strategy"].to_list() if grouped else None,
             )
         )
-        # (The headline table is against the previous frontier arm since issue 25: the separate "vs previous
-        # frontier arm" table would repeat it; report.json keeps it as vs_frontier.)
+        # No separate "vs previous frontier arm" table: the headline table is already against the previous
+        # frontier arm and would repeat it; report.json keeps it as vs_frontier.
         header, rows = _per_family_pivot(result, table["arm"].to_list())
         console.print(
             _rich_table(
@@ -418,6 +418,11 @@ def print_report(
         console.print(
             _rich_table("Spent on failed attempts (billed, not in the tables above)", *_spent_rows(result))
         )
+    _print_footer(result, console)
+
+
+def _print_footer(result: AnalysisResult, console: Console) -> None:
+    """What was read (files, calls, outcomes, tasks, weights), then the warnings, the first MAX_WARNINGS."""
     c = result.counts
     console.print(
         f"{c['files']} file(s), {c['calls']} calls ({c['judge_calls']} judge), {c['outcomes']} outcomes, "

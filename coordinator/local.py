@@ -95,9 +95,8 @@ def run_local(
     draining = False
     interrupted, deadline = threading.Event(), float("inf")
 
-    prev = None
-    if threading.current_thread() is threading.main_thread():
-        prev = signal.signal(signal.SIGTERM, sigterm_as_interrupt)
+    on_main = threading.current_thread() is threading.main_thread()  # signal handlers need the main thread
+    prev = signal.signal(signal.SIGTERM, sigterm_as_interrupt) if on_main else None
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="ept-job")
     abandoned = 0
     try:

@@ -80,6 +80,13 @@ def _math_tasks(rng: random.Random) -> list[dict[str, Any]]:
             }
         )
 
+    _math_word_templates(rng, names, add)
+    _math_more_templates(rng, names, add)
+    return tasks
+
+
+def _math_word_templates(rng: random.Random, names: list[str], add: Callable[..., None]) -> None:
+    """Change, distance, percent, series and path tasks, PER_TEMPLATE_MATH each (rng order: the suite's bytes)."""
     for _ in range(PER_TEMPLATE_MATH):
         buyer = rng.choice(names)
         p, q, a, b = rng.randint(2, 9), rng.randint(3, 15), rng.randint(2, 9), rng.randint(1, 6)
@@ -135,6 +142,10 @@ def _math_tasks(rng: random.Random) -> list[dict[str, Any]]:
             [2 * k * (L + W), (L + k) * (W + k) - L * W, (L + 2 * k) * (W + 2 * k)],
             0.5 + 0.05 * k,
         )
+
+
+def _math_more_templates(rng: random.Random, names: list[str], add: Callable[..., None]) -> None:
+    """Marbles, arithmetic, modpow, pipes and ages tasks, drawn after the word templates from the same rng."""
     for _ in range(PER_TEMPLATE_MATH):
         n, m, who = 6 * rng.randint(3, 25), rng.randint(2, 20), rng.sample(names, 3)
         add(
@@ -192,7 +203,6 @@ def _math_tasks(rng: random.Random) -> list[dict[str, Any]]:
             [bob + gap, (s - gap) // 2, bob + y],
             0.5 + y / 60,
         )
-    return tasks
 
 
 # ---------------------------------------------------------------- code
@@ -541,6 +551,12 @@ def _tool_tasks(rng: random.Random) -> list[dict[str, Any]]:
             }
         )
 
+    _tool_templates(rng, tables, add)
+    return tasks
+
+
+def _tool_templates(rng: random.Random, tables: dict[str, dict[str, Any]], add: Callable[..., None]) -> None:
+    """Boxes, convert, courier and calc tasks, PER_TEMPLATE_TOOL each, against the drawn lookup tables."""
     parts, routes, rates = (sorted(tables[k]) for k in ("parts", "routes", "rates"))
     for _ in range(PER_TEMPLATE_TOOL):
         code, k = rng.choice(parts), rng.randint(6, 48)
@@ -600,7 +616,6 @@ def _tool_tasks(rng: random.Random) -> list[dict[str, Any]]:
             [ref + 10 ** rng.randint(1, 3), a * b, ref - c],
             0.35,
         )
-    return tasks
 
 
 def generate() -> dict[str, list[dict[str, Any]]]:
