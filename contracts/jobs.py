@@ -142,7 +142,7 @@ def budget_key(run_id: str) -> str:
 class CeleryJobContext:
     """What a Celery worker needs besides the job: where results go and how to reach the provider.
 
-    Built by the coordinator (coordinator.celery_exec), read by the worker (worker.tasks.celery_run_job); on
+    Built by the coordinator (coordinator.celery_exec), read by the worker (worker.lifecycle.celery_run_job); on
     the wire it is `to_dict()` (Celery sends JSON only), never this object. Not to be confused with
     worker.strategies.base.JobContext, what a strategy sees while it runs a job.
     """
@@ -201,7 +201,7 @@ class CeleryJobContext:
 
 JobStatus = Literal["done", "duplicate", "skipped", "cancelled", "failed"]
 
-# What a worker reports for one job (worker.tasks.perform_job; through the Celery result backend as JSON) and
+# What a worker reports for one job (worker.lifecycle.perform_job; through the Celery result backend as JSON) and
 # what the coordinator tallies (coordinator.sweep.Tally.add). Functional syntax because one key is `class`.
 JobSummary = TypedDict(
     "JobSummary",

@@ -121,7 +121,7 @@ def make_app(url: str | None = None) -> Celery:
     # celery ships no type information: its decorator hides these signatures from mypy.
     @app.task(name="ept.run_job", bind=True, shared=False)  # type: ignore[untyped-decorator]
     def run_job_task(self: Any, job: dict[str, Any], ctx: CeleryJobContextDict) -> JobSummary:
-        from elo_per_token.worker.tasks import celery_run_job
+        from elo_per_token.worker.lifecycle import celery_run_job
 
         route_grading(app)  # this worker's environment says where code is graded
         return celery_run_job(self, job, ctx)
@@ -150,7 +150,7 @@ def route_grading(app: Celery) -> None:
 
 
 def __getattr__(name: str) -> Celery:
-    # `celery -A worker.celery_app worker` (and Flower) look up `app`; build it on first use, not on import.
+    # `celery -A elo_per_token.worker.celery_app worker` (and Flower) look up `app`; build it on first use, not on import.
     if name in ("app", "celery"):
         globals()[name] = make_app()
         return globals()[name]
