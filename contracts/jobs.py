@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict
 
 from elo_per_token.contracts.generation import label
+from elo_per_token.contracts.tasks import Task
 
 
 def arm_label(strategy: str, budget_n: int, variant: str = "") -> str:
@@ -62,7 +63,7 @@ def job_key(family: str, task_id: str, arm: str, replicate: int) -> str:
 @dataclass(frozen=True)
 class Job:
     run_id: str
-    task: dict[str, Any]  # a validated task record (see contracts.tasks)
+    task: Task  # a validated task record (see contracts.tasks)
     strategy: str
     budget_n: int
     replicate: int = 0

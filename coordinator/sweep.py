@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from elo_per_token.contracts.errors import EGRESS_CLASSES, ErrorClass, InputError
 from elo_per_token.contracts.jobs import Job, JobSummary
 from elo_per_token.contracts.manifest import profile_prices, weights_option
+from elo_per_token.contracts.tasks import Task
 from elo_per_token.contracts.usage import USAGE_MISSING_HINT
 from elo_per_token.coordinator.plan import Plan
 from elo_per_token.ledger import Ledger, open_ledger
@@ -225,7 +226,7 @@ def plan_source(plan: Plan) -> tuple[Callable[[], Iterator[Job]], int]:
     return stream, n
 
 
-def _plan_source(plan: Plan) -> tuple[Callable[[], Iterator[Job]], int, list[dict[str, Any]]]:
+def _plan_source(plan: Plan) -> tuple[Callable[[], Iterator[Job]], int, list[Task]]:
     from elo_per_token.coordinator.expand import check_unique_keys, count_jobs, iter_jobs, load_tasks
     from elo_per_token.coordinator.plan import check_job_count
 
@@ -237,7 +238,7 @@ def _plan_source(plan: Plan) -> tuple[Callable[[], Iterator[Job]], int, list[dic
 
 def _job_stream(
     plan: Plan, jobs: Iterable[Job] | None
-) -> tuple[Callable[[], Iterator[Job]], int, list[dict[str, Any]]]:
+) -> tuple[Callable[[], Iterator[Job]], int, list[Task]]:
     """(a fresh stream of the jobs to consider, how many, their tasks): the plan's, streamed, or the given list."""
     if jobs is None:
         return _plan_source(plan)
