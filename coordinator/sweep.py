@@ -20,8 +20,9 @@ from elo_per_token.ledger import Ledger, open_ledger
 
 if TYPE_CHECKING:  # annotations only: these are imported where a sweep needs them
     from rich.console import Console
-    from rich.progress import Progress
+    from rich.progress import Progress, TaskID
 
+    from elo_per_token.analysis.pipeline import AnalysisOptions, AnalysisResult
     from elo_per_token.contracts.records import JobResult
     from elo_per_token.egress.profiles import Profile
 
@@ -151,7 +152,7 @@ class SweepOutcome:
     tally: Tally
     elapsed_s: float
     completed: bool
-    analysis: Any = None
+    analysis: AnalysisResult | None = None
     analysis_error: str | None = None
     compact_note: str | None = None
     profile_name: str | None = None
@@ -247,7 +248,7 @@ def _job_stream(
     return (lambda: iter(listed)), len(listed), tasks
 
 
-def _existing(ledger: Ledger, run_id: str, prog: Any, bar: Any) -> tuple[set[str], set[str]]:
+def _existing(ledger: Ledger, run_id: str, prog: Progress, bar: TaskID) -> tuple[set[str], set[str]]:
     """(keys of the run's results, keys of the jobs with a failure object and no result), counting on the bar."""
     have: set[str] = set()
     for k in ledger.iter_job_keys(run_id):
@@ -262,7 +263,7 @@ def _existing(ledger: Ledger, run_id: str, prog: Any, bar: Any) -> tuple[set[str
 class _Live:
     """The executors' callbacks: count results in the tally and show them on the progress bar."""
 
-    def __init__(self, tally: Tally, prog: Any, bar: Any) -> None:
+    def __init__(self, tally: Tally, prog: Progress, bar: TaskID) -> None:
         self.tally, self.prog, self.bar = tally, prog, bar
         self.counted = 0  # jobs handed to the executor (the true number to run, known once the stream ends)
 
@@ -286,7 +287,7 @@ class _Live:
         self.tally.add(s)
         self.refresh()
 
-    def on_retry(self, job_or_key: Any, attempt: int, cls: str) -> None:
+    def on_retry(self, job_or_key: Job | str, attempt: int, cls: str) -> None:
         self.tally.retry(job_or_key if isinstance(job_or_key, str) else job_or_key.key)
         self.refresh()
 
@@ -299,9 +300,9 @@ def _run_jobs(
     live: _Live,
     had_failure: set[str],
     *,
-    profile: Any,
+    profile: Profile,
     base_url: str | None,
-    run: Any,
+    run: Callable[[Job, Any], JobResult] | None,
     broker_url: str | None,
     check_ledger: bool = True,
 ) -> bool:
@@ -333,12 +334,12 @@ def execute(
     plan: Plan,
     jobs: Iterable[Job] | None,
     *,
-    profile: Any,
+    profile: Profile,
     base_url: str | None = None,
     executor: str | None = None,
-    console: Any = None,
+    console: Console | None = None,
     analyze: bool = True,
-    run: Any = None,
+    run: Callable[[Job, Any], JobResult] | None = None,
     broker_url: str | None = None,
     manifest_jobs: int | None = None,
     compact: bool = True,
@@ -507,7 +508,7 @@ def _run_local(
     )  # fmt: skip
 
 
-def plan_analysis_options(plan: Plan) -> Any:
+def plan_analysis_options(plan: Plan) -> AnalysisOptions:
     """The analysis settings of a run's table (its plan's weights, anchor, bootstrap rounds and seed). `ept report
     RUN` starts from the same settings, so the HTML page and the terminal table show the same intervals."""
     from elo_per_token.analysis.pipeline import AnalysisOptions
@@ -517,7 +518,7 @@ def plan_analysis_options(plan: Plan) -> Any:
     )
 
 
-def analyze_run(plan: Plan, ledger: Ledger) -> tuple[Any, str | None]:
+def analyze_run(plan: Plan, ledger: Ledger) -> tuple[AnalysisResult | None, str | None]:
     """The Elo-per-token analysis of the run's job objects; (None, reason) when it cannot be computed."""
     import dataclasses
 
@@ -532,7 +533,7 @@ def analyze_run(plan: Plan, ledger: Ledger) -> tuple[Any, str | None]:
         return None, str(e)
 
 
-def print_summary(out: SweepOutcome, console: Any) -> None:
+def print_summary(out: SweepOutcome, console: Console) -> None:
     from rich.markup import escape  # keys and messages carry task/family names: text, not markup
     from rich.table import Table
 
