@@ -391,8 +391,8 @@ def print_report(
                 groups=per_strategy["strategy"].to_list() if grouped else None,
             )
         )
-        # (The headline table is against the previous frontier arm since issue 25: the separate "vs previous
-        # frontier arm" table would repeat it; report.json keeps it as vs_frontier.)
+        # No separate "vs previous frontier arm" table: the headline table's rows are already against the
+        # previous frontier arm, so it would repeat them (report.json keeps it as vs_frontier).
         header, rows = _per_family_pivot(result, table["arm"].to_list())
         console.print(
             _rich_table(

@@ -1,8 +1,8 @@
 """The call journal: a Celery worker's calls of a running attempt, on the broker, until they are in the ledger.
 
 A worker killed mid-job (SIGKILL, OOM, a node lost) takes its in-memory call records with it; the job is
-delivered again and its calls are paid for a second time, and the first ones are recorded nowhere (issue 26:
-32 calls, ~30k tokens, in one kill). So each call, as it is recorded, is also appended to a Redis list for
+delivered again and its calls are paid for a second time, and the first ones are recorded nowhere (one kill
+can lose tens of calls and tens of thousands of tokens). So each call, as it is recorded, is also appended to a Redis list for
 its attempt (`ept:journal:<run>:<job key>:<attempt id>`, listed in the set `ept:journals:<run>:<job key>`).
 When the attempt's calls are durable — a spent object named after the attempt, or the job's object — the
 journal is dropped. The next delivery of the job, once it holds the job's claim (so no live worker is still
