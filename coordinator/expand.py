@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.tasks import Task
 from elo_per_token.coordinator.plan import Plan, check_job_count
+
+if TYPE_CHECKING:  # polars is imported only when the key space is built
+    import polars as pl
 
 
 def load_tasks(plan: Plan, loader: Callable[[str], list[Task]] | None = None) -> list[Task]:
@@ -95,7 +98,7 @@ def check_unique_keys(plan: Plan, tasks: list[Task]) -> None:
                 seen_arm.add(part)
 
 
-def plan_keys(plan: Plan, tasks: list[Task]) -> Any:
+def plan_keys(plan: Plan, tasks: list[Task]) -> pl.Series:
     """Every job key of the plan as a polars String Series, without building a Job per job: a key is
     <task part>/<arm part>/r<replicate> (contracts.jobs.Job.key), so it is the product of the task parts, the
     arm parts and the replicates — thousands of Jobs built, not millions. Equal to {j.key for j in iter_jobs}

@@ -23,6 +23,8 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import redis
+
     from elo_per_token.contracts.jobs import Job
     from elo_per_token.contracts.records import CallRecord
     from elo_per_token.ledger import Ledger
@@ -47,7 +49,7 @@ def _list_key(run_id: str, key: str, attempt: str) -> str:
 class CallJournal:
     """Journals of one worker process on one Redis (the broker)."""
 
-    def __init__(self, r: Any) -> None:
+    def __init__(self, r: redis.Redis) -> None:
         self.r = r
         self._listed: set[str] = set()  # attempts already in their job's set (and their list given a TTL)
         self._lock = threading.Lock()
