@@ -535,7 +535,6 @@ def analyze_run(plan: Plan, ledger: Ledger) -> tuple[AnalysisResult | None, str 
 
 def print_summary(out: SweepOutcome, console: Console) -> None:
     from rich.markup import escape  # keys and messages carry task/family names: text, not markup
-    from rich.table import Table
 
     t = out.tally
     console.print(
@@ -583,35 +582,44 @@ def print_summary(out: SweepOutcome, console: Console) -> None:
         console.print(f"[yellow]{t.abandoned} job(s) were still running when the stop's grace period ended[/]: "
                       "their calls are not recorded; a rerun runs them again")  # fmt: skip
     if t.failures:
-        ft = Table(title="failed jobs by error class")
-        for col in ("class", "jobs", "example job", "first message"):
-            ft.add_column(col)
-        for cls in sorted(t.failures):
-            keys = t.failures[cls]
-            ft.add_row(cls, str(len(keys)), escape(keys[0]), escape((t.messages.get(cls) or "")[:160]))
-        console.print(ft)
-        if t.egress_broken():
-            console.print(
-                f"[bold red]stopped:[/] {t.egress_streak} jobs in a row failed on the key or the endpoint "
-                f"({', '.join(sorted(set(t.failures) & EGRESS_CLASSES))}); fix the profile (`ept doctor`), then rerun",
-                highlight=False,
-            )
-        retryable = sorted(set(t.failures) - DETERMINISTIC)
-        if retryable:
-            console.print(
-                f"re-run only the failed jobs with: ept retry {out.run_id} --ledger {out.ledger_url} "
-                f"({', '.join(retryable)})",
-                highlight=False,
-            )
-        if set(t.failures) & DETERMINISTIC:
-            console.print(
-                "permanent failures repeat the same request and the same refusal: `ept retry` is not suggested "
-                "for them (change the plan or the profile)",
-                highlight=False,
-            )
+        _print_failures(out, console)
     if out.analysis is not None:
         from elo_per_token.analysis.report import print_report
 
         print_report(out.analysis, console)
     elif out.analysis_error:
         console.print(f"[yellow]no Elo table:[/] {escape(out.analysis_error)}", highlight=False)
+
+
+def _print_failures(out: SweepOutcome, console: Console) -> None:
+    """The failed jobs by error class, and what to rerun (print_summary's part for a session with failures)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = out.tally
+    ft = Table(title="failed jobs by error class")
+    for col in ("class", "jobs", "example job", "first message"):
+        ft.add_column(col)
+    for cls in sorted(t.failures):
+        keys = t.failures[cls]
+        ft.add_row(cls, str(len(keys)), escape(keys[0]), escape((t.messages.get(cls) or "")[:160]))
+    console.print(ft)
+    if t.egress_broken():
+        console.print(
+            f"[bold red]stopped:[/] {t.egress_streak} jobs in a row failed on the key or the endpoint "
+            f"({', '.join(sorted(set(t.failures) & EGRESS_CLASSES))}); fix the profile (`ept doctor`), then rerun",
+            highlight=False,
+        )
+    retryable = sorted(set(t.failures) - DETERMINISTIC)
+    if retryable:
+        console.print(
+            f"re-run only the failed jobs with: ept retry {out.run_id} --ledger {out.ledger_url} "
+            f"({', '.join(retryable)})",
+            highlight=False,
+        )
+    if set(t.failures) & DETERMINISTIC:
+        console.print(
+            "permanent failures repeat the same request and the same refusal: `ept retry` is not suggested "
+            "for them (change the plan or the profile)",
+            highlight=False,
+        )
