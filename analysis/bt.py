@@ -1,6 +1,6 @@
-"""Bradley-Terry fit: the seed's objective, minimised exactly and fast.
+"""Bradley-Terry fit: the penalised logistic objective below, minimised exactly and fast.
 
-Objective (the seed's `bt_fit`, with optional per-comparison weights):
+Objective (with optional per-comparison weights; unit weights give the plain Bradley-Terry likelihood):
 
     f(theta) = -sum_k w_k * log sigmoid(theta[winner_k] - theta[loser_k]) + l2 * sum(theta**2)
 

@@ -141,7 +141,7 @@ def analyze_cmd(
     l2: float | None = typer.Option(
         None,
         "--l2",
-        help="L2 penalty of the Bradley-Terry fit (default: a prior of one virtual tie per arm, l2 = 0.125; the seed used 1e-3).",
+        help="L2 penalty of the Bradley-Terry fit (default: a prior of one virtual tie per arm, l2 = 0.125).",
     ),
     min_tasks: int = typer.Option(
         5,

@@ -35,7 +35,8 @@ def pair_data(
     """
     # Canonical row order: the frames come out of hash joins whose order varies from run to run, and the
     # fit's float sums follow array order, so without this the same records give bootstrap bounds that
-    # differ in the last digits between reads (issue 13: run id vs job objects).
+    # differ in the last digits between reads (e.g. a run read by its id and the same run read from its job
+    # objects).
     pairs = pairs.sort("task", "winner", "loser", "weight")
     if groups is not None:
         groups = groups.sort("task", "arm", "level", "mass")

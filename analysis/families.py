@@ -1,4 +1,4 @@
-"""The small-family rule, shared by `ept analyze` and `ept compare` (issue 25).
+"""The small-family rule, shared by `ept analyze` and `ept compare`.
 
 A family enters the merge when its own task-to-task variance can be estimated from its tasks: the task
 bootstrap then gives it an interval (widened for the small sample, analysis.bootstrap.small_sample_factor)

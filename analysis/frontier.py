@@ -1,4 +1,4 @@
-"""The headline table's frontier (issue 25): which arms may be on it, what each row is against, and the
+"""The headline table's frontier: which arms may be on it, what each row is against, and the
 frontier label as a band.
 
 - Partial arms: an arm some positively weighted family never observed is placed on the global scale

@@ -3,7 +3,7 @@
 A family's theta is only defined up to the opponents it was measured against, so families are not
 centred separately (that mixes zero points when families observe different arms); the merge fits a
 zero-point offset per family from the arms the families share. With every arm observed everywhere this
-is the seed's weighted sum of centred vectors. See docs/statistics.md.
+is the weighted sum of centred vectors, sum_f w_f * centred_f. See docs/statistics.md.
 """
 
 from __future__ import annotations
@@ -78,8 +78,8 @@ def merge_fit(
     minimising sum_f w_f sum_{k observed in f} (theta_f[k] - theta[k] - b_f)**2. A family's offset b_f is
     estimated from the arms it shares with the others, so which arms a family lacks moves no other arm
     (a clone of an arm observed in one family only comes out equal to the original). With every arm
-    observed everywhere the solution (shifted to mean 0 over arms) is exactly the seed's
-    sum_f w_f * centred_f. Arms no positively weighted family observed are NaN; the result has mean 0
+    observed everywhere the solution (shifted to mean 0 over arms) is exactly the weighted sum of centred
+    vectors, sum_f w_f * centred_f. Arms no positively weighted family observed are NaN; the result has mean 0
     over the arms that are not NaN. Works on stacks ([..., K]); each row is solved on its own pattern.
     """
     fams, ys, ws = [], [], []
@@ -128,8 +128,8 @@ def merge_thetas(thetas: Mapping[str, np.ndarray], weights: Mapping[str, float])
     """Weighted merge of per-family theta vectors (shape [..., K]; NaN = arm not observed by the family).
 
     See `merge_fit`: a least-squares fit of theta_f[k] = theta[k] + b_f, so the result does not depend
-    on which arms a family lacks. With every arm observed everywhere it is exactly the seed's
-    sum_f w_f * centred_f (weights summing to 1). An arm no weighted family observed is NaN.
+    on which arms a family lacks. With every arm observed everywhere it is exactly the weighted sum of
+    centred vectors, sum_f w_f * centred_f (weights summing to 1). An arm no weighted family observed is NaN.
     """
     return merge_fit(thetas, weights)[0]
 

@@ -1,4 +1,4 @@
-"""Outcomes without a score: the per-arm missingness check and the estimand (issue 25).
+"""Outcomes without a score: the per-arm missingness check and the estimand.
 
 An outcome with `score: null` (a job that failed before grading, e.g. a transient error after retries),
 or a task an arm ran in a family but has no outcome for, is a missing outcome. When the misses fall on the

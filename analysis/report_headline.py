@@ -1,4 +1,4 @@
-"""The headline table's rows, header, title and column legend (issue 25): rendered from the result's
+"""The headline table's rows, header, title and column legend: rendered from the result's
 table (analysis.frontier.headline_table + tie columns), nothing computed here but formatting."""
 
 from __future__ import annotations

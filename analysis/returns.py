@@ -42,10 +42,10 @@ _FLOAT_COLS = [
     "d_elo_per_1k_lo",
     "d_elo_per_1k_hi",
 ]
-# Appended after `frontier` (issue 12), so the older columns keep their positions.
+# Appended after `frontier`, so the older columns keep their positions.
 _EXTRA_COLS = ["d_tokens", "d_tokens_lo", "d_tokens_hi", "frontier_prob"]
 
-# When ΔElo per 1k tokens is a number (issue 25; docs/statistics.md). A token step below STEP_MIN of the
+# When ΔElo per 1k tokens is a number (docs/statistics.md). A token step below STEP_MIN of the
 # row's cost is noise in any real run even when measured exactly (a 0.9% step turns ±10 Elo into ±1000
 # per 1k). A ratio whose interval is RATIO_SPREAD times its own size, and over RATIO_NOISE times the
 # width ΔElo alone would give (ΔElo's interval over the point step), owes its width to the token step.

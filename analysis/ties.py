@@ -1,4 +1,4 @@
-"""Tie share per arm and the tasks that separate it from the others (issue 25).
+"""Tie share per arm and the tasks that separate it from the others.
 
 Under ties-as-half, an arm that is much stronger on the few tasks that separate the arms can show a small
 Elo difference when most tasks are solved (or failed) by every arm: "+5 Elo" then means "better on the

@@ -44,7 +44,9 @@ class GraderOptionError(ValueError):
         self.field = field
 
 
-OptionCheck = Callable[[dict[str, Any], dict[str, Any]], None]  # (task, grader options) -> None or raise
+# (task, grader options) -> None or raise. The task is a plain dict, not a contracts.tasks.Task: the check runs
+# during validation, before the record is known to be one.
+OptionCheck = Callable[[dict[str, Any], dict[str, Any]], None]
 
 
 def no_options(task: dict[str, Any], grader: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict
 
 from elo_per_token.contracts.generation import label
+from elo_per_token.contracts.tasks import Task
 
 
 def arm_label(strategy: str, budget_n: int, variant: str = "") -> str:
@@ -62,7 +63,7 @@ def job_key(family: str, task_id: str, arm: str, replicate: int) -> str:
 @dataclass(frozen=True)
 class Job:
     run_id: str
-    task: dict[str, Any]  # a validated task record (see contracts.tasks)
+    task: Task  # a validated task record (see contracts.tasks)
     strategy: str
     budget_n: int
     replicate: int = 0
@@ -142,7 +143,7 @@ def budget_key(run_id: str) -> str:
 class CeleryJobContext:
     """What a Celery worker needs besides the job: where results go and how to reach the provider.
 
-    Built by the coordinator (coordinator.celery_exec), read by the worker (worker.tasks.celery_run_job); on
+    Built by the coordinator (coordinator.celery_exec), read by the worker (worker.lifecycle.celery_run_job); on
     the wire it is `to_dict()` (Celery sends JSON only), never this object. Not to be confused with
     worker.strategies.base.JobContext, what a strategy sees while it runs a job.
     """
@@ -201,7 +202,7 @@ class CeleryJobContext:
 
 JobStatus = Literal["done", "duplicate", "skipped", "cancelled", "failed"]
 
-# What a worker reports for one job (worker.tasks.perform_job; through the Celery result backend as JSON) and
+# What a worker reports for one job (worker.lifecycle.perform_job; through the Celery result backend as JSON) and
 # what the coordinator tallies (coordinator.sweep.Tally.add). Functional syntax because one key is `class`.
 JobSummary = TypedDict(
     "JobSummary",

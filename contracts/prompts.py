@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from elo_per_token.contracts.tasks import Task
+
 SOLVE_HEADER = "You are a careful problem solver."
 VERIFY_HEADER = "You are a strict verifier of candidate solutions."
 STEP_HEADER = "You are solving a problem one step at a time."
@@ -59,31 +61,31 @@ def wrap_task(text: str) -> str:
     return f"{TASK_OPEN}\n{text}\n{TASK_CLOSE}"
 
 
-def task_text(task: dict[str, Any]) -> str:
+def task_text(task: Task) -> str:
     """The task's prompt as plain text (the last user message for chat-style tasks)."""
     if "prompt" in task and task["prompt"] is not None:
         return str(task["prompt"])
-    users = [m for m in task.get("messages", []) if m.get("role") == "user"]
+    users = [m for m in task.get("messages") or [] if m.get("role") == "user"]
     return str(users[-1]["content"]) if users else ""
 
 
-def solve_messages(task: dict[str, Any]) -> list[dict[str, Any]]:
+def solve_messages(task: Task) -> list[dict[str, Any]]:
     """Messages for one solve attempt. Chat-style tasks keep their own messages after our system line."""
     system = TOOL_SYSTEM if task.get("tools") else SOLVE_SYSTEM
-    if task.get("messages"):
-        own = [m for m in task["messages"] if m.get("role") != "system"]
+    if msgs := task.get("messages"):
+        own = [m for m in msgs if m.get("role") != "system"]
         return [{"role": "system", "content": system}, *own]
     return [{"role": "system", "content": system}, {"role": "user", "content": task_text(task)}]
 
 
-def verify_messages(task: dict[str, Any], candidate: str) -> list[dict[str, Any]]:
+def verify_messages(task: Task, candidate: str) -> list[dict[str, Any]]:
     user = (
         f"Task:\n{wrap_task(task_text(task))}\n\nCandidate solution:\n<candidate>\n{candidate}\n</candidate>"
     )
     return [{"role": "system", "content": VERIFY_SYSTEM}, {"role": "user", "content": user}]
 
 
-def step_messages(task: dict[str, Any], steps: list[str], step_no: int, depth: int) -> list[dict[str, Any]]:
+def step_messages(task: Task, steps: list[str], step_no: int, depth: int) -> list[dict[str, Any]]:
     done = "\n".join(f"Step {i + 1}: {s}" for i, s in enumerate(steps)) or "(no steps yet)"
     last = " This is the last step: finish and give the final answer." if step_no == depth else ""
     user = (
@@ -93,12 +95,12 @@ def step_messages(task: dict[str, Any], steps: list[str], step_no: int, depth: i
     return [{"role": "system", "content": STEP_SYSTEM}, {"role": "user", "content": user}]
 
 
-def partial_verify_messages(task: dict[str, Any], steps: list[str]) -> list[dict[str, Any]]:
+def partial_verify_messages(task: Task, steps: list[str]) -> list[dict[str, Any]]:
     """Verifier prompt for a partial (tree-search) solution: same verifier, steps as the candidate."""
     return verify_messages(task, "\n".join(f"Step {i + 1}: {s}" for i, s in enumerate(steps)))
 
 
-def judge_messages(task: dict[str, Any], response_a: str, response_b: str) -> list[dict[str, Any]]:
+def judge_messages(task: Task, response_a: str, response_b: str) -> list[dict[str, Any]]:
     user = (
         f"Question:\n{wrap_task(task_text(task))}\n\nResponse A:\n<response_a>\n{response_a}\n</response_a>\n\n"
         f"Response B:\n<response_b>\n{response_b}\n</response_b>"

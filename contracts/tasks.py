@@ -17,35 +17,49 @@ One task per line (see docs/suites.md):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.graders import GraderOptionError, GraderSchema, get_schema, grader_types
 
+
+class Task(TypedDict):
+    """A task record as `validate_task` returns it (the fields above; `_KNOWN_FIELDS` are its keys).
+
+    Only task_id, family and grader are always present. `prompt` and `messages` are both optional keys and
+    either may be null: exactly one of them holds a value. `tools` may be null (no tools); `reference` may
+    be absent or null only for a grader that needs none (judge mode). tests, visible_tests and entry_point
+    are typed as the code grader's option check enforces them; no other grader reads them. `meta` is free
+    data carried for the suite's own tools (an importer's source id, a public suite's function docs) and is
+    not checked.
+    """
+
+    task_id: str
+    family: str
+    grader: dict[str, Any]  # {"type": a registered grader, ...that grader's options}
+    prompt: NotRequired[str | None]
+    messages: NotRequired[list[dict[str, Any]] | None]
+    reference: NotRequired[Any]
+    difficulty: NotRequired[float]
+    distractors: NotRequired[list[Any]]
+    tools: NotRequired[list[dict[str, Any]] | None]
+    tool_impl: NotRequired[dict[str, dict[str, Any]]]
+    tests: NotRequired[list[str]]
+    visible_tests: NotRequired[list[str]]
+    entry_point: NotRequired[str]
+    meta: NotRequired[Any]
+
+
 TOOL_IMPL_TYPES = ("calculator", "lookup", "record")
-_KNOWN_FIELDS = {
-    "task_id",
-    "family",
-    "prompt",
-    "messages",
-    "reference",
-    "grader",
-    "difficulty",
-    "distractors",
-    "tools",
-    "tool_impl",
-    "tests",
-    "visible_tests",
-    "entry_point",
-    "meta",
-}
+# The schema's fields are the Task's keys: one list, so a field added to one is known to the other.
+_KNOWN_FIELDS = frozenset(Task.__annotations__)
 
 
 def _fail(msg: str, file: str, line: int, field: str | None) -> InputError:
     return InputError(msg, file=file, line=line, field=field)
 
 
-def validate_task(task: Any, file: str = "<task>", line: int = 1) -> dict[str, Any]:
+def validate_task(task: Any, file: str = "<task>", line: int = 1) -> Task:
     """Check one task record; returns it unchanged or raises InputError naming file, line and field."""
     if not isinstance(task, dict):
         raise _fail("each line must be a JSON object", file, line, None)
@@ -92,7 +106,7 @@ def validate_task(task: Any, file: str = "<task>", line: int = 1) -> dict[str, A
         raise _fail("must be a list of wrong answers", file, line, "distractors")
     _check_grader_options(task, schema, file, line)
     _check_tools(task, file, line)
-    return task
+    return cast(Task, task)  # every check above has passed: the record is a Task
 
 
 def _check_grader_options(task: dict[str, Any], schema: GraderSchema, file: str, line: int) -> None:

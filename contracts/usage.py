@@ -28,7 +28,7 @@ def _bad_count(v: Any) -> str | None:
     return None
 
 
-# What to tell a user whose calls came back without usage (issue 23 item 14): said by the sweep's summary and by
+# What to tell a user whose calls came back without usage (every call, so no token is measured): said by the sweep's summary and by
 # the analysis, which cannot place an arm without measured tokens.
 USAGE_MISSING_HINT = (
     "the provider returned no `usage` on any call, so tokens cannot be measured. Ask for it: set "

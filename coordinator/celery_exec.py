@@ -154,7 +154,7 @@ class _Outstanding:
         self.ctx_wire = ctx.to_dict()
         self.ctx_clear_wire = dataclasses.replace(ctx, clear_failure=True).to_dict()
         # After the broker lost its data, a re-sent job may have finished before the loss: its worker checks
-        # the ledger before the first API call whatever the session (worker.tasks.celery_run_job).
+        # the ledger before the first API call whatever the session (worker.lifecycle.celery_run_job).
         self.resent_wire = dataclasses.replace(ctx, check_ledger=True).to_dict()
         self.resent_clear_wire = dataclasses.replace(ctx, check_ledger=True, clear_failure=True).to_dict()
         # task id -> (job, its result-backend key): the job to enqueue again if the broker loses its data, the

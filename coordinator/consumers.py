@@ -1,6 +1,6 @@
 """Noticing a queue nobody consumes: the coordinator stops instead of waiting forever.
 
-Two ways a Celery sweep can wait without end (issue 26): no worker consumes the job queue, or job workers
+Two ways a Celery sweep can wait without end: no worker consumes the job queue, or job workers
 send code to a grade queue whose graders never started (a sandbox that cannot run in its container) or died.
 In the second case jobs wait for verdicts that never come while the rest of the sweep goes on, so the check
 cannot rely on "nothing finished". Every CHECK_EVERY_S the coordinator asks the workers which queues they

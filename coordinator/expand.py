@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.jobs import Job
+from elo_per_token.contracts.tasks import Task
 from elo_per_token.coordinator.plan import Plan, check_job_count
 
+if TYPE_CHECKING:  # polars is imported only when the key space is built
+    import polars as pl
 
-def load_tasks(
-    plan: Plan, loader: Callable[[str], list[dict[str, Any]]] | None = None
-) -> list[dict[str, Any]]:
+
+def load_tasks(plan: Plan, loader: Callable[[str], list[Task]] | None = None) -> list[Task]:
     """The plan's tasks in suite order, keeping the first `tasks_per_family` of each family."""
     if loader is None:
         from elo_per_token.suites.load import load_suite_ref
 
         loader = load_suite_ref
-    tasks: list[dict[str, Any]] = []
+    tasks: list[Task] = []
     for ref in plan.suites:
         try:
             tasks.extend(loader(ref))
@@ -54,7 +56,7 @@ def _suites_line(source: str) -> int | None:
         return None
 
 
-def iter_jobs(plan: Plan, tasks: list[dict[str, Any]]) -> Iterator[Job]:
+def iter_jobs(plan: Plan, tasks: list[Task]) -> Iterator[Job]:
     """The plan's jobs one at a time, in plan order: a million-job plan is never a million objects at once."""
     for task in tasks:
         for arm in plan.arms:
@@ -68,11 +70,11 @@ def iter_jobs(plan: Plan, tasks: list[dict[str, Any]]) -> Iterator[Job]:
                         )  # fmt: skip
 
 
-def count_jobs(plan: Plan, tasks: list[dict[str, Any]]) -> int:
+def count_jobs(plan: Plan, tasks: list[Task]) -> int:
     return len(tasks) * sum(len(arm.budgets) * len(arm.gens) for arm in plan.arms) * plan.replicates
 
 
-def check_unique_keys(plan: Plan, tasks: list[dict[str, Any]]) -> None:
+def check_unique_keys(plan: Plan, tasks: list[Task]) -> None:
     """Job keys are family/task/arm/replicate: they are unique iff the (family, task) parts and the arm parts
     are, which is checked on tasks and arms (thousands) rather than on jobs (millions)."""
     if not tasks or not plan.arms:
@@ -96,7 +98,7 @@ def check_unique_keys(plan: Plan, tasks: list[dict[str, Any]]) -> None:
                 seen_arm.add(part)
 
 
-def plan_keys(plan: Plan, tasks: list[dict[str, Any]]) -> Any:
+def plan_keys(plan: Plan, tasks: list[Task]) -> pl.Series:
     """Every job key of the plan as a polars String Series, without building a Job per job: a key is
     <task part>/<arm part>/r<replicate> (contracts.jobs.Job.key), so it is the product of the task parts, the
     arm parts and the replicates — thousands of Jobs built, not millions. Equal to {j.key for j in iter_jobs}
@@ -128,7 +130,7 @@ def _dup(plan: Plan, key: str) -> None:
     )  # fmt: skip
 
 
-def expand(plan: Plan, tasks: list[dict[str, Any]]) -> list[Job]:
+def expand(plan: Plan, tasks: list[Task]) -> list[Job]:
     check_job_count(plan, len(tasks))  # from counts, before a single job is built
     check_unique_keys(plan, tasks)
     return list(iter_jobs(plan, tasks))

@@ -20,20 +20,21 @@ from collections.abc import Iterable
 from typing import Any
 
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.tasks import Task
 
 # Fields of the identity compared as a whole; a difference in any is refused naming it.
 RUN_FIELDS = ("model", "endpoint", "protocol", "generation", "seed")
 TASKS_BLOB = "identity/tasks-"  # blob name prefix: <prefix><digest>.json, {task part: content digest}
 
 
-def task_part(task: dict[str, Any]) -> str:
+def task_part(task: Task) -> str:
     """The task's part of a job key (family/task), as contracts.jobs.Job.key builds it."""
     from elo_per_token.contracts.jobs import Job
 
     return "/".join(Job(run_id="x", task=task, strategy="x", budget_n=1).key.split("/")[:2])
 
 
-def task_digests(tasks: Iterable[dict[str, Any]]) -> dict[str, str]:
+def task_digests(tasks: Iterable[Task]) -> dict[str, str]:
     """{task part: digest of the task's whole record} — prompt, reference, grader and any other field."""
     return {task_part(t): _digest(t) for t in tasks}
 

@@ -51,7 +51,7 @@ def _route_grading() -> Callable[..., JobSummary]:
     """Set where this process grades code: on the grader queue (EPT_GRADE_QUEUE), through the Celery app (built
     on first use), else in its own sandbox. Returns the worker's perform_job, which runs the jobs."""
     from elo_per_token.worker.graders.remote import grade_queue
-    from elo_per_token.worker.tasks import perform_job
+    from elo_per_token.worker.lifecycle import perform_job
 
     if grade_queue():
         from elo_per_token.worker.celery_app import app, route_grading

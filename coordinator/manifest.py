@@ -10,6 +10,7 @@ from typing import Any
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.manifest import profile_prices
 from elo_per_token.contracts.secrets import scrub
+from elo_per_token.contracts.tasks import Task
 from elo_per_token.coordinator.plan import Plan
 from elo_per_token.ledger import Ledger
 
@@ -91,7 +92,7 @@ def write_manifest(
     n_jobs: int,
     executor: str,
     *,
-    tasks: list[dict[str, Any]] | None = None,
+    tasks: list[Task] | None = None,
     allow_endpoint_change: bool = False,
 ) -> dict[str, Any]:
     """Create the manifest, or extend the run: check that this session computes the same jobs under the same

@@ -53,10 +53,14 @@ from typing import Any
 from elo_per_token.contracts import generation
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.manifest import MAX_BOOTSTRAP_ROUNDS, MAX_SEED
+from elo_per_token.contracts.tasks import Task
 from elo_per_token.contracts.tomlpos import toml_line
 from elo_per_token.ledger.store import DEFAULT_LEDGER
 
 EXECUTORS = ("local", "celery")
+# The task of the jobs built only to check an arm's strategy or name its label: neither reads the task beyond its
+# id and family (a job key's task part), so any schema-valid record does.
+PROBE_TASK: Task = {"task_id": "t", "family": "f", "grader": {"type": "none"}}
 # Upper bounds: a plan is untrusted input, and a budget of 10^9 or 10^10 replicates must fail here, in
 # milliseconds, with file:line:field — not as a MemoryError inside a job or a hang while jobs are built.
 MAX_BUDGET = 4096  # budget_n per job (samples / branching factor); the simulator serves n <= 128 per request
@@ -222,7 +226,7 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
         anchor = v.str_(anchor, "anchor")
     tpf = raw.get("tasks_per_family")
     cap_tokens, cap_cost = _budget(raw, v)
-    from elo_per_token.coordinator.adaptive_settings import check_adaptive  # [adaptive]: issue 29
+    from elo_per_token.coordinator.adaptive_settings import check_adaptive  # the plan's [adaptive] table
 
     check_adaptive(raw.get("adaptive"), v)
     return Plan(
@@ -423,7 +427,7 @@ def _check_strategies(arms: list[Arm], v: _V) -> None:
         for b in a.budgets:
             probe = Job(
                 run_id="check",
-                task={"task_id": "t", "family": "f"},
+                task=PROBE_TASK,
                 strategy=a.strategy,
                 budget_n=b,
                 params=a.params,
@@ -465,7 +469,7 @@ def arm_labels(plan: Plan) -> list[str]:
     """Every arm label of the plan (strategy@budget[variant]), in plan order."""
     from elo_per_token.contracts.jobs import Job
 
-    probe = {"task_id": "t", "family": "f"}
+    probe = PROBE_TASK
     return [Job(run_id="x", task=probe, strategy=a.strategy, budget_n=b, params=dict(a.params), gen=dict(g)).arm
             for a in plan.arms for b in a.budgets for g in a.gens]  # fmt: skip
 
@@ -478,7 +482,7 @@ def select_arms(plan: Plan, pattern: str) -> Plan:
     from elo_per_token.contracts.jobs import Job
 
     pats = [p.strip() for p in pattern.split(",") if p.strip()]
-    probe = {"task_id": "t", "family": "f"}
+    probe = PROBE_TASK
     kept: list[Arm] = []
     for a in plan.arms:
         for b in a.budgets:

@@ -1,4 +1,4 @@
-"""The replay executor (issue 29): run the adaptive policy against a completed full run's stored results.
+"""The replay executor: run the adaptive policy against a completed full run's stored results.
 
 Each job returns what it returned in the full run, with its real tokens, so the savings and the agreement of
 the decisions are measured on the same data without spending a token. `ept replay-adaptive RUN` answers "how

@@ -13,14 +13,16 @@ from typing import TYPE_CHECKING, Any
 from elo_per_token.contracts.errors import EGRESS_CLASSES, ErrorClass, InputError
 from elo_per_token.contracts.jobs import Job, JobSummary
 from elo_per_token.contracts.manifest import profile_prices, weights_option
+from elo_per_token.contracts.tasks import Task
 from elo_per_token.contracts.usage import USAGE_MISSING_HINT
 from elo_per_token.coordinator.plan import Plan
 from elo_per_token.ledger import Ledger, open_ledger
 
 if TYPE_CHECKING:  # annotations only: these are imported where a sweep needs them
     from rich.console import Console
-    from rich.progress import Progress
+    from rich.progress import Progress, TaskID
 
+    from elo_per_token.analysis.pipeline import AnalysisOptions, AnalysisResult
     from elo_per_token.contracts.records import JobResult
     from elo_per_token.egress.profiles import Profile
 
@@ -150,7 +152,7 @@ class SweepOutcome:
     tally: Tally
     elapsed_s: float
     completed: bool
-    analysis: Any = None
+    analysis: AnalysisResult | None = None
     analysis_error: str | None = None
     compact_note: str | None = None
     profile_name: str | None = None
@@ -225,7 +227,7 @@ def plan_source(plan: Plan) -> tuple[Callable[[], Iterator[Job]], int]:
     return stream, n
 
 
-def _plan_source(plan: Plan) -> tuple[Callable[[], Iterator[Job]], int, list[dict[str, Any]]]:
+def _plan_source(plan: Plan) -> tuple[Callable[[], Iterator[Job]], int, list[Task]]:
     from elo_per_token.coordinator.expand import check_unique_keys, count_jobs, iter_jobs, load_tasks
     from elo_per_token.coordinator.plan import check_job_count
 
@@ -237,7 +239,7 @@ def _plan_source(plan: Plan) -> tuple[Callable[[], Iterator[Job]], int, list[dic
 
 def _job_stream(
     plan: Plan, jobs: Iterable[Job] | None
-) -> tuple[Callable[[], Iterator[Job]], int, list[dict[str, Any]]]:
+) -> tuple[Callable[[], Iterator[Job]], int, list[Task]]:
     """(a fresh stream of the jobs to consider, how many, their tasks): the plan's, streamed, or the given list."""
     if jobs is None:
         return _plan_source(plan)
@@ -246,7 +248,7 @@ def _job_stream(
     return (lambda: iter(listed)), len(listed), tasks
 
 
-def _existing(ledger: Ledger, run_id: str, prog: Any, bar: Any) -> tuple[set[str], set[str]]:
+def _existing(ledger: Ledger, run_id: str, prog: Progress, bar: TaskID) -> tuple[set[str], set[str]]:
     """(keys of the run's results, keys of the jobs with a failure object and no result), counting on the bar."""
     have: set[str] = set()
     for k in ledger.iter_job_keys(run_id):
@@ -261,7 +263,7 @@ def _existing(ledger: Ledger, run_id: str, prog: Any, bar: Any) -> tuple[set[str
 class _Live:
     """The executors' callbacks: count results in the tally and show them on the progress bar."""
 
-    def __init__(self, tally: Tally, prog: Any, bar: Any) -> None:
+    def __init__(self, tally: Tally, prog: Progress, bar: TaskID) -> None:
         self.tally, self.prog, self.bar = tally, prog, bar
         self.counted = 0  # jobs handed to the executor (the true number to run, known once the stream ends)
 
@@ -285,7 +287,7 @@ class _Live:
         self.tally.add(s)
         self.refresh()
 
-    def on_retry(self, job_or_key: Any, attempt: int, cls: str) -> None:
+    def on_retry(self, job_or_key: Job | str, attempt: int, cls: str) -> None:
         self.tally.retry(job_or_key if isinstance(job_or_key, str) else job_or_key.key)
         self.refresh()
 
@@ -298,9 +300,9 @@ def _run_jobs(
     live: _Live,
     had_failure: set[str],
     *,
-    profile: Any,
+    profile: Profile,
     base_url: str | None,
-    run: Any,
+    run: Callable[[Job, Any], JobResult] | None,
     broker_url: str | None,
     check_ledger: bool = True,
 ) -> bool:
@@ -332,12 +334,12 @@ def execute(
     plan: Plan,
     jobs: Iterable[Job] | None,
     *,
-    profile: Any,
+    profile: Profile,
     base_url: str | None = None,
     executor: str | None = None,
-    console: Any = None,
+    console: Console | None = None,
     analyze: bool = True,
-    run: Any = None,
+    run: Callable[[Job, Any], JobResult] | None = None,
     broker_url: str | None = None,
     manifest_jobs: int | None = None,
     compact: bool = True,
@@ -506,7 +508,7 @@ def _run_local(
     )  # fmt: skip
 
 
-def plan_analysis_options(plan: Plan) -> Any:
+def plan_analysis_options(plan: Plan) -> AnalysisOptions:
     """The analysis settings of a run's table (its plan's weights, anchor, bootstrap rounds and seed). `ept report
     RUN` starts from the same settings, so the HTML page and the terminal table show the same intervals."""
     from elo_per_token.analysis.pipeline import AnalysisOptions
@@ -516,7 +518,7 @@ def plan_analysis_options(plan: Plan) -> Any:
     )
 
 
-def analyze_run(plan: Plan, ledger: Ledger) -> tuple[Any, str | None]:
+def analyze_run(plan: Plan, ledger: Ledger) -> tuple[AnalysisResult | None, str | None]:
     """The Elo-per-token analysis of the run's job objects; (None, reason) when it cannot be computed."""
     import dataclasses
 
@@ -531,7 +533,7 @@ def analyze_run(plan: Plan, ledger: Ledger) -> tuple[Any, str | None]:
         return None, str(e)
 
 
-def print_summary(out: SweepOutcome, console: Any) -> None:
+def print_summary(out: SweepOutcome, console: Console) -> None:
     from rich.markup import escape  # keys and messages carry task/family names: text, not markup
 
     t = out.tally
@@ -589,8 +591,8 @@ def print_summary(out: SweepOutcome, console: Any) -> None:
         console.print(f"[yellow]no Elo table:[/] {escape(out.analysis_error)}", highlight=False)
 
 
-def _print_failures(out: SweepOutcome, console: Any) -> None:
-    """Failed jobs by error class, and what to do: fix the profile, `ept retry`, or change the plan."""
+def _print_failures(out: SweepOutcome, console: Console) -> None:
+    """The failed jobs by error class, and what to rerun (print_summary's part for a session with failures)."""
     from rich.markup import escape
     from rich.table import Table
 

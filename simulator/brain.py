@@ -39,6 +39,7 @@ from elo_per_token.contracts.prompts import (
     prompt_kind,
     task_text,
 )
+from elo_per_token.contracts.tasks import Task
 from elo_per_token.simulator.generic import (
     BrainReply,
     BrainRequest,
@@ -113,14 +114,14 @@ def _norm_code(code: str) -> str:
 
 
 class TaskBrain:
-    def __init__(self, tasks: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, tasks: list[Task] | None = None) -> None:
         if tasks is None:
             from elo_per_token.suites.load import builtin_suite_names, load_builtin_suite
 
             tasks = [t for name in builtin_suite_names() for t in load_builtin_suite(name)]
         self.by_text = {task_text(t).strip(): t for t in tasks}
         # Public suites repeat a question with different tools (BFCL); those are told apart by the tools.
-        self.same_text: dict[str, list[dict[str, Any]]] = {}
+        self.same_text: dict[str, list[Task]] = {}
         for t in tasks:
             self.same_text.setdefault(task_text(t).strip(), []).append(t)
         self.same_text = {k: v for k, v in self.same_text.items() if len(v) > 1}
@@ -156,7 +157,7 @@ class TaskBrain:
         reply.reasoning_tokens = self.reasoning_tokens(task, req)
         return apply_limits(reply, req)
 
-    def find_task(self, messages: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
+    def find_task(self, messages: list[dict[str, Any]], kind: str) -> Task | None:
         users = [content_text(m.get("content")) for m in messages if m.get("role") == "user"]
         for text in users:
             inner = between(text, TASK_OPEN, TASK_CLOSE) if kind in ("verify", "step", "judge") else None
@@ -167,7 +168,7 @@ class TaskBrain:
 
     # ------------------------------------------------------------ accuracy model
 
-    def reasoning_tokens(self, task: dict[str, Any], req: BrainRequest) -> int:
+    def reasoning_tokens(self, task: Task, req: BrainRequest) -> int:
         """Hidden thinking for this request: the effort's tokens scaled by difficulty (harder tasks think
         longer), capped by a thinking budget. Deterministic in (task, seed or greedy, effort)."""
         budget = reasoning_budget(req)
@@ -182,7 +183,7 @@ class TaskBrain:
         )
         return max(1, min(r, req.thinking_budget) if req.thinking_budget else r)
 
-    def p_correct(self, task: dict[str, Any], req: BrainRequest) -> float:
+    def p_correct(self, task: Task, req: BrainRequest) -> float:
         p = 0.93 - 0.8 * float(task.get("difficulty", 0.5)) - req.degrade
         if req.temperature > 0:
             p -= SAMPLING_PENALTY
@@ -192,13 +193,13 @@ class TaskBrain:
         p += (0.97 - p) * reasoning_gain(r) if p < 0.97 else 0.0
         return _clip(p)
 
-    def _rng(self, task: dict[str, Any], req: BrainRequest, *salt: object) -> random.Random:
+    def _rng(self, task: Task, req: BrainRequest, *salt: object) -> random.Random:
         # Temperature 0 ignores the seed: the same task always gets the same greedy reply.
         if req.temperature <= 0:
             return random.Random(derive_seed("greedy", task["task_id"], req.degrade, *salt))
         return random.Random(derive_seed(req.seed, task["task_id"], *salt))
 
-    def _wrong(self, task: dict[str, Any], rng: random.Random) -> Any:
+    def _wrong(self, task: Task, rng: random.Random) -> Any:
         ds = task.get("distractors") or []
         if not ds:
             ref = task.get("reference")
@@ -206,7 +207,7 @@ class TaskBrain:
         weights = [0.55**i for i in range(len(ds))]
         return rng.choices(ds, weights=weights)[0]
 
-    def is_correct(self, task: dict[str, Any], text: str | None) -> bool:
+    def is_correct(self, task: Task, text: str | None) -> bool:
         """Whether a reply's final answer matches the task's reference (the brain's own check)."""
         if not text:
             return False
@@ -223,23 +224,23 @@ class TaskBrain:
 
     # ------------------------------------------------------------ replies
 
-    def _answer_text(self, task: dict[str, Any], answer: Any) -> str:
+    def _answer_text(self, task: Task, answer: Any) -> str:
         if task["grader"]["type"] == "code":
             return f"```python\n{str(answer).rstrip()}\n```\nAnswer: the function `{task.get('entry_point')}` above."
         return f"Answer: {answer}"
 
-    def _reasoning_words(self, task: dict[str, Any], rng: random.Random, scale: float = 1.0) -> int:
+    def _reasoning_words(self, task: Task, rng: random.Random, scale: float = 1.0) -> int:
         d = float(task.get("difficulty", 0.5))
         return max(8, int(scale * (90 + 350 * d) * rng.uniform(0.6, 1.4)))
 
-    def _solve(self, task: dict[str, Any], req: BrainRequest) -> BrainReply:
+    def _solve(self, task: Task, req: BrainRequest) -> BrainReply:
         rng = self._rng(task, req, "solve")
         right = rng.random() < self.p_correct(task, req)
         answer = task["reference"] if right else self._wrong(task, rng)
         text = _prose(rng, self._reasoning_words(task, rng)) + "\n" + self._answer_text(task, answer)
         return BrainReply(text=text)
 
-    def _verify(self, task: dict[str, Any], req: BrainRequest) -> BrainReply:
+    def _verify(self, task: Task, req: BrainRequest) -> BrainReply:
         user = next(content_text(m.get("content")) for m in req.messages if m.get("role") == "user")
         cand = between(user, "<candidate>", "</candidate>") or ""
         if final_answer_line(cand) is None and "Check value:" in cand:
@@ -263,14 +264,14 @@ class TaskBrain:
 
     # tree search ---------------------------------------------------------
 
-    def _check_value(self, task: dict[str, Any], level: int) -> str:
+    def _check_value(self, task: Task, level: int) -> str:
         return f"{derive_seed(task['task_id'], level, 'sound') % 65536:04x}"
 
-    def _sound(self, task: dict[str, Any], steps_text: str) -> bool:
+    def _sound(self, task: Task, steps_text: str) -> bool:
         values = _CHECK_RE.findall(steps_text)
         return all(v == self._check_value(task, i + 1) for i, v in enumerate(values))
 
-    def _step(self, task: dict[str, Any], req: BrainRequest) -> BrainReply:
+    def _step(self, task: Task, req: BrainRequest) -> BrainReply:
         user = next(content_text(m.get("content")) for m in req.messages if m.get("role") == "user")
         m = _STEP_RE.search(user)
         level, depth = (int(m.group(1)), int(m.group(2))) if m else (1, 1)
@@ -297,7 +298,7 @@ class TaskBrain:
 
     # judge ---------------------------------------------------------------
 
-    def _judge(self, task: dict[str, Any], req: BrainRequest) -> BrainReply:
+    def _judge(self, task: Task, req: BrainRequest) -> BrainReply:
         user = next(content_text(m.get("content")) for m in req.messages if m.get("role") == "user")
         a = between(user, "<response_a>", "</response_a>") or ""
         b = between(user, "<response_b>", "</response_b>") or ""
@@ -315,7 +316,7 @@ class TaskBrain:
 
     # tools ---------------------------------------------------------------
 
-    def _tool_turn(self, task: dict[str, Any], req: BrainRequest) -> BrainReply:
+    def _tool_turn(self, task: Task, req: BrainRequest) -> BrainReply:
         if task["grader"]["type"] == "bfcl":
             return self._bfcl_turn(task, req)
         expected = task["grader"].get("expect_calls", [])
@@ -347,7 +348,7 @@ class TaskBrain:
         )
         return BrainReply(text=text)
 
-    def _bfcl_turn(self, task: dict[str, Any], req: BrainRequest) -> BrainReply:
+    def _bfcl_turn(self, task: Task, req: BrainRequest) -> BrainReply:
         """BFCL: all calls in the first turn (parallel ones together), right with p; then a short close."""
         from elo_per_token.suites.public.bfcl import right_calls, wrong_calls
 
@@ -364,7 +365,7 @@ class TaskBrain:
             text=_prose(rng, int(rng.uniform(15, 50))), tool_calls=calls, finish_reason="tool_calls"
         )
 
-    def _tool_args(self, task: dict[str, Any], exp: dict[str, Any]) -> dict[str, Any]:
+    def _tool_args(self, task: Task, exp: dict[str, Any]) -> dict[str, Any]:
         if exp.get("arguments"):
             return dict(exp["arguments"])
         if exp["name"] == "calculator":
@@ -373,7 +374,7 @@ class TaskBrain:
         return {}
 
     def _wrong_args(
-        self, task: dict[str, Any], exp: dict[str, Any], args: dict[str, Any], rng: random.Random
+        self, task: Task, exp: dict[str, Any], args: dict[str, Any], rng: random.Random
     ) -> dict[str, Any]:
         if exp["name"] == "lookup":
             tables = task.get("tool_impl", {}).get("lookup", {}).get("table", {})
@@ -383,7 +384,7 @@ class TaskBrain:
             return {"expression": args["expression"].replace("-", "+", 1)}
         return args
 
-    def _args_match(self, task: dict[str, Any], exp: dict[str, Any], call: dict[str, Any]) -> bool:
+    def _args_match(self, task: Task, exp: dict[str, Any], call: dict[str, Any]) -> bool:
         want = self._tool_args(task, exp)
         return call.get("name") == exp["name"] and all(
             str(call.get("arguments", {}).get(k, "")).strip().lower() == str(v).strip().lower()

@@ -10,6 +10,8 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from elo_per_token.contracts.tasks import Task
+
 DEFAULT_ARMS = (
     ("greedy", 1),
     ("majority", 4),
@@ -21,12 +23,12 @@ DEFAULT_ARMS = (
 )
 
 
-def draw_tasks(n_tasks: int, families: list[str], seed: int) -> list[dict[str, Any]]:
+def draw_tasks(n_tasks: int, families: list[str], seed: int) -> list[Task]:
     """n_tasks tasks, as evenly as possible from each built-in suite, in a seeded order."""
     from elo_per_token.suites.load import load_builtin_suite
 
     per, extra = divmod(n_tasks, len(families))
-    out: list[dict[str, Any]] = []
+    out: list[Task] = []
     for i, fam in enumerate(families):
         tasks = load_builtin_suite(fam)
         random.Random(f"{seed}:{fam}").shuffle(tasks)
@@ -35,7 +37,7 @@ def draw_tasks(n_tasks: int, families: list[str], seed: int) -> list[dict[str, A
 
 
 def run_arms(
-    tasks: list[dict[str, Any]],
+    tasks: list[Task],
     arms: list[tuple[str, int]],
     *,
     seed: int = 0,

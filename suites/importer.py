@@ -22,6 +22,7 @@ from typing import Any
 
 from elo_per_token.contracts.atomic import write_atomic
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.tasks import Task
 
 Q_COLS = ("question", "problem", "prompt", "input", "query")
 A_COLS = ("answer", "final_answer", "expected_answer", "target", "solution")
@@ -100,7 +101,7 @@ def _common(row: dict[str, Any], index: int, family: str, prefix: str) -> dict[s
 
 def convert_qa(
     rows: list[dict[str, Any]], file: str, family: str, grader: str = "auto", prefix: str = ""
-) -> list[dict[str, Any]]:
+) -> list[Task]:
     from elo_per_token.contracts.tasks import validate_task
 
     if not rows:
@@ -141,7 +142,7 @@ def convert_qa(
 
 def convert_code(
     rows: list[dict[str, Any]], file: str, family: str, prefix: str = "", check_visible: bool = True
-) -> list[dict[str, Any]]:
+) -> list[Task]:
     from elo_per_token.contracts.tasks import validate_task
     from elo_per_token.suites.public.humaneval import INSTRUCTION, candidate_examples
     from elo_per_token.worker.graders.code import run_tests
@@ -192,7 +193,7 @@ def convert_code(
     return _unique(tasks, rows, file)
 
 
-def _unique(tasks: list[dict[str, Any]], rows: list[dict[str, Any]], file: str) -> list[dict[str, Any]]:
+def _unique(tasks: list[Task], rows: list[dict[str, Any]], file: str) -> list[Task]:
     seen: dict[str, int] = {}
     for i, (t, row) in enumerate(zip(tasks, rows, strict=True), start=1):
         line = _line(row, i)
@@ -215,7 +216,7 @@ def convert(
     prefix: str = "",
     limit: int | None = None,
     check_visible: bool = True,
-) -> tuple[str, list[dict[str, Any]]]:
+) -> tuple[str, list[Task]]:
     """(shape used, converted tasks) for a table file; limit converts only the first rows (dry runs)."""
     from elo_per_token.suites.userfile import read_table
 
@@ -235,6 +236,6 @@ def convert(
     return shape, convert_qa(rows, file, fam, grader, prefix)
 
 
-def write_jsonl(tasks: list[dict[str, Any]], out: Path) -> None:
+def write_jsonl(tasks: list[Task], out: Path) -> None:
     """All or nothing: a temp file in the target folder, renamed over `out` once complete."""
     write_atomic(out, "".join(json.dumps(t, ensure_ascii=False, default=str) + "\n" for t in tasks))

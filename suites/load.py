@@ -7,13 +7,12 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
-from typing import Any
 
 from elo_per_token.contracts.errors import InputError
-from elo_per_token.contracts.tasks import validate_task
+from elo_per_token.contracts.tasks import Task, validate_task
 
 
-def load_suite(path: str | Path) -> list[dict[str, Any]]:
+def load_suite(path: str | Path) -> list[Task]:
     """Read and validate a JSONL (or Parquet) suite; the whole file is checked before anything is returned."""
     p = Path(path)
     file = str(path)
@@ -23,7 +22,7 @@ def load_suite(path: str | Path) -> list[dict[str, Any]]:
         from elo_per_token.suites.userfile import load_parquet_suite
 
         return load_parquet_suite(p)
-    tasks: list[dict[str, Any]] = []
+    tasks: list[Task] = []
     seen: dict[str, int] = {}
     with p.open("rb") as fh:
         for lineno, raw_bytes in enumerate(fh, start=1):
@@ -79,7 +78,7 @@ def builtin_suite_path(name: str) -> Path:
     return path
 
 
-def load_builtin_suite(name: str) -> list[dict[str, Any]]:
+def load_builtin_suite(name: str) -> list[Task]:
     path = builtin_suite_path(name)
     if path != _builtin_dir() / f"{name}.jsonl":  # a public-benchmark suite, read from its package
         from elo_per_token.suites.public import load
@@ -88,7 +87,7 @@ def load_builtin_suite(name: str) -> list[dict[str, Any]]:
     return load_suite(path)
 
 
-def load_suite_ref(ref: str) -> list[dict[str, Any]]:
+def load_suite_ref(ref: str) -> list[Task]:
     """A suite by built-in name or by file path. A name that is neither says what is known and the nearest
     one; a public suite whose package is missing says how to install it."""
     if not ref.endswith((".jsonl", ".parquet")) and ref in builtin_suite_names():

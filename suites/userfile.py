@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.tasks import Task
 
 # Fields that hold objects or lists: a string cell there is read as JSON.
 _JSON_FIELDS = ("grader", "messages", "tools", "tool_impl", "tests", "visible_tests", "distractors", "meta")
@@ -93,12 +94,12 @@ def parquet_row_to_task(row: dict[str, Any], file: str, line: int) -> dict[str, 
     return task
 
 
-def load_parquet_suite(path: Path) -> list[dict[str, Any]]:
+def load_parquet_suite(path: Path) -> list[Task]:
     """Validated tasks of a Parquet suite (the whole file is checked before anything is returned)."""
     from elo_per_token.contracts.tasks import validate_task
 
     file = str(path)
-    tasks: list[dict[str, Any]] = []
+    tasks: list[Task] = []
     seen: dict[str, int] = {}
     for i, row in enumerate(read_table(path), start=1):
         task = validate_task(parquet_row_to_task(row, file, i), file, i)

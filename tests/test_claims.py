@@ -1,4 +1,4 @@
-"""Job leases in Redis (worker.tasks.Claims) against a real redis-server."""
+"""Job leases in Redis (worker.lifecycle.Claims) against a real redis-server."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 import pytest
 
 from elo_per_token.contracts.jobs import Job
-from elo_per_token.worker.tasks import Claims
+from elo_per_token.worker.lifecycle import Claims
 
 pytestmark = pytest.mark.services
 

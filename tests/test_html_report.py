@@ -90,7 +90,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "profile": {"name": "simulator", "model": "sim-1", **PRICES, "note": f"key {CANARY}"},
     }
     run = Path(write_ledger_run(root, "nightly", 5, n_tasks=25, manifest=manifest, fail_jobs=2))
-    # A job that failed for good has no result object, only a failure object (as worker.tasks writes it).
+    # A job that failed for good has no result object, only a failure object (as worker.lifecycle writes it).
     from elo_per_token.contracts.jobs import Job
     from elo_per_token.ledger import FileLedger
 

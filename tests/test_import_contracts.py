@@ -189,7 +189,7 @@ def test_the_walk_sees_every_stage_and_function_level_imports() -> None:
     assert {m.split(".")[0] for m in GRAPH} >= {"analysis", "contracts", "coordinator", "egress", "worker"}
     assert sum(len(t) for t in GRAPH.values()) > 200
     # coordinator/local.py imports the worker only inside run_local's helper: the walk sees it.
-    assert "worker.tasks" in GRAPH["coordinator.local"]
+    assert "worker.lifecycle" in GRAPH["coordinator.local"]
 
 
 def test_no_import_cycle() -> None:

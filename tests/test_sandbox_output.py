@@ -21,8 +21,8 @@ from elo_per_token.egress.client import ProviderClient
 from elo_per_token.ledger import FileLedger
 from elo_per_token.suites.load import load_builtin_suite
 from elo_per_token.worker.graders.code import MARKER, _sandbox_output, grade_code
+from elo_per_token.worker.lifecycle import perform_job
 from elo_per_token.worker.sandbox import bwrap, checks
-from elo_per_token.worker.tasks import perform_job
 
 HE = load_builtin_suite("humaneval")
 needs_bwrap = pytest.mark.skipif(bwrap.probe() is not None, reason=f"no working bwrap here: {bwrap.probe()}")

@@ -406,7 +406,7 @@ def test_successful_job_costs_one_conditional_put(s3_bucket, s3_env, monkeypatch
     when asked to check first); the failure object is deleted only when the coordinator says there is one."""
     from elo_per_token.contracts.jobs import Job
     from elo_per_token.contracts.records import CallRecord, JobResult, Outcome
-    from elo_per_token.worker.tasks import perform_job
+    from elo_per_token.worker.lifecycle import perform_job
 
     proxy = CountingProxy(s3_env.endpoint)
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)

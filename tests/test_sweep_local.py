@@ -175,7 +175,7 @@ def test_transient_failures_are_retried_then_recorded(tmp_path, make_sim, key_en
     jobs = _jobs(plan, n=1)[:2]
     prof = sim.profile(max_retries=0)
     from elo_per_token.egress.client import ProviderClient
-    from elo_per_token.worker.tasks import perform_job
+    from elo_per_token.worker.lifecycle import perform_job
 
     led = open_ledger(tmp_path / "ledger")
     retried = []

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.tasks import validate_task
 from elo_per_token.suites.load import builtin_suite_names, load_builtin_suite, load_suite
 from elo_per_token.worker.graders.code import run_tests
 from elo_per_token.worker.tools import execute_tool
@@ -140,3 +141,46 @@ def test_cli_validate_exit_codes(tmp_path):
     assert res.returncode == 2
     err = " ".join(res.stderr.split())
     assert f"{bad}:2" in err and "difficulty" in err
+
+
+def _task_fields():
+    from elo_per_token.contracts.tasks import Task
+
+    # The module postpones annotations, so each is a forward reference to its source text: "NotRequired[...]"
+    # marks an optional key (Task.__required_keys__ cannot see that through the string on Python 3.11).
+    return {k: getattr(v, "__forward_arg__", str(v)) for k, v in Task.__annotations__.items()}
+
+
+def test_the_task_type_names_exactly_the_schema_fields():
+    from elo_per_token.contracts.tasks import _KNOWN_FIELDS
+
+    fields = _task_fields()
+    assert set(fields) == _KNOWN_FIELDS
+    assert {k for k, v in fields.items() if not v.startswith("NotRequired")} == {
+        "task_id",
+        "family",
+        "grader",
+    }
+    # A record with an unknown key is still refused: the Task type did not widen the schema.
+    with pytest.raises(InputError) as e:
+        validate_task({**GOOD, "answer": 4})
+    assert e.value.field == "answer"
+
+
+def test_every_builtin_task_fits_the_task_type():
+    fields = _task_fields()
+    required = {k for k, v in fields.items() if not v.startswith("NotRequired")}
+    for name in ("code", "math", "tool_use"):
+        for t in load_builtin_suite(name):
+            assert required <= set(t) <= set(fields), (name, t["task_id"])
+            assert (
+                isinstance(t["task_id"], str)
+                and isinstance(t["family"], str)
+                and isinstance(t["grader"], dict)
+            )
+            assert t.get("prompt") is None or isinstance(t["prompt"], str)
+            assert t.get("messages") is None or isinstance(t["messages"], list)
+            assert (t.get("prompt") is None) != (t.get("messages") is None)
+            if t["grader"]["type"] == "code":
+                assert isinstance(t["entry_point"], str)
+                assert all(isinstance(x, str) for x in t["tests"] + t.get("visible_tests", []))

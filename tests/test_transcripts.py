@@ -21,7 +21,7 @@ from elo_per_token.contracts.jobs import Job
 from elo_per_token.egress.client import ProviderClient
 from elo_per_token.ledger import FileLedger
 from elo_per_token.suites.load import load_builtin_suite
-from elo_per_token.worker.tasks import perform_job
+from elo_per_token.worker.lifecycle import perform_job
 
 HE = load_builtin_suite("humaneval")
 

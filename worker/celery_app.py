@@ -8,8 +8,8 @@ Delivery guarantees and why:
   (VT 50 s, sweep every 5 s) bring a dead worker's jobs back in under a minute. The lease must outlive the
   longest wait of a job: with a grade queue (EPT_GRADE_QUEUE) a job waits up to EPT_GRADE_TIMEOUT for its
   verdict, so the lease defaults to that plus LEASE_MARGIN_S, and an explicit EPT_VISIBILITY_TIMEOUT below it
-  is refused (`lease_seconds`): a 300 s grading wait under a 50 s lease redelivered every code job again and
-  again, each copy paying for its provider calls (issue 26). A job still running past its lease anyway (many
+  is refused (`lease_seconds`): a lease shorter than the grading wait redelivers every code job that waits
+  (a 300 s wait under a 50 s lease: again and again), each copy paying for its provider calls. A job still running past its lease anyway (many
   slow calls) is delivered a second time, which the Redis claim, the worker's ran marker (a finished or
   failed delivery is never run again) and the ledger's conditional create turn into a no-op.
 - `worker_prefetch_multiplier = 1`: a worker holds only the messages it is running, so scaling out spreads load.
@@ -121,7 +121,7 @@ def make_app(url: str | None = None) -> Celery:
     # celery ships no type information: its decorator hides these signatures from mypy.
     @app.task(name="ept.run_job", bind=True, shared=False)  # type: ignore[untyped-decorator]
     def run_job_task(self: Any, job: dict[str, Any], ctx: CeleryJobContextDict) -> JobSummary:
-        from elo_per_token.worker.tasks import celery_run_job
+        from elo_per_token.worker.lifecycle import celery_run_job
 
         route_grading(app)  # this worker's environment says where code is graded
         return celery_run_job(self, job, ctx)
@@ -150,7 +150,7 @@ def route_grading(app: Celery) -> None:
 
 
 def __getattr__(name: str) -> Celery:
-    # `celery -A worker.celery_app worker` (and Flower) look up `app`; build it on first use, not on import.
+    # `celery -A elo_per_token.worker.celery_app worker` (and Flower) look up `app`; build it on first use, not on import.
     if name in ("app", "celery"):
         globals()[name] = make_app()
         return globals()[name]

@@ -5,11 +5,11 @@ the provider. Both the local and the distributed executors call it.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.records import JobResult, Outcome
 from elo_per_token.contracts.secrets import scrub
+from elo_per_token.contracts.tasks import Task
 from elo_per_token.egress.client import ProviderClient, ProviderError
 from elo_per_token.worker.graders import GradeResult, grade, grader_for
 from elo_per_token.worker.graders.registry import GradingUnavailable
@@ -83,7 +83,7 @@ def _require_sandbox() -> None:
         bwrap.require()
 
 
-def grading_error(task: dict[str, Any], e: BaseException) -> GradeResult:
+def grading_error(task: Task, e: BaseException) -> GradeResult:
     """A candidate whose grading raised (a number past the int digit limit, arguments nested 100k deep, ...)
     is a scored loss that keeps its tokens: dropping it would drop exactly the arm's worst answers from the
     fit, and `ept retry` would pay for it again."""

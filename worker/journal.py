@@ -1,8 +1,8 @@
 """The call journal: a Celery worker's calls of a running attempt, on the broker, until they are in the ledger.
 
 A worker killed mid-job (SIGKILL, OOM, a node lost) takes its in-memory call records with it; the job is
-delivered again and its calls are paid for a second time, and the first ones are recorded nowhere (issue 26:
-32 calls, ~30k tokens, in one kill). So each call, as it is recorded, is also appended to a Redis list for
+delivered again and its calls are paid for a second time, and the first ones are recorded nowhere (one kill
+can lose tens of calls and tens of thousands of tokens). So each call, as it is recorded, is also appended to a Redis list for
 its attempt (`ept:journal:<run>:<job key>:<attempt id>`, listed in the set `ept:journals:<run>:<job key>`).
 When the attempt's calls are durable — a spent object named after the attempt, or the job's object — the
 journal is dropped. The next delivery of the job, once it holds the job's claim (so no live worker is still
@@ -23,6 +23,8 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import redis
+
     from elo_per_token.contracts.jobs import Job
     from elo_per_token.contracts.records import CallRecord
     from elo_per_token.ledger import Ledger
@@ -47,7 +49,7 @@ def _list_key(run_id: str, key: str, attempt: str) -> str:
 class CallJournal:
     """Journals of one worker process on one Redis (the broker)."""
 
-    def __init__(self, r: Any) -> None:
+    def __init__(self, r: redis.Redis) -> None:
         self.r = r
         self._listed: set[str] = set()  # attempts already in their job's set (and their list given a TTL)
         self._lock = threading.Lock()

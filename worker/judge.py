@@ -17,6 +17,7 @@ from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.prompts import judge_messages, parse_winner
 from elo_per_token.contracts.records import JUDGE_STRATEGY, JobResult, Outcome
 from elo_per_token.contracts.secrets import scrub
+from elo_per_token.contracts.tasks import Task
 from elo_per_token.egress.client import ProviderClient, ProviderError
 from elo_per_token.worker.strategies.base import JobContext
 
@@ -35,7 +36,7 @@ def combine(first: str | None, second: str | None) -> str:
     return "tie"
 
 
-def judge_job(run_id: str, task: dict[str, Any], seed: int = 0, profile: str = "default") -> Job:
+def judge_job(run_id: str, task: Task, seed: int = 0, profile: str = "default") -> Job:
     """The job that judges one task's answers (its key and seeds derive like any other job's)."""
     return Job(run_id=run_id, task=task, strategy=JUDGE_STRATEGY, budget_n=1, seed=seed, profile=profile)
 

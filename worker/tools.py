@@ -15,6 +15,8 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from elo_per_token.contracts.tasks import Task
+
 _BIN: dict[type[ast.operator], Callable[[Any, Any], int | float]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -137,7 +139,7 @@ def _lookup(spec: dict[str, Any], args: dict[str, Any]) -> str:
     return json.dumps({"table": table_name, "key": key, "value": by_norm[key.strip().lower()]})
 
 
-def execute_tool(task: dict[str, Any], name: str, arguments: str | dict[str, Any]) -> str:
+def execute_tool(task: Task, name: str, arguments: str | dict[str, Any]) -> str:
     """Run one tool call of a task; returns the text sent back to the model. Never raises: the arguments
     come from the model, and a tool problem is something the model is told about, not a crash of the job."""
     try:
@@ -146,7 +148,7 @@ def execute_tool(task: dict[str, Any], name: str, arguments: str | dict[str, Any
         return f"error: the tool failed ({type(e).__name__}: {str(e)[:200]})"
 
 
-def _execute(task: dict[str, Any], name: str, arguments: str | dict[str, Any]) -> str:
+def _execute(task: Task, name: str, arguments: str | dict[str, Any]) -> str:
     impl = task.get("tool_impl", {}).get(name)
     if impl is None:
         return f"error: unknown tool {name!r}"

@@ -2,7 +2,7 @@
 
 Anyone who can publish to the broker (the grader holds its password, as does Flower) can send `ept.run_job`
 with any context. A worker that took the ledger URL and the endpoint override from the message would send
-its provider key to a server the sender chose and write where the sender chose (issue 23, item 9). So:
+its provider key to a server the sender chose and write where the sender chose. So:
 
 - EPT_WORKER_LEDGERS: comma-separated ledgers this worker writes to (`s3://bucket/prefix` or a folder). An
   entry ending in `*` allows every ledger that starts with the rest (`s3://ept-ledger/*`). A message naming any

@@ -11,7 +11,8 @@ import functools
 import importlib
 import importlib.util
 from pathlib import Path
-from typing import Any
+
+from elo_per_token.contracts.tasks import Task
 
 # suite name -> (import name of the package that ships the data, our module that converts it)
 PUBLIC_SUITES: dict[str, tuple[str, str]] = {
@@ -43,11 +44,11 @@ def available() -> list[str]:
 
 
 @functools.cache
-def _load(name: str) -> tuple[dict[str, Any], ...]:
+def _load(name: str) -> tuple[Task, ...]:
     return tuple(importlib.import_module(PUBLIC_SUITES[name][1]).load())
 
 
-def load(name: str) -> list[dict[str, Any]]:
+def load(name: str) -> list[Task]:
     """The suite's tasks (validated; a fresh copy each call, so callers may modify them)."""
     return copy.deepcopy(list(_load(name)))
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.tasks import Task
 
 SUITE = "bfcl"
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
@@ -133,7 +134,7 @@ def to_task(entry: dict[str, Any], answer: list[dict[str, Any]] | None, category
     }
 
 
-def load() -> list[dict[str, Any]]:
+def load() -> list[Task]:
     from elo_per_token.contracts.tasks import validate_task
 
     root = data_path()
@@ -175,7 +176,7 @@ def _value(v: Any) -> Any:
     return v
 
 
-def right_calls(task: dict[str, Any]) -> list[dict[str, Any]]:
+def right_calls(task: Task) -> list[dict[str, Any]]:
     """Calls (OpenAI names, argument dicts) that BFCL's checker accepts: the first given option of each
     parameter of each possible answer."""
     docs = {f["name"]: f for f in task["meta"]["functions"]}
@@ -204,11 +205,11 @@ def _off(v: Any) -> Any:
     return f"{v}_wrong"
 
 
-def wrong_calls(task: dict[str, Any], salt: int = 0) -> list[dict[str, Any]]:
+def wrong_calls(task: Task, salt: int = 0) -> list[dict[str, Any]]:
     """A plausible miss: irrelevance -> calls a function anyway; else one call dropped (odd salt, parallel
     tasks) or one argument changed to a value outside its possible answers."""
     if not task["reference"]:
-        fn = task["tools"][0]["function"]
+        fn = (task.get("tools") or [])[0]["function"]  # a bfcl task has tools (contracts.graders.check_bfcl)
         req = fn.get("parameters", {}).get("required", [])
         return [{"name": fn["name"], "arguments": dict.fromkeys(req, 1)}]
     calls = right_calls(task)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.tasks import Task
 
 SUITE = "humaneval"
 VISIBLE_FILE = Path(__file__).with_name("humaneval_visible.json")
@@ -158,7 +159,7 @@ def to_task(p: dict[str, Any], visible: list[str], difficulty: float) -> dict[st
     }
 
 
-def load() -> list[dict[str, Any]]:
+def load() -> list[Task]:
     """The 164 HumanEval problems as validated tasks."""
     from elo_per_token.contracts.tasks import validate_task
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from elo_per_token.contracts.tasks import Task
 from elo_per_token.worker.graders import basic, bfcl, code, mathverify, tool
 from elo_per_token.worker.graders.registry import (
     GRADERS,
@@ -27,7 +28,7 @@ for _m in _MODULES:
 __all__ = ["GRADERS", "GradeResult", "Grader", "final_answer", "grade", "grader_for", "register"]
 
 
-def final_answer(task: dict[str, Any], text: str | None) -> str | None:
+def final_answer(task: Task, text: str | None) -> str | None:
     """What counts as the answer of a reply (the grader's `extract`): e.g. the code block for code tasks.
 
     None when extraction raises: a sample must not end its job; grade() extracts again and scores the raise
@@ -39,8 +40,6 @@ def final_answer(task: dict[str, Any], text: str | None) -> str | None:
         return None
 
 
-def grade(
-    task: dict[str, Any], text: str | None, tool_calls: list[dict[str, Any]] | None = None
-) -> GradeResult:
+def grade(task: Task, text: str | None, tool_calls: list[dict[str, Any]] | None = None) -> GradeResult:
     g = grader_for(task)
     return g.grade(task, g.extract(task, text), tool_calls or [])

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from elo_per_token.contracts.graders import check_choice, check_numeric, check_regex
+from elo_per_token.contracts.tasks import Task
 from elo_per_token.worker.graders.extract import normalise, parse_number
 from elo_per_token.worker.graders.registry import Answered, GradeFn, Grader, GradeResult
 
@@ -88,14 +89,14 @@ def number_key(answer: str) -> str:
     return normalise(answer)
 
 
-def vote_number(task: dict[str, Any], cand: Answered) -> str | None:
+def vote_number(task: Task, cand: Answered) -> str | None:
     return None if cand.answer is None else number_key(cand.answer)
 
 
 def _on_answer(fn: Any) -> GradeFn:
     """A grader of (answer, reference, options) as a registry grade function; the outcome keeps the answer."""
 
-    def grade(task: dict[str, Any], answer: str | None, tool_calls: list[dict[str, Any]]) -> GradeResult:
+    def grade(task: Task, answer: str | None, tool_calls: list[dict[str, Any]]) -> GradeResult:
         res: GradeResult = fn(answer, task["reference"], task["grader"])
         res.details.setdefault("answer", answer)
         return res
@@ -103,7 +104,7 @@ def _on_answer(fn: Any) -> GradeFn:
     return grade
 
 
-def grade_none(task: dict[str, Any], answer: str | None, tool_calls: list[dict[str, Any]]) -> GradeResult:
+def grade_none(task: Task, answer: str | None, tool_calls: list[dict[str, Any]]) -> GradeResult:
     return GradeResult(0.0, False, {"grader": "none", "reason": "no reference: use judge mode"})
 
 

@@ -23,6 +23,7 @@ import types
 from typing import Any
 
 from elo_per_token.contracts.graders import check_bfcl
+from elo_per_token.contracts.tasks import Task
 from elo_per_token.worker.graders.jsonargs import BadArguments, parse_arguments
 from elo_per_token.worker.graders.registry import Answered, Grader, GradeResult
 
@@ -72,7 +73,7 @@ def _args(a: Any) -> Any:
         return None
 
 
-def grade_bfcl(task: dict[str, Any], tool_calls: list[dict[str, Any]]) -> GradeResult:
+def grade_bfcl(task: Task, tool_calls: list[dict[str, Any]]) -> GradeResult:
     category = task["grader"].get("category", "simple_python")
     if category == "irrelevance" or not task["reference"]:
         ok = not tool_calls
@@ -105,7 +106,8 @@ def grade_bfcl(task: dict[str, Any], tool_calls: list[dict[str, Any]]) -> GradeR
             0.0, False, {"grader": "bfcl", "category": category, "reason": "no function call made"}
         )
     check, python = _checker()
-    functions = task.get("meta", {}).get("functions") or [t["function"] for t in task["tools"]]
+    meta: Any = task.get("meta", {})  # free data: a BFCL suite's own function docs, when it carries them
+    functions = meta.get("functions") or [t["function"] for t in task.get("tools") or []]
     try:
         res = check(functions, output, task["reference"], python, category, MODEL_NAME)
     except Exception as e:  # the checker assumes well-formed calls; a malformed one is the model's miss
@@ -129,7 +131,7 @@ def grade_bfcl(task: dict[str, Any], tool_calls: list[dict[str, Any]]) -> GradeR
     return GradeResult(float(ok), ok, details)
 
 
-def calls_key(task: dict[str, Any], cand: Answered) -> str | None:
+def calls_key(task: Task, cand: Answered) -> str | None:
     """BFCL tasks are answered by the calls made, not the reply text: vote on the calls (arguments parsed,
     key order and call order ignored; no call at all is an answer too, unless the episode gave no reply)."""
     if cand.text is None and not cand.tool_calls:
@@ -145,7 +147,7 @@ def calls_key(task: dict[str, Any], cand: Answered) -> str | None:
     return json.dumps(sorted(calls))
 
 
-def _grade(task: dict[str, Any], answer: str | None, tool_calls: list[dict[str, Any]]) -> GradeResult:
+def _grade(task: Task, answer: str | None, tool_calls: list[dict[str, Any]]) -> GradeResult:
     return grade_bfcl(task, tool_calls)
 
 

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from elo_per_token.contracts.graders import check_code
+from elo_per_token.contracts.tasks import Task
 from elo_per_token.contracts.transcripts import clip
 from elo_per_token.worker.graders.extract import extract_code
 from elo_per_token.worker.graders.registry import Answered, Grader, GradeResult
@@ -227,7 +228,7 @@ def use_test_runner(runner: TestRunner | None) -> None:
     _test_runner = runner
 
 
-def grade_code(code: str | None, task: dict[str, Any], tests: list[str] | None = None) -> GradeResult:
+def grade_code(code: str | None, task: Task, tests: list[str] | None = None) -> GradeResult:
     """Score = fraction of tests passed; correct = all passed. No code or a sandbox failure scores 0."""
     if not code:
         return GradeResult(0.0, False, {"grader": "code", "reason": "no code block in the answer"})
@@ -250,7 +251,7 @@ def grade_code(code: str | None, task: dict[str, Any], tests: list[str] | None =
     )
 
 
-def code_key(task: dict[str, Any], cand: Answered) -> str | None:
+def code_key(task: Task, cand: Answered) -> str | None:
     """Vote key of a code answer: the same code without blank lines and comments."""
     if cand.answer is None:
         return None
@@ -258,11 +259,11 @@ def code_key(task: dict[str, Any], cand: Answered) -> str | None:
     return "\n".join(ln for ln in lines if ln.strip() and not ln.lstrip().startswith("#"))
 
 
-def _grade(task: dict[str, Any], answer: str | None, tool_calls: list[dict[str, Any]]) -> GradeResult:
+def _grade(task: Task, answer: str | None, tool_calls: list[dict[str, Any]]) -> GradeResult:
     return grade_code(answer, task)
 
 
-def _test_score(task: dict[str, Any], code: str, tests: list[str]) -> float:
+def _test_score(task: Task, code: str, tests: list[str]) -> float:
     return grade_code(code, task, tests=tests).score
 
 

@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from elo_per_token.contracts.graders import check_math
+from elo_per_token.contracts.tasks import Task
 from elo_per_token.worker.graders import mathproc
 from elo_per_token.worker.graders.basic import grade_numeric
 from elo_per_token.worker.graders.extract import boxed, extract_answer, parse_number
@@ -86,7 +87,7 @@ def grade_math(answer: str | None, reference: Any, options: dict[str, Any]) -> G
     return GradeResult(1.0 if verdict.equal else 0.0, verdict.equal, details)
 
 
-def extract_math(task: dict[str, Any], text: str | None) -> str | None:
+def extract_math(task: Task, text: str | None) -> str | None:
     """A LaTeX answer is not a 'last number': keep the Answer line / \\boxed{}, else let math-verify find the
     answer in the whole reply."""
     mode = task["grader"].get("extract", "auto")
@@ -95,7 +96,7 @@ def extract_math(task: dict[str, Any], text: str | None) -> str | None:
     return extract_answer(text, mode)
 
 
-def _grade(task: dict[str, Any], answer: str | None, tool_calls: list[dict[str, Any]]) -> GradeResult:
+def _grade(task: Task, answer: str | None, tool_calls: list[dict[str, Any]]) -> GradeResult:
     return grade_math(answer, task["reference"], task["grader"])
 
 

@@ -35,6 +35,7 @@ from elo_per_token.contracts.graders import (
     register_schema,
     unregister_schema,
 )
+from elo_per_token.contracts.tasks import Task
 from elo_per_token.worker.graders.extract import extract_answer, normalise
 
 __all__ = [
@@ -71,18 +72,18 @@ class Answered(Protocol):
     tool_calls: list[dict[str, Any]]
 
 
-GradeFn = Callable[[dict[str, Any], str | None, list[dict[str, Any]]], GradeResult]
-ExtractFn = Callable[[dict[str, Any], str | None], str | None]
-VoteKeyFn = Callable[[dict[str, Any], Answered], str | None]
-TestRunFn = Callable[[dict[str, Any], str, list[str]], float]
+GradeFn = Callable[[Task, str | None, list[dict[str, Any]]], GradeResult]
+ExtractFn = Callable[[Task, str | None], str | None]
+VoteKeyFn = Callable[[Task, Answered], str | None]
+TestRunFn = Callable[[Task, str, list[str]], float]
 
 
-def extract_by_mode(task: dict[str, Any], text: str | None) -> str | None:
+def extract_by_mode(task: Task, text: str | None) -> str | None:
     """The default extraction: `grader.extract` = auto | answer | boxed | last_number (extract.py)."""
     return extract_answer(text, task["grader"].get("extract", "auto"))
 
 
-def vote_normalised(task: dict[str, Any], cand: Answered) -> str | None:
+def vote_normalised(task: Task, cand: Answered) -> str | None:
     """The default vote key: case, accents, punctuation and articles ignored (basic.normalise)."""
     return None if cand.answer is None else normalise(cand.answer)
 
@@ -133,6 +134,6 @@ def get_grader(name: str) -> Grader:
     return GRADERS[name]
 
 
-def grader_for(task: dict[str, Any]) -> Grader:
+def grader_for(task: Task) -> Grader:
     """The entry for a (validated) task's `grader.type`."""
     return get_grader(task["grader"]["type"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from elo_per_token.contracts.graders import check_tool
+from elo_per_token.contracts.tasks import Task
 from elo_per_token.worker.graders.basic import BASIC, number_key
 from elo_per_token.worker.graders.extract import extract_answer, normalise
 from elo_per_token.worker.graders.jsonargs import BadArguments, parse_arguments
@@ -34,7 +35,7 @@ def call_matches(expected: dict[str, Any], made: dict[str, Any]) -> bool:
     )
 
 
-def grade_tool(answer: str | None, task: dict[str, Any], tool_calls: list[dict[str, Any]]) -> GradeResult:
+def grade_tool(answer: str | None, task: Task, tool_calls: list[dict[str, Any]]) -> GradeResult:
     opts = task["grader"]
     expected = opts.get("expect_calls", [])
     missing = [e["name"] for e in expected if not any(call_matches(e, m) for m in tool_calls)]
@@ -61,13 +62,13 @@ def grade_tool(answer: str | None, task: dict[str, Any], tool_calls: list[dict[s
     )
 
 
-def extract_tool(task: dict[str, Any], text: str | None) -> str | None:
+def extract_tool(task: Task, text: str | None) -> str | None:
     """The final answer, extracted as `grader.answer.extract` says (else `grader.extract`, else auto)."""
     g = task["grader"]
     return extract_answer(text, g.get("answer", {}).get("extract", g.get("extract", "auto")))
 
 
-def tool_answer_key(task: dict[str, Any], cand: Answered) -> str | None:
+def tool_answer_key(task: Task, cand: Answered) -> str | None:
     """Vote key of the final answer: by value when `grader.answer` is numeric, else normalised text."""
     if cand.answer is None:
         return None
@@ -76,7 +77,7 @@ def tool_answer_key(task: dict[str, Any], cand: Answered) -> str | None:
     return normalise(cand.answer)
 
 
-def _grade(task: dict[str, Any], answer: str | None, tool_calls: list[dict[str, Any]]) -> GradeResult:
+def _grade(task: Task, answer: str | None, tool_calls: list[dict[str, Any]]) -> GradeResult:
     return grade_tool(answer, task, tool_calls)
 
 

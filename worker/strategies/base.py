@@ -21,6 +21,7 @@ from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.jobs import Job, derive_seed
 from elo_per_token.contracts.prompts import parse_score, solve_messages, verify_messages
 from elo_per_token.contracts.records import CallRecord
+from elo_per_token.contracts.tasks import Task
 from elo_per_token.egress.client import ChatResponse, Discarded, ProviderClient, ProviderError
 from elo_per_token.worker.graders import final_answer
 from elo_per_token.worker.tools import execute_tool
@@ -171,7 +172,7 @@ class JobContext:
 # ---------------------------------------------------------------- sampling
 
 
-def sample_stride(task: dict[str, Any]) -> int:
+def sample_stride(task: Task) -> int:
     """Call indices one sample occupies: 1, or the turns of a tool-use episode."""
     return MAX_TOOL_STEPS if task.get("tools") else 1
 

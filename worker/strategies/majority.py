@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from elo_per_token.contracts.tasks import Task
 from elo_per_token.worker.graders import grader_for
 from elo_per_token.worker.graders.registry import VoteKeyFn
 from elo_per_token.worker.strategies.base import (
@@ -18,7 +19,7 @@ from elo_per_token.worker.strategies.base import (
 )
 
 
-def vote(task: dict[str, Any], cands: list[Candidate]) -> tuple[Candidate | None, dict[str, Any]]:
+def vote(task: Task, cands: list[Candidate]) -> tuple[Candidate | None, dict[str, Any]]:
     """Most common answer wins; a tie goes to the answer seen first (lowest sample index). Answers are
     compared by the grader's vote key (numbers by value, code without comments, BFCL by the calls made…)."""
     key = grader_for(task).vote_key
@@ -35,7 +36,7 @@ def vote(task: dict[str, Any], cands: list[Candidate]) -> tuple[Candidate | None
     }
 
 
-def _safe_key(key: VoteKeyFn, task: dict[str, Any], cand: Candidate) -> str | None:
+def _safe_key(key: VoteKeyFn, task: Task, cand: Candidate) -> str | None:
     # A key the candidate's answer makes raise (a fraction past the int digit limit, arguments nested 100k
     # deep) is no vote: the other candidates still vote and the job is still graded, never a task failure.
     try:

@@ -31,7 +31,9 @@ from elo_per_token.ledger import Ledger, open_ledger
 from elo_per_token.worker.transcript import Recorder
 from elo_per_token.worker.transcript import store as store_transcript
 
-if TYPE_CHECKING:  # the provider client (openai SDK) is imported when a worker first needs one
+if TYPE_CHECKING:  # the provider client (openai SDK) and redis are imported when a worker first needs them
+    import redis
+
     from elo_per_token.egress.client import ProviderClient
     from elo_per_token.worker.journal import CallJournal
 
@@ -278,7 +280,7 @@ class Claims:
     _RENEW = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
     _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 
-    def __init__(self, r: Any, owner: str, ttl_ms: int = 20000) -> None:
+    def __init__(self, r: redis.Redis, owner: str, ttl_ms: int = 20000) -> None:
         self.r, self.owner, self.ttl = r, owner, ttl_ms
         self._held: dict[str, str] = {}  # key -> token of this acquisition
         self._n = 0
@@ -357,7 +359,7 @@ def _cancelled(task_self: Any, job: Job) -> bool:
         return False
 
 
-def _broker(task_self: Any) -> Any:
+def _broker(task_self: Any) -> redis.Redis | None:
     """The broker's Redis client (cached), or None when the broker is not Redis."""
     url = str(getattr(getattr(task_self, "app", None), "conf", {}).get("broker_url") or "")
     if not url.startswith(("redis://", "rediss://", "unix://")):
@@ -389,7 +391,7 @@ def _spend(task_self: Any, job: Job, tokens: int) -> None:
             r.incrby(budget_key(job.run_id), tokens)
 
 
-def _journal(r: Any) -> CallJournal:
+def _journal(r: redis.Redis) -> CallJournal:
     from elo_per_token.worker.journal import CallJournal
 
     return _cached(("journal", id(r)), lambda: CallJournal(r))
@@ -402,7 +404,7 @@ def _ran_key(task_id: str) -> str:
 RAN_TTL_S = 7 * 24 * 3600
 
 
-def _ran_before(r: Any, task_id: str | None, job: Job) -> JobSummary | None:
+def _ran_before(r: redis.Redis, task_id: str | None, job: Job) -> JobSummary | None:
     """The summary of an earlier delivery of this very message (same task id) that ran to the end: a redelivered
     copy returns it instead of running the job again (a failed job is not in the ledger, so without this a copy
     redelivered after a visibility timeout paid for its calls again). Anything on the broker that is not such
@@ -428,7 +430,7 @@ def _ran_before(r: Any, task_id: str | None, job: Job) -> JobSummary | None:
     return cast(JobSummary, summary)
 
 
-def _mark_ran(r: Any, task_id: str | None, summary: JobSummary) -> None:
+def _mark_ran(r: redis.Redis, task_id: str | None, summary: JobSummary) -> None:
     import json
 
     if task_id:
