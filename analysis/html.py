@@ -47,7 +47,7 @@ RETURNS_COLUMNS = [
     ("d_elo_per_1k_lo", "lo", ".2f"),
     ("d_elo_per_1k_hi", "hi", ".2f"),
     ("frontier", "frontier", None),
-    # Issue 25: what each row is against, the frontier band, partial arms, ties.
+    # What each row is against, the frontier band, partial arms, ties: the terminal table says the same.
     ("vs", "vs", None),
     ("frontier_band", "frontier band", None),
     ("seen_in", "measured in", None),
@@ -381,7 +381,7 @@ def _families_section(families: list[dict[str, Any]]) -> list[str]:
             ("theta", "θ (centred)", ".3f"),
             ("elo", "Elo", ".1f"),
         ]
-        if any("elo_lo" in r for r in families):  # the family's own bootstrap interval (issue 25)
+        if any("elo_lo" in r for r in families):  # the family's own bootstrap interval
             fam_cols += [("elo_lo", "lo", ".1f"), ("elo_hi", "hi", ".1f")]
         if any("weight" in r for r in families):
             fam_cols.append(("weight", "family weight", ".2f"))

@@ -139,7 +139,7 @@ class AnalysisResult:
     # analysis.returns.frontier_steps_table: each arm against the next-cheaper frontier arm.
     vs_frontier: pl.DataFrame | None = None
     excluded_families: list[str] = field(default_factory=list)  # too few tasks: weight 0 in the merge
-    # Issue 25: what the headline table's title must say (the estimand for missing outcomes, renormalised
+    # What the headline table's title must say (the estimand for missing outcomes, renormalised
     # weights), arms seen in some weighted families only (arm -> those families) and the per-arm
     # missingness check (analysis.missing.missingness).
     title_notes: list[str] = field(default_factory=list)
