@@ -23,6 +23,13 @@ additionally splits alpha over the arm's 2 (K - 1) pair intervals, so the chance
 wrong is <= alpha. Intervals are normal intervals; the quality one adds two pseudo-observations at the bounds
 (+m, -m) to its variance, so a run of ties is not read as certainty, and none is used before `min_tasks`.
 See docs/sweep.md (adaptive sweeps) and benchmarks/bench_adaptive.py for the measured coverage.
+
+Futility (`futile`): a claim (i confidently stronger / cheaper than j) is reachable when its conditional power
+at the end of the grid, under the current estimate, is at least `min_power`: the pair's final mean is the
+current one plus the remaining tasks' mean, N(current, se^2 n (N - n) / N^2) given the data so far, and the
+claim holds at the end when that mean clears z x se n^(1/2) / N^(1/2). An open arm none of whose decisions
+(off via some dominator, or on against every arm not off) is reachable is futile: even the full grid would
+leave it open, so it stops as OPEN. Futility never makes a claim, so it cannot make a decision wrong.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ __all__ = [
     "assess",
     "decision_z",
     "elo_from_balance",
+    "futile",
     "pair_stats",
     "report_z",
     "true_frontier",
@@ -150,12 +158,16 @@ def pair_done(a: Assessment, i: int, j: int) -> bool:
     return bool(a.cheaper[i, j] or a.stronger[i, j] or (a.cheaper[j, i] and a.stronger[j, i]))
 
 
-def needs_data(a: Assessment, width_ok: list[bool] | None = None) -> list[bool]:
+def needs_data(
+    a: Assessment, width_ok: list[bool] | None = None, futile_: list[bool] | None = None
+) -> list[bool]:
     """Which arms still receive tasks: open arms, and settled arms whose comparison an open arm still needs
     (an on-arm that an open arm is not yet resolved against), or an on-arm whose ΔElo-per-1k step is not yet
-    resolved to the stated width (width_ok[i] False). Off arms stop: no decision needs them (assess)."""
+    resolved to the stated width (width_ok[i] False). Off arms stop: no decision needs them (assess). A futile
+    open arm (futile_[i]) counts as settled: it runs only while another open arm still needs it."""
     k = len(a.status)
-    open_ = [s == OPEN for s in a.status]
+    fut = futile_ if futile_ is not None else [False] * k
+    open_ = [s == OPEN and not f for s, f in zip(a.status, fut, strict=True)]
     out = []
     for i in range(k):
         if open_[i]:
@@ -164,7 +176,8 @@ def needs_data(a: Assessment, width_ok: list[bool] | None = None) -> list[bool]:
             out.append(False)
         else:
             wanted = any(open_[j] and not pair_done(a, j, i) for j in range(k) if j != i)
-            out.append(wanted or (width_ok is not None and not width_ok[i]))
+            width_open = a.status[i] == ON and width_ok is not None and not width_ok[i]
+            out.append(wanted or width_open)
     return out
 
 
@@ -203,3 +216,47 @@ def true_frontier(tokens: np.ndarray, quality: np.ndarray) -> np.ndarray:
             if i != j and t[j] <= t[i] and q[j, i] >= 0 and (t[j] < t[i] or q[j, i] > 0):
                 on[i] = False
     return on
+
+
+def claim_power(mean: np.ndarray, se: np.ndarray, n: np.ndarray, n_end: np.ndarray, z: float) -> np.ndarray:
+    """Conditional power of the claim `mean > 0 confidently at z` once the pair has `n_end` tasks, given
+    `n` now (module docstring); 1 where already confident, 0 where no more data can come and it is not.
+    NaN means (no tasks in common) get power 1: nothing is known, so nothing is ruled out."""
+    m, e = np.asarray(mean, dtype=float), np.asarray(se, dtype=float)
+    nn, ne = (
+        np.asarray(n, dtype=float),
+        np.maximum(np.asarray(n_end, dtype=float), np.asarray(n, dtype=float)),
+    )
+    with np.errstate(invalid="ignore", divide="ignore"):
+        se_end = e * np.sqrt(nn / ne)
+        sd_rest = e * np.sqrt(nn * (ne - nn)) / ne
+        gap = m - z * se_end
+        power = np.where(sd_rest > 0, norm.cdf(gap / np.where(sd_rest > 0, sd_rest, 1.0)), (gap > 0) * 1.0)
+    unknown = ~np.isfinite(m) | ~np.isfinite(e) | (nn < 2)
+    out: np.ndarray = np.where(unknown & (ne > nn), 1.0, np.nan_to_num(power, nan=0.0))
+    return out
+
+
+def futile(a: Assessment, n_end: np.ndarray, z: float, min_power: float) -> list[bool]:
+    """Per arm: open, and neither off nor on is reachable by the end of the grid (module docstring).
+    n_end[i, j]: the tasks pair (i, j) will have in common at the end (its n now when either arm stopped)."""
+    st = a.stats
+    strong = a.stronger | (claim_power(st.q, st.q_se, st.n, n_end, z) >= min_power)
+    cheap = a.cheaper | (claim_power(-st.c, st.c_se, st.n, n_end, z) >= min_power)
+    k = len(a.status)
+    out = []
+    for i in range(k):
+        if a.status[i] != OPEN:
+            out.append(False)
+            continue
+        others = [j for j in range(k) if j != i]
+        can_off = any(cheap[j, i] and strong[j, i] for j in others)
+        can_on = all(cheap[i, j] or strong[i, j] for j in others if a.status[j] != OFF)
+        out.append(not (can_off or can_on))
+    return out
+
+
+def projected_interval(st: PairStats, i: int, j: int, n_end: int, z: float) -> tuple[float, float]:
+    """The win balance of i over j projected to `n_end` tasks: the current mean +- z x se at the end."""
+    half = z * float(st.q_se[i, j]) * math.sqrt(st.n[i, j] / max(n_end, 1))
+    return float(st.q[i, j]) - half, float(st.q[i, j]) + half

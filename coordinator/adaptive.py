@@ -28,8 +28,10 @@ from elo_per_token.analysis.sequential import (
     assess,
     decision_z,
     elo_from_balance,
+    futile,
     needs_data,
     pair_stats,
+    projected_interval,
     report_z,
     step_per_1k,
 )
@@ -107,6 +109,7 @@ class _State:
     weights: list[float] = field(default_factory=list)
     spent: float = 0.0
     stopped: dict[int, int] = field(default_factory=dict)  # arm -> round after which it stopped
+    futile: dict[int, str] = field(default_factory=dict)  # open arm -> why the grid cannot settle it (latest)
 
     def add_round(self, tasks: list[int], arms: list[int], res: RoundResults, w: np.ndarray) -> None:
         for t in tasks:
@@ -181,7 +184,8 @@ def run_adaptive(
         st.add_round(tasks, active, runner(r, tasks, active), w)
         s, t, ww = st.matrices()
         a = assess(pair_stats(s, t, ww), z_dec, min_tasks)
-        need = needs_data(a, _width_ok(a, _mean_tokens(t), z_dec, settings.width))
+        fut = _futility(a, st, active, len(order), hi, min_tasks, z_dec, settings, arms)
+        need = needs_data(a, _width_ok(a, _mean_tokens(t), z_dec, settings.width), fut)
         for i in active:
             if not need[i]:
                 st.stopped[i] = r
@@ -192,7 +196,7 @@ def run_adaptive(
         if on_round is not None:
             on_round(event)
         if not active:
-            stop_reason = "every arm settled"
+            stop_reason = "every arm settled" + (" or not separable within the grid" if st.futile else "")
             break
         if settings.max_tokens is not None and r + 1 < len(bounds):
             nxt = _next_round_cost(t, active, bounds[r + 1])
@@ -209,6 +213,37 @@ def run_adaptive(
     )  # fmt: skip
 
 
+def _futility(
+    a: Assessment,
+    st: _State,
+    active: list[int],
+    n_tasks: int,
+    seen: int,
+    min_tasks: int,
+    z: float,
+    settings: AdaptiveSettings,
+    arms: Sequence[str],
+) -> list[bool] | None:
+    """Open arms the full grid could not settle either (analysis/sequential.futile), with the reason kept in
+    st.futile; None with futility off or before the first decision round."""
+    st.futile.clear()
+    if not settings.futility or seen < min_tasks:
+        return None
+    run = np.zeros(st.k, dtype=bool)
+    run[active] = True
+    n_end = a.stats.n + np.where(run[:, None] & run[None, :], n_tasks - seen, 0)
+    out = futile(a, n_end, z, settings.futility_power)
+    for i in (i for i in range(st.k) if out[i]):
+        others = [j for j in range(st.k) if j != i and a.status[j] != OFF]
+        j = min(others, key=lambda j: abs(float(np.nan_to_num(a.stats.q[i, j]))), default=None)
+        if j is None:
+            continue
+        lo, hi = projected_interval(a.stats, i, j, int(n_end[i, j]), z)
+        st.futile[i] = (f"not separable within the grid: win balance vs {arms[j]} projected to {int(n_end[i, j])} "
+                        f"tasks [{lo:+.3f}, {hi:+.3f}] still covers 0")  # fmt: skip
+    return out
+
+
 def _mean_tokens(t: np.ndarray) -> np.ndarray:
     """Tokens per task of each arm over the tasks it ran (NaN for an arm with none, without a warning)."""
     n = (~np.isnan(t)).sum(axis=0)
@@ -223,7 +258,15 @@ def _next_round_cost(t: np.ndarray, active: list[int], nxt: tuple[int, int]) -> 
     return float(np.nansum(per_task)) * (nxt[1] - nxt[0])
 
 
-def _reason(i: int, arms: Sequence[str], a: Assessment, n: int, stopped: int | None, stop_reason: str) -> str:
+def _reason(
+    i: int,
+    arms: Sequence[str],
+    a: Assessment,
+    n: int,
+    stopped: int | None,
+    stop_reason: str,
+    why_open: str | None,
+) -> str:
     status = a.status[i]
     when = f"after {n} tasks (round {stopped + 1})" if stopped is not None else f"ran to the end ({n} tasks)"
     if status == OFF:
@@ -233,6 +276,8 @@ def _reason(i: int, arms: Sequence[str], a: Assessment, n: int, stopped: int | N
         if stopped is not None:
             return f"on the frontier: no arm in question can dominate it; stopped {when}"
         return f"on the frontier; kept running while open arms were compared with it; {when}"
+    if why_open is not None and stopped is not None:
+        return f"decision stayed open ({why_open}); stopped {when}"
     return f"decision stayed open ({stop_reason}); {when}"
 
 
@@ -265,7 +310,9 @@ def _reports(
             d = lo = hi = 0.0
         status = a.status[i] if a is not None else OPEN
         reason = (
-            _reason(i, arms, a, int(n[i]), st.stopped.get(i), stop_reason) if a is not None else stop_reason
+            _reason(i, arms, a, int(n[i]), st.stopped.get(i), stop_reason, st.futile.get(i))
+            if a is not None
+            else stop_reason
         )
         out.append(ArmReport(
             arm=arm, status=status, reason=reason, tasks=int(n[i]), tokens=float(np.nansum(col)),
