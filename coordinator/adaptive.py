@@ -25,7 +25,7 @@ from elo_per_token.analysis.sequential import (
     ON,
     OPEN,
     Assessment,
-    assess,
+    assess_holm,
     decision_z,
     elo_from_balance,
     futile,
@@ -183,7 +183,7 @@ def run_adaptive(
         tasks = order[lo:hi]
         st.add_round(tasks, active, runner(r, tasks, active), w)
         s, t, ww = st.matrices()
-        a = assess(pair_stats(s, t, ww), z_dec, min_tasks)
+        a = assess_holm(pair_stats(s, t, ww), settings.alpha, looks, min_tasks)
         fut = _futility(a, st, active, len(order), hi, min_tasks, z_dec, settings, arms)
         need = needs_data(a, _width_ok(a, _mean_tokens(t), z_dec, settings.width), fut)
         for i in active:

@@ -26,6 +26,7 @@ from elo_per_token.analysis.sequential import (
     claim_power,
     decision_z,
     futile,
+    holm_claims,
     needs_data,
     pair_stats,
     report_z,
@@ -217,6 +218,24 @@ def test_stopping_functions_on_degenerate_matrices_decide_nothing_from_no_eviden
         assert not a.cheaper.any() and a.status == [OPEN] * k
     if kind == "zero":
         assert not a.cheaper.any()  # equal tokens never make an arm confidently cheaper
+
+
+@settings(max_examples=60, deadline=None)
+@given(t=st.integers(2, 300), k=st.integers(2, 8), seed=st.integers(0, 2**16), looks=st.integers(1, 20),
+       kind=_degenerate)  # fmt: skip
+def test_holm_claims_include_every_bonferroni_claim_and_keep_the_claims_direction(t, k, seed, looks, kind):
+    """Holm's first step is the Bonferroni split over the arm's 2 (K - 1) tests: it claims at least as much;
+    every claim points the way the estimate does, and pairs without data claim nothing."""
+    rng = np.random.default_rng(seed)
+    scores, tokens = _degenerate_matrix(kind, t, k, rng)
+    scores = scores + (rng.uniform(size=scores.shape) < 0.3) * rng.integers(0, 2, k)[None, :]
+    stats = pair_stats(scores, tokens, np.ones(scores.shape[0]))
+    stronger, cheaper = holm_claims(stats, 0.05, looks, 2)
+    bonf = assess(stats, decision_z(0.05, looks, k), 2)
+    assert np.all(stronger >= bonf.stronger) and np.all(cheaper >= bonf.cheaper)
+    with np.errstate(invalid="ignore"):
+        assert not np.any(stronger & ~(stats.q > 0)) and not np.any(cheaper & ~(stats.c < 0))
+    assert not np.any((stronger | cheaper) & (stats.n < 2))
 
 
 def test_claim_power_is_1_when_confident_0_when_no_data_can_come_and_falls_with_the_estimate():
