@@ -191,7 +191,8 @@ def run_adaptive(
                 st.stopped[i] = r
         active = [i for i in active if need[i]]
         event = {"round": r + 1, "rounds": len(bounds), "tasks": hi, "tokens": st.spent,
-                 "running": [arms[i] for i in active], "status": dict(zip(arms, a.status, strict=True))}  # fmt: skip
+                 "running": [arms[i] for i in active], "status": dict(zip(arms, a.status, strict=True)),
+                 "why": {arms[i]: _why_stopped(i, arms, a, rnd) for i, rnd in sorted(st.stopped.items())}}  # fmt: skip
         history.append(event)
         if on_round is not None:
             on_round(event)
@@ -242,6 +243,18 @@ def _futility(
         st.futile[i] = (f"not separable within the grid: win balance vs {arms[j]} projected to {int(n_end[i, j])} "
                         f"tasks [{lo:+.3f}, {hi:+.3f}] still covers 0")  # fmt: skip
     return out
+
+
+def _why_stopped(i: int, arms: Sequence[str], a: Assessment, rnd: int) -> str:
+    """One line for `ept status`: why arm i stopped receiving tasks (after round rnd), as decided then."""
+    if a.status[i] == OFF:
+        dom = a.dominated_by[i]
+        why = f"off: {arms[dom] if dom is not None else '?'} is cheaper and stronger"
+    elif a.status[i] == ON:
+        why = "on the frontier"
+    else:  # an open arm stops only by the futility rule (needs_data)
+        why = "open: not separable within the grid"
+    return f"{why} (after round {rnd + 1})"
 
 
 def _mean_tokens(t: np.ndarray) -> np.ndarray:

@@ -82,6 +82,13 @@ def print_state(ledger: Any, run_id: str, console: Any) -> None:
         console.print(
             escape("settled: " + ", ".join(f"{k} ({v})" for k, v in sorted(settled.items()))), highlight=False
         )
+    w_raw = st.get("why")
+    why: dict[str, Any] = w_raw if isinstance(w_raw, dict) else {}
+    if why:
+        console.print(
+            escape("why each stopped: " + "; ".join(f"{k}: {v}" for k, v in sorted(why.items()))),
+            highlight=False,
+        )
 
 
 def replay_adaptive_cmd(

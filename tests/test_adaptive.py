@@ -105,6 +105,32 @@ def test_futility_stops_arms_the_grid_cannot_separate_and_says_open():
     assert all(r.tasks < 300 and r.stopped_round is not None for r in reports[1:])
 
 
+def test_status_says_why_each_arm_stopped(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from elo_per_token.coordinator.adaptive_cli import print_state
+    from elo_per_token.coordinator.adaptive_state import write_state
+    from elo_per_token.ledger import open_ledger
+
+    table = _table((0.0, 1.0, 1.0, -0.5), (500, 1000, 1200, 5000), tasks=300, seed=2)
+    events: list[dict[str, object]] = []
+    res = run_adaptive(
+        table.families, table.arms, replay_runner(table), AdaptiveSettings(), on_round=events.append
+    )
+    led = open_ledger(tmp_path / "led")
+    write_state(led, "r", {**events[-1], "finished": True, "stop_reason": res.stop_reason})
+    buf = io.StringIO()
+    print_state(led, "r", Console(file=buf, width=400))
+    out = buf.getvalue()
+    stopped = [r for r in res.reports if r.stopped_round is not None]
+    assert stopped and "why each stopped" in out
+    for r in stopped:
+        assert f"{r.arm}: " in out and f"(after round {r.stopped_round + 1})" in out
+    assert res.reports[3].status == OFF and "arm3: off: " in out  # the costly weak arm is dominated
+
+
 def test_token_cap_stops_the_sweep():
     table = _table((0.0, 0.3, 0.6), (500, 900, 1300), tasks=300)
     full = replay_adaptive(table, AdaptiveSettings(futility=False))
@@ -438,7 +464,7 @@ def test_adaptive_sweep_cli_with_a_wrong_key_stops_with_the_egress_exit_and_no_s
 
 @settings(max_examples=60, deadline=None)
 @given(blob=st.one_of(st.binary(max_size=200), st.dictionaries(st.sampled_from(["round", "rounds", "tasks", "tokens",
-       "running", "status", "finished", "stop_reason"]), st.one_of(st.none(), st.text(max_size=8), st.floats(),
+       "running", "status", "why", "finished", "stop_reason"]), st.one_of(st.none(), st.text(max_size=8), st.floats(),
        st.integers(), st.lists(st.text(max_size=4), max_size=3), st.dictionaries(st.text(max_size=4),
        st.text(max_size=4), max_size=3)), max_size=8).map(lambda d: __import__("json").dumps(d).encode())))  # fmt: skip
 def test_status_reads_a_hostile_adaptive_blob_without_crashing(tmp_path_factory, blob):
