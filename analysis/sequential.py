@@ -54,6 +54,7 @@ __all__ = [
     "futile",
     "holm_claims",
     "pair_stats",
+    "reachable_needs",
     "report_z",
     "true_frontier",
 ]
@@ -212,12 +213,16 @@ def pair_done(a: Assessment, i: int, j: int) -> bool:
 
 
 def needs_data(
-    a: Assessment, width_ok: list[bool] | None = None, futile_: list[bool] | None = None
+    a: Assessment,
+    width_ok: list[bool] | None = None,
+    futile_: list[bool] | None = None,
+    wants: np.ndarray | None = None,
 ) -> list[bool]:
     """Which arms still receive tasks: open arms, and settled arms whose comparison an open arm still needs
     (an on-arm that an open arm is not yet resolved against), or an on-arm whose ΔElo-per-1k step is not yet
     resolved to the stated width (width_ok[i] False). Off arms stop: no decision needs them (assess). A futile
-    open arm (futile_[i]) counts as settled: it runs only while another open arm still needs it."""
+    open arm (futile_[i]) counts as settled: it runs only while another open arm still needs it; with
+    `wants` (reachable_needs) "needs" is only a comparison that can still settle that arm's decision."""
     k = len(a.status)
     fut = futile_ if futile_ is not None else [False] * k
     open_ = [s == OPEN and not f for s, f in zip(a.status, fut, strict=True)]
@@ -228,7 +233,11 @@ def needs_data(
         elif a.status[i] == OFF:
             out.append(False)
         else:
-            wanted = any(open_[j] and not pair_done(a, j, i) for j in range(k) if j != i)
+            wanted = any(
+                open_[j] and (bool(wants[j, i]) if wants is not None else not pair_done(a, j, i))
+                for j in range(k)
+                if j != i
+            )
             width_open = a.status[i] == ON and width_ok is not None and not width_ok[i]
             out.append(wanted or width_open)
     return out
@@ -293,20 +302,36 @@ def claim_power(mean: np.ndarray, se: np.ndarray, n: np.ndarray, n_end: np.ndarr
 def futile(a: Assessment, n_end: np.ndarray, z: float, min_power: float) -> list[bool]:
     """Per arm: open, and neither off nor on is reachable by the end of the grid (module docstring).
     n_end[i, j]: the tasks pair (i, j) will have in common at the end (its n now when either arm stopped)."""
+    return reachable_needs(a, n_end, z, min_power)[0]
+
+
+def reachable_needs(
+    a: Assessment, n_end: np.ndarray, z: float, min_power: float
+) -> tuple[list[bool], np.ndarray]:
+    """(futile per arm, wants [K, K]): wants[i, j] when open arm i has a reachable way to a decision that
+    still needs data from the pair (i, j) — every unresolved pair for on, the reachable dominators for off —
+    so an arm runs for another only while that comparison can still settle something."""
     st = a.stats
     strong = a.stronger | (claim_power(st.q, st.q_se, st.n, n_end, z) >= min_power)
     cheap = a.cheaper | (claim_power(-st.c, st.c_se, st.n, n_end, z) >= min_power)
     k = len(a.status)
     out = []
+    wants = np.zeros((k, k), dtype=bool)
     for i in range(k):
         if a.status[i] != OPEN:
             out.append(False)
             continue
         others = [j for j in range(k) if j != i]
-        can_off = any(cheap[j, i] and strong[j, i] for j in others)
-        can_on = all(cheap[i, j] or strong[i, j] for j in others if a.status[j] != OFF)
-        out.append(not (can_off or can_on))
-    return out
+        doms = [j for j in others if cheap[j, i] and strong[j, i]]
+        live = [j for j in others if a.status[j] != OFF]
+        can_on = all(cheap[i, j] or strong[i, j] for j in live)
+        out.append(not (doms or can_on))
+        for j in doms:
+            wants[i, j] = True
+        if can_on:
+            for j in live:
+                wants[i, j] |= not pair_done(a, i, j)
+    return out, wants
 
 
 def projected_interval(st: PairStats, i: int, j: int, n_end: int, z: float) -> tuple[float, float]:

@@ -28,10 +28,10 @@ from elo_per_token.analysis.sequential import (
     assess_holm,
     decision_z,
     elo_from_balance,
-    futile,
     needs_data,
     pair_stats,
     projected_interval,
+    reachable_needs,
     report_z,
     step_per_1k,
 )
@@ -185,7 +185,8 @@ def run_adaptive(
         s, t, ww = st.matrices()
         a = assess_holm(pair_stats(s, t, ww), settings.alpha, looks, min_tasks)
         fut = _futility(a, st, active, len(order), hi, min_tasks, z_dec, settings, arms)
-        need = needs_data(a, _width_ok(a, _mean_tokens(t), z_dec, settings.width), fut)
+        width_ok = _width_ok(a, _mean_tokens(t), z_dec, settings.width)
+        need = needs_data(a, width_ok, *(fut if fut is not None else (None, None)))
         for i in active:
             if not need[i]:
                 st.stopped[i] = r
@@ -224,16 +225,17 @@ def _futility(
     z: float,
     settings: AdaptiveSettings,
     arms: Sequence[str],
-) -> list[bool] | None:
-    """Open arms the full grid could not settle either (analysis/sequential.futile), with the reason kept in
-    st.futile; None with futility off or before the first decision round."""
+) -> tuple[list[bool], np.ndarray] | None:
+    """Open arms the full grid could not settle either and the comparisons open arms can still use
+    (analysis/sequential.reachable_needs), the reasons kept in st.futile; None with futility off or before
+    the first decision round."""
     st.futile.clear()
     if not settings.futility or seen < min_tasks:
         return None
     run = np.zeros(st.k, dtype=bool)
     run[active] = True
     n_end = a.stats.n + np.where(run[:, None] & run[None, :], n_tasks - seen, 0)
-    out = futile(a, n_end, z, settings.futility_power)
+    out, wants = reachable_needs(a, n_end, z, settings.futility_power)
     for i in (i for i in range(st.k) if out[i]):
         others = [j for j in range(st.k) if j != i and a.status[j] != OFF]
         j = min(others, key=lambda j: abs(float(np.nan_to_num(a.stats.q[i, j]))), default=None)
@@ -242,7 +244,7 @@ def _futility(
         lo, hi = projected_interval(a.stats, i, j, int(n_end[i, j]), z)
         st.futile[i] = (f"not separable within the grid: win balance vs {arms[j]} projected to {int(n_end[i, j])} "
                         f"tasks [{lo:+.3f}, {hi:+.3f}] still covers 0")  # fmt: skip
-    return out
+    return out, wants
 
 
 def _why_stopped(i: int, arms: Sequence[str], a: Assessment, rnd: int) -> str:

@@ -29,6 +29,7 @@ from elo_per_token.analysis.sequential import (
     holm_claims,
     needs_data,
     pair_stats,
+    reachable_needs,
     report_z,
 )
 from elo_per_token.coordinator.adaptive import round_bounds, run_adaptive, task_order
@@ -229,7 +230,8 @@ def test_stopping_functions_on_degenerate_matrices_decide_nothing_from_no_eviden
     a = assess(pair_stats(scores, tokens, np.ones(scores.shape[0])), z, 2)
     n_end = a.stats.n + remaining
     fut = futile(a, n_end, z, power)
-    need = needs_data(a, None, fut)
+    fut2, wants = reachable_needs(a, n_end, z, power)
+    need = needs_data(a, None, fut, wants)
     cp = claim_power(a.stats.q, a.stats.q_se, a.stats.n, n_end, z)
     elapsed = time.perf_counter() - t0
     _, peak = tracemalloc.get_traced_memory()
@@ -237,7 +239,12 @@ def test_stopping_functions_on_degenerate_matrices_decide_nothing_from_no_eviden
     assert elapsed < 5 and peak < 20 * 2**20
     assert set(a.status) <= {ON, OFF, OPEN} and len(a.status) == len(fut) == len(need) == k
     assert np.all((cp >= 0) & (cp <= 1))
-    assert all(a.status[i] == OPEN for i in range(k) if fut[i])
+    assert all(a.status[i] == OPEN for i in range(k) if fut[i]) and fut2 == fut
+    # Only an open arm with a reachable decision wants comparisons, never with itself; it keeps running.
+    assert not wants.diagonal().any()
+    assert all(a.status[i] == OPEN and not fut[i] and need[i] for i in range(k) if wants[i].any())
+    live = [a.status[i] == OPEN and not fut[i] for i in range(k)]
+    assert need == [live[i] or (a.status[i] != OFF and bool(wants[:, i].any())) for i in range(k)]
     if kind in ("ties", "nan", "one"):
         assert not a.stronger.any()  # no score difference (or no data): no confident quality claim
     if kind in ("nan", "one") and k > 1:
