@@ -109,7 +109,12 @@ class _State:
     weights: list[float] = field(default_factory=list)
     spent: float = 0.0
     stopped: dict[int, int] = field(default_factory=dict)  # arm -> round after which it stopped
-    futile: dict[int, str] = field(default_factory=dict)  # open arm -> why the grid cannot settle it (latest)
+    futile: dict[int, str] = field(
+        default_factory=dict
+    )  # open arm -> why the grid cannot settle it (this round)
+    why_open: dict[int, str] = field(
+        default_factory=dict
+    )  # arm that stopped open -> st.futile when it stopped
 
     def add_round(self, tasks: list[int], arms: list[int], res: RoundResults, w: np.ndarray) -> None:
         for t in tasks:
@@ -190,6 +195,8 @@ def run_adaptive(
         for i in active:
             if not need[i]:
                 st.stopped[i] = r
+                if i in st.futile:
+                    st.why_open[i] = st.futile[i]
         active = [i for i in active if need[i]]
         event = {"round": r + 1, "rounds": len(bounds), "tasks": hi, "tokens": st.spent,
                  "running": [arms[i] for i in active], "status": dict(zip(arms, a.status, strict=True)),
@@ -242,8 +249,10 @@ def _futility(
         if j is None:
             continue
         lo, hi = projected_interval(a.stats, i, j, int(n_end[i, j]), z)
-        st.futile[i] = (f"not separable within the grid: win balance vs {arms[j]} projected to {int(n_end[i, j])} "
-                        f"tasks [{lo:+.3f}, {hi:+.3f}] still covers 0")  # fmt: skip
+        where = (f"projected to {int(n_end[i, j])} tasks" if n_end[i, j] > a.stats.n[i, j]
+                 else f"on the {int(n_end[i, j])} tasks both ran (no more to come)")  # fmt: skip
+        st.futile[i] = (f"not separable within the grid: win balance vs {arms[j]} {where} "
+                        f"[{lo:+.3f}, {hi:+.3f}] still covers 0")  # fmt: skip
     return out, wants
 
 
@@ -325,7 +334,7 @@ def _reports(
             d = lo = hi = 0.0
         status = a.status[i] if a is not None else OPEN
         reason = (
-            _reason(i, arms, a, int(n[i]), st.stopped.get(i), stop_reason, st.futile.get(i))
+            _reason(i, arms, a, int(n[i]), st.stopped.get(i), stop_reason, st.why_open.get(i))
             if a is not None
             else stop_reason
         )
