@@ -3,8 +3,11 @@
 Tasks are put in one random order, stratified by family (each round holds every family in proportion), and
 cut into `rounds` rounds; every arm still running gets the same tasks in a round. After each round the
 stopping statistics (analysis/sequential.py) re-assess every arm: off the frontier (confidently dominated),
-on it (confidently not dominated by any arm still in question), or open. The sweep stops when no arm needs
-more data, at the token cap, or when the grid is exhausted, and says per arm why it stopped.
+on it (confidently not dominated by any arm still in question), or open. With `futility` an open arm that
+the full grid could not settle either (every way to decide it has conditional power below `futility_power`)
+stops too and is reported open, and an arm runs for an open one only while that comparison can still settle
+its decision. The sweep stops when no arm needs more data, at the token cap, or when the grid is exhausted,
+and says per arm why it stopped.
 
 The loop does no I/O: a `runner` runs one round (the replay executor, coordinator/replay.py; the live sweep,
 coordinator/adaptive_sweep.py) and returns (score, tokens) per (task, arm). With the same seed the task order
