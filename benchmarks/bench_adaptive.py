@@ -1,6 +1,7 @@
 """Adaptive sweeps (issue 29): tokens saved, decision error and interval coverage on replays with known truth.
 
-    PYTHONPATH=$PWD python3 benchmarks/bench_adaptive.py [REPLAYS=100] [DEMO_RUN ...]
+    PYTHONPATH=$PWD python3 benchmarks/bench_adaptive.py [REPLAYS=100] [DEMO_RUN ...] [--no-futility]
+        [--futility-power=0.1]
 
 Scenarios (each replayed REPLAYS times with the replay executor, coordinator/replay.py):
 - synthetic-12: 12 arms, 600 tasks in 3 families, the expensive arms clearly dominated;
@@ -166,10 +167,15 @@ def _line(name: str, t: Tally, secs: float) -> str:
 
 
 def main() -> None:
-    replays = int(sys.argv[1]) if len(sys.argv) > 1 else 100
-    stored = sys.argv[2:]
-    settings = AdaptiveSettings()
-    print(f"settings: alpha={settings.alpha}, rounds={settings.rounds}, min_rounds={settings.min_rounds}")
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    flags = dict(a[2:].partition("=")[::2] for a in sys.argv[1:] if a.startswith("--"))
+    replays = int(args[0]) if args else 100
+    stored = args[1:]
+    settings = AdaptiveSettings(
+        futility="no-futility" not in flags, futility_power=float(flags.get("futility-power", 0.1))
+    )
+    print(f"settings: alpha={settings.alpha}, rounds={settings.rounds}, min_rounds={settings.min_rounds}, "
+          f"futility={settings.futility} (power {settings.futility_power})")  # fmt: skip
     print("| run | replays | tokens vs full grid | worst arm's decision error | arms decided | "
           "coverage tokens/task | coverage ΔElo | agreement with full grid | time |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")

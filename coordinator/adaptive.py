@@ -3,8 +3,11 @@
 Tasks are put in one random order, stratified by family (each round holds every family in proportion), and
 cut into `rounds` rounds; every arm still running gets the same tasks in a round. After each round the
 stopping statistics (analysis/sequential.py) re-assess every arm: off the frontier (confidently dominated),
-on it (confidently not dominated by any arm still in question), or open. The sweep stops when no arm needs
-more data, at the token cap, or when the grid is exhausted, and says per arm why it stopped.
+on it (confidently not dominated by any arm still in question), or open. With `futility` an open arm that
+the full grid could not settle either (every way to decide it has conditional power below `futility_power`)
+stops too and is reported open, and an arm runs for an open one only while that comparison can still settle
+its decision. The sweep stops when no arm needs more data, at the token cap, or when the grid is exhausted,
+and says per arm why it stopped.
 
 The loop does no I/O: a `runner` runs one round (the replay executor, coordinator/replay.py; the live sweep,
 coordinator/adaptive_sweep.py) and returns (score, tokens) per (task, arm). With the same seed the task order
@@ -25,11 +28,13 @@ from elo_per_token.analysis.sequential import (
     ON,
     OPEN,
     Assessment,
-    assess,
+    assess_holm,
     decision_z,
     elo_from_balance,
     needs_data,
     pair_stats,
+    projected_interval,
+    reachable_needs,
     report_z,
     step_per_1k,
 )
@@ -107,6 +112,12 @@ class _State:
     weights: list[float] = field(default_factory=list)
     spent: float = 0.0
     stopped: dict[int, int] = field(default_factory=dict)  # arm -> round after which it stopped
+    futile: dict[int, str] = field(
+        default_factory=dict
+    )  # open arm -> why the grid cannot settle it (this round)
+    why_open: dict[int, str] = field(
+        default_factory=dict
+    )  # arm that stopped open -> st.futile when it stopped
 
     def add_round(self, tasks: list[int], arms: list[int], res: RoundResults, w: np.ndarray) -> None:
         for t in tasks:
@@ -180,19 +191,24 @@ def run_adaptive(
         tasks = order[lo:hi]
         st.add_round(tasks, active, runner(r, tasks, active), w)
         s, t, ww = st.matrices()
-        a = assess(pair_stats(s, t, ww), z_dec, min_tasks)
-        need = needs_data(a, _width_ok(a, _mean_tokens(t), z_dec, settings.width))
+        a = assess_holm(pair_stats(s, t, ww), settings.alpha, looks, min_tasks)
+        fut = _futility(a, st, active, len(order), hi, min_tasks, z_dec, settings, arms)
+        width_ok = _width_ok(a, _mean_tokens(t), z_dec, settings.width)
+        need = needs_data(a, width_ok, *(fut if fut is not None else (None, None)))
         for i in active:
             if not need[i]:
                 st.stopped[i] = r
+                if i in st.futile:
+                    st.why_open[i] = st.futile[i]
         active = [i for i in active if need[i]]
         event = {"round": r + 1, "rounds": len(bounds), "tasks": hi, "tokens": st.spent,
-                 "running": [arms[i] for i in active], "status": dict(zip(arms, a.status, strict=True))}  # fmt: skip
+                 "running": [arms[i] for i in active], "status": dict(zip(arms, a.status, strict=True)),
+                 "why": {arms[i]: _why_stopped(i, arms, a, rnd) for i, rnd in sorted(st.stopped.items())}}  # fmt: skip
         history.append(event)
         if on_round is not None:
             on_round(event)
         if not active:
-            stop_reason = "every arm settled"
+            stop_reason = "every arm settled" + (" or not separable within the grid" if st.futile else "")
             break
         if settings.max_tokens is not None and r + 1 < len(bounds):
             nxt = _next_round_cost(t, active, bounds[r + 1])
@@ -209,6 +225,52 @@ def run_adaptive(
     )  # fmt: skip
 
 
+def _futility(
+    a: Assessment,
+    st: _State,
+    active: list[int],
+    n_tasks: int,
+    seen: int,
+    min_tasks: int,
+    z: float,
+    settings: AdaptiveSettings,
+    arms: Sequence[str],
+) -> tuple[list[bool], np.ndarray] | None:
+    """Open arms the full grid could not settle either and the comparisons open arms can still use
+    (analysis/sequential.reachable_needs), the reasons kept in st.futile; None with futility off or before
+    the first decision round."""
+    st.futile.clear()
+    if not settings.futility or seen < min_tasks:
+        return None
+    run = np.zeros(st.k, dtype=bool)
+    run[active] = True
+    n_end = a.stats.n + np.where(run[:, None] & run[None, :], n_tasks - seen, 0)
+    out, wants = reachable_needs(a, n_end, z, settings.futility_power)
+    for i in (i for i in range(st.k) if out[i]):
+        others = [j for j in range(st.k) if j != i and a.status[j] != OFF]
+        j = min(others, key=lambda j: abs(float(np.nan_to_num(a.stats.q[i, j]))), default=None)
+        if j is None:
+            continue
+        lo, hi = projected_interval(a.stats, i, j, int(n_end[i, j]), z)
+        where = (f"projected to {int(n_end[i, j])} tasks" if n_end[i, j] > a.stats.n[i, j]
+                 else f"on the {int(n_end[i, j])} tasks both ran (no more to come)")  # fmt: skip
+        st.futile[i] = (f"not separable within the grid: win balance vs {arms[j]} {where} "
+                        f"[{lo:+.3f}, {hi:+.3f}] still covers 0")  # fmt: skip
+    return out, wants
+
+
+def _why_stopped(i: int, arms: Sequence[str], a: Assessment, rnd: int) -> str:
+    """One line for `ept status`: why arm i stopped receiving tasks (after round rnd), as decided then."""
+    if a.status[i] == OFF:
+        dom = a.dominated_by[i]
+        why = f"off: {arms[dom] if dom is not None else '?'} is cheaper and stronger"
+    elif a.status[i] == ON:
+        why = "on the frontier"
+    else:  # an open arm stops only by the futility rule (needs_data)
+        why = "open: not separable within the grid"
+    return f"{why} (after round {rnd + 1})"
+
+
 def _mean_tokens(t: np.ndarray) -> np.ndarray:
     """Tokens per task of each arm over the tasks it ran (NaN for an arm with none, without a warning)."""
     n = (~np.isnan(t)).sum(axis=0)
@@ -223,7 +285,15 @@ def _next_round_cost(t: np.ndarray, active: list[int], nxt: tuple[int, int]) -> 
     return float(np.nansum(per_task)) * (nxt[1] - nxt[0])
 
 
-def _reason(i: int, arms: Sequence[str], a: Assessment, n: int, stopped: int | None, stop_reason: str) -> str:
+def _reason(
+    i: int,
+    arms: Sequence[str],
+    a: Assessment,
+    n: int,
+    stopped: int | None,
+    stop_reason: str,
+    why_open: str | None,
+) -> str:
     status = a.status[i]
     when = f"after {n} tasks (round {stopped + 1})" if stopped is not None else f"ran to the end ({n} tasks)"
     if status == OFF:
@@ -233,6 +303,8 @@ def _reason(i: int, arms: Sequence[str], a: Assessment, n: int, stopped: int | N
         if stopped is not None:
             return f"on the frontier: no arm in question can dominate it; stopped {when}"
         return f"on the frontier; kept running while open arms were compared with it; {when}"
+    if why_open is not None and stopped is not None:
+        return f"decision stayed open ({why_open}); stopped {when}"
     return f"decision stayed open ({stop_reason}); {when}"
 
 
@@ -265,7 +337,9 @@ def _reports(
             d = lo = hi = 0.0
         status = a.status[i] if a is not None else OPEN
         reason = (
-            _reason(i, arms, a, int(n[i]), st.stopped.get(i), stop_reason) if a is not None else stop_reason
+            _reason(i, arms, a, int(n[i]), st.stopped.get(i), stop_reason, st.why_open.get(i))
+            if a is not None
+            else stop_reason
         )
         out.append(ArmReport(
             arm=arm, status=status, reason=reason, tasks=int(n[i]), tokens=float(np.nansum(col)),

@@ -82,6 +82,13 @@ def print_state(ledger: Any, run_id: str, console: Any) -> None:
         console.print(
             escape("settled: " + ", ".join(f"{k} ({v})" for k, v in sorted(settled.items()))), highlight=False
         )
+    w_raw = st.get("why")
+    why: dict[str, Any] = w_raw if isinstance(w_raw, dict) else {}
+    if why:
+        console.print(
+            escape("why each stopped: " + "; ".join(f"{k}: {v}" for k, v in sorted(why.items()))),
+            highlight=False,
+        )
 
 
 def replay_adaptive_cmd(
@@ -100,6 +107,12 @@ def replay_adaptive_cmd(
     max_tokens: float = typer.Option(
         None, "--max-tokens", help="Stop before a round that would pass this many tokens."
     ),
+    futility: bool = typer.Option(
+        True, "--futility/--no-futility", help="Stop arms the full grid could not separate either (open)."
+    ),
+    futility_power: float = typer.Option(
+        0.1, "--futility-power", help="Conditional power below which a decision counts as out of reach."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """How much would an adaptive sweep have saved on this run? Replays the adaptive policy on the run's stored
@@ -114,7 +127,7 @@ def replay_adaptive_cmd(
     from elo_per_token.coordinator.replay import replay_adaptive
 
     settings = AdaptiveSettings(alpha=alpha, rounds=rounds, min_rounds=min_rounds, width=width, seed=seed,
-                                max_tokens=max_tokens)  # fmt: skip
+                                max_tokens=max_tokens, futility=futility, futility_power=futility_power)  # fmt: skip
     try:
         settings.check()
     except ValueError as e:

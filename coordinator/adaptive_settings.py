@@ -18,6 +18,8 @@ _KEYS: dict[str, type] = {
     "min_rounds": int,
     "width": float,
     "max_tokens": float,
+    "futility": bool,
+    "futility_power": float,
 }
 
 
@@ -27,7 +29,10 @@ class AdaptiveSettings:
     (the looks the budget is spent over); min_rounds: rounds before any decision; width: an on-frontier arm
     keeps running until its ΔElo-per-1k step over the next-cheaper frontier arm is resolved to this width
     (None: the frontier decision alone settles it); max_tokens: stop before a round whose likely cost (the running arms'
-    tokens per task so far x its tasks) would pass it; the first round always runs."""
+    tokens per task so far x its tasks) would pass it; the first round always runs. futility: an open arm whose
+    decision the full grid could not settle either (every way to decide it has conditional power below
+    futility_power at the end of the grid, analysis/sequential.py) stops and is reported open; false: open arms
+    run to the grid's end (or the cap)."""
 
     alpha: float = 0.05
     rounds: int = 10
@@ -35,6 +40,8 @@ class AdaptiveSettings:
     width: float | None = None
     seed: int = 0
     max_tokens: float | None = None
+    futility: bool = True
+    futility_power: float = 0.1
 
     def check(self) -> None:
         """ValueError 'name: problem' for a value no sweep can use."""
@@ -48,6 +55,8 @@ class AdaptiveSettings:
             raise ValueError(f"width: must be a positive number, got {self.width}")
         if self.max_tokens is not None and not (math.isfinite(self.max_tokens) and self.max_tokens > 0):
             raise ValueError(f"max_tokens: must be a positive number, got {self.max_tokens}")
+        if not 0 < self.futility_power < 1:
+            raise ValueError(f"futility_power: must be in (0, 1), got {self.futility_power}")
 
 
 def settings_from_table(table: dict[str, Any], seed: int) -> AdaptiveSettings:
@@ -67,6 +76,12 @@ def check_adaptive(table: Any, v: Any) -> None:
             raise v.err(
                 f"unknown field (known: {', '.join(sorted(_KEYS))})", f"adaptive.{key}", key, "adaptive"
             )
+        if _KEYS[key] is bool:
+            if not isinstance(val, bool):
+                raise v.err(
+                    f"must be true or false, got {type(val).__name__}", f"adaptive.{key}", key, "adaptive"
+                )
+            continue
         if (
             isinstance(val, bool)
             or not isinstance(val, int | float)

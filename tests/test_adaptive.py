@@ -18,7 +18,20 @@ from hypothesis import strategies as st
 from scipy.special import expit
 
 from elo_per_token.analysis.run_table import RunTable
-from elo_per_token.analysis.sequential import OFF, ON, OPEN, assess, decision_z, pair_stats, report_z
+from elo_per_token.analysis.sequential import (
+    OFF,
+    ON,
+    OPEN,
+    assess,
+    claim_power,
+    decision_z,
+    futile,
+    holm_claims,
+    needs_data,
+    pair_stats,
+    reachable_needs,
+    report_z,
+)
 from elo_per_token.coordinator.adaptive import round_bounds, run_adaptive, task_order
 from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
 from elo_per_token.coordinator.replay import replay_adaptive, replay_runner
@@ -76,18 +89,54 @@ def test_width_keeps_frontier_arms_running_until_their_step_is_resolved():
 
 def test_arms_too_close_spend_the_whole_grid_and_stay_open():
     table = _table((1.0, 1.0, 1.0), (1000, 1200, 1400), tasks=300, seed=2)
-    out = replay_adaptive(table, AdaptiveSettings(seed=0))
+    out = replay_adaptive(table, AdaptiveSettings(seed=0, futility=False))
     assert out.result.stop_reason == "grid exhausted" and out.token_share > 0.95
     statuses = [r.status for r in out.result.reports]
     assert statuses[1:] == [OPEN, OPEN]  # never a confident wrong frontier for equal arms
     assert all("stayed open" in r.reason for r in out.result.reports[1:])
 
 
+def test_futility_stops_arms_the_grid_cannot_separate_and_says_open():
+    table = _table((1.0, 1.0, 1.0), (1000, 1200, 1400), tasks=300, seed=2)
+    out = replay_adaptive(table, AdaptiveSettings(seed=0))
+    assert out.token_share < 0.5 and "not separable within the grid" in out.result.stop_reason
+    reports = out.result.reports
+    assert [r.status for r in reports[1:]] == [OPEN, OPEN]  # open, never a confident frontier
+    assert all("not separable within the grid" in r.reason and "covers 0" in r.reason for r in reports[1:])
+    assert all(r.tasks < 300 and r.stopped_round is not None for r in reports[1:])
+
+
+def test_status_says_why_each_arm_stopped(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from elo_per_token.coordinator.adaptive_cli import print_state
+    from elo_per_token.coordinator.adaptive_state import write_state
+    from elo_per_token.ledger import open_ledger
+
+    table = _table((0.0, 1.0, 1.0, -0.5), (500, 1000, 1200, 5000), tasks=300, seed=2)
+    events: list[dict[str, object]] = []
+    res = run_adaptive(
+        table.families, table.arms, replay_runner(table), AdaptiveSettings(), on_round=events.append
+    )
+    led = open_ledger(tmp_path / "led")
+    write_state(led, "r", {**events[-1], "finished": True, "stop_reason": res.stop_reason})
+    buf = io.StringIO()
+    print_state(led, "r", Console(file=buf, width=400))
+    out = buf.getvalue()
+    stopped = [r for r in res.reports if r.stopped_round is not None]
+    assert stopped and "why each stopped" in out
+    for r in stopped:
+        assert f"{r.arm}: " in out and f"(after round {r.stopped_round + 1})" in out
+    assert res.reports[3].status == OFF and "arm3: off: " in out  # the costly weak arm is dominated
+
+
 def test_token_cap_stops_the_sweep():
     table = _table((0.0, 0.3, 0.6), (500, 900, 1300), tasks=300)
-    full = replay_adaptive(table, AdaptiveSettings())
+    full = replay_adaptive(table, AdaptiveSettings(futility=False))
     assert full.result.tokens_spent > 200_000  # without a cap these arms run (nearly) the whole grid
-    out = replay_adaptive(table, AdaptiveSettings(max_tokens=200_000))
+    out = replay_adaptive(table, AdaptiveSettings(max_tokens=200_000, futility=False))
     assert out.result.stop_reason.startswith("token cap") and "next round" in out.result.stop_reason
     # Stopped before the round that would pass the cap: under it, and within about one round of it.
     assert 200_000 - 30 * (500 + 900 + 1300) * 2 < out.result.tokens_spent <= 200_000
@@ -146,13 +195,114 @@ def test_hostile_results_give_bounded_decisions_in_bounded_time_and_memory(k, t,
     assert out.result.rounds_run <= out.result.rounds_planned <= max(1, t)
 
 
+_degenerate = st.sampled_from(["ties", "nan", "one", "huge", "zero", "random"])
+
+
+def _degenerate_matrix(kind: str, t: int, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    scores = rng.integers(0, 2, (t, k)).astype(float)
+    tokens = rng.uniform(1, 1e4, (t, k))
+    if kind == "ties":
+        scores[:] = 1.0
+    elif kind == "nan":
+        scores[:], tokens[:] = np.nan, np.nan
+    elif kind == "one":
+        scores, tokens = scores[:1], tokens[:1]
+    elif kind == "huge":
+        tokens[:] = 1e300
+    elif kind == "zero":
+        tokens[:] = 0.0
+    return scores, tokens
+
+
+@settings(max_examples=80, deadline=None)
+@given(kind=_degenerate, t=st.integers(1, 400), k=st.integers(1, 7), seed=st.integers(0, 2**16),
+       power=st.floats(0.01, 0.99), remaining=st.integers(0, 10**6))  # fmt: skip
+def test_stopping_functions_on_degenerate_matrices_decide_nothing_from_no_evidence(
+    kind, t, k, seed, power, remaining
+):
+    """All ties, all NaN, one task, huge or zero tokens: a valid assessment in bounded time and memory; no
+    confident quality claim without a score difference, no claim at all from no data or one task, and
+    futility only ever marks open arms (it never decides)."""
+    scores, tokens = _degenerate_matrix(kind, t, k, np.random.default_rng(seed))
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    z = decision_z(0.05, 9, k)
+    a = assess(pair_stats(scores, tokens, np.ones(scores.shape[0])), z, 2)
+    n_end = a.stats.n + remaining
+    fut = futile(a, n_end, z, power)
+    fut2, wants = reachable_needs(a, n_end, z, power)
+    need = needs_data(a, None, fut, wants)
+    cp = claim_power(a.stats.q, a.stats.q_se, a.stats.n, n_end, z)
+    elapsed = time.perf_counter() - t0
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert elapsed < 5 and peak < 20 * 2**20
+    assert set(a.status) <= {ON, OFF, OPEN} and len(a.status) == len(fut) == len(need) == k
+    assert np.all((cp >= 0) & (cp <= 1))
+    assert all(a.status[i] == OPEN for i in range(k) if fut[i]) and fut2 == fut
+    # Only an open arm with a reachable decision wants comparisons, never with itself; it keeps running.
+    assert not wants.diagonal().any()
+    assert all(a.status[i] == OPEN and not fut[i] and need[i] for i in range(k) if wants[i].any())
+    live = [a.status[i] == OPEN and not fut[i] for i in range(k)]
+    assert need == [live[i] or (a.status[i] != OFF and bool(wants[:, i].any())) for i in range(k)]
+    if kind in ("ties", "nan", "one"):
+        assert not a.stronger.any()  # no score difference (or no data): no confident quality claim
+    if kind in ("nan", "one") and k > 1:
+        assert not a.cheaper.any() and a.status == [OPEN] * k
+    if kind == "zero":
+        assert not a.cheaper.any()  # equal tokens never make an arm confidently cheaper
+
+
+@settings(max_examples=60, deadline=None)
+@given(t=st.integers(2, 300), k=st.integers(2, 8), seed=st.integers(0, 2**16), looks=st.integers(1, 20),
+       kind=_degenerate)  # fmt: skip
+def test_holm_claims_include_every_bonferroni_claim_and_keep_the_claims_direction(t, k, seed, looks, kind):
+    """Holm's first step is the Bonferroni split over the arm's 2 (K - 1) tests: it claims at least as much;
+    every claim points the way the estimate does, and pairs without data claim nothing."""
+    rng = np.random.default_rng(seed)
+    scores, tokens = _degenerate_matrix(kind, t, k, rng)
+    scores = scores + (rng.uniform(size=scores.shape) < 0.3) * rng.integers(0, 2, k)[None, :]
+    stats = pair_stats(scores, tokens, np.ones(scores.shape[0]))
+    stronger, cheaper = holm_claims(stats, 0.05, looks, 2)
+    bonf = assess(stats, decision_z(0.05, looks, k), 2)
+    assert np.all(stronger >= bonf.stronger) and np.all(cheaper >= bonf.cheaper)
+    with np.errstate(invalid="ignore"):
+        assert not np.any(stronger & ~(stats.q > 0)) and not np.any(cheaper & ~(stats.c < 0))
+    assert not np.any((stronger | cheaper) & (stats.n < 2))
+
+
+def test_claim_power_is_1_when_confident_0_when_no_data_can_come_and_falls_with_the_estimate():
+    z = 3.0
+    conf = claim_power(np.array(0.5), np.array(0.1), np.array(100), np.array(100), z)
+    stuck = claim_power(np.array(0.05), np.array(0.1), np.array(100), np.array(100), z)
+    assert float(conf) == 1.0 and float(stuck) == 0.0
+    powers = [
+        float(claim_power(np.array(m), np.array(0.1), np.array(50), np.array(500), z))
+        for m in (0.0, 0.1, 0.3)
+    ]
+    assert powers[0] < 0.01 < powers[1] < powers[2] and powers[2] > 0.99
+
+
+def test_plan_futility_must_be_a_boolean():
+    from elo_per_token.contracts.errors import InputError
+    from elo_per_token.coordinator.plan import parse_plan
+
+    with pytest.raises(InputError) as ei:
+        parse_plan(plan_toml([("greedy", [1])], {"adaptive": {"futility": 1}}, name="x", suites=["math"]))
+    assert ei.value.field == "adaptive.futility"
+    plan = parse_plan(
+        plan_toml([("greedy", [1])], {"adaptive": {"futility": False}}, name="x", suites=["math"])
+    )
+    assert plan is not None
+
+
 def test_failed_jobs_are_skipped_not_scored():
     table = _table((0.0, 1.0), (500, 1500), tasks=60)
     table.scores[::7, 1] = np.nan  # jobs the full run had no graded result for
     runner = replay_runner(table)
     got = runner(0, list(range(14)), [0, 1])
     assert (0, 1) not in got and (1, 1) in got and len(got) == 14 * 2 - 2
-    res = run_adaptive(table.families, table.arms, runner, AdaptiveSettings())
+    res = run_adaptive(table.families, table.arms, runner, AdaptiveSettings(futility=False))
     assert res.reports[1].tasks == 60 - len(range(0, 60, 7))
 
 
@@ -162,7 +312,7 @@ def test_failed_jobs_are_skipped_not_scored():
 def _adaptive_plan(tmp_path, name="ad1"):
     from elo_per_token.coordinator.plan import parse_plan
 
-    body = plan_toml([("greedy", [1]), ("majority", [3])], {"adaptive": {"rounds": 3, "min_rounds": 1}},
+    body = plan_toml([("greedy", [1]), ("majority", [3])], {"adaptive": {"rounds": 3, "min_rounds": 1, "futility": False}},
                      name=name, profile="sim-openai", suites=["math", "tool_use"], tasks_per_family=6, seed=3,
                      ledger=tmp_path / name, concurrency=2, bootstrap_rounds=0)  # fmt: skip
     return parse_plan(body)
@@ -254,7 +404,8 @@ def test_replay_of_a_full_run_makes_the_live_adaptive_sweeps_decisions(tmp_path,
     assert out.result.tokens_spent == pytest.approx(live.result.tokens_spent)
     assert out.full_tokens == pytest.approx(full.tally.tokens)
     cmd = [sys.executable, "-m", "elo_per_token", "replay-adaptive", run_dir]
-    res = subprocess.run([*cmd, "--seed", str(plan.seed), "--rounds", "3", "--min-rounds", "1", "--json"],
+    res = subprocess.run([*cmd, "--seed", str(plan.seed), "--rounds", "3", "--min-rounds", "1", "--no-futility",
+                          "--json"],
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     got = json.loads(res.stdout)
@@ -320,7 +471,7 @@ def test_adaptive_sweep_cli_with_a_wrong_key_stops_with_the_egress_exit_and_no_s
 
 @settings(max_examples=60, deadline=None)
 @given(blob=st.one_of(st.binary(max_size=200), st.dictionaries(st.sampled_from(["round", "rounds", "tasks", "tokens",
-       "running", "status", "finished", "stop_reason"]), st.one_of(st.none(), st.text(max_size=8), st.floats(),
+       "running", "status", "why", "finished", "stop_reason"]), st.one_of(st.none(), st.text(max_size=8), st.floats(),
        st.integers(), st.lists(st.text(max_size=4), max_size=3), st.dictionaries(st.text(max_size=4),
        st.text(max_size=4), max_size=3)), max_size=8).map(lambda d: __import__("json").dumps(d).encode())))  # fmt: skip
 def test_status_reads_a_hostile_adaptive_blob_without_crashing(tmp_path_factory, blob):
