@@ -1,4 +1,4 @@
-"""Stopping statistics of an adaptive sweep (issue 29): pure functions on per-task matrices.
+"""Stopping statistics of an adaptive sweep: pure functions on per-task matrices.
 
 Data: `scores` and `tokens` are [T, K] arrays (T tasks seen so far in the sweep's random order, K arms), NaN
 where an arm did not run the task (it had stopped, or the job failed); `task_weight` [T] is each task's weight

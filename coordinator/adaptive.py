@@ -1,4 +1,4 @@
-"""The adaptive sweep's round loop (issue 29): tasks in rounds, arms that are settled stop receiving tasks.
+"""The adaptive sweep's round loop: tasks in rounds, arms that are settled stop receiving tasks.
 
 Tasks are put in one random order, stratified by family (each round holds every family in proportion), and
 cut into `rounds` rounds; every arm still running gets the same tasks in a round. After each round the

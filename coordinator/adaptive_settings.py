@@ -1,4 +1,4 @@
-"""The adaptive sweep's settings (issue 29): `[adaptive]` in a plan, validated with file, line and field.
+"""The adaptive sweep's settings: `[adaptive]` in a plan, validated with file, line and field.
 
 Kept free of numpy/scipy: every plan parse runs `check_adaptive`, and the statistics are imported only by
 a sweep that runs adaptively.
