@@ -2,8 +2,8 @@
 
 `json.dumps` writes `NaN` / `Infinity` by default: not JSON, and once in a write-once job object they make
 `ept analyze` refuse the whole run, permanently. Provider fields are validated before they are stored
-(egress.client); what is left — a grader's informational details (`"got": inf` for a 400-digit answer) — is
-written as a string ("inf", "nan") instead of failing the job or the sweep.
+(egress.wire, by the protocol adapters); what is left — a grader's informational details (`"got": inf` for a
+400-digit answer) — is written as a string ("inf", "nan") instead of failing the job or the sweep.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ profile-level settings are the same for every arm, so they are recorded per call
                                       OpenAI-compatible gateways such as LiteLLM)
     extra_body        table           merged into the request body last (e.g. chat_template_kwargs)
 
-The provider client (egress.client) turns these into each protocol's fields; this module only
+The protocol adapters (egress.proto_chat, egress.proto_messages) turn these into each protocol's fields; this module only
 validates, merges and labels them.
 """
 

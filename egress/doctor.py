@@ -29,7 +29,8 @@ from elo_per_token.contracts.secrets import mask, scrub
 from elo_per_token.egress.profiles import Profile
 
 if TYPE_CHECKING:  # for annotations; run_checks imports the client where it runs
-    from elo_per_token.egress.client import ProviderClient, ProviderError
+    from elo_per_token.egress.client import ProviderClient
+    from elo_per_token.egress.errors import ProviderError
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 # Names of the network checks: run_checks finds a check by its name, never by its position in the list.
@@ -166,7 +167,7 @@ def _detail(e: ProviderError) -> str:
 
 def _check_completion(client: ProviderClient, p: Profile) -> Check:
     """One short completion: passes with the server's usage, fails without it or on a provider error."""
-    from elo_per_token.egress.client import ProviderError
+    from elo_per_token.egress.errors import ProviderError
 
     try:
         r = client.chat(
@@ -196,7 +197,8 @@ def _check_completion(client: ProviderClient, p: Profile) -> Check:
 
 def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float = 0.2) -> list[Check]:
     """All five checks; network checks are skipped when the key or base_url check fails."""
-    from elo_per_token.egress.client import ProviderClient, ProviderError
+    from elo_per_token.egress.client import ProviderClient
+    from elo_per_token.egress.errors import ProviderError
 
     key = profile.api_key()
     checks = [check_key(profile), check_base_url(profile)]
@@ -256,7 +258,7 @@ def check_n(client: ProviderClient, p: Profile, completion_works: bool) -> Check
     """Does n=2 return 2 choices? `supports_n = true` against a server that ignores n still yields k samples
     (ept asks again for the shortfall) but wastes a request per sample; `false` against one that honours it
     pays the prompt k times. Either disagreement is a warning, never a failure."""
-    from elo_per_token.egress.client import ProviderError
+    from elo_per_token.egress.errors import ProviderError
 
     name = N_CHECK
     if p.protocol != "openai":

@@ -1,9 +1,9 @@
 """Fuzz: provider bytes -> parsed response -> ledger record, with bounds on time and memory (issue 23).
 
 Hypothesis (fixed seed, a bounded number of examples: it runs in .ci/run with the rest of the suite) feeds
-hostile JSON into every parser of egress.client — plain bodies of both protocols, SSE streams of both — as
-whole values, as a field swapped into a valid reply, and as raw bytes. Each example must end in bounded time and
-memory either as a malformed response (`_Malformed`, retried and billed by the client) or as choices whose every
+hostile JSON into every parser of egress.proto_chat and egress.proto_messages — plain bodies of both protocols,
+SSE streams of both — as whole values, as a field swapped into a valid reply, and as raw bytes. Each example must end in bounded time and
+memory either as a malformed response (`Malformed`, retried and billed by the client) or as choices whose every
 stored field is typed, and whose record is strict JSON. Any other exception (TypeError, KeyError, RecursionError,
 ValueError…) is a bug of the kind issue 23 lists: it escaped as a `permanent` failure or a strategy crash.
 """
@@ -18,13 +18,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from elo_per_token.egress.client import (
-    _choices_or_malformed,
-    _Malformed,
-    _parse_json_text,
-    parse_chat_stream,
-    parse_messages_stream,
-)
+from elo_per_token.egress.errors import Malformed
+from elo_per_token.egress.proto_chat import chat_reply, parse_chat_stream
+from elo_per_token.egress.proto_messages import messages_reply, parse_messages_stream
+from elo_per_token.egress.wire import parse_json_text
 
 TIME_S = 2.0  # per example, a hang guard (typical: well under 10 ms)
 MEM_MB = 64  # per example, peak Python allocations
@@ -47,12 +44,12 @@ RAW = st.sampled_from(["NaN", "Infinity", "-Infinity", "9" * 5000, "[" * 50_000 
 
 
 def _bounded(fn: Any, *args: Any) -> Any:
-    """fn(*args) -> its value or the _Malformed it raised; asserts the time and memory bounds."""
+    """fn(*args) -> its value or the Malformed it raised; asserts the time and memory bounds."""
     tracemalloc.start()
     t0 = time.process_time()
     try:
         return fn(*args)
-    except _Malformed as e:
+    except Malformed as e:
         return e
     finally:
         took = time.process_time() - t0
@@ -64,7 +61,7 @@ def _bounded(fn: Any, *args: Any) -> Any:
 
 def _check_choices(out: Any) -> None:
     """Choices that got through: every stored field typed, and the record they make strict JSON."""
-    if isinstance(out, _Malformed):
+    if isinstance(out, Malformed):
         return
     choices, model = out[0], out[1] if len(out) == 2 else out[2]
     assert isinstance(model, (str, type(None)))
@@ -78,9 +75,14 @@ def _check_choices(out: Any) -> None:
                    allow_nan=False)  # fmt: skip
 
 
+def _reply(body: dict[str, Any], anthropic: bool) -> Any:
+    """The plain-body parser of one protocol."""
+    return messages_reply(body) if anthropic else chat_reply(body)
+
+
 def _plain(data: dict[str, Any], anthropic: bool) -> Any:
-    body = _parse_json_text(json.dumps(data))
-    return _choices_or_malformed(body, anthropic)
+    body = parse_json_text(json.dumps(data))
+    return _reply(body, anthropic)
 
 
 VALID_OPENAI = {"model": "m", "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi",
@@ -129,7 +131,7 @@ def test_one_field_swapped_for_raw_non_json(anthropic, path, raw):
     except (KeyError, IndexError, TypeError):
         return  # this path does not exist in this protocol's reply
     text = json.dumps(marker).replace('"@@RAW@@"', raw)
-    out = _bounded(lambda t: _choices_or_malformed(_parse_json_text(t), anthropic), text)
+    out = _bounded(lambda t: _reply(parse_json_text(t), anthropic), text)
     _check_choices(out)
 
 
@@ -139,8 +141,8 @@ def test_one_field_swapped_for_raw_non_json(anthropic, path, raw):
 def test_raw_bytes_as_a_body_or_a_stream(raw):
     text = raw.decode("utf-8", errors="surrogateescape")
     for fn in (
-        lambda t: _choices_or_malformed(_parse_json_text(t), False),
-        lambda t: _choices_or_malformed(_parse_json_text(t), True),
+        lambda t: _reply(parse_json_text(t), False),
+        lambda t: _reply(parse_json_text(t), True),
         parse_chat_stream,
         parse_messages_stream,
     ):

@@ -12,7 +12,8 @@ from datetime import UTC
 import pytest
 from fixtures_sim import SIM_KEY
 
-from elo_per_token.egress.client import ProviderClient, ProviderError
+from elo_per_token.egress.client import ProviderClient
+from elo_per_token.egress.errors import ProviderError
 
 MSGS = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 6 times 7?"}]
 
@@ -339,7 +340,7 @@ def test_hang_past_timeout_is_transient_timeout(sim):
 
 
 def test_connection_refused_is_unreachable_and_opens_a_circuit(sim):
-    from elo_per_token.egress.client import UNREACHABLE_CIRCUIT
+    from elo_per_token.egress.retry import UNREACHABLE_CIRCUIT
 
     port = sim.port
     sim.stop()
@@ -353,7 +354,7 @@ def test_connection_refused_is_unreachable_and_opens_a_circuit(sim):
     while not c.circuit_open():  # every further connect fails too
         with pytest.raises(ProviderError):
             c.chat(MSGS)
-    assert c._unreachable == UNREACHABLE_CIRCUIT
+    assert c.circuit.unreachable == UNREACHABLE_CIRCUIT
     t0 = time.perf_counter()
     for _ in range(5):  # open: refused at once, without connecting or backing off
         with pytest.raises(ProviderError) as ei:
@@ -372,7 +373,7 @@ def test_backoff_is_full_jitter_exponential_and_capped():
         backoff_cap=3.0,
     )
     for attempt, ceiling in ((1, 0.5), (2, 1.0), (3, 2.0), (5, 3.0)):
-        xs = [c._backoff(attempt) for _ in range(4000)]
+        xs = [c.retry_policy.pause(attempt) for _ in range(4000)]
         assert min(xs) >= 0 and max(xs) <= ceiling
         assert statistics.mean(xs) == pytest.approx(ceiling / 2, rel=0.06)  # uniform(0, ceiling)
 
@@ -425,14 +426,14 @@ def test_retry_after_header_forms():
     from datetime import datetime, timedelta
     from email.utils import format_datetime
 
-    from elo_per_token.egress.client import _retry_after
+    from elo_per_token.egress.errors import parse_retry_after
 
-    assert _retry_after({"retry-after": "3"}) == 3.0
-    assert _retry_after({"retry-after-ms": "250", "retry-after": "1"}) == 0.25
+    assert parse_retry_after({"retry-after": "3"}) == 3.0
+    assert parse_retry_after({"retry-after-ms": "250", "retry-after": "1"}) == 0.25
     when = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
-    assert 25 <= _retry_after({"retry-after": when}) <= 31
-    assert _retry_after({"retry-after": "soon"}) is None
-    assert _retry_after({}) is None and _retry_after(None) is None
+    assert 25 <= parse_retry_after({"retry-after": when}) <= 31
+    assert parse_retry_after({"retry-after": "soon"}) is None
+    assert parse_retry_after({}) is None and parse_retry_after(None) is None
 
 
 def test_one_client_shared_by_many_threads(make_sim):

@@ -16,8 +16,10 @@ import time
 import pytest
 from hostile_provider import start_hostile
 
-from elo_per_token.egress.client import ProviderClient, ProviderError, _Malformed, parse_messages_stream
+from elo_per_token.egress.client import ProviderClient
+from elo_per_token.egress.errors import Malformed, ProviderError
 from elo_per_token.egress.profiles import Profile
+from elo_per_token.egress.proto_messages import parse_messages_stream
 
 KEY = "sk-canary-0123456789abcdefWXYZ"
 MSGS = [{"role": "user", "content": "What is 2 + 3? End with 'Answer: N'."}]
@@ -153,7 +155,7 @@ def test_cut_tool_call_stream_is_malformed():
         '{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t1","name":"f","input":{}}}',
         '{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\\"a\\": [1, 2"}}',
     ]
-    with pytest.raises(_Malformed, match="tool call"):
+    with pytest.raises(Malformed, match="tool call"):
         parse_messages_stream("".join(f"data: {e}\n\n" for e in events))
 
 

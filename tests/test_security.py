@@ -201,7 +201,8 @@ def test_canary_key_never_leaks_through_a_distributed_sweep(tmp_path, redis_serv
 
 def test_exception_text_never_carries_the_key(make_sim, monkeypatch):
     """401, 404 and connection failures: message, str, repr and the formatted traceback are all clean."""
-    from elo_per_token.egress.client import ProviderClient, ProviderError
+    from elo_per_token.egress.client import ProviderClient
+    from elo_per_token.egress.errors import ProviderError
     from elo_per_token.egress.profiles import Profile
 
     sim = make_sim(api_key="sk-some-other-key-0000000000000")
@@ -222,7 +223,8 @@ def test_exception_text_never_carries_the_key(make_sim, monkeypatch):
 
 
 def test_credential_error_names_env_var_and_masks(make_sim, monkeypatch):
-    from elo_per_token.egress.client import ProviderClient, ProviderError
+    from elo_per_token.egress.client import ProviderClient
+    from elo_per_token.egress.errors import ProviderError
     from elo_per_token.egress.profiles import Profile
 
     sim = make_sim(api_key="sk-some-other-key-0000000000000")

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def tiny_run(job: Job, provider) -> JobResult:
     """A minimal job (budget_n calls, answer = first reply) to test the plumbing apart from the strategies."""
-    from elo_per_token.egress.client import ProviderError
+    from elo_per_token.egress.errors import ProviderError
 
     calls, answer = [], None
     try:

@@ -10,7 +10,8 @@ from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.records import JobResult, Outcome
 from elo_per_token.contracts.secrets import scrub
 from elo_per_token.contracts.tasks import Task
-from elo_per_token.egress.client import ProviderClient, ProviderError
+from elo_per_token.egress.client import ProviderClient
+from elo_per_token.egress.errors import ProviderError
 from elo_per_token.worker.graders import GradeResult, grade, grader_for
 from elo_per_token.worker.graders.registry import GradingUnavailable
 from elo_per_token.worker.sandbox.bwrap import SandboxUnavailable

@@ -18,7 +18,8 @@ from elo_per_token.contracts.prompts import judge_messages, parse_winner
 from elo_per_token.contracts.records import JUDGE_STRATEGY, JobResult, Outcome
 from elo_per_token.contracts.secrets import scrub
 from elo_per_token.contracts.tasks import Task
-from elo_per_token.egress.client import ProviderClient, ProviderError
+from elo_per_token.egress.client import ProviderClient
+from elo_per_token.egress.errors import ProviderError
 from elo_per_token.worker.strategies.base import JobContext
 
 

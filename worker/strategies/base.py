@@ -22,7 +22,8 @@ from elo_per_token.contracts.jobs import Job, derive_seed
 from elo_per_token.contracts.prompts import parse_score, solve_messages, verify_messages
 from elo_per_token.contracts.records import CallRecord
 from elo_per_token.contracts.tasks import Task
-from elo_per_token.egress.client import ChatResponse, Discarded, ProviderClient, ProviderError
+from elo_per_token.egress.client import ChatResponse, ProviderClient
+from elo_per_token.egress.errors import Discarded, ProviderError
 from elo_per_token.worker.graders import final_answer
 from elo_per_token.worker.tools import execute_tool
 from elo_per_token.worker.transcript import Recorder
