@@ -91,6 +91,16 @@ async def _completion_response(
     return _answer(request, state, body, meta, k, fault, anthropic, responses)
 
 
+def _bad_token_limit(body: dict[str, Any]) -> str | None:
+    """The token-limit field that is not a non-negative integer (a float, string, list, bool…), if any: the
+    token counts add it to the prompt's, so a wrong type is the client's 400, not the server's crash."""
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            return name
+    return None
+
+
 async def _read_body(
     request: web.Request, cfg: SimConfig, anthropic: bool, responses: bool
 ) -> tuple[dict[str, Any], web.Response | None]:
@@ -99,7 +109,7 @@ async def _read_body(
         body = await request.json()
         if not isinstance(body, dict):
             raise ValueError("body must be a JSON object")
-    except (ValueError, json.JSONDecodeError) as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: nesting deeper than the parser's stack
         return {}, error_response(400, f"Invalid JSON body: {e}", "invalid_request_error", None, anthropic)
     model = body.get("model")
     if not isinstance(model, str) or not model:
@@ -113,6 +123,10 @@ async def _read_body(
     if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) and m.get("role") for m in msgs):
         return body, error_response(400, "'messages' must be a non-empty list of objects with a role",
                             "invalid_request_error", None, anthropic)  # fmt: skip
+    bad_limit = _bad_token_limit(body)
+    if bad_limit:
+        return body, error_response(400, f"'{bad_limit}' must be a non-negative integer", "invalid_request_error",
+                                    None, anthropic)  # fmt: skip
     if anthropic and not isinstance(body.get("max_tokens"), int):
         return body, error_response(
             400, "max_tokens: Field required", "invalid_request_error", None, anthropic

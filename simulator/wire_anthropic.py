@@ -9,24 +9,34 @@ from elo_per_token.simulator.generic import BrainReply
 from elo_per_token.simulator.sse import Event, pieces
 
 
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """The objects of a JSON list (anything else in a client's body counts as absent)."""
+    return [x for x in value if isinstance(x, dict)] if isinstance(value, list) else []
+
+
+def _texts(blocks: Any) -> str:
+    """The text of a list of blocks, one line each (blocks without string text give empty lines)."""
+    return "\n".join(t if isinstance(t := b.get("text", ""), str) else "" for b in _dicts(blocks))
+
+
 def anthropic_to_openai(
     body: dict[str, Any],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, str]:
-    """Anthropic messages/tools -> OpenAI-style messages/tools for the brain; also the system text."""
+    """Anthropic messages/tools -> OpenAI-style messages/tools for the brain; also the system text. Parts of a
+    hostile body of the wrong type (a number for a list, a string for a block) count as absent."""
     system = body.get("system") or ""
-    if isinstance(system, list):
-        system = "\n".join(b.get("text", "") for b in system if isinstance(b, dict))
+    system = _texts(system) if isinstance(system, list) else system if isinstance(system, str) else ""
     msgs: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-    for m in body.get("messages") or []:
+    for m in _dicts(body.get("messages")):
         content = m.get("content")
         if isinstance(content, str):
             msgs.append({"role": m.get("role"), "content": content})
             continue
         texts, calls = [], []
-        for b in content or []:
+        for b in _dicts(content):
             t = b.get("type")
             if t == "text":
-                texts.append(b.get("text", ""))
+                texts.append(text if isinstance(text := b.get("text", ""), str) else "")
             elif t == "tool_use":
                 calls.append(
                     {
@@ -37,12 +47,13 @@ def anthropic_to_openai(
                 )
             elif t == "tool_result":
                 c = b.get("content")
-                c = (
-                    c
-                    if isinstance(c, str)
-                    else "\n".join(x.get("text", "") for x in c or [] if isinstance(x, dict))
+                msgs.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": b.get("tool_use_id"),
+                        "content": c if isinstance(c, str) else _texts(c),
+                    }
                 )
-                msgs.append({"role": "tool", "tool_call_id": b.get("tool_use_id"), "content": c})
         if texts or calls:
             msg: dict[str, Any] = {"role": m.get("role"), "content": "\n".join(texts) if texts else None}
             if calls:
@@ -57,7 +68,7 @@ def anthropic_to_openai(
                 "parameters": t.get("input_schema", {}),
             },
         }
-        for t in body.get("tools") or []
+        for t in _dicts(body.get("tools"))
     ] or None
     return msgs, tools, system
 

@@ -24,7 +24,9 @@ def responses_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
         text = (
             c
             if isinstance(c, str)
-            else "\n".join(str(p.get("text", "")) for p in c or [] if isinstance(p, dict) and "text" in p)
+            else "\n".join(str(p.get("text", "")) for p in c if isinstance(p, dict) and "text" in p)
+            if isinstance(c, list)
+            else ""
         )
         role = item.get("role") if item.get("role") in ("user", "assistant", "system") else "user"
         msgs.append({"role": "system" if role == "developer" else role, "content": text})
