@@ -162,6 +162,17 @@ def _generation(request: web.Request, state: SimState, body: dict[str, Any], k: 
             "thinking_budget": thinking, "stop": stop}  # fmt: skip
 
 
+def _valid_tools(tools: Any) -> bool:
+    """Whether tool specs are a list of objects whose function, if any, is an object with a string (or no)
+    name: the brain may call any tool, and a call's name is counted as text."""
+    if tools is None:
+        return True
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        return False
+    fns = [t["function"] for t in tools if "function" in t]
+    return all(isinstance(f, dict) and isinstance(f.get("name"), str | None) for f in fns)
+
+
 def _answer(
     request: web.Request, state: SimState, body: dict[str, Any], meta: dict[str, str], k: int, fault: str,
     anthropic: bool, responses: bool,
@@ -179,6 +190,9 @@ def _answer(
             return error_response(
                 400, "'n' must be an integer in 1..128", "invalid_request_error", None, anthropic
             )
+    if not _valid_tools(tools):
+        return error_response(400, "'tools' must be a list of objects with a string function name",
+                              "invalid_request_error", None, anthropic)  # fmt: skip
     gen = _generation(request, state, body, k)
     seed, max_tokens = gen.pop("seed"), gen.pop("max_tokens")
     p_tok = prompt_tokens(
