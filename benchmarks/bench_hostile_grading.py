@@ -124,7 +124,7 @@ def main() -> None:
     ap.add_argument("--replicates", type=int, default=2)
     ap.add_argument("--math-timeout", type=float, default=3.0)
     args = ap.parse_args()
-    from elo_per_token.simulator.server import start_in_thread
+    from elo_per_token.simulator.control import start_in_thread
 
     sim = start_in_thread({"api_key": KEY}, brain=HostileBrain())
     tmp = Path(tempfile.mkdtemp(prefix="ept-hostile-"))

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.environ.get("PYTHONPATH") or str(Path(__file__).resolve().parents[1]))
-from elo_per_token.simulator.server import start_in_thread
+from elo_per_token.simulator.control import start_in_thread
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "storm"
 cfg = {"api_key": "sk-canary-0123456789abcdefWXYZ"}

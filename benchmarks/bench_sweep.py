@@ -43,7 +43,7 @@ def start_sim(tmp: Path) -> tuple[subprocess.Popen, str]:
     p = subprocess.Popen([sys.executable, "-m", "elo_per_token", "simulate", "--port", str(port)], stdout=log,
                          stderr=subprocess.STDOUT, env=env)  # fmt: skip
     root = f"http://127.0.0.1:{port}"
-    from elo_per_token.simulator.server import SimControl
+    from elo_per_token.simulator.control import SimControl
 
     deadline = time.monotonic() + 30
     while True:
@@ -227,7 +227,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="ept-bench-"))
     sim_proc, root = start_sim(tmp)
     url = root + "/v1"
-    from elo_per_token.simulator.server import SimControl
+    from elo_per_token.simulator.control import SimControl
 
     ctl = SimControl(root)
     redis = start_redis(tmp / "redis")

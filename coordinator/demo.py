@@ -22,7 +22,7 @@ def run_demo(
     from elo_per_token.coordinator.plan import parse_plan
     from elo_per_token.coordinator.sweep import execute, plan_jobs
     from elo_per_token.egress.profiles import Profile
-    from elo_per_token.simulator.server import start_in_thread
+    from elo_per_token.simulator.control import start_in_thread
 
     out = Path(out)
     plan = parse_plan(demo_plan_text(), file="coordinator/demo_plan.toml")

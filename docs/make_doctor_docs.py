@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from elo_per_token.simulator.server import start_in_thread  # noqa: E402
+from elo_per_token.simulator.control import start_in_thread  # noqa: E402
 
 DOC_KEY = "sk-sim-docs-example-key-7f3a"  # a dummy key the doc simulator accepts; shown masked as sk-…7f3a
 PORT = 18765

@@ -2,5 +2,5 @@
 
 It gives the project a provider it can always reach: deterministic answers for a seed, configurable
 latency and faults, and request statistics (docs/simulator.md). In-process use:
-`simulator.server.start_in_thread(config) -> RunningSimulator(url, stop())`.
+`simulator.control.start_in_thread(config) -> RunningSimulator(url, stop())`.
 """

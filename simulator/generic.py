@@ -1,6 +1,6 @@
 """The simulator's "brain" protocol, and a generic brain that writes plausible text.
 
-The HTTP server (simulator/server.py) turns each request into one BrainRequest per choice and asks a
+The HTTP server (simulator/completion.py) turns each request into one BrainRequest per choice and asks a
 Brain for a BrainReply. simulator/brain.py (TaskBrain) knows the built-in suites; GenericBrain is the
 fallback for anything else. A brain must be deterministic: the same BrainRequest gives the same reply.
 """

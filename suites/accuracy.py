@@ -49,7 +49,7 @@ def run_arms(
     from elo_per_token.contracts.jobs import Job
     from elo_per_token.egress.client import ProviderClient
     from elo_per_token.egress.profiles import Profile
-    from elo_per_token.simulator.server import start_in_thread
+    from elo_per_token.simulator.control import start_in_thread
     from elo_per_token.worker.job import run_job
 
     sim = start_in_thread(sim_config or {})

@@ -26,7 +26,7 @@ class SimHandle:
     url: str  # base_url for OpenAI clients, including /v1
     root: str  # http://127.0.0.1:PORT (Anthropic clients' base_url)
     port: int
-    control: Any  # simulator.server.SimControl: .set(**cfg), .config(), .stats(), .reset()
+    control: Any  # simulator.control.SimControl: .set(**cfg), .config(), .stats(), .reset()
     running: Any
 
     def profile(self, protocol: str = "openai", **overrides: Any) -> Any:
@@ -51,7 +51,7 @@ class SimHandle:
 
 
 def _start(config: dict[str, Any] | None = None, *, brain: Any = None, **kw: Any) -> SimHandle:
-    from elo_per_token.simulator.server import start_in_thread
+    from elo_per_token.simulator.control import start_in_thread
 
     r = start_in_thread({**(config or {}), **kw}, brain=brain)
     return SimHandle(url=r.url, root=r.root, port=r.port, control=r.control, running=r)

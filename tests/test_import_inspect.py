@@ -63,7 +63,7 @@ def _inspect_run(sim, log_dir: Path, temperature: float, fmt: str) -> str:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    from elo_per_token.simulator.server import start_in_thread
+    from elo_per_token.simulator.control import start_in_thread
 
     sim = start_in_thread({})
     try:

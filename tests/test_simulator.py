@@ -14,8 +14,8 @@ from fixtures_sim import SIM_KEY
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.simulator.config import load_config
+from elo_per_token.simulator.control import start_in_thread
 from elo_per_token.simulator.generic import BrainReply, BrainRequest
-from elo_per_token.simulator.server import start_in_thread
 
 
 def call(
