@@ -99,6 +99,7 @@ def _records(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_two_inspect_runs_import_and_analyze(runs, tmp_path):
     logs, served, _ = runs
     rec = tmp_path / "rec.jsonl"

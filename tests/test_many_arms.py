@@ -35,6 +35,7 @@ def grid(tmp_path_factory) -> Path:
     return log
 
 
+@pytest.mark.slow
 def test_200_arms_write_every_file_with_filtered_terminal(grid: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = ept(

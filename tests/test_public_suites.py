@@ -196,6 +196,7 @@ def test_bfcl_questions_repeated_with_other_tools_are_told_apart_by_the_tools():
             assert {c["name"].removesuffix("_x") for c in reply.tool_calls or []} <= names
 
 
+@pytest.mark.slow
 @pytestmark_bfcl
 def test_public_benchmarks_plan_runs_end_to_end(sim, tmp_path):
     from pathlib import Path

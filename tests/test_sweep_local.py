@@ -256,6 +256,7 @@ def _ledger_view(led, run_id):
     return view
 
 
+@pytest.mark.slow
 def test_interrupted_coordinator_resumes_without_running_a_job_twice(tmp_path, make_sim):
     sim = make_sim(api_key=SIM_KEY, latency_ms=40)
     led_dir = tmp_path / "interrupted"
