@@ -9,6 +9,10 @@ machine says so with `@pytest.mark.ci_may_skip("why")`. The summary line prints 
 from __future__ import annotations
 
 import os
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +21,64 @@ pytest_plugins = ["fixtures_sim", "fixtures_services", "fixtures_faults"]
 
 def in_ci() -> bool:
     return os.environ.get("EPT_CI", "").strip() not in ("", "0", "false", "no")
+
+
+TESTS = Path(__file__).resolve().parent
+
+# The fixtures that start a real Redis, SeaweedFS or Celery worker (fixtures_services.py), and the helpers a
+# test or fixture calls to start one itself (fixtures_services.py, fixtures_faults.py, redis_server_path for a
+# hand-started Redis). A test reaching any of them, directly or through a helper or fixture in tests/, is
+# marked `services`; `.ci/run` runs those in the second lane.
+SERVICE_FIXTURES = frozenset({"redis_server", "s3_server", "s3_env", "s3_bucket"})
+SERVICE_HELPERS = frozenset(
+    {
+        "start_redis", "start_seaweed", "weed_command", "start_celery_workers", "start_workers",
+        "start_redis_on", "start_weed_on", "fault_rig", "redis_server_path", "weed_path",
+    }
+)  # fmt: skip
+# A code object holding both constants runs `python -m elo_per_token worker`: a Celery worker process.
+WORKER_ARGV = ("elo_per_token", "worker")
+
+
+def _code_reaches_services(code: types.CodeType, glb: dict[str, Any], seen: set[int]) -> bool:
+    if not SERVICE_HELPERS.isdisjoint(code.co_names) or all(a in code.co_consts for a in WORKER_ARGV):
+        return True
+    for const in code.co_consts:  # nested functions, lambdas, comprehensions
+        if isinstance(const, types.CodeType) and _code_reaches_services(const, glb, seen):
+            return True
+    for name in code.co_names:  # helpers defined in tests/, followed transitively
+        target = glb.get(name)
+        if isinstance(target, types.FunctionType) and _reaches_services(target, seen):
+            return True
+    return False
+
+
+def _reaches_services(func: Callable[..., Any], seen: set[int] | None = None) -> bool:
+    """Whether `func` (a test, a fixture or a helper defined in tests/) can start a real service."""
+    seen = set() if seen is None else seen
+    func = getattr(func, "__wrapped__", func)
+    code = getattr(func, "__code__", None)
+    if code is None or id(code) in seen or not code.co_filename.startswith(str(TESTS)):
+        return False
+    seen.add(id(code))
+    return _code_reaches_services(code, getattr(func, "__globals__", {}), seen)
+
+
+def uses_services(item: pytest.Item) -> bool:
+    """Whether a collected test uses a service fixture or starts a service through its own code or fixtures."""
+    if not SERVICE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
+        return True
+    funcs = [getattr(item, "function", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in info.name2fixturedefs.values() if info is not None else ():
+        funcs += [d.func for d in defs]
+    return any(f is not None and _reaches_services(f) for f in funcs)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("services") is None and uses_services(item):
+            item.add_marker(pytest.mark.services)
 
 
 def pytest_configure(config: pytest.Config) -> None:

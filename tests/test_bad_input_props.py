@@ -143,6 +143,7 @@ def _check_named(text: str, file: Path, line: int) -> None:
 # ---- call logs, outcome records, judgments through `ept analyze` ----------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["calls.jsonl", "outcomes.jsonl"])
 @SETTINGS
 @given(data=st.data())

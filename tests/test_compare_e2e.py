@@ -4,24 +4,17 @@ the CI example's files, and the acceptance check on real simulator sweeps with t
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import run_ept
 from fixtures_plans import write_plan_file
 from test_compare import write_ledger_run  # tests/ is on sys.path (rootdir conftest)
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def ept(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    import os
-
-    return subprocess.run(
-        [sys.executable, "-m", "elo_per_token", *args], cwd=cwd, capture_output=True, text=True, timeout=600,
-        env={**os.environ, **(env or {})},
-    )  # fmt: skip
+ept = run_ept  # the CLI in this process (tests/cli_runner.py)
 
 
 @pytest.fixture(scope="module")

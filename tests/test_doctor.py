@@ -148,6 +148,7 @@ def test_unlisted_model(sim, keyed_env):
     assert checks[4].fix.startswith("set `model` in the profile to a name the server lists")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
 def test_no_model_list_is_a_warning_when_completions_work(sim, keyed_env, protocol):
     """A server without GET /models (404) passes the doctor if the tiny completion works, whatever the n check
@@ -195,6 +196,7 @@ def run_cli(args: list[str], env_key: str | None) -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.slow
 def test_cli_exit_codes_and_no_key_in_output(sim_keyed, tmp_path):
     pf = tmp_path / "profiles.toml"
     pf.write_text(f'[profiles.s]\nbase_url = "{sim_keyed.url}"\napi_key_env = "{ENV}"\nmodel = "ept-sim-1"\n')

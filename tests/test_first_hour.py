@@ -53,6 +53,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 # ---------------------------------------------------------------- item 4: full width through a pipe
 
 
+@pytest.mark.slow
 def test_demo_through_a_pipe_shows_every_column_in_full(demo: tuple[Path, str]) -> None:
     _, out = demo
     assert "…" not in out, out  # rich's ellipsis: a cut cell or header
@@ -98,6 +99,7 @@ class _Cells(HTMLParser):
             self.values[(self._arm, a["data-col"])] = a.get("data-value")
 
 
+@pytest.mark.slow
 def test_report_of_a_run_shows_the_numbers_of_its_table(demo: tuple[Path, str]) -> None:
     """`ept report RUN` analyses with the run's plan settings: the page equals report.json, which the demo wrote
     from the very analysis whose table it printed (200 rounds, seed 7), interval for interval."""
@@ -194,6 +196,7 @@ def test_help_has_no_python_type_tags() -> None:
 # ---------------------------------------------------------------- item 10: the HTML page's layout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium not installed (CI installs it)")
 def test_html_plots_span_the_page_with_readable_text_and_the_manifest_is_collapsed(
     demo: tuple[Path, str], tmp_path: Path
@@ -345,6 +348,7 @@ def test_every_third_party_module_the_tests_import_is_installed_by_the_dev_extra
     assert "yaml" in third_party  # the check sees the imports it is about
 
 
+@pytest.mark.slow
 def test_ci_turns_skips_into_failures_and_prints_the_count(tmp_path: Path) -> None:
     conftest = (REPO / "tests" / "conftest.py").read_text()
     (tmp_path / "conftest.py").write_text(

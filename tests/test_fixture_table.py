@@ -88,6 +88,7 @@ def run_analyze(out: Path, *extra: str) -> dict:
     return json.loads((out / "report.json").read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("anchor", [None, "best_of_n@16"])
 def test_every_column_matches_hand_computation(tmp_path: Path, anchor: str | None) -> None:
     a_idx = ARMS.index(anchor) if anchor else G  # default anchor: the cheapest arm

@@ -15,6 +15,7 @@ import time
 import tracemalloc
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
@@ -184,6 +185,7 @@ def test_hostile_chat_streams(events):
     _check_choices(_bounded(parse_chat_stream, _sse(events)))
 
 
+@pytest.mark.slow
 @seed(23)
 @SETTINGS
 @given(st.lists(st.one_of(MESSAGE_EVENT, RAW), max_size=6))

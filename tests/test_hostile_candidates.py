@@ -299,6 +299,7 @@ def _failed(res: dict) -> str:
     return res["reason"]
 
 
+@pytest.mark.slow
 def test_nothing_leaks_anywhere(report):
     graded = json.dumps(report["results"])  # everything the grader returned (controls aside)
     assert CANARY not in graded and FILE_CANARY not in graded

@@ -149,6 +149,7 @@ def test_a_newline_flood_reply_is_graded_as_a_loss_in_bounded_time(make_sim):
 # ---- item 2: math-verify in a killable process --------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "answer",
     [
@@ -419,8 +420,8 @@ def _profiles(tmp_path: Any, url: str) -> Any:
     return p
 
 
-@pytest.mark.services
 @pytest.mark.slow
+@pytest.mark.services
 def test_a_newline_flood_through_celery_is_graded_once_paid_once_and_pings_answered(
     tmp_path, make_sim, redis_server, s3_env, s3_bucket, monkeypatch
 ):

@@ -4,6 +4,7 @@ result or a clean exit-2 error — never a write outside the run, a traceback, o
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import run_ept, run_ept_process
 from fixtures_sim import SIM_KEY
 
 from elo_per_token.contracts.jobs import Job
@@ -20,10 +22,10 @@ from elo_per_token.ledger import open_ledger
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _ept(*args: str, env: dict | None = None, cwd=None, timeout: float = 180) -> subprocess.CompletedProcess:
-    full = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, env=full,
-                          cwd=cwd, timeout=timeout)  # fmt: skip
+# The CLI in this process (tests/cli_runner.py), at a terminal width wide enough for its tables.
+_ept = functools.partial(run_ept, columns=200)
+# A child process where the test bounds the command's time (hostile input must not hang it).
+_ept_process = functools.partial(run_ept_process, columns=200)
 
 
 def _math_task(task_id: str, family: str) -> dict:
@@ -233,7 +235,7 @@ def test_plan_upper_bounds_exit_2_with_file_line_field(tmp_path, extra, line, fi
     arms = '\n[[arms]]\nstrategy = "greedy"\nbudgets = [1]\n'
     # Tables must come after top-level keys; arms go last either way.
     plan.write_text(head + extra + arms)
-    r = _ept("sweep", str(plan), cwd=tmp_path, timeout=60)
+    r = _ept_process("sweep", str(plan), cwd=tmp_path, timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
     assert f"{plan}:{line}" in r.stderr and f"'{field}'" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "led").exists()
@@ -243,11 +245,11 @@ def test_huge_budget_and_strategy_params_are_refused_before_anything_runs(tmp_pa
     plan = tmp_path / "p.toml"
     plan.write_text('name = "b"\nsuites = ["math"]\nledger = "led"\n\n[[arms]]\nstrategy = "majority"\n'
                     'budgets = [4, 1000000000]\n\n[[arms]]\nstrategy = "tree_search"\nbudgets = [2]\n')  # fmt: skip
-    r = _ept("sweep", str(plan), cwd=tmp_path, timeout=60)
+    r = _ept_process("sweep", str(plan), cwd=tmp_path, timeout=60)
     assert r.returncode == 2 and f"{plan}:7" in r.stderr and "arms[0].budgets" in r.stderr, r.stderr
     plan.write_text('name = "b"\nsuites = ["math"]\nledger = "led"\n\n[[arms]]\nstrategy = "tree_search"\n'
                     'budgets = [2]\nparams = { depth = 1000000000 }\n')  # fmt: skip
-    r = _ept("sweep", str(plan), cwd=tmp_path, timeout=60)
+    r = _ept_process("sweep", str(plan), cwd=tmp_path, timeout=60)
     assert r.returncode == 2 and f"{plan}:8" in r.stderr and "arms[0].params" in r.stderr, r.stderr
     assert not (tmp_path / "led").exists()
 
@@ -259,7 +261,7 @@ def test_jobs_per_plan_are_bounded_from_counts_with_an_override(tmp_path):
     plan = tmp_path / "p.toml"
     plan.write_text('name = "b"\nsuites = ["math"]\nledger = "led"\nreplicates = 50\n\n[[arms]]\n'
                     'strategy = "majority"\nbudgets = [2, 4]\n')  # fmt: skip
-    r = _ept("sweep", str(plan), "--max-jobs", "10", cwd=tmp_path, timeout=60)
+    r = _ept_process("sweep", str(plan), "--max-jobs", "10", cwd=tmp_path, timeout=60)
     assert r.returncode == 2 and "'max_jobs'" in r.stderr and "over the limit of 10" in r.stderr, r.stderr
     assert "--max-jobs" in r.stderr and not (tmp_path / "led").exists()
     # 10^4 replicates x 10^4 tasks x 2 budgets = 2x10^8 jobs: refused from the counts, nothing built.
@@ -372,7 +374,7 @@ _BAD_LINES = [
 )
 def test_bad_log_lines_exit_2_naming_line_and_field(tmp_path, raw, field):
     log = _write_log(tmp_path / "log.jsonl", _log_lines({"greedy": 1, "majority": 4}), [raw])
-    r = _ept("analyze", str(log), "--rounds", "0", "--no-plots", timeout=120)
+    r = _ept_process("analyze", str(log), "--rounds", "0", "--no-plots", timeout=120)
     assert r.returncode == 2, r.stdout + r.stderr[-2000:]
     assert "Traceback" not in r.stderr and f"{log}:25" in r.stderr.replace("\n", ""), r.stderr
     if field:
@@ -409,7 +411,7 @@ def test_unreachable_broker_is_an_exit_2_error_with_the_url_masked(tmp_path):
     plan.write_text(f'name = "c"\nsuites = ["math"]\ntasks_per_family = 1\nledger = "{tmp_path / "led"}"\n'
                     'executor = "celery"\n[[arms]]\nstrategy = "greedy"\nbudgets = [1]\n')  # fmt: skip
     url = f"redis://:brokerPassw0rd-123@127.0.0.1:{free_port()}/0"
-    r = _ept("sweep", str(plan), env={"EPT_BROKER_URL": url, "EPT_RESULT_BACKEND": url}, timeout=120)
+    r = _ept_process("sweep", str(plan), env={"EPT_BROKER_URL": url, "EPT_RESULT_BACKEND": url}, timeout=120)
     assert r.returncode == 2, r.stdout + r.stderr[-2000:]
     err = r.stderr.replace("\n", " ")
     assert "Traceback" not in err and "EPT_BROKER_URL" in err and "cannot use the broker" in err
@@ -423,7 +425,7 @@ def test_wrong_s3_credentials_are_an_exit_2_error(tmp_path, s3_server, s3_bucket
     # A provider key is set: a missing one is refused before the ledger is touched (issue 27).
     env = {**s3_server.env(), "AWS_SECRET_ACCESS_KEY": "wrong-secret-0000000000000000", "EPT_S3_PATIENCE_S": "1",
            "OPENAI_API_KEY": "sk-unused-0000000000000000"}  # fmt: skip
-    r = _ept("sweep", str(plan), env=env, timeout=120)
+    r = _ept_process("sweep", str(plan), env=env, timeout=120)
     assert r.returncode == 2, r.stdout + r.stderr[-3000:]
     assert "Traceback" not in r.stderr and "AWS_SECRET_ACCESS_KEY" in r.stderr.replace("\n", " ")
     assert "wrong-secret-0000000000000000" not in r.stdout + r.stderr

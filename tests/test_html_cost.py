@@ -6,19 +6,15 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
+from cli_runner import run_ept
 from test_compare import write_ledger_run  # tests/ is on sys.path (rootdir conftest)
 
 PRICES = {"price_in_per_1m": 0.5, "price_out_per_1m": 2.0}
 
 
-def _ept(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "elo_per_token", *args], cwd=cwd, capture_output=True, text=True, timeout=300
-    )
+_ept = run_ept  # the CLI in this process (tests/cli_runner.py)
 
 
 def _terminal_cost_per_task(stdout: str) -> dict[str, str]:

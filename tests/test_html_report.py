@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from cli_runner import run_ept
 from test_compare import ARMS, write_ledger_run  # tests/ is on sys.path (rootdir conftest)
 
 from elo_per_token.analysis.html import render_html
@@ -75,10 +75,7 @@ class Cells(HTMLParser):
             self._table = None
 
 
-def _ept(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "elo_per_token", *args], cwd=cwd, capture_output=True, text=True, timeout=300
-    )
+_ept = run_ept  # the CLI in this process (tests/cli_runner.py)
 
 
 @pytest.fixture(scope="module")

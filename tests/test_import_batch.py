@@ -8,13 +8,12 @@ output line's `response.body`; a failed request carries an openai `BatchError`.
 from __future__ import annotations
 
 import csv
+import functools
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import run_ept
 from fixtures_sim import SIM_KEY
 from openai import OpenAI
 from openai.types import BatchError
@@ -29,14 +28,7 @@ TASKS = load_builtin_suite("math")[:10]
 ARMS = {"t0": 0.0, "t07": 0.7}
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "elo_per_token", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+_cli = functools.partial(run_ept, columns=200)  # the CLI in this process (tests/cli_runner.py)
 
 
 def make_batch(sim, tmp_path, *, metadata: bool = True):

@@ -9,6 +9,7 @@ calls made our way (greedy jobs through our ProviderClient).
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 import subprocess
@@ -20,6 +21,8 @@ from fixtures_sim import SIM_KEY
 
 inspect_log = pytest.importorskip("inspect_ai.log")
 
+from cli_runner import run_ept  # noqa: E402
+
 from elo_per_token.contracts.errors import InputError  # noqa: E402
 from elo_per_token.contracts.jobs import Job  # noqa: E402
 from elo_per_token.egress.client import ProviderClient  # noqa: E402
@@ -30,14 +33,7 @@ N_TASKS, EPOCHS = 8, 2
 HERE = Path(__file__).parent
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "elo_per_token", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+_cli = functools.partial(run_ept, columns=200)  # the CLI in this process (tests/cli_runner.py)
 
 
 def _inspect_run(sim, log_dir: Path, temperature: float, fmt: str) -> str:
@@ -103,6 +99,7 @@ def _records(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_two_inspect_runs_import_and_analyze(runs, tmp_path):
     logs, served, _ = runs
     rec = tmp_path / "rec.jsonl"

@@ -4,6 +4,7 @@ budget cap that stops within one job per worker thread and continues when raised
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_runner import run_ept, run_ept_process
 from fixtures_plans import write_plan_file
 from fixtures_sim import SIM_KEY
 
@@ -24,10 +26,10 @@ from elo_per_token.ledger import FileLedger, open_ledger
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _ept(*args: str, env: dict | None = None, cwd=None, timeout: float = 180) -> subprocess.CompletedProcess:
-    full = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, env=full,
-                          cwd=cwd, timeout=timeout)  # fmt: skip
+# The CLI in this process (tests/cli_runner.py), at a terminal width wide enough for its tables.
+_ept = functools.partial(run_ept, columns=200)
+# A child process where the test bounds the command's time (hostile input must not hang it).
+_ept_process = functools.partial(run_ept_process, columns=200)
 
 
 def _demo(tmp_path: Path, text: str | None = None, **over) -> object:
@@ -358,7 +360,7 @@ def test_simulate_on_a_bad_or_busy_port_is_one_line_exit_2():
     )
     with socket.create_server(("127.0.0.1", 0)) as s:
         port = s.getsockname()[1]
-        r = _ept("simulate", "--port", str(port), timeout=60)
+        r = _ept_process("simulate", "--port", str(port), timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "in use" in r.stderr
 
 

@@ -5,16 +5,15 @@ The full-size run (100 tasks per family, 200 rounds; K = 1,000) is benchmarks/be
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import itertools
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import run_ept
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,15 +25,7 @@ def _bench_arms():
     return mod
 
 
-def ept(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "elo_per_token", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+ept = functools.partial(run_ept, cwd=ROOT, columns=200)  # the CLI in this process (tests/cli_runner.py)
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +35,7 @@ def grid(tmp_path_factory) -> Path:
     return log
 
 
+@pytest.mark.slow
 def test_200_arms_write_every_file_with_filtered_terminal(grid: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = ept(

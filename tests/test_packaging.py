@@ -152,6 +152,7 @@ print("PROBE-OK", len(ours))
 """
 
 
+@pytest.mark.slow
 def test_installed_wheel_runs_next_to_foreign_packages(wheel, tmp_path):
     site = tmp_path / "site"
     subprocess.run(

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+from cli_runner import run_ept
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.egress.profiles import DEFAULT_OPENAI_BASE_URL, Profile, get_profile, load_profiles
@@ -192,13 +191,7 @@ def test_key_accessors_and_public_dict(monkeypatch):
 
 def test_cli_bad_profile_file_exits_2_with_masked_message(tmp_path):
     p = write(tmp_path, f'[profiles.leaky]\nbase_url = "http://h/v1"\nmodel = "m"\napi_key = "{CANARY}"\n')
-    r = subprocess.run(
-        [sys.executable, "-m", "elo_per_token", "profiles", "list", "--profiles", str(p)],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-    )
+    r = run_ept("profiles", "list", "--profiles", str(p), cwd=REPO)
     assert r.returncode == 2
     assert str(p) in r.stderr.replace("\n", "") and "api_key_env" in r.stderr
     assert CANARY not in r.stdout + r.stderr

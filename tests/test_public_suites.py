@@ -6,6 +6,7 @@ benchmarks/bench_humaneval.py.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_runner import run_ept
 from fixtures_sim import SIM_KEY
 
 from elo_per_token.contracts.jobs import Job
@@ -26,14 +28,7 @@ HE = load_builtin_suite("humaneval")
 SAMPLE = HE[::8]
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "elo_per_token", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "400"},
-    )
+_cli = functools.partial(run_ept, columns=400)  # the CLI in this process (tests/cli_runner.py)
 
 
 def test_humaneval_is_listed_with_164_tasks():
@@ -201,6 +196,7 @@ def test_bfcl_questions_repeated_with_other_tools_are_told_apart_by_the_tools():
             assert {c["name"].removesuffix("_x") for c in reply.tool_calls or []} <= names
 
 
+@pytest.mark.slow
 @pytestmark_bfcl
 def test_public_benchmarks_plan_runs_end_to_end(sim, tmp_path):
     from pathlib import Path

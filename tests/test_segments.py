@@ -6,8 +6,8 @@ Python audit hook — nothing is mocked.
 
 from __future__ import annotations
 
+import functools
 import os
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -15,6 +15,7 @@ from pathlib import Path
 import fixtures_ledger as ledger_gen
 import polars as pl
 import pytest
+from cli_runner import run_ept
 
 from elo_per_token.analysis.io import RunSource, read_records, read_run
 from elo_per_token.ledger import FileLedger, open_ledger
@@ -34,11 +35,8 @@ def _audit(event: str, args: tuple) -> None:
 sys.addaudithook(_audit)
 
 
-def _ept(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    full = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "500", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, env=full, timeout=300
-    )
+# The CLI in this process (tests/cli_runner.py), at a terminal width wide enough for its tables.
+_ept = functools.partial(run_ept, columns=500)
 
 
 def _totals(frame: pl.DataFrame) -> dict:

@@ -4,12 +4,11 @@ through `analyze` (and the CLI where the exit code matters). Each test failed be
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_runner import run_ept
 from fixtures_stats import ELO_SCALE, Arm, Experiment, pseudo_true_theta, write_experiment
 
 from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
@@ -111,8 +110,7 @@ def test_no_signal_warns_and_drop_ties_stops_clearly(tmp_path: Path) -> None:
     f.write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = analyze([str(f)], AnalysisOptions(rounds=50))
     assert any(w.startswith("no signal: every comparison is a tie") for w in res.warnings)
-    proc = subprocess.run([sys.executable, "-m", "elo_per_token", "analyze", str(f), "--drop-ties", "--rounds", "10"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)  # fmt: skip
+    proc = run_ept("analyze", str(f), "--drop-ties", "--rounds", "10", cwd=ROOT)
     assert proc.returncode == 2, proc.stderr
     err = " ".join(proc.stderr.split())
     assert (

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_runner import run_ept
 from fixtures_plans import plan_toml, write_plan_file
 from fixtures_sim import SIM_KEY
 
@@ -255,6 +256,7 @@ def _ledger_view(led, run_id):
     return view
 
 
+@pytest.mark.slow
 def test_interrupted_coordinator_resumes_without_running_a_job_twice(tmp_path, make_sim):
     sim = make_sim(api_key=SIM_KEY, latency_ms=40)
     led_dir = tmp_path / "interrupted"
@@ -291,10 +293,7 @@ def test_interrupted_coordinator_resumes_without_running_a_job_twice(tmp_path, m
     assert _ledger_view(open_ledger(tmp_path / "straight"), "intr") == view
 
 
-def _ept(*args: str, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
-    full = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "elo_per_token", *args], capture_output=True, text=True, env=full,
-                          cwd=cwd, timeout=120)  # fmt: skip
+_ept = run_ept  # the CLI in this process (tests/cli_runner.py)
 
 
 def test_cli_bad_plan_exits_2_naming_file_line_field(tmp_path):

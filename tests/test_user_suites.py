@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
-import os
-import subprocess
-import sys
 
 import polars as pl
 import pytest
+from cli_runner import run_ept
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.suites.importer import clean_answer, convert
@@ -16,18 +15,7 @@ from elo_per_token.suites.load import load_builtin_suite, load_suite, load_suite
 from elo_per_token.suites.public.humaneval import read_problems
 from elo_per_token.worker.graders import grade
 
-
-def _cli(*args: str, cwd=None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "elo_per_token", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=cwd,
-    )
-
+_cli = functools.partial(run_ept, columns=200)  # the CLI in this process (tests/cli_runner.py)
 
 MIXED = load_builtin_suite("math")[:4] + load_builtin_suite("tool_use")[:2] + load_builtin_suite("code")[:2]
 

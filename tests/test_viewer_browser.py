@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_runner import run_ept
 from test_compare import write_ledger_run  # tests/ is on sys.path (rootdir conftest)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,10 +28,7 @@ pytestmark = [
 ]
 
 
-def _ept(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "elo_per_token", *args], cwd=cwd, capture_output=True, text=True, timeout=600
-    )
+_ept = run_ept  # the CLI in this process (tests/cli_runner.py)
 
 
 @pytest.fixture(scope="module")

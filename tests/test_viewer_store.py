@@ -58,6 +58,7 @@ def test_store_follows_a_running_sweep(tmp_path: Path) -> None:
     assert b'http-equiv="refresh"' not in body and b'id="returns-table"' in body
 
 
+@pytest.mark.slow
 @settings(
     max_examples=80,
     deadline=None,
