@@ -29,7 +29,9 @@ See docs/sweep.md (adaptive sweeps) and benchmarks/bench_adaptive.py for the mea
 Futility (`futile`): a claim (i confidently stronger / cheaper than j) is reachable when its conditional power
 at the end of the grid, under the current estimate, is at least `min_power`: the pair's final mean is the
 current one plus the remaining tasks' mean, N(current, se^2 n (N - n) / N^2) given the data so far, and the
-claim holds at the end when that mean clears z x se n^(1/2) / N^(1/2). An open arm none of whose decisions
+claim holds at the end when that mean clears z x se n^(1/2) / N^(1/2), z the Holm step the final look would
+test the claim at (`holm_step_z`: the flat Bonferroni split would call out of reach decisions the full grid
+still makes). An open arm none of whose decisions
 (off via some dominator, or on against every arm not off) is reachable is futile: even the full grid would
 leave it open, so it stops as OPEN. Futility never makes a claim, so it cannot make a decision wrong.
 """

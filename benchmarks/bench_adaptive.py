@@ -1,4 +1,4 @@
-"""Adaptive sweeps (issue 29): tokens saved, decision error and interval coverage on replays with known truth.
+"""Adaptive sweeps: tokens saved, decision error, interval coverage and reach on replays with known truth.
 
     PYTHONPATH=$PWD python3 benchmarks/bench_adaptive.py [REPLAYS=100] [DEMO_RUN ...] [--no-futility]
         [--futility-power=0.1]
