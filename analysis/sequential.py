@@ -29,7 +29,9 @@ See docs/sweep.md (adaptive sweeps) and benchmarks/bench_adaptive.py for the mea
 Futility (`futile`): a claim (i confidently stronger / cheaper than j) is reachable when its conditional power
 at the end of the grid, under the current estimate, is at least `min_power`: the pair's final mean is the
 current one plus the remaining tasks' mean, N(current, se^2 n (N - n) / N^2) given the data so far, and the
-claim holds at the end when that mean clears z x se n^(1/2) / N^(1/2). An open arm none of whose decisions
+claim holds at the end when that mean clears z x se n^(1/2) / N^(1/2), z the Holm step the final look would
+test the claim at (`holm_step_z`: the flat Bonferroni split would call out of reach decisions the full grid
+still makes). An open arm none of whose decisions
 (off via some dominator, or on against every arm not off) is reachable is futile: even the full grid would
 leave it open, so it stops as OPEN. Futility never makes a claim, so it cannot make a decision wrong.
 """
@@ -53,6 +55,7 @@ __all__ = [
     "elo_from_balance",
     "futile",
     "holm_claims",
+    "holm_step_z",
     "pair_stats",
     "reachable_needs",
     "report_z",
@@ -156,14 +159,11 @@ def _two_sided_p(mean: np.ndarray, se: np.ndarray) -> np.ndarray:
     return out
 
 
-def holm_claims(stats: PairStats, alpha: float, looks: int, min_tasks: int) -> tuple[np.ndarray, np.ndarray]:
-    """(stronger, cheaper) [K, K]: the claims each arm's decision may rest on, by Holm's step-down over the
-    arm's 2 (K - 1) pair tests, each p-value multiplied by `looks` (Bonferroni over the rounds, valid at
-    every round whenever the sweep stops). A claim about the pair (i, j) is made only when both arm i's and
-    arm j's families make it, so every decision rests on its own arm's family alone: P(a wrong decision for
-    arm i) <= alpha, as with the Bonferroni split over all 2 (K - 1) tests (which Holm's first step is: it
-    never claims less), while tests already settled (token steps settle within a few tasks) stop costing
-    the budget of the ones still open."""
+def _holm_rejections(
+    stats: PairStats, alpha: float, looks: int, min_tasks: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rej_q, rej_c) [K, K]: row i holds what arm i's own Holm family (its 2 (K - 1) tests, p-values times
+    `looks`) rejects, direction not yet applied."""
     k = stats.q.shape[0]
     enough = stats.n >= max(2, min_tasks)
     p_q = np.where(enough, np.minimum(1.0, looks * _two_sided_p(stats.q, stats.q_se)), 1.0)
@@ -179,9 +179,35 @@ def holm_claims(stats: PairStats, alpha: float, looks: int, min_tasks: int) -> t
                 break
             ok[h] = True
         rej_q[i, others], rej_c[i, others] = ok[: len(others)], ok[len(others) :]
+    return rej_q, rej_c
+
+
+def holm_claims(stats: PairStats, alpha: float, looks: int, min_tasks: int) -> tuple[np.ndarray, np.ndarray]:
+    """(stronger, cheaper) [K, K]: the claims each arm's decision may rest on, by Holm's step-down over the
+    arm's 2 (K - 1) pair tests, each p-value multiplied by `looks` (Bonferroni over the rounds, valid at
+    every round whenever the sweep stops). A claim about the pair (i, j) is made only when both arm i's and
+    arm j's families make it, so every decision rests on its own arm's family alone: P(a wrong decision for
+    arm i) <= alpha, as with the Bonferroni split over all 2 (K - 1) tests (which Holm's first step is: it
+    never claims less), while tests already settled (token steps settle within a few tasks) stop costing
+    the budget of the ones still open."""
+    rej_q, rej_c = _holm_rejections(stats, alpha, looks, min_tasks)
     both_q, both_c = rej_q & rej_q.T, rej_c & rej_c.T
     with np.errstate(invalid="ignore"):
         return both_q & (stats.q > 0), both_c & (stats.c < 0)
+
+
+def holm_step_z(stats: PairStats, alpha: float, looks: int, min_tasks: int) -> np.ndarray:
+    """[K, K] z a still-open claim about the pair (i, j) must clear at the end of the grid: the Holm step it
+    is tested at when the tests each family rejects now stay rejected and it is the next to go (alpha over
+    looks x the open tests left in the stricter of the two families). The final look decides with this z,
+    not with the flat Bonferroni split over all 2 (K - 1) tests (decision_z), so conditional power computed
+    at decision_z calls decisions out of reach that the full grid still makes."""
+    rej_q, rej_c = _holm_rejections(stats, alpha, looks, min_tasks)
+    k = stats.q.shape[0]
+    left = np.maximum(1, max(1, 2 * (k - 1)) - rej_q.sum(axis=1) - rej_c.sum(axis=1))
+    m = np.maximum(left[:, None], left[None, :])
+    out: np.ndarray = norm.ppf(1 - alpha / (2 * looks * m))
+    return out
 
 
 def assess_holm(stats: PairStats, alpha: float, looks: int, min_tasks: int) -> Assessment:
@@ -280,7 +306,9 @@ def true_frontier(tokens: np.ndarray, quality: np.ndarray) -> np.ndarray:
     return on
 
 
-def claim_power(mean: np.ndarray, se: np.ndarray, n: np.ndarray, n_end: np.ndarray, z: float) -> np.ndarray:
+def claim_power(
+    mean: np.ndarray, se: np.ndarray, n: np.ndarray, n_end: np.ndarray, z: float | np.ndarray
+) -> np.ndarray:
     """Conditional power of the claim `mean > 0 confidently at z` once the pair has `n_end` tasks, given
     `n` now (module docstring); 1 where already confident, 0 where no more data can come and it is not.
     NaN means (no tasks in common) get power 1: nothing is known, so nothing is ruled out."""
@@ -299,18 +327,19 @@ def claim_power(mean: np.ndarray, se: np.ndarray, n: np.ndarray, n_end: np.ndarr
     return out
 
 
-def futile(a: Assessment, n_end: np.ndarray, z: float, min_power: float) -> list[bool]:
+def futile(a: Assessment, n_end: np.ndarray, z: float | np.ndarray, min_power: float) -> list[bool]:
     """Per arm: open, and neither off nor on is reachable by the end of the grid (module docstring).
     n_end[i, j]: the tasks pair (i, j) will have in common at the end (its n now when either arm stopped)."""
     return reachable_needs(a, n_end, z, min_power)[0]
 
 
 def reachable_needs(
-    a: Assessment, n_end: np.ndarray, z: float, min_power: float
+    a: Assessment, n_end: np.ndarray, z: float | np.ndarray, min_power: float
 ) -> tuple[list[bool], np.ndarray]:
     """(futile per arm, wants [K, K]): wants[i, j] when open arm i has a reachable way to a decision that
     still needs data from the pair (i, j) — every unresolved pair for on, the reachable dominators for off —
-    so an arm runs for another only while that comparison can still settle something."""
+    so an arm runs for another only while that comparison can still settle something. z: one z, or [K, K]
+    per pair (holm_step_z: the z the final look tests each claim at)."""
     st = a.stats
     strong = a.stronger | (claim_power(st.q, st.q_se, st.n, n_end, z) >= min_power)
     cheap = a.cheaper | (claim_power(-st.c, st.c_se, st.n, n_end, z) >= min_power)

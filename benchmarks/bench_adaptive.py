@@ -1,4 +1,4 @@
-"""Adaptive sweeps (issue 29): tokens saved, decision error and interval coverage on replays with known truth.
+"""Adaptive sweeps: tokens saved, decision error, interval coverage and reach on replays with known truth.
 
     PYTHONPATH=$PWD python3 benchmarks/bench_adaptive.py [REPLAYS=100] [DEMO_RUN ...] [--no-futility]
         [--futility-power=0.1]
@@ -14,7 +14,13 @@ the difference of their mean accuracies, the true tokens/task the model's mean. 
 its replays differ in the random task order and its truth is the full grid itself (the population replayed).
 Reported: token share of the full grid (mean, min, max), per-arm decision error (a confident on/off decision
 contradicting the truth; worst arm, with its 95% Clopper-Pearson upper bound as the Monte-Carlo error), the
-share of arms decided, and the coverage of the report's intervals (tokens/task and ΔElo vs the anchor).
+share of arms decided, the coverage of the report's intervals (tokens/task and ΔElo vs the anchor), and reach:
+of the decisions the full grid makes under the same rule (analysis/sequential.assess_holm on every task of the
+replayed table, coordinator/replay.full_rule_decisions), the share the adaptive sweep makes the same way,
+summed over replays. "1 look": the full grid's test spends alpha over each arm's 2 (K - 1) pair tests only (a
+sweep that looks once pays nothing for peeking: the most the same test decides on that grid, the strict
+target). "same z": the full grid at the adaptive sweep's final-look budget (looks = its decision rounds), which
+leaves out the price of peeking and isolates what early stopping and futility lose.
 """
 
 from __future__ import annotations
@@ -32,8 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from elo_per_token.analysis.run_table import RunTable, read_run_table
 from elo_per_token.analysis.sequential import OFF, ON, elo_from_balance, true_frontier
+from elo_per_token.coordinator.adaptive import round_bounds
 from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
-from elo_per_token.coordinator.replay import full_decisions, replay_adaptive
+from elo_per_token.coordinator.replay import full_decisions, full_rule_decisions, reach, replay_adaptive
 
 FAMILIES = ("code", "math", "tool_use")
 
@@ -92,6 +99,8 @@ class Tally:
     cover_tok: list[bool]
     cover_elo: list[bool]
     agree: list[float]  # share of arms whose decision equals the full grid's point frontier (decided arms)
+    reach: list[int]  # [reached, decided]: the full grid's decisions under the same rule (1 look), reached
+    reach_z: list[int]  # the same at the adaptive sweep's final-look z (looks = its decision rounds)
     replays: int = 0
 
 
@@ -110,18 +119,32 @@ def _score(t: Tally, out: object, truth_on: np.ndarray, tok: np.ndarray, bal: np
     full = out.truth  # type: ignore[attr-defined]
     dec = [(r.status == ON) == f for r, f in zip(res.reports, full, strict=True) if r.status in (ON, OFF)]
     t.agree.append(float(np.mean(dec)) if dec else float("nan"))
+    got, of = out.reach  # type: ignore[attr-defined]
+    t.reach[0] += got
+    t.reach[1] += of
     t.replays += 1
+
+
+def _score_same_z(t: Tally, out: object, table: RunTable, settings: AdaptiveSettings) -> None:
+    """Reach against the full grid decided at the adaptive sweep's own final-look z (no peeking price)."""
+    n = len(round_bounds(len(table.tasks), settings.rounds))
+    looks = n - min(settings.min_rounds, n) + 1
+    full = full_rule_decisions(table, settings, looks=looks)
+    got, of = reach([r.status for r in out.result.reports], full)  # type: ignore[attr-defined]
+    t.reach_z[0] += got
+    t.reach_z[1] += of
 
 
 def run_model(m: Model, replays: int, settings: AdaptiveSettings) -> Tally:
     tok, bal = m.truth()
     truth_on = true_frontier(tok, bal)
     k = len(m.ability)
-    t = Tally([], np.zeros(k), np.zeros(k), [], [], [])
+    t = Tally([], np.zeros(k), np.zeros(k), [], [], [], [0, 0], [0, 0])
     for r in range(replays):
         table = m.draw(np.random.default_rng(1000 + r))
         out = replay_adaptive(table, AdaptiveSettings(**{**settings.__dict__, "seed": r}))
         _score(t, out, truth_on, tok, bal)
+        _score_same_z(t, out, table, settings)
     return t
 
 
@@ -139,15 +162,11 @@ def run_stored(path: str, replays: int, settings: AdaptiveSettings) -> Tally:
             bal[i, j] = float(np.mean(w[both] * np.sign(table.scores[both, i] - table.scores[both, j])))
     tok = np.nanmean(table.tokens, axis=0)
     truth_on = np.asarray(full_decisions(table))
-    t = Tally([], np.zeros(k), np.zeros(k), [], [], [])
+    t = Tally([], np.zeros(k), np.zeros(k), [], [], [], [0, 0], [0, 0])
     for r in range(replays):
-        _score(
-            t,
-            replay_adaptive(table, AdaptiveSettings(**{**settings.__dict__, "seed": r})),
-            truth_on,
-            tok,
-            bal,
-        )
+        out = replay_adaptive(table, AdaptiveSettings(**{**settings.__dict__, "seed": r}))
+        _score(t, out, truth_on, tok, bal)
+        _score_same_z(t, out, table, settings)
     return t
 
 
@@ -162,8 +181,14 @@ def _line(name: str, t: Tally, secs: float) -> str:
         f"{worst}/{n} = {worst / n:.1%} (95% upper {hi:.1%}) | {t.decided.sum() / (n * t.wrong.size):.0%} | "
         f"{np.mean(t.cover_tok):.1%} ({len(t.cover_tok)}) | "
         f"{(np.mean(t.cover_elo) if t.cover_elo else float('nan')):.1%} ({len(t.cover_elo)}) | "
-        f"{(agree.mean() if agree.size else float('nan')):.1%} | {secs:.0f} s |"
+        f"{(agree.mean() if agree.size else float('nan')):.1%} | {_frac(t.reach)} | {_frac(t.reach_z)} | "
+        f"{secs:.0f} s |"
     )
+
+
+def _frac(x: list[int]) -> str:
+    """reached/decided = share (summed over replays); '-' when the full grid decides nothing."""
+    return f"{x[0]}/{x[1]} = {x[0] / x[1]:.1%}" if x[1] else "0/0 (nothing to reach)"
 
 
 def main() -> None:
@@ -177,16 +202,20 @@ def main() -> None:
     print(f"settings: alpha={settings.alpha}, rounds={settings.rounds}, min_rounds={settings.min_rounds}, "
           f"futility={settings.futility} (power {settings.futility_power})")  # fmt: skip
     print("| run | replays | tokens vs full grid | worst arm's decision error | arms decided | "
-          "coverage tokens/task | coverage ΔElo | agreement with full grid | time |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
-    for m in SYNTH:
+          "coverage tokens/task | coverage ΔElo | agreement with full grid | reach (1 look) | "
+          "reach (same z) | time |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    total, total_z = [0, 0], [0, 0]
+    runs = [(m.name, lambda m=m: run_model(m, replays, settings)) for m in SYNTH] + [
+        (f"stored run {Path(p).name}", lambda p=p: run_stored(p, replays, settings)) for p in stored
+    ]
+    for name, go in runs:
         t0 = time.perf_counter()
-        t = run_model(m, replays, settings)
-        print(_line(m.name, t, time.perf_counter() - t0), flush=True)
-    for path in stored:
-        t0 = time.perf_counter()
-        t = run_stored(path, replays, settings)
-        print(_line(f"stored run {Path(path).name}", t, time.perf_counter() - t0), flush=True)
+        t = go()
+        print(_line(name, t, time.perf_counter() - t0), flush=True)
+        total = [total[0] + t.reach[0], total[1] + t.reach[1]]
+        total_z = [total_z[0] + t.reach_z[0], total_z[1] + t.reach_z[1]]
+    print(f"overall reach (1 look): {_frac(total)}; at the same z: {_frac(total_z)}")
 
 
 if __name__ == "__main__":

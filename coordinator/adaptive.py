@@ -31,6 +31,7 @@ from elo_per_token.analysis.sequential import (
     assess_holm,
     decision_z,
     elo_from_balance,
+    holm_step_z,
     needs_data,
     pair_stats,
     projected_interval,
@@ -192,7 +193,8 @@ def run_adaptive(
         st.add_round(tasks, active, runner(r, tasks, active), w)
         s, t, ww = st.matrices()
         a = assess_holm(pair_stats(s, t, ww), settings.alpha, looks, min_tasks)
-        fut = _futility(a, st, active, len(order), hi, min_tasks, z_dec, settings, arms)
+        z_end = holm_step_z(a.stats, settings.alpha, looks, min_tasks)
+        fut = _futility(a, st, active, len(order), hi, min_tasks, z_end, settings, arms)
         width_ok = _width_ok(a, _mean_tokens(t), z_dec, settings.width)
         need = needs_data(a, width_ok, *(fut if fut is not None else (None, None)))
         for i in active:
@@ -232,7 +234,7 @@ def _futility(
     n_tasks: int,
     seen: int,
     min_tasks: int,
-    z: float,
+    z: np.ndarray,
     settings: AdaptiveSettings,
     arms: Sequence[str],
 ) -> tuple[list[bool], np.ndarray] | None:
@@ -251,7 +253,7 @@ def _futility(
         j = min(others, key=lambda j: abs(float(np.nan_to_num(a.stats.q[i, j]))), default=None)
         if j is None:
             continue
-        lo, hi = projected_interval(a.stats, i, j, int(n_end[i, j]), z)
+        lo, hi = projected_interval(a.stats, i, j, int(n_end[i, j]), float(z[i, j]))
         where = (f"projected to {int(n_end[i, j])} tasks" if n_end[i, j] > a.stats.n[i, j]
                  else f"on the {int(n_end[i, j])} tasks both ran (no more to come)")  # fmt: skip
         st.futile[i] = (f"not separable within the grid: win balance vs {arms[j]} {where} "

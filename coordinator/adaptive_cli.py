@@ -136,8 +136,12 @@ def replay_adaptive_cmd(
     table = read_run_table(run)
     out = replay_adaptive(table, settings)
     if as_json:
-        typer.echo(json.dumps({**adaptive_json(out.result, out.full_tokens), "full_grid_frontier": out.truth},
-                              default=str, sort_keys=True))  # fmt: skip
+        got, of = out.reach
+        extra = {"full_grid_frontier": out.truth, "full_grid_rule": out.full_rule,
+                 "reach": {"reached": got, "decided": of}}  # fmt: skip
+        typer.echo(
+            json.dumps({**adaptive_json(out.result, out.full_tokens), **extra}, default=str, sort_keys=True)
+        )
         return
     c = make_console()
     print_adaptive(out.result, c, out.full_tokens)
@@ -145,3 +149,6 @@ def replay_adaptive_cmd(
              if r.status != "open"]  # fmt: skip
     c.print(f"decided {len(agree)} of {len(out.truth)} arms; {sum(agree)} agree with the full grid's frontier",
             highlight=False)  # fmt: skip
+    got, of = out.reach
+    c.print(f"reach: the same test on the full grid (one look) decides {of} arm(s); this sweep decides {got} of "
+            "them the same way", highlight=False)  # fmt: skip

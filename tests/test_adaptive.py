@@ -27,6 +27,7 @@ from elo_per_token.analysis.sequential import (
     decision_z,
     futile,
     holm_claims,
+    holm_step_z,
     needs_data,
     pair_stats,
     reachable_needs,
@@ -34,7 +35,7 @@ from elo_per_token.analysis.sequential import (
 )
 from elo_per_token.coordinator.adaptive import round_bounds, run_adaptive, task_order
 from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
-from elo_per_token.coordinator.replay import replay_adaptive, replay_runner
+from elo_per_token.coordinator.replay import full_rule_decisions, reach, replay_adaptive, replay_runner
 
 
 def _table(ability, cost, tasks=600, seed=0) -> RunTable:
@@ -270,6 +271,76 @@ def test_holm_claims_include_every_bonferroni_claim_and_keep_the_claims_directio
     with np.errstate(invalid="ignore"):
         assert not np.any(stronger & ~(stats.q > 0)) and not np.any(cheaper & ~(stats.c < 0))
     assert not np.any((stronger | cheaper) & (stats.n < 2))
+
+
+@settings(max_examples=60, deadline=None)
+@given(t=st.integers(2, 300), k=st.integers(1, 8), seed=st.integers(0, 2**16), looks=st.integers(1, 20),
+       kind=_degenerate, remaining=st.integers(0, 10**5), power=st.floats(0.01, 0.99))  # fmt: skip
+def test_holm_step_z_lies_between_the_last_and_first_holm_step_and_calls_fewer_arms_futile(
+    t, k, seed, looks, kind, remaining, power
+):
+    """The final look tests an open claim at a Holm step: never stricter than the flat Bonferroni split
+    (decision_z), never laxer than a single test per look (report_z); a laxer z only raises conditional
+    power, so every arm futile at holm_step_z is futile at decision_z too. Bounded time and memory."""
+    rng = np.random.default_rng(seed)
+    scores, tokens = _degenerate_matrix(kind, t, k, rng)
+    scores = scores + (rng.uniform(size=scores.shape) < 0.3) * rng.integers(0, 2, k)[None, :]
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    stats = pair_stats(scores, tokens, np.ones(scores.shape[0]))
+    z = holm_step_z(stats, 0.05, looks, 2)
+    a = assess(stats, decision_z(0.05, looks, k), 2)
+    n_end = stats.n + remaining
+    fut_holm, fut_flat = futile(a, n_end, z, power), futile(a, n_end, decision_z(0.05, looks, k), power)
+    elapsed = time.perf_counter() - t0
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert elapsed < 5 and peak < 20 * 2**20
+    assert z.shape == (k, k) and np.all(np.isfinite(z))
+    assert np.all(z <= decision_z(0.05, looks, k) + 1e-12) and np.all(z >= report_z(0.05, looks) - 1e-12)
+    assert all(f <= g for f, g in zip(fut_holm, fut_flat, strict=True))
+
+
+def test_holm_step_z_is_bonferroni_while_nothing_is_settled_and_one_test_when_one_is_left():
+    """3 arms: with no data every test is open (z = the flat split over 2 (K - 1) = 4 tests); with arm 0
+    cheaper than both by a mile and arm 1 cheaper than arm 2, every token test is settled, so arm 2's family
+    (and arm 1's) has its 2 quality tests left and arm 0's quality tests face z over 2 tests."""
+    none = pair_stats(np.full((5, 3), np.nan), np.full((5, 3), np.nan), np.ones(5))
+    assert np.allclose(holm_step_z(none, 0.05, 4, 2), decision_z(0.05, 4, 3))
+    rng = np.random.default_rng(0)
+    tokens = np.array([100.0, 1000.0, 2000.0])[None, :] * rng.lognormal(0, 0.05, (200, 3))
+    scores = (rng.uniform(size=(200, 3)) < 0.5).astype(float)  # equal arms: no quality test settles
+    z = holm_step_z(pair_stats(scores, tokens, np.ones(200)), 0.05, 4, 2)
+    assert np.allclose(z[0, 1], report_z(0.05, 4 * 2)) and np.allclose(z[1, 2], report_z(0.05, 4 * 2))
+
+
+def test_reach_counts_the_full_grids_decisions_the_adaptive_sweep_makes_the_same_way():
+    """Full grid: arm 0 on, arm 1 on, arm 2 off, arm 3 open. Adaptive: arm 0 on (reached), arm 1 open (not),
+    arm 2 on (the other way: not), arm 3 off (the full grid decided nothing there: not counted)."""
+    assert reach([ON, OPEN, ON, OFF], [ON, ON, OFF, OPEN]) == (1, 3)
+    assert reach([OPEN, OPEN], [OPEN, OPEN]) == (0, 0)
+
+
+def test_full_rule_decisions_on_a_grid_with_a_known_answer_and_the_replay_reaches_them():
+    """Arm 0 cheapest (never solves), arm 1 twice its cost (always solves), arm 2 costliest (never solves):
+    the same test on the whole grid says on, on, off (arm 1 cheaper and stronger than arm 2); two equal arms
+    at equal cost stay open. The adaptive replay makes the first three decisions: reach 3 of 3."""
+    t = 300
+    fam = [("a", "b", "c")[i % 3] for i in range(t)]
+    rng = np.random.default_rng(1)
+    tokens = np.array([100.0, 200.0, 300.0])[None, :] * rng.lognormal(0, 0.1, (t, 3))
+    scores = np.tile([0.0, 1.0, 0.0], (t, 1))
+    arms = ["cheap", "strong", "dominated"]
+    table = RunTable([f"t{i}" for i in range(t)], fam, arms, arms, [1] * 3, scores, tokens)
+    settings_ = AdaptiveSettings()
+    assert full_rule_decisions(table, settings_) == [ON, ON, OFF]
+    out = replay_adaptive(table, settings_)
+    assert out.full_rule == [ON, ON, OFF] and out.reach == (3, 3)
+    assert out.token_share < 0.5
+    equal = RunTable(table.tasks, fam, ["x", "y"], ["x", "y"], [1, 1], (rng.uniform(size=(t, 2)) < 0.5) * 1.0,
+                     np.full((t, 2), 100.0))  # fmt: skip
+    assert full_rule_decisions(equal, settings_) == [OPEN, OPEN]
+    assert replay_adaptive(equal, settings_).reach == (0, 0)
 
 
 def test_claim_power_is_1_when_confident_0_when_no_data_can_come_and_falls_with_the_estimate():
