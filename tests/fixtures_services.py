@@ -290,3 +290,18 @@ def start_celery_workers(
     finally:
         app.close()
     return ws
+
+
+def busy_worker(broker_url: str, pids: list[int], deadline: float) -> tuple[int, set[str]]:
+    """(pid, job keys) of a worker (one of `pids`) running jobs, asked over the broker (Celery's inspect)."""
+    from celery import Celery
+
+    from elo_per_token.contracts.jobs import Job
+
+    probe = Celery(broker=broker_url, backend=broker_url)
+    hosts = {h: s.get("pid") for h, s in (probe.control.inspect(timeout=2).stats() or {}).items()}
+    while time.monotonic() < deadline:
+        for host, tasks in (probe.control.inspect(timeout=0.5, limit=len(hosts)).active() or {}).items():
+            if tasks and hosts.get(host) in pids:
+                return int(hosts[host]), {Job.from_dict(t["args"][0]).key for t in tasks}
+    pytest.fail(f"no worker of {hosts} was seen running a job")

@@ -3,7 +3,9 @@ ledger exactly once; per-arm token totals equal a clean (local) run's with the s
 
 from __future__ import annotations
 
+import os
 import signal
+import time
 
 import pytest
 from fixtures_faults import (
@@ -17,6 +19,7 @@ from fixtures_faults import (
     write_plan,
     write_profiles,
 )
+from fixtures_services import busy_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
 
@@ -39,7 +42,9 @@ def clean_run(tmp, sim, suite, monkeypatch, name: str, per_family: int = 10) -> 
 
 
 def test_sigkill_two_workers_mid_sweep(tmp_path, redis_server, s3_env, s3_bucket, make_sim, monkeypatch):
-    sim = make_sim(api_key=FAULT_KEY, latency_ms=150, seed=3)
+    # 400 ms per reply: a job that is running spends nearly all its time waiting on the server, so a worker
+    # seen running a job has a request in flight when it is killed.
+    sim = make_sim(api_key=FAULT_KEY, latency_ms=400, seed=3)
     rig = fault_rig(tmp_path, sim.url, name="kill", ledger=f"s3://{s3_bucket}/ledger", s3=s3_env.env())
     jobs, keys, coord_log = rig.jobs, rig.keys, rig.log
     assert len(jobs) == n_jobs() == 60
@@ -48,11 +53,15 @@ def test_sigkill_two_workers_mid_sweep(tmp_path, redis_server, s3_env, s3_bucket
     try:
         coord = rig.sweep(redis_server.url)
         led = rig.open_ledger()
-        # Kill a worker once a sixth of the jobs have landed, a second one at half: both hold jobs in flight.
-        wait_until(lambda: len(led.list_jobs("kill")) >= 10, 90, "10 jobs in the ledger")
-        workers.procs[0].send_signal(signal.SIGKILL)
-        wait_until(lambda: len(led.list_jobs("kill")) >= 30, 90, "30 jobs in the ledger")
-        workers.procs[1].send_signal(signal.SIGKILL)
+        # Kill a worker once a sixth of the jobs have landed, a second one at half. Each victim is one seen
+        # running a job (Celery's inspect), not a process picked blindly: a worker between jobs would show
+        # nothing about recovery.
+        alive = [p.pid for p in workers.procs]
+        for landed in (10, 30):
+            wait_until(lambda n=landed: len(led.list_jobs("kill")) >= n, 90, f"{landed} jobs in the ledger")
+            victim, _ = busy_worker(redis_server.url, alive, time.monotonic() + 30)
+            os.kill(victim, signal.SIGKILL)
+            alive.remove(victim)
         # The survivor finishes; the killed workers' unacked jobs come back after the visibility timeout.
         rc = coord.wait(timeout=120)
         assert rc == 0, tail(coord_log)

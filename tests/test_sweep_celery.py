@@ -11,10 +11,9 @@ import uuid
 
 import pytest
 from fixtures_plans import plan_toml
-from fixtures_services import start_celery_workers
+from fixtures_services import busy_worker, start_celery_workers
 from fixtures_sim import SIM_KEY
 
-from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.records import JobResult
 from elo_per_token.coordinator.plan import parse_plan
 from elo_per_token.coordinator.sweep import execute, plan_jobs
@@ -240,19 +239,6 @@ def test_killed_coordinator_rerun_runs_no_job_twice(tmp_path, celery_setup, s3_b
     assert sim.control.stats()["by_job"] == calls
 
 
-def _busy_worker(broker_url: str, pids: list[int], deadline: float) -> tuple[int, set[str]]:
-    """(pid, job keys) of a worker (one of `pids`) running jobs, asked over the broker (Celery's inspect)."""
-    from celery import Celery
-
-    probe = Celery(broker=broker_url, backend=broker_url)
-    hosts = {h: s.get("pid") for h, s in (probe.control.inspect(timeout=2).stats() or {}).items()}
-    while time.monotonic() < deadline:
-        for host, tasks in (probe.control.inspect(timeout=0.5, limit=len(hosts)).active() or {}).items():
-            if tasks and hosts.get(host) in pids:
-                return int(hosts[host]), {Job.from_dict(t["args"][0]).key for t in tasks}
-    pytest.fail(f"no worker of {hosts} was seen running a job")
-
-
 @pytest.mark.slow
 def test_killed_worker_jobs_come_back(tmp_path, redis_server, s3_env, s3_bucket, make_sim, monkeypatch):
     """SIGKILL a worker process with jobs in flight: they are delivered again (visibility timeout + restore
@@ -294,7 +280,7 @@ def test_killed_worker_jobs_come_back(tmp_path, redis_server, s3_env, s3_bucket,
         deadline = time.monotonic() + 60
         # Kill a worker while it runs jobs (asked of the workers themselves), so the check below can see a job
         # cut off and delivered again.
-        victim, running = _busy_worker(redis_server.url, [p.pid for p in ws.procs], deadline)
+        victim, running = busy_worker(redis_server.url, [p.pid for p in ws.procs], deadline)
         os.kill(victim, signal.SIGKILL)
         cut = running - led.list_jobs("wk")  # the jobs the kill interrupted: not stored when it died
         killed_at = time.monotonic()
