@@ -69,6 +69,16 @@ def apply_estimand(outcomes: pl.DataFrame, estimand: str) -> Missing:
     cells = missing_cells(outcomes)
     empty = pl.DataFrame(schema={"task_id": outcomes.schema["task_id"]})
     if cells.height == 0:
+        if estimand == "loss":
+            # No cell is missing, but an unscored replicate may sit beside a scored one of the same arm: drop
+            # it, as the loss branch below drops every null it does not turn into a loss, so that no null is
+            # left on a task some arm has a score on (the same outcomes with or without other missing cells).
+            scored = outcomes.filter(pl.col("score").is_not_null()).select("task_id").unique()
+            stray = outcomes.filter(pl.col("score").is_null()).join(scored, on="task_id", how="semi")
+            if stray.height:
+                outcomes = outcomes.filter(
+                    pl.col("score").is_not_null() | ~pl.col("task_id").is_in(scored["task_id"].implode())
+                )
         return Missing(outcomes, empty, 0, "")
     title = f"missing outcomes: {ESTIMANDS[estimand]} (--missing {estimand})"
     if estimand == "drop":
