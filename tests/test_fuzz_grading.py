@@ -12,10 +12,9 @@ the same way. Fixed seed (derandomize) and a small example budget: this runs in 
 from __future__ import annotations
 
 import json
-import time
-import tracemalloc
 from typing import Any
 
+from bounds import bounded
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -133,18 +132,8 @@ REPLIES = st.lists(_BLOCK, max_size=8).map("".join)
 
 
 def _bounded(fn: Any) -> Any:
-    """fn(), asserting the CPU time and peak Python memory it takes."""
-    tracemalloc.start()
-    t0 = time.process_time()
-    try:
-        out = fn()
-    finally:
-        took = time.process_time() - t0
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-    assert took < TIME_S, f"{took:.2f}s of CPU"
-    assert peak < MEMORY_MB * 2**20, f"{peak / 2**20:.0f} MB peak"
-    return out
+    """fn(), within this file's CPU and memory bounds per example."""
+    return bounded(fn, TIME_S, MEMORY_MB)
 
 
 def _no_nan(x: str) -> Any:

@@ -4,10 +4,9 @@ in bounded time and memory."""
 
 from __future__ import annotations
 
-import time
-import tracemalloc
 from typing import Any
 
+from bounds import bounded
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -60,17 +59,8 @@ def records(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def _bounded(fn: Any) -> Any:
-    tracemalloc.start()
-    t0 = time.process_time()
-    try:
-        out = fn()
-    finally:
-        took = time.process_time() - t0
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-    assert took < TIME_S, f"{took:.2f}s of CPU"
-    assert peak < MEMORY_MB * 2**20, f"{peak / 2**20:.0f} MB peak"
-    return out
+    """fn(), within this file's CPU and memory bounds per example."""
+    return bounded(fn, TIME_S, MEMORY_MB)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
