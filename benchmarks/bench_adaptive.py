@@ -1,7 +1,7 @@
 """Adaptive sweeps: tokens saved, decision error, interval coverage and reach on replays with known truth.
 
     PYTHONPATH=$PWD python3 benchmarks/bench_adaptive.py [REPLAYS=100] [DEMO_RUN ...] [--no-futility]
-        [--futility-power=0.1]
+        [--futility-power=0.02]
 
 Scenarios (each replayed REPLAYS times with the replay executor, coordinator/replay.py):
 - synthetic-12: 12 arms, 600 tasks in 3 families, the expensive arms clearly dominated;
@@ -27,16 +27,18 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 from scipy.special import expit
 from scipy.stats import beta
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from elo_per_token.analysis.run_table import RunTable, read_run_table
+from elo_per_token.analysis.io import Records, read_records
+from elo_per_token.analysis.run_table import RunTable, read_run_table, table_from_records
 from elo_per_token.analysis.sequential import OFF, ON, elo_from_balance, true_frontier
 from elo_per_token.coordinator.adaptive import round_bounds
 from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
@@ -170,6 +172,61 @@ def run_stored(path: str, replays: int, settings: AdaptiveSettings) -> Tally:
     return t
 
 
+def replicate_tables(path: str) -> tuple[RunTable, np.ndarray, np.ndarray]:
+    """(the first replicate's table, scores [R, T, K], tokens [R, T, K]) of a run with R replicates per
+    (task, arm): one RunTable per replicate, tasks and arms aligned."""
+    records = read_records([path])
+    frame = records.frame
+    reps = sorted(int(r) for r in frame["replicate"].drop_nulls().unique().to_list())
+    tables = [
+        table_from_records(Records(frame.filter(pl.col("replicate") == r), records.files)) for r in reps
+    ]
+    first = tables[0]
+    for t in tables[1:]:
+        if t.tasks != first.tasks or t.arms != first.arms:
+            raise SystemExit(f"{path}: replicates do not cover the same tasks and arms")
+    return first, np.stack([t.scores for t in tables]), np.stack([t.tokens for t in tables])
+
+
+def replicate_truth(
+    families: list[str], scores: np.ndarray, tokens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(true tokens/task [K], true win balance [K, K]) of the resampled run: a job's result is a uniform draw
+    from its R replicates, independently per (task, arm), so E sign(s_i - s_j) on task t is the mean over all
+    R x R replicate pairs, weighted by the task's family weight (the replay's estimand, exactly)."""
+    from elo_per_token.coordinator.adaptive import task_weights
+
+    w = task_weights(families, None)
+    tok = np.nanmean(tokens, axis=(0, 1))
+    k = scores.shape[2]
+    bal = np.zeros((k, k))
+    for i in range(k):
+        for j in range(k):
+            sign = np.sign(scores[:, None, :, i] - scores[None, :, :, j])  # [R, R, T]
+            bal[i, j] = float(np.nanmean(w * np.nanmean(sign, axis=(0, 1))))
+    return tok, bal
+
+
+def run_replicated(path: str, replays: int, settings: AdaptiveSettings) -> Tally:
+    """A run with R replicates, resampled: every replay draws each job's result from its R replicates (new
+    data each replay, with real tokens), so the truth is known exactly (replicate_truth), as for the
+    synthetic models, and coverage and error are tested on the simulator's own outcomes."""
+    base, scores, tokens = replicate_tables(path)
+    tok, bal = replicate_truth(base.families, scores, tokens)
+    truth_on = true_frontier(tok, bal)
+    r_, t_, k = scores.shape
+    t = Tally([], np.zeros(k), np.zeros(k), [], [], [], [0, 0], [0, 0])
+    cols = np.arange(k)[None, :]
+    rows = np.arange(t_)[:, None]
+    for r in range(replays):
+        pick = np.random.default_rng(2000 + r).integers(r_, size=(t_, k))
+        table = replace(base, scores=scores[pick, rows, cols], tokens=tokens[pick, rows, cols])
+        out = replay_adaptive(table, AdaptiveSettings(**{**settings.__dict__, "seed": r}))
+        _score(t, out, truth_on, tok, bal)
+        _score_same_z(t, out, table, settings)
+    return t
+
+
 def _line(name: str, t: Tally, secs: float) -> str:
     n = t.replays
     worst = int(t.wrong.max())
@@ -191,13 +248,20 @@ def _frac(x: list[int]) -> str:
     return f"{x[0]}/{x[1]} = {x[0] / x[1]:.1%}" if x[1] else "0/0 (nothing to reach)"
 
 
+def _stored(path: str, replays: int, settings: AdaptiveSettings) -> Tally:
+    """A stored run: resampled from its replicates when it has more than one, else replayed as it is."""
+    reps = read_records([path]).frame["replicate"].drop_nulls().n_unique()
+    return run_replicated(path, replays, settings) if reps > 1 else run_stored(path, replays, settings)
+
+
 def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     flags = dict(a[2:].partition("=")[::2] for a in sys.argv[1:] if a.startswith("--"))
     replays = int(args[0]) if args else 100
     stored = args[1:]
     settings = AdaptiveSettings(
-        futility="no-futility" not in flags, futility_power=float(flags.get("futility-power", 0.1))
+        futility="no-futility" not in flags,
+        futility_power=float(flags.get("futility-power", AdaptiveSettings.futility_power)),
     )
     print(f"settings: alpha={settings.alpha}, rounds={settings.rounds}, min_rounds={settings.min_rounds}, "
           f"futility={settings.futility} (power {settings.futility_power})")  # fmt: skip
@@ -207,7 +271,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     total, total_z = [0, 0], [0, 0]
     runs = [(m.name, lambda m=m: run_model(m, replays, settings)) for m in SYNTH] + [
-        (f"stored run {Path(p).name}", lambda p=p: run_stored(p, replays, settings)) for p in stored
+        (f"stored run {Path(p).name}", lambda p=p: _stored(p, replays, settings)) for p in stored
     ]
     for name, go in runs:
         t0 = time.perf_counter()

@@ -6,7 +6,7 @@ stopping statistics (analysis/sequential.py) re-assess every arm: off the fronti
 on it (confidently not dominated by any arm still in question), or open. With `futility` an open arm that
 the full grid could not settle either (every way to decide it has conditional power below `futility_power`)
 stops too and is reported open, and an arm runs for an open one only while that comparison can still settle
-its decision. The sweep stops when no arm needs more data, at the token cap, or when the grid is exhausted,
+its decision; a stopped arm (on, or open and futile) runs again when an open arm needs it. The sweep stops when no arm needs more data, at the token cap, or when the grid is exhausted,
 and says per arm why it stopped.
 
 The loop does no I/O: a `runner` runs one round (the replay executor, coordinator/replay.py; the live sweep,
@@ -194,7 +194,7 @@ def run_adaptive(
         s, t, ww = st.matrices()
         a = assess_holm(pair_stats(s, t, ww), settings.alpha, looks, min_tasks)
         z_end = holm_step_z(a.stats, settings.alpha, looks, min_tasks)
-        fut = _futility(a, st, active, len(order), hi, min_tasks, z_end, settings, arms)
+        fut = _futility(a, st, len(order), hi, min_tasks, z_end, settings, arms)
         width_ok = _width_ok(a, _mean_tokens(t), z_dec, settings.width)
         need = needs_data(a, width_ok, *(fut if fut is not None else (None, None)))
         for i in active:
@@ -202,7 +202,13 @@ def run_adaptive(
                 st.stopped[i] = r
                 if i in st.futile:
                     st.why_open[i] = st.futile[i]
-        active = [i for i in active if need[i]]
+        # A stopped arm runs again when an open arm needs it: an arm stopped because the one open arm that
+        # wanted it looked futile for a round would otherwise freeze that pair and make the futility final.
+        for i in range(k):
+            if need[i] and i not in active:
+                st.stopped.pop(i, None)
+                st.why_open.pop(i, None)
+        active = [i for i in range(k) if need[i]]
         event = {"round": r + 1, "rounds": len(bounds), "tasks": hi, "tokens": st.spent,
                  "running": [arms[i] for i in active], "status": dict(zip(arms, a.status, strict=True)),
                  "why": {arms[i]: _why_stopped(i, arms, a, rnd) for i, rnd in sorted(st.stopped.items())}}  # fmt: skip
@@ -230,7 +236,6 @@ def run_adaptive(
 def _futility(
     a: Assessment,
     st: _State,
-    active: list[int],
     n_tasks: int,
     seen: int,
     min_tasks: int,
@@ -244,9 +249,10 @@ def _futility(
     st.futile.clear()
     if not settings.futility or seen < min_tasks:
         return None
-    run = np.zeros(st.k, dtype=bool)
-    run[active] = True
-    n_end = a.stats.n + np.where(run[:, None] & run[None, :], n_tasks - seen, 0)
+    # Every arm not off can still run to the end (a stopped one restarts when an open arm needs it), so a
+    # pair's tasks at the end are all the tasks left, whether or not both arms ran this round.
+    live = np.asarray([x != OFF for x in a.status])
+    n_end = a.stats.n + np.where(live[:, None] & live[None, :], n_tasks - seen, 0)
     out, wants = reachable_needs(a, n_end, z, settings.futility_power)
     for i in (i for i in range(st.k) if out[i]):
         others = [j for j in range(st.k) if j != i and a.status[j] != OFF]

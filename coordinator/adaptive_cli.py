@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
+
 if TYPE_CHECKING:
     from elo_per_token.coordinator.plan import Plan
 
@@ -111,7 +113,9 @@ def replay_adaptive_cmd(
         True, "--futility/--no-futility", help="Stop arms the full grid could not separate either (open)."
     ),
     futility_power: float = typer.Option(
-        0.1, "--futility-power", help="Conditional power below which a decision counts as out of reach."
+        AdaptiveSettings.futility_power,
+        "--futility-power",
+        help="Conditional power below which a decision counts as out of reach.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -123,7 +127,6 @@ def replay_adaptive_cmd(
     from elo_per_token.analysis.run_table import read_run_table
     from elo_per_token.contracts.errors import InputError
     from elo_per_token.coordinator.adaptive_report import adaptive_json, print_adaptive
-    from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
     from elo_per_token.coordinator.replay import replay_adaptive
 
     settings = AdaptiveSettings(alpha=alpha, rounds=rounds, min_rounds=min_rounds, width=width, seed=seed,

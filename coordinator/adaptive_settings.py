@@ -41,7 +41,7 @@ class AdaptiveSettings:
     seed: int = 0
     max_tokens: float | None = None
     futility: bool = True
-    futility_power: float = 0.1
+    futility_power: float = 0.02
 
     def check(self) -> None:
         """ValueError 'name: problem' for a value no sweep can use."""

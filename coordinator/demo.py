@@ -16,7 +16,11 @@ def demo_plan_text() -> str:
 
 
 def run_demo(
-    out: str | Path = "./ept-out", *, tasks_per_family: int | None = None, console: Any = None
+    out: str | Path = "./ept-out",
+    *,
+    tasks_per_family: int | None = None,
+    replicates: int | None = None,
+    console: Any = None,
 ) -> Any:
     from elo_per_token.analysis.report import make_console
     from elo_per_token.coordinator.plan import parse_plan
@@ -31,6 +35,11 @@ def run_demo(
         # A different size is a different run: give it its own name so resume never mixes them.
         raw = {**plan.raw, "tasks_per_family": tasks_per_family, "name": f"demo-t{tasks_per_family}"}
         plan = plan.with_overrides(tasks_per_family=tasks_per_family, name=raw["name"], raw=raw)
+    if replicates is not None:
+        # Replicates re-run every (task, arm) with new seeds (benchmarks/bench_adaptive.py resamples them).
+        name = f"{plan.name}-r{replicates}"
+        raw = {**plan.raw, "replicates": replicates, "name": name}
+        plan = plan.with_overrides(replicates=replicates, name=name, raw=raw)
     # A throwaway key that exists only in this process: the simulator checks it, nothing prints it.
     key = os.environ.get(DEMO_KEY_ENV) or "sk-demo-" + secrets.token_hex(16)
     os.environ[DEMO_KEY_ENV] = key

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import threading
@@ -368,6 +369,65 @@ def test_plan_futility_must_be_a_boolean():
     assert plan is not None
 
 
+def _ran_rounds(res, k):
+    """Per arm: the rounds (0-based) it ran in, from the history (round 1 runs every arm; round r + 1 runs
+    the arms history[r] lists as running)."""
+    ran = [[0] for _ in range(k)]
+    for r, ev in enumerate(res.history[:-1], start=1):
+        for arm in ev["running"]:
+            ran[res.arms.index(arm)].append(r)
+    return ran
+
+
+def _check_spend(table, res, settings):
+    """Each arm's report counts exactly the tasks of the rounds it ran in; the sweep's tokens are the sum of
+    what those cells cost in the table; an arm not running at the end says after which round it stopped."""
+    bounds = round_bounds(len(table.tasks), settings.rounds)
+    order = task_order(table.families, settings.seed)
+    ran = _ran_rounds(res, len(table.arms))
+    spent = 0.0
+    for i, rep in enumerate(res.reports):
+        cells = [order[t] for r in ran[i] for t in range(*bounds[r])]
+        assert rep.tasks == len(cells)
+        spent += float(table.tokens[cells, i].sum())
+        # stopped_round: the last round it ran in; None only for an arm that ran in the sweep's last round.
+        assert (
+            rep.stopped_round == ran[i][-1]
+            if rep.stopped_round is not None
+            else ran[i][-1] == res.rounds_run - 1
+        )
+    assert res.tokens_spent == pytest.approx(spent)
+
+
+def test_a_stopped_arm_runs_again_when_an_open_arm_needs_it():
+    """Close frontier neighbours (seed 5): arm5 stops, then an open arm needs a comparison with it and it
+    runs again (twice); without the restart the pair would stay frozen and the open arm's futility final.
+    Its report counts every round it ran in, and nothing else."""
+    table = _table((0.0, 0.5, 0.55, 1.0, 1.05, 1.1, 0.2, -0.2), (600, 1200, 1300, 3000, 3300, 3600, 9000, 15000),
+                   seed=5)  # fmt: skip
+    settings = AdaptiveSettings(seed=5)
+    res = replay_adaptive(table, settings).result
+    ran = _ran_rounds(res, 8)[5]
+    gaps = [b for a, b in itertools.pairwise(ran) if b > a + 1]
+    assert len(gaps) >= 2, ran  # stopped and restarted, twice
+    _check_spend(table, res, settings)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**16), k=st.integers(2, 7), tasks=st.integers(3, 240), rounds=st.integers(1, 12),
+       futility=st.booleans(), spread=st.floats(0.0, 2.0))  # fmt: skip
+def test_restarts_keep_the_spend_accounting_exact_in_bounded_time(seed, k, tasks, rounds, futility, spread):
+    """Any run (arms from equal to far apart, any round count): whatever stops and restarts, each report's
+    task count and the sweep's tokens match the rounds each arm ran in, in bounded time and memory."""
+    from bounds import bounded
+
+    rng = np.random.default_rng(seed)
+    table = _table(tuple(rng.uniform(0, spread, k)), tuple(rng.uniform(100, 5000, k)), tasks=tasks, seed=seed)
+    settings = AdaptiveSettings(seed=seed, rounds=rounds, min_rounds=1, futility=futility)
+    res = bounded(lambda: replay_adaptive(table, settings).result, time_s=20, memory_mb=64)
+    _check_spend(table, res, settings)
+
+
 def test_failed_jobs_are_skipped_not_scored():
     table = _table((0.0, 1.0), (500, 1500), tasks=60)
     table.scores[::7, 1] = np.nan  # jobs the full run had no graded result for
@@ -381,10 +441,10 @@ def test_failed_jobs_are_skipped_not_scored():
 # ----------------------------------------------------------------- the sweep on the local executor
 
 
-def _adaptive_plan(tmp_path, name="ad1"):
+def _adaptive_plan(tmp_path, name="ad1", futility=False):
     from elo_per_token.coordinator.plan import parse_plan
 
-    body = plan_toml([("greedy", [1]), ("majority", [3])], {"adaptive": {"rounds": 3, "min_rounds": 1, "futility": False}},
+    body = plan_toml([("greedy", [1]), ("majority", [3])], {"adaptive": {"rounds": 3, "min_rounds": 1, "futility": futility}},
                      name=name, profile="sim-openai", suites=["math", "tool_use"], tasks_per_family=6, seed=3,
                      ledger=tmp_path / name, concurrency=2, bootstrap_rounds=0)  # fmt: skip
     return parse_plan(body)
@@ -404,8 +464,9 @@ def test_plan_adaptive_table_is_validated_with_file_line_field():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("futility", [False, True])
 def test_adaptive_sweep_local_interrupted_then_resumed_loses_and_duplicates_nothing(
-    tmp_path, make_sim, monkeypatch
+    tmp_path, make_sim, monkeypatch, futility
 ):
     from elo_per_token.coordinator.adaptive_state import read_state
     from elo_per_token.coordinator.adaptive_sweep import run_adaptive_sweep
@@ -414,8 +475,12 @@ def test_adaptive_sweep_local_interrupted_then_resumed_loses_and_duplicates_noth
 
     monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
     sim = make_sim(api_key=SIM_KEY)
-    ref = run_adaptive_sweep(_adaptive_plan(tmp_path, "ref"), profile=sim.profile())
+    ref = run_adaptive_sweep(_adaptive_plan(tmp_path, "ref", futility), profile=sim.profile())
     assert ref.completed and ref.result is not None
+    # Both ways the sweep has a second round to interrupt (job 15 is in it); with futility it is the rule
+    # that ends the sweep, so the resumed run must rebuild the futility state from the ledger too.
+    assert ref.result.rounds_run >= 2
+    assert ("not separable" in ref.result.stop_reason) == futility
     ref_keys = open_ledger(tmp_path / "ref").list_jobs("ref")
 
     count, lock = [0], threading.Lock()
@@ -427,7 +492,7 @@ def test_adaptive_sweep_local_interrupted_then_resumed_loses_and_duplicates_noth
                 os.kill(os.getpid(), signal.SIGTERM)
         return run_job(job, provider)
 
-    plan = _adaptive_plan(tmp_path, "ad1")
+    plan = _adaptive_plan(tmp_path, "ad1", futility)
     first = run_adaptive_sweep(plan, profile=sim.profile(), run=stopping_run)
     assert not first.completed and first.result is None
     led = open_ledger(tmp_path / "ad1")
