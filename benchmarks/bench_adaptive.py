@@ -234,7 +234,8 @@ def _line(name: str, t: Tally, secs: float) -> str:
     share = np.asarray(t.share)
     agree = np.asarray([a for a in t.agree if np.isfinite(a)])
     return (
-        f"| {name} | {n} | {share.mean():.1%} (min {share.min():.1%}, max {share.max():.1%}) | "
+        f"| {name} | {n} | {share.mean():.1%} (median {np.median(share):.1%}, 90th pct "
+        f"{np.quantile(share, 0.9):.1%}, max {share.max():.1%}) | "
         f"{worst}/{n} = {worst / n:.1%} (95% upper {hi:.1%}) | {t.decided.sum() / (n * t.wrong.size):.0%} | "
         f"{np.mean(t.cover_tok):.1%} ({len(t.cover_tok)}) | "
         f"{(np.mean(t.cover_elo) if t.cover_elo else float('nan')):.1%} ({len(t.cover_elo)}) | "

@@ -345,11 +345,14 @@ def compact(
 def demo(
     out: str = typer.Option("./ept-out", "--out", help="Output folder (ledger in <out>/ledger)."),
     tasks_per_family: int = typer.Option(None, "--tasks-per-family", help="Override the demo's task count."),
+    replicates: int = typer.Option(
+        None, "--replicates", min=1, max=64, help="Run every (task, arm) this many times (run demo-rN)."
+    ),
 ) -> None:
     """Start the simulator in-process, run the example plan locally and print the Elo-per-token report."""
     from elo_per_token.coordinator.demo import run_demo
 
-    res = run_demo(out, tasks_per_family=tasks_per_family)
+    res = run_demo(out, tasks_per_family=tasks_per_family, replicates=replicates)
     _finish(res)
 
 
