@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from elo_per_token.contracts.secrets import mask, scrub
 from elo_per_token.contracts.usage import check_usage
@@ -30,7 +30,6 @@ from elo_per_token.egress.retry import Circuit, RateLimiter, Retrier, RetryPolic
 from elo_per_token.egress.wire import Choice, Reply, parse_json
 
 log = logging.getLogger("ept.provider")
-T = TypeVar("T")
 
 
 @dataclass
@@ -168,6 +167,7 @@ class ProviderClient:
         )
 
     def _require_key(self) -> None:
+        """Refuse a call before its first attempt (and before the SDK client is made) when there is no key."""
         if not self._key:
             p = self.profile
             raise ProviderError(
@@ -180,18 +180,6 @@ class ProviderClient:
     def circuit_open(self) -> bool:
         """Whether the circuit over failed connects is open (egress.retry)."""
         return self.circuit.is_open()
-
-    def _with_retries(
-        self,
-        fn: Callable[[], T],
-        est_tokens: int,
-        discarded: list[Discarded] | None = None,
-        *,
-        access_check: bool = False,
-    ) -> tuple[T, int]:
-        """fn() run by the retrier once the key is known to be there; returns (result, attempts)."""
-        self._require_key()
-        return self._retrier.run(fn, est_tokens, discarded, access_check=access_check)
 
     def _fit_context(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, max_tokens: int | None
@@ -256,7 +244,8 @@ class ProviderClient:
         else:
             call = self._chat_call(messages, tools, temperature, n, seed, max_tokens, gen, headers)
         discarded: list[Discarded] = []
-        (choices, model, raw_usage), attempts = self._with_retries(call, est, discarded)
+        self._require_key()
+        (choices, model, raw_usage), attempts = self._retrier.run(call, est, discarded)
         choices, model = _scrubbed(choices, model, self._key)
         # Checked before anything stores or sums it: invalid usage becomes None plus a reason.
         usage, usage_invalid = check_usage(raw_usage)
@@ -310,5 +299,6 @@ class ProviderClient:
                 raise Malformed("no 'data' list in the models response")
             return [str(m.get("id")) for m in items if isinstance(m, dict) and m.get("id")]
 
-        models, _ = self._with_retries(call, 0, access_check=True)
+        self._require_key()
+        models, _ = self._retrier.run(call, 0, access_check=True)
         return models
