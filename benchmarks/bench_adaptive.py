@@ -7,11 +7,14 @@ Scenarios (each replayed REPLAYS times with the replay executor, coordinator/rep
 - synthetic-12: 12 arms, 600 tasks in 3 families, the expensive arms clearly dominated;
 - close-frontier: 8 arms, 600 tasks, frontier arms with close neighbours (0.05 logit apart);
 - too-close: 6 arms of equal strength at rising cost: no decision can be made (spend the grid, say open);
-- demo run(s): the stored results of `ept demo` runs given on the command line (the ledger run folder).
+- stored run(s) given on the command line (a ledger run folder): `ept demo --replicates 8` is the demo with
+  known truth (run_replicated: every replay draws each job's result from its replicates); a run with one
+  replicate is replayed as it is (run_stored).
 Synthetic runs are drawn afresh for every replay from a known model (score ~ Bernoulli(sigmoid(a_arm - d_task)),
 tokens ~ cost_arm * lognormal), so truth is the model: the true win balance of two arms on binary scores is
-the difference of their mean accuracies, the true tokens/task the model's mean. A demo run is one fixed run;
-its replays differ in the random task order and its truth is the full grid itself (the population replayed).
+the difference of their mean accuracies, the true tokens/task the model's mean. A run with replicates is
+resampled per job, so its truth is exact (replicate_truth); a run with one replicate is one fixed table, its
+replays differ only in the random task order, and its truth is the full grid itself (the population replayed).
 Reported: token share of the full grid (mean, min, max), per-arm decision error (a confident on/off decision
 contradicting the truth; worst arm, with its 95% Clopper-Pearson upper bound as the Monte-Carlo error), the
 share of arms decided, the coverage of the report's intervals (tokens/task and ΔElo vs the anchor), and reach:
