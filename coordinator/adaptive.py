@@ -6,8 +6,9 @@ stopping statistics (analysis/sequential.py) re-assess every arm: off the fronti
 on it (confidently not dominated by any arm still in question), or open. With `futility` an open arm that
 the full grid could not settle either (every way to decide it has conditional power below `futility_power`)
 stops too and is reported open, and an arm runs for an open one only while that comparison can still settle
-its decision; a stopped arm (on, or open and futile) runs again when an open arm needs it. The sweep stops when no arm needs more data, at the token cap, or when the grid is exhausted,
-and says per arm why it stopped.
+its decision; a stopped arm (on, or open and futile) runs again when an open arm needs it. The sweep stops
+when no arm needs more data, at the token cap, or when the grid is exhausted, and says per arm why it
+stopped.
 
 The loop does no I/O: a `runner` runs one round (the replay executor, coordinator/replay.py; the live sweep,
 coordinator/adaptive_sweep.py) and returns (score, tokens) per (task, arm). With the same seed the task order
