@@ -8,8 +8,8 @@ Scenarios (each replayed REPLAYS times with the replay executor, coordinator/rep
 - close-frontier: 8 arms, 600 tasks, frontier arms with close neighbours (0.05 logit apart);
 - too-close: 6 arms of equal strength at rising cost: no decision can be made (spend the grid, say open);
 - stored run(s) given on the command line (a ledger run folder): `ept demo --replicates 8` is the demo with
-  known truth (run_replicated: every replay draws each job's result from its replicates); a run with one
-  replicate is replayed as it is (run_stored).
+  known truth (run_stored: every replay draws each job's result from its replicates); a run with one
+  replicate is replayed as it is.
 Synthetic runs are drawn afresh for every replay from a known model (score ~ Bernoulli(sigmoid(a_arm - d_task)),
 tokens ~ cost_arm * lognormal), so truth is the model: the true win balance of two arms on binary scores is
 the difference of their mean accuracies, the true tokens/task the model's mean. A run with replicates is
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -41,11 +42,11 @@ from scipy.stats import beta
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from elo_per_token.analysis.io import Records, read_records
-from elo_per_token.analysis.run_table import RunTable, read_run_table, table_from_records
+from elo_per_token.analysis.run_table import RunTable, table_from_records
 from elo_per_token.analysis.sequential import OFF, ON, elo_from_balance, true_frontier
 from elo_per_token.coordinator.adaptive import round_bounds
 from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
-from elo_per_token.coordinator.replay import full_decisions, full_rule_decisions, reach, replay_adaptive
+from elo_per_token.coordinator.replay import full_rule_decisions, reach, replay_adaptive
 
 FAMILIES = ("code", "math", "tool_use")
 
@@ -140,50 +141,44 @@ def _score_same_z(t: Tally, out: object, table: RunTable, settings: AdaptiveSett
     t.reach_z[1] += of
 
 
+def _replay_all(
+    draw: Callable[[int], RunTable],
+    replays: int,
+    settings: AdaptiveSettings,
+    tok: np.ndarray,
+    bal: np.ndarray,
+) -> Tally:
+    """Replay the policy on draw(r) for r < replays (seed r), each scored against the truth (tok, bal)."""
+    truth_on = true_frontier(tok, np.nan_to_num(bal))
+    k = tok.size
+    t = Tally([], np.zeros(k), np.zeros(k), [], [], [], [0, 0], [0, 0])
+    for r in range(replays):
+        table = draw(r)
+        out = replay_adaptive(table, AdaptiveSettings(**{**settings.__dict__, "seed": r}))
+        _score(t, out, truth_on, tok, bal)
+        _score_same_z(t, out, table, settings)
+    return t
+
+
 def run_model(m: Model, replays: int, settings: AdaptiveSettings) -> Tally:
+    """A synthetic model: every replay is a fresh full run drawn from it."""
     tok, bal = m.truth()
-    truth_on = true_frontier(tok, bal)
-    k = len(m.ability)
-    t = Tally([], np.zeros(k), np.zeros(k), [], [], [], [0, 0], [0, 0])
-    for r in range(replays):
-        table = m.draw(np.random.default_rng(1000 + r))
-        out = replay_adaptive(table, AdaptiveSettings(**{**settings.__dict__, "seed": r}))
-        _score(t, out, truth_on, tok, bal)
-        _score_same_z(t, out, table, settings)
-    return t
-
-
-def run_stored(path: str, replays: int, settings: AdaptiveSettings) -> Tally:
-    table = read_run_table([path])
-    from elo_per_token.coordinator.adaptive import task_weights
-
-    w = task_weights(table.families, None)
-    seen = ~np.isnan(table.scores)
-    k = len(table.arms)
-    bal = np.zeros((k, k))
-    for i in range(k):
-        for j in range(k):
-            both = seen[:, i] & seen[:, j]
-            bal[i, j] = float(np.mean(w[both] * np.sign(table.scores[both, i] - table.scores[both, j])))
-    tok = np.nanmean(table.tokens, axis=0)
-    truth_on = np.asarray(full_decisions(table))
-    t = Tally([], np.zeros(k), np.zeros(k), [], [], [], [0, 0], [0, 0])
-    for r in range(replays):
-        out = replay_adaptive(table, AdaptiveSettings(**{**settings.__dict__, "seed": r}))
-        _score(t, out, truth_on, tok, bal)
-        _score_same_z(t, out, table, settings)
-    return t
+    return _replay_all(lambda r: m.draw(np.random.default_rng(1000 + r)), replays, settings, tok, bal)
 
 
 def replicate_tables(path: str) -> tuple[RunTable, np.ndarray, np.ndarray]:
     """(the first replicate's table, scores [R, T, K], tokens [R, T, K]) of a run with R replicates per
-    (task, arm): one RunTable per replicate, tasks and arms aligned."""
+    (task, arm): one RunTable per replicate, tasks and arms aligned. A run with one replicate (or logs that
+    name none) is R = 1: the run's own table."""
     records = read_records([path])
     frame = records.frame
     reps = sorted(int(r) for r in frame["replicate"].drop_nulls().unique().to_list())
-    tables = [
-        table_from_records(Records(frame.filter(pl.col("replicate") == r), records.files)) for r in reps
-    ]
+    if len(reps) < 2:
+        tables = [table_from_records(records)]
+    else:
+        tables = [
+            table_from_records(Records(frame.filter(pl.col("replicate") == r), records.files)) for r in reps
+        ]
     first = tables[0]
     for t in tables[1:]:
         if t.tasks != first.tasks or t.arms != first.arms:
@@ -196,7 +191,8 @@ def replicate_truth(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(true tokens/task [K], true win balance [K, K]) of the resampled run: a job's result is a uniform draw
     from its R replicates, independently per (task, arm), so E sign(s_i - s_j) on task t is the mean over all
-    R x R replicate pairs, weighted by the task's family weight (the replay's estimand, exactly)."""
+    R x R replicate pairs, weighted by the task's family weight (the replay's estimand, exactly). With R = 1
+    it is the full grid's own win balance and tokens/task."""
     from elo_per_token.coordinator.adaptive import task_weights
 
     w = task_weights(families, None)
@@ -210,24 +206,21 @@ def replicate_truth(
     return tok, bal
 
 
-def run_replicated(path: str, replays: int, settings: AdaptiveSettings) -> Tally:
-    """A run with R replicates, resampled: every replay draws each job's result from its R replicates (new
-    data each replay, with real tokens), so the truth is known exactly (replicate_truth), as for the
-    synthetic models, and coverage and error are tested on the simulator's own outcomes."""
+def run_stored(path: str, replays: int, settings: AdaptiveSettings) -> Tally:
+    """A stored run, resampled: every replay draws each job's result from its R replicates (new data each
+    replay, with real tokens), so the truth is known exactly (replicate_truth), as for the synthetic models,
+    and coverage and error are tested on the simulator's own outcomes. With one replicate every draw is the
+    run itself: the replays differ only in the task order, and the truth is the full grid."""
     base, scores, tokens = replicate_tables(path)
     tok, bal = replicate_truth(base.families, scores, tokens)
-    truth_on = true_frontier(tok, bal)
     r_, t_, k = scores.shape
-    t = Tally([], np.zeros(k), np.zeros(k), [], [], [], [0, 0], [0, 0])
-    cols = np.arange(k)[None, :]
-    rows = np.arange(t_)[:, None]
-    for r in range(replays):
+    cols, rows = np.arange(k)[None, :], np.arange(t_)[:, None]
+
+    def draw(r: int) -> RunTable:
         pick = np.random.default_rng(2000 + r).integers(r_, size=(t_, k))
-        table = replace(base, scores=scores[pick, rows, cols], tokens=tokens[pick, rows, cols])
-        out = replay_adaptive(table, AdaptiveSettings(**{**settings.__dict__, "seed": r}))
-        _score(t, out, truth_on, tok, bal)
-        _score_same_z(t, out, table, settings)
-    return t
+        return replace(base, scores=scores[pick, rows, cols], tokens=tokens[pick, rows, cols])
+
+    return _replay_all(draw, replays, settings, tok, bal)
 
 
 def _line(name: str, t: Tally, secs: float) -> str:
@@ -252,12 +245,6 @@ def _frac(x: list[int]) -> str:
     return f"{x[0]}/{x[1]} = {x[0] / x[1]:.1%}" if x[1] else "0/0 (nothing to reach)"
 
 
-def _stored(path: str, replays: int, settings: AdaptiveSettings) -> Tally:
-    """A stored run: resampled from its replicates when it has more than one, else replayed as it is."""
-    reps = read_records([path]).frame["replicate"].drop_nulls().n_unique()
-    return run_replicated(path, replays, settings) if reps > 1 else run_stored(path, replays, settings)
-
-
 def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     flags = dict(a[2:].partition("=")[::2] for a in sys.argv[1:] if a.startswith("--"))
@@ -275,7 +262,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     total, total_z = [0, 0], [0, 0]
     runs = [(m.name, lambda m=m: run_model(m, replays, settings)) for m in SYNTH] + [
-        (f"stored run {Path(p).name}", lambda p=p: _stored(p, replays, settings)) for p in stored
+        (f"stored run {Path(p).name}", lambda p=p: run_stored(p, replays, settings)) for p in stored
     ]
     for name, go in runs:
         t0 = time.perf_counter()

@@ -269,7 +269,8 @@ def _futility(
 
 
 def _why_stopped(i: int, arms: Sequence[str], a: Assessment, rnd: int) -> str:
-    """One line for `ept status`: why arm i stopped receiving tasks (after round rnd), as decided then."""
+    """One line for `ept status`: why arm i stopped receiving tasks after round rnd, from its decision now
+    (a stopped arm's data does not change, so only another arm's data can move it)."""
     if a.status[i] == OFF:
         dom = a.dominated_by[i]
         why = f"off: {arms[dom] if dom is not None else '?'} is cheaper and stronger"
