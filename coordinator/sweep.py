@@ -156,6 +156,9 @@ class SweepOutcome:
     analysis_error: str | None = None
     compact_note: str | None = None
     profile_name: str | None = None
+    # The command that finishes this run, when it is not `ept retry` (the demo's simulator lives in its own
+    # process: `ept demo` again resumes the run; `ept retry` would need a profile the user never set up).
+    rerun_hint: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -344,6 +347,7 @@ def execute(
     manifest_jobs: int | None = None,
     compact: bool = True,
     allow_endpoint_change: bool = False,
+    rerun_hint: str | None = None,
 ) -> SweepOutcome:
     """Write/extend the manifest, run the jobs that have no result yet, then compact, summarise and analyse.
 
@@ -399,6 +403,7 @@ def execute(
         run_id=plan.run_id, ledger_url=ledger.url, run_url=ledger.run_url(plan.run_id), n_jobs=n_jobs,
         already_done=n_jobs - live.counted if completed else n_have, tally=tally,
         elapsed_s=time.monotonic() - t0, completed=completed, profile_name=getattr(profile, "name", None),
+        rerun_hint=rerun_hint,
     )  # fmt: skip
     record_session(ledger, plan.run_id, out)
     # Also when this session ran nothing but results exist: an earlier session stopped before compacting.
@@ -406,6 +411,25 @@ def execute(
         out.compact_note = _compact(ledger, plan.run_id)
     if analyze and (completed or out.stopped_for_budget):
         out.analysis, out.analysis_error = analyze_run(plan, ledger)
+        if out.analysis is not None and tally.failures:
+            from elo_per_token.analysis.incomplete import mark_missing_families
+
+            mark_missing_families(out.analysis, failed_families(tally))
+    return out
+
+
+def failed_families(tally: Tally) -> dict[str, str]:
+    """Family -> why its jobs failed this session ("360 jobs failed (task: SandboxUnavailable: ...)"), for every
+    family with a failed job; the analysis names those it then has no outcomes for (analysis.incomplete)."""
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for cls, keys in tally.failures.items():
+        for key in keys:
+            counts[key.split("/", 1)[0]][cls] += 1
+    out = {}
+    for fam, by_cls in counts.items():
+        cls = max(by_cls, key=lambda c: by_cls[c])
+        first = (tally.messages.get(cls) or "").split(": install", 1)[0][:120]
+        out[fam] = f"{sum(by_cls.values())} jobs failed, {cls}" + (f": {first}" if first else "")
     return out
 
 
@@ -611,7 +635,13 @@ def _print_failures(out: SweepOutcome, console: Console) -> None:
             highlight=False,
         )
     retryable = sorted(set(t.failures) - DETERMINISTIC)
-    if retryable:
+    if retryable and out.rerun_hint:
+        console.print(
+            f"once the cause is fixed, finish the run with: {out.rerun_hint} (it resumes: finished jobs are "
+            f"skipped, the {sum(len(t.failures[c]) for c in retryable)} failed ones run again)",
+            highlight=False,
+        )
+    elif retryable:
         console.print(
             f"re-run only the failed jobs with: ept retry {out.run_id} --ledger {out.ledger_url} "
             f"({', '.join(retryable)})",

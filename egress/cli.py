@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from elo_per_token.contracts.atomic import write_atomic
 
+if TYPE_CHECKING:
+    from elo_per_token.egress.doctor import Check
+
 PROFILES_HELP = "Profile file (default: $EPT_PROFILES, else ./profiles.toml)."
 
+# Checks of this machine that other stages own (the code grader's sandbox): the `ept` CLI hands them in at
+# registration, so egress imports no stage and `ept doctor` still shows the whole setup on one page.
+_machine_checks: list[Callable[[], Check]] = []
 
-def register(app: typer.Typer) -> None:
+
+def register(app: typer.Typer, machine_checks: Sequence[Callable[[], Check]] = ()) -> None:
+    """Add `ept doctor` and `ept profiles` to `app`; `machine_checks` run after the egress checks."""
+    _machine_checks[:] = list(machine_checks)
     app.command("doctor")(doctor)
     profiles_app = typer.Typer(
         help="Provider profiles (profiles.toml): list them, export client configs.", no_args_is_help=True
@@ -41,7 +52,7 @@ def doctor(
     p = get_profile(profile, profiles)
     if profile_url_override:
         p = p.with_base_url(profile_url_override)
-    checks = [*run_checks(p, timeout=timeout), check_client_configs()]
+    checks = [*run_checks(p, timeout=timeout), check_client_configs(), *(c() for c in _machine_checks)]
     console = Console(highlight=False, soft_wrap=True)
     for line in render(p, checks):
         console.print(scrub(line))  # masks keys from the environment and any password in base_url

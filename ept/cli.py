@@ -88,11 +88,11 @@ def _register() -> None:
         analysis_cli,
         imports_cli,
         cli_report,
-        egress_cli,
         simulator_cli,
         viewer_cli,
     ):
         mod.register(app)
+    egress_cli.register(app, machine_checks=[worker_cli.sandbox_check])
 
 
 # typer >= 0.2x labels every option in --help with a Python type tag (`--help <bool>`, `--out <str>`); a

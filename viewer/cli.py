@@ -6,6 +6,9 @@ import typer
 
 from elo_per_token.contracts.errors import InputError
 
+# Not the simulator's 8765: `ept simulate & ept view` with defaults must both start.
+VIEW_PORT = 8766
+
 
 def view(
     target: str = typer.Argument(
@@ -18,7 +21,9 @@ def view(
     host: str = typer.Option(
         "127.0.0.1", "--host", help="Address to listen on (default: this machine only)."
     ),
-    port: int = typer.Option(8765, "--port", help="Port; 0 picks a free one (printed)."),
+    port: int = typer.Option(
+        VIEW_PORT, "--port", help=f"Port (default {VIEW_PORT}; `ept simulate` has 8765); 0 picks a free one."
+    ),
     budget: str | None = typer.Option(
         None, "--budget", help="Tokens (3k) or dollars ($0.002) per task for the recommendation."
     ),
@@ -32,7 +37,13 @@ def view(
     if not 0 <= port <= 65535:
         raise InputError(f"must be 0..65535, got {port}", field="--port")
     ledger_url, run_id = _target(target, ledger)
-    server = serve(Store(ledger_url, budget=budget), host, port)
+    try:
+        server = serve(Store(ledger_url, budget=budget), host, port)
+    except OSError as e:
+        import errno
+
+        why = "in use (pick another --port, or 0 for a free one)" if e.errno == errno.EADDRINUSE else e.strerror
+        raise InputError(f"cannot listen on {host}:{port}: {why}", field="--port") from None
     where = f"http://{host}:{server.server_address[1]}/" + (f"run/{run_id}" if run_id else "")
     typer.echo(f"ept view: serving {ledger_url} (read-only) at {where}  (Ctrl-C stops)", err=False)
     try:

@@ -138,7 +138,7 @@ class Handler(BaseHTTPRequestHandler):
         sys.stderr.write(scrub(f"{self.address_string()} {format % args}") + "\n")
 
 
-def serve(store: Store, host: str = "127.0.0.1", port: int = 8765) -> ThreadingHTTPServer:
+def serve(store: Store, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
     """A bound server (port 0: any free port); the caller runs serve_forever."""
     handler = type("BoundHandler", (Handler,), {"store": store})
     return ThreadingHTTPServer((host, port), handler)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from elo_per_token.egress.doctor import Check
 
 
 def register(app: typer.Typer) -> None:
@@ -97,6 +100,21 @@ def _report_start_failure(queue: str, message: str) -> None:
         url = os.environ.get("EPT_BROKER_URL") or "redis://127.0.0.1:6379/0"
         r = redis.Redis.from_url(url, socket_timeout=3, socket_connect_timeout=3)
         r.set(worker_error_key(queue), scrub(message)[:2000], ex=3600)
+
+
+def sandbox_check() -> Check:
+    """`ept doctor`'s line for the code grader's sandbox: which bwrap runs (and why that one) and whether it
+    starts here. A warning, not a failure: a sweep without code tasks does not need it."""
+    from elo_per_token.egress.doctor import PASS, WARN, Check
+    from elo_per_token.worker.sandbox import bwrap
+
+    choice = bwrap.choose_bwrap()
+    where = (f"{choice.path} ({choice.source}{'; ' + choice.note if choice.note else ''})" if choice.path
+             else f"none ({choice.note or 'not found'})")  # fmt: skip
+    why = bwrap.probe()
+    if why is None:
+        return Check("code sandbox (bwrap)", PASS, f"{where}: starts")
+    return Check("code sandbox (bwrap)", WARN, f"{where}: {why.split(': ')[0]}; code tasks will fail", why)
 
 
 def _check_sandbox(queue: str) -> None:

