@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from bounds import bounded
+from optional import HAS_BFCL, bfcl_tasks, requires_bfcl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -62,11 +63,19 @@ TASKS = {
     "choice": _task({"type": "choice", "choices": ["red", "green", "blue"]}, reference="B"),
     "math": _task({"type": "math"}, reference=r"\frac34"),
     "tool": load_builtin_suite("tool_use")[0],
-    "bfcl": load_builtin_suite("bfcl")[0],
     "none": _task({"type": "none"}, reference=None),
 }
+# bfcl is optional (bfcl-eval): its grader joins the fuzzed ones where it is installed, and
+# test_bfcl_grader_is_fuzzed_where_installed says so when it is not (a failure under EPT_CI=1).
+if HAS_BFCL:
+    TASKS["bfcl"] = bfcl_tasks()[0]
+    bfcl._checker()  # import BFCL's checker once (seconds of CPU) before any example is timed
+TOOL_GRADERS = ["tool", "bfcl"] if HAS_BFCL else ["tool"]
 
-bfcl._checker()  # import BFCL's checker once (seconds of CPU) before any example is timed
+
+@requires_bfcl
+def test_bfcl_grader_is_fuzzed_where_installed():
+    assert "bfcl" in TASKS and "bfcl" in TOOL_GRADERS
 
 _PIECES = [
     "\n",
@@ -182,7 +191,7 @@ _CALLS = st.lists(
 
 
 @FUZZ
-@given(reply=REPLIES, calls=_CALLS, grader=st.sampled_from(["tool", "bfcl"]))
+@given(reply=REPLIES, calls=_CALLS, grader=st.sampled_from(TOOL_GRADERS))
 def test_tool_and_bfcl_graders_score_any_calls(reply, calls, grader):
     task = TASKS[grader]
     if grader == "bfcl" and calls:
@@ -194,7 +203,7 @@ def test_tool_and_bfcl_graders_score_any_calls(reply, calls, grader):
 @given(
     replies=st.lists(REPLIES, min_size=1, max_size=4),
     calls=_CALLS,
-    grader=st.sampled_from(["numeric", "exact", "choice", "tool", "bfcl", "math"]),
+    grader=st.sampled_from(["numeric", "exact", "choice", "math", *TOOL_GRADERS]),
 )
 def test_majority_vote_key_of_any_reply(replies, calls, grader):
     task = TASKS[grader]

@@ -16,6 +16,7 @@ import sys
 import pytest
 from cli_runner import run_ept
 from fixtures_sim import SIM_KEY
+from optional import HAS_BFCL, requires_bfcl
 
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.egress.client import ProviderClient
@@ -91,12 +92,9 @@ def test_humaneval_task_json_round_trips_through_suite_validation(tmp_path):
 # ---------------------------------------------------------------------------------------------- BFCL
 
 # bfcl-eval is installed with --no-deps (.ci/run): its declared dependencies include torch.
-HAS_BFCL = "bfcl" in builtin_suite_names()
 BFCL = load_builtin_suite("bfcl") if HAS_BFCL else []
 BFCL_SAMPLE = BFCL[::5]
-pytestmark_bfcl = pytest.mark.skipif(
-    not HAS_BFCL, reason="bfcl-eval not installed (pip install --no-deps bfcl-eval)"
-)
+pytestmark_bfcl = requires_bfcl
 
 
 @pytestmark_bfcl
