@@ -80,7 +80,9 @@ def sweep(
     profile: str = typer.Option(None, "--profile", help="Profile NAME to use instead of the plan's."),
     model: str = typer.Option(None, "--model", help="Model to use instead of the profile's."),
     name: str = typer.Option(
-        None, "--name", help="Run name instead of the plan's (a new run: e.g. the same plan on another --model)."
+        None,
+        "--name",
+        help="Run name instead of the plan's (a new run: e.g. the same plan on another --model).",
     ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print jobs, calls and a token/$ estimate; send nothing."
@@ -142,7 +144,9 @@ def _renamed(plan: Any, name: str) -> Any:
     from elo_per_token.coordinator.plan import valid_run_name
 
     if not valid_run_name(name):
-        raise InputError("must be letters, digits, '-', '_' or '.' (it names the run in the ledger)", field="--name")
+        raise InputError(
+            "must be letters, digits, '-', '_' or '.' (it names the run in the ledger)", field="--name"
+        )
     return plan.with_overrides(name=name, raw={**plan.raw, "name": name})
 
 

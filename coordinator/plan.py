@@ -78,6 +78,8 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 def valid_run_name(name: str) -> bool:
     """Whether `name` may name a run (a folder/prefix in the ledger): the plan's `name` rule."""
     return bool(_NAME.match(name))
+
+
 _TOP_FIELDS = {
     "name", "profile", "suites", "tasks_per_family", "replicates", "seed", "ledger", "executor",
     "concurrency", "queue", "batch_size", "weights", "arms", "rate_limits", "bootstrap_rounds", "anchor", "max_jobs",

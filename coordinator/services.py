@@ -72,6 +72,8 @@ def base_ports(base: int) -> list[int]:
     ports = list(range(base, base + N_PORTS))
     for port in ports:
         with socket.socket() as s:
+            # As the servers bind: a port left in TIME_WAIT by an earlier run is free for them.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
@@ -124,7 +126,11 @@ def build_stack(
         sim_url = f"http://127.0.0.1:{p[8]}/v1"
         # The profile `simulator` reads EPT_SIM_API_KEY; a worker calls only endpoints it lists (worker.trust),
         # and the sweep's --profile-url-override "$EPT_SIM_BASE_URL" points the profile here.
-        env |= {"EPT_SIM_API_KEY": "sk-sim-" + sim_key, "EPT_SIM_BASE_URL": sim_url, "EPT_WORKER_BASE_URLS": sim_url}
+        env |= {
+            "EPT_SIM_API_KEY": "sk-sim-" + sim_key,
+            "EPT_SIM_BASE_URL": sim_url,
+            "EPT_WORKER_BASE_URLS": sim_url,
+        }
         sim = [sys.executable, "-c", "from elo_per_token.ept.cli import main; main()", "simulate",
                "--port", str(p[8]), "--config", str(data_dir / "simulator.toml")]  # fmt: skip
     return Stack(redis, weed, {**os.environ, **creds}, env, p[0], p[4], sim, p[8] if simulator else None)

@@ -15,9 +15,9 @@ import json
 from typing import Any
 
 from bounds import bounded
-from optional import HAS_BFCL, bfcl_tasks, requires_bfcl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from optional import HAS_BFCL, bfcl_tasks, requires_bfcl
 
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.prompts import answer_lines, parse_score, parse_winner
@@ -76,6 +76,7 @@ TOOL_GRADERS = ["tool", "bfcl"] if HAS_BFCL else ["tool"]
 @requires_bfcl
 def test_bfcl_grader_is_fuzzed_where_installed():
     assert "bfcl" in TASKS and "bfcl" in TOOL_GRADERS
+
 
 _PIECES = [
     "\n",

@@ -31,7 +31,7 @@ def pytest_collection_finish(session):
 def ci_lanes() -> list[str]:
     """The -m expressions of the pytest commands in .ci/run, in order."""
     text = (REPO / ".ci" / "run").read_text()
-    return re.findall(r'^python3 -m pytest -m "([^"]+)"\s*$', text, re.M)
+    return re.findall(r'^python3 -m pytest -m "([^"]+)"(?:\s+--durations=\d+)?\s*$', text, re.M)
 
 
 def in_lane(expr: str, markers: set[str]) -> bool:

@@ -42,7 +42,9 @@ def view(
     except OSError as e:
         import errno
 
-        why = "in use (pick another --port, or 0 for a free one)" if e.errno == errno.EADDRINUSE else e.strerror
+        why = (
+            "in use (pick another --port, or 0 for a free one)" if e.errno == errno.EADDRINUSE else e.strerror
+        )
         raise InputError(f"cannot listen on {host}:{port}: {why}", field="--port") from None
     where = f"http://{host}:{server.server_address[1]}/" + (f"run/{run_id}" if run_id else "")
     typer.echo(f"ept view: serving {ledger_url} (read-only) at {where}  (Ctrl-C stops)", err=False)
