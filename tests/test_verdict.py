@@ -68,7 +68,9 @@ def test_equivalent_only_within_the_margin() -> None:
     assert wide["status"] == "pick" and wide["arm"] == "b" and wide["equivalent"] is True
     assert "equivalent to the best, c" in wide["lines"][0] and "±20 Elo" in wide["lines"][0]
     assert narrow["status"] == "not_separated" and narrow["arm"] == "b" and narrow["equivalent"] is False
-    assert narrow["lines"][0].startswith("Recommendation (not separated): b") and "±5 Elo" in narrow["lines"][0]
+    assert (
+        narrow["lines"][0].startswith("Recommendation (not separated): b") and "±5 Elo" in narrow["lines"][0]
+    )
 
 
 def test_no_pick_when_a_cheaper_arm_is_not_separated_from_the_candidate() -> None:
@@ -80,7 +82,10 @@ def test_no_pick_when_a_cheaper_arm_is_not_separated_from_the_candidate() -> Non
     s = np.array(elo) + np.column_stack([np.zeros(400), rng.normal(0, 12, 400), rng.normal(0, 3, 400)])
     rec = recommend(arms, np.array(elo), tok, s)
     assert rec["status"] == "undecided" and rec["arm"] is None
-    assert rec["lines"][0].startswith("No recommendation: b") and "not separated from the cheaper a" in rec["lines"][0]
+    assert (
+        rec["lines"][0].startswith("No recommendation: b")
+        and "not separated from the cheaper a" in rec["lines"][0]
+    )
     assert rec["not_separated"] == ["a", "b", "c"]
 
 
@@ -145,7 +150,11 @@ def test_n_of_n_solved_is_not_a_zero_width_interval() -> None:
     rows = [{"task_id": f"t{i}", "family": "f", "arm": "a", "score": 1.0} for i in range(24)]
     acc, fam, _ = accuracy_tables(pl.DataFrame(rows), ["a"], {"f": 1.0}, rounds=100)
     r = acc.row(0, named=True)
-    assert r["accuracy"] == 1.0 and r["accuracy_lo"] == pytest.approx(24 / (24 + z**2)) and r["accuracy_hi"] == 1.0
+    assert (
+        r["accuracy"] == 1.0
+        and r["accuracy_lo"] == pytest.approx(24 / (24 + z**2))
+        and r["accuracy_hi"] == 1.0
+    )
     assert r["binary"] is True and fam.row(0, named=True)["accuracy_lo"] < 1.0
 
 
@@ -157,10 +166,14 @@ def test_n_of_n_solved_is_not_a_zero_width_interval() -> None:
     st.floats(-3, 1e6),
     st.sampled_from([0.5, 0.9, 0.95, 0.999]),
 )
-def test_wilson_interval_on_hostile_input(ps: list[float], var: float, n: float, df: float, level: float) -> None:
+def test_wilson_interval_on_hostile_input(
+    ps: list[float], var: float, n: float, df: float, level: float
+) -> None:
     p = np.array(ps)
     k = p.size
-    lo, hi = bounded(lambda: wilson_interval(p, np.full(k, var), np.full(k, n), np.full(k, df), level), 2.0, 20)
+    lo, hi = bounded(
+        lambda: wilson_interval(p, np.full(k, var), np.full(k, n), np.full(k, df), level), 2.0, 20
+    )
     for i in range(k):
         if np.isnan(p[i]) or n <= 0:
             assert np.isnan(lo[i]) and np.isnan(hi[i])
@@ -218,7 +231,9 @@ def test_partial_credit_is_a_mean_score_and_partial_arms_are_marked(tmp_path: Pa
                 lines.append({**base, "kind": "outcome", "score": [0.0, 0.5, 1.0][(t + budget) % 3]})
     log = tmp_path / "pc.jsonl"
     log.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    r = run_ept("analyze", str(log), "--rounds", "50", "--out", str(tmp_path / "o"), "--no-plots", columns=250)
+    r = run_ept(
+        "analyze", str(log), "--rounds", "50", "--out", str(tmp_path / "o"), "--no-plots", columns=250
+    )
     assert r.returncode == 0, r.stderr
     assert "mean score (partial credit)" in r.stdout and "pass@1 [" not in r.stdout
     assert re.search(r"m@4 \[math only\]\s+│\s+\d", r.stdout)  # the accuracy row, marked
@@ -290,7 +305,9 @@ def test_one_run_prints_the_same_verdict_on_every_surface(tmp_path: Path) -> Non
     assert r2.returncode == 0, r2.stderr
     text = page.read_text()
     for col in ("elo", "elo_lo", "elo_hi"):
-        assert _html_cells(text, "returns-table", col) == {x["arm"]: pytest.approx(x[col]) for x in rep["table"]}
+        assert _html_cells(text, "returns-table", col) == {
+            x["arm"]: pytest.approx(x[col]) for x in rep["table"]
+        }
     assert htmllib.escape(rec["lines"][0], quote=False) in text
     assert f'data-status="{rec["status"]}"' in text
     acc = {x["arm"]: x["accuracy_lo"] for x in rep["accuracy"]}
