@@ -42,7 +42,7 @@ def score_label_of(rows: list[dict[str, Any]]) -> str:
 
 def marked_arm(row: dict[str, Any]) -> str:
     """The arm as every accuracy table shows it: a partial arm carries the headline table's mark."""
-    return row["arm"] + (f" [{row['seen_in']}]" if row.get("seen_in") else "")
+    return str(row["arm"]) + (f" [{row['seen_in']}]" if row.get("seen_in") else "")
 
 
 def accuracy_title(result: AnalysisResult) -> str:

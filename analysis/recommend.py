@@ -198,7 +198,10 @@ def _head(
 ) -> str:
     """The recommendation's first line for a decision (see _decide)."""
     best, (dd, lo, hi) = _arm(arms, elo, tok, d.best), d.diff
-    names = lambda ix: ", ".join(arms[i] for i in ix)  # noqa: E731
+
+    def names(ix: Sequence[int]) -> str:
+        return ", ".join(arms[i] for i in ix)
+
     if d.status == "undecided":
         p, c, (g, glo, ghi) = d.near[0], d.below[-1], d.below_gap
         return (f"No recommendation: {_arm(arms, elo, tok, p)}, the cheapest arm not separated from the best, "
