@@ -3,7 +3,11 @@
 Elo says which arm beats which; a user also asks "what share of the tasks does it get right?". Scores are in
 [0, 1] (1 = correct for graded tasks). Per task, an arm's score is the mean over its replicates; per family, the
 mean over the family's tasks; per arm, the families' means weighted like Elo (the run's family weights), so the
-two columns summarise the same task mix. Intervals resample tasks within each family (the Elo bootstrap's unit).
+two columns summarise the same task mix, after the same --missing estimand (a missing score is a loss under
+`loss`, the task is left out for every arm under `shared`). Intervals are Wilson score intervals on the
+effective number of tasks with a Student-t quantile (wilson_interval): they do not collapse at 0 or 1 as a
+percentile bootstrap does (n of n solved is not [100%, 100%]). "pass@1" names the mean only where every score
+is 0 or 1; with partial credit it is a mean score.
 
 pass@k uses the unbiased estimator of Chen et al. (2021): on a task with n replicates of which c passed
 (score == 1), pass@k = 1 - C(n-c, k) / C(n, k), averaged like accuracy over the tasks with n >= k.
@@ -13,13 +17,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 ACCURACY_SCHEMA = {
     "arm": pl.String, "accuracy": pl.Float64, "accuracy_lo": pl.Float64, "accuracy_hi": pl.Float64,
-    "tasks": pl.Int64, "outcomes": pl.Int64,
+    "tasks": pl.Int64, "outcomes": pl.Int64, "binary": pl.Boolean, "seen_in": pl.String,
 }  # fmt: skip
 FAMILY_SCHEMA = {
     "family": pl.String, "arm": pl.String, "accuracy": pl.Float64, "accuracy_lo": pl.Float64,
@@ -29,7 +34,6 @@ PASS_K_SCHEMA = {
     "arm": pl.String, "k": pl.Int64, "pass_at_k": pl.Float64, "pass_at_k_lo": pl.Float64,
     "pass_at_k_hi": pl.Float64, "tasks": pl.Int64,
 }  # fmt: skip
-_CHUNK = 100  # bootstrap rounds per block: bounds memory at rounds x tasks of one block
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -73,6 +77,8 @@ def task_scores(outcomes: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
             pl.col("score").cast(pl.Float64).mean().alias("score"),
             pl.len().cast(pl.Int64).alias("n"),
             (pl.col("score") >= 1.0).sum().cast(pl.Int64).alias("c"),
+            # replicates with partial credit (neither 0 nor 1): the mean is then not a pass rate
+            ((pl.col("score") > 0) & (pl.col("score") < 1)).sum().cast(pl.Int64).alias("frac"),
         )
         .with_columns(pl.col(c).cast(pl.String) for c in ("family", "task_id", "arm"))
         .sort("family", "task_id", "arm")
@@ -100,60 +106,94 @@ def _matrix(ts: pl.DataFrame, value: str, arms: list[str]) -> tuple[np.ndarray, 
     return vals, mask
 
 
-def _family_means(
-    ts: pl.DataFrame, value: str, arms: list[str], families: list[str], rounds: int, seed: int
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Per family: point means [K], bootstrap means [R, K] (tasks resampled within the family) and task
-    counts [K]. NaN where the arm has no task in the family."""
-    rng = np.random.default_rng(seed)
-    point, boot, count = {}, {}, {}
+@dataclass(frozen=True)
+class FamilyStats:
+    """Per family: mean [K], variance of that mean [K] (s^2 / n, the tasks' spread) and task count [K]; NaN
+    (count 0) where the arm has no task in the family."""
+
+    mean: np.ndarray
+    var: np.ndarray
+    count: np.ndarray
+
+
+def _family_stats(
+    ts: pl.DataFrame, value: str, arms: list[str], families: list[str]
+) -> dict[str, FamilyStats]:
+    out = {}
     for f in families:
         vals, mask = _matrix(ts.filter(pl.col("family") == f), value, arms)
-        n = vals.shape[0]
+        n = mask.sum(0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            point[f] = vals.sum(0) / mask.sum(0)
-        count[f] = mask.sum(0)
-        blocks = []
-        for start in range(0, rounds if n else 0, _CHUNK):
-            w = rng.multinomial(n, np.full(n, 1.0 / n), size=min(_CHUNK, rounds - start)).astype(float)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                blocks.append((w @ vals) / (w @ mask))
-        boot[f] = np.vstack(blocks) if blocks else np.full((rounds, len(arms)), np.nan)
-    return point, boot, count
+            mean = vals.sum(0) / n
+            ss = (mask * (vals - mean) ** 2).sum(0)
+            var = np.where(n > 1, ss / np.maximum(n - 1, 1) / n, 0.0)
+        out[f] = FamilyStats(mean, np.where(n > 0, var, np.nan), n)
+    return out
 
 
-def _weighted(per_family: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> np.ndarray:
-    """Family means merged with the family weights, renormalised over the families an arm has tasks in."""
-    num = den = None
-    for f, m in per_family.items():
+def _merge(stats: Mapping[str, FamilyStats], weights: Mapping[str, float], k: int) -> tuple[np.ndarray, ...]:
+    """Family means merged with the family weights, renormalised over the families an arm has tasks in:
+    (mean, variance of the mean, effective number of tasks n_kish = 1 / sum (w_f^2 / n_f), degrees of
+    freedom sum (n_f - 1)), each [K]."""
+    num, den, var, kish, df = (np.zeros(k) for _ in range(5))
+    for f, st in stats.items():
         w = float(weights.get(f, 0.0))
+        have = st.count > 0
         if w <= 0:
             continue
-        have = ~np.isnan(m)
-        part, wt = np.where(have, m, 0.0) * w, have * w
-        num, den = (part, wt) if num is None else (num + part, den + wt)
-    if num is None or den is None:
-        first = next(iter(per_family.values()), np.array([]))
-        return np.full(first.shape, np.nan)
+        num += np.where(have, st.mean, 0.0) * w
+        den += have * w
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.asarray(num / den, dtype=float)
+        for f, st in stats.items():
+            w = float(weights.get(f, 0.0))
+            if w <= 0:
+                continue
+            have = st.count > 0
+            share = np.where(have & (den > 0), w / np.where(den > 0, den, 1.0), 0.0)
+            var += np.where(have, share**2 * np.nan_to_num(st.var), 0.0)
+            kish += np.where(have, share**2 / np.maximum(st.count, 1), 0.0)
+            df += np.where(have, st.count - 1, 0.0)
+        mean = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+        n_kish = np.where(kish > 0, 1.0 / np.where(kish > 0, kish, 1.0), 0.0)
+    return mean, var, n_kish, df
 
 
-def _interval(samples: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
-    a = (1.0 - level) / 2.0
-    if samples.shape[0] == 0:
-        nan = np.full(samples.shape[1:], np.nan)
-        return nan, nan
-    with np.errstate(invalid="ignore"):
-        import warnings
+def wilson_interval(p: np.ndarray, var: np.ndarray, n_kish: np.ndarray, df: np.ndarray, level: float
+                    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Wilson score interval of a mean score in [0, 1] on its effective number of tasks (Korn & Graubard):
+    n_eff = p(1-p) / var, at most n_kish (partial credit, whose spread is below a pass/fail one, is not
+    credited with more tasks than were run); n_kish when var is 0 (every task solved, or none). z is the
+    Student-t quantile on df = sum (n_f - 1), the small-sample widening the Elo intervals use. Unlike a
+    percentile bootstrap it does not collapse at 0 or 1: n of n solved gives a lower bound of
+    n / (n + z^2) (0.86 at 24 tasks)."""
+    from scipy.stats import t
 
-        with warnings.catch_warnings():  # an arm absent from every round: NaN, said as "—"
-            warnings.simplefilter("ignore", RuntimeWarning)
-            return np.nanquantile(samples, a, axis=0), np.nanquantile(samples, 1.0 - a, axis=0)
+    p = np.clip(np.asarray(p, dtype=float), 0.0, 1.0)
+    q = (1.0 + level) / 2.0
+    z = t.ppf(q, np.maximum(df, 1.0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        n_eff = np.where(var > 0, np.minimum(n_kish, p * (1 - p) / np.where(var > 0, var, 1.0)), n_kish)
+        n_eff = np.maximum(n_eff, 1.0)
+        z2n = z**2 / n_eff
+        centre = (p + z2n / 2) / (1 + z2n)
+        half = z / (1 + z2n) * np.sqrt(p * (1 - p) / n_eff + z2n / (4 * n_eff))
+        lo, hi = np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
+    bad = np.isnan(p) | (n_kish <= 0)
+    return np.where(bad, np.nan, np.minimum(lo, p)), np.where(bad, np.nan, np.maximum(hi, p))
 
 
 def _num(x: float) -> float | None:
     return None if math.isnan(x) else float(x)
+
+
+def _intervals(stats: Mapping[str, FamilyStats], weights: Mapping[str, float], k: int, level: float,
+               on: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """(merged mean, lo, hi) [K]; NaN bounds when `on` is false (no intervals asked for)."""
+    mean, var, n_kish, df = _merge(stats, weights, k)
+    if not on:
+        return mean, mean * np.nan, mean * np.nan
+    lo, hi = wilson_interval(mean, var, n_kish, df, level)
+    return mean, lo, hi
 
 
 def accuracy_tables(
@@ -164,38 +204,43 @@ def accuracy_tables(
     rounds: int = 1000,
     seed: int = 0,
     level: float = 0.95,
+    partial: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """(per arm, per family x arm, pass@k) frames (ACCURACY_SCHEMA, FAMILY_SCHEMA, PASS_K_SCHEMA).
 
-    outcomes: task_id, family, arm, score (one row per replicate). rounds = 0: no intervals."""
-    arm_list = list(arms)
+    outcomes: task_id, family, arm, score (one row per replicate), after the run's --missing estimand (so
+    accuracy describes the same tasks, and counts the same losses, as Elo). rounds = 0: no intervals, as
+    the Elo table has none (the intervals themselves are Wilson intervals, analytic: seed is not used).
+    partial: the headline table's partial arms (arm -> families seen), marked in `seen_in`; `binary`: every
+    score of the arm is 0 or 1 (pass@1), else the mean is of partial credit."""
+    del seed  # analytic intervals: kept in the signature so every caller passes the run's options alike
+    arm_list, partial = list(arms), partial or {}
     ts = task_scores(outcomes).filter(pl.col("arm").is_in(arm_list))
     families = sorted(ts["family"].unique().to_list())
-    point, boot, count = _family_means(ts, "score", arm_list, families, rounds, seed)
-    acc = _weighted(point, weights) if families else np.full(len(arm_list), np.nan)
-    lo, hi = (
-        _interval(_weighted(boot, weights), level) if families and rounds else (acc * np.nan, acc * np.nan)
-    )
+    stats = _family_stats(ts, "score", arm_list, families)
+    acc, lo, hi = _intervals(stats, weights, len(arm_list), level, bool(rounds) and bool(families))
     n_out = dict(ts.group_by("arm").agg(pl.col("n").sum()).iter_rows())
     n_tasks = dict(ts.group_by("arm").agg(pl.len()).iter_rows())
+    binary = dict(ts.group_by("arm").agg((pl.col("frac") == 0).all()).iter_rows()) if ts.height else {}
     per_arm = pl.DataFrame(
         [
             {"arm": a, "accuracy": _num(acc[i]), "accuracy_lo": _num(lo[i]), "accuracy_hi": _num(hi[i]),
-             "tasks": int(n_tasks.get(a, 0)), "outcomes": int(n_out.get(a, 0))}
+             "tasks": int(n_tasks.get(a, 0)), "outcomes": int(n_out.get(a, 0)), "binary": binary.get(a),
+             "seen_in": ("+".join(partial[a]) + " only" if partial[a] else "no family") if a in partial else None}
             for i, a in enumerate(arm_list)
         ],
         schema=ACCURACY_SCHEMA,
     )  # fmt: skip
     fam_rows = []
     for f in families:
-        flo, fhi = _interval(boot[f], level) if rounds else (point[f] * np.nan, point[f] * np.nan)
+        flo, fhi = wilson_interval(stats[f].mean, stats[f].var, stats[f].count, stats[f].count - 1, level) if rounds else (stats[f].mean * np.nan,) * 2  # fmt: skip
         fam_rows += [
-            {"family": f, "arm": a, "accuracy": _num(point[f][i]), "accuracy_lo": _num(flo[i]),
-             "accuracy_hi": _num(fhi[i]), "tasks": int(count[f][i])}
-            for i, a in enumerate(arm_list) if count[f][i] > 0
+            {"family": f, "arm": a, "accuracy": _num(stats[f].mean[i]), "accuracy_lo": _num(flo[i]),
+             "accuracy_hi": _num(fhi[i]), "tasks": int(stats[f].count[i])}
+            for i, a in enumerate(arm_list) if stats[f].count[i] > 0
         ]  # fmt: skip
     per_family = pl.DataFrame(fam_rows, schema=FAMILY_SCHEMA)
-    return per_arm, per_family, _pass_k_table(ts, arm_list, families, weights, rounds, seed, level)
+    return per_arm, per_family, _pass_k_table(ts, arm_list, families, weights, rounds, level)
 
 
 def _pass_k_table(
@@ -204,7 +249,6 @@ def _pass_k_table(
     families: list[str],
     weights: Mapping[str, float],
     rounds: int,
-    seed: int,
     level: float,
 ) -> pl.DataFrame:
     """pass@k rows for every arm whose tasks all have >= 2 replicates (k up to the fewest)."""
@@ -217,9 +261,8 @@ def _pass_k_table(
             pk = mine.with_columns(
                 pl.Series("pk", pass_at_k_array(mine["n"].to_numpy(), mine["c"].to_numpy(), k))
             )
-            point, boot, _ = _family_means(pk, "pk", [arm], families, rounds, seed)
-            v = _weighted(point, weights)[0]
-            lo, hi = _interval(_weighted(boot, weights), level) if rounds else (np.array([np.nan]),) * 2
-            rows.append({"arm": arm, "k": k, "pass_at_k": _num(v), "pass_at_k_lo": _num(lo[0]),
+            stats = _family_stats(pk, "pk", [arm], families)
+            v, lo, hi = _intervals(stats, weights, 1, level, bool(rounds))
+            rows.append({"arm": arm, "k": k, "pass_at_k": _num(v[0]), "pass_at_k_lo": _num(lo[0]),
                          "pass_at_k_hi": _num(hi[0]), "tasks": mine.height})  # fmt: skip
     return pl.DataFrame(rows, schema=PASS_K_SCHEMA)

@@ -28,9 +28,33 @@ def pass_k_values(result: AnalysisResult) -> list[int]:
     return sorted(k for k in set(result.pass_k["k"].to_list()) if k > 1)
 
 
+def score_label(result: AnalysisResult) -> str:
+    """'pass@1' when every analysed arm's scores are 0 or 1 (a pass rate), else 'mean score' (partial
+    credit, e.g. the built-in code suite's share of tests passed): the name every surface gives the column."""
+    return score_label_of(result.accuracy.to_dicts() if result.accuracy is not None else [])
+
+
+def score_label_of(rows: list[dict[str, Any]]) -> str:
+    """score_label over report.json's accuracy rows (the HTML page and the viewer read those)."""
+    flags = [r.get("binary") for r in rows if r.get("binary") is not None]
+    return "pass@1" if flags and all(flags) else "mean score"
+
+
+def marked_arm(row: dict[str, Any]) -> str:
+    """The arm as every accuracy table shows it: a partial arm carries the headline table's mark."""
+    return str(row["arm"]) + (f" [{row['seen_in']}]" if row.get("seen_in") else "")
+
+
+def accuracy_title(result: AnalysisResult) -> str:
+    """The accuracy table's title: what the column is, how it is weighted, the estimand and the interval."""
+    o = result.options
+    kind = "pass@1 (every score 0 or 1)" if score_label(result) == "pass@1" else "mean score (partial credit)"
+    return f"Accuracy: {kind}, families weighted like Elo, --missing {o.missing}; Wilson intervals"  # fmt: skip
+
+
 def accuracy_header(result: AnalysisResult) -> list[str]:
     pct = f"{round(result.options.level * 100)}%"
-    return (["arm", f"accuracy / pass@1 [{pct} CI]", "tasks", "outcomes"]
+    return (["arm", f"{score_label(result)} [{pct} CI]", "tasks", "outcomes"]
             + [f"pass@{k} [{pct} CI]" for k in pass_k_values(result)])  # fmt: skip
 
 
@@ -45,7 +69,7 @@ def accuracy_rows(result: AnalysisResult, arms: list[str] | None = None) -> list
         if keep is not None and r["arm"] not in keep:
             continue
         row = [
-            r["arm"],
+            marked_arm(r),
             _pct(r["accuracy"], r["accuracy_lo"], r["accuracy_hi"]),
             str(r["tasks"]),
             str(r["outcomes"]),

@@ -100,26 +100,48 @@ def tokens_cmd(
     _print_skipped(summary.skipped, err)
 
 
+# Unset, these come from a run's manifest (the options its own table used), as `ept report` does.
+WEIGHTS_HELP = "Family weights, e.g. math=0.4,code=0.4,tool_use=0.2 (default: a run's plan, as in its table; else equal)."
+ANCHOR_HELP = "Arm pinned at Elo 1000, e.g. greedy@1 (default: a run's plan, else the cheapest arm)."
+ROUNDS_HELP = ("Bootstrap rounds (resampling tasks within families); 0 = none (default: a run's plan, as in its "
+               "table; else 1000).")  # fmt: skip
+MARGIN_HELP = ("Elo: the recommendation calls an arm equivalent to the best only when the interval of their "
+               "difference lies within +-MARGIN; otherwise 'not separated'.")  # fmt: skip
 MISSING_HELP = ("Outcomes without a score: shared = compare arms on the tasks every arm answered (default), "
                 "loss = count a missing score as a loss, drop = each arm on the tasks it answered.")  # fmt: skip
 
 
 def _checked_inputs(
-    opts: AnalysisOptions, paths: list[str], ledger: str | None, top: int | None
+    opts: AnalysisOptions,
+    paths: list[str],
+    ledger: str | None,
+    top: int | None,
+    unset: frozenset[str] = frozenset(),
 ) -> tuple[AnalysisOptions, list[str]]:
-    """Options checked before any (long) reading, the inputs resolved; without --prices, a run's profile
-    prices (as `ept sweep` priced its table)."""
+    """Options checked before any (long) reading, the inputs resolved; the options in `unset` (not given on
+    the command line) and, without --prices, the prices: the run's own (its manifest: the options its table
+    used), so `ept analyze RUN` prints the sweep's numbers; a note on stderr when the options used differ from
+    the run's (analysis.surface_options.options_note)."""
+    from dataclasses import replace
+
+    from elo_per_token.analysis.cli_report import run_options_info
+    from elo_per_token.analysis.surface_options import options_note
+
     opts.validate()
     if top is not None and top < 1:
         raise InputError(f"must be >= 1, got {top}", field="--top")
     paths = resolve_inputs(paths, ledger)
-    if opts.prices is not None:
-        return opts, paths
-    from dataclasses import replace
+    run, source, from_run = run_options_info(paths)
+    fill = {k: getattr(run, k) for k in unset if from_run}
+    if opts.prices is None:
+        fill["prices"] = run.prices
+    opts = replace(opts, **fill)
+    note = options_note(opts, run, source, from_run)
+    if note:
+        from rich.console import Console
 
-    from elo_per_token.analysis.cli_report import run_options
-
-    return replace(opts, prices=run_options(paths)[0].prices), paths
+        Console(stderr=True).print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+    return opts, paths
 
 
 def analyze_cmd(
@@ -127,17 +149,12 @@ def analyze_cmd(
     out: str | None = typer.Option(
         None, "--out", help="Write report.md, arms.csv, report.json and PNG plots here."
     ),
-    weights: str | None = typer.Option(
-        None, "--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2 (default equal)."
-    ),
-    anchor: str | None = typer.Option(
-        None, "--anchor", help="Arm pinned at Elo 1000, e.g. greedy@1 (default: cheapest arm)."
-    ),
-    rounds: int = typer.Option(
-        1000, "--rounds", help="Bootstrap rounds (resampling tasks within families); 0 = none."
-    ),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
-    level: float = typer.Option(0.95, "--level", help="Interval level."),
+    weights: str | None = typer.Option(None, "--weights", help=WEIGHTS_HELP),
+    anchor: str | None = typer.Option(None, "--anchor", help=ANCHOR_HELP),
+    rounds: int | None = typer.Option(None, "--rounds", help=ROUNDS_HELP),
+    seed: int | None = typer.Option(None, "--seed", help="Bootstrap seed (default: a run's plan, else 0)."),
+    level: float | None = typer.Option(None, "--level", help="Interval level (default: a run's, else 0.95)."),
+    margin: float = typer.Option(10.0, "--margin", help=MARGIN_HELP),
     l2: float | None = typer.Option(
         None,
         "--l2",
@@ -182,13 +199,12 @@ def analyze_cmd(
     With many arms the terminal tables are grouped by strategy; narrow them with --top / --arms."""
     from elo_per_token.analysis.pipeline import AnalysisOptions
 
+    given = {"weights": weights, "anchor": anchor, "rounds": rounds, "seed": seed, "level": level}
+    unset = frozenset(k for k, v in given.items() if v is None)
     opts = AnalysisOptions(
-        weights=weights,
-        anchor=anchor,
-        rounds=rounds,
-        seed=seed,
-        level=level,
+        **{k: v for k, v in given.items() if v is not None},  # type: ignore[arg-type]
         l2=l2,
+        margin=margin,
         drop_ties=drop_ties,
         skip_bad=skip_bad,
         tasks_file=tasks,
@@ -197,7 +213,7 @@ def analyze_cmd(
         missing=missing,
         budget=budget,
     )
-    opts, paths = _checked_inputs(opts, paths, ledger, top)
+    opts, paths = _checked_inputs(opts, paths, ledger, top, unset)
     _analyze_and_report(
         paths, opts, out=out, html=html, transcript=transcript, top=top, arms=arms, plots=not no_plots
     )

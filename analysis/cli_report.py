@@ -35,9 +35,15 @@ def compare(
     weights: str | None = typer.Option(
         None, "--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2."
     ),
-    rounds: int = typer.Option(1000, "--rounds", help="Bootstrap rounds."),
-    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
-    level: float = typer.Option(0.95, "--level", help="Interval level of the table."),
+    rounds: int | None = typer.Option(
+        None, "--rounds", help="Bootstrap rounds (default: the baseline run's table's, else 1000)."
+    ),
+    seed: int | None = typer.Option(
+        None, "--seed", help="Bootstrap seed (default: the baseline run's, else 0)."
+    ),
+    level: float | None = typer.Option(
+        None, "--level", help="Interval level of the table (default: the baseline run's, else 0.95)."
+    ),
     adjust: str = typer.Option(
         "bonferroni",
         "--adjust",
@@ -60,14 +66,22 @@ def compare(
         to_json_dict,
         to_markdown,
     )
+    from elo_per_token.analysis.level import check_level
+    from elo_per_token.analysis.surface_options import compare_options
 
     rule = parse_fail_on(fail_on)  # bad flags fail before any reading
+    if level is not None:
+        check_level(level)
     baseline, current = resolve_run(baseline, ledger), resolve_run(current, ledger)
+    co = compare_options(baseline, current, rounds=rounds, seed=seed, level=level)
     base = load_run(baseline, skip_bad=skip_bad, tasks_file=tasks)
     cur = load_run(current, skip_bad=skip_bad, tasks_file=tasks)
     res = compare_runs(
-        base, cur, rule=rule, weights=weights, rounds=rounds, seed=seed, level=level, adjust=adjust
+        base, cur, rule=rule, weights=weights, rounds=co.rounds, seed=co.seed, level=co.level, adjust=adjust
     )
+    if co.note:
+        res.notes.append(co.note)
+    level = co.level
 
     _write_all({markdown: to_markdown(res), json_out: _dumps(to_json_dict(res))})
     _print_compare(res, baseline, current, level=level, adjust=adjust)
@@ -141,9 +155,14 @@ def report(
         help="Bootstrap rounds, 0: no intervals (default: the run's plan, as in its table; else 1000).",
     ),
     seed: int | None = typer.Option(None, "--seed", help="Bootstrap seed (default: the run's plan, else 0)."),
-    level: float = typer.Option(0.95, "--level", help="Interval level."),
+    level: float | None = typer.Option(
+        None, "--level", help="Interval level (default: the run's, else 0.95)."
+    ),
     l2: float | None = typer.Option(
         None, "--l2", help="L2 penalty of the Bradley-Terry fit (default: the prior of `ept analyze`)."
+    ),
+    margin: float = typer.Option(
+        10.0, "--margin", help="Elo: the recommendation's equivalence margin (as `ept analyze --margin`)."
     ),
     tasks: str | None = typer.Option(
         None, "--tasks", help="JSONL with task_id and family, for logs without them."
@@ -167,24 +186,34 @@ def report(
     """Analyse a run and write one self-contained HTML report (plots embedded, no external resources)."""
     from elo_per_token.analysis.html_gather import write_html
     from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
+    from elo_per_token.analysis.surface_options import options_note
 
     inputs = [resolve_run(p, ledger) for p in paths]
-    base, source = run_options(inputs)
+    base, source, from_run = run_options_info(inputs)
     opts = AnalysisOptions(
         weights=weights if weights is not None else base.weights,
         anchor=anchor if anchor is not None else base.anchor,
         rounds=rounds if rounds is not None else base.rounds,
         seed=seed if seed is not None else base.seed,
-        level=level, l2=l2, drop_ties=drop_ties, skip_bad=skip_bad, tasks_file=tasks,
-        prices=prices if prices is not None else base.prices, budget=budget,
+        level=level if level is not None else base.level, l2=l2, drop_ties=drop_ties, skip_bad=skip_bad,
+        tasks_file=tasks, prices=prices if prices is not None else base.prices, budget=budget, margin=margin,
     )  # fmt: skip
     result = analyze(inputs, opts)
     write_html(result, out)
     typer.echo(f"wrote {out} ({opts.rounds} bootstrap rounds, seed {opts.seed}; unset options from {source})")
+    note = options_note(opts, base, source, from_run)
+    if note:
+        typer.echo(f"note: {note}", err=True)
 
 
 def run_options(inputs: list[str]) -> tuple[Any, str]:
-    """The settings the run's own table used (from its manifest), and where they came from.
+    """run_options_info without the flag: (options, where they came from)."""
+    opts, source, _ = run_options_info(inputs)
+    return opts, source
+
+
+def run_options_info(inputs: list[str]) -> tuple[Any, str, bool]:
+    """(options, where they came from, whether from the run's manifest). The settings the run's own table used (from its manifest), and where they came from.
 
     One run, one set of numbers: `ept demo`/`ept sweep` print the table with the plan's bootstrap rounds and
     seed (200 and 7 for the demo), so the report starts from them too. Plain logs, or several runs, get the
@@ -198,7 +227,7 @@ def run_options(inputs: list[str]) -> tuple[Any, str]:
     # A reader: reporting never creates a bucket, and a wrong endpoint fails at once.
     manifest = read_manifest(src) if src else None
     if src is None or not manifest or not isinstance(manifest.get("plan"), dict):
-        return AnalysisOptions(), "the defaults of `ept analyze`"
+        return AnalysisOptions(), "the defaults of `ept analyze`", False
     # The run's profile prices, as `ept sweep` used them for its cost table (even when its plan is unreadable).
     profile = manifest.get("profile")
     prices = profile_prices(profile if isinstance(profile, dict) else {})
@@ -206,17 +235,15 @@ def run_options(inputs: list[str]) -> tuple[Any, str]:
     if not isinstance(stored, dict) and not isinstance(manifest["plan"].get("name"), str):
         # Not a plan the coordinator wrote (another tool's manifest, a hand-made one): nothing says which
         # settings its table used, so the `ept analyze` defaults, as for plain logs.
-        return AnalysisOptions(
-            prices=prices
-        ), f"the defaults of `ept analyze` (run {src.run_id}'s stored plan has no name)"
+        why = f"the defaults of `ept analyze` (run {src.run_id}'s stored plan has no name)"
+        return AnalysisOptions(prices=prices), why, False
     settings, problem = _settings(
         stored if isinstance(stored, dict) else manifest["plan"], plan=not isinstance(stored, dict)
     )
     if problem:
-        return AnalysisOptions(
-            prices=prices
-        ), f"the defaults of `ept analyze` (run {src.run_id}'s plan: {problem})"
-    return AnalysisOptions(**settings, prices=prices), f"run {src.run_id}'s plan, as in its table"
+        why = f"the defaults of `ept analyze` (run {src.run_id}'s plan: {problem})"
+        return AnalysisOptions(prices=prices), why, False
+    return AnalysisOptions(**settings, prices=prices), f"run {src.run_id}'s plan, as in its table", True
 
 
 def _settings(data: dict[str, Any], *, plan: bool) -> tuple[dict[str, Any], str | None]:
@@ -243,8 +270,11 @@ def _settings(data: dict[str, Any], *, plan: bool) -> tuple[dict[str, Any], str 
     for name, v, hi in (("bootstrap_rounds", rounds, MAX_BOOTSTRAP_ROUNDS), ("seed", seed, MAX_SEED)):
         if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= hi:
             return {}, f"{name} must be an integer in 0..{hi}"
+    level = data.get("level", 0.95)  # the coordinator's tables use 0.95; a manifest may record another
+    if not isinstance(level, float) or not 0.5 <= level < 1:
+        return {}, "level must be a number in [0.5, 1)"
     out = {"weights": weights_option({str(k): float(w) for k, w in weights.items()}), "anchor": anchor}
-    return {**out, "rounds": rounds, "seed": seed}, None
+    return {**out, "rounds": rounds, "seed": seed, "level": level}, None
 
 
 def resolve_run(arg: str, ledger: str | None = None) -> str:

@@ -95,9 +95,12 @@ def accuracy_section(doc: HtmlDocument, table: TableRenderer) -> list[str]:
         return []
     pk = {(r["arm"], r["k"]): r for r in doc.pass_at_k or []}
     ks = sorted({k for _, k in pk if k > 1})
+    from elo_per_token.analysis.accuracy_report import marked_arm, score_label_of
+
+    label = score_label_of(acc)
     rows = []
     for r in acc:
-        row = dict(r)
+        row = {**r, "arm": marked_arm(r)}
         for k in ks:
             p = pk.get((r["arm"], k)) or {}
             row[f"pass_at_{k}"], row[f"pass_at_{k}_lo"], row[f"pass_at_{k}_hi"] = (
@@ -107,7 +110,7 @@ def accuracy_section(doc: HtmlDocument, table: TableRenderer) -> list[str]:
             )
         rows.append(row)
     cols: list[tuple[str, str, str | None]] = [
-        ("arm", "arm", None), ("accuracy", "accuracy / pass@1", ".1%"), ("accuracy_lo", "lo", ".1%"),
+        ("arm", "arm", None), ("accuracy", label, ".1%"), ("accuracy_lo", "lo", ".1%"),
         ("accuracy_hi", "hi", ".1%"), ("tasks", "tasks", ",d"), ("outcomes", "outcomes", ",d"),
     ]  # fmt: skip
     for k in ks:
@@ -117,9 +120,11 @@ def accuracy_section(doc: HtmlDocument, table: TableRenderer) -> list[str]:
             (f"pass_at_{k}_hi", "hi", ".1%"),
         ]
     out = ['<section id="accuracy"><h2>Accuracy</h2>',
-           '<p class="muted">Mean score per arm (accuracy; pass@1 for pass/fail tasks): per task the mean over '
-           "replicates, per family the mean over tasks, families weighted like Elo; intervals resample tasks within "
-           "families. pass@k: the unbiased estimator 1 − C(n−c, k)/C(n, k) over tasks with n ≥ k replicates.</p>",
+           f'<p class="muted">{html.escape(label)} per arm ({"every score 0 or 1" if label == "pass@1" else "partial credit"}): '
+           "per task the mean over replicates, per family the mean over tasks, families weighted like Elo, missing "
+           "scores as the Elo table counts them; Wilson intervals on the effective number of tasks; [family only]: "
+           "a partial arm, not comparable. pass@k: the unbiased estimator 1 − C(n−c, k)/C(n, k) over tasks with "
+           "n ≥ k replicates.</p>",
            table("accuracy-table", rows, cols)]  # fmt: skip
     fam = list(doc.accuracy_family or [])
     if fam:

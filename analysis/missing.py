@@ -23,7 +23,15 @@ import polars as pl
 
 from elo_per_token.contracts.errors import InputError
 
-__all__ = ["ESTIMANDS", "Missing", "apply_estimand", "check_estimand", "missing_cells", "missingness"]
+__all__ = [
+    "ESTIMANDS",
+    "Missing",
+    "apply_estimand",
+    "check_estimand",
+    "flagged_arms",
+    "missing_cells",
+    "missingness",
+]
 
 ESTIMANDS = {
     "shared": "on the tasks every arm answered",
@@ -124,7 +132,7 @@ def missingness(outcomes: pl.DataFrame, estimand: str = "shared") -> tuple[pl.Da
             if a is not None and b is not None
             else ""
         )
-        hard = a is not None and b is not None and a < b - 0.1
+        hard = _harder(a, b)
         warnings.append(
             f"{r['arm']}: no score on {r['missing']} of {r['tasks']} task(s)"
             + (f"; {figs}" if figs else "")
@@ -135,6 +143,24 @@ def missingness(outcomes: pl.DataFrame, estimand: str = "shared") -> tuple[pl.Da
             )
         )
     return table, warnings + tail
+
+
+HARDER_GAP = 0.1  # the other arms' mean score on an arm's missing tasks this far below their mean on the rest
+
+
+def _harder(on_missing: float | None, on_rest: float | None) -> bool:
+    """The check's verdict: the arm's missing tasks are the harder ones (the rule of its warning)."""
+    return on_missing is not None and on_rest is not None and on_missing < on_rest - HARDER_GAP
+
+
+def flagged_arms(table: pl.DataFrame | None) -> list[str]:
+    """Arms the missingness check flags (their missing tasks are the harder ones): the recommendation never
+    picks them, as their Elo is over easier tasks than the others'. table: missingness()'s frame."""
+    if table is None or table.height == 0:
+        return []
+    return [
+        r["arm"] for r in table.iter_rows(named=True) if _harder(r["others_on_missing"], r["others_on_rest"])
+    ]
 
 
 def _others_means(outcomes: pl.DataFrame, cells: pl.DataFrame) -> pl.DataFrame:

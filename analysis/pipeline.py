@@ -65,6 +65,7 @@ class AnalysisOptions:
     heterogeneity_alpha: float = 0.05  # family x arm heterogeneity test, Bonferroni over arms
     missing: str = "shared"  # outcomes without a score: shared / loss / drop (analysis.missing)
     budget: str | None = None  # "3k" tokens or "$0.002" per task: the recommendation's best arm under it
+    margin: float = 10.0  # Elo: the recommendation calls an arm equivalent to the best only within +-margin
 
     def validate(self) -> None:
         """InputError naming the option (field = its flag) for a value no analysis can use. Run first by
@@ -78,9 +79,10 @@ class AnalysisOptions:
         check_level(self.level)
         parse_prices(self.prices)
         check_estimand(self.missing)
-        from elo_per_token.analysis.recommend import parse_budget
+        from elo_per_token.analysis.recommend import check_margin, parse_budget
 
         parse_budget(self.budget)
+        check_margin(self.margin)
 
     @property
     def l2_value(self) -> float:
@@ -319,6 +321,8 @@ class Comparisons:
     warnings: list[str]
     estimand_title: str = ""  # analysis.missing: what a missing outcome means, for the table's title
     missing: pl.DataFrame | None = None  # analysis.missing.missingness per arm
+    # the strategy arms' outcomes after the --missing estimand: what the comparisons and accuracy read
+    outcomes: pl.DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -433,17 +437,26 @@ def analyze(
     iv = intervals(design, sel, point, opt, progress)
     tables = make_tables(inp, sel, design, point, iv, opt, comp)
     stages = Stages(inp, comp, sel, design, point, iv, tables)
-    return absolute_metrics(_result(records, stages, collect_warnings(stages, opt), opt), inp.outcomes)
+    outcomes = inp.outcomes if comp.outcomes is None else comp.outcomes
+    return absolute_metrics(_result(records, stages, collect_warnings(stages, opt), opt), outcomes)
 
 
 def absolute_metrics(result: AnalysisResult, outcomes: pl.DataFrame) -> AnalysisResult:
-    """The result with accuracy / pass@k (analysis.accuracy) and the recommendation (analysis.recommend)."""
+    """The result with accuracy / pass@k (analysis.accuracy) and the recommendation (analysis.recommend).
+    outcomes: after the --missing estimand (Comparisons.outcomes), so accuracy describes what Elo does; the
+    partial arms are marked as in the headline table."""
     from elo_per_token.analysis.accuracy import accuracy_tables
     from elo_per_token.analysis.recommend import parse_budget, recommend_result
 
     o = result.options
     result.accuracy, result.accuracy_family, result.pass_k = accuracy_tables(
-        outcomes, result.arms, result.family_weights, rounds=o.rounds, seed=o.seed, level=o.level
+        outcomes,
+        result.arms,
+        result.family_weights,
+        rounds=o.rounds,
+        seed=o.seed,
+        level=o.level,
+        partial=result.partial_arms,
     )
     result.recommendation = recommend_result(result, parse_budget(o.budget))
     return result
@@ -548,6 +561,7 @@ def build_comparisons(inp: Inputs, opt: AnalysisOptions) -> Comparisons:
         warnings=warnings,
         estimand_title=est.title,
         missing=missing_table,
+        outcomes=outcomes,
     )
 
 

@@ -1,10 +1,16 @@
-"""Which arm to use: the cheapest arm within the noise of the best, what each frontier step buys, and the
-best arm under a per-task budget.
+"""Which arm to use, as a decision: the cheapest arm as good as the best, what each frontier step buys, and
+the best arm under a per-task budget.
 
-"Within the noise" is read off the bootstrap: arm a is within the noise of the best arm b when the interval
-of Elo(b) - Elo(a) (same rounds, so the correlation between the two is kept) includes 0. When every arm is
-within the noise of the best, the data do not separate the arms and no arm is picked. Without bootstrap rounds
-nothing can be said about noise: the text says the pick is a point estimate.
+Read off the bootstrap (same rounds for every arm, so the correlation of two arms' Elo is kept): arm a is
+"not separated" from arm b when the interval of Elo(b) - Elo(a) includes 0, and "equivalent" to it only when
+that interval lies within +-margin (default 10 Elo, `--margin`): not detecting a difference is not showing
+there is none. The candidate is the cheapest arm not separated from the best. It is picked outright when it
+is the best, or equivalent to it; otherwise it is picked with the caveat "not separated: these N arms". It
+is never picked when a cheaper arm is not separated from it (its extra tokens buy nothing shown): then no
+arm is. Arms the headline table marks partial (measured in some families only) and arms the missingness
+check flags (their missing tasks are the harder ones) are never picked, never "the best", and the frontier
+steps skip partial arms as the table's frontier does. Without bootstrap rounds the text says the pick is a
+point estimate.
 
 Everything here takes the result's numbers and returns plain data (a dict with `lines` every report prints).
 """
@@ -14,7 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,23 +71,44 @@ def _q(samples: np.ndarray, level: float) -> tuple[float, float]:
     return float(np.quantile(ok, a)), float(np.quantile(ok, 1.0 - a))
 
 
+DEFAULT_MARGIN = 10.0  # Elo: "equivalent" only when the interval of the difference lies within +-margin
+
+
+def check_margin(margin: float) -> float:
+    """The equivalence margin, or InputError(field='--margin')."""
+    if not (isinstance(margin, int | float) and math.isfinite(margin) and margin >= 0):
+        raise InputError(f"must be a finite number of Elo points >= 0, got {margin!r}", field="--margin")
+    return float(margin)
+
+
+def _diff(elo_s: np.ndarray | None, i: int, j: int, level: float) -> tuple[float, float]:
+    """Interval of Elo(i) - Elo(j) over the same bootstrap rounds (their correlation kept)."""
+    return (math.nan, math.nan) if elo_s is None else _q(elo_s[:, i] - elo_s[:, j], level)
+
+
+def _separated(elo_s: np.ndarray | None, i: int, j: int, level: float) -> bool:
+    """Arm i measurably above arm j: the interval of Elo(i) - Elo(j) lies above 0."""
+    return _diff(elo_s, i, j, level)[0] > 0
+
+
 def _within_noise(best: int, elo_s: np.ndarray | None, elo: np.ndarray, level: float) -> list[int]:
     """Arms whose Elo interval against the best includes 0 (the best itself included)."""
     if elo_s is None:
         return [best]
-    out = []
-    for i in range(len(elo)):
-        if math.isnan(elo[i]):
-            continue
-        lo, _ = _q(elo_s[:, best] - elo_s[:, i], level)
-        if i == best or not lo > 0:
-            out.append(i)
-    return out
+    return [
+        i
+        for i in range(len(elo))
+        if not math.isnan(elo[i]) and (i == best or not _separated(elo_s, best, i, level))
+    ]
 
 
-def _frontier(arms: Sequence[str], elo: np.ndarray, cost: np.ndarray) -> list[int]:
-    """Point-estimate frontier: no other arm at most as costly and strictly stronger (cheapest first)."""
-    order = sorted((i for i in range(len(arms)) if not math.isnan(elo[i]) and not math.isnan(cost[i])),
+def _frontier(
+    arms: Sequence[str], elo: np.ndarray, cost: np.ndarray, eligible: Sequence[int] | None = None
+) -> list[int]:
+    """Point-estimate frontier of the eligible arms (the headline table's: partial arms are off it): no other
+    eligible arm at most as costly and strictly stronger (cheapest first)."""
+    pool = range(len(arms)) if eligible is None else eligible
+    order = sorted((i for i in pool if not math.isnan(elo[i]) and not math.isnan(cost[i])),
                    key=lambda i: (cost[i], -elo[i]))  # fmt: skip
     front, best = [], -math.inf
     for i in order:
@@ -92,20 +119,108 @@ def _frontier(arms: Sequence[str], elo: np.ndarray, cost: np.ndarray) -> list[in
 
 
 def _steps(arms: Sequence[str], front: list[int], elo: np.ndarray, tok: np.ndarray,
-           elo_s: np.ndarray | None, level: float) -> list[dict[str, Any]]:  # fmt: skip
+           elo_s: np.ndarray | None, level: float, flagged: Sequence[str] = ()) -> list[dict[str, Any]]:  # fmt: skip
     steps = []
     for a, b in itertools.pairwise(front):
-        lo, hi = _q(elo_s[:, b] - elo_s[:, a], level) if elo_s is not None else (math.nan, math.nan)
+        lo, hi = _diff(elo_s, b, a, level)
         d, dt = float(elo[b] - elo[a]), float(tok[b] - tok[a])
         ci = f" [{lo:+.0f}, {hi:+.0f}]" if not math.isnan(lo) else ""
         resolved = not math.isnan(lo) and lo > 0
+        mark = "".join(
+            f" ({x}: flagged by the missingness check)" for x in (arms[a], arms[b]) if x in flagged
+        )
         steps.append({
             "from": arms[a], "to": arms[b], "d_elo": d, "d_elo_lo": None if math.isnan(lo) else lo,
             "d_elo_hi": None if math.isnan(hi) else hi, "d_tokens": dt, "resolved": resolved,
             "text": f"{arms[b]} buys {d:+.0f} Elo{ci} over {arms[a]} for {'+' if dt >= 0 else '-'}{_tok(abs(dt))} "
-            f"tokens/task" + ("" if resolved or elo_s is None else " (not resolved: the interval includes 0)"),
+            f"tokens/task" + ("" if resolved or elo_s is None else " (not resolved: the interval includes 0)") + mark,
         })  # fmt: skip
     return steps
+
+
+def _excluded(
+    arms: Sequence[str], partial: Mapping[str, Sequence[str]], flagged: Sequence[str]
+) -> dict[str, str]:
+    """Arm -> why the recommendation never picks it (the headline table's marks and the missingness check)."""
+    out = {}
+    for a in arms:
+        if a in partial:
+            seen = list(partial[a])
+            out[a] = ("+".join(seen) + " only" if seen else "no family") + ": not comparable across families"
+        elif a in flagged:
+            out[a] = "its missing tasks are the harder ones (missingness check)"
+    return out
+
+
+@dataclass(frozen=True)
+class _Decision:
+    """What the data decide among the eligible arms (indices into the arms)."""
+
+    status: str  # pick | not_separated | undecided
+    best: int
+    pick: int | None
+    near: list[int]  # not separated from the best (the best included), cheapest first
+    below: list[int]  # cheaper than the cheapest of `near` and not separated from it
+    equivalent: bool  # the pick is within +-margin of the best (interval of the difference)
+    diff: tuple[float, float, float]  # Elo(best) - Elo(pick): point, lo, hi
+    below_gap: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # Elo(P) - Elo(dearest of below)
+
+
+def _decide(elo: np.ndarray, tok: np.ndarray, elo_s: np.ndarray, level: float, margin: float,
+            valid: list[int]) -> _Decision:  # fmt: skip
+    """The cheapest arm not separated from the best (P) is the candidate. It is picked only when every
+    cheaper arm is measurably below it (else its extra tokens buy nothing shown: undecided); it is called
+    equivalent to the best only when the interval of Elo(best) - Elo(P) lies within +-margin (else: not
+    separated, P picked with that caveat)."""
+    best = max(valid, key=lambda i: elo[i])
+    near = sorted(
+        (i for i in valid if i == best or not _separated(elo_s, best, i, level)),
+        key=lambda i: (tok[i], -elo[i]),
+    )
+    pick = near[0]
+    below = [j for j in valid if tok[j] < tok[pick] and not _separated(elo_s, pick, j, level)]
+    lo, hi = _diff(elo_s, best, pick, level)
+    diff = (float(elo[best] - elo[pick]), lo, hi)
+    eq = pick == best or (-margin <= lo and hi <= margin)
+    if below:
+        below = sorted(below, key=lambda i: (tok[i], -elo[i]))
+        gap = (float(elo[pick] - elo[below[-1]]), *_diff(elo_s, pick, below[-1], level))
+        return _Decision("undecided", best, None, near, below, eq, diff, gap)
+    return _Decision("pick" if eq else "not_separated", best, pick, near, [], eq, diff)
+
+
+def _arm(arms: Sequence[str], elo: np.ndarray, tok: np.ndarray, i: int) -> str:
+    return f"{arms[i]} ({_tok(tok[i])} tokens/task, Elo {elo[i]:.0f})"
+
+
+def _head(
+    arms: Sequence[str], elo: np.ndarray, tok: np.ndarray, d: _Decision, pct: str, margin: float
+) -> str:
+    """The recommendation's first line for a decision (see _decide)."""
+    best, (dd, lo, hi) = _arm(arms, elo, tok, d.best), d.diff
+
+    def names(ix: Sequence[int]) -> str:
+        return ", ".join(arms[i] for i in ix)
+
+    if d.status == "undecided":
+        p, c, (g, glo, ghi) = d.near[0], d.below[-1], d.below_gap
+        return (f"No recommendation: {_arm(arms, elo, tok, p)}, the cheapest arm not separated from the best, "
+                f"{best}, is not separated from the cheaper {names(d.below)} either ({arms[p]} − {arms[c]}: "
+                f"{g:+.0f} Elo [{glo:+.0f}, {ghi:+.0f}]), which {'is' if len(d.below) == 1 else 'are'} measurably below the best ({pct} "
+                f"intervals); not separated: these {len(d.below) + len(d.near)} arms: {names(d.below + d.near)}. "
+                "More tasks would decide.")  # fmt: skip
+    assert d.pick is not None
+    pick = _arm(arms, elo, tok, d.pick)
+    gap = f"{arms[d.best]} − {arms[d.pick]}: {dd:+.0f} Elo [{lo:+.0f}, {hi:+.0f}]"
+    if d.pick == d.best:
+        return f"Recommendation: {best} — the best arm; every cheaper arm is measurably below it ({pct} interval)."
+    if d.status == "pick":
+        others = [i for i in d.near if i not in (d.pick, d.best)]
+        return (f"Recommendation: {pick} — equivalent to the best, {best}, within ±{margin:g} Elo ({gap}, {pct} "
+                f"interval)" + (f"; also not separated from the best: {names(others)}" if others else "") + ".")  # fmt: skip
+    return (f"Recommendation (not separated): {pick} — the cheapest of {len(d.near)} arms not separated from the "
+            f"best, {best}: {names(d.near)}; {gap} ({pct} interval) reaches past ±{margin:g} Elo, so they are "
+            "not shown equivalent. More tasks would decide.")  # fmt: skip
 
 
 def recommend(
@@ -117,44 +232,50 @@ def recommend(
     level: float = 0.95,
     cost: np.ndarray | None = None,
     budget: Budget | None = None,
+    margin: float = DEFAULT_MARGIN,
+    partial: Mapping[str, Sequence[str]] | None = None,
+    flagged: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The recommendation as data: status, the arm (or None), the best arm, arms within its noise, frontier
-    steps, the budget pick and `lines` (the text every report prints, in order).
+    """The recommendation as data: status, the arm (or None), the best arm, the arms not separated from it,
+    frontier steps, the budget pick and `lines` (the text every report prints, in order).
 
-    status: 'pick' (an arm is separated from some other and the cheapest within noise of the best is picked),
-    'not_separated' (every arm within the noise of the best: no pick), 'point_estimate' (no bootstrap), 'empty'."""
+    Partial arms (measured in some weighted families only: arm -> those families) and arms `flagged` by the
+    missingness check are never picked, never the best, and the frontier steps skip partial arms as the
+    headline table's frontier does. status: 'pick' (the best alone, or an arm equivalent to it within
+    +-margin), 'not_separated' (the cheapest arm not separated from the best, not shown equivalent: picked
+    with that caveat), 'undecided' (that arm is not separated from a cheaper one either: no pick),
+    'point_estimate' (no bootstrap), 'empty'."""
     elo, tok = np.asarray(elo, dtype=float), np.asarray(tokens, dtype=float)
     elo_s = None if elo_samples is None or len(elo_samples) == 0 else np.asarray(elo_samples, dtype=float)
-    valid = [i for i in range(len(arms)) if not math.isnan(elo[i]) and not math.isnan(tok[i])]
+    margin, partial = check_margin(margin), dict(partial or {})
+    excluded = _excluded(arms, partial, flagged)
+    valid = [
+        i
+        for i in range(len(arms))
+        if not math.isnan(elo[i]) and not math.isnan(tok[i]) and arms[i] not in excluded
+    ]
+    out: dict[str, Any] = {"arm": None, "best": None, "within_noise": [], "not_separated": [], "level": level,
+                           "margin": margin, "excluded": excluded, "equivalent": None, "budget": None}  # fmt: skip
+    note = [_excluded_line(excluded)] if excluded else []
     if not valid:
-        return {"status": "empty", "arm": None, "best": None, "within_noise": [], "steps": [], "budget": None,
-                "lines": ["No recommendation: no arm has both an Elo and a token count."]}  # fmt: skip
-    best = max(valid, key=lambda i: elo[i])
-    near = [i for i in _within_noise(best, elo_s, elo, level) if i in valid]
-    pick = min(near, key=lambda i: (tok[i], -elo[i]))
-    steps = _steps(arms, _frontier(arms, elo, tok), elo, tok, elo_s, level)
+        return {**out, "status": "empty", "steps": [],
+                "lines": ["No recommendation: no comparable arm has both an Elo and a token count.", *note]}  # fmt: skip
+    steps = _steps(arms, _frontier(arms, elo, tok, [i for i in range(len(arms)) if arms[i] not in partial]),
+                   elo, tok, elo_s, level, flagged)  # fmt: skip
     pct = f"{round(level * 100)}%"
     if elo_s is None:
-        status, arm = "point_estimate", arms[pick]
+        best = max(valid, key=lambda i: elo[i])
+        out.update(status="point_estimate", arm=arms[best], best=arms[best], within_noise=[arms[best]])
         head = (f"Recommendation (point estimates only, no bootstrap intervals): {arms[best]} has the highest Elo "
                 f"({elo[best]:.0f}) at {_tok(tok[best])} tokens/task; rerun with bootstrap rounds to know which "
                 "cheaper arms are within its noise.")  # fmt: skip
-    elif len(near) == len(valid) and len(valid) > 1:
-        status, arm = "not_separated", None
-        head = (f"No recommendation: the data do not separate the arms (every arm's Elo is within the {pct} "
-                f"interval of the best, {arms[best]}); more tasks would, or the cheapest arm "
-                f"({arms[min(valid, key=lambda i: tok[i])]}) costs least for the same measured quality.")  # fmt: skip
     else:
-        status, arm = "pick", arms[pick]
-        others = [arms[i] for i in near if i not in (pick, best)]
-        head = (f"Recommendation: {arms[pick]} ({_tok(tok[pick])} tokens/task, Elo {elo[pick]:.0f}) — the cheapest "
-                f"arm within the noise ({pct} interval) of the best, {arms[best]} (Elo {elo[best]:.0f}, "
-                f"{_tok(tok[best])} tokens/task)" + (f"; also within noise: {', '.join(others)}" if others else "")
-                + ".")  # fmt: skip
-        if pick == best:
-            head = (f"Recommendation: {arms[best]} ({_tok(tok[best])} tokens/task, Elo {elo[best]:.0f}) — the best "
-                    f"arm, and no cheaper arm is within its noise ({pct} interval).")  # fmt: skip
-    lines = [head] + [f"Frontier step: {s['text']}" for s in steps[:MAX_STEP_LINES]]
+        d = _decide(elo, tok, elo_s, level, margin, valid)
+        out.update(status=d.status, arm=None if d.pick is None else arms[d.pick], best=arms[d.best],
+                   within_noise=[arms[i] for i in d.near], not_separated=[arms[i] for i in d.below + d.near],
+                   equivalent=d.equivalent, difference={"d_elo": d.diff[0], "lo": _num(d.diff[1]), "hi": _num(d.diff[2])})  # fmt: skip
+        head = _head(arms, elo, tok, d, pct, margin)
+    lines = [head, *note] + [f"Frontier step: {s['text']}" for s in steps[:MAX_STEP_LINES]]
     if len(steps) > MAX_STEP_LINES:  # many arms: the rest are in report.json's recommendation.steps
         lines.append(
             f"… and {len(steps) - MAX_STEP_LINES} more frontier steps (report.json recommendation.steps)"
@@ -162,8 +283,15 @@ def recommend(
     under = _under_budget(arms, elo, tok, cost, elo_s, level, budget, valid)
     if under is not None:
         lines.append(under["text"])
-    return {"status": status, "arm": arm, "best": arms[best], "within_noise": [arms[i] for i in near],
-            "steps": steps, "budget": under, "level": level, "lines": lines}  # fmt: skip
+    return {**out, "steps": steps, "budget": under, "lines": lines}
+
+
+def _num(x: float) -> float | None:
+    return None if math.isnan(x) else float(x)
+
+
+def _excluded_line(excluded: Mapping[str, str]) -> str:
+    return "Never recommended: " + "; ".join(f"{a} ({why})" for a, why in excluded.items()) + "."
 
 
 def _under_budget(arms: Sequence[str], elo: np.ndarray, tok: np.ndarray, cost: np.ndarray | None,
@@ -199,10 +327,14 @@ def _under_budget(arms: Sequence[str], elo: np.ndarray, tok: np.ndarray, cost: n
 
 
 def recommend_result(result: Any, budget: Budget | None = None) -> dict[str, Any]:
-    """recommend() over an AnalysisResult: its arms, Elo, tokens per task, bootstrap and (when priced) cost."""
+    """recommend() over an AnalysisResult: its arms, Elo, tokens per task, bootstrap, (when priced) cost,
+    margin, and the marks of its headline table (partial arms) and of the missingness check (flagged arms)."""
+    from elo_per_token.analysis.missing import flagged_arms
+
     cost = None
     if result.cost_table is not None:
         by = {r["arm"]: r["cost_per_task"] for r in result.cost_table.iter_rows(named=True)}
         cost = np.array([by.get(a) if by.get(a) is not None else math.nan for a in result.arms], dtype=float)
     return recommend(result.arms, result.elo, result.tokens_per_task, result.elo_samples,
-                     level=result.options.level, cost=cost, budget=budget)  # fmt: skip
+                     level=result.options.level, cost=cost, budget=budget, margin=result.options.margin,
+                     partial=result.partial_arms, flagged=flagged_arms(result.missing))  # fmt: skip

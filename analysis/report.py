@@ -24,6 +24,7 @@ from elo_per_token.analysis.accuracy_report import (
     accuracy_csv_columns,
     accuracy_header,
     accuracy_rows,
+    accuracy_title,
     family_accuracy_pivot,
     recommendation_lines,
 )
@@ -343,8 +344,7 @@ def print_accuracy(result: AnalysisResult, console: Console, arms: list[str]) ->
     """Accuracy / pass@1 and pass@k per arm (analysis.accuracy) for the shown arms."""
     rows = accuracy_rows(result, arms)
     if rows:
-        title = "Accuracy: mean score per arm (pass@1; families weighted like Elo), task-bootstrap intervals"
-        console.print(_rich_table(title, accuracy_header(result), rows))
+        console.print(_rich_table(accuracy_title(result), accuracy_header(result), rows))
 
 
 def print_report(
@@ -551,9 +551,9 @@ def _md_accuracy(result: AnalysisResult) -> list[str]:
     return [
         "## Accuracy",
         "",
-        "Mean score per arm (accuracy; pass@1 for pass/fail tasks): per task the mean over replicates, per family "
-        "the mean over tasks, families weighted like Elo. Intervals resample tasks within families. pass@k: the "
-        "unbiased estimator 1 - C(n-c, k)/C(n, k) over tasks with n >= k replicates (c passed).",
+        md_escape(accuracy_title(result))
+        + ". Per task the mean over replicates, per family the mean over tasks. pass@k: the unbiased estimator "
+        "1 - C(n-c, k)/C(n, k) over tasks with n >= k replicates (c passed).",
         "",
         _md_table(accuracy_header(result), rows),
         "",

@@ -210,8 +210,11 @@ def test_recommendation_says_so_when_data_do_not_separate_arms(tmp_path: Path) -
     result = analyze([str(log)], AnalysisOptions(rounds=100, seed=0))
     rec = result.recommendation
     assert rec is not None
-    assert rec["status"] == "not_separated" and rec["arm"] is None
-    assert rec["lines"][0].startswith("No recommendation: the data do not separate")
+    # Not separated is not equivalent: the cheapest is picked with that caveat, the arms named.
+    assert rec["status"] == "not_separated" and rec["arm"] == "a@1" and rec["equivalent"] is False
+    assert rec["lines"][0].startswith("Recommendation (not separated): a@1")
+    assert "not separated from the best" in rec["lines"][0] and "±10 Elo" in rec["lines"][0]
+    assert sorted(rec["not_separated"]) == ["a@1", "b@2", "c@4"]
 
 
 def test_recommend_point_estimates_and_budget_in_dollars() -> None:

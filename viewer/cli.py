@@ -27,18 +27,22 @@ def view(
     budget: str | None = typer.Option(
         None, "--budget", help="Tokens (3k) or dollars ($0.002) per task for the recommendation."
     ),
+    margin: float = typer.Option(
+        10.0, "--margin", help="Elo: the recommendation's equivalence margin (as `ept analyze --margin`)."
+    ),
 ) -> None:
     """Serve the runs, their tables, an interactive Elo-vs-tokens plot, the arms x tasks grid and job transcripts."""
-    from elo_per_token.analysis.recommend import parse_budget
+    from elo_per_token.analysis.recommend import check_margin, parse_budget
     from elo_per_token.viewer.server import serve
     from elo_per_token.viewer.store import Store
 
     parse_budget(budget)
+    check_margin(margin)
     if not 0 <= port <= 65535:
         raise InputError(f"must be 0..65535, got {port}", field="--port")
     ledger_url, run_id = _target(target, ledger)
     try:
-        server = serve(Store(ledger_url, budget=budget), host, port)
+        server = serve(Store(ledger_url, budget=budget, margin=margin), host, port)
     except OSError as e:
         import errno
 

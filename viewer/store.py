@@ -41,12 +41,13 @@ class RunView:
 class Store:
     """A ledger opened for reading, with one cached analysis per run."""
 
-    def __init__(self, ledger_url: str, *, budget: str | None = None) -> None:
+    def __init__(self, ledger_url: str, *, budget: str | None = None, margin: float = 10.0) -> None:
         from elo_per_token.ledger import open_ledger_for_reading
 
         self.url = ledger_url
         self.ledger = open_ledger_for_reading(ledger_url)
         self.budget = budget
+        self.margin = margin
         self._cache: dict[str, RunView] = {}
         self._lock = threading.Lock()
         self._compare: dict[tuple[str, str, int, int], dict[str, Any]] = {}
@@ -96,7 +97,7 @@ class Store:
 
         url = self.ledger.run_url(run_id)
         opts, _ = run_options([url])
-        result = analyze([url], dataclasses.replace(opts, budget=self.budget))
+        result = analyze([url], dataclasses.replace(opts, budget=self.budget, margin=self.margin))
         return result, build_document(result)
 
     def job(self, run_id: str, key: str) -> list[dict[str, Any]]:
@@ -119,14 +120,17 @@ class Store:
     def compare(self, base: str, cur: str) -> dict[str, Any]:
         """`ept compare BASE CUR --fail-on none` as JSON (analysis.compare.to_json_dict), cached per progress."""
         from elo_per_token.analysis.compare import compare_runs, load_run, parse_fail_on, to_json_dict
+        from elo_per_token.analysis.surface_options import compare_options
 
         self.check_run(base)
         self.check_run(cur)
         key = (base, cur, *self._progress(base)[:1], *self._progress(cur)[:1])
         if key not in self._compare:
-            b = load_run(self.ledger.run_url(base))
-            c = load_run(self.ledger.run_url(cur))
-            self._compare[key] = to_json_dict(
-                compare_runs(b, c, rule=parse_fail_on("none"), rounds=300, seed=0)
-            )
+            bu, cu = self.ledger.run_url(base), self.ledger.run_url(cur)
+            co = compare_options(bu, cu)  # the options `ept compare BASE CUR` uses: the same intervals
+            res = compare_runs(load_run(bu), load_run(cu), rule=parse_fail_on("none"), rounds=co.rounds,
+                               seed=co.seed, level=co.level)  # fmt: skip
+            if co.note:
+                res.notes.append(co.note)
+            self._compare[key] = to_json_dict(res)
         return self._compare[key]
