@@ -340,3 +340,37 @@ def test_ci_runs_the_readme_on_a_bare_venv_first() -> None:
     assert run.index(".ci/fresh_machine.sh") < run.index("pip install -e '.[dev]'")
     assert "/usr/bin/python3 -m venv" in fresh and "mount --bind /dev/null /usr/bin/bwrap" in fresh
     assert "--collect-only" in fresh and "docs-test: run" in fresh
+
+
+@pytest.mark.slow
+def test_a_sweep_stopped_on_a_bad_key_prints_doctor_and_retry_commands_that_work_as_printed(
+    tmp_path: Path, make_sim
+) -> None:
+    """The egress stop: `fix the profile (ept doctor --profile p), then ept retry RUN --ledger L`. The doctor
+    command, run as printed, names the key as the failing check; after the key is fixed the retry, as printed,
+    finishes the run."""
+    sim = make_sim(api_key=SIM_KEY)
+    prof = tmp_path / "profiles.toml"
+    prof.write_text(f'[profiles.p]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "EPT_P_KEY"\n'
+                    'model = "ept-sim-1"\n')  # fmt: skip
+    plan = write_plan_file(tmp_path / "plan.toml", [("greedy", [1]), ("majority", [2])], name="badkey",
+                           profile="p", suites=["math"], tasks_per_family=12, ledger=tmp_path / "led",
+                           bootstrap_rounds=0)  # fmt: skip
+    wrong = {"EPT_PROFILES": str(prof), "EPT_P_KEY": "sk-wrong-0000000000000000"}
+    r = run_ept_process("sweep", str(plan), env=wrong, cwd=tmp_path, columns=400)
+    text = _flat(r.stdout + r.stderr)
+    assert r.returncode == 3, text[-2000:]
+    m = re.search(
+        r"fix the profile \(`(ept doctor --profile p)`\), then `(ept retry badkey --ledger \S+)`", text
+    )
+    assert m, text[-2000:]
+    doc = _run_printed(m.group(1), wrong, tmp_path)
+    assert doc.returncode == 1 and re.search(r"FAIL 3\. GET /models: 401 .*\$EPT_P_KEY", _flat(doc.stdout)), (
+        doc.stdout
+    )
+    assert "sk-wrong-0000000000000000" not in doc.stdout + doc.stderr + text
+    fixed = {**wrong, "EPT_P_KEY": SIM_KEY}
+    again = _run_printed(m.group(2), fixed, tmp_path)
+    assert again.returncode == 0, _flat(again.stdout + again.stderr)[-2000:]
+    st = run_ept_process("status", "badkey", "--ledger", str(tmp_path / "led"), "--json", env=fixed)
+    assert json.loads(st.stdout)["done"] == 24, st.stdout
