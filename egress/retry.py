@@ -167,6 +167,7 @@ class Retrier:
             err.error_class == "permanent"
             and err.status is not None
             and 400 <= err.status < 500
+            and err.param is None  # a body naming a request field: the request's fault, not the key's
             and (access_check or not self.circuit.reached)
         ):
             denied = access_error(
