@@ -143,7 +143,7 @@ class ProviderClient:
         from elo_per_token.egress.bounded import bounded_http_client
 
         # Every request through a transport with a total deadline (the profile's timeout) and a byte cap.
-        http: Any = bounded_http_client(p.timeout, int(p.max_response_mb * 2**20))
+        http: Any = bounded_http_client(p.timeout, int(p.max_response_mb * 2**20), self._observe)
         if p.protocol == "anthropic":
             import anthropic
 
@@ -165,6 +165,14 @@ class ProviderClient:
             max_retries=0,
             default_headers=p.headers or None,
         )
+
+    def _observe(self, headers: Any) -> None:
+        """Every response's headers to the rate limiter (x-ratelimit-*): never fails the request."""
+        if self.rate_limiter is not None:
+            try:
+                self.rate_limiter.observe(headers)
+            except Exception as e:  # a header the limiter cannot read is not the request's failure
+                log.debug("x-ratelimit headers not read: %s", e)
 
     def _require_key(self) -> None:
         """Refuse a call before its first attempt (and before the SDK client is made) when there is no key."""
@@ -255,7 +263,7 @@ class ProviderClient:
                 if usage
                 else est
             )
-            self.rate_limiter.record(int(used))
+            self.rate_limiter.record(int(used), est)
         return ChatResponse(
             choices=choices,
             usage=usage,
