@@ -185,6 +185,22 @@ class ProviderClient:
                 attempts=0,
             )
 
+    def weather(self) -> dict[str, Any]:
+        """What rate limits and retries cost this client so far: 429s answered (each paused every sender
+        once), shared pauses, time blocked by the limiter (summed over threads), retries by class and the
+        time spent backing off before them (summed over threads)."""
+        lim = getattr(self.rate_limiter, "stats", None)
+        rs = self._retrier.stats
+        with rs.lock:
+            retries, retry_wait = dict(rs.retries), rs.wait_s
+        return {
+            "rate_limited": int(getattr(lim, "rate_limited", 0) or retries.get("rate_limit", 0)),
+            "pauses": int(getattr(lim, "pauses", 0)),
+            "limiter_wait_s": float(getattr(lim, "waited_s", 0.0)),
+            "retries": retries,
+            "retry_wait_s": retry_wait,
+        }
+
     def circuit_open(self) -> bool:
         """Whether the circuit over failed connects is open (egress.retry)."""
         return self.circuit.is_open()
