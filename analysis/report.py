@@ -222,14 +222,19 @@ def _md_spent(result: AnalysisResult) -> list[str]:
 
 
 def _spent_rows(result: AnalysisResult) -> tuple[list[str], list[list[str]]]:
-    """Per arm: calls and tokens (and USD when priced) of failed attempts (analysis.spent)."""
+    """Per arm: calls and tokens (and USD when priced) of failed attempts (analysis.spent). Calls are those that
+    reached the provider; attempts that never did (connection refused) have a column of their own when any."""
     rows = result.spent_on_failed_attempts
     priced = any("failed_attempt_usd" in r for r in rows)
-    header = ["arm", "calls", "prompt tokens", "completion tokens", "tokens"] + (["USD"] if priced else [])
+    unsent = any(r.get("failed_attempt_unsent") for r in rows)
+    header = ["arm", "calls"] + (["not sent (unreachable)"] if unsent else [])
+    header += ["prompt tokens", "completion tokens", "tokens"] + (["USD"] if priced else [])
     out = []
     for r in rows:
-        row = [str(r["arm"]), str(r["failed_attempt_calls"]), fmt_tokens(r["failed_attempt_prompt_tokens"]),
-               fmt_tokens(r["failed_attempt_completion_tokens"]), fmt_tokens(r["failed_attempt_tokens"])]  # fmt: skip
+        row = [str(r["arm"]), str(r["failed_attempt_calls"])]
+        row += [str(r.get("failed_attempt_unsent") or 0)] if unsent else []
+        row += [fmt_tokens(r["failed_attempt_prompt_tokens"]), fmt_tokens(r["failed_attempt_completion_tokens"]),
+                fmt_tokens(r["failed_attempt_tokens"])]  # fmt: skip
         if priced:
             row.append(f"{float(r.get('failed_attempt_usd') or 0.0):.4f}")
         out.append(row)

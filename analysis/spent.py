@@ -36,12 +36,13 @@ def read_spent_lines(
 
 
 def spent_rows(lines: Sequence[dict[str, Any]], prices: Any = None) -> list[dict[str, Any]]:
-    """One row per arm: failed_attempt_calls / _prompt_tokens / _completion_tokens / _tokens, and
+    """One row per arm: failed_attempt_calls (reached the provider) / _unsent (never reached it: not billed) /
+    _prompt_tokens / _completion_tokens / _tokens, and
     failed_attempt_usd when `prices` (analysis.breakdown.Prices) is given (input and output at their prices;
     cached input is not split out here: priced as fresh input, an upper bound)."""
     rows = []
     for arm, t in sorted(spent_usage_totals(lines).items()):
-        row: dict[str, Any] = {"arm": arm, "failed_attempt_calls": t["calls"],
+        row: dict[str, Any] = {"arm": arm, "failed_attempt_calls": t["calls"], "failed_attempt_unsent": t["unsent"],
                                "failed_attempt_prompt_tokens": t["prompt_tokens"],
                                "failed_attempt_completion_tokens": t["completion_tokens"],
                                "failed_attempt_tokens": t["tokens"]}  # fmt: skip

@@ -36,6 +36,13 @@ LINE_IDENTITY_KEYS = frozenset(
 )
 
 
+def reached_provider(error: Any) -> bool:
+    """Whether a call (its record's `error` field) reached the provider: one whose last attempt could not even
+    connect (class `unreachable`: connection refused, DNS, an open circuit) is an attempt, never a billed call.
+    The one rule every count of calls uses (the sweep's summary, the spent table)."""
+    return not (isinstance(error, dict) and error.get("class") == "unreachable")
+
+
 # Keyword-only: twelve fields of which several are optional ints and strings are easy to pass in the wrong
 # order. Field order (and so the JSON written to the ledger) is unchanged.
 @dataclass(kw_only=True)
@@ -94,7 +101,7 @@ class JobResult:
     @property
     def sent_calls(self) -> int:
         """Calls that reached the server (a failed connect is an attempt, not a call)."""
-        return sum(1 for c in self.calls if not (c.error and c.error.get("class") == "unreachable"))
+        return sum(1 for c in self.calls if reached_provider(c.error))
 
     @property
     def tokens(self) -> int:

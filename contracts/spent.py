@@ -18,6 +18,8 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from elo_per_token.contracts.records import reached_provider
+
 SPENT_DIR = "spent/"
 SPENT_SUFFIX = ".jsonl"
 # Why an attempt's calls are not in the job's object.
@@ -99,14 +101,16 @@ def _refuse_constant(c: str) -> float:
 
 
 def spent_usage_totals(lines: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """Per arm: calls, prompt_tokens, completion_tokens and tokens of spent call lines (judge calls excluded
-    from tokens, as in analysis.tokens; counted in calls)."""
+    """Per arm: calls (that reached the provider: billed or answered), unsent (attempts that never reached
+    it: connection refused, an open circuit — not billed), prompt_tokens, completion_tokens and tokens of spent
+    call lines (judge calls excluded from tokens, as in analysis.tokens; counted in calls)."""
     out: dict[str, dict[str, int]] = {}
     for x in lines:
         row = out.setdefault(
-            str(x.get("arm")), {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "tokens": 0}
+            str(x.get("arm")),
+            {"calls": 0, "unsent": 0, "prompt_tokens": 0, "completion_tokens": 0, "tokens": 0},
         )
-        row["calls"] += 1
+        row["calls" if reached_provider(x.get("error")) else "unsent"] += 1
         u = x.get("usage")
         if not isinstance(u, dict) or x.get("role") == "judge":
             continue

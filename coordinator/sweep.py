@@ -58,6 +58,9 @@ class Tally:
     abandoned: int = 0  # jobs still running when a stop's grace period ran out (their calls are not recorded)
     cancelled: int = 0  # queued jobs a stop kept from starting (Celery: skipped by the workers)
     cap: BudgetCap | None = None  # the run's token/cost cap, with what earlier sessions spent
+    weather: dict[str, Any] | None = (
+        None  # the provider client's 429s, waits and retries (ProviderClient.weather)
+    )
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, s: JobSummary) -> None:
@@ -511,7 +514,6 @@ def _run_local(
     had_failure: Collection[str] = frozenset(),
     check_existing: bool = True,
 ) -> bool:
-    from elo_per_token.coordinator.local import run_local
     from elo_per_token.egress.client import ProviderClient
     from elo_per_token.worker.ratelimit import Limits, make_rate_limiter
 
@@ -524,6 +526,21 @@ def _run_local(
     lim = plan.limits_for(profile.name)
     limiter = make_rate_limiter(profile.name, Limits(lim.rpm or profile.rpm, lim.tpm or profile.tpm))
     provider = ProviderClient(profile, rate_limiter=limiter)
+    try:
+        return _run_with(
+            todo, ledger, provider, plan, on_result, on_retry, tally, run, had_failure, check_existing
+        )
+    finally:
+        tally.weather = provider.weather()
+
+
+def _run_with(
+    todo: Any, ledger: Ledger, provider: Any, plan: Plan, on_result: Any, on_retry: Any, tally: Tally, run: Any,
+    had_failure: Collection[str], check_existing: bool,
+) -> bool:  # fmt: skip
+    """run_local with the sweep's settings, over the provider client made for it."""
+    from elo_per_token.coordinator.local import run_local
+
     return run_local(
         todo, ledger, provider, concurrency=plan.concurrency, on_result=on_result, on_retry=on_retry,
         should_stop=tally.should_stop, run=run, clear_failures=had_failure, check_existing=check_existing,
@@ -557,6 +574,23 @@ def analyze_run(plan: Plan, ledger: Ledger) -> tuple[AnalysisResult | None, str 
         return None, str(e)
 
 
+def weather_line(w: dict[str, Any] | None) -> str | None:
+    """The sweep's rate-limit and retry figures in one line (None when there were none): 429s, pauses, time
+    blocked by the limiter, retries by class and their backoff (times summed over the worker threads)."""
+    if not w:
+        return None
+    retries = w.get("retries") or {}
+    if not (w.get("rate_limited") or w.get("pauses") or retries or w.get("limiter_wait_s", 0) >= 1):
+        return None
+    by_class = ", ".join(f"{cls} {n}" for cls, n in sorted(retries.items()))
+    return (
+        f"provider weather: {w.get('rate_limited', 0)} answered 429 · {w.get('pauses', 0)} shared pause(s) · "
+        f"{w.get('limiter_wait_s', 0.0):.1f}s waiting for the rate limit · {sum(retries.values())} retries"
+        + (f" ({by_class}, {w.get('retry_wait_s', 0.0):.1f}s backing off)" if retries else "")
+        + " (times summed over threads)"
+    )
+
+
 def print_summary(out: SweepOutcome, console: Console) -> None:
     from rich.markup import escape  # keys and messages carry task/family names: text, not markup
 
@@ -567,6 +601,8 @@ def print_summary(out: SweepOutcome, console: Console) -> None:
         f"{t.failed} failed · {t.calls} calls · {t.tokens:,} tokens · {out.elapsed_s:.1f}s",
         highlight=False,
     )
+    if (line := weather_line(t.weather)) is not None:
+        console.print(line, highlight=False)
     if t.spent_calls:
         console.print(f"of which {t.spent_calls} calls · {t.spent_tokens:,} tokens on failed attempts (recorded in "
                       "the run's spent/ objects; `ept analyze` lists them per arm)", highlight=False)  # fmt: skip

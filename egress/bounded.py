@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import httpcore2
@@ -164,10 +164,15 @@ class _BoundedClient(httpx2.Client):
         )
 
 
-def bounded_http_client(total_s: float, max_bytes: int) -> httpx2.Client:
+def bounded_http_client(
+    total_s: float, max_bytes: int, on_headers: Callable[[httpx2.Headers], None] | None = None
+) -> httpx2.Client:
     """An httpx2 client for the SDKs: per-operation timeouts of `total_s`, and the bounds above (the SDKs'
-    own connection limits and redirect policy; proxies from the environment as usual)."""
+    own connection limits and redirect policy; proxies from the environment as usual). `on_headers` sees the
+    headers of every response, errors included (the rate limiter reads x-ratelimit-*)."""
+    hooks = {"response": [lambda r: on_headers(r.headers)]} if on_headers is not None else None
     return _BoundedClient(
+        event_hooks=hooks,
         total_s=total_s,
         max_bytes=max_bytes,
         limits=httpx2.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=5.0),

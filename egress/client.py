@@ -143,7 +143,7 @@ class ProviderClient:
         from elo_per_token.egress.bounded import bounded_http_client
 
         # Every request through a transport with a total deadline (the profile's timeout) and a byte cap.
-        http: Any = bounded_http_client(p.timeout, int(p.max_response_mb * 2**20))
+        http: Any = bounded_http_client(p.timeout, int(p.max_response_mb * 2**20), self._observe)
         if p.protocol == "anthropic":
             import anthropic
 
@@ -166,6 +166,14 @@ class ProviderClient:
             default_headers=p.headers or None,
         )
 
+    def _observe(self, headers: Any) -> None:
+        """Every response's headers to the rate limiter (x-ratelimit-*): never fails the request."""
+        if self.rate_limiter is not None:
+            try:
+                self.rate_limiter.observe(headers)
+            except Exception as e:  # a header the limiter cannot read is not the request's failure
+                log.debug("x-ratelimit headers not read: %s", e)
+
     def _require_key(self) -> None:
         """Refuse a call before its first attempt (and before the SDK client is made) when there is no key."""
         if not self._key:
@@ -176,6 +184,22 @@ class ProviderClient:
                 f"or empty; export {p.api_key_env}=... (or inject it as a CI secret)",
                 attempts=0,
             )
+
+    def weather(self) -> dict[str, Any]:
+        """What rate limits and retries cost this client so far: 429s answered (each paused every sender
+        once), shared pauses, time blocked by the limiter (summed over threads), retries by class and the
+        time spent backing off before them (summed over threads)."""
+        lim = getattr(self.rate_limiter, "stats", None)
+        rs = self._retrier.stats
+        with rs.lock:
+            retries, retry_wait = dict(rs.retries), rs.wait_s
+        return {
+            "rate_limited": int(getattr(lim, "rate_limited", 0) or retries.get("rate_limit", 0)),
+            "pauses": int(getattr(lim, "pauses", 0)),
+            "limiter_wait_s": float(getattr(lim, "waited_s", 0.0)),
+            "retries": retries,
+            "retry_wait_s": retry_wait,
+        }
 
     def circuit_open(self) -> bool:
         """Whether the circuit over failed connects is open (egress.retry)."""
@@ -255,7 +279,7 @@ class ProviderClient:
                 if usage
                 else est
             )
-            self.rate_limiter.record(int(used))
+            self.rate_limiter.record(int(used), est)
         return ChatResponse(
             choices=choices,
             usage=usage,

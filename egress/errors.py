@@ -12,10 +12,13 @@ message:
                                                                     connects in a row the circuit opens: no
                                                                     more attempts (one probe per
                                                                     CIRCUIT_PROBE_S) until one connects
-    transient         5xx, timeouts, malformed bodies    retry      exponential backoff with full jitter
+    transient         5xx, timeouts, malformed bodies,   retry      exponential backoff with full jitter
+                      streams cut before a finish reason
     context_overflow  400 context length exceeded       no retry   prompt + max_tokens above the model's window:
                                                                     a property of the strategy and the task
-    permanent         other 4xx                          no retry
+    permanent         other 4xx                          no retry   a 4xx naming a request field (`param`,
+                                                                    unsupported_parameter) says which field
+                                                                    and how to drop it; never `credential`
 
 Keys are scrubbed from every message; the key variable's value is only ever shown masked.
 """
@@ -58,6 +61,7 @@ class ProviderError(Exception):
         retry_after: float | None = None,
         attempts: int = 0,
         code: str | None = None,
+        param: str | None = None,
     ) -> None:
         # An explicit check, not an assert: `python -O` strips asserts, and an unknown class would then
         # reach the ledger and the reports unnoticed.
@@ -71,6 +75,8 @@ class ProviderError(Exception):
         # The server's machine-readable error code when it sent one (e.g. "model_not_found",
         # "insufficient_quota"): callers such as `ept doctor` branch on it, never on the message text.
         self.code = code
+        # The request field the server's error names (OpenAI's `param`): the request, not the key, is at fault.
+        self.param = param
         self.message = message
         self.retry_after = retry_after
         self.attempts = attempts
@@ -88,6 +94,7 @@ class ProviderError(Exception):
             "retry_after": self.retry_after,
             "attempts": self.attempts,
             "code": self.code,
+            "param": self.param,
         }
         state = {"usage": self.usage, "usage_invalid": self.usage_invalid, "discarded": self.discarded}
         return (_rebuild_provider_error, (self.error_class, self.message, kwargs, state))
@@ -109,6 +116,12 @@ class Malformed(Exception):
     """A 2xx response whose body is not the JSON we need. `usage` is what the body said it cost, if anything."""
 
     usage: dict[str, Any] | None = None
+
+
+class Incomplete(Malformed):
+    """A stream that ended cleanly (`[DONE]`, message_stop) before the reply did: no choice got a finish or stop
+    reason. The generation was interrupted (llama-cpp-python closes an aborted stream this way), so its text is
+    a fragment: retried like a malformed body, its partial usage kept as a call of its own."""
 
 
 def discarded_call(usage: Any, message: str, attempt: int) -> Discarded:
@@ -157,6 +170,50 @@ def _server_code(e: Exception) -> str | None:
     return str(err.get("code"))[:100] if isinstance(err, dict) and err.get("code") else None
 
 
+_UNSUPPORTED = re.compile(
+    r"unsupported parameter|unrecognized (?:request )?(?:argument|parameter|field)|"
+    r"(?:unknown|unexpected|extra) (?:parameter|field|argument|inputs?)|not (?:supported|permitted|allowed)",
+    re.I,
+)
+_QUOTED_FIELD = re.compile(r"""(?:parameter|argument|field)s?:?\s*['"`]([A-Za-z_][\w.]{0,80})['"`]""", re.I)
+
+
+def _server_param(e: Exception) -> tuple[str | None, bool]:
+    """(the request field a 4xx body names, whether it says the server does not take that field at all).
+    OpenAI names it in `param` (code `unsupported_parameter`); others only in the message ("Unsupported
+    parameter: 'reasoning_effort'", "reasoning_effort: Extra inputs are not permitted")."""
+    body = getattr(e, "body", None)
+    err = body.get("error", body) if isinstance(body, dict) else None
+    err = err if isinstance(err, dict) else {}
+    message, code = _server_message(e), str(err.get("code") or "")
+    param = err.get("param") if isinstance(err.get("param"), str) and err.get("param") else None
+    if param is None and (m := _QUOTED_FIELD.search(message)):
+        param = m.group(1)
+    if param is None and (m := re.match(r"\s*([A-Za-z_]\w{0,80}): Extra inputs", message)):
+        param = m.group(1)
+    unsupported = code in ("unsupported_parameter", "unsupported_value") or bool(_UNSUPPORTED.search(message))
+    return (param[:100] if param else None), unsupported and param is not None
+
+
+def _param_failure(e: Exception, status: int, where: str) -> tuple[str, str] | None:
+    """(the field, the message) of a 4xx naming a request field: which field, and how to get a sweep past
+    it; None when the body names none."""
+    param, unsupported = _server_param(e)
+    if param is None:
+        return None
+    if not unsupported:
+        return param, f"{status} rejected by {where}: {_server_message(e)} (the request field '{param}')"
+    advice = (
+        "drop the effort arms or pass it via extra_body"
+        if param == "reasoning_effort"
+        else f"drop `{param}` from the arms' generation settings or pass it via extra_body"
+    )
+    return (
+        param,
+        f"this server does not accept {param}: {advice} ({status} from {where}: {_server_message(e)})",
+    )
+
+
 def _conn_cause(e: Exception) -> str:
     """The innermost cause of a connection error (connection refused, name resolution…), not just the SDK's
     generic 'Connection error.'."""
@@ -172,7 +229,8 @@ def _conn_cause(e: Exception) -> str:
 def access_error(err: ProviderError, profile: Profile, key: str | None, where_from: str) -> ProviderError:
     """A 4xx that is not 401/403 where no request body can be at fault (GET /models, or the first request of
     a profile) means the key or the account: proxies such as LiteLLM answer a key they cannot check with
-    400 ("No connected db"). Reclassified as `credential`, naming the key variable."""
+    400 ("No connected db"). Reclassified as `credential`, naming the key variable. Never called for an error
+    that names a request field (`err.param`): that is the request's fault whatever came before."""
     env_key = os.environ.get(profile.api_key_env) or None
     state = f"is set ({mask(env_key)})" if env_key else "is NOT set or empty"
     msg = (
@@ -295,11 +353,12 @@ def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
     conn_errors = (openai.APIConnectionError, *((anthropic.APIConnectionError,) if anthropic else ()))
     status = getattr(e, "status_code", None)
     where = f"{profile.base_url} (profile '{profile.name}', protocol {profile.protocol})"
-    ra = None
+    ra, param = None, None
     cls: ProviderErrorClass
     transport = None if isinstance(e, Malformed) else _transport_failure(e, profile, where)
     if isinstance(e, Malformed):
-        cls, msg = "transient", f"malformed response from {where}: {e}"
+        kind = "incomplete reply" if isinstance(e, Incomplete) else "malformed response"
+        cls, msg = "transient", f"{kind} from {where}: {e}"
     elif transport is not None:
         cls, msg = transport
     elif isinstance(e, timeouts):
@@ -348,11 +407,18 @@ def classify(e: Exception, profile: Profile, key: str | None) -> ProviderError:
                 f"at this base_url: set `model` in the profile to a listed one (`ept doctor --profile {profile.name}`)"
             ),
         )
+    elif status in (400, 422) and (named := _param_failure(e, status, where)) is not None:
+        cls, (param, msg) = "permanent", named
     elif status is not None:
         cls, msg = "permanent", f"{status} rejected by {where}: {_server_message(e)}"
     else:
         cls, msg = "permanent", f"{type(e).__name__} calling {where}: {e}"
     code = _server_code(e)
     return ProviderError(
-        cls, scrub(msg, [key]), status=status, retry_after=ra, code=scrub(code, [key]) if code else None
+        cls,
+        scrub(msg, [key]),
+        status=status,
+        retry_after=ra,
+        code=scrub(code, [key]) if code else None,
+        param=scrub(param, [key]) if param else None,
     )

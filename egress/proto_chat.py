@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from elo_per_token.egress.errors import Malformed
+from elo_per_token.egress.errors import Incomplete, Malformed
 from elo_per_token.egress.profiles import Profile
 from elo_per_token.egress.wire import (
     Choice,
@@ -98,6 +98,11 @@ def parse_chat_stream(text: str) -> tuple[list[Choice], dict[str, Any] | None, s
                 _chat_delta(ch, texts, finish, calls)
         if not texts:
             raise Malformed("the stream carried no choices")
+        if unfinished := sorted(i for i in texts if not finish.get(i)):
+            raise Incomplete(
+                f"the stream ended ([DONE]) with no finish_reason for choice(s) {unfinished[:8]}: the server "
+                "cut the generation short (an interrupted reply, not an answer)"
+            )
     except Malformed as e:
         e.usage = normalise_usage(usage, False)  # billed all the same: recorded with the discarded call
         raise

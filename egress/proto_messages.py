@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from elo_per_token.egress.errors import Malformed, ProviderError
+from elo_per_token.egress.errors import Incomplete, Malformed, ProviderError
 from elo_per_token.egress.profiles import Profile
 from elo_per_token.egress.wire import (
     Choice,
@@ -92,6 +92,10 @@ def _message_choice(text: str, seen: dict[str, Any]) -> Choice:
     for b in blocks.values():
         if b.get("type") == "tool_use" and b.get("partial"):
             b["input"] = loads(b["partial"], "a streamed tool call's input")
+    if not seen["stop"]:
+        raise Incomplete(
+            "the stream ended with no stop_reason: the server cut the generation short (an interrupted reply)"
+        )
     return _anthropic_choice({"content": [blocks[i] for i in sorted(blocks)], "stop_reason": seen["stop"]})
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
 
 from elo_per_token.contracts.backoff import backoff
 from elo_per_token.contracts.errors import RETRYABLE
@@ -35,8 +35,35 @@ CIRCUIT_PROBE_S = 5.0  # while open, one attempt per this many seconds may try t
 
 
 class RateLimiter(Protocol):
-    def acquire(self, est_tokens: int) -> None: ...
-    def record(self, tokens: int) -> None: ...
+    """worker.ratelimit's limiters: admission (tokens reserved), correction, a shared pause, header reading."""
+
+    def acquire(self, est_tokens: int, stop: threading.Event | None = None) -> None: ...
+    def record(self, tokens: int, reserved: int = 0) -> None: ...
+    def pause(self, seconds: float, *, rate_limited: bool = True) -> None: ...
+    def observe(self, headers: Mapping[str, str]) -> None: ...
+
+
+@dataclass
+class RetryStats:
+    """The retries one client made, by the class of the failure retried, and the time spent waiting to retry
+    (a 429's pause is counted by the limiter, when there is one)."""
+
+    retries: dict[str, int] = field(default_factory=dict)
+    wait_s: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, cls: str, wait: float) -> None:
+        with self.lock:
+            self.retries[cls] = self.retries.get(cls, 0) + 1
+            self.wait_s += wait
+
+
+def _billed_tokens(usage: Any) -> int:
+    """prompt + completion tokens of a usage dict as sent (anything unusable counts 0)."""
+    if not isinstance(usage, dict):
+        return 0
+    vals = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
+    return sum(int(v) for v in vals if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 40)
 
 
 @dataclass(frozen=True)
@@ -112,6 +139,7 @@ class Retrier:
     policy: RetryPolicy
     stopping: threading.Event
     rate_limiter: RateLimiter | None = None
+    stats: RetryStats = field(default_factory=RetryStats)
 
     def run(
         self,
@@ -128,8 +156,9 @@ class Retrier:
         while True:
             attempts += 1
             self.circuit.check(self.profile, attempts)
-            if self.rate_limiter is not None:
-                self.rate_limiter.acquire(est_tokens)
+            limiter = self.rate_limiter
+            if limiter is not None:
+                limiter.acquire(est_tokens, self.stopping)
             try:
                 out = fn()
             except ProviderError:
@@ -142,16 +171,28 @@ class Retrier:
                 return out, attempts
             err.attempts = attempts
             self.circuit.note(err)
+            if limiter is not None:  # the reservation back, but for what a malformed reply was billed
+                limiter.record(_billed_tokens(malformed.usage if malformed else None), est_tokens)
             self._give_up_if_final(err, attempts, malformed, discarded, access_check)
             if malformed is not None and discarded is not None:
                 discarded.append(discarded_call(malformed.usage, err.message, attempts))
-            wait = self.policy.wait_after(err, attempts)
-            log.info(
-                "retrying %s after %.2fs (attempt %d): %s", self.profile.name, wait, attempts, err.message
-            )
-            if self.stopping.wait(wait):  # stopped while waiting: this attempt's error is the call's result
-                err.discarded = list(discarded or [])
-                raise err
+            self._wait_to_retry(err, attempts, discarded)
+
+    def _wait_to_retry(self, err: ProviderError, attempts: int, discarded: list[Discarded] | None) -> None:
+        """Wait before the next attempt. A 429 with a limiter pauses every sender of the profile once (the
+        next acquire waits it out with the others); anything else backs off on its own."""
+        wait = self.policy.wait_after(err, attempts)
+        log.info("retrying %s after %.2fs (attempt %d): %s", self.profile.name, wait, attempts, err.message)
+        if err.error_class == "rate_limit" and self.rate_limiter is not None:
+            self.stats.add(err.error_class, 0.0)
+            self.rate_limiter.pause(wait)
+            stopped = self.stopping.is_set()
+        else:
+            self.stats.add(err.error_class, wait)
+            stopped = self.stopping.wait(wait)
+        if stopped:  # stopped while waiting: this attempt's error is the call's result
+            err.discarded = list(discarded or [])
+            raise err
 
     def _give_up_if_final(
         self,
@@ -167,6 +208,7 @@ class Retrier:
             err.error_class == "permanent"
             and err.status is not None
             and 400 <= err.status < 500
+            and err.param is None  # a body naming a request field: the request's fault, not the key's
             and (access_check or not self.circuit.reached)
         ):
             denied = access_error(

@@ -14,7 +14,7 @@ from aiohttp import web
 from elo_per_token.contracts.jobs import derive_seed
 from elo_per_token.simulator.auth import auth_denial
 from elo_per_token.simulator.config import SimConfig
-from elo_per_token.simulator.faults import fault_response, hostile_usage, pick_fault
+from elo_per_token.simulator.faults import cut_stream, fault_response, hostile_usage, pick_fault
 from elo_per_token.simulator.generic import BrainReply, BrainRequest, completion_tokens, prompt_tokens
 from elo_per_token.simulator.latency import latency_s
 from elo_per_token.simulator.prompt_cache import cached_prefix, warm_prefix
@@ -22,7 +22,7 @@ from elo_per_token.simulator.sse import sse_response
 from elo_per_token.simulator.state import STATE, SimState
 from elo_per_token.simulator.wire_anthropic import anthropic_body, anthropic_to_openai, sse_messages
 from elo_per_token.simulator.wire_chat import chat_body, sse_chat
-from elo_per_token.simulator.wire_errors import context_error, error_response
+from elo_per_token.simulator.wire_errors import context_error, error_response, unsupported_param
 from elo_per_token.simulator.wire_responses import responses_body, responses_messages, sse_responses
 
 log = logging.getLogger("ept.simulator")
@@ -131,6 +131,9 @@ async def _read_body(
         return body, error_response(
             400, "max_tokens: Field required", "invalid_request_error", None, anthropic
         )
+    refused = next((p for p in cfg.reject_params if p in body), None)
+    if refused is not None:
+        return body, unsupported_param(refused, anthropic)
     if cfg.strict_models and model not in cfg.models:
         return body, error_response(404, f"The model `{model}` does not exist (simulator serves: {', '.join(cfg.models)}).",
                             "not_found_error" if anthropic else "invalid_request_error", "model_not_found",
@@ -245,9 +248,9 @@ def _render(
             rid, model, replies[0], p_tok, c_toks[0], with_usage, cached, prefix if cacheable else 0
         )
         out = hostile_usage(out, fault, True)
-        return sse_response(sse_messages(out)) if stream else web.json_response(out)
+        return sse_response(cut_stream(sse_messages(out), fault)) if stream else web.json_response(out)
     if responses:
         out = responses_body(rid, model, replies[0], p_tok, c_toks[0], with_usage, cached)
         return sse_response(sse_responses(out)) if stream else web.json_response(out)
     out = hostile_usage(chat_body(rid, model, replies, p_tok, c_toks, with_usage, seed, cached), fault, False)
-    return sse_response(sse_chat(out, include_usage)) if stream else web.json_response(out)
+    return sse_response(cut_stream(sse_chat(out, include_usage), fault)) if stream else web.json_response(out)

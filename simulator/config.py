@@ -22,6 +22,9 @@ from elo_per_token.contracts.errors import InputError
 # "403", "400" and "quota" (429 insufficient_quota) exist for scripts only (no rate), as do the hostile-provider
 # faults: "usage_negative", "usage_nan", "usage_float", "usage_huge" (a normal reply whose usage is broken that
 # way) and "no_choices" (a billed 200 with usage but no choices, which the client must discard and retry).
+# "stream_cut": a streamed reply that stops halfway and still ends cleanly (`data: [DONE]`, usage sent, no
+# finish_reason / stop_reason) — what llama-cpp-python does when a generation is interrupted; a plain
+# (not streamed) request drawing it is answered normally.
 FAULTS = (
     "429",
     "500",
@@ -39,6 +42,7 @@ FAULTS = (
     "usage_float",
     "usage_huge",
     "no_choices",
+    "stream_cut",
     "ok",
 )
 LATENCY_DISTS = ("uniform", "normal", "exponential")
@@ -79,6 +83,9 @@ class SimConfig:
     # earlier request sent it — closer to a cold provider, but which of two concurrent requests "hits" depends
     # on arrival order, so usage varies from run to run.
     prompt_cache: bool | str = False
+    # Request fields this server refuses (400 `unsupported_parameter` naming the field in `param`, OpenAI's
+    # wording), e.g. ["reasoning_effort"] for a server without reasoning models.
+    reject_params: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -132,6 +139,10 @@ def _check(name: str, value: Any) -> Any:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError("context_length must be an integer >= 1 or null")
         return value
+    if name == "reject_params":
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ValueError("reject_params must be a list of request field names")
+        return list(value)
     if name == "script":
         if not isinstance(value, list) or any(v not in FAULTS for v in value):
             raise ValueError(f"script must be a list of faults from {', '.join(FAULTS)}")

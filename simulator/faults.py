@@ -21,6 +21,7 @@ from aiohttp import web
 
 from elo_per_token.contracts.jobs import derive_seed
 from elo_per_token.simulator.config import SimConfig
+from elo_per_token.simulator.sse import Event
 from elo_per_token.simulator.state import SimState
 from elo_per_token.simulator.wire_errors import context_error, error_response
 
@@ -112,3 +113,32 @@ def hostile_usage(body: dict[str, Any], fault: str, anthropic: bool) -> dict[str
     elif fault in HOSTILE_USAGE and "usage" in body:
         body["usage"]["input_tokens" if anthropic else "prompt_tokens"] = HOSTILE_USAGE[fault]
     return body
+
+
+def _cut_event(data: Any) -> Any:
+    """One event of a cut stream: its finish_reason / stop_reason removed (the server never reached one)."""
+    if not isinstance(data, dict):
+        return data
+    if isinstance(data.get("choices"), list):
+        data = {**data, "choices": [{**c, "finish_reason": None} for c in data["choices"]]}
+    if isinstance(data.get("delta"), dict) and "stop_reason" in data["delta"]:
+        data = {**data, "delta": {**data["delta"], "stop_reason": None}}
+    return data
+
+
+def cut_stream(events: list[Event], fault: str) -> list[Event]:
+    """The stream_cut fault: the first half of the content events, then whatever carries usage and the
+    clean end (`[DONE]`, message_stop), with no finish_reason or stop_reason anywhere — an interrupted
+    generation that a server closed as if it were complete. Other faults: the events unchanged."""
+    if fault != "stream_cut":
+        return events
+    content = [i for i, (_, d) in enumerate(events) if isinstance(d, dict) and _is_content(d)]
+    dropped = set(content[len(content) // 2 :])
+    return [(n, _cut_event(d)) for i, (n, d) in enumerate(events) if i not in dropped]
+
+
+def _is_content(d: dict[str, Any]) -> bool:
+    """Whether an event carries generated text (a chat delta's content, an Anthropic text delta)."""
+    if d.get("type") == "content_block_delta":
+        return True
+    return any(isinstance(c, dict) and (c.get("delta") or {}).get("content") for c in d.get("choices") or [])

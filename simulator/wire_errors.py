@@ -27,3 +27,14 @@ def context_error(limit: int, p_tok: int, max_tokens: int | None, anthropic: boo
             "Please reduce the length of the messages or completion."
         )
     return error_response(400, msg, "invalid_request_error", "context_length_exceeded", anthropic)
+
+
+def unsupported_param(name: str, anthropic: bool) -> web.Response:
+    """OpenAI's 400 for a request field the model does not take (`param` names it); Anthropic's wording."""
+    if anthropic:
+        return error_response(
+            400, f"{name}: Extra inputs are not permitted", "invalid_request_error", None, True
+        )
+    body = {"error": {"message": f"Unsupported parameter: '{name}' is not supported with this model.",
+                      "type": "invalid_request_error", "param": name, "code": "unsupported_parameter"}}  # fmt: skip
+    return web.json_response(body, status=400)

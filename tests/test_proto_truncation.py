@@ -144,7 +144,9 @@ def _outcome(parse: Callable[[str], tuple[list[Choice], str | None]], text: str)
 
 def _check(out: Any) -> None:
     if isinstance(out, ProviderError):
-        assert out.error_class == "transient" and "malformed response" in out.message
+        # A stream cut before its finish reason is an incomplete reply; anything else unusable is malformed.
+        assert out.error_class == "transient"
+        assert "malformed response" in out.message or "incomplete reply" in out.message
         assert KEY not in str(out)
         return
     choices, model = out

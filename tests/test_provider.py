@@ -159,13 +159,20 @@ class CountingLimiter:
 
     def __init__(self) -> None:
         self.acquired: list[int] = []
-        self.recorded: list[int] = []
+        self.recorded: list[tuple[int, int]] = []
+        self.paused: list[float] = []
 
-    def acquire(self, est_tokens: int) -> None:
+    def acquire(self, est_tokens: int, stop=None) -> None:
         self.acquired.append(est_tokens)
 
-    def record(self, tokens: int) -> None:
-        self.recorded.append(tokens)
+    def record(self, tokens: int, reserved: int = 0) -> None:
+        self.recorded.append((tokens, reserved))
+
+    def pause(self, seconds: float, *, rate_limited: bool = True) -> None:
+        self.paused.append(seconds)
+
+    def observe(self, headers) -> None:
+        pass
 
 
 def test_rate_limiter_is_asked_per_attempt_and_told_actual_usage(sim):
@@ -174,7 +181,9 @@ def test_rate_limiter_is_asked_per_attempt_and_told_actual_usage(sim):
     c = ProviderClient(sim.profile(), api_key=SIM_KEY, rate_limiter=lim, backoff_base=0.01)
     r = c.chat(MSGS, seed=1, max_tokens=50)
     assert r.attempts == 2 and len(lim.acquired) == 2 and all(e > 50 for e in lim.acquired)
-    assert lim.recorded == [r.usage["prompt_tokens"] + r.usage["completion_tokens"]]
+    # The failed attempt's reservation is given back; the answered one is corrected to the server's usage.
+    est = lim.acquired[0]
+    assert lim.recorded == [(0, est), (r.usage["prompt_tokens"] + r.usage["completion_tokens"], est)]
 
 
 # ------------------------------------------------------------------ error classes

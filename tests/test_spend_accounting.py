@@ -12,6 +12,7 @@ import resource
 import time
 
 import pytest
+from bounds import bounded
 from fixtures_faults import FAULT_KEY, fault_rig
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -115,7 +116,7 @@ def test_spent_objects_round_trip_hostile_usage_in_bounded_time(arms, usages):
     totals = spent_usage_totals(back)
     assert len(back) == len(lines)
     assert all(isinstance(v, int) and v >= 0 for t in totals.values() for v in t.values())
-    assert sum(t["calls"] for t in totals.values()) == len(lines)
+    assert sum(t["calls"] + t["unsent"] for t in totals.values()) == len(lines)
     assert time.perf_counter() - t0 < 2.0
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0 < 200_000  # KiB
 
@@ -129,3 +130,51 @@ def test_a_malformed_spent_object_is_refused_by_name_never_misread(data):
         assert "runs/r/spent/x.jsonl" in str(e)
     else:
         assert all(x["kind"] == "call" for x in out)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.none() | st.text(max_size=20) | st.integers() | st.dictionaries(
+    st.sampled_from(["class", "message"]), st.none() | st.text(max_size=20) | st.sampled_from(["unreachable"]),
+), max_size=50))  # fmt: skip
+def test_any_error_field_splits_calls_into_sent_and_unsent_in_bounded_time(errors):
+    lines = [{**_call("a", {"prompt_tokens": 1}), "error": e} for e in errors]
+    totals = bounded(lambda: spent_usage_totals(parse_spent(spent_bytes(
+        lines, reason="failed", error_class="unreachable", attempt=1, at=1.0))), 2.0, 32)  # fmt: skip
+    unsent = sum(1 for e in errors if isinstance(e, dict) and e.get("class") == "unreachable")
+    got = totals.get("a", {"calls": 0, "unsent": 0})
+    assert (got["calls"], got["unsent"]) == (len(errors) - unsent, unsent)
+
+
+def test_the_spent_table_counts_answered_calls_apart_from_refused_connects(make_sim):
+    """Real calls: a job whose provider refuses every connect (a closed port) and a job answered with 500s.
+    Only the answered one's call is a call in the spent table; the refused one is an attempt not sent."""
+    import socket
+
+    from elo_per_token.analysis.report import _spent_rows
+    from elo_per_token.analysis.spent import spent_rows
+    from elo_per_token.contracts.jobs import Job
+    from elo_per_token.egress.client import ProviderClient
+    from elo_per_token.suites.load import load_builtin_suite
+    from elo_per_token.worker.job import run_job
+
+    with socket.socket() as s:  # a port nobody listens on: every connect is refused
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    sim = make_sim(api_key=FAULT_KEY, rate_500=1.0)
+    task = load_builtin_suite("math")[0]
+    lines = []
+    for url in (f"http://127.0.0.1:{dead}/v1", sim.url):
+        prof = sim.profile(base_url=url, max_retries=1)
+        client = ProviderClient(prof, api_key=FAULT_KEY, backoff_base=0.01)
+        result = run_job(Job("r", task, "greedy", 1, seed=1), client)
+        assert result.outcome.error is not None
+        lines += parse_spent(spent_bytes(result.to_lines(), reason="failed", error_class=result.outcome.error["class"],
+                                         attempt=1, at=1.0))  # fmt: skip
+    (row,) = spent_rows(lines)
+    assert (row["failed_attempt_calls"], row["failed_attempt_unsent"]) == (1, 1)
+    assert sim.control.stats()["by_status"] == {"500": 2}  # the one call the provider answered (twice)
+
+    from types import SimpleNamespace
+
+    header, rows = _spent_rows(SimpleNamespace(spent_on_failed_attempts=[row]))  # type: ignore[arg-type]
+    assert header[:3] == ["arm", "calls", "not sent (unreachable)"] and rows[0][1:3] == ["1", "1"]

@@ -163,45 +163,55 @@ def _limiters(redis_server, name, limits, n=2):
 
 @pytest.mark.services
 def test_redis_rate_limit_requests_are_shared_between_clients(redis_server):
-    from elo_per_token.worker.ratelimit import Limits
+    from elo_per_token.worker.ratelimit import MARGIN, Limits
 
-    a, b = _limiters(redis_server, "rl-req-" + uuid.uuid4().hex[:6], Limits(rpm=600))
+    a, b = _limiters(redis_server, "rl-req-" + uuid.uuid4().hex[:6], Limits(rpm=6000))
     t0 = time.monotonic()
     threads = [
-        threading.Thread(target=lambda lim=lim: [lim.acquire(0) for _ in range(310)]) for lim in (a, b)
+        threading.Thread(target=lambda lim=lim: [lim.acquire(0) for _ in range(200)]) for lim in (a, b)
     ]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     elapsed = time.monotonic() - t0
-    # A full bucket holds 600 requests; the 20 beyond it refill at 10/s -> ~2 s, whichever client asks.
-    assert 1.7 <= elapsed <= 4.0, elapsed
+    # Paced at MARGIN x 100/s from a bucket of one second's worth: 400 requests from one budget take ~3.1 s
+    # (two separate budgets would take ~1.1 s; the old minute-long bucket let all 400 through at once).
+    rate = 6000 * MARGIN / 60
+    assert (400 - rate) / rate * 0.9 <= elapsed <= (400 - rate) / rate + 1.5, elapsed
 
 
 @pytest.mark.services
-def test_redis_rate_limit_tokens_charge_actual_usage(redis_server):
+def test_redis_rate_limit_tokens_reserve_then_charge_actual_usage(redis_server):
     from elo_per_token.worker.ratelimit import Limits, LocalRateLimiter
 
-    (r,) = _limiters(redis_server, "rl-tok-" + uuid.uuid4().hex[:6], Limits(tpm=6000), n=1)
-    for lim in (r, LocalRateLimiter(Limits(tpm=6000))):
+    (r,) = _limiters(redis_server, "rl-tok-" + uuid.uuid4().hex[:6], Limits(tpm=60000), n=1)
+    for lim in (r, LocalRateLimiter(Limits(tpm=60000))):
         t0 = time.monotonic()
-        for _ in range(6):
-            lim.acquire(100)
-            lim.record(1000)  # the server reported 1000 tokens: the whole minute's budget is spent
-        first = time.monotonic() - t0
+        for _ in range(5):  # a reservation given back (the call used nothing) is there for the next call
+            lim.acquire(900)
+            lim.record(0, 900)
+        assert time.monotonic() - t0 < 0.5
+        lim.acquire(100)
+        lim.record(2000, 100)  # the server reported 2000 tokens: two seconds of the budget
         t1 = time.monotonic()
-        lim.acquire(100)  # needs 100 tokens at 100/s
+        lim.acquire(100)  # the debt (~1000) and 100 more refill at ~970/s
         waited = time.monotonic() - t1
-        assert first < 0.5, first
         assert 0.8 <= waited <= 2.5, waited
 
 
-def test_unlimited_is_none():
+def test_an_unlimited_limiter_never_blocks_but_still_shares_a_pause():
     from elo_per_token.worker.ratelimit import Limits, make_rate_limiter
 
-    assert make_rate_limiter("p", Limits()) is None
-    assert make_rate_limiter("p", Limits(rpm=5)) is not None
+    lim = make_rate_limiter("p", Limits())
+    t0 = time.monotonic()
+    for _ in range(2000):
+        lim.acquire(10_000)
+    assert time.monotonic() - t0 < 1.0
+    lim.pause(0.3)
+    t1 = time.monotonic()
+    lim.acquire(0)
+    assert 0.25 <= time.monotonic() - t1 <= 1.0 and lim.stats.rate_limited == 1
 
 
 def test_killed_coordinator_rerun_runs_no_job_twice(tmp_path, celery_setup, s3_bucket, redis_server, s3_env):

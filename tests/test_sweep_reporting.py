@@ -104,3 +104,28 @@ def test_failed_connects_are_attempts_not_calls():
     )
     res = JobResult(Job("r", TASK, "majority", 3), [ok, refused, rejected], Outcome(None, None, None))
     assert res.sent_calls == 2 and res.tokens == 7
+
+
+def test_the_summary_reports_429s_pauses_and_retries_measured_by_the_client(sim):
+    """Real HTTP: two 429s (Retry-After 0.3 s) and a 500 before the answer. The client counts them and the
+    sweep's summary line says so; a run without any says nothing."""
+    from fixtures_sim import SIM_KEY
+
+    from elo_per_token.coordinator.sweep import weather_line
+    from elo_per_token.egress.client import ProviderClient
+    from elo_per_token.worker.ratelimit import Limits, make_rate_limiter
+
+    sim.control.set(retry_after=0.3, script=["429", "429", "500", "ok"])
+    lim = make_rate_limiter("sim", Limits())
+    client = ProviderClient(sim.profile(), api_key=SIM_KEY, rate_limiter=lim, backoff_base=0.01)
+    t0 = time.monotonic()
+    assert client.chat([{"role": "user", "content": "1+1"}]).attempts == 4
+    assert time.monotonic() - t0 >= 0.55  # both Retry-After pauses were waited out
+    w = client.weather()
+    assert w["rate_limited"] == 2 and w["retries"] == {"rate_limit": 2, "transient": 1}
+    assert w["limiter_wait_s"] >= 0.5
+    out = SweepOutcome("r", "l", "u", 1, 0, Tally(total=1, done=1, weather=w), 1.0, True)
+    buf = io.StringIO()
+    print_summary(out, Console(file=buf, width=200))
+    assert "2 answered 429" in buf.getvalue() and "3 retries (rate_limit 2, transient 1" in buf.getvalue()
+    assert weather_line(ProviderClient(sim.profile(), api_key=SIM_KEY).weather()) is None

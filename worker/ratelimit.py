@@ -1,52 +1,69 @@
-"""Rate limits per provider profile: requests per minute AND tokens per minute.
+"""Rate limits per provider profile: requests per minute AND tokens per minute, paced rather than burst.
 
-`RedisRateLimiter` keeps two token buckets in Redis, updated by one Lua script, so every worker on every
-machine draws from the same budget. `LocalRateLimiter` is the same algorithm in-process for the local executor.
+Two token buckets (requests, tokens) refill at MARGIN of the limit and hold only BURST_S seconds of it, so no
+window of a provider's count (a sliding minute, or 10-s windows) sees more than the limit plus a second's
+worth, and a sweep never opens with a minute's burst. A call reserves its estimated tokens at admission (in
+flight, they are counted) and `record` corrects the reservation with the server's usage. A 429 pauses every
+sender of the profile once (`pause`: one shared stop until Retry-After, the buckets drained so senders resume
+paced); `observe` reads a response's `x-ratelimit-*` headers: with no limits configured it adopts the
+provider's `limit-*` ones, and a `remaining-*` of 0 pauses until its `reset-*`.
 
-Both follow the ProviderClient contract: `acquire(est_tokens)` blocks until one request and `est_tokens`
-tokens are available and takes the request; `record(tokens)` charges the tokens the server reported. Tokens
-are charged after the fact (the bucket may go negative) because only the server knows the real count;
-admission checks the estimate, so over-spend is bounded by the number of calls in flight.
+`RedisRateLimiter` keeps the buckets and the pause in Redis, updated by one Lua script (the same arithmetic),
+so every worker on every machine draws from one budget; `LocalRateLimiter` does it in-process.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-# KEYS[1] = bucket hash. ARGV: now_ms, rpm, tpm, need_req, need_tok, charge_tok.
-# rpm/tpm <= 0 means unlimited. Returns 0 when admitted (and charged), else the milliseconds to wait.
+BURST_S = 1.0  # bucket capacity, in seconds of the limit
+MARGIN = 0.97  # pace at this share of the limit: our clock and the provider's arrival order differ a little
+MAX_PAUSE_S = 120.0  # a header or Retry-After asking for longer is capped (a hostile or broken server)
+
+# KEYS[1] = bucket hash. ARGV: now_ms, rpm, tpm, burst_ms, need_req, need_tok, pause_until_ms.
+# rpm/tpm <= 0: unlimited. need_tok may be negative (a reservation corrected down). Returns 0 when admitted
+# (and charged), else the milliseconds to wait. Mirrors _Bucket.step.
 _LUA = """
 local key = KEYS[1]
 local now = tonumber(ARGV[1])
-local rpm = tonumber(ARGV[2])
-local tpm = tonumber(ARGV[3])
-local need_req = tonumber(ARGV[4])
-local need_tok = tonumber(ARGV[5])
-local charge_tok = tonumber(ARGV[6])
-local st = redis.call('HMGET', key, 'req', 'tok', 'ts')
+local rpm = tonumber(ARGV[2]) * MARGIN
+local tpm = tonumber(ARGV[3]) * MARGIN
+local burst = tonumber(ARGV[4])
+local need_req = tonumber(ARGV[5])
+local need_tok = tonumber(ARGV[6])
+local pause_to = tonumber(ARGV[7])
+local cap_req = math.max(1, rpm * burst / 60000.0)
+local cap_tok = tpm * burst / 60000.0
+local st = redis.call('HMGET', key, 'req', 'tok', 'ts', 'pause')
 local req = tonumber(st[1])
 local tok = tonumber(st[2])
 local ts = tonumber(st[3])
-if req == nil then req = rpm; tok = tpm; ts = now end
+local pause = tonumber(st[4]) or 0
+if req == nil then req = cap_req; tok = cap_tok; ts = now end
 local dt = math.max(0, now - ts)
-if rpm > 0 then req = math.min(rpm, req + dt * rpm / 60000.0) end
-if tpm > 0 then tok = math.min(tpm, tok + dt * tpm / 60000.0) end
+if rpm > 0 then req = math.min(cap_req, req + dt * rpm / 60000.0) end
+if tpm > 0 then tok = math.max(tok, math.min(cap_tok, tok + dt * tpm / 60000.0)) end
+if pause_to > pause then pause = pause_to; req = math.min(req, 0); tok = math.min(tok, 0) end
 local wait = 0
-if rpm > 0 and req < need_req then wait = math.max(wait, (need_req - req) * 60000.0 / rpm) end
-if tpm > 0 and need_tok > 0 and tok < math.min(need_tok, tpm) then
-  wait = math.max(wait, (math.min(need_tok, tpm) - tok) * 60000.0 / tpm)
+if need_req > 0 then
+  if now < pause then wait = pause - now end
+  if rpm > 0 and req < need_req then wait = math.max(wait, (need_req - req) * 60000.0 / rpm) end
+  local want = math.min(need_tok, cap_tok)
+  if tpm > 0 and want > 0 and tok < want then wait = math.max(wait, (want - tok) * 60000.0 / tpm) end
 end
 if wait == 0 then
   if rpm > 0 then req = req - need_req end
-  if tpm > 0 then tok = tok - charge_tok end
+  if tpm > 0 then tok = tok - need_tok end
 end
-redis.call('HSET', key, 'req', req, 'tok', tok, 'ts', now)
-redis.call('PEXPIRE', key, 120000)
+redis.call('HSET', key, 'req', req, 'tok', tok, 'ts', now, 'pause', pause)
+redis.call('PEXPIRE', key, 300000)
 return math.ceil(wait)
-"""
+""".replace("MARGIN", repr(MARGIN))
 
 
 @dataclass(frozen=True)
@@ -59,90 +76,198 @@ class Limits:
         return not self.rpm and not self.tpm
 
 
+@dataclass
+class LimiterStats:
+    """What pacing cost a client: time blocked before sending, the 429s fed back, the shared pauses."""
+
+    waited_s: float = 0.0
+    rate_limited: int = 0  # 429s answered to this client (each pauses every sender once)
+    pauses: int = 0  # pauses from a 429 or a remaining-* of 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add_wait(self, s: float) -> None:
+        with self.lock:
+            self.waited_s += s
+
+
 class _Bucket:
-    """Pure bucket arithmetic shared by the local limiter (mirrors the Lua script)."""
+    """Pure bucket arithmetic of the local limiter (the Lua script is the same, step for step)."""
 
-    def __init__(self, limits: Limits) -> None:
-        self.rpm = limits.rpm or 0
-        self.tpm = limits.tpm or 0
-        self.req = float(self.rpm)
-        self.tok = float(self.tpm)
+    def __init__(self, limits: Limits, burst_s: float = BURST_S) -> None:
+        self.burst_ms = burst_s * 1000
+        self.set_limits(limits)
+        self.req, self.tok = self.cap_req, self.cap_tok  # full at a second's worth, not a minute's
         self.ts = time.monotonic() * 1000
+        self.pause = 0.0
 
-    def step(self, now_ms: float, need_req: int, need_tok: int, charge_tok: int) -> float:
-        dt = max(0.0, now_ms - self.ts)
-        self.ts = now_ms
+    def set_limits(self, limits: Limits) -> None:
+        self.limits = limits
+        self.rpm, self.tpm = (limits.rpm or 0) * MARGIN, (limits.tpm or 0) * MARGIN
+        self.cap_req = max(1.0, self.rpm * self.burst_ms / 60000)
+        self.cap_tok = self.tpm * self.burst_ms / 60000
+
+    def step(self, now: float, need_req: int, need_tok: float, pause_to: float = 0.0) -> float:
+        """Refill to `now` (ms), apply a pause until `pause_to`, and take (need_req, need_tok) if both are
+        there: 0, else the milliseconds to wait. need_req=0 charges tokens unconditionally (a correction)."""
+        dt, self.ts = max(0.0, now - self.ts), now
         if self.rpm:
-            self.req = min(self.rpm, self.req + dt * self.rpm / 60000)
-        if self.tpm:
-            self.tok = min(self.tpm, self.tok + dt * self.tpm / 60000)
+            self.req = min(self.cap_req, self.req + dt * self.rpm / 60000)
+        if self.tpm:  # refilled up to the cap; a level above it (refunds) is kept, not cut
+            self.tok = max(self.tok, min(self.cap_tok, self.tok + dt * self.tpm / 60000))
+        if pause_to > self.pause:  # one shared pause; drained so that senders resume paced, not all at once
+            self.pause, self.req, self.tok = pause_to, min(self.req, 0.0), min(self.tok, 0.0)
         wait = 0.0
-        if self.rpm and self.req < need_req:
-            wait = max(wait, (need_req - self.req) * 60000 / self.rpm)
-        if self.tpm and need_tok > 0 and self.tok < min(need_tok, self.tpm):
-            wait = max(wait, (min(need_tok, self.tpm) - self.tok) * 60000 / self.tpm)
+        if need_req:
+            wait = max(0.0, self.pause - now)
+            if self.rpm and self.req < need_req:
+                wait = max(wait, (need_req - self.req) * 60000 / self.rpm)
+            want = min(need_tok, self.cap_tok)
+            if self.tpm and want > 0 and self.tok < want:
+                wait = max(wait, (want - self.tok) * 60000 / self.tpm)
         if wait == 0:
             if self.rpm:
                 self.req -= need_req
-            if self.tpm:
-                self.tok -= charge_tok
+            if self.tpm:  # not clipped: a refund above the cap is budget held by calls in flight until now
+                self.tok -= need_tok
         return wait
 
 
-class LocalRateLimiter:
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+
+
+def parse_reset(v: Any) -> float | None:
+    """An `x-ratelimit-reset-*` value in seconds: OpenAI's "1s", "6m0s", "20ms", or plain seconds."""
+    if not isinstance(v, str) or len(v) > 40:
+        return None
+    v = v.strip()
+    try:
+        return max(0.0, float(v))
+    except ValueError:
+        pass
+    parts = _DURATION.findall(v)
+    if not parts or "".join(n + u for n, u in parts) != v:
+        return None
+    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    return sum(float(n) * scale[u] for n, u in parts)
+
+
+def _int(v: Any) -> int | None:
+    try:
+        n = int(str(v).strip()) if v is not None and len(str(v)) < 20 else None
+    except ValueError:
+        return None
+    return n if n is not None and n >= 0 else None
+
+
+def header_limits(headers: Mapping[str, str]) -> tuple[Limits, list[float]]:
+    """(the limits a response's x-ratelimit-limit-* headers state, the pauses in seconds its remaining-* of 0
+    ask for: until the matching reset-*)."""
+    get = headers.get
+    limits = Limits(_int(get("x-ratelimit-limit-requests")), _int(get("x-ratelimit-limit-tokens")))
+    pauses = []
+    for kind in ("requests", "tokens"):
+        if _int(get(f"x-ratelimit-remaining-{kind}")) == 0:
+            reset = parse_reset(get(f"x-ratelimit-reset-{kind}"))
+            pauses.append(min(reset if reset is not None else 1.0, MAX_PAUSE_S))
+    return limits, pauses
+
+
+class _Limiter:
+    """What both limiters share: configured or learned limits, the stats, and the blocking loop."""
+
     def __init__(self, limits: Limits) -> None:
+        self.configured = limits
         self.limits = limits
-        self._b = _Bucket(limits)
+        self.stats = LimiterStats()
+
+    def _step(self, need_req: int, need_tok: float, pause_to: float = 0.0) -> float:
+        raise NotImplementedError
+
+    def _now_ms(self) -> float:
+        return time.monotonic() * 1000
+
+    def acquire(self, est_tokens: int = 0, stop: threading.Event | None = None) -> None:
+        """Block until one request and `est_tokens` tokens are there (or a pause is over); take them: the
+        tokens stay reserved until `record` corrects them. Returns early when `stop` is set."""
+        t0 = time.monotonic()
+        while (wait := self._step(1, max(0, int(est_tokens)))) > 0:
+            if stop is not None and stop.wait(min(wait, 1000) / 1000):
+                break
+            if stop is None:
+                time.sleep(min(wait, 1000) / 1000)
+        if (took := time.monotonic() - t0) > 0.001:
+            self.stats.add_wait(took)
+
+    def record(self, tokens: int, reserved: int = 0) -> None:
+        """Charge what the server reported against what `acquire` reserved (a refund when less was used)."""
+        self._step(0, max(0, int(tokens)) - max(0, int(reserved)))
+
+    def pause(self, seconds: float, *, rate_limited: bool = True) -> None:
+        """Stop every sender of this profile for `seconds` (a 429's Retry-After), once: pauses overlap."""
+        with self.stats.lock:
+            self.stats.pauses += 1
+            self.stats.rate_limited += int(rate_limited)
+        self._step(0, 0, self._now_ms() + min(max(seconds, 0.0), MAX_PAUSE_S) * 1000)
+
+    def observe(self, headers: Mapping[str, str]) -> None:
+        """A response's x-ratelimit-* headers: learn the limits when none are configured; a remaining-* of
+        0 pauses until its reset-*."""
+        learned, pauses = header_limits(headers)
+        if self.configured.unlimited and not learned.unlimited and learned != self.limits:
+            self.limits = learned
+            self._set_limits(learned)
+        if pauses:
+            self.pause(max(pauses), rate_limited=False)
+
+    def _set_limits(self, limits: Limits) -> None:
+        raise NotImplementedError
+
+
+class LocalRateLimiter(_Limiter):
+    def __init__(self, limits: Limits, burst_s: float = BURST_S) -> None:
+        super().__init__(limits)
+        self._b = _Bucket(limits, burst_s)
         self._lock = threading.Lock()
 
-    def acquire(self, est_tokens: int = 0) -> None:
-        while True:
-            with self._lock:
-                wait = self._b.step(time.monotonic() * 1000, 1, max(0, int(est_tokens)), 0)
-            if wait <= 0:
-                return
-            time.sleep(min(wait, 5000) / 1000)
-
-    def record(self, tokens: int) -> None:
+    def _step(self, need_req: int, need_tok: float, pause_to: float = 0.0) -> float:
         with self._lock:
-            self._b.step(time.monotonic() * 1000, 0, 0, max(0, int(tokens)))
+            return self._b.step(self._now_ms(), need_req, need_tok, pause_to)
+
+    def _set_limits(self, limits: Limits) -> None:
+        with self._lock:
+            self._b.set_limits(limits)
 
 
-class RedisRateLimiter:
-    """Shared by all workers: the bucket lives at `ept:rl:<profile>` in Redis."""
+class RedisRateLimiter(_Limiter):
+    """Shared by all workers: the buckets and the pause live at `ept:rl:<profile>` in Redis."""
 
-    def __init__(self, redis_client: Any, profile: str, limits: Limits) -> None:
-        self.limits = limits
+    def __init__(self, redis_client: Any, profile: str, limits: Limits, burst_s: float = BURST_S) -> None:
+        super().__init__(limits)
         self.key = f"ept:rl:{profile}"
+        self.burst_ms = int(burst_s * 1000)
         self._r = redis_client
         self._script = redis_client.register_script(_LUA)
 
-    def _now_ms(self) -> int:
+    def _now_ms(self) -> float:
         # The server's clock, so workers on machines with skewed clocks agree.
         sec, usec = self._r.time()
         return int(sec) * 1000 + int(usec) // 1000
 
-    def _call(self, need_req: int, need_tok: int, charge_tok: int) -> int:
-        args = [self._now_ms(), self.limits.rpm or 0, self.limits.tpm or 0, need_req, need_tok, charge_tok]
-        return int(self._script(keys=[self.key], args=args))
+    def _step(self, need_req: int, need_tok: float, pause_to: float = 0.0) -> float:
+        lim = self.limits
+        args = [int(self._now_ms()), lim.rpm or 0, lim.tpm or 0, self.burst_ms, need_req, int(need_tok),
+                int(pause_to)]  # fmt: skip
+        return float(self._script(keys=[self.key], args=args))
 
-    def acquire(self, est_tokens: int = 0) -> None:
-        while True:
-            wait = self._call(1, max(0, int(est_tokens)), 0)
-            if wait <= 0:
-                return
-            time.sleep(min(wait, 5000) / 1000)
-
-    def record(self, tokens: int) -> None:
-        self._call(0, 0, max(0, int(tokens)))
+    def _set_limits(self, limits: Limits) -> None:
+        pass  # passed with every step
 
 
 def make_rate_limiter(
     profile: str, limits: Limits, redis_url: str | None = None
-) -> LocalRateLimiter | RedisRateLimiter | None:
-    """None when unlimited; a Redis-backed limiter when a Redis URL is given; else an in-process one."""
-    if limits.unlimited:
-        return None
+) -> LocalRateLimiter | RedisRateLimiter:
+    """A Redis-backed limiter when a Redis URL is given, else an in-process one. Made even without limits: it
+    learns them from the provider's headers and shares a 429's pause between the profile's senders."""
     if redis_url:
         import redis
 
