@@ -513,7 +513,9 @@ def test_no_docker_recipe_runs_a_celery_s3_sweep(tmp_path, make_sim):
     plan = write_plan_file(tmp_path / "p.toml", [("greedy", [1]), ("majority", [2])], name="nodock", profile="x",
                            suites=["math"], tasks_per_family=3, bootstrap_rounds=0)  # fmt: skip
     base = {**os.environ, "PYTHONPATH": str(REPO), "EPT_PROFILES": str(prof), "EPT_SIM_API_KEY": SIM_KEY}
-    svc = subprocess.Popen([sys.executable, "-m", "elo_per_token", "services", "--dir", str(tmp_path / "svc")],
+    # --no-simulator: this test's own simulator (with its key) is the provider; env.sh must not replace its key.
+    svc = subprocess.Popen([sys.executable, "-m", "elo_per_token", "services", "--dir", str(tmp_path / "svc"),
+                            "--no-simulator"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=base)  # fmt: skip
     worker = None
     try:
