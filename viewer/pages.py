@@ -30,9 +30,9 @@ def _q(x: Any) -> str:
     return e(str(x), quote=True)
 
 
-def run_url(run_id: str, page: str = "", **params: Any) -> str:
-    """/run/<id>[/page][?params] with every part quoted."""
-    base = f"/run/{quote(run_id, safe='')}" + (f"/{page}" if page else "")
+def run_url(run_id: str, view: str = "", /, **params: Any) -> str:
+    """/run/<id>[/view][?params] with every part quoted (a `page` param is a paged list's page number)."""
+    base = f"/run/{quote(run_id, safe='')}" + (f"/{view}" if view else "")
     return base + ("?" + urlencode({k: v for k, v in params.items() if v is not None}) if params else "")
 
 

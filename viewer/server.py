@@ -121,7 +121,7 @@ def _html(text: str) -> tuple[str, bytes]:
 
 
 IDLE_S = 10.0  # a connection that sends nothing for this long is closed (its thread ends)
-MAX_CONNECTIONS = 128  # connections served at once; one more is closed at once, never given a thread
+MAX_CONNECTIONS = 256  # connections served at once; one more is closed at once, never given a thread
 TOKEN_COOKIE = "ept_view_token"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 WILDCARD = ("0.0.0.0", "::", "")
@@ -267,6 +267,7 @@ class ViewServer(ThreadingHTTPServer):
     closed sockets, not threads); closing it does not wait for open connections."""
 
     block_on_close = False
+    request_queue_size = 128  # the listen backlog: a burst of connections is queued, not dropped and retried
 
     def __init__(self, addr: tuple[str, int], handler: type[Handler], max_connections: int) -> None:
         if ":" in addr[0]:
