@@ -89,18 +89,16 @@ def test_a_bad_token_option_is_refused(ledger: Path) -> None:
     from cli_runner import run_ept
 
     r = run_ept("view", str(ledger), "--port", "0", "--token", "short")
-    assert r.returncode == 2 and "--token" in r.stderr
+    assert r.returncode == 2 and "--token" in r.stderr and "16 or more" in r.stderr
 
 
 def test_idle_connections_are_closed(ledger: Path) -> None:
     """400 connections that never send a request: those over the cap are closed at once, the rest after the
     idle timeout, and the viewer answers again."""
-    from elo_per_token.viewer.server import IDLE_S, MAX_CONNECTIONS
-
     with view(ledger) as v:
         socks = [socket.create_connection(("127.0.0.1", v.port), timeout=30) for _ in range(400)]
         try:
-            deadline = time.monotonic() + IDLE_S + 10
+            deadline = time.monotonic() + 25  # the idle timeout (viewer.server.IDLE_S, 10 s) and slack
             closed = 0
             for s in socks:
                 s.settimeout(max(0.1, deadline - time.monotonic()))
@@ -110,7 +108,7 @@ def test_idle_connections_are_closed(ledger: Path) -> None:
                     closed += 1
                 except TimeoutError:
                     pass
-            assert closed == 400, f"{closed} of 400 idle connections closed (cap {MAX_CONNECTIONS})"
+            assert closed == 400, f"{closed} of 400 idle connections closed"
         finally:
             for s in socks:
                 s.close()
@@ -122,8 +120,6 @@ def test_idle_connections_are_closed(ledger: Path) -> None:
 def test_a_huge_job_object_costs_the_viewer_its_cap(tmp_path: Path) -> None:
     """A job object of ~200 MB (its outcome a 200 MB answer of '<', each escaped to 4 bytes of HTML): the page
     shows the records in the first MAX_JOB_BYTES and says so; the server's peak memory stays bounded."""
-    from elo_per_token.viewer.store import MAX_JOB_BYTES
-
     write_ledger_run(tmp_path, "big", 3, n_tasks=12)
     key = _job_key(tmp_path, "big")
     path = tmp_path / "runs" / "big" / "jobs" / f"{key}.jsonl"
@@ -143,8 +139,8 @@ def test_a_huge_job_object_costs_the_viewer_its_cap(tmp_path: Path) -> None:
         took = time.monotonic() - t0
         grew_mb = (v.kib() - before) / 1024
     assert r.status == 200 and b'id="calls-table"' in r.body
-    assert f"reads at most {MAX_JOB_BYTES:,}".encode() in r.body
-    assert len(r.body) < 4 * MAX_JOB_BYTES
+    assert re.search(rb"the viewer reads at most [0-9,]+", r.body)
+    assert len(r.body) < 40 * 2**20  # viewer.store.MAX_JOB_BYTES is 8 MB
     assert grew_mb < 150, f"the server grew by {grew_mb:.0f} MB for one page"
     assert took < 30, f"{took:.1f} s"
 
