@@ -303,7 +303,9 @@ def serve(
 ) -> ViewServer:
     """A bound server (port 0: any free port); the caller runs serve_forever. It answers only Host values of
     allowed_hosts(host, bound port), and with a token only requests that carry it."""
-    handler = type("BoundHandler", (Handler,), {"store": store, "token": token, "timeout": idle_s})
+    handler: type[Handler] = type(
+        "BoundHandler", (Handler,), {"store": store, "token": token, "timeout": idle_s}
+    )
     server = ViewServer((host.strip("[]"), port), handler, max_connections)
-    handler.allowed = allowed_hosts(host, server.server_address[1])
+    handler.allowed = allowed_hosts(host, int(server.server_address[1]))
     return server
