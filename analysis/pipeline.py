@@ -941,6 +941,10 @@ def collect_warnings(st: Stages, opt: AnalysisOptions) -> list[str]:
 def _result(records: Records, st: Stages, warnings: list[str], opt: AnalysisOptions) -> AnalysisResult:
     inp, comp, sel, design, point, iv, tables = st.inp, st.comp, st.sel, st.design, st.point, st.iv, st.tables
     n_strategy_calls = inp.n_strategy_calls
+    spent, spent_bad = _spent(records.files, opt)
+    if spent_bad:  # --skip-bad: said first, as skipped lines are
+        warnings = [f"skipped {len(spent_bad)} bad spent object(s) (--skip-bad): their calls are not in the "
+                    f"failed-attempt totals; first: {spent_bad[0]}", *warnings]  # fmt: skip
     counts = {
         "files": len(records.files),
         "calls": inp.n_calls,
@@ -954,13 +958,13 @@ def _result(records: Records, st: Stages, warnings: list[str], opt: AnalysisOpti
         "tasks": design.tasks.height,  # the tasks the fit compares arms on (the --missing estimand's)
         # every task with an outcome, those the estimand leaves out included (what `ept view`'s grids list)
         "tasks_with_outcomes": inp.outcomes["task_id"].n_unique() if inp.outcomes.height else 0,
-        "skipped_lines": len(inp.skipped),
+        "skipped_lines": len(inp.skipped) + len(spent_bad),
     }
     return AnalysisResult(
         inputs=records.files,
         options=opt,
         counts=counts,
-        skipped=inp.skipped,
+        skipped=inp.skipped + spent_bad,
         arms=sel.arms,
         strategies=tables.strategies,
         budgets=tables.budgets,
@@ -990,17 +994,20 @@ def _result(records: Records, st: Stages, warnings: list[str], opt: AnalysisOpti
         title_notes=[n for n in (comp.estimand_title, design.weights_note) if n],
         partial_arms=tables.partial,
         missing=comp.missing,
-        spent_on_failed_attempts=_spent(records.files, opt),
+        spent_on_failed_attempts=spent,
     )
 
 
-def _spent(paths: Sequence[str], opt: AnalysisOptions) -> list[dict[str, Any]]:
+def _spent(paths: Sequence[str], opt: AnalysisOptions) -> tuple[list[dict[str, Any]], list[BadLine]]:
+    """Failed-attempt spend per arm, and the spent objects skipped as bad (only with --skip-bad)."""
     from elo_per_token.analysis.spent import spent_for_inputs
 
+    skipped: list[BadLine] | None = [] if opt.skip_bad else None
     try:
-        return spent_for_inputs(paths, parse_prices(opt.prices))
+        rows = spent_for_inputs(paths, parse_prices(opt.prices), skipped=skipped)
     except ValueError as e:  # a malformed spent object: named, as any other bad input
         raise InputError(str(e), field="spent") from None
+    return rows, skipped or []
 
 
 def _task_set_warnings(breakdown: pl.DataFrame) -> list[str]:

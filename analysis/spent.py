@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from elo_per_token.analysis.io.schema import BadLine
 from elo_per_token.contracts.spent import SPENT_DIR, parse_spent, spent_usage_totals
 from elo_per_token.ledger import Ledger
 
@@ -21,18 +22,35 @@ MAX_SPENT_OBJECTS = 200_000
 
 
 def read_spent_lines(
-    ledger: Ledger, run_id: str, limit: int = MAX_SPENT_OBJECTS
+    ledger: Ledger, run_id: str, limit: int = MAX_SPENT_OBJECTS, *, skipped: list[BadLine] | None = None
 ) -> tuple[list[dict[str, Any]], bool]:
     """The call lines of the run's spent objects (tagged spent_reason/spent_class), and whether every object was
-    read (False: more than `limit`). A malformed object raises ValueError naming it."""
+    read (False: more than `limit`). A malformed object raises ValueError naming it; given a `skipped` list
+    (--skip-bad), it is left out and named there instead."""
     names = ledger.list_blobs(run_id, SPENT_DIR)
     complete = len(names) <= limit
     lines: list[dict[str, Any]] = []
     for name in names[:limit]:
         data = ledger.get_blob(run_id, name)
-        if data is not None:
-            lines.extend(parse_spent(data, f"{ledger.run_url(run_id)}/{name}"))
+        if data is None:
+            continue
+        where = f"{ledger.run_url(run_id)}/{name}"
+        try:
+            lines.extend(parse_spent(data, where))
+        except ValueError as e:
+            if skipped is None:
+                raise
+            skipped.append(_bad_object(where, str(e)))
     return lines, complete
+
+
+def _bad_object(where: str, message: str) -> BadLine:
+    """parse_spent's message ("<object>:<line>: <why>") as a skipped line: file, line, field `spent`."""
+    rest = message.removeprefix(where + ":")
+    line, sep, why = rest.lstrip().partition(": ")
+    if sep and line.isdigit():
+        return BadLine(where, int(line), "spent", why)
+    return BadLine(where, 0, "spent", rest.strip())
 
 
 def spent_rows(lines: Sequence[dict[str, Any]], prices: Any = None) -> list[dict[str, Any]]:
@@ -68,12 +86,15 @@ def run_roots(files: Sequence[str]) -> list[tuple[str, str]]:
 _IN_RUN = re.compile(r"^(?P<root>.*?)/?runs/(?P<run>[^/]+)/(?:jobs|compact)/")
 
 
-def spent_for_inputs(files: Sequence[str], prices: Any = None) -> list[dict[str, Any]]:
-    """spent_rows over every run the analysed files belong to (plain call-log files have no spent objects)."""
+def spent_for_inputs(
+    files: Sequence[str], prices: Any = None, *, skipped: list[BadLine] | None = None
+) -> list[dict[str, Any]]:
+    """spent_rows over every run the analysed files belong to (plain call-log files have no spent objects);
+    `skipped`: bad spent objects are named there and left out instead of raising (--skip-bad)."""
     from elo_per_token.ledger import open_ledger_for_reading
 
     lines: list[dict[str, Any]] = []
     for root, run_id in run_roots(files):
-        got, _complete = read_spent_lines(open_ledger_for_reading(root), run_id)
+        got, _complete = read_spent_lines(open_ledger_for_reading(root), run_id, skipped=skipped)
         lines.extend(got)
     return spent_rows(lines, prices)

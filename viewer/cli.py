@@ -30,6 +30,12 @@ def view(
     margin: float = typer.Option(
         10.0, "--margin", help="Elo: the recommendation's equivalence margin (as `ept analyze --margin`)."
     ),
+    token: str | None = typer.Option(
+        None,
+        "--token",
+        envvar="EPT_VIEW_TOKEN",
+        help="Required in every request (?token= or its cookie); generated when --host is not loopback.",
+    ),
 ) -> None:
     """Serve the runs, their tables, an interactive Elo-vs-tokens plot, the arms x tasks grid and job transcripts."""
     from elo_per_token.analysis.recommend import check_margin, parse_budget
@@ -40,9 +46,10 @@ def view(
     check_margin(margin)
     if not 0 <= port <= 65535:
         raise InputError(f"must be 0..65535, got {port}", field="--port")
+    token = _token(host, token)
     ledger_url, run_id = _target(target, ledger)
     try:
-        server = serve(Store(ledger_url, budget=budget, margin=margin), host, port)
+        server = serve(Store(ledger_url, budget=budget, margin=margin), host, port, token=token)
     except OSError as e:
         import errno
 
@@ -50,7 +57,9 @@ def view(
             "in use (pick another --port, or 0 for a free one)" if e.errno == errno.EADDRINUSE else e.strerror
         )
         raise InputError(f"cannot listen on {host}:{port}: {why}", field="--port") from None
-    where = f"http://{host}:{server.server_address[1]}/" + (f"run/{run_id}" if run_id else "")
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    where = f"http://{shown}:{server.server_address[1]}/" + (f"run/{run_id}" if run_id else "")
+    where += f"?token={token}" if token else ""  # printed once: the browser keeps it as a cookie
     typer.echo(f"ept view: serving {ledger_url} (read-only) at {where}  (Ctrl-C stops)", err=False)
     try:
         server.serve_forever()
@@ -58,6 +67,26 @@ def view(
         pass
     finally:
         server.server_close()
+
+
+def _token(host: str, token: str | None) -> str | None:
+    """The token requests must carry: as given, or generated for an address other than loopback (with a
+    warning: anyone who can reach the port and has the URL reads every transcript)."""
+    import secrets
+
+    from elo_per_token.viewer.server import check_token, is_loopback
+
+    if token is not None:
+        return check_token(token)
+    if is_loopback(host):
+        return None
+    typer.echo(
+        f"ept view: warning: --host {host} is not this machine only: anyone who can reach the port could read "
+        "every run's transcripts and grader output, so each request must carry the token in the URL below "
+        "(kept as a cookie once opened). Share it as you would a password.",
+        err=True,
+    )
+    return secrets.token_urlsafe(24)
 
 
 def _target(target: str, ledger: str | None) -> tuple[str, str | None]:

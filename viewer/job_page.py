@@ -18,9 +18,12 @@ def _usage(c: Mapping[str, Any]) -> dict[str, Any]:
             "reasoning": details.get("reasoning_tokens"), "cached": cached}  # fmt: skip
 
 
+MAX_CALL_ROWS = 2000  # calls drawn in one job's table; the page says how many more there were
+
+
 def _calls_table(calls: Sequence[Mapping[str, Any]]) -> str:
     rows = []
-    for c in calls:
+    for c in calls[:MAX_CALL_ROWS]:
         u = _usage(c)
         err = (c.get("error") or {}).get("class") if isinstance(c.get("error"), dict) else None
         cells = [c.get("call_index"), c.get("role"), c.get("model"), u["prompt"], u["completion"], u["reasoning"],
@@ -29,7 +32,11 @@ def _calls_table(calls: Sequence[Mapping[str, Any]]) -> str:
         rows.append("<tr>" + "".join(f"<td>{e('—' if x is None else str(x))}</td>" for x in cells) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("call", "role", "model", "prompt", "completion", "reasoning", "cached",
                                             "latency s", "finish", "error"))  # fmt: skip
-    return f'<table id="calls-table"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    more = (f'<p class="muted" id="calls-clipped">the first {MAX_CALL_ROWS:,} of {len(calls):,} calls shown</p>'
+            if len(calls) > MAX_CALL_ROWS else "")  # fmt: skip
+    return (
+        f'<table id="calls-table"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>{more}'
+    )
 
 
 def _block(label: str, text: Any, cls: str) -> str:
@@ -96,13 +103,20 @@ def _evidence(ev: Any) -> list[str]:
 
 
 def job_page(
-    run_id: str, key: str, records: Sequence[Mapping[str, Any]], transcript: Mapping[str, Any] | None
+    run_id: str,
+    key: str,
+    records: Sequence[Mapping[str, Any]],
+    transcript: Mapping[str, Any] | None,
+    notes: Sequence[str] = (),
 ) -> str:
+    """The job's calls, transcript and grader; `notes` say what of the job object was not read or not shown."""
     calls = [r for r in records if r.get("kind") == "call"]
     outcome = next((r for r in records if r.get("kind") == "outcome"), None)
     head = outcome or (calls[0] if calls else {})
     title = f"{head.get('arm', '?')} on {head.get('task_id', '?')} (replicate {head.get('replicate', 0)})"
-    body = [f'<p class="muted">job {e(key)} · {len(calls)} calls</p>', "<h2>Calls</h2>", _calls_table(calls)]
+    body = [f'<p class="muted">job {e(key)} · {len(calls)} calls</p>']
+    body += [f'<p class="warn job-note">{e(n)}</p>' for n in notes]
+    body += ["<h2>Calls</h2>", _calls_table(calls)]
     if transcript is None:
         body.append('<p class="muted" id="no-transcript">No transcript stored for this job (the run was made with '
                     "<code>transcripts = false</code>, or before transcripts existed).</p>")  # fmt: skip

@@ -10,8 +10,8 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import quote, urlencode
 
 from elo_per_token.analysis.html import RETURNS_COLUMNS
@@ -30,9 +30,9 @@ def _q(x: Any) -> str:
     return e(str(x), quote=True)
 
 
-def run_url(run_id: str, page: str = "", **params: Any) -> str:
-    """/run/<id>[/page][?params] with every part quoted."""
-    base = f"/run/{quote(run_id, safe='')}" + (f"/{page}" if page else "")
+def run_url(run_id: str, view: str = "", /, **params: Any) -> str:
+    """/run/<id>[/view][?params] with every part quoted (a `page` param is a paged list's page number)."""
+    base = f"/run/{quote(run_id, safe='')}" + (f"/{view}" if view else "")
     return base + ("?" + urlencode({k: v for k, v in params.items() if v is not None}) if params else "")
 
 
@@ -51,21 +51,55 @@ def shell(
     ]) + "\n"  # fmt: skip
 
 
-def runs_page(runs: Sequence[Mapping[str, Any]], ledger: str) -> str:
-    rows = []
-    for r in runs:
-        state = "running" if r["planned"] and r["done"] + r["failed"] < r["planned"] else "done"
-        rows.append(f'<tr data-run="{_q(r["run_id"])}"><td class="t"><a href="{_q(run_url(r["run_id"]))}">'
-                    f'{e(r["run_id"])}</a></td><td class="t">{e(str(r.get("started_at") or "—"))}</td>'
-                    f'<td class="t">{e(str(r.get("profile") or "—"))}</td><td>{r["done"]:,}</td>'
-                    f'<td>{r["failed"]:,}</td><td>{e(str(r["planned"] if r["planned"] is not None else "—"))}</td>'
-                    f'<td class="t">{state}</td></tr>')  # fmt: skip
-    opts = "".join(f'<option value="{_q(r["run_id"])}">{e(r["run_id"])}</option>' for r in runs)
+class Pager(NamedTuple):
+    """Where one page of a paged list sits: its number, how many pages, how many rows in all."""
+
+    page: int
+    pages: int
+    rows: int
+
+
+def pager_html(p: Pager, url: Callable[[int], str]) -> str:
+    """'page 2 of 7 (3,400 rows) · previous · next', nothing when the list fits on one page."""
+    if p.pages <= 1:
+        return ""
+    links = [f'<a id="prev-page" href="{_q(url(p.page - 1))}">previous</a>'] if p.page > 1 else []
+    links += [f'<a id="next-page" href="{_q(url(p.page + 1))}">next</a>'] if p.page < p.pages else []
+    return (
+        f'<p class="pager" id="pager">page {p.page} of {p.pages} ({p.rows:,} rows) · {" · ".join(links)}</p>'
+    )
+
+
+MAX_COMPARE_OPTIONS = 2000  # runs offered in the compare form's lists
+
+
+def _run_row(r: Mapping[str, Any]) -> str:
+    name = e(r["run_id"])
+    cell = f'<a href="{_q(run_url(r["run_id"]))}">{name}</a>' if r.get("link", True) else name
+    if r.get("problem"):  # one unreadable run: said on its row, the others listed as usual
+        return (f'<tr data-run="{_q(r["run_id"])}" class="unreadable"><td class="t">{cell}</td>'
+                f'<td class="t warn" colspan="5">{e(str(r["problem"]))}</td><td class="t">unreadable</td></tr>')  # fmt: skip
+    state = "running" if r["planned"] and r["done"] + r["failed"] < r["planned"] else "done"
+    return (f'<tr data-run="{_q(r["run_id"])}"><td class="t">{cell}</td><td class="t">{e(str(r.get("started_at") or "—"))}</td>'
+            f'<td class="t">{e(str(r.get("profile") or "—"))}</td><td>{r["done"]:,}</td>'
+            f'<td>{r["failed"]:,}</td><td>{e(str(r["planned"] if r["planned"] is not None else "—"))}</td>'
+            f'<td class="t">{state}</td></tr>')  # fmt: skip
+
+
+def runs_page(
+    runs: Sequence[Mapping[str, Any]], ledger: str, names: Sequence[str] = (), pager: Pager | None = None
+) -> str:
+    """The runs of one page of the index (a run that cannot be read is listed as unreadable, with the file and
+    field), and a form to compare two of `names` (every run of the ledger)."""
+    names = list(names) or [str(r["run_id"]) for r in runs]
+    opts = "".join(f'<option value="{_q(n)}">{e(n)}</option>' for n in names[:MAX_COMPARE_OPTIONS])
     body = [f'<p class="muted">Ledger {e(ledger)} (read-only).</p>',
             '<table id="runs-table"><thead><tr><th class="t">run</th><th class="t">started</th>'
             '<th class="t">profile</th><th>jobs done</th><th>failed</th><th>planned</th><th class="t">state</th>'
-            f'</tr></thead><tbody>{"".join(rows)}</tbody></table>']  # fmt: skip
-    if len(runs) > 1:
+            f'</tr></thead><tbody>{"".join(_run_row(r) for r in runs)}</tbody></table>']  # fmt: skip
+    if pager is not None:
+        body.append(pager_html(pager, lambda n: f"/?page={n}"))
+    if len(names) > 1:
         body.append('<h2>Compare two runs</h2><form id="compare-form" action="/compare" method="get">'
                     f'<label>baseline <select name="a">{opts}</select></label> '
                     f'<label>current <select name="b">{opts}</select></label> '
@@ -85,6 +119,8 @@ def run_page(v: RunView) -> str:
     """Recommendation, the interactive plot with strategy toggles, the returns table, accuracy, the step
     tables and links to the arms and the grid."""
     body = [_progress(v)]
+    if v.options_from and "'s plan: " in v.options_from:  # the plan's options were refused
+        body.append(f'<p class="warn" id="options-from">Analysed with {e(v.options_from)}.</p>')
     if v.doc is None:
         body.append(f'<p class="warn" id="no-analysis">No analysis yet: {e(v.error or "")}</p>')
         return shell(f"Run {v.run_id}", body, refresh=v.running, crumbs=[(v.run_id, run_url(v.run_id))])
@@ -119,9 +155,10 @@ def _fmt_score(x: Any) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
 
 
-def arm_page(v: RunView, arm: str, rows: Sequence[Mapping[str, Any]]) -> str:
-    """One arm's tasks: mean score, replicates and tokens per task, each task linked."""
-    body = [f'<p class="muted">{len(rows)} tasks.</p>', '<table id="arm-tasks"><thead><tr><th class="t">family</th>'
+def arm_page(v: RunView, arm: str, rows: Sequence[Mapping[str, Any]], pager: Pager | None = None) -> str:
+    """One page of an arm's tasks: mean score, replicates and tokens per task, each task linked."""
+    count = f"{pager.rows if pager else len(rows):,} tasks."
+    body = [f'<p class="muted">{count}</p>', '<table id="arm-tasks"><thead><tr><th class="t">family</th>'
             '<th class="t">task</th><th>score</th><th>replicates</th><th>tokens</th></tr></thead><tbody>']  # fmt: skip
     for r in rows:
         link = run_url(v.run_id, "task", task=r["task_id"])
@@ -129,6 +166,8 @@ def arm_page(v: RunView, arm: str, rows: Sequence[Mapping[str, Any]]) -> str:
                     f'<a href="{_q(link)}">{e(r["task_id"])}</a></td><td data-value="{r["score"]}">'
                     f'{_fmt_score(r["score"])}</td><td>{r["n"]}</td><td>{_tokens(r.get("tokens"))}</td></tr>')  # fmt: skip
     body.append("</tbody></table>")
+    if pager is not None:
+        body.append(pager_html(pager, lambda n: run_url(v.run_id, "arm", arm=arm, page=n)))
     return shell(f"{arm} in {v.run_id}", body, refresh=v.running,
                  crumbs=[(v.run_id, run_url(v.run_id)), (arm, run_url(v.run_id, "arm", arm=arm))])  # fmt: skip
 
@@ -174,8 +213,8 @@ def grid_page(v: RunView, grid: Mapping[str, Any], family: str | None, disagree:
                  crumbs=[(v.run_id, run_url(v.run_id)), ("grid", run_url(v.run_id, "grid"))])  # fmt: skip
 
 
-def task_page(v: RunView, task_id: str, rows: Sequence[Mapping[str, Any]]) -> str:
-    """Every arm and replicate on one task: score and tokens, each linked to its job's transcript."""
+def task_page(v: RunView, task_id: str, rows: Sequence[Mapping[str, Any]], pager: Pager | None = None) -> str:
+    """Every arm and replicate on one task (one page of them): score and tokens, each linked to its job."""
     body = ['<table id="task-jobs"><thead><tr><th class="t">arm</th><th>replicate</th><th>score</th>'
             '<th>tokens</th><th class="t">job</th></tr></thead><tbody>']  # fmt: skip
     for r in rows:
@@ -184,6 +223,8 @@ def task_page(v: RunView, task_id: str, rows: Sequence[Mapping[str, Any]]) -> st
                     f'<td data-value="{r["score"]}">{_fmt_score(r["score"])}</td><td>{_tokens(r.get("tokens"))}</td>'
                     f'<td class="t"><a class="job-link" href="{_q(link)}">transcript</a></td></tr>')  # fmt: skip
     body.append("</tbody></table>")
+    if pager is not None:
+        body.append(pager_html(pager, lambda n: run_url(v.run_id, "task", task=task_id, page=n)))
     return shell(f"Task {task_id}", body, crumbs=[(v.run_id, run_url(v.run_id)),
                                                   (task_id, run_url(v.run_id, "task", task=task_id))])  # fmt: skip
 

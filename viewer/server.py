@@ -8,19 +8,26 @@ page naming the parameter, and nothing is ever written.
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import json
+import socket
 import sys
+import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from typing import Any, TypeVar
+from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.secrets import scrub
 from elo_per_token.viewer import grids, pages
 from elo_per_token.viewer.job_page import job_page
+from elo_per_token.viewer.reading import Forbidden
 from elo_per_token.viewer.store import Store
+
+T = TypeVar("T")
 
 STATIC = {"view.js": "text/javascript; charset=utf-8", "view.css": "text/css; charset=utf-8"}
 CSP = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; form-action 'self'"
@@ -41,12 +48,30 @@ def _one(params: dict[str, list[str]], name: str, required: bool = True) -> str 
     return v[0]
 
 
+def _page(params: dict[str, list[str]]) -> int:
+    """The 1-based page number of a paged list (`?page=`)."""
+    raw = _one(params, "page", False) or "1"
+    if not raw.isdigit() or not 1 <= int(raw) <= 10**6:
+        raise InputError(f"must be a whole number 1..1000000, got {raw[:40]!r}", field="page")
+    return int(raw)
+
+
+def _slice(rows: list[T], page: int, per: int) -> tuple[list[T], pages.Pager]:
+    """The rows of one page, and where it sits (a page past the end is a 404)."""
+    n_pages = max(1, -(-len(rows) // per))
+    if page > n_pages:
+        raise NotFound(f"page {page} (there are {n_pages})")
+    return rows[(page - 1) * per : page * per], pages.Pager(page, n_pages, len(rows))
+
+
 def route(store: Store, path: str, query: str) -> tuple[str, bytes]:
-    """(content type, body) of a GET; raises NotFound or InputError."""
+    """(content type, body) of a GET; raises NotFound, InputError or Forbidden."""
     params = parse_qs(query, max_num_fields=20)
     parts = [unquote(p) for p in path.strip("/").split("/")] if path.strip("/") else []
     if not parts:
-        return _html(pages.runs_page(store.runs(), store.url))
+        names = store.run_ids()
+        shown, pager = _slice(names, _page(params), store.page_rows)
+        return _html(pages.runs_page(store.runs(shown), store.url, names, pager))
     if parts[0] == "static" and len(parts) == 2 and parts[1] in STATIC:
         return STATIC[parts[1]], (resources.files("elo_per_token.viewer") / "static" / parts[1]).read_bytes()
     if parts == ["compare"]:
@@ -60,7 +85,8 @@ def route(store: Store, path: str, query: str) -> tuple[str, bytes]:
 def _run_route(store: Store, run_id: str, page: str, params: dict[str, list[str]]) -> tuple[str, bytes]:
     if page == "job":
         key = _one(params, "key") or ""
-        return _html(job_page(run_id, key, store.job(run_id, key), store.transcript(run_id, key)))
+        records, notes = store.job(run_id, key)
+        return _html(job_page(run_id, key, records, store.transcript(run_id, key), notes))
     v = store.view(run_id)
     if page == "":
         return _html(pages.run_page(v))
@@ -75,7 +101,8 @@ def _run_route(store: Store, run_id: str, page: str, params: dict[str, list[str]
         arm = _one(params, "arm") or ""
         if arm not in v.result.arms:
             raise NotFound(f"arm {arm!r}")
-        return _html(pages.arm_page(v, arm, grids.arm_rows(v.result, arm)))
+        rows, pager = _slice(grids.arm_rows(v.result, arm), _page(params), store.page_rows)
+        return _html(pages.arm_page(v, arm, rows, pager))
     if page == "grid":
         fam, dis = _one(params, "family", False), _one(params, "disagree", False) == "1"
         return _html(pages.grid_page(v, grids.grid(v.result, fam, dis), fam, dis))
@@ -84,7 +111,8 @@ def _run_route(store: Store, run_id: str, page: str, params: dict[str, list[str]
         rows = grids.task_rows(v.result, task)
         if not rows:
             raise NotFound(f"task {task!r}")
-        return _html(pages.task_page(v, task, rows))
+        shown, pager = _slice(rows, _page(params), store.page_rows)
+        return _html(pages.task_page(v, task, shown, pager))
     raise NotFound(page)
 
 
@@ -92,19 +120,106 @@ def _html(text: str) -> tuple[str, bytes]:
     return "text/html; charset=utf-8", text.encode("utf-8")
 
 
+IDLE_S = 10.0  # a connection that sends nothing for this long is closed (its thread ends)
+MAX_CONNECTIONS = 256  # connections served at once; one more is closed at once, never given a thread
+TOKEN_COOKIE = "ept_view_token"
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+WILDCARD = ("0.0.0.0", "::", "")
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or address, IPv6 with or without brackets) is this machine only."""
+    h = host.strip().strip("[]").lower()
+    if h == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
+
+
+def allowed_hosts(host: str, port: int) -> frozenset[str] | None:
+    """The Host header values the viewer answers: the loopback names and the --host given, each with the port
+    (and bare on port 80, as browsers send it). None for a wildcard address (0.0.0.0, ::): any name the
+    machine is reached by, so the token is what guards it."""
+    h = host.strip().lower()
+    if h in WILDCARD:
+        return None
+    names = {*LOOPBACK_NAMES, f"[{h.strip('[]')}]" if ":" in h else h}
+    return frozenset({f"{n}:{port}" for n in names} | (names if port == 80 else set()))
+
+
+def check_token(token: str) -> str:
+    """A --token as given: InputError unless 16+ URL-safe characters (it travels in a URL and a cookie)."""
+    if len(token) < 16 or not set(token) <= _TOKEN_CHARS:
+        raise InputError("must be 16 or more of A-Z a-z 0-9 - _", field="--token")
+    return token
+
+
 class Handler(BaseHTTPRequestHandler):
-    """GET and HEAD only; the store is set on the class by `serve`."""
+    """GET and HEAD only; the store, the allowed Host values and the token are set on the class by `serve`.
+
+    Before any page: exactly one Host header, one of `allowed` (else 421: a page on another name, e.g. a DNS
+    rebinding, reads nothing); an Origin header, when sent, naming this same origin (else 403); with a token,
+    the token as `?token=` (then kept in a cookie) or that cookie (else 403)."""
 
     store: Store
+    allowed: frozenset[str] | None = frozenset()
+    token: str | None = None
+    _new_cookie = False  # set per request when a valid ?token= came
     server_version = "ept-view"
+    timeout = IDLE_S  # the socket's timeout: an idle or dripping connection is closed, not kept forever
+
+    def _refusal(self, url: SplitResult) -> tuple[HTTPStatus, str] | None:
+        """Why this request is not answered (status, message), None when it is."""
+        hosts = self.headers.get_all("Host") or []
+        if len(hosts) != 1:
+            return HTTPStatus.BAD_REQUEST, "exactly one Host header is required"
+        host = hosts[0].strip().lower()
+        if self.allowed is not None and host not in self.allowed:
+            names = ", ".join(sorted(self.allowed))
+            return HTTPStatus.MISDIRECTED_REQUEST, f"this viewer answers only for {names}"
+        origins = self.headers.get_all("Origin") or []
+        if len(origins) > 1 or (origins and origins[0].strip().lower() != f"http://{host}"):
+            return HTTPStatus.FORBIDDEN, "a request from another origin; refused"
+        if not self.path.startswith("/"):
+            return HTTPStatus.BAD_REQUEST, "the request target must be a path"
+        if self.token is not None and not self._token_ok(url):
+            return (
+                HTTPStatus.FORBIDDEN,
+                "this viewer needs its token: open the URL `ept view` printed (…?token=…)",
+            )
+        return None
+
+    def _token_ok(self, url: SplitResult) -> bool:
+        if self.token is None:
+            return True
+        want = self.token.encode()
+        given = parse_qs(url.query, max_num_fields=20).get("token") or []
+        self._new_cookie = bool(given) and hmac.compare_digest(given[0].encode(), want)
+        if self._new_cookie:
+            return True
+        for part in ",".join(self.headers.get_all("Cookie") or [])[:8192].split(";"):
+            name, _, value = part.strip().partition("=")
+            if name == TOKEN_COOKIE and hmac.compare_digest(value.encode(), want):
+                return True
+        return False
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)
+        self._new_cookie = False
+        refused = self._refusal(url)
+        if refused is not None:
+            self._send(refused[0], *_html(pages.error_page(int(refused[0]), refused[1])))
+            return
         try:
             ctype, body = route(self.store, url.path, url.query)
             status = HTTPStatus.OK
         except NotFound as ex:
             status, ctype, body = HTTPStatus.NOT_FOUND, *_html(pages.error_page(404, f"not found: {ex}"))
+        except Forbidden as ex:
+            status, ctype, body = HTTPStatus.FORBIDDEN, *_html(pages.error_page(403, scrub(str(ex))))
         except InputError as ex:
             status = HTTPStatus.NOT_FOUND if ex.field in ("run", "job") else HTTPStatus.BAD_REQUEST
             ctype, body = _html(pages.error_page(int(status), scrub(str(ex))))
@@ -119,9 +234,11 @@ class Handler(BaseHTTPRequestHandler):
         self.do_GET()
 
     def _refuse(self) -> None:
-        self._send(HTTPStatus.METHOD_NOT_ALLOWED, *_html(pages.error_page(405, "read-only: GET only")))
+        self._new_cookie = False
+        refused = self._refusal(urlsplit(self.path)) or (HTTPStatus.METHOD_NOT_ALLOWED, "read-only: GET only")
+        self._send(refused[0], *_html(pages.error_page(int(refused[0]), refused[1])))
 
-    do_POST = do_PUT = do_DELETE = do_PATCH = _refuse
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse
 
     def _send(self, status: HTTPStatus, ctype: str, body: bytes) -> None:
         self.send_response(status)
@@ -129,16 +246,66 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Content-Security-Policy", CSP)
         self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("X-Frame-Options", "DENY")
         self.send_header("Cache-Control", "no-store")
+        # The token came in the URL: the next pages carry it as a cookie.
+        if self._new_cookie:
+            self.send_header("Set-Cookie", f"{TOKEN_COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:
-        sys.stderr.write(scrub(f"{self.address_string()} {format % args}") + "\n")
+        line = f"{self.address_string()} {format % args}"
+        if self.token:
+            line = line.replace(self.token, "<token>")  # the request line holds ?token=…
+        sys.stderr.write(scrub(line) + "\n")
 
 
-def serve(store: Store, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
-    """A bound server (port 0: any free port); the caller runs serve_forever."""
-    handler = type("BoundHandler", (Handler,), {"store": store})
-    return ThreadingHTTPServer((host, port), handler)
+class ViewServer(ThreadingHTTPServer):
+    """The threading server with a bound on connections served at once (a flood of idle connections gets
+    closed sockets, not threads); closing it does not wait for open connections."""
+
+    block_on_close = False
+    request_queue_size = 128  # the listen backlog: a burst of connections is queued, not dropped and retried
+
+    def __init__(self, addr: tuple[str, int], handler: type[Handler], max_connections: int) -> None:
+        if ":" in addr[0]:
+            self.address_family = socket.AF_INET6
+        self._slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(addr, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
+def serve(
+    store: Store,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    token: str | None = None,
+    idle_s: float = IDLE_S,
+    max_connections: int = MAX_CONNECTIONS,
+) -> ViewServer:
+    """A bound server (port 0: any free port); the caller runs serve_forever. It answers only Host values of
+    allowed_hosts(host, bound port), and with a token only requests that carry it."""
+    handler: type[Handler] = type(
+        "BoundHandler", (Handler,), {"store": store, "token": token, "timeout": idle_s}
+    )
+    server = ViewServer((host.strip("[]"), port), handler, max_connections)
+    handler.allowed = allowed_hosts(host, int(server.server_address[1]))
+    return server

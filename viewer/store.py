@@ -13,6 +13,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.ledger.local import LocalStore
+from elo_per_token.viewer.reading import Forbidden, inside, read_capped, read_manifest
+
+# Per-request bounds: bytes of one job object read for its page, and rows per page of the runs/arm/task lists.
+MAX_JOB_BYTES = 8 * 2**20
+PAGE_ROWS = 500
 
 if TYPE_CHECKING:  # the analysis is imported where a run is analysed
     from elo_per_token.analysis.html_document import HtmlDocument
@@ -32,6 +38,7 @@ class RunView:
     result: AnalysisResult | None = None
     error: str | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
+    options_from: str | None = None  # where the analysis options came from (analysis.cli_report.run_options)
 
     @property
     def running(self) -> bool:
@@ -39,56 +46,88 @@ class RunView:
 
 
 class Store:
-    """A ledger opened for reading, with one cached analysis per run."""
+    """A ledger opened for reading, with one cached analysis per run. Each run has its own lock, so a long
+    analysis (a plan asking for 100,000 bootstrap rounds) holds up only its own run's pages."""
 
-    def __init__(self, ledger_url: str, *, budget: str | None = None, margin: float = 10.0) -> None:
+    def __init__(
+        self, ledger_url: str, *, budget: str | None = None, margin: float = 10.0, page_rows: int = PAGE_ROWS
+    ) -> None:
         from elo_per_token.ledger import open_ledger_for_reading
 
         self.url = ledger_url
         self.ledger = open_ledger_for_reading(ledger_url)
         self.budget = budget
         self.margin = margin
+        self.page_rows = page_rows  # rows per page of the runs, arm and task lists
         self._cache: dict[str, RunView] = {}
-        self._lock = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()  # held only to find a run's lock, never during an analysis
         self._compare: dict[tuple[str, str, int, int], dict[str, Any]] = {}
 
-    def runs(self) -> list[dict[str, Any]]:
-        """Every run of the ledger with its manifest's start time, planned jobs and jobs done."""
-        out = []
-        for run_id in self.ledger.list_runs():
-            m = self.ledger.get_manifest(run_id) or {}
-            done, failed = self._progress(run_id)
-            out.append({"run_id": run_id, "started_at": m.get("started_at"), "planned": m.get("n_jobs"),
-                        "done": done, "failed": failed,
-                        "profile": (m.get("profile") or {}).get("name") if isinstance(m.get("profile"), dict) else None})  # fmt: skip
-        return out
+    def run_ids(self) -> list[str]:
+        """The names of the ledger's runs/ folder, sorted (foreign names included: runs() lists them unreadable)."""
+        return self.ledger.list_runs()
+
+    def runs(self, names: list[str] | None = None) -> list[dict[str, Any]]:
+        """Rows of the runs index for `names` (default: every run): start time, profile, planned jobs and jobs done,
+        or `problem` (file and field) for a run that cannot be read; one bad run never hides the others."""
+        return [self._run_row(name) for name in (self.run_ids() if names is None else names)]
+
+    def _run_row(self, run_id: str) -> dict[str, Any]:
+        row: dict[str, Any] = {"run_id": run_id, "started_at": None, "planned": None, "done": 0, "failed": 0,
+                               "profile": None, "problem": None, "link": True}  # fmt: skip
+        try:
+            m = read_manifest(self.ledger, run_id)
+            row["done"], row["failed"] = self._progress(run_id)
+        except (InputError, Forbidden, ValueError, OSError) as e:
+            row["problem"] = (
+                f"runs/{run_id}: {e}" if isinstance(e, InputError) and e.field == "run_id" else str(e)
+            )
+            row["link"] = not (isinstance(e, InputError) and e.field == "run_id")
+            return row
+        profile = m.get("profile") or {}
+        row.update(started_at=m.get("started_at"), planned=m.get("n_jobs"), profile=profile.get("name"))
+        return row
 
     def _progress(self, run_id: str) -> tuple[int, int]:
+        self._contained(run_id)
         return len(self.ledger.list_jobs(run_id)), len(list(self.ledger.iter_failure_keys(run_id)))
 
+    def _contained(self, run_id: str) -> None:
+        """Forbidden when the run's folder, or the folders the analysis lists, lead out of the ledger."""
+        if isinstance(self.ledger.store, LocalStore):
+            for sub in ("", "/jobs", "/compact", "/failures", "/spent", "/transcripts"):
+                inside(self.ledger.store, f"runs/{run_id}{sub}")
+
     def check_run(self, run_id: str) -> None:
-        if run_id not in self.ledger.list_runs():
+        if run_id not in self.run_ids():
             raise InputError(f"no run {run_id!r} in {self.url}", field="run")
+        self.ledger.run_url(run_id)  # a foreign folder name: InputError (field run_id)
+        self._contained(run_id)
+
+    def _lock(self, run_id: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(run_id, threading.Lock())
 
     def view(self, run_id: str) -> RunView:
         """The run's analysis, recomputed only when its job or failure count changed since the last one."""
         self.check_run(run_id)
         done, failed = self._progress(run_id)
-        with self._lock:
+        with self._lock(run_id):  # one analysis of a run at a time; other runs go on
             cached = self._cache.get(run_id)
             if cached is not None and (cached.done, cached.failed) == (done, failed):
                 return cached
-            manifest = self.ledger.get_manifest(run_id) or {}
-            planned = manifest.get("n_jobs") if isinstance(manifest.get("n_jobs"), int) else None
-            v = RunView(run_id=run_id, done=done, planned=planned, failed=failed, manifest=manifest)
+            v = RunView(run_id=run_id, done=done, planned=None, failed=failed)
             try:
-                v.result, v.doc = self._analyse(run_id)
-            except InputError as e:  # e.g. a sweep that has not finished one job per arm yet
+                v.manifest = read_manifest(self.ledger, run_id)
+                v.planned = v.manifest.get("n_jobs")
+                v.result, v.doc, v.options_from = self._analyse(run_id)
+            except InputError as e:  # a sweep that has not finished one job per arm yet, or a bad manifest
                 v.error = str(e)
             self._cache[run_id] = v
             return v
 
-    def _analyse(self, run_id: str) -> tuple[AnalysisResult, HtmlDocument]:
+    def _analyse(self, run_id: str) -> tuple[AnalysisResult, HtmlDocument, str]:
         import dataclasses
 
         from elo_per_token.analysis.cli_report import run_options
@@ -96,26 +135,41 @@ class Store:
         from elo_per_token.analysis.pipeline import analyze
 
         url = self.ledger.run_url(run_id)
-        opts, _ = run_options([url])
+        # The plan's options re-validated (analysis.cli_report: bootstrap rounds within the plan's limit);
+        # a manifest asking for more gets the defaults, and the page says so.
+        opts, where = run_options([url])
         result = analyze([url], dataclasses.replace(opts, budget=self.budget, margin=self.margin))
-        return result, build_document(result)
+        return result, build_document(result), where
 
-    def job(self, run_id: str, key: str) -> list[dict[str, Any]]:
-        """The job object's records (calls, then the outcome), parsed; InputError for an unknown job."""
+    def job(self, run_id: str, key: str) -> tuple[list[dict[str, Any]], list[str]]:
+        """The job object's records (calls, then the outcome), parsed, and notes on what was not shown: at most
+        MAX_JOB_BYTES are read, and a line that is not a JSON object is skipped and named. InputError for an
+        unknown job; Forbidden for a job object that links out of the ledger."""
         from elo_per_token.contracts.keys import check_key
 
         self.check_run(run_id)
         check_key(key)
-        if not self.ledger.has_job(run_id, key):
+        got = read_capped(self.ledger, f"runs/{run_id}/jobs/{key}.jsonl", MAX_JOB_BYTES)
+        if got is None:
             raise InputError(f"no job {key!r} in run {run_id!r}", field="job")
-        raw = self.ledger.get_job(run_id, key)
-        return [json.loads(line) for line in raw.decode("utf-8", "replace").splitlines() if line.strip()]
+        data, size = got
+        return _records(data, size)
 
     def transcript(self, run_id: str, key: str) -> dict[str, Any] | None:
-        """The job's stored transcript (worker.transcript), None when the run kept none."""
-        from elo_per_token.contracts.transcripts import read_transcript
+        """The job's stored transcript (worker.transcript), None when the run kept none; a blob over the
+        transcript bound is reported inside the document, never read whole."""
+        from elo_per_token.contracts.transcripts import MAX_BLOB_BYTES, blob_name, decode
 
-        return read_transcript(self.ledger, run_id, key)
+        got = read_capped(self.ledger, f"runs/{run_id}/{blob_name(key)}", MAX_BLOB_BYTES + 1)
+        if got is None:
+            return None
+        if got[1] > MAX_BLOB_BYTES:
+            return {"job_key": key, "calls": [], "grader": {},
+                    "error": f"not read: {got[1]:,} bytes, over the {MAX_BLOB_BYTES:,}-byte transcript bound"}  # fmt: skip
+        try:
+            return decode(got[0])
+        except (ValueError, OSError, EOFError, RecursionError) as e:
+            return {"job_key": key, "calls": [], "grader": {}, "error": f"unreadable: {e}"}
 
     def compare(self, base: str, cur: str) -> dict[str, Any]:
         """`ept compare BASE CUR --fail-on none` as JSON (analysis.compare.to_json_dict), cached per progress."""
@@ -134,3 +188,30 @@ class Store:
                 res.notes.append(co.note)
             self._compare[key] = to_json_dict(res)
         return self._compare[key]
+
+
+def _records(data: bytes, size: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """The complete JSON-object lines of a job object's first bytes, and notes on what was left out."""
+    notes: list[str] = []
+    if size > len(data):
+        data = data[: data.rfind(b"\n") + 1]  # the cut line is not parsed
+        notes.append(f"The job object is {size:,} bytes; the viewer reads at most {MAX_JOB_BYTES:,}: only the "
+                     "records in them are shown (the analysis reads the whole object).")  # fmt: skip
+    out: list[dict[str, Any]] = []
+    bad = 0
+    for i, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            x = json.loads(line)
+        except (ValueError, RecursionError):
+            x = None
+        if isinstance(x, dict):
+            out.append(x)
+        else:
+            bad += 1
+            if bad == 1:
+                notes.append(f"line {i} is not a JSON object; skipped")
+    if bad > 1:
+        notes.append(f"{bad} lines in all are not JSON objects; skipped")
+    return out, notes
