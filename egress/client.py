@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from elo_per_token.contracts.secrets import mask, scrub
+from elo_per_token.contracts.secrets import mask, secret_set
 from elo_per_token.contracts.usage import check_usage
 from elo_per_token.egress.errors import Discarded, Malformed, ProviderError
 from elo_per_token.egress.profiles import Profile
@@ -52,25 +52,28 @@ class ChatResponse:
 
 
 def _scrubbed(choices: list[Choice], model: str | None, key: str | None) -> tuple[list[Choice], str | None]:
-    """What a provider echoed of the key, masked before anything stores it: every secret pattern in the labels
-    (`model`, `finish_reason`); only the key itself in the text and tool calls, so that a candidate's own
-    code (say, a "Bearer …" header in an answer) is graded as written."""
-    keys = [key] if key and len(key) >= 8 else []
+    """What a provider echoed of a secret, masked before anything stores it: in the labels (`model`,
+    `finish_reason`) every secret pattern too (bearer tokens, URL passwords); in the text, the reasoning and
+    the tool calls only the secrets the process knows (contracts.secrets: the key, key-like environment
+    values, URL passwords, in any encoding), so that a candidate's own code (say, a "Bearer …" header in an
+    answer) is graded as written. The reasoning is kept: transcripts show it."""
+    known = secret_set([key])
 
-    def exact(t: str) -> str:
-        return t.replace(key, mask(key)) if keys and key and key in t else t
+    def text(t: str | None) -> str | None:
+        return known.mask_values(t) if t else t
 
     out = [
         Choice(
-            text=exact(c.text) if c.text else c.text,
-            finish_reason=scrub(c.finish_reason, keys) if c.finish_reason else c.finish_reason,
+            text=text(c.text),
+            finish_reason=known.scrub(c.finish_reason) if c.finish_reason else c.finish_reason,
             tool_calls=[
-                {k: exact(v) if isinstance(v, str) else v for k, v in tc.items()} for tc in c.tool_calls
+                {k: text(v) if isinstance(v, str) else v for k, v in tc.items()} for tc in c.tool_calls
             ],
+            reasoning=text(c.reasoning),
         )
         for c in choices
     ]
-    return out, scrub(model, keys) if model else model
+    return out, known.scrub(model) if model else model
 
 
 def _sdk_http(sdk: Any, http: Any) -> dict[str, Any]:
