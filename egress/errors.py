@@ -79,6 +79,9 @@ class ProviderError(Exception):
         self.usage: dict[str, Any] | None = None
         self.usage_invalid: str | None = None
         self.discarded: list[Discarded] = []
+        # The call's upper bound in tokens (egress.client.usage_bound): what a billed attempt without usable
+        # usage counts toward a spending cap.
+        self.usage_bound: int | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled by its fields (Celery's result backend, multiprocessing): Exception's default pickling
@@ -89,7 +92,8 @@ class ProviderError(Exception):
             "attempts": self.attempts,
             "code": self.code,
         }
-        state = {"usage": self.usage, "usage_invalid": self.usage_invalid, "discarded": self.discarded}
+        state = {"usage": self.usage, "usage_invalid": self.usage_invalid, "discarded": self.discarded,
+                 "usage_bound": self.usage_bound}  # fmt: skip
         return (_rebuild_provider_error, (self.error_class, self.message, kwargs, state))
 
     def __str__(self) -> str:

@@ -187,3 +187,46 @@ def test_transcript_round_trip_stores_reasoning_and_no_secret(echo, secret_env, 
     assert "thinking about aws" in str(call["completion"])
     args = json.loads(call["tool_calls"][0]["arguments"])
     assert "thinking about aws" in args["note"]
+
+
+# ---- 1. the cap counts calls without usage at their upper bound ----------------------------------------------
+
+
+@pytest.mark.parametrize("fault", ["missing", "usage_negative", "usage_nan"])
+def test_cap_stops_within_one_job_bound_when_the_provider_sends_no_usable_usage(tmp_path, make_sim, monkeypatch,
+                                                                               fault):  # fmt: skip
+    """Before: `--max-tokens 100` against a provider with no (or junk) usage ran every job, "0 tokens"."""
+    import dataclasses
+    import io
+
+    from fixtures_faults import FAULT_KEY, fault_rig
+    from rich.console import Console
+
+    from elo_per_token.coordinator.sweep import execute, print_summary
+    from elo_per_token.egress.profiles import get_profile
+
+    opts = {"rate_missing_usage": 1.0} if fault == "missing" else {"script": [fault] * 400}
+    sim = make_sim(api_key=FAULT_KEY, seed=3, **opts)
+    rig = fault_rig(tmp_path, sim.url, name="capnousage", ledger=str(tmp_path / "ledger"), executor="local",
+                    per_family=7, concurrency=2, timeout=5.0, max_retries=0)  # fmt: skip
+    rig.use_in_process(monkeypatch)
+    plan = dataclasses.replace(rig.plan, max_total_tokens=100)
+    out = execute(plan, rig.jobs, profile=get_profile("fault-sim"), analyze=False)
+    led = rig.open_ledger()
+    done = led.list_jobs(plan.run_id)
+    assert len(rig.jobs) >= 40 and out.stopped_for_budget, (len(done), out.tally)
+    # Within one job's bound per worker thread: every job's bound alone is over the cap, so at most the jobs
+    # in flight when the first one finished ran.
+    assert 1 <= len(done) <= plan.concurrency, len(done)
+    lines = [json.loads(x) for k in done for x in led.get_job(plan.run_id, k).decode().splitlines()]
+    calls = [x for x in lines if x.get("kind") == "call"]
+    assert calls and all(c["usage"] is None and c["usage_missing"] and c["usage_estimate"] > 0 for c in calls)
+    assert out.tally.est_tokens == sum(c["usage_estimate"] for c in calls) and out.tally.tokens == 0
+    buf = io.StringIO()
+    print_summary(out, Console(file=buf, width=400, color_system=None))
+    text = buf.getvalue()
+    assert "estimated spend" in text and f"{out.tally.est_tokens:,}" in text, text
+    # The next session counts this one's estimate: nothing more runs under the same cap.
+    sim.control.reset()
+    again = execute(plan, rig.jobs, profile=get_profile("fault-sim"), analyze=False)
+    assert again.tally.done == 0 and sim.control.stats()["requests"] == 0
