@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -102,6 +103,9 @@ def sweep(
     from elo_per_token.coordinator.plan import EXECUTORS, load_plan
     from elo_per_token.coordinator.sweep import execute
 
+    # As the plan's [budget] max_cost is checked: inf or nan would reach the cap's arithmetic as a traceback.
+    if max_cost is not None and not (math.isfinite(max_cost) and max_cost > 0):
+        raise InputError(f"must be a finite number of USD > 0, got {max_cost}", field="--max-cost")
     plan = load_plan(plan_file)
     if executor and executor not in EXECUTORS:
         raise InputError(f"must be one of {', '.join(EXECUTORS)}", field="--executor")

@@ -204,9 +204,15 @@ def _transport_failure(e: Exception, profile: Profile, where: str) -> tuple[Prov
     stream when another request arrives) — only a failed *connect* is `unreachable`."""
     import httpx2
 
-    from elo_per_token.egress.bounded import DeadlineExceeded, ResponseTooLarge
+    from elo_per_token.egress.bounded import CrossHostRedirect, DeadlineExceeded, ResponseTooLarge
 
     chain = _chain(e)
+    hop = next((c for c in chain if isinstance(c, CrossHostRedirect)), None)
+    if hop is not None:  # the endpoint moved: a configuration problem, not something a retry fixes
+        return "endpoint", (
+            f"{where} answered with a {hop} — not followed, so the prompt and the key go only to the configured "
+            "endpoint; set the profile's base_url to the address the server should be called at"
+        )
     big = next((c for c in chain if isinstance(c, ResponseTooLarge)), None)
     if big is not None:
         return (

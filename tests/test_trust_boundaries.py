@@ -230,3 +230,86 @@ def test_cap_stops_within_one_job_bound_when_the_provider_sends_no_usable_usage(
     sim.control.reset()
     again = execute(plan, rig.jobs, profile=get_profile("fault-sim"), analyze=False)
     assert again.tally.done == 0 and sim.control.stats()["requests"] == 0
+
+
+# ---- 11. a redirect to another host; --max-cost inf -----------------------------------------------------------
+
+
+def _redirector(target: str | None):
+    """A loopback server: POST .../chat/completions answers 307 to `target` (None: to its own /v2 path, where it
+    answers a normal reply); it counts the requests it gets."""
+    import http.server
+    import threading
+
+    seen: list[str] = []
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(self.path)
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            if self.path.startswith("/v1/"):
+                self.send_response(307)
+                self.send_header("Location", (target or "") + self.path.replace("/v1/", "/v2/", 1))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            body = json.dumps({"id": "c", "object": "chat.completion", "model": "m", "usage": {
+                "prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}, "choices": [{"index": 0, "message": {
+                "role": "assistant", "content": "Answer: 4"}, "finish_reason": "stop"}]}).encode()  # fmt: skip
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, seen
+
+
+def _redirect_client(port: int) -> ProviderClient:
+    prof = Profile(name="redir", protocol="openai", base_url=f"http://127.0.0.1:{port}/v1", api_key_env="EPT_R_KEY",
+                   model="m", timeout=5.0, max_retries=0, stream=False)  # fmt: skip
+    return ProviderClient(prof, api_key=KEY, backoff_base=0.01, backoff_cap=0.05)
+
+
+def test_a_redirect_to_another_host_is_not_followed_and_one_within_the_endpoint_is() -> None:
+    from elo_per_token.egress.errors import ProviderError
+
+    other, other_seen = _redirector(None)
+    srv, seen = _redirector(f"http://127.0.0.1:{other.server_address[1]}")
+    try:
+        with pytest.raises(ProviderError) as ei:
+            _redirect_client(srv.server_address[1]).chat([{"role": "user", "content": "1 + 3?"}])
+        assert (
+            ei.value.error_class == "endpoint"
+            and "307" in ei.value.message
+            and "not followed" in ei.value.message
+        )
+        assert len(seen) == 1 and other_seen == []  # the prompt never reached the other host
+        resp = _redirect_client(other.server_address[1]).chat([{"role": "user", "content": "1 + 3?"}])
+        assert resp.choices[0].text == "Answer: 4" and other_seen == [
+            "/v1/chat/completions",
+            "/v2/chat/completions",
+        ]
+    finally:
+        srv.shutdown()
+        other.shutdown()
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "-inf"])
+def test_max_cost_that_is_not_a_finite_positive_number_is_a_one_line_error(tmp_path, value) -> None:
+    from cli_runner import run_ept
+    from fixtures_faults import write_plan, write_suite
+
+    suite = write_suite(tmp_path / "s.jsonl", per_family=1)
+    plan = write_plan(
+        tmp_path / "p.toml", name="mc", suite=suite, ledger=str(tmp_path / "led"), executor="local"
+    )
+    r = run_ept("sweep", str(plan), "--max-cost", value, env={"EPT_SIM_API_KEY": "x"})
+    out = r.stdout + r.stderr
+    assert r.returncode == 2 and "Traceback" not in out and "--max-cost" in out, out
+    assert not (tmp_path / "led").exists() or not any((tmp_path / "led").rglob("*.json*"))
