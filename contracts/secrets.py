@@ -11,8 +11,10 @@ its characters appears, so a secret split across fields leaves no piece of that 
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import json
+import logging
 import os
 import re
 from collections.abc import Sequence
@@ -200,3 +202,25 @@ def mask_urls(text: str) -> str:
 def mask_url(url: str) -> str:
     """One URL for display (tables, manifests): its password (or lone user token) masked."""
     return mask_urls(url)
+
+
+_record_factory_installed = False
+
+
+def scrub_log_records() -> None:
+    """Every log record of this process scrubbed (the secret set above) as it is made, whichever library logs
+    it (the provider client, Celery, botocore): installed once, by the `ept` entry point."""
+    global _record_factory_installed
+    if _record_factory_installed:
+        return
+    make = logging.getLogRecordFactory()
+
+    def scrubbed(*args: object, **kwargs: object) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        # A record whose arguments do not format is left as it is: logging reports it when it is emitted.
+        with contextlib.suppress(Exception):
+            record.msg, record.args = scrub(record.getMessage()), ()
+        return record
+
+    logging.setLogRecordFactory(scrubbed)
+    _record_factory_installed = True

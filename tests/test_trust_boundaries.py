@@ -313,3 +313,16 @@ def test_max_cost_that_is_not_a_finite_positive_number_is_a_one_line_error(tmp_p
     out = r.stdout + r.stderr
     assert r.returncode == 2 and "Traceback" not in out and "--max-cost" in out, out
     assert not (tmp_path / "led").exists() or not any((tmp_path / "led").rglob("*.json*"))
+
+
+def test_log_records_are_scrubbed(secret_env, caplog) -> None:
+    """Logs: a record whose arguments carry the Redis password or the AWS secret is stored masked."""
+    import logging
+
+    from elo_per_token.contracts.secrets import scrub_log_records
+
+    scrub_log_records()
+    with caplog.at_level(logging.WARNING, logger="ept.test"):
+        logging.getLogger("ept.test").warning("broker %s refused; aws %s", ENV["EPT_BROKER_URL"], AWS)
+    text = caplog.text + "".join(r.getMessage() for r in caplog.records)
+    assert "broker redis://:" in text and not any(s in text for s in SECRETS), text
