@@ -16,6 +16,15 @@ _LEDGER_HELP = (
 )
 
 
+def _check_max_cost(max_cost: float | None) -> None:
+    """--max-cost as the plan's [budget] max_cost is checked: inf or nan would reach the cap's arithmetic as a
+    traceback; 0 would be a cap that runs nothing."""
+    from elo_per_token.contracts.errors import InputError
+
+    if max_cost is not None and not (math.isfinite(max_cost) and max_cost > 0):
+        raise InputError(f"must be a finite number of USD > 0, got {max_cost}", field="--max-cost")
+
+
 def _ledger_and_run(run: str, ledger: str | None, *, write: bool = True) -> tuple[Ledger, str]:
     """RUN is a run id (with --ledger) or a plan file (its name and ledger). write=False (`ept status`): the
     ledger is opened as a reader, which never creates a bucket and fails at once on a wrong endpoint."""
@@ -103,9 +112,7 @@ def sweep(
     from elo_per_token.coordinator.plan import EXECUTORS, load_plan
     from elo_per_token.coordinator.sweep import execute
 
-    # As the plan's [budget] max_cost is checked: inf or nan would reach the cap's arithmetic as a traceback.
-    if max_cost is not None and not (math.isfinite(max_cost) and max_cost > 0):
-        raise InputError(f"must be a finite number of USD > 0, got {max_cost}", field="--max-cost")
+    _check_max_cost(max_cost)
     plan = load_plan(plan_file)
     if executor and executor not in EXECUTORS:
         raise InputError(f"must be one of {', '.join(EXECUTORS)}", field="--executor")
