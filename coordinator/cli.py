@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -13,6 +14,15 @@ if TYPE_CHECKING:  # annotations only: each command imports what it runs
 _LEDGER_HELP = (
     "Ledger URL (folder, file://… or s3://bucket/prefix); default: the plan's, else ./ept-out/ledger."
 )
+
+
+def _check_max_cost(max_cost: float | None) -> None:
+    """--max-cost as the plan's [budget] max_cost is checked: inf or nan would reach the cap's arithmetic as a
+    traceback; 0 would be a cap that runs nothing."""
+    from elo_per_token.contracts.errors import InputError
+
+    if max_cost is not None and not (math.isfinite(max_cost) and max_cost > 0):
+        raise InputError(f"must be a finite number of USD > 0, got {max_cost}", field="--max-cost")
 
 
 def _ledger_and_run(run: str, ledger: str | None, *, write: bool = True) -> tuple[Ledger, str]:
@@ -107,6 +117,7 @@ def sweep(
     from elo_per_token.coordinator.plan import EXECUTORS, load_plan
     from elo_per_token.coordinator.sweep import execute
 
+    _check_max_cost(max_cost)
     plan = load_plan(plan_file)
     if name:
         plan = _renamed(plan, name)

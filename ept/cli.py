@@ -162,6 +162,9 @@ def main(argv: list[str] | None = None) -> None:
         _command = typer.main.get_command(app)
         _plain_help(_command)
     _help_width()
+    from elo_per_token.contracts.secrets import scrub_log_records
+
+    scrub_log_records()  # logs go through the same scrub as errors and transcripts
     try:
         _command(args=argv, prog_name="ept")  # standalone: click prints usage errors itself and exits 2
     except InputError as e:

@@ -152,6 +152,7 @@ def _record_failure(
         # This attempt's calls (also in its spent object, which is what the totals count).
         "calls": result.sent_calls if result else 0,
         "tokens": result.tokens if result else 0,
+        "est_tokens": result.estimated_tokens if result else 0,
         "lines": result.to_lines() if result else [],
         # Every attempt's calls in this run of the job: spent/ objects hold each of them.
         "spent_calls": spent.calls,
@@ -171,6 +172,7 @@ class _Spent:
         self.job, self.ledger, self.journal = job, ledger, journal
         self.calls = 0
         self.tokens = 0
+        self.est_tokens = 0  # calls without usable usage, at their upper bound (JobResult.estimated_tokens)
         self.attempt_id = ""
 
     def begin(self) -> None:
@@ -188,6 +190,7 @@ class _Spent:
             self.ledger.put_blob(result.job.run_id, f"{SPENT_DIR}{self.attempt_id}{SPENT_SUFFIX}", data)
             self.calls += result.sent_calls
             self.tokens += result.tokens
+            self.est_tokens += result.estimated_tokens
         self.end()
 
     def commit(self) -> None:
@@ -209,7 +212,9 @@ class _Spent:
         spent on attempts whose calls are in spent objects."""
         calls = self.calls + (stored.sent_calls if stored else 0)
         tokens = self.tokens + (stored.tokens if stored else 0)
-        return {"calls": calls, "tokens": tokens, "spent_calls": self.calls, "spent_tokens": self.tokens}
+        est = self.est_tokens + (stored.estimated_tokens if stored else 0)
+        return {"calls": calls, "tokens": tokens, "spent_calls": self.calls, "spent_tokens": self.tokens,
+                "est_tokens": est}  # fmt: skip
 
 
 def _runner(
@@ -500,7 +505,8 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
             check_existing=False, clear_failure=ctx.clear_failure, transcripts=ctx.transcripts, journal=journal,
         )  # fmt: skip
         if ctx.budget_tokens is not None:  # every billed token counts toward the cap, failed attempts' too
-            _spend(task_self, job, int(summary.get("tokens") or 0))
+            # Calls without usable usage at their upper bound too: the cap holds whatever the provider reports.
+            _spend(task_self, job, int(summary.get("tokens") or 0) + int(summary.get("est_tokens") or 0))
         summary = {**summary, "worker": getattr(task_self.request, "hostname", None)}
         # Before the claim is released: a copy waiting on the claim must find it.
         _mark_ran(claims.r, task_id, summary)
