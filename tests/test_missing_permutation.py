@@ -91,3 +91,24 @@ def test_any_input_gives_a_p_value_in_bounds_quickly(d: list[float], data: st.Da
     assert 0.0 < p <= 1.0
     if miss.all() or not miss.any():
         assert p == 1.0 or miss.all()
+
+
+def test_budget_pick_fits_with_its_token_interval_not_only_its_mean() -> None:
+    """Issue 37 item 7: an arm whose mean is under the budget but whose interval is not (a rare 50x-long
+    reply) is not the budget pick; the text states the upper end; without a bootstrap it says it may exceed."""
+    from elo_per_token.analysis.recommend import parse_budget, recommend
+
+    arms = ["cheap@1", "spiky@4"]
+    elo, tok = np.array([1000.0, 1060.0]), np.array([800.0, 2900.0])
+    rng = np.random.default_rng(0)
+    elo_s = np.column_stack([rng.normal(1000, 0.1, 400), rng.normal(1060, 5, 400)])
+    tok_s = np.column_stack([rng.normal(800, 10, 400), 2900 + rng.exponential(400, 400)])  # upper end ~4k
+    rec = recommend(arms, elo, tok, elo_s, budget=parse_budget("3k"), tokens_samples=tok_s)
+    assert rec["budget"]["arm"] == "cheap@1", rec["budget"]
+    assert "at most" in rec["budget"]["text"] and "upper end of its 95% interval" in rec["budget"]["text"]
+    roomy = recommend(arms, elo, tok, elo_s, budget=parse_budget("5k"), tokens_samples=tok_s)
+    assert roomy["budget"]["arm"] == "spiky@4"
+    point = recommend(arms, elo, tok, None, budget=parse_budget("3k"))
+    assert point["budget"]["arm"] == "spiky@4" and "may exceed the budget" in point["budget"]["text"]
+    none = recommend(arms, elo, tok, elo_s, budget=parse_budget("500"), tokens_samples=tok_s)
+    assert none["budget"]["arm"] is None and "no arm fits" in none["budget"]["text"]
