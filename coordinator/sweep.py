@@ -428,10 +428,12 @@ def execute(
         out.compact_note = _compact(ledger, plan.run_id)
     if analyze and (completed or out.stopped_for_budget):
         out.analysis, out.analysis_error = analyze_run(plan, ledger)
-        if out.analysis is not None and tally.failures:
+        if out.analysis is not None:
             from elo_per_token.analysis.incomplete import mark_missing_families
 
-            mark_missing_families(out.analysis, failed_families(tally))
+            planned = {str(t["family"]) for t in tasks}
+            why = "not run: the sweep stopped at its budget" if out.stopped_for_budget else "no finished job"
+            mark_missing_families(out.analysis, {**dict.fromkeys(planned, why), **failed_families(tally)})
     return out
 
 
