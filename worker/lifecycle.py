@@ -382,9 +382,15 @@ def _over_budget(task_self: Any, job: Job, cap: int | None) -> bool:
         return False
     try:
         r = _broker(task_self)
-        return r is not None and int(r.get(budget_key(job.run_id)) or 0) >= cap
-    except Exception:  # an unreadable counter must not fail the job; the coordinator still stops the run
+        raw = r.get(budget_key(job.run_id)) if r is not None else None
+    except Exception:  # an unreachable broker must not fail the job; the coordinator still stops the run
         return False
+    try:
+        spent = 0 if raw is None else int(raw)  # no counter yet: nothing spent; b"" is not a number
+    except ValueError:
+        return True  # not a number: forged or corrupt; spending is refused rather than left unbounded
+    # Spend only grows from what the coordinator set (>= 0): a negative counter was forged to lift the cap.
+    return spent < 0 or spent >= cap
 
 
 def _spend(task_self: Any, job: Job, tokens: int) -> None:
