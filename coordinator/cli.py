@@ -61,6 +61,10 @@ def _finish(out: SweepOutcome) -> None:
         raise typer.Exit(out.exit_code)
 
 
+_NAME_HELP = "Run name instead of the plan's (a new run: e.g. the same plan on another --model)."
+_MAX_JOBS_HELP = "Allow plans of up to N jobs (default: the plan's max_jobs, else 2,000,000)."
+
+
 def sweep(
     plan_file: str = typer.Argument(..., metavar="PLAN", help="Plan TOML (see examples/plans/)."),
     profile_url_override: str = typer.Option(
@@ -75,12 +79,7 @@ def sweep(
         None, "--profiles", help="profiles.toml (default: $EPT_PROFILES, ./profiles.toml)."
     ),
     no_analysis: bool = typer.Option(False, "--no-analysis", help="Skip the Elo table at the end."),
-    max_jobs: int = typer.Option(
-        None,
-        "--max-jobs",
-        min=1,
-        help="Allow plans of up to N jobs (default: the plan's max_jobs, else 2,000,000).",
-    ),
+    max_jobs: int = typer.Option(None, "--max-jobs", min=1, help=_MAX_JOBS_HELP),
     limit: int = typer.Option(
         None, "--limit", min=1, help="Run at most the first N tasks of each family now."
     ),
@@ -89,11 +88,7 @@ def sweep(
     ),
     profile: str = typer.Option(None, "--profile", help="Profile NAME to use instead of the plan's."),
     model: str = typer.Option(None, "--model", help="Model to use instead of the profile's."),
-    name: str = typer.Option(
-        None,
-        "--name",
-        help="Run name instead of the plan's (a new run: e.g. the same plan on another --model).",
-    ),
+    name: str = typer.Option(None, "--name", help=_NAME_HELP),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print jobs, calls and a token/$ estimate; send nothing."
     ),
@@ -118,9 +113,7 @@ def sweep(
     from elo_per_token.coordinator.sweep import execute
 
     _check_max_cost(max_cost)
-    plan = load_plan(plan_file)
-    if name:
-        plan = _renamed(plan, name)
+    plan = _renamed(load_plan(plan_file), name)
     if executor and executor not in EXECUTORS:
         raise InputError(f"must be one of {', '.join(EXECUTORS)}", field="--executor")
     plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency, max_jobs=max_jobs,
@@ -149,11 +142,13 @@ def sweep(
     _finish(out)
 
 
-def _renamed(plan: Any, name: str) -> Any:
+def _renamed(plan: Any, name: str | None) -> Any:
     """The plan as run `name` (checked like the plan's own name: it names a folder/prefix in the ledger)."""
     from elo_per_token.contracts.errors import InputError
     from elo_per_token.coordinator.plan import valid_run_name
 
+    if not name:
+        return plan
     if not valid_run_name(name):
         raise InputError(
             "must be letters, digits, '-', '_' or '.' (it names the run in the ledger)", field="--name"

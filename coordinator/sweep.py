@@ -428,13 +428,18 @@ def execute(
         out.compact_note = _compact(ledger, plan.run_id)
     if analyze and (completed or out.stopped_for_budget):
         out.analysis, out.analysis_error = analyze_run(plan, ledger)
-        if out.analysis is not None:
-            from elo_per_token.analysis.incomplete import mark_missing_families
-
-            planned = {str(t["family"]) for t in tasks}
-            why = "not run: the sweep stopped at its budget" if out.stopped_for_budget else "no finished job"
-            mark_missing_families(out.analysis, {**dict.fromkeys(planned, why), **failed_families(tally)})
+        _mark_missing(out, {str(t["family"]) for t in tasks})
     return out
+
+
+def _mark_missing(out: SweepOutcome, planned: set[str]) -> None:
+    """Name on the analysis every planned family it has no outcome for, with why (analysis.incomplete)."""
+    if out.analysis is None:
+        return
+    from elo_per_token.analysis.incomplete import mark_missing_families
+
+    why = "not run: the sweep stopped at its budget" if out.stopped_for_budget else "no finished job"
+    mark_missing_families(out.analysis, {**dict.fromkeys(planned, why), **failed_families(out.tally)})
 
 
 def failed_families(tally: Tally) -> dict[str, str]:
