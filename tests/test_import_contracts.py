@@ -37,7 +37,7 @@ NOT_PRODUCT = ("benchmarks", "tests")
 # Stage -> the other stages it may import: the design's data flow (coordinator -> queue -> worker -> ledger ->
 # analysis) plus the CLI on top. docs/architecture.md shows the same table; tests check both agree.
 ALLOWED: dict[str, frozenset[str]] = {
-    # utilities that know no project data: atomic writes, backoff, TOML lines, the declared settings
+    # utilities that know no project data: atomic writes, backoff, TOML lines
     "common": frozenset(),
     # the schemas that cross stage boundaries
     "contracts": frozenset({"common"}),
