@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
-from elo_per_token.contracts.backoff import backoff_ceiling
+from elo_per_token.common.backoff import backoff_ceiling
 from elo_per_token.contracts.jobs import CeleryJobContext, Job, JobSummary
 from elo_per_token.coordinator.consumers import QueueStalled, QueueWatch, redis_watch, window_s
 

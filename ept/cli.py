@@ -76,8 +76,8 @@ def _register() -> None:
     from elo_per_token.analysis.imports import cli as imports_cli
     from elo_per_token.coordinator import cli as coordinator_cli
     from elo_per_token.egress import cli as egress_cli
+    from elo_per_token.ept import suites_cli
     from elo_per_token.simulator import cli as simulator_cli
-    from elo_per_token.suites import cli as suites_cli
     from elo_per_token.viewer import cli as viewer_cli
     from elo_per_token.worker import cli as worker_cli
 

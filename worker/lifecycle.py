@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from elo_per_token.contracts.backoff import backoff
+from elo_per_token.common.backoff import backoff
 from elo_per_token.contracts.errors import RETRYABLE
 from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict, Job, JobStatus, JobSummary
 from elo_per_token.contracts.records import JobResult
