@@ -69,6 +69,8 @@ SETTINGS: tuple[Setting, ...] = (
     # --- reading inputs (analysis/)
     Setting("EPT_MAX_IMPORT_MB", "float", 512.0, "analysis", "Largest uncompressed inspect_ai log (MB) `ept import inspect` reads."),
     Setting("EPT_MAX_PARQUET_ROWS", "int", 20_000_000, "analysis", "Most rows of one Parquet file analysis reads."),
+    # --- the viewer (viewer/)
+    Setting("EPT_VIEW_TOKEN", "secret", None, "viewer", "`ept view --token`: required in every request; unset: none on loopback, generated for any other --host."),
 )
 # fmt: on
 
