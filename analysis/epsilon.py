@@ -185,7 +185,9 @@ def eps_needs(
         if can_settle:
             for j in live:
                 done = pair_done(a, i, j) or (
-                    a.q_below is not None and a.tok_close is not None and _eps_done(a, a.q_below, a.tok_close, i, j)
+                    a.q_below is not None
+                    and a.tok_close is not None
+                    and _eps_done(a, a.q_below, a.tok_close, i, j)
                 )
                 wants[i, j] |= not done
     return out, wants
@@ -214,7 +216,11 @@ def eps_truth(tokens: np.ndarray, quality: np.ndarray, margin: Margin) -> list[s
 def eps_wrong(status: str, truth: str) -> bool:
     """A decision contradicting the truth: on for a dominated arm, off for an undominated one, within for an
     ε-dominated one (open is never wrong)."""
-    return (status == ON and truth != ON) or (status == OFF and truth == ON) or (status == WITHIN and truth == OFF)
+    return (
+        (status == ON and truth != ON)
+        or (status == OFF and truth == ON)
+        or (status == WITHIN and truth == OFF)
+    )
 
 
 def eps_holm_z(stats: PairStats, alpha: float, looks: int, min_tasks: int, margin: Margin) -> np.ndarray:

@@ -46,9 +46,9 @@ from scipy.stats import beta
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from elo_per_token.analysis.epsilon import WITHIN, Margin, eps_truth, eps_wrong
 from elo_per_token.analysis.io import Records, read_records
 from elo_per_token.analysis.run_table import RunTable, table_from_records
-from elo_per_token.analysis.epsilon import WITHIN, Margin, eps_truth, eps_wrong
 from elo_per_token.analysis.sequential import OFF, ON, OPEN, elo_from_balance, true_frontier
 from elo_per_token.coordinator.adaptive import round_bounds
 from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings

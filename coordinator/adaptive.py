@@ -24,7 +24,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from elo_per_token.analysis.epsilon import WITHIN, EpsAssessment, Margin, assess_eps, eps_holm_z, eps_needs, eps_z
+from elo_per_token.analysis.epsilon import (
+    WITHIN,
+    EpsAssessment,
+    Margin,
+    assess_eps,
+    eps_holm_z,
+    eps_needs,
+    eps_z,
+)
 from elo_per_token.analysis.sequential import (
     OFF,
     ON,
@@ -98,6 +106,8 @@ class AdaptiveResult:
     assessment: Assessment | None
     z_report: float
     history: list[dict[str, object]] = field(default_factory=list)
+    margin: Margin = field(default_factory=Margin)  # the ε of the classification (0, 0: the strict rule)
+    alpha: float = 0.05
 
     @property
     def frontier(self) -> dict[str, str]:
@@ -194,7 +204,9 @@ def run_adaptive(
         s, t, ww = st.matrices()
         a = assess_eps(pair_stats(s, t, ww), t, settings.alpha, looks, min_tasks, margin)
         z_end = eps_holm_z(a.stats, settings.alpha, looks, min_tasks, margin)
-        fut = _futility(a, st, len(order), hi, min_tasks, (z_end, eps_z(settings.alpha, looks, k)), settings, arms)
+        fut = _futility(
+            a, st, len(order), hi, min_tasks, (z_end, eps_z(settings.alpha, looks, k)), settings, arms
+        )
         width_ok = _width_ok(a, _mean_tokens(t), z_dec, settings.width)
         need = needs_data(a, width_ok, *(fut if fut is not None else (None, None)))
         for i in active:
@@ -230,6 +242,7 @@ def run_adaptive(
     return AdaptiveResult(
         arms=list(arms), reports=reports, rounds_run=len(history), rounds_planned=len(bounds), tokens_spent=st.spent,
         stop_reason=stop_reason, anchor=anchor, order=order, assessment=a, z_report=z_rep, history=history,
+        margin=margin, alpha=settings.alpha,
     )  # fmt: skip
 
 

@@ -68,7 +68,9 @@ class AdaptiveSettings:
         if not (math.isfinite(self.epsilon_elo) and 0 <= self.epsilon_elo <= 1000):
             raise ValueError(f"epsilon_elo: must be in [0, 1000] (ΔElo), got {self.epsilon_elo}")
         if not (math.isfinite(self.epsilon_tokens) and 0 <= self.epsilon_tokens < 1):
-            raise ValueError(f"epsilon_tokens: must be a share in [0, 1) (0.05 = 5%), got {self.epsilon_tokens}")
+            raise ValueError(
+                f"epsilon_tokens: must be a share in [0, 1) (0.05 = 5%), got {self.epsilon_tokens}"
+            )
         if not 0 < self.futility_power < 1:
             raise ValueError(f"futility_power: must be in (0, 1), got {self.futility_power}")
 
