@@ -176,9 +176,10 @@ def replay_adaptive_cmd(
     c = make_console()
     print_adaptive(out.result, c, out.full_tokens)
     agree = [r.status == ("on" if f else "off") for r, f in zip(out.result.reports, out.truth, strict=True)
-             if r.status != "open"]  # fmt: skip
-    c.print(f"decided {len(agree)} of {len(out.truth)} arms; {sum(agree)} agree with the full grid's frontier",
-            highlight=False)  # fmt: skip
+             if r.status in ("on", "off")]  # fmt: skip
+    within = sum(r.status == "within" for r in out.result.reports)
+    c.print(f"decided {len(agree)} of {len(out.truth)} arms on/off ({sum(agree)} agree with the full grid's "
+            f"frontier); {within} within the margin", highlight=False)  # fmt: skip
     got, of = out.reach
     c.print(f"reach: the same test on the full grid (one look) decides {of} arm(s); this sweep decides {got} of "
             "them the same way", highlight=False)  # fmt: skip
