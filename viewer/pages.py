@@ -115,9 +115,49 @@ def _progress(v: RunView) -> str:
     return f'<p id="progress" data-done="{v.done}" data-running="{str(v.running).lower()}">{e(text)}</p>'
 
 
-def run_page(v: RunView) -> str:
-    """Recommendation, the interactive plot with strategy toggles, the returns table, accuracy, the step
-    tables and links to the arms and the grid."""
+def budget_pick(v: RunView, text: str | None) -> dict[str, Any] | None:
+    """The best arm under a per-task budget ('2k' tokens or '$0.002'), by the same computation as
+    `ept analyze --budget` (analysis.recommend.recommend_result over the run's result); None without a budget
+    or an analysis. InputError (field budget) for a budget that does not parse."""
+    if not text or v.result is None:
+        return None
+    from elo_per_token.analysis.recommend import parse_budget, recommend_result
+    from elo_per_token.contracts.errors import InputError
+
+    try:
+        budget = parse_budget(text)
+    except InputError as ex:
+        raise InputError(ex.message, field="budget") from None
+    got: dict[str, Any] | None = recommend_result(v.result, budget)["budget"]
+    return got
+
+
+def _budget_form(v: RunView, text: str | None, pick: Mapping[str, Any] | None) -> list[str]:
+    """A GET form asking for a per-task budget, and the arm it picks (highlighted in the table and plot)."""
+    form = (f'<form id="budget-form" method="get" action="{_q(run_url(v.run_id))}"><label>Budget per task '
+            f'<input name="budget" size="10" placeholder="2k or $0.002" value="{_q(text or "")}"></label> '
+            '<button type="submit">best arm under it</button> <span class="muted">tokens (3000, 2.5k) or dollars '
+            "($0.002): the rule of <code>ept analyze --budget</code></span></form>")  # fmt: skip
+    if pick is None:
+        return [form]
+    arm = pick.get("arm")
+    return [form, f'<p id="budget-pick" data-arm="{_q(arm or "")}" class="{"pick" if arm else "warn"}">'
+                  f"{e(str(pick.get('text') or ''))}</p>"]  # fmt: skip
+
+
+def _mark_pick(fragment: str, arm: str | None) -> str:
+    """The budget's arm marked (data-budget-pick) in the table rows and plot points that carry data-arm."""
+    if not arm:
+        return fragment
+    a = _q(arm)
+    return fragment.replace(f'<tr data-arm="{a}"', f'<tr data-arm="{a}" data-budget-pick="1"').replace(
+        f'<g class="pt" data-arm="{a}"', f'<g class="pt budget-pick" data-arm="{a}"'
+    )
+
+
+def run_page(v: RunView, budget: str | None = None, pick: Mapping[str, Any] | None = None) -> str:
+    """Recommendation, the budget form (and its pick, highlighted), the interactive plot with strategy toggles,
+    the returns table, accuracy, the step tables and links to the arms, the samples and the grid."""
     body = [_progress(v)]
     if v.options_from and "'s plan: " in v.options_from:  # the plan's options were refused
         body.append(f'<p class="warn" id="options-from">Analysed with {e(v.options_from)}.</p>')
@@ -127,6 +167,8 @@ def run_page(v: RunView) -> str:
     doc = v.doc
     returns = list(doc.returns or [])
     body += recommendation_section(doc)
+    body += _budget_form(v, budget, pick)
+    first = len(body)
     colours = strategy_colours([str(r.get("strategy") or "") for r in returns])
     toggles = "".join(
         f'<label class="toggle"><input type="checkbox" checked data-strategy="{_q(s)}">'
@@ -140,14 +182,17 @@ def run_page(v: RunView) -> str:
              f'<figure id="plot">{elo_tokens_svg(returns, f"{round(level * 100)}%")}<div id="tip" hidden></div></figure>',
              "<h2>Diminishing returns</h2>", table("returns-table", returns, RETURNS_COLUMNS, row_class="frontier"),
              '<h2>Arms</h2><ul id="arm-links">'
-             + "".join(f'<li><a href="{_q(run_url(v.run_id, "arm", arm=r["arm"]))}">{e(r["arm"])}</a></li>'
-                       for r in returns) + "</ul>",
-             f'<p><a id="grid-link" href="{_q(run_url(v.run_id, "grid"))}">arms × tasks grid</a> · '
+             + "".join(f'<li><a href="{_q(run_url(v.run_id, "arm", arm=r["arm"]))}">{e(r["arm"])}</a> · '
+                       f'<a class="arm-samples" data-arm="{_q(r["arm"])}" href="{_q(run_url(v.run_id, "samples", arm=r["arm"], sort="score"))}">'
+                       "its samples, losses first</a></li>" for r in returns) + "</ul>",
+             f'<p><a id="samples-link" href="{_q(run_url(v.run_id, "samples"))}">sample explorer</a> · '
+             f'<a id="grid-link" href="{_q(run_url(v.run_id, "grid"))}">arms × tasks grid</a> · '
              f'<a href="{_q(run_url(v.run_id, "report.json"))}">report.json</a></p>']  # fmt: skip
     body += accuracy_section(doc, table)
     body += step_tables_section(doc, table)
     for w in doc.warnings or []:
         body.append(f'<p class="warn">{e(str(w))}</p>')
+    body[first:] = [_mark_pick(x, (pick or {}).get("arm")) for x in body[first:]]
     return shell(f"Run {v.run_id}", body, refresh=v.running, crumbs=[(v.run_id, run_url(v.run_id))])
 
 

@@ -93,7 +93,8 @@ def _run_route(store: Store, run_id: str, page: str, params: dict[str, list[str]
         return _html(job_page(run_id, key, records, store.transcript(run_id, key), notes))
     v = store.view(run_id)
     if page == "":
-        return _html(pages.run_page(v))
+        budget = _one(params, "budget", False)
+        return _html(pages.run_page(v, budget, pages.budget_pick(v, budget)))
     if page == "report.json":
         body = json.dumps(
             v.doc.as_dict() if v.doc is not None else {"error": v.error}, default=str, allow_nan=False
