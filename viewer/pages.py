@@ -45,7 +45,8 @@ def shell(
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">', meta,
-        f"<title>{e(title)} · ept view</title>", '<link rel="stylesheet" href="/static/view.css">',
+        f"<title>{e(title)} · ept view</title>", '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">',
+        '<link rel="stylesheet" href="/static/view.css">',
         '<script src="/static/view.js" defer></script></head><body>',
         f'<nav class="crumbs">{nav}</nav>', f'<h1 id="title">{e(title)}</h1>', *body, "</body></html>",
     ]) + "\n"  # fmt: skip
@@ -94,9 +95,9 @@ def runs_page(
     names = list(names) or [str(r["run_id"]) for r in runs]
     opts = "".join(f'<option value="{_q(n)}">{e(n)}</option>' for n in names[:MAX_COMPARE_OPTIONS])
     body = [f'<p class="muted">Ledger {e(ledger)} (read-only).</p>',
-            '<table id="runs-table"><thead><tr><th class="t">run</th><th class="t">started</th>'
+            '<div class="scroll"><table id="runs-table"><thead><tr><th class="t">run</th><th class="t">started</th>'
             '<th class="t">profile</th><th>jobs done</th><th>failed</th><th>planned</th><th class="t">state</th>'
-            f'</tr></thead><tbody>{"".join(_run_row(r) for r in runs)}</tbody></table>']  # fmt: skip
+            f'</tr></thead><tbody>{"".join(_run_row(r) for r in runs)}</tbody></table></div>']  # fmt: skip
     if pager is not None:
         body.append(pager_html(pager, lambda n: f"/?page={n}"))
     if len(names) > 1:
@@ -203,14 +204,14 @@ def _fmt_score(x: Any) -> str:
 def arm_page(v: RunView, arm: str, rows: Sequence[Mapping[str, Any]], pager: Pager | None = None) -> str:
     """One page of an arm's tasks: mean score, replicates and tokens per task, each task linked."""
     count = f"{pager.rows if pager else len(rows):,} tasks."
-    body = [f'<p class="muted">{count}</p>', '<table id="arm-tasks"><thead><tr><th class="t">family</th>'
+    body = [f'<p class="muted">{count}</p>', '<div class="scroll"><table id="arm-tasks"><thead><tr><th class="t">family</th>'
             '<th class="t">task</th><th>score</th><th>replicates</th><th>tokens</th></tr></thead><tbody>']  # fmt: skip
     for r in rows:
-        link = run_url(v.run_id, "task", task=r["task_id"])
+        link = run_url(v.run_id, "task", task=r["task_id"], arm=arm)
         body.append(f'<tr data-task="{_q(r["task_id"])}"><td class="t">{e(r["family"])}</td><td class="t">'
                     f'<a href="{_q(link)}">{e(r["task_id"])}</a></td><td data-value="{r["score"]}">'
                     f'{_fmt_score(r["score"])}</td><td>{r["n"]}</td><td>{_tokens(r.get("tokens"))}</td></tr>')  # fmt: skip
-    body.append("</tbody></table>")
+    body.append("</tbody></table></div>")
     if pager is not None:
         body.append(pager_html(pager, lambda n: run_url(v.run_id, "arm", arm=arm, page=n)))
     return shell(f"{arm} in {v.run_id}", body, refresh=v.running,
@@ -258,20 +259,54 @@ def grid_page(v: RunView, grid: Mapping[str, Any], family: str | None, disagree:
                  crumbs=[(v.run_id, run_url(v.run_id)), ("grid", run_url(v.run_id, "grid"))])  # fmt: skip
 
 
-def task_page(v: RunView, task_id: str, rows: Sequence[Mapping[str, Any]], pager: Pager | None = None) -> str:
-    """Every arm and replicate on one task (one page of them): score and tokens, each linked to its job."""
-    body = ['<table id="task-jobs"><thead><tr><th class="t">arm</th><th>replicate</th><th>score</th>'
-            '<th>tokens</th><th class="t">job</th></tr></thead><tbody>']  # fmt: skip
+def _task_head(about: Mapping[str, Any]) -> list[str]:
+    """The prompt the arms were sent and the reference answer, each said missing with why."""
+    out = ['<section id="task-prompt"><h2>Prompt</h2>']
+    if about.get("prompt"):
+        out.append(f'<p class="muted">as sent in job {e(str(about.get("prompt_from")))} (its transcript)</p>')
+        for m in about["prompt"]:
+            out.append(f'<div class="msg"><div class="lbl">{e(str(m.get("role") or "message"))}</div>'
+                       f"<pre>{pretty(m.get('content'))}</pre></div>")  # fmt: skip
+    else:
+        out.append('<p class="muted">No transcript of this task\'s jobs is stored (the run kept none).</p>')
+    out.append('</section><section id="task-reference"><h2>Reference</h2>')
+    ref = about.get("reference")
+    out.append(f'<p class="muted">{e(str(about.get("reference_from") or ""))}</p>')
+    if ref is not None:
+        out.append(f"<pre>{pretty(ref)}</pre>")
+    out.append("</section>")
+    return out
+
+
+def task_page(v: RunView, task_id: str, rows: Sequence[Mapping[str, Any]], pager: Pager | None = None, *,
+              arm: str | None = None, about: Mapping[str, Any] | None = None) -> str:  # fmt: skip
+    """One task: its prompt and reference, then every arm and replicate on it (one page of them) with score,
+    tokens, error class and final answer, each linked to its job. `arm`: the arm the reader came from (the
+    breadcrumb names it and its rows are marked)."""
+    about = about or {}
+    outcomes = about.get("outcomes") or {}
+    body = [*_task_head(about), "<h2>Outcomes</h2>",
+            '<div class="scroll"><table id="task-jobs" class="sticky"><thead><tr><th class="t">arm</th><th>replicate</th>'
+            '<th>score</th><th>tokens</th><th class="t">error</th><th class="t">final answer</th><th class="t">job</th>'
+            "</tr></thead><tbody>"]  # fmt: skip
     for r in rows:
-        link = run_url(v.run_id, "job", key=r["job_key"])
-        body.append(f'<tr data-arm="{_q(r["arm"])}"><td class="t">{e(r["arm"])}</td><td>{r["replicate"]}</td>'
+        link = run_url(v.run_id, "job", key=r["job_key"], arm=arm)
+        o = outcomes.get(r["job_key"]) or {}
+        ans = o.get("answer")
+        mark = ' class="from-arm"' if arm is not None and r["arm"] == arm else ""
+        body.append(f'<tr data-arm="{_q(r["arm"])}"{mark}><td class="t arm-name">{e(r["arm"])}</td><td>{r["replicate"]}</td>'
                     f'<td data-value="{r["score"]}">{_fmt_score(r["score"])}</td><td>{_tokens(r.get("tokens"))}</td>'
+                    f'<td class="t">{e(str(o.get("error_class") or ""))}</td>'
+                    f'<td class="t snippet">{"—" if ans is None else e(ans[:120])}</td>'
                     f'<td class="t"><a class="job-link" href="{_q(link)}">transcript</a></td></tr>')  # fmt: skip
-    body.append("</tbody></table>")
+    body.append("</tbody></table></div>")
     if pager is not None:
-        body.append(pager_html(pager, lambda n: run_url(v.run_id, "task", task=task_id, page=n)))
-    return shell(f"Task {task_id}", body, crumbs=[(v.run_id, run_url(v.run_id)),
-                                                  (task_id, run_url(v.run_id, "task", task=task_id))])  # fmt: skip
+        body.append(pager_html(pager, lambda n: run_url(v.run_id, "task", task=task_id, arm=arm, page=n)))
+    crumbs = [(v.run_id, run_url(v.run_id))]
+    if arm is not None:
+        crumbs.append((arm, run_url(v.run_id, "arm", arm=arm)))
+    crumbs.append((task_id, run_url(v.run_id, "task", task=task_id, arm=arm)))
+    return shell(f"Task {task_id}", body, crumbs=crumbs)
 
 
 def compare_page(a: str, b: str, res: Mapping[str, Any]) -> str:

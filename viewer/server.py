@@ -30,7 +30,8 @@ from elo_per_token.viewer.store import Store
 
 T = TypeVar("T")
 
-STATIC = {"view.js": "text/javascript; charset=utf-8", "view.css": "text/css; charset=utf-8"}
+STATIC = {"view.js": "text/javascript; charset=utf-8", "view.css": "text/css; charset=utf-8",
+          "favicon.svg": "image/svg+xml"}  # fmt: skip
 CSP = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; form-action 'self'"
 
 
@@ -76,6 +77,8 @@ def route(store: Store, path: str, query: str) -> tuple[str, bytes]:
         names = store.run_ids()
         shown, pager = _slice(names, _page(params), store.page_rows)
         return _html(pages.runs_page(store.runs(shown), store.url, names, pager))
+    if parts == ["favicon.ico"]:  # asked for by browsers whatever the page's <link rel=icon> says
+        parts = ["static", "favicon.svg"]
     if parts[0] == "static" and len(parts) == 2 and parts[1] in STATIC:
         return STATIC[parts[1]], (resources.files("elo_per_token.viewer") / "static" / parts[1]).read_bytes()
     if parts == ["compare"]:
@@ -119,7 +122,9 @@ def _run_route(store: Store, run_id: str, page: str, params: dict[str, list[str]
         if not rows:
             raise NotFound(f"task {task!r}")
         shown, pager = _slice(rows, _page(params), store.page_rows)
-        return _html(pages.task_page(v, task, shown, pager))
+        arm = _one(params, "arm", False)
+        return _html(pages.task_page(v, task, shown, pager, arm=arm if arm in v.result.arms else None,
+                                     about=store.task_info(run_id, task, [r["job_key"] for r in rows])))  # fmt: skip
     raise NotFound(page)
 
 

@@ -196,6 +196,27 @@ class Store:
 
         return self._texts.get((run_id, key), load)
 
+    def task_info(self, run_id: str, task_id: str, keys: list[str]) -> dict[str, Any]:
+        """The task page's extras: the prompt (messages of a stored transcript of one of `keys`, the task's
+        jobs), the reference (viewer.task_info.reference_of) and each job's error class and final answer."""
+        import polars as pl
+
+        from elo_per_token.coordinator.identity import decode_tasks
+        from elo_per_token.viewer.task_info import prompt_of, reference_of
+
+        v = self.samples(run_id)
+        out: dict[str, Any] = {"outcomes": {}}
+        if v.samples is not None:
+            rows = v.samples.filter(pl.col("task_id") == task_id).select("job_key", "error_class", "answer")
+            out["outcomes"] = {r["job_key"]: r for r in rows.iter_rows(named=True)}  # one task: a few rows
+        out["prompt"], out["prompt_from"] = prompt_of(keys, lambda k: self.transcript(run_id, k))
+        blob = (v.manifest.get("identity") or {}).get("tasks_blob")
+        got = read_capped(self.ledger, f"runs/{run_id}/{blob}", 16 * 2**20) if isinstance(blob, str) else None
+        out["reference"], out["reference_from"] = reference_of(
+            v.manifest, task_id, decode_tasks(got[0] if got else None)
+        )
+        return out
+
     def job(self, run_id: str, key: str) -> tuple[list[dict[str, Any]], list[str]]:
         """The job object's records (calls, then the outcome), parsed, and notes on what was not shown: at most
         MAX_JOB_BYTES are read, and a line that is not a JSON object is skipped and named. InputError for an
