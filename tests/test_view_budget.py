@@ -15,6 +15,8 @@ from cli_runner import run_ept
 from test_compare import write_ledger_run  # tests/ is on sys.path (rootdir conftest)
 from view_server import request, view
 
+pytestmark = pytest.mark.slow  # five `ept analyze` runs: ~25 s
+
 
 def _analyze_pick(run: str, budget: str, out: Path) -> dict:
     r = run_ept("analyze", run, "--budget", budget, "--out", str(out), "--no-plots", cwd=out.parent)

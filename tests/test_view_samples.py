@@ -22,6 +22,8 @@ from view_server import View, request, view
 
 N_JOBS = 2000
 
+pytestmark = pytest.mark.slow  # a 2,000-job run and 80 hostile requests: ~40 s
+
 
 @pytest.fixture(scope="module")
 def ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
