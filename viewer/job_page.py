@@ -68,7 +68,7 @@ def _grader(outcome: Mapping[str, Any] | None, t: Mapping[str, Any] | None) -> l
     verdict repeats the outcome's), so each is shown from one place only."""
     out = ['<section id="grader"><h2>Grader</h2>']
     g = (t or {}).get("grader") or {}
-    ev = g.get("evidence") if isinstance(g.get("evidence"), Mapping) else {}
+    ev: Mapping[str, Any] = g["evidence"] if isinstance(g.get("evidence"), Mapping) else {}
     details = outcome.get("grader") if outcome else None
     failures = list(ev.get("failures") or []) or (
         list(details.get("failures") or []) if isinstance(details, Mapping) else []

@@ -122,8 +122,9 @@ def _run_route(store: Store, run_id: str, page: str, params: dict[str, list[str]
         if not rows:
             raise NotFound(f"task {task!r}")
         shown, pager = _slice(rows, _page(params), store.page_rows)
-        arm = _one(params, "arm", False)
-        return _html(pages.task_page(v, task, shown, pager, arm=arm if arm in v.result.arms else None,
+        came_from = _one(params, "arm", False)
+        from_arm = came_from if came_from in v.result.arms else None
+        return _html(pages.task_page(v, task, shown, pager, arm=from_arm,
                                      about=store.task_info(run_id, task, [r["job_key"] for r in rows])))  # fmt: skip
     raise NotFound(page)
 
@@ -132,6 +133,10 @@ def _samples(store: Store, run_id: str, params: dict[str, list[str]]) -> str:
     """The sample explorer: the query (validated) over the run's job rows, searched within its bound, paged."""
     q = samples.parse_query(lambda n: _one(params, n, False), _page(params))
     v = store.samples(run_id)
+    if (
+        v.samples is None
+    ):  # no records to list (a run analysed from elsewhere): the run page says what there is
+        return pages.run_page(v)
     rows = samples.filtered(v.samples, q)
     candidates, scanned, capped = rows.height, 0, False
     if q.q is not None:

@@ -159,7 +159,7 @@ class Store:
         from elo_per_token.analysis.breakdown import parse_prices
 
         v = self.view(run_id)
-        if v.result is None or v.samples is not None:
+        if v.result is None or v.result.records is None or v.samples is not None:
             return v
         with self._lock(run_id):
             if v.samples is None:
