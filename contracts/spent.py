@@ -86,6 +86,14 @@ def parse_spent(data: bytes, name: str = "spent object") -> list[dict[str, Any]]
             raise ValueError(
                 f"{name}:{i}: field 'kind': expected a call line, got {str(x.get('kind'))[:40]!r}"
             )
+        if x.get("usage") is not None:
+            # What a worker stores passed contracts.usage.check_usage: anything else (10^15 tokens, a string) was
+            # written by something else and would be billed as if real ("$3,000,000,000").
+            from elo_per_token.contracts.usage import check_usage
+
+            why = check_usage(x["usage"])[1]
+            if why:
+                raise ValueError(f"{name}:{i}: field 'usage': {why}")
         out.append({**x, "spent_reason": head.get("reason"), "spent_class": head.get("class")})
     return out
 

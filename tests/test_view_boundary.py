@@ -264,8 +264,13 @@ def test_lists_are_paged(ledger: Path) -> None:
             route(store, "/run/full/arm", f"arm={arm}&page={bad}")
 
 
-def test_skip_bad_skips_a_bad_spent_object(tmp_path: Path) -> None:
-    """A NaN in one spent/ object: `ept analyze --skip-bad` reports and skips it (exit 0); without, exit 2 naming it."""
+@pytest.mark.parametrize(
+    ("bad_value", "named"),
+    [("NaN", "NaN"), ("1000000000000000", "absurd")],  # 10^15 tokens: was billed as "$3,000,000,000"
+)
+def test_skip_bad_skips_a_bad_spent_object(tmp_path: Path, bad_value: str, named: str) -> None:
+    """A NaN, or an implausible count, in one spent/ object: `ept analyze --skip-bad` reports and skips it (exit
+    0); without, exit 2 naming it."""
     from cli_runner import run_ept
 
     from elo_per_token.contracts.spent import spent_bytes
@@ -280,11 +285,11 @@ def test_skip_bad_skips_a_bad_spent_object(tmp_path: Path) -> None:
     }
     good = spent_bytes([call], reason="failed", error_class="transient", attempt=1, at=0.0)
     (run / "spent" / "a.jsonl").write_bytes(good)
-    bad = good.decode().replace('"prompt_tokens": 10', '"prompt_tokens": NaN')
-    assert "NaN" in bad
+    bad = good.decode().replace('"prompt_tokens": 10', f'"prompt_tokens": {bad_value}')
+    assert bad_value in bad
     (run / "spent" / "b.jsonl").write_text(bad)
     r = run_ept("analyze", str(run), "--out", str(tmp_path / "o1"), "--no-plots", "--rounds", "0")
-    assert r.returncode == 2 and "spent/b.jsonl" in r.stderr and "NaN" in r.stderr
+    assert r.returncode == 2 and "spent/b.jsonl" in r.stderr and named in r.stderr, r.stderr
     r = run_ept(
         "analyze", str(run), "--out", str(tmp_path / "o2"), "--no-plots", "--rounds", "0", "--skip-bad"
     )
