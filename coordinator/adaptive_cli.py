@@ -42,8 +42,13 @@ def finish_adaptive(plan: Plan, profile: Any, base_url: str | None, *, analyze: 
     console.print(_compact(ledger, plan.run_id), highlight=False)
     print_adaptive(res.result, console)
     if analyze:
-        analysis, err = analyze_run(plan, ledger)
+        # Arms ran on different tasks by design: each pair is compared on every task both ran ("drop": the task
+        # order is random, so the tasks a pair shares are a random sample), not on the few every arm ran.
+        analysis, err = analyze_run(plan, ledger, missing="drop")
         if analysis is not None:
+            from elo_per_token.analysis.adaptive_secondary import as_adaptive_secondary
+
+            as_adaptive_secondary(analysis, res.result.frontier)
             console.print("Elo table of the tasks each arm ran (bootstrap intervals: not adjusted for the adaptive "
                           "stopping; the adaptive table above is)", highlight=False)  # fmt: skip
             print_report(analysis, console)

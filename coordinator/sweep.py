@@ -580,8 +580,12 @@ def plan_analysis_options(plan: Plan) -> AnalysisOptions:
     )
 
 
-def analyze_run(plan: Plan, ledger: Ledger) -> tuple[AnalysisResult | None, str | None]:
-    """The Elo-per-token analysis of the run's job objects; (None, reason) when it cannot be computed."""
+def analyze_run(
+    plan: Plan, ledger: Ledger, *, missing: str | None = None
+) -> tuple[AnalysisResult | None, str | None]:
+    """The Elo-per-token analysis of the run's job objects; (None, reason) when it cannot be computed.
+    missing: the estimand for missing outcomes when not the default (an adaptive run: "drop", every pair on
+    the tasks both arms ran)."""
     import dataclasses
 
     from elo_per_token.analysis.pipeline import analyze
@@ -589,6 +593,8 @@ def analyze_run(plan: Plan, ledger: Ledger) -> tuple[AnalysisResult | None, str 
     # The profile's prices (from the run's manifest): cost per task and ΔElo per $1 beside the token figures.
     prices = profile_prices((ledger.get_manifest(plan.run_id) or {}).get("profile") or {})
     opts = dataclasses.replace(plan_analysis_options(plan), prices=prices)
+    if missing is not None:
+        opts = dataclasses.replace(opts, missing=missing)
     try:
         return analyze([ledger.run_url(plan.run_id)], opts), None
     except InputError as e:

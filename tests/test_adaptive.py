@@ -667,3 +667,39 @@ def test_demo_with_replicates_gives_the_resampled_benchmark_aligned_replicates(t
     assert tok == pytest.approx(tokens.mean(axis=(0, 1)))
     bad = run_ept("demo", "--replicates", "0", "--out", str(tmp_path / "e"))
     assert bad.returncode == 2 and "--replicates" in bad.stderr and not (tmp_path / "e").exists()
+
+
+@pytest.mark.slow
+def test_after_an_adaptive_sweep_the_elo_table_agrees_with_the_adaptive_decisions(tmp_path, make_sim):
+    """Issue 37 item 5: the ordinary table after `ept sweep --adaptive` shows each arm's sequential status in its
+    frontier column (no bootstrap `on (100%)` for an open arm), defers its recommendation to the adaptive
+    decisions, and neither suggests `ept retry` nor calls the unrun tasks "the harder tasks"."""
+    import re
+    import subprocess
+    import sys
+
+    sim = make_sim(api_key=SIM_KEY)
+    prof = tmp_path / "profiles.toml"
+    prof.write_text(f'[profiles.sim-test]\nprotocol = "openai"\nbase_url = "{sim.url}"\n'
+                    'api_key_env = "EPT_SIM_API_KEY"\nmodel = "ept-sim-1"\ntimeout = 10\n')  # fmt: skip
+    plan = tmp_path / "plan.toml"
+    plan.write_text(plan_toml([("greedy", [1]), ("majority", [3, 6])], {"adaptive": {"rounds": 3}}, name="ad5",
+                              profile="sim-test", suites=["math"], tasks_per_family=30, seed=3,
+                              ledger=tmp_path / "led", concurrency=4, bootstrap_rounds=50))  # fmt: skip
+    env = {**os.environ, "EPT_PROFILES": str(prof), "EPT_SIM_API_KEY": SIM_KEY, "COLUMNS": "300"}
+    r = subprocess.run([sys.executable, "-m", "elo_per_token", "sweep", str(plan), "--adaptive"], env=env,
+                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    adaptive = out.split("Adaptive sweep:", 1)[1].split("Elo table of the tasks each arm ran", 1)[0]
+    status = {
+        m.group(1): m.group(2) for m in re.finditer(r"│ (\S+@\d+)\s+│ (on|off|open|within)\s", adaptive)
+    }
+    assert len(status) == 3, adaptive
+    table = out.split("Diminishing returns (", 1)[1]
+    assert table.split("\n", 1)[0].count("adaptive sweep: frontier = the sequential decisions") == 1
+    for arm, st in status.items():
+        row = next(x for x in table.splitlines() if x.startswith(f"│ {arm}"))
+        assert f"{st} (adaptive)" in row, (arm, st, row)
+    assert "Recommendation: from the adaptive decisions above" in out
+    assert "ept retry" not in out and "harder tasks" not in out
