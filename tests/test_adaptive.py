@@ -698,8 +698,8 @@ def test_after_an_adaptive_sweep_the_elo_table_agrees_with_the_adaptive_decision
     assert len(status) == 3, adaptive
     table = out.split("Diminishing returns (", 1)[1]
     assert table.split("\n", 1)[0].count("adaptive sweep: frontier = the sequential decisions") == 1
-    for arm, st in status.items():
+    for arm, decided in status.items():
         row = next(x for x in table.splitlines() if x.startswith(f"│ {arm}"))
-        assert f"{st} (adaptive)" in row, (arm, st, row)
+        assert f"{decided} (adaptive)" in row, (arm, decided, row)
     assert "Recommendation: from the adaptive decisions above" in out
     assert "ept retry" not in out and "harder tasks" not in out
