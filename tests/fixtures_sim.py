@@ -89,3 +89,11 @@ def generic_sim(make_sim: Callable[..., SimHandle]) -> SimHandle:
     from elo_per_token.simulator.generic import GenericBrain
 
     return make_sim(brain=GenericBrain())
+
+
+def write_profiles(path: Any, sim: SimHandle, name: str = "p", key_env: str = "EPT_P_KEY") -> Any:
+    """A profiles.toml at `path` with one OpenAI-protocol profile `name` for `sim`, its key read from
+    `key_env`: what a test that runs `ept` as a user would write. Returns the path."""
+    path.write_text(f'[profiles.{name}]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "{key_env}"\n'
+                    'model = "ept-sim-1"\n')  # fmt: skip
+    return path

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from cli_runner import REPO, run_ept_process
 from fixtures_plans import write_plan_file
-from fixtures_sim import SIM_KEY
+from fixtures_sim import SIM_KEY, write_profiles
 
 NO_SANDBOX = {"EPT_BWRAP": "/nonexistent/bwrap"}  # what a machine without any working bwrap looks like
 
@@ -135,9 +135,7 @@ def test_demo_that_cannot_sandbox_names_the_missing_family_and_its_hint_finishes
 @pytest.mark.slow
 def test_sweep_failure_hint_ept_retry_works_as_printed(tmp_path: Path, make_sim) -> None:
     sim = make_sim(api_key=SIM_KEY)
-    prof = tmp_path / "profiles.toml"
-    prof.write_text(f'[profiles.p]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "EPT_SIM_API_KEY"\n'
-                    'model = "ept-sim-1"\n')  # fmt: skip
+    prof = write_profiles(tmp_path / "profiles.toml", sim, "p", "EPT_SIM_API_KEY")
     plan = write_plan_file(tmp_path / "plan.toml", [("greedy", [1])], name="hint", profile="p",
                            suites=["math", "code"], tasks_per_family=3, ledger=tmp_path / "led",
                            bootstrap_rounds=0)  # fmt: skip
@@ -155,9 +153,7 @@ def test_sweep_failure_hint_ept_retry_works_as_printed(tmp_path: Path, make_sim)
 
 def test_another_model_in_an_existing_run_is_refused_with_a_name_that_works(tmp_path: Path, make_sim) -> None:
     sim = make_sim(api_key=SIM_KEY)
-    prof = tmp_path / "profiles.toml"
-    prof.write_text(f'[profiles.p]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "EPT_P_KEY"\n'
-                    'model = "ept-sim-1"\n')  # fmt: skip
+    prof = write_profiles(tmp_path / "profiles.toml", sim, "p", "EPT_P_KEY")
     plan = write_plan_file(tmp_path / "plan.toml", [("greedy", [1])], name="m3", profile="p", suites=["math"],
                            tasks_per_family=2, ledger=tmp_path / "led", bootstrap_rounds=0)  # fmt: skip
     env = {"EPT_PROFILES": str(prof), "EPT_P_KEY": SIM_KEY}
@@ -352,9 +348,7 @@ def test_a_sweep_stopped_on_a_bad_key_prints_doctor_and_retry_commands_that_work
     command, run as printed, names the key as the failing check; after the key is fixed the retry, as printed,
     finishes the run."""
     sim = make_sim(api_key=SIM_KEY)
-    prof = tmp_path / "profiles.toml"
-    prof.write_text(f'[profiles.p]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "EPT_P_KEY"\n'
-                    'model = "ept-sim-1"\n')  # fmt: skip
+    prof = write_profiles(tmp_path / "profiles.toml", sim, "p", "EPT_P_KEY")
     plan = write_plan_file(tmp_path / "plan.toml", [("greedy", [1]), ("majority", [2])], name="badkey",
                            profile="p", suites=["math"], tasks_per_family=12, ledger=tmp_path / "led",
                            bootstrap_rounds=0)  # fmt: skip

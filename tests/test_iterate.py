@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cli_runner import run_ept, run_ept_process
 from fixtures_plans import write_plan_file
-from fixtures_sim import SIM_KEY
+from fixtures_sim import SIM_KEY, write_profiles
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.coordinator.demo import demo_plan_text
@@ -637,9 +637,7 @@ def test_a_forged_budget_counter_on_the_broker_does_not_lift_the_cap(
     from elo_per_token.contracts.jobs import budget_key
 
     sim = make_sim(api_key=SIM_KEY, latency_ms=0)  # jobs finish faster than the coordinator polls
-    prof = tmp_path / "profiles.toml"
-    prof.write_text(f'[profiles.x]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "EPT_SIM_API_KEY"\n'
-                    'model = "ept-sim-1"\n')  # fmt: skip
+    prof = write_profiles(tmp_path / "profiles.toml", sim, "x", "EPT_SIM_API_KEY")
     monkeypatch.setenv("EPT_PROFILES", str(prof))
     monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
     queue = "q-" + uuid.uuid4().hex[:8]
