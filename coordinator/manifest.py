@@ -128,9 +128,11 @@ def _extend(
         raise InputError(f"run {run_id!r} in {ledger.url} has a manifest without its plan or profile: "
                          "give the plan a new name to start a new run", field="name")  # fmt: skip
     ident.check_compatible(old_id, new["identity"], run_id, allow_endpoint_change=allow_endpoint_change)
-    old_blob = old_id.get("tasks_blob")
+    # A garbage identity entry or digest file is refused naming it: read as "no tasks known", it switched the
+    # task-change check off.
+    old_blob = ident.tasks_blob_of({"identity": old_id}, ledger.blob_url(run_id, "manifest.json"))
     if digests is not None and old_blob:
-        old_tasks = ident.decode_tasks(ledger.get_blob(run_id, str(old_blob)))
+        old_tasks = ident.decode_tasks(ledger.get_blob(run_id, old_blob), ledger.blob_url(run_id, old_blob))
         ident.check_tasks(old_tasks, digests, run_id)
         digests.update({k: v for k, v in old_tasks.items() if k not in digests})  # the run's tasks: a union
         new["identity"]["tasks_blob"] = ident.tasks_blob_name(digests)

@@ -545,7 +545,7 @@ def _run_with(
         todo, ledger, provider, concurrency=plan.concurrency, on_result=on_result, on_retry=on_retry,
         should_stop=tally.should_stop, run=run, clear_failures=had_failure, check_existing=check_existing,
         cancel_queued=tally.over_budget, queue_factor=1 if tally.cap is not None else 2,
-        on_abandon=lambda n: setattr(tally, "abandoned", n), transcripts=plan.transcripts,
+        on_abandon=lambda n: setattr(tally, "abandoned", n), transcripts=plan.transcripts, verify_tasks=True,
     )  # fmt: skip
 
 

@@ -28,6 +28,7 @@ from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict,
 from elo_per_token.contracts.records import JobResult
 from elo_per_token.contracts.secrets import scrub
 from elo_per_token.ledger import Ledger, open_ledger
+from elo_per_token.worker.taskcheck import ForgedTask, RunTasks
 from elo_per_token.worker.transcript import Recorder
 from elo_per_token.worker.transcript import store as store_transcript
 
@@ -74,6 +75,7 @@ def perform_job(
     stop: threading.Event | None = None,
     transcripts: bool = False,
     journal: CallJournal | None = None,
+    tasks: RunTasks | None = None,
 ) -> JobSummary:
     """Run `job` unless its result exists, store the result, and return a small JSON summary.
 
@@ -84,8 +86,17 @@ def perform_job(
     transcripts: also store the job's transcript beside its result (worker.transcript; run_job only).
     journal: (Celery) each call is also journaled on the broker until its attempt is in the ledger, so the
     calls of a worker killed mid-job are recovered by the job's next delivery (worker.journal).
+    tasks: the job's task must be the one its run recorded (worker.taskcheck); if not, the job is refused
+    before anything is read, run or written.
     """
+    from elo_per_token.contracts.taskdigest import task_digest
+
     started_at = time.time()
+    if tasks is not None:
+        try:
+            tasks.verify(ledger, job)
+        except ForgedTask as e:
+            return _refused(job, str(e))
     if check_existing and ledger.has_job(job.run_id, job.key):
         return _summary(job, "skipped")
     run, recorders = _runner(run, transcripts)
@@ -119,6 +130,7 @@ def perform_job(
             break
 
     if result is not None and result.ok:
+        result.task_digest = task_digest(job.task)  # what was graded, checked again by analysis
         spent.commit()
         created = ledger.put_job(job.run_id, job.key, result.to_jsonl())
         if created and recorders:  # a second, separate object: never read by `ept analyze`
@@ -456,6 +468,10 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
         ledger = ledger_for(check_ledger(ctx.ledger))
         base_url = check_base_url(ctx.base_url)
     except Untrusted as e:
+        return _refused(job, str(e))
+    try:  # before the claim, the journal or the ledger check: a forged task touches nothing
+        _cached(("tasks",), RunTasks).verify(ledger, job)
+    except ForgedTask as e:
         return _refused(job, str(e))
     if _cancelled(task_self, job):
         return _summary(job, "cancelled", message="the sweep was stopped before this job started")
