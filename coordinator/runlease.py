@@ -76,7 +76,7 @@ def _read(ledger: Ledger, run_id: str, gen: int) -> dict[str, Any] | None:
 
 def describe_holder(d: dict[str, Any]) -> str:
     """'host H, pid P, session started <UTC>' from a lease object (values cut short: it is read from storage)."""
-    h = d.get("holder") if isinstance(d.get("holder"), dict) else {}
+    h: dict[str, Any] = d["holder"] if isinstance(d.get("holder"), dict) else {}
     started = h.get("started_at")
     when = (
         time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)) if isinstance(started, int | float) else "?"

@@ -18,6 +18,7 @@ import os
 import struct
 import zipfile
 import zlib
+from typing import BinaryIO
 
 MAX_LOG_MB = 512
 MAX_TOTAL_MB = 1024
@@ -48,24 +49,24 @@ def caps() -> tuple[float, float]:
     return _mb("EPT_MAX_IMPORT_MB", MAX_LOG_MB), _mb("EPT_MAX_IMPORT_TOTAL_MB", MAX_TOTAL_MB)
 
 
-def _members(fh: object, path: str) -> list[zipfile.ZipInfo]:
+def _members(fh: BinaryIO, path: str) -> list[zipfile.ZipInfo]:
     end = getattr(zipfile, "_EndRecData", None)  # the end record alone: how many members, before listing them
     try:
         rec = end(fh) if end is not None else None
         if rec is not None and rec[4] > MAX_MEMBERS:  # _ECD_ENTRIES_TOTAL
             raise TooBig(None, f"declares {rec[4]:,} members, over {MAX_MEMBERS:,}")
-        return zipfile.ZipFile(fh).infolist()  # type: ignore[arg-type]
+        return list(zipfile.ZipFile(fh).infolist())
     except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError) as e:
         raise TooBig(None, f"not a readable inspect_ai eval log (not a zip: {str(e)[:120]})") from None
 
 
-def _data_start(fh: object, info: zipfile.ZipInfo) -> int:
-    fh.seek(info.header_offset)  # type: ignore[attr-defined]
-    hdr = fh.read(30)  # type: ignore[attr-defined]
+def _data_start(fh: BinaryIO, info: zipfile.ZipInfo) -> int:
+    fh.seek(info.header_offset)
+    hdr = fh.read(30)
     if len(hdr) < 30 or hdr[:4] != b"PK\x03\x04":
         raise TooBig(info.filename[:200], "bad local header (not where the central directory says)")
     name_len, extra_len = struct.unpack("<HH", hdr[26:30])
-    return int(info.header_offset) + 30 + name_len + extra_len
+    return int(info.header_offset) + 30 + int(name_len) + int(extra_len)
 
 
 ZIP_ZSTANDARD = 93  # what inspect_ai writes (.eval logs are zstd-compressed zips)
@@ -74,23 +75,23 @@ ZIP_ZSTANDARD = 93  # what inspect_ai writes (.eval logs are zstd-compressed zip
 class _Limited:
     """The member's compressed bytes only (a file object over [start, start + size))."""
 
-    def __init__(self, fh: object, size: int) -> None:
+    def __init__(self, fh: BinaryIO, size: int) -> None:
         self.fh, self.left = fh, size
 
     def read(self, n: int = -1) -> bytes:
         n = self.left if n < 0 else min(n, self.left)
-        data: bytes = self.fh.read(n) if n > 0 else b""  # type: ignore[attr-defined]
+        data: bytes = self.fh.read(n) if n > 0 else b""
         self.left -= len(data)
         return data
 
 
-def _inflate_count(fh: object, info: zipfile.ZipInfo, limit: float) -> int:
+def _inflate_count(fh: BinaryIO, info: zipfile.ZipInfo, limit: float) -> int:
     """Bytes the member really inflates to, counted up to just past `limit` (then the count stops)."""
-    fh.seek(_data_start(fh, info))  # type: ignore[attr-defined]
+    fh.seek(_data_start(fh, info))
     src = _Limited(fh, int(info.compress_size))
     method = info.compress_type
     if method == zipfile.ZIP_STORED:
-        return src.left
+        return int(src.left)
     try:
         if method == zipfile.ZIP_DEFLATED:
             return _count_deflate(src, limit)
@@ -121,7 +122,7 @@ def _count_zstd(src: _Limited, limit: float) -> int:
             None, "a zstd-compressed log needs the optional extra: pip install 'elo-per-token[inspect]'"
         ) from None
     # stream_reader hands out at most _OUT bytes a read, whatever one frame claims or holds.
-    reader = zstandard.ZstdDecompressor().stream_reader(src, read_size=_IN, read_across_frames=True)
+    reader = zstandard.ZstdDecompressor().stream_reader(src, read_size=_IN, read_across_frames=True)  # type: ignore[arg-type]
     n = 0
     while n <= limit and (out := reader.read(_OUT)):
         n += len(out)

@@ -42,9 +42,9 @@ def read_run(
         names.append(url)
         drop = dups.filter(pl.col("seg") == n)["job_key"] if dups.height else None
         if expected is not None:
-            forged, bad = _forged_in_segment(led, run, url, expected, skip_bad=skip_bad)
+            forged_keys, bad = _forged_in_segment(led, run, url, expected, skip_bad=skip_bad)
             skipped += bad
-            drop = forged if drop is None else pl.concat([drop, forged])
+            drop = forged_keys if drop is None else pl.concat([drop, forged_keys])
         got, bad = _read_segment(led, run, url, raw.filter(pl.col("seg") == n), drop, skip_bad=skip_bad)
         parts += got
         skipped += bad
