@@ -574,14 +574,16 @@ def _run_with(
     todo: Any, ledger: Ledger, provider: Any, plan: Plan, on_result: Any, on_retry: Any, tally: Tally, run: Any,
     had_failure: Collection[str], check_existing: bool,
 ) -> bool:  # fmt: skip
-    """run_local with the sweep's settings, over the provider client made for it."""
+    """run_local with the sweep's settings, over the provider client made for it; each job's task is checked
+    against the run's record (worker.taskcheck), as a Celery worker checks it."""
     from elo_per_token.coordinator.local import run_local
+    from elo_per_token.worker.taskcheck import RunTasks
 
     return run_local(
         todo, ledger, provider, concurrency=plan.concurrency, on_result=on_result, on_retry=on_retry,
         should_stop=tally.should_stop, run=run, clear_failures=had_failure, check_existing=check_existing,
         cancel_queued=tally.over_budget, queue_factor=1 if tally.cap is not None else 2,
-        on_abandon=lambda n: setattr(tally, "abandoned", n), transcripts=plan.transcripts, verify_tasks=True,
+        on_abandon=lambda n: setattr(tally, "abandoned", n), transcripts=plan.transcripts, tasks=RunTasks(),
     )  # fmt: skip
 
 
