@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
+
+# run_options / run_options_info live with the other surface options (no cli_report <-> surface_options
+# import cycle); named here too because the viewer, `ept analyze` and tests import them from this module.
+from elo_per_token.analysis.surface_options import run_options as run_options
+from elo_per_token.analysis.surface_options import run_options_info as run_options_info
 
 if TYPE_CHECKING:
     from elo_per_token.analysis.compare import CompareResult
@@ -204,77 +209,6 @@ def report(
     note = options_note(opts, base, source, from_run)
     if note:
         typer.echo(f"note: {note}", err=True)
-
-
-def run_options(inputs: list[str]) -> tuple[Any, str]:
-    """run_options_info without the flag: (options, where they came from)."""
-    opts, source, _ = run_options_info(inputs)
-    return opts, source
-
-
-def run_options_info(inputs: list[str]) -> tuple[Any, str, bool]:
-    """(options, where they came from, whether from the run's manifest). The settings the run's own table used (from its manifest), and where they came from.
-
-    One run, one set of numbers: `ept demo`/`ept sweep` print the table with the plan's bootstrap rounds and
-    seed (200 and 7 for the demo), so the report starts from them too. Plain logs, or several runs, get the
-    `ept analyze` defaults. The coordinator records the settings in the manifest as plain data
-    (contracts/manifest.py); a manifest written before that is read from its stored plan."""
-    from elo_per_token.analysis.io import read_manifest, run_source
-    from elo_per_token.analysis.pipeline import AnalysisOptions
-    from elo_per_token.contracts.manifest import profile_prices
-
-    src = run_source(inputs[0]) if len(inputs) == 1 else None  # the run itself, not a listing of its files
-    # A reader: reporting never creates a bucket, and a wrong endpoint fails at once.
-    manifest = read_manifest(src) if src else None
-    if src is None or not manifest or not isinstance(manifest.get("plan"), dict):
-        return AnalysisOptions(), "the defaults of `ept analyze`", False
-    # The run's profile prices, as `ept sweep` used them for its cost table (even when its plan is unreadable).
-    profile = manifest.get("profile")
-    prices = profile_prices(profile if isinstance(profile, dict) else {})
-    stored = manifest.get("analysis")
-    if not isinstance(stored, dict) and not isinstance(manifest["plan"].get("name"), str):
-        # Not a plan the coordinator wrote (another tool's manifest, a hand-made one): nothing says which
-        # settings its table used, so the `ept analyze` defaults, as for plain logs.
-        why = f"the defaults of `ept analyze` (run {src.run_id}'s stored plan has no name)"
-        return AnalysisOptions(prices=prices), why, False
-    settings, problem = _settings(
-        stored if isinstance(stored, dict) else manifest["plan"], plan=not isinstance(stored, dict)
-    )
-    if problem:
-        why = f"the defaults of `ept analyze` (run {src.run_id}'s plan: {problem})"
-        return AnalysisOptions(prices=prices), why, False
-    return AnalysisOptions(**settings, prices=prices), f"run {src.run_id}'s plan, as in its table", True
-
-
-def _settings(data: dict[str, Any], *, plan: bool) -> tuple[dict[str, Any], str | None]:
-    """weights/anchor/rounds/seed for AnalysisOptions from a manifest's `analysis` entry, or (plan=True, an
-    older manifest) from its stored plan's fields with the plan's defaults; (…, problem) when a value is bad."""
-    import math
-
-    from elo_per_token.contracts.manifest import MAX_BOOTSTRAP_ROUNDS, MAX_SEED, weights_option
-
-    keys = (
-        ("weights", "anchor", "bootstrap_rounds", "seed") if plan else ("weights", "anchor", "rounds", "seed")
-    )
-    weights, anchor, rounds, seed = (data.get(k) for k in keys)
-    weights = {} if weights is None else weights
-    rounds = 200 if rounds is None and plan else rounds
-    seed = 0 if seed is None and plan else seed
-    if not isinstance(weights, dict) or not all(
-        isinstance(w, int | float) and not isinstance(w, bool) and math.isfinite(w) and w >= 0
-        for w in weights.values()
-    ):
-        return {}, "weights must be a table family = finite weight >= 0"
-    if anchor is not None and not isinstance(anchor, str):
-        return {}, "anchor must be a string"
-    for name, v, hi in (("bootstrap_rounds", rounds, MAX_BOOTSTRAP_ROUNDS), ("seed", seed, MAX_SEED)):
-        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= hi:
-            return {}, f"{name} must be an integer in 0..{hi}"
-    level = data.get("level", 0.95)  # the coordinator's tables use 0.95; a manifest may record another
-    if not isinstance(level, float) or not 0.5 <= level < 1:
-        return {}, "level must be a number in [0.5, 1)"
-    out = {"weights": weights_option({str(k): float(w) for k, w in weights.items()}), "anchor": anchor}
-    return {**out, "rounds": rounds, "seed": seed, "level": level}, None
 
 
 def resolve_run(arg: str, ledger: str | None = None) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from elo_per_token.contracts.errors import InputError
@@ -124,6 +125,8 @@ def missingness(outcomes: pl.DataFrame, estimand: str = "shared") -> tuple[pl.Da
     if cells.height == 0:
         return pl.DataFrame(schema=schema), tail
     table = _others_means(outcomes, cells).select(list(schema)).cast(schema)  # type: ignore[arg-type]
+    table = table.with_columns(pl.Series("p_harder", _p_values(outcomes, cells, table["arm"].to_list()),
+                                         dtype=pl.Float64))  # fmt: skip
     warnings = []
     for r in table.iter_rows(named=True):
         a, b = r["others_on_missing"], r["others_on_rest"]
@@ -132,12 +135,13 @@ def missingness(outcomes: pl.DataFrame, estimand: str = "shared") -> tuple[pl.Da
             if a is not None and b is not None
             else ""
         )
-        hard = _harder(a, b)
+        hard = _harder(r["p_harder"], table.height)
         warnings.append(
             f"{r['arm']}: no score on {r['missing']} of {r['tasks']} task(s)"
             + (f"; {figs}" if figs else "")
             + (
-                "; the missing ones are the harder tasks, so dropping them would flatter this arm"
+                f"; the missing ones are the harder tasks (permutation test p = {r['p_harder']:.3g}, level "
+                f"{HARDER_ALPHA:g} over {table.height} arm(s)), so dropping them would flatter this arm"
                 if hard
                 else ""
             )
@@ -145,22 +149,87 @@ def missingness(outcomes: pl.DataFrame, estimand: str = "shared") -> tuple[pl.Da
     return table, warnings + tail
 
 
-HARDER_GAP = 0.1  # the other arms' mean score on an arm's missing tasks this far below their mean on the rest
+def _p_values(outcomes: pl.DataFrame, cells: pl.DataFrame, arms: list[str]) -> list[float | None]:
+    """harder_p_value per arm: each task of the arm's families with the other arms' mean score there."""
+    task_arm = (outcomes.filter(pl.col("score").is_not_null())
+                .group_by("task_id", "family", "arm").agg(pl.col("score").mean().alias("s")))  # fmt: skip
+    out: list[float | None] = []
+    for arm in arms:
+        fams = cells.filter(pl.col("arm") == arm)["family"].unique().implode()
+        others = (task_arm.filter((pl.col("arm") != arm) & pl.col("family").is_in(fams))
+                  .group_by("task_id", "family").agg(pl.col("s").mean().alias("d")))  # fmt: skip
+        lacks = cells.filter(pl.col("arm") == arm).select("task_id", "family", pl.lit(True).alias("m"))
+        t = (others.join(lacks, on=["task_id", "family"], how="left").with_columns(pl.col("m").fill_null(False))
+             .sort("family", "task_id"))  # fmt: skip
+        if t.height == 0 or not t["m"].any():
+            out.append(None)
+            continue
+        out.append(
+            harder_p_value(t["d"].to_numpy(), t["m"].to_numpy(), t["family"].cast(pl.String).to_numpy())
+        )
+    return out
 
 
-def _harder(on_missing: float | None, on_rest: float | None) -> bool:
-    """The check's verdict: the arm's missing tasks are the harder ones (the rule of its warning)."""
-    return on_missing is not None and on_rest is not None and on_missing < on_rest - HARDER_GAP
+HARDER_ALPHA = (
+    0.05  # family-wise level of the "missing ones are the harder tasks" test (Bonferroni over arms)
+)
+PERMUTATIONS = 1999  # Monte Carlo rounds of the permutation test (p resolves to 1/2000)
+_PERM_CELLS = 4_000_000  # rounds x tasks of one exact draw (32 MB); above it, see harder_p_value
+
+
+def _harder(p_value: float | None, n_tested: int) -> bool:
+    """The check's verdict: the arm's missing tasks are harder than a random subset of its tasks would be, at
+    family-wise level HARDER_ALPHA over the n_tested arms with missing tasks (the rule of its warning)."""
+    return p_value is not None and n_tested > 0 and p_value < HARDER_ALPHA / n_tested
+
+
+def harder_p_value(
+    difficulty: np.ndarray, missing: np.ndarray, family: np.ndarray, *, seed: int = 0
+) -> float:
+    """One-sided p-value that an arm's missing tasks are the harder ones, by a stratified permutation test.
+
+    Args:
+        difficulty: per task of the arm's families, the other arms' mean score there (lower = harder).
+        missing: per task, whether the arm has no score on it.
+        family: per task, its family (the missing count of each family is held fixed: tasks go missing within
+            a family, and families differ in difficulty).
+
+    Returns:
+        P(mean difficulty of a random missing set <= the observed one) under "missing completely at random",
+        (1 + hits) / (1 + PERMUTATIONS); 1.0 when nothing is missing. A family too large to permute in 32 MB
+        (over 2,000 tasks) is drawn with replacement when under 1% of it is missing (then the two draws differ
+        by less than that share), else from the normal limit of its sum (over 20 missing tasks; variance with
+        the finite-population correction).
+    """
+    d, miss = np.asarray(difficulty, dtype=float), np.asarray(missing, dtype=bool)
+    if not miss.any():
+        return 1.0
+    rng = np.random.default_rng(seed)
+    observed = float(d[miss].sum())
+    null = np.zeros(PERMUTATIONS)
+    for fam in np.unique(family):
+        x, m = d[family == fam], int(miss[family == fam].sum())
+        if m == 0 or m == len(x):
+            null += x.sum() if m else 0.0
+            continue
+        if PERMUTATIONS * len(x) <= _PERM_CELLS:
+            keys = rng.random((PERMUTATIONS, len(x)))
+            null += x[np.argpartition(keys, m - 1, axis=1)[:, :m]].sum(axis=1)
+        elif m <= 0.01 * len(x):
+            null += x[rng.integers(0, len(x), (PERMUTATIONS, m))].sum(axis=1)
+        else:
+            var = m * x.var() * (len(x) - m) / (len(x) - 1)
+            null += rng.normal(m * x.mean(), np.sqrt(var), PERMUTATIONS)
+    return float((1 + np.count_nonzero(null <= observed + 1e-12)) / (1 + PERMUTATIONS))
 
 
 def flagged_arms(table: pl.DataFrame | None) -> list[str]:
     """Arms the missingness check flags (their missing tasks are the harder ones): the recommendation never
     picks them, as their Elo is over easier tasks than the others'. table: missingness()'s frame."""
-    if table is None or table.height == 0:
+    if table is None or table.height == 0 or "p_harder" not in table.columns:
         return []
-    return [
-        r["arm"] for r in table.iter_rows(named=True) if _harder(r["others_on_missing"], r["others_on_rest"])
-    ]
+    k = table.height
+    return [r["arm"] for r in table.iter_rows(named=True) if _harder(r["p_harder"], k)]
 
 
 def _others_means(outcomes: pl.DataFrame, cells: pl.DataFrame) -> pl.DataFrame:

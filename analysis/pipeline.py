@@ -201,7 +201,7 @@ class AnalysisResult:
 def versions() -> dict[str, str]:
     import scipy
 
-    from elo_per_token.ept import __version__
+    from elo_per_token import __version__
 
     return {
         "elo_per_token": __version__,

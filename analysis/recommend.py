@@ -235,6 +235,7 @@ def recommend(
     margin: float = DEFAULT_MARGIN,
     partial: Mapping[str, Sequence[str]] | None = None,
     flagged: Sequence[str] = (),
+    tokens_samples: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """The recommendation as data: status, the arm (or None), the best arm, the arms not separated from it,
     frontier steps, the budget pick and `lines` (the text every report prints, in order).
@@ -280,7 +281,9 @@ def recommend(
         lines.append(
             f"… and {len(steps) - MAX_STEP_LINES} more frontier steps (report.json recommendation.steps)"
         )
-    under = _under_budget(arms, elo, tok, cost, elo_s, level, budget, valid)
+    under = _under_budget(
+        arms, elo, (tok, _upper(tok, tokens_samples, level)), cost, elo_s, level, budget, valid
+    )
     if under is not None:
         lines.append(under["text"])
     return {**out, "steps": steps, "budget": under, "lines": lines}
@@ -294,31 +297,58 @@ def _excluded_line(excluded: Mapping[str, str]) -> str:
     return "Never recommended: " + "; ".join(f"{a} ({why})" for a, why in excluded.items()) + "."
 
 
-def _under_budget(arms: Sequence[str], elo: np.ndarray, tok: np.ndarray, cost: np.ndarray | None,
-                  elo_s: np.ndarray | None, level: float, budget: Budget | None,
+def _upper(tok: np.ndarray, samples: np.ndarray | None, level: float) -> np.ndarray | None:
+    """Per arm, the upper end of the tokens-per-task interval at `level` (None without a bootstrap): a rare
+    very long reply makes the mean uncertain, and a budget pick must fit with that uncertainty."""
+    if samples is None or len(samples) == 0:
+        return None
+    s = np.asarray(samples, dtype=float)
+    with np.errstate(all="ignore"):
+        hi = np.nanquantile(s, (1 + level) / 2, axis=0) if np.isfinite(s).any() else np.full(len(tok), np.nan)
+    return np.where(np.isnan(hi), tok, np.maximum(hi, tok))
+
+
+def _amount(x: float, usd: bool) -> str:
+    return f"${x:.5f}" if usd else f"{_tok(x)} tokens"
+
+
+def _under_budget(arms: Sequence[str], elo: np.ndarray, toks: tuple[np.ndarray, np.ndarray | None],
+                  cost: np.ndarray | None, elo_s: np.ndarray | None, level: float, budget: Budget | None,
                   valid: list[int]) -> dict[str, Any] | None:  # fmt: skip
-    """The best arm whose tokens (or cost) per task fit the budget, and the cheapest within its noise."""
+    """The best arm whose tokens (or cost) per task fit the budget at the upper end of their interval, and the
+    cheapest within its noise. toks: (tokens per task, their upper interval ends or None without a bootstrap);
+    a cost's upper end scales the cost by the arm's token ratio hi/point (prices per token are fixed)."""
     if budget is None:
         return None
+    tok, tok_hi = toks
     spend = cost if budget.usd else tok
     if spend is None:
         return {"budget": budget.describe(), "arm": None,
                 "text": f"Budget {budget.describe()}: the run has no prices (set them with --prices)."}  # fmt: skip
-    fit = [i for i in valid if not math.isnan(spend[i]) and spend[i] <= budget.amount]
+    with np.errstate(all="ignore"):
+        hi = spend if tok_hi is None else spend * np.where(tok > 0, tok_hi / tok, 1.0)
+    fit = [i for i in valid if not math.isnan(hi[i]) and hi[i] <= budget.amount]
     if not fit:
-        cheapest = min(valid, key=lambda i: spend[i])
-        return {
-            "budget": budget.describe(),
-            "arm": None,
-            "text": f"Budget {budget.describe()}: no arm fits (the cheapest, {arms[cheapest]}, needs "
-            + (f"${spend[cheapest]:.5f}" if budget.usd else f"{_tok(spend[cheapest])} tokens")
-            + " per task).",
-        }
+        cheapest = min(valid, key=lambda i: hi[i])
+        needs = _amount(spend[cheapest], budget.usd) + (
+            f" (up to {_amount(hi[cheapest], budget.usd)})" if hi[cheapest] > spend[cheapest] else ""
+        )
+        return {"budget": budget.describe(), "arm": None,
+                "text": f"Budget {budget.describe()}: no arm fits (the cheapest, {arms[cheapest]}, needs {needs} "
+                "per task)."}  # fmt: skip
     best = max(fit, key=lambda i: elo[i])
     near = [i for i in _within_noise(best, elo_s, elo, level) if i in fit]
     pick = min(near, key=lambda i: (spend[i], -elo[i]))
-    used = f"${spend[pick]:.5f}" if budget.usd else f"{_tok(spend[pick])} tokens"
-    text = f"Budget {budget.describe()}: {arms[pick]} (Elo {elo[pick]:.0f}, {used} per task)"
+    used = (
+        _amount(spend[pick], budget.usd)
+        + " per task"
+        + (
+            f", at most {_amount(hi[pick], budget.usd)} at the upper end of its {round(level * 100)}% interval"
+            if tok_hi is not None
+            else "; a point estimate: it may exceed the budget"
+        )
+    )
+    text = f"Budget {budget.describe()}: {arms[pick]} (Elo {elo[pick]:.0f}, {used})"
     if pick != best:
         text += (
             f", within the noise of the strongest arm under the budget, {arms[best]} (Elo {elo[best]:.0f})"
@@ -337,4 +367,5 @@ def recommend_result(result: Any, budget: Budget | None = None) -> dict[str, Any
         cost = np.array([by.get(a) if by.get(a) is not None else math.nan for a in result.arms], dtype=float)
     return recommend(result.arms, result.elo, result.tokens_per_task, result.elo_samples,
                      level=result.options.level, cost=cost, budget=budget, margin=result.options.margin,
-                     partial=result.partial_arms, flagged=flagged_arms(result.missing))  # fmt: skip
+                     partial=result.partial_arms, flagged=flagged_arms(result.missing),
+                     tokens_samples=result.tokens_samples)  # fmt: skip

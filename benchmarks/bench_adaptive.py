@@ -1,7 +1,12 @@
 """Adaptive sweeps: tokens saved, decision error, interval coverage and reach on replays with known truth.
 
     PYTHONPATH=$PWD python3 benchmarks/bench_adaptive.py [REPLAYS=100] [DEMO_RUN ...] [--no-futility]
-        [--futility-power=0.02]
+        [--futility-power=0.02] [--eps-elo=0] [--eps-tokens=0]
+    PYTHONPATH=$PWD python3 benchmarks/bench_adaptive.py 200 --issue41 --eps-elo=10 --eps-tokens=0.05
+
+`--issue41`: issue 41's designs (ISSUE41: dominated arms, close neighbours, a heavy-token arm, a 16-arm long
+frontier), each arm's ε-classification (on / off / within the margin, analysis/epsilon.py) scored against the
+model's truth: token share (mean, median, 90th pct), replays with every arm classified, ε-error, coverage.
 
 Scenarios (each replayed REPLAYS times with the replay executor, coordinator/replay.py):
 - synthetic-12: 12 arms, 600 tasks in 3 families, the expensive arms clearly dominated;
@@ -41,9 +46,10 @@ from scipy.stats import beta
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from elo_per_token.analysis.epsilon import WITHIN, Margin, eps_truth, eps_wrong
 from elo_per_token.analysis.io import Records, read_records
 from elo_per_token.analysis.run_table import RunTable, table_from_records
-from elo_per_token.analysis.sequential import OFF, ON, elo_from_balance, true_frontier
+from elo_per_token.analysis.sequential import OFF, ON, OPEN, elo_from_balance, true_frontier
 from elo_per_token.coordinator.adaptive import round_bounds
 from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
 from elo_per_token.coordinator.replay import full_rule_decisions, reach, replay_adaptive
@@ -58,6 +64,8 @@ class Model:
     cost: tuple[float, ...]
     tasks: int = 600
     sigma_tokens: float = 0.35
+    easy_share: float = 0.0  # tasks every arm solves (difficulty -inf)
+    heavy: tuple[int, float, float] | None = None  # (arm, probability, factor): rare runs at factor x tokens
 
     def draw(self, rng: np.random.Generator) -> RunTable:
         """One full run of the model: every arm on every task."""
@@ -65,12 +73,15 @@ class Model:
         fam = [FAMILIES[i % 3] for i in range(t)]
         offset = np.asarray([{"code": 0.3, "math": -0.2, "tool_use": 0.0}[f] for f in fam])
         d = rng.normal(0.0, 1.2, t) + offset - 1.0  # task difficulty (negative: easy)
+        d[rng.uniform(size=t) < self.easy_share] = -np.inf
         p = expit(np.asarray(self.ability)[None, :] - d[:, None])
         scores = (rng.uniform(size=(t, k)) < p).astype(float)
         length = rng.lognormal(0.0, 0.3, t)[:, None]  # long tasks cost every arm more
-        tokens = np.round(
-            np.asarray(self.cost)[None, :] * length * rng.lognormal(0.0, self.sigma_tokens, (t, k))
-        )
+        tokens = np.asarray(self.cost)[None, :] * length * rng.lognormal(0.0, self.sigma_tokens, (t, k))
+        if self.heavy is not None:
+            arm, prob, factor = self.heavy
+            tokens[:, arm] *= np.where(rng.uniform(size=t) < prob, factor, 1.0)
+        tokens = np.round(tokens)
         arms = [f"arm{i:02d}" for i in range(k)]
         return RunTable(tasks=[f"t{i:04d}" for i in range(t)], families=fam, arms=arms, strategies=arms,
                         budgets=[1] * k, scores=scores, tokens=tokens)  # fmt: skip
@@ -82,7 +93,11 @@ class Model:
         offset = np.tile([0.3, -0.2, 0.0], n // 3 + 1)[:n]
         d = rng.normal(0.0, 1.2, n) + offset - 1.0
         acc = expit(np.asarray(self.ability)[None, :] - d[:, None]).mean(axis=0)
+        acc = self.easy_share + (1 - self.easy_share) * acc
         mean_tok = np.asarray(self.cost) * np.exp(0.3**2 / 2) * np.exp(self.sigma_tokens**2 / 2)
+        if self.heavy is not None:
+            arm, prob, factor = self.heavy
+            mean_tok[arm] *= 1 + prob * (factor - 1)
         return mean_tok, acc[:, None] - acc[None, :]
 
 
@@ -94,6 +109,19 @@ SYNTH = [
           ability=(0.0, 0.5, 0.55, 1.0, 1.05, 1.1, 0.2, -0.2),
           cost=(600, 1200, 1300, 3000, 3300, 3600, 9000, 15000)),
     Model("too-close (equal arms)", ability=(1.0,) * 6, cost=(1000, 1500, 2000, 3000, 4000, 6000), tasks=300),
+]  # fmt: skip
+
+# Issue 41's designs (held out from the rule's tuning above): each >= 200 replays of fresh draws.
+ISSUE41 = [
+    Model("dominated (8 arms, 3 x 200 tasks, 3 dominated by 0.3-0.4 logit)",
+          ability=(0.0, 0.5, 0.9, 1.2, 1.4, 0.55, 0.9, 1.0),
+          cost=(500, 1000, 2000, 4000, 8000, 3000, 6000, 12000)),
+    Model("close neighbours (6 arms, 2 x 200 tasks)", ability=(0.0, 0.5, 0.55, 1.0, 1.05, 1.1),
+          cost=(600, 1200, 1300, 3000, 3300, 3600), tasks=400),
+    Model("heavy-token (5 arms, 40% all-solve, one rare 50x-token arm)", ability=(0.0, 0.4, 0.8, 1.2, 0.9),
+          cost=(500, 1000, 2000, 4000, 1500), easy_share=0.4, heavy=(4, 0.04, 50.0)),
+    Model("long frontier (16 arms, each 0.12 logit stronger and 1.3x costlier)",
+          ability=tuple(0.12 * i for i in range(16)), cost=tuple(round(300 * 1.3**i) for i in range(16))),
 ]  # fmt: skip
 
 
@@ -245,6 +273,49 @@ def _frac(x: list[int]) -> str:
     return f"{x[0]}/{x[1]} = {x[0] / x[1]:.1%}" if x[1] else "0/0 (nothing to reach)"
 
 
+def run_eps(m: Model, replays: int, settings: AdaptiveSettings) -> str:
+    """One issue-41 row: token share (mean, median, 90th pct), the share of replays with every arm classified
+    (no open), ε-classification error against the model's truth (replays with any wrong arm, and the worst
+    arm's rate with its 95% Clopper-Pearson upper bound) and interval coverage (tokens/task and ΔElo)."""
+    tok, bal = m.truth()
+    margin = Margin(settings.epsilon_elo, settings.epsilon_tokens)
+    truth = eps_truth(tok, bal, margin)
+    share, every, any_wrong, cover = [], 0, 0, []
+    wrong = np.zeros(tok.size)
+    for r in range(replays):
+        out = replay_adaptive(m.draw(np.random.default_rng(1000 + r)), replace(settings, seed=r))
+        res = out.result
+        st = [x.status for x in res.reports]
+        share.append(out.token_share)
+        every += OPEN not in st
+        bad = [eps_wrong(a, b) for a, b in zip(st, truth, strict=True)]
+        wrong += bad
+        any_wrong += any(bad)
+        anchor = res.arms.index(res.anchor)
+        for i, x in enumerate(res.reports):
+            cover.append(x.tokens_lo <= tok[i] <= x.tokens_hi)
+            if i != anchor and x.d_elo_lo is not None and x.d_elo_hi is not None:
+                true_d = float(elo_from_balance(bal[i, anchor]))
+                cover.append(x.d_elo_lo - 1e-9 <= true_d <= x.d_elo_hi + 1e-9)
+    sh, worst = np.asarray(share), int(wrong.max())
+    hi = float(beta.ppf(0.95, worst + 1, replays - worst)) if worst < replays else 1.0
+    counts = {c: truth.count(c) for c in (ON, WITHIN, OFF) if c in truth}
+    return (f"| {m.name} | {counts} | {replays} | {sh.mean():.1%} | {np.median(sh):.1%} | {np.quantile(sh, 0.9):.1%} | "
+            f"{every / replays:.1%} | {any_wrong}/{replays} = {any_wrong / replays:.1%} | "
+            f"{worst / replays:.1%} (95% upper {hi:.1%}) | {np.mean(cover):.1%} ({len(cover)}) |")  # fmt: skip
+
+
+def main_eps(replays: int, settings: AdaptiveSettings) -> None:
+    """`--issue41`: the ε-classification table on issue 41's designs."""
+    print(f"settings: alpha={settings.alpha}, epsilon_elo={settings.epsilon_elo}, "
+          f"epsilon_tokens={settings.epsilon_tokens}, rounds={settings.rounds}, futility={settings.futility}")  # fmt: skip
+    print("| design | truth | replays | tokens mean | median | 90th pct | every arm classified | "
+          "replays with an ε-error | worst arm's ε-error | coverage |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for m in ISSUE41:
+        print(run_eps(m, replays, settings), flush=True)
+
+
 def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     flags = dict(a[2:].partition("=")[::2] for a in sys.argv[1:] if a.startswith("--"))
@@ -253,7 +324,12 @@ def main() -> None:
     settings = AdaptiveSettings(
         futility="no-futility" not in flags,
         futility_power=float(flags.get("futility-power", AdaptiveSettings.futility_power)),
+        epsilon_elo=float(flags.get("eps-elo", AdaptiveSettings.epsilon_elo)),
+        epsilon_tokens=float(flags.get("eps-tokens", AdaptiveSettings.epsilon_tokens)),
     )
+    if "issue41" in flags:
+        main_eps(replays, settings)
+        return
     print(f"settings: alpha={settings.alpha}, rounds={settings.rounds}, min_rounds={settings.min_rounds}, "
           f"futility={settings.futility} (power {settings.futility_power})")  # fmt: skip
     print("| run | replays | tokens vs full grid | worst arm's decision error | arms decided | "

@@ -222,5 +222,8 @@ JobSummary = TypedDict(
         # lost the race), recorded in the run's spent/ objects (contracts.spent).
         "spent_calls": NotRequired[int],
         "spent_tokens": NotRequired[int],
+        # Tokens of calls billed without usable usage, at their upper bound (JobResult.estimated_tokens):
+        # counted toward a spending cap beside `tokens` (measured only).
+        "est_tokens": NotRequired[int],
     },
 )

@@ -66,11 +66,16 @@ class CallRecord:
     gen: dict[str, Any] = field(default_factory=dict)
     # One per returned choice (finish_reason above is the first one's): "length" = cut by max_tokens.
     finish_reasons: list[str | None] = field(default_factory=list)
+    # A billed call without usable usage (usage_missing): its upper bound in tokens (prompt estimate + max_tokens
+    # x n, egress.client.usage_bound), what it counts toward the run's spending cap. None when usage was measured.
+    usage_estimate: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         if not d["gen"]:  # an empty object would be a struct without fields (Parquet cannot store one)
             del d["gen"]
+        if d["usage_estimate"] is None:  # only on the calls it concerns: job objects keep their shape
+            del d["usage_estimate"]
         return d
 
 
@@ -113,6 +118,16 @@ class JobResult:
             int(c.usage.get("prompt_tokens", 0)) + int(c.usage.get("completion_tokens", 0))
             for c in self.calls
             if c.usage is not None and c.role != "judge"
+        )
+
+    @property
+    def estimated_tokens(self) -> int:
+        """Strategy calls billed without usable usage, at their upper bound (CallRecord.usage_estimate): what
+        they count toward a spending cap beside `tokens`, which counts only measured usage."""
+        return sum(
+            int(c.usage_estimate)
+            for c in self.calls
+            if c.usage is None and c.usage_estimate and c.role != "judge"
         )
 
     def identity(self) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,11 +24,6 @@ SPENT_SUFFIX = ".jsonl"
 # Why an attempt's calls are not in the job's object.
 # "lost": journaled by a worker that died mid-job, recovered by the job's next delivery (worker.journal).
 SPENT_REASONS = ("failed", "duplicate", "lost")
-
-
-def spent_name() -> str:
-    """A fresh, unique blob name for one attempt (relative to the run)."""
-    return f"{SPENT_DIR}{uuid.uuid4().hex}{SPENT_SUFFIX}"
 
 
 def spent_bytes(

@@ -18,7 +18,7 @@ import json
 import re
 from typing import Any, Protocol
 
-from elo_per_token.contracts.secrets import mask, scrub
+from elo_per_token.contracts.secrets import SecretSet, mask, secret_set
 
 TRANSCRIPTS_DIR = "transcripts"
 SCHEMA = 1
@@ -50,27 +50,29 @@ def clip(text: Any, limit: int = MAX_FIELD_CHARS) -> str:
     return s[:head] + TRUNCATION_MARK.format(n=len(s) - limit) + s[len(s) - tail :]
 
 
-def scrub_text(text: str, secrets: list[str] | None = None) -> str:
-    """Known secrets (the process's key-like env values, given secrets, bearer tokens, URL passwords) and
-    anything shaped like an API key are masked (`sk-…abcd`)."""
-    text = scrub(text, secrets) if secrets else scrub(text)
+def scrub_text(text: str, secrets: list[str] | None = None, known: SecretSet | None = None) -> str:
+    """Every secret the process knows (contracts.secrets: `secrets` plus the environment's key-like values and
+    URL passwords, in any encoding), bearer tokens, URL passwords and anything shaped like an API key are
+    masked (`sk-…abcd`). `known`: the compiled set, when the caller scrubs many strings."""
+    text = (known or secret_set(secrets)).scrub(text)
     return _KEYLIKE.sub(lambda m: mask(m.group(0)), text)
 
 
 def bounded(doc: dict[str, Any], secrets: list[str] | None = None) -> dict[str, Any]:
     """The document with every string scrubbed and each call's text within MAX_CALL_CHARS."""
     truncated = False
+    known = secret_set(secrets)  # one secret set for the whole document
 
     def walk(x: Any, budget: list[int]) -> Any:
         nonlocal truncated
         if isinstance(x, str):
             limit = max(200, min(MAX_FIELD_CHARS, budget[0]))
-            out = clip(scrub_text(x, secrets), limit)
+            out = clip(scrub_text(x, known=known), limit)
             truncated |= "[truncated by ept" in out and "[truncated by ept" not in x
             budget[0] = max(0, budget[0] - len(out))
             return out
         if isinstance(x, dict):
-            return {str(k): walk(v, budget) for k, v in x.items()}
+            return {scrub_text(str(k), known=known): walk(v, budget) for k, v in x.items()}
         if isinstance(x, list | tuple):
             return [walk(v, budget) for v in x]
         return x if isinstance(x, int | float | bool) or x is None else walk(str(x), budget)

@@ -24,19 +24,25 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from elo_per_token.analysis.epsilon import (
+    WITHIN,
+    EpsAssessment,
+    Margin,
+    assess_eps,
+    eps_holm_z,
+    eps_needs,
+    eps_z,
+)
 from elo_per_token.analysis.sequential import (
     OFF,
     ON,
     OPEN,
     Assessment,
-    assess_holm,
     decision_z,
     elo_from_balance,
-    holm_step_z,
     needs_data,
     pair_stats,
     projected_interval,
-    reachable_needs,
     report_z,
     step_per_1k,
 )
@@ -100,6 +106,8 @@ class AdaptiveResult:
     assessment: Assessment | None
     z_report: float
     history: list[dict[str, object]] = field(default_factory=list)
+    margin: Margin = field(default_factory=Margin)  # the ε of the classification (0, 0: the strict rule)
+    alpha: float = 0.05
 
     @property
     def frontier(self) -> dict[str, str]:
@@ -184,6 +192,7 @@ def run_adaptive(
     looks = len(bounds) - first + 1  # decisions (and a stop) happen only from round `first` on
     z_dec = decision_z(settings.alpha, looks, k)
     min_tasks = bounds[first - 1][1]
+    margin = Margin(settings.epsilon_elo, settings.epsilon_tokens)
     st = _State(k)
     active = list(range(k))
     a: Assessment | None = None
@@ -193,9 +202,11 @@ def run_adaptive(
         tasks = order[lo:hi]
         st.add_round(tasks, active, runner(r, tasks, active), w)
         s, t, ww = st.matrices()
-        a = assess_holm(pair_stats(s, t, ww), settings.alpha, looks, min_tasks)
-        z_end = holm_step_z(a.stats, settings.alpha, looks, min_tasks)
-        fut = _futility(a, st, len(order), hi, min_tasks, z_end, settings, arms)
+        a = assess_eps(pair_stats(s, t, ww), t, settings.alpha, looks, min_tasks, margin)
+        z_end = eps_holm_z(a.stats, settings.alpha, looks, min_tasks, margin)
+        fut = _futility(
+            a, st, len(order), hi, min_tasks, (z_end, eps_z(settings.alpha, looks, k)), settings, arms
+        )
         width_ok = _width_ok(a, _mean_tokens(t), z_dec, settings.width)
         need = needs_data(a, width_ok, *(fut if fut is not None else (None, None)))
         for i in active:
@@ -231,16 +242,17 @@ def run_adaptive(
     return AdaptiveResult(
         arms=list(arms), reports=reports, rounds_run=len(history), rounds_planned=len(bounds), tokens_spent=st.spent,
         stop_reason=stop_reason, anchor=anchor, order=order, assessment=a, z_report=z_rep, history=history,
+        margin=margin, alpha=settings.alpha,
     )  # fmt: skip
 
 
 def _futility(
-    a: Assessment,
+    a: EpsAssessment,
     st: _State,
     n_tasks: int,
     seen: int,
     min_tasks: int,
-    z: np.ndarray,
+    zs: tuple[np.ndarray, float],
     settings: AdaptiveSettings,
     arms: Sequence[str],
 ) -> tuple[list[bool], np.ndarray] | None:
@@ -254,7 +266,8 @@ def _futility(
     # pair's tasks at the end are all the tasks left, whether or not both arms ran this round.
     live = np.asarray([x != OFF for x in a.status])
     n_end = a.stats.n + np.where(live[:, None] & live[None, :], n_tasks - seen, 0)
-    out, wants = reachable_needs(a, n_end, z, settings.futility_power)
+    z = zs[0]
+    out, wants = eps_needs(a, n_end, z, zs[1], settings.futility_power)
     for i in (i for i in range(st.k) if out[i]):
         others = [j for j in range(st.k) if j != i and a.status[j] != OFF]
         j = min(others, key=lambda j: abs(float(np.nan_to_num(a.stats.q[i, j]))), default=None)
@@ -276,6 +289,8 @@ def _why_stopped(i: int, arms: Sequence[str], a: Assessment, rnd: int) -> str:
         why = f"off: {arms[dom] if dom is not None else '?'} is cheaper and stronger"
     elif a.status[i] == ON:
         why = "on the frontier"
+    elif a.status[i] == WITHIN:
+        why = "within the margin of the frontier"
     else:  # an open arm stops only by the futility rule (needs_data)
         why = "open: not separable within the grid"
     return f"{why} (after round {rnd + 1})"
@@ -313,6 +328,8 @@ def _reason(
         if stopped is not None:
             return f"on the frontier: no arm in question can dominate it; stopped {when}"
         return f"on the frontier; kept running while open arms were compared with it; {when}"
+    if status == WITHIN:
+        return f"within the margin of the frontier: no arm is stronger and cheaper by more than it; stopped {when}"
     if why_open is not None and stopped is not None:
         return f"decision stayed open ({why_open}); stopped {when}"
     return f"decision stayed open ({stop_reason}); {when}"

@@ -93,6 +93,24 @@ def print_state(ledger: Any, run_id: str, console: Any) -> None:
         )
 
 
+_EPS_ELO_HELP = "Margin in ΔElo: arms no arm beats by more than this AND --epsilon-tokens are 'within'."
+_EPS_TOK_HELP = "Margin in tokens, a share of the arm's tokens per task (0.05 = 5%)."
+_ORDERS_HELP = "Replay this many random task orders; print token share and classification error over them."
+
+
+def _print_orders(table: Any, settings: AdaptiveSettings, orders: int, as_json: bool) -> None:
+    """`--orders K`: K task orders replayed, scored against the full grid's own ε-classification."""
+    import json
+
+    from elo_per_token.coordinator.replay import replay_orders
+
+    summ = replay_orders(table, settings, orders)
+    if as_json:
+        typer.echo(json.dumps({**summ.__dict__, "arms": table.arms}, sort_keys=True))
+    else:
+        typer.echo(summ.line())
+
+
 def replay_adaptive_cmd(
     run: list[str] = typer.Argument(
         ...,
@@ -117,6 +135,11 @@ def replay_adaptive_cmd(
         "--futility-power",
         help="Conditional power below which a decision counts as out of reach.",
     ),
+    epsilon_elo: float = typer.Option(AdaptiveSettings.epsilon_elo, "--epsilon-elo", help=_EPS_ELO_HELP),
+    epsilon_tokens: float = typer.Option(
+        AdaptiveSettings.epsilon_tokens, "--epsilon-tokens", help=_EPS_TOK_HELP
+    ),
+    orders: int = typer.Option(0, "--orders", min=0, max=10_000, help=_ORDERS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """How much would an adaptive sweep have saved on this run? Replays the adaptive policy on the run's stored
@@ -130,13 +153,17 @@ def replay_adaptive_cmd(
     from elo_per_token.coordinator.replay import replay_adaptive
 
     settings = AdaptiveSettings(alpha=alpha, rounds=rounds, min_rounds=min_rounds, width=width, seed=seed,
-                                max_tokens=max_tokens, futility=futility, futility_power=futility_power)  # fmt: skip
+                                max_tokens=max_tokens, futility=futility, futility_power=futility_power,
+                                epsilon_elo=epsilon_elo, epsilon_tokens=epsilon_tokens)  # fmt: skip
     try:
         settings.check()
     except ValueError as e:
         key = str(e).split(":")[0]
         raise InputError(str(e).split(": ", 1)[-1], field=f"--{key.replace('_', '-')}") from None
     table = read_run_table(run)
+    if orders:
+        _print_orders(table, settings, orders, as_json)
+        return
     out = replay_adaptive(table, settings)
     if as_json:
         got, of = out.reach
@@ -149,9 +176,10 @@ def replay_adaptive_cmd(
     c = make_console()
     print_adaptive(out.result, c, out.full_tokens)
     agree = [r.status == ("on" if f else "off") for r, f in zip(out.result.reports, out.truth, strict=True)
-             if r.status != "open"]  # fmt: skip
-    c.print(f"decided {len(agree)} of {len(out.truth)} arms; {sum(agree)} agree with the full grid's frontier",
-            highlight=False)  # fmt: skip
+             if r.status in ("on", "off")]  # fmt: skip
+    within = sum(r.status == "within" for r in out.result.reports)
+    c.print(f"decided {len(agree)} of {len(out.truth)} arms on/off ({sum(agree)} agree with the full grid's "
+            f"frontier); {within} within the margin", highlight=False)  # fmt: skip
     got, of = out.reach
     c.print(f"reach: the same test on the full grid (one look) decides {of} arm(s); this sweep decides {got} of "
             "them the same way", highlight=False)  # fmt: skip

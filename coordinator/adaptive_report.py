@@ -7,7 +7,7 @@ from typing import Any
 
 from elo_per_token.coordinator.adaptive import AdaptiveResult
 
-__all__ = ["adaptive_json", "print_adaptive"]
+__all__ = ["adaptive_json", "classification_line", "print_adaptive"]
 
 
 def _ci(v: float | None, lo: float | None, hi: float | None, fmt: str) -> str:
@@ -16,13 +16,24 @@ def _ci(v: float | None, lo: float | None, hi: float | None, fmt: str) -> str:
     return f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
 
 
+def classification_line(res: AdaptiveResult) -> str:
+    """The classification first: counts of on / within / off / open, the margin and the error per arm."""
+    st = [r.status for r in res.reports]
+    counts = ", ".join(f"{st.count(c)} {c}" for c in ("on", "within", "off", "open") if c in st)
+    m = res.margin
+    margin = (f"margin {m.elo:g} Elo / {m.tokens:.0%} tokens" if m.active
+              else "no margin (on/off only)")  # fmt: skip
+    return f"{counts} ({margin}; each arm's decision wrong with probability <= {res.alpha:g})"
+
+
 def print_adaptive(res: AdaptiveResult, console: Any, full_tokens: float | None = None) -> None:
     """The per-arm table and one line on the sweep (rounds, tokens, why it stopped)."""
     from rich.markup import escape
     from rich.table import Table
 
-    t = Table(title=f"Adaptive sweep: {res.rounds_run} of {res.rounds_planned} rounds · stopped: {res.stop_reason} · "
-                    f"intervals hold under the adaptive stopping (z = {res.z_report:.2f}); anchor {res.anchor}")  # fmt: skip
+    t = Table(title=f"Adaptive sweep: {classification_line(res)} · {res.rounds_run} of {res.rounds_planned} rounds · "
+                    f"stopped: {res.stop_reason} · intervals hold under the adaptive stopping (z = {res.z_report:.2f}); "
+                    f"anchor {res.anchor}")  # fmt: skip
     for col in (
         "arm",
         "frontier",
@@ -58,5 +69,6 @@ def adaptive_json(res: AdaptiveResult, full_tokens: float | None = None) -> dict
     return {
         "rounds_run": res.rounds_run, "rounds_planned": res.rounds_planned, "stop_reason": res.stop_reason,
         "tokens_spent": res.tokens_spent, "full_tokens": full_tokens, "anchor": res.anchor, "z": res.z_report,
+        "epsilon_elo": res.margin.elo, "epsilon_tokens": res.margin.tokens, "alpha": res.alpha,
         "arms": [{k: v for k, v in r.__dict__.items()} for r in res.reports],
     }  # fmt: skip

@@ -10,7 +10,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AdaptiveSettings", "check_adaptive", "settings_from_table"]
+__all__ = ["EPSILON_ELO", "EPSILON_TOKENS", "AdaptiveSettings", "check_adaptive", "settings_from_table"]
+
+# The default margin of the ε-relaxed classification (analysis/epsilon.py): arms no arm beats by more than
+# this much Elo AND this share of tokens are "within the margin" of the frontier. 0 and 0: the strict rule.
+EPSILON_ELO = 0.0
+EPSILON_TOKENS = 0.0
 
 _KEYS: dict[str, type] = {
     "alpha": float,
@@ -20,6 +25,9 @@ _KEYS: dict[str, type] = {
     "max_tokens": float,
     "futility": bool,
     "futility_power": float,
+    "epsilon_elo": float,
+    "epsilon_tokens": float,
+    "delta": float,
 }
 
 
@@ -42,6 +50,8 @@ class AdaptiveSettings:
     max_tokens: float | None = None
     futility: bool = True
     futility_power: float = 0.02
+    epsilon_elo: float = EPSILON_ELO
+    epsilon_tokens: float = EPSILON_TOKENS
 
     def check(self) -> None:
         """ValueError 'name: problem' for a value no sweep can use."""
@@ -55,13 +65,24 @@ class AdaptiveSettings:
             raise ValueError(f"width: must be a positive number, got {self.width}")
         if self.max_tokens is not None and not (math.isfinite(self.max_tokens) and self.max_tokens > 0):
             raise ValueError(f"max_tokens: must be a positive number, got {self.max_tokens}")
+        if not (math.isfinite(self.epsilon_elo) and 0 <= self.epsilon_elo <= 1000):
+            raise ValueError(f"epsilon_elo: must be in [0, 1000] (ΔElo), got {self.epsilon_elo}")
+        if not (math.isfinite(self.epsilon_tokens) and 0 <= self.epsilon_tokens < 1):
+            raise ValueError(
+                f"epsilon_tokens: must be a share in [0, 1) (0.05 = 5%), got {self.epsilon_tokens}"
+            )
         if not 0 < self.futility_power < 1:
             raise ValueError(f"futility_power: must be in (0, 1), got {self.futility_power}")
 
 
 def settings_from_table(table: dict[str, Any], seed: int) -> AdaptiveSettings:
-    """Settings from a validated `[adaptive]` table (unknown keys ignored; check_adaptive refuses them)."""
+    """Settings from a validated `[adaptive]` table (unknown keys ignored; check_adaptive refuses them).
+    `delta` is the issue's name for the error budget: the same setting as `alpha`, not both."""
     kw = {k: _KEYS[k](val) for k, val in table.items() if k in _KEYS}
+    if "delta" in kw:
+        if "alpha" in kw:
+            raise ValueError("delta: the same setting as alpha (the error budget); give one of them")
+        kw["alpha"] = kw.pop("delta")
     return AdaptiveSettings(seed=seed, **kw)
 
 

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
-from elo_per_token.contracts.backoff import backoff_ceiling
+from elo_per_token.common.backoff import backoff_ceiling
 from elo_per_token.contracts.jobs import CeleryJobContext, Job, JobSummary
 from elo_per_token.coordinator.consumers import QueueStalled, QueueWatch, redis_watch, window_s
 
@@ -93,6 +93,24 @@ def _start_budget(app: Any, run_id: str, spent: int) -> None:
     from elo_per_token.contracts.jobs import budget_key
 
     _broker_redis(app).set(budget_key(run_id), spent, ex=7 * 24 * 3600)
+
+
+# Raise the counter to at least ARGV[1] (never lower it): workers add to it concurrently, and anything that is
+# not a number (a forged string) is replaced.
+_FLOOR = """
+local v = tonumber(redis.call('GET', KEYS[1]))
+if v == nil or v < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1], 'EX', 604800) return 1 end
+return 0
+"""
+
+
+def _floor_budget(app: Any, run_id: str, spent: int) -> bool:
+    """Hold the broker's spend counter at no less than what this coordinator has seen spent (earlier sessions
+    plus the results it received): a counter forged low, by anyone who can write to the broker, is put back
+    on the next poll, so workers stop at the cap. True when the counter was below (it was raised)."""
+    from elo_per_token.contracts.jobs import budget_key
+
+    return bool(_broker_redis(app).eval(_FLOOR, 1, budget_key(run_id), int(spent)))
 
 
 def _cancel_queued(app: Any, run_ids: set[str], n_pending: int, notice: Callable[[str], None] | None) -> None:
@@ -169,6 +187,10 @@ class _Outstanding:
         self.watch: QueueWatch | None = (
             None  # coordinator.consumers: a queue with work and no consumer stops us
         )
+        # (run id, tokens spent by earlier sessions) when the run has a cap, and what this session's results
+        # spent (measured + estimated): the floor of the broker's counter (_floor_budget).
+        self.budget: tuple[str, int] | None = None
+        self.seen_tokens = 0
 
     def check_consumers(self) -> None:
         """QueueStalled when the job queue or the grade queue has had work and no consumer for the window."""
@@ -219,6 +241,7 @@ class _Outstanding:
             what, payload = _read_back(self.backend.decode_result(raw))
             if what == "result":
                 self.on_result(payload)
+                self.seen_tokens += int(payload.get("tokens") or 0) + int(payload.get("est_tokens") or 0)
             elif what == "failure":
                 self.on_result(_failed(self.pending[tid][0].key, f"worker error: {payload}"))
             else:
@@ -226,6 +249,8 @@ class _Outstanding:
                 continue
             self.pending.pop(tid)
             finished.append(key)
+        if finished and self.budget is not None:
+            _floor_budget(self.app, self.budget[0], self.budget[1] + self.seen_tokens)
         if finished:
             # One DEL per poll, not one round trip per finished job.
             self.backend.client.delete(*finished)
@@ -361,6 +386,7 @@ def run_celery(
             budget is not None
         ):  # (run id, spent by earlier sessions): workers count the run's spend from there
             _start_budget(app, *budget)
+            out.budget = budget
         _enqueue_all(out, jobs, max_pending=max_pending, poll_s=poll_s, broker_patience_s=broker_patience_s,
                      should_stop=should_stop)  # fmt: skip
         _drain(out, poll_s=poll_s, broker_patience_s=broker_patience_s, idle_notice_s=idle_notice_s,

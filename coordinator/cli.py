@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -13,6 +14,15 @@ if TYPE_CHECKING:  # annotations only: each command imports what it runs
 _LEDGER_HELP = (
     "Ledger URL (folder, file://… or s3://bucket/prefix); default: the plan's, else ./ept-out/ledger."
 )
+
+
+def _check_max_cost(max_cost: float | None) -> None:
+    """--max-cost as the plan's [budget] max_cost is checked: inf or nan would reach the cap's arithmetic as a
+    traceback; 0 would be a cap that runs nothing."""
+    from elo_per_token.contracts.errors import InputError
+
+    if max_cost is not None and not (math.isfinite(max_cost) and max_cost > 0):
+        raise InputError(f"must be a finite number of USD > 0, got {max_cost}", field="--max-cost")
 
 
 def _ledger_and_run(run: str, ledger: str | None, *, write: bool = True) -> tuple[Ledger, str]:
@@ -51,6 +61,10 @@ def _finish(out: SweepOutcome) -> None:
         raise typer.Exit(out.exit_code)
 
 
+_NAME_HELP = "Run name instead of the plan's (a new run: e.g. the same plan on another --model)."
+_MAX_JOBS_HELP = "Allow plans of up to N jobs (default: the plan's max_jobs, else 2,000,000)."
+
+
 def sweep(
     plan_file: str = typer.Argument(..., metavar="PLAN", help="Plan TOML (see examples/plans/)."),
     profile_url_override: str = typer.Option(
@@ -65,12 +79,7 @@ def sweep(
         None, "--profiles", help="profiles.toml (default: $EPT_PROFILES, ./profiles.toml)."
     ),
     no_analysis: bool = typer.Option(False, "--no-analysis", help="Skip the Elo table at the end."),
-    max_jobs: int = typer.Option(
-        None,
-        "--max-jobs",
-        min=1,
-        help="Allow plans of up to N jobs (default: the plan's max_jobs, else 2,000,000).",
-    ),
+    max_jobs: int = typer.Option(None, "--max-jobs", min=1, help=_MAX_JOBS_HELP),
     limit: int = typer.Option(
         None, "--limit", min=1, help="Run at most the first N tasks of each family now."
     ),
@@ -79,11 +88,7 @@ def sweep(
     ),
     profile: str = typer.Option(None, "--profile", help="Profile NAME to use instead of the plan's."),
     model: str = typer.Option(None, "--model", help="Model to use instead of the profile's."),
-    name: str = typer.Option(
-        None,
-        "--name",
-        help="Run name instead of the plan's (a new run: e.g. the same plan on another --model).",
-    ),
+    name: str = typer.Option(None, "--name", help=_NAME_HELP),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print jobs, calls and a token/$ estimate; send nothing."
     ),
@@ -107,9 +112,8 @@ def sweep(
     from elo_per_token.coordinator.plan import EXECUTORS, load_plan
     from elo_per_token.coordinator.sweep import execute
 
-    plan = load_plan(plan_file)
-    if name:
-        plan = _renamed(plan, name)
+    _check_max_cost(max_cost)
+    plan = _renamed(load_plan(plan_file), name)
     if executor and executor not in EXECUTORS:
         raise InputError(f"must be one of {', '.join(EXECUTORS)}", field="--executor")
     plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency, max_jobs=max_jobs,
@@ -138,11 +142,13 @@ def sweep(
     _finish(out)
 
 
-def _renamed(plan: Any, name: str) -> Any:
+def _renamed(plan: Any, name: str | None) -> Any:
     """The plan as run `name` (checked like the plan's own name: it names a folder/prefix in the ledger)."""
     from elo_per_token.contracts.errors import InputError
     from elo_per_token.coordinator.plan import valid_run_name
 
+    if not name:
+        return plan
     if not valid_run_name(name):
         raise InputError(
             "must be letters, digits, '-', '_' or '.' (it names the run in the ledger)", field="--name"

@@ -48,7 +48,7 @@ def _suites_line(source: str) -> int | None:
     """The line of `suites = …` in the plan file, when it is a readable file."""
     from pathlib import Path
 
-    from elo_per_token.contracts.tomlpos import toml_line
+    from elo_per_token.common.tomlpos import toml_line
 
     try:
         return toml_line(Path(source).read_text(encoding="utf-8"), "suites")

@@ -50,11 +50,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from elo_per_token.common.tomlpos import toml_line
 from elo_per_token.contracts import generation
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.manifest import MAX_BOOTSTRAP_ROUNDS, MAX_SEED
 from elo_per_token.contracts.tasks import Task
-from elo_per_token.contracts.tomlpos import toml_line
 from elo_per_token.ledger.store import DEFAULT_LEDGER
 
 EXECUTORS = ("local", "celery")

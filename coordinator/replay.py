@@ -18,11 +18,14 @@ from elo_per_token.coordinator.adaptive import AdaptiveResult, RoundResults, rou
 from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
 
 __all__ = [
+    "OrdersSummary",
     "ReplayOutcome",
     "full_decisions",
     "full_rule_decisions",
+    "full_values",
     "reach",
     "replay_adaptive",
+    "replay_orders",
     "replay_runner",
 ]
 
@@ -113,3 +116,68 @@ def replay_adaptive(
         truth=full_decisions(table, weights),
         full_rule=full_rule_decisions(table, settings, weights),
     )
+
+
+def full_values(table: RunTable, weights: dict[str, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens/task [K], win balance [K, K]) of the full grid: the population a replay samples its tasks
+    from, so its exact truth."""
+    from elo_per_token.coordinator.adaptive import task_weights
+
+    st = pair_stats(table.scores, table.tokens, task_weights(table.families, weights))
+    seen = (~np.isnan(table.tokens)).sum(axis=0)
+    tok = np.where(seen > 0, np.nansum(table.tokens, axis=0) / np.maximum(seen, 1), np.nan)
+    return tok, np.nan_to_num(st.q)
+
+
+@dataclass(frozen=True)
+class OrdersSummary:
+    """`ept replay-adaptive RUN --orders K`: K random task orders replayed on one stored run."""
+
+    shares: list[float]
+    classified: list[bool]  # every arm classified (no open)
+    wrong: list[int]  # arms whose classification contradicts the full grid's own ε-classification
+    covered: int  # intervals (tokens/task, ΔElo vs anchor) holding the full grid's values
+    intervals: int
+    truth: list[str]  # the full grid's ε-classification (its point values: eps_truth)
+
+    def line(self) -> str:
+        """Mean / median / 90th pct token share, classified share, classification error, coverage."""
+        sh, k = np.asarray(self.shares), len(self.shares)
+        return (f"{k} task orders: token share mean {sh.mean():.1%}, median {np.median(sh):.1%}, 90th pct "
+                f"{np.quantile(sh, 0.9):.1%}; every arm classified in {sum(self.classified)}/{k}; orders with "
+                f"a classification contradicting the full grid's ({', '.join(self.truth)}): "
+                f"{sum(w > 0 for w in self.wrong)}/{k}; interval coverage {self.covered}/{self.intervals} = "
+                f"{self.covered / max(self.intervals, 1):.1%}")  # fmt: skip
+
+
+def replay_orders(
+    table: RunTable, settings: AdaptiveSettings, orders: int, weights: dict[str, float] | None = None
+) -> OrdersSummary:
+    """Replay `orders` task orders (seeds settings.seed .. + orders - 1) and score each against the full grid's
+    own values (full_values): its ε-classification (analysis/epsilon.eps_truth) and interval coverage."""
+    from dataclasses import replace
+
+    from elo_per_token.analysis.epsilon import Margin, eps_truth, eps_wrong
+    from elo_per_token.analysis.sequential import OPEN, elo_from_balance
+
+    tok, bal = full_values(table, weights)
+    truth = eps_truth(tok, bal, Margin(settings.epsilon_elo, settings.epsilon_tokens))
+    full_tokens = float(np.nansum(table.tokens))
+    shares, classified, wrong, covered, intervals = [], [], [], 0, 0
+    for k in range(orders):
+        res = run_adaptive(table.families, table.arms, replay_runner(table), replace(settings, seed=settings.seed + k),
+                           weights=weights)  # fmt: skip
+        shares.append(res.tokens_spent / full_tokens if full_tokens else float("nan"))
+        st = [r.status for r in res.reports]
+        classified.append(OPEN not in st)
+        wrong.append(sum(eps_wrong(s, t) for s, t in zip(st, truth, strict=True)))
+        anchor = res.arms.index(res.anchor)
+        for i, r in enumerate(res.reports):
+            intervals += 1
+            covered += bool(r.tokens_lo <= tok[i] <= r.tokens_hi)
+            if i != anchor and r.d_elo_lo is not None and r.d_elo_hi is not None:
+                intervals += 1
+                covered += bool(
+                    r.d_elo_lo - 1e-9 <= float(elo_from_balance(bal[i, anchor])) <= r.d_elo_hi + 1e-9
+                )
+    return OrdersSummary(shares, classified, wrong, covered, intervals, truth)

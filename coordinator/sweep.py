@@ -46,6 +46,10 @@ class Tally:
     tokens: int = 0
     spent_calls: int = 0  # of those: attempts whose calls are in spent/ objects (failed, duplicate copies)
     spent_tokens: int = 0
+    # Calls billed without usable usage, at their upper bound (JobSummary est_tokens): part of the spend the cap
+    # counts, beside the measured `tokens`.
+    est_tokens: int = 0
+    est_calls: int = 0  # jobs with such calls (the summary says how much of the spend is estimated)
     retrying: set[str] = field(default_factory=set)
     failures: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     lost: dict[str, int] = field(
@@ -99,6 +103,9 @@ class Tally:
             self.tokens += int(s.get("tokens") or 0)
             self.spent_calls += int(s.get("spent_calls") or 0)
             self.spent_tokens += int(s.get("spent_tokens") or 0)
+            est = int(s.get("est_tokens") or 0)
+            self.est_tokens += est
+            self.est_calls += 1 if est else 0
 
     def retry(self, key: str) -> None:
         with self.lock:
@@ -113,7 +120,13 @@ class Tally:
 
     def over_budget(self) -> bool:
         """The run has spent its cap (earlier sessions plus the jobs finished in this one): start no new job."""
-        return self.cap is not None and self.cap.reached(self.tokens)
+        return self.cap is not None and self.cap.reached(self.spend)
+
+    @property
+    def spend(self) -> int:
+        """This session's spend as the cap counts it: measured tokens plus the upper bounds of calls whose usage
+        was missing or invalid (conservative by construction: a provider that reports nothing is still capped)."""
+        return self.tokens + self.est_tokens
 
     def should_stop(self) -> bool:
         lost = self.lease_lost is not None and self.lease_lost.is_set()
@@ -124,7 +137,8 @@ class Tally:
 class BudgetCap:
     """A sweep's cap on the run's total strategy tokens and/or cost. Tokens are counted as jobs finish, so a
     stop overshoots by at most the jobs running when the cap is reached (one job per worker thread). Cost is
-    counted at the higher of the profile's input and output prices: the estimate never undercounts."""
+    counted at the higher of the profile's input and output prices, and a call without usable usage at its
+    upper bound (prompt estimate + max_tokens x n): the count never undercounts."""
 
     max_tokens: int | None = None
     max_cost: float | None = None
@@ -450,11 +464,18 @@ def _execute_held(
         out.compact_note = _compact(ledger, plan.run_id)
     if analyze and (completed or out.stopped_for_budget):
         out.analysis, out.analysis_error = analyze_run(plan, ledger)
-        if out.analysis is not None and tally.failures:
-            from elo_per_token.analysis.incomplete import mark_missing_families
-
-            mark_missing_families(out.analysis, failed_families(tally))
+        _mark_missing(out, {str(t["family"]) for t in tasks})
     return out
+
+
+def _mark_missing(out: SweepOutcome, planned: set[str]) -> None:
+    """Name on the analysis every planned family it has no outcome for, with why (analysis.incomplete)."""
+    if out.analysis is None:
+        return
+    from elo_per_token.analysis.incomplete import mark_missing_families
+
+    why = "not run: the sweep stopped at its budget" if out.stopped_for_budget else "no finished job"
+    mark_missing_families(out.analysis, {**dict.fromkeys(planned, why), **failed_families(out.tally)})
 
 
 def failed_families(tally: Tally) -> dict[str, str]:
@@ -485,7 +506,7 @@ def budget_cap(plan: Plan, manifest: dict[str, Any], profile_public: dict[str, A
             field="max_cost",
         )
     sessions = [x for x in manifest.get("sessions") or [] if isinstance(x, dict)][:-1]  # the last one is this
-    prior = sum(int(x.get("tokens") or 0) for x in sessions)
+    prior = sum(int(x.get("tokens") or 0) + int(x.get("est_tokens") or 0) for x in sessions)
     return BudgetCap(plan.max_total_tokens, plan.max_cost, max(known) / 1e6 if known else None, prior)
 
 
@@ -498,8 +519,8 @@ def record_session(ledger: Ledger, run_id: str, out: SweepOutcome) -> None:
     t = out.tally
     stopped = ("egress" if out.stopped_for_egress else "budget" if out.stopped_for_budget
                else None if out.completed else "interrupted")  # fmt: skip
-    entry = {**m["sessions"][-1], "tokens": t.tokens, "calls": t.calls, "jobs_done": t.done + t.duplicate,
-             "stopped": stopped}  # fmt: skip
+    entry = {**m["sessions"][-1], "tokens": t.tokens, "est_tokens": t.est_tokens, "calls": t.calls,
+             "jobs_done": t.done + t.duplicate, "stopped": stopped}  # fmt: skip
     if t.cap is not None:
         entry["cap"] = {
             "max_tokens": t.cap.max_tokens,
@@ -645,6 +666,13 @@ def print_summary(out: SweepOutcome, console: Console) -> None:
         console.print(f"of which {t.spent_calls} calls · {t.spent_tokens:,} tokens on failed attempts (recorded in "
                       "the run's spent/ objects; `ept analyze` lists them per arm)", highlight=False)  # fmt: skip
     console.print(f"ledger: {out.run_url}", highlight=False)
+    if t.est_tokens:
+        console.print(
+            f"[yellow]estimated spend[/]: {t.est_tokens:,} of this session's {t.spend:,} tokens are upper bounds "
+            f"(prompt estimate + max_tokens x n) for calls of {t.est_calls} job(s) whose usage was missing or "
+            "invalid; the budget cap counts them so",
+            highlight=False,
+        )
     if t.calls and not t.tokens:
         # Every call came back without usage (a zero-token call does not happen): say so, and how to get it.
         console.print(
@@ -660,8 +688,8 @@ def print_summary(out: SweepOutcome, console: Console) -> None:
         )
     elif out.stopped_for_budget and t.cap is not None:
         console.print(
-            f"[yellow]stopped at its budget[/] ({t.cap.describe()}): {t.cap.prior_tokens + t.tokens:,} tokens spent "
-            f"by the run; {t.cancelled} queued job(s) did not start. The run is analysable as it stands; raise "
+            f"[yellow]stopped at its budget[/] ({t.cap.describe()}): {t.cap.prior_tokens + t.spend:,} tokens spent "
+            f"by the run{f' ({t.est_tokens:,} of them estimated)' if t.est_tokens else ''}; {t.cancelled} queued job(s) did not start. The run is analysable as it stands; raise "
             "--max-tokens/--max-cost and rerun the same command to continue (finished jobs are skipped)",
             highlight=False,
         )

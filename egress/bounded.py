@@ -28,6 +28,11 @@ import httpx2
 _local = threading.local()
 
 
+class CrossHostRedirect(httpx2.HTTPError):
+    """A redirect to another origin (scheme, host or port): not followed, so the prompt (and whatever the
+    SDK would resend) never goes to a host the profile does not name."""
+
+
 class ResponseTooLarge(httpx2.ReadError):
     """The response body passed the byte cap: the rest is not read (the connection is dropped)."""
 
@@ -154,6 +159,17 @@ class _BoundedClient(httpx2.Client):
         self._total_s, self._max_bytes = total_s, max_bytes  # read by the _init_* calls of __init__
         super().__init__(**kwargs)
 
+    def _build_redirect_request(self, request: httpx2.Request, response: httpx2.Response) -> httpx2.Request:
+        """Redirects within the endpoint's origin are followed as before; one to another origin is refused."""
+        nxt = super()._build_redirect_request(request, response)
+        a, b = request.url, nxt.url
+        if (a.scheme, a.host, a.port) != (b.scheme, b.host, b.port):
+            where = f"{b.scheme}://{b.host}" + (f":{b.port}" if b.port else "")
+            raise CrossHostRedirect(
+                f"{response.status_code} redirect from {a.host} to another origin ({where})"
+            )
+        return nxt
+
     def _init_transport(self, *args: Any, **kwargs: Any) -> httpx2.BaseTransport:
         kwargs.pop("transport", None)
         return BoundedTransport(*args, total_s=self._total_s, max_bytes=self._max_bytes, **kwargs)
@@ -168,8 +184,9 @@ def bounded_http_client(
     total_s: float, max_bytes: int, on_headers: Callable[[httpx2.Headers], None] | None = None
 ) -> httpx2.Client:
     """An httpx2 client for the SDKs: per-operation timeouts of `total_s`, and the bounds above (the SDKs'
-    own connection limits and redirect policy; proxies from the environment as usual). `on_headers` sees the
-    headers of every response, errors included (the rate limiter reads x-ratelimit-*)."""
+    own connection limits; redirects followed within the endpoint's origin only; proxies from the environment
+    as usual). `on_headers` sees the headers of every response, errors included (the rate limiter reads
+    x-ratelimit-*)."""
     hooks = {"response": [lambda r: on_headers(r.headers)]} if on_headers is not None else None
     return _BoundedClient(
         event_hooks=hooks,

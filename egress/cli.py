@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from elo_per_token.contracts.atomic import write_atomic
+from elo_per_token.common.atomic import write_atomic
 
 if TYPE_CHECKING:
     from elo_per_token.egress.doctor import Check

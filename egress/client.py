@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from elo_per_token.contracts.secrets import mask, scrub
+from elo_per_token.contracts.secrets import mask, secret_set
 from elo_per_token.contracts.usage import check_usage
 from elo_per_token.egress.errors import Discarded, Malformed, ProviderError
 from elo_per_token.egress.profiles import Profile
@@ -49,28 +49,33 @@ class ChatResponse:
     max_tokens: int | None = (
         None  # the limit sent (a known context_length may have lowered the configured one)
     )
+    # The call's upper bound in tokens (usage_bound): what it counts toward a spending cap when usage is None.
+    usage_bound: int | None = None
 
 
 def _scrubbed(choices: list[Choice], model: str | None, key: str | None) -> tuple[list[Choice], str | None]:
-    """What a provider echoed of the key, masked before anything stores it: every secret pattern in the labels
-    (`model`, `finish_reason`); only the key itself in the text and tool calls, so that a candidate's own
-    code (say, a "Bearer …" header in an answer) is graded as written."""
-    keys = [key] if key and len(key) >= 8 else []
+    """What a provider echoed of a secret, masked before anything stores it: in the labels (`model`,
+    `finish_reason`) every secret pattern too (bearer tokens, URL passwords); in the text, the reasoning and
+    the tool calls only the secrets the process knows (contracts.secrets: the key, key-like environment
+    values, URL passwords, in any encoding), so that a candidate's own code (say, a "Bearer …" header in an
+    answer) is graded as written. The reasoning is kept: transcripts show it."""
+    known = secret_set([key])
 
-    def exact(t: str) -> str:
-        return t.replace(key, mask(key)) if keys and key and key in t else t
+    def text(t: str | None) -> str | None:
+        return known.mask_values(t) if t else t
 
     out = [
         Choice(
-            text=exact(c.text) if c.text else c.text,
-            finish_reason=scrub(c.finish_reason, keys) if c.finish_reason else c.finish_reason,
+            text=text(c.text),
+            finish_reason=known.scrub(c.finish_reason) if c.finish_reason else c.finish_reason,
             tool_calls=[
-                {k: exact(v) if isinstance(v, str) else v for k, v in tc.items()} for tc in c.tool_calls
+                {k: text(v) if isinstance(v, str) else v for k, v in tc.items()} for tc in c.tool_calls
             ],
+            reasoning=text(c.reasoning),
         )
         for c in choices
     ]
-    return out, scrub(model, keys) if model else model
+    return out, known.scrub(model) if model else model
 
 
 def _sdk_http(sdk: Any, http: Any) -> dict[str, Any]:
@@ -91,6 +96,27 @@ def _sdk_http(sdk: Any, http: Any) -> dict[str, Any]:
 def _estimate_tokens(messages: list[dict[str, Any]], max_tokens: int | None, n: int) -> int:
     chars = sum(len(json.dumps(m.get("content") or "")) for m in messages)
     return chars // 4 + 4 * len(messages) + (max_tokens or 512) * n
+
+
+# Completion tokens per choice assumed by usage_bound when a call sends no max_tokens and the profile has no
+# context_length: the server's own limit is unknown (set max_tokens for a bound that holds by construction).
+UNLIMITED_COMPLETION_BOUND = 16_384
+
+
+def _prompt_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
+    """The prompt's size in tokens, estimated: ~4 characters per token, +10 %, plus 4 per message."""
+    text = json.dumps([m.get("content") for m in messages]) + (json.dumps(tools) if tools else "")
+    return int(len(text) / 4 * 1.1) + 4 * len(messages)
+
+
+def usage_bound(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, max_tokens: int | None, n: int,
+    context_length: int | None = None,
+) -> int:  # fmt: skip
+    """What a call counts toward a spending cap when its usage is missing or invalid: the prompt estimate plus
+    max_tokens for each of the n choices (the context window, or UNLIMITED_COMPLETION_BOUND, without one)."""
+    per_choice = max_tokens or context_length or UNLIMITED_COMPLETION_BOUND
+    return _prompt_tokens(messages, tools) + per_choice * n
 
 
 class ProviderClient:
@@ -215,8 +241,7 @@ class ProviderClient:
         limit = self.profile.context_length
         if not limit:
             return max_tokens
-        text = json.dumps([m.get("content") for m in messages]) + (json.dumps(tools) if tools else "")
-        prompt = int(len(text) / 4 * 1.1) + 4 * len(messages)
+        prompt = _prompt_tokens(messages, tools)
         room = limit - prompt
         if room < 16:
             raise ProviderError(
@@ -269,7 +294,12 @@ class ProviderClient:
             call = self._chat_call(messages, tools, temperature, n, seed, max_tokens, gen, headers)
         discarded: list[Discarded] = []
         self._require_key()
-        (choices, model, raw_usage), attempts = self._retrier.run(call, est, discarded)
+        bound = usage_bound(messages, tools, max_tokens, n, self.profile.context_length)
+        try:
+            (choices, model, raw_usage), attempts = self._retrier.run(call, est, discarded)
+        except ProviderError as e:
+            e.usage_bound = bound
+            raise
         choices, model = _scrubbed(choices, model, self._key)
         # Checked before anything stores or sums it: invalid usage becomes None plus a reason.
         usage, usage_invalid = check_usage(raw_usage)
@@ -291,6 +321,7 @@ class ProviderClient:
             usage_invalid=usage_invalid,
             discarded=discarded,
             max_tokens=max_tokens,
+            usage_bound=bound,
         )
 
     def _messages_call(

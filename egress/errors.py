@@ -85,6 +85,9 @@ class ProviderError(Exception):
         self.usage: dict[str, Any] | None = None
         self.usage_invalid: str | None = None
         self.discarded: list[Discarded] = []
+        # The call's upper bound in tokens (egress.client.usage_bound): what a billed attempt without usable
+        # usage counts toward a spending cap.
+        self.usage_bound: int | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled by its fields (Celery's result backend, multiprocessing): Exception's default pickling
@@ -96,7 +99,8 @@ class ProviderError(Exception):
             "code": self.code,
             "param": self.param,
         }
-        state = {"usage": self.usage, "usage_invalid": self.usage_invalid, "discarded": self.discarded}
+        state = {"usage": self.usage, "usage_invalid": self.usage_invalid, "discarded": self.discarded,
+                 "usage_bound": self.usage_bound}  # fmt: skip
         return (_rebuild_provider_error, (self.error_class, self.message, kwargs, state))
 
     def __str__(self) -> str:
@@ -258,9 +262,15 @@ def _transport_failure(e: Exception, profile: Profile, where: str) -> tuple[Prov
     stream when another request arrives) — only a failed *connect* is `unreachable`."""
     import httpx2
 
-    from elo_per_token.egress.bounded import DeadlineExceeded, ResponseTooLarge
+    from elo_per_token.egress.bounded import CrossHostRedirect, DeadlineExceeded, ResponseTooLarge
 
     chain = _chain(e)
+    hop = next((c for c in chain if isinstance(c, CrossHostRedirect)), None)
+    if hop is not None:  # the endpoint moved: a configuration problem, not something a retry fixes
+        return "endpoint", (
+            f"{where} answered with a {hop} — not followed, so the prompt and the key go only to the configured "
+            "endpoint; set the profile's base_url to the address the server should be called at"
+        )
     big = next((c for c in chain if isinstance(c, ResponseTooLarge)), None)
     if big is not None:
         return (

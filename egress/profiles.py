@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from elo_per_token.common.tomlpos import toml_line
 from elo_per_token.contracts import generation as gen_settings
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.secrets import mask, mask_url
-from elo_per_token.contracts.tomlpos import toml_line
 
 PROTOCOLS = ("openai", "anthropic")
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"

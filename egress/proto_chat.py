@@ -57,8 +57,9 @@ def _chat_delta(
     texts: dict[int, list[str]],
     finish: dict[int, str | None],
     calls: dict[int, dict[int, dict[str, Any]]],
+    thinks: dict[int, list[str]],
 ) -> None:
-    """One streamed choice delta folded into the per-choice texts, finish reasons and tool calls."""
+    """One streamed choice delta folded into the per-choice texts, finish reasons, tool calls and reasoning."""
     ch = obj_field(ch, "a streamed choice")
     i = index_field(ch.get("index"), "a streamed choice's index")
     delta = obj_field(ch.get("delta"), "a delta")
@@ -66,6 +67,10 @@ def _chat_delta(
     content = text_field(delta.get("content"), "a delta's content")
     if content:
         texts[i].append(content)
+    # Reasoning deltas (DeepSeek, vLLM: reasoning_content; OpenRouter: reasoning): text only, anything else dropped.
+    thought = text_or_none(delta.get("reasoning_content")) or text_or_none(delta.get("reasoning"))
+    if thought:
+        thinks.setdefault(i, []).append(thought)
     for tc in list_field(delta.get("tool_calls"), "a delta's tool_calls"):
         tc = obj_field(tc, "a streamed tool call")
         slot = calls.setdefault(i, {}).setdefault(
@@ -86,6 +91,7 @@ def parse_chat_stream(text: str) -> tuple[list[Choice], dict[str, Any] | None, s
     texts: dict[int, list[str]] = {}
     finish: dict[int, str | None] = {}
     calls: dict[int, dict[int, dict[str, Any]]] = {}
+    thinks: dict[int, list[str]] = {}
     usage, model = None, None
     try:
         for _, ev in sse_events(text):
@@ -95,7 +101,7 @@ def parse_chat_stream(text: str) -> tuple[list[Choice], dict[str, Any] | None, s
                 usage = ev["usage"]
             model = label(ev.get("model"), "model") or model
             for ch in list_field(ev.get("choices"), "choices"):
-                _chat_delta(ch, texts, finish, calls)
+                _chat_delta(ch, texts, finish, calls, thinks)
         if not texts:
             raise Malformed("the stream carried no choices")
         if unfinished := sorted(i for i in texts if not finish.get(i)):
@@ -113,6 +119,7 @@ def parse_chat_stream(text: str) -> tuple[list[Choice], dict[str, Any] | None, s
             tool_calls=[
                 {**c, "arguments": c["arguments"] or "{}"} for _, c in sorted(calls.get(i, {}).items())
             ],
+            reasoning="".join(thinks.get(i, [])) or None,
         )
         for i in sorted(texts)
     ]

@@ -19,6 +19,7 @@ from elo_per_token.egress.wire import (
     parse_json,
     sse_events,
     text_field,
+    text_or_none,
 )
 
 ANTHROPIC_DEFAULT_MAX_TOKENS = 1024
@@ -46,6 +47,9 @@ def _message_event(kind: Any, ev: dict[str, Any], blocks: dict[int, dict[str, An
         b["text"] = (text_field(b.get("text"), "a text block") or "") + (
             text_field(d.get("text"), "a text delta") or ""
         )
+    elif d.get("type") == "thinking_delta":  # extended thinking, streamed: kept for the transcript
+        # Not content: a thinking delta that is not text is dropped, never a malformed (retried) reply.
+        b["thinking"] = (text_or_none(b.get("thinking")) or "") + (text_or_none(d.get("thinking")) or "")
     elif d.get("type") == "input_json_delta":
         b["partial"] = (text_field(b.get("partial"), "a tool input") or "") + (
             text_field(d.get("partial_json"), "a tool input delta") or ""

@@ -1,7 +1,7 @@
 """Our own retries around one provider request (the SDKs run with max_retries=0), and the circuit breaker.
 
 Each attempt's failure is classified (egress.errors); retryable classes wait Retry-After (capped) for a 429,
-else the project's one backoff formula (contracts.backoff). After UNREACHABLE_CIRCUIT failed connects in a
+else the project's one backoff formula (common.backoff). After UNREACHABLE_CIRCUIT failed connects in a
 row the circuit opens: no more attempts, except one probe per CIRCUIT_PROBE_S, until one connects.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from elo_per_token.contracts.backoff import backoff
+from elo_per_token.common.backoff import backoff
 from elo_per_token.contracts.errors import RETRYABLE
 from elo_per_token.contracts.usage import check_usage
 from elo_per_token.egress.errors import (

@@ -1,5 +1,4 @@
-"""elo-per-token command line (`ept`). The stages live in their own packages; this one only wires them."""
+"""elo-per-token command line (`ept`). The stages live in their own packages; this one only wires them.
 
-from elo_per_token import __version__
-
-__all__ = ["__version__"]
+The version is `elo_per_token.__version__` (read once from the package metadata in elo_per_token/__init__.py).
+"""

@@ -76,8 +76,8 @@ def _register() -> None:
     from elo_per_token.analysis.imports import cli as imports_cli
     from elo_per_token.coordinator import cli as coordinator_cli
     from elo_per_token.egress import cli as egress_cli
+    from elo_per_token.ept import suites_cli
     from elo_per_token.simulator import cli as simulator_cli
-    from elo_per_token.suites import cli as suites_cli
     from elo_per_token.viewer import cli as viewer_cli
     from elo_per_token.worker import cli as worker_cli
 
@@ -162,6 +162,9 @@ def main(argv: list[str] | None = None) -> None:
         _command = typer.main.get_command(app)
         _plain_help(_command)
     _help_width()
+    from elo_per_token.contracts.secrets import scrub_log_records
+
+    scrub_log_records()  # logs go through the same scrub as errors and transcripts
     try:
         _command(args=argv, prog_name="ept")  # standalone: click prints usage errors itself and exits 2
     except InputError as e:

@@ -127,14 +127,6 @@ def declare_open(ledger: Ledger, run_id: str) -> str:
     return ledger.blob_url(run_id, name)
 
 
-def declared_keys(ledger: Ledger, run_id: str, *, listed: bool = True) -> pl.Series | None:
-    """Every declared key of the run, or None when the run cannot be read that way (no declaration, an
-    `open-*` marker, or a declaration that is unreadable): the reader must then list. `listed`: count the
-    keys a compaction recorded (`listed-*`) as declared."""
-    got = declared_or_why(ledger, run_id, listed=listed)
-    return None if isinstance(got, str) else got[0]
-
-
 def declared_or_why(
     ledger: Ledger, run_id: str, *, listed: bool = True
 ) -> tuple[pl.Series, float | None] | str:
@@ -192,20 +184,12 @@ def existing_jobs(ledger: Ledger, run_id: str, keys: list[str], threads: int = 3
     return [k for k, ok in zip(keys, there, strict=True) if ok]
 
 
-def declared_tail(
-    ledger: Ledger, run_id: str, index: pl.DataFrame, *, verify: bool | None = None, listed: bool = True
-) -> list[str] | None:
-    """The job keys of the run no committed segment holds, sorted, found from the declared key space without
-    a listing — or None when that is not safe or not cheaper (see the module docstring): list instead.
-    `index`: the committed segments' (job_key, …), deduplicated."""
-    got = tail_or_why(ledger, run_id, index, verify=verify, listed=listed)
-    return None if isinstance(got, str) else got
-
-
 def tail_or_why(
     ledger: Ledger, run_id: str, index: pl.DataFrame, *, verify: bool | None = None, listed: bool = True
 ) -> list[str] | str:
-    """declared_tail, or why the reader must list instead."""
+    """The job keys of the run no committed segment holds, sorted, found from the declared key space without
+    a listing — or why the reader must list instead (see the module docstring). `index`: the committed
+    segments' (job_key, …), deduplicated."""
     verify = verify_requested() if verify is None else verify
     if verify:
         return f"{VERIFY_ENV} is set"

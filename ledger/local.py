@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from elo_per_token.contracts.atomic import write_atomic, write_temp
+from elo_per_token.common.atomic import write_atomic, write_temp
 
 TMP_PREFIX = ".tmp-"
 

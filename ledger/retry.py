@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from elo_per_token.contracts.backoff import backoff
+from elo_per_token.common.backoff import backoff
 
 T = TypeVar("T")
 

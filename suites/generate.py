@@ -28,10 +28,6 @@ def _clip(x: float) -> float:
     return round(min(0.97, max(0.03, x)), 3)
 
 
-def _numeric(ref: float, abs_tol: float = 1e-6) -> dict[str, Any]:
-    return {"type": "numeric", "abs_tol": abs_tol, "rel_tol": 0.0}
-
-
 def _wrong(ref: float, cands: list[float], rng: random.Random, digits: int | None = None) -> list[Any]:
     """Distinct plausible wrong answers (the simulator's error modes), never equal to the reference."""
     out: list[Any] = []
@@ -206,9 +202,6 @@ def _math_more_templates(rng: random.Random, names: list[str], add: Callable[...
 
 
 # ---------------------------------------------------------------- code
-
-CodeTemplate = tuple[str, Callable[[random.Random], dict[str, Any]]]
-
 
 # The code templates: each draws one variant of a small function task (prompt, solution, two plausible
 # bugs, test inputs, difficulty) from `r`.

@@ -28,7 +28,9 @@ from typing import Any
 MODES = ("ok", "wrong", "flood", "spaces", "bignum_answer", "bignum_json", "deep", "nan_finish", "inf_model",
          "content_int", "echo_key", "drip", "header_drip", "endless", "huge", "early_close", "stall")  # fmt: skip
 # Not drawn by default: a LiteLLM-style 400 for an unknown model.
-EXTRA_MODES = ("bad_model",)
+# echo_secrets: a reply whose reasoning, text and tool-call arguments all carry `Hostile.payload` (a model or a
+# provider echoing what it saw), on both protocols, plain and streamed.
+EXTRA_MODES = ("bad_model", "echo_secrets")
 FLOOD_NEWLINES = 100_000  # the old cubic answer regex took 8.7 s of CPU at 1,200 (docs/reliability.md)
 USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
 
@@ -144,6 +146,46 @@ def _body(req: Request, content: Any, **kw: Any) -> bytes:
     return (_messages_json if req.anthropic else _chat_json)(content, **kw)
 
 
+def _echo_openai(req: Request, payload: str, answer: str) -> bytes:
+    args = json.dumps({"note": payload})
+    if not req.stream:
+        msg = {"role": "assistant", "content": f"{payload}\n{answer}", "reasoning_content": payload,
+               "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "echo", "arguments": args}}]}  # fmt: skip
+        return json.dumps({"id": "c1", "object": "chat.completion", "model": "hostile-1", "usage": USAGE,
+                           "choices": [{"index": 0, "message": msg, "finish_reason": "stop"}]}).encode()  # fmt: skip
+    call = {"index": 0, "id": "t1", "type": "function", "function": {"name": "echo", "arguments": args}}
+    deltas = [{"reasoning_content": payload}, {"content": f"{payload}\n{answer}"}, {"tool_calls": [call]}]
+    events = [{"model": "hostile-1", "choices": [{"index": 0, "delta": d}]} for d in deltas]
+    events += [{"model": "hostile-1", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+               {"model": "hostile-1", "choices": [], "usage": USAGE}]  # fmt: skip
+    return ("".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n").encode()
+
+
+def _echo_anthropic(req: Request, payload: str, answer: str) -> bytes:
+    blocks = [{"type": "thinking", "thinking": payload, "signature": "s"},
+              {"type": "text", "text": f"{payload}\n{answer}"},
+              {"type": "tool_use", "id": "t1", "name": "echo", "input": {"note": payload}}]  # fmt: skip
+    if not req.stream:
+        return json.dumps({"id": "m1", "type": "message", "role": "assistant", "model": "hostile-1", "content": blocks,
+                           "stop_reason": "end_turn", "usage": {"input_tokens": 11, "output_tokens": 7}}).encode()  # fmt: skip
+    starts = [{"type": "thinking", "thinking": ""}, {"type": "text", "text": ""},
+              {"type": "tool_use", "id": "t1", "name": "echo", "input": {}}]  # fmt: skip
+    deltas = [{"type": "thinking_delta", "thinking": payload}, {"type": "text_delta", "text": f"{payload}\n{answer}"},
+              {"type": "input_json_delta", "partial_json": json.dumps({"note": payload})}]  # fmt: skip
+    events: list[dict[str, Any]] = [
+        {
+            "type": "message_start",
+            "message": {"model": "hostile-1", "usage": {"input_tokens": 11, "output_tokens": 0}},
+        }
+    ]
+    for i, (b, d) in enumerate(zip(starts, deltas, strict=True)):
+        events += [{"type": "content_block_start", "index": i, "content_block": b},
+                   {"type": "content_block_delta", "index": i, "delta": d}]  # fmt: skip
+    events += [{"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 7}},
+               {"type": "message_stop"}]  # fmt: skip
+    return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+
+
 def _head(status: int, length: int | None, stream: bool) -> bytes:
     ctype = "text/event-stream" if stream else "application/json"
     size = f"Content-Length: {length}\r\n" if length is not None else "Transfer-Encoding: chunked\r\n"
@@ -159,6 +201,7 @@ class Hostile:
     force: str | None = None
     weights: dict[str, float] = field(default_factory=lambda: {m: 1.0 for m in MODES})
     huge_mb: int = 64
+    payload: str = ""  # what echo_secrets replies carry in their reasoning, text and tool-call arguments
     lock: threading.Lock = field(default_factory=threading.Lock)
     served: Counter[str] = field(default_factory=Counter)
     by_job: Counter[str] = field(default_factory=Counter)
@@ -228,6 +271,9 @@ def _serve_attack(h: Hostile, conn: socket.socket, req: Request, mode: str) -> N
     }
     if mode in simple:
         _send_complete(h, conn, req, simple[mode]())
+    elif mode == "echo_secrets":
+        echo = _echo_anthropic if req.anthropic else _echo_openai
+        _send_complete(h, conn, req, echo(req, h.payload, f"Answer: {ans}"))
     elif mode == "bad_model":
         msg = {"error": {"message": "Invalid model name passed in model=nope. Call `/v1/models` to view available "
                          "models for your key.", "type": "invalid_request_error", "code": "400"}}  # fmt: skip

@@ -1,4 +1,4 @@
-"""The one all-or-nothing write (contracts/atomic.py) of the ledger, the importers and `ept profiles export`."""
+"""The one all-or-nothing write (common/atomic.py) of the ledger, the importers and `ept profiles export`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from elo_per_token.contracts.atomic import write_atomic, write_temp
+from elo_per_token.common.atomic import write_atomic, write_temp
 
 
 def test_replaces_whole_file_and_leaves_no_temp(tmp_path):

@@ -1,4 +1,4 @@
-"""The one backoff formula (contracts/backoff.py) the egress client, the worker and the ledger share."""
+"""The one backoff formula (common/backoff.py) the egress client, the worker and the ledger share."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from elo_per_token.contracts.backoff import backoff, backoff_ceiling
+from elo_per_token.common.backoff import backoff, backoff_ceiling
 
 
 def test_callers_keep_their_numbers():

@@ -34,16 +34,22 @@ def _forged(job: Job, reference: str = "5") -> Job:
 
 
 def _ledger_is_empty(led, run_id: str) -> bool:
-    return not led.list_jobs(run_id) and not led.list_failures(run_id) and not led.list_blobs(run_id, "spent/")
+    return (
+        not led.list_jobs(run_id) and not led.list_failures(run_id) and not led.list_blobs(run_id, "spent/")
+    )
 
 
 @pytest.mark.services
-def test_a_forged_run_job_message_is_refused_and_writes_nothing(tmp_path, redis_server, make_sim, monkeypatch):
+def test_a_forged_run_job_message_is_refused_and_writes_nothing(
+    tmp_path, redis_server, make_sim, monkeypatch
+):
     from elo_per_token.coordinator.sweep import execute, resolve_profile
     from elo_per_token.worker.celery_app import make_app
 
     sim = make_sim(api_key=FAULT_KEY, seed=3)
-    rig = fault_rig(tmp_path, sim.url, name="forged", ledger=str(tmp_path / "ledger"), per_family=1, max_retries=0)
+    rig = fault_rig(
+        tmp_path, sim.url, name="forged", ledger=str(tmp_path / "ledger"), per_family=1, max_retries=0
+    )
     rig.record()  # the victim's coordinator: manifest and task digests, before it enqueues anything
     ws = start_celery_workers(1, redis_server.url, tmp_path / "w", env={**rig.env(), "EPT_WORKER_LEDGERS": rig.ledger},
                               concurrency=2, queue=rig.plan.queue)  # fmt: skip
@@ -142,7 +148,9 @@ def test_analysis_refuses_an_outcome_of_another_task(tmp_path, compacted):
     run_url = led.run_url(rig.run_id)
     bad = _analyze(run_url)
     assert bad.returncode == 2, bad.stdout + bad.stderr
-    assert f"{rig.jobs[0].key}.jsonl:2: field 'task_digest'" in bad.stderr and "forged" in bad.stderr, bad.stderr
+    assert f"{rig.jobs[0].key}.jsonl:2: field 'task_digest'" in bad.stderr and "forged" in bad.stderr, (
+        bad.stderr
+    )
     skipped = _analyze(run_url, "--skip-bad")
     assert skipped.returncode == 0, skipped.stdout + skipped.stderr
     assert "task_digest" in skipped.stdout + skipped.stderr
@@ -169,7 +177,10 @@ def test_a_garbage_identity_file_is_refused_naming_it(tmp_path, monkeypatch):
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(reference=st.text(max_size=200), extra=st.dictionaries(st.text(max_size=8), st.text(max_size=20), max_size=3))
+@given(
+    reference=st.text(max_size=200),
+    extra=st.dictionaries(st.text(max_size=8), st.text(max_size=20), max_size=3),
+)
 def test_any_change_to_a_task_is_refused_in_bounded_time(tmp_path_factory, reference, extra):
     """Whatever a message changes in the task (the reference, or fields added), the worker grades it only if it
     is exactly the recorded task."""

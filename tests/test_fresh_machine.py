@@ -374,3 +374,34 @@ def test_a_sweep_stopped_on_a_bad_key_prints_doctor_and_retry_commands_that_work
     assert again.returncode == 0, _flat(again.stdout + again.stderr)[-2000:]
     st = run_ept_process("status", "badkey", "--ledger", str(tmp_path / "led"), "--json", env=fixed)
     assert json.loads(st.stdout)["done"] == 24, st.stdout
+
+
+def test_a_missing_family_is_named_the_same_on_terminal_report_and_json(tmp_path: Path) -> None:
+    """analysis.incomplete: one mark, computed once, rendered by every surface (terminal, report.md, report.json),
+    for a family whose jobs failed and for one the sweep never reached before its budget stop."""
+    from fixtures_stats import Arm, Experiment, write_experiment
+    from rich.console import Console
+
+    from elo_per_token.analysis.incomplete import mark_missing_families
+    from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
+    from elo_per_token.analysis.report import print_report, write_outputs
+
+    exp = Experiment([Arm("greedy", 1, 0.0, 1000.0), Arm("vote", 4, 0.4, 3000.0)], {"math": 30})
+    log = write_experiment(tmp_path / "e.jsonl", exp, seed=1)
+    result = analyze([str(log)], AnalysisOptions(rounds=50))
+    reasons = {"math": "ignored: it has outcomes", "code": "9 jobs failed, task: SandboxUnavailable",
+               "tool_use": "not run: the sweep stopped at its budget"}  # fmt: skip
+    mark_missing_families(result, reasons)
+    console = Console(record=True, width=400)
+    print_report(result, console)
+    terminal = _flat(console.export_text())
+    write_outputs(result, tmp_path / "report", plots=False)
+    md = _flat((tmp_path / "report" / "report.md").read_text().replace("\\", ""))  # markdown escapes
+    data = json.loads((tmp_path / "report" / "report.json").read_text())
+    mark = "code, tool_use missing: measured on math only"
+    for surface in (terminal, md):
+        assert mark in surface and "[incomplete: code, tool_use missing" in surface, surface[:1500]
+        assert "not run: the sweep stopped at its budget" in surface
+    assert mark in data["title_notes"]
+    assert data["recommendation"]["missing_families"] == {k: v for k, v in reasons.items() if k != "math"}
+    assert data["recommendation"]["lines"][0].endswith("measured on math only]")

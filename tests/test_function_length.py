@@ -2,32 +2,29 @@
 take data and return data, so the next change touches one small step. One check for every folder.
 
 Length = the def line to the function's last line (`ast` end_lineno - lineno + 1; decorators not counted,
-nested functions counted in their parent too). A new product folder goes into FOLDERS (`ledger` is checked once
-it exists).
+nested functions counted in their parent too). FOLDERS is read from pyproject.toml's package-dir, so a new stage is
+checked as soon as it is packaged.
 """
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 80
-FOLDERS = [
-    "analysis",
-    "contracts",
-    "coordinator",
-    "egress",
-    "ept",
-    "ledger",
-    "simulator",
-    "suites",
-    "viewer",
-    "worker",
-]
-OPTIONAL = {"ledger"}  # a stage another branch adds: checked when present
+
+
+def _folders() -> list[str]:
+    """Every product folder: the package root and the stage folders pyproject.toml maps under it."""
+    mapping = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    return sorted(set(mapping["package-dir"].values()))
+
+
+FOLDERS = _folders()
 
 
 def long_functions(
@@ -64,8 +61,6 @@ def report(offenders: list[tuple[str, int, str, int]], limit: int = MAX_LINES) -
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_no_function_over_the_limit(folder: str) -> None:
     path = ROOT / folder
-    if folder in OPTIONAL and not path.exists():
-        return
     assert path.is_dir(), f"{folder}/ is not a folder of the checkout"
     assert any(path.rglob("*.py")), f"{folder}/ has no Python file: the check would pass vacuously"
     offenders = long_functions(path)

@@ -136,12 +136,16 @@ METHODS = st.sampled_from([zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, ZIP_ZSTANDA
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    members=st.lists(st.tuples(METHODS, st.integers(0, 3 * 2**20), st.integers(0, 2)), min_size=1, max_size=4),
+    members=st.lists(
+        st.tuples(METHODS, st.integers(0, 3 * 2**20), st.integers(0, 2)), min_size=1, max_size=4
+    ),
     limit_kb=st.integers(0, 6 * 1024),
     lie=st.integers(0, 3),
     seed=st.integers(0, 2**16),
 )
-def test_a_zip_is_counted_exactly_or_refused_whatever_it_declares(tmp_path_factory, members, limit_kb, lie, seed):
+def test_a_zip_is_counted_exactly_or_refused_whatever_it_declares(
+    tmp_path_factory, members, limit_kb, lie, seed
+):
     """Declared sizes patched to anything: the count is what the members really inflate to when under the
     limit, TooBig naming a member when over it; in bounded time and memory either way."""
     rng = random.Random(seed)
@@ -162,7 +166,9 @@ def test_a_zip_is_counted_exactly_or_refused_whatever_it_declares(tmp_path_facto
     if total <= limit:
         assert got == total
     else:
-        assert isinstance(got, TooBig) and got.field and got.field.startswith("m") and "inflates past" in got.why
+        assert (
+            isinstance(got, TooBig) and got.field and got.field.startswith("m") and "inflates past" in got.why
+        )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

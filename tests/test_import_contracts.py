@@ -1,21 +1,21 @@
-"""The stages import one way (the design's data flow: coordinator -> queue -> worker -> ledger -> analysis).
+"""Every stage imports only the stages on its allow-list (docs/architecture.md, "Import allow-list").
 
 Walks every `import` of the product folders with `ast` — including imports inside functions, which is where
 cycles hide — and checks:
 - no import cycle between modules;
-- contracts (the shared schema, not a stage) import no stage;
-- analysis imports no coordinator, worker or egress;
-- the simulator imports no egress or worker;
-- egress imports no stage;
-- the ledger (storage) imports no stage but contracts.
+- each stage imports only itself, the stages ALLOWED names for it, and the package root `elo_per_token`
+  (its `__version__`); never `tests` or `benchmarks`.
 
-A module is named by its dotted path under `elo_per_token` (`analysis.io.runs`); an import of a package counts
-as an import of its `__init__`. Fast (parsing only, nothing is imported), so it runs in the normal pytest run.
+The stages are read from pyproject.toml's [tool.setuptools.package-dir] (the one list of them); ALLOWED must
+name each exactly once. A module is named by its dotted path under `elo_per_token` (`analysis.io.runs`); an
+import of a package counts as an import of its `__init__`. Fast (parsing only, nothing is imported), so it
+runs in the normal pytest run (the fast lane).
 """
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -23,31 +23,45 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "elo_per_token"
-# Folders of the checkout that are stages (or the CLI / viewer on top of them).
-STAGES = (
-    "analysis",
-    "contracts",
-    "coordinator",
-    "egress",
-    "ept",
-    "ledger",
-    "simulator",
-    "suites",
-    "viewer",
-    "worker",
-)
-# Stage -> stages it must never import. contracts is the shared schema: everyone may import it.
-FORBIDDEN: dict[str, set[str]] = {
-    "contracts": set(STAGES) - {"contracts"},
-    "analysis": {"coordinator", "worker", "egress"},
-    "simulator": {"egress", "worker"},
-    "egress": set(STAGES) - {"egress", "contracts"},
-    # storage: the coordinator, the worker and analysis use it; it knows only the shared schema.
-    "ledger": set(STAGES) - {"ledger", "contracts"},
-}
 
-# Modules exempt from the checks: none (the storage layer is one `ledger/` stage).
-STORAGE_CYCLE_ALLOWED: frozenset[str] = frozenset()
+
+def stage_folders(root: Path = ROOT) -> tuple[str, ...]:
+    """The stage folders, as pyproject.toml maps them under the package (setuptools' package-dir)."""
+    mapping = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    return tuple(sorted(v for k, v in mapping["package-dir"].items() if k != PACKAGE))
+
+
+STAGES = stage_folders()
+# Folders of the repository no product module may import (test helpers belong to the tests).
+NOT_PRODUCT = ("benchmarks", "tests")
+# Stage -> the other stages it may import: the design's data flow (coordinator -> queue -> worker -> ledger ->
+# analysis) plus the CLI on top. docs/architecture.md shows the same table; tests check both agree.
+ALLOWED: dict[str, frozenset[str]] = {
+    # utilities that know no project data: atomic writes, backoff, TOML lines
+    "common": frozenset(),
+    # the schemas that cross stage boundaries
+    "contracts": frozenset({"common"}),
+    # storage over an ObjectStore; knows only the record schemas
+    "ledger": frozenset({"common", "contracts"}),
+    # the provider HTTP clients and profiles
+    "egress": frozenset({"common", "contracts"}),
+    # task data: built-in and public suites, their loaders (no worker, simulator or egress)
+    "suites": frozenset({"common", "contracts"}),
+    # the stand-in provider: answers the suites' tasks, so it reads them
+    "simulator": frozenset({"common", "contracts", "suites"}),
+    # runs one job: strategies, graders, sandbox; calls providers, writes the ledger
+    "worker": frozenset({"common", "contracts", "egress", "ledger"}),
+    # reads the ledger, computes every number
+    "analysis": frozenset({"common", "contracts", "ledger"}),
+    # the browser view over analysis' numbers
+    "viewer": frozenset({"analysis", "common", "contracts", "ledger"}),
+    # plans, sweeps, the demo, suite tools: drives workers (in process or over the queue), then analysis
+    "coordinator": frozenset(
+        {"analysis", "common", "contracts", "egress", "ledger", "simulator", "suites", "worker"}
+    ),
+    # the `ept` command: wires every stage's commands
+    "ept": frozenset(set(STAGES) - {"ept"}),
+}
 
 
 def modules(root: Path = ROOT, stages: Iterable[str] = STAGES) -> dict[str, Path]:
@@ -67,6 +81,8 @@ def modules(root: Path = ROOT, stages: Iterable[str] = STAGES) -> dict[str, Path
 
 def _resolve(name: str, known: dict[str, Path]) -> str | None:
     """The known module an absolute dotted name points at (longest known prefix), or None if outside."""
+    if name.split(".")[0] in NOT_PRODUCT:
+        return name.split(".")[0]
     if name.startswith(PACKAGE + "."):
         name = name[len(PACKAGE) + 1 :]
     elif name.split(".")[0] not in STAGES:
@@ -166,19 +182,14 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def forbidden_edges(graph: dict[str, set[str]]) -> list[str]:
-    """`a -> b` for every import that breaks a stage rule in FORBIDDEN."""
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    """`a -> b` for every import of a stage (or of tests/benchmarks) that a's stage is not allowed."""
     bad = []
     for module, targets in sorted(graph.items()):
-        rule = FORBIDDEN.get(module.split(".")[0], set())
-        for target in sorted(targets):
-            if target.split(".")[0] in rule:
-                bad.append(f"{module} -> {target}")
+        stage = module.split(".")[0]
+        may = ALLOWED.get(stage, frozenset()) | {stage}
+        bad += [f"{module} -> {t}" for t in sorted(targets) if t.split(".")[0] not in may]
     return bad
-
-
-def _allowed(edge_or_module: str) -> bool:
-    return any(part in STORAGE_CYCLE_ALLOWED for part in edge_or_module.split(" -> "))
 
 
 GRAPH = import_graph()
@@ -193,23 +204,57 @@ def test_the_walk_sees_every_stage_and_function_level_imports() -> None:
 
 
 def test_no_import_cycle() -> None:
-    # The storage modules are left out of the graph while STORAGE_CYCLE_ALLOWED stands: their own cycle is
-    # the other branch's; any other cycle is found.
-    graph = {m: t - STORAGE_CYCLE_ALLOWED for m, t in GRAPH.items() if m not in STORAGE_CYCLE_ALLOWED}
-    found = cycles(graph)
+    found = cycles(GRAPH)
     assert not found, (
         "import cycles (break them: pass the dependency in, or move the shared part down):\n"
         + "\n".join(" <-> ".join(c) for c in found)
     )
 
 
-@pytest.mark.parametrize("stage", sorted(FORBIDDEN))
-def test_stage_imports_only_downstream(stage: str) -> None:
-    bad = [e for e in forbidden_edges(GRAPH) if e.split(".")[0] == stage and not _allowed(e)]
-    assert not bad, f"{stage}/ imports a stage it must not:\n" + "\n".join(bad)
+def test_the_allow_list_names_every_stage_once() -> None:
+    assert set(ALLOWED) == set(STAGES), sorted(set(ALLOWED) ^ set(STAGES))
+    for stage, may in ALLOWED.items():
+        assert stage not in may and may <= set(STAGES), stage
 
 
-def test_the_checks_can_fail(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stage", STAGES)
+def test_stage_imports_only_what_its_allow_list_names(stage: str) -> None:
+    bad = [e for e in violations(GRAPH) if e.split(".")[0] == stage]
+    assert not bad, (
+        f"{stage}/ imports what ALLOWED[{stage!r}] does not name (move the code, or pass the dependency in):\n"
+        + "\n".join(bad)
+    )
+
+
+def _tree(root: Path) -> None:
+    """An empty package folder for every stage, each with one clean module importing what it may."""
+    for stage in STAGES:
+        (root / stage).mkdir()
+        (root / stage / "__init__.py").write_text("")
+        lines = [f"from elo_per_token.{other} import mod as {other}_mod" for other in sorted(ALLOWED[stage])]
+        (root / stage / "mod.py").write_text("\n".join(["import elo_per_token", *lines, ""]))
+
+
+def _forbidden_target(stage: str) -> str:
+    """A module `stage` must not import: the first stage not on its list, else (the CLI) a test helper."""
+    others = [s for s in STAGES if s != stage and s not in ALLOWED[stage]]
+    return f"elo_per_token.{others[0]}.mod" if others else "tests.bounds"
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_an_injected_forbidden_import_is_found_in_each_stage(tmp_path: Path, stage: str) -> None:
+    """The allow-list check is not vacuous for any stage: a clean tree passes, and one forbidden import,
+    hidden inside a function, fails it and is named."""
+    _tree(tmp_path)
+    assert violations(import_graph(tmp_path)) == []
+    target = _forbidden_target(stage)
+    (tmp_path / stage / "sneaky.py").write_text(f"def f():\n    import {target}\n")
+    found = violations(import_graph(tmp_path))
+    named = target.removeprefix("elo_per_token.") if target.startswith("elo_per_token.") else "tests"
+    assert found == [f"{stage}.sneaky -> {named}"]
+
+
+def test_the_cycle_check_can_fail(tmp_path: Path) -> None:
     """A cycle made of function-level and relative imports, and a contracts -> worker import, are found."""
     (tmp_path / "contracts").mkdir()
     (tmp_path / "worker").mkdir()
@@ -222,4 +267,20 @@ def test_the_checks_can_fail(tmp_path: Path) -> None:
     assert graph["contracts.a"] == {"worker.b"}
     assert graph["worker.b"] == {"worker.c"}
     assert ["contracts.a", "worker.b", "worker.c"] in cycles(graph)
-    assert "contracts.a -> worker.b" in forbidden_edges(graph)
+    assert "contracts.a -> worker.b" in violations(graph)
+
+
+def _doc_table() -> dict[str, frozenset[str]]:
+    """The allow-list table of docs/architecture.md: `| stage | may import |` rows."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## Import allow-list", 1)[1].split("\n## ", 1)[0]
+    out = {}
+    for line in section.splitlines():
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0] in STAGES:
+            out[cells[0]] = frozenset(c.strip().strip("`") for c in cells[1].split(",") if c.strip("` —-"))
+    return out
+
+
+def test_the_architecture_doc_shows_the_same_allow_list() -> None:
+    assert _doc_table() == ALLOWED

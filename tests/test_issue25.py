@@ -78,7 +78,16 @@ def test_loss_estimand_scores_every_missing_cell_zero() -> None:
     table, warns = missingness(out)
     # b lacks t1 and t3, where a scores 1.0 and 1.0; on t2 (b has it) a scores 0.5
     assert table.to_dicts() == [
-        {"arm": "b@1", "missing": 2, "tasks": 3, "others_on_missing": 1.0, "others_on_rest": 0.5}
+        # p_harder: the two missing tasks are the easiest of the three, so every random pair is at least as
+        # hard: the permutation p-value is 1 (nothing flagged)
+        {
+            "arm": "b@1",
+            "missing": 2,
+            "tasks": 3,
+            "others_on_missing": 1.0,
+            "others_on_rest": 0.5,
+            "p_harder": 1.0,
+        }
     ]
     assert (
         warns[0] == "b@1: no score on 2 of 3 task(s); the other arms score 1.00 on those vs 0.50 on the rest"

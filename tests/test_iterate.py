@@ -617,3 +617,58 @@ def test_compare_lists_arms_by_their_full_labels(tmp_path):
     r = _ept("compare", str(tmp_path / "a"), str(tmp_path / "b"))
     err = " ".join(r.stderr.split())
     assert r.returncode == 2 and "only in baseline: ['greedy@1[effort=high]', 'greedy@1[effort=low]']" in err
+
+
+@pytest.mark.services
+@pytest.mark.slow
+@pytest.mark.parametrize("forged", [-(10**12), 0, "not-a-number"])
+def test_a_forged_budget_counter_on_the_broker_does_not_lift_the_cap(
+    tmp_path, redis_server, make_sim, monkeypatch, forged
+):
+    """Issue 36 item 7: someone with the broker password keeps writing the run's spend counter (to -10^12, to 0,
+    or to junk) during a capped Celery sweep. Workers refuse a counter that is not a number >= 0, and the
+    coordinator holds it at no less than the spend it has seen: the cap still stops the run within about one
+    job per worker thread (before: 30 jobs ran against a cap worth 4)."""
+    import threading
+    import uuid
+
+    from fixtures_services import start_celery_workers
+
+    from elo_per_token.contracts.jobs import budget_key
+
+    sim = make_sim(api_key=SIM_KEY, latency_ms=0)  # jobs finish faster than the coordinator polls
+    prof = tmp_path / "profiles.toml"
+    prof.write_text(f'[profiles.x]\nprotocol = "openai"\nbase_url = "{sim.url}"\napi_key_env = "EPT_SIM_API_KEY"\n'
+                    'model = "ept-sim-1"\n')  # fmt: skip
+    monkeypatch.setenv("EPT_PROFILES", str(prof))
+    monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
+    queue = "q-" + uuid.uuid4().hex[:8]
+    env = {"EPT_PROFILES": str(prof), "EPT_SIM_API_KEY": SIM_KEY}
+    workers = start_celery_workers(2, redis_server.url, tmp_path / "w", env=env, concurrency=4, queue=queue)
+    stop = threading.Event()
+    r = redis_server.client()
+
+    def attacker() -> None:
+        while not stop.is_set():
+            r.set(budget_key("cap"), forged)
+            stop.wait(0.05)
+
+    thread = threading.Thread(target=attacker, daemon=True)
+    try:
+        from elo_per_token.egress.profiles import get_profile
+
+        p = _capped_plan(tmp_path, 5000, executor="celery", concurrency=4).with_overrides(
+            queue=queue, batch_size=10
+        )
+        thread.start()
+        out = execute(p, None, profile=get_profile("x"), broker_url=redis_server.url, analyze=False)
+        stop.set()
+        thread.join()
+        toks = _job_tokens(open_ledger(tmp_path / "led"), "cap")
+        spent, biggest = sum(toks.values()), max(toks.values(), default=0)
+        assert out.stopped_for_budget or out.tally.cancelled > 0, out.tally
+        assert spent - 3000 < 8 * biggest and len(toks) < 20, (spent, biggest, len(toks))
+        assert out.tally.failed == 0
+    finally:
+        stop.set()
+        workers.stop()

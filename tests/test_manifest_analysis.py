@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from elo_per_token.analysis.cli_report import _settings, run_options
 from elo_per_token.analysis.io.sources import plan_run
 from elo_per_token.analysis.pipeline import AnalysisOptions
+from elo_per_token.analysis.surface_options import _settings, run_options
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.coordinator.manifest import analysis_settings
 from elo_per_token.coordinator.plan import parse_plan

@@ -22,6 +22,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 STAGES = (
     "analysis",
+    "common",
     "contracts",
     "coordinator",
     "egress",
@@ -133,17 +134,17 @@ _FOREIGN = "MARK = 'foreign'\n"
 
 _PROBE = """
 import sys
-import analysis, worker, contracts, coordinator, suites, simulator, egress, ept, ledger  # the other project's packages
+import analysis, common, worker, contracts, coordinator, suites, simulator, egress, ept, ledger  # the other project's packages
 from elo_per_token.ept.cli import main
 try:
     main(sys.argv[1:])
 except SystemExit as e:
     assert not e.code, f"ept exited {e.code}"
 mods = {n: m for n, m in sys.modules.items() if n.split(".")[0] in
-        ("analysis", "worker", "contracts", "coordinator", "suites", "simulator", "egress", "ept", "ledger")}
+        ("analysis", "common", "worker", "contracts", "coordinator", "suites", "simulator", "egress", "ept", "ledger")}
 assert all(getattr(sys.modules[n], "MARK", None) == "foreign" for n in
-           ("analysis", "worker", "contracts", "coordinator", "suites", "simulator", "egress", "ept", "ledger"))
-assert set(mods) == {"analysis", "worker", "contracts", "coordinator", "suites", "simulator", "egress", "ept", "ledger"}, \\
+           ("analysis", "common", "worker", "contracts", "coordinator", "suites", "simulator", "egress", "ept", "ledger"))
+assert set(mods) == {"analysis", "common", "worker", "contracts", "coordinator", "suites", "simulator", "egress", "ept", "ledger"}, \\
     sorted(mods)
 ours = [m.__file__ for n, m in sys.modules.items() if n.startswith("elo_per_token") and getattr(m, "__file__", None)]
 site = sys.argv[0] if False else __import__("os").environ["EPT_WHEEL_SITE"]

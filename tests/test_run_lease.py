@@ -33,7 +33,9 @@ def test_a_held_lease_refuses_a_second_session_naming_the_holder(tmp_path):
         with pytest.raises(InputError) as e:
             RunLease(led, "r", ttl_s=30).acquire()
         msg = str(e.value)
-        assert f"host {socket.gethostname()}, pid {os.getpid()}" in msg and "being run by another session" in msg
+        assert (
+            f"host {socket.gethostname()}, pid {os.getpid()}" in msg and "being run by another session" in msg
+        )
         assert "\n" not in msg
     finally:
         first.release()
@@ -143,7 +145,8 @@ def test_two_concurrent_sweeps_of_one_run_pay_each_job_once(tmp_path, make_sim):
     led = rig.open_ledger()
     assert led.list_jobs(rig.run_id) == rig.keys
     recorded = sum(
-        sum(1 for ln in led.get_job(rig.run_id, k).splitlines() if json.loads(ln)["kind"] == "call") for k in rig.keys
+        sum(1 for ln in led.get_job(rig.run_id, k).splitlines() if json.loads(ln)["kind"] == "call")
+        for k in rig.keys
     )
     assert sim.control.stats()["completion_requests"] == recorded
     assert not led.list_blobs(rig.run_id, "spent/")  # no duplicate copy was paid for

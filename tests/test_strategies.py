@@ -175,7 +175,7 @@ def test_adding_a_strategy_is_one_entry(sim, monkeypatch):
 def test_more_samples_beat_greedy_with_diminishing_returns():
     """Acceptance: on the built-in suites (simulator over HTTP), majority@8 and best_of_n@8 beat greedy, and
     the accuracy bought per extra 1k tokens shrinks as n grows (1 -> 4 -> 16). 120 tasks x 7 arms = 840 jobs."""
-    from elo_per_token.suites.accuracy import draw_tasks, run_arms, summarise
+    from elo_per_token.coordinator.suite_accuracy import draw_tasks, run_arms, summarise
 
     arms = [
         ("greedy", 1),

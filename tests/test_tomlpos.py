@@ -1,4 +1,4 @@
-"""The one TOML line finder (contracts/tomlpos.py) the plan and profiles loaders name lines with."""
+"""The one TOML line finder (common/tomlpos.py) the plan and profiles loaders name lines with."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import tracemalloc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from elo_per_token.contracts.tomlpos import toml_line
+from elo_per_token.common.tomlpos import toml_line
 
 TEXT = """\
 name = "x"

@@ -10,7 +10,7 @@ import pytest
 from cli_runner import run_ept
 
 from elo_per_token.contracts.errors import InputError
-from elo_per_token.suites.importer import clean_answer, convert
+from elo_per_token.coordinator.suite_import import clean_answer, convert
 from elo_per_token.suites.load import load_builtin_suite, load_suite, load_suite_ref
 from elo_per_token.suites.public.humaneval import read_problems
 from elo_per_token.worker.graders import grade

@@ -35,7 +35,8 @@ def _calls_table(calls: Sequence[Mapping[str, Any]]) -> str:
     more = (f'<p class="muted" id="calls-clipped">the first {MAX_CALL_ROWS:,} of {len(calls):,} calls shown</p>'
             if len(calls) > MAX_CALL_ROWS else "")  # fmt: skip
     return (
-        f'<table id="calls-table"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>{more}'
+        f'<div class="scroll"><table id="calls-table"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
+        f"</table></div>{more}"
     )
 
 
@@ -62,33 +63,44 @@ def _transcript_calls(t: Mapping[str, Any]) -> list[str]:
 
 
 def _grader(outcome: Mapping[str, Any] | None, t: Mapping[str, Any] | None) -> list[str]:
+    """The verdict, the final answer, the grader's details and evidence, each failed assert shown once: the
+    transcript's evidence and the outcome's grader details may both hold the failures (and the transcript's
+    verdict repeats the outcome's), so each is shown from one place only."""
     out = ['<section id="grader"><h2>Grader</h2>']
+    g = (t or {}).get("grader") or {}
+    ev: Mapping[str, Any] = g["evidence"] if isinstance(g.get("evidence"), Mapping) else {}
+    details = outcome.get("grader") if outcome else None
+    failures = list(ev.get("failures") or []) or (
+        list(details.get("failures") or []) if isinstance(details, Mapping) else []
+    )
+    if isinstance(details, Mapping):
+        details = {k: v for k, v in details.items() if k != "failures"}
     if outcome:
         score = outcome.get("score")
         out.append(f'<p id="verdict" data-score="{e(str(score), quote=True)}">score {e(str(score))}'
                    f'{" · correct" if outcome.get("correct") else " · not correct" if outcome.get("correct") is False else ""}</p>')  # fmt: skip
         out.append(_block("final answer", outcome.get("answer"), "answer"))
-        out.append(_block("grader details", outcome.get("grader"), "evidence"))
+        out.append(_block("grader details", details, "evidence"))
         out.append(_block("error", outcome.get("error"), "evidence"))
         out.append(_block("failure", outcome.get("failure"), "evidence"))
-    g = (t or {}).get("grader") or {}
-    out.append(_block("verdict (transcript)", g.get("verdict"), "evidence"))
+    else:  # no outcome record read: the transcript's copy of the verdict is all there is
+        out.append(_block("verdict (transcript)", g.get("verdict"), "evidence"))
+    out += [_failed(f) for f in failures if isinstance(f, Mapping)]
     out += _evidence(g.get("evidence"))
     out.append("</section>")
     return out
 
 
+def _failed(f: Mapping[str, Any]) -> str:
+    return _block("failed assert", f"{f.get('error')}\n\nin test:\n{f.get('test')}", "failed-assert")
+
+
 def _evidence(ev: Any) -> list[str]:
-    """The grader's evidence: each failed assert and the sandbox's output (what the candidate printed) as
-    text blocks of their own, the rest as one JSON block."""
+    """The grader's evidence beyond the failed asserts (shown by _grader): the sandbox's output (what the
+    candidate printed) as a text block of its own, the rest as one JSON block."""
     if not isinstance(ev, Mapping):
         return [_block("evidence (transcript)", ev, "evidence")]
     out = []
-    for f in ev.get("failures") or []:
-        if isinstance(f, Mapping):
-            out.append(
-                _block("failed assert", f"{f.get('error')}\n\nin test:\n{f.get('test')}", "failed-assert")
-            )
     if "sandbox_output" in ev:  # a code grading: say so when the candidate printed nothing
         out.append(
             _block(
@@ -97,7 +109,7 @@ def _evidence(ev: Any) -> list[str]:
                 "sandbox-output",
             )
         )
-    rest = {k: v for k, v in ev.items() if k != "sandbox_output"}
+    rest = {k: v for k, v in ev.items() if k not in ("sandbox_output", "failures")}
     out.append(_block("evidence (transcript)", rest, "evidence"))
     return out
 
@@ -129,6 +141,12 @@ def job_page(
             )
         body += ['<h2>Transcript</h2><div id="transcript">', *_transcript_calls(transcript), "</div>"]
     body += _grader(outcome, transcript)
-    task = str(head.get("task_id", ""))
-    return shell(title, body, crumbs=[(run_id, run_url(run_id)), (task, run_url(run_id, "task", task=task)),
-                                      ("job", run_url(run_id, "job", key=key))])  # fmt: skip
+    task, arm = str(head.get("task_id", "")), str(head.get("arm", ""))
+    crumbs = [(run_id, run_url(run_id))]
+    if arm:
+        crumbs.append((arm, run_url(run_id, "arm", arm=arm)))
+    crumbs += [
+        (task, run_url(run_id, "task", task=task, arm=arm or None)),
+        ("job", run_url(run_id, "job", key=key)),
+    ]
+    return shell(title, body, crumbs=crumbs)

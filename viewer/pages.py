@@ -45,7 +45,8 @@ def shell(
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">', meta,
-        f"<title>{e(title)} · ept view</title>", '<link rel="stylesheet" href="/static/view.css">',
+        f"<title>{e(title)} · ept view</title>", '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">',
+        '<link rel="stylesheet" href="/static/view.css">',
         '<script src="/static/view.js" defer></script></head><body>',
         f'<nav class="crumbs">{nav}</nav>', f'<h1 id="title">{e(title)}</h1>', *body, "</body></html>",
     ]) + "\n"  # fmt: skip
@@ -94,9 +95,9 @@ def runs_page(
     names = list(names) or [str(r["run_id"]) for r in runs]
     opts = "".join(f'<option value="{_q(n)}">{e(n)}</option>' for n in names[:MAX_COMPARE_OPTIONS])
     body = [f'<p class="muted">Ledger {e(ledger)} (read-only).</p>',
-            '<table id="runs-table"><thead><tr><th class="t">run</th><th class="t">started</th>'
+            '<div class="scroll"><table id="runs-table"><thead><tr><th class="t">run</th><th class="t">started</th>'
             '<th class="t">profile</th><th>jobs done</th><th>failed</th><th>planned</th><th class="t">state</th>'
-            f'</tr></thead><tbody>{"".join(_run_row(r) for r in runs)}</tbody></table>']  # fmt: skip
+            f'</tr></thead><tbody>{"".join(_run_row(r) for r in runs)}</tbody></table></div>']  # fmt: skip
     if pager is not None:
         body.append(pager_html(pager, lambda n: f"/?page={n}"))
     if len(names) > 1:
@@ -115,9 +116,49 @@ def _progress(v: RunView) -> str:
     return f'<p id="progress" data-done="{v.done}" data-running="{str(v.running).lower()}">{e(text)}</p>'
 
 
-def run_page(v: RunView) -> str:
-    """Recommendation, the interactive plot with strategy toggles, the returns table, accuracy, the step
-    tables and links to the arms and the grid."""
+def budget_pick(v: RunView, text: str | None) -> dict[str, Any] | None:
+    """The best arm under a per-task budget ('2k' tokens or '$0.002'), by the same computation as
+    `ept analyze --budget` (analysis.recommend.recommend_result over the run's result); None without a budget
+    or an analysis. InputError (field budget) for a budget that does not parse."""
+    if not text or v.result is None:
+        return None
+    from elo_per_token.analysis.recommend import parse_budget, recommend_result
+    from elo_per_token.contracts.errors import InputError
+
+    try:
+        budget = parse_budget(text)
+    except InputError as ex:
+        raise InputError(ex.message, field="budget") from None
+    got: dict[str, Any] | None = recommend_result(v.result, budget)["budget"]
+    return got
+
+
+def _budget_form(v: RunView, text: str | None, pick: Mapping[str, Any] | None) -> list[str]:
+    """A GET form asking for a per-task budget, and the arm it picks (highlighted in the table and plot)."""
+    form = (f'<form id="budget-form" method="get" action="{_q(run_url(v.run_id))}"><label>Budget per task '
+            f'<input name="budget" size="10" placeholder="2k or $0.002" value="{_q(text or "")}"></label> '
+            '<button type="submit">best arm under it</button> <span class="muted">tokens (3000, 2.5k) or dollars '
+            "($0.002): the rule of <code>ept analyze --budget</code></span></form>")  # fmt: skip
+    if pick is None:
+        return [form]
+    arm = pick.get("arm")
+    return [form, f'<p id="budget-pick" data-arm="{_q(arm or "")}" class="{"pick" if arm else "warn"}">'
+                  f"{e(str(pick.get('text') or ''))}</p>"]  # fmt: skip
+
+
+def _mark_pick(fragment: str, arm: str | None) -> str:
+    """The budget's arm marked (data-budget-pick) in the table rows and plot points that carry data-arm."""
+    if not arm:
+        return fragment
+    a = _q(arm)
+    return fragment.replace(f'<tr data-arm="{a}"', f'<tr data-arm="{a}" data-budget-pick="1"').replace(
+        f'<g class="pt" data-arm="{a}"', f'<g class="pt budget-pick" data-arm="{a}"'
+    )
+
+
+def run_page(v: RunView, budget: str | None = None, pick: Mapping[str, Any] | None = None) -> str:
+    """Recommendation, the budget form (and its pick, highlighted), the interactive plot with strategy toggles,
+    the returns table, accuracy, the step tables and links to the arms, the samples and the grid."""
     body = [_progress(v)]
     if v.options_from and "'s plan: " in v.options_from:  # the plan's options were refused
         body.append(f'<p class="warn" id="options-from">Analysed with {e(v.options_from)}.</p>')
@@ -127,6 +168,8 @@ def run_page(v: RunView) -> str:
     doc = v.doc
     returns = list(doc.returns or [])
     body += recommendation_section(doc)
+    body += _budget_form(v, budget, pick)
+    first = len(body)
     colours = strategy_colours([str(r.get("strategy") or "") for r in returns])
     toggles = "".join(
         f'<label class="toggle"><input type="checkbox" checked data-strategy="{_q(s)}">'
@@ -140,14 +183,17 @@ def run_page(v: RunView) -> str:
              f'<figure id="plot">{elo_tokens_svg(returns, f"{round(level * 100)}%")}<div id="tip" hidden></div></figure>',
              "<h2>Diminishing returns</h2>", table("returns-table", returns, RETURNS_COLUMNS, row_class="frontier"),
              '<h2>Arms</h2><ul id="arm-links">'
-             + "".join(f'<li><a href="{_q(run_url(v.run_id, "arm", arm=r["arm"]))}">{e(r["arm"])}</a></li>'
-                       for r in returns) + "</ul>",
-             f'<p><a id="grid-link" href="{_q(run_url(v.run_id, "grid"))}">arms × tasks grid</a> · '
+             + "".join(f'<li><a href="{_q(run_url(v.run_id, "arm", arm=r["arm"]))}">{e(r["arm"])}</a> · '
+                       f'<a class="arm-samples" data-arm="{_q(r["arm"])}" href="{_q(run_url(v.run_id, "samples", arm=r["arm"], sort="score"))}">'
+                       "its samples, losses first</a></li>" for r in returns) + "</ul>",
+             f'<p><a id="samples-link" href="{_q(run_url(v.run_id, "samples"))}">sample explorer</a> · '
+             f'<a id="grid-link" href="{_q(run_url(v.run_id, "grid"))}">arms × tasks grid</a> · '
              f'<a href="{_q(run_url(v.run_id, "report.json"))}">report.json</a></p>']  # fmt: skip
     body += accuracy_section(doc, table)
     body += step_tables_section(doc, table)
     for w in doc.warnings or []:
         body.append(f'<p class="warn">{e(str(w))}</p>')
+    body[first:] = [_mark_pick(x, (pick or {}).get("arm")) for x in body[first:]]
     return shell(f"Run {v.run_id}", body, refresh=v.running, crumbs=[(v.run_id, run_url(v.run_id))])
 
 
@@ -158,14 +204,14 @@ def _fmt_score(x: Any) -> str:
 def arm_page(v: RunView, arm: str, rows: Sequence[Mapping[str, Any]], pager: Pager | None = None) -> str:
     """One page of an arm's tasks: mean score, replicates and tokens per task, each task linked."""
     count = f"{pager.rows if pager else len(rows):,} tasks."
-    body = [f'<p class="muted">{count}</p>', '<table id="arm-tasks"><thead><tr><th class="t">family</th>'
+    body = [f'<p class="muted">{count}</p>', '<div class="scroll"><table id="arm-tasks"><thead><tr><th class="t">family</th>'
             '<th class="t">task</th><th>score</th><th>replicates</th><th>tokens</th></tr></thead><tbody>']  # fmt: skip
     for r in rows:
-        link = run_url(v.run_id, "task", task=r["task_id"])
+        link = run_url(v.run_id, "task", task=r["task_id"], arm=arm)
         body.append(f'<tr data-task="{_q(r["task_id"])}"><td class="t">{e(r["family"])}</td><td class="t">'
                     f'<a href="{_q(link)}">{e(r["task_id"])}</a></td><td data-value="{r["score"]}">'
                     f'{_fmt_score(r["score"])}</td><td>{r["n"]}</td><td>{_tokens(r.get("tokens"))}</td></tr>')  # fmt: skip
-    body.append("</tbody></table>")
+    body.append("</tbody></table></div>")
     if pager is not None:
         body.append(pager_html(pager, lambda n: run_url(v.run_id, "arm", arm=arm, page=n)))
     return shell(f"{arm} in {v.run_id}", body, refresh=v.running,
@@ -213,20 +259,54 @@ def grid_page(v: RunView, grid: Mapping[str, Any], family: str | None, disagree:
                  crumbs=[(v.run_id, run_url(v.run_id)), ("grid", run_url(v.run_id, "grid"))])  # fmt: skip
 
 
-def task_page(v: RunView, task_id: str, rows: Sequence[Mapping[str, Any]], pager: Pager | None = None) -> str:
-    """Every arm and replicate on one task (one page of them): score and tokens, each linked to its job."""
-    body = ['<table id="task-jobs"><thead><tr><th class="t">arm</th><th>replicate</th><th>score</th>'
-            '<th>tokens</th><th class="t">job</th></tr></thead><tbody>']  # fmt: skip
+def _task_head(about: Mapping[str, Any]) -> list[str]:
+    """The prompt the arms were sent and the reference answer, each said missing with why."""
+    out = ['<section id="task-prompt"><h2>Prompt</h2>']
+    if about.get("prompt"):
+        out.append(f'<p class="muted">as sent in job {e(str(about.get("prompt_from")))} (its transcript)</p>')
+        for m in about["prompt"]:
+            out.append(f'<div class="msg"><div class="lbl">{e(str(m.get("role") or "message"))}</div>'
+                       f"<pre>{pretty(m.get('content'))}</pre></div>")  # fmt: skip
+    else:
+        out.append('<p class="muted">No transcript of this task\'s jobs is stored (the run kept none).</p>')
+    out.append('</section><section id="task-reference"><h2>Reference</h2>')
+    ref = about.get("reference")
+    out.append(f'<p class="muted">{e(str(about.get("reference_from") or ""))}</p>')
+    if ref is not None:
+        out.append(f"<pre>{pretty(ref)}</pre>")
+    out.append("</section>")
+    return out
+
+
+def task_page(v: RunView, task_id: str, rows: Sequence[Mapping[str, Any]], pager: Pager | None = None, *,
+              arm: str | None = None, about: Mapping[str, Any] | None = None) -> str:  # fmt: skip
+    """One task: its prompt and reference, then every arm and replicate on it (one page of them) with score,
+    tokens, error class and final answer, each linked to its job. `arm`: the arm the reader came from (the
+    breadcrumb names it and its rows are marked)."""
+    about = about or {}
+    outcomes = about.get("outcomes") or {}
+    body = [*_task_head(about), "<h2>Outcomes</h2>",
+            '<div class="scroll"><table id="task-jobs" class="sticky"><thead><tr><th class="t">arm</th><th>replicate</th>'
+            '<th>score</th><th>tokens</th><th class="t">error</th><th class="t">final answer</th><th class="t">job</th>'
+            "</tr></thead><tbody>"]  # fmt: skip
     for r in rows:
-        link = run_url(v.run_id, "job", key=r["job_key"])
-        body.append(f'<tr data-arm="{_q(r["arm"])}"><td class="t">{e(r["arm"])}</td><td>{r["replicate"]}</td>'
+        link = run_url(v.run_id, "job", key=r["job_key"], arm=arm)
+        o = outcomes.get(r["job_key"]) or {}
+        ans = o.get("answer")
+        mark = ' class="from-arm"' if arm is not None and r["arm"] == arm else ""
+        body.append(f'<tr data-arm="{_q(r["arm"])}"{mark}><td class="t arm-name">{e(r["arm"])}</td><td>{r["replicate"]}</td>'
                     f'<td data-value="{r["score"]}">{_fmt_score(r["score"])}</td><td>{_tokens(r.get("tokens"))}</td>'
+                    f'<td class="t">{e(str(o.get("error_class") or ""))}</td>'
+                    f'<td class="t snippet">{"—" if ans is None else e(ans[:120])}</td>'
                     f'<td class="t"><a class="job-link" href="{_q(link)}">transcript</a></td></tr>')  # fmt: skip
-    body.append("</tbody></table>")
+    body.append("</tbody></table></div>")
     if pager is not None:
-        body.append(pager_html(pager, lambda n: run_url(v.run_id, "task", task=task_id, page=n)))
-    return shell(f"Task {task_id}", body, crumbs=[(v.run_id, run_url(v.run_id)),
-                                                  (task_id, run_url(v.run_id, "task", task=task_id))])  # fmt: skip
+        body.append(pager_html(pager, lambda n: run_url(v.run_id, "task", task=task_id, arm=arm, page=n)))
+    crumbs = [(v.run_id, run_url(v.run_id))]
+    if arm is not None:
+        crumbs.append((arm, run_url(v.run_id, "arm", arm=arm)))
+    crumbs.append((task_id, run_url(v.run_id, "task", task=task_id, arm=arm)))
+    return shell(f"Task {task_id}", body, crumbs=crumbs)
 
 
 def compare_page(a: str, b: str, res: Mapping[str, Any]) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from typing import Any
 
 from elo_per_token.contracts.errors import InputError
@@ -61,6 +62,36 @@ def _read_local(store: LocalStore, key: str, cap: int) -> tuple[bytes, int] | No
     fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(fd, "rb") as f:
         return f.read(cap), os.fstat(fd).st_size
+
+
+class BatchReader:
+    """read_capped for many objects of one ledger in a row (a search over transcripts, the answers of a run):
+    on a local ledger each folder is resolved once (inside the ledger, else Forbidden) and each file is
+    checked with one lstat, then opened without following links. A file that is itself a link is resolved
+    in full, as read_capped does; other stores read as read_capped."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self._dirs: dict[str, str] = {}
+
+    def read(self, key: str, cap: int) -> tuple[bytes, int] | None:
+        store = self.ledger.store
+        if not isinstance(store, LocalStore):
+            return read_capped(self.ledger, key, cap)
+        parent, _, name = key.rpartition("/")
+        real = self._dirs.get(parent)
+        if real is None:
+            real = self._dirs[parent] = inside(store, parent)
+        path = os.path.join(real, name)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISREG(st.st_mode):  # a link (resolved in full) or not a regular file (refused there)
+            return _read_local(store, key, cap)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            return f.read(cap), os.fstat(fd).st_size
 
 
 def _read_s3(store: S3Store, key: str, cap: int) -> tuple[bytes, int] | None:

@@ -1,7 +1,7 @@
 """`ept view`'s HTTP server: the standard library's threading HTTP server, GET only, pages from viewer.pages.
 
 Routes:  /  ·  /run/<id>  ·  /run/<id>/report.json  ·  /run/<id>/arm?arm=  ·  /run/<id>/grid?family=&disagree=1
-·  /run/<id>/task?task=  ·  /run/<id>/job?key=  ·  /compare?a=&b=  ·  /static/<file>
+·  /run/<id>/task?task=  ·  /run/<id>/samples?family=&arm=&smin=&smax=&error=&disagree=&q=&sort=&desc=&page=  ·  /run/<id>/job?key=  ·  /compare?a=&b=  ·  /static/<file>
 Every asset is served from the package (a Content-Security-Policy forbids anything else), bad input is a 4xx
 page naming the parameter, and nothing is ever written.
 """
@@ -22,14 +22,16 @@ from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.secrets import scrub
-from elo_per_token.viewer import grids, pages
+from elo_per_token.viewer import grids, pages, samples
+from elo_per_token.viewer.explorer import explorer_page
 from elo_per_token.viewer.job_page import job_page
-from elo_per_token.viewer.reading import Forbidden
+from elo_per_token.viewer.reading import BatchReader, Forbidden
 from elo_per_token.viewer.store import Store
 
 T = TypeVar("T")
 
-STATIC = {"view.js": "text/javascript; charset=utf-8", "view.css": "text/css; charset=utf-8"}
+STATIC = {"view.js": "text/javascript; charset=utf-8", "view.css": "text/css; charset=utf-8",
+          "favicon.svg": "image/svg+xml"}  # fmt: skip
 CSP = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; form-action 'self'"
 
 
@@ -66,12 +68,17 @@ def _slice(rows: list[T], page: int, per: int) -> tuple[list[T], pages.Pager]:
 
 def route(store: Store, path: str, query: str) -> tuple[str, bytes]:
     """(content type, body) of a GET; raises NotFound, InputError or Forbidden."""
-    params = parse_qs(query, max_num_fields=20)
+    try:
+        params = parse_qs(query, max_num_fields=20)
+    except ValueError:  # more fields than that: a 400, not a broken page
+        raise InputError("more than 20 query parameters", field="query") from None
     parts = [unquote(p) for p in path.strip("/").split("/")] if path.strip("/") else []
     if not parts:
         names = store.run_ids()
         shown, pager = _slice(names, _page(params), store.page_rows)
         return _html(pages.runs_page(store.runs(shown), store.url, names, pager))
+    if parts == ["favicon.ico"]:  # asked for by browsers whatever the page's <link rel=icon> says
+        parts = ["static", "favicon.svg"]
     if parts[0] == "static" and len(parts) == 2 and parts[1] in STATIC:
         return STATIC[parts[1]], (resources.files("elo_per_token.viewer") / "static" / parts[1]).read_bytes()
     if parts == ["compare"]:
@@ -89,7 +96,8 @@ def _run_route(store: Store, run_id: str, page: str, params: dict[str, list[str]
         return _html(job_page(run_id, key, records, store.transcript(run_id, key), notes))
     v = store.view(run_id)
     if page == "":
-        return _html(pages.run_page(v))
+        budget = _one(params, "budget", False)
+        return _html(pages.run_page(v, budget, pages.budget_pick(v, budget)))
     if page == "report.json":
         body = json.dumps(
             v.doc.as_dict() if v.doc is not None else {"error": v.error}, default=str, allow_nan=False
@@ -97,6 +105,8 @@ def _run_route(store: Store, run_id: str, page: str, params: dict[str, list[str]
         return "application/json", body.encode()
     if v.result is None:
         return _html(pages.run_page(v))  # no analysis yet: the run page says why
+    if page == "samples":
+        return _html(_samples(store, run_id, params))
     if page == "arm":
         arm = _one(params, "arm") or ""
         if arm not in v.result.arms:
@@ -112,8 +122,34 @@ def _run_route(store: Store, run_id: str, page: str, params: dict[str, list[str]
         if not rows:
             raise NotFound(f"task {task!r}")
         shown, pager = _slice(rows, _page(params), store.page_rows)
-        return _html(pages.task_page(v, task, shown, pager))
+        came_from = _one(params, "arm", False)
+        from_arm = came_from if came_from in v.result.arms else None
+        return _html(pages.task_page(v, task, shown, pager, arm=from_arm,
+                                     about=store.task_info(run_id, task, [r["job_key"] for r in rows])))  # fmt: skip
     raise NotFound(page)
+
+
+def _samples(store: Store, run_id: str, params: dict[str, list[str]]) -> str:
+    """The sample explorer: the query (validated) over the run's job rows, searched within its bound, paged."""
+    q = samples.parse_query(lambda n: _one(params, n, False), _page(params))
+    v = store.samples(run_id)
+    if (
+        v.samples is None
+    ):  # no records to list (a run analysed from elsewhere): the run page says what there is
+        return pages.run_page(v)
+    rows = samples.filtered(v.samples, q)
+    candidates, scanned, capped = rows.height, 0, False
+    if q.q is not None:
+        reader = BatchReader(store.ledger)  # one request's transcript reads: each folder resolved once
+        rows, scanned, capped = samples.search(rows, q.q, lambda k: store.text(run_id, k, reader))
+    per = store.page_rows
+    n_pages = max(1, -(-rows.height // per))
+    if q.page > n_pages:
+        raise NotFound(f"page {q.page} (there are {n_pages})")
+    found = samples.Found(
+        rows.slice((q.page - 1) * per, per).to_dicts(), rows.height, scanned, candidates, capped
+    )
+    return explorer_page(v, v.samples, q, found, pages.Pager(q.page, n_pages, rows.height))
 
 
 def _html(text: str) -> tuple[str, bytes]:

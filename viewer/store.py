@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.ledger.local import LocalStore
-from elo_per_token.viewer.reading import Forbidden, inside, read_capped, read_manifest
+from elo_per_token.viewer.reading import BatchReader, Forbidden, inside, read_capped, read_manifest
+from elo_per_token.viewer.samples import (
+    SIDE_MAX_JOBS,
+    TextCache,
+    job_frame,
+    samples,
+    side_frame,
+    transcript_text,
+)
 
 # Per-request bounds: bytes of one job object read for its page, and rows per page of the runs/arm/task lists.
 MAX_JOB_BYTES = 8 * 2**20
@@ -39,6 +47,8 @@ class RunView:
     error: str | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
     options_from: str | None = None  # where the analysis options came from (analysis.cli_report.run_options)
+    samples: Any = None  # the sample explorer's frame (viewer.samples), built on its first request
+    samples_note: str | None = None  # why answers and latency are not shown, when they are not
 
     @property
     def running(self) -> bool:
@@ -63,6 +73,7 @@ class Store:
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()  # held only to find a run's lock, never during an analysis
         self._compare: dict[tuple[str, str, int, int], dict[str, Any]] = {}
+        self._texts = TextCache()
 
     def run_ids(self) -> list[str]:
         """The names of the ledger's runs/ folder, sorted (foreign names included: runs() lists them unreadable)."""
@@ -141,6 +152,71 @@ class Store:
         result = analyze([url], dataclasses.replace(opts, budget=self.budget, margin=self.margin))
         return result, build_document(result), where
 
+    def samples(self, run_id: str) -> RunView:
+        """The run's view with its sample explorer frame (viewer.samples.samples) built, once per run state:
+        the records' rows per job, the answers and latencies read from the job objects (runs of up to
+        SIDE_MAX_JOBS jobs)."""
+        from elo_per_token.analysis.breakdown import parse_prices
+
+        v = self.view(run_id)
+        if v.result is None or v.result.records is None or v.samples is not None:
+            return v
+        with self._lock(run_id):
+            if v.samples is None:
+                jobs = job_frame(v.result.records, parse_prices(v.result.options.prices))
+                side = None
+                if jobs.height <= SIDE_MAX_JOBS:
+                    reader = BatchReader(self.ledger)  # each folder resolved once, not each object's path
+                    side = side_frame(
+                        jobs["job_key"].drop_nulls().to_list(),
+                        lambda k, cap: self._head(reader, run_id, k, cap),
+                    )
+                else:
+                    v.samples_note = (f"final answers and latencies are read for runs of up to {SIDE_MAX_JOBS:,} "
+                                      f"jobs; this run has {jobs.height:,}")  # fmt: skip
+                v.samples = samples(jobs, side)
+        return v
+
+    def _head(self, reader: BatchReader, run_id: str, key: str, cap: int) -> bytes | None:
+        try:
+            got = reader.read(f"runs/{run_id}/jobs/{key}.jsonl", cap)
+        except (Forbidden, OSError):
+            return None  # a link out of the ledger, or unreadable: no answer shown (its job page says why)
+        return None if got is None else got[0]
+
+    def text(self, run_id: str, key: str, reader: BatchReader | None = None) -> str:
+        """The searchable text of a job's transcript ('' without one), kept in a bounded cache; `reader`: a
+        BatchReader shared by one request's reads."""
+
+        def load() -> str:
+            try:
+                return transcript_text(self.transcript(run_id, key, reader))
+            except (Forbidden, OSError):
+                return ""
+
+        return self._texts.get((run_id, key), load)
+
+    def task_info(self, run_id: str, task_id: str, keys: list[str]) -> dict[str, Any]:
+        """The task page's extras: the prompt (messages of a stored transcript of one of `keys`, the task's
+        jobs), the reference (viewer.task_info.reference_of) and each job's error class and final answer."""
+        import polars as pl
+
+        from elo_per_token.coordinator.identity import decode_tasks
+        from elo_per_token.viewer.task_info import prompt_of, reference_of
+
+        v = self.samples(run_id)
+        out: dict[str, Any] = {"outcomes": {}}
+        if v.samples is not None:
+            rows = v.samples.filter(pl.col("task_id") == task_id).select("job_key", "error_class", "answer")
+            out["outcomes"] = {r["job_key"]: r for r in rows.iter_rows(named=True)}  # one task: a few rows
+        out["prompt"], out["prompt_from"] = prompt_of(keys, lambda k: self.transcript(run_id, k))
+        blob = (v.manifest.get("identity") or {}).get("tasks_blob")
+        got = read_capped(self.ledger, f"runs/{run_id}/{blob}", 16 * 2**20) if isinstance(blob, str) else None
+        out["reference"], out["reference_from"] = reference_of(
+            v.manifest, task_id, decode_tasks(got[0] if got else None)
+        )
+        return out
+
     def job(self, run_id: str, key: str) -> tuple[list[dict[str, Any]], list[str]]:
         """The job object's records (calls, then the outcome), parsed, and notes on what was not shown: at most
         MAX_JOB_BYTES are read, and a line that is not a JSON object is skipped and named. InputError for an
@@ -155,12 +231,13 @@ class Store:
         data, size = got
         return _records(data, size)
 
-    def transcript(self, run_id: str, key: str) -> dict[str, Any] | None:
+    def transcript(self, run_id: str, key: str, reader: BatchReader | None = None) -> dict[str, Any] | None:
         """The job's stored transcript (worker.transcript), None when the run kept none; a blob over the
         transcript bound is reported inside the document, never read whole."""
         from elo_per_token.contracts.transcripts import MAX_BLOB_BYTES, blob_name, decode
 
-        got = read_capped(self.ledger, f"runs/{run_id}/{blob_name(key)}", MAX_BLOB_BYTES + 1)
+        name = f"runs/{run_id}/{blob_name(key)}"
+        got = (reader or BatchReader(self.ledger)).read(name, MAX_BLOB_BYTES + 1)
         if got is None:
             return None
         if got[1] > MAX_BLOB_BYTES:

@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from elo_per_token.contracts.backoff import backoff
+from elo_per_token.common.backoff import backoff
 from elo_per_token.contracts.errors import RETRYABLE
 from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict, Job, JobStatus, JobSummary
 from elo_per_token.contracts.records import JobResult
@@ -179,6 +179,7 @@ def _record_failure(
         # This attempt's calls (also in its spent object, which is what the totals count).
         "calls": result.sent_calls if result else 0,
         "tokens": result.tokens if result else 0,
+        "est_tokens": result.estimated_tokens if result else 0,
         "lines": result.to_lines() if result else [],
         # Every attempt's calls in this run of the job: spent/ objects hold each of them.
         "spent_calls": spent.calls,
@@ -198,6 +199,7 @@ class _Spent:
         self.job, self.ledger, self.journal = job, ledger, journal
         self.calls = 0
         self.tokens = 0
+        self.est_tokens = 0  # calls without usable usage, at their upper bound (JobResult.estimated_tokens)
         self.attempt_id = ""
 
     def begin(self) -> None:
@@ -215,6 +217,7 @@ class _Spent:
             self.ledger.put_blob(result.job.run_id, f"{SPENT_DIR}{self.attempt_id}{SPENT_SUFFIX}", data)
             self.calls += result.sent_calls
             self.tokens += result.tokens
+            self.est_tokens += result.estimated_tokens
         self.end()
 
     def commit(self) -> None:
@@ -236,7 +239,9 @@ class _Spent:
         spent on attempts whose calls are in spent objects."""
         calls = self.calls + (stored.sent_calls if stored else 0)
         tokens = self.tokens + (stored.tokens if stored else 0)
-        return {"calls": calls, "tokens": tokens, "spent_calls": self.calls, "spent_tokens": self.tokens}
+        est = self.est_tokens + (stored.estimated_tokens if stored else 0)
+        return {"calls": calls, "tokens": tokens, "spent_calls": self.calls, "spent_tokens": self.tokens,
+                "est_tokens": est}  # fmt: skip
 
 
 def _runner(
@@ -404,9 +409,15 @@ def _over_budget(task_self: Any, job: Job, cap: int | None) -> bool:
         return False
     try:
         r = _broker(task_self)
-        return r is not None and int(r.get(budget_key(job.run_id)) or 0) >= cap
-    except Exception:  # an unreadable counter must not fail the job; the coordinator still stops the run
+        raw = r.get(budget_key(job.run_id)) if r is not None else None
+    except Exception:  # an unreachable broker must not fail the job; the coordinator still stops the run
         return False
+    try:
+        spent = 0 if raw is None else int(raw)  # no counter yet: nothing spent; b"" is not a number
+    except ValueError:
+        return True  # not a number: forged or corrupt; spending is refused rather than left unbounded
+    # Spend only grows from what the coordinator set (>= 0): a negative counter was forged to lift the cap.
+    return spent < 0 or spent >= cap
 
 
 def _spend(task_self: Any, job: Job, tokens: int) -> None:
@@ -531,7 +542,8 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
             check_existing=False, clear_failure=ctx.clear_failure, transcripts=ctx.transcripts, journal=journal,
         )  # fmt: skip
         if ctx.budget_tokens is not None:  # every billed token counts toward the cap, failed attempts' too
-            _spend(task_self, job, int(summary.get("tokens") or 0))
+            # Calls without usable usage at their upper bound too: the cap holds whatever the provider reports.
+            _spend(task_self, job, int(summary.get("tokens") or 0) + int(summary.get("est_tokens") or 0))
         summary = {**summary, "worker": getattr(task_self.request, "hostname", None)}
         # Before the claim is released: a copy waiting on the claim must find it.
         _mark_ran(claims.r, task_id, summary)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from elo_per_token.analysis.io import BadLine
-from elo_per_token.contracts.atomic import write_atomic
+from elo_per_token.common.atomic import write_atomic
 from elo_per_token.contracts.errors import InputError
 
 _ARM_RE = re.compile(r"^(?P<strategy>.+)@(?P<n>\d+)$")

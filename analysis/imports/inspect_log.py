@@ -28,6 +28,7 @@ from typing import Any
 from elo_per_token.analysis.imports.common import Collector
 from elo_per_token.analysis.imports.zipcap import TooBig
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.settings import read_float
 
 LOG_SUFFIXES = (".eval", ".json")
 NAMED = ("model", "task", "solver", "file")
@@ -126,7 +127,7 @@ def score_of(scores: dict[str, Any] | None, score_key: str | None) -> tuple[floa
     return v, None, ""
 
 
-MAX_LOG_MB = 512  # uncompressed bytes of one log (EPT_MAX_IMPORT_MB): inspect reads it whole, then more
+# EPT_MAX_IMPORT_MB (contracts/settings.py) caps the uncompressed bytes of one log: inspect reads it whole, then more
 
 
 def too_big(f: str) -> str | None:
@@ -136,7 +137,7 @@ def too_big(f: str) -> str | None:
     import os
     import zipfile
 
-    cap = float(os.environ.get("EPT_MAX_IMPORT_MB") or MAX_LOG_MB) * 2**20
+    cap = read_float("EPT_MAX_IMPORT_MB") * 2**20
     if not f.endswith(".eval"):
         size = os.path.getsize(f)
         return None if size <= cap else f"{size / 2**20:.0f} MB, over EPT_MAX_IMPORT_MB={cap / 2**20:g}"

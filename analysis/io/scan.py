@@ -9,6 +9,7 @@ import polars as pl
 
 from elo_per_token.analysis.io.schema import _CLASS, _USAGE, RAW_SCHEMA, _normalise
 from elo_per_token.analysis.io.sources import storage_options
+from elo_per_token.contracts.settings import read_int
 
 if TYPE_CHECKING:
     from polars._typing import PolarsDataType
@@ -70,7 +71,6 @@ _TYPE_WORDS = {
 # A Parquet's row count comes from its footer: checked before anything is materialised. A row of records is
 # ~100-200 bytes once in memory, so 20M rows is already several GB; a file of far fewer bytes than rows is a
 # constant column run-length encoded (a 205 KB file of 60M rows took `ept analyze` to 6.2 GiB).
-MAX_PARQUET_ROWS = 20_000_000
 _MIN_BYTES_PER_ROW = (
     0.25  # real records carry distinct job keys and task ids: several bytes per row, compressed
 )
@@ -83,7 +83,7 @@ def check_parquet_rows(f: str, rows: int) -> None:
 
     from elo_per_token.contracts.errors import InputError
 
-    cap = int(os.environ.get("EPT_MAX_PARQUET_ROWS") or MAX_PARQUET_ROWS)
+    cap = read_int("EPT_MAX_PARQUET_ROWS")
     size = os.path.getsize(f)
     if rows > cap:
         raise InputError(

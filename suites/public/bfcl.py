@@ -31,7 +31,6 @@ from elo_per_token.contracts.tasks import Task
 SUITE = "bfcl"
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance")
 VERSION_PREFIX = "BFCL_v4_"
-ACK = json.dumps({"status": "recorded"})
 
 # BFCL's own type table (bfcl_eval/constants/type_mappings.py), copied so the conversion needs no import.
 GORILLA_TO_OPENAPI = {

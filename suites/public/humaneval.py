@@ -9,7 +9,7 @@ Each problem becomes a `code` task:
   code grader's score is pass@1 for that sample;
 * visible_tests: the docstring's examples as asserts (doctest `>>>` lines and the `f(x) ➞ y` / `==>` /
   `returns` styles), kept only when the canonical solution passes them. They are derived once by
-  `python -m elo_per_token.suites.public.humaneval --write-visible` into `humaneval_visible.json` (the sandbox is too
+  `python -m elo_per_token.coordinator.humaneval_visible --write-visible` into `humaneval_visible.json` (the sandbox is too
   slow to re-derive them on every load); `--check` fails when the file drifts;
 * distractors: the signature with `return None` (the simulator's wrong answer; it fails every check);
 * difficulty: a simulator-only proxy (HumanEval has none): 0.2..0.8 by the canonical solution's length rank.
@@ -23,7 +23,6 @@ import gzip
 import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -122,23 +121,8 @@ def candidate_examples(prompt: str, entry_point: str) -> list[str]:
     return out
 
 
-def derive_visible(problems: list[dict[str, Any]]) -> dict[str, list[str]]:
-    """Per task id, the docstring examples the canonical solution passes (each run in the sandbox)."""
-    from elo_per_token.worker.graders.code import run_tests
-
-    out: dict[str, list[str]] = {}
-    for p in problems:
-        code = p["prompt"] + p["canonical_solution"]
-        kept = [
-            t
-            for t in candidate_examples(p["prompt"], p["entry_point"])
-            if run_tests(code, [t], p["entry_point"])["passed"] == 1
-        ]
-        out[task_id_of(p["task_id"])] = kept
-    return out
-
-
-def _visible() -> dict[str, list[str]]:
+def visible_tests() -> dict[str, list[str]]:
+    """Task id -> its visible tests, as derived into VISIBLE_FILE ({} when the file is missing)."""
     return json.loads(VISIBLE_FILE.read_text()) if VISIBLE_FILE.is_file() else {}
 
 
@@ -164,7 +148,7 @@ def load() -> list[Task]:
     from elo_per_token.contracts.tasks import validate_task
 
     problems = read_problems()
-    visible = _visible()
+    visible = visible_tests()
     lengths = sorted(len(p["canonical_solution"].strip().splitlines()) for p in problems)
     out = []
     for i, p in enumerate(problems, start=1):
@@ -172,25 +156,3 @@ def load() -> list[Task]:
         task = to_task(p, visible.get(task_id_of(p["task_id"]), []), round(0.2 + 0.6 * rank, 3))
         out.append(validate_task(task, str(data_path()), i))
     return out
-
-
-def main(argv: list[str]) -> int:
-    derived = derive_visible(read_problems())
-    if "--check" in argv:
-        if derived != _visible():
-            print(
-                f"{VISIBLE_FILE} is out of date: run python -m elo_per_token.suites.public.humaneval --write-visible"
-            )
-            return 1
-        print(f"{VISIBLE_FILE}: up to date")
-        return 0
-    VISIBLE_FILE.write_text(json.dumps(derived, indent=0, sort_keys=True, ensure_ascii=False) + "\n")
-    n = sum(1 for v in derived.values() if v)
-    print(
-        f"wrote {VISIBLE_FILE}: {sum(map(len, derived.values()))} visible tests, {n}/{len(derived)} tasks have some"
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

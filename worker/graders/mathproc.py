@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from elo_per_token.contracts.settings import read_float, read_int
 from elo_per_token.worker.graders.registry import GradingUnavailable
 
 START_TIMEOUT_S = (
@@ -34,15 +35,15 @@ START_TIMEOUT_S = (
 
 
 def timeout_s() -> float:
-    return float(os.environ.get("EPT_MATH_TIMEOUT_S", "10"))
+    return read_float("EPT_MATH_TIMEOUT_S")
 
 
 def _procs() -> int:
-    return max(1, int(os.environ.get("EPT_MATH_PROCS", "2")))
+    return max(1, read_int("EPT_MATH_PROCS"))
 
 
 def _memory_mb() -> int:
-    return int(os.environ.get("EPT_MATH_MEMORY_MB", "1024"))
+    return read_int("EPT_MATH_MEMORY_MB")
 
 
 @dataclass(frozen=True)

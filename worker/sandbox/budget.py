@@ -25,15 +25,17 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from elo_per_token.contracts.settings import read_int
+
 CGROUP_ROOT = "/sys/fs/cgroup"
 
 
 def total_mb() -> int:
-    return int(os.environ.get("EPT_SANDBOX_MEMORY_MB", "2048"))
+    return read_int("EPT_SANDBOX_MEMORY_MB")
 
 
 def concurrency() -> int:
-    return max(1, int(os.environ.get("EPT_SANDBOX_CONCURRENCY", "4")))
+    return max(1, read_int("EPT_SANDBOX_CONCURRENCY"))
 
 
 @dataclass(frozen=True)

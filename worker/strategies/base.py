@@ -112,16 +112,16 @@ class JobContext:
             if self.transcript is not None:
                 self.transcript.call(index, role, messages, error=f"{e.error_class}: {e.message}")
             gone = e.discarded
-            self._record_discarded(index, role, seed, n, gone)
+            self._record_discarded(index, role, seed, n, gone, e.usage_bound)
             usage, bad = e.usage, e.usage_invalid
             self._record(CallRecord(
                 call_index=index, role=role, model=None, usage=usage, latency_s=0.0, attempts=e.attempts - len(gone),
                 seed=seed, n_requested=n, n_returned=0, finish_reason=None,
                 error={"class": e.error_class, "message": e.message}, usage_missing=bad is not None, usage_invalid=bad,
-                gen=sent,
+                gen=sent, usage_estimate=e.usage_bound if bad is not None else None,
             ))  # fmt: skip
             raise
-        self._record_discarded(index, role, seed, n, resp.discarded)
+        self._record_discarded(index, role, seed, n, resp.discarded, getattr(resp, "usage_bound", None))
         if self.transcript is not None:
             self.transcript.call(index, role, messages, resp)
         if resp.max_tokens is not None:
@@ -132,12 +132,15 @@ class JobContext:
             attempts=resp.attempts - len(resp.discarded), seed=seed, n_requested=resp.n_requested,
             n_returned=resp.n_returned, finish_reason=finish, error=None, usage_missing=resp.usage is None,
             usage_invalid=resp.usage_invalid, gen=sent, finish_reasons=[c.finish_reason for c in resp.choices],
+            usage_estimate=getattr(resp, "usage_bound", None) if resp.usage is None else None,
         ))  # fmt: skip
         if not resp.choices:
             raise ProviderError("permanent", "the server returned no choices", attempts=resp.attempts)
         return resp
 
-    def _record_discarded(self, index: int, role: str, seed: int, n: int, discarded: list[Discarded]) -> None:
+    def _record_discarded(
+        self, index: int, role: str, seed: int, n: int, discarded: list[Discarded], bound: int | None
+    ) -> None:
         # A 2xx response that was discarded (malformed) and retried was still billed: it is a call of its own
         # (one attempt, error class "discarded") at the same index; the call's own record counts the other attempts,
         # so attempts summed over records = requests sent.
@@ -147,6 +150,7 @@ class JobContext:
                 n_requested=n, n_returned=0, finish_reason=None,
                 error={"class": "discarded", "message": f"billed response discarded: {d['message']}"},
                 usage_missing=d["usage"] is None, usage_invalid=d["usage_invalid"],
+                usage_estimate=bound if d["usage"] is None else None,
             ))  # fmt: skip
 
     def _record(self, rec: CallRecord) -> None:

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from elo_per_token.contracts.atomic import write_atomic
+from elo_per_token.common.atomic import write_atomic
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.tasks import Task
 

@@ -12,16 +12,6 @@ from typing import Any
 
 from elo_per_token.contracts.tasks import Task
 
-DEFAULT_ARMS = (
-    ("greedy", 1),
-    ("majority", 4),
-    ("majority", 8),
-    ("majority", 16),
-    ("best_of_n", 4),
-    ("best_of_n", 8),
-    ("best_of_n", 16),
-)
-
 
 def draw_tasks(n_tasks: int, families: list[str], seed: int) -> list[Task]:
     """n_tasks tasks, as evenly as possible from each built-in suite, in a seeded order."""

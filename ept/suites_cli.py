@@ -116,7 +116,7 @@ def import_cmd(
     import json
     from pathlib import Path
 
-    from elo_per_token.suites.importer import convert, write_jsonl
+    from elo_per_token.coordinator.suite_import import convert, write_jsonl
 
     if not dry_run and not out:
         raise InputError("give --out FILE.jsonl (or --dry-run)", field="out")
@@ -178,7 +178,7 @@ def accuracy_cmd(
     """Accuracy, calls and tokens per arm on the built-in suites against an in-process simulator (markdown)."""
     import time
 
-    from elo_per_token.suites.accuracy import draw_tasks, markdown, run_arms, summarise
+    from elo_per_token.coordinator.suite_accuracy import draw_tasks, markdown, run_arms, summarise
     from elo_per_token.suites.load import builtin_suite_names
 
     arm_list = parse_arms(arms)

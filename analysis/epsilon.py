@@ -1,0 +1,229 @@
+"""ε-relaxed frontier identification: every arm classified on, off, or within ε of the frontier.
+
+The margin: `epsilon_elo` (ΔElo, read as a win balance b_ε = tanh(ε / (2 ELO_SCALE)), the balance whose
+two-arm Bradley-Terry reading is ε, as the report's ΔElo is) and `epsilon_tokens` (a share of the arm's own
+tokens). Arm j **ε-dominates** arm i when j is stronger by more than b_ε AND cheaper by more than
+epsilon_tokens x i's tokens per task. An arm no arm ε-dominates is **within ε of the frontier**: shifting it
+by the margin (ε stronger, ε_tokens cheaper) puts it on the frontier, so choosing it over the frontier costs
+at most the margin — the ε-Pareto set of multi-objective bandits (Auer et al. 2016; Kone, Kaufmann &
+Richert 2023, ε-relaxed Pareto set identification).
+
+Decisions (each a claim about the population the tasks are drawn from):
+  on      confidently not dominated (analysis/sequential.py: Holm claims, as without a margin);
+  off     confidently dominated (some arm confidently cheaper and confidently stronger);
+  within  for every arm j not off: a claim of `on` against j (i confidently cheaper or stronger), or
+          q_ji < b_ε confidently (j not stronger by more than the margin), or
+          mean((1 - ε_tokens) tokens_i - tokens_j) < 0 confidently (i not costlier by more than the margin).
+A decision is wrong when on is claimed for a dominated arm, off for an undominated one, or within for an arm
+some arm ε-dominates (`eps_truth`, `eps_wrong`).
+
+Error budget: with a margin, alpha is split in two halves (a union bound): the on/off claims use Holm's
+step-down at alpha / 2 (sequential.holm_claims, Bonferroni over the looks), the ε claims normal intervals at
+the flat Bonferroni z of alpha / 2 over the looks and the arm's 2 (K - 1) ε-parameters (q_ji and the relative
+token difference against each other arm). So P(a wrong decision about arm i) <= alpha / 2 + alpha / 2. With
+no margin (both ε 0) there is no ε claim and the whole alpha goes to Holm: exactly the rule without a margin.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from elo_per_token.analysis.merge import ELO_SCALE
+from elo_per_token.analysis.sequential import (
+    OFF,
+    ON,
+    OPEN,
+    Assessment,
+    PairStats,
+    _decide,
+    claim_power,
+    decision_z,
+    holm_claims,
+    holm_step_z,
+    pair_done,
+)
+
+__all__ = [
+    "WITHIN",
+    "EpsAssessment",
+    "Margin",
+    "assess_eps",
+    "eps_balance",
+    "eps_needs",
+    "eps_truth",
+    "eps_wrong",
+    "rel_token_stats",
+]
+
+WITHIN = "within"
+
+
+@dataclass(frozen=True)
+class Margin:
+    """The stated margin: elo (ΔElo, >= 0) and tokens (a share of the arm's tokens, in [0, 1))."""
+
+    elo: float = 0.0
+    tokens: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        return self.elo > 0 or self.tokens > 0
+
+    @property
+    def balance(self) -> float:
+        return eps_balance(self.elo)
+
+
+def eps_balance(eps_elo: float) -> float:
+    """The win balance whose two-arm Bradley-Terry reading is eps_elo (inverse of elo_from_balance)."""
+    return math.tanh(max(0.0, eps_elo) / (2 * ELO_SCALE))
+
+
+def rel_token_stats(tokens: np.ndarray, share: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean, se, n) [K, K]: d[i, j] = mean over the tasks both ran of (1 - share) tokens_i - tokens_j; d < 0
+    confidently means i costs less than (1 - share)^-1 x j's tokens, i.e. is not costlier by more than the
+    margin. Asymmetric: d[i, j] != -d[j, i] when share > 0."""
+    t = np.asarray(tokens, dtype=float)
+    k = t.shape[1]
+    seen = ~np.isnan(t)
+    mean, se = np.full((k, k), np.nan), np.full((k, k), np.nan)
+    n = np.zeros((k, k), dtype=np.int64)
+    for i in range(k):
+        for j in range(k):
+            if i == j:
+                continue
+            both = seen[:, i] & seen[:, j]
+            nn = int(both.sum())
+            n[i, j] = nn
+            if nn == 0:
+                continue
+            x = (1 - share) * t[both, i] - t[both, j]
+            mean[i, j] = float(x.mean())
+            se[i, j] = float(x.std(ddof=1) / math.sqrt(nn)) if nn > 1 else 0.0
+    return mean, se, n
+
+
+@dataclass(frozen=True)
+class EpsAssessment(Assessment):
+    """An Assessment with the ε claims: q_below[j, i] (j confidently not stronger than i by more than b_ε) and
+    tok_close[i, j] (i confidently not costlier than j by more than the token margin)."""
+
+    q_below: np.ndarray | None = None
+    tok_close: np.ndarray | None = None
+    d: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # rel_token_stats
+    margin: Margin = Margin()
+
+
+def eps_z(alpha: float, looks: int, k: int) -> float:
+    """z of the ε intervals: alpha / 2 over the looks and the arm's 2 (K - 1) ε-parameters (Bonferroni)."""
+    return decision_z(alpha / 2, looks, k)
+
+
+def assess_eps(
+    stats: PairStats, tokens: np.ndarray, alpha: float, looks: int, min_tasks: int, margin: Margin
+) -> EpsAssessment:
+    """on / off / within / open (module docstring). With no margin: sequential.assess_holm, unchanged."""
+    k = stats.q.shape[0]
+    if not margin.active:
+        stronger, cheaper = holm_claims(stats, alpha, looks, min_tasks)
+        a = _decide(stats, stronger, cheaper)
+        return EpsAssessment(a.status, a.dominated_by, a.stronger, a.cheaper, a.stats, margin=margin)
+    stronger, cheaper = holm_claims(stats, alpha / 2, looks, min_tasks)
+    a = _decide(stats, stronger, cheaper)
+    z = eps_z(alpha, looks, k)
+    d = rel_token_stats(tokens, margin.tokens)
+    enough = stats.n >= max(2, min_tasks)
+    with np.errstate(invalid="ignore"):
+        q_below = enough & (stats.q + z * stats.q_se < margin.balance)  # q_below[j, i]: q_ji < b_ε
+        tok_close = (d[2] >= max(2, min_tasks)) & (d[0] + z * d[1] < 0)
+    status = list(a.status)
+    for i in range(k):
+        if status[i] != OPEN:
+            continue
+        live = [j for j in range(k) if j != i and a.status[j] != OFF]
+        if all(_eps_done(a, q_below, tok_close, i, j) for j in live):
+            status[i] = WITHIN
+    return EpsAssessment(status, a.dominated_by, stronger, cheaper, stats, q_below, tok_close, d, margin)
+
+
+def _eps_done(a: Assessment, q_below: np.ndarray, tok_close: np.ndarray, i: int, j: int) -> bool:
+    """Whether j can no longer ε-dominate i (i's within claim against j holds)."""
+    return bool(a.cheaper[i, j] or a.stronger[i, j] or q_below[j, i] or tok_close[i, j])
+
+
+def eps_needs(
+    a: EpsAssessment, n_end: np.ndarray, z_holm: np.ndarray | float, z_eps: float, min_power: float
+) -> tuple[list[bool], np.ndarray]:
+    """(futile per arm, wants [K, K]) as sequential.reachable_needs, with the within route: an open arm is
+    futile when no decision (off via a dominator, on, or within) is reachable at the end of the grid, and
+    wants[i, j] when pair (i, j) can still settle something for open arm i."""
+    st = a.stats
+    strong = a.stronger | (claim_power(st.q, st.q_se, st.n, n_end, z_holm) >= min_power)
+    cheap = a.cheaper | (claim_power(-st.c, st.c_se, st.n, n_end, z_holm) >= min_power)
+    k = len(a.status)
+    below = np.zeros((k, k), dtype=bool)
+    close = np.zeros((k, k), dtype=bool)
+    if a.margin.active and a.q_below is not None and a.tok_close is not None and a.d is not None:
+        below = a.q_below | (claim_power(a.margin.balance - st.q, st.q_se, st.n, n_end, z_eps) >= min_power)
+        close = a.tok_close | (claim_power(-a.d[0], a.d[1], a.d[2], n_end, z_eps) >= min_power)
+    out = []
+    wants = np.zeros((k, k), dtype=bool)
+    for i in range(k):
+        if a.status[i] != OPEN:
+            out.append(False)
+            continue
+        others = [j for j in range(k) if j != i]
+        doms = [j for j in others if cheap[j, i] and strong[j, i]]
+        live = [j for j in others if a.status[j] != OFF]
+        can_settle = all(cheap[i, j] or strong[i, j] or below[j, i] or close[i, j] for j in live)
+        out.append(not (doms or can_settle))
+        for j in doms:
+            wants[i, j] = True
+        if can_settle:
+            for j in live:
+                done = pair_done(a, i, j) or (
+                    a.q_below is not None
+                    and a.tok_close is not None
+                    and _eps_done(a, a.q_below, a.tok_close, i, j)
+                )
+                wants[i, j] |= not done
+    return out, wants
+
+
+def eps_truth(tokens: np.ndarray, quality: np.ndarray, margin: Margin) -> list[str]:
+    """Per arm from exact quantities (tokens [K], win balance [K, K]): on (undominated), off (ε-dominated:
+    some arm stronger by more than b_ε and cheaper by more than the token margin) or within (dominated, by
+    no more than the margin). With no margin an arm is on or off (sequential.true_frontier)."""
+    from elo_per_token.analysis.sequential import true_frontier
+
+    t, q = np.asarray(tokens, dtype=float), np.asarray(quality, dtype=float)
+    on = true_frontier(t, q)
+    out = []
+    for i in range(t.size):
+        if on[i]:
+            out.append(ON)
+            continue
+        far = any(
+            j != i and q[j, i] > margin.balance and t[j] < (1 - margin.tokens) * t[i] for j in range(t.size)
+        )
+        out.append(OFF if far or not margin.active else WITHIN)
+    return out
+
+
+def eps_wrong(status: str, truth: str) -> bool:
+    """A decision contradicting the truth: on for a dominated arm, off for an undominated one, within for an
+    ε-dominated one (open is never wrong)."""
+    return (
+        (status == ON and truth != ON)
+        or (status == OFF and truth == ON)
+        or (status == WITHIN and truth == OFF)
+    )
+
+
+def eps_holm_z(stats: PairStats, alpha: float, looks: int, min_tasks: int, margin: Margin) -> np.ndarray:
+    """The Holm step z the final look would test a sign claim at (sequential.holm_step_z), at alpha / 2 with a
+    margin (the half the on/off claims get)."""
+    return holm_step_z(stats, alpha / 2 if margin.active else alpha, looks, min_tasks)

@@ -1,0 +1,5 @@
+"""Utilities every stage may use and that know nothing of the project's data: all-or-nothing file writes
+(`atomic`), the one retry backoff formula (`backoff`), the file:line lookup for TOML error messages
+(`tomlpos`). This stage imports no other stage
+(docs/architecture.md, "Import allow-list"); the schemas that cross stage boundaries are `contracts/`.
+"""

@@ -1,0 +1,185 @@
+"""ε-relaxed frontier identification (issue 41): on / off / within the margin, the margin's settings, the
+replay over task orders, and that with no margin the sweep is the strict rule unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from bounds import bounded
+from fixtures_plans import plan_toml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy.special import expit
+
+from elo_per_token.analysis.epsilon import (
+    WITHIN,
+    Margin,
+    assess_eps,
+    eps_balance,
+    eps_truth,
+    eps_wrong,
+    rel_token_stats,
+)
+from elo_per_token.analysis.run_table import RunTable
+from elo_per_token.analysis.sequential import OFF, ON, OPEN, assess_holm, elo_from_balance, pair_stats
+from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
+from elo_per_token.coordinator.replay import replay_adaptive, replay_orders
+
+
+def _table(ability, cost, tasks=600, seed=0) -> RunTable:
+    rng = np.random.default_rng(seed)
+    k = len(ability)
+    fam = [("a", "b", "c")[i % 3] for i in range(tasks)]
+    d = rng.normal(0, 1.2, tasks) - 1.0
+    scores = (rng.uniform(size=(tasks, k)) < expit(np.asarray(ability)[None, :] - d[:, None])).astype(float)
+    tokens = np.round(np.asarray(cost, dtype=float)[None, :] * rng.lognormal(0, 0.35, (tasks, k)))
+    arms = [f"arm{i}" for i in range(k)]
+    return RunTable([f"t{i}" for i in range(tasks)], fam, arms, arms, [1] * k, scores, tokens)
+
+
+def test_eps_balance_inverts_the_reports_elo_reading():
+    for eps in (0.0, 10.0, 40.0, 300.0):
+        assert float(elo_from_balance(eps_balance(eps))) == pytest.approx(eps, abs=1e-6)
+
+
+def test_equal_arms_are_open_without_a_margin_and_within_it_with_one_at_a_fraction_of_the_tokens():
+    table = _table((1.0, 1.0, 1.0), (1000, 1200, 1400), tasks=300, seed=2)
+    strict = replay_adaptive(table, AdaptiveSettings(seed=0, futility=False))
+    wide = replay_adaptive(
+        table, AdaptiveSettings(seed=0, futility=False, epsilon_elo=60, epsilon_tokens=0.05)
+    )
+    assert [r.status for r in strict.result.reports][1:] == [OPEN, OPEN]
+    assert [r.status for r in wide.result.reports] == [ON, WITHIN, WITHIN]
+    assert wide.token_share < 0.6 < 0.95 < strict.token_share  # classified arms stop spending
+    assert all("within the margin" in r.reason for r in wide.result.reports[1:])
+    assert "2 within" in _title(wide.result) and "margin 60 Elo / 5% tokens" in _title(wide.result)
+
+
+def _title(res) -> str:
+    from elo_per_token.coordinator.adaptive_report import classification_line
+
+    return classification_line(res)
+
+
+def test_an_arm_dominated_by_far_more_than_the_margin_is_never_called_within():
+    """arm2 is 1.5 logit weaker than arm1 and 10x costlier: off by far more than 10 Elo, in every order."""
+    table = _table((0.0, 1.5, 0.0), (500, 1000, 10000), tasks=600, seed=5)
+    for seed in range(4):
+        out = replay_adaptive(table, AdaptiveSettings(seed=seed, epsilon_elo=10, epsilon_tokens=0.05))
+        assert out.result.reports[2].status == OFF
+
+
+def test_eps_truth_and_wrong_on_a_known_design():
+    tok = np.array([100.0, 200.0, 210.0, 1000.0])
+    acc = np.array([0.5, 0.7, 0.705, 0.4])
+    bal = acc[:, None] - acc[None, :]
+    m = Margin(elo=10, tokens=0.05)  # b_ε = 0.0288
+    # arm2 is truly on (stronger); arm3 is beaten by arm1 by 0.3 and 5x cheaper: off by more than the margin.
+    assert eps_truth(tok, bal, m) == [ON, ON, ON, OFF]
+    acc2 = np.array([0.5, 0.7, 0.69, 0.4])  # arm2 now dominated by arm1 by 0.01 < b_ε: within
+    assert eps_truth(tok, acc2[:, None] - acc2[None, :], m) == [ON, ON, WITHIN, OFF]
+    assert eps_truth(tok, acc2[:, None] - acc2[None, :], Margin()) == [ON, ON, OFF, OFF]
+    assert eps_wrong(WITHIN, OFF) and eps_wrong(ON, WITHIN) and eps_wrong(OFF, ON)
+    assert not (eps_wrong(OFF, WITHIN) or eps_wrong(WITHIN, ON) or eps_wrong(OPEN, OFF))
+
+
+def test_relative_token_difference_is_the_stated_share():
+    t = np.array([[100.0, 96.0], [200.0, 190.0], [np.nan, 5.0]])
+    mean, se, n = rel_token_stats(t, 0.05)
+    assert n[0, 1] == 2 and mean[0, 1] == pytest.approx(np.mean([0.95 * 100 - 96, 0.95 * 200 - 190]))
+    assert mean[1, 0] == pytest.approx(np.mean([0.95 * 96 - 100, 0.95 * 190 - 200]))
+    assert np.isnan(mean[0, 0]) and se[0, 1] > 0
+
+
+_cell = st.one_of(st.floats(-1e9, 1e9), st.just(float("nan")), st.sampled_from([0.0, 1.0]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(t=st.integers(1, 120), k=st.integers(1, 6), seed=st.integers(0, 2**16), looks=st.integers(1, 12),
+       kind=st.sampled_from(["random", "ties", "nan", "hostile"]))  # fmt: skip
+def test_no_margin_is_the_strict_rule_and_a_margin_only_adds_within(t, k, seed, looks, kind):
+    """assess_eps with no margin is assess_holm exactly; with one, on/off are a subset of the strict rule's
+    (half the budget) and every other arm is within or open; degenerate data decides nothing from no
+    evidence; bounded time and memory."""
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 2, (t, k)).astype(float)
+    tok = rng.lognormal(6, 1, (t, k))
+    if kind == "ties":
+        s[:] = 1.0
+    elif kind == "nan":
+        s[:] = np.nan
+    elif kind == "hostile":
+        tok = np.asarray(
+            [[float(x) for x in rng.choice([np.nan, 0.0, -5.0, 1e300, 3.0], k)] for _ in range(t)]
+        )
+    w = np.ones(t)
+
+    def run():
+        stp = pair_stats(s, tok, w)
+        return (
+            stp,
+            assess_eps(stp, tok, 0.05, looks, 2, Margin()),
+            assess_eps(stp, tok, 0.05, looks, 2, Margin(40, 0.05)),
+        )
+
+    stp, plain, eps = bounded(run, time_s=5, memory_mb=50)
+    strict = assess_holm(stp, 0.05, looks, 2)
+    assert plain.status == strict.status
+    assert (plain.stronger == strict.stronger).all() and (plain.cheaper == strict.cheaper).all()
+    for a, b in zip(eps.status, strict.status, strict=True):
+        assert a in (ON, OFF, WITHIN, OPEN)
+        if a in (ON, OFF):
+            assert b in (a, OPEN)  # half the budget: never a claim the strict rule does not make
+    if kind == "nan":
+        assert all(x == OPEN for x in eps.status) or k == 1
+
+
+def test_replay_orders_scores_each_order_against_the_full_grids_classification():
+    table = _table((0.0, 1.0, 1.0, -0.5), (500, 1500, 1600, 20000), tasks=300, seed=3)
+    summ = bounded(
+        lambda: replay_orders(table, AdaptiveSettings(epsilon_elo=40, epsilon_tokens=0.05), orders=5),
+        time_s=60, memory_mb=100,
+    )  # fmt: skip
+    assert len(summ.shares) == len(summ.classified) == len(summ.wrong) == 5
+    assert all(0 < x <= 1 for x in summ.shares) and len(set(summ.shares)) > 1  # orders differ
+    assert summ.truth[0] == ON and summ.truth[3] == OFF and sum(summ.wrong) == 0
+    assert summ.intervals >= 5 * 4 and "5 task orders" in summ.line() and "90th pct" in summ.line()
+
+
+def test_plan_margin_fields_are_validated_with_file_line_field_and_delta_is_alpha():
+    from elo_per_token.contracts.errors import InputError
+    from elo_per_token.coordinator.adaptive_sweep import settings_of
+    from elo_per_token.coordinator.plan import parse_plan
+
+    for bad, field in (({"epsilon_elo": -1}, "adaptive.epsilon_elo"), ({"epsilon_tokens": 1.0}, "adaptive.epsilon_tokens"),
+                       ({"epsilon_tokens": "5%"}, "adaptive.epsilon_tokens"), ({"delta": 0.1, "alpha": 0.1}, "adaptive.delta")):  # fmt: skip
+        with pytest.raises(InputError) as ei:
+            parse_plan(
+                plan_toml([("greedy", [1])], {"adaptive": bad}, name="x", suites=["math"]), file="p.toml"
+            )
+        assert ei.value.field == field and ei.value.file == "p.toml" and ei.value.line is not None
+    plan = parse_plan(plan_toml([("greedy", [1])], {"adaptive": {"delta": 0.1, "epsilon_elo": 10, "epsilon_tokens": 0.05}},
+                                name="x", suites=["math"]))  # fmt: skip
+    s = settings_of(plan)
+    assert (s.alpha, s.epsilon_elo, s.epsilon_tokens) == (0.1, 10.0, 0.05)
+
+
+def test_replay_adaptive_cli_orders_and_margin(tmp_path):
+    """`ept replay-adaptive RUN --orders K --epsilon-elo E`: one line with the share's mean/median/90th pct
+    and the classification error; a bad margin exits 2 naming the flag."""
+    import subprocess
+    import sys
+
+    from fixtures_stats import Arm, Experiment, write_experiment
+
+    exp = Experiment([Arm("greedy", 1, 0.0, 500), Arm("best_of_n", 4, 1.0, 1500), Arm("majority", 8, -0.5, 20000)],
+                     {"math": 30, "code": 30})  # fmt: skip
+    run = write_experiment(tmp_path / "run.jsonl", exp, seed=1)
+    cmd = [sys.executable, "-m", "elo_per_token", "replay-adaptive", str(run)]
+    r = subprocess.run(
+        [*cmd, "--orders", "3", "--epsilon-elo", "40"], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "3 task orders: token share mean" in r.stdout and "90th pct" in r.stdout
+    bad = subprocess.run([*cmd, "--epsilon-tokens", "1.5"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--epsilon-tokens" in bad.stderr and not bad.stdout
