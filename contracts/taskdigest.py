@@ -23,11 +23,16 @@ def _digest(obj: Any) -> str:
 MAX_TASKS_BLOB_BYTES = 64 * 2**20  # a million tasks' digests are ~40 MB; anything larger is not ours
 
 
-def decode_tasks(data: bytes | None, file: str = "identity/tasks") -> dict[str, str]:
-    """The stored task digests {task part: digest}. A missing, unreadable or malformed file is an InputError
-    naming `file` (and the task whose entry is bad): treating it as "no tasks known" silently disabled the
-    task-change check and, on a worker, the check of what it grades."""
+def decode_tasks(
+    data: bytes | None, file: str = "identity/tasks", *, missing_ok: bool = False
+) -> dict[str, str]:
+    """The stored task digests {task part: digest}. An unreadable or malformed file is an InputError naming
+    `file` (and the task whose entry is bad): treating it as "no tasks known" silently disabled the
+    task-change check and, on a worker, the check of what it grades. data=None (no file): {} with
+    missing_ok (a display that can say "no digest recorded"), else an InputError."""
     if data is None:
+        if missing_ok:
+            return {}
         raise InputError("named by the manifest's identity.tasks_blob, but missing", file=file)
     if len(data) > MAX_TASKS_BLOB_BYTES:
         raise InputError(f"{len(data):,} bytes, over {MAX_TASKS_BLOB_BYTES:,}", file=file)

@@ -23,7 +23,7 @@ from elo_per_token.contracts.errors import InputError
 # One digest for the coordinator, the workers and analysis (contracts.taskdigest); decode_tasks reads the
 # stored record back, refusing a garbage one with its file named.
 from elo_per_token.contracts.taskdigest import _digest as _digest
-from elo_per_token.contracts.taskdigest import decode_tasks as decode_tasks
+from elo_per_token.contracts.taskdigest import decode_tasks as _decode_tasks
 from elo_per_token.contracts.taskdigest import tasks_blob_of as tasks_blob_of
 from elo_per_token.contracts.tasks import Task
 
@@ -121,3 +121,9 @@ def tasks_blob_name(digests: dict[str, str]) -> str:
 
 def encode_tasks(digests: dict[str, str]) -> bytes:
     return json.dumps(digests, sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode_tasks(data: bytes | None, file: str = "identity/tasks") -> dict[str, str]:
+    """The stored task digests; {} when there is no file (data=None), an InputError naming `file` when it is
+    garbage (contracts.taskdigest.decode_tasks: never read as "no tasks known")."""
+    return _decode_tasks(data, file, missing_ok=True)

@@ -121,6 +121,7 @@ def _extend(
     allow_endpoint_change: bool,
 ) -> dict[str, Any]:  # fmt: skip
     """The manifest of a run that already exists, after checking the new session against it."""
+    from elo_per_token.contracts.taskdigest import decode_tasks as _decode_tasks
     from elo_per_token.coordinator import identity as ident
 
     old_id = old.get("identity") or ident.legacy_identity(old)
@@ -132,7 +133,8 @@ def _extend(
     # task-change check off.
     old_blob = ident.tasks_blob_of({"identity": old_id}, ledger.blob_url(run_id, "manifest.json"))
     if digests is not None and old_blob:
-        old_tasks = ident.decode_tasks(ledger.get_blob(run_id, old_blob), ledger.blob_url(run_id, old_blob))
+        # Strict: a record the manifest names but that is missing is refused as well.
+        old_tasks = _decode_tasks(ledger.get_blob(run_id, old_blob), ledger.blob_url(run_id, old_blob))
         ident.check_tasks(old_tasks, digests, run_id)
         digests.update({k: v for k, v in old_tasks.items() if k not in digests})  # the run's tasks: a union
         new["identity"]["tasks_blob"] = ident.tasks_blob_name(digests)

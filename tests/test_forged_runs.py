@@ -170,6 +170,9 @@ def test_a_garbage_identity_file_is_refused_naming_it(tmp_path, monkeypatch):
     assert e.value.file == led.blob_url(rig.run_id, blob) and "not JSON" in e.value.message
     with pytest.raises(ForgedTask, match="unreadable"):
         RunTasks().verify(led, rig.jobs[0])
+    led.delete_blob(rig.run_id, blob)  # named by the manifest, but gone: refused too, not "no tasks known"
+    with pytest.raises(InputError, match="missing"):
+        write_manifest(led, rig.plan, {"name": "p", "model": "m"}, 1, "local", tasks=changed)
     led.put_blob(rig.run_id, blob, json.dumps({"math/math-000": 7}).encode())
     with pytest.raises(InputError) as e2:
         run_task_digests(led, rig.run_id)
