@@ -98,6 +98,9 @@ class JobResult:
     started_at: float = 0.0
     finished_at: float = 0.0
     judgments: list[dict[str, Any]] = field(default_factory=list)
+    # The digest of the task the job graded (coordinator.identity.task_digest), on its outcome line: analysis
+    # refuses an outcome whose task is not the one the run recorded.
+    task_digest: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -145,9 +148,11 @@ class JobResult:
         ident = self.identity()
         lines = [{**ident, "kind": "call", **c.to_dict()} for c in self.calls]
         o = asdict(self.outcome)
+        digest = {"task_digest": self.task_digest} if self.task_digest else {}
         lines.append(
-            {**ident, "kind": "outcome", **o, "started_at": self.started_at, "finished_at": self.finished_at}
-        )
+            {**ident, "kind": "outcome", **o, "started_at": self.started_at, "finished_at": self.finished_at,
+             **digest}
+        )  # fmt: skip
         lines.extend({**ident, "kind": "judgment", **jd} for jd in self.judgments)
         return lines
 
@@ -158,7 +163,7 @@ class JobResult:
 
     @classmethod
     def from_lines(cls, lines: list[dict[str, Any]], job: Job) -> JobResult:
-        calls, outcome, judgments, started, finished = [], None, [], 0.0, 0.0
+        calls, outcome, judgments, started, finished, digest = [], None, [], 0.0, 0.0, None
         call_fields = set(CallRecord.__dataclass_fields__)
         out_fields = set(Outcome.__dataclass_fields__)
         for rec in lines:
@@ -167,8 +172,9 @@ class JobResult:
             elif rec.get("kind") == "outcome":
                 outcome = Outcome(**{k: v for k, v in rec.items() if k in out_fields})
                 started, finished = rec.get("started_at", 0.0), rec.get("finished_at", 0.0)
+                digest = rec.get("task_digest")
             elif rec.get("kind") == "judgment":
                 judgments.append({k: v for k, v in rec.items() if k not in LINE_IDENTITY_KEYS})
         if outcome is None:
             raise ValueError(f"job {job.key}: no outcome line")
-        return cls(job, calls, outcome, started, finished, judgments)
+        return cls(job, calls, outcome, started, finished, judgments, digest)

@@ -14,12 +14,17 @@ change there is not detected (documented in docs/sweep.md).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable
 from typing import Any
 
 from elo_per_token.contracts.errors import InputError
+
+# One digest for the coordinator, the workers and analysis (contracts.taskdigest); decode_tasks reads the
+# stored record back, refusing a garbage one with its file named.
+from elo_per_token.contracts.taskdigest import _digest as _digest
+from elo_per_token.contracts.taskdigest import decode_tasks as _decode_tasks
+from elo_per_token.contracts.taskdigest import tasks_blob_of as tasks_blob_of
 from elo_per_token.contracts.tasks import Task
 
 # Fields of the identity compared as a whole; a difference in any is refused naming it.
@@ -37,10 +42,6 @@ def task_part(task: Task) -> str:
 def task_digests(tasks: Iterable[Task]) -> dict[str, str]:
     """{task part: digest of the task's whole record} — prompt, reference, grader and any other field."""
     return {task_part(t): _digest(t) for t in tasks}
-
-
-def _digest(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def run_identity(
@@ -122,12 +123,7 @@ def encode_tasks(digests: dict[str, str]) -> bytes:
     return json.dumps(digests, sort_keys=True, separators=(",", ":")).encode()
 
 
-def decode_tasks(data: bytes | None) -> dict[str, str]:
-    """The stored task digests; an unreadable blob counts as none known (nothing to compare with)."""
-    if not data:
-        return {}
-    try:
-        d = json.loads(data)
-    except ValueError:
-        return {}
-    return {str(k): str(v) for k, v in d.items()} if isinstance(d, dict) else {}
+def decode_tasks(data: bytes | None, file: str = "identity/tasks") -> dict[str, str]:
+    """The stored task digests; {} when there is no file (data=None), an InputError naming `file` when it is
+    garbage (contracts.taskdigest.decode_tasks: never read as "no tasks known")."""
+    return _decode_tasks(data, file, missing_ok=True)

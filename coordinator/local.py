@@ -81,11 +81,12 @@ def run_local(
     transcripts: bool = False,
     cancel_queued: Callable[[], bool] = lambda: False,
     queue_factor: int = 2,
+    tasks: Any = None,
 ) -> bool:
     """Run jobs; returns True when every job was attempted, False when interrupted or stopped early.
     on_abandon(n): n jobs were still running after the grace period. cancel_queued() (a budget cap) stops at
     most the `concurrency` running jobs over the cap with queue_factor=1 (no job waits in the pool for a freed
-    thread to start it before the cap is seen)."""
+    thread to start it before the cap is seen). tasks (worker.taskcheck.RunTasks): jobs are checked against it."""
     perform_job = _route_grading()  # before any job: code grading may go to the grader queue
     api_key = getattr(provider, "_key", None)  # to scrub it from failure messages
     stop = getattr(provider, "stopping", None) or threading.Event()
@@ -109,9 +110,8 @@ def run_local(
                         draining = True
                         break
                     in_flight.add(pool.submit(perform_job, job, ledger, provider, on_retry=on_retry, run=run,
-                                              api_key=api_key, clear_failure=job.key in clear_failures,
-                                              check_existing=check_existing,
-                                              stop=stop, transcripts=transcripts))  # fmt: skip
+                                              api_key=api_key, clear_failure=job.key in clear_failures, tasks=tasks,
+                                              check_existing=check_existing, stop=stop, transcripts=transcripts))  # fmt: skip
                 if not in_flight:
                     break
                 if time.monotonic() >= deadline:

@@ -121,6 +121,7 @@ def _extend(
     allow_endpoint_change: bool,
 ) -> dict[str, Any]:  # fmt: skip
     """The manifest of a run that already exists, after checking the new session against it."""
+    from elo_per_token.contracts.taskdigest import decode_tasks as _decode_tasks
     from elo_per_token.coordinator import identity as ident
 
     old_id = old.get("identity") or ident.legacy_identity(old)
@@ -128,9 +129,12 @@ def _extend(
         raise InputError(f"run {run_id!r} in {ledger.url} has a manifest without its plan or profile: "
                          "give the plan a new name to start a new run", field="name")  # fmt: skip
     ident.check_compatible(old_id, new["identity"], run_id, allow_endpoint_change=allow_endpoint_change)
-    old_blob = old_id.get("tasks_blob")
+    # A garbage identity entry or digest file is refused naming it: read as "no tasks known", it switched the
+    # task-change check off.
+    old_blob = ident.tasks_blob_of({"identity": old_id}, ledger.blob_url(run_id, "manifest.json"))
     if digests is not None and old_blob:
-        old_tasks = ident.decode_tasks(ledger.get_blob(run_id, str(old_blob)))
+        # Strict: a record the manifest names but that is missing is refused as well.
+        old_tasks = _decode_tasks(ledger.get_blob(run_id, old_blob), ledger.blob_url(run_id, old_blob))
         ident.check_tasks(old_tasks, digests, run_id)
         digests.update({k: v for k, v in old_tasks.items() if k not in digests})  # the run's tasks: a union
         new["identity"]["tasks_blob"] = ident.tasks_blob_name(digests)

@@ -65,6 +65,8 @@ class Tally:
     weather: dict[str, Any] | None = (
         None  # the provider client's 429s, waits and retries (ProviderClient.weather)
     )
+    # Set when another session took the run's lease over (ours went stale: coordinator.runlease): stop.
+    lease_lost: threading.Event | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, s: JobSummary) -> None:
@@ -127,7 +129,8 @@ class Tally:
         return self.tokens + self.est_tokens
 
     def should_stop(self) -> bool:
-        return self.egress_broken() or self.over_budget()
+        lost = self.lease_lost is not None and self.lease_lost.is_set()
+        return self.egress_broken() or self.over_budget() or lost
 
 
 @dataclass(frozen=True)
@@ -373,6 +376,40 @@ def execute(
     existing key computes is refused naming the field. The plan's budget cap (plan.max_total_tokens /
     plan.max_cost) stops the session once the run has spent it.
     """
+    from elo_per_token.coordinator.runlease import RunLease
+
+    ledger = open_ledger(plan.ledger)
+    source = _job_stream(plan, jobs)  # a bad plan is refused before the ledger is touched
+    # One session at a time runs the run's jobs (coordinator.runlease): a second one is refused naming the
+    # holder, before it writes anything, instead of paying for the same jobs again.
+    with RunLease(ledger, plan.run_id) as lease:
+        return _execute_held(
+            plan, jobs, source, ledger, lease, profile=profile, base_url=base_url, executor=executor, console=console,
+            analyze=analyze, run=run, broker_url=broker_url, manifest_jobs=manifest_jobs, compact=compact,
+            allow_endpoint_change=allow_endpoint_change, rerun_hint=rerun_hint,
+        )  # fmt: skip
+
+
+def _execute_held(
+    plan: Plan,
+    jobs: Iterable[Job] | None,
+    source: tuple[Callable[[], Iterator[Job]], int, list[Task]],
+    ledger: Ledger,
+    lease: Any,
+    *,
+    profile: Profile,
+    base_url: str | None,
+    executor: str | None,
+    console: Console | None,
+    analyze: bool,
+    run: Callable[[Job, Any], JobResult] | None,
+    broker_url: str | None,
+    manifest_jobs: int | None,
+    compact: bool,
+    allow_endpoint_change: bool,
+    rerun_hint: str | None,
+) -> SweepOutcome:
+    """execute() with the run's lease held (`lease`: coordinator.runlease.RunLease); `source`: _job_stream's."""
     from rich.markup import escape
 
     from elo_per_token.analysis.report import make_console
@@ -380,8 +417,7 @@ def execute(
 
     console = console or make_console(stderr=True)  # progress on stderr; full width in logs too
     executor = executor or plan.executor
-    ledger = open_ledger(plan.ledger)
-    stream, n_jobs, tasks = _job_stream(plan, jobs)
+    stream, n_jobs, tasks = source
     manifest = write_manifest(ledger, plan, profile.public_dict(), manifest_jobs or n_jobs, executor, tasks=tasks,
                               allow_endpoint_change=allow_endpoint_change)  # fmt: skip
     # A run's first session lists the run before it enqueues anything and no earlier session can have left
@@ -390,7 +426,7 @@ def execute(
     # job costs the ledger one request, the conditional create. A resumed run keeps the check.
     declare_jobs(ledger, plan, None if jobs is None else list(stream()))
     check_ledger = len(manifest.get("sessions") or []) > 1
-    tally = Tally(total=n_jobs, cap=budget_cap(plan, manifest, profile.public_dict()))
+    tally = Tally(total=n_jobs, cap=budget_cap(plan, manifest, profile.public_dict()), lease_lost=lease.lost)
     t0 = time.monotonic()
     with _progress(console, n_jobs) as prog:
         # The bar is live from the start: listing a million results takes a while on S3.
@@ -559,14 +595,16 @@ def _run_with(
     todo: Any, ledger: Ledger, provider: Any, plan: Plan, on_result: Any, on_retry: Any, tally: Tally, run: Any,
     had_failure: Collection[str], check_existing: bool,
 ) -> bool:  # fmt: skip
-    """run_local with the sweep's settings, over the provider client made for it."""
+    """run_local with the sweep's settings, over the provider client made for it; each job's task is checked
+    against the run's record (worker.taskcheck), as a Celery worker checks it."""
     from elo_per_token.coordinator.local import run_local
+    from elo_per_token.worker.taskcheck import RunTasks
 
     return run_local(
         todo, ledger, provider, concurrency=plan.concurrency, on_result=on_result, on_retry=on_retry,
         should_stop=tally.should_stop, run=run, clear_failures=had_failure, check_existing=check_existing,
         cancel_queued=tally.over_budget, queue_factor=1 if tally.cap is not None else 2,
-        on_abandon=lambda n: setattr(tally, "abandoned", n), transcripts=plan.transcripts,
+        on_abandon=lambda n: setattr(tally, "abandoned", n), transcripts=plan.transcripts, tasks=RunTasks(),
     )  # fmt: skip
 
 

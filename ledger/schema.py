@@ -71,4 +71,5 @@ SEGMENT_SCHEMA: dict[str, pl.DataType] = {
     "grader": pl.String(),
     "started_at": pl.Float64(),
     "finished_at": pl.Float64(),
+    "task_digest": pl.String(),  # the graded task's digest (outcome lines): analysis checks it against the run
 }

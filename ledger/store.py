@@ -180,6 +180,11 @@ class Ledger:
         """Create the object `name` from the local file `src`, exclusively: False if it already exists."""
         return self.store.create_from_file(f"{self._run(run_id)}/{name}", src)
 
+    def create_object(self, run_id: str, name: str, data: bytes) -> bool:
+        """Create the object `name` with `data`, exclusively, as job objects are: False if it already exists
+        (the run lease, coordinator/runlease.py, is taken this way)."""
+        return self.store.create(f"{self._run(run_id)}/{name}", data)
+
     def get_blob(self, run_id: str, name: str) -> bytes | None:
         """The object `name`'s bytes; None when there is none."""
         return self.store.get(f"{self._run(run_id)}/{name}")

@@ -131,6 +131,18 @@ class FaultRig:
 
         return open_ledger(self.ledger)
 
+    def record(self) -> None:
+        """Write the run's manifest and task digests, as a coordinator does before it enqueues a job: a worker
+        grades only tasks the run recorded (worker.taskcheck), so a hand-sent message needs them."""
+        from elo_per_token.coordinator.expand import load_tasks
+        from elo_per_token.coordinator.manifest import write_manifest
+        from elo_per_token.egress.profiles import get_profile
+
+        prof = get_profile(self.plan.profile, str(self.profiles)).public_dict()
+        write_manifest(
+            self.open_ledger(), self.plan, prof, len(self.jobs), "celery", tasks=load_tasks(self.plan)
+        )
+
     def env(self) -> dict[str, str]:
         """Environment for the workers and `ept sweep` subprocesses: S3, profiles, the simulator's key."""
         return {**self.s3, **worker_env(), "EPT_PROFILES": str(self.profiles), "EPT_SIM_API_KEY": FAULT_KEY}

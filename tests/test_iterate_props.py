@@ -94,9 +94,19 @@ def test_arms_pattern_selects_or_names_the_option(pattern):
 
 @FAST
 @given(st.binary(max_size=4096) | json_values.map(lambda v: json.dumps(v).encode()))
-def test_stored_task_digests_decode_to_strings_or_nothing(data):
-    out = _bounded(lambda: identity.decode_tasks(data))
-    assert isinstance(out, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in out.items())
+def test_stored_task_digests_decode_to_strings_or_a_refusal_naming_the_file(data):
+    """Issue 36 item 11: a garbage identity file is refused with its file named, never read as "no tasks known"
+    (which switched the task-change check off)."""
+
+    def run():
+        try:
+            return identity.decode_tasks(data, "runs/r/identity/tasks-x.json")
+        except InputError as e:
+            assert e.file == "runs/r/identity/tasks-x.json" and e.message
+            return None
+
+    out = _bounded(run)
+    assert out is None or (isinstance(out, dict) and all(isinstance(v, str) and v for v in out.values()))
 
 
 @FAST

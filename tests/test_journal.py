@@ -29,6 +29,7 @@ def test_the_calls_of_a_worker_killed_mid_job_are_recovered_by_the_next_delivery
     rig = fault_rig(tmp_path, sim.url, name="journal", ledger=str(tmp_path / "ledger"), per_family=1,
                     timeout=120.0, max_retries=0)  # fmt: skip
     job = next(j for j in rig.jobs if j.strategy == "majority" and j.budget_n == 3)
+    rig.record()  # the run's task digests: a worker grades only tasks its run recorded
     first = start_celery_workers(1, redis_server.url, tmp_path / "w1", env=rig.env(), concurrency=2,
                                  queue=rig.plan.queue)  # fmt: skip
     app = make_app(redis_server.url)

@@ -77,6 +77,7 @@ def rig_and_worker(tmp_path, redis_server, make_sim):
     rig = fault_rig(
         tmp_path, sim.url, name="trust", ledger=str(tmp_path / "ledger"), per_family=1, max_retries=0
     )
+    rig.record()  # the run's manifest and task digests, as its coordinator writes them before enqueueing
     env = {**rig.env(), "EPT_WORKER_LEDGERS": rig.ledger}
     env.pop("EPT_WORKER_BASE_URLS", None)
     job_queue[:] = [rig.plan.queue]

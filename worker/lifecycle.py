@@ -28,6 +28,7 @@ from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict,
 from elo_per_token.contracts.records import JobResult
 from elo_per_token.contracts.secrets import scrub
 from elo_per_token.ledger import Ledger, open_ledger
+from elo_per_token.worker.taskcheck import ForgedTask, RunTasks
 from elo_per_token.worker.transcript import Recorder
 from elo_per_token.worker.transcript import store as store_transcript
 
@@ -74,6 +75,7 @@ def perform_job(
     stop: threading.Event | None = None,
     transcripts: bool = False,
     journal: CallJournal | None = None,
+    tasks: RunTasks | None = None,
 ) -> JobSummary:
     """Run `job` unless its result exists, store the result, and return a small JSON summary.
 
@@ -84,10 +86,12 @@ def perform_job(
     transcripts: also store the job's transcript beside its result (worker.transcript; run_job only).
     journal: (Celery) each call is also journaled on the broker until its attempt is in the ledger, so the
     calls of a worker killed mid-job are recovered by the job's next delivery (worker.journal).
+    tasks: the job's task must be the one its run recorded (worker.taskcheck); if not, the job is refused
+    before anything is read, run or written.
     """
     started_at = time.time()
-    if check_existing and ledger.has_job(job.run_id, job.key):
-        return _summary(job, "skipped")
+    if (not_run := _not_to_run(job, ledger, tasks, check_existing)) is not None:
+        return not_run
     run, recorders = _runner(run, transcripts)
     secrets = [api_key] if api_key else None
     cls, msg, result = "task", "", None
@@ -119,23 +123,46 @@ def perform_job(
             break
 
     if result is not None and result.ok:
-        spent.commit()
-        created = ledger.put_job(job.run_id, job.key, result.to_jsonl())
-        if created and recorders:  # a second, separate object: never read by `ept analyze`
-            store_transcript(ledger, job.run_id, job.key, recorders[-1], result.outcome, secrets)
-        if not created:  # another copy's object stands; this copy's calls were billed all the same
-            spent.record(result, reason="duplicate", error_class=None, attempt=attempt)
-        spent.end()
-        if clear_failure:
-            ledger.delete_failure(job.run_id, job.key)
-        return _summary(
-            job, "done" if created else "duplicate", attempts=attempt, lost=(result.outcome.failure or {}).get("class"),
-            started_at=started_at, finished_at=time.time(), **spent.totals(result if created else None),
-        )  # fmt: skip
-
+        return _store(job, ledger, result, spent, recorders[-1] if recorders else None, secrets, clear_failure,
+                      attempt=attempt, started_at=started_at)  # fmt: skip
     return _record_failure(
         job, ledger, result, spent, cls=cls, msg=msg, attempt=attempt, started_at=started_at
     )
+
+
+def _not_to_run(job: Job, ledger: Ledger, tasks: RunTasks | None, check_existing: bool) -> JobSummary | None:
+    """Why the job is not run (its task is not its run's: refused; its result exists: skipped), or None."""
+    if tasks is not None:
+        try:
+            tasks.verify(ledger, job)
+        except ForgedTask as e:
+            return _refused(job, str(e))
+    if check_existing and ledger.has_job(job.run_id, job.key):
+        return _summary(job, "skipped")
+    return None
+
+
+def _store(
+    job: Job, ledger: Ledger, result: JobResult, spent: _Spent, recorder: Recorder | None, secrets: list[str] | None,
+    clear_failure: bool, *, attempt: int, started_at: float,
+) -> JobSummary:  # fmt: skip
+    """Write a successful job's object (once: a conditional create), with its transcript when kept."""
+    from elo_per_token.contracts.taskdigest import task_digest
+
+    result.task_digest = task_digest(job.task)  # what was graded, checked again by analysis
+    spent.commit()
+    created = ledger.put_job(job.run_id, job.key, result.to_jsonl())
+    if created and recorder is not None:  # a second, separate object: never read by `ept analyze`
+        store_transcript(ledger, job.run_id, job.key, recorder, result.outcome, secrets)
+    if not created:  # another copy's object stands; this copy's calls were billed all the same
+        spent.record(result, reason="duplicate", error_class=None, attempt=attempt)
+    spent.end()
+    if clear_failure:
+        ledger.delete_failure(job.run_id, job.key)
+    return _summary(
+        job, "done" if created else "duplicate", attempts=attempt, lost=(result.outcome.failure or {}).get("class"),
+        started_at=started_at, finished_at=time.time(), **spent.totals(result if created else None),
+    )  # fmt: skip
 
 
 def _record_failure(
@@ -467,6 +494,10 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
         ledger = ledger_for(check_ledger(ctx.ledger))
         base_url = check_base_url(ctx.base_url)
     except Untrusted as e:
+        return _refused(job, str(e))
+    try:  # before the claim, the journal or the ledger check: a forged task touches nothing
+        _cached(("tasks",), RunTasks).verify(ledger, job)
+    except ForgedTask as e:
         return _refused(job, str(e))
     if _cancelled(task_self, job):
         return _summary(job, "cancelled", message="the sweep was stopped before this job started")

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from elo_per_token.analysis.imports.common import Collector
+from elo_per_token.analysis.imports.zipcap import TooBig
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.settings import read_float
 
@@ -153,6 +154,25 @@ def too_big(f: str) -> str | None:
     return None
 
 
+def _counted(f: str, used: int) -> int:
+    """The bytes log `f` really inflates to (analysis.imports.zipcap: counted as they stream, declared sizes
+    not trusted); TooBig naming the cap it crossed: the file's, or the import's with the logs before it."""
+    from elo_per_token.analysis.imports.zipcap import TooBig, caps, log_bytes
+
+    per_file, per_import = caps()
+    room = per_import - used
+    try:
+        return log_bytes(f, min(per_file, room))
+    except TooBig as e:
+        if e.field is None or "past" not in e.why:
+            raise
+        cap = (f"EPT_MAX_IMPORT_MB={per_file / 2**20:g}" if per_file <= room else
+               f"EPT_MAX_IMPORT_TOTAL_MB={per_import / 2**20:g} with the {used / 2**20:.0f} MB of the logs before it")  # fmt: skip
+        raise TooBig(
+            e.field, f"{e.why} {cap} (a zip bomb, or logs to import in parts or with a higher cap)"
+        ) from None
+
+
 def _usage(u: Any) -> dict[str, int]:
     prompt = u.input_tokens + (u.input_tokens_cache_read or 0) + (u.input_tokens_cache_write or 0)
     return {"prompt_tokens": int(prompt), "completion_tokens": int(u.output_tokens)}
@@ -164,9 +184,15 @@ def import_inspect(
     log_api = _require_inspect()
     col = Collector(skip_bad=skip_bad)
     files, logs = [], []
+    used = 0  # bytes the logs read so far inflate to: inspect holds every log, so the cap is on their sum
     for f in expand_logs(paths):
-        if (why := too_big(f)) is not None:
+        if (why := too_big(f)) is not None:  # an honest size over the cap: said with the size
             col.bad(f, None, None, why)
+            continue
+        try:
+            used += _counted(f, used)
+        except TooBig as e:
+            col.bad(f, None, e.field, e.why)
             continue
         try:
             log = log_api.read_eval_log(f)

@@ -19,11 +19,14 @@ def read_run(
 ) -> tuple[pl.DataFrame, list[BadLine], list[str]]:
     """A run's records (RECORD_SCHEMA, `file` naming each row's job object, Categorical), what was skipped,
     and the names read (segments, then the run's jobs/ folder for the objects no segment holds)."""
+    from elo_per_token.analysis.io import taskcheck
     from elo_per_token.ledger.keyspace import unindexed_keys
     from elo_per_token.ledger.segments import parsed_chunks, read_index, seg_name, segment_state
 
     led = open_run(src)
     run = src.run_id
+    # Every outcome must be of the run's recorded task (analysis.io.taskcheck): forged ones are refused.
+    expected, skipped = taskcheck.expected_digests(led, run, skip_bad=skip_bad)
     committed = [] if src.objects_only else segment_state(led, run).committed
     raw = read_index(led, run, committed, dedupe=False)
     # In segment order: the lowest number holds a key. (A window over a million job keys took 8 s.)
@@ -33,16 +36,25 @@ def read_run(
     # The objects no segment holds: from the run's declared key space when it is safe, else by listing.
     tail, _ = unindexed_keys(led, run, index)
     parts: list[pl.DataFrame] = []
-    skipped: list[BadLine] = []
     names: list[str] = []
     for n in committed:
         url = led.blob_url(run, seg_name(n))
         names.append(url)
         drop = dups.filter(pl.col("seg") == n)["job_key"] if dups.height else None
+        if expected is not None:
+            forged_keys, bad = _forged_in_segment(led, run, url, expected, skip_bad=skip_bad)
+            skipped += bad
+            drop = forged_keys if drop is None else pl.concat([drop, forged_keys])
         got, bad = _read_segment(led, run, url, raw.filter(pl.col("seg") == n), drop, skip_bad=skip_bad)
         parts += got
         skipped += bad
-    for df, unparsable in parsed_chunks(led, run, tail, RAW_SCHEMA, chunk_jobs=chunk_jobs, threads=threads):
+    schema = RAW_SCHEMA if expected is None else {**RAW_SCHEMA, taskcheck.DIGEST_FIELD: pl.String()}
+    for df, unparsable in parsed_chunks(led, run, tail, schema, chunk_jobs=chunk_jobs, threads=threads):
+        if expected is not None:
+            forged = taskcheck.mismatches(df, expected)
+            if forged.height:
+                skipped += taskcheck.refuse_or_report(led, run, forged, skip_bad=skip_bad)
+                df = df.filter(~pl.col("job_key").is_in(forged["job_key"].implode()))
         got, bad = _read_objects(led, run, df, unparsable, skip_bad=skip_bad)
         parts += got
         skipped += bad
@@ -55,6 +67,20 @@ def read_run(
         # to reading the objects alone.
         frame = frame.sort(pl.col("file").cast(pl.String), "row")
     return frame, skipped, names
+
+
+def _forged_in_segment(
+    led: Ledger, run: str, url: str, expected: dict[str, str], *, skip_bad: bool
+) -> tuple[pl.Series, list[BadLine]]:
+    """Job keys of the segment's outcomes that are not of the run's recorded tasks (refused without skip_bad)."""
+    from elo_per_token.analysis.io import taskcheck
+
+    opts = storage_options() if url.startswith("s3://") else None
+    try:
+        forged = taskcheck.segment_mismatches(url, opts, expected)
+    except (pl.exceptions.PolarsError, OSError):  # a corrupt segment: _read_segment names it
+        return pl.Series("job_key", [], dtype=pl.String), []
+    return forged["job_key"], taskcheck.refuse_or_report(led, run, forged, skip_bad=skip_bad)
 
 
 def _read_segment(
