@@ -68,7 +68,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("EPT_MATH_MEMORY_MB", "int", 1024, "worker", "Memory limit (MB) of each math child process."),
     # --- reading inputs (analysis/)
     Setting("EPT_MAX_IMPORT_MB", "float", 512.0, "analysis", "Largest uncompressed inspect_ai log (MB) `ept import inspect` reads."),
+    Setting("EPT_MAX_IMPORT_TOTAL_MB", "float", 1024.0, "analysis", "Most uncompressed bytes (MB) one `ept import inspect` inflates across all its files (counted, not declared)."),
     Setting("EPT_MAX_PARQUET_ROWS", "int", 20_000_000, "analysis", "Most rows of one Parquet file analysis reads."),
+    # --- the run lease (coordinator/runlease.py)
+    Setting("EPT_RUN_LEASE_TTL", "float", 120.0, "coordinator", "Seconds without a heartbeat after which another session may take a run's lease."),
     # --- the viewer (viewer/)
     Setting("EPT_VIEW_TOKEN", "secret", None, "viewer", "`ept view --token`: required in every request; unset: none on loopback, generated for any other --host."),
 )

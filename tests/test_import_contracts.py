@@ -54,7 +54,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # reads the ledger, computes every number
     "analysis": frozenset({"common", "contracts", "ledger"}),
     # the browser view over analysis' numbers
-    "viewer": frozenset({"analysis", "common", "contracts", "ledger"}),
+    "viewer": frozenset({"analysis", "common", "contracts", "ledger", "suites"}),
     # plans, sweeps, the demo, suite tools: drives workers (in process or over the queue), then analysis
     "coordinator": frozenset(
         {"analysis", "common", "contracts", "egress", "ledger", "simulator", "suites", "worker"}

@@ -201,7 +201,7 @@ class Store:
         jobs), the reference (viewer.task_info.reference_of) and each job's error class and final answer."""
         import polars as pl
 
-        from elo_per_token.coordinator.identity import decode_tasks
+        from elo_per_token.contracts.taskdigest import decode_tasks
         from elo_per_token.viewer.task_info import prompt_of, reference_of
 
         v = self.samples(run_id)
@@ -213,7 +213,7 @@ class Store:
         blob = (v.manifest.get("identity") or {}).get("tasks_blob")
         got = read_capped(self.ledger, f"runs/{run_id}/{blob}", 16 * 2**20) if isinstance(blob, str) else None
         out["reference"], out["reference_from"] = reference_of(
-            v.manifest, task_id, decode_tasks(got[0] if got else None)
+            v.manifest, task_id, decode_tasks(got[0] if got else None, missing_ok=True)
         )
         return out
 

@@ -66,10 +66,12 @@ def reference_of(manifest: Mapping[str, Any], task_id: str, digests: Mapping[str
 
 def _checked(task: Mapping[str, Any], suite: str, digests: Mapping[str, str]) -> tuple[Any, str]:
     """The reference when the built-in task is the one the run ran (its digest as recorded), else why not."""
-    from elo_per_token.coordinator.identity import _digest, task_part
+    from elo_per_token.contracts.jobs import Job
+    from elo_per_token.contracts.taskdigest import key_task_part, task_digest
 
-    want = digests.get(task_part(dict(task))) if digests else None  # type: ignore[arg-type]
-    if want is not None and want != _digest(dict(task)):
+    part = key_task_part(Job(run_id="x", task=dict(task), strategy="x", budget_n=1).key)  # type: ignore[arg-type]
+    want = digests.get(part) if digests else None
+    if want is not None and want != task_digest(dict(task)):
         return None, f"the built-in suite '{suite}' has changed since this run: its task differs, not shown"
     checked = (
         "checked against the run's task digest" if want else "the run recorded no digest to check it against"
