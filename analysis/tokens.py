@@ -60,13 +60,20 @@ def call_groups(calls: FrameT) -> FrameT:
     total_tokens, replicates. Works on a LazyFrame too, so `ept tokens` can fuse it into the file scan;
     every arm- and judge-level number below is computed from these groups.
     """
-    return calls.group_by("task_id", *ARM_KEYS, _IS_JUDGE.alias("judge")).agg(
+    keys = ("task_id", *ARM_KEYS, "judge")
+    sums = ("calls", "calls_missing_usage", "prompt_tokens", "completion_tokens", "total_tokens")
+    # Two group-bys, the first keyed by replicate too, instead of n_unique(replicate) in one: a distinct count
+    # per group keeps a set per group over every row (~2x the cost of the sums at 1M calls); here it is the
+    # row count of the small first result. Same numbers, same types.
+    per_replicate = calls.group_by(*keys[:-1], _IS_JUDGE.alias("judge"), "replicate").agg(
         pl.len().alias("calls"),
         pl.col("usage_missing").sum().cast(pl.Int64).alias("calls_missing_usage"),
         pl.col("prompt_tokens").sum().alias("prompt_tokens"),
         pl.col("completion_tokens").sum().alias("completion_tokens"),
         _TOTAL.sum().alias("total_tokens"),
-        pl.col("replicate").n_unique().alias("replicates"),
+    )
+    return per_replicate.group_by(*keys).agg(
+        pl.col(*sums).sum(), pl.len().cast(pl.get_index_type()).alias("replicates")
     )
 
 

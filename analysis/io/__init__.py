@@ -39,8 +39,11 @@ from elo_per_token.analysis.io.schema import (
     USAGE_BREAKDOWN,
     WINNERS,
     BadLine,
-    _normalise,
+    _prepare,
+    _record_columns,
+    _summary_check,
     fields_schema,
+    ids_pass,
 )
 from elo_per_token.analysis.io.sources import (
     DATA_SUFFIXES,
@@ -227,10 +230,12 @@ def read_summary(
     ):
         try:
             schema = fields_schema(fields) if fields else None
-            records = _normalise(_scan(files, schema), categorical=False)
-            check = records.select(pl.col("bad_field").is_not_null().any().alias("bad"), pl.len().alias("n"))
-            out, seen = pl.collect_all([summarise(records.drop("bad_field", "bad_msg")), check])
-            if not seen["bad"].item() and seen["n"].item() > 0:
+            prepared = _prepare(_scan(files, schema))
+            # Only whether every line passes, not each row's problem; the ids on their distinct values.
+            out, seen = pl.collect_all(
+                [summarise(prepared.select(_record_columns())), _summary_check(prepared)]
+            )
+            if not seen["bad"].item() and seen["n"].item() > 0 and ids_pass(seen):
                 return Summary(out, files)
         except (pl.exceptions.PolarsError, OSError, ValueError):
             pass
