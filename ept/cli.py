@@ -210,7 +210,7 @@ def _help_width() -> None:
     """Set typer's help width for this call (main() may run many times in one process, each its own output).
     Applied when typer's help formatter is first imported (help pages and usage errors only): a command that
     prints neither never imports it (rich.markdown and the rest, ~0.07 s of start-up)."""
-    formatter = sys.modules.get("typer.rich_utils")
+    formatter: Any = sys.modules.get("typer.rich_utils")
     if formatter is not None:
         formatter.MAX_WIDTH = _pipe_width()
     elif not any(isinstance(f, _WidenOnImport) for f in sys.meta_path):
