@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from elo_per_token.analysis.io import TOKENS_FIELDS, fields_schema
 from elo_per_token.analysis.io.scan import _scan
-from elo_per_token.analysis.io.schema import _normalise, _prepare, _summary_check, ids_pass
+from elo_per_token.analysis.io.schema import _normalise, _prepare, _record_columns, _row_bad, ids_pass
+from elo_per_token.analysis.tokens import record_groups
 
 SETTINGS = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -60,8 +61,9 @@ def test_distinct_value_check_agrees_with_the_per_row_rules(tmp_path: Path, edit
     scan = _scan([log], fields_schema(TOKENS_FIELDS))
 
     def fast() -> bool:
-        seen = _summary_check(_prepare(scan)).collect()
-        return not seen["bad"].item() and ids_pass(seen)
+        records = _prepare(scan).select(*_record_columns(), _row_bad().alias("_bad"))
+        out = record_groups(records).collect()  # what `ept tokens` computes in its one pass
+        return not out["_bad"].any() and ids_pass(out, ID_FIELDS)
 
     passes = bounded(fast, time_s=2, memory_mb=50)
     per_row = _normalise(scan, categorical=False).select(pl.col("bad_field").is_null().all()).collect().item()
@@ -105,3 +107,18 @@ def test_ids_that_only_look_like_numbers_are_read_like_any_other(tmp_path: Path)
     _write(log, rows)
     r = run_ept("tokens", str(log), columns=400)
     assert r.returncode == 2 and f"{log}:11: field 'task_id': must be a string" in r.stderr.replace("\n", "")
+
+
+def test_an_id_the_summary_does_not_keep_is_checked_on_every_row(tmp_path: Path) -> None:
+    import pytest
+
+    from elo_per_token.analysis.io import read_summary
+    from elo_per_token.analysis.tokens import record_groups
+    from elo_per_token.contracts.errors import InputError
+
+    rows = _rows(50, 2)
+    rows[17]["family"] = " \x01"  # parsed when every field is (fields=None), not a key of record_groups
+    log = _write(tmp_path / "calls.jsonl", rows)
+    with pytest.raises(InputError) as ex:
+        read_summary([str(log)], record_groups)
+    assert (ex.value.file, ex.value.line, ex.value.field) == (str(log), 18, "family")

@@ -153,24 +153,23 @@ def _prepare(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def _summary_check(prepared: pl.LazyFrame) -> pl.LazyFrame:
-    """One row over `prepared` (see _prepare) that says whether every line passes `_checks`, at less cost than
-    naming the problem of each row: `bad` (a row breaks a rule other than the id text rules), `n` (rows), and
-    the distinct values of each id field, which `ids_pass` checks with the id rules (a log repeats a few
-    thousand ids over a million lines, so the string rules run on thousands of values, not millions)."""
+def _row_bad(id_fields: Sequence[str] = ()) -> pl.Expr:
+    """Over `_prepare`d rows: the row breaks a rule, the id text rules only for `id_fields`. Cheaper than naming
+    each row's problem (_first_problem): read_summary only needs whether any line is bad, and checks the ids
+    it can on their distinct values (ids_pass); the error path then names the line."""
     id_msgs = (_EMPTY_MSG, _SUSPECT_MSG)
-    others = [cond.fill_null(False) for _, msg, cond in _checks(suspect_ids=True) if msg not in id_msgs]
-    return prepared.select(
-        pl.any_horizontal(others).any().alias("bad"),
-        pl.len().alias("n"),
-        *(pl.col(name).unique().implode() for name in _ID_FIELDS),
+    return pl.any_horizontal(
+        cond.fill_null(False)
+        for field, msg, cond in _checks(suspect_ids=True)
+        if msg not in id_msgs or field in id_fields
     )
 
 
-def ids_pass(check: pl.DataFrame) -> bool:
-    """Whether the distinct id values in `check` (from _summary_check) pass every id rule."""
-    for name in _ID_FIELDS:
-        values = check.get_column(name).explode().to_frame(name)
+def ids_pass(frame: pl.DataFrame, names: Sequence[str] = _ID_FIELDS) -> bool:
+    """Whether the values of the id columns `names` in `frame` pass every id rule, checked on their distinct
+    values (a log repeats a few thousand ids over a million lines: thousands of string checks, not millions)."""
+    for name in names:
+        values = frame.get_column(name).unique().to_frame(name)
         flags = values.select(
             pl.any_horizontal(cond.fill_null(False) for cond in _id_rules(name, suspect_ids=True))
         )
