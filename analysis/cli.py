@@ -68,22 +68,22 @@ def tokens_cmd(
     ledger: str | None = typer.Option(None, "--ledger", help=LEDGER_HELP),
 ) -> None:
     """Tokens per arm (strategy, budget): calls, prompt/completion/total tokens, tasks, tokens per task."""
-    import polars as pl
     from rich.console import Console
 
     from elo_per_token.analysis.io import TOKENS_FIELDS, read_summary
     from elo_per_token.analysis.report import make_console, print_tokens
-    from elo_per_token.analysis.tokens import arm_tokens_from_groups, call_groups, judge_tokens_from_groups
+    from elo_per_token.analysis.tokens import (
+        arm_tokens_from_groups,
+        calls_of,
+        judge_tokens_from_groups,
+        record_groups,
+    )
 
     err = Console(stderr=True)
-    # Only call records count; outcome and judgment lines are still read and validated.
+    # Only call records count; outcome and judgment lines are still read (grouped apart) and validated.
     paths = resolve_inputs(paths, ledger)
-    summary = read_summary(
-        paths,
-        lambda lf: call_groups(lf.filter(pl.col("kind") == "call")),
-        skip_bad=skip_bad,
-        fields=TOKENS_FIELDS,
-    )
+    summary = read_summary(paths, record_groups, skip_bad=skip_bad, fields=TOKENS_FIELDS)
+    summary.frame = calls_of(summary.frame)
     if summary.frame.height == 0:
         raise InputError(
             "no call records in the input", file=summary.files[0] if len(summary.files) == 1 else None

@@ -57,17 +57,34 @@ def call_groups(calls: FrameT) -> FrameT:
     """One row per (task, arm, judge or not) of call records: the only pass over the raw calls.
 
     Columns: task_id, ARM_KEYS, judge, calls, calls_missing_usage, prompt_tokens, completion_tokens,
-    total_tokens, replicates. Works on a LazyFrame too, so `ept tokens` can fuse it into the file scan;
-    every arm- and judge-level number below is computed from these groups.
+    total_tokens, replicates. Works on a LazyFrame too; every arm- and judge-level number below is computed
+    from these groups.
     """
-    return calls.group_by("task_id", *ARM_KEYS, _IS_JUDGE.alias("judge")).agg(
-        pl.len().alias("calls"),
-        pl.col("usage_missing").sum().cast(pl.Int64).alias("calls_missing_usage"),
-        pl.col("prompt_tokens").sum().alias("prompt_tokens"),
-        pl.col("completion_tokens").sum().alias("completion_tokens"),
-        _TOTAL.sum().alias("total_tokens"),
-        pl.col("replicate").n_unique().alias("replicates"),
+    return calls.group_by("task_id", *ARM_KEYS, _IS_JUDGE.alias("judge")).agg(*_GROUP_SUMS)
+
+
+def record_groups(records: pl.LazyFrame) -> pl.LazyFrame:
+    """call_groups over every record, keyed by `kind` too and with `_bad` (a row of the group broke a rule):
+    the single pass `ept tokens` fuses into the file scan (analysis.io.read_summary's contract). The call
+    groups are its rows of kind "call" (calls_of)."""
+    return records.group_by("kind", "task_id", *ARM_KEYS, _IS_JUDGE.alias("judge")).agg(
+        *_GROUP_SUMS, pl.col("_bad").any()
     )
+
+
+def calls_of(groups: pl.DataFrame) -> pl.DataFrame:
+    """The call_groups() rows of a record_groups() result."""
+    return groups.filter(pl.col("kind") == "call").drop("kind")
+
+
+_GROUP_SUMS = (
+    pl.len().alias("calls"),
+    pl.col("usage_missing").sum().cast(pl.Int64).alias("calls_missing_usage"),
+    pl.col("prompt_tokens").sum().alias("prompt_tokens"),
+    pl.col("completion_tokens").sum().alias("completion_tokens"),
+    _TOTAL.sum().alias("total_tokens"),
+    pl.col("replicate").n_unique().alias("replicates"),
+)
 
 
 def arm_tokens(calls: pl.DataFrame) -> pl.DataFrame:

@@ -148,16 +148,14 @@ def main() -> None:
     print(f"log: {args.lines} lines, {log.stat().st_size / 1e6:.0f} MB")
 
     from elo_per_token.analysis.io import TOKENS_FIELDS, read_summary
-    from elo_per_token.analysis.tokens import arm_tokens_from_groups, call_groups
+    from elo_per_token.analysis.tokens import arm_tokens_from_groups, calls_of, record_groups
 
     table = None
     out: dict[str, str] = {}
 
     def in_process() -> None:
         nonlocal table
-        groups = read_summary(
-            [str(log)], lambda lf: call_groups(lf.filter(pl.col("kind") == "call")), fields=TOKENS_FIELDS
-        ).frame
+        groups = calls_of(read_summary([str(log)], record_groups, fields=TOKENS_FIELDS).frame)
         table = arm_tokens_from_groups(groups)
 
     def run(name: str, cmd: list[str]) -> None:
@@ -191,7 +189,7 @@ def main() -> None:
     print(f"load average after timing: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"{'best of ' + str(args.repeat) + ', interleaved':66s} {'wall s':>8s} {'CPU s':>8s}")
     rows = [
-        ("fn", "in-process: read_summary + call_groups (what `ept tokens` runs)"),
+        ("fn", "in-process: read_summary + record_groups (what `ept tokens` runs)"),
         ("cli", "`ept tokens LOG --csv F`, whole process"),
         ("bare", "bare polars: python -c scan 4 fields + group_by, whole process"),
         ("jq", "jq+awk baseline (totals per strategy), whole pipeline"),

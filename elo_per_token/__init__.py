@@ -28,7 +28,15 @@ def _version() -> str:
             return "0+unknown"
 
 
-__version__ = _version()
+def __getattr__(name: str) -> str:
+    """`__version__`, read on first use (then cached as a plain attribute): importlib.metadata costs ~25 ms of
+    start-up, which only `ept --version` and a run's manifest need, not every command."""
+    if name == "__version__":
+        value = _version()
+        globals()["__version__"] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # polars allocates through its own jemalloc, which keeps freed pages a while before giving them back (polars'
 # default: 500 ms dirty, then 1 s muzzy): an analysis of a 1M-job run frees ~0.3 GB between stages that then

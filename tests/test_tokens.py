@@ -181,10 +181,9 @@ def test_one_pass_command_still_names_a_bad_line_and_skips_it(tmp_path: Path, ca
 def test_tokens_parses_only_its_fields_and_still_validates_them(tmp_path: Path, capsys, monkeypatch) -> None:
     """`ept tokens` parses the usage counts, not the breakdown (analysis.io.TOKENS_FIELDS): same table as the
     full parse on a log that carries the breakdown; a wrongly typed count is still named by file, line, field."""
-    import polars as pl
 
     from elo_per_token.analysis.io import TOKENS_FIELDS, fields_schema, read_summary
-    from elo_per_token.analysis.tokens import arm_tokens_from_groups, call_groups
+    from elo_per_token.analysis.tokens import arm_tokens_from_groups, calls_of, record_groups
     from elo_per_token.ept.cli import main
 
     monkeypatch.setenv("COLUMNS", "1000")
@@ -201,9 +200,7 @@ def test_tokens_parses_only_its_fields_and_still_validates_them(tmp_path: Path, 
     ]
 
     def groups(fields):
-        return read_summary(
-            [str(a)], lambda lf: call_groups(lf.filter(pl.col("kind") == "call")), fields=fields
-        ).frame
+        return calls_of(read_summary([str(a)], record_groups, fields=fields).frame)
 
     want = arm_tokens(read_records([str(a)]).calls)
     assert arm_tokens_from_groups(groups(TOKENS_FIELDS)).equals(want)

@@ -39,8 +39,11 @@ from elo_per_token.analysis.io.schema import (
     USAGE_BREAKDOWN,
     WINNERS,
     BadLine,
-    _normalise,
+    _prepare,
+    _record_columns,
+    _row_bad,
     fields_schema,
+    ids_pass,
 )
 from elo_per_token.analysis.io.sources import (
     DATA_SUFFIXES,
@@ -213,12 +216,17 @@ def read_summary(
     skip_bad: bool = False,
     fields: Sequence[str] | None = None,
 ) -> Summary:
-    """`summarise` (a lazy query over the normalised records, RECORD_SCHEMA without families) computed in
+    """`summarise` (a lazy group-by over the normalised records, RECORD_SCHEMA without families) computed in
     ONE pass over the files, fused with the validation check, so a million-line log is never held as a
     frame. Same validation as read_records: if any line is bad, or polars refuses a file, or the input is
     empty, the answer comes from read_records instead, which names the line (or skips it with skip_bad).
     `fields`: parse (and so validate) only these fields of JSON lines — the JSON parse is most of the cost
     (names as in schema.fields_schema, e.g. TOKENS_FIELDS).
+
+    The fused check is the contract: the records carry `_bad` (the row breaks a rule other than the id text
+    rules) and `summarise` must keep every row in some group (group, not filter), aggregate
+    `pl.col("_bad").any()` as `_bad`. The id fields (task_id, family, strategy, arm) it keeps as keys are
+    checked on their distinct values (ids_pass), the others on every row. The answer has no `_bad` column.
     """
     runs, _ = split_runs(paths)
     files = [] if runs else expand_inputs(paths)
@@ -226,13 +234,21 @@ def read_summary(
         all(f.endswith(".parquet") for f in files) or not any(f.endswith(".parquet") for f in files)
     ):
         try:
-            schema = fields_schema(fields) if fields else None
-            records = _normalise(_scan(files, schema), categorical=False)
-            check = records.select(pl.col("bad_field").is_not_null().any().alias("bad"), pl.len().alias("n"))
-            out, seen = pl.collect_all([summarise(records.drop("bad_field", "bad_msg")), check])
-            if not seen["bad"].item() and seen["n"].item() > 0:
-                return Summary(out, files)
+            schema = fields_schema(fields) if fields else RAW_SCHEMA
+            prepared = _prepare(_scan(files, schema))
+            # Ids the summary keeps as keys are checked on their distinct values, the others on every row.
+            kept = summarise(
+                prepared.select(*_record_columns(), pl.lit(False).alias("_bad"))
+            ).collect_schema()
+            if "_bad" not in kept:
+                raise TypeError("read_summary: the summary must aggregate `_bad` (see its docstring)")
+            ids = [f for f in ("task_id", "family", "strategy", "arm") if f in schema and f in kept]
+            per_row = [f for f in ("task_id", "family", "strategy", "arm") if f in schema and f not in kept]
+            out = summarise(prepared.select(*_record_columns(), _row_bad(per_row).alias("_bad"))).collect()
+            if out.height and not out["_bad"].any() and ids_pass(out, ids):
+                return Summary(out.drop("_bad"), files)
         except (pl.exceptions.PolarsError, OSError, ValueError):
             pass
     rec = read_records(paths, skip_bad=skip_bad, resolve_families=False)
-    return Summary(summarise(rec.frame.lazy()).collect(), rec.files, rec.skipped)
+    frame = rec.frame.lazy().with_columns(pl.lit(False).alias("_bad"))
+    return Summary(summarise(frame).collect().drop("_bad"), rec.files, rec.skipped)

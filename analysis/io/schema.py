@@ -113,6 +113,7 @@ class BadLine:
 # line-by-line path (which sees the JSON types); ids that are genuine strings are then accepted there.
 _SUSPECT_ID = r"^(-?[0-9][0-9.eE+-]*|true|false|null|\{.*|\[.*)$"
 _SUSPECT_MSG = "must be a string"
+_EMPTY_MSG = "must not be empty or hold NUL/control characters"
 _ID_FIELDS = ("task_id", "family", "strategy", "arm")
 
 
@@ -125,6 +126,17 @@ def _normalise(lf: pl.LazyFrame, *, suspect_ids: bool = True, categorical: bool 
     """Raw schema -> RECORD_SCHEMA plus a `bad_field`/`bad_msg` pair describing the first problem.
     suspect_ids=False on the line-by-line path, where the JSON types were already checked. categorical=False
     keeps LABEL_COLUMNS as strings (a query that only aggregates them has no frame to keep small)."""
+    bad_field, bad_msg = _first_problem(_checks(suspect_ids=suspect_ids))
+    out = _prepare(lf).select(*_record_columns(), bad_field.alias("bad_field"), bad_msg.alias("bad_msg"))
+    if not categorical:
+        return out
+    # In the same (streaming) query: the string columns are never materialised whole.
+    return out.with_columns(pl.col(*LABEL_COLUMNS, "bad_field", "bad_msg").cast(pl.Categorical))
+
+
+def _prepare(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """The raw columns plus those the rules and RECORD_SCHEMA read: kind_r (the resolved kind), p and c (the
+    token counts, from usage or the flat fields)."""
     kind_guess = (
         pl.when(pl.col("winner").is_not_null())
         .then(pl.lit("judgment"))
@@ -134,17 +146,44 @@ def _normalise(lf: pl.LazyFrame, *, suspect_ids: bool = True, categorical: bool 
     )
     prompt = pl.coalesce(pl.col("usage").struct.field("prompt_tokens"), pl.col("prompt_tokens"))
     completion = pl.coalesce(pl.col("usage").struct.field("completion_tokens"), pl.col("completion_tokens"))
-    lf = lf.with_columns(
+    return lf.with_columns(
         pl.coalesce(pl.col("kind"), kind_guess).alias("kind_r"),
         prompt.alias("p"),
         completion.alias("c"),
     )
-    bad_field, bad_msg = _first_problem(_checks(suspect_ids=suspect_ids))
-    out = lf.select(*_record_columns(), bad_field.alias("bad_field"), bad_msg.alias("bad_msg"))
-    if not categorical:
-        return out
-    # In the same (streaming) query: the string columns are never materialised whole.
-    return out.with_columns(pl.col(*LABEL_COLUMNS, "bad_field", "bad_msg").cast(pl.Categorical))
+
+
+def _row_bad(id_fields: Sequence[str] = ()) -> pl.Expr:
+    """Over `_prepare`d rows: the row breaks a rule, the id text rules only for `id_fields`. Cheaper than naming
+    each row's problem (_first_problem): read_summary only needs whether any line is bad, and checks the ids
+    it can on their distinct values (ids_pass); the error path then names the line."""
+    id_msgs = (_EMPTY_MSG, _SUSPECT_MSG)
+    return pl.any_horizontal(
+        cond.fill_null(False)
+        for field, msg, cond in _checks(suspect_ids=True)
+        if msg not in id_msgs or field in id_fields
+    )
+
+
+def ids_pass(frame: pl.DataFrame, names: Sequence[str] = _ID_FIELDS) -> bool:
+    """Whether the values of the id columns `names` in `frame` pass every id rule, checked on their distinct
+    values (a log repeats a few thousand ids over a million lines: thousands of string checks, not millions)."""
+    for name in names:
+        values = frame.get_column(name).unique().to_frame(name)
+        flags = values.select(
+            pl.any_horizontal(cond.fill_null(False) for cond in _id_rules(name, suspect_ids=True))
+        )
+        if flags.to_series().any():
+            return False
+    return True
+
+
+def _id_rules(name: str, *, suspect_ids: bool) -> list[pl.Expr]:
+    """The text rules of one id field, flags-the-value expressions in `_checks` order."""
+    rules = [(pl.col(name).str.strip_chars() == "") | pl.col(name).str.contains(r"[\x00-\x1f\x7f]")]
+    if suspect_ids:
+        rules.append(pl.col(name).str.contains(_SUSPECT_ID))
+    return rules
 
 
 def _checks(*, suspect_ids: bool) -> list[tuple[str, str, pl.Expr]]:
@@ -156,16 +195,9 @@ def _checks(*, suspect_ids: bool) -> list[tuple[str, str, pl.Expr]]:
     return [
         ("kind", "must be one of call, outcome, judgment", ~kind.is_in(KINDS)),
         ("task_id", "is required", pl.col("task_id").is_null()),
+        *((name, _EMPTY_MSG, _id_rules(name, suspect_ids=False)[0]) for name in _ID_FIELDS),
         *(
-            (
-                name,
-                "must not be empty or hold NUL/control characters",
-                (pl.col(name).str.strip_chars() == "") | pl.col(name).str.contains(r"[\x00-\x1f\x7f]"),
-            )
-            for name in _ID_FIELDS
-        ),
-        *(
-            ((name, _SUSPECT_MSG, pl.col(name).str.contains(_SUSPECT_ID)) for name in _ID_FIELDS)
+            ((name, _SUSPECT_MSG, _id_rules(name, suspect_ids=True)[1]) for name in _ID_FIELDS)
             if suspect_ids
             else ()
         ),
