@@ -79,7 +79,7 @@ def tokens_cmd(
         record_groups,
     )
 
-    err = Console(stderr=True)
+    err = Console(emoji=False, stderr=True)
     # Only call records count; outcome and judgment lines are still read (grouped apart) and validated.
     paths = resolve_inputs(paths, ledger)
     summary = read_summary(paths, record_groups, skip_bad=skip_bad, fields=TOKENS_FIELDS)
@@ -140,7 +140,7 @@ def _checked_inputs(
     if note:
         from rich.console import Console
 
-        Console(stderr=True).print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+        Console(emoji=False, stderr=True).print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
     return opts, paths
 
 
@@ -235,7 +235,7 @@ def _analyze_and_report(
 
     from elo_per_token.analysis.report import make_console, print_report, write_outputs
 
-    err = Console(stderr=True)
+    err = Console(emoji=False, stderr=True)
     result = _analyze_with_progress(paths, opts, err)
     console = make_console(record=transcript is not None)
     print_report(result, console, top=top, arms=arms)

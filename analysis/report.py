@@ -146,9 +146,9 @@ PIPE_WIDTH = 1000
 
 def make_console(*, stderr: bool = False, record: bool = False) -> Console:
     """A console that does not squeeze the tables to 80 columns when output is piped or recorded."""
-    c = Console(stderr=stderr, record=record)
+    c = Console(emoji=False, stderr=stderr, record=record)
     if record or not c.is_terminal:
-        c = Console(stderr=stderr, record=record, width=PIPE_WIDTH)
+        c = Console(emoji=False, stderr=stderr, record=record, width=PIPE_WIDTH)
     return c
 
 

@@ -53,7 +53,7 @@ def doctor(
     if profile_url_override:
         p = p.with_base_url(profile_url_override)
     checks = [*run_checks(p, timeout=timeout), check_client_configs(), *(c() for c in _machine_checks)]
-    console = Console(highlight=False, soft_wrap=True)
+    console = Console(emoji=False, highlight=False, soft_wrap=True)
     for line in render(p, checks):
         console.print(scrub(line))  # masks keys from the environment and any password in base_url
     if not ok(checks):
@@ -82,7 +82,7 @@ def profiles_list(profiles: Path | None = typer.Option(None, "--profiles", help=
     import sys
 
     # Piped output (CI logs, docs) keeps full URLs instead of squeezing columns to 80 characters.
-    Console(highlight=False, width=None if sys.stdout.isatty() else 160).print(table)
+    Console(emoji=False, highlight=False, width=None if sys.stdout.isatty() else 160).print(table)
 
 
 def profiles_export(

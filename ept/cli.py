@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
         from rich.markup import escape
 
         # The message is text, not markup: arm labels such as greedy@1[effort=low] must keep their brackets.
-        Console(stderr=True, soft_wrap=True).print(
+        Console(stderr=True, soft_wrap=True, emoji=False).print(
             f"[bold red]error:[/] {escape(scrub(str(e)))}", highlight=False
         )
         sys.exit(EXIT_BAD_INPUT)
@@ -258,7 +258,9 @@ def main(argv: list[str] | None = None) -> None:
         from rich.console import Console
 
         # A parser met input nested thousands deep (e.g. 100k brackets on one line) somewhere not caught closer.
-        Console(stderr=True).print("[bold red]error:[/] input nested too deeply to read", highlight=False)
+        Console(emoji=False, stderr=True).print(
+            "[bold red]error:[/] input nested too deeply to read", highlight=False
+        )
         sys.exit(EXIT_BAD_INPUT)
 
 

@@ -57,8 +57,8 @@ def _console() -> Any:
     """A console that does not cut tables at 80 columns when the output is a pipe."""
     from rich.console import Console
 
-    c = Console()
-    return c if c.is_terminal else Console(width=1000)
+    c = Console(emoji=False)
+    return c if c.is_terminal else Console(emoji=False, width=1000)
 
 
 @suites_app.command("show")

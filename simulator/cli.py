@@ -49,7 +49,7 @@ def simulate(
     if seed is not None:
         cfg = apply_updates(cfg, {"seed": seed})
     brain = load_brain()
-    Console(stderr=True).print(
+    Console(emoji=False, stderr=True).print(
         f"ept simulator (not a real model) on http://{host}:{port}/v1  brain={type(brain).__name__} seed={cfg.seed} "
         f"key check={'on' if cfg.api_key else 'off'}  — Ctrl-C to stop",
         highlight=False,

@@ -25,7 +25,7 @@ def _finish(col: Collector, out: str, what: str) -> None:
     from elo_per_token.analysis.cli import _print_skipped
     from elo_per_token.analysis.imports.common import write_records
 
-    err = Console(stderr=True)
+    err = Console(emoji=False, stderr=True)
     kinds = Counter(r["kind"] for r in col.records)
     if not kinds.get("call") and not kinds.get("outcome"):
         raise InputError(f"no records found in the {what}")
