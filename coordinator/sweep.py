@@ -410,7 +410,6 @@ def _execute_held(
     rerun_hint: str | None,
 ) -> SweepOutcome:
     """execute() with the run's lease held (`lease`: coordinator.runlease.RunLease); `source`: _job_stream's."""
-    from rich.markup import escape
 
     from elo_per_token.analysis.report import make_console
     from elo_per_token.coordinator.manifest import write_manifest
@@ -437,13 +436,8 @@ def _execute_held(
         todo_est = max(0, n_jobs - n_have)
         tally.total = todo_est
         prog.update(bar, description="jobs", total=todo_est, detail="")
-        prog.console.print(
-            f"run [bold]{plan.run_id}[/]: {n_jobs} jobs, {n_have} already in {ledger.run_url(plan.run_id)}, "
-            f"{todo_est} to run ({executor}) at {escape(str(manifest['identity']['endpoint']))} (model "
-            f"{escape(str(manifest['identity']['model']))})"
-            + (f", cap {tally.cap.describe()}" if tally.cap else ""),
-            highlight=False,
-        )
+        _announce(prog.console, plan, tally, manifest, f"{n_jobs} jobs, {n_have} already in "
+                  f"{ledger.run_url(plan.run_id)}, {todo_est} to run ({executor})")  # fmt: skip
         live = _Live(tally, prog, bar)
         completed = tally.over_budget() is False and _run_jobs(
             plan, executor, live.todo(stream, have), ledger, live, had_failure, profile=profile, base_url=base_url,
@@ -476,6 +470,25 @@ def _mark_missing(out: SweepOutcome, planned: set[str]) -> None:
 
     why = "not run: the sweep stopped at its budget" if out.stopped_for_budget else "no finished job"
     mark_missing_families(out.analysis, {**dict.fromkeys(planned, why), **failed_families(out.tally)})
+
+
+def _announce(console: Console, plan: Plan, tally: Tally, manifest: dict[str, Any], what: str) -> None:
+    """The sweep's first line (jobs, endpoint, model, cap) and, with a cap, how calls without usage count."""
+    from rich.markup import escape
+
+    console.print(
+        f"run [bold]{plan.run_id}[/]: {what} at {escape(str(manifest['identity']['endpoint']))} (model "
+        f"{escape(str(manifest['identity']['model']))})"
+        + (f", cap {tally.cap.describe()}" if tally.cap else ""),
+        highlight=False,
+    )
+    if tally.cap is not None and not plan.generation.get("max_tokens"):
+        # Said before the first job: a provider that sends no usage is capped at each call's upper bound,
+        # which without max_tokens is only as tight as the context length (or 16,384 tokens per choice).
+        console.print("[yellow]note[/]: calls without usage count toward the cap at their upper bound "
+                      "(prompt + max_tokens x n); this plan sets no max_tokens, so that bound is the "
+                      "profile's context_length or 16,384 per choice: set generation.max_tokens for a "
+                      "tight cap", highlight=False)  # fmt: skip
 
 
 def failed_families(tally: Tally) -> dict[str, str]:

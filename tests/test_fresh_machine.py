@@ -401,3 +401,28 @@ def test_a_missing_family_is_named_the_same_on_terminal_report_and_json(tmp_path
     assert mark in data["title_notes"]
     assert data["recommendation"]["missing_families"] == {k: v for k, v in reasons.items() if k != "math"}
     assert data["recommendation"]["lines"][0].endswith("measured on math only]")
+
+
+def test_a_capped_sweep_says_before_its_first_job_how_calls_without_usage_count(
+    tmp_path: Path, make_sim
+) -> None:
+    """Issue 36 item 1: with a token cap and no generation.max_tokens, the sweep's first lines say that a call
+    without usage counts at its upper bound and how loose that bound is; with max_tokens it says nothing."""
+    sim = make_sim(api_key=SIM_KEY)
+    prof = write_profiles(tmp_path / "profiles.toml", sim)
+    env = {"EPT_PROFILES": str(prof), "EPT_P_KEY": SIM_KEY}
+    for tables, said in ((None, True), ({"generation": {"max_tokens": 256}}, False)):
+        plan = write_plan_file(tmp_path / "plan.toml", [("greedy", [1])], tables, name=f"note{int(said)}",
+                               profile="p", suites=["math"], tasks_per_family=2, ledger=tmp_path / "led",
+                               bootstrap_rounds=0)  # fmt: skip
+        r = run_ept_process(
+            "sweep", str(plan), "--max-tokens", "100000", "--no-analysis", env=env, columns=400
+        )
+        text = _flat(r.stdout + r.stderr)
+        assert r.returncode == 0, text[-2000:]
+        assert ("calls without usage count toward the cap at their upper bound" in text) is said, text[:800]
+        if said:
+            err = _flat(
+                r.stderr
+            )  # the progress stream: the note follows the sweep's first line, before any job
+            assert err.index("run note1: 2 jobs") < err.index("at their upper bound") < err.index("jobs ━")
