@@ -81,11 +81,13 @@ def run_local(
     transcripts: bool = False,
     cancel_queued: Callable[[], bool] = lambda: False,
     queue_factor: int = 2,
+    on_tick: Callable[[], None] | None = None,
 ) -> bool:
     """Run jobs; returns True when every job was attempted, False when interrupted or stopped early.
     on_abandon(n): n jobs were still running after the grace period. cancel_queued() (a budget cap) stops at
     most the `concurrency` running jobs over the cap with queue_factor=1 (no job waits in the pool for a freed
-    thread to start it before the cap is seen)."""
+    thread to start it before the cap is seen). on_tick() is called about twice a second (the progress line
+    shows an outage being waited out while no job finishes)."""
     perform_job = _route_grading()  # before any job: code grading may go to the grader queue
     api_key = getattr(provider, "_key", None)  # to scrub it from failure messages
     stop = getattr(provider, "stopping", None) or threading.Event()
@@ -122,6 +124,8 @@ def run_local(
                 for f in done:
                     if not f.cancelled():
                         on_result(f.result())
+                if on_tick is not None:
+                    on_tick()
                 if cancel_queued():  # a cap reached: jobs submitted but not started never start
                     draining, in_flight = True, {f for f in in_flight if not f.cancel()}
             except KeyboardInterrupt:

@@ -272,6 +272,8 @@ class _Live:
     def __init__(self, tally: Tally, prog: Progress, bar: TaskID) -> None:
         self.tally, self.prog, self.bar = tally, prog, bar
         self.counted = 0  # jobs handed to the executor (the true number to run, known once the stream ends)
+        # The provider's state when it is not answering ("provider unreachable since …, waiting (patience …)").
+        self.weather_note: Callable[[], str | None] = lambda: None
 
     def todo(self, stream: Callable[[], Iterator[Job]], have: set[str]) -> Iterator[Job]:
         for j in stream():
@@ -280,13 +282,16 @@ class _Live:
                 yield j
 
     def refresh(self) -> None:
+        from rich.markup import escape
+
         tally = self.tally
-        rate = tally.tokens
+        note = self.weather_note()
         self.prog.update(
             self.bar,
             completed=tally.finished,
-            detail=f"done {tally.done + tally.duplicate} · skipped {tally.skipped} · failed {tally.failed} · "
-            f"retrying {len(tally.retrying)} · calls {tally.calls} · tokens {rate:,}",
+            detail=(f"[yellow]{escape(note)}[/] · " if note else "")
+            + f"done {tally.done + tally.duplicate} · skipped {tally.skipped} · failed {tally.failed} · "
+            f"retrying {len(tally.retrying)} · calls {tally.calls} · tokens {tally.tokens:,}",
         )
 
     def on_result(self, s: JobSummary) -> None:
@@ -317,8 +322,9 @@ def _run_jobs(
     tally = live.tally
     try:
         if executor == "local":
-            return _run_local(plan, todo, ledger, profile, live.on_result, live.on_retry, tally, run, had_failure,
-                              check_existing=check_ledger)  # fmt: skip
+            return _run_local(
+                plan, todo, ledger, profile, live, run, had_failure, check_existing=check_ledger
+            )
         from elo_per_token.contracts.jobs import CeleryJobContext
         from elo_per_token.coordinator.celery_exec import run_celery
 
@@ -507,9 +513,7 @@ def _run_local(
     todo: Iterable[Job],
     ledger: Ledger,
     profile: Profile,
-    on_result: Callable[[JobSummary], None],
-    on_retry: Callable[[Job, int, str], None],
-    tally: Tally,
+    live: _Live,
     run: Callable[[Job, Any], JobResult] | None,
     had_failure: Collection[str] = frozenset(),
     check_existing: bool = True,
@@ -526,26 +530,27 @@ def _run_local(
     lim = plan.limits_for(profile.name)
     limiter = make_rate_limiter(profile.name, Limits(lim.rpm or profile.rpm, lim.tpm or profile.tpm))
     provider = ProviderClient(profile, rate_limiter=limiter)
+    live.weather_note = provider.outage.describe
     try:
-        return _run_with(
-            todo, ledger, provider, plan, on_result, on_retry, tally, run, had_failure, check_existing
-        )
+        return _run_with(todo, ledger, provider, plan, live, run, had_failure, check_existing)
     finally:
-        tally.weather = provider.weather()
+        live.weather_note = lambda: None
+        live.tally.weather = provider.weather()
 
 
 def _run_with(
-    todo: Any, ledger: Ledger, provider: Any, plan: Plan, on_result: Any, on_retry: Any, tally: Tally, run: Any,
-    had_failure: Collection[str], check_existing: bool,
+    todo: Any, ledger: Ledger, provider: Any, plan: Plan, live: _Live, run: Any, had_failure: Collection[str],
+    check_existing: bool,
 ) -> bool:  # fmt: skip
     """run_local with the sweep's settings, over the provider client made for it."""
     from elo_per_token.coordinator.local import run_local
 
+    tally = live.tally
     return run_local(
-        todo, ledger, provider, concurrency=plan.concurrency, on_result=on_result, on_retry=on_retry,
+        todo, ledger, provider, concurrency=plan.concurrency, on_result=live.on_result, on_retry=live.on_retry,
         should_stop=tally.should_stop, run=run, clear_failures=had_failure, check_existing=check_existing,
         cancel_queued=tally.over_budget, queue_factor=1 if tally.cap is not None else 2,
-        on_abandon=lambda n: setattr(tally, "abandoned", n), transcripts=plan.transcripts,
+        on_abandon=lambda n: setattr(tally, "abandoned", n), transcripts=plan.transcripts, on_tick=live.refresh,
     )  # fmt: skip
 
 
@@ -580,7 +585,8 @@ def weather_line(w: dict[str, Any] | None) -> str | None:
     if not w:
         return None
     retries = w.get("retries") or {}
-    if not (w.get("rate_limited") or w.get("pauses") or retries or w.get("limiter_wait_s", 0) >= 1):
+    quiet = not (w.get("rate_limited") or w.get("pauses") or retries or w.get("outages"))
+    if quiet and w.get("limiter_wait_s", 0) < 1:
         return None
     by_class = ", ".join(f"{cls} {n}" for cls, n in sorted(retries.items()))
     return (
@@ -588,6 +594,11 @@ def weather_line(w: dict[str, Any] | None) -> str | None:
         f"{w.get('limiter_wait_s', 0.0):.1f}s waiting for the rate limit · {sum(retries.values())} retries"
         + (f" ({by_class}, {w.get('retry_wait_s', 0.0):.1f}s backing off)" if retries else "")
         + " (times summed over threads)"
+        + (
+            f" · {w['outages']} outage(s), {w.get('outage_s', 0.0):.1f}s with the provider down"
+            if w.get("outages")
+            else ""
+        )
     )
 
 
