@@ -460,8 +460,8 @@ def budget_cap(plan: Plan, manifest: dict[str, Any], profile_public: dict[str, A
 
 
 def record_session(ledger: Ledger, run_id: str, out: SweepOutcome) -> None:
-    """Write what this session spent and why it stopped into its manifest entry (`ept status` shows it; the
-    next session's budget counts it)."""
+    """Write what this session spent, why it stopped and the provider's weather into its manifest entry (`ept
+    status` shows them; the next session's budget counts the spend)."""
     m = ledger.get_manifest(run_id)
     if not m or not m.get("sessions"):
         return
@@ -470,6 +470,8 @@ def record_session(ledger: Ledger, run_id: str, out: SweepOutcome) -> None:
                else None if out.completed else "interrupted")  # fmt: skip
     entry = {**m["sessions"][-1], "tokens": t.tokens, "calls": t.calls, "jobs_done": t.done + t.duplicate,
              "stopped": stopped}  # fmt: skip
+    if t.weather:  # 429s, pauses, outages and retries: `ept status` shows them with weather_line
+        entry["weather"] = {k: round(v, 1) if isinstance(v, float) else v for k, v in t.weather.items()}
     if t.cap is not None:
         entry["cap"] = {
             "max_tokens": t.cap.max_tokens,
@@ -579,24 +581,32 @@ def analyze_run(plan: Plan, ledger: Ledger) -> tuple[AnalysisResult | None, str 
         return None, str(e)
 
 
+def _num(v: Any) -> float:
+    """A finite number from a weather field (a manifest read back may hold anything): else 0."""
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and abs(v) < 1e15
+    return float(v) if ok else 0.0
+
+
 def weather_line(w: dict[str, Any] | None) -> str | None:
-    """The sweep's rate-limit and retry figures in one line (None when there were none): 429s, pauses, time
-    blocked by the limiter, retries by class and their backoff (times summed over the worker threads)."""
-    if not w:
+    """The sweep's rate-limit, outage and retry figures in one line (None when there were none): 429s, pauses,
+    time blocked by the limiter, retries by class and their backoff (times summed over the worker threads),
+    outages and the time the provider was down. The sweep summary and `ept status` print this same line."""
+    if not isinstance(w, dict):
         return None
-    retries = w.get("retries") or {}
-    quiet = not (w.get("rate_limited") or w.get("pauses") or retries or w.get("outages"))
-    if quiet and w.get("limiter_wait_s", 0) < 1:
+    raw = w.get("retries")
+    retries = {str(k)[:40]: int(_num(n)) for k, n in raw.items()} if isinstance(raw, dict) else {}
+    n429, pauses, outages = (int(_num(w.get(k))) for k in ("rate_limited", "pauses", "outages"))
+    if not (n429 or pauses or any(retries.values()) or outages or _num(w.get("limiter_wait_s")) >= 1):
         return None
     by_class = ", ".join(f"{cls} {n}" for cls, n in sorted(retries.items()))
     return (
-        f"provider weather: {w.get('rate_limited', 0)} answered 429 · {w.get('pauses', 0)} shared pause(s) · "
-        f"{w.get('limiter_wait_s', 0.0):.1f}s waiting for the rate limit · {sum(retries.values())} retries"
-        + (f" ({by_class}, {w.get('retry_wait_s', 0.0):.1f}s backing off)" if retries else "")
+        f"provider weather: {n429} answered 429 · {pauses} shared pause(s) · "
+        f"{_num(w.get('limiter_wait_s')):.1f}s waiting for the rate limit · {sum(retries.values())} retries"
+        + (f" ({by_class}, {_num(w.get('retry_wait_s')):.1f}s backing off)" if retries else "")
         + " (times summed over threads)"
         + (
-            f" · {w['outages']} outage(s), {w.get('outage_s', 0.0):.1f}s with the provider down"
-            if w.get("outages")
+            f" · {outages} outage(s), {_num(w.get('outage_s')):.1f}s with the provider down"
+            if outages
             else ""
         )
     )

@@ -15,13 +15,15 @@ from typing import Any
 
 import pytest
 from bounds import bounded
+from cli_runner import run_ept
 from fixtures_sim import SIM_KEY
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_sweep_local import _jobs, _plan, tiny_run
 
 from elo_per_token.contracts.errors import InputError
-from elo_per_token.coordinator.sweep import execute, print_summary
+from elo_per_token.coordinator.status import last_weather
+from elo_per_token.coordinator.sweep import execute, print_summary, weather_line
 from elo_per_token.egress.errors import ProviderError
 from elo_per_token.egress.outage import Outage, format_patience
 from elo_per_token.egress.profiles import DEFAULT_PATIENCE_S, load_profiles
@@ -86,6 +88,12 @@ def test_a_server_stopped_mid_sweep_is_waited_out_and_the_sweep_finishes(tmp_pat
     summary, sbuf = _console()
     print_summary(out, summary)
     assert "outage(s)" in sbuf.getvalue() and "with the provider down" in sbuf.getvalue(), sbuf.getvalue()
+    # `ept status RUN` shows the same weather line, recorded in the session's manifest entry.
+    r = run_ept("status", plan.run_id, "--ledger", str(tmp_path / "ledger"), columns=300)
+    assert r.returncode == 0, r.stderr
+    shown = " ".join(r.stdout.split())
+    assert "last session: provider weather:" in shown and f"{w['outages']} outage(s)" in shown, r.stdout
+    assert weather_line(out.tally.weather).split(" · ")[-1][:12] in shown
 
 
 def test_a_server_answering_500_for_a_while_is_waited_out(tmp_path, make_sim, key_env):
@@ -283,3 +291,29 @@ def test_any_sequence_of_outcomes_keeps_the_outage_state_consistent(events: list
                 assert o.down() and pe.error_class in ("unreachable", "transient")
 
     bounded(run, time_s=2.0, memory_mb=10)
+
+
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
+    lambda kids: st.lists(kids, max_size=5) | st.dictionaries(st.text(max_size=12), kids, max_size=5),
+    max_leaves=40,
+)
+WEATHER_KEYS = ["rate_limited", "pauses", "limiter_wait_s", "retries", "retry_wait_s", "outages", "outage_s"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    weather=st.dictionaries(st.sampled_from(WEATHER_KEYS) | st.text(max_size=8), JSONISH, max_size=8),
+    extra=st.lists(JSONISH, max_size=3),
+)
+def test_any_recorded_weather_prints_one_safe_line_or_none(weather: dict[str, Any], extra: list[Any]) -> None:
+    """`ept status` reads the weather back from a manifest anyone could have written: any shape gives one line
+    (no markup or control characters from the file) or None, never an exception, quickly."""
+    manifest = {"sessions": [*extra, {"started_at": "x", "weather": weather}]}
+
+    def show() -> str | None:
+        return last_weather(manifest)
+
+    line = bounded(show, time_s=2.0, memory_mb=10)
+    assert line is None or (line.startswith("provider weather: ") and "\n" not in line and "\x1b" not in line)
+    assert last_weather({"sessions": "nope"}) is None and last_weather(None) is None
