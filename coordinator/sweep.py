@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 from collections import defaultdict
@@ -594,7 +595,12 @@ def weather_line(w: dict[str, Any] | None) -> str | None:
     if not isinstance(w, dict):
         return None
     raw = w.get("retries")
-    retries = {str(k)[:40]: int(_num(n)) for k, n in raw.items()} if isinstance(raw, dict) else {}
+    # Class names as words only: a manifest read back may hold newlines or markup in its keys.
+    retries = (
+        {re.sub(r"[^\w-]", "?", str(k))[:40]: int(_num(n)) for k, n in raw.items()}
+        if isinstance(raw, dict)
+        else {}
+    )
     n429, pauses, outages = (int(_num(w.get(k))) for k in ("rate_limited", "pauses", "outages"))
     if not (n429 or pauses or any(retries.values()) or outages or _num(w.get("limiter_wait_s")) >= 1):
         return None

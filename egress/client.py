@@ -23,7 +23,7 @@ from typing import Any
 from elo_per_token.contracts.secrets import mask, scrub
 from elo_per_token.contracts.usage import check_usage
 from elo_per_token.egress.errors import Discarded, Malformed, ProviderError
-from elo_per_token.egress.outage import Outage
+from elo_per_token.egress.outage import Outage, SharedReach
 from elo_per_token.egress.profiles import Profile
 from elo_per_token.egress.proto_chat import chat_body, send_chat
 from elo_per_token.egress.proto_messages import messages_request, send_messages
@@ -103,6 +103,7 @@ class ProviderClient:
         *,
         api_key: str | None = None,
         rate_limiter: RateLimiter | None = None,
+        shared_reach: SharedReach | None = None,
         backoff_base: float = 0.5,
         backoff_cap: float = 30.0,
         retry_after_cap: float = 60.0,
@@ -120,7 +121,7 @@ class ProviderClient:
         # after their current request instead of riding out a 429 storm.
         self.stopping = threading.Event()
         # Shared too: an endpoint that answered before and stops answering is waited out (egress.outage).
-        self.outage = Outage(profile.patience, profile.name)
+        self.outage = Outage(profile.patience, profile.name, shared_reach)
         self._retrier = Retrier(
             profile,
             self._key,

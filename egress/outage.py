@@ -10,15 +10,20 @@ class (`unreachable`, or `transient` for 5xx) and a message that names the patie
 PROBE_CAP_S still goes through, so the run resumes if the endpoint comes back.
 
 An endpoint never reached (a wrong port from the start) is not an outage: egress.retry's circuit fails it
-fast, as a setup problem.
+fast, as a setup problem. On Celery, "reached" is shared by the workers of a profile through Redis
+(`SharedReach`): a worker process that had not yet got its first answer when the provider went down waits
+too, instead of failing its jobs as a setup problem.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
 import random
 import threading
 import time
+from typing import Any
 
 from elo_per_token.egress.errors import ProviderError
 from elo_per_token.egress.profiles import DEFAULT_PATIENCE_S
@@ -40,6 +45,26 @@ def is_outage(err: ProviderError) -> bool:
     )
 
 
+class SharedReach:
+    """Whether any worker of this profile and endpoint got an answer: one Redis key, set once per process."""
+
+    TTL_S = 86400
+
+    def __init__(self, r: Any, profile: str, base_url: str) -> None:
+        self._r = r
+        self.key = f"ept:reached:{profile}:{hashlib.sha1(base_url.encode()).hexdigest()[:12]}"
+
+    def mark(self) -> None:
+        with contextlib.suppress(Exception):  # the broker down: this process still knows for itself
+            self._r.set(self.key, "1", ex=self.TTL_S)
+
+    def seen(self) -> bool:
+        try:
+            return bool(self._r.exists(self.key))
+        except Exception:
+            return False
+
+
 def format_patience(seconds: float) -> str:
     """600 -> '10 min', 45 -> '45 s' (how the progress line and the messages say it)."""
     if seconds >= 120 and seconds % 60 == 0:
@@ -50,10 +75,13 @@ def format_patience(seconds: float) -> str:
 class Outage:
     """The state of one client's endpoint: whether it was ever reached, and the outage under way, if any."""
 
-    def __init__(self, patience: float = DEFAULT_PATIENCE_S, profile: str = "") -> None:
+    def __init__(
+        self, patience: float = DEFAULT_PATIENCE_S, profile: str = "", shared: SharedReach | None = None
+    ) -> None:
         self.patience = float(patience)
         self.profile = profile
         self.reached = False  # some request got a 2xx: from then on a failed connect is an outage
+        self.shared = shared
         self.since: float | None = None  # monotonic start of the outage under way
         self.since_wall = 0.0
         self.last: ProviderError | None = None  # the outage's latest failure (its class, for expiry)
@@ -65,6 +93,15 @@ class Outage:
         self._next_probe = 0.0
         self._probe_wait = PROBE_BASE_S
         self._cond = threading.Condition()
+
+    def waits(self) -> bool:
+        """Whether failures now are an outage to wait out: a patience, and the endpoint answered before (here,
+        or to another worker of the profile)."""
+        if self.patience <= 0:
+            return False
+        if not self.reached and self.shared is not None and self.shared.seen():
+            self.reached = True
+        return self.reached
 
     def down(self) -> bool:
         """Whether an outage is under way."""
@@ -94,8 +131,10 @@ class Outage:
             if probe:
                 self._probing = False
             if err is None or not is_outage(err):
-                if err is None:
+                if err is None and not self.reached:
                     self.reached = True
+                    if self.shared is not None:
+                        self.shared.mark()
                 if err is None or err.status is not None:
                     self._streak = 0
                 if (err is None or err.status is not None) and self.since is not None:  # any answer: back
@@ -106,7 +145,7 @@ class Outage:
                     self._cond.notify_all()
                 return False
             # Never answered: a setup problem, for the circuit to fail fast. Patience 0: no outage is waited out.
-            if not self.reached or self.patience <= 0:
+            if not self.waits():
                 return False
             self.last = err
             self._streak += 1

@@ -164,7 +164,7 @@ class Retrier:
             except ProviderError as down:
                 down.discarded = list(discarded or [])
                 raise
-            if not (self.circuit.reached and self.outage.patience > 0):  # else an outage, waited out above
+            if not self.outage.waits():  # else an outage, waited out above
                 self.circuit.check(self.profile, attempts)
             limiter = self.rate_limiter
             if limiter is not None:

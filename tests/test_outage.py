@@ -239,7 +239,8 @@ def test_any_patience_is_accepted_in_range_or_refused_naming_the_field(tmp_path:
     try:
         prof = bounded(lambda: load_profiles(p)["x"], time_s=2.0, memory_mb=20)
     except InputError as e:
-        assert e.field == "profiles.x.patience", e
+        # A value TOML itself refuses (a raw control character) is named by file and line instead.
+        assert e.field == "profiles.x.patience" or (e.line == 5 and "invalid TOML" in e.message), e
         return
     assert isinstance(value, int | float) and not isinstance(value, bool)
     assert 0 <= prof.patience <= 7 * 86400 and prof.patience == float(value)
