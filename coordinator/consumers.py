@@ -4,9 +4,11 @@ Two ways a Celery sweep can wait without end: no worker consumes the job queue, 
 send code to a grade queue whose graders never started (a sandbox that cannot run in its container) or died.
 In the second case jobs wait for verdicts that never come while the rest of the sweep goes on, so the check
 cannot rely on "nothing finished". Every CHECK_EVERY_S the coordinator asks the workers which queues they
-consume (Celery's remote control, one broadcast) and reads how many messages wait on the grade queue; a
-queue with work waiting and no consumer for `window_s` ends the sweep with a message that names the queue
-and, when a worker that failed to start left one on the broker (`worker_error_key`), its reason.
+consume (Celery's remote control, one broadcast), counts the workers whose liveness key is fresh
+(worker.heartbeat: graders take no broadcasts, so this is how a grader is seen) and reads how many messages
+wait on the grade queue; a queue with work waiting, no consumer and no progress (a backlog that shrank since
+the last check is being drained) for `window_s` ends the sweep with a message that names the queue and, when
+a worker that failed to start left one on the broker (`worker_error_key`), its reason.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class QueueWatch:
 
     `inspect` returns the workers' active queues (None when the broadcast failed: that check is skipped),
     `waiting(queue)` the number of messages on a queue, `reason(queue)` what a worker that could not start
-    for it left on the broker."""
+    for it left on the broker, `alive(queue)` how many workers' liveness keys for it are fresh."""
 
     queue: str
     grade_queue: str | None
@@ -73,6 +75,8 @@ class QueueWatch:
         default_factory=dict
     )  # queue -> when it was first seen with work, no consumer
     last: float = float("-inf")
+    alive: Callable[[str], int] = lambda _q: 0
+    backlog: dict[str, int] = field(default_factory=dict)  # queue -> messages waiting at the last check
 
     def check(self, pending: int, now: float | None = None) -> str | None:
         now = time.monotonic() if now is None else now
@@ -83,14 +87,21 @@ class QueueWatch:
         if replies is None:
             return None
         consumers = consumers_by_queue(replies)
-        self._track(self.queue, pending > 0 and not consumers.get(self.queue), now)
+        self._track(self.queue, pending > 0 and not self.consumed(consumers, self.queue), now)
         if self.grade_queue:
-            waiting = self.waiting(self.grade_queue) if not consumers.get(self.grade_queue) else 0
-            self._track(self.grade_queue, waiting > 0, now)
+            q = self.grade_queue
+            waiting = self.waiting(q) if not self.consumed(consumers, q) else 0
+            draining = 0 < waiting < self.backlog.get(q, waiting)  # fewer than last time: someone takes them
+            self.backlog[q] = waiting
+            self._track(q, waiting > 0 and not draining, now)
         for q, t0 in self.since.items():
             if now - t0 >= self.window:
                 return self._message(q, now - t0, pending)
         return None
+
+    def consumed(self, consumers: dict[str, int], queue: str) -> bool:
+        """A consumer answered the broadcast, or keeps its liveness key fresh (graders do not answer)."""
+        return bool(consumers.get(queue)) or self.alive(queue) > 0
 
     def _track(self, queue: str, stalled: bool, now: float) -> None:
         if stalled:
@@ -144,8 +155,11 @@ def redis_watch(app: Any, queue: str, window: float) -> QueueWatch:
                 return scrub(text[:400])
         return None
 
+    from elo_per_token.worker.heartbeat import live_consumers
+
     grade = os.environ.get("EPT_GRADE_QUEUE") or "grade"
-    return QueueWatch(queue, grade if grade != queue else None, inspect, waiting, reason, window=window)
+    return QueueWatch(queue, grade if grade != queue else None, inspect, waiting, reason, window=window,
+                      alive=lambda q: live_consumers(r, q))  # fmt: skip
 
 
 def queue_lines(watch: QueueWatch) -> list[str]:
@@ -157,7 +171,7 @@ def queue_lines(watch: QueueWatch) -> list[str]:
     consumers = consumers_by_queue(replies)
     out = []
     for q in (watch.queue, watch.grade_queue):
-        if not q or consumers.get(q):
+        if not q or watch.consumed(consumers, q):
             continue
         waiting = watch.waiting(q)
         if waiting:

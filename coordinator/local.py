@@ -64,6 +64,13 @@ def _route_grading() -> Callable[..., JobSummary]:
     return perform_job
 
 
+def _report(done: Iterable[Future[JobSummary]], on_result: Callable[[JobSummary], None]) -> None:
+    """Hand the finished jobs' summaries to on_result (a job cancelled before it started has none)."""
+    for f in done:
+        if not f.cancelled():
+            on_result(f.result())
+
+
 def run_local(
     jobs: Iterable[Job],
     ledger: Ledger,
@@ -82,11 +89,13 @@ def run_local(
     cancel_queued: Callable[[], bool] = lambda: False,
     queue_factor: int = 2,
     tasks: Any = None,
+    on_tick: Callable[[], None] = lambda: None,
 ) -> bool:
     """Run jobs; returns True when every job was attempted, False when interrupted or stopped early.
     on_abandon(n): n jobs were still running after the grace period. cancel_queued() (a budget cap) stops at
     most the `concurrency` running jobs over the cap with queue_factor=1 (no job waits in the pool for a freed
-    thread to start it before the cap is seen). tasks (worker.taskcheck.RunTasks): jobs are checked against it."""
+    thread to start it before the cap is seen). tasks (worker.taskcheck.RunTasks): jobs are checked against it.
+    on_tick(): twice a second (an outage shown while nothing ends)."""
     perform_job = _route_grading()  # before any job: code grading may go to the grader queue
     api_key = getattr(provider, "_key", None)  # to scrub it from failure messages
     stop = getattr(provider, "stopping", None) or threading.Event()
@@ -119,9 +128,8 @@ def run_local(
                     break
                 timeout = min(0.5, max(0.0, deadline - time.monotonic()))
                 done, in_flight = wait(in_flight, timeout=timeout, return_when=FIRST_COMPLETED)
-                for f in done:
-                    if not f.cancelled():
-                        on_result(f.result())
+                _report(done, on_result)
+                on_tick()
                 if cancel_queued():  # a cap reached: jobs submitted but not started never start
                     draining, in_flight = True, {f for f in in_flight if not f.cancel()}
             except KeyboardInterrupt:

@@ -218,4 +218,19 @@ def status_notes(manifest: dict[str, Any] | None) -> list[str]:
         lines.append(
             f"last session stopped early ({stop['reason']}): rerun the sweep or `ept retry` to continue"
         )
+    if (weather := last_weather(manifest)) is not None:
+        lines.append(f"last session: {weather}")
     return lines
+
+
+def last_weather(manifest: dict[str, Any] | None) -> str | None:
+    """The last session's provider weather (429s, pauses, outages, retries) as the sweep summary printed it."""
+    from rich.markup import escape
+
+    from elo_per_token.contracts.errors import printable
+    from elo_per_token.coordinator.sweep import weather_line
+
+    sessions = [s for s in (manifest or {}).get("sessions") or [] if isinstance(s, dict)]
+    w = sessions[-1].get("weather") if sessions else None
+    line = weather_line(w) if isinstance(w, dict) else None
+    return escape(printable(line)) if line else None  # a manifest's class names reach a terminal as text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 from collections import defaultdict
@@ -289,6 +290,8 @@ class _Live:
     def __init__(self, tally: Tally, prog: Progress, bar: TaskID) -> None:
         self.tally, self.prog, self.bar = tally, prog, bar
         self.counted = 0  # jobs handed to the executor (the true number to run, known once the stream ends)
+        # The provider's state when it is not answering ("provider unreachable since …, waiting (patience …)").
+        self.weather_note: Callable[[], str | None] = lambda: None
 
     def todo(self, stream: Callable[[], Iterator[Job]], have: set[str]) -> Iterator[Job]:
         for j in stream():
@@ -297,13 +300,16 @@ class _Live:
                 yield j
 
     def refresh(self) -> None:
+        from rich.markup import escape
+
         tally = self.tally
-        rate = tally.tokens
+        note = self.weather_note()
         self.prog.update(
             self.bar,
             completed=tally.finished,
-            detail=f"done {tally.done + tally.duplicate} · skipped {tally.skipped} · failed {tally.failed} · "
-            f"retrying {len(tally.retrying)} · calls {tally.calls} · tokens {rate:,}",
+            detail=(f"[yellow]{escape(note)}[/] · " if note else "")
+            + f"done {tally.done + tally.duplicate} · skipped {tally.skipped} · failed {tally.failed} · "
+            f"retrying {len(tally.retrying)} · calls {tally.calls} · tokens {tally.tokens:,}",
         )
 
     def on_result(self, s: JobSummary) -> None:
@@ -334,8 +340,9 @@ def _run_jobs(
     tally = live.tally
     try:
         if executor == "local":
-            return _run_local(plan, todo, ledger, profile, live.on_result, live.on_retry, tally, run, had_failure,
-                              check_existing=check_ledger)  # fmt: skip
+            return _run_local(
+                plan, todo, ledger, profile, live, run, had_failure, check_existing=check_ledger
+            )
         from elo_per_token.contracts.jobs import CeleryJobContext
         from elo_per_token.coordinator.celery_exec import run_celery
 
@@ -524,8 +531,8 @@ def budget_cap(plan: Plan, manifest: dict[str, Any], profile_public: dict[str, A
 
 
 def record_session(ledger: Ledger, run_id: str, out: SweepOutcome) -> None:
-    """Write what this session spent and why it stopped into its manifest entry (`ept status` shows it; the
-    next session's budget counts it)."""
+    """Write what this session spent, why it stopped and the provider's weather into its manifest entry (`ept
+    status` shows them; the next session's budget counts the spend)."""
     m = ledger.get_manifest(run_id)
     if not m or not m.get("sessions"):
         return
@@ -534,6 +541,8 @@ def record_session(ledger: Ledger, run_id: str, out: SweepOutcome) -> None:
                else None if out.completed else "interrupted")  # fmt: skip
     entry = {**m["sessions"][-1], "tokens": t.tokens, "est_tokens": t.est_tokens, "calls": t.calls,
              "jobs_done": t.done + t.duplicate, "stopped": stopped}  # fmt: skip
+    if t.weather:  # 429s, pauses, outages and retries: `ept status` shows them with weather_line
+        entry["weather"] = {k: round(v, 1) if isinstance(v, float) else v for k, v in t.weather.items()}
     if t.cap is not None:
         entry["cap"] = {
             "max_tokens": t.cap.max_tokens,
@@ -577,9 +586,7 @@ def _run_local(
     todo: Iterable[Job],
     ledger: Ledger,
     profile: Profile,
-    on_result: Callable[[JobSummary], None],
-    on_retry: Callable[[Job, int, str], None],
-    tally: Tally,
+    live: _Live,
     run: Callable[[Job, Any], JobResult] | None,
     had_failure: Collection[str] = frozenset(),
     check_existing: bool = True,
@@ -596,28 +603,30 @@ def _run_local(
     lim = plan.limits_for(profile.name)
     limiter = make_rate_limiter(profile.name, Limits(lim.rpm or profile.rpm, lim.tpm or profile.tpm))
     provider = ProviderClient(profile, rate_limiter=limiter)
+    live.weather_note = provider.outage.describe
     try:
-        return _run_with(
-            todo, ledger, provider, plan, on_result, on_retry, tally, run, had_failure, check_existing
-        )
+        return _run_with(todo, ledger, provider, plan, live, run, had_failure, check_existing)
     finally:
-        tally.weather = provider.weather()
+        live.weather_note = lambda: None
+        live.tally.weather = provider.weather()
 
 
 def _run_with(
-    todo: Any, ledger: Ledger, provider: Any, plan: Plan, on_result: Any, on_retry: Any, tally: Tally, run: Any,
-    had_failure: Collection[str], check_existing: bool,
+    todo: Any, ledger: Ledger, provider: Any, plan: Plan, live: _Live, run: Any, had_failure: Collection[str],
+    check_existing: bool,
 ) -> bool:  # fmt: skip
     """run_local with the sweep's settings, over the provider client made for it; each job's task is checked
     against the run's record (worker.taskcheck), as a Celery worker checks it."""
     from elo_per_token.coordinator.local import run_local
     from elo_per_token.worker.taskcheck import RunTasks
 
+    tally = live.tally
     return run_local(
-        todo, ledger, provider, concurrency=plan.concurrency, on_result=on_result, on_retry=on_retry,
+        todo, ledger, provider, concurrency=plan.concurrency, on_result=live.on_result, on_retry=live.on_retry,
         should_stop=tally.should_stop, run=run, clear_failures=had_failure, check_existing=check_existing,
         cancel_queued=tally.over_budget, queue_factor=1 if tally.cap is not None else 2,
         on_abandon=lambda n: setattr(tally, "abandoned", n), transcripts=plan.transcripts, tasks=RunTasks(),
+        on_tick=live.refresh,
     )  # fmt: skip
 
 
@@ -652,20 +661,39 @@ def analyze_run(
         return None, str(e)
 
 
+def _num(v: Any) -> float:
+    """A finite number from a weather field (a manifest read back may hold anything): else 0."""
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and abs(v) < 1e15
+    return float(v) if ok else 0.0
+
+
 def weather_line(w: dict[str, Any] | None) -> str | None:
-    """The sweep's rate-limit and retry figures in one line (None when there were none): 429s, pauses, time
-    blocked by the limiter, retries by class and their backoff (times summed over the worker threads)."""
-    if not w:
+    """The sweep's rate-limit, outage and retry figures in one line (None when there were none): 429s, pauses,
+    time blocked by the limiter, retries by class and their backoff (times summed over the worker threads),
+    outages and the time the provider was down. The sweep summary and `ept status` print this same line."""
+    if not isinstance(w, dict):
         return None
-    retries = w.get("retries") or {}
-    if not (w.get("rate_limited") or w.get("pauses") or retries or w.get("limiter_wait_s", 0) >= 1):
+    raw = w.get("retries")
+    # Class names as words only: a manifest read back may hold newlines or markup in its keys.
+    retries = (
+        {re.sub(r"[^\w-]", "?", str(k))[:40]: int(_num(n)) for k, n in raw.items()}
+        if isinstance(raw, dict)
+        else {}
+    )
+    n429, pauses, outages = (int(_num(w.get(k))) for k in ("rate_limited", "pauses", "outages"))
+    if not (n429 or pauses or any(retries.values()) or outages or _num(w.get("limiter_wait_s")) >= 1):
         return None
     by_class = ", ".join(f"{cls} {n}" for cls, n in sorted(retries.items()))
     return (
-        f"provider weather: {w.get('rate_limited', 0)} answered 429 · {w.get('pauses', 0)} shared pause(s) · "
-        f"{w.get('limiter_wait_s', 0.0):.1f}s waiting for the rate limit · {sum(retries.values())} retries"
-        + (f" ({by_class}, {w.get('retry_wait_s', 0.0):.1f}s backing off)" if retries else "")
+        f"provider weather: {n429} answered 429 · {pauses} shared pause(s) · "
+        f"{_num(w.get('limiter_wait_s')):.1f}s waiting for the rate limit · {sum(retries.values())} retries"
+        + (f" ({by_class}, {_num(w.get('retry_wait_s')):.1f}s backing off)" if retries else "")
         + " (times summed over threads)"
+        + (
+            f" · {outages} outage(s), {_num(w.get('outage_s')):.1f}s with the provider down"
+            if outages
+            else ""
+        )
     )
 
 

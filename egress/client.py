@@ -23,6 +23,7 @@ from typing import Any
 from elo_per_token.contracts.secrets import mask, secret_set
 from elo_per_token.contracts.usage import check_usage
 from elo_per_token.egress.errors import Discarded, Malformed, ProviderError
+from elo_per_token.egress.outage import Outage, SharedReach
 from elo_per_token.egress.profiles import Profile
 from elo_per_token.egress.proto_chat import chat_body, send_chat
 from elo_per_token.egress.proto_messages import messages_request, send_messages
@@ -128,6 +129,7 @@ class ProviderClient:
         *,
         api_key: str | None = None,
         rate_limiter: RateLimiter | None = None,
+        shared_reach: SharedReach | None = None,
         backoff_base: float = 0.5,
         backoff_cap: float = 30.0,
         retry_after_cap: float = 60.0,
@@ -144,8 +146,16 @@ class ProviderClient:
         # Set by the local executor on Ctrl-C/SIGTERM: no more retries or backoff waits, so in-flight jobs end
         # after their current request instead of riding out a 429 storm.
         self.stopping = threading.Event()
+        # Shared too: an endpoint that answered before and stops answering is waited out (egress.outage).
+        self.outage = Outage(profile.patience, profile.name, shared_reach)
         self._retrier = Retrier(
-            profile, self._key, self.circuit, self.retry_policy, self.stopping, rate_limiter
+            profile,
+            self._key,
+            self.circuit,
+            self.retry_policy,
+            self.stopping,
+            rate_limiter,
+            outage=self.outage,
         )
 
     def __repr__(self) -> str:
@@ -214,7 +224,8 @@ class ProviderClient:
     def weather(self) -> dict[str, Any]:
         """What rate limits and retries cost this client so far: 429s answered (each paused every sender
         once), shared pauses, time blocked by the limiter (summed over threads), retries by class and the
-        time spent backing off before them (summed over threads)."""
+        time spent backing off before them (summed over threads), and the outages waited out (count, and
+        their length in wall-clock seconds)."""
         lim = getattr(self.rate_limiter, "stats", None)
         rs = self._retrier.stats
         with rs.lock:
@@ -225,6 +236,8 @@ class ProviderClient:
             "limiter_wait_s": float(getattr(lim, "waited_s", 0.0)),
             "retries": retries,
             "retry_wait_s": retry_wait,
+            "outages": self.outage.outages,
+            "outage_s": self.outage.waited_s(),
         }
 
     def circuit_open(self) -> bool:

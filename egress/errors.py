@@ -11,7 +11,10 @@ message:
     unreachable       connection refused, DNS failure    retry      backoff; after UNREACHABLE_CIRCUIT failed
                                                                     connects in a row the circuit opens: no
                                                                     more attempts (one probe per
-                                                                    CIRCUIT_PROBE_S) until one connects
+                                                                    CIRCUIT_PROBE_S) until one connects. Once
+                                                                    the endpoint answered: an outage, waited
+                                                                    out up to the profile's patience
+                                                                    (egress.outage), as are 5xx
     transient         5xx, timeouts, malformed bodies,   retry      exponential backoff with full jitter
                       streams cut before a finish reason
     context_overflow  400 context length exceeded       no retry   prompt + max_tokens above the model's window:

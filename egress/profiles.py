@@ -42,6 +42,9 @@ from elo_per_token.contracts.secrets import mask, mask_url
 PROTOCOLS = ("openai", "anthropic")
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
+# How long an outage is waited out before jobs fail, by default (egress.outage).
+DEFAULT_PATIENCE_S = 600.0
+MAX_PATIENCE_S = 7 * 86400.0  # a week: longer is a typo (and inf would never fail a job)
 # A response body past this many MB is not read (egress.bounded): a 16-sample reply of 128k tokens each is ~8 MB.
 DEFAULT_MAX_RESPONSE_MB = 32.0
 
@@ -78,6 +81,8 @@ class Profile:
     context_length: int | None = None
     small_fast_model: str | None = None  # Claude Code's ANTHROPIC_SMALL_FAST_MODEL; defaults to `model`
     max_response_mb: float = DEFAULT_MAX_RESPONSE_MB  # a response body past this is not read (transient)
+    # Seconds an endpoint that answered before may stay down (refused, 5xx) before its jobs fail (egress.outage).
+    patience: float = DEFAULT_PATIENCE_S
 
     def __hash__(self) -> int:  # headers is a dict; hash by identity fields only
         return hash((self.name, self.protocol, self.base_url, self.model))
@@ -122,6 +127,7 @@ _SPEC: dict[str, tuple[type | tuple[type, ...], bool]] = {
     "price_cached_in_per_1m": ((int, float), False),
     "small_fast_model": (str, False),
     "max_response_mb": ((int, float), False),
+    "patience": ((int, float), False),
 }
 _GEN_FIELDS = frozenset(gen_settings.FIELDS)
 
@@ -144,6 +150,10 @@ def _check_values(raw: dict[str, Any], err: Callable[[str, str | None], InputErr
     for k in ("price_in_per_1m", "price_out_per_1m", "price_cached_in_per_1m"):
         if k in raw and not raw[k] >= 0:
             raise err("must be >= 0", k)
+    if "patience" in raw and (not raw["patience"] >= 0 or raw["patience"] > MAX_PATIENCE_S):
+        raise err(
+            f"must be between 0 and {MAX_PATIENCE_S:g} seconds (0: no outage is waited out)", "patience"
+        )
     for k in ("timeout", "max_retries", "rpm", "tpm", "context_length", "max_response_mb"):
         # `not >=` also refuses NaN (TOML allows nan and inf); inf would disable the deadline or the cap.
         if k in raw and (not raw[k] >= (0 if k == "max_retries" else 1e-9) or raw[k] == float("inf")):
@@ -213,6 +223,7 @@ def _validate(name: str, raw: Any, file: str, text: str) -> Profile:
         generation=generation,
         small_fast_model=raw.get("small_fast_model"),
         max_response_mb=float(raw.get("max_response_mb", DEFAULT_MAX_RESPONSE_MB)),
+        patience=float(raw.get("patience", DEFAULT_PATIENCE_S)),
     )
 
 

@@ -25,6 +25,7 @@ from elo_per_token.egress.errors import (
     classify,
     discarded_call,
 )
+from elo_per_token.egress.outage import Outage
 from elo_per_token.egress.profiles import Profile
 
 log = logging.getLogger("ept.provider")
@@ -140,6 +141,7 @@ class Retrier:
     stopping: threading.Event
     rate_limiter: RateLimiter | None = None
     stats: RetryStats = field(default_factory=RetryStats)
+    outage: Outage = field(default_factory=Outage)
 
     def run(
         self,
@@ -151,11 +153,19 @@ class Retrier:
     ) -> tuple[T, int]:
         """Run fn() with classification and retries; returns (result, attempts). Malformed 2xx responses that
         were retried are appended to `discarded`; the last one's usage rides on the raised error (`.usage`).
-        With access_check every 4xx is an access problem (GET /models: no request body could be at fault)."""
-        attempts = 0
+        With access_check every 4xx is an access problem (GET /models: no request body could be at fault).
+        Attempts made while the endpoint is down (egress.outage) wait at the outage's gate and do not count
+        against max_retries, up to the profile's patience."""
+        attempts = in_outage = 0
         while True:
             attempts += 1
-            self.circuit.check(self.profile, attempts)
+            try:
+                probe = self.outage.admit(self.stopping, attempts)
+            except ProviderError as down:
+                down.discarded = list(discarded or [])
+                raise
+            if not self.outage.waits():  # else an outage, waited out above
+                self.circuit.check(self.profile, attempts)
             limiter = self.rate_limiter
             if limiter is not None:
                 limiter.acquire(est_tokens, self.stopping)
@@ -168,12 +178,17 @@ class Retrier:
                 malformed = e if isinstance(e, Malformed) else None
             else:
                 self.circuit.note(None)
+                self.outage.note(None, probe)
                 return out, attempts
             err.attempts = attempts
             self.circuit.note(err)
             if limiter is not None:  # the reservation back, but for what a malformed reply was billed
                 limiter.record(_billed_tokens(malformed.usage if malformed else None), est_tokens)
-            self._give_up_if_final(err, attempts, malformed, discarded, access_check)
+            if self.outage.note(err, probe):  # down: the gate paces the next attempt, no retry is spent
+                in_outage += 1
+                self.stats.add(err.error_class, 0.0)
+                continue
+            self._give_up_if_final(err, attempts - in_outage, malformed, discarded, access_check)
             if malformed is not None and discarded is not None:
                 discarded.append(discarded_call(malformed.usage, err.message, attempts))
             self._wait_to_retry(err, attempts, discarded)

@@ -77,12 +77,14 @@ def write_plan(
 
 
 def write_profiles(
-    path: Path, base_url: str, timeout: float = 5.0, max_retries: int = 3, supports_n: bool = False
-) -> Path:
+    path: Path, base_url: str, timeout: float = 5.0, max_retries: int = 3, supports_n: bool = False,
+    patience: float | None = None,
+) -> Path:  # fmt: skip
     path.write_text(
         f'[profiles.fault-sim]\nprotocol = "openai"\nbase_url = "{base_url}"\napi_key_env = "EPT_SIM_API_KEY"\n'
         f'model = "ept-sim-1"\ntimeout = {timeout}\nmax_retries = {max_retries}\n'
         f"supports_n = {'true' if supports_n else 'false'}\n"
+        + (f"patience = {patience}\n" if patience is not None else "")
     )
     return path
 

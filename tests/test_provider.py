@@ -462,7 +462,10 @@ def test_one_client_shared_by_many_threads(make_sim):
 def test_transient_retries_sleep_the_jittered_backoff(sim):
     import random
 
-    c = ProviderClient(sim.profile(max_retries=3), api_key=SIM_KEY, backoff_base=0.2, backoff_cap=10)
+    # patience=0: 5xx after a success are retried on their own backoff, not waited out as an outage.
+    c = ProviderClient(
+        sim.profile(max_retries=3, patience=0), api_key=SIM_KEY, backoff_base=0.2, backoff_cap=10
+    )
     c.chat(MSGS)  # warm up: SDK import and connection outside the timed part
     sim.control.set(rate_500=1.0)
     sim.control.reset()

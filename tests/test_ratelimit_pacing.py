@@ -90,3 +90,28 @@ def test_any_ratelimit_headers_are_read_in_bounded_time_and_never_pause_long(hea
     for v in headers.values():
         r = parse_reset(v)
         assert r is None or r >= 0
+
+
+def test_the_room_the_provider_states_is_spent_at_once_and_in_flight_tokens_are_counted():
+    """x-ratelimit-remaining-* on top of the bucket: 20 requests left are admitted without pacing, the tokens
+    of calls in flight are taken off the stated tokens, and a pause forgets the room until a reply restates it."""
+    lim = LocalRateLimiter(Limits(rpm=60))  # the bucket alone: one a second
+    lim.observe({"x-ratelimit-remaining-requests": "20", "x-ratelimit-remaining-tokens": "100000"})
+    t0 = time.monotonic()
+    for _ in range(20):
+        lim.acquire(100)
+    assert time.monotonic() - t0 < 0.5  # the bucket would have taken ~19 s
+    assert lim.headroom is not None and lim.headroom.inflight_tok == 2000
+    time.sleep(0.3)  # past RECENT_S: the provider has seen those requests (else they are taken off again)
+    lim.observe({"x-ratelimit-remaining-requests": "5", "x-ratelimit-remaining-tokens": "2300"})
+    assert lim.headroom.tok == 300  # 2,000 tokens in flight are not in the provider's figure yet
+    assert not lim.headroom.take(300)  # short, with the estimate's slack
+    assert lim.headroom.take(200) and lim.headroom.tok == 100
+    # Room stated short while replies are on their way: a sender waits for them, at most STALE_S, not forever.
+    t0 = time.monotonic()
+    lim.acquire(300)
+    assert 0.5 < time.monotonic() - t0 < 3
+    lim.record(90, 100)
+    assert lim.headroom.inflight_tok == 2200 and lim.headroom.inflight == 20
+    lim.pause(0.01)
+    assert lim.headroom.req is None  # a 429's pause: the room is unknown until the next reply

@@ -46,7 +46,7 @@ def test_failed_attempts_are_recorded_across_retries_and_resume(tmp_path, make_s
 
     sim = make_sim(api_key=FAULT_KEY, seed=5, rate_500=0.3)
     rig = fault_rig(tmp_path, sim.url, name="spent", ledger=str(tmp_path / "ledger"), executor="local",
-                    per_family=4, max_retries=0)  # fmt: skip
+                    per_family=4, max_retries=0, patience=0)  # no client retries, not even an outage's  # fmt: skip
     rig.use_in_process(monkeypatch)
     monkeypatch.setenv("EPT_STOP_GRACE_S", "5")
     prof = get_profile("fault-sim")

@@ -45,7 +45,25 @@ def register(app: typer.Typer) -> None:
             argv.append("--without-heartbeat")
         if hostname:
             argv += ["-n", hostname]
-        capp.worker_main(argv)
+        beat = _heartbeat(capp, queue, hostname)
+        try:
+            capp.worker_main(argv)
+        finally:
+            beat.stop()
+
+
+def _heartbeat(capp: Any, queue: str, hostname: str | None) -> Any:
+    """Start this process's liveness key on the broker (worker.heartbeat): how the coordinator knows a grader,
+    which takes no remote-control broadcasts, is there. Returns it, to stop when the worker does."""
+    import os
+    import socket
+
+    import redis
+
+    from elo_per_token.worker.heartbeat import start_heartbeat
+
+    r = redis.Redis.from_url(str(capp.conf.broker_url), socket_timeout=5, socket_connect_timeout=5)
+    return start_heartbeat(r, queue, f"{hostname or socket.gethostname()}:{os.getpid()}")
 
 
 GRADE_QUEUE = "grade"

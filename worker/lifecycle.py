@@ -292,7 +292,14 @@ def provider_for(
         if base_url:
             prof = prof.with_base_url(base_url)
         limiter = make_rate_limiter(prof.name, Limits(rpm or prof.rpm, tpm or prof.tpm), redis_url)
-        return ProviderClient(prof, rate_limiter=limiter)
+        shared = None
+        if redis_url:  # whether any worker reached the endpoint: an outage is then waited out by all of them
+            import redis
+
+            from elo_per_token.egress.outage import SharedReach
+
+            shared = SharedReach(redis.Redis.from_url(redis_url, socket_timeout=5), prof.name, prof.base_url)
+        return ProviderClient(prof, rate_limiter=limiter, shared_reach=shared)
 
     return _cached(("provider", profile_name, base_url, rpm, tpm, redis_url), make)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -172,6 +173,81 @@ def header_limits(headers: Mapping[str, str]) -> tuple[Limits, list[float]]:
     return limits, pauses
 
 
+class Headroom:
+    """What the provider's latest `x-ratelimit-remaining-*` said is left, less what was admitted since: room
+    the pacing bucket may not see (a sliding minute that has not been spent yet). Requests are counted by the
+    provider when they arrive (those in flight are in its figure); tokens when a reply completes, so the
+    estimates of the calls in flight are taken off its remaining tokens."""
+
+    STALE_S = 1.0  # a stated room this old no longer holds senders back (its replies may never come)
+    RECENT_S = 0.25  # a request admitted this recently may not have reached the provider when it answered
+    TOKEN_SLACK = 1.25  # an estimate is short of the real count at times (tokenizers differ)
+
+    def __init__(self) -> None:
+        self.req: float | None = None  # None: no header seen yet
+        self.tok: float | None = None
+        self.inflight_tok = 0
+        self.inflight = 0  # calls admitted and not yet recorded
+        self.at = 0.0  # when a reply last stated the room
+        self._recent: deque[float] = deque()  # when the latest admissions were made
+        self._lock = threading.Lock()
+
+    def observe(self, headers: Mapping[str, str]) -> None:
+        req = _int(headers.get("x-ratelimit-remaining-requests"))
+        tok = _int(headers.get("x-ratelimit-remaining-tokens"))
+        with self._lock:
+            now = time.monotonic()
+            while self._recent and self._recent[0] < now - self.RECENT_S:
+                self._recent.popleft()
+            self.at = now
+            if req is not None:  # less what may still be on its way (counted twice at worst: the safe side)
+                self.req = float(req - len(self._recent))
+            if tok is not None:
+                self.tok = float(tok - self.inflight_tok)
+
+    def _short(self, est: int) -> bool:
+        return self.req is not None and (
+            self.req < 1 or (self.tok is not None and self.tok < est * self.TOKEN_SLACK)
+        )
+
+    def blocks(self, est: int) -> bool:
+        """The provider stated no room for this call and replies are on their way (each restates it): the
+        bucket must not send it meanwhile (it would be a 429 in a window the provider says is spent)."""
+        with self._lock:
+            fresh = time.monotonic() - self.at < self.STALE_S
+            return self._short(est) and self.inflight > 0 and fresh
+
+    def take(self, est: int) -> bool:
+        """Admit one call of `est` tokens from the room the provider stated, if there is that much."""
+        with self._lock:
+            if self.req is None or self._short(est):
+                return False
+            self.req -= 1
+            if self.tok is not None:
+                self.tok -= est
+            return True
+
+    def admitted(self, est: int, *, counted: bool) -> None:
+        """A call admitted (by the bucket when not `counted` here): its request and tokens are in flight."""
+        with self._lock:
+            self.inflight_tok += est
+            self.inflight += 1
+            self._recent.append(time.monotonic())
+            if not counted:
+                self.req = None if self.req is None else self.req - 1
+                self.tok = None if self.tok is None else self.tok - est
+
+    def forget(self) -> None:
+        """A pause (429, remaining 0): the stated room is no longer known until the next reply says it."""
+        with self._lock:
+            self.req = self.tok = None
+
+    def done(self, reserved: int) -> None:
+        with self._lock:
+            self.inflight_tok = max(0, self.inflight_tok - reserved)
+            self.inflight = max(0, self.inflight - 1)
+
+
 class _Limiter:
     """What both limiters share: configured or learned limits, the stats, and the blocking loop."""
 
@@ -179,6 +255,9 @@ class _Limiter:
         self.configured = limits
         self.limits = limits
         self.stats = LimiterStats()
+        self.headroom: Headroom | None = (
+            None  # LocalRateLimiter: the provider's stated room, on top of the bucket
+        )
 
     def _step(self, need_req: int, need_tok: float, pause_to: float = 0.0) -> float:
         raise NotImplementedError
@@ -189,17 +268,30 @@ class _Limiter:
     def acquire(self, est_tokens: int = 0, stop: threading.Event | None = None) -> None:
         """Block until one request and `est_tokens` tokens are there (or a pause is over); take them: the
         tokens stay reserved until `record` corrects them. Returns early when `stop` is set."""
-        t0 = time.monotonic()
-        while (wait := self._step(1, max(0, int(est_tokens)))) > 0:
-            if stop is not None and stop.wait(min(wait, 1000) / 1000):
+        t0, est, room = time.monotonic(), max(0, int(est_tokens)), self.headroom
+        while True:
+            if room is not None and room.take(est):  # the provider says there is room now: no pacing wait
+                room.admitted(est, counted=True)
+                break
+            if room is not None and room.blocks(est):
+                wait = 20.0  # ms: the next reply says how much room there is
+            elif (wait := self._step(1, est)) <= 0:
+                if room is not None:
+                    room.admitted(est, counted=False)
+                break
+            # With a stated room, look again soon: another sender's reply may bring fresh headers.
+            nap = min(wait, 50 if room is not None and room.req is not None else 1000) / 1000
+            if stop is not None and stop.wait(nap):
                 break
             if stop is None:
-                time.sleep(min(wait, 1000) / 1000)
+                time.sleep(nap)
         if (took := time.monotonic() - t0) > 0.001:
             self.stats.add_wait(took)
 
     def record(self, tokens: int, reserved: int = 0) -> None:
         """Charge what the server reported against what `acquire` reserved (a refund when less was used)."""
+        if self.headroom is not None:
+            self.headroom.done(max(0, int(reserved)))
         self._step(0, max(0, int(tokens)) - max(0, int(reserved)))
 
     def pause(self, seconds: float, *, rate_limited: bool = True) -> None:
@@ -207,12 +299,16 @@ class _Limiter:
         with self.stats.lock:
             self.stats.pauses += 1
             self.stats.rate_limited += int(rate_limited)
+        if self.headroom is not None:
+            self.headroom.forget()
         self._step(0, 0, self._now_ms() + min(max(seconds, 0.0), MAX_PAUSE_S) * 1000)
 
     def observe(self, headers: Mapping[str, str]) -> None:
         """A response's x-ratelimit-* headers: learn the limits when none are configured; a remaining-* of
         0 pauses until its reset-*."""
         learned, pauses = header_limits(headers)
+        if self.headroom is not None:
+            self.headroom.observe(headers)
         if self.configured.unlimited and not learned.unlimited and learned != self.limits:
             self.limits = learned
             self._set_limits(learned)
@@ -224,8 +320,9 @@ class _Limiter:
 
 
 class LocalRateLimiter(_Limiter):
-    def __init__(self, limits: Limits, burst_s: float = BURST_S) -> None:
+    def __init__(self, limits: Limits, burst_s: float = BURST_S, headroom: bool = True) -> None:
         super().__init__(limits)
+        self.headroom = Headroom() if headroom else None
         self._b = _Bucket(limits, burst_s)
         self._lock = threading.Lock()
 
