@@ -94,8 +94,7 @@ def run_local(
     """Run jobs; returns True when every job was attempted, False when interrupted or stopped early.
     on_abandon(n): n jobs were still running after the grace period. cancel_queued() (a budget cap) stops at
     most the `concurrency` running jobs over the cap with queue_factor=1 (no job waits in the pool for a freed
-    thread to start it before the cap is seen). tasks (worker.taskcheck.RunTasks): jobs are checked against it.
-    on_tick(): twice a second (an outage shown while nothing ends)."""
+    thread to start it). tasks: worker.taskcheck.RunTasks; on_tick(): twice a second (an outage is shown)."""
     perform_job = _route_grading()  # before any job: code grading may go to the grader queue
     api_key = getattr(provider, "_key", None)  # to scrub it from failure messages
     stop = getattr(provider, "stopping", None) or threading.Event()

@@ -228,7 +228,7 @@ def last_weather(manifest: dict[str, Any] | None) -> str | None:
     from rich.markup import escape
 
     from elo_per_token.contracts.errors import printable
-    from elo_per_token.coordinator.sweep import weather_line
+    from elo_per_token.coordinator.weather import weather_line
 
     sessions = [s for s in (manifest or {}).get("sessions") or [] if isinstance(s, dict)]
     w = sessions[-1].get("weather") if sessions else None
