@@ -86,16 +86,25 @@ def parse_spent(data: bytes, name: str = "spent object") -> list[dict[str, Any]]
             raise ValueError(
                 f"{name}:{i}: field 'kind': expected a call line, got {str(x.get('kind'))[:40]!r}"
             )
-        if x.get("usage") is not None:
-            # What a worker stores passed contracts.usage.check_usage: anything else (10^15 tokens, a string) was
-            # written by something else and would be billed as if real ("$3,000,000,000").
-            from elo_per_token.contracts.usage import check_usage
-
-            why = check_usage(x["usage"])[1]
-            if why:
-                raise ValueError(f"{name}:{i}: field 'usage': {why}")
+        if (why := implausible_usage(x.get("usage"))) is not None:
+            raise ValueError(f"{name}:{i}: field 'usage': {why}")
         out.append({**x, "spent_reason": head.get("reason"), "spent_class": head.get("class")})
     return out
+
+
+def implausible_usage(u: Any) -> str | None:
+    """Why a call line's usage cannot be a bill (a count over contracts.usage.MAX_CALL_TOKENS: 10^15 tokens
+    would show as "$3,000,000,000"), else None. Other malformed usage (a string, a negative, a missing field)
+    counts 0 tokens, as a call without usage does (spent_usage_totals)."""
+    from elo_per_token.contracts.usage import MAX_CALL_TOKENS
+
+    if not isinstance(u, dict):
+        return None
+    for field in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        v = u.get(field)
+        if isinstance(v, int | float) and not isinstance(v, bool) and v > MAX_CALL_TOKENS:
+            return f"{field} absurd ({v:.3g} > {MAX_CALL_TOKENS:,} per call)"
+    return None
 
 
 def _refuse_constant(c: str) -> float:

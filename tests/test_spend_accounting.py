@@ -107,11 +107,18 @@ usage_dicts = st.dictionaries(
     usages=st.lists(usage_dicts | st.none() | st.integers(), max_size=20),
 )
 def test_spent_objects_round_trip_hostile_usage_in_bounded_time(arms, usages):
-    """Provider usage of any shape (NaN, huge, negative, strings): the object is valid JSON, reads back, and
-    the totals are finite non-negative integers; fast and small."""
+    """Provider usage of any shape (NaN, huge, negative, strings): the object is valid JSON; it reads back with
+    finite non-negative integer totals, or, when a count is past any real bill (contracts.spent.
+    implausible_usage), it is refused naming the line and field; fast and small."""
+    from elo_per_token.contracts.spent import implausible_usage
+
     lines = [_call(a, u) for a, u in zip(arms, usages, strict=False)]
     t0, rss0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     data = spent_bytes(lines, reason="failed", error_class="transient", attempt=1, at=1.0)
+    if any(implausible_usage(x["usage"]) for x in lines):
+        with pytest.raises(ValueError, match=r"spent object:\d+: field 'usage': \w+_tokens absurd"):
+            parse_spent(data)
+        return
     back = parse_spent(data)
     totals = spent_usage_totals(back)
     assert len(back) == len(lines)
