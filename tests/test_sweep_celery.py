@@ -113,7 +113,7 @@ def test_celery_s3_sweep_equals_local_sweep(tmp_path, celery_setup, s3_bucket, r
         dist.analysis.table.to_dicts() == local.analysis.table.to_dicts()
     )
     # The workers drew from the shared Redis bucket of the profile (only the limiter's script creates it).
-    assert set(redis_server.client().hgetall("ept:rl:sim-test")) == {b"req", b"tok", b"ts"}
+    assert set(redis_server.client().hgetall("ept:rl:sim-test")) == {b"req", b"tok", b"ts", b"pause"}
     # A rerun enqueues nothing new and calls nothing.
     sim.control.reset()
     again = execute(celery_plan, jobs, profile=prof, broker_url=redis_server.url, analyze=False)
