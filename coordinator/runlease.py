@@ -108,7 +108,8 @@ class RunLease:
             latest = gens[-1] if gens else 0
             if latest:
                 d = _read(self.ledger, self.run_id, latest)
-                if d is not None and not d.get("released") and time.time() - d["heartbeat"] < d["ttl"]:
+                live = d is not None and not d.get("released") and time.time() - d["heartbeat"] < d["ttl"]
+                if live and d is not None and not self._died_here(d):
                     raise InputError(
                         f"run {self.run_id!r} is being run by another session ({describe_holder(d)}, last heartbeat "
                         f"{max(0.0, time.time() - d['heartbeat']):.0f}s ago): two sessions would pay for the same "
@@ -122,6 +123,27 @@ class RunLease:
                 self._tidy(gens)
                 return self
         raise InputError(f"run {self.run_id!r}: could not take its lease (contended)", field="RUN")
+
+    def _died_here(self, d: dict[str, Any]) -> bool:
+        """The holder ran on this host and is gone: its pid no longer exists, or it is this very process's pid
+        with another session start (a restarted container whose coordinator is pid 1 again). A killed sweep
+        rerun on the same machine resumes at once instead of waiting out the TTL; a holder on another host
+        is judged by its heartbeat only."""
+        h = d.get("holder")
+        if not isinstance(h, dict) or h.get("host") != self.holder["host"]:
+            return False
+        pid = h.get("pid")
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+            return False
+        if pid == os.getpid():
+            return h.get("started_at") != SESSION_STARTED
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:  # exists, another user's: alive
+            return False
+        return _is_zombie(pid)
 
     def _start_heartbeat(self) -> None:
         self._thread = threading.Thread(target=self._beat, name="ept-run-lease", daemon=True)
@@ -179,3 +201,12 @@ class RunLease:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _is_zombie(pid: int) -> bool:
+    """A process that exited but was not reaped yet (a SIGKILLed child of a test or a shell) holds nothing."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False

@@ -131,7 +131,12 @@ def test_duplicate_messages_never_run_a_job_twice(tmp_path, celery_setup, s3_buc
     jobs = plan_jobs(plan)
     from elo_per_token.contracts.jobs import CeleryJobContext
     from elo_per_token.coordinator.celery_exec import run_celery
+    from elo_per_token.coordinator.expand import load_tasks
+    from elo_per_token.coordinator.manifest import write_manifest
 
+    # As a coordinator does before it enqueues: the run's task digests, which a worker checks a job against.
+    prof = get_profile(plan.profile).public_dict()
+    write_manifest(open_ledger(plan.ledger), plan, prof, len(jobs), "celery", tasks=load_tasks(plan))
     results = []
     ctx = CeleryJobContext(ledger=open_ledger(plan.ledger).url)
     run_celery(
@@ -147,7 +152,6 @@ def test_duplicate_messages_never_run_a_job_twice(tmp_path, celery_setup, s3_buc
     assert led.list_jobs("dup") == {j.key for j in jobs}
     calls = {k: len(v[1]) for k, v in comparable(led, "dup", jobs).items()}
     assert sim.control.stats()["by_job"] == calls
-    del get_profile
 
 
 # ---- rate limits shared through Redis -------------------------------------------------------------------
