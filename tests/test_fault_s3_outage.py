@@ -65,9 +65,10 @@ def test_s3_outage_mid_sweep_loses_nothing(tmp_path, redis_server, make_sim, mon
         names = [o["Key"] for o in objs.get("Contents", [])]
         # job objects, failure records, the manifest, the Parquet segments the sweep compacts them into, and the
         # run's declared key space (planned/keys-*.parquet), its tasks' content digests (identity/tasks-*.json),
-        # the jobs' transcripts (transcripts/) and the calls of attempts that failed during the outage (spent/)
+        # the jobs' transcripts (transcripts/), the calls of attempts that failed during the outage (spent/) and
+        # the run's lease (lease/<generation>.json, coordinator/runlease.py; released, kept as the last holder)
         allowed = ("/jobs/", "/failures/", "/compact/part-", "/planned/keys-", "/identity/tasks-", "/transcripts/",
-                   "/spent/")  # fmt: skip
+                   "/spent/", "/lease/")  # fmt: skip
         stray = [n for n in names if not n.endswith("manifest.json") and not any(p in n for p in allowed)]
         assert not stray, stray
         assert not [n for n in names if "/failures/" in n]
