@@ -661,7 +661,7 @@ def _json_key(obj: Any) -> str:
 def load_run(path: str, *, skip_bad: bool = False, tasks_file: str | None = None) -> RunInputs:
     """Read one run (a ledger run folder or URL, or a folder of logs) with analyze's reader."""
     from elo_per_token.analysis.io import read_failures, read_manifest, read_records, runs_of_files
-    from elo_per_token.analysis.pipeline import check_records
+    from elo_per_token.analysis.record_checks import check_records
     from elo_per_token.analysis.tokens import task_tokens
 
     records = read_records([path], skip_bad=skip_bad, tasks_file=tasks_file)

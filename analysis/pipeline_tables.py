@@ -1,0 +1,157 @@
+"""The pipeline's table stage: returns tables, per strategy, vs the frontier, per family, per arm, cost."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import polars as pl
+
+from elo_per_token.analysis.breakdown import arm_breakdown, cost_arrays, parse_prices
+from elo_per_token.analysis.result import AnalysisOptions
+from elo_per_token.analysis.stages import (
+    ArmSelection,
+    Comparisons,
+    Design,
+    Inputs,
+    Intervals,
+    PointFit,
+    Tables,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+def label_strings(df: pl.DataFrame) -> pl.DataFrame:
+    """The result's tables hold labels as strings, as before the records frame went Categorical: views and
+    reports join them with their own string columns."""
+    return df.with_columns(pl.col(pl.Categorical).cast(pl.String))
+
+
+def make_tables(
+    inp: Inputs,
+    sel: ArmSelection,
+    design: Design,
+    point: PointFit,
+    iv: Intervals,
+    opt: AnalysisOptions,
+    comp: Comparisons | None = None,
+) -> Tables:
+    """The returns table (and over cost when priced), per strategy, vs the frontier, per family, per arm.
+
+    The headline table (analysis.frontier.headline_table) is against the previous frontier arm, with
+    partial arms marked and off the frontier; comp adds each arm's tie share (analysis.ties)."""
+    from elo_per_token.analysis.frontier import families_seen, headline_table
+    from elo_per_token.analysis.returns import frontier_steps_table, per_strategy_table, returns_table
+
+    arms, elo, tok, elo_s, tok_s = sel.arms, point.elo, point.tokens, iv.elo, iv.tokens
+    strategies = sel.info["strategy"].to_list()
+    budgets = [int(b) for b in sel.info["budget_n"].to_list()]
+    partial = families_seen(point.per_family_theta, design.weights, arms)
+    eligible = np.array([a not in partial for a in arms])  # partial arms are off every table's frontier
+    table = headline_table(
+        arms,
+        strategies,
+        budgets,
+        tok,
+        elo,
+        elo_s,
+        tok_s,
+        partial=partial,
+        per_family_theta=point.per_family_theta,
+        round_theta=None if iv.boot is None else iv.boot.family_theta,
+        weights=design.weights,
+        level=opt.level,
+    )
+    prices = parse_prices(opt.prices)
+    # Lazy: the breakdown's queries read their few columns of the analysed arms' rows, no copy of the frame.
+    breakdown = label_strings(arm_breakdown(inp.frame.lazy().filter(pl.col("arm").is_in(arms)), prices))
+    cost_table = None
+    if prices is not None:
+        cost, cost_s = cost_arrays(arms, tok, tok_s, breakdown)
+        # The returns table over cost: "per 1k" of (USD x 1000) is per $1.
+        cost_table = returns_table(
+            arms,
+            strategies,
+            budgets,
+            cost * 1000,
+            elo,
+            elo_s,
+            None if cost_s is None else cost_s * 1000,
+            level=opt.level,
+            eligible=eligible,
+        ).rename(lambda c: c.replace("tokens_per_task", "cost_per_task").replace("per_1k", "per_usd"))
+        cost_table = cost_table.with_columns(pl.col("cost_per_task") / 1000)
+    unweighted = pl.DataFrame({"arm": arms, "tokens_per_task_unweighted": point.tokens_unweighted})
+    table = table.join(unweighted.with_columns(pl.col(pl.Float64).fill_nan(None)), on="arm", how="left")
+    if comp is not None:
+        from elo_per_token.analysis.ties import separating_pairs, tie_stats
+
+        groups = comp.groups_full.filter(pl.col("family").is_in(design.families))
+        table = table.join(tie_stats(groups, inp.judgments, arms), on="arm", how="left")
+        vs_pairs = list(zip(table["arm"].to_list(), table["vs"].to_list(), strict=True))
+        table = table.with_columns(
+            pl.Series("separating_vs", separating_pairs(groups, inp.judgments, vs_pairs), dtype=pl.Int64)
+        )
+    return Tables(
+        strategies=strategies,
+        budgets=budgets,
+        table=table,
+        per_strategy=per_strategy_table(
+            arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level, eligible=eligible
+        ),
+        vs_frontier=frontier_steps_table(
+            arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level, eligible=eligible
+        ),
+        breakdown=breakdown,
+        cost_table=cost_table,
+        per_family=_per_family_table(design, arms, point.per_family_theta, iv, opt.level),
+        partial=partial,
+    )
+
+
+def _per_family_table(
+    design: Design,
+    arms: list[str],
+    per_family_theta: dict[str, np.ndarray],
+    iv: Intervals | None = None,
+    level: float = 0.95,
+) -> pl.DataFrame:
+    """family, weight, arm, theta (centred), elo and its interval (elo_lo, elo_hi: percentiles of the
+    family's own bootstrap rounds, null without rounds or where the family never observed the arm)."""
+    import warnings
+
+    from elo_per_token.analysis.merge import ELO_BASE, ELO_SCALE
+
+    rows = []
+    q = [100 * (1 - level) / 2, 100 * (1 + level) / 2]
+    for f in design.families:
+        th = np.asarray(per_family_theta[f], dtype=float)
+        centred = th - np.nanmean(th)
+        lo = hi = np.full(len(arms), np.nan)
+        if iv is not None and iv.boot is not None and f in iv.boot.family_theta:
+            r = iv.boot.family_theta[f]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # an arm the family never saw: all NaN
+                lo, hi = ELO_BASE + ELO_SCALE * np.nanpercentile(
+                    r - np.nanmean(r, axis=1, keepdims=True), q, axis=0
+                )
+        rows += [
+            {
+                "family": f,
+                "weight": design.weights[f],
+                "arm": a,
+                "theta": None if math.isnan(centred[i]) else float(centred[i]),
+                "elo": None if math.isnan(centred[i]) else float(ELO_BASE + ELO_SCALE * centred[i]),
+                "elo_lo": None if math.isnan(centred[i]) or math.isnan(lo[i]) else float(lo[i]),
+                "elo_hi": None if math.isnan(centred[i]) or math.isnan(hi[i]) else float(hi[i]),
+            }
+            for i, a in enumerate(arms)
+        ]
+    return pl.DataFrame(
+        rows,
+        schema={"family": pl.String, "weight": pl.Float64, "arm": pl.String, "theta": pl.Float64, "elo": pl.Float64,
+                "elo_lo": pl.Float64, "elo_hi": pl.Float64},
+    )  # fmt: skip
