@@ -13,7 +13,7 @@ from elo_per_token.analysis.surface_options import run_options as run_options
 from elo_per_token.analysis.surface_options import run_options_info as run_options_info
 
 if TYPE_CHECKING:
-    from elo_per_token.analysis.compare import CompareResult
+    from elo_per_token.analysis.compare_types import CompareResult
 
 
 def register(app: typer.Typer) -> None:
@@ -64,13 +64,10 @@ def compare(
     ),
 ) -> None:
     """Compare two runs arm by arm; exit 1 on a regression the data supports, 2 when not comparable."""
-    from elo_per_token.analysis.compare import (
-        compare_runs,
-        load_run,
-        parse_fail_on,
-        to_json_dict,
-        to_markdown,
-    )
+    from elo_per_token.analysis.compare import compare_runs
+    from elo_per_token.analysis.compare_gate import parse_fail_on
+    from elo_per_token.analysis.compare_load import load_run
+    from elo_per_token.analysis.compare_output import to_json_dict, to_markdown
     from elo_per_token.analysis.level import check_level
     from elo_per_token.analysis.surface_options import compare_options
 
@@ -97,7 +94,7 @@ def _print_compare(res: CompareResult, baseline: str, current: str, *, level: fl
     """The terminal view of `ept compare`: the per-arm table, the rule, notes and the verdict."""
     from rich.table import Table
 
-    from elo_per_token.analysis.compare import fmt
+    from elo_per_token.analysis.numfmt import fmt
     from elo_per_token.analysis.report import make_console
 
     con = make_console()  # CI logs and pipes: every column in full, not squeezed to 80

@@ -11,185 +11,21 @@ resamples task ids; a task present in both runs brings both runs' outcomes, so t
 from __future__ import annotations
 
 import math
-import re
 import warnings
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
+from elo_per_token.analysis.compare_gate import FailRule, apply_rule, detectable_drop
+from elo_per_token.analysis.compare_load import check_comparable
+from elo_per_token.analysis.compare_types import CompareResult, RunInputs
 from elo_per_token.analysis.families import MIN_TASKS, WARN_TASKS, small_families
 from elo_per_token.analysis.level import check_level
-from elo_per_token.analysis.numfmt import fmt as fmt
 from elo_per_token.contracts.errors import InputError
 
 if TYPE_CHECKING:
     from elo_per_token.analysis.bootstrap import PairData
-
-BASE, CUR = "baseline", "current"
-
-
-@dataclass(frozen=True)
-class FailRule:
-    """Thresholds of `--fail-on`. An arm is flagged only when the whole interval is past the threshold."""
-
-    elo_drop: float | None = None  # Elo points; flag when the interval's upper bound < -elo_drop
-    tokens_rise: float | None = None  # fraction (0.1 = 10%); flag when the interval's lower bound > it
-    tokens_rise_abs: float | None = None  # tokens/task; same rule on the absolute change
-
-    def describe(self) -> str:
-        parts = []
-        if self.elo_drop is not None:
-            parts.append(
-                f"elo-drop={self.elo_drop:g} (flag when the upper bound of ΔElo < -{self.elo_drop:g})"
-            )
-        if self.tokens_rise is not None:
-            parts.append(
-                f"tokens-rise={self.tokens_rise * 100:g}% (flag when the lower bound of the relative "
-                f"change in tokens/task > {self.tokens_rise * 100:g}%)"
-            )
-        if self.tokens_rise_abs is not None:
-            parts.append(
-                f"tokens-rise={self.tokens_rise_abs:g} (flag when the lower bound of the change in "
-                f"tokens/task > {self.tokens_rise_abs:g})"
-            )
-        return "; ".join(parts) if parts else "none (report only)"
-
-
-_NUM = r"[0-9]+(?:\.[0-9]*)?"
-
-
-def parse_fail_on(spec: str | None) -> FailRule:
-    """Parse `elo-drop=20,tokens-rise=10%`; `none` or '' gives a report-only rule."""
-    if spec is None or spec.strip().lower() in ("", "none"):
-        return FailRule()
-    values: dict[str, Any] = {}
-    seen: set[str] = set()
-    for item in spec.split(","):
-        item = item.strip()
-        m = re.fullmatch(rf"(elo-drop|tokens-rise)\s*=\s*({_NUM})\s*(%?)", item)
-        if not m:
-            raise InputError(
-                f"cannot read {item!r}: expected items like elo-drop=20 or tokens-rise=10% (or tokens-rise=500 "
-                "for tokens/task), comma-separated",
-                field="--fail-on",
-            )
-        name, num, pct = m.group(1), float(m.group(2)), m.group(3)
-        if name in seen:
-            raise InputError(f"{name} given twice", field="--fail-on")
-        seen.add(name)
-        if name == "elo-drop":
-            if pct:
-                raise InputError("elo-drop is in Elo points, not a percentage", field="--fail-on")
-            values["elo_drop"] = num
-        elif pct:
-            values["tokens_rise"] = num / 100.0
-        else:
-            values["tokens_rise_abs"] = num
-    return FailRule(**values)
-
-
-@dataclass(frozen=True)
-class RunInputs:
-    """What the comparison needs from one run (see load_run for how it is read).
-
-    outcomes:    task_id, family, arm, replicate, score (Float64, null = the job failed before grading)
-    task_tokens: task_id, family, arm, tokens (strategy tokens one job of this arm spent on the task,
-                 averaged over replicates; judge calls excluded)
-    arms:        arm, strategy, budget_n
-    """
-
-    source: str
-    outcomes: pl.DataFrame
-    task_tokens: pl.DataFrame
-    arms: pl.DataFrame
-    suites: tuple[str, ...] | None = None
-    manifest: dict[str, Any] | None = None
-    failed_jobs: int = 0  # jobs in the ledger's failures/ (no result object): absent from outcomes
-
-
-@dataclass
-class CompareResult:
-    table: pl.DataFrame  # one row per arm, ordered by baseline tokens/task
-    flagged: list[str]
-    reasons: dict[str, list[str]]
-    rule: FailRule
-    level: float
-    gate_level: float  # the level of the intervals the rule is applied to (adjusted for the number of arms)
-    rounds: int
-    failed_rounds: int
-    anchor: str
-    families: list[str]
-    family_weights: dict[str, float]
-    notes: list[str] = field(default_factory=list)
-    sources: tuple[str, str] = ("", "")
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.flagged else 0
-
-
-def check_comparable(base: RunInputs, cur: RunInputs) -> list[str]:
-    """Raise InputError when the two runs cannot be compared; return notes on partial task overlap."""
-    if base.suites is not None and cur.suites is not None and set(base.suites) != set(cur.suites):
-        raise InputError(
-            f"the runs used different suites: baseline {sorted(base.suites)} vs current {sorted(cur.suites)}",
-            file=cur.source,
-            field="suites",
-        )
-    fam_b = set(base.outcomes["family"].unique().to_list())
-    fam_c = set(cur.outcomes["family"].unique().to_list())
-    if fam_b != fam_c:
-        raise InputError(
-            "the runs cover different task families: "
-            + _diff_text(fam_b, fam_c)
-            + " (compare runs of the same suites)",
-            file=cur.source,
-            field="family",
-        )
-    arms_b = set(base.arms["arm"].to_list())
-    arms_c = set(cur.arms["arm"].to_list())
-    if arms_b != arms_c:
-        raise InputError(
-            "the runs have different arms: "
-            + _diff_text(arms_b, arms_c)
-            + " (an arm is strategy@budget[variant], its full label)",
-            file=cur.source,
-            field="arm",
-        )
-    scored = [
-        r.outcomes.filter(pl.col("score").is_not_null()).select("family", "task_id").unique()
-        for r in (base, cur)
-    ]
-    common = scored[0].join(scored[1], on=["family", "task_id"], how="inner")
-    notes = []
-    for fam in sorted(fam_b):
-        n_common = common.filter(pl.col("family") == fam).height
-        if n_common == 0:
-            raise InputError(
-                f"family {fam!r}: no task was graded in both runs, so the two runs' Elo scales cannot be "
-                "linked (run the same suite tasks in both, with graded outcomes)",
-                file=cur.source,
-                field="task_id",
-            )
-        n_b = scored[0].filter(pl.col("family") == fam).height
-        n_c = scored[1].filter(pl.col("family") == fam).height
-        if n_common < max(n_b, n_c):
-            notes.append(
-                f"family {fam}: {n_common} tasks in both runs (baseline {n_b}, current {n_c}); "
-                "only the common tasks are paired"
-            )
-    return notes
-
-
-def _diff_text(a: set[str], b: set[str]) -> str:
-    parts = []
-    if a - b:
-        parts.append(f"only in baseline: {sorted(a - b)}")
-    if b - a:
-        parts.append(f"only in current: {sorted(b - a)}")
-    return "; ".join(parts)
 
 
 def pooled_pairs(outcomes: pl.DataFrame) -> pl.DataFrame:
@@ -275,7 +111,7 @@ def compare_runs(
     table = _arm_table(
         arm_order, base.arms, elo, tok, boot.elo, boot.tokens_per_task, level, gate_level, rule.elo_drop
     )
-    flagged, reasons = _apply_rule(table, rule)
+    flagged, reasons = apply_rule(table, rule)
     if boot.failed_rounds:
         notes.append(f"{boot.failed_rounds} of {rounds} bootstrap fits did not converge")
     failures = _failure_counts(base, cur)
@@ -453,7 +289,7 @@ def _arm_table(
     ga_lo, _ = _interval(stc - stb, gate_level)
     pb, pb_lo, pb_hi = _resolved_steps(eb, tb, seb, stb, level)
     pc, pc_lo, pc_hi = _resolved_steps(ec, tc, sec, stc, level)
-    detectable = _detectable_drop(sec - seb, gate_level, margin)
+    detectable = detectable_drop(sec - seb, gate_level, margin)
     info = arms.unique("arm").select("arm", "strategy", "budget_n")
     df = pl.DataFrame(
         {
@@ -490,214 +326,4 @@ def _arm_table(
     return info.join(df, on="arm", how="right").select(["arm", "strategy", "budget_n", *df.columns[1:]])
 
 
-POWER = 0.8
-
-
-def _detectable_drop(d_samples: np.ndarray, gate_level: float, margin: float | None) -> np.ndarray:
-    """Per arm, the smallest true drop (Elo) the gate flags with 80% probability at these data's precision.
-
-    With ΔElo estimated with standard error se (the bootstrap sd), the gate flags when the upper bound
-    ΔElo + z_g * se is below -margin, z_g the two-sided gate quantile. For a true drop δ that happens with
-    probability Φ((δ - margin - z_g * se) / se), which is 80% at δ = margin + (z_g + z_0.8) * se. The runs
-    being compared are the best guess of the precision of a run of this size (docs/compare.md). Without an
-    elo-drop rule nothing is ever flagged, so the figure is NaN (shown as missing).
-    """
-    from scipy.stats import norm
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        se = np.nanstd(d_samples, axis=0, ddof=1)
-    if margin is None:
-        return np.full(se.shape, np.nan)
-    z_g = float(norm.ppf(1.0 - (1.0 - gate_level) / 2.0))
-    drop: np.ndarray = margin + (z_g + float(norm.ppf(POWER))) * se
-    return drop
-
-
-def _apply_rule(table: pl.DataFrame, rule: FailRule) -> tuple[list[str], dict[str, list[str]]]:
-    flagged: list[str] = []
-    reasons: dict[str, list[str]] = {}
-    for row in table.iter_rows(named=True):  # one row per arm: a handful at most
-        why = []
-        if (
-            rule.elo_drop is not None
-            and row["gate_d_elo_hi"] is not None
-            and row["gate_d_elo_hi"] < -rule.elo_drop
-        ):
-            why.append(
-                f"Elo dropped {row['d_elo']:+.1f} (gate interval {row['gate_d_elo_lo']:+.1f} .. "
-                f"{row['gate_d_elo_hi']:+.1f}, entirely below -{rule.elo_drop:g})"
-            )
-        if (
-            rule.tokens_rise is not None
-            and row["gate_d_tokens_rel_lo"] is not None
-            and row["gate_d_tokens_rel_lo"] > rule.tokens_rise
-        ):
-            why.append(
-                f"tokens/task rose {row['d_tokens_rel'] * 100:+.1f}% (gate lower bound "
-                f"{row['gate_d_tokens_rel_lo'] * 100:+.1f}% > +{rule.tokens_rise * 100:g}%)"
-            )
-        if (
-            rule.tokens_rise_abs is not None
-            and row["gate_d_tokens_lo"] is not None
-            and row["gate_d_tokens_lo"] > rule.tokens_rise_abs
-        ):
-            why.append(
-                f"tokens/task rose {row['d_tokens']:+.0f} (gate lower bound {row['gate_d_tokens_lo']:+.0f} > "
-                f"+{rule.tokens_rise_abs:g})"
-            )
-        if why:
-            flagged.append(row["arm"])
-            reasons[row["arm"]] = why
-    return flagged, reasons
-
-
-def _code(name: object) -> str:
-    """An untrusted name as a Markdown code span: nothing inside is HTML or Markdown; only a backtick (which
-    would end the span) or a pipe (which would end the table cell) needs replacing."""
-    return "`" + str(name).replace("`", "'").replace("|", "\\|").replace("\n", " ") + "`"
-
-
-def to_markdown(res: CompareResult) -> str:
-    """A pull-request comment: verdict first, then the per-arm table, then the method in one paragraph.
-    Arm names, families and sources come from the inputs: escaped (report.md's rules), never live HTML."""
-    from elo_per_token.analysis.report import md_escape
-
-    pct = f"{res.level * 100:g}%"
-    if res.flagged:
-        head = f"### ❌ ept compare: regression in {len(res.flagged)} arm(s): " + ", ".join(
-            _code(a) for a in res.flagged
-        )
-    else:
-        head = "### ✅ ept compare: no regression the data supports"
-    lines = [
-        head,
-        "",
-        f"Baseline {_code(res.sources[0])} vs current {_code(res.sources[1])}. Rule: {res.rule.describe()}, applied to "
-        f"{res.gate_level * 100:.4g}% intervals ({pct} adjusted for {res.table.height} arms tested at once).",
-        "",
-        f"| arm | Elo base | Elo current | ΔElo [{pct} CI] | tokens/task base | tokens/task current | "
-        f"Δtokens [{pct} CI] | ΔElo/1k tok base | ΔElo/1k tok current | drop caught 80% | status |",
-        "|---|---:|---:|---|---:|---:|---|---:|---:|---:|---|",
-    ]
-    for r in res.table.iter_rows(named=True):
-        status = "❌ regression" if r["arm"] in res.flagged else "ok"
-        rel = r["d_tokens_rel"]
-        dtok = (
-            f"{fmt(rel * 100 if rel is not None else None, '+.1f')}% "
-            f"[{fmt(_mul(r['d_tokens_rel_lo']), '+.1f')}%, {fmt(_mul(r['d_tokens_rel_hi']), '+.1f')}%]"
-        )
-        lines.append(
-            f"| {_code(r['arm'])} | {fmt(r['elo_base'], '.0f')} | {fmt(r['elo_cur'], '.0f')} | "
-            f"{fmt(r['d_elo'], '+.1f')} [{fmt(r['d_elo_lo'], '+.1f')}, {fmt(r['d_elo_hi'], '+.1f')}] | "
-            f"{fmt(r['tokens_base'], ',.0f')} | {fmt(r['tokens_cur'], ',.0f')} | {dtok} | "
-            f"{fmt(r['d_elo_per_1k_base'], '.1f')} | {fmt(r['d_elo_per_1k_cur'], '.1f')} | "
-            f"{fmt(r['detectable_drop'], '.0f')} | {status} |"
-        )
-    if res.flagged:
-        lines += ["", "**Why flagged**", ""]
-        for arm in res.flagged:
-            lines += [f"- {_code(arm)}: " + md_escape("; ".join(res.reasons[arm]))]
-    lines += [
-        "",
-        f"<sub>Both runs fitted together (Bradley-Terry per family over every (run, arm), comparisons within each "
-        f"task across runs), families {', '.join(f'{md_escape(f)}={w:.2f}' for f, w in res.family_weights.items())}; "
-        f"Elo shown with baseline {_code(res.anchor)} = 1000 (differences do not depend on this anchor). Intervals: "
-        f"{res.rounds}-round bootstrap resampling task ids, the same tasks in both runs. ΔElo/1k tok: each arm "
-        f"against the previous row, within its run. Drop caught 80%: the smallest true Elo drop this rule "
-        f"flags in 80% of runs of this size (margin + (z_gate + 0.84) x the bootstrap sd of ΔElo); smaller "
-        f"drops are mostly missed.</sub>",
-    ]
-    if res.notes:
-        lines += ["", *[f"> {md_escape(n)}" for n in res.notes]]
-    return "\n".join(lines) + "\n"
-
-
-def _mul(x: float | None) -> float | None:
-    return None if x is None else x * 100.0
-
-
-def to_json_dict(res: CompareResult) -> dict[str, Any]:
-    return {
-        "baseline": res.sources[0],
-        "current": res.sources[1],
-        "verdict": "regression" if res.flagged else "ok",
-        "flagged": res.flagged,
-        "reasons": res.reasons,
-        "rule": res.rule.describe(),
-        "level": res.level,
-        "gate_level": res.gate_level,
-        "rounds": res.rounds,
-        "failed_rounds": res.failed_rounds,
-        "anchor": res.anchor,
-        "family_weights": res.family_weights,
-        "notes": res.notes,
-        "arms": res.table.to_dicts(),
-    }
-
-
 # ---------------------------------------------------------------- reading a run (the I/O edge)
-
-
-def manifest_suites(manifest: dict[str, Any] | None) -> tuple[str, ...] | None:
-    """The suites a run used, from its manifest (top level or inside the plan), else None."""
-    if not manifest:
-        return None
-    suites = manifest.get("suites")
-    if suites is None and isinstance(manifest.get("plan"), dict):
-        suites = manifest["plan"].get("suites")
-    if not isinstance(suites, list | tuple):
-        return None
-    names = [s.get("name", _json_key(s)) if isinstance(s, dict) else str(s) for s in suites]
-    return tuple(sorted(names))
-
-
-def _json_key(obj: Any) -> str:
-    import json
-
-    return json.dumps(obj, sort_keys=True)
-
-
-def load_run(path: str, *, skip_bad: bool = False, tasks_file: str | None = None) -> RunInputs:
-    """Read one run (a ledger run folder or URL, or a folder of logs) with analyze's reader."""
-    from elo_per_token.analysis.io import read_failures, read_manifest, read_records, runs_of_files
-    from elo_per_token.analysis.record_checks import check_records
-    from elo_per_token.analysis.tokens import task_tokens
-
-    records = read_records([path], skip_bad=skip_bad, tasks_file=tasks_file)
-    refs = runs_of_files(records.files)
-    if len({r.run_id for r in refs}) > 1:
-        names = ", ".join(sorted({r.run_id for r in refs}))
-        raise InputError(
-            f"holds {len(refs)} runs ({names}); pass one run, e.g. {refs[0].ledger_url}/runs/{refs[0].run_id}",
-            file=path,
-        )
-    frame, _ = check_records(records, skip_bad=skip_bad)
-    # Labels as plain strings: the reader keeps them Categorical (analysis.io.LABEL_COLUMNS), and the two
-    # runs of a comparison do not share one category dictionary, so their frames could not be joined.
-    frame = frame.with_columns(pl.col(pl.Categorical).cast(pl.String))
-    calls = frame.filter(pl.col("kind") == "call")
-    outcomes = frame.filter(pl.col("kind") == "outcome")
-    if outcomes.height == 0:
-        raise InputError("no outcome records: a comparison needs graded outcomes", file=path)
-    if calls.height == 0:
-        raise InputError("no call records: tokens per task cannot be measured", file=path)
-    ttok = task_tokens(calls)
-    arms = (
-        pl.concat(
-            [outcomes.select("arm", "strategy", "budget_n"), ttok.select("arm", "strategy", "budget_n")]
-        )
-        .unique("arm", keep="first")
-        .sort("arm")
-    )
-    manifest = read_manifest(refs[0]) if refs else None
-    failed = len(read_failures(refs[0])) if refs else 0
-    return RunInputs(
-        source=path,
-        outcomes=outcomes.select("task_id", "family", "arm", "replicate", "score"),
-        task_tokens=ttok.select("task_id", "family", "arm", "tokens"),
-        arms=arms,
-        suites=manifest_suites(manifest),
-        manifest=manifest,
-        failed_jobs=failed,
-    )

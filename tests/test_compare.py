@@ -15,16 +15,11 @@ import pytest
 from scipy.optimize import minimize
 
 from elo_per_token.analysis.bt import prior_l2
-from elo_per_token.analysis.compare import (
-    FailRule,
-    RunInputs,
-    check_comparable,
-    compare_runs,
-    parse_fail_on,
-    pooled_pairs,
-    to_json_dict,
-    to_markdown,
-)
+from elo_per_token.analysis.compare import compare_runs, pooled_pairs
+from elo_per_token.analysis.compare_gate import FailRule, parse_fail_on
+from elo_per_token.analysis.compare_load import check_comparable
+from elo_per_token.analysis.compare_output import to_json_dict, to_markdown
+from elo_per_token.analysis.compare_types import RunInputs
 from elo_per_token.contracts.errors import InputError
 
 ARMS = {  # arm -> (strategy, budget, strength, tokens/task)

@@ -108,7 +108,8 @@ def test_point_fits_passed_in_give_the_same_numbers(counted: dict[str, list]) ->
 def test_compare_fits_each_family_once(counted: dict[str, list]) -> None:
     from test_compare import make_run
 
-    from elo_per_token.analysis.compare import FailRule, compare_runs
+    from elo_per_token.analysis.compare import compare_runs
+    from elo_per_token.analysis.compare_gate import FailRule
 
     res = compare_runs(make_run(1, n_tasks=40), make_run(2, n_tasks=40), rule=FailRule(), rounds=50, seed=0)
     assert len(counted["single"]) == len(res.families) == 2

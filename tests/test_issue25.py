@@ -188,7 +188,9 @@ def test_nine_task_family_keeps_its_weight_and_a_smaller_one_says_renormalised(t
 def test_compare_applies_the_same_family_rule() -> None:
     from test_compare import make_run
 
-    from elo_per_token.analysis.compare import FailRule, RunInputs, compare_runs
+    from elo_per_token.analysis.compare import compare_runs
+    from elo_per_token.analysis.compare_gate import FailRule
+    from elo_per_token.analysis.compare_types import RunInputs
 
     def run(seed: int) -> RunInputs:
         big, small = (
@@ -307,7 +309,7 @@ def test_tie_stats_on_hostile_groups_are_bounded(cells: list) -> None:
 
 
 def test_no_signed_zero_in_intervals() -> None:
-    from elo_per_token.analysis.report import fmt_ci
+    from elo_per_token.analysis.numfmt import fmt_ci
 
     assert fmt_ci(4.6, -0.3, 10.2, sign=True) == "+5 [0, +10]"
     assert headline_rows([{"arm": "x", "budget_n": 1, "tokens_per_task": 10.0, "elo": 1000.0, "d_elo": -0.2,

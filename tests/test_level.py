@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from elo_per_token.analysis.compare import FailRule, compare_runs
+from elo_per_token.analysis.compare import compare_runs
+from elo_per_token.analysis.compare_gate import FailRule
 from elo_per_token.analysis.level import LevelError, check_level
 from elo_per_token.analysis.pipeline import AnalysisOptions
 from elo_per_token.analysis.returns import returns_table

@@ -249,8 +249,11 @@ class Store:
             return {"job_key": key, "calls": [], "grader": {}, "error": f"unreadable: {e}"}
 
     def compare(self, base: str, cur: str) -> dict[str, Any]:
-        """`ept compare BASE CUR --fail-on none` as JSON (analysis.compare.to_json_dict), cached per progress."""
-        from elo_per_token.analysis.compare import compare_runs, load_run, parse_fail_on, to_json_dict
+        """`ept compare BASE CUR --fail-on none` as JSON (analysis.compare_output.to_json_dict), cached per progress."""
+        from elo_per_token.analysis.compare import compare_runs
+        from elo_per_token.analysis.compare_gate import parse_fail_on
+        from elo_per_token.analysis.compare_load import load_run
+        from elo_per_token.analysis.compare_output import to_json_dict
         from elo_per_token.analysis.surface_options import compare_options
 
         self.check_run(base)
