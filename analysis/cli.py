@@ -233,7 +233,8 @@ def _analyze_and_report(
     """Analyse, print the terminal report, write the files asked for and say what was written."""
     from rich.console import Console
 
-    from elo_per_token.analysis.report import make_console, print_report, write_outputs
+    from elo_per_token.analysis.report import make_console, print_report
+    from elo_per_token.analysis.report_files import write_outputs
 
     err = Console(emoji=False, stderr=True)
     result = _analyze_with_progress(paths, opts, err)

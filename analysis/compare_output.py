@@ -17,7 +17,7 @@ def _code(name: object) -> str:
 def to_markdown(res: CompareResult) -> str:
     """A pull-request comment: verdict first, then the per-arm table, then the method in one paragraph.
     Arm names, families and sources come from the inputs: escaped (report.md's rules), never live HTML."""
-    from elo_per_token.analysis.report import md_escape
+    from elo_per_token.analysis.report_markdown import md_escape
 
     pct = f"{res.level * 100:g}%"
     if res.flagged:

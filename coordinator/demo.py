@@ -80,7 +80,7 @@ def run_demo(
     finally:
         sim.stop()
     if result.analysis is not None:
-        from elo_per_token.analysis.report import write_outputs
+        from elo_per_token.analysis.report_files import write_outputs
 
         write_outputs(result.analysis, out / "report")
     return result

@@ -38,7 +38,7 @@ def _hand_accuracy() -> dict[str, float]:
 
 
 def test_accuracy_equals_hand_computation_on_example_logs(tmp_path: Path) -> None:
-    from elo_per_token.analysis.report import write_outputs
+    from elo_per_token.analysis.report_files import write_outputs
 
     result = analyze([str(ROOT / "examples/logs")], AnalysisOptions(rounds=50, seed=1))
     hand = _hand_accuracy()

@@ -380,7 +380,8 @@ def test_a_missing_family_is_named_the_same_on_terminal_report_and_json(tmp_path
 
     from elo_per_token.analysis.incomplete import mark_missing_families
     from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
-    from elo_per_token.analysis.report import print_report, write_outputs
+    from elo_per_token.analysis.report import print_report
+    from elo_per_token.analysis.report_files import write_outputs
 
     exp = Experiment([Arm("greedy", 1, 0.0, 1000.0), Arm("vote", 4, 0.4, 3000.0)], {"math": 30})
     log = write_experiment(tmp_path / "e.jsonl", exp, seed=1)

@@ -248,7 +248,7 @@ def test_reasoning_arms_record_reasoning_tokens_and_cost_matches_hand_computatio
     assert ct[arm]["d_elo_per_usd_lo"] <= ct[arm]["d_elo_per_usd"] <= ct[arm]["d_elo_per_usd_hi"]
     # The split and the cost reach every output: report.json, report.md and the HTML report.
     from elo_per_token.analysis.html_gather import write_html
-    from elo_per_token.analysis.report import markdown
+    from elo_per_token.analysis.report_markdown import markdown
 
     assert res.to_json()["breakdown"] and res.to_json()["cost_table"]
     assert "ΔElo per $1" in markdown(res) and "| reasoning |" in markdown(res)

@@ -157,7 +157,7 @@ def test_the_spent_table_counts_answered_calls_apart_from_refused_connects(make_
     Only the answered one's call is a call in the spent table; the refused one is an attempt not sent."""
     import socket
 
-    from elo_per_token.analysis.report import _spent_rows
+    from elo_per_token.analysis.report_rows import spent_table_rows
     from elo_per_token.analysis.spent import spent_rows
     from elo_per_token.contracts.jobs import Job
     from elo_per_token.egress.client import ProviderClient
@@ -183,5 +183,5 @@ def test_the_spent_table_counts_answered_calls_apart_from_refused_connects(make_
 
     from types import SimpleNamespace
 
-    header, rows = _spent_rows(SimpleNamespace(spent_on_failed_attempts=[row]))  # type: ignore[arg-type]
+    header, rows = spent_table_rows(SimpleNamespace(spent_on_failed_attempts=[row]))  # type: ignore[arg-type]
     assert header[:3] == ["arm", "calls", "not sent (unreachable)"] and rows[0][1:3] == ["1", "1"]

@@ -90,9 +90,9 @@ def test_token_step_not_resolved_says_so(tmp_path: Path) -> None:
     assert r["per_1k_resolved"] is False and r["d_elo_per_1k"] is None
     assert r["per_1k_nonpositive_rounds"] > 0
     assert any(w.startswith("ΔElo per 1k tokens not reported for b@1") for w in res.warnings)
-    from elo_per_token.analysis.report import _returns_rows
+    from elo_per_token.analysis.report_rows import returns_rows
 
-    assert "token step unresolved" in _returns_rows(res.table)[1]
+    assert "token step unresolved" in returns_rows(res.table)[1]
 
 
 def test_no_signal_warns_and_drop_ties_stops_clearly(tmp_path: Path) -> None:

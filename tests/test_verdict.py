@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from elo_per_token.analysis.accuracy import accuracy_tables, wilson_interval
 from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 from elo_per_token.analysis.recommend import recommend
-from elo_per_token.analysis.report import md_escape
+from elo_per_token.analysis.report_markdown import md_escape
 from elo_per_token.contracts.errors import InputError
 from tests.bounds import bounded
 from tests.cli_runner import run_ept
