@@ -163,7 +163,7 @@ class CeleryJobContext:
     check_ledger: bool = True
     # Store each job's transcript beside its result (contracts.transcripts); on the wire only when false.
     transcripts: bool = True
-    # The run's token cap (coordinator.sweep.BudgetCap, $ converted at the profile's price): a worker starts no
+    # The run's token cap (coordinator.sweep_tally.BudgetCap, $ converted at the profile's price): a worker starts no
     # job of the run once budget_key(run_id) reaches it. None: no cap (absent on the wire).
     budget_tokens: int | None = None
 
@@ -203,7 +203,7 @@ class CeleryJobContext:
 JobStatus = Literal["done", "duplicate", "skipped", "cancelled", "failed"]
 
 # What a worker reports for one job (worker.lifecycle.perform_job; through the Celery result backend as JSON) and
-# what the coordinator tallies (coordinator.sweep.Tally.add). Functional syntax because one key is `class`.
+# what the coordinator tallies (coordinator.sweep_tally.Tally.add). Functional syntax because one key is `class`.
 JobSummary = TypedDict(
     "JobSummary",
     {
