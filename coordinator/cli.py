@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:  # annotations only: each command imports what it runs
-    from elo_per_token.coordinator.sweep import SweepOutcome
+    from elo_per_token.coordinator.sweep_tally import SweepOutcome
     from elo_per_token.ledger import Ledger
 
 _LEDGER_HELP = (

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from elo_per_token.contracts.errors import EXIT_STOPPED_EGRESS
-from elo_per_token.coordinator.sweep import EGRESS_ABORT_AFTER
+from elo_per_token.coordinator.sweep_tally import EGRESS_ABORT_AFTER
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow

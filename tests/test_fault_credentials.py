@@ -17,7 +17,8 @@ ROTATED = "sk-rotated-9999999999999999abcd"
 
 def test_401_mid_run_fails_fast_names_env_var_and_resumes(tmp_path, make_sim, monkeypatch):
     from elo_per_token.coordinator.status import failed_jobs, run_status
-    from elo_per_token.coordinator.sweep import EGRESS_ABORT_AFTER, execute
+    from elo_per_token.coordinator.sweep import execute
+    from elo_per_token.coordinator.sweep_tally import EGRESS_ABORT_AFTER
     from elo_per_token.egress.profiles import get_profile
 
     sim = make_sim(api_key=FAULT_KEY, latency_ms=40, seed=5)

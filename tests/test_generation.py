@@ -155,7 +155,7 @@ def test_short_max_tokens_gives_length_and_the_report_counts_it(sim, tmp_path):
 
 def test_context_overflow_is_a_scored_loss_with_its_tokens(make_sim, tmp_path):
     from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
-    from elo_per_token.coordinator.sweep import DETERMINISTIC
+    from elo_per_token.coordinator.sweep_tally import DETERMINISTIC
 
     # A window that fits one solve prompt but not a verifier prompt carrying a long candidate (best_of_n):
     # the samples are paid for, then the verifier call overflows.

@@ -13,7 +13,8 @@ from rich.console import Console
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.records import CallRecord, JobResult, Outcome
 from elo_per_token.coordinator.status import failed_jobs, run_status
-from elo_per_token.coordinator.sweep import SweepOutcome, Tally, print_summary
+from elo_per_token.coordinator.sweep import print_summary
+from elo_per_token.coordinator.sweep_tally import SweepOutcome, Tally
 from elo_per_token.ledger import open_ledger
 
 TASK = {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from elo_per_token.coordinator.sweep import EGRESS_ABORT_AFTER, Tally
+from elo_per_token.coordinator.sweep_tally import EGRESS_ABORT_AFTER, Tally
 
 
 def _failed(i: int, started: float, finished: float) -> dict:
