@@ -15,7 +15,48 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-MAX_LINES = 80
+MAX_LINES = 60
+
+# Listed exceptions: functions that were over MAX_LINES when the limit came down from 80 and read best as one
+# sequence of steps for now (a CLI command's option handling, a classifier's ordered rules). Each may not grow
+# past the length written here; one that shrinks to the limit must leave the list (test_exceptions_are_live).
+# Regenerate with `python3 tests/test_function_length.py`.
+# fmt: off
+EXCEPTIONS: dict[tuple[str, str], int] = {
+    ('analysis/bootstrap.py', 'bootstrap'): 73,
+    ('analysis/bt.py', 'newton_batch'): 66,
+    ('analysis/cli.py', 'analyze_cmd'): 73,
+    ('analysis/cli_report.py', 'compare'): 67,
+    ('analysis/cli_report.py', 'report'): 69,
+    ('analysis/compare.py', 'compare_runs'): 69,
+    ('analysis/imports/batch.py', 'import_batch'): 80,
+    ('analysis/imports/inspect_log.py', 'import_inspect'): 74,
+    ('analysis/io/recovery.py', '_slow_read'): 61,
+    ('analysis/pipeline.py', 'build_comparisons'): 66,
+    ('analysis/pipeline_tables.py', 'make_tables'): 80,
+    ('analysis/plots.py', 'elo_vs_tokens_figure'): 61,
+    ('analysis/plots.py', 'per_family_figure'): 76,
+    ('analysis/recommend.py', 'recommend'): 64,
+    ('analysis/report.py', 'print_report'): 74,
+    ('analysis/report_markdown.py', 'markdown'): 68,
+    ('analysis/returns.py', '_build'): 76,
+    ('analysis/returns.py', 'family_heterogeneity'): 62,
+    ('coordinator/adaptive.py', 'run_adaptive'): 71,
+    ('coordinator/adaptive_cli.py', 'replay_adaptive_cmd'): 72,
+    ('coordinator/cli.py', 'sweep'): 75,
+    ('coordinator/local.py', 'run_local'): 80,
+    ('coordinator/sweep.py', '_execute_held'): 70,
+    ('coordinator/sweep.py', 'print_summary'): 65,
+    ('egress/client.py', 'ProviderClient.chat'): 71,
+    ('egress/errors.py', 'classify'): 80,
+    ('ledger/segments.py', 'compact_run'): 75,
+    ('suites/generate_tools.py', '_tool_templates'): 61,
+    ('worker/lifecycle.py', 'celery_run_job'): 71,
+    ('worker/lifecycle.py', 'perform_job'): 68,
+    ('worker/sandbox/bwrap.py', 'argv'): 65,
+    ('worker/sandbox/harness.py', 'main'): 74,
+}
+# fmt: on
 
 
 def _folders() -> list[str]:
@@ -63,7 +104,9 @@ def test_no_function_over_the_limit(folder: str) -> None:
     path = ROOT / folder
     assert path.is_dir(), f"{folder}/ is not a folder of the checkout"
     assert any(path.rglob("*.py")), f"{folder}/ has no Python file: the check would pass vacuously"
-    offenders = long_functions(path)
+    offenders = [
+        found for found in long_functions(path) if found[3] > EXCEPTIONS.get((found[0], found[2]), MAX_LINES)
+    ]
     if offenders:
         print(report(offenders))
     assert not offenders, report(offenders)
@@ -91,3 +134,16 @@ def test_the_scanner_finds_long_functions(tmp_path: Path) -> None:
     assert by_name["K.method"][2] == MAX_LINES + 1
     assert by_name["outer.inner"][2] == MAX_LINES + 1
     assert f"pkg/mod.py:{MAX_LINES + 3} over is {MAX_LINES + 1} lines" in report(found)
+
+
+def test_exceptions_are_live() -> None:
+    """Every listed exception names a function that exists and is still over the limit: a stale entry would
+    let a new function of that name grow unchecked."""
+    over = {(file, name) for folder in FOLDERS for file, _, name, _ in long_functions(ROOT / folder)}
+    stale = sorted(set(EXCEPTIONS) - over)
+    assert not stale, f"no longer over {MAX_LINES} lines (or gone): drop them from EXCEPTIONS: {stale}"
+
+
+if __name__ == "__main__":
+    rows = sorted((file, name, n) for folder in FOLDERS for file, _, name, n in long_functions(ROOT / folder))
+    print("\n".join(f"    ({file!r}, {name!r}): {n}," for file, name, n in rows))
