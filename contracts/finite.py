@@ -2,7 +2,7 @@
 
 `json.dumps` writes `NaN` / `Infinity` by default: not JSON, and once in a write-once job object they make
 `ept analyze` refuse the whole run, permanently. Provider fields are validated before they are stored
-(egress.wire, by the protocol adapters); what is left — a grader's informational details (`"got": inf` for a
+(egress.proto_common, by the protocol adapters); what is left — a grader's informational details (`"got": inf` for a
 400-digit answer) — is written as a string ("inf", "nan") instead of failing the job or the sweep.
 """
 

@@ -26,9 +26,9 @@ from elo_per_token.egress.errors import Discarded, Malformed, ProviderError
 from elo_per_token.egress.outage import Outage, SharedReach
 from elo_per_token.egress.profiles import Profile
 from elo_per_token.egress.proto_chat import chat_body, send_chat
+from elo_per_token.egress.proto_common import Choice, Reply, parse_json
 from elo_per_token.egress.proto_messages import messages_request, send_messages
 from elo_per_token.egress.retry import Circuit, RateLimiter, Retrier, RetryPolicy
-from elo_per_token.egress.wire import Choice, Reply, parse_json
 
 log = logging.getLogger("ept.provider")
 

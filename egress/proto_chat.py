@@ -6,7 +6,7 @@ from typing import Any
 
 from elo_per_token.egress.errors import Incomplete, Malformed
 from elo_per_token.egress.profiles import Profile
-from elo_per_token.egress.wire import (
+from elo_per_token.egress.proto_common import (
     Choice,
     Reply,
     index_field,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from elo_per_token.contracts.secrets import mask
+from elo_per_token.simulator.proto_errors import error_response
 from elo_per_token.simulator.state import SimState
-from elo_per_token.simulator.wire_errors import error_response
 
 
 def presented_key(request: web.Request) -> str | None:

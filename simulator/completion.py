@@ -18,12 +18,12 @@ from elo_per_token.simulator.faults import cut_stream, fault_response, hostile_u
 from elo_per_token.simulator.generic import BrainReply, BrainRequest, completion_tokens, prompt_tokens
 from elo_per_token.simulator.latency import latency_s
 from elo_per_token.simulator.prompt_cache import cached_prefix, warm_prefix
+from elo_per_token.simulator.proto_chat import chat_body, sse_chat
+from elo_per_token.simulator.proto_errors import context_error, error_response, unsupported_param
+from elo_per_token.simulator.proto_messages import anthropic_body, anthropic_to_openai, sse_messages
+from elo_per_token.simulator.proto_responses import responses_body, responses_messages, sse_responses
 from elo_per_token.simulator.sse import sse_response
 from elo_per_token.simulator.state import STATE, SimState
-from elo_per_token.simulator.wire_anthropic import anthropic_body, anthropic_to_openai, sse_messages
-from elo_per_token.simulator.wire_chat import chat_body, sse_chat
-from elo_per_token.simulator.wire_errors import context_error, error_response, unsupported_param
-from elo_per_token.simulator.wire_responses import responses_body, responses_messages, sse_responses
 
 log = logging.getLogger("ept.simulator")
 

@@ -21,9 +21,9 @@ from aiohttp import web
 
 from elo_per_token.contracts.jobs import derive_seed
 from elo_per_token.simulator.config import SimConfig
+from elo_per_token.simulator.proto_errors import context_error, error_response
 from elo_per_token.simulator.sse import Event
 from elo_per_token.simulator.state import SimState
-from elo_per_token.simulator.wire_errors import context_error, error_response
 
 
 def fault_rates(cfg: SimConfig) -> tuple[tuple[str, float], ...]:

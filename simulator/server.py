@@ -13,7 +13,7 @@ Answers come from a Brain (simulator/generic.py): TaskBrain from simulator/brain
 exists, else GenericBrain. Faults and latency follow the SimConfig (simulator/config.py).
 
 This module assembles the app from its parts: completion.py (one completion request, any route),
-wire_chat.py / wire_anthropic.py / wire_responses.py (each protocol's bodies and SSE, sse.py the shared
+proto_chat.py / proto_messages.py / proto_responses.py (each protocol's bodies and SSE, sse.py the shared
 helpers), faults.py, latency.py, prompt_cache.py, auth.py, state.py; control.py runs it in-process.
 """
 
@@ -28,9 +28,9 @@ from elo_per_token.simulator.auth import auth_denial
 from elo_per_token.simulator.completion import complete
 from elo_per_token.simulator.config import SimConfig, apply_updates, make_config
 from elo_per_token.simulator.generic import Brain, GenericBrain
+from elo_per_token.simulator.proto_chat import OWNER
+from elo_per_token.simulator.proto_errors import error_response
 from elo_per_token.simulator.state import STATE, SimState
-from elo_per_token.simulator.wire_chat import OWNER
-from elo_per_token.simulator.wire_errors import error_response
 
 PREFIXES = ("/v1", "/api/v1")
 

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from elo_per_token.egress.errors import Malformed
 from elo_per_token.egress.proto_chat import chat_reply, parse_chat_stream
+from elo_per_token.egress.proto_common import parse_json_text
 from elo_per_token.egress.proto_messages import messages_reply, parse_messages_stream
-from elo_per_token.egress.wire import parse_json_text
 
 TIME_S = 2.0  # per example, a hang guard (typical: well under 10 ms)
 MEM_MB = 64  # per example, peak Python allocations

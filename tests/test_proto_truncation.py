@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from elo_per_token.egress.errors import Malformed, ProviderError, classify
 from elo_per_token.egress.profiles import Profile
 from elo_per_token.egress.proto_chat import chat_reply, parse_chat_stream
+from elo_per_token.egress.proto_common import Choice, parse_json_text
 from elo_per_token.egress.proto_messages import messages_reply, parse_messages_stream
-from elo_per_token.egress.wire import Choice, parse_json_text
 
 KEY = "sk-canary-0123456789abcdefWXYZ"
 TIME_S = 2.0  # per example, a hang guard

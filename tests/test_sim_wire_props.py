@@ -1,6 +1,6 @@
 """Property: any request body on any completion route gets a well-formed answer or a 4xx, in bounded time and memory.
 
-The simulator's wire-format modules (wire_chat, wire_anthropic, wire_responses, with completion.py reading the
+The simulator's wire-format modules (proto_chat, proto_messages, proto_responses, with completion.py reading the
 body) face whatever a client sends. Hypothesis (fixed seed, a bounded number of examples) posts random and hostile
 bodies — random JSON values, near-valid requests with hostile fields (NaN, huge ints, deep nesting, wrong types),
 raw bytes — to a real simulator on a loopback port. Each answer must be either a 4xx with the route's error shape,
