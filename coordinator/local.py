@@ -20,19 +20,18 @@ from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from elo_per_token.contracts import settings
 from elo_per_token.contracts.errors import EXIT_INTERRUPTED
 from elo_per_token.contracts.jobs import Job, JobSummary
 from elo_per_token.contracts.records import JobResult
 from elo_per_token.ledger import Ledger
 
-STOP_GRACE_S = 30.0
+STOP_GRACE_S = settings.read_float("EPT_STOP_GRACE_S", {})  # the declared default
 
 
 def stop_grace_s() -> float:
-    try:
-        return max(0.0, float(os.environ.get("EPT_STOP_GRACE_S") or STOP_GRACE_S))
-    except ValueError:
-        return STOP_GRACE_S
+    """EPT_STOP_GRACE_S, read when a run starts (a bad value is an InputError then, not at Ctrl-C)."""
+    return max(0.0, settings.read_float("EPT_STOP_GRACE_S"))
 
 
 def hard_exit(message: str, code: int = EXIT_INTERRUPTED) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import typer
 
+from elo_per_token.contracts import settings
 from elo_per_token.contracts.errors import EXIT_BAD_INPUT, InputError
 from elo_per_token.contracts.secrets import scrub
 
@@ -34,10 +35,9 @@ def _root(
 ) -> None:
     """elo-per-token: how much quality does each extra 1k tokens of test-time compute buy?"""
     if verify_jobs:
-        # The readers (ledger/keyspace.py) look this up where they decide; one switch for every command.
-        from elo_per_token.ledger.keyspace import VERIFY_ENV
-
-        os.environ[VERIFY_ENV] = "1"
+        # The readers (ledger/keyspace.py) look EPT_VERIFY_JOBS up where they decide; one switch for every
+        # command, given as the setting's value for this command (main clears it when the command ends).
+        settings.set_from_cli("EPT_VERIFY_JOBS", True)
 
 
 def _print_version(value: bool) -> None:
@@ -262,6 +262,8 @@ def main(argv: list[str] | None = None) -> None:
             "[bold red]error:[/] input nested too deeply to read", highlight=False
         )
         sys.exit(EXIT_BAD_INPUT)
+    finally:
+        settings.clear_cli()  # an option's value lasts one command (tests run many in one process)
 
 
 if __name__ == "__main__":
