@@ -32,9 +32,6 @@ if TYPE_CHECKING:
     app: Celery  # built on first use by __getattr__ below
 
 DEFAULT_BROKER = str(settings.read("EPT_BROKER_URL", {}))  # the declared default
-# The app setting holding the worker's profiles file (`ept worker --profiles`): the tasks read it from their app
-# (worker.lifecycle), so the option reaches them as a value, not through the process environment.
-PROFILES_CONF = "ept_profiles"
 DEFAULT_QUEUE = "ept"
 DEFAULT_LEASE_S = 50
 DEFAULT_GRADE_TIMEOUT_S = settings.read_float("EPT_GRADE_TIMEOUT", {})  # the declared default
@@ -113,7 +110,6 @@ def make_app(url: str | None = None, profiles: str | None = None) -> Celery:
         worker_send_task_events=False,
         task_send_sent_event=False,
     )
-    app.conf[PROFILES_CONF] = profiles
 
     # celery ships no type information: its decorator hides these signatures from mypy.
     @app.task(name="ept.run_job", bind=True, shared=False)  # type: ignore[untyped-decorator]
@@ -121,7 +117,7 @@ def make_app(url: str | None = None, profiles: str | None = None) -> Celery:
         from elo_per_token.worker.lifecycle import celery_run_job
 
         route_grading(app)  # this worker's environment says where code is graded
-        return celery_run_job(self, job, ctx)
+        return celery_run_job(self, job, ctx, profiles=profiles)
 
     @app.task(name="ept.grade_code", shared=False, acks_late=True)  # type: ignore[untyped-decorator]
     def grade_code_task(

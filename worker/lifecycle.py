@@ -388,14 +388,10 @@ def _claims(redis_url: str) -> Claims:
     return _cached(("claims", redis_url), make)
 
 
-def _app_conf(task_self: Any, name: str) -> str:
-    """A setting of the task's Celery app (set by `make_app` from the worker's options), or ""."""
-    return str(getattr(getattr(task_self, "app", None), "conf", {}).get(name) or "")
-
-
 def _redis_broker_url(task_self: Any) -> str:
-    """The task's broker URL when the broker is Redis, else ""."""
-    url = _app_conf(task_self, "broker_url")
+    """The broker URL of the task's Celery app (`ept worker --broker`, else EPT_BROKER_URL) when it is Redis,
+    else ""."""
+    url = str(getattr(getattr(task_self, "app", None), "conf", {}).get("broker_url") or "")
     return url if url.startswith(("redis://", "rediss://", "unix://")) else ""
 
 
@@ -504,12 +500,13 @@ def _refused(job: Job, why: str) -> JobSummary:
     return _summary(job, "failed", **{"class": "permanent", "message": scrub(why)})
 
 
-def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJobContextDict) -> JobSummary:
+def celery_run_job(
+    task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJobContextDict, profiles: str | None = None
+) -> JobSummary:
     """Body of the Celery task `ept.run_job`. ctx_dict: the message's CeleryJobContext (ledger URL, base_url
-    override, rate limits) as plain JSON. The ledger and the endpoint are used only if this worker's own
+    override, rate limits) as plain JSON; profiles: this worker's profiles file (`ept worker --profiles`). The ledger and the endpoint are used only if this worker's own
     allow-lists name them (worker.trust): a message cannot choose where the key goes or where results land."""
     from elo_per_token.contracts import settings
-    from elo_per_token.worker.celery_app import PROFILES_CONF
     from elo_per_token.worker.trust import Untrusted, check_base_url, check_ledger
 
     job = Job.from_dict(job_dict)
@@ -558,7 +555,6 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
         )
         if (ctx.check_ledger or redelivered or waited) and ledger.has_job(job.run_id, job.key):
             return _summary(job, "skipped")
-        profiles = _app_conf(task_self, PROFILES_CONF) or None
         provider = provider_for(job.profile, base_url, ctx.rpm, ctx.tpm, redis_url, profiles)
 
         def on_retry(j: Job, attempt: int, cls: str) -> None:
