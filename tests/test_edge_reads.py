@@ -30,7 +30,10 @@ EDGE_READS: dict[str, tuple[int, str]] = {
         "reads and extends _RJEM_MALLOC_CONF: polars' allocator takes its options only from the environment, "
         "before polars is imported (the one write, and not a channel between stages)",
     ),
-    "coordinator/services.py": (1, "builds the environment of the Redis/S3/worker processes `ept services` starts"),
+    "coordinator/services.py": (
+        1,
+        "builds the environment of the Redis/S3/worker processes `ept services` starts",
+    ),
     "worker/graders/mathproc.py": (2, "copies an allow-list of variables into the math child's environment"),
     "worker/sandbox/bwrap.py": (1, "PATH, to find the distribution's bwrap (EPT_BWRAP=PATH)"),
     "ledger/s3config.py": (1, "the AWS_* variables (AWS' names, read as boto3 would): the one read of them"),
@@ -39,7 +42,10 @@ EDGE_READS: dict[str, tuple[int, str]] = {
         "the key variable a profile names (api_key_env: a secret, named by the user, not by ept), and "
         "OPENAI_BASE_URL / OPENAI_MODEL of the implicit `default` profile (the OpenAI SDK's names)",
     ),
-    "ept/cli.py": (2, "TERMINAL_WIDTH / COLUMNS: typer's and click's own width variables, for help in a pipe"),
+    "ept/cli.py": (
+        2,
+        "TERMINAL_WIDTH / COLUMNS: typer's and click's own width variables, for help in a pipe",
+    ),
     "contracts/secrets.py": (1, "every key-like value in the environment is a secret the scrubber masks"),
     "docs/make_doctor_docs.py": (1, "builds the environment of the `ept doctor` run it documents"),
     ".ci/compose_check.py": (1, "CI: the S3 endpoint the compose file's check was started with"),
