@@ -32,7 +32,6 @@ from elo_per_token.contracts.errors import InputError
 from elo_per_token.ledger import Ledger
 
 LEASE_DIR = "lease/"
-DEFAULT_TTL_S = settings.read_float("EPT_RUN_LEASE_TTL", {})  # the declared default
 SESSION_STARTED = time.time()  # this process's start: with host and pid, names the holder
 
 

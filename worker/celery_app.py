@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 DEFAULT_BROKER = str(settings.read("EPT_BROKER_URL", {}))  # the declared default
 DEFAULT_QUEUE = "ept"
 DEFAULT_LEASE_S = 50
-DEFAULT_GRADE_TIMEOUT_S = settings.read_float("EPT_GRADE_TIMEOUT", {})  # the declared default
 # The lease exceeds the grading wait by this much: the provider calls before it and the ledger write after it.
 LEASE_MARGIN_S = 60
 
