@@ -3,7 +3,7 @@
 - `ept worker --profiles FILE`: the worker's tasks resolve profile names in FILE (worker.lifecycle.provider_for
   takes it), with no EPT_PROFILES in the environment;
 - `ept demo`'s throwaway key rides in its Profile (`inline_key`), which no manifest, repr or profiles file
-  can hold, and the demo leaves the environment as it found it.
+  can hold, and the demo leaves ept's variables in the environment as it found them.
 """
 
 from __future__ import annotations
@@ -74,11 +74,13 @@ def test_a_profiles_file_cannot_carry_an_inline_key(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_demo_leaves_the_environment_as_it_found_it(tmp_path: Path, monkeypatch) -> None:
+def test_the_demo_puts_its_key_in_no_environment_variable(tmp_path: Path, monkeypatch) -> None:
     from elo_per_token.coordinator.demo import run_demo
 
     monkeypatch.delenv("EPT_DEMO_API_KEY", raising=False)
-    before = dict(os.environ)
+    before = {k: v for k, v in os.environ.items() if k.startswith("EPT_")}
     result = run_demo(tmp_path / "out", tasks_per_family=1)
     assert result.analysis is not None and (tmp_path / "out" / "report").is_dir()
-    assert dict(os.environ) == before
+    # (polars adjusts its allocator's variable itself; ept's variables and the key are what this checks)
+    assert {k: v for k, v in os.environ.items() if k.startswith("EPT_")} == before
+    assert not any(v.startswith("sk-demo-") for v in os.environ.values())
