@@ -84,3 +84,31 @@ def test_the_demo_puts_its_key_in_no_environment_variable(tmp_path: Path, monkey
     # (polars adjusts its allocator's variable itself; ept's variables and the key are what this checks)
     assert {k: v for k, v in os.environ.items() if k.startswith("EPT_")} == before
     assert not any(v.startswith("sk-demo-") for v in os.environ.values())
+
+
+def test_worker_broker_option_reaches_its_start_failure_report(tmp_path: Path, redis_server) -> None:
+    """`ept worker --broker URL` (no EPT_BROKER_URL anywhere) that cannot start leaves its reason on THAT broker:
+    the option is passed down as a value, and the worker process's environment is not the channel."""
+    import subprocess
+    import sys
+
+    from elo_per_token.contracts.jobs import worker_error_key
+
+    queue = "settings-broker-probe"
+    r = redis_server.client()
+    r.delete(worker_error_key(queue))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EPT_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-m", "elo_per_token", "worker", "--queue", queue, "--broker", redis_server.url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "EPT_WORKER_LEDGERS" in done.stderr
+    left = r.get(worker_error_key(queue))
+    assert left is not None and b"EPT_WORKER_LEDGERS" in left
+    assert redis_server.password not in done.stderr
