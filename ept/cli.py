@@ -128,53 +128,6 @@ def _stage_of(args: list[str]) -> str | None:
     return None
 
 
-# typer >= 0.2x labels every option in --help with a Python type tag (`--help <bool>`, `--out <str>`); a
-# click/typer user expects click's plain style: flags bare, values as TEXT / INTEGER / FLOAT / PATH / [a|b].
-_CLICK_TYPE_NAMES = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT", "path": "PATH", "bool": ""}
-
-
-def _click_style(tag: str | None) -> str | None:
-    if not tag or not tag.startswith("<"):
-        return tag  # an explicit metavar, or an older typer that already prints click's names
-    inner = tag.strip("<>").removesuffix("...")
-    if inner.startswith("list[") and inner.endswith("]"):
-        inner = inner[5:-1]
-    if "|" in inner:
-        return f"[{inner}]"
-    return _CLICK_TYPE_NAMES.get(inner, inner.upper()) or None
-
-
-def _plain_help(cmd: Any) -> None:
-    """Rewrite the help of every parameter of `cmd` and its subcommands in click's style (see above)."""
-    for sub in getattr(cmd, "commands", {}).values():
-        _plain_help(sub)
-    make_help = getattr(cmd, "get_help_option", None)
-    if make_help is not None:  # --help is built on demand, outside `params`
-
-        def help_option(ctx: Any, _make: Any = make_help) -> Any:
-            opt = _make(ctx)
-            if opt is not None and hasattr(opt, "display_type_rich"):
-                opt.display_type_rich = lambda ctx: None
-            return opt
-
-        cmd.get_help_option = help_option
-    for p in getattr(cmd, "params", []):
-        shown = getattr(p, "display_type_rich", None)
-        if shown is None:
-            continue
-        if getattr(p, "param_type_name", "") == "argument":
-            # The argument's name is its metavar (PATHS...), as in click; no type tag next to it.
-            name = (p.metavar or p.name or "ARG").upper()
-            dots = "..." if p.nargs != 1 else ""
-            p.metavar = name
-            p.display_type_rich = lambda ctx: None
-            p.get_usage_pieces = lambda ctx, u=(name + dots if p.required else f"[{name}]{dots}"): [u]
-        elif getattr(p, "is_flag", False) or getattr(p, "count", False):
-            p.display_type_rich = lambda ctx: None
-        else:
-            p.display_type_rich = lambda ctx, f=shown: _click_style(f(ctx))
-
-
 # One click command per set of registered stages ("*" = all of them), built once per process.
 _commands: dict[str, Any] = {}
 HELP_PIPE_WIDTH = 160
@@ -191,9 +144,9 @@ def _command_for(args: list[str]) -> Any:
         else:
             root = _new_app()
             _register_stages(root, [stage])
-        command = typer.main.get_command(root)
-        _plain_help(command)
-        _commands[key] = command
+        # Help in click's plain style (TEXT, INTEGER; flags bare) is typer's own below 0.26, the bound
+        # pyproject.toml sets: no rewriting of the parameters' help here.
+        _commands[key] = typer.main.get_command(root)
     return _commands[key]
 
 
