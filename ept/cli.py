@@ -7,7 +7,7 @@ import importlib.abc
 import importlib.util
 import os
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -19,19 +19,23 @@ HELP = "elo-per-token: how much quality does each extra 1k tokens of test-time c
 
 
 def _root(
-    verify_jobs: bool = typer.Option(
-        False,
-        "--verify-jobs",
-        help="Find a compacted run's uncompacted job objects by listing the run, not from its declared keys "
-        "(same as EPT_VERIFY_JOBS=1): for runs something outside ept may have written into.",
-    ),
-    show_version: bool = typer.Option(
-        False,
-        "--version",
-        help="Print the version and exit.",
-        is_eager=True,
-        callback=lambda v: _print_version(v),
-    ),
+    verify_jobs: Annotated[
+        bool,
+        typer.Option(
+            "--verify-jobs",
+            help="Find a compacted run's uncompacted job objects by listing the run, not from its declared keys "
+            "(same as EPT_VERIFY_JOBS=1): for runs something outside ept may have written into.",
+        ),
+    ] = False,
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            is_eager=True,
+            callback=lambda v: _print_version(v),
+        ),
+    ] = False,
 ) -> None:
     """elo-per-token: how much quality does each extra 1k tokens of test-time compute buy?"""
     if verify_jobs:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -13,18 +13,19 @@ if TYPE_CHECKING:
 def register(app: typer.Typer) -> None:
     @app.command("worker")
     def worker(
-        concurrency: int = typer.Option(
-            16, "--concurrency", "-c", help="Jobs in flight (threads) in this process."
-        ),
-        queue: str = typer.Option("ept", "--queue", "-Q", help="Queue to consume."),
-        broker: str = typer.Option(
-            None, "--broker", help="Broker URL (default: $EPT_BROKER_URL or local Redis)."
-        ),
-        hostname: str = typer.Option(None, "--hostname", "-n", help="Worker node name."),
-        loglevel: str = typer.Option("INFO", "--loglevel", "-l"),
-        profiles: str = typer.Option(
-            None, "--profiles", help="profiles.toml to resolve profile names (else $EPT_PROFILES)."
-        ),
+        concurrency: Annotated[
+            int, typer.Option("--concurrency", "-c", help="Jobs in flight (threads) in this process.")
+        ] = 16,
+        queue: Annotated[str, typer.Option("--queue", "-Q", help="Queue to consume.")] = "ept",
+        broker: Annotated[
+            str | None, typer.Option("--broker", help="Broker URL (default: $EPT_BROKER_URL or local Redis).")
+        ] = None,
+        hostname: Annotated[str | None, typer.Option("--hostname", "-n", help="Worker node name.")] = None,
+        loglevel: Annotated[str, typer.Option("--loglevel", "-l")] = "INFO",
+        profiles: Annotated[
+            str | None,
+            typer.Option("--profiles", help="profiles.toml to resolve profile names (else $EPT_PROFILES)."),
+        ] = None,
     ) -> None:
         """Run a Celery worker for sweep jobs (threads pool: jobs wait on the API, not the CPU)."""
         from elo_per_token.worker.celery_app import broker_url, make_app
