@@ -27,7 +27,6 @@ SCHEMA_VERSION = 1
 # Roles of a call within a job. Strategy cost = every role except "judge" (evaluation cost).
 # The strategy name of judge jobs (worker.judge): their outcome line is bookkeeping, never a graded answer.
 JUDGE_STRATEGY = "judge"
-CALL_ROLES = ("sample", "verifier", "search_node", "tool_turn", "judge")
 
 
 # Keys every ledger line carries besides its own fields: the job identity (JobResult.identity) and `kind`.

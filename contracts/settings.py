@@ -4,6 +4,11 @@ docs/configuration.md is generated from this table (`python -m elo_per_token.con
 `--check` fails when the file drifts), and tests/test_settings.py fails when product code names an `EPT_*`
 variable the table does not declare. `read` parses a declared variable with its declared type, so a bad value
 is an InputError naming the variable instead of a bare ValueError; an unset or empty variable is its default.
+
+This module is the one reader of the process environment for `EPT_*` variables (`read_str`, `read_int`,
+`read_float`, `read_bool`, `read_seconds`, `is_set`); tests/test_edge_reads.py lists every other environment
+read with its reason and fails on a new one. A command-line option that stands for a variable (`ept
+--verify-jobs`) gives its value with `set_from_cli` for one command; nothing writes os.environ to hand a value on.
 """
 
 from __future__ import annotations
@@ -78,14 +83,34 @@ SETTINGS: tuple[Setting, ...] = (
 # fmt: on
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+# Values a command-line option gave for this command (`ept --verify-jobs`): they win over the environment.
+# The CLI sets them at its edge (ept/cli.py) and clears them when the command ends, so an option reaches every
+# reader of the process as a typed value, never through os.environ (which child processes would inherit).
+_from_cli: dict[str, Value] = {}
 DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
+def set_from_cli(name: str, value: Value) -> None:
+    """Give the declared variable `name` the value of a command-line option for the rest of this command."""
+    setting = BY_NAME[name]  # KeyError: an undeclared variable is a bug
+    if value is not None and type(value).__name__ != ("str" if setting.type == "secret" else setting.type):
+        raise TypeError(f"{name} is declared {setting.type}, got {type(value).__name__}")
+    _from_cli[name] = value
+
+
+def clear_cli() -> None:
+    """Forget every command-line value (the command ended; the next one starts from the environment)."""
+    _from_cli.clear()
+
+
 def read(name: str, env: Mapping[str, str] | None = None) -> Value:
-    """The declared variable `name` from `env` (default: the process environment), parsed with its declared
-    type; its default when unset or blank. A value of the wrong type is an InputError naming the variable."""
+    """The declared variable `name` from `env` (default: a command-line option's value, else the process
+    environment), parsed with its declared type; its default when unset or blank. A value of the wrong type is
+    an InputError naming the variable."""
     setting = BY_NAME[name]  # KeyError: an undeclared variable is a bug, not user input
+    if env is None and name in _from_cli:
+        return _from_cli[name]
     raw = (os.environ if env is None else env).get(name, "").strip()
     if not raw:
         return setting.default
@@ -117,6 +142,38 @@ def read_float(name: str, env: Mapping[str, str] | None = None) -> float:
     if not isinstance(value, int | float) or isinstance(value, bool):
         raise TypeError(f"{name} is not declared as a float with a default")
     return float(value)
+
+
+def is_set(name: str, env: Mapping[str, str] | None = None) -> bool:
+    """Whether the declared variable `name` is set to something other than blank (for a setting whose default
+    stands for "not configured here", such as the broker `ept status` asks only when one is named)."""
+    BY_NAME[name]  # KeyError: an undeclared variable is a bug
+    return bool((os.environ if env is None else env).get(name, "").strip())
+
+
+def read_str(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """`read` for a declared str or secret: the stripped text, or the default (None when it has none)."""
+    value = read(name, env)
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{name} is not declared as a str")
+    return value
+
+
+def read_bool(name: str, env: Mapping[str, str] | None = None) -> bool:
+    """`read` for a declared bool: True or False (1/0, true/false, yes/no, on/off; unset: the default)."""
+    value = read(name, env)
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} is not declared as a bool with a default")
+    return value
+
+
+def read_seconds(name: str, low: float, high: float, env: Mapping[str, str] | None = None) -> float:
+    """`read_float` for a duration that must lie in [low, high]: an InputError naming the variable otherwise
+    (an `inf` or a typo of days would make a wait that never ends)."""
+    value = read_float(name, env)
+    if not low <= value <= high:
+        raise InputError(f"must be between {low:g} and {high:g} seconds, got {value:g}", field=name)
+    return value
 
 
 def _shown(value: Value) -> str:

@@ -14,28 +14,24 @@ a worker that failed to start left one on the broker (`worker_error_key`), its r
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from elo_per_token.contracts import settings
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.jobs import worker_error_key
 
-DEFAULT_WINDOW_S = 60.0
+DEFAULT_WINDOW_S = settings.read_float("EPT_NO_CONSUMER_S", {})  # the declared default
 CHECK_EVERY_S = 10.0
 
 
 def window_s() -> float:
     """EPT_NO_CONSUMER_S: how long a queue may have work and no consumer before the sweep stops."""
-    raw = os.environ.get("EPT_NO_CONSUMER_S") or ""
-    try:
-        value = float(raw) if raw else DEFAULT_WINDOW_S
-    except ValueError:
-        raise InputError(f"not a number: {raw[:40]!r}", field="EPT_NO_CONSUMER_S") from None
+    value = settings.read_float("EPT_NO_CONSUMER_S")
     if not 0 < value < 86400:
-        raise InputError(f"must be between 0 and 86400 seconds, got {raw[:40]!r}", field="EPT_NO_CONSUMER_S")
+        raise InputError(f"must be between 0 and 86400 seconds, got {value:g}", field="EPT_NO_CONSUMER_S")
     return value
 
 
@@ -157,7 +153,7 @@ def redis_watch(app: Any, queue: str, window: float) -> QueueWatch:
 
     from elo_per_token.worker.heartbeat import live_consumers
 
-    grade = os.environ.get("EPT_GRADE_QUEUE") or "grade"
+    grade = settings.read_str("EPT_GRADE_QUEUE") or "grade"
     return QueueWatch(queue, grade if grade != queue else None, inspect, waiting, reason, window=window,
                       alive=lambda q: live_consumers(r, q))  # fmt: skip
 
@@ -183,7 +179,7 @@ def queue_lines(watch: QueueWatch) -> list[str]:
 
 def broker_status(queue: str) -> list[str]:
     """queue_lines for the broker in EPT_BROKER_URL (`ept status` of a Celery run); [] without one or on error."""
-    if not os.environ.get("EPT_BROKER_URL"):
+    if not settings.is_set("EPT_BROKER_URL"):
         return []
     try:
         from elo_per_token.worker.celery_app import make_app

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from elo_per_token.contracts import settings
 
 DEMO_KEY_ENV = "EPT_DEMO_API_KEY"
 
@@ -54,15 +55,16 @@ def run_demo(
         name = f"{plan.name}-r{replicates}"
         raw = {**plan.raw, "replicates": replicates, "name": name}
         plan = plan.with_overrides(replicates=replicates, name=name, raw=raw)
-    # A throwaway key that exists only in this process: the simulator checks it, nothing prints it.
-    key = os.environ.get(DEMO_KEY_ENV) or "sk-demo-" + secrets.token_hex(16)
-    os.environ[DEMO_KEY_ENV] = key
+    # A throwaway key that exists only in this process: the simulator checks it, the profile carries it (never
+    # through the environment, which child processes would inherit), nothing prints it.
+    key = settings.read_str(DEMO_KEY_ENV) or "sk-demo-" + secrets.token_hex(16)
     # prompt_cache "warm": earlier messages report as cached input tokens, so the report's token split has both
     # kinds; unlike "seen", the usage does not depend on request order, so every demo run prints the same report.
     sim = start_in_thread({"latency_ms": 0.0, "seed": plan.seed, "api_key": key, "prompt_cache": "warm"})
     try:
         profile = Profile(
             name="simulator", protocol="openai", base_url=sim.url, api_key_env=DEMO_KEY_ENV, model="ept-sim-1",
+            inline_key=key,
             timeout=30.0, max_retries=3,
             # Illustrative prices (USD per 1M tokens) so the demo shows cost per task and ΔElo per $1.
             price_in_per_1m=0.15, price_cached_in_per_1m=0.075, price_out_per_1m=0.60,

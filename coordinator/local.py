@@ -4,7 +4,7 @@ Stopping (Ctrl-C or SIGTERM):
 1. The first signal stops submitting, cancels the jobs queued but not started, and tells the provider client
    and the job loop to stop retrying: each in-flight job ends after its current request and reaches the ledger
    (a result, or a failure record with the calls it made), so nothing is paid for twice on resume.
-2. In-flight jobs get a grace period of STOP_GRACE_S seconds (EPT_STOP_GRACE_S). Jobs still running after it are
+2. In-flight jobs get a grace period of EPT_STOP_GRACE_S seconds (default 30). Jobs still running after it are
    abandoned: their calls so far are not recorded, and the process exits (the CLI exits 130).
 3. A second signal exits at once (exit 130), abandoning whatever is in flight.
 """
@@ -20,19 +20,16 @@ from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from elo_per_token.contracts import settings
 from elo_per_token.contracts.errors import EXIT_INTERRUPTED
 from elo_per_token.contracts.jobs import Job, JobSummary
 from elo_per_token.contracts.records import JobResult
 from elo_per_token.ledger import Ledger
 
-STOP_GRACE_S = 30.0
-
 
 def stop_grace_s() -> float:
-    try:
-        return max(0.0, float(os.environ.get("EPT_STOP_GRACE_S") or STOP_GRACE_S))
-    except ValueError:
-        return STOP_GRACE_S
+    """EPT_STOP_GRACE_S, read when a run starts (a bad value is an InputError then, not at Ctrl-C)."""
+    return max(0.0, settings.read_float("EPT_STOP_GRACE_S"))
 
 
 def hard_exit(message: str, code: int = EXIT_INTERRUPTED) -> None:

@@ -27,24 +27,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from elo_per_token.contracts import settings
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.ledger import Ledger
 
 LEASE_DIR = "lease/"
-DEFAULT_TTL_S = 120.0
 SESSION_STARTED = time.time()  # this process's start: with host and pid, names the holder
 
 
 def lease_ttl_s() -> float:
     """EPT_RUN_LEASE_TTL (seconds, 1..86400; default 120)."""
-    raw = os.environ.get("EPT_RUN_LEASE_TTL") or str(DEFAULT_TTL_S)
-    try:
-        ttl = float(raw)
-    except ValueError:
-        raise InputError(f"not a number: {raw[:40]!r}", field="EPT_RUN_LEASE_TTL") from None
-    if not 1 <= ttl <= 86400:
-        raise InputError(f"must be between 1 and 86400 seconds, got {raw[:40]!r}", field="EPT_RUN_LEASE_TTL")
-    return ttl
+    return settings.read_seconds("EPT_RUN_LEASE_TTL", 1, 86400)
 
 
 def _name(gen: int) -> str:

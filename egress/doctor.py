@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from elo_per_token.contracts.secrets import mask, scrub
+from elo_per_token.contracts.settings import read_str
 from elo_per_token.egress.profiles import Profile
 
 if TYPE_CHECKING:  # for annotations; run_checks imports the client where it runs
@@ -51,7 +52,7 @@ class Check:
 
 def check_key(p: Profile) -> Check:
     name = f"key variable ${p.api_key_env}"
-    raw = os.environ.get(p.api_key_env)
+    raw = p.env_value()
     if raw is None:
         return Check(
             name,
@@ -293,7 +294,7 @@ def check_n(client: ProviderClient, p: Profile, completion_works: bool) -> Check
 def client_config_paths() -> list[Path]:
     """Client configs `ept profiles export` writes: $EPT_CLIENT_CONFIGS (os.pathsep-separated), else the
     default locations of Claude Code and Codex."""
-    env = os.environ.get("EPT_CLIENT_CONFIGS")
+    env = read_str("EPT_CLIENT_CONFIGS")
     if env:
         return [Path(x).expanduser() for x in env.split(os.pathsep) if x]
     return [Path("~/.claude/settings.json").expanduser(), Path("~/.codex/config.toml").expanduser()]

@@ -29,7 +29,6 @@ Keys are scrubbed from every message; the key variable's value is only ever show
 from __future__ import annotations
 
 import email.utils
-import os
 import re
 import sys
 import time
@@ -238,7 +237,7 @@ def access_error(err: ProviderError, profile: Profile, key: str | None, where_fr
     a profile) means the key or the account: proxies such as LiteLLM answer a key they cannot check with
     400 ("No connected db"). Reclassified as `credential`, naming the key variable. Never called for an error
     that names a request field (`err.param`): that is the request's fault whatever came before."""
-    env_key = os.environ.get(profile.api_key_env) or None
+    env_key = profile.env_key()
     state = f"is set ({mask(env_key)})" if env_key else "is NOT set or empty"
     msg = (
         f"credential or access (key from ${profile.api_key_env}, which {state}): {err.message} A {err.status} on "
@@ -317,7 +316,7 @@ def _sentence(text: str) -> str:
 
 def _credential_message(e: Exception, status: int, profile: Profile, key: str | None, where: str) -> str:
     """A 401/403: where the key came from (masked) and what to check."""
-    env_key = os.environ.get(profile.api_key_env) or None
+    env_key = profile.env_key()
     env_state = f"is set ({mask(env_key)})" if env_key else "is NOT set or empty"
     if key and key != env_key:
         env_state += f"; this client was given another key explicitly ({mask(key)})"

@@ -38,6 +38,7 @@ from elo_per_token.common.tomlpos import toml_line
 from elo_per_token.contracts import generation as gen_settings
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.secrets import mask, mask_url
+from elo_per_token.contracts.settings import read_str
 
 PROTOCOLS = ("openai", "anthropic")
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -83,13 +84,26 @@ class Profile:
     max_response_mb: float = DEFAULT_MAX_RESPONSE_MB  # a response body past this is not read (transient)
     # Seconds an endpoint that answered before may stay down (refused, 5xx) before its jobs fail (egress.outage).
     patience: float = DEFAULT_PATIENCE_S
+    # A key handed in by code that made it (`ept demo`'s throwaway key for its in-process simulator), used
+    # instead of $api_key_env; never in a profiles file (a literal key field is refused there), a manifest or
+    # a repr (public_dict drops it).
+    inline_key: str | None = field(default=None, repr=False, compare=False)
 
     def __hash__(self) -> int:  # headers is a dict; hash by identity fields only
         return hash((self.name, self.protocol, self.base_url, self.model))
 
     def api_key(self) -> str | None:
-        """The key from the environment, or None when the variable is unset or empty."""
-        return os.environ.get(self.api_key_env) or None
+        """The inline key, else the key from the environment; None when neither is there."""
+        return self.inline_key or self.env_key()
+
+    def env_key(self) -> str | None:
+        """The key in $api_key_env, or None when the variable is unset or empty."""
+        return self.env_value() or None
+
+    def env_value(self) -> str | None:
+        """$api_key_env as set (None: unset; `ept doctor` tells empty and padded values apart). The one read of
+        it: an edge read, as the variable is named by the user's profile, not declared in contracts/settings.py."""
+        return os.environ.get(self.api_key_env)
 
     def masked_key(self) -> str:
         return mask(self.api_key())
@@ -100,6 +114,7 @@ class Profile:
     def public_dict(self) -> dict[str, Any]:
         """Everything needed to reproduce the endpoint choice, and nothing secret (for manifests)."""
         d = dataclasses.asdict(self)
+        del d["inline_key"]
         d["headers"] = {k: v for k, v in self.headers.items() if not _SECRET_HEADER.search(k)}
         d["base_url"] = mask_url(self.base_url)  # a password in the URL's userinfo is a secret too
         return d
@@ -242,7 +257,7 @@ def profiles_path(path: str | Path | None = None) -> Path | None:
     """The profile file in effect: the argument, else $EPT_PROFILES, else ./profiles.toml if present."""
     if path:
         return Path(path)
-    env = os.environ.get("EPT_PROFILES")
+    env = read_str("EPT_PROFILES")
     if env:
         return Path(env)
     local = Path("profiles.toml")

@@ -7,10 +7,11 @@ import importlib.abc
 import importlib.util
 import os
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
+from elo_per_token.contracts import settings
 from elo_per_token.contracts.errors import EXIT_BAD_INPUT, InputError
 from elo_per_token.contracts.secrets import scrub
 
@@ -18,26 +19,29 @@ HELP = "elo-per-token: how much quality does each extra 1k tokens of test-time c
 
 
 def _root(
-    verify_jobs: bool = typer.Option(
-        False,
-        "--verify-jobs",
-        help="Find a compacted run's uncompacted job objects by listing the run, not from its declared keys "
-        "(same as EPT_VERIFY_JOBS=1): for runs something outside ept may have written into.",
-    ),
-    show_version: bool = typer.Option(
-        False,
-        "--version",
-        help="Print the version and exit.",
-        is_eager=True,
-        callback=lambda v: _print_version(v),
-    ),
+    verify_jobs: Annotated[
+        bool,
+        typer.Option(
+            "--verify-jobs",
+            help="Find a compacted run's uncompacted job objects by listing the run, not from its declared keys "
+            "(same as EPT_VERIFY_JOBS=1): for runs something outside ept may have written into.",
+        ),
+    ] = False,
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            is_eager=True,
+            callback=lambda v: _print_version(v),
+        ),
+    ] = False,
 ) -> None:
     """elo-per-token: how much quality does each extra 1k tokens of test-time compute buy?"""
     if verify_jobs:
-        # The readers (ledger/keyspace.py) look this up where they decide; one switch for every command.
-        from elo_per_token.ledger.keyspace import VERIFY_ENV
-
-        os.environ[VERIFY_ENV] = "1"
+        # The readers (ledger/keyspace.py) look EPT_VERIFY_JOBS up where they decide; one switch for every
+        # command, given as the setting's value for this command (main clears it when the command ends).
+        settings.set_from_cli("EPT_VERIFY_JOBS", True)
 
 
 def _print_version(value: bool) -> None:
@@ -128,53 +132,6 @@ def _stage_of(args: list[str]) -> str | None:
     return None
 
 
-# typer >= 0.2x labels every option in --help with a Python type tag (`--help <bool>`, `--out <str>`); a
-# click/typer user expects click's plain style: flags bare, values as TEXT / INTEGER / FLOAT / PATH / [a|b].
-_CLICK_TYPE_NAMES = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT", "path": "PATH", "bool": ""}
-
-
-def _click_style(tag: str | None) -> str | None:
-    if not tag or not tag.startswith("<"):
-        return tag  # an explicit metavar, or an older typer that already prints click's names
-    inner = tag.strip("<>").removesuffix("...")
-    if inner.startswith("list[") and inner.endswith("]"):
-        inner = inner[5:-1]
-    if "|" in inner:
-        return f"[{inner}]"
-    return _CLICK_TYPE_NAMES.get(inner, inner.upper()) or None
-
-
-def _plain_help(cmd: Any) -> None:
-    """Rewrite the help of every parameter of `cmd` and its subcommands in click's style (see above)."""
-    for sub in getattr(cmd, "commands", {}).values():
-        _plain_help(sub)
-    make_help = getattr(cmd, "get_help_option", None)
-    if make_help is not None:  # --help is built on demand, outside `params`
-
-        def help_option(ctx: Any, _make: Any = make_help) -> Any:
-            opt = _make(ctx)
-            if opt is not None and hasattr(opt, "display_type_rich"):
-                opt.display_type_rich = lambda ctx: None
-            return opt
-
-        cmd.get_help_option = help_option
-    for p in getattr(cmd, "params", []):
-        shown = getattr(p, "display_type_rich", None)
-        if shown is None:
-            continue
-        if getattr(p, "param_type_name", "") == "argument":
-            # The argument's name is its metavar (PATHS...), as in click; no type tag next to it.
-            name = (p.metavar or p.name or "ARG").upper()
-            dots = "..." if p.nargs != 1 else ""
-            p.metavar = name
-            p.display_type_rich = lambda ctx: None
-            p.get_usage_pieces = lambda ctx, u=(name + dots if p.required else f"[{name}]{dots}"): [u]
-        elif getattr(p, "is_flag", False) or getattr(p, "count", False):
-            p.display_type_rich = lambda ctx: None
-        else:
-            p.display_type_rich = lambda ctx, f=shown: _click_style(f(ctx))
-
-
 # One click command per set of registered stages ("*" = all of them), built once per process.
 _commands: dict[str, Any] = {}
 HELP_PIPE_WIDTH = 160
@@ -191,9 +148,9 @@ def _command_for(args: list[str]) -> Any:
         else:
             root = _new_app()
             _register_stages(root, [stage])
-        command = typer.main.get_command(root)
-        _plain_help(command)
-        _commands[key] = command
+        # Help in click's plain style (TEXT, INTEGER; flags bare) is typer's own below 0.26, the bound
+        # pyproject.toml sets: no rewriting of the parameters' help here.
+        _commands[key] = typer.main.get_command(root)
     return _commands[key]
 
 
@@ -262,6 +219,8 @@ def main(argv: list[str] | None = None) -> None:
             "[bold red]error:[/] input nested too deeply to read", highlight=False
         )
         sys.exit(EXIT_BAD_INPUT)
+    finally:
+        settings.clear_cli()  # an option's value lasts one command (tests run many in one process)
 
 
 if __name__ == "__main__":

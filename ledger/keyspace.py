@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from elo_per_token.contracts import settings
 from elo_per_token.contracts.errors import InputError
 
 if TYPE_CHECKING:
@@ -164,7 +165,9 @@ def declared_or_why(
 
 
 def verify_requested() -> bool:
-    return os.environ.get(VERIFY_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    """EPT_VERIFY_JOBS (or `ept --verify-jobs`, which sets it for the command): list every job object instead
+    of trusting the declared keys."""
+    return settings.read_bool(VERIFY_ENV)
 
 
 def probe_limit(declared: int) -> int:

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from elo_per_token.common.atomic import write_atomic, write_temp
+from elo_per_token.contracts.settings import read_bool
 
 TMP_PREFIX = ".tmp-"
 
@@ -107,7 +108,7 @@ class LocalStore:
         self.root = Path(root).expanduser().resolve()
         # Rename/link already make writes atomic for readers and against a killed process; fsync adds
         # durability across power loss; it cost ~7% of local-executor throughput here (200 ms latency), so opt-in.
-        self.fsync = os.environ.get("EPT_LEDGER_FSYNC", "") not in ("", "0") if fsync is None else fsync
+        self.fsync = read_bool("EPT_LEDGER_FSYNC") if fsync is None else fsync
 
     def url(self, key: str = "") -> str:
         return str(self.root / key) if key else str(self.root)

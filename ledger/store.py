@@ -26,8 +26,8 @@ and readers never see a partial file); an S3 write uses `put_object(IfNoneMatch=
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,10 +35,11 @@ from typing import Any
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.finite import dumps_finite
 from elo_per_token.contracts.keys import check_key
+from elo_per_token.contracts.settings import read_float
 from elo_per_token.ledger.local import LocalStore
 from elo_per_token.ledger.objects import ObjectStore, strip_suffix
 from elo_per_token.ledger.s3 import S3Store
-from elo_per_token.ledger.s3config import S3_ENV_VARS
+from elo_per_token.ledger.s3config import s3_settings
 
 # Where `ept demo`, plans without a `ledger` and commands given a bare run id keep runs (relative to the cwd).
 DEFAULT_LEDGER = "./ept-out/ledger"
@@ -244,7 +245,7 @@ def open_ledger(url: str | Path) -> Ledger:
         if not bucket:
             raise InputError(f"ledger URL {s!r} has no bucket (expected s3://bucket/prefix)", field="ledger")
         # Ride out S3 outages up to EPT_S3_PATIENCE_S (default 180 s) before a write is given up.
-        return S3Ledger(bucket, prefix, patience_s=float(os.environ.get("EPT_S3_PATIENCE_S") or 180))
+        return S3Ledger(bucket, prefix, patience_s=read_float("EPT_S3_PATIENCE_S"))
     if s.startswith("file://"):
         return FileLedger(s[len("file://") :] or "/")
     if "://" in s:
@@ -264,8 +265,8 @@ def open_ledger_for_reading(url: str | Path) -> Ledger:
     its run and then opens it (which also checks the run once, not twice)."""
     led = open_ledger(url)
     if isinstance(led, S3Ledger):
-        env = tuple(os.environ.get(v, "") for v in S3_ENV_VARS)
-        cache_key = (led.url, *env)
+        # One reader per endpoint and credentials: s3_settings is the one read of the AWS variables.
+        cache_key = (led.url, *dataclasses.astuple(s3_settings()))
         if cache_key not in _READERS:
             _READERS[cache_key] = S3Ledger(
                 led.bucket, led.prefix, create_bucket=False, attempts=2, patience_s=0.0

@@ -21,14 +21,17 @@ def test_the_app_registers_exactly_the_wire_names():
 
 
 def test_the_coordinator_sends_the_name_the_worker_registers(monkeypatch):
-    app = make_app("redis://127.0.0.1:1/0")
+    app = make_app("redis://127.0.0.1:1/0", profiles="/srv/worker-profiles.toml")
     assert TASK_NAME == "ept.run_job" == lifecycle.TASK_NAME
     # The task under that name runs worker.lifecycle.celery_run_job (imported at call time, so the renamed
-    # module is what a worker loads), with the message's two arguments as they came.
+    # module is what a worker loads), with the message's two arguments as they came and the worker's own
+    # profiles file (`ept worker --profiles`) as a value, not through the environment.
     seen = []
     monkeypatch.setattr(
-        lifecycle, "celery_run_job", lambda task_self, job, ctx: seen.append((job, ctx)) or "ok"
+        lifecycle,
+        "celery_run_job",
+        lambda task_self, job, ctx, profiles: seen.append((job, ctx, profiles)) or "ok",
     )
     monkeypatch.delenv("EPT_GRADE_QUEUE", raising=False)
     assert app.tasks[TASK_NAME]({"key": "k"}, {"ledger": "l"}) == "ok"
-    assert seen == [({"key": "k"}, {"ledger": "l"})]
+    assert seen == [({"key": "k"}, {"ledger": "l"}, "/srv/worker-profiles.toml")]

@@ -17,6 +17,7 @@ from bounds import bounded
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from elo_per_token.contracts import settings as settings_mod
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.settings import BY_NAME, DOC, SETTINGS, markdown, read
 
@@ -117,3 +118,75 @@ def test_read_of_any_text_is_a_typed_value_or_an_error_naming_the_variable(name:
     kind = BY_NAME[name].type
     expected = {"int": int, "float": float, "bool": bool, "str": str, "secret": str}[kind]
     assert value is None or isinstance(value, expected) or value == BY_NAME[name].default
+
+
+def test_is_set_read_str_and_read_bool() -> None:
+    assert settings_mod.is_set("EPT_BROKER_URL", {}) is False  # a declared default is not "set"
+    assert settings_mod.is_set("EPT_BROKER_URL", {"EPT_BROKER_URL": "  "}) is False
+    assert settings_mod.is_set("EPT_BROKER_URL", {"EPT_BROKER_URL": "redis://h:1/0"}) is True
+    assert settings_mod.read_str("EPT_GRADE_QUEUE", {}) is None
+    assert settings_mod.read_str("EPT_GRADE_QUEUE", {"EPT_GRADE_QUEUE": " grade "}) == "grade"
+    assert settings_mod.read_bool("EPT_SANDBOX_CGROUP", {}) is True
+    assert settings_mod.read_bool("EPT_LEDGER_FSYNC", {"EPT_LEDGER_FSYNC": "off"}) is False
+    with pytest.raises(InputError) as e:
+        settings_mod.read_bool("EPT_LEDGER_FSYNC", {"EPT_LEDGER_FSYNC": "false-ish"})
+    assert e.value.field == "EPT_LEDGER_FSYNC"
+    with pytest.raises(TypeError):
+        settings_mod.read_bool("EPT_MATH_PROCS", {})  # an int is not read as a bool
+    with pytest.raises(KeyError):
+        settings_mod.is_set("EPT_NOT_DECLARED", {})
+
+
+def test_a_command_line_value_wins_for_one_command_and_touches_no_environment() -> None:
+    """`ept --verify-jobs` gives EPT_VERIFY_JOBS for the command (what ledger.keyspace reads) without writing
+    os.environ, and the value is gone when the command ends."""
+    import os
+
+    from elo_per_token.ledger.keyspace import verify_requested
+
+    before = dict(os.environ)
+    assert verify_requested() is False
+    settings_mod.set_from_cli("EPT_VERIFY_JOBS", True)
+    try:
+        assert verify_requested() is True and settings_mod.read_bool("EPT_VERIFY_JOBS") is True
+        assert settings_mod.read_bool("EPT_VERIFY_JOBS", {}) is False  # an explicit env is read as given
+        assert dict(os.environ) == before
+    finally:
+        settings_mod.clear_cli()
+    assert verify_requested() is False
+    with pytest.raises(TypeError):
+        settings_mod.set_from_cli("EPT_VERIFY_JOBS", "1")  # typed: the option gives a bool
+
+
+def test_ept_verify_jobs_leaves_the_environment_and_later_commands_alone(tmp_path: Path) -> None:
+    import os
+
+    from cli_runner import run_ept
+
+    from elo_per_token.ept.cli import main
+
+    before = dict(os.environ)
+    with pytest.raises(SystemExit) as e:
+        main(["--verify-jobs", "version"])
+    assert e.value.code in (0, None)
+    assert dict(os.environ) == before and "EPT_VERIFY_JOBS" not in os.environ
+    assert settings_mod._from_cli == {}  # cleared when the command ended
+    assert run_ept("version", cwd=tmp_path).returncode == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    raw=st.text(max_size=10_000)
+    | st.from_regex(r"-?[0-9]{1,12}(\.[0-9]{0,6})?(e-?[0-9]{1,3})?", fullmatch=True)
+)
+def test_read_seconds_is_in_range_or_an_error_naming_the_variable(raw: str) -> None:
+    try:
+        value = bounded(
+            lambda: settings_mod.read_seconds("EPT_RUN_LEASE_TTL", 1, 86400, {"EPT_RUN_LEASE_TTL": raw}),
+            time_s=1,
+            memory_mb=16,
+        )
+    except InputError as e:
+        assert e.field == "EPT_RUN_LEASE_TTL" and len(str(e)) < 400
+        return
+    assert 1 <= value <= 86400

@@ -18,36 +18,31 @@ Delivery guarantees and why:
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
+
+from elo_per_token.contracts import settings
+from elo_per_token.contracts.errors import InputError
 
 if TYPE_CHECKING:
     from elo_per_token.contracts.jobs import CeleryJobContextDict, JobSummary
 
     app: Celery  # built on first use by __getattr__ below
 
-DEFAULT_BROKER = "redis://127.0.0.1:6379/0"
+DEFAULT_BROKER = str(settings.read("EPT_BROKER_URL", {}))  # the declared default
 DEFAULT_QUEUE = "ept"
 DEFAULT_LEASE_S = 50
-DEFAULT_GRADE_TIMEOUT_S = 120.0
 # The lease exceeds the grading wait by this much: the provider calls before it and the ledger write after it.
 LEASE_MARGIN_S = 60
 
 
 def grade_timeout_s(env: Mapping[str, str] | None = None) -> float:
     """How long a job waits for a verdict from the grade queue (EPT_GRADE_TIMEOUT, seconds)."""
-    from elo_per_token.contracts.errors import InputError
-
-    raw = (os.environ if env is None else env).get("EPT_GRADE_TIMEOUT") or str(DEFAULT_GRADE_TIMEOUT_S)
-    try:
-        value = float(raw)
-    except ValueError:
-        raise InputError(f"not a number: {raw[:40]!r}", field="EPT_GRADE_TIMEOUT") from None
+    value = settings.read_float("EPT_GRADE_TIMEOUT", env)
     if not 0 < value < 86400:
-        raise InputError(f"must be between 0 and 86400 seconds, got {raw[:40]!r}", field="EPT_GRADE_TIMEOUT")
+        raise InputError(f"must be between 0 and 86400 seconds, got {value:g}", field="EPT_GRADE_TIMEOUT")
     return value
 
 
@@ -57,19 +52,13 @@ def lease_seconds(env: Mapping[str, str] | None = None) -> int:
     Unset EPT_VISIBILITY_TIMEOUT: 50 s, or EPT_GRADE_TIMEOUT + LEASE_MARGIN_S when jobs wait on a grade queue.
     Set: used as given, but a lease that a grading wait can outlast is refused (InputError naming both
     settings): the job would be delivered again while it waits, and every copy would pay for its calls."""
-    from elo_per_token.contracts.errors import InputError
-
-    env = os.environ if env is None else env
-    need = math.ceil(grade_timeout_s(env)) + LEASE_MARGIN_S if env.get("EPT_GRADE_QUEUE") else 0
-    raw = env.get("EPT_VISIBILITY_TIMEOUT")
-    if not raw:
+    need = (
+        math.ceil(grade_timeout_s(env)) + LEASE_MARGIN_S if settings.read_str("EPT_GRADE_QUEUE", env) else 0
+    )
+    vt = settings.read("EPT_VISIBILITY_TIMEOUT", env)
+    if vt is None:
         return max(DEFAULT_LEASE_S, need)
-    try:
-        vt = int(raw)
-    except ValueError:
-        raise InputError(
-            f"not a whole number of seconds: {raw[:40]!r}", field="EPT_VISIBILITY_TIMEOUT"
-        ) from None
+    assert isinstance(vt, int)  # declared an int: read parsed it or raised
     if vt < 1:
         raise InputError(f"must be at least 1 second, got {vt}", field="EPT_VISIBILITY_TIMEOUT")
     if vt < need:
@@ -83,13 +72,16 @@ def lease_seconds(env: Mapping[str, str] | None = None) -> int:
 
 
 def broker_url() -> str:
-    return os.environ.get("EPT_BROKER_URL") or DEFAULT_BROKER
+    """EPT_BROKER_URL (default: local Redis)."""
+    return settings.read_str("EPT_BROKER_URL") or DEFAULT_BROKER
 
 
-def make_app(url: str | None = None) -> Celery:
+def make_app(url: str | None = None, profiles: str | None = None) -> Celery:
+    """The Celery app on broker `url` (default: EPT_BROKER_URL). profiles: the profiles file this worker's
+    tasks resolve profile names with (None: EPT_PROFILES, else ./profiles.toml, as egress.profiles looks)."""
     url = url or broker_url()
     vt = lease_seconds()
-    app = Celery("ept", broker=url, backend=os.environ.get("EPT_RESULT_BACKEND") or url)
+    app = Celery("ept", broker=url, backend=settings.read_str("EPT_RESULT_BACKEND") or url)
     app.conf.update(
         task_serializer="json",
         result_serializer="json",
@@ -124,7 +116,7 @@ def make_app(url: str | None = None) -> Celery:
         from elo_per_token.worker.lifecycle import celery_run_job
 
         route_grading(app)  # this worker's environment says where code is graded
-        return celery_run_job(self, job, ctx)
+        return celery_run_job(self, job, ctx, profiles=profiles)
 
     @app.task(name="ept.grade_code", shared=False, acks_late=True)  # type: ignore[untyped-decorator]
     def grade_code_task(

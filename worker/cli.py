@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -13,31 +13,28 @@ if TYPE_CHECKING:
 def register(app: typer.Typer) -> None:
     @app.command("worker")
     def worker(
-        concurrency: int = typer.Option(
-            16, "--concurrency", "-c", help="Jobs in flight (threads) in this process."
-        ),
-        queue: str = typer.Option("ept", "--queue", "-Q", help="Queue to consume."),
-        broker: str = typer.Option(
-            None, "--broker", help="Broker URL (default: $EPT_BROKER_URL or local Redis)."
-        ),
-        hostname: str = typer.Option(None, "--hostname", "-n", help="Worker node name."),
-        loglevel: str = typer.Option("INFO", "--loglevel", "-l"),
-        profiles: str = typer.Option(
-            None, "--profiles", help="profiles.toml to resolve profile names (else $EPT_PROFILES)."
-        ),
+        concurrency: Annotated[
+            int, typer.Option("--concurrency", "-c", help="Jobs in flight (threads) in this process.")
+        ] = 16,
+        queue: Annotated[str, typer.Option("--queue", "-Q", help="Queue to consume.")] = "ept",
+        broker: Annotated[
+            str | None, typer.Option("--broker", help="Broker URL (default: $EPT_BROKER_URL or local Redis).")
+        ] = None,
+        hostname: Annotated[str | None, typer.Option("--hostname", "-n", help="Worker node name.")] = None,
+        loglevel: Annotated[str, typer.Option("--loglevel", "-l")] = "INFO",
+        profiles: Annotated[
+            str | None,
+            typer.Option("--profiles", help="profiles.toml to resolve profile names (else $EPT_PROFILES)."),
+        ] = None,
     ) -> None:
         """Run a Celery worker for sweep jobs (threads pool: jobs wait on the API, not the CPU)."""
-        import os
+        from elo_per_token.worker.celery_app import broker_url, make_app
 
-        if profiles:
-            os.environ["EPT_PROFILES"] = profiles
-        if broker:
-            os.environ["EPT_BROKER_URL"] = broker
-        _check_sandbox(queue)
-        _check_allow_lists(queue)
-        from elo_per_token.worker.celery_app import make_app
-
-        capp = make_app(broker)
+        # Read once here and passed down: the tasks find both on their Celery app (worker.lifecycle).
+        url = broker or broker_url()
+        _check_sandbox(queue, url)
+        _check_allow_lists(queue, url)
+        capp = make_app(url, profiles=profiles or None)
         argv = ["worker", "-P", "threads", "-c", str(concurrency), "-Q", queue, "-l", loglevel,
                 "--without-gossip", "--without-mingle"]  # fmt: skip
         if queue == GRADE_QUEUE:
@@ -83,7 +80,7 @@ def grader_broker_settings(transport_options: dict[str, Any]) -> dict[str, Any]:
     return {"broker_transport_options": opts, "worker_enable_remote_control": False}
 
 
-def _check_allow_lists(queue: str) -> None:
+def _check_allow_lists(queue: str, broker: str) -> None:
     """A job worker with no ledger allow-list could only refuse every job: it exits 2 at once, saying what to set."""
     from elo_per_token.worker.trust import LEDGERS_ENV, ledgers_configured
 
@@ -94,20 +91,20 @@ def _check_allow_lists(queue: str) -> None:
             "ledger from a message alone (EPT_WORKER_BASE_URLS likewise lists the endpoints a plan may override)"
         )
         typer.echo(f"error: {message}", err=True)
-        _report_start_failure(queue, message)
+        _report_start_failure(queue, message, broker)
         raise typer.Exit(2)
 
 
 def _is_grader(queue: str) -> bool:
-    import os
+    """Whether `queue` is a grading queue: `grade`, or the one EPT_GRADE_QUEUE names."""
+    from elo_per_token.worker.graders.remote import grade_queue
 
-    return queue == GRADE_QUEUE or os.environ.get("EPT_GRADE_QUEUE") == queue
+    return queue == GRADE_QUEUE or grade_queue() == queue
 
 
-def _report_start_failure(queue: str, message: str) -> None:
+def _report_start_failure(queue: str, message: str, broker: str) -> None:
     """Leave the reason on the broker for a coordinator waiting on this queue (best effort, never raises)."""
     import contextlib
-    import os
 
     from elo_per_token.contracts.jobs import worker_error_key
     from elo_per_token.contracts.secrets import scrub
@@ -115,8 +112,7 @@ def _report_start_failure(queue: str, message: str) -> None:
     with contextlib.suppress(Exception):
         import redis
 
-        url = os.environ.get("EPT_BROKER_URL") or "redis://127.0.0.1:6379/0"
-        r = redis.Redis.from_url(url, socket_timeout=3, socket_connect_timeout=3)
+        r = redis.Redis.from_url(broker, socket_timeout=3, socket_connect_timeout=3)
         r.set(worker_error_key(queue), scrub(message)[:2000], ex=3600)
 
 
@@ -135,11 +131,10 @@ def sandbox_check() -> Check:
     return Check("code sandbox (bwrap)", WARN, f"{where}: {why.split(': ')[0]}; code tasks will fail", why)
 
 
-def _check_sandbox(queue: str) -> None:
+def _check_sandbox(queue: str, broker: str) -> None:
     """A grader worker without a working sandbox exits 2 at once (it could only fail every candidate); a job
     worker that would grade code itself says so at start, before code jobs fail one by one."""
-    import os
-
+    from elo_per_token.worker.graders.remote import grade_queue
     from elo_per_token.worker.sandbox import bwrap
 
     why = bwrap.probe()
@@ -148,7 +143,7 @@ def _check_sandbox(queue: str) -> None:
     if _is_grader(queue):
         message = f"this grader cannot run its sandbox: {why}"
         typer.echo(f"error: {message}", err=True)
-        _report_start_failure(queue, message)
+        _report_start_failure(queue, message, broker)
         raise typer.Exit(2)
-    if not os.environ.get("EPT_GRADE_QUEUE"):
+    if not grade_queue():
         typer.echo(f"warning: this worker cannot grade code tasks (they will fail): {why}", err=True)

@@ -279,16 +279,22 @@ def _cached(key: tuple[object, ...], make: Callable[[], T]) -> T:
 
 
 def provider_for(
-    profile_name: str, base_url: str | None, rpm: int | None, tpm: int | None, redis_url: str | None
+    profile_name: str,
+    base_url: str | None,
+    rpm: int | None,
+    tpm: int | None,
+    redis_url: str | None,
+    profiles: str | None = None,
 ) -> ProviderClient:
-    """One ProviderClient per (profile, endpoint, limits) in this process, so HTTP connections are reused."""
+    """One ProviderClient per (profile, endpoint, limits) in this process, so HTTP connections are reused.
+    profiles: the profiles file (`ept worker --profiles`); None: egress.profiles' lookup (EPT_PROFILES, ...)."""
 
     def make() -> ProviderClient:
         from elo_per_token.egress.client import ProviderClient
         from elo_per_token.egress.profiles import get_profile
         from elo_per_token.worker.ratelimit import Limits, make_rate_limiter
 
-        prof = get_profile(profile_name)
+        prof = get_profile(profile_name, profiles)
         if base_url:
             prof = prof.with_base_url(base_url)
         limiter = make_rate_limiter(prof.name, Limits(rpm or prof.rpm, tpm or prof.tpm), redis_url)
@@ -301,7 +307,7 @@ def provider_for(
             shared = SharedReach(redis.Redis.from_url(redis_url, socket_timeout=5), prof.name, prof.base_url)
         return ProviderClient(prof, rate_limiter=limiter, shared_reach=shared)
 
-    return _cached(("provider", profile_name, base_url, rpm, tpm, redis_url), make)
+    return _cached(("provider", profile_name, base_url, rpm, tpm, redis_url, profiles), make)
 
 
 def ledger_for(url: str) -> Ledger:
@@ -382,12 +388,19 @@ def _claims(redis_url: str) -> Claims:
     return _cached(("claims", redis_url), make)
 
 
+def _redis_broker_url(task_self: Any) -> str:
+    """The broker URL of the task's Celery app (`ept worker --broker`, else EPT_BROKER_URL) when it is Redis,
+    else ""."""
+    url = str(getattr(getattr(task_self, "app", None), "conf", {}).get("broker_url") or "")
+    return url if url.startswith(("redis://", "rediss://", "unix://")) else ""
+
+
 def _cancelled(task_self: Any, job: Job) -> bool:
     """The coordinator was stopped (contracts.jobs.cancel_key on the broker): a queued job does not start."""
     from elo_per_token.contracts.jobs import cancel_key
 
-    url = str(getattr(getattr(task_self, "app", None), "conf", {}).get("broker_url") or "")
-    if not url.startswith(("redis://", "rediss://", "unix://")):
+    url = _redis_broker_url(task_self)
+    if not url:
         return False
     try:
         import redis
@@ -400,8 +413,8 @@ def _cancelled(task_self: Any, job: Job) -> bool:
 
 def _broker(task_self: Any) -> redis.Redis | None:
     """The broker's Redis client (cached), or None when the broker is not Redis."""
-    url = str(getattr(getattr(task_self, "app", None), "conf", {}).get("broker_url") or "")
-    if not url.startswith(("redis://", "rediss://", "unix://")):
+    url = _redis_broker_url(task_self)
+    if not url:
         return None
     import redis
 
@@ -487,12 +500,13 @@ def _refused(job: Job, why: str) -> JobSummary:
     return _summary(job, "failed", **{"class": "permanent", "message": scrub(why)})
 
 
-def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJobContextDict) -> JobSummary:
+def celery_run_job(
+    task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJobContextDict, profiles: str | None = None
+) -> JobSummary:
     """Body of the Celery task `ept.run_job`. ctx_dict: the message's CeleryJobContext (ledger URL, base_url
-    override, rate limits) as plain JSON. The ledger and the endpoint are used only if this worker's own
+    override, rate limits) as plain JSON; profiles: this worker's profiles file (`ept worker --profiles`). The ledger and the endpoint are used only if this worker's own
     allow-lists name them (worker.trust): a message cannot choose where the key goes or where results land."""
-    import os
-
+    from elo_per_token.contracts import settings
     from elo_per_token.worker.trust import Untrusted, check_base_url, check_ledger
 
     job = Job.from_dict(job_dict)
@@ -510,8 +524,12 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
         return _summary(job, "cancelled", message="the sweep was stopped before this job started")
     if _over_budget(task_self, job, ctx.budget_tokens):
         return _summary(job, "cancelled", message="the run reached its budget cap before this job started")
+    # The shared rate-limit claims: EPT_RATELIMIT_URL, else the broker this worker consumes.
     redis_url = (
-        os.environ.get("EPT_RATELIMIT_URL") or os.environ.get("EPT_BROKER_URL") or "redis://127.0.0.1:6379/0"
+        settings.read_str("EPT_RATELIMIT_URL")
+        or _redis_broker_url(task_self)
+        or settings.read_str("EPT_BROKER_URL")
+        or ""
     )
     claims = _claims(redis_url)
     task_id = getattr(getattr(task_self, "request", None), "id", None)
@@ -537,7 +555,7 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
         )
         if (ctx.check_ledger or redelivered or waited) and ledger.has_job(job.run_id, job.key):
             return _summary(job, "skipped")
-        provider = provider_for(job.profile, base_url, ctx.rpm, ctx.tpm, redis_url)
+        provider = provider_for(job.profile, base_url, ctx.rpm, ctx.tpm, redis_url, profiles)
 
         def on_retry(j: Job, attempt: int, cls: str) -> None:
             task_self.update_state(state="RETRYING", meta={"key": j.key, "attempt": attempt, "class": cls})

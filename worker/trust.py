@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from elo_per_token.contracts.settings import read_str
+
 LEDGERS_ENV = "EPT_WORKER_LEDGERS"
 BASE_URLS_ENV = "EPT_WORKER_BASE_URLS"
 
@@ -34,8 +36,9 @@ def _norm(value: str) -> str:
     return os.path.realpath(os.path.expanduser(path)) if path else ""
 
 
-def _entries(env: Mapping[str, str], name: str) -> list[str]:
-    return [e.strip() for e in (env.get(name) or "").split(",") if e.strip()]
+def _entries(env: Mapping[str, str] | None, name: str) -> list[str]:
+    """The comma-separated entries of the declared variable `name` (env None: the process environment)."""
+    return [e.strip() for e in (read_str(name, env) or "").split(",") if e.strip()]
 
 
 def _allowed(value: str, entries: list[str]) -> bool:
@@ -58,7 +61,7 @@ def _allowed(value: str, entries: list[str]) -> bool:
 
 def check_ledger(url: str, env: Mapping[str, str] | None = None) -> str:
     """`url` if this worker may write there; Untrusted (naming the setting, never the message's secrets) if not."""
-    entries = _entries(os.environ if env is None else env, LEDGERS_ENV)
+    entries = _entries(env, LEDGERS_ENV)
     if not isinstance(url, str) or not url or not _allowed(url, entries):
         shown = _shown(url)
         raise Untrusted(
@@ -72,7 +75,7 @@ def check_base_url(url: str | None, env: Mapping[str, str] | None = None) -> str
     """The message's endpoint override if allowed (None: the profile's own endpoint); Untrusted otherwise."""
     if url is None:
         return None
-    entries = _entries(os.environ if env is None else env, BASE_URLS_ENV)
+    entries = _entries(env, BASE_URLS_ENV)
     if not isinstance(url, str) or not _allowed(url, entries):
         raise Untrusted(
             f"this worker does not send requests to {_shown(url)!r}: a message may only choose an "
@@ -90,4 +93,4 @@ def _shown(value: object) -> str:
 
 
 def ledgers_configured(env: Mapping[str, str] | None = None) -> bool:
-    return bool(_entries(os.environ if env is None else env, LEDGERS_ENV))
+    return bool(_entries(env, LEDGERS_ENV))

@@ -20,8 +20,8 @@ import zipfile
 import zlib
 from typing import BinaryIO
 
-MAX_LOG_MB = 512
-MAX_TOTAL_MB = 1024
+from elo_per_token.contracts.settings import read_float
+
 MAX_MEMBERS = 200_000  # a central directory of millions of tiny entries costs memory just to list
 _IN = 64 * 1024
 _OUT = 1024 * 1024
@@ -35,18 +35,14 @@ class TooBig(Exception):
         self.field, self.why = field, why
 
 
-def _mb(env: str, default: float) -> float:
-    raw = os.environ.get(env) or str(default)
-    try:
-        v = float(raw)
-    except ValueError:
-        v = default
-    return max(v, 0.0) * 2**20
+def _mb(name: str) -> float:
+    """A declared size cap in MB (contracts/settings.py), in bytes; a bad value is an InputError naming it."""
+    return max(read_float(name), 0.0) * 2**20
 
 
 def caps() -> tuple[float, float]:
     """(per-file cap, per-import cap) in bytes."""
-    return _mb("EPT_MAX_IMPORT_MB", MAX_LOG_MB), _mb("EPT_MAX_IMPORT_TOTAL_MB", MAX_TOTAL_MB)
+    return _mb("EPT_MAX_IMPORT_MB"), _mb("EPT_MAX_IMPORT_TOTAL_MB")
 
 
 def _members(fh: BinaryIO, path: str) -> list[zipfile.ZipInfo]:

@@ -11,17 +11,18 @@ runner built here (worker/graders/code.py `use_test_runner`), so no import runs 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
+
+from elo_per_token.contracts import settings
 
 GRADE_TASK = "ept.grade_code"
 
 
 def grade_queue() -> str | None:
     """The grader queue code grading goes to (EPT_GRADE_QUEUE), or None: grade in this process."""
-    return os.environ.get("EPT_GRADE_QUEUE") or None
+    return settings.read_str("EPT_GRADE_QUEUE")
 
 
 def queue_runner(app: Any, queue: str, wait_s: float) -> Callable[..., dict[str, Any]]:

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from elo_per_token.contracts.settings import read_int
+from elo_per_token.contracts.settings import read_bool, read_int
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -84,7 +84,7 @@ def _remove(d: str) -> None:
 @functools.cache
 def cgroup() -> Cgroup | None:
     """This worker's sandbox cgroup (created once), or None where no memory cgroup can be made."""
-    if os.environ.get("EPT_SANDBOX_CGROUP", "1") == "0":
+    if not read_bool("EPT_SANDBOX_CGROUP"):
         return None
     v1 = os.path.join(CGROUP_ROOT, "memory")
     own = _own_path("memory")

