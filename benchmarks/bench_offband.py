@@ -1,0 +1,100 @@
+"""Is the frontier band's `off` truly off? An audit over random designs with known truth (issue 37 item 7).
+
+Each design draws 3-8 arms (theta ~ U(0, 1.2), true tokens per task log-uniform in 500..12000), 2-3 families
+of 30-120 tasks, binary outcomes (tests/fixtures_stats.py), runs the real `ept analyze` in this process, and
+records every non-partial arm's bootstrap frontier share, its printed band and whether it is truly on the
+frontier (the analysis' rule on the pseudo-true Elo and the true tokens). Printed: for each share threshold t,
+the arms whose share is <= t and the share of them truly on the frontier (the `off` band is share <= OFF_SHARE);
+likewise `on` (share >= ON_SHARE) truly off. Designs are seeded by --seed0 + i, so a threshold chosen on one
+set of seeds can be checked on another (held out).
+
+Run: python benchmarks/bench_offband.py [--designs 200] [--rounds 200] [--seed0 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_coverage import run_cli, truth_for  # noqa: E402
+from fixtures_stats import Arm, Experiment, true_frontier, write_experiment  # noqa: E402
+
+THRESHOLDS = (0.0, 0.005, 0.01, 0.02, 0.05)
+
+
+def design(seed: int) -> Experiment:
+    """A random design: arm count, strengths, costs and family sizes drawn from `seed`."""
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(3, 9))
+    theta = rng.uniform(0.0, 1.2, k)
+    tokens = np.exp(rng.uniform(np.log(500), np.log(12000), k))
+    arms = [Arm(f"s{i}", 1, float(theta[i]), float(round(tokens[i]))) for i in range(k)]
+    fams = {f: int(rng.integers(30, 121)) for f in ("math", "code", "tool")[: int(rng.integers(2, 4))]}
+    return Experiment(arms, fams)
+
+
+def audit(seed: int, rounds: int, tmp: Path) -> list[tuple[float, str, bool]]:
+    """(frontier share, band, truly on) for each non-partial arm of one design."""
+    exp = design(seed)
+    f = write_experiment(tmp / f"d{seed}.jsonl", exp, seed=seed)
+    out = tmp / f"d{seed}"
+    code = run_cli(["analyze", str(f), "--rounds", str(rounds), "--seed", str(seed), "--out", str(out),
+                    "--no-plots"])  # fmt: skip
+    if code != 0:
+        raise SystemExit(f"design {seed}: ept analyze exited {code}")
+    doc = json.loads((out / "report.json").read_text())
+    shutil.rmtree(out)
+    f.unlink()
+    elo, tok = truth_for(exp, doc["family_weights"])
+    arms = [r["arm"] for r in doc["table"]]
+    front = true_frontier(np.array([elo[a] for a in arms]), np.array([tok[a] for a in arms]))
+    return [
+        (float(r["frontier_prob"]), str(r["frontier_band"]), bool(front[i]))
+        for i, r in enumerate(doc["table"])
+        if r.get("frontier_prob") is not None and "partial" not in str(r["frontier_band"])
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--designs", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--seed0", type=int, default=0)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-offband-"))
+    rows: list[tuple[float, str, bool]] = []
+    t0 = time.process_time()
+    try:
+        for i in range(args.designs):
+            rows += audit(args.seed0 + i, args.rounds, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    share = np.array([r[0] for r in rows])
+    on = np.array([r[2] for r in rows])
+    band = [r[1] for r in rows]
+    print(f"{args.designs} designs (seeds {args.seed0}..{args.seed0 + args.designs - 1}), {len(rows)} arms, "
+          f"{args.rounds} rounds, {time.process_time() - t0:.0f} s CPU")  # fmt: skip
+    print("| arms with share <= t | arms | truly on the frontier |")
+    print("|---|---:|---:|")
+    for t in THRESHOLDS:
+        sel = share <= t + 1e-12
+        print(f"| t = {t:.3f} | {sel.sum()} | {on[sel].mean():.1%} ({on[sel].sum()}/{sel.sum()}) |")
+    off = np.array([b == "off" for b in band])
+    onb = np.array([b == "on" for b in band])
+    print(f"band `off`: truly on {on[off].mean():.1%} ({on[off].sum()}/{off.sum()})")
+    print(f"band `on`: truly off {(~on[onb]).mean():.1%} ({(~on[onb]).sum()}/{onb.sum()})")
+
+
+if __name__ == "__main__":
+    main()
