@@ -289,6 +289,30 @@ def _html_cells(page: str, table: str, col: str) -> dict[str, float]:
     return out
 
 
+def _accuracy_cells(rows: list[dict]) -> list[tuple[str, str]]:
+    """(marked arm, "value% [lo, hi]") of report.json's accuracy rows, formatted as every table formats them."""
+    from elo_per_token.analysis.accuracy_report import _pct, marked_arm
+
+    return [(marked_arm(x), _pct(x["accuracy"], x["accuracy_lo"], x["accuracy_hi"])) for x in rows]
+
+
+def _sweep_summary(root: Path) -> str:
+    """The table `ept sweep` prints after a run (coordinator.sweep.analyze_run + print_report), for the run's
+    plan with the manifest's options (60 rounds, seed 5)."""
+    from elo_per_token.analysis.report import make_console, print_report
+    from elo_per_token.coordinator.plan import Plan
+    from elo_per_token.coordinator.sweep import analyze_run
+    from elo_per_token.ledger import open_ledger
+
+    plan = Plan(name="vrun", profile="p", suites=(), arms=(), seed=5, bootstrap_rounds=60, ledger=str(root))
+    analysis, err = analyze_run(plan, open_ledger(str(root)))
+    assert analysis is not None, err
+    console = make_console(record=True)
+    with console.capture() as cap:
+        print_report(analysis, console)
+    return cap.get()
+
+
 @pytest.mark.slow
 def test_one_run_prints_the_same_verdict_on_every_surface(tmp_path: Path) -> None:
     from elo_per_token.analysis.report_headline import headline_rows
@@ -314,6 +338,22 @@ def test_one_run_prints_the_same_verdict_on_every_surface(tmp_path: Path) -> Non
         assert cells[0] in r.stdout and cells[4] in r.stdout  # arm with its mark, Elo [CI]
         assert md_escape(cells[0]) in md and cells[4] in md
     assert "majority@4 [math only]" in r.stdout
+    acc_cells = _accuracy_cells(rep["accuracy"])
+    assert any("[math only]" in arm for arm, _ in acc_cells)
+    for (
+        arm,
+        cell,
+    ) in acc_cells:  # the accuracy table: marked arm, value [interval] in the terminal and report.md
+        assert re.search(re.escape(arm) + r"\s+│\s+" + re.escape(cell), r.stdout), (arm, cell)
+        assert f"{md_escape(arm)} | {cell}" in md, (arm, cell)
+
+    sweep_text = _sweep_summary(root)  # what `ept sweep` prints after its run, from the plan's own options
+    for line in rec["lines"]:
+        assert line in sweep_text
+    for cells in headline_rows(rep["table"], rep["anchor"]):
+        assert cells[0] in sweep_text and cells[4] in sweep_text
+    for arm, cell in acc_cells:
+        assert re.search(re.escape(arm) + r"\s+│\s+" + re.escape(cell), sweep_text), (arm, cell)
 
     r2 = run_ept("report", url, "--out", str(page))
     assert r2.returncode == 0, r2.stderr
@@ -324,13 +364,29 @@ def test_one_run_prints_the_same_verdict_on_every_surface(tmp_path: Path) -> Non
         }
     assert htmllib.escape(rec["lines"][0], quote=False) in text
     assert f'data-status="{rec["status"]}"' in text
-    acc = {x["arm"]: x["accuracy_lo"] for x in rep["accuracy"]}
-    got = _html_cells(text, "accuracy-table", "accuracy_lo")
-    assert {a.split(" [")[0]: v for a, v in got.items()} == pytest.approx(acc)
+    for col in ("accuracy", "accuracy_lo", "accuracy_hi"):
+        got = _html_cells(text, "accuracy-table", col)
+        assert {a.split(" [")[0]: v for a, v in got.items()} == pytest.approx(
+            {x["arm"]: x[col] for x in rep["accuracy"]}
+        )
+    assert htmllib.escape("majority@4 [math only]", quote=False) in text.split('id="accuracy-table"')[1]
 
     view = Store(str(root)).view("vrun")
     assert view.doc is not None and view.doc.recommendation == rec
     assert view.doc.returns == rep["table"] and view.doc.accuracy == rep["accuracy"]
+    from elo_per_token.viewer.pages import run_page
+
+    shown = run_page(view)  # the page `ept view` serves for the run
+    assert htmllib.escape(rec["lines"][0], quote=False) in shown
+    for col in ("elo", "elo_lo", "elo_hi"):
+        assert _html_cells(shown, "returns-table", col) == {
+            x["arm"]: pytest.approx(x[col]) for x in rep["table"]
+        }
+    for col in ("accuracy_lo", "accuracy_hi"):
+        got = _html_cells(shown, "accuracy-table", col)
+        assert {a.split(" [")[0]: v for a, v in got.items()} == pytest.approx(
+            {x["arm"]: x[col] for x in rep["accuracy"]}
+        )
 
     cmp_json = tmp_path / "c.json"
     r3 = run_ept("compare", url, url, "--json", str(cmp_json), "--fail-on", "none")
