@@ -175,7 +175,7 @@ def score_interval(p: np.ndarray, var: np.ndarray, n_kish: np.ndarray, df: np.nd
 
     p = np.clip(np.asarray(p, dtype=float), 0.0, 1.0)
     a = (1.0 - level) / 2.0
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         n_eff = np.where(var > 0, np.minimum(n_kish, p * (1 - p) / np.where(var > 0, var, 1.0)), n_kish)
         n_eff = np.maximum(np.nan_to_num(n_eff, nan=1.0), 1.0)
         n_eff = np.maximum(n_eff * (norm.ppf(1 - a) / t.ppf(1 - a, np.maximum(df, 1.0))) ** 2, 1.0)

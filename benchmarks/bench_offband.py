@@ -8,7 +8,7 @@ the arms whose share is <= t and the share of them truly on the frontier (the `o
 likewise `on` (share >= ON_SHARE) truly off. Designs are seeded by --seed0 + i, so a threshold chosen on one
 set of seeds can be checked on another (held out).
 
-Run: python benchmarks/bench_offband.py [--designs 200] [--rounds 200] [--seed0 0]
+Run: python benchmarks/bench_offband.py [--designs 200] [--rounds 200] [--seed0 0] [--kind random|near]
 """
 
 from __future__ import annotations
@@ -33,20 +33,24 @@ from fixtures_stats import Arm, Experiment, true_frontier, write_experiment  # n
 THRESHOLDS = (0.0, 0.005, 0.01, 0.02, 0.05)
 
 
-def design(seed: int) -> Experiment:
-    """A random design: arm count, strengths, costs and family sizes drawn from `seed`."""
+def design(seed: int, kind: str = "random") -> Experiment:
+    """A random design: arm count, strengths, costs and family sizes drawn from `seed`. kind "near": the
+    strengths rise with the cost (sorted) plus N(0, 0.1) jitter, so most arms are on the frontier or just off
+    it (the hard case for an `off` label)."""
     rng = np.random.default_rng(seed)
     k = int(rng.integers(3, 9))
     theta = rng.uniform(0.0, 1.2, k)
     tokens = np.exp(rng.uniform(np.log(500), np.log(12000), k))
+    if kind == "near":
+        theta, tokens = np.sort(theta) + rng.normal(0.0, 0.1, k), np.sort(tokens)
     arms = [Arm(f"s{i}", 1, float(theta[i]), float(round(tokens[i]))) for i in range(k)]
     fams = {f: int(rng.integers(30, 121)) for f in ("math", "code", "tool")[: int(rng.integers(2, 4))]}
     return Experiment(arms, fams)
 
 
-def audit(seed: int, rounds: int, tmp: Path) -> list[tuple[float, str, bool]]:
+def audit(seed: int, rounds: int, tmp: Path, kind: str) -> list[tuple[float, str, bool]]:
     """(frontier share, band, truly on) for each non-partial arm of one design."""
-    exp = design(seed)
+    exp = design(seed, kind)
     f = write_experiment(tmp / f"d{seed}.jsonl", exp, seed=seed)
     out = tmp / f"d{seed}"
     code = run_cli(["analyze", str(f), "--rounds", str(rounds), "--seed", str(seed), "--out", str(out),
@@ -71,19 +75,20 @@ def main() -> None:
     ap.add_argument("--designs", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--seed0", type=int, default=0)
+    ap.add_argument("--kind", choices=("random", "near"), default="random")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-offband-"))
     rows: list[tuple[float, str, bool]] = []
     t0 = time.process_time()
     try:
         for i in range(args.designs):
-            rows += audit(args.seed0 + i, args.rounds, tmp)
+            rows += audit(args.seed0 + i, args.rounds, tmp, args.kind)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     share = np.array([r[0] for r in rows])
     on = np.array([r[2] for r in rows])
     band = [r[1] for r in rows]
-    print(f"{args.designs} designs (seeds {args.seed0}..{args.seed0 + args.designs - 1}), {len(rows)} arms, "
+    print(f"{args.designs} {args.kind} designs (seeds {args.seed0}..{args.seed0 + args.designs - 1}), {len(rows)} arms, "
           f"{args.rounds} rounds, {time.process_time() - t0:.0f} s CPU")  # fmt: skip
     print("| arms with share <= t | arms | truly on the frontier |")
     print("|---|---:|---:|")

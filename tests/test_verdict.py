@@ -89,6 +89,29 @@ def test_no_pick_when_a_cheaper_arm_is_not_separated_from_the_candidate() -> Non
     assert rec["not_separated"] == ["a", "b", "c"]
 
 
+def test_no_pick_when_a_dearer_looking_arm_may_be_cheaper() -> None:
+    """b is the cheapest arm not separated from the best by its point tokens (3.0k vs c's 3.3k), but c's
+    tokens/task come from a rare very long reply (its bootstrap interval reaches well below 3.0k) and b is
+    not measurably stronger than c: c may dominate b, so nothing is picked. With c's tokens known exactly
+    (tight rounds) b is picked as before."""
+    arms = ["a", "b", "c", "d"]
+    elo, tok = [1000.0, 1040, 1045, 1050], np.array([1000.0, 3000, 3300, 6000])
+    s = _samples(elo, 12)
+    rng = np.random.default_rng(3)
+    loose = tok + np.column_stack(
+        [rng.normal(0, 20, (400, 2)), rng.normal(0, 900, 400), rng.normal(0, 20, 400)]
+    )
+    tight = tok + rng.normal(0, 20, (400, 4))
+    rec = recommend(arms, np.array(elo), tok, s, tokens_samples=loose)
+    assert rec["status"] == "undecided" and rec["arm"] is None
+    assert (
+        rec["lines"][0].startswith("No recommendation: b") and "may not be cheaper than c" in rec["lines"][0]
+    )
+    assert "c" in rec["not_separated"]
+    sure = recommend(arms, np.array(elo), tok, s, tokens_samples=tight)
+    assert sure["arm"] == "b"
+
+
 @pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf])
 def test_bad_margin_names_the_flag(bad: float) -> None:
     with pytest.raises(InputError, match="--margin"):
@@ -112,7 +135,8 @@ def test_bad_margin_on_the_command_line_exits_2(tmp_path: Path) -> None:
 def test_the_decision_rules_hold_on_any_bootstrap(k: int, seed: int, spread: float, sd: float,
                                                   partial: set[int], flagged: set[int]) -> None:  # fmt: skip
     """Whatever the rounds (ties, zero noise, NaN arms, every arm excluded): the pick is never partial or
-    flagged, is not separated from the best, and every cheaper comparable arm is measurably below it."""
+    flagged, is not separated from the best, every cheaper comparable arm is measurably below it, and every
+    arm it is not measurably above is measurably dearer."""
     rng = np.random.default_rng(seed)
     arms = [f"x{i}" for i in range(k)]
     elo = 1000 + rng.normal(0, spread + 1e-9, k)
@@ -122,7 +146,10 @@ def test_the_decision_rules_hold_on_any_bootstrap(k: int, seed: int, spread: flo
     s = elo + rng.normal(0, sd + 1e-9, (60, k))
     part = {arms[i]: ["math"] for i in partial if i < k}
     flag = [arms[i] for i in flagged if i < k]
-    rec = bounded(lambda: recommend(arms, elo, tok, s, partial=part, flagged=flag), 5.0, 50)
+    ts = tok + rng.normal(0, sd * 10 + 1e-9, (60, k))  # tokens/task per round, as uncertain as sd says
+    rec = bounded(
+        lambda: recommend(arms, elo, tok, s, partial=part, flagged=flag, tokens_samples=ts), 5.0, 50
+    )
     assert rec["lines"] and rec["status"] in {"pick", "not_separated", "undecided", "empty"}
     pick = rec["arm"]
     if pick is None:
@@ -131,8 +158,14 @@ def test_the_decision_rules_hold_on_any_bootstrap(k: int, seed: int, spread: flo
     assert pick not in part and pick not in flag and rec["best"] not in part
     assert not np.quantile(s[:, b] - s[:, p], 0.025) > 0
     for j in range(k):
-        if tok[j] < tok[p] and arms[j] not in part and arms[j] not in flag and not np.isnan(elo[j]):
+        if j == p or arms[j] in part or arms[j] in flag or np.isnan(elo[j]):
+            continue
+        if tok[j] < tok[p]:
             assert np.quantile(s[:, p] - s[:, j], 0.025) > 0
+        elif (
+            not np.quantile(s[:, p] - s[:, j], 0.025) > 0
+        ):  # j may dominate the pick unless measurably dearer
+            assert np.quantile(ts[:, j] - ts[:, p], 0.025) > 0
 
 
 # ---------------------------------------------------------------- accuracy
