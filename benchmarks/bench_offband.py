@@ -48,7 +48,7 @@ def design(seed: int, kind: str = "random") -> Experiment:
     return Experiment(arms, fams)
 
 
-def audit(seed: int, rounds: int, tmp: Path, kind: str) -> list[tuple[float, str, bool]]:
+def audit(seed: int, rounds: int, tmp: Path, kind: str) -> list[tuple[float, str, bool, float]]:
     """(frontier share, band, truly on) for each non-partial arm of one design."""
     exp = design(seed, kind)
     f = write_experiment(tmp / f"d{seed}.jsonl", exp, seed=seed)
@@ -63,11 +63,19 @@ def audit(seed: int, rounds: int, tmp: Path, kind: str) -> list[tuple[float, str
     elo, tok = truth_for(exp, doc["family_weights"])
     arms = [r["arm"] for r in doc["table"]]
     front = true_frontier(np.array([elo[a] for a in arms]), np.array([tok[a] for a in arms]))
+    e, t = np.array([elo[a] for a in arms]), np.array([tok[a] for a in arms])
     return [
-        (float(r["frontier_prob"]), str(r["frontier_band"]), bool(front[i]))
+        (float(r["frontier_prob"]), str(r["frontier_band"]), bool(front[i]), on_by(e, t, i))
         for i, r in enumerate(doc["table"])
         if r.get("frontier_prob") is not None and "partial" not in str(r["frontier_band"])
     ]
+
+
+def on_by(elo: np.ndarray, tokens: np.ndarray, i: int) -> float:
+    """How far arm i is truly on the frontier: its true Elo over the strongest other arm at most as costly
+    (+inf for the cheapest; <= 0: off)."""
+    other = [j for j in range(elo.size) if j != i and tokens[j] <= tokens[i]]
+    return float(elo[i] - max(elo[j] for j in other)) if other else float("inf")
 
 
 def main() -> None:
@@ -78,7 +86,7 @@ def main() -> None:
     ap.add_argument("--kind", choices=("random", "near"), default="random")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-offband-"))
-    rows: list[tuple[float, str, bool]] = []
+    rows: list[tuple[float, str, bool, float]] = []
     t0 = time.process_time()
     try:
         for i in range(args.designs):
@@ -98,6 +106,12 @@ def main() -> None:
     off = np.array([b == "off" for b in band])
     onb = np.array([b == "on" for b in band])
     print(f"band `off`: truly on {on[off].mean():.1%} ({on[off].sum()}/{off.sum()})")
+    margin = np.array([r[3] for r in rows])
+    for eps in (5.0, 10.0):
+        far = on & (margin > eps)
+        print(
+            f"band `off`: truly on by more than {eps:g} Elo {far[off].mean():.1%} ({far[off].sum()}/{off.sum()})"
+        )
     print(f"band `on`: truly off {(~on[onb]).mean():.1%} ({(~on[onb]).sum()}/{onb.sum()})")
 
 
