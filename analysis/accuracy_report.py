@@ -49,7 +49,7 @@ def accuracy_title(result: AnalysisResult) -> str:
     """The accuracy table's title: what the column is, how it is weighted, the estimand and the interval."""
     o = result.options
     kind = "pass@1 (every score 0 or 1)" if score_label(result) == "pass@1" else "mean score (partial credit)"
-    return f"Accuracy: {kind}, families weighted like Elo, --missing {o.missing}; Wilson intervals"  # fmt: skip
+    return f"Accuracy: {kind}, families weighted like Elo, --missing {o.missing}; Clopper-Pearson intervals"  # fmt: skip
 
 
 def accuracy_header(result: AnalysisResult) -> list[str]:

@@ -345,7 +345,8 @@ def _returns_section(doc: HtmlDocument, returns: list[dict[str, Any]]) -> list[s
         '<p class="muted">Rows ordered by tokens per task; ΔElo and ΔElo per 1k tokens are against the previous '
         "arm on the frontier (column vs); intervals are bootstrap percentile intervals; frontier rows (bold) have no "
         "cheaper arm with a higher Elo; frontier band: on / uncertain / off = on the frontier in at least 95% / "
-        "5-95% / at most 5% of bootstrap rounds (a bootstrap share, not a probability); an arm measured in some "
+        "5-95% / at most 5% of bootstrap rounds (a bootstrap share, not a probability; off = dominated or within "
+        "the noise of a cheaper arm, not surely off); an arm measured in some "
         "families only is off the frontier and its ΔElo is over the shared families.</p>"
     )
     parts.append(_table("returns-table", returns, RETURNS_COLUMNS, row_class="frontier"))

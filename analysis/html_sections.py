@@ -122,7 +122,7 @@ def accuracy_section(doc: HtmlDocument, table: TableRenderer) -> list[str]:
     out = ['<section id="accuracy"><h2>Accuracy</h2>',
            f'<p class="muted">{html.escape(label)} per arm ({"every score 0 or 1" if label == "pass@1" else "partial credit"}): '
            "per task the mean over replicates, per family the mean over tasks, families weighted like Elo, missing "
-           "scores as the Elo table counts them; Wilson intervals on the effective number of tasks; [family only]: "
+           "scores as the Elo table counts them; Clopper-Pearson intervals on the effective number of tasks; [family only]: "
            "a partial arm, not comparable. pass@k: the unbiased estimator 1 − C(n−c, k)/C(n, k) over tasks with "
            "n ≥ k replicates.</p>",
            table("accuracy-table", rows, cols)]  # fmt: skip

@@ -21,7 +21,7 @@ import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -164,12 +164,29 @@ class _Decision:
     equivalent: bool  # the pick is within +-margin of the best (interval of the difference)
     diff: tuple[float, float, float]  # Elo(best) - Elo(pick): point, lo, hi
     below_gap: tuple[float, float, float] = (math.nan, math.nan, math.nan)  # Elo(P) - Elo(dearest of below)
+    # dearer-looking arms not below the pick whose tokens/task are not measurably above the pick's
+    maybe_cheaper: list[int] = field(default_factory=list)
+    joint: float = math.nan  # the level of below_gap's interval (Bonferroni over the arms)
+    joint_n: int = 1  # the comparisons it is one of
+
+
+def _maybe_cheaper(tok: np.ndarray, tok_s: np.ndarray | None, elo_s: np.ndarray, pick: int, valid: list[int],
+                   level: float) -> list[int]:  # fmt: skip
+    """Arms that look dearer than the pick but whose tokens/task are not measurably above its (the interval of
+    the difference over the same bootstrap rounds reaches 0: a rare very long reply makes a mean uncertain)
+    and that the pick is not measurably above: the pick may be dominated by one of them."""
+    if tok_s is None or len(tok_s) == 0:
+        return []
+    return [j for j in valid if j != pick and tok[j] >= tok[pick] and not _separated(elo_s, pick, j, level)
+            and not _q(tok_s[:, j] - tok_s[:, pick], level)[0] > 0]  # fmt: skip
 
 
 def _decide(elo: np.ndarray, tok: np.ndarray, elo_s: np.ndarray, level: float, margin: float,
-            valid: list[int]) -> _Decision:  # fmt: skip
+            valid: list[int], tok_s: np.ndarray | None = None) -> _Decision:  # fmt: skip
     """The cheapest arm not separated from the best (P) is the candidate. It is picked only when every
-    cheaper arm is measurably below it (else its extra tokens buy nothing shown: undecided); it is called
+    cheaper arm is measurably below it, jointly (Bonferroni over the arms; else its extra tokens buy nothing
+    shown: undecided) and every arm it is not measurably above is measurably dearer (else P may be
+    dominated: undecided); it is called
     equivalent to the best only when the interval of Elo(best) - Elo(P) lies within +-margin (else: not
     separated, P picked with that caveat)."""
     best = max(valid, key=lambda i: elo[i])
@@ -178,14 +195,21 @@ def _decide(elo: np.ndarray, tok: np.ndarray, elo_s: np.ndarray, level: float, m
         key=lambda i: (tok[i], -elo[i]),
     )
     pick = near[0]
-    below = [j for j in valid if tok[j] < tok[pick] and not _separated(elo_s, pick, j, level)]
+    # A pick claims to be measurably above every cheaper arm at once: Bonferroni over the K - 1 arms it is
+    # compared with, so among many equal arms a dearer one is wrongly picked at most (1 - level) / 2 of runs.
+    joint = 1.0 - (1.0 - level) / max(len(valid) - 1, 1)
+    below = [j for j in valid if tok[j] < tok[pick] and not _separated(elo_s, pick, j, joint)]
     lo, hi = _diff(elo_s, best, pick, level)
     diff = (float(elo[best] - elo[pick]), lo, hi)
     eq = pick == best or (-margin <= lo and hi <= margin)
     if below:
         below = sorted(below, key=lambda i: (tok[i], -elo[i]))
-        gap = (float(elo[pick] - elo[below[-1]]), *_diff(elo_s, pick, below[-1], level))
-        return _Decision("undecided", best, None, near, below, eq, diff, gap)
+        gap = (float(elo[pick] - elo[below[-1]]), *_diff(elo_s, pick, below[-1], joint))
+        return _Decision(
+            "undecided", best, None, near, below, eq, diff, gap, joint=joint, joint_n=max(len(valid) - 1, 1)
+        )
+    if maybe := _maybe_cheaper(tok, tok_s, elo_s, pick, valid, level):
+        return _Decision("undecided", best, None, near, [], eq, diff, maybe_cheaper=maybe)
     return _Decision("pick" if eq else "not_separated", best, pick, near, [], eq, diff)
 
 
@@ -202,11 +226,18 @@ def _head(
     def names(ix: Sequence[int]) -> str:
         return ", ".join(arms[i] for i in ix)
 
+    if d.status == "undecided" and not d.below:
+        p = d.near[0]
+        return (f"No recommendation: {_arm(arms, elo, tok, p)}, the cheapest arm not separated from the best, "
+                f"{best}, may not be cheaper than {names(d.maybe_cheaper)}: {'its' if len(d.maybe_cheaper) == 1 else 'their'} "
+                f"tokens/task {'is' if len(d.maybe_cheaper) == 1 else 'are'} not measurably above {arms[p]}'s "
+                f"and {arms[p]} is not measurably stronger ({pct} intervals; a rare very long reply makes a mean "
+                "uncertain). More tasks would decide.")  # fmt: skip
     if d.status == "undecided":
         p, c, (g, glo, ghi) = d.near[0], d.below[-1], d.below_gap
         return (f"No recommendation: {_arm(arms, elo, tok, p)}, the cheapest arm not separated from the best, "
                 f"{best}, is not separated from the cheaper {names(d.below)} either ({arms[p]} − {arms[c]}: "
-                f"{g:+.0f} Elo [{glo:+.0f}, {ghi:+.0f}]), which {'is' if len(d.below) == 1 else 'are'} measurably below the best ({pct} "
+                f"{g:+.0f} Elo [{glo:+.0f}, {ghi:+.0f}], {100 * d.joint:.4g}% interval: one of {d.joint_n} joint comparisons), which {'is' if len(d.below) == 1 else 'are'} measurably below the best ({pct} "
                 f"intervals); not separated: these {len(d.below) + len(d.near)} arms: {names(d.below + d.near)}. "
                 "More tasks would decide.")  # fmt: skip
     assert d.pick is not None
@@ -271,9 +302,10 @@ def recommend(
                 f"({elo[best]:.0f}) at {_tok(tok[best])} tokens/task; rerun with bootstrap rounds to know which "
                 "cheaper arms are within its noise.")  # fmt: skip
     else:
-        d = _decide(elo, tok, elo_s, level, margin, valid)
+        tok_s = None if tokens_samples is None else np.asarray(tokens_samples, dtype=float)
+        d = _decide(elo, tok, elo_s, level, margin, valid, tok_s)
         out.update(status=d.status, arm=None if d.pick is None else arms[d.pick], best=arms[d.best],
-                   within_noise=[arms[i] for i in d.near], not_separated=[arms[i] for i in d.below + d.near],
+                   within_noise=[arms[i] for i in d.near], not_separated=[arms[i] for i in dict.fromkeys(d.below + d.near + d.maybe_cheaper)],
                    equivalent=d.equivalent, difference={"d_elo": d.diff[0], "lo": _num(d.diff[1]), "hi": _num(d.diff[2])})  # fmt: skip
         head = _head(arms, elo, tok, d, pct, margin)
     lines = [head, *note] + [f"Frontier step: {s['text']}" for s in steps[:MAX_STEP_LINES]]

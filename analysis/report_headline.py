@@ -28,7 +28,8 @@ LEGEND = [
     "ΔElo per 1k: ΔElo / Δtokens x 1000; a reason instead of a number when the step is unresolved, below 3% "
     "of the cost, or the ratio's interval is many times its value",
     "frontier: on / uncertain / off = on the frontier in >= 95% / 5-95% / <= 5% of bootstrap rounds (the share, "
-    "in brackets, is a bootstrap share, not a probability)",
+    "in brackets, is a bootstrap share, not a probability; off = dominated or within the noise of a cheaper arm, "
+    "not surely off: docs/statistics.md)",
     "ties: share of the arm's comparisons that are ties; sep. tasks vs: tasks on which it and the `vs` arm differ "
     "(what ΔElo rests on)",
 ]

@@ -5,13 +5,17 @@ Scenarios (tests/fixtures_stats.py models, the real `ept analyze` in this proces
 - one-family: majority@16 is an exact clone of best@8's quality, observed in math only (a partial arm);
 - crashing: flaky@4 (vote@4's twin) has no score on each family's hardest 20% of tasks (flagged);
 - identical-8: eight arms of equal quality at 1k..8k tokens/task (only the cheapest is not dominated);
-- acc-99: an arm at ~99% accuracy on one family of 24 tasks.
+- long-16: 16 arms on a long frontier (each 0.12 logit stronger and 1.3x costlier; every arm truly on it);
+- heavy-token: long@2 has a rare 50x-long reply (3% of its tasks), so its true tokens/task are 2.5x its
+  typical ones; analysed with --budget 2500 (scored: the budget pick is truly over budget);
+- acc-99: an arm at ~99% accuracy on one family of 24 tasks;
+- adaptive: an adaptive sweep replayed on a full grid (benchmarks/bench_verdict_adaptive.py).
 
 Scored per run: whether the recommendation picks a partial, flagged or truly dominated arm; with identical
 arms, whether it declines or picks the cheapest; accuracy coverage (the truth: E[sigmoid(theta - d)] over the
 estimand's tasks, d ~ N(0, 1)); and, for arms that solved every task, whether the lower bound is below 100%.
 
-Run: python benchmarks/bench_verdict.py [--experiments 40] [--rounds 200]
+Run: python benchmarks/bench_verdict.py [--experiments 100] [--rounds 200] [--scenarios a,b]
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import json
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +46,11 @@ SCENARIOS = [
              "flaky@4 = vote@4's twin, no score on the hardest 20%", easiest=0.8),
     Scenario("identical-8", Experiment([Arm(f"s{i}", 1, 0.3, 1000.0 * (i + 1)) for i in range(8)], FAM3),
              "8 arms of equal quality at 1k..8k tokens/task"),
+    Scenario("long-16", Experiment([Arm(f"l{i:02d}", 1, 0.12 * i, round(300 * 1.3**i)) for i in range(16)],
+                                   {"math": 40, "code": 40, "tool": 40}),
+             "16 arms, each 0.12 logit stronger and 1.3x costlier than the last"),
+    Scenario("heavy-token", Experiment([*ARMS4[:3], Arm("long", 2, 0.5, 1200.0)], FAM3, heavy={"long@2": (0.03, 50.0)}),
+             "long@2: 3% of its replies 50x long (true 2964 tokens/task)", args=("--budget", "2500")),
     Scenario("acc-99", Experiment([Arm("greedy", 1, 0.0, 1000.0), Arm("vote", 4, 1.0, 3000.0),
                                    Arm("ace", 8, 5.6, 6000.0)], {"math": 24}),
              "ace@8 at ~99% accuracy on 24 tasks"),
@@ -60,7 +70,8 @@ def true_accuracy(theta: float, share: float = 1.0) -> float:
 
 def dominated(exp: Experiment, doc: dict, easiest: float | dict[str, float]) -> set[str]:
     """Arms some comparable (not partial) arm truly matches or beats at no more tokens per task."""
-    elo, tok = truth_for(exp, doc["family_weights"], easiest)
+    elo, _ = truth_for(exp, doc["family_weights"], easiest)
+    tok = {a.label: exp.true_tokens(a) for a in exp.arms}
     partial = set(doc.get("partial_arms", {}))
     out = set()
     for a in elo:
@@ -83,7 +94,12 @@ def score_run(sc: Scenario, doc: dict, share: dict[str, float] | float) -> dict[
     flagged = set(rec.get("excluded", {})) - partial
     out: dict[str, list] = {"pick_partial": [pick in partial], "pick_flagged": [pick in flagged],
                             "pick_dominated": [pick in dominated(sc.exp, doc, share)], "declined": [pick is None],
-                            "cheapest": [pick == doc["arms"][0]], "acc": [], "all_solved_lo_below_1": []}  # fmt: skip
+                            "cheapest": [pick == doc["arms"][0]], "acc": [], "all_solved_lo_below_1": [],
+                            "budget_over": []}  # fmt: skip
+    if (rec.get("budget") or {}).get("arm"):
+        limit = float(sc.args[sc.args.index("--budget") + 1])  # the scenarios give it in tokens
+        arm = next(a for a in sc.exp.arms if a.label == rec["budget"]["arm"])
+        out["budget_over"].append(sc.exp.true_tokens(arm) > limit)
     shares = list(share.values()) if isinstance(share, dict) else [share]
     for row in doc["accuracy"]:
         arm = next(a for a in sc.exp.arms if a.label == row["arm"])
@@ -102,8 +118,9 @@ def run(sc: Scenario, n: int, rounds: int, tmp: Path) -> dict[str, list]:
         f = write_experiment(tmp / f"{sc.name}-{e}.jsonl", sc.exp, seed=50_000 + e)
         out = tmp / f"{sc.name}-{e}"
         code = run_cli(
-            ["analyze", str(f), "--rounds", str(rounds), "--seed", str(e), "--out", str(out), "--no-plots"]
-        )
+            ["analyze", str(f), "--rounds", str(rounds), "--seed", str(e), "--out", str(out), "--no-plots",
+             *sc.args]
+        )  # fmt: skip
         if code != 0:
             raise SystemExit(f"{sc.name} experiment {e}: ept analyze exited {code}")
         doc = json.loads((out / "report.json").read_text())
@@ -117,9 +134,9 @@ def run(sc: Scenario, n: int, rounds: int, tmp: Path) -> dict[str, list]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--experiments", type=int, default=40)
+    ap.add_argument("--experiments", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=200)
-    ap.add_argument("--scenarios", default=",".join(s.name for s in SCENARIOS))
+    ap.add_argument("--scenarios", default=",".join([*(s.name for s in SCENARIOS), "adaptive"]))
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-verdict-"))
 
@@ -131,15 +148,20 @@ def main() -> None:
             f"{args.experiments} runs per scenario, {args.rounds} bootstrap rounds, 95% intervals, margin 10 Elo"
         )
         print("| scenario | picks partial | picks flagged | picks truly dominated | declines | picks cheapest "
-              "| accuracy coverage | all-solved: lower bound < 100% |")  # fmt: skip
-        print("|---|---:|---:|---:|---:|---:|---:|---:|")
-        for sc in SCENARIOS:
-            if sc.name not in args.scenarios.split(","):
-                continue
-            a = run(sc, args.experiments, args.rounds, tmp)
-            print(f"| {sc.name} | {rate(a['pick_partial'])} | {rate(a['pick_flagged'])} | {rate(a['pick_dominated'])} "
+              "| accuracy coverage | all-solved: lower bound < 100% | budget pick truly over | CPU s |")  # fmt: skip
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for name in args.scenarios.split(","):
+            t0 = time.process_time()
+            if name == "adaptive":
+                from bench_verdict_adaptive import run_adaptive_replay
+
+                a = run_adaptive_replay(args.experiments, args.rounds, tmp)
+            else:
+                a = run(next(s for s in SCENARIOS if s.name == name), args.experiments, args.rounds, tmp)
+            print(f"| {name} | {rate(a['pick_partial'])} | {rate(a['pick_flagged'])} | {rate(a['pick_dominated'])} "
                   f"| {rate(a['declined'])} | {rate(a['cheapest'])} | {rate(a['acc'])} "
-                  f"| {rate(a['all_solved_lo_below_1'])} |", flush=True)  # fmt: skip
+                  f"| {rate(a['all_solved_lo_below_1'])} | {rate(a['budget_over'])} "
+                  f"| {time.process_time() - t0:.0f} |", flush=True)  # fmt: skip
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -50,6 +50,14 @@ class Experiment:
     # (missing not at random); family -> arm label -> theta shift in that family (family x arm interaction).
     null_hard: dict[str, float] = field(default_factory=dict)
     interaction: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Issue 37: arm label -> (probability, factor): a task's reply is `factor` times longer with that
+    # probability (a rare very long reply); the true tokens per task is tokens * (1 + p (factor - 1)).
+    heavy: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def true_tokens(self, arm: Arm) -> float:
+        """The arm's true mean tokens per task (heavy tail included)."""
+        p, factor = self.heavy.get(arm.label, (0.0, 1.0))
+        return arm.tokens * (1.0 + p * (factor - 1.0))
 
 
 def _records(exp: Experiment, rng: np.random.Generator, task_rng: np.random.Generator) -> list[dict]:
@@ -63,6 +71,10 @@ def _records(exp: Experiment, rng: np.random.Generator, task_rng: np.random.Gene
         tok = np.array([a.tokens for a in arms]) * rng.lognormal(
             -(exp.token_sd**2) / 2, exp.token_sd, (n, len(arms))
         )
+        for i, a in enumerate(arms):
+            if a.label in exp.heavy:  # drawn after the common draws: other experiments' streams unchanged
+                p_heavy, factor = exp.heavy[a.label]
+                tok[:, i] *= np.where(rng.random(n) < p_heavy, factor, 1.0)
         if exp.mode == "binary":
             solved = rng.random((n, len(arms))) < 1 / (1 + np.exp(-(th[None, :] - diff[:, None])))
         else:
