@@ -368,6 +368,25 @@ class Claims:
                 self.r.eval(self._RELEASE, 1, key, token)
 
 
+BROKER_WAIT_S = 120.0  # a claim waits this long for a broker that is restarting before the job fails
+
+
+def _claim(claims: Claims, job: Job, wait_s: float = BROKER_WAIT_S) -> bool:
+    """claims.acquire, waiting out a broker restart: a message prefetched before the broker went away would
+    otherwise fail its job ("worker error: connection refused") while the broker is down for a few seconds,
+    though the job can run as soon as the broker is back (its result is reported through it anyway)."""
+    import redis
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return claims.acquire(job)
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
+
+
 def _claims(redis_url: str) -> Claims:
     import os
     import socket
@@ -516,7 +535,7 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
     claims = _claims(redis_url)
     task_id = getattr(getattr(task_self, "request", None), "id", None)
     waited = False
-    while not claims.acquire(job):
+    while not _claim(claims, job):
         # Another delivery of this job is running (e.g. redelivered after a visibility timeout): wait for it.
         waited = True
         time.sleep(0.5)
