@@ -21,6 +21,7 @@ from typing import Any
 
 from elo_per_token.common.backoff import backoff_ceiling
 from elo_per_token.contracts.jobs import CeleryJobContext, Job, JobSummary
+from elo_per_token.contracts.weather import sweep_weather
 from elo_per_token.coordinator.consumers import QueueStalled, QueueWatch, redis_watch, window_s
 
 TASK_NAME = "ept.run_job"
@@ -345,6 +346,18 @@ def _drain(
             )
 
 
+def _weather_reports(app: Any, weather: tuple[str, Any] | None) -> dict[str, dict[str, Any]] | None:
+    """The workers' weather reports for the sweep's profile (contracts.weather); None when unreadable."""
+    from elo_per_token.contracts.weather import read_reports
+
+    if weather is None:
+        return None
+    try:
+        return read_reports(_broker_redis(app), weather[0])
+    except Exception:  # the broker gone at the very end: the summary has no weather line, the sweep is fine
+        return None
+
+
 def run_celery(
     jobs: Iterable[Job],
     ctx: CeleryJobContext,
@@ -364,8 +377,10 @@ def run_celery(
     cancel_when: Callable[[], bool] = lambda: False,
     budget: tuple[str, int] | None = None,
     watch_consumers: bool = True,
+    weather: tuple[str, Callable[[dict[str, Any]], None]] | None = None,
 ) -> bool:
     """Enqueue `jobs` (any iterable: a million-job plan is streamed) in pipelined batches and follow them.
+    weather: (profile, sink): the workers' provider weather over this sweep is passed to sink at the end.
 
     At most `max_pending` jobs are enqueued and unfinished at once, so the coordinator's memory and the
     broker's queue stay bounded whatever the plan's size; workers still always have a full queue.
@@ -377,11 +392,12 @@ def run_celery(
                        notice=notice, clear_failures=clear_failures)  # fmt: skip
     out.watch = redis_watch(app, queue, window_s()) if watch_consumers else None
     # SIGTERM stops the coordinator like Ctrl-C: the run's queued jobs are cancelled, not left to run unobserved.
-    prev_term = None
+    prev_term, before = None, None
     if threading.current_thread() is threading.main_thread():
         prev_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         _first_contact(out.mark_alive, app)
+        before = _weather_reports(app, weather)
         if (
             budget is not None
         ):  # (run id, spent by earlier sessions): workers count the run's spend from there
@@ -401,6 +417,12 @@ def run_celery(
         _record_stop(ctx.ledger, out.run_ids, e.message)
         raise
     finally:
+        if (
+            weather is not None
+            and before is not None
+            and (after := _weather_reports(app, weather)) is not None
+        ):
+            weather[1](sweep_weather(before, after))
         if prev_term is not None:
             signal.signal(signal.SIGTERM, prev_term)
         app.close()

@@ -387,6 +387,14 @@ def _claim(claims: Claims, job: Job, wait_s: float = BROKER_WAIT_S) -> bool:
             time.sleep(0.5)
 
 
+def _report_weather(claims: Claims, profile: str, provider: Any) -> None:
+    """This process's cumulative provider weather for the coordinator's summary (contracts.weather)."""
+    from elo_per_token.contracts.weather import report
+
+    with contextlib.suppress(Exception):  # a lost report costs a summary line, never the job
+        report(claims.r, profile, claims.owner, provider.weather())
+
+
 def _claims(redis_url: str) -> Claims:
     import os
     import socket
@@ -567,6 +575,7 @@ def celery_run_job(task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJob
             job, ledger, provider, on_retry=on_retry, max_attempts=ctx.max_attempts,
             check_existing=False, clear_failure=ctx.clear_failure, transcripts=ctx.transcripts, journal=journal,
         )  # fmt: skip
+        _report_weather(claims, job.profile, provider)
         if ctx.budget_tokens is not None:  # every billed token counts toward the cap, failed attempts' too
             # Calls without usable usage at their upper bound too: the cap holds whatever the provider reports.
             _spend(task_self, job, int(summary.get("tokens") or 0) + int(summary.get("est_tokens") or 0))
