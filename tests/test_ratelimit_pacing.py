@@ -140,3 +140,18 @@ def test_the_room_the_provider_states_is_spent_at_once_and_in_flight_tokens_are_
     assert lim.headroom.inflight_tok == 2200 and lim.headroom.inflight == 20
     lim.pause(0.01)
     assert lim.headroom.req is None  # a 429's pause: the room is unknown until the next reply
+
+
+def test_calls_from_the_stated_room_are_not_refunded_to_the_bucket():
+    """The bucket never charged a call the provider's stated room admitted: refunding its unused estimate let
+    the bucket grow far past its second's worth and burst once the room was unknown again (after a 429)."""
+    lim = LocalRateLimiter(Limits(tpm=6000))  # the bucket: ~97 tokens a second, holding one second's worth
+    lim.observe({"x-ratelimit-remaining-requests": "100", "x-ratelimit-remaining-tokens": "100000"})
+    for _ in range(5):
+        lim.acquire(1000)
+        lim.record(0, 1000)  # the calls used nothing: 5,000 tokens "given back"
+    lim.headroom.forget()  # the room unknown: the bucket alone decides
+    t0 = time.monotonic()
+    for _ in range(3):
+        lim.acquire(90)
+    assert time.monotonic() - t0 >= 1.2  # (270 - 97) / 97 s, not at once from a bucket of 5,000 refunded

@@ -291,6 +291,7 @@ class _Limiter:
         self.configured = limits
         self.limits = limits
         self.stats = LimiterStats()
+        self._tl = threading.local()  # per thread: whether its last admission came from the stated room
         # The provider's stated room, on top of the bucket (worker.headroom_redis for the Redis limiter).
         self.headroom: Headroom | RedisHeadroom | None = None
 
@@ -307,7 +308,8 @@ class _Limiter:
         while True:
             held = room.admit(est) if room is not None else None
             if held == 0:  # the provider says there is room now: no pacing wait
-                break
+                self._tl.via_room = True  # the bucket was not charged: `record` must not refund it
+                return self._waited(t0)
             if held is not None:
                 wait = held * 1000
             elif (wait := self._step(1, est)) <= 0:
@@ -320,13 +322,22 @@ class _Limiter:
                 break
             if stop is None:
                 time.sleep(nap)
+        self._tl.via_room = False
+        self._waited(t0)
+
+    def _waited(self, t0: float) -> None:
         if (took := time.monotonic() - t0) > 0.001:
             self.stats.add_wait(took)
 
     def record(self, tokens: int, reserved: int = 0) -> None:
-        """Charge what the server reported against what `acquire` reserved (a refund when less was used)."""
+        """Charge what the server reported against what `acquire` reserved (a refund when less was used). A
+        call this thread's last `acquire` admitted from the provider's stated room never drew on the bucket: its
+        estimate is not refunded there (refunds of calls the bucket never charged let it burst later)."""
         if self.headroom is not None:
             self.headroom.done(max(0, int(reserved)))
+        if getattr(self._tl, "via_room", False):
+            self._tl.via_room = False
+            return
         self._step(0, max(0, int(tokens)) - max(0, int(reserved)))
 
     def pause(self, seconds: float, *, rate_limited: bool = True) -> None:
