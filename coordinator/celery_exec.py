@@ -339,11 +339,25 @@ def _drain(
             last_change, last_pending = time.monotonic(), len(out.pending)
         elif out.notice and not told and time.monotonic() - last_change > idle_notice_s:
             told = True
-            out.notice(
-                f"no job finished in {idle_notice_s:.0f}s: is a worker consuming queue {out.queue!r} on this broker "
-                f"(`ept worker --queue {out.queue}`), and, for code tasks, a grader on the grade queue? The sweep "
-                "stops if either has work and no consumer for EPT_NO_CONSUMER_S (60 s)"
-            )
+            out.notice(_idle_message(out, idle_notice_s))
+
+
+def _idle_message(out: _Outstanding, idle_s: float) -> str:
+    """Why no job finished for a while. With live workers on the queue (their heartbeats) it is not a missing
+    worker: the provider is slow, rate-limiting (a Retry-After pause) or down (waited out within the profile's
+    patience), and the summary's weather line will say which."""
+    alive = out.watch.alive(out.queue) if out.watch is not None else 0
+    if alive:
+        return (
+            f"no job finished in {idle_s:.0f}s though {alive} worker process(es) consume queue {out.queue!r}: "
+            "the provider is slow, rate-limiting or down (workers wait a rate limit or an outage out, up to the "
+            "profile's patience); the summary's weather line tells"
+        )
+    return (
+        f"no job finished in {idle_s:.0f}s: is a worker consuming queue {out.queue!r} on this broker "
+        f"(`ept worker --queue {out.queue}`), and, for code tasks, a grader on the grade queue? The sweep "
+        "stops if either has work and no consumer for EPT_NO_CONSUMER_S (60 s)"
+    )
 
 
 def _weather_reports(app: Any, weather: tuple[str, Any] | None) -> dict[str, dict[str, Any]] | None:

@@ -96,3 +96,17 @@ def test_any_reports_give_a_finite_non_negative_weather_in_bounded_time(before, 
     assert all(isinstance(n, int) and n >= 0 for n in w["retries"].values())
     line = weather_line(json.loads(json.dumps(w)))
     assert line is None or "\n" not in line
+
+
+def test_a_stall_with_live_workers_is_not_blamed_on_a_missing_worker():
+    """During a Retry-After pause or an outage every worker waits: the notice said "is a worker consuming
+    queue 'ept'?" (issue 38); with workers' heartbeats on the queue it points at the provider instead."""
+    from types import SimpleNamespace
+
+    from elo_per_token.coordinator.celery_exec import _idle_message
+
+    live = SimpleNamespace(queue="ept", watch=SimpleNamespace(alive=lambda q: 2 if q == "ept" else 0))
+    msg = _idle_message(live, 20)  # type: ignore[arg-type]
+    assert "2 worker process(es) consume queue 'ept'" in msg and "is a worker consuming" not in msg
+    none = SimpleNamespace(queue="ept", watch=SimpleNamespace(alive=lambda q: 0))
+    assert "is a worker consuming queue 'ept'" in _idle_message(none, 20)  # type: ignore[arg-type]
