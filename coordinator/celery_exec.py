@@ -208,8 +208,10 @@ class _Outstanding:
             self.run_ids.add(job.run_id)
             _broker_redis(self.app).delete(cancel_key(job.run_id))
         tid = f"{job.run_id}:{uuid.uuid4().hex}"
-        # Only a job with a failure object from an earlier attempt deletes it on success (no blind DELETE).
-        clear = job.key in self.clear_failures
+        # Only a job with a failure object from an earlier attempt deletes it on success (no blind DELETE); a
+        # job sent again after the broker came back empty may have failed before (its result lost with the
+        # broker's data): its success must not leave that failure record behind.
+        clear = again or job.key in self.clear_failures
         if again:
             job_ctx = self.resent_clear_wire if clear else self.resent_wire
         else:

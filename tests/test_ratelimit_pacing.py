@@ -155,3 +155,17 @@ def test_calls_from_the_stated_room_are_not_refunded_to_the_bucket():
     for _ in range(3):
         lim.acquire(90)
     assert time.monotonic() - t0 >= 1.2  # (270 - 97) / 97 s, not at once from a bucket of 5,000 refunded
+
+
+@pytest.mark.slow
+@pytest.mark.services
+@pytest.mark.parametrize("client", ["celery-limits", "celery-headers"])
+def test_a_celery_sweep_paces_with_almost_no_429s(client, slow_sim, redis_server, tmp_path):
+    """Two `ept worker` processes x 4 threads share one budget and the provider's stated room in Redis: the
+    same short window as above, a whole sweep (30 jobs, 60 calls), next to no 429s and paced near the limit."""
+    from ratelimit_celery import measure_celery
+
+    r = measure_celery(slow_sim.url, client, redis_server.url, tmp_path, rpm=1200, tpm=60000, window_s=3.0,
+                       per_family=5)  # fmt: skip
+    assert r["calls"] >= 60 and r["answered_429"] <= max(1, 0.01 * r["calls"]), r
+    assert r["of_sustained"] >= 0.8, r
