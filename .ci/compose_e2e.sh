@@ -9,6 +9,8 @@
 #    and the grader reaches neither S3 nor the simulator;
 # 4. `--scale worker=3`, a second sweep, one worker killed (SIGKILL) mid-sweep: nothing lost or duplicated;
 # 5. `down -v`, always. Any failure exits non-zero with the reason (nothing here skips).
+# EPT_E2E_CPU_HOG=N runs N busy loops beside the first sweep (a loaded machine, issue 38): the sweep must not stop
+# with "no grader" / "no worker has consumed" while the grader is grading.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive DOCKER_BUILDKIT=0 COMPOSE_PROGRESS=quiet
@@ -59,6 +61,7 @@ cleanup() {
         "${C[@]}" ps -a >&2 || true
         "${C[@]}" logs --no-color --tail 40 >&2 || true
     fi
+    [ -z "${HOGS:-}" ] || kill $HOGS 2>/dev/null || true
     "${C[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
     rm -rf "$WORK"
     say "down -v done (exit $rc)"
@@ -67,6 +70,12 @@ trap cleanup EXIT
 
 "${C[@]}" build -q >"$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log" >&2; die "the project image did not build"; }
 say "project image built"
+HOGS=""
+for _ in $(seq "${EPT_E2E_CPU_HOG:-0}"); do
+    ( while :; do :; done ) &
+    HOGS="$HOGS $!"
+done
+[ -z "$HOGS" ] || say "CPU hog: ${EPT_E2E_CPU_HOG} busy loop(s) beside the sweep"
 "${C[@]}" up -d
 say "up -d: waiting for the coordinator"
 cid() { "${C[@]}" ps -a -q "$1" | head -1; }
@@ -84,6 +93,9 @@ RC=$(docker inspect -f '{{.State.ExitCode}}' "$COORD")
 "${C[@]}" logs --no-color coordinator >"$WORK/coord.log" 2>&1
 tail -25 "$WORK/coord.log"
 [ "$RC" = 0 ] || die "coordinator exited $RC"
+! grep -Eq "no grader|which no grader has consumed|no worker has consumed" "$WORK/coord.log" \
+    || die "the sweep reported a missing consumer while the grader was grading"
+[ -z "$HOGS" ] || { kill $HOGS 2>/dev/null || true; HOGS=""; }
 grep -q "Diminishing returns" "$WORK/coord.log" && grep -q "Elo \[95% CI\]" "$WORK/coord.log" \
     || die "the coordinator printed no Elo table"
 say "coordinator exited 0 with its table"

@@ -21,6 +21,7 @@ from typing import Any
 
 from elo_per_token.common.backoff import backoff_ceiling
 from elo_per_token.contracts.jobs import CeleryJobContext, Job, JobSummary
+from elo_per_token.contracts.weather import sweep_weather
 from elo_per_token.coordinator.consumers import QueueStalled, QueueWatch, redis_watch, window_s
 
 TASK_NAME = "ept.run_job"
@@ -207,8 +208,10 @@ class _Outstanding:
             self.run_ids.add(job.run_id)
             _broker_redis(self.app).delete(cancel_key(job.run_id))
         tid = f"{job.run_id}:{uuid.uuid4().hex}"
-        # Only a job with a failure object from an earlier attempt deletes it on success (no blind DELETE).
-        clear = job.key in self.clear_failures
+        # Only a job with a failure object from an earlier attempt deletes it on success (no blind DELETE); a
+        # job sent again after the broker came back empty may have failed before (its result lost with the
+        # broker's data): its success must not leave that failure record behind.
+        clear = again or job.key in self.clear_failures
         if again:
             job_ctx = self.resent_clear_wire if clear else self.resent_wire
         else:
@@ -338,11 +341,37 @@ def _drain(
             last_change, last_pending = time.monotonic(), len(out.pending)
         elif out.notice and not told and time.monotonic() - last_change > idle_notice_s:
             told = True
-            out.notice(
-                f"no job finished in {idle_notice_s:.0f}s: is a worker consuming queue {out.queue!r} on this broker "
-                f"(`ept worker --queue {out.queue}`), and, for code tasks, a grader on the grade queue? The sweep "
-                "stops if either has work and no consumer for EPT_NO_CONSUMER_S (60 s)"
-            )
+            out.notice(_idle_message(out, idle_notice_s))
+
+
+def _idle_message(out: _Outstanding, idle_s: float) -> str:
+    """Why no job finished for a while. With live workers on the queue (their heartbeats) it is not a missing
+    worker: the provider is slow, rate-limiting (a Retry-After pause) or down (waited out within the profile's
+    patience), and the summary's weather line will say which."""
+    alive = out.watch.alive(out.queue) if out.watch is not None else 0
+    if alive:
+        return (
+            f"no job finished in {idle_s:.0f}s though {alive} worker process(es) consume queue {out.queue!r}: "
+            "the provider is slow, rate-limiting or down (workers wait a rate limit or an outage out, up to the "
+            "profile's patience); the summary's weather line tells"
+        )
+    return (
+        f"no job finished in {idle_s:.0f}s: is a worker consuming queue {out.queue!r} on this broker "
+        f"(`ept worker --queue {out.queue}`), and, for code tasks, a grader on the grade queue? The sweep "
+        "stops if either has work and no consumer for EPT_NO_CONSUMER_S (60 s)"
+    )
+
+
+def _weather_reports(app: Any, weather: tuple[str, Any] | None) -> dict[str, dict[str, Any]] | None:
+    """The workers' weather reports for the sweep's profile (contracts.weather); None when unreadable."""
+    from elo_per_token.contracts.weather import read_reports
+
+    if weather is None:
+        return None
+    try:
+        return read_reports(_broker_redis(app), weather[0])
+    except Exception:  # the broker gone at the very end: the summary has no weather line, the sweep is fine
+        return None
 
 
 def run_celery(
@@ -364,8 +393,10 @@ def run_celery(
     cancel_when: Callable[[], bool] = lambda: False,
     budget: tuple[str, int] | None = None,
     watch_consumers: bool = True,
+    weather: tuple[str, Callable[[dict[str, Any]], None]] | None = None,
 ) -> bool:
     """Enqueue `jobs` (any iterable: a million-job plan is streamed) in pipelined batches and follow them.
+    weather: (profile, sink): the workers' provider weather over this sweep is passed to sink at the end.
 
     At most `max_pending` jobs are enqueued and unfinished at once, so the coordinator's memory and the
     broker's queue stay bounded whatever the plan's size; workers still always have a full queue.
@@ -377,11 +408,12 @@ def run_celery(
                        notice=notice, clear_failures=clear_failures)  # fmt: skip
     out.watch = redis_watch(app, queue, window_s()) if watch_consumers else None
     # SIGTERM stops the coordinator like Ctrl-C: the run's queued jobs are cancelled, not left to run unobserved.
-    prev_term = None
+    prev_term, before = None, None
     if threading.current_thread() is threading.main_thread():
         prev_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         _first_contact(out.mark_alive, app)
+        before = _weather_reports(app, weather)
         if (
             budget is not None
         ):  # (run id, spent by earlier sessions): workers count the run's spend from there
@@ -401,6 +433,12 @@ def run_celery(
         _record_stop(ctx.ledger, out.run_ids, e.message)
         raise
     finally:
+        if (
+            weather is not None
+            and before is not None
+            and (after := _weather_reports(app, weather)) is not None
+        ):
+            weather[1](sweep_weather(before, after))
         if prev_term is not None:
             signal.signal(signal.SIGTERM, prev_term)
         app.close()

@@ -106,6 +106,7 @@ def _run_jobs(
             on_retry=live.on_retry, broker_url=broker_url, should_stop=tally.should_stop, cancel_when=tally.over_budget,
             notice=lambda msg: live.prog.console.print(f"[yellow]{msg}[/]", highlight=False),
             clear_failures=had_failure, budget=(plan.run_id, cap.prior_tokens) if cap else None,
+            weather=(profile.name, lambda w: setattr(tally, "weather", w)),
         )  # fmt: skip
     except KeyboardInterrupt:
         return False

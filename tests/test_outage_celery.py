@@ -1,6 +1,7 @@
-"""An outage inside a Celery sweep (issue 38): the simulator stopped for several seconds mid-sweep and restarted
-on the same port. Each worker process's provider client waits it out within the profile's patience
-(egress.outage), so the sweep finishes in one `execute` with 0 failed jobs. Real Redis, real `ept worker`
+"""An outage inside a Celery sweep (issue 38): the simulator stopped for 45 s mid-sweep and restarted on the
+same port. Each worker process's provider client waits it out within the profile's patience
+(egress.outage), so the sweep finishes in one `execute` with 0 failed jobs, and the sweep's weather (the
+workers' reports, contracts.weather) tells the outage and the time it cost. Real Redis, real `ept worker`
 subprocesses, the simulator over HTTP."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from fixtures_services import start_celery_workers
 from elo_per_token.simulator.control import start_in_thread
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
+OUTAGE_S = 45
 
 
 def test_a_provider_outage_mid_celery_sweep_fails_no_job(tmp_path, redis_server, make_sim, monkeypatch):
@@ -37,7 +39,7 @@ def test_a_provider_outage_mid_celery_sweep_fails_no_job(tmp_path, redis_server,
         ):  # one worker process has an answer, the other not
             time.sleep(0.05)
         sim.stop()
-        time.sleep(8)  # every worker thread meets the closed port meanwhile
+        time.sleep(OUTAGE_S)  # every worker thread meets the closed port meanwhile
         restarted.append(start_in_thread({"api_key": FAULT_KEY, "latency_ms": 50}, port=sim.port))
 
     t = threading.Thread(target=outage, daemon=True)
@@ -55,3 +57,6 @@ def test_a_provider_outage_mid_celery_sweep_fails_no_job(tmp_path, redis_server,
     assert out.completed and out.tally.failed == 0, (dict(out.tally.failures), out.tally.messages)
     assert out.tally.done + out.tally.skipped == len(rig.jobs)
     assert after > 0  # jobs went on after the restart
+    w = out.tally.weather or {}
+    assert w.get("outages", 0) >= 1 and OUTAGE_S - 5 <= w.get("outage_s", 0) <= OUTAGE_S + 30, w
+    assert w["retries"].get("unreachable", 0) >= 1, w

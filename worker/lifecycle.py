@@ -374,6 +374,33 @@ class Claims:
                 self.r.eval(self._RELEASE, 1, key, token)
 
 
+BROKER_WAIT_S = 120.0  # a claim waits this long for a broker that is restarting before the job fails
+
+
+def _claim(claims: Claims, job: Job, wait_s: float = BROKER_WAIT_S) -> bool:
+    """claims.acquire, waiting out a broker restart: a message prefetched before the broker went away would
+    otherwise fail its job ("worker error: connection refused") while the broker is down for a few seconds,
+    though the job can run as soon as the broker is back (its result is reported through it anyway)."""
+    import redis
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return claims.acquire(job)
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _report_weather(claims: Claims, profile: str, provider: Any) -> None:
+    """This process's cumulative provider weather for the coordinator's summary (contracts.weather)."""
+    from elo_per_token.contracts.weather import report
+
+    with contextlib.suppress(Exception):  # a lost report costs a summary line, never the job
+        report(claims.r, profile, claims.owner, provider.weather())
+
+
 def _claims(redis_url: str) -> Claims:
     import os
     import socket
@@ -534,7 +561,7 @@ def celery_run_job(
     claims = _claims(redis_url)
     task_id = getattr(getattr(task_self, "request", None), "id", None)
     waited = False
-    while not claims.acquire(job):
+    while not _claim(claims, job):
         # Another delivery of this job is running (e.g. redelivered after a visibility timeout): wait for it.
         waited = True
         time.sleep(0.5)
@@ -566,6 +593,7 @@ def celery_run_job(
             job, ledger, provider, on_retry=on_retry, max_attempts=ctx.max_attempts,
             check_existing=False, clear_failure=ctx.clear_failure, transcripts=ctx.transcripts, journal=journal,
         )  # fmt: skip
+        _report_weather(claims, job.profile, provider)
         if ctx.budget_tokens is not None:  # every billed token counts toward the cap, failed attempts' too
             # Calls without usable usage at their upper bound too: the cap holds whatever the provider reports.
             _spend(task_self, job, int(summary.get("tokens") or 0) + int(summary.get("est_tokens") or 0))

@@ -20,7 +20,10 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from elo_per_token.worker.headroom_redis import RedisHeadroom
 
 BURST_S = 1.0  # bucket capacity, in seconds of the limit
 MARGIN = 0.97  # pace at this share of the limit: our clock and the provider's arrival order differ a little
@@ -177,18 +180,24 @@ class Headroom:
     """What the provider's latest `x-ratelimit-remaining-*` said is left, less what was admitted since: room
     the pacing bucket may not see (a sliding minute that has not been spent yet). Requests are counted by the
     provider when they arrive (those in flight are in its figure); tokens when a reply completes, so the
-    estimates of the calls in flight are taken off its remaining tokens."""
+    estimates of the calls in flight are taken off its remaining tokens.
 
-    STALE_S = 1.0  # a stated room this old no longer holds senders back (its replies may never come)
+    Room stated short holds every sender back (the bucket would send into a window the provider says is
+    spent: 429s) until a reply on its way restates it, else until the provider's `reset-*` for what is short;
+    then one probe goes through the bucket and its reply restates the room."""
+
+    STALE_S = 1.0  # a statement (or probe) this old no longer holds senders back waiting for replies
     RECENT_S = 0.25  # a request admitted this recently may not have reached the provider when it answered
     TOKEN_SLACK = 1.25  # an estimate is short of the real count at times (tokenizers differ)
+    MAX_RESET_S = 60.0  # a reset-* further off is not waited for beyond this (the bucket probes then)
 
     def __init__(self) -> None:
         self.req: float | None = None  # None: no header seen yet
         self.tok: float | None = None
         self.inflight_tok = 0
         self.inflight = 0  # calls admitted and not yet recorded
-        self.at = 0.0  # when a reply last stated the room
+        self.at = 0.0  # when a reply last stated the room, or a probe was admitted
+        self.reset_req = self.reset_tok = 0.0  # when the provider said requests / tokens come back
         self._recent: deque[float] = deque()  # when the latest admissions were made
         self._lock = threading.Lock()
 
@@ -202,25 +211,36 @@ class Headroom:
             self.at = now
             if req is not None:  # less what may still be on its way (counted twice at worst: the safe side)
                 self.req = float(req - len(self._recent))
+                self.reset_req = now + min(parse_reset(headers.get("x-ratelimit-reset-requests")) or 0.0,
+                                           self.MAX_RESET_S)  # fmt: skip
             if tok is not None:
                 self.tok = float(tok - self.inflight_tok)
+                self.reset_tok = now + min(parse_reset(headers.get("x-ratelimit-reset-tokens")) or 0.0,
+                                           self.MAX_RESET_S)  # fmt: skip
 
-    def _short(self, est: int) -> bool:
-        return self.req is not None and (
-            self.req < 1 or (self.tok is not None and self.tok < est * self.TOKEN_SLACK)
-        )
+    def _short_req(self) -> bool:
+        return self.req is not None and self.req < 1
 
-    def blocks(self, est: int) -> bool:
-        """The provider stated no room for this call and replies are on their way (each restates it): the
-        bucket must not send it meanwhile (it would be a 429 in a window the provider says is spent)."""
+    def _short_tok(self, est: int) -> bool:
+        return self.req is not None and self.tok is not None and self.tok < est * self.TOKEN_SLACK
+
+    def wait_s(self, est: int) -> float:
+        """Seconds this call must wait for room the provider stated short (0: it may go to the bucket): while
+        replies on their way will restate the room, or until the provider's reset of what is short."""
         with self._lock:
-            fresh = time.monotonic() - self.at < self.STALE_S
-            return self._short(est) and self.inflight > 0 and fresh
+            short_req, short_tok = self._short_req(), self._short_tok(est)
+            if not (short_req or short_tok):
+                return 0.0
+            now = time.monotonic()
+            if self.inflight > 0 and now - self.at < self.STALE_S:
+                return 0.02  # the next reply says how much room there is
+            reset = max(self.reset_req if short_req else 0.0, self.reset_tok if short_tok else 0.0)
+            return max(0.0, reset - now)
 
     def take(self, est: int) -> bool:
         """Admit one call of `est` tokens from the room the provider stated, if there is that much."""
         with self._lock:
-            if self.req is None or self._short(est):
+            if self.req is None or self._short_req() or self._short_tok(est):
                 return False
             self.req -= 1
             if self.tok is not None:
@@ -230,12 +250,28 @@ class Headroom:
     def admitted(self, est: int, *, counted: bool) -> None:
         """A call admitted (by the bucket when not `counted` here): its request and tokens are in flight."""
         with self._lock:
+            now = time.monotonic()
             self.inflight_tok += est
             self.inflight += 1
-            self._recent.append(time.monotonic())
-            if not counted:
+            self._recent.append(now)
+            if (
+                not counted
+            ):  # a probe: the others wait for its reply (or STALE_S) before the bucket sends more
+                self.at = now
                 self.req = None if self.req is None else self.req - 1
                 self.tok = None if self.tok is None else self.tok - est
+
+    def admit(self, est: int) -> float | None:
+        """0: admitted from the stated room; None: no room stated, or a probe is due (the bucket decides);
+        else the seconds to wait for room."""
+        if self.take(est):
+            self.admitted(est, counted=True)
+            return 0.0
+        return (self.wait_s(est) or None) if self.req is not None else None
+
+    def probe(self, est: int) -> None:
+        """A call the bucket admitted (the room unknown, or past its reset)."""
+        self.admitted(est, counted=False)
 
     def forget(self) -> None:
         """A pause (429, remaining 0): the stated room is no longer known until the next reply says it."""
@@ -255,9 +291,9 @@ class _Limiter:
         self.configured = limits
         self.limits = limits
         self.stats = LimiterStats()
-        self.headroom: Headroom | None = (
-            None  # LocalRateLimiter: the provider's stated room, on top of the bucket
-        )
+        self._tl = threading.local()  # per thread: whether its last admission came from the stated room
+        # The provider's stated room, on top of the bucket (worker.headroom_redis for the Redis limiter).
+        self.headroom: Headroom | RedisHeadroom | None = None
 
     def _step(self, need_req: int, need_tok: float, pause_to: float = 0.0) -> float:
         raise NotImplementedError
@@ -270,28 +306,38 @@ class _Limiter:
         tokens stay reserved until `record` corrects them. Returns early when `stop` is set."""
         t0, est, room = time.monotonic(), max(0, int(est_tokens)), self.headroom
         while True:
-            if room is not None and room.take(est):  # the provider says there is room now: no pacing wait
-                room.admitted(est, counted=True)
-                break
-            if room is not None and room.blocks(est):
-                wait = 20.0  # ms: the next reply says how much room there is
+            held = room.admit(est) if room is not None else None
+            if held == 0:  # the provider says there is room now: no pacing wait
+                self._tl.via_room = True  # the bucket was not charged: `record` must not refund it
+                return self._waited(t0)
+            if held is not None:
+                wait = held * 1000
             elif (wait := self._step(1, est)) <= 0:
                 if room is not None:
-                    room.admitted(est, counted=False)
+                    room.probe(est)
                 break
             # With a stated room, look again soon: another sender's reply may bring fresh headers.
-            nap = min(wait, 50 if room is not None and room.req is not None else 1000) / 1000
+            nap = min(wait, 50 if held is not None else 1000) / 1000
             if stop is not None and stop.wait(nap):
                 break
             if stop is None:
                 time.sleep(nap)
+        self._tl.via_room = False
+        self._waited(t0)
+
+    def _waited(self, t0: float) -> None:
         if (took := time.monotonic() - t0) > 0.001:
             self.stats.add_wait(took)
 
     def record(self, tokens: int, reserved: int = 0) -> None:
-        """Charge what the server reported against what `acquire` reserved (a refund when less was used)."""
+        """Charge what the server reported against what `acquire` reserved (a refund when less was used). A
+        call this thread's last `acquire` admitted from the provider's stated room never drew on the bucket: its
+        estimate is not refunded there (refunds of calls the bucket never charged let it burst later)."""
         if self.headroom is not None:
             self.headroom.done(max(0, int(reserved)))
+        if getattr(self._tl, "via_room", False):
+            self._tl.via_room = False
+            return
         self._step(0, max(0, int(tokens)) - max(0, int(reserved)))
 
     def pause(self, seconds: float, *, rate_limited: bool = True) -> None:
@@ -312,7 +358,7 @@ class _Limiter:
         if self.configured.unlimited and not learned.unlimited and learned != self.limits:
             self.limits = learned
             self._set_limits(learned)
-        if pauses:
+        if pauses and self.headroom is None:  # with a headroom, stated room of 0 holds senders until reset-*
             self.pause(max(pauses), rate_limited=False)
 
     def _set_limits(self, limits: Limits) -> None:
@@ -338,12 +384,18 @@ class LocalRateLimiter(_Limiter):
 class RedisRateLimiter(_Limiter):
     """Shared by all workers: the buckets and the pause live at `ept:rl:<profile>` in Redis."""
 
-    def __init__(self, redis_client: Any, profile: str, limits: Limits, burst_s: float = BURST_S) -> None:
+    def __init__(
+        self, redis_client: Any, profile: str, limits: Limits, burst_s: float = BURST_S, headroom: bool = True
+    ) -> None:
         super().__init__(limits)
         self.key = f"ept:rl:{profile}"
         self.burst_ms = int(burst_s * 1000)
         self._r = redis_client
         self._script = redis_client.register_script(_LUA)
+        if headroom:
+            from elo_per_token.worker.headroom_redis import RedisHeadroom
+
+            self.headroom = RedisHeadroom(redis_client, self.key)
 
     def _now_ms(self) -> float:
         # The server's clock, so workers on machines with skewed clocks agree.

@@ -31,7 +31,14 @@ class RateLimitProxy:
         self.max_tok = tpm * window_s / 60
         self.reqs: deque[float] = deque()
         self.toks: deque[tuple[float, int]] = deque()
-        self.stats = {"requests": 0, "ok": 0, "429": 0}
+        self.stats = {"requests": 0, "ok": 0, "429": 0, "tokens": 0}
+        self.events: list[tuple[float, int]] = []  # (monotonic arrival, status): the timeline, for diagnosis
+        self.last_done = 0.0  # when the last forwarded reply completed
+
+    def span_s(self) -> float:
+        """From the first request's arrival to the last reply: the schedule the provider saw (a client's start-up
+        before its first call is not the limiter's time)."""
+        return self.last_done - self.events[0][0] if self.events else 0.0
         self.url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -74,6 +81,7 @@ class RateLimitProxy:
         n, used = self._expire(now)
         if n >= self.max_req or used >= self.max_tok:
             self.stats["429"] += 1
+            self.events.append((now, 429))
             wait = max(self._reset(now))
             body = {"error": {"message": "Rate limit reached (proxy).", "type": "requests", "param": None,
                               "code": "rate_limit_exceeded"}}  # fmt: skip
@@ -81,6 +89,7 @@ class RateLimitProxy:
                        "retry-after-ms": str(int(wait * 1000) + 1)}  # fmt: skip
             return web.json_response(body, status=429, headers=headers)
         self.reqs.append(now)
+        self.events.append((now, 200))
         return await self._forward(request)
 
     async def _forward(self, request: web.Request) -> web.Response:
@@ -98,9 +107,11 @@ class RateLimitProxy:
             try:
                 usage = json.loads(body).get("usage") or {}
                 self.toks.append((time.monotonic(), int(usage.get("total_tokens") or 0)))
+                self.stats["tokens"] += self.toks[-1][1]
             except (ValueError, AttributeError):
                 pass
-        headers = self._headers(time.monotonic())
+        self.last_done = time.monotonic()
+        headers = self._headers(self.last_done)
         return web.Response(status=up.status, body=body, headers={**headers, "Content-Type": ctype})
 
     def start(self) -> RateLimitProxy:
@@ -158,3 +169,14 @@ def best_schedule_s(calls: int, tokens: int, rpm: int, tpm: int, window_s: float
 def sustained_schedule_s(calls: int, tokens: int, rpm: int, tpm: int) -> float:
     """The wall time at the sustained limit (no first-window burst): what a pacing client can reach."""
     return max(calls / rpm, tokens / tpm) * 60
+
+
+def reachable_schedule_s(
+    calls: int, tokens: int, rpm: int, tpm: int, window_s: float, free_calls_per_s: float
+) -> float:
+    """The best schedule plus the time the last window's calls take at the client's unlimited pace (the same
+    calls through a proxy with no limits): its threads cannot send a window's budget in no time."""
+    best = best_schedule_s(calls, tokens, rpm, tpm, window_s)
+    per_window = min(rpm * window_s / 60, tpm * window_s / 60 / max(1.0, tokens / max(1, calls)))
+    last = max(0.0, calls - (best / window_s) * per_window)
+    return best + last / max(free_calls_per_s, 1e-9)
