@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any, Literal, NotRequired, TypedDict
 
 from elo_per_token.contracts.generation import label
@@ -91,10 +92,11 @@ class Job:
     def arm(self) -> str:
         return arm_label(self.strategy, self.budget_n, self.variant)
 
-    @property
+    @cached_property
     def key(self) -> str:
         """Deterministic, path-safe job key: the same plan always yields the same keys. Every part goes
-        through `key_component` (contracts.keys), so a hostile family or task id cannot leave the run."""
+        through `key_component` (contracts.keys), so a hostile family or task id cannot leave the run.
+        Computed once per Job (a worker reads it a dozen times per job: claim, journal, ledger, summary)."""
         return job_key(self.family, self.task_id, self.arm, self.replicate)
 
     def call_seed(self, call_index: int) -> int:

@@ -40,6 +40,7 @@ def mask(secret: str | None) -> str:
     return f"{prefix}…{secret[-4:]}"
 
 
+_BEARER = re.compile(r"(Bearer\s+)(\S{8,})")
 # scheme://userinfo@ — userinfo cannot hold '/', '@' or whitespace, so a path containing '@' is not matched.
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#@\s]+)@")
 
@@ -114,6 +115,8 @@ class SecretSet:
 
     def mask_values(self, text: str) -> str:
         """Every known secret masked: as written, encoded, and any run of RUN_CHARS of its characters."""
+        if len(text) < MIN_SECRET_CHARS:  # every secret, form and run is at least this long: nothing to find
+            return text
         for s in self.secrets:
             if s in text:
                 text = text.replace(s, mask(s))
@@ -127,7 +130,8 @@ class SecretSet:
     def scrub(self, text: str) -> str:
         """mask_values, plus bearer tokens and URL passwords whatever their value."""
         text = self.mask_values(text)
-        text = re.sub(r"(Bearer\s+)(\S{8,})", lambda m: m.group(1) + mask(m.group(2)), text)
+        if "Bearer" in text:  # the pattern's literal part: most strings skip the regex
+            text = _BEARER.sub(lambda m: m.group(1) + mask(m.group(2)), text)
         return mask_urls(text)
 
 
@@ -153,11 +157,19 @@ def _agree(text: str, i: int, s: str, j: int, forward: bool) -> int:
     return lo
 
 
+@functools.lru_cache(maxsize=256)
+def _run_starts(n: int) -> tuple[int, ...]:
+    """Where the anchor blocks of a secret of n characters start (every _BLOCK characters, and the last block)."""
+    return tuple(sorted({*range(0, n - _BLOCK + 1, _BLOCK), n - _BLOCK}))
+
+
 def _mask_runs(text: str, s: str) -> str:
     """Every run of RUN_CHARS or more characters of `s` in `text` replaced by _RUN_MASK. Anchored on blocks of
     `s` found with str.find (any run of 2 * _BLOCK - 1 characters holds one), each hit extended both ways; a
     hit inside a run already found is passed over, so a degenerate text costs about one pass per block."""
-    starts = sorted({*range(0, len(s) - _BLOCK + 1, _BLOCK), len(s) - _BLOCK})
+    starts = _run_starts(len(s))
+    if not any(s[o : o + _BLOCK] in text for o in starts):  # the common case, found in C: no block of s
+        return text
     covered = bytearray(len(text))
     for o in starts:
         block, at = s[o : o + _BLOCK], 0
@@ -171,7 +183,7 @@ def _mask_runs(text: str, s: str) -> str:
             if b - a >= RUN_CHARS:
                 covered[a:b] = b"\1" * (b - a)
             at = p + 1
-    if not any(covered):
+    if covered.find(1) == -1:  # blocks were found but no run of RUN_CHARS around them
         return text
     out, i = [], 0
     while (a := covered.find(1, i)) != -1:
