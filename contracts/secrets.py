@@ -60,10 +60,20 @@ def _url_secrets(value: str) -> list[str]:
     return out
 
 
-def process_secrets(extra: Sequence[str | None] | None = None) -> tuple[str, ...]:
-    """The one secret set: `extra` (the profile's key), key-like environment values and URL passwords from
-    the environment; longest first, so a secret that contains another is masked whole."""
-    found = {s for s in extra or () if s}
+_env_cache: tuple[dict[bytes, bytes] | None, tuple[str, ...]] = (None, ())
+
+
+def _environment_secrets() -> tuple[str, ...]:
+    """The environment's key-like values and URL passwords. Recomputed only when the environment changed:
+    walking os.environ (a decode per variable) on every call cost a worker ~0.4 ms per job; comparing the raw
+    mapping with the last one seen is one dict comparison in C."""
+    global _env_cache
+    raw = getattr(os.environ, "_data", None)  # CPython's raw mapping; elsewhere: no cache
+    seen, cached = _env_cache
+    if raw is not None and seen is not None and raw == seen:
+        return cached
+    snapshot = dict(raw) if isinstance(raw, dict) else None  # taken first: a change after it is seen next time
+    found: set[str] = set()
     for k, v in os.environ.items():
         if not v:
             continue
@@ -71,6 +81,16 @@ def process_secrets(extra: Sequence[str | None] | None = None) -> tuple[str, ...
             found.add(v)
         if "@" in v and "://" in v:
             found.update(_url_secrets(v))
+    out = tuple(found)
+    _env_cache = (snapshot, out)
+    return out
+
+
+def process_secrets(extra: Sequence[str | None] | None = None) -> tuple[str, ...]:
+    """The one secret set: `extra` (the profile's key), key-like environment values and URL passwords from
+    the environment; longest first, so a secret that contains another is masked whole."""
+    found = {s for s in extra or () if s}
+    found.update(_environment_secrets())
     return tuple(sorted((s for s in found if len(s) >= MIN_SECRET_CHARS), key=lambda s: (-len(s), s)))
 
 
