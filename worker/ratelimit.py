@@ -35,6 +35,10 @@ MAX_PAUSE_S = 120.0  # a header or Retry-After asking for longer is capped (a ho
 _LUA = """
 local key = KEYS[1]
 local now = tonumber(ARGV[1])
+if now == 0 then  -- the server's clock, read here: one round trip per step instead of TIME and then the script
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local rpm = tonumber(ARGV[2]) * MARGIN
 local tpm = tonumber(ARGV[3]) * MARGIN
 local burst = tonumber(ARGV[4])
@@ -405,8 +409,8 @@ class RedisRateLimiter(_Limiter):
     def _step(self, need_req: int, need_tok: float, pause_to: float = 0.0) -> float:
         lim = self.limits
         try:
-            args = [int(self._now_ms()), lim.rpm or 0, lim.tpm or 0, self.burst_ms, need_req, int(need_tok),
-                    int(pause_to)]  # fmt: skip
+            # now = 0: the script reads the server's clock itself (TIME), as _now_ms does for a pause's end.
+            args = [0, lim.rpm or 0, lim.tpm or 0, self.burst_ms, need_req, int(need_tok), int(pause_to)]
             return float(self._script(keys=[self.key], args=args))
         except Exception:  # redis.RedisError, OSError: the broker is restarting or gone
             # Pacing is an optimisation: a broker outage must not fail a job, least of all after its calls were
