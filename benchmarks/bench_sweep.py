@@ -3,7 +3,7 @@ against the simulator at 0 ms and 200 ms latency, next to the Little's-law bound
 raw `openai` client loop with the same concurrency on the same server.
 
     python benchmarks/bench_sweep.py [--jobs-0ms 600] [--seconds-200ms 6] [--threads 16] [--strategy greedy]
-    python benchmarks/bench_sweep.py --ledger-cpu 2000 [--ledger-rounds 2]
+    python benchmarks/bench_sweep.py --ledger-cpu 2000 [--ledger-rounds 2] [--baseline REV]
 
 Real services only: a simulator subprocess (`ept simulate`), redis-server, Celery worker subprocesses; the
 ledger is a local folder (shared by the workers on this machine) so the numbers measure the executors.
@@ -12,6 +12,8 @@ ledger is a local folder (shared by the workers on this machine) so the numbers 
 0 ms latency) once with a file ledger and once with an S3 ledger on a SeaweedFS server started here,
 alternating for --ledger-rounds rounds, and prints the workers' CPU per job for each (from /proc, so only
 the worker processes count), SeaweedFS's CPU per job, and the S3 / file ratio (target <= 1.3x).
+--ledger-cpu N --baseline REV: instead, S3 sweeps whose workers run this tree vs git revision REV's tree
+(extracted with git archive), alternating, side by side in one run (issue 39: workers <= 5 ms CPU per job).
 """
 
 from __future__ import annotations
@@ -145,57 +147,80 @@ def run_sweep(plan_src: str, profile, broker: str | None, compact: bool = True) 
 
 
 def ledger_cpu(args, tmp: Path, ctl, redis, n_math: int, profile) -> None:
-    """Workers' CPU per job, file ledger vs S3 ledger (SeaweedFS), same sweep, same run, alternating."""
+    """Workers' CPU per job, same sweep, same run, alternating: file ledger vs S3 ledger (SeaweedFS), or with
+    --baseline REV, S3 with this tree's workers vs S3 with REV's workers (the coordinator is this tree's)."""
     s3 = start_seaweed(tmp / "weed")
     os.environ.update(s3.env())  # the coordinator (this process) reads and writes the S3 ledger too
     ctl.set(latency_ms=0.0, latency_jitter_ms=0.0)
     bucket = "ept-bench-" + uuid.uuid4().hex[:8]
-    ledgers = {"file": str(tmp / "ledger-cpu"), "s3": f"s3://{bucket}/ledger"}
+    s3_url = f"s3://{bucket}/ledger"
+    configs = {"file": (str(tmp / "ledger-cpu"), None), "s3": (s3_url, None)}
+    if args.baseline:
+        from bench_startup import tree_of
+
+        configs = {"baseline": (s3_url, tree_of(args.baseline, tmp / "baseline-tree")), "s3": (s3_url, None)}
     reps = -(-args.ledger_cpu // n_math)
-    got: dict[str, list[tuple[float, float, float, int]]] = {k: [] for k in ledgers}
+    got: dict[str, list[tuple[float, float, float, int]]] = {k: [] for k in configs}
     try:
         for rnd in range(args.ledger_rounds):
-            for kind, ledger in ledgers.items():
-                queue = "bench-" + uuid.uuid4().hex[:6]
-                name = f"lcpu-{kind}-{rnd}-{uuid.uuid4().hex[:6]}"
-                env = {"EPT_BENCH_KEY": KEY, "EPT_PROFILES": str(tmp / "profiles.toml"), **s3.env()}
-                workers = start_celery_workers(2, redis.url, tmp / f"w-{name}", concurrency=args.threads,
-                                               queue=queue, env=env)  # fmt: skip
-                try:
-                    warm = plan_text(
-                        name + "-warm", ledger, args.strategy, args.budget, 1, "celery", queue, args.threads
-                    )
-                    run_sweep(
-                        warm, profile, redis.url, compact=False
-                    )  # imports, pools, the bucket: not measured
-                    src = plan_text(
-                        name, ledger, args.strategy, args.budget, reps, "celery", queue, args.threads
-                    )
-                    w = CpuMeter([p.pid for p in workers.procs])
-                    srv = CpuMeter([s3.proc.pid])
-                    coord = CpuMeter([])
-                    for m in (w, srv, coord):
-                        m.start()
-                    dt, done, _calls = run_sweep(src, profile, redis.url, compact=False)
-                    got[kind].append((w.stop() / done, srv.stop() / done, coord.stop() / done, done))
-                    print(f"  round {rnd + 1} {kind:<4} {done} jobs in {dt:.1f} s: workers "
-                          f"{1000 * got[kind][-1][0]:.2f} ms CPU/job", flush=True)  # fmt: skip
-                finally:
-                    workers.stop()
+            for kind, (ledger, source) in configs.items():
+                got[kind].append(
+                    _ledger_round(args, tmp, redis, profile, s3, kind, ledger, source, reps, rnd)
+                )
     finally:
         stop_proc(s3.proc)
-    best = {k: min(v) for k, v in got.items()}  # the quietest round of each (rows sort by worker CPU first)
+    _ledger_table(args, {k: min(v) for k, v in got.items()})  # the quietest round of each (by worker CPU)
+
+
+def _ledger_round(args, tmp: Path, redis, profile, s3, kind: str, ledger: str, source: Path | None, reps: int,
+                  rnd: int) -> tuple[float, float, float, int]:  # fmt: skip
+    """One measured sweep (after an unmeasured warm-up): CPU per job of the workers, SeaweedFS, this process."""
+    queue = "bench-" + uuid.uuid4().hex[:6]
+    name = f"lcpu-{kind}-{rnd}-{uuid.uuid4().hex[:6]}"
+    env = {"EPT_BENCH_KEY": KEY, "EPT_PROFILES": str(tmp / "profiles.toml"), **s3.env()}
+    workers = start_celery_workers(2, redis.url, tmp / f"w-{name}", concurrency=args.threads, queue=queue,
+                                   env=env, source=source)  # fmt: skip
+    try:
+        warm = plan_text(name + "-warm", ledger, args.strategy, args.budget, 1, "celery", queue, args.threads)
+        run_sweep(warm, profile, redis.url, compact=False)  # imports, pools, the bucket: not measured
+        src = plan_text(name, ledger, args.strategy, args.budget, reps, "celery", queue, args.threads)
+        w, srv, coord = CpuMeter([p.pid for p in workers.procs]), CpuMeter([s3.proc.pid]), CpuMeter([])
+        for m in (w, srv, coord):
+            m.start()
+        dt, done, _calls = run_sweep(src, profile, redis.url, compact=False)
+        row = (w.stop() / done, srv.stop() / done, coord.stop() / done, done)
+        print(f"  round {rnd + 1} {kind:<8} {done} jobs in {dt:.1f} s: workers {1000 * row[0]:.2f} ms CPU/job",
+              flush=True)  # fmt: skip
+        return row
+    finally:
+        workers.stop()
+
+
+def _ledger_table(args, best: dict[str, tuple[float, float, float, int]]) -> None:
+    n = next(iter(best.values()))[3]
     print(f"\nwrite path: Celery x2 ({args.threads} threads each), {args.strategy}@{args.budget}, 0 ms latency,"
-          f" {best['file'][3]} jobs a sweep, best of {args.ledger_rounds} alternating rounds; load average "
+          f" transcripts on, {n} jobs a sweep, best of {args.ledger_rounds} alternating rounds; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n")  # fmt: skip
-    print(f"{'ledger':<28} {'workers ms/job':>14} {'S3 server ms/job':>16} {'coordinator ms/job':>18}")
-    for kind, label in (("file", "file (local folder)"), ("s3", "S3 (SeaweedFS, same machine)")):
-        wk, sv, co, _ = best[kind]
+    labels = {"file": "file (local folder)", "s3": "S3 (SeaweedFS), this tree",
+              "baseline": f"S3 (SeaweedFS), {args.baseline}"}  # fmt: skip
+    print(
+        f"{'ledger / workers':<34} {'workers ms/job':>14} {'S3 server ms/job':>16} {'coordinator ms/job':>18}"
+    )
+    for kind, (wk, sv, co, _) in best.items():
         print(
-            f"{label:<28} {1000 * wk:>14.2f} {1000 * sv if kind == 's3' else 0.0:>16.2f} {1000 * co:>18.2f}"
+            f"{labels[kind]:<34} {1000 * wk:>14.2f} {1000 * sv if kind != 'file' else 0.0:>16.2f} {1000 * co:>18.2f}"
         )
-    ratio = best["s3"][0] / best["file"][0]
-    with_srv = (best["s3"][0] + best["s3"][1]) / best["file"][0]
+    s3w = best["s3"][0]
+    print(
+        f"workers' CPU per job on S3: {1000 * s3w:.2f} ms (target <= 5 ms: {'met' if s3w <= 0.005 else 'NOT met'})"
+    )
+    if "baseline" in best:
+        b = best["baseline"]
+        print(f"this tree / {args.baseline}, workers' CPU per job: {s3w / b[0]:.2f}x; S3 server's CPU per job: "
+              f"{best['s3'][1] / b[1]:.2f}x")  # fmt: skip
+        return
+    ratio = s3w / best["file"][0]
+    with_srv = (s3w + best["s3"][1]) / best["file"][0]
     print(f"S3 / file, workers' CPU per job: {ratio:.2f}x (target <= 1.3x: {'met' if ratio <= 1.3 else 'NOT met'});"
           f" counting the S3 server's CPU too: {with_srv:.2f}x")  # fmt: skip
 
@@ -218,6 +243,11 @@ def main() -> None:
         help="only the write-path row: N-job Celery sweeps, file ledger vs S3 (SeaweedFS)",
     )
     ap.add_argument("--ledger-rounds", type=int, default=2)
+    ap.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="with --ledger-cpu: S3 sweeps with this tree's workers vs git revision REV's (git archive), alternating",
+    )
     args = ap.parse_args()
 
     from elo_per_token.egress.profiles import Profile

@@ -240,9 +240,10 @@ class CeleryWorkers:
 
 def start_celery_workers(
     n: int, broker_url: str, tmp: Path, env: dict[str, str] | None = None, concurrency: int = 4,
-    queue: str = "ept", ready_timeout: float = 60,
+    queue: str = "ept", ready_timeout: float = 60, source: Path | None = None,
 ) -> CeleryWorkers:  # fmt: skip
-    """Start n `ept worker` subprocesses (threads pool) and wait until all answer a ping."""
+    """Start n `ept worker` subprocesses (threads pool) and wait until all answer a ping. `source`: the source
+    tree the workers run (default: this one; benchmarks compare another revision's workers side by side)."""
     tmp.mkdir(parents=True, exist_ok=True)
     # A worker takes the ledger and an endpoint override from a message only if its allow-lists name them
     # (worker.trust): test workers accept the test ledgers (S3 buckets, pytest's temp folders) and the loopback
@@ -258,7 +259,9 @@ def start_celery_workers(
         "EPT_BROKER_URL": broker_url,
         "PYTHONUNBUFFERED": "1",
     }
-    full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), full_env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    full_env["PYTHONPATH"] = os.pathsep.join([str(source or REPO), full_env.get("PYTHONPATH", "")]).rstrip(
+        os.pathsep
+    )
     ws = CeleryWorkers()
     for i in range(n):
         log = tmp / f"worker{i}.log"
