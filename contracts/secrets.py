@@ -72,7 +72,8 @@ def _environment_secrets() -> tuple[str, ...]:
     seen, cached = _env_cache
     if raw is not None and seen is not None and raw == seen:
         return cached
-    snapshot = dict(raw) if isinstance(raw, dict) else None  # taken first: a change after it is seen next time
+    # Taken before the walk: a change made during it is seen on the next call.
+    snapshot = dict(raw) if isinstance(raw, dict) else None
     found: set[str] = set()
     for k, v in os.environ.items():
         if not v:
