@@ -294,31 +294,64 @@ def recommend(
                 "lines": ["No recommendation: no comparable arm has both an Elo and a token count.", *note]}  # fmt: skip
     steps = _steps(arms, _frontier(arms, elo, tok, [i for i in range(len(arms)) if arms[i] not in partial]),
                    elo, tok, elo_s, level, flagged)  # fmt: skip
-    pct = f"{round(level * 100)}%"
     if elo_s is None:
-        best = max(valid, key=lambda i: elo[i])
-        out.update(status="point_estimate", arm=arms[best], best=arms[best], within_noise=[arms[best]])
-        head = (f"Recommendation (point estimates only, no bootstrap intervals): {arms[best]} has the highest Elo "
-                f"({elo[best]:.0f}) at {_tok(tok[best])} tokens/task; rerun with bootstrap rounds to know which "
-                "cheaper arms are within its noise.")  # fmt: skip
+        head, decided = _point_estimate(arms, elo, tok, valid)
     else:
         tok_s = None if tokens_samples is None else np.asarray(tokens_samples, dtype=float)
-        d = _decide(elo, tok, elo_s, level, margin, valid, tok_s)
-        out.update(status=d.status, arm=None if d.pick is None else arms[d.pick], best=arms[d.best],
-                   within_noise=[arms[i] for i in d.near], not_separated=[arms[i] for i in dict.fromkeys(d.below + d.near + d.maybe_cheaper)],
-                   equivalent=d.equivalent, difference={"d_elo": d.diff[0], "lo": _num(d.diff[1]), "hi": _num(d.diff[2])})  # fmt: skip
-        head = _head(arms, elo, tok, d, pct, margin)
-    lines = [head, *note] + [f"Frontier step: {s['text']}" for s in steps[:MAX_STEP_LINES]]
-    if len(steps) > MAX_STEP_LINES:  # many arms: the rest are in report.json's recommendation.steps
-        lines.append(
-            f"… and {len(steps) - MAX_STEP_LINES} more frontier steps (report.json recommendation.steps)"
-        )
+        head, decided = _decision(arms, elo, tok, (elo_s, tok_s), level, margin, valid)
+    out.update(decided)
+    lines = _lines(head, note, steps)
     under = _under_budget(
         arms, elo, (tok, _upper(tok, tokens_samples, level)), cost, elo_s, level, budget, valid
     )
     if under is not None:
         lines.append(under["text"])
     return {**out, "steps": steps, "budget": under, "lines": lines}
+
+
+def _point_estimate(
+    arms: Sequence[str], elo: np.ndarray, tok: np.ndarray, valid: list[int]
+) -> tuple[str, dict[str, Any]]:
+    """No bootstrap: the highest Elo, said to be a point estimate (the head line, the fields it sets)."""
+    best = max(valid, key=lambda i: elo[i])
+    head = (f"Recommendation (point estimates only, no bootstrap intervals): {arms[best]} has the highest Elo "
+            f"({elo[best]:.0f}) at {_tok(tok[best])} tokens/task; rerun with bootstrap rounds to know which "
+            "cheaper arms are within its noise.")  # fmt: skip
+    return head, {
+        "status": "point_estimate",
+        "arm": arms[best],
+        "best": arms[best],
+        "within_noise": [arms[best]],
+    }
+
+
+def _decision(
+    arms: Sequence[str],
+    elo: np.ndarray,
+    tok: np.ndarray,
+    samples: tuple[np.ndarray, np.ndarray | None],
+    level: float,
+    margin: float,
+    valid: list[int],
+) -> tuple[str, dict[str, Any]]:
+    """The decision on the bootstrap samples (Elo, tokens): the head line and the fields it sets."""
+    d = _decide(elo, tok, samples[0], level, margin, valid, samples[1])
+    fields = {"status": d.status, "arm": None if d.pick is None else arms[d.pick], "best": arms[d.best],
+              "within_noise": [arms[i] for i in d.near],
+              "not_separated": [arms[i] for i in dict.fromkeys(d.below + d.near + d.maybe_cheaper)],
+              "equivalent": d.equivalent,
+              "difference": {"d_elo": d.diff[0], "lo": _num(d.diff[1]), "hi": _num(d.diff[2])}}  # fmt: skip
+    return _head(arms, elo, tok, d, f"{round(level * 100)}%", margin), fields
+
+
+def _lines(head: str, note: list[str], steps: list[dict[str, Any]]) -> list[str]:
+    """The recommendation's text lines: the head, the exclusion note, the first frontier steps."""
+    lines = [head, *note] + [f"Frontier step: {s['text']}" for s in steps[:MAX_STEP_LINES]]
+    if len(steps) > MAX_STEP_LINES:  # many arms: the rest are in report.json's recommendation.steps
+        lines.append(
+            f"… and {len(steps) - MAX_STEP_LINES} more frontier steps (report.json recommendation.steps)"
+        )
+    return lines
 
 
 def _num(x: float) -> float | None:

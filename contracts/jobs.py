@@ -145,7 +145,7 @@ def budget_key(run_id: str) -> str:
 class CeleryJobContext:
     """What a Celery worker needs besides the job: where results go and how to reach the provider.
 
-    Built by the coordinator (coordinator.celery_exec), read by the worker (worker.lifecycle.celery_run_job); on
+    Built by the coordinator (coordinator.celery_exec), read by the worker (worker.celery_job.celery_run_job); on
     the wire it is `to_dict()` (Celery sends JSON only), never this object. Not to be confused with
     worker.strategies.base.JobContext, what a strategy sees while it runs a job.
     """

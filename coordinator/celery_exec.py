@@ -173,7 +173,7 @@ class _Outstanding:
         self.ctx_wire = ctx.to_dict()
         self.ctx_clear_wire = dataclasses.replace(ctx, clear_failure=True).to_dict()
         # After the broker lost its data, a re-sent job may have finished before the loss: its worker checks
-        # the ledger before the first API call whatever the session (worker.lifecycle.celery_run_job).
+        # the ledger before the first API call whatever the session (worker.celery_job.celery_run_job).
         self.resent_wire = dataclasses.replace(ctx, check_ledger=True).to_dict()
         self.resent_clear_wire = dataclasses.replace(ctx, check_ledger=True, clear_failure=True).to_dict()
         # task id -> (job, its result-backend key): the job to enqueue again if the broker loses its data, the
@@ -374,6 +374,14 @@ def _weather_reports(app: Any, weather: tuple[str, Any] | None) -> dict[str, dic
         return None
 
 
+def _report_weather(
+    app: Any, weather: tuple[str, Callable[[dict[str, Any]], None]] | None, before: dict[str, Any] | None
+) -> None:
+    """Pass the workers' provider weather over this sweep (their reports now less `before`) to the sink."""
+    if weather is not None and before is not None and (after := _weather_reports(app, weather)) is not None:
+        weather[1](sweep_weather(before, after))
+
+
 def run_celery(
     jobs: Iterable[Job],
     ctx: CeleryJobContext,
@@ -397,10 +405,8 @@ def run_celery(
 ) -> bool:
     """Enqueue `jobs` (any iterable: a million-job plan is streamed) in pipelined batches and follow them.
     weather: (profile, sink): the workers' provider weather over this sweep is passed to sink at the end.
-
     At most `max_pending` jobs are enqueued and unfinished at once, so the coordinator's memory and the
-    broker's queue stay bounded whatever the plan's size; workers still always have a full queue.
-    """
+    broker's queue stay bounded whatever the plan's size; workers still always have a full queue."""
     from elo_per_token.worker.celery_app import make_app
 
     app = make_app(broker_url)
@@ -408,9 +414,8 @@ def run_celery(
                        notice=notice, clear_failures=clear_failures)  # fmt: skip
     out.watch = redis_watch(app, queue, window_s()) if watch_consumers else None
     # SIGTERM stops the coordinator like Ctrl-C: the run's queued jobs are cancelled, not left to run unobserved.
-    prev_term, before = None, None
-    if threading.current_thread() is threading.main_thread():
-        prev_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+    main, before = threading.current_thread() is threading.main_thread(), None
+    prev_term = signal.signal(signal.SIGTERM, _raise_interrupt) if main else None
     try:
         _first_contact(out.mark_alive, app)
         before = _weather_reports(app, weather)
@@ -433,12 +438,7 @@ def run_celery(
         _record_stop(ctx.ledger, out.run_ids, e.message)
         raise
     finally:
-        if (
-            weather is not None
-            and before is not None
-            and (after := _weather_reports(app, weather)) is not None
-        ):
-            weather[1](sweep_weather(before, after))
+        _report_weather(app, weather, before)
         if prev_term is not None:
             signal.signal(signal.SIGTERM, prev_term)
         app.close()

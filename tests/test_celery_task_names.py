@@ -8,7 +8,7 @@ unconsumed (or, mixed with older workers, consumed by only some of them).
 from __future__ import annotations
 
 from elo_per_token.coordinator.celery_exec import TASK_NAME
-from elo_per_token.worker import lifecycle
+from elo_per_token.worker import celery_job, lifecycle
 from elo_per_token.worker.celery_app import make_app
 
 WIRE_NAMES = {"ept.run_job", "ept.grade_code"}
@@ -23,12 +23,12 @@ def test_the_app_registers_exactly_the_wire_names():
 def test_the_coordinator_sends_the_name_the_worker_registers(monkeypatch):
     app = make_app("redis://127.0.0.1:1/0", profiles="/srv/worker-profiles.toml")
     assert TASK_NAME == "ept.run_job" == lifecycle.TASK_NAME
-    # The task under that name runs worker.lifecycle.celery_run_job (imported at call time, so the renamed
+    # The task under that name runs worker.celery_job.celery_run_job (imported at call time, so the renamed
     # module is what a worker loads), with the message's two arguments as they came and the worker's own
     # profiles file (`ept worker --profiles`) as a value, not through the environment.
     seen = []
     monkeypatch.setattr(
-        lifecycle,
+        celery_job,
         "celery_run_job",
         lambda task_self, job, ctx, profiles: seen.append((job, ctx, profiles)) or "ok",
     )

@@ -1,4 +1,4 @@
-"""Job leases in Redis (worker.lifecycle.Claims) against a real redis-server."""
+"""Job leases in Redis (worker.celery_job.Claims) against a real redis-server."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 import pytest
 
 from elo_per_token.contracts.jobs import Job
-from elo_per_token.worker.lifecycle import Claims
+from elo_per_token.worker.celery_job import Claims
 
 pytestmark = pytest.mark.services
 

@@ -46,7 +46,10 @@ EDGE_READS: dict[str, tuple[int, str]] = {
         2,
         "TERMINAL_WIDTH / COLUMNS: typer's and click's own width variables, for help in a pipe",
     ),
-    "contracts/secrets.py": (1, "every key-like value in the environment is a secret the scrubber masks"),
+    "contracts/secrets.py": (
+        2,
+        "every key-like value in the environment is a secret the scrubber masks (the raw mapping compared to skip an unchanged environment)",
+    ),
     "docs/make_doctor_docs.py": (1, "builds the environment of the `ept doctor` run it documents"),
     ".ci/compose_check.py": (1, "CI: the S3 endpoint the compose file's check was started with"),
 }

@@ -169,7 +169,7 @@ def test_a_garbage_budget_counter_on_the_broker_never_lifts_the_cap(redis_server
     from types import SimpleNamespace
 
     from elo_per_token.contracts.jobs import Job, budget_key
-    from elo_per_token.worker.lifecycle import _over_budget
+    from elo_per_token.worker.celery_job import _over_budget
 
     r = redis_server.client()
     job = Job(run_id="garbage-cap", task={"task_id": "t", "family": "f"}, strategy="greedy", budget_n=1)

@@ -35,7 +35,7 @@ def _calls_by_job(led, run_id: str) -> Counter:
 
 
 def _running(redis_server, queue: str) -> bool:
-    """Whether a job of the queue is still held by a worker (its claim in Redis: worker.lifecycle.Claims)."""
+    """Whether a job of the queue is still held by a worker (its claim in Redis: worker.celery_job.Claims)."""
     return bool(list(redis_server.client().scan_iter("ept:claim:stall:*")))
 
 

@@ -146,7 +146,7 @@ def test_a_hostile_ran_marker_never_replaces_a_run(redis_server, raw):
     """Whatever sits under a task's ran marker on the broker: it is returned only if it is a finished summary of
     that very job; anything else is ignored (the job runs), never raised, fast."""
     from elo_per_token.contracts.jobs import Job
-    from elo_per_token.worker.lifecycle import _ran_before, _ran_key
+    from elo_per_token.worker.celery_job import _ran_before, _ran_key
 
     r = redis_server.client()
     job = Job("r", {"task_id": "t", "family": "f"}, "greedy", 1)

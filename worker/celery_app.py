@@ -113,7 +113,7 @@ def make_app(url: str | None = None, profiles: str | None = None) -> Celery:
     # celery ships no type information: its decorator hides these signatures from mypy.
     @app.task(name="ept.run_job", bind=True, shared=False)  # type: ignore[untyped-decorator]
     def run_job_task(self: Any, job: dict[str, Any], ctx: CeleryJobContextDict) -> JobSummary:
-        from elo_per_token.worker.lifecycle import celery_run_job
+        from elo_per_token.worker.celery_job import celery_run_job
 
         route_grading(app)  # this worker's environment says where code is graded
         return celery_run_job(self, job, ctx, profiles=profiles)

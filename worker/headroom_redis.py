@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from elo_per_token.worker import ratelimit_headers
+from elo_per_token.worker.ratelimit_headers import header_int, parse_reset
+
 # KEYS: room hash, recent zset. ARGV[1]: op; then per op (times in ms):
 #   observe rem_req rem_tok reset_req reset_tok   (-1: not stated)
 #   admit est slack stale_ms                      -> 0 taken, -1 to the bucket, > 0 wait ms
@@ -81,12 +84,10 @@ class RedisHeadroom:
     """worker.ratelimit.Headroom's interface (`admit`, `probe`, `observe`, `forget`, `done`) over Redis."""
 
     def __init__(self, redis_client: Any, key: str) -> None:
-        from elo_per_token.worker.ratelimit import Headroom
-
-        self._h = Headroom  # its constants: one truth for both
+        self._h = ratelimit_headers  # the in-process Headroom's constants: one truth for both
         self.keys = [f"{key}:room", f"{key}:recent"]
         self._script = redis_client.register_script(
-            _LUA.replace("RECENT_MS", str(int(Headroom.RECENT_S * 1000)))
+            _LUA.replace("RECENT_MS", str(int(ratelimit_headers.RECENT_S * 1000)))
         )
 
     def _run(self, *args: Any) -> float | None:
@@ -106,14 +107,12 @@ class RedisHeadroom:
         self._run("probe", est)
 
     def observe(self, headers: Mapping[str, str]) -> None:
-        from elo_per_token.worker.ratelimit import _int, parse_reset
-
         def ms(kind: str) -> int:
             v = parse_reset(headers.get(f"x-ratelimit-reset-{kind}")) or 0.0
             return int(min(v, self._h.MAX_RESET_S) * 1000)
 
-        req = _int(headers.get("x-ratelimit-remaining-requests"))
-        tok = _int(headers.get("x-ratelimit-remaining-tokens"))
+        req = header_int(headers.get("x-ratelimit-remaining-requests"))
+        tok = header_int(headers.get("x-ratelimit-remaining-tokens"))
         if req is None and tok is None:
             return
         self._run(

@@ -14,13 +14,21 @@ so every worker on every machine draws from one budget; `LocalRateLimiter` does 
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from elo_per_token.worker.ratelimit_headers import (
+    MAX_RESET_S,
+    RECENT_S,
+    STALE_S,
+    TOKEN_SLACK,
+    header_int,
+    parse_reset,
+)
 
 if TYPE_CHECKING:
     from elo_per_token.worker.headroom_redis import RedisHeadroom
@@ -140,41 +148,16 @@ class _Bucket:
         return wait
 
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
-
-
-def parse_reset(v: Any) -> float | None:
-    """An `x-ratelimit-reset-*` value in seconds: OpenAI's "1s", "6m0s", "20ms", or plain seconds."""
-    if not isinstance(v, str) or len(v) > 40:
-        return None
-    v = v.strip()
-    try:
-        return max(0.0, float(v))
-    except ValueError:
-        pass
-    parts = _DURATION.findall(v)
-    if not parts or "".join(n + u for n, u in parts) != v:
-        return None
-    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    return sum(float(n) * scale[u] for n, u in parts)
-
-
-def _int(v: Any) -> int | None:
-    try:
-        n = int(str(v).strip()) if v is not None and len(str(v)) < 20 else None
-    except ValueError:
-        return None
-    return n if n is not None and n >= 0 else None
-
-
 def header_limits(headers: Mapping[str, str]) -> tuple[Limits, list[float]]:
     """(the limits a response's x-ratelimit-limit-* headers state, the pauses in seconds its remaining-* of 0
     ask for: until the matching reset-*)."""
     get = headers.get
-    limits = Limits(_int(get("x-ratelimit-limit-requests")), _int(get("x-ratelimit-limit-tokens")))
+    limits = Limits(
+        header_int(get("x-ratelimit-limit-requests")), header_int(get("x-ratelimit-limit-tokens"))
+    )
     pauses = []
     for kind in ("requests", "tokens"):
-        if _int(get(f"x-ratelimit-remaining-{kind}")) == 0:
+        if header_int(get(f"x-ratelimit-remaining-{kind}")) == 0:
             reset = parse_reset(get(f"x-ratelimit-reset-{kind}"))
             pauses.append(min(reset if reset is not None else 1.0, MAX_PAUSE_S))
     return limits, pauses
@@ -190,10 +173,10 @@ class Headroom:
     spent: 429s) until a reply on its way restates it, else until the provider's `reset-*` for what is short;
     then one probe goes through the bucket and its reply restates the room."""
 
-    STALE_S = 1.0  # a statement (or probe) this old no longer holds senders back waiting for replies
-    RECENT_S = 0.25  # a request admitted this recently may not have reached the provider when it answered
-    TOKEN_SLACK = 1.25  # an estimate is short of the real count at times (tokenizers differ)
-    MAX_RESET_S = 60.0  # a reset-* further off is not waited for beyond this (the bucket probes then)
+    STALE_S = STALE_S
+    RECENT_S = RECENT_S
+    TOKEN_SLACK = TOKEN_SLACK
+    MAX_RESET_S = MAX_RESET_S
 
     def __init__(self) -> None:
         self.req: float | None = None  # None: no header seen yet
@@ -206,8 +189,8 @@ class Headroom:
         self._lock = threading.Lock()
 
     def observe(self, headers: Mapping[str, str]) -> None:
-        req = _int(headers.get("x-ratelimit-remaining-requests"))
-        tok = _int(headers.get("x-ratelimit-remaining-tokens"))
+        req = header_int(headers.get("x-ratelimit-remaining-requests"))
+        tok = header_int(headers.get("x-ratelimit-remaining-tokens"))
         with self._lock:
             now = time.monotonic()
             while self._recent and self._recent[0] < now - self.RECENT_S:

@@ -1,0 +1,330 @@
+"""The Celery side of running a job: the claim in Redis that keeps a redelivered job from running twice, the
+call journal, the budget counter and cancellation marks, and the task body `ept.run_job`
+(`celery_run_job`). What runs the job itself is worker.lifecycle.perform_job, shared with the local executor."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from typing import TYPE_CHECKING, Any, cast
+
+from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict, Job, JobSummary
+from elo_per_token.ledger import Ledger
+from elo_per_token.worker.lifecycle import _cached, _refused, _summary, ledger_for, perform_job, provider_for
+from elo_per_token.worker.taskcheck import ForgedTask, RunTasks
+
+if TYPE_CHECKING:  # redis is imported when a worker first needs it
+    import redis
+
+    from elo_per_token.worker.journal import CallJournal
+
+
+class Claims:
+    """Redis leases on the jobs this process is running, renewed together while they run.
+
+    A lease expires if its holder dies, so a redelivered copy of a dead worker's job can run. One renewer
+    thread per process (not one per job): a thread start and its wake-ups per job cost measurable CPU at a
+    few hundred jobs per second, and jobs are usually far shorter than the lease.
+    """
+
+    _RENEW = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
+    _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
+    def __init__(self, r: redis.Redis, owner: str, ttl_ms: int = 20000) -> None:
+        self.r, self.owner, self.ttl = r, owner, ttl_ms
+        self._held: dict[str, str] = {}  # key -> token of this acquisition
+        self._n = 0
+        self._lock = threading.Lock()
+        self._renewer: threading.Thread | None = None
+
+    @staticmethod
+    def key(job: Job) -> str:
+        return f"ept:claim:{job.run_id}:{job.key}"
+
+    def acquire(self, job: Job) -> bool:
+        key = self.key(job)
+        with self._lock:
+            self._n += 1
+            # Per acquisition, so a late release can never delete a later holder's lease (even in this process).
+            token = f"{self.owner}:{self._n}"
+        if not self.r.set(key, token, nx=True, px=self.ttl):
+            return False
+        with self._lock:
+            self._held[key] = token
+            if self._renewer is None:
+                self._renewer = threading.Thread(target=self._renew, name="ept-claims", daemon=True)
+                self._renewer.start()
+        return True
+
+    def _renew(self) -> None:
+        while True:
+            time.sleep(self.ttl / 4000)
+            with self._lock:
+                held = list(self._held.items())
+            if not held:
+                continue
+            # A lost renewal only risks a duplicate run, which the ledger's conditional create absorbs.
+            with contextlib.suppress(Exception):
+                pipe = self.r.pipeline(transaction=False)
+                for key, token in held:
+                    pipe.eval(self._RENEW, 1, key, token, self.ttl)
+                pipe.execute()
+
+    def release(self, job: Job) -> None:
+        key = self.key(job)
+        with self._lock:
+            token = self._held.pop(key, None)
+        if token is not None:
+            with contextlib.suppress(Exception):
+                self.r.eval(self._RELEASE, 1, key, token)
+
+
+BROKER_WAIT_S = 120.0  # a claim waits this long for a broker that is restarting before the job fails
+
+
+def _claim(claims: Claims, job: Job, wait_s: float = BROKER_WAIT_S) -> bool:
+    """claims.acquire, waiting out a broker restart: a message prefetched before the broker went away would
+    otherwise fail its job ("worker error: connection refused") while the broker is down for a few seconds,
+    though the job can run as soon as the broker is back (its result is reported through it anyway)."""
+    import redis
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return claims.acquire(job)
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _report_weather(claims: Claims, profile: str, provider: Any) -> None:
+    """This process's cumulative provider weather for the coordinator's summary (contracts.weather)."""
+    from elo_per_token.contracts.weather import report
+
+    with contextlib.suppress(Exception):  # a lost report costs a summary line, never the job
+        report(claims.r, profile, claims.owner, provider.weather())
+
+
+def _claims(redis_url: str) -> Claims:
+    import os
+    import socket
+    import uuid
+
+    import redis
+
+    def make() -> Claims:
+        r = redis.Redis.from_url(redis_url)
+        return Claims(r, f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
+
+    return _cached(("claims", redis_url), make)
+
+
+def _redis_broker_url(task_self: Any) -> str:
+    """The broker URL of the task's Celery app (`ept worker --broker`, else EPT_BROKER_URL) when it is Redis,
+    else ""."""
+    url = str(getattr(getattr(task_self, "app", None), "conf", {}).get("broker_url") or "")
+    return url if url.startswith(("redis://", "rediss://", "unix://")) else ""
+
+
+def _cancelled(task_self: Any, job: Job) -> bool:
+    """The coordinator was stopped (contracts.jobs.cancel_key on the broker): a queued job does not start."""
+    from elo_per_token.contracts.jobs import cancel_key
+
+    url = _redis_broker_url(task_self)
+    if not url:
+        return False
+    try:
+        import redis
+
+        r = _cached(("broker", url), lambda: redis.Redis.from_url(url))
+        return bool(r.exists(cancel_key(job.run_id)))
+    except Exception:  # an unreadable marker must not fail the job: run it
+        return False
+
+
+def _broker(task_self: Any) -> redis.Redis | None:
+    """The broker's Redis client (cached), or None when the broker is not Redis."""
+    url = _redis_broker_url(task_self)
+    if not url:
+        return None
+    import redis
+
+    return _cached(("broker", url), lambda: redis.Redis.from_url(url))
+
+
+def _over_budget(task_self: Any, job: Job, cap: int | None) -> bool:
+    """The run has spent its token cap (contracts.jobs.budget_key): the job does not start."""
+    from elo_per_token.contracts.jobs import budget_key
+
+    if cap is None:
+        return False
+    try:
+        r = _broker(task_self)
+        raw = r.get(budget_key(job.run_id)) if r is not None else None
+    except Exception:  # an unreachable broker must not fail the job; the coordinator still stops the run
+        return False
+    try:
+        spent = 0 if raw is None else int(raw)  # no counter yet: nothing spent; b"" is not a number
+    except ValueError:
+        return True  # not a number: forged or corrupt; spending is refused rather than left unbounded
+    # Spend only grows from what the coordinator set (>= 0): a negative counter was forged to lift the cap.
+    return spent < 0 or spent >= cap
+
+
+def _spend(task_self: Any, job: Job, tokens: int) -> None:
+    from elo_per_token.contracts.jobs import budget_key
+
+    with contextlib.suppress(Exception):
+        r = _broker(task_self)
+        if r is not None and tokens:
+            r.incrby(budget_key(job.run_id), tokens)
+
+
+def _journal(r: redis.Redis) -> CallJournal:
+    from elo_per_token.worker.journal import CallJournal
+
+    return _cached(("journal", id(r)), lambda: CallJournal(r))
+
+
+def _ran_key(task_id: str) -> str:
+    return f"ept:ran:{task_id}"
+
+
+RAN_TTL_S = 7 * 24 * 3600
+
+
+def _ran_before(r: redis.Redis, task_id: str | None, job: Job) -> JobSummary | None:
+    """The summary of an earlier delivery of this very message (same task id) that ran to the end: a redelivered
+    copy returns it instead of running the job again (a failed job is not in the ledger, so without this a copy
+    redelivered after a visibility timeout paid for its calls again). Anything on the broker that is not such
+    a summary of this job is ignored (the job then runs, as before markers existed)."""
+
+    if not task_id:
+        return None
+    try:
+        raw = r.get(_ran_key(task_id))
+        summary = json.loads(raw) if raw else None
+    except (
+        Exception
+    ):  # unreachable broker or unreadable marker: the ledger and the claim still stop a double write
+        return None
+    statuses = ("done", "duplicate", "failed")
+    if (
+        not isinstance(summary, dict)
+        or summary.get("key") != job.key
+        or summary.get("status") not in statuses
+    ):
+        return None
+    return cast(JobSummary, summary)
+
+
+def _mark_ran(r: redis.Redis, task_id: str | None, summary: JobSummary) -> None:
+
+    if task_id:
+        with contextlib.suppress(Exception):
+            r.set(_ran_key(task_id), json.dumps(summary), ex=RAN_TTL_S)
+
+
+def _admit(task_self: Any, job: Job, ctx: CeleryJobContext) -> tuple[Ledger, str | None] | JobSummary:
+    """(the ledger, the endpoint) a message may use — only what this worker's own allow-lists name
+    (worker.trust) — or the summary of a job refused, forged, cancelled or over the run's budget."""
+    from elo_per_token.worker.trust import Untrusted, check_base_url, check_ledger
+
+    try:
+        ledger = ledger_for(check_ledger(ctx.ledger))
+        base_url = check_base_url(ctx.base_url)
+    except Untrusted as e:
+        return _refused(job, str(e))
+    try:  # before the claim, the journal or the ledger check: a forged task touches nothing
+        _cached(("tasks",), RunTasks).verify(ledger, job)
+    except ForgedTask as e:
+        return _refused(job, str(e))
+    if _cancelled(task_self, job):
+        return _summary(job, "cancelled", message="the sweep was stopped before this job started")
+    if _over_budget(task_self, job, ctx.budget_tokens):
+        return _summary(job, "cancelled", message="the run reached its budget cap before this job started")
+    return ledger, base_url
+
+
+def _redis_url(task_self: Any) -> str:
+    """The Redis of the shared rate-limit claims: EPT_RATELIMIT_URL, else the broker this worker consumes."""
+    from elo_per_token.contracts import settings
+
+    return (
+        settings.read_str("EPT_RATELIMIT_URL")
+        or _redis_broker_url(task_self)
+        or settings.read_str("EPT_BROKER_URL")
+        or ""
+    )
+
+
+def _await_claim(claims: Claims, job: Job, ledger: Ledger) -> bool | None:
+    """Take the job's claim: whether it had to wait for another delivery of the job (e.g. redelivered after
+    a visibility timeout) first; None when that delivery finished the job meanwhile."""
+    waited = False
+    while not _claim(claims, job):
+        waited = True
+        time.sleep(0.5)
+        if ledger.has_job(job.run_id, job.key):
+            return None
+    return waited
+
+
+def celery_run_job(
+    task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJobContextDict, profiles: str | None = None
+) -> JobSummary:
+    """Body of the Celery task `ept.run_job`. ctx_dict: the message's CeleryJobContext (ledger URL, base_url
+    override, rate limits) as plain JSON; profiles: this worker's profiles file (`ept worker --profiles`). The ledger and the endpoint are used only if this worker's own
+    allow-lists name them (worker.trust): a message cannot choose where the key goes or where results land."""
+    job = Job.from_dict(job_dict)
+    ctx = CeleryJobContext.from_dict(ctx_dict)
+    admitted = _admit(task_self, job, ctx)
+    if isinstance(admitted, dict):
+        return admitted
+    ledger, base_url = admitted
+    redis_url = _redis_url(task_self)
+    claims = _claims(redis_url)
+    task_id = getattr(getattr(task_self, "request", None), "id", None)
+    waited = _await_claim(claims, job, ledger)
+    if waited is None:
+        return _summary(job, "skipped")
+    journal = _journal(claims.r)
+    try:
+        # Calls of an earlier delivery that died mid-job: recorded before anything else (the claim is ours).
+        journal.recover(ledger, job)
+        if (earlier := _ran_before(claims.r, task_id, job)) is not None:
+            return earlier
+        # The check before the first API call, so a job that finished elsewhere never spends tokens twice; made
+        # with the claim held, so a copy that finished just before it released the claim is seen. Skipped only
+        # when nothing can have finished the job: the first delivery (not a redelivery after a lost worker or
+        # a visibility timeout) of a job from a run's first session (coordinator.sweep.execute), uncontended.
+        redelivered = bool(
+            (getattr(getattr(task_self, "request", None), "delivery_info", None) or {}).get("redelivered")
+        )
+        if (ctx.check_ledger or redelivered or waited) and ledger.has_job(job.run_id, job.key):
+            return _summary(job, "skipped")
+        provider = provider_for(job.profile, base_url, ctx.rpm, ctx.tpm, redis_url, profiles)
+
+        def on_retry(j: Job, attempt: int, cls: str) -> None:
+            task_self.update_state(state="RETRYING", meta={"key": j.key, "attempt": attempt, "class": cls})
+
+        # At most one HEAD above, one conditional PUT in perform_job (and the transcript's PUT when the plan
+        # keeps transcripts): nothing else on the success path.
+        summary = perform_job(
+            job, ledger, provider, on_retry=on_retry, max_attempts=ctx.max_attempts,
+            check_existing=False, clear_failure=ctx.clear_failure, transcripts=ctx.transcripts, journal=journal,
+        )  # fmt: skip
+        _report_weather(claims, job.profile, provider)
+        if ctx.budget_tokens is not None:  # every billed token counts toward the cap, failed attempts' too
+            # Calls without usable usage at their upper bound too: the cap holds whatever the provider reports.
+            _spend(task_self, job, int(summary.get("tokens") or 0) + int(summary.get("est_tokens") or 0))
+        summary = {**summary, "worker": getattr(task_self.request, "hostname", None)}
+        # Before the claim is released: a copy waiting on the claim must find it.
+        _mark_ran(claims.r, task_id, summary)
+        return summary
+    finally:
+        journal.release(job)
+        claims.release(job)
