@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import norm
 
 from elo_per_token.analysis.merge import ELO_SCALE
 from elo_per_token.analysis.sequential import (
@@ -40,7 +41,6 @@ from elo_per_token.analysis.sequential import (
     PairStats,
     _decide,
     claim_power,
-    decision_z,
     holm_claims,
     holm_step_z,
     pair_done,
@@ -115,11 +115,33 @@ class EpsAssessment(Assessment):
     tok_close: np.ndarray | None = None
     d: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # rel_token_stats
     margin: Margin = Margin()
+    dom: np.ndarray | None = None  # dom[j, i]: j confidently cheaper and stronger than i (at off_z)
 
 
 def eps_z(alpha: float, looks: int, k: int) -> float:
-    """z of the ε intervals: alpha / 2 over the looks and the arm's 2 (K - 1) ε-parameters (Bonferroni)."""
-    return decision_z(alpha / 2, looks, k)
+    """One-sided z of the claims an on or within decision rests on: alpha / 2 for the decision, split over the
+    pair's 2 routes (quality, tokens) and Bonferroni over the looks. No split over the other arms: an on or
+    within claim needs every pair's claim at once (an intersection-union test), so it is wrong only when the
+    one arm that truly dominates falsely loses its pair test (module docstring)."""
+    if not (0 < alpha < 1) or looks < 1:
+        raise ValueError(f"need 0 < alpha < 1 and looks >= 1, got {alpha}, {looks}")
+    return float(norm.ppf(1 - alpha / (4 * looks)))
+
+
+def off_z(alpha: float, looks: int, k: int) -> float:
+    """One-sided z of the claims an off decision rests on (j confidently cheaper and stronger than i): alpha / 2
+    over the K - 1 arms that could be claimed to dominate (a union: any one false claim is a wrong off) and
+    Bonferroni over the looks."""
+    if not (0 < alpha < 1) or looks < 1:
+        raise ValueError(f"need 0 < alpha < 1 and looks >= 1, got {alpha}, {looks}")
+    return float(norm.ppf(1 - alpha / (2 * max(1, k - 1) * looks)))
+
+
+def _claims(mean: np.ndarray, se: np.ndarray, z: float, enough: np.ndarray, below: float = 0.0) -> np.ndarray:
+    """mean + z se < below (a confident one-sided claim) where the pair has enough tasks; NaN claims nothing."""
+    with np.errstate(invalid="ignore"):
+        out: np.ndarray = enough & (mean + z * se < below)
+    return out
 
 
 def assess_eps(
@@ -131,22 +153,30 @@ def assess_eps(
         stronger, cheaper = holm_claims(stats, alpha, looks, min_tasks)
         a = _decide(stats, stronger, cheaper)
         return EpsAssessment(a.status, a.dominated_by, a.stronger, a.cheaper, a.stats, margin=margin)
-    stronger, cheaper = holm_claims(stats, alpha / 2, looks, min_tasks)
-    a = _decide(stats, stronger, cheaper)
-    z = eps_z(alpha, looks, k)
-    d = rel_token_stats(tokens, margin.tokens)
     enough = stats.n >= max(2, min_tasks)
-    with np.errstate(invalid="ignore"):
-        q_below = enough & (stats.q + z * stats.q_se < margin.balance)  # q_below[j, i]: q_ji < b_ε
-        tok_close = (d[2] >= max(2, min_tasks)) & (d[0] + z * d[1] < 0)
-    status = list(a.status)
+    z_on, z_off = eps_z(alpha, looks, k), off_z(alpha, looks, k)
+    # stronger[i, j]: q_ij > 0 confidently; cheaper[i, j]: c_ij < 0 confidently; at the on/within z.
+    stronger, cheaper = _claims(-stats.q, stats.q_se, z_on, enough), _claims(stats.c, stats.c_se, z_on, enough)
+    dom = _claims(-stats.q, stats.q_se, z_off, enough) & _claims(stats.c, stats.c_se, z_off, enough)
+    d = rel_token_stats(tokens, margin.tokens)
+    q_below = _claims(stats.q, stats.q_se, z_on, enough, margin.balance)  # q_below[j, i]: q_ji < b_ε
+    tok_close = _claims(d[0], d[1], z_on, d[2] >= max(2, min_tasks))
+    status, dominated_by = [OPEN] * k, [None] * k
     for i in range(k):
-        if status[i] != OPEN:
+        doms = [j for j in range(k) if j != i and dom[j, i]]
+        if doms:
+            status[i], dominated_by[i] = OFF, doms[0]
+    for i in range(k):
+        live = [j for j in range(k) if j != i and status[j] != OFF]
+        if status[i] == OFF:
             continue
-        live = [j for j in range(k) if j != i and a.status[j] != OFF]
-        if all(_eps_done(a, q_below, tok_close, i, j) for j in live):
+        if all(cheaper[i, j] or stronger[i, j] for j in live):
+            status[i] = ON
+        elif all(bool(q_below[j, i] or tok_close[i, j]) for j in live):
             status[i] = WITHIN
-    return EpsAssessment(status, a.dominated_by, stronger, cheaper, stats, q_below, tok_close, d, margin)
+    return EpsAssessment(
+        status, dominated_by, stronger, cheaper, stats, q_below, tok_close, d, margin, dom  # type: ignore[arg-type]
+    )
 
 
 def _eps_done(a: Assessment, q_below: np.ndarray, tok_close: np.ndarray, i: int, j: int) -> bool:
@@ -155,20 +185,26 @@ def _eps_done(a: Assessment, q_below: np.ndarray, tok_close: np.ndarray, i: int,
 
 
 def eps_needs(
-    a: EpsAssessment, n_end: np.ndarray, z_holm: np.ndarray | float, z_eps: float, min_power: float
+    a: EpsAssessment, n_end: np.ndarray, z_off: np.ndarray | float, z_on: float, min_power: float
 ) -> tuple[list[bool], np.ndarray]:
     """(futile per arm, wants [K, K]) as sequential.reachable_needs, with the within route: an open arm is
-    futile when no decision (off via a dominator, on, or within) is reachable at the end of the grid, and
-    wants[i, j] when pair (i, j) can still settle something for open arm i."""
+    futile when no decision (off via a dominator at z_off, on or within at z_on) is reachable at the end of
+    the grid, and wants[i, j] when pair (i, j) can still settle something for open arm i."""
     st = a.stats
-    strong = a.stronger | (claim_power(st.q, st.q_se, st.n, n_end, z_holm) >= min_power)
-    cheap = a.cheaper | (claim_power(-st.c, st.c_se, st.n, n_end, z_holm) >= min_power)
     k = len(a.status)
-    below = np.zeros((k, k), dtype=bool)
-    close = np.zeros((k, k), dtype=bool)
     if a.margin.active and a.q_below is not None and a.tok_close is not None and a.d is not None:
-        below = a.q_below | (claim_power(a.margin.balance - st.q, st.q_se, st.n, n_end, z_eps) >= min_power)
-        close = a.tok_close | (claim_power(-a.d[0], a.d[1], a.d[2], n_end, z_eps) >= min_power)
+        strong = a.stronger | (claim_power(st.q, st.q_se, st.n, n_end, z_on) >= min_power)
+        cheap = a.cheaper | (claim_power(-st.c, st.c_se, st.n, n_end, z_on) >= min_power)
+        dom_q = claim_power(st.q, st.q_se, st.n, n_end, z_off) >= min_power
+        dom_c = claim_power(-st.c, st.c_se, st.n, n_end, z_off) >= min_power
+        can_dom = (a.dom if a.dom is not None else np.zeros((k, k), dtype=bool)) | (dom_q & dom_c)
+        below = a.q_below | (claim_power(a.margin.balance - st.q, st.q_se, st.n, n_end, z_on) >= min_power)
+        close = a.tok_close | (claim_power(-a.d[0], a.d[1], a.d[2], n_end, z_on) >= min_power)
+    else:
+        strong = a.stronger | (claim_power(st.q, st.q_se, st.n, n_end, z_off) >= min_power)
+        cheap = a.cheaper | (claim_power(-st.c, st.c_se, st.n, n_end, z_off) >= min_power)
+        can_dom = cheap & strong
+        below = close = np.zeros((k, k), dtype=bool)
     out = []
     wants = np.zeros((k, k), dtype=bool)
     for i in range(k):
@@ -176,7 +212,7 @@ def eps_needs(
             out.append(False)
             continue
         others = [j for j in range(k) if j != i]
-        doms = [j for j in others if cheap[j, i] and strong[j, i]]
+        doms = [j for j in others if can_dom[j, i]]
         live = [j for j in others if a.status[j] != OFF]
         can_settle = all(cheap[i, j] or strong[i, j] or below[j, i] or close[i, j] for j in live)
         out.append(not (doms or can_settle))
@@ -224,6 +260,9 @@ def eps_wrong(status: str, truth: str) -> bool:
 
 
 def eps_holm_z(stats: PairStats, alpha: float, looks: int, min_tasks: int, margin: Margin) -> np.ndarray:
-    """The Holm step z the final look would test a sign claim at (sequential.holm_step_z), at alpha / 2 with a
-    margin (the half the on/off claims get)."""
-    return holm_step_z(stats, alpha / 2 if margin.active else alpha, looks, min_tasks)
+    """[K, K] z the final look tests a dominance claim at: without a margin the Holm step
+    (sequential.holm_step_z), with one off_z (the union over the arms that could dominate)."""
+    if margin.active:
+        k = stats.q.shape[0]
+        return np.full((k, k), off_z(alpha, looks, k))
+    return holm_step_z(stats, alpha, looks, min_tasks)

@@ -326,6 +326,8 @@ def main() -> None:
         futility_power=float(flags.get("futility-power", AdaptiveSettings.futility_power)),
         epsilon_elo=float(flags.get("eps-elo", AdaptiveSettings.epsilon_elo)),
         epsilon_tokens=float(flags.get("eps-tokens", AdaptiveSettings.epsilon_tokens)),
+        rounds=int(flags.get("rounds", AdaptiveSettings.rounds)),
+        min_rounds=int(flags.get("min-rounds", AdaptiveSettings.min_rounds)),
     )
     if "issue41" in flags:
         main_eps(replays, settings)
