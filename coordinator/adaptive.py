@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from elo_per_token.analysis.boundary import round_times
 from elo_per_token.analysis.epsilon import (
     WITHIN,
     EpsAssessment,
@@ -193,6 +194,7 @@ def run_adaptive(
     z_dec = decision_z(settings.alpha, looks, k)
     min_tasks = bounds[first - 1][1]
     margin = Margin(settings.epsilon_elo, settings.epsilon_tokens)
+    times = round_times(len(bounds), first) if margin.active else None  # the exact boundary over the looks
     st = _State(k)
     active = list(range(k))
     a: Assessment | None = None
@@ -202,11 +204,10 @@ def run_adaptive(
         tasks = order[lo:hi]
         st.add_round(tasks, active, runner(r, tasks, active), w)
         s, t, ww = st.matrices()
-        a = assess_eps(pair_stats(s, t, ww), t, settings.alpha, looks, min_tasks, margin)
-        z_end = eps_holm_z(a.stats, settings.alpha, looks, min_tasks, margin)
-        fut = _futility(
-            a, st, len(order), hi, min_tasks, (z_end, eps_z(settings.alpha, looks, k)), settings, arms
-        )
+        a = assess_eps(pair_stats(s, t, ww), t, settings.alpha, looks, min_tasks, margin, times)
+        z_end = eps_holm_z(a.stats, settings.alpha, looks, min_tasks, margin, times)
+        z_on = eps_z(settings.alpha, looks, k, times)
+        fut = _futility(a, st, len(order), hi, min_tasks, (z_end, z_on), settings, arms)
         width_ok = _width_ok(a, _mean_tokens(t), z_dec, settings.width)
         need = needs_data(a, width_ok, *(fut if fut is not None else (None, None)))
         for i in active:
