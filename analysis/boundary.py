@@ -55,8 +55,8 @@ def look_z(alpha: float, times: tuple[float, ...]) -> float:
     if not times or any(not 0 < t <= 1 for t in times) or any(b <= a for a, b in itertools.pairwise(times)):
         raise ValueError(f"times must increase within (0, 1], got {times}")
     lo, hi = float(norm.ppf(1 - alpha)), float(norm.ppf(1 - alpha / len(times)))
-    if len(times) == 1:
-        return lo
+    if len(times) == 1 or hi > _LIM - 1:  # beyond the grid's reach: Bonferroni, which is conservative
+        return lo if len(times) == 1 else hi
     for _ in range(25):  # to 1e-7 of the bracket: far below the grid's own error
         mid = (lo + hi) / 2
         if crossing_probability(mid, times) > alpha:
