@@ -147,18 +147,20 @@ def test_no_margin_is_the_strict_rule_and_a_margin_decides_only_on_its_own_claim
         assert a == want
         if a == OFF:
             assert eps.dominated_by[i] is not None and eps.dom[eps.dominated_by[i], i]
-    if kind == "nan":
-        assert all(x == OPEN for x in eps.status) or k == 1
+    if kind == "nan":  # no quality evidence: no on/off claim (within may rest on the tokens route alone)
+        assert all(x in (OPEN, WITHIN) for x in eps.status) or k == 1
 
 
 def test_a_within_claim_costs_no_more_with_16_arms_than_with_2():
     """Intersection-union: a within claim needs every pair's test at once, so its z does not grow with the
     arms (the Bonferroni split over 2 (K - 1) tests did: 16 arms called this arm open)."""
+    from elo_per_token.analysis.boundary import round_times
     from elo_per_token.analysis.epsilon import eps_z
 
-    assert eps_z(0.05, 9, 16) == eps_z(0.05, 9, 2) < 3.0
+    times = round_times(10, 2)  # rounds 2..10 of 10: the default sweep's 9 looks
+    assert eps_z(0.05, 9, 16, times) == eps_z(0.05, 9, 2, times) < 2.8
     k, m = 16, Margin(60, 0.05)
-    z = eps_z(0.05, 9, k)
+    z = eps_z(0.05, 9, k, times)
     nan = np.full((k, k), 0.0)
     q = nan.copy()
     q[0, 1:], q[1:, 0] = -0.171 + 2.9 * 0.05, 0.171 - 2.9 * 0.05  # every arm's q_j0 + 2.9 se just below b_ε
@@ -167,7 +169,7 @@ def test_a_within_claim_costs_no_more_with_16_arms_than_with_2():
     c[0, 1:], c[1:, 0] = 100.0, -100.0  # arm 0 the costliest: the quality route must settle it
     stats = PairStats(q, q_se, c, np.full((k, k), 10.0), np.full((k, k), 600))
     tok = np.tile(np.r_[2000.0, np.full(k - 1, 1900.0)], (600, 1))
-    a = assess_eps(stats, tok, 0.05, 9, 2, m)
+    a = assess_eps(stats, tok, 0.05, 9, 2, m, times)
     assert z < 2.9 and a.status[0] == WITHIN
 
 
@@ -220,3 +222,38 @@ def test_replay_adaptive_cli_orders_and_margin(tmp_path):
     assert "3 task orders: token share mean" in r.stdout and "90th pct" in r.stdout
     bad = subprocess.run([*cmd, "--epsilon-tokens", "1.5"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--epsilon-tokens" in bad.stderr and not bad.stdout
+
+
+@pytest.mark.slow
+def test_live_adaptive_sweep_with_a_margin_classifies_every_arm_as_the_full_sweep_does(
+    tmp_path, make_sim, monkeypatch
+):
+    """A real `ept sweep --adaptive` path (run_adaptive_sweep on the local executor against the simulator) with
+    a margin ends with every arm classified, and its classification agrees with the full sweep's own
+    ε-classification (eps_truth of the full grid's values) on the same plan and seed."""
+    from fixtures_sim import SIM_KEY
+
+    from elo_per_token.analysis.run_table import read_run_table
+    from elo_per_token.coordinator.adaptive_sweep import run_adaptive_sweep, settings_of
+    from elo_per_token.coordinator.plan import parse_plan
+    from elo_per_token.coordinator.replay import full_values
+    from elo_per_token.coordinator.sweep import execute
+
+    monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
+    sim = make_sim(api_key=SIM_KEY)
+    adaptive = {"rounds": 4, "min_rounds": 2, "epsilon_elo": 150, "epsilon_tokens": 0.05}
+    plan = parse_plan(plan_toml([("greedy", [1]), ("majority", [3]), ("best_of_n", [4])], {"adaptive": adaptive},
+                                name="live", profile="sim-openai", suites=["math", "tool_use"], tasks_per_family=20,
+                                seed=3, ledger=tmp_path / "live", concurrency=4, bootstrap_rounds=0))  # fmt: skip
+    live = run_adaptive_sweep(plan, profile=sim.profile())
+    assert live.completed and live.result is not None
+    full_plan = plan.with_overrides(name="full", ledger=str(tmp_path / "full"))
+    full = execute(full_plan, None, profile=sim.profile(), analyze=False)
+    assert full.completed and full.tally.failed == 0
+    s = settings_of(plan)
+    tok, bal = full_values(read_run_table([str(tmp_path / "full" / "runs" / "full")]))
+    truth = eps_truth(tok, bal, Margin(s.epsilon_elo, s.epsilon_tokens))
+    got = [r.status for r in live.result.reports]
+    assert OPEN not in got, (got, truth)
+    assert not any(eps_wrong(a, b) for a, b in zip(got, truth, strict=True)), (got, truth)
+    assert live.result.tokens_spent < full.tally.tokens
