@@ -76,7 +76,9 @@ def unfinished(
         routes.append(_tasks_for(st.q, st.q_se, n, z_on, a.margin.balance).T)  # [i, j]: q_ji < b
         routes.append(_tasks_for(a.d[0], a.d[1], a.d[2].astype(float), z_on, 0.0))
     rule_out = np.minimum.reduce(routes) - n  # more shared tasks each pair needs
-    dom = np.maximum(_tasks_for(-st.q, st.q_se, n, z_off, 0.0), _tasks_for(st.c, st.c_se, n, z_off, 0.0)).T - n
+    dom = (
+        np.maximum(_tasks_for(-st.q, st.q_se, n, z_off, 0.0), _tasks_for(st.c, st.c_se, n, z_off, 0.0)).T - n
+    )
     need, involved = 0.0, set(open_)
     for i in open_:
         live = [j for j in range(k) if j != i and a.status[j] != OFF]
@@ -85,6 +87,7 @@ def unfinished(
         need = max(need, min(settle, off))
         involved.update(live)
     per_task = float(np.nansum(tok_per_task[sorted(involved)]))
+    per_task = per_task if not np.isnan(per_task) else float("inf")  # +inf and -inf tokens: unknown
     seen_min = int(min(n[i, j] for i in open_ for j in range(k) if j != i))
     left = max(n_tasks - seen_min, 0)
     names = [arms[i] for i in open_]

@@ -30,6 +30,7 @@ from elo_per_token.analysis.sequential import (
     elo_from_balance,
     pair_stats,
 )
+from elo_per_token.coordinator.adaptive_budget import unfinished
 from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
 from elo_per_token.coordinator.replay import replay_adaptive, replay_orders
 
@@ -128,13 +129,16 @@ def test_no_margin_is_the_strict_rule_and_a_margin_decides_only_on_its_own_claim
 
     def run():
         stp = pair_stats(s, tok, w)
-        return (
-            stp,
-            assess_eps(stp, tok, 0.05, looks, 2, Margin()),
-            assess_eps(stp, tok, 0.05, looks, 2, Margin(40, 0.05), times),
-        )
+        eps = assess_eps(stp, tok, 0.05, looks, 2, Margin(40, 0.05), times)
+        with np.errstate(all="ignore"):
+            left = unfinished(eps, [f"a{i}" for i in range(k)], np.nanmean(tok, axis=0), 2.8, 3.4, t + 100)
+        return stp, assess_eps(stp, tok, 0.05, looks, 2, Margin()), eps, left
 
-    stp, plain, eps = bounded(run, time_s=10, memory_mb=50)
+    stp, plain, eps, left = bounded(run, time_s=10, memory_mb=50)
+    # fixed-budget note on the same hostile data: names exactly the open arms, a sane count, no NaN cost
+    assert left.arms == [f"a{i}" for i, x in enumerate(eps.status) if x == OPEN]
+    assert left.tasks is None or left.tasks >= 0
+    assert not np.isnan(left.tokens) and left.tokens >= 0 and isinstance(left.line(), str)
     strict = assess_holm(stp, 0.05, looks, 2)
     assert plain.status == strict.status
     assert (plain.stronger == strict.stronger).all() and (plain.cheaper == strict.cheaper).all()
