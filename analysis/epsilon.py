@@ -8,20 +8,26 @@ by the margin (ε stronger, ε_tokens cheaper) puts it on the frontier, so choos
 at most the margin — the ε-Pareto set of multi-objective bandits (Auer et al. 2016; Kone, Kaufmann &
 Richert 2023, ε-relaxed Pareto set identification).
 
-Decisions (each a claim about the population the tasks are drawn from):
-  on      confidently not dominated (analysis/sequential.py: Holm claims, as without a margin);
-  off     confidently dominated (some arm confidently cheaper and confidently stronger);
-  within  for every arm j not off: a claim of `on` against j (i confidently cheaper or stronger), or
-          q_ji < b_ε confidently (j not stronger by more than the margin), or
-          mean((1 - ε_tokens) tokens_i - tokens_j) < 0 confidently (i not costlier by more than the margin).
+Decisions (each a claim about the population the tasks are drawn from; intervals one-sided normal):
+  off     some arm j confidently cheaper and confidently stronger (both claims at off_z);
+  on      for every arm j not off: i confidently cheaper or confidently stronger than j (at eps_z);
+  within  for every arm j not off: i's on claim against j, or q_ji < b_ε confidently (j not stronger by more
+          than the margin), or mean((1 - ε_tokens) tokens_i - tokens_j) < 0 confidently (i not costlier by
+          more than the margin) (at eps_z);
+  open    otherwise.
 A decision is wrong when on is claimed for a dominated arm, off for an undominated one, or within for an arm
 some arm ε-dominates (`eps_truth`, `eps_wrong`).
 
-Error budget: with a margin, alpha is split in two halves (a union bound): the on/off claims use Holm's
-step-down at alpha / 2 (sequential.holm_claims, Bonferroni over the looks), the ε claims normal intervals at
-the flat Bonferroni z of alpha / 2 over the looks and the arm's 2 (K - 1) ε-parameters (q_ji and the relative
-token difference against each other arm). So P(a wrong decision about arm i) <= alpha / 2 + alpha / 2. With
-no margin (both ε 0) there is no ε claim and the whole alpha goes to Holm: exactly the rule without a margin.
+Error budget per arm, alpha (the sampling rule of Kone, Kaufmann & Richert's APE stops on the same kind of
+claims): on and within are intersection-union claims — every arm j must lose its pair test — so the claim is
+wrong only if the one arm that truly (ε-)dominates i loses its test falsely: each pair test runs at the whole
+alpha / 2 split over its two routes (quality, tokens), with no split over the K - 1 other arms. Off is a union
+claim (one dominator suffices), so its alpha / 2 is split over the K - 1 arms. Off can be wrong only for an arm
+truly on, on/within only for one truly dominated, so per arm P(wrong) <= alpha / 2 + alpha / 2 (the second
+half pays for an on arm wrongly skipped as off). Every test is looked at after each decision round: the
+boundary over the looks is Pocock's constant one (analysis/boundary.py), exact for the walk of a pair's mean,
+or Bonferroni over the looks when the looks' times are not given. With no margin (both ε 0) there is no ε
+claim and the rule is exactly the strict one (sequential.holm_claims, Holm over the arm's 2 (K - 1) tests).
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import norm
 
+from elo_per_token.analysis.boundary import look_z
 from elo_per_token.analysis.merge import ELO_SCALE
 from elo_per_token.analysis.sequential import (
     OFF,
@@ -40,7 +48,6 @@ from elo_per_token.analysis.sequential import (
     PairStats,
     _decide,
     claim_power,
-    decision_z,
     holm_claims,
     holm_step_z,
     pair_done,
@@ -115,15 +122,48 @@ class EpsAssessment(Assessment):
     tok_close: np.ndarray | None = None
     d: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # rel_token_stats
     margin: Margin = Margin()
+    dom: np.ndarray | None = None  # dom[j, i]: j confidently cheaper and stronger than i (at off_z)
 
 
-def eps_z(alpha: float, looks: int, k: int) -> float:
-    """z of the ε intervals: alpha / 2 over the looks and the arm's 2 (K - 1) ε-parameters (Bonferroni)."""
-    return decision_z(alpha / 2, looks, k)
+def eps_z(alpha: float, looks: int, k: int, times: tuple[float, ...] | None = None) -> float:
+    """One-sided z of the claims an on or within decision rests on: alpha / 2 for the decision, split over the
+    pair's 2 routes (quality, tokens), over the looks. No split over the other arms: an on or within claim
+    needs every pair's claim at once (an intersection-union test), so it is wrong only when the one arm that
+    truly dominates falsely loses its pair test (module docstring). With the looks' information `times`
+    the boundary over the looks is exact (analysis/boundary.look_z), else Bonferroni over `looks`."""
+    return _one_sided_z(alpha / 4, looks, times)
+
+
+def off_z(alpha: float, looks: int, k: int, times: tuple[float, ...] | None = None) -> float:
+    """One-sided z of the claims an off decision rests on (j confidently cheaper and stronger than i): alpha / 2
+    over the K - 1 arms that could be claimed to dominate (a union: any one false claim is a wrong off), over
+    the looks as eps_z."""
+    return _one_sided_z(alpha / (2 * max(1, k - 1)), looks, times)
+
+
+def _one_sided_z(level: float, looks: int, times: tuple[float, ...] | None) -> float:
+    if not (0 < level < 0.5) or looks < 1:
+        raise ValueError(f"need 0 < alpha < 1 and looks >= 1, got {level}, {looks}")
+    if times is not None:
+        return look_z(level, times)
+    return float(norm.ppf(1 - level / looks))
+
+
+def _claims(mean: np.ndarray, se: np.ndarray, z: float, enough: np.ndarray, below: float = 0.0) -> np.ndarray:
+    """mean + z se < below (a confident one-sided claim) where the pair has enough tasks; NaN claims nothing."""
+    with np.errstate(invalid="ignore"):
+        out: np.ndarray = enough & (mean + z * se < below)
+    return out
 
 
 def assess_eps(
-    stats: PairStats, tokens: np.ndarray, alpha: float, looks: int, min_tasks: int, margin: Margin
+    stats: PairStats,
+    tokens: np.ndarray,
+    alpha: float,
+    looks: int,
+    min_tasks: int,
+    margin: Margin,
+    times: tuple[float, ...] | None = None,
 ) -> EpsAssessment:
     """on / off / within / open (module docstring). With no margin: sequential.assess_holm, unchanged."""
     k = stats.q.shape[0]
@@ -131,22 +171,32 @@ def assess_eps(
         stronger, cheaper = holm_claims(stats, alpha, looks, min_tasks)
         a = _decide(stats, stronger, cheaper)
         return EpsAssessment(a.status, a.dominated_by, a.stronger, a.cheaper, a.stats, margin=margin)
-    stronger, cheaper = holm_claims(stats, alpha / 2, looks, min_tasks)
-    a = _decide(stats, stronger, cheaper)
-    z = eps_z(alpha, looks, k)
-    d = rel_token_stats(tokens, margin.tokens)
     enough = stats.n >= max(2, min_tasks)
-    with np.errstate(invalid="ignore"):
-        q_below = enough & (stats.q + z * stats.q_se < margin.balance)  # q_below[j, i]: q_ji < b_ε
-        tok_close = (d[2] >= max(2, min_tasks)) & (d[0] + z * d[1] < 0)
-    status = list(a.status)
+    z_on, z_off = eps_z(alpha, looks, k, times), off_z(alpha, looks, k, times)
+    # stronger[i, j]: q_ij > 0 confidently; cheaper[i, j]: c_ij < 0 confidently; at the on/within z.
+    stronger, cheaper = (
+        _claims(-stats.q, stats.q_se, z_on, enough),
+        _claims(stats.c, stats.c_se, z_on, enough),
+    )
+    dom = _claims(-stats.q, stats.q_se, z_off, enough) & _claims(stats.c, stats.c_se, z_off, enough)
+    d = rel_token_stats(tokens, margin.tokens)
+    q_below = _claims(stats.q, stats.q_se, z_on, enough, margin.balance)  # q_below[j, i]: q_ji < b_ε
+    tok_close = _claims(d[0], d[1], z_on, d[2] >= max(2, min_tasks))
+    status = [OPEN] * k
+    dominated_by: list[int | None] = [None] * k
     for i in range(k):
-        if status[i] != OPEN:
+        doms = [j for j in range(k) if j != i and dom[j, i]]
+        if doms:
+            status[i], dominated_by[i] = OFF, doms[0]
+    for i in range(k):
+        live = [j for j in range(k) if j != i and status[j] != OFF]
+        if status[i] == OFF:
             continue
-        live = [j for j in range(k) if j != i and a.status[j] != OFF]
-        if all(_eps_done(a, q_below, tok_close, i, j) for j in live):
+        if all(cheaper[i, j] or stronger[i, j] for j in live):
+            status[i] = ON
+        elif all(bool(q_below[j, i] or tok_close[i, j]) for j in live):
             status[i] = WITHIN
-    return EpsAssessment(status, a.dominated_by, stronger, cheaper, stats, q_below, tok_close, d, margin)
+    return EpsAssessment(status, dominated_by, stronger, cheaper, stats, q_below, tok_close, d, margin, dom)
 
 
 def _eps_done(a: Assessment, q_below: np.ndarray, tok_close: np.ndarray, i: int, j: int) -> bool:
@@ -155,20 +205,26 @@ def _eps_done(a: Assessment, q_below: np.ndarray, tok_close: np.ndarray, i: int,
 
 
 def eps_needs(
-    a: EpsAssessment, n_end: np.ndarray, z_holm: np.ndarray | float, z_eps: float, min_power: float
+    a: EpsAssessment, n_end: np.ndarray, z_off: np.ndarray | float, z_on: float, min_power: float
 ) -> tuple[list[bool], np.ndarray]:
     """(futile per arm, wants [K, K]) as sequential.reachable_needs, with the within route: an open arm is
-    futile when no decision (off via a dominator, on, or within) is reachable at the end of the grid, and
-    wants[i, j] when pair (i, j) can still settle something for open arm i."""
+    futile when no decision (off via a dominator at z_off, on or within at z_on) is reachable at the end of
+    the grid, and wants[i, j] when pair (i, j) can still settle something for open arm i."""
     st = a.stats
-    strong = a.stronger | (claim_power(st.q, st.q_se, st.n, n_end, z_holm) >= min_power)
-    cheap = a.cheaper | (claim_power(-st.c, st.c_se, st.n, n_end, z_holm) >= min_power)
     k = len(a.status)
-    below = np.zeros((k, k), dtype=bool)
-    close = np.zeros((k, k), dtype=bool)
     if a.margin.active and a.q_below is not None and a.tok_close is not None and a.d is not None:
-        below = a.q_below | (claim_power(a.margin.balance - st.q, st.q_se, st.n, n_end, z_eps) >= min_power)
-        close = a.tok_close | (claim_power(-a.d[0], a.d[1], a.d[2], n_end, z_eps) >= min_power)
+        strong = a.stronger | (claim_power(st.q, st.q_se, st.n, n_end, z_on) >= min_power)
+        cheap = a.cheaper | (claim_power(-st.c, st.c_se, st.n, n_end, z_on) >= min_power)
+        dom_q = claim_power(st.q, st.q_se, st.n, n_end, z_off) >= min_power
+        dom_c = claim_power(-st.c, st.c_se, st.n, n_end, z_off) >= min_power
+        can_dom = (a.dom if a.dom is not None else np.zeros((k, k), dtype=bool)) | (dom_q & dom_c)
+        below = a.q_below | (claim_power(a.margin.balance - st.q, st.q_se, st.n, n_end, z_on) >= min_power)
+        close = a.tok_close | (claim_power(-a.d[0], a.d[1], a.d[2], n_end, z_on) >= min_power)
+    else:
+        strong = a.stronger | (claim_power(st.q, st.q_se, st.n, n_end, z_off) >= min_power)
+        cheap = a.cheaper | (claim_power(-st.c, st.c_se, st.n, n_end, z_off) >= min_power)
+        can_dom = cheap & strong
+        below = close = np.zeros((k, k), dtype=bool)
     out = []
     wants = np.zeros((k, k), dtype=bool)
     for i in range(k):
@@ -176,7 +232,7 @@ def eps_needs(
             out.append(False)
             continue
         others = [j for j in range(k) if j != i]
-        doms = [j for j in others if cheap[j, i] and strong[j, i]]
+        doms = [j for j in others if can_dom[j, i]]
         live = [j for j in others if a.status[j] != OFF]
         can_settle = all(cheap[i, j] or strong[i, j] or below[j, i] or close[i, j] for j in live)
         out.append(not (doms or can_settle))
@@ -223,7 +279,17 @@ def eps_wrong(status: str, truth: str) -> bool:
     )
 
 
-def eps_holm_z(stats: PairStats, alpha: float, looks: int, min_tasks: int, margin: Margin) -> np.ndarray:
-    """The Holm step z the final look would test a sign claim at (sequential.holm_step_z), at alpha / 2 with a
-    margin (the half the on/off claims get)."""
-    return holm_step_z(stats, alpha / 2 if margin.active else alpha, looks, min_tasks)
+def eps_holm_z(
+    stats: PairStats,
+    alpha: float,
+    looks: int,
+    min_tasks: int,
+    margin: Margin,
+    times: tuple[float, ...] | None = None,
+) -> np.ndarray:
+    """[K, K] z the final look tests a dominance claim at: without a margin the Holm step
+    (sequential.holm_step_z), with one off_z (the union over the arms that could dominate)."""
+    if margin.active:
+        k = stats.q.shape[0]
+        return np.full((k, k), off_z(alpha, looks, k, times))
+    return holm_step_z(stats, alpha, looks, min_tasks)

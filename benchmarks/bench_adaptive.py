@@ -55,6 +55,7 @@ from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
 from elo_per_token.coordinator.replay import full_rule_decisions, reach, replay_adaptive
 
 FAMILIES = ("code", "math", "tool_use")
+settings_only: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,8 @@ ISSUE41 = [
           cost=(500, 1000, 2000, 4000, 1500), easy_share=0.4, heavy=(4, 0.04, 50.0)),
     Model("long frontier (16 arms, each 0.12 logit stronger and 1.3x costlier)",
           ability=tuple(0.12 * i for i in range(16)), cost=tuple(round(300 * 1.3**i) for i in range(16))),
+    Model("far-dominated (8 arms, 3 x 200 tasks, 4 dominated by 1.1-1.5 logit: off beyond the margin)",
+          ability=(0.0, 0.7, 1.2, 1.6, -0.3, 0.2, 0.5, 0.4), cost=(500, 1000, 2000, 4000, 3000, 6000, 9000, 15000)),
 ]  # fmt: skip
 
 
@@ -312,8 +315,10 @@ def main_eps(replays: int, settings: AdaptiveSettings) -> None:
     print("| design | truth | replays | tokens mean | median | 90th pct | every arm classified | "
           "replays with an ε-error | worst arm's ε-error | coverage |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for m in ISSUE41:
-        print(run_eps(m, replays, settings), flush=True)
+    only = settings_only.get("designs")
+    for n, m in enumerate(ISSUE41):
+        if only is None or str(n) in only.split(","):
+            print(run_eps(m, replays, settings), flush=True)
 
 
 def main() -> None:
@@ -326,7 +331,11 @@ def main() -> None:
         futility_power=float(flags.get("futility-power", AdaptiveSettings.futility_power)),
         epsilon_elo=float(flags.get("eps-elo", AdaptiveSettings.epsilon_elo)),
         epsilon_tokens=float(flags.get("eps-tokens", AdaptiveSettings.epsilon_tokens)),
+        rounds=int(flags.get("rounds", AdaptiveSettings.rounds)),
+        min_rounds=int(flags.get("min-rounds", AdaptiveSettings.min_rounds)),
     )
+    if "designs" in flags:  # --designs=0,4: only these of ISSUE41
+        settings_only["designs"] = flags["designs"]
     if "issue41" in flags:
         main_eps(replays, settings)
         return

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from elo_per_token.analysis.boundary import round_times
 from elo_per_token.analysis.epsilon import (
     WITHIN,
     EpsAssessment,
@@ -32,6 +33,7 @@ from elo_per_token.analysis.epsilon import (
     eps_holm_z,
     eps_needs,
     eps_z,
+    off_z,
 )
 from elo_per_token.analysis.sequential import (
     OFF,
@@ -46,6 +48,7 @@ from elo_per_token.analysis.sequential import (
     report_z,
     step_per_1k,
 )
+from elo_per_token.coordinator.adaptive_budget import Unfinished, unfinished
 from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
 
 __all__ = ["AdaptiveResult", "ArmReport", "round_bounds", "run_adaptive", "task_order"]
@@ -108,6 +111,7 @@ class AdaptiveResult:
     history: list[dict[str, object]] = field(default_factory=list)
     margin: Margin = field(default_factory=Margin)  # the ε of the classification (0, 0: the strict rule)
     alpha: float = 0.05
+    unfinished: Unfinished | None = None  # stopped at the token cap: arms left open, cost to finish
 
     @property
     def frontier(self) -> dict[str, str]:
@@ -193,6 +197,7 @@ def run_adaptive(
     z_dec = decision_z(settings.alpha, looks, k)
     min_tasks = bounds[first - 1][1]
     margin = Margin(settings.epsilon_elo, settings.epsilon_tokens)
+    times = round_times(len(bounds), first) if margin.active else None  # the exact boundary over the looks
     st = _State(k)
     active = list(range(k))
     a: Assessment | None = None
@@ -202,11 +207,10 @@ def run_adaptive(
         tasks = order[lo:hi]
         st.add_round(tasks, active, runner(r, tasks, active), w)
         s, t, ww = st.matrices()
-        a = assess_eps(pair_stats(s, t, ww), t, settings.alpha, looks, min_tasks, margin)
-        z_end = eps_holm_z(a.stats, settings.alpha, looks, min_tasks, margin)
-        fut = _futility(
-            a, st, len(order), hi, min_tasks, (z_end, eps_z(settings.alpha, looks, k)), settings, arms
-        )
+        a = assess_eps(pair_stats(s, t, ww), t, settings.alpha, looks, min_tasks, margin, times)
+        z_end = eps_holm_z(a.stats, settings.alpha, looks, min_tasks, margin, times)
+        z_on = eps_z(settings.alpha, looks, k, times)
+        fut = _futility(a, st, len(order), hi, min_tasks, (z_end, z_on), settings, arms)
         width_ok = _width_ok(a, _mean_tokens(t), z_dec, settings.width)
         need = needs_data(a, width_ok, *(fut if fut is not None else (None, None)))
         for i in active:
@@ -239,11 +243,37 @@ def run_adaptive(
     s, t, ww = st.matrices()
     z_rep = report_z(settings.alpha, looks)
     reports, anchor = _reports(arms, s, t, ww, a, st, z_rep, stop_reason)
+    left = (
+        _left_at_cap(a, arms, t, settings, looks, times, len(order))
+        if stop_reason.startswith("token cap")
+        else None
+    )
     return AdaptiveResult(
         arms=list(arms), reports=reports, rounds_run=len(history), rounds_planned=len(bounds), tokens_spent=st.spent,
         stop_reason=stop_reason, anchor=anchor, order=order, assessment=a, z_report=z_rep, history=history,
-        margin=margin, alpha=settings.alpha,
+        margin=margin, alpha=settings.alpha, unfinished=left,
     )  # fmt: skip
+
+
+def _left_at_cap(
+    a: Assessment | None,
+    arms: Sequence[str],
+    t: np.ndarray,
+    settings: AdaptiveSettings,
+    looks: int,
+    times: tuple[float, ...] | None,
+    n_tasks: int,
+) -> Unfinished | None:
+    """Fixed-budget mode: the arms the cap left open and what finishing would likely cost
+    (coordinator/adaptive_budget.py); the strict rule's claims are projected at its flat z."""
+    if not isinstance(a, EpsAssessment):
+        return None
+    k = len(arms)
+    if a.margin.active:
+        z_on, z_off = eps_z(settings.alpha, looks, k, times), off_z(settings.alpha, looks, k, times)
+    else:
+        z_on = z_off = decision_z(settings.alpha, looks, k)
+    return unfinished(a, arms, _mean_tokens(t), z_on, z_off, n_tasks)
 
 
 def _futility(

@@ -62,6 +62,8 @@ def print_adaptive(res: AdaptiveResult, console: Any, full_tokens: float | None 
         ", ".join(f"{r.arm} ({r.tasks} tasks)" for r in early) or "none"
     )
     console.print(escape(line), highlight=False)
+    if res.unfinished is not None:  # fixed-budget mode: what the cap left open and what finishing would cost
+        console.print(escape(res.unfinished.line()), highlight=False)
 
 
 def adaptive_json(res: AdaptiveResult, full_tokens: float | None = None) -> dict[str, Any]:
@@ -71,4 +73,5 @@ def adaptive_json(res: AdaptiveResult, full_tokens: float | None = None) -> dict
         "tokens_spent": res.tokens_spent, "full_tokens": full_tokens, "anchor": res.anchor, "z": res.z_report,
         "epsilon_elo": res.margin.elo, "epsilon_tokens": res.margin.tokens, "alpha": res.alpha,
         "arms": [{k: v for k, v in r.__dict__.items()} for r in res.reports],
+        "unfinished": None if res.unfinished is None else res.unfinished.__dict__,
     }  # fmt: skip
