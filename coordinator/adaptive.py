@@ -177,6 +177,37 @@ def _width_ok(a: Assessment, tok: np.ndarray, z: float, width: float | None) -> 
     return ok
 
 
+def _next_active(st: _State, need: Sequence[bool], active: list[int], r: int) -> list[int]:
+    """The arms that run next round: those the assessment still needs. An arm no longer needed is marked
+    stopped at round r (with its futility reason); a stopped arm runs again when an open arm needs it: an arm
+    stopped because the one open arm that wanted it looked futile for a round would otherwise freeze that pair
+    and make the futility final."""
+    for i in active:
+        if not need[i]:
+            st.stopped[i] = r
+            if i in st.futile:
+                st.why_open[i] = st.futile[i]
+    for i in range(len(need)):
+        if need[i] and i not in active:
+            st.stopped.pop(i, None)
+            st.why_open.pop(i, None)
+    return [i for i in range(len(need)) if need[i]]
+
+
+def _cap_reason(
+    max_tokens: float | None, spent: float, t: np.ndarray, active: list[int], nxt_bounds: tuple[int, int]
+) -> str | None:
+    """The stop reason when the next round would take the sweep over its token cap, else None."""
+    if max_tokens is None:
+        return None
+    nxt = _next_round_cost(t, active, nxt_bounds)
+    if spent + nxt <= max_tokens:
+        return None
+    return (
+        f"token cap: spent {spent:,.0f}, the next round would cost ~{nxt:,.0f} more (cap {max_tokens:,.0f})"
+    )
+
+
 def run_adaptive(
     families: Sequence[str],
     arms: Sequence[str],
@@ -213,18 +244,7 @@ def run_adaptive(
         fut = _futility(a, st, len(order), hi, min_tasks, (z_end, z_on), settings, arms)
         width_ok = _width_ok(a, _mean_tokens(t), z_dec, settings.width)
         need = needs_data(a, width_ok, *(fut if fut is not None else (None, None)))
-        for i in active:
-            if not need[i]:
-                st.stopped[i] = r
-                if i in st.futile:
-                    st.why_open[i] = st.futile[i]
-        # A stopped arm runs again when an open arm needs it: an arm stopped because the one open arm that
-        # wanted it looked futile for a round would otherwise freeze that pair and make the futility final.
-        for i in range(k):
-            if need[i] and i not in active:
-                st.stopped.pop(i, None)
-                st.why_open.pop(i, None)
-        active = [i for i in range(k) if need[i]]
+        active = _next_active(st, need, active, r)
         event = {"round": r + 1, "rounds": len(bounds), "tasks": hi, "tokens": st.spent,
                  "running": [arms[i] for i in active], "status": dict(zip(arms, a.status, strict=True)),
                  "why": {arms[i]: _why_stopped(i, arms, a, rnd) for i, rnd in sorted(st.stopped.items())}}  # fmt: skip
@@ -234,12 +254,11 @@ def run_adaptive(
         if not active:
             stop_reason = "every arm settled" + (" or not separable within the grid" if st.futile else "")
             break
-        if settings.max_tokens is not None and r + 1 < len(bounds):
-            nxt = _next_round_cost(t, active, bounds[r + 1])
-            if st.spent + nxt > settings.max_tokens:
-                stop_reason = (f"token cap: spent {st.spent:,.0f}, the next round would cost ~{nxt:,.0f} more "
-                               f"(cap {settings.max_tokens:,.0f})")  # fmt: skip
-                break
+        if r + 1 < len(bounds) and (
+            capped := _cap_reason(settings.max_tokens, st.spent, t, active, bounds[r + 1])
+        ):
+            stop_reason = capped
+            break
     s, t, ww = st.matrices()
     z_rep = report_z(settings.alpha, looks)
     reports, anchor = _reports(arms, s, t, ww, a, st, z_rep, stop_reason)

@@ -86,7 +86,8 @@ def unfinished(
         off = min((float(dom[i, j]) for j in range(k) if j != i), default=np.inf)
         need = max(need, min(settle, off))
         involved.update(live)
-    per_task = float(np.nansum(tok_per_task[sorted(involved)]))
+    # a negative mean (corrupt or hostile token data) must not make the rest of the grid look free or refunded
+    per_task = float(np.nansum(np.clip(tok_per_task[sorted(involved)], 0.0, None)))
     per_task = per_task if not np.isnan(per_task) else float("inf")  # +inf and -inf tokens: unknown
     seen_min = int(min(n[i, j] for i in open_ for j in range(k) if j != i))
     left = max(n_tasks - seen_min, 0)
