@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 pytest_plugins = ["fixtures_sim", "fixtures_services", "fixtures_faults"]
 
@@ -24,6 +25,13 @@ def in_ci() -> bool:
 
 
 TESTS = Path(__file__).resolve().parent
+
+# Property tests: a local run draws new examples every time (so hostile inputs keep being searched for and
+# what they find is kept in .hypothesis/); CI replays the same derandomized examples, so a merge is judged by
+# the code, not by the draw. A failure found locally is added as an @example or fixed before it lands.
+hypothesis_settings.register_profile("ci", derandomize=True, database=None)
+if in_ci():
+    hypothesis_settings.load_profile("ci")
 
 # The fixtures that start a real Redis, SeaweedFS or Celery worker (fixtures_services.py), and the helpers a
 # test or fixture calls to start one itself (fixtures_services.py, fixtures_faults.py, redis_server_path for a
