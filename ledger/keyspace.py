@@ -97,7 +97,12 @@ def record_listed(
     if any(not _LISTED.match(n) for n in names):
         return None
     url = _write_keys(
-        ledger, run_id, keys, "listed", listed_at=time.time() if listed_at is None else listed_at, changes=changes
+        ledger,
+        run_id,
+        keys,
+        "listed",
+        listed_at=time.time() if listed_at is None else listed_at,
+        changes=changes,
     )
     mine = declaration_name(keys.cast(pl.String).unique().sort().rename("job_key"), "listed")
     for n in names:

@@ -133,7 +133,9 @@ def test_hostile_change_logs(tmp_path_factory, files):
     logged = False
     for name, lines in files:
         _log(root, name, b"\n".join(lines) + b"\n")
-        logged |= name.endswith(".keys") and " " not in name and any(ln.strip() == written.encode() for ln in lines)
+        logged |= (
+            name.endswith(".keys") and " " not in name and any(ln.strip() == written.encode() for ln in lines)
+        )
     (plan, seen) = _walks(lambda: bounded(lambda: _plan(led), time_s=30, memory_mb=64))
     assert seen == []
     assert plan.tail == ([written] if logged else [])
