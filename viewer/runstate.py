@@ -159,7 +159,7 @@ class DiskCache:
         if not (self._safe(self.folder) and self._safe(path)):
             return None
         try:
-            return pickle.loads(path.read_bytes())  # noqa: S301 - our own 0700 folder, checked above
+            return pickle.loads(path.read_bytes())  # our own 0700 folder, checked above
         except Exception:  # a file from another version of the code: a miss
             return None
 

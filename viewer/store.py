@@ -194,7 +194,12 @@ class Store:
         building = self._building.get(run_id)
         if building is not None and (building[0] == st.token or not building[1].done()):
             return building[1]  # one analysis per run at a time: the next starts when it ends
-        if cached is not None and not cached.error and cached.planned and st.done + st.failed < cached.planned:
+        if (
+            cached is not None
+            and not cached.error
+            and cached.planned
+            and st.done + st.failed < cached.planned
+        ):
             # A sweep still running: its table is rebuilt at most every REANALYSE_S (counters: every load).
             every = max(self.reanalyse_s, 3 * cached.took) if self.reanalyse_s else 0.0
             if time.monotonic() - cached.analysed_at < every:
