@@ -29,7 +29,8 @@ from elo_per_token.ledger import Ledger
 from elo_per_token.viewer.reading import MAX_MANIFEST_BYTES, read_capped
 
 CACHE_FORMAT = 1  # bump when what is pickled changes shape
-CACHE_ENTRIES = 64  # analyses kept on disk (oldest dropped first)
+CACHE_ENTRIES = 32  # analyses kept on disk (oldest dropped first)…
+CACHE_BYTES = 4 * 2**30  # …and at most this much (a 100k-job run's analysis is ~150 MB)
 
 
 @dataclass(frozen=True)
@@ -183,9 +184,12 @@ class DiskCache:
     def _prune(self) -> None:
         if self.folder is None:
             return
-        files = sorted(self.folder.glob("*.pickle"), key=lambda p: p.stat().st_mtime)
-        for p in files[:-CACHE_ENTRIES]:
-            p.unlink(missing_ok=True)
+        files = sorted(self.folder.glob("*.pickle"), key=lambda p: p.stat().st_mtime, reverse=True)
+        total = 0
+        for i, p in enumerate(files):  # newest first: the oldest past either bound go
+            total += p.stat().st_size
+            if i >= CACHE_ENTRIES or (i and total > CACHE_BYTES):
+                p.unlink(missing_ok=True)
 
 
 def default_cache_dir() -> Path:

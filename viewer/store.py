@@ -102,7 +102,7 @@ class Store:
         # A stale count is waited for this long (a compacted run's is quick), else the last one is shown.
         self.fresh_wait_s = None if page_budget_s is None else min(0.25, page_budget_s)
         self._cache: dict[str, RunView] = {}
-        self._locks: dict[str, threading.Lock] = {}
+        self._locks: dict[str, threading.RLock] = {}
         self._locks_guard = threading.Lock()  # held only to find a run's lock, never during an analysis
         self._compare: dict[tuple[str, str, str, str], dict[str, Any]] = {}
         self._texts = TextCache()
@@ -163,9 +163,9 @@ class Store:
         self.ledger.run_url(run_id)  # a foreign folder name: InputError (field run_id)
         self._contained(run_id)
 
-    def _lock(self, run_id: str) -> threading.Lock:
+    def _lock(self, run_id: str) -> threading.RLock:
         with self._locks_guard:
-            return self._locks.setdefault(run_id, threading.Lock())
+            return self._locks.setdefault(run_id, threading.RLock())
 
     def view(self, run_id: str) -> RunView:
         """The run's analysis at its current state (viewer.runstate): from memory, from the disk cache, or
@@ -227,6 +227,11 @@ class Store:
             v.result, v.doc, v.options_from = self._analyse(run_id)
         except InputError as e:  # a sweep that has not finished one job per arm yet, or a bad manifest
             v.error = str(e)
+        if v.error is None:
+            try:  # the explorer's frame too (off the request thread), so a cold server has it from disk
+                self._build_samples(run_id, v)
+            except (InputError, Forbidden, OSError, ValueError):
+                v.samples = None  # built on its first request instead, which then says what went wrong
         v.took = time.monotonic() - t0
         if v.error is None:
             self.disk.save(key, v)
