@@ -37,9 +37,18 @@ class View:
 def view(ledger: Path | str, *args: str, cwd: Path | None = None) -> Iterator[View]:
     """`python -m elo_per_token view LEDGER --port 0 ARGS…` until the block ends (port passed explicitly: the
     default port is not assumed)."""
+    import os
+    import tempfile
+
+    # The viewer's disk cache (viewer.runstate) in a folder of the test's, not the user's ~/.cache.
+    env = {
+        **os.environ,
+        "EPT_VIEW_CACHE": os.environ.get("EPT_VIEW_CACHE") or tempfile.mkdtemp(prefix="ept-vc-"),
+    }
     proc = subprocess.Popen(
         [sys.executable, "-m", "elo_per_token", "view", str(ledger), "--port", "0", *args],
         cwd=cwd,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
