@@ -217,7 +217,7 @@ def test_a_slow_analysis_holds_up_only_its_own_run(tmp_path: Path) -> None:
                      manifest={"run_id": "quick", "plan": NAMED_PLAN, "analysis": {"rounds": 0, "seed": 0}})  # fmt: skip
     write_ledger_run(tmp_path, "huge", 5, n_tasks=12,
                      manifest={"run_id": "huge", "plan": NAMED_PLAN, "analysis": {"rounds": 5_000_000, "seed": 0}})  # fmt: skip
-    with view(tmp_path) as v:
+    with view(tmp_path, page_budget_s=2.0) as v:
         assert request(v.port, "/").status == 200  # imports warmed
         # The slow run's page answers within the page budget (viewer.store.PAGE_BUDGET_S), saying it is being
         # analysed and reloading; the analysis goes on off the request thread.
