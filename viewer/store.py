@@ -10,6 +10,7 @@ table is re-analysed at most every REANALYSE_S seconds (or 3 times what an analy
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -120,16 +121,25 @@ class Store:
     def runs(self, names: list[str] | None = None) -> list[dict[str, Any]]:
         """Rows of the runs index for `names` (default: every run): start time, profile, planned jobs and jobs done,
         or `problem` (file and field) for a run that cannot be read; one bad run never hides the others."""
-        return [self._run_row(name) for name in (self.run_ids() if names is None else names)]
+        names = self.run_ids() if names is None else names
+        # Every run's count is started at once (in the background); the page then waits for them together, at
+        # most the page budget in all, not a wait per run.
+        until = None if self.page_budget_s is None else time.monotonic() + self.page_budget_s
+        if until is not None:
+            for name in names:
+                with contextlib.suppress(Exception):  # its row says what is wrong, below
+                    self.states.get(name, 0.0, 0.0)
+        return [self._run_row(name, until) for name in names]
 
-    def _run_row(self, run_id: str) -> dict[str, Any]:
+    def _run_row(self, run_id: str, until: float | None = None) -> dict[str, Any]:
         row: dict[str, Any] = {"run_id": run_id, "started_at": None, "planned": None, "done": 0, "failed": 0,
                                "profile": None, "problem": None, "link": True}  # fmt: skip
         try:
             m = read_manifest(self.ledger, run_id)
             self._contained(run_id)
             # The last count known, measured in the background (a run never counted yet waits a moment).
-            st = self.states.get(run_id, 0.5 if self.page_budget_s else None, self.fresh_wait_s)
+            left = None if until is None else max(0.0, until - time.monotonic())
+            st = self.states.get(run_id, left, None if left is None else min(left, 0.25))
             row["done"], row["failed"] = (st.done, st.failed) if st is not None else (0, 0)
         except (InputError, Forbidden, ValueError, OSError) as e:
             row["problem"] = (
