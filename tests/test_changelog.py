@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import fixtures_ledger as ledger_gen
+import pytest
 from bounds import bounded
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -153,3 +154,29 @@ def test_change_files_that_are_not_files_are_not_opened(tmp_path):
     ledger_gen.write_local(root, "r", 1, offset=50)
     t0 = time.monotonic()
     assert _plan(led).tail == [] and time.monotonic() - t0 < 10
+
+
+@pytest.mark.services
+def test_s3_logged_objects_are_read_without_listing_jobs(s3_bucket, s3_env, monkeypatch):
+    """On S3 (which cannot append) a tool writes one change object per batch; the reader lists only changes/."""
+    from test_keyspace import _lists
+    from test_segments import CountingProxy
+
+    from elo_per_token.ledger import open_ledger
+
+    proxy = CountingProxy(s3_env.endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    try:
+        led = open_ledger(f"s3://{s3_bucket}/c")
+        ledger_gen.write_s3(led, "r", 200)
+        compact_run(led, "r")
+        ledger_gen.write_s3(led, "r", 5, offset=200)
+        new = sorted(ledger_gen.job_frame("r", 5, offset=200)["job_key"].to_list())
+        led.put_blob("r", "changes/batch-1.keys", "".join(k + "\n" for k in new).encode())
+        proxy.requests.clear()
+        proxy.full.clear()
+        frame, _, _ = read_run(RunSource(f"s3://{s3_bucket}/c", "r"))
+        assert _totals(frame) == _expected(205)
+        assert _lists(proxy, "c/runs/r/jobs/") == 0
+    finally:
+        proxy.close()
