@@ -27,6 +27,7 @@ from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.keys import check_key
 
 if TYPE_CHECKING:
+    from elo_per_token.ledger.s3 import S3Store
     from elo_per_token.ledger.store import Ledger
 
 CHANGES_DIR = "changes/"
@@ -79,12 +80,11 @@ def read_from(ledger: Ledger, key: str, offset: int, cap: int) -> tuple[bytes, i
     return None if data is None else (data[offset : offset + cap], len(data))
 
 
-def _read_s3(store: object, key: str, offset: int, cap: int) -> tuple[bytes, int] | None:
+def _read_s3(store: S3Store, key: str, offset: int, cap: int) -> tuple[bytes, int] | None:
     from elo_per_token.ledger.s3 import s3_status
 
-    full = f"{store.prefix}/{key}" if store.prefix else key  # type: ignore[attr-defined]
-    client = store.client  # type: ignore[attr-defined]
-    bucket = store.bucket  # type: ignore[attr-defined]
+    full = f"{store.prefix}/{key}" if store.prefix else key
+    client, bucket = store.client, store.bucket
     try:
         if cap <= 0:
             head = client.head_object(Bucket=bucket, Key=full)
