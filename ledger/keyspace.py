@@ -25,11 +25,13 @@ those not written yet are simply absent). It lists the run instead — always co
   its plan does not name: such an object is invisible to the declared path.
 
 A run written by another tool declares nothing. `ept compact` of such a run lists it (it must, to find the
-objects) and records every key it found as `planned/listed-<digest>.parquet` (a newer one replaces the older):
-readers then treat those keys like declared ones and read the compacted run without a listing. An object the
-other tool writes after that listing began is found by a local reader in the directories changed since
-(directory times: no object is read or listed one by one); on S3, which cannot tell, it is read after the
-next `ept compact` (which always lists a run holding `listed-` records), or at once with `EPT_VERIFY_JOBS=1`.
+objects) and records every key it found as `planned/listed-<digest>.parquet` (a newer one replaces the older),
+with the size of each change file (ledger/changelog.py) as it stood when the listing began: readers then treat
+those keys like declared ones and read the compacted run without a listing or a walk. An object the other
+tool writes after that listing began is found through the change log, if the tool keeps one (the lines past
+the recorded sizes); one it does not log is read after the next `ept compact` (which always lists a run
+holding `listed-` records), or at once with `EPT_VERIFY_JOBS=1` — on a local folder and on S3 alike (a walk
+of every job directory's time cost more than reading the run's records: issue 39).
 `ReadPlan.why` says why a reader listed.
 """
 
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import re
 import tempfile
@@ -47,9 +50,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import polars as pl
+import pyarrow.parquet as pq
 
 from elo_per_token.contracts import settings
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.ledger.changelog import new_keys
 
 if TYPE_CHECKING:
     from elo_per_token.ledger import Ledger
@@ -59,8 +64,8 @@ _DECL = re.compile(r"^planned/keys-[0-9a-f]{16,64}\.parquet$")
 # Keys `ept compact` found by listing a run that declared nothing (written by another tool).
 _LISTED = re.compile(r"^planned/listed-[0-9a-f]{16,64}\.parquet$")
 VERIFY_ENV = "EPT_VERIFY_JOBS"
-# Directory times compared with a listing's start: a margin for coarse file-system timestamps.
-_MTIME_SLACK_S = 2.0
+# The listed- record's Parquet metadata key: {change file: its size when the listing began}.
+CHANGES_META = b"ept.changes"
 
 
 def declaration_name(keys: pl.Series, kind: str = "keys") -> str:
@@ -78,7 +83,13 @@ def declare_keys(ledger: Ledger, run_id: str, keys: pl.Series) -> str:
     return _write_keys(ledger, run_id, keys, "keys")
 
 
-def record_listed(ledger: Ledger, run_id: str, keys: pl.Series, listed_at: float | None = None) -> str | None:
+def record_listed(
+    ledger: Ledger,
+    run_id: str,
+    keys: pl.Series,
+    listed_at: float | None = None,
+    changes: dict[str, int] | None = None,
+) -> str | None:
     """After a compaction listed a run nobody declared: record every key the listing found, so readers of
     the compacted run need not list it again (see the module docstring). Earlier `listed-` records are
     removed once the new one (a superset: objects are never deleted) exists. Returns its URL, or None when
@@ -87,7 +98,12 @@ def record_listed(ledger: Ledger, run_id: str, keys: pl.Series, listed_at: float
     if any(not _LISTED.match(n) for n in names):
         return None
     url = _write_keys(
-        ledger, run_id, keys, "listed", listed_at=time.time() if listed_at is None else listed_at
+        ledger,
+        run_id,
+        keys,
+        "listed",
+        listed_at=time.time() if listed_at is None else listed_at,
+        changes=changes,
     )
     mine = declaration_name(keys.cast(pl.String).unique().sort().rename("job_key"), "listed")
     for n in names:
@@ -97,7 +113,12 @@ def record_listed(ledger: Ledger, run_id: str, keys: pl.Series, listed_at: float
 
 
 def _write_keys(
-    ledger: Ledger, run_id: str, keys: pl.Series, kind: str, listed_at: float | None = None
+    ledger: Ledger,
+    run_id: str,
+    keys: pl.Series,
+    kind: str,
+    listed_at: float | None = None,
+    changes: dict[str, int] | None = None,
 ) -> str:
     keys = keys.cast(pl.String).unique().sort().rename("job_key")
     name = declaration_name(keys, kind)
@@ -109,7 +130,11 @@ def _write_keys(
     if listed_at is not None:  # when the listing began: objects written since are looked for (local store)
         frame = frame.with_columns(pl.lit(listed_at, pl.Float64).alias("listed_at"))
     try:
-        frame.write_parquet(tmp, compression="zstd")
+        table = frame.to_arrow()
+        if changes is not None:  # the change files' sizes when the listing began (ledger/changelog.py)
+            meta = {CHANGES_META: json.dumps(changes, sort_keys=True).encode()}
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
+        pq.write_table(table, tmp, compression="zstd")
         ledger.create_blob(run_id, name, tmp)  # False: already declared, same content by its name
     finally:
         os.unlink(tmp)
@@ -130,9 +155,10 @@ def declare_open(ledger: Ledger, run_id: str) -> str:
 
 def declared_or_why(
     ledger: Ledger, run_id: str, *, listed: bool = True
-) -> tuple[pl.Series, float | None] | str:
-    """(declared keys, when the earliest `listed-` record's listing began (None: no such record)), or the
-    reason the run's keys cannot be known without a listing."""
+) -> tuple[pl.Series, dict[str, int] | None] | str:
+    """(declared keys, the change files' sizes the `listed-` record noted (None: no such record; {} for a
+    record of an older ept, which noted none)), or the reason the run's keys cannot be known without a
+    listing."""
     manifest = ledger.get_manifest(run_id) or {}
     if any(not (isinstance(s, dict) and s.get("declares_keys")) for s in manifest.get("sessions") or []):
         return "a session of an older ept wrote to the run without declaring its keys"
@@ -147,21 +173,36 @@ def declared_or_why(
             "the run declares no keys (written by another tool or an older ept; `ept compact` records them)"
         )
     parts: list[pl.Series] = []
-    since: list[float] = []
+    seen: dict[str, int] | None = None
     for n in decls:
         raw = ledger.get_blob(run_id, n)
         try:
             if raw is None:
                 return f"{ledger.blob_url(run_id, n)} is gone"
-            frame = pl.read_parquet(io.BytesIO(raw))
-            parts.append(frame["job_key"].cast(pl.String))
+            parts.append(pl.read_parquet(io.BytesIO(raw), columns=["job_key"])["job_key"].cast(pl.String))
             if _LISTED.match(n):
-                since.append(float(frame["listed_at"].min() if frame.height else time.time()))  # type: ignore[arg-type]
+                sizes = _noted_sizes(raw)
+                seen = sizes if seen is None else {k: min(v, seen.get(k, v)) for k, v in sizes.items()}
         except (pl.exceptions.PolarsError, OSError, ValueError, TypeError):
             # listing is always correct; a damaged declaration only costs the fast path
             return f"{ledger.blob_url(run_id, n)} is unreadable"
     keys = pl.concat(parts).unique() if len(parts) > 1 else parts[0]
-    return keys, (min(since) if since else None)
+    return keys, seen
+
+
+def _noted_sizes(raw: bytes) -> dict[str, int]:
+    """The change files' sizes a `listed-` record noted in its Parquet metadata ({} when none); ValueError
+    when the note is not a table of whole sizes (another tool's bytes: the reader then lists)."""
+    meta = pq.read_schema(io.BytesIO(raw)).metadata or {}
+    note = meta.get(CHANGES_META)
+    if note is None:
+        return {}
+    got = json.loads(note)
+    if not isinstance(got, dict) or not all(
+        isinstance(k, str) and type(v) is int and v >= 0 for k, v in got.items()
+    ):
+        raise ValueError("the change-file sizes noted are not a table of whole numbers")
+    return got
 
 
 def verify_requested() -> bool:
@@ -201,24 +242,25 @@ def tail_or_why(
     got = declared_or_why(ledger, run_id, listed=listed)
     if isinstance(got, str):
         return got
-    declared, since = got
+    declared, seen = got
     newer: list[str] = []
-    if since is not None:
-        # Keys a compaction found by listing: objects the other tool wrote after that listing began are found
-        # where the store can tell (a local folder: the directories changed since); S3 cannot, see above.
-        found = ledger.iter_job_keys_since(run_id, since - _MTIME_SLACK_S)
-        if found is not None:
-            listed_now = pl.Series("job_key", list(found), dtype=pl.String).to_frame()
-            newer = listed_now.join(index.select("job_key"), on="job_key", how="anti")["job_key"].to_list()
+    if seen is not None:
+        # Keys a compaction found by listing: objects the other tool logged since that listing began are read
+        # from the change log (ledger/changelog.py) — no walk, no listing of jobs/.
+        logged = new_keys(ledger, run_id, seen)
+        if isinstance(logged, str):
+            return logged
+        logged_now = pl.Series("job_key", logged, dtype=pl.String).unique().to_frame()
+        newer = logged_now.join(index.select("job_key"), on="job_key", how="anti")["job_key"].to_list()
     missing = declared.to_frame("job_key").join(index.select("job_key"), on="job_key", how="anti")
     if missing.height + len(newer) > probe_limit(declared.len()):
         return f"{missing.height + len(newer)} known keys are not compacted (a listing is cheaper than probing them)"
-    seen = set(newer)
     try:
-        there = existing_jobs(ledger, run_id, [k for k in missing["job_key"].to_list() if k not in seen])
+        # Logged keys are probed too: a line names an object that exists, or garbage (not read).
+        there = existing_jobs(ledger, run_id, sorted({*missing["job_key"].to_list(), *newer}))
     except InputError as e:  # a name another tool gave an object that is no job key ept could probe
         return f"a recorded key cannot be probed ({e})"
-    return sorted({*there, *newer})  # `newer` exist: they were just found in the folder
+    return there
 
 
 def unindexed_keys(

@@ -238,6 +238,7 @@ class CompactResult:
     why_listed: str = ""  # when listed: why the declared key space could not be used
     recorded: str | None = None  # the listed keys recorded for readers (ledger/keyspace.py record_listed)
     listed_at: float | None = None  # when the listing began (time.time())
+    changes: dict[str, int] | None = None  # the change files' sizes then (ledger/changelog.py)
 
 
 def _chunks(seq: list[str], n: int) -> Iterator[list[str]]:
@@ -279,6 +280,10 @@ def _unfolded_keys(
         res.found_by, res.already = "declared", index.height
         return found, None
     res.why_listed = found
+    from elo_per_token.ledger.changelog import change_sizes
+
+    # Before the listing: a line logged after this point is past the noted size, so readers read it.
+    res.changes = change_sizes(ledger, run_id)
     res.listed_at = time.time()
     all_keys = list_keys(
         ledger,
@@ -367,5 +372,5 @@ def compact_run(
         # After the segments are committed: a reader that finds the record finds the keys compacted.
         from elo_per_token.ledger.keyspace import record_listed
 
-        res.recorded = record_listed(ledger, run_id, listed, res.listed_at)
+        res.recorded = record_listed(ledger, run_id, listed, res.listed_at, res.changes)
     return res

@@ -134,8 +134,10 @@ def generate(
 
 
 def write_local(root: str | Path, run_id: str, n_jobs: int, *, offset: int = 0,
-                progress: Callable[[int], None] | None = None) -> int:  # fmt: skip
-    """Write the job objects under root/runs/<run>/jobs/ (plain files, as FileLedger.put_job leaves them)."""
+                progress: Callable[[int], None] | None = None, log: bool = False) -> int:  # fmt: skip
+    """Write the job objects under root/runs/<run>/jobs/ (plain files, as FileLedger.put_job leaves them).
+    `log`: also append each key to the run's change log (ledger/changelog.py) after its object, as a tool that
+    keeps writing a compacted run does so readers find the new objects without a listing."""
     base = Path(root) / "runs" / run_id / "jobs"
     made: set[str] = set()
     n = 0
@@ -150,6 +152,10 @@ def write_local(root: str | Path, run_id: str, n_jobs: int, *, offset: int = 0,
             with open(tmp, "wb") as f:
                 f.write(b)
             os.replace(tmp, base / (k + ".jsonl"))
+        if log:
+            (base.parent / "changes").mkdir(exist_ok=True)
+            with open(base.parent / "changes" / "fixture.keys", "a") as f:
+                f.write("".join(k + "\n" for k in keys))
         n += len(keys)
         if progress:
             progress(n)

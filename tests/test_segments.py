@@ -98,7 +98,7 @@ def test_incremental_compaction_opens_only_new_objects(tmp_path):
         _COUNTING.clear()
     assert (third.jobs, third.segments, len(_OPENS)) == (0, [], 150)
     # Reading the run: the segments, then only the objects no segment holds.
-    ledger_gen.write_local(root, "r", 50, offset=1650)
+    ledger_gen.write_local(root, "r", 50, offset=1650, log=True)
     _OPENS.clear()
     _COUNTING.set()
     try:
@@ -154,7 +154,7 @@ def test_analysis_of_a_run_equals_its_objects_byte_for_byte(tmp_path):
     compact_run(FileLedger(root), "r")
     ledger_gen.write_local(root, "r", 300, offset=1200)
     compact_run(FileLedger(root), "r")
-    ledger_gen.write_local(root, "r", 150, offset=1500)  # an uncompacted tail
+    ledger_gen.write_local(root, "r", 150, offset=1500, log=True)  # an uncompacted tail
     a = _ept(
         "analyze", "r", "--ledger", str(root), "--rounds", "30", "--no-plots", "--out", str(tmp_path / "a")
     )
@@ -207,7 +207,7 @@ def test_bad_object_in_a_run_is_named_by_object_and_line(tmp_path):
     compact_run(FileLedger(root), "r")
     keys, _ = ledger_gen.job_lines(ledger_gen.job_frame("r", 1, offset=300))
     bad = root / "runs" / "r" / "jobs" / (keys[0] + ".jsonl")
-    ledger_gen.write_local(root, "r", 1, offset=300)
+    ledger_gen.write_local(root, "r", 1, offset=300, log=True)
     lines = bad.read_text().splitlines()
     lines[1] = lines[1].replace('"budget_n":1', '"budget_n":"one"')
     bad.write_text("\n".join(lines) + "\n")

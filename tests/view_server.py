@@ -34,12 +34,26 @@ class View:
 
 
 @contextmanager
-def view(ledger: Path | str, *args: str, cwd: Path | None = None) -> Iterator[View]:
+def view(
+    ledger: Path | str, *args: str, cwd: Path | None = None, page_budget_s: float = 600.0
+) -> Iterator[View]:
     """`python -m elo_per_token view LEDGER --port 0 ARGS…` until the block ends (port passed explicitly: the
     default port is not assumed)."""
+    import os
+    import tempfile
+
+    # The viewer's disk cache (viewer.runstate) in a folder of the test's, not the user's ~/.cache. A request
+    # waits for its analysis up to `page_budget_s` (the server's 2 s would make a loaded machine's first page
+    # an "analysing" page; tests of that pass a small one).
+    env = {
+        **os.environ,
+        "EPT_VIEW_CACHE": os.environ.get("EPT_VIEW_CACHE") or tempfile.mkdtemp(prefix="ept-vc-"),
+        "EPT_VIEW_PAGE_BUDGET_S": str(page_budget_s),
+    }
     proc = subprocess.Popen(
         [sys.executable, "-m", "elo_per_token", "view", str(ledger), "--port", "0", *args],
         cwd=cwd,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -40,7 +40,7 @@ def view(
     """Serve the runs, their tables, an interactive Elo-vs-tokens plot, the arms x tasks grid and job transcripts."""
     from elo_per_token.analysis.recommend import check_margin, parse_budget
     from elo_per_token.viewer.server import serve
-    from elo_per_token.viewer.store import Store
+    from elo_per_token.viewer.store import server_store
 
     parse_budget(budget)
     check_margin(margin)
@@ -49,7 +49,7 @@ def view(
     token = _token(host, token)
     ledger_url, run_id = _target(target, ledger)
     try:
-        server = serve(Store(ledger_url, budget=budget, margin=margin), host, port, token=token)
+        server = serve(server_store(ledger_url, budget, margin), host, port, token=token)
     except OSError as e:
         import errno
 

@@ -111,8 +111,12 @@ def runs_page(
 def _progress(v: RunView) -> str:
     planned = "?" if v.planned is None else f"{v.planned:,}"
     text = f"{v.done:,} of {planned} jobs done, {v.failed:,} failed"
-    if v.running:
+    if v.pending:
+        text += f" — being analysed: this page reloads every {REFRESH_S} s until it is ready"
+    elif v.running:
         text += f" — the sweep is running: this page follows it (reloads every {REFRESH_S} s; the table is partial)"
+    if v.analysed_done is not None and v.doc is not None and v.analysed_done != v.done:
+        text += f"; the table is of the first {v.analysed_done:,} (it is updated in the background)"
     return f'<p id="progress" data-done="{v.done}" data-running="{str(v.running).lower()}">{e(text)}</p>'
 
 
