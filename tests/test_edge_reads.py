@@ -46,6 +46,10 @@ EDGE_READS: dict[str, tuple[int, str]] = {
         2,
         "TERMINAL_WIDTH / COLUMNS: typer's and click's own width variables, for help in a pipe",
     ),
+    "viewer/runstate.py": (
+        1,
+        "XDG_CACHE_HOME, the user's cache folder the viewer's analysis cache goes under",
+    ),
     "contracts/secrets.py": (
         2,
         "every key-like value in the environment is a secret the scrubber masks (the raw mapping compared to skip an unchanged environment)",

@@ -194,7 +194,9 @@ class DiskCache:
 
 def default_cache_dir() -> Path:
     """$EPT_VIEW_CACHE, else $XDG_CACHE_HOME/ept/view (~/.cache/ept/view)."""
-    if os.environ.get("EPT_VIEW_CACHE"):
-        return Path(os.environ["EPT_VIEW_CACHE"]).expanduser()
+    from elo_per_token.contracts.settings import read_str
+
+    if configured := read_str("EPT_VIEW_CACHE"):
+        return Path(configured).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "ept" / "view"

@@ -408,15 +408,9 @@ def server_store(ledger_url: str, budget: str | None, margin: float) -> Store:
     """The Store `ept view` serves: analyses cached on disk (viewer.runstate.default_cache_dir), requests
     answered within PAGE_BUDGET_S (or $EPT_VIEW_PAGE_BUDGET_S), counts kept 2 s, a running sweep's table
     rebuilt at most every REANALYSE_S."""
-    import os
+    from elo_per_token.contracts.settings import read_seconds
 
-    raw = os.environ.get("EPT_VIEW_PAGE_BUDGET_S", "").strip()
-    try:
-        wait = float(raw) if raw else PAGE_BUDGET_S
-    except ValueError:
-        wait = -1.0
-    if not 0 < wait <= 3600:
-        raise InputError(f"must be seconds in (0, 3600], got {raw[:40]!r}", field="EPT_VIEW_PAGE_BUDGET_S")
+    wait = read_seconds("EPT_VIEW_PAGE_BUDGET_S", 1e-3, 3600.0)
     return Store(ledger_url, budget=budget, margin=margin, cache_dir="", page_budget_s=wait,
                  state_ttl_s=2.0, reanalyse_s=REANALYSE_S)  # fmt: skip
 
