@@ -26,6 +26,7 @@ from elo_per_token.analysis.html_sections import (
     column_notes,
     recommendation_section,
     step_tables_section,
+    with_frontier_text,
 )
 from elo_per_token.contracts.secrets import mask_urls, scrub
 
@@ -46,10 +47,10 @@ RETURNS_COLUMNS = [
     ("d_elo_per_1k", "ΔElo/1k tok", ".2f"),
     ("d_elo_per_1k_lo", "lo", ".2f"),
     ("d_elo_per_1k_hi", "hi", ".2f"),
-    ("frontier", "frontier", None),
-    # What each row is against, the frontier band, partial arms, ties: the terminal table says the same.
+    # The frontier in words (html_sections.frontier_text: yes / no, and 'uncertain' when the bootstrap band
+    # is), what each row is against, partial arms, ties: the terminal table says the same.
+    ("frontier_text", "frontier", None),
     ("vs", "vs", None),
-    ("frontier_band", "frontier band", None),
     ("seen_in", "measured in", None),
     ("tie_share", "ties", ".0%"),
     ("separating_vs", "sep. tasks vs", "d"),
@@ -344,11 +345,11 @@ def _returns_section(doc: HtmlDocument, returns: list[dict[str, Any]]) -> list[s
     parts.append(
         '<p class="muted">Rows ordered by tokens per task; ΔElo and ΔElo per 1k tokens are against the previous '
         "arm on the frontier (column vs); intervals are bootstrap percentile intervals; frontier rows (bold) have no "
-        "cheaper arm with a higher Elo; frontier band: on / uncertain / off = on the frontier in at least 95% / "
-        "5-95% / at most 5% of bootstrap rounds (a bootstrap share, not a probability); an arm measured in some "
+        "cheaper arm with a higher Elo; frontier: yes / no for the point estimate, 'uncertain' when the arm is on the "
+        "frontier in 5-95% of bootstrap rounds (frontier P: that share, not a probability); an arm measured in some "
         "families only is off the frontier and its ΔElo is over the shared families.</p>"
     )
-    parts.append(_table("returns-table", returns, RETURNS_COLUMNS, row_class="frontier"))
+    parts.append(_table("returns-table", with_frontier_text(returns), RETURNS_COLUMNS, row_class="frontier"))
     parts.append(column_notes(STEP_COLUMNS))
     parts.append(
         '<figure id="plot-elo-tokens">'

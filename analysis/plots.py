@@ -184,7 +184,7 @@ def _plot_frontier(ax: Any, pts: Sequence[Row]) -> None:
             [r["tokens_per_task"] for r in front],
             [r["elo"] for r in front],
             "-",
-            color="tab:orange",
+            color="#1d232b",  # not a strategy colour (tab10 orange is the second strategy's)
             linewidth=1.5,
             zorder=3,
             label="compute-optimal frontier (point estimate)",
