@@ -155,30 +155,18 @@ def _svg(fig: Figure) -> str:
 def _plot_elo_vs_tokens(
     rows: Sequence[Mapping[str, Any]], anchor: str | None = None, level_label: str = "95%"
 ) -> str:
-    """The Elo-vs-tokens figure of the PNG report (analysis.plots), as SVG with every arm's numbers on
-    hover: a <title> inside each point's group (browsers show it as a tooltip; no script needed)."""
-    import matplotlib
+    """The Elo-vs-tokens figure as `ept view` draws it (analysis.svgplot: one renderer for both), with a
+    caption; every arm's numbers on hover (a <title> in each point's group, no script needed)."""
+    from elo_per_token.analysis.svgplot import elo_tokens_svg
 
-    from elo_per_token.analysis.plots import elo_vs_tokens_figure, plotted_points
-
-    pts = plotted_points(rows)
-    if not pts:
+    svg = elo_tokens_svg(rows, level_label, anchor)
+    if not svg:
         return ""
-    with matplotlib.rc_context(_RC):
-        out = _svg(
-            elo_vs_tokens_figure(rows, level_label, anchor, gid_prefix="arm-pt-", figsize=(_FIG_W, 6.4))
-        )
-    for i, r in enumerate(pts):
-        tip = f"{r['arm']}: Elo {_fmt(r['elo'], '.0f')}"
-        if _is_num(r.get("elo_lo")) and _is_num(r.get("elo_hi")):
-            tip += f" [{_fmt(r['elo_lo'], '.0f')}, {_fmt(r['elo_hi'], '.0f')}]"
-        tip += f", {_fmt(r['tokens_per_task'], ',.0f')} tokens/task" + (
-            ", frontier" if r.get("frontier") else ""
-        )
-        if _is_num(r.get("frontier_prob")):
-            tip += f", on the frontier in {r['frontier_prob']:.0%} of rounds"
-        out = out.replace(f'<g id="arm-pt-{i}">', f'<g id="arm-pt-{i}"><title>{html.escape(tip)}</title>', 1)
-    return out
+    n = svg.count('<g class="pt"')
+    cap = f"Elo vs tokens per task ({n} arm{'s' if n != 1 else ''}, {level_label} intervals)"
+    if anchor:
+        cap += f"; {anchor} is the anchor (Elo 1000)"
+    return f"{svg}<figcaption>{html.escape(cap)}</figcaption>"
 
 
 def _plot_bars(

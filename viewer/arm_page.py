@@ -48,8 +48,13 @@ def _num(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def _dv(x: Any) -> str:
+    """A numeric cell's data-value attribute (none for a missing value: the cell shows —)."""
+    return f' data-value="{_q(repr(float(x)))}"' if _num(x) else ""
+
+
 def _cell(name: str, label: str, value: Any, text: str, note: str = "") -> str:
-    dv = f' data-value="{_q(repr(float(value)))}"' if _num(value) else ""
+    dv = _dv(value)
     extra = f' <span class="muted">{e(note)}</span>' if note else ""
     return f'<tr data-key="{name}"><th class="t">{e(label)}</th><td class="t"{dv}>{e(text)}{extra}</td></tr>'
 
@@ -132,9 +137,9 @@ def arm_page(v: RunView, arm: str, rows: Sequence[Mapping[str, Any]], pager: Pag
     for r in rows:
         link = run_url(v.run_id, "task", task=r["task_id"], arm=arm)
         body.append(f'<tr data-task="{_q(r["task_id"])}"><td class="t">{e(r["family"])}</td><td class="t">'
-                    f'<a href="{_q(link)}">{e(r["task_id"])}</a></td><td data-value="{r["score"]}">'
-                    f'{_fmt_score(r["score"])}</td><td data-value="{r["n"]}">{r["n"]}</td>'
-                    f'<td data-value="{r.get("tokens")}">{_tokens(r.get("tokens"))}</td></tr>')  # fmt: skip
+                    f'<a href="{_q(link)}">{e(r["task_id"])}</a></td><td{_dv(r["score"])}>'
+                    f'{_fmt_score(r["score"])}</td><td{_dv(r["n"])}>{r["n"]}</td>'
+                    f'<td{_dv(r.get("tokens"))}>{_tokens(r.get("tokens"))}</td></tr>')  # fmt: skip
     body.append("</tbody></table></div>")
     if pager is not None:
         desc_param = "1" if desc else None
