@@ -36,6 +36,7 @@ FONT = 13  # axis and legend text (viewBox units)
 LABEL_FONT = 12
 CHAR_W = 0.62  # an upper estimate of a character's width, in ems, for label boxes (DejaVu/Segoe sans)
 LABEL_ALL = 40  # above this many arms only the frontier and the anchor are labelled (analysis.plots does too)
+MAX_LABELS = 60  # names placed at most (placing is quadratic in the labels; 60 already fill the plot)
 
 
 class Box(NamedTuple):
@@ -58,8 +59,11 @@ def strategy_colours(strategies: Sequence[str]) -> dict[str, str]:
     return {s: TAB10[i] for i, s in enumerate(names)}
 
 
+PLOT_MAX = 1e15  # a value beyond this (tokens, Elo) is not a measurement: not drawn, so no scale overflows
+
+
 def _num(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and abs(x) <= PLOT_MAX
 
 
 def _ticks_log(lo: float, hi: float) -> list[float]:
@@ -198,21 +202,28 @@ def place_labels(pts: Sequence[Mapping[str, Any]], xy: Sequence[tuple[float, flo
                  anchor: str | None = None) -> dict[int, tuple[float, float, str]]:  # fmt: skip
     """Point index -> (x, y, text-anchor) of its name, for the points whose name fits at one of a few spots
     around it without touching another label, any point or the plot's edge. The anchor arm is placed first,
-    then the frontier, then the rest by Elo; with more than LABEL_ALL points only those two kinds."""
-    dots = [Box(x - 7, y - 7, x + 7, y + 7) for x, y in xy]
+    then the frontier, then the rest by Elo; with more than LABEL_ALL points only those two kinds, at most
+    MAX_LABELS names placed and 4 * MAX_LABELS points tried (the time stays bounded for any number of arms)."""
+    import numpy as np
+
+    dots = np.array([(x - 7, y - 7, x + 7, y + 7) for x, y in xy], dtype=float).reshape(-1, 4)
     order = sorted(range(len(pts)), key=lambda i: (pts[i].get("arm") != anchor, not pts[i].get("frontier"),
                                                    -float(pts[i]["elo"])))  # fmt: skip
+    if len(pts) > LABEL_ALL:
+        order = [i for i in order if pts[i].get("frontier") or pts[i].get("arm") == anchor]
     placed: list[Box] = []
     out: dict[int, tuple[float, float, str]] = {}
-    for i in order:
-        if len(pts) > LABEL_ALL and not pts[i].get("frontier") and pts[i].get("arm") != anchor:
-            continue
+    for i in order[: 4 * MAX_LABELS]:
+        if len(out) >= MAX_LABELS:
+            break
         width = text_width(str(pts[i]["arm"]))
         for dx, dy, how in _SPOTS:
             x, y = xy[i][0] + dx, xy[i][1] + dy
             b = _box(x, y, width, how)
-            inside = area.x0 <= b.x0 and b.x1 <= area.x1 and area.y0 <= b.y0 and b.y1 <= area.y1
-            if inside and not any(b.hits(o) for o in placed) and not any(b.hits(d) for d in dots):
+            if not (area.x0 <= b.x0 and b.x1 <= area.x1 and area.y0 <= b.y0 and b.y1 <= area.y1):
+                continue
+            on_dot = (b.x0 < dots[:, 2]) & (dots[:, 0] < b.x1) & (b.y0 < dots[:, 3]) & (dots[:, 1] < b.y1)
+            if not on_dot.any() and not any(b.hits(o) for o in placed):
                 placed.append(b)
                 out[i] = (x, y, how)
                 break
