@@ -21,7 +21,7 @@ ARM_SORTS: dict[str, tuple[str, str]] = {
 }  # fmt: skip
 
 
-def sort_rows(rows: Sequence[Mapping[str, Any]], sort: str | None, desc: bool) -> list[Mapping[str, Any]]:
+def sort_rows(rows: Sequence[dict[str, Any]], sort: str | None, desc: bool) -> list[dict[str, Any]]:
     """The rows by ARM_SORTS[sort] (family then task when None), missing values last either way; an unknown
     `sort` is an InputError naming the parameter."""
     if sort is None:
@@ -80,7 +80,7 @@ def summary_html(v: RunView, arm: str) -> str:
         from elo_per_token.analysis.accuracy_report import score_label_of
 
         se = f" ± {acc['accuracy_se']:.1%} s.e." if _num(acc.get("accuracy_se")) else ""
-        out.append(_cell("accuracy", score_label_of([acc]), acc["accuracy"],
+        out.append(_cell("accuracy", score_label_of([dict(acc)]), acc["accuracy"],
                          f"{acc['accuracy']:.1%}" + _interval(acc.get("accuracy_lo"), acc.get("accuracy_hi"), ".1%") + se,
                          f"{level} Wilson interval, {acc.get('tasks', 0):,} tasks, {acc.get('outcomes', 0):,} outcomes"))  # fmt: skip
     if _num(ret.get("tokens_per_task")):

@@ -39,8 +39,9 @@ def _with_accuracy(
     cu = {r["arm"]: r for r in acc_b}
     out = []
     for r in arms:
-        x, y = ba.get(r["arm"], {}).get("accuracy"), cu.get(r["arm"], {}).get("accuracy")
-        d = (y - x) * 100 if _num(x) and _num(y) else None
+        x: Any = (ba.get(r["arm"]) or {}).get("accuracy")
+        y: Any = (cu.get(r["arm"]) or {}).get("accuracy")
+        d = (float(y) - float(x)) * 100 if _num(x) and _num(y) else None
         out.append({**r, "acc_base": x, "acc_cur": y, "d_acc_pp": d})
     return out
 
