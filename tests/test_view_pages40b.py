@@ -199,3 +199,17 @@ def test_se_column_is_optional_and_the_analysis_s(site: dict) -> None:
         assert float(cells[r["arm"]]["accuracy_se"]) == r["accuracy_se"]
     kept = _body(v, "/run/nightly?se=1&budget=2k")  # the budget form keeps the choice
     assert '<input type="hidden" name="se" value="1">' in kept
+
+
+def test_counts_say_what_they_count(site: dict) -> None:
+    """No bare '48 of 48': an unfiltered list says 'all', a filtered one what matched out of what."""
+    v, n = site["v"], site["reports"]["nightly"]["counts"]["tasks_with_outcomes"]
+    grid = _body(v, "/run/nightly/grid")
+    assert f"all {n} tasks of the run." in html.unescape(grid)
+    code = html.unescape(_body(v, "/run/nightly/grid?family=code"))
+    m = re.search(r'id="grid-count" data-total="(\d+)">(\d+) of the run\'s (\d+) tasks match', code)
+    assert m and m.group(1) == m.group(2) and 0 < int(m.group(2)) < n == int(m.group(3))
+    jobs = site["reports"]["nightly"]["counts"]["outcomes"]
+    assert "all 192 samples (one per job)" in _body(v, "/run/nightly/samples") and jobs == 192
+    some = html.unescape(_body(v, "/run/nightly/samples?arm=greedy@1"))
+    assert re.search(r"\d+ of the run's 19\d samples match", some), some[:3000]

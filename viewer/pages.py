@@ -257,8 +257,10 @@ def grid_page(v: RunView, grid: Mapping[str, Any], family: str | None, disagree:
     head = "".join(
         f'<th class="arm"><a href="{_q(run_url(v.run_id, "arm", arm=a))}">{e(a)}</a></th>' for a in arms
     )
-    body = [form, f'<p class="muted" id="grid-count">{len(grid["rows"])} of {grid["total"]} tasks'
-            + (f" (first {len(grid['rows'])} shown)" if grid.get("clipped") else "") + ".</p>",
+    n, run_n = grid["total"], grid.get("in_run", grid["total"])
+    count = f"all {n:,} tasks of the run" if n == run_n else f"{n:,} of the run's {run_n:,} tasks match"
+    body = [form, f'<p class="muted" id="grid-count" data-total="{n}">{count}'
+            + (f" (the first {len(grid['rows']):,} shown)" if grid.get("clipped") else "") + ".</p>",
             f'<div class="scroll"><table id="grid-table"><thead><tr><th class="t">task</th>{head}</tr></thead><tbody>']  # fmt: skip
     for r in grid["rows"]:
         link = run_url(v.run_id, "task", task=r["task_id"])
