@@ -76,7 +76,7 @@ def _strategy_colours(rows: Sequence[Row]) -> dict[str, Any]:
     import matplotlib
 
     # Sorted, not in row order: a strategy gets the same colour in every plot and report of the run (and in
-    # `ept view`, which uses the same palette order: viewer.svgplot.strategy_colours).
+    # the SVG plot of `ept view` and the HTML report, which uses the same order: analysis.svgplot).
     strategies = sorted({str(r.get("strategy") or "") for r in rows})
     if len(strategies) > 10:  # more than a qualitative palette can tell apart: one colour
         return {s: "tab:blue" for s in strategies}
