@@ -12,9 +12,12 @@ import json
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from urllib.parse import urlencode
 
 import pytest
 from cli_runner import run_ept
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_compare import write_ledger_run  # tests/ is on sys.path (rootdir conftest)
 from view_server import View, request, view
 
@@ -213,3 +216,27 @@ def test_counts_say_what_they_count(site: dict) -> None:
     assert "all 192 samples (one per job)" in _body(v, "/run/nightly/samples") and jobs == 192
     some = html.unescape(_body(v, "/run/nightly/samples?arm=greedy@1"))
     assert re.search(r"\d+ of the run's 19\d samples match", some), some[:3000]
+
+
+HOSTILE = st.one_of(st.text(max_size=60), st.sampled_from(["score", "tokens", "task", "1", "0", "", "%00", "-1"]),
+                    st.text(st.characters(codec="utf-8"), min_size=2001, max_size=2100))  # fmt: skip
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sort=HOSTILE, desc=HOSTILE, se=HOSTILE, page=HOSTILE, path=st.sampled_from(["arm", ""]))
+def test_hostile_sort_desc_se_params_get_4xx_or_a_page(site: dict, sort: str, desc: str, se: str, page: str,
+                                                       path: str) -> None:  # fmt: skip
+    """The arm page's sort/desc/page and the run page's se: any value is a page or a 4xx (a 400 names the
+    parameter), never a 5xx, each answered within a bound."""
+    import time
+
+    query = urlencode({"arm": "greedy@1", "sort": sort, "desc": desc, "se": se, "page": page})
+    t0 = time.monotonic()
+    r = request(site["v"].port, f"/run/nightly/{path}?{query}" if path else f"/run/nightly?{query}")
+    assert time.monotonic() - t0 < 20  # the run's analysis is cached: a request only renders
+    assert 200 <= r.status < 500 and r.status not in range(201, 400), (
+        r.status,
+        r.body[:300],
+    )  # 414: a URL too long
+    if r.status == 400:
+        assert any(f in r.body for f in (b"sort", b"page", b"arm", b"too long")), r.body[:300]
