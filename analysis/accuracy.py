@@ -25,6 +25,7 @@ import polars as pl
 ACCURACY_SCHEMA = {
     "arm": pl.String, "accuracy": pl.Float64, "accuracy_lo": pl.Float64, "accuracy_hi": pl.Float64,
     "tasks": pl.Int64, "outcomes": pl.Int64, "binary": pl.Boolean, "seen_in": pl.String,
+    "accuracy_se": pl.Float64,
 }  # fmt: skip
 FAMILY_SCHEMA = {
     "family": pl.String, "arm": pl.String, "accuracy": pl.Float64, "accuracy_lo": pl.Float64,
@@ -224,7 +225,15 @@ def accuracy_tables(
     ts = task_scores(outcomes).filter(pl.col("arm").is_in(arm_list))
     families = sorted(ts["family"].unique().to_list())
     stats = _family_stats(ts, "score", arm_list, families)
-    acc, lo, hi = _intervals(stats, weights, len(arm_list), level, bool(rounds) and bool(families))
+    on = bool(rounds) and bool(families)
+    acc, lo, hi = _intervals(stats, weights, len(arm_list), level, on)
+    # The standard error of the merged mean (what lm-eval prints as "± stderr"): the spread the Wilson
+    # interval is built from, shown for readers who expect it; no intervals asked for, no s.e. either.
+    se = (
+        np.where(np.isnan(acc), np.nan, np.sqrt(_merge(stats, weights, len(arm_list))[1]))
+        if on
+        else acc * np.nan
+    )
     n_out = dict(ts.group_by("arm").agg(pl.col("n").sum()).iter_rows())
     n_tasks = dict(ts.group_by("arm").agg(pl.len()).iter_rows())
     binary = dict(ts.group_by("arm").agg((pl.col("frac") == 0).all()).iter_rows()) if ts.height else {}
@@ -232,7 +241,8 @@ def accuracy_tables(
         [
             {"arm": a, "accuracy": _num(acc[i]), "accuracy_lo": _num(lo[i]), "accuracy_hi": _num(hi[i]),
              "tasks": int(n_tasks.get(a, 0)), "outcomes": int(n_out.get(a, 0)), "binary": binary.get(a),
-             "seen_in": ("+".join(partial[a]) + " only" if partial[a] else "no family") if a in partial else None}
+             "seen_in": ("+".join(partial[a]) + " only" if partial[a] else "no family") if a in partial else None,
+             "accuracy_se": _num(se[i])}
             for i, a in enumerate(arm_list)
         ],
         schema=ACCURACY_SCHEMA,

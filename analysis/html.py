@@ -26,6 +26,7 @@ from elo_per_token.analysis.html_sections import (
     column_notes,
     recommendation_section,
     step_tables_section,
+    with_frontier_text,
 )
 from elo_per_token.contracts.secrets import mask_urls, scrub
 
@@ -46,10 +47,10 @@ RETURNS_COLUMNS = [
     ("d_elo_per_1k", "ΔElo/1k tok", ".2f"),
     ("d_elo_per_1k_lo", "lo", ".2f"),
     ("d_elo_per_1k_hi", "hi", ".2f"),
-    ("frontier", "frontier", None),
-    # What each row is against, the frontier band, partial arms, ties: the terminal table says the same.
+    # The frontier in words (html_sections.frontier_text: yes / no, and 'uncertain' when the bootstrap band
+    # is), what each row is against, partial arms, ties: the terminal table says the same.
+    ("frontier_text", "frontier", None),
     ("vs", "vs", None),
-    ("frontier_band", "frontier band", None),
     ("seen_in", "measured in", None),
     ("tie_share", "ties", ".0%"),
     ("separating_vs", "sep. tasks vs", "d"),
@@ -154,30 +155,18 @@ def _svg(fig: Figure) -> str:
 def _plot_elo_vs_tokens(
     rows: Sequence[Mapping[str, Any]], anchor: str | None = None, level_label: str = "95%"
 ) -> str:
-    """The Elo-vs-tokens figure of the PNG report (analysis.plots), as SVG with every arm's numbers on
-    hover: a <title> inside each point's group (browsers show it as a tooltip; no script needed)."""
-    import matplotlib
+    """The Elo-vs-tokens figure as `ept view` draws it (analysis.svgplot: one renderer for both), with a
+    caption; every arm's numbers on hover (a <title> in each point's group, no script needed)."""
+    from elo_per_token.analysis.svgplot import elo_tokens_svg
 
-    from elo_per_token.analysis.plots import elo_vs_tokens_figure, plotted_points
-
-    pts = plotted_points(rows)
-    if not pts:
+    svg = elo_tokens_svg(rows, level_label, anchor)
+    if not svg:
         return ""
-    with matplotlib.rc_context(_RC):
-        out = _svg(
-            elo_vs_tokens_figure(rows, level_label, anchor, gid_prefix="arm-pt-", figsize=(_FIG_W, 6.4))
-        )
-    for i, r in enumerate(pts):
-        tip = f"{r['arm']}: Elo {_fmt(r['elo'], '.0f')}"
-        if _is_num(r.get("elo_lo")) and _is_num(r.get("elo_hi")):
-            tip += f" [{_fmt(r['elo_lo'], '.0f')}, {_fmt(r['elo_hi'], '.0f')}]"
-        tip += f", {_fmt(r['tokens_per_task'], ',.0f')} tokens/task" + (
-            ", frontier" if r.get("frontier") else ""
-        )
-        if _is_num(r.get("frontier_prob")):
-            tip += f", on the frontier in {r['frontier_prob']:.0%} of rounds"
-        out = out.replace(f'<g id="arm-pt-{i}">', f'<g id="arm-pt-{i}"><title>{html.escape(tip)}</title>', 1)
-    return out
+    n = svg.count('<g class="pt"')
+    cap = f"Elo vs tokens per task ({n} arm{'s' if n != 1 else ''}, {level_label} intervals)"
+    if anchor:
+        cap += f"; {anchor} is the anchor (Elo 1000)"
+    return f"{svg}<figcaption>{html.escape(cap)}</figcaption>"
 
 
 def _plot_bars(
@@ -344,12 +333,12 @@ def _returns_section(doc: HtmlDocument, returns: list[dict[str, Any]]) -> list[s
     parts.append(
         '<p class="muted">Rows ordered by tokens per task; ΔElo and ΔElo per 1k tokens are against the previous '
         "arm on the frontier (column vs); intervals are bootstrap percentile intervals; frontier rows (bold) have no "
-        "cheaper arm with a higher Elo; frontier band: on / uncertain / off = on the frontier in at least 95% / "
-        "5-95% / at most 5% of bootstrap rounds (a bootstrap share, not a probability; off = dominated or within "
-        "the noise of a cheaper arm, not surely off); an arm measured in some "
+        "cheaper arm with a higher Elo; frontier: yes / no for the point estimate, 'uncertain' when the arm is on the "
+        "frontier in 5-95% of bootstrap rounds (frontier P: that share, not a probability); 'no' with a share of at most 5% "
+        "means dominated or within the noise of a cheaper arm, not surely off; an arm measured in some "
         "families only is off the frontier and its ΔElo is over the shared families.</p>"
     )
-    parts.append(_table("returns-table", returns, RETURNS_COLUMNS, row_class="frontier"))
+    parts.append(_table("returns-table", with_frontier_text(returns), RETURNS_COLUMNS, row_class="frontier"))
     parts.append(column_notes(STEP_COLUMNS))
     parts.append(
         '<figure id="plot-elo-tokens">'

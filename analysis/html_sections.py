@@ -58,6 +58,21 @@ STEP_COLUMNS: list[tuple[str, str, str | None, str]] = [
 ]
 
 
+def frontier_text(row: Mapping[str, Any]) -> str:
+    """The frontier cell in words: the point estimate (yes / no) and, when the bootstrap band is not 'on' or
+    'off', that the placement is uncertain, so a 'yes' never stands beside a bare 'uncertain'."""
+    word = "yes" if row.get("frontier") else "no"
+    band = str(row.get("frontier_band") or "")
+    if band == "uncertain":
+        return f"{word}, uncertain"
+    return f"{word} (partial arm)" if "partial" in band else word
+
+
+def with_frontier_text(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The returns rows with `frontier_text` (frontier_text) added for the returns table."""
+    return [{**r, "frontier_text": frontier_text(r)} for r in rows]
+
+
 def _cols(keys: Sequence[tuple[str, str, str | None, str]]) -> list[tuple[str, str, str | None]]:
     return [(k, label, fmt) for k, label, fmt, _ in keys]
 
@@ -87,9 +102,10 @@ def recommendation_section(doc: HtmlDocument) -> list[str]:
     return out
 
 
-def accuracy_section(doc: HtmlDocument, table: TableRenderer) -> list[str]:
+def accuracy_section(doc: HtmlDocument, table: TableRenderer, *, se: bool = False) -> list[str]:
     """Accuracy / pass@1 per arm with intervals, pass@k where an arm has replicates, and per family.
-    table: analysis.html._table (passed in: this module does not import the page it is part of)."""
+    table: analysis.html._table (passed in: this module does not import the page it is part of); se: a
+    '± s.e.' column (the analysis' accuracy_se) after the interval."""
     acc = list(doc.accuracy or [])
     if not acc:
         return []
@@ -113,6 +129,8 @@ def accuracy_section(doc: HtmlDocument, table: TableRenderer) -> list[str]:
         ("arm", "arm", None), ("accuracy", label, ".1%"), ("accuracy_lo", "lo", ".1%"),
         ("accuracy_hi", "hi", ".1%"), ("tasks", "tasks", ",d"), ("outcomes", "outcomes", ",d"),
     ]  # fmt: skip
+    if se:
+        cols.insert(4, ("accuracy_se", "± s.e.", ".1%"))
     for k in ks:
         cols += [
             (f"pass_at_{k}", f"pass@{k}", ".1%"),

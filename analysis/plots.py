@@ -76,7 +76,7 @@ def _strategy_colours(rows: Sequence[Row]) -> dict[str, Any]:
     import matplotlib
 
     # Sorted, not in row order: a strategy gets the same colour in every plot and report of the run (and in
-    # `ept view`, which uses the same palette order: viewer.svgplot.strategy_colours).
+    # the SVG plot of `ept view` and the HTML report, which uses the same order: analysis.svgplot).
     strategies = sorted({str(r.get("strategy") or "") for r in rows})
     if len(strategies) > 10:  # more than a qualitative palette can tell apart: one colour
         return {s: "tab:blue" for s in strategies}
@@ -184,7 +184,7 @@ def _plot_frontier(ax: Any, pts: Sequence[Row]) -> None:
             [r["tokens_per_task"] for r in front],
             [r["elo"] for r in front],
             "-",
-            color="tab:orange",
+            color="#1d232b",  # not a strategy colour (tab10 orange is the second strategy's)
             linewidth=1.5,
             zorder=3,
             label="compute-optimal frontier (point estimate)",

@@ -178,7 +178,10 @@ def test_rendered_returns_table_equals_report_json(rendered: dict) -> None:
                 assert float(value) == want[col], (arm, col)  # exact: same numbers as report.json
                 assert text.replace(",", "").lstrip("+") != ""
                 assert float(text.replace(",", "")) == pytest.approx(want[col], abs=0.51), (arm, col)
-        assert got["frontier"][0] == str(want["frontier"]).lower()
+        # the frontier in words: the point estimate, and 'uncertain' beside it when the band is (issue 40)
+        word = "yes" if want["frontier"] else "no"
+        band = want.get("frontier_band")
+        assert got["frontier_text"][0] == (f"{word}, uncertain" if band == "uncertain" else word), (arm, band)
         assert got["budget_n"][0] is not None and float(got["budget_n"][0]) == want["budget_n"]
 
 

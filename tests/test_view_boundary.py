@@ -77,7 +77,8 @@ def test_non_loopback_host_warns_and_requires_a_token(ledger: Path) -> None:
         r = request(v.port, "/", host="attacker.example", headers=[("Origin", "http://evil.example")])
         assert r.status == 403  # a wildcard address answers any name, but never another origin
         v.proc.terminate()
-        _, err = v.proc.communicate(timeout=30)
+        v.proc.wait(timeout=30)
+        err = v.stderr()
     assert "warning" in err and "0.0.0.0" in err and "token" in err
     assert token not in err  # the access log masks it
     with view(ledger, "--host", "127.0.0.1") as v:

@@ -41,6 +41,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             "v": v,
             "url": f"http://127.0.0.1:{v.port}",
             "report": json.loads((tmp / "out" / "report.json").read_text()),
+            "run": run,
         }
 
 
@@ -185,3 +186,87 @@ def test_an_arms_pass_at_1_with_its_interval_on_the_run_page(page, site: dict) -
             want[arm][col]
         )
     assert "%" in row.locator("td[data-col='accuracy_lo']").inner_text()
+
+
+def test_budget_control_picks_what_ept_analyze_budget_picks_for_three_budgets(
+    page, site: dict, tmp_path
+) -> None:
+    """Typed into the run page's form and submitted (a click), three budgets that pick different arms (between
+    the cheapest two arms, between the middle ones, over all): the page's pick, its sentence and the marked
+    row and point are `ept analyze RUN --budget B`'s."""
+    toks = sorted(r["tokens_per_task"] for r in site["report"]["table"])
+    budgets = [
+        f"{(toks[0] + toks[1]) / 2:.0f}",
+        f"{(toks[1] + toks[2]) / 2 / 1000:.3f}k",
+        f"{toks[-1] * 2:.0f}",
+    ]
+    picks = []
+    for i, b in enumerate(budgets):
+        out = tmp_path / f"o{i}"
+        r = run_ept("analyze", site["run"], "--budget", b, "--out", str(out), "--no-plots", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        want = json.loads((out / "report.json").read_text())["recommendation"]["budget"]
+        page.goto(site["url"] + "/run/nightly")
+        page.fill("#budget-form input[name=budget]", b)
+        page.click("#budget-form button")
+        page.wait_for_url(re.compile(r"budget="))
+        assert (page.locator("#budget-pick").get_attribute("data-arm") or None) == want["arm"], b
+        assert page.inner_text("#budget-pick") == want["text"]
+        if want["arm"]:
+            assert page.locator(f"#returns-table tr[data-budget-pick][data-arm='{want['arm']}']").count() == 1
+            assert page.locator(f"#elo-plot g.pt.budget-pick[data-arm='{want['arm']}']").count() == 1
+        picks.append(want["arm"])
+        page.screenshot(path=str(SHOTS / f"40-budget-{i}.png"))
+    assert len({p for p in picks if p}) >= 2, picks  # the three budgets are not all one answer
+
+
+def test_plot_names_do_not_collide_and_the_legend_is_the_line(page, site: dict) -> None:
+    """In the browser's own layout: every placed name overlaps no other name and no point; the legend's
+    frontier sample is drawn as the frontier line is, in no strategy's colour."""
+    page.set_viewport_size({"width": 1024, "height": 900})
+    page.goto(site["url"] + "/run/nightly")
+    boxes = page.eval_on_selector_all(
+        "#elo-plot .pt-label, #elo-plot g.pt circle",
+        "es => es.map(e => { const b = e.getBBox(); return [e.tagName, b.x, b.y, b.x + b.width, b.y + b.height,"
+        " e.parentNode.dataset.arm]; })")  # fmt: skip
+    labels = [b for b in boxes if b[0] == "text"]
+    assert len(labels) >= 3, boxes
+
+    def hit(a, b):
+        return a[1] < b[3] and b[1] < a[3] and a[2] < b[4] and b[2] < a[4]
+
+    for i, a in enumerate(labels):
+        assert not any(hit(a, b) for b in labels[i + 1 :]), a
+        assert not any(hit(a, b) for b in boxes if b[0] == "circle"), a
+    style = "(e) => { const s = getComputedStyle(e); return [s.stroke, s.strokeDasharray]; }"
+    line = page.eval_on_selector("#frontier-line", style)
+    key = page.eval_on_selector("#elo-plot .legend-frontier", style)
+    assert line == key
+    fills = set(
+        page.eval_on_selector_all("#elo-plot g.pt circle", "cs => cs.map(c => getComputedStyle(c).fill)")
+    )
+    assert line[0] not in fills
+    page.locator("#plot").screenshot(path=str(SHOTS / "40-plot-labels.png"))
+
+
+def test_an_arms_pass_at_1_with_its_interval_one_click_away(page, site: dict) -> None:
+    """The same question through the arm's page: one click on its name, its summary gives pass@1 with its
+    interval (and ± s.e.), Elo, tokens, failures and frontier, all report.json's."""
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto(site["url"] + "/run/nightly")
+    arm = site["report"]["arms"][1]
+    page.click(f"#arm-links a:text-is('{arm}')")  # click 1
+    page.wait_for_selector("#arm-summary")
+    acc = next(r for r in site["report"]["accuracy"] if r["arm"] == arm)
+    row = page.locator("#arm-summary tr[data-key=accuracy] td")
+    assert float(row.get_attribute("data-value")) == pytest.approx(acc["accuracy"])
+    text = row.inner_text()
+    assert f"[{acc['accuracy_lo']:.1%}, {acc['accuracy_hi']:.1%}]" in text and "± " in text
+    assert page.inner_text("#arm-summary tr[data-key=accuracy] th") == "pass@1"
+    page.click("#arm-tasks th[data-col=score] a")  # the task list sorts: lowest score first
+    page.wait_for_url(re.compile(r"sort=score"))
+    scores = page.eval_on_selector_all(
+        "#arm-tasks tbody td:nth-child(3)[data-value]", "cs => cs.map(c => +c.dataset.value)"
+    )
+    assert scores == sorted(scores) and len(scores) > 10
+    page.screenshot(path=str(SHOTS / "40-arm-page.png"), full_page=True)

@@ -7,10 +7,12 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -20,6 +22,13 @@ class View:
     proc: subprocess.Popen[str]
     port: int
     url: str
+    log: Any = None  # the server's stderr (a temporary file)
+
+    def stderr(self) -> str:
+        """Everything the server wrote to stderr so far (its warnings and access log)."""
+        self.log.flush()
+        self.log.seek(0)
+        return str(self.log.read())
 
     @property
     def host(self) -> str:
@@ -40,7 +49,6 @@ def view(
     """`python -m elo_per_token view LEDGER --port 0 ARGS…` until the block ends (port passed explicitly: the
     default port is not assumed)."""
     import os
-    import tempfile
 
     # The viewer's disk cache (viewer.runstate) in a folder of the test's, not the user's ~/.cache. A request
     # waits for its analysis up to `page_budget_s` (the server's 2 s would make a loaded machine's first page
@@ -50,22 +58,28 @@ def view(
         "EPT_VIEW_CACHE": os.environ.get("EPT_VIEW_CACHE") or tempfile.mkdtemp(prefix="ept-vc-"),
         "EPT_VIEW_PAGE_BUDGET_S": str(page_budget_s),
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "elo_per_token", "view", str(ledger), "--port", "0", *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        m = re.search(r"(http://\S+?:(\d+)/\S*)", line)
-        assert m, (line, proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
-        yield View(proc, int(m.group(2)), m.group(1))
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    # The access log goes to a file, never a pipe nobody reads: requests with long URLs would fill a pipe's
+    # 64 KB and block the server mid-request.
+    with tempfile.TemporaryFile(mode="w+") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "elo_per_token", "view", str(ledger), "--port", "0", *args],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+        try:
+            line = proc.stdout.readline() if proc.stdout else ""
+            m = re.search(r"(http://\S+?:(\d+)/\S*)", line)
+            if not m:
+                proc.wait(timeout=30)
+                log.seek(0)
+            assert m, (line, "" if m else log.read())
+            yield View(proc, int(m.group(2)), m.group(1), log)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
 
 
 @dataclass

@@ -95,7 +95,8 @@ def _row(run_id: str, r: Mapping[str, Any]) -> str:
 
 def explorer_page(v: RunView, frame: pl.DataFrame, q: Query, found: Found, pager: Pager) -> str:
     """One page of the explorer: form, counts, search coverage, table, pager."""
-    count = f"{found.total:,} of {frame.height:,} samples"
+    count = (f"all {frame.height:,} samples (one per job)" if found.total == frame.height
+             else f"{found.total:,} of the run's {frame.height:,} samples match")  # fmt: skip
     notes = []
     if q.q is not None:
         cover = (f"searched the final answers of all {found.candidates:,} filtered samples and the transcripts of "

@@ -44,6 +44,7 @@ def grid(result: Any, family: str | None = None, disagree: bool = False) -> dict
     """Tasks x arms of mean scores; `disagree`: only tasks where the arms' scores are not all equal."""
     t = task_means(result)
     families = sorted(set(t["family"].to_list()))
+    in_run = t["task_id"].n_unique()
     if family:
         t = t.filter(pl.col("family") == family)
     if disagree:
@@ -56,7 +57,7 @@ def grid(result: Any, family: str | None = None, disagree: bool = False) -> dict
         rows.setdefault(r["task_id"], {"task_id": r["task_id"], "family": r["family"], "cells": {}})["cells"][
             r["arm"]] = {"score": r["score"], "tokens": r["tokens"]}  # fmt: skip
     return {"arms": list(result.arms), "families": families, "rows": list(rows.values()), "total": len(tasks),
-            "clipped": len(tasks) > GRID_MAX_ROWS}  # fmt: skip
+            "in_run": in_run, "clipped": len(tasks) > GRID_MAX_ROWS}  # fmt: skip
 
 
 def task_rows(result: Any, task_id: str) -> list[dict[str, Any]]:

@@ -16,8 +16,13 @@ from urllib.parse import quote, urlencode
 
 from elo_per_token.analysis.html import RETURNS_COLUMNS
 from elo_per_token.analysis.html import _table as table
-from elo_per_token.analysis.html_sections import accuracy_section, recommendation_section, step_tables_section
-from elo_per_token.viewer.svgplot import elo_tokens_svg, strategy_colours
+from elo_per_token.analysis.html_sections import (
+    accuracy_section,
+    recommendation_section,
+    step_tables_section,
+    with_frontier_text,
+)
+from elo_per_token.analysis.svgplot import FRONTIER_COLOUR, FRONTIER_DASH, elo_tokens_svg, strategy_colours
 
 if TYPE_CHECKING:  # the store is the server's; pages only read the views it hands them
     from elo_per_token.viewer.store import RunView
@@ -33,7 +38,8 @@ def _q(x: Any) -> str:
 def run_url(run_id: str, view: str = "", /, **params: Any) -> str:
     """/run/<id>[/view][?params] with every part quoted (a `page` param is a paged list's page number)."""
     base = f"/run/{quote(run_id, safe='')}" + (f"/{view}" if view else "")
-    return base + ("?" + urlencode({k: v for k, v in params.items() if v is not None}) if params else "")
+    given = {k: v for k, v in params.items() if v is not None}
+    return base + ("?" + urlencode(given) if given else "")
 
 
 def shell(
@@ -87,13 +93,32 @@ def _run_row(r: Mapping[str, Any]) -> str:
             f'<td class="t">{state}</td></tr>')  # fmt: skip
 
 
+def compare_defaults(
+    runs: Sequence[Mapping[str, Any]], names: Sequence[str]
+) -> tuple[str | None, str | None]:
+    """The compare form's preselected (baseline, current): the newest run and the one started before it
+    (started_at of the listed, readable runs), else the first two names; never the same run twice."""
+    dated = sorted((str(r["started_at"]), str(r["run_id"])) for r in runs
+                   if r.get("started_at") and not r.get("problem") and r["run_id"] in names)  # fmt: skip
+    if len(dated) >= 2:
+        return dated[-2][1], dated[-1][1]
+    return (names[0], names[1]) if len(names) >= 2 else (None, None)
+
+
 def runs_page(
     runs: Sequence[Mapping[str, Any]], ledger: str, names: Sequence[str] = (), pager: Pager | None = None
 ) -> str:
     """The runs of one page of the index (a run that cannot be read is listed as unreadable, with the file and
     field), and a form to compare two of `names` (every run of the ledger)."""
     names = list(names) or [str(r["run_id"]) for r in runs]
-    opts = "".join(f'<option value="{_q(n)}">{e(n)}</option>' for n in names[:MAX_COMPARE_OPTIONS])
+    base, cur = compare_defaults(runs, names)
+
+    def opts(chosen: str | None) -> str:
+        return "".join(
+            f'<option value="{_q(n)}"{" selected" if n == chosen else ""}>{e(n)}</option>'
+            for n in names[:MAX_COMPARE_OPTIONS]
+        )
+
     body = [f'<p class="muted">Ledger {e(ledger)} (read-only).</p>',
             '<div class="scroll"><table id="runs-table"><thead><tr><th class="t">run</th><th class="t">started</th>'
             '<th class="t">profile</th><th>jobs done</th><th>failed</th><th>planned</th><th class="t">state</th>'
@@ -102,8 +127,8 @@ def runs_page(
         body.append(pager_html(pager, lambda n: f"/?page={n}"))
     if len(names) > 1:
         body.append('<h2>Compare two runs</h2><form id="compare-form" action="/compare" method="get">'
-                    f'<label>baseline <select name="a">{opts}</select></label> '
-                    f'<label>current <select name="b">{opts}</select></label> '
+                    f'<label>baseline <select name="a">{opts(base)}</select></label> '
+                    f'<label>current <select name="b">{opts(cur)}</select></label> '
                     '<button type="submit">compare</button></form>')  # fmt: skip
     return shell("Runs", body)
 
@@ -137,10 +162,11 @@ def budget_pick(v: RunView, text: str | None) -> dict[str, Any] | None:
     return got
 
 
-def _budget_form(v: RunView, text: str | None, pick: Mapping[str, Any] | None) -> list[str]:
+def _budget_form(v: RunView, text: str | None, pick: Mapping[str, Any] | None, se: bool = False) -> list[str]:
     """A GET form asking for a per-task budget, and the arm it picks (highlighted in the table and plot)."""
     form = (f'<form id="budget-form" method="get" action="{_q(run_url(v.run_id))}"><label>Budget per task '
             f'<input name="budget" size="10" placeholder="2k or $0.002" value="{_q(text or "")}"></label> '
+            + ('<input type="hidden" name="se" value="1">' if se else "") +
             '<button type="submit">best arm under it</button> <span class="muted">tokens (3000, 2.5k) or dollars '
             "($0.002): the rule of <code>ept analyze --budget</code></span></form>")  # fmt: skip
     if pick is None:
@@ -148,6 +174,14 @@ def _budget_form(v: RunView, text: str | None, pick: Mapping[str, Any] | None) -
     arm = pick.get("arm")
     return [form, f'<p id="budget-pick" data-arm="{_q(arm or "")}" class="{"pick" if arm else "warn"}">'
                   f"{e(str(pick.get('text') or ''))}</p>"]  # fmt: skip
+
+
+def _se_switch(v: RunView, budget: str | None, se: bool) -> list[str]:
+    """A link that shows (or hides) the accuracy table's '± s.e.' column: the page's URL with se=1 (or without)."""
+    url = run_url(v.run_id, budget=budget or None, se=None if se else "1")
+    text = "hide ± s.e." if se else "show ± s.e. next to accuracy"
+    return [f'<p class="muted"><a id="se-switch" href="{_q(url)}">{text}</a> (the standard error of the mean '
+            "score, as lm-eval prints it; the intervals below are Wilson intervals)</p>"]  # fmt: skip
 
 
 def _mark_pick(fragment: str, arm: str | None) -> str:
@@ -160,9 +194,12 @@ def _mark_pick(fragment: str, arm: str | None) -> str:
     )
 
 
-def run_page(v: RunView, budget: str | None = None, pick: Mapping[str, Any] | None = None) -> str:
+def run_page(
+    v: RunView, budget: str | None = None, pick: Mapping[str, Any] | None = None, se: bool = False
+) -> str:
     """Recommendation, the budget form (and its pick, highlighted), the interactive plot with strategy toggles,
-    the returns table, accuracy, the step tables and links to the arms, the samples and the grid."""
+    the returns table, accuracy (with a '± s.e.' column when `se`), the step tables and links to the arms, the
+    samples and the grid."""
     body = [_progress(v)]
     if v.options_from and "'s plan: " in v.options_from:  # the plan's options were refused
         body.append(f'<p class="warn" id="options-from">Analysed with {e(v.options_from)}.</p>')
@@ -172,7 +209,7 @@ def run_page(v: RunView, budget: str | None = None, pick: Mapping[str, Any] | No
     doc = v.doc
     returns = list(doc.returns or [])
     body += recommendation_section(doc)
-    body += _budget_form(v, budget, pick)
+    body += _budget_form(v, budget, pick, se)
     first = len(body)
     colours = strategy_colours([str(r.get("strategy") or "") for r in returns])
     toggles = "".join(
@@ -183,9 +220,10 @@ def run_page(v: RunView, budget: str | None = None, pick: Mapping[str, Any] | No
     level = (doc.options or {}).get("level") or 0.95
     body += ['<h2>Elo against tokens per task</h2>',
              f'<div id="toggles">{toggles}<label class="toggle"><input type="checkbox" checked id="show-frontier">'
-             "frontier</label></div>",
-             f'<figure id="plot">{elo_tokens_svg(returns, f"{round(level * 100)}%")}<div id="tip" hidden></div></figure>',
-             "<h2>Diminishing returns</h2>", table("returns-table", returns, RETURNS_COLUMNS, row_class="frontier"),
+             f'<svg class="swatch-line" width="26" height="10" aria-hidden="true"><line x1="0" x2="26" y1="5" y2="5" '
+             f'stroke="{FRONTIER_COLOUR}" stroke-width="2" stroke-dasharray="{FRONTIER_DASH}"/></svg>frontier</label></div>',
+             f'<figure id="plot">{elo_tokens_svg(returns, f"{round(level * 100)}%", doc.anchor)}<div id="tip" hidden></div></figure>',
+             "<h2>Diminishing returns</h2>", table("returns-table", with_frontier_text(returns), RETURNS_COLUMNS, row_class="frontier"),
              '<h2>Arms</h2><ul id="arm-links">'
              + "".join(f'<li><a href="{_q(run_url(v.run_id, "arm", arm=r["arm"]))}">{e(r["arm"])}</a> · '
                        f'<a class="arm-samples" data-arm="{_q(r["arm"])}" href="{_q(run_url(v.run_id, "samples", arm=r["arm"], sort="score"))}">'
@@ -193,7 +231,8 @@ def run_page(v: RunView, budget: str | None = None, pick: Mapping[str, Any] | No
              f'<p><a id="samples-link" href="{_q(run_url(v.run_id, "samples"))}">sample explorer</a> · '
              f'<a id="grid-link" href="{_q(run_url(v.run_id, "grid"))}">arms × tasks grid</a> · '
              f'<a href="{_q(run_url(v.run_id, "report.json"))}">report.json</a></p>']  # fmt: skip
-    body += accuracy_section(doc, table)
+    body += _se_switch(v, budget, se)
+    body += accuracy_section(doc, table, se=se)
     body += step_tables_section(doc, table)
     for w in doc.warnings or []:
         body.append(f'<p class="warn">{e(str(w))}</p>')
@@ -203,23 +242,6 @@ def run_page(v: RunView, budget: str | None = None, pick: Mapping[str, Any] | No
 
 def _fmt_score(x: Any) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
-
-
-def arm_page(v: RunView, arm: str, rows: Sequence[Mapping[str, Any]], pager: Pager | None = None) -> str:
-    """One page of an arm's tasks: mean score, replicates and tokens per task, each task linked."""
-    count = f"{pager.rows if pager else len(rows):,} tasks."
-    body = [f'<p class="muted">{count}</p>', '<div class="scroll"><table id="arm-tasks"><thead><tr><th class="t">family</th>'
-            '<th class="t">task</th><th>score</th><th>replicates</th><th>tokens</th></tr></thead><tbody>']  # fmt: skip
-    for r in rows:
-        link = run_url(v.run_id, "task", task=r["task_id"], arm=arm)
-        body.append(f'<tr data-task="{_q(r["task_id"])}"><td class="t">{e(r["family"])}</td><td class="t">'
-                    f'<a href="{_q(link)}">{e(r["task_id"])}</a></td><td data-value="{r["score"]}">'
-                    f'{_fmt_score(r["score"])}</td><td>{r["n"]}</td><td>{_tokens(r.get("tokens"))}</td></tr>')  # fmt: skip
-    body.append("</tbody></table></div>")
-    if pager is not None:
-        body.append(pager_html(pager, lambda n: run_url(v.run_id, "arm", arm=arm, page=n)))
-    return shell(f"{arm} in {v.run_id}", body, refresh=v.running,
-                 crumbs=[(v.run_id, run_url(v.run_id)), (arm, run_url(v.run_id, "arm", arm=arm))])  # fmt: skip
 
 
 def _tokens(x: Any) -> str:
@@ -239,8 +261,10 @@ def grid_page(v: RunView, grid: Mapping[str, Any], family: str | None, disagree:
     head = "".join(
         f'<th class="arm"><a href="{_q(run_url(v.run_id, "arm", arm=a))}">{e(a)}</a></th>' for a in arms
     )
-    body = [form, f'<p class="muted" id="grid-count">{len(grid["rows"])} of {grid["total"]} tasks'
-            + (f" (first {len(grid['rows'])} shown)" if grid.get("clipped") else "") + ".</p>",
+    n, run_n = grid["total"], grid.get("in_run", grid["total"])
+    count = f"all {n:,} tasks of the run" if n == run_n else f"{n:,} of the run's {run_n:,} tasks match"
+    body = [form, f'<p class="muted" id="grid-count" data-total="{n}">{count}'
+            + (f" (the first {len(grid['rows']):,} shown)" if grid.get("clipped") else "") + ".</p>",
             f'<div class="scroll"><table id="grid-table"><thead><tr><th class="t">task</th>{head}</tr></thead><tbody>']  # fmt: skip
     for r in grid["rows"]:
         link = run_url(v.run_id, "task", task=r["task_id"])
@@ -311,24 +335,6 @@ def task_page(v: RunView, task_id: str, rows: Sequence[Mapping[str, Any]], pager
         crumbs.append((arm, run_url(v.run_id, "arm", arm=arm)))
     crumbs.append((task_id, run_url(v.run_id, "task", task=task_id, arm=arm)))
     return shell(f"Task {task_id}", body, crumbs=crumbs)
-
-
-def compare_page(a: str, b: str, res: Mapping[str, Any]) -> str:
-    """`ept compare A B` (no gate): the per-arm table, notes and the verdict."""
-    cols: list[tuple[str, str, str | None]] = [
-        ("arm", "arm", None), ("elo_base", f"Elo {a}", ".0f"), ("elo_cur", f"Elo {b}", ".0f"),
-        ("d_elo", "ΔElo", "+.1f"), ("d_elo_lo", "lo", "+.1f"), ("d_elo_hi", "hi", "+.1f"),
-        ("tokens_base", f"tok/task {a}", ",.0f"), ("tokens_cur", f"tok/task {b}", ",.0f"),
-        ("d_tokens_rel", "Δtok", "+.1%"), ("detectable_drop", "drop caught 80%", ".0f"),
-    ]  # fmt: skip
-    body = [f'<p>Baseline <a href="{_q(run_url(a))}">{e(a)}</a>, current <a href="{_q(run_url(b))}">{e(b)}</a>; '
-            f"{e(str(res.get('rule')))}.</p>", table("compare-table", list(res.get("arms") or []), cols)]  # fmt: skip
-    body += [f'<p class="warn">{e(str(n))}</p>' for n in res.get("notes") or []]
-    flagged = res.get("flagged") or []
-    body.append(
-        f'<p id="verdict">{"regression: " + e(", ".join(flagged)) if flagged else "no regression the data supports"}</p>'
-    )
-    return shell(f"{a} vs {b}", body)
 
 
 def error_page(status: int, message: str) -> str:

@@ -1,6 +1,6 @@
 """`ept view`'s HTTP server: the standard library's threading HTTP server, GET only, pages from viewer.pages.
 
-Routes:  /  ·  /run/<id>  ·  /run/<id>/report.json  ·  /run/<id>/arm?arm=  ·  /run/<id>/grid?family=&disagree=1
+Routes:  /  ·  /run/<id>  ·  /run/<id>/report.json  ·  /run/<id>/arm?arm=&sort=&desc=1  ·  /run/<id>/grid?family=&disagree=1
 ·  /run/<id>/task?task=  ·  /run/<id>/samples?family=&arm=&smin=&smax=&error=&disagree=&q=&sort=&desc=&page=  ·  /run/<id>/job?key=  ·  /compare?a=&b=  ·  /static/<file>
 Every asset is served from the package (a Content-Security-Policy forbids anything else), bad input is a 4xx
 page naming the parameter, and nothing is ever written.
@@ -23,6 +23,8 @@ from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.secrets import scrub
 from elo_per_token.viewer import grids, pages, samples
+from elo_per_token.viewer.arm_page import arm_page, sort_rows
+from elo_per_token.viewer.compare_page import compare_page
 from elo_per_token.viewer.explorer import explorer_page
 from elo_per_token.viewer.job_page import job_page
 from elo_per_token.viewer.reading import BatchReader, Forbidden
@@ -83,7 +85,9 @@ def route(store: Store, path: str, query: str) -> tuple[str, bytes]:
         return STATIC[parts[1]], (resources.files("elo_per_token.viewer") / "static" / parts[1]).read_bytes()
     if parts == ["compare"]:
         a, b = _one(params, "a") or "", _one(params, "b") or ""
-        return _html(pages.compare_page(a, b, store.compare(a, b)))
+        res = store.compare(a, b)
+        acc = [(d.accuracy if (d := store.view(r).doc) is not None else []) for r in (a, b)]
+        return _html(compare_page(a, b, res, *acc))
     if parts[0] == "run" and len(parts) in (2, 3):
         return _run_route(store, parts[1], parts[2] if len(parts) == 3 else "", params)
     raise NotFound(path)
@@ -97,7 +101,8 @@ def _run_route(store: Store, run_id: str, page: str, params: dict[str, list[str]
     v = store.view(run_id)
     if page == "":
         budget = _one(params, "budget", False)
-        return _html(pages.run_page(v, budget, pages.budget_pick(v, budget)))
+        se = _one(params, "se", False) == "1"
+        return _html(pages.run_page(v, budget, pages.budget_pick(v, budget), se))
     if page == "report.json":
         body = json.dumps(
             v.doc.as_dict() if v.doc is not None else {"error": v.error}, default=str, allow_nan=False
@@ -111,8 +116,10 @@ def _run_route(store: Store, run_id: str, page: str, params: dict[str, list[str]
         arm = _one(params, "arm") or ""
         if arm not in v.result.arms:
             raise NotFound(f"arm {arm!r}")
-        rows, pager = _slice(grids.arm_rows(v.result, arm), _page(params), store.page_rows)
-        return _html(pages.arm_page(v, arm, rows, pager))
+        sort, desc = _one(params, "sort", False), _one(params, "desc", False) == "1"
+        ordered = sort_rows(grids.arm_rows(v.result, arm), sort, desc)
+        rows, pager = _slice(ordered, _page(params), store.page_rows)
+        return _html(arm_page(v, arm, rows, pager, sort=sort, desc=desc))
     if page == "grid":
         fam, dis = _one(params, "family", False), _one(params, "disagree", False) == "1"
         return _html(pages.grid_page(v, grids.grid(v.result, fam, dis), fam, dis))
