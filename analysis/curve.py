@@ -8,7 +8,7 @@ which arms may be on the frontier. It checks its shapes once, when built, so the
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -55,7 +55,7 @@ class ArmCurve:
     tokens_samples: NDArray[np.float64] | None = None
     level: float = 0.95
     # None means all arms; __post_init__ replaces it with the [K] mask, so readers never see None.
-    eligible: NDArray[np.bool_] = field(default=None)  # type: ignore[assignment]
+    eligible: NDArray[np.bool_] = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         k = len(self.arms)
