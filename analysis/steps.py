@@ -99,7 +99,8 @@ def step_table(curve: ArmCurve, order: NDArray[np.intp], prev: NDArray[np.intp])
         "d_elo_per_1k": _per_1k(d_elo, d_tok),
         "d_tokens": d_tok,
     }
-    if curve.elo_samples is not None:
+    # No arms: nothing to take percentiles of (numpy's nanpercentile of a [R, 0] stack is not [2, 0]).
+    if curve.elo_samples is not None and curve.k > 0:
         resolved, dropped, note = _interval_cols(cols, curve, curve.elo_samples, order, p, has_prev)
     else:
         nan = np.full(order.size, np.nan)
@@ -129,9 +130,9 @@ def _interval_cols(
     p: NDArray[np.intp],
     has_prev: NDArray[np.bool_],
 ) -> tuple[NDArray[Any], NDArray[Any], NDArray[Any]]:
-    """Adds the *_lo/*_hi and frontier_prob columns from the rounds `es` (curve.elo_samples) to `cols` and nulls the ratios whose
-    token step is not resolved; returns per row (per_1k_resolved, per_1k_nonpositive_rounds, note), None
-    on rows without a predecessor."""
+    """Adds the *_lo/*_hi and frontier_prob columns from the rounds `es` (curve.elo_samples) to `cols`
+    and nulls the ratios whose token step is not resolved; returns per row (per_1k_resolved,
+    per_1k_nonpositive_rounds, note), None on rows without a predecessor."""
     ts = np.broadcast_to(curve.tokens, es.shape) if curve.tokens_samples is None else curve.tokens_samples
     d_es = np.where(has_prev, es[:, order] - es[:, p], np.nan)
     d_ts = np.where(has_prev, ts[:, order] - ts[:, p], np.nan)
