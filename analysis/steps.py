@@ -45,29 +45,41 @@ RATIO_SPREAD = 10.0
 RATIO_NOISE = 2.0
 
 
-def _per_1k(d_elo: np.ndarray, d_tok: np.ndarray) -> np.ndarray:
+def _per_1k(d_elo: NDArray[np.float64], d_tok: NDArray[np.float64]) -> NDArray[np.float64]:
     # Undefined (NaN -> null) when the row is not more expensive than its predecessor.
     with np.errstate(invalid="ignore", divide="ignore"):
-        ratio: np.ndarray = np.where(d_tok > 0, d_elo / np.where(d_tok > 0, d_tok, 1.0) * 1000.0, np.nan)
+        ratio: NDArray[np.float64] = np.where(
+            d_tok > 0, d_elo / np.where(d_tok > 0, d_tok, 1.0) * 1000.0, np.nan
+        )
     return ratio
 
 
-def per_1k_rounds(d_elo: np.ndarray, d_tok: np.ndarray) -> np.ndarray:
-    """Per-round ratio for an interval: a round whose token step is <= 0 is not dropped (that would select
-    the rounds that agree with the point estimate) but counted at the end its ΔElo points to: the ratio
-    of a step that shrinks to 0 goes to +inf (ΔElo > 0) or -inf (ΔElo < 0); 0/0 stays NaN."""
+def per_1k_rounds(d_elo: NDArray[np.float64], d_tok: NDArray[np.float64]) -> NDArray[np.float64]:
+    """ΔElo per 1k tokens in each bootstrap round, for an interval.
+
+    A round whose token step is <= 0 is not dropped (that would select the rounds that agree with the
+    point estimate) but counted at the end its ΔElo points to: the ratio of a step that shrinks to 0 goes
+    to +inf (ΔElo > 0) or -inf (ΔElo < 0); 0/0 stays NaN.
+
+    Args:
+        d_elo: ΔElo per round (any shape, typically [R, K]).
+        d_tok: the token step per round, the same shape.
+
+    Returns:
+        d_elo / d_tok * 1000 with the rule above, the same shape.
+    """
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(d_tok > 0, d_elo / np.where(d_tok > 0, d_tok, 1.0) * 1000.0, np.nan)
     edge = ~(d_tok > 0) & ~np.isnan(d_tok)
     with np.errstate(invalid="ignore"):
-        out: np.ndarray = np.where(edge & (d_elo != 0), np.sign(d_elo) * np.inf, ratio)
+        out: NDArray[np.float64] = np.where(edge & (d_elo != 0), np.sign(d_elo) * np.inf, ratio)
     return out
 
 
-def _or_none(cond: np.ndarray, values: np.ndarray) -> np.ndarray:
+def _or_none(cond: NDArray[np.bool_], values: NDArray[Any]) -> NDArray[np.object_]:
     """`values` where `cond`, else None (an object array; polars reads the None as null)."""
     # numpy's stubs do not accept None as np.where's `y`; at run time it gives an object array.
-    out: np.ndarray = np.where(cond, values, None)  # type: ignore[call-overload]
+    out: NDArray[np.object_] = np.where(cond, values, None)  # type: ignore[call-overload]
     return out
 
 
@@ -177,13 +189,15 @@ def _columns(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _step_text(d_tok: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+def _step_text(d_tok: NDArray[np.float64], tokens: NDArray[np.float64]) -> NDArray[np.object_]:
     with np.errstate(invalid="ignore", divide="ignore"):
         pct = 100.0 * d_tok / tokens
     return np.array([f"token step {p:.1f}% of cost" for p in np.nan_to_num(pct)], dtype=object)
 
 
-def _ratio_notes(cols: dict[str, Any], has_prev: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+def _ratio_notes(
+    cols: dict[str, Any], has_prev: NDArray[np.bool_], tokens: NDArray[np.float64]
+) -> NDArray[np.object_]:
     """Why a row's ΔElo per 1k is not a number ('' where it is): the token step's interval includes 0,
     the step is below STEP_MIN of the cost, or the ratio's interval is many times its value because of
     the token step (see the constants)."""
