@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
+from elo_per_token.analysis.curve import ArmCurve, prev_on_frontier
 from elo_per_token.analysis.merge import ELO_SCALE
-from elo_per_token.analysis.returns import _build, _frontier, _validate
+from elo_per_token.analysis.steps import step_table
 
 __all__ = [
     "OFF_SHARE",
@@ -69,16 +72,6 @@ def seen_label(seen: Sequence[str]) -> str:
     return "+".join(seen) + " only" if seen else "no family"
 
 
-def _prev_on_frontier(order: np.ndarray, front: np.ndarray) -> np.ndarray:
-    prev = np.full(order.size, -1)
-    last = -1
-    for pos, i in enumerate(order):  # K rows: a loop over arms, not over data
-        prev[pos] = last
-        if front[i]:
-            last = i
-    return prev
-
-
 def shared_family_delta(
     k: int,
     j: int,
@@ -112,39 +105,44 @@ def shared_family_delta(
 
 
 def headline_table(
-    arms: list[str],
-    strategies: list[str],
-    budgets: list[int],
-    tokens_per_task: np.ndarray,
-    elo: np.ndarray,
-    elo_samples: np.ndarray | None,
-    tokens_samples: np.ndarray | None,
+    curve: ArmCurve,
     *,
     partial: Mapping[str, list[str]],
-    per_family_theta: Mapping[str, np.ndarray],
-    round_theta: Mapping[str, np.ndarray] | None,
+    per_family_theta: Mapping[str, NDArray[np.float64]],
+    round_theta: Mapping[str, NDArray[np.float64]] | None,
     weights: Mapping[str, float],
-    level: float = 0.95,
 ) -> pl.DataFrame:
     """Rows by tokens per task; each row against the previous arm on the frontier of the arms observed in
-    every weighted family (`vs`); partial arms (`partial`: arm -> families seen) are off that frontier
-    and their ΔElo is over the shared families only (`seen_in` names them; their ΔElo per 1k is not
-    reported: its tokens are over other families than its predecessor's). Columns: returns_table's, then
-    vs, seen_in, frontier_band."""
-    tokens, elo_v, es, ts = _validate(
-        arms, strategies, budgets, tokens_per_task, elo, elo_samples, tokens_samples, level
-    )
-    eligible = np.array([a not in partial for a in arms])
-    order = np.argsort(tokens, kind="stable")
-    prev = _prev_on_frontier(order, _frontier(tokens, np.where(eligible, elo_v, np.nan)))
-    df = _build(arms, strategies, budgets, tokens, elo_v, es, ts, level, order, prev, eligible)
+    every weighted family (`vs`); partial arms are off that frontier and their ΔElo is over the shared
+    families only (`seen_in` names them; their ΔElo per 1k is not reported: its tokens are over other
+    families than its predecessor's).
+
+    Args:
+        curve: the arms, their cost and Elo, rounds and level; its `eligible` arms minus the partial ones
+            may be on the frontier.
+        partial: arm -> the families it was seen in, for the arms some weighted family never observed
+            (families_seen).
+        per_family_theta: family -> [K] the family's own strengths (NaN: not observed).
+        round_theta: family -> [R, K] those strengths per bootstrap round, or None.
+        weights: family -> weight.
+
+    Returns:
+        One row per arm: returns_table's columns, then vs, seen_in, frontier_band.
+    """
+    arms = curve.arms
+    curve = replace(curve, eligible=curve.eligible & np.array([a not in partial for a in arms], dtype=bool))
+    order = np.argsort(curve.tokens, kind="stable")
+    prev = prev_on_frontier(order, curve.frontier())
+    df = step_table(curve, order, prev)
     df = df.with_columns(
         pl.Series("vs", [arms[j] if j >= 0 else None for j in prev], dtype=pl.String),
         pl.Series("seen_in", [seen_label(partial[arms[i]]) if arms[i] in partial else None for i in order],
                   dtype=pl.String),
     )  # fmt: skip
     if partial:
-        df = _partial_rows(df, arms, order, prev, partial, per_family_theta, round_theta, weights, level)
+        df = _partial_rows(
+            df, arms, order, prev, partial, per_family_theta, round_theta, weights, curve.level
+        )
     return df.with_columns(
         pl.Series("frontier_band", [
             band(r["frontier"], r["frontier_prob"], r["seen_in"] is not None) for r in df.iter_rows(named=True)
@@ -154,12 +152,12 @@ def headline_table(
 
 def _partial_rows(
     df: pl.DataFrame,
-    arms: list[str],
-    order: np.ndarray,
-    prev: np.ndarray,
+    arms: Sequence[str],
+    order: NDArray[np.intp],
+    prev: NDArray[np.intp],
     partial: Mapping[str, list[str]],
-    per_family_theta: Mapping[str, np.ndarray],
-    round_theta: Mapping[str, np.ndarray] | None,
+    per_family_theta: Mapping[str, NDArray[np.float64]],
+    round_theta: Mapping[str, NDArray[np.float64]] | None,
     weights: Mapping[str, float],
     level: float,
 ) -> pl.DataFrame:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -43,6 +44,7 @@ def make_tables(
 
     The headline table (analysis.frontier.headline_table) is against the previous frontier arm, with
     partial arms marked and off the frontier; comp adds each arm's tie share (analysis.ties)."""
+    from elo_per_token.analysis.curve import ArmCurve
     from elo_per_token.analysis.frontier import families_seen, headline_table
     from elo_per_token.analysis.returns import frontier_steps_table, per_strategy_table, returns_table
 
@@ -51,19 +53,13 @@ def make_tables(
     budgets = [int(b) for b in sel.info["budget_n"].to_list()]
     partial = families_seen(point.per_family_theta, design.weights, arms)
     eligible = np.array([a not in partial for a in arms])  # partial arms are off every table's frontier
+    curve = ArmCurve(arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level, eligible=eligible)
     table = headline_table(
-        arms,
-        strategies,
-        budgets,
-        tok,
-        elo,
-        elo_s,
-        tok_s,
+        curve,
         partial=partial,
         per_family_theta=point.per_family_theta,
         round_theta=None if iv.boot is None else iv.boot.family_theta,
         weights=design.weights,
-        level=opt.level,
     )
     prices = parse_prices(opt.prices)
     # Lazy: the breakdown's queries read their few columns of the analysed arms' rows, no copy of the frame.
@@ -72,17 +68,12 @@ def make_tables(
     if prices is not None:
         cost, cost_s = cost_arrays(arms, tok, tok_s, breakdown)
         # The returns table over cost: "per 1k" of (USD x 1000) is per $1.
-        cost_table = returns_table(
-            arms,
-            strategies,
-            budgets,
-            cost * 1000,
-            elo,
-            elo_s,
-            None if cost_s is None else cost_s * 1000,
-            level=opt.level,
-            eligible=eligible,
-        ).rename(lambda c: c.replace("tokens_per_task", "cost_per_task").replace("per_1k", "per_usd"))
+        cost_curve = replace(
+            curve, tokens=cost * 1000, tokens_samples=None if cost_s is None else cost_s * 1000
+        )
+        cost_table = returns_table(cost_curve).rename(
+            lambda c: c.replace("tokens_per_task", "cost_per_task").replace("per_1k", "per_usd")
+        )
         cost_table = cost_table.with_columns(pl.col("cost_per_task") / 1000)
     unweighted = pl.DataFrame({"arm": arms, "tokens_per_task_unweighted": point.tokens_unweighted})
     table = table.join(unweighted.with_columns(pl.col(pl.Float64).fill_nan(None)), on="arm", how="left")
@@ -99,12 +90,8 @@ def make_tables(
         strategies=strategies,
         budgets=budgets,
         table=table,
-        per_strategy=per_strategy_table(
-            arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level, eligible=eligible
-        ),
-        vs_frontier=frontier_steps_table(
-            arms, strategies, budgets, tok, elo, elo_s, tok_s, level=opt.level, eligible=eligible
-        ),
+        per_strategy=per_strategy_table(curve),
+        vs_frontier=frontier_steps_table(curve),
         breakdown=breakdown,
         cost_table=cost_table,
         per_family=_per_family_table(design, arms, point.per_family_theta, iv, opt.level),

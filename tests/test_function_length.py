@@ -38,7 +38,6 @@ EXCEPTIONS: dict[tuple[str, str], int] = {
     ('analysis/plots.py', 'per_family_figure'): 76,
     ('analysis/report.py', 'print_report'): 74,
     ('analysis/report_markdown.py', 'markdown'): 68,
-    ('analysis/returns.py', '_build'): 76,
     ('analysis/returns.py', 'family_heterogeneity'): 62,
     ('coordinator/adaptive.py', 'run_adaptive'): 71,
     ('coordinator/adaptive_cli.py', 'replay_adaptive_cmd'): 72,

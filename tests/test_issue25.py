@@ -240,13 +240,16 @@ def test_deterministic_costs_under_one_percent_apart_give_no_ratio(tmp_path: Pat
 
 
 def test_ratio_many_times_its_value_is_not_a_number() -> None:
+    from elo_per_token.analysis.curve import ArmCurve
     from elo_per_token.analysis.returns import returns_table
 
     rng = np.random.default_rng(0)
     es = np.column_stack([np.full(400, 1000.0), 1000.0 + rng.normal(2.0, 1.0, 400)])
     ts = np.column_stack([np.full(400, 1000.0), 1000.0 + rng.uniform(5.0, 400.0, 400)])
     df = returns_table(
-        ["a", "b"], ["x", "y"], [1, 1], np.array([1000.0, 1200.0]), np.array([1000.0, 1002.0]), es, ts
+        ArmCurve(
+            ["a", "b"], ["x", "y"], [1, 1], np.array([1000.0, 1200.0]), np.array([1000.0, 1002.0]), es, ts
+        )
     )
     row = df.row(1, named=True)
     assert row["per_1k_note"] == "ratio interval many times its value" and row["d_elo_per_1k"] is None

@@ -7,6 +7,7 @@ import pytest
 
 from elo_per_token.analysis.compare import compare_runs
 from elo_per_token.analysis.compare_gate import FailRule
+from elo_per_token.analysis.curve import ArmCurve
 from elo_per_token.analysis.level import LevelError, check_level
 from elo_per_token.analysis.pipeline import AnalysisOptions
 from elo_per_token.analysis.returns import returns_table
@@ -21,14 +22,16 @@ def _three_ways(level: float) -> list[BaseException | None]:
         # Level is checked before the runs are read, so placeholders are enough to reach it.
         lambda: compare_runs(None, None, rule=FailRule(), level=level),  # type: ignore[arg-type]
         lambda: returns_table(
-            ["a", "b"],
-            ["s", "s"],
-            [1, 2],
-            np.array([1.0, 2.0]),
-            np.array([0.0, 1.0]),
-            None,
-            None,
-            level=level,
+            ArmCurve(
+                ["a", "b"],
+                ["s", "s"],
+                [1, 2],
+                np.array([1.0, 2.0]),
+                np.array([0.0, 1.0]),
+                None,
+                None,
+                level=level,
+            )
         ),
     ):
         try:

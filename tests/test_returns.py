@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from elo_per_token.analysis.curve import ArmCurve
 from elo_per_token.analysis.returns import (
     family_heterogeneity,
     frontier_probability,
@@ -17,13 +18,15 @@ from elo_per_token.analysis.returns import (
 def test_reproduces_seed_section_5_table():
     arms = ["greedy", "best-of-4", "majority@8", "best-of-16", "tree-search"]
     df = returns_table(
-        arms,
-        ["greedy", "best_of_n", "majority", "best_of_n", "tree_search"],
-        [1, 4, 8, 16, 40],
-        np.array([1200.0, 4600.0, 9300.0, 18700.0, 41000.0]),
-        np.array([1000.0, 1078.0, 1121.0, 1141.0, 1152.0]),
-        None,
-        None,
+        ArmCurve(
+            arms,
+            ["greedy", "best_of_n", "majority", "best_of_n", "tree_search"],
+            [1, 4, 8, 16, 40],
+            np.array([1200.0, 4600.0, 9300.0, 18700.0, 41000.0]),
+            np.array([1000.0, 1078.0, 1121.0, 1141.0, 1152.0]),
+            None,
+            None,
+        )
     )
     assert df["arm"].to_list() == arms
     assert df["d_elo"].to_list()[0] is None
@@ -62,14 +65,16 @@ def test_three_arms_hand_computed_with_intervals():
     es = np.array([[1040.0, 1000.0, 1120.0], [1070.0, 1000.0, 1080.0]])
     ts = np.array([[3000.0, 1000.0, 2000.0], [3500.0, 900.0, 2100.0]])
     df = returns_table(
-        ["A", "B", "C"],
-        ["s", "g", "s"],
-        [8, 1, 4],
-        np.array([3000.0, 1000.0, 2000.0]),
-        np.array([1050.0, 1000.0, 1100.0]),
-        es,
-        ts,
-        level=0.9,
+        ArmCurve(
+            ["A", "B", "C"],
+            ["s", "g", "s"],
+            [8, 1, 4],
+            np.array([3000.0, 1000.0, 2000.0]),
+            np.array([1050.0, 1000.0, 1100.0]),
+            es,
+            ts,
+            level=0.9,
+        )
     )
     rows = df.to_dicts()
     assert [r["arm"] for r in rows] == ["B", "C", "A"]
@@ -101,7 +106,7 @@ def test_intervals_match_numpy_percentiles_without_token_samples():
     elo = np.array([1000.0, 1030.0, 1045.0, 1050.0])
     tokens = np.array([500.0, 1500.0, 4000.0, 9000.0])
     es = elo + rng.normal(0, 15, (300, 4))
-    df = returns_table(["a", "b", "c", "d"], list("abcd"), [1, 2, 3, 4], tokens, elo, es, None)
+    df = returns_table(ArmCurve(["a", "b", "c", "d"], list("abcd"), [1, 2, 3, 4], tokens, elo, es, None))
     d = es[:, 1:] - es[:, :-1]
     want = np.percentile(d / np.diff(tokens) * 1000, [2.5, 97.5], axis=0)
     assert df["d_elo_per_1k_lo"].to_list()[1:] == pytest.approx(want[0].tolist())
@@ -111,13 +116,15 @@ def test_intervals_match_numpy_percentiles_without_token_samples():
 
 def test_equal_tokens_give_null_rate_and_nan_elo_is_null():
     df = returns_table(
-        ["a", "b", "c"],
-        ["x", "y", "z"],
-        [1, 1, 1],
-        np.array([100.0, 100.0, 300.0]),
-        np.array([1000.0, 1010.0, np.nan]),
-        None,
-        None,
+        ArmCurve(
+            ["a", "b", "c"],
+            ["x", "y", "z"],
+            [1, 1, 1],
+            np.array([100.0, 100.0, 300.0]),
+            np.array([1000.0, 1010.0, np.nan]),
+            None,
+            None,
+        )
     )
     assert df["d_elo"].to_list()[1] == pytest.approx(10.0)
     assert df["d_elo_per_1k"].to_list()[1] is None
@@ -128,13 +135,15 @@ def test_equal_tokens_give_null_rate_and_nan_elo_is_null():
 
 def test_per_strategy_table_hand_computed():
     df = per_strategy_table(
-        ["g1", "b4", "b2", "m8"],
-        ["greedy", "bon", "bon", "maj"],
-        [1, 4, 2, 8],
-        np.array([1000.0, 3000.0, 2000.0, 5000.0]),
-        np.array([1000.0, 1060.0, 1040.0, 1050.0]),
-        None,
-        None,
+        ArmCurve(
+            ["g1", "b4", "b2", "m8"],
+            ["greedy", "bon", "bon", "maj"],
+            [1, 4, 2, 8],
+            np.array([1000.0, 3000.0, 2000.0, 5000.0]),
+            np.array([1000.0, 1060.0, 1040.0, 1050.0]),
+            None,
+            None,
+        )
     )
     rows = df.to_dicts()
     assert [r["arm"] for r in rows] == ["g1", "b2", "b4", "m8"]
@@ -152,7 +161,9 @@ def test_ratio_only_where_the_token_step_is_resolved():
     ts = np.column_stack([4000 + rng.normal(0, 30, r), 4050 + rng.normal(0, 30, r)])
     es = np.column_stack([np.full(r, 1000.0), 1005.6 + rng.normal(0, 8, r)])
     df = returns_table(
-        ["a", "b"], ["x", "y"], [1, 2], np.array([4000.0, 4050.0]), np.array([1000.0, 1005.6]), es, ts
+        ArmCurve(
+            ["a", "b"], ["x", "y"], [1, 2], np.array([4000.0, 4050.0]), np.array([1000.0, 1005.6]), es, ts
+        )
     )
     row = df.row(1, named=True)
     assert row["per_1k_resolved"] is False
@@ -171,7 +182,9 @@ def test_resolved_ratio_counts_nonpositive_rounds_at_the_far_end():
     d[:3] = [-5.0, 0.0, -1.0]
     ts = np.column_stack([np.full(200, 1000.0), 1000.0 + d])
     df = returns_table(
-        ["a", "b"], ["x", "y"], [1, 2], np.array([1000.0, 1500.0]), np.array([1000.0, 1010.0]), es, ts
+        ArmCurve(
+            ["a", "b"], ["x", "y"], [1, 2], np.array([1000.0, 1500.0]), np.array([1000.0, 1010.0]), es, ts
+        )
     )
     row = df.row(1, named=True)
     assert row["per_1k_resolved"] is True and row["per_1k_nonpositive_rounds"] == 3
@@ -193,7 +206,7 @@ def test_frontier_probability_from_rounds():
     # tokens -> weakly dominated, off.
     assert frontier_probability(es, ts).tolist() == [1.0, 0.75, 0.5]
     df = returns_table(
-        ["a", "b", "c"], ["x"] * 3, [1, 2, 3], ts[0], np.array([1000.0, 1012.0, 1010.0]), es, ts
+        ArmCurve(["a", "b", "c"], ["x"] * 3, [1, 2, 3], ts[0], np.array([1000.0, 1012.0, 1010.0]), es, ts)
     )
     assert df["frontier_prob"].to_list() == [1.0, 0.75, 0.5]
     assert df["frontier"].to_list() == [True, True, False]
@@ -205,8 +218,8 @@ def test_vs_frontier_skips_dominated_arms():
     tok = np.array([100.0, 200.0, 300.0, 400.0])
     elo = np.array([1000.0, 940.0, 1020.0, 1030.0])
     arms = ["a", "b", "c", "d"]
-    rows = returns_table(arms, arms, [1, 1, 1, 1], tok, elo, None, None)
-    front = frontier_steps_table(arms, arms, [1, 1, 1, 1], tok, elo, None, None)
+    rows = returns_table(ArmCurve(arms, arms, [1, 1, 1, 1], tok, elo, None, None))
+    front = frontier_steps_table(ArmCurve(arms, arms, [1, 1, 1, 1], tok, elo, None, None))
     assert rows["d_elo"].to_list()[2] == pytest.approx(80.0)
     assert front["vs"].to_list() == [None, "a", "a", "c"]
     assert front["d_elo"].to_list()[1:] == pytest.approx([-60.0, 20.0, 10.0])
@@ -253,8 +266,8 @@ def test_heterogeneity_false_alarm_rate_is_bounded():
 
 def test_rejects_bad_shapes():
     with pytest.raises(ValueError, match="same length"):
-        returns_table(["a"], ["a", "b"], [1], np.ones(1), np.ones(1), None, None)
+        returns_table(ArmCurve(["a"], ["a", "b"], [1], np.ones(1), np.ones(1), None, None))
     with pytest.raises(ValueError, match="elo_samples"):
-        returns_table(["a", "b"], ["a", "b"], [1, 2], np.ones(2), np.ones(2), np.ones((3, 3)), None)
+        returns_table(ArmCurve(["a", "b"], ["a", "b"], [1, 2], np.ones(2), np.ones(2), np.ones((3, 3)), None))
     with pytest.raises(ValueError, match="level"):
-        returns_table(["a"], ["a"], [1], np.ones(1), np.ones(1), None, None, level=1.5)
+        returns_table(ArmCurve(["a"], ["a"], [1], np.ones(1), np.ones(1), None, None, level=1.5))
