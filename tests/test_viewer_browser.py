@@ -9,14 +9,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cli_runner import run_ept
 from test_compare import write_ledger_run  # tests/ is on sys.path (rootdir conftest)
+from view_server import view
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -56,26 +55,15 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         cwd=tmp,
     )
     assert c.returncode == 0, c.stderr
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "elo_per_token", "view", str(ledger), "--port", "0"],
-        cwd=tmp,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        m = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
-        assert m, (line, proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
+    # tests/view_server.py: the access log in a file (never an unread pipe), the disk cache in a temp folder,
+    # a page budget a loaded machine's first analysis fits in.
+    with view(ledger, cwd=tmp) as v:
         yield {
-            "url": f"http://127.0.0.1:{m.group(1)}",
+            "url": f"http://127.0.0.1:{v.port}",
             "report": json.loads((tmp / "out" / "report.json").read_text()),
             "compare": json.loads((tmp / "compare.json").read_text()),
             "run": base,
         }
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -237,12 +225,8 @@ def test_demo_then_view_shows_the_demo_run(page, tmp_path: Path) -> None:
     d = _ept("demo", "--out", str(tmp_path / "out"), "--tasks-per-family", "3", cwd=tmp_path)
     assert d.returncode == 0, d.stderr[-3000:]
     report = json.loads((tmp_path / "out" / "report" / "report.json").read_text())
-    proc = subprocess.Popen([sys.executable, "-m", "elo_per_token", "view", str(tmp_path / "out" / "ledger"),
-                             "--port", "0"], cwd=tmp_path, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        m = re.search(r"http://127\.0\.0\.1:(\d+)/", proc.stdout.readline() if proc.stdout else "")
-        assert m
-        url = f"http://127.0.0.1:{m.group(1)}"
+    with view(tmp_path / "out" / "ledger", cwd=tmp_path) as v:
+        url = f"http://127.0.0.1:{v.port}"
         page.goto(url + "/")
         page.click("#runs-table a:text-is('demo-t3')")
         page.wait_for_selector("#returns-table")
@@ -258,6 +242,3 @@ def test_demo_then_view_shows_the_demo_run(page, tmp_path: Path) -> None:
         page.wait_for_selector("#transcript section.call")
         assert "def " in page.inner_text("#transcript .completion")  # the candidate code
         page.screenshot(path=str(SHOTS / "11-demo-transcript.png"), full_page=True)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
