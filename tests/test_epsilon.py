@@ -106,6 +106,7 @@ def test_relative_token_difference_is_the_stated_share():
 _cell = st.one_of(st.floats(-1e9, 1e9), st.just(float("nan")), st.sampled_from([0.0, 1.0]))
 
 
+@pytest.mark.slow  # heavy for the fast lane (issue 35: fast lane <= 6 min); runs in the slow lane
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(t=st.integers(1, 120), k=st.integers(1, 6), seed=st.integers(0, 2**16), looks=st.integers(1, 12),
        kind=st.sampled_from(["random", "ties", "nan", "hostile"]))  # fmt: skip
@@ -207,6 +208,7 @@ def test_plan_margin_fields_are_validated_with_file_line_field_and_delta_is_alph
     assert (s.alpha, s.epsilon_elo, s.epsilon_tokens) == (0.1, 10.0, 0.05)
 
 
+@pytest.mark.slow  # heavy for the fast lane (issue 35: fast lane <= 6 min); runs in the slow lane
 def test_replay_adaptive_cli_orders_and_margin(tmp_path):
     """`ept replay-adaptive RUN --orders K --epsilon-elo E`: one line with the share's mean/median/90th pct
     and the classification error; a bad margin exits 2 naming the flag."""

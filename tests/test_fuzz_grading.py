@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from bounds import bounded, bounded_pure
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -167,6 +168,7 @@ def test_reference_graders_score_any_reply(reply, grader):
     _record_is_finite_json(TASKS[grader], reply, [])
 
 
+@pytest.mark.slow  # heavy for the fast lane (issue 35: fast lane <= 6 min); runs in the slow lane
 @settings(FUZZ, max_examples=15)
 @given(reply=REPLIES)
 def test_math_grader_scores_any_reply(reply):
@@ -277,6 +279,7 @@ def _nest(n: int) -> Any:
 PREP = checks.prepare("assert f(1) == {1, 2}\nassert sorted(f(2)) == [1, 2]\nassert abs(f(3) - 0.5) < 1e-9")
 
 
+@pytest.mark.slow  # heavy for the fast lane (issue 35: fast lane <= 6 min); runs in the slow lane
 @FUZZ
 @given(values=st.lists(st.one_of(_VALUES, _FLOODS), min_size=3, max_size=3))
 def test_sandbox_values_decode_and_compare_in_bounded_time(values):

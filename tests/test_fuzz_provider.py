@@ -173,6 +173,7 @@ MESSAGE_EVENT = st.one_of(
 )  # fmt: skip
 
 
+@pytest.mark.slow  # heavy for the fast lane (issue 35: fast lane <= 6 min); runs in the slow lane
 @seed(23)
 @SETTINGS
 @given(st.lists(st.one_of(CHUNK, JSONISH, RAW), max_size=6))

@@ -298,6 +298,7 @@ def test_infrastructure_failures_of_grading_stay_unscored(monkeypatch):
     assert out.score is None and out.error["class"] == "task" and "math-verify" in out.error["message"]
 
 
+@pytest.mark.slow  # heavy for the fast lane (issue 35: fast lane <= 6 min); runs in the slow lane
 def test_peak_memory_of_grading_hostile_replies_stays_near_a_benign_one(make_sim):
     """The worker's peak RSS grading a hostile reply (majority of 2, in its own process) is within 200 MB of
     grading "Answer: 42", and under 1 GB."""

@@ -513,6 +513,7 @@ def _stop_and_time(p: subprocess.Popen, *signals: tuple[float, int]) -> tuple[in
     return p.returncode, out, time.monotonic() - t0
 
 
+@pytest.mark.slow  # heavy for the fast lane (issue 35: fast lane <= 6 min); runs in the slow lane
 def test_sigterm_stops_submitting_cancels_queued_jobs_and_finishes_in_flight(tmp_path, make_sim):
     import signal
 
@@ -548,6 +549,7 @@ def test_sigterm_in_a_429_storm_stops_retrying_and_exits_promptly(tmp_path, make
     assert fails and all(f["class"] == "rate_limit" for f in fails.values())  # recorded, for `ept retry`
 
 
+@pytest.mark.slow  # heavy for the fast lane (issue 35: fast lane <= 6 min); runs in the slow lane
 def test_grace_period_then_exit_and_second_ctrl_c_exits_at_once(tmp_path, make_sim):
     import signal
 

@@ -131,6 +131,7 @@ def test_two_inspect_runs_import_and_analyze(runs, tmp_path):
     assert arms == {"temperature=0.0", "temperature=0.7"}
 
 
+@pytest.mark.slow  # heavy for the fast lane (issue 35: fast lane <= 6 min); runs in the slow lane
 def test_temperature_zero_run_equals_the_same_calls_recorded_our_way(runs, tmp_path):
     _, served, ours = runs
     path = next(p for p in served if p.endswith(".eval"))
@@ -145,6 +146,7 @@ def test_temperature_zero_run_equals_the_same_calls_recorded_our_way(runs, tmp_p
         assert outcome["score"] == res.outcome.score
 
 
+@pytest.mark.slow  # heavy for the fast lane (issue 35: fast lane <= 6 min); runs in the slow lane
 def test_arm_from_and_bad_logs(runs, tmp_path):
     from elo_per_token.analysis.imports.inspect_log import import_inspect
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -168,6 +169,7 @@ def test_python_type_rules_mirror_the_polars_parse(base: dict[str, Any], change:
         assert not reads, f"the Python rules reject {problem} but polars reads the line"
 
 
+@pytest.mark.slow  # heavy for the fast lane (issue 35: fast lane <= 6 min); runs in the slow lane
 @SETTINGS
 @given(base=st.sampled_from(BASES), change=CHANGE)
 def test_one_change_both_paths_accept_or_reject_alike_and_name_the_same_field(
@@ -191,6 +193,7 @@ def test_one_change_both_paths_accept_or_reject_alike_and_name_the_same_field(
         assert [b.field for b in bad] == [field], (bad, field, msg, change)
 
 
+@pytest.mark.slow  # heavy for the fast lane (issue 35: fast lane <= 6 min); runs in the slow lane
 @SETTINGS
 @given(base=st.sampled_from(BASES), changes=st.lists(CHANGE, min_size=2, max_size=4))
 def test_several_changes_both_paths_accept_or_reject_alike(

@@ -81,6 +81,7 @@ JSON = st.recursive(
 KEYS = st.sampled_from(["weights", "anchor", "rounds", "seed", "bootstrap_rounds", "prices", "x"])
 
 
+@pytest.mark.slow  # heavy for the fast lane (issue 35: fast lane <= 6 min); runs in the slow lane
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.dictionaries(KEYS, JSON, max_size=6), plan=st.booleans())
 def test_any_manifest_entry_gives_options_or_a_reason(data: dict[str, Any], plan: bool) -> None:

@@ -28,6 +28,7 @@ def slow_sim():
     s.stop()
 
 
+@pytest.mark.slow  # heavy for the fast lane (issue 35: fast lane <= 6 min); runs in the slow lane
 def test_ept_paces_under_a_short_window_with_almost_no_429s_and_fewer_than_the_sdk(slow_sim):
     rows = {c: measure(slow_sim.url, c, **LIMITS) for c in ("ept-limits", "ept-headers", "sdk")}  # type: ignore[arg-type]
     sdk = rows["sdk"]["answered_429"]
@@ -104,6 +105,7 @@ def test_room_stated_short_with_nothing_in_flight_sends_one_probe_not_a_bucket_b
     assert len(sent) == 5
 
 
+@pytest.mark.slow  # heavy for the fast lane (issue 35: fast lane <= 6 min); runs in the slow lane
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.sampled_from([f"x-ratelimit-{a}-{b}" for a in ("limit", "remaining", "reset")
                                         for b in ("requests", "tokens")]),

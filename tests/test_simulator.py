@@ -136,6 +136,7 @@ def test_determinism_across_server_instances(make_sim):
     assert ra["choices"] == rb["choices"] and ra["usage"] == rb["usage"]
 
 
+@pytest.mark.slow  # heavy for the fast lane (issue 35: fast lane <= 6 min); runs in the slow lane
 def test_fault_rates_are_seeded_and_close_to_configured(make_sim):
     def sequence(seed: int) -> list[int]:
         s = make_sim(seed=seed, rate_500=0.3, rate_429=0.1, retry_after=0)

@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 import polars as pl
+import pytest
 from bounds import bounded
 from cli_runner import run_ept
 from hypothesis import HealthCheck, given, settings
@@ -70,6 +71,7 @@ def test_distinct_value_check_agrees_with_the_per_row_rules(tmp_path: Path, edit
     assert passes == per_row
 
 
+@pytest.mark.slow  # heavy for the fast lane (issue 35: fast lane <= 6 min); runs in the slow lane
 @SETTINGS
 @given(
     st.integers(0, 399), st.sampled_from(ID_FIELDS), st.sampled_from(["", "  ", "a\x00", "\x1b[31m", "\x7f"])

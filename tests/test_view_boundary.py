@@ -92,6 +92,7 @@ def test_a_bad_token_option_is_refused(ledger: Path) -> None:
     assert r.returncode == 2 and "--token" in r.stderr and "16 or more" in r.stderr
 
 
+@pytest.mark.slow  # heavy for the fast lane (issue 35: fast lane <= 6 min); runs in the slow lane
 def test_idle_connections_are_closed(ledger: Path) -> None:
     """400 connections that never send a request: those over the cap are closed at once, the rest after the
     idle timeout, and the viewer answers again."""
@@ -209,6 +210,7 @@ def test_one_bad_run_does_not_hide_the_others(tmp_path: Path) -> None:
         assert request(v.port, "/run/has%20space").status in (400, 404)
 
 
+@pytest.mark.slow  # heavy for the fast lane (issue 35: fast lane <= 6 min); runs in the slow lane
 def test_a_slow_analysis_holds_up_only_its_own_run(tmp_path: Path) -> None:
     """A plan asking for 100,000 bootstrap rounds (the plan's limit) analyses for a while; another run's page
     is served meanwhile. A manifest asking for 5,000,000 is analysed with the defaults and says so."""
