@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -36,3 +37,24 @@ def bounded_pure(fn: Callable[[], T], time_s: float, memory_mb: float) -> T:
     took = time.process_time() - t0
     assert took < time_s, f"{took:.2f}s of CPU"
     return bounded(fn, float("inf"), memory_mb)
+
+
+def wait_with_peak(proc: subprocess.Popen[bytes], timeout: float, every_s: float = 0.1) -> tuple[int, int]:
+    """Wait for `proc`; (its exit code, its peak resident memory in KiB), read from /proc/<pid>/status VmHWM
+    while it runs. Not getrusage(RUSAGE_CHILDREN): Linux carries ru_maxrss across fork and exec, so a child
+    of a pytest process that has grown past the bound would report the parent's peak. VmHWM only grows, so
+    sampling misses at most the last `every_s` of growth."""
+    deadline, peak = time.monotonic() + timeout, 0
+    while (code := proc.poll()) is None:
+        try:
+            with open(f"/proc/{proc.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        peak = max(peak, int(line.split()[1]))
+        except (OSError, ValueError):
+            pass  # exiting between poll and open
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        time.sleep(every_s)
+    return code, peak

@@ -13,11 +13,21 @@ spec: {"kind": "extract", "text": str}
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import threading
 import time
 from typing import Any
+
+
+def _vm_hwm_kib() -> int:
+    """This process's peak resident memory (VmHWM, KiB). Not getrusage's ru_maxrss: Linux carries that across
+    fork and exec, so a driver started by a pytest process that has grown to 1 GB would report the parent's
+    peak, not its own; VmHWM belongs to the address space exec created."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def _extract(spec: dict[str, Any]) -> Any:
@@ -90,14 +100,13 @@ def main() -> None:
     )  # a worker thread, as jobs run (math-verify's alarm does not work there)
     th.start()
     th.join()
-    usage = resource.getrusage(resource.RUSAGE_SELF)
     print(
         json.dumps(
             {
                 **out,
                 "cpu_s": time.process_time() - t0,
                 "wall_s": time.monotonic() - wall,
-                "maxrss_mb": usage.ru_maxrss / 1024,
+                "maxrss_mb": _vm_hwm_kib() / 1024,
             }
         )
     )

@@ -7,10 +7,10 @@ over real HTTP. Small deadlines (0.5 s, one retry) keep it to a few minutes."""
 from __future__ import annotations
 
 import json
-import resource
 import time
 
 import pytest
+from bounds import wait_with_peak
 from fixtures_faults import FAULT_KEY, fault_rig, sweep_proc
 from hostile_provider import MODES, start_hostile
 
@@ -39,9 +39,9 @@ def test_hostile_corpus_sweep_of_1000_jobs(tmp_path, stream, per_family):
         _profiles(rig.profiles, h.url, stream)
         t0 = time.monotonic()
         proc = sweep_proc(rig.plan_path, rig.env(), rig.log)
-        code = proc.wait(timeout=900)
+        code, peak_kib = wait_with_peak(proc, timeout=900)
         took = time.monotonic() - t0
-        peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        peak_mb = peak_kib / 1024
         stats = h.stats()
     finally:
         h.stop()

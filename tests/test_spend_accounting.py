@@ -77,7 +77,7 @@ def test_failed_attempts_are_recorded_across_retries_and_resume(tmp_path, make_s
     assert {a: r["failed_attempt_tokens"] for a, r in rows.items()} == spent_tokens
     assert all(r["failed_attempt_usd"] > 0 for r in rows.values() if r["failed_attempt_tokens"])
     assert "Spent on failed attempts" in __import__(
-        "elo_per_token.analysis.report", fromlist=["markdown"]
+        "elo_per_token.analysis.report_markdown", fromlist=["markdown"]
     ).markdown(res)
 
 
