@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 ACCURACY_SCHEMA = {
     "arm": pl.String, "accuracy": pl.Float64, "accuracy_lo": pl.Float64, "accuracy_hi": pl.Float64,
@@ -46,7 +47,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=float)))
 
 
-def pass_at_k_array(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
+def pass_at_k_array(n: NDArray[np.float64], c: NDArray[np.float64], k: int) -> NDArray[np.float64]:
     """pass_at_k over arrays (n >= k everywhere), through log-gamma: C(n-c, k) / C(n, k)."""
     from scipy.special import gammaln
 
@@ -87,7 +88,7 @@ def task_scores(outcomes: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     )
 
 
-def _matrix(ts: pl.DataFrame, value: str, arms: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def _matrix(ts: pl.DataFrame, value: str, arms: list[str]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """(values [T, K] with 0 where missing, observed mask [T, K]) of one family's rows; tasks in sorted order
     (vectorised: a 1M-job run has about a million (task, arm) rows)."""
     if ts.height == 0:
@@ -112,9 +113,9 @@ class FamilyStats:
     """Per family: mean [K], variance of that mean [K] (s^2 / n, the tasks' spread) and task count [K]; NaN
     (count 0) where the arm has no task in the family."""
 
-    mean: np.ndarray
-    var: np.ndarray
-    count: np.ndarray
+    mean: NDArray[np.float64]
+    var: NDArray[np.float64]
+    count: NDArray[np.float64]
 
 
 def _family_stats(
@@ -132,7 +133,9 @@ def _family_stats(
     return out
 
 
-def _merge(stats: Mapping[str, FamilyStats], weights: Mapping[str, float], k: int) -> tuple[np.ndarray, ...]:
+def _merge(
+    stats: Mapping[str, FamilyStats], weights: Mapping[str, float], k: int
+) -> tuple[NDArray[np.float64], ...]:
     """Family means merged with the family weights, renormalised over the families an arm has tasks in:
     (mean, variance of the mean, effective number of tasks n_kish = 1 / sum (w_f^2 / n_f), degrees of
     freedom sum (n_f - 1)), each [K]."""
@@ -159,8 +162,8 @@ def _merge(stats: Mapping[str, FamilyStats], weights: Mapping[str, float], k: in
     return mean, var, n_kish, df
 
 
-def score_interval(p: np.ndarray, var: np.ndarray, n_kish: np.ndarray, df: np.ndarray, level: float
-                   ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def score_interval(p: NDArray[np.float64], var: NDArray[np.float64], n_kish: NDArray[np.float64], df: NDArray[np.float64], level: float
+                   ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:  # fmt: skip
     """Clopper-Pearson interval of a mean score in [0, 1] on its effective number of tasks, with the
     degrees-of-freedom adjustment of Korn & Graubard (1998).
 
@@ -194,7 +197,7 @@ def _num(x: float) -> float | None:
 
 
 def _intervals(stats: Mapping[str, FamilyStats], weights: Mapping[str, float], k: int, level: float,
-               on: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+               on: bool) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:  # fmt: skip
     """(merged mean, lo, hi) [K]; NaN bounds when `on` is false (no intervals asked for)."""
     mean, var, n_kish, df = _merge(stats, weights, k)
     if not on:

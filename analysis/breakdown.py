@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from elo_per_token.analysis.tokens import FrameT, strategy_calls
 from elo_per_token.contracts.errors import InputError
@@ -175,8 +176,11 @@ def arm_breakdown(frame: pl.DataFrame | pl.LazyFrame, prices: Prices | None = No
 
 
 def cost_arrays(
-    arms: list[str], tokens_per_task: np.ndarray, tokens_samples: np.ndarray | None, breakdown: pl.DataFrame
-) -> tuple[np.ndarray, np.ndarray | None]:
+    arms: list[str],
+    tokens_per_task: NDArray[np.float64],
+    tokens_samples: NDArray[np.float64] | None,
+    breakdown: pl.DataFrame,
+) -> tuple[NDArray[np.float64], NDArray[np.float64] | None]:
     """Cost per task per arm in the analysis' arm order, and bootstrap samples of it. The samples scale each
     round's tokens per task by the arm's measured USD per token (its price mix is held fixed across rounds:
     resampling tasks moves how many tokens an arm spends, much more than what its tokens cost)."""

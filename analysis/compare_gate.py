@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from elo_per_token.contracts.errors import InputError
 
@@ -76,7 +77,9 @@ def parse_fail_on(spec: str | None) -> FailRule:
 POWER = 0.8
 
 
-def detectable_drop(d_samples: np.ndarray, gate_level: float, margin: float | None) -> np.ndarray:
+def detectable_drop(
+    d_samples: NDArray[np.float64], gate_level: float, margin: float | None
+) -> NDArray[np.float64]:
     """Per arm, the smallest true drop (Elo) the gate flags with 80% probability at these data's precision.
 
     With ΔElo estimated with standard error se (the bootstrap sd), the gate flags when the upper bound
@@ -93,7 +96,7 @@ def detectable_drop(d_samples: np.ndarray, gate_level: float, margin: float | No
     if margin is None:
         return np.full(se.shape, np.nan)
     z_g = float(norm.ppf(1.0 - (1.0 - gate_level) / 2.0))
-    drop: np.ndarray = margin + (z_g + float(norm.ppf(POWER))) * se
+    drop: NDArray[np.float64] = margin + (z_g + float(norm.ppf(POWER))) * se
     return drop
 
 

@@ -55,7 +55,7 @@ def band(frontier: bool | None, share: float | None, partial: bool = False) -> s
 
 
 def families_seen(
-    per_family_theta: Mapping[str, np.ndarray], weights: Mapping[str, float], arms: Sequence[str]
+    per_family_theta: Mapping[str, NDArray[np.float64]], weights: Mapping[str, float], arms: Sequence[str]
 ) -> dict[str, list[str]]:
     """Arm -> the positively weighted families that observed it, for the arms some such family did not."""
     fams = [f for f, th in per_family_theta.items() if weights.get(f, 0.0) > 0]
@@ -75,8 +75,8 @@ def seen_label(seen: Sequence[str]) -> str:
 def shared_family_delta(
     k: int,
     j: int,
-    per_family_theta: Mapping[str, np.ndarray],
-    round_theta: Mapping[str, np.ndarray] | None,
+    per_family_theta: Mapping[str, NDArray[np.float64]],
+    round_theta: Mapping[str, NDArray[np.float64]] | None,
     weights: Mapping[str, float],
     level: float,
 ) -> tuple[float, float, float]:

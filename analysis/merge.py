@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
 from elo_per_token.contracts.errors import InputError
 
@@ -66,8 +67,8 @@ def parse_weights(spec: str | None, families: Sequence[str]) -> dict[str, float]
 
 
 def merge_fit(
-    thetas: Mapping[str, np.ndarray], weights: Mapping[str, float]
-) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    thetas: Mapping[str, NDArray[np.float64]], weights: Mapping[str, float]
+) -> tuple[NDArray[np.float64], dict[str, NDArray[np.float64]]]:
     """Weighted least-squares merge with one offset per family: (global theta [..., K], offsets).
 
     Each family's theta is only defined up to a constant (its zero point depends on the arms it
@@ -124,7 +125,9 @@ def merge_fit(
     return theta, offsets
 
 
-def merge_thetas(thetas: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> np.ndarray:
+def merge_thetas(
+    thetas: Mapping[str, NDArray[np.float64]], weights: Mapping[str, float]
+) -> NDArray[np.float64]:
     """Weighted merge of per-family theta vectors (shape [..., K]; NaN = arm not observed by the family).
 
     See `merge_fit`: a least-squares fit of theta_f[k] = theta[k] + b_f, so the result does not depend
@@ -134,7 +137,7 @@ def merge_thetas(thetas: Mapping[str, np.ndarray], weights: Mapping[str, float])
     return merge_fit(thetas, weights)[0]
 
 
-def theta_to_elo(theta: np.ndarray, anchor: int | None = None) -> np.ndarray:
+def theta_to_elo(theta: NDArray[np.float64], anchor: int | None = None) -> NDArray[np.float64]:
     """Elo = 1000 + 400/ln10 * theta; with `anchor`, shifted so arm `anchor` is exactly 1000 (per row)."""
     theta = np.asarray(theta, dtype=float)
     if anchor is not None:

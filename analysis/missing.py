@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from elo_per_token.contracts.errors import InputError
 
@@ -184,7 +185,11 @@ def _harder(p_value: float | None, n_tested: int) -> bool:
 
 
 def harder_p_value(
-    difficulty: np.ndarray, missing: np.ndarray, family: np.ndarray, *, seed: int = 0
+    difficulty: NDArray[np.float64],
+    missing: NDArray[np.float64],
+    family: NDArray[np.float64],
+    *,
+    seed: int = 0,
 ) -> float:
     """One-sided p-value that an arm's missing tasks are the harder ones, by a stratified permutation test.
 

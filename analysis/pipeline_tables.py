@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from elo_per_token.analysis.breakdown import arm_breakdown, cost_arrays, parse_prices
 from elo_per_token.analysis.result import AnalysisOptions
@@ -102,7 +103,7 @@ def make_tables(
 def _per_family_table(
     design: Design,
     arms: list[str],
-    per_family_theta: dict[str, np.ndarray],
+    per_family_theta: dict[str, NDArray[np.float64]],
     iv: Intervals | None = None,
     level: float = 0.95,
 ) -> pl.DataFrame:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from elo_per_token.contracts.errors import InputError
 
@@ -63,7 +64,7 @@ def _tok(x: float) -> str:
     return f"{x / 1000:.1f}k" if abs(x) >= 1000 else f"{x:.0f}"
 
 
-def _q(samples: np.ndarray, level: float) -> tuple[float, float]:
+def _q(samples: NDArray[np.float64], level: float) -> tuple[float, float]:
     ok = samples[np.isfinite(samples)]
     if ok.size == 0:
         return math.nan, math.nan
@@ -81,17 +82,19 @@ def check_margin(margin: float) -> float:
     return float(margin)
 
 
-def _diff(elo_s: np.ndarray | None, i: int, j: int, level: float) -> tuple[float, float]:
+def _diff(elo_s: NDArray[np.float64] | None, i: int, j: int, level: float) -> tuple[float, float]:
     """Interval of Elo(i) - Elo(j) over the same bootstrap rounds (their correlation kept)."""
     return (math.nan, math.nan) if elo_s is None else _q(elo_s[:, i] - elo_s[:, j], level)
 
 
-def _separated(elo_s: np.ndarray | None, i: int, j: int, level: float) -> bool:
+def _separated(elo_s: NDArray[np.float64] | None, i: int, j: int, level: float) -> bool:
     """Arm i measurably above arm j: the interval of Elo(i) - Elo(j) lies above 0."""
     return _diff(elo_s, i, j, level)[0] > 0
 
 
-def _within_noise(best: int, elo_s: np.ndarray | None, elo: np.ndarray, level: float) -> list[int]:
+def _within_noise(
+    best: int, elo_s: NDArray[np.float64] | None, elo: NDArray[np.float64], level: float
+) -> list[int]:
     """Arms whose Elo interval against the best includes 0 (the best itself included)."""
     if elo_s is None:
         return [best]
@@ -103,7 +106,10 @@ def _within_noise(best: int, elo_s: np.ndarray | None, elo: np.ndarray, level: f
 
 
 def _frontier(
-    arms: Sequence[str], elo: np.ndarray, cost: np.ndarray, eligible: Sequence[int] | None = None
+    arms: Sequence[str],
+    elo: NDArray[np.float64],
+    cost: NDArray[np.float64],
+    eligible: Sequence[int] | None = None,
 ) -> list[int]:
     """Point-estimate frontier of the eligible arms (the headline table's: partial arms are off it): no other
     eligible arm at most as costly and strictly stronger (cheapest first)."""
@@ -118,8 +124,8 @@ def _frontier(
     return front
 
 
-def _steps(arms: Sequence[str], front: list[int], elo: np.ndarray, tok: np.ndarray,
-           elo_s: np.ndarray | None, level: float, flagged: Sequence[str] = ()) -> list[dict[str, Any]]:  # fmt: skip
+def _steps(arms: Sequence[str], front: list[int], elo: NDArray[np.float64], tok: NDArray[np.float64],
+           elo_s: NDArray[np.float64] | None, level: float, flagged: Sequence[str] = ()) -> list[dict[str, Any]]:  # fmt: skip
     steps = []
     for a, b in itertools.pairwise(front):
         lo, hi = _diff(elo_s, b, a, level)
@@ -170,7 +176,7 @@ class _Decision:
     joint_n: int = 1  # the comparisons it is one of
 
 
-def _maybe_cheaper(tok: np.ndarray, tok_s: np.ndarray | None, elo_s: np.ndarray, pick: int, valid: list[int],
+def _maybe_cheaper(tok: NDArray[np.float64], tok_s: NDArray[np.float64] | None, elo_s: NDArray[np.float64], pick: int, valid: list[int],
                    level: float) -> list[int]:  # fmt: skip
     """Arms that look dearer than the pick but whose tokens/task are not measurably above its (the interval of
     the difference over the same bootstrap rounds reaches 0: a rare very long reply makes a mean uncertain)
@@ -181,8 +187,8 @@ def _maybe_cheaper(tok: np.ndarray, tok_s: np.ndarray | None, elo_s: np.ndarray,
             and not _q(tok_s[:, j] - tok_s[:, pick], level)[0] > 0]  # fmt: skip
 
 
-def _decide(elo: np.ndarray, tok: np.ndarray, elo_s: np.ndarray, level: float, margin: float,
-            valid: list[int], tok_s: np.ndarray | None = None) -> _Decision:  # fmt: skip
+def _decide(elo: NDArray[np.float64], tok: NDArray[np.float64], elo_s: NDArray[np.float64], level: float, margin: float,
+            valid: list[int], tok_s: NDArray[np.float64] | None = None) -> _Decision:  # fmt: skip
     """The cheapest arm not separated from the best (P) is the candidate. It is picked only when every
     cheaper arm is measurably below it, jointly (Bonferroni over the arms; else its extra tokens buy nothing
     shown: undecided) and every arm it is not measurably above is measurably dearer (else P may be
@@ -213,12 +219,17 @@ def _decide(elo: np.ndarray, tok: np.ndarray, elo_s: np.ndarray, level: float, m
     return _Decision("pick" if eq else "not_separated", best, pick, near, [], eq, diff)
 
 
-def _arm(arms: Sequence[str], elo: np.ndarray, tok: np.ndarray, i: int) -> str:
+def _arm(arms: Sequence[str], elo: NDArray[np.float64], tok: NDArray[np.float64], i: int) -> str:
     return f"{arms[i]} ({_tok(tok[i])} tokens/task, Elo {elo[i]:.0f})"
 
 
 def _head(
-    arms: Sequence[str], elo: np.ndarray, tok: np.ndarray, d: _Decision, pct: str, margin: float
+    arms: Sequence[str],
+    elo: NDArray[np.float64],
+    tok: NDArray[np.float64],
+    d: _Decision,
+    pct: str,
+    margin: float,
 ) -> str:
     """The recommendation's first line for a decision (see _decide)."""
     best, (dd, lo, hi) = _arm(arms, elo, tok, d.best), d.diff
@@ -256,17 +267,17 @@ def _head(
 
 def recommend(
     arms: Sequence[str],
-    elo: np.ndarray,
-    tokens: np.ndarray,
-    elo_samples: np.ndarray | None = None,
+    elo: NDArray[np.float64],
+    tokens: NDArray[np.float64],
+    elo_samples: NDArray[np.float64] | None = None,
     *,
     level: float = 0.95,
-    cost: np.ndarray | None = None,
+    cost: NDArray[np.float64] | None = None,
     budget: Budget | None = None,
     margin: float = DEFAULT_MARGIN,
     partial: Mapping[str, Sequence[str]] | None = None,
     flagged: Sequence[str] = (),
-    tokens_samples: np.ndarray | None = None,
+    tokens_samples: NDArray[np.float64] | None = None,
 ) -> dict[str, Any]:
     """The recommendation as data: status, the arm (or None), the best arm, the arms not separated from it,
     frontier steps, the budget pick and `lines` (the text every report prints, in order).
@@ -310,7 +321,7 @@ def recommend(
 
 
 def _point_estimate(
-    arms: Sequence[str], elo: np.ndarray, tok: np.ndarray, valid: list[int]
+    arms: Sequence[str], elo: NDArray[np.float64], tok: NDArray[np.float64], valid: list[int]
 ) -> tuple[str, dict[str, Any]]:
     """No bootstrap: the highest Elo, said to be a point estimate (the head line, the fields it sets)."""
     best = max(valid, key=lambda i: elo[i])
@@ -327,9 +338,9 @@ def _point_estimate(
 
 def _decision(
     arms: Sequence[str],
-    elo: np.ndarray,
-    tok: np.ndarray,
-    samples: tuple[np.ndarray, np.ndarray | None],
+    elo: NDArray[np.float64],
+    tok: NDArray[np.float64],
+    samples: tuple[NDArray[np.float64], NDArray[np.float64] | None],
     level: float,
     margin: float,
     valid: list[int],
@@ -362,7 +373,9 @@ def _excluded_line(excluded: Mapping[str, str]) -> str:
     return "Never recommended: " + "; ".join(f"{a} ({why})" for a, why in excluded.items()) + "."
 
 
-def _upper(tok: np.ndarray, samples: np.ndarray | None, level: float) -> np.ndarray | None:
+def _upper(
+    tok: NDArray[np.float64], samples: NDArray[np.float64] | None, level: float
+) -> NDArray[np.float64] | None:
     """Per arm, the upper end of the tokens-per-task interval at `level` (None without a bootstrap): a rare
     very long reply makes the mean uncertain, and a budget pick must fit with that uncertainty."""
     if samples is None or len(samples) == 0:
@@ -377,8 +390,8 @@ def _amount(x: float, usd: bool) -> str:
     return f"${x:.5f}" if usd else f"{_tok(x)} tokens"
 
 
-def _under_budget(arms: Sequence[str], elo: np.ndarray, toks: tuple[np.ndarray, np.ndarray | None],
-                  cost: np.ndarray | None, elo_s: np.ndarray | None, level: float, budget: Budget | None,
+def _under_budget(arms: Sequence[str], elo: NDArray[np.float64], toks: tuple[NDArray[np.float64], NDArray[np.float64] | None],
+                  cost: NDArray[np.float64] | None, elo_s: NDArray[np.float64] | None, level: float, budget: Budget | None,
                   valid: list[int]) -> dict[str, Any] | None:  # fmt: skip
     """The best arm whose tokens (or cost) per task fit the budget at the upper end of their interval, and the
     cheapest within its noise. toks: (tokens per task, their upper interval ends or None without a bootstrap);

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from elo_per_token.analysis.io import Records, read_records
 from elo_per_token.analysis.tokens import task_tokens
@@ -29,8 +30,8 @@ class RunTable:
     arms: list[str]
     strategies: list[str]
     budgets: list[int]
-    scores: np.ndarray
-    tokens: np.ndarray
+    scores: NDArray[np.float64]
+    tokens: NDArray[np.float64]
 
     def index(self) -> tuple[dict[str, int], dict[str, int]]:
         """(task id -> row, arm label -> column)."""

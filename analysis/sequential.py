@@ -42,6 +42,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.stats import norm
 
 from elo_per_token.analysis.merge import ELO_SCALE
@@ -82,14 +83,14 @@ class PairStats:
     """[K, K] matrices: mean, half-width at z = 1 (the standard error) and tasks in common, for quality
     (q[i, j]: i's win balance against j) and tokens (c[i, j]: i's tokens minus j's per task)."""
 
-    q: np.ndarray
-    q_se: np.ndarray
-    c: np.ndarray
-    c_se: np.ndarray
-    n: np.ndarray
+    q: NDArray[np.float64]
+    q_se: NDArray[np.float64]
+    c: NDArray[np.float64]
+    c_se: NDArray[np.float64]
+    n: NDArray[np.int64]
 
 
-def _mean_se(x: np.ndarray, m: float | None) -> tuple[float, float]:
+def _mean_se(x: NDArray[np.float64], m: float | None) -> tuple[float, float]:
     """Mean and standard error of x; with m, two pseudo-observations +-m enter the variance (not the mean)."""
     n = x.size
     mean = float(x.mean())
@@ -100,7 +101,9 @@ def _mean_se(x: np.ndarray, m: float | None) -> tuple[float, float]:
     return mean, math.sqrt(ss / max(n - 1, 1) / n)
 
 
-def pair_stats(scores: np.ndarray, tokens: np.ndarray, task_weight: np.ndarray) -> PairStats:
+def pair_stats(
+    scores: NDArray[np.float64], tokens: NDArray[np.float64], task_weight: NDArray[np.float64]
+) -> PairStats:
     """Win balance and token difference of every pair of arms on the tasks both ran (module docstring)."""
     s = np.asarray(scores, dtype=float)
     t = np.asarray(tokens, dtype=float)
@@ -134,8 +137,8 @@ class Assessment:
 
     status: list[str]
     dominated_by: list[int | None]
-    stronger: np.ndarray
-    cheaper: np.ndarray
+    stronger: NDArray[np.bool_]
+    cheaper: NDArray[np.bool_]
     stats: PairStats
 
 
@@ -149,19 +152,19 @@ def assess(stats: PairStats, z: float, min_tasks: int) -> Assessment:
     return _decide(stats, stronger, cheaper)
 
 
-def _two_sided_p(mean: np.ndarray, se: np.ndarray) -> np.ndarray:
+def _two_sided_p(mean: NDArray[np.float64], se: NDArray[np.float64]) -> NDArray[np.float64]:
     """Normal two-sided p-value of mean != 0; a zero standard error is certainty (p 0, or 1 at mean 0), as
     the interval rule reads it."""
     m, e = np.nan_to_num(mean, nan=0.0), np.nan_to_num(se, nan=np.inf)
     with np.errstate(divide="ignore", invalid="ignore"):
         zz = np.where(e > 0, np.abs(m) / np.where(e > 0, e, 1.0), np.where(m != 0, np.inf, 0.0))
-    out: np.ndarray = 2 * norm.sf(zz)
+    out: NDArray[np.float64] = 2 * norm.sf(zz)
     return out
 
 
 def _holm_rejections(
     stats: PairStats, alpha: float, looks: int, min_tasks: int
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
     """(rej_q, rej_c) [K, K]: row i holds what arm i's own Holm family (its 2 (K - 1) tests, p-values times
     `looks`) rejects, direction not yet applied."""
     k = stats.q.shape[0]
@@ -182,7 +185,9 @@ def _holm_rejections(
     return rej_q, rej_c
 
 
-def holm_claims(stats: PairStats, alpha: float, looks: int, min_tasks: int) -> tuple[np.ndarray, np.ndarray]:
+def holm_claims(
+    stats: PairStats, alpha: float, looks: int, min_tasks: int
+) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
     """(stronger, cheaper) [K, K]: the claims each arm's decision may rest on, by Holm's step-down over the
     arm's 2 (K - 1) pair tests, each p-value multiplied by `looks` (Bonferroni over the rounds, valid at
     every round whenever the sweep stops). A claim about the pair (i, j) is made only when both arm i's and
@@ -196,7 +201,7 @@ def holm_claims(stats: PairStats, alpha: float, looks: int, min_tasks: int) -> t
         return both_q & (stats.q > 0), both_c & (stats.c < 0)
 
 
-def holm_step_z(stats: PairStats, alpha: float, looks: int, min_tasks: int) -> np.ndarray:
+def holm_step_z(stats: PairStats, alpha: float, looks: int, min_tasks: int) -> NDArray[np.float64]:
     """[K, K] z a still-open claim about the pair (i, j) must clear at the end of the grid: the Holm step it
     is tested at when the tests each family rejects now stay rejected and it is the next to go (alpha over
     looks x the open tests left in the stricter of the two families). The final look decides with this z,
@@ -206,7 +211,7 @@ def holm_step_z(stats: PairStats, alpha: float, looks: int, min_tasks: int) -> n
     k = stats.q.shape[0]
     left = np.maximum(1, max(1, 2 * (k - 1)) - rej_q.sum(axis=1) - rej_c.sum(axis=1))
     m = np.maximum(left[:, None], left[None, :])
-    out: np.ndarray = norm.ppf(1 - alpha / (2 * looks * m))
+    out: NDArray[np.float64] = norm.ppf(1 - alpha / (2 * looks * m))
     return out
 
 
@@ -216,7 +221,7 @@ def assess_holm(stats: PairStats, alpha: float, looks: int, min_tasks: int) -> A
     return _decide(stats, stronger, cheaper)
 
 
-def _decide(stats: PairStats, stronger: np.ndarray, cheaper: np.ndarray) -> Assessment:
+def _decide(stats: PairStats, stronger: NDArray[np.bool_], cheaper: NDArray[np.bool_]) -> Assessment:
     """Off / on / open from the confident claims (module docstring)."""
     k = stats.q.shape[0]
     status = [OPEN] * k
@@ -242,7 +247,7 @@ def needs_data(
     a: Assessment,
     width_ok: list[bool] | None = None,
     futile_: list[bool] | None = None,
-    wants: np.ndarray | None = None,
+    wants: NDArray[np.bool_] | None = None,
 ) -> list[bool]:
     """Which arms still receive tasks: open arms, and settled arms whose comparison an open arm still needs
     (an on-arm that an open arm is not yet resolved against), or an on-arm whose ΔElo-per-1k step is not yet
@@ -269,12 +274,12 @@ def needs_data(
     return out
 
 
-def elo_from_balance(balance: np.ndarray | float) -> np.ndarray:
+def elo_from_balance(balance: NDArray[np.float64] | float) -> NDArray[np.float64]:
     """ΔElo of a win balance b = P(win) - P(loss) read as a two-arm Bradley-Terry comparison (ties as half a
     win each): P = (1 + b) / 2, ΔElo = ELO_SCALE * logit(P), clipped at |b| <= 0.999."""
     b = np.clip(np.asarray(balance, dtype=float), -0.999, 0.999)
     p = (1 + b) / 2
-    out: np.ndarray = ELO_SCALE * np.log(p / (1 - p))
+    out: NDArray[np.float64] = ELO_SCALE * np.log(p / (1 - p))
     return out
 
 
@@ -291,7 +296,7 @@ def step_per_1k(stats: PairStats, i: int, j: int, z: float) -> tuple[float, floa
     return lo, d / c * 1000, hi
 
 
-def true_frontier(tokens: np.ndarray, quality: np.ndarray) -> np.ndarray:
+def true_frontier(tokens: NDArray[np.float64], quality: NDArray[np.float64]) -> NDArray[np.float64]:
     """The frontier from exact per-arm quantities: tokens [K] and a pairwise win-balance matrix [K, K]
     (quality[i, j] > 0: i stronger). Off when another arm is at most as costly and at least as strong, one of
     the two strictly. Used by the benchmark's known truth."""
@@ -307,8 +312,12 @@ def true_frontier(tokens: np.ndarray, quality: np.ndarray) -> np.ndarray:
 
 
 def claim_power(
-    mean: np.ndarray, se: np.ndarray, n: np.ndarray, n_end: np.ndarray, z: float | np.ndarray
-) -> np.ndarray:
+    mean: NDArray[np.float64],
+    se: NDArray[np.float64],
+    n: NDArray[np.int64],
+    n_end: NDArray[np.float64],
+    z: float | NDArray[np.float64],
+) -> NDArray[np.float64]:
     """Conditional power of the claim `mean > 0 confidently at z` once the pair has `n_end` tasks, given
     `n` now (module docstring); 1 where already confident, 0 where no more data can come and it is not.
     NaN means (no tasks in common) get power 1: nothing is known, so nothing is ruled out."""
@@ -323,19 +332,21 @@ def claim_power(
         gap = m - z * se_end
         power = np.where(sd_rest > 0, norm.cdf(gap / np.where(sd_rest > 0, sd_rest, 1.0)), (gap > 0) * 1.0)
     unknown = ~np.isfinite(m) | ~np.isfinite(e) | (nn < 2)
-    out: np.ndarray = np.where(unknown & (ne > nn), 1.0, np.nan_to_num(power, nan=0.0))
+    out: NDArray[np.float64] = np.where(unknown & (ne > nn), 1.0, np.nan_to_num(power, nan=0.0))
     return out
 
 
-def futile(a: Assessment, n_end: np.ndarray, z: float | np.ndarray, min_power: float) -> list[bool]:
+def futile(
+    a: Assessment, n_end: NDArray[np.float64], z: float | NDArray[np.float64], min_power: float
+) -> list[bool]:
     """Per arm: open, and neither off nor on is reachable by the end of the grid (module docstring).
     n_end[i, j]: the tasks pair (i, j) will have in common at the end (its n now when either arm stopped)."""
     return reachable_needs(a, n_end, z, min_power)[0]
 
 
 def reachable_needs(
-    a: Assessment, n_end: np.ndarray, z: float | np.ndarray, min_power: float
-) -> tuple[list[bool], np.ndarray]:
+    a: Assessment, n_end: NDArray[np.float64], z: float | NDArray[np.float64], min_power: float
+) -> tuple[list[bool], NDArray[np.bool_]]:
     """(futile per arm, wants [K, K]): wants[i, j] when open arm i has a reachable way to a decision that
     still needs data from the pair (i, j) — every unresolved pair for on, the reachable dominators for off —
     so an arm runs for another only while that comparison can still settle something. z: one z, or [K, K]

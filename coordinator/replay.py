@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from elo_per_token.analysis.run_table import RunTable
 from elo_per_token.analysis.sequential import OFF, ON, assess_holm, pair_stats, true_frontier
@@ -118,7 +119,9 @@ def replay_adaptive(
     )
 
 
-def full_values(table: RunTable, weights: dict[str, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def full_values(
+    table: RunTable, weights: dict[str, float] | None = None
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """(tokens/task [K], win balance [K, K]) of the full grid: the population a replay samples its tasks
     from, so its exact truth."""
     from elo_per_token.coordinator.adaptive import task_weights

@@ -81,7 +81,8 @@ def show_cmd(
         typer.echo(json.dumps(found[0], indent=2, ensure_ascii=False))
         return
     for t in tasks[:limit]:
-        prompt = t.get("prompt") or t["messages"][-1]["content"]
+        # A loaded task has a prompt or messages (validated), so the fallback is never shown.
+        prompt = t.get("prompt") or (t.get("messages") or [{"content": ""}])[-1]["content"]
         typer.echo(
             f"{t['task_id']}  [{t['family']}, {t['grader']['type']}, d={t.get('difficulty', '-')}]  {prompt[:100]}"
         )
@@ -143,6 +144,7 @@ def import_cmd(
     used, tasks = convert(Path(src), shape=shape, family=family, grader=grader, prefix=prefix)
     from collections import Counter
 
+    assert out is not None  # checked above: --out is required without --dry-run
     write_jsonl(tasks, Path(out))
     graders = Counter(t["grader"]["type"] for t in tasks)
     typer.echo(

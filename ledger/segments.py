@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from elo_per_token.contracts.errors import InputError
 
@@ -177,7 +178,7 @@ def _scan_s3(
 
 def parse_objects(
     blobs: list[bytes], schema: dict[str, pl.DataType]
-) -> tuple[pl.DataFrame, np.ndarray] | None:
+) -> tuple[pl.DataFrame, NDArray[np.int64]] | None:
     """Parse the concatenated objects with one polars call. Returns (frame, lines per object), or None when
     polars refuses the bytes or the row count does not match the line count (blank lines, a line that is not
     an object…): the caller then narrows down object by object."""
@@ -196,7 +197,7 @@ def parse_objects(
     return df, counts
 
 
-def object_index(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def object_index(counts: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """For rows of objects with `counts` lines each: (object index per row, 0-based line within the object)."""
     obj = np.repeat(np.arange(len(counts)), counts)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]) if len(counts) else np.zeros(0, np.int64)
@@ -206,7 +207,7 @@ def object_index(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def parse_good(
     keys: list[str], blobs: list[bytes], schema: dict[str, pl.DataType]
-) -> tuple[list[tuple[list[str], pl.DataFrame, np.ndarray]], list[str]]:
+) -> tuple[list[tuple[list[str], pl.DataFrame, NDArray[np.int64]]], list[str]]:
     """Parse in as few polars calls as possible: halves are retried until each bad object stands alone.
     Returns the parsed groups (keys, frame, counts) and the keys of objects polars cannot parse."""
     got = parse_objects(blobs, schema)
