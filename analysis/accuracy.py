@@ -24,18 +24,32 @@ import polars as pl
 from numpy.typing import NDArray
 
 ACCURACY_SCHEMA = {
-    "arm": pl.String, "accuracy": pl.Float64, "accuracy_lo": pl.Float64, "accuracy_hi": pl.Float64,
-    "tasks": pl.Int64, "outcomes": pl.Int64, "binary": pl.Boolean, "seen_in": pl.String,
+    "arm": pl.String,
+    "accuracy": pl.Float64,
+    "accuracy_lo": pl.Float64,
+    "accuracy_hi": pl.Float64,
+    "tasks": pl.Int64,
+    "outcomes": pl.Int64,
+    "binary": pl.Boolean,
+    "seen_in": pl.String,
     "accuracy_se": pl.Float64,
-}  # fmt: skip
+}
 FAMILY_SCHEMA = {
-    "family": pl.String, "arm": pl.String, "accuracy": pl.Float64, "accuracy_lo": pl.Float64,
-    "accuracy_hi": pl.Float64, "tasks": pl.Int64,
-}  # fmt: skip
+    "family": pl.String,
+    "arm": pl.String,
+    "accuracy": pl.Float64,
+    "accuracy_lo": pl.Float64,
+    "accuracy_hi": pl.Float64,
+    "tasks": pl.Int64,
+}
 PASS_K_SCHEMA = {
-    "arm": pl.String, "k": pl.Int64, "pass_at_k": pl.Float64, "pass_at_k_lo": pl.Float64,
-    "pass_at_k_hi": pl.Float64, "tasks": pl.Int64,
-}  # fmt: skip
+    "arm": pl.String,
+    "k": pl.Int64,
+    "pass_at_k": pl.Float64,
+    "pass_at_k_lo": pl.Float64,
+    "pass_at_k_hi": pl.Float64,
+    "tasks": pl.Int64,
+}
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -162,8 +176,13 @@ def _merge(
     return mean, var, n_kish, df
 
 
-def score_interval(p: NDArray[np.float64], var: NDArray[np.float64], n_kish: NDArray[np.float64], df: NDArray[np.float64], level: float
-                   ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:  # fmt: skip
+def score_interval(
+    p: NDArray[np.float64],
+    var: NDArray[np.float64],
+    n_kish: NDArray[np.float64],
+    df: NDArray[np.float64],
+    level: float,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Clopper-Pearson interval of a mean score in [0, 1] on its effective number of tasks, with the
     degrees-of-freedom adjustment of Korn & Graubard (1998).
 
@@ -196,8 +215,9 @@ def _num(x: float) -> float | None:
     return None if math.isnan(x) else float(x)
 
 
-def _intervals(stats: Mapping[str, FamilyStats], weights: Mapping[str, float], k: int, level: float,
-               on: bool) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:  # fmt: skip
+def _intervals(
+    stats: Mapping[str, FamilyStats], weights: Mapping[str, float], k: int, level: float, on: bool
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     """(merged mean, lo, hi) [K]; NaN bounds when `on` is false (no intervals asked for)."""
     mean, var, n_kish, df = _merge(stats, weights, k)
     if not on:
@@ -282,6 +302,14 @@ def _pass_k_table(
             )
             stats = _family_stats(pk, "pk", [arm], families)
             v, lo, hi = _intervals(stats, weights, 1, level, bool(rounds))
-            rows.append({"arm": arm, "k": k, "pass_at_k": _num(v[0]), "pass_at_k_lo": _num(lo[0]),
-                         "pass_at_k_hi": _num(hi[0]), "tasks": mine.height})  # fmt: skip
+            rows.append(
+                {
+                    "arm": arm,
+                    "k": k,
+                    "pass_at_k": _num(v[0]),
+                    "pass_at_k_lo": _num(lo[0]),
+                    "pass_at_k_hi": _num(hi[0]),
+                    "tasks": mine.height,
+                }
+            )
     return pl.DataFrame(rows, schema=PASS_K_SCHEMA)

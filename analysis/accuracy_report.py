@@ -49,13 +49,14 @@ def accuracy_title(result: AnalysisResult) -> str:
     """The accuracy table's title: what the column is, how it is weighted, the estimand and the interval."""
     o = result.options
     kind = "pass@1 (every score 0 or 1)" if score_label(result) == "pass@1" else "mean score (partial credit)"
-    return f"Accuracy: {kind}, families weighted like Elo, --missing {o.missing}; Clopper-Pearson intervals"  # fmt: skip
+    return f"Accuracy: {kind}, families weighted like Elo, --missing {o.missing}; Clopper-Pearson intervals"
 
 
 def accuracy_header(result: AnalysisResult) -> list[str]:
     pct = f"{round(result.options.level * 100)}%"
-    return (["arm", f"{score_label(result)} [{pct} CI]", "tasks", "outcomes"]
-            + [f"pass@{k} [{pct} CI]" for k in pass_k_values(result)])  # fmt: skip
+    return ["arm", f"{score_label(result)} [{pct} CI]", "tasks", "outcomes"] + [
+        f"pass@{k} [{pct} CI]" for k in pass_k_values(result)
+    ]
 
 
 def accuracy_rows(result: AnalysisResult, arms: list[str] | None = None) -> list[list[str]]:

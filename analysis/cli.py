@@ -105,12 +105,18 @@ def tokens_cmd(
 # Unset, these come from a run's manifest (the options its own table used), as `ept report` does.
 WEIGHTS_HELP = "Family weights, e.g. math=0.4,code=0.4,tool_use=0.2 (default: a run's plan, as in its table; else equal)."
 ANCHOR_HELP = "Arm pinned at Elo 1000, e.g. greedy@1 (default: a run's plan, else the cheapest arm)."
-ROUNDS_HELP = ("Bootstrap rounds (resampling tasks within families); 0 = none (default: a run's plan, as in its "
-               "table; else 1000).")  # fmt: skip
-MARGIN_HELP = ("Elo: the recommendation calls an arm equivalent to the best only when the interval of their "
-               "difference lies within +-MARGIN; otherwise 'not separated'.")  # fmt: skip
-MISSING_HELP = ("Outcomes without a score: shared = compare arms on the tasks every arm answered (default), "
-                "loss = count a missing score as a loss, drop = each arm on the tasks it answered.")  # fmt: skip
+ROUNDS_HELP = (
+    "Bootstrap rounds (resampling tasks within families); 0 = none (default: a run's plan, as in its "
+    "table; else 1000)."
+)
+MARGIN_HELP = (
+    "Elo: the recommendation calls an arm equivalent to the best only when the interval of their "
+    "difference lies within +-MARGIN; otherwise 'not separated'."
+)
+MISSING_HELP = (
+    "Outcomes without a score: shared = compare arms on the tasks every arm answered (default), "
+    "loss = count a missing score as a loss, drop = each arm on the tasks it answered."
+)
 
 
 def _checked_inputs(

@@ -111,8 +111,17 @@ def _print_compare(res: CompareResult, baseline: str, current: str, *, level: fl
     con = make_console()  # CI logs and pipes: every column in full, not squeezed to 80
     pct = f"{level * 100:g}%"
     t = Table(title=f"ept compare: baseline {baseline} vs current {current}")
-    cols = ("arm", "Elo base", "Elo cur", f"ΔElo [{pct}]", "tok/task base", "tok/task cur", f"Δtok [{pct}]",
-            "drop caught 80%", "status")  # fmt: skip
+    cols = (
+        "arm",
+        "Elo base",
+        "Elo cur",
+        f"ΔElo [{pct}]",
+        "tok/task base",
+        "tok/task cur",
+        f"Δtok [{pct}]",
+        "drop caught 80%",
+        "status",
+    )
     for col in cols:
         t.add_column(col, justify="left" if col in ("arm", "status") else "right", no_wrap=col == "arm")
     for r in res.table.iter_rows(named=True):

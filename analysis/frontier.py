@@ -83,8 +83,11 @@ def shared_family_delta(
     """ΔElo of arm k over arm j on the families both were observed in, each family's own difference
     weighted by the family weights renormalised over those families (no offset, so no assumption about
     the families they lack): (point, lo, hi); NaN where they share no family or without rounds."""
-    fams = [f for f, th in per_family_theta.items()
-            if weights.get(f, 0.0) > 0 and not np.isnan(th[k]) and not np.isnan(th[j])]  # fmt: skip
+    fams = [
+        f
+        for f, th in per_family_theta.items()
+        if weights.get(f, 0.0) > 0 and not np.isnan(th[k]) and not np.isnan(th[j])
+    ]
     if not fams:
         return np.nan, np.nan, np.nan
     w = np.array([weights[f] for f in fams])
@@ -136,18 +139,26 @@ def headline_table(
     df = step_table(curve, order, prev)
     df = df.with_columns(
         pl.Series("vs", [arms[j] if j >= 0 else None for j in prev], dtype=pl.String),
-        pl.Series("seen_in", [seen_label(partial[arms[i]]) if arms[i] in partial else None for i in order],
-                  dtype=pl.String),
-    )  # fmt: skip
+        pl.Series(
+            "seen_in",
+            [seen_label(partial[arms[i]]) if arms[i] in partial else None for i in order],
+            dtype=pl.String,
+        ),
+    )
     if partial:
         df = _partial_rows(
             df, arms, order, prev, partial, per_family_theta, round_theta, weights, curve.level
         )
     return df.with_columns(
-        pl.Series("frontier_band", [
-            band(r["frontier"], r["frontier_prob"], r["seen_in"] is not None) for r in df.iter_rows(named=True)
-        ], dtype=pl.String)
-    )  # fmt: skip
+        pl.Series(
+            "frontier_band",
+            [
+                band(r["frontier"], r["frontier_prob"], r["seen_in"] is not None)
+                for r in df.iter_rows(named=True)
+            ],
+            dtype=pl.String,
+        )
+    )
 
 
 def _partial_rows(
@@ -162,8 +173,19 @@ def _partial_rows(
     level: float,
 ) -> pl.DataFrame:
     """Partial arms' rows: ΔElo on the shared families, no ratio (per_1k_note says why)."""
-    cols = {c: df[c].to_list() for c in ("d_elo", "d_elo_lo", "d_elo_hi", "d_elo_per_1k", "d_elo_per_1k_lo",
-                                         "d_elo_per_1k_hi", "per_1k_resolved", "per_1k_note")}  # fmt: skip
+    cols = {
+        c: df[c].to_list()
+        for c in (
+            "d_elo",
+            "d_elo_lo",
+            "d_elo_hi",
+            "d_elo_per_1k",
+            "d_elo_per_1k_lo",
+            "d_elo_per_1k_hi",
+            "per_1k_resolved",
+            "per_1k_note",
+        )
+    }
     for pos, i in enumerate(order):
         if arms[i] not in partial or prev[pos] < 0:
             continue

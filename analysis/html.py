@@ -525,8 +525,10 @@ def _endpoints_html(manifest: Mapping[str, Any]) -> str:
             str(sess.get("model") or prof.get("model") or "?"),
         )
         seen.setdefault(key, []).append(i)
-    items = "".join(f"<li>{html.escape(mask_urls(e))} · model {html.escape(m)} · sessions {', '.join(map(str, s))}</li>"
-                    for (e, m), s in seen.items())  # fmt: skip
+    items = "".join(
+        f"<li>{html.escape(mask_urls(e))} · model {html.escape(m)} · sessions {', '.join(map(str, s))}</li>"
+        for (e, m), s in seen.items()
+    )
     return f'<div id="endpoints"><p>Endpoints the run used:</p><ul>{items}</ul></div>' if items else ""
 
 

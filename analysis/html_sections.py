@@ -94,8 +94,10 @@ def recommendation_section(doc: HtmlDocument) -> list[str]:
     head, rest = lines[0], lines[1:]
     status = html.escape(str(rec.get("status", "")), quote=True)
     pick = html.escape(str(rec.get("arm") or ""), quote=True)
-    out = [f'<section id="recommendation" data-status="{status}" data-arm="{pick}">',
-           f'<p class="rec"><strong>{html.escape(head)}</strong></p>']  # fmt: skip
+    out = [
+        f'<section id="recommendation" data-status="{status}" data-arm="{pick}">',
+        f'<p class="rec"><strong>{html.escape(head)}</strong></p>',
+    ]
     if rest:
         out.append("<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in rest) + "</ul>")
     out.append("</section>")
@@ -170,14 +172,20 @@ def step_tables_section(doc: HtmlDocument, table: TableRenderer) -> list[str]:
     cols = _cols(STEP_COLUMNS)
     per = list(doc.per_strategy or [])
     if per:
-        out += ['<section id="per-strategy"><h2>Per strategy</h2>',
-                '<p class="muted">Each budget against the previous budget of the same strategy.</p>',
-                table("per-strategy-table", per, cols, row_class="frontier"), "</section>"]  # fmt: skip
+        out += [
+            '<section id="per-strategy"><h2>Per strategy</h2>',
+            '<p class="muted">Each budget against the previous budget of the same strategy.</p>',
+            table("per-strategy-table", per, cols, row_class="frontier"),
+            "</section>",
+        ]
     vs = list(doc.vs_frontier or [])
     if vs:
         rows = [{**r, "arm": f"{r['arm']} vs {r['vs']}" if r.get("vs") else r["arm"]} for r in vs]
-        out += ['<section id="vs-frontier"><h2>Vs previous frontier arm</h2>',
-                '<p class="muted">Each arm against the next-cheaper arm on the frontier, so a dominated arm in '
-                "between does not inflate the next step.</p>",
-                table("vs-frontier-table", rows, cols, row_class="frontier"), "</section>"]  # fmt: skip
+        out += [
+            '<section id="vs-frontier"><h2>Vs previous frontier arm</h2>',
+            '<p class="muted">Each arm against the next-cheaper arm on the frontier, so a dominated arm in '
+            "between does not inflate the next step.</p>",
+            table("vs-frontier-table", rows, cols, row_class="frontier"),
+            "</section>",
+        ]
     return out

@@ -134,8 +134,18 @@ def split_records(records: Records, opt: AnalysisOptions) -> Inputs:
 
 # What the stages read of each kind. A full-width copy of the calls of a 1M-job run (5M rows, 23 columns) was
 # the largest frame after the records themselves; the frame itself stays whole for the views (records=).
-_CALL_COLUMNS = ("task_id", "family", "strategy", "budget_n", "arm", "replicate", "role", "prompt_tokens",
-                 "completion_tokens", "usage_missing")  # fmt: skip
+_CALL_COLUMNS = (
+    "task_id",
+    "family",
+    "strategy",
+    "budget_n",
+    "arm",
+    "replicate",
+    "role",
+    "prompt_tokens",
+    "completion_tokens",
+    "usage_missing",
+)
 _OUTCOME_COLUMNS = ("task_id", "family", "strategy", "budget_n", "arm", "replicate", "score")
 _JUDGMENT_COLUMNS = ("task_id", "family", "arm_a", "arm_b", "winner")
 

@@ -140,6 +140,13 @@ def _per_family_table(
         ]
     return pl.DataFrame(
         rows,
-        schema={"family": pl.String, "weight": pl.Float64, "arm": pl.String, "theta": pl.Float64, "elo": pl.Float64,
-                "elo_lo": pl.Float64, "elo_hi": pl.Float64},
-    )  # fmt: skip
+        schema={
+            "family": pl.String,
+            "weight": pl.Float64,
+            "arm": pl.String,
+            "theta": pl.Float64,
+            "elo": pl.Float64,
+            "elo_lo": pl.Float64,
+            "elo_hi": pl.Float64,
+        },
+    )

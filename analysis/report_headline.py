@@ -14,8 +14,19 @@ if TYPE_CHECKING:
 
 __all__ = ["HEADLINE_HEADER", "LEGEND", "fmt_step", "frontier_cell", "headline_rows", "headline_title"]
 
-HEADLINE_HEADER = ["arm", "budget", "tokens/task", "Δtokens", "Elo [CI]", "ΔElo [CI]", "vs", "ΔElo per 1k [CI]",
-                   "frontier", "ties", "sep. tasks vs"]  # fmt: skip
+HEADLINE_HEADER = [
+    "arm",
+    "budget",
+    "tokens/task",
+    "Δtokens",
+    "Elo [CI]",
+    "ΔElo [CI]",
+    "vs",
+    "ΔElo per 1k [CI]",
+    "frontier",
+    "ties",
+    "sep. tasks vs",
+]
 
 # One line per column and mark: report.md prints it under the table, README's demo block copies it.
 LEGEND = [
@@ -67,13 +78,21 @@ def headline_rows(rows: list[dict[str, Any]], anchor: str | None = None) -> list
         if r.get("seen_in"):
             arm += f" [{r['seen_in']}]"
         ties = r.get("tie_share")
-        out.append([
-            arm, str(r["budget_n"]), _tokens(r["tokens_per_task"]), fmt_step(r.get("d_tokens"), r["tokens_per_task"]),
-            _ci(r["elo"], r.get("elo_lo"), r.get("elo_hi")),
-            _ci(r["d_elo"], r.get("d_elo_lo"), r.get("d_elo_hi"), sign=True), r.get("vs") or "—", _ratio(r),
-            frontier_cell(r), "—" if not _ok(ties) else f"{ties:.0%}",
-            "—" if r.get("separating_vs") is None else str(r["separating_vs"]),
-        ])  # fmt: skip
+        out.append(
+            [
+                arm,
+                str(r["budget_n"]),
+                _tokens(r["tokens_per_task"]),
+                fmt_step(r.get("d_tokens"), r["tokens_per_task"]),
+                _ci(r["elo"], r.get("elo_lo"), r.get("elo_hi")),
+                _ci(r["d_elo"], r.get("d_elo_lo"), r.get("d_elo_hi"), sign=True),
+                r.get("vs") or "—",
+                _ratio(r),
+                frontier_cell(r),
+                "—" if not _ok(ties) else f"{ties:.0%}",
+                "—" if r.get("separating_vs") is None else str(r["separating_vs"]),
+            ]
+        )
     return out
 
 

@@ -65,8 +65,12 @@ def _md_table(header: list[str], rows: list[list[str]], names: int = 1) -> str:
     """A Markdown table; the header and the first `names` columns (arm, strategy) are escaped, the numbers
     (ours) are written as they are."""
     out = ["| " + " | ".join(md_escape(h) for h in header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(md_escape(c) if i < names else c.replace("|", "\\|") for i, c in enumerate(r)) + " |"
-            for r in rows]  # fmt: skip
+    out += [
+        "| "
+        + " | ".join(md_escape(c) if i < names else c.replace("|", "\\|") for i, c in enumerate(r))
+        + " |"
+        for r in rows
+    ]
     return "\n".join(out)
 
 

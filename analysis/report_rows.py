@@ -138,10 +138,15 @@ def breakdown_rows(result: AnalysisResult) -> tuple[list[str], list[list[str]]]:
     rows = []
     for r in sorted(b.iter_rows(named=True), key=lambda r: order.get(r["arm"], len(order))):
         row = [
-            r["arm"], str(r["tasks_attempted"] or 0), str(r["tasks_answered"] or 0), str(r["tasks_lost"] or 0),
-            r["failed_by_class"] or "—", str(r["calls_cut_by_max_tokens"] or 0),
-            _pct(r["reasoning_share"]), _pct(r["cached_share"]),
-        ]  # fmt: skip
+            r["arm"],
+            str(r["tasks_attempted"] or 0),
+            str(r["tasks_answered"] or 0),
+            str(r["tasks_lost"] or 0),
+            r["failed_by_class"] or "—",
+            str(r["calls_cut_by_max_tokens"] or 0),
+            _pct(r["reasoning_share"]),
+            _pct(r["cached_share"]),
+        ]
         if priced:
             row.append("—" if r["cost_per_task"] is None else f"{r['cost_per_task']:.5f}")
         rows.append(row)
@@ -176,8 +181,11 @@ def spent_table_rows(result: AnalysisResult) -> tuple[list[str], list[list[str]]
     for r in rows:
         row = [str(r["arm"]), str(r["failed_attempt_calls"])]
         row += [str(r.get("failed_attempt_unsent") or 0)] if unsent else []
-        row += [fmt_tokens(r["failed_attempt_prompt_tokens"]), fmt_tokens(r["failed_attempt_completion_tokens"]),
-                fmt_tokens(r["failed_attempt_tokens"])]  # fmt: skip
+        row += [
+            fmt_tokens(r["failed_attempt_prompt_tokens"]),
+            fmt_tokens(r["failed_attempt_completion_tokens"]),
+            fmt_tokens(r["failed_attempt_tokens"]),
+        ]
         if priced:
             row.append(f"{float(r.get('failed_attempt_usd') or 0.0):.4f}")
         out.append(row)

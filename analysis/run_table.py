@@ -61,10 +61,14 @@ def table_from_records(records: Records) -> RunTable:
         scores[rows, cols] = both["score"].to_numpy()
         tokens[rows, cols] = both["tokens"].cast(pl.Float64).fill_null(np.nan).to_numpy()
     return RunTable(
-        tasks=tasks, families=[str(f) for f in tasks_df["family"].to_list()], arms=arms,
+        tasks=tasks,
+        families=[str(f) for f in tasks_df["family"].to_list()],
+        arms=arms,
         strategies=[str(s) for s in arms_df["strategy"].to_list()],
-        budgets=[int(b) for b in arms_df["budget_n"].to_list()], scores=scores, tokens=tokens,
-    )  # fmt: skip
+        budgets=[int(b) for b in arms_df["budget_n"].to_list()],
+        scores=scores,
+        tokens=tokens,
+    )
 
 
 def read_run_table(paths: Sequence[str]) -> RunTable:

@@ -60,10 +60,14 @@ def spent_rows(lines: Sequence[dict[str, Any]], prices: Any = None) -> list[dict
     cached input is not split out here: priced as fresh input, an upper bound)."""
     rows = []
     for arm, t in sorted(spent_usage_totals(lines).items()):
-        row: dict[str, Any] = {"arm": arm, "failed_attempt_calls": t["calls"], "failed_attempt_unsent": t["unsent"],
-                               "failed_attempt_prompt_tokens": t["prompt_tokens"],
-                               "failed_attempt_completion_tokens": t["completion_tokens"],
-                               "failed_attempt_tokens": t["tokens"]}  # fmt: skip
+        row: dict[str, Any] = {
+            "arm": arm,
+            "failed_attempt_calls": t["calls"],
+            "failed_attempt_unsent": t["unsent"],
+            "failed_attempt_prompt_tokens": t["prompt_tokens"],
+            "failed_attempt_completion_tokens": t["completion_tokens"],
+            "failed_attempt_tokens": t["tokens"],
+        }
         if prices is not None:
             row["failed_attempt_usd"] = (
                 t["prompt_tokens"] * prices.input + t["completion_tokens"] * prices.output

@@ -52,8 +52,14 @@ class InputError(Exception):
 # and the task (scored as a loss, see worker.job); "task" is an evaluation-side failure (grader crash, bad
 # task) and is never raised by the provider client.
 ProviderErrorClass = Literal[
-    "credential", "endpoint", "rate_limit", "unreachable", "transient", "context_overflow", "permanent",
-]  # fmt: skip
+    "credential",
+    "endpoint",
+    "rate_limit",
+    "unreachable",
+    "transient",
+    "context_overflow",
+    "permanent",
+]
 ErrorClass = Literal[ProviderErrorClass, "task"]
 PROVIDER_ERROR_CLASSES: tuple[ProviderErrorClass, ...] = get_args(ProviderErrorClass)
 ERROR_CLASSES: tuple[ErrorClass, ...] = (*PROVIDER_ERROR_CLASSES, "task")

@@ -171,8 +171,11 @@ class CeleryJobContext:
 
     def to_dict(self) -> CeleryJobContextDict:
         d: CeleryJobContextDict = {
-            "ledger": self.ledger, "base_url": self.base_url, "rpm": self.rpm, "tpm": self.tpm
-        }  # fmt: skip
+            "ledger": self.ledger,
+            "base_url": self.base_url,
+            "rpm": self.rpm,
+            "tpm": self.tpm,
+        }
         if self.clear_failure:
             d["clear_failure"] = True
         if self.max_attempts != DEFAULT_MAX_ATTEMPTS:

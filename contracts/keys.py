@@ -52,6 +52,9 @@ def check_key(key: str) -> str:
     """A relative key of safe components ('a/b/c'); raises InputError otherwise. The ledgers call this before
     building a path or an S3 key, so a key that bypassed `key_component` still cannot escape the run."""
     if not isinstance(key, str) or not key or not all(is_safe_component(p) for p in key.split("/")):
-        raise InputError(f"unsafe ledger key {key!r} (each part: no '/', '..', leading '.', control characters; "
-                         f"at most {MAX_COMPONENT_BYTES} bytes)", field="key")  # fmt: skip
+        raise InputError(
+            f"unsafe ledger key {key!r} (each part: no '/', '..', leading '.', control characters; "
+            f"at most {MAX_COMPONENT_BYTES} bytes)",
+            field="key",
+        )
     return key

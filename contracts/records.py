@@ -149,9 +149,15 @@ class JobResult:
         o = asdict(self.outcome)
         digest = {"task_digest": self.task_digest} if self.task_digest else {}
         lines.append(
-            {**ident, "kind": "outcome", **o, "started_at": self.started_at, "finished_at": self.finished_at,
-             **digest}
-        )  # fmt: skip
+            {
+                **ident,
+                "kind": "outcome",
+                **o,
+                "started_at": self.started_at,
+                "finished_at": self.finished_at,
+                **digest,
+            }
+        )
         lines.extend({**ident, "kind": "judgment", **jd} for jd in self.judgments)
         return lines
 

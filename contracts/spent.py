@@ -34,10 +34,21 @@ def spent_bytes(
     if reason not in SPENT_REASONS:
         raise ValueError(f"unknown spent reason {reason!r}")
     calls = [x for x in lines if x.get("kind") == "call"]
-    ident = {k: v for k, v in (lines[0] if lines else {}).items()
-             if k in ("schema", "run_id", "job_key", "task_id", "family", "strategy", "budget_n", "arm", "replicate")}  # fmt: skip
-    head = {**ident, "kind": "attempt", "reason": reason, "class": error_class, "attempt": attempt, "at": at,
-            "calls": len(calls)}  # fmt: skip
+    ident = {
+        k: v
+        for k, v in (lines[0] if lines else {}).items()
+        if k
+        in ("schema", "run_id", "job_key", "task_id", "family", "strategy", "budget_n", "arm", "replicate")
+    }
+    head = {
+        **ident,
+        "kind": "attempt",
+        "reason": reason,
+        "class": error_class,
+        "attempt": attempt,
+        "at": at,
+        "calls": len(calls),
+    }
     return "".join(_dump(x) + "\n" for x in [head, *calls]).encode()
 
 

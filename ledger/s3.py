@@ -132,9 +132,15 @@ class S3Store:
     AWS_REGION). `create_bucket`: a writer creates a missing bucket on first use (a reader never does)."""
 
     def __init__(
-        self, bucket: str, prefix: str = "", *, client: Any = None, create_bucket: bool = True, attempts: int = 6,
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        client: Any = None,
+        create_bucket: bool = True,
+        attempts: int = 6,
         patience_s: float = 0.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._attempts = attempts
         self._patience_s = patience_s
         self.bucket = bucket
@@ -405,8 +411,14 @@ def s3_problem(store: S3Store, e: Exception) -> InputError:
         status = s3_status(e)
         if code in ("NoSuchBucket",) or (status == 404 and not code.startswith("NoSuchKey")):
             why = f"bucket: {store.bucket!r} does not exist at {endpoint}"
-        elif code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken",
-                      "ExpiredToken", "AuthorizationHeaderMalformed") or status in (401, 403):  # fmt: skip
+        elif code in (
+            "InvalidAccessKeyId",
+            "SignatureDoesNotMatch",
+            "AccessDenied",
+            "InvalidToken",
+            "ExpiredToken",
+            "AuthorizationHeaderMalformed",
+        ) or status in (401, 403):
             why = f"credentials: {endpoint} refused them ({code or status}); check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
         else:
             why = f"endpoint: {endpoint} answered {code or status or type(e).__name__}"

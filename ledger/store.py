@@ -220,11 +220,25 @@ class S3Ledger(Ledger):
     store: S3Store
 
     def __init__(
-        self, bucket: str, prefix: str = "", *, client: Any = None, create_bucket: bool = True, attempts: int = 6,
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        client: Any = None,
+        create_bucket: bool = True,
+        attempts: int = 6,
         patience_s: float = 0.0,
-    ) -> None:  # fmt: skip
-        super().__init__(S3Store(bucket, prefix, client=client, create_bucket=create_bucket, attempts=attempts,
-                                 patience_s=patience_s))  # fmt: skip
+    ) -> None:
+        super().__init__(
+            S3Store(
+                bucket,
+                prefix,
+                client=client,
+                create_bucket=create_bucket,
+                attempts=attempts,
+                patience_s=patience_s,
+            )
+        )
         self.bucket = self.store.bucket
         self.prefix = self.store.prefix
 

@@ -166,8 +166,11 @@ def _counted(f: str, used: int) -> int:
     except TooBig as e:
         if e.field is None or "past" not in e.why:
             raise
-        cap = (f"EPT_MAX_IMPORT_MB={per_file / 2**20:g}" if per_file <= room else
-               f"EPT_MAX_IMPORT_TOTAL_MB={per_import / 2**20:g} with the {used / 2**20:.0f} MB of the logs before it")  # fmt: skip
+        cap = (
+            f"EPT_MAX_IMPORT_MB={per_file / 2**20:g}"
+            if per_file <= room
+            else f"EPT_MAX_IMPORT_TOTAL_MB={per_import / 2**20:g} with the {used / 2**20:.0f} MB of the logs before it"
+        )
         raise TooBig(
             e.field, f"{e.why} {cap} (a zip bomb, or logs to import in parts or with a higher cap)"
         ) from None

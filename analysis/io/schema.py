@@ -37,9 +37,19 @@ _INT_FIELDS = ("budget_n", "replicate", "prompt_tokens", "completion_tokens", "b
 # frame holds them as Categorical, a 4-byte code per row instead of a 16-byte string view (plus the text of
 # longer ones). That is most of a large run's frame, and it is what `ept analyze` keeps while it works.
 LABEL_COLUMNS = (
-    "file", "kind", "task_id", "family", "strategy", "arm", "role", "finish_reason", "error_class", "winner", "arm_a",
+    "file",
+    "kind",
+    "task_id",
+    "family",
+    "strategy",
+    "arm",
+    "role",
+    "finish_reason",
+    "error_class",
+    "winner",
+    "arm_a",
     "arm_b",
-)  # fmt: skip
+)
 
 # The normalised frame every later stage reads.
 RECORD_SCHEMA: dict[str, pl.DataType] = {
@@ -75,10 +85,23 @@ RECORD_SCHEMA: dict[str, pl.DataType] = {
 # "usage.x" parses only that member of the usage object: the breakdown (details objects, cache fields) is
 # most of the JSON parse's cost on a call line and `ept tokens` does not report it. Not `family` either.
 TOKENS_FIELDS = (
-    "kind", "task_id", "strategy", "budget_n", "arm", "replicate", "role", "usage.prompt_tokens",
-    "usage.completion_tokens", "prompt_tokens", "completion_tokens", "usage_missing", "error", "score", "correct",
+    "kind",
+    "task_id",
+    "strategy",
+    "budget_n",
+    "arm",
+    "replicate",
+    "role",
+    "usage.prompt_tokens",
+    "usage.completion_tokens",
+    "prompt_tokens",
+    "completion_tokens",
+    "usage_missing",
+    "error",
+    "score",
+    "correct",
     "winner",
-)  # fmt: skip
+)
 
 
 def fields_schema(fields: Sequence[str]) -> dict[str, pl.DataType]:

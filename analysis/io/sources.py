@@ -102,8 +102,11 @@ def _drop_compacted_copies(files: list[str]) -> list[str]:
     read a found directory's jobs/ objects and skip its compact/ copy so no record counts twice."""
     runs_with_jobs = {f.split("/jobs/")[0] for f in files if "/jobs/" in f}
     # planned/keys-*.parquet are job-key declarations (ledger/keyspace.py), not records.
-    return [f for f in files if not ("/compact/" in f and f.split("/compact/")[0] in runs_with_jobs)
-            and "/planned/keys-" not in f]  # fmt: skip
+    return [
+        f
+        for f in files
+        if not ("/compact/" in f and f.split("/compact/")[0] in runs_with_jobs) and "/planned/keys-" not in f
+    ]
 
 
 # ---------------------------------------------------------------- ledger runs (where they are)
@@ -160,15 +163,16 @@ def resolve_input(arg: str, ledger: str | None = None) -> str:
             "a table is not a call log: `ept import batch` turns OpenAI Batch output plus a CSV of scores into "
             "records `ept analyze` reads (docs/imports.md); suites of tasks in CSV go through `ept suites import`",
             file=arg,
-        )  # fmt: skip
+        )
     bare = "/" not in arg and "://" not in arg and not glob.has_magic(arg) and not os.path.exists(arg)
     if bare and not arg.endswith(DATA_SUFFIXES):
         led = open_ledger_for_reading(ledger or DEFAULT_LEDGER)
         try:
             check_run(led, arg)
         except InputError as e:  # a bare name is a run id or a path: say neither exists
-            raise InputError(f"no such file or folder {arg!r} (in {os.getcwd()}), and {e.message}",
-                             field=e.field) from None  # fmt: skip
+            raise InputError(
+                f"no such file or folder {arg!r} (in {os.getcwd()}), and {e.message}", field=e.field
+            ) from None
         return led.run_url(arg)
     return arg
 

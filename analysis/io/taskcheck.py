@@ -37,8 +37,9 @@ def mismatches(rows: pl.DataFrame, expected: dict[str, str]) -> pl.DataFrame:
     """Of `rows` (job_key, line0, kind, task_digest), the outcome lines whose digest is not the one recorded
     for their task (or whose task the run never recorded): job_key, line0, task_digest, expected."""
     if DIGEST_FIELD not in rows.columns or rows.height == 0:
-        return pl.DataFrame(schema={"job_key": pl.String, "line0": pl.Int64, DIGEST_FIELD: pl.String,
-                                    "expected": pl.String})  # fmt: skip
+        return pl.DataFrame(
+            schema={"job_key": pl.String, "line0": pl.Int64, DIGEST_FIELD: pl.String, "expected": pl.String}
+        )
     table = pl.DataFrame(
         {"part": list(expected), "expected": list(expected.values())},
         schema={"part": pl.String, "expected": pl.String},
@@ -71,8 +72,10 @@ def refuse_or_report(led: Ledger, run: str, bad: pl.DataFrame, *, skip_bad: bool
             if r["expected"] is None
             else f"the run recorded task {part!r} as {r['expected']}"
         )
-        msg = (f"graded a task with digest {r[DIGEST_FIELD]!r}, but {why}: this outcome is not of the run's "
-               "task (a forged job?); --skip-bad leaves its job out")  # fmt: skip
+        msg = (
+            f"graded a task with digest {r[DIGEST_FIELD]!r}, but {why}: this outcome is not of the run's "
+            "task (a forged job?); --skip-bad leaves its job out"
+        )
         err = BadLine(prefix + str(r["job_key"]) + JOB_SUFFIX, int(r["line0"]) + 1, DIGEST_FIELD, msg)
         if not skip_bad:
             raise InputError(err.message, err.file, err.line, err.field)
