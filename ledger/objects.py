@@ -56,11 +56,6 @@ class ObjectStore(Protocol):
         `bounds` (names without the suffix, any order) may split the listing into ranges listed in parallel."""
         ...
 
-    def list_suffix_since(self, prefix: str, suffix: str, since: float) -> Iterator[str] | None:
-        """Names as list_suffix gives them, of objects that may have been written at or after `since`
-        (time.time(); a superset), without listing every name; None when the store cannot tell."""
-        ...
-
     def get_many(self, keys: builtins.list[str], threads: int = 16) -> builtins.list[bytes]:
         """The objects' bytes in `keys` order, `threads` reads in flight; FileNotFoundError if one is missing."""
         ...

@@ -349,10 +349,6 @@ class S3Store:
             for keys in ex.map(one, ranges):
                 yield from keys
 
-    def list_suffix_since(self, prefix: str, suffix: str, since: float) -> Iterator[str] | None:
-        """S3 lists no modification times short of listing every key: it cannot tell."""
-        return None
-
     def get_many(self, keys: builtins.list[str], threads: int = 16) -> builtins.list[bytes]:
         """Fetched by `threads` GETs in flight (latency-bound, not CPU)."""
         self.client  # noqa: B018 - create the client once, before the threads share it

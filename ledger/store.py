@@ -173,16 +173,6 @@ class Ledger:
             f"{self._run(run_id)}/jobs/", JOB_SUFFIX, bounds=bounds, threads=threads
         )
 
-    def iter_job_keys_since(self, run_id: str, since: float) -> Iterator[str] | None:
-        """Job keys that may have been written since `since` (time.time()), a superset, without listing
-        every key: None when the store cannot tell (S3).
-
-        Args:
-            run_id: The run's id (checked: no slashes, spaces or leading dot).
-            since: A time.time() value: keys written at or after it are included.
-        """
-        return self.store.list_suffix_since(f"{self._run(run_id)}/jobs/", JOB_SUFFIX, since)
-
     def get_jobs(self, run_id: str, keys: list[str], threads: int = 16) -> list[bytes]:
         """The job objects' bytes in `keys` order, `threads` reads in flight; FileNotFoundError if one is
         missing.
