@@ -30,7 +30,12 @@ _S3_CREDENTIAL_CODES = (
 
 
 def raise_if_credentials(e: Exception, url: str) -> None:
-    """Wrong or missing S3 credentials are a setup error (exit 2 naming the variables), not a traceback."""
+    """Wrong or missing S3 credentials are a setup error (exit 2 naming the variables), not a traceback.
+
+    Args:
+        e: The exception a boto3 call raised.
+        url: The ledger URL, for the message.
+    """
     from botocore.exceptions import NoCredentialsError, PartialCredentialsError
 
     code = str(getattr(e, "response", {}).get("Error", {}).get("Code", "")) if hasattr(e, "response") else ""
@@ -47,7 +52,11 @@ def raise_if_credentials(e: Exception, url: str) -> None:
 
 
 def s3_status(e: Exception) -> int:
-    """The HTTP status of a botocore error (0 when it has none: a connection error)."""
+    """The HTTP status of a botocore error (0 when it has none: a connection error).
+
+    Args:
+        e: The exception a boto3 call raised.
+    """
     resp = getattr(e, "response", None) or {}
     return int(resp.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
 
@@ -296,7 +305,11 @@ class S3Store:
         return self._exists(self._full(key))
 
     def has_prefix(self, prefix: str) -> bool:
-        """One LIST of at most one key, not retried: a wrong endpoint, key or bucket is diagnosed at once."""
+        """One LIST of at most one key, not retried: a wrong endpoint, key or bucket is diagnosed at once.
+
+        Args:
+            prefix: A folder-like key prefix ending in `/` ("runs/r1/jobs/").
+        """
         try:
             resp = self.client.list_objects_v2(Bucket=self.bucket, Prefix=self._full(prefix), MaxKeys=1)
         except Exception as e:
@@ -350,7 +363,12 @@ class S3Store:
                 yield from keys
 
     def get_many(self, keys: builtins.list[str], threads: int = 16) -> builtins.list[bytes]:
-        """Fetched by `threads` GETs in flight (latency-bound, not CPU)."""
+        """Fetched by `threads` GETs in flight (latency-bound, not CPU).
+
+        Args:
+            keys: The objects' keys.
+            threads: Requests (or reads) in flight at once.
+        """
         self.client  # noqa: B018 - create the client once, before the threads share it
 
         def get(k: str) -> bytes:
@@ -385,7 +403,12 @@ class S3Store:
 
 
 def s3_problem(store: S3Store, e: Exception) -> InputError:
-    """Which of endpoint, credentials or bucket is wrong, from the error of a first request."""
+    """Which of endpoint, credentials or bucket is wrong, from the error of a first request.
+
+    Args:
+        store: The store whose first request failed.
+        e: The exception a boto3 call raised.
+    """
     from botocore.exceptions import (
         ConnectionClosedError,
         EndpointConnectionError,

@@ -39,7 +39,11 @@ def s3_settings(env: Mapping[str, str] | None = None) -> S3Settings:
     """The S3 endpoint, region and credentials from `env` (default: the process environment).
 
     AWS_ENDPOINT_URL_S3 wins over AWS_ENDPOINT_URL, AWS_REGION over AWS_DEFAULT_REGION (default us-east-1);
-    empty values count as unset."""
+    empty values count as unset.
+
+    Args:
+        env: The environment to read (default: the process environment).
+    """
     e = os.environ if env is None else env
 
     def get(var: str) -> str | None:
@@ -55,12 +59,20 @@ def s3_settings(env: Mapping[str, str] | None = None) -> S3Settings:
 
 
 def endpoint_label(env: Mapping[str, str] | None = None) -> str:
-    """The endpoint for error messages: the URL, or "the AWS default" when none is configured."""
+    """The endpoint for error messages: the URL, or "the AWS default" when none is configured.
+
+    Args:
+        env: The environment to read (default: the process environment).
+    """
     return s3_settings(env).endpoint or "the AWS default"
 
 
 def storage_options(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """polars/object_store options for s3:// from the same settings the boto3 clients use."""
+    """polars/object_store options for s3:// from the same settings the boto3 clients use.
+
+    Args:
+        env: The environment to read (default: the process environment).
+    """
     s = s3_settings(env)
     opts: dict[str, str] = {"aws_region": s.region}
     for key, value in (
