@@ -53,7 +53,13 @@ PASS_K_SCHEMA = {
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples of which c passed (Chen et al. 2021, numerically stable product form)."""
+    """Unbiased pass@k from n samples of which c passed (Chen et al. 2021, numerically stable product form).
+
+    Args:
+        n: Samples drawn.
+        c: Samples that passed.
+        k: The k of pass@k (1 <= k <= n).
+    """
     if not 0 <= c <= n or not 1 <= k <= n:
         raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
     if n - c < k:
@@ -62,7 +68,13 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def pass_at_k_array(n: NDArray[np.float64], c: NDArray[np.float64], k: int) -> NDArray[np.float64]:
-    """pass_at_k over arrays (n >= k everywhere), through log-gamma: C(n-c, k) / C(n, k)."""
+    """pass_at_k over arrays (n >= k everywhere), through log-gamma: C(n-c, k) / C(n, k).
+
+    Args:
+        n: Samples drawn per task.
+        c: Samples that passed per task.
+        k: The k of pass@k.
+    """
     from scipy.special import gammaln
 
     n, c = np.asarray(n, dtype=float), np.asarray(c, dtype=float)
@@ -84,7 +96,11 @@ def _ks(n_min: int) -> list[int]:
 
 def task_scores(outcomes: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     """Per (family, task, arm): mean score over replicates, replicate count n and passes c (score >= 1).
-    Outcomes without a score (ungraded) are left out, as the comparisons leave them out."""
+    Outcomes without a score (ungraded) are left out, as the comparisons leave them out.
+
+    Args:
+        outcomes: Outcome records (task_id, family, arm, replicate, score), eager or lazy.
+    """
     return (
         outcomes.lazy()
         .filter(pl.col("score").is_not_null())
@@ -193,7 +209,15 @@ def score_interval(
     Wilson interval's upper bound at n-1 of n solved falls just short of a true rate near 1 - 1/(4n) (exact
     binomial coverage 85% at 99.4% on 24 tasks); Clopper-Pearson's coverage is at least the level for any
     rate on a binary score (measured >= 95.3% on 8-180 tasks, benchmarks/bench_verdict.py). It does not
-    collapse at 0 or 1: n of n solved gives a lower bound of (alpha/2)^(1/n_eff) (0.84 at 24 tasks)."""
+    collapse at 0 or 1: n of n solved gives a lower bound of (alpha/2)^(1/n_eff) (0.84 at 24 tasks).
+
+    Args:
+        p: Mean scores in [0, 1].
+        var: The variance of each mean.
+        n_kish: The effective number of tasks behind each mean (Kish).
+        df: Degrees of freedom of each variance.
+        level: Interval level in (0.5, 1) (e.g. 0.95).
+    """
     from scipy.stats import beta, norm, t
 
     p = np.clip(np.asarray(p, dtype=float), 0.0, 1.0)

@@ -45,7 +45,12 @@ _FIT_BUDGET = 256 * 2**20
 
 
 def fit_batch_size(n_arms: int, budget: int = _FIT_BUDGET) -> int:
-    """Rounds fitted together for K arms: as many as fit the memory budget, at least 1, at most _CHUNK."""
+    """Rounds fitted together for K arms: as many as fit the memory budget, at least 1, at most _CHUNK.
+
+    Args:
+        n_arms: K, the number of arms (indices 0..K-1).
+        budget: Bytes the batched fits may use.
+    """
     per_round = _ARRAYS_PER_ROUND * 8 * max(int(n_arms), 1) ** 2
     return int(min(_CHUNK, max(1, budget // per_round)))
 
@@ -61,6 +66,12 @@ class OutcomeGroups:
     tie_weight: float = 0.5  # 0 drops ties
 
     def check(self, n_tasks: int, n_arms: int) -> None:
+        """ValueError unless task, arm and level are 1-D integer arrays of one length with indices in range and mass is finite and >= 0.
+
+        Args:
+            n_tasks: The number of tasks (task indices lie below it).
+            n_arms: The number of arms (arm indices lie below it).
+        """
         shape = np.asarray(self.task).shape
         for name, hi in (("task", n_tasks), ("arm", n_arms), ("level", None)):
             a = np.asarray(getattr(self, name))
@@ -183,7 +194,12 @@ def _family_counts(data: PairData, fam: int) -> NDArray[np.float64]:
 
 
 def family_counts(data: PairData, fam: int) -> NDArray[np.float64]:
-    """K x K weighted win counts of family index `fam` (explicit rows and outcome groups)."""
+    """K x K weighted win counts of family index `fam` (explicit rows and outcome groups).
+
+    Args:
+        data: The indexed comparisons and tokens (analysis.design.pair_data).
+        fam: The family's index in data.families.
+    """
     return _family_counts(data, fam)
 
 
@@ -273,7 +289,12 @@ def fit_families(data: PairData, *, l2: float = 1e-3) -> dict[str, FamilyPoint]:
     """One Bradley-Terry fit per family on all of that family's comparisons (diagnostics included).
 
     The only point fit of a family in an analysis: point_estimate and bootstrap take its result (`fits=`)
-    instead of fitting again; bootstrap rounds are separate, batched fits of resampled counts."""
+    instead of fitting again; bootstrap rounds are separate, batched fits of resampled counts.
+
+    Args:
+        data: The indexed comparisons and tokens (analysis.design.pair_data).
+        l2: L2 penalty on theta (0: the plain maximum-likelihood fit).
+    """
     out = {}
     for f, name in enumerate(data.families):
         wins = _family_counts(data, f)
@@ -289,7 +310,11 @@ def _tokens_per_task(tok: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 def tokens_unweighted(data: PairData) -> NDArray[np.float64]:
-    """Tokens per task pooled over all tasks by task count, ignoring family weights ([K])."""
+    """Tokens per task pooled over all tasks by task count, ignoring family weights ([K]).
+
+    Args:
+        data: The indexed comparisons and tokens (analysis.design.pair_data).
+    """
     return _tokens_per_task(np.asarray(data.task_tokens, dtype=float))
 
 
@@ -313,6 +338,11 @@ def small_sample_factor(n_tasks: int, df: int | None = None, level: float = 0.95
     percentile" correction. df is the degrees of freedom of the merged estimate's variance, sum of
     (n_f - 1) over the merged families (default n - 1: one family). One family: 1.005 at 300 tasks, 1.04
     at 40, 1.2 at 10; infinite (no interval) below 2 tasks, where resampling one task shows no variation.
+
+    Args:
+        n_tasks: The family's number of tasks.
+        df: Degrees of freedom of the merged estimate (None: n_tasks - 1).
+        level: Interval level in (0.5, 1) (e.g. 0.95).
     """
     from scipy.stats import norm, t
 
@@ -346,7 +376,15 @@ def point_estimate(
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], dict[str, NDArray[np.float64]]]:
     """(elo [K] anchored, tokens_per_task [K], family -> centred theta [K] with NaN for unobserved arms).
 
-    fits: fit_families(data, l2=l2) when the caller has it already (then nothing is fitted here)."""
+    fits: fit_families(data, l2=l2) when the caller has it already (then nothing is fitted here).
+
+    Args:
+        data: The indexed comparisons and tokens (analysis.design.pair_data).
+        family_weights: Weight of each family, in data.families order.
+        anchor: The arm placed at 1000 Elo.
+        l2: L2 penalty on theta (0: the plain maximum-likelihood fit).
+        fits: Per-family fits already made (fit_families; None: fitted here).
+    """
     weights = _weights(data, family_weights)
     anchor = _check_anchor(data, anchor)
     fits = _point_fits(data, fits, l2)

@@ -49,7 +49,11 @@ PRIOR_COMPARISONS = 1.0
 
 
 def prior_l2(virtual_comparisons: float = PRIOR_COMPARISONS) -> float:
-    """The l2 of `virtual_comparisons` virtual ties per arm against theta = 0 (see PRIOR_COMPARISONS)."""
+    """The l2 of `virtual_comparisons` virtual ties per arm against theta = 0 (see PRIOR_COMPARISONS).
+
+    Args:
+        virtual_comparisons: Virtual ties per arm against theta = 0.
+    """
     c = float(virtual_comparisons)
     if not np.isfinite(c) or c < 0:
         raise ValueError(f"virtual comparisons must be a finite number >= 0, got {virtual_comparisons!r}")
@@ -103,7 +107,14 @@ def aggregate_wins(
     n_arms: int,
     weights: NDArray[np.float64] | None = None,
 ) -> NDArray[np.float64]:
-    """K x K matrix W with W[i, j] = total weight of comparisons where i beat j (validated)."""
+    """K x K matrix W with W[i, j] = total weight of comparisons where i beat j (validated).
+
+    Args:
+        winner: Winning arm index of each comparison.
+        loser: Losing arm index of each comparison.
+        n_arms: K, the number of arms (indices 0..K-1).
+        weights: Per-comparison weights, finite and >= 0 (None: 1 each).
+    """
     if int(n_arms) != n_arms or n_arms < 1:
         raise ValueError(f"n_arms must be a positive integer, got {n_arms!r}")
     n_arms = int(n_arms)
@@ -143,7 +154,13 @@ def _check_wins(wins: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 def bt_objective(theta: NDArray[np.float64], wins: NDArray[np.float64], l2: float) -> NDArray[np.float64]:
-    """f(theta) for count matrices; works on a batch ([R, K] theta with [R, K, K] wins)."""
+    """f(theta) for count matrices; works on a batch ([R, K] theta with [R, K, K] wins).
+
+    Args:
+        theta: Strengths [K] or a batch [R, K].
+        wins: Win counts [K, K] or a batch [R, K, K].
+        l2: L2 penalty on theta (0: the plain maximum-likelihood fit).
+    """
     d = theta[..., :, None] - theta[..., None, :]
     # -log sigmoid(d) = logaddexp(0, -d): finite for every d, so 0 * it is 0 on empty cells.
     nll = np.sum(wins * np.logaddexp(0.0, -d), axis=(-2, -1))
@@ -295,6 +312,9 @@ def mle_exists(wins: NDArray[np.float64]) -> bool:
 
     Zermelo/Ford condition: within every connected group of arms, the directed "beat" graph
     must be strongly connected (no subset of arms that never lost to the rest of its group).
+
+    Args:
+        wins: K x K weighted win counts (wins[i, j]: weight of i beating j).
     """
     from scipy.sparse.csgraph import connected_components
 
@@ -325,7 +345,13 @@ def _scipy_fallback(
 
 
 def fit_bt_counts(wins: NDArray[np.float64], *, l2: float = 1e-3, max_iter: int = _MAX_ITER) -> BTFit:
-    """Fit from a K x K weighted win-count matrix (wins[i, j] = weight of i beating j)."""
+    """Fit from a K x K weighted win-count matrix (wins[i, j] = weight of i beating j).
+
+    Args:
+        wins: K x K weighted win counts (wins[i, j]: weight of i beating j).
+        l2: L2 penalty on theta (0: the plain maximum-likelihood fit).
+        max_iter: Newton iterations before the fit gives up (then scipy's trust-region solver finishes it).
+    """
     l2 = _check_l2(l2)
     w = _check_wins(wins)
     if w.ndim != 2:
@@ -361,7 +387,15 @@ def fit_bt_detailed(
     l2: float = 1e-3,
     weights: NDArray[np.float64] | None = None,
 ) -> BTFit:
-    """Same as fit_bt, with diagnostics. A tie is passed as two rows (a beat b, b beat a), weight 0.5 each."""
+    """Same as fit_bt, with diagnostics. A tie is passed as two rows (a beat b, b beat a), weight 0.5 each.
+
+    Args:
+        winner: Winning arm index of each comparison.
+        loser: Losing arm index of each comparison.
+        n_arms: K, the number of arms (indices 0..K-1).
+        l2: L2 penalty on theta (0: the plain maximum-likelihood fit).
+        weights: Per-comparison weights (None: 1 each).
+    """
     return fit_bt_counts(aggregate_wins(winner, loser, n_arms, weights), l2=l2)
 
 
@@ -373,5 +407,13 @@ def fit_bt(
     l2: float = 1e-3,
     weights: NDArray[np.float64] | None = None,
 ) -> NDArray[np.float64]:
-    """Centred theta minimising -sum w*log sigmoid(theta_win - theta_lose) + l2*sum(theta**2)."""
+    """Centred theta minimising -sum w*log sigmoid(theta_win - theta_lose) + l2*sum(theta**2).
+
+    Args:
+        winner: Winning arm index of each comparison.
+        loser: Losing arm index of each comparison.
+        n_arms: K, the number of arms (indices 0..K-1).
+        l2: L2 penalty on theta (0: the plain maximum-likelihood fit).
+        weights: Per-comparison weights (None: 1 each).
+    """
     return fit_bt_detailed(winner, loser, n_arms, l2=l2, weights=weights).theta

@@ -43,7 +43,11 @@ ESTIMANDS = {
 
 
 def check_estimand(name: str) -> str:
-    """The estimand's name, or InputError(field='--missing')."""
+    """The estimand's name, or InputError(field='--missing').
+
+    Args:
+        name: The --missing value.
+    """
     if name not in ESTIMANDS:
         raise InputError(f"must be one of {', '.join(ESTIMANDS)}, got {name!r}", field="--missing")
     return name
@@ -62,7 +66,11 @@ class Missing:
 def missing_cells(outcomes: pl.DataFrame) -> pl.DataFrame:
     """(task_id, family, arm, strategy, budget_n) where the arm ran the family but has no scored outcome on
     a task of that family that some arm has. Input: outcome records (task_id, family, strategy, budget_n,
-    arm, score) of the compared arms."""
+    arm, score) of the compared arms.
+
+    Args:
+        outcomes: Outcome records of the compared arms: task_id, family, strategy, budget_n, arm, score.
+    """
     ran = outcomes.select("family", "arm", "strategy", "budget_n").unique()
     tasks = outcomes.filter(pl.col("score").is_not_null()).select("task_id", "family").unique()
     scored = outcomes.filter(pl.col("score").is_not_null()).select("task_id", "arm").unique()
@@ -74,7 +82,12 @@ def missing_cells(outcomes: pl.DataFrame) -> pl.DataFrame:
 
 
 def apply_estimand(outcomes: pl.DataFrame, estimand: str) -> Missing:
-    """The outcomes the comparisons are built from under `estimand` (see the module docstring)."""
+    """The outcomes the comparisons are built from under `estimand` (see the module docstring).
+
+    Args:
+        outcomes: Outcome records: task_id, family, arm, replicate, score (a null score is ignored).
+        estimand: How missing outcomes count: one of ESTIMANDS (the --missing option).
+    """
     check_estimand(estimand)
     cells = missing_cells(outcomes)
     empty = pl.DataFrame(schema={"task_id": outcomes.schema["task_id"]})
@@ -126,7 +139,12 @@ def missingness(outcomes: pl.DataFrame, estimand: str = "shared") -> tuple[pl.Da
 
     others_on_missing: the other arms' mean score on the tasks this arm lacks; others_on_rest: on the tasks
     it has. A clearly lower first figure says the misses are the hard tasks: dropping them would flatter
-    the arm."""
+    the arm.
+
+    Args:
+        outcomes: Outcome records: task_id, family, arm, replicate, score (a null score is ignored).
+        estimand: How missing outcomes count: one of ESTIMANDS (the --missing option).
+    """
     cells = missing_cells(outcomes)
     tail = _retry_warning(outcomes, cells, estimand)
     schema = {
@@ -253,7 +271,11 @@ def harder_p_value(
 
 def flagged_arms(table: pl.DataFrame | None) -> list[str]:
     """Arms the missingness check flags (their missing tasks are the harder ones): the recommendation never
-    picks them, as their Elo is over easier tasks than the others'. table: missingness()'s frame."""
+    picks them, as their Elo is over easier tasks than the others'. table: missingness()'s frame.
+
+    Args:
+        table: missingness()'s frame (None: no check ran).
+    """
     if table is None or table.height == 0 or "p_harder" not in table.columns:
         return []
     k = table.height

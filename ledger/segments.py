@@ -362,18 +362,7 @@ def compact_run(
     on_progress: Callable[[str, int, int], None] | None = None,
     verify: bool | None = None,
 ) -> CompactResult:
-    """Fold the run's job objects that no segment holds into new segment(s). See the module docstring.
-
-    Args:
-        ledger: The run's ledger.
-        run_id: The run's id.
-        rebuild: Drop every segment and index first and fold all job objects again.
-        chunk_jobs: Objects read and parsed per chunk.
-        max_segment_jobs: The most job objects one segment holds.
-        threads: Requests (or reads) in flight at once.
-        on_progress: Called with (stage, done, total) as the compaction goes.
-        verify: List the run even when its declared keys would do (None: EPT_VERIFY_JOBS decides).
-    """
+    """Fold the run's job objects that no segment holds into new segment(s). See the module docstring."""
     import pyarrow.parquet as pq
 
     res = CompactResult(run_id)
