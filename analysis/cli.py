@@ -30,6 +30,12 @@ LEDGER_HELP = "Ledger holding a RUN given by id (folder or s3://bucket/prefix); 
 
 
 def resolve_inputs(paths: list[str], ledger: str | None) -> list[str]:
+    """The command's paths with each bare run id resolved to that run's folder or URL in `ledger`.
+
+    Args:
+        paths: The command's paths or run ids.
+        ledger: The ledger a bare run id is looked up in (None: ./ept-out/ledger).
+    """
     from elo_per_token.analysis.io import resolve_input
 
     return [resolve_input(p, ledger) for p in paths]
@@ -317,6 +323,10 @@ def _write_transcript(path: str, text: str) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's commands to `app`."""
+    """Add this stage's commands to `app`.
+
+    Args:
+        app: The root `ept` app.
+    """
     app.command("analyze")(analyze_cmd)
     app.command("tokens")(tokens_cmd)

@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 
 
 def register(app: typer.Typer) -> None:
+    """Add this stage's commands (compare, report) to `app`.
+
+    Args:
+        app: The root `ept` app.
+    """
     app.command("compare")(compare)
     app.command("report")(report)
 
@@ -253,7 +258,12 @@ def report(
 
 
 def resolve_run(arg: str, ledger: str | None = None) -> str:
-    """A bare run id (e.g. `demo`) that is not a path means that run in `ledger` (default ./ept-out/ledger)."""
+    """A bare run id (e.g. `demo`) that is not a path means that run in `ledger` (default ./ept-out/ledger).
+
+    Args:
+        arg: A run id, run folder/URL or a folder of logs.
+        ledger: The ledger a bare run id is looked up in (None: ./ept-out/ledger).
+    """
     from elo_per_token.analysis.io import resolve_input
 
     return resolve_input(arg, ledger)

@@ -35,6 +35,9 @@ def pooled_pairs(outcomes: pl.DataFrame) -> pl.DataFrame:
     outcomes: task, player, replicate, score (nulls already removed). Higher score wins; equal scores are a
     tie, given as two rows of half weight. Every replicate of one player meets every replicate of the other,
     each meeting weighted 1/(n_a*n_b), so one task and pair of players weighs 1 whatever the replicates.
+
+    Args:
+        outcomes: Outcome rows: task, player, replicate, score (nulls removed).
     """
     o = outcomes.with_columns(pl.len().over("task", "player").alias("n_rep").cast(pl.Float64))
     left = o.select(

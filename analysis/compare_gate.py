@@ -45,7 +45,11 @@ _NUM = r"[0-9]+(?:\.[0-9]*)?"
 
 
 def parse_fail_on(spec: str | None) -> FailRule:
-    """Parse `elo-drop=20,tokens-rise=10%`; `none` or '' gives a report-only rule."""
+    """Parse `elo-drop=20,tokens-rise=10%`; `none` or '' gives a report-only rule.
+
+    Args:
+        spec: The --fail-on value (None, '' or 'none': report only).
+    """
     if spec is None or spec.strip().lower() in ("", "none"):
         return FailRule()
     values: dict[str, Any] = {}
@@ -87,6 +91,11 @@ def detectable_drop(
     probability Φ((δ - margin - z_g * se) / se), which is 80% at δ = margin + (z_g + z_0.8) * se. The runs
     being compared are the best guess of the precision of a run of this size (docs/compare.md). Without an
     elo-drop rule nothing is ever flagged, so the figure is NaN (shown as missing).
+
+    Args:
+        d_samples: Bootstrap ΔElo samples [R, K] (current minus baseline).
+        gate_level: The two-sided level the gate's intervals are at.
+        margin: The elo-drop threshold (None: no elo-drop rule).
     """
     from scipy.stats import norm
 
@@ -101,6 +110,12 @@ def detectable_drop(
 
 
 def apply_rule(table: pl.DataFrame, rule: FailRule) -> tuple[list[str], dict[str, list[str]]]:
+    """(arms the rule flags, arm -> the reasons): an arm is flagged when its whole interval is past a threshold.
+
+    Args:
+        table: The comparison table, one row per arm.
+        rule: The thresholds parsed from --fail-on.
+    """
     flagged: list[str] = []
     reasons: dict[str, list[str]] = {}
     for row in table.iter_rows(named=True):  # one row per arm: a handful at most

@@ -42,7 +42,13 @@ OFF_SHARE = 0.05
 
 
 def band(frontier: bool | None, share: float | None, partial: bool = False) -> str:
-    """'on', 'uncertain' or 'off' from the bootstrap share (the point label without rounds)."""
+    """'on', 'uncertain' or 'off' from the bootstrap share (the point label without rounds).
+
+    Args:
+        frontier: The point estimate's frontier label (None: not computed).
+        share: The share of bootstrap rounds with the arm on the frontier (None: no rounds).
+        partial: The arm was seen by only some families (never on the frontier).
+    """
     if partial:
         return "off (partial)"
     if share is None or share != share:
@@ -57,7 +63,13 @@ def band(frontier: bool | None, share: float | None, partial: bool = False) -> s
 def families_seen(
     per_family_theta: Mapping[str, NDArray[np.float64]], weights: Mapping[str, float], arms: Sequence[str]
 ) -> dict[str, list[str]]:
-    """Arm -> the positively weighted families that observed it, for the arms some such family did not."""
+    """Arm -> the positively weighted families that observed it, for the arms some such family did not.
+
+    Args:
+        per_family_theta: Family -> its centred point theta [K] (NaN: arm not observed).
+        weights: Family -> weight.
+        arms: The arm labels, in index order.
+    """
     fams = [f for f, th in per_family_theta.items() if weights.get(f, 0.0) > 0]
     out = {}
     for k, arm in enumerate(arms):
@@ -68,7 +80,11 @@ def families_seen(
 
 
 def seen_label(seen: Sequence[str]) -> str:
-    """'math only', 'math+code only', 'no family'."""
+    """'math only', 'math+code only', 'no family'.
+
+    Args:
+        seen: The families that observed the arm.
+    """
     return "+".join(seen) + " only" if seen else "no family"
 
 
@@ -82,7 +98,16 @@ def shared_family_delta(
 ) -> tuple[float, float, float]:
     """ΔElo of arm k over arm j on the families both were observed in, each family's own difference
     weighted by the family weights renormalised over those families (no offset, so no assumption about
-    the families they lack): (point, lo, hi); NaN where they share no family or without rounds."""
+    the families they lack): (point, lo, hi); NaN where they share no family or without rounds.
+
+    Args:
+        k: The arm's index.
+        j: The other arm's index.
+        per_family_theta: Family -> its centred point theta [K] (NaN: arm not observed).
+        round_theta: Family -> its bootstrap thetas [R, K] (None: no rounds).
+        weights: Family -> weight.
+        level: Interval level in (0.5, 1).
+    """
     fams = [
         f
         for f, th in per_family_theta.items()

@@ -39,7 +39,11 @@ class RunTable:
 
 
 def table_from_records(records: Records) -> RunTable:
-    """The matrices of a run's records (outcomes and calls), tasks and arms sorted by name."""
+    """The matrices of a run's records (outcomes and calls), tasks and arms sorted by name.
+
+    Args:
+        records: The records read (analysis.io.read_records).
+    """
     frame = records.frame.with_columns(pl.col(pl.Categorical).cast(pl.String))
     outcomes = (
         frame.filter((pl.col("kind") == "outcome") & pl.col("score").is_not_null())
@@ -73,5 +77,9 @@ def table_from_records(records: Records) -> RunTable:
 
 def read_run_table(paths: Sequence[str]) -> RunTable:
     """The matrices of the runs or files at `paths` (a run URL, a ledger run folder, JSONL/Parquet files);
-    InputError (naming file, line and field) on bad input, as `ept analyze`."""
+    InputError (naming file, line and field) on bad input, as `ept analyze`.
+
+    Args:
+        paths: A run URL, a ledger run folder or JSONL/Parquet files.
+    """
     return table_from_records(read_records(paths))

@@ -51,7 +51,13 @@ def _judgment_ties(judgments: pl.DataFrame) -> pl.DataFrame:
 def tie_stats(groups: pl.DataFrame, judgments: pl.DataFrame, arms: list[str]) -> pl.DataFrame:
     """Per arm of `arms`: tie_share (tied comparison weight / all of its comparison weight; null without
     comparisons) and separating_tasks (tasks with at least one decisive comparison involving the arm).
-    groups: outcome groups of the analysed arms; judgments: task_id, arm_a, arm_b, winner."""
+    groups: outcome groups of the analysed arms; judgments: task_id, arm_a, arm_b, winner.
+
+    Args:
+        groups: Outcome groups of the analysed arms (analysis.pairs.outcome_groups).
+        judgments: Judgment records: task_id, arm_a, arm_b, winner.
+        arms: The arms to report, in order.
+    """
     parts = []
     if groups.height:
         parts.append(_outcome_ties(groups.filter(pl.col("arm").cast(pl.String).is_in(arms))))
@@ -85,7 +91,13 @@ def separating_pairs(
     """For each (arm, other) pair: the tasks on which the two have a decisive comparison (their scores differ
     in some pair of replicates, or a judgment between them has a winner); None where other is None. The
     headline's "+5 Elo" against its `vs` arm is then read with the number of tasks it rests on. All pairs
-    in a few joins (no loop over arms: a 1,000-arm run's groups hold millions of rows)."""
+    in a few joins (no loop over arms: a 1,000-arm run's groups hold millions of rows).
+
+    Args:
+        groups: Outcome groups of the analysed arms (analysis.pairs.outcome_groups).
+        judgments: Judgment records: task_id, arm_a, arm_b, winner.
+        pairs: (arm, other) pairs; other None for an arm with nothing to compare against.
+    """
     m = pl.DataFrame(
         [(a, b) for a, b in pairs if b is not None], schema={"arm": pl.String, "vs": pl.String}, orient="row"
     )

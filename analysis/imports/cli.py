@@ -139,4 +139,9 @@ def inspect_cmd(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the `import` commands (batch, inspect) to `app`.
+
+    Args:
+        app: The root `ept` app.
+    """
     app.add_typer(import_app, name="import")
