@@ -28,7 +28,11 @@ if TYPE_CHECKING:
 
 def label_strings(df: pl.DataFrame) -> pl.DataFrame:
     """The result's tables hold labels as strings, as before the records frame went Categorical: views and
-    reports join them with their own string columns."""
+    reports join them with their own string columns.
+
+    Args:
+        df: A result table.
+    """
     return df.with_columns(pl.col(pl.Categorical).cast(pl.String))
 
 

@@ -46,7 +46,11 @@ _BUDGET = re.compile(r"^\s*(\$)?\s*([0-9]*\.?[0-9]+)\s*([kKmM])?\s*(\$|usd|USD)?
 
 
 def parse_budget(text: str | None) -> Budget | None:
-    """'3000', '3k' (tokens per task) or '$0.002', '0.002usd' (dollars per task)."""
+    """'3000', '3k' (tokens per task) or '$0.002', '0.002usd' (dollars per task).
+
+    Args:
+        text: The --budget value (None or '': no budget).
+    """
     if text is None:
         return None
     m = _BUDGET.match(text)
@@ -76,7 +80,11 @@ DEFAULT_MARGIN = 10.0  # Elo: "equivalent" only when the interval of the differe
 
 
 def check_margin(margin: float) -> float:
-    """The equivalence margin, or InputError(field='--margin')."""
+    """The equivalence margin, or InputError(field='--margin').
+
+    Args:
+        margin: The --margin value (Elo).
+    """
     if not (isinstance(margin, int | float) and math.isfinite(margin) and margin >= 0):
         raise InputError(f"must be a finite number of Elo points >= 0, got {margin!r}", field="--margin")
     return float(margin)
@@ -500,7 +508,12 @@ def _under_budget(
 
 def recommend_result(result: Any, budget: Budget | None = None) -> dict[str, Any]:
     """recommend() over an AnalysisResult: its arms, Elo, tokens per task, bootstrap, (when priced) cost,
-    margin, and the marks of its headline table (partial arms) and of the missingness check (flagged arms)."""
+    margin, and the marks of its headline table (partial arms) and of the missingness check (flagged arms).
+
+    Args:
+        result: The analysis result.
+        budget: The parsed --budget (None: none).
+    """
     from elo_per_token.analysis.missing import flagged_arms
 
     cost = None

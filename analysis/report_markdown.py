@@ -50,7 +50,11 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
 def md_escape(text: Any) -> str:
     """Names (arms, strategies, families) come from untrusted logs: in report.md they are text, never HTML,
-    links, images or emphasis. HTML's three characters become entities; Markdown's inline syntax is escaped."""
+    links, images or emphasis. HTML's three characters become entities; Markdown's inline syntax is escaped.
+
+    Args:
+        text: Any value (shown as str).
+    """
     s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
     return _MD_SPECIAL.sub(r"\\\1", s)
 

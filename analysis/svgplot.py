@@ -48,11 +48,20 @@ class Box(NamedTuple):
     y1: float
 
     def hits(self, o: Box) -> bool:
+        """Whether the two boxes overlap.
+
+        Args:
+            o: The other box.
+        """
         return self.x0 < o.x1 and o.x0 < self.x1 and self.y0 < o.y1 and o.y0 < self.y1
 
 
 def strategy_colours(strategies: Sequence[str]) -> dict[str, str]:
-    """Strategy -> colour: tab10 over the sorted names (one colour when there are more than 10)."""
+    """Strategy -> colour: tab10 over the sorted names (one colour when there are more than 10).
+
+    Args:
+        strategies: The strategies plotted.
+    """
     names = sorted(set(strategies))
     if len(names) > 10:
         return {s: TAB10[0] for s in names}
@@ -88,7 +97,12 @@ def _label(x: float) -> str:
 
 
 def text_width(text: str, size: float = LABEL_FONT) -> float:
-    """An upper estimate of `text`'s width at font size `size` (labels are placed with it)."""
+    """An upper estimate of `text`'s width at font size `size` (labels are placed with it).
+
+    Args:
+        text: The label.
+        size: The font size.
+    """
     return len(text) * size * CHAR_W
 
 
@@ -132,7 +146,13 @@ def _legend(colours: Mapping[str, str], level_label: str) -> tuple[list[str], in
 def elo_tokens_svg(
     rows: Sequence[Mapping[str, Any]], level_label: str = "95%", anchor: str | None = None
 ) -> str:
-    """The plot of every row with a numeric Elo and tokens per task; '' when there is none."""
+    """The plot of every row with a numeric Elo and tokens per task; '' when there is none.
+
+    Args:
+        rows: The table's rows (dicts of its columns).
+        level_label: The interval level as shown ("95%").
+        anchor: The arm at 1000 Elo (None: not anchored).
+    """
     pts = [r for r in rows if _num(r.get("elo")) and _num(r.get("tokens_per_task"))]
     if not pts:
         return ""
@@ -227,7 +247,14 @@ def place_labels(
     """Point index -> (x, y, text-anchor) of its name, for the points whose name fits at one of a few spots
     around it without touching another label, any point or the plot's edge. The anchor arm is placed first,
     then the frontier, then the rest by Elo; with more than LABEL_ALL points only those two kinds, at most
-    MAX_LABELS names placed and 4 * MAX_LABELS points tried (the time stays bounded for any number of arms)."""
+    MAX_LABELS names placed and 4 * MAX_LABELS points tried (the time stays bounded for any number of arms).
+
+    Args:
+        pts: The plotted rows.
+        xy: Each point's position on the plot.
+        area: The plot area labels must stay inside.
+        anchor: The arm at 1000 Elo (None: not anchored).
+    """
     import numpy as np
 
     dots = np.array([(x - 7, y - 7, x + 7, y + 7) for x, y in xy], dtype=float).reshape(-1, 4)

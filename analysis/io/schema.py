@@ -106,7 +106,11 @@ TOKENS_FIELDS = (
 
 def fields_schema(fields: Sequence[str]) -> dict[str, pl.DataType]:
     """The RAW_SCHEMA subset that parses `fields` (names of RAW_SCHEMA, or "usage.<member>" for members of
-    the usage object). The scan fills every other field, and usage member, with nulls (analysis.io.scan)."""
+    the usage object). The scan fills every other field, and usage member, with nulls (analysis.io.scan).
+
+    Args:
+        fields: Field names of RAW_SCHEMA, or "usage.<member>".
+    """
     schema: dict[str, pl.DataType] = {}
     members: dict[str, PolarsDataType] = {}
     usage = _USAGE.to_schema()
@@ -190,7 +194,12 @@ def _row_bad(id_fields: Sequence[str] = ()) -> pl.Expr:
 
 def ids_pass(frame: pl.DataFrame, names: Sequence[str] = _ID_FIELDS) -> bool:
     """Whether the values of the id columns `names` in `frame` pass every id rule, checked on their distinct
-    values (a log repeats a few thousand ids over a million lines: thousands of string checks, not millions)."""
+    values (a log repeats a few thousand ids over a million lines: thousands of string checks, not millions).
+
+    Args:
+        frame: The records read.
+        names: The id columns to check.
+    """
     for name in names:
         values = frame.get_column(name).unique().to_frame(name)
         flags = values.select(
