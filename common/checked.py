@@ -51,8 +51,8 @@ def known_fields(cls: type) -> list[str]:
 
 
 @functools.cache
-def _model(cls: type) -> type[BaseModel]:
-    """A pydantic model with the dataclass's fields, types and defaults (built once per class)."""
+def _model(cls: type, omit: frozenset[str] = frozenset()) -> type[BaseModel]:
+    """A pydantic model with the dataclass's fields (but `omit`), types and defaults (built once per class)."""
     names = {
         **{n: getattr(annotated_types, n) for n in annotated_types.__all__},
         "Annotated": Annotated,
@@ -61,6 +61,8 @@ def _model(cls: type) -> type[BaseModel]:
     hints = typing.get_type_hints(cls, localns=names, include_extras=True)
     spec: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
+        if f.name in omit:
+            continue
         if f.default is not dataclasses.MISSING:
             spec[f.name] = (hints[f.name], Field(default=f.default))
         elif f.default_factory is not dataclasses.MISSING:
@@ -79,11 +81,11 @@ def _shown(value: Any) -> str:
     return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
 
 
-def _words(err: Any, cls: type) -> str:
+def _words(err: Any, cls: type, omit: frozenset[str]) -> str:
     """A pydantic error in the project's words ('must be ...', 'unknown field ...')."""
     kind, ctx = err["type"], err.get("ctx") or {}
     if kind == "extra_forbidden":
-        return f"unknown field (known: {', '.join(known_fields(cls))})"
+        return f"unknown field (known: {', '.join(k for k in known_fields(cls) if k not in omit)})"
     if kind == "missing":
         return "missing required field"
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -107,15 +109,21 @@ def _words(err: Any, cls: type) -> str:
 def checked(cls: type[T], data: Any) -> T:
     """`data` (a dict from TOML or JSON) as an instance of the settings dataclass `cls`; ModelError naming the
     first bad field. Missing keys take the dataclass's defaults."""
+    return cls(**checked_fields(cls, data))
+
+
+def checked_fields(cls: type, data: Any, omit: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The values of `data` checked against the fields of `cls` but `omit` (the fields a file does not set, e.g.
+    a profile's name), defaults filled in; ModelError naming the first bad field."""
     if not isinstance(data, dict):
         raise ModelError((), f"must be a table, got {type(data).__name__}")
     try:
-        model = _model(cls).model_validate(data)
+        model = _model(cls, omit).model_validate(data)
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
         path = _data_path(err, data)
-        raise ModelError(path[:1] if _has_must(cls, path) else path, _words(err, cls)) from None
-    return cls(**{f.name: getattr(model, f.name) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+        raise ModelError(path[:1] if _has_must(cls, path) else path, _words(err, cls, omit)) from None
+    return {f.name: getattr(model, f.name) for f in dataclasses.fields(cls) if f.name not in omit}
 
 
 def _has_must(cls: type, path: tuple[str, ...]) -> bool:
