@@ -25,6 +25,7 @@ T = TypeVar("T")
 _CONFIG = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 # Errors name the value they refuse, shortened: a hostile file may hold a megabyte string.
 _MAX_SHOWN = 60
+_MAX_WORD = 10
 
 
 class ModelError(ValueError):
@@ -74,10 +75,16 @@ def _model(cls: type, omit: frozenset[str] = frozenset()) -> type[BaseModel]:
 
 
 def _shown(value: Any) -> str:
+    """The refused value for an error message: numbers, booleans and words as written; a longer string, a list
+    or a table described, not shown (it may hold a key pasted into the wrong field: errors carry no secrets)."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= _MAX_WORD else f"a string of {len(value):,} characters"
+    if isinstance(value, list | dict):
+        return f"a {'list' if isinstance(value, list) else 'table'} of {len(value):,} item{'s' * (len(value) != 1)}"
     try:
         text = repr(value)
     except ValueError:  # an integer past Python's digit limit for str()
-        return "<a number too long to show>"
+        return "a number too long to show"
     return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
 
 

@@ -235,6 +235,8 @@ def parse_plan(text: str, file: str = "<plan>", base_dir: str | Path | None = No
         raise InputError(f"not valid TOML: {e}", file=file, line=line) from None
     except RecursionError:
         raise InputError("not valid here: TOML nested too deeply", file=file) from None
+    except ValueError as e:  # tomllib lets int()'s digit limit through: `seed = 1111…` (4,300+ digits)
+        raise InputError(f"not valid TOML: {e}", file=file) from None
     return _from_raw(raw, file, text, base_dir)
 
 

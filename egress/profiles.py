@@ -240,11 +240,17 @@ def load_profiles(path: str | Path | None = None) -> dict[str, Profile]:
             text = p.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise InputError("profile file not found", file=file) from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"cannot read profile file: {e}", file=file) from None
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             m = re.search(r"line (\d+)", str(e))
             raise InputError(f"invalid TOML: {e}", file=file, line=int(m.group(1)) if m else None) from None
+        except RecursionError:
+            raise InputError("invalid TOML: nested too deeply", file=file) from None
+        except ValueError as e:  # tomllib lets int()'s digit limit through (4,300+ digits)
+            raise InputError(f"invalid TOML: {e}", file=file) from None
         extra = sorted(set(data) - {"profiles"})
         if extra:
             raise InputError(

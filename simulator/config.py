@@ -164,9 +164,14 @@ def load_config(path: str | Path) -> SimConfig:
         raise InputError(f"invalid TOML: {e}", file=str(p)) from None
     except RecursionError:
         raise InputError("invalid TOML: nested too deeply", file=str(p)) from None
+    except ValueError as e:  # tomllib lets int()'s digit limit through (4,300+ digits)
+        raise InputError(f"invalid TOML: {e}", file=str(p)) from None
     table = "simulator" if isinstance(data.get("simulator"), dict) else None
     try:
         return checked(SimConfig, data["simulator"] if table else data)
     except ModelError as e:
-        line = toml_line(text, e.key, table) if e.key else None
+        # `key = …`, else a `[key]` table of its own (`[degrade]`)
+        line = None
+        if e.key:
+            line = toml_line(text, e.key, table) or toml_line(text, None, (*([table] if table else []), e.key))
         raise InputError(e.message, file=str(p), line=line, field=e.field or table) from None
