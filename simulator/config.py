@@ -173,5 +173,7 @@ def load_config(path: str | Path) -> SimConfig:
         # `key = …`, else a `[key]` table of its own (`[degrade]`)
         line = None
         if e.key:
-            line = toml_line(text, e.key, table) or toml_line(text, None, (*([table] if table else []), e.key))
+            line = toml_line(text, e.key, table) or toml_line(
+                text, None, (*([table] if table else []), e.key)
+            )
         raise InputError(e.message, file=str(p), line=line, field=e.field or table) from None

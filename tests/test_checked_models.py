@@ -55,7 +55,9 @@ _values = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_siz
 
 
 def _table(keys: list[str]) -> st.SearchStrategy[dict[str, Any]]:
-    return st.dictionaries(st.one_of(st.sampled_from(keys), st.text(min_size=1, max_size=6)), _values, max_size=5)
+    return st.dictionaries(
+        st.one_of(st.sampled_from(keys), st.text(min_size=1, max_size=6)), _values, max_size=5
+    )
 
 
 # Degenerate documents no generated table reaches: nesting past the parser's recursion, megabyte strings,
@@ -108,7 +110,9 @@ PROFILE_HEAD = '[profiles.p]\nbase_url = "http://h/v1"\napi_key_env = "K"\nmodel
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(sim=_table(SIM_KEYS), prof=_table(PROFILE_KEYS), plan=_table(PLAN_KEYS), adaptive=_table(ADAPTIVE_KEYS))
+@given(
+    sim=_table(SIM_KEYS), prof=_table(PROFILE_KEYS), plan=_table(PLAN_KEYS), adaptive=_table(ADAPTIVE_KEYS)
+)
 def test_hostile_tables_load_or_name_file_and_field_in_bounded_time_and_memory(
     tmp_path_factory: pytest.TempPathFactory,
     sim: dict[str, Any],
@@ -124,7 +128,9 @@ def test_hostile_tables_load_or_name_file_and_field_in_bounded_time_and_memory(
     _plan(PLAN_HEAD + _lines(top) + PLAN_ARMS + "[adaptive]\n" + _lines(adaptive), tmp)
 
 
-@pytest.mark.parametrize("monster", MONSTERS, ids=["deep-array", "deep-table", "2MB-string", "5000-digits", "nan"])
+@pytest.mark.parametrize(
+    "monster", MONSTERS, ids=["deep-array", "deep-table", "2MB-string", "5000-digits", "nan"]
+)
 @pytest.mark.parametrize("load", [_sim, _profiles, _plan], ids=["simulator", "profiles", "plan"])
 def test_degenerate_toml_is_refused_with_its_file_in_bounded_time_and_memory(tmp_path, load, monster):
     load(monster, tmp_path)
@@ -136,7 +142,7 @@ def test_degenerate_toml_is_refused_with_its_file_in_bounded_time_and_memory(tmp
         ("seed = 1\nrate_429 = 1.5\n", "rate_429", 2, "must be a number in 0..1, got 1.5"),
         ("[simulator]\nlatency_ms = nan\n", "latency_ms", 2, "must be a non-negative number, got nan"),
         ('script = ["ok", "boom"]\n', "script", 1, "must be a list of faults from 429"),
-        ("[degrade]\n\"greedy@1\" = 2\n", "degrade", 1, "arm labels to numbers in 0..1"),
+        ('[degrade]\n"greedy@1" = 2\n', "degrade", 1, "arm labels to numbers in 0..1"),
         ("sed = 3\n", "sed", 1, "unknown field (known: api_key"),
         ('api_key = ["sk-secret-ABCD"]\n', "api_key", 1, "must be a non-empty string or null"),
     ],
@@ -175,7 +181,10 @@ def test_plan_and_profile_errors_state_the_rule_and_the_value():
     assert (ei.value.field, ei.value.line) == ("budget.max_cost", 7) and "got inf" in ei.value.message
     with pytest.raises(InputError) as ei:
         parse_plan(PLAN_HEAD + PLAN_ARMS + "[rate_limits.sim]\nrpm = 10\nrpx = 1\n", file="p.toml")
-    assert (ei.value.field, ei.value.line) == ("rate_limits.sim.rpx", 8) and "known: rpm, tpm" in ei.value.message
+    assert (ei.value.field, ei.value.line) == (
+        "rate_limits.sim.rpx",
+        8,
+    ) and "known: rpm, tpm" in ei.value.message
     plan = parse_plan(PLAN_HEAD + 'profile = " sim "\n' + PLAN_ARMS + "[budget]\nmax_tokens = 5\n")
     assert (plan.profile, plan.max_total_tokens, plan.max_cost) == ("sim", 5, None)
 
@@ -189,7 +198,9 @@ def test_profile_headers_and_prices_are_checked_and_header_values_never_shown(tm
         p.write_text(PROFILE_HEAD + extra)
         with pytest.raises(InputError) as ei:
             load_profiles(p)
-        assert (ei.value.field, ei.value.line) == (f"profiles.p.{field}", 5) and "sk-secret" not in str(ei.value)
+        assert (ei.value.field, ei.value.line) == (f"profiles.p.{field}", 5) and "sk-secret" not in str(
+            ei.value
+        )
 
 
 def test_loaders_keep_pydantic_off_the_tokens_path():
