@@ -48,7 +48,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from elo_per_token.common.tomlpos import toml_line
 from elo_per_token.contracts import generation
@@ -60,7 +60,8 @@ from elo_per_token.ledger.store import DEFAULT_LEDGER
 if TYPE_CHECKING:  # the bounds in the annotations, resolved by common.checked when a plan is parsed
     from annotated_types import Ge, Gt, Interval, Predicate
 
-EXECUTORS = ("local", "celery")
+Executor = Literal["local", "celery"]
+EXECUTORS: tuple[Executor, ...] = get_args(Executor)
 # The task of the jobs built only to check an arm's strategy or name its label: neither reads the task beyond its
 # id and family (a job key's task part), so any schema-valid record does.
 PROBE_TASK: Task = {"task_id": "t", "family": "f", "grader": {"type": "none"}}
@@ -140,9 +141,7 @@ class Plan:
     )
     tasks_per_family: Annotated[int, Ge(1)] | None = field(default=None, metadata={"must": "an integer >= 1"})
     ledger: Annotated[str, Predicate(str.strip)] = field(default=DEFAULT_LEDGER, metadata=_TEXT)
-    executor: Literal["local", "celery"] = field(
-        default="local", metadata={"must": f"one of {', '.join(EXECUTORS)}"}
-    )
+    executor: Executor = field(default="local", metadata={"must": f"one of {', '.join(EXECUTORS)}"})
     # local: threads; celery: jobs in flight hint (workers set their own)
     concurrency: Annotated[int, Interval(ge=1, le=MAX_CONCURRENCY)] = field(
         default=8, metadata={"must": f"an integer in 1..{MAX_CONCURRENCY:,}"}

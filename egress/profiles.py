@@ -31,7 +31,7 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from elo_per_token.common.tomlpos import toml_line
@@ -43,7 +43,8 @@ from elo_per_token.contracts.settings import read_str
 if TYPE_CHECKING:  # the bounds in the annotations, resolved by common.checked when a profile file is read
     from annotated_types import Ge, Gt, Interval
 
-PROTOCOLS = ("openai", "anthropic")
+ProtocolName = Literal["openai", "anthropic"]
+PROTOCOLS: tuple[ProtocolName, ...] = get_args(ProtocolName)
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 # How long an outage is waited out before jobs fail, by default (egress.outage).
@@ -71,7 +72,7 @@ class Profile:
     `_validate` through common.checked); `metadata["must"]` is the rule in the words an error shows."""
 
     name: str
-    protocol: Literal["openai", "anthropic"]
+    protocol: ProtocolName
     base_url: str
     api_key_env: str
     model: str
