@@ -102,12 +102,20 @@ def _words(err: Any, cls: type, omit: frozenset[str]) -> str:
     if top is not None and "must" in top.metadata:
         return f"must be {top.metadata['must']}{got}"
     words = {
-        "bool_type": "true or false", "int_type": "an integer", "float_type": "a number", "string_type": "a string",
-        "finite_number": "a finite number", "list_type": "a list", "dict_type": "a table",
-        "greater_than_equal": f">= {ctx.get('ge')}", "greater_than": f"> {ctx.get('gt')}",
-        "less_than_equal": f"<= {ctx.get('le')}", "less_than": f"< {ctx.get('lt')}",
-        "literal_error": f"one of {ctx.get('expected')}", "too_short": "non-empty",
-    }  # fmt: skip
+        "bool_type": "true or false",
+        "int_type": "an integer",
+        "float_type": "a number",
+        "string_type": "a string",
+        "finite_number": "a finite number",
+        "list_type": "a list",
+        "dict_type": "a table",
+        "greater_than_equal": f">= {ctx.get('ge')}",
+        "greater_than": f"> {ctx.get('gt')}",
+        "less_than_equal": f"<= {ctx.get('le')}",
+        "less_than": f"< {ctx.get('lt')}",
+        "literal_error": f"one of {ctx.get('expected')}",
+        "too_short": "non-empty",
+    }
     if kind in words:
         return f"must be {words[kind]}{got}"
     return f"{str(err['msg']).lower()}{got}"

@@ -265,8 +265,8 @@ def plan_from_raw(raw: dict[str, Any], source: str = "<plan>") -> Plan:
 
 
 # Plan fields that are not scalar run settings: checked by the functions below, or not from the file at all.
-_STRUCTURE = frozenset({"name", "suites", "arms", "weights", "rate_limits", "generation", "max_total_tokens",
-                        "max_cost", "source", "raw"})  # fmt: skip
+_CHECKED_APART = frozenset({"name", "suites", "arms", "weights", "rate_limits", "generation"})
+_STRUCTURE = _CHECKED_APART | {"max_total_tokens", "max_cost", "source", "raw"}
 
 
 def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | None) -> Plan:
