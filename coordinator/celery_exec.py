@@ -79,6 +79,36 @@ def _record_stop(ledger_url: str, run_ids: Collection[str], message: str) -> Non
             led.put_blob(rid, STOP_BLOB, json.dumps({"at": time.time(), "message": message}).encode())
 
 
+def _recover_journals(
+    app: Any, ledger_url: str, run_ids: Collection[str], notice: Callable[[str], None] | None, finished: bool
+) -> None:
+    """The end of the sweep: calls journaled by deliveries that died and were never delivered again become
+    spent objects (worker.journal.recover_run), so every call paid for is recorded by the time the sweep ends.
+    The journals are where the workers keep them: EPT_RATELIMIT_URL, else the broker. Best effort. Not
+    `finished` (Ctrl-C, a stalled queue), deliveries may still be running: only journals free now."""
+    import redis
+
+    from elo_per_token.contracts import settings
+    from elo_per_token.ledger import open_ledger
+    from elo_per_token.worker.journal import END_WAIT_S, recover_run
+
+    try:
+        url = settings.read_str("EPT_RATELIMIT_URL") or str(app.conf.broker_url)
+        r = redis.Redis.from_url(url, socket_timeout=10)
+        led = open_ledger(ledger_url)
+        for rid in sorted(run_ids):
+            recovered, held = recover_run(r, led, rid, END_WAIT_S if finished else 0.0)
+            if notice and recovered:
+                notice(
+                    f"recorded {recovered} call(s) of deliveries that died mid-job (spent/, from the journal)"
+                )
+            if notice and held:
+                notice(f"{held} job(s) held by a running delivery: their calls are recorded when it ends")
+    except Exception as e:  # the broker or the ledger gone at the very end: the next delivery recovers them
+        if notice:
+            notice(f"journals not recovered at the end ({type(e).__name__}); the jobs' next delivery does")
+
+
 def _raise_interrupt(_sig: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -414,7 +444,7 @@ def run_celery(
                        notice=notice, clear_failures=clear_failures)  # fmt: skip
     out.watch = redis_watch(app, queue, window_s()) if watch_consumers else None
     # SIGTERM stops the coordinator like Ctrl-C: the run's queued jobs are cancelled, not left to run unobserved.
-    main, before = threading.current_thread() is threading.main_thread(), None
+    main, before, finished = threading.current_thread() is threading.main_thread(), None, False
     prev_term = signal.signal(signal.SIGTERM, _raise_interrupt) if main else None
     try:
         _first_contact(out.mark_alive, app)
@@ -428,6 +458,7 @@ def run_celery(
                      should_stop=should_stop)  # fmt: skip
         _drain(out, poll_s=poll_s, broker_patience_s=broker_patience_s, idle_notice_s=idle_notice_s,
                cancel_when=cancel_when)  # fmt: skip
+        finished = True  # every job answered: a journal's holder can only be dead (its lease runs out)
         return not should_stop()  # stopped early (egress broken) unless every job was sent before it tripped
     except KeyboardInterrupt:
         _cancel_queued(app, out.run_ids, len(out.pending), notice)
@@ -438,6 +469,7 @@ def run_celery(
         _record_stop(ctx.ledger, out.run_ids, e.message)
         raise
     finally:
+        _recover_journals(app, ctx.ledger, out.run_ids, notice, finished)
         _report_weather(app, weather, before)
         if prev_term is not None:
             signal.signal(signal.SIGTERM, prev_term)
