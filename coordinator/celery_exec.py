@@ -86,15 +86,11 @@ def _recover_journals(
     spent objects (worker.journal.recover_run), so every call paid for is recorded by the time the sweep ends.
     The journals are where the workers keep them: EPT_RATELIMIT_URL, else the broker. Best effort. Not
     `finished` (Ctrl-C, a stalled queue), deliveries may still be running: only journals free now."""
-    import redis
-
-    from elo_per_token.contracts import settings
     from elo_per_token.ledger import open_ledger
     from elo_per_token.worker.journal import END_WAIT_S, recover_run
 
     try:
-        url = settings.read_str("EPT_RATELIMIT_URL") or str(app.conf.broker_url)
-        r = redis.Redis.from_url(url, socket_timeout=10)
+        r = _workers_redis(app)
         led = open_ledger(ledger_url)
         for rid in sorted(run_ids):
             recovered, held = recover_run(r, led, rid, END_WAIT_S if finished else 0.0)
@@ -117,6 +113,40 @@ def _broker_redis(app: Any) -> Any:
     import redis
 
     return redis.Redis.from_url(str(app.conf.broker_url))
+
+
+def _workers_redis(app: Any) -> Any:
+    """The Redis where workers keep their claims, journals and outage reports: EPT_RATELIMIT_URL, else the
+    broker (worker.celery_job._redis_url)."""
+    import redis
+
+    from elo_per_token.contracts import settings
+
+    url = settings.read_str("EPT_RATELIMIT_URL") or str(app.conf.broker_url)
+    return redis.Redis.from_url(url, socket_timeout=10)
+
+
+class _OutageNote:
+    """The live progress line's outage note of a Celery sweep: what the profile's workers report as under way
+    (contracts.weather.read_outage), read at most once a second and passed to `show` (None: no outage)."""
+
+    def __init__(self, app: Any, profile: str, show: Callable[[str | None], None]) -> None:
+        self.app, self.profile, self.show = app, profile, show
+        self._r: Any = None
+        self._at = 0.0
+
+    def tick(self) -> None:
+        from elo_per_token.contracts.weather import read_outage
+        from elo_per_token.egress.outage import outage_text
+
+        if time.monotonic() - self._at < 1.0:
+            return
+        self._at, note = time.monotonic(), None
+        with contextlib.suppress(Exception):  # the broker restarting: no note this second
+            self._r = self._r or _workers_redis(self.app)
+            if (o := read_outage(self._r, self.profile)) is not None:
+                note = outage_text(o["what"], o["since"], o["patience"], time.time() - o["since"])
+        self.show(note)
 
 
 def _start_budget(app: Any, run_id: str, spent: int) -> None:
@@ -221,7 +251,13 @@ class _Outstanding:
         # (run id, tokens spent by earlier sessions) when the run has a cap, and what this session's results
         # spent (measured + estimated): the floor of the broker's counter (_floor_budget).
         self.budget: tuple[str, int] | None = None
+        self.outage_note: _OutageNote | None = None
         self.seen_tokens = 0
+
+    def tick(self) -> None:
+        """The live outage note (a Celery sweep's progress line), when the sweep shows one."""
+        if self.outage_note is not None:
+            self.outage_note.tick()
 
     def check_consumers(self) -> None:
         """QueueStalled when the job queue or the grade queue has had work and no consumer for the window."""
@@ -351,6 +387,7 @@ def _enqueue_all(
                 time.sleep(poll_s)
                 out.patient_poll(broker_patience_s)
                 out.check_consumers()
+                out.tick()
 
 
 def _drain(
@@ -363,6 +400,7 @@ def _drain(
     while out.pending:
         time.sleep(poll_s)
         out.patient_poll(broker_patience_s)
+        out.tick()
         if not cancelled and cancel_when():
             cancelled = True
             _cancel_queued(out.app, out.run_ids, len(out.pending), out.notice)
@@ -432,9 +470,12 @@ def run_celery(
     budget: tuple[str, int] | None = None,
     watch_consumers: bool = True,
     weather: tuple[str, Callable[[dict[str, Any]], None]] | None = None,
+    on_outage: Callable[[str | None], None] | None = None,
 ) -> bool:
     """Enqueue `jobs` (any iterable: a million-job plan is streamed) in pipelined batches and follow them.
     weather: (profile, sink): the workers' provider weather over this sweep is passed to sink at the end.
+    on_outage: called about once a second with the outage the workers of that profile are waiting out now
+    ("provider unreachable since 12:03:10, waiting (patience 10 min)"), or None.
     At most `max_pending` jobs are enqueued and unfinished at once, so the coordinator's memory and the
     broker's queue stay bounded whatever the plan's size; workers still always have a full queue."""
     from elo_per_token.worker.celery_app import make_app
@@ -443,6 +484,8 @@ def run_celery(
     out = _Outstanding(app, ctx, queue=queue, batch_size=batch_size, on_result=on_result, on_retry=on_retry,
                        notice=notice, clear_failures=clear_failures)  # fmt: skip
     out.watch = redis_watch(app, queue, window_s()) if watch_consumers else None
+    if weather is not None and on_outage is not None:
+        out.outage_note = _OutageNote(app, weather[0], on_outage)
     # SIGTERM stops the coordinator like Ctrl-C: the run's queued jobs are cancelled, not left to run unobserved.
     main, before, finished = threading.current_thread() is threading.main_thread(), None, False
     prev_term = signal.signal(signal.SIGTERM, _raise_interrupt) if main else None

@@ -106,7 +106,7 @@ def _run_jobs(
             on_retry=live.on_retry, broker_url=broker_url, should_stop=tally.should_stop, cancel_when=tally.over_budget,
             notice=lambda msg: live.prog.console.print(f"[yellow]{msg}[/]", highlight=False),
             clear_failures=had_failure, budget=(plan.run_id, cap.prior_tokens) if cap else None,
-            weather=(profile.name, lambda w: setattr(tally, "weather", w)),
+            weather=(profile.name, lambda w: setattr(tally, "weather", w)), on_outage=live.show_note,
         )  # fmt: skip
     except KeyboardInterrupt:
         return False
@@ -198,6 +198,7 @@ def _execute_held(
         _announce(prog.console, plan, tally, manifest, f"{n_jobs} jobs, {n_have} already in "
                   f"{ledger.run_url(plan.run_id)}, {todo_est} to run ({executor})")  # fmt: skip
         live = LiveTally(tally, prog, bar)
+        live.on_note = lease.set_note  # `ept status` shows an outage under way, as the progress line does
         completed = tally.over_budget() is False and _run_jobs(
             plan, executor, live.todo(stream, have), ledger, live, had_failure, profile=profile, base_url=base_url,
             run=run, broker_url=broker_url, check_ledger=check_ledger)  # fmt: skip
