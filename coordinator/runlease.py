@@ -115,8 +115,8 @@ class RunLease:
 
     def set_note(self, note: str | None) -> None:
         """The provider's state as the progress line shows it (None: nothing to say); written by the heartbeat."""
-        if note != self.note:
-            self.note = note
+        if (note or None) != self.note:
+            self.note = note or None
             self._kick.set()
 
     def acquire(self) -> RunLease:
