@@ -110,14 +110,15 @@ def _outage(doc: Any, now: float) -> dict[str, Any] | None:
     """One report checked (the broker may hold anything): a fresh one with a sane start, kind and patience."""
     if not isinstance(doc, dict):
         return None
-    since, seen, patience, what = doc.get("since"), doc.get("seen"), doc.get("patience"), doc.get("what")
-    nums = (since, seen, patience)
+    nums = [doc.get(k) for k in ("since", "seen", "patience")]
     if not all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in nums):
         return None
+    since, seen, patience = (float(x) for x in nums)  # type: ignore[arg-type]  # checked just above
+    what = doc.get("what")
     if not isinstance(what, str) or not 0 <= now - seen <= OUTAGE_FRESH_S or not 0 <= patience < 1e7:
         return None
     kind = "".join(c if c.isalnum() or c == " " else "?" for c in what[:40])
-    return {"since": float(since), "what": kind, "patience": float(patience)}
+    return {"since": since, "what": kind, "patience": patience}
 
 
 def read_outage(r: Any, profile: str, now: float | None = None) -> dict[str, Any] | None:

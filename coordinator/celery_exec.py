@@ -450,6 +450,19 @@ def _report_weather(
         weather[1](sweep_weather(before, after))
 
 
+def _start(
+    out: _Outstanding, app: Any, weather: tuple[str, Any] | None, budget: tuple[str, int] | None
+) -> dict[str, dict[str, Any]] | None:
+    """First contact with the broker, then the workers' weather reports at the start (None: unreadable) and the
+    run's spend counter: (run id, spent by earlier sessions), from which workers count the run's spend."""
+    _first_contact(out.mark_alive, app)
+    before = _weather_reports(app, weather)
+    if budget is not None:
+        _start_budget(app, *budget)
+        out.budget = budget
+    return before
+
+
 def run_celery(
     jobs: Iterable[Job],
     ctx: CeleryJobContext,
@@ -484,19 +497,12 @@ def run_celery(
     out = _Outstanding(app, ctx, queue=queue, batch_size=batch_size, on_result=on_result, on_retry=on_retry,
                        notice=notice, clear_failures=clear_failures)  # fmt: skip
     out.watch = redis_watch(app, queue, window_s()) if watch_consumers else None
-    if weather is not None and on_outage is not None:
-        out.outage_note = _OutageNote(app, weather[0], on_outage)
+    out.outage_note = _OutageNote(app, weather[0], on_outage) if weather and on_outage else None
     # SIGTERM stops the coordinator like Ctrl-C: the run's queued jobs are cancelled, not left to run unobserved.
     main, before, finished = threading.current_thread() is threading.main_thread(), None, False
     prev_term = signal.signal(signal.SIGTERM, _raise_interrupt) if main else None
     try:
-        _first_contact(out.mark_alive, app)
-        before = _weather_reports(app, weather)
-        if (
-            budget is not None
-        ):  # (run id, spent by earlier sessions): workers count the run's spend from there
-            _start_budget(app, *budget)
-            out.budget = budget
+        before = _start(out, app, weather, budget)
         _enqueue_all(out, jobs, max_pending=max_pending, poll_s=poll_s, broker_patience_s=broker_patience_s,
                      should_stop=should_stop)  # fmt: skip
         _drain(out, poll_s=poll_s, broker_patience_s=broker_patience_s, idle_notice_s=idle_notice_s,

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ratelimit_proxy import RateLimitProxy, best_schedule_s, reachable_schedule_s, sustained_schedule_s
+from ratelimit_proxy import RateLimitProxy, best_schedule_s, bound_schedule_s, sustained_schedule_s
 
 KEY = "sk-bench-ratelimit-0000000000"
 
@@ -93,7 +93,7 @@ def free_rate(sim_url: str, calls: int, threads: int = 8, max_tokens: int = 64) 
 
 
 def measure(sim_url: str, client: str, *, rpm: int, tpm: int, window_s: float, calls: int, threads: int = 8,
-            max_tokens: int = 64, free: float | None = None) -> dict[str, Any]:  # fmt: skip
+            max_tokens: int = 64, free: float | None = None, latency_s: float = 0.0) -> dict[str, Any]:  # fmt: skip
     """One client's run through a fresh proxy: its 429s, wall time and shares of the best schedules (with
     `free`, the calls per second of free_rate: also of the reachable one)."""
     proxy = RateLimitProxy(sim_url, rpm=rpm, tpm=tpm, window_s=window_s).start()
@@ -111,24 +111,29 @@ def measure(sim_url: str, client: str, *, rpm: int, tpm: int, window_s: float, c
         wall, tokens = _run_threads(calls, threads, fn)
     finally:
         proxy.stop()
-    row = schedule_row(
-        client, proxy.stats, calls, tokens, wall, rpm=rpm, tpm=tpm, window_s=window_s, free=free
-    )
+    row = schedule_row(client, proxy.stats, calls, tokens, wall, rpm=rpm, tpm=tpm, window_s=window_s, free=free,
+                       latency_s=latency_s)  # fmt: skip
     if stats is not None:
         row |= {"limiter_wait_s": round(stats.waited_s, 1), "pauses": stats.pauses}
     return row
 
 
 def schedule_row(client: str, proxy_stats: dict[str, int], calls: int, tokens: int, wall: float, *, rpm: int,
-                 tpm: int, window_s: float, free: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """One measured run as a row: its 429s and its wall time as a share of the schedules the limits allow."""
-    best = best_schedule_s(calls, tokens, rpm, tpm, window_s)
+                 tpm: int, window_s: float, free: float | None = None, latency_s: float = 0.0) -> dict[str, Any]:  # fmt: skip
+    """One measured run as a row: its 429s and its wall time as a share of the schedules the limits allow. With
+    `free` (the client's calls per second with no limits to meet): of the best schedule (ratelimit_proxy.
+    best_schedule_s); always of the zero-latency bound and of the sustained rate."""
+    bound = bound_schedule_s(calls, tokens, rpm, tpm, window_s)
     sustained = sustained_schedule_s(calls, tokens, rpm, tpm)
     row = {"client": client, "window_s": window_s, "calls": calls, "tokens": tokens,
            "answered_429": proxy_stats["429"], "share_429": round(proxy_stats["429"] / max(1, calls), 4),
-           "wall_s": round(wall, 2), "best_s": round(best, 1), "of_best": round(best / wall, 3),
+           "wall_s": round(wall, 2), "bound_s": round(bound, 1), "of_bound": round(bound / wall, 3),
            "sustained_s": round(sustained, 1), "of_sustained": round(sustained / wall, 3)}  # fmt: skip
     if free:
-        reach = reachable_schedule_s(calls, tokens, rpm, tpm, window_s, free)
-        row |= {"reachable_s": round(reach, 1), "of_reachable": round(reach / wall, 3)}
+        best = best_schedule_s(calls, tokens, rpm, tpm, window_s, free, latency_s)
+        row |= {
+            "free_calls_per_s": round(free, 1),
+            "best_s": round(best, 1),
+            "of_best": round(best / wall, 3),
+        }
     return row
