@@ -6,7 +6,8 @@ x-ratelimit-* headers), and the plain openai SDK with its default retries (a cal
 again after a second). Reported per client: calls answered 429, wall time, and wall time as a share of the best
 schedule (`of_best`: the window's budgets at the client's own pace with no limits, measured first through a
 proxy without limits — see tests/ratelimit_proxy.best_schedule_s), of the zero-latency bound no client
-reaches (`of_bound`) and of the sustained rate (`of_sustained`).
+reaches (`of_bound`) and of the sustained rate (`of_sustained`). `--clients oracle` runs a client that knows the
+proxy's window and budgets (tests/ratelimit_clients._Oracle): it shows the best schedule is reachable.
 
     python3 benchmarks/bench_ratelimit.py --rpm 300 --tpm 60000 --window 60 --calls 500
     python3 benchmarks/bench_ratelimit.py --rpm 300 --tpm 60000 --window 10 --calls 500

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -63,6 +64,63 @@ def ept_caller(
     return call, client
 
 
+class _Oracle:
+    """A client that knows the proxy's window and budgets (no client does): it keeps its own sliding log of
+    arrivals and of completed tokens and sends the moment the window has room, never into a full one. It shows
+    that ratelimit_proxy.best_schedule_s is reachable (benchmarks/bench_ratelimit.py --clients oracle)."""
+
+    def __init__(self, window_s: float, max_req: float, max_tok: float, est: int) -> None:
+        self.w, self.max_req, self.max_tok, self.est = window_s + 0.1, max_req, max_tok, est
+        self.sent: deque[float] = deque()
+        self.done: deque[tuple[float, int]] = deque()
+        self.inflight = 0
+        self.cond = threading.Condition()
+
+    def acquire(self) -> None:
+        with self.cond:
+            while True:
+                now = time.monotonic()
+                while self.sent and self.sent[0] <= now - self.w:
+                    self.sent.popleft()
+                while self.done and self.done[0][0] <= now - self.w:
+                    self.done.popleft()
+                used = sum(n for _, n in self.done) + self.inflight * self.est
+                if len(self.sent) < self.max_req and used + self.est <= self.max_tok:
+                    self.sent.append(now)
+                    self.inflight += 1
+                    return
+                # The next expiry, or a reply (record notifies) when calls in flight fill the window.
+                ends = [self.sent[0] + self.w] if self.sent else []
+                ends += [self.done[0][0] + self.w] if self.done else []
+                self.cond.wait(max(0.001, min(ends, default=now + 0.05) - now))
+
+    def record(self, tokens: int) -> None:
+        with self.cond:
+            self.inflight -= 1
+            self.done.append((time.monotonic(), tokens))
+            self.cond.notify_all()
+
+
+def oracle_caller(url: str, window_s: float, rpm: int, tpm: int, max_tokens: int) -> Callable[[int], int]:
+    """ept's ProviderClient without a limiter, behind the _Oracle (an estimate of 100 tokens a call)."""
+    from elo_per_token.egress.client import ProviderClient
+    from elo_per_token.egress.profiles import Profile
+
+    prof = Profile(name="bench-oracle", protocol="openai", base_url=url, api_key_env="EPT_BENCH_KEY",
+                   model="ept-sim-1", max_retries=8)  # fmt: skip
+    client = ProviderClient(prof, api_key=KEY, rate_limiter=None)
+    oracle = _Oracle(window_s, rpm * window_s / 60, tpm * window_s / 60, 100)
+
+    def call(i: int) -> int:
+        oracle.acquire()
+        r = client.chat(_messages(i), seed=i, max_tokens=max_tokens)
+        used = int(r.usage["total_tokens"]) if r.usage else 0
+        oracle.record(used)
+        return used
+
+    return call
+
+
 def sdk_caller(url: str, max_tokens: int) -> Callable[[int], int]:
     """The plain openai SDK (default max_retries=2); a call that still fails is sent again after 1 s."""
     import openai
@@ -101,6 +159,8 @@ def measure(sim_url: str, client: str, *, rpm: int, tpm: int, window_s: float, c
         stats = None
         if client == "sdk":
             fn = sdk_caller(proxy.url, max_tokens)
+        elif client == "oracle":
+            fn = oracle_caller(proxy.url, window_s, rpm, tpm, max_tokens)
         else:
             # One call straight to the simulator first: the process's lazy imports (the token estimate's
             # tokenizer: seconds on a loaded machine) are not the limiter's time.
