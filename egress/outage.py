@@ -191,10 +191,10 @@ class Outage:
 
     def describe(self) -> str | None:
         """'provider unreachable since 12:03:10, waiting (patience 10 min)' while an outage lasts, else None."""
-        state = self.state()
-        if state is None or self.since is None:
+        since, state = self.since, self.state()  # read once: another thread may end the outage meanwhile
+        if state is None or since is None:
             return None
-        return outage_text(state["what"], state["since"], self.patience, time.monotonic() - self.since)
+        return outage_text(state["what"], state["since"], self.patience, time.monotonic() - since)
 
     def state(self) -> dict[str, Any] | None:
         """The outage under way for other processes to show (contracts.weather.report_outage), else None."""
