@@ -239,6 +239,7 @@ def status(
     from elo_per_token.analysis.report import make_console
     from elo_per_token.contracts.secrets import mask_url
     from elo_per_token.coordinator.adaptive_state import read_state
+    from elo_per_token.coordinator.runlease import running_line
     from elo_per_token.coordinator.status import last_stop, run_endpoints, run_status, status_notes
 
     led, run_id = _ledger_and_run(run, ledger, write=False)
@@ -263,6 +264,8 @@ def status(
         c.print(
             f"[red]the coordinator stopped this session:[/] {escape(mask_url(st.stopped))}", highlight=False
         )
+    if (running := running_line(led, run_id)) is not None:  # with an outage under way, as the progress line
+        c.print(running, highlight=False)
     for line in _broker_lines(m):
         c.print(f"[yellow]{escape(mask_url(line))}[/]", highlight=False)
     for line in status_notes(st.manifest):
