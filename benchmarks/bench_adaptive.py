@@ -5,10 +5,10 @@
     PYTHONPATH=$PWD python3 benchmarks/bench_adaptive.py 200 --issue41 --eps-elo=10 --eps-tokens=0.05
 
 `--issue41`: issue 41's designs (ISSUE41: dominated arms, close neighbours, a heavy-token arm, a 16-arm long
-frontier), each arm's ε-classification (on / off / within the margin, analysis/epsilon.py) scored against the
+frontier), each arm's ε-classification (on / off / within the margin, coordinator/adaptive/epsilon.py) scored against the
 model's truth: token share (mean, median, 90th pct), replays with every arm classified, ε-error, coverage.
 
-Scenarios (each replayed REPLAYS times with the replay executor, coordinator/replay.py):
+Scenarios (each replayed REPLAYS times with the replay executor, coordinator/adaptive/replay.py):
 - synthetic-12: 12 arms, 600 tasks in 3 families, the expensive arms clearly dominated;
 - close-frontier: 8 arms, 600 tasks, frontier arms with close neighbours (0.05 logit apart);
 - too-close: 6 arms of equal strength at rising cost: no decision can be made (spend the grid, say open);
@@ -46,13 +46,13 @@ from scipy.stats import beta
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from elo_per_token.analysis.epsilon import WITHIN, Margin, eps_truth, eps_wrong
 from elo_per_token.analysis.io import Records, read_records
-from elo_per_token.analysis.run_table import RunTable, table_from_records
-from elo_per_token.analysis.sequential import OFF, ON, OPEN, elo_from_balance, true_frontier
-from elo_per_token.coordinator.adaptive import round_bounds
-from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
-from elo_per_token.coordinator.replay import full_rule_decisions, reach, replay_adaptive
+from elo_per_token.coordinator.adaptive.core import round_bounds
+from elo_per_token.coordinator.adaptive.epsilon import WITHIN, Margin, eps_truth, eps_wrong
+from elo_per_token.coordinator.adaptive.replay import full_rule_decisions, reach, replay_adaptive
+from elo_per_token.coordinator.adaptive.run_table import RunTable, table_from_records
+from elo_per_token.coordinator.adaptive.sequential import OFF, ON, OPEN, elo_from_balance, true_frontier
+from elo_per_token.coordinator.adaptive.settings import AdaptiveSettings
 
 FAMILIES = ("code", "math", "tool_use")
 settings_only: dict[str, str] = {}
@@ -224,7 +224,7 @@ def replicate_truth(
     from its R replicates, independently per (task, arm), so E sign(s_i - s_j) on task t is the mean over all
     R x R replicate pairs, weighted by the task's family weight (the replay's estimand, exactly). With R = 1
     it is the full grid's own win balance and tokens/task."""
-    from elo_per_token.coordinator.adaptive import task_weights
+    from elo_per_token.coordinator.adaptive.core import task_weights
 
     w = task_weights(families, None)
     tok = np.nanmean(tokens, axis=(0, 1))

@@ -233,7 +233,7 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
         anchor = v.str_(anchor, "anchor")
     tpf = raw.get("tasks_per_family")
     cap_tokens, cap_cost = _budget(raw, v)
-    from elo_per_token.coordinator.adaptive_settings import check_adaptive  # the plan's [adaptive] table
+    from elo_per_token.coordinator.adaptive.settings import check_adaptive  # the plan's [adaptive] table
 
     check_adaptive(raw.get("adaptive"), v)
     return Plan(

@@ -16,11 +16,11 @@ import pytest
 from fixtures_plans import plan_toml
 from test_sweep_celery import celery_setup, comparable  # noqa: F401  (celery_setup is a fixture)
 
-from elo_per_token.analysis.run_table import RunTable, read_run_table
-from elo_per_token.coordinator.adaptive import run_adaptive
-from elo_per_token.coordinator.adaptive_sweep import settings_of
+from elo_per_token.coordinator.adaptive.core import run_adaptive
+from elo_per_token.coordinator.adaptive.replay import replay_runner
+from elo_per_token.coordinator.adaptive.run_table import RunTable, read_run_table
+from elo_per_token.coordinator.adaptive.sweep import settings_of
 from elo_per_token.coordinator.plan import parse_plan
-from elo_per_token.coordinator.replay import replay_runner
 from elo_per_token.coordinator.sweep import plan_jobs
 from elo_per_token.ledger import open_ledger
 

@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.special import expit
 
-from elo_per_token.analysis.epsilon import (
+from elo_per_token.coordinator.adaptive.budget import unfinished
+from elo_per_token.coordinator.adaptive.epsilon import (
     WITHIN,
     Margin,
     assess_eps,
@@ -20,8 +21,9 @@ from elo_per_token.analysis.epsilon import (
     eps_wrong,
     rel_token_stats,
 )
-from elo_per_token.analysis.run_table import RunTable
-from elo_per_token.analysis.sequential import (
+from elo_per_token.coordinator.adaptive.replay import replay_adaptive, replay_orders
+from elo_per_token.coordinator.adaptive.run_table import RunTable
+from elo_per_token.coordinator.adaptive.sequential import (
     OFF,
     ON,
     OPEN,
@@ -30,9 +32,7 @@ from elo_per_token.analysis.sequential import (
     elo_from_balance,
     pair_stats,
 )
-from elo_per_token.coordinator.adaptive_budget import unfinished
-from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
-from elo_per_token.coordinator.replay import replay_adaptive, replay_orders
+from elo_per_token.coordinator.adaptive.settings import AdaptiveSettings
 
 
 def _table(ability, cost, tasks=600, seed=0) -> RunTable:
@@ -68,7 +68,7 @@ def test_equal_arms_are_open_without_a_margin_and_within_it_with_one_at_a_fracti
 
 
 def _title(res) -> str:
-    from elo_per_token.coordinator.adaptive_report import classification_line
+    from elo_per_token.coordinator.adaptive.report import classification_line
 
     return classification_line(res)
 
@@ -159,8 +159,8 @@ def test_no_margin_is_the_strict_rule_and_a_margin_decides_only_on_its_own_claim
 def test_a_within_claim_costs_no_more_with_16_arms_than_with_2():
     """Intersection-union: a within claim needs every pair's test at once, so its z does not grow with the
     arms (the Bonferroni split over 2 (K - 1) tests did: 16 arms called this arm open)."""
-    from elo_per_token.analysis.boundary import round_times
-    from elo_per_token.analysis.epsilon import eps_z
+    from elo_per_token.coordinator.adaptive.boundary import round_times
+    from elo_per_token.coordinator.adaptive.epsilon import eps_z
 
     times = round_times(10, 2)  # rounds 2..10 of 10: the default sweep's 9 looks
     assert eps_z(0.05, 9, 16, times) == eps_z(0.05, 9, 2, times) < 2.8
@@ -192,7 +192,7 @@ def test_replay_orders_scores_each_order_against_the_full_grids_classification()
 
 def test_plan_margin_fields_are_validated_with_file_line_field_and_delta_is_alpha():
     from elo_per_token.contracts.errors import InputError
-    from elo_per_token.coordinator.adaptive_sweep import settings_of
+    from elo_per_token.coordinator.adaptive.sweep import settings_of
     from elo_per_token.coordinator.plan import parse_plan
 
     for bad, field in (({"epsilon_elo": -1}, "adaptive.epsilon_elo"), ({"epsilon_tokens": 1.0}, "adaptive.epsilon_tokens"),
@@ -239,10 +239,10 @@ def test_live_adaptive_sweep_with_a_margin_classifies_every_arm_as_the_full_swee
     ε-classification (eps_truth of the full grid's values) on the same plan and seed."""
     from fixtures_sim import SIM_KEY
 
-    from elo_per_token.analysis.run_table import read_run_table
-    from elo_per_token.coordinator.adaptive_sweep import run_adaptive_sweep, settings_of
+    from elo_per_token.coordinator.adaptive.replay import full_values
+    from elo_per_token.coordinator.adaptive.run_table import read_run_table
+    from elo_per_token.coordinator.adaptive.sweep import run_adaptive_sweep, settings_of
     from elo_per_token.coordinator.plan import parse_plan
-    from elo_per_token.coordinator.replay import full_values
     from elo_per_token.coordinator.sweep import execute
 
     monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)

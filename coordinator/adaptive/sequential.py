@@ -51,6 +51,7 @@ __all__ = [
     "PairStats",
     "assess",
     "assess_holm",
+    "decide",
     "decision_z",
     "elo_from_balance",
     "futile",
@@ -146,7 +147,7 @@ def assess(stats: PairStats, z: float, min_tasks: int) -> Assessment:
     with np.errstate(invalid="ignore"):
         stronger = enough & (stats.q - z * stats.q_se > 0)
         cheaper = enough & (-stats.c - z * stats.c_se > 0)  # c[i, j] < 0 confidently: i cheaper
-    return _decide(stats, stronger, cheaper)
+    return decide(stats, stronger, cheaper)
 
 
 def _two_sided_p(mean: np.ndarray, se: np.ndarray) -> np.ndarray:
@@ -213,10 +214,10 @@ def holm_step_z(stats: PairStats, alpha: float, looks: int, min_tasks: int) -> n
 def assess_holm(stats: PairStats, alpha: float, looks: int, min_tasks: int) -> Assessment:
     """Frontier decisions from the claims of holm_claims (the rule of `assess`, a sharper error budget)."""
     stronger, cheaper = holm_claims(stats, alpha, looks, min_tasks)
-    return _decide(stats, stronger, cheaper)
+    return decide(stats, stronger, cheaper)
 
 
-def _decide(stats: PairStats, stronger: np.ndarray, cheaper: np.ndarray) -> Assessment:
+def decide(stats: PairStats, stronger: np.ndarray, cheaper: np.ndarray) -> Assessment:
     """Off / on / open from the confident claims (module docstring)."""
     k = stats.q.shape[0]
     status = [OPEN] * k

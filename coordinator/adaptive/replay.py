@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from elo_per_token.analysis.run_table import RunTable
-from elo_per_token.analysis.sequential import OFF, ON, assess_holm, pair_stats, true_frontier
-from elo_per_token.coordinator.adaptive import AdaptiveResult, RoundResults, round_bounds, run_adaptive
-from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
+from elo_per_token.coordinator.adaptive.core import AdaptiveResult, RoundResults, round_bounds, run_adaptive
+from elo_per_token.coordinator.adaptive.run_table import RunTable
+from elo_per_token.coordinator.adaptive.sequential import OFF, ON, assess_holm, pair_stats, true_frontier
+from elo_per_token.coordinator.adaptive.settings import AdaptiveSettings
 
 __all__ = [
     "OrdersSummary",
@@ -49,7 +49,7 @@ def replay_runner(table: RunTable) -> Callable[[int, list[int], list[int]], Roun
 def full_decisions(table: RunTable, weights: dict[str, float] | None = None) -> list[bool]:
     """The frontier of the full grid itself (every task, every arm): the population the replay samples from,
     so the replay's known truth."""
-    from elo_per_token.coordinator.adaptive import task_weights
+    from elo_per_token.coordinator.adaptive.core import task_weights
 
     w = task_weights(table.families, weights)
     st = pair_stats(table.scores, table.tokens, w)
@@ -66,7 +66,7 @@ def full_rule_decisions(
     looks=1 (the default) spends nothing on peeking, as a sweep that looks once need not: the most the same
     test can decide on this grid, so the reach measured against it is the strict figure. looks = the adaptive
     sweep's looks gives its final-look z instead (the price of peeking left out)."""
-    from elo_per_token.coordinator.adaptive import task_weights
+    from elo_per_token.coordinator.adaptive.core import task_weights
 
     w = task_weights(table.families, weights)
     bounds = round_bounds(len(table.tasks), settings.rounds)
@@ -121,7 +121,7 @@ def replay_adaptive(
 def full_values(table: RunTable, weights: dict[str, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(tokens/task [K], win balance [K, K]) of the full grid: the population a replay samples its tasks
     from, so its exact truth."""
-    from elo_per_token.coordinator.adaptive import task_weights
+    from elo_per_token.coordinator.adaptive.core import task_weights
 
     st = pair_stats(table.scores, table.tokens, task_weights(table.families, weights))
     seen = (~np.isnan(table.tokens)).sum(axis=0)
@@ -157,8 +157,8 @@ def replay_orders(
     own values (full_values): its ε-classification (analysis/epsilon.eps_truth) and interval coverage."""
     from dataclasses import replace
 
-    from elo_per_token.analysis.epsilon import Margin, eps_truth, eps_wrong
-    from elo_per_token.analysis.sequential import OPEN, elo_from_balance
+    from elo_per_token.coordinator.adaptive.epsilon import Margin, eps_truth, eps_wrong
+    from elo_per_token.coordinator.adaptive.sequential import OPEN, elo_from_balance
 
     tok, bal = full_values(table, weights)
     truth = eps_truth(tok, bal, Margin(settings.epsilon_elo, settings.epsilon_tokens))

@@ -19,13 +19,15 @@ A decision is wrong when on is claimed for a dominated arm, off for an undominat
 some arm ε-dominates (`eps_truth`, `eps_wrong`).
 
 Error budget per arm, alpha (the sampling rule of Kone, Kaufmann & Richert's APE stops on the same kind of
-claims): on and within are intersection-union claims — every arm j must lose its pair test — so the claim is
-wrong only if the one arm that truly (ε-)dominates i loses its test falsely: each pair test runs at the whole
-alpha / 2 split over its two routes (quality, tokens), with no split over the K - 1 other arms. Off is a union
-claim (one dominator suffices), so its alpha / 2 is split over the K - 1 arms. Off can be wrong only for an arm
-truly on, on/within only for one truly dominated, so per arm P(wrong) <= alpha / 2 + alpha / 2 (the second
-half pays for an on arm wrongly skipped as off). Every test is looked at after each decision round: the
-boundary over the looks is Pocock's constant one (analysis/boundary.py), exact for the walk of a pair's mean,
+claims), split alpha_on = ON_SHARE x alpha for on/within and alpha_off = the rest for off: on and within are
+intersection-union claims — every arm j must lose its pair test — so the claim is wrong only if the one arm
+that truly (ε-)dominates i loses its test falsely: each pair test runs at the whole alpha_on split over its two
+routes (quality, tokens), with no split over the K - 1 other arms. Off is a union claim (one dominator
+suffices), so alpha_off is split over the K - 1 arms. Off can be wrong only for an arm truly on, on/within
+only for one truly dominated, so per arm P(wrong) <= alpha_on + alpha_off = alpha (alpha_off is paid again by
+a dominated arm when its true on-frontier dominator is wrongly skipped as off). Any split keeps the bound;
+on/within get the larger share because they are what classifies close arms. Every test is looked at after each decision round: the
+boundary over the looks is Pocock's constant one (coordinator/adaptive/boundary.py), exact for the walk of a pair's mean,
 or Bonferroni over the looks when the looks' times are not given. With no margin (both ε 0) there is no ε
 claim and the rule is exactly the strict one (sequential.holm_claims, Holm over the arm's 2 (K - 1) tests).
 """
@@ -38,16 +40,17 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import norm
 
-from elo_per_token.analysis.boundary import look_z
 from elo_per_token.analysis.merge import ELO_SCALE
-from elo_per_token.analysis.sequential import (
+from elo_per_token.coordinator.adaptive.boundary import look_z
+from elo_per_token.coordinator.adaptive.sequential import (
     OFF,
     ON,
     OPEN,
     Assessment,
     PairStats,
-    _decide,
     claim_power,
+    decide,
+    elo_from_balance,
     holm_claims,
     holm_step_z,
     pair_done,
@@ -58,6 +61,7 @@ __all__ = [
     "EpsAssessment",
     "Margin",
     "assess_eps",
+    "auto_epsilon_elo",
     "eps_balance",
     "eps_needs",
     "eps_truth",
@@ -67,13 +71,35 @@ __all__ = [
 
 WITHIN = "within"
 
+# The share of alpha the on and within claims get; off gets the rest (module docstring: an arm's decision is
+# wrong with probability <= alpha_on + alpha_off whatever the split). On/within claims are what classifies
+# close arms; off claims are needed only for arms far off the frontier, which are cheap to prove even at a
+# smaller share (benchmarks/bench_adaptive.py --issue41 at ε = 40: 0.5 -> 0.75 cut the token share of the
+# dominated and close-neighbour designs from 54% to 51% and 49%, with every-arm-classified unchanged; 0.9
+# classified the dominated design in 82.5% of replays instead of 90%).
+ON_SHARE = 0.75
+
 
 @dataclass(frozen=True)
 class Margin:
-    """The stated margin: elo (ΔElo, >= 0) and tokens (a share of the arm's tokens, in [0, 1))."""
+    """The stated margin: elo (ΔElo, >= 0) and tokens (a share of the arm's tokens, in [0, 1)); auto: elo is
+    the smallest the full grid of `tasks` tasks settles at error `alpha` (auto_epsilon_elo)."""
 
     elo: float = 0.0
     tokens: float = 0.0
+    auto: bool = False
+    tasks: int = 0
+    alpha: float = 0.05
+
+    def describe(self) -> str:
+        """The margin as the report and the sweep's first line state it."""
+        if not self.active:
+            return "no margin (on/off only)"
+        text = f"margin {self.elo:.0f} Elo / {self.tokens:.0%} tokens"
+        if self.auto:
+            text += (f" (auto: the smallest the full grid of {self.tasks} tasks settles at "
+                     f"δ={self.alpha:.0%})")  # fmt: skip
+        return text
 
     @property
     def active(self) -> bool:
@@ -87,6 +113,24 @@ class Margin:
 def eps_balance(eps_elo: float) -> float:
     """The win balance whose two-arm Bradley-Terry reading is eps_elo (inverse of elo_from_balance)."""
     return math.tanh(max(0.0, eps_elo) / (2 * ELO_SCALE))
+
+
+def auto_epsilon_elo(
+    task_weight: np.ndarray, alpha: float, looks: int, times: tuple[float, ...] | None = None
+) -> float:
+    """The smallest ΔElo margin the full grid settles at error alpha, from the design alone (no data yet):
+    at the grid's end two equally strong arms are shown within the margin of each other (q < b_ε at the on
+    claims' z, eps_z) with probability 1 - alpha, when every task is decided (a win or a loss: the widest
+    spread a task's win balance can have, sqrt(mean w^2) with the family weights w). So
+    b_ε = (eps_z + z_{1-alpha}) sqrt(mean w^2 / T), read as ΔElo. A margin below it leaves close pairs open even
+    on the full grid; above it the sweep classifies every arm earlier (benchmarks/bench_adaptive.py --issue41)."""
+    w = np.asarray(task_weight, dtype=float)
+    if w.size == 0:
+        return 0.0
+    spread = math.sqrt(float(np.mean(w * w)))
+    z = eps_z(alpha, looks, 2, times) + float(norm.ppf(1 - alpha))
+    b = min(z * spread / math.sqrt(w.size), 0.999)
+    return float(elo_from_balance(b))
 
 
 def rel_token_stats(tokens: np.ndarray, share: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -126,19 +170,19 @@ class EpsAssessment(Assessment):
 
 
 def eps_z(alpha: float, looks: int, k: int, times: tuple[float, ...] | None = None) -> float:
-    """One-sided z of the claims an on or within decision rests on: alpha / 2 for the decision, split over the
-    pair's 2 routes (quality, tokens), over the looks. No split over the other arms: an on or within claim
+    """One-sided z of the claims an on or within decision rests on: alpha_on (ON_SHARE x alpha) for the
+    decision, split over the pair's 2 routes (quality, tokens), over the looks. No split over the other arms: an on or within claim
     needs every pair's claim at once (an intersection-union test), so it is wrong only when the one arm that
     truly dominates falsely loses its pair test (module docstring). With the looks' information `times`
     the boundary over the looks is exact (analysis/boundary.look_z), else Bonferroni over `looks`."""
-    return _one_sided_z(alpha / 4, looks, times)
+    return _one_sided_z(alpha * ON_SHARE / 2, looks, times)
 
 
 def off_z(alpha: float, looks: int, k: int, times: tuple[float, ...] | None = None) -> float:
-    """One-sided z of the claims an off decision rests on (j confidently cheaper and stronger than i): alpha / 2
-    over the K - 1 arms that could be claimed to dominate (a union: any one false claim is a wrong off), over
+    """One-sided z of the claims an off decision rests on (j confidently cheaper and stronger than i): alpha_off
+    ((1 - ON_SHARE) x alpha) over the K - 1 arms that could be claimed to dominate (a union: any one false claim is a wrong off), over
     the looks as eps_z."""
-    return _one_sided_z(alpha / (2 * max(1, k - 1)), looks, times)
+    return _one_sided_z(alpha * (1 - ON_SHARE) / max(1, k - 1), looks, times)
 
 
 def _one_sided_z(level: float, looks: int, times: tuple[float, ...] | None) -> float:
@@ -169,7 +213,7 @@ def assess_eps(
     k = stats.q.shape[0]
     if not margin.active:
         stronger, cheaper = holm_claims(stats, alpha, looks, min_tasks)
-        a = _decide(stats, stronger, cheaper)
+        a = decide(stats, stronger, cheaper)
         return EpsAssessment(a.status, a.dominated_by, a.stronger, a.cheaper, a.stats, margin=margin)
     enough = stats.n >= max(2, min_tasks)
     z_on, z_off = eps_z(alpha, looks, k, times), off_z(alpha, looks, k, times)
@@ -253,7 +297,7 @@ def eps_truth(tokens: np.ndarray, quality: np.ndarray, margin: Margin) -> list[s
     """Per arm from exact quantities (tokens [K], win balance [K, K]): on (undominated), off (ε-dominated:
     some arm stronger by more than b_ε and cheaper by more than the token margin) or within (dominated, by
     no more than the margin). With no margin an arm is on or off (sequential.true_frontier)."""
-    from elo_per_token.analysis.sequential import true_frontier
+    from elo_per_token.coordinator.adaptive.sequential import true_frontier
 
     t, q = np.asarray(tokens, dtype=float), np.asarray(quality, dtype=float)
     on = true_frontier(t, q)

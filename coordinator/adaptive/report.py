@@ -1,11 +1,11 @@
 """The adaptive sweep's report: per arm the decision, why it stopped, tasks and tokens, and the intervals
-(their level holds under the adaptive stopping: alpha spent over the rounds, analysis/sequential.py)."""
+(their level holds under the adaptive stopping: alpha spent over the rounds, coordinator/adaptive/sequential.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from elo_per_token.coordinator.adaptive import AdaptiveResult
+from elo_per_token.coordinator.adaptive.core import AdaptiveResult
 
 __all__ = ["adaptive_json", "classification_line", "print_adaptive"]
 

@@ -1,7 +1,7 @@
 """Fixed-budget mode of the adaptive sweep: what a sweep stopped at its token cap leaves unclassified, and what
 it would likely cost to finish.
 
-Per open arm, each claim a decision could rest on (analysis/epsilon.py: a pair test `mean + z se < bound`) is
+Per open arm, each claim a decision could rest on (coordinator/adaptive/epsilon.py: a pair test `mean + z se < bound`) is
 projected at its current estimate: with se shrinking as 1 / sqrt(n), the claim holds after
 n x (z se / (bound - mean))^2 shared tasks (never, while the estimate is on the wrong side of the bound). An arm
 needs the fewest tasks over its routes: on or within (every arm not off ruled out, each by its cheapest route)
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from elo_per_token.analysis.epsilon import EpsAssessment
-from elo_per_token.analysis.sequential import OFF, OPEN
+from elo_per_token.coordinator.adaptive.epsilon import EpsAssessment
+from elo_per_token.coordinator.adaptive.sequential import OFF, OPEN
 
 __all__ = ["Unfinished", "unfinished"]
 

@@ -1,10 +1,11 @@
-"""`ept sweep --adaptive` (and `[adaptive]` in the plan): the round loop of coordinator/adaptive.py on the real
+"""`ept sweep --adaptive` (and `[adaptive]` in the plan): the round loop of coordinator/adaptive/core.py on the real
 executors.
 
 Each round's jobs (the round's tasks x the arms still running x replicates) go through sweep.execute, so the
 local executor and Celery work as in a full sweep (Celery enqueues only that round's jobs), finished jobs are
-skipped, and failures are recorded. After each round the run's results are read back from the ledger and the
-policy re-assesses. Resume: the task order and every decision are a function of the seed and the results, so
+skipped, and failures are recorded. After each round that round's results (its jobs' objects, nothing else)
+are read back from the ledger and the policy re-assesses; the rounds before are held in memory by the round
+loop. Resume: the task order and every decision are a function of the seed and the results, so
 rerunning the same command replays the finished rounds from the ledger (no job runs twice) and continues.
 The state after each round is written to the run's `adaptive.json` blob for `ept status`.
 """
@@ -12,14 +13,14 @@ The state after each round is written to the run's `adaptive.json` blob for `ept
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.jobs import Job
-from elo_per_token.coordinator.adaptive import AdaptiveResult, RoundResults, run_adaptive
-from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings, settings_from_table
-from elo_per_token.coordinator.adaptive_state import write_state
+from elo_per_token.coordinator.adaptive.core import AdaptiveResult, RoundResults, run_adaptive
+from elo_per_token.coordinator.adaptive.events import RoundEvent
+from elo_per_token.coordinator.adaptive.settings import AdaptiveSettings, settings_from_table
+from elo_per_token.coordinator.adaptive.state import write_state
 from elo_per_token.coordinator.plan import Plan
 
 __all__ = ["AdaptiveSweep", "run_adaptive_sweep", "settings_of"]
@@ -45,17 +46,15 @@ class AdaptiveSweep:
 
 
 def _round_results(
-    ledger: Any, run_id: str, tidx: dict[str, int], aidx: dict[str, int]
+    ledger: Any, run_id: str, keys: list[str], tidx: dict[str, int], aidx: dict[str, int]
 ) -> dict[tuple[int, int], tuple[float, float]]:
-    """Every (task, arm) result of the run so far, from the ledger (the same reading as a replay)."""
+    """The (task, arm) results of this round's jobs `keys`, read from the ledger (only these objects: the
+    rounds before are held by the round loop, core._State; the same reading as a replay's whole-run table)."""
     import numpy as np
 
-    from elo_per_token.analysis.run_table import read_run_table
+    from elo_per_token.coordinator.adaptive.run_table import read_jobs_table
 
-    try:
-        table = read_run_table([ledger.run_url(run_id)])
-    except InputError:
-        return {}  # nothing graded yet
+    table = read_jobs_table(ledger.run_url(run_id), keys)
     out: dict[tuple[int, int], tuple[float, float]] = {}
     for i, task in enumerate(table.tasks):
         for j, arm in enumerate(table.arms):
@@ -94,13 +93,13 @@ def run_adaptive_sweep(plan: Plan, *, profile: Any, base_url: str | None = None,
     except _Stopped:
         res = None
     if res is not None:  # `ept status`: the sweep is over, the rest of the grid is not needed
-        last = res.history[-1] if res.history else {}
-        write_state(ledger, plan.run_id, {**last, "finished": True, "stop_reason": res.stop_reason})
+        last = res.history[-1] if res.history else RoundEvent(0, res.rounds_planned, 0, 0.0, (), {})
+        write_state(ledger, plan.run_id, replace(last, finished=True, stop_reason=res.stop_reason))
     return AdaptiveSweep(res, rr.outcomes, rr.completed, time.monotonic() - t0)
 
 
 class _RoundRunner:
-    """One round = one sweep.execute of the round's jobs, then the run's results read back from the ledger."""
+    """One round = one sweep.execute of the round's jobs, then those jobs' results read back from the ledger."""
 
     def __init__(self, plan: Plan, by_cell: dict[tuple[str, str], list[Job]], task_ids: list[str], arms: list[str],
                  n_jobs: int, ledger: Any, kw: dict[str, Any]) -> None:  # fmt: skip
@@ -120,7 +119,7 @@ class _RoundRunner:
         if not out.completed:
             self.completed = False
             raise _Stopped
-        got = _round_results(self.ledger, self.plan.run_id, self.tidx, self.aidx)
+        got = _round_results(self.ledger, self.plan.run_id, [j.key for j in todo], self.tidx, self.aidx)
         return {(t, a): got[(t, a)] for t in tids for a in aids if (t, a) in got}
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
+from elo_per_token.coordinator.adaptive.settings import AdaptiveSettings
 
 if TYPE_CHECKING:
     from elo_per_token.coordinator.plan import Plan
@@ -20,9 +20,9 @@ def finish_adaptive(plan: Plan, profile: Any, base_url: str | None, *, analyze: 
     when interrupted (a rerun resumes) or when jobs failed."""
     from elo_per_token.analysis.report import make_console, print_report
     from elo_per_token.contracts.errors import EXIT_FAILED, EXIT_INTERRUPTED
-    from elo_per_token.coordinator.adaptive_report import print_adaptive
-    from elo_per_token.coordinator.adaptive_sweep import run_adaptive_sweep
-    from elo_per_token.coordinator.sweep import _compact, analyze_run, print_summary
+    from elo_per_token.coordinator.adaptive.report import print_adaptive
+    from elo_per_token.coordinator.adaptive.sweep import run_adaptive_sweep
+    from elo_per_token.coordinator.sweep import analyze_run, compact_note, print_summary
     from elo_per_token.ledger import open_ledger
 
     console = make_console()
@@ -39,14 +39,14 @@ def finish_adaptive(plan: Plan, profile: Any, base_url: str | None, *, analyze: 
                       "replayed from the ledger, no job runs twice)")  # fmt: skip
         raise typer.Exit(last.exit_code if last is not None and last.exit_code else EXIT_INTERRUPTED)
     ledger = open_ledger(plan.ledger)
-    console.print(_compact(ledger, plan.run_id), highlight=False)
+    console.print(compact_note(ledger, plan.run_id), highlight=False)
     print_adaptive(res.result, console)
     if analyze:
         # Arms ran on different tasks by design: each pair is compared on every task both ran ("drop": the task
         # order is random, so the tasks a pair shares are a random sample), not on the few every arm ran.
         analysis, err = analyze_run(plan, ledger, missing="drop")
         if analysis is not None:
-            from elo_per_token.analysis.adaptive_secondary import as_adaptive_secondary
+            from elo_per_token.coordinator.adaptive.secondary import as_adaptive_secondary
 
             as_adaptive_secondary(analysis, res.result.frontier)
             console.print("Elo table of the tasks each arm ran (bootstrap intervals: not adjusted for the adaptive "
@@ -67,7 +67,7 @@ def print_state(ledger: Any, run_id: str, console: Any) -> None:
     """`ept status`: the adaptive sweep's last finished round and the arms still running (nothing otherwise)."""
     from rich.markup import escape
 
-    from elo_per_token.coordinator.adaptive_state import read_state
+    from elo_per_token.coordinator.adaptive.state import read_state
 
     st = read_state(ledger, run_id)
     if st is None:
@@ -107,7 +107,7 @@ def _print_orders(table: Any, settings: AdaptiveSettings, orders: int, as_json: 
     """`--orders K`: K task orders replayed, scored against the full grid's own ε-classification."""
     import json
 
-    from elo_per_token.coordinator.replay import replay_orders
+    from elo_per_token.coordinator.adaptive.replay import replay_orders
 
     summ = replay_orders(table, settings, orders)
     if as_json:
@@ -152,10 +152,10 @@ def replay_adaptive_cmd(
     import json
 
     from elo_per_token.analysis.report import make_console
-    from elo_per_token.analysis.run_table import read_run_table
     from elo_per_token.contracts.errors import InputError
-    from elo_per_token.coordinator.adaptive_report import adaptive_json, print_adaptive
-    from elo_per_token.coordinator.replay import replay_adaptive
+    from elo_per_token.coordinator.adaptive.replay import replay_adaptive
+    from elo_per_token.coordinator.adaptive.report import adaptive_json, print_adaptive
+    from elo_per_token.coordinator.adaptive.run_table import read_run_table
 
     settings = AdaptiveSettings(alpha=alpha, rounds=rounds, min_rounds=min_rounds, width=width, seed=seed,
                                 max_tokens=max_tokens, futility=futility, futility_power=futility_power,
