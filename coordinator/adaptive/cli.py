@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from elo_per_token.coordinator.adaptive.settings import AdaptiveSettings
+from elo_per_token.coordinator.adaptive.settings import AdaptiveSettings, margin_arg
 
 if TYPE_CHECKING:
     from elo_per_token.coordinator.plan import Plan
@@ -98,8 +98,11 @@ def print_state(ledger: Any, run_id: str, console: Any) -> None:
         )
 
 
-_EPS_ELO_HELP = "Margin in ΔElo: arms no arm beats by more than this AND --epsilon-tokens are 'within'."
-_EPS_TOK_HELP = "Margin in tokens, a share of the arm's tokens per task (0.05 = 5%)."
+_EPS_ELO_HELP = ("Margin in ΔElo: arms no arm beats by more than this AND --epsilon-tokens are 'within'. auto: the "
+                 "smallest the run's full grid settles at --alpha; 0: the strict rule (on / off / open).")  # fmt: skip
+_EPS_TOK_HELP = (
+    "Margin in tokens, a share of the arm's tokens per task (0.05 = 5%); auto: 5% (0 when --epsilon-elo 0)."
+)
 _ORDERS_HELP = "Replay this many random task orders; print token share and classification error over them."
 
 
@@ -140,10 +143,8 @@ def replay_adaptive_cmd(
         "--futility-power",
         help="Conditional power below which a decision counts as out of reach.",
     ),
-    epsilon_elo: float = typer.Option(AdaptiveSettings.epsilon_elo, "--epsilon-elo", help=_EPS_ELO_HELP),
-    epsilon_tokens: float = typer.Option(
-        AdaptiveSettings.epsilon_tokens, "--epsilon-tokens", help=_EPS_TOK_HELP
-    ),
+    epsilon_elo: str = typer.Option("auto", "--epsilon-elo", help=_EPS_ELO_HELP),
+    epsilon_tokens: str = typer.Option("auto", "--epsilon-tokens", help=_EPS_TOK_HELP),
     orders: int = typer.Option(0, "--orders", min=0, max=10_000, help=_ORDERS_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -157,10 +158,11 @@ def replay_adaptive_cmd(
     from elo_per_token.coordinator.adaptive.report import adaptive_json, print_adaptive
     from elo_per_token.coordinator.adaptive.run_table import read_run_table
 
-    settings = AdaptiveSettings(alpha=alpha, rounds=rounds, min_rounds=min_rounds, width=width, seed=seed,
-                                max_tokens=max_tokens, futility=futility, futility_power=futility_power,
-                                epsilon_elo=epsilon_elo, epsilon_tokens=epsilon_tokens)  # fmt: skip
     try:
+        settings = AdaptiveSettings(alpha=alpha, rounds=rounds, min_rounds=min_rounds, width=width, seed=seed,
+                                    max_tokens=max_tokens, futility=futility, futility_power=futility_power,
+                                    epsilon_elo=margin_arg(epsilon_elo, "epsilon_elo"),
+                                    epsilon_tokens=margin_arg(epsilon_tokens, "epsilon_tokens"))  # fmt: skip
         settings.check()
     except ValueError as e:
         key = str(e).split(":")[0]

@@ -139,11 +139,12 @@ class OrdersSummary:
     covered: int  # intervals (tokens/task, ΔElo vs anchor) holding the full grid's values
     intervals: int
     truth: list[str]  # the full grid's ε-classification (its point values: eps_truth)
+    margin: str = ""  # the margin classified at (epsilon.Margin.describe)
 
     def line(self) -> str:
         """Mean / median / 90th pct token share, classified share, classification error, coverage."""
         sh, k = np.asarray(self.shares), len(self.shares)
-        return (f"{k} task orders: token share mean {sh.mean():.1%}, median {np.median(sh):.1%}, 90th pct "
+        return (f"{k} task orders ({self.margin}): token share mean {sh.mean():.1%}, median {np.median(sh):.1%}, 90th pct "
                 f"{np.quantile(sh, 0.9):.1%}; every arm classified in {sum(self.classified)}/{k}; orders with "
                 f"a classification contradicting the full grid's ({', '.join(self.truth)}): "
                 f"{sum(w > 0 for w in self.wrong)}/{k}; interval coverage {self.covered}/{self.intervals} = "
@@ -157,11 +158,13 @@ def replay_orders(
     own values (full_values): its ε-classification (analysis/epsilon.eps_truth) and interval coverage."""
     from dataclasses import replace
 
-    from elo_per_token.coordinator.adaptive.epsilon import Margin, eps_truth, eps_wrong
+    from elo_per_token.coordinator.adaptive.core import plan_margin
+    from elo_per_token.coordinator.adaptive.epsilon import eps_truth, eps_wrong
     from elo_per_token.coordinator.adaptive.sequential import OPEN, elo_from_balance
 
     tok, bal = full_values(table, weights)
-    truth = eps_truth(tok, bal, Margin(settings.epsilon_elo, settings.epsilon_tokens))
+    margin = plan_margin(table.families, settings, weights)  # the sweep's own (auto: from the design)
+    truth = eps_truth(tok, bal, margin)
     full_tokens = float(np.nansum(table.tokens))
     shares, classified, wrong, covered, intervals = [], [], [], 0, 0
     for k in range(orders):
@@ -180,4 +183,4 @@ def replay_orders(
                 covered += bool(
                     r.d_elo_lo - 1e-9 <= float(elo_from_balance(bal[i, anchor])) <= r.d_elo_hi + 1e-9
                 )
-    return OrdersSummary(shares, classified, wrong, covered, intervals, truth)
+    return OrdersSummary(shares, classified, wrong, covered, intervals, truth, margin.describe())

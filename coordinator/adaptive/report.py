@@ -20,10 +20,7 @@ def classification_line(res: AdaptiveResult) -> str:
     """The classification first: counts of on / within / off / open, the margin and the error per arm."""
     st = [r.status for r in res.reports]
     counts = ", ".join(f"{st.count(c)} {c}" for c in ("on", "within", "off", "open") if c in st)
-    m = res.margin
-    margin = (f"margin {m.elo:g} Elo / {m.tokens:.0%} tokens" if m.active
-              else "no margin (on/off only)")  # fmt: skip
-    return f"{counts} ({margin}; each arm's decision wrong with probability <= {res.alpha:g})"
+    return f"{counts} ({res.margin.describe()}; each arm's decision wrong with probability <= {res.alpha:g})"
 
 
 def print_adaptive(res: AdaptiveResult, console: Any, full_tokens: float | None = None) -> None:
@@ -72,6 +69,7 @@ def adaptive_json(res: AdaptiveResult, full_tokens: float | None = None) -> dict
         "rounds_run": res.rounds_run, "rounds_planned": res.rounds_planned, "stop_reason": res.stop_reason,
         "tokens_spent": res.tokens_spent, "full_tokens": full_tokens, "anchor": res.anchor, "z": res.z_report,
         "epsilon_elo": res.margin.elo, "epsilon_tokens": res.margin.tokens, "alpha": res.alpha,
+        "epsilon_auto": res.margin.auto, "margin": res.margin.describe(),
         "arms": [{k: v for k, v in r.__dict__.items()} for r in res.reports],
         "unfinished": None if res.unfinished is None else res.unfinished.__dict__,
     }  # fmt: skip

@@ -23,7 +23,7 @@ from elo_per_token.coordinator.adaptive.settings import AdaptiveSettings, settin
 from elo_per_token.coordinator.adaptive.state import write_state
 from elo_per_token.coordinator.plan import Plan
 
-__all__ = ["AdaptiveSweep", "run_adaptive_sweep", "settings_of"]
+__all__ = ["AdaptiveSweep", "run_adaptive_sweep", "settings_of", "start_line"]
 
 
 def settings_of(plan: Plan) -> AdaptiveSettings:
@@ -80,6 +80,9 @@ def run_adaptive_sweep(plan: Plan, *, profile: Any, base_url: str | None = None,
     fam = {j.task_id: j.family for j in jobs}
     arms = sorted({j.arm for j in jobs})
     ledger = open_ledger(plan.ledger)
+    if console is not None:  # the margin first: the classification the sweep will end with is at it
+        console.print(start_line(settings, [fam[t] for t in task_ids], len(arms), plan.weights or None),
+                      highlight=False)  # fmt: skip
     t0 = time.monotonic()
     rr = _RoundRunner(plan, by_cell, task_ids, arms, len(jobs), ledger,
                       dict(profile=profile, base_url=base_url, executor=executor, console=console,
@@ -96,6 +99,20 @@ def run_adaptive_sweep(plan: Plan, *, profile: Any, base_url: str | None = None,
         last = res.history[-1] if res.history else RoundEvent(0, res.rounds_planned, 0, 0.0, (), {})
         write_state(ledger, plan.run_id, replace(last, finished=True, stop_reason=res.stop_reason))
     return AdaptiveSweep(res, rr.outcomes, rr.completed, time.monotonic() - t0)
+
+
+def start_line(
+    settings: AdaptiveSettings, families: list[str], arms: int, weights: dict[str, float] | None
+) -> str:
+    """The sweep's first line: the design and the margin it classifies at (core.plan_margin, the same
+    computation the round loop makes)."""
+    from elo_per_token.coordinator.adaptive.core import plan_margin, round_bounds
+
+    margin = plan_margin(families, settings, weights)
+    rounds = len(round_bounds(len(families), settings.rounds))
+    return (f"adaptive sweep: {arms} arms, {len(families)} tasks in {rounds} rounds, each arm classified on, off or "
+            f"within the margin of the frontier: {margin.describe()}; each arm's decision wrong with probability <= "
+            f"{settings.alpha:g}")  # fmt: skip
 
 
 class _RoundRunner:
