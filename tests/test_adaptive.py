@@ -454,10 +454,46 @@ def test_failed_jobs_are_skipped_not_scored():
 # ----------------------------------------------------------------- the sweep on the local executor
 
 
+_READS: list[tuple[str, list[str]]] = []  # (folder, the reads of its files) while an _object_reads is open
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event != "open" or not _READS or not isinstance(args[0], str):
+        return
+    path, mode, flags = args
+    # open(): a mode string; os.open(): mode None and the flags say whether it writes
+    reading = mode in ("r", "rb") if mode is not None else not flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
+    folder, seen = _READS[-1]
+    if reading and path.startswith(folder + os.sep) and not os.path.basename(path).startswith("."):
+        seen.append(path)
+
+
+_HOOKED: list[bool] = []
+
+
+class _object_reads:
+    """Every file under `folder` opened for reading inside the block (an audit hook: the real reads)."""
+
+    def __init__(self, folder: str) -> None:
+        self.entry: tuple[str, list[str]] = (folder, [])
+
+    def __enter__(self) -> list[str]:
+        import sys
+
+        if not _HOOKED:
+            sys.addaudithook(_audit)
+            _HOOKED.append(True)
+        _READS.append(self.entry)
+        return self.entry[1]
+
+    def __exit__(self, *exc: object) -> None:
+        _READS.remove(self.entry)
+
+
 def _adaptive_plan(tmp_path, name="ad1", futility=False):
     from elo_per_token.coordinator.plan import parse_plan
 
-    body = plan_toml([("greedy", [1]), ("majority", [3])], {"adaptive": {"rounds": 3, "min_rounds": 1, "futility": futility}},
+    body = plan_toml([("greedy", [1]), ("majority", [3])], {"adaptive": {"rounds": 3, "min_rounds": 1, "futility": futility, "epsilon_elo": 0}},
                      name=name, profile="sim-openai", suites=["math", "tool_use"], tasks_per_family=6, seed=3,
                      ledger=tmp_path / name, concurrency=2, bootstrap_rounds=0)  # fmt: skip
     return parse_plan(body)
@@ -543,19 +579,30 @@ def test_replay_of_a_full_run_makes_the_live_adaptive_sweeps_decisions(tmp_path,
     monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
     sim = make_sim(api_key=SIM_KEY)
     plan = _adaptive_plan(tmp_path, "live")
-    live = run_adaptive_sweep(plan, profile=sim.profile())
+    jobs_dir = str(tmp_path / "live" / "runs" / "live" / "jobs")
+    with _object_reads(jobs_dir) as reads:
+        live = run_adaptive_sweep(plan, profile=sim.profile())
     assert live.completed and live.result is not None
+    # The sweep holds its table between rounds: each job object is read once (the old loop re-read the run
+    # after every round: each object once per round after its own).
+    n_objects = sum(len(files) for _, _, files in os.walk(jobs_dir))
+    assert live.result.rounds_run >= 2 and 0 < len(reads) <= n_objects and len(set(reads)) == len(reads)
     full_plan = plan.with_overrides(name="full", ledger=str(tmp_path / "full"))
     full = execute(full_plan, None, profile=sim.profile(), analyze=False)
     assert full.completed and full.tally.failed == 0
     run_dir = str(tmp_path / "full" / "runs" / "full")
     out = replay_adaptive(read_run_table([run_dir]), settings_of(plan))
     assert out.result.frontier == live.result.frontier
+    # round by round the same events: the live table kept in memory equals the replay's whole-run reading
+    assert [replace(e, tokens=0.0) for e in out.result.history] == [
+        replace(e, tokens=0.0) for e in live.result.history
+    ]
+    assert [e.tokens for e in out.result.history] == pytest.approx([e.tokens for e in live.result.history])
     assert out.result.tokens_spent == pytest.approx(live.result.tokens_spent)
     assert out.full_tokens == pytest.approx(full.tally.tokens)
     cmd = [sys.executable, "-m", "elo_per_token", "replay-adaptive", run_dir]
     res = subprocess.run([*cmd, "--seed", str(plan.seed), "--rounds", "3", "--min-rounds", "1", "--no-futility",
-                          "--json"],
+                          "--epsilon-elo", "0", "--json"],
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     got = json.loads(res.stdout)
