@@ -259,7 +259,7 @@ def test_live_adaptive_sweep_with_a_margin_classifies_every_arm_as_the_full_swee
     sim = make_sim(api_key=SIM_KEY)
     adaptive = {"rounds": 4, "min_rounds": 2}  # the default margin: auto, from the design
     plan = parse_plan(plan_toml([("greedy", [1]), ("majority", [3]), ("best_of_n", [4])], {"adaptive": adaptive},
-                                name="live", profile="sim-openai", suites=["math", "tool_use"], tasks_per_family=20,
+                                name="live", profile="sim-openai", suites=["math", "tool_use"], tasks_per_family=40,
                                 seed=3, ledger=tmp_path / "live", concurrency=4, bootstrap_rounds=0))  # fmt: skip
     live = run_adaptive_sweep(plan, profile=sim.profile())
     assert live.completed and live.result is not None
@@ -274,6 +274,7 @@ def test_live_adaptive_sweep_with_a_margin_classifies_every_arm_as_the_full_swee
     truth = eps_truth(tok, bal, live.result.margin)
     got = [r.status for r in live.result.reports]
     assert OPEN not in got, (got, truth)
+    assert 150 < live.result.margin.elo < 250  # 80 tasks: the margin this grid can settle
     assert not any(eps_wrong(a, b) for a, b in zip(got, truth, strict=True)), (got, truth)
     assert live.result.tokens_spent < full.tally.tokens
 
