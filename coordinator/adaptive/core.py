@@ -347,7 +347,7 @@ def _futility(
     arms: Sequence[str],
 ) -> tuple[list[bool], np.ndarray] | None:
     """Open arms the full grid could not settle either and the comparisons open arms can still use
-    (analysis/sequential.reachable_needs), the reasons kept in st.futile; None with futility off or before
+    (sequential.reachable_needs), the reasons kept in st.futile; None with futility off or before
     the first decision round."""
     st.futile.clear()
     if not settings.futility or seen < min_tasks:

@@ -174,7 +174,7 @@ def eps_z(alpha: float, looks: int, k: int, times: tuple[float, ...] | None = No
     decision, split over the pair's 2 routes (quality, tokens), over the looks. No split over the other arms: an on or within claim
     needs every pair's claim at once (an intersection-union test), so it is wrong only when the one arm that
     truly dominates falsely loses its pair test (module docstring). With the looks' information `times`
-    the boundary over the looks is exact (analysis/boundary.look_z), else Bonferroni over `looks`."""
+    the boundary over the looks is exact (boundary.look_z), else Bonferroni over `looks`."""
     return _one_sided_z(alpha * ON_SHARE / 2, looks, times)
 
 

@@ -155,7 +155,7 @@ def replay_orders(
     table: RunTable, settings: AdaptiveSettings, orders: int, weights: dict[str, float] | None = None
 ) -> OrdersSummary:
     """Replay `orders` task orders (seeds settings.seed .. + orders - 1) and score each against the full grid's
-    own values (full_values): its ε-classification (analysis/epsilon.eps_truth) and interval coverage."""
+    own values (full_values): its ε-classification (epsilon.eps_truth) and interval coverage."""
     from dataclasses import replace
 
     from elo_per_token.coordinator.adaptive.core import plan_margin

@@ -97,7 +97,9 @@ class AdaptiveSettings:
 def settings_from_table(table: dict[str, Any], seed: int) -> AdaptiveSettings:
     """Settings from a validated `[adaptive]` table (unknown keys ignored; check_adaptive refuses them).
     `delta` is the issue's name for the error budget: the same setting as `alpha`, not both."""
-    kw = {k: (AUTO if _is_auto(k, val) else _KEYS[k](val)) for k, val in table.items() if k in _KEYS}
+    kw: dict[str, Any] = {
+        k: (AUTO if _is_auto(k, val) else _KEYS[k](val)) for k, val in table.items() if k in _KEYS
+    }
     if "delta" in kw:
         if "alpha" in kw:
             raise ValueError("delta: the same setting as alpha (the error budget); give one of them")
