@@ -46,7 +46,7 @@ def test_adaptive_celery_sweep_resumes_after_a_coordinator_kill(
     plan_file.write_text(plan_toml(
         [("greedy", [1]), ("majority", [3])], {"rate_limits.sim-test": {"rpm": 1000000, "tpm": 1000000000},
                                                "adaptive": {"rounds": 3, "min_rounds": 1,
-                                                            "futility": futility}},
+                                                            "futility": futility, "epsilon_elo": 0}},
         name=run_name, profile="sim-test", suites=["math", "tool_use"], tasks_per_family=6, seed=13, ledger=url,
         executor="celery", queue=queue, concurrency=8, batch_size=5, bootstrap_rounds=0,
     ))  # fmt: skip
