@@ -261,8 +261,19 @@ def test_live_adaptive_sweep_with_a_margin_classifies_every_arm_as_the_full_swee
     plan = parse_plan(plan_toml([("greedy", [1]), ("majority", [3]), ("best_of_n", [4])], {"adaptive": adaptive},
                                 name="live", profile="sim-openai", suites=["math", "tool_use"], tasks_per_family=40,
                                 seed=3, ledger=tmp_path / "live", concurrency=4, bootstrap_rounds=0))  # fmt: skip
-    live = run_adaptive_sweep(plan, profile=sim.profile())
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    live = run_adaptive_sweep(plan, profile=sim.profile(), console=Console(file=buf, width=400))
     assert live.completed and live.result is not None
+    first = buf.getvalue().splitlines()[0]  # the margin is said before any job runs
+    assert (
+        first.startswith("adaptive sweep: 3 arms, 80 tasks in 4 rounds")
+        and live.result.margin.describe() in first
+    )
+    assert "(auto: the smallest the full grid of 80 tasks settles at δ=5%)" in first
     full_plan = plan.with_overrides(name="full", ledger=str(tmp_path / "full"))
     full = execute(full_plan, None, profile=sim.profile(), analyze=False)
     assert full.completed and full.tally.failed == 0
