@@ -225,9 +225,7 @@ def test_replay_adaptive_cli_orders_and_margin(tmp_path):
         [*cmd, "--orders", "3", "--epsilon-elo", "40"], capture_output=True, text=True, timeout=120
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert (
-        "3 task orders (margin 40 Elo / 5% tokens): token share mean" in r.stdout and "90th pct" in r.stdout
-    )
+    assert "3 task orders, margin 40 Elo / 5% tokens: token share mean" in r.stdout and "90th pct" in r.stdout
     auto = subprocess.run([*cmd, "--orders", "2"], capture_output=True, text=True, timeout=120)
     assert (
         auto.returncode == 0

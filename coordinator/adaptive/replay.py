@@ -144,7 +144,7 @@ class OrdersSummary:
     def line(self) -> str:
         """Mean / median / 90th pct token share, classified share, classification error, coverage."""
         sh, k = np.asarray(self.shares), len(self.shares)
-        return (f"{k} task orders ({self.margin}): token share mean {sh.mean():.1%}, median {np.median(sh):.1%}, 90th pct "
+        return (f"{k} task orders, {self.margin}: token share mean {sh.mean():.1%}, median {np.median(sh):.1%}, 90th pct "
                 f"{np.quantile(sh, 0.9):.1%}; every arm classified in {sum(self.classified)}/{k}; orders with "
                 f"a classification contradicting the full grid's ({', '.join(self.truth)}): "
                 f"{sum(w > 0 for w in self.wrong)}/{k}; interval coverage {self.covered}/{self.intervals} = "

@@ -20,7 +20,7 @@ def classification_line(res: AdaptiveResult) -> str:
     """The classification first: counts of on / within / off / open, the margin and the error per arm."""
     st = [r.status for r in res.reports]
     counts = ", ".join(f"{st.count(c)} {c}" for c in ("on", "within", "off", "open") if c in st)
-    return f"{counts} ({res.margin.describe()}; each arm's decision wrong with probability <= {res.alpha:g})"
+    return f"{counts} · {res.margin.describe()} · each arm's decision wrong with probability <= {res.alpha:g}"
 
 
 def print_adaptive(res: AdaptiveResult, console: Any, full_tokens: float | None = None) -> None:
