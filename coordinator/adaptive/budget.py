@@ -62,6 +62,7 @@ def unfinished(
     z_on: float,
     z_off: float,
     n_tasks: int,
+    z_tok: float | None = None,
 ) -> Unfinished:
     """The open arms of `a`, the shared tasks the slowest of them would need and its likely token cost."""
     st, k = a.stats, len(a.status)
@@ -70,11 +71,12 @@ def unfinished(
         return Unfinished([], 0, 0.0)
     n = st.n.astype(float)
     strong = _tasks_for(-st.q, st.q_se, n, z_on, 0.0)  # strong[i, j]: q_ij > 0
-    cheap = _tasks_for(st.c, st.c_se, n, z_on, 0.0)  # cheap[i, j]: c_ij < 0
+    zt = z_on if z_tok is None else z_tok  # the token route's z
+    cheap = _tasks_for(st.c, st.c_se, n, zt, 0.0)  # cheap[i, j]: c_ij < 0
     routes = [strong, cheap]
     if a.margin.active and a.d is not None:
         routes.append(_tasks_for(st.q, st.q_se, n, z_on, a.margin.balance).T)  # [i, j]: q_ji < b
-        routes.append(_tasks_for(a.d[0], a.d[1], a.d[2].astype(float), z_on, 0.0))
+        routes.append(_tasks_for(a.d[0], a.d[1], a.d[2].astype(float), zt, 0.0))
     rule_out = np.minimum.reduce(routes) - n  # more shared tasks each pair needs
     dom = (
         np.maximum(_tasks_for(-st.q, st.q_se, n, z_off, 0.0), _tasks_for(st.c, st.c_se, n, z_off, 0.0)).T - n

@@ -35,6 +35,7 @@ from elo_per_token.coordinator.adaptive.epsilon import (
     eps_holm_z,
     eps_needs,
     eps_z,
+    eps_z_tokens,
     off_z,
 )
 from elo_per_token.coordinator.adaptive.events import RoundEvent
@@ -249,8 +250,8 @@ def run_adaptive(
         s, t, ww = st.matrices()
         a = assess_eps(pair_stats(s, t, ww), t, settings.alpha, looks, min_tasks, margin, times)
         z_end = eps_holm_z(a.stats, settings.alpha, looks, min_tasks, margin, times)
-        z_on = eps_z(settings.alpha, looks, k, times)
-        fut = _futility(a, st, len(order), hi, min_tasks, (z_end, z_on), settings, arms)
+        z_on = (eps_z(settings.alpha, looks, k, times), eps_z_tokens(settings.alpha, looks, k, times))
+        fut = _futility(a, st, len(order), hi, min_tasks, (z_end, *z_on), settings, arms)
         width_ok = _width_ok(a, _mean_tokens(t), z_dec, settings.width)
         need = needs_data(a, width_ok, *(fut if fut is not None else (None, None)))
         active = _next_active(st, need, active, r)
@@ -331,9 +332,10 @@ def _left_at_cap(
     k = len(arms)
     if a.margin.active:
         z_on, z_off = eps_z(settings.alpha, looks, k, times), off_z(settings.alpha, looks, k, times)
+        z_tok = eps_z_tokens(settings.alpha, looks, k, times)
     else:
-        z_on = z_off = decision_z(settings.alpha, looks, k)
-    return unfinished(a, arms, _mean_tokens(t), z_on, z_off, n_tasks)
+        z_on = z_off = z_tok = decision_z(settings.alpha, looks, k)
+    return unfinished(a, arms, _mean_tokens(t), z_on, z_off, n_tasks, z_tok)
 
 
 def _futility(
@@ -342,7 +344,7 @@ def _futility(
     n_tasks: int,
     seen: int,
     min_tasks: int,
-    zs: tuple[np.ndarray, float],
+    zs: tuple[np.ndarray, float, float],
     settings: AdaptiveSettings,
     arms: Sequence[str],
 ) -> tuple[list[bool], np.ndarray] | None:
@@ -357,7 +359,7 @@ def _futility(
     live = np.asarray([x != OFF for x in a.status])
     n_end = a.stats.n + np.where(live[:, None] & live[None, :], n_tasks - seen, 0)
     z = zs[0]
-    out, wants = eps_needs(a, n_end, z, zs[1], settings.futility_power)
+    out, wants = eps_needs(a, n_end, z, zs[1], settings.futility_power, zs[2])
     for i in (i for i in range(st.k) if out[i]):
         others = [j for j in range(st.k) if j != i and a.status[j] != OFF]
         j = min(others, key=lambda j: abs(float(np.nan_to_num(a.stats.q[i, j]))), default=None)

@@ -66,6 +66,8 @@ __all__ = [
     "eps_needs",
     "eps_truth",
     "eps_wrong",
+    "eps_z",
+    "eps_z_tokens",
     "rel_token_stats",
 ]
 
@@ -78,6 +80,10 @@ WITHIN = "within"
 # dominated and close-neighbour designs from 54% to 51% and 49%, with every-arm-classified unchanged; 0.9
 # classified the dominated design in 82.5% of replays instead of 90%).
 ON_SHARE = 0.75
+# The share of a pair's on/within budget its quality route gets (i stronger than j, j not stronger by more
+# than the margin); the token route (i cheaper, i not costlier by more than the margin) gets the rest. Either
+# split keeps the pair's bound (the two routes' false claims add up to at most alpha_on).
+Q_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -175,7 +181,13 @@ def eps_z(alpha: float, looks: int, k: int, times: tuple[float, ...] | None = No
     needs every pair's claim at once (an intersection-union test), so it is wrong only when the one arm that
     truly dominates falsely loses its pair test (module docstring). With the looks' information `times`
     the boundary over the looks is exact (boundary.look_z), else Bonferroni over `looks`."""
-    return _one_sided_z(alpha * ON_SHARE / 2, looks, times)
+    return _one_sided_z(alpha * ON_SHARE * Q_SHARE, looks, times)
+
+
+def eps_z_tokens(alpha: float, looks: int, k: int, times: tuple[float, ...] | None = None) -> float:
+    """One-sided z of the token route of an on or within claim (i cheaper than j; i not costlier than j by more
+    than the token margin): the rest of alpha_on after the quality route's share (eps_z)."""
+    return _one_sided_z(alpha * ON_SHARE * (1 - Q_SHARE), looks, times)
 
 
 def off_z(alpha: float, looks: int, k: int, times: tuple[float, ...] | None = None) -> float:
@@ -217,15 +229,16 @@ def assess_eps(
         return EpsAssessment(a.status, a.dominated_by, a.stronger, a.cheaper, a.stats, margin=margin)
     enough = stats.n >= max(2, min_tasks)
     z_on, z_off = eps_z(alpha, looks, k, times), off_z(alpha, looks, k, times)
-    # stronger[i, j]: q_ij > 0 confidently; cheaper[i, j]: c_ij < 0 confidently; at the on/within z.
+    z_tok = eps_z_tokens(alpha, looks, k, times)
+    # stronger[i, j]: q_ij > 0 confidently; cheaper[i, j]: c_ij < 0 confidently; at the on/within routes' z.
     stronger, cheaper = (
         _claims(-stats.q, stats.q_se, z_on, enough),
-        _claims(stats.c, stats.c_se, z_on, enough),
+        _claims(stats.c, stats.c_se, z_tok, enough),
     )
     dom = _claims(-stats.q, stats.q_se, z_off, enough) & _claims(stats.c, stats.c_se, z_off, enough)
     d = rel_token_stats(tokens, margin.tokens)
     q_below = _claims(stats.q, stats.q_se, z_on, enough, margin.balance)  # q_below[j, i]: q_ji < b_ε
-    tok_close = _claims(d[0], d[1], z_on, d[2] >= max(2, min_tasks))
+    tok_close = _claims(d[0], d[1], z_tok, d[2] >= max(2, min_tasks))
     status = [OPEN] * k
     dominated_by: list[int | None] = [None] * k
     for i in range(k):
@@ -249,7 +262,12 @@ def _eps_done(a: Assessment, q_below: np.ndarray, tok_close: np.ndarray, i: int,
 
 
 def eps_needs(
-    a: EpsAssessment, n_end: np.ndarray, z_off: np.ndarray | float, z_on: float, min_power: float
+    a: EpsAssessment,
+    n_end: np.ndarray,
+    z_off: np.ndarray | float,
+    z_on: float,
+    min_power: float,
+    z_tok: float | None = None,
 ) -> tuple[list[bool], np.ndarray]:
     """(futile per arm, wants [K, K]) as sequential.reachable_needs, with the within route: an open arm is
     futile when no decision (off via a dominator at z_off, on or within at z_on) is reachable at the end of
@@ -258,12 +276,13 @@ def eps_needs(
     k = len(a.status)
     if a.margin.active and a.q_below is not None and a.tok_close is not None and a.d is not None:
         strong = a.stronger | (claim_power(st.q, st.q_se, st.n, n_end, z_on) >= min_power)
-        cheap = a.cheaper | (claim_power(-st.c, st.c_se, st.n, n_end, z_on) >= min_power)
+        zt = z_on if z_tok is None else z_tok  # the token route's z (eps_z_tokens)
+        cheap = a.cheaper | (claim_power(-st.c, st.c_se, st.n, n_end, zt) >= min_power)
         dom_q = claim_power(st.q, st.q_se, st.n, n_end, z_off) >= min_power
         dom_c = claim_power(-st.c, st.c_se, st.n, n_end, z_off) >= min_power
         can_dom = (a.dom if a.dom is not None else np.zeros((k, k), dtype=bool)) | (dom_q & dom_c)
         below = a.q_below | (claim_power(a.margin.balance - st.q, st.q_se, st.n, n_end, z_on) >= min_power)
-        close = a.tok_close | (claim_power(-a.d[0], a.d[1], a.d[2], n_end, z_on) >= min_power)
+        close = a.tok_close | (claim_power(-a.d[0], a.d[1], a.d[2], n_end, zt) >= min_power)
     else:
         strong = a.stronger | (claim_power(st.q, st.q_se, st.n, n_end, z_off) >= min_power)
         cheap = a.cheaper | (claim_power(-st.c, st.c_se, st.n, n_end, z_off) >= min_power)
