@@ -93,7 +93,7 @@ def test_a_cold_server_answers_from_the_disk_cache(compacted: Path, tmp_path: Pa
     cold = Store(str(compacted), cache_dir=cache)
     calls: list[str] = []
     real = cold._analyse
-    cold._analyse = lambda run_id: calls.append(run_id) or real(run_id)  # type: ignore[method-assign]
+    cold._analyse = lambda run_id, token: calls.append(run_id) or real(run_id, token)  # type: ignore[method-assign]
     v = cold.view("r")
     assert calls == [] and v.doc is not None and v.doc.as_dict() == built.doc.as_dict()
     assert v.samples is not None  # the explorer's frame came from the cache too
@@ -119,10 +119,10 @@ def test_requests_wait_at_most_their_budget_and_share_one_analysis(tmp_path: Pat
     gate = threading.Event()
     real = store._analyse
 
-    def slow(run_id: str):  # an analysis that takes as long as the test wants
+    def slow(run_id: str, token: str):  # an analysis that takes as long as the test wants
         calls.append(run_id)
         gate.wait(60)
-        return real(run_id)
+        return real(run_id, token)
 
     store._analyse = slow  # type: ignore[method-assign]
     t0 = time.monotonic()
@@ -146,7 +146,7 @@ def test_a_running_sweeps_counters_update_without_a_new_analysis(tmp_path: Path)
     store = Store(str(root), reanalyse_s=3600.0)
     calls: list[str] = []
     real = store._analyse
-    store._analyse = lambda run_id: calls.append(run_id) or real(run_id)  # type: ignore[method-assign]
+    store._analyse = lambda run_id, token: calls.append(run_id) or real(run_id, token)  # type: ignore[method-assign]
     assert store.view("r").done == 150 and calls == ["r"]
     ledger_gen.write_local(root, "r", 30, offset=150)
     v = store.view("r")

@@ -234,7 +234,7 @@ class Store:
         try:
             v.manifest = read_manifest(self.ledger, run_id)
             v.planned = v.manifest.get("n_jobs")
-            v.result, v.doc, v.options_from = self._analyse(run_id)
+            v.result, v.doc, v.options_from = self._analyse(run_id, st.token)
         except InputError as e:  # a sweep that has not finished one job per arm yet, or a bad manifest
             v.error = str(e)
         if v.error is None:
@@ -247,18 +247,30 @@ class Store:
             self.disk.save(key, v)
         return self._remember(run_id, v)
 
-    def _analyse(self, run_id: str) -> tuple[AnalysisResult, HtmlDocument, str]:
+    def _analyse(self, run_id: str, token: str) -> tuple[AnalysisResult, HtmlDocument, str]:
+        """The run's analysis at state `token` with the options its pages use: the one `ept analyze` stored
+        for the same state and options (analysis.runcache), else computed here."""
         import dataclasses
 
-        from elo_per_token.analysis.cli_report import run_options
         from elo_per_token.analysis.html_gather import build_document
-        from elo_per_token.analysis.pipeline import analyze
+        from elo_per_token.analysis.pipeline import AnalysisResult, analyze
+        from elo_per_token.analysis.runcache import AnalysisEntry, analysis_key
+        from elo_per_token.analysis.surface_options import run_options
 
         url = self.ledger.run_url(run_id)
         # The plan's options re-validated (analysis.cli_report: bootstrap rounds within the plan's limit);
         # a manifest asking for more gets the defaults, and the page says so.
         opts, where = run_options([url])
-        result = analyze([url], dataclasses.replace(opts, budget=self.budget, margin=self.margin))
+        opts = dataclasses.replace(opts, budget=self.budget, margin=self.margin)
+        hit = self.disk.load(analysis_key(self.disk, self.ledger.url, run_id, token, opts)) if token else None
+        if (
+            isinstance(hit, AnalysisEntry)
+            and isinstance(hit.result, AnalysisResult)
+            and (hit.token, hit.options_from) == (token, where)
+        ):
+            result = hit.result
+        else:
+            result = analyze([url], opts)
         return result, build_document(result), where
 
     def _remember(self, run_id: str, v: RunView) -> RunView:
