@@ -180,3 +180,40 @@ def test_a_cache_folder_others_can_write_is_not_used(tmp_path: Path) -> None:
     assert cache.load("k") == [1, 2]
     folder.chmod(0o777)
     assert cache.load("k") is None
+
+
+def test_a_comparison_is_built_off_the_request_thread_and_never_holds_up_other_pages(tmp_path: Path) -> None:
+    """The compare page waits at most its budget (then says it is being compared and reloads); pages of the
+    runs are answered meanwhile; ten compare requests share one build; its result is kept per run states."""
+    root = tmp_path / "l"
+    ledger_gen.write_local(root, "a", 120)
+    ledger_gen.write_local(root, "b", 120)
+    store = Store(str(root))
+    store.view("a"), store.view("b")  # the runs' own analyses, so their pages are warm
+    store.page_budget_s = 0.05
+    gate = threading.Event()
+    builds: list[tuple[str, ...]] = []
+    real = store._build_compare
+
+    def slow(key):  # a comparison that takes as long as the test wants
+        builds.append(key[:2])
+        gate.wait(60)
+        return real(key)
+
+    store._build_compare = slow  # type: ignore[method-assign]
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(10) as ex:
+        got = list(ex.map(lambda _: route(store, "/compare", "a=a&b=b"), range(10)))
+        # While the comparison is held, a run page is answered at once (not queued behind it).
+        t1 = time.monotonic()
+        _, run_page = route(store, "/run/a", "")
+        assert time.monotonic() - t1 < 5 and b"being analysed" not in run_page
+    assert time.monotonic() - t0 < 20
+    assert builds == [("a", "b")]  # ten requests, one build
+    assert all(b'http-equiv="refresh"' in body and b"being compared" in body for _, body in got)
+    gate.set()
+    deadline = time.monotonic() + 120
+    while store.compare("a", "b") is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    _, page = route(store, "/compare", "a=a&b=b")
+    assert b'id="verdict"' in page and b"being compared" not in page and builds == [("a", "b")]

@@ -35,6 +35,7 @@ from elo_per_token.viewer.samples import (
 MAX_JOB_BYTES = 8 * 2**20
 PAGE_ROWS = 500
 PAGE_BUDGET_S = 2.0  # a request waits this long for an analysis or a first count, then answers without it
+COMPARE_KEPT = 16  # comparisons kept in memory (the most recent)
 REANALYSE_S = 10.0  # a running sweep's table is rebuilt at most this often (its counters: every load)
 
 if TYPE_CHECKING:  # the analysis is imported where a run is analysed
@@ -106,6 +107,9 @@ class Store:
         self._locks: dict[str, threading.RLock] = {}
         self._locks_guard = threading.Lock()  # held only to find a run's lock, never during an analysis
         self._compare: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        self._comparing: dict[tuple[str, str, str, str], Future[dict[str, Any]]] = {}
+        # Comparisons are built here, one at a time, never on a request's thread nor in the analyses' pool.
+        self._compare_pool = ThreadPoolExecutor(1, thread_name_prefix="ept-view-compare")
         self._texts = TextCache()
         # Counting and analysing happen here, never on a request's thread: 2 workers each (2 cores).
         self._count_pool = ThreadPoolExecutor(2, thread_name_prefix="ept-view-count")
@@ -231,25 +235,40 @@ class Store:
         t0 = time.monotonic()
         v = RunView(run_id=run_id, done=st.done, planned=None, failed=st.failed, token=st.token)
         v.analysed_done = st.done
+        stored = False
         try:
             v.manifest = read_manifest(self.ledger, run_id)
             v.planned = v.manifest.get("n_jobs")
-            v.result, v.doc, v.options_from = self._analyse(run_id, st.token)
+            v.result, v.doc, v.options_from, stored = self._analyse(run_id, st.token)
         except InputError as e:  # a sweep that has not finished one job per arm yet, or a bad manifest
             v.error = str(e)
-        if v.error is None:
-            try:  # the explorer's frame too (off the request thread), so a cold server has it from disk
-                self._build_samples(run_id, v)
-            except (InputError, Forbidden, OSError, ValueError):
-                v.samples = None  # built on its first request instead, which then says what went wrong
         v.took = time.monotonic() - t0
-        if v.error is None:
-            self.disk.save(key, v)
+        if v.error is not None:
+            return self._remember(run_id, v)
+        if stored:
+            # The analysis `ept analyze` left: the pages that need no explorer frame are served now; the
+            # frame (which reads every job object's answer) is built next, and the whole view saved.
+            self._remember(run_id, v)
+            self._pool.submit(self._complete, run_id, v, key)
+            return v
+        self._complete(run_id, v, key)
         return self._remember(run_id, v)
 
-    def _analyse(self, run_id: str, token: str) -> tuple[AnalysisResult, HtmlDocument, str]:
-        """The run's analysis at state `token` with the options its pages use: the one `ept analyze` stored
-        for the same state and options (analysis.runcache), else computed here."""
+    def _complete(self, run_id: str, v: RunView, key: str) -> None:
+        """The explorer's frame built (off the request thread, so a cold server has it from disk) and the
+        view saved to the disk cache."""
+        with self._lock(run_id):
+            try:
+                if v.samples is None:
+                    self._build_samples(run_id, v)
+            except (InputError, Forbidden, OSError, ValueError):
+                v.samples = None  # built on its first request instead, which then says what went wrong
+        self.disk.save(key, v)
+
+    def _analyse(self, run_id: str, token: str) -> tuple[AnalysisResult, HtmlDocument, str, bool]:
+        """The run's analysis at state `token` with the options its pages use, where they came from, and
+        whether it is the one `ept analyze` stored for the same state and options (analysis.runcache), rather
+        than computed here."""
         import dataclasses
 
         from elo_per_token.analysis.html_gather import build_document
@@ -268,10 +287,9 @@ class Store:
             and isinstance(hit.result, AnalysisResult)
             and (hit.token, hit.options_from) == (token, where)
         ):
-            result = hit.result
-        else:
-            result = analyze([url], opts)
-        return result, build_document(result), where
+            return hit.result, build_document(hit.result), where, True
+        result = analyze([url], opts)
+        return result, build_document(result), where, False
 
     def _remember(self, run_id: str, v: RunView) -> RunView:
         v.analysed_at = time.monotonic()
@@ -394,26 +412,50 @@ class Store:
         except (ValueError, OSError, EOFError, RecursionError) as e:
             return {"job_key": key, "calls": [], "grader": {}, "error": f"unreadable: {e}"}
 
-    def compare(self, base: str, cur: str) -> dict[str, Any]:
-        """`ept compare BASE CUR --fail-on none` as JSON (analysis.compare_output.to_json_dict), cached per progress."""
+    def compare(self, base: str, cur: str) -> dict[str, Any] | None:
+        """`ept compare BASE CUR --fail-on none` as JSON (analysis.compare_output.to_json_dict), cached per
+        pair of run states and built off the request thread (one build per pair at a time): a request waits at
+        most `page_budget_s`, then gets None (the page says it is being compared and reloads). A build's
+        error (InputError: a run that cannot be compared) is raised to every request waiting on it."""
+        self.check_run(base)
+        self.check_run(cur)
+        key = (base, cur, self._token(base), self._token(cur))
+        with self._locks_guard:
+            done = self._compare.get(key)
+            if done is not None:
+                return done
+            fut = self._comparing.get(key)
+            if fut is None:
+                fut = self._comparing[key] = self._compare_pool.submit(self._build_compare, key)
+        try:
+            return fut.result(timeout=self.page_budget_s)
+        except TimeoutError:
+            return None
+        finally:
+            if fut.done():
+                with self._locks_guard:
+                    if self._comparing.get(key) is fut:
+                        del self._comparing[key]  # a failed build is tried again by the next request
+
+    def _build_compare(self, key: tuple[str, str, str, str]) -> dict[str, Any]:
         from elo_per_token.analysis.compare import compare_runs
         from elo_per_token.analysis.compare_gate import parse_fail_on
         from elo_per_token.analysis.compare_load import load_run
         from elo_per_token.analysis.compare_output import to_json_dict
         from elo_per_token.analysis.surface_options import compare_options
 
-        self.check_run(base)
-        self.check_run(cur)
-        key = (base, cur, self._token(base), self._token(cur))
-        if key not in self._compare:
-            bu, cu = self.ledger.run_url(base), self.ledger.run_url(cur)
-            co = compare_options(bu, cu)  # the options `ept compare BASE CUR` uses: the same intervals
-            res = compare_runs(load_run(bu), load_run(cu), rule=parse_fail_on("none"), rounds=co.rounds,
-                               seed=co.seed, level=co.level)  # fmt: skip
-            if co.note:
-                res.notes.append(co.note)
-            self._compare[key] = to_json_dict(res)
-        return self._compare[key]
+        bu, cu = self.ledger.run_url(key[0]), self.ledger.run_url(key[1])
+        co = compare_options(bu, cu)  # the options `ept compare BASE CUR` uses: the same intervals
+        res = compare_runs(load_run(bu), load_run(cu), rule=parse_fail_on("none"), rounds=co.rounds,
+                           seed=co.seed, level=co.level)  # fmt: skip
+        if co.note:
+            res.notes.append(co.note)
+        out = to_json_dict(res)
+        with self._locks_guard:
+            self._compare[key] = out
+            while len(self._compare) > COMPARE_KEPT:  # oldest first (dicts keep insertion order)
+                del self._compare[next(iter(self._compare))]
+        return out
 
 
 def server_store(ledger_url: str, budget: str | None, margin: float) -> Store:
