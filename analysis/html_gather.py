@@ -73,7 +73,7 @@ def failures_by_class(
     )
 
 
-def _failed_outcomes(jsonl: Sequence[str], segments: Sequence[str]) -> pl.DataFrame:
+def _failed_outcomes(jsonl: list[str], segments: list[str]) -> pl.DataFrame:
     """(arm, error_class, job_key, tokens) of each outcome line with an `error` in `jsonl` and `segments`."""
     import polars as pl
 
