@@ -134,6 +134,12 @@ class DiskCache:
             return False
         return st.st_uid == os.getuid() and not st.st_mode & 0o022 and not stat.S_ISLNK(st.st_mode)
 
+    def has(self, key: str) -> bool:
+        """Whether an entry this cache would read is stored under `key` (its content is not read)."""
+        return (
+            self.folder is not None and self._safe(self.folder) and self._safe(self.folder / f"{key}.pickle")
+        )
+
     def load(self, key: str) -> Any:
         """The cached value, None on a miss (or a file that cannot be trusted or read)."""
         if self.folder is None:
@@ -219,9 +225,11 @@ def save_run_analysis(
         if after is None or after.token != before.token:
             return
         cache = DiskCache(default_cache_dir())
+        key = analysis_key(cache, ledger.url, src.run_id, before.token, opts)
+        if cache.has(key):  # the same run state with the same options: stored by an earlier analysis
+            return
         _, where = run_options(paths)
-        entry = AnalysisEntry(before.token, result, where, after.at - before.at)
-        cache.save(analysis_key(cache, ledger.url, src.run_id, before.token, opts), entry)
+        cache.save(key, AnalysisEntry(before.token, result, where, after.at - before.at))
     except Exception:  # the report is printed already; the cache is an optimisation
         return
 

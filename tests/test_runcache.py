@@ -68,6 +68,8 @@ def test_a_cold_viewer_serves_the_analysis_ept_analyze_stored(
     assert res.returncode == 0, res.stderr
     [fresh] = [p for p in _entries(cache) if p != entry]
     _plant(fresh)
+    # Analysed again at the same state with the same options: the stored entry is kept, not rewritten.
+    assert run_ept("analyze", str(run / "runs" / "r")).returncode == 0
     _drop_views(cache)
     v = Store(str(run), cache_dir=str(cache)).view("r")
     assert MARK in v.result.warnings and v.error is None
