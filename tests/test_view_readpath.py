@@ -217,3 +217,26 @@ def test_a_comparison_is_built_off_the_request_thread_and_never_holds_up_other_p
         time.sleep(0.1)
     _, page = route(store, "/compare", "a=a&b=b")
     assert b'id="verdict"' in page and b"being compared" not in page and builds == [("a", "b")]
+
+
+def test_a_compacted_runs_answers_come_from_its_segments_as_from_its_objects(compacted: Path) -> None:
+    """The explorer's answers and latencies of a compacted run read from its segments equal those read from
+    its job objects one by one (viewer.samples.side_frame)."""
+    import polars as pl
+
+    from elo_per_token.viewer.samples import side_frame, side_from_segments
+
+    segs = sorted(str(p) for p in (compacted / "runs" / "r" / "compact").glob("*.parquet"))
+    jobs = compacted / "runs" / "r" / "jobs"
+    keys = sorted(str(p.relative_to(jobs))[: -len(".jsonl")] for p in jobs.rglob("*.jsonl"))
+    got, left = side_from_segments(segs, [*keys, "math/none/greedy_n1/r0"])
+    assert left == ["math/none/greedy_n1/r0"]  # a key no segment holds: read from its object
+    want = side_frame(keys, lambda k, cap: (jobs / f"{k}.jsonl").read_bytes()[:cap])
+    assert got.height == len(keys) and got["answer"].null_count() < got.height
+    from polars.testing import assert_frame_equal
+
+    def norm(f: pl.DataFrame) -> pl.DataFrame:
+        return f.select(pl.col("job_key").cast(pl.String), "answer", "latency_s").sort("job_key")
+
+    assert_frame_equal(norm(got), norm(want), check_exact=False)  # latencies summed in another order
+    assert pl.Series(keys).is_in(got["job_key"].implode()).all()

@@ -39,6 +39,8 @@ COMPARE_KEPT = 16  # comparisons kept in memory (the most recent)
 REANALYSE_S = 10.0  # a running sweep's table is rebuilt at most this often (its counters: every load)
 
 if TYPE_CHECKING:  # the analysis is imported where a run is analysed
+    import polars as pl
+
     from elo_per_token.analysis.html_document import HtmlDocument
     from elo_per_token.analysis.pipeline import AnalysisResult
 
@@ -324,6 +326,8 @@ class Store:
         return v
 
     def _build_samples(self, run_id: str, v: RunView) -> None:
+        import polars as pl
+
         from elo_per_token.analysis.breakdown import parse_prices
 
         if v.result is None or v.result.records is None:
@@ -331,15 +335,38 @@ class Store:
         jobs = job_frame(v.result.records, parse_prices(v.result.options.prices))
         side = None
         if jobs.height <= SIDE_MAX_JOBS:
+            keys = jobs["job_key"].drop_nulls().to_list()
+            in_segments, keys = self._side_in_segments(run_id, keys)
             reader = BatchReader(self.ledger)  # each folder resolved once, not each object's path
-            side = side_frame(
-                jobs["job_key"].drop_nulls().to_list(),
-                lambda k, cap: self._head(reader, run_id, k, cap),
-            )
+            side = side_frame(keys, lambda k, cap: self._head(reader, run_id, k, cap))
+            if in_segments is not None:
+                side = pl.concat([in_segments, side])
         else:
             v.samples_note = (f"final answers and latencies are read for runs of up to {SIDE_MAX_JOBS:,} "
                               f"jobs; this run has {jobs.height:,}")  # fmt: skip
         v.samples = samples(jobs, side)
+
+    def _side_in_segments(self, run_id: str, keys: list[str]) -> tuple[pl.DataFrame | None, list[str]]:
+        """The answers and latencies of the jobs a compacted run's segments hold (viewer.samples), and the keys
+        left to read from their objects; (None, keys) for a run without segments."""
+        import polars as pl
+
+        from elo_per_token.ledger.segments import seg_name, segment_state
+        from elo_per_token.viewer.samples import side_from_segments
+
+        committed = segment_state(self.ledger, run_id).committed
+        if not committed:
+            return None, keys
+        urls = [self.ledger.blob_url(run_id, seg_name(n)) for n in committed]
+        if isinstance(self.ledger.store, LocalStore):
+            try:  # a segment that links out of the ledger is not read (its jobs' objects are, bounded)
+                urls = [inside(self.ledger.store, f"runs/{run_id}/{seg_name(n)}") for n in committed]
+            except Forbidden:
+                return None, keys
+        try:
+            return side_from_segments(urls, keys)
+        except (pl.exceptions.PolarsError, OSError):  # an unreadable segment: its jobs' objects are read
+            return None, keys
 
     def _head(self, reader: BatchReader, run_id: str, key: str, cap: int) -> bytes | None:
         try:
