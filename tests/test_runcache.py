@@ -105,6 +105,11 @@ def test_failures_of_a_compacted_run_equal_those_of_its_objects(
     jobs = str(run / "runs" / "r" / "jobs") + "/"
     segments = sorted(str(p) for p in (run / "runs" / "r" / "compact").glob("*.parquet"))
     from_objects = failures_by_class([jobs])  # the run's objects read one by one
+    # The objects a segment holds are not read again: emptied, they change nothing (the copy under the new
+    # key, in no segment, is read).
+    for p in (run / "runs" / "r" / "jobs").rglob("*.jsonl"):
+        if p.name != "r9.jsonl":
+            p.write_bytes(b"")
     got = failures_by_class([*segments, jobs])  # as a compacted run's analysis lists its inputs
     assert got == from_objects and sum(r["count"] for r in got) == 4
 
