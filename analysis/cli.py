@@ -282,9 +282,12 @@ def _analyze_and_report(
 
     from elo_per_token.analysis.report import make_console, print_report
     from elo_per_token.analysis.report_files import write_outputs
+    from elo_per_token.analysis.runcache import save_run_analysis, state_before
 
     err = Console(emoji=False, stderr=True)
+    before = state_before(paths)  # a compacted run's state: the analysis is left for `ept view` under it
     result = _analyze_with_progress(paths, opts, err)
+    save_run_analysis(paths, opts, result, before)
     console = make_console(record=transcript is not None)
     print_report(result, console, top=top, arms=arms)
     written = write_outputs(result, out, plots=plots) if out else []

@@ -53,36 +53,7 @@ def failures_by_class(
     for jobs that never wrote a result (a job counted in both is counted once, by its job key)."""
     import polars as pl
 
-    from elo_per_token.analysis.io import storage_options
-
-    schema: dict[str, PolarsDataType] = {
-        "kind": pl.String,
-        "arm": pl.String,
-        "strategy": pl.String,
-        "budget_n": pl.Int64,
-        "job_key": pl.String,
-        "error": pl.Struct({"class": pl.String}),
-    }
-    jsonl = [f for f in files if not f.endswith(".parquet")]
-    rows = pl.DataFrame(
-        schema={"arm": pl.String, "error_class": pl.String, "job_key": pl.String, "tokens": pl.Int64}
-    )
-    if jsonl:
-        opts = storage_options() if any(f.startswith("s3://") for f in jsonl) else None
-        rows = (
-            pl.scan_ndjson(jsonl, schema=schema, storage_options=opts)
-            .filter((pl.col("kind") == "outcome") & pl.col("error").is_not_null())
-            .select(
-                pl.coalesce("arm", pl.col("strategy") + "@" + pl.col("budget_n").cast(pl.String)).alias(
-                    "arm"
-                ),
-                pl.col("error").struct.field("class").fill_null("unknown").alias("error_class"),
-                "job_key",
-                # This job's calls are in the ledger, so already in the token and cost tables.
-                pl.lit(0, pl.Int64).alias("tokens"),
-            )
-            .collect()
-        )
+    rows = _failed_outcomes(*_failure_sources(files))
     seen = set(rows["job_key"].drop_nulls().to_list())
     extra = [
         {
@@ -104,6 +75,91 @@ def failures_by_class(
         .sort("arm", "error_class")
         .to_dicts()
     )
+
+
+def _failed_outcomes(jsonl: list[str], segments: list[str]) -> pl.DataFrame:
+    """(arm, error_class, job_key, tokens) of each outcome line with an `error` in `jsonl` and `segments`."""
+    import polars as pl
+
+    from elo_per_token.analysis.io import storage_options
+
+    schema: dict[str, PolarsDataType] = {
+        "kind": pl.String,
+        "arm": pl.String,
+        "strategy": pl.String,
+        "budget_n": pl.Int64,
+        "job_key": pl.String,
+        "error": pl.Struct({"class": pl.String}),
+    }
+    rows = pl.DataFrame(
+        schema={"arm": pl.String, "error_class": pl.String, "job_key": pl.String, "tokens": pl.Int64}
+    )
+    arm = pl.coalesce("arm", pl.col("strategy") + "@" + pl.col("budget_n").cast(pl.String)).alias("arm")
+    # This job's calls are in the ledger, so already in the token and cost tables.
+    no_tokens = pl.lit(0, pl.Int64).alias("tokens")
+    failed = (pl.col("kind") == "outcome") & pl.col("error").is_not_null()
+    if jsonl:
+        opts = storage_options() if any(f.startswith("s3://") for f in jsonl) else None
+        rows = (
+            pl.scan_ndjson(jsonl, schema=schema, storage_options=opts)
+            .filter(failed)
+            .select(
+                arm,
+                pl.col("error").struct.field("class").fill_null("unknown").alias("error_class"),
+                "job_key",
+                no_tokens,
+            )
+            .collect()
+        )
+    if segments:
+        opts = storage_options() if any(f.startswith("s3://") for f in segments) else None
+        # A segment holds each job's lines as written, `error` as its JSON text; a job in two segments
+        # (compactions that overlapped) is one job, as the analysis reads it.
+        in_segments = (
+            pl.scan_parquet(segments, storage_options=opts)
+            .filter(failed)
+            .select(
+                arm,
+                pl.col("error").str.json_path_match("$.class").fill_null("unknown").alias("error_class"),
+                "job_key",
+                no_tokens,
+            )
+            .unique("job_key", keep="first", maintain_order=True)
+            .collect()
+        )
+        rows = pl.concat([in_segments, rows])
+    return rows
+
+
+def _failure_sources(files: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(JSON Lines inputs, run segments) to read failed outcomes from. A run's `…/jobs/` entry in the inputs
+    stands for the job objects no segment holds (analysis.io.read_run): with the run's segments among the
+    inputs only those objects are read, not the whole folder (100k objects: 14 s, every one already in a
+    segment). Parquet files that are not a run's segments hold no failures this report counts."""
+    from elo_per_token.analysis.io import open_run, run_source
+    from elo_per_token.ledger import JOB_SUFFIX
+    from elo_per_token.ledger.keyspace import unindexed_keys
+    from elo_per_token.ledger.segments import read_index, seg_name, segment_state
+
+    jsonl: list[str] = []
+    segments: list[str] = []
+    given = set(files)
+    for f in files:
+        src = run_source(f) if f.endswith("/jobs/") else None
+        if src is None:
+            if not f.endswith(".parquet"):
+                jsonl.append(f)
+            continue
+        led = open_run(src)
+        committed = segment_state(led, src.run_id).committed
+        urls = [led.blob_url(src.run_id, seg_name(n)) for n in committed]
+        if not committed or not given.issuperset(urls):  # the objects alone were read
+            jsonl.append(f)
+            continue
+        segments += urls
+        tail, _ = unindexed_keys(led, src.run_id, read_index(led, src.run_id, committed))
+        jsonl += [f"{led.run_url(src.run_id)}/jobs/{k}{JOB_SUFFIX}" for k in tail]
+    return jsonl, segments
 
 
 def _failure_tokens(f: Mapping[str, Any]) -> int:

@@ -78,7 +78,7 @@ SETTINGS: tuple[Setting, ...] = (
     # --- the run lease (coordinator/runlease.py)
     Setting("EPT_RUN_LEASE_TTL", "float", 120.0, "coordinator", "Seconds without a heartbeat after which another session may take a run's lease."),
     # --- the viewer (viewer/)
-    Setting("EPT_VIEW_CACHE", "str", None, "viewer", "Folder of `ept view`'s on-disk analysis cache (keyed by each run's content state, mode 0700); unset: $XDG_CACHE_HOME/ept/view, else ~/.cache/ept/view."),
+    Setting("EPT_VIEW_CACHE", "str", None, "viewer", "Folder of the on-disk analysis cache `ept view` reads and fills, and `ept analyze` of a compacted run fills (keyed by each run's content state and the options, mode 0700); unset: $XDG_CACHE_HOME/ept/view, else ~/.cache/ept/view."),
     Setting("EPT_VIEW_PAGE_BUDGET_S", "float", 2.0, "viewer", "Seconds an `ept view` request waits for a run's analysis before it is answered with the last one or a 'being analysed' page; (0, 3600]."),
     Setting("EPT_VIEW_TOKEN", "secret", None, "viewer", "`ept view --token`: required in every request; unset: none on loopback, generated for any other --host."),
 )

@@ -9,6 +9,7 @@ machine says so with `@pytest.mark.ci_may_skip("why")`. The summary line prints 
 from __future__ import annotations
 
 import os
+import tempfile
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +26,10 @@ def in_ci() -> bool:
 
 
 TESTS = Path(__file__).resolve().parent
+
+# `ept analyze` and `ept view` keep analyses in the user's cache folder (analysis.runcache): the tests' go to a
+# folder of this test session's, never to ~/.cache.
+os.environ.setdefault("EPT_VIEW_CACHE", tempfile.mkdtemp(prefix="ept-test-cache-"))
 
 # Property tests: a local run draws new examples every time (so hostile inputs keep being searched for and
 # what they find is kept in .hypothesis/); CI replays the same derandomized examples, so a merge is judged by

@@ -46,9 +46,9 @@ EDGE_READS: dict[str, tuple[int, str]] = {
         2,
         "TERMINAL_WIDTH / COLUMNS: typer's and click's own width variables, for help in a pipe",
     ),
-    "viewer/runstate.py": (
+    "analysis/runcache.py": (
         1,
-        "XDG_CACHE_HOME, the user's cache folder the viewer's analysis cache goes under",
+        "XDG_CACHE_HOME, the user's cache folder the analysis cache (`ept analyze`, `ept view`) goes under",
     ),
     "contracts/secrets.py": (
         2,

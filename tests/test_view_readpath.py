@@ -69,7 +69,7 @@ def test_a_cold_server_answers_from_the_disk_cache(compacted: Path, tmp_path: Pa
     cold = Store(str(compacted), cache_dir=cache)
     calls: list[str] = []
     real = cold._analyse
-    cold._analyse = lambda run_id: calls.append(run_id) or real(run_id)  # type: ignore[method-assign]
+    cold._analyse = lambda run_id, token: calls.append(run_id) or real(run_id, token)  # type: ignore[method-assign]
     v = cold.view("r")
     assert calls == [] and v.doc is not None and v.doc.as_dict() == built.doc.as_dict()
     assert v.samples is not None  # the explorer's frame came from the cache too
@@ -95,10 +95,10 @@ def test_requests_wait_at_most_their_budget_and_share_one_analysis(tmp_path: Pat
     gate = threading.Event()
     real = store._analyse
 
-    def slow(run_id: str):  # an analysis that takes as long as the test wants
+    def slow(run_id: str, token: str):  # an analysis that takes as long as the test wants
         calls.append(run_id)
         gate.wait(60)
-        return real(run_id)
+        return real(run_id, token)
 
     store._analyse = slow  # type: ignore[method-assign]
     t0 = time.monotonic()
@@ -122,7 +122,7 @@ def test_a_running_sweeps_counters_update_without_a_new_analysis(tmp_path: Path)
     store = Store(str(root), reanalyse_s=3600.0)
     calls: list[str] = []
     real = store._analyse
-    store._analyse = lambda run_id: calls.append(run_id) or real(run_id)  # type: ignore[method-assign]
+    store._analyse = lambda run_id, token: calls.append(run_id) or real(run_id, token)  # type: ignore[method-assign]
     assert store.view("r").done == 150 and calls == ["r"]
     ledger_gen.write_local(root, "r", 30, offset=150)
     v = store.view("r")
@@ -156,3 +156,63 @@ def test_a_cache_folder_others_can_write_is_not_used(tmp_path: Path) -> None:
     assert cache.load("k") == [1, 2]
     folder.chmod(0o777)
     assert cache.load("k") is None
+
+
+def test_a_comparison_is_built_off_the_request_thread_and_never_holds_up_other_pages(tmp_path: Path) -> None:
+    """The compare page waits at most its budget (then says it is being compared and reloads); pages of the
+    runs are answered meanwhile; ten compare requests share one build; its result is kept per run states."""
+    root = tmp_path / "l"
+    ledger_gen.write_local(root, "a", 120)
+    ledger_gen.write_local(root, "b", 120)
+    store = Store(str(root))
+    store.view("a"), store.view("b")  # the runs' own analyses, so their pages are warm
+    store.page_budget_s = 0.05
+    gate = threading.Event()
+    builds: list[tuple[str, ...]] = []
+    real = store._build_compare
+
+    def slow(key):  # a comparison that takes as long as the test wants
+        builds.append(key[:2])
+        gate.wait(60)
+        return real(key)
+
+    store._build_compare = slow  # type: ignore[method-assign]
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(10) as ex:
+        got = list(ex.map(lambda _: route(store, "/compare", "a=a&b=b"), range(10)))
+        # While the comparison is held, a run page is answered at once (not queued behind it).
+        t1 = time.monotonic()
+        _, run_page = route(store, "/run/a", "")
+        assert time.monotonic() - t1 < 5 and b"being analysed" not in run_page
+    assert time.monotonic() - t0 < 20
+    assert builds == [("a", "b")]  # ten requests, one build
+    assert all(b'http-equiv="refresh"' in body and b"being compared" in body for _, body in got)
+    gate.set()
+    deadline = time.monotonic() + 120
+    while store.compare("a", "b") is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    _, page = route(store, "/compare", "a=a&b=b")
+    assert b'id="verdict"' in page and b"being compared" not in page and builds == [("a", "b")]
+
+
+def test_a_compacted_runs_answers_come_from_its_segments_as_from_its_objects(compacted: Path) -> None:
+    """The explorer's answers and latencies of a compacted run read from its segments equal those read from
+    its job objects one by one (viewer.samples.side_frame)."""
+    import polars as pl
+
+    from elo_per_token.viewer.samples import side_frame, side_from_segments
+
+    segs = sorted(str(p) for p in (compacted / "runs" / "r" / "compact").glob("*.parquet"))
+    jobs = compacted / "runs" / "r" / "jobs"
+    keys = sorted(set(pl.read_parquet(segs, columns=["job_key"])["job_key"].to_list()))  # the jobs they hold
+    got, left = side_from_segments(segs, [*keys, "math/none/greedy_n1/r0"])
+    assert left == ["math/none/greedy_n1/r0"]  # a key no segment holds: read from its object
+    want = side_frame(keys, lambda k, cap: (jobs / f"{k}.jsonl").read_bytes()[:cap])
+    assert got.height == len(keys) and got["answer"].null_count() < got.height
+    from polars.testing import assert_frame_equal
+
+    def norm(f: pl.DataFrame) -> pl.DataFrame:
+        return f.select(pl.col("job_key").cast(pl.String), "answer", "latency_s").sort("job_key")
+
+    assert_frame_equal(norm(got), norm(want), check_exact=False)  # latencies summed in another order
+    assert pl.Series(keys).is_in(got["job_key"].implode()).all()

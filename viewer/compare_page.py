@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from elo_per_token.analysis.html import _table as table
-from elo_per_token.viewer.pages import _q, e, run_url, shell
+from elo_per_token.viewer.pages import REFRESH_S, _q, e, run_url, shell
 
 
 def _num(x: Any) -> bool:
@@ -83,3 +83,13 @@ def compare_page(
         f'<p id="verdict">{"regression: " + e(", ".join(flagged)) if flagged else "no regression the data supports"}</p>'
     )
     return shell(f"{a} vs {b}", body)
+
+
+def compare_pending_page(a: str, b: str) -> str:
+    """The compare page while the comparison is built in the background: it reloads until it is ready."""
+    body = [
+        f'<p id="progress" data-running="true">Comparing <a href="{_q(run_url(a))}">{e(a)}</a> with '
+        f'<a href="{_q(run_url(b))}">{e(b)}</a> — being compared: this page reloads every {REFRESH_S} s '
+        "until it is ready.</p>"
+    ]
+    return shell(f"{a} vs {b}", body, refresh=True)

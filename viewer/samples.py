@@ -191,12 +191,39 @@ def side_frame(keys: list[str], read: Callable[[str, int], bytes | None]) -> pl.
         parsed = pl.read_ndjson(
             io.BytesIO("\n".join(lines.to_list()).encode()), schema=schema, ignore_errors=True
         )
-    return parsed.group_by("job_key").agg(
-        pl.col("answer").filter(pl.col("kind") == "outcome").first().str.slice(0, ANSWER_KEEP_CHARS),
-        pl.when(pl.col("latency_s").filter(pl.col("kind") == "call").count() > 0)
-        .then(pl.col("latency_s").filter(pl.col("kind") == "call").sum())
-        .alias("latency_s"),
+    return _side_of(parsed)
+
+
+def _side_of(parsed: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+    """Per job_key: its outcome's answer (first ANSWER_KEEP_CHARS) and its calls' summed latency."""
+    return (
+        parsed.lazy()
+        .group_by("job_key")
+        .agg(
+            pl.col("answer").filter(pl.col("kind") == "outcome").first().str.slice(0, ANSWER_KEEP_CHARS),
+            pl.when(pl.col("latency_s").filter(pl.col("kind") == "call").count() > 0)
+            .then(pl.col("latency_s").filter(pl.col("kind") == "call").sum())
+            .alias("latency_s"),
+        )
+        .collect()
     )
+
+
+def side_from_segments(segments: list[str], keys: list[str]) -> tuple[pl.DataFrame, list[str]]:
+    """side_frame's columns for the jobs of `keys` a compacted run's segments hold (read from the segments'
+    columns: one scan, not an object read per job), and the keys they do not hold (read from their objects).
+    A segment holds every line of a job, so an answer past the first ANSWER_READ_BYTES is known too."""
+    wanted = pl.Series("job_key", keys, dtype=pl.String)
+    rows = (
+        pl.scan_parquet(segments)
+        .select("job_key", "line", "kind", "answer", "latency_s")
+        .filter(pl.col("job_key").is_in(wanted.implode()))
+        .unique(["job_key", "line"], keep="first")  # a job in two segments: its lines once
+        .collect()
+    )
+    side = _side_of(rows)
+    held = set(side["job_key"].to_list())
+    return side, [k for k in keys if k not in held]
 
 
 def samples(jobs: pl.DataFrame, side: pl.DataFrame | None) -> pl.DataFrame:

@@ -24,7 +24,7 @@ from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.secrets import scrub
 from elo_per_token.viewer import grids, pages, samples
 from elo_per_token.viewer.arm_page import arm_page, sort_rows
-from elo_per_token.viewer.compare_page import compare_page
+from elo_per_token.viewer.compare_page import compare_page, compare_pending_page
 from elo_per_token.viewer.explorer import explorer_page
 from elo_per_token.viewer.job_page import job_page
 from elo_per_token.viewer.reading import BatchReader, Forbidden
@@ -89,6 +89,8 @@ def route(store: Store, path: str, query: str) -> tuple[str, bytes]:
     if parts == ["compare"]:
         a, b = _one(params, "a") or "", _one(params, "b") or ""
         res = store.compare(a, b)
+        if res is None:  # still being built (off this thread): the page says so and reloads
+            return _html(compare_pending_page(a, b))
         acc = [(d.accuracy if (d := store.view(r).doc) is not None else []) for r in (a, b)]
         return _html(compare_page(a, b, res, *acc))
     if parts[0] == "run" and len(parts) in (2, 3):

@@ -35,9 +35,12 @@ from elo_per_token.viewer.samples import (
 MAX_JOB_BYTES = 8 * 2**20
 PAGE_ROWS = 500
 PAGE_BUDGET_S = 2.0  # a request waits this long for an analysis or a first count, then answers without it
+COMPARE_KEPT = 16  # comparisons kept in memory (the most recent)
 REANALYSE_S = 10.0  # a running sweep's table is rebuilt at most this often (its counters: every load)
 
 if TYPE_CHECKING:  # the analysis is imported where a run is analysed
+    import polars as pl
+
     from elo_per_token.analysis.html_document import HtmlDocument
     from elo_per_token.analysis.pipeline import AnalysisResult
 
@@ -106,6 +109,9 @@ class Store:
         self._locks: dict[str, threading.RLock] = {}
         self._locks_guard = threading.Lock()  # held only to find a run's lock, never during an analysis
         self._compare: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        self._comparing: dict[tuple[str, str, str, str], Future[dict[str, Any]]] = {}
+        # Comparisons are built here, one at a time, never on a request's thread nor in the analyses' pool.
+        self._compare_pool = ThreadPoolExecutor(1, thread_name_prefix="ept-view-compare")
         self._texts = TextCache()
         # Counting and analysing happen here, never on a request's thread: 2 workers each (2 cores).
         self._count_pool = ThreadPoolExecutor(2, thread_name_prefix="ept-view-count")
@@ -240,35 +246,61 @@ class Store:
         t0 = time.monotonic()
         v = RunView(run_id=run_id, done=st.done, planned=None, failed=st.failed, token=st.token)
         v.analysed_done = st.done
+        stored = False
         try:
             v.manifest = read_manifest(self.ledger, run_id)
             v.planned = v.manifest.get("n_jobs")
-            v.result, v.doc, v.options_from = self._analyse(run_id)
+            v.result, v.doc, v.options_from, stored = self._analyse(run_id, st.token)
         except InputError as e:  # a sweep that has not finished one job per arm yet, or a bad manifest
             v.error = str(e)
-        if v.error is None:
-            try:  # the explorer's frame too (off the request thread), so a cold server has it from disk
-                self._build_samples(run_id, v)
-            except (InputError, Forbidden, OSError, ValueError):
-                v.samples = None  # built on its first request instead, which then says what went wrong
         v.took = time.monotonic() - t0
-        if v.error is None:
-            self.disk.save(key, v)
+        if v.error is not None:
+            return self._remember(run_id, v)
+        if stored:
+            # The analysis `ept analyze` left: the pages that need no explorer frame are served now; the
+            # frame (which reads every job object's answer) is built next, and the whole view saved.
+            self._remember(run_id, v)
+            self._pool.submit(self._complete, run_id, v, key)
+            return v
+        self._complete(run_id, v, key)
         return self._remember(run_id, v)
 
-    def _analyse(self, run_id: str) -> tuple[AnalysisResult, HtmlDocument, str]:
+    def _complete(self, run_id: str, v: RunView, key: str) -> None:
+        """The explorer's frame built (off the request thread, so a cold server has it from disk) and the
+        view saved to the disk cache."""
+        with self._lock(run_id):
+            try:
+                if v.samples is None:
+                    self._build_samples(run_id, v)
+            except (InputError, Forbidden, OSError, ValueError):
+                v.samples = None  # built on its first request instead, which then says what went wrong
+        self.disk.save(key, v)
+
+    def _analyse(self, run_id: str, token: str) -> tuple[AnalysisResult, HtmlDocument, str, bool]:
+        """The run's analysis at state `token` with the options its pages use, where they came from, and
+        whether it is the one `ept analyze` stored for the same state and options (analysis.runcache), rather
+        than computed here."""
         import dataclasses
 
-        from elo_per_token.analysis.cli_report import run_options
         from elo_per_token.analysis.html_gather import build_document
-        from elo_per_token.analysis.pipeline import analyze
+        from elo_per_token.analysis.pipeline import AnalysisResult, analyze
+        from elo_per_token.analysis.runcache import AnalysisEntry, analysis_key
+        from elo_per_token.analysis.surface_options import run_options
 
         url = self.ledger.run_url(run_id)
         # The plan's options re-validated (analysis.cli_report: bootstrap rounds within the plan's limit);
         # a manifest asking for more gets the defaults, and the page says so.
         opts, where = run_options([url])
-        result = analyze([url], dataclasses.replace(opts, budget=self.budget, margin=self.margin))
-        return result, build_document(result), where
+        opts = dataclasses.replace(opts, budget=self.budget, margin=self.margin)
+        hit = self.disk.load(analysis_key(self.disk, self.ledger.url, run_id, token, opts)) if token else None
+        if (
+            isinstance(hit, AnalysisEntry)
+            and isinstance(hit.result, AnalysisResult)
+            and (hit.token, hit.options_from) == (token, where)
+        ):
+            return hit.result, build_document(hit.result), where, True
+        result = analyze([url], opts)
+        return result, build_document(result), where, False
 
     def _remember(self, run_id: str, v: RunView) -> RunView:
         v.analysed_at = time.monotonic()
@@ -309,6 +341,8 @@ class Store:
         return v
 
     def _build_samples(self, run_id: str, v: RunView) -> None:
+        import polars as pl
+
         from elo_per_token.analysis.breakdown import parse_prices
 
         if v.result is None or v.result.records is None:
@@ -316,17 +350,40 @@ class Store:
         jobs = job_frame(v.result.records, parse_prices(v.result.options.prices))
         side = None
         if jobs.height <= SIDE_MAX_JOBS:
+            keys = jobs["job_key"].drop_nulls().to_list()
+            in_segments, keys = self._side_in_segments(run_id, keys)
             reader = BatchReader(self.ledger)  # each folder resolved once, not each object's path
-            side = side_frame(
-                jobs["job_key"].drop_nulls().to_list(),
-                lambda k, cap: self._head(reader, run_id, k, cap),
-            )
+            side = side_frame(keys, lambda k, cap: self._head(reader, run_id, k, cap))
+            if in_segments is not None:
+                side = pl.concat([in_segments, side])
         else:
             v.samples_note = (
                 f"final answers and latencies are read for runs of up to {SIDE_MAX_JOBS:,} "
                 f"jobs; this run has {jobs.height:,}"
             )
         v.samples = samples(jobs, side)
+
+    def _side_in_segments(self, run_id: str, keys: list[str]) -> tuple[pl.DataFrame | None, list[str]]:
+        """The answers and latencies of the jobs a compacted run's segments hold (viewer.samples), and the keys
+        left to read from their objects; (None, keys) for a run without segments."""
+        import polars as pl
+
+        from elo_per_token.ledger.segments import seg_name, segment_state
+        from elo_per_token.viewer.samples import side_from_segments
+
+        committed = segment_state(self.ledger, run_id).committed
+        if not committed:
+            return None, keys
+        urls = [self.ledger.blob_url(run_id, seg_name(n)) for n in committed]
+        if isinstance(self.ledger.store, LocalStore):
+            try:  # a segment that links out of the ledger is not read (its jobs' objects are, bounded)
+                urls = [inside(self.ledger.store, f"runs/{run_id}/{seg_name(n)}") for n in committed]
+            except Forbidden:
+                return None, keys
+        try:
+            return side_from_segments(urls, keys)
+        except (pl.exceptions.PolarsError, OSError):  # an unreadable segment: its jobs' objects are read
+            return None, keys
 
     def _head(self, reader: BatchReader, run_id: str, key: str, cap: int) -> bytes | None:
         try:
@@ -403,32 +460,56 @@ class Store:
         except (ValueError, OSError, EOFError, RecursionError) as e:
             return {"job_key": key, "calls": [], "grader": {}, "error": f"unreadable: {e}"}
 
-    def compare(self, base: str, cur: str) -> dict[str, Any]:
-        """`ept compare BASE CUR --fail-on none` as JSON (analysis.compare_output.to_json_dict), cached per progress."""
+    def compare(self, base: str, cur: str) -> dict[str, Any] | None:
+        """`ept compare BASE CUR --fail-on none` as JSON (analysis.compare_output.to_json_dict), cached per
+        pair of run states and built off the request thread (one build per pair at a time): a request waits at
+        most `page_budget_s`, then gets None (the page says it is being compared and reloads). A build's
+        error (InputError: a run that cannot be compared) is raised to every request waiting on it."""
+        self.check_run(base)
+        self.check_run(cur)
+        key = (base, cur, self._token(base), self._token(cur))
+        with self._locks_guard:
+            done = self._compare.get(key)
+            if done is not None:
+                return done
+            fut = self._comparing.get(key)
+            if fut is None:
+                fut = self._comparing[key] = self._compare_pool.submit(self._build_compare, key)
+        try:
+            return fut.result(timeout=self.page_budget_s)
+        except TimeoutError:
+            return None
+        finally:
+            if fut.done():
+                with self._locks_guard:
+                    if self._comparing.get(key) is fut:
+                        del self._comparing[key]  # a failed build is tried again by the next request
+
+    def _build_compare(self, key: tuple[str, str, str, str]) -> dict[str, Any]:
         from elo_per_token.analysis.compare import compare_runs
         from elo_per_token.analysis.compare_gate import parse_fail_on
         from elo_per_token.analysis.compare_load import load_run
         from elo_per_token.analysis.compare_output import to_json_dict
         from elo_per_token.analysis.surface_options import compare_options
 
-        self.check_run(base)
-        self.check_run(cur)
-        key = (base, cur, self._token(base), self._token(cur))
-        if key not in self._compare:
-            bu, cu = self.ledger.run_url(base), self.ledger.run_url(cur)
-            co = compare_options(bu, cu)  # the options `ept compare BASE CUR` uses: the same intervals
-            res = compare_runs(
-                load_run(bu),
-                load_run(cu),
-                rule=parse_fail_on("none"),
-                rounds=co.rounds,
-                seed=co.seed,
-                level=co.level,
-            )
-            if co.note:
-                res.notes.append(co.note)
-            self._compare[key] = to_json_dict(res)
-        return self._compare[key]
+        bu, cu = self.ledger.run_url(key[0]), self.ledger.run_url(key[1])
+        co = compare_options(bu, cu)  # the options `ept compare BASE CUR` uses: the same intervals
+        res = compare_runs(
+            load_run(bu),
+            load_run(cu),
+            rule=parse_fail_on("none"),
+            rounds=co.rounds,
+            seed=co.seed,
+            level=co.level,
+        )
+        if co.note:
+            res.notes.append(co.note)
+        out = to_json_dict(res)
+        with self._locks_guard:
+            self._compare[key] = out
+            while len(self._compare) > COMPARE_KEPT:  # oldest first (dicts keep insertion order)
+                del self._compare[next(iter(self._compare))]
+        return out
 
 
 def server_store(ledger_url: str, budget: str | None, margin: float) -> Store:
