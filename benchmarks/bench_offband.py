@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "testkit"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_coverage import run_cli, truth_for  # noqa: E402

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 # The proxy and the clients are the tests' helpers (tests/ratelimit_proxy.py, tests/ratelimit_clients.py).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "testkit"))
 from ratelimit_clients import free_rate, measure
 
 

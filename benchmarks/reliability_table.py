@@ -24,7 +24,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TESTS = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_fault_*.py"))
+TESTS = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_fault_*.py"))
 COLUMNS = ("fault", "injected", "jobs", "in ledger", "records", "duplicates", "lost", "failed", "requests",
            "tokens", "clean-run tokens", "tokens = clean")  # fmt: skip
 

@@ -22,7 +22,7 @@ from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 from elo_per_token.analysis.recommend import parse_budget, recommend
 from elo_per_token.contracts.errors import InputError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _hand_accuracy() -> dict[str, float]:

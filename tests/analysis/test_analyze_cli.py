@@ -17,7 +17,7 @@ from scipy.optimize import brentq
 
 from elo_per_token.analysis.bt import prior_l2
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "logs"
 
 

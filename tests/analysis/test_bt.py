@@ -22,7 +22,7 @@ from elo_per_token.analysis.bt import (
 
 
 def _seed_port():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "seed_bt.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "seed_bt.py"
     spec = importlib.util.spec_from_file_location("seed_bt", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

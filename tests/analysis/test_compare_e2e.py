@@ -11,7 +11,7 @@ from cli_runner import run_ept
 from fixtures_plans import write_plan_file
 from test_compare import write_ledger_run  # tests/ is on sys.path (rootdir conftest)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 ept = run_ept  # the CLI in this process (tests/cli_runner.py)

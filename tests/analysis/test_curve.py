@@ -15,7 +15,7 @@ from elo_per_token.analysis.frontier import headline_table
 from elo_per_token.analysis.returns import frontier_steps_table, per_strategy_table, returns_table
 from tests.bounds import bounded
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _curve(**kw: object) -> ArmCurve:

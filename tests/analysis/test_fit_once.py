@@ -21,7 +21,7 @@ from elo_per_token.analysis import bootstrap as bootstrap_mod
 from elo_per_token.analysis import bt as bt_mod
 from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOGS = str(ROOT / "examples" / "logs")
 
 

@@ -34,7 +34,7 @@ import polars as pl
 import pytest
 from scipy.optimize import minimize
 
-FIX = Path(__file__).parent / "fixtures" / "table3x2"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "table3x2"
 ARMS = ["greedy@1", "best_of_n@4", "best_of_n@16"]  # cheapest first
 TOKENS = np.array([1200.0, 4600.0, 18700.0])
 G, B4, B16 = 0, 1, 2

@@ -30,7 +30,7 @@ from elo_per_token.suites.load import load_builtin_suite  # noqa: E402
 from elo_per_token.worker.job import run_job  # noqa: E402
 
 N_TASKS, EPOCHS = 8, 2
-HERE = Path(__file__).parent
+TESTKIT = Path(__file__).resolve().parents[2] / "testkit"
 
 
 _cli = functools.partial(run_ept, columns=200)  # the CLI in this process (tests/cli_runner.py)
@@ -40,7 +40,7 @@ def _inspect_run(sim, log_dir: Path, temperature: float, fmt: str) -> str:
     res = subprocess.run(
         [
             sys.executable,
-            str(HERE / "inspect_sim_eval.py"),
+            str(TESTKIT / "inspect_sim_eval.py"),
             sim.url,
             str(log_dir),
             str(temperature),

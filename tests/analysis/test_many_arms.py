@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cli_runner import run_ept
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench_arms():

@@ -13,7 +13,7 @@ from fixtures_stats import ELO_SCALE, Arm, Experiment, pseudo_true_theta, write_
 
 from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ARMS = [Arm("greedy", 1, 0.0, 1000.0), Arm("vote", 4, 0.5, 4000.0), Arm("best", 8, 0.8, 8000.0)]
 
 

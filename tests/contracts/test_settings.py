@@ -21,7 +21,7 @@ from elo_per_token.contracts import settings as settings_mod
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.settings import BY_NAME, DOC, SETTINGS, markdown, read
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VAR = re.compile(r"\bEPT_[A-Z0-9_]*[A-Z0-9]\b")
 
 

@@ -98,7 +98,7 @@ def test_worker_broker_option_reaches_its_start_failure_report(tmp_path: Path, r
     r = redis_server.client()
     r.delete(worker_error_key(queue))
     env = {k: v for k, v in os.environ.items() if not k.startswith("EPT_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")])
     done = subprocess.run(
         [sys.executable, "-m", "elo_per_token", "worker", "--queue", queue, "--broker", redis_server.url],
         capture_output=True,

@@ -644,7 +644,7 @@ def test_demo_with_replicates_gives_the_resampled_benchmark_aligned_replicates(t
     assert res.returncode == 0, res.stdout + res.stderr
     run = out / "ledger" / "runs" / "demo-t2-r2"
     assert run.is_dir()
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_adaptive.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_adaptive.py"
     spec = importlib.util.spec_from_file_location("bench_adaptive", path)
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)

@@ -53,7 +53,7 @@ def test_adaptive_celery_sweep_resumes_after_a_coordinator_kill(
     env = {
         **os.environ,
         "EPT_BROKER_URL": redis_server.url,
-        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
     }
     led = open_ledger(url)
     cmd = [sys.executable, "-m", "elo_per_token", "sweep", str(plan_file), "--adaptive", "--no-analysis"]

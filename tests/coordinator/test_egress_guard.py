@@ -17,7 +17,7 @@ import pytest
 from elo_per_token.contracts.errors import EXIT_STOPPED_EGRESS
 from elo_per_token.coordinator.sweep_tally import EGRESS_ABORT_AFTER
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 

@@ -23,7 +23,7 @@ from elo_per_token.coordinator.plan import parse_plan
 from elo_per_token.coordinator.sweep import execute
 from elo_per_token.ledger import FileLedger, open_ledger
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # The CLI in this process (tests/cli_runner.py), at a terminal width wide enough for its tables.

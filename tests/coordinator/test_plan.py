@@ -161,7 +161,7 @@ def test_shipped_plans_parse():
 
     demo = parse_plan(demo_plan_text())
     assert demo.executor == "local" and demo.tasks_per_family
-    examples = sorted((Path(__file__).resolve().parents[1] / "examples" / "plans").glob("*.toml"))
+    examples = sorted((Path(__file__).resolve().parents[2] / "examples" / "plans").glob("*.toml"))
     assert examples, "examples/plans/*.toml are shipped"
     for p in examples:
         assert load_plan(p).arms

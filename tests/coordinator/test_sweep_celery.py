@@ -232,7 +232,7 @@ def test_killed_coordinator_rerun_runs_no_job_twice(tmp_path, celery_setup, s3_b
     plan_file.write_text(
         plan_text(name="kill", tpf=4, ledger=f"s3://{s3_bucket}/k", executor="celery", queue=queue)
     )
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "EPT_BROKER_URL": redis_server.url, "PYTHONPATH": str(repo)}
     led = open_ledger(f"s3://{s3_bucket}/k")
     p = subprocess.Popen([sys.executable, "-m", "elo_per_token", "sweep", str(plan_file), "--no-analysis"], env=env,

@@ -22,7 +22,7 @@ from elo_per_token.coordinator.plan import parse_plan
 from elo_per_token.coordinator.sweep import execute
 from elo_per_token.ledger import open_ledger
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def tiny_run(job: Job, provider) -> JobResult:
@@ -216,7 +216,7 @@ def test_egress_failures_stop_the_sweep_early(tmp_path, make_sim, monkeypatch):
 
 CHILD = """
 import os, sys
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, {testkit!r}]  # this test module and the helpers it imports
 from test_sweep_local import tiny_run
 from elo_per_token.egress.profiles import Profile
 from elo_per_token.coordinator.plan import load_plan
@@ -237,7 +237,7 @@ def _child(tmp_path, sim, ledger: str, n: int, tiny: bool = True) -> subprocess.
     plan = tmp_path / f"plan-{Path(ledger).name}.toml"
     write_plan_file(plan, [("greedy", [1]), ("majority", [3])], name="intr", profile="sim-openai", suites=["unused"],
                     seed=9, ledger=ledger, concurrency=3)  # fmt: skip
-    script = CHILD.format(tests=str(Path(__file__).parent), plan=str(plan), n=n, url=sim.url, tiny=tiny)
+    script = CHILD.format(tests=str(Path(__file__).parent), testkit=str(REPO / "testkit"), plan=str(plan), n=n, url=sim.url, tiny=tiny)
     env = {**os.environ, "EPT_SIM_API_KEY": SIM_KEY, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
         [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT

@@ -13,7 +13,7 @@ from fixtures_sim import SIM_KEY
 from elo_per_token.egress.doctor import FAIL, PASS, SKIP, WARN, check_base_url, check_key, ok, run_checks
 from elo_per_token.egress.profiles import Profile
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ENV = "EPT_DOCTOR_TEST_KEY"
 
 

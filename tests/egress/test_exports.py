@@ -16,7 +16,7 @@ from elo_per_token.contracts.errors import InputError
 from elo_per_token.egress.exports import PLACEHOLDER_KEY, render
 from elo_per_token.egress.profiles import Profile
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CANARY = "sk-canary-export-0000111122223333"
 
 ANTH = Profile(

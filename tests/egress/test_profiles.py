@@ -11,7 +11,7 @@ from cli_runner import run_ept
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.egress.profiles import DEFAULT_OPENAI_BASE_URL, Profile, get_profile, load_profiles
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CANARY = "sk-canary-literal-key-1234567890QRST"
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from test_compose import compose_bin
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -297,8 +297,8 @@ def test_dockerignore_keeps_secrets_and_local_runs_out_of_the_image() -> None:
 
 
 _PKGS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-_LOCAL = {p.split(".")[0] for p in _PKGS} | {"benchmarks", "tests"}
-_LOCAL |= {p.stem for d in ("tests", "examples", "benchmarks", "docs") for p in (REPO / d).rglob("*.py")}
+_LOCAL = {p.split(".")[0] for p in _PKGS} | {"benchmarks", "tests", "testkit"}
+_LOCAL |= {p.stem for d in ("tests", "testkit", "examples", "benchmarks", "docs") for p in (REPO / d).rglob("*.py")}
 
 
 def _declared_closure() -> set[str]:
@@ -328,7 +328,7 @@ def test_every_third_party_module_the_tests_import_is_installed_by_the_dev_extra
     """The README's `pip install -e '.[dev]'` must give the tests everything (PyYAML was missing and only the
     machine's own copy hid it)."""
     imported: set[str] = set()
-    for f in (REPO / "tests").glob("*.py"):
+    for f in [*(REPO / "tests").rglob("*.py"), *(REPO / "testkit").glob("*.py")]:
         for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 imported |= {a.name.split(".")[0] for a in node.names}

@@ -28,7 +28,7 @@ from elo_per_token.ledger import FileLedger, open_ledger
 from elo_per_token.ledger.keyspace import declare_open, unindexed_keys
 from elo_per_token.ledger.segments import compact_run, read_index, segment_state
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 from test_segments import CountingProxy, _expected, _totals  # noqa: E402
 from test_sweep_local import tiny_run  # noqa: E402
 

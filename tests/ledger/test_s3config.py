@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from elo_per_token.ledger.s3config import S3_ENV_VARS, s3_settings, storage_options
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_service_specific_endpoint_wins_as_in_boto3():

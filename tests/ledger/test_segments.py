@@ -21,7 +21,7 @@ from elo_per_token.analysis.io import RunSource, read_records, read_run
 from elo_per_token.ledger import FileLedger, open_ledger
 from elo_per_token.ledger.segments import compact_run, segment_state
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 _OPENS: list[str] = []
 _COUNTING = threading.Event()

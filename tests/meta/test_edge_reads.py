@@ -1,6 +1,6 @@
 """The process environment is read in one place: contracts/settings.py, for every `EPT_*` variable.
 
-Outside it (and outside tests/ and benchmarks/), every use of `os.environ`/`os.getenv`/`os.putenv` in the
+Outside it (and outside tests/, testkit/ and benchmarks/), every use of `os.environ`/`os.getenv`/`os.putenv` in the
 repository's Python files is a documented edge read, listed in EDGE_READS with its reason: a subprocess's
 environment, a variable another program owns (PATH, AWS_*, OPENAI_*, the terminal width), the secret a profile
 names. A new site, or one more use in a listed file, fails the test with its file and line: read the
@@ -18,9 +18,9 @@ import ast
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SETTINGS_MODULE = "contracts/settings.py"
-NOT_SCANNED = ("tests/", "benchmarks/")
+NOT_SCANNED = ("tests/", "testkit/", "benchmarks/")
 ENV_NAMES = frozenset({"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"})
 
 # file -> (number of uses, why it reads the environment itself). Keep the reason true when editing the file.

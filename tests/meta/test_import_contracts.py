@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "elo_per_token"
 
 
@@ -33,7 +33,7 @@ def stage_folders(root: Path = ROOT) -> tuple[str, ...]:
 
 STAGES = stage_folders()
 # Folders of the repository no product module may import (test helpers belong to the tests).
-NOT_PRODUCT = ("benchmarks", "tests")
+NOT_PRODUCT = ("benchmarks", "tests", "testkit")
 # Stage -> the other stages it may import: the design's data flow (coordinator -> queue -> worker -> ledger ->
 # analysis) plus the CLI on top. docs/architecture.md shows the same table; tests check both agree.
 ALLOWED: dict[str, frozenset[str]] = {
@@ -238,7 +238,7 @@ def _tree(root: Path) -> None:
 def _forbidden_target(stage: str) -> str:
     """A module `stage` must not import: the first stage not on its list, else (the CLI) a test helper."""
     others = [s for s in STAGES if s != stage and s not in ALLOWED[stage]]
-    return f"elo_per_token.{others[0]}.mod" if others else "tests.bounds"
+    return f"elo_per_token.{others[0]}.mod" if others else "testkit.bounds"
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -250,7 +250,7 @@ def test_an_injected_forbidden_import_is_found_in_each_stage(tmp_path: Path, sta
     target = _forbidden_target(stage)
     (tmp_path / stage / "sneaky.py").write_text(f"def f():\n    import {target}\n")
     found = violations(import_graph(tmp_path))
-    named = target.removeprefix("elo_per_token.") if target.startswith("elo_per_token.") else "tests"
+    named = target.removeprefix("elo_per_token.") if target.startswith("elo_per_token.") else "testkit"
     assert found == [f"{stage}.sneaky -> {named}"]
 
 

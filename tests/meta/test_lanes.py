@@ -15,7 +15,7 @@ import pytest
 from _pytest.mark.expression import Expression
 from conftest import SERVICE_FIXTURES
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # A pytest plugin for a --collect-only run: every collected test's node id, marker names and fixtures.
 PROBE = """

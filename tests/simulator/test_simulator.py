@@ -309,7 +309,7 @@ def test_ept_simulate_command_serves_with_config(tmp_path):
             "--seed",
             "5",
         ],
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -344,7 +344,7 @@ def test_ept_simulate_bad_config_exits_2(tmp_path):
         [sys.executable, "-m", "elo_per_token", "simulate", "--config", str(cfg)],
         capture_output=True,
         text=True,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
         timeout=60,
     )
     assert r.returncode == 2 and "latency_dist" in r.stderr

@@ -199,7 +199,7 @@ def test_bfcl_questions_repeated_with_other_tools_are_told_apart_by_the_tools():
 def test_public_benchmarks_plan_runs_end_to_end(sim, tmp_path):
     from pathlib import Path
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "EPT_SIM_API_KEY": SIM_KEY, "COLUMNS": "200"}
     out = subprocess.run(
         [

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_compose import compose_bin
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "k8s"
 CANARIES = {
     "REDIS_PASSWORD": "canary-redis-pw-1f2e",

@@ -324,7 +324,7 @@ def test_documented_env_copy_leaves_git_status_clean(tmp_path: Path) -> None:
 def test_no_test_module_loads_an_optional_suite_at_import() -> None:
     """Collection must pass without bfcl-eval: a module-level load_builtin_suite("bfcl") breaks it."""
     offenders = []
-    for path in sorted((REPO / "tests").glob("*.py")):
+    for path in sorted([*(REPO / "tests").rglob("*.py"), *(REPO / "testkit").glob("*.py")]):
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             top_level = line and not line[0].isspace() and "if HAS_BFCL" not in line
             if top_level and re.search(r"load_builtin_suite\(\s*[\"']bfcl", line):

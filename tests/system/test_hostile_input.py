@@ -19,7 +19,7 @@ from fixtures_sim import SIM_KEY
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.ledger import open_ledger
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # The CLI in this process (tests/cli_runner.py), at a terminal width wide enough for its tables.

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MARKER = "<!-- docs-test: run -->"
 DEMO_TASKS = 4
 PLAN_TASKS = 3

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CODEX = "@openai/codex@0.171.0"
 CLAUDE = "@anthropic-ai/claude-code@2.1.332"
 KEY = "sk-sim-clients-0123456789abcdef"

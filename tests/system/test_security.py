@@ -25,7 +25,7 @@ import pytest
 from fixtures_faults import FAULT_KEY, wait_until, worker_env, write_plan, write_profiles, write_suite
 from fixtures_services import start_celery_workers
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CANARY = FAULT_KEY
 # Any 12+ character piece of the key would be a leak too (masks keep the last 4 only).
 CANARY_PIECES = [CANARY, CANARY[3:15], CANARY[10:22]]

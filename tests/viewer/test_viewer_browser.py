@@ -17,7 +17,7 @@ from cli_runner import run_ept
 from test_compare import write_ledger_run  # tests/ is on sys.path (rootdir conftest)
 from view_server import view
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SHOTS = Path(os.environ.get("EPT_SCREENSHOTS", ROOT / "ept-out" / "ci-artifacts" / "screenshots"))
 

@@ -274,7 +274,7 @@ def test_a_killed_worker_leaves_no_sandbox_behind(tmp_path):
         f"run_tests(\"import subprocess, time\\nsubprocess.Popen(['setsid', 'sleep', '{mark}'])\\n"
         "def f(x):\\n    time.sleep(60)\\n\", ['assert f(1) == 1'], 'f', Limits(timeout_s=20), audit_hook=False)\n"
     )
-    repo = str(Path(__file__).resolve().parents[1])
+    repo = str(Path(__file__).resolve().parents[2])
     proc = subprocess.Popen([sys.executable, str(script)], env={**os.environ, "PYTHONPATH": repo})
 
     def sleepers() -> list[str]:

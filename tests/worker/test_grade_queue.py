@@ -18,7 +18,7 @@ from elo_per_token.worker.graders.code import Limits
 from elo_per_token.worker.sandbox import bwrap
 
 needs_bwrap = pytest.mark.skipif(bwrap.probe() is not None, reason="no working bwrap here")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 CANARY = "sk-grader-canary-" + uuid.uuid4().hex[:8]
 

@@ -26,7 +26,7 @@ from elo_per_token.worker import graders
 from elo_per_token.worker.graders.registry import GRADERS, register_module, unregister
 from elo_per_token.worker.job import run_job
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def doc_example() -> tuple[str, str]:

@@ -24,7 +24,7 @@ import pytest
 
 from elo_per_token.worker.sandbox import bwrap
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 UNPRIVILEGED_UID = 10001
 MARK = "ept-hostile-" + secrets.token_hex(4)
 CANARY = "sk-hostile-canary-" + secrets.token_hex(8)
@@ -263,7 +263,7 @@ def _run_driver(mode: str, tmp: pathlib.Path) -> dict:
             "HOME": str(tmp),
         }
         p = subprocess.run(
-            [python, str(ROOT / "tests" / "hostile_driver.py")],
+            [python, str(ROOT / "testkit" / "hostile_driver.py")],
             input=json.dumps(spec),
             capture_output=True,
             text=True,

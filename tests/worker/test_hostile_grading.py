@@ -69,7 +69,7 @@ def _driver(
     import subprocess
     import sys
 
-    driver = os.path.join(os.path.dirname(__file__), "grading_driver.py")
+    driver = os.path.join(os.path.dirname(__file__), "..", "..", "testkit", "grading_driver.py")
     try:
         p = subprocess.run(
             [sys.executable, driver],
