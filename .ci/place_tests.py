@@ -7,12 +7,15 @@
 - The helpers tests share (and benchmarks import) live in testkit/, never in tests/: tests/ holds test files,
   tests/conftest.py and the data folder tests/fixtures/ only; testkit/ holds no test file.
 - No test file name twice: pytest's default import mode imports a test module by its file name.
+- Helpers are imported by their bare module names (`from bounds import bounded`: testkit/ is on pytest's
+  `pythonpath`), never as `tests.x`, which names a folder, not a package.
 
 Usage: python3 .ci/place_tests.py [REPO]   (REPO defaults to the checkout this file is in)
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import tomllib
 from collections import defaultdict
@@ -20,6 +23,7 @@ from pathlib import Path
 
 EXTRA_FOLDERS = ("system", "meta")  # beyond one per stage
 DATA_FOLDER = "fixtures"  # test data (files read by tests), not code
+TESTS_IMPORT = re.compile(r"^\s*(?:from|import)\s+tests\.(\w+)", re.M)
 
 
 def stage_folders(repo: Path) -> list[str]:
@@ -51,6 +55,12 @@ def problems(repo: Path) -> list[str]:
                 f"{rel}: tests live in tests/<folder>/ with <folder> one of {', '.join(sorted(allowed))}"
             )
         by_name[path.name].append(str(rel))
+        text = path.read_text(encoding="utf-8")
+        for m in TESTS_IMPORT.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            out.append(
+                f"{rel}:{line}: imports tests.{m[1]}; import it by its bare name ({m[1]}, on pythonpath)"
+            )
     for name, paths in sorted(by_name.items()):
         if len(paths) > 1:
             out.append(f"{name}: the same test file name in {', '.join(paths)}; rename all but one")

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bounds import bounded
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from elo_per_token.analysis.curve import ArmCurve, on_frontier, prev_on_frontier
 from elo_per_token.analysis.frontier import headline_table
 from elo_per_token.analysis.returns import frontier_steps_table, per_strategy_table, returns_table
-from tests.bounds import bounded
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from bounds import bounded
+from cli_runner import run_ept
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,8 +24,6 @@ from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
 from elo_per_token.analysis.recommend import recommend
 from elo_per_token.analysis.report_markdown import md_escape
 from elo_per_token.contracts.errors import InputError
-from tests.bounds import bounded
-from tests.cli_runner import run_ept
 
 # ---------------------------------------------------------------- the recommendation as a decision
 
@@ -297,8 +297,9 @@ def test_partial_credit_is_a_mean_score_and_partial_arms_are_marked(tmp_path: Pa
 def _run(tmp_path: Path) -> tuple[str, Path]:
     """A ledger run with a manifest whose analysis options are not the command defaults (60 rounds, seed 5),
     one arm measured in math only (its other families' job objects removed)."""
+    from fixtures_ledger import declare, write_local
+
     from elo_per_token.ledger import open_ledger
-    from tests.fixtures_ledger import declare, write_local
 
     root = tmp_path / "ledger"
     write_local(root, "vrun", 600)

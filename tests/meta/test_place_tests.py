@@ -45,11 +45,17 @@ def tree(tmp_path: Path) -> Path:
         ("tests/worker/deep/test_x.py", "tests/worker/deep/test_x.py: tests live in tests/<folder>/"),
         ("tests/worker/test_a.py", "test_a.py: the same test file name in tests/analysis/test_a.py"),
         ("testkit/test_helper.py", "testkit/test_helper.py: a test file in testkit/"),
+        (
+            "tests/worker/test_b.py",
+            "tests/worker/test_b.py:2: imports tests.bounds; import it by its bare name",
+        ),
     ],
 )
 def test_each_misplacement_fails_named(tree: Path, rel: str, named: str) -> None:
     (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-    (tree / rel).write_text("")
+    (tree / rel).write_text(
+        "import os\nfrom tests.bounds import bounded\n" if rel.endswith("test_b.py") else ""
+    )
     found = place_tests.problems(tree)
     assert len(found) == 1 and found[0].startswith(named), found
     assert place_tests.main(["place_tests", str(tree)]) == 1
