@@ -7,8 +7,6 @@ the walk and the listings are counted with audit hooks (os.scandir / os.listdir 
 from __future__ import annotations
 
 import os
-import sys
-import threading
 import time
 from pathlib import Path
 
@@ -18,37 +16,13 @@ from bounds import bounded
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_segments import _expected, _totals
+from walk_audit import walks
 
 from elo_per_token.analysis.io import RunSource, read_run
 from elo_per_token.ledger import FileLedger
 from elo_per_token.ledger.changelog import parse_keys
 from elo_per_token.ledger.keyspace import read_plan
 from elo_per_token.ledger.segments import compact_run, read_index, segment_state
-
-_SEEN: list[tuple[str, str]] = []
-_ON = threading.Event()
-
-
-def _audit(event: str, args: tuple) -> None:
-    if not _ON.is_set():
-        return
-    if event == "subprocess.Popen" and "find" in str(args[0]):
-        _SEEN.append(("find", str(args[1])))
-    elif event in ("os.scandir", "os.listdir") and args and "/jobs" in str(args[0]):
-        _SEEN.append((event, str(args[0])))
-
-
-sys.addaudithook(_audit)
-
-
-def _walks(fn):
-    """(fn(), the walks and listings of jobs/ it made)."""
-    _SEEN.clear()
-    _ON.set()
-    try:
-        return fn(), list(_SEEN)
-    finally:
-        _ON.clear()
 
 
 def _run(tmp_path: Path, n: int = 200) -> tuple[Path, FileLedger]:
@@ -73,15 +47,15 @@ def _plan(led: FileLedger):
 def test_logged_objects_are_read_without_a_walk(tmp_path):
     root, led = _run(tmp_path)
     # Nothing new: the read touches no job directory.
-    (plan, seen) = _walks(lambda: _plan(led))
+    (plan, seen) = walks(lambda: _plan(led))
     assert (plan.found_by, plan.tail, seen) == ("declared", [], [])
     new = sorted(ledger_gen.job_frame("r", 7, offset=200)["job_key"].to_list())
     ledger_gen.write_local(root, "r", 7, offset=200)
     _log(root, "tool-1.keys", "".join(k + "\n" for k in new[:4]).encode())
     _log(root, "tool-2.keys", "".join(k + "\n" for k in new[4:]).encode())
-    (plan, seen) = _walks(lambda: _plan(led))
+    (plan, seen) = walks(lambda: _plan(led))
     assert (plan.found_by, plan.tail, seen) == ("declared", new, [])
-    (frame, seen) = _walks(lambda: read_run(RunSource(str(root), "r"))[0])
+    (frame, seen) = walks(lambda: read_run(RunSource(str(root), "r"))[0])
     assert seen == [] and _totals(frame) == _expected(207)
 
 
@@ -93,7 +67,7 @@ def test_the_compaction_notes_the_log_so_old_lines_are_not_read_again(tmp_path):
     _log(root, "t.keys", "".join(k + "\n" for k in keys).encode())
     compact_run(led, "r")  # folds the 5 in and notes the log's size
     _log(root, "t.keys", b"math/not-written-yet/greedy_n1/r0\n")
-    (plan, seen) = _walks(lambda: _plan(led))
+    (plan, seen) = walks(lambda: _plan(led))
     # The new line names no object (yet): probed, absent. The old lines: not read again (nothing to probe).
     assert (plan.tail, seen) == ([], [])
 
@@ -137,7 +111,7 @@ def test_hostile_change_logs(tmp_path_factory, files):
         logged |= (
             name.endswith(".keys") and " " not in name and any(ln.strip() == written.encode() for ln in lines)
         )
-    (plan, seen) = _walks(lambda: bounded(lambda: _plan(led), time_s=30, memory_mb=64))
+    (plan, seen) = walks(lambda: bounded(lambda: _plan(led), time_s=30, memory_mb=64))
     assert seen == []
     assert plan.tail == ([written] if logged else [])
 

@@ -8,7 +8,6 @@ hooks (any `find` started, os.scandir / os.listdir of a jobs/ folder) and the th
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,36 +18,13 @@ import pytest
 from bounds import bounded
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from walk_audit import walks
 
 from elo_per_token.ledger import FileLedger
 from elo_per_token.ledger.segments import compact_run
 from elo_per_token.viewer.runstate import DiskCache
 from elo_per_token.viewer.server import route
 from elo_per_token.viewer.store import Store
-
-_SEEN: list[tuple[str, str]] = []
-_ON = threading.Event()
-
-
-def _audit(event: str, args: tuple) -> None:
-    if not _ON.is_set():
-        return
-    if (event == "subprocess.Popen" and "find" in str(args[0])) or (
-        event in ("os.scandir", "os.listdir") and args and "/jobs" in str(args[0])
-    ):
-        _SEEN.append((event, threading.current_thread().name))
-
-
-sys.addaudithook(_audit)
-
-
-def _counted(fn):
-    _SEEN.clear()
-    _ON.set()
-    try:
-        return fn(), list(_SEEN)
-    finally:
-        _ON.clear()
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +44,7 @@ def test_a_compacted_runs_pages_never_list_it(compacted: Path) -> None:
     # state_ttl_s=0: the run's state is measured again for every request, and still nothing is listed.
     store = Store(str(compacted))
     for path, query in PAGES * 2:
-        ((_ctype, body), seen) = _counted(lambda p=path, q=query: route(store, p, q))
+        ((_ctype, body), seen) = walks(lambda p=path, q=query: route(store, p, q))
         assert seen == [], f"{path}: listed or walked jobs/ ({seen})"
         assert body
 
@@ -78,11 +54,11 @@ def test_an_uncompacted_run_is_counted_off_the_request_thread(tmp_path: Path) ->
     ledger_gen.write_local(root, "r", 120)
     store = Store(str(root), page_budget_s=30.0, state_ttl_s=3600.0)
     route(store, "/run/r", "")  # the first count and analysis
-    (_, seen) = _counted(lambda: [route(store, p, q) for p, q in PAGES * 3])
+    (_, seen) = walks(lambda: [route(store, p, q) for p, q in PAGES * 3])
     assert seen == []  # 21 requests within the count's lifetime: no listing at all
     store.states.ttl = 0.0
-    (_, seen) = _counted(lambda: route(store, "/run/r", ""))
-    assert seen and all(t.startswith("ept-view-count") for _, t in seen)  # listed, by the refresher only
+    (_, seen) = walks(lambda: route(store, "/run/r", ""))
+    assert seen and all(w.thread.startswith("ept-view-count") for w in seen)  # listed, by the refresher only
 
 
 def test_a_cold_server_answers_from_the_disk_cache(compacted: Path, tmp_path: Path) -> None:
