@@ -1,7 +1,7 @@
 """Benchmark: `ept view` on a compacted run of N jobs (issue 39: every page <= 1 s warm and <= 5 s cold, 10
 concurrent requests <= 2 s each; 1M jobs <= 2 s warm).
 
-Generates (or reuses, in --dir) a run written the way another tool writes one (tests/fixtures_ledger.py: job
+Generates (or reuses, in --dir) a run written the way another tool writes one (testkit/fixtures_ledger.py: job
 objects only), compacts it with `ept compact`'s code, then measures, in CPU seconds (the machine is shared:
 wall time is printed beside it):
 

@@ -1,4 +1,4 @@
-"""A generated run for the sample explorer: tests/fixtures_ledger.py's job objects (2,000 by default) plus a
+"""A generated run for the sample explorer: testkit/fixtures_ledger.py's job objects (2,000 by default) plus a
 stored transcript per job (contracts.transcripts.encode, as a worker writes them) whose prompt and
 completion carry searchable words: every job's prompt names its task, and a completion says "needle-<n>"
 where n is the job's index modulo 97."""

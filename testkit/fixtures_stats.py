@@ -11,7 +11,7 @@ records), drawn from a known model:
   the truth is theta itself.
 
 Tokens per task are tokens_a * lognormal with mean exactly 1, so the true tokens per task is tokens_a.
-Used by tests/test_stats_edges.py and benchmarks/bench_coverage.py.
+Used by tests/analysis/test_stats_edges.py and benchmarks/bench_coverage.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""A real inspect_ai eval against the simulator (used by tests/test_import_inspect.py in a subprocess).
+"""A real inspect_ai eval against the simulator (used by tests/analysis/test_import_inspect.py in a subprocess).
 
-python tests/inspect_sim_eval.py BASE_URL LOG_DIR TEMPERATURE LOG_FORMAT N_TASKS EPOCHS
+python testkit/inspect_sim_eval.py BASE_URL LOG_DIR TEMPERATURE LOG_FORMAT N_TASKS EPOCHS
 The model is inspect's OpenAI-compatible provider (`openai-api/sim/…`, base URL from SIM_BASE_URL); the
 samples are the first N built-in math tasks with our solve system prompt; scorer: inspect's match().
 """

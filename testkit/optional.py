@@ -14,7 +14,7 @@ import pytest
 
 from elo_per_token.suites.load import builtin_suite_names, load_builtin_suite
 
-# The pin .ci/run installs (tests/test_first_hour.py checks the two agree).
+# The pin .ci/run installs (tests/ept/test_first_hour.py checks the two agree).
 BFCL_INSTALL = "python3 -m pip install --no-deps 'bfcl-eval==2026.3.23'"
 HAS_BFCL = "bfcl" in builtin_suite_names()
 requires_bfcl = pytest.mark.skipif(not HAS_BFCL, reason=f"bfcl-eval is not installed: {BFCL_INSTALL}")

@@ -1,6 +1,6 @@
-"""The rate-limit measurement of tests/ratelimit_clients.py for a Celery sweep: 2 `ept worker` processes × 4
+"""The rate-limit measurement of testkit/ratelimit_clients.py for a Celery sweep: 2 `ept worker` processes × 4
 threads on a real Redis (their limiter's buckets and the provider's stated room shared there), the coordinator in
-this process, the simulator behind tests/ratelimit_proxy.py. Wall time is the proxy's span (first request to
+this process, the simulator behind testkit/ratelimit_proxy.py. Wall time is the proxy's span (first request to
 last reply): the workers' start-up and the coordinator's bookkeeping are not the limiter's time."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Clients for the rate-limit measurements (tests/test_ratelimit_pacing.py, benchmarks/bench_ratelimit.py):
-the same calls (8 threads) sent through tests/ratelimit_proxy.py by ept with the limits configured, ept with none
+"""Clients for the rate-limit measurements (tests/worker/test_ratelimit_pacing.py, benchmarks/bench_ratelimit.py):
+the same calls (8 threads) sent through testkit/ratelimit_proxy.py by ept with the limits configured, ept with none
 (learning them from the proxy's x-ratelimit-* headers), and the plain openai SDK with its default retries (a call
 that still fails is sent again after a second). `measure` reports one client's 429s and wall time as a share of
 the best schedule the window allows and of the sustained-rate schedule."""

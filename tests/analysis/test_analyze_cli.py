@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "logs"
 
 
-ept = functools.partial(run_ept, cwd=ROOT, columns=200)  # the CLI in this process (tests/cli_runner.py)
+ept = functools.partial(run_ept, cwd=ROOT, columns=200)  # the CLI in this process (testkit/cli_runner.py)
 
 
 @pytest.fixture(scope="module")

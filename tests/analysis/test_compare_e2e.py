@@ -14,7 +14,7 @@ from test_compare import write_ledger_run  # tests/ is on sys.path (rootdir conf
 REPO = Path(__file__).resolve().parents[2]
 
 
-ept = run_ept  # the CLI in this process (tests/cli_runner.py)
+ept = run_ept  # the CLI in this process (testkit/cli_runner.py)
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 The frames reach analysis.design.pair_data through hash joins whose output order changes from run to run,
 and the fit sums in array order: before pair_data sorted its input, arms.csv of a run read by run id and of
 its job objects differed in the last digits of the bootstrap bounds, in about one run out of three
-(issue 13, tests/test_keyspace.py).
+(issue 13, tests/ledger/test_keyspace.py).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from test_compare import write_ledger_run  # tests/ is on sys.path (rootdir conf
 PRICES = {"price_in_per_1m": 0.5, "price_out_per_1m": 2.0}
 
 
-_ept = run_ept  # the CLI in this process (tests/cli_runner.py)
+_ept = run_ept  # the CLI in this process (testkit/cli_runner.py)
 
 
 def _terminal_cost_per_task(stdout: str) -> dict[str, str]:

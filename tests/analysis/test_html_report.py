@@ -75,7 +75,7 @@ class Cells(HTMLParser):
             self._table = None
 
 
-_ept = run_ept  # the CLI in this process (tests/cli_runner.py)
+_ept = run_ept  # the CLI in this process (testkit/cli_runner.py)
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ TASKS = load_builtin_suite("math")[:10]
 ARMS = {"t0": 0.0, "t07": 0.7}
 
 
-_cli = functools.partial(run_ept, columns=200)  # the CLI in this process (tests/cli_runner.py)
+_cli = functools.partial(run_ept, columns=200)  # the CLI in this process (testkit/cli_runner.py)
 
 
 def make_batch(sim, tmp_path, *, metadata: bool = True):

@@ -33,7 +33,7 @@ N_TASKS, EPOCHS = 8, 2
 TESTKIT = Path(__file__).resolve().parents[2] / "testkit"
 
 
-_cli = functools.partial(run_ept, columns=200)  # the CLI in this process (tests/cli_runner.py)
+_cli = functools.partial(run_ept, columns=200)  # the CLI in this process (testkit/cli_runner.py)
 
 
 def _inspect_run(sim, log_dir: Path, temperature: float, fmt: str) -> str:

@@ -1,5 +1,5 @@
 """Issue 25: the headline table is as certain as the data. Each case with small synthetic data of known
-structure (tests/fixtures_stats.py), checked against independent computations."""
+structure (testkit/fixtures_stats.py), checked against independent computations."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ def _bench_arms():
     return mod
 
 
-ept = functools.partial(run_ept, cwd=ROOT, columns=200)  # the CLI in this process (tests/cli_runner.py)
+ept = functools.partial(run_ept, cwd=ROOT, columns=200)  # the CLI in this process (testkit/cli_runner.py)
 
 
 @pytest.fixture(scope="module")

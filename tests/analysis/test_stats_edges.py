@@ -1,4 +1,4 @@
-"""Issue 12: the statistics' edge cases, reproduced with synthetic data of known truth (tests/fixtures_stats.py)
+"""Issue 12: the statistics' edge cases, reproduced with synthetic data of known truth (testkit/fixtures_stats.py)
 through `analyze` (and the CLI where the exit code matters). Each test failed before the fix."""
 
 from __future__ import annotations

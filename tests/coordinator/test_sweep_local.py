@@ -128,7 +128,7 @@ def test_local_sweep_writes_every_job_once_and_resumes(tmp_path, make_sim, key_e
     assert len(led.get_manifest("t1")["sessions"]) == 2
 
     # A plan that changes what the run's jobs compute (here the seed) is refused naming the field, before
-    # anything runs (coordinator.identity; adding arms or tasks is allowed: tests/test_iterate.py).
+    # anything runs (coordinator.identity; adding arms or tasks is allowed: tests/coordinator/test_iterate.py).
     from elo_per_token.contracts.errors import InputError
 
     changed = _plan(tmp_path, seed=6)
@@ -237,7 +237,14 @@ def _child(tmp_path, sim, ledger: str, n: int, tiny: bool = True) -> subprocess.
     plan = tmp_path / f"plan-{Path(ledger).name}.toml"
     write_plan_file(plan, [("greedy", [1]), ("majority", [3])], name="intr", profile="sim-openai", suites=["unused"],
                     seed=9, ledger=ledger, concurrency=3)  # fmt: skip
-    script = CHILD.format(tests=str(Path(__file__).parent), testkit=str(REPO / "testkit"), plan=str(plan), n=n, url=sim.url, tiny=tiny)
+    script = CHILD.format(
+        tests=str(Path(__file__).parent),
+        testkit=str(REPO / "testkit"),
+        plan=str(plan),
+        n=n,
+        url=sim.url,
+        tiny=tiny,
+    )
     env = {**os.environ, "EPT_SIM_API_KEY": SIM_KEY, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
         [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
@@ -293,7 +300,7 @@ def test_interrupted_coordinator_resumes_without_running_a_job_twice(tmp_path, m
     assert _ledger_view(open_ledger(tmp_path / "straight"), "intr") == view
 
 
-_ept = run_ept  # the CLI in this process (tests/cli_runner.py)
+_ept = run_ept  # the CLI in this process (testkit/cli_runner.py)
 
 
 def test_cli_bad_plan_exits_2_naming_file_line_field(tmp_path):

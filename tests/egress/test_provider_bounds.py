@@ -1,5 +1,5 @@
 """Issue 23, the provider half: any bytes a provider sends end in bounded time and memory, as a reply or as a
-classed ProviderError, for both protocols, streamed and not — over real HTTP against tests/hostile_provider.py.
+classed ProviderError, for both protocols, streamed and not — over real HTTP against testkit/hostile_provider.py.
 
 Numbered cases (each fails on c20688e): 4 total deadline (drip, header drip, endless stream, stall), 5 byte cap,
 6 NaN/Infinity labels, 7 a key echoed in a 200, 8 `"content": 42`, 12 a stream cut by the server is transient,

@@ -1,4 +1,4 @@
-"""tests/cli_runner.py: the in-process `ept` gives what the child process gives (exit code, stdout, stderr) and
+"""testkit/cli_runner.py: the in-process `ept` gives what the child process gives (exit code, stdout, stderr) and
 leaves this process as it found it (environment, working directory)."""
 
 from __future__ import annotations

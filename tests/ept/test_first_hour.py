@@ -298,7 +298,9 @@ def test_dockerignore_keeps_secrets_and_local_runs_out_of_the_image() -> None:
 
 _PKGS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
 _LOCAL = {p.split(".")[0] for p in _PKGS} | {"benchmarks", "tests", "testkit"}
-_LOCAL |= {p.stem for d in ("tests", "testkit", "examples", "benchmarks", "docs") for p in (REPO / d).rglob("*.py")}
+_LOCAL |= {
+    p.stem for d in ("tests", "testkit", "examples", "benchmarks", "docs") for p in (REPO / d).rglob("*.py")
+}
 
 
 def _declared_closure() -> set[str]:

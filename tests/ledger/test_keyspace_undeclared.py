@@ -2,7 +2,7 @@
 compaction records the keys it found (ledger/keyspace.py `record_listed`), a later compaction still lists to
 find newer objects, and a reader that must list says why (`read_plan(...).why`).
 
-Real files and a real SeaweedFS behind a counting proxy; listings are counted as in tests/test_keyspace.py.
+Real files and a real SeaweedFS behind a counting proxy; listings are counted as in tests/ledger/test_keyspace.py.
 """
 
 from __future__ import annotations

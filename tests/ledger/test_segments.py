@@ -35,7 +35,7 @@ def _audit(event: str, args: tuple) -> None:
 sys.addaudithook(_audit)
 
 
-# The CLI in this process (tests/cli_runner.py), at a terminal width wide enough for its tables.
+# The CLI in this process (testkit/cli_runner.py), at a terminal width wide enough for its tables.
 _ept = functools.partial(run_ept, columns=500)
 
 

@@ -3,7 +3,7 @@ what they do (as analysis/pipeline.py was split into result, stages, record_chec
 pipeline_tables), so a reader finds one concern per file.
 
 Length = the file's line count. The product folders are read from pyproject.toml's package-dir (the same
-list tests/test_function_length.py reads), so a new stage is checked as soon as it is packaged; tests/ and
+list tests/meta/test_function_length.py reads), so a new stage is checked as soon as it is packaged; tests/ and
 benchmarks/ are not product code and are not checked.
 """
 

@@ -35,6 +35,18 @@ def tree(tmp_path: Path) -> Path:
     return tmp_path
 
 
+IDS = [
+    "flat-test",
+    "flat-helper",
+    "helper-in-stage",
+    "unknown-folder",
+    "nested",
+    "same-name",
+    "in-testkit",
+    "tests.x",
+]
+
+
 @pytest.mark.parametrize(
     ("rel", "named"),
     [
@@ -50,6 +62,7 @@ def tree(tmp_path: Path) -> Path:
             "tests/worker/test_b.py:2: imports tests.bounds; import it by its bare name",
         ),
     ],
+    ids=IDS,
 )
 def test_each_misplacement_fails_named(tree: Path, rel: str, named: str) -> None:
     (tree / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ HE = load_builtin_suite("humaneval")
 SAMPLE = HE[::8]
 
 
-_cli = functools.partial(run_ept, columns=400)  # the CLI in this process (tests/cli_runner.py)
+_cli = functools.partial(run_ept, columns=400)  # the CLI in this process (testkit/cli_runner.py)
 
 
 def test_humaneval_is_listed_with_164_tasks():

@@ -26,7 +26,7 @@ def test_builtin_suites_have_at_least_100_unique_tasks_each():
         "code",
         "math",
         "tool_use",
-    ):  # the generated suites (public ones: tests/test_public_suites.py)
+    ):  # the generated suites (public ones: tests/suites/test_public_suites.py)
         tasks = load_builtin_suite(name)
         assert len(tasks) >= 100, name
         assert len({t["task_id"] for t in tasks}) == len(tasks)

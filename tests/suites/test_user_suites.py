@@ -15,7 +15,7 @@ from elo_per_token.suites.load import load_builtin_suite, load_suite, load_suite
 from elo_per_token.suites.public.humaneval import read_problems
 from elo_per_token.worker.graders import grade
 
-_cli = functools.partial(run_ept, columns=200)  # the CLI in this process (tests/cli_runner.py)
+_cli = functools.partial(run_ept, columns=200)  # the CLI in this process (testkit/cli_runner.py)
 
 MIXED = load_builtin_suite("math")[:4] + load_builtin_suite("tool_use")[:2] + load_builtin_suite("code")[:2]
 

@@ -22,7 +22,7 @@ from elo_per_token.ledger import open_ledger
 REPO = Path(__file__).resolve().parents[2]
 
 
-# The CLI in this process (tests/cli_runner.py), at a terminal width wide enough for its tables.
+# The CLI in this process (testkit/cli_runner.py), at a terminal width wide enough for its tables.
 _ept = functools.partial(run_ept, columns=200)
 # A child process where the test bounds the command's time (hostile input must not hang it).
 _ept_process = functools.partial(run_ept_process, columns=200)

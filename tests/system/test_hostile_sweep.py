@@ -1,7 +1,7 @@
 """Issue 23 acceptance: a sweep of ~1,000 jobs whose replies are drawn from a hostile corpus (newline floods, huge
 numbers, deep nesting, NaN fields, drips, header drips, endless and silent streams, huge bodies, early closes, key
 echoes) finishes with every job scored or failed with a class, the sweep's peak RSS under 1 GB, no request open
-past its deadline, and nothing recorded twice — `ept sweep` as a real process against tests/hostile_provider.py
+past its deadline, and nothing recorded twice — `ept sweep` as a real process against testkit/hostile_provider.py
 over real HTTP. Small deadlines (0.5 s, one retry) keep it to a few minutes."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The sample explorer (/run/<id>/samples) over real HTTP against a real `ept view` process, on a generated
-2,000-job run with a transcript per job (tests/fixtures_samples.py): its rows, sort, filters, search and pages
+2,000-job run with a transcript per job (testkit/fixtures_samples.py): its rows, sort, filters, search and pages
 checked against the job objects read directly (json, line by line: an oracle independent of the viewer's
 polars), and hostile query strings answered 2xx/4xx, never 5xx, in bounded time and memory (issue 40)."""
 

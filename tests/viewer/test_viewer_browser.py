@@ -27,7 +27,7 @@ pytestmark = [
 ]
 
 
-_ept = run_ept  # the CLI in this process (tests/cli_runner.py)
+_ept = run_ept  # the CLI in this process (testkit/cli_runner.py)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         cwd=tmp,
     )
     assert c.returncode == 0, c.stderr
-    # tests/view_server.py: the access log in a file (never an unread pipe), the disk cache in a temp folder,
+    # testkit/view_server.py: the access log in a file (never an unread pipe), the disk cache in a temp folder,
     # a page budget a loaded machine's first analysis fits in.
     with view(ledger, cwd=tmp) as v:
         yield {

@@ -61,7 +61,7 @@ def _client(sim: Any) -> ProviderClient:
 def _driver(
     spec: dict[str, Any], timeout: float = HANG_GUARD_S, env: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    """Run one case in its own process (tests/grading_driver.py). A case that holds the GIL (c20688e's regex,
+    """Run one case in its own process (testkit/grading_driver.py). A case that holds the GIL (c20688e's regex,
     sympy's integer power) freezes a whole interpreter, a test thread's join() included: only a process
     can be stopped at a deadline."""
     import json

@@ -15,7 +15,10 @@ from elo_per_token.worker.graders import grade
 from elo_per_token.worker.graders.basic import grade_numeric
 from elo_per_token.worker.graders.mathverify import grade_math, is_plain_number, verify_math
 
-PAIRS = [json.loads(line) for line in (Path(__file__).resolve().parents[1] / "fixtures" / "math_verify_pairs.jsonl").open()]
+PAIRS = [
+    json.loads(line)
+    for line in (Path(__file__).resolve().parents[1] / "fixtures" / "math_verify_pairs.jsonl").open()
+]
 
 
 def test_fixture_is_big_enough_and_has_both_kinds():

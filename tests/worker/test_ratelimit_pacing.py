@@ -1,4 +1,4 @@
-"""The limiter paces instead of bursting, over real HTTP: the simulator behind tests/ratelimit_proxy.py
+"""The limiter paces instead of bursting, over real HTTP: the simulator behind testkit/ratelimit_proxy.py
 (a provider counting requests and tokens over sliding 3-s windows (the 10-s mode, shorter), OpenAI's x-ratelimit-* headers and
 Retry-After on 429). ept with the limits configured, and ept learning them from the headers, get (almost) no
 429s and fewer than the plain openai SDK with 8 threads on the same calls."""
