@@ -77,11 +77,19 @@ def main(run: str, flags: list[str]) -> int:
         suites[fam] = suites.get(fam, 0) + 1
     failures = list_keys(s3, base + "failures/")
     report = {
-        "run": run, "declared": len(declared), "job_objects": len(jobs), "distinct": len(set(names)),
-        "missing": len(declared - set(names)), "undeclared": len(set(names) - declared), "failures": len(failures),
-        "malformed": len(bad), "calls_in_ledger": calls, "tokens_in_ledger": tokens, "jobs_by_family": suites,
+        "run": run,
+        "declared": len(declared),
+        "job_objects": len(jobs),
+        "distinct": len(set(names)),
+        "missing": len(declared - set(names)),
+        "undeclared": len(set(names) - declared),
+        "failures": len(failures),
+        "malformed": len(bad),
+        "calls_in_ledger": calls,
+        "tokens_in_ledger": tokens,
+        "jobs_by_family": suites,
         "simulator_completions": sim("stats").get("completion_requests"),
-    }  # fmt: skip
+    }
     # Provider requests the simulator answered but no job object records: paid for twice or lost.
     report["unrecorded_calls"] = int(report["simulator_completions"] or 0) - calls  # type: ignore[call-overload]
     print(json.dumps(report, sort_keys=True))

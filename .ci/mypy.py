@@ -54,8 +54,18 @@ def repo_paths(text: str, dirs: dict[str, str]) -> str:
 
 def main(argv: list[str]) -> int:
     view = build_view(ROOT)
-    cmd = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-           "--cache-dir", str(ROOT / ".mypy_cache"), "-p", PACKAGE, *argv]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--config-file",
+        str(ROOT / "pyproject.toml"),
+        "--cache-dir",
+        str(ROOT / ".mypy_cache"),
+        "-p",
+        PACKAGE,
+        *argv,
+    ]
     proc = subprocess.run(cmd, cwd=view, capture_output=True, text=True)
     sys.stdout.write(repo_paths(proc.stdout, stage_dirs(ROOT / "pyproject.toml")))
     sys.stderr.write(proc.stderr)

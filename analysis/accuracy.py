@@ -21,24 +21,45 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 ACCURACY_SCHEMA = {
-    "arm": pl.String, "accuracy": pl.Float64, "accuracy_lo": pl.Float64, "accuracy_hi": pl.Float64,
-    "tasks": pl.Int64, "outcomes": pl.Int64, "binary": pl.Boolean, "seen_in": pl.String,
+    "arm": pl.String,
+    "accuracy": pl.Float64,
+    "accuracy_lo": pl.Float64,
+    "accuracy_hi": pl.Float64,
+    "tasks": pl.Int64,
+    "outcomes": pl.Int64,
+    "binary": pl.Boolean,
+    "seen_in": pl.String,
     "accuracy_se": pl.Float64,
-}  # fmt: skip
+}
 FAMILY_SCHEMA = {
-    "family": pl.String, "arm": pl.String, "accuracy": pl.Float64, "accuracy_lo": pl.Float64,
-    "accuracy_hi": pl.Float64, "tasks": pl.Int64,
-}  # fmt: skip
+    "family": pl.String,
+    "arm": pl.String,
+    "accuracy": pl.Float64,
+    "accuracy_lo": pl.Float64,
+    "accuracy_hi": pl.Float64,
+    "tasks": pl.Int64,
+}
 PASS_K_SCHEMA = {
-    "arm": pl.String, "k": pl.Int64, "pass_at_k": pl.Float64, "pass_at_k_lo": pl.Float64,
-    "pass_at_k_hi": pl.Float64, "tasks": pl.Int64,
-}  # fmt: skip
+    "arm": pl.String,
+    "k": pl.Int64,
+    "pass_at_k": pl.Float64,
+    "pass_at_k_lo": pl.Float64,
+    "pass_at_k_hi": pl.Float64,
+    "tasks": pl.Int64,
+}
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples of which c passed (Chen et al. 2021, numerically stable product form)."""
+    """Unbiased pass@k from n samples of which c passed (Chen et al. 2021, numerically stable product form).
+
+    Args:
+        n: Samples drawn.
+        c: Samples that passed.
+        k: The k of pass@k (1 <= k <= n).
+    """
     if not 0 <= c <= n or not 1 <= k <= n:
         raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
     if n - c < k:
@@ -46,8 +67,14 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=float)))
 
 
-def pass_at_k_array(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
-    """pass_at_k over arrays (n >= k everywhere), through log-gamma: C(n-c, k) / C(n, k)."""
+def pass_at_k_array(n: NDArray[np.float64], c: NDArray[np.float64], k: int) -> NDArray[np.float64]:
+    """pass_at_k over arrays (n >= k everywhere), through log-gamma: C(n-c, k) / C(n, k).
+
+    Args:
+        n: Samples drawn per task.
+        c: Samples that passed per task.
+        k: The k of pass@k.
+    """
     from scipy.special import gammaln
 
     n, c = np.asarray(n, dtype=float), np.asarray(c, dtype=float)
@@ -69,7 +96,11 @@ def _ks(n_min: int) -> list[int]:
 
 def task_scores(outcomes: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     """Per (family, task, arm): mean score over replicates, replicate count n and passes c (score >= 1).
-    Outcomes without a score (ungraded) are left out, as the comparisons leave them out."""
+    Outcomes without a score (ungraded) are left out, as the comparisons leave them out.
+
+    Args:
+        outcomes: Outcome records (task_id, family, arm, replicate, score), eager or lazy.
+    """
     return (
         outcomes.lazy()
         .filter(pl.col("score").is_not_null())
@@ -87,7 +118,7 @@ def task_scores(outcomes: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
     )
 
 
-def _matrix(ts: pl.DataFrame, value: str, arms: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def _matrix(ts: pl.DataFrame, value: str, arms: list[str]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """(values [T, K] with 0 where missing, observed mask [T, K]) of one family's rows; tasks in sorted order
     (vectorised: a 1M-job run has about a million (task, arm) rows)."""
     if ts.height == 0:
@@ -112,9 +143,9 @@ class FamilyStats:
     """Per family: mean [K], variance of that mean [K] (s^2 / n, the tasks' spread) and task count [K]; NaN
     (count 0) where the arm has no task in the family."""
 
-    mean: np.ndarray
-    var: np.ndarray
-    count: np.ndarray
+    mean: NDArray[np.float64]
+    var: NDArray[np.float64]
+    count: NDArray[np.float64]
 
 
 def _family_stats(
@@ -132,7 +163,9 @@ def _family_stats(
     return out
 
 
-def _merge(stats: Mapping[str, FamilyStats], weights: Mapping[str, float], k: int) -> tuple[np.ndarray, ...]:
+def _merge(
+    stats: Mapping[str, FamilyStats], weights: Mapping[str, float], k: int
+) -> tuple[NDArray[np.float64], ...]:
     """Family means merged with the family weights, renormalised over the families an arm has tasks in:
     (mean, variance of the mean, effective number of tasks n_kish = 1 / sum (w_f^2 / n_f), degrees of
     freedom sum (n_f - 1)), each [K]."""
@@ -159,8 +192,13 @@ def _merge(stats: Mapping[str, FamilyStats], weights: Mapping[str, float], k: in
     return mean, var, n_kish, df
 
 
-def score_interval(p: np.ndarray, var: np.ndarray, n_kish: np.ndarray, df: np.ndarray, level: float
-                   ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def score_interval(
+    p: NDArray[np.float64],
+    var: NDArray[np.float64],
+    n_kish: NDArray[np.float64],
+    df: NDArray[np.float64],
+    level: float,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Clopper-Pearson interval of a mean score in [0, 1] on its effective number of tasks, with the
     degrees-of-freedom adjustment of Korn & Graubard (1998).
 
@@ -171,7 +209,15 @@ def score_interval(p: np.ndarray, var: np.ndarray, n_kish: np.ndarray, df: np.nd
     Wilson interval's upper bound at n-1 of n solved falls just short of a true rate near 1 - 1/(4n) (exact
     binomial coverage 85% at 99.4% on 24 tasks); Clopper-Pearson's coverage is at least the level for any
     rate on a binary score (measured >= 95.3% on 8-180 tasks, benchmarks/bench_verdict.py). It does not
-    collapse at 0 or 1: n of n solved gives a lower bound of (alpha/2)^(1/n_eff) (0.84 at 24 tasks)."""
+    collapse at 0 or 1: n of n solved gives a lower bound of (alpha/2)^(1/n_eff) (0.84 at 24 tasks).
+
+    Args:
+        p: Mean scores in [0, 1].
+        var: The variance of each mean.
+        n_kish: The effective number of tasks behind each mean (Kish).
+        df: Degrees of freedom of each variance.
+        level: Interval level in (0.5, 1) (e.g. 0.95).
+    """
     from scipy.stats import beta, norm, t
 
     p = np.clip(np.asarray(p, dtype=float), 0.0, 1.0)
@@ -193,8 +239,9 @@ def _num(x: float) -> float | None:
     return None if math.isnan(x) else float(x)
 
 
-def _intervals(stats: Mapping[str, FamilyStats], weights: Mapping[str, float], k: int, level: float,
-               on: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+def _intervals(
+    stats: Mapping[str, FamilyStats], weights: Mapping[str, float], k: int, level: float, on: bool
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     """(merged mean, lo, hi) [K]; NaN bounds when `on` is false (no intervals asked for)."""
     mean, var, n_kish, df = _merge(stats, weights, k)
     if not on:
@@ -279,6 +326,14 @@ def _pass_k_table(
             )
             stats = _family_stats(pk, "pk", [arm], families)
             v, lo, hi = _intervals(stats, weights, 1, level, bool(rounds))
-            rows.append({"arm": arm, "k": k, "pass_at_k": _num(v[0]), "pass_at_k_lo": _num(lo[0]),
-                         "pass_at_k_hi": _num(hi[0]), "tasks": mine.height})  # fmt: skip
+            rows.append(
+                {
+                    "arm": arm,
+                    "k": k,
+                    "pass_at_k": _num(v[0]),
+                    "pass_at_k_lo": _num(lo[0]),
+                    "pass_at_k_hi": _num(hi[0]),
+                    "tasks": mine.height,
+                }
+            )
     return pl.DataFrame(rows, schema=PASS_K_SCHEMA)

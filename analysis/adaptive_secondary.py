@@ -53,8 +53,16 @@ def as_adaptive_secondary(result: AnalysisResult, statuses: Mapping[str, str]) -
         + (f"; still open: {', '.join(open_arms)}" if open_arms else "")
         + "."
     )
-    result.recommendation = {"status": "adaptive", "arm": None, "best": None, "within_noise": [], "steps": [],
-                             "budget": None, "lines": [head], "adaptive": dict(statuses)}  # fmt: skip
+    result.recommendation = {
+        "status": "adaptive",
+        "arm": None,
+        "best": None,
+        "within_noise": [],
+        "steps": [],
+        "budget": None,
+        "lines": [head],
+        "adaptive": dict(statuses),
+    }
     return result
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from elo_per_token.analysis.bt import BTFit, fit_bt_counts, mle_exists, newton_batch
 from elo_per_token.analysis.merge import merge_thetas, theta_to_elo
@@ -44,7 +45,12 @@ _FIT_BUDGET = 256 * 2**20
 
 
 def fit_batch_size(n_arms: int, budget: int = _FIT_BUDGET) -> int:
-    """Rounds fitted together for K arms: as many as fit the memory budget, at least 1, at most _CHUNK."""
+    """Rounds fitted together for K arms: as many as fit the memory budget, at least 1, at most _CHUNK.
+
+    Args:
+        n_arms: K, the number of arms (indices 0..K-1).
+        budget: Bytes the batched fits may use.
+    """
     per_round = _ARRAYS_PER_ROUND * 8 * max(int(n_arms), 1) ** 2
     return int(min(_CHUNK, max(1, budget // per_round)))
 
@@ -53,13 +59,19 @@ def fit_batch_size(n_arms: int, budget: int = _FIT_BUDGET) -> int:
 class OutcomeGroups:
     """Scored outcomes by (task, arm, score level); see PairData.outcome_groups."""
 
-    task: np.ndarray
-    arm: np.ndarray
-    level: np.ndarray
-    mass: np.ndarray
+    task: NDArray[np.integer[Any]]
+    arm: NDArray[np.integer[Any]]
+    level: NDArray[np.integer[Any]]
+    mass: NDArray[np.float64]
     tie_weight: float = 0.5  # 0 drops ties
 
     def check(self, n_tasks: int, n_arms: int) -> None:
+        """ValueError unless task, arm and level are 1-D integer arrays of one length with indices in range and mass is finite and >= 0.
+
+        Args:
+            n_tasks: The number of tasks (task indices lie below it).
+            n_arms: The number of arms (arm indices lie below it).
+        """
         shape = np.asarray(self.task).shape
         for name, hi in (("task", n_tasks), ("arm", n_arms), ("level", None)):
             a = np.asarray(getattr(self, name))
@@ -92,14 +104,14 @@ class PairData:
         analysis.pairs.outcome_pairs would build. See `_group_columns`.
     """
 
-    task_family: np.ndarray
-    task: np.ndarray
-    winner: np.ndarray
-    loser: np.ndarray
-    weight: np.ndarray
+    task_family: NDArray[np.integer[Any]]
+    task: NDArray[np.integer[Any]]
+    winner: NDArray[np.integer[Any]]
+    loser: NDArray[np.integer[Any]]
+    weight: NDArray[np.float64]
     n_arms: int
     families: Sequence[str]
-    task_tokens: np.ndarray
+    task_tokens: NDArray[np.float64]
     outcome_groups: OutcomeGroups | None = None
 
     def __post_init__(self) -> None:
@@ -145,15 +157,15 @@ class BootstrapResult:
     fit did not converge (their values are kept: the last iterate). family_theta: family -> [R, K]
     centred theta (NaN where the resample held no comparison of that arm in that family)."""
 
-    elo: np.ndarray
-    tokens_per_task: np.ndarray
+    elo: NDArray[np.float64]
+    tokens_per_task: NDArray[np.float64]
     failed_rounds: int
     seed: int
     rounds: int
-    family_theta: dict[str, np.ndarray] = field(default_factory=dict)
+    family_theta: dict[str, NDArray[np.float64]] = field(default_factory=dict)
 
 
-def _weights(data: PairData, family_weights: np.ndarray) -> dict[str, float]:
+def _weights(data: PairData, family_weights: NDArray[np.float64]) -> dict[str, float]:
     fw = np.asarray(family_weights, dtype=float)
     if fw.shape != (len(data.families),):
         raise ValueError(f"family_weights must have one entry per family ({len(data.families)})")
@@ -168,12 +180,12 @@ def _check_anchor(data: PairData, anchor: int) -> int:
     return int(anchor)
 
 
-def _family_counts(data: PairData, fam: int) -> np.ndarray:
+def _family_counts(data: PairData, fam: int) -> NDArray[np.float64]:
     k = int(data.n_arms)
     sel = np.asarray(data.task_family)[np.asarray(data.task)] == fam
     flat = np.asarray(data.winner)[sel].astype(np.int64) * k + np.asarray(data.loser)[sel]
-    wins = np.bincount(flat, weights=np.asarray(data.weight, dtype=float)[sel], minlength=k * k).reshape(k, k)
-    wins = wins.astype(float, copy=False)  # bincount of no rows is an integer array
+    counts = np.bincount(flat, weights=np.asarray(data.weight, dtype=float)[sel], minlength=k * k)
+    wins = counts.reshape(k, k).astype(float, copy=False)  # bincount of no rows is an integer array
     cols = _group_columns(data, fam)
     if cols is not None:
         e, below, _ = cols
@@ -181,12 +193,19 @@ def _family_counts(data: PairData, fam: int) -> np.ndarray:
     return wins
 
 
-def family_counts(data: PairData, fam: int) -> np.ndarray:
-    """K x K weighted win counts of family index `fam` (explicit rows and outcome groups)."""
+def family_counts(data: PairData, fam: int) -> NDArray[np.float64]:
+    """K x K weighted win counts of family index `fam` (explicit rows and outcome groups).
+
+    Args:
+        data: The indexed comparisons and tokens (analysis.design.pair_data).
+        fam: The family's index in data.families.
+    """
     return _family_counts(data, fam)
 
 
-def _group_columns(data: PairData, fam: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _group_columns(
+    data: PairData, fam: int
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]] | None:
     """The family's outcome groups as two dense [K, Q] matrices over its Q (task, level) columns, and the
     task of each column, or None without groups.
 
@@ -218,9 +237,11 @@ def _group_columns(data: PairData, fam: int) -> tuple[np.ndarray, np.ndarray, np
     return e, below, q_task
 
 
-def _group_wins(e: np.ndarray, below: np.ndarray, col_weight: np.ndarray) -> np.ndarray:
+def _group_wins(
+    e: NDArray[np.float64], below: NDArray[np.float64], col_weight: NDArray[np.float64]
+) -> NDArray[np.float64]:
     """[R, K, K] win counts for R rows of column weights [R, Q] (a task's multiplicity on its columns)."""
-    wins: np.ndarray = np.matmul(e[None, :, :] * col_weight[:, None, :], below.T)
+    wins: NDArray[np.float64] = np.matmul(e[None, :, :] * col_weight[:, None, :], below.T)
     k = e.shape[0]
     wins[:, np.arange(k), np.arange(k)] = 0.0
     return wins
@@ -232,7 +253,9 @@ def _group_wins(e: np.ndarray, below: np.ndarray, col_weight: np.ndarray) -> np.
 _GROUP_BUDGET = 64 * 2**20
 
 
-def _group_wins_bounded(cols: tuple[np.ndarray, np.ndarray, np.ndarray], c: np.ndarray) -> np.ndarray:
+def _group_wins_bounded(
+    cols: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]], c: NDArray[np.float64]
+) -> NDArray[np.float64]:
     """_group_wins of the resample counts c [R, T_f] (gathered onto the columns' tasks), a few rounds at a time."""
     e, below, q_task = cols
     k, q = e.shape
@@ -243,7 +266,7 @@ def _group_wins_bounded(cols: tuple[np.ndarray, np.ndarray, np.ndarray], c: np.n
     return wins
 
 
-def _mask_unobserved(theta: np.ndarray, wins: np.ndarray) -> np.ndarray:
+def _mask_unobserved(theta: NDArray[np.float64], wins: NDArray[np.float64]) -> NDArray[np.float64]:
     seen = (wins + np.swapaxes(wins, -1, -2)).sum(axis=-1) > 0
     return np.where(seen, theta, np.nan)
 
@@ -255,7 +278,7 @@ class FamilyPoint:
     fit: BTFit
     comparisons: float
 
-    def theta(self) -> np.ndarray:
+    def theta(self) -> NDArray[np.float64]:
         """The fit's centred theta with NaN for arms the family never compared (BTFit.unobserved)."""
         theta = np.array(self.fit.theta, dtype=float)
         theta[np.asarray(self.fit.unobserved, dtype=np.int64)] = np.nan
@@ -266,7 +289,12 @@ def fit_families(data: PairData, *, l2: float = 1e-3) -> dict[str, FamilyPoint]:
     """One Bradley-Terry fit per family on all of that family's comparisons (diagnostics included).
 
     The only point fit of a family in an analysis: point_estimate and bootstrap take its result (`fits=`)
-    instead of fitting again; bootstrap rounds are separate, batched fits of resampled counts."""
+    instead of fitting again; bootstrap rounds are separate, batched fits of resampled counts.
+
+    Args:
+        data: The indexed comparisons and tokens (analysis.design.pair_data).
+        l2: L2 penalty on theta (0: the plain maximum-likelihood fit).
+    """
     out = {}
     for f, name in enumerate(data.families):
         wins = _family_counts(data, f)
@@ -274,19 +302,23 @@ def fit_families(data: PairData, *, l2: float = 1e-3) -> dict[str, FamilyPoint]:
     return out
 
 
-def _tokens_per_task(tok: np.ndarray) -> np.ndarray:
+def _tokens_per_task(tok: NDArray[np.float64]) -> NDArray[np.float64]:
     ran = ~np.isnan(tok)
     n = ran.sum(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(n > 0, np.nansum(tok, axis=0) / np.maximum(n, 1), np.nan)
 
 
-def tokens_unweighted(data: PairData) -> np.ndarray:
-    """Tokens per task pooled over all tasks by task count, ignoring family weights ([K])."""
+def tokens_unweighted(data: PairData) -> NDArray[np.float64]:
+    """Tokens per task pooled over all tasks by task count, ignoring family weights ([K]).
+
+    Args:
+        data: The indexed comparisons and tokens (analysis.design.pair_data).
+    """
     return _tokens_per_task(np.asarray(data.task_tokens, dtype=float))
 
 
-def _weighted_tokens(fam_mean: np.ndarray, fw: np.ndarray) -> np.ndarray:
+def _weighted_tokens(fam_mean: NDArray[np.float64], fw: NDArray[np.float64]) -> NDArray[np.float64]:
     """Tokens per task weighted exactly like Elo: sum_f w_f * mean_f / sum_f w_f over the families with
     w_f > 0 in which the arm ran (renormalised per arm, as the merge does). fam_mean [F, ..., K]."""
     w = np.asarray(fw, dtype=float).reshape((-1,) + (1,) * (fam_mean.ndim - 1))
@@ -306,6 +338,11 @@ def small_sample_factor(n_tasks: int, df: int | None = None, level: float = 0.95
     percentile" correction. df is the degrees of freedom of the merged estimate's variance, sum of
     (n_f - 1) over the merged families (default n - 1: one family). One family: 1.005 at 300 tasks, 1.04
     at 40, 1.2 at 10; infinite (no interval) below 2 tasks, where resampling one task shows no variation.
+
+    Args:
+        n_tasks: The family's number of tasks.
+        df: Degrees of freedom of the merged estimate (None: n_tasks - 1).
+        level: Interval level in (0.5, 1) (e.g. 0.95).
     """
     from scipy.stats import norm, t
 
@@ -331,19 +368,27 @@ def _point_fits(
 
 def point_estimate(
     data: PairData,
-    family_weights: np.ndarray,
+    family_weights: NDArray[np.float64],
     *,
     anchor: int,
     l2: float = 1e-3,
     fits: Mapping[str, FamilyPoint] | None = None,
-) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+) -> tuple[NDArray[np.float64], NDArray[np.float64], dict[str, NDArray[np.float64]]]:
     """(elo [K] anchored, tokens_per_task [K], family -> centred theta [K] with NaN for unobserved arms).
 
-    fits: fit_families(data, l2=l2) when the caller has it already (then nothing is fitted here)."""
+    fits: fit_families(data, l2=l2) when the caller has it already (then nothing is fitted here).
+
+    Args:
+        data: The indexed comparisons and tokens (analysis.design.pair_data).
+        family_weights: Weight of each family, in data.families order.
+        anchor: The arm placed at 1000 Elo.
+        l2: L2 penalty on theta (0: the plain maximum-likelihood fit).
+        fits: Per-family fits already made (fit_families; None: fitted here).
+    """
     weights = _weights(data, family_weights)
     anchor = _check_anchor(data, anchor)
     fits = _point_fits(data, fits, l2)
-    per_family: dict[str, np.ndarray] = {}
+    per_family: dict[str, NDArray[np.float64]] = {}
     tok = np.asarray(data.task_tokens, dtype=float)
     fam_tok = np.full((len(data.families), int(data.n_arms)), np.nan)
     for f, name in enumerate(data.families):
@@ -354,14 +399,14 @@ def point_estimate(
     return elo, _weighted_tokens(fam_tok, fw), per_family
 
 
-def _resample_counts(rng: np.random.Generator, n_rounds: int, n_tasks: int) -> np.ndarray:
+def _resample_counts(rng: np.random.Generator, n_rounds: int, n_tasks: int) -> NDArray[np.float64]:
     """[n_rounds, n_tasks] multiplicities of each task in a with-replacement resample of n_tasks tasks."""
     draws = rng.integers(0, n_tasks, size=(n_rounds, n_tasks))
     draws += np.arange(n_rounds)[:, None] * n_tasks
     return np.bincount(draws.ravel(), minlength=n_rounds * n_tasks).reshape(n_rounds, n_tasks).astype(float)
 
 
-def _fit_rounds(wins: np.ndarray, l2: float) -> tuple[np.ndarray, np.ndarray]:
+def _fit_rounds(wins: NDArray[np.float64], l2: float) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
     fit = newton_batch(wins, l2=l2)
     theta, ok = fit.theta.copy(), fit.converged.copy()
     if l2 == 0:
@@ -381,12 +426,14 @@ class _FamilyPart:
 
     n_tasks: int
     counts_t: Any  # scipy.sparse csr [K*K, T_f]
-    tok0: np.ndarray  # [T_f, K] tokens, NaN -> 0
-    ran: np.ndarray  # [T_f, K] 1.0 where the arm ran the task
-    th0: np.ndarray  # [K] point theta (see small_sample_factor)
-    tok_pt: np.ndarray  # [K] point tokens per task
+    tok0: NDArray[np.float64]  # [T_f, K] tokens, NaN -> 0
+    ran: NDArray[np.float64]  # [T_f, K] 1.0 where the arm ran the task
+    th0: NDArray[np.float64]  # [K] point theta (see small_sample_factor)
+    tok_pt: NDArray[np.float64]  # [K] point tokens per task
     stretch: float
-    cols: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # _group_columns, task -> the family's local index
+    cols: (
+        tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]] | None
+    )  # _group_columns, task -> the family's local index
 
 
 def _family_part(
@@ -422,19 +469,19 @@ def _family_part(
     )
 
 
-def _resampled_tokens(part: _FamilyPart, c: np.ndarray) -> np.ndarray:
+def _resampled_tokens(part: _FamilyPart, c: NDArray[np.float64]) -> NDArray[np.float64]:
     """[n, K] tokens per task of the family in each of n resamples (task multiplicities c [n, T_f])."""
     with np.errstate(invalid="ignore", divide="ignore"):
         tok_n = c @ part.ran
         out = np.where(tok_n > 0, (c @ part.tok0) / np.where(tok_n > 0, tok_n, 1.0), np.nan)
         stretch = part.stretch if math.isfinite(part.stretch) else np.nan
-        tokens: np.ndarray = part.tok_pt + stretch * (out - part.tok_pt)
+        tokens: NDArray[np.float64] = part.tok_pt + stretch * (out - part.tok_pt)
     return tokens
 
 
 def _resampled_theta(
-    part: _FamilyPart, name: str, c: np.ndarray, k: int, l2: float, batch: int
-) -> tuple[np.ndarray, np.ndarray]:
+    part: _FamilyPart, name: str, c: NDArray[np.float64], k: int, l2: float, batch: int
+) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
     """([n, K] stretched, centred theta, [n] converged) of the family in each of n resamples."""
     n = c.shape[0]
     theta_out = np.full((n, k), np.nan)
@@ -464,7 +511,7 @@ def _resampled_theta(
 
 def bootstrap(
     data: PairData,
-    family_weights: np.ndarray,
+    family_weights: NDArray[np.float64],
     *,
     anchor: int,
     rounds: int = 1000,

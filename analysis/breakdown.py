@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from elo_per_token.analysis.tokens import FrameT, strategy_calls
 from elo_per_token.contracts.errors import InputError
@@ -36,7 +37,11 @@ class Prices:
 
 
 def parse_prices(text: str | None) -> Prices | None:
-    """'in=0.15,cached=0.075,out=0.6' (USD per 1M tokens) -> Prices; None when text is empty."""
+    """'in=0.15,cached=0.075,out=0.6' (USD per 1M tokens) -> Prices; None when text is empty.
+
+    Args:
+        text: The --prices value (None or '': unpriced).
+    """
     if not text:
         return None
     vals: dict[str, float] = {}
@@ -82,7 +87,12 @@ def _input_total() -> pl.Expr:
 
 
 def task_costs(calls: FrameT, prices: Prices) -> FrameT:
-    """USD per (task, arm), per replicate (the same rule as analysis.tokens.task_tokens)."""
+    """USD per (task, arm), per replicate (the same rule as analysis.tokens.task_tokens).
+
+    Args:
+        calls: Call records (eager or lazy).
+        prices: USD per 1M tokens.
+    """
     c = strategy_calls(calls)
     # Integer token sums per (task, arm), priced once: exact whatever order the rows are summed in (a float
     # sum of per-call USD changed in its last digits with the group_by's partitioning).
@@ -126,7 +136,12 @@ def arm_breakdown(frame: pl.DataFrame | pl.LazyFrame, prices: Prices | None = No
     classes, calls cut by max_tokens, and the token split; `cost_per_task` when prices are given.
 
     Lazy queries over `frame`: each reads only its columns of the rows it needs (a records frame of a large
-    run is never copied whole)."""
+    run is never copied whole).
+
+    Args:
+        frame: Every record of the analysis (calls and outcomes), eager or lazy.
+        prices: USD per 1M tokens (analysis.breakdown.Prices; None: unpriced).
+    """
     frame = frame.lazy()
     calls = strategy_calls(frame.filter(pl.col("kind") == "call"))
     outcomes = frame.filter(pl.col("kind") == "outcome")
@@ -175,11 +190,21 @@ def arm_breakdown(frame: pl.DataFrame | pl.LazyFrame, prices: Prices | None = No
 
 
 def cost_arrays(
-    arms: list[str], tokens_per_task: np.ndarray, tokens_samples: np.ndarray | None, breakdown: pl.DataFrame
-) -> tuple[np.ndarray, np.ndarray | None]:
+    arms: list[str],
+    tokens_per_task: NDArray[np.float64],
+    tokens_samples: NDArray[np.float64] | None,
+    breakdown: pl.DataFrame,
+) -> tuple[NDArray[np.float64], NDArray[np.float64] | None]:
     """Cost per task per arm in the analysis' arm order, and bootstrap samples of it. The samples scale each
     round's tokens per task by the arm's measured USD per token (its price mix is held fixed across rounds:
-    resampling tasks moves how many tokens an arm spends, much more than what its tokens cost)."""
+    resampling tasks moves how many tokens an arm spends, much more than what its tokens cost).
+
+    Args:
+        arms: The analysed arms, in order.
+        tokens_per_task: [K] tokens per task.
+        tokens_samples: [R, K] bootstrap tokens per task (None: no rounds).
+        breakdown: arm_breakdown's frame (cost_per_task).
+    """
     cost = dict(zip(breakdown["arm"].to_list(), breakdown["cost_per_task"].to_list(), strict=True))
     c = np.array([np.nan if cost.get(a) is None else float(cost[a]) for a in arms])
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -19,8 +19,10 @@ bootstrap. See docs/statistics.md for what is returned (centring) and the tie ru
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.special import expit
 
 __all__ = [
@@ -47,7 +49,11 @@ PRIOR_COMPARISONS = 1.0
 
 
 def prior_l2(virtual_comparisons: float = PRIOR_COMPARISONS) -> float:
-    """The l2 of `virtual_comparisons` virtual ties per arm against theta = 0 (see PRIOR_COMPARISONS)."""
+    """The l2 of `virtual_comparisons` virtual ties per arm against theta = 0 (see PRIOR_COMPARISONS).
+
+    Args:
+        virtual_comparisons: Virtual ties per arm against theta = 0.
+    """
     c = float(virtual_comparisons)
     if not np.isfinite(c) or c < 0:
         raise ValueError(f"virtual comparisons must be a finite number >= 0, got {virtual_comparisons!r}")
@@ -69,11 +75,11 @@ class BTFit:
     comparison of positive weight (their theta is 0 for l2 > 0); objective: f at the returned theta.
     """
 
-    theta: np.ndarray
+    theta: NDArray[np.float64]
     converged: bool
     n_iter: int
     grad_norm: float
-    unobserved: np.ndarray
+    unobserved: NDArray[np.float64]
     objective: float
 
 
@@ -81,11 +87,11 @@ class BTFit:
 class BatchFit:
     """Results of R independent fits (one per count matrix), each row as in BTFit."""
 
-    theta: np.ndarray  # [R, K], centred
-    converged: np.ndarray  # [R] bool
-    n_iter: np.ndarray  # [R] int
-    grad_norm: np.ndarray  # [R]
-    objective: np.ndarray  # [R]
+    theta: NDArray[np.float64]  # [R, K], centred
+    converged: NDArray[np.bool_]  # [R] bool
+    n_iter: NDArray[np.int64]  # [R] int
+    grad_norm: NDArray[np.float64]  # [R]
+    objective: NDArray[np.float64]  # [R]
 
 
 def _check_l2(l2: float) -> float:
@@ -96,9 +102,19 @@ def _check_l2(l2: float) -> float:
 
 
 def aggregate_wins(
-    winner: np.ndarray, loser: np.ndarray, n_arms: int, weights: np.ndarray | None = None
-) -> np.ndarray:
-    """K x K matrix W with W[i, j] = total weight of comparisons where i beat j (validated)."""
+    winner: NDArray[np.integer[Any]],
+    loser: NDArray[np.integer[Any]],
+    n_arms: int,
+    weights: NDArray[np.float64] | None = None,
+) -> NDArray[np.float64]:
+    """K x K matrix W with W[i, j] = total weight of comparisons where i beat j (validated).
+
+    Args:
+        winner: Winning arm index of each comparison.
+        loser: Losing arm index of each comparison.
+        n_arms: K, the number of arms (indices 0..K-1).
+        weights: Per-comparison weights, finite and >= 0 (None: 1 each).
+    """
     if int(n_arms) != n_arms or n_arms < 1:
         raise ValueError(f"n_arms must be a positive integer, got {n_arms!r}")
     n_arms = int(n_arms)
@@ -125,7 +141,7 @@ def aggregate_wins(
     return counts.astype(float, copy=False).reshape(n_arms, n_arms)
 
 
-def _check_wins(wins: np.ndarray) -> np.ndarray:
+def _check_wins(wins: NDArray[np.float64]) -> NDArray[np.float64]:
     w = np.asarray(wins, dtype=float)
     if w.ndim < 2 or w.shape[-1] != w.shape[-2] or w.shape[-1] < 1:
         raise ValueError(f"wins must be a square K x K matrix (or a stack of them), got shape {w.shape}")
@@ -137,18 +153,24 @@ def _check_wins(wins: np.ndarray) -> np.ndarray:
     return w
 
 
-def bt_objective(theta: np.ndarray, wins: np.ndarray, l2: float) -> np.ndarray:
-    """f(theta) for count matrices; works on a batch ([R, K] theta with [R, K, K] wins)."""
+def bt_objective(theta: NDArray[np.float64], wins: NDArray[np.float64], l2: float) -> NDArray[np.float64]:
+    """f(theta) for count matrices; works on a batch ([R, K] theta with [R, K, K] wins).
+
+    Args:
+        theta: Strengths [K] or a batch [R, K].
+        wins: Win counts [K, K] or a batch [R, K, K].
+        l2: L2 penalty on theta (0: the plain maximum-likelihood fit).
+    """
     d = theta[..., :, None] - theta[..., None, :]
     # -log sigmoid(d) = logaddexp(0, -d): finite for every d, so 0 * it is 0 on empty cells.
     nll = np.sum(wins * np.logaddexp(0.0, -d), axis=(-2, -1))
-    f: np.ndarray = nll + l2 * np.sum(theta**2, axis=-1)  # numpy's stubs type the sums as Any
+    f: NDArray[np.float64] = nll + l2 * np.sum(theta**2, axis=-1)  # numpy's stubs type the sums as Any
     return f
 
 
 def _grad_hess(
-    theta: np.ndarray, wins: np.ndarray, n_pair: np.ndarray, l2: float
-) -> tuple[np.ndarray, np.ndarray]:
+    theta: NDArray[np.float64], wins: NDArray[np.float64], n_pair: NDArray[np.float64], l2: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     d = theta[..., :, None] - theta[..., None, :]
     p = expit(d)
     g = np.sum(n_pair * p - wins, axis=-1) + 2.0 * l2 * theta
@@ -160,14 +182,14 @@ def _grad_hess(
     return g, h
 
 
-def _gtol(wins: np.ndarray) -> np.ndarray:
+def _gtol(wins: NDArray[np.float64]) -> NDArray[np.float64]:
     # Gradient entries are sums of up to total-weight terms of size <= 1, so the attainable
     # precision scales with the total weight; 1e-9 relative keeps theta errors far below 1e-6.
-    tol: np.ndarray = 1e-9 * np.maximum(1.0, np.sum(wins, axis=(-2, -1)))
+    tol: NDArray[np.float64] = 1e-9 * np.maximum(1.0, np.sum(wins, axis=(-2, -1)))
     return tol
 
 
-def newton_batch(wins: np.ndarray, *, l2: float = 1e-3, max_iter: int = _MAX_ITER) -> BatchFit:
+def newton_batch(wins: NDArray[np.float64], *, l2: float = 1e-3, max_iter: int = _MAX_ITER) -> BatchFit:
     """Fit R count matrices [R, K, K] at once with damped Newton (all rounds share each solve call).
 
     For l2 == 0 the Hessian is singular along constant shifts (and on unobserved arms), so steps use
@@ -235,7 +257,9 @@ def newton_batch(wins: np.ndarray, *, l2: float = 1e-3, max_iter: int = _MAX_ITE
     )
 
 
-def _objective_and_p(theta: np.ndarray, w: np.ndarray, l2: float) -> tuple[float, np.ndarray]:
+def _objective_and_p(
+    theta: NDArray[np.float64], w: NDArray[np.float64], l2: float
+) -> tuple[float, NDArray[np.float64]]:
     """f(theta) and P = sigmoid(theta_i - theta_j) from one exp: with e = exp(-|d|),
     log sigmoid(d) = min(d, 0) - log1p(e) and sigmoid(d) = 1/(1+e) or e/(1+e); never overflows."""
     d = theta[:, None] - theta[None, :]
@@ -246,7 +270,9 @@ def _objective_and_p(theta: np.ndarray, w: np.ndarray, l2: float) -> tuple[float
     return nll + l2 * float(theta @ theta), p
 
 
-def _newton_single(w: np.ndarray, l2: float, max_iter: int) -> tuple[np.ndarray, bool, int, float, float]:
+def _newton_single(
+    w: NDArray[np.float64], l2: float, max_iter: int
+) -> tuple[NDArray[np.float64], bool, int, float, float]:
     """Damped Newton on one K x K count matrix; the same iteration as newton_batch without the
     active-set bookkeeping, which dominates the cost of a single small fit."""
     k = w.shape[0]
@@ -281,11 +307,14 @@ def _newton_single(w: np.ndarray, l2: float, max_iter: int) -> tuple[np.ndarray,
     return theta, False, max_iter, grad_norm, f
 
 
-def mle_exists(wins: np.ndarray) -> bool:
+def mle_exists(wins: NDArray[np.float64]) -> bool:
     """True when the unpenalised (l2 = 0) maximum-likelihood estimate is finite.
 
     Zermelo/Ford condition: within every connected group of arms, the directed "beat" graph
     must be strongly connected (no subset of arms that never lost to the rest of its group).
+
+    Args:
+        wins: K x K weighted win counts (wins[i, j]: weight of i beating j).
     """
     from scipy.sparse.csgraph import connected_components
 
@@ -297,24 +326,32 @@ def mle_exists(wins: np.ndarray) -> bool:
     return bool(n_weak == n_strong)
 
 
-def _scipy_fallback(w: np.ndarray, l2: float, theta0: np.ndarray) -> tuple[np.ndarray, int]:
+def _scipy_fallback(
+    w: NDArray[np.float64], l2: float, theta0: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], int]:
     from scipy.optimize import minimize
 
     n_pair = w + w.T
 
-    def fun(th: np.ndarray) -> tuple[float, np.ndarray]:
+    def fun(th: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
         g, _ = _grad_hess(th, w, n_pair, l2)
         return float(bt_objective(th, w, l2)), g
 
-    def hess(th: np.ndarray) -> np.ndarray:
+    def hess(th: NDArray[np.float64]) -> NDArray[np.float64]:
         return _grad_hess(th, w, n_pair, l2)[1]
 
     res = minimize(fun, theta0, jac=True, hess=hess, method="trust-exact", options={"gtol": 1e-12})
     return res.x, int(res.nit)
 
 
-def fit_bt_counts(wins: np.ndarray, *, l2: float = 1e-3, max_iter: int = _MAX_ITER) -> BTFit:
-    """Fit from a K x K weighted win-count matrix (wins[i, j] = weight of i beating j)."""
+def fit_bt_counts(wins: NDArray[np.float64], *, l2: float = 1e-3, max_iter: int = _MAX_ITER) -> BTFit:
+    """Fit from a K x K weighted win-count matrix (wins[i, j] = weight of i beating j).
+
+    Args:
+        wins: K x K weighted win counts (wins[i, j]: weight of i beating j).
+        l2: L2 penalty on theta (0: the plain maximum-likelihood fit).
+        max_iter: Newton iterations before the fit gives up (then scipy's trust-region solver finishes it).
+    """
     l2 = _check_l2(l2)
     w = _check_wins(wins)
     if w.ndim != 2:
@@ -343,24 +380,40 @@ def fit_bt_counts(wins: np.ndarray, *, l2: float = 1e-3, max_iter: int = _MAX_IT
 
 
 def fit_bt_detailed(
-    winner: np.ndarray,
-    loser: np.ndarray,
+    winner: NDArray[np.integer[Any]],
+    loser: NDArray[np.integer[Any]],
     n_arms: int,
     *,
     l2: float = 1e-3,
-    weights: np.ndarray | None = None,
+    weights: NDArray[np.float64] | None = None,
 ) -> BTFit:
-    """Same as fit_bt, with diagnostics. A tie is passed as two rows (a beat b, b beat a), weight 0.5 each."""
+    """Same as fit_bt, with diagnostics. A tie is passed as two rows (a beat b, b beat a), weight 0.5 each.
+
+    Args:
+        winner: Winning arm index of each comparison.
+        loser: Losing arm index of each comparison.
+        n_arms: K, the number of arms (indices 0..K-1).
+        l2: L2 penalty on theta (0: the plain maximum-likelihood fit).
+        weights: Per-comparison weights (None: 1 each).
+    """
     return fit_bt_counts(aggregate_wins(winner, loser, n_arms, weights), l2=l2)
 
 
 def fit_bt(
-    winner: np.ndarray,
-    loser: np.ndarray,
+    winner: NDArray[np.integer[Any]],
+    loser: NDArray[np.integer[Any]],
     n_arms: int,
     *,
     l2: float = 1e-3,
-    weights: np.ndarray | None = None,
-) -> np.ndarray:
-    """Centred theta minimising -sum w*log sigmoid(theta_win - theta_lose) + l2*sum(theta**2)."""
+    weights: NDArray[np.float64] | None = None,
+) -> NDArray[np.float64]:
+    """Centred theta minimising -sum w*log sigmoid(theta_win - theta_lose) + l2*sum(theta**2).
+
+    Args:
+        winner: Winning arm index of each comparison.
+        loser: Losing arm index of each comparison.
+        n_arms: K, the number of arms (indices 0..K-1).
+        l2: L2 penalty on theta (0: the plain maximum-likelihood fit).
+        weights: Per-comparison weights (None: 1 each).
+    """
     return fit_bt_detailed(winner, loser, n_arms, l2=l2, weights=weights).theta

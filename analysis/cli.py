@@ -7,7 +7,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -30,6 +30,12 @@ LEDGER_HELP = "Ledger holding a RUN given by id (folder or s3://bucket/prefix); 
 
 
 def resolve_inputs(paths: list[str], ledger: str | None) -> list[str]:
+    """The command's paths with each bare run id resolved to that run's folder or URL in `ledger`.
+
+    Args:
+        paths: The command's paths or run ids.
+        ledger: The ledger a bare run id is looked up in (None: ./ept-out/ledger).
+    """
     from elo_per_token.analysis.io import resolve_input
 
     return [resolve_input(p, ledger) for p in paths]
@@ -54,18 +60,20 @@ def _print_skipped(skipped: Sequence[BadLine], err: Console) -> None:
 
 
 def tokens_cmd(
-    paths: list[str] = typer.Argument(..., help=PATHS_HELP),
-    csv: str | None = typer.Option(
-        None, "--csv", help="Also write the table as CSV to this file ('-' = stdout)."
-    ),
-    json_out: str | None = typer.Option(
-        None, "--json", help="Also write the table as JSON to this file ('-' = stdout)."
-    ),
-    skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
-    tasks: str | None = typer.Option(
-        None, "--tasks", hidden=True, help="Accepted for symmetry with analyze; unused."
-    ),
-    ledger: str | None = typer.Option(None, "--ledger", help=LEDGER_HELP),
+    paths: Annotated[list[str], typer.Argument(help=PATHS_HELP)],
+    csv: Annotated[
+        str | None, typer.Option("--csv", help="Also write the table as CSV to this file ('-' = stdout).")
+    ] = None,
+    json_out: Annotated[
+        str | None, typer.Option("--json", help="Also write the table as JSON to this file ('-' = stdout).")
+    ] = None,
+    skip_bad: Annotated[
+        bool, typer.Option("--skip-bad", help="Skip bad lines (reported) instead of stopping.")
+    ] = False,
+    tasks: Annotated[
+        str | None, typer.Option("--tasks", hidden=True, help="Accepted for symmetry with analyze; unused.")
+    ] = None,
+    ledger: Annotated[str | None, typer.Option("--ledger", help=LEDGER_HELP)] = None,
 ) -> None:
     """Tokens per arm (strategy, budget): calls, prompt/completion/total tokens, tasks, tokens per task."""
     from rich.console import Console
@@ -103,12 +111,18 @@ def tokens_cmd(
 # Unset, these come from a run's manifest (the options its own table used), as `ept report` does.
 WEIGHTS_HELP = "Family weights, e.g. math=0.4,code=0.4,tool_use=0.2 (default: a run's plan, as in its table; else equal)."
 ANCHOR_HELP = "Arm pinned at Elo 1000, e.g. greedy@1 (default: a run's plan, else the cheapest arm)."
-ROUNDS_HELP = ("Bootstrap rounds (resampling tasks within families); 0 = none (default: a run's plan, as in its "
-               "table; else 1000).")  # fmt: skip
-MARGIN_HELP = ("Elo: the recommendation calls an arm equivalent to the best only when the interval of their "
-               "difference lies within +-MARGIN; otherwise 'not separated'.")  # fmt: skip
-MISSING_HELP = ("Outcomes without a score: shared = compare arms on the tasks every arm answered (default), "
-                "loss = count a missing score as a loss, drop = each arm on the tasks it answered.")  # fmt: skip
+ROUNDS_HELP = (
+    "Bootstrap rounds (resampling tasks within families); 0 = none (default: a run's plan, as in its "
+    "table; else 1000)."
+)
+MARGIN_HELP = (
+    "Elo: the recommendation calls an arm equivalent to the best only when the interval of their "
+    "difference lies within +-MARGIN; otherwise 'not separated'."
+)
+MISSING_HELP = (
+    "Outcomes without a score: shared = compare arms on the tasks every arm answered (default), "
+    "loss = count a missing score as a loss, drop = each arm on the tasks it answered."
+)
 
 
 def _checked_inputs(
@@ -145,54 +159,76 @@ def _checked_inputs(
 
 
 def analyze_cmd(
-    paths: list[str] = typer.Argument(..., help=PATHS_HELP),
-    out: str | None = typer.Option(
-        None, "--out", help="Write report.md, arms.csv, report.json and PNG plots here."
-    ),
-    weights: str | None = typer.Option(None, "--weights", help=WEIGHTS_HELP),
-    anchor: str | None = typer.Option(None, "--anchor", help=ANCHOR_HELP),
-    rounds: int | None = typer.Option(None, "--rounds", help=ROUNDS_HELP),
-    seed: int | None = typer.Option(None, "--seed", help="Bootstrap seed (default: a run's plan, else 0)."),
-    level: float | None = typer.Option(None, "--level", help="Interval level (default: a run's, else 0.95)."),
-    margin: float = typer.Option(10.0, "--margin", help=MARGIN_HELP),
-    l2: float | None = typer.Option(
-        None,
-        "--l2",
-        help="L2 penalty of the Bradley-Terry fit (default: a prior of one virtual tie per arm, l2 = 0.125).",
-    ),
-    min_tasks: int = typer.Option(
-        5,
-        "--min-tasks",
-        help="Families with fewer tasks are left out of the merge and the weights renormalised (with a warning); smaller families cannot show their own task-to-task variance.",
-    ),
-    drop_ties: bool = typer.Option(
-        False, "--drop-ties", help="Drop ties instead of counting half a win each way."
-    ),
-    missing: str = typer.Option("shared", "--missing", help=MISSING_HELP),
-    skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
-    tasks: str | None = typer.Option(None, "--tasks", help="JSONL tasks file with task_id and family."),
-    no_plots: bool = typer.Option(False, "--no-plots", help="With --out: skip the PNG plots."),
-    prices: str | None = typer.Option(
-        None,
-        "--prices",
-        help="USD per 1M tokens, e.g. in=0.15,cached=0.075,out=0.6: cost per task, ΔElo per $1.",
-    ),
-    budget: str | None = typer.Option(None, "--budget", help=BUDGET_HELP),
-    html: str | None = typer.Option(
-        None, "--html", help="Also write a self-contained HTML report to this file."
-    ),
-    transcript: str | None = typer.Option(
-        None, "--transcript", help="Also write the command and its terminal output as a markdown file."
-    ),
-    ledger: str | None = typer.Option(None, "--ledger", help=LEDGER_HELP),
-    top: int | None = typer.Option(
-        None, "--top", help="Terminal tables: only the N arms with the highest Elo (files keep every arm)."
-    ),
-    arms: str | None = typer.Option(
-        None,
-        "--arms",
-        help="Terminal tables: only arms whose label contains PATTERN; * and ? are wildcards, e.g. 'best_of_n@*'.",
-    ),
+    paths: Annotated[list[str], typer.Argument(help=PATHS_HELP)],
+    out: Annotated[
+        str | None, typer.Option("--out", help="Write report.md, arms.csv, report.json and PNG plots here.")
+    ] = None,
+    weights: Annotated[str | None, typer.Option("--weights", help=WEIGHTS_HELP)] = None,
+    anchor: Annotated[str | None, typer.Option("--anchor", help=ANCHOR_HELP)] = None,
+    rounds: Annotated[int | None, typer.Option("--rounds", help=ROUNDS_HELP)] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Bootstrap seed (default: a run's plan, else 0).")
+    ] = None,
+    level: Annotated[
+        float | None, typer.Option("--level", help="Interval level (default: a run's, else 0.95).")
+    ] = None,
+    margin: Annotated[float, typer.Option("--margin", help=MARGIN_HELP)] = 10.0,
+    l2: Annotated[
+        float | None,
+        typer.Option(
+            "--l2",
+            help="L2 penalty of the Bradley-Terry fit (default: a prior of one virtual tie per arm, l2 = 0.125).",
+        ),
+    ] = None,
+    min_tasks: Annotated[
+        int,
+        typer.Option(
+            "--min-tasks",
+            help="Families with fewer tasks are left out of the merge and the weights renormalised (with a warning); smaller families cannot show their own task-to-task variance.",
+        ),
+    ] = 5,
+    drop_ties: Annotated[
+        bool, typer.Option("--drop-ties", help="Drop ties instead of counting half a win each way.")
+    ] = False,
+    missing: Annotated[str, typer.Option("--missing", help=MISSING_HELP)] = "shared",
+    skip_bad: Annotated[
+        bool, typer.Option("--skip-bad", help="Skip bad lines (reported) instead of stopping.")
+    ] = False,
+    tasks: Annotated[
+        str | None, typer.Option("--tasks", help="JSONL tasks file with task_id and family.")
+    ] = None,
+    no_plots: Annotated[bool, typer.Option("--no-plots", help="With --out: skip the PNG plots.")] = False,
+    prices: Annotated[
+        str | None,
+        typer.Option(
+            "--prices",
+            help="USD per 1M tokens, e.g. in=0.15,cached=0.075,out=0.6: cost per task, ΔElo per $1.",
+        ),
+    ] = None,
+    budget: Annotated[str | None, typer.Option("--budget", help=BUDGET_HELP)] = None,
+    html: Annotated[
+        str | None, typer.Option("--html", help="Also write a self-contained HTML report to this file.")
+    ] = None,
+    transcript: Annotated[
+        str | None,
+        typer.Option(
+            "--transcript", help="Also write the command and its terminal output as a markdown file."
+        ),
+    ] = None,
+    ledger: Annotated[str | None, typer.Option("--ledger", help=LEDGER_HELP)] = None,
+    top: Annotated[
+        int | None,
+        typer.Option(
+            "--top", help="Terminal tables: only the N arms with the highest Elo (files keep every arm)."
+        ),
+    ] = None,
+    arms: Annotated[
+        str | None,
+        typer.Option(
+            "--arms",
+            help="Terminal tables: only arms whose label contains PATTERN; * and ? are wildcards, e.g. 'best_of_n@*'.",
+        ),
+    ] = None,
 ) -> None:
     """Elo per token: Bradley-Terry per family, weighted merge, bootstrap CIs, diminishing-returns table.
 
@@ -287,6 +323,10 @@ def _write_transcript(path: str, text: str) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's commands to `app`."""
+    """Add this stage's commands to `app`.
+
+    Args:
+        app: The root `ept` app.
+    """
     app.command("analyze")(analyze_cmd)
     app.command("tokens")(tokens_cmd)

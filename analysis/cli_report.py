@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,51 +17,67 @@ if TYPE_CHECKING:
 
 
 def register(app: typer.Typer) -> None:
+    """Add this stage's commands (compare, report) to `app`.
+
+    Args:
+        app: The root `ept` app.
+    """
     app.command("compare")(compare)
     app.command("report")(report)
 
 
 def compare(
-    baseline: str = typer.Argument(
-        ...,
-        help="Baseline run: a ledger run folder/URL (…/runs/ID), a run id in ./ept-out/ledger, or a folder of logs.",
-    ),
-    current: str = typer.Argument(..., help="Current run, same suites and arms as the baseline."),
-    fail_on: str = typer.Option(
-        "elo-drop=20",
-        "--fail-on",
-        help="Thresholds on the interval: elo-drop=POINTS, tokens-rise=PCT% or tokens-rise=TOKENS; 'none' only "
-        "reports. Exit 1 when an arm's whole interval is past a threshold.",
-    ),
-    markdown: Path | None = typer.Option(
-        None, "--markdown", help="Write a pull-request comment (markdown) here."
-    ),
-    json_out: Path | None = typer.Option(None, "--json", help="Write every number as JSON here."),
-    weights: str | None = typer.Option(
-        None, "--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2."
-    ),
-    rounds: int | None = typer.Option(
-        None, "--rounds", help="Bootstrap rounds (default: the baseline run's table's, else 1000)."
-    ),
-    seed: int | None = typer.Option(
-        None, "--seed", help="Bootstrap seed (default: the baseline run's, else 0)."
-    ),
-    level: float | None = typer.Option(
-        None, "--level", help="Interval level of the table (default: the baseline run's, else 0.95)."
-    ),
-    adjust: str = typer.Option(
-        "bonferroni",
-        "--adjust",
-        help="bonferroni: the rule uses intervals widened for the number of arms tested at once (family-wise "
-        "false-alarm control); none: the table's intervals.",
-    ),
-    tasks: str | None = typer.Option(
-        None, "--tasks", help="JSONL with task_id and family, for logs without them."
-    ),
-    skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed lines instead of stopping."),
-    ledger: str | None = typer.Option(
-        None, "--ledger", help="Ledger holding runs given by id; default ./ept-out/ledger."
-    ),
+    baseline: Annotated[
+        str,
+        typer.Argument(
+            help="Baseline run: a ledger run folder/URL (…/runs/ID), a run id in ./ept-out/ledger, or a folder of logs."
+        ),
+    ],
+    current: Annotated[str, typer.Argument(help="Current run, same suites and arms as the baseline.")],
+    fail_on: Annotated[
+        str,
+        typer.Option(
+            "--fail-on",
+            help="Thresholds on the interval: elo-drop=POINTS, tokens-rise=PCT% or tokens-rise=TOKENS; 'none' only "
+            "reports. Exit 1 when an arm's whole interval is past a threshold.",
+        ),
+    ] = "elo-drop=20",
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", help="Write a pull-request comment (markdown) here.")
+    ] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write every number as JSON here.")] = None,
+    weights: Annotated[
+        str | None, typer.Option("--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2.")
+    ] = None,
+    rounds: Annotated[
+        int | None,
+        typer.Option("--rounds", help="Bootstrap rounds (default: the baseline run's table's, else 1000)."),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Bootstrap seed (default: the baseline run's, else 0).")
+    ] = None,
+    level: Annotated[
+        float | None,
+        typer.Option("--level", help="Interval level of the table (default: the baseline run's, else 0.95)."),
+    ] = None,
+    adjust: Annotated[
+        str,
+        typer.Option(
+            "--adjust",
+            help="bonferroni: the rule uses intervals widened for the number of arms tested at once (family-wise "
+            "false-alarm control); none: the table's intervals.",
+        ),
+    ] = "bonferroni",
+    tasks: Annotated[
+        str | None, typer.Option("--tasks", help="JSONL with task_id and family, for logs without them.")
+    ] = None,
+    skip_bad: Annotated[
+        bool, typer.Option("--skip-bad", help="Skip malformed lines instead of stopping.")
+    ] = False,
+    ledger: Annotated[
+        str | None,
+        typer.Option("--ledger", help="Ledger holding runs given by id; default ./ept-out/ledger."),
+    ] = None,
 ) -> None:
     """Compare two runs arm by arm; exit 1 on a regression the data supports, 2 when not comparable."""
     from elo_per_token.analysis.compare import compare_runs
@@ -100,8 +116,17 @@ def _print_compare(res: CompareResult, baseline: str, current: str, *, level: fl
     con = make_console()  # CI logs and pipes: every column in full, not squeezed to 80
     pct = f"{level * 100:g}%"
     t = Table(title=f"ept compare: baseline {baseline} vs current {current}")
-    cols = ("arm", "Elo base", "Elo cur", f"ΔElo [{pct}]", "tok/task base", "tok/task cur", f"Δtok [{pct}]",
-            "drop caught 80%", "status")  # fmt: skip
+    cols = (
+        "arm",
+        "Elo base",
+        "Elo cur",
+        f"ΔElo [{pct}]",
+        "tok/task base",
+        "tok/task cur",
+        f"Δtok [{pct}]",
+        "drop caught 80%",
+        "status",
+    )
     for col in cols:
         t.add_column(col, justify="left" if col in ("arm", "status") else "right", no_wrap=col == "arm")
     for r in res.table.iter_rows(named=True):
@@ -138,52 +163,76 @@ def _print_compare(res: CompareResult, baseline: str, current: str, *, level: fl
 
 
 def report(
-    paths: list[str] = typer.Argument(
-        ...,
-        help="A run (ledger run folder/URL, or a run id in ./ept-out/ledger) or call-log paths, dirs, globs.",
-    ),
-    out: Path = typer.Option(Path("report.html"), "--out", help="The HTML file to write."),
-    weights: str | None = typer.Option(
-        None,
-        "--weights",
-        help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2 (default: the run's plan, else equal).",
-    ),
-    anchor: str | None = typer.Option(
-        None, "--anchor", help="Arm pinned at Elo 1000 (default: the run's plan, else the cheapest)."
-    ),
-    rounds: int | None = typer.Option(
-        None,
-        "--rounds",
-        help="Bootstrap rounds, 0: no intervals (default: the run's plan, as in its table; else 1000).",
-    ),
-    seed: int | None = typer.Option(None, "--seed", help="Bootstrap seed (default: the run's plan, else 0)."),
-    level: float | None = typer.Option(
-        None, "--level", help="Interval level (default: the run's, else 0.95)."
-    ),
-    l2: float | None = typer.Option(
-        None, "--l2", help="L2 penalty of the Bradley-Terry fit (default: the prior of `ept analyze`)."
-    ),
-    margin: float = typer.Option(
-        10.0, "--margin", help="Elo: the recommendation's equivalence margin (as `ept analyze --margin`)."
-    ),
-    tasks: str | None = typer.Option(
-        None, "--tasks", help="JSONL with task_id and family, for logs without them."
-    ),
-    skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip malformed lines instead of stopping."),
-    drop_ties: bool = typer.Option(False, "--drop-ties", help="Drop tied comparisons instead of half wins."),
-    ledger: str | None = typer.Option(
-        None, "--ledger", help="Ledger holding a run given by id; default ./ept-out/ledger."
-    ),
-    prices: str | None = typer.Option(
-        None,
-        "--prices",
-        help="USD per 1M tokens, e.g. in=0.15,cached=0.075,out=0.6 (default: the run's profile prices).",
-    ),
-    budget: str | None = typer.Option(
-        None,
-        "--budget",
-        help="Tokens (3000, 2.5k) or dollars ($0.002) per task: the recommendation adds the best arm under it.",
-    ),
+    paths: Annotated[
+        list[str],
+        typer.Argument(
+            help="A run (ledger run folder/URL, or a run id in ./ept-out/ledger) or call-log paths, dirs, globs."
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", help="The HTML file to write.")] = Path("report.html"),
+    weights: Annotated[
+        str | None,
+        typer.Option(
+            "--weights",
+            help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2 (default: the run's plan, else equal).",
+        ),
+    ] = None,
+    anchor: Annotated[
+        str | None,
+        typer.Option("--anchor", help="Arm pinned at Elo 1000 (default: the run's plan, else the cheapest)."),
+    ] = None,
+    rounds: Annotated[
+        int | None,
+        typer.Option(
+            "--rounds",
+            help="Bootstrap rounds, 0: no intervals (default: the run's plan, as in its table; else 1000).",
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Bootstrap seed (default: the run's plan, else 0).")
+    ] = None,
+    level: Annotated[
+        float | None, typer.Option("--level", help="Interval level (default: the run's, else 0.95).")
+    ] = None,
+    l2: Annotated[
+        float | None,
+        typer.Option(
+            "--l2", help="L2 penalty of the Bradley-Terry fit (default: the prior of `ept analyze`)."
+        ),
+    ] = None,
+    margin: Annotated[
+        float,
+        typer.Option(
+            "--margin", help="Elo: the recommendation's equivalence margin (as `ept analyze --margin`)."
+        ),
+    ] = 10.0,
+    tasks: Annotated[
+        str | None, typer.Option("--tasks", help="JSONL with task_id and family, for logs without them.")
+    ] = None,
+    skip_bad: Annotated[
+        bool, typer.Option("--skip-bad", help="Skip malformed lines instead of stopping.")
+    ] = False,
+    drop_ties: Annotated[
+        bool, typer.Option("--drop-ties", help="Drop tied comparisons instead of half wins.")
+    ] = False,
+    ledger: Annotated[
+        str | None,
+        typer.Option("--ledger", help="Ledger holding a run given by id; default ./ept-out/ledger."),
+    ] = None,
+    prices: Annotated[
+        str | None,
+        typer.Option(
+            "--prices",
+            help="USD per 1M tokens, e.g. in=0.15,cached=0.075,out=0.6 (default: the run's profile prices).",
+        ),
+    ] = None,
+    budget: Annotated[
+        str | None,
+        typer.Option(
+            "--budget",
+            help="Tokens (3000, 2.5k) or dollars ($0.002) per task: the recommendation adds the best arm under it.",
+        ),
+    ] = None,
 ) -> None:
     """Analyse a run and write one self-contained HTML report (plots embedded, no external resources)."""
     from elo_per_token.analysis.html_gather import write_html
@@ -209,7 +258,12 @@ def report(
 
 
 def resolve_run(arg: str, ledger: str | None = None) -> str:
-    """A bare run id (e.g. `demo`) that is not a path means that run in `ledger` (default ./ept-out/ledger)."""
+    """A bare run id (e.g. `demo`) that is not a path means that run in `ledger` (default ./ept-out/ledger).
+
+    Args:
+        arg: A run id, run folder/URL or a folder of logs.
+        ledger: The ledger a bare run id is looked up in (None: ./ept-out/ledger).
+    """
     from elo_per_token.analysis.io import resolve_input
 
     return resolve_input(arg, ledger)

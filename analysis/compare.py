@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from elo_per_token.analysis.compare_gate import FailRule, apply_rule, detectable_drop
 from elo_per_token.analysis.compare_load import check_comparable
@@ -34,6 +35,9 @@ def pooled_pairs(outcomes: pl.DataFrame) -> pl.DataFrame:
     outcomes: task, player, replicate, score (nulls already removed). Higher score wins; equal scores are a
     tie, given as two rows of half weight. Every replicate of one player meets every replicate of the other,
     each meeting weighted 1/(n_a*n_b), so one task and pair of players weighs 1 whatever the replicates.
+
+    Args:
+        outcomes: Outcome rows: task, player, replicate, score (nulls removed).
     """
     o = outcomes.with_columns(pl.len().over("task", "player").alias("n_rep").cast(pl.Float64))
     left = o.select(
@@ -226,7 +230,7 @@ def _failure_counts(base: RunInputs, cur: RunInputs) -> str:
     return f"jobs without a graded outcome (left out of the comparisons): baseline {counts[0]}, current {counts[1]}"
 
 
-def _interval(samples: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+def _interval(samples: NDArray[np.float64], level: float) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     a = (1.0 - level) / 2.0
     # All-NaN columns (the first row's step) are expected: their interval is NaN, shown as missing.
     with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -236,7 +240,7 @@ def _interval(samples: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray
     return lo, hi
 
 
-def _steps(x: np.ndarray, t: np.ndarray) -> np.ndarray:
+def _steps(x: NDArray[np.float64], t: NDArray[np.float64]) -> NDArray[np.float64]:
     """dElo per 1k tokens of each arm against the previous (cheaper at baseline) arm; NaN on the first."""
     dx = np.diff(x, axis=-1)
     dt = np.diff(t, axis=-1)
@@ -247,8 +251,12 @@ def _steps(x: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 
 def _resolved_steps(
-    x: np.ndarray, t: np.ndarray, xs: np.ndarray, ts: np.ndarray, level: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    x: NDArray[np.float64],
+    t: NDArray[np.float64],
+    xs: NDArray[np.float64],
+    ts: NDArray[np.float64],
+    level: float,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     """ΔElo per 1k tokens against the previous arm with its interval, by the rule of the analyze table
     (docs/statistics.md §7): a number only where the token step's interval lies above 0; rounds with a
     step <= 0 count at +-inf instead of being dropped. NaN where unresolved or on the first arm."""
@@ -267,10 +275,10 @@ def _resolved_steps(
 def _arm_table(
     arm_order: list[str],
     arms: pl.DataFrame,
-    elo: np.ndarray,
-    tok: np.ndarray,
-    elo_s: np.ndarray,
-    tok_s: np.ndarray,
+    elo: NDArray[np.float64],
+    tok: NDArray[np.float64],
+    elo_s: NDArray[np.float64],
+    tok_s: NDArray[np.float64],
     level: float,
     gate_level: float,
     margin: float | None = None,

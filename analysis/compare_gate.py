@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from elo_per_token.contracts.errors import InputError
 
@@ -44,7 +45,11 @@ _NUM = r"[0-9]+(?:\.[0-9]*)?"
 
 
 def parse_fail_on(spec: str | None) -> FailRule:
-    """Parse `elo-drop=20,tokens-rise=10%`; `none` or '' gives a report-only rule."""
+    """Parse `elo-drop=20,tokens-rise=10%`; `none` or '' gives a report-only rule.
+
+    Args:
+        spec: The --fail-on value (None, '' or 'none': report only).
+    """
     if spec is None or spec.strip().lower() in ("", "none"):
         return FailRule()
     values: dict[str, Any] = {}
@@ -76,7 +81,9 @@ def parse_fail_on(spec: str | None) -> FailRule:
 POWER = 0.8
 
 
-def detectable_drop(d_samples: np.ndarray, gate_level: float, margin: float | None) -> np.ndarray:
+def detectable_drop(
+    d_samples: NDArray[np.float64], gate_level: float, margin: float | None
+) -> NDArray[np.float64]:
     """Per arm, the smallest true drop (Elo) the gate flags with 80% probability at these data's precision.
 
     With ΔElo estimated with standard error se (the bootstrap sd), the gate flags when the upper bound
@@ -84,6 +91,11 @@ def detectable_drop(d_samples: np.ndarray, gate_level: float, margin: float | No
     probability Φ((δ - margin - z_g * se) / se), which is 80% at δ = margin + (z_g + z_0.8) * se. The runs
     being compared are the best guess of the precision of a run of this size (docs/compare.md). Without an
     elo-drop rule nothing is ever flagged, so the figure is NaN (shown as missing).
+
+    Args:
+        d_samples: Bootstrap ΔElo samples [R, K] (current minus baseline).
+        gate_level: The two-sided level the gate's intervals are at.
+        margin: The elo-drop threshold (None: no elo-drop rule).
     """
     from scipy.stats import norm
 
@@ -93,11 +105,17 @@ def detectable_drop(d_samples: np.ndarray, gate_level: float, margin: float | No
     if margin is None:
         return np.full(se.shape, np.nan)
     z_g = float(norm.ppf(1.0 - (1.0 - gate_level) / 2.0))
-    drop: np.ndarray = margin + (z_g + float(norm.ppf(POWER))) * se
+    drop: NDArray[np.float64] = margin + (z_g + float(norm.ppf(POWER))) * se
     return drop
 
 
 def apply_rule(table: pl.DataFrame, rule: FailRule) -> tuple[list[str], dict[str, list[str]]]:
+    """(arms the rule flags, arm -> the reasons): an arm is flagged when its whole interval is past a threshold.
+
+    Args:
+        table: The comparison table, one row per arm.
+        rule: The thresholds parsed from --fail-on.
+    """
     flagged: list[str] = []
     reasons: dict[str, list[str]] = {}
     for row in table.iter_rows(named=True):  # one row per arm: a handful at most

@@ -11,7 +11,12 @@ from elo_per_token.contracts.errors import InputError
 
 
 def check_comparable(base: RunInputs, cur: RunInputs) -> list[str]:
-    """Raise InputError when the two runs cannot be compared; return notes on partial task overlap."""
+    """Raise InputError when the two runs cannot be compared; return notes on partial task overlap.
+
+    Args:
+        base: The baseline run.
+        cur: The current run.
+    """
     if base.suites is not None and cur.suites is not None and set(base.suites) != set(cur.suites):
         raise InputError(
             f"the runs used different suites: baseline {sorted(base.suites)} vs current {sorted(cur.suites)}",
@@ -73,7 +78,11 @@ def _diff_text(a: set[str], b: set[str]) -> str:
 
 
 def manifest_suites(manifest: dict[str, Any] | None) -> tuple[str, ...] | None:
-    """The suites a run used, from its manifest (top level or inside the plan), else None."""
+    """The suites a run used, from its manifest (top level or inside the plan), else None.
+
+    Args:
+        manifest: The run's manifest (None: none).
+    """
     if not manifest:
         return None
     suites = manifest.get("suites")
@@ -92,7 +101,13 @@ def _json_key(obj: Any) -> str:
 
 
 def load_run(path: str, *, skip_bad: bool = False, tasks_file: str | None = None) -> RunInputs:
-    """Read one run (a ledger run folder or URL, or a folder of logs) with analyze's reader."""
+    """Read one run (a ledger run folder or URL, or a folder of logs) with analyze's reader.
+
+    Args:
+        path: A ledger run folder or URL, or a folder of logs.
+        skip_bad: Skip bad lines (reported) instead of raising InputError.
+        tasks_file: JSONL with task_id and family (None: none).
+    """
     from elo_per_token.analysis.io import read_failures, read_manifest, read_records, runs_of_files
     from elo_per_token.analysis.record_checks import check_records
     from elo_per_token.analysis.tokens import task_tokens

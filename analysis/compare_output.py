@@ -16,7 +16,11 @@ def _code(name: object) -> str:
 
 def to_markdown(res: CompareResult) -> str:
     """A pull-request comment: verdict first, then the per-arm table, then the method in one paragraph.
-    Arm names, families and sources come from the inputs: escaped (report.md's rules), never live HTML."""
+    Arm names, families and sources come from the inputs: escaped (report.md's rules), never live HTML.
+
+    Args:
+        res: The comparison result.
+    """
     from elo_per_token.analysis.report_markdown import md_escape
 
     pct = f"{res.level * 100:g}%"
@@ -74,6 +78,11 @@ def _mul(x: float | None) -> float | None:
 
 
 def to_json_dict(res: CompareResult) -> dict[str, Any]:
+    """Every number of the comparison as JSON (--json): sources, verdict, rule, options and the per-arm table.
+
+    Args:
+        res: The comparison result.
+    """
     return {
         "baseline": res.sources[0],
         "current": res.sources[1],

@@ -32,6 +32,15 @@ def pair_data(
     pairs: task, winner, loser (integer indices), weight. tokens: task, arm, tokens (one row per task and
     arm that ran it; the rest of the [T, K] grid is NaN). groups (optional): task, arm, level, mass, see
     PairData.outcome_groups; tie_weight 0 when ties are dropped.
+
+    Args:
+        task_family: The family name of each task, by task index (position in the series).
+        families: The family names, in index order.
+        pairs: Explicit comparisons: task, winner, loser (integer indices), weight.
+        tokens: task, arm, tokens: one row per task and arm that ran it.
+        n_arms: K, the number of arms (indices 0..K-1).
+        groups: Outcome groups with integer task and arm (analysis.pairs.outcome_groups; None: none).
+        tie_weight: The win weight each side of a tie gets (0.5; 0 with --drop-ties).
     """
     # Canonical row order: the frames come out of hash joins whose order varies from run to run, and the
     # fit's float sums follow array order, so without this the same records give bootstrap bounds that

@@ -44,7 +44,14 @@ def small_families(
 ) -> FamilyRule:
     """Apply the rule: weighted families with fewer than min_tasks tasks are left out (weight 0, the rest
     renormalised) when some other weighted family has enough; smaller than WARN_TASKS ones are kept with a
-    warning that their intervals are widened."""
+    warning that their intervals are widened.
+
+    Args:
+        families: The family names, in index order.
+        fw: Family -> weight.
+        n_tasks: Family -> its number of tasks.
+        min_tasks: Families with fewer tasks are left out of the merge (when another has enough).
+    """
     big = [f for f in families if fw[f] > 0 and n_tasks.get(f, 0) >= min_tasks]
     excluded = [f for f in families if fw[f] > 0 and n_tasks.get(f, 0) < min_tasks] if big else []
     weights = dict(fw)

@@ -42,7 +42,13 @@ OFF_SHARE = 0.05
 
 
 def band(frontier: bool | None, share: float | None, partial: bool = False) -> str:
-    """'on', 'uncertain' or 'off' from the bootstrap share (the point label without rounds)."""
+    """'on', 'uncertain' or 'off' from the bootstrap share (the point label without rounds).
+
+    Args:
+        frontier: The point estimate's frontier label (None: not computed).
+        share: The share of bootstrap rounds with the arm on the frontier (None: no rounds).
+        partial: The arm was seen by only some families (never on the frontier).
+    """
     if partial:
         return "off (partial)"
     if share is None or share != share:
@@ -55,9 +61,15 @@ def band(frontier: bool | None, share: float | None, partial: bool = False) -> s
 
 
 def families_seen(
-    per_family_theta: Mapping[str, np.ndarray], weights: Mapping[str, float], arms: Sequence[str]
+    per_family_theta: Mapping[str, NDArray[np.float64]], weights: Mapping[str, float], arms: Sequence[str]
 ) -> dict[str, list[str]]:
-    """Arm -> the positively weighted families that observed it, for the arms some such family did not."""
+    """Arm -> the positively weighted families that observed it, for the arms some such family did not.
+
+    Args:
+        per_family_theta: Family -> its centred point theta [K] (NaN: arm not observed).
+        weights: Family -> weight.
+        arms: The arm labels, in index order.
+    """
     fams = [f for f, th in per_family_theta.items() if weights.get(f, 0.0) > 0]
     out = {}
     for k, arm in enumerate(arms):
@@ -68,23 +80,39 @@ def families_seen(
 
 
 def seen_label(seen: Sequence[str]) -> str:
-    """'math only', 'math+code only', 'no family'."""
+    """'math only', 'math+code only', 'no family'.
+
+    Args:
+        seen: The families that observed the arm.
+    """
     return "+".join(seen) + " only" if seen else "no family"
 
 
 def shared_family_delta(
     k: int,
     j: int,
-    per_family_theta: Mapping[str, np.ndarray],
-    round_theta: Mapping[str, np.ndarray] | None,
+    per_family_theta: Mapping[str, NDArray[np.float64]],
+    round_theta: Mapping[str, NDArray[np.float64]] | None,
     weights: Mapping[str, float],
     level: float,
 ) -> tuple[float, float, float]:
     """ΔElo of arm k over arm j on the families both were observed in, each family's own difference
     weighted by the family weights renormalised over those families (no offset, so no assumption about
-    the families they lack): (point, lo, hi); NaN where they share no family or without rounds."""
-    fams = [f for f, th in per_family_theta.items()
-            if weights.get(f, 0.0) > 0 and not np.isnan(th[k]) and not np.isnan(th[j])]  # fmt: skip
+    the families they lack): (point, lo, hi); NaN where they share no family or without rounds.
+
+    Args:
+        k: The arm's index.
+        j: The other arm's index.
+        per_family_theta: Family -> its centred point theta [K] (NaN: arm not observed).
+        round_theta: Family -> its bootstrap thetas [R, K] (None: no rounds).
+        weights: Family -> weight.
+        level: Interval level in (0.5, 1).
+    """
+    fams = [
+        f
+        for f, th in per_family_theta.items()
+        if weights.get(f, 0.0) > 0 and not np.isnan(th[k]) and not np.isnan(th[j])
+    ]
     if not fams:
         return np.nan, np.nan, np.nan
     w = np.array([weights[f] for f in fams])
@@ -136,18 +164,26 @@ def headline_table(
     df = step_table(curve, order, prev)
     df = df.with_columns(
         pl.Series("vs", [arms[j] if j >= 0 else None for j in prev], dtype=pl.String),
-        pl.Series("seen_in", [seen_label(partial[arms[i]]) if arms[i] in partial else None for i in order],
-                  dtype=pl.String),
-    )  # fmt: skip
+        pl.Series(
+            "seen_in",
+            [seen_label(partial[arms[i]]) if arms[i] in partial else None for i in order],
+            dtype=pl.String,
+        ),
+    )
     if partial:
         df = _partial_rows(
             df, arms, order, prev, partial, per_family_theta, round_theta, weights, curve.level
         )
     return df.with_columns(
-        pl.Series("frontier_band", [
-            band(r["frontier"], r["frontier_prob"], r["seen_in"] is not None) for r in df.iter_rows(named=True)
-        ], dtype=pl.String)
-    )  # fmt: skip
+        pl.Series(
+            "frontier_band",
+            [
+                band(r["frontier"], r["frontier_prob"], r["seen_in"] is not None)
+                for r in df.iter_rows(named=True)
+            ],
+            dtype=pl.String,
+        )
+    )
 
 
 def _partial_rows(
@@ -162,8 +198,19 @@ def _partial_rows(
     level: float,
 ) -> pl.DataFrame:
     """Partial arms' rows: ΔElo on the shared families, no ratio (per_1k_note says why)."""
-    cols = {c: df[c].to_list() for c in ("d_elo", "d_elo_lo", "d_elo_hi", "d_elo_per_1k", "d_elo_per_1k_lo",
-                                         "d_elo_per_1k_hi", "per_1k_resolved", "per_1k_note")}  # fmt: skip
+    cols = {
+        c: df[c].to_list()
+        for c in (
+            "d_elo",
+            "d_elo_lo",
+            "d_elo_hi",
+            "d_elo_per_1k",
+            "d_elo_per_1k_lo",
+            "d_elo_per_1k_hi",
+            "per_1k_resolved",
+            "per_1k_note",
+        )
+    }
     for pos, i in enumerate(order):
         if arms[i] not in partial or prev[pos] < 0:
             continue

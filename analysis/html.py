@@ -227,7 +227,12 @@ def _prices(manifest: Mapping[str, Any] | None) -> tuple[float, float] | None:
 def token_split_rows(
     token_split: Sequence[Mapping[str, Any]], prices: tuple[float, float] | None
 ) -> list[dict[str, Any]]:
-    """Add totals, shares and (when priced) money to each (arm, role) row."""
+    """Add totals, shares and (when priced) money to each (arm, role) row.
+
+    Args:
+        token_split: Calls and tokens per (arm, role) (analysis.html_gather.token_split).
+        prices: (USD per 1M prompt tokens, per 1M completion tokens).
+    """
     out = []
     for r in token_split:
         p = r.get("prompt_tokens") or 0
@@ -249,7 +254,14 @@ def cost_rows(
 
     Per task: the terminal's $/task (the breakdown's cost_per_task, cached input at its own price) when the
     analysis was priced; else the total over the tasks the arm attempted (every role of the arm counted once
-    per task, not the task count of its last role)."""
+    per task, not the task count of its last role).
+
+    Args:
+        returns: The returns table's rows.
+        token_split: Calls and tokens per (arm, role) (analysis.html_gather.token_split).
+        prices: (USD per 1M prompt tokens, per 1M completion tokens).
+        breakdown: Per-arm breakdown rows (tasks attempted, ...).
+    """
     totals: dict[str, list[float]] = {}
     for r in token_split:
         if r.get("role") == "judge":
@@ -286,7 +298,11 @@ def cost_rows(
 
 
 def render_html(doc: HtmlDocument) -> str:
-    """The whole page as one string: no scripts, no external resources."""
+    """The whole page as one string: no scripts, no external resources.
+
+    Args:
+        doc: The page's data (build_document).
+    """
     returns = list(doc.returns or [])
     manifest = doc.manifest or None
     prices = _prices(manifest)
@@ -525,8 +541,10 @@ def _endpoints_html(manifest: Mapping[str, Any]) -> str:
             str(sess.get("model") or prof.get("model") or "?"),
         )
         seen.setdefault(key, []).append(i)
-    items = "".join(f"<li>{html.escape(mask_urls(e))} · model {html.escape(m)} · sessions {', '.join(map(str, s))}</li>"
-                    for (e, m), s in seen.items())  # fmt: skip
+    items = "".join(
+        f"<li>{html.escape(mask_urls(e))} · model {html.escape(m)} · sessions {', '.join(map(str, s))}</li>"
+        for (e, m), s in seen.items()
+    )
     return f'<div id="endpoints"><p>Endpoints the run used:</p><ul>{items}</ul></div>' if items else ""
 
 

@@ -21,7 +21,11 @@ if TYPE_CHECKING:  # annotations only: polars and the pipeline are imported wher
 
 
 def token_split(frame: pl.DataFrame) -> list[dict[str, Any]]:
-    """Calls and tokens by (arm, role) from analysis.io's normalised records frame."""
+    """Calls and tokens by (arm, role) from analysis.io's normalised records frame.
+
+    Args:
+        frame: The result's validated records.
+    """
     import polars as pl
 
     calls = frame.filter(pl.col("kind") == "call")
@@ -134,7 +138,11 @@ def _failure_arm(key: str, f: Mapping[str, Any]) -> str:
 
 def build_document(result: AnalysisResult) -> HtmlDocument:
     """The page's data: report.json's numbers (result.to_json()) plus the run's token split (from the
-    result's validated records), failures by class and manifest (from the inputs and the ledger)."""
+    result's validated records), failures by class and manifest (from the inputs and the ledger).
+
+    Args:
+        result: The analysis result.
+    """
     from datetime import UTC, datetime
 
     from elo_per_token.analysis.io import read_failures, read_manifest, read_records, runs_of_files
@@ -183,7 +191,12 @@ def _shown_inputs(inputs: list[str]) -> list[str]:
 
 
 def write_html_doc(doc: HtmlDocument, path: str | Path) -> Path:
-    """Render and write atomically (a half-written report never replaces a good one)."""
+    """Render and write atomically (a half-written report never replaces a good one).
+
+    Args:
+        doc: The page's data (build_document).
+        path: The HTML file to write.
+    """
     from elo_per_token.analysis.html import render_html
 
     p = Path(path)
@@ -195,5 +208,10 @@ def write_html_doc(doc: HtmlDocument, path: str | Path) -> Path:
 
 
 def write_html(result: AnalysisResult, path: str | Path) -> Path:
-    """The `--html` hook for `ept analyze` and the body of `ept report`: one self-contained file."""
+    """The `--html` hook for `ept analyze` and the body of `ept report`: one self-contained file.
+
+    Args:
+        result: The analysis result.
+        path: The HTML file to write.
+    """
     return write_html_doc(build_document(result), path)

@@ -60,7 +60,11 @@ STEP_COLUMNS: list[tuple[str, str, str | None, str]] = [
 
 def frontier_text(row: Mapping[str, Any]) -> str:
     """The frontier cell in words: the point estimate (yes / no) and, when the bootstrap band is not 'on' or
-    'off', that the placement is uncertain, so a 'yes' never stands beside a bare 'uncertain'."""
+    'off', that the placement is uncertain, so a 'yes' never stands beside a bare 'uncertain'.
+
+    Args:
+        row: A returns row (frontier, frontier_band).
+    """
     word = "yes" if row.get("frontier") else "no"
     band = str(row.get("frontier_band") or "")
     if band == "uncertain":
@@ -69,7 +73,11 @@ def frontier_text(row: Mapping[str, Any]) -> str:
 
 
 def with_frontier_text(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The returns rows with `frontier_text` (frontier_text) added for the returns table."""
+    """The returns rows with `frontier_text` (frontier_text) added for the returns table.
+
+    Args:
+        rows: The table's rows (dicts of its columns).
+    """
     return [{**r, "frontier_text": frontier_text(r)} for r in rows]
 
 
@@ -78,7 +86,11 @@ def _cols(keys: Sequence[tuple[str, str, str | None, str]]) -> list[tuple[str, s
 
 
 def column_notes(columns: Sequence[tuple[str, str, str | None, str]]) -> str:
-    """A definition list: one line per column that has an explanation."""
+    """A definition list: one line per column that has an explanation.
+
+    Args:
+        columns: (key, header, format, explanation) of each column.
+    """
     items = "".join(
         f"<dt>{html.escape(label)}</dt><dd>{html.escape(note)}</dd>" for _, label, _, note in columns if note
     )
@@ -86,7 +98,11 @@ def column_notes(columns: Sequence[tuple[str, str, str | None, str]]) -> str:
 
 
 def recommendation_section(doc: HtmlDocument) -> list[str]:
-    """The recommendation's lines at the top of the page (analysis.recommend)."""
+    """The recommendation's lines at the top of the page (analysis.recommend).
+
+    Args:
+        doc: The page's data (build_document).
+    """
     rec = doc.recommendation or {}
     lines = list(rec.get("lines") or [])
     if not lines:
@@ -94,8 +110,10 @@ def recommendation_section(doc: HtmlDocument) -> list[str]:
     head, rest = lines[0], lines[1:]
     status = html.escape(str(rec.get("status", "")), quote=True)
     pick = html.escape(str(rec.get("arm") or ""), quote=True)
-    out = [f'<section id="recommendation" data-status="{status}" data-arm="{pick}">',
-           f'<p class="rec"><strong>{html.escape(head)}</strong></p>']  # fmt: skip
+    out = [
+        f'<section id="recommendation" data-status="{status}" data-arm="{pick}">',
+        f'<p class="rec"><strong>{html.escape(head)}</strong></p>',
+    ]
     if rest:
         out.append("<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in rest) + "</ul>")
     out.append("</section>")
@@ -165,19 +183,30 @@ def accuracy_section(doc: HtmlDocument, table: TableRenderer, *, se: bool = Fals
 
 
 def step_tables_section(doc: HtmlDocument, table: TableRenderer) -> list[str]:
-    """The per-strategy and vs-previous-frontier tables, as in the terminal."""
+    """The per-strategy and vs-previous-frontier tables, as in the terminal.
+
+    Args:
+        doc: The page's data (build_document).
+        table: The table renderer (analysis.html._table).
+    """
     out: list[str] = []
     cols = _cols(STEP_COLUMNS)
     per = list(doc.per_strategy or [])
     if per:
-        out += ['<section id="per-strategy"><h2>Per strategy</h2>',
-                '<p class="muted">Each budget against the previous budget of the same strategy.</p>',
-                table("per-strategy-table", per, cols, row_class="frontier"), "</section>"]  # fmt: skip
+        out += [
+            '<section id="per-strategy"><h2>Per strategy</h2>',
+            '<p class="muted">Each budget against the previous budget of the same strategy.</p>',
+            table("per-strategy-table", per, cols, row_class="frontier"),
+            "</section>",
+        ]
     vs = list(doc.vs_frontier or [])
     if vs:
         rows = [{**r, "arm": f"{r['arm']} vs {r['vs']}" if r.get("vs") else r["arm"]} for r in vs]
-        out += ['<section id="vs-frontier"><h2>Vs previous frontier arm</h2>',
-                '<p class="muted">Each arm against the next-cheaper arm on the frontier, so a dominated arm in '
-                "between does not inflate the next step.</p>",
-                table("vs-frontier-table", rows, cols, row_class="frontier"), "</section>"]  # fmt: skip
+        out += [
+            '<section id="vs-frontier"><h2>Vs previous frontier arm</h2>',
+            '<p class="muted">Each arm against the next-cheaper arm on the frontier, so a dominated arm in '
+            "between does not inflate the next step.</p>",
+            table("vs-frontier-table", rows, cols, row_class="frontier"),
+            "</section>",
+        ]
     return out

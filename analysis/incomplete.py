@@ -39,8 +39,9 @@ def mark_missing_families(result: AnalysisResult, reasons: Mapping[str, str]) ->
     names = ", ".join(missing)
     result.title_notes.append(f"{names} missing: measured on {on} only")
     for fam, why in missing.items():
-        result.warnings.append(f"family {fam} has no outcomes ({why}): Elo, tokens/task and the recommendation "
-                               f"are on {on} only")  # fmt: skip
+        result.warnings.append(
+            f"family {fam} has no outcomes ({why}): Elo, tokens/task and the recommendation are on {on} only"
+        )
     rec = result.recommendation
     if rec is not None:
         rec["missing_families"] = dict(missing)

@@ -17,7 +17,11 @@ class LevelError(InputError, ValueError):
 
 def check_level(level: float) -> float:
     """The level as a float, or LevelError. Below 0.5 an "interval" would hold less than half the rounds
-    (not what anyone means by a confidence interval); 1 would be the whole bootstrap range."""
+    (not what anyone means by a confidence interval); 1 would be the whole bootstrap range.
+
+    Args:
+        level: The requested interval level.
+    """
     try:
         value = float(level)
     except (TypeError, ValueError):

@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
 from elo_per_token.contracts.errors import InputError
 
@@ -27,6 +28,10 @@ def parse_weights(spec: str | None, families: Sequence[str]) -> dict[str, float]
     None or '' gives equal weights. Families present in the data but absent from the spec get weight 0
     (they are left out of the merge). Negative, non-finite or malformed items, unknown or repeated
     families, and an all-zero spec raise InputError(field='--weights').
+
+    Args:
+        spec: "fam=w,..." (None or '': equal weights).
+        families: The families the data has (a weight for another is an InputError).
     """
     families = list(dict.fromkeys(families))
     if not families:
@@ -66,8 +71,8 @@ def parse_weights(spec: str | None, families: Sequence[str]) -> dict[str, float]
 
 
 def merge_fit(
-    thetas: Mapping[str, np.ndarray], weights: Mapping[str, float]
-) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    thetas: Mapping[str, NDArray[np.float64]], weights: Mapping[str, float]
+) -> tuple[NDArray[np.float64], dict[str, NDArray[np.float64]]]:
     """Weighted least-squares merge with one offset per family: (global theta [..., K], offsets).
 
     Each family's theta is only defined up to a constant (its zero point depends on the arms it
@@ -80,8 +85,7 @@ def merge_fit(
     (a clone of an arm observed in one family only comes out equal to the original). With every arm
     observed everywhere the solution (shifted to mean 0 over arms) is exactly the weighted sum of centred
     vectors, sum_f w_f * centred_f. Arms no positively weighted family observed are NaN; the result has mean 0
-    over the arms that are not NaN. Works on stacks ([..., K]); each row is solved on its own pattern.
-    """
+    over the arms that are not NaN. Works on stacks ([..., K]); each row is solved on its own pattern."""
     fams, ys, ws = [], [], []
     for fam, theta in thetas.items():
         w = float(weights.get(fam, 0.0))
@@ -124,18 +128,29 @@ def merge_fit(
     return theta, offsets
 
 
-def merge_thetas(thetas: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> np.ndarray:
+def merge_thetas(
+    thetas: Mapping[str, NDArray[np.float64]], weights: Mapping[str, float]
+) -> NDArray[np.float64]:
     """Weighted merge of per-family theta vectors (shape [..., K]; NaN = arm not observed by the family).
 
     See `merge_fit`: a least-squares fit of theta_f[k] = theta[k] + b_f, so the result does not depend
     on which arms a family lacks. With every arm observed everywhere it is exactly the weighted sum of
     centred vectors, sum_f w_f * centred_f (weights summing to 1). An arm no weighted family observed is NaN.
+
+    Args:
+        thetas: Family -> its centred theta [..., K] (NaN: arm not observed by the family).
+        weights: Family -> weight (>= 0).
     """
     return merge_fit(thetas, weights)[0]
 
 
-def theta_to_elo(theta: np.ndarray, anchor: int | None = None) -> np.ndarray:
-    """Elo = 1000 + 400/ln10 * theta; with `anchor`, shifted so arm `anchor` is exactly 1000 (per row)."""
+def theta_to_elo(theta: NDArray[np.float64], anchor: int | None = None) -> NDArray[np.float64]:
+    """Elo = 1000 + 400/ln10 * theta; with `anchor`, shifted so arm `anchor` is exactly 1000 (per row).
+
+    Args:
+        theta: Centred strengths [..., K].
+        anchor: The arm placed at exactly 1000 Elo (None: no shift).
+    """
     theta = np.asarray(theta, dtype=float)
     if anchor is not None:
         k = theta.shape[-1]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from elo_per_token.contracts.errors import InputError
 
@@ -42,7 +43,11 @@ ESTIMANDS = {
 
 
 def check_estimand(name: str) -> str:
-    """The estimand's name, or InputError(field='--missing')."""
+    """The estimand's name, or InputError(field='--missing').
+
+    Args:
+        name: The --missing value.
+    """
     if name not in ESTIMANDS:
         raise InputError(f"must be one of {', '.join(ESTIMANDS)}, got {name!r}", field="--missing")
     return name
@@ -61,7 +66,11 @@ class Missing:
 def missing_cells(outcomes: pl.DataFrame) -> pl.DataFrame:
     """(task_id, family, arm, strategy, budget_n) where the arm ran the family but has no scored outcome on
     a task of that family that some arm has. Input: outcome records (task_id, family, strategy, budget_n,
-    arm, score) of the compared arms."""
+    arm, score) of the compared arms.
+
+    Args:
+        outcomes: Outcome records of the compared arms: task_id, family, strategy, budget_n, arm, score.
+    """
     ran = outcomes.select("family", "arm", "strategy", "budget_n").unique()
     tasks = outcomes.filter(pl.col("score").is_not_null()).select("task_id", "family").unique()
     scored = outcomes.filter(pl.col("score").is_not_null()).select("task_id", "arm").unique()
@@ -73,7 +82,12 @@ def missing_cells(outcomes: pl.DataFrame) -> pl.DataFrame:
 
 
 def apply_estimand(outcomes: pl.DataFrame, estimand: str) -> Missing:
-    """The outcomes the comparisons are built from under `estimand` (see the module docstring)."""
+    """The outcomes the comparisons are built from under `estimand` (see the module docstring).
+
+    Args:
+        outcomes: Outcome records: task_id, family, arm, replicate, score (a null score is ignored).
+        estimand: How missing outcomes count: one of ESTIMANDS (the --missing option).
+    """
     check_estimand(estimand)
     cells = missing_cells(outcomes)
     empty = pl.DataFrame(schema={"task_id": outcomes.schema["task_id"]})
@@ -97,17 +111,25 @@ def apply_estimand(outcomes: pl.DataFrame, estimand: str) -> Missing:
         kept = outcomes.join(dropped, on="task_id", how="anti")
         return Missing(kept, dropped, cells.height, title)
     # loss: every missing cell becomes one outcome scored 0 (null scores too), replicate 0 when none exists
-    losses = cells.with_columns(pl.lit(0, dtype=outcomes.schema["replicate"]).alias("replicate"),
-                                pl.lit(0.0, dtype=outcomes.schema["score"]).alias("score"))  # fmt: skip
+    losses = cells.with_columns(
+        pl.lit(0, dtype=outcomes.schema["replicate"]).alias("replicate"),
+        pl.lit(0.0, dtype=outcomes.schema["score"]).alias("score"),
+    )
     nulls = outcomes.filter(pl.col("score").is_null()).join(
         cells.select("task_id", "arm"), on=["task_id", "arm"]
     )
-    kept = pl.concat([
-        outcomes.filter(pl.col("score").is_not_null()),
-        nulls.unique(["task_id", "arm"]).with_columns(pl.lit(0.0, dtype=outcomes.schema["score"]).alias("score")),
-        losses.join(nulls.select("task_id", "arm").unique(), on=["task_id", "arm"], how="anti")
-        .select(outcomes.columns).cast(outcomes.schema),
-    ], how="vertical")  # fmt: skip
+    kept = pl.concat(
+        [
+            outcomes.filter(pl.col("score").is_not_null()),
+            nulls.unique(["task_id", "arm"]).with_columns(
+                pl.lit(0.0, dtype=outcomes.schema["score"]).alias("score")
+            ),
+            losses.join(nulls.select("task_id", "arm").unique(), on=["task_id", "arm"], how="anti")
+            .select(outcomes.columns)
+            .cast(outcomes.schema),
+        ],
+        how="vertical",
+    )
     return Missing(kept.select(outcomes.columns), empty, cells.height, title)
 
 
@@ -117,16 +139,27 @@ def missingness(outcomes: pl.DataFrame, estimand: str = "shared") -> tuple[pl.Da
 
     others_on_missing: the other arms' mean score on the tasks this arm lacks; others_on_rest: on the tasks
     it has. A clearly lower first figure says the misses are the hard tasks: dropping them would flatter
-    the arm."""
+    the arm.
+
+    Args:
+        outcomes: Outcome records: task_id, family, arm, replicate, score (a null score is ignored).
+        estimand: How missing outcomes count: one of ESTIMANDS (the --missing option).
+    """
     cells = missing_cells(outcomes)
     tail = _retry_warning(outcomes, cells, estimand)
-    schema = {"arm": pl.String, "missing": pl.Int64, "tasks": pl.Int64,
-              "others_on_missing": pl.Float64, "others_on_rest": pl.Float64}  # fmt: skip
+    schema = {
+        "arm": pl.String,
+        "missing": pl.Int64,
+        "tasks": pl.Int64,
+        "others_on_missing": pl.Float64,
+        "others_on_rest": pl.Float64,
+    }
     if cells.height == 0:
         return pl.DataFrame(schema=schema), tail
     table = _others_means(outcomes, cells).select(list(schema)).cast(schema)  # type: ignore[arg-type]
-    table = table.with_columns(pl.Series("p_harder", _p_values(outcomes, cells, table["arm"].to_list()),
-                                         dtype=pl.Float64))  # fmt: skip
+    table = table.with_columns(
+        pl.Series("p_harder", _p_values(outcomes, cells, table["arm"].to_list()), dtype=pl.Float64)
+    )
     warnings = []
     for r in table.iter_rows(named=True):
         a, b = r["others_on_missing"], r["others_on_rest"]
@@ -151,16 +184,25 @@ def missingness(outcomes: pl.DataFrame, estimand: str = "shared") -> tuple[pl.Da
 
 def _p_values(outcomes: pl.DataFrame, cells: pl.DataFrame, arms: list[str]) -> list[float | None]:
     """harder_p_value per arm: each task of the arm's families with the other arms' mean score there."""
-    task_arm = (outcomes.filter(pl.col("score").is_not_null())
-                .group_by("task_id", "family", "arm").agg(pl.col("score").mean().alias("s")))  # fmt: skip
+    task_arm = (
+        outcomes.filter(pl.col("score").is_not_null())
+        .group_by("task_id", "family", "arm")
+        .agg(pl.col("score").mean().alias("s"))
+    )
     out: list[float | None] = []
     for arm in arms:
         fams = cells.filter(pl.col("arm") == arm)["family"].unique().implode()
-        others = (task_arm.filter((pl.col("arm") != arm) & pl.col("family").is_in(fams))
-                  .group_by("task_id", "family").agg(pl.col("s").mean().alias("d")))  # fmt: skip
+        others = (
+            task_arm.filter((pl.col("arm") != arm) & pl.col("family").is_in(fams))
+            .group_by("task_id", "family")
+            .agg(pl.col("s").mean().alias("d"))
+        )
         lacks = cells.filter(pl.col("arm") == arm).select("task_id", "family", pl.lit(True).alias("m"))
-        t = (others.join(lacks, on=["task_id", "family"], how="left").with_columns(pl.col("m").fill_null(False))
-             .sort("family", "task_id"))  # fmt: skip
+        t = (
+            others.join(lacks, on=["task_id", "family"], how="left")
+            .with_columns(pl.col("m").fill_null(False))
+            .sort("family", "task_id")
+        )
         if t.height == 0 or not t["m"].any():
             out.append(None)
             continue
@@ -184,7 +226,11 @@ def _harder(p_value: float | None, n_tested: int) -> bool:
 
 
 def harder_p_value(
-    difficulty: np.ndarray, missing: np.ndarray, family: np.ndarray, *, seed: int = 0
+    difficulty: NDArray[np.float64],
+    missing: NDArray[np.float64],
+    family: NDArray[np.float64],
+    *,
+    seed: int = 0,
 ) -> float:
     """One-sided p-value that an arm's missing tasks are the harder ones, by a stratified permutation test.
 
@@ -225,7 +271,11 @@ def harder_p_value(
 
 def flagged_arms(table: pl.DataFrame | None) -> list[str]:
     """Arms the missingness check flags (their missing tasks are the harder ones): the recommendation never
-    picks them, as their Elo is over easier tasks than the others'. table: missingness()'s frame."""
+    picks them, as their Elo is over easier tasks than the others'. table: missingness()'s frame.
+
+    Args:
+        table: missingness()'s frame (None: no check ran).
+    """
     if table is None or table.height == 0 or "p_harder" not in table.columns:
         return []
     k = table.height
@@ -237,8 +287,11 @@ def _others_means(outcomes: pl.DataFrame, cells: pl.DataFrame) -> pl.DataFrame:
     score (over their (task, arm) means) on its missing tasks and on the rest. Joins only, no loop over
     arms: with per-task sums S_t and counts N_t of the arms' means, the others' figures are S_t, N_t on a
     task the arm lacks and S_t - s_at, N_t - 1 on one it has."""
-    task_arm = (outcomes.filter(pl.col("score").is_not_null())
-                .group_by("task_id", "family", "arm").agg(pl.col("score").mean().alias("s")))  # fmt: skip
+    task_arm = (
+        outcomes.filter(pl.col("score").is_not_null())
+        .group_by("task_id", "family", "arm")
+        .agg(pl.col("score").mean().alias("s"))
+    )
     per_task = task_arm.group_by("task_id").agg(pl.col("s").sum().alias("S"), pl.len().alias("N"))
     on_missing = (
         cells.join(per_task, on="task_id")
@@ -254,8 +307,12 @@ def _others_means(outcomes: pl.DataFrame, cells: pl.DataFrame) -> pl.DataFrame:
     fam_tasks = task_arm.group_by("family").agg(pl.col("task_id").n_unique().alias("n"))
     arm_fams = outcomes.select("family", "arm").unique().join(fam_tasks, on="family", how="left")
     tasks = arm_fams.group_by("arm").agg(pl.col("n").fill_null(0).sum().alias("tasks"))
-    return (on_missing.join(on_rest, on="arm", how="left").join(tasks, on="arm", how="left")
-            .with_columns(pl.col("arm").cast(pl.String)).sort("arm"))  # fmt: skip
+    return (
+        on_missing.join(on_rest, on="arm", how="left")
+        .join(tasks, on="arm", how="left")
+        .with_columns(pl.col("arm").cast(pl.String))
+        .sort("arm")
+    )
 
 
 def _retry_warning(outcomes: pl.DataFrame, cells: pl.DataFrame, estimand: str) -> list[str]:
@@ -269,5 +326,7 @@ def _retry_warning(outcomes: pl.DataFrame, cells: pl.DataFrame, estimand: str) -
     parts = [f"{ungraded} outcome(s) have no score (failed before grading)"] if ungraded else []
     if vanished:
         parts.append(f"{vanished} (task, arm) pair(s) of a family the arm ran have no outcome at all")
-    return [" and ".join(parts) + f"; counted as --missing {estimand} says ({ESTIMANDS[estimand]}); "
-            "`ept retry RUN` reruns the failed jobs"]  # fmt: skip
+    return [
+        " and ".join(parts) + f"; counted as --missing {estimand} says ({ESTIMANDS[estimand]}); "
+        "`ept retry RUN` reruns the failed jobs"
+    ]

@@ -12,12 +12,22 @@ MISSING = "—"
 
 
 def present(x: Any) -> bool:
-    """True unless `x` is None or a float NaN."""
+    """True unless `x` is None or a float NaN.
+
+    Args:
+        x: The value (None or NaN: missing).
+    """
     return x is not None and not (isinstance(x, float) and math.isnan(x))
 
 
 def fmt_num(x: Any, nd: int = 0, sign: bool = False) -> str:
-    """`x` with `nd` decimals (a leading + when `sign`); "—" when missing."""
+    """`x` with `nd` decimals (a leading + when `sign`); "—" when missing.
+
+    Args:
+        x: The value (None or NaN: missing).
+        nd: Decimals.
+        sign: Show a leading + on positive values.
+    """
     if not present(x):
         return MISSING
     r = round(float(x), nd)
@@ -27,7 +37,15 @@ def fmt_num(x: Any, nd: int = 0, sign: bool = False) -> str:
 
 
 def fmt_ci(x: Any, lo: Any, hi: Any, nd: int = 0, sign: bool = False) -> str:
-    """`x [lo, hi]` (the interval left out when either end is missing); "—" when `x` is missing."""
+    """`x [lo, hi]` (the interval left out when either end is missing); "—" when `x` is missing.
+
+    Args:
+        x: The value (None or NaN: missing).
+        lo: The interval's lower end.
+        hi: The interval's upper end.
+        nd: Decimals.
+        sign: Show a leading + on positive values.
+    """
     if not present(x):
         return MISSING
     s = fmt_num(x, nd, sign)
@@ -37,12 +55,22 @@ def fmt_ci(x: Any, lo: Any, hi: Any, nd: int = 0, sign: bool = False) -> str:
 
 
 def fmt_tokens(x: Any, nd: int = 1) -> str:
-    """A token count: `12.3k` (nd decimals) from 1000 up, a whole number below; "—" when missing."""
+    """A token count: `12.3k` (nd decimals) from 1000 up, a whole number below; "—" when missing.
+
+    Args:
+        x: The value (None or NaN: missing).
+        nd: Decimals.
+    """
     if not present(x):
         return MISSING
     return f"{x / 1000:.{nd}f}k" if abs(x) >= 1000 else f"{x:.0f}"
 
 
 def fmt(x: float | None, spec: str) -> str:
-    """`format(x, spec)`; "—" for a missing value."""
+    """`format(x, spec)`; "—" for a missing value.
+
+    Args:
+        x: The value (None or NaN: missing).
+        spec: A format spec (",.0f").
+    """
     return MISSING if not present(x) else format(x, spec)

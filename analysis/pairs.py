@@ -53,7 +53,12 @@ def _expand_ties(
 
 
 def outcome_pairs(outcomes: pl.DataFrame, *, drop_ties: bool = False) -> pl.DataFrame:
-    """outcomes: task_id, family, arm, replicate, score (rows with null score are ignored)."""
+    """outcomes: task_id, family, arm, replicate, score (rows with null score are ignored).
+
+    Args:
+        outcomes: Outcome records: task_id, family, arm, replicate, score (a null score is ignored).
+        drop_ties: Drop tied comparisons instead of counting half a win each way.
+    """
     o = (
         outcomes.filter(pl.col("score").is_not_null())
         .select("task_id", "family", "arm", "score")
@@ -79,13 +84,24 @@ def outcome_pairs(outcomes: pl.DataFrame, *, drop_ties: bool = False) -> pl.Data
 
 
 def judgment_pairs(judgments: pl.DataFrame, *, drop_ties: bool = False) -> pl.DataFrame:
-    """judgments: task_id, family, arm_a, arm_b, winner in {'A','B','tie'}."""
+    """judgments: task_id, family, arm_a, arm_b, winner in {'A','B','tie'}.
+
+    Args:
+        judgments: Judgment records: task_id, family, arm_a, arm_b, winner in {'A', 'B', 'tie'}.
+        drop_ties: Drop tied comparisons instead of counting half a win each way.
+    """
     m = judgments.select("task_id", "family", "arm_a", "arm_b", "winner").with_columns(pl.lit(1.0).alias("w"))
     return _expand_ties(m, "arm_a", "arm_b", "winner", drop_ties, "judgment")
 
 
 def build_pairs(outcomes: pl.DataFrame, judgments: pl.DataFrame, *, drop_ties: bool = False) -> pl.DataFrame:
-    """All comparisons, outcome-derived and explicit, in PAIR_SCHEMA."""
+    """All comparisons, outcome-derived and explicit, in PAIR_SCHEMA.
+
+    Args:
+        outcomes: Outcome records: task_id, family, arm, replicate, score (a null score is ignored).
+        judgments: Judgment records: task_id, family, arm_a, arm_b, winner in {'A', 'B', 'tie'}.
+        drop_ties: Drop tied comparisons instead of counting half a win each way.
+    """
     return pl.concat(
         [outcome_pairs(outcomes, drop_ties=drop_ties), judgment_pairs(judgments, drop_ties=drop_ties)],
         how="vertical",
@@ -99,7 +115,11 @@ def outcome_groups(outcomes: pl.DataFrame) -> pl.DataFrame:
     the task that scored at that level; reps = replicates at that level. Two groups of different arms in
     a task stand for the comparisons outcome_pairs builds between them (see analysis.bootstrap.PairData):
     O(outcomes) rows instead of O(arms^2) per task. Tasks with a single scored arm compare nothing and
-    are left out."""
+    are left out.
+
+    Args:
+        outcomes: Outcome records: task_id, family, arm, replicate, score (a null score is ignored).
+    """
     o = outcomes.filter(pl.col("score").is_not_null()).select("task_id", "family", "arm", "score")
     return (
         o.with_columns(
@@ -117,7 +137,12 @@ def outcome_groups(outcomes: pl.DataFrame) -> pl.DataFrame:
 
 def implied_pair_rows(groups: pl.DataFrame, *, drop_ties: bool = False) -> int:
     """How many rows outcome_pairs would build from these groups: one per meeting of replicates of two
-    different arms, two per tied meeting (none with drop_ties)."""
+    different arms, two per tied meeting (none with drop_ties).
+
+    Args:
+        groups: outcome_groups() rows: task_id, family, arm, level, mass, reps.
+        drop_ties: Drop tied comparisons instead of counting half a win each way.
+    """
     if groups.height == 0:
         return 0
     sq = pl.col("r").cast(pl.Float64) ** 2

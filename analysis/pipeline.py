@@ -73,7 +73,14 @@ def analyze(
 
     progress(n) reports bootstrap rounds done; on_step(name) announces each long step. The stages below
     each take data and return data: read -> comparisons -> select arms -> design -> fit once -> intervals
-    -> tables -> warnings."""
+    -> tables -> warnings.
+
+    Args:
+        paths: Runs (ledger run folders or URLs) or call-log files, folders and globs.
+        options: The analysis options (None: the defaults).
+        progress: Called with the bootstrap rounds done so far.
+        on_step: Called with the name of each long step as it starts.
+    """
     opt = options or AnalysisOptions()
     opt.validate()
     step = on_step or (lambda _name: None)
@@ -98,7 +105,12 @@ def analyze(
 def absolute_metrics(result: AnalysisResult, outcomes: pl.DataFrame) -> AnalysisResult:
     """The result with accuracy / pass@k (analysis.accuracy) and the recommendation (analysis.recommend).
     outcomes: after the --missing estimand (Comparisons.outcomes), so accuracy describes what Elo does; the
-    partial arms are marked as in the headline table."""
+    partial arms are marked as in the headline table.
+
+    Args:
+        result: The Elo result of the analysis.
+        outcomes: The outcomes after the --missing estimand (Comparisons.outcomes).
+    """
     from elo_per_token.analysis.accuracy import accuracy_tables
     from elo_per_token.analysis.recommend import parse_budget, recommend_result
 
@@ -117,7 +129,12 @@ def absolute_metrics(result: AnalysisResult, outcomes: pl.DataFrame) -> Analysis
 
 
 def split_records(records: Records, opt: AnalysisOptions) -> Inputs:
-    """Cross-line checks (check_records), then the records by kind."""
+    """Cross-line checks (check_records), then the records by kind.
+
+    Args:
+        records: The records read (analysis.io.read_records).
+        opt: The validated analysis options.
+    """
     frame, late_bad = check_records(records, skip_bad=opt.skip_bad)
     calls = frame.lazy().filter(pl.col("kind") == "call").select(_CALL_COLUMNS)
     return Inputs(
@@ -134,8 +151,18 @@ def split_records(records: Records, opt: AnalysisOptions) -> Inputs:
 
 # What the stages read of each kind. A full-width copy of the calls of a 1M-job run (5M rows, 23 columns) was
 # the largest frame after the records themselves; the frame itself stays whole for the views (records=).
-_CALL_COLUMNS = ("task_id", "family", "strategy", "budget_n", "arm", "replicate", "role", "prompt_tokens",
-                 "completion_tokens", "usage_missing")  # fmt: skip
+_CALL_COLUMNS = (
+    "task_id",
+    "family",
+    "strategy",
+    "budget_n",
+    "arm",
+    "replicate",
+    "role",
+    "prompt_tokens",
+    "completion_tokens",
+    "usage_missing",
+)
 _OUTCOME_COLUMNS = ("task_id", "family", "strategy", "budget_n", "arm", "replicate", "score")
 _JUDGMENT_COLUMNS = ("task_id", "family", "arm_a", "arm_b", "winner")
 
@@ -214,7 +241,13 @@ def build_comparisons(inp: Inputs, opt: AnalysisOptions) -> Comparisons:
 
 
 def select_arms(inp: Inputs, comp: Comparisons, opt: AnalysisOptions) -> ArmSelection:
-    """The arms that can sit on both axes (measured tokens, some comparison), cheapest first; the anchor."""
+    """The arms that can sit on both axes (measured tokens, some comparison), cheapest first; the anchor.
+
+    Args:
+        inp: The records by kind (split_records).
+        comp: The comparisons (build_comparisons).
+        opt: The validated analysis options.
+    """
     warnings: list[str] = []
     tok_all, pairs_all = comp.tokens, comp.pairs
     # An arm whose every task lacks usage has no measured cost: it cannot sit on a tokens axis.
@@ -258,7 +291,14 @@ def select_arms(inp: Inputs, comp: Comparisons, opt: AnalysisOptions) -> ArmSele
 
 def build_design(inp: Inputs, comp: Comparisons, sel: ArmSelection, opt: AnalysisOptions) -> Design:
     """The analysed arms' comparisons and tasks, the family weights (small families left out) and the
-    PairData every fit reads."""
+    PairData every fit reads.
+
+    Args:
+        inp: The records by kind (split_records).
+        comp: The comparisons (build_comparisons).
+        sel: The analysed arms and the anchor (select_arms).
+        opt: The validated analysis options.
+    """
     from elo_per_token.analysis.merge import parse_weights
 
     arms = sel.arms
@@ -339,7 +379,13 @@ def _pair_data(
 
 def fit_once(design: Design, sel: ArmSelection, opt: AnalysisOptions) -> PointFit:
     """Each family's Bradley-Terry fit, ONCE (analysis.bootstrap.fit_families); the merged point estimate
-    and the fit diagnostics both come from it, and the bootstrap reuses it."""
+    and the fit diagnostics both come from it, and the bootstrap reuses it.
+
+    Args:
+        design: The design (build_design).
+        sel: The analysed arms and the anchor (select_arms).
+        opt: The validated analysis options.
+    """
     from elo_per_token.analysis.bootstrap import fit_families, point_estimate, tokens_unweighted
 
     data, arms = design.data, sel.arms
@@ -388,7 +434,15 @@ def intervals(
     opt: AnalysisOptions,
     progress: Callable[[int], None] | None = None,
 ) -> Intervals:
-    """Bootstrap rounds over tasks (none when opt.rounds == 0), stretched from the point fits."""
+    """Bootstrap rounds over tasks (none when opt.rounds == 0), stretched from the point fits.
+
+    Args:
+        design: The design (build_design).
+        sel: The analysed arms and the anchor (select_arms).
+        point: The point fit (fit_once).
+        opt: The validated analysis options.
+        progress: Called with the bootstrap rounds done so far.
+    """
     from elo_per_token.analysis.bootstrap import bootstrap
 
     if opt.rounds <= 0:

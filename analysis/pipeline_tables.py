@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from elo_per_token.analysis.breakdown import arm_breakdown, cost_arrays, parse_prices
 from elo_per_token.analysis.result import AnalysisOptions
@@ -27,7 +28,11 @@ if TYPE_CHECKING:
 
 def label_strings(df: pl.DataFrame) -> pl.DataFrame:
     """The result's tables hold labels as strings, as before the records frame went Categorical: views and
-    reports join them with their own string columns."""
+    reports join them with their own string columns.
+
+    Args:
+        df: A result table.
+    """
     return df.with_columns(pl.col(pl.Categorical).cast(pl.String))
 
 
@@ -102,7 +107,7 @@ def make_tables(
 def _per_family_table(
     design: Design,
     arms: list[str],
-    per_family_theta: dict[str, np.ndarray],
+    per_family_theta: dict[str, NDArray[np.float64]],
     iv: Intervals | None = None,
     level: float = 0.95,
 ) -> pl.DataFrame:
@@ -139,6 +144,13 @@ def _per_family_table(
         ]
     return pl.DataFrame(
         rows,
-        schema={"family": pl.String, "weight": pl.Float64, "arm": pl.String, "theta": pl.Float64, "elo": pl.Float64,
-                "elo_lo": pl.Float64, "elo_hi": pl.Float64},
-    )  # fmt: skip
+        schema={
+            "family": pl.String,
+            "weight": pl.Float64,
+            "arm": pl.String,
+            "theta": pl.Float64,
+            "elo": pl.Float64,
+            "elo_lo": pl.Float64,
+            "elo_hi": pl.Float64,
+        },
+    )

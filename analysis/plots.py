@@ -65,7 +65,13 @@ def _segments(
 
 def top_bottom(rows: Sequence[Row], key: str, n: int = TOP_N) -> tuple[list[Row], int]:
     """Rows with a numeric `key`, sorted high to low; only the n highest and n lowest when there are more
-    than 2n. Returns (rows, number hidden)."""
+    than 2n. Returns (rows, number hidden).
+
+    Args:
+        rows: The table's rows (dicts of its columns).
+        key: The numeric column plotted.
+        n: How many of the highest and of the lowest are kept when there are more than 2n.
+    """
     have = sorted((r for r in rows if _num(r.get(key))), key=lambda r: -float(r[key]))
     if len(have) <= 2 * n:
         return have, 0
@@ -233,7 +239,11 @@ def _place_labels(fig: Any, ax: Any, rows: Sequence[Row], anchor: str | None, fo
 
 
 def plotted_points(rows: Sequence[Row]) -> list[Row]:
-    """The rows elo_vs_tokens_figure draws, in drawing order."""
+    """The rows elo_vs_tokens_figure draws, in drawing order.
+
+    Args:
+        rows: The table's rows (dicts of its columns).
+    """
     return [r for r in rows if _num(r.get("tokens_per_task")) and _num(r.get("elo"))]
 
 
@@ -444,11 +454,26 @@ def _save(fig: Any, path: Path) -> None:
 
 
 def plot_elo_vs_tokens(table: pl.DataFrame, path: Path, level_label: str, anchor: str | None = None) -> None:
+    """Write the Elo-against-tokens plot of the returns table.
+
+    Args:
+        table: The returns table.
+        path: The PNG file to write.
+        level_label: The interval level as shown ("95%").
+        anchor: The arm at 1000 Elo (None: not anchored).
+    """
     _save(elo_vs_tokens_figure(table.to_dicts(), level_label, anchor), path)
 
 
 def plot_d_elo_per_1k(table: pl.DataFrame, path: Path, level_label: str) -> None:
     # Each bar is against the previous frontier arm (the headline table's `vs`), named in its label.
+    """Write the ΔElo-per-1k bars, each against the previous frontier arm.
+
+    Args:
+        table: The returns table.
+        path: The PNG file to write.
+        level_label: The interval level as shown ("95%").
+    """
     rows = [{**r, "arm": f"{r['arm']} vs {r['vs']}" if r.get("vs") else r["arm"]} for r in table.to_dicts()]
     fig = bars_figure(
         rows,
@@ -460,6 +485,12 @@ def plot_d_elo_per_1k(table: pl.DataFrame, path: Path, level_label: str) -> None
 
 
 def plot_per_family(result: AnalysisResult, path: Path) -> None:
+    """Write each arm's per-family Elo with the merged Elo.
+
+    Args:
+        result: The analysis result.
+        path: The PNG file to write.
+    """
     sub = result.per_family
     elo_by = dict(
         zip(
@@ -474,7 +505,12 @@ def plot_per_family(result: AnalysisResult, path: Path) -> None:
 
 
 def write_plots(result: AnalysisResult, out_dir: Path) -> list[str]:
-    """Write the three PNGs into out_dir; returns their file names."""
+    """Write the three PNGs into out_dir; returns their file names.
+
+    Args:
+        result: The analysis result.
+        out_dir: The folder to write into.
+    """
     label = f"{round(result.options.level * 100)}%"
     plot_elo_vs_tokens(result.table, out_dir / PLOT_FILES[0], label, result.anchor)
     plot_d_elo_per_1k(result.table, out_dir / PLOT_FILES[1], label)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from elo_per_token.contracts.errors import InputError
 
@@ -45,7 +46,11 @@ _BUDGET = re.compile(r"^\s*(\$)?\s*([0-9]*\.?[0-9]+)\s*([kKmM])?\s*(\$|usd|USD)?
 
 
 def parse_budget(text: str | None) -> Budget | None:
-    """'3000', '3k' (tokens per task) or '$0.002', '0.002usd' (dollars per task)."""
+    """'3000', '3k' (tokens per task) or '$0.002', '0.002usd' (dollars per task).
+
+    Args:
+        text: The --budget value (None or '': no budget).
+    """
     if text is None:
         return None
     m = _BUDGET.match(text)
@@ -63,7 +68,7 @@ def _tok(x: float) -> str:
     return f"{x / 1000:.1f}k" if abs(x) >= 1000 else f"{x:.0f}"
 
 
-def _q(samples: np.ndarray, level: float) -> tuple[float, float]:
+def _q(samples: NDArray[np.float64], level: float) -> tuple[float, float]:
     ok = samples[np.isfinite(samples)]
     if ok.size == 0:
         return math.nan, math.nan
@@ -75,23 +80,29 @@ DEFAULT_MARGIN = 10.0  # Elo: "equivalent" only when the interval of the differe
 
 
 def check_margin(margin: float) -> float:
-    """The equivalence margin, or InputError(field='--margin')."""
+    """The equivalence margin, or InputError(field='--margin').
+
+    Args:
+        margin: The --margin value (Elo).
+    """
     if not (isinstance(margin, int | float) and math.isfinite(margin) and margin >= 0):
         raise InputError(f"must be a finite number of Elo points >= 0, got {margin!r}", field="--margin")
     return float(margin)
 
 
-def _diff(elo_s: np.ndarray | None, i: int, j: int, level: float) -> tuple[float, float]:
+def _diff(elo_s: NDArray[np.float64] | None, i: int, j: int, level: float) -> tuple[float, float]:
     """Interval of Elo(i) - Elo(j) over the same bootstrap rounds (their correlation kept)."""
     return (math.nan, math.nan) if elo_s is None else _q(elo_s[:, i] - elo_s[:, j], level)
 
 
-def _separated(elo_s: np.ndarray | None, i: int, j: int, level: float) -> bool:
+def _separated(elo_s: NDArray[np.float64] | None, i: int, j: int, level: float) -> bool:
     """Arm i measurably above arm j: the interval of Elo(i) - Elo(j) lies above 0."""
     return _diff(elo_s, i, j, level)[0] > 0
 
 
-def _within_noise(best: int, elo_s: np.ndarray | None, elo: np.ndarray, level: float) -> list[int]:
+def _within_noise(
+    best: int, elo_s: NDArray[np.float64] | None, elo: NDArray[np.float64], level: float
+) -> list[int]:
     """Arms whose Elo interval against the best includes 0 (the best itself included)."""
     if elo_s is None:
         return [best]
@@ -103,13 +114,18 @@ def _within_noise(best: int, elo_s: np.ndarray | None, elo: np.ndarray, level: f
 
 
 def _frontier(
-    arms: Sequence[str], elo: np.ndarray, cost: np.ndarray, eligible: Sequence[int] | None = None
+    arms: Sequence[str],
+    elo: NDArray[np.float64],
+    cost: NDArray[np.float64],
+    eligible: Sequence[int] | None = None,
 ) -> list[int]:
     """Point-estimate frontier of the eligible arms (the headline table's: partial arms are off it): no other
     eligible arm at most as costly and strictly stronger (cheapest first)."""
     pool = range(len(arms)) if eligible is None else eligible
-    order = sorted((i for i in pool if not math.isnan(elo[i]) and not math.isnan(cost[i])),
-                   key=lambda i: (cost[i], -elo[i]))  # fmt: skip
+    order = sorted(
+        (i for i in pool if not math.isnan(elo[i]) and not math.isnan(cost[i])),
+        key=lambda i: (cost[i], -elo[i]),
+    )
     front, best = [], -math.inf
     for i in order:
         if elo[i] > best:
@@ -118,8 +134,15 @@ def _frontier(
     return front
 
 
-def _steps(arms: Sequence[str], front: list[int], elo: np.ndarray, tok: np.ndarray,
-           elo_s: np.ndarray | None, level: float, flagged: Sequence[str] = ()) -> list[dict[str, Any]]:  # fmt: skip
+def _steps(
+    arms: Sequence[str],
+    front: list[int],
+    elo: NDArray[np.float64],
+    tok: NDArray[np.float64],
+    elo_s: NDArray[np.float64] | None,
+    level: float,
+    flagged: Sequence[str] = (),
+) -> list[dict[str, Any]]:
     steps = []
     for a, b in itertools.pairwise(front):
         lo, hi = _diff(elo_s, b, a, level)
@@ -129,12 +152,21 @@ def _steps(arms: Sequence[str], front: list[int], elo: np.ndarray, tok: np.ndarr
         mark = "".join(
             f" ({x}: flagged by the missingness check)" for x in (arms[a], arms[b]) if x in flagged
         )
-        steps.append({
-            "from": arms[a], "to": arms[b], "d_elo": d, "d_elo_lo": None if math.isnan(lo) else lo,
-            "d_elo_hi": None if math.isnan(hi) else hi, "d_tokens": dt, "resolved": resolved,
-            "text": f"{arms[b]} buys {d:+.0f} Elo{ci} over {arms[a]} for {'+' if dt >= 0 else '-'}{_tok(abs(dt))} "
-            f"tokens/task" + ("" if resolved or elo_s is None else " (not resolved: the interval includes 0)") + mark,
-        })  # fmt: skip
+        steps.append(
+            {
+                "from": arms[a],
+                "to": arms[b],
+                "d_elo": d,
+                "d_elo_lo": None if math.isnan(lo) else lo,
+                "d_elo_hi": None if math.isnan(hi) else hi,
+                "d_tokens": dt,
+                "resolved": resolved,
+                "text": f"{arms[b]} buys {d:+.0f} Elo{ci} over {arms[a]} for {'+' if dt >= 0 else '-'}{_tok(abs(dt))} "
+                f"tokens/task"
+                + ("" if resolved or elo_s is None else " (not resolved: the interval includes 0)")
+                + mark,
+            }
+        )
     return steps
 
 
@@ -170,19 +202,38 @@ class _Decision:
     joint_n: int = 1  # the comparisons it is one of
 
 
-def _maybe_cheaper(tok: np.ndarray, tok_s: np.ndarray | None, elo_s: np.ndarray, pick: int, valid: list[int],
-                   level: float) -> list[int]:  # fmt: skip
+def _maybe_cheaper(
+    tok: NDArray[np.float64],
+    tok_s: NDArray[np.float64] | None,
+    elo_s: NDArray[np.float64],
+    pick: int,
+    valid: list[int],
+    level: float,
+) -> list[int]:
     """Arms that look dearer than the pick but whose tokens/task are not measurably above its (the interval of
     the difference over the same bootstrap rounds reaches 0: a rare very long reply makes a mean uncertain)
     and that the pick is not measurably above: the pick may be dominated by one of them."""
     if tok_s is None or len(tok_s) == 0:
         return []
-    return [j for j in valid if j != pick and tok[j] >= tok[pick] and not _separated(elo_s, pick, j, level)
-            and not _q(tok_s[:, j] - tok_s[:, pick], level)[0] > 0]  # fmt: skip
+    return [
+        j
+        for j in valid
+        if j != pick
+        and tok[j] >= tok[pick]
+        and not _separated(elo_s, pick, j, level)
+        and not _q(tok_s[:, j] - tok_s[:, pick], level)[0] > 0
+    ]
 
 
-def _decide(elo: np.ndarray, tok: np.ndarray, elo_s: np.ndarray, level: float, margin: float,
-            valid: list[int], tok_s: np.ndarray | None = None) -> _Decision:  # fmt: skip
+def _decide(
+    elo: NDArray[np.float64],
+    tok: NDArray[np.float64],
+    elo_s: NDArray[np.float64],
+    level: float,
+    margin: float,
+    valid: list[int],
+    tok_s: NDArray[np.float64] | None = None,
+) -> _Decision:
     """The cheapest arm not separated from the best (P) is the candidate. It is picked only when every
     cheaper arm is measurably below it, jointly (Bonferroni over the arms; else its extra tokens buy nothing
     shown: undecided) and every arm it is not measurably above is measurably dearer (else P may be
@@ -213,12 +264,17 @@ def _decide(elo: np.ndarray, tok: np.ndarray, elo_s: np.ndarray, level: float, m
     return _Decision("pick" if eq else "not_separated", best, pick, near, [], eq, diff)
 
 
-def _arm(arms: Sequence[str], elo: np.ndarray, tok: np.ndarray, i: int) -> str:
+def _arm(arms: Sequence[str], elo: NDArray[np.float64], tok: NDArray[np.float64], i: int) -> str:
     return f"{arms[i]} ({_tok(tok[i])} tokens/task, Elo {elo[i]:.0f})"
 
 
 def _head(
-    arms: Sequence[str], elo: np.ndarray, tok: np.ndarray, d: _Decision, pct: str, margin: float
+    arms: Sequence[str],
+    elo: NDArray[np.float64],
+    tok: NDArray[np.float64],
+    d: _Decision,
+    pct: str,
+    margin: float,
 ) -> str:
     """The recommendation's first line for a decision (see _decide)."""
     best, (dd, lo, hi) = _arm(arms, elo, tok, d.best), d.diff
@@ -228,18 +284,22 @@ def _head(
 
     if d.status == "undecided" and not d.below:
         p = d.near[0]
-        return (f"No recommendation: {_arm(arms, elo, tok, p)}, the cheapest arm not separated from the best, "
-                f"{best}, may not be cheaper than {names(d.maybe_cheaper)}: {'its' if len(d.maybe_cheaper) == 1 else 'their'} "
-                f"tokens/task {'is' if len(d.maybe_cheaper) == 1 else 'are'} not measurably above {arms[p]}'s "
-                f"and {arms[p]} is not measurably stronger ({pct} intervals; a rare very long reply makes a mean "
-                "uncertain). More tasks would decide.")  # fmt: skip
+        return (
+            f"No recommendation: {_arm(arms, elo, tok, p)}, the cheapest arm not separated from the best, "
+            f"{best}, may not be cheaper than {names(d.maybe_cheaper)}: {'its' if len(d.maybe_cheaper) == 1 else 'their'} "
+            f"tokens/task {'is' if len(d.maybe_cheaper) == 1 else 'are'} not measurably above {arms[p]}'s "
+            f"and {arms[p]} is not measurably stronger ({pct} intervals; a rare very long reply makes a mean "
+            "uncertain). More tasks would decide."
+        )
     if d.status == "undecided":
         p, c, (g, glo, ghi) = d.near[0], d.below[-1], d.below_gap
-        return (f"No recommendation: {_arm(arms, elo, tok, p)}, the cheapest arm not separated from the best, "
-                f"{best}, is not separated from the cheaper {names(d.below)} either ({arms[p]} − {arms[c]}: "
-                f"{g:+.0f} Elo [{glo:+.0f}, {ghi:+.0f}], {100 * d.joint:.4g}% interval: one of {d.joint_n} joint comparisons), which {'is' if len(d.below) == 1 else 'are'} measurably below the best ({pct} "
-                f"intervals); not separated: these {len(d.below) + len(d.near)} arms: {names(d.below + d.near)}. "
-                "More tasks would decide.")  # fmt: skip
+        return (
+            f"No recommendation: {_arm(arms, elo, tok, p)}, the cheapest arm not separated from the best, "
+            f"{best}, is not separated from the cheaper {names(d.below)} either ({arms[p]} − {arms[c]}: "
+            f"{g:+.0f} Elo [{glo:+.0f}, {ghi:+.0f}], {100 * d.joint:.4g}% interval: one of {d.joint_n} joint comparisons), which {'is' if len(d.below) == 1 else 'are'} measurably below the best ({pct} "
+            f"intervals); not separated: these {len(d.below) + len(d.near)} arms: {names(d.below + d.near)}. "
+            "More tasks would decide."
+        )
     assert d.pick is not None
     pick = _arm(arms, elo, tok, d.pick)
     gap = f"{arms[d.best]} − {arms[d.pick]}: {dd:+.0f} Elo [{lo:+.0f}, {hi:+.0f}]"
@@ -247,26 +307,30 @@ def _head(
         return f"Recommendation: {best} — the best arm; every cheaper arm is measurably below it ({pct} interval)."
     if d.status == "pick":
         others = [i for i in d.near if i not in (d.pick, d.best)]
-        return (f"Recommendation: {pick} — equivalent to the best, {best}, within ±{margin:g} Elo ({gap}, {pct} "
-                f"interval)" + (f"; also not separated from the best: {names(others)}" if others else "") + ".")  # fmt: skip
-    return (f"Recommendation (not separated): {pick} — the cheapest of {len(d.near)} arms not separated from the "
-            f"best, {best}: {names(d.near)}; {gap} ({pct} interval) reaches past ±{margin:g} Elo, so they are "
-            "not shown equivalent. More tasks would decide.")  # fmt: skip
+        return (
+            f"Recommendation: {pick} — equivalent to the best, {best}, within ±{margin:g} Elo ({gap}, {pct} "
+            f"interval)" + (f"; also not separated from the best: {names(others)}" if others else "") + "."
+        )
+    return (
+        f"Recommendation (not separated): {pick} — the cheapest of {len(d.near)} arms not separated from the "
+        f"best, {best}: {names(d.near)}; {gap} ({pct} interval) reaches past ±{margin:g} Elo, so they are "
+        "not shown equivalent. More tasks would decide."
+    )
 
 
 def recommend(
     arms: Sequence[str],
-    elo: np.ndarray,
-    tokens: np.ndarray,
-    elo_samples: np.ndarray | None = None,
+    elo: NDArray[np.float64],
+    tokens: NDArray[np.float64],
+    elo_samples: NDArray[np.float64] | None = None,
     *,
     level: float = 0.95,
-    cost: np.ndarray | None = None,
+    cost: NDArray[np.float64] | None = None,
     budget: Budget | None = None,
     margin: float = DEFAULT_MARGIN,
     partial: Mapping[str, Sequence[str]] | None = None,
     flagged: Sequence[str] = (),
-    tokens_samples: np.ndarray | None = None,
+    tokens_samples: NDArray[np.float64] | None = None,
 ) -> dict[str, Any]:
     """The recommendation as data: status, the arm (or None), the best arm, the arms not separated from it,
     frontier steps, the budget pick and `lines` (the text every report prints, in order).
@@ -310,13 +374,15 @@ def recommend(
 
 
 def _point_estimate(
-    arms: Sequence[str], elo: np.ndarray, tok: np.ndarray, valid: list[int]
+    arms: Sequence[str], elo: NDArray[np.float64], tok: NDArray[np.float64], valid: list[int]
 ) -> tuple[str, dict[str, Any]]:
     """No bootstrap: the highest Elo, said to be a point estimate (the head line, the fields it sets)."""
     best = max(valid, key=lambda i: elo[i])
-    head = (f"Recommendation (point estimates only, no bootstrap intervals): {arms[best]} has the highest Elo "
-            f"({elo[best]:.0f}) at {_tok(tok[best])} tokens/task; rerun with bootstrap rounds to know which "
-            "cheaper arms are within its noise.")  # fmt: skip
+    head = (
+        f"Recommendation (point estimates only, no bootstrap intervals): {arms[best]} has the highest Elo "
+        f"({elo[best]:.0f}) at {_tok(tok[best])} tokens/task; rerun with bootstrap rounds to know which "
+        "cheaper arms are within its noise."
+    )
     return head, {
         "status": "point_estimate",
         "arm": arms[best],
@@ -327,20 +393,24 @@ def _point_estimate(
 
 def _decision(
     arms: Sequence[str],
-    elo: np.ndarray,
-    tok: np.ndarray,
-    samples: tuple[np.ndarray, np.ndarray | None],
+    elo: NDArray[np.float64],
+    tok: NDArray[np.float64],
+    samples: tuple[NDArray[np.float64], NDArray[np.float64] | None],
     level: float,
     margin: float,
     valid: list[int],
 ) -> tuple[str, dict[str, Any]]:
     """The decision on the bootstrap samples (Elo, tokens): the head line and the fields it sets."""
     d = _decide(elo, tok, samples[0], level, margin, valid, samples[1])
-    fields = {"status": d.status, "arm": None if d.pick is None else arms[d.pick], "best": arms[d.best],
-              "within_noise": [arms[i] for i in d.near],
-              "not_separated": [arms[i] for i in dict.fromkeys(d.below + d.near + d.maybe_cheaper)],
-              "equivalent": d.equivalent,
-              "difference": {"d_elo": d.diff[0], "lo": _num(d.diff[1]), "hi": _num(d.diff[2])}}  # fmt: skip
+    fields = {
+        "status": d.status,
+        "arm": None if d.pick is None else arms[d.pick],
+        "best": arms[d.best],
+        "within_noise": [arms[i] for i in d.near],
+        "not_separated": [arms[i] for i in dict.fromkeys(d.below + d.near + d.maybe_cheaper)],
+        "equivalent": d.equivalent,
+        "difference": {"d_elo": d.diff[0], "lo": _num(d.diff[1]), "hi": _num(d.diff[2])},
+    }
     return _head(arms, elo, tok, d, f"{round(level * 100)}%", margin), fields
 
 
@@ -362,7 +432,9 @@ def _excluded_line(excluded: Mapping[str, str]) -> str:
     return "Never recommended: " + "; ".join(f"{a} ({why})" for a, why in excluded.items()) + "."
 
 
-def _upper(tok: np.ndarray, samples: np.ndarray | None, level: float) -> np.ndarray | None:
+def _upper(
+    tok: NDArray[np.float64], samples: NDArray[np.float64] | None, level: float
+) -> NDArray[np.float64] | None:
     """Per arm, the upper end of the tokens-per-task interval at `level` (None without a bootstrap): a rare
     very long reply makes the mean uncertain, and a budget pick must fit with that uncertainty."""
     if samples is None or len(samples) == 0:
@@ -377,9 +449,16 @@ def _amount(x: float, usd: bool) -> str:
     return f"${x:.5f}" if usd else f"{_tok(x)} tokens"
 
 
-def _under_budget(arms: Sequence[str], elo: np.ndarray, toks: tuple[np.ndarray, np.ndarray | None],
-                  cost: np.ndarray | None, elo_s: np.ndarray | None, level: float, budget: Budget | None,
-                  valid: list[int]) -> dict[str, Any] | None:  # fmt: skip
+def _under_budget(
+    arms: Sequence[str],
+    elo: NDArray[np.float64],
+    toks: tuple[NDArray[np.float64], NDArray[np.float64] | None],
+    cost: NDArray[np.float64] | None,
+    elo_s: NDArray[np.float64] | None,
+    level: float,
+    budget: Budget | None,
+    valid: list[int],
+) -> dict[str, Any] | None:
     """The best arm whose tokens (or cost) per task fit the budget at the upper end of their interval, and the
     cheapest within its noise. toks: (tokens per task, their upper interval ends or None without a bootstrap);
     a cost's upper end scales the cost by the arm's token ratio hi/point (prices per token are fixed)."""
@@ -388,8 +467,11 @@ def _under_budget(arms: Sequence[str], elo: np.ndarray, toks: tuple[np.ndarray, 
     tok, tok_hi = toks
     spend = cost if budget.usd else tok
     if spend is None:
-        return {"budget": budget.describe(), "arm": None,
-                "text": f"Budget {budget.describe()}: the run has no prices (set them with --prices)."}  # fmt: skip
+        return {
+            "budget": budget.describe(),
+            "arm": None,
+            "text": f"Budget {budget.describe()}: the run has no prices (set them with --prices).",
+        }
     with np.errstate(all="ignore"):
         hi = spend if tok_hi is None else spend * np.where(tok > 0, tok_hi / tok, 1.0)
     fit = [i for i in valid if not math.isnan(hi[i]) and hi[i] <= budget.amount]
@@ -398,9 +480,12 @@ def _under_budget(arms: Sequence[str], elo: np.ndarray, toks: tuple[np.ndarray, 
         needs = _amount(spend[cheapest], budget.usd) + (
             f" (up to {_amount(hi[cheapest], budget.usd)})" if hi[cheapest] > spend[cheapest] else ""
         )
-        return {"budget": budget.describe(), "arm": None,
-                "text": f"Budget {budget.describe()}: no arm fits (the cheapest, {arms[cheapest]}, needs {needs} "
-                "per task)."}  # fmt: skip
+        return {
+            "budget": budget.describe(),
+            "arm": None,
+            "text": f"Budget {budget.describe()}: no arm fits (the cheapest, {arms[cheapest]}, needs {needs} "
+            "per task).",
+        }
     best = max(fit, key=lambda i: elo[i])
     near = [i for i in _within_noise(best, elo_s, elo, level) if i in fit]
     pick = min(near, key=lambda i: (spend[i], -elo[i]))
@@ -423,14 +508,28 @@ def _under_budget(arms: Sequence[str], elo: np.ndarray, toks: tuple[np.ndarray, 
 
 def recommend_result(result: Any, budget: Budget | None = None) -> dict[str, Any]:
     """recommend() over an AnalysisResult: its arms, Elo, tokens per task, bootstrap, (when priced) cost,
-    margin, and the marks of its headline table (partial arms) and of the missingness check (flagged arms)."""
+    margin, and the marks of its headline table (partial arms) and of the missingness check (flagged arms).
+
+    Args:
+        result: The analysis result.
+        budget: The parsed --budget (None: none).
+    """
     from elo_per_token.analysis.missing import flagged_arms
 
     cost = None
     if result.cost_table is not None:
         by = {r["arm"]: r["cost_per_task"] for r in result.cost_table.iter_rows(named=True)}
         cost = np.array([by.get(a) if by.get(a) is not None else math.nan for a in result.arms], dtype=float)
-    return recommend(result.arms, result.elo, result.tokens_per_task, result.elo_samples,
-                     level=result.options.level, cost=cost, budget=budget, margin=result.options.margin,
-                     partial=result.partial_arms, flagged=flagged_arms(result.missing),
-                     tokens_samples=result.tokens_samples)  # fmt: skip
+    return recommend(
+        result.arms,
+        result.elo,
+        result.tokens_per_task,
+        result.elo_samples,
+        level=result.options.level,
+        cost=cost,
+        budget=budget,
+        margin=result.options.margin,
+        partial=result.partial_arms,
+        flagged=flagged_arms(result.missing),
+        tokens_samples=result.tokens_samples,
+    )

@@ -26,7 +26,12 @@ def _bad(rows: pl.DataFrame, field_name: str, message: str, skip_bad: bool) -> l
 
 
 def check_records(records: Records, *, skip_bad: bool) -> tuple[pl.DataFrame, list[BadLine]]:
-    """Cross-line rules: unknown arms in judgments, duplicate outcomes. Returns the kept frame."""
+    """Cross-line rules: unknown arms in judgments, duplicate outcomes. Returns the kept frame.
+
+    Args:
+        records: The records read (analysis.io.read_records).
+        skip_bad: Skip bad lines (reported) instead of raising InputError.
+    """
     frame = records.frame.with_row_index("_i")
     # Lazy and narrow: a filter of the whole frame would copy all its columns (0.8 GB for a 1M-job run).
     lazy = frame.lazy()

@@ -49,7 +49,12 @@ PIPE_WIDTH = 1000
 
 
 def make_console(*, stderr: bool = False, record: bool = False) -> Console:
-    """A console that does not squeeze the tables to 80 columns when output is piped or recorded."""
+    """A console that does not squeeze the tables to 80 columns when output is piped or recorded.
+
+    Args:
+        stderr: Print to stderr instead of stdout.
+        record: Keep what is printed (for --transcript).
+    """
     c = Console(emoji=False, stderr=stderr, record=record)
     if record or not c.is_terminal:
         c = Console(emoji=False, stderr=stderr, record=record, width=PIPE_WIDTH)
@@ -78,6 +83,13 @@ def _rich_table(
 
 
 def print_tokens(tokens: pl.DataFrame, judge: pl.DataFrame, console: Console) -> None:
+    """The `ept tokens` tables: per arm, then judge calls per judged arm when there are any.
+
+    Args:
+        tokens: The `ept tokens` table (analysis.tokens.arm_tokens).
+        judge: Judge calls per judged arm (analysis.tokens.judge_tokens).
+        console: The rich console to print to.
+    """
     console.print(
         _rich_table(
             "Tokens per arm (strategy cost; judge calls excluded)", TOKENS_HEADER, tokens_rows(tokens), 2
@@ -120,7 +132,13 @@ def _pattern_regex(pattern: str) -> re.Pattern[str]:
 
 def select_arms(result: AnalysisResult, *, top: int | None = None, pattern: str | None = None) -> list[str]:
     """Arms the terminal shows: those whose label contains PATTERN (`*`, `?` wildcards), then the `top`
-    highest by Elo among them. Raises InputError when the filter is invalid or matches no arm."""
+    highest by Elo among them. Raises InputError when the filter is invalid or matches no arm.
+
+    Args:
+        result: The analysis result.
+        top: Keep the N arms with the highest Elo (None: all).
+        pattern: Keep arms whose label contains it (`*`, `?` wildcards; None: all).
+    """
     from elo_per_token.contracts.errors import InputError
 
     arms = list(result.arms)
@@ -141,14 +159,25 @@ def select_arms(result: AnalysisResult, *, top: int | None = None, pattern: str 
 
 
 def print_recommendation(result: AnalysisResult, console: Console) -> None:
-    """The recommendation's lines (analysis.recommend), its first line in bold."""
+    """The recommendation's lines (analysis.recommend), its first line in bold.
+
+    Args:
+        result: The analysis result.
+        console: The rich console to print to.
+    """
     for line in recommendation_lines(result):
         bold = line.startswith(("Recommendation", "No recommendation"))
         console.print(f"[bold]{_rx(line)}[/]" if bold else _rx(line), highlight=False, soft_wrap=True)
 
 
 def print_accuracy(result: AnalysisResult, console: Console, arms: list[str]) -> None:
-    """Accuracy / pass@1 and pass@k per arm (analysis.accuracy) for the shown arms."""
+    """Accuracy / pass@1 and pass@k per arm (analysis.accuracy) for the shown arms.
+
+    Args:
+        result: The analysis result.
+        console: The rich console to print to.
+        arms: The arms shown, in order.
+    """
     rows = accuracy_rows(result, arms)
     if rows:
         console.print(_rich_table(accuracy_title(result), accuracy_header(result), rows))

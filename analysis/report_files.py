@@ -22,7 +22,11 @@ if TYPE_CHECKING:  # annotations only: importing the pipeline would load numpy/s
 
 
 def arms_csv_frame(result: AnalysisResult) -> pl.DataFrame:
-    """The returns table plus each arm's raw token counts."""
+    """The returns table plus each arm's raw token counts.
+
+    Args:
+        result: The analysis result.
+    """
     extra = result.tokens.select(
         "arm", "calls", "calls_missing_usage", "prompt_tokens", "completion_tokens", "total_tokens", "tasks"
     )
@@ -55,7 +59,13 @@ def _clean(x: Any) -> Any:
 def write_outputs(
     result: AnalysisResult, out_dir: str | os.PathLike[str], *, plots: bool = True
 ) -> list[Path]:
-    """report.md, arms.csv, report.json and (optionally) PNG plots, moved into out_dir only when complete."""
+    """report.md, arms.csv, report.json and (optionally) PNG plots, moved into out_dir only when complete.
+
+    Args:
+        result: The analysis result.
+        out_dir: The folder to write into.
+        plots: Also write the PNG plots.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".ept-report-", dir=out))

@@ -14,8 +14,19 @@ if TYPE_CHECKING:
 
 __all__ = ["HEADLINE_HEADER", "LEGEND", "fmt_step", "frontier_cell", "headline_rows", "headline_title"]
 
-HEADLINE_HEADER = ["arm", "budget", "tokens/task", "Δtokens", "Elo [CI]", "ΔElo [CI]", "vs", "ΔElo per 1k [CI]",
-                   "frontier", "ties", "sep. tasks vs"]  # fmt: skip
+HEADLINE_HEADER = [
+    "arm",
+    "budget",
+    "tokens/task",
+    "Δtokens",
+    "Elo [CI]",
+    "ΔElo [CI]",
+    "vs",
+    "ΔElo per 1k [CI]",
+    "frontier",
+    "ties",
+    "sep. tasks vs",
+]
 
 # One line per column and mark: report.md prints it under the table, README's demo block copies it.
 LEGEND = [
@@ -40,7 +51,12 @@ def _tokens(x: Any) -> str:
 
 
 def fmt_step(d: Any, tokens: Any) -> str:
-    """'+43 (+0.9%)': enough digits to see a small step."""
+    """'+43 (+0.9%)': enough digits to see a small step.
+
+    Args:
+        d: The token step.
+        tokens: The arm's tokens per task.
+    """
     if not _ok(d):
         return "—"
     pct = f" ({100 * d / tokens:+.1f}%)" if _ok(tokens) and tokens else ""
@@ -48,6 +64,11 @@ def fmt_step(d: Any, tokens: Any) -> str:
 
 
 def frontier_cell(r: dict[str, Any]) -> str:
+    """The frontier band, with the bootstrap share when there is one ('on (97%)').
+
+    Args:
+        r: A headline row.
+    """
     band = r.get("frontier_band") or ("on" if r.get("frontier") else "off")
     p = r.get("frontier_prob")
     return f"{band} ({p:.0%})" if _ok(p) else band
@@ -60,25 +81,43 @@ def _ratio(r: dict[str, Any]) -> str:
 
 
 def headline_rows(rows: list[dict[str, Any]], anchor: str | None = None) -> list[list[str]]:
-    """One list of cells per row of the headline table (dicts of analysis.frontier.headline_table)."""
+    """One list of cells per row of the headline table (dicts of analysis.frontier.headline_table).
+
+    Args:
+        rows: The table's rows (dicts of its columns).
+        anchor: The arm at 1000 Elo (None: not anchored).
+    """
     out = []
     for r in rows:
         arm = r["arm"] + (" (anchor)" if r["arm"] == anchor else "")
         if r.get("seen_in"):
             arm += f" [{r['seen_in']}]"
         ties = r.get("tie_share")
-        out.append([
-            arm, str(r["budget_n"]), _tokens(r["tokens_per_task"]), fmt_step(r.get("d_tokens"), r["tokens_per_task"]),
-            _ci(r["elo"], r.get("elo_lo"), r.get("elo_hi")),
-            _ci(r["d_elo"], r.get("d_elo_lo"), r.get("d_elo_hi"), sign=True), r.get("vs") or "—", _ratio(r),
-            frontier_cell(r), "—" if not _ok(ties) else f"{ties:.0%}",
-            "—" if r.get("separating_vs") is None else str(r["separating_vs"]),
-        ])  # fmt: skip
+        out.append(
+            [
+                arm,
+                str(r["budget_n"]),
+                _tokens(r["tokens_per_task"]),
+                fmt_step(r.get("d_tokens"), r["tokens_per_task"]),
+                _ci(r["elo"], r.get("elo_lo"), r.get("elo_hi")),
+                _ci(r["d_elo"], r.get("d_elo_lo"), r.get("d_elo_hi"), sign=True),
+                r.get("vs") or "—",
+                _ratio(r),
+                frontier_cell(r),
+                "—" if not _ok(ties) else f"{ties:.0%}",
+                "—" if r.get("separating_vs") is None else str(r["separating_vs"]),
+            ]
+        )
     return out
 
 
 def headline_title(result: AnalysisResult, ci: str) -> str:
     """The title states what the table measures: anchor, intervals, the estimand for missing outcomes,
-    renormalised weights, and what ΔElo is against."""
+    renormalised weights, and what ΔElo is against.
+
+    Args:
+        result: The analysis result.
+        ci: The interval level as shown ("95%").
+    """
     parts = [f"anchor {result.anchor} = 1000", ci, "ΔElo vs the previous frontier arm", *result.title_notes]
     return "Diminishing returns (" + "; ".join(parts) + ")"

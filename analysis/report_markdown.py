@@ -50,7 +50,11 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
 def md_escape(text: Any) -> str:
     """Names (arms, strategies, families) come from untrusted logs: in report.md they are text, never HTML,
-    links, images or emphasis. HTML's three characters become entities; Markdown's inline syntax is escaped."""
+    links, images or emphasis. HTML's three characters become entities; Markdown's inline syntax is escaped.
+
+    Args:
+        text: Any value (shown as str).
+    """
     s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
     return _MD_SPECIAL.sub(r"\\\1", s)
 
@@ -65,8 +69,12 @@ def _md_table(header: list[str], rows: list[list[str]], names: int = 1) -> str:
     """A Markdown table; the header and the first `names` columns (arm, strategy) are escaped, the numbers
     (ours) are written as they are."""
     out = ["| " + " | ".join(md_escape(h) for h in header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(md_escape(c) if i < names else c.replace("|", "\\|") for i, c in enumerate(r)) + " |"
-            for r in rows]  # fmt: skip
+    out += [
+        "| "
+        + " | ".join(md_escape(c) if i < names else c.replace("|", "\\|") for i, c in enumerate(r))
+        + " |"
+        for r in rows
+    ]
     return "\n".join(out)
 
 

@@ -31,6 +31,12 @@ def _frontier_cell(r: dict[str, Any]) -> str:
 
 
 def returns_rows(table: pl.DataFrame, anchor: str | None = None) -> list[list[str]]:
+    """The returns table as text rows: arm (anchor and `vs` arm marked), tokens per task, Elo and its steps with intervals.
+
+    Args:
+        table: The returns table (analysis.returns).
+        anchor: The arm at 1000 Elo (None: not anchored).
+    """
     rows = []
     for r in table.iter_rows(named=True):
         arm = r["arm"] + (" (anchor)" if r["arm"] == anchor else "")
@@ -76,6 +82,11 @@ TOKENS_HEADER = [
 
 
 def tokens_rows(tokens: pl.DataFrame) -> list[list[str]]:
+    """The `ept tokens` table as text rows.
+
+    Args:
+        tokens: The `ept tokens` table (analysis.tokens.arm_tokens).
+    """
     return [
         [
             r["arm"],
@@ -96,6 +107,12 @@ def tokens_rows(tokens: pl.DataFrame) -> list[list[str]]:
 def per_family_pivot(
     result: AnalysisResult, arms: list[str] | None = None
 ) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): arm x family table of each family's Elo, the family weights in the header.
+
+    Args:
+        result: The analysis result.
+        arms: The arms to show, in order (None: every arm).
+    """
     header = ["arm"] + [f"{f} (w={result.family_weights[f]:.2f})" for f in result.families]
     by = {(r["arm"], r["family"]): r for r in result.per_family.iter_rows(named=True)}
 
@@ -107,6 +124,11 @@ def per_family_pivot(
 
 
 def level_label(result: AnalysisResult) -> str:
+    """The interval level as tables show it ("95%").
+
+    Args:
+        result: The analysis result.
+    """
     return f"{round(result.options.level * 100)}%"
 
 
@@ -128,7 +150,11 @@ def _pct(x: float | None) -> str:
 
 def breakdown_rows(result: AnalysisResult) -> tuple[list[str], list[list[str]]]:
     """Per arm: tasks attempted / answered / lost (scored 0 with their tokens), failures by class, calls cut by
-    max_tokens, reasoning share of completion tokens, cached share of input; cost per task when priced."""
+    max_tokens, reasoning share of completion tokens, cached share of input; cost per task when priced.
+
+    Args:
+        result: The analysis result.
+    """
     b = result.breakdown
     if b is None or b.height == 0:
         return BREAKDOWN_HEADER, []
@@ -138,10 +164,15 @@ def breakdown_rows(result: AnalysisResult) -> tuple[list[str], list[list[str]]]:
     rows = []
     for r in sorted(b.iter_rows(named=True), key=lambda r: order.get(r["arm"], len(order))):
         row = [
-            r["arm"], str(r["tasks_attempted"] or 0), str(r["tasks_answered"] or 0), str(r["tasks_lost"] or 0),
-            r["failed_by_class"] or "—", str(r["calls_cut_by_max_tokens"] or 0),
-            _pct(r["reasoning_share"]), _pct(r["cached_share"]),
-        ]  # fmt: skip
+            r["arm"],
+            str(r["tasks_attempted"] or 0),
+            str(r["tasks_answered"] or 0),
+            str(r["tasks_lost"] or 0),
+            r["failed_by_class"] or "—",
+            str(r["calls_cut_by_max_tokens"] or 0),
+            _pct(r["reasoning_share"]),
+            _pct(r["cached_share"]),
+        ]
         if priced:
             row.append("—" if r["cost_per_task"] is None else f"{r['cost_per_task']:.5f}")
         rows.append(row)
@@ -149,6 +180,11 @@ def breakdown_rows(result: AnalysisResult) -> tuple[list[str], list[list[str]]]:
 
 
 def cost_rows(result: AnalysisResult) -> list[list[str]]:
+    """The priced returns table as text rows: cost per task, Elo and ΔElo per $1 with intervals.
+
+    Args:
+        result: The analysis result.
+    """
     t = result.cost_table
     if t is None:
         return []
@@ -166,7 +202,11 @@ def cost_rows(result: AnalysisResult) -> list[list[str]]:
 
 def spent_table_rows(result: AnalysisResult) -> tuple[list[str], list[list[str]]]:
     """Per arm: calls and tokens (and USD when priced) of failed attempts (analysis.spent). Calls are those that
-    reached the provider; attempts that never did (connection refused) have a column of their own when any."""
+    reached the provider; attempts that never did (connection refused) have a column of their own when any.
+
+    Args:
+        result: The analysis result.
+    """
     rows = result.spent_on_failed_attempts
     priced = any("failed_attempt_usd" in r for r in rows)
     unsent = any(r.get("failed_attempt_unsent") for r in rows)
@@ -176,8 +216,11 @@ def spent_table_rows(result: AnalysisResult) -> tuple[list[str], list[list[str]]
     for r in rows:
         row = [str(r["arm"]), str(r["failed_attempt_calls"])]
         row += [str(r.get("failed_attempt_unsent") or 0)] if unsent else []
-        row += [fmt_tokens(r["failed_attempt_prompt_tokens"]), fmt_tokens(r["failed_attempt_completion_tokens"]),
-                fmt_tokens(r["failed_attempt_tokens"])]  # fmt: skip
+        row += [
+            fmt_tokens(r["failed_attempt_prompt_tokens"]),
+            fmt_tokens(r["failed_attempt_completion_tokens"]),
+            fmt_tokens(r["failed_attempt_tokens"]),
+        ]
         if priced:
             row.append(f"{float(r.get('failed_attempt_usd') or 0.0):.4f}")
         out.append(row)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from elo_per_token.analysis.breakdown import parse_prices
 from elo_per_token.analysis.families import MIN_TASKS
@@ -92,15 +93,15 @@ class AnalysisResult:
     task_tokens: pl.DataFrame  # analysis.tokens.task_tokens for the analysed arms
     pairs: pl.DataFrame  # analysis.pairs.PAIR_SCHEMA for the analysed arms (judgments only on large grids:
     # their outcome comparisons are kept as analysis.pairs.outcome_groups, see analysis.pipeline._PAIR_ROWS_MAX)
-    elo: np.ndarray  # [K] anchored point estimate
-    tokens_per_task: np.ndarray  # [K]
+    elo: NDArray[np.float64]  # [K] anchored point estimate
+    tokens_per_task: NDArray[np.float64]  # [K]
     table: pl.DataFrame  # analysis.returns.returns_table + tokens_per_task_unweighted
     per_strategy: pl.DataFrame  # analysis.returns.per_strategy_table
     per_family: pl.DataFrame  # family, arm, weight, theta (centred), elo, observed
     fits: list[FamilyFit]
     warnings: list[str] = field(default_factory=list)
-    elo_samples: np.ndarray | None = None  # [R, K]
-    tokens_samples: np.ndarray | None = None  # [R, K]
+    elo_samples: NDArray[np.float64] | None = None  # [R, K]
+    tokens_samples: NDArray[np.float64] | None = None  # [R, K]
     failed_rounds: int = 0
     versions: dict[str, str] = field(default_factory=dict)
     # The validated input records (analysis.io.RECORD_SCHEMA) after cross-line checks, for views that

@@ -18,7 +18,13 @@ if TYPE_CHECKING:
 def decisive_families(groups: pl.DataFrame, judgments: pl.DataFrame, arms: list[str]) -> set[str]:
     """Families with at least one decisive (not tied) comparison between two of `arms`, without building
     pairs: a task where two different arms scored and two scores differ (some pair of replicates of
-    different arms then differs), or a judgment with a winner."""
+    different arms then differs), or a judgment with a winner.
+
+    Args:
+        groups: Outcome groups of the analysed arms (analysis.pairs.outcome_groups).
+        judgments: Judgment records: task_id, arm_a, arm_b, winner.
+        arms: The arms, in order.
+    """
     g = groups.filter(pl.col("arm").is_in(arms))
     tasks = (
         g.group_by("task_id", "family")
@@ -32,6 +38,12 @@ def decisive_families(groups: pl.DataFrame, judgments: pl.DataFrame, arms: list[
 
 
 def tie_warnings(families: list[str], decisive: set[str]) -> list[str]:
+    """The warnings when comparisons are all ties: everywhere (no signal), or in some families.
+
+    Args:
+        families: The analysed families.
+        decisive: Those with a decisive comparison (decisive_families).
+    """
     if not decisive:
         return [
             "no signal: every comparison is a tie (equal scores), so the data say nothing about which arm is "
@@ -46,7 +58,12 @@ def tie_warnings(families: list[str], decisive: set[str]) -> list[str]:
 
 
 def collect_warnings(st: Stages, opt: AnalysisOptions) -> list[str]:
-    """Every stage's warnings in pipeline order, then those read off the tables; skipped lines first."""
+    """Every stage's warnings in pipeline order, then those read off the tables; skipped lines first.
+
+    Args:
+        st: The pipeline's stages.
+        opt: The analysis options.
+    """
     from elo_per_token.analysis.returns import family_heterogeneity
 
     inp, comp, sel, design, point, iv, tables = st.inp, st.comp, st.sel, st.design, st.point, st.iv, st.tables

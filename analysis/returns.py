@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from elo_per_token.analysis.curve import ArmCurve, frontier_probability, prev_on_frontier
 from elo_per_token.analysis.merge import ELO_SCALE
@@ -97,8 +98,8 @@ def frontier_steps_table(curve: ArmCurve) -> pl.DataFrame:
 
 
 def family_heterogeneity(
-    point_theta: Mapping[str, np.ndarray],
-    round_theta: Mapping[str, np.ndarray],
+    point_theta: Mapping[str, NDArray[np.float64]],
+    round_theta: Mapping[str, NDArray[np.float64]],
     weights: Mapping[str, float],
     arms: Sequence[str],
     *,
@@ -161,12 +162,12 @@ def family_heterogeneity(
 
 
 def _cochran_q(
-    fit0: Mapping[str, np.ndarray],
-    y0: Mapping[str, np.ndarray],
-    fitr: Mapping[str, np.ndarray],
-    yr: Mapping[str, np.ndarray],
+    fit0: Mapping[str, NDArray[np.float64]],
+    y0: Mapping[str, NDArray[np.float64]],
+    fitr: Mapping[str, NDArray[np.float64]],
+    yr: Mapping[str, NDArray[np.float64]],
     w: Mapping[str, float],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], list[str]]:
     """Per arm: Q, degrees of freedom, p-value and a text of each family's deviation (Elo). Offsets are
     fitted on fit0/fitr (the arms still in the pool); every arm's view uses them."""
     from scipy.stats import chi2

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from elo_per_token.analysis.io import Records, read_records
 from elo_per_token.analysis.tokens import task_tokens
@@ -29,8 +30,8 @@ class RunTable:
     arms: list[str]
     strategies: list[str]
     budgets: list[int]
-    scores: np.ndarray
-    tokens: np.ndarray
+    scores: NDArray[np.float64]
+    tokens: NDArray[np.float64]
 
     def index(self) -> tuple[dict[str, int], dict[str, int]]:
         """(task id -> row, arm label -> column)."""
@@ -38,7 +39,11 @@ class RunTable:
 
 
 def table_from_records(records: Records) -> RunTable:
-    """The matrices of a run's records (outcomes and calls), tasks and arms sorted by name."""
+    """The matrices of a run's records (outcomes and calls), tasks and arms sorted by name.
+
+    Args:
+        records: The records read (analysis.io.read_records).
+    """
     frame = records.frame.with_columns(pl.col(pl.Categorical).cast(pl.String))
     outcomes = (
         frame.filter((pl.col("kind") == "outcome") & pl.col("score").is_not_null())
@@ -60,13 +65,21 @@ def table_from_records(records: Records) -> RunTable:
         scores[rows, cols] = both["score"].to_numpy()
         tokens[rows, cols] = both["tokens"].cast(pl.Float64).fill_null(np.nan).to_numpy()
     return RunTable(
-        tasks=tasks, families=[str(f) for f in tasks_df["family"].to_list()], arms=arms,
+        tasks=tasks,
+        families=[str(f) for f in tasks_df["family"].to_list()],
+        arms=arms,
         strategies=[str(s) for s in arms_df["strategy"].to_list()],
-        budgets=[int(b) for b in arms_df["budget_n"].to_list()], scores=scores, tokens=tokens,
-    )  # fmt: skip
+        budgets=[int(b) for b in arms_df["budget_n"].to_list()],
+        scores=scores,
+        tokens=tokens,
+    )
 
 
 def read_run_table(paths: Sequence[str]) -> RunTable:
     """The matrices of the runs or files at `paths` (a run URL, a ledger run folder, JSONL/Parquet files);
-    InputError (naming file, line and field) on bad input, as `ept analyze`."""
+    InputError (naming file, line and field) on bad input, as `ept analyze`.
+
+    Args:
+        paths: A run URL, a ledger run folder or JSONL/Parquet files.
+    """
     return table_from_records(read_records(paths))

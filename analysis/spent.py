@@ -26,7 +26,14 @@ def read_spent_lines(
 ) -> tuple[list[dict[str, Any]], bool]:
     """The call lines of the run's spent objects (tagged spent_reason/spent_class), and whether every object was
     read (False: more than `limit`). A malformed object raises ValueError naming it; given a `skipped` list
-    (--skip-bad), it is left out and named there instead."""
+    (--skip-bad), it is left out and named there instead.
+
+    Args:
+        ledger: The run's ledger.
+        run_id: The run's id.
+        limit: The most spent objects read.
+        skipped: Where bad spent objects are named and left out (--skip-bad); None: raise.
+    """
     names = ledger.list_blobs(run_id, SPENT_DIR)
     complete = len(names) <= limit
     lines: list[dict[str, Any]] = []
@@ -57,13 +64,22 @@ def spent_rows(lines: Sequence[dict[str, Any]], prices: Any = None) -> list[dict
     """One row per arm: failed_attempt_calls (reached the provider) / _unsent (never reached it: not billed) /
     _prompt_tokens / _completion_tokens / _tokens, and
     failed_attempt_usd when `prices` (analysis.breakdown.Prices) is given (input and output at their prices;
-    cached input is not split out here: priced as fresh input, an upper bound)."""
+    cached input is not split out here: priced as fresh input, an upper bound).
+
+    Args:
+        lines: Call lines of spent objects (read_spent_lines).
+        prices: USD per 1M tokens (analysis.breakdown.Prices; None: unpriced).
+    """
     rows = []
     for arm, t in sorted(spent_usage_totals(lines).items()):
-        row: dict[str, Any] = {"arm": arm, "failed_attempt_calls": t["calls"], "failed_attempt_unsent": t["unsent"],
-                               "failed_attempt_prompt_tokens": t["prompt_tokens"],
-                               "failed_attempt_completion_tokens": t["completion_tokens"],
-                               "failed_attempt_tokens": t["tokens"]}  # fmt: skip
+        row: dict[str, Any] = {
+            "arm": arm,
+            "failed_attempt_calls": t["calls"],
+            "failed_attempt_unsent": t["unsent"],
+            "failed_attempt_prompt_tokens": t["prompt_tokens"],
+            "failed_attempt_completion_tokens": t["completion_tokens"],
+            "failed_attempt_tokens": t["tokens"],
+        }
         if prices is not None:
             row["failed_attempt_usd"] = (
                 t["prompt_tokens"] * prices.input + t["completion_tokens"] * prices.output
@@ -74,7 +90,11 @@ def spent_rows(lines: Sequence[dict[str, Any]], prices: Any = None) -> list[dict
 
 def run_roots(files: Sequence[str]) -> list[tuple[str, str]]:
     """(ledger root, run id) of every run among the files an analysis read (…/runs/<id>/jobs/… or
-    …/runs/<id>/compact/…), in first-seen order; plain call-log files belong to no run."""
+    …/runs/<id>/compact/…), in first-seen order; plain call-log files belong to no run.
+
+    Args:
+        files: The files the analysis read.
+    """
     seen: dict[tuple[str, str], None] = {}
     for f in files:
         m = _IN_RUN.match(str(f))
@@ -90,7 +110,13 @@ def spent_for_inputs(
     files: Sequence[str], prices: Any = None, *, skipped: list[BadLine] | None = None
 ) -> list[dict[str, Any]]:
     """spent_rows over every run the analysed files belong to (plain call-log files have no spent objects);
-    `skipped`: bad spent objects are named there and left out instead of raising (--skip-bad)."""
+    `skipped`: bad spent objects are named there and left out instead of raising (--skip-bad).
+
+    Args:
+        files: The files the analysis read.
+        prices: USD per 1M tokens (analysis.breakdown.Prices; None: unpriced).
+        skipped: Where bad spent objects are named and left out (--skip-bad); None: raise.
+    """
     from elo_per_token.ledger import open_ledger_for_reading
 
     lines: list[dict[str, Any]] = []

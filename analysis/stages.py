@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from elo_per_token.analysis.io import BadLine
 from elo_per_token.analysis.result import FamilyFit
@@ -86,7 +87,7 @@ class Design:
     weights_note: str = ""  # the table title's note when small families were left out (analysis.families)
 
     @property
-    def weight_array(self) -> np.ndarray:
+    def weight_array(self) -> NDArray[np.float64]:
         return np.array([self.weights[f] for f in self.families], dtype=float)
 
 
@@ -95,10 +96,10 @@ class PointFit:
     """Stage 5 (fit once): each family's one Bradley-Terry fit, and the merged point estimate from it."""
 
     family_fits: dict[str, FamilyPoint]  # reused by the bootstrap
-    elo: np.ndarray
-    tokens: np.ndarray
-    tokens_unweighted: np.ndarray
-    per_family_theta: dict[str, np.ndarray]
+    elo: NDArray[np.float64]
+    tokens: NDArray[np.float64]
+    tokens_unweighted: NDArray[np.float64]
+    per_family_theta: dict[str, NDArray[np.float64]]
     fits: list[FamilyFit]
     warnings: list[str]
 
@@ -111,11 +112,11 @@ class Intervals:
     warnings: list[str]
 
     @property
-    def elo(self) -> np.ndarray | None:
+    def elo(self) -> NDArray[np.float64] | None:
         return None if self.boot is None else self.boot.elo
 
     @property
-    def tokens(self) -> np.ndarray | None:
+    def tokens(self) -> NDArray[np.float64] | None:
         return None if self.boot is None else self.boot.tokens_per_task
 
     @property

@@ -16,7 +16,14 @@ COMPARE_FALLBACK_ROUNDS = 1000  # `ept compare` without a run manifest (plain lo
 
 def options_note(used: AnalysisOptions, run: AnalysisOptions, source: str, from_run: bool) -> str | None:
     """'these numbers use rounds 1000 (the run's table: 200), …' when `used` differs from the run's own
-    options in a setting that changes the numbers; None when they agree or there is no run to agree with."""
+    options in a setting that changes the numbers; None when they agree or there is no run to agree with.
+
+    Args:
+        used: The options the numbers were computed with.
+        run: The options the run's own table used.
+        source: Where `run` came from (for the note).
+        from_run: Whether `run` came from the run's manifest.
+    """
     if not from_run:
         return None
     diffs = [
@@ -54,7 +61,15 @@ def compare_options(
     level: float | None = None,
 ) -> CompareOptions:
     """`ept compare` and the viewer's compare: unset options from the baseline run's manifest (the options its
-    table used), else 1000 rounds, seed 0, level 0.95; a note when they differ from either run's table."""
+    table used), else 1000 rounds, seed 0, level 0.95; a note when they differ from either run's table.
+
+    Args:
+        baseline: The baseline run.
+        current: The current run.
+        rounds: --rounds (None: unset).
+        seed: --seed (None: unset).
+        level: --level (None: unset).
+    """
     base, base_src, base_run = run_options_info([baseline])
     cur, cur_src, cur_run = run_options_info([current])
     r = rounds if rounds is not None else (base.rounds if base_run else COMPARE_FALLBACK_ROUNDS)
@@ -74,7 +89,11 @@ def compare_options(
 
 
 def run_options(inputs: list[str]) -> tuple[Any, str]:
-    """run_options_info without the flag: (options, where they came from)."""
+    """run_options_info without the flag: (options, where they came from).
+
+    Args:
+        inputs: The command's inputs (run folders, URLs or files).
+    """
     opts, source, _ = run_options_info(inputs)
     return opts, source
 
@@ -85,7 +104,11 @@ def run_options_info(inputs: list[str]) -> tuple[Any, str, bool]:
     One run, one set of numbers: `ept demo`/`ept sweep` print the table with the plan's bootstrap rounds and
     seed (200 and 7 for the demo), so the report starts from them too. Plain logs, or several runs, get the
     `ept analyze` defaults. The coordinator records the settings in the manifest as plain data
-    (contracts/manifest.py); a manifest written before that is read from its stored plan."""
+    (contracts/manifest.py); a manifest written before that is read from its stored plan.
+
+    Args:
+        inputs: The command's inputs (run folders, URLs or files).
+    """
     from elo_per_token.analysis.io import read_manifest, run_source
     from elo_per_token.analysis.pipeline import AnalysisOptions
     from elo_per_token.contracts.manifest import profile_prices

@@ -48,11 +48,20 @@ class Box(NamedTuple):
     y1: float
 
     def hits(self, o: Box) -> bool:
+        """Whether the two boxes overlap.
+
+        Args:
+            o: The other box.
+        """
         return self.x0 < o.x1 and o.x0 < self.x1 and self.y0 < o.y1 and o.y0 < self.y1
 
 
 def strategy_colours(strategies: Sequence[str]) -> dict[str, str]:
-    """Strategy -> colour: tab10 over the sorted names (one colour when there are more than 10)."""
+    """Strategy -> colour: tab10 over the sorted names (one colour when there are more than 10).
+
+    Args:
+        strategies: The strategies plotted.
+    """
     names = sorted(set(strategies))
     if len(names) > 10:
         return {s: TAB10[0] for s in names}
@@ -88,7 +97,12 @@ def _label(x: float) -> str:
 
 
 def text_width(text: str, size: float = LABEL_FONT) -> float:
-    """An upper estimate of `text`'s width at font size `size` (labels are placed with it)."""
+    """An upper estimate of `text`'s width at font size `size` (labels are placed with it).
+
+    Args:
+        text: The label.
+        size: The font size.
+    """
     return len(text) * size * CHAR_W
 
 
@@ -108,13 +122,17 @@ def _legend(colours: Mapping[str, str], level_label: str) -> tuple[list[str], in
         if x + width > W - RIGHT and x > LEFT:
             x, y = float(LEFT), y + 20
         if kind == "frontier":
-            out.append(f'<line class="legend-frontier" x1="{x:.0f}" x2="{x + 26:.0f}" y1="{y - 4:.0f}" '
-                       f'y2="{y - 4:.0f}" stroke="{FRONTIER_COLOUR}" stroke-width="2" '
-                       f'stroke-dasharray="{FRONTIER_DASH}"/>')  # fmt: skip
+            out.append(
+                f'<line class="legend-frontier" x1="{x:.0f}" x2="{x + 26:.0f}" y1="{y - 4:.0f}" '
+                f'y2="{y - 4:.0f}" stroke="{FRONTIER_COLOUR}" stroke-width="2" '
+                f'stroke-dasharray="{FRONTIER_DASH}"/>'
+            )
             tx = x + 32
         elif kind == "bar":
-            out.append(f'<line x1="{x + 4:.0f}" x2="{x + 4:.0f}" y1="{y - 12:.0f}" y2="{y + 3:.0f}" '
-                       'stroke="#555" stroke-width="2" opacity=".6"/>')  # fmt: skip
+            out.append(
+                f'<line x1="{x + 4:.0f}" x2="{x + 4:.0f}" y1="{y - 12:.0f}" y2="{y + 3:.0f}" '
+                'stroke="#555" stroke-width="2" opacity=".6"/>'
+            )
             tx = x + 12
         else:
             out.append(f'<circle class="legend-dot" cx="{x + 6:.0f}" cy="{y - 4:.0f}" r="5" fill="{kind}"/>')
@@ -128,7 +146,13 @@ def _legend(colours: Mapping[str, str], level_label: str) -> tuple[list[str], in
 def elo_tokens_svg(
     rows: Sequence[Mapping[str, Any]], level_label: str = "95%", anchor: str | None = None
 ) -> str:
-    """The plot of every row with a numeric Elo and tokens per task; '' when there is none."""
+    """The plot of every row with a numeric Elo and tokens per task; '' when there is none.
+
+    Args:
+        rows: The table's rows (dicts of its columns).
+        level_label: The interval level as shown ("95%").
+        anchor: The arm at 1000 Elo (None: not anchored).
+    """
     pts = [r for r in rows if _num(r.get("elo")) and _num(r.get("tokens_per_task"))]
     if not pts:
         return ""
@@ -149,42 +173,61 @@ def elo_tokens_svg(
     def sy(y: float) -> float:
         return top + (1 - (y - y0) / ((y1 - y0) or 1)) * (H - top - BOTTOM)
 
-    out = [f'<svg id="elo-plot" viewBox="0 0 {W} {H}" xmlns="http://www.w3.org/2000/svg" role="img" '
-           f'aria-label="Elo against tokens per task" font-size="{FONT}" font-family="sans-serif">', *legend]  # fmt: skip
+    out = [
+        f'<svg id="elo-plot" viewBox="0 0 {W} {H}" xmlns="http://www.w3.org/2000/svg" role="img" '
+        f'aria-label="Elo against tokens per task" font-size="{FONT}" font-family="sans-serif">',
+        *legend,
+    ]
     out += _axes(sx, sy, (x0, x1, y0, y1), log, top, level_label)
     front = sorted((r for r in pts if r.get("frontier")), key=lambda r: float(r["tokens_per_task"]))
     if len(front) > 1:
         path = " ".join(f"{sx(float(r['tokens_per_task'])):.1f},{sy(float(r['elo'])):.1f}" for r in front)
-        out.append(f'<polyline id="frontier-line" class="frontier" points="{path}" fill="none" '
-                   f'stroke="{FRONTIER_COLOUR}" stroke-width="2" stroke-dasharray="{FRONTIER_DASH}"/>')  # fmt: skip
+        out.append(
+            f'<polyline id="frontier-line" class="frontier" points="{path}" fill="none" '
+            f'stroke="{FRONTIER_COLOUR}" stroke-width="2" stroke-dasharray="{FRONTIER_DASH}"/>'
+        )
     xy = [(sx(float(r["tokens_per_task"])), sy(float(r["elo"]))) for r in pts]
     labels = place_labels(pts, xy, Box(LEFT, top, W - RIGHT, H - BOTTOM), anchor)
     for i, r in enumerate(pts):
         out.append(_point(r, xy[i], sy, colours[str(r.get("strategy") or "")], labels.get(i)))
     omitted = sum(1 for i in range(len(pts)) if i not in labels)
     if omitted:
-        out.append(f'<text id="labels-omitted" x="{W - RIGHT}" y="{H - 8}" text-anchor="end" font-size="11">'
-                   f"{omitted} label{'s' if omitted > 1 else ''} left out where they would overlap (hover a point)"
-                   "</text>")  # fmt: skip
+        out.append(
+            f'<text id="labels-omitted" x="{W - RIGHT}" y="{H - 8}" text-anchor="end" font-size="11">'
+            f"{omitted} label{'s' if omitted > 1 else ''} left out where they would overlap (hover a point)"
+            "</text>"
+        )
     out.append("</svg>")
     return "".join(out)
 
 
-def _axes(sx: Callable[[float], float], sy: Callable[[float], float], span: tuple[float, float, float, float],
-          log: bool, top: int, level_label: str) -> list[str]:  # fmt: skip
+def _axes(
+    sx: Callable[[float], float],
+    sy: Callable[[float], float],
+    span: tuple[float, float, float, float],
+    log: bool,
+    top: int,
+    level_label: str,
+) -> list[str]:
     """Grid lines, tick labels and the two axis titles."""
     x0, x1, y0, y1 = span
     out = []
     for t in _ticks_log(x0, x1) if log else _ticks_lin(x0, x1):
-        out.append(f'<line x1="{sx(t):.1f}" x2="{sx(t):.1f}" y1="{top}" y2="{H - BOTTOM}" class="grid" stroke="#e6e6e6"/>'
-                   f'<text x="{sx(t):.1f}" y="{H - BOTTOM + 18}" text-anchor="middle">{_label(t)}</text>')  # fmt: skip
+        out.append(
+            f'<line x1="{sx(t):.1f}" x2="{sx(t):.1f}" y1="{top}" y2="{H - BOTTOM}" class="grid" stroke="#e6e6e6"/>'
+            f'<text x="{sx(t):.1f}" y="{H - BOTTOM + 18}" text-anchor="middle">{_label(t)}</text>'
+        )
     for t in _ticks_lin(y0, y1):
-        out.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" class="grid" stroke="#e6e6e6"/>'
-                   f'<text x="{LEFT - 8}" y="{sy(t) + 4:.1f}" text-anchor="end">{t:g}</text>')  # fmt: skip
-    out.append(f'<text x="{(LEFT + W - RIGHT) / 2}" y="{H - 8}" text-anchor="middle">tokens per task'
-               f'{" (log scale)" if log else ""}</text>'
-               f'<text transform="translate(16 {(top + H - BOTTOM) / 2}) rotate(-90)" text-anchor="middle">'
-               f"Elo ({html.escape(level_label)} interval)</text>")  # fmt: skip
+        out.append(
+            f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" class="grid" stroke="#e6e6e6"/>'
+            f'<text x="{LEFT - 8}" y="{sy(t) + 4:.1f}" text-anchor="end">{t:g}</text>'
+        )
+    out.append(
+        f'<text x="{(LEFT + W - RIGHT) / 2}" y="{H - 8}" text-anchor="middle">tokens per task'
+        f"{' (log scale)' if log else ''}</text>"
+        f'<text transform="translate(16 {(top + H - BOTTOM) / 2}) rotate(-90)" text-anchor="middle">'
+        f"Elo ({html.escape(level_label)} interval)</text>"
+    )
     return out
 
 
@@ -198,17 +241,27 @@ def _box(x: float, y: float, width: float, anchor: str) -> Box:
     return Box(left - 1, y - LABEL_FONT * 0.85, left + width + 1, y + LABEL_FONT * 0.3)
 
 
-def place_labels(pts: Sequence[Mapping[str, Any]], xy: Sequence[tuple[float, float]], area: Box,
-                 anchor: str | None = None) -> dict[int, tuple[float, float, str]]:  # fmt: skip
+def place_labels(
+    pts: Sequence[Mapping[str, Any]], xy: Sequence[tuple[float, float]], area: Box, anchor: str | None = None
+) -> dict[int, tuple[float, float, str]]:
     """Point index -> (x, y, text-anchor) of its name, for the points whose name fits at one of a few spots
     around it without touching another label, any point or the plot's edge. The anchor arm is placed first,
     then the frontier, then the rest by Elo; with more than LABEL_ALL points only those two kinds, at most
-    MAX_LABELS names placed and 4 * MAX_LABELS points tried (the time stays bounded for any number of arms)."""
+    MAX_LABELS names placed and 4 * MAX_LABELS points tried (the time stays bounded for any number of arms).
+
+    Args:
+        pts: The plotted rows.
+        xy: Each point's position on the plot.
+        area: The plot area labels must stay inside.
+        anchor: The arm at 1000 Elo (None: not anchored).
+    """
     import numpy as np
 
     dots = np.array([(x - 7, y - 7, x + 7, y + 7) for x, y in xy], dtype=float).reshape(-1, 4)
-    order = sorted(range(len(pts)), key=lambda i: (pts[i].get("arm") != anchor, not pts[i].get("frontier"),
-                                                   -float(pts[i]["elo"])))  # fmt: skip
+    order = sorted(
+        range(len(pts)),
+        key=lambda i: (pts[i].get("arm") != anchor, not pts[i].get("frontier"), -float(pts[i]["elo"])),
+    )
     if len(pts) > LABEL_ALL:
         order = [i for i in order if pts[i].get("frontier") or pts[i].get("arm") == anchor]
     placed: list[Box] = []
@@ -230,8 +283,13 @@ def place_labels(pts: Sequence[Mapping[str, Any]], xy: Sequence[tuple[float, flo
     return out
 
 
-def _point(r: Mapping[str, Any], xy: tuple[float, float], sy: Callable[[float], float], colour: str,
-           label: tuple[float, float, str] | None) -> str:  # fmt: skip
+def _point(
+    r: Mapping[str, Any],
+    xy: tuple[float, float],
+    sy: Callable[[float], float],
+    colour: str,
+    label: tuple[float, float, str] | None,
+) -> str:
     """One arm's group: its interval bar, its dot, its name (when placed) and its hover title."""
     arm, strategy = str(r["arm"]), str(r.get("strategy") or "")
     x, y = xy
@@ -252,9 +310,13 @@ def _point(r: Mapping[str, Any], xy: tuple[float, float], sy: Callable[[float], 
     a = html.escape
     name = ""
     if label is not None:
-        name = (f'<text class="pt-label" x="{label[0]:.1f}" y="{label[1]:.1f}" text-anchor="{label[2]}" '
-                f'font-size="{LABEL_FONT}" stroke="#fff" stroke-width="3" paint-order="stroke">{a(arm)}</text>')  # fmt: skip
-    return (f'<g class="pt" data-arm="{a(arm, quote=True)}" data-strategy="{a(strategy, quote=True)}" '
-            f'data-tip="{a(tip, quote=True)}"><title>{a(tip)}</title>{ci}'
-            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{7 if r.get("frontier") else 5}" fill="{colour}" '
-            f'stroke="#222" stroke-width="{1.5 if r.get("frontier") else 0.5}"/>{name}</g>')  # fmt: skip
+        name = (
+            f'<text class="pt-label" x="{label[0]:.1f}" y="{label[1]:.1f}" text-anchor="{label[2]}" '
+            f'font-size="{LABEL_FONT}" stroke="#fff" stroke-width="3" paint-order="stroke">{a(arm)}</text>'
+        )
+    return (
+        f'<g class="pt" data-arm="{a(arm, quote=True)}" data-strategy="{a(strategy, quote=True)}" '
+        f'data-tip="{a(tip, quote=True)}"><title>{a(tip)}</title>{ci}'
+        f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{7 if r.get("frontier") else 5}" fill="{colour}" '
+        f'stroke="#222" stroke-width="{1.5 if r.get("frontier") else 0.5}"/>{name}</g>'
+    )

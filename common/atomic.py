@@ -38,8 +38,13 @@ def write_atomic(
 ) -> None:
     """Replace `dest` with `data` (str is written as UTF-8) all or nothing."""
     final = Path(dest)
-    tmp = write_temp(final, data.encode("utf-8") if isinstance(data, str) else data, prefix=prefix, suffix=suffix,
-                     fsync=fsync)  # fmt: skip
+    tmp = write_temp(
+        final,
+        data.encode("utf-8") if isinstance(data, str) else data,
+        prefix=prefix,
+        suffix=suffix,
+        fsync=fsync,
+    )
     try:
         os.replace(tmp, final)
     except BaseException:

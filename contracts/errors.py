@@ -22,7 +22,11 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u
 def printable(text: str) -> str:
     """`text` safe for a terminal: control characters (ESC, so no colour codes, cursor moves or OSC 52 clipboard
     writes) and bidi overrides shown escaped (`\\x1b`), newlines and tabs kept. For names that come from user
-    files or model output."""
+    files or model output.
+
+    Args:
+        text: Text from outside (a provider's reply, a file's field) about to be printed.
+    """
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
@@ -52,8 +56,14 @@ class InputError(Exception):
 # and the task (scored as a loss, see worker.job); "task" is an evaluation-side failure (grader crash, bad
 # task) and is never raised by the provider client.
 ProviderErrorClass = Literal[
-    "credential", "endpoint", "rate_limit", "unreachable", "transient", "context_overflow", "permanent",
-]  # fmt: skip
+    "credential",
+    "endpoint",
+    "rate_limit",
+    "unreachable",
+    "transient",
+    "context_overflow",
+    "permanent",
+]
 ErrorClass = Literal[ProviderErrorClass, "task"]
 PROVIDER_ERROR_CLASSES: tuple[ProviderErrorClass, ...] = get_args(ProviderErrorClass)
 ERROR_CLASSES: tuple[ErrorClass, ...] = (*PROVIDER_ERROR_CLASSES, "task")

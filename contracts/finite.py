@@ -26,7 +26,12 @@ def _finite(v: Any, depth: int = 0) -> Any:
 
 
 def dumps_finite(obj: Any, **kw: Any) -> str:
-    """json.dumps with allow_nan=False; a non-finite float anywhere is written as its string instead."""
+    """json.dumps with allow_nan=False; a non-finite float anywhere is written as its string instead.
+
+    Args:
+        obj: The value to encode.
+        **kw: json.dumps options (indent, sort_keys, ...).
+    """
     try:
         return json.dumps(obj, allow_nan=False, **kw)
     except ValueError:

@@ -50,7 +50,12 @@ OptionCheck = Callable[[dict[str, Any], dict[str, Any]], None]
 
 
 def no_options(task: dict[str, Any], grader: dict[str, Any]) -> None:
-    """Graders whose options need no check beyond the task schema."""
+    """Graders whose options need no check beyond the task schema.
+
+    Args:
+        task: The task record (already checked against the task schema).
+        grader: The task's grader table (`type` and its options).
+    """
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,12 @@ class GraderSchema:
 
 
 def check_numeric(task: dict[str, Any], grader: dict[str, Any]) -> None:
+    """abs_tol and rel_tol, when given, are numbers >= 0; the reference parses as a number.
+
+    Args:
+        task: The task record (already checked against the task schema).
+        grader: The task's grader table (`type` and its options).
+    """
     for opt in ("abs_tol", "rel_tol"):
         v = grader.get(opt, 0.0)
         if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
@@ -75,11 +86,23 @@ def check_numeric(task: dict[str, Any], grader: dict[str, Any]) -> None:
 
 
 def check_math(task: dict[str, Any], grader: dict[str, Any]) -> None:
+    """The reference is a LaTeX string or a number.
+
+    Args:
+        task: The task record (already checked against the task schema).
+        grader: The task's grader table (`type` and its options).
+    """
     if isinstance(task["reference"], bool) or not isinstance(task["reference"], str | int | float):
         raise GraderOptionError("math grader needs a LaTeX string or a number", "reference")
 
 
 def check_regex(task: dict[str, Any], grader: dict[str, Any]) -> None:
+    """The pattern (the grader's `pattern`, else the reference) compiles.
+
+    Args:
+        task: The task record (already checked against the task schema).
+        grader: The task's grader table (`type` and its options).
+    """
     try:
         re.compile(str(grader.get("pattern", task.get("reference", ""))))
     except re.error as e:
@@ -87,11 +110,23 @@ def check_regex(task: dict[str, Any], grader: dict[str, Any]) -> None:
 
 
 def check_choice(task: dict[str, Any], grader: dict[str, Any]) -> None:
+    """The grader's `choices`, when given, is a list.
+
+    Args:
+        task: The task record (already checked against the task schema).
+        grader: The task's grader table (`type` and its options).
+    """
     if "choices" in grader and not isinstance(grader["choices"], list):
         raise GraderOptionError("grader option 'choices' must be a list")
 
 
 def check_code(task: dict[str, Any], grader: dict[str, Any]) -> None:
+    """entry_point is an identifier; tests (and visible_tests, when given) are lists of assert strings.
+
+    Args:
+        task: The task record (already checked against the task schema).
+        grader: The task's grader table (`type` and its options).
+    """
     if not isinstance(task.get("entry_point"), str) or not task["entry_point"].isidentifier():
         raise GraderOptionError("code tasks need a Python identifier", "entry_point")
     for f in ("tests", "visible_tests"):
@@ -106,6 +141,12 @@ def check_code(task: dict[str, Any], grader: dict[str, Any]) -> None:
 
 
 def check_tool(task: dict[str, Any], grader: dict[str, Any]) -> None:
+    """expect_calls is a list of {name, arguments?}; the task declares its tools.
+
+    Args:
+        task: The task record (already checked against the task schema).
+        grader: The task's grader table (`type` and its options).
+    """
     calls = grader.get("expect_calls", [])
     if not isinstance(calls, list) or not all(
         isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls
@@ -116,6 +157,12 @@ def check_tool(task: dict[str, Any], grader: dict[str, Any]) -> None:
 
 
 def check_bfcl(task: dict[str, Any], grader: dict[str, Any]) -> None:
+    """The task declares its tools and its reference lists the possible answers.
+
+    Args:
+        task: The task record (already checked against the task schema).
+        grader: The task's grader table (`type` and its options).
+    """
     if not task.get("tools"):
         raise GraderOptionError("bfcl grader needs the task's tools", "tools")
     if not isinstance(task["reference"], list) or not all(isinstance(g, dict) for g in task["reference"]):
@@ -146,7 +193,11 @@ _SCHEMAS: dict[str, GraderSchema] = {
 
 def register_schema(schema: GraderSchema) -> None:
     """Add a grader's schema. Registering the same schema again is a no-op; a different one under a taken
-    name is a programming error (two graders cannot share a name)."""
+    name is a programming error (two graders cannot share a name).
+
+    Args:
+        schema: The grader's name, option check and whether it needs a reference.
+    """
     if not schema.name or not schema.name.isidentifier():
         raise ValueError(f"grader name {schema.name!r} must be a Python identifier")
     old = _SCHEMAS.get(schema.name)
@@ -156,7 +207,11 @@ def register_schema(schema: GraderSchema) -> None:
 
 
 def unregister_schema(name: str) -> None:
-    """Remove a grader's schema (tests that add a toy grader clean up with this)."""
+    """Remove a grader's schema (tests that add a toy grader clean up with this).
+
+    Args:
+        name: The grader type to remove.
+    """
     _SCHEMAS.pop(name, None)
 
 
@@ -166,4 +221,9 @@ def grader_types() -> tuple[str, ...]:
 
 
 def get_schema(name: object) -> GraderSchema | None:
+    """The schema registered under `name`; None for an unknown (or non-string) name.
+
+    Args:
+        name: A grader type, as read from a task (any value).
+    """
     return _SCHEMAS.get(name) if isinstance(name, str) else None

@@ -18,13 +18,23 @@ from elo_per_token.contracts.tasks import Task
 
 
 def arm_label(strategy: str, budget_n: int, variant: str = "") -> str:
-    """Canonical arm name. An arm is (strategy, budget[, variant]) — never strategy alone."""
+    """Canonical arm name. An arm is (strategy, budget[, variant]) — never strategy alone.
+
+    Args:
+        strategy: The strategy's name.
+        budget_n: The strategy's budget (samples, steps, ...).
+        variant: params_variant of the other parameters ('' when none).
+    """
     base = f"{strategy}@{budget_n}"
     return f"{base}[{variant}]" if variant else base
 
 
 def params_variant(params: dict[str, Any]) -> str:
-    """Stable short label for non-budget strategy parameters (e.g. tree depth), '' when none."""
+    """Stable short label for non-budget strategy parameters (e.g. tree depth), '' when none.
+
+    Args:
+        params: The arm's strategy parameters (the budget included, and left out of the label).
+    """
     if not params:
         return ""
     return ",".join(f"{k}={params[k]}" for k in sorted(params))
@@ -32,26 +42,45 @@ def params_variant(params: dict[str, Any]) -> str:
 
 def cancel_key(run_id: str) -> str:
     """Redis key (on the broker) that marks a run's queued Celery jobs as cancelled: the coordinator sets it when
-    it is stopped (Ctrl-C/SIGTERM), workers skip jobs of the run while it exists, the next session clears it."""
+    it is stopped (Ctrl-C/SIGTERM), workers skip jobs of the run while it exists, the next session clears it.
+
+    Args:
+        run_id: The run's id.
+    """
     return f"ept:cancel:{run_id}"
 
 
 def worker_error_key(queue: str) -> str:
     """Redis key (on the broker) where a worker that cannot start for `queue` leaves its reason, so a coordinator
     waiting on that queue can name the cause (coordinator.consumers). Prefixed by the queue's name so a grader
-    whose broker user may touch only its queue's keys (`~grade*`, deploy/README.md "Broker users") can write it."""
+    whose broker user may touch only its queue's keys (`~grade*`, deploy/README.md "Broker users") can write it.
+
+    Args:
+        queue: The Celery queue the worker was started for.
+    """
     return f"{queue}.ept-worker-error"
 
 
 def derive_seed(*parts: object) -> int:
-    """A 31-bit seed derived from any parts; the same parts always give the same seed."""
+    """A 31-bit seed derived from any parts; the same parts always give the same seed.
+
+    Args:
+        *parts: Any values with a stable repr (the run's seed, a job key, a call index...).
+    """
     h = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(h[:4], "big") & 0x7FFFFFFF
 
 
 def job_key(family: str, task_id: str, arm: str, replicate: int) -> str:
     """The job key of (family, task, arm label, replicate): Job.key, also for readers that know only a record's
-    labels (`ept view` finds a job's objects from an outcome row)."""
+    labels (`ept view` finds a job's objects from an outcome row).
+
+    Args:
+        family: The task's family.
+        task_id: The task's id.
+        arm: The arm label (arm_label).
+        replicate: The replicate number (0 for the first run of a (task, arm)).
+    """
     from elo_per_token.contracts.keys import key_component as kc
 
     arm = arm.replace("@", "_n").replace("[", "_").replace("]", "").replace(",", "_").replace("=", "-")
@@ -100,6 +129,11 @@ class Job:
         return job_key(self.family, self.task_id, self.arm, self.replicate)
 
     def call_seed(self, call_index: int) -> int:
+        """The seed of call `call_index` of this job: derived from the job's seed and key.
+
+        Args:
+            call_index: The call's index within the job (0, 1, ...).
+        """
         return derive_seed(self.seed, self.key, call_index)
 
     def to_dict(self) -> dict[str, Any]:
@@ -107,6 +141,11 @@ class Job:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Job:
+        """The job to_dict wrote.
+
+        Args:
+            d: The dict to_dict wrote (e.g. read back from a Celery message).
+        """
         return cls(**d)
 
     def to_json(self) -> str:
@@ -137,7 +176,11 @@ DEFAULT_MAX_ATTEMPTS = 3
 
 def budget_key(run_id: str) -> str:
     """Redis key (on the broker) counting the tokens a run has spent, for its budget cap: the coordinator sets
-    it to what earlier sessions spent, workers add each job's tokens and start no job once it reaches the cap."""
+    it to what earlier sessions spent, workers add each job's tokens and start no job once it reaches the cap.
+
+    Args:
+        run_id: The run's id.
+    """
     return f"ept:spent:{run_id}"
 
 
@@ -171,8 +214,11 @@ class CeleryJobContext:
 
     def to_dict(self) -> CeleryJobContextDict:
         d: CeleryJobContextDict = {
-            "ledger": self.ledger, "base_url": self.base_url, "rpm": self.rpm, "tpm": self.tpm
-        }  # fmt: skip
+            "ledger": self.ledger,
+            "base_url": self.base_url,
+            "rpm": self.rpm,
+            "tpm": self.tpm,
+        }
         if self.clear_failure:
             d["clear_failure"] = True
         if self.max_attempts != DEFAULT_MAX_ATTEMPTS:
@@ -188,7 +234,11 @@ class CeleryJobContext:
     @classmethod
     def from_dict(cls, d: CeleryJobContextDict | dict[str, Any]) -> CeleryJobContext:
         """The worker's reading of a message's context: `ledger` is required (KeyError otherwise, as before);
-        the rest default when absent, and keys it does not know are ignored."""
+        the rest default when absent, and keys it does not know are ignored.
+
+        Args:
+            d: The dict to_dict wrote (e.g. read back from a Celery message).
+        """
         return cls(
             ledger=d["ledger"],
             base_url=d.get("base_url"),

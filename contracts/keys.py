@@ -30,6 +30,11 @@ _NOT_SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def is_safe_component(s: str) -> bool:
+    """Whether `s` can be one path segment of a key as is (no separator, no dot name, within the byte bound).
+
+    Args:
+        s: The candidate segment.
+    """
     return (
         bool(s)
         and len(s.encode("utf-8", "surrogatepass")) <= MAX_COMPONENT_BYTES
@@ -40,7 +45,11 @@ def is_safe_component(s: str) -> bool:
 
 
 def key_component(s: str) -> str:
-    """`s` itself when it is safe as one path segment, else a slug plus a hash of `s` (never '.', '..', '/…')."""
+    """`s` itself when it is safe as one path segment, else a slug plus a hash of `s` (never '.', '..', '/…').
+
+    Args:
+        s: Any text (a task id, an arm label, ...).
+    """
     if is_safe_component(s):
         return s
     slug = _NOT_SLUG.sub("_", s).strip("._")[:_SLUG_CHARS].strip("._") or "x"
@@ -50,8 +59,15 @@ def key_component(s: str) -> str:
 
 def check_key(key: str) -> str:
     """A relative key of safe components ('a/b/c'); raises InputError otherwise. The ledgers call this before
-    building a path or an S3 key, so a key that bypassed `key_component` still cannot escape the run."""
+    building a path or an S3 key, so a key that bypassed `key_component` still cannot escape the run.
+
+    Args:
+        key: The relative key to check ('family/task/arm/r0').
+    """
     if not isinstance(key, str) or not key or not all(is_safe_component(p) for p in key.split("/")):
-        raise InputError(f"unsafe ledger key {key!r} (each part: no '/', '..', leading '.', control characters; "
-                         f"at most {MAX_COMPONENT_BYTES} bytes)", field="key")  # fmt: skip
+        raise InputError(
+            f"unsafe ledger key {key!r} (each part: no '/', '..', leading '.', control characters; "
+            f"at most {MAX_COMPONENT_BYTES} bytes)",
+            field="key",
+        )
     return key

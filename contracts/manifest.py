@@ -14,7 +14,11 @@ MAX_SEED = 2**63 - 1  # sent to the provider as a JSON integer
 
 
 def profile_prices(profile: dict[str, Any]) -> str | None:
-    """The profile's prices as AnalysisOptions.prices ('in=…,cached=…,out=…'), None unless in and out are set."""
+    """The profile's prices as AnalysisOptions.prices ('in=…,cached=…,out=…'), None unless in and out are set.
+
+    Args:
+        profile: The profile as recorded in the manifest (its `prices` table, if any).
+    """
     pi, po, pc = (profile.get(k) for k in ("price_in_per_1m", "price_out_per_1m", "price_cached_in_per_1m"))
     if pi is None or po is None:
         return None
@@ -22,5 +26,9 @@ def profile_prices(profile: dict[str, Any]) -> str | None:
 
 
 def weights_option(weights: dict[str, float]) -> str | None:
-    """Family weights as AnalysisOptions.weights ('fam=w,…', sorted), None when there are none."""
+    """Family weights as AnalysisOptions.weights ('fam=w,…', sorted), None when there are none.
+
+    Args:
+        weights: Family -> weight.
+    """
     return ",".join(f"{k}={v}" for k, v in sorted(weights.items())) or None

@@ -58,11 +58,20 @@ KINDS = {
 
 
 def wrap_task(text: str) -> str:
+    """The task's text between <task> tags, so the model reads it as data, not instructions.
+
+    Args:
+        text: A model's reply (None: no reply).
+    """
     return f"{TASK_OPEN}\n{text}\n{TASK_CLOSE}"
 
 
 def task_text(task: Task) -> str:
-    """The task's prompt as plain text (the last user message for chat-style tasks)."""
+    """The task's prompt as plain text (the last user message for chat-style tasks).
+
+    Args:
+        task: The task record.
+    """
     if "prompt" in task and task["prompt"] is not None:
         return str(task["prompt"])
     users = [m for m in task.get("messages") or [] if m.get("role") == "user"]
@@ -70,7 +79,11 @@ def task_text(task: Task) -> str:
 
 
 def solve_messages(task: Task) -> list[dict[str, Any]]:
-    """Messages for one solve attempt. Chat-style tasks keep their own messages after our system line."""
+    """Messages for one solve attempt. Chat-style tasks keep their own messages after our system line.
+
+    Args:
+        task: The task record.
+    """
     system = TOOL_SYSTEM if task.get("tools") else SOLVE_SYSTEM
     if msgs := task.get("messages"):
         own = [m for m in msgs if m.get("role") != "system"]
@@ -79,6 +92,12 @@ def solve_messages(task: Task) -> list[dict[str, Any]]:
 
 
 def verify_messages(task: Task, candidate: str) -> list[dict[str, Any]]:
+    """Messages asking the verifier to score `candidate` as a solution of the task.
+
+    Args:
+        task: The task record.
+        candidate: The solution to score.
+    """
     user = (
         f"Task:\n{wrap_task(task_text(task))}\n\nCandidate solution:\n<candidate>\n{candidate}\n</candidate>"
     )
@@ -86,6 +105,14 @@ def verify_messages(task: Task, candidate: str) -> list[dict[str, Any]]:
 
 
 def step_messages(task: Task, steps: list[str], step_no: int, depth: int) -> list[dict[str, Any]]:
+    """Messages asking for step `step_no` of a `depth`-step solution, after `steps`.
+
+    Args:
+        task: The task record.
+        steps: The steps written so far, in order.
+        step_no: The step to write (1-based).
+        depth: The number of steps in all (the last one gives the final answer).
+    """
     done = "\n".join(f"Step {i + 1}: {s}" for i, s in enumerate(steps)) or "(no steps yet)"
     last = " This is the last step: finish and give the final answer." if step_no == depth else ""
     user = (
@@ -96,11 +123,23 @@ def step_messages(task: Task, steps: list[str], step_no: int, depth: int) -> lis
 
 
 def partial_verify_messages(task: Task, steps: list[str]) -> list[dict[str, Any]]:
-    """Verifier prompt for a partial (tree-search) solution: same verifier, steps as the candidate."""
+    """Verifier prompt for a partial (tree-search) solution: same verifier, steps as the candidate.
+
+    Args:
+        task: The task record.
+        steps: The steps written so far, in order.
+    """
     return verify_messages(task, "\n".join(f"Step {i + 1}: {s}" for i, s in enumerate(steps)))
 
 
 def judge_messages(task: Task, response_a: str, response_b: str) -> list[dict[str, Any]]:
+    """Messages asking the judge which of two responses answers the task better (or a tie).
+
+    Args:
+        task: The task record.
+        response_a: The response shown as A.
+        response_b: The response shown as B.
+    """
     user = (
         f"Question:\n{wrap_task(task_text(task))}\n\nResponse A:\n<response_a>\n{response_a}\n</response_a>\n\n"
         f"Response B:\n<response_b>\n{response_b}\n</response_b>"
@@ -123,7 +162,11 @@ _WINNER_RE = re.compile(r"winner\s*+[:=]\s*+\**+\s*+(A|B|tie)\b", re.IGNORECASE)
 
 
 def prompt_kind(messages: list[dict[str, Any]]) -> str:
-    """'solve' | 'verify' | 'step' | 'judge' | 'unknown', from the system message header."""
+    """'solve' | 'verify' | 'step' | 'judge' | 'unknown', from the system message header.
+
+    Args:
+        messages: The messages of a request (the simulator reads the kind of call from them).
+    """
     for m in messages:
         if m.get("role") == "system" and isinstance(m.get("content"), str):
             for header, kind in KINDS.items():
@@ -133,6 +176,13 @@ def prompt_kind(messages: list[dict[str, Any]]) -> str:
 
 
 def between(text: str, open_tag: str, close_tag: str) -> str | None:
+    """The text between the first `open_tag` and the next `close_tag`, newlines at its ends stripped; None when either tag is missing.
+
+    Args:
+        text: The text to search.
+        open_tag: The opening tag (e.g. '<answer>').
+        close_tag: The closing tag (e.g. '</answer>').
+    """
     i = text.find(open_tag)
     if i < 0:
         return None
@@ -141,7 +191,11 @@ def between(text: str, open_tag: str, close_tag: str) -> str | None:
 
 
 def final_answer_line(text: str | None) -> str | None:
-    """The last 'Answer: ...' line of a reply, without the label; None when there is none."""
+    """The last 'Answer: ...' line of a reply, without the label; None when there is none.
+
+    Args:
+        text: A model's reply (None: no reply).
+    """
     if not text:
         return None
     found = answer_lines(text)
@@ -155,6 +209,9 @@ def answer_lines(text: str) -> list[str]:
     A label is the first non-blank thing on a line: optional `**`, optional `final`, `answer` (any case),
     optional `**`, a colon; the value is the rest of the first non-blank line after the colon (it may be
     on the next line), right-stripped.
+
+    Args:
+        text: A model's reply.
     """
     found: list[str] = []
     pos, n = 0, len(text)
@@ -185,7 +242,11 @@ def answer_lines(text: str) -> list[str]:
 
 
 def parse_score(text: str | None) -> float | None:
-    """The last 'Score: x' in a verifier reply, clipped to 0..1; None when absent."""
+    """The last 'Score: x' in a verifier reply, clipped to 0..1; None when absent.
+
+    Args:
+        text: A model's reply (None: no reply).
+    """
     if not text:
         return None
     found = _SCORE_RE.findall(text)
@@ -193,7 +254,11 @@ def parse_score(text: str | None) -> float | None:
 
 
 def parse_winner(text: str | None) -> str | None:
-    """'A' | 'B' | 'tie' from a judge reply; None when absent."""
+    """'A' | 'B' | 'tie' from a judge reply; None when absent.
+
+    Args:
+        text: A model's reply (None: no reply).
+    """
     if not text:
         return None
     found = _WINNER_RE.findall(text)

@@ -38,7 +38,11 @@ LINE_IDENTITY_KEYS = frozenset(
 def reached_provider(error: Any) -> bool:
     """Whether a call (its record's `error` field) reached the provider: one whose last attempt could not even
     connect (class `unreachable`: connection refused, DNS, an open circuit) is an attempt, never a billed call.
-    The one rule every count of calls uses (the sweep's summary, the spent table)."""
+    The one rule every count of calls uses (the sweep's summary, the spent table).
+
+    Args:
+        error: The call record's `error` field (None for a call that succeeded).
+    """
     return not (isinstance(error, dict) and error.get("class") == "unreachable")
 
 
@@ -149,9 +153,15 @@ class JobResult:
         o = asdict(self.outcome)
         digest = {"task_digest": self.task_digest} if self.task_digest else {}
         lines.append(
-            {**ident, "kind": "outcome", **o, "started_at": self.started_at, "finished_at": self.finished_at,
-             **digest}
-        )  # fmt: skip
+            {
+                **ident,
+                "kind": "outcome",
+                **o,
+                "started_at": self.started_at,
+                "finished_at": self.finished_at,
+                **digest,
+            }
+        )
         lines.extend({**ident, "kind": "judgment", **jd} for jd in self.judgments)
         return lines
 
@@ -162,6 +172,12 @@ class JobResult:
 
     @classmethod
     def from_lines(cls, lines: list[dict[str, Any]], job: Job) -> JobResult:
+        """The result to_lines wrote: call, judgment and outcome lines back into records.
+
+        Args:
+            lines: The job object's lines, parsed.
+            job: The job the lines belong to.
+        """
         calls, outcome, judgments, started, finished, digest = [], None, [], 0.0, 0.0, None
         call_fields = set(CallRecord.__dataclass_fields__)
         out_fields = set(Outcome.__dataclass_fields__)

@@ -31,7 +31,11 @@ _NOT_SECRET = frozenset({"SSH_AUTH_SOCK", "XAUTHORITY", "PWD", "OLDPWD"})
 
 
 def mask(secret: str | None) -> str:
-    """`sk-abcdef...wxyz` -> `sk-…wxyz`; short or empty secrets are masked entirely."""
+    """`sk-abcdef...wxyz` -> `sk-…wxyz`; short or empty secrets are masked entirely.
+
+    Args:
+        secret: The secret to mask (None: nothing to show).
+    """
     if not secret:
         return "<unset>"
     if len(secret) < 12:
@@ -89,7 +93,11 @@ def _environment_secrets() -> tuple[str, ...]:
 
 def process_secrets(extra: Sequence[str | None] | None = None) -> tuple[str, ...]:
     """The one secret set: `extra` (the profile's key), key-like environment values and URL passwords from
-    the environment; longest first, so a secret that contains another is masked whole."""
+    the environment; longest first, so a secret that contains another is masked whole.
+
+    Args:
+        extra: Secrets to add to the environment's (a profile's API key; None entries ignored).
+    """
     found = {s for s in extra or () if s}
     found.update(_environment_secrets())
     return tuple(sorted((s for s in found if len(s) >= MIN_SECRET_CHARS), key=lambda s: (-len(s), s)))
@@ -135,7 +143,11 @@ class SecretSet:
     runs: tuple[str, ...]  # token-shaped secrets
 
     def mask_values(self, text: str) -> str:
-        """Every known secret masked: as written, encoded, and any run of RUN_CHARS of its characters."""
+        """Every known secret masked: as written, encoded, and any run of RUN_CHARS of its characters.
+
+        Args:
+            text: Text that may hold a secret (an error message, a log line, a transcript field).
+        """
         if len(text) < MIN_SECRET_CHARS:  # every secret, form and run is at least this long: nothing to find
             return text
         for s in self.secrets:
@@ -149,7 +161,11 @@ class SecretSet:
         return text
 
     def scrub(self, text: str) -> str:
-        """mask_values, plus bearer tokens and URL passwords whatever their value."""
+        """mask_values, plus bearer tokens and URL passwords whatever their value.
+
+        Args:
+            text: Text that may hold a secret (an error message, a log line, a transcript field).
+        """
         text = self.mask_values(text)
         if "Bearer" in text:  # the pattern's literal part: most strings skip the regex
             text = _BEARER.sub(lambda m: m.group(1) + mask(m.group(2)), text)
@@ -163,7 +179,11 @@ def _compile(secrets: tuple[str, ...]) -> SecretSet:
 
 
 def secret_set(extra: Sequence[str | None] | None = None) -> SecretSet:
-    """The process's secret set (process_secrets) with `extra`, compiled (cached per distinct set)."""
+    """The process's secret set (process_secrets) with `extra`, compiled (cached per distinct set).
+
+    Args:
+        extra: Secrets to add to the environment's (a profile's API key; None entries ignored).
+    """
     return _compile(process_secrets(extra))
 
 
@@ -217,7 +237,12 @@ def _mask_runs(text: str, s: str) -> str:
 
 def scrub(text: str, secrets: Sequence[str | None] | None = None) -> str:
     """Every secret the process knows (`secrets` added to process_secrets) masked, in any encoding it is
-    echoed in; bearer tokens and URL passwords too."""
+    echoed in; bearer tokens and URL passwords too.
+
+    Args:
+        text: Text that may hold a secret (an error message, a log line, a transcript field).
+        secrets: Secrets to add to the environment's (a profile's API key; None entries ignored).
+    """
     return secret_set(secrets).scrub(text)
 
 
@@ -228,12 +253,20 @@ def _mask_userinfo(m: re.Match[str]) -> str:
 
 
 def mask_urls(text: str) -> str:
-    """Every URL's userinfo masked: `http://user:pass@host/v1` -> `http://user:………@host/v1`."""
+    """Every URL's userinfo masked: `http://user:pass@host/v1` -> `http://user:………@host/v1`.
+
+    Args:
+        text: Text that may contain URLs with userinfo.
+    """
     return _URL_USERINFO.sub(_mask_userinfo, text) if "@" in text else text
 
 
 def mask_url(url: str) -> str:
-    """One URL for display (tables, manifests): its password (or lone user token) masked."""
+    """One URL for display (tables, manifests): its password (or lone user token) masked.
+
+    Args:
+        url: The URL to show.
+    """
     return mask_urls(url)
 
 

@@ -30,14 +30,33 @@ def spent_bytes(
     lines: list[dict[str, Any]], *, reason: str, error_class: str | None, attempt: int, at: float
 ) -> bytes:
     """The object for one attempt: a header, then its call lines (an outcome line, if any, is dropped: the
-    attempt's outcome is the header's `reason` and `class`). `lines` are JobResult.to_lines() of the attempt."""
+    attempt's outcome is the header's `reason` and `class`). `lines` are JobResult.to_lines() of the attempt.
+
+    Args:
+        lines: JobResult.to_lines() of the attempt.
+        reason: Why the attempt's calls are spent: one of SPENT_REASONS.
+        error_class: The attempt's error class (None for a duplicate).
+        attempt: The attempt's number (1-based).
+        at: When the attempt ended (time.time()).
+    """
     if reason not in SPENT_REASONS:
         raise ValueError(f"unknown spent reason {reason!r}")
     calls = [x for x in lines if x.get("kind") == "call"]
-    ident = {k: v for k, v in (lines[0] if lines else {}).items()
-             if k in ("schema", "run_id", "job_key", "task_id", "family", "strategy", "budget_n", "arm", "replicate")}  # fmt: skip
-    head = {**ident, "kind": "attempt", "reason": reason, "class": error_class, "attempt": attempt, "at": at,
-            "calls": len(calls)}  # fmt: skip
+    ident = {
+        k: v
+        for k, v in (lines[0] if lines else {}).items()
+        if k
+        in ("schema", "run_id", "job_key", "task_id", "family", "strategy", "budget_n", "arm", "replicate")
+    }
+    head = {
+        **ident,
+        "kind": "attempt",
+        "reason": reason,
+        "class": error_class,
+        "attempt": attempt,
+        "at": at,
+        "calls": len(calls),
+    }
     return "".join(_dump(x) + "\n" for x in [head, *calls]).encode()
 
 
@@ -61,7 +80,12 @@ def _finite(x: Any) -> Any:
 
 def parse_spent(data: bytes, name: str = "spent object") -> list[dict[str, Any]]:
     """The call lines of one spent object, each tagged `spent_reason` (and `spent_class`); a malformed object
-    raises ValueError naming it and the line (a ledger written by this tool never has one)."""
+    raises ValueError naming it and the line (a ledger written by this tool never has one).
+
+    Args:
+        data: The spent object's bytes.
+        name: How to name the object in an error.
+    """
     out: list[dict[str, Any]] = []
     head: dict[str, Any] | None = None
     try:
@@ -95,7 +119,11 @@ def parse_spent(data: bytes, name: str = "spent object") -> list[dict[str, Any]]
 def implausible_usage(u: Any) -> str | None:
     """Why a call line's usage cannot be a bill (a count over contracts.usage.MAX_CALL_TOKENS: 10^15 tokens
     would show as "$3,000,000,000"), else None. Other malformed usage (a string, a negative, a missing field)
-    counts 0 tokens, as a call without usage does (spent_usage_totals)."""
+    counts 0 tokens, as a call without usage does (spent_usage_totals).
+
+    Args:
+        u: A call line's `usage` field (any value).
+    """
     from elo_per_token.contracts.usage import MAX_CALL_TOKENS
 
     if not isinstance(u, dict):
@@ -114,7 +142,11 @@ def _refuse_constant(c: str) -> float:
 def spent_usage_totals(lines: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
     """Per arm: calls (that reached the provider: billed or answered), unsent (attempts that never reached
     it: connection refused, an open circuit — not billed), prompt_tokens, completion_tokens and tokens of spent
-    call lines (judge calls excluded from tokens, as in analysis.tokens; counted in calls)."""
+    call lines (judge calls excluded from tokens, as in analysis.tokens; counted in calls).
+
+    Args:
+        lines: Call lines from parse_spent.
+    """
     out: dict[str, dict[str, int]] = {}
     for x in lines:
         row = out.setdefault(

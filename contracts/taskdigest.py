@@ -29,7 +29,13 @@ def decode_tasks(
     """The stored task digests {task part: digest}. An unreadable or malformed file is an InputError naming
     `file` (and the task whose entry is bad): treating it as "no tasks known" silently disabled the
     task-change check and, on a worker, the check of what it grades. data=None (no file): {} with
-    missing_ok (a display that can say "no digest recorded"), else an InputError."""
+    missing_ok (a display that can say "no digest recorded"), else an InputError.
+
+    Args:
+        data: The digest file's bytes (None: no file).
+        file: How to name the file in an error.
+        missing_ok: Return {} for a missing file instead of an InputError.
+    """
     if data is None:
         if missing_ok:
             return {}
@@ -50,7 +56,12 @@ def decode_tasks(
 
 def tasks_blob_of(manifest: dict[str, Any], file: str = "manifest.json") -> str | None:
     """The name of the run's task-digest file (identity.tasks_blob); None for a run that records none (written
-    before digests were recorded, or an import). A name that is not a file under identity/ is an InputError."""
+    before digests were recorded, or an import). A name that is not a file under identity/ is an InputError.
+
+    Args:
+        manifest: The run's manifest.
+        file: How to name the file in an error.
+    """
     ident = manifest.get("identity")
     if ident is None:
         return None
@@ -68,7 +79,13 @@ def run_task_digests(
     ledger: Any, run_id: str, manifest: dict[str, Any] | None = None
 ) -> dict[str, str] | None:
     """The run's recorded task digests {task part: digest}, read from its ledger (`ledger`: a Ledger);
-    None when the run records none. A garbage manifest entry or digest file is an InputError naming it."""
+    None when the run records none. A garbage manifest entry or digest file is an InputError naming it.
+
+    Args:
+        ledger: The run's Ledger.
+        run_id: The run's id.
+        manifest: The run's manifest (read from the ledger when None).
+    """
     where = ledger.blob_url(run_id, "manifest.json")
     if manifest is None:
         try:
@@ -86,10 +103,18 @@ def run_task_digests(
 
 
 def task_digest(task: Any) -> str:
-    """The digest of one task's whole record, as recorded in the run's identity (task_digests)."""
+    """The digest of one task's whole record, as recorded in the run's identity (task_digests).
+
+    Args:
+        task: The task record.
+    """
     return _digest(task)
 
 
 def key_task_part(job_key: str) -> str:
-    """The task part (family/task) of a job key."""
+    """The task part (family/task) of a job key.
+
+    Args:
+        job_key: A job key (family/task/arm/replicate).
+    """
     return "/".join(job_key.split("/")[:2])

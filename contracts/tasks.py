@@ -60,7 +60,13 @@ def _fail(msg: str, file: str, line: int, field: str | None) -> InputError:
 
 
 def validate_task(task: Any, file: str = "<task>", line: int = 1) -> Task:
-    """Check one task record; returns it unchanged or raises InputError naming file, line and field."""
+    """Check one task record; returns it unchanged or raises InputError naming file, line and field.
+
+    Args:
+        task: One parsed line of a suite file (any value).
+        file: The suite file, for errors.
+        line: The task's line in the file (1-based), for errors.
+    """
     if not isinstance(task, dict):
         raise _fail("each line must be a JSON object", file, line, None)
     unknown = sorted(set(task) - _KNOWN_FIELDS)

@@ -32,16 +32,34 @@ _KEYLIKE = re.compile(r"(?<![A-Za-z])(sk-[A-Za-z0-9_-]{12,}|AKIA[0-9A-Z]{16}|gh[
 
 
 class BlobReader(Protocol):
-    def get_blob(self, run_id: str, name: str) -> bytes | None: ...
+    """What read_transcript needs of a ledger (ledger.store.Ledger has it)."""
+
+    def get_blob(self, run_id: str, name: str) -> bytes | None:
+        """The object `name`'s bytes; None when there is none.
+
+        Args:
+            run_id: The run's id.
+            name: The object's path relative to the run.
+        """
+        ...
 
 
 def blob_name(job_key: str) -> str:
-    """The transcript's blob name inside the run (job keys are already path-safe)."""
+    """The transcript's blob name inside the run (job keys are already path-safe).
+
+    Args:
+        job_key: The job's key.
+    """
     return f"{TRANSCRIPTS_DIR}/{job_key}.json.gz"
 
 
 def clip(text: Any, limit: int = MAX_FIELD_CHARS) -> str:
-    """Text bounded to `limit` characters: its start and end kept, the middle replaced by a visible mark."""
+    """Text bounded to `limit` characters: its start and end kept, the middle replaced by a visible mark.
+
+    Args:
+        text: Any value (shown as str).
+        limit: The most characters kept.
+    """
     s = text if isinstance(text, str) else json.dumps(text, default=str, ensure_ascii=False)
     if len(s) <= limit:
         return s
@@ -53,13 +71,25 @@ def clip(text: Any, limit: int = MAX_FIELD_CHARS) -> str:
 def scrub_text(text: str, secrets: list[str] | None = None, known: SecretSet | None = None) -> str:
     """Every secret the process knows (contracts.secrets: `secrets` plus the environment's key-like values and
     URL passwords, in any encoding), bearer tokens, URL passwords and anything shaped like an API key are
-    masked (`sk-…abcd`). `known`: the compiled set, when the caller scrubs many strings."""
+    masked (`sk-…abcd`). `known`: the compiled set, when the caller scrubs many strings.
+
+    Args:
+        text: The text to scrub.
+        secrets: Secrets to mask besides the process's own (a profile's API key).
+        known: A compiled secret set to use instead of building one (callers scrubbing many strings pass it
+            once).
+    """
     text = (known or secret_set(secrets)).scrub(text)
     return _KEYLIKE.sub(lambda m: mask(m.group(0)), text)
 
 
 def bounded(doc: dict[str, Any], secrets: list[str] | None = None) -> dict[str, Any]:
-    """The document with every string scrubbed and each call's text within MAX_CALL_CHARS."""
+    """The document with every string scrubbed and each call's text within MAX_CALL_CHARS.
+
+    Args:
+        doc: The transcript document.
+        secrets: Secrets to mask besides the process's own (a profile's API key).
+    """
     truncated = False
     known = secret_set(secrets)  # one secret set for the whole document
 
@@ -86,13 +116,22 @@ def bounded(doc: dict[str, Any], secrets: list[str] | None = None) -> dict[str, 
 
 
 def encode(doc: dict[str, Any], secrets: list[str] | None = None) -> bytes:
-    """Bounded, scrubbed, gzip-compressed JSON (deterministic bytes: no timestamp in the gzip header)."""
+    """Bounded, scrubbed, gzip-compressed JSON (deterministic bytes: no timestamp in the gzip header).
+
+    Args:
+        doc: The transcript document.
+        secrets: Secrets to mask besides the process's own (a profile's API key).
+    """
     raw = json.dumps(bounded(doc, secrets), ensure_ascii=False, sort_keys=True).encode("utf-8")
     return gzip.compress(raw, compresslevel=6, mtime=0)
 
 
 def decode(data: bytes) -> dict[str, Any]:
-    """A stored transcript; ValueError when the bytes are not one (too large, not gzip, not a JSON object)."""
+    """A stored transcript; ValueError when the bytes are not one (too large, not gzip, not a JSON object).
+
+    Args:
+        data: The stored bytes.
+    """
     if len(data) > MAX_BLOB_BYTES:
         raise ValueError(f"transcript blob of {len(data)} bytes is over {MAX_BLOB_BYTES}")
     limit = MAX_BLOB_BYTES * 20  # bounded inflation: a gzip bomb stops here
@@ -111,7 +150,13 @@ def decode(data: bytes) -> dict[str, Any]:
 
 
 def read_transcript(ledger: BlobReader, run_id: str, job_key: str) -> dict[str, Any] | None:
-    """The job's transcript, None when none was stored; a damaged one is reported inside the document."""
+    """The job's transcript, None when none was stored; a damaged one is reported inside the document.
+
+    Args:
+        ledger: Anything with get_blob(run_id, name) (a Ledger).
+        run_id: The run's id.
+        job_key: The job's key.
+    """
     data = ledger.get_blob(run_id, blob_name(job_key))
     if data is None:
         return None

@@ -40,7 +40,11 @@ USAGE_MISSING_HINT = (
 
 
 def check_usage(u: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
-    """(usage to store, None) when `u` is valid or absent; (None, reason) when it must not be stored."""
+    """(usage to store, None) when `u` is valid or absent; (None, reason) when it must not be stored.
+
+    Args:
+        u: A reply's usage (None: the reply had none).
+    """
     if u is None:
         return None, None
     if not isinstance(u, dict):

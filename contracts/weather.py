@@ -17,11 +17,23 @@ _SUM_FIELDS = ("rate_limited", "pauses", "limiter_wait_s", "retry_wait_s")
 
 
 def weather_key(profile: str) -> str:
+    """The broker's hash holding each worker's last weather report for `profile`.
+
+    Args:
+        profile: The provider profile's name.
+    """
     return f"ept:weather:{profile}"
 
 
 def report(r: Any, profile: str, worker: str, weather: dict[str, Any]) -> None:
-    """Store this worker process's cumulative weather (overwrites its previous report)."""
+    """Store this worker process's cumulative weather (overwrites its previous report).
+
+    Args:
+        r: A redis client on the broker.
+        profile: The provider profile's name.
+        worker: The worker process's name (a hash field).
+        weather: Its cumulative counts and waits since it started.
+    """
     key = weather_key(profile)
     pipe = r.pipeline(transaction=False)
     pipe.hset(key, worker, json.dumps(weather, default=str))
@@ -35,7 +47,12 @@ def _num(v: Any) -> float:
 
 
 def read_reports(r: Any, profile: str) -> dict[str, dict[str, Any]]:
-    """Every worker's last report for `profile` (unreadable ones skipped: the broker may hold anything)."""
+    """Every worker's last report for `profile` (unreadable ones skipped: the broker may hold anything).
+
+    Args:
+        r: A redis client on the broker.
+        profile: The provider profile's name.
+    """
     out: dict[str, dict[str, Any]] = {}
     for i, (k, v) in enumerate(r.hscan_iter(weather_key(profile), count=500)):
         if i >= MAX_WORKERS:
@@ -62,7 +79,12 @@ def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 def sweep_weather(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The sweep's weather from the reports at its start and end: counts and waits summed over the workers,
-    outages the most any one worker saw."""
+    outages the most any one worker saw.
+
+    Args:
+        before: read_reports at the sweep's start.
+        after: read_reports at its end.
+    """
     total: dict[str, Any] = {f: 0.0 for f in (*_SUM_FIELDS, *_MAX_FIELDS)}
     retries: dict[str, float] = {}
     for w, doc in after.items():

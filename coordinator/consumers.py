@@ -154,8 +154,15 @@ def redis_watch(app: Any, queue: str, window: float) -> QueueWatch:
     from elo_per_token.worker.heartbeat import live_consumers
 
     grade = settings.read_str("EPT_GRADE_QUEUE") or "grade"
-    return QueueWatch(queue, grade if grade != queue else None, inspect, waiting, reason, window=window,
-                      alive=lambda q: live_consumers(r, q))  # fmt: skip
+    return QueueWatch(
+        queue,
+        grade if grade != queue else None,
+        inspect,
+        waiting,
+        reason,
+        window=window,
+        alive=lambda q: live_consumers(r, q),
+    )
 
 
 def queue_lines(watch: QueueWatch) -> list[str]:
@@ -172,8 +179,10 @@ def queue_lines(watch: QueueWatch) -> list[str]:
         waiting = watch.waiting(q)
         if waiting:
             cause = watch.reason(q)
-            out.append(f"queue {q!r}: {waiting} message(s) waiting and no worker consuming it"
-                       + (f" (a worker failed to start: {cause})" if cause else ""))  # fmt: skip
+            out.append(
+                f"queue {q!r}: {waiting} message(s) waiting and no worker consuming it"
+                + (f" (a worker failed to start: {cause})" if cause else "")
+            )
     return out
 
 

@@ -64,10 +64,17 @@ def iter_jobs(plan: Plan, tasks: list[Task]) -> Iterator[Job]:
                 for gen in arm.gens:
                     for rep in range(plan.replicates):
                         yield Job(
-                            run_id=plan.run_id, task=task, strategy=arm.strategy, budget_n=budget, replicate=rep,
-                            params=dict(arm.params), seed=plan.seed, profile=plan.profile, gen=dict(gen),
+                            run_id=plan.run_id,
+                            task=task,
+                            strategy=arm.strategy,
+                            budget_n=budget,
+                            replicate=rep,
+                            params=dict(arm.params),
+                            seed=plan.seed,
+                            profile=plan.profile,
+                            gen=dict(gen),
                             base_gen=dict(plan.generation),
-                        )  # fmt: skip
+                        )
 
 
 def count_jobs(plan: Plan, tasks: list[Task]) -> int:
@@ -90,8 +97,14 @@ def check_unique_keys(plan: Plan, tasks: list[Task]) -> None:
     for arm in plan.arms:
         for budget in arm.budgets:
             for gen in arm.gens:
-                j = Job(run_id=plan.run_id, task=tasks[0], strategy=arm.strategy, budget_n=budget,
-                        params=dict(arm.params), gen=dict(gen))  # fmt: skip
+                j = Job(
+                    run_id=plan.run_id,
+                    task=tasks[0],
+                    strategy=arm.strategy,
+                    budget_n=budget,
+                    params=dict(arm.params),
+                    gen=dict(gen),
+                )
                 part = j.key.split("/")[2]
                 if part in seen_arm:
                     _dup(plan, j.key)
@@ -110,15 +123,24 @@ def plan_keys(plan: Plan, tasks: list[Task]) -> pl.Series:
     probe = Job(run_id=plan.run_id, task=tasks[0], strategy="x", budget_n=0)
     task_parts = ["/".join(Job(**{**probe.to_dict(), "task": t}).key.split("/")[:2]) for t in tasks]
     arm_parts = [
-        Job(run_id=plan.run_id, task=tasks[0], strategy=arm.strategy, budget_n=budget, params=dict(arm.params),
-            gen=dict(gen)).key.split("/")[2]
-        for arm in plan.arms for budget in arm.budgets for gen in arm.gens
-    ]  # fmt: skip
+        Job(
+            run_id=plan.run_id,
+            task=tasks[0],
+            strategy=arm.strategy,
+            budget_n=budget,
+            params=dict(arm.params),
+            gen=dict(gen),
+        ).key.split("/")[2]
+        for arm in plan.arms
+        for budget in arm.budgets
+        for gen in arm.gens
+    ]
     reps = [f"r{r}" for r in range(plan.replicates)]
     grid = (
-        pl.DataFrame({"t": task_parts}).join(pl.DataFrame({"a": arm_parts}), how="cross")
+        pl.DataFrame({"t": task_parts})
+        .join(pl.DataFrame({"a": arm_parts}), how="cross")
         .join(pl.DataFrame({"r": reps}), how="cross")
-    )  # fmt: skip
+    )
     return grid.select(pl.concat_str("t", "a", "r", separator="/").alias("job_key"))["job_key"]
 
 
@@ -126,8 +148,9 @@ def _dup(plan: Plan, key: str) -> None:
     raise InputError(
         f"two jobs share the key {key!r} (task {key.split('/')[1]!r} appears twice in the suites, "
         "or two arms have the same strategy, budget and params)",
-        file=plan.source, field="suites",
-    )  # fmt: skip
+        file=plan.source,
+        field="suites",
+    )
 
 
 def expand(plan: Plan, tasks: list[Task]) -> list[Job]:

@@ -68,9 +68,12 @@ def legacy_identity(manifest: dict[str, Any]) -> dict[str, Any] | None:
 
 
 _FIELD_NAMES = {
-    "model": "profile.model", "endpoint": "endpoint", "protocol": "profile.protocol", "generation": "generation",
+    "model": "profile.model",
+    "endpoint": "endpoint",
+    "protocol": "profile.protocol",
+    "generation": "generation",
     "seed": "seed",
-}  # fmt: skip
+}
 
 
 def check_compatible(

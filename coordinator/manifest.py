@@ -34,8 +34,13 @@ def _checkout_commit(root: Path) -> str | None:
     if 'name = "elo-per-token"' not in pyproject:
         return None
     try:
-        out = subprocess.run(["git", "rev-parse", "--show-toplevel", "HEAD"], cwd=root, capture_output=True,
-                             text=True, timeout=5)  # fmt: skip
+        out = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     lines = out.stdout.split()
@@ -51,8 +56,13 @@ def _iso(t: float) -> str:
 def analysis_settings(plan: Plan, profile_public: dict[str, Any]) -> dict[str, Any]:
     """The settings the run's table is computed with, as plain data in its manifest: `ept report RUN` (the
     analysis stage) reads them from there and needs no plan parser of the coordinator's."""
-    return {"weights": dict(sorted(plan.weights.items())), "anchor": plan.anchor, "rounds": plan.bootstrap_rounds,
-            "seed": plan.seed, "prices": profile_prices(profile_public)}  # fmt: skip
+    return {
+        "weights": dict(sorted(plan.weights.items())),
+        "anchor": plan.anchor,
+        "rounds": plan.bootstrap_rounds,
+        "seed": plan.seed,
+        "prices": profile_prices(profile_public),
+    }
 
 
 def build_manifest(
@@ -79,10 +89,17 @@ def build_manifest(
         "started_at": _iso(now),
         # This session declares its job keys before writing any (ledger/keyspace.py): a reader may trust the
         # declarations only if every session of the run did.
-        "sessions": [{"started_at": _iso(now), "executor": executor, "declares_keys": True,
-                      "endpoint": identity["endpoint"], "model": identity["model"],
-                      "profile": profile_public.get("name")}],
-    }  # fmt: skip
+        "sessions": [
+            {
+                "started_at": _iso(now),
+                "executor": executor,
+                "declares_keys": True,
+                "endpoint": identity["endpoint"],
+                "model": identity["model"],
+                "profile": profile_public.get("name"),
+            }
+        ],
+    }
 
 
 def write_manifest(
@@ -117,17 +134,24 @@ def write_manifest(
 
 
 def _extend(
-    ledger: Ledger, run_id: str, old: dict[str, Any], new: dict[str, Any], digests: dict[str, str] | None,
+    ledger: Ledger,
+    run_id: str,
+    old: dict[str, Any],
+    new: dict[str, Any],
+    digests: dict[str, str] | None,
     allow_endpoint_change: bool,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """The manifest of a run that already exists, after checking the new session against it."""
     from elo_per_token.contracts.taskdigest import decode_tasks as _decode_tasks
     from elo_per_token.coordinator import identity as ident
 
     old_id = old.get("identity") or ident.legacy_identity(old)
     if old_id is None:
-        raise InputError(f"run {run_id!r} in {ledger.url} has a manifest without its plan or profile: "
-                         "give the plan a new name to start a new run", field="name")  # fmt: skip
+        raise InputError(
+            f"run {run_id!r} in {ledger.url} has a manifest without its plan or profile: "
+            "give the plan a new name to start a new run",
+            field="name",
+        )
     ident.check_compatible(old_id, new["identity"], run_id, allow_endpoint_change=allow_endpoint_change)
     # A garbage identity entry or digest file is refused naming it: read as "no tasks known", it switched the
     # task-change check off.
@@ -143,7 +167,13 @@ def _extend(
     # The endpoint recorded is the run's first (an allowed change shows in the session entries).
     identity = {**new["identity"], "endpoint": old_id.get("endpoint", new["identity"]["endpoint"])}
     return {
-        **old, "sessions": [*old.get("sessions", []), *new["sessions"]], "profile": new["profile"],
-        "identity": identity, "plan": new["plan"], "plan_digest": new["plan_digest"],
-        "plan_source": new["plan_source"], "analysis": new["analysis"], "n_jobs": max(int(old.get("n_jobs") or 0), int(new["n_jobs"])),
-    }  # fmt: skip
+        **old,
+        "sessions": [*old.get("sessions", []), *new["sessions"]],
+        "profile": new["profile"],
+        "identity": identity,
+        "plan": new["plan"],
+        "plan_digest": new["plan_digest"],
+        "plan_source": new["plan_source"],
+        "analysis": new["analysis"],
+        "n_jobs": max(int(old.get("n_jobs") or 0), int(new["n_jobs"])),
+    }

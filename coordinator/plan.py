@@ -81,10 +81,28 @@ def valid_run_name(name: str) -> bool:
 
 
 _TOP_FIELDS = {
-    "name", "profile", "suites", "tasks_per_family", "replicates", "seed", "ledger", "executor",
-    "concurrency", "queue", "batch_size", "weights", "arms", "rate_limits", "bootstrap_rounds", "anchor", "max_jobs",
-    "generation", "transcripts", "budget", "adaptive",
-}  # fmt: skip
+    "name",
+    "profile",
+    "suites",
+    "tasks_per_family",
+    "replicates",
+    "seed",
+    "ledger",
+    "executor",
+    "concurrency",
+    "queue",
+    "batch_size",
+    "weights",
+    "arms",
+    "rate_limits",
+    "bootstrap_rounds",
+    "anchor",
+    "max_jobs",
+    "generation",
+    "transcripts",
+    "budget",
+    "adaptive",
+}
 
 
 @dataclass(frozen=True)
@@ -381,8 +399,9 @@ def _budget(raw: dict[str, Any], v: _V) -> tuple[int | None, float | None]:
         else None
     )
     cost = b.get("max_cost")
-    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost)
-                             or cost <= 0):  # fmt: skip
+    if cost is not None and (
+        isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost <= 0
+    ):
         raise v.err("must be a finite number of USD > 0", "budget.max_cost", table="budget", key="max_cost")
     return tokens, None if cost is None else float(cost)
 
@@ -429,8 +448,10 @@ def _check_strategies(arms: list[Arm], v: _V) -> None:
         if a.strategy not in registry:
             raise v.err(
                 f"unknown strategy {a.strategy!r} (known: {', '.join(sorted(registry))})",
-                f"arms[{i}].strategy", key="strategy", table="arms",
-            )  # fmt: skip
+                f"arms[{i}].strategy",
+                key="strategy",
+                table="arms",
+            )
         for b in a.budgets:
             probe = Job(
                 run_id="check",
@@ -456,8 +477,9 @@ def check_job_count(plan: Plan, n_tasks: int) -> int:
             f"the plan expands to {n:,} jobs ({n_tasks:,} tasks x {n_arms} arms "
             f"x {plan.replicates:,} replicates), over the limit of {plan.max_jobs:,}; if that is intended, "
             "raise it with `max_jobs = N` in the plan or `ept sweep --max-jobs N`",
-            file=plan.source, field="max_jobs",
-        )  # fmt: skip
+            file=plan.source,
+            field="max_jobs",
+        )
     return n
 
 
@@ -477,8 +499,12 @@ def arm_labels(plan: Plan) -> list[str]:
     from elo_per_token.contracts.jobs import Job
 
     probe = PROBE_TASK
-    return [Job(run_id="x", task=probe, strategy=a.strategy, budget_n=b, params=dict(a.params), gen=dict(g)).arm
-            for a in plan.arms for b in a.budgets for g in a.gens]  # fmt: skip
+    return [
+        Job(run_id="x", task=probe, strategy=a.strategy, budget_n=b, params=dict(a.params), gen=dict(g)).arm
+        for a in plan.arms
+        for b in a.budgets
+        for g in a.gens
+    ]
 
 
 def select_arms(plan: Plan, pattern: str) -> Plan:
@@ -505,8 +531,11 @@ def select_arms(plan: Plan, pattern: str) -> Plan:
                 if any(fnmatch.fnmatchcase(label, p) for p in pats):
                     kept.append(Arm(a.strategy, (b,), dict(a.params), (dict(g),)))
     if not kept:
-        raise InputError(f"no arm matches {pattern!r}; the plan's arms: {', '.join(arm_labels(plan))}",
-                         file=plan.source, field="--arms")  # fmt: skip
+        raise InputError(
+            f"no arm matches {pattern!r}; the plan's arms: {', '.join(arm_labels(plan))}",
+            file=plan.source,
+            field="--arms",
+        )
     return plan.with_overrides(arms=tuple(kept))
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from elo_per_token.analysis.run_table import RunTable
 from elo_per_token.analysis.sequential import OFF, ON, assess_holm, pair_stats, true_frontier
@@ -118,7 +119,9 @@ def replay_adaptive(
     )
 
 
-def full_values(table: RunTable, weights: dict[str, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def full_values(
+    table: RunTable, weights: dict[str, float] | None = None
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """(tokens/task [K], win balance [K, K]) of the full grid: the population a replay samples its tasks
     from, so its exact truth."""
     from elo_per_token.coordinator.adaptive import task_weights
@@ -143,11 +146,13 @@ class OrdersSummary:
     def line(self) -> str:
         """Mean / median / 90th pct token share, classified share, classification error, coverage."""
         sh, k = np.asarray(self.shares), len(self.shares)
-        return (f"{k} task orders: token share mean {sh.mean():.1%}, median {np.median(sh):.1%}, 90th pct "
-                f"{np.quantile(sh, 0.9):.1%}; every arm classified in {sum(self.classified)}/{k}; orders with "
-                f"a classification contradicting the full grid's ({', '.join(self.truth)}): "
-                f"{sum(w > 0 for w in self.wrong)}/{k}; interval coverage {self.covered}/{self.intervals} = "
-                f"{self.covered / max(self.intervals, 1):.1%}")  # fmt: skip
+        return (
+            f"{k} task orders: token share mean {sh.mean():.1%}, median {np.median(sh):.1%}, 90th pct "
+            f"{np.quantile(sh, 0.9):.1%}; every arm classified in {sum(self.classified)}/{k}; orders with "
+            f"a classification contradicting the full grid's ({', '.join(self.truth)}): "
+            f"{sum(w > 0 for w in self.wrong)}/{k}; interval coverage {self.covered}/{self.intervals} = "
+            f"{self.covered / max(self.intervals, 1):.1%}"
+        )
 
 
 def replay_orders(
@@ -165,8 +170,13 @@ def replay_orders(
     full_tokens = float(np.nansum(table.tokens))
     shares, classified, wrong, covered, intervals = [], [], [], 0, 0
     for k in range(orders):
-        res = run_adaptive(table.families, table.arms, replay_runner(table), replace(settings, seed=settings.seed + k),
-                           weights=weights)  # fmt: skip
+        res = run_adaptive(
+            table.families,
+            table.arms,
+            replay_runner(table),
+            replace(settings, seed=settings.seed + k),
+            weights=weights,
+        )
         shares.append(res.tokens_spent / full_tokens if full_tokens else float("nan"))
         st = [r.status for r in res.reports]
         classified.append(OPEN not in st)

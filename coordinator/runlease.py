@@ -90,8 +90,9 @@ class RunLease:
         self.holder = {"host": socket.gethostname(), "pid": os.getpid(), "started_at": SESSION_STARTED}
 
     def _body(self, released: bool = False) -> bytes:
-        return json.dumps({"holder": self.holder, "heartbeat": time.time(), "ttl": self.ttl,
-                           "released": released}).encode()  # fmt: skip
+        return json.dumps(
+            {"holder": self.holder, "heartbeat": time.time(), "ttl": self.ttl, "released": released}
+        ).encode()
 
     def acquire(self) -> RunLease:
         """Take the lease, or InputError naming the live holder. Generations are created exclusively, so of

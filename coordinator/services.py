@@ -77,8 +77,11 @@ def base_ports(base: int) -> list[int]:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
-                raise InputError(f"port {port} on 127.0.0.1 is in use (--port-base {base} needs {base}.."
-                                 f"{base + N_PORTS - 1} free): pick another base", field="--port-base") from None  # fmt: skip
+                raise InputError(
+                    f"port {port} on 127.0.0.1 is in use (--port-base {base} needs {base}.."
+                    f"{base + N_PORTS - 1} free): pick another base",
+                    field="--port-base",
+                ) from None
     return ports
 
 
@@ -174,10 +177,14 @@ def _create_bucket(stack: Stack, timeout: float) -> None:
     import boto3
     from botocore.config import Config
 
-    c = boto3.client("s3", endpoint_url=stack.env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                     aws_access_key_id=stack.env["AWS_ACCESS_KEY_ID"],
-                     aws_secret_access_key=stack.env["AWS_SECRET_ACCESS_KEY"],
-                     config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1}))  # fmt: skip
+    c = boto3.client(
+        "s3",
+        endpoint_url=stack.env["AWS_ENDPOINT_URL"],
+        region_name="us-east-1",
+        aws_access_key_id=stack.env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=stack.env["AWS_SECRET_ACCESS_KEY"],
+        config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1}),
+    )
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -201,8 +208,11 @@ def start(stack: Stack, data_dir: Path, timeout: float = 60) -> list[subprocess.
     try:
         with open(data_dir / "redis.log", "ab") as rlog, open(data_dir / "weed.log", "ab") as wlog:
             procs.append(subprocess.Popen(stack.redis, stdout=rlog, stderr=subprocess.STDOUT))
-            procs.append(subprocess.Popen(stack.weed, stdout=wlog, stderr=subprocess.STDOUT, env=stack.weed_env,
-                                          cwd=data_dir))  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    stack.weed, stdout=wlog, stderr=subprocess.STDOUT, env=stack.weed_env, cwd=data_dir
+                )
+            )
             if stack.simulator is not None:
                 sim_key = stack.env["EPT_SIM_API_KEY"]
                 write_private(data_dir / "simulator.toml", f'api_key = "{sim_key}"\n')

@@ -201,8 +201,10 @@ def status_notes(manifest: dict[str, Any] | None) -> list[str]:
     from elo_per_token.contracts.secrets import mask_url
 
     eps = run_endpoints(manifest)
-    lines = [f"endpoint {mask_url(e['endpoint'])} · model {e['model']} · sessions {', '.join(map(str, e['sessions']))}"
-             for e in eps]  # fmt: skip
+    lines = [
+        f"endpoint {mask_url(e['endpoint'])} · model {e['model']} · sessions {', '.join(map(str, e['sessions']))}"
+        for e in eps
+    ]
     if len(eps) > 1:
         lines.append(
             "[yellow]this run used more than one endpoint[/] (--allow-endpoint-change): see the sessions above"
@@ -210,10 +212,18 @@ def status_notes(manifest: dict[str, Any] | None) -> list[str]:
     stop = last_stop(manifest)
     if stop and stop["reason"] == "budget":
         cap = stop.get("cap") or {}
-        caps = " / ".join(x for x in (f"{cap['max_tokens']:,} tokens" if cap.get("max_tokens") else "",
-                                      f"${cap['max_cost']:g}" if cap.get("max_cost") else "") if x)  # fmt: skip
-        lines.append(f"stopped at its budget ({caps or 'cap'}): {stop['tokens']:,} tokens spent; the run is "
-                     "analysable as it stands, raise --max-tokens/--max-cost and rerun the sweep to continue")  # fmt: skip
+        caps = " / ".join(
+            x
+            for x in (
+                f"{cap['max_tokens']:,} tokens" if cap.get("max_tokens") else "",
+                f"${cap['max_cost']:g}" if cap.get("max_cost") else "",
+            )
+            if x
+        )
+        lines.append(
+            f"stopped at its budget ({caps or 'cap'}): {stop['tokens']:,} tokens spent; the run is "
+            "analysable as it stands, raise --max-tokens/--max-cost and rerun the sweep to continue"
+        )
     elif stop:
         lines.append(
             f"last session stopped early ({stop['reason']}): rerun the sweep or `ept retry` to continue"

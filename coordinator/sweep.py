@@ -99,15 +99,30 @@ def _run_jobs(
 
         lim = plan.limits_for(plan.profile)
         cap = tally.cap
-        ctx = CeleryJobContext(ledger=ledger.url, base_url=base_url, rpm=lim.rpm, tpm=lim.tpm, check_ledger=check_ledger,
-                               budget_tokens=cap.token_cap() if cap else None, transcripts=plan.transcripts)  # fmt: skip
+        ctx = CeleryJobContext(
+            ledger=ledger.url,
+            base_url=base_url,
+            rpm=lim.rpm,
+            tpm=lim.tpm,
+            check_ledger=check_ledger,
+            budget_tokens=cap.token_cap() if cap else None,
+            transcripts=plan.transcripts,
+        )
         return run_celery(
-            todo, ctx, queue=plan.queue, batch_size=plan.batch_size, on_result=live.on_result,
-            on_retry=live.on_retry, broker_url=broker_url, should_stop=tally.should_stop, cancel_when=tally.over_budget,
+            todo,
+            ctx,
+            queue=plan.queue,
+            batch_size=plan.batch_size,
+            on_result=live.on_result,
+            on_retry=live.on_retry,
+            broker_url=broker_url,
+            should_stop=tally.should_stop,
+            cancel_when=tally.over_budget,
             notice=lambda msg: live.prog.console.print(f"[yellow]{msg}[/]", highlight=False),
-            clear_failures=had_failure, budget=(plan.run_id, cap.prior_tokens) if cap else None,
+            clear_failures=had_failure,
+            budget=(plan.run_id, cap.prior_tokens) if cap else None,
             weather=(profile.name, lambda w: setattr(tally, "weather", w)),
-        )  # fmt: skip
+        )
     except KeyboardInterrupt:
         return False
 
@@ -143,10 +158,23 @@ def execute(
     # holder, before it writes anything, instead of paying for the same jobs again.
     with RunLease(ledger, plan.run_id) as lease:
         return _execute_held(
-            plan, jobs, source, ledger, lease, profile=profile, base_url=base_url, executor=executor, console=console,
-            analyze=analyze, run=run, broker_url=broker_url, manifest_jobs=manifest_jobs, compact=compact,
-            allow_endpoint_change=allow_endpoint_change, rerun_hint=rerun_hint,
-        )  # fmt: skip
+            plan,
+            jobs,
+            source,
+            ledger,
+            lease,
+            profile=profile,
+            base_url=base_url,
+            executor=executor,
+            console=console,
+            analyze=analyze,
+            run=run,
+            broker_url=broker_url,
+            manifest_jobs=manifest_jobs,
+            compact=compact,
+            allow_endpoint_change=allow_endpoint_change,
+            rerun_hint=rerun_hint,
+        )
 
 
 def _execute_held(
@@ -244,10 +272,13 @@ def _announce(console: Console, plan: Plan, tally: Tally, manifest: dict[str, An
     if tally.cap is not None and not plan.generation.get("max_tokens"):
         # Said before the first job: a provider that sends no usage is capped at each call's upper bound,
         # which without max_tokens is only as tight as the context length (or 16,384 tokens per choice).
-        console.print("[yellow]note[/]: calls without usage count toward the cap at their upper bound "
-                      "(prompt + max_tokens x n); this plan sets no max_tokens, so that bound is the "
-                      "profile's context_length or 16,384 per choice: set generation.max_tokens for a "
-                      "tight cap", highlight=False)  # fmt: skip
+        console.print(
+            "[yellow]note[/]: calls without usage count toward the cap at their upper bound "
+            "(prompt + max_tokens x n); this plan sets no max_tokens, so that bound is the "
+            "profile's context_length or 16,384 per choice: set generation.max_tokens for a "
+            "tight cap",
+            highlight=False,
+        )
 
 
 def record_session(ledger: Ledger, run_id: str, out: SweepOutcome) -> None:
@@ -257,10 +288,23 @@ def record_session(ledger: Ledger, run_id: str, out: SweepOutcome) -> None:
     if not m or not m.get("sessions"):
         return
     t = out.tally
-    stopped = ("egress" if out.stopped_for_egress else "budget" if out.stopped_for_budget
-               else None if out.completed else "interrupted")  # fmt: skip
-    entry = {**m["sessions"][-1], "tokens": t.tokens, "est_tokens": t.est_tokens, "calls": t.calls,
-             "jobs_done": t.done + t.duplicate, "stopped": stopped}  # fmt: skip
+    stopped = (
+        "egress"
+        if out.stopped_for_egress
+        else "budget"
+        if out.stopped_for_budget
+        else None
+        if out.completed
+        else "interrupted"
+    )
+    entry = {
+        **m["sessions"][-1],
+        "tokens": t.tokens,
+        "est_tokens": t.est_tokens,
+        "calls": t.calls,
+        "jobs_done": t.done + t.duplicate,
+        "stopped": stopped,
+    }
     if t.weather:  # 429s, pauses, outages and retries: `ept status` shows them with weather_line
         entry["weather"] = {k: round(v, 1) if isinstance(v, float) else v for k, v in t.weather.items()}
     if t.cap is not None:
@@ -332,9 +376,15 @@ def _run_local(
 
 
 def _run_with(
-    todo: Any, ledger: Ledger, provider: Any, plan: Plan, live: LiveTally, run: Any, had_failure: Collection[str],
+    todo: Any,
+    ledger: Ledger,
+    provider: Any,
+    plan: Plan,
+    live: LiveTally,
+    run: Any,
+    had_failure: Collection[str],
     check_existing: bool,
-) -> bool:  # fmt: skip
+) -> bool:
     """run_local with the sweep's settings, over the provider client made for it; each job's task is checked
     against the run's record (worker.taskcheck), as a Celery worker checks it."""
     from elo_per_token.coordinator.local import run_local
@@ -342,12 +392,23 @@ def _run_with(
 
     tally = live.tally
     return run_local(
-        todo, ledger, provider, concurrency=plan.concurrency, on_result=live.on_result, on_retry=live.on_retry,
-        should_stop=tally.should_stop, run=run, clear_failures=had_failure, check_existing=check_existing,
-        cancel_queued=tally.over_budget, queue_factor=1 if tally.cap is not None else 2,
-        on_abandon=lambda n: setattr(tally, "abandoned", n), transcripts=plan.transcripts, tasks=RunTasks(),
+        todo,
+        ledger,
+        provider,
+        concurrency=plan.concurrency,
+        on_result=live.on_result,
+        on_retry=live.on_retry,
+        should_stop=tally.should_stop,
+        run=run,
+        clear_failures=had_failure,
+        check_existing=check_existing,
+        cancel_queued=tally.over_budget,
+        queue_factor=1 if tally.cap is not None else 2,
+        on_abandon=lambda n: setattr(tally, "abandoned", n),
+        transcripts=plan.transcripts,
+        tasks=RunTasks(),
         on_tick=live.refresh,
-    )  # fmt: skip
+    )
 
 
 def plan_analysis_options(plan: Plan) -> AnalysisOptions:

@@ -150,8 +150,10 @@ class BudgetCap:
         return cap is not None and self.prior_tokens + session_tokens >= cap
 
     def describe(self) -> str:
-        parts = [f"{self.max_tokens:,} tokens" if self.max_tokens is not None else "",
-                 f"${self.max_cost:g}" if self.max_cost is not None else ""]  # fmt: skip
+        parts = [
+            f"{self.max_tokens:,} tokens" if self.max_tokens is not None else "",
+            f"${self.max_cost:g}" if self.max_cost is not None else "",
+        ]
         return " / ".join(p for p in parts if p)
 
 

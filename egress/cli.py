@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -33,14 +33,18 @@ def register(app: typer.Typer, machine_checks: Sequence[Callable[[], Check]] = (
 
 
 def doctor(
-    profile: str = typer.Option("default", "--profile", "-p", help="Profile name."),
-    profiles: Path | None = typer.Option(None, "--profiles", help=PROFILES_HELP),
-    timeout: float = typer.Option(20.0, help="Per-request timeout for the network checks (seconds)."),
-    profile_url_override: str = typer.Option(
-        None,
-        "--profile-url-override",
-        help="Check this base URL instead of the profile's (as sweep and retry).",
-    ),
+    profile: Annotated[str, typer.Option("--profile", "-p", help="Profile name.")] = "default",
+    profiles: Annotated[Path | None, typer.Option("--profiles", help=PROFILES_HELP)] = None,
+    timeout: Annotated[
+        float, typer.Option(help="Per-request timeout for the network checks (seconds).")
+    ] = 20.0,
+    profile_url_override: Annotated[
+        str | None,
+        typer.Option(
+            "--profile-url-override",
+            help="Check this base URL instead of the profile's (as sweep and retry).",
+        ),
+    ] = None,
 ) -> None:
     """Check credentials and egress for a profile (key set, base_url, /models, model, usage). Exit 0 = all pass."""
     from rich.console import Console
@@ -60,7 +64,9 @@ def doctor(
         raise typer.Exit(1)
 
 
-def profiles_list(profiles: Path | None = typer.Option(None, "--profiles", help=PROFILES_HELP)) -> None:
+def profiles_list(
+    profiles: Annotated[Path | None, typer.Option("--profiles", help=PROFILES_HELP)] = None,
+) -> None:
     """List profiles: protocol, base_url, model and whether each key variable is set (masked)."""
     from rich.console import Console
     from rich.table import Table
@@ -86,11 +92,11 @@ def profiles_list(profiles: Path | None = typer.Option(None, "--profiles", help=
 
 
 def profiles_export(
-    name: str = typer.Argument(..., help="Profile name."),
-    to: str = typer.Option(..., "--to", help="claude-code | codex | cc-switch | env"),
-    out: Path | None = typer.Option(None, "--out", help="Write to this file instead of stdout."),
-    force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
-    profiles: Path | None = typer.Option(None, "--profiles", help=PROFILES_HELP),
+    name: Annotated[str, typer.Argument(help="Profile name.")],
+    to: Annotated[str, typer.Option("--to", help="claude-code | codex | cc-switch | env")],
+    out: Annotated[Path | None, typer.Option("--out", help="Write to this file instead of stdout.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
+    profiles: Annotated[Path | None, typer.Option("--profiles", help=PROFILES_HELP)] = None,
 ) -> None:
     """Write a client configuration for a profile (placeholder key YOUR_API_KEY, never the real one)."""
     import sys

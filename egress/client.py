@@ -111,9 +111,12 @@ def _prompt_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] |
 
 
 def usage_bound(
-    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, max_tokens: int | None, n: int,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    max_tokens: int | None,
+    n: int,
     context_length: int | None = None,
-) -> int:  # fmt: skip
+) -> int:
     """What a call counts toward a spending cap when its usage is missing or invalid: the prompt estimate plus
     max_tokens for each of the n choices (the context window, or UNLIMITED_COMPLETION_BOUND, without one)."""
     per_choice = max_tokens or context_length or UNLIMITED_COMPLETION_BOUND
@@ -338,9 +341,15 @@ class ProviderClient:
         )
 
     def _messages_call(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, temperature: float,
-        seed: int | None, max_tokens: int | None, gen: dict[str, Any], headers: dict[str, str],
-    ) -> tuple[Callable[[], Reply], int | None]:  # fmt: skip
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        temperature: float,
+        seed: int | None,
+        max_tokens: int | None,
+        gen: dict[str, Any],
+        headers: dict[str, str],
+    ) -> tuple[Callable[[], Reply], int | None]:
         """The Anthropic Messages request as a call to retry, and the max_tokens it asks for."""
         kwargs, max_tokens = messages_request(
             self.profile, messages, tools, temperature, seed, max_tokens, gen, headers
@@ -349,9 +358,16 @@ class ProviderClient:
         return lambda: send_messages(self.sdk, kwargs, headers, self.profile.stream), max_tokens
 
     def _chat_call(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, temperature: float, n: int,
-        seed: int | None, max_tokens: int | None, gen: dict[str, Any], headers: dict[str, str],
-    ) -> Callable[[], Reply]:  # fmt: skip
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        temperature: float,
+        n: int,
+        seed: int | None,
+        max_tokens: int | None,
+        gen: dict[str, Any],
+        headers: dict[str, str],
+    ) -> Callable[[], Reply]:
         """The OpenAI-compatible chat request as a call to retry (the SDK's raw route, JSON or SSE)."""
         body = chat_body(self.profile, messages, tools, temperature, n, seed, max_tokens, gen)
         return lambda: send_chat(self.sdk, body, headers, self.profile.stream)

@@ -245,9 +245,10 @@ def run_checks(profile: Profile, *, timeout: float = 20.0, backoff_base: float =
     if completion_ok and models_error is not None and models_error.status == 404:
         checks = [
             dataclasses.replace(c, status=WARN, fix="this server does not serve /models; completions work")
-            if c.name == MODELS_CHECK else c
+            if c.name == MODELS_CHECK
+            else c
             for c in checks
-        ]  # fmt: skip
+        ]
     return [dataclasses.replace(c, detail=scrub(c.detail, [key]), fix=scrub(c.fix, [key])) for c in checks]
 
 
@@ -268,9 +269,12 @@ def check_n(client: ProviderClient, p: Profile, completion_works: bool) -> Check
         return Check(name, SKIP, "the tiny completion failed")
     try:
         r = client.chat(
-            [{"role": "user", "content": "Reply with the word OK."}], max_tokens=8, temperature=0.7, n=2,
+            [{"role": "user", "content": "Reply with the word OK."}],
+            max_tokens=8,
+            temperature=0.7,
+            n=2,
             meta={"Role": "doctor"},
-        )  # fmt: skip
+        )
     except ProviderError as e:
         return Check(name, WARN, _detail(e), "set supports_n = false in the profile (one request per sample)")
     got = r.n_returned

@@ -101,8 +101,12 @@ class ProviderError(Exception):
             "code": self.code,
             "param": self.param,
         }
-        state = {"usage": self.usage, "usage_invalid": self.usage_invalid, "discarded": self.discarded,
-                 "usage_bound": self.usage_bound}  # fmt: skip
+        state = {
+            "usage": self.usage,
+            "usage_invalid": self.usage_invalid,
+            "discarded": self.discarded,
+            "usage_bound": self.usage_bound,
+        }
         return (_rebuild_provider_error, (self.error_class, self.message, kwargs, state))
 
     def __str__(self) -> str:

@@ -97,10 +97,14 @@ def shell_env(p: Profile) -> str:
         ]
     if p.api_key_env not in dict(pairs):
         pairs.append((p.api_key_env, PLACEHOLDER_KEY))
-    lines = [f"# ept profile '{p.name}' ({p.protocol}); keys already set are kept (the SDK's variable "
-             f"takes ${p.api_key_env} when set); {PLACEHOLDER_KEY} only fills an unset one: replace it with your key"]  # fmt: skip
-    lines += [f"export {k}={_key_default(k, p.api_key_env) if v == PLACEHOLDER_KEY else _shell_quote(v)}"
-              for k, v in pairs]  # fmt: skip
+    lines = [
+        f"# ept profile '{p.name}' ({p.protocol}); keys already set are kept (the SDK's variable "
+        f"takes ${p.api_key_env} when set); {PLACEHOLDER_KEY} only fills an unset one: replace it with your key"
+    ]
+    lines += [
+        f"export {k}={_key_default(k, p.api_key_env) if v == PLACEHOLDER_KEY else _shell_quote(v)}"
+        for k, v in pairs
+    ]
     return "\n".join(lines) + "\n"
 
 

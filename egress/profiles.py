@@ -303,7 +303,7 @@ def get_profile(name: str, path: str | Path | None = None) -> Profile:
                 f"(unset) and {Path('profiles.toml').resolve()}); only the implicit 'default' profile (from "
                 "OPENAI_BASE_URL / OPENAI_API_KEY / OPENAI_MODEL) exists. Pass --profiles FILE or set EPT_PROFILES",
                 field="profile",
-            )  # fmt: skip
+            )
         raise InputError(
             f"unknown profile {name!r} in {where}; known: {', '.join(sorted(profiles))}",
             file=str(where),

@@ -138,9 +138,15 @@ def chat_reply(data: dict[str, Any]) -> tuple[list[Choice], str | None]:
 
 
 def chat_body(
-    profile: Profile, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, temperature: float,
-    n: int, seed: int | None, max_tokens: int | None, gen: dict[str, Any],
-) -> dict[str, Any]:  # fmt: skip
+    profile: Profile,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    temperature: float,
+    n: int,
+    seed: int | None,
+    max_tokens: int | None,
+    gen: dict[str, Any],
+) -> dict[str, Any]:
     """The chat-completions request body: the generation settings under this protocol's field names."""
     body: dict[str, Any] = {"model": profile.model, "messages": messages, "temperature": temperature}
     if n > 1:

@@ -197,9 +197,15 @@ def messages_reply(data: dict[str, Any]) -> tuple[list[Choice], str | None]:
 
 
 def messages_request(
-    profile: Profile, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, temperature: float,
-    seed: int | None, max_tokens: int | None, gen: dict[str, Any], headers: dict[str, str],
-) -> tuple[dict[str, Any], int | None]:  # fmt: skip
+    profile: Profile,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    temperature: float,
+    seed: int | None,
+    max_tokens: int | None,
+    gen: dict[str, Any],
+    headers: dict[str, str],
+) -> tuple[dict[str, Any], int | None]:
     """The Messages request's SDK arguments (its own field names for the generation settings) and the
     max_tokens it asks for (extended thinking raises it). The seed goes into `headers`."""
     if seed is not None:  # the messages API has no seed; the simulator reads this header

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -63,9 +63,9 @@ def _console() -> Any:
 
 @suites_app.command("show")
 def show_cmd(
-    suite: str = typer.Argument(..., help="built-in suite name or JSONL path"),
-    task_id: str = typer.Option(None, "--task", help="show this task in full"),
-    limit: int = typer.Option(5, help="tasks to list"),
+    suite: Annotated[str, typer.Argument(help="built-in suite name or JSONL path")],
+    task_id: Annotated[str | None, typer.Option("--task", help="show this task in full")] = None,
+    limit: Annotated[int, typer.Option(help="tasks to list")] = 5,
 ) -> None:
     """Show tasks of a suite (one in full with --task)."""
     import json
@@ -81,7 +81,8 @@ def show_cmd(
         typer.echo(json.dumps(found[0], indent=2, ensure_ascii=False))
         return
     for t in tasks[:limit]:
-        prompt = t.get("prompt") or t["messages"][-1]["content"]
+        # A loaded task has a prompt or messages (validated), so the fallback is never shown.
+        prompt = t.get("prompt") or (t.get("messages") or [{"content": ""}])[-1]["content"]
         typer.echo(
             f"{t['task_id']}  [{t['family']}, {t['grader']['type']}, d={t.get('difficulty', '-')}]  {prompt[:100]}"
         )
@@ -90,7 +91,7 @@ def show_cmd(
 
 
 @suites_app.command("validate")
-def validate_cmd(path: str = typer.Argument(..., help="JSONL or Parquet suite file")) -> None:
+def validate_cmd(path: Annotated[str, typer.Argument(help="JSONL or Parquet suite file")]) -> None:
     """Validate a suite file; exit 2 with file:line: field on the first problem."""
     from elo_per_token.suites.load import load_suite
 
@@ -101,16 +102,22 @@ def validate_cmd(path: str = typer.Argument(..., help="JSONL or Parquet suite fi
 
 @suites_app.command("import")
 def import_cmd(
-    src: str = typer.Argument(..., help="table to convert: .jsonl, .jsonl.gz, .json, .parquet or .csv"),
-    out: str = typer.Option(
-        None, "--out", "-o", help="suite file to write (JSONL); required unless --dry-run"
-    ),
-    shape: str = typer.Option("auto", help="qa (question/answer table), code (HumanEval-style) or auto"),
-    family: str = typer.Option(None, help="task family (default: the file's name; a 'family' column wins)"),
-    grader: str = typer.Option("auto", help="qa tables: auto, numeric, math, normalised or exact"),
-    prefix: str = typer.Option("", help="prepended to every task id"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="convert and print the first tasks; write nothing"),
-    show: int = typer.Option(3, help="tasks printed by --dry-run"),
+    src: Annotated[str, typer.Argument(help="table to convert: .jsonl, .jsonl.gz, .json, .parquet or .csv")],
+    out: Annotated[
+        str | None, typer.Option("--out", "-o", help="suite file to write (JSONL); required unless --dry-run")
+    ] = None,
+    shape: Annotated[
+        str, typer.Option(help="qa (question/answer table), code (HumanEval-style) or auto")
+    ] = "auto",
+    family: Annotated[
+        str | None, typer.Option(help="task family (default: the file's name; a 'family' column wins)")
+    ] = None,
+    grader: Annotated[str, typer.Option(help="qa tables: auto, numeric, math, normalised or exact")] = "auto",
+    prefix: Annotated[str, typer.Option(help="prepended to every task id")] = "",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="convert and print the first tasks; write nothing")
+    ] = False,
+    show: Annotated[int, typer.Option(help="tasks printed by --dry-run")] = 3,
 ) -> None:
     """Convert a question/answer or HumanEval-style table into a suite (validated; all or nothing)."""
     import json
@@ -137,6 +144,7 @@ def import_cmd(
     used, tasks = convert(Path(src), shape=shape, family=family, grader=grader, prefix=prefix)
     from collections import Counter
 
+    assert out is not None  # checked above: --out is required without --dry-run
     write_jsonl(tasks, Path(out))
     graders = Counter(t["grader"]["type"] for t in tasks)
     typer.echo(
@@ -163,17 +171,16 @@ def parse_arms(spec: str) -> list[tuple[str, int]]:
 
 @suites_app.command("accuracy")
 def accuracy_cmd(
-    tasks: int = typer.Option(300, help="tasks drawn evenly from the suites; jobs = tasks x arms"),
-    arms: str = typer.Option(
-        "greedy@1,majority@4,majority@8,majority@16,best_of_n@4,best_of_n@8,best_of_n@16",
-        help="comma-separated strategy@n",
-    ),
-    families: str = typer.Option("math,code,tool_use", help="built-in suites to draw from"),
-    seed: int = typer.Option(0),
-    workers: int = typer.Option(8, help="jobs run side by side"),
-    supports_n: bool = typer.Option(
-        False, help="ask for n choices in one request (fewer calls, same samples' role)"
-    ),
+    tasks: Annotated[int, typer.Option(help="tasks drawn evenly from the suites; jobs = tasks x arms")] = 300,
+    arms: Annotated[
+        str, typer.Option(help="comma-separated strategy@n")
+    ] = "greedy@1,majority@4,majority@8,majority@16,best_of_n@4,best_of_n@8,best_of_n@16",
+    families: Annotated[str, typer.Option(help="built-in suites to draw from")] = "math,code,tool_use",
+    seed: Annotated[int, typer.Option()] = 0,
+    workers: Annotated[int, typer.Option(help="jobs run side by side")] = 8,
+    supports_n: Annotated[
+        bool, typer.Option(help="ask for n choices in one request (fewer calls, same samples' role)")
+    ] = False,
 ) -> None:
     """Accuracy, calls and tokens per arm on the built-in suites against an in-process simulator (markdown)."""
     import time

@@ -39,13 +39,23 @@ MAX_FILES = 10_000  # change files a reader looks at; more is not a log a tool k
 
 def change_files(ledger: Ledger, run_id: str) -> list[str]:
     """The run's change files (names relative to the run, sorted); names that do not fit the layout are
-    ignored. One listing of the small changes/ folder (never of jobs/)."""
+    ignored. One listing of the small changes/ folder (never of jobs/).
+
+    Args:
+        ledger: The run's ledger.
+        run_id: The run's id.
+    """
     names = ledger.list_blobs(run_id, CHANGES_DIR)
     return [n for n in names if _NAME.match(n)][:MAX_FILES]
 
 
 def change_sizes(ledger: Ledger, run_id: str) -> dict[str, int]:
-    """Each change file's size now (recorded by a compaction before it lists the run)."""
+    """Each change file's size now (recorded by a compaction before it lists the run).
+
+    Args:
+        ledger: The run's ledger.
+        run_id: The run's id.
+    """
     out: dict[str, int] = {}
     for name in change_files(ledger, run_id):
         got = read_from(ledger, f"runs/{run_id}/{name}", 0, 0)
@@ -56,7 +66,14 @@ def change_sizes(ledger: Ledger, run_id: str) -> dict[str, int]:
 
 def read_from(ledger: Ledger, key: str, offset: int, cap: int) -> tuple[bytes, int] | None:
     """(at most `cap` bytes of object `key` from byte `offset`, its size); None when there is none or it
-    is not a regular file inside the ledger (a link out, a FIFO, a device: never opened)."""
+    is not a regular file inside the ledger (a link out, a FIFO, a device: never opened).
+
+    Args:
+        ledger: The run's ledger.
+        key: The change file's key relative to the ledger root.
+        offset: The byte to start at.
+        cap: The most bytes read.
+    """
     from elo_per_token.ledger.local import LocalStore
     from elo_per_token.ledger.s3 import S3Store
 
@@ -105,7 +122,11 @@ def _read_s3(store: S3Store, key: str, offset: int, cap: int) -> tuple[bytes, in
 
 def parse_keys(data: bytes) -> tuple[list[str], int]:
     """(the job keys of the complete lines of `data`, lines skipped as not job keys). A last line without its
-    newline is a writer's append in progress: left for the next read, not counted."""
+    newline is a writer's append in progress: left for the next read, not counted.
+
+    Args:
+        data: A change file's bytes (or the part past an offset).
+    """
     end = data.rfind(b"\n")
     keys: list[str] = []
     bad = 0
@@ -122,7 +143,13 @@ def parse_keys(data: bytes) -> tuple[list[str], int]:
 
 def new_keys(ledger: Ledger, run_id: str, seen: dict[str, int]) -> list[str] | str:
     """Job keys the change files name past the sizes in `seen` (whole files that `seen` does not name), or
-    why the reader must list instead (more than MAX_NEW_BYTES of new lines)."""
+    why the reader must list instead (more than MAX_NEW_BYTES of new lines).
+
+    Args:
+        ledger: The run's ledger.
+        run_id: The run's id.
+        seen: Change file name -> the size already read (recorded by a compaction).
+    """
     out: list[str] = []
     budget = MAX_NEW_BYTES
     for name in change_files(ledger, run_id):

@@ -70,7 +70,12 @@ CHANGES_META = b"ept.changes"
 
 def declaration_name(keys: pl.Series, kind: str = "keys") -> str:
     """The declaration's name: a digest of its (sorted, unique) keys, so equal key spaces share one object.
-    `kind`: "keys" (declared by a writer) or "listed" (found by a compaction's listing)."""
+    `kind`: "keys" (declared by a writer) or "listed" (found by a compaction's listing).
+
+    Args:
+        keys: The key space (any order, duplicates allowed).
+        kind: "keys" (declared by a writer) or "listed" (found by a compaction's listing).
+    """
     h = hashlib.sha256()
     for chunk in keys.str.join("\n").to_list():  # one string; a million keys is ~40 MB, hashed once
         h.update(chunk.encode())
@@ -79,7 +84,13 @@ def declaration_name(keys: pl.Series, kind: str = "keys") -> str:
 
 def declare_keys(ledger: Ledger, run_id: str, keys: pl.Series) -> str:
     """Declare `keys` as keys that may be written in the run; returns the declaration's URL. Idempotent:
-    the same key space is one object (the exclusive create of an existing one is a no-op)."""
+    the same key space is one object (the exclusive create of an existing one is a no-op).
+
+    Args:
+        ledger: The run's ledger.
+        run_id: The run's id.
+        keys: Every job key the session may write.
+    """
     return _write_keys(ledger, run_id, keys, "keys")
 
 
@@ -93,7 +104,15 @@ def record_listed(
     """After a compaction listed a run nobody declared: record every key the listing found, so readers of
     the compacted run need not list it again (see the module docstring). Earlier `listed-` records are
     removed once the new one (a superset: objects are never deleted) exists. Returns its URL, or None when
-    the run has writer declarations or an `open-` marker (then the record would be wrong or unused)."""
+    the run has writer declarations or an `open-` marker (then the record would be wrong or unused).
+
+    Args:
+        ledger: The run's ledger.
+        run_id: The run's id.
+        keys: Every job key the compaction's listing found.
+        listed_at: When the listing began (time.time(); None: now).
+        changes: Each change file's size when the listing began (change_sizes).
+    """
     names = ledger.list_blobs(run_id, PLANNED_DIR)
     if any(not _LISTED.match(n) for n in names):
         return None
@@ -142,7 +161,12 @@ def _write_keys(
 
 
 def declare_open(ledger: Ledger, run_id: str) -> str:
-    """Mark the run as written by someone who could not declare its keys: from now on readers list it."""
+    """Mark the run as written by someone who could not declare its keys: from now on readers list it.
+
+    Args:
+        ledger: The run's ledger.
+        run_id: The run's id.
+    """
     fd, tmp = tempfile.mkstemp(prefix="ept-open-")
     os.close(fd)
     name = f"{PLANNED_DIR}open-{uuid.uuid4().hex}"
@@ -158,7 +182,13 @@ def declared_or_why(
 ) -> tuple[pl.Series, dict[str, int] | None] | str:
     """(declared keys, the change files' sizes the `listed-` record noted (None: no such record; {} for a
     record of an older ept, which noted none)), or the reason the run's keys cannot be known without a
-    listing."""
+    listing.
+
+    Args:
+        ledger: The run's ledger.
+        run_id: The run's id.
+        listed: Also accept the keys a compaction recorded (`listed-` records) as declared.
+    """
     manifest = ledger.get_manifest(run_id) or {}
     if any(not (isinstance(s, dict) and s.get("declares_keys")) for s in manifest.get("sessions") or []):
         return "a session of an older ept wrote to the run without declaring its keys"
@@ -213,12 +243,23 @@ def verify_requested() -> bool:
 
 def probe_limit(declared: int) -> int:
     """Unindexed declared keys probed one request each, at most: beyond this a listing (1,000 keys per
-    request) is cheaper. 1% of the run, at least 200."""
+    request) is cheaper. 1% of the run, at least 200.
+
+    Args:
+        declared: How many declared keys no segment holds.
+    """
     return max(200, declared // 100)
 
 
 def existing_jobs(ledger: Ledger, run_id: str, keys: list[str], threads: int = 32) -> list[str]:
-    """Those of `keys` whose job object exists (a HEAD each on S3, a stat locally), in `keys` order."""
+    """Those of `keys` whose job object exists (a HEAD each on S3, a stat locally), in `keys` order.
+
+    Args:
+        ledger: The run's ledger.
+        run_id: The run's id.
+        keys: The job keys to probe.
+        threads: Requests (or reads) in flight at once.
+    """
     if not keys:
         return []
     if len(keys) < 8 or threads <= 1:
@@ -233,7 +274,15 @@ def tail_or_why(
 ) -> list[str] | str:
     """The job keys of the run no committed segment holds, sorted, found from the declared key space without
     a listing — or why the reader must list instead (see the module docstring). `index`: the committed
-    segments' (job_key, …), deduplicated."""
+    segments' (job_key, …), deduplicated.
+
+    Args:
+        ledger: The run's ledger.
+        run_id: The run's id.
+        index: The committed segments' index (read_index: job_key, seg).
+        verify: List the run even when its declared keys would do (None: EPT_VERIFY_JOBS decides).
+        listed: Also accept the keys a compaction recorded (`listed-` records) as declared.
+    """
     verify = verify_requested() if verify is None else verify
     if verify:
         return f"{VERIFY_ENV} is set"
@@ -267,7 +316,14 @@ def unindexed_keys(
     ledger: Ledger, run_id: str, index: pl.DataFrame, *, verify: bool | None = None
 ) -> tuple[list[str], str]:
     """(job keys of the run that no committed segment holds, sorted; how they were found: "declared" or
-    "listed")."""
+    "listed").
+
+    Args:
+        ledger: The run's ledger.
+        run_id: The run's id.
+        index: The committed segments' index (read_index: job_key, seg).
+        verify: List the run even when its declared keys would do (None: EPT_VERIFY_JOBS decides).
+    """
     plan = read_plan(ledger, run_id, index, verify=verify)
     return plan.tail, plan.found_by
 
@@ -283,7 +339,14 @@ class ReadPlan:
 
 def read_plan(ledger: Ledger, run_id: str, index: pl.DataFrame, *, verify: bool | None = None) -> ReadPlan:
     """Find the run's uncompacted job objects: from its declared (or compaction-recorded) keys when that is
-    safe, else by listing; the plan says which, and why it listed."""
+    safe, else by listing; the plan says which, and why it listed.
+
+    Args:
+        ledger: The run's ledger.
+        run_id: The run's id.
+        index: The committed segments' index (read_index: job_key, seg).
+        verify: List the run even when its declared keys would do (None: EPT_VERIFY_JOBS decides).
+    """
     from elo_per_token.ledger.listing import list_keys, tail_keys
 
     got = tail_or_why(ledger, run_id, index, verify=verify)

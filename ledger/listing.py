@@ -20,7 +20,14 @@ def list_keys(
 ) -> pl.Series:
     """Every job key of the run as one String Series (built in batches: a Python list of a million keys is
     ~100 MB, a polars String column a fraction of that). On S3 with an index, the listing is split into
-    key ranges at every 20,000th indexed key and the ranges listed in parallel."""
+    key ranges at every 20,000th indexed key and the ranges listed in parallel.
+
+    Args:
+        ledger: The run's ledger.
+        run_id: The run's id.
+        on_count: Called with the running count of keys listed (progress).
+        index: The committed segments' index: its keys are bounds that split the listing (None: one listing).
+    """
     parts: list[pl.Series] = []
     batch: list[str] = []
     n = 0
@@ -42,6 +49,11 @@ def list_keys(
 
 
 def tail_keys(all_keys: pl.Series, index: pl.DataFrame) -> list[str]:
-    """The job keys no committed segment holds, sorted."""
+    """The job keys no committed segment holds, sorted.
+
+    Args:
+        all_keys: Every job key of the run (list_keys).
+        index: The committed segments' index (read_index).
+    """
     left = all_keys.to_frame("job_key").join(index.select("job_key"), on="job_key", how="anti")
     return left["job_key"].sort().to_list()

@@ -49,58 +49,6 @@ def _find_names(base: Path, suffix: str) -> Iterator[str] | None:
     return gen()
 
 
-def _find_changed_dirs(base: Path, since: float) -> list[str] | None:
-    """Directories under `base` (relative, "" for itself) modified at or after `since`, by GNU find; None
-    when GNU find is not there."""
-    import subprocess
-
-    exe = shutil.which("find")
-    if exe is None:
-        return None
-    # NUL-separated: a directory name may hold a newline. The start point itself prints as "".
-    argv = [exe, ".", "-type", "d", "-newermt", f"@{since:.3f}", "-printf", "%P\\0"]
-    try:
-        out = subprocess.run(argv, cwd=base, capture_output=True, timeout=600)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
-    return out.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1]
-
-
-def _walk_changed_dirs(base: Path, since: float) -> list[str]:
-    changed: list[str] = []
-    stack = [(str(base), "")]
-    while stack:
-        path, rel = stack.pop()
-        try:
-            if os.stat(path).st_mtime >= since:
-                changed.append(rel.rstrip("/"))
-            it = os.scandir(path)
-        except FileNotFoundError:
-            continue
-        with it:
-            stack += [(e.path, rel + e.name + "/") for e in it if e.is_dir(follow_symlinks=False)]
-    return changed
-
-
-def _names_in(base: Path, dirs: list[str], suffix: str) -> Iterator[str]:
-    """The names ending in `suffix` (without it) directly in each of `dirs` (relative to `base`)."""
-    for rel in dirs:
-        try:
-            it = os.scandir(base / rel if rel else base)
-        except FileNotFoundError:
-            continue
-        with it:
-            for e in it:
-                if (
-                    e.name.endswith(suffix)
-                    and not e.name.startswith(TMP_PREFIX)
-                    and e.is_file(follow_symlinks=False)
-                ):
-                    yield (rel + "/" if rel else "") + e.name[: -len(suffix)]
-
-
 class LocalStore:
     """Objects as files under `root`."""
 
@@ -194,18 +142,6 @@ class LocalStore:
                         stack.append((e.path, rel + e.name + "/"))
                     elif e.name.endswith(suffix) and not e.name.startswith(TMP_PREFIX):
                         yield rel + e.name[: -len(suffix)]
-
-    def list_suffix_since(self, prefix: str, suffix: str, since: float) -> Iterator[str] | None:
-        """Names in the directories modified at or after `since`: creating an entry updates its directory's
-        time, so those hold every object written since. GNU find reports just those directories (no name of
-        an unchanged one reaches Python); the walk below is the fallback."""
-        base = self.root / prefix
-        if not base.is_dir():
-            return iter(())
-        changed = _find_changed_dirs(base, since)
-        if changed is None:
-            changed = _walk_changed_dirs(base, since)
-        return _names_in(base, changed, suffix)
 
     def get_many(self, keys: builtins.list[str], threads: int = 16) -> builtins.list[bytes]:
         """Threads: open/read release the GIL, and on a cold cache the disk serves several requests at once."""

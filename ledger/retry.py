@@ -23,6 +23,14 @@ def retrying(
 
     After `attempts` tries, an outage (connection errors, 5xx) is retried until `patience_s` seconds have passed
     since the first try: a worker that gives up on a short S3 outage loses a job whose tokens are already spent.
+
+    Args:
+        fn: The call to make (no arguments).
+        attempts: Tries before an outage starts counting against `patience_s`.
+        base_s: The first backoff's upper bound in seconds (doubling each try).
+        cap_s: The longest single backoff in seconds.
+        patience_s: How long an outage (connection errors, 5xx) is ridden out after `attempts` tries; 0: give
+            up then.
     """
     from botocore.exceptions import ClientError, ConnectionClosedError, ConnectionError, ReadTimeoutError
 

@@ -33,7 +33,11 @@ class RunSource:
 
 
 def run_source(p: str) -> RunSource | None:
-    """A run folder or s3://…/runs/<id> URL (with /jobs: the objects only); None for anything else."""
+    """A run folder or s3://…/runs/<id> URL (with /jobs: the objects only); None for anything else.
+
+    Args:
+        p: A command-line path or URL.
+    """
     m = _RUN_URL.match(p)
     if not m or glob.has_magic(p):
         return None
@@ -52,11 +56,19 @@ def run_source(p: str) -> RunSource | None:
 
 def run_of_file(f: str) -> RunSource | None:
     """The run a data file was read from (a job object or compact/ copy of a run); None for a plain log.
-    Only the text is parsed: the file is not opened."""
+    Only the text is parsed: the file is not opened.
+
+    Args:
+        f: A data file's path or URL.
+    """
     m = _RUN_FILE.match(f)
     return RunSource(m.group("ledger") or ".", m.group("run")) if m else None
 
 
 def runs_of_files(files: Sequence[str]) -> list[RunSource]:
-    """The ledger runs the given data files belong to, each once, in first-seen order (none for plain logs)."""
+    """The ledger runs the given data files belong to, each once, in first-seen order (none for plain logs).
+
+    Args:
+        files: The data files' paths or URLs.
+    """
     return list(dict.fromkeys(r for r in map(run_of_file, files) if r is not None))

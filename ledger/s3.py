@@ -30,7 +30,12 @@ _S3_CREDENTIAL_CODES = (
 
 
 def raise_if_credentials(e: Exception, url: str) -> None:
-    """Wrong or missing S3 credentials are a setup error (exit 2 naming the variables), not a traceback."""
+    """Wrong or missing S3 credentials are a setup error (exit 2 naming the variables), not a traceback.
+
+    Args:
+        e: The exception a boto3 call raised.
+        url: The ledger URL, for the message.
+    """
     from botocore.exceptions import NoCredentialsError, PartialCredentialsError
 
     code = str(getattr(e, "response", {}).get("Error", {}).get("Code", "")) if hasattr(e, "response") else ""
@@ -47,7 +52,11 @@ def raise_if_credentials(e: Exception, url: str) -> None:
 
 
 def s3_status(e: Exception) -> int:
-    """The HTTP status of a botocore error (0 when it has none: a connection error)."""
+    """The HTTP status of a botocore error (0 when it has none: a connection error).
+
+    Args:
+        e: The exception a boto3 call raised.
+    """
     resp = getattr(e, "response", None) or {}
     return int(resp.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
 
@@ -132,9 +141,15 @@ class S3Store:
     AWS_REGION). `create_bucket`: a writer creates a missing bucket on first use (a reader never does)."""
 
     def __init__(
-        self, bucket: str, prefix: str = "", *, client: Any = None, create_bucket: bool = True, attempts: int = 6,
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        client: Any = None,
+        create_bucket: bool = True,
+        attempts: int = 6,
         patience_s: float = 0.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._attempts = attempts
         self._patience_s = patience_s
         self.bucket = bucket
@@ -290,7 +305,11 @@ class S3Store:
         return self._exists(self._full(key))
 
     def has_prefix(self, prefix: str) -> bool:
-        """One LIST of at most one key, not retried: a wrong endpoint, key or bucket is diagnosed at once."""
+        """One LIST of at most one key, not retried: a wrong endpoint, key or bucket is diagnosed at once.
+
+        Args:
+            prefix: A folder-like key prefix ending in `/` ("runs/r1/jobs/").
+        """
         try:
             resp = self.client.list_objects_v2(Bucket=self.bucket, Prefix=self._full(prefix), MaxKeys=1)
         except Exception as e:
@@ -343,12 +362,13 @@ class S3Store:
             for keys in ex.map(one, ranges):
                 yield from keys
 
-    def list_suffix_since(self, prefix: str, suffix: str, since: float) -> Iterator[str] | None:
-        """S3 lists no modification times short of listing every key: it cannot tell."""
-        return None
-
     def get_many(self, keys: builtins.list[str], threads: int = 16) -> builtins.list[bytes]:
-        """Fetched by `threads` GETs in flight (latency-bound, not CPU)."""
+        """Fetched by `threads` GETs in flight (latency-bound, not CPU).
+
+        Args:
+            keys: The objects' keys.
+            threads: Requests (or reads) in flight at once.
+        """
         self.client  # noqa: B018 - create the client once, before the threads share it
 
         def get(k: str) -> bytes:
@@ -383,7 +403,12 @@ class S3Store:
 
 
 def s3_problem(store: S3Store, e: Exception) -> InputError:
-    """Which of endpoint, credentials or bucket is wrong, from the error of a first request."""
+    """Which of endpoint, credentials or bucket is wrong, from the error of a first request.
+
+    Args:
+        store: The store whose first request failed.
+        e: The exception a boto3 call raised.
+    """
     from botocore.exceptions import (
         ConnectionClosedError,
         EndpointConnectionError,
@@ -405,8 +430,14 @@ def s3_problem(store: S3Store, e: Exception) -> InputError:
         status = s3_status(e)
         if code in ("NoSuchBucket",) or (status == 404 and not code.startswith("NoSuchKey")):
             why = f"bucket: {store.bucket!r} does not exist at {endpoint}"
-        elif code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken",
-                      "ExpiredToken", "AuthorizationHeaderMalformed") or status in (401, 403):  # fmt: skip
+        elif code in (
+            "InvalidAccessKeyId",
+            "SignatureDoesNotMatch",
+            "AccessDenied",
+            "InvalidToken",
+            "ExpiredToken",
+            "AuthorizationHeaderMalformed",
+        ) or status in (401, 403):
             why = f"credentials: {endpoint} refused them ({code or status}); check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
         else:
             why = f"endpoint: {endpoint} answered {code or status or type(e).__name__}"

@@ -13,8 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 # The variables `s3_settings` reads (a cache of clients keys on their values).
-S3_ENV_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-               "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION")  # fmt: skip
+S3_ENV_VARS = (
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+)
 
 
 @dataclass(frozen=True)
@@ -32,7 +39,11 @@ def s3_settings(env: Mapping[str, str] | None = None) -> S3Settings:
     """The S3 endpoint, region and credentials from `env` (default: the process environment).
 
     AWS_ENDPOINT_URL_S3 wins over AWS_ENDPOINT_URL, AWS_REGION over AWS_DEFAULT_REGION (default us-east-1);
-    empty values count as unset."""
+    empty values count as unset.
+
+    Args:
+        env: The environment to read (default: the process environment).
+    """
     e = os.environ if env is None else env
 
     def get(var: str) -> str | None:
@@ -48,16 +59,28 @@ def s3_settings(env: Mapping[str, str] | None = None) -> S3Settings:
 
 
 def endpoint_label(env: Mapping[str, str] | None = None) -> str:
-    """The endpoint for error messages: the URL, or "the AWS default" when none is configured."""
+    """The endpoint for error messages: the URL, or "the AWS default" when none is configured.
+
+    Args:
+        env: The environment to read (default: the process environment).
+    """
     return s3_settings(env).endpoint or "the AWS default"
 
 
 def storage_options(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """polars/object_store options for s3:// from the same settings the boto3 clients use."""
+    """polars/object_store options for s3:// from the same settings the boto3 clients use.
+
+    Args:
+        env: The environment to read (default: the process environment).
+    """
     s = s3_settings(env)
     opts: dict[str, str] = {"aws_region": s.region}
-    for key, value in (("aws_endpoint_url", s.endpoint), ("aws_access_key_id", s.access_key_id),
-                       ("aws_secret_access_key", s.secret_access_key), ("aws_session_token", s.session_token)):  # fmt: skip
+    for key, value in (
+        ("aws_endpoint_url", s.endpoint),
+        ("aws_access_key_id", s.access_key_id),
+        ("aws_secret_access_key", s.secret_access_key),
+        ("aws_session_token", s.session_token),
+    ):
         if value:
             opts[key] = value
     if opts.get("aws_endpoint_url", "").startswith("http://"):

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from elo_per_token.contracts.errors import InputError
 
@@ -52,10 +53,20 @@ _PART = re.compile(r"^compact/part-(\d{5,})\.(parquet|keys)$")
 
 
 def seg_name(n: int) -> str:
+    """The object name of segment `n` (relative to the run).
+
+    Args:
+        n: The segment's number.
+    """
     return f"{COMPACT_DIR}part-{n:05d}.parquet"
 
 
 def index_name(n: int) -> str:
+    """The object name of segment `n`'s index (relative to the run).
+
+    Args:
+        n: The segment's number.
+    """
     return f"{COMPACT_DIR}part-{n:05d}.keys"
 
 
@@ -69,6 +80,12 @@ class SegmentState:
 
 
 def segment_state(ledger: Ledger, run_id: str) -> SegmentState:
+    """What the run's compact/ folder holds: its committed segment numbers and every number in use.
+
+    Args:
+        ledger: The run's ledger.
+        run_id: The run's id.
+    """
     seen: dict[int, set[str]] = {}
     for name in ledger.list_blobs(run_id, COMPACT_DIR):
         m = _PART.match(name)
@@ -81,7 +98,14 @@ def segment_state(ledger: Ledger, run_id: str) -> SegmentState:
 
 def read_index(ledger: Ledger, run_id: str, committed: list[int], *, dedupe: bool = True) -> pl.DataFrame:
     """(job_key, seg) for every committed segment, in segment order; with dedupe each key is kept once, from
-    the lowest-numbered segment (two compactions that ran at once may both hold it)."""
+    the lowest-numbered segment (two compactions that ran at once may both hold it).
+
+    Args:
+        ledger: The run's ledger.
+        run_id: The run's id.
+        committed: The committed segments' numbers (segment_state).
+        dedupe: Keep each job key once, from the lowest-numbered segment.
+    """
     frames = [pl.DataFrame(schema={"job_key": pl.String, "rows": pl.Int32, "seg": pl.Int32})]
     for n in committed:
         raw = ledger.get_blob(run_id, index_name(n))
@@ -112,6 +136,14 @@ def parsed_chunks(
     """The objects of `keys`, chunk by chunk, parsed with `schema`: (frame + `job_key` + `line0` (0-based line
     in its object), keys of objects polars cannot parse). The next chunk is fetched and parsed in a
     background thread while the caller uses this one (polars releases the GIL); at most two chunks are alive.
+
+    Args:
+        ledger: The run's ledger.
+        run_id: The run's id.
+        keys: The job keys to read.
+        schema: The polars schema the job lines are parsed with.
+        chunk_jobs: Objects read and parsed per chunk.
+        threads: Requests (or reads) in flight at once.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -177,10 +209,15 @@ def _scan_s3(
 
 def parse_objects(
     blobs: list[bytes], schema: dict[str, pl.DataType]
-) -> tuple[pl.DataFrame, np.ndarray] | None:
+) -> tuple[pl.DataFrame, NDArray[np.int64]] | None:
     """Parse the concatenated objects with one polars call. Returns (frame, lines per object), or None when
     polars refuses the bytes or the row count does not match the line count (blank lines, a line that is not
-    an object…): the caller then narrows down object by object."""
+    an object…): the caller then narrows down object by object.
+
+    Args:
+        blobs: The job objects' bytes, one per key.
+        schema: The polars schema the job lines are parsed with.
+    """
     counts = np.fromiter(
         (b.count(b"\n") + (1 if b and not b.endswith(b"\n") else 0) for b in blobs), np.int64, len(blobs)
     )
@@ -196,8 +233,12 @@ def parse_objects(
     return df, counts
 
 
-def object_index(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For rows of objects with `counts` lines each: (object index per row, 0-based line within the object)."""
+def object_index(counts: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """For rows of objects with `counts` lines each: (object index per row, 0-based line within the object).
+
+    Args:
+        counts: Lines per object.
+    """
     obj = np.repeat(np.arange(len(counts)), counts)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]]) if len(counts) else np.zeros(0, np.int64)
     line = np.arange(int(counts.sum())) - np.repeat(starts, counts)
@@ -206,9 +247,15 @@ def object_index(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def parse_good(
     keys: list[str], blobs: list[bytes], schema: dict[str, pl.DataType]
-) -> tuple[list[tuple[list[str], pl.DataFrame, np.ndarray]], list[str]]:
+) -> tuple[list[tuple[list[str], pl.DataFrame, NDArray[np.int64]]], list[str]]:
     """Parse in as few polars calls as possible: halves are retried until each bad object stands alone.
-    Returns the parsed groups (keys, frame, counts) and the keys of objects polars cannot parse."""
+    Returns the parsed groups (keys, frame, counts) and the keys of objects polars cannot parse.
+
+    Args:
+        keys: The objects' job keys, in `blobs` order.
+        blobs: The job objects' bytes, one per key.
+        schema: The polars schema the job lines are parsed with.
+    """
     got = parse_objects(blobs, schema)
     if got is not None:
         return [(keys, got[0], got[1])], []
@@ -247,7 +294,12 @@ def _chunks(seq: list[str], n: int) -> Iterator[list[str]]:
 
 
 def drop_segments(ledger: Ledger, run_id: str) -> list[str]:
-    """Remove every segment and index (indexes first: a reader then falls back to the job objects)."""
+    """Remove every segment and index (indexes first: a reader then falls back to the job objects).
+
+    Args:
+        ledger: The run's ledger.
+        run_id: The run's id.
+    """
     st = segment_state(ledger, run_id)
     gone = []
     for n in sorted(st.used):

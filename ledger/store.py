@@ -75,12 +75,20 @@ class Ledger:
         return f"{self._run(run_id)}/failures/{check_key(key)}{FAILURE_SUFFIX}"
 
     def run_url(self, run_id: str) -> str:
-        """Where the run's objects live (a folder path or s3://…/runs/<run_id>); nothing is read."""
+        """Where the run's objects live (a folder path or s3://…/runs/<run_id>); nothing is read.
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+        """
         return self.store.url(self._run(run_id))
 
     def run_exists(self, run_id: str) -> bool:
         """Whether the run has any object (S3: one LIST of at most one key; a diagnosed InputError when the
-        endpoint, credentials or bucket are wrong)."""
+        endpoint, credentials or bucket are wrong).
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+        """
         if run_id in self.checked_runs:
             return True
         found = self.store.has_prefix(self._run(run_id) + "/")
@@ -89,75 +97,139 @@ class Ledger:
         return found
 
     def get_manifest(self, run_id: str) -> dict[str, Any] | None:
-        """The run's manifest.json, parsed; None when the run has none."""
+        """The run's manifest.json, parsed; None when the run has none.
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+        """
         raw = self.store.get(f"{self._run(run_id)}/{MANIFEST}")
         return json.loads(raw) if raw is not None else None
 
     def put_manifest(self, run_id: str, manifest: dict[str, Any]) -> None:
-        """Write (replace) the run's manifest.json: finite JSON, indented, keys sorted."""
+        """Write (replace) the run's manifest.json: finite JSON, indented, keys sorted.
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+            manifest: The manifest (finite JSON values only).
+        """
         body = dumps_finite(manifest, indent=2, sort_keys=True).encode()
         self.store.put(f"{self._run(run_id)}/{MANIFEST}", body, content_type="application/json")
 
     def has_job(self, run_id: str, key: str) -> bool:
-        """Whether the job object `key` exists (a stat locally, a HEAD on S3)."""
+        """Whether the job object `key` exists (a stat locally, a HEAD on S3).
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+            key: The job key (checked by contracts.keys.check_key).
+        """
         return self.store.exists(self._job(run_id, key))
 
     def put_job(self, run_id: str, key: str, data: bytes) -> bool:
         """Create the job object `key` with `data`, exclusively: True if this call created it, False if it
-        already existed (a redelivered or duplicated job: the first copy stands, `data` is dropped)."""
+        already existed (a redelivered or duplicated job: the first copy stands, `data` is dropped).
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+            key: The job key (checked by contracts.keys.check_key).
+            data: The object's bytes.
+        """
         return self.store.create(self._job(run_id, key), data)
 
     def get_job(self, run_id: str, key: str) -> bytes:
-        """The job object's bytes; FileNotFoundError if there is none."""
+        """The job object's bytes; FileNotFoundError if there is none.
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+            key: The job key (checked by contracts.keys.check_key).
+        """
         return self.store.get_many([self._job(run_id, key)], threads=1)[0]
 
     def list_jobs(self, run_id: str) -> set[str]:
-        """Every job key of the run (a full listing)."""
+        """Every job key of the run (a full listing).
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+        """
         return set(self.iter_job_keys(run_id))
 
     def iter_job_keys(self, run_id: str) -> Iterator[str]:
-        """Every job key of the run as found (no order), streamed."""
+        """Every job key of the run as found (no order), streamed.
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+        """
         return self.store.list_suffix(f"{self._run(run_id)}/jobs/", JOB_SUFFIX)
 
     def iter_job_keys_split(self, run_id: str, bounds: list[str], threads: int = 8) -> Iterator[str]:
         """Every job key of the run, listed as key ranges split at `bounds` (known keys, any order) in
-        parallel where the store lists a page at a time (S3); elsewhere the same as iter_job_keys."""
+        parallel where the store lists a page at a time (S3); elsewhere the same as iter_job_keys.
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+            bounds: Known job keys (any order) at which the key range is split.
+            threads: Reads (or listings) in flight at once.
+        """
         return self.store.list_suffix(
             f"{self._run(run_id)}/jobs/", JOB_SUFFIX, bounds=bounds, threads=threads
         )
 
-    def iter_job_keys_since(self, run_id: str, since: float) -> Iterator[str] | None:
-        """Job keys that may have been written since `since` (time.time()), a superset, without listing
-        every key: None when the store cannot tell (S3)."""
-        return self.store.list_suffix_since(f"{self._run(run_id)}/jobs/", JOB_SUFFIX, since)
-
     def get_jobs(self, run_id: str, keys: list[str], threads: int = 16) -> list[bytes]:
         """The job objects' bytes in `keys` order, `threads` reads in flight; FileNotFoundError if one is
-        missing."""
+        missing.
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+            keys: The job keys to read.
+            threads: Reads (or listings) in flight at once.
+        """
         base = f"{self._run(run_id)}/jobs/"
         return self.store.get_many([base + k + JOB_SUFFIX for k in keys], threads=threads)
 
     def job_url(self, run_id: str, key: str) -> str:
-        """The job object's URL (a path locally), for messages and for polars' own readers."""
+        """The job object's URL (a path locally), for messages and for polars' own readers.
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+            key: The job key (checked by contracts.keys.check_key).
+        """
         return self.store.url(self._job(run_id, key))
 
     def put_failure(self, run_id: str, key: str, failure: dict[str, Any]) -> None:
-        """Record (replace) the last failure of job `key`."""
+        """Record (replace) the last failure of job `key`.
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+            key: The job key (checked by contracts.keys.check_key).
+            failure: The failure record (finite JSON values only).
+        """
         self.store.put(self._failure(run_id, key), dumps_finite(failure, sort_keys=True).encode())
 
     def delete_failure(self, run_id: str, key: str) -> None:
-        """Remove job `key`'s failure object (none there: nothing happens)."""
+        """Remove job `key`'s failure object (none there: nothing happens).
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+            key: The job key (checked by contracts.keys.check_key).
+        """
         self.store.delete(self._failure(run_id, key))
 
     def iter_failure_keys(self, run_id: str) -> Iterator[str]:
-        """Keys of the jobs that have a failure object, streamed (no object read)."""
+        """Keys of the jobs that have a failure object, streamed (no object read).
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+        """
         for name in self.store.list(f"{self._run(run_id)}/failures/"):
             k = strip_suffix(name, FAILURE_SUFFIX)
             if k:
                 yield k
 
     def list_failures(self, run_id: str) -> dict[str, dict[str, Any]]:
-        """Every failure object of the run, by job key (each object read)."""
+        """Every failure object of the run, by job key (each object read).
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+        """
         base = f"{self._run(run_id)}/failures/"
         out = {}
         for name in list(self.store.list(base)):
@@ -168,34 +240,72 @@ class Ledger:
         return out
 
     def blob_url(self, run_id: str, name: str) -> str:
-        """The object `name`'s URL (a path locally)."""
+        """The object `name`'s URL (a path locally).
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+            name: The object's path relative to the run (e.g. "compact/segment-0001.jsonl").
+        """
         return self.store.url(f"{self._run(run_id)}/{name}")
 
     def put_blob(self, run_id: str, name: str, data: bytes) -> str:
-        """Write (replace) the object `name` (a path relative to the run); returns its URL."""
+        """Write (replace) the object `name` (a path relative to the run); returns its URL.
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+            name: The object's path relative to the run (e.g. "compact/segment-0001.jsonl").
+            data: The object's bytes.
+        """
         key = f"{self._run(run_id)}/{name}"
         self.store.put(key, data)
         return self.store.url(key)
 
     def create_blob(self, run_id: str, name: str, src: str | Path) -> bool:
-        """Create the object `name` from the local file `src`, exclusively: False if it already exists."""
+        """Create the object `name` from the local file `src`, exclusively: False if it already exists.
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+            name: The object's path relative to the run (e.g. "compact/segment-0001.jsonl").
+            src: The local file whose bytes the object gets.
+        """
         return self.store.create_from_file(f"{self._run(run_id)}/{name}", src)
 
     def create_object(self, run_id: str, name: str, data: bytes) -> bool:
         """Create the object `name` with `data`, exclusively, as job objects are: False if it already exists
-        (the run lease, coordinator/runlease.py, is taken this way)."""
+        (the run lease, coordinator/runlease.py, is taken this way).
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+            name: The object's path relative to the run (e.g. "compact/segment-0001.jsonl").
+            data: The object's bytes.
+        """
         return self.store.create(f"{self._run(run_id)}/{name}", data)
 
     def get_blob(self, run_id: str, name: str) -> bytes | None:
-        """The object `name`'s bytes; None when there is none."""
+        """The object `name`'s bytes; None when there is none.
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+            name: The object's path relative to the run (e.g. "compact/segment-0001.jsonl").
+        """
         return self.store.get(f"{self._run(run_id)}/{name}")
 
     def list_blobs(self, run_id: str, prefix: str) -> list[str]:
-        """Names (relative to the run, sorted) of the objects directly under the folder `prefix` ("compact/")."""
+        """Names (relative to the run, sorted) of the objects directly under the folder `prefix` ("compact/").
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+            prefix: A folder relative to the run, with its trailing slash ("compact/").
+        """
         return sorted(prefix + n for n in self.store.list(f"{self._run(run_id)}/{prefix}") if "/" not in n)
 
     def delete_blob(self, run_id: str, name: str) -> None:
-        """Remove the object `name` (none there: nothing happens)."""
+        """Remove the object `name` (none there: nothing happens).
+
+        Args:
+            run_id: The run's id (checked: no slashes, spaces or leading dot).
+            name: The object's path relative to the run (e.g. "compact/segment-0001.jsonl").
+        """
         self.store.delete(f"{self._run(run_id)}/{name}")
 
     def list_runs(self) -> list[str]:
@@ -220,11 +330,25 @@ class S3Ledger(Ledger):
     store: S3Store
 
     def __init__(
-        self, bucket: str, prefix: str = "", *, client: Any = None, create_bucket: bool = True, attempts: int = 6,
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        client: Any = None,
+        create_bucket: bool = True,
+        attempts: int = 6,
         patience_s: float = 0.0,
-    ) -> None:  # fmt: skip
-        super().__init__(S3Store(bucket, prefix, client=client, create_bucket=create_bucket, attempts=attempts,
-                                 patience_s=patience_s))  # fmt: skip
+    ) -> None:
+        super().__init__(
+            S3Store(
+                bucket,
+                prefix,
+                client=client,
+                create_bucket=create_bucket,
+                attempts=attempts,
+                patience_s=patience_s,
+            )
+        )
         self.bucket = self.store.bucket
         self.prefix = self.store.prefix
 
@@ -235,7 +359,11 @@ class S3Ledger(Ledger):
 
 
 def open_ledger(url: str | Path) -> Ledger:
-    """`s3://bucket/prefix` -> S3Ledger; `file:///path` or a plain path -> FileLedger."""
+    """`s3://bucket/prefix` -> S3Ledger; `file:///path` or a plain path -> FileLedger.
+
+    Args:
+        url: A path, `file:///path` or `s3://bucket/prefix`.
+    """
     s = str(url).strip()
     if not s:
         raise InputError("empty ledger URL", field="ledger")
@@ -262,7 +390,11 @@ def open_ledger_for_reading(url: str | Path) -> Ledger:
     """A ledger to read from: an S3 ledger fails fast (no outage patience, no bucket creation), so a wrong
     endpoint, key or bucket is reported at once rather than retried for minutes. One S3 reader per ledger
     and endpoint/credentials per process: a boto3 client costs ~0.3-1 s to build, and a command resolves
-    its run and then opens it (which also checks the run once, not twice)."""
+    its run and then opens it (which also checks the run once, not twice).
+
+    Args:
+        url: A path, `file:///path` or `s3://bucket/prefix`.
+    """
     led = open_ledger(url)
     if isinstance(led, S3Ledger):
         # One reader per endpoint and credentials: s3_settings is the one read of the AWS variables.
@@ -276,7 +408,12 @@ def open_ledger_for_reading(url: str | Path) -> Ledger:
 
 
 def check_run(led: Ledger, run_id: str) -> None:
-    """InputError unless the ledger is reachable and holds the run; the error lists the runs it does hold."""
+    """InputError unless the ledger is reachable and holds the run; the error lists the runs it does hold.
+
+    Args:
+        led: The ledger to look in.
+        run_id: The run's id (checked: no slashes, spaces or leading dot).
+    """
     _check_run_id(run_id)
     if not led.run_exists(run_id):
         runs = led.list_runs()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -27,14 +28,16 @@ def register(app: typer.Typer) -> None:
 
 
 def simulate(
-    port: int = typer.Option(8765, help="Port to listen on."),
-    host: str = typer.Option(
-        "127.0.0.1", help="Interface to bind (the control routes have no auth: keep loopback)."
-    ),
-    config: Path | None = typer.Option(None, "--config", help="Simulator config TOML (docs/simulator.md)."),
-    seed: int | None = typer.Option(
-        None, help="Seed for replies, faults and latency (overrides the config)."
-    ),
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,
+    host: Annotated[
+        str, typer.Option(help="Interface to bind (the control routes have no auth: keep loopback).")
+    ] = "127.0.0.1",
+    config: Annotated[
+        Path | None, typer.Option("--config", help="Simulator config TOML (docs/simulator.md).")
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed for replies, faults and latency (overrides the config).")
+    ] = None,
 ) -> None:
     """Run the ept SIMULATOR: a fake OpenAI-compatible provider (/v1/models, /v1/chat/completions, /v1/messages, /v1/responses; SSE streaming)."""
     from rich.console import Console

@@ -121,12 +121,18 @@ async def _read_body(
         body.pop("tools", None)
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) and m.get("role") for m in msgs):
-        return body, error_response(400, "'messages' must be a non-empty list of objects with a role",
-                            "invalid_request_error", None, anthropic)  # fmt: skip
+        return body, error_response(
+            400,
+            "'messages' must be a non-empty list of objects with a role",
+            "invalid_request_error",
+            None,
+            anthropic,
+        )
     bad_limit = _bad_token_limit(body)
     if bad_limit:
-        return body, error_response(400, f"'{bad_limit}' must be a non-negative integer", "invalid_request_error",
-                                    None, anthropic)  # fmt: skip
+        return body, error_response(
+            400, f"'{bad_limit}' must be a non-negative integer", "invalid_request_error", None, anthropic
+        )
     if anthropic and not isinstance(body.get("max_tokens"), int):
         return body, error_response(
             400, "max_tokens: Field required", "invalid_request_error", None, anthropic
@@ -135,9 +141,13 @@ async def _read_body(
     if refused is not None:
         return body, unsupported_param(refused, anthropic)
     if cfg.strict_models and model not in cfg.models:
-        return body, error_response(404, f"The model `{model}` does not exist (simulator serves: {', '.join(cfg.models)}).",
-                            "not_found_error" if anthropic else "invalid_request_error", "model_not_found",
-                            anthropic)  # fmt: skip
+        return body, error_response(
+            404,
+            f"The model `{model}` does not exist (simulator serves: {', '.join(cfg.models)}).",
+            "not_found_error" if anthropic else "invalid_request_error",
+            "model_not_found",
+            anthropic,
+        )
     return body, None
 
 
@@ -161,8 +171,14 @@ def _generation(request: web.Request, state: SimState, body: dict[str, Any], k: 
     ):
         if val is not None:
             state.stats["by_gen"][f"{name}={val}"] += 1
-    return {"seed": seed, "temperature": temperature, "max_tokens": max_tokens, "reasoning_effort": effort,
-            "thinking_budget": thinking, "stop": stop}  # fmt: skip
+    return {
+        "seed": seed,
+        "temperature": temperature,
+        "max_tokens": max_tokens,
+        "reasoning_effort": effort,
+        "thinking_budget": thinking,
+        "stop": stop,
+    }
 
 
 def _valid_tools(tools: Any) -> bool:
@@ -226,9 +242,19 @@ def _answer(
 
 
 def _render(
-    state: SimState, body: dict[str, Any], messages: list[dict[str, Any]], tools: Any, replies: list[BrainReply],
-    p_tok: int, c_toks: list[int], seed: int, k: int, fault: str, anthropic: bool, responses: bool,
-) -> web.Response:  # fmt: skip
+    state: SimState,
+    body: dict[str, Any],
+    messages: list[dict[str, Any]],
+    tools: Any,
+    replies: list[BrainReply],
+    p_tok: int,
+    c_toks: list[int],
+    seed: int,
+    k: int,
+    fault: str,
+    anthropic: bool,
+    responses: bool,
+) -> web.Response:
     """The answer in the route's wire format, with the prompt-cache model's cached tokens."""
     cfg, model = state.config, body["model"]
     stream = body.get("stream") is True

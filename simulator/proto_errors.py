@@ -35,6 +35,12 @@ def unsupported_param(name: str, anthropic: bool) -> web.Response:
         return error_response(
             400, f"{name}: Extra inputs are not permitted", "invalid_request_error", None, True
         )
-    body = {"error": {"message": f"Unsupported parameter: '{name}' is not supported with this model.",
-                      "type": "invalid_request_error", "param": name, "code": "unsupported_parameter"}}  # fmt: skip
+    body = {
+        "error": {
+            "message": f"Unsupported parameter: '{name}' is not supported with this model.",
+            "type": "invalid_request_error",
+            "param": name,
+            "code": "unsupported_parameter",
+        }
+    }
     return web.json_response(body, status=400)

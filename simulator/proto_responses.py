@@ -47,12 +47,15 @@ def responses_body(
         "model": model,
         "output": [
             {
-                "type": "message", "id": f"msg_sim_{rid}", "status": "incomplete" if cut else "completed",
-                "role": "assistant", "content": [{"type": "output_text", "text": r.text or "", "annotations": []}],
+                "type": "message",
+                "id": f"msg_sim_{rid}",
+                "status": "incomplete" if cut else "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": r.text or "", "annotations": []}],
             }
         ],
         "usage": None,
-    }  # fmt: skip
+    }
     if with_usage:
         body["usage"] = {
             "input_tokens": p_tok,

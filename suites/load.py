@@ -104,10 +104,16 @@ def unknown_suite(ref: str) -> InputError:
     from elo_per_token.suites.public import INSTALL, PUBLIC_SUITES, not_installed
 
     if ref in PUBLIC_SUITES and ref in not_installed():
-        return InputError(f"suite {ref!r} reads a public benchmark whose package is not installed: "
-                          f"{INSTALL.get(ref, 'install its package')}", field="suites")  # fmt: skip
+        return InputError(
+            f"suite {ref!r} reads a public benchmark whose package is not installed: "
+            f"{INSTALL.get(ref, 'install its package')}",
+            field="suites",
+        )
     known = sorted({*builtin_suite_names(), *PUBLIC_SUITES})
     near = difflib.get_close_matches(ref, known, n=1, cutoff=0.6)
     hint = f"; did you mean {near[0]!r}?" if near else ""
-    return InputError(f"unknown suite {ref!r}: not a built-in suite nor a file (built-in: {', '.join(known)}; "
-                      f"or a .jsonl/.parquet path){hint}", field="suites")  # fmt: skip
+    return InputError(
+        f"unknown suite {ref!r}: not a built-in suite nor a file (built-in: {', '.join(known)}; "
+        f"or a .jsonl/.parquet path){hint}",
+        field="suites",
+    )

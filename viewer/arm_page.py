@@ -74,15 +74,30 @@ def summary_html(v: RunView, arm: str) -> str:
     brk, cost = _row_of(doc.breakdown, arm), _row_of(doc.cost_table, arm)
     out = ['<table id="arm-summary" class="summary"><tbody>']
     if _num(ret.get("elo")):
-        out.append(_cell("elo", "Elo", ret["elo"], f"{ret['elo']:.1f}" + _interval(ret.get("elo_lo"), ret.get("elo_hi"), ".1f"),
-                         f"{level} interval" + (" (the anchor)" if arm == doc.anchor else "")))  # fmt: skip
+        out.append(
+            _cell(
+                "elo",
+                "Elo",
+                ret["elo"],
+                f"{ret['elo']:.1f}" + _interval(ret.get("elo_lo"), ret.get("elo_hi"), ".1f"),
+                f"{level} interval" + (" (the anchor)" if arm == doc.anchor else ""),
+            )
+        )
     if _num(acc.get("accuracy")):
         from elo_per_token.analysis.accuracy_report import score_label_of
 
         se = f" ± {acc['accuracy_se']:.1%} s.e." if _num(acc.get("accuracy_se")) else ""
-        out.append(_cell("accuracy", score_label_of([dict(acc)]), acc["accuracy"],
-                         f"{acc['accuracy']:.1%}" + _interval(acc.get("accuracy_lo"), acc.get("accuracy_hi"), ".1%") + se,
-                         f"{level} Wilson interval, {acc.get('tasks', 0):,} tasks, {acc.get('outcomes', 0):,} outcomes"))  # fmt: skip
+        out.append(
+            _cell(
+                "accuracy",
+                score_label_of([dict(acc)]),
+                acc["accuracy"],
+                f"{acc['accuracy']:.1%}"
+                + _interval(acc.get("accuracy_lo"), acc.get("accuracy_hi"), ".1%")
+                + se,
+                f"{level} Wilson interval, {acc.get('tasks', 0):,} tasks, {acc.get('outcomes', 0):,} outcomes",
+            )
+        )
     if _num(ret.get("tokens_per_task")):
         out.append(
             _cell("tokens", "tokens per task", ret["tokens_per_task"], f"{ret['tokens_per_task']:,.0f}")
@@ -92,8 +107,15 @@ def summary_html(v: RunView, arm: str) -> str:
     out.append(_failures(v, arm, brk))
     if ret:
         p = ret.get("frontier_prob")
-        out.append(_cell("frontier", "frontier", p, frontier_text(ret),
-                         f"on the frontier in {p:.0%} of bootstrap rounds" if _num(p) else ""))  # fmt: skip
+        out.append(
+            _cell(
+                "frontier",
+                "frontier",
+                p,
+                frontier_text(ret),
+                f"on the frontier in {p:.0%} of bootstrap rounds" if _num(p) else "",
+            )
+        )
     out.append("</tbody></table>")
     return "".join(out)
 
@@ -107,11 +129,15 @@ def _failures(v: RunView, arm: str, brk: Mapping[str, Any]) -> str:
     if fails:
         text += " (" + ", ".join(f"{r.get('error_class')}: {int(r.get('count') or 0):,}" for r in fails) + ")"
     if brk:
-        text += (f"; of {int(brk.get('tasks_attempted') or 0):,} tasks attempted, {int(brk.get('tasks_lost') or 0):,} "
-                 f"failed and were scored as losses, {int(brk.get('tasks_unscored') or 0):,} failed unscored")  # fmt: skip
+        text += (
+            f"; of {int(brk.get('tasks_attempted') or 0):,} tasks attempted, {int(brk.get('tasks_lost') or 0):,} "
+            f"failed and were scored as losses, {int(brk.get('tasks_unscored') or 0):,} failed unscored"
+        )
     link = f' <a id="arm-failures" href="{_q(run_url(v.run_id, "samples", arm=arm, sort="score"))}">its samples, losses first</a>'
-    return (f'<tr data-key="failures"><th class="t">failures</th><td class="t" data-value="{n}">{e(text)}{link}</td>'
-            "</tr>")  # fmt: skip
+    return (
+        f'<tr data-key="failures"><th class="t">failures</th><td class="t" data-value="{n}">{e(text)}{link}</td>'
+        "</tr>"
+    )
 
 
 def _head(v: RunView, arm: str, sort: str | None, desc: bool) -> str:
@@ -126,25 +152,42 @@ def _head(v: RunView, arm: str, sort: str | None, desc: bool) -> str:
     return "".join(cells)
 
 
-def arm_page(v: RunView, arm: str, rows: Sequence[Mapping[str, Any]], pager: Pager | None = None, *,
-             sort: str | None = None, desc: bool = False) -> str:  # fmt: skip
+def arm_page(
+    v: RunView,
+    arm: str,
+    rows: Sequence[Mapping[str, Any]],
+    pager: Pager | None = None,
+    *,
+    sort: str | None = None,
+    desc: bool = False,
+) -> str:
     """The arm's summary, then one page of its tasks (mean score, replicates and tokens per task, each task
     linked), in the order `sort`/`desc` asked for (sort_rows)."""
     count = f"{pager.rows if pager else len(rows):,} tasks."
-    body = ['<h2>Summary</h2>', summary_html(v, arm), '<h2>Tasks</h2>',
-            f'<p class="muted">{count} Click a column to sort by it (again: the other way).</p>',
-            f'<div class="scroll"><table id="arm-tasks"><thead><tr>{_head(v, arm, sort, desc)}</tr></thead><tbody>']  # fmt: skip
+    body = [
+        "<h2>Summary</h2>",
+        summary_html(v, arm),
+        "<h2>Tasks</h2>",
+        f'<p class="muted">{count} Click a column to sort by it (again: the other way).</p>',
+        f'<div class="scroll"><table id="arm-tasks"><thead><tr>{_head(v, arm, sort, desc)}</tr></thead><tbody>',
+    ]
     for r in rows:
         link = run_url(v.run_id, "task", task=r["task_id"], arm=arm)
-        body.append(f'<tr data-task="{_q(r["task_id"])}"><td class="t">{e(r["family"])}</td><td class="t">'
-                    f'<a href="{_q(link)}">{e(r["task_id"])}</a></td><td{_dv(r["score"])}>'
-                    f'{_fmt_score(r["score"])}</td><td{_dv(r["n"])}>{r["n"]}</td>'
-                    f'<td{_dv(r.get("tokens"))}>{_tokens(r.get("tokens"))}</td></tr>')  # fmt: skip
+        body.append(
+            f'<tr data-task="{_q(r["task_id"])}"><td class="t">{e(r["family"])}</td><td class="t">'
+            f'<a href="{_q(link)}">{e(r["task_id"])}</a></td><td{_dv(r["score"])}>'
+            f"{_fmt_score(r['score'])}</td><td{_dv(r['n'])}>{r['n']}</td>"
+            f"<td{_dv(r.get('tokens'))}>{_tokens(r.get('tokens'))}</td></tr>"
+        )
     body.append("</tbody></table></div>")
     if pager is not None:
         desc_param = "1" if desc else None
         body.append(
             pager_html(pager, lambda n: run_url(v.run_id, "arm", arm=arm, sort=sort, desc=desc_param, page=n))
         )
-    return shell(f"{arm} in {v.run_id}", body, refresh=v.running,
-                 crumbs=[(v.run_id, run_url(v.run_id)), (arm, run_url(v.run_id, "arm", arm=arm))])  # fmt: skip
+    return shell(
+        f"{arm} in {v.run_id}",
+        body,
+        refresh=v.running,
+        crumbs=[(v.run_id, run_url(v.run_id)), (arm, run_url(v.run_id, "arm", arm=arm))],
+    )

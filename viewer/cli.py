@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from elo_per_token.contracts.errors import InputError
@@ -11,31 +13,43 @@ VIEW_PORT = 8766
 
 
 def view(
-    target: str = typer.Argument(
-        "ept-out/ledger",
-        help="A ledger (folder or s3://bucket/prefix) or a run in one (…/runs/ID, or a run id in --ledger).",
-    ),
-    ledger: str | None = typer.Option(
-        None, "--ledger", help="Ledger holding a run given by id; default ./ept-out/ledger."
-    ),
-    host: str = typer.Option(
-        "127.0.0.1", "--host", help="Address to listen on (default: this machine only)."
-    ),
-    port: int = typer.Option(
-        VIEW_PORT, "--port", help=f"Port (default {VIEW_PORT}; `ept simulate` has 8765); 0 picks a free one."
-    ),
-    budget: str | None = typer.Option(
-        None, "--budget", help="Tokens (3k) or dollars ($0.002) per task for the recommendation."
-    ),
-    margin: float = typer.Option(
-        10.0, "--margin", help="Elo: the recommendation's equivalence margin (as `ept analyze --margin`)."
-    ),
-    token: str | None = typer.Option(
-        None,
-        "--token",
-        envvar="EPT_VIEW_TOKEN",
-        help="Required in every request (?token= or its cookie); generated when --host is not loopback.",
-    ),
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="A ledger (folder or s3://bucket/prefix) or a run in one (…/runs/ID, or a run id in --ledger)."
+        ),
+    ] = "ept-out/ledger",
+    ledger: Annotated[
+        str | None,
+        typer.Option("--ledger", help="Ledger holding a run given by id; default ./ept-out/ledger."),
+    ] = None,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on (default: this machine only).")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int,
+        typer.Option(
+            "--port", help=f"Port (default {VIEW_PORT}; `ept simulate` has 8765); 0 picks a free one."
+        ),
+    ] = VIEW_PORT,
+    budget: Annotated[
+        str | None,
+        typer.Option("--budget", help="Tokens (3k) or dollars ($0.002) per task for the recommendation."),
+    ] = None,
+    margin: Annotated[
+        float,
+        typer.Option(
+            "--margin", help="Elo: the recommendation's equivalence margin (as `ept analyze --margin`)."
+        ),
+    ] = 10.0,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="EPT_VIEW_TOKEN",
+            help="Required in every request (?token= or its cookie); generated when --host is not loopback.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the runs, their tables, an interactive Elo-vs-tokens plot, the arms x tasks grid and job transcripts."""
     from elo_per_token.analysis.recommend import check_margin, parse_budget

@@ -20,9 +20,12 @@ def _num(x: Any) -> bool:
 def _level_line(res: Mapping[str, Any]) -> str:
     """Which intervals the table shows, and which the gate would use."""
     level, gate = res.get("level"), res.get("gate_level")
-    text = (f"Intervals (lo, hi): {level:.0%} bootstrap percentile intervals over {int(res.get('rounds') or 0):,} "
-            "rounds, tasks resampled within families, the same rounds for both runs" if _num(level)
-            else "No intervals (no bootstrap rounds)")  # fmt: skip
+    text = (
+        f"Intervals (lo, hi): {level:.0%} bootstrap percentile intervals over {int(res.get('rounds') or 0):,} "
+        "rounds, tasks resampled within families, the same rounds for both runs"
+        if _num(level)
+        else "No intervals (no bootstrap rounds)"
+    )
     if _num(gate) and _num(level) and gate != level:
         text += f"; a --fail-on gate would use {gate:.1%} intervals (adjusted for the number of arms)"
     failed = int(res.get("failed_rounds") or 0)
@@ -46,8 +49,13 @@ def _with_accuracy(
     return out
 
 
-def compare_page(a: str, b: str, res: Mapping[str, Any], acc_a: Sequence[Mapping[str, Any]] = (),
-                 acc_b: Sequence[Mapping[str, Any]] = ()) -> str:  # fmt: skip
+def compare_page(
+    a: str,
+    b: str,
+    res: Mapping[str, Any],
+    acc_a: Sequence[Mapping[str, Any]] = (),
+    acc_b: Sequence[Mapping[str, Any]] = (),
+) -> str:
     """The per-arm table (Elo, tokens, accuracy of both runs and their changes), the level, notes, verdict.
     acc_a, acc_b: each run's accuracy rows (its report document's `accuracy`), [] when not analysed."""
     cols: list[tuple[str, str, str | None]] = [
@@ -59,12 +67,16 @@ def compare_page(a: str, b: str, res: Mapping[str, Any], acc_a: Sequence[Mapping
         ("d_acc_pp", "Δaccuracy (points)", "+.1f"), ("detectable_drop", "Elo drop caught 80%", ".0f"),
     ]  # fmt: skip
     rows = _with_accuracy(list(res.get("arms") or []), acc_a, acc_b)
-    body = [f'<p>Baseline (base) <a href="{_q(run_url(a))}">{e(a)}</a>, current <a href="{_q(run_url(b))}">{e(b)}</a>; '
-            f"gate: {e(str(res.get('rule')))}.</p>", _level_line(res), table("compare-table", rows, cols),
-            '<p class="muted">ΔElo and Δtok (the relative change in tokens per task) are compare\'s, with their '
-            "intervals; accuracy is each run's own (its run page has the Wilson intervals), Δaccuracy the difference "
-            "of the two in percentage points; Elo drop caught 80%: the Elo drop this comparison would detect 80% "
-            "of the time.</p>"]  # fmt: skip
+    body = [
+        f'<p>Baseline (base) <a href="{_q(run_url(a))}">{e(a)}</a>, current <a href="{_q(run_url(b))}">{e(b)}</a>; '
+        f"gate: {e(str(res.get('rule')))}.</p>",
+        _level_line(res),
+        table("compare-table", rows, cols),
+        '<p class="muted">ΔElo and Δtok (the relative change in tokens per task) are compare\'s, with their '
+        "intervals; accuracy is each run's own (its run page has the Wilson intervals), Δaccuracy the difference "
+        "of the two in percentage points; Elo drop caught 80%: the Elo drop this comparison would detect 80% "
+        "of the time.</p>",
+    ]
     body += [f'<p class="warn">{e(str(n))}</p>' for n in res.get("notes") or []]
     flagged = res.get("flagged") or []
     body.append(

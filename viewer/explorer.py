@@ -47,14 +47,17 @@ def _form(frame: pl.DataFrame, q: Query) -> str:
         for k, v in q.params().items()
         if k in ("sort", "desc")
     )
-    return ('<form id="samples-filter" method="get" class="filters">'
-            + _select("family", "family", vals("family"), q.family) + _select("arm", "arm", vals("arm"), q.arm)
-            + f"<label>score {num('smin', q.score_min)} to {num('smax', q.score_max)}</label>"
-            + _select("error", "error", errors, q.error)
-            + f'<label><input type="checkbox" name="disagree" value="1"{" checked" if q.disagree else ""}> arms disagree</label>'
-            + f'<label>search <input type="search" name="q" value="{_q(q.q or "")}" maxlength="200" '
-            'placeholder="text in prompts, completions, answers"></label>'
-            + f'{hidden}<button type="submit">apply</button> <a href="?">clear</a></form>')  # fmt: skip
+    return (
+        '<form id="samples-filter" method="get" class="filters">'
+        + _select("family", "family", vals("family"), q.family)
+        + _select("arm", "arm", vals("arm"), q.arm)
+        + f"<label>score {num('smin', q.score_min)} to {num('smax', q.score_max)}</label>"
+        + _select("error", "error", errors, q.error)
+        + f'<label><input type="checkbox" name="disagree" value="1"{" checked" if q.disagree else ""}> arms disagree</label>'
+        + f'<label>search <input type="search" name="q" value="{_q(q.q or "")}" maxlength="200" '
+        'placeholder="text in prompts, completions, answers"></label>'
+        + f'{hidden}<button type="submit">apply</button> <a href="?">clear</a></form>'
+    )
 
 
 def _head(run_id: str, q: Query) -> str:
@@ -82,34 +85,53 @@ def _row(run_id: str, r: Mapping[str, Any]) -> str:
     snippet = "—" if ans is None else (ans[:SNIPPET_CHARS] + ("…" if len(ans) > SNIPPET_CHARS else ""))
     cells = [
         f'<td class="t"><a href="{_q(task)}">{e(r["task_id"])}</a></td>',
-        f'<td class="t">{e(str(r["family"]))}</td>', f'<td class="t arm-name">{e(str(r["arm"]))}</td>',
-        f"<td>{r['replicate']}</td>", f'<td data-value="{r["score"]}">{_num(r["score"], ".2f")}</td>',
+        f'<td class="t">{e(str(r["family"]))}</td>',
+        f'<td class="t arm-name">{e(str(r["arm"]))}</td>',
+        f"<td>{r['replicate']}</td>",
+        f'<td data-value="{r["score"]}">{_num(r["score"], ".2f")}</td>',
         f'<td data-value="{r["tokens"]}">{_num(r["tokens"], ",.0f")}</td>',
         f'<td data-value="{r["cost"]}">{_num(r["cost"], ".5f")}</td>',
         f'<td data-value="{r["latency_s"]}">{_num(r["latency_s"], ".2f")}</td>',
-        f'<td class="t">{e(str(r["error_class"] or ""))}</td>', f'<td class="t snippet">{e(snippet)}</td>',
+        f'<td class="t">{e(str(r["error_class"] or ""))}</td>',
+        f'<td class="t snippet">{e(snippet)}</td>',
         f'<td class="t"><a class="job-link" href="{_q(job)}">job</a></td>' if job else '<td class="t">—</td>',
-    ]  # fmt: skip
+    ]
     return f'<tr data-arm="{_q(r["arm"])}" data-task="{_q(r["task_id"])}" data-key="{_q(r.get("job_key") or "")}">{"".join(cells)}</tr>'
 
 
 def explorer_page(v: RunView, frame: pl.DataFrame, q: Query, found: Found, pager: Pager) -> str:
     """One page of the explorer: form, counts, search coverage, table, pager."""
-    count = (f"all {frame.height:,} samples (one per job)" if found.total == frame.height
-             else f"{found.total:,} of the run's {frame.height:,} samples match")  # fmt: skip
+    count = (
+        f"all {frame.height:,} samples (one per job)"
+        if found.total == frame.height
+        else f"{found.total:,} of the run's {frame.height:,} samples match"
+    )
     notes = []
     if q.q is not None:
-        cover = (f"searched the final answers of all {found.candidates:,} filtered samples and the transcripts of "
-                 f"{found.scanned:,}")  # fmt: skip
+        cover = (
+            f"searched the final answers of all {found.candidates:,} filtered samples and the transcripts of "
+            f"{found.scanned:,}"
+        )
         if found.capped:
-            cover += (f": the search stops after {SEARCH_MAX_BYTES // 2**20} MB of transcript text per request; "
-                      "narrow the filter to search the rest")  # fmt: skip
+            cover += (
+                f": the search stops after {SEARCH_MAX_BYTES // 2**20} MB of transcript text per request; "
+                "narrow the filter to search the rest"
+            )
         notes.append(f'<p class="{"warn" if found.capped else "muted"}" id="search-cover">{e(cover)}.</p>')
     if v.samples_note:
         notes.append(f'<p class="muted">{e(v.samples_note)}.</p>')
-    body = [_form(frame, q), f'<p class="muted" id="samples-count" data-total="{found.total}">{count}.</p>', *notes,
-            f'<div class="scroll"><table id="samples-table" class="sticky"><thead>{_head(v.run_id, q)}</thead><tbody>',
-            *(_row(v.run_id, r) for r in found.rows), "</tbody></table></div>",
-            pager_html(pager, lambda n: run_url(v.run_id, "samples", **q.params(page=n)))]  # fmt: skip
-    return shell(f"Samples of {v.run_id}", body, refresh=False,
-                 crumbs=[(v.run_id, run_url(v.run_id)), ("samples", run_url(v.run_id, "samples"))])  # fmt: skip
+    body = [
+        _form(frame, q),
+        f'<p class="muted" id="samples-count" data-total="{found.total}">{count}.</p>',
+        *notes,
+        f'<div class="scroll"><table id="samples-table" class="sticky"><thead>{_head(v.run_id, q)}</thead><tbody>',
+        *(_row(v.run_id, r) for r in found.rows),
+        "</tbody></table></div>",
+        pager_html(pager, lambda n: run_url(v.run_id, "samples", **q.params(page=n))),
+    ]
+    return shell(
+        f"Samples of {v.run_id}",
+        body,
+        refresh=False,
+        crumbs=[(v.run_id, run_url(v.run_id)), ("samples", run_url(v.run_id, "samples"))],
+    )

@@ -14,11 +14,17 @@ GRID_MAX_ROWS = 2000  # rows drawn in the browser; the count says when more matc
 def _outcomes(result: Any) -> pl.DataFrame:
     f: pl.DataFrame = result.records
     return (
-        f.lazy().filter(pl.col("kind") == "outcome")
-        .select(pl.col("task_id").cast(pl.String), pl.col("family").cast(pl.String), pl.col("arm").cast(pl.String),
-                pl.col("replicate").fill_null(0), "score")
+        f.lazy()
+        .filter(pl.col("kind") == "outcome")
+        .select(
+            pl.col("task_id").cast(pl.String),
+            pl.col("family").cast(pl.String),
+            pl.col("arm").cast(pl.String),
+            pl.col("replicate").fill_null(0),
+            "score",
+        )
         .collect()
-    )  # fmt: skip
+    )
 
 
 def _task_tokens(result: Any) -> pl.DataFrame:
@@ -55,9 +61,16 @@ def grid(result: Any, family: str | None = None, disagree: bool = False) -> dict
     rows: dict[str, dict[str, Any]] = {}
     for r in t.filter(pl.col("task_id").is_in(list(shown))).iter_rows(named=True):
         rows.setdefault(r["task_id"], {"task_id": r["task_id"], "family": r["family"], "cells": {}})["cells"][
-            r["arm"]] = {"score": r["score"], "tokens": r["tokens"]}  # fmt: skip
-    return {"arms": list(result.arms), "families": families, "rows": list(rows.values()), "total": len(tasks),
-            "in_run": in_run, "clipped": len(tasks) > GRID_MAX_ROWS}  # fmt: skip
+            r["arm"]
+        ] = {"score": r["score"], "tokens": r["tokens"]}
+    return {
+        "arms": list(result.arms),
+        "families": families,
+        "rows": list(rows.values()),
+        "total": len(tasks),
+        "in_run": in_run,
+        "clipped": len(tasks) > GRID_MAX_ROWS,
+    }
 
 
 def task_rows(result: Any, task_id: str) -> list[dict[str, Any]]:

@@ -14,8 +14,12 @@ def _usage(c: Mapping[str, Any]) -> dict[str, Any]:
     u = c.get("usage") or {}
     details = u.get("completion_tokens_details") or {}
     cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens")
-    return {"prompt": u.get("prompt_tokens"), "completion": u.get("completion_tokens"),
-            "reasoning": details.get("reasoning_tokens"), "cached": cached}  # fmt: skip
+    return {
+        "prompt": u.get("prompt_tokens"),
+        "completion": u.get("completion_tokens"),
+        "reasoning": details.get("reasoning_tokens"),
+        "cached": cached,
+    }
 
 
 MAX_CALL_ROWS = 2000  # calls drawn in one job's table; the page says how many more there were
@@ -26,14 +30,39 @@ def _calls_table(calls: Sequence[Mapping[str, Any]]) -> str:
     for c in calls[:MAX_CALL_ROWS]:
         u = _usage(c)
         err = (c.get("error") or {}).get("class") if isinstance(c.get("error"), dict) else None
-        cells = [c.get("call_index"), c.get("role"), c.get("model"), u["prompt"], u["completion"], u["reasoning"],
-                 u["cached"], f"{c['latency_s']:.2f}" if isinstance(c.get("latency_s"), int | float) else None,
-                 c.get("finish_reason"), err]  # fmt: skip
+        cells = [
+            c.get("call_index"),
+            c.get("role"),
+            c.get("model"),
+            u["prompt"],
+            u["completion"],
+            u["reasoning"],
+            u["cached"],
+            f"{c['latency_s']:.2f}" if isinstance(c.get("latency_s"), int | float) else None,
+            c.get("finish_reason"),
+            err,
+        ]
         rows.append("<tr>" + "".join(f"<td>{e('—' if x is None else str(x))}</td>" for x in cells) + "</tr>")
-    head = "".join(f"<th>{h}</th>" for h in ("call", "role", "model", "prompt", "completion", "reasoning", "cached",
-                                            "latency s", "finish", "error"))  # fmt: skip
-    more = (f'<p class="muted" id="calls-clipped">the first {MAX_CALL_ROWS:,} of {len(calls):,} calls shown</p>'
-            if len(calls) > MAX_CALL_ROWS else "")  # fmt: skip
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "call",
+            "role",
+            "model",
+            "prompt",
+            "completion",
+            "reasoning",
+            "cached",
+            "latency s",
+            "finish",
+            "error",
+        )
+    )
+    more = (
+        f'<p class="muted" id="calls-clipped">the first {MAX_CALL_ROWS:,} of {len(calls):,} calls shown</p>'
+        if len(calls) > MAX_CALL_ROWS
+        else ""
+    )
     return (
         f'<div class="scroll"><table id="calls-table"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
         f"</table></div>{more}"
@@ -49,8 +78,10 @@ def _block(label: str, text: Any, cls: str) -> str:
 def _transcript_calls(t: Mapping[str, Any]) -> list[str]:
     out = []
     for c in t.get("calls") or []:
-        parts = [f'<section class="call" data-call="{e(str(c.get("call_index")), quote=True)}">'
-                 f"<h3>call {e(str(c.get('call_index')))} · {e(str(c.get('role') or ''))}</h3>"]  # fmt: skip
+        parts = [
+            f'<section class="call" data-call="{e(str(c.get("call_index")), quote=True)}">'
+            f"<h3>call {e(str(c.get('call_index')))} · {e(str(c.get('role') or ''))}</h3>"
+        ]
         for m in c.get("messages") or []:
             if isinstance(m, Mapping):
                 parts.append(_block(str(m.get("role") or "message"), m.get("content"), "msg"))
@@ -77,8 +108,10 @@ def _grader(outcome: Mapping[str, Any] | None, t: Mapping[str, Any] | None) -> l
         details = {k: v for k, v in details.items() if k != "failures"}
     if outcome:
         score = outcome.get("score")
-        out.append(f'<p id="verdict" data-score="{e(str(score), quote=True)}">score {e(str(score))}'
-                   f'{" · correct" if outcome.get("correct") else " · not correct" if outcome.get("correct") is False else ""}</p>')  # fmt: skip
+        out.append(
+            f'<p id="verdict" data-score="{e(str(score), quote=True)}">score {e(str(score))}'
+            f"{' · correct' if outcome.get('correct') else ' · not correct' if outcome.get('correct') is False else ''}</p>"
+        )
         out.append(_block("final answer", outcome.get("answer"), "answer"))
         out.append(_block("grader details", details, "evidence"))
         out.append(_block("error", outcome.get("error"), "evidence"))
@@ -130,8 +163,10 @@ def job_page(
     body += [f'<p class="warn job-note">{e(n)}</p>' for n in notes]
     body += ["<h2>Calls</h2>", _calls_table(calls)]
     if transcript is None:
-        body.append('<p class="muted" id="no-transcript">No transcript stored for this job (the run was made with '
-                    "<code>transcripts = false</code>, or before transcripts existed).</p>")  # fmt: skip
+        body.append(
+            '<p class="muted" id="no-transcript">No transcript stored for this job (the run was made with '
+            "<code>transcripts = false</code>, or before transcripts existed).</p>"
+        )
     else:
         if transcript.get("error"):
             body.append(f'<p class="warn">transcript {e(str(transcript["error"]))}</p>')

@@ -48,14 +48,25 @@ def shell(
     """The page around `body`: local CSS/JS only (no CDN), breadcrumbs, optional auto-refresh."""
     nav = " › ".join(['<a href="/">runs</a>'] + [f'<a href="{_q(u)}">{e(t)}</a>' for t, u in crumbs])
     meta = f'<meta http-equiv="refresh" content="{REFRESH_S}">' if refresh else ""
-    return "\n".join([
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">', meta,
-        f"<title>{e(title)} · ept view</title>", '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">',
-        '<link rel="stylesheet" href="/static/view.css">',
-        '<script src="/static/view.js" defer></script></head><body>',
-        f'<nav class="crumbs">{nav}</nav>', f'<h1 id="title">{e(title)}</h1>', *body, "</body></html>",
-    ]) + "\n"  # fmt: skip
+    return (
+        "\n".join(
+            [
+                "<!DOCTYPE html>",
+                '<html lang="en"><head><meta charset="utf-8">',
+                '<meta name="viewport" content="width=device-width, initial-scale=1">',
+                meta,
+                f"<title>{e(title)} · ept view</title>",
+                '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">',
+                '<link rel="stylesheet" href="/static/view.css">',
+                '<script src="/static/view.js" defer></script></head><body>',
+                f'<nav class="crumbs">{nav}</nav>',
+                f'<h1 id="title">{e(title)}</h1>',
+                *body,
+                "</body></html>",
+            ]
+        )
+        + "\n"
+    )
 
 
 class Pager(NamedTuple):
@@ -84,13 +95,17 @@ def _run_row(r: Mapping[str, Any]) -> str:
     name = e(r["run_id"])
     cell = f'<a href="{_q(run_url(r["run_id"]))}">{name}</a>' if r.get("link", True) else name
     if r.get("problem"):  # one unreadable run: said on its row, the others listed as usual
-        return (f'<tr data-run="{_q(r["run_id"])}" class="unreadable"><td class="t">{cell}</td>'
-                f'<td class="t warn" colspan="5">{e(str(r["problem"]))}</td><td class="t">unreadable</td></tr>')  # fmt: skip
+        return (
+            f'<tr data-run="{_q(r["run_id"])}" class="unreadable"><td class="t">{cell}</td>'
+            f'<td class="t warn" colspan="5">{e(str(r["problem"]))}</td><td class="t">unreadable</td></tr>'
+        )
     state = "running" if r["planned"] and r["done"] + r["failed"] < r["planned"] else "done"
-    return (f'<tr data-run="{_q(r["run_id"])}"><td class="t">{cell}</td><td class="t">{e(str(r.get("started_at") or "—"))}</td>'
-            f'<td class="t">{e(str(r.get("profile") or "—"))}</td><td>{r["done"]:,}</td>'
-            f'<td>{r["failed"]:,}</td><td>{e(str(r["planned"] if r["planned"] is not None else "—"))}</td>'
-            f'<td class="t">{state}</td></tr>')  # fmt: skip
+    return (
+        f'<tr data-run="{_q(r["run_id"])}"><td class="t">{cell}</td><td class="t">{e(str(r.get("started_at") or "—"))}</td>'
+        f'<td class="t">{e(str(r.get("profile") or "—"))}</td><td>{r["done"]:,}</td>'
+        f"<td>{r['failed']:,}</td><td>{e(str(r['planned'] if r['planned'] is not None else '—'))}</td>"
+        f'<td class="t">{state}</td></tr>'
+    )
 
 
 def compare_defaults(
@@ -98,8 +113,11 @@ def compare_defaults(
 ) -> tuple[str | None, str | None]:
     """The compare form's preselected (baseline, current): the newest run and the one started before it
     (started_at of the listed, readable runs), else the first two names; never the same run twice."""
-    dated = sorted((str(r["started_at"]), str(r["run_id"])) for r in runs
-                   if r.get("started_at") and not r.get("problem") and r["run_id"] in names)  # fmt: skip
+    dated = sorted(
+        (str(r["started_at"]), str(r["run_id"]))
+        for r in runs
+        if r.get("started_at") and not r.get("problem") and r["run_id"] in names
+    )
     if len(dated) >= 2:
         return dated[-2][1], dated[-1][1]
     return (names[0], names[1]) if len(names) >= 2 else (None, None)
@@ -119,17 +137,21 @@ def runs_page(
             for n in names[:MAX_COMPARE_OPTIONS]
         )
 
-    body = [f'<p class="muted">Ledger {e(ledger)} (read-only).</p>',
-            '<div class="scroll"><table id="runs-table"><thead><tr><th class="t">run</th><th class="t">started</th>'
-            '<th class="t">profile</th><th>jobs done</th><th>failed</th><th>planned</th><th class="t">state</th>'
-            f'</tr></thead><tbody>{"".join(_run_row(r) for r in runs)}</tbody></table></div>']  # fmt: skip
+    body = [
+        f'<p class="muted">Ledger {e(ledger)} (read-only).</p>',
+        '<div class="scroll"><table id="runs-table"><thead><tr><th class="t">run</th><th class="t">started</th>'
+        '<th class="t">profile</th><th>jobs done</th><th>failed</th><th>planned</th><th class="t">state</th>'
+        f"</tr></thead><tbody>{''.join(_run_row(r) for r in runs)}</tbody></table></div>",
+    ]
     if pager is not None:
         body.append(pager_html(pager, lambda n: f"/?page={n}"))
     if len(names) > 1:
-        body.append('<h2>Compare two runs</h2><form id="compare-form" action="/compare" method="get">'
-                    f'<label>baseline <select name="a">{opts(base)}</select></label> '
-                    f'<label>current <select name="b">{opts(cur)}</select></label> '
-                    '<button type="submit">compare</button></form>')  # fmt: skip
+        body.append(
+            '<h2>Compare two runs</h2><form id="compare-form" action="/compare" method="get">'
+            f'<label>baseline <select name="a">{opts(base)}</select></label> '
+            f'<label>current <select name="b">{opts(cur)}</select></label> '
+            '<button type="submit">compare</button></form>'
+        )
     return shell("Runs", body)
 
 
@@ -164,24 +186,31 @@ def budget_pick(v: RunView, text: str | None) -> dict[str, Any] | None:
 
 def _budget_form(v: RunView, text: str | None, pick: Mapping[str, Any] | None, se: bool = False) -> list[str]:
     """A GET form asking for a per-task budget, and the arm it picks (highlighted in the table and plot)."""
-    form = (f'<form id="budget-form" method="get" action="{_q(run_url(v.run_id))}"><label>Budget per task '
-            f'<input name="budget" size="10" placeholder="2k or $0.002" value="{_q(text or "")}"></label> '
-            + ('<input type="hidden" name="se" value="1">' if se else "") +
-            '<button type="submit">best arm under it</button> <span class="muted">tokens (3000, 2.5k) or dollars '
-            "($0.002): the rule of <code>ept analyze --budget</code></span></form>")  # fmt: skip
+    form = (
+        f'<form id="budget-form" method="get" action="{_q(run_url(v.run_id))}"><label>Budget per task '
+        f'<input name="budget" size="10" placeholder="2k or $0.002" value="{_q(text or "")}"></label> '
+        + ('<input type="hidden" name="se" value="1">' if se else "")
+        + '<button type="submit">best arm under it</button> <span class="muted">tokens (3000, 2.5k) or dollars '
+        "($0.002): the rule of <code>ept analyze --budget</code></span></form>"
+    )
     if pick is None:
         return [form]
     arm = pick.get("arm")
-    return [form, f'<p id="budget-pick" data-arm="{_q(arm or "")}" class="{"pick" if arm else "warn"}">'
-                  f"{e(str(pick.get('text') or ''))}</p>"]  # fmt: skip
+    return [
+        form,
+        f'<p id="budget-pick" data-arm="{_q(arm or "")}" class="{"pick" if arm else "warn"}">'
+        f"{e(str(pick.get('text') or ''))}</p>",
+    ]
 
 
 def _se_switch(v: RunView, budget: str | None, se: bool) -> list[str]:
     """A link that shows (or hides) the accuracy table's '± s.e.' column: the page's URL with se=1 (or without)."""
     url = run_url(v.run_id, budget=budget or None, se=None if se else "1")
     text = "hide ± s.e." if se else "show ± s.e. next to accuracy"
-    return [f'<p class="muted"><a id="se-switch" href="{_q(url)}">{text}</a> (the standard error of the mean '
-            "score, as lm-eval prints it; the intervals below are Wilson intervals)</p>"]  # fmt: skip
+    return [
+        f'<p class="muted"><a id="se-switch" href="{_q(url)}">{text}</a> (the standard error of the mean '
+        "score, as lm-eval prints it; the intervals below are Wilson intervals)</p>"
+    ]
 
 
 def _mark_pick(fragment: str, arm: str | None) -> str:
@@ -218,19 +247,26 @@ def run_page(
         for s, c in colours.items()
     )
     level = (doc.options or {}).get("level") or 0.95
-    body += ['<h2>Elo against tokens per task</h2>',
-             f'<div id="toggles">{toggles}<label class="toggle"><input type="checkbox" checked id="show-frontier">'
-             f'<svg class="swatch-line" width="26" height="10" aria-hidden="true"><line x1="0" x2="26" y1="5" y2="5" '
-             f'stroke="{FRONTIER_COLOUR}" stroke-width="2" stroke-dasharray="{FRONTIER_DASH}"/></svg>frontier</label></div>',
-             f'<figure id="plot">{elo_tokens_svg(returns, f"{round(level * 100)}%", doc.anchor)}<div id="tip" hidden></div></figure>',
-             "<h2>Diminishing returns</h2>", table("returns-table", with_frontier_text(returns), RETURNS_COLUMNS, row_class="frontier"),
-             '<h2>Arms</h2><ul id="arm-links">'
-             + "".join(f'<li><a href="{_q(run_url(v.run_id, "arm", arm=r["arm"]))}">{e(r["arm"])}</a> · '
-                       f'<a class="arm-samples" data-arm="{_q(r["arm"])}" href="{_q(run_url(v.run_id, "samples", arm=r["arm"], sort="score"))}">'
-                       "its samples, losses first</a></li>" for r in returns) + "</ul>",
-             f'<p><a id="samples-link" href="{_q(run_url(v.run_id, "samples"))}">sample explorer</a> · '
-             f'<a id="grid-link" href="{_q(run_url(v.run_id, "grid"))}">arms × tasks grid</a> · '
-             f'<a href="{_q(run_url(v.run_id, "report.json"))}">report.json</a></p>']  # fmt: skip
+    body += [
+        "<h2>Elo against tokens per task</h2>",
+        f'<div id="toggles">{toggles}<label class="toggle"><input type="checkbox" checked id="show-frontier">'
+        f'<svg class="swatch-line" width="26" height="10" aria-hidden="true"><line x1="0" x2="26" y1="5" y2="5" '
+        f'stroke="{FRONTIER_COLOUR}" stroke-width="2" stroke-dasharray="{FRONTIER_DASH}"/></svg>frontier</label></div>',
+        f'<figure id="plot">{elo_tokens_svg(returns, f"{round(level * 100)}%", doc.anchor)}<div id="tip" hidden></div></figure>',
+        "<h2>Diminishing returns</h2>",
+        table("returns-table", with_frontier_text(returns), RETURNS_COLUMNS, row_class="frontier"),
+        '<h2>Arms</h2><ul id="arm-links">'
+        + "".join(
+            f'<li><a href="{_q(run_url(v.run_id, "arm", arm=r["arm"]))}">{e(r["arm"])}</a> · '
+            f'<a class="arm-samples" data-arm="{_q(r["arm"])}" href="{_q(run_url(v.run_id, "samples", arm=r["arm"], sort="score"))}">'
+            "its samples, losses first</a></li>"
+            for r in returns
+        )
+        + "</ul>",
+        f'<p><a id="samples-link" href="{_q(run_url(v.run_id, "samples"))}">sample explorer</a> · '
+        f'<a id="grid-link" href="{_q(run_url(v.run_id, "grid"))}">arms × tasks grid</a> · '
+        f'<a href="{_q(run_url(v.run_id, "report.json"))}">report.json</a></p>',
+    ]
     body += _se_switch(v, budget, se)
     body += accuracy_section(doc, table, se=se)
     body += step_tables_section(doc, table)
@@ -255,17 +291,23 @@ def grid_page(v: RunView, grid: Mapping[str, Any], family: str | None, disagree:
     sel = "".join(
         f'<option value="{_q(f)}"{" selected" if f == family else ""}>{e(f)}</option>' for f in fams
     )
-    form = (f'<form id="grid-filter" method="get"><label>family <select name="family"><option value="">all'
-            f'</option>{sel}</select></label> <label><input type="checkbox" name="disagree" value="1"'
-            f'{" checked" if disagree else ""}> arms disagree</label> <button type="submit">filter</button></form>')  # fmt: skip
+    form = (
+        f'<form id="grid-filter" method="get"><label>family <select name="family"><option value="">all'
+        f'</option>{sel}</select></label> <label><input type="checkbox" name="disagree" value="1"'
+        f'{" checked" if disagree else ""}> arms disagree</label> <button type="submit">filter</button></form>'
+    )
     head = "".join(
         f'<th class="arm"><a href="{_q(run_url(v.run_id, "arm", arm=a))}">{e(a)}</a></th>' for a in arms
     )
     n, run_n = grid["total"], grid.get("in_run", grid["total"])
     count = f"all {n:,} tasks of the run" if n == run_n else f"{n:,} of the run's {run_n:,} tasks match"
-    body = [form, f'<p class="muted" id="grid-count" data-total="{n}">{count}'
-            + (f" (the first {len(grid['rows']):,} shown)" if grid.get("clipped") else "") + ".</p>",
-            f'<div class="scroll"><table id="grid-table"><thead><tr><th class="t">task</th>{head}</tr></thead><tbody>']  # fmt: skip
+    body = [
+        form,
+        f'<p class="muted" id="grid-count" data-total="{n}">{count}'
+        + (f" (the first {len(grid['rows']):,} shown)" if grid.get("clipped") else "")
+        + ".</p>",
+        f'<div class="scroll"><table id="grid-table"><thead><tr><th class="t">task</th>{head}</tr></thead><tbody>',
+    ]
     for r in grid["rows"]:
         link = run_url(v.run_id, "task", task=r["task_id"])
         cells = []
@@ -275,16 +317,22 @@ def grid_page(v: RunView, grid: Mapping[str, Any], family: str | None, disagree:
                 cells.append('<td class="na">—</td>')
                 continue
             shade = int(255 - 120 * (c["score"] or 0))
-            cells.append(f'<td data-arm="{_q(a)}" data-value="{c["score"]}" title="{_q(_tokens(c["tokens"]))} tokens" '
-                         f'style="background:rgb({shade},{255},{shade})">{_fmt_score(c["score"])}</td>')  # fmt: skip
+            cells.append(
+                f'<td data-arm="{_q(a)}" data-value="{c["score"]}" title="{_q(_tokens(c["tokens"]))} tokens" '
+                f'style="background:rgb({shade},{255},{shade})">{_fmt_score(c["score"])}</td>'
+            )
         body.append(
             f'<tr data-task="{_q(r["task_id"])}"><td class="t"><a href="{_q(link)}">{e(r["task_id"])}</a></td>'
             + "".join(cells)
             + "</tr>"
         )
     body.append("</tbody></table></div>")
-    return shell(f"Grid of {v.run_id}", body, refresh=v.running,
-                 crumbs=[(v.run_id, run_url(v.run_id)), ("grid", run_url(v.run_id, "grid"))])  # fmt: skip
+    return shell(
+        f"Grid of {v.run_id}",
+        body,
+        refresh=v.running,
+        crumbs=[(v.run_id, run_url(v.run_id)), ("grid", run_url(v.run_id, "grid"))],
+    )
 
 
 def _task_head(about: Mapping[str, Any]) -> list[str]:
@@ -293,8 +341,10 @@ def _task_head(about: Mapping[str, Any]) -> list[str]:
     if about.get("prompt"):
         out.append(f'<p class="muted">as sent in job {e(str(about.get("prompt_from")))} (its transcript)</p>')
         for m in about["prompt"]:
-            out.append(f'<div class="msg"><div class="lbl">{e(str(m.get("role") or "message"))}</div>'
-                       f"<pre>{pretty(m.get('content'))}</pre></div>")  # fmt: skip
+            out.append(
+                f'<div class="msg"><div class="lbl">{e(str(m.get("role") or "message"))}</div>'
+                f"<pre>{pretty(m.get('content'))}</pre></div>"
+            )
     else:
         out.append('<p class="muted">No transcript of this task\'s jobs is stored (the run kept none).</p>')
     out.append('</section><section id="task-reference"><h2>Reference</h2>')
@@ -306,27 +356,39 @@ def _task_head(about: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def task_page(v: RunView, task_id: str, rows: Sequence[Mapping[str, Any]], pager: Pager | None = None, *,
-              arm: str | None = None, about: Mapping[str, Any] | None = None) -> str:  # fmt: skip
+def task_page(
+    v: RunView,
+    task_id: str,
+    rows: Sequence[Mapping[str, Any]],
+    pager: Pager | None = None,
+    *,
+    arm: str | None = None,
+    about: Mapping[str, Any] | None = None,
+) -> str:
     """One task: its prompt and reference, then every arm and replicate on it (one page of them) with score,
     tokens, error class and final answer, each linked to its job. `arm`: the arm the reader came from (the
     breadcrumb names it and its rows are marked)."""
     about = about or {}
     outcomes = about.get("outcomes") or {}
-    body = [*_task_head(about), "<h2>Outcomes</h2>",
-            '<div class="scroll"><table id="task-jobs" class="sticky"><thead><tr><th class="t">arm</th><th>replicate</th>'
-            '<th>score</th><th>tokens</th><th class="t">error</th><th class="t">final answer</th><th class="t">job</th>'
-            "</tr></thead><tbody>"]  # fmt: skip
+    body = [
+        *_task_head(about),
+        "<h2>Outcomes</h2>",
+        '<div class="scroll"><table id="task-jobs" class="sticky"><thead><tr><th class="t">arm</th><th>replicate</th>'
+        '<th>score</th><th>tokens</th><th class="t">error</th><th class="t">final answer</th><th class="t">job</th>'
+        "</tr></thead><tbody>",
+    ]
     for r in rows:
         link = run_url(v.run_id, "job", key=r["job_key"], arm=arm)
         o = outcomes.get(r["job_key"]) or {}
         ans = o.get("answer")
         mark = ' class="from-arm"' if arm is not None and r["arm"] == arm else ""
-        body.append(f'<tr data-arm="{_q(r["arm"])}"{mark}><td class="t arm-name">{e(r["arm"])}</td><td>{r["replicate"]}</td>'
-                    f'<td data-value="{r["score"]}">{_fmt_score(r["score"])}</td><td>{_tokens(r.get("tokens"))}</td>'
-                    f'<td class="t">{e(str(o.get("error_class") or ""))}</td>'
-                    f'<td class="t snippet">{"—" if ans is None else e(ans[:120])}</td>'
-                    f'<td class="t"><a class="job-link" href="{_q(link)}">transcript</a></td></tr>')  # fmt: skip
+        body.append(
+            f'<tr data-arm="{_q(r["arm"])}"{mark}><td class="t arm-name">{e(r["arm"])}</td><td>{r["replicate"]}</td>'
+            f'<td data-value="{r["score"]}">{_fmt_score(r["score"])}</td><td>{_tokens(r.get("tokens"))}</td>'
+            f'<td class="t">{e(str(o.get("error_class") or ""))}</td>'
+            f'<td class="t snippet">{"—" if ans is None else e(ans[:120])}</td>'
+            f'<td class="t"><a class="job-link" href="{_q(link)}">transcript</a></td></tr>'
+        )
     body.append("</tbody></table></div>")
     if pager is not None:
         body.append(pager_html(pager, lambda n: run_url(v.run_id, "task", task=task_id, arm=arm, page=n)))

@@ -59,10 +59,18 @@ class Query:
     def params(self, **change: Any) -> dict[str, Any]:
         """The query as URL parameters (defaults left out), with `change` applied: the deep link of a view."""
         d = replace(self, **change)
-        out = {"family": d.family, "arm": d.arm, "smin": _num_text(d.score_min), "smax": _num_text(d.score_max),
-               "error": d.error, "disagree": "1" if d.disagree else None, "q": d.q,
-               "sort": None if d.sort == "task_id" else d.sort, "desc": "1" if d.desc else None,
-               "page": None if d.page == 1 else d.page}  # fmt: skip
+        out = {
+            "family": d.family,
+            "arm": d.arm,
+            "smin": _num_text(d.score_min),
+            "smax": _num_text(d.score_max),
+            "error": d.error,
+            "disagree": "1" if d.disagree else None,
+            "q": d.q,
+            "sort": None if d.sort == "task_id" else d.sort,
+            "desc": "1" if d.desc else None,
+            "page": None if d.page == 1 else d.page,
+        }
         return {k: v for k, v in out.items() if v is not None}
 
 
@@ -98,9 +106,18 @@ def parse_query(one: Callable[[str], str | None], page: int) -> Query:
     q = one("q")
     if q is not None and len(q) > MAX_QUERY_CHARS:
         raise InputError(f"at most {MAX_QUERY_CHARS} characters, got {len(q)}", field="q")
-    return Query(family=one("family"), arm=one("arm"), score_min=_score(one("smin"), "smin"),
-                 score_max=_score(one("smax"), "smax"), error=one("error"), disagree=flags["disagree"],
-                 q=q if q and q.strip() else None, sort=sort, desc=flags["desc"], page=page)  # fmt: skip
+    return Query(
+        family=one("family"),
+        arm=one("arm"),
+        score_min=_score(one("smin"), "smin"),
+        score_max=_score(one("smax"), "smax"),
+        error=one("error"),
+        disagree=flags["disagree"],
+        q=q if q and q.strip() else None,
+        sort=sort,
+        desc=flags["desc"],
+        page=page,
+    )
 
 
 def job_frame(records: pl.DataFrame, prices: Any = None) -> pl.DataFrame:
@@ -129,10 +146,18 @@ def job_frame(records: pl.DataFrame, prices: Any = None) -> pl.DataFrame:
         pl.when(~pl.col("missing")).then(pl.col("tokens")).alias("tokens"),
         pl.when(~pl.col("missing")).then(cost).alias("cost"),
     )
-    outcomes = records.lazy().filter(pl.col("kind") == "outcome").select(
-        "file", key, *(pl.col(c).cast(pl.String) for c in ("task_id", "family", "arm")),
-        pl.col("replicate").fill_null(0), "score", pl.col("error_class").cast(pl.String),
-    )  # fmt: skip
+    outcomes = (
+        records.lazy()
+        .filter(pl.col("kind") == "outcome")
+        .select(
+            "file",
+            key,
+            *(pl.col(c).cast(pl.String) for c in ("task_id", "family", "arm")),
+            pl.col("replicate").fill_null(0),
+            "score",
+            pl.col("error_class").cast(pl.String),
+        )
+    )
     mean = pl.col("score").mean().over("task_id", "arm")
     return (
         outcomes.join(per_job, on="file", how="left")
@@ -163,8 +188,9 @@ def side_frame(keys: list[str], read: Callable[[str, int], bytes | None]) -> pl.
     try:  # each line on its own: one bad line spoils only itself (polars' ndjson reader stops at the first)
         parsed = lines.str.json_decode(pl.Struct(schema)).struct.unnest()
     except pl.exceptions.ComputeError:
-        parsed = pl.read_ndjson(io.BytesIO("\n".join(lines.to_list()).encode()), schema=schema,
-                                ignore_errors=True)  # fmt: skip
+        parsed = pl.read_ndjson(
+            io.BytesIO("\n".join(lines.to_list()).encode()), schema=schema, ignore_errors=True
+        )
     return parsed.group_by("job_key").agg(
         pl.col("answer").filter(pl.col("kind") == "outcome").first().str.slice(0, ANSWER_KEEP_CHARS),
         pl.when(pl.col("latency_s").filter(pl.col("kind") == "call").count() > 0)

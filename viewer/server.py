@@ -32,8 +32,11 @@ from elo_per_token.viewer.store import Store
 
 T = TypeVar("T")
 
-STATIC = {"view.js": "text/javascript; charset=utf-8", "view.css": "text/css; charset=utf-8",
-          "favicon.svg": "image/svg+xml"}  # fmt: skip
+STATIC = {
+    "view.js": "text/javascript; charset=utf-8",
+    "view.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
+}
 CSP = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; form-action 'self'"
 
 
@@ -131,8 +134,16 @@ def _run_route(store: Store, run_id: str, page: str, params: dict[str, list[str]
         shown, pager = _slice(rows, _page(params), store.page_rows)
         came_from = _one(params, "arm", False)
         from_arm = came_from if came_from in v.result.arms else None
-        return _html(pages.task_page(v, task, shown, pager, arm=from_arm,
-                                     about=store.task_info(run_id, task, [r["job_key"] for r in rows])))  # fmt: skip
+        return _html(
+            pages.task_page(
+                v,
+                task,
+                shown,
+                pager,
+                arm=from_arm,
+                about=store.task_info(run_id, task, [r["job_key"] for r in rows]),
+            )
+        )
     raise NotFound(page)
 
 

@@ -132,8 +132,16 @@ class Store:
         return [self._run_row(name, until) for name in names]
 
     def _run_row(self, run_id: str, until: float | None = None) -> dict[str, Any]:
-        row: dict[str, Any] = {"run_id": run_id, "started_at": None, "planned": None, "done": 0, "failed": 0,
-                               "profile": None, "problem": None, "link": True}  # fmt: skip
+        row: dict[str, Any] = {
+            "run_id": run_id,
+            "started_at": None,
+            "planned": None,
+            "done": 0,
+            "failed": 0,
+            "profile": None,
+            "problem": None,
+            "link": True,
+        }
         try:
             m = read_manifest(self.ledger, run_id)
             self._contained(run_id)
@@ -184,8 +192,9 @@ class Store:
         self.check_run(run_id)
         st = self.states.get(run_id, self.page_budget_s, self.fresh_wait_s)
         if st is None:  # a first count still running (a large run that is not compacted)
-            return RunView(run_id=run_id, done=0, planned=None, failed=0, pending=True,
-                           error="counting the run's jobs")  # fmt: skip
+            return RunView(
+                run_id=run_id, done=0, planned=None, failed=0, pending=True, error="counting the run's jobs"
+            )
         with self._lock(run_id):  # held for bookkeeping only, never during an analysis
             cached = self._cache.get(run_id)
             if cached is not None and cached.token == st.token:
@@ -274,8 +283,14 @@ class Store:
         return replace(v, done=st.done, failed=st.failed)
 
     def _pending(self, run_id: str, st: RunState) -> RunView:
-        return RunView(run_id=run_id, done=st.done, planned=None, failed=st.failed, pending=True,
-                       error="the run is being analysed; this page reloads when it is ready")  # fmt: skip
+        return RunView(
+            run_id=run_id,
+            done=st.done,
+            planned=None,
+            failed=st.failed,
+            pending=True,
+            error="the run is being analysed; this page reloads when it is ready",
+        )
 
     def samples(self, run_id: str) -> RunView:
         """The run's view with its sample explorer frame (viewer.samples.samples) built, once per run state:
@@ -307,8 +322,10 @@ class Store:
                 lambda k, cap: self._head(reader, run_id, k, cap),
             )
         else:
-            v.samples_note = (f"final answers and latencies are read for runs of up to {SIDE_MAX_JOBS:,} "
-                              f"jobs; this run has {jobs.height:,}")  # fmt: skip
+            v.samples_note = (
+                f"final answers and latencies are read for runs of up to {SIDE_MAX_JOBS:,} "
+                f"jobs; this run has {jobs.height:,}"
+            )
         v.samples = samples(jobs, side)
 
     def _head(self, reader: BatchReader, run_id: str, key: str, cap: int) -> bytes | None:
@@ -375,8 +392,12 @@ class Store:
         if got is None:
             return None
         if got[1] > MAX_BLOB_BYTES:
-            return {"job_key": key, "calls": [], "grader": {},
-                    "error": f"not read: {got[1]:,} bytes, over the {MAX_BLOB_BYTES:,}-byte transcript bound"}  # fmt: skip
+            return {
+                "job_key": key,
+                "calls": [],
+                "grader": {},
+                "error": f"not read: {got[1]:,} bytes, over the {MAX_BLOB_BYTES:,}-byte transcript bound",
+            }
         try:
             return decode(got[0])
         except (ValueError, OSError, EOFError, RecursionError) as e:
@@ -396,8 +417,14 @@ class Store:
         if key not in self._compare:
             bu, cu = self.ledger.run_url(base), self.ledger.run_url(cur)
             co = compare_options(bu, cu)  # the options `ept compare BASE CUR` uses: the same intervals
-            res = compare_runs(load_run(bu), load_run(cu), rule=parse_fail_on("none"), rounds=co.rounds,
-                               seed=co.seed, level=co.level)  # fmt: skip
+            res = compare_runs(
+                load_run(bu),
+                load_run(cu),
+                rule=parse_fail_on("none"),
+                rounds=co.rounds,
+                seed=co.seed,
+                level=co.level,
+            )
             if co.note:
                 res.notes.append(co.note)
             self._compare[key] = to_json_dict(res)
@@ -411,8 +438,15 @@ def server_store(ledger_url: str, budget: str | None, margin: float) -> Store:
     from elo_per_token.contracts.settings import read_seconds
 
     wait = read_seconds("EPT_VIEW_PAGE_BUDGET_S", 1e-3, 3600.0)
-    return Store(ledger_url, budget=budget, margin=margin, cache_dir="", page_budget_s=wait,
-                 state_ttl_s=2.0, reanalyse_s=REANALYSE_S)  # fmt: skip
+    return Store(
+        ledger_url,
+        budget=budget,
+        margin=margin,
+        cache_dir="",
+        page_budget_s=wait,
+        state_ttl_s=2.0,
+        reanalyse_s=REANALYSE_S,
+    )
 
 
 def _records(data: bytes, size: int) -> tuple[list[dict[str, Any]], list[str]]:
@@ -420,8 +454,10 @@ def _records(data: bytes, size: int) -> tuple[list[dict[str, Any]], list[str]]:
     notes: list[str] = []
     if size > len(data):
         data = data[: data.rfind(b"\n") + 1]  # the cut line is not parsed
-        notes.append(f"The job object is {size:,} bytes; the viewer reads at most {MAX_JOB_BYTES:,}: only the "
-                     "records in them are shown (the analysis reads the whole object).")  # fmt: skip
+        notes.append(
+            f"The job object is {size:,} bytes; the viewer reads at most {MAX_JOB_BYTES:,}: only the "
+            "records in them are shown (the analysis reads the whole object)."
+        )
     out: list[dict[str, Any]] = []
     bad = 0
     for i, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):

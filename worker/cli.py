@@ -35,8 +35,19 @@ def register(app: typer.Typer) -> None:
         _check_sandbox(queue, url)
         _check_allow_lists(queue, url)
         capp = make_app(url, profiles=profiles or None)
-        argv = ["worker", "-P", "threads", "-c", str(concurrency), "-Q", queue, "-l", loglevel,
-                "--without-gossip", "--without-mingle"]  # fmt: skip
+        argv = [
+            "worker",
+            "-P",
+            "threads",
+            "-c",
+            str(concurrency),
+            "-Q",
+            queue,
+            "-l",
+            loglevel,
+            "--without-gossip",
+            "--without-mingle",
+        ]
         if queue == GRADE_QUEUE:
             capp.conf.update(grader_broker_settings(capp.conf.broker_transport_options))
             argv.append("--without-heartbeat")
@@ -123,8 +134,11 @@ def sandbox_check() -> Check:
     from elo_per_token.worker.sandbox import bwrap
 
     choice = bwrap.choose_bwrap()
-    where = (f"{choice.path} ({choice.source}{'; ' + choice.note if choice.note else ''})" if choice.path
-             else f"none ({choice.note or 'not found'})")  # fmt: skip
+    where = (
+        f"{choice.path} ({choice.source}{'; ' + choice.note if choice.note else ''})"
+        if choice.path
+        else f"none ({choice.note or 'not found'})"
+    )
     why = bwrap.probe()
     if why is None:
         return Check("code sandbox (bwrap)", PASS, f"{where}: starts")

@@ -145,9 +145,17 @@ def _not_to_run(job: Job, ledger: Ledger, tasks: RunTasks | None, check_existing
 
 
 def _store(
-    job: Job, ledger: Ledger, result: JobResult, spent: _Spent, recorder: Recorder | None, secrets: list[str] | None,
-    clear_failure: bool, *, attempt: int, started_at: float,
-) -> JobSummary:  # fmt: skip
+    job: Job,
+    ledger: Ledger,
+    result: JobResult,
+    spent: _Spent,
+    recorder: Recorder | None,
+    secrets: list[str] | None,
+    clear_failure: bool,
+    *,
+    attempt: int,
+    started_at: float,
+) -> JobSummary:
     """Write a successful job's object (once: a conditional create), with its transcript when kept."""
     from elo_per_token.contracts.taskdigest import task_digest
 
@@ -162,15 +170,27 @@ def _store(
     if clear_failure:
         ledger.delete_failure(job.run_id, job.key)
     return _summary(
-        job, "done" if created else "duplicate", attempts=attempt, lost=(result.outcome.failure or {}).get("class"),
-        started_at=started_at, finished_at=time.time(), **spent.totals(result if created else None),
-    )  # fmt: skip
+        job,
+        "done" if created else "duplicate",
+        attempts=attempt,
+        lost=(result.outcome.failure or {}).get("class"),
+        started_at=started_at,
+        finished_at=time.time(),
+        **spent.totals(result if created else None),
+    )
 
 
 def _record_failure(
-    job: Job, ledger: Ledger, result: JobResult | None, spent: _Spent, *, cls: str, msg: str, attempt: int,
+    job: Job,
+    ledger: Ledger,
+    result: JobResult | None,
+    spent: _Spent,
+    *,
+    cls: str,
+    msg: str,
+    attempt: int,
     started_at: float,
-) -> JobSummary:  # fmt: skip
+) -> JobSummary:
     """Write the job's failure object (overwritable: the last failure of the job, for `ept retry`)."""
     failure = {
         "job": job.to_dict(),
@@ -188,8 +208,15 @@ def _record_failure(
         "spent_tokens": spent.tokens,
     }
     ledger.put_failure(job.run_id, job.key, failure)
-    return _summary(job, "failed", attempts=attempt, started_at=started_at, finished_at=time.time(),
-                    **spent.totals(None), **{"class": cls, "message": msg})  # fmt: skip
+    return _summary(
+        job,
+        "failed",
+        attempts=attempt,
+        started_at=started_at,
+        finished_at=time.time(),
+        **spent.totals(None),
+        **{"class": cls, "message": msg},
+    )
 
 
 class _Spent:
@@ -242,8 +269,13 @@ class _Spent:
         calls = self.calls + (stored.sent_calls if stored else 0)
         tokens = self.tokens + (stored.tokens if stored else 0)
         est = self.est_tokens + (stored.estimated_tokens if stored else 0)
-        return {"calls": calls, "tokens": tokens, "spent_calls": self.calls, "spent_tokens": self.tokens,
-                "est_tokens": est}  # fmt: skip
+        return {
+            "calls": calls,
+            "tokens": tokens,
+            "spent_calls": self.calls,
+            "spent_tokens": self.tokens,
+            "est_tokens": est,
+        }
 
 
 def _runner(

@@ -198,12 +198,14 @@ class Headroom:
             self.at = now
             if req is not None:  # less what may still be on its way (counted twice at worst: the safe side)
                 self.req = float(req - len(self._recent))
-                self.reset_req = now + min(parse_reset(headers.get("x-ratelimit-reset-requests")) or 0.0,
-                                           self.MAX_RESET_S)  # fmt: skip
+                self.reset_req = now + min(
+                    parse_reset(headers.get("x-ratelimit-reset-requests")) or 0.0, self.MAX_RESET_S
+                )
             if tok is not None:
                 self.tok = float(tok - self.inflight_tok)
-                self.reset_tok = now + min(parse_reset(headers.get("x-ratelimit-reset-tokens")) or 0.0,
-                                           self.MAX_RESET_S)  # fmt: skip
+                self.reset_tok = now + min(
+                    parse_reset(headers.get("x-ratelimit-reset-tokens")) or 0.0, self.MAX_RESET_S
+                )
 
     def _short_req(self) -> bool:
         return self.req is not None and self.req < 1

@@ -26,8 +26,14 @@ class Recorder:
         self._lock = threading.Lock()
         self.evidence: dict[str, Any] = {}
 
-    def call(self, index: int, role: str, messages: list[dict[str, Any]], resp: Any = None,
-             error: str | None = None) -> None:  # fmt: skip
+    def call(
+        self,
+        index: int,
+        role: str,
+        messages: list[dict[str, Any]],
+        resp: Any = None,
+        error: str | None = None,
+    ) -> None:
         """One call: the messages sent and, from the response, each choice's text, reasoning and tool calls."""
         rec: dict[str, Any] = {"call_index": index, "role": role, "messages": [_message(m) for m in messages]}
         if resp is not None:
@@ -50,9 +56,13 @@ class Recorder:
         with self._lock:
             calls = sorted(self._calls, key=lambda c: c["call_index"])
         g = dict(getattr(outcome, "grader", None) or {})
-        verdict = {"score": getattr(outcome, "score", None), "correct": getattr(outcome, "correct", None),
-                   "reason": g.get("reason"), "error": getattr(outcome, "error", None),
-                   "failure": getattr(outcome, "failure", None)}  # fmt: skip
+        verdict = {
+            "score": getattr(outcome, "score", None),
+            "correct": getattr(outcome, "correct", None),
+            "reason": g.get("reason"),
+            "error": getattr(outcome, "error", None),
+            "failure": getattr(outcome, "failure", None),
+        }
         evidence = {k: g[k] for k in ("failures", "load_error", "returncode", "passed", "total") if k in g}
         evidence.update(self.evidence)
         return {
@@ -84,8 +94,9 @@ def take_evidence(outcome: Any, recorder: Recorder | None) -> None:
                 recorder.evidence[k] = v
 
 
-def store(ledger: Any, run_id: str, job_key: str, recorder: Recorder, outcome: Any,
-          secrets: list[str] | None = None) -> int:  # fmt: skip
+def store(
+    ledger: Any, run_id: str, job_key: str, recorder: Recorder, outcome: Any, secrets: list[str] | None = None
+) -> int:
     """Write the transcript blob; its size in bytes, 0 when it could not be written (never raises)."""
     try:
         data = transcripts.encode(recorder.document(job_key, outcome), secrets)

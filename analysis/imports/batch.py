@@ -46,7 +46,11 @@ class IdTemplate:
     fields: tuple[str, ...]
 
     def match(self, cid: str) -> dict[str, str] | None:
-        """{field: text} when `cid` has this shape, else None."""
+        """{field: text} when `cid` has this shape, else None.
+
+        Args:
+            cid: A custom_id.
+        """
         first, last = self.literals[0], self.literals[-1]
         if not cid.startswith(first) or not cid.endswith(last) or len(cid) < len(first) + len(last):
             return None
@@ -68,7 +72,11 @@ _DIGIT_FIELDS = ("budget_n", "replicate")
 
 
 def compile_template(template: str) -> IdTemplate:
-    """'{task_id}__{arm}__r{replicate}' -> the literals around each field (budget_n and replicate: digits)."""
+    """'{task_id}__{arm}__r{replicate}' -> the literals around each field (budget_n and replicate: digits).
+
+    Args:
+        template: The --id-template value.
+    """
     parts = re.split(r"\{(\w+)\}", template)
     names: list[str] = []
     for i, part in enumerate(parts):
@@ -88,7 +96,11 @@ def compile_template(template: str) -> IdTemplate:
 
 
 def identity(fields: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None, str]:
-    """(task/arm identity, None, '') from mapping fields, or (None, bad field, message)."""
+    """(task/arm identity, None, '') from mapping fields, or (None, bad field, message).
+
+    Args:
+        fields: A mapping row's fields.
+    """
     task_id = fields.get("task_id")
     if not isinstance(task_id, str) or not task_id.strip():
         return None, "task_id", "required, a non-empty string"
@@ -116,7 +128,13 @@ def identity(fields: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None,
 
 
 def load_mapping(mapping: str | None, input_file: str | None, col: Collector) -> dict[str, dict[str, Any]]:
-    """custom_id -> identity from a mapping table and/or the batch input file (the mapping table wins)."""
+    """custom_id -> identity from a mapping table and/or the batch input file (the mapping table wins).
+
+    Args:
+        mapping: The --mapping table (None: none).
+        input_file: The batch input file (None: none).
+        col: Where bad lines are raised or, with --skip-bad, collected.
+    """
     out: dict[str, dict[str, Any]] = {}
     sources: list[tuple[str, list[tuple[int, dict[str, Any]]], bool]] = []
     if input_file:
@@ -297,7 +315,12 @@ def _outcomes(
 
 
 def mapping_template(input_file: str, col: Collector) -> list[dict[str, Any]]:
-    """Rows custom_id, task_id, arm, replicate, family — filled from body.metadata where present."""
+    """Rows custom_id, task_id, arm, replicate, family — filled from body.metadata where present.
+
+    Args:
+        input_file: The batch input file.
+        col: Where bad lines are raised or, with --skip-bad, collected.
+    """
     rows = []
     for _, obj in read_jsonl(input_file, col):
         meta = (obj.get("body") or {}).get("metadata") or {} if isinstance(obj.get("body"), dict) else {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -48,26 +48,34 @@ def _finish(col: Collector, out: str, what: str) -> None:
 
 @import_app.command("batch")
 def batch_cmd(
-    outputs: list[str] = typer.Argument(
-        None, help="Batch output file(s) (JSONL from the batch's output_file_id)"
-    ),
-    out: str = typer.Option(None, "--out", "-o", help="records JSONL to write"),
-    input_file: str = typer.Option(
-        None, "--input", help="the batch input file (request body.metadata maps custom_id)"
-    ),
-    mapping: str = typer.Option(
-        None, "--mapping", help="CSV/JSONL: custom_id, task_id, arm, replicate, family"
-    ),
-    id_template: str = typer.Option(
-        None, "--id-template", help="parse custom_id, e.g. '{task_id}__{arm}__r{replicate}'"
-    ),
-    outcomes: str = typer.Option(
-        None, "--outcomes", help="CSV/JSONL scores: custom_id (or task_id, arm, replicate) + score|correct"
-    ),
-    write_template: str = typer.Option(
-        None, "--write-template", help="write a mapping CSV to fill in, from --input, and stop"
-    ),
-    skip_bad: bool = typer.Option(False, "--skip-bad", help="Skip bad lines (reported) instead of stopping."),
+    outputs: Annotated[
+        list[str] | None, typer.Argument(help="Batch output file(s) (JSONL from the batch's output_file_id)")
+    ] = None,
+    out: Annotated[str | None, typer.Option("--out", "-o", help="records JSONL to write")] = None,
+    input_file: Annotated[
+        str | None,
+        typer.Option("--input", help="the batch input file (request body.metadata maps custom_id)"),
+    ] = None,
+    mapping: Annotated[
+        str | None, typer.Option("--mapping", help="CSV/JSONL: custom_id, task_id, arm, replicate, family")
+    ] = None,
+    id_template: Annotated[
+        str | None,
+        typer.Option("--id-template", help="parse custom_id, e.g. '{task_id}__{arm}__r{replicate}'"),
+    ] = None,
+    outcomes: Annotated[
+        str | None,
+        typer.Option(
+            "--outcomes", help="CSV/JSONL scores: custom_id (or task_id, arm, replicate) + score|correct"
+        ),
+    ] = None,
+    write_template: Annotated[
+        str | None,
+        typer.Option("--write-template", help="write a mapping CSV to fill in, from --input, and stop"),
+    ] = None,
+    skip_bad: Annotated[
+        bool, typer.Option("--skip-bad", help="Skip bad lines (reported) instead of stopping.")
+    ] = False,
 ) -> None:
     """OpenAI Batch API output -> call records (usage per response) + outcome records (your scores)."""
     from elo_per_token.analysis.imports.batch import import_batch, mapping_template
@@ -104,20 +112,24 @@ def batch_cmd(
 
 @import_app.command("inspect")
 def inspect_cmd(
-    logs: list[str] = typer.Argument(..., help="inspect_ai eval logs (.eval or .json) or folders of them"),
-    out: str = typer.Option(..., "--out", "-o", help="records JSONL to write"),
-    arm_from: str = typer.Option(
-        "auto",
-        "--arm-from",
-        help="arm name: auto | model | task | solver | "
-        "a task/model arg or generate-config key (e.g. temperature) | file",
-    ),
-    score_key: str = typer.Option(
-        None, "--score", help="which scorer's score becomes the outcome (default: first)"
-    ),
-    skip_bad: bool = typer.Option(
-        False, "--skip-bad", help="Skip bad samples/logs (reported) instead of stopping."
-    ),
+    logs: Annotated[
+        list[str], typer.Argument(help="inspect_ai eval logs (.eval or .json) or folders of them")
+    ],
+    out: Annotated[str, typer.Option("--out", "-o", help="records JSONL to write")],
+    arm_from: Annotated[
+        str,
+        typer.Option(
+            "--arm-from",
+            help="arm name: auto | model | task | solver | "
+            "a task/model arg or generate-config key (e.g. temperature) | file",
+        ),
+    ] = "auto",
+    score_key: Annotated[
+        str | None, typer.Option("--score", help="which scorer's score becomes the outcome (default: first)")
+    ] = None,
+    skip_bad: Annotated[
+        bool, typer.Option("--skip-bad", help="Skip bad samples/logs (reported) instead of stopping.")
+    ] = False,
 ) -> None:
     """inspect_ai eval logs -> call records (per-sample model usage) + outcome records (scores)."""
     from elo_per_token.analysis.imports.inspect_log import import_inspect
@@ -127,4 +139,9 @@ def inspect_cmd(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the `import` commands (batch, inspect) to `app`.
+
+    Args:
+        app: The root `ept` app.
+    """
     app.add_typer(import_app, name="import")

@@ -26,13 +26,26 @@ class Collector:
     notes: list[str] = field(default_factory=list)
 
     def bad(self, file: str, line: int | None, fld: str | None, message: str) -> None:
+        """A bad line: InputError naming it, or with --skip-bad recorded in `skipped`.
+
+        Args:
+            file: The file.
+            line: Its line (None: the whole file).
+            fld: The field at fault (None: the line).
+            message: What is wrong.
+        """
         if not self.skip_bad:
             raise InputError(message, file=file, line=line, field=fld)
         self.skipped.append(BadLine(file, line, fld, message))  # type: ignore[arg-type]  # None: a whole file
 
 
 def arm_fields(arm: str, budget_n: Any = None) -> dict[str, Any]:
-    """Our arm identity from a label: 'best_of_n@4' -> strategy best_of_n, budget 4; 'cot-t0.7' -> budget 1."""
+    """Our arm identity from a label: 'best_of_n@4' -> strategy best_of_n, budget 4; 'cot-t0.7' -> budget 1.
+
+    Args:
+        arm: The arm label.
+        budget_n: An explicit budget (None: from the label, else 1).
+    """
     m = _ARM_RE.match(arm)
     if m and budget_n is None:
         return {"strategy": m.group("strategy"), "budget_n": int(m.group("n")), "arm": arm}
@@ -41,7 +54,12 @@ def arm_fields(arm: str, budget_n: Any = None) -> dict[str, Any]:
 
 def read_jsonl(path: str, col: Collector) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for every non-blank line, lazily (so the first bad line in file order is the
-    one reported, whether it is bad JSON or a bad field); unparsable lines go to col.bad."""
+    one reported, whether it is bad JSON or a bad field); unparsable lines go to col.bad.
+
+    Args:
+        path: The JSONL file.
+        col: Where bad lines are raised or, with --skip-bad, collected.
+    """
     p = Path(path)
     if not p.is_file():
         raise InputError("no such file", file=path)
@@ -64,7 +82,12 @@ def read_jsonl(path: str, col: Collector) -> Iterator[tuple[int, dict[str, Any]]
 
 
 def read_rows(path: str, col: Collector) -> list[tuple[int, dict[str, Any]]]:
-    """(line, row) of a JSONL or CSV table (CSV: line = the row's line in the file, header = line 1)."""
+    """(line, row) of a JSONL or CSV table (CSV: line = the row's line in the file, header = line 1).
+
+    Args:
+        path: The JSONL or CSV file.
+        col: Where bad lines are raised or, with --skip-bad, collected.
+    """
     if path.endswith(".csv"):
         import polars as pl
 
@@ -79,7 +102,11 @@ def read_rows(path: str, col: Collector) -> list[tuple[int, dict[str, Any]]]:
 
 
 def as_int(v: Any) -> int | None:
-    """An integer from an int or an integer string ('4'); None otherwise."""
+    """An integer from an int or an integer string ('4'); None otherwise.
+
+    Args:
+        v: Any value.
+    """
     if isinstance(v, bool):
         return None
     if isinstance(v, int):
@@ -90,7 +117,11 @@ def as_int(v: Any) -> int | None:
 
 
 def as_score(row: dict[str, Any]) -> tuple[float | None, str | None]:
-    """(score in 0..1, None) from a row's `score` or `correct`; (None, field) when neither is usable."""
+    """(score in 0..1, None) from a row's `score` or `correct`; (None, field) when neither is usable.
+
+    Args:
+        row: A row of an outcomes table.
+    """
     s = row.get("score")
     if s not in (None, ""):
         try:
@@ -107,5 +138,10 @@ def as_score(row: dict[str, Any]) -> tuple[float | None, str | None]:
 
 
 def write_records(records: list[dict[str, Any]], out: str) -> None:
-    """All or nothing: write to a temp file next to `out`, then rename."""
+    """All or nothing: write to a temp file next to `out`, then rename.
+
+    Args:
+        records: The records to write.
+        out: The JSONL file to write.
+    """
     write_atomic(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))

@@ -46,7 +46,11 @@ def _require_inspect() -> Any:
 
 
 def expand_logs(paths: Sequence[str]) -> list[str]:
-    """Files as given; folders searched recursively for *.eval and *.json; globs expanded."""
+    """Files as given; folders searched recursively for *.eval and *.json; globs expanded.
+
+    Args:
+        paths: Log files, folders and globs.
+    """
     out: list[str] = []
     for p in paths:
         if os.path.isdir(p):
@@ -65,7 +69,12 @@ def expand_logs(paths: Sequence[str]) -> list[str]:
 
 
 def describe(log: Any, file: str) -> dict[str, str]:
-    """Everything that can name a run: model, task, solver, args and generate-config values."""
+    """Everything that can name a run: model, task, solver, args and generate-config values.
+
+    Args:
+        log: An inspect_ai EvalLog.
+        file: The log's file.
+    """
     spec = log.eval
     solver = spec.solver or (" + ".join(s.solver for s in log.plan.steps) if log.plan else "")
     d = {"model": str(spec.model), "task": str(spec.task), "solver": str(solver), "file": Path(file).stem}
@@ -77,6 +86,13 @@ def describe(log: Any, file: str) -> dict[str, str]:
 
 
 def arm_names(descs: list[dict[str, str]], arm_from: str, files: list[str]) -> list[str]:
+    """One arm name per log from its description (--arm-from): 'auto' picks the values that differ between the logs.
+
+    Args:
+        descs: describe() of each log.
+        arm_from: auto | model | task | solver | an arg or generate-config key | file.
+        files: The logs' files, in order.
+    """
     if arm_from == "auto":
         keys = [k for k in descs[0] if k != "file" and len({d.get(k) for d in descs}) > 1]
         keys += sorted({k for d in descs for k in d if k not in descs[0]} - set(keys))
@@ -98,7 +114,12 @@ def arm_names(descs: list[dict[str, str]], arm_from: str, files: list[str]) -> l
 
 
 def score_of(scores: dict[str, Any] | None, score_key: str | None) -> tuple[float | None, str | None, str]:
-    """(score in 0..1 | None when unscored, bad field | None, message)."""
+    """(score in 0..1 | None when unscored, bad field | None, message).
+
+    Args:
+        scores: A sample's scores (None: unscored).
+        score_key: The scorer to use (None: the first).
+    """
     from inspect_ai.scorer import value_to_float
 
     if not scores:
@@ -133,7 +154,11 @@ def score_of(scores: dict[str, Any] | None, score_key: str | None) -> tuple[floa
 def too_big(f: str) -> str | None:
     """Why a log must not be read, or None: an `.eval` (a zip) whose members inflate past the cap — checked from
     the declared sizes, which bound what Python's zipfile will inflate — or a `.json` log past it on disk. A
-    1 MB `.eval` that inflates to 1 GiB took the import to 2.1 GiB."""
+    1 MB `.eval` that inflates to 1 GiB took the import to 2.1 GiB.
+
+    Args:
+        f: The log file.
+    """
     import os
     import zipfile
 
@@ -166,8 +191,11 @@ def _counted(f: str, used: int) -> int:
     except TooBig as e:
         if e.field is None or "past" not in e.why:
             raise
-        cap = (f"EPT_MAX_IMPORT_MB={per_file / 2**20:g}" if per_file <= room else
-               f"EPT_MAX_IMPORT_TOTAL_MB={per_import / 2**20:g} with the {used / 2**20:.0f} MB of the logs before it")  # fmt: skip
+        cap = (
+            f"EPT_MAX_IMPORT_MB={per_file / 2**20:g}"
+            if per_file <= room
+            else f"EPT_MAX_IMPORT_TOTAL_MB={per_import / 2**20:g} with the {used / 2**20:.0f} MB of the logs before it"
+        )
         raise TooBig(
             e.field, f"{e.why} {cap} (a zip bomb, or logs to import in parts or with a higher cap)"
         ) from None

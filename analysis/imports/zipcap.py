@@ -127,7 +127,12 @@ def _count_zstd(src: _Limited, limit: float) -> int:
 
 def log_bytes(path: str, limit: float) -> int:
     """The bytes a log inflates to (a `.json` log: its size), counted up to just past `limit`; TooBig naming the
-    member that crossed it (with what it declared), or why the zip cannot be read."""
+    member that crossed it (with what it declared), or why the zip cannot be read.
+
+    Args:
+        path: The log file.
+        limit: The byte cap.
+    """
     if not path.endswith(".eval"):
         return os.path.getsize(path)
     total = 0

@@ -149,6 +149,12 @@ def read_records(
     """Read every input into one validated frame (RECORD_SCHEMA) with a resolved `family` per task.
 
     resolve_families=False leaves `family` as written on each line (token counting needs no families).
+
+    Args:
+        paths: Runs (ledger run folders or URLs), files, folders and globs.
+        skip_bad: Skip bad lines (reported) instead of raising InputError.
+        tasks_file: JSONL with task_id and family, for logs without families (None: none).
+        resolve_families: Resolve one family per task (False: keep each line's own, for token counting).
     """
     runs, plain = split_runs(paths)
     files = expand_inputs(plain) if plain else []
@@ -227,6 +233,12 @@ def read_summary(
     rules) and `summarise` must keep every row in some group (group, not filter), aggregate
     `pl.col("_bad").any()` as `_bad`. The id fields (task_id, family, strategy, arm) it keeps as keys are
     checked on their distinct values (ids_pass), the others on every row. The answer has no `_bad` column.
+
+    Args:
+        paths: Runs (ledger run folders or URLs), files, folders and globs.
+        summarise: The lazy group-by to compute over the normalised records.
+        skip_bad: Skip bad lines (reported) instead of raising InputError.
+        fields: The raw fields `summarise` reads (None: every field).
     """
     runs, _ = split_runs(paths)
     files = [] if runs else expand_inputs(paths)

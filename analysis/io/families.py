@@ -9,7 +9,11 @@ from elo_per_token.contracts.errors import InputError
 
 
 def read_tasks_file(path: str) -> pl.DataFrame:
-    """A tasks file: JSONL with task_id and family (other fields ignored)."""
+    """A tasks file: JSONL with task_id and family (other fields ignored).
+
+    Args:
+        path: The tasks file.
+    """
     try:
         df = pl.read_ndjson(path, schema={"task_id": pl.String, "family": pl.String})
     except (pl.exceptions.PolarsError, OSError) as e:

@@ -149,7 +149,12 @@ def _slow_read_parquet(f: str, *, skip_bad: bool) -> tuple[pl.DataFrame, list[Ba
 
 
 def line_of(file: str, row: int) -> int:
-    """1-based line number of the file's `row`-th non-blank line (error path only)."""
+    """1-based line number of the file's `row`-th non-blank line (error path only).
+
+    Args:
+        file: The JSONL file.
+        row: The row's index among the non-blank lines (0-based).
+    """
     if file.endswith(".parquet"):
         return row + 1
     seen = -1

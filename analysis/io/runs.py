@@ -18,7 +18,14 @@ def read_run(
     src: RunSource, *, skip_bad: bool = False, threads: int = 32, chunk_jobs: int = RUN_CHUNK_JOBS
 ) -> tuple[pl.DataFrame, list[BadLine], list[str]]:
     """A run's records (RECORD_SCHEMA, `file` naming each row's job object, Categorical), what was skipped,
-    and the names read (segments, then the run's jobs/ folder for the objects no segment holds)."""
+    and the names read (segments, then the run's jobs/ folder for the objects no segment holds).
+
+    Args:
+        src: The run (its ledger and id).
+        skip_bad: Skip bad lines (reported) instead of raising InputError.
+        threads: Job objects read in flight.
+        chunk_jobs: Job objects read and parsed per chunk.
+    """
     from elo_per_token.analysis.io import taskcheck
     from elo_per_token.ledger.keyspace import unindexed_keys
     from elo_per_token.ledger.segments import parsed_chunks, read_index, seg_name, segment_state

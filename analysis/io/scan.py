@@ -78,7 +78,12 @@ _MIN_BYTES_PER_ROW = (
 
 def check_parquet_rows(f: str, rows: int) -> None:
     """Refuse (InputError naming the file) a local Parquet whose footer declares more rows than can be read
-    (EPT_MAX_PARQUET_ROWS, default 20M) or implausibly many for its size."""
+    (EPT_MAX_PARQUET_ROWS, default 20M) or implausibly many for its size.
+
+    Args:
+        f: The Parquet file.
+        rows: The row count its footer declares.
+    """
     import os
 
     from elo_per_token.contracts.errors import InputError

@@ -37,9 +37,19 @@ _INT_FIELDS = ("budget_n", "replicate", "prompt_tokens", "completion_tokens", "b
 # frame holds them as Categorical, a 4-byte code per row instead of a 16-byte string view (plus the text of
 # longer ones). That is most of a large run's frame, and it is what `ept analyze` keeps while it works.
 LABEL_COLUMNS = (
-    "file", "kind", "task_id", "family", "strategy", "arm", "role", "finish_reason", "error_class", "winner", "arm_a",
+    "file",
+    "kind",
+    "task_id",
+    "family",
+    "strategy",
+    "arm",
+    "role",
+    "finish_reason",
+    "error_class",
+    "winner",
+    "arm_a",
     "arm_b",
-)  # fmt: skip
+)
 
 # The normalised frame every later stage reads.
 RECORD_SCHEMA: dict[str, pl.DataType] = {
@@ -75,15 +85,32 @@ RECORD_SCHEMA: dict[str, pl.DataType] = {
 # "usage.x" parses only that member of the usage object: the breakdown (details objects, cache fields) is
 # most of the JSON parse's cost on a call line and `ept tokens` does not report it. Not `family` either.
 TOKENS_FIELDS = (
-    "kind", "task_id", "strategy", "budget_n", "arm", "replicate", "role", "usage.prompt_tokens",
-    "usage.completion_tokens", "prompt_tokens", "completion_tokens", "usage_missing", "error", "score", "correct",
+    "kind",
+    "task_id",
+    "strategy",
+    "budget_n",
+    "arm",
+    "replicate",
+    "role",
+    "usage.prompt_tokens",
+    "usage.completion_tokens",
+    "prompt_tokens",
+    "completion_tokens",
+    "usage_missing",
+    "error",
+    "score",
+    "correct",
     "winner",
-)  # fmt: skip
+)
 
 
 def fields_schema(fields: Sequence[str]) -> dict[str, pl.DataType]:
     """The RAW_SCHEMA subset that parses `fields` (names of RAW_SCHEMA, or "usage.<member>" for members of
-    the usage object). The scan fills every other field, and usage member, with nulls (analysis.io.scan)."""
+    the usage object). The scan fills every other field, and usage member, with nulls (analysis.io.scan).
+
+    Args:
+        fields: Field names of RAW_SCHEMA, or "usage.<member>".
+    """
     schema: dict[str, pl.DataType] = {}
     members: dict[str, PolarsDataType] = {}
     usage = _USAGE.to_schema()
@@ -167,7 +194,12 @@ def _row_bad(id_fields: Sequence[str] = ()) -> pl.Expr:
 
 def ids_pass(frame: pl.DataFrame, names: Sequence[str] = _ID_FIELDS) -> bool:
     """Whether the values of the id columns `names` in `frame` pass every id rule, checked on their distinct
-    values (a log repeats a few thousand ids over a million lines: thousands of string checks, not millions)."""
+    values (a log repeats a few thousand ids over a million lines: thousands of string checks, not millions).
+
+    Args:
+        frame: The records read.
+        names: The id columns to check.
+    """
     for name in names:
         values = frame.get_column(name).unique().to_frame(name)
         flags = values.select(

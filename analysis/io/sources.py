@@ -43,7 +43,11 @@ def _is_data_file(name: str) -> bool:
 
 
 def expand_inputs(paths: Sequence[str]) -> list[str]:
-    """Files, directories (recursive), globs and s3://bucket/prefix URLs -> sorted data files."""
+    """Files, directories (recursive), globs and s3://bucket/prefix URLs -> sorted data files.
+
+    Args:
+        paths: Runs (ledger run folders or URLs), files, folders and globs.
+    """
     files: list[str] = []
     for p in paths:
         if p.startswith("s3://"):
@@ -102,8 +106,11 @@ def _drop_compacted_copies(files: list[str]) -> list[str]:
     read a found directory's jobs/ objects and skip its compact/ copy so no record counts twice."""
     runs_with_jobs = {f.split("/jobs/")[0] for f in files if "/jobs/" in f}
     # planned/keys-*.parquet are job-key declarations (ledger/keyspace.py), not records.
-    return [f for f in files if not ("/compact/" in f and f.split("/compact/")[0] in runs_with_jobs)
-            and "/planned/keys-" not in f]  # fmt: skip
+    return [
+        f
+        for f in files
+        if not ("/compact/" in f and f.split("/compact/")[0] in runs_with_jobs) and "/planned/keys-" not in f
+    ]
 
 
 # ---------------------------------------------------------------- ledger runs (where they are)
@@ -113,6 +120,11 @@ def _drop_compacted_copies(files: list[str]) -> list[str]:
 
 
 def split_runs(paths: Sequence[str]) -> tuple[list[RunSource], list[str]]:
+    """(runs, plain files): the inputs that name a ledger run, and the rest, in order.
+
+    Args:
+        paths: Runs (ledger run folders or URLs), files, folders and globs.
+    """
     runs: list[RunSource] = []
     plain: list[str] = []
     for p in paths:
@@ -126,7 +138,11 @@ def split_runs(paths: Sequence[str]) -> tuple[list[RunSource], list[str]]:
 
 def plan_run(path: str) -> tuple[str, str]:
     """(run id, ledger) of a sweep plan file: its `name` and `ledger` fields, read as TOML here (the analysis
-    does not import the coordinator's plan parser; a run it names is checked against the ledger anyway)."""
+    does not import the coordinator's plan parser; a run it names is checked against the ledger anyway).
+
+    Args:
+        path: A sweep plan TOML file.
+    """
     import tomllib
 
     try:
@@ -147,7 +163,12 @@ def plan_run(path: str) -> tuple[str, str]:
 def resolve_input(arg: str, ledger: str | None = None) -> str:
     """A command-line input as a path or URL. A run id (a bare name that is no file) means that run in
     `ledger` (default ./ept-out/ledger); a plan file means its run in its ledger (or `ledger`). Both are
-    checked: a missing run lists the runs the ledger holds, an unreachable ledger says what is wrong."""
+    checked: a missing run lists the runs the ledger holds, an unreachable ledger says what is wrong.
+
+    Args:
+        arg: A path, URL, run id or plan file from the command line.
+        ledger: The ledger a bare run id is looked up in (None: ./ept-out/ledger).
+    """
     from elo_per_token.ledger import check_run, open_ledger_for_reading
 
     if arg.endswith(".toml") and os.path.isfile(arg):
@@ -160,35 +181,48 @@ def resolve_input(arg: str, ledger: str | None = None) -> str:
             "a table is not a call log: `ept import batch` turns OpenAI Batch output plus a CSV of scores into "
             "records `ept analyze` reads (docs/imports.md); suites of tasks in CSV go through `ept suites import`",
             file=arg,
-        )  # fmt: skip
+        )
     bare = "/" not in arg and "://" not in arg and not glob.has_magic(arg) and not os.path.exists(arg)
     if bare and not arg.endswith(DATA_SUFFIXES):
         led = open_ledger_for_reading(ledger or DEFAULT_LEDGER)
         try:
             check_run(led, arg)
         except InputError as e:  # a bare name is a run id or a path: say neither exists
-            raise InputError(f"no such file or folder {arg!r} (in {os.getcwd()}), and {e.message}",
-                             field=e.field) from None  # fmt: skip
+            raise InputError(
+                f"no such file or folder {arg!r} (in {os.getcwd()}), and {e.message}", field=e.field
+            ) from None
         return led.run_url(arg)
     return arg
 
 
 def read_manifest(src: RunSource) -> dict[str, Any] | None:
-    """The run's manifest, None when it has none (reading never creates a bucket)."""
+    """The run's manifest, None when it has none (reading never creates a bucket).
+
+    Args:
+        src: The run (its ledger and id).
+    """
     from elo_per_token.ledger import open_ledger_for_reading
 
     return open_ledger_for_reading(src.ledger_url).get_manifest(src.run_id)
 
 
 def read_failures(src: RunSource) -> dict[str, dict[str, Any]]:
-    """Jobs that failed and never wrote a result (the ledger's failures/ objects), by job key."""
+    """Jobs that failed and never wrote a result (the ledger's failures/ objects), by job key.
+
+    Args:
+        src: The run (its ledger and id).
+    """
     from elo_per_token.ledger import open_ledger_for_reading
 
     return open_ledger_for_reading(src.ledger_url).list_failures(src.run_id)
 
 
 def open_run(src: RunSource) -> Ledger:
-    """The run's ledger, checked: an unreachable ledger or a run it does not have is an InputError."""
+    """The run's ledger, checked: an unreachable ledger or a run it does not have is an InputError.
+
+    Args:
+        src: The run (its ledger and id).
+    """
     from elo_per_token.ledger import check_run, open_ledger_for_reading
 
     led = open_ledger_for_reading(src.ledger_url)

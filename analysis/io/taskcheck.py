@@ -22,7 +22,13 @@ DIGEST_FIELD = "task_digest"
 
 def expected_digests(led: Ledger, run: str, *, skip_bad: bool) -> tuple[dict[str, str] | None, list[BadLine]]:
     """The run's recorded task digests (None: it records none). A garbage record is refused naming its file,
-    or with skip_bad reported as skipped (and the check is then not made)."""
+    or with skip_bad reported as skipped (and the check is then not made).
+
+    Args:
+        led: The run's ledger.
+        run: The run's id.
+        skip_bad: Skip bad lines (reported) instead of raising InputError.
+    """
     try:
         return run_task_digests(led, run), []
     except InputError as e:
@@ -35,10 +41,16 @@ def expected_digests(led: Ledger, run: str, *, skip_bad: bool) -> tuple[dict[str
 
 def mismatches(rows: pl.DataFrame, expected: dict[str, str]) -> pl.DataFrame:
     """Of `rows` (job_key, line0, kind, task_digest), the outcome lines whose digest is not the one recorded
-    for their task (or whose task the run never recorded): job_key, line0, task_digest, expected."""
+    for their task (or whose task the run never recorded): job_key, line0, task_digest, expected.
+
+    Args:
+        rows: Outcome lines: job_key, line0, kind, task_digest.
+        expected: Task part -> its recorded digest.
+    """
     if DIGEST_FIELD not in rows.columns or rows.height == 0:
-        return pl.DataFrame(schema={"job_key": pl.String, "line0": pl.Int64, DIGEST_FIELD: pl.String,
-                                    "expected": pl.String})  # fmt: skip
+        return pl.DataFrame(
+            schema={"job_key": pl.String, "line0": pl.Int64, DIGEST_FIELD: pl.String, "expected": pl.String}
+        )
     table = pl.DataFrame(
         {"part": list(expected), "expected": list(expected.values())},
         schema={"part": pl.String, "expected": pl.String},
@@ -61,7 +73,14 @@ def mismatches(rows: pl.DataFrame, expected: dict[str, str]) -> pl.DataFrame:
 
 
 def refuse_or_report(led: Ledger, run: str, bad: pl.DataFrame, *, skip_bad: bool) -> list[BadLine]:
-    """InputError for the first mismatch; with skip_bad, one BadLine per job left out."""
+    """InputError for the first mismatch; with skip_bad, one BadLine per job left out.
+
+    Args:
+        led: The run's ledger.
+        run: The run's id.
+        bad: The mismatches (mismatches()).
+        skip_bad: Skip bad lines (reported) instead of raising InputError.
+    """
     out = []
     prefix = led.run_url(run) + "/jobs/"
     for r in bad.iter_rows(named=True) if skip_bad else bad.head(1).iter_rows(named=True):
@@ -71,8 +90,10 @@ def refuse_or_report(led: Ledger, run: str, bad: pl.DataFrame, *, skip_bad: bool
             if r["expected"] is None
             else f"the run recorded task {part!r} as {r['expected']}"
         )
-        msg = (f"graded a task with digest {r[DIGEST_FIELD]!r}, but {why}: this outcome is not of the run's "
-               "task (a forged job?); --skip-bad leaves its job out")  # fmt: skip
+        msg = (
+            f"graded a task with digest {r[DIGEST_FIELD]!r}, but {why}: this outcome is not of the run's "
+            "task (a forged job?); --skip-bad leaves its job out"
+        )
         err = BadLine(prefix + str(r["job_key"]) + JOB_SUFFIX, int(r["line0"]) + 1, DIGEST_FIELD, msg)
         if not skip_bad:
             raise InputError(err.message, err.file, err.line, err.field)
@@ -81,7 +102,13 @@ def refuse_or_report(led: Ledger, run: str, bad: pl.DataFrame, *, skip_bad: bool
 
 
 def segment_mismatches(url: str, opts: dict[str, str] | None, expected: dict[str, str]) -> pl.DataFrame:
-    """mismatches() over a segment's outcome rows (segments written before digests were kept have none)."""
+    """mismatches() over a segment's outcome rows (segments written before digests were kept have none).
+
+    Args:
+        url: The segment's URL.
+        opts: polars storage options for s3:// (None: local).
+        expected: Task part -> its recorded digest.
+    """
     lf = pl.scan_parquet(url, storage_options=opts)
     if DIGEST_FIELD not in lf.collect_schema().names():
         return mismatches(pl.DataFrame(), expected)

@@ -38,9 +38,10 @@ def available() -> list[str]:
     # Both the data package and our converter must exist (a package installed for a converter that is not in
     # this checkout must not break every suite listing).
     return sorted(
-        n for n, (pkg, mod) in PUBLIC_SUITES.items()
+        n
+        for n, (pkg, mod) in PUBLIC_SUITES.items()
         if importlib.util.find_spec(pkg) is not None and importlib.util.find_spec(mod) is not None
-    )  # fmt: skip
+    )
 
 
 @functools.cache

@@ -88,3 +88,25 @@ def test_the_overridden_http_client_has_an_upper_bound() -> None:
     for dist in ("httpx2", "httpcore2", "aiohttp", "botocore", "urllib3", "kombu"):
         assert re.search(r"<\s*[\d.]+", reqs[dist]), reqs[dist]
     assert re.search(r"<\s*2\.\d+$", reqs["httpx2"]), reqs["httpx2"]
+
+
+def unbounded(requirements: list[str]) -> list[str]:
+    """The requirements without an upper bound (`<` or `==`) on their version."""
+    return [r for r in requirements if not re.search(r"(<|==)", r.split(";")[0])]
+
+
+def test_every_runtime_dependency_is_bounded() -> None:
+    """A new major release of any runtime dependency is taken on purpose, not by the next `pip install`."""
+    bad = unbounded(PYPROJECT["project"]["dependencies"])
+    assert not bad, "give these an upper bound in pyproject.toml [project] dependencies:\n" + "\n".join(bad)
+
+
+def test_the_bound_check_fails_on_an_open_range() -> None:
+    reqs = [
+        "numpy>=1.26,<3",
+        "scipy>=1.11",
+        "x==1.0",
+        "bwrap>=0.11,<1; sys_platform == 'linux'",
+        "y; os_name == 'nt'",
+    ]
+    assert unbounded(reqs) == ["scipy>=1.11", "y; os_name == 'nt'"]

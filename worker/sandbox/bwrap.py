@@ -172,8 +172,11 @@ def choose_bwrap() -> BwrapChoice:
     explicit = read_str("EPT_BWRAP") or ""
     if explicit and explicit.upper() != "PATH":
         ok = os.path.isfile(explicit) and os.access(explicit, os.X_OK)
-        return BwrapChoice(explicit if ok else None, "EPT_BWRAP", "" if ok else f"EPT_BWRAP={explicit} is not "
-                           "an executable file")  # fmt: skip
+        return BwrapChoice(
+            explicit if ok else None,
+            "EPT_BWRAP",
+            "" if ok else f"EPT_BWRAP={explicit} is not an executable file",
+        )
     on_path = shutil.which("bwrap", path=os.environ.get("PATH", "") + ":/usr/bin:/bin")
     if explicit:  # EPT_BWRAP=PATH: the distribution's bwrap, on purpose
         return BwrapChoice(on_path, "PATH", "" if on_path else "EPT_BWRAP=PATH but no bwrap is on PATH")

@@ -145,13 +145,24 @@ class JobContext:
         # (one attempt, error class "discarded") at the same index; the call's own record counts the other attempts,
         # so attempts summed over records = requests sent.
         for d in discarded:
-            self._record(CallRecord(
-                call_index=index, role=role, model=None, usage=d["usage"], latency_s=0.0, attempts=1, seed=seed,
-                n_requested=n, n_returned=0, finish_reason=None,
-                error={"class": "discarded", "message": f"billed response discarded: {d['message']}"},
-                usage_missing=d["usage"] is None, usage_invalid=d["usage_invalid"],
-                usage_estimate=bound if d["usage"] is None else None,
-            ))  # fmt: skip
+            self._record(
+                CallRecord(
+                    call_index=index,
+                    role=role,
+                    model=None,
+                    usage=d["usage"],
+                    latency_s=0.0,
+                    attempts=1,
+                    seed=seed,
+                    n_requested=n,
+                    n_returned=0,
+                    finish_reason=None,
+                    error={"class": "discarded", "message": f"billed response discarded: {d['message']}"},
+                    usage_missing=d["usage"] is None,
+                    usage_invalid=d["usage_invalid"],
+                    usage_estimate=bound if d["usage"] is None else None,
+                )
+            )
 
     def _record(self, rec: CallRecord) -> None:
         from elo_per_token.worker.journal import note_call
