@@ -2,7 +2,7 @@
 in a Google-style `Args:` section. Public: no leading underscore, module level or a method of a public
 class; with at least one parameter besides self/cls.
 
-tests/docstrings_todo.txt lists the functions still without one (`file::qualname`, one a line): the list may
+tests/meta/docstrings_todo.txt lists the functions still without one (`file::qualname`, one a line): the list may
 only shrink (a documented or removed function must leave it), and a function not on it must have `Args:`.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("contracts", "ledger", "analysis")
 TODO = Path(__file__).with_name("docstrings_todo.txt")
 # Implementations of a documented protocol: a method the protocol documents (same name) is not asked to repeat

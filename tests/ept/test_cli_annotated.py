@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Converted on another branch at the time this test was written (the adaptive ε-frontier work); remove the
 # entry once that file is in Annotated form.
 NOT_YET = {"coordinator/adaptive_cli.py"}
