@@ -158,77 +158,88 @@ def _checked_inputs(
     return opts, paths
 
 
+_OutOpt = Annotated[
+    str | None, typer.Option("--out", help="Write report.md, arms.csv, report.json and PNG plots here.")
+]
+_SeedOpt = Annotated[
+    int | None, typer.Option("--seed", help="Bootstrap seed (default: a run's plan, else 0).")
+]
+_LevelOpt = Annotated[
+    float | None, typer.Option("--level", help="Interval level (default: a run's, else 0.95).")
+]
+_L2Opt = Annotated[
+    float | None,
+    typer.Option(
+        "--l2",
+        help="L2 penalty of the Bradley-Terry fit (default: a prior of one virtual tie per arm, l2 = 0.125).",
+    ),
+]
+_MinTasksOpt = Annotated[
+    int,
+    typer.Option(
+        "--min-tasks",
+        help="Families with fewer tasks are left out of the merge and the weights renormalised (with a warning); smaller families cannot show their own task-to-task variance.",
+    ),
+]
+_DropTiesOpt = Annotated[
+    bool, typer.Option("--drop-ties", help="Drop ties instead of counting half a win each way.")
+]
+_SkipBadOpt = Annotated[
+    bool, typer.Option("--skip-bad", help="Skip bad lines (reported) instead of stopping.")
+]
+_TasksOpt = Annotated[str | None, typer.Option("--tasks", help="JSONL tasks file with task_id and family.")]
+_PricesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prices",
+        help="USD per 1M tokens, e.g. in=0.15,cached=0.075,out=0.6: cost per task, ΔElo per $1.",
+    ),
+]
+_HtmlOpt = Annotated[
+    str | None, typer.Option("--html", help="Also write a self-contained HTML report to this file.")
+]
+_TranscriptOpt = Annotated[
+    str | None,
+    typer.Option("--transcript", help="Also write the command and its terminal output as a markdown file."),
+]
+_TopOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--top", help="Terminal tables: only the N arms with the highest Elo (files keep every arm)."
+    ),
+]
+_ArmsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--arms",
+        help="Terminal tables: only arms whose label contains PATTERN; * and ? are wildcards, e.g. 'best_of_n@*'.",
+    ),
+]
+
+
 def analyze_cmd(
     paths: Annotated[list[str], typer.Argument(help=PATHS_HELP)],
-    out: Annotated[
-        str | None, typer.Option("--out", help="Write report.md, arms.csv, report.json and PNG plots here.")
-    ] = None,
+    out: _OutOpt = None,
     weights: Annotated[str | None, typer.Option("--weights", help=WEIGHTS_HELP)] = None,
     anchor: Annotated[str | None, typer.Option("--anchor", help=ANCHOR_HELP)] = None,
     rounds: Annotated[int | None, typer.Option("--rounds", help=ROUNDS_HELP)] = None,
-    seed: Annotated[
-        int | None, typer.Option("--seed", help="Bootstrap seed (default: a run's plan, else 0).")
-    ] = None,
-    level: Annotated[
-        float | None, typer.Option("--level", help="Interval level (default: a run's, else 0.95).")
-    ] = None,
+    seed: _SeedOpt = None,
+    level: _LevelOpt = None,
     margin: Annotated[float, typer.Option("--margin", help=MARGIN_HELP)] = 10.0,
-    l2: Annotated[
-        float | None,
-        typer.Option(
-            "--l2",
-            help="L2 penalty of the Bradley-Terry fit (default: a prior of one virtual tie per arm, l2 = 0.125).",
-        ),
-    ] = None,
-    min_tasks: Annotated[
-        int,
-        typer.Option(
-            "--min-tasks",
-            help="Families with fewer tasks are left out of the merge and the weights renormalised (with a warning); smaller families cannot show their own task-to-task variance.",
-        ),
-    ] = 5,
-    drop_ties: Annotated[
-        bool, typer.Option("--drop-ties", help="Drop ties instead of counting half a win each way.")
-    ] = False,
+    l2: _L2Opt = None,
+    min_tasks: _MinTasksOpt = 5,
+    drop_ties: _DropTiesOpt = False,
     missing: Annotated[str, typer.Option("--missing", help=MISSING_HELP)] = "shared",
-    skip_bad: Annotated[
-        bool, typer.Option("--skip-bad", help="Skip bad lines (reported) instead of stopping.")
-    ] = False,
-    tasks: Annotated[
-        str | None, typer.Option("--tasks", help="JSONL tasks file with task_id and family.")
-    ] = None,
+    skip_bad: _SkipBadOpt = False,
+    tasks: _TasksOpt = None,
     no_plots: Annotated[bool, typer.Option("--no-plots", help="With --out: skip the PNG plots.")] = False,
-    prices: Annotated[
-        str | None,
-        typer.Option(
-            "--prices",
-            help="USD per 1M tokens, e.g. in=0.15,cached=0.075,out=0.6: cost per task, ΔElo per $1.",
-        ),
-    ] = None,
+    prices: _PricesOpt = None,
     budget: Annotated[str | None, typer.Option("--budget", help=BUDGET_HELP)] = None,
-    html: Annotated[
-        str | None, typer.Option("--html", help="Also write a self-contained HTML report to this file.")
-    ] = None,
-    transcript: Annotated[
-        str | None,
-        typer.Option(
-            "--transcript", help="Also write the command and its terminal output as a markdown file."
-        ),
-    ] = None,
+    html: _HtmlOpt = None,
+    transcript: _TranscriptOpt = None,
     ledger: Annotated[str | None, typer.Option("--ledger", help=LEDGER_HELP)] = None,
-    top: Annotated[
-        int | None,
-        typer.Option(
-            "--top", help="Terminal tables: only the N arms with the highest Elo (files keep every arm)."
-        ),
-    ] = None,
-    arms: Annotated[
-        str | None,
-        typer.Option(
-            "--arms",
-            help="Terminal tables: only arms whose label contains PATTERN; * and ? are wildcards, e.g. 'best_of_n@*'.",
-        ),
-    ] = None,
+    top: _TopOpt = None,
+    arms: _ArmsOpt = None,
 ) -> None:
     """Elo per token: Bradley-Terry per family, weighted merge, bootstrap CIs, diminishing-returns table.
 

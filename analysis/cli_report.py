@@ -26,58 +26,71 @@ def register(app: typer.Typer) -> None:
     app.command("report")(report)
 
 
+_CompareBaselineOpt = Annotated[
+    str,
+    typer.Argument(
+        help="Baseline run: a ledger run folder/URL (…/runs/ID), a run id in ./ept-out/ledger, or a folder of logs."
+    ),
+]
+_CompareFailOnOpt = Annotated[
+    str,
+    typer.Option(
+        "--fail-on",
+        help="Thresholds on the interval: elo-drop=POINTS, tokens-rise=PCT% or tokens-rise=TOKENS; 'none' only "
+        "reports. Exit 1 when an arm's whole interval is past a threshold.",
+    ),
+]
+_CompareMarkdownOpt = Annotated[
+    Path | None, typer.Option("--markdown", help="Write a pull-request comment (markdown) here.")
+]
+_CompareWeightsOpt = Annotated[
+    str | None, typer.Option("--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2.")
+]
+_CompareRoundsOpt = Annotated[
+    int | None,
+    typer.Option("--rounds", help="Bootstrap rounds (default: the baseline run's table's, else 1000)."),
+]
+_CompareSeedOpt = Annotated[
+    int | None, typer.Option("--seed", help="Bootstrap seed (default: the baseline run's, else 0).")
+]
+_CompareLevelOpt = Annotated[
+    float | None,
+    typer.Option("--level", help="Interval level of the table (default: the baseline run's, else 0.95)."),
+]
+_CompareAdjustOpt = Annotated[
+    str,
+    typer.Option(
+        "--adjust",
+        help="bonferroni: the rule uses intervals widened for the number of arms tested at once (family-wise "
+        "false-alarm control); none: the table's intervals.",
+    ),
+]
+_CompareTasksOpt = Annotated[
+    str | None, typer.Option("--tasks", help="JSONL with task_id and family, for logs without them.")
+]
+_CompareSkipBadOpt = Annotated[
+    bool, typer.Option("--skip-bad", help="Skip malformed lines instead of stopping.")
+]
+_CompareLedgerOpt = Annotated[
+    str | None,
+    typer.Option("--ledger", help="Ledger holding runs given by id; default ./ept-out/ledger."),
+]
+
+
 def compare(
-    baseline: Annotated[
-        str,
-        typer.Argument(
-            help="Baseline run: a ledger run folder/URL (…/runs/ID), a run id in ./ept-out/ledger, or a folder of logs."
-        ),
-    ],
+    baseline: _CompareBaselineOpt,
     current: Annotated[str, typer.Argument(help="Current run, same suites and arms as the baseline.")],
-    fail_on: Annotated[
-        str,
-        typer.Option(
-            "--fail-on",
-            help="Thresholds on the interval: elo-drop=POINTS, tokens-rise=PCT% or tokens-rise=TOKENS; 'none' only "
-            "reports. Exit 1 when an arm's whole interval is past a threshold.",
-        ),
-    ] = "elo-drop=20",
-    markdown: Annotated[
-        Path | None, typer.Option("--markdown", help="Write a pull-request comment (markdown) here.")
-    ] = None,
+    fail_on: _CompareFailOnOpt = "elo-drop=20",
+    markdown: _CompareMarkdownOpt = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write every number as JSON here.")] = None,
-    weights: Annotated[
-        str | None, typer.Option("--weights", help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2.")
-    ] = None,
-    rounds: Annotated[
-        int | None,
-        typer.Option("--rounds", help="Bootstrap rounds (default: the baseline run's table's, else 1000)."),
-    ] = None,
-    seed: Annotated[
-        int | None, typer.Option("--seed", help="Bootstrap seed (default: the baseline run's, else 0).")
-    ] = None,
-    level: Annotated[
-        float | None,
-        typer.Option("--level", help="Interval level of the table (default: the baseline run's, else 0.95)."),
-    ] = None,
-    adjust: Annotated[
-        str,
-        typer.Option(
-            "--adjust",
-            help="bonferroni: the rule uses intervals widened for the number of arms tested at once (family-wise "
-            "false-alarm control); none: the table's intervals.",
-        ),
-    ] = "bonferroni",
-    tasks: Annotated[
-        str | None, typer.Option("--tasks", help="JSONL with task_id and family, for logs without them.")
-    ] = None,
-    skip_bad: Annotated[
-        bool, typer.Option("--skip-bad", help="Skip malformed lines instead of stopping.")
-    ] = False,
-    ledger: Annotated[
-        str | None,
-        typer.Option("--ledger", help="Ledger holding runs given by id; default ./ept-out/ledger."),
-    ] = None,
+    weights: _CompareWeightsOpt = None,
+    rounds: _CompareRoundsOpt = None,
+    seed: _CompareSeedOpt = None,
+    level: _CompareLevelOpt = None,
+    adjust: _CompareAdjustOpt = "bonferroni",
+    tasks: _CompareTasksOpt = None,
+    skip_bad: _CompareSkipBadOpt = False,
+    ledger: _CompareLedgerOpt = None,
 ) -> None:
     """Compare two runs arm by arm; exit 1 on a regression the data supports, 2 when not comparable."""
     from elo_per_token.analysis.compare import compare_runs
@@ -162,77 +175,91 @@ def _print_compare(res: CompareResult, baseline: str, current: str, *, level: fl
         con.print("[green]no regression the data supports[/]")
 
 
+_ReportPathsOpt = Annotated[
+    list[str],
+    typer.Argument(
+        help="A run (ledger run folder/URL, or a run id in ./ept-out/ledger) or call-log paths, dirs, globs."
+    ),
+]
+_ReportWeightsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--weights",
+        help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2 (default: the run's plan, else equal).",
+    ),
+]
+_ReportAnchorOpt = Annotated[
+    str | None,
+    typer.Option("--anchor", help="Arm pinned at Elo 1000 (default: the run's plan, else the cheapest)."),
+]
+_ReportRoundsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--rounds",
+        help="Bootstrap rounds, 0: no intervals (default: the run's plan, as in its table; else 1000).",
+    ),
+]
+_ReportSeedOpt = Annotated[
+    int | None, typer.Option("--seed", help="Bootstrap seed (default: the run's plan, else 0).")
+]
+_ReportLevelOpt = Annotated[
+    float | None, typer.Option("--level", help="Interval level (default: the run's, else 0.95).")
+]
+_ReportL2Opt = Annotated[
+    float | None,
+    typer.Option("--l2", help="L2 penalty of the Bradley-Terry fit (default: the prior of `ept analyze`)."),
+]
+_ReportMarginOpt = Annotated[
+    float,
+    typer.Option(
+        "--margin", help="Elo: the recommendation's equivalence margin (as `ept analyze --margin`)."
+    ),
+]
+_ReportTasksOpt = Annotated[
+    str | None, typer.Option("--tasks", help="JSONL with task_id and family, for logs without them.")
+]
+_ReportSkipBadOpt = Annotated[
+    bool, typer.Option("--skip-bad", help="Skip malformed lines instead of stopping.")
+]
+_ReportDropTiesOpt = Annotated[
+    bool, typer.Option("--drop-ties", help="Drop tied comparisons instead of half wins.")
+]
+_ReportLedgerOpt = Annotated[
+    str | None,
+    typer.Option("--ledger", help="Ledger holding a run given by id; default ./ept-out/ledger."),
+]
+_ReportPricesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prices",
+        help="USD per 1M tokens, e.g. in=0.15,cached=0.075,out=0.6 (default: the run's profile prices).",
+    ),
+]
+_ReportBudgetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--budget",
+        help="Tokens (3000, 2.5k) or dollars ($0.002) per task: the recommendation adds the best arm under it.",
+    ),
+]
+
+
 def report(
-    paths: Annotated[
-        list[str],
-        typer.Argument(
-            help="A run (ledger run folder/URL, or a run id in ./ept-out/ledger) or call-log paths, dirs, globs."
-        ),
-    ],
+    paths: _ReportPathsOpt,
     out: Annotated[Path, typer.Option("--out", help="The HTML file to write.")] = Path("report.html"),
-    weights: Annotated[
-        str | None,
-        typer.Option(
-            "--weights",
-            help="Family weights, e.g. math=0.4,code=0.4,tool_use=0.2 (default: the run's plan, else equal).",
-        ),
-    ] = None,
-    anchor: Annotated[
-        str | None,
-        typer.Option("--anchor", help="Arm pinned at Elo 1000 (default: the run's plan, else the cheapest)."),
-    ] = None,
-    rounds: Annotated[
-        int | None,
-        typer.Option(
-            "--rounds",
-            help="Bootstrap rounds, 0: no intervals (default: the run's plan, as in its table; else 1000).",
-        ),
-    ] = None,
-    seed: Annotated[
-        int | None, typer.Option("--seed", help="Bootstrap seed (default: the run's plan, else 0).")
-    ] = None,
-    level: Annotated[
-        float | None, typer.Option("--level", help="Interval level (default: the run's, else 0.95).")
-    ] = None,
-    l2: Annotated[
-        float | None,
-        typer.Option(
-            "--l2", help="L2 penalty of the Bradley-Terry fit (default: the prior of `ept analyze`)."
-        ),
-    ] = None,
-    margin: Annotated[
-        float,
-        typer.Option(
-            "--margin", help="Elo: the recommendation's equivalence margin (as `ept analyze --margin`)."
-        ),
-    ] = 10.0,
-    tasks: Annotated[
-        str | None, typer.Option("--tasks", help="JSONL with task_id and family, for logs without them.")
-    ] = None,
-    skip_bad: Annotated[
-        bool, typer.Option("--skip-bad", help="Skip malformed lines instead of stopping.")
-    ] = False,
-    drop_ties: Annotated[
-        bool, typer.Option("--drop-ties", help="Drop tied comparisons instead of half wins.")
-    ] = False,
-    ledger: Annotated[
-        str | None,
-        typer.Option("--ledger", help="Ledger holding a run given by id; default ./ept-out/ledger."),
-    ] = None,
-    prices: Annotated[
-        str | None,
-        typer.Option(
-            "--prices",
-            help="USD per 1M tokens, e.g. in=0.15,cached=0.075,out=0.6 (default: the run's profile prices).",
-        ),
-    ] = None,
-    budget: Annotated[
-        str | None,
-        typer.Option(
-            "--budget",
-            help="Tokens (3000, 2.5k) or dollars ($0.002) per task: the recommendation adds the best arm under it.",
-        ),
-    ] = None,
+    weights: _ReportWeightsOpt = None,
+    anchor: _ReportAnchorOpt = None,
+    rounds: _ReportRoundsOpt = None,
+    seed: _ReportSeedOpt = None,
+    level: _ReportLevelOpt = None,
+    l2: _ReportL2Opt = None,
+    margin: _ReportMarginOpt = 10.0,
+    tasks: _ReportTasksOpt = None,
+    skip_bad: _ReportSkipBadOpt = False,
+    drop_ties: _ReportDropTiesOpt = False,
+    ledger: _ReportLedgerOpt = None,
+    prices: _ReportPricesOpt = None,
+    budget: _ReportBudgetOpt = None,
 ) -> None:
     """Analyse a run and write one self-contained HTML report (plots embedded, no external resources)."""
     from elo_per_token.analysis.html_gather import write_html

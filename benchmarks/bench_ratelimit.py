@@ -4,8 +4,10 @@ Three clients send the same calls (8 threads each) through testkit/ratelimit_pro
 simulator: ept with the limits configured on the profile, ept with none (learning them from the proxy's
 x-ratelimit-* headers), and the plain openai SDK with its default retries (a call that still fails is sent
 again after a second). Reported per client: calls answered 429, wall time, and wall time as a share of the best
-schedule the window allows (replies taking no time), of the reachable one (that plus the last window's calls
-at the client's unlimited pace, measured first through a proxy without limits) and of the sustained-rate one.
+schedule (`of_best`: the window's budgets at the client's own pace with no limits, measured first through a
+proxy without limits — see tests/ratelimit_proxy.best_schedule_s), of the zero-latency bound no client
+reaches (`of_bound`) and of the sustained rate (`of_sustained`). `--clients oracle` runs a client that knows the
+proxy's window and budgets (tests/ratelimit_clients._Oracle): it shows the best schedule is reachable.
 
     python3 benchmarks/bench_ratelimit.py --rpm 300 --tpm 60000 --window 60 --calls 500
     python3 benchmarks/bench_ratelimit.py --rpm 300 --tpm 60000 --window 10 --calls 500
@@ -39,15 +41,22 @@ def main() -> None:
 
     sim = start_in_thread({"latency_ms": a.latency_ms, "latency_jitter_ms": a.latency_ms / 2})
     try:
+        clients = a.clients.split(",")
+        # Each kind of client's own pace with no limits to meet (the best schedule's pace): a Celery sweep's
+        # (per-job bookkeeping, its jobs' parallel calls) is not the 8 local threads'.
         free = free_rate(sim.url, a.calls)
         print(json.dumps({"client": "free (no limits)", "calls_per_s": round(free, 1)}), flush=True)
-        for client in a.clients.split(","):
+        free_celery = 0.0
+        if any(c.startswith("celery") for c in clients):
+            row = _celery(sim.url, "celery-free", a, 0.0)
+            free_celery = float(row["calls_per_s"])
+            print(json.dumps(row), flush=True)
+        for client in clients:
             if client.startswith("celery"):
-                row = _celery(sim.url, client, a, free)
+                row = _celery(sim.url, client, a, free_celery)
             else:
-                row = measure(
-                    sim.url, client, rpm=a.rpm, tpm=a.tpm, window_s=a.window, calls=a.calls, free=free
-                )
+                row = measure(sim.url, client, rpm=a.rpm, tpm=a.tpm, window_s=a.window, calls=a.calls, free=free,
+                              latency_s=a.latency_ms / 1000)  # fmt: skip
             print(json.dumps(row), flush=True)
     finally:
         sim.stop()
@@ -69,7 +78,7 @@ def _celery(sim_url: str, client: str, a: argparse.Namespace, free: float) -> di
     if not _redis:
         _redis.append(start_redis(tmp / "redis"))
     return measure_celery(sim_url, client, _redis[0].url, tmp / client, rpm=a.rpm, tpm=a.tpm, window_s=a.window,
-                          per_family=max(1, round(a.calls / 12)), free=free)  # fmt: skip
+                          per_family=max(1, round(a.calls / 12)), free=free, latency_s=a.latency_ms / 1000)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,12 +1,18 @@
 """Provider weather across Celery workers: each worker process reports its provider client's cumulative figures
 (egress.client.ProviderClient.weather: 429s, pauses, rate-limit waits, retries, outages) into one Redis hash
 per profile after every job; the coordinator reads the hash when its sweep starts and when it ends, and the
-sweep's weather is the difference (coordinator.weather.weather_line prints it, as for a local sweep)."""
+sweep's weather is the difference (coordinator.weather.weather_line prints it, as for a local sweep).
+
+An outage under way is reported apart, as it happens (a job does not end while its provider is down): each
+worker process's `egress.outage.Outage` stores when it began, what it is and the patience in
+`ept:outage:<profile>` when it begins and at each failed probe, and deletes it when the provider answers; the
+coordinator's progress line reads the earliest live one (`read_outage`)."""
 
 from __future__ import annotations
 
 import json
 import math
+import time
 from typing import Any
 
 TTL_S = 7 * 24 * 3600
@@ -99,3 +105,56 @@ def sweep_weather(before: dict[str, dict[str, Any]], after: dict[str, dict[str, 
     for f in ("rate_limited", "pauses", "outages"):
         out[f] = int(out[f])
     return out
+
+
+# A worker's outage report older than this is not shown (the worker died mid-outage, or lost the broker): a
+# worker in an outage probes at least every egress.outage.PROBE_CAP_S and rewrites its report each time.
+OUTAGE_FRESH_S = 30.0
+
+
+def outage_key(profile: str) -> str:
+    return f"ept:outage:{profile}"
+
+
+def report_outage(r: Any, profile: str, worker: str, state: dict[str, Any] | None) -> None:
+    """Store this worker's outage under way (`state`: since (epoch s), what, patience (s)); None: it ended."""
+    key = outage_key(profile)
+    if state is None:
+        r.hdel(key, worker)
+        return
+    pipe = r.pipeline(transaction=False)
+    pipe.hset(key, worker, json.dumps({**state, "seen": time.time()}))
+    pipe.expire(key, 3600)
+    pipe.execute()
+
+
+def _outage(doc: Any, now: float) -> dict[str, Any] | None:
+    """One report checked (the broker may hold anything): a fresh one with a sane start, kind and patience."""
+    if not isinstance(doc, dict):
+        return None
+    nums = [doc.get(k) for k in ("since", "seen", "patience")]
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in nums):
+        return None
+    since, seen, patience = (float(x) for x in nums)  # type: ignore[arg-type]  # checked just above
+    what = doc.get("what")
+    if not isinstance(what, str) or not 0 <= now - seen <= OUTAGE_FRESH_S or not 0 <= patience < 1e7:
+        return None
+    kind = "".join(c if c.isalnum() or c == " " else "?" for c in what[:40])
+    return {"since": since, "what": kind, "patience": patience}
+
+
+def read_outage(r: Any, profile: str, now: float | None = None) -> dict[str, Any] | None:
+    """The outage the profile's workers are waiting out now: the earliest start among the fresh reports, or
+    None (no worker reports one)."""
+    now = time.time() if now is None else now
+    best: dict[str, Any] | None = None
+    for i, (_k, v) in enumerate(r.hscan_iter(outage_key(profile), count=500)):
+        if i >= MAX_WORKERS:
+            break
+        try:
+            doc = _outage(json.loads(v), now)
+        except (ValueError, TypeError, RecursionError):
+            continue
+        if doc is not None and (best is None or doc["since"] < best["since"]):
+            best = doc
+    return best

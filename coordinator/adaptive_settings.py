@@ -6,9 +6,12 @@ a sweep that runs adaptively.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import Any
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any
+
+if TYPE_CHECKING:  # the bounds in the annotations, resolved by common.checked when settings are checked
+    from annotated_types import Ge, Gt, Interval, Lt
 
 __all__ = ["EPSILON_ELO", "EPSILON_TOKENS", "AdaptiveSettings", "check_adaptive", "settings_from_table"]
 
@@ -16,19 +19,9 @@ __all__ = ["EPSILON_ELO", "EPSILON_TOKENS", "AdaptiveSettings", "check_adaptive"
 # this much Elo AND this share of tokens are "within the margin" of the frontier. 0 and 0: the strict rule.
 EPSILON_ELO = 0.0
 EPSILON_TOKENS = 0.0
-
-_KEYS: dict[str, type] = {
-    "alpha": float,
-    "rounds": int,
-    "min_rounds": int,
-    "width": float,
-    "max_tokens": float,
-    "futility": bool,
-    "futility_power": float,
-    "epsilon_elo": float,
-    "epsilon_tokens": float,
-    "delta": float,
-}
+# `[adaptive]` keys that are not settings: `delta` is the issue's name for `alpha`; `seed` is the plan's.
+_ALIASES = {"delta": "alpha"}
+_NOT_IN_TABLE = frozenset({"seed"})
 
 
 @dataclass(frozen=True)
@@ -40,77 +33,71 @@ class AdaptiveSettings:
     tokens per task so far x its tasks) would pass it; the first round always runs. futility: an open arm whose
     decision the full grid could not settle either (every way to decide it has conditional power below
     futility_power at the end of the grid, analysis/sequential.py) stops and is reported open; false: open arms
-    run to the grid's end (or the cap)."""
+    run to the grid's end (or the cap).
 
-    alpha: float = 0.05
-    rounds: int = 10
-    min_rounds: int = 2
-    width: float | None = None
+    Each field's type and bounds are its check (`check()`, common.checked); `metadata["must"]` is the rule in
+    the words an error shows. One field per line."""
+
+    alpha: Annotated[float, Gt(0), Lt(0.5)] = field(default=0.05, metadata={"must": "in (0, 0.5)"})
+    rounds: Annotated[int, Interval(ge=1, le=10_000)] = field(default=10, metadata={"must": "in 1..10000"})
+    min_rounds: Annotated[int, Ge(1)] = field(default=2, metadata={"must": "in 1..rounds"})
+    width: Annotated[float, Gt(0)] | None = field(default=None, metadata={"must": "a positive number"})
     seed: int = 0
-    max_tokens: float | None = None
-    futility: bool = True
-    futility_power: float = 0.02
-    epsilon_elo: float = EPSILON_ELO
-    epsilon_tokens: float = EPSILON_TOKENS
+    max_tokens: Annotated[float, Gt(0)] | None = field(default=None, metadata={"must": "a positive number"})
+    futility: bool = field(default=True, metadata={"must": "true or false"})
+    futility_power: Annotated[float, Gt(0), Lt(1)] = field(default=0.02, metadata={"must": "in (0, 1)"})
+    epsilon_elo: Annotated[float, Interval(ge=0, le=1000)] = field(
+        default=EPSILON_ELO, metadata={"must": "in [0, 1000] (ΔElo)"}
+    )
+    epsilon_tokens: Annotated[float, Ge(0), Lt(1)] = field(
+        default=EPSILON_TOKENS, metadata={"must": "a share in [0, 1) (0.05 = 5%)"}
+    )
 
     def check(self) -> None:
         """ValueError 'name: problem' for a value no sweep can use."""
-        if not 0 < self.alpha < 0.5:
-            raise ValueError(f"alpha: must be in (0, 0.5), got {self.alpha}")
-        if not 1 <= self.rounds <= 10_000:
-            raise ValueError(f"rounds: must be in 1..10000, got {self.rounds}")
-        if not 1 <= self.min_rounds <= self.rounds:
-            raise ValueError(f"min_rounds: must be in 1..rounds ({self.rounds}), got {self.min_rounds}")
-        if self.width is not None and not (math.isfinite(self.width) and self.width > 0):
-            raise ValueError(f"width: must be a positive number, got {self.width}")
-        if self.max_tokens is not None and not (math.isfinite(self.max_tokens) and self.max_tokens > 0):
-            raise ValueError(f"max_tokens: must be a positive number, got {self.max_tokens}")
-        if not (math.isfinite(self.epsilon_elo) and 0 <= self.epsilon_elo <= 1000):
-            raise ValueError(f"epsilon_elo: must be in [0, 1000] (ΔElo), got {self.epsilon_elo}")
-        if not (math.isfinite(self.epsilon_tokens) and 0 <= self.epsilon_tokens < 1):
-            raise ValueError(
-                f"epsilon_tokens: must be a share in [0, 1) (0.05 = 5%), got {self.epsilon_tokens}"
-            )
-        if not 0 < self.futility_power < 1:
-            raise ValueError(f"futility_power: must be in (0, 1), got {self.futility_power}")
+        _checked(dataclasses.asdict(self))
+
+
+def _checked(values: dict[str, Any]) -> AdaptiveSettings:
+    """Settings from `values`, checked by the model; ValueError 'name: problem' (common.checked.ModelError)."""
+    from elo_per_token.common.checked import ModelError, checked  # pydantic: only when settings are checked
+
+    settings = checked(AdaptiveSettings, values)
+    if settings.min_rounds > settings.rounds:  # the one rule across two fields
+        raise ModelError(
+            ("min_rounds",), f"must be in 1..rounds ({settings.rounds}), got {settings.min_rounds}"
+        )
+    return settings
 
 
 def settings_from_table(table: dict[str, Any], seed: int) -> AdaptiveSettings:
-    """Settings from a validated `[adaptive]` table (unknown keys ignored; check_adaptive refuses them).
-    `delta` is the issue's name for the error budget: the same setting as `alpha`, not both."""
-    kw = {k: _KEYS[k](val) for k, val in table.items() if k in _KEYS}
-    if "delta" in kw:
-        if "alpha" in kw:
-            raise ValueError("delta: the same setting as alpha (the error budget); give one of them")
-        kw["alpha"] = kw.pop("delta")
-    return AdaptiveSettings(seed=seed, **kw)
+    """Settings from an `[adaptive]` table, checked (ValueError 'name: problem'). `delta` is the issue's name
+    for the error budget: the same setting as `alpha`, not both."""
+    from elo_per_token.common.checked import ModelError
+
+    known = sorted({f.name for f in dataclasses.fields(AdaptiveSettings)} - _NOT_IN_TABLE | set(_ALIASES))
+    unknown = sorted(str(k) for k in table if k not in known)
+    if unknown:
+        raise ModelError((unknown[0],), f"unknown field (known: {', '.join(known)})")
+    kw = dict(table)
+    for alias, name in _ALIASES.items():
+        if alias in kw:
+            if name in kw:
+                raise ModelError((alias,), f"the same setting as {name} (the error budget); give one of them")
+            kw[name] = kw.pop(alias)
+    return _checked({**kw, "seed": seed})
 
 
 def check_adaptive(table: Any, v: Any) -> None:
     """Validate a plan's `[adaptive]` table (v: plan._V, so errors name file, line and field)."""
+    from elo_per_token.common.checked import ModelError
+
     if table is None:
         return
     if not isinstance(table, dict):
         raise v.err("must be a table: [adaptive]", "adaptive")
-    for key, val in table.items():
-        if key not in _KEYS:
-            raise v.err(
-                f"unknown field (known: {', '.join(sorted(_KEYS))})", f"adaptive.{key}", key, "adaptive"
-            )
-        if _KEYS[key] is bool:
-            if not isinstance(val, bool):
-                raise v.err(
-                    f"must be true or false, got {type(val).__name__}", f"adaptive.{key}", key, "adaptive"
-                )
-            continue
-        if (
-            isinstance(val, bool)
-            or not isinstance(val, int | float)
-            or (_KEYS[key] is int and not isinstance(val, int))
-        ):
-            raise v.err(f"must be a number, got {type(val).__name__}", f"adaptive.{key}", key, "adaptive")
     try:
-        settings_from_table(table, 0).check()
-    except (ValueError, OverflowError) as e:
-        key = str(e).split(":")[0] if ":" in str(e) else "adaptive"
-        raise v.err(str(e).split(": ", 1)[-1], f"adaptive.{key}", key, "adaptive") from None
+        settings_from_table(table, 0)
+    except ModelError as e:
+        key = e.key or "adaptive"
+        raise v.err(e.message, f"adaptive.{key}", key, "adaptive") from None

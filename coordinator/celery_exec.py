@@ -84,6 +84,32 @@ def _record_stop(ledger_url: str, run_ids: Collection[str], message: str) -> Non
             led.put_blob(rid, STOP_BLOB, json.dumps({"at": time.time(), "message": message}).encode())
 
 
+def _recover_journals(
+    app: Any, ledger_url: str, run_ids: Collection[str], notice: Callable[[str], None] | None, finished: bool
+) -> None:
+    """The end of the sweep: calls journaled by deliveries that died and were never delivered again become
+    spent objects (worker.journal.recover_run), so every call paid for is recorded by the time the sweep ends.
+    The journals are where the workers keep them: EPT_RATELIMIT_URL, else the broker. Best effort. Not
+    `finished` (Ctrl-C, a stalled queue), deliveries may still be running: only journals free now."""
+    from elo_per_token.ledger import open_ledger
+    from elo_per_token.worker.journal import END_WAIT_S, recover_run
+
+    try:
+        r = _workers_redis(app)
+        led = open_ledger(ledger_url)
+        for rid in sorted(run_ids):
+            recovered, held = recover_run(r, led, rid, END_WAIT_S if finished else 0.0)
+            if notice and recovered:
+                notice(
+                    f"recorded {recovered} call(s) of deliveries that died mid-job (spent/, from the journal)"
+                )
+            if notice and held:
+                notice(f"{held} job(s) held by a running delivery: their calls are recorded when it ends")
+    except Exception as e:  # the broker or the ledger gone at the very end: the next delivery recovers them
+        if notice:
+            notice(f"journals not recovered at the end ({type(e).__name__}); the jobs' next delivery does")
+
+
 def _raise_interrupt(_sig: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -92,6 +118,40 @@ def _broker_redis(app: Any) -> Any:
     import redis
 
     return redis.Redis.from_url(str(app.conf.broker_url))
+
+
+def _workers_redis(app: Any) -> Any:
+    """The Redis where workers keep their claims, journals and outage reports: EPT_RATELIMIT_URL, else the
+    broker (worker.celery_job._redis_url)."""
+    import redis
+
+    from elo_per_token.contracts import settings
+
+    url = settings.read_str("EPT_RATELIMIT_URL") or str(app.conf.broker_url)
+    return redis.Redis.from_url(url, socket_timeout=10)
+
+
+class _OutageNote:
+    """The live progress line's outage note of a Celery sweep: what the profile's workers report as under way
+    (contracts.weather.read_outage), read at most once a second and passed to `show` (None: no outage)."""
+
+    def __init__(self, app: Any, profile: str, show: Callable[[str | None], None]) -> None:
+        self.app, self.profile, self.show = app, profile, show
+        self._r: Any = None
+        self._at = 0.0
+
+    def tick(self) -> None:
+        from elo_per_token.contracts.weather import read_outage
+        from elo_per_token.egress.outage import outage_text
+
+        if time.monotonic() - self._at < 1.0:
+            return
+        self._at, note = time.monotonic(), None
+        with contextlib.suppress(Exception):  # the broker restarting: no note this second
+            self._r = self._r or _workers_redis(self.app)
+            if (o := read_outage(self._r, self.profile)) is not None:
+                note = outage_text(o["what"], o["since"], o["patience"], time.time() - o["since"])
+        self.show(note)
 
 
 def _start_budget(app: Any, run_id: str, spent: int) -> None:
@@ -198,7 +258,13 @@ class _Outstanding:
         # (run id, tokens spent by earlier sessions) when the run has a cap, and what this session's results
         # spent (measured + estimated): the floor of the broker's counter (_floor_budget).
         self.budget: tuple[str, int] | None = None
+        self.outage_note: _OutageNote | None = None
         self.seen_tokens = 0
+
+    def tick(self) -> None:
+        """The live outage note (a Celery sweep's progress line), when the sweep shows one."""
+        if self.outage_note is not None:
+            self.outage_note.tick()
 
     def check_consumers(self) -> None:
         """QueueStalled when the job queue or the grade queue has had work and no consumer for the window."""
@@ -335,6 +401,7 @@ def _enqueue_all(
                 time.sleep(poll_s)
                 out.patient_poll(broker_patience_s)
                 out.check_consumers()
+                out.tick()
 
 
 def _drain(
@@ -351,6 +418,7 @@ def _drain(
     while out.pending:
         time.sleep(poll_s)
         out.patient_poll(broker_patience_s)
+        out.tick()
         if not cancelled and cancel_when():
             cancelled = True
             _cancel_queued(out.app, out.run_ids, len(out.pending), out.notice)
@@ -400,6 +468,19 @@ def _report_weather(
         weather[1](sweep_weather(before, after))
 
 
+def _start(
+    out: _Outstanding, app: Any, weather: tuple[str, Any] | None, budget: tuple[str, int] | None
+) -> dict[str, dict[str, Any]] | None:
+    """First contact with the broker, then the workers' weather reports at the start (None: unreadable) and the
+    run's spend counter: (run id, spent by earlier sessions), from which workers count the run's spend."""
+    _first_contact(out.mark_alive, app)
+    before = _weather_reports(app, weather)
+    if budget is not None:
+        _start_budget(app, *budget)
+        out.budget = budget
+    return before
+
+
 def run_celery(
     jobs: Iterable[Job],
     ctx: CeleryJobContext,
@@ -420,9 +501,12 @@ def run_celery(
     budget: tuple[str, int] | None = None,
     watch_consumers: bool = True,
     weather: tuple[str, Callable[[dict[str, Any]], None]] | None = None,
+    on_outage: Callable[[str | None], None] | None = None,
 ) -> bool:
     """Enqueue `jobs` (any iterable: a million-job plan is streamed) in pipelined batches and follow them.
     weather: (profile, sink): the workers' provider weather over this sweep is passed to sink at the end.
+    on_outage: called about once a second with the outage the workers of that profile are waiting out now
+    ("provider unreachable since 12:03:10, waiting (patience 10 min)"), or None.
     At most `max_pending` jobs are enqueued and unfinished at once, so the coordinator's memory and the
     broker's queue stay bounded whatever the plan's size; workers still always have a full queue."""
     from elo_per_token.worker.celery_app import make_app
@@ -431,21 +515,17 @@ def run_celery(
     out = _Outstanding(app, ctx, queue=queue, batch_size=batch_size, on_result=on_result, on_retry=on_retry,
                        notice=notice, clear_failures=clear_failures)  # fmt: skip
     out.watch = redis_watch(app, queue, window_s()) if watch_consumers else None
+    out.outage_note = _OutageNote(app, weather[0], on_outage) if weather and on_outage else None
     # SIGTERM stops the coordinator like Ctrl-C: the run's queued jobs are cancelled, not left to run unobserved.
-    main, before = threading.current_thread() is threading.main_thread(), None
+    main, before, finished = threading.current_thread() is threading.main_thread(), None, False
     prev_term = signal.signal(signal.SIGTERM, _raise_interrupt) if main else None
     try:
-        _first_contact(out.mark_alive, app)
-        before = _weather_reports(app, weather)
-        if (
-            budget is not None
-        ):  # (run id, spent by earlier sessions): workers count the run's spend from there
-            _start_budget(app, *budget)
-            out.budget = budget
+        before = _start(out, app, weather, budget)
         _enqueue_all(out, jobs, max_pending=max_pending, poll_s=poll_s, broker_patience_s=broker_patience_s,
                      should_stop=should_stop)  # fmt: skip
         _drain(out, poll_s=poll_s, broker_patience_s=broker_patience_s, idle_notice_s=idle_notice_s,
                cancel_when=cancel_when)  # fmt: skip
+        finished = True  # every job answered: a journal's holder can only be dead (its lease runs out)
         return not should_stop()  # stopped early (egress broken) unless every job was sent before it tripped
     except KeyboardInterrupt:
         _cancel_queued(app, out.run_ids, len(out.pending), notice)
@@ -456,6 +536,7 @@ def run_celery(
         _record_stop(ctx.ledger, out.run_ids, e.message)
         raise
     finally:
+        _recover_journals(app, ctx.ledger, out.run_ids, notice, finished)
         _report_weather(app, weather, before)
         if prev_term is not None:
             signal.signal(signal.SIGTERM, prev_term)

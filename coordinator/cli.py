@@ -65,67 +65,75 @@ _NAME_HELP = "Run name instead of the plan's (a new run: e.g. the same plan on a
 _MAX_JOBS_HELP = "Allow plans of up to N jobs (default: the plan's max_jobs, else 2,000,000)."
 
 
+_ProfileUrlOverrideOpt = Annotated[
+    str | None,
+    typer.Option("--profile-url-override", help="Send the profile's requests to this base URL instead."),
+]
+_ExecutorOpt = Annotated[str | None, typer.Option("--executor", help="local | celery (overrides the plan).")]
+_ConcurrencyOpt = Annotated[
+    int | None, typer.Option("--concurrency", help="Local executor threads (overrides the plan).")
+]
+_ProfilesOpt = Annotated[
+    str | None,
+    typer.Option("--profiles", help="profiles.toml (default: $EPT_PROFILES, ./profiles.toml)."),
+]
+_NoAnalysisOpt = Annotated[bool, typer.Option("--no-analysis", help="Skip the Elo table at the end.")]
+_LimitOpt = Annotated[
+    int | None, typer.Option("--limit", min=1, help="Run at most the first N tasks of each family now.")
+]
+_ArmsOpt = Annotated[
+    str | None,
+    typer.Option("--arms", help="Run only the arms matching PATTERN now (e.g. 'majority@*,greedy@1')."),
+]
+_ProfileOpt = Annotated[
+    str | None, typer.Option("--profile", help="Profile NAME to use instead of the plan's.")
+]
+_ModelOpt = Annotated[str | None, typer.Option("--model", help="Model to use instead of the profile's.")]
+_DryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", help="Print jobs, calls and a token/$ estimate; send nothing.")
+]
+_MaxTokensOpt = Annotated[
+    int | None,
+    typer.Option("--max-tokens", min=1, help="Cap the run's total tokens (overrides the plan's [budget])."),
+]
+_MaxCostOpt = Annotated[
+    float | None,
+    typer.Option("--max-cost", min=0.0, help="Cap the run's cost in USD at the profile's prices."),
+]
+_AllowEndpointChangeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-endpoint-change", help="Continue a run at another endpoint serving the same model."
+    ),
+]
+_AdaptiveOpt = Annotated[
+    bool,
+    typer.Option(
+        "--adaptive",
+        help="Run tasks in rounds; settled arms stop receiving tasks (also: an adaptive table in the plan).",
+    ),
+]
+
+
 def sweep(
     plan_file: Annotated[str, typer.Argument(metavar="PLAN", help="Plan TOML (see examples/plans/).")],
-    profile_url_override: Annotated[
-        str | None,
-        typer.Option("--profile-url-override", help="Send the profile's requests to this base URL instead."),
-    ] = None,
-    executor: Annotated[
-        str | None, typer.Option("--executor", help="local | celery (overrides the plan).")
-    ] = None,
+    profile_url_override: _ProfileUrlOverrideOpt = None,
+    executor: _ExecutorOpt = None,
     ledger: Annotated[str | None, typer.Option("--ledger", help=_LEDGER_HELP)] = None,
-    concurrency: Annotated[
-        int | None, typer.Option("--concurrency", help="Local executor threads (overrides the plan).")
-    ] = None,
-    profiles: Annotated[
-        str | None,
-        typer.Option("--profiles", help="profiles.toml (default: $EPT_PROFILES, ./profiles.toml)."),
-    ] = None,
-    no_analysis: Annotated[
-        bool, typer.Option("--no-analysis", help="Skip the Elo table at the end.")
-    ] = False,
+    concurrency: _ConcurrencyOpt = None,
+    profiles: _ProfilesOpt = None,
+    no_analysis: _NoAnalysisOpt = False,
     max_jobs: Annotated[int | None, typer.Option("--max-jobs", min=1, help=_MAX_JOBS_HELP)] = None,
-    limit: Annotated[
-        int | None, typer.Option("--limit", min=1, help="Run at most the first N tasks of each family now.")
-    ] = None,
-    arms: Annotated[
-        str | None,
-        typer.Option("--arms", help="Run only the arms matching PATTERN now (e.g. 'majority@*,greedy@1')."),
-    ] = None,
-    profile: Annotated[
-        str | None, typer.Option("--profile", help="Profile NAME to use instead of the plan's.")
-    ] = None,
-    model: Annotated[
-        str | None, typer.Option("--model", help="Model to use instead of the profile's.")
-    ] = None,
+    limit: _LimitOpt = None,
+    arms: _ArmsOpt = None,
+    profile: _ProfileOpt = None,
+    model: _ModelOpt = None,
     name: Annotated[str | None, typer.Option("--name", help=_NAME_HELP)] = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print jobs, calls and a token/$ estimate; send nothing.")
-    ] = False,
-    max_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--max-tokens", min=1, help="Cap the run's total tokens (overrides the plan's [budget])."
-        ),
-    ] = None,
-    max_cost: Annotated[
-        float | None,
-        typer.Option("--max-cost", min=0.0, help="Cap the run's cost in USD at the profile's prices."),
-    ] = None,
-    allow_endpoint_change: Annotated[
-        bool,
-        typer.Option(
-            "--allow-endpoint-change", help="Continue a run at another endpoint serving the same model."
-        ),
-    ] = False,
-    adaptive: Annotated[
-        bool,
-        typer.Option(
-            "--adaptive",
-            help="Run tasks in rounds; settled arms stop receiving tasks (also: an adaptive table in the plan).",
-        ),
-    ] = False,
+    dry_run: _DryRunOpt = False,
+    max_tokens: _MaxTokensOpt = None,
+    max_cost: _MaxCostOpt = None,
+    allow_endpoint_change: _AllowEndpointChangeOpt = False,
+    adaptive: _AdaptiveOpt = False,
 ) -> None:
     """Run a plan: expand to jobs, skip those already in the ledger, run the rest, print the Elo table."""
     from elo_per_token.contracts.errors import InputError
@@ -231,6 +239,7 @@ def status(
     from elo_per_token.analysis.report import make_console
     from elo_per_token.contracts.secrets import mask_url
     from elo_per_token.coordinator.adaptive_state import read_state
+    from elo_per_token.coordinator.runlease import running_line
     from elo_per_token.coordinator.status import last_stop, run_endpoints, run_status, status_notes
 
     led, run_id = _ledger_and_run(run, ledger, write=False)
@@ -255,6 +264,8 @@ def status(
         c.print(
             f"[red]the coordinator stopped this session:[/] {escape(mask_url(st.stopped))}", highlight=False
         )
+    if (running := running_line(led, run_id)) is not None:  # with an outage under way, as the progress line
+        c.print(running, highlight=False)
     for line in _broker_lines(m):
         c.print(f"[yellow]{escape(mask_url(line))}[/]", highlight=False)
     for line in status_notes(st.manifest):

@@ -48,7 +48,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from elo_per_token.common.tomlpos import toml_line
 from elo_per_token.contracts import generation
@@ -57,7 +57,11 @@ from elo_per_token.contracts.manifest import MAX_BOOTSTRAP_ROUNDS, MAX_SEED
 from elo_per_token.contracts.tasks import Task
 from elo_per_token.ledger.store import DEFAULT_LEDGER
 
-EXECUTORS = ("local", "celery")
+if TYPE_CHECKING:  # the bounds in the annotations, resolved by common.checked when a plan is parsed
+    from annotated_types import Ge, Gt, Interval, Predicate
+
+Executor = Literal["local", "celery"]
+EXECUTORS: tuple[Executor, ...] = get_args(Executor)
 # The task of the jobs built only to check an arm's strategy or name its label: neither reads the task beyond its
 # id and family (a job key's task part), so any schema-valid record does.
 PROBE_TASK: Task = {"task_id": "t", "family": "f", "grader": {"type": "none"}}
@@ -117,32 +121,63 @@ class Arm:
 
 @dataclass(frozen=True)
 class RateLimit:
-    rpm: int | None = None
-    tpm: int | None = None
+    """[rate_limits.<profile>]: requests and tokens per minute, shared by all workers."""
+
+    rpm: Annotated[int, Ge(1)] | None = field(default=None, metadata={"must": "a positive integer"})
+    tpm: Annotated[int, Ge(1)] | None = field(default=None, metadata={"must": "a positive integer"})
+
+
+@dataclass(frozen=True)
+class Budget:
+    """[budget]: a cap on the run's total spend (strategy tokens; USD at the profile's prices)."""
+
+    max_tokens: Annotated[int, Ge(1)] | None = field(default=None, metadata={"must": "a positive integer"})
+    max_cost: Annotated[float, Gt(0)] | None = field(
+        default=None, metadata={"must": "a finite number of USD > 0"}
+    )
+
+
+# A string setting: non-blank (stripped after the check).
+_TEXT = {"must": "a non-empty string"}
 
 
 @dataclass(frozen=True)
 class Plan:
+    """A validated plan. The run settings' annotations (types, bounds) are their check (`_run_settings`, through
+    common.checked); `metadata["must"]` is the rule in the words an error shows. The structure (name, suites,
+    arms, tables) is checked by the functions below."""
+
     name: str
-    profile: str
-    suites: tuple[str, ...]
-    arms: tuple[Arm, ...]
-    replicates: int = 1
-    seed: int = 0
-    tasks_per_family: int | None = None
-    ledger: str = DEFAULT_LEDGER
-    executor: str = "local"
-    concurrency: int = 8
-    queue: str = "ept"
-    batch_size: int = 200
+    profile: Annotated[str, Predicate(str.strip)] = field(metadata=_TEXT)
+    suites: tuple[str, ...] = ()
+    arms: tuple[Arm, ...] = ()
+    replicates: Annotated[int, Interval(ge=1, le=MAX_REPLICATES)] = field(
+        default=1, metadata={"must": f"an integer in 1..{MAX_REPLICATES:,}"}
+    )
+    seed: Annotated[int, Interval(ge=0, le=MAX_SEED)] = field(
+        default=0, metadata={"must": f"an integer in 0..{MAX_SEED:,}"}
+    )
+    tasks_per_family: Annotated[int, Ge(1)] | None = field(default=None, metadata={"must": "an integer >= 1"})
+    ledger: Annotated[str, Predicate(str.strip)] = field(default=DEFAULT_LEDGER, metadata=_TEXT)
+    executor: Executor = field(default="local", metadata={"must": f"one of {', '.join(EXECUTORS)}"})
+    # local: threads; celery: jobs in flight hint (workers set their own)
+    concurrency: Annotated[int, Interval(ge=1, le=MAX_CONCURRENCY)] = field(
+        default=8, metadata={"must": f"an integer in 1..{MAX_CONCURRENCY:,}"}
+    )
+    queue: Annotated[str, Predicate(str.strip)] = field(default="ept", metadata=_TEXT)
+    batch_size: Annotated[int, Interval(ge=1, le=MAX_BATCH_SIZE)] = field(
+        default=200, metadata={"must": f"an integer in 1..{MAX_BATCH_SIZE:,}"}
+    )
     weights: dict[str, float] = field(default_factory=dict)
     rate_limits: dict[str, RateLimit] = field(default_factory=dict)
-    bootstrap_rounds: int = 200
-    anchor: str | None = None
+    bootstrap_rounds: Annotated[int, Interval(ge=0, le=MAX_BOOTSTRAP_ROUNDS)] = field(
+        default=200, metadata={"must": f"an integer in 0..{MAX_BOOTSTRAP_ROUNDS:,}"}
+    )
+    anchor: Annotated[str, Predicate(str.strip)] | None = field(default=None, metadata=_TEXT)
     generation: dict[str, Any] = field(default_factory=dict)  # plan-level generation settings (every arm)
-    max_jobs: int = DEFAULT_MAX_JOBS
+    max_jobs: Annotated[int, Ge(1)] = field(default=DEFAULT_MAX_JOBS, metadata={"must": "an integer >= 1"})
     # Keep each job's transcript (prompts, completions, grader evidence) beside its result; false for private data.
-    transcripts: bool = True
+    transcripts: bool = field(default=True, metadata={"must": "true or false"})
     max_total_tokens: int | None = None  # [budget] max_tokens: the run's token cap (None: no cap)
     max_cost: float | None = None  # [budget] max_cost: the run's cap in USD
     source: str = "<plan>"
@@ -217,6 +252,8 @@ def parse_plan(text: str, file: str = "<plan>", base_dir: str | Path | None = No
         raise InputError(f"not valid TOML: {e}", file=file, line=line) from None
     except RecursionError:
         raise InputError("not valid here: TOML nested too deeply", file=file) from None
+    except ValueError as e:  # tomllib lets int()'s digit limit through: `seed = 1111…` (4,300+ digits)
+        raise InputError(f"not valid TOML: {e}", file=file) from None
     return _from_raw(raw, file, text, base_dir)
 
 
@@ -227,6 +264,11 @@ def plan_from_raw(raw: dict[str, Any], source: str = "<plan>") -> Plan:
     return _from_raw(raw, source, "", base)
 
 
+# Plan fields that are not scalar run settings: checked by the functions below, or not from the file at all.
+_CHECKED_APART = frozenset({"name", "suites", "arms", "weights", "rate_limits", "generation"})
+_STRUCTURE = _CHECKED_APART | {"max_total_tokens", "max_cost", "source", "raw"}
+
+
 def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | None) -> Plan:
     # The checks run in the order a reader meets the fields (name, suites, arms, then the run settings), so
     # a plan with several mistakes always reports the same, first one.
@@ -235,58 +277,43 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
     if unknown:
         raise v.err(f"unknown field (known: {', '.join(sorted(_TOP_FIELDS))})", unknown[0])
     name = _name(raw, v)
-    profile = v.str_(raw.get("profile", "default"), "profile")
     suites = _suites(raw, v, base_dir)
     arms = _arms(raw, v)
     _check_strategies(arms, v)
-    executor = raw.get("executor", "local")
-    if executor not in EXECUTORS:
-        raise v.err(f"must be one of {', '.join(EXECUTORS)}, got {executor!r}", "executor")
+    settings = _run_settings(raw, v)
     weights = _weights(raw, v)
     limits = _rate_limits(raw, v)
     plan_gen = _plan_generation(raw, v)
-    ledger = v.str_(raw.get("ledger", DEFAULT_LEDGER), "ledger")
-    anchor = raw.get("anchor")
-    if anchor is not None:
-        anchor = v.str_(anchor, "anchor")
-    tpf = raw.get("tasks_per_family")
-    cap_tokens, cap_cost = _budget(raw, v)
+    budget = _budget(raw, v)
     from elo_per_token.coordinator.adaptive_settings import check_adaptive  # the plan's [adaptive] table
 
     check_adaptive(raw.get("adaptive"), v)
     return Plan(
         name=name,
-        profile=profile,
         suites=tuple(suites),
         arms=tuple(arms),
-        replicates=v.int_(raw.get("replicates", 1), "replicates", 1, hi=MAX_REPLICATES),
-        seed=v.int_(raw.get("seed", 0), "seed", 0, hi=MAX_SEED),
-        tasks_per_family=None if tpf is None else v.int_(tpf, "tasks_per_family", 1),
-        ledger=ledger,
-        executor=executor,
-        concurrency=v.int_(raw.get("concurrency", 8), "concurrency", 1, hi=MAX_CONCURRENCY),
-        queue=v.str_(raw.get("queue", "ept"), "queue"),
-        batch_size=v.int_(raw.get("batch_size", 200), "batch_size", 1, hi=MAX_BATCH_SIZE),
         weights=weights,
         rate_limits=limits,
-        bootstrap_rounds=v.int_(
-            raw.get("bootstrap_rounds", 200), "bootstrap_rounds", 0, hi=MAX_BOOTSTRAP_ROUNDS
-        ),
-        anchor=anchor,
         generation=plan_gen,
-        max_jobs=v.int_(raw.get("max_jobs", DEFAULT_MAX_JOBS), "max_jobs", 1),
-        transcripts=_bool(raw.get("transcripts", True), "transcripts", v),
-        max_total_tokens=cap_tokens,
-        max_cost=cap_cost,
+        max_total_tokens=budget.max_tokens,
+        max_cost=budget.max_cost,
         source=file,
         raw=raw,
+        **settings,
     )
 
 
-def _bool(x: Any, name: str, v: _V) -> bool:
-    if not isinstance(x, bool):
-        raise v.err(f"must be true or false, got {x!r}", name)
-    return x
+def _run_settings(raw: dict[str, Any], v: _V) -> dict[str, Any]:
+    """The plan's run settings (profile, replicates, seed, executor, ...), checked by Plan's annotations."""
+    from elo_per_token.common.checked import ModelError, checked_fields  # pydantic: when a plan is parsed
+
+    given = {k: raw[k] for k in raw if k not in _STRUCTURE and k not in ("budget", "adaptive")}
+    try:
+        values = checked_fields(Plan, {"profile": "default", **given}, _STRUCTURE)
+    except ModelError as e:
+        raise v.err(e.message, e.field) from None
+    # Names and places are compared and joined as given minus the spaces around them.
+    return {k: val.strip() if isinstance(val, str) else val for k, val in values.items()}
 
 
 def _name(raw: dict[str, Any], v: _V) -> str:
@@ -370,40 +397,31 @@ def _weights(raw: dict[str, Any], v: _V) -> dict[str, float]:
 
 
 def _rate_limits(raw: dict[str, Any], v: _V) -> dict[str, RateLimit]:
-    """[rate_limits.<profile>]: rpm and/or tpm, positive integers."""
+    """[rate_limits.<profile>]: rpm and/or tpm, positive integers (RateLimit's annotations)."""
+    from elo_per_token.common.checked import ModelError, checked
+
     limits: dict[str, RateLimit] = {}
     rl_raw = raw.get("rate_limits", {})
     if not isinstance(rl_raw, dict):
         raise v.err("must be a table of [rate_limits.<profile>]", "rate_limits")
     for prof, lim in rl_raw.items():
         t = f"rate_limits.{prof}"
-        if not isinstance(lim, dict) or set(lim) - {"rpm", "tpm"}:
-            raise v.err("must be a table with rpm and/or tpm", t, table=t, key="rpm")
-        limits[prof] = RateLimit(
-            rpm=v.int_(lim["rpm"], f"{t}.rpm", 1, table=t, key="rpm") if "rpm" in lim else None,
-            tpm=v.int_(lim["tpm"], f"{t}.tpm", 1, table=t, key="tpm") if "tpm" in lim else None,
-        )
+        try:
+            limits[prof] = checked(RateLimit, lim)
+        except ModelError as e:
+            raise v.err(e.message, f"{t}.{e.field}" if e.field else t, table=t, key=e.key or "rpm") from None
     return limits
 
 
-def _budget(raw: dict[str, Any], v: _V) -> tuple[int | None, float | None]:
-    """[budget]: max_tokens (a positive integer) and/or max_cost (a finite positive number of USD)."""
-    b = raw.get("budget", {})
-    if not isinstance(b, dict) or set(b) - {"max_tokens", "max_cost"}:
-        raise v.err(
-            "must be a table with max_tokens and/or max_cost", "budget", table="budget", key="max_tokens"
-        )
-    tokens = (
-        v.int_(b["max_tokens"], "budget.max_tokens", 1, table="budget", key="max_tokens")
-        if "max_tokens" in b
-        else None
-    )
-    cost = b.get("max_cost")
-    if cost is not None and (
-        isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost <= 0
-    ):
-        raise v.err("must be a finite number of USD > 0", "budget.max_cost", table="budget", key="max_cost")
-    return tokens, None if cost is None else float(cost)
+def _budget(raw: dict[str, Any], v: _V) -> Budget:
+    """[budget]: max_tokens and/or max_cost (Budget's annotations)."""
+    from elo_per_token.common.checked import ModelError, checked
+
+    try:
+        return checked(Budget, raw.get("budget", {}))
+    except ModelError as e:
+        field = f"budget.{e.field}" if e.field else "budget"
+        raise v.err(e.message, field, table="budget", key=e.key or "max_tokens") from None
 
 
 def _plan_generation(raw: dict[str, Any], v: _V) -> dict[str, Any]:

@@ -77,6 +77,22 @@ def describe_holder(d: dict[str, Any]) -> str:
     return f"host {str(h.get('host'))[:80]}, pid {str(h.get('pid'))[:12]}, session started {when}"
 
 
+def running_line(ledger: Ledger, run_id: str) -> str | None:
+    """`ept status`'s line (rich markup) while a session runs the run: its holder and what its progress line
+    says about the provider ("provider unreachable since 12:03:10, waiting (patience 10 min)"); else None."""
+    from rich.markup import escape
+
+    from elo_per_token.contracts.errors import printable
+
+    gens = _generations(ledger, run_id)
+    d = _read(ledger, run_id, gens[-1]) if gens else None
+    if d is None or d.get("released") or not 0 <= time.time() - d["heartbeat"] < d["ttl"]:
+        return None
+    note = d.get("note")  # read from storage: shown as text, control characters replaced
+    shown = f": [yellow]{escape(printable(note[:300]))}[/]" if isinstance(note, str) and note else ""
+    return f"running now ({escape(printable(describe_holder(d)))}){shown}"
+
+
 class RunLease:
     """The lease on one run, held by this session; a context manager (acquire on enter, release on exit)."""
 
@@ -88,11 +104,27 @@ class RunLease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.holder = {"host": socket.gethostname(), "pid": os.getpid(), "started_at": SESSION_STARTED}
+        # What the sweep's progress line says about the provider now ("provider unreachable since …"), for
+        # `ept status` from anywhere (live_note); a change is written at once, not at the next heartbeat.
+        self.note: str | None = None
+        self._kick = threading.Event()
 
     def _body(self, released: bool = False) -> bytes:
         return json.dumps(
-            {"holder": self.holder, "heartbeat": time.time(), "ttl": self.ttl, "released": released}
+            {
+                "holder": self.holder,
+                "heartbeat": time.time(),
+                "ttl": self.ttl,
+                "released": released,
+                "note": None if released else self.note,
+            }
         ).encode()
+
+    def set_note(self, note: str | None) -> None:
+        """The provider's state as the progress line shows it (None: nothing to say); written by the heartbeat."""
+        if (note or None) != self.note:
+            self.note = note or None
+            self._kick.set()
 
     def acquire(self) -> RunLease:
         """Take the lease, or InputError naming the live holder. Generations are created exclusively, so of
@@ -144,7 +176,11 @@ class RunLease:
         self._thread.start()
 
     def _beat(self) -> None:
-        while not self._stop.wait(self.ttl / 4):
+        while not self._stop.is_set():
+            self._kick.wait(self.ttl / 4)
+            self._kick.clear()
+            if self._stop.is_set():
+                return
             try:
                 if _generations(self.ledger, self.run_id)[-1:] != [self.gen]:
                     self.lost.set()  # taken over after our heartbeat went stale: stop starting jobs
@@ -164,6 +200,7 @@ class RunLease:
     def release(self) -> None:
         """Stop the heartbeat and mark the lease released (a lost lease is left to its new holder)."""
         self._stop.set()
+        self._kick.set()
         if self._thread is not None:
             self._thread.join(5)
         if not self.gen or self.lost.is_set():

@@ -122,6 +122,7 @@ def _run_jobs(
             clear_failures=had_failure,
             budget=(plan.run_id, cap.prior_tokens) if cap else None,
             weather=(profile.name, lambda w: setattr(tally, "weather", w)),
+            on_outage=live.show_note,
         )
     except KeyboardInterrupt:
         return False
@@ -225,7 +226,7 @@ def _execute_held(
         prog.update(bar, description="jobs", total=todo_est, detail="")
         _announce(prog.console, plan, tally, manifest, f"{n_jobs} jobs, {n_have} already in "
                   f"{ledger.run_url(plan.run_id)}, {todo_est} to run ({executor})")  # fmt: skip
-        live = LiveTally(tally, prog, bar)
+        live = LiveTally(tally, prog, bar, on_note=lease.set_note)  # `ept status` shows the note too
         completed = tally.over_budget() is False and _run_jobs(
             plan, executor, live.todo(stream, have), ledger, live, had_failure, profile=profile, base_url=base_url,
             run=run, broker_url=broker_url, check_ledger=check_ledger)  # fmt: skip

@@ -55,11 +55,15 @@ def existing_keys(ledger: Ledger, run_id: str, prog: Progress, bar: TaskID) -> t
 class LiveTally:
     """The executors' callbacks: count results in the tally and show them on the progress bar."""
 
-    def __init__(self, tally: Tally, prog: Progress, bar: TaskID) -> None:
+    def __init__(
+        self, tally: Tally, prog: Progress, bar: TaskID, on_note: Callable[[str | None], None] | None = None
+    ) -> None:
         self.tally, self.prog, self.bar = tally, prog, bar
         self.counted = 0  # jobs handed to the executor (the true number to run, known once the stream ends)
         # The provider's state when it is not answering ("provider unreachable since …, waiting (patience …)").
         self.weather_note: Callable[[], str | None] = lambda: None
+        # The run lease's copy of the note, for `ept status` (coordinator.runlease.RunLease.set_note).
+        self.on_note: Callable[[str | None], None] = on_note or (lambda _note: None)
 
     def todo(self, stream: Callable[[], Iterator[Job]], have: set[str]) -> Iterator[Job]:
         for j in stream():
@@ -72,6 +76,7 @@ class LiveTally:
 
         tally = self.tally
         note = self.weather_note()
+        self.on_note(note)
         self.prog.update(
             self.bar,
             completed=tally.finished,
@@ -79,6 +84,13 @@ class LiveTally:
             + f"done {tally.done + tally.duplicate} · skipped {tally.skipped} · failed {tally.failed} · "
             f"retrying {len(tally.retrying)} · calls {tally.calls} · tokens {tally.tokens:,}",
         )
+
+    def show_note(self, note: str | None) -> None:
+        """A Celery sweep's outage note (the workers' reports, read by the coordinator): shown until replaced."""
+        changed = note != self.weather_note()
+        self.weather_note = lambda: note
+        if changed:
+            self.refresh()
 
     def on_result(self, s: JobSummary) -> None:
         self.tally.add(s)

@@ -20,7 +20,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
 import random
+import socket
 import threading
 import time
 from typing import Any
@@ -51,18 +53,35 @@ class SharedReach:
     TTL_S = 86400
 
     def __init__(self, r: Any, profile: str, base_url: str) -> None:
-        self._r = r
+        self._r, self.profile = r, profile
+        self.worker = f"{socket.gethostname()}:{os.getpid()}"
         self.key = f"ept:reached:{profile}:{hashlib.sha1(base_url.encode()).hexdigest()[:12]}"
 
     def mark(self) -> None:
         with contextlib.suppress(Exception):  # the broker down: this process still knows for itself
             self._r.set(self.key, "1", ex=self.TTL_S)
 
+    def report(self, state: dict[str, Any] | None) -> None:
+        """This process's outage under way (None: over), for the coordinator's progress line."""
+        from elo_per_token.contracts.weather import report_outage
+
+        with contextlib.suppress(Exception):  # the broker down too: the summary still says it afterwards
+            report_outage(self._r, self.profile, self.worker, state)
+
     def seen(self) -> bool:
         try:
             return bool(self._r.exists(self.key))
         except Exception:
             return False
+
+
+def outage_text(what: str, since_wall: float, patience: float, elapsed: float) -> str:
+    """'provider unreachable since 12:03:10, waiting (patience 10 min)': the progress line of a local sweep
+    (Outage.describe) and of a Celery one (from the workers' reports, contracts.weather.read_outage)."""
+    at = time.strftime("%H:%M:%S", time.localtime(since_wall))
+    if elapsed >= patience:
+        return f"provider {what} since {at}: patience ({format_patience(patience)}) spent, failing jobs"
+    return f"provider {what} since {at}, waiting (patience {format_patience(patience)})"
 
 
 def format_patience(seconds: float) -> str:
@@ -126,6 +145,12 @@ class Outage:
     def note(self, err: ProviderError | None, probe: bool) -> bool:
         """Record an attempt's outcome (None: a 2xx). True when the failure came during an outage already under
         way: the caller retries it through `admit` without counting it against max_retries."""
+        was_down = self.since is not None
+        out = self._note(err, probe)
+        self._share(was_down, probe)
+        return out
+
+    def _note(self, err: ProviderError | None, probe: bool) -> bool:
         with self._cond:
             now = time.monotonic()
             if probe:
@@ -166,16 +191,25 @@ class Outage:
 
     def describe(self) -> str | None:
         """'provider unreachable since 12:03:10, waiting (patience 10 min)' while an outage lasts, else None."""
+        since, state = self.since, self.state()  # read once: another thread may end the outage meanwhile
+        if state is None or since is None:
+            return None
+        return outage_text(state["what"], state["since"], self.patience, time.monotonic() - since)
+
+    def state(self) -> dict[str, Any] | None:
+        """The outage under way for other processes to show (contracts.weather.report_outage), else None."""
         since, last = self.since, self.last
         if since is None or last is None:
             return None
         what = "unreachable" if last.error_class == "unreachable" else f"answering {last.status}"
-        at = time.strftime("%H:%M:%S", time.localtime(self.since_wall))
-        if time.monotonic() - since >= self.patience:
-            return (
-                f"provider {what} since {at}: patience ({format_patience(self.patience)}) spent, failing jobs"
-            )
-        return f"provider {what} since {at}, waiting (patience {format_patience(self.patience)})"
+        return {"since": self.since_wall, "what": what, "patience": self.patience}
+
+    def _share(self, was_down: bool, probe: bool) -> None:
+        """Tell the profile's other processes (the Celery coordinator's progress line) that an outage began,
+        goes on (a failed probe: the report stays fresh) or ended. Outside the lock: a Redis round trip."""
+        down = self.since is not None
+        if self.shared is not None and (was_down != down or (down and probe)):
+            self.shared.report(self.state())
 
     def waited_s(self) -> float:
         """Seconds of outage so far: the ended ones and the one under way."""

@@ -31,7 +31,7 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from elo_per_token.common.tomlpos import toml_line
@@ -40,7 +40,11 @@ from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.secrets import mask, mask_url
 from elo_per_token.contracts.settings import read_str
 
-PROTOCOLS = ("openai", "anthropic")
+if TYPE_CHECKING:  # the bounds in the annotations, resolved by common.checked when a profile file is read
+    from annotated_types import Ge, Gt, Interval
+
+ProtocolName = Literal["openai", "anthropic"]
+PROTOCOLS: tuple[ProtocolName, ...] = get_args(ProtocolName)
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 # How long an outage is waited out before jobs fail, by default (egress.outage).
@@ -57,33 +61,48 @@ _SECRET_HEADER = re.compile(r"auth|key|token|secret|cookie", re.IGNORECASE)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+_POSITIVE = {"must": "a positive finite number"}
+_COUNT = {"must": "a positive integer"}
+_PRICE = {"must": "a finite number >= 0"}
+
+
 @dataclass(frozen=True)
 class Profile:
+    """A provider profile. The fields a profiles file sets are checked by their annotations (types, bounds:
+    `_validate` through common.checked); `metadata["must"]` is the rule in the words an error shows."""
+
     name: str
-    protocol: str
+    protocol: ProtocolName
     base_url: str
     api_key_env: str
     model: str
-    timeout: float = 120.0  # total seconds per request attempt (connect to last byte), not per read
-    max_retries: int = 3
-    rpm: int | None = None
-    tpm: int | None = None
-    headers: dict[str, str] = field(default_factory=dict)
+    # total seconds per request attempt (connect to last byte), not per read
+    timeout: Annotated[float, Gt(0)] = field(default=120.0, metadata=_POSITIVE)
+    max_retries: Annotated[int, Ge(0)] = field(default=3, metadata={"must": "an integer >= 0"})
+    rpm: Annotated[int, Ge(1)] | None = field(default=None, metadata=_COUNT)
+    tpm: Annotated[int, Ge(1)] | None = field(default=None, metadata=_COUNT)
+    headers: dict[str, str] = field(
+        default_factory=dict, metadata={"must": "a table of strings", "secret": True}
+    )
     supports_n: bool = False
-    price_in_per_1m: float | None = None
-    price_out_per_1m: float | None = None
-    price_cached_in_per_1m: float | None = None  # cached input tokens; None = priced as fresh input
-    generation: dict[str, Any] = field(
-        default_factory=dict
-    )  # defaults for every request (contracts.generation)
+    price_in_per_1m: Annotated[float, Ge(0)] | None = field(default=None, metadata=_PRICE)
+    price_out_per_1m: Annotated[float, Ge(0)] | None = field(default=None, metadata=_PRICE)
+    # cached input tokens; None = priced as fresh input
+    price_cached_in_per_1m: Annotated[float, Ge(0)] | None = field(default=None, metadata=_PRICE)
+    # defaults for every request (contracts.generation)
+    generation: dict[str, Any] = field(default_factory=dict)
     stream: bool = False  # ask for SSE streams (usage from the final event, recorded as from plain responses)
     # The model's context window in tokens, when known: prompts that cannot fit are refused before sending
     # (context_overflow) and max_tokens is lowered to what the window leaves.
-    context_length: int | None = None
+    context_length: Annotated[int, Ge(1)] | None = field(default=None, metadata=_COUNT)
     small_fast_model: str | None = None  # Claude Code's ANTHROPIC_SMALL_FAST_MODEL; defaults to `model`
-    max_response_mb: float = DEFAULT_MAX_RESPONSE_MB  # a response body past this is not read (transient)
+    # a response body past this is not read (transient)
+    max_response_mb: Annotated[float, Gt(0)] = field(default=DEFAULT_MAX_RESPONSE_MB, metadata=_POSITIVE)
     # Seconds an endpoint that answered before may stay down (refused, 5xx) before its jobs fail (egress.outage).
-    patience: float = DEFAULT_PATIENCE_S
+    patience: Annotated[float, Interval(ge=0, le=MAX_PATIENCE_S)] = field(
+        default=DEFAULT_PATIENCE_S,
+        metadata={"must": f"between 0 and {MAX_PATIENCE_S:g} seconds (0: no outage is waited out)"},
+    )
     # A key handed in by code that made it (`ept demo`'s throwaway key for its in-process simulator), used
     # instead of $api_key_env; never in a profiles file (a literal key field is refused there), a manifest or
     # a repr (public_dict drops it).
@@ -123,67 +142,36 @@ class Profile:
         return dataclasses.replace(self, base_url=url)
 
 
-_SPEC: dict[str, tuple[type | tuple[type, ...], bool]] = {
-    # field: (accepted types, required)
-    "protocol": (str, False),
-    "base_url": (str, True),
-    "api_key_env": (str, True),
-    "model": (str, True),
-    "timeout": ((int, float), False),
-    "max_retries": (int, False),
-    "rpm": (int, False),
-    "tpm": (int, False),
-    "headers": (dict, False),
-    "supports_n": (bool, False),
-    "stream": (bool, False),
-    "context_length": (int, False),
-    "price_in_per_1m": ((int, float), False),
-    "price_out_per_1m": ((int, float), False),
-    "price_cached_in_per_1m": ((int, float), False),
-    "small_fast_model": (str, False),
-    "max_response_mb": ((int, float), False),
-    "patience": ((int, float), False),
-}
+# Profile fields a profiles file does not set: the name is the table's, generation settings sit at the top level
+# of the table (checked by contracts.generation), an inline key is never in a file.
+_NOT_IN_FILE = frozenset({"name", "generation", "inline_key"})
+_FILE_FIELDS = frozenset(f.name for f in dataclasses.fields(Profile)) - _NOT_IN_FILE
 _GEN_FIELDS = frozenset(gen_settings.FIELDS)
 
 
-def _check_values(raw: dict[str, Any], err: Callable[[str, str | None], InputError]) -> tuple[str, str]:
-    """The values of a profile whose fields have the right types: protocol, key variable name, URL, prices,
-    limits and headers; returns (protocol, api_key_env)."""
-    protocol = raw.get("protocol", "openai")
-    if protocol not in PROTOCOLS:
-        raise err(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}", "protocol")
-    env = raw["api_key_env"]
+def _check_values(values: dict[str, Any], err: Callable[[str, str | None], InputError]) -> None:
+    """What the field types cannot say: the key variable is a NAME (shown masked: it may be a pasted key), the
+    URL is http(s), no header carries a credential."""
+    env = values["api_key_env"]
     if not _ENV_NAME.match(env):
         raise err(
             f"api_key_env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), not {mask(env)}",
             "api_key_env",
         )
-    parts = urlsplit(raw["base_url"].strip())
+    parts = urlsplit(values["base_url"])
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise err(f"base_url must be an http(s) URL, got {raw['base_url']!r}", "base_url")
-    for k in ("price_in_per_1m", "price_out_per_1m", "price_cached_in_per_1m"):
-        if k in raw and not raw[k] >= 0:
-            raise err("must be >= 0", k)
-    if "patience" in raw and (not raw["patience"] >= 0 or raw["patience"] > MAX_PATIENCE_S):
-        raise err(
-            f"must be between 0 and {MAX_PATIENCE_S:g} seconds (0: no outage is waited out)", "patience"
-        )
-    for k in ("timeout", "max_retries", "rpm", "tpm", "context_length", "max_response_mb"):
-        # `not >=` also refuses NaN (TOML allows nan and inf); inf would disable the deadline or the cap.
-        if k in raw and (not raw[k] >= (0 if k == "max_retries" else 1e-9) or raw[k] == float("inf")):
-            raise err("must be positive and finite", k)
-    for hk, hv in raw.get("headers", {}).items():
-        if not isinstance(hv, str):
-            raise err(f"header {hk!r} must be a string", "headers")
+        raise err(f"base_url must be an http(s) URL, got {values['base_url']!r}", "base_url")
+    for hk, hv in values["headers"].items():
         if _SECRET_HEADER.search(hk):
             raise err(
                 f"header {hk!r} looks like a credential ({mask(hv)}); use api_key_env instead", "headers"
             )
-    return protocol, env
 
 
 def _validate(name: str, raw: Any, file: str, text: str) -> Profile:
+    """One [profiles.NAME] table as a Profile; InputError naming file, line and field (keys never shown)."""
+    from elo_per_token.common.checked import ModelError, checked_fields  # pydantic: when a file is read
+
     def err(msg: str, key: str | None) -> InputError:
         return InputError(
             msg,
@@ -202,44 +190,24 @@ def _validate(name: str, raw: Any, file: str, text: str) -> Profile:
                 f'api_key_env = "SOME_VAR", then export SOME_VAR in the environment or CI secret',
                 k,
             )
-    unknown = sorted(set(raw) - set(_SPEC) - _GEN_FIELDS)
+    unknown = sorted(set(raw) - _FILE_FIELDS - _GEN_FIELDS)
     if unknown:
-        known = ", ".join(sorted(set(_SPEC) | _GEN_FIELDS))
+        known = ", ".join(sorted(_FILE_FIELDS | _GEN_FIELDS))
         raise err(f"unknown field(s) {', '.join(unknown)}; known: {known}", unknown[0])
     generation = gen_settings.check({k: v for k, v in raw.items() if k in _GEN_FIELDS}, err)
-    for k, (types, required) in _SPEC.items():
-        if k not in raw:
-            if required:
-                raise err(f"missing required field '{k}'", None)
-            continue
-        v = raw[k]
-        accepted = types if isinstance(types, tuple) else (types,)
-        # bool is an int subclass: never accept true/false as a number
-        if not isinstance(v, accepted) or (isinstance(v, bool) and bool not in accepted):
-            raise err(f"expected {' or '.join(t.__name__ for t in accepted)}, got {type(v).__name__}", k)
-    protocol, env = _check_values(raw, err)
-    return Profile(
-        name=name,
-        protocol=protocol,
-        base_url=raw["base_url"].strip(),
-        api_key_env=env,
-        model=raw["model"],
-        timeout=float(raw.get("timeout", 120.0)),
-        max_retries=int(raw.get("max_retries", 3)),
-        rpm=raw.get("rpm"),
-        tpm=raw.get("tpm"),
-        headers=dict(raw.get("headers", {})),
-        supports_n=bool(raw.get("supports_n", False)),
-        stream=bool(raw.get("stream", False)),
-        context_length=raw.get("context_length"),
-        price_in_per_1m=raw.get("price_in_per_1m"),
-        price_out_per_1m=raw.get("price_out_per_1m"),
-        price_cached_in_per_1m=raw.get("price_cached_in_per_1m"),
-        generation=generation,
-        small_fast_model=raw.get("small_fast_model"),
-        max_response_mb=float(raw.get("max_response_mb", DEFAULT_MAX_RESPONSE_MB)),
-        patience=float(raw.get("patience", DEFAULT_PATIENCE_S)),
-    )
+    try:
+        values = checked_fields(
+            Profile,
+            {"protocol": "openai", **{k: v for k, v in raw.items() if k in _FILE_FIELDS}},
+            _NOT_IN_FILE,
+        )
+    except ModelError as e:
+        if e.message == "missing required field":
+            raise err(f"missing required field '{e.key}'", None) from None
+        raise err(f"{e.key} {e.message}" if e.key == "protocol" else e.message, e.key) from None
+    values["base_url"] = values["base_url"].strip()
+    _check_values(values, err)
+    return Profile(name=name, generation=generation, **values)
 
 
 def default_profile() -> Profile:
@@ -273,11 +241,17 @@ def load_profiles(path: str | Path | None = None) -> dict[str, Profile]:
             text = p.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise InputError("profile file not found", file=file) from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"cannot read profile file: {e}", file=file) from None
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             m = re.search(r"line (\d+)", str(e))
             raise InputError(f"invalid TOML: {e}", file=file, line=int(m.group(1)) if m else None) from None
+        except RecursionError:
+            raise InputError("invalid TOML: nested too deeply", file=file) from None
+        except ValueError as e:  # tomllib lets int()'s digit limit through (4,300+ digits)
+            raise InputError(f"invalid TOML: {e}", file=file) from None
         extra = sorted(set(data) - {"profiles"})
         if extra:
             raise InputError(

@@ -24,16 +24,20 @@ def _env(rig: Any) -> dict[str, str | None]:
 
 
 def measure_celery(sim_url: str, client: str, redis_url: str, tmp: Path, *, rpm: int, tpm: int, window_s: float,
-                   per_family: int, workers: int = 2, threads: int = 4, free: float | None = None) -> dict[str, Any]:  # fmt: skip
-    """One Celery sweep ("celery-limits": rpm/tpm on the profile; "celery-headers": none) through a fresh
-    proxy: its 429s and span as a share of the schedules the limits allow."""
+                   per_family: int, workers: int = 2, threads: int = 4, free: float | None = None,
+                   latency_s: float = 0.0) -> dict[str, Any]:  # fmt: skip
+    """One Celery sweep ("celery-limits": rpm/tpm on the profile; "celery-headers": none; "celery-free": no
+    limits at the proxy, for the sweep's own pace) through a fresh proxy: its 429s and span as a share of the
+    schedules the limits allow."""
     import redis
 
     from elo_per_token.coordinator.sweep import execute
     from elo_per_token.egress.profiles import get_profile
 
     tmp.mkdir(parents=True, exist_ok=True)
-    proxy = RateLimitProxy(sim_url, rpm=rpm, tpm=tpm, window_s=window_s).start()
+    unlimited = client == "celery-free"
+    proxy = RateLimitProxy(sim_url, rpm=10**9 if unlimited else rpm, tpm=10**12 if unlimited else tpm,
+                           window_s=window_s).start()  # fmt: skip
     rig = fault_rig(tmp, proxy.url, name=client, ledger=str(tmp / "ledger"), per_family=per_family,
                     concurrency=workers * threads, max_retries=8, timeout=60)  # fmt: skip
     if client == "celery-limits":
@@ -56,5 +60,7 @@ def measure_celery(sim_url: str, client: str, redis_url: str, tmp: Path, *, rpm:
     if not out.completed or out.tally.failed:
         raise RuntimeError(f"{client}: the sweep did not finish cleanly: {dict(out.tally.failures)}")
     ok = proxy.stats["ok"]
+    if unlimited:
+        return {"client": client, "calls": ok, "calls_per_s": round(ok / proxy.span_s(), 1)}
     return schedule_row(client, proxy.stats, ok, proxy.stats["tokens"], proxy.span_s(), rpm=rpm, tpm=tpm,
-                        window_s=window_s, free=free)  # fmt: skip
+                        window_s=window_s, free=free, latency_s=latency_s)  # fmt: skip

@@ -34,15 +34,15 @@ class RateLimitProxy:
         self.stats = {"requests": 0, "ok": 0, "429": 0, "tokens": 0}
         self.events: list[tuple[float, int]] = []  # (monotonic arrival, status): the timeline, for diagnosis
         self.last_done = 0.0  # when the last forwarded reply completed
+        self.url = ""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
 
     def span_s(self) -> float:
         """From the first request's arrival to the last reply: the schedule the provider saw (a client's start-up
         before its first call is not the limiter's time)."""
         return self.last_done - self.events[0][0] if self.events else 0.0
-        self.url = ""
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._session: aiohttp.ClientSession | None = None
 
     def _expire(self, now: float) -> tuple[int, int]:
         while self.reqs and self.reqs[0] <= now - self.window:
@@ -158,25 +158,33 @@ class RateLimitProxy:
         loop.call_soon_threadsafe(loop.stop)
 
 
-def best_schedule_s(calls: int, tokens: int, rpm: int, tpm: int, window_s: float) -> float:
-    """The shortest wall time the window allows for `calls` calls of `tokens` tokens in all (replies taking
-    no time): whole windows' budgets spent at once, the last one started after the others expired."""
+def bound_schedule_s(calls: int, tokens: int, rpm: int, tpm: int, window_s: float) -> float:
+    """A lower bound no client reaches: whole windows' budgets spent in no time (replies taking none), the
+    last window started when the others expired."""
     per_req, per_tok = rpm * window_s / 60, tpm * window_s / 60
     windows = max(math.ceil(calls / per_req), math.ceil(tokens / per_tok))
     return (windows - 1) * window_s
 
 
+def best_schedule_s(
+    calls: int, tokens: int, rpm: int, tpm: int, window_s: float, pace: float, latency_s: float = 0.0
+) -> float:
+    """The shortest wall time any client sending at most `pace` calls a second (its pace with no limits to
+    meet: its concurrency over the server's latency, and its own overhead) can reach through this proxy. Each
+    window's budget goes at `pace`; the next window's calls can arrive exactly `window_s` after the ones whose
+    room they take — when requests bind (counted at arrival) — or `window_s` after those completed, when
+    tokens bind (counted when the reply completes: `latency_s` later); the last window's calls at `pace`.
+    bound_schedule_s (replies taking no time) is unreachable by construction: 200 calls of a sliding
+    minute's last window take 8 s at 25 calls/s, 12% of a 68-s schedule."""
+    per_req, per_tok = rpm * window_s / 60, tpm * window_s / 60
+    by_req, by_tok = math.ceil(calls / per_req), math.ceil(tokens / per_tok)
+    windows = max(by_req, by_tok)
+    shift = window_s + (latency_s if by_tok > by_req else 0.0)
+    per_window = min(per_req, per_tok / max(1.0, tokens / max(1, calls)))
+    last = max(0.0, calls - (windows - 1) * per_window)
+    return (windows - 1) * shift + last / max(pace, 1e-9)
+
+
 def sustained_schedule_s(calls: int, tokens: int, rpm: int, tpm: int) -> float:
     """The wall time at the sustained limit (no first-window burst): what a pacing client can reach."""
     return max(calls / rpm, tokens / tpm) * 60
-
-
-def reachable_schedule_s(
-    calls: int, tokens: int, rpm: int, tpm: int, window_s: float, free_calls_per_s: float
-) -> float:
-    """The best schedule plus the time the last window's calls take at the client's unlimited pace (the same
-    calls through a proxy with no limits): its threads cannot send a window's budget in no time."""
-    best = best_schedule_s(calls, tokens, rpm, tpm, window_s)
-    per_window = min(rpm * window_s / 60, tpm * window_s / 60 / max(1.0, tokens / max(1, calls)))
-    last = max(0.0, calls - (best / window_s) * per_window)
-    return best + last / max(free_calls_per_s, 1e-9)

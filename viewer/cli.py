@@ -12,44 +12,49 @@ from elo_per_token.contracts.errors import InputError
 VIEW_PORT = 8766
 
 
+_TargetOpt = Annotated[
+    str,
+    typer.Argument(
+        help="A ledger (folder or s3://bucket/prefix) or a run in one (…/runs/ID, or a run id in --ledger)."
+    ),
+]
+_LedgerOpt = Annotated[
+    str | None,
+    typer.Option("--ledger", help="Ledger holding a run given by id; default ./ept-out/ledger."),
+]
+_HostOpt = Annotated[str, typer.Option("--host", help="Address to listen on (default: this machine only).")]
+_PortOpt = Annotated[
+    int,
+    typer.Option("--port", help=f"Port (default {VIEW_PORT}; `ept simulate` has 8765); 0 picks a free one."),
+]
+_BudgetOpt = Annotated[
+    str | None,
+    typer.Option("--budget", help="Tokens (3k) or dollars ($0.002) per task for the recommendation."),
+]
+_MarginOpt = Annotated[
+    float,
+    typer.Option(
+        "--margin", help="Elo: the recommendation's equivalence margin (as `ept analyze --margin`)."
+    ),
+]
+_TokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="EPT_VIEW_TOKEN",
+        help="Required in every request (?token= or its cookie); generated when --host is not loopback.",
+    ),
+]
+
+
 def view(
-    target: Annotated[
-        str,
-        typer.Argument(
-            help="A ledger (folder or s3://bucket/prefix) or a run in one (…/runs/ID, or a run id in --ledger)."
-        ),
-    ] = "ept-out/ledger",
-    ledger: Annotated[
-        str | None,
-        typer.Option("--ledger", help="Ledger holding a run given by id; default ./ept-out/ledger."),
-    ] = None,
-    host: Annotated[
-        str, typer.Option("--host", help="Address to listen on (default: this machine only).")
-    ] = "127.0.0.1",
-    port: Annotated[
-        int,
-        typer.Option(
-            "--port", help=f"Port (default {VIEW_PORT}; `ept simulate` has 8765); 0 picks a free one."
-        ),
-    ] = VIEW_PORT,
-    budget: Annotated[
-        str | None,
-        typer.Option("--budget", help="Tokens (3k) or dollars ($0.002) per task for the recommendation."),
-    ] = None,
-    margin: Annotated[
-        float,
-        typer.Option(
-            "--margin", help="Elo: the recommendation's equivalence margin (as `ept analyze --margin`)."
-        ),
-    ] = 10.0,
-    token: Annotated[
-        str | None,
-        typer.Option(
-            "--token",
-            envvar="EPT_VIEW_TOKEN",
-            help="Required in every request (?token= or its cookie); generated when --host is not loopback.",
-        ),
-    ] = None,
+    target: _TargetOpt = "ept-out/ledger",
+    ledger: _LedgerOpt = None,
+    host: _HostOpt = "127.0.0.1",
+    port: _PortOpt = VIEW_PORT,
+    budget: _BudgetOpt = None,
+    margin: _MarginOpt = 10.0,
+    token: _TokenOpt = None,
 ) -> None:
     """Serve the runs, their tables, an interactive Elo-vs-tokens plot, the arms x tasks grid and job transcripts."""
     from elo_per_token.analysis.recommend import check_margin, parse_budget

@@ -81,6 +81,8 @@ def make_app(url: str | None = None, profiles: str | None = None) -> Celery:
     tasks resolve profile names with (None: EPT_PROFILES, else ./profiles.toml, as egress.profiles looks)."""
     url = url or broker_url()
     vt = lease_seconds()
+    # Where code is graded: read once here, installed before each job (not re-read from the environment per job).
+    route = grading_route()
     app = Celery("ept", broker=url, backend=settings.read_str("EPT_RESULT_BACKEND") or url)
     app.conf.update(
         task_serializer="json",
@@ -115,7 +117,7 @@ def make_app(url: str | None = None, profiles: str | None = None) -> Celery:
     def run_job_task(self: Any, job: dict[str, Any], ctx: CeleryJobContextDict) -> JobSummary:
         from elo_per_token.worker.celery_job import celery_run_job
 
-        route_grading(app)  # this worker's environment says where code is graded
+        route_grading(app, route)  # where code is graded, as this worker's environment said at start
         return celery_run_job(self, job, ctx, profiles=profiles)
 
     @app.task(name="ept.grade_code", shared=False, acks_late=True)  # type: ignore[untyped-decorator]
@@ -130,15 +132,24 @@ def make_app(url: str | None = None, profiles: str | None = None) -> Celery:
     return app
 
 
-def route_grading(app: Celery) -> None:
-    """With EPT_GRADE_QUEUE set, this process grades code on that queue through `app` (a grader worker with
-    no keys runs the tests); without it, in its own sandbox. Called before a job runs (a Celery job here, or
-    a local sweep's jobs)."""
-    from elo_per_token.worker.graders.code import use_test_runner
-    from elo_per_token.worker.graders.remote import grade_queue, queue_runner
+def grading_route(env: Mapping[str, str] | None = None) -> tuple[str | None, float]:
+    """Where this process grades code: the grader queue (EPT_GRADE_QUEUE; None: its own sandbox) and how long a
+    job waits for a verdict there (EPT_GRADE_TIMEOUT). Read once at the worker's edge (`make_app`)."""
+    from elo_per_token.worker.graders.remote import grade_queue
 
-    queue = grade_queue()
-    use_test_runner(queue_runner(app, queue, grade_timeout_s()) if queue else None)
+    queue = grade_queue(env)
+    return queue, grade_timeout_s(env) if queue else 0.0
+
+
+def route_grading(app: Celery, route: tuple[str | None, float] | None = None) -> None:
+    """With a grader queue (`route`, default `grading_route()`), this process grades code on that queue through
+    `app` (a grader worker with no keys runs the tests); without it, in its own sandbox. Called before a job
+    runs (a Celery job here, or a local sweep's jobs)."""
+    from elo_per_token.worker.graders.code import use_test_runner
+    from elo_per_token.worker.graders.remote import queue_runner
+
+    queue, wait_s = route or grading_route()
+    use_test_runner(queue_runner(app, queue, wait_s) if queue else None)
 
 
 def __getattr__(name: str) -> Celery:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict, Job, JobSummary
 from elo_per_token.ledger import Ledger
+from elo_per_token.worker.journal import claim_key
 from elo_per_token.worker.lifecycle import _cached, _refused, _summary, ledger_for, perform_job, provider_for
 from elo_per_token.worker.taskcheck import ForgedTask, RunTasks
 
@@ -41,7 +42,7 @@ class Claims:
 
     @staticmethod
     def key(job: Job) -> str:
-        return f"ept:claim:{job.run_id}:{job.key}"
+        return claim_key(job.run_id, job.key)
 
     def acquire(self, job: Job) -> bool:
         key = self.key(job)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,18 @@ MAX_LINES = 100_000
 
 _active: dict[tuple[str, str], tuple[CallJournal, str]] = {}
 _active_lock = threading.Lock()
+
+
+# The end of a sweep waits this long for a journal's job claim: a dead worker's lease (worker.celery_job.Claims,
+# 20 s) runs out within it; a live holder (a delivery still running) keeps its journal.
+END_WAIT_S = 25.0
+MAX_JOURNALS = 100_000  # journals of one run read at a sweep's end at most (the broker may hold anything)
+_RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
+
+def claim_key(run_id: str, key: str) -> str:
+    """The Redis lease a delivery of the job holds while it runs (worker.celery_job.Claims)."""
+    return f"ept:claim:{run_id}:{key}"
 
 
 def _set_key(run_id: str, key: str) -> str:
@@ -93,12 +106,15 @@ class CallJournal:
             self._drop(job, attempt)
 
     def _drop(self, job: Job, attempt: str) -> None:
+        self._drop_key(job.run_id, job.key, attempt)
+
+    def _drop_key(self, run_id: str, key: str, attempt: str) -> None:
         with self._lock:
             self._listed.discard(attempt)
         with contextlib.suppress(Exception):
             pipe = self.r.pipeline(transaction=False)
-            pipe.delete(_list_key(job.run_id, job.key, attempt))
-            pipe.srem(_set_key(job.run_id, job.key), attempt)
+            pipe.delete(_list_key(run_id, key, attempt))
+            pipe.srem(_set_key(run_id, key), attempt)
             pipe.execute()
 
     def release(self, job: Job) -> None:
@@ -109,34 +125,81 @@ class CallJournal:
     def recover(self, ledger: Ledger, job: Job) -> int:
         """Write the journals an earlier, dead delivery of `job` left as spent objects; the calls recovered.
         Call only with the job's claim held."""
+        return self.recover_key(ledger, job.run_id, job.key)
+
+    def recover_key(self, ledger: Ledger, run_id: str, key: str) -> int:
+        """`recover` by the job's run and key (the end of a sweep knows only the journal's name)."""
         from elo_per_token.contracts.spent import SPENT_DIR, SPENT_SUFFIX, spent_bytes
 
         try:
             attempts = sorted(
-                a.decode() if isinstance(a, bytes) else str(a)
-                for a in self.r.smembers(_set_key(job.run_id, job.key))
+                a.decode() if isinstance(a, bytes) else str(a) for a in self.r.smembers(_set_key(run_id, key))
             )
         except Exception:
             return 0
         recovered = 0
         for attempt in attempts:
             name = f"{SPENT_DIR}{attempt}{SPENT_SUFFIX}"
-            lines = _parsed(self.r.lrange(_list_key(job.run_id, job.key, attempt), 0, MAX_LINES))
+            lines = _parsed(self.r.lrange(_list_key(run_id, key, attempt), 0, MAX_LINES))
             committed = bool(lines) and lines[-1] == COMMIT
             calls = [x for x in lines if isinstance(x, dict) and x.get("kind") == "call"]
-            done = ledger.get_blob(job.run_id, name) is not None or (
-                committed and ledger.has_job(job.run_id, job.key)
-            )
+            done = ledger.get_blob(run_id, name) is not None or (committed and ledger.has_job(run_id, key))
             if calls and not done:
                 ledger.put_blob(
-                    job.run_id, name, spent_bytes(calls, reason="lost", error_class=None, attempt=0, at=0.0)
+                    run_id, name, spent_bytes(calls, reason="lost", error_class=None, attempt=0, at=0.0)
                 )
                 recovered += len(calls)
-            self._drop(job, attempt)
+            self._drop_key(run_id, key, attempt)
             with _active_lock:
-                if _active.get((job.run_id, job.key), (None, ""))[1] == attempt:
-                    _active.pop((job.run_id, job.key), None)
+                if _active.get((run_id, key), (None, ""))[1] == attempt:
+                    _active.pop((run_id, key), None)
         return recovered
+
+
+def _glob_escape(s: str) -> str:
+    """`s` matched literally by a Redis SCAN pattern (a run id may hold `*`, `?`, `[`)."""
+    return "".join("\\" + c if c in "*?[]\\^" else c for c in s)
+
+
+def journaled_keys(r: redis.Redis, run_id: str, limit: int = MAX_JOURNALS) -> list[str]:
+    """The keys of the run's jobs with a journal left on the broker (at most `limit`)."""
+    prefix = _set_key(run_id, "")
+    out: list[str] = []
+    for k in r.scan_iter(match=_glob_escape(prefix) + "*", count=1000):
+        name = k.decode(errors="replace") if isinstance(k, bytes) else str(k)
+        if name.startswith(prefix) and len(out) < limit:
+            out.append(name[len(prefix) :])
+        if len(out) >= limit:
+            break
+    return out
+
+
+def recover_run(r: redis.Redis, ledger: Ledger, run_id: str, wait_s: float = END_WAIT_S) -> tuple[int, int]:
+    """At the end of a sweep: turn every journal of `run_id` no live delivery holds into a spent object, so a
+    call paid for by a delivery that died (and was never delivered again: the sweep ended, the run was stopped
+    or went over its budget) is recorded by the end of the sweep. Each job's claim is taken first (a dead
+    holder's lease runs out within `wait_s`). Returns (calls recovered, journals left to a live holder)."""
+    journal, owner = CallJournal(r), f"ept-sweep-end:{uuid.uuid4().hex}"
+    pending, recovered = journaled_keys(r, run_id), 0
+    deadline = time.monotonic() + wait_s
+    while pending:
+        held = []
+        for key in pending:
+            ck = claim_key(run_id, key)
+            if not r.set(ck, owner, nx=True, px=60_000):
+                held.append(key)
+                continue
+            try:
+                recovered += journal.recover_key(ledger, run_id, key)
+            finally:
+                with contextlib.suppress(Exception):
+                    r.eval(_RELEASE, 1, ck, owner)
+        pending = held
+        if pending and time.monotonic() < deadline:
+            time.sleep(0.5)
+        else:
+            break
+    return recovered, len(pending)
 
 
 def _parsed(raw: list[Any]) -> list[dict[str, Any]]:

@@ -46,36 +46,45 @@ def _finish(col: Collector, out: str, what: str) -> None:
     typer.echo(f"next: ept analyze {out}")
 
 
+_OutputsOpt = Annotated[
+    list[str] | None, typer.Argument(help="Batch output file(s) (JSONL from the batch's output_file_id)")
+]
+_InputFileOpt = Annotated[
+    str | None,
+    typer.Option("--input", help="the batch input file (request body.metadata maps custom_id)"),
+]
+_MappingOpt = Annotated[
+    str | None, typer.Option("--mapping", help="CSV/JSONL: custom_id, task_id, arm, replicate, family")
+]
+_IdTemplateOpt = Annotated[
+    str | None,
+    typer.Option("--id-template", help="parse custom_id, e.g. '{task_id}__{arm}__r{replicate}'"),
+]
+_OutcomesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--outcomes", help="CSV/JSONL scores: custom_id (or task_id, arm, replicate) + score|correct"
+    ),
+]
+_WriteTemplateOpt = Annotated[
+    str | None,
+    typer.Option("--write-template", help="write a mapping CSV to fill in, from --input, and stop"),
+]
+_SkipBadOpt = Annotated[
+    bool, typer.Option("--skip-bad", help="Skip bad lines (reported) instead of stopping.")
+]
+
+
 @import_app.command("batch")
 def batch_cmd(
-    outputs: Annotated[
-        list[str] | None, typer.Argument(help="Batch output file(s) (JSONL from the batch's output_file_id)")
-    ] = None,
+    outputs: _OutputsOpt = None,
     out: Annotated[str | None, typer.Option("--out", "-o", help="records JSONL to write")] = None,
-    input_file: Annotated[
-        str | None,
-        typer.Option("--input", help="the batch input file (request body.metadata maps custom_id)"),
-    ] = None,
-    mapping: Annotated[
-        str | None, typer.Option("--mapping", help="CSV/JSONL: custom_id, task_id, arm, replicate, family")
-    ] = None,
-    id_template: Annotated[
-        str | None,
-        typer.Option("--id-template", help="parse custom_id, e.g. '{task_id}__{arm}__r{replicate}'"),
-    ] = None,
-    outcomes: Annotated[
-        str | None,
-        typer.Option(
-            "--outcomes", help="CSV/JSONL scores: custom_id (or task_id, arm, replicate) + score|correct"
-        ),
-    ] = None,
-    write_template: Annotated[
-        str | None,
-        typer.Option("--write-template", help="write a mapping CSV to fill in, from --input, and stop"),
-    ] = None,
-    skip_bad: Annotated[
-        bool, typer.Option("--skip-bad", help="Skip bad lines (reported) instead of stopping.")
-    ] = False,
+    input_file: _InputFileOpt = None,
+    mapping: _MappingOpt = None,
+    id_template: _IdTemplateOpt = None,
+    outcomes: _OutcomesOpt = None,
+    write_template: _WriteTemplateOpt = None,
+    skip_bad: _SkipBadOpt = False,
 ) -> None:
     """OpenAI Batch API output -> call records (usage per response) + outcome records (your scores)."""
     from elo_per_token.analysis.imports.batch import import_batch, mapping_template

@@ -112,3 +112,27 @@ def test_worker_broker_option_reaches_its_start_failure_report(tmp_path: Path, r
     left = r.get(worker_error_key(queue))
     assert left is not None and b"EPT_WORKER_LEDGERS" in left
     assert redis_server.password not in done.stderr
+
+
+def test_a_celery_worker_reads_where_code_is_graded_once_when_its_app_is_built(monkeypatch) -> None:
+    """EPT_GRADE_QUEUE / EPT_GRADE_TIMEOUT are read when the worker's app is built (its edge) and handed to
+    every job, not read from the environment again per job: a change after start moves no job's grading."""
+    from celery import Celery
+
+    from elo_per_token.worker.celery_app import grading_route, make_app, route_grading
+    from elo_per_token.worker.graders import code
+
+    assert grading_route({"EPT_GRADE_QUEUE": "grade", "EPT_GRADE_TIMEOUT": "30"}) == ("grade", 30.0)
+    assert grading_route({}) == (None, 0.0)
+    monkeypatch.delenv("EPT_GRADE_QUEUE", raising=False)
+    monkeypatch.setattr(code, "_test_runner", None)
+    app = make_app("memory://")
+    monkeypatch.setenv("EPT_GRADE_QUEUE", "grade")  # after start: the job below still grades locally
+    task = app.tasks["ept.run_job"]
+    with pytest.raises(TypeError):  # a job dict without fields fails after the routing
+        task.run({}, {})
+    assert code._test_runner is None
+    route_grading(Celery("x", broker="memory://"), ("grade", 5.0))
+    assert code._test_runner is not None
+    route_grading(app, (None, 0.0))
+    assert code._test_runner is None

@@ -6,6 +6,7 @@ The sweeps are real `ept sweep` processes (local executor) against the simulator
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
@@ -155,3 +156,31 @@ def test_two_concurrent_sweeps_of_one_run_pay_each_job_once(tmp_path, make_sim):
     with RunLease(led, rig.run_id, ttl_s=60):
         again = _ept("retry", rig.run_id, "--ledger", rig.ledger, env=rig.env(), cwd=tmp_path)
     assert again.returncode == 2 and f"pid {os.getpid()}" in again.stdout + again.stderr, again.stderr
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(note=st.one_of(st.none(), st.text(max_size=400)))
+def test_status_shows_a_running_session_and_its_note_as_text(tmp_path, note):
+    """coordinator.runlease.running_line: a held lease's note (the progress line's outage note) reaches `ept status`
+    at once (not at the next heartbeat), as text — markup and control characters escaped — and cut short; a
+    released lease shows nothing."""
+    from rich.console import Console
+
+    from elo_per_token.coordinator.runlease import running_line
+
+    led = FileLedger(tmp_path / f"l{time.monotonic_ns()}")
+    with RunLease(led, "r1", ttl_s=600) as lease:
+        lease.set_note(note)
+        expect = note or None
+        wait_until(
+            lambda: json.loads(led.get_blob("r1", _name(lease.gen)) or b"{}").get("note") == expect,
+            10,
+            "note",
+        )
+        line = bounded(lambda: running_line(led, "r1"), 2.0, 10)
+        assert line is not None and line.startswith("running now (host ")
+        rendered = Console(width=10_000, color_system=None, file=io.StringIO()).render_str(line).plain
+        assert "\x1b" not in rendered and len(rendered) < 700
+        if note and note.isalnum():
+            assert rendered.endswith(f": {note[:300]}")
+    assert running_line(led, "r1") is None  # released

@@ -120,17 +120,17 @@ def test_credential_header_is_rejected(tmp_path):
         (
             'base_url = "http://h/v1"\napi_key_env = "K"\nmodel = "m"\ntimeout = "slow"\n',
             "timeout",
-            "expected",
+            "must be a positive finite number, got 'slow'",
         ),
         (
             'base_url = "http://h/v1"\napi_key_env = "K"\nmodel = "m"\nsupports_n = 1\n',
             "supports_n",
-            "expected bool",
+            "must be true or false, got 1",
         ),
         (
             'base_url = "http://h/v1"\napi_key_env = "K"\nmodel = "m"\nmax_retries = true\n',
             "max_retries",
-            "expected",
+            "must be an integer >= 0, got True",
         ),
         (
             'base_url = "http://h/v1"\napi_key_env = "K"\nmodel = "m"\ntemprature = 1\n',

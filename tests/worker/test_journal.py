@@ -115,3 +115,64 @@ def test_recover_writes_only_parsable_calls_from_any_journal_bytes(redis_server,
         assert not r.exists(f"ept:journals:{job.run_id}:{job.key}")  # recovered journals are gone
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+_RUN_IDS = st.text(alphabet=st.sampled_from("ab*?[]\\^:-_x"), min_size=1, max_size=12)
+
+
+@pytest.mark.services
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(run_id=_RUN_IDS, other=_RUN_IDS)
+def test_the_end_of_a_sweep_recovers_its_own_runs_free_journals_only(redis_server, run_id, other):
+    """worker.journal.recover_run at a sweep's end: any run id (glob characters included) finds its own journals
+    only, never another run's; a journal whose claim a live delivery holds is left to it; a free one becomes a
+    spent object; bounded in time and memory."""
+    import shutil
+    import tempfile
+    import uuid
+
+    from bounds import bounded
+
+    from elo_per_token.ledger import FileLedger
+    from elo_per_token.worker.journal import claim_key, journaled_keys, recover_run
+
+    if other == run_id:
+        return
+    r = redis_server.client()
+    tag = uuid.uuid4().hex[:6]
+    run, oth = f"{run_id}{tag}", f"{other}{tag}"
+    call = json.dumps({"kind": "call", "arm": "a", "usage": {"prompt_tokens": 1, "completion_tokens": 2}})
+    for rid, key in ((run, "free"), (run, "held"), (oth, "free")):
+        r.rpush(f"ept:journal:{rid}:{key}:att", call)
+        r.sadd(f"ept:journals:{rid}:{key}", "att")
+    r.set(claim_key(run, "held"), "a-live-delivery", px=60_000)
+    root = tempfile.mkdtemp()
+    try:
+        assert sorted(journaled_keys(r, run)) == ["free", "held"]
+        recovered, held = bounded(lambda: recover_run(r, FileLedger(root), run, wait_s=0.0), 2.0, 20)
+        assert (recovered, held) == (1, 1)
+        assert r.exists(f"ept:journals:{run}:held") and r.exists(f"ept:journals:{oth}:free")
+        assert not r.exists(f"ept:journals:{run}:free") and not r.exists(claim_key(run, "free"))
+        assert r.get(claim_key(run, "held")) == b"a-live-delivery"  # a live holder's claim untouched
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        for k in r.scan_iter(f"ept:journal*{tag}*"):
+            r.delete(k)
+        r.delete(claim_key(run, "held"))
+
+
+@pytest.mark.services
+def test_the_end_of_a_sweep_waits_out_a_dead_claim(redis_server, tmp_path):
+    """A dead delivery's claim (a lease nobody renews) runs out while the sweep's end waits: its journal is
+    recorded then."""
+    from elo_per_token.ledger import FileLedger
+    from elo_per_token.worker.journal import claim_key, recover_run
+
+    r = redis_server.client()
+    call = json.dumps({"kind": "call", "arm": "a", "usage": {"prompt_tokens": 1, "completion_tokens": 2}})
+    r.rpush("ept:journal:deadrun:k1:att", call, call)
+    r.sadd("ept:journals:deadrun:k1", "att")
+    r.set(claim_key("deadrun", "k1"), "dead-worker", px=1500)
+    assert recover_run(r, FileLedger(tmp_path), "deadrun", wait_s=0.0) == (0, 1)
+    assert recover_run(r, FileLedger(tmp_path), "deadrun", wait_s=10.0) == (2, 0)
+    assert list(FileLedger(tmp_path).list_blobs("deadrun", SPENT_DIR)) == ["spent/att.jsonl"]

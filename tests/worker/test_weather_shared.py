@@ -110,3 +110,61 @@ def test_a_stall_with_live_workers_is_not_blamed_on_a_missing_worker():
     assert "2 worker process(es) consume queue 'ept'" in msg and "is a worker consuming" not in msg
     none = SimpleNamespace(queue="ept", watch=SimpleNamespace(alive=lambda q: 0))
     assert "is a worker consuming queue 'ept'" in _idle_message(none, 20)  # type: ignore[arg-type]
+
+
+_JSONISH = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.floats(allow_nan=True), st.integers(), st.text(max_size=60)),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=10), c, max_size=5),
+    max_leaves=12,
+)
+_REPORT = st.one_of(
+    _JSONISH,
+    st.fixed_dictionaries({"since": st.floats(allow_nan=True), "seen": st.floats(allow_nan=True),
+                           "patience": st.floats(allow_nan=True), "what": st.text(max_size=80)}),
+)  # fmt: skip
+
+
+@pytest.mark.services
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(reports=st.lists(st.one_of(_REPORT.map(json.dumps), st.binary(max_size=80)), max_size=8))
+def test_any_outage_reports_read_back_as_a_sane_note_or_none(redis_server, reports):
+    """contracts.weather.read_outage over whatever the broker holds: None or a fresh report with a finite start,
+    a patience and a kind of letters only (it reaches a terminal), the earliest start; bounded."""
+    from elo_per_token.contracts.weather import outage_key, read_outage
+
+    r = redis_server.client()
+    profile = f"p{uuid.uuid4().hex[:8]}"
+    for i, v in enumerate(reports):
+        r.hset(outage_key(profile), f"w{i}", v)
+    now = time.time()
+    got = bounded(lambda: read_outage(r, profile, now), 2.0, 20)
+    r.delete(outage_key(profile))
+    if got is not None:
+        assert all(c.isalnum() or c in " ?" for c in got["what"]) and len(got["what"]) <= 40
+        assert 0 <= got["patience"] < 1e7 and got["since"] == got["since"]  # finite: not NaN
+
+
+@pytest.mark.services
+def test_an_outage_report_is_shown_while_fresh_and_cleared_when_the_provider_answers(redis_server):
+    """A worker's Outage reports an outage's start to the broker, and its end; a report nobody refreshes (the
+    worker died mid-outage) stops being shown after OUTAGE_FRESH_S."""
+    from elo_per_token.contracts.weather import OUTAGE_FRESH_S, read_outage, report_outage
+    from elo_per_token.egress.errors import ProviderError
+    from elo_per_token.egress.outage import Outage, SharedReach
+
+    r = redis_server.client()
+    profile = f"p{uuid.uuid4().hex[:8]}"
+    out = Outage(patience=600, profile=profile, shared=SharedReach(r, profile, "http://x"))
+    out.note(None, False)  # reached once: a failed connect is an outage from now on
+    assert read_outage(r, profile) is None
+    out.note(ProviderError("unreachable", "connection refused"), False)
+    seen = read_outage(r, profile)
+    assert seen is not None and seen["what"] == "unreachable" and seen["patience"] == 600
+    assert abs(seen["since"] - time.time()) < 5
+    out.note(None, True)  # the probe answered: over
+    assert read_outage(r, profile) is None
+    report_outage(
+        r, profile, "dead-worker", {"since": time.time() - 100, "what": "unreachable", "patience": 60}
+    )
+    assert read_outage(r, profile) is not None
+    assert read_outage(r, profile, now=time.time() + OUTAGE_FRESH_S + 1) is None

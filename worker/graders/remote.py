@@ -11,7 +11,7 @@ runner built here (worker/graders/code.py `use_test_runner`), so no import runs 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -20,9 +20,10 @@ from elo_per_token.contracts import settings
 GRADE_TASK = "ept.grade_code"
 
 
-def grade_queue() -> str | None:
-    """The grader queue code grading goes to (EPT_GRADE_QUEUE), or None: grade in this process."""
-    return settings.read_str("EPT_GRADE_QUEUE")
+def grade_queue(env: Mapping[str, str] | None = None) -> str | None:
+    """The grader queue code grading goes to (EPT_GRADE_QUEUE in `env`, default the process environment), or
+    None: grade in this process."""
+    return settings.read_str("EPT_GRADE_QUEUE", env)
 
 
 def queue_runner(app: Any, queue: str, wait_s: float) -> Callable[..., dict[str, Any]]:
