@@ -1,14 +1,14 @@
 """Adaptive sweeps: tokens saved, decision error, interval coverage and reach on replays with known truth.
 
     PYTHONPATH=$PWD python3 benchmarks/bench_adaptive.py [REPLAYS=100] [DEMO_RUN ...] [--no-futility]
-        [--futility-power=0.02] [--eps-elo=0] [--eps-tokens=0]
-    PYTHONPATH=$PWD python3 benchmarks/bench_adaptive.py 200 --issue41 --eps-elo=10 --eps-tokens=0.05
+        [--futility-power=0.02] [--eps-elo=auto|N] [--eps-tokens=auto|S]
+    PYTHONPATH=$PWD python3 benchmarks/bench_adaptive.py 200 --issue41 [--eps-elo=auto] [--eps-tokens=0.05]
 
 `--issue41`: issue 41's designs (ISSUE41: dominated arms, close neighbours, a heavy-token arm, a 16-arm long
-frontier), each arm's ε-classification (on / off / within the margin, analysis/epsilon.py) scored against the
+frontier), each arm's ε-classification (on / off / within the margin, coordinator/adaptive/epsilon.py) scored against the
 model's truth: token share (mean, median, 90th pct), replays with every arm classified, ε-error, coverage.
 
-Scenarios (each replayed REPLAYS times with the replay executor, coordinator/replay.py):
+Scenarios (each replayed REPLAYS times with the replay executor, coordinator/adaptive/replay.py):
 - synthetic-12: 12 arms, 600 tasks in 3 families, the expensive arms clearly dominated;
 - close-frontier: 8 arms, 600 tasks, frontier arms with close neighbours (0.05 logit apart);
 - too-close: 6 arms of equal strength at rising cost: no decision can be made (spend the grid, say open);
@@ -23,7 +23,7 @@ replays differ only in the random task order, and its truth is the full grid its
 Reported: token share of the full grid (mean, min, max), per-arm decision error (a confident on/off decision
 contradicting the truth; worst arm, with its 95% Clopper-Pearson upper bound as the Monte-Carlo error), the
 share of arms decided, the coverage of the report's intervals (tokens/task and ΔElo vs the anchor), and reach:
-of the decisions the full grid makes under the same rule (analysis/sequential.assess_holm on every task of the
+of the decisions the full grid makes under the same rule (coordinator/adaptive/sequential.assess_holm on every task of the
 replayed table, coordinator/replay.full_rule_decisions), the share the adaptive sweep makes the same way,
 summed over replays. "1 look": the full grid's test spends alpha over each arm's 2 (K - 1) pair tests only (a
 sweep that looks once pays nothing for peeking: the most the same test decides on that grid, the strict
@@ -46,13 +46,13 @@ from scipy.stats import beta
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from elo_per_token.analysis.epsilon import WITHIN, Margin, eps_truth, eps_wrong
 from elo_per_token.analysis.io import Records, read_records
-from elo_per_token.analysis.run_table import RunTable, table_from_records
-from elo_per_token.analysis.sequential import OFF, ON, OPEN, elo_from_balance, true_frontier
-from elo_per_token.coordinator.adaptive import round_bounds
-from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
-from elo_per_token.coordinator.replay import full_rule_decisions, reach, replay_adaptive
+from elo_per_token.coordinator.adaptive.core import plan_margin, round_bounds
+from elo_per_token.coordinator.adaptive.epsilon import WITHIN, eps_truth, eps_wrong
+from elo_per_token.coordinator.adaptive.replay import full_rule_decisions, reach, replay_adaptive
+from elo_per_token.coordinator.adaptive.run_table import RunTable, table_from_records
+from elo_per_token.coordinator.adaptive.sequential import OFF, ON, OPEN, elo_from_balance, true_frontier
+from elo_per_token.coordinator.adaptive.settings import AdaptiveSettings, margin_arg
 
 FAMILIES = ("code", "math", "tool_use")
 settings_only: dict[str, str] = {}
@@ -224,7 +224,7 @@ def replicate_truth(
     from its R replicates, independently per (task, arm), so E sign(s_i - s_j) on task t is the mean over all
     R x R replicate pairs, weighted by the task's family weight (the replay's estimand, exactly). With R = 1
     it is the full grid's own win balance and tokens/task."""
-    from elo_per_token.coordinator.adaptive import task_weights
+    from elo_per_token.coordinator.adaptive.core import task_weights
 
     w = task_weights(families, None)
     tok = np.nanmean(tokens, axis=(0, 1))
@@ -281,7 +281,7 @@ def run_eps(m: Model, replays: int, settings: AdaptiveSettings) -> str:
     (no open), ε-classification error against the model's truth (replays with any wrong arm, and the worst
     arm's rate with its 95% Clopper-Pearson upper bound) and interval coverage (tokens/task and ΔElo)."""
     tok, bal = m.truth()
-    margin = Margin(settings.epsilon_elo, settings.epsilon_tokens)
+    margin = plan_margin(m.draw(np.random.default_rng(0)).families, settings)  # auto: from the design
     truth = eps_truth(tok, bal, margin)
     share, every, any_wrong, cover = [], 0, 0, []
     wrong = np.zeros(tok.size)
@@ -303,7 +303,7 @@ def run_eps(m: Model, replays: int, settings: AdaptiveSettings) -> str:
     sh, worst = np.asarray(share), int(wrong.max())
     hi = float(beta.ppf(0.95, worst + 1, replays - worst)) if worst < replays else 1.0
     counts = {c: truth.count(c) for c in (ON, WITHIN, OFF) if c in truth}
-    return (f"| {m.name} | {counts} | {replays} | {sh.mean():.1%} | {np.median(sh):.1%} | {np.quantile(sh, 0.9):.1%} | "
+    return (f"| {m.name} | {margin.elo:.0f}{' (auto)' if margin.auto else ''} | {counts} | {replays} | {sh.mean():.1%} | {np.median(sh):.1%} | {np.quantile(sh, 0.9):.1%} | "
             f"{every / replays:.1%} | {any_wrong}/{replays} = {any_wrong / replays:.1%} | "
             f"{worst / replays:.1%} (95% upper {hi:.1%}) | {np.mean(cover):.1%} ({len(cover)}) |")  # fmt: skip
 
@@ -312,9 +312,9 @@ def main_eps(replays: int, settings: AdaptiveSettings) -> None:
     """`--issue41`: the ε-classification table on issue 41's designs."""
     print(f"settings: alpha={settings.alpha}, epsilon_elo={settings.epsilon_elo}, "
           f"epsilon_tokens={settings.epsilon_tokens}, rounds={settings.rounds}, futility={settings.futility}")  # fmt: skip
-    print("| design | truth | replays | tokens mean | median | 90th pct | every arm classified | "
+    print("| design | ε Elo | truth | replays | tokens mean | median | 90th pct | every arm classified | "
           "replays with an ε-error | worst arm's ε-error | coverage |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     only = settings_only.get("designs")
     for n, m in enumerate(ISSUE41):
         if only is None or str(n) in only.split(","):
@@ -329,8 +329,9 @@ def main() -> None:
     settings = AdaptiveSettings(
         futility="no-futility" not in flags,
         futility_power=float(flags.get("futility-power", AdaptiveSettings.futility_power)),
-        epsilon_elo=float(flags.get("eps-elo", AdaptiveSettings.epsilon_elo)),
-        epsilon_tokens=float(flags.get("eps-tokens", AdaptiveSettings.epsilon_tokens)),
+        # --issue41 classifies at the sweep's default margin (auto); the strict scenarios at none (0)
+        epsilon_elo=margin_arg(flags.get("eps-elo", "auto" if "issue41" in flags else "0"), "--eps-elo"),
+        epsilon_tokens=margin_arg(flags.get("eps-tokens", "auto"), "--eps-tokens"),
         rounds=int(flags.get("rounds", AdaptiveSettings.rounds)),
         min_rounds=int(flags.get("min-rounds", AdaptiveSettings.min_rounds)),
     )

@@ -2,9 +2,9 @@
 the sequential decisions (issue 37 item 5).
 
 Each run draws a full grid from bench_adaptive's "dominated" model (8 arms, 3 of them dominated), replays the
-adaptive policy on it (coordinator/replay.py, the real policy), writes the jobs the policy ran as a call log,
+adaptive policy on it (coordinator/adaptive/replay.py, the real policy), writes the jobs the policy ran as a call log,
 analyses it as `ept sweep --adaptive` does (every pair on the tasks both ran, `--missing drop`, then
-analysis/adaptive_secondary.py) and scores the result against the model's truth: the recommendation names as
+coordinator/adaptive/secondary.py) and scores the result against the model's truth: the recommendation names as
 "on the frontier" only arms that truly are (a truly dominated arm named = a dominated pick), it picks no
 partial or flagged arm, and the accuracy intervals cover each arm's true accuracy.
 """
@@ -19,12 +19,12 @@ import numpy as np
 from bench_adaptive import ISSUE41, Model
 from scipy.special import expit
 
-from elo_per_token.analysis.adaptive_secondary import as_adaptive_secondary
 from elo_per_token.analysis.pipeline import AnalysisOptions, analyze
-from elo_per_token.analysis.sequential import ON, true_frontier
-from elo_per_token.coordinator.adaptive import run_adaptive
-from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
-from elo_per_token.coordinator.replay import replay_runner
+from elo_per_token.coordinator.adaptive.core import run_adaptive
+from elo_per_token.coordinator.adaptive.replay import replay_runner
+from elo_per_token.coordinator.adaptive.secondary import as_adaptive_secondary
+from elo_per_token.coordinator.adaptive.sequential import ON, true_frontier
+from elo_per_token.coordinator.adaptive.settings import AdaptiveSettings
 
 MODEL: Model = replace(ISSUE41[0], tasks=300)
 
@@ -66,7 +66,7 @@ def run_adaptive_replay(n: int, rounds: int, tmp: Path) -> dict[str, list]:
             ran.update((t, a) for t in tasks for a in arms)
             return inner(r, tasks, arms)
 
-        res = run_adaptive(table.families, table.arms, runner, AdaptiveSettings(seed=e))
+        res = run_adaptive(table.families, table.arms, runner, AdaptiveSettings(seed=e, epsilon_elo=0))
         f = tmp / f"adaptive-{e}.jsonl"
         _log(table, ran, f)
         result = analyze([str(f)], AnalysisOptions(missing="drop", rounds=rounds, seed=e))

@@ -113,11 +113,23 @@ OUTAGE_FRESH_S = 30.0
 
 
 def outage_key(profile: str) -> str:
+    """The Redis hash where a profile's workers report the outage they are waiting out.
+
+    Args:
+        profile: the profile's name.
+    """
     return f"ept:outage:{profile}"
 
 
 def report_outage(r: Any, profile: str, worker: str, state: dict[str, Any] | None) -> None:
-    """Store this worker's outage under way (`state`: since (epoch s), what, patience (s)); None: it ended."""
+    """Store this worker's outage under way, or clear it.
+
+    Args:
+        r: a Redis client on the broker.
+        profile: the profile's name.
+        worker: this worker's name (one report per worker).
+        state: since (epoch s), what, patience (s); None: the outage ended.
+    """
     key = outage_key(profile)
     if state is None:
         r.hdel(key, worker)
@@ -145,7 +157,13 @@ def _outage(doc: Any, now: float) -> dict[str, Any] | None:
 
 def read_outage(r: Any, profile: str, now: float | None = None) -> dict[str, Any] | None:
     """The outage the profile's workers are waiting out now: the earliest start among the fresh reports, or
-    None (no worker reports one)."""
+    None (no worker reports one).
+
+    Args:
+        r: a Redis client on the broker (its contents are untrusted: malformed reports are passed over).
+        profile: the profile's name.
+        now: the clock (epoch s) reports are aged against; None: now.
+    """
     now = time.time() if now is None else now
     best: dict[str, Any] | None = None
     for i, (_k, v) in enumerate(r.hscan_iter(outage_key(profile), count=500)):

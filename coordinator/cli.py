@@ -159,7 +159,7 @@ def sweep(
     n_full = _count(full)
     _check_key(plan, prof)
     if adaptive or "adaptive" in plan.raw:
-        from elo_per_token.coordinator.adaptive_cli import finish_adaptive
+        from elo_per_token.coordinator.adaptive.cli import finish_adaptive
 
         finish_adaptive(plan, prof, profile_url_override, analyze=not no_analysis)
         return
@@ -238,7 +238,7 @@ def status(
 
     from elo_per_token.analysis.report import make_console
     from elo_per_token.contracts.secrets import mask_url
-    from elo_per_token.coordinator.adaptive_state import read_state
+    from elo_per_token.coordinator.adaptive.state import read_state
     from elo_per_token.coordinator.runlease import running_line
     from elo_per_token.coordinator.status import last_stop, run_endpoints, run_status, status_notes
 
@@ -270,7 +270,7 @@ def status(
         c.print(f"[yellow]{escape(mask_url(line))}[/]", highlight=False)
     for line in status_notes(st.manifest):
         c.print(line, highlight=False)
-    from elo_per_token.coordinator.adaptive_cli import print_state
+    from elo_per_token.coordinator.adaptive.cli import print_state
 
     print_state(led, run_id, c)
     if st.failed_jobs:
@@ -511,7 +511,7 @@ def services(
 def register(app: typer.Typer) -> None:
     # One module-level function per command (not closures inside this function), in the order `ept --help`
     # lists them; typer names each command after its function.
-    from elo_per_token.coordinator.adaptive_cli import replay_adaptive_cmd
+    from elo_per_token.coordinator.adaptive.cli import replay_adaptive_cmd
 
     for command in (sweep, status, retry, compact, demo, services):
         app.command()(command)

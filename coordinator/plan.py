@@ -285,7 +285,7 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
     limits = _rate_limits(raw, v)
     plan_gen = _plan_generation(raw, v)
     budget = _budget(raw, v)
-    from elo_per_token.coordinator.adaptive_settings import check_adaptive  # the plan's [adaptive] table
+    from elo_per_token.coordinator.adaptive.settings import check_adaptive  # the plan's [adaptive] table
 
     check_adaptive(raw.get("adaptive"), v)
     return Plan(

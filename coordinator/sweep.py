@@ -243,7 +243,7 @@ def _execute_held(
     record_session(ledger, plan.run_id, out)
     # Also when this session ran nothing but results exist: an earlier session stopped before compacting.
     if compact and (completed or out.stopped_for_budget) and (tally.done or have):
-        out.compact_note = _compact(ledger, plan.run_id)
+        out.compact_note = compact_note(ledger, plan.run_id)
     if analyze and (completed or out.stopped_for_budget):
         out.analysis, out.analysis_error = analyze_run(plan, ledger)
         _mark_missing(out, {str(t["family"]) for t in tasks})
@@ -333,7 +333,7 @@ def declare_jobs(ledger: Ledger, plan: Plan, jobs: list[Job] | None) -> None:
     declare_keys(ledger, plan.run_id, keys)
 
 
-def _compact(ledger: Ledger, run_id: str) -> str | None:
+def compact_note(ledger: Ledger, run_id: str) -> str | None:
     """Fold this sweep's results into a new segment; a failure here loses nothing (the objects stay)."""
     from elo_per_token.ledger.segments import compact_run
 

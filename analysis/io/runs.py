@@ -28,7 +28,7 @@ def read_run(
     """
     from elo_per_token.analysis.io import taskcheck
     from elo_per_token.ledger.keyspace import unindexed_keys
-    from elo_per_token.ledger.segments import parsed_chunks, read_index, seg_name, segment_state
+    from elo_per_token.ledger.segments import read_index, seg_name, segment_state
 
     led = open_run(src)
     run = src.run_id
@@ -55,16 +55,11 @@ def read_run(
         got, bad = _read_segment(led, run, url, raw.filter(pl.col("seg") == n), drop, skip_bad=skip_bad)
         parts += got
         skipped += bad
-    schema = RAW_SCHEMA if expected is None else {**RAW_SCHEMA, taskcheck.DIGEST_FIELD: pl.String()}
-    for df, unparsable in parsed_chunks(led, run, tail, schema, chunk_jobs=chunk_jobs, threads=threads):
-        if expected is not None:
-            forged = taskcheck.mismatches(df, expected)
-            if forged.height:
-                skipped += taskcheck.refuse_or_report(led, run, forged, skip_bad=skip_bad)
-                df = df.filter(~pl.col("job_key").is_in(forged["job_key"].implode()))
-        got, bad = _read_objects(led, run, df, unparsable, skip_bad=skip_bad)
-        parts += got
-        skipped += bad
+    got_objects, bad_objects = _read_keys(
+        led, run, tail, expected, skip_bad=skip_bad, threads=threads, chunk_jobs=chunk_jobs
+    )
+    parts += got_objects
+    skipped += bad_objects
     names.append(led.run_url(run) + "/jobs/")
     parts = [p.drop("bad_field", "bad_msg").with_columns(pl.col("file").cast(pl.Categorical)) for p in parts]
     # No rechunk: a copy of the whole frame next to its parts was the read's peak (0.75 GB at 1M jobs).
@@ -74,6 +69,64 @@ def read_run(
         # to reading the objects alone.
         frame = frame.sort(pl.col("file").cast(pl.String), "row")
     return frame, skipped, names
+
+
+def read_run_jobs(
+    src: RunSource, keys: list[str], *, skip_bad: bool = False, threads: int = 32
+) -> tuple[pl.DataFrame, list[BadLine]]:
+    """The records of the run's job objects `keys` alone (those that exist; no segment, no listing), validated
+    as read_run validates them (a forged outcome refused): for a reader that holds the rest of the run already
+    (the adaptive sweep reads each round's jobs once, coordinator/adaptive/sweep.py).
+
+    Args:
+        src: the run (ledger and run id).
+        keys: job keys to read; keys with no object (failed jobs) are passed over.
+        skip_bad: report bad lines instead of stopping at the first.
+        threads: parallel object reads.
+
+    Returns:
+        The validated records, and the bad lines met (empty unless skip_bad).
+    """
+    from elo_per_token.analysis.io import taskcheck
+
+    led = open_run(src)
+    run = src.run_id
+    expected, skipped = taskcheck.expected_digests(led, run, skip_bad=skip_bad)
+    present = [k for k in keys if led.has_job(run, k)]  # a failed job has no object
+    parts, bad = _read_keys(led, run, present, expected, skip_bad=skip_bad, threads=threads)
+    parts = [p.drop("bad_field", "bad_msg").with_columns(pl.col("file").cast(pl.String)) for p in parts]
+    frame = pl.concat(parts, how="vertical") if parts else pl.DataFrame(schema=RECORD_SCHEMA)
+    return frame, skipped + bad
+
+
+def _read_keys(
+    led: Ledger,
+    run: str,
+    keys: list[str],
+    expected: dict[str, str] | None,
+    *,
+    skip_bad: bool,
+    threads: int,
+    chunk_jobs: int = RUN_CHUNK_JOBS,
+) -> tuple[list[pl.DataFrame], list[BadLine]]:
+    """The job objects `keys`, chunk by chunk, validated; outcomes not of the run's recorded task (`expected`
+    digests) refused, or skipped and reported with skip_bad."""
+    from elo_per_token.analysis.io import taskcheck
+    from elo_per_token.ledger.segments import parsed_chunks
+
+    parts: list[pl.DataFrame] = []
+    skipped: list[BadLine] = []
+    schema = RAW_SCHEMA if expected is None else {**RAW_SCHEMA, taskcheck.DIGEST_FIELD: pl.String()}
+    for df, unparsable in parsed_chunks(led, run, keys, schema, chunk_jobs=chunk_jobs, threads=threads):
+        if expected is not None:
+            forged = taskcheck.mismatches(df, expected)
+            if forged.height:
+                skipped += taskcheck.refuse_or_report(led, run, forged, skip_bad=skip_bad)
+                df = df.filter(~pl.col("job_key").is_in(forged["job_key"].implode()))
+        got, bad = _read_objects(led, run, df, unparsable, skip_bad=skip_bad)
+        parts += got
+        skipped += bad
+    return parts, skipped
 
 
 def _forged_in_segment(

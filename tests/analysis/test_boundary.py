@@ -1,4 +1,4 @@
-"""Pocock's constant boundary over the looks (analysis/boundary.py): exact crossing probability, never above
+"""Pocock's constant boundary over the looks (coordinator/adaptive/boundary.py): exact crossing probability, never above
 Bonferroni, refuses what it cannot compute."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm
 
-from elo_per_token.analysis.boundary import crossing_probability, look_z, round_times
+from elo_per_token.coordinator.adaptive.boundary import crossing_probability, look_z, round_times
 
 
 def test_boundary_is_crossed_with_probability_alpha_by_a_simulated_walk():

@@ -209,7 +209,7 @@ def test_loaders_keep_pydantic_off_the_tokens_path():
     import subprocess
     import sys
 
-    code = ("import sys, elo_per_token.ept.cli, elo_per_token.coordinator.adaptive_settings, "
+    code = ("import sys, elo_per_token.ept.cli, elo_per_token.coordinator.adaptive.settings, "
             "elo_per_token.coordinator.plan; print(sorted(m for m in sys.modules if m.startswith(('pydantic', "
             "'annotated_types'))))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)

@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 import tracemalloc
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,8 +19,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.special import expit
 
-from elo_per_token.analysis.run_table import RunTable
-from elo_per_token.analysis.sequential import (
+from elo_per_token.coordinator.adaptive.core import round_bounds, run_adaptive, task_order
+from elo_per_token.coordinator.adaptive.events import RoundEvent
+from elo_per_token.coordinator.adaptive.replay import (
+    full_rule_decisions,
+    reach,
+    replay_adaptive,
+    replay_runner,
+)
+from elo_per_token.coordinator.adaptive.run_table import RunTable
+from elo_per_token.coordinator.adaptive.sequential import (
     OFF,
     ON,
     OPEN,
@@ -34,9 +43,7 @@ from elo_per_token.analysis.sequential import (
     reachable_needs,
     report_z,
 )
-from elo_per_token.coordinator.adaptive import round_bounds, run_adaptive, task_order
-from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
-from elo_per_token.coordinator.replay import full_rule_decisions, reach, replay_adaptive, replay_runner
+from elo_per_token.coordinator.adaptive.settings import AdaptiveSettings
 
 
 def _table(ability, cost, tasks=600, seed=0) -> RunTable:
@@ -64,7 +71,7 @@ def test_task_order_is_a_stratified_permutation_and_rounds_cover_the_grid():
 
 def test_dominated_expensive_arms_stop_early_and_the_report_says_why():
     table = _table((0.0, 1.0, 1.5, -0.5, -0.8), (500, 1500, 4000, 20000, 40000))
-    out = replay_adaptive(table, AdaptiveSettings(seed=1))
+    out = replay_adaptive(table, AdaptiveSettings(epsilon_elo=0, seed=1))
     rep = {r.arm: r for r in out.result.reports}
     for arm in ("arm3", "arm4"):
         assert rep[arm].status == OFF and rep[arm].stopped_round is not None and rep[arm].tasks < 600
@@ -78,9 +85,9 @@ def test_dominated_expensive_arms_stop_early_and_the_report_says_why():
 
 def test_width_keeps_frontier_arms_running_until_their_step_is_resolved():
     table = _table((0.0, 1.2, 2.4, -0.5), (500, 1500, 4000, 30000), tasks=600, seed=4)
-    plain = replay_adaptive(table, AdaptiveSettings(seed=1)).result
-    loose = replay_adaptive(table, AdaptiveSettings(seed=1, width=1e9)).result
-    tight = replay_adaptive(table, AdaptiveSettings(seed=1, width=1e-6)).result
+    plain = replay_adaptive(table, AdaptiveSettings(epsilon_elo=0, seed=1)).result
+    loose = replay_adaptive(table, AdaptiveSettings(epsilon_elo=0, seed=1, width=1e9)).result
+    tight = replay_adaptive(table, AdaptiveSettings(epsilon_elo=0, seed=1, width=1e-6)).result
     assert [r.status for r in plain.reports] == [ON, ON, ON, OFF]
     assert loose.tokens_spent == plain.tokens_spent  # any resolved step is narrower than 1e9
     # A width no interval reaches: the frontier arms above the cheapest run the whole grid.
@@ -91,7 +98,7 @@ def test_width_keeps_frontier_arms_running_until_their_step_is_resolved():
 
 def test_arms_too_close_spend_the_whole_grid_and_stay_open():
     table = _table((1.0, 1.0, 1.0), (1000, 1200, 1400), tasks=300, seed=2)
-    out = replay_adaptive(table, AdaptiveSettings(seed=0, futility=False))
+    out = replay_adaptive(table, AdaptiveSettings(epsilon_elo=0, seed=0, futility=False))
     assert out.result.stop_reason == "grid exhausted" and out.token_share > 0.95
     statuses = [r.status for r in out.result.reports]
     assert statuses[1:] == [OPEN, OPEN]  # never a confident wrong frontier for equal arms
@@ -100,7 +107,7 @@ def test_arms_too_close_spend_the_whole_grid_and_stay_open():
 
 def test_futility_stops_arms_the_grid_cannot_separate_and_says_open():
     table = _table((1.0, 1.0, 1.0), (1000, 1200, 1400), tasks=300, seed=2)
-    out = replay_adaptive(table, AdaptiveSettings(seed=0))
+    out = replay_adaptive(table, AdaptiveSettings(epsilon_elo=0, seed=0))
     assert out.token_share < 0.5 and "not separable within the grid" in out.result.stop_reason
     reports = out.result.reports
     assert [r.status for r in reports[1:]] == [OPEN, OPEN]  # open, never a confident frontier
@@ -113,17 +120,21 @@ def test_status_says_why_each_arm_stopped(tmp_path):
 
     from rich.console import Console
 
-    from elo_per_token.coordinator.adaptive_cli import print_state
-    from elo_per_token.coordinator.adaptive_state import write_state
+    from elo_per_token.coordinator.adaptive.cli import print_state
+    from elo_per_token.coordinator.adaptive.state import write_state
     from elo_per_token.ledger import open_ledger
 
     table = _table((0.0, 1.0, 1.0, -0.5), (500, 1000, 1200, 5000), tasks=300, seed=2)
-    events: list[dict[str, object]] = []
+    events: list[RoundEvent] = []
     res = run_adaptive(
-        table.families, table.arms, replay_runner(table), AdaptiveSettings(), on_round=events.append
+        table.families,
+        table.arms,
+        replay_runner(table),
+        AdaptiveSettings(epsilon_elo=0),
+        on_round=events.append,
     )
     led = open_ledger(tmp_path / "led")
-    write_state(led, "r", {**events[-1], "finished": True, "stop_reason": res.stop_reason})
+    write_state(led, "r", replace(events[-1], finished=True, stop_reason=res.stop_reason))
     buf = io.StringIO()
     print_state(led, "r", Console(file=buf, width=400))
     out = buf.getvalue()
@@ -136,9 +147,9 @@ def test_status_says_why_each_arm_stopped(tmp_path):
 
 def test_token_cap_stops_the_sweep():
     table = _table((0.0, 0.3, 0.6), (500, 900, 1300), tasks=300)
-    full = replay_adaptive(table, AdaptiveSettings(futility=False))
+    full = replay_adaptive(table, AdaptiveSettings(epsilon_elo=0, futility=False))
     assert full.result.tokens_spent > 200_000  # without a cap these arms run (nearly) the whole grid
-    out = replay_adaptive(table, AdaptiveSettings(max_tokens=200_000, futility=False))
+    out = replay_adaptive(table, AdaptiveSettings(epsilon_elo=0, max_tokens=200_000, futility=False))
     assert out.result.stop_reason.startswith("token cap") and "next round" in out.result.stop_reason
     # Stopped before the round that would pass the cap: under it, and within about one round of it.
     assert 200_000 - 30 * (500 + 900 + 1300) * 2 < out.result.tokens_spent <= 200_000
@@ -188,7 +199,9 @@ def test_hostile_results_give_bounded_decisions_in_bounded_time_and_memory(k, t,
     )
     tracemalloc.start()
     t0 = time.perf_counter()
-    out = replay_adaptive(table, AdaptiveSettings(rounds=data.draw(st.integers(1, 12)), min_rounds=1))
+    out = replay_adaptive(
+        table, AdaptiveSettings(epsilon_elo=0, rounds=data.draw(st.integers(1, 12)), min_rounds=1)
+    )
     elapsed = time.perf_counter() - t0
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -333,7 +346,7 @@ def test_full_rule_decisions_on_a_grid_with_a_known_answer_and_the_replay_reache
     scores = np.tile([0.0, 1.0, 0.0], (t, 1))
     arms = ["cheap", "strong", "dominated"]
     table = RunTable([f"t{i}" for i in range(t)], fam, arms, arms, [1] * 3, scores, tokens)
-    settings_ = AdaptiveSettings()
+    settings_ = AdaptiveSettings(epsilon_elo=0)
     assert full_rule_decisions(table, settings_) == [ON, ON, OFF]
     out = replay_adaptive(table, settings_)
     assert out.full_rule == [ON, ON, OFF] and out.reach == (3, 3)
@@ -374,7 +387,7 @@ def _ran_rounds(res, k):
     the arms history[r] lists as running)."""
     ran = [[0] for _ in range(k)]
     for r, ev in enumerate(res.history[:-1], start=1):
-        for arm in ev["running"]:
+        for arm in ev.running:
             ran[res.arms.index(arm)].append(r)
     return ran
 
@@ -405,7 +418,7 @@ def test_a_stopped_arm_runs_again_when_an_open_arm_needs_it():
     Its report counts every round it ran in, and nothing else."""
     table = _table((0.0, 0.5, 0.55, 1.0, 1.05, 1.1, 0.2, -0.2), (600, 1200, 1300, 3000, 3300, 3600, 9000, 15000),
                    seed=5)  # fmt: skip
-    settings = AdaptiveSettings(seed=5)
+    settings = AdaptiveSettings(epsilon_elo=0, seed=5)
     res = replay_adaptive(table, settings).result
     ran = _ran_rounds(res, 8)[5]
     gaps = [b for a, b in itertools.pairwise(ran) if b > a + 1]
@@ -423,7 +436,7 @@ def test_restarts_keep_the_spend_accounting_exact_in_bounded_time(seed, k, tasks
 
     rng = np.random.default_rng(seed)
     table = _table(tuple(rng.uniform(0, spread, k)), tuple(rng.uniform(100, 5000, k)), tasks=tasks, seed=seed)
-    settings = AdaptiveSettings(seed=seed, rounds=rounds, min_rounds=1, futility=futility)
+    settings = AdaptiveSettings(epsilon_elo=0, seed=seed, rounds=rounds, min_rounds=1, futility=futility)
     res = bounded(lambda: replay_adaptive(table, settings).result, time_s=20, memory_mb=64)
     _check_spend(table, res, settings)
 
@@ -434,17 +447,53 @@ def test_failed_jobs_are_skipped_not_scored():
     runner = replay_runner(table)
     got = runner(0, list(range(14)), [0, 1])
     assert (0, 1) not in got and (1, 1) in got and len(got) == 14 * 2 - 2
-    res = run_adaptive(table.families, table.arms, runner, AdaptiveSettings(futility=False))
+    res = run_adaptive(table.families, table.arms, runner, AdaptiveSettings(epsilon_elo=0, futility=False))
     assert res.reports[1].tasks == 60 - len(range(0, 60, 7))
 
 
 # ----------------------------------------------------------------- the sweep on the local executor
 
 
+_READS: list[tuple[str, list[str]]] = []  # (folder, the reads of its files) while an _object_reads is open
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event != "open" or not _READS or not isinstance(args[0], str):
+        return
+    path, mode, flags = args
+    # open(): a mode string; os.open(): mode None and the flags say whether it writes
+    reading = mode in ("r", "rb") if mode is not None else not flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
+    folder, seen = _READS[-1]
+    if reading and path.startswith(folder + os.sep) and not os.path.basename(path).startswith("."):
+        seen.append(path)
+
+
+_HOOKED: list[bool] = []
+
+
+class _object_reads:
+    """Every file under `folder` opened for reading inside the block (an audit hook: the real reads)."""
+
+    def __init__(self, folder: str) -> None:
+        self.entry: tuple[str, list[str]] = (folder, [])
+
+    def __enter__(self) -> list[str]:
+        import sys
+
+        if not _HOOKED:
+            sys.addaudithook(_audit)
+            _HOOKED.append(True)
+        _READS.append(self.entry)
+        return self.entry[1]
+
+    def __exit__(self, *exc: object) -> None:
+        _READS.remove(self.entry)
+
+
 def _adaptive_plan(tmp_path, name="ad1", futility=False):
     from elo_per_token.coordinator.plan import parse_plan
 
-    body = plan_toml([("greedy", [1]), ("majority", [3])], {"adaptive": {"rounds": 3, "min_rounds": 1, "futility": futility}},
+    body = plan_toml([("greedy", [1]), ("majority", [3])], {"adaptive": {"rounds": 3, "min_rounds": 1, "futility": futility, "epsilon_elo": 0}},
                      name=name, profile="sim-openai", suites=["math", "tool_use"], tasks_per_family=6, seed=3,
                      ledger=tmp_path / name, concurrency=2, bootstrap_rounds=0)  # fmt: skip
     return parse_plan(body)
@@ -468,8 +517,8 @@ def test_plan_adaptive_table_is_validated_with_file_line_field():
 def test_adaptive_sweep_local_interrupted_then_resumed_loses_and_duplicates_nothing(
     tmp_path, make_sim, monkeypatch, futility
 ):
-    from elo_per_token.coordinator.adaptive_state import read_state
-    from elo_per_token.coordinator.adaptive_sweep import run_adaptive_sweep
+    from elo_per_token.coordinator.adaptive.state import read_state
+    from elo_per_token.coordinator.adaptive.sweep import run_adaptive_sweep
     from elo_per_token.ledger import open_ledger
     from elo_per_token.worker.job import run_job
 
@@ -523,26 +572,37 @@ def test_replay_of_a_full_run_makes_the_live_adaptive_sweeps_decisions(tmp_path,
     import subprocess
     import sys
 
-    from elo_per_token.analysis.run_table import read_run_table
-    from elo_per_token.coordinator.adaptive_sweep import run_adaptive_sweep, settings_of
+    from elo_per_token.coordinator.adaptive.run_table import read_run_table
+    from elo_per_token.coordinator.adaptive.sweep import run_adaptive_sweep, settings_of
     from elo_per_token.coordinator.sweep import execute
 
     monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
     sim = make_sim(api_key=SIM_KEY)
     plan = _adaptive_plan(tmp_path, "live")
-    live = run_adaptive_sweep(plan, profile=sim.profile())
+    jobs_dir = str(tmp_path / "live" / "runs" / "live" / "jobs")
+    with _object_reads(jobs_dir) as reads:
+        live = run_adaptive_sweep(plan, profile=sim.profile())
     assert live.completed and live.result is not None
+    # The sweep holds its table between rounds: each job object is read once (the old loop re-read the run
+    # after every round: each object once per round after its own).
+    n_objects = sum(len(files) for _, _, files in os.walk(jobs_dir))
+    assert live.result.rounds_run >= 2 and 0 < len(reads) <= n_objects and len(set(reads)) == len(reads)
     full_plan = plan.with_overrides(name="full", ledger=str(tmp_path / "full"))
     full = execute(full_plan, None, profile=sim.profile(), analyze=False)
     assert full.completed and full.tally.failed == 0
     run_dir = str(tmp_path / "full" / "runs" / "full")
     out = replay_adaptive(read_run_table([run_dir]), settings_of(plan))
     assert out.result.frontier == live.result.frontier
+    # round by round the same events: the live table kept in memory equals the replay's whole-run reading
+    assert [replace(e, tokens=0.0) for e in out.result.history] == [
+        replace(e, tokens=0.0) for e in live.result.history
+    ]
+    assert [e.tokens for e in out.result.history] == pytest.approx([e.tokens for e in live.result.history])
     assert out.result.tokens_spent == pytest.approx(live.result.tokens_spent)
     assert out.full_tokens == pytest.approx(full.tally.tokens)
     cmd = [sys.executable, "-m", "elo_per_token", "replay-adaptive", run_dir]
     res = subprocess.run([*cmd, "--seed", str(plan.seed), "--rounds", "3", "--min-rounds", "1", "--no-futility",
-                          "--json"],
+                          "--epsilon-elo", "0", "--json"],
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     got = json.loads(res.stdout)
@@ -559,8 +619,8 @@ def test_hostile_adaptive_table_is_refused_with_its_field_or_accepted(table):
     """An [adaptive] table in a user's plan: any content is either valid settings or an InputError naming
     adaptive.<field>, quickly; never another exception."""
     from elo_per_token.contracts.errors import InputError
-    from elo_per_token.coordinator.adaptive_settings import check_adaptive
-    from elo_per_token.coordinator.adaptive_sweep import settings_of
+    from elo_per_token.coordinator.adaptive.settings import check_adaptive
+    from elo_per_token.coordinator.adaptive.sweep import settings_of
     from elo_per_token.coordinator.plan import _V, Plan
 
     t0 = time.perf_counter()
@@ -598,7 +658,7 @@ def test_adaptive_sweep_cli_with_a_wrong_key_stops_with_the_egress_exit_and_no_s
     assert "ept doctor" in out and "rerun the same command to resume" in out
     assert wrong not in out and wrong[:-4] not in out  # at most the masked form sk-…QRST
     assert sim.control.stats()["by_status"].get("200", 0) == 0
-    from elo_per_token.coordinator.adaptive_state import read_state
+    from elo_per_token.coordinator.adaptive.state import read_state
     from elo_per_token.ledger import open_ledger
 
     assert (
@@ -617,8 +677,8 @@ def test_status_reads_a_hostile_adaptive_blob_without_crashing(tmp_path_factory,
 
     from rich.console import Console
 
-    from elo_per_token.coordinator.adaptive_cli import print_state
-    from elo_per_token.coordinator.adaptive_state import ADAPTIVE_BLOB
+    from elo_per_token.coordinator.adaptive.cli import print_state
+    from elo_per_token.coordinator.adaptive.state import ADAPTIVE_BLOB
     from elo_per_token.ledger import open_ledger
 
     led = open_ledger(tmp_path_factory.mktemp("led"))
@@ -656,7 +716,7 @@ def test_demo_with_replicates_gives_the_resampled_benchmark_aligned_replicates(t
     # Sampling arms draw per seed: some replicate pair differs somewhere (greedy at temperature 0 does not).
     assert (scores[0] != scores[1]).any() or (tokens[0] != tokens[1]).any()
     tok, bal = bench.replicate_truth(base.families, scores, tokens)
-    from elo_per_token.coordinator.adaptive import task_weights
+    from elo_per_token.coordinator.adaptive.core import task_weights
 
     w = task_weights(base.families, None)
     by_hand = np.mean(

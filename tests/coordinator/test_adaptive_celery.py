@@ -16,11 +16,11 @@ import pytest
 from fixtures_plans import plan_toml
 from test_sweep_celery import celery_setup, comparable  # noqa: F401  (celery_setup is a fixture)
 
-from elo_per_token.analysis.run_table import RunTable, read_run_table
-from elo_per_token.coordinator.adaptive import run_adaptive
-from elo_per_token.coordinator.adaptive_sweep import settings_of
+from elo_per_token.coordinator.adaptive.core import run_adaptive
+from elo_per_token.coordinator.adaptive.replay import replay_runner
+from elo_per_token.coordinator.adaptive.run_table import RunTable, read_run_table
+from elo_per_token.coordinator.adaptive.sweep import settings_of
 from elo_per_token.coordinator.plan import parse_plan
-from elo_per_token.coordinator.replay import replay_runner
 from elo_per_token.coordinator.sweep import plan_jobs
 from elo_per_token.ledger import open_ledger
 
@@ -46,7 +46,7 @@ def test_adaptive_celery_sweep_resumes_after_a_coordinator_kill(
     plan_file.write_text(plan_toml(
         [("greedy", [1]), ("majority", [3])], {"rate_limits.sim-test": {"rpm": 1000000, "tpm": 1000000000},
                                                "adaptive": {"rounds": 3, "min_rounds": 1,
-                                                            "futility": futility}},
+                                                            "futility": futility, "epsilon_elo": 0}},
         name=run_name, profile="sim-test", suites=["math", "tool_use"], tasks_per_family=6, seed=13, ledger=url,
         executor="celery", queue=queue, concurrency=8, batch_size=5, bootstrap_rounds=0,
     ))  # fmt: skip

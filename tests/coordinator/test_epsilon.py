@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.special import expit
 
-from elo_per_token.analysis.epsilon import (
+from elo_per_token.coordinator.adaptive.budget import unfinished
+from elo_per_token.coordinator.adaptive.epsilon import (
     WITHIN,
     Margin,
     assess_eps,
@@ -20,8 +21,9 @@ from elo_per_token.analysis.epsilon import (
     eps_wrong,
     rel_token_stats,
 )
-from elo_per_token.analysis.run_table import RunTable
-from elo_per_token.analysis.sequential import (
+from elo_per_token.coordinator.adaptive.replay import replay_adaptive, replay_orders
+from elo_per_token.coordinator.adaptive.run_table import RunTable
+from elo_per_token.coordinator.adaptive.sequential import (
     OFF,
     ON,
     OPEN,
@@ -30,9 +32,7 @@ from elo_per_token.analysis.sequential import (
     elo_from_balance,
     pair_stats,
 )
-from elo_per_token.coordinator.adaptive_budget import unfinished
-from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
-from elo_per_token.coordinator.replay import replay_adaptive, replay_orders
+from elo_per_token.coordinator.adaptive.settings import AdaptiveSettings
 
 
 def _table(ability, cost, tasks=600, seed=0) -> RunTable:
@@ -53,7 +53,7 @@ def test_eps_balance_inverts_the_reports_elo_reading():
 
 def test_equal_arms_are_open_without_a_margin_and_within_it_with_one_at_a_fraction_of_the_tokens():
     table = _table((1.0, 1.0, 1.0), (1000, 1200, 1400), tasks=300, seed=2)
-    strict = replay_adaptive(table, AdaptiveSettings(seed=0, futility=False))
+    strict = replay_adaptive(table, AdaptiveSettings(seed=0, futility=False, epsilon_elo=0))
     wide = replay_adaptive(
         table, AdaptiveSettings(seed=0, futility=False, epsilon_elo=60, epsilon_tokens=0.05)
     )
@@ -68,7 +68,7 @@ def test_equal_arms_are_open_without_a_margin_and_within_it_with_one_at_a_fracti
 
 
 def _title(res) -> str:
-    from elo_per_token.coordinator.adaptive_report import classification_line
+    from elo_per_token.coordinator.adaptive.report import classification_line
 
     return classification_line(res)
 
@@ -159,8 +159,8 @@ def test_no_margin_is_the_strict_rule_and_a_margin_decides_only_on_its_own_claim
 def test_a_within_claim_costs_no_more_with_16_arms_than_with_2():
     """Intersection-union: a within claim needs every pair's test at once, so its z does not grow with the
     arms (the Bonferroni split over 2 (K - 1) tests did: 16 arms called this arm open)."""
-    from elo_per_token.analysis.boundary import round_times
-    from elo_per_token.analysis.epsilon import eps_z
+    from elo_per_token.coordinator.adaptive.boundary import round_times
+    from elo_per_token.coordinator.adaptive.epsilon import eps_z
 
     times = round_times(10, 2)  # rounds 2..10 of 10: the default sweep's 9 looks
     assert eps_z(0.05, 9, 16, times) == eps_z(0.05, 9, 2, times) < 2.8
@@ -192,7 +192,7 @@ def test_replay_orders_scores_each_order_against_the_full_grids_classification()
 
 def test_plan_margin_fields_are_validated_with_file_line_field_and_delta_is_alpha():
     from elo_per_token.contracts.errors import InputError
-    from elo_per_token.coordinator.adaptive_sweep import settings_of
+    from elo_per_token.coordinator.adaptive.sweep import settings_of
     from elo_per_token.coordinator.plan import parse_plan
 
     for bad, field in (({"epsilon_elo": -1}, "adaptive.epsilon_elo"), ({"epsilon_tokens": 1.0}, "adaptive.epsilon_tokens"),
@@ -225,7 +225,14 @@ def test_replay_adaptive_cli_orders_and_margin(tmp_path):
         [*cmd, "--orders", "3", "--epsilon-elo", "40"], capture_output=True, text=True, timeout=120
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "3 task orders: token share mean" in r.stdout and "90th pct" in r.stdout
+    assert "3 task orders, margin 40 Elo / 5% tokens: token share mean" in r.stdout and "90th pct" in r.stdout
+    auto = subprocess.run([*cmd, "--orders", "2"], capture_output=True, text=True, timeout=120)
+    assert (
+        auto.returncode == 0
+        and "(auto: the smallest the full grid of 60 tasks settles at δ=5%)" in auto.stdout
+    )
+    word = subprocess.run([*cmd, "--epsilon-elo", "wide"], capture_output=True, text=True, timeout=120)
+    assert word.returncode == 2 and "--epsilon-elo" in word.stderr and not word.stdout
     bad = subprocess.run([*cmd, "--epsilon-tokens", "1.5"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--epsilon-tokens" in bad.stderr and not bad.stdout
 
@@ -234,32 +241,127 @@ def test_replay_adaptive_cli_orders_and_margin(tmp_path):
 def test_live_adaptive_sweep_with_a_margin_classifies_every_arm_as_the_full_sweep_does(
     tmp_path, make_sim, monkeypatch
 ):
-    """A real `ept sweep --adaptive` path (run_adaptive_sweep on the local executor against the simulator) with
-    a margin ends with every arm classified, and its classification agrees with the full sweep's own
+    """A real `ept sweep --adaptive` path (run_adaptive_sweep on the local executor against the simulator) at
+    the default margin (auto: the smallest the grid settles) ends with every arm classified, and its classification agrees with the full sweep's own
     ε-classification (eps_truth of the full grid's values) on the same plan and seed."""
     from fixtures_sim import SIM_KEY
 
-    from elo_per_token.analysis.run_table import read_run_table
-    from elo_per_token.coordinator.adaptive_sweep import run_adaptive_sweep, settings_of
+    from elo_per_token.coordinator.adaptive.core import plan_margin
+    from elo_per_token.coordinator.adaptive.replay import full_values
+    from elo_per_token.coordinator.adaptive.run_table import read_run_table
+    from elo_per_token.coordinator.adaptive.sweep import run_adaptive_sweep, settings_of
     from elo_per_token.coordinator.plan import parse_plan
-    from elo_per_token.coordinator.replay import full_values
     from elo_per_token.coordinator.sweep import execute
 
     monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
     sim = make_sim(api_key=SIM_KEY)
-    adaptive = {"rounds": 4, "min_rounds": 2, "epsilon_elo": 150, "epsilon_tokens": 0.05}
+    adaptive = {"rounds": 4, "min_rounds": 2}  # the default margin: auto, from the design
     plan = parse_plan(plan_toml([("greedy", [1]), ("majority", [3]), ("best_of_n", [4])], {"adaptive": adaptive},
-                                name="live", profile="sim-openai", suites=["math", "tool_use"], tasks_per_family=20,
+                                name="live", profile="sim-openai", suites=["math", "tool_use"], tasks_per_family=40,
                                 seed=3, ledger=tmp_path / "live", concurrency=4, bootstrap_rounds=0))  # fmt: skip
-    live = run_adaptive_sweep(plan, profile=sim.profile())
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    live = run_adaptive_sweep(plan, profile=sim.profile(), console=Console(file=buf, width=400))
     assert live.completed and live.result is not None
+    first = buf.getvalue().splitlines()[0]  # the margin is said before any job runs
+    assert (
+        first.startswith("adaptive sweep: 3 arms, 80 tasks in 4 rounds")
+        and live.result.margin.describe() in first
+    )
+    assert "(auto: the smallest the full grid of 80 tasks settles at δ=5%)" in first
     full_plan = plan.with_overrides(name="full", ledger=str(tmp_path / "full"))
     full = execute(full_plan, None, profile=sim.profile(), analyze=False)
     assert full.completed and full.tally.failed == 0
     s = settings_of(plan)
-    tok, bal = full_values(read_run_table([str(tmp_path / "full" / "runs" / "full")]))
-    truth = eps_truth(tok, bal, Margin(s.epsilon_elo, s.epsilon_tokens))
+    assert s.epsilon_elo is None and live.result.margin.auto and live.result.margin.tokens == 0.05
+    table = read_run_table([str(tmp_path / "full" / "runs" / "full")])
+    assert live.result.margin == plan_margin(table.families, s)  # the margin is the full grid's design's
+    tok, bal = full_values(table)
+    truth = eps_truth(tok, bal, live.result.margin)
     got = [r.status for r in live.result.reports]
     assert OPEN not in got, (got, truth)
+    assert 150 < live.result.margin.elo < 250  # 80 tasks: the margin this grid can settle
     assert not any(eps_wrong(a, b) for a, b in zip(got, truth, strict=True)), (got, truth)
     assert live.result.tokens_spent < full.tally.tokens
+
+
+def _two_arm_sweep_end(margin_elo: float, tasks: int, draws: int) -> float:
+    """Share of full grids (every task decided: a win or a loss, the widest spread) on which arm 1, as strong
+    as arm 0 and 10% costlier, is shown within the margin of it at the grid's end (the sweep's last look)."""
+    from elo_per_token.coordinator.adaptive.boundary import round_times
+
+    rng = np.random.default_rng(7)
+    times = round_times(10, 2)
+    hits = 0
+    for _ in range(draws):
+        win = rng.integers(0, 2, tasks).astype(float)
+        s = np.c_[win, 1 - win]
+        tok = np.c_[np.full(tasks, 1000.0), np.full(tasks, 1100.0)]
+        a = assess_eps(pair_stats(s, tok, np.ones(tasks)), tok, 0.05, 9, 2, Margin(margin_elo, 0.05), times)
+        hits += a.status[1] == WITHIN
+    return hits / draws
+
+
+def test_the_auto_margin_is_the_smallest_the_full_grid_settles_at_delta():
+    """auto (the default): at its margin the full grid shows two equally strong arms within the margin of each
+    other with probability about 1 - δ (0.95) even when every task is decided; at 0.6x the margin it mostly
+    cannot; it shrinks as 1/sqrt(tasks), grows with unequal family weights, and ε = 0 is the strict rule."""
+    from elo_per_token.coordinator.adaptive.core import plan_margin
+
+    fam = [("a", "b", "c")[i % 3] for i in range(600)]
+    m = plan_margin(fam, AdaptiveSettings())
+    assert m.auto and 55 < m.elo < 65 and m.tokens == 0.05 and m.tasks == 600
+    assert (
+        m.describe()
+        == f"margin {m.elo:.0f} Elo / 5% tokens (auto: the smallest the full grid of 600 tasks settles at δ=5%)"
+    )
+    assert _two_arm_sweep_end(m.elo, 600, 300) >= 0.9
+    assert _two_arm_sweep_end(0.6 * m.elo, 600, 300) <= 0.6
+    bigger = plan_margin([("a", "b", "c")[i % 3] for i in range(2400)], AdaptiveSettings())
+    assert bigger.elo == pytest.approx(m.elo / 2, rel=0.03)
+    assert plan_margin(fam, AdaptiveSettings(), weights={"a": 3, "b": 1, "c": 1}).elo > m.elo
+    strict = plan_margin(fam, AdaptiveSettings(epsilon_elo=0))
+    assert not strict.active and strict.describe() == "no margin (on/off only)"
+    given_ = plan_margin(fam, AdaptiveSettings(epsilon_elo=30))
+    assert (given_.elo, given_.tokens, given_.auto) == (30, 0.05, False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(fams=st.lists(st.sampled_from(["a", "b", "c", "", "é" * 40]), min_size=1, max_size=3000),
+       weights=st.one_of(st.none(), st.dictionaries(st.sampled_from(["a", "b", "c", "zz"]),
+                                                    st.floats(0, 1e12), max_size=4)),
+       alpha=st.floats(0.001, 0.49), rounds=st.integers(1, 40), min_rounds=st.integers(1, 40))  # fmt: skip
+def test_the_auto_margin_is_finite_and_bounded_on_any_design(fams, weights, alpha, rounds, min_rounds):
+    """Degenerate designs (one task, one family, zero or huge weights, more rounds than tasks): the auto
+    margin is a finite number >= 0 whose balance is a valid win balance, in bounded time and memory."""
+    from elo_per_token.coordinator.adaptive.core import plan_margin
+
+    cfg = AdaptiveSettings(alpha=alpha, rounds=rounds, min_rounds=min(min_rounds, rounds))
+    m = bounded(lambda: plan_margin(fams, cfg, weights), time_s=5, memory_mb=50)
+    assert np.isfinite(m.elo) and m.elo >= 0 and 0 <= m.balance < 1 and m.tasks == len(fams)
+    assert m.auto and isinstance(m.describe(), str)
+
+
+def test_plan_margin_auto_is_the_default_and_can_be_written_out():
+    from elo_per_token.contracts.errors import InputError
+    from elo_per_token.coordinator.adaptive.sweep import settings_of
+    from elo_per_token.coordinator.plan import parse_plan
+
+    def plan(table):
+        return parse_plan(
+            plan_toml([("greedy", [1])], {"adaptive": table}, name="x", suites=["math"]), file="p.toml"
+        )
+
+    assert settings_of(plan({})).epsilon_elo is None and settings_of(plan({})).epsilon_tokens is None
+    s = settings_of(plan({"epsilon_elo": "auto", "epsilon_tokens": "auto"}))
+    assert (s.epsilon_elo, s.epsilon_tokens) == (None, None)
+    for bad in ("automatic", "60"):
+        with pytest.raises(InputError) as ei:
+            plan({"epsilon_elo": bad})
+        assert ei.value.field == "adaptive.epsilon_elo" and '"auto"' in str(ei.value)
+    with pytest.raises(InputError) as ei:
+        plan({"rounds": "auto"})  # only the margins take "auto"
+    assert ei.value.field == "adaptive.rounds"

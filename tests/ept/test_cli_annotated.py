@@ -8,9 +8,6 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# Converted on another branch at the time this test was written (the adaptive ε-frontier work); remove the
-# entry once that file is in Annotated form.
-NOT_YET = {"coordinator/adaptive_cli.py"}
 
 
 def _is_typer_param(node: ast.expr | None) -> bool:
@@ -62,11 +59,7 @@ def cli_files() -> list[Path]:
 def test_every_cli_parameter_is_annotated() -> None:
     files = cli_files()
     assert len(files) >= 8, files  # the walk finds the stage CLIs
-    bad = {
-        str(p.relative_to(ROOT)): found
-        for p in files
-        if str(p.relative_to(ROOT)) not in NOT_YET and (found := old_style_params(p))
-    }
+    bad = {str(p.relative_to(ROOT)): found for p in files if (found := old_style_params(p))}
     assert not bad, f"declare these with Annotated[T, typer.Option(...)] = default: {bad}"
 
 

@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 from elo_per_token.analysis.io import Records, read_records
 from elo_per_token.analysis.tokens import task_tokens
 
-__all__ = ["RunTable", "read_run_table", "table_from_records"]
+__all__ = ["RunTable", "read_jobs_table", "read_run_table", "table_from_records"]
 
 
 @dataclass(frozen=True)
@@ -83,3 +83,17 @@ def read_run_table(paths: Sequence[str]) -> RunTable:
         paths: A run URL, a ledger run folder or JSONL/Parquet files.
     """
     return table_from_records(read_records(paths))
+
+
+def read_jobs_table(run_url: str, keys: list[str]) -> RunTable:
+    """The matrices of the run's job objects `keys` alone (those that exist; validated as a whole-run read,
+    analysis/io/runs.read_run_jobs): one round of the adaptive sweep, read once. Every replicate of a (task,
+    arm) is in the same round, so a cell's score and tokens equal the whole run's reading of that cell."""
+    from elo_per_token.analysis.io.runs import read_run_jobs
+    from elo_per_token.ledger.runref import run_source
+
+    src = run_source(run_url)
+    if src is None:
+        raise ValueError(f"not a ledger run: {run_url}")
+    frame, _ = read_run_jobs(src, keys)
+    return table_from_records(Records(frame=frame, files=[run_url]))

@@ -2,7 +2,7 @@
 
 Tasks are put in one random order, stratified by family (each round holds every family in proportion), and
 cut into `rounds` rounds; every arm still running gets the same tasks in a round. After each round the
-stopping statistics (analysis/sequential.py) re-assess every arm: off the frontier (confidently dominated),
+stopping statistics (coordinator/adaptive/sequential.py) re-assess every arm: off the frontier (confidently dominated),
 on it (confidently not dominated by any arm still in question), or open. With `futility` an open arm that
 the full grid could not settle either (every way to decide it has conditional power below `futility_power`)
 stops too and is reported open, and an arm runs for an open one only while that comparison can still settle
@@ -10,8 +10,8 @@ its decision; a stopped arm (on, or open and futile) runs again when an open arm
 when no arm needs more data, at the token cap, or when the grid is exhausted, and says per arm why it
 stopped.
 
-The loop does no I/O: a `runner` runs one round (the replay executor, coordinator/replay.py; the live sweep,
-coordinator/adaptive_sweep.py) and returns (score, tokens) per (task, arm). With the same seed the task order
+The loop does no I/O: a `runner` runs one round (the replay executor, coordinator/adaptive/replay.py; the live sweep,
+coordinator/adaptive/sweep.py) and returns (score, tokens) per (task, arm). With the same seed the task order
 and every decision are a function of the results, so a resumed sweep replays its finished rounds from the
 ledger and continues where it stopped.
 """
@@ -24,18 +24,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from elo_per_token.analysis.boundary import round_times
-from elo_per_token.analysis.epsilon import (
+from elo_per_token.coordinator.adaptive.boundary import round_times
+from elo_per_token.coordinator.adaptive.budget import Unfinished, unfinished
+from elo_per_token.coordinator.adaptive.epsilon import (
     WITHIN,
     EpsAssessment,
     Margin,
     assess_eps,
+    auto_epsilon_elo,
     eps_holm_z,
     eps_needs,
     eps_z,
+    eps_z_tokens,
     off_z,
 )
-from elo_per_token.analysis.sequential import (
+from elo_per_token.coordinator.adaptive.events import RoundEvent
+from elo_per_token.coordinator.adaptive.sequential import (
     OFF,
     ON,
     OPEN,
@@ -48,10 +52,17 @@ from elo_per_token.analysis.sequential import (
     report_z,
     step_per_1k,
 )
-from elo_per_token.coordinator.adaptive_budget import Unfinished, unfinished
-from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
+from elo_per_token.coordinator.adaptive.settings import AUTO_EPSILON_TOKENS, AdaptiveSettings
 
-__all__ = ["AdaptiveResult", "ArmReport", "round_bounds", "run_adaptive", "task_order"]
+__all__ = [
+    "AdaptiveResult",
+    "ArmReport",
+    "plan_margin",
+    "round_bounds",
+    "run_adaptive",
+    "task_order",
+    "task_weights",
+]
 
 # One round's results: (task index, arm index) -> (score, tokens per task); a missing key is a job that failed.
 RoundResults = Mapping[tuple[int, int], tuple[float, float]]
@@ -108,7 +119,7 @@ class AdaptiveResult:
     order: list[int]
     assessment: Assessment | None
     z_report: float
-    history: list[dict[str, object]] = field(default_factory=list)
+    history: list[RoundEvent] = field(default_factory=list)
     margin: Margin = field(default_factory=Margin)  # the ε of the classification (0, 0: the strict rule)
     alpha: float = 0.05
     unfinished: Unfinished | None = None  # stopped at the token cap: arms left open, cost to finish
@@ -215,24 +226,23 @@ def run_adaptive(
     settings: AdaptiveSettings,
     *,
     weights: Mapping[str, float] | None = None,
-    on_round: Callable[[dict[str, object]], None] | None = None,
+    on_round: Callable[[RoundEvent], None] | None = None,
 ) -> AdaptiveResult:
     """Run the adaptive sweep over tasks 0..T-1 (families[t] is task t's family) and `arms` with `runner`."""
     settings.check()
     k = len(arms)
     order = task_order(families, settings.seed)
-    bounds = round_bounds(len(order), settings.rounds)
+    bounds, looks, times = _looks(len(order), settings)
     w = task_weights(families, weights)
     first = min(settings.min_rounds, len(bounds))
-    looks = len(bounds) - first + 1  # decisions (and a stop) happen only from round `first` on
     z_dec = decision_z(settings.alpha, looks, k)
     min_tasks = bounds[first - 1][1]
-    margin = Margin(settings.epsilon_elo, settings.epsilon_tokens)
-    times = round_times(len(bounds), first) if margin.active else None  # the exact boundary over the looks
+    margin = plan_margin(families, settings, weights)
+    times = times if margin.active else None  # the exact boundary over the looks (ε claims only)
     st = _State(k)
     active = list(range(k))
     a: Assessment | None = None
-    history: list[dict[str, object]] = []
+    history: list[RoundEvent] = []
     stop_reason = "grid exhausted"
     for r, (lo, hi) in enumerate(bounds):
         tasks = order[lo:hi]
@@ -240,14 +250,20 @@ def run_adaptive(
         s, t, ww = st.matrices()
         a = assess_eps(pair_stats(s, t, ww), t, settings.alpha, looks, min_tasks, margin, times)
         z_end = eps_holm_z(a.stats, settings.alpha, looks, min_tasks, margin, times)
-        z_on = eps_z(settings.alpha, looks, k, times)
-        fut = _futility(a, st, len(order), hi, min_tasks, (z_end, z_on), settings, arms)
+        z_on = (eps_z(settings.alpha, looks, k, times), eps_z_tokens(settings.alpha, looks, k, times))
+        fut = _futility(a, st, len(order), hi, min_tasks, (z_end, *z_on), settings, arms)
         width_ok = _width_ok(a, _mean_tokens(t), z_dec, settings.width)
         need = needs_data(a, width_ok, *(fut if fut is not None else (None, None)))
         active = _next_active(st, need, active, r)
-        event = {"round": r + 1, "rounds": len(bounds), "tasks": hi, "tokens": st.spent,
-                 "running": [arms[i] for i in active], "status": dict(zip(arms, a.status, strict=True)),
-                 "why": {arms[i]: _why_stopped(i, arms, a, rnd) for i, rnd in sorted(st.stopped.items())}}  # fmt: skip
+        event = RoundEvent(
+            round=r + 1,
+            rounds=len(bounds),
+            tasks=hi,
+            tokens=st.spent,
+            running=tuple(arms[i] for i in active),
+            status=dict(zip(arms, a.status, strict=True)),
+            why={arms[i]: _why_stopped(i, arms, a, rnd) for i, rnd in sorted(st.stopped.items())},
+        )
         history.append(event)
         if on_round is not None:
             on_round(event)
@@ -268,10 +284,53 @@ def run_adaptive(
         else None
     )
     return AdaptiveResult(
-        arms=list(arms), reports=reports, rounds_run=len(history), rounds_planned=len(bounds), tokens_spent=st.spent,
-        stop_reason=stop_reason, anchor=anchor, order=order, assessment=a, z_report=z_rep, history=history,
-        margin=margin, alpha=settings.alpha, unfinished=left,
-    )  # fmt: skip
+        arms=list(arms),
+        reports=reports,
+        rounds_run=len(history),
+        rounds_planned=len(bounds),
+        tokens_spent=st.spent,
+        stop_reason=stop_reason,
+        anchor=anchor,
+        order=order,
+        assessment=a,
+        z_report=z_rep,
+        history=history,
+        margin=margin,
+        alpha=settings.alpha,
+        unfinished=left,
+    )
+
+
+def _looks(
+    n_tasks: int, settings: AdaptiveSettings
+) -> tuple[list[tuple[int, int]], int, tuple[float, ...] | None]:
+    """(round bounds, looks, the looks' information times): decisions (and a stop) happen only from round
+    min_rounds on; times None for a design with no rounds."""
+    bounds = round_bounds(n_tasks, settings.rounds)
+    first = min(settings.min_rounds, len(bounds))
+    if not bounds:
+        return bounds, 1, None
+    return bounds, len(bounds) - first + 1, round_times(len(bounds), first)
+
+
+def plan_margin(
+    families: Sequence[str], settings: AdaptiveSettings, weights: Mapping[str, float] | None = None
+) -> Margin:
+    """The margin the sweep classifies at, from the design before the first task: the settings' explicit ε,
+    or auto (epsilon_elo None, the default): the smallest ΔElo the full grid of these tasks, families and
+    weights settles at the settings' alpha, rounds and looks (epsilon.auto_epsilon_elo). The token margin
+    auto is AUTO_EPSILON_TOKENS with an Elo margin, 0 with none (epsilon_elo = 0: the strict rule)."""
+    _, looks, times = _looks(len(families), settings)
+    auto = settings.epsilon_elo is None
+    elo = (
+        auto_epsilon_elo(task_weights(families, weights), settings.alpha, looks, times)
+        if settings.epsilon_elo is None
+        else settings.epsilon_elo
+    )
+    tokens = settings.epsilon_tokens
+    if tokens is None:
+        tokens = AUTO_EPSILON_TOKENS if elo > 0 else 0.0
+    return Margin(elo, tokens, auto=auto, tasks=len(families), alpha=settings.alpha)
 
 
 def _left_at_cap(
@@ -284,15 +343,16 @@ def _left_at_cap(
     n_tasks: int,
 ) -> Unfinished | None:
     """Fixed-budget mode: the arms the cap left open and what finishing would likely cost
-    (coordinator/adaptive_budget.py); the strict rule's claims are projected at its flat z."""
+    (coordinator/adaptive/budget.py); the strict rule's claims are projected at its flat z."""
     if not isinstance(a, EpsAssessment):
         return None
     k = len(arms)
     if a.margin.active:
         z_on, z_off = eps_z(settings.alpha, looks, k, times), off_z(settings.alpha, looks, k, times)
+        z_tok = eps_z_tokens(settings.alpha, looks, k, times)
     else:
-        z_on = z_off = decision_z(settings.alpha, looks, k)
-    return unfinished(a, arms, _mean_tokens(t), z_on, z_off, n_tasks)
+        z_on = z_off = z_tok = decision_z(settings.alpha, looks, k)
+    return unfinished(a, arms, _mean_tokens(t), z_on, z_off, n_tasks, z_tok)
 
 
 def _futility(
@@ -301,12 +361,12 @@ def _futility(
     n_tasks: int,
     seen: int,
     min_tasks: int,
-    zs: tuple[np.ndarray, float],
+    zs: tuple[np.ndarray, float, float],
     settings: AdaptiveSettings,
     arms: Sequence[str],
 ) -> tuple[list[bool], np.ndarray] | None:
     """Open arms the full grid could not settle either and the comparisons open arms can still use
-    (analysis/sequential.reachable_needs), the reasons kept in st.futile; None with futility off or before
+    (sequential.reachable_needs), the reasons kept in st.futile; None with futility off or before
     the first decision round."""
     st.futile.clear()
     if not settings.futility or seen < min_tasks:
@@ -316,17 +376,22 @@ def _futility(
     live = np.asarray([x != OFF for x in a.status])
     n_end = a.stats.n + np.where(live[:, None] & live[None, :], n_tasks - seen, 0)
     z = zs[0]
-    out, wants = eps_needs(a, n_end, z, zs[1], settings.futility_power)
+    out, wants = eps_needs(a, n_end, z, zs[1], settings.futility_power, zs[2])
     for i in (i for i in range(st.k) if out[i]):
         others = [j for j in range(st.k) if j != i and a.status[j] != OFF]
         j = min(others, key=lambda j: abs(float(np.nan_to_num(a.stats.q[i, j]))), default=None)
         if j is None:
             continue
         lo, hi = projected_interval(a.stats, i, j, int(n_end[i, j]), float(z[i, j]))
-        where = (f"projected to {int(n_end[i, j])} tasks" if n_end[i, j] > a.stats.n[i, j]
-                 else f"on the {int(n_end[i, j])} tasks both ran (no more to come)")  # fmt: skip
-        st.futile[i] = (f"not separable within the grid: win balance vs {arms[j]} {where} "
-                        f"[{lo:+.3f}, {hi:+.3f}] still covers 0")  # fmt: skip
+        where = (
+            f"projected to {int(n_end[i, j])} tasks"
+            if n_end[i, j] > a.stats.n[i, j]
+            else f"on the {int(n_end[i, j])} tasks both ran (no more to come)"
+        )
+        st.futile[i] = (
+            f"not separable within the grid: win balance vs {arms[j]} {where} "
+            f"[{lo:+.3f}, {hi:+.3f}] still covers 0"
+        )
     return out, wants
 
 
@@ -417,11 +482,22 @@ def _reports(
             if a is not None
             else stop_reason
         )
-        out.append(ArmReport(
-            arm=arm, status=status, reason=reason, tasks=int(n[i]), tokens=float(np.nansum(col)),
-            stopped_round=st.stopped.get(i), tokens_per_task=float(tok[i]), tokens_lo=float(tok[i] - half),
-            tokens_hi=float(tok[i] + half), d_elo=d, d_elo_lo=lo, d_elo_hi=hi,
-        ))  # fmt: skip
+        out.append(
+            ArmReport(
+                arm=arm,
+                status=status,
+                reason=reason,
+                tasks=int(n[i]),
+                tokens=float(np.nansum(col)),
+                stopped_round=st.stopped.get(i),
+                tokens_per_task=float(tok[i]),
+                tokens_lo=float(tok[i] - half),
+                tokens_hi=float(tok[i] + half),
+                d_elo=d,
+                d_elo_lo=lo,
+                d_elo_hi=hi,
+            )
+        )
     _add_steps(out, stats, tok, a, z)
     return out, arms[anchor] if arms else ""
 

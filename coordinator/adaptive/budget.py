@@ -1,7 +1,7 @@
 """Fixed-budget mode of the adaptive sweep: what a sweep stopped at its token cap leaves unclassified, and what
 it would likely cost to finish.
 
-Per open arm, each claim a decision could rest on (analysis/epsilon.py: a pair test `mean + z se < bound`) is
+Per open arm, each claim a decision could rest on (coordinator/adaptive/epsilon.py: a pair test `mean + z se < bound`) is
 projected at its current estimate: with se shrinking as 1 / sqrt(n), the claim holds after
 n x (z se / (bound - mean))^2 shared tasks (never, while the estimate is on the wrong side of the bound). An arm
 needs the fewest tasks over its routes: on or within (every arm not off ruled out, each by its cheapest route)
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from elo_per_token.analysis.epsilon import EpsAssessment
-from elo_per_token.analysis.sequential import OFF, OPEN
+from elo_per_token.coordinator.adaptive.epsilon import EpsAssessment
+from elo_per_token.coordinator.adaptive.sequential import OFF, OPEN
 
 __all__ = ["Unfinished", "unfinished"]
 
@@ -38,10 +38,14 @@ class Unfinished:
             return "every arm classified within the budget"
         names = ", ".join(self.arms)
         if self.tasks is None:
-            return (f"not classified at this budget: {names}; at the current estimates even the full grid would "
-                    f"not settle them (the rest of the grid for them: ~{self.tokens:,.0f} tokens)")  # fmt: skip
-        return (f"not classified at this budget: {names}; finishing would take ~{self.tasks} more tasks for "
-                f"these arms and their comparisons, ~{self.tokens:,.0f} more tokens")  # fmt: skip
+            return (
+                f"not classified at this budget: {names}; at the current estimates even the full grid would "
+                f"not settle them (the rest of the grid for them: ~{self.tokens:,.0f} tokens)"
+            )
+        return (
+            f"not classified at this budget: {names}; finishing would take ~{self.tasks} more tasks for "
+            f"these arms and their comparisons, ~{self.tokens:,.0f} more tokens"
+        )
 
 
 def _tasks_for(
@@ -62,6 +66,7 @@ def unfinished(
     z_on: float,
     z_off: float,
     n_tasks: int,
+    z_tok: float | None = None,
 ) -> Unfinished:
     """The open arms of `a`, the shared tasks the slowest of them would need and its likely token cost."""
     st, k = a.stats, len(a.status)
@@ -70,11 +75,12 @@ def unfinished(
         return Unfinished([], 0, 0.0)
     n = st.n.astype(float)
     strong = _tasks_for(-st.q, st.q_se, n, z_on, 0.0)  # strong[i, j]: q_ij > 0
-    cheap = _tasks_for(st.c, st.c_se, n, z_on, 0.0)  # cheap[i, j]: c_ij < 0
+    zt = z_on if z_tok is None else z_tok  # the token route's z
+    cheap = _tasks_for(st.c, st.c_se, n, zt, 0.0)  # cheap[i, j]: c_ij < 0
     routes = [strong, cheap]
     if a.margin.active and a.d is not None:
         routes.append(_tasks_for(st.q, st.q_se, n, z_on, a.margin.balance).T)  # [i, j]: q_ji < b
-        routes.append(_tasks_for(a.d[0], a.d[1], a.d[2].astype(float), z_on, 0.0))
+        routes.append(_tasks_for(a.d[0], a.d[1], a.d[2].astype(float), zt, 0.0))
     rule_out = np.minimum.reduce(routes) - n  # more shared tasks each pair needs
     dom = (
         np.maximum(_tasks_for(-st.q, st.q_se, n, z_off, 0.0), _tasks_for(st.c, st.c_se, n, z_off, 0.0)).T - n

@@ -13,12 +13,26 @@ from typing import TYPE_CHECKING, Annotated, Any
 if TYPE_CHECKING:  # the bounds in the annotations, resolved by common.checked when settings are checked
     from annotated_types import Ge, Gt, Interval, Lt
 
-__all__ = ["EPSILON_ELO", "EPSILON_TOKENS", "AdaptiveSettings", "check_adaptive", "settings_from_table"]
+__all__ = [
+    "AUTO",
+    "AUTO_EPSILON_TOKENS",
+    "EPSILON_ELO",
+    "EPSILON_TOKENS",
+    "AdaptiveSettings",
+    "check_adaptive",
+    "margin_arg",
+    "settings_from_table",
+]
 
-# The default margin of the ε-relaxed classification (analysis/epsilon.py): arms no arm beats by more than
-# this much Elo AND this share of tokens are "within the margin" of the frontier. 0 and 0: the strict rule.
-EPSILON_ELO = 0.0
-EPSILON_TOKENS = 0.0
+# The default margin of the ε-relaxed classification (coordinator/adaptive/epsilon.py): arms no arm beats by
+# more than this much Elo AND this share of tokens are "within the margin" of the frontier. The default is
+# AUTO (None): the Elo margin is the smallest the plan's full grid can settle at its error budget, computed
+# from the design before the first task (core.plan_margin, epsilon.auto_epsilon_elo), and the token margin
+# AUTO_EPSILON_TOKENS. An explicit epsilon_elo = 0 is the strict rule (on / off / open).
+AUTO = None
+AUTO_EPSILON_TOKENS = 0.05
+EPSILON_ELO: float | None = AUTO
+EPSILON_TOKENS: float | None = AUTO
 # `[adaptive]` keys that are not settings: `delta` is the issue's name for `alpha`; `seed` is the plan's.
 _ALIASES = {"delta": "alpha"}
 _NOT_IN_TABLE = frozenset({"seed"})
@@ -32,8 +46,10 @@ class AdaptiveSettings:
     (None: the frontier decision alone settles it); max_tokens: stop before a round whose likely cost (the running arms'
     tokens per task so far x its tasks) would pass it; the first round always runs. futility: an open arm whose
     decision the full grid could not settle either (every way to decide it has conditional power below
-    futility_power at the end of the grid, analysis/sequential.py) stops and is reported open; false: open arms
-    run to the grid's end (or the cap).
+    futility_power at the end of the grid, coordinator/adaptive/sequential.py) stops and is reported open; false:
+    open arms run to the grid's end (or the cap). epsilon_elo / epsilon_tokens: the margin (None: auto, see
+    EPSILON_ELO); epsilon_elo 0 with epsilon_tokens auto is the strict rule (the token margin follows the Elo
+    one to 0).
 
     Each field's type and bounds are its check (`check()`, common.checked); `metadata["must"]` is the rule in
     the words an error shows. One field per line."""
@@ -46,11 +62,11 @@ class AdaptiveSettings:
     max_tokens: Annotated[float, Gt(0)] | None = field(default=None, metadata={"must": "a positive number"})
     futility: bool = field(default=True, metadata={"must": "true or false"})
     futility_power: Annotated[float, Gt(0), Lt(1)] = field(default=0.02, metadata={"must": "in (0, 1)"})
-    epsilon_elo: Annotated[float, Interval(ge=0, le=1000)] = field(
-        default=EPSILON_ELO, metadata={"must": "in [0, 1000] (ΔElo)"}
+    epsilon_elo: Annotated[float, Interval(ge=0, le=1000)] | None = field(
+        default=EPSILON_ELO, metadata={"must": '"auto" or in [0, 1000] (ΔElo)'}
     )
-    epsilon_tokens: Annotated[float, Ge(0), Lt(1)] = field(
-        default=EPSILON_TOKENS, metadata={"must": "a share in [0, 1) (0.05 = 5%)"}
+    epsilon_tokens: Annotated[float, Ge(0), Lt(1)] | None = field(
+        default=EPSILON_TOKENS, metadata={"must": '"auto" or a share in [0, 1) (0.05 = 5%)'}
     )
 
     def check(self) -> None:
@@ -79,13 +95,32 @@ def settings_from_table(table: dict[str, Any], seed: int) -> AdaptiveSettings:
     unknown = sorted(str(k) for k in table if k not in known)
     if unknown:
         raise ModelError((unknown[0],), f"unknown field (known: {', '.join(known)})")
-    kw = dict(table)
+    kw = {k: (AUTO if _is_auto(k, val) else val) for k, val in table.items()}
     for alias, name in _ALIASES.items():
         if alias in kw:
             if name in kw:
                 raise ModelError((alias,), f"the same setting as {name} (the error budget); give one of them")
             kw[name] = kw.pop(alias)
     return _checked({**kw, "seed": seed})
+
+
+def _is_auto(key: str, val: Any) -> bool:
+    """A margin field given as "auto" (the default, written out)."""
+    return key in _AUTO_KEYS and val == "auto"
+
+
+_AUTO_KEYS = ("epsilon_elo", "epsilon_tokens")
+
+
+def margin_arg(value: str, flag: str) -> float | None:
+    """A command line's margin (`--epsilon-elo auto`, `--epsilon-tokens 0.05`): None for auto, else the number;
+    ValueError naming the flag otherwise."""
+    if value.strip().lower() == "auto":
+        return AUTO
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f'{flag}: must be "auto" or a number, got {value!r}') from None
 
 
 def check_adaptive(table: Any, v: Any) -> None:

@@ -1,11 +1,11 @@
 """The adaptive sweep's report: per arm the decision, why it stopped, tasks and tokens, and the intervals
-(their level holds under the adaptive stopping: alpha spent over the rounds, analysis/sequential.py)."""
+(their level holds under the adaptive stopping: alpha spent over the rounds, coordinator/adaptive/sequential.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from elo_per_token.coordinator.adaptive import AdaptiveResult
+from elo_per_token.coordinator.adaptive.core import AdaptiveResult
 
 __all__ = ["adaptive_json", "classification_line", "print_adaptive"]
 
@@ -20,10 +20,7 @@ def classification_line(res: AdaptiveResult) -> str:
     """The classification first: counts of on / within / off / open, the margin and the error per arm."""
     st = [r.status for r in res.reports]
     counts = ", ".join(f"{st.count(c)} {c}" for c in ("on", "within", "off", "open") if c in st)
-    m = res.margin
-    margin = (f"margin {m.elo:g} Elo / {m.tokens:.0%} tokens" if m.active
-              else "no margin (on/off only)")  # fmt: skip
-    return f"{counts} ({margin}; each arm's decision wrong with probability <= {res.alpha:g})"
+    return f"{counts} · {res.margin.describe()} · each arm's decision wrong with probability <= {res.alpha:g}"
 
 
 def print_adaptive(res: AdaptiveResult, console: Any, full_tokens: float | None = None) -> None:
@@ -31,9 +28,11 @@ def print_adaptive(res: AdaptiveResult, console: Any, full_tokens: float | None 
     from rich.markup import escape
     from rich.table import Table
 
-    t = Table(title=f"Adaptive sweep: {classification_line(res)} · {res.rounds_run} of {res.rounds_planned} rounds · "
-                    f"stopped: {res.stop_reason} · intervals hold under the adaptive stopping (z = {res.z_report:.2f}); "
-                    f"anchor {res.anchor}")  # fmt: skip
+    t = Table(
+        title=f"Adaptive sweep: {classification_line(res)} · {res.rounds_run} of {res.rounds_planned} rounds · "
+        f"stopped: {res.stop_reason} · intervals hold under the adaptive stopping (z = {res.z_report:.2f}); "
+        f"anchor {res.anchor}"
+    )
     for col in (
         "arm",
         "frontier",
@@ -47,10 +46,14 @@ def print_adaptive(res: AdaptiveResult, console: Any, full_tokens: float | None 
     for r in sorted(res.reports, key=lambda r: r.tokens_per_task):
         step = r.per_1k
         t.add_row(
-            escape(r.arm), r.status, str(r.tasks), _ci(r.tokens_per_task, r.tokens_lo, r.tokens_hi, ",.0f"),
+            escape(r.arm),
+            r.status,
+            str(r.tasks),
+            _ci(r.tokens_per_task, r.tokens_lo, r.tokens_hi, ",.0f"),
             _ci(r.d_elo, r.d_elo_lo, r.d_elo_hi, "+.0f"),
-            _ci(step[1], step[0], step[2], ".1f") if step else "—", escape(r.reason),
-        )  # fmt: skip
+            _ci(step[1], step[0], step[2], ".1f") if step else "—",
+            escape(r.reason),
+        )
     console.print(t)
     early = [
         r for r in res.reports if r.stopped_round is not None and r.stopped_round + 1 < res.rounds_planned
@@ -69,9 +72,18 @@ def print_adaptive(res: AdaptiveResult, console: Any, full_tokens: float | None 
 def adaptive_json(res: AdaptiveResult, full_tokens: float | None = None) -> dict[str, Any]:
     """The report as JSON-ready data."""
     return {
-        "rounds_run": res.rounds_run, "rounds_planned": res.rounds_planned, "stop_reason": res.stop_reason,
-        "tokens_spent": res.tokens_spent, "full_tokens": full_tokens, "anchor": res.anchor, "z": res.z_report,
-        "epsilon_elo": res.margin.elo, "epsilon_tokens": res.margin.tokens, "alpha": res.alpha,
+        "rounds_run": res.rounds_run,
+        "rounds_planned": res.rounds_planned,
+        "stop_reason": res.stop_reason,
+        "tokens_spent": res.tokens_spent,
+        "full_tokens": full_tokens,
+        "anchor": res.anchor,
+        "z": res.z_report,
+        "epsilon_elo": res.margin.elo,
+        "epsilon_tokens": res.margin.tokens,
+        "alpha": res.alpha,
+        "epsilon_auto": res.margin.auto,
+        "margin": res.margin.describe(),
         "arms": [{k: v for k, v in r.__dict__.items()} for r in res.reports],
         "unfinished": None if res.unfinished is None else res.unfinished.__dict__,
-    }  # fmt: skip
+    }

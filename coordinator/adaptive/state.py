@@ -7,14 +7,17 @@ import json
 import time
 from typing import Any
 
+from elo_per_token.coordinator.adaptive.events import RoundEvent
+
 __all__ = ["ADAPTIVE_BLOB", "read_state", "write_state"]
 
 ADAPTIVE_BLOB = "adaptive.json"
 
 
-def write_state(ledger: Any, run_id: str, event: dict[str, object]) -> None:
+def write_state(ledger: Any, run_id: str, event: RoundEvent) -> None:
     """The round just finished, for `ept status` (a blob: overwritten each round)."""
-    ledger.put_blob(run_id, ADAPTIVE_BLOB, json.dumps({**event, "at": time.time()}, sort_keys=True).encode())
+    blob = {**event.as_dict(), "at": time.time()}
+    ledger.put_blob(run_id, ADAPTIVE_BLOB, json.dumps(blob, sort_keys=True).encode())
 
 
 def read_state(ledger: Any, run_id: str) -> dict[str, Any] | None:

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from elo_per_token.analysis.run_table import RunTable
-from elo_per_token.analysis.sequential import OFF, ON, assess_holm, pair_stats, true_frontier
-from elo_per_token.coordinator.adaptive import AdaptiveResult, RoundResults, round_bounds, run_adaptive
-from elo_per_token.coordinator.adaptive_settings import AdaptiveSettings
+from elo_per_token.coordinator.adaptive.core import AdaptiveResult, RoundResults, round_bounds, run_adaptive
+from elo_per_token.coordinator.adaptive.run_table import RunTable
+from elo_per_token.coordinator.adaptive.sequential import OFF, ON, assess_holm, pair_stats, true_frontier
+from elo_per_token.coordinator.adaptive.settings import AdaptiveSettings
 
 __all__ = [
     "OrdersSummary",
@@ -50,7 +50,7 @@ def replay_runner(table: RunTable) -> Callable[[int, list[int], list[int]], Roun
 def full_decisions(table: RunTable, weights: dict[str, float] | None = None) -> list[bool]:
     """The frontier of the full grid itself (every task, every arm): the population the replay samples from,
     so the replay's known truth."""
-    from elo_per_token.coordinator.adaptive import task_weights
+    from elo_per_token.coordinator.adaptive.core import task_weights
 
     w = task_weights(table.families, weights)
     st = pair_stats(table.scores, table.tokens, w)
@@ -67,7 +67,7 @@ def full_rule_decisions(
     looks=1 (the default) spends nothing on peeking, as a sweep that looks once need not: the most the same
     test can decide on this grid, so the reach measured against it is the strict figure. looks = the adaptive
     sweep's looks gives its final-look z instead (the price of peeking left out)."""
-    from elo_per_token.coordinator.adaptive import task_weights
+    from elo_per_token.coordinator.adaptive.core import task_weights
 
     w = task_weights(table.families, weights)
     bounds = round_bounds(len(table.tasks), settings.rounds)
@@ -124,7 +124,7 @@ def full_values(
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """(tokens/task [K], win balance [K, K]) of the full grid: the population a replay samples its tasks
     from, so its exact truth."""
-    from elo_per_token.coordinator.adaptive import task_weights
+    from elo_per_token.coordinator.adaptive.core import task_weights
 
     st = pair_stats(table.scores, table.tokens, task_weights(table.families, weights))
     seen = (~np.isnan(table.tokens)).sum(axis=0)
@@ -142,12 +142,13 @@ class OrdersSummary:
     covered: int  # intervals (tokens/task, ΔElo vs anchor) holding the full grid's values
     intervals: int
     truth: list[str]  # the full grid's ε-classification (its point values: eps_truth)
+    margin: str = ""  # the margin classified at (epsilon.Margin.describe)
 
     def line(self) -> str:
         """Mean / median / 90th pct token share, classified share, classification error, coverage."""
         sh, k = np.asarray(self.shares), len(self.shares)
         return (
-            f"{k} task orders: token share mean {sh.mean():.1%}, median {np.median(sh):.1%}, 90th pct "
+            f"{k} task orders, {self.margin}: token share mean {sh.mean():.1%}, median {np.median(sh):.1%}, 90th pct "
             f"{np.quantile(sh, 0.9):.1%}; every arm classified in {sum(self.classified)}/{k}; orders with "
             f"a classification contradicting the full grid's ({', '.join(self.truth)}): "
             f"{sum(w > 0 for w in self.wrong)}/{k}; interval coverage {self.covered}/{self.intervals} = "
@@ -159,14 +160,16 @@ def replay_orders(
     table: RunTable, settings: AdaptiveSettings, orders: int, weights: dict[str, float] | None = None
 ) -> OrdersSummary:
     """Replay `orders` task orders (seeds settings.seed .. + orders - 1) and score each against the full grid's
-    own values (full_values): its ε-classification (analysis/epsilon.eps_truth) and interval coverage."""
+    own values (full_values): its ε-classification (epsilon.eps_truth) and interval coverage."""
     from dataclasses import replace
 
-    from elo_per_token.analysis.epsilon import Margin, eps_truth, eps_wrong
-    from elo_per_token.analysis.sequential import OPEN, elo_from_balance
+    from elo_per_token.coordinator.adaptive.core import plan_margin
+    from elo_per_token.coordinator.adaptive.epsilon import eps_truth, eps_wrong
+    from elo_per_token.coordinator.adaptive.sequential import OPEN, elo_from_balance
 
     tok, bal = full_values(table, weights)
-    truth = eps_truth(tok, bal, Margin(settings.epsilon_elo, settings.epsilon_tokens))
+    margin = plan_margin(table.families, settings, weights)  # the sweep's own (auto: from the design)
+    truth = eps_truth(tok, bal, margin)
     full_tokens = float(np.nansum(table.tokens))
     shares, classified, wrong, covered, intervals = [], [], [], 0, 0
     for k in range(orders):
@@ -190,4 +193,4 @@ def replay_orders(
                 covered += bool(
                     r.d_elo_lo - 1e-9 <= float(elo_from_balance(bal[i, anchor])) <= r.d_elo_hi + 1e-9
                 )
-    return OrdersSummary(shares, classified, wrong, covered, intervals, truth)
+    return OrdersSummary(shares, classified, wrong, covered, intervals, truth, margin.describe())

@@ -52,6 +52,7 @@ __all__ = [
     "PairStats",
     "assess",
     "assess_holm",
+    "decide",
     "decision_z",
     "elo_from_balance",
     "futile",
@@ -172,7 +173,7 @@ def assess(stats: PairStats, z: float, min_tasks: int) -> Assessment:
     with np.errstate(invalid="ignore"):
         stronger = enough & (stats.q - z * stats.q_se > 0)
         cheaper = enough & (-stats.c - z * stats.c_se > 0)  # c[i, j] < 0 confidently: i cheaper
-    return _decide(stats, stronger, cheaper)
+    return decide(stats, stronger, cheaper)
 
 
 def _two_sided_p(mean: NDArray[np.float64], se: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -262,10 +263,10 @@ def assess_holm(stats: PairStats, alpha: float, looks: int, min_tasks: int) -> A
         min_tasks: Pairs with fewer tasks in common claim nothing.
     """
     stronger, cheaper = holm_claims(stats, alpha, looks, min_tasks)
-    return _decide(stats, stronger, cheaper)
+    return decide(stats, stronger, cheaper)
 
 
-def _decide(stats: PairStats, stronger: NDArray[np.bool_], cheaper: NDArray[np.bool_]) -> Assessment:
+def decide(stats: PairStats, stronger: NDArray[np.bool_], cheaper: NDArray[np.bool_]) -> Assessment:
     """Off / on / open from the confident claims (module docstring)."""
     k = stats.q.shape[0]
     status = [OPEN] * k
