@@ -1,7 +1,7 @@
 """BFCL through our `bfcl` grader (BFCL's own AST checker): every possible answer of the 1240 tasks
 (simple_python, multiple, parallel, parallel_multiple, irrelevance) must pass, and two wrong variants of
 each (one argument outside its possible answers / one parallel call dropped; a call for irrelevance)
-must fail. The CI test (tests/test_public_suites.py) checks every 5th task.
+must fail. The CI test (tests/suites/test_public_suites.py) checks every 5th task.
 
 Run: python benchmarks/bench_bfcl.py
 """

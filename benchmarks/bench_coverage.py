@@ -1,7 +1,7 @@
 """Coverage of `ept analyze` / `ept compare` on synthetic experiments of known truth (issue 12 acceptance).
 
 Each experiment writes a JSONL call log with outcomes (or judgments) drawn from a known model
-(tests/fixtures_stats.py) and runs the real CLI in this process (`ept.cli.main`: argument parsing,
+(testkit/fixtures_stats.py) and runs the real CLI in this process (`ept.cli.main`: argument parsing,
 reading, analysis, report.json), then scores report.json against the truth:
 
 - Elo / ΔElo / ΔElo per 1k coverage: share of intervals that contain the truth (95% intervals). The
@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "testkit"))
 
 from fixtures_stats import (  # noqa: E402
     ELO_SCALE,

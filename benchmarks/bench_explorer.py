@@ -1,6 +1,6 @@
 """Benchmark: how long one sample-explorer request takes on the server (issue 40: each <= 1 s on a 2,000-job run).
 
-Generates a local run of N jobs with a transcript per job (tests/fixtures_samples.py), opens it with the
+Generates a local run of N jobs with a transcript per job (testkit/fixtures_samples.py), opens it with the
 viewer's Store, analyses it once (the run page), then times viewer.server.route for each request kind: the
 first explorer page (builds the run's sample frame: the records per job, the answers and latencies read from
 the job objects), sorts, filters, and a search cold (every transcript read) and warm (the text cache).
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "testkit"))
 
 REQUESTS = [
     ("first page (builds the frame)", ""),

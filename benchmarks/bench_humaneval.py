@@ -2,7 +2,7 @@
 and every distractor, in the sandbox the worker uses (worker.graders.code.grade_code).
 
 Acceptance: >= 163/164 canonical solutions pass the official check; every distractor fails it.
-The CI test (tests/test_public_suites.py) grades a sample; this grades all 164.
+The CI test (tests/suites/test_public_suites.py) grades a sample; this grades all 164.
 
 Run: python benchmarks/bench_humaneval.py
 """

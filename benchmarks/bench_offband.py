@@ -1,7 +1,7 @@
 """Is the frontier band's `off` truly off? An audit over random designs with known truth (issue 37 item 7).
 
 Each design draws 3-8 arms (theta ~ U(0, 1.2), true tokens per task log-uniform in 500..12000), 2-3 families
-of 30-120 tasks, binary outcomes (tests/fixtures_stats.py), runs the real `ept analyze` in this process, and
+of 30-120 tasks, binary outcomes (testkit/fixtures_stats.py), runs the real `ept analyze` in this process, and
 records every non-partial arm's bootstrap frontier share, its printed band and whether it is truly on the
 frontier (the analysis' rule on the pseudo-true Elo and the true tokens). Printed: for each share threshold t,
 the arms whose share is <= t and the share of them truly on the frontier (the `off` band is share <= OFF_SHARE);
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "testkit"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_coverage import run_cli, truth_for  # noqa: E402

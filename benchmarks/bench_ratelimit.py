@@ -1,6 +1,6 @@
 """Rate limits: how many 429s, and how long, for ept's limiter vs the plain openai SDK behind a rate-limiting proxy.
 
-Three clients send the same calls (8 threads each) through tests/ratelimit_proxy.py in front of the
+Three clients send the same calls (8 threads each) through testkit/ratelimit_proxy.py in front of the
 simulator: ept with the limits configured on the profile, ept with none (learning them from the proxy's
 x-ratelimit-* headers), and the plain openai SDK with its default retries (a call that still fails is sent
 again after a second). Reported per client: calls answered 429, wall time, and wall time as a share of the best
@@ -23,8 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-# The proxy and the clients are the tests' helpers (tests/ratelimit_proxy.py, tests/ratelimit_clients.py).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+# The proxy and the clients are the tests' helpers (testkit/ratelimit_proxy.py, testkit/ratelimit_clients.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "testkit"))
 from ratelimit_clients import free_rate, measure
 
 

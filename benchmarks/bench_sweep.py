@@ -31,7 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "testkit"))
 
 from fixtures_services import free_port, start_celery_workers, start_redis, start_seaweed, stop_proc  # noqa: E402
 

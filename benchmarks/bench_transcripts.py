@@ -1,6 +1,6 @@
 """Benchmark: does `ept analyze` of a large run get slower or bigger when the run holds transcripts? (issue 28)
 
-Generates a local-folder run of N jobs (tests/fixtures_ledger.py, as bench_scale.py does), declares its keys
+Generates a local-folder run of N jobs (testkit/fixtures_ledger.py, as bench_scale.py does), declares its keys
 as a sweep would, then adds one transcript object per job under runs/r/transcripts/<job_key>.json.gz (the
 layout of contracts/transcripts.py; ~6 KB gzip each, the size measured on the demo). It then measures
 `ept analyze` (wall time and peak RSS, GNU time, each in its own process) with the transcripts folder present

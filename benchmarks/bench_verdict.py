@@ -1,6 +1,6 @@
 """The recommendation and accuracy on held-out scenarios with known truth (issue 37 acceptance).
 
-Scenarios (tests/fixtures_stats.py models, the real `ept analyze` in this process, report.json scored):
+Scenarios (testkit/fixtures_stats.py models, the real `ept analyze` in this process, report.json scored):
 
 - one-family: majority@16 is an exact clone of best@8's quality, observed in math only (a partial arm);
 - crashing: flaky@4 (vote@4's twin) has no score on each family's hardest 20% of tasks (flagged);
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "testkit"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_coverage import ARMS4, Scenario, cutoffs, run_cli, truth_for  # noqa: E402

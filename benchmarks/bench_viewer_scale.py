@@ -1,7 +1,7 @@
 """Benchmark: `ept view` on a compacted run of N jobs (issue 39: every page <= 1 s warm and <= 5 s cold, 10
 concurrent requests <= 2 s each; 1M jobs <= 2 s warm).
 
-Generates (or reuses, in --dir) a run written the way another tool writes one (tests/fixtures_ledger.py: job
+Generates (or reuses, in --dir) a run written the way another tool writes one (testkit/fixtures_ledger.py: job
 objects only), compacts it with `ept compact`'s code, then measures, in CPU seconds (the machine is shared:
 wall time is printed beside it):
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "testkit"))
 
 
 def pages(job_key: str) -> list[tuple[str, str, str]]:

@@ -3,7 +3,7 @@
     python benchmarks/reliability_table.py            # all six faults (~6-8 min on 2 cores)
     python benchmarks/reliability_table.py -k redis   # a subset (pytest -k expression)
 
-Each scenario is the fault test in tests/test_fault_*.py, run with real processes (Redis, SeaweedFS, Celery
+Each scenario is the fault test in tests/system/test_fault_*.py, run with real processes (Redis, SeaweedFS, Celery
 worker subprocesses, the simulator over HTTP). With EPT_RELIABILITY_OUT set, each test also runs the same plan
 cleanly (local executor, fault-free simulator, same seeds) and writes what it measured: jobs, records,
 duplicates, lost jobs, requests at the simulator, and tokens against the clean run. This script collects those
@@ -24,7 +24,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TESTS = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_fault_*.py"))
+TESTS = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_fault_*.py"))
 COLUMNS = ("fault", "injected", "jobs", "in ledger", "records", "duplicates", "lost", "failed", "requests",
            "tokens", "clean-run tokens", "tokens = clean")  # fmt: skip
 
@@ -81,7 +81,7 @@ def write_doc(rows: list[dict], outcomes: dict[str, str], elapsed: float, k: str
 
 Produced by `{cmd}` on {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 ({platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs, {elapsed:.0f} s for all
-scenarios). Every row is measured by the fault test of the same number in `tests/test_fault_*.py`, with real
+scenarios). Every row is measured by the fault test of the same number in `tests/system/test_fault_*.py`, with real
 processes: Redis, SeaweedFS (S3), Celery worker subprocesses and the simulator over HTTP. Rerun the command to
 regenerate this page; the same tests run in CI (marked `slow` and `services`).
 

@@ -2,7 +2,7 @@
 
 It minimises -Σ log σ(θ_winner − θ_loser) + l2·‖θ‖² over the comparisons and returns θ − mean(θ).
 Not used by the product. It exists as (1) the speed baseline in benchmarks/bench_bt.py and (2) a test
-oracle in tests/test_bt.py. Kept deliberately naive: a Python loop over every comparison inside the
+oracle in tests/analysis/test_bt.py. Kept deliberately naive: a Python loop over every comparison inside the
 objective, and L-BFGS-B with numerically differenced gradients.
 """
 

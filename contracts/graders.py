@@ -11,7 +11,7 @@ its entry; registering that entry (`register`, done for every module listed in w
 adds its schema here with `register_schema`, so adding a grader is still one module plus one registry line
 (docs/suites.md, "Adding a grader"). The cost of injecting it this way: a process that validates a suite
 using an added grader must have imported the worker's registry first (`ept suites show/validate` do, and a
-sweep does through the plan's strategy check). `tests/test_grader_registry.py` checks that the two halves
+sweep does through the plan's strategy check). `tests/worker/test_grader_registry.py` checks that the two halves
 name the same graders and that validation imports nothing from the worker.
 
 An option check takes (task, grader options) and raises `GraderOptionError(message, field)`; task

@@ -1,12 +1,12 @@
 """Every `EPT_*` environment variable, declared once: name, type, default, who reads it and what it does.
 
 docs/configuration.md is generated from this table (`python -m elo_per_token.contracts.settings --write`;
-`--check` fails when the file drifts), and tests/test_settings.py fails when product code names an `EPT_*`
+`--check` fails when the file drifts), and tests/contracts/test_settings.py fails when product code names an `EPT_*`
 variable the table does not declare. `read` parses a declared variable with its declared type, so a bad value
 is an InputError naming the variable instead of a bare ValueError; an unset or empty variable is its default.
 
 This module is the one reader of the process environment for `EPT_*` variables (`read_str`, `read_int`,
-`read_float`, `read_bool`, `read_seconds`, `is_set`); tests/test_edge_reads.py lists every other environment
+`read_float`, `read_bool`, `read_seconds`, `is_set`); tests/meta/test_edge_reads.py lists every other environment
 read with its reason and fails on a new one. A command-line option that stands for a variable (`ept
 --verify-jobs`) gives its value with `set_from_cli` for one command; nothing writes os.environ to hand a value on.
 """
@@ -196,7 +196,7 @@ def markdown() -> str:
         "<!-- generated from contracts/settings.py by `python -m elo_per_token.contracts.settings --write`;"
         " do not edit -->",
         "",
-        "Every `EPT_*` variable the code reads, declared once in `contracts/settings.py` (tests/test_settings.py",
+        "Every `EPT_*` variable the code reads, declared once in `contracts/settings.py` (tests/contracts/test_settings.py",
         "fails when code names one this table lacks). Blank counts as unset. `secret`: a key, never printed",
         "(shown masked, `sk-…abcd`). `shell`: printed by `ept services` for your shell, read by no code.",
         "",

@@ -115,7 +115,7 @@ def plan_keys(plan: Plan, tasks: list[Task]) -> pl.Series:
     """Every job key of the plan as a polars String Series, without building a Job per job: a key is
     <task part>/<arm part>/r<replicate> (contracts.jobs.Job.key), so it is the product of the task parts, the
     arm parts and the replicates — thousands of Jobs built, not millions. Equal to {j.key for j in iter_jobs}
-    (tests/test_keyspace.py checks it)."""
+    (tests/ledger/test_keyspace.py checks it)."""
     import polars as pl
 
     if not tasks or not plan.arms:

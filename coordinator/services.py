@@ -12,7 +12,7 @@ and the worker allow-lists (EPT_WORKER_LEDGERS, EPT_WORKER_BASE_URLS) — and st
     ept sweep examples/plans/celery-s3.toml --executor celery --ledger "$EPT_LEDGER" \
         --profile-url-override "$EPT_SIM_BASE_URL"                                      # shell 3
 
-The `weed mini` flags are the ones tests/fixtures_services.py uses: every port explicit (weed's fixed
+The `weed mini` flags are the ones testkit/fixtures_services.py uses: every port explicit (weed's fixed
 defaults collide), the optional servers off. The keys are made up here and live only in env.sh (mode 0600).
 """
 

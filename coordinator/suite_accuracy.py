@@ -1,6 +1,6 @@
 """Accuracy of strategy arms on the built-in suites against the simulator (in-process, over real HTTP).
 
-Used by `ept suites accuracy` (the table in docs/strategies.md) and by tests/test_strategies.py.
+Used by `ept suites accuracy` (the table in docs/strategies.md) and by tests/worker/test_strategies.py.
 Tasks are drawn evenly from the chosen suites with a seeded shuffle; every arm runs every drawn task.
 """
 

@@ -72,7 +72,7 @@ app = _new_app()
 
 # Which stage module adds which commands, in the order `ept --help` lists them (the data flow). A command
 # named on the command line imports only its own stage: `ept tokens` does not import the coordinator, the
-# worker, the viewer... (each costs start-up). tests/test_cli_lazy.py checks this table against what the
+# worker, the viewer... (each costs start-up). tests/ept/test_cli_lazy.py checks this table against what the
 # modules register.
 STAGES: dict[str, tuple[str, ...]] = {
     "elo_per_token.coordinator.cli": (

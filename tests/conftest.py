@@ -1,5 +1,9 @@
 """Shared pytest fixtures: the simulator (fixtures_sim) and real services (fixtures_services).
 
+Layout: the tests of each stage in tests/<stage>/ (cross-stage end-to-end, fault, compose and fresh-machine
+tests in tests/system/, code-quality checks in tests/meta/), the helpers they share in testkit/ (on the path
+through pyproject's `pythonpath`; benchmarks import them too). `.ci/place_tests.py` keeps it so.
+
 CI never skips silently. `.ci/run` installs everything the tests use (PyYAML, chromium, redis-server, weed,
 docker-compose) and sets EPT_CI=1; under it a test that would skip (a missing binary, a missing module, an
 unavailable kernel feature) FAILS instead, with the skip's reason. A test that may legitimately skip on a CI
@@ -9,6 +13,7 @@ machine says so with `@pytest.mark.ci_may_skip("why")`. The summary line prints 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import types
 from collections.abc import Callable
@@ -26,6 +31,16 @@ def in_ci() -> bool:
 
 
 TESTS = Path(__file__).resolve().parent
+TESTKIT = TESTS.parent / "testkit"
+# Where a test's own code or a shared helper lives: code defined here can start a service (uses_services).
+TEST_CODE = (str(TESTS), str(TESTKIT))
+
+# Every stage folder on the path, so a test imports another test module's helpers by its bare name wherever
+# either lives (`from test_compare import write_ledger_run`), as in the flat layout. Basenames are unique
+# across tests/ (.ci/place_tests.py checks), which pytest's default import mode needs anyway.
+for _folder in sorted(p for p in TESTS.iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 
 # `ept analyze` and `ept view` keep analyses in the user's cache folder (analysis.runcache): the tests' go to a
 # folder of this test session's, never to ~/.cache.
@@ -40,7 +55,7 @@ if in_ci():
 
 # The fixtures that start a real Redis, SeaweedFS or Celery worker (fixtures_services.py), and the helpers a
 # test or fixture calls to start one itself (fixtures_services.py, fixtures_faults.py, redis_server_path for a
-# hand-started Redis). A test reaching any of them, directly or through a helper or fixture in tests/, is
+# hand-started Redis). A test reaching any of them, directly or through a helper or fixture in tests/ or testkit/, is
 # marked `services`; `.ci/run` runs those in the second lane.
 SERVICE_FIXTURES = frozenset({"redis_server", "s3_server", "s3_env", "s3_bucket"})
 SERVICE_HELPERS = frozenset(
@@ -59,7 +74,7 @@ def _code_reaches_services(code: types.CodeType, glb: dict[str, Any], seen: set[
     for const in code.co_consts:  # nested functions, lambdas, comprehensions
         if isinstance(const, types.CodeType) and _code_reaches_services(const, glb, seen):
             return True
-    for name in code.co_names:  # helpers defined in tests/, followed transitively
+    for name in code.co_names:  # helpers defined in tests/ or testkit/, followed transitively
         target = glb.get(name)
         if isinstance(target, types.FunctionType) and _reaches_services(target, seen):
             return True
@@ -67,11 +82,11 @@ def _code_reaches_services(code: types.CodeType, glb: dict[str, Any], seen: set[
 
 
 def _reaches_services(func: Callable[..., Any], seen: set[int] | None = None) -> bool:
-    """Whether `func` (a test, a fixture or a helper defined in tests/) can start a real service."""
+    """Whether `func` (a test, a fixture or a helper defined in tests/ or testkit/) can start a real service."""
     seen = set() if seen is None else seen
     func = getattr(func, "__wrapped__", func)
     code = getattr(func, "__code__", None)
-    if code is None or id(code) in seen or not code.co_filename.startswith(str(TESTS)):
+    if code is None or id(code) in seen or not code.co_filename.startswith(TEST_CODE):
         return False
     seen.add(id(code))
     return _code_reaches_services(code, getattr(func, "__globals__", {}), seen)

@@ -400,7 +400,7 @@ class RedisRateLimiter(_Limiter):
         except Exception:  # redis.RedisError, OSError: the broker is restarting or gone
             # Pacing is an optimisation: a broker outage must not fail a job, least of all after its calls were
             # made (correcting the reservation with the real usage runs after each call): the job would be run
-            # and paid again (tests/test_fault_redis_restart.py). Without the broker, this call is not paced.
+            # and paid again (tests/system/test_fault_redis_restart.py). Without the broker, this call is not paced.
             return 0.0
 
     def _set_limits(self, limits: Limits) -> None:

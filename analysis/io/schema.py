@@ -4,7 +4,7 @@
 problem of each row (the fast path). `_type_problem` is its Python mirror for JSON types, used line by line
 on the error path (analysis.io.recovery): it names the field of a value polars would refuse (polars names
 no field), and catches ids of another JSON type, which polars reads as their text. The two must accept the
-same lines and blame the same field; tests/test_io_schema_agree.py checks that they do.
+same lines and blame the same field; tests/analysis/test_io_schema_agree.py checks that they do.
 """
 
 from __future__ import annotations

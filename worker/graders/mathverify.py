@@ -6,7 +6,7 @@ so a MATH/AIME-style suite grades `0.75` against `\\frac34` correctly.
 
 Plain numbers on both sides go to the numeric grader (same tolerances: `abs_tol`, `rel_tol`), because it
 reads things math-verify reads differently ('1,234.50' is a number to us, a tuple to math-verify) and
-because it needs no sympy. `tests/test_math_verify.py` shows the two agree on the built-in math suite.
+because it needs no sympy. `tests/worker/test_math_verify.py` shows the two agree on the built-in math suite.
 
 math-verify bounds each parse/compare with signal.alarm, which only works in a process's main thread, and
 jobs run in threads: the worker runs math-verify in child processes it kills at a deadline (mathproc.py),
