@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from elo_per_token.coordinator.adaptive.epsilon import EpsAssessment
 from elo_per_token.coordinator.adaptive.sequential import OFF, OPEN
@@ -49,20 +50,24 @@ class Unfinished:
 
 
 def _tasks_for(
-    mean: np.ndarray, se: np.ndarray, n: np.ndarray, z: float, bound: float | np.ndarray
-) -> np.ndarray:
+    mean: NDArray[np.float64],
+    se: NDArray[np.float64],
+    n: NDArray[np.float64],
+    z: float,
+    bound: float | NDArray[np.float64],
+) -> NDArray[np.float64]:
     """Shared tasks at which `mean + z se < bound` would hold at the current estimates (inf: never)."""
     gap = np.asarray(bound - mean, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         need = n * (z * se / gap) ** 2
-    out: np.ndarray = np.where(np.isfinite(need) & (gap > 0), np.maximum(need, n), np.inf)
+    out: NDArray[np.float64] = np.where(np.isfinite(need) & (gap > 0), np.maximum(need, n), np.inf)
     return out
 
 
 def unfinished(
     a: EpsAssessment,
     arms: Sequence[str],
-    tok_per_task: np.ndarray,
+    tok_per_task: NDArray[np.float64],
     z_on: float,
     z_off: float,
     n_tasks: int,

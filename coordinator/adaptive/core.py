@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import NDArray
 
 from elo_per_token.coordinator.adaptive.boundary import round_times
 from elo_per_token.coordinator.adaptive.budget import Unfinished, unfinished
@@ -132,8 +133,10 @@ class AdaptiveResult:
 @dataclass
 class _State:
     k: int
-    scores: list[np.ndarray] = field(default_factory=list)  # one [K] row per task run, in the task order
-    tokens: list[np.ndarray] = field(default_factory=list)
+    scores: list[NDArray[np.float64]] = field(
+        default_factory=list
+    )  # one [K] row per task run, in the task order
+    tokens: list[NDArray[np.float64]] = field(default_factory=list)
     weights: list[float] = field(default_factory=list)
     spent: float = 0.0
     stopped: dict[int, int] = field(default_factory=dict)  # arm -> round after which it stopped
@@ -144,7 +147,7 @@ class _State:
         default_factory=dict
     )  # arm that stopped open -> st.futile when it stopped
 
-    def add_round(self, tasks: list[int], arms: list[int], res: RoundResults, w: np.ndarray) -> None:
+    def add_round(self, tasks: list[int], arms: list[int], res: RoundResults, w: NDArray[np.float64]) -> None:
         for t in tasks:
             s_row, t_row = np.full(self.k, np.nan), np.full(self.k, np.nan)
             for a in arms:
@@ -156,13 +159,13 @@ class _State:
             self.tokens.append(t_row)
             self.weights.append(float(w[t]))
 
-    def matrices(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def matrices(self) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
         if not self.scores:
             return np.empty((0, self.k)), np.empty((0, self.k)), np.empty(0)
         return np.vstack(self.scores), np.vstack(self.tokens), np.asarray(self.weights)
 
 
-def task_weights(families: Sequence[str], weights: Mapping[str, float] | None) -> np.ndarray:
+def task_weights(families: Sequence[str], weights: Mapping[str, float] | None) -> NDArray[np.float64]:
     """w_f / pi_f per task: family weight (normalised; default equal) over the family's share of the pool."""
     fams = sorted(set(families))
     raw = {f: float((weights or {}).get(f, 1.0 if not weights else 0.0)) for f in fams}
@@ -171,7 +174,7 @@ def task_weights(families: Sequence[str], weights: Mapping[str, float] | None) -
     return np.asarray([raw[f] / total / share[f] for f in families])
 
 
-def _width_ok(a: Assessment, tok: np.ndarray, z: float, width: float | None) -> list[bool] | None:
+def _width_ok(a: Assessment, tok: NDArray[np.float64], z: float, width: float | None) -> list[bool] | None:
     """Per arm: its ΔElo-per-1k step over the next-cheaper on-arm is resolved to `width` (None: no rule)."""
     if width is None:
         return None
@@ -206,7 +209,11 @@ def _next_active(st: _State, need: Sequence[bool], active: list[int], r: int) ->
 
 
 def _cap_reason(
-    max_tokens: float | None, spent: float, t: np.ndarray, active: list[int], nxt_bounds: tuple[int, int]
+    max_tokens: float | None,
+    spent: float,
+    t: NDArray[np.float64],
+    active: list[int],
+    nxt_bounds: tuple[int, int],
 ) -> str | None:
     """The stop reason when the next round would take the sweep over its token cap, else None."""
     if max_tokens is None:
@@ -336,7 +343,7 @@ def plan_margin(
 def _left_at_cap(
     a: Assessment | None,
     arms: Sequence[str],
-    t: np.ndarray,
+    t: NDArray[np.float64],
     settings: AdaptiveSettings,
     looks: int,
     times: tuple[float, ...] | None,
@@ -361,10 +368,10 @@ def _futility(
     n_tasks: int,
     seen: int,
     min_tasks: int,
-    zs: tuple[np.ndarray, float, float],
+    zs: tuple[NDArray[np.float64], float, float],
     settings: AdaptiveSettings,
     arms: Sequence[str],
-) -> tuple[list[bool], np.ndarray] | None:
+) -> tuple[list[bool], NDArray[np.bool_]] | None:
     """Open arms the full grid could not settle either and the comparisons open arms can still use
     (sequential.reachable_needs), the reasons kept in st.futile; None with futility off or before
     the first decision round."""
@@ -374,7 +381,7 @@ def _futility(
     # Every arm not off can still run to the end (a stopped one restarts when an open arm needs it), so a
     # pair's tasks at the end are all the tasks left, whether or not both arms ran this round.
     live = np.asarray([x != OFF for x in a.status])
-    n_end = a.stats.n + np.where(live[:, None] & live[None, :], n_tasks - seen, 0)
+    n_end = (a.stats.n + np.where(live[:, None] & live[None, :], n_tasks - seen, 0)).astype(np.float64)
     z = zs[0]
     out, wants = eps_needs(a, n_end, z, zs[1], settings.futility_power, zs[2])
     for i in (i for i in range(st.k) if out[i]):
@@ -410,15 +417,15 @@ def _why_stopped(i: int, arms: Sequence[str], a: Assessment, rnd: int) -> str:
     return f"{why} (after round {rnd + 1})"
 
 
-def _mean_tokens(t: np.ndarray) -> np.ndarray:
+def _mean_tokens(t: NDArray[np.float64]) -> NDArray[np.float64]:
     """Tokens per task of each arm over the tasks it ran (NaN for an arm with none, without a warning)."""
     n = (~np.isnan(t)).sum(axis=0)
     total = np.nansum(t, axis=0)
-    out: np.ndarray = np.where(n > 0, total / np.maximum(n, 1), np.nan)
+    out: NDArray[np.float64] = np.where(n > 0, total / np.maximum(n, 1), np.nan)
     return out
 
 
-def _next_round_cost(t: np.ndarray, active: list[int], nxt: tuple[int, int]) -> float:
+def _next_round_cost(t: NDArray[np.float64], active: list[int], nxt: tuple[int, int]) -> float:
     """Tokens the next round will likely spend: its tasks x the running arms' mean tokens per task so far."""
     per_task = _mean_tokens(t[:, active]) if t.size and active else np.zeros(0)
     return float(np.nansum(per_task)) * (nxt[1] - nxt[0])
@@ -451,9 +458,9 @@ def _reason(
 
 def _reports(
     arms: Sequence[str],
-    s: np.ndarray,
-    t: np.ndarray,
-    w: np.ndarray,
+    s: NDArray[np.float64],
+    t: NDArray[np.float64],
+    w: NDArray[np.float64],
     a: Assessment | None,
     st: _State,
     z: float,
@@ -502,7 +509,9 @@ def _reports(
     return out, arms[anchor] if arms else ""
 
 
-def _add_steps(out: list[ArmReport], stats: object, tok: np.ndarray, a: Assessment | None, z: float) -> None:
+def _add_steps(
+    out: list[ArmReport], stats: object, tok: NDArray[np.float64], a: Assessment | None, z: float
+) -> None:
     """ΔElo per 1k tokens of each on-frontier arm over the next-cheaper on-frontier arm (None: unresolved)."""
     if a is None:
         return

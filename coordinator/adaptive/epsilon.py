@@ -38,6 +38,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.stats import norm
 
 from elo_per_token.analysis.merge import ELO_SCALE
@@ -125,7 +126,7 @@ def eps_balance(eps_elo: float) -> float:
 
 
 def auto_epsilon_elo(
-    task_weight: np.ndarray, alpha: float, looks: int, times: tuple[float, ...] | None = None
+    task_weight: NDArray[np.float64], alpha: float, looks: int, times: tuple[float, ...] | None = None
 ) -> float:
     """The smallest ΔElo margin the full grid settles at error alpha, from the design alone (no data yet):
     at the grid's end two equally strong arms are shown within the margin of each other (q < b_ε at the on
@@ -142,7 +143,9 @@ def auto_epsilon_elo(
     return float(elo_from_balance(b))
 
 
-def rel_token_stats(tokens: np.ndarray, share: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def rel_token_stats(
+    tokens: NDArray[np.float64], share: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]:
     """(mean, se, n) [K, K]: d[i, j] = mean over the tasks both ran of (1 - share) tokens_i - tokens_j; d < 0
     confidently means i costs less than (1 - share)^-1 x j's tokens, i.e. is not costlier by more than the
     margin. Asymmetric: d[i, j] != -d[j, i] when share > 0."""
@@ -171,11 +174,11 @@ class EpsAssessment(Assessment):
     """An Assessment with the ε claims: q_below[j, i] (j confidently not stronger than i by more than b_ε) and
     tok_close[i, j] (i confidently not costlier than j by more than the token margin)."""
 
-    q_below: np.ndarray | None = None
-    tok_close: np.ndarray | None = None
-    d: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # rel_token_stats
+    q_below: NDArray[np.bool_] | None = None
+    tok_close: NDArray[np.bool_] | None = None
+    d: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]] | None = None  # rel_token_stats
     margin: Margin = Margin()
-    dom: np.ndarray | None = None  # dom[j, i]: j confidently cheaper and stronger than i (at off_z)
+    dom: NDArray[np.bool_] | None = None  # dom[j, i]: j confidently cheaper and stronger than i (at off_z)
 
 
 def eps_z(alpha: float, looks: int, k: int, times: tuple[float, ...] | None = None) -> float:
@@ -208,16 +211,22 @@ def _one_sided_z(level: float, looks: int, times: tuple[float, ...] | None) -> f
     return float(norm.ppf(1 - level / looks))
 
 
-def _claims(mean: np.ndarray, se: np.ndarray, z: float, enough: np.ndarray, below: float = 0.0) -> np.ndarray:
+def _claims(
+    mean: NDArray[np.float64],
+    se: NDArray[np.float64],
+    z: float,
+    enough: NDArray[np.bool_],
+    below: float = 0.0,
+) -> NDArray[np.bool_]:
     """mean + z se < below (a confident one-sided claim) where the pair has enough tasks; NaN claims nothing."""
     with np.errstate(invalid="ignore"):
-        out: np.ndarray = enough & (mean + z * se < below)
+        out: NDArray[np.bool_] = enough & (mean + z * se < below)
     return out
 
 
 def assess_eps(
     stats: PairStats,
-    tokens: np.ndarray,
+    tokens: NDArray[np.float64],
     alpha: float,
     looks: int,
     min_tasks: int,
@@ -259,19 +268,21 @@ def assess_eps(
     return EpsAssessment(status, dominated_by, stronger, cheaper, stats, q_below, tok_close, d, margin, dom)
 
 
-def _eps_done(a: Assessment, q_below: np.ndarray, tok_close: np.ndarray, i: int, j: int) -> bool:
+def _eps_done(
+    a: Assessment, q_below: NDArray[np.bool_], tok_close: NDArray[np.bool_], i: int, j: int
+) -> bool:
     """Whether j can no longer ε-dominate i (i's within claim against j holds)."""
     return bool(a.cheaper[i, j] or a.stronger[i, j] or q_below[j, i] or tok_close[i, j])
 
 
 def eps_needs(
     a: EpsAssessment,
-    n_end: np.ndarray,
-    z_off: np.ndarray | float,
+    n_end: NDArray[np.float64],
+    z_off: NDArray[np.float64] | float,
     z_on: float,
     min_power: float,
     z_tok: float | None = None,
-) -> tuple[list[bool], np.ndarray]:
+) -> tuple[list[bool], NDArray[np.bool_]]:
     """(futile per arm, wants [K, K]) as sequential.reachable_needs, with the within route: an open arm is
     futile when no decision (off via a dominator at z_off, on or within at z_on) is reachable at the end of
     the grid, and wants[i, j] when pair (i, j) can still settle something for open arm i."""
@@ -315,7 +326,7 @@ def eps_needs(
     return out, wants
 
 
-def eps_truth(tokens: np.ndarray, quality: np.ndarray, margin: Margin) -> list[str]:
+def eps_truth(tokens: NDArray[np.float64], quality: NDArray[np.float64], margin: Margin) -> list[str]:
     """Per arm from exact quantities (tokens [K], win balance [K, K]): on (undominated), off (ε-dominated:
     some arm stronger by more than b_ε and cheaper by more than the token margin) or within (dominated, by
     no more than the margin). With no margin an arm is on or off (sequential.true_frontier)."""
@@ -352,7 +363,7 @@ def eps_holm_z(
     min_tasks: int,
     margin: Margin,
     times: tuple[float, ...] | None = None,
-) -> np.ndarray:
+) -> NDArray[np.float64]:
     """[K, K] z the final look tests a dominance claim at: without a margin the Holm step
     (sequential.holm_step_z), with one off_z (the union over the arms that could dominate)."""
     if margin.active:
