@@ -13,11 +13,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from fixtures_adaptive import synthetic_table as _table
 from fixtures_plans import plan_toml
 from fixtures_sim import SIM_KEY
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scipy.special import expit
 
 from elo_per_token.coordinator.adaptive.core import round_bounds, run_adaptive, task_order
 from elo_per_token.coordinator.adaptive.events import RoundEvent
@@ -44,17 +44,6 @@ from elo_per_token.coordinator.adaptive.sequential import (
     report_z,
 )
 from elo_per_token.coordinator.adaptive.settings import AdaptiveSettings
-
-
-def _table(ability, cost, tasks=600, seed=0) -> RunTable:
-    rng = np.random.default_rng(seed)
-    k = len(ability)
-    fam = [("a", "b", "c")[i % 3] for i in range(tasks)]
-    d = rng.normal(0, 1.2, tasks) - 1.0
-    scores = (rng.uniform(size=(tasks, k)) < expit(np.asarray(ability)[None, :] - d[:, None])).astype(float)
-    tokens = np.round(np.asarray(cost, dtype=float)[None, :] * rng.lognormal(0, 0.35, (tasks, k)))
-    arms = [f"arm{i}" for i in range(k)]
-    return RunTable([f"t{i}" for i in range(tasks)], fam, arms, arms, [1] * k, scores, tokens)
 
 
 def test_task_order_is_a_stratified_permutation_and_rounds_cover_the_grid():

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from bounds import bounded
+from fixtures_adaptive import synthetic_table as _table
 from fixtures_plans import plan_toml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scipy.special import expit
 
 from elo_per_token.coordinator.adaptive.budget import unfinished
 from elo_per_token.coordinator.adaptive.epsilon import (
@@ -22,7 +22,6 @@ from elo_per_token.coordinator.adaptive.epsilon import (
     rel_token_stats,
 )
 from elo_per_token.coordinator.adaptive.replay import replay_adaptive, replay_orders
-from elo_per_token.coordinator.adaptive.run_table import RunTable
 from elo_per_token.coordinator.adaptive.sequential import (
     OFF,
     ON,
@@ -33,17 +32,6 @@ from elo_per_token.coordinator.adaptive.sequential import (
     pair_stats,
 )
 from elo_per_token.coordinator.adaptive.settings import AdaptiveSettings
-
-
-def _table(ability, cost, tasks=600, seed=0) -> RunTable:
-    rng = np.random.default_rng(seed)
-    k = len(ability)
-    fam = [("a", "b", "c")[i % 3] for i in range(tasks)]
-    d = rng.normal(0, 1.2, tasks) - 1.0
-    scores = (rng.uniform(size=(tasks, k)) < expit(np.asarray(ability)[None, :] - d[:, None])).astype(float)
-    tokens = np.round(np.asarray(cost, dtype=float)[None, :] * rng.lognormal(0, 0.35, (tasks, k)))
-    arms = [f"arm{i}" for i in range(k)]
-    return RunTable([f"t{i}" for i in range(tasks)], fam, arms, arms, [1] * k, scores, tokens)
 
 
 def test_eps_balance_inverts_the_reports_elo_reading():
