@@ -83,6 +83,9 @@ def make_app(url: str | None = None, profiles: str | None = None) -> Celery:
     vt = lease_seconds()
     # Where code is graded: read once here, installed before each job (not re-read from the environment per job).
     route = grading_route()
+    from elo_per_token.worker.celery_job import JobSettings
+
+    limits = JobSettings.from_env()  # the rate-limit store and the allow-lists, read once likewise
     app = Celery("ept", broker=url, backend=settings.read_str("EPT_RESULT_BACKEND") or url)
     app.conf.update(
         task_serializer="json",
@@ -118,7 +121,7 @@ def make_app(url: str | None = None, profiles: str | None = None) -> Celery:
         from elo_per_token.worker.celery_job import celery_run_job
 
         route_grading(app, route)  # where code is graded, as this worker's environment said at start
-        return celery_run_job(self, job, ctx, profiles=profiles)
+        return celery_run_job(self, job, ctx, profiles=profiles, limits=limits)
 
     @app.task(name="ept.grade_code", shared=False, acks_late=True)  # type: ignore[untyped-decorator]
     def grade_code_task(
@@ -152,9 +155,20 @@ def route_grading(app: Celery, route: tuple[str | None, float] | None = None) ->
     use_test_runner(queue_runner(app, queue, wait_s) if queue else None)
 
 
+def configure_process(env: Mapping[str, str] | None = None) -> None:
+    """Read the code sandbox's and the math grader's settings once, where a worker process starts (`ept worker`,
+    `celery -A ... worker`), and install them: no job reads them from the environment again."""
+    from elo_per_token.worker.graders import mathproc
+    from elo_per_token.worker.sandbox import settings as sandbox
+
+    sandbox.configure(sandbox.SandboxSettings.from_env(env))
+    mathproc.configure(mathproc.MathSettings.from_env(env))
+
+
 def __getattr__(name: str) -> Celery:
     # `celery -A elo_per_token.worker.celery_app worker` (and Flower) look up `app`; build it on first use, not on import.
     if name in ("app", "celery"):
+        configure_process()  # this module is the process's edge here: nothing else starts the worker
         globals()[name] = make_app()
         return globals()[name]
     raise AttributeError(name)
