@@ -311,10 +311,9 @@ def celery_run_job(
     profiles: str | None = None,
     limits: JobSettings | None = None,
 ) -> JobSummary:
-    """Body of the Celery task `ept.run_job`. ctx_dict: the message's CeleryJobContext (ledger URL, base_url
-    override, rate limits) as plain JSON; profiles: this worker's profiles file (`ept worker --profiles`);
-    limits: this worker's JobSettings, as read when its app was built (None: the environment now). The ledger and the endpoint are used only if this worker's own allow-lists name them
-    (worker.trust): a message cannot choose where the key goes or where results land."""
+    """Body of the Celery task `ept.run_job`. ctx_dict: the message's CeleryJobContext as JSON; profiles, limits:
+    this worker's profiles file and JobSettings as read at its start (None: the environment now). The ledger and
+    endpoint are used only if its own allow-lists name them (worker.trust): a message cannot choose either."""
     job = Job.from_dict(job_dict)
     ctx = CeleryJobContext.from_dict(ctx_dict)
     limits = JobSettings.from_env() if limits is None else limits
