@@ -83,7 +83,12 @@ def make_app(url: str | None = None, profiles: str | None = None) -> Celery:
     vt = lease_seconds()
     # Where code is graded: read once here, installed before each job (not re-read from the environment per job).
     route = grading_route()
+    from celery.signals import worker_init
+
     from elo_per_token.worker.celery_job import JobSettings
+
+    # A Celery worker starting in this process (`celery -A ... worker` too) is the edge of the sandbox's settings.
+    worker_init.connect(_configure_on_worker_start, weak=False, dispatch_uid="ept-configure-process")
 
     limits = JobSettings.from_env()  # the rate-limit store and the allow-lists, read once likewise
     app = Celery("ept", broker=url, backend=settings.read_str("EPT_RESULT_BACKEND") or url)
@@ -156,8 +161,9 @@ def route_grading(app: Celery, route: tuple[str | None, float] | None = None) ->
 
 
 def configure_process(env: Mapping[str, str] | None = None) -> None:
-    """Read the code sandbox's and the math grader's settings once, where a worker process starts (`ept worker`,
-    `celery -A ... worker`), and install them: no job reads them from the environment again."""
+    """Read the code sandbox's and the math grader's settings once, where a worker process starts (`ept worker`;
+    Celery's worker_init for `celery -A ... worker`), and install them: no job reads the environment again.
+    Not on building the app: a local sweep builds one too, and keeps reading the environment when asked."""
     from elo_per_token.worker.graders import mathproc
     from elo_per_token.worker.sandbox import settings as sandbox
 
@@ -165,10 +171,13 @@ def configure_process(env: Mapping[str, str] | None = None) -> None:
     mathproc.configure(mathproc.MathSettings.from_env(env))
 
 
+def _configure_on_worker_start(**_: Any) -> None:
+    configure_process()
+
+
 def __getattr__(name: str) -> Celery:
     # `celery -A elo_per_token.worker.celery_app worker` (and Flower) look up `app`; build it on first use, not on import.
     if name in ("app", "celery"):
-        configure_process()  # this module is the process's edge here: nothing else starts the worker
         globals()[name] = make_app()
         return globals()[name]
     raise AttributeError(name)

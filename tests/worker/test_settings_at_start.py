@@ -29,7 +29,9 @@ def unconfigured():
 
 
 def test_a_started_worker_keeps_the_settings_it_started_with(monkeypatch, unconfigured) -> None:
-    from elo_per_token.worker.celery_app import configure_process
+    from celery.signals import worker_init
+
+    from elo_per_token.worker.celery_app import make_app
     from elo_per_token.worker.sandbox import budget, bwrap
 
     monkeypatch.setenv("EPT_SANDBOX_CONCURRENCY", "3")
@@ -37,7 +39,13 @@ def test_a_started_worker_keeps_the_settings_it_started_with(monkeypatch, unconf
     monkeypatch.setenv("EPT_MATH_TIMEOUT_S", "7")
     monkeypatch.setenv("EPT_MATH_PROCS", "5")
     assert budget.concurrency() == 3 and mathproc.timeout_s() == 7.0  # unconfigured: the environment, now
-    configure_process()
+    make_app("memory://").close()
+    assert (
+        budget.concurrency() == 3 and sandbox._configured is None
+    )  # building an app (a local sweep) pins nothing
+    worker_init.send(
+        sender=None
+    )  # a Celery worker starts in this process (`ept worker`, `celery -A ... worker`)
     monkeypatch.setenv("EPT_SANDBOX_CONCURRENCY", "9")  # after start: no effect
     monkeypatch.setenv("EPT_SANDBOX_PYTHON", "/opt/later/python3")
     monkeypatch.setenv("EPT_MATH_TIMEOUT_S", "1")
