@@ -28,6 +28,7 @@ from elo_per_token.contracts.errors import InputError
 
 if TYPE_CHECKING:
     from elo_per_token.contracts.jobs import CeleryJobContextDict, JobSummary
+    from elo_per_token.worker.celery_job import JobSettings
 
     app: Celery  # built on first use by __getattr__ below
 
@@ -83,14 +84,7 @@ def make_app(url: str | None = None, profiles: str | None = None) -> Celery:
     vt = lease_seconds()
     # Where code is graded: read once here, installed before each job (not re-read from the environment per job).
     route = grading_route()
-    from celery.signals import worker_init
-
-    from elo_per_token.worker.celery_job import JobSettings
-
-    # A Celery worker starting in this process (`celery -A ... worker` too) is the edge of the sandbox's settings.
-    worker_init.connect(_configure_on_worker_start, weak=False, dispatch_uid="ept-configure-process")
-
-    limits = JobSettings.from_env()  # the rate-limit store and the allow-lists, read once likewise
+    limits = _job_settings()  # the rate-limit store and the allow-lists, read once likewise
     app = Celery("ept", broker=url, backend=settings.read_str("EPT_RESULT_BACKEND") or url)
     app.conf.update(
         task_serializer="json",
@@ -173,6 +167,17 @@ def configure_process(env: Mapping[str, str] | None = None) -> None:
 
 def _configure_on_worker_start(**_: Any) -> None:
     configure_process()
+
+
+def _job_settings() -> JobSettings:
+    """This app's jobs' settings, read now; and a Celery worker starting in this process (`celery -A ... worker`
+    too) will install the sandbox's and the math grader's (configure_process): its start is their edge."""
+    from celery.signals import worker_init
+
+    from elo_per_token.worker.celery_job import JobSettings
+
+    worker_init.connect(_configure_on_worker_start, weak=False, dispatch_uid="ept-configure-process")
+    return JobSettings.from_env()
 
 
 def __getattr__(name: str) -> Celery:
