@@ -28,6 +28,7 @@ from elo_per_token.contracts.errors import InputError
 
 if TYPE_CHECKING:
     from elo_per_token.contracts.jobs import CeleryJobContextDict, JobSummary
+    from elo_per_token.worker.celery_job import JobSettings
 
     app: Celery  # built on first use by __getattr__ below
 
@@ -83,6 +84,7 @@ def make_app(url: str | None = None, profiles: str | None = None) -> Celery:
     vt = lease_seconds()
     # Where code is graded: read once here, installed before each job (not re-read from the environment per job).
     route = grading_route()
+    limits = _job_settings()  # the rate-limit store and the allow-lists, read once likewise
     app = Celery("ept", broker=url, backend=settings.read_str("EPT_RESULT_BACKEND") or url)
     app.conf.update(
         task_serializer="json",
@@ -118,7 +120,7 @@ def make_app(url: str | None = None, profiles: str | None = None) -> Celery:
         from elo_per_token.worker.celery_job import celery_run_job
 
         route_grading(app, route)  # where code is graded, as this worker's environment said at start
-        return celery_run_job(self, job, ctx, profiles=profiles)
+        return celery_run_job(self, job, ctx, profiles=profiles, limits=limits)
 
     @app.task(name="ept.grade_code", shared=False, acks_late=True)  # type: ignore[untyped-decorator]
     def grade_code_task(
@@ -150,6 +152,32 @@ def route_grading(app: Celery, route: tuple[str | None, float] | None = None) ->
 
     queue, wait_s = route or grading_route()
     use_test_runner(queue_runner(app, queue, wait_s) if queue else None)
+
+
+def configure_process(env: Mapping[str, str] | None = None) -> None:
+    """Read the code sandbox's and the math grader's settings once, where a worker process starts (`ept worker`;
+    Celery's worker_init for `celery -A ... worker`), and install them: no job reads the environment again.
+    Not on building the app: a local sweep builds one too, and keeps reading the environment when asked."""
+    from elo_per_token.worker.graders import mathproc
+    from elo_per_token.worker.sandbox import settings as sandbox
+
+    sandbox.configure(sandbox.SandboxSettings.from_env(env))
+    mathproc.configure(mathproc.MathSettings.from_env(env))
+
+
+def _configure_on_worker_start(**_: Any) -> None:
+    configure_process()
+
+
+def _job_settings() -> JobSettings:
+    """This app's jobs' settings, read now; and a Celery worker starting in this process (`celery -A ... worker`
+    too) will install the sandbox's and the math grader's (configure_process): its start is their edge."""
+    from celery.signals import worker_init
+
+    from elo_per_token.worker.celery_job import JobSettings
+
+    worker_init.connect(_configure_on_worker_start, weak=False, dispatch_uid="ept-configure-process")
+    return JobSettings.from_env()
 
 
 def __getattr__(name: str) -> Celery:

@@ -8,6 +8,8 @@ import contextlib
 import json
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict, Job, JobSummary
@@ -229,14 +231,17 @@ def _mark_ran(r: redis.Redis, task_id: str | None, summary: JobSummary) -> None:
             r.set(_ran_key(task_id), json.dumps(summary), ex=RAN_TTL_S)
 
 
-def _admit(task_self: Any, job: Job, ctx: CeleryJobContext) -> tuple[Ledger, str | None] | JobSummary:
+def _admit(
+    task_self: Any, job: Job, ctx: CeleryJobContext, limits: JobSettings
+) -> tuple[Ledger, str | None] | JobSummary:
     """(the ledger, the endpoint) a message may use — only what this worker's own allow-lists name
     (worker.trust) — or the summary of a job refused, forged, cancelled or over the run's budget."""
     from elo_per_token.worker.trust import Untrusted, check_base_url, check_ledger
 
     try:
-        ledger = ledger_for(check_ledger(ctx.ledger))
-        base_url = check_base_url(ctx.base_url)
+        trust = limits.trust_env()  # this worker's allow-lists as read at its start, not per job
+        ledger = ledger_for(check_ledger(ctx.ledger, trust))
+        base_url = check_base_url(ctx.base_url, trust)
     except Untrusted as e:
         return _refused(job, str(e))
     try:  # before the claim, the journal or the ledger check: a forged task touches nothing
@@ -250,16 +255,41 @@ def _admit(task_self: Any, job: Job, ctx: CeleryJobContext) -> tuple[Ledger, str
     return ledger, base_url
 
 
-def _redis_url(task_self: Any) -> str:
-    """The Redis of the shared rate-limit claims: EPT_RATELIMIT_URL, else the broker this worker consumes."""
-    from elo_per_token.contracts import settings
+@dataclass(frozen=True)
+class JobSettings:
+    """What a worker's jobs read from its environment, as values read once where its app is built (`make_app`),
+    not per job: where the shared rate-limit claims live (EPT_RATELIMIT_URL, else the Redis broker the task's
+    app consumes, else EPT_BROKER_URL) and the allow-lists a message's ledger and endpoint must be on
+    (EPT_WORKER_LEDGERS, EPT_WORKER_BASE_URLS; worker.trust)."""
 
-    return (
-        settings.read_str("EPT_RATELIMIT_URL")
-        or _redis_broker_url(task_self)
-        or settings.read_str("EPT_BROKER_URL")
-        or ""
-    )
+    ratelimit_url: str | None = None  # EPT_RATELIMIT_URL
+    env_broker: str | None = None  # EPT_BROKER_URL, for an app whose own broker is not Redis
+    ledgers: str | None = None  # EPT_WORKER_LEDGERS, as written (worker.trust parses it)
+    base_urls: str | None = None  # EPT_WORKER_BASE_URLS, likewise
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> JobSettings:
+        """The variables from `env` (default: the process environment)."""
+        from elo_per_token.contracts import settings
+        from elo_per_token.worker.trust import BASE_URLS_ENV, LEDGERS_ENV
+
+        return cls(
+            settings.read_str("EPT_RATELIMIT_URL", env),
+            settings.read_str("EPT_BROKER_URL", env),
+            settings.read_str(LEDGERS_ENV, env),
+            settings.read_str(BASE_URLS_ENV, env),
+        )
+
+    def trust_env(self) -> dict[str, str]:
+        """The allow-lists as the mapping worker.trust's checks take."""
+        from elo_per_token.worker.trust import BASE_URLS_ENV, LEDGERS_ENV
+
+        return {LEDGERS_ENV: self.ledgers or "", BASE_URLS_ENV: self.base_urls or ""}
+
+
+def _redis_url(task_self: Any, limits: JobSettings) -> str:
+    """The Redis of the shared rate-limit claims."""
+    return limits.ratelimit_url or _redis_broker_url(task_self) or limits.env_broker or ""
 
 
 def _await_claim(claims: Claims, job: Job, ledger: Ledger) -> bool | None:
@@ -275,18 +305,23 @@ def _await_claim(claims: Claims, job: Job, ledger: Ledger) -> bool | None:
 
 
 def celery_run_job(
-    task_self: Any, job_dict: dict[str, Any], ctx_dict: CeleryJobContextDict, profiles: str | None = None
+    task_self: Any,
+    job_dict: dict[str, Any],
+    ctx_dict: CeleryJobContextDict,
+    profiles: str | None = None,
+    limits: JobSettings | None = None,
 ) -> JobSummary:
-    """Body of the Celery task `ept.run_job`. ctx_dict: the message's CeleryJobContext (ledger URL, base_url
-    override, rate limits) as plain JSON; profiles: this worker's profiles file (`ept worker --profiles`). The ledger and the endpoint are used only if this worker's own
-    allow-lists name them (worker.trust): a message cannot choose where the key goes or where results land."""
+    """Body of the Celery task `ept.run_job`. ctx_dict: the message's CeleryJobContext as JSON; profiles, limits:
+    this worker's profiles file and JobSettings as read at its start (None: the environment now). The ledger and
+    endpoint are used only if its own allow-lists name them (worker.trust): a message cannot choose either."""
     job = Job.from_dict(job_dict)
     ctx = CeleryJobContext.from_dict(ctx_dict)
-    admitted = _admit(task_self, job, ctx)
+    limits = JobSettings.from_env() if limits is None else limits
+    admitted = _admit(task_self, job, ctx, limits)
     if isinstance(admitted, dict):
         return admitted
     ledger, base_url = admitted
-    redis_url = _redis_url(task_self)
+    redis_url = _redis_url(task_self, limits)
     claims = _claims(redis_url)
     task_id = getattr(getattr(task_self, "request", None), "id", None)
     waited = _await_claim(claims, job, ledger)

@@ -28,10 +28,11 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Run a Celery worker for sweep jobs (threads pool: jobs wait on the API, not the CPU)."""
-        from elo_per_token.worker.celery_app import broker_url, make_app
+        from elo_per_token.worker.celery_app import broker_url, configure_process, make_app
 
         # Read once here and passed down: the tasks find both on their Celery app (worker.lifecycle).
         url = broker or broker_url()
+        configure_process()  # the sandbox's and the math grader's settings, before the sandbox check uses them
         _check_sandbox(queue, url)
         _check_allow_lists(queue, url)
         capp = make_app(url, profiles=profiles or None)

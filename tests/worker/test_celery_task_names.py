@@ -30,8 +30,11 @@ def test_the_coordinator_sends_the_name_the_worker_registers(monkeypatch):
     monkeypatch.setattr(
         celery_job,
         "celery_run_job",
-        lambda task_self, job, ctx, profiles: seen.append((job, ctx, profiles)) or "ok",
+        lambda task_self, job, ctx, profiles, limits: seen.append((job, ctx, profiles, limits)) or "ok",
     )
     monkeypatch.delenv("EPT_GRADE_QUEUE", raising=False)
     assert app.tasks[TASK_NAME]({"key": "k"}, {"ledger": "l"}) == "ok"
-    assert seen == [({"key": "k"}, {"ledger": "l"}, "/srv/worker-profiles.toml")]
+    # ... and the JobSettings (rate-limit store, allow-lists) read when the app was built.
+    assert seen == [
+        ({"key": "k"}, {"ledger": "l"}, "/srv/worker-profiles.toml", celery_job.JobSettings.from_env())
+    ]

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,16 +35,47 @@ START_TIMEOUT_S = (
 )
 
 
+@dataclass(frozen=True)
+class MathSettings:
+    """EPT_MATH_TIMEOUT_S, EPT_MATH_PROCS and EPT_MATH_MEMORY_MB as values: read once where a worker starts
+    (`configure`) or when this process's pool of math children is made, never per comparison."""
+
+    timeout_s: float = 10.0  # one symbolic comparison
+    procs: int = 2  # child processes (at least 1)
+    memory_mb: int = 1024  # RLIMIT_AS of each child
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> MathSettings:
+        """The settings from `env` (default: the process environment); a bad value is an InputError naming it."""
+        return cls(
+            timeout_s=read_float("EPT_MATH_TIMEOUT_S", env),
+            procs=max(1, read_int("EPT_MATH_PROCS", env)),
+            memory_mb=read_int("EPT_MATH_MEMORY_MB", env),
+        )
+
+    def child_env(self) -> dict[str, str]:
+        """The variables that hand these settings to a math child (its own start reads them: its edge)."""
+        return {"EPT_MATH_TIMEOUT_S": repr(self.timeout_s), "EPT_MATH_MEMORY_MB": str(self.memory_mb)}
+
+
+_configured: MathSettings | None = None
+
+
+def configure(settings: MathSettings | None) -> None:
+    """Install the settings of this process's math pool (None: read the environment when the pool is made).
+    Called at the worker's start; a pool made before keeps its settings until `close`."""
+    global _configured
+    _configured = settings
+
+
+def current() -> MathSettings:
+    """The configured settings, else the environment's now."""
+    return _configured if _configured is not None else MathSettings.from_env()
+
+
 def timeout_s() -> float:
-    return read_float("EPT_MATH_TIMEOUT_S")
-
-
-def _procs() -> int:
-    return max(1, read_int("EPT_MATH_PROCS"))
-
-
-def _memory_mb() -> int:
-    return read_int("EPT_MATH_MEMORY_MB")
+    """Seconds one symbolic comparison may take (the current settings)."""
+    return current().timeout_s
 
 
 @dataclass(frozen=True)
@@ -54,31 +86,23 @@ class MathVerdict:
     error: str | None = None  # the child died or refused (memory): the candidate's answer is still the cause
 
 
-def _child_env() -> dict[str, str]:
-    # No provider keys, broker or S3 credentials: only what finds the interpreter and this package.
-    keep = (
-        "PATH",
-        "PYTHONPATH",
-        "LANG",
-        "LC_ALL",
-        "HOME",
-        "TMPDIR",
-        "EPT_MATH_TIMEOUT_S",
-        "EPT_MATH_MEMORY_MB",
-    )
-    return {k: os.environ[k] for k in keep if k in os.environ}
+def _child_env(settings: MathSettings) -> dict[str, str]:
+    # No provider keys, broker or S3 credentials: only what finds the interpreter and this package, and the
+    # pool's own settings (not the environment's: a worker configured at start hands those on).
+    keep = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "HOME", "TMPDIR")
+    return {**{k: os.environ[k] for k in keep if k in os.environ}, **settings.child_env()}
 
 
 class _Child:
     """One math-verify process, asked one JSON line at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: MathSettings) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "elo_per_token.worker.graders.mathproc"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            env=_child_env(),
+            env=_child_env(settings),
             close_fds=True,
             start_new_session=True,  # a Ctrl-C at the terminal is the worker's to handle, not the child's
         )
@@ -134,18 +158,19 @@ class _Child:
 
 
 class _Pool:
-    def __init__(self) -> None:
+    def __init__(self, settings: MathSettings) -> None:
+        self.settings = settings
         self.lock = threading.Lock()
         self.idle: list[_Child] = []
-        self.slots = threading.BoundedSemaphore(_procs())
+        self.slots = threading.BoundedSemaphore(settings.procs)
 
     def check(self, answer: str, reference: str) -> MathVerdict:
-        limit = timeout_s()
+        limit = self.settings.timeout_s
         with self.slots:
             with self.lock:
                 child = self.idle.pop() if self.idle else None
             if child is None or child.proc.poll() is not None:
-                child = _Child()
+                child = _Child(self.settings)
             out = child.ask(answer, reference, limit)
             if out is None:
                 alive = child.proc.poll() is None
@@ -178,7 +203,7 @@ def check(answer: str, reference: str) -> MathVerdict:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            _POOL = _Pool()
+            _POOL = _Pool(current())
         pool = _POOL
     return pool.check(answer, reference)
 
@@ -196,7 +221,8 @@ def close() -> None:
 def _serve() -> None:
     import resource
 
-    mb = _memory_mb() * 1024 * 1024
+    settings = MathSettings.from_env()  # the child's edge: the parent put its pool's settings in this env
+    mb = settings.memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (mb, mb))
     from elo_per_token.worker.graders.mathsym import parse_here, verify_here
 
@@ -204,7 +230,7 @@ def _serve() -> None:
     out = sys.stdout.buffer
     out.write(b"ready\n")
     out.flush()
-    cpu_extra = int(timeout_s()) + 5
+    cpu_extra = int(settings.timeout_s) + 5
     for raw in sys.stdin.buffer:
         # CPU backstop per check: a child whose worker is gone (no one to kill it) stops on its own.
         used = resource.getrusage(resource.RUSAGE_SELF)

@@ -25,17 +25,19 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from elo_per_token.contracts.settings import read_bool, read_int
+from elo_per_token.worker.sandbox.settings import current
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
 
 def total_mb() -> int:
-    return read_int("EPT_SANDBOX_MEMORY_MB")
+    """Memory (MB) all of this worker's sandboxes share (SandboxSettings.memory_mb)."""
+    return current().memory_mb
 
 
 def concurrency() -> int:
-    return max(1, read_int("EPT_SANDBOX_CONCURRENCY"))
+    """Sandboxes this worker runs at once (SandboxSettings.concurrency)."""
+    return current().concurrency
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ def _remove(d: str) -> None:
 @functools.cache
 def cgroup() -> Cgroup | None:
     """This worker's sandbox cgroup (created once), or None where no memory cgroup can be made."""
-    if not read_bool("EPT_SANDBOX_CGROUP"):
+    if not current().cgroup:
         return None
     v1 = os.path.join(CGROUP_ROOT, "memory")
     own = _own_path("memory")

