@@ -522,14 +522,22 @@ def bootstrap(
     fits: Mapping[str, FamilyPoint] | None = None,
     level: float = 0.95,
 ) -> BootstrapResult:
-    """Task-level bootstrap within each family; `progress(n)` is called with the rounds done so far.
+    """Task-level bootstrap within each family.
 
-    level: the interval level the rounds will be read at; the small-sample stretch (small_sample_factor)
-    uses its quantile, so a 99% interval is widened with t_{0.995} rather than t_{0.975}.
-
-    fit_budget: bytes for the batched fits' working set (see fit_batch_size); it changes speed and
-    memory, never the result. fits: fit_families(data, l2=l2) when the caller has it already (the point
-    fits rounds are stretched from; then only the rounds are fitted here)."""
+    Args:
+        data: the comparisons by task.
+        family_weights: weight per family [F].
+        anchor: index of the arm held at Elo 0.
+        rounds: bootstrap rounds.
+        seed: the resampling seed.
+        l2: the fits' ridge prior.
+        progress: called with the rounds done so far.
+        fit_budget: bytes for the batched fits' working set (see fit_batch_size); speed and memory only.
+        fits: fit_families(data, l2=l2) when the caller has it already (the point fits rounds are
+            stretched from; then only the rounds are fitted here).
+        level: the interval level the rounds will be read at; the small-sample stretch (small_sample_factor)
+            uses its quantile, so a 99% interval is widened with t_{0.995} rather than t_{0.975}.
+    """
     weights = _weights(data, family_weights)
     anchor = _check_anchor(data, anchor)
     if int(rounds) != rounds or rounds < 1:

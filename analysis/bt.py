@@ -194,6 +194,11 @@ def newton_batch(wins: NDArray[np.float64], *, l2: float = 1e-3, max_iter: int =
 
     For l2 == 0 the Hessian is singular along constant shifts (and on unobserved arms), so steps use
     the pseudo-inverse; whether the MLE exists is NOT checked here (see `mle_exists`).
+
+    Args:
+        wins: win counts [R, K, K].
+        l2: the ridge prior (0: none).
+        max_iter: Newton steps at most per round.
     """
     l2 = _check_l2(l2)
     w = _check_wins(wins)

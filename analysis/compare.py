@@ -82,7 +82,18 @@ def compare_runs(
 ) -> CompareResult:
     """Pooled, task-paired comparison of two runs (see the module docstring and docs/compare.md).
 
-    Families with fewer than min_tasks tasks are left out as in `ept analyze` (analysis.families)."""
+    Args:
+        base: the baseline run.
+        cur: the current run.
+        rule: when the comparison fails.
+        weights: the --weights text (None: the default family weights).
+        rounds: bootstrap rounds (at least 50).
+        seed: the bootstrap seed.
+        level: the intervals' level.
+        l2: the ridge prior (None: the same default as `ept analyze`).
+        adjust: "bonferroni" or "none" (multiple-comparison adjustment of the gate).
+        min_tasks: families with fewer tasks are left out, as in `ept analyze` (analysis.families).
+    """
     from elo_per_token.analysis.bootstrap import bootstrap, fit_families, point_estimate
     from elo_per_token.analysis.bt import prior_l2
     from elo_per_token.analysis.merge import parse_weights

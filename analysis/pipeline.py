@@ -173,7 +173,12 @@ def _kind(frame: pl.DataFrame, kind: str, columns: tuple[str, ...]) -> pl.DataFr
 
 
 def build_comparisons(inp: Inputs, opt: AnalysisOptions) -> Comparisons:
-    """Tokens per arm and per (task, arm), and the within-task comparisons of every arm."""
+    """Tokens per arm and per (task, arm), and the within-task comparisons of every arm.
+
+    Args:
+        inp: the run's records.
+        opt: the analysis options.
+    """
     warnings: list[str] = []
     tok_all = label_strings(arm_tokens_from_groups(inp.call_groups))
     missing_usage = int(tok_all["calls_missing_usage"].sum()) if tok_all.height else 0

@@ -48,7 +48,17 @@ def make_tables(
     """The returns table (and over cost when priced), per strategy, vs the frontier, per family, per arm.
 
     The headline table (analysis.frontier.headline_table) is against the previous frontier arm, with
-    partial arms marked and off the frontier; comp adds each arm's tie share (analysis.ties)."""
+    partial arms marked and off the frontier.
+
+    Args:
+        inp: the run's records.
+        sel: the arms analysed.
+        design: the comparison design.
+        point: the point fit.
+        iv: the bootstrap intervals.
+        opt: the analysis options.
+        comp: the comparisons; adds each arm's tie share (analysis.ties).
+    """
     from elo_per_token.analysis.curve import ArmCurve
     from elo_per_token.analysis.frontier import families_seen, headline_table
     from elo_per_token.analysis.returns import frontier_steps_table, per_strategy_table, returns_table

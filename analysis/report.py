@@ -186,7 +186,14 @@ def print_accuracy(result: AnalysisResult, console: Console, arms: list[str]) ->
 def print_report(
     result: AnalysisResult, console: Console, *, top: int | None = None, arms: str | None = None
 ) -> None:
-    """The terminal report. top / arms narrow the tables (see select_arms); the files keep every arm."""
+    """The terminal report (the files keep every arm).
+
+    Args:
+        result: the analysis.
+        console: where to print.
+        top: show the top arms only (see select_arms).
+        arms: the --arms selection (see select_arms).
+    """
     o = result.options
     ci = f"{level_label(result)} bootstrap CI, {o.rounds} rounds" if o.rounds else "no bootstrap"
     shown = select_arms(result, top=top, pattern=arms)

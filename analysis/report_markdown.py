@@ -79,6 +79,12 @@ def _md_table(header: list[str], rows: list[list[str]], names: int = 1) -> str:
 
 
 def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
+    """report.md: the run's tables, recommendation, fits and inputs.
+
+    Args:
+        result: the analysis.
+        plots: the plot files to link (None: none).
+    """
     o = result.options
     ci = (
         f"{level_label(result)} bootstrap intervals over tasks ({o.rounds} rounds, seed {o.seed})"

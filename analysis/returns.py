@@ -113,8 +113,14 @@ def family_heterogeneity(
     the inverse-variance mean zbar_k is compared with chi-square on (families - 1) degrees of freedom; an
     arm is flagged when p < alpha / (arms tested) (Bonferroni), so with no real interaction the chance of
     any warning is at most about alpha. Step-down: the most heterogeneous flagged arm is taken out of the
-    offset fit and the rest retested, so one divergent arm does not make every arm look divergent. Only
-    families with a positive weight count.
+    offset fit and the rest retested, so one divergent arm does not make every arm look divergent.
+
+    Args:
+        point_theta: family -> its point theta [K].
+        round_theta: family -> its bootstrap thetas [R, K].
+        weights: family -> weight (only families with a positive weight count).
+        arms: the arm names, indexing theta.
+        alpha: the family-wise level of the test.
     """
     fams = [f for f in point_theta if float(weights.get(f, 0.0)) > 0 and f in round_theta]
     if len(fams) < 2:

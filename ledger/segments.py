@@ -362,7 +362,18 @@ def compact_run(
     on_progress: Callable[[str, int, int], None] | None = None,
     verify: bool | None = None,
 ) -> CompactResult:
-    """Fold the run's job objects that no segment holds into new segment(s). See the module docstring."""
+    """Fold the run's job objects that no segment holds into new segment(s). See the module docstring.
+
+    Args:
+        ledger: the ledger holding the run.
+        run_id: the run.
+        rebuild: drop every segment first and fold all job objects again.
+        chunk_jobs: objects read and parsed per chunk.
+        max_segment_jobs: jobs per segment at most.
+        threads: requests (or reads) in flight at once.
+        on_progress: called with (phase, done, total).
+        verify: list the run even when its declared keys would do (None: EPT_VERIFY_JOBS decides).
+    """
     import pyarrow.parquet as pq
 
     res = CompactResult(run_id)

@@ -204,7 +204,16 @@ def import_batch(
     outcomes: str | None = None,
     skip_bad: bool = False,
 ) -> Collector:
-    """Call records from Batch output files (+ outcome records from an outcomes file)."""
+    """Call records from Batch output files (+ outcome records from an outcomes file).
+
+    Args:
+        outputs: the Batch output files.
+        input_file: the Batch input file (custom_id -> task and arm from its requests).
+        mapping: the --mapping table (CSV or JSONL; wins over input_file).
+        id_template: the --id-template custom_ids are parsed with.
+        outcomes: the --outcomes file (CSV or JSONL scores).
+        skip_bad: record bad lines and go on instead of stopping at the first.
+    """
     if not (input_file or mapping or id_template):
         raise InputError(
             "say which task and arm each custom_id is: --mapping FILE, --input FILE "

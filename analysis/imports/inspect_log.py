@@ -209,6 +209,14 @@ def _usage(u: Any) -> dict[str, int]:
 def import_inspect(
     paths: Sequence[str], *, arm_from: str = "auto", score_key: str | None = None, skip_bad: bool = False
 ) -> Collector:
+    """Call and outcome records from Inspect eval logs.
+
+    Args:
+        paths: log files, folders and globs (see expand_logs).
+        arm_from: what names an arm: auto | model | task | solver | an arg or generate-config key | file.
+        score_key: the scorer to use (None: the first).
+        skip_bad: record bad logs and samples and go on instead of stopping at the first.
+    """
     log_api = _require_inspect()
     col = Collector(skip_bad=skip_bad)
     files, logs = [], []
