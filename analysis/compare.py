@@ -95,15 +95,9 @@ def compare_runs(
         min_tasks: families with fewer tasks are left out, as in `ept analyze` (analysis.families).
     """
     from elo_per_token.analysis.bootstrap import bootstrap, fit_families, point_estimate
-    from elo_per_token.analysis.bt import prior_l2
     from elo_per_token.analysis.merge import parse_weights
 
-    l2 = prior_l2() if l2 is None else float(l2)  # the same default prior as `ept analyze`
-    level = check_level(level)
-    if adjust not in ("bonferroni", "none"):
-        raise InputError(f"must be bonferroni or none, got {adjust!r}", field="--adjust")
-    if rounds < 50:
-        raise InputError(f"use at least 50 bootstrap rounds for an interval, got {rounds}", field="--rounds")
+    l2, level = _checked_options(l2, level, adjust, rounds)
     notes = check_comparable(base, cur)
 
     families = sorted(base.outcomes["family"].unique().to_list())
@@ -147,6 +141,20 @@ def compare_runs(
         notes=notes,
         sources=(base.source, cur.source),
     )
+
+
+def _checked_options(l2: float | None, level: float, adjust: str, rounds: int) -> tuple[float, float]:
+    """(l2, level) for compare_runs: the default prior filled in, the level checked; an InputError naming the
+    option for a bad --adjust or too few --rounds."""
+    from elo_per_token.analysis.bt import prior_l2
+
+    l2 = prior_l2() if l2 is None else float(l2)  # the same default prior as `ept analyze`
+    level = check_level(level)
+    if adjust not in ("bonferroni", "none"):
+        raise InputError(f"must be bonferroni or none, got {adjust!r}", field="--adjust")
+    if rounds < 50:
+        raise InputError(f"use at least 50 bootstrap rounds for an interval, got {rounds}", field="--rounds")
+    return l2, level
 
 
 def _arm_order(base: RunInputs) -> list[str]:

@@ -351,6 +351,25 @@ def _unfolded_keys(
     return new, all_keys
 
 
+def _temp_paths() -> tuple[str, str]:
+    """Two fresh temporary files (closed): a segment's and its index's."""
+    fd, seg = tempfile.mkstemp(prefix="ept-seg-", suffix=".parquet")
+    os.close(fd)
+    fd, idx = tempfile.mkstemp(prefix="ept-idx-", suffix=".parquet")
+    os.close(fd)
+    return seg, idx
+
+
+def _commit_segment(ledger: Ledger, run_id: str, n: int, seg_file: str, idx_file: str) -> int:
+    """Store a written segment and its index under the first free number from n on; the number taken."""
+    # Claim a number: the exclusive create of the segment fails if another compactor took it.
+    while not ledger.create_blob(run_id, seg_name(n), seg_file):
+        n += 1
+    if not ledger.create_blob(run_id, index_name(n), idx_file):
+        raise RuntimeError(f"{ledger.blob_url(run_id, index_name(n))} appeared while committing")
+    return n
+
+
 def compact_run(
     ledger: Ledger,
     run_id: str,
@@ -388,10 +407,7 @@ def compact_run(
     next_n = max(st.used | used_before, default=0) + 1
     done = 0
     for seg_keys in _chunks(new, max_segment_jobs):
-        fd, tmp = tempfile.mkstemp(prefix="ept-seg-", suffix=".parquet")
-        os.close(fd)
-        fd, tmp_idx = tempfile.mkstemp(prefix="ept-idx-", suffix=".parquet")
-        os.close(fd)
+        tmp, tmp_idx = _temp_paths()
         try:
             writer = None
             kept: list[pl.DataFrame] = []
@@ -418,11 +434,7 @@ def compact_run(
             writer.close()
             folded = pl.concat(kept)
             pq.write_table(folded.to_arrow(), tmp_idx, compression="zstd")
-            # Claim a number: the exclusive create of the segment fails if another compactor took it.
-            while not ledger.create_blob(run_id, seg_name(next_n), tmp):
-                next_n += 1
-            if not ledger.create_blob(run_id, index_name(next_n), tmp_idx):
-                raise RuntimeError(f"{ledger.blob_url(run_id, index_name(next_n))} appeared while committing")
+            next_n = _commit_segment(ledger, run_id, next_n, tmp, tmp_idx)
             res.segments.append(ledger.blob_url(run_id, seg_name(next_n)))
             res.jobs += folded.height
             res.rows += rows
