@@ -422,18 +422,7 @@ def per_family_figure(
         )
     ax.set_yticks(pos, [str(r["arm"]) for r in shown], fontsize="x-small")
     if hidden:
-        gap = pos[n - 1] - 0.5
-        ax.axhline(gap, color="tab:gray", linestyle=":", linewidth=1)
-        ax.annotate(
-            f"… {hidden} arms not shown …",
-            (0.99, gap),
-            xycoords=("axes fraction", "data"),
-            ha="right",
-            va="center",
-            fontsize="x-small",
-            color="tab:gray",
-            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
-        )
+        _mark_hidden(ax, pos[n - 1] - 0.5, hidden)
     ax.set_xlabel("Elo (centred: mean 1000 over arms)")
     title = "Per-family Elo by arm"
     ax.set_title(
