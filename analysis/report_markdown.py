@@ -133,6 +133,14 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         _md_table(*breakdown_rows(result)),
         "",
     ]
+    parts += _md_costs(result)
+    parts += _md_fits_and_end(result, plots)
+    return "\n".join(parts)
+
+
+def _md_costs(result: AnalysisResult) -> list[str]:
+    """The cost table when priced, what failed attempts spent, and the judges' tokens."""
+    parts: list[str] = []
     if result.cost_table is not None:
         parts += [
             f"## Cost (prices {result.options.prices}, USD per 1M tokens)",
@@ -150,8 +158,7 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
             ),
             "",
         ]
-    parts += _md_fits_and_end(result, plots)
-    return "\n".join(parts)
+    return parts
 
 
 def _md_recommendation(result: AnalysisResult) -> list[str]:
