@@ -509,6 +509,16 @@ def _resampled_theta(
     return theta_out, ok_out
 
 
+def _merged_elo(
+    fam_theta: dict[str, NDArray[np.float64]], rows: slice, weights: dict[str, float], anchor: int
+) -> NDArray[np.float64] | float:
+    """Elo of the rounds `rows`, merged over the positively weighted families' thetas."""
+    live = {name: theta[rows] for name, theta in fam_theta.items() if weights[name] > 0}
+    if all(np.isnan(v).all() for v in live.values()):
+        return np.nan  # no weighted family can be resampled (all have < 2 tasks)
+    return theta_to_elo(merge_thetas(live, weights), anchor)
+
+
 def bootstrap(
     data: PairData,
     family_weights: NDArray[np.float64],
@@ -569,11 +579,7 @@ def bootstrap(
             theta, ok = _resampled_theta(part, data.families[f], c, k, l2, batch)
             fam_theta[data.families[f]][rows] = theta
             failed[rows] |= ~ok
-        live = {name: fam_theta[name][rows] for name in data.families if weights[name] > 0}
-        if all(np.isnan(v).all() for v in live.values()):
-            elo[rows] = np.nan  # no weighted family can be resampled (all have < 2 tasks)
-        else:
-            elo[rows] = theta_to_elo(merge_thetas(live, weights), anchor)
+        elo[rows] = _merged_elo(fam_theta, rows, weights, anchor)
         tpt[rows] = _weighted_tokens(fam_tok, fw)
         if progress is not None:
             progress(start + n)

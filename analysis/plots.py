@@ -90,6 +90,12 @@ def _strategy_colours(rows: Sequence[Row]) -> dict[str, Any]:
     return {s: cmap(i) for i, s in enumerate(strategies)}
 
 
+def _say_empty(ax: Any, text: str) -> None:
+    """An empty plot saying why: the text in the middle, no axes."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
+
+
 def elo_vs_tokens_figure(
     rows: Sequence[Row],
     level_label: str,
@@ -112,15 +118,7 @@ def elo_vs_tokens_figure(
     pts = plotted_points(rows)
     fig, ax = plt.subplots(figsize=figsize, dpi=110)
     if not pts:
-        ax.text(
-            0.5,
-            0.5,
-            "no arm has both Elo and tokens per task",
-            ha="center",
-            va="center",
-            transform=ax.transAxes,
-        )
-        ax.set_axis_off()
+        _say_empty(ax, "no arm has both Elo and tokens per task")
         return fig
     many = len(pts) > LABEL_ALL
     x = [float(r["tokens_per_task"]) for r in pts]
