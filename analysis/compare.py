@@ -103,7 +103,6 @@ def compare_runs(
     families = sorted(base.outcomes["family"].unique().to_list())
     fw = parse_weights(weights, families)
     arm_order = _arm_order(base)
-    k = len(arm_order)
     data, task_notes = _pooled_data(base, cur, arm_order, families)
     notes += task_notes
     # The same small-family rule as `ept analyze` (analysis.families), on the pooled tasks of both runs.
@@ -116,16 +115,12 @@ def compare_runs(
     boot = bootstrap(data, fw_arr, anchor=0, rounds=rounds, seed=seed, l2=l2, fits=fits, level=level)
     # The gate tests every arm at once: Bonferroni over arms keeps the chance that ANY unchanged arm is
     # flagged at most (1 - level) / 2 (one-sided), instead of that per arm.
-    gate_level = 1.0 - (1.0 - level) / k if adjust == "bonferroni" else level
+    gate_level = 1.0 - (1.0 - level) / len(arm_order) if adjust == "bonferroni" else level
     table = _arm_table(
         arm_order, base.arms, elo, tok, boot.elo, boot.tokens_per_task, level, gate_level, rule.elo_drop
     )
     flagged, reasons = apply_rule(table, rule)
-    if boot.failed_rounds:
-        notes.append(f"{boot.failed_rounds} of {rounds} bootstrap fits did not converge")
-    failures = _failure_counts(base, cur)
-    if failures:
-        notes.append(failures)
+    notes += _closing_notes(int(boot.failed_rounds), rounds, base, cur)
     return CompareResult(
         table=table,
         flagged=flagged,
@@ -141,6 +136,13 @@ def compare_runs(
         notes=notes,
         sources=(base.source, cur.source),
     )
+
+
+def _closing_notes(failed_rounds: int, rounds: int, base: RunInputs, cur: RunInputs) -> list[str]:
+    """Notes on bootstrap fits that did not converge and on failed jobs in either run."""
+    notes = [f"{failed_rounds} of {rounds} bootstrap fits did not converge"] if failed_rounds else []
+    failures = _failure_counts(base, cur)
+    return [*notes, failures] if failures else notes
 
 
 def _checked_options(l2: float | None, level: float, adjust: str, rounds: int) -> tuple[float, float]:
