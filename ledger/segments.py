@@ -351,6 +351,18 @@ def _unfolded_keys(
     return new, all_keys
 
 
+def _start_state(ledger: Ledger, run_id: str, rebuild: bool, res: CompactResult) -> tuple[pl.DataFrame, int]:
+    """(the committed segments' index, the first segment number never used), after dropping every segment
+    (into res.dropped) when rebuilding."""
+    # Numbers are never reused, not even after --rebuild: a reader that listed an old index must not find a
+    # new segment under the same name.
+    used_before = segment_state(ledger, run_id).used
+    if rebuild:
+        res.dropped = drop_segments(ledger, run_id)
+    st = segment_state(ledger, run_id)
+    return read_index(ledger, run_id, st.committed), max(st.used | used_before, default=0) + 1
+
+
 def _temp_paths() -> tuple[str, str]:
     """Two fresh temporary files (closed): a segment's and its index's."""
     fd, seg = tempfile.mkstemp(prefix="ept-seg-", suffix=".parquet")
@@ -396,15 +408,8 @@ def compact_run(
     import pyarrow.parquet as pq
 
     res = CompactResult(run_id)
-    # Numbers are never reused, not even after --rebuild: a reader that listed an old index must not find a
-    # new segment under the same name.
-    used_before = segment_state(ledger, run_id).used
-    if rebuild:
-        res.dropped = drop_segments(ledger, run_id)
-    st = segment_state(ledger, run_id)
-    index = read_index(ledger, run_id, st.committed)
+    index, next_n = _start_state(ledger, run_id, rebuild, res)
     new, listed = _unfolded_keys(ledger, run_id, index, res, verify=verify, on_progress=on_progress)
-    next_n = max(st.used | used_before, default=0) + 1
     done = 0
     for seg_keys in _chunks(new, max_segment_jobs):
         tmp, tmp_idx = _temp_paths()

@@ -40,7 +40,7 @@ EXCEPTIONS: dict[tuple[str, str], int] = {
     ('coordinator/sweep.py', 'print_summary'): 65,
     ('egress/client.py', 'ProviderClient.chat'): 71,
     ('egress/errors.py', 'classify'): 80,
-    ('ledger/segments.py', 'compact_run'): 79,
+    ('ledger/segments.py', 'compact_run'): 72,
     ('suites/generate_tools.py', '_tool_templates'): 61,
     ('worker/lifecycle.py', 'perform_job'): 68,
     ('worker/sandbox/bwrap.py', 'argv'): 65,
