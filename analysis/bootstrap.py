@@ -509,18 +509,6 @@ def _resampled_theta(
     return theta_out, ok_out
 
 
-def _family_parts(
-    data: PairData, weights: dict[str, float], fits: Mapping[str, FamilyPoint], level: float
-) -> tuple[NDArray[np.float64], NDArray[np.int64], list[_FamilyPart]]:
-    """(weight per family, tasks per family, each family's resampling part)."""
-    fw = np.array([weights[name] for name in data.families])
-    n_f = np.bincount(np.asarray(data.task_family), minlength=len(data.families))
-    # Degrees of freedom of the merged estimate: the families that enter it, n_f - 1 each.
-    df_total = int(np.sum(np.where((fw > 0) & (n_f >= 2), n_f - 1, 0)))
-    parts = [_family_part(data, f, fits[name], df_total, level) for f, name in enumerate(data.families)]
-    return fw, n_f, parts
-
-
 def _merged_elo(
     fam_theta: dict[str, NDArray[np.float64]], rows: slice, weights: dict[str, float], anchor: int
 ) -> NDArray[np.float64] | float:
@@ -568,7 +556,11 @@ def bootstrap(
     fits = _point_fits(data, fits, l2)
     k = int(data.n_arms)
     rng = np.random.default_rng(seed)
-    fw, n_f, parts = _family_parts(data, weights, fits, level)
+    fw = np.array([weights[name] for name in data.families])
+    n_f = np.bincount(np.asarray(data.task_family), minlength=len(data.families))
+    # Degrees of freedom of the merged estimate: the families that enter it, n_f - 1 each.
+    df_total = int(np.sum(np.where((fw > 0) & (n_f >= 2), n_f - 1, 0)))
+    parts = [_family_part(data, f, fits[name], df_total, level) for f, name in enumerate(data.families)]
 
     elo = np.empty((rounds, k))
     tpt = np.empty((rounds, k))

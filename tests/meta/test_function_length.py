@@ -23,7 +23,7 @@ MAX_LINES = 60
 # Regenerate with `python3 tests/meta/test_function_length.py`.
 # fmt: off
 EXCEPTIONS: dict[tuple[str, str], int] = {
-    ('analysis/bootstrap.py', 'bootstrap'): 73,
+    ('analysis/bootstrap.py', 'bootstrap'): 77,
     ('analysis/compare.py', 'compare_runs'): 69,
     ('analysis/imports/batch.py', 'import_batch'): 78,
     ('analysis/imports/inspect_log.py', 'import_inspect'): 62,
