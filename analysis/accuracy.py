@@ -260,13 +260,19 @@ def accuracy_tables(
     level: float = 0.95,
     partial: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """(per arm, per family x arm, pass@k) frames (ACCURACY_SCHEMA, FAMILY_SCHEMA, PASS_K_SCHEMA).
+    """(per arm, per family x arm, pass@k) frames (ACCURACY_SCHEMA, FAMILY_SCHEMA, PASS_K_SCHEMA); `binary`:
+    every score of the arm is 0 or 1 (pass@1), else the mean is of partial credit.
 
-    outcomes: task_id, family, arm, score (one row per replicate), after the run's --missing estimand (so
-    accuracy describes the same tasks, and counts the same losses, as Elo). rounds = 0: no intervals, as
-    the Elo table has none (the intervals themselves are analytic (score_interval): seed is not used).
-    partial: the headline table's partial arms (arm -> families seen), marked in `seen_in`; `binary`: every
-    score of the arm is 0 or 1 (pass@1), else the mean is of partial credit."""
+    Args:
+        outcomes: task_id, family, arm, score (one row per replicate), after the run's --missing estimand (so
+            accuracy describes the same tasks, and counts the same losses, as Elo).
+        arms: the arms, in table order (outcomes of other arms are left out).
+        weights: family -> weight, as for Elo.
+        rounds: 0: no intervals, as the Elo table has none.
+        seed: not used (the intervals are analytic, score_interval).
+        level: the intervals' level.
+        partial: the headline table's partial arms (arm -> families seen), marked in `seen_in`.
+    """
     del seed  # analytic intervals: kept in the signature so every caller passes the run's options alike
     arm_list, partial = list(arms), partial or {}
     ts = task_scores(outcomes).filter(pl.col("arm").is_in(arm_list))

@@ -509,6 +509,16 @@ def _resampled_theta(
     return theta_out, ok_out
 
 
+def _merged_elo(
+    fam_theta: dict[str, NDArray[np.float64]], rows: slice, weights: dict[str, float], anchor: int
+) -> NDArray[np.float64] | float:
+    """Elo of the rounds `rows`, merged over the positively weighted families' thetas."""
+    live = {name: theta[rows] for name, theta in fam_theta.items() if weights[name] > 0}
+    if all(np.isnan(v).all() for v in live.values()):
+        return np.nan  # no weighted family can be resampled (all have < 2 tasks)
+    return theta_to_elo(merge_thetas(live, weights), anchor)
+
+
 def bootstrap(
     data: PairData,
     family_weights: NDArray[np.float64],
@@ -522,14 +532,22 @@ def bootstrap(
     fits: Mapping[str, FamilyPoint] | None = None,
     level: float = 0.95,
 ) -> BootstrapResult:
-    """Task-level bootstrap within each family; `progress(n)` is called with the rounds done so far.
+    """Task-level bootstrap within each family.
 
-    level: the interval level the rounds will be read at; the small-sample stretch (small_sample_factor)
-    uses its quantile, so a 99% interval is widened with t_{0.995} rather than t_{0.975}.
-
-    fit_budget: bytes for the batched fits' working set (see fit_batch_size); it changes speed and
-    memory, never the result. fits: fit_families(data, l2=l2) when the caller has it already (the point
-    fits rounds are stretched from; then only the rounds are fitted here)."""
+    Args:
+        data: the comparisons by task.
+        family_weights: weight per family [F].
+        anchor: index of the arm held at Elo 0.
+        rounds: bootstrap rounds.
+        seed: the resampling seed.
+        l2: the fits' ridge prior.
+        progress: called with the rounds done so far.
+        fit_budget: bytes for the batched fits' working set (see fit_batch_size); speed and memory only.
+        fits: fit_families(data, l2=l2) when the caller has it already (the point fits rounds are
+            stretched from; then only the rounds are fitted here).
+        level: the interval level the rounds will be read at; the small-sample stretch (small_sample_factor)
+            uses its quantile, so a 99% interval is widened with t_{0.995} rather than t_{0.975}.
+    """
     weights = _weights(data, family_weights)
     anchor = _check_anchor(data, anchor)
     if int(rounds) != rounds or rounds < 1:
@@ -561,11 +579,7 @@ def bootstrap(
             theta, ok = _resampled_theta(part, data.families[f], c, k, l2, batch)
             fam_theta[data.families[f]][rows] = theta
             failed[rows] |= ~ok
-        live = {name: fam_theta[name][rows] for name in data.families if weights[name] > 0}
-        if all(np.isnan(v).all() for v in live.values()):
-            elo[rows] = np.nan  # no weighted family can be resampled (all have < 2 tasks)
-        else:
-            elo[rows] = theta_to_elo(merge_thetas(live, weights), anchor)
+        elo[rows] = _merged_elo(fam_theta, rows, weights, anchor)
         tpt[rows] = _weighted_tokens(fam_tok, fw)
         if progress is not None:
             progress(start + n)

@@ -189,11 +189,46 @@ def _gtol(wins: NDArray[np.float64]) -> NDArray[np.float64]:
     return tol
 
 
+def _line_search(
+    th: NDArray[np.float64],
+    wa: NDArray[np.float64],
+    g: NDArray[np.float64],
+    step: NDArray[np.float64],
+    l2: float,
+) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+    """Damped Newton step of each round (theta th, wins wa, gradient g): t halves from 1 until the Armijo
+    condition holds, at most _MAX_HALVINGS times; (new theta, rounds where no step was accepted)."""
+    f0 = bt_objective(th, wa, l2)
+    slope = np.sum(g * step, axis=-1)  # directional decrease along -step
+    t = np.ones(len(th))
+    pending = np.ones(len(th), dtype=bool)
+    new = th.copy()
+    for _h in range(_MAX_HALVINGS):
+        idx = np.nonzero(pending)[0]
+        if idx.size == 0:
+            break
+        cand = th[idx] - t[idx, None] * step[idx]
+        f1 = bt_objective(cand, wa[idx], l2)
+        ok = f1 <= f0[idx] - _ARMIJO * t[idx] * slope[idx]
+        # Near the optimum f cannot resolve the decrease any more; a full Newton step
+        # is then the right move (quadratic convergence), so take it.
+        ok |= (t[idx] == 1.0) & (np.abs(f1 - f0[idx]) <= 1e-13 * np.maximum(1.0, np.abs(f0[idx])))
+        new[idx[ok]] = cand[ok]
+        pending[idx[ok]] = False
+        t[idx[~ok]] *= 0.5
+    return new, pending
+
+
 def newton_batch(wins: NDArray[np.float64], *, l2: float = 1e-3, max_iter: int = _MAX_ITER) -> BatchFit:
     """Fit R count matrices [R, K, K] at once with damped Newton (all rounds share each solve call).
 
     For l2 == 0 the Hessian is singular along constant shifts (and on unobserved arms), so steps use
     the pseudo-inverse; whether the MLE exists is NOT checked here (see `mle_exists`).
+
+    Args:
+        wins: win counts [R, K, K].
+        l2: the ridge prior (0: none).
+        max_iter: Newton steps at most per round.
     """
     l2 = _check_l2(l2)
     w = _check_wins(wins)
@@ -225,24 +260,7 @@ def newton_batch(wins: NDArray[np.float64], *, l2: float = 1e-3, max_iter: int =
             step = np.linalg.solve(h, g[..., None])[..., 0]
         else:
             step = (np.linalg.pinv(h, hermitian=True) @ g[..., None])[..., 0]
-        f0 = bt_objective(th, wa, l2)
-        slope = np.sum(g * step, axis=-1)  # directional decrease along -step
-        t = np.ones(active.size)
-        pending = np.ones(active.size, dtype=bool)
-        new = th.copy()
-        for _h in range(_MAX_HALVINGS):
-            idx = np.nonzero(pending)[0]
-            if idx.size == 0:
-                break
-            cand = th[idx] - t[idx, None] * step[idx]
-            f1 = bt_objective(cand, wa[idx], l2)
-            ok = f1 <= f0[idx] - _ARMIJO * t[idx] * slope[idx]
-            # Near the optimum f cannot resolve the decrease any more; a full Newton step
-            # is then the right move (quadratic convergence), so take it.
-            ok |= (t[idx] == 1.0) & (np.abs(f1 - f0[idx]) <= 1e-13 * np.maximum(1.0, np.abs(f0[idx])))
-            new[idx[ok]] = cand[ok]
-            pending[idx[ok]] = False
-            t[idx[~ok]] *= 0.5
+        new, pending = _line_search(th, wa, g, step, l2)
         theta[active] = new
         n_iter[active] += 1
         stuck = pending  # no acceptable step: give up on these rounds (reported as not converged)

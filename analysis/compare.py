@@ -82,23 +82,27 @@ def compare_runs(
 ) -> CompareResult:
     """Pooled, task-paired comparison of two runs (see the module docstring and docs/compare.md).
 
-    Families with fewer than min_tasks tasks are left out as in `ept analyze` (analysis.families)."""
+    Args:
+        base: the baseline run.
+        cur: the current run.
+        rule: when the comparison fails.
+        weights: the --weights text (None: the default family weights).
+        rounds: bootstrap rounds (at least 50).
+        seed: the bootstrap seed.
+        level: the intervals' level.
+        l2: the ridge prior (None: the same default as `ept analyze`).
+        adjust: "bonferroni" or "none" (multiple-comparison adjustment of the gate).
+        min_tasks: families with fewer tasks are left out, as in `ept analyze` (analysis.families).
+    """
     from elo_per_token.analysis.bootstrap import bootstrap, fit_families, point_estimate
-    from elo_per_token.analysis.bt import prior_l2
     from elo_per_token.analysis.merge import parse_weights
 
-    l2 = prior_l2() if l2 is None else float(l2)  # the same default prior as `ept analyze`
-    level = check_level(level)
-    if adjust not in ("bonferroni", "none"):
-        raise InputError(f"must be bonferroni or none, got {adjust!r}", field="--adjust")
-    if rounds < 50:
-        raise InputError(f"use at least 50 bootstrap rounds for an interval, got {rounds}", field="--rounds")
+    l2, level = _checked_options(l2, level, adjust, rounds)
     notes = check_comparable(base, cur)
 
     families = sorted(base.outcomes["family"].unique().to_list())
     fw = parse_weights(weights, families)
     arm_order = _arm_order(base)
-    k = len(arm_order)
     data, task_notes = _pooled_data(base, cur, arm_order, families)
     notes += task_notes
     # The same small-family rule as `ept analyze` (analysis.families), on the pooled tasks of both runs.
@@ -111,16 +115,12 @@ def compare_runs(
     boot = bootstrap(data, fw_arr, anchor=0, rounds=rounds, seed=seed, l2=l2, fits=fits, level=level)
     # The gate tests every arm at once: Bonferroni over arms keeps the chance that ANY unchanged arm is
     # flagged at most (1 - level) / 2 (one-sided), instead of that per arm.
-    gate_level = 1.0 - (1.0 - level) / k if adjust == "bonferroni" else level
+    gate_level = 1.0 - (1.0 - level) / len(arm_order) if adjust == "bonferroni" else level
     table = _arm_table(
         arm_order, base.arms, elo, tok, boot.elo, boot.tokens_per_task, level, gate_level, rule.elo_drop
     )
     flagged, reasons = apply_rule(table, rule)
-    if boot.failed_rounds:
-        notes.append(f"{boot.failed_rounds} of {rounds} bootstrap fits did not converge")
-    failures = _failure_counts(base, cur)
-    if failures:
-        notes.append(failures)
+    notes += _closing_notes(int(boot.failed_rounds), rounds, base, cur)
     return CompareResult(
         table=table,
         flagged=flagged,
@@ -136,6 +136,27 @@ def compare_runs(
         notes=notes,
         sources=(base.source, cur.source),
     )
+
+
+def _closing_notes(failed_rounds: int, rounds: int, base: RunInputs, cur: RunInputs) -> list[str]:
+    """Notes on bootstrap fits that did not converge and on failed jobs in either run."""
+    notes = [f"{failed_rounds} of {rounds} bootstrap fits did not converge"] if failed_rounds else []
+    failures = _failure_counts(base, cur)
+    return [*notes, failures] if failures else notes
+
+
+def _checked_options(l2: float | None, level: float, adjust: str, rounds: int) -> tuple[float, float]:
+    """(l2, level) for compare_runs: the default prior filled in, the level checked; an InputError naming the
+    option for a bad --adjust or too few --rounds."""
+    from elo_per_token.analysis.bt import prior_l2
+
+    l2 = prior_l2() if l2 is None else float(l2)  # the same default prior as `ept analyze`
+    level = check_level(level)
+    if adjust not in ("bonferroni", "none"):
+        raise InputError(f"must be bonferroni or none, got {adjust!r}", field="--adjust")
+    if rounds < 50:
+        raise InputError(f"use at least 50 bootstrap rounds for an interval, got {rounds}", field="--rounds")
+    return l2, level
 
 
 def _arm_order(base: RunInputs) -> list[str]:

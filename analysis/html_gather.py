@@ -50,7 +50,12 @@ def failures_by_class(
     files: Sequence[str], failure_objects: Sequence[Mapping[str, Any]] = ()
 ) -> list[dict[str, Any]]:
     """Failed jobs per (arm, error class): outcome lines with an `error`, plus the ledger's failure objects
-    for jobs that never wrote a result (a job counted in both is counted once, by its job key)."""
+    for jobs that never wrote a result (a job counted in both is counted once, by its job key).
+
+    Args:
+        files: the run's outcome files.
+        failure_objects: the ledger's failure objects (each with its job_key).
+    """
     import polars as pl
 
     rows = _failed_outcomes(*_failure_sources(files))

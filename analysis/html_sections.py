@@ -8,7 +8,7 @@ viewer's run page); numeric cells carry `data-value`.
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -120,18 +120,10 @@ def recommendation_section(doc: HtmlDocument) -> list[str]:
     return out
 
 
-def accuracy_section(doc: HtmlDocument, table: TableRenderer, *, se: bool = False) -> list[str]:
-    """Accuracy / pass@1 per arm with intervals, pass@k where an arm has replicates, and per family.
-    table: analysis.html._table (passed in: this module does not import the page it is part of); se: a
-    '± s.e.' column (the analysis' accuracy_se) after the interval."""
-    acc = list(doc.accuracy or [])
-    if not acc:
-        return []
-    pk = {(r["arm"], r["k"]): r for r in doc.pass_at_k or []}
-    ks = sorted({k for _, k in pk if k > 1})
-    from elo_per_token.analysis.accuracy_report import marked_arm, score_label_of
-
-    label = score_label_of(acc)
+def _with_pass_at_k(
+    acc: list[Any], pk: dict[tuple[Any, Any], Any], ks: list[Any], marked_arm: Callable[[Any], str]
+) -> list[dict[str, Any]]:
+    """The accuracy rows (arm names marked) with the pass@k value and interval of each k in ks."""
     rows = []
     for r in acc:
         row = {**r, "arm": marked_arm(r)}
@@ -143,6 +135,26 @@ def accuracy_section(doc: HtmlDocument, table: TableRenderer, *, se: bool = Fals
                 p.get("pass_at_k_hi"),
             )
         rows.append(row)
+    return rows
+
+
+def accuracy_section(doc: HtmlDocument, table: TableRenderer, *, se: bool = False) -> list[str]:
+    """Accuracy / pass@1 per arm with intervals, pass@k where an arm has replicates, and per family.
+
+    Args:
+        doc: the report's data (accuracy, pass_at_k, accuracy_family).
+        table: analysis.html._table (passed in: this module does not import the page it is part of).
+        se: a '± s.e.' column (the analysis' accuracy_se) after the interval.
+    """
+    acc = list(doc.accuracy or [])
+    if not acc:
+        return []
+    pk = {(r["arm"], r["k"]): r for r in doc.pass_at_k or []}
+    ks = sorted({k for _, k in pk if k > 1})
+    from elo_per_token.analysis.accuracy_report import marked_arm, score_label_of
+
+    label = score_label_of(acc)
+    rows = _with_pass_at_k(acc, pk, ks, marked_arm)
     cols: list[tuple[str, str, str | None]] = [
         ("arm", "arm", None), ("accuracy", label, ".1%"), ("accuracy_lo", "lo", ".1%"),
         ("accuracy_hi", "hi", ".1%"), ("tasks", "tasks", ",d"), ("outcomes", "outcomes", ",d"),

@@ -70,6 +70,26 @@ def parse_weights(spec: str | None, families: Sequence[str]) -> dict[str, float]
     return {f: raw.get(f, 0.0) / total for f in families}
 
 
+def _weighted(
+    thetas: Mapping[str, NDArray[np.float64]], weights: Mapping[str, float]
+) -> tuple[list[str], list[NDArray[np.float64]], list[float]]:
+    """(families, thetas, weights) of the families with a positive weight; a ValueError for a negative or
+    non-finite weight, or when no family has a positive one."""
+    fams, ys, ws = [], [], []
+    for fam, theta in thetas.items():
+        w = float(weights.get(fam, 0.0))
+        if w < 0 or not math.isfinite(w):
+            raise ValueError(f"weight for family {fam!r} must be finite and >= 0")
+        if w == 0:
+            continue
+        fams.append(fam)
+        ys.append(np.asarray(theta, dtype=float))
+        ws.append(w)
+    if not fams:
+        raise ValueError("no family with a positive weight to merge")
+    return fams, ys, ws
+
+
 def merge_fit(
     thetas: Mapping[str, NDArray[np.float64]], weights: Mapping[str, float]
 ) -> tuple[NDArray[np.float64], dict[str, NDArray[np.float64]]]:
@@ -85,19 +105,13 @@ def merge_fit(
     (a clone of an arm observed in one family only comes out equal to the original). With every arm
     observed everywhere the solution (shifted to mean 0 over arms) is exactly the weighted sum of centred
     vectors, sum_f w_f * centred_f. Arms no positively weighted family observed are NaN; the result has mean 0
-    over the arms that are not NaN. Works on stacks ([..., K]); each row is solved on its own pattern."""
-    fams, ys, ws = [], [], []
-    for fam, theta in thetas.items():
-        w = float(weights.get(fam, 0.0))
-        if w < 0 or not math.isfinite(w):
-            raise ValueError(f"weight for family {fam!r} must be finite and >= 0")
-        if w == 0:
-            continue
-        fams.append(fam)
-        ys.append(np.asarray(theta, dtype=float))
-        ws.append(w)
-    if not fams:
-        raise ValueError("no family with a positive weight to merge")
+    over the arms that are not NaN. Works on stacks ([..., K]); each row is solved on its own pattern.
+
+    Args:
+        thetas: family -> its fitted theta [..., K] (NaN on the arms it did not observe).
+        weights: family -> weight (a family weighted 0 or absent takes no part).
+    """
+    fams, ys, ws = _weighted(thetas, weights)
     y = np.stack(np.broadcast_arrays(*ys), axis=-2)  # [..., F, K]
     obs = ~np.isnan(y)
     y0 = np.where(obs, y, 0.0)

@@ -172,8 +172,26 @@ def _kind(frame: pl.DataFrame, kind: str, columns: tuple[str, ...]) -> pl.DataFr
     return frame.lazy().filter(pl.col("kind") == kind).select(columns).collect()
 
 
+def _refuse_all_ties(inp: Inputs, groups_full: pl.DataFrame) -> None:
+    """--drop-ties left no comparison: an InputError when there were comparisons (all of them ties)."""
+    # Every comparison is a tie: two rows per tied meeting (pairs.implied_pair_rows), one per judgment.
+    n_ties = implied_pair_rows(groups_full) // 2 + inp.judgments.filter(pl.col("winner") == "tie").height
+    if n_ties:
+        raise InputError(
+            f"all {n_ties} comparisons are ties (equal scores), so dropping ties leaves nothing to rank: "
+            "the data carry no information about which arm is stronger",
+            file=inp.where,
+            field="--drop-ties",
+        )
+
+
 def build_comparisons(inp: Inputs, opt: AnalysisOptions) -> Comparisons:
-    """Tokens per arm and per (task, arm), and the within-task comparisons of every arm."""
+    """Tokens per arm and per (task, arm), and the within-task comparisons of every arm.
+
+    Args:
+        inp: the run's records.
+        opt: the analysis options.
+    """
     warnings: list[str] = []
     tok_all = label_strings(arm_tokens_from_groups(inp.call_groups))
     missing_usage = int(tok_all["calls_missing_usage"].sum()) if tok_all.height else 0
@@ -211,15 +229,7 @@ def build_comparisons(inp: Inputs, opt: AnalysisOptions) -> Comparisons:
     )
     groups_all = groups_full if use_groups else groups_full.head(0)
     if opt.drop_ties and pairs_all.height == 0 and groups_all.height == 0:
-        # Every comparison is a tie: two rows per tied meeting (pairs.implied_pair_rows), one per judgment.
-        n_ties = implied_pair_rows(groups_full) // 2 + inp.judgments.filter(pl.col("winner") == "tie").height
-        if n_ties:
-            raise InputError(
-                f"all {n_ties} comparisons are ties (equal scores), so dropping ties leaves nothing to rank: "
-                "the data carry no information about which arm is stronger",
-                file=inp.where,
-                field="--drop-ties",
-            )
+        _refuse_all_ties(inp, groups_full)
     ttok = task_tokens(inp.calls).collect()
     if est.dropped_tasks.height:  # the shared tasks' cost too, so every arm's cost is over the same tasks
         ttok = ttok.filter(

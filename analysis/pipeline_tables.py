@@ -23,7 +23,7 @@ from elo_per_token.analysis.stages import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from elo_per_token.analysis.curve import ArmCurve
 
 
 def label_strings(df: pl.DataFrame) -> pl.DataFrame:
@@ -48,10 +48,20 @@ def make_tables(
     """The returns table (and over cost when priced), per strategy, vs the frontier, per family, per arm.
 
     The headline table (analysis.frontier.headline_table) is against the previous frontier arm, with
-    partial arms marked and off the frontier; comp adds each arm's tie share (analysis.ties)."""
+    partial arms marked and off the frontier.
+
+    Args:
+        inp: the run's records.
+        sel: the arms analysed.
+        design: the comparison design.
+        point: the point fit.
+        iv: the bootstrap intervals.
+        opt: the analysis options.
+        comp: the comparisons; adds each arm's tie share (analysis.ties).
+    """
     from elo_per_token.analysis.curve import ArmCurve
     from elo_per_token.analysis.frontier import families_seen, headline_table
-    from elo_per_token.analysis.returns import frontier_steps_table, per_strategy_table, returns_table
+    from elo_per_token.analysis.returns import frontier_steps_table, per_strategy_table
 
     arms, elo, tok, elo_s, tok_s = sel.arms, point.elo, point.tokens, iv.elo, iv.tokens
     strategies = sel.info["strategy"].to_list()
@@ -69,28 +79,11 @@ def make_tables(
     prices = parse_prices(opt.prices)
     # Lazy: the breakdown's queries read their few columns of the analysed arms' rows, no copy of the frame.
     breakdown = label_strings(arm_breakdown(inp.frame.lazy().filter(pl.col("arm").is_in(arms)), prices))
-    cost_table = None
-    if prices is not None:
-        cost, cost_s = cost_arrays(arms, tok, tok_s, breakdown)
-        # The returns table over cost: "per 1k" of (USD x 1000) is per $1.
-        cost_curve = replace(
-            curve, tokens=cost * 1000, tokens_samples=None if cost_s is None else cost_s * 1000
-        )
-        cost_table = returns_table(cost_curve).rename(
-            lambda c: c.replace("tokens_per_task", "cost_per_task").replace("per_1k", "per_usd")
-        )
-        cost_table = cost_table.with_columns(pl.col("cost_per_task") / 1000)
+    cost_table = None if prices is None else _cost_table(curve, (arms, tok, tok_s), breakdown)
     unweighted = pl.DataFrame({"arm": arms, "tokens_per_task_unweighted": point.tokens_unweighted})
     table = table.join(unweighted.with_columns(pl.col(pl.Float64).fill_nan(None)), on="arm", how="left")
     if comp is not None:
-        from elo_per_token.analysis.ties import separating_pairs, tie_stats
-
-        groups = comp.groups_full.filter(pl.col("family").is_in(design.families))
-        table = table.join(tie_stats(groups, inp.judgments, arms), on="arm", how="left")
-        vs_pairs = list(zip(table["arm"].to_list(), table["vs"].to_list(), strict=True))
-        table = table.with_columns(
-            pl.Series("separating_vs", separating_pairs(groups, inp.judgments, vs_pairs), dtype=pl.Int64)
-        )
+        table = _with_ties(table, comp, design, inp, arms)
     return Tables(
         strategies=strategies,
         budgets=budgets,
@@ -101,6 +94,38 @@ def make_tables(
         cost_table=cost_table,
         per_family=_per_family_table(design, arms, point.per_family_theta, iv, opt.level),
         partial=partial,
+    )
+
+
+def _cost_table(
+    curve: ArmCurve,
+    arm_tokens: tuple[list[str], NDArray[np.float64], NDArray[np.float64] | None],
+    breakdown: pl.DataFrame,
+) -> pl.DataFrame:
+    """The returns table over cost (priced runs): cost_per_task in USD, returns per $1. arm_tokens: (arms,
+    tokens per task, bootstrap tokens or None) the cost is priced from."""
+    from elo_per_token.analysis.returns import returns_table
+
+    cost, cost_s = cost_arrays(*arm_tokens, breakdown)
+    # The returns table over cost: "per 1k" of (USD x 1000) is per $1.
+    cost_curve = replace(curve, tokens=cost * 1000, tokens_samples=None if cost_s is None else cost_s * 1000)
+    cost_table = returns_table(cost_curve).rename(
+        lambda c: c.replace("tokens_per_task", "cost_per_task").replace("per_1k", "per_usd")
+    )
+    return cost_table.with_columns(pl.col("cost_per_task") / 1000)
+
+
+def _with_ties(
+    table: pl.DataFrame, comp: Comparisons, design: Design, inp: Inputs, arms: list[str]
+) -> pl.DataFrame:
+    """The headline table with each arm's tie share and the pairs separating it from its `vs` arm."""
+    from elo_per_token.analysis.ties import separating_pairs, tie_stats
+
+    groups = comp.groups_full.filter(pl.col("family").is_in(design.families))
+    table = table.join(tie_stats(groups, inp.judgments, arms), on="arm", how="left")
+    vs_pairs = list(zip(table["arm"].to_list(), table["vs"].to_list(), strict=True))
+    return table.with_columns(
+        pl.Series("separating_vs", separating_pairs(groups, inp.judgments, vs_pairs), dtype=pl.Int64)
     )
 
 

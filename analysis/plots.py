@@ -90,6 +90,12 @@ def _strategy_colours(rows: Sequence[Row]) -> dict[str, Any]:
     return {s: cmap(i) for i, s in enumerate(strategies)}
 
 
+def _say_empty(ax: Any, text: str) -> None:
+    """An empty plot saying why: the text in the middle, no axes."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
+
+
 def elo_vs_tokens_figure(
     rows: Sequence[Row],
     level_label: str,
@@ -100,21 +106,19 @@ def elo_vs_tokens_figure(
 ) -> Any:
     """Elo against tokens per task (log x when all positive), intervals, frontier line, labels.
 
-    gid_prefix: give point i the SVG id f"{gid_prefix}{i}" (index into the plotted rows, see
-    `plotted_points`) so the HTML report can attach a hover title to it."""
+    Args:
+        rows: the returns table's rows.
+        level_label: the interval level as shown ("95%").
+        anchor: the anchor arm (always labelled).
+        gid_prefix: give point i the SVG id f"{gid_prefix}{i}" (index into the plotted rows, see
+            `plotted_points`) so the HTML report can attach a hover title to it.
+        figsize: the figure size in inches.
+    """
     plt = _plt()
     pts = plotted_points(rows)
     fig, ax = plt.subplots(figsize=figsize, dpi=110)
     if not pts:
-        ax.text(
-            0.5,
-            0.5,
-            "no arm has both Elo and tokens per task",
-            ha="center",
-            va="center",
-            transform=ax.transAxes,
-        )
-        ax.set_axis_off()
+        _say_empty(ax, "no arm has both Elo and tokens per task")
         return fig
     many = len(pts) > LABEL_ALL
     x = [float(r["tokens_per_task"]) for r in pts]
@@ -276,11 +280,35 @@ def _clip_intervals(ax: Any, pos: list[int], rows: Sequence[Row], key: str) -> t
     return lo, hi
 
 
+def _mark_hidden(ax: Any, gap: float, hidden: int) -> None:
+    """A dotted line at `gap` (between the top and the bottom arms) saying how many arms are not shown."""
+    ax.axhline(gap, color="tab:gray", linestyle=":", linewidth=1)
+    ax.annotate(
+        f"… {hidden} arms not shown …",
+        (0.99, gap),
+        xycoords=("axes fraction", "data"),
+        ha="right",
+        va="center",
+        fontsize="x-small",
+        color="tab:gray",
+        bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
+    )
+
+
 def bars_figure(
     rows: Sequence[Row], key: str, title: str, ylabel: str, *, n: int = TOP_N, width: float = 8.0
 ) -> Any:
     """One bar per row of `key` with its `{key}_lo`..`{key}_hi` interval. Up to MANY_ARMS rows: vertical
-    bars in the given order; more: horizontal bars of the n highest and n lowest, sorted."""
+    bars in the given order; more: horizontal bars of the n highest and n lowest, sorted.
+
+    Args:
+        rows: table rows with `arm`, `key` and its interval (rows without a value are counted in the title).
+        key: the column plotted.
+        title: the figure's title.
+        ylabel: the value axis' label.
+        n: arms shown at each end when there are more than MANY_ARMS.
+        width: figure width in inches.
+    """
     plt = _plt()
     have = [r for r in rows if _num(r.get(key))]
     if len(have) < len(rows):  # e.g. unresolved token steps: say so rather than look like a short list
@@ -318,18 +346,7 @@ def bars_figure(
     )
     ax.set_yticks(pos, [str(r["arm"]) for r in shown], fontsize="x-small")
     if hidden:
-        gap = pos[n - 1] - 0.5
-        ax.axhline(gap, color="tab:gray", linestyle=":", linewidth=1)
-        ax.annotate(
-            f"… {hidden} arms not shown …",
-            (0.99, gap),
-            xycoords=("axes fraction", "data"),
-            ha="right",
-            va="center",
-            fontsize="x-small",
-            color="tab:gray",
-            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
-        )
+        _mark_hidden(ax, pos[n - 1] - 0.5, hidden)
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_xlabel(ylabel)
     ax.set_title(f"{title}: top and bottom {n} of {len(have)}" if hidden else title, fontsize="medium")
@@ -350,7 +367,17 @@ def per_family_figure(
 ) -> Any:
     """Per-family Elo of each arm (elo_by[(family, arm)]), with the merged Elo when given. Up to MANY_ARMS
     arms: one line per family over the arms in the given order; more: a dot plot of the n highest and
-    n lowest arms by merged Elo (or by the mean over families), one marker per family."""
+    n lowest arms by merged Elo (or by the mean over families), one marker per family.
+
+    Args:
+        arms: the arms, in plot order.
+        families: the families.
+        elo_by: (family, arm) -> Elo.
+        merged: arm -> merged Elo (None: not drawn).
+        weights: family -> weight, shown in the legend.
+        n: arms shown at each end when there are more than MANY_ARMS.
+        width: figure width in inches.
+    """
     plt = _plt()
 
     def fam_label(f: str) -> str:
@@ -393,18 +420,7 @@ def per_family_figure(
         )
     ax.set_yticks(pos, [str(r["arm"]) for r in shown], fontsize="x-small")
     if hidden:
-        gap = pos[n - 1] - 0.5
-        ax.axhline(gap, color="tab:gray", linestyle=":", linewidth=1)
-        ax.annotate(
-            f"… {hidden} arms not shown …",
-            (0.99, gap),
-            xycoords=("axes fraction", "data"),
-            ha="right",
-            va="center",
-            fontsize="x-small",
-            color="tab:gray",
-            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
-        )
+        _mark_hidden(ax, pos[n - 1] - 0.5, hidden)
     ax.set_xlabel("Elo (centred: mean 1000 over arms)")
     title = "Per-family Elo by arm"
     ax.set_title(

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -340,16 +340,26 @@ def recommend(
     headline table's frontier does. status: 'pick' (the best alone, or an arm equivalent to it within
     +-margin), 'not_separated' (the cheapest arm not separated from the best, not shown equivalent: picked
     with that caveat), 'undecided' (that arm is not separated from a cheaper one either: no pick),
-    'point_estimate' (no bootstrap), 'empty'."""
+    'point_estimate' (no bootstrap), 'empty'.
+
+    Args:
+        arms: the arm names, indexing the arrays.
+        elo: point Elo per arm [K].
+        tokens: tokens per task per arm [K].
+        elo_samples: bootstrap Elo [R, K] (None: point estimate only).
+        level: the intervals' level.
+        cost: cost per task per arm [K] when priced (the budget pick).
+        budget: the budget to pick within (None: none).
+        margin: the equivalence margin in Elo.
+        partial: partial arms (arm -> families seen).
+        flagged: arms the missingness check flagged.
+        tokens_samples: bootstrap tokens [R, K] (None: tokens taken as known).
+    """
     elo, tok = np.asarray(elo, dtype=float), np.asarray(tokens, dtype=float)
     elo_s = None if elo_samples is None or len(elo_samples) == 0 else np.asarray(elo_samples, dtype=float)
     margin, partial = check_margin(margin), dict(partial or {})
     excluded = _excluded(arms, partial, flagged)
-    valid = [
-        i
-        for i in range(len(arms))
-        if not math.isnan(elo[i]) and not math.isnan(tok[i]) and arms[i] not in excluded
-    ]
+    valid = _comparable(arms, elo, tok, excluded)
     out: dict[str, Any] = {"arm": None, "best": None, "within_noise": [], "not_separated": [], "level": level,
                            "margin": margin, "excluded": excluded, "equivalent": None, "budget": None}  # fmt: skip
     note = [_excluded_line(excluded)] if excluded else []
@@ -358,11 +368,7 @@ def recommend(
                 "lines": ["No recommendation: no comparable arm has both an Elo and a token count.", *note]}  # fmt: skip
     steps = _steps(arms, _frontier(arms, elo, tok, [i for i in range(len(arms)) if arms[i] not in partial]),
                    elo, tok, elo_s, level, flagged)  # fmt: skip
-    if elo_s is None:
-        head, decided = _point_estimate(arms, elo, tok, valid)
-    else:
-        tok_s = None if tokens_samples is None else np.asarray(tokens_samples, dtype=float)
-        head, decided = _decision(arms, elo, tok, (elo_s, tok_s), level, margin, valid)
+    head, decided = _head_and_decision(arms, elo, tok, (elo_s, tokens_samples), level, margin, valid)
     out.update(decided)
     lines = _lines(head, note, steps)
     under = _under_budget(
@@ -371,6 +377,34 @@ def recommend(
     if under is not None:
         lines.append(under["text"])
     return {**out, "steps": steps, "budget": under, "lines": lines}
+
+
+def _comparable(
+    arms: Sequence[str], elo: NDArray[np.float64], tok: NDArray[np.float64], excluded: Collection[str]
+) -> list[int]:
+    """Indices of the arms that have both an Elo and a token count and are not excluded."""
+    return [
+        i
+        for i in range(len(arms))
+        if not math.isnan(elo[i]) and not math.isnan(tok[i]) and arms[i] not in excluded
+    ]
+
+
+def _head_and_decision(
+    arms: Sequence[str],
+    elo: NDArray[np.float64],
+    tok: NDArray[np.float64],
+    samples: tuple[NDArray[np.float64] | None, NDArray[np.float64] | None],
+    level: float,
+    margin: float,
+    valid: list[int],
+) -> tuple[str, dict[str, Any]]:
+    """The headline and decision: from the point estimate without bootstrap Elo, else from the samples."""
+    elo_s, tokens_samples = samples
+    if elo_s is None:
+        return _point_estimate(arms, elo, tok, valid)
+    tok_s = None if tokens_samples is None else np.asarray(tokens_samples, dtype=float)
+    return _decision(arms, elo, tok, (elo_s, tok_s), level, margin, valid)
 
 
 def _point_estimate(

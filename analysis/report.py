@@ -186,7 +186,14 @@ def print_accuracy(result: AnalysisResult, console: Console, arms: list[str]) ->
 def print_report(
     result: AnalysisResult, console: Console, *, top: int | None = None, arms: str | None = None
 ) -> None:
-    """The terminal report. top / arms narrow the tables (see select_arms); the files keep every arm."""
+    """The terminal report (the files keep every arm).
+
+    Args:
+        result: the analysis.
+        console: where to print.
+        top: show the top arms only (see select_arms).
+        arms: the --arms selection (see select_arms).
+    """
     o = result.options
     ci = f"{level_label(result)} bootstrap CI, {o.rounds} rounds" if o.rounds else "no bootstrap"
     shown = select_arms(result, top=top, pattern=arms)
@@ -217,27 +224,7 @@ def print_report(
             soft_wrap=True,
         )
     else:
-        print_accuracy(result, console, table["arm"].to_list())
-        per_strategy = result.per_strategy.filter(keep)
-        console.print(
-            _rich_table(
-                "Per strategy: each budget against the previous budget of the same strategy",
-                RETURNS_HEADER,
-                returns_rows(per_strategy),
-                groups=per_strategy["strategy"].to_list() if grouped else None,
-            )
-        )
-        # No separate "vs previous frontier arm" table: the headline table is already against the previous
-        # frontier arm and would repeat it; report.json keeps it as vs_frontier.
-        header, rows = per_family_pivot(result, table["arm"].to_list())
-        console.print(
-            _rich_table(
-                f"Per family: Elo from the family's centred theta [{level_label(result)} CI]",
-                header,
-                rows,
-                groups=groups,
-            )
-        )
+        _print_detail_tables(result, console, table, keep, groups)
     few = len(shown) <= ALL_TABLES_MAX or filtered  # same rule as the tables above
     shown_set = set(shown)
     header, rows = breakdown_rows(result)
@@ -257,6 +244,34 @@ def print_report(
             )
         )
     _print_footer(result, console)
+
+
+def _print_detail_tables(
+    result: AnalysisResult, console: Console, table: pl.DataFrame, keep: pl.Expr, groups: list[str] | None
+) -> None:
+    """Accuracy, per strategy and per family of the shown arms (`table`, `keep`); groups: each row's strategy
+    when the tables are grouped by strategy, else None."""
+    print_accuracy(result, console, table["arm"].to_list())
+    per_strategy = result.per_strategy.filter(keep)
+    console.print(
+        _rich_table(
+            "Per strategy: each budget against the previous budget of the same strategy",
+            RETURNS_HEADER,
+            returns_rows(per_strategy),
+            groups=per_strategy["strategy"].to_list() if groups is not None else None,
+        )
+    )
+    # No separate "vs previous frontier arm" table: the headline table is already against the previous
+    # frontier arm and would repeat it; report.json keeps it as vs_frontier.
+    header, rows = per_family_pivot(result, table["arm"].to_list())
+    console.print(
+        _rich_table(
+            f"Per family: Elo from the family's centred theta [{level_label(result)} CI]",
+            header,
+            rows,
+            groups=groups,
+        )
+    )
 
 
 def _print_footer(result: AnalysisResult, console: Console) -> None:

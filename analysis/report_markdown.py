@@ -79,6 +79,12 @@ def _md_table(header: list[str], rows: list[list[str]], names: int = 1) -> str:
 
 
 def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
+    """report.md: the run's tables, recommendation, fits and inputs.
+
+    Args:
+        result: the analysis.
+        plots: the plot files to link (None: none).
+    """
     o = result.options
     ci = (
         f"{level_label(result)} bootstrap intervals over tasks ({o.rounds} rounds, seed {o.seed})"
@@ -127,6 +133,14 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
         _md_table(*breakdown_rows(result)),
         "",
     ]
+    parts += _md_costs(result)
+    parts += _md_fits_and_end(result, plots)
+    return "\n".join(parts)
+
+
+def _md_costs(result: AnalysisResult) -> list[str]:
+    """The cost table when priced, what failed attempts spent, and the judges' tokens."""
+    parts: list[str] = []
     if result.cost_table is not None:
         parts += [
             f"## Cost (prices {result.options.prices}, USD per 1M tokens)",
@@ -144,8 +158,7 @@ def markdown(result: AnalysisResult, plots: list[str] | None = None) -> str:
             ),
             "",
         ]
-    parts += _md_fits_and_end(result, plots)
-    return "\n".join(parts)
+    return parts
 
 
 def _md_recommendation(result: AnalysisResult) -> list[str]:

@@ -97,6 +97,16 @@ def frontier_steps_table(curve: ArmCurve) -> pl.DataFrame:
     return df.insert_column(3, pl.Series("vs", vs, dtype=pl.String))
 
 
+def _heterogeneity_warning(arm: str, q: float, p: float, df: int, view: str, cut: float) -> str:
+    """The warning for one flagged arm: its test statistic and each family's view of it."""
+    return (
+        f"{arm}: the families disagree about its strength beyond noise (heterogeneity test "
+        f"chi2={q:.1f}, df={df}, p={p:.2g} < {cut:.2g}); each family's view vs their "
+        f"precision-weighted mean, in Elo: {view}. The global Elo is a weighted average of different "
+        "effects: check the per-family view before trusting it"
+    )
+
+
 def family_heterogeneity(
     point_theta: Mapping[str, NDArray[np.float64]],
     round_theta: Mapping[str, NDArray[np.float64]],
@@ -113,8 +123,14 @@ def family_heterogeneity(
     the inverse-variance mean zbar_k is compared with chi-square on (families - 1) degrees of freedom; an
     arm is flagged when p < alpha / (arms tested) (Bonferroni), so with no real interaction the chance of
     any warning is at most about alpha. Step-down: the most heterogeneous flagged arm is taken out of the
-    offset fit and the rest retested, so one divergent arm does not make every arm look divergent. Only
-    families with a positive weight count.
+    offset fit and the rest retested, so one divergent arm does not make every arm look divergent.
+
+    Args:
+        point_theta: family -> its point theta [K].
+        round_theta: family -> its bootstrap thetas [R, K].
+        weights: family -> weight (only families with a positive weight count).
+        arms: the arm names, indexing theta.
+        alpha: the family-wise level of the test.
     """
     fams = [f for f in point_theta if float(weights.get(f, 0.0)) > 0 and f in round_theta]
     if len(fams) < 2:
@@ -130,14 +146,13 @@ def family_heterogeneity(
     out_set = np.zeros(k, dtype=bool)
     n_tested = None
     while True:
-        res = _cochran_q(
+        q, df, p, views = _cochran_q(
             {f: np.where(out_set, np.nan, v) for f, v in y0.items()},
             y0,
             {f: np.where(out_set, np.nan, v) for f, v in yr.items()},
             yr,
             w,
         )
-        q, df, p, views = res
         tested = (df >= 1) & ~out_set
         if n_tested is None:
             n_tested = int(tested.sum())
@@ -150,15 +165,10 @@ def family_heterogeneity(
             break
         flagged.append((best, q[best], p[best], int(df[best]), views[best]))
         out_set[best] = True
-    out = []
-    for kk, qk, pk, dfk, view in flagged:
-        out.append(
-            f"{arms[kk]}: the families disagree about its strength beyond noise (heterogeneity test "
-            f"chi2={qk:.1f}, df={dfk}, p={pk:.2g} < {alpha / n_tested:.2g}); each family's view vs their "
-            f"precision-weighted mean, in Elo: {view}. The global Elo is a weighted average of different "
-            "effects: check the per-family view before trusting it"
-        )
-    return out
+    return [
+        _heterogeneity_warning(arms[kk], qk, pk, dfk, view, alpha / n_tested)
+        for kk, qk, pk, dfk, view in flagged
+    ]
 
 
 def _cochran_q(

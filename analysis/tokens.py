@@ -26,6 +26,11 @@ _IS_JUDGE = pl.col("role").fill_null("") == "judge"
 
 
 def strategy_calls(calls: FrameT) -> FrameT:
+    """The calls the arms' strategies made (judge calls left out).
+
+    Args:
+        calls: call records with a `role` column (null counts as not a judge).
+    """
     return calls.filter(~_IS_JUDGE)
 
 
@@ -34,6 +39,9 @@ def task_tokens(calls: FrameT) -> FrameT:
 
     Columns: task_id, family, arm, strategy, budget_n, prompt_tokens, completion_tokens, tokens
     (null when a call of this task and arm has no usage), replicates, calls_missing_usage.
+
+    Args:
+        calls: call records (DataFrame or LazyFrame; the result is of the same kind).
     """
     return (
         strategy_calls(calls)
@@ -59,6 +67,9 @@ def call_groups(calls: FrameT) -> FrameT:
     Columns: task_id, ARM_KEYS, judge, calls, calls_missing_usage, prompt_tokens, completion_tokens,
     total_tokens, replicates. Works on a LazyFrame too; every arm- and judge-level number below is computed
     from these groups.
+
+    Args:
+        calls: call records (DataFrame or LazyFrame; the result is of the same kind).
     """
     return calls.group_by("task_id", *ARM_KEYS, _IS_JUDGE.alias("judge")).agg(*_GROUP_SUMS)
 
@@ -66,14 +77,22 @@ def call_groups(calls: FrameT) -> FrameT:
 def record_groups(records: pl.LazyFrame) -> pl.LazyFrame:
     """call_groups over every record, keyed by `kind` too and with `_bad` (a row of the group broke a rule):
     the single pass `ept tokens` fuses into the file scan (analysis.io.read_summary's contract). The call
-    groups are its rows of kind "call" (calls_of)."""
+    groups are its rows of kind "call" (calls_of).
+
+    Args:
+        records: every record of the run's files, with their `kind` and `_bad` columns.
+    """
     return records.group_by("kind", "task_id", *ARM_KEYS, _IS_JUDGE.alias("judge")).agg(
         *_GROUP_SUMS, pl.col("_bad").any()
     )
 
 
 def calls_of(groups: pl.DataFrame) -> pl.DataFrame:
-    """The call_groups() rows of a record_groups() result."""
+    """The call_groups() rows of a record_groups() result.
+
+    Args:
+        groups: a collected record_groups() result.
+    """
     return groups.filter(pl.col("kind") == "call").drop("kind")
 
 
@@ -88,7 +107,11 @@ _GROUP_SUMS = (
 
 
 def arm_tokens(calls: pl.DataFrame) -> pl.DataFrame:
-    """The `ept tokens` table: one row per arm, ordered by tokens per task (see arm_tokens_from_groups)."""
+    """The `ept tokens` table: one row per arm, ordered by tokens per task (see arm_tokens_from_groups).
+
+    Args:
+        calls: call records (role, task_id, arm keys, token counts).
+    """
     return arm_tokens_from_groups(call_groups(calls))
 
 
@@ -98,6 +121,9 @@ def arm_tokens_from_groups(groups: pl.DataFrame) -> pl.DataFrame:
     Columns: arm, strategy, budget_n, calls, calls_missing_usage, prompt_tokens, completion_tokens,
     total_tokens, tasks, avg_tokens_per_task. Per (arm, task) cost is the task's total over its distinct
     replicates, left out of the average when any of its calls lacks usage (the same rule as task_tokens).
+
+    Args:
+        groups: call_groups() rows (judge rows are left out here).
     """
     return (
         groups.filter(~pl.col("judge"))
@@ -131,11 +157,20 @@ def arm_tokens_from_groups(groups: pl.DataFrame) -> pl.DataFrame:
 
 
 def judge_tokens(calls: pl.DataFrame) -> pl.DataFrame:
-    """Evaluation cost: judge calls per judged arm (empty when there are none)."""
+    """Evaluation cost: judge calls per judged arm (empty when there are none).
+
+    Args:
+        calls: call records (role, task_id, arm keys, token counts).
+    """
     return judge_tokens_from_groups(call_groups(calls))
 
 
 def judge_tokens_from_groups(groups: pl.DataFrame) -> pl.DataFrame:
+    """One row per judged arm: judge_calls, calls_missing_usage and token sums, ordered by arm.
+
+    Args:
+        groups: call_groups() rows (only the judge rows count).
+    """
     return (
         groups.filter(pl.col("judge"))
         .group_by(*ARM_KEYS)

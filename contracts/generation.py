@@ -44,7 +44,12 @@ DIMENSIONS = ("reasoning_effort", "thinking_budget")
 
 
 def check(raw: dict[str, Any], err: Callable[[str, str], InputError]) -> dict[str, Any]:
-    """Validated copy of generation settings; err(message, key) builds the InputError naming file/line/field."""
+    """Validated copy of generation settings.
+
+    Args:
+        raw: the generation table as read (setting -> value).
+        err: err(message, key) builds the InputError naming file/line/field.
+    """
     out: dict[str, Any] = {}
     for k, v in raw.items():
         if k not in FIELDS:
@@ -91,7 +96,11 @@ def _check_one(k: str, v: Any, err: Callable[[str, str], InputError]) -> Any:
 
 
 def merge(*levels: dict[str, Any] | None) -> dict[str, Any]:
-    """Later levels win key by key (extra_body tables merge, inner keys of later levels winning)."""
+    """Later levels win key by key (extra_body tables merge, inner keys of later levels winning).
+
+    Args:
+        *levels: generation tables from the most general to the most specific; None is skipped.
+    """
     out: dict[str, Any] = {}
     for lv in levels:
         for k, v in (lv or {}).items():
@@ -117,7 +126,11 @@ def _flat(prefix: str, d: dict[str, Any]) -> list[str]:
 
 
 def label(gen: dict[str, Any]) -> str:
-    """Short, stable label of arm-level settings: effort=low, thinking=8k, max_tokens=512, … ('' when none)."""
+    """Short, stable label of arm-level settings: effort=low, thinking=8k, max_tokens=512, … ('' when none).
+
+    Args:
+        gen: checked generation settings (see check).
+    """
     parts = []
     for k in FIELDS:
         if k not in gen:

@@ -94,7 +94,12 @@ _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 def set_from_cli(name: str, value: Value) -> None:
-    """Give the declared variable `name` the value of a command-line option for the rest of this command."""
+    """Give the declared variable `name` the value of a command-line option for the rest of this command.
+
+    Args:
+        name: a declared variable (an undeclared one is a KeyError: a bug).
+        value: of the declared type (str for a secret), or None to leave it unset.
+    """
     setting = BY_NAME[name]  # KeyError: an undeclared variable is a bug
     if value is not None and type(value).__name__ != ("str" if setting.type == "secret" else setting.type):
         raise TypeError(f"{name} is declared {setting.type}, got {type(value).__name__}")
@@ -107,9 +112,13 @@ def clear_cli() -> None:
 
 
 def read(name: str, env: Mapping[str, str] | None = None) -> Value:
-    """The declared variable `name` from `env` (default: a command-line option's value, else the process
-    environment), parsed with its declared type; its default when unset or blank. A value of the wrong type is
-    an InputError naming the variable."""
+    """The declared variable `name` from `env`, parsed with its declared type; its default when unset or
+    blank. A value of the wrong type is an InputError naming the variable.
+
+    Args:
+        name: a declared variable.
+        env: where to read (default: a command-line option's value, else the process environment).
+    """
     setting = BY_NAME[name]  # KeyError: an undeclared variable is a bug, not user input
     if env is None and name in _from_cli:
         return _from_cli[name]
@@ -131,7 +140,12 @@ def read(name: str, env: Mapping[str, str] | None = None) -> Value:
 
 
 def read_int(name: str, env: Mapping[str, str] | None = None) -> int:
-    """`read` for a declared int with a default: always an int."""
+    """`read` for a declared int with a default: always an int.
+
+    Args:
+        name: a declared int variable with a default.
+        env: where to read (default: a command-line option's value, else the process environment).
+    """
     value = read(name, env)
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"{name} is not declared as an int with a default")
@@ -139,7 +153,12 @@ def read_int(name: str, env: Mapping[str, str] | None = None) -> int:
 
 
 def read_float(name: str, env: Mapping[str, str] | None = None) -> float:
-    """`read` for a declared float with a default: always a float."""
+    """`read` for a declared float with a default: always a float.
+
+    Args:
+        name: a declared float variable with a default.
+        env: where to read (default: a command-line option's value, else the process environment).
+    """
     value = read(name, env)
     if not isinstance(value, int | float) or isinstance(value, bool):
         raise TypeError(f"{name} is not declared as a float with a default")
@@ -148,13 +167,23 @@ def read_float(name: str, env: Mapping[str, str] | None = None) -> float:
 
 def is_set(name: str, env: Mapping[str, str] | None = None) -> bool:
     """Whether the declared variable `name` is set to something other than blank (for a setting whose default
-    stands for "not configured here", such as the broker `ept status` asks only when one is named)."""
+    stands for "not configured here", such as the broker `ept status` asks only when one is named).
+
+    Args:
+        name: a declared variable.
+        env: where to read (default: a command-line option's value, else the process environment).
+    """
     BY_NAME[name]  # KeyError: an undeclared variable is a bug
     return bool((os.environ if env is None else env).get(name, "").strip())
 
 
 def read_str(name: str, env: Mapping[str, str] | None = None) -> str | None:
-    """`read` for a declared str or secret: the stripped text, or the default (None when it has none)."""
+    """`read` for a declared str or secret: the stripped text, or the default (None when it has none).
+
+    Args:
+        name: a declared str or secret variable.
+        env: where to read (default: a command-line option's value, else the process environment).
+    """
     value = read(name, env)
     if value is not None and not isinstance(value, str):
         raise TypeError(f"{name} is not declared as a str")
@@ -162,7 +191,12 @@ def read_str(name: str, env: Mapping[str, str] | None = None) -> str | None:
 
 
 def read_bool(name: str, env: Mapping[str, str] | None = None) -> bool:
-    """`read` for a declared bool: True or False (1/0, true/false, yes/no, on/off; unset: the default)."""
+    """`read` for a declared bool: True or False (1/0, true/false, yes/no, on/off; unset: the default).
+
+    Args:
+        name: a declared bool variable.
+        env: where to read (default: a command-line option's value, else the process environment).
+    """
     value = read(name, env)
     if not isinstance(value, bool):
         raise TypeError(f"{name} is not declared as a bool with a default")
@@ -171,7 +205,14 @@ def read_bool(name: str, env: Mapping[str, str] | None = None) -> bool:
 
 def read_seconds(name: str, low: float, high: float, env: Mapping[str, str] | None = None) -> float:
     """`read_float` for a duration that must lie in [low, high]: an InputError naming the variable otherwise
-    (an `inf` or a typo of days would make a wait that never ends)."""
+    (an `inf` or a typo of days would make a wait that never ends).
+
+    Args:
+        name: a declared float variable (seconds).
+        low: the shortest accepted value.
+        high: the longest accepted value.
+        env: where to read (default: a command-line option's value, else the process environment).
+    """
     value = read_float(name, env)
     if not low <= value <= high:
         raise InputError(f"must be between {low:g} and {high:g} seconds, got {value:g}", field=name)
@@ -208,7 +249,11 @@ def markdown() -> str:
 
 
 def main(argv: list[str]) -> int:
-    """`--write`: regenerate docs/configuration.md; `--check`: exit 1 when it differs from the table."""
+    """`--write`: regenerate docs/configuration.md; `--check`: exit 1 when it differs from the table.
+
+    Args:
+        argv: the command-line arguments (neither flag: print the page).
+    """
     text = markdown()
     if "--check" in argv:
         if not DOC.is_file() or DOC.read_text(encoding="utf-8") != text:

@@ -351,6 +351,37 @@ def _unfolded_keys(
     return new, all_keys
 
 
+def _start_state(ledger: Ledger, run_id: str, rebuild: bool, res: CompactResult) -> tuple[pl.DataFrame, int]:
+    """(the committed segments' index, the first segment number never used), after dropping every segment
+    (into res.dropped) when rebuilding."""
+    # Numbers are never reused, not even after --rebuild: a reader that listed an old index must not find a
+    # new segment under the same name.
+    used_before = segment_state(ledger, run_id).used
+    if rebuild:
+        res.dropped = drop_segments(ledger, run_id)
+    st = segment_state(ledger, run_id)
+    return read_index(ledger, run_id, st.committed), max(st.used | used_before, default=0) + 1
+
+
+def _temp_paths() -> tuple[str, str]:
+    """Two fresh temporary files (closed): a segment's and its index's."""
+    fd, seg = tempfile.mkstemp(prefix="ept-seg-", suffix=".parquet")
+    os.close(fd)
+    fd, idx = tempfile.mkstemp(prefix="ept-idx-", suffix=".parquet")
+    os.close(fd)
+    return seg, idx
+
+
+def _commit_segment(ledger: Ledger, run_id: str, n: int, seg_file: str, idx_file: str) -> int:
+    """Store a written segment and its index under the first free number from n on; the number taken."""
+    # Claim a number: the exclusive create of the segment fails if another compactor took it.
+    while not ledger.create_blob(run_id, seg_name(n), seg_file):
+        n += 1
+    if not ledger.create_blob(run_id, index_name(n), idx_file):
+        raise RuntimeError(f"{ledger.blob_url(run_id, index_name(n))} appeared while committing")
+    return n
+
+
 def compact_run(
     ledger: Ledger,
     run_id: str,
@@ -362,25 +393,26 @@ def compact_run(
     on_progress: Callable[[str, int, int], None] | None = None,
     verify: bool | None = None,
 ) -> CompactResult:
-    """Fold the run's job objects that no segment holds into new segment(s). See the module docstring."""
+    """Fold the run's job objects that no segment holds into new segment(s). See the module docstring.
+
+    Args:
+        ledger: the ledger holding the run.
+        run_id: the run.
+        rebuild: drop every segment first and fold all job objects again.
+        chunk_jobs: objects read and parsed per chunk.
+        max_segment_jobs: jobs per segment at most.
+        threads: requests (or reads) in flight at once.
+        on_progress: called with (phase, done, total).
+        verify: list the run even when its declared keys would do (None: EPT_VERIFY_JOBS decides).
+    """
     import pyarrow.parquet as pq
 
     res = CompactResult(run_id)
-    # Numbers are never reused, not even after --rebuild: a reader that listed an old index must not find a
-    # new segment under the same name.
-    used_before = segment_state(ledger, run_id).used
-    if rebuild:
-        res.dropped = drop_segments(ledger, run_id)
-    st = segment_state(ledger, run_id)
-    index = read_index(ledger, run_id, st.committed)
+    index, next_n = _start_state(ledger, run_id, rebuild, res)
     new, listed = _unfolded_keys(ledger, run_id, index, res, verify=verify, on_progress=on_progress)
-    next_n = max(st.used | used_before, default=0) + 1
     done = 0
     for seg_keys in _chunks(new, max_segment_jobs):
-        fd, tmp = tempfile.mkstemp(prefix="ept-seg-", suffix=".parquet")
-        os.close(fd)
-        fd, tmp_idx = tempfile.mkstemp(prefix="ept-idx-", suffix=".parquet")
-        os.close(fd)
+        tmp, tmp_idx = _temp_paths()
         try:
             writer = None
             kept: list[pl.DataFrame] = []
@@ -407,11 +439,7 @@ def compact_run(
             writer.close()
             folded = pl.concat(kept)
             pq.write_table(folded.to_arrow(), tmp_idx, compression="zstd")
-            # Claim a number: the exclusive create of the segment fails if another compactor took it.
-            while not ledger.create_blob(run_id, seg_name(next_n), tmp):
-                next_n += 1
-            if not ledger.create_blob(run_id, index_name(next_n), tmp_idx):
-                raise RuntimeError(f"{ledger.blob_url(run_id, index_name(next_n))} appeared while committing")
+            next_n = _commit_segment(ledger, run_id, next_n, tmp, tmp_idx)
             res.segments.append(ledger.blob_url(run_id, seg_name(next_n)))
             res.jobs += folded.height
             res.rows += rows

@@ -195,6 +195,23 @@ def _usage(body: Any) -> tuple[dict[str, int] | None, str | None]:
     return got, None
 
 
+def _identity_of(
+    cid: str, known: dict[str, dict[str, Any]], template: IdTemplate | None
+) -> tuple[dict[str, Any] | None, str]:
+    """(task/arm identity, '') of a custom_id from the mapping, else from --id-template; (None, why) when
+    neither gives one."""
+    ident = known.get(cid)
+    if ident is None and template is not None and (m := template.match(cid)):
+        ident, bad_field, msg = identity(dict(m))
+        if ident is None:
+            return None, f"--id-template gives a bad {bad_field}: {msg}"
+    if ident is None:
+        return None, f"'{cid}' is not in the mapping" + (
+            " and does not match --id-template" if template else ""
+        )
+    return ident, ""
+
+
 def import_batch(
     outputs: Sequence[str],
     *,
@@ -204,7 +221,16 @@ def import_batch(
     outcomes: str | None = None,
     skip_bad: bool = False,
 ) -> Collector:
-    """Call records from Batch output files (+ outcome records from an outcomes file)."""
+    """Call records from Batch output files (+ outcome records from an outcomes file).
+
+    Args:
+        outputs: the Batch output files.
+        input_file: the Batch input file (custom_id -> task and arm from its requests).
+        mapping: the --mapping table (CSV or JSONL; wins over input_file).
+        id_template: the --id-template custom_ids are parsed with.
+        outcomes: the --outcomes file (CSV or JSONL scores).
+        skip_bad: record bad lines and go on instead of stopping at the first.
+    """
     if not (input_file or mapping or id_template):
         raise InputError(
             "say which task and arm each custom_id is: --mapping FILE, --input FILE "
@@ -234,20 +260,9 @@ def import_batch(
                 failed += 1  # not billed by OpenAI: no tokens to count, and it needs no mapping
                 seen[cid] = f"{file}:{line}"
                 continue
-            ident = known.get(cid)
-            if ident is None and template is not None and (m := template.match(cid)):
-                ident, bad_field, msg = identity(dict(m))
-                if ident is None:
-                    col.bad(file, line, "custom_id", f"--id-template gives a bad {bad_field}: {msg}")
-                    continue
+            ident, why = _identity_of(cid, known, template)
             if ident is None:
-                col.bad(
-                    file,
-                    line,
-                    "custom_id",
-                    f"'{cid}' is not in the mapping"
-                    + (" and does not match --id-template" if template else ""),
-                )
+                col.bad(file, line, "custom_id", why)
                 continue
             seen[cid] = f"{file}:{line}"
             body = resp.get("body")

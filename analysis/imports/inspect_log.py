@@ -206,11 +206,9 @@ def _usage(u: Any) -> dict[str, int]:
     return {"prompt_tokens": int(prompt), "completion_tokens": int(u.output_tokens)}
 
 
-def import_inspect(
-    paths: Sequence[str], *, arm_from: str = "auto", score_key: str | None = None, skip_bad: bool = False
-) -> Collector:
-    log_api = _require_inspect()
-    col = Collector(skip_bad=skip_bad)
+def _read_logs(paths: Sequence[str], log_api: Any, col: Collector) -> tuple[list[str], list[Any]]:
+    """(files, logs) of the usable logs among paths; the others are reported to col (too big, unreadable,
+    no samples)."""
     files, logs = [], []
     used = 0  # bytes the logs read so far inflate to: inspect holds every log, so the cap is on their sum
     for f in expand_logs(paths):
@@ -232,6 +230,23 @@ def import_inspect(
             continue
         files.append(f)
         logs.append(log)
+    return files, logs
+
+
+def import_inspect(
+    paths: Sequence[str], *, arm_from: str = "auto", score_key: str | None = None, skip_bad: bool = False
+) -> Collector:
+    """Call and outcome records from Inspect eval logs.
+
+    Args:
+        paths: log files, folders and globs (see expand_logs).
+        arm_from: what names an arm: auto | model | task | solver | an arg or generate-config key | file.
+        score_key: the scorer to use (None: the first).
+        skip_bad: record bad logs and samples and go on instead of stopping at the first.
+    """
+    log_api = _require_inspect()
+    col = Collector(skip_bad=skip_bad)
+    files, logs = _read_logs(paths, log_api, col)
     if not logs:
         raise InputError("no usable inspect_ai logs", file=paths[0] if len(paths) == 1 else None)
     arms = arm_names([describe(lg, f) for lg, f in zip(logs, files, strict=True)], arm_from, files)

@@ -1,9 +1,6 @@
 """Public functions of the stages other tools call (contracts/, ledger/, analysis/) document their parameters
 in a Google-style `Args:` section. Public: no leading underscore, module level or a method of a public
 class; with at least one parameter besides self/cls.
-
-tests/meta/docstrings_todo.txt lists the functions still without one (`file::qualname`, one a line): the list may
-only shrink (a documented or removed function must leave it), and a function not on it must have `Args:`.
 """
 
 from __future__ import annotations
@@ -13,7 +10,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("contracts", "ledger", "analysis")
-TODO = Path(__file__).with_name("docstrings_todo.txt")
 # Implementations of a documented protocol: a method the protocol documents (same name) is not asked to repeat
 # its Args (they mean the same).
 IMPLEMENTS = {
@@ -82,19 +78,9 @@ def undocumented(root: Path, stages: tuple[str, ...] = STAGES) -> set[str]:
     return {name for name in out if not covered(name)}
 
 
-def todo() -> set[str]:
-    lines = TODO.read_text(encoding="utf-8").splitlines()
-    return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
-
-
 def test_public_functions_have_args_sections() -> None:
-    missing = sorted(undocumented(ROOT) - todo())
+    missing = sorted(undocumented(ROOT))
     assert not missing, "add an `Args:` section (Google style) to the docstring of:\n" + "\n".join(missing)
-
-
-def test_the_todo_list_only_shrinks() -> None:
-    stale = sorted(todo() - undocumented(ROOT))
-    assert not stale, f"documented or gone: remove from {TODO.name}:\n" + "\n".join(stale)
 
 
 def test_the_check_reads_sections(tmp_path: Path) -> None:
