@@ -128,6 +128,7 @@ def test_hostile_tables_load_or_name_file_and_field_in_bounded_time_and_memory(
     _plan(PLAN_HEAD + _lines(top) + PLAN_ARMS + "[adaptive]\n" + _lines(adaptive), tmp)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "monster", MONSTERS, ids=["deep-array", "deep-table", "2MB-string", "5000-digits", "nan"]
 )

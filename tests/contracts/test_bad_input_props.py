@@ -180,6 +180,7 @@ def _judgments() -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(data=st.data())
 def test_judgment_files_parse_or_name_file_line_field(tmp_path_factory, data):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from bounds import bounded
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -63,6 +64,7 @@ def _bounded(fn: Any) -> Any:
     return bounded(fn, TIME_S, MEMORY_MB)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records())
 def test_a_record_is_refused_or_is_a_task(rec: dict[str, Any]) -> None:

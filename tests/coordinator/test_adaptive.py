@@ -678,6 +678,7 @@ def test_status_reads_a_hostile_adaptive_blob_without_crashing(tmp_path_factory,
     assert time.perf_counter() - t0 < 2 and len(buf.getvalue()) < 20_000
 
 
+@pytest.mark.slow
 def test_demo_with_replicates_gives_the_resampled_benchmark_aligned_replicates(tmp_path, monkeypatch):
     """`ept demo --replicates 2` (2 tasks per family): run demo-t2-r2, every (task, arm) run twice with its own
     seed; the benchmark's reader splits it into replicate tables on the same tasks and arms, and its exact

@@ -62,6 +62,7 @@ def test_a_rounds_jobs_read_alone_equal_the_whole_runs_reading(run_dir):
     assert seen == whole
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(pick=st.lists(st.integers(0, 299), max_size=60, unique=True),
        junk=st.lists(st.sampled_from(["math/none/x/0", "zz", "math/t/greedy_n1/99"]), max_size=5))  # fmt: skip

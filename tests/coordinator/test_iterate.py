@@ -330,6 +330,7 @@ def test_read_only_commands_never_create_a_misspelt_bucket(tmp_path, s3_env, s3_
     assert s3_bucket not in names and not (tmp_path / "r.html").exists()
 
 
+@pytest.mark.slow
 def test_s3_ledger_against_a_closed_port_fails_within_its_patience(monkeypatch):
     """Issue 24: botocore's retries nested in the ledger's made EPT_S3_PATIENCE_S=4 take 31.9 s."""
     from fixtures_services import free_port

@@ -158,6 +158,7 @@ def test_two_concurrent_sweeps_of_one_run_pay_each_job_once(tmp_path, make_sim):
     assert again.returncode == 2 and f"pid {os.getpid()}" in again.stdout + again.stderr, again.stderr
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(note=st.one_of(st.none(), st.text(max_size=400)))
 def test_status_shows_a_running_session_and_its_note_as_text(tmp_path, note):

@@ -95,6 +95,7 @@ _LINE = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(files=st.lists(st.tuples(st.sampled_from(["a.keys", "b.keys", "odd name.keys", "c.txt"]),
                                 st.lists(_LINE, max_size=30)), max_size=4))  # fmt: skip

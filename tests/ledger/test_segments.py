@@ -110,6 +110,7 @@ def test_incremental_compaction_opens_only_new_objects(tmp_path):
     assert _totals(frame) == _expected(1700)
 
 
+@pytest.mark.slow
 def test_compaction_interleaved_with_writers_loses_and_duplicates_nothing(tmp_path):
     """Writers keep adding objects while compactions run, two of them at a time: every record read once."""
     root = tmp_path / "ledger"

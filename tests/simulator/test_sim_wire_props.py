@@ -197,6 +197,7 @@ def _body(**fields: Any) -> bytes:
 
 
 # Bodies that once crashed the server (aiohttp's plain-text 500, or the brain's 500): fixed examples.
+@pytest.mark.slow
 @example(route="chat", data=b"[" * 5000 + b"]" * 5000, anthropic_header=False)
 @example(route="chat", data=_body(max_tokens=1.0), anthropic_header=False)
 @example(route="chat", data=_body(max_tokens={}), anthropic_header=False)

@@ -151,6 +151,7 @@ def test_sweep_failure_hint_ept_retry_works_as_printed(tmp_path: Path, make_sim)
     assert json.loads(st.stdout)["done"] == 6, st.stdout
 
 
+@pytest.mark.slow
 def test_another_model_in_an_existing_run_is_refused_with_a_name_that_works(tmp_path: Path, make_sim) -> None:
     sim = make_sim(api_key=SIM_KEY)
     prof = write_profiles(tmp_path / "profiles.toml", sim, "p", "EPT_P_KEY")
@@ -404,6 +405,7 @@ def test_a_missing_family_is_named_the_same_on_terminal_report_and_json(tmp_path
     assert data["recommendation"]["lines"][0].endswith("measured on math only]")
 
 
+@pytest.mark.slow
 def test_a_capped_sweep_says_before_its_first_job_how_calls_without_usage_count(
     tmp_path: Path, make_sim
 ) -> None:

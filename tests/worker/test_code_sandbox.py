@@ -220,6 +220,7 @@ def test_no_sandbox_means_no_grading_and_no_tokens_spent(make_sim, monkeypatch):
     assert bwrap.probe() is None  # back to the working sandbox for the other tests
 
 
+@pytest.mark.slow
 def test_a_sandbox_cannot_see_a_concurrent_one():
     """Two gradings at once (as two worker threads would run them): the second sees neither the first's
     processes nor its /tmp or /dev/shm files."""

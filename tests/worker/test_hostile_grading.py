@@ -179,6 +179,7 @@ def test_math_answers_that_make_sympy_run_for_ever_are_killed_and_scored(make_si
     assert out["wall_s"] < 60 and out["cpu_s"] < 10 and out["maxrss_mb"] < 1024, out
 
 
+@pytest.mark.slow
 def test_after_a_killed_math_check_the_next_one_runs_on_a_fresh_process():
     out = _driver(
         {
