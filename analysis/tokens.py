@@ -182,5 +182,7 @@ def judge_tokens_from_groups(groups: pl.DataFrame) -> pl.DataFrame:
             pl.col("completion_tokens").sum(),
             pl.col("total_tokens").sum(),
         )
-        .sort("arm")
+        # Strategy and budget too: one arm label written with two budgets would otherwise come out in the
+        # group-by's order, which varies from run to run.
+        .sort("arm", "strategy", "budget_n")
     )
