@@ -293,11 +293,15 @@ def record_groups_checked(files: list[str], schema: dict[str, pl.DataType]) -> p
     if not raw.height or raw["_bad"].any() or raw.select(keys_bad.any()).item() or not ids_pass(raw, ids):
         return None
     kind = pl.col("kind_r")
-    return raw.with_columns(
-        *(pl.lit(None, RECORD_SCHEMA[k]).alias(k) for k in GROUP_KEYS if k not in keys),
-        # The values RECORD_SCHEMA holds (schema._record_columns): the arm from strategy@budget when not
-        # written, replicate 0 when absent, usage missing only on calls.
-        pl.coalesce(pl.col("arm"), pl.col("strategy") + pl.lit("@") + pl.col("budget_n").cast(pl.String)),
-        pl.col("replicate").fill_null(0),
-        pl.when(kind == "call").then(pl.col("usage_missing")).otherwise(0).alias("usage_missing"),
-    ).rename({"kind_r": "kind"})
+    absent = [pl.lit(None, RECORD_SCHEMA[k]).alias(k) for k in GROUP_KEYS if k not in keys]
+    return (
+        raw.with_columns(*absent)
+        .with_columns(
+            # The values RECORD_SCHEMA holds (schema._record_columns): the arm from strategy@budget when not
+            # written, replicate 0 when absent, usage missing only on calls.
+            pl.coalesce(pl.col("arm"), pl.col("strategy") + pl.lit("@") + pl.col("budget_n").cast(pl.String)),
+            pl.col("replicate").fill_null(0),
+            pl.when(kind == "call").then(pl.col("usage_missing")).otherwise(0).alias("usage_missing"),
+        )
+        .rename({"kind_r": "kind"})
+    )

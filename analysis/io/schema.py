@@ -219,7 +219,8 @@ def _group_rule_split(keys: Sequence[str]) -> tuple[pl.Expr, pl.Expr]:
     ]
     on_keys = [r for r in rules if set(r.meta.root_names()) <= set(keys)]
     per_row = [r for r in rules if not set(r.meta.root_names()) <= set(keys)]
-    return pl.any_horizontal(per_row).any(), pl.any_horizontal(on_keys)
+    nothing = [pl.lit(False)]
+    return pl.any_horizontal(per_row or nothing).any(), pl.any_horizontal(on_keys or nothing)
 
 
 def ids_pass(frame: pl.DataFrame, names: Sequence[str] = _ID_FIELDS) -> bool:
