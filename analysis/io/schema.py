@@ -181,18 +181,6 @@ def _prepare(lf: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def _row_bad(id_fields: Sequence[str] = ()) -> pl.Expr:
-    """Over `_prepare`d rows: the row breaks a rule, the id text rules only for `id_fields`. Cheaper than naming
-    each row's problem (_first_problem): read_summary only needs whether any line is bad, and checks the ids
-    it can on their distinct values (ids_pass); the error path then names the line."""
-    id_msgs = (_EMPTY_MSG, _SUSPECT_MSG)
-    return pl.any_horizontal(
-        cond.fill_null(False)
-        for field, msg, cond in _checks(suspect_ids=True)
-        if msg not in id_msgs or field in id_fields
-    )
-
-
 # The record fields `ept tokens` groups raw rows by (read_summary's fast path): the ids, the arm, the replicate and
 # the role, as written (`kind_r` resolved). A million call lines fall into a few thousand such groups, and every
 # rule that reads only these fields is checked once per group instead of once per row (_group_rule_split).
@@ -200,7 +188,7 @@ GROUP_KEYS = ("kind_r", "task_id", "family", "arm", "strategy", "budget_n", "rep
 
 
 def _group_rule_split(keys: Sequence[str]) -> tuple[pl.Expr, pl.Expr]:
-    """`_row_bad`'s rules (the id text rules left out: ids_pass checks them on distinct values) split in two
+    """The rules of `_checks` (the id text rules left out: ids_pass checks them on distinct values) split in two
     over a group-by on `keys`: (an aggregation, any row of the group breaks a rule that reads a non-key column;
     a flag over the groups, the group's keys break a rule). A group is bad iff one of its rows is: the rules of
     the second kind read only the keys, which every row of the group shares. Derived from `_checks`, so a rule
