@@ -64,25 +64,25 @@ good_row = st.fixed_dictionaries(
     },
 ).flatmap(lambda r: st.one_of(st.just(r), _pair(GOOD_COUNT).map(lambda flat: {**r, **flat})))
 # Any line: every field `ept tokens` reads, each sometimes absent, null, or breaking a rule.
-any_row = st.fixed_dictionaries(
-    {},
-    optional={
-        "kind": st.sampled_from(["call", "call", "outcome", "judgment", "bogus"]),
-        "task_id": st.sampled_from(["t-1", "t-2", "t-3", "", " ", "x\x00", "é ü", "5", "{a"]),
-        "strategy": st.sampled_from(["greedy", "best_of_n", "best_of_n", "", "true"]),
-        "budget_n": st.sampled_from([1, 4, 4, 0, -1]),
-        "arm": st.sampled_from(["greedy@1", "best_of_n@4", "custom", "\t"]),
-        "replicate": st.sampled_from([None, 0, 1, 2, -3]),
-        "role": st.sampled_from([None, "judge", "generator", ""]),
-        "usage": st.one_of(st.none(), _pair(COUNT)),
-        "prompt_tokens": COUNT,
-        "completion_tokens": COUNT,
-        "usage_missing": st.sampled_from([None, True, False]),
-        "error": st.sampled_from([None, {"class": "timeout"}]),
-        "score": st.sampled_from([None, 0.5, 1.5, -0.1]),
-        "winner": st.sampled_from([None, "A", "tie", "x"]),
-    },
-)
+FIELDS = {
+    "kind": st.sampled_from(["call", "call", "outcome", "judgment", "bogus"]),
+    "task_id": st.sampled_from(["t-1", "t-2", "t-3", "", " ", "x\x00", "é ü", "5", "{a"]),
+    "strategy": st.sampled_from(["greedy", "best_of_n", "best_of_n", "", "true"]),
+    "budget_n": st.sampled_from([1, 4, 4, 0, -1]),
+    "arm": st.sampled_from(["greedy@1", "best_of_n@4", "custom", "\t"]),
+    "replicate": st.sampled_from([None, 0, 1, 2, -3]),
+    "role": st.sampled_from([None, "judge", "generator", ""]),
+    "usage": st.one_of(st.none(), _pair(COUNT)),
+    "prompt_tokens": COUNT,
+    "completion_tokens": COUNT,
+    "usage_missing": st.sampled_from([None, True, False]),
+    "error": st.sampled_from([None, {"class": "timeout"}]),
+    "score": st.sampled_from([None, 0.5, 1.5, -0.1]),
+    "winner": st.sampled_from([None, "A", "tie", "x"]),
+}
+any_row = st.fixed_dictionaries({}, optional=FIELDS)
+# One field of a line set to any value (faults one at a time, so that each rule gets its turn alone).
+one_field = st.sampled_from(sorted(FIELDS)).flatmap(lambda k: FIELDS[k].map(lambda v: {k: v}))
 GOOD = {
     "task_id": "t-1",
     "strategy": "greedy",
@@ -126,10 +126,17 @@ def _exact(table: pl.DataFrame) -> list[dict]:
 
 
 @SETTINGS
-@given(st.lists(st.one_of(good_row, any_row), min_size=1, max_size=30))
+@given(
+    st.lists(good_row, min_size=1, max_size=30),
+    st.lists(st.tuples(st.integers(0, 29), one_field), max_size=3),  # a field of a valid line overwritten
+    st.lists(any_row, max_size=2),  # and whole lines of anything
+)
 def test_the_grouped_check_passes_exactly_the_lines_the_per_row_rules_pass(
-    tmp_path: Path, rows: list[dict]
+    tmp_path: Path, rows: list[dict], edits: list[tuple[int, dict]], lines: list[dict]
 ) -> None:
+    for at, edit in edits:
+        rows[at % len(rows)] |= edit
+    rows += lines
     log = _write(tmp_path / "calls.jsonl", rows)
     groups = bounded(
         lambda: record_groups_checked([log], fields_schema(TOKENS_FIELDS)), time_s=2, memory_mb=50
