@@ -130,9 +130,9 @@ class ArmTable:
     is short for `budgets = [N]`."""
 
     strategy: Annotated[str, Predicate(str.strip)] = field(metadata=_TEXT)
-    budgets: Annotated[list[Annotated[int, Interval(ge=1, le=MAX_BUDGET)]], MinLen(1), Predicate(_distinct)] | None = (
-        field(default=None, metadata={"must": f"a non-empty list of distinct integers in 1..{MAX_BUDGET:,}"})
-    )  # fmt: skip
+    budgets: (
+        Annotated[list[Annotated[int, Interval(ge=1, le=MAX_BUDGET)]], MinLen(1), Predicate(_distinct)] | None
+    ) = field(default=None, metadata={"must": f"a non-empty list of distinct integers in 1..{MAX_BUDGET:,}"})
     budget: Annotated[int, Interval(ge=1, le=MAX_BUDGET)] | None = field(
         default=None, metadata={"must": f"an integer in 1..{MAX_BUDGET:,}"}
     )
@@ -183,10 +183,16 @@ class PlanFile(RunSettings):
     checked by its model: ArmTable, RateLimit, Budget, contracts.generation, adaptive.settings)."""
 
     suites: str | Annotated[list[Annotated[str, Predicate(str.strip)]], MinLen(1)] = field(
-        metadata={"must": "a non-empty list of suite names or files", "missing": "built-in suite names or JSONL files"}
+        metadata={
+            "must": "a non-empty list of suite names or files",
+            "missing": "built-in suite names or JSONL files",
+        }
     )
     arms: Annotated[list[dict[str, Any]], MinLen(1)] = field(
-        metadata={"must": "a non-empty list of [[arms]] tables", "missing": "[[arms]] tables, each: strategy, budgets"}
+        metadata={
+            "must": "a non-empty list of [[arms]] tables",
+            "missing": "[[arms]] tables, each: strategy, budgets",
+        }
     )
     rate_limits: dict[str, dict[str, Any]] = field(default_factory=dict)
     generation: dict[str, Any] = field(default_factory=dict)
@@ -258,7 +264,8 @@ class _V:
     def model_err(self, e: Any, where: str = "", table: str | None = None) -> InputError:
         """A common.checked.ModelError as an InputError at its file, line and field."""
         fieldname = ".".join(p for p in (where, e.field) if p) or where
-        if table is None and len(e.path) > 1:  # a top-level table's key: `weights.math` is `math` in [weights]
+        # A top-level table's key: `weights.math` is `math` in [weights].
+        if table is None and len(e.path) > 1:
             table = ".".join(e.path[:-1])
         return self.err(e.message, fieldname, e.path[-1] if e.path else None, table)
 

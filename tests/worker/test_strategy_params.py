@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import FrozenInstanceError, dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import pytest
+from annotated_types import Interval
 from fixtures_sim import SIM_KEY
 
 from elo_per_token.contracts.errors import InputError
@@ -55,20 +56,29 @@ def test_bad_parameters_fail_with_the_field(strategy, params, message):
     assert e.value.field == "params" and message in e.value.message
 
 
-def test_a_parameter_type_the_checks_do_not_know_fails_when_the_strategy_is_defined():
+def test_any_declared_parameter_type_is_checked_by_the_model_and_params_must_be_frozen():
+    """The parameters' model (common.checked) checks whatever the dataclass declares: a bounded float, a Literal, a
+    str (the hand checks knew int, str and Literal only and refused the rest); a mutable dataclass still fails
+    when the strategy is defined."""
+
     def run(ctx: JobContext) -> StrategyResult:
         return StrategyResult(None)
 
     @dataclass(frozen=True)
     class Floaty:
-        temperature: float = 0.5
+        temperature: Annotated[float, Interval(ge=0, le=2)] = 0.5
 
     @dataclass
     class Mutable:
         k: int = 1
 
-    with pytest.raises(TypeError, match="not supported"):
-        Strategy("floaty", run, budget_meaning="n", params=Floaty)
+    s = Strategy("floaty", run, budget_meaning="n", params=Floaty)
+    assert s.check(Job("r", TASK, "floaty", 1, params={"temperature": 1})) == Floaty(1.0)
+    for bad, shown in ((3, "got 3"), ("hot", "got 'hot'"), (float("nan"), "got nan")):
+        with pytest.raises(InputError) as e:
+            s.check(Job("r", TASK, "floaty", 1, params={"temperature": bad}))
+        assert e.value.field == "params" and "parameter 'temperature'" in e.value.message
+        assert shown in e.value.message
     with pytest.raises(TypeError, match="frozen dataclass"):
         Strategy("mutable", run, budget_meaning="n", params=Mutable)
 
