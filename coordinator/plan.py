@@ -299,6 +299,7 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
     values = v.checked(PlanFile, raw)
     arms = [_arm(a, i, v) for i, a in enumerate(values.pop("arms"))]
     _check_strategies(arms, v)
+    _check_distinct_arms(arms, v)
     suites = _suites(values.pop("suites"), base_dir)
     limits = {
         prof: RateLimit(**v.checked(RateLimit, lim, f"rate_limits.{prof}", f"rate_limits.{prof}"))
@@ -407,6 +408,26 @@ def _check_strategies(arms: list[Arm], v: _V) -> None:
             except InputError as e:
                 key = "budgets" if e.field == "budget_n" else "params"
                 raise v.err(e.message, f"arms[{i}].{key}", key=key, table="arms") from None
+
+
+def _check_distinct_arms(arms: list[Arm], v: _V) -> None:
+    """Two arms with the same label would share every job key (one arm counted twice): named here, at the second
+    arm's table, rather than as a key clash without a line once the tasks are loaded."""
+    from elo_per_token.contracts.jobs import Job
+
+    seen: dict[str, int] = {}
+    for i, a in enumerate(arms):
+        for b in a.budgets:
+            for g in a.gens:
+                job = Job(
+                    run_id="x", task=PROBE_TASK, strategy=a.strategy, budget_n=b, params=dict(a.params), gen=g
+                )
+                if seen.setdefault(job.arm, i) != i:
+                    raise v.err(
+                        f"the same arm as arms[{seen[job.arm]}] ({job.arm}): their jobs would share keys",
+                        f"arms[{i}]",
+                        table="arms",
+                    )
 
 
 def check_job_count(plan: Plan, n_tasks: int) -> int:
