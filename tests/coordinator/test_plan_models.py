@@ -44,25 +44,54 @@ def toml_value(v: Any) -> str:
 
 # Keys as a user might write them: unicode letters, no quotes, backslashes or control characters (whose escapes
 # the best-effort line lookup cannot match back to the key).
-_keys = st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp"), blacklist_characters='"\\'), min_size=1,
-                max_size=6)  # fmt: skip
+_keys = st.text(
+    st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp"), blacklist_characters='"\\'),
+    min_size=1,
+    max_size=6,
+)
 _scalars = st.one_of(
-    st.integers(-(2**63), 2**63 - 1), st.sampled_from([10**400, -(10**30), 0, 1, 4097, 2**70]),
-    st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.text(max_size=8),
+    st.integers(-(2**63), 2**63 - 1),
+    st.sampled_from([10**400, -(10**30), 0, 1, 4097, 2**70]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.text(max_size=8),
     st.sampled_from(["", "  ", "math", "greedy", "majority", "low", "high", "auto", SECRET]),
-)  # fmt: skip
-_values = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                       st.dictionaries(_keys, inner, max_size=3)), max_leaves=10)  # fmt: skip
-_gen_keys = st.sampled_from(["max_tokens", "temperature", "top_p", "stop", "seed", "reasoning_effort",
-                             "thinking_budget", "extra_body", "bogus"])  # fmt: skip
-_arm = st.dictionaries(st.one_of(st.sampled_from(["strategy", "budgets", "budget", "params"]), _gen_keys, _keys),
-                       _values, max_size=5)  # fmt: skip
-_good_arm = st.fixed_dictionaries({"strategy": st.sampled_from(["greedy", "majority", "tree_search", "best_of_n"]),
-                                   "budgets": st.lists(st.integers(1, 8), min_size=1, max_size=3)})  # fmt: skip
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_keys, inner, max_size=3)),
+    max_leaves=10,
+)
+_gen_keys = st.sampled_from(
+    [
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+        "seed",
+        "reasoning_effort",
+        "thinking_budget",
+        "extra_body",
+        "bogus",
+    ]
+)
+_arm = st.dictionaries(
+    st.one_of(st.sampled_from(["strategy", "budgets", "budget", "params"]), _gen_keys, _keys),
+    _values,
+    max_size=5,
+)
+_good_arm = st.fixed_dictionaries(
+    {
+        "strategy": st.sampled_from(["greedy", "majority", "tree_search", "best_of_n"]),
+        "budgets": st.lists(st.integers(1, 8), min_size=1, max_size=3),
+    }
+)
 
 
 def _arms_text(arms: list[dict[str, Any]]) -> str:
-    return "".join("[[arms]]\n" + "".join(f"{toml_value(k)} = {toml_value(x)}\n" for k, x in a.items()) for a in arms)
+    return "".join(
+        "[[arms]]\n" + "".join(f"{toml_value(k)} = {toml_value(x)}\n" for k, x in a.items()) for a in arms
+    )
 
 
 def _check(path: Path, text: str) -> None:
@@ -106,8 +135,11 @@ def test_hostile_plans_load_or_name_file_line_and_field_in_bounded_time_and_memo
         else ""
         for t, val in (("weights", weights), ("generation", generation))
     )
-    inline = "".join(f"{t} = {toml_value(val)}\n" for t, val in (("weights", weights), ("generation", generation))
-                     if not isinstance(val, dict))  # fmt: skip
+    inline = "".join(
+        f"{t} = {toml_value(val)}\n"
+        for t, val in (("weights", weights), ("generation", generation))
+        if not isinstance(val, dict)
+    )
     _check(tmp / "plan.toml", top + inline + _arms_text(arms) + tables)
     # The same pieces one at a time on a valid plan, so each is reached (not hidden behind an earlier mistake).
     _check(tmp / "name.toml", f"name = {toml_value(name)}\n" + HEAD.split("\n", 1)[1] + ARM)
@@ -120,27 +152,58 @@ def test_hostile_plans_load_or_name_file_line_and_field_in_bounded_time_and_memo
     ("text", "field", "line", "words"),
     [
         # The hand check called math.isfinite on the integer: OverflowError, no file, no line.
-        (HEAD + "[weights]\nmath = 1" + "0" * 400 + "\n" + ARM, "weights.math", 4, "must be a number, got 1000"),
+        (
+            HEAD + "[weights]\nmath = 1" + "0" * 400 + "\n" + ARM,
+            "weights.math",
+            4,
+            "must be a number, got 1000",
+        ),
         # ... and echoed a generation setting's value whole, a pasted key included.
-        (HEAD + ARM + f'[generation]\nreasoning_effort = "{SECRET}"\n', "generation.reasoning_effort", 7,
-         "got a string of 22 characters"),
-        (HEAD + ARM + f'[generation]\nmax_tokens = "{SECRET}"\n', "generation.max_tokens", 7, "an integer >= 1"),
+        (
+            HEAD + ARM + f'[generation]\nreasoning_effort = "{SECRET}"\n',
+            "generation.reasoning_effort",
+            7,
+            "got a string of 22 characters",
+        ),
+        (
+            HEAD + ARM + f'[generation]\nmax_tokens = "{SECRET}"\n',
+            "generation.max_tokens",
+            7,
+            "an integer >= 1",
+        ),
         # A duplicate arm was found only once the tasks were loaded, as a key clash with field 'suites', no line.
         (HEAD + ARM + ARM, "arms[1]", 6, "the same arm as arms[0] (greedy@1)"),
-        (HEAD + ARM + '[[arms]]\nstrategy = "majority"\nbudgets = [2]\n' + '[[arms]]\nstrategy = "majority"\n'
-         "budget = 2\n", "arms[2]", 9, "the same arm as arms[1] (majority@2)"),
+        (
+            HEAD
+            + ARM
+            + '[[arms]]\nstrategy = "majority"\nbudgets = [2]\n'
+            + '[[arms]]\nstrategy = "majority"\n'
+            "budget = 2\n",
+            "arms[2]",
+            9,
+            "the same arm as arms[1] (majority@2)",
+        ),
         # An inline table's key: the line of the table's key (the hand checks gave none).
         (HEAD + "weights = { math = -2 }\n" + ARM, "weights.math", 3, "must be >= 0"),
         (HEAD + "weights = { math = nan }\n" + ARM, "weights.math", 3, "must be a finite number, got nan"),
         (HEAD + "arms = []\n", "arms", 3, "must be a non-empty list of [[arms]] tables"),
         ('name = "é"\nsuites = ["math"]\n' + ARM, "name", 1, "must be letters, digits"),
         ('name = "x"\nsuites = []\n' + ARM, "suites", 2, "must be a non-empty list of suite names or files"),
-        (HEAD + '[[arms]]\nstrategy = "majority"\nbudgets = [2, 2]\n', "arms[0].budgets", 5, "distinct integers"),
+        (
+            HEAD + '[[arms]]\nstrategy = "majority"\nbudgets = [2, 2]\n',
+            "arms[0].budgets",
+            5,
+            "distinct integers",
+        ),
         (HEAD + '[[arms]]\nstrategy = "greedy"\nbudgets = [1]\nfoo = 1\n', "arms[0].foo", 6, "unknown field"),
-        (HEAD + '[[arms]]\nstrategy = "tree_search"\nbudgets = [2]\nparams = { depth = 65 }\n', "arms[0].params",
-         6, "parameter 'depth' must be an integer in 1..64, got 65"),
+        (
+            HEAD + '[[arms]]\nstrategy = "tree_search"\nbudgets = [2]\nparams = { depth = 65 }\n',
+            "arms[0].params",
+            6,
+            "parameter 'depth' must be an integer in 1..64, got 65",
+        ),
     ],
-)  # fmt: skip
+)
 def test_plan_errors_name_file_line_and_field_and_catch_what_the_hand_checks_missed(text, field, line, words):
     with pytest.raises(InputError) as ei:
         bounded(lambda: parse_plan(text, file="p.toml"), time_s=3, memory_mb=64)
@@ -158,17 +221,26 @@ def test_missing_name_suites_and_arms_say_what_they_hold():
     ):
         with pytest.raises(InputError) as ei:
             parse_plan(text, file="p.toml")
-        assert (ei.value.field, ei.value.message) == (field, words) or ei.value.message.startswith(words), ei.value
+        assert (ei.value.field, ei.value.message) == (field, words) or ei.value.message.startswith(words), (
+            ei.value
+        )
 
 
 def test_a_good_plan_parses_to_the_same_values():
-    text = HEAD.replace('"x"', '" x "') + "weights = { math = 2 }\n" + (
-        '[[arms]]\nstrategy = " majority "\nbudget = 4\nreasoning_effort = ["low", "high"]\ntemperature = 1\n'
-        '[generation]\nstop = "END"\ntop_p = 1\n'
+    text = (
+        HEAD.replace('"x"', '" x "')
+        + "weights = { math = 2 }\n"
+        + (
+            '[[arms]]\nstrategy = " majority "\nbudget = 4\nreasoning_effort = ["low", "high"]\ntemperature = 1\n'
+            '[generation]\nstop = "END"\ntop_p = 1\n'
+        )
     )
     plan = parse_plan(text)
     assert (plan.name, plan.weights, plan.generation) == ("x", {"math": 2.0}, {"stop": ["END"], "top_p": 1.0})
     assert isinstance(plan.weights["math"], float) and isinstance(plan.generation["top_p"], float)
     (arm,) = plan.arms
     assert (arm.strategy, arm.budgets) == ("majority", (4,))
-    assert arm.gens == ({"temperature": 1.0, "reasoning_effort": "low"}, {"temperature": 1.0, "reasoning_effort": "high"})
+    assert arm.gens == (
+        {"temperature": 1.0, "reasoning_effort": "low"},
+        {"temperature": 1.0, "reasoning_effort": "high"},
+    )
