@@ -313,7 +313,7 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
 
     check_adaptive(values.pop("adaptive"), v)
     # Names and places are compared and joined as given minus the spaces around them.
-    settings = {k: val.strip() if isinstance(val, str) else val for k, val in values.items()}
+    settings: dict[str, Any] = {k: val.strip() if isinstance(val, str) else val for k, val in values.items()}
     return Plan(
         suites=tuple(suites),
         arms=tuple(arms),
