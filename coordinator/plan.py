@@ -59,6 +59,8 @@ from elo_per_token.ledger.store import DEFAULT_LEDGER
 if TYPE_CHECKING:  # the bounds in the annotations, resolved by common.checked when a plan is parsed
     from annotated_types import Ge, Gt, Interval, MinLen, Predicate
 
+    from elo_per_token.common.checked import ModelError
+
 Executor = Literal["local", "celery"]
 EXECUTORS: tuple[Executor, ...] = get_args(Executor)
 # The task of the jobs built only to check an arm's strategy or name its label: neither reads the task beyond its
@@ -261,7 +263,7 @@ class _V:
         except ModelError as e:
             raise self.model_err(e, where, table) from None
 
-    def model_err(self, e: Any, where: str = "", table: str | None = None) -> InputError:
+    def model_err(self, e: ModelError, where: str = "", table: str | None = None) -> InputError:
         """A common.checked.ModelError as an InputError at its file, line and field."""
         fieldname = ".".join(p for p in (where, e.field) if p) or where
         # A top-level table's key: `weights.math` is `math` in [weights].
