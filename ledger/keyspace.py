@@ -332,6 +332,11 @@ def _unindexed(declared: pl.Series, index: pl.DataFrame) -> pl.DataFrame:
     from elo_per_token.ledger.memo import remember
 
     def compute() -> tuple[pl.Series, pl.DataFrame, pl.DataFrame]:
+        keys = index["job_key"]
+        if keys.len() == declared.len() and (keys == declared).all():
+            # The common case, a run compacted once: its record and its index name the same keys in the same
+            # (sorted) order; comparing them costs a tenth of the join.
+            return declared, index, declared.clear().to_frame("job_key")
         got = declared.to_frame("job_key").join(index.select("job_key"), on="job_key", how="anti")
         return declared, index, got
 

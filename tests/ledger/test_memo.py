@@ -107,3 +107,27 @@ def test_remember_outside_a_scope_computes_each_time() -> None:
         with read_once():  # nested: one memo
             assert remember("k", lambda: 7) == 7
         assert remember("k", lambda: 8) == 7
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    keys=st.lists(
+        st.one_of(
+            st.none(), st.sampled_from(["", "a", "a/b", "b", "é", "\uffff", "a\x00"]), st.text(max_size=6)
+        ),
+        max_size=60,
+    ),
+    sort=st.booleans(),
+)
+def test_the_first_of_each_key_is_what_unique_keeps(keys: list[str | None], sort: bool) -> None:
+    """Whatever an index holds (duplicates, nulls, empty or odd keys, sorted or not): the rows kept are those
+    unique(keep="first", maintain_order=True) keeps, in bounded time and memory."""
+    import polars as pl
+
+    from elo_per_token.ledger.segments import _first_of_each
+
+    if sort:
+        keys = sorted(keys, key=lambda k: (k is None, k or ""))
+    raw = pl.DataFrame({"job_key": pl.Series(keys, dtype=pl.String), "rows": list(range(len(keys)))})
+    got = bounded(lambda: _first_of_each(raw), time_s=2, memory_mb=16)
+    assert got.equals(raw.unique("job_key", keep="first", maintain_order=True))
