@@ -141,7 +141,7 @@ def frame_from_ipc(data: bytes) -> Any:
 
     import polars as pl
 
-    return pl.read_ipc(io.BytesIO(data), memory_map=False)
+    return pl.read_ipc(io.BytesIO(data))
 
 
 class _FramePickler(pickle.Pickler):
