@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.usage import MAX_CALL_TOKENS
 from elo_per_token.ledger.schema import CLASS_STRUCT, RECORD_USAGE
 from elo_per_token.ledger.schema import RAW_SCHEMA as RAW_SCHEMA
 from elo_per_token.ledger.schema import USAGE_BREAKDOWN as USAGE_BREAKDOWN
@@ -143,6 +144,10 @@ _SUSPECT_MSG = "must be a string"
 _EMPTY_MSG = "must not be empty or hold NUL/control characters"
 _ID_FIELDS = ("task_id", "family", "strategy", "arm")
 _WINNER_MSG = "must be A, B or tie"
+# One call's token count is at most the bound the worker holds provider usage to (contracts.usage): beyond it a
+# count is a bug, not a bill, and the bound keeps every sum of a log's counts inside Int64 (a wrapped sum would be
+# a negative or zero total, shown as measured).
+_TOO_MANY_MSG = f"must be at most {MAX_CALL_TOKENS:,} (one call's tokens)"
 
 
 def _winner() -> pl.Expr:
@@ -258,6 +263,8 @@ def _checks(*, suspect_ids: bool) -> list[tuple[str, str, pl.Expr]]:
         ("replicate", "must be >= 0", pl.col("replicate") < 0),
         ("usage.prompt_tokens", "must be >= 0", pl.col("p") < 0),
         ("usage.completion_tokens", "must be >= 0", pl.col("c") < 0),
+        ("usage.prompt_tokens", _TOO_MANY_MSG, pl.col("p") > MAX_CALL_TOKENS),
+        ("usage.completion_tokens", _TOO_MANY_MSG, pl.col("c") > MAX_CALL_TOKENS),
         (
             "usage.prompt_tokens",
             "is missing while usage.completion_tokens is present",

@@ -36,8 +36,9 @@ from elo_per_token.ept.cli import main
 SETTINGS = settings(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-COUNT = st.sampled_from([None, None, 0, 7, 1200, -1, 2**62])  # 2**62: sums wrap the same in both reads
-GOOD_COUNT = st.sampled_from([0, 7, 1200, 2**62])
+# The largest valid count (contracts.usage.MAX_CALL_TOKENS) and two too large (2**62: four of them wrap a sum).
+COUNT = st.sampled_from([None, None, 0, 7, 1200, -1, 10_000_000, 10_000_001, 2**62])
+GOOD_COUNT = st.sampled_from([0, 7, 1200, 10_000_000])
 
 
 def _pair(count: st.SearchStrategy) -> st.SearchStrategy:
