@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
             "--without-gossip",
             "--without-mingle",
         ]
-        if queue == GRADE_QUEUE:
+        if _is_grader(queue):  # `grade` or the queue EPT_GRADE_QUEUE names: both take the grader settings
             capp.conf.update(grader_broker_settings(capp.conf.broker_transport_options))
             argv.append("--without-heartbeat")
         if hostname:
