@@ -8,13 +8,13 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict, Job, JobSummary
 from elo_per_token.ledger import Ledger
-from elo_per_token.worker.journal import claim_key
+from elo_per_token.worker.journal import claim_key, journal_set_key
 from elo_per_token.worker.lifecycle import _cached, _refused, _summary, ledger_for, perform_job, provider_for
 from elo_per_token.worker.taskcheck import ForgedTask, RunTasks
 
@@ -47,19 +47,38 @@ class Claims:
         return claim_key(job.run_id, job.key)
 
     def acquire(self, job: Job) -> bool:
+        """Take the job's lease; False when another delivery holds it."""
+        return self.acquire_reading(job)[0]
+
+    def acquire_reading(self, job: Job, reads: Sequence[tuple[str, str]] = ()) -> tuple[bool, list[Any]]:
+        """Take the job's lease and, in the same round trip, read `reads` ((command, key): "get" or "smembers")
+        right after it on the server: (taken, their values). Read with the lease held, they see what the
+        delivery that held it before left; a read whose lease was not taken is not to be used."""
         key = self.key(job)
         with self._lock:
             self._n += 1
             # Per acquisition, so a late release can never delete a later holder's lease (even in this process).
             token = f"{self.owner}:{self._n}"
-        if not self.r.set(key, token, nx=True, px=self.ttl):
-            return False
+        if reads:
+            pipe = self.r.pipeline(transaction=False)
+            pipe.set(key, token, nx=True, px=self.ttl)
+            for cmd, k in reads:
+                getattr(pipe, _READS[cmd])(k)
+            # Errors come back as values (a key of another type, put there by anything with the broker's
+            # password): an unreadable read is then ignored by its reader, never the claim's failure.
+            taken, *values = pipe.execute(raise_on_error=False)
+            if isinstance(taken, Exception):
+                raise taken
+        else:
+            taken, values = self.r.set(key, token, nx=True, px=self.ttl), []
+        if not taken:
+            return False, values
         with self._lock:
             self._held[key] = token
             if self._renewer is None:
                 self._renewer = threading.Thread(target=self._renew, name="ept-claims", daemon=True)
                 self._renewer.start()
-        return True
+        return True, values
 
     def _renew(self) -> None:
         while True:
@@ -75,40 +94,71 @@ class Claims:
                     pipe.eval(self._RENEW, 1, key, token, self.ttl)
                 pipe.execute()
 
-    def release(self, job: Job) -> None:
+    def release(self, job: Job, marker: tuple[str, str, int] | None = None) -> None:
+        """Give the job's lease up (if this process holds it). marker: (key, value, seconds) SET on the server
+        just before the release, in the same round trip (the ran marker a waiting copy must find)."""
         key = self.key(job)
         with self._lock:
             token = self._held.pop(key, None)
-        if token is not None:
-            with contextlib.suppress(Exception):
+        if token is None and marker is None:
+            return
+        with contextlib.suppress(Exception):
+            if marker is None:
                 self.r.eval(self._RELEASE, 1, key, token)
+                return
+            pipe = self.r.pipeline(transaction=False)
+            pipe.set(marker[0], marker[1], ex=marker[2])
+            if token is not None:
+                pipe.eval(self._RELEASE, 1, key, token)
+            pipe.execute()
+
+
+_READS = {"get": "get", "smembers": "smembers"}  # what acquire_reading may read with the lease
 
 
 BROKER_WAIT_S = 120.0  # a claim waits this long for a broker that is restarting before the job fails
 
 
-def _claim(claims: Claims, job: Job, wait_s: float = BROKER_WAIT_S) -> bool:
-    """claims.acquire, waiting out a broker restart: a message prefetched before the broker went away would
-    otherwise fail its job ("worker error: connection refused") while the broker is down for a few seconds,
-    though the job can run as soon as the broker is back (its result is reported through it anyway)."""
+def _claim(
+    claims: Claims, job: Job, wait_s: float = BROKER_WAIT_S, reads: Sequence[tuple[str, str]] = ()
+) -> tuple[bool, list[Any]]:
+    """claims.acquire_reading, waiting out a broker restart: a message prefetched before the broker went away
+    would otherwise fail its job ("worker error: connection refused") while the broker is down for a few
+    seconds, though the job can run as soon as the broker is back (its result is reported through it anyway)."""
     import redis
 
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return claims.acquire(job)
+            return claims.acquire_reading(job, reads)
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             if time.monotonic() >= deadline:
                 raise
             time.sleep(0.5)
 
 
+WEATHER_REFRESH_S = 60.0  # an unchanged report is written again after this long (it has a TTL on the broker)
+_reported: dict[tuple[str, str], tuple[dict[str, Any], float]] = {}  # (owner, profile) -> (last report, when)
+_reported_lock = threading.Lock()
+
+
 def _report_weather(claims: Claims, profile: str, provider: Any) -> None:
-    """This process's cumulative provider weather for the coordinator's summary (contracts.weather)."""
+    """This process's cumulative provider weather for the coordinator's summary (contracts.weather). Written
+    when it changed (or WEATHER_REFRESH_S after the last write), not after every job: the coordinator reads the
+    last report, which an unchanged one would only rewrite with the same value (a round trip per job)."""
     from elo_per_token.contracts.weather import report
 
-    with contextlib.suppress(Exception):  # a lost report costs a summary line, never the job
-        report(claims.r, profile, claims.owner, provider.weather())
+    doc, now, slot = provider.weather(), time.monotonic(), (claims.owner, profile)
+    with _reported_lock:
+        last = _reported.get(slot)
+        if last is not None and last[0] == doc and now - last[1] < WEATHER_REFRESH_S:
+            return
+        _reported[slot] = (doc, now)
+    try:
+        report(claims.r, profile, claims.owner, doc)
+    except Exception:  # a lost report costs a summary line, never the job; the next job writes it again
+        with _reported_lock:
+            _reported.pop(slot, None)
 
 
 def _claims(redis_url: str) -> Claims:
@@ -209,10 +259,16 @@ def _ran_before(r: redis.Redis, task_id: str | None, job: Job) -> JobSummary | N
         return None
     try:
         raw = r.get(_ran_key(task_id))
-        summary = json.loads(raw) if raw else None
-    except (
-        Exception
-    ):  # unreachable broker or unreadable marker: the ledger and the claim still stop a double write
+    except Exception:  # unreachable broker: the ledger and the claim still stop a double write
+        return None
+    return _ran_summary(raw, job)
+
+
+def _ran_summary(raw: Any, job: Job) -> JobSummary | None:
+    """The ran marker's value (as read, or the error reading it) as a finished summary of `job`, or None."""
+    try:
+        summary = json.loads(raw) if isinstance(raw, bytes | str) and raw else None
+    except Exception:  # an unreadable marker: the ledger and the claim still stop a double write
         return None
     statuses = ("done", "duplicate", "failed")
     if (
@@ -222,13 +278,6 @@ def _ran_before(r: redis.Redis, task_id: str | None, job: Job) -> JobSummary | N
     ):
         return None
     return cast(JobSummary, summary)
-
-
-def _mark_ran(r: redis.Redis, task_id: str | None, summary: JobSummary) -> None:
-
-    if task_id:
-        with contextlib.suppress(Exception):
-            r.set(_ran_key(task_id), json.dumps(summary), ex=RAN_TTL_S)
 
 
 def _admit(
@@ -292,16 +341,44 @@ def _redis_url(task_self: Any, limits: JobSettings) -> str:
     return limits.ratelimit_url or _redis_broker_url(task_self) or limits.env_broker or ""
 
 
-def _await_claim(claims: Claims, job: Job, ledger: Ledger) -> bool | None:
-    """Take the job's claim: whether it had to wait for another delivery of the job (e.g. redelivered after
-    a visibility timeout) first; None when that delivery finished the job meanwhile."""
+def _await_claim(
+    claims: Claims, job: Job, ledger: Ledger, reads: Sequence[tuple[str, str]] = ()
+) -> tuple[bool, list[Any]] | None:
+    """Take the job's claim, reading `reads` with it (Claims.acquire_reading): whether it had to wait for
+    another delivery of the job (e.g. redelivered after a visibility timeout) first, and what was read; None
+    when that delivery finished the job meanwhile."""
     waited = False
-    while not _claim(claims, job):
+    while not (got := _claim(claims, job, reads=reads))[0]:
         waited = True
         time.sleep(0.5)
         if ledger.has_job(job.run_id, job.key):
             return None
-    return waited
+    return waited, got[1]
+
+
+_settled = threading.Event()
+
+
+def settle_heap() -> None:
+    """Once per process, after its first job (every module and client a job needs is loaded by then): one full
+    collection, then gc.freeze(), so later full collections no longer walk the long-lived objects (about 200k
+    in a worker: Celery, the openai SDK, botocore's models). Numbers and records are untouched: only how
+    often the collector re-examines objects that never become garbage (a few of the jobs then in flight stay
+    too, once)."""
+    if _settled.is_set():
+        return
+    _settled.set()
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
+def _claim_reads(job: Job, task_id: str | None) -> list[tuple[str, str]]:
+    """What a delivery reads in its claim's round trip, right after it on the server: the journals an earlier
+    delivery left (their set), and this message's ran marker."""
+    reads = [("smembers", journal_set_key(job.run_id, job.key))]
+    return [*reads, ("get", _ran_key(task_id))] if task_id else reads
 
 
 def celery_run_job(
@@ -324,14 +401,15 @@ def celery_run_job(
     redis_url = _redis_url(task_self, limits)
     claims = _claims(redis_url)
     task_id = getattr(getattr(task_self, "request", None), "id", None)
-    waited = _await_claim(claims, job, ledger)
-    if waited is None:
+    claimed = _await_claim(claims, job, ledger, _claim_reads(job, task_id))
+    if claimed is None:
         return _summary(job, "skipped")
-    journal = _journal(claims.r)
+    (waited, (attempts, *ran)), journal = claimed, _journal(claims.r)
+    released = False
     try:
         # Calls of an earlier delivery that died mid-job: recorded before anything else (the claim is ours).
-        journal.recover(ledger, job)
-        if (earlier := _ran_before(claims.r, task_id, job)) is not None:
+        journal.recover(ledger, job, attempts)
+        if (earlier := _ran_summary(ran[0] if ran else None, job)) is not None:
             return earlier
         # The check before the first API call, so a job that finished elsewhere never spends tokens twice; made
         # with the claim held, so a copy that finished just before it released the claim is seen. Skipped only
@@ -358,9 +436,12 @@ def celery_run_job(
             # Calls without usable usage at their upper bound too: the cap holds whatever the provider reports.
             _spend(task_self, job, int(summary.get("tokens") or 0) + int(summary.get("est_tokens") or 0))
         summary = {**summary, "worker": getattr(task_self.request, "hostname", None)}
-        # Before the claim is released: a copy waiting on the claim must find it.
-        _mark_ran(claims.r, task_id, summary)
+        # Set just before the claim is released (one round trip): a copy waiting on the claim must find it.
+        journal.release(job)
+        released = True
+        claims.release(job, (_ran_key(task_id), json.dumps(summary), RAN_TTL_S) if task_id else None)
         return summary
     finally:
-        journal.release(job)
-        claims.release(job)
+        if not released:
+            journal.release(job)
+            claims.release(job)

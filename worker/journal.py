@@ -51,8 +51,12 @@ def claim_key(run_id: str, key: str) -> str:
     return f"ept:claim:{run_id}:{key}"
 
 
-def _set_key(run_id: str, key: str) -> str:
+def journal_set_key(run_id: str, key: str) -> str:
+    """The set naming the job's attempts with a journal on the broker (read with the job's claim)."""
     return f"ept:journals:{run_id}:{key}"
+
+
+_set_key = journal_set_key
 
 
 def _list_key(run_id: str, key: str, attempt: str) -> str:
@@ -122,19 +126,22 @@ class CallJournal:
         with _active_lock:
             _active.pop((job.run_id, job.key), None)
 
-    def recover(self, ledger: Ledger, job: Job) -> int:
+    def recover(self, ledger: Ledger, job: Job, members: Any = None) -> int:
         """Write the journals an earlier, dead delivery of `job` left as spent objects; the calls recovered.
-        Call only with the job's claim held."""
-        return self.recover_key(ledger, job.run_id, job.key)
+        Call only with the job's claim held. members: the job's journal set (journal_set_key) as read with the
+        claim (Claims.acquire_reading), or the error reading it; None: read it now."""
+        return self.recover_key(ledger, job.run_id, job.key, members)
 
-    def recover_key(self, ledger: Ledger, run_id: str, key: str) -> int:
+    def recover_key(self, ledger: Ledger, run_id: str, key: str, members: Any = None) -> int:
         """`recover` by the job's run and key (the end of a sweep knows only the journal's name)."""
         from elo_per_token.contracts.spent import SPENT_DIR, SPENT_SUFFIX, spent_bytes
 
         try:
-            attempts = sorted(
-                a.decode() if isinstance(a, bytes) else str(a) for a in self.r.smembers(_set_key(run_id, key))
-            )
+            if members is None:
+                members = self.r.smembers(_set_key(run_id, key))
+            if isinstance(members, Exception):  # unreadable (not a set): as when the broker cannot be read
+                return 0
+            attempts = sorted(a.decode() if isinstance(a, bytes) else str(a) for a in members)
         except Exception:
             return 0
         recovered = 0
