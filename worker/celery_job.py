@@ -103,9 +103,10 @@ class Claims:
         if token is None and marker is None:
             return
         with contextlib.suppress(Exception):
-            if marker is None:
+            if marker is None and token is not None:
                 self.r.eval(self._RELEASE, 1, key, token)
                 return
+            assert marker is not None  # checked above: a marker, a token, or both
             pipe = self.r.pipeline(transaction=False)
             pipe.set(marker[0], marker[1], ex=marker[2])
             if token is not None:
@@ -374,6 +375,12 @@ def settle_heap() -> None:
     gc.freeze()
 
 
+def _redelivered(task_self: Any) -> bool:
+    """Whether the broker delivered this message before (a lost worker, a visibility timeout)."""
+    info = getattr(getattr(task_self, "request", None), "delivery_info", None) or {}
+    return bool(info.get("redelivered"))
+
+
 def _claim_reads(job: Job, task_id: str | None) -> list[tuple[str, str]]:
     """What a delivery reads in its claim's round trip, right after it on the server: the journals an earlier
     delivery left (their set), and this message's ran marker."""
@@ -411,14 +418,10 @@ def celery_run_job(
         journal.recover(ledger, job, attempts)
         if (earlier := _ran_summary(ran[0] if ran else None, job)) is not None:
             return earlier
-        # The check before the first API call, so a job that finished elsewhere never spends tokens twice; made
-        # with the claim held, so a copy that finished just before it released the claim is seen. Skipped only
-        # when nothing can have finished the job: the first delivery (not a redelivery after a lost worker or
-        # a visibility timeout) of a job from a run's first session (coordinator.sweep.execute), uncontended.
-        redelivered = bool(
-            (getattr(getattr(task_self, "request", None), "delivery_info", None) or {}).get("redelivered")
-        )
-        if (ctx.check_ledger or redelivered or waited) and ledger.has_job(job.run_id, job.key):
+        # The check before the first API call (a job finished elsewhere never spends tokens twice), with the claim
+        # held (a copy that finished just before it released the claim is seen). Skipped only when nothing can have
+        # finished the job: the first, uncontended delivery of a job from a run's first session (coordinator.sweep).
+        if (ctx.check_ledger or _redelivered(task_self) or waited) and ledger.has_job(job.run_id, job.key):
             return _summary(job, "skipped")
         provider = provider_for(job.profile, base_url, ctx.rpm, ctx.tpm, redis_url, profiles)
 
