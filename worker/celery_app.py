@@ -117,13 +117,10 @@ def make_app(url: str | None = None, profiles: str | None = None) -> Celery:
     # celery ships no type information: its decorator hides these signatures from mypy.
     @app.task(name="ept.run_job", bind=True, shared=False)  # type: ignore[untyped-decorator]
     def run_job_task(self: Any, job: dict[str, Any], ctx: CeleryJobContextDict) -> JobSummary:
-        from elo_per_token.worker.celery_job import celery_run_job, settle_heap
+        from elo_per_token.worker.celery_job import celery_run_job
 
         route_grading(app, route)  # where code is graded, as this worker's environment said at start
-        try:
-            return celery_run_job(self, job, ctx, profiles=profiles, limits=limits)
-        finally:
-            settle_heap()
+        return celery_run_job(self, job, ctx, profiles=profiles, limits=limits)
 
     @app.task(name="ept.grade_code", shared=False, acks_late=True)  # type: ignore[untyped-decorator]
     def grade_code_task(

@@ -357,24 +357,6 @@ def _await_claim(
     return waited, got[1]
 
 
-_settled = threading.Event()
-
-
-def settle_heap() -> None:
-    """Once per process, after its first job (every module and client a job needs is loaded by then): one full
-    collection, then gc.freeze(), so later full collections no longer walk the long-lived objects (about 200k
-    in a worker: Celery, the openai SDK, botocore's models). Numbers and records are untouched: only how
-    often the collector re-examines objects that never become garbage (a few of the jobs then in flight stay
-    too, once)."""
-    if _settled.is_set():
-        return
-    _settled.set()
-    import gc
-
-    gc.collect()
-    gc.freeze()
-
-
 def _redelivered(task_self: Any) -> bool:
     """Whether the broker delivered this message before (a lost worker, a visibility timeout)."""
     info = getattr(getattr(task_self, "request", None), "delivery_info", None) or {}
