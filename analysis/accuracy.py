@@ -287,29 +287,70 @@ def accuracy_tables(
         if on
         else acc * np.nan
     )
+    per_arm = _per_arm_frame(ts, arm_list, (acc, lo, hi, se), partial)
+    per_family = _per_family_frame(stats, arm_list, families, rounds, level)
+    return per_arm, per_family, _pass_k_table(ts, arm_list, families, weights, rounds, level)
+
+
+def _per_arm_frame(
+    ts: pl.DataFrame,
+    arm_list: list[str],
+    merged: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]],
+    partial: Mapping[str, Sequence[str]],
+) -> pl.DataFrame:
+    """The per-arm table (ACCURACY_SCHEMA) from the task scores and the merged (accuracy, lo, hi, s.e.) [K]."""
+    acc, lo, hi, se = merged
     n_out = dict(ts.group_by("arm").agg(pl.col("n").sum()).iter_rows())
     n_tasks = dict(ts.group_by("arm").agg(pl.len()).iter_rows())
     binary = dict(ts.group_by("arm").agg((pl.col("frac") == 0).all()).iter_rows()) if ts.height else {}
-    per_arm = pl.DataFrame(
-        [
-            {"arm": a, "accuracy": _num(acc[i]), "accuracy_lo": _num(lo[i]), "accuracy_hi": _num(hi[i]),
-             "tasks": int(n_tasks.get(a, 0)), "outcomes": int(n_out.get(a, 0)), "binary": binary.get(a),
-             "seen_in": ("+".join(partial[a]) + " only" if partial[a] else "no family") if a in partial else None,
-             "accuracy_se": _num(se[i])}
-            for i, a in enumerate(arm_list)
-        ],
-        schema=ACCURACY_SCHEMA,
-    )  # fmt: skip
-    fam_rows = []
+    rows = [
+        {
+            "arm": a,
+            "accuracy": _num(acc[i]),
+            "accuracy_lo": _num(lo[i]),
+            "accuracy_hi": _num(hi[i]),
+            "tasks": int(n_tasks.get(a, 0)),
+            "outcomes": int(n_out.get(a, 0)),
+            "binary": binary.get(a),
+            "seen_in": _seen_in(partial[a]) if a in partial else None,
+            "accuracy_se": _num(se[i]),
+        }
+        for i, a in enumerate(arm_list)
+    ]
+    return pl.DataFrame(rows, schema=ACCURACY_SCHEMA)
+
+
+def _seen_in(families: Sequence[str]) -> str:
+    """A partial arm's `seen_in` mark: the families it was seen in, or "no family"."""
+    return "+".join(families) + " only" if families else "no family"
+
+
+def _per_family_frame(
+    stats: Mapping[str, FamilyStats], arm_list: list[str], families: list[str], rounds: int, level: float
+) -> pl.DataFrame:
+    """The per family x arm table (FAMILY_SCHEMA): each family's own mean and interval, arms it has tasks of."""
+    rows = []
     for f in families:
-        flo, fhi = score_interval(stats[f].mean, stats[f].var, stats[f].count, stats[f].count - 1, level) if rounds else (stats[f].mean * np.nan,) * 2  # fmt: skip
-        fam_rows += [
-            {"family": f, "arm": a, "accuracy": _num(stats[f].mean[i]), "accuracy_lo": _num(flo[i]),
-             "accuracy_hi": _num(fhi[i]), "tasks": int(stats[f].count[i])}
-            for i, a in enumerate(arm_list) if stats[f].count[i] > 0
-        ]  # fmt: skip
-    per_family = pl.DataFrame(fam_rows, schema=FAMILY_SCHEMA)
-    return per_arm, per_family, _pass_k_table(ts, arm_list, families, weights, rounds, level)
+        st = stats[f]
+        # No intervals asked for (rounds 0): NaN bounds, as the per-arm table has.
+        flo, fhi = (
+            score_interval(st.mean, st.var, st.count, st.count - 1, level)
+            if rounds
+            else (st.mean * np.nan,) * 2
+        )
+        rows += [
+            {
+                "family": f,
+                "arm": a,
+                "accuracy": _num(st.mean[i]),
+                "accuracy_lo": _num(flo[i]),
+                "accuracy_hi": _num(fhi[i]),
+                "tasks": int(st.count[i]),
+            }
+            for i, a in enumerate(arm_list)
+            if st.count[i] > 0
+        ]
+    return pl.DataFrame(rows, schema=FAMILY_SCHEMA)
 
 
 def _pass_k_table(

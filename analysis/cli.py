@@ -216,6 +216,14 @@ _ArmsOpt = Annotated[
     ),
 ]
 
+_NoCacheOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-cache",
+        help="Store no analysis of a compacted run for `ept view` (as EPT_ANALYZE_CACHE=0).",
+    ),
+]
+
 
 def analyze_cmd(
     paths: Annotated[list[str], typer.Argument(help=PATHS_HELP)],
@@ -240,6 +248,7 @@ def analyze_cmd(
     ledger: Annotated[str | None, typer.Option("--ledger", help=LEDGER_HELP)] = None,
     top: _TopOpt = None,
     arms: _ArmsOpt = None,
+    no_cache: _NoCacheOpt = False,
 ) -> None:
     """Elo per token: Bradley-Terry per family, weighted merge, bootstrap CIs, diminishing-returns table.
 
@@ -262,7 +271,15 @@ def analyze_cmd(
     )
     opts, paths = _checked_inputs(opts, paths, ledger, top, unset)
     _analyze_and_report(
-        paths, opts, out=out, html=html, transcript=transcript, top=top, arms=arms, plots=not no_plots
+        paths,
+        opts,
+        out=out,
+        html=html,
+        transcript=transcript,
+        top=top,
+        arms=arms,
+        plots=not no_plots,
+        cache=not no_cache,
     )
 
 
@@ -276,18 +293,23 @@ def _analyze_and_report(
     top: int | None,
     arms: str | None,
     plots: bool,
+    cache: bool = True,
 ) -> None:
     """Analyse, print the terminal report, write the files asked for and say what was written."""
     from rich.console import Console
 
     from elo_per_token.analysis.report import make_console, print_report
     from elo_per_token.analysis.report_files import write_outputs
-    from elo_per_token.analysis.runcache import save_run_analysis, state_before
+    from elo_per_token.analysis.runcache import analyze_cache_on, save_run_analysis, state_before
+    from elo_per_token.ledger.memo import read_once
 
     err = Console(emoji=False, stderr=True)
-    before = state_before(paths)  # a compacted run's state: the analysis is left for `ept view` under it
-    result = _analyze_with_progress(paths, opts, err)
-    save_run_analysis(paths, opts, result, before)
+    # One scope: the run's indexes and key records are parsed once for the state, the read and the check.
+    with read_once():
+        # A compacted run's state: the analysis is left for `ept view` under it.
+        before = state_before(paths) if analyze_cache_on(not cache) else None
+        result = _analyze_with_progress(paths, opts, err)
+        save_run_analysis(paths, opts, result, before)
     console = make_console(record=transcript is not None)
     print_report(result, console, top=top, arms=arms)
     written = write_outputs(result, out, plots=plots) if out else []

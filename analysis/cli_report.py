@@ -273,9 +273,15 @@ def report(
         anchor=anchor if anchor is not None else base.anchor,
         rounds=rounds if rounds is not None else base.rounds,
         seed=seed if seed is not None else base.seed,
-        level=level if level is not None else base.level, l2=l2, drop_ties=drop_ties, skip_bad=skip_bad,
-        tasks_file=tasks, prices=prices if prices is not None else base.prices, budget=budget, margin=margin,
-    )  # fmt: skip
+        level=level if level is not None else base.level,
+        l2=l2,
+        drop_ties=drop_ties,
+        skip_bad=skip_bad,
+        tasks_file=tasks,
+        prices=prices if prices is not None else base.prices,
+        budget=budget,
+        margin=margin,
+    )
     result = analyze(inputs, opts)
     write_html(result, out)
     typer.echo(f"wrote {out} ({opts.rounds} bootstrap rounds, seed {opts.seed}; unset options from {source})")

@@ -138,6 +138,18 @@ def _with_pass_at_k(
     return rows
 
 
+def _accuracy_intro(label: str) -> str:
+    """The paragraph above the accuracy table: what the score is, how it is averaged and what the marks mean."""
+    kind = "every score 0 or 1" if label == "pass@1" else "partial credit"
+    return (
+        f'<p class="muted">{html.escape(label)} per arm ({kind}): '
+        "per task the mean over replicates, per family the mean over tasks, families weighted like Elo, missing "
+        "scores as the Elo table counts them; Clopper-Pearson intervals on the effective number of tasks; [family only]: "
+        "a partial arm, not comparable. pass@k: the unbiased estimator 1 − C(n−c, k)/C(n, k) over tasks with "
+        "n ≥ k replicates.</p>"
+    )
+
+
 def accuracy_section(doc: HtmlDocument, table: TableRenderer, *, se: bool = False) -> list[str]:
     """Accuracy / pass@1 per arm with intervals, pass@k where an arm has replicates, and per family.
 
@@ -167,13 +179,11 @@ def accuracy_section(doc: HtmlDocument, table: TableRenderer, *, se: bool = Fals
             (f"pass_at_{k}_lo", "lo", ".1%"),
             (f"pass_at_{k}_hi", "hi", ".1%"),
         ]
-    out = ['<section id="accuracy"><h2>Accuracy</h2>',
-           f'<p class="muted">{html.escape(label)} per arm ({"every score 0 or 1" if label == "pass@1" else "partial credit"}): '
-           "per task the mean over replicates, per family the mean over tasks, families weighted like Elo, missing "
-           "scores as the Elo table counts them; Clopper-Pearson intervals on the effective number of tasks; [family only]: "
-           "a partial arm, not comparable. pass@k: the unbiased estimator 1 − C(n−c, k)/C(n, k) over tasks with "
-           "n ≥ k replicates.</p>",
-           table("accuracy-table", rows, cols)]  # fmt: skip
+    out = [
+        '<section id="accuracy"><h2>Accuracy</h2>',
+        _accuracy_intro(label),
+        table("accuracy-table", rows, cols),
+    ]
     fam = list(doc.accuracy_family or [])
     if fam:
         out.append(

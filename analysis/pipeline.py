@@ -475,26 +475,14 @@ def intervals(
 
 def _result(records: Records, st: Stages, warnings: list[str], opt: AnalysisOptions) -> AnalysisResult:
     inp, comp, sel, design, point, iv, tables = st.inp, st.comp, st.sel, st.design, st.point, st.iv, st.tables
-    n_strategy_calls = inp.n_strategy_calls
     spent, spent_bad = _spent(records.files, opt)
     if spent_bad:  # --skip-bad: said first, as skipped lines are
-        warnings = [f"skipped {len(spent_bad)} bad spent object(s) (--skip-bad): their calls are not in the "
-                    f"failed-attempt totals; first: {spent_bad[0]}", *warnings]  # fmt: skip
-    counts = {
-        "files": len(records.files),
-        "calls": inp.n_calls,
-        "strategy_calls": n_strategy_calls,
-        "judge_calls": inp.n_calls - n_strategy_calls,
-        "calls_missing_usage": comp.missing_usage,
-        "outcomes": inp.outcomes.height,
-        "ungraded_outcomes": comp.ungraded,
-        "judgments": inp.judgments.height,
-        "comparisons": design.pairs.height + implied_pair_rows(design.groups, drop_ties=opt.drop_ties),
-        "tasks": design.tasks.height,  # the tasks the fit compares arms on (the --missing estimand's)
-        # every task with an outcome, those the estimand leaves out included (what `ept view`'s grids list)
-        "tasks_with_outcomes": inp.outcomes["task_id"].n_unique() if inp.outcomes.height else 0,
-        "skipped_lines": len(inp.skipped) + len(spent_bad),
-    }
+        warnings = [
+            f"skipped {len(spent_bad)} bad spent object(s) (--skip-bad): their calls are not in the "
+            f"failed-attempt totals; first: {spent_bad[0]}",
+            *warnings,
+        ]
+    counts = _counts(records, st, opt, len(spent_bad))
     return AnalysisResult(
         inputs=records.files,
         options=opt,
@@ -531,6 +519,28 @@ def _result(records: Records, st: Stages, warnings: list[str], opt: AnalysisOpti
         missing=comp.missing,
         spent_on_failed_attempts=spent,
     )
+
+
+def _counts(records: Records, st: Stages, opt: AnalysisOptions, n_spent_bad: int) -> dict[str, int]:
+    """The result's counts: files, calls (strategy and judge), outcomes, judgments, comparisons, tasks and the
+    lines skipped as bad (spent objects included)."""
+    inp, comp, design = st.inp, st.comp, st.design
+    n_strategy_calls = inp.n_strategy_calls
+    return {
+        "files": len(records.files),
+        "calls": inp.n_calls,
+        "strategy_calls": n_strategy_calls,
+        "judge_calls": inp.n_calls - n_strategy_calls,
+        "calls_missing_usage": comp.missing_usage,
+        "outcomes": inp.outcomes.height,
+        "ungraded_outcomes": comp.ungraded,
+        "judgments": inp.judgments.height,
+        "comparisons": design.pairs.height + implied_pair_rows(design.groups, drop_ties=opt.drop_ties),
+        "tasks": design.tasks.height,  # the tasks the fit compares arms on (the --missing estimand's)
+        # every task with an outcome, those the estimand leaves out included (what `ept view`'s grids list)
+        "tasks_with_outcomes": inp.outcomes["task_id"].n_unique() if inp.outcomes.height else 0,
+        "skipped_lines": len(inp.skipped) + n_spent_bad,
+    }
 
 
 def _spent(paths: Sequence[str], opt: AnalysisOptions) -> tuple[list[dict[str, Any]], list[BadLine]]:

@@ -360,14 +360,12 @@ def recommend(
     margin, partial = check_margin(margin), dict(partial or {})
     excluded = _excluded(arms, partial, flagged)
     valid = _comparable(arms, elo, tok, excluded)
-    out: dict[str, Any] = {"arm": None, "best": None, "within_noise": [], "not_separated": [], "level": level,
-                           "margin": margin, "excluded": excluded, "equivalent": None, "budget": None}  # fmt: skip
+    out = _undecided_fields(level, margin, excluded)
     note = [_excluded_line(excluded)] if excluded else []
     if not valid:
-        return {**out, "status": "empty", "steps": [],
-                "lines": ["No recommendation: no comparable arm has both an Elo and a token count.", *note]}  # fmt: skip
-    steps = _steps(arms, _frontier(arms, elo, tok, [i for i in range(len(arms)) if arms[i] not in partial]),
-                   elo, tok, elo_s, level, flagged)  # fmt: skip
+        lines = ["No recommendation: no comparable arm has both an Elo and a token count.", *note]
+        return {**out, "status": "empty", "steps": [], "lines": lines}
+    steps = _frontier_steps(arms, elo, tok, elo_s, level, flagged, partial)
     head, decided = _head_and_decision(arms, elo, tok, (elo_s, tokens_samples), level, margin, valid)
     out.update(decided)
     lines = _lines(head, note, steps)
@@ -377,6 +375,35 @@ def recommend(
     if under is not None:
         lines.append(under["text"])
     return {**out, "steps": steps, "budget": under, "lines": lines}
+
+
+def _undecided_fields(level: float, margin: float, excluded: dict[str, str]) -> dict[str, Any]:
+    """The recommendation's fields before any decision: no arm, no best, nothing within noise, no budget pick."""
+    return {
+        "arm": None,
+        "best": None,
+        "within_noise": [],
+        "not_separated": [],
+        "level": level,
+        "margin": margin,
+        "excluded": excluded,
+        "equivalent": None,
+        "budget": None,
+    }
+
+
+def _frontier_steps(
+    arms: Sequence[str],
+    elo: NDArray[np.float64],
+    tok: NDArray[np.float64],
+    elo_s: NDArray[np.float64] | None,
+    level: float,
+    flagged: Sequence[str],
+    partial: Mapping[str, Sequence[str]],
+) -> list[dict[str, Any]]:
+    """The frontier's steps, partial arms left out of the frontier as the headline table's frontier does."""
+    whole = [i for i in range(len(arms)) if arms[i] not in partial]
+    return _steps(arms, _frontier(arms, elo, tok, whole), elo, tok, elo_s, level, flagged)
 
 
 def _comparable(

@@ -202,15 +202,8 @@ def print_report(
     keep = pl.col("arm").is_in(shown)
     table = result.table.filter(keep)
     if grouped:  # by strategy (cheapest strategy first), then tokens; Δ columns still vs the next-cheaper arm
-        first = table.group_by("strategy").agg(pl.col("tokens_per_task").min().alias("_s"))
-        table = table.join(first, on="strategy").sort(
-            "_s", "strategy", "tokens_per_task", maintain_order=True
-        )
-    title = _rx(headline_title(result, ci))
-    if filtered:
-        title += f"; {len(shown)} of {len(result.arms)} arms shown, Δ vs the next-cheaper of all arms"
-    if grouped:
-        title += "; grouped by strategy"
+        table = _by_strategy(table)
+    title = _title(result, ci, len(shown), filtered, grouped)
     groups = table["strategy"].to_list() if grouped else None
     print_recommendation(result, console)  # first: the answer to "which arm should I use?"
     console.print(
@@ -226,24 +219,44 @@ def print_report(
     else:
         _print_detail_tables(result, console, table, keep, groups)
     few = len(shown) <= ALL_TABLES_MAX or filtered  # same rule as the tables above
-    shown_set = set(shown)
+    _print_arm_tables(result, console, set(shown), few)
+    _print_footer(result, console)
+
+
+def _by_strategy(table: pl.DataFrame) -> pl.DataFrame:
+    """The headline rows grouped by strategy, the strategy with the cheapest arm first, then by tokens."""
+    first = table.group_by("strategy").agg(pl.col("tokens_per_task").min().alias("_s"))
+    return table.join(first, on="strategy").sort("_s", "strategy", "tokens_per_task", maintain_order=True)
+
+
+def _title(result: AnalysisResult, ci: str, n_shown: int, filtered: bool, grouped: bool) -> str:
+    """The headline table's title: what it shows, then whether arms are left out or grouped."""
+    title = _rx(headline_title(result, ci))
+    if filtered:
+        title += f"; {n_shown} of {len(result.arms)} arms shown, Δ vs the next-cheaper of all arms"
+    if grouped:
+        title += "; grouped by strategy"
+    return title
+
+
+def _print_arm_tables(result: AnalysisResult, console: Console, shown: set[str], few: bool) -> None:
+    """Per arm breakdown and cost of the shown arms (when `few` enough for the terminal), then the spend on
+    failed attempts."""
     header, rows = breakdown_rows(result)
-    rows = [r for r in rows if r[0] in shown_set]
+    rows = [r for r in rows if r[0] in shown]
     if rows and few:
-        console.print(_rich_table(
-            "Per arm: tasks, failures (lost = scored 0 with their tokens), token split", header, rows
-        ))  # fmt: skip
+        title = "Per arm: tasks, failures (lost = scored 0 with their tokens), token split"
+        console.print(_rich_table(title, header, rows))
     if result.cost_table is not None and few:
-        shown_cost = [r for r in cost_rows(result) if r[0].removesuffix(" (anchor)") in shown_set]
-        console.print(_rich_table(f"Cost (prices {result.options.prices}, USD per 1M tokens)", COST_HEADER,
-                                  shown_cost))  # fmt: skip
+        shown_cost = [r for r in cost_rows(result) if r[0].removesuffix(" (anchor)") in shown]
+        title = f"Cost (prices {result.options.prices}, USD per 1M tokens)"
+        console.print(_rich_table(title, COST_HEADER, shown_cost))
     if result.spent_on_failed_attempts:
         console.print(
             _rich_table(
                 "Spent on failed attempts (billed, not in the tables above)", *spent_table_rows(result)
             )
         )
-    _print_footer(result, console)
 
 
 def _print_detail_tables(

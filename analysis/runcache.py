@@ -33,11 +33,14 @@ if TYPE_CHECKING:
     from elo_per_token.analysis.result import AnalysisOptions, AnalysisResult
     from elo_per_token.ledger import Ledger
 
-CACHE_FORMAT = 2  # bump when what is pickled changes shape
+CACHE_FORMAT = 3  # bump when what is pickled changes shape (3: large frames as zstd Arrow IPC)
 CACHE_ENTRIES = 32  # analyses kept on disk (oldest dropped first)…
 CACHE_BYTES = 4 * 2**30  # …and at most this much (a 100k-job run's analysis is ~150 MB)
 MAX_ENTRY_BYTES = 2 * 2**30  # one file larger than this is not an entry of ours: never read
 MANIFEST_CAP = 4 * 2**20  # the manifest bytes the marker digests (a manifest is a few KB)
+# A frame larger than this is pickled as zstd-compressed Arrow IPC: a 1M-job run's records are 830 MB as
+# polars pickles them and 21 MB so, in a third of the CPU (the write of the file was most of it; issue 39).
+FRAME_IPC_BYTES = 1 * 2**20
 
 # (ledger, object key, cap) -> (at most `cap` bytes of the object, its size), None when there is none.
 HeadReader = Callable[["Ledger", str, int], "tuple[bytes, int] | None"]
@@ -128,6 +131,36 @@ def analysis_key(cache: DiskCache, ledger_url: str, run_id: str, token: str, opt
     return cache.key("analysis", ledger_url, run_id, token, options)
 
 
+def frame_from_ipc(data: bytes) -> Any:
+    """A frame stored by _FramePickler (Arrow IPC bytes) read back: what unpickling an entry calls.
+
+    Args:
+        data: the frame's Arrow IPC bytes.
+    """
+    import io
+
+    import polars as pl
+
+    return pl.read_ipc(io.BytesIO(data))
+
+
+class _FramePickler(pickle.Pickler):
+    """A pickler that stores a large polars DataFrame as zstd Arrow IPC (exact dtypes, categoricals
+    included), read back by frame_from_ipc; everything else as pickle stores it."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        import sys
+
+        pl = sys.modules.get("polars")  # a value with a frame in it imported polars already
+        if pl is not None and isinstance(obj, pl.DataFrame) and obj.estimated_size() > FRAME_IPC_BYTES:
+            import io
+
+            buf = io.BytesIO()
+            obj.write_ipc(buf, compression="zstd")
+            return frame_from_ipc, (buf.getvalue(),)
+        return NotImplemented
+
+
 class DiskCache:
     """Values pickled under a digest of their key parts. The folder is this user's (0700); a folder or file
     that another user could have written, a link, or a file over MAX_ENTRY_BYTES is never unpickled."""
@@ -207,13 +240,13 @@ class DiskCache:
             fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".pickle")
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+                    _FramePickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
                 os.replace(tmp, self.folder / f"{key}.pickle")
             finally:
                 if os.path.lexists(tmp):
                     os.unlink(tmp)
             self._prune()
-        except (OSError, pickle.PicklingError, TypeError, AttributeError, RecursionError):
+        except (OSError, pickle.PicklingError, TypeError, AttributeError, RecursionError, ValueError):
             return
 
     def _prune(self) -> None:
@@ -237,44 +270,30 @@ def default_cache_dir() -> Path:
     return Path(base) / "ept" / "view"
 
 
-def save_run_analysis(
-    paths: list[str], opts: AnalysisOptions, result: AnalysisResult, before: RunState | None
-) -> None:
-    """After `ept analyze RUN`: the result stored for `ept view` when the run is compacted and did not change
-    while it was analysed (its state measured before and after, without a listing). Never raises: a cache
-    that cannot be written only costs the viewer's next cold start.
+def analyze_cache_on(no_cache: bool = False) -> bool:
+    """Whether `ept analyze` stores its analysis of a compacted run for `ept view`: not with --no-cache nor
+    with EPT_ANALYZE_CACHE=0 (then the run's state is not measured either).
 
     Args:
-        paths: what `ept analyze` was given (one run, else nothing is stored).
-        opts: the options it analysed with.
-        result: its result.
-        before: the run's state measured before the analysis (None: not a compacted run).
+        no_cache: `ept analyze --no-cache` was given.
     """
-    from elo_per_token.analysis.io import open_run, run_source
-    from elo_per_token.analysis.surface_options import run_options
+    from elo_per_token.contracts.settings import read_bool
 
-    if before is None or len(paths) != 1:
-        return
-    src = run_source(paths[0])
-    if src is None or src.objects_only:
-        return
-    try:
-        ledger = open_run(src)
-        after = measure(ledger, src.run_id, list_ok=False)
-        if after is None or after.token != before.token:
-            return
-        cache = DiskCache(default_cache_dir())
-        key = analysis_key(cache, ledger.url, src.run_id, before.token, opts)
-        if cache.has(key):  # the same run state with the same options: stored by an earlier analysis
-            return
-        _, where = run_options(paths)
-        cache.save(key, AnalysisEntry(before.token, result, where, after.at - before.at))
-    except Exception:  # the report is printed already; the cache is an optimisation
-        return
+    return not no_cache and read_bool("EPT_ANALYZE_CACHE")
 
 
-def state_before(paths: list[str]) -> RunState | None:
-    """The state of the one compacted run `paths` names, measured before it is analysed; None otherwise.
+@dataclass(frozen=True)
+class CompactedRun:
+    """The one run `ept analyze` was given, opened once for the state measured before and after it."""
+
+    ledger: Ledger
+    run_id: str
+    state: RunState
+
+
+def state_before(paths: list[str]) -> CompactedRun | None:
+    """The one compacted run `paths` names, opened, with its state measured before it is analysed; None for
+    anything else (files, several inputs, a run that is not compacted: nothing is stored for those).
 
     Args:
         paths: what `ept analyze` was given.
@@ -285,6 +304,39 @@ def state_before(paths: list[str]) -> RunState | None:
     if src is None or src.objects_only:
         return None
     try:
-        return measure(open_run(src), src.run_id, list_ok=False)
+        ledger = open_run(src)
+        st = measure(ledger, src.run_id, list_ok=False)
     except Exception:  # the analysis reports what is wrong with the run
         return None
+    return None if st is None else CompactedRun(ledger, src.run_id, st)
+
+
+def save_run_analysis(
+    paths: list[str], opts: AnalysisOptions, result: AnalysisResult, before: CompactedRun | None
+) -> None:
+    """After `ept analyze RUN`: the result stored for `ept view` when the run is compacted and did not change
+    while it was analysed (its state measured before and after, without a listing). Never raises: a cache
+    that cannot be written only costs the viewer's next cold start.
+
+    Args:
+        paths: what `ept analyze` was given (the options' origin is read from them).
+        opts: the options it analysed with.
+        result: its result.
+        before: the run and its state measured before the analysis (state_before; None: nothing is stored).
+    """
+    from elo_per_token.analysis.surface_options import run_options
+
+    if before is None:
+        return
+    try:
+        cache = DiskCache(default_cache_dir())
+        key = analysis_key(cache, before.ledger.url, before.run_id, before.state.token, opts)
+        if cache.has(key):  # the same run state with the same options: stored by an earlier analysis
+            return
+        after = measure(before.ledger, before.run_id, list_ok=False)
+        if after is None or after.token != before.state.token:
+            return
+        _, where = run_options(paths)
+        cache.save(key, AnalysisEntry(before.state.token, result, where, after.at - before.state.at))
+    except Exception:  # the report is printed already; the cache is an optimisation
+        return

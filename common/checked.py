@@ -2,8 +2,9 @@
 `checked(cls, data)` validates untrusted data (parsed TOML or JSON) against it with pydantic.
 
 The dataclass is the declaration; its fields' annotations carry the bounds (`annotated_types`: Ge, Gt, Le, Lt,
-Interval, MinLen) and an optional `metadata={"must": "a number in 0..1"}` saying the rule in words for error
-messages (`"secret": True`: the refused value is not shown). The bound names resolve from annotated_types when a class is first checked, so a settings module
+Interval, MinLen, Predicate) and an optional `metadata={"must": "a number in 0..1"}` saying the rule in words for
+error messages (`"secret": True`: the refused value is not shown; `"missing": "..."`: what a required field holds,
+said when it is left out). The bound names resolve from annotated_types when a class is first checked, so a settings module
 imports them under TYPE_CHECKING only (with `from __future__ import annotations`) and stays light to import. pydantic is imported here only, and this module only from inside loaders (plan, profile, simulator
 and adaptive parsing): `ept tokens` and the analysis never pay its import (benchmarks/bench_startup.py).
 
@@ -31,8 +32,9 @@ _MAX_WORD = 10
 class ModelError(ValueError):
     """The first problem of some data against a settings dataclass: the field's path and what is wrong."""
 
-    def __init__(self, path: tuple[str, ...], message: str) -> None:
-        self.path, self.message = path, message
+    def __init__(self, path: tuple[str, ...], message: str, kind: str = "") -> None:
+        # kind: pydantic's error type ("extra_forbidden", "missing", ...), for callers that word a case their way
+        self.path, self.message, self.kind = path, message, kind
         super().__init__(f"{'.'.join(path)}: {message}" if path else message)
 
     @property
@@ -93,10 +95,11 @@ def _words(err: Any, cls: type, omit: frozenset[str]) -> str:
     kind, ctx = err["type"], err.get("ctx") or {}
     if kind == "extra_forbidden":
         return f"unknown field (known: {', '.join(k for k in known_fields(cls) if k not in omit)})"
-    if kind == "missing":
-        return "missing required field"
     fields = {f.name: f for f in dataclasses.fields(cls)}
     top = fields.get(str(err["loc"][0])) if err["loc"] else None
+    if kind == "missing":  # `metadata={"missing": "..."}`: what the field holds, said when it is left out
+        hint = top.metadata.get("missing") if top is not None and len(err["loc"]) == 1 else None
+        return f"missing required field ({hint})" if hint else "missing required field"
     # A secret's value is never shown (`metadata={"secret": True}`), nor anything under it.
     got = "" if top is not None and top.metadata.get("secret") else f", got {_shown(err['input'])}"
     if top is not None and "must" in top.metadata:
@@ -137,7 +140,8 @@ def checked_fields(cls: type, data: Any, omit: frozenset[str] = frozenset()) -> 
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
         path = _data_path(err, data)
-        raise ModelError(path[:1] if _has_must(cls, path) else path, _words(err, cls, omit)) from None
+        kind = str(err["type"])
+        raise ModelError(path[:1] if _has_must(cls, path) else path, _words(err, cls, omit), kind) from None
     return {f.name: getattr(model, f.name) for f in dataclasses.fields(cls) if f.name not in omit}
 
 

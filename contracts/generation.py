@@ -24,75 +24,58 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from elo_per_token.contracts.errors import InputError
 
-EFFORTS = ("none", "minimal", "low", "medium", "high")
-FIELDS = (
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "stop",
-    "seed",
-    "reasoning_effort",
-    "thinking_budget",
-    "extra_body",
-)
+if TYPE_CHECKING:  # the bounds in the annotations, resolved by common.checked when settings are checked
+    from annotated_types import Ge, Gt, Interval, Le, MinLen
+
+Effort = Literal["none", "minimal", "low", "medium", "high"]
+EFFORTS: tuple[str, ...] = get_args(Effort)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """The generation settings, declared once: each field's type and bounds are its check (common.checked),
+    `metadata["must"]` the rule in the words an error shows. A table sets any of them and none is required: a
+    setting left out is absent, never a default (`check` models only the keys given). The order is the label's."""
+
+    max_tokens: Annotated[int, Ge(1)] = field(metadata={"must": "an integer >= 1"})
+    temperature: Annotated[float, Interval(ge=0, le=2)] = field(metadata={"must": "a number in 0..2"})
+    top_p: Annotated[float, Gt(0), Le(1)] = field(metadata={"must": "a number in (0, 1]"})
+    stop: Annotated[str, MinLen(1)] | Annotated[list[Annotated[str, MinLen(1)]], MinLen(1)] = field(
+        metadata={"must": "a string or a non-empty list of non-empty strings"}
+    )
+    seed: Annotated[int, Ge(0)] = field(metadata={"must": "an integer >= 0"})
+    reasoning_effort: Effort = field(metadata={"must": f"one of {', '.join(EFFORTS)}"})
+    thinking_budget: Annotated[int, Ge(1)] = field(metadata={"must": "an integer >= 1"})
+    extra_body: dict[str, Any] = field(metadata={"must": "a table (merged into the request body)"})
+
+
+FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Generation))
 # Arm-level keys that may list several values: each value is its own arm (an arm dimension, like budgets).
 DIMENSIONS = ("reasoning_effort", "thinking_budget")
 
 
 def check(raw: dict[str, Any], err: Callable[[str, str], InputError]) -> dict[str, Any]:
-    """Validated copy of generation settings.
+    """Validated copy of generation settings (the keys given, in their order), checked by `Generation`.
 
     Args:
         raw: the generation table as read (setting -> value).
         err: err(message, key) builds the InputError naming file/line/field.
     """
-    out: dict[str, Any] = {}
-    for k, v in raw.items():
-        if k not in FIELDS:
-            raise err(f"unknown generation setting (known: {', '.join(FIELDS)})", k)
-        out[k] = _check_one(k, v, err)
-    return out
+    from elo_per_token.common.checked import ModelError, checked_fields  # pydantic: when settings are read
 
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-def _check_one(k: str, v: Any, err: Callable[[str, str], InputError]) -> Any:
-    if k in ("max_tokens", "thinking_budget"):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise err(f"must be an integer >= 1, got {v!r}", k)
-        return v
-    if k == "seed":
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise err(f"must be an integer >= 0, got {v!r}", k)
-        return v
-    if k == "temperature":
-        if not _is_num(v) or not 0 <= v <= 2:
-            raise err(f"must be a number in 0..2, got {v!r}", k)
-        return float(v)
-    if k == "top_p":
-        if not _is_num(v) or not 0 < v <= 1:
-            raise err(f"must be a number in (0, 1], got {v!r}", k)
-        return float(v)
-    if k == "stop":
-        stops = [v] if isinstance(v, str) else v
-        if not isinstance(stops, list) or not stops or not all(isinstance(s, str) and s for s in stops):
-            raise err("must be a string or a non-empty list of non-empty strings", k)
-        return list(stops)
-    if k == "reasoning_effort":
-        if v not in EFFORTS:
-            raise err(f"must be one of {', '.join(EFFORTS)}, got {v!r}", k)
-        return v
-    if k == "extra_body":
-        if not isinstance(v, dict):
-            raise err("must be a table (merged into the request body)", k)
-        return v
-    raise AssertionError(k)
+    try:
+        values = checked_fields(Generation, raw, frozenset(FIELDS) - set(raw))
+    except ModelError as e:
+        if e.kind == "extra_forbidden":
+            raise err(f"unknown generation setting (known: {', '.join(FIELDS)})", e.field) from None
+        raise err(e.message, e.field) from None
+    # A single stop string is a list of one; the model already made temperature and top_p floats.
+    return {k: [values[k]] if k == "stop" and isinstance(values[k], str) else values[k] for k in raw}
 
 
 def merge(*levels: dict[str, Any] | None) -> dict[str, Any]:

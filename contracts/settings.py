@@ -75,6 +75,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("EPT_MAX_IMPORT_MB", "float", 512.0, "analysis", "Largest uncompressed inspect_ai log (MB) `ept import inspect` reads."),
     Setting("EPT_MAX_IMPORT_TOTAL_MB", "float", 1024.0, "analysis", "Most uncompressed bytes (MB) one `ept import inspect` inflates across all its files (counted, not declared)."),
     Setting("EPT_MAX_PARQUET_ROWS", "int", 20_000_000, "analysis", "Most rows of one Parquet file analysis reads."),
+    Setting("EPT_ANALYZE_CACHE", "bool", True, "analysis", "0: `ept analyze` of a compacted run stores no analysis for `ept view` in EPT_VIEW_CACHE (as `--no-cache`) and does not measure the run's state for one; a stored analysis spares the viewer's cold start."),
     # --- the run lease (coordinator/runlease.py)
     Setting("EPT_RUN_LEASE_TTL", "float", 120.0, "coordinator", "Seconds without a heartbeat after which another session may take a run's lease."),
     # --- the viewer (viewer/)

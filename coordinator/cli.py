@@ -136,17 +136,12 @@ def sweep(
     adaptive: _AdaptiveOpt = False,
 ) -> None:
     """Run a plan: expand to jobs, skip those already in the ledger, run the rest, print the Elo table."""
-    from elo_per_token.contracts.errors import InputError
-    from elo_per_token.coordinator.plan import EXECUTORS, load_plan
+    from elo_per_token.coordinator.plan import load_plan
     from elo_per_token.coordinator.sweep import execute
 
     _check_max_cost(max_cost)
     plan = _renamed(load_plan(plan_file), name)
-    if executor and executor not in EXECUTORS:
-        raise InputError(f"must be one of {', '.join(EXECUTORS)}", field="--executor")
-    plan = plan.with_overrides(executor=executor, ledger=ledger, concurrency=concurrency, max_jobs=max_jobs,
-                               profile=profile, max_total_tokens=max_tokens, max_cost=max_cost,
-                               raw={**plan.raw, "profile": profile} if profile else None)  # fmt: skip
+    plan = _overridden(plan, executor, ledger, concurrency, max_jobs, profile, max_tokens, max_cost)
     full, plan = plan, _select(plan, limit, arms)
     prof = _profile_for(plan, profile_url_override, profiles, model)
     if dry_run:
@@ -164,9 +159,15 @@ def sweep(
         finish_adaptive(plan, prof, profile_url_override, analyze=not no_analysis)
         return
     # jobs=None: the plan's jobs are streamed, never all held at once.
-    out = execute(plan, None, profile=prof, base_url=profile_url_override, analyze=not no_analysis,
-                  manifest_jobs=n_full if full is not plan else None,
-                  allow_endpoint_change=allow_endpoint_change)  # fmt: skip
+    out = execute(
+        plan,
+        None,
+        profile=prof,
+        base_url=profile_url_override,
+        analyze=not no_analysis,
+        manifest_jobs=n_full if full is not plan else None,
+        allow_endpoint_change=allow_endpoint_change,
+    )
     _finish(out)
 
 
@@ -182,6 +183,35 @@ def _renamed(plan: Any, name: str | None) -> Any:
             "must be letters, digits, '-', '_' or '.' (it names the run in the ledger)", field="--name"
         )
     return plan.with_overrides(name=name, raw={**plan.raw, "name": name})
+
+
+def _overridden(
+    plan: Any,
+    executor: str | None,
+    ledger: str | None,
+    concurrency: int | None,
+    max_jobs: int | None,
+    profile: str | None,
+    max_tokens: int | None,
+    max_cost: float | None,
+) -> Any:
+    """The plan with the command line's options over its own (None: the plan's value); --executor checked
+    first, and --profile also recorded in the plan's raw table (the manifest shows the profile run)."""
+    from elo_per_token.contracts.errors import InputError
+    from elo_per_token.coordinator.plan import EXECUTORS
+
+    if executor and executor not in EXECUTORS:
+        raise InputError(f"must be one of {', '.join(EXECUTORS)}", field="--executor")
+    return plan.with_overrides(
+        executor=executor,
+        ledger=ledger,
+        concurrency=concurrency,
+        max_jobs=max_jobs,
+        profile=profile,
+        max_total_tokens=max_tokens,
+        max_cost=max_cost,
+        raw={**plan.raw, "profile": profile} if profile else None,
+    )
 
 
 def _select(plan: Any, limit: int | None, arms: str | None) -> Any:
@@ -238,28 +268,17 @@ def status(
 
     from elo_per_token.analysis.report import make_console
     from elo_per_token.contracts.secrets import mask_url
-    from elo_per_token.coordinator.adaptive.state import read_state
     from elo_per_token.coordinator.runlease import running_line
-    from elo_per_token.coordinator.status import last_stop, run_endpoints, run_status, status_notes
+    from elo_per_token.coordinator.status import run_status, status_notes
 
     led, run_id = _ledger_and_run(run, ledger, write=False)
     st = run_status(led, run_id)
     if as_json:
-        typer.echo(json.dumps({"run_id": st.run_id, "run_url": st.run_url, "n_jobs": st.n_jobs, "done": st.done,
-                               "failed": st.failed, "pending": st.pending, "retrying": st.retrying,
-                               "endpoints": run_endpoints(st.manifest), "stopped": last_stop(st.manifest),
-                               "adaptive": read_state(led, run_id), "coordinator_stopped": st.stopped},
-                              sort_keys=True))  # fmt: skip
+        typer.echo(json.dumps(_status_fields(led, run_id, st), sort_keys=True))
         return
     c = make_console()
     m = st.manifest or {}
-    c.print(f"[bold]run {st.run_id}[/] in {st.run_url}", highlight=False)
-    c.print(f"started {m.get('started_at', '?')} · sessions {len(m.get('sessions', []))} · "
-            f"profile {m.get('profile', {}).get('name', '?')} ({mask_url(str(m.get('profile', {}).get('base_url', '?')))})",
-            highlight=False)  # fmt: skip
-    c.print(f"jobs {st.n_jobs if st.n_jobs is not None else '?'}: done {st.done} · failed "
-            f"{sum(st.failed.values())} · pending {st.pending if st.pending is not None else '?'}"
-            + (f" (retrying {st.retrying} that failed before this session)" if st.retrying else ""))  # fmt: skip
+    _print_progress(c, st, m)
     if st.stopped:
         c.print(
             f"[red]the coordinator stopped this session:[/] {escape(mask_url(st.stopped))}", highlight=False
@@ -281,6 +300,44 @@ def status(
             ex = next(f for f in st.failed_jobs if str(f.get("class")) == cls)
             t.add_row(cls, str(n), escape(ex["key"]), escape(mask_url(str(ex.get("message", "")))[:160]))
         c.print(t)
+
+
+def _status_fields(led: Ledger, run_id: str, st: Any) -> dict[str, Any]:
+    """`ept status --json`: the run's progress, endpoints, last stop and adaptive state."""
+    from elo_per_token.coordinator.adaptive.state import read_state
+    from elo_per_token.coordinator.status import last_stop, run_endpoints
+
+    return {
+        "run_id": st.run_id,
+        "run_url": st.run_url,
+        "n_jobs": st.n_jobs,
+        "done": st.done,
+        "failed": st.failed,
+        "pending": st.pending,
+        "retrying": st.retrying,
+        "endpoints": run_endpoints(st.manifest),
+        "stopped": last_stop(st.manifest),
+        "adaptive": read_state(led, run_id),
+        "coordinator_stopped": st.stopped,
+    }
+
+
+def _print_progress(c: Any, st: Any, m: dict[str, Any]) -> None:
+    """The status's first lines: the run and where it is, its sessions and profile, then the job counts."""
+    from elo_per_token.contracts.secrets import mask_url
+
+    c.print(f"[bold]run {st.run_id}[/] in {st.run_url}", highlight=False)
+    profile = m.get("profile", {})
+    c.print(
+        f"started {m.get('started_at', '?')} · sessions {len(m.get('sessions', []))} · "
+        f"profile {profile.get('name', '?')} ({mask_url(str(profile.get('base_url', '?')))})",
+        highlight=False,
+    )
+    n_jobs = st.n_jobs if st.n_jobs is not None else "?"
+    pending = st.pending if st.pending is not None else "?"
+    retrying = f" (retrying {st.retrying} that failed before this session)" if st.retrying else ""
+    # the console's default highlighting, as this line always had
+    c.print(f"jobs {n_jobs}: done {st.done} · failed {sum(st.failed.values())} · pending {pending}{retrying}")
 
 
 def _broker_lines(manifest: dict[str, Any]) -> list[str]:

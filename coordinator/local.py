@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -68,6 +68,98 @@ def _report(done: Iterable[Future[JobSummary]], on_result: Callable[[JobSummary]
             on_result(f.result())
 
 
+def _job_arguments(
+    provider: Any,
+    stop: threading.Event,
+    on_retry: Callable[[Job, int, str], None] | None,
+    run: Callable[[Job, Any], JobResult] | None,
+    tasks: Any,
+    check_existing: bool,
+    transcripts: bool,
+) -> dict[str, Any]:
+    """perform_job's keyword arguments, the same for every job of the run (api_key: the provider's, to scrub it
+    from failure messages)."""
+    return {
+        "on_retry": on_retry,
+        "run": run,
+        "api_key": getattr(provider, "_key", None),
+        "tasks": tasks,
+        "check_existing": check_existing,
+        "stop": stop,
+        "transcripts": transcripts,
+    }
+
+
+def _catch_sigterm() -> Any:
+    """SIGTERM stops the run as Ctrl-C does; returns the handler it replaced (None off the main thread, where
+    signal handlers cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, sigterm_as_interrupt)
+
+
+def _until(deadline: float) -> float:
+    """How long to wait for a job to finish: half a second at most (on_tick's period), never past `deadline`."""
+    return min(0.5, max(0.0, deadline - time.monotonic()))
+
+
+def _submitter(
+    pool: ThreadPoolExecutor,
+    perform_job: Callable[..., JobSummary],
+    store: tuple[Ledger, Any],
+    clear_failures: Collection[str],
+    call: dict[str, Any],
+) -> Callable[[Job], Future[JobSummary]]:
+    """Submit one job to the pool: perform_job(job, ledger, provider, **call); clear_failure when the job failed
+    in an earlier session."""
+    ledger, provider = store
+
+    def submit(job: Job) -> Future[JobSummary]:
+        return pool.submit(
+            perform_job, job, ledger, provider, clear_failure=job.key in clear_failures, **call
+        )
+
+    return submit
+
+
+def _fill(
+    in_flight: set[Future[JobSummary]],
+    todo: Iterator[Job],
+    room: int,
+    should_stop: Callable[[], bool],
+    submit: Callable[[Job], Future[JobSummary]],
+) -> bool:
+    """Submit jobs until `room` are in flight; True once none is left to submit (all submitted, or stopped).
+    Adds to `in_flight` in place, so a Ctrl-C in the middle still leaves every submitted job in it."""
+    while len(in_flight) < room:
+        job = next(todo, None)
+        if job is None or should_stop():
+            return True
+        in_flight.add(submit(job))
+    return False
+
+
+def _interrupt(
+    in_flight: set[Future[JobSummary]], interrupted: threading.Event, stop: threading.Event, grace: float
+) -> tuple[set[Future[JobSummary]], float]:
+    """A Ctrl-C: the second exits now; the first stops retries, cancels the queued jobs and gives the jobs in
+    flight `grace` seconds. Returns (the jobs still in flight, the deadline)."""
+    if interrupted.is_set():
+        hard_exit(f"second interrupt: exiting now; {len(in_flight)} job(s) in flight are not recorded")
+    interrupted.set()
+    stop.set()
+    # Queued jobs that have not started never start.
+    in_flight = {f for f in in_flight if not f.cancel()}
+    deadline = time.monotonic() + grace
+    print(
+        f"stopping: {len(in_flight)} job(s) in flight get up to {grace:g}s to finish and reach the "
+        "ledger; press Ctrl-C again to exit now",
+        file=sys.stderr,
+        flush=True,
+    )
+    return in_flight, deadline
+
+
 def run_local(
     jobs: Iterable[Job],
     ledger: Ledger,
@@ -93,54 +185,34 @@ def run_local(
     most the `concurrency` running jobs over the cap with queue_factor=1 (no job waits in the pool for a freed
     thread to start it). tasks: worker.taskcheck.RunTasks; on_tick(): twice a second (an outage is shown)."""
     perform_job = _route_grading()  # before any job: code grading may go to the grader queue
-    api_key = getattr(provider, "_key", None)  # to scrub it from failure messages
     stop = getattr(provider, "stopping", None) or threading.Event()
+    call = _job_arguments(provider, stop, on_retry, run, tasks, check_existing, transcripts)
     grace = stop_grace_s() if grace_s is None else grace_s
     todo = iter(jobs)
     in_flight: set[Future[JobSummary]] = set()
-    draining = False
-    interrupted, deadline = threading.Event(), float("inf")
-
-    on_main = threading.current_thread() is threading.main_thread()  # signal handlers need the main thread
-    prev = signal.signal(signal.SIGTERM, sigterm_as_interrupt) if on_main else None
+    draining, interrupted, deadline = False, threading.Event(), float("inf")
+    prev = _catch_sigterm()
     pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="ept-job")
+    submit = _submitter(pool, perform_job, (ledger, provider), clear_failures, call)
     abandoned = 0
     try:
         while True:
             try:
-                # Keep a short queue so an interrupt leaves few jobs to finish.
-                while not draining and len(in_flight) < concurrency * queue_factor:
-                    job = next(todo, None)
-                    if job is None or should_stop():
-                        draining = True
-                        break
-                    in_flight.add(pool.submit(perform_job, job, ledger, provider, on_retry=on_retry, run=run,
-                                              api_key=api_key, clear_failure=job.key in clear_failures, tasks=tasks,
-                                              check_existing=check_existing, stop=stop, transcripts=transcripts))  # fmt: skip
+                if not draining:  # keep a short queue so an interrupt leaves few jobs to finish
+                    draining = _fill(in_flight, todo, concurrency * queue_factor, should_stop, submit)
                 if not in_flight:
                     break
                 if time.monotonic() >= deadline:
                     abandoned = len(in_flight)
                     break
-                timeout = min(0.5, max(0.0, deadline - time.monotonic()))
-                done, in_flight = wait(in_flight, timeout=timeout, return_when=FIRST_COMPLETED)
+                done, in_flight = wait(in_flight, timeout=_until(deadline), return_when=FIRST_COMPLETED)
                 _report(done, on_result)
                 on_tick()
                 if cancel_queued():  # a cap reached: jobs submitted but not started never start
                     draining, in_flight = True, {f for f in in_flight if not f.cancel()}
             except KeyboardInterrupt:
-                if interrupted.is_set():
-                    hard_exit(
-                        f"second interrupt: exiting now; {len(in_flight)} job(s) in flight are not recorded"
-                    )
-                interrupted.set()
                 draining = True
-                stop.set()
-                # Queued jobs that have not started never start.
-                in_flight = {f for f in in_flight if not f.cancel()}
-                deadline = time.monotonic() + grace
-                print(f"stopping: {len(in_flight)} job(s) in flight get up to {grace:g}s to finish and reach the "
-                      "ledger; press Ctrl-C again to exit now", file=sys.stderr, flush=True)  # fmt: skip
+                in_flight, deadline = _interrupt(in_flight, interrupted, stop, grace)
     finally:
         if prev is not None:
             signal.signal(signal.SIGTERM, prev)

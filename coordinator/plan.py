@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -58,7 +57,9 @@ from elo_per_token.contracts.tasks import Task
 from elo_per_token.ledger.store import DEFAULT_LEDGER
 
 if TYPE_CHECKING:  # the bounds in the annotations, resolved by common.checked when a plan is parsed
-    from annotated_types import Ge, Gt, Interval, Predicate
+    from annotated_types import Ge, Gt, Interval, MinLen, Predicate
+
+    from elo_per_token.common.checked import ModelError
 
 Executor = Literal["local", "celery"]
 EXECUTORS: tuple[Executor, ...] = get_args(Executor)
@@ -84,29 +85,13 @@ def valid_run_name(name: str) -> bool:
     return bool(_NAME.match(name))
 
 
-_TOP_FIELDS = {
-    "name",
-    "profile",
-    "suites",
-    "tasks_per_family",
-    "replicates",
-    "seed",
-    "ledger",
-    "executor",
-    "concurrency",
-    "queue",
-    "batch_size",
-    "weights",
-    "arms",
-    "rate_limits",
-    "bootstrap_rounds",
-    "anchor",
-    "max_jobs",
-    "generation",
-    "transcripts",
-    "budget",
-    "adaptive",
-}
+def _run_name_ok(name: str) -> bool:
+    # Names and places are compared and joined as given minus the spaces around them.
+    return valid_run_name(name.strip())
+
+
+def _distinct(values: list[Any]) -> bool:
+    return len(set(values)) == len(values)
 
 
 @dataclass(frozen=True)
@@ -142,15 +127,30 @@ _TEXT = {"must": "a non-empty string"}
 
 
 @dataclass(frozen=True)
-class Plan:
-    """A validated plan. The run settings' annotations (types, bounds) are their check (`_run_settings`, through
-    common.checked); `metadata["must"]` is the rule in the words an error shows. The structure (name, suites,
-    arms, tables) is checked by the functions below."""
+class ArmTable:
+    """One [[arms]] table as written, but its generation settings (checked by contracts.generation): `budget = N`
+    is short for `budgets = [N]`."""
 
-    name: str
-    profile: Annotated[str, Predicate(str.strip)] = field(metadata=_TEXT)
-    suites: tuple[str, ...] = ()
-    arms: tuple[Arm, ...] = ()
+    strategy: Annotated[str, Predicate(str.strip)] = field(metadata=_TEXT)
+    budgets: (
+        Annotated[list[Annotated[int, Interval(ge=1, le=MAX_BUDGET)]], MinLen(1), Predicate(_distinct)] | None
+    ) = field(default=None, metadata={"must": f"a non-empty list of distinct integers in 1..{MAX_BUDGET:,}"})
+    budget: Annotated[int, Interval(ge=1, le=MAX_BUDGET)] | None = field(
+        default=None, metadata={"must": f"an integer in 1..{MAX_BUDGET:,}"}
+    )
+    params: dict[str, Any] = field(default_factory=dict, metadata={"must": "a table of strategy parameters"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    """What names a run and how it runs, declared once for the plan file (`PlanFile`) and the parsed `Plan`: the
+    annotations (types, bounds) are the check (common.checked); `metadata["must"]` is the rule in the words an
+    error shows."""
+
+    name: Annotated[str, Predicate(_run_name_ok)] = field(
+        metadata={"must": "letters, digits, '-', '_' or '.' (it names the run in the ledger)"}
+    )
+    profile: Annotated[str, Predicate(str.strip)] = field(default="default", metadata=_TEXT)
     replicates: Annotated[int, Interval(ge=1, le=MAX_REPLICATES)] = field(
         default=1, metadata={"must": f"an integer in 1..{MAX_REPLICATES:,}"}
     )
@@ -168,16 +168,48 @@ class Plan:
     batch_size: Annotated[int, Interval(ge=1, le=MAX_BATCH_SIZE)] = field(
         default=200, metadata={"must": f"an integer in 1..{MAX_BATCH_SIZE:,}"}
     )
-    weights: dict[str, float] = field(default_factory=dict)
-    rate_limits: dict[str, RateLimit] = field(default_factory=dict)
+    # [weights]: family = weight for the merged Elo (finite: nan or inf would poison it)
+    weights: dict[str, Annotated[float, Ge(0)]] = field(default_factory=dict)
     bootstrap_rounds: Annotated[int, Interval(ge=0, le=MAX_BOOTSTRAP_ROUNDS)] = field(
         default=200, metadata={"must": f"an integer in 0..{MAX_BOOTSTRAP_ROUNDS:,}"}
     )
     anchor: Annotated[str, Predicate(str.strip)] | None = field(default=None, metadata=_TEXT)
-    generation: dict[str, Any] = field(default_factory=dict)  # plan-level generation settings (every arm)
     max_jobs: Annotated[int, Ge(1)] = field(default=DEFAULT_MAX_JOBS, metadata={"must": "an integer >= 1"})
     # Keep each job's transcript (prompts, completions, grader evidence) beside its result; false for private data.
     transcripts: bool = field(default=True, metadata={"must": "true or false"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanFile(RunSettings):
+    """A plan file as written: the run settings, its lists and its tables' shapes (each table's own fields are then
+    checked by its model: ArmTable, RateLimit, Budget, contracts.generation, adaptive.settings)."""
+
+    suites: str | Annotated[list[Annotated[str, Predicate(str.strip)]], MinLen(1)] = field(
+        metadata={
+            "must": "a non-empty list of suite names or files",
+            "missing": "built-in suite names or JSONL files",
+        }
+    )
+    arms: Annotated[list[dict[str, Any]], MinLen(1)] = field(
+        metadata={
+            "must": "a non-empty list of [[arms]] tables",
+            "missing": "[[arms]] tables, each: strategy, budgets",
+        }
+    )
+    rate_limits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    generation: dict[str, Any] = field(default_factory=dict)
+    budget: dict[str, Any] = field(default_factory=dict)
+    adaptive: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan(RunSettings):
+    """A validated plan (`parse_plan`): the run settings plus its suites, arms and tables, checked."""
+
+    suites: tuple[str, ...] = ()
+    arms: tuple[Arm, ...] = ()
+    rate_limits: dict[str, RateLimit] = field(default_factory=dict)
+    generation: dict[str, Any] = field(default_factory=dict)  # plan-level generation settings (every arm)
     max_total_tokens: int | None = None  # [budget] max_tokens: the run's token cap (None: no cap)
     max_cost: float | None = None  # [budget] max_cost: the run's cap in USD
     source: str = "<plan>"
@@ -217,29 +249,27 @@ class _V:
         m = re.match(r"^(\w+)\[(\d+)\]", fieldname)
         nth = int(m.group(2)) if m and table == m.group(1) else 0
         line = toml_line(self.text, key or fieldname.split(".")[-1], table, nth)
+        if line is None:  # an inline table (`weights = { math = -1 }`): the line of its top-level key
+            line = toml_line(self.text, fieldname.split(".")[0].split("[")[0])
         return InputError(msg, file=self.file, line=line, field=fieldname)
 
-    def int_(
-        self,
-        v: Any,
-        name: str,
-        lo: int,
-        table: str | None = None,
-        key: str | None = None,
-        hi: int | None = None,
-    ) -> int:
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise self.err(f"must be an integer, got {type(v).__name__}", name, key, table)
-        if v < lo:
-            raise self.err(f"must be >= {lo}, got {v}", name, key, table)
-        if hi is not None and v > hi:
-            raise self.err(f"must be <= {hi:,}, got {v:,}", name, key, table)
-        return v
+    def checked(self, cls: type, data: Any, where: str = "", table: str | None = None) -> dict[str, Any]:
+        """`data`'s fields checked by `cls` (common.checked); InputError naming the file, line and field. `where`
+        prefixes the field (`arms[1]`), `table` is the TOML table its keys sit in (`arms`, `budget`)."""
+        from elo_per_token.common.checked import ModelError, checked_fields  # pydantic: when a plan is parsed
 
-    def str_(self, v: Any, name: str) -> str:
-        if not isinstance(v, str) or not v.strip():
-            raise self.err("must be a non-empty string", name)
-        return v.strip()
+        try:
+            return checked_fields(cls, data)
+        except ModelError as e:
+            raise self.model_err(e, where, table) from None
+
+    def model_err(self, e: ModelError, where: str = "", table: str | None = None) -> InputError:
+        """A common.checked.ModelError as an InputError at its file, line and field."""
+        fieldname = ".".join(p for p in (where, e.field) if p) or where
+        # A top-level table's key: `weights.math` is `math` in [weights].
+        if table is None and len(e.path) > 1:
+            table = ".".join(e.path[:-1])
+        return self.err(e.message, fieldname, e.path[-1] if e.path else None, table)
 
 
 def parse_plan(text: str, file: str = "<plan>", base_dir: str | Path | None = None) -> Plan:
@@ -264,35 +294,31 @@ def plan_from_raw(raw: dict[str, Any], source: str = "<plan>") -> Plan:
     return _from_raw(raw, source, "", base)
 
 
-# Plan fields that are not scalar run settings: checked by the functions below, or not from the file at all.
-_CHECKED_APART = frozenset({"name", "suites", "arms", "weights", "rate_limits", "generation"})
-_STRUCTURE = _CHECKED_APART | {"max_total_tokens", "max_cost", "source", "raw"}
-
-
 def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | None) -> Plan:
-    # The checks run in the order a reader meets the fields (name, suites, arms, then the run settings), so
-    # a plan with several mistakes always reports the same, first one.
+    # The file's shape and run settings first (PlanFile), then each table's fields in the order a reader meets
+    # them (arms, then the tables), so a plan with several mistakes always reports the same, first one.
     v = _V(file, text)
-    unknown = sorted(set(raw) - _TOP_FIELDS)
-    if unknown:
-        raise v.err(f"unknown field (known: {', '.join(sorted(_TOP_FIELDS))})", unknown[0])
-    name = _name(raw, v)
-    suites = _suites(raw, v, base_dir)
-    arms = _arms(raw, v)
+    values = v.checked(PlanFile, raw)
+    arms = [_arm(a, i, v) for i, a in enumerate(values.pop("arms"))]
     _check_strategies(arms, v)
-    settings = _run_settings(raw, v)
-    weights = _weights(raw, v)
-    limits = _rate_limits(raw, v)
-    plan_gen = _plan_generation(raw, v)
-    budget = _budget(raw, v)
+    _check_distinct_arms(arms, v)
+    suites = _suites(values.pop("suites"), base_dir)
+    limits = {
+        prof: RateLimit(**v.checked(RateLimit, lim, f"rate_limits.{prof}", f"rate_limits.{prof}"))
+        for prof, lim in values.pop("rate_limits").items()
+    }
+    plan_gen = generation.check(
+        values.pop("generation"), lambda msg, k: v.err(msg, f"generation.{k}", key=k, table="generation")
+    )
+    budget = Budget(**v.checked(Budget, values.pop("budget"), "budget", "budget"))
     from elo_per_token.coordinator.adaptive.settings import check_adaptive  # the plan's [adaptive] table
 
-    check_adaptive(raw.get("adaptive"), v)
+    check_adaptive(values.pop("adaptive"), v)
+    # Names and places are compared and joined as given minus the spaces around them.
+    settings: dict[str, Any] = {k: val.strip() if isinstance(val, str) else val for k, val in values.items()}
     return Plan(
-        name=name,
         suites=tuple(suites),
         arms=tuple(arms),
-        weights=weights,
         rate_limits=limits,
         generation=plan_gen,
         max_total_tokens=budget.max_tokens,
@@ -303,133 +329,34 @@ def _from_raw(raw: dict[str, Any], file: str, text: str, base_dir: str | Path | 
     )
 
 
-def _run_settings(raw: dict[str, Any], v: _V) -> dict[str, Any]:
-    """The plan's run settings (profile, replicates, seed, executor, ...), checked by Plan's annotations."""
-    from elo_per_token.common.checked import ModelError, checked_fields  # pydantic: when a plan is parsed
-
-    given = {k: raw[k] for k in raw if k not in _STRUCTURE and k not in ("budget", "adaptive")}
-    try:
-        values = checked_fields(Plan, {"profile": "default", **given}, _STRUCTURE)
-    except ModelError as e:
-        raise v.err(e.message, e.field) from None
-    # Names and places are compared and joined as given minus the spaces around them.
-    return {k: val.strip() if isinstance(val, str) else val for k, val in values.items()}
-
-
-def _name(raw: dict[str, Any], v: _V) -> str:
-    """The run id: required, and safe as a folder/prefix name in the ledger."""
-    if "name" not in raw:
-        raise InputError("missing required field", file=v.file, field="name")
-    name = v.str_(raw["name"], "name")
-    if not _NAME.match(name):
-        raise v.err("must be letters, digits, '-', '_' or '.' (it names the run in the ledger)", "name")
-    return name
-
-
-def _suites(raw: dict[str, Any], v: _V, base_dir: str | Path | None) -> list[str]:
+def _suites(given: str | list[str], base_dir: str | Path | None) -> list[str]:
     """Suite names and files; a relative JSONL file is resolved against the plan file's folder."""
-    suites_raw = raw.get("suites")
-    if suites_raw is None:
-        raise InputError(
-            "missing required field (built-in suite names or JSONL files)", file=v.file, field="suites"
-        )
-    if isinstance(suites_raw, str):
-        suites_raw = [suites_raw]
-    if not isinstance(suites_raw, list) or not suites_raw:
-        raise v.err("must be a non-empty list of suite names or files", "suites")
     base = Path(base_dir) if base_dir else None
     suites = []
-    for s in suites_raw:
-        s = v.str_(s, "suites")
+    for s in [given] if isinstance(given, str) else given:
+        s = s.strip()
         if s.endswith(".jsonl") and base is not None and not Path(s).is_absolute():
             s = str((base / s).resolve())
         suites.append(s)
     return suites
 
 
-def _arms(raw: dict[str, Any], v: _V) -> list[Arm]:
-    arms_raw = raw.get("arms")
-    if not isinstance(arms_raw, list) or not arms_raw:
-        raise InputError("missing or empty [[arms]] (each: strategy, budgets)", file=v.file, field="arms")
-    return [_arm(a, f"arms[{i}]", v) for i, a in enumerate(arms_raw)]
-
-
-def _arm(a: Any, where: str, v: _V) -> Arm:
-    """One [[arms]] table: its strategy, budgets (distinct, bounded), parameters and generation settings."""
-    if not isinstance(a, dict):
-        raise v.err("must be a table", where)
-    extra = sorted(set(a) - {"strategy", "budgets", "budget", "params", *generation.FIELDS})
-    if extra:
-        raise v.err(
-            f"unknown field (known: strategy, budgets, params, {', '.join(generation.FIELDS)})",
-            f"{where}.{extra[0]}",
-        )
-    if "strategy" not in a:
-        raise v.err("missing strategy", f"{where}.strategy", key="strategy", table="arms")
-    strategy = v.str_(a["strategy"], f"{where}.strategy")
-    budgets = a.get("budgets", [a["budget"]] if "budget" in a else None)
-    if not isinstance(budgets, list) or not budgets:
-        raise v.err("must be a non-empty list of integers", f"{where}.budgets", key="budgets", table="arms")
-    budgets = tuple(
-        v.int_(b, f"{where}.budgets", 1, table="arms", key="budgets", hi=MAX_BUDGET) for b in budgets
-    )
-    if len(set(budgets)) != len(budgets):
-        raise v.err("budgets repeat", f"{where}.budgets", key="budgets", table="arms")
-    params = a.get("params", {})
-    if not isinstance(params, dict):
-        raise v.err("must be a table of strategy parameters", f"{where}.params", key="params", table="arms")
-    return Arm(strategy, budgets, dict(params), _arm_gens(a, where, v))
-
-
-def _weights(raw: dict[str, Any], v: _V) -> dict[str, float]:
-    """[weights]: family = a finite weight >= 0 (nan or inf would poison the merged Elo)."""
-    weights: dict[str, float] = {}
-    w_raw = raw.get("weights", {})
-    if not isinstance(w_raw, dict):
-        raise v.err("must be a table family = weight", "weights")
-    for fam, w in w_raw.items():
-        if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0:
-            raise v.err(
-                "must be a finite number >= 0 (not nan or inf)", f"weights.{fam}", key=fam, table="weights"
-            )
-        weights[fam] = float(w)
-    return weights
-
-
-def _rate_limits(raw: dict[str, Any], v: _V) -> dict[str, RateLimit]:
-    """[rate_limits.<profile>]: rpm and/or tpm, positive integers (RateLimit's annotations)."""
-    from elo_per_token.common.checked import ModelError, checked
-
-    limits: dict[str, RateLimit] = {}
-    rl_raw = raw.get("rate_limits", {})
-    if not isinstance(rl_raw, dict):
-        raise v.err("must be a table of [rate_limits.<profile>]", "rate_limits")
-    for prof, lim in rl_raw.items():
-        t = f"rate_limits.{prof}"
-        try:
-            limits[prof] = checked(RateLimit, lim)
-        except ModelError as e:
-            raise v.err(e.message, f"{t}.{e.field}" if e.field else t, table=t, key=e.key or "rpm") from None
-    return limits
-
-
-def _budget(raw: dict[str, Any], v: _V) -> Budget:
-    """[budget]: max_tokens and/or max_cost (Budget's annotations)."""
-    from elo_per_token.common.checked import ModelError, checked
+def _arm(a: dict[str, Any], i: int, v: _V) -> Arm:
+    """One [[arms]] table (ArmTable's annotations): its strategy, budgets, parameters and generation settings."""
+    where = f"arms[{i}]"
+    from elo_per_token.common.checked import ModelError, checked_fields
 
     try:
-        return checked(Budget, raw.get("budget", {}))
+        t = checked_fields(ArmTable, {k: x for k, x in a.items() if k not in generation.FIELDS})
     except ModelError as e:
-        field = f"budget.{e.field}" if e.field else "budget"
-        raise v.err(e.message, field, table="budget", key=e.key or "max_tokens") from None
-
-
-def _plan_generation(raw: dict[str, Any], v: _V) -> dict[str, Any]:
-    """[generation]: settings for every arm, checked by contracts.generation."""
-    gen_raw = raw.get("generation", {})
-    if not isinstance(gen_raw, dict):
-        raise v.err("must be a table of generation settings", "generation")
-    return generation.check(gen_raw, lambda msg, k: v.err(msg, f"generation.{k}", key=k, table="generation"))
+        if e.kind == "extra_forbidden":
+            known = ", ".join(["strategy", "budgets", "params", *generation.FIELDS])
+            e = ModelError(e.path, f"unknown field (known: {known})")
+        raise v.model_err(e, where, "arms") from None
+    budgets = t["budgets"] if t["budgets"] is not None else [t["budget"]] if t["budget"] is not None else None
+    if budgets is None:
+        raise v.err("missing required field (a list of budgets)", f"{where}.budgets", "budgets", "arms")
+    return Arm(t["strategy"].strip(), tuple(budgets), dict(t["params"]), _arm_gens(a, where, v))
 
 
 def _arm_gens(a: dict[str, Any], where: str, v: _V) -> tuple[dict[str, Any], ...]:
@@ -483,6 +410,26 @@ def _check_strategies(arms: list[Arm], v: _V) -> None:
             except InputError as e:
                 key = "budgets" if e.field == "budget_n" else "params"
                 raise v.err(e.message, f"arms[{i}].{key}", key=key, table="arms") from None
+
+
+def _check_distinct_arms(arms: list[Arm], v: _V) -> None:
+    """Two arms with the same label would share every job key (one arm counted twice): named here, at the second
+    arm's table, rather than as a key clash without a line once the tasks are loaded."""
+    from elo_per_token.contracts.jobs import Job
+
+    seen: dict[str, int] = {}
+    for i, a in enumerate(arms):
+        for b in a.budgets:
+            for g in a.gens:
+                job = Job(
+                    run_id="x", task=PROBE_TASK, strategy=a.strategy, budget_n=b, params=dict(a.params), gen=g
+                )
+                if seen.setdefault(job.arm, i) != i:
+                    raise v.err(
+                        f"the same arm as arms[{seen[job.arm]}] ({job.arm}): their jobs would share keys",
+                        f"arms[{i}]",
+                        table="arms",
+                    )
 
 
 def check_job_count(plan: Plan, n_tasks: int) -> int:

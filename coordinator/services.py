@@ -106,14 +106,8 @@ def build_stack(
     of its own) in data_dir."""
     p = ports or free_ports(N_PORTS)
     password, access, secret, sim_key = (secrets.token_hex(16) for _ in range(4))
-    redis = [redis_exe, "--bind", "127.0.0.1", "--port", str(p[0]), "--requirepass", password, "--save", "",
-             "--appendonly", "no", "--dir", str(data_dir / "redis")]  # fmt: skip
-    weed = [
-        weed_exe, "mini", f"-dir={data_dir / 'weed'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-        f"-master.port={p[1]}", f"-volume.port={p[2]}", f"-filer.port={p[3]}", f"-s3.port={p[4]}",
-        f"-s3.port.iceberg={p[5]}", f"-s3.port.lance={p[6]}", f"-admin.port={p[7]}",
-        "-webdav=false", "-admin.ui=false", "-master.telemetry=false",
-    ]  # fmt: skip
+    redis = _redis_argv(redis_exe, p[0], password, data_dir)
+    weed = _weed_argv(weed_exe, p, data_dir)
     creds = {"AWS_ACCESS_KEY_ID": access, "AWS_SECRET_ACCESS_KEY": secret}
     env = {
         "EPT_BROKER_URL": f"redis://:{password}@127.0.0.1:{p[0]}/0",
@@ -134,9 +128,48 @@ def build_stack(
             "EPT_SIM_BASE_URL": sim_url,
             "EPT_WORKER_BASE_URLS": sim_url,
         }
-        sim = [sys.executable, "-c", "from elo_per_token.ept.cli import main; main()", "simulate",
-               "--port", str(p[8]), "--config", str(data_dir / "simulator.toml")]  # fmt: skip
+        sim = _simulator_argv(p[8], data_dir)
     return Stack(redis, weed, {**os.environ, **creds}, env, p[0], p[4], sim, p[8] if simulator else None)
+
+
+def _redis_argv(exe: str, port: int, password: str, data_dir: Path) -> list[str]:
+    """Redis on loopback, with a password, writing nothing to disk (no RDB snapshots, no append-only file)."""
+    options = {
+        "--bind": "127.0.0.1",
+        "--port": str(port),
+        "--requirepass": password,
+        "--save": "",
+        "--appendonly": "no",
+        "--dir": str(data_dir / "redis"),
+    }
+    return [exe, *(word for pair in options.items() for word in pair)]
+
+
+def _weed_argv(exe: str, p: list[int], data_dir: Path) -> list[str]:
+    """`weed mini` bound to loopback on the ports p[1..7] (S3 on p[4]); no WebDAV, admin UI or telemetry."""
+    return [
+        exe,
+        "mini",
+        f"-dir={data_dir / 'weed'}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-master.port={p[1]}",
+        f"-volume.port={p[2]}",
+        f"-filer.port={p[3]}",
+        f"-s3.port={p[4]}",
+        f"-s3.port.iceberg={p[5]}",
+        f"-s3.port.lance={p[6]}",
+        f"-admin.port={p[7]}",
+        "-webdav=false",
+        "-admin.ui=false",
+        "-master.telemetry=false",
+    ]
+
+
+def _simulator_argv(port: int, data_dir: Path) -> list[str]:
+    """`ept simulate` run by this Python interpreter (no `ept` script on PATH needed)."""
+    cli = [sys.executable, "-c", "from elo_per_token.ept.cli import main; main()", "simulate"]
+    return [*cli, "--port", str(port), "--config", str(data_dir / "simulator.toml")]
 
 
 def env_script(stack: Stack) -> str:

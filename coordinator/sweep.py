@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from elo_per_token.contracts.errors import EGRESS_CLASSES, InputError
@@ -11,6 +12,7 @@ from elo_per_token.contracts.jobs import Job
 from elo_per_token.contracts.manifest import profile_prices, weights_option
 from elo_per_token.contracts.tasks import Task
 from elo_per_token.contracts.usage import USAGE_MISSING_HINT
+from elo_per_token.coordinator.local_exec import run_sweep_local
 from elo_per_token.coordinator.plan import Plan
 from elo_per_token.coordinator.sweep_live import LiveTally, existing_keys, progress_bar
 from elo_per_token.coordinator.sweep_tally import (
@@ -72,27 +74,30 @@ def _job_stream(
     return (lambda: iter(listed)), len(listed), tasks
 
 
-def _run_jobs(
-    plan: Plan,
-    executor: str,
-    todo: Iterator[Job],
-    ledger: Ledger,
-    live: LiveTally,
-    had_failure: set[str],
-    *,
-    profile: Profile,
-    base_url: str | None,
-    run: Callable[[Job, Any], JobResult] | None,
-    broker_url: str | None,
-    check_ledger: bool = True,
-) -> bool:
-    """Run `todo` on the chosen executor; False when interrupted or stopped early. check_ledger: each job is
-    looked up in the ledger before its first API call (see execute)."""
+@dataclass(frozen=True)
+class _Session:
+    """How this session runs the run's jobs: execute()'s arguments, resolved (`executor`: the plan's when not
+    given; `check_ledger`: each job is looked up in the ledger before its first API call, see _open_session)."""
+
+    plan: Plan
+    ledger: Ledger
+    profile: Profile
+    executor: str
+    base_url: str | None
+    run: Callable[[Job, Any], JobResult] | None
+    broker_url: str | None
+    check_ledger: bool = True
+
+
+def _run_jobs(session: _Session, todo: Iterator[Job], live: LiveTally, had_failure: set[str]) -> bool:
+    """Run `todo` on the session's executor; False when interrupted or stopped early."""
+    s = session
+    plan, ledger, profile = s.plan, s.ledger, s.profile
     tally = live.tally
     try:
-        if executor == "local":
-            return _run_local(
-                plan, todo, ledger, profile, live, run, had_failure, check_existing=check_ledger
+        if s.executor == "local":
+            return run_sweep_local(
+                plan, todo, ledger, profile, live, s.run, had_failure, check_existing=s.check_ledger
             )
         from elo_per_token.contracts.jobs import CeleryJobContext
         from elo_per_token.coordinator.celery_exec import run_celery
@@ -101,10 +106,10 @@ def _run_jobs(
         cap = tally.cap
         ctx = CeleryJobContext(
             ledger=ledger.url,
-            base_url=base_url,
+            base_url=s.base_url,
             rpm=lim.rpm,
             tpm=lim.tpm,
-            check_ledger=check_ledger,
+            check_ledger=s.check_ledger,
             budget_tokens=cap.token_cap() if cap else None,
             transcripts=plan.transcripts,
         )
@@ -115,7 +120,7 @@ def _run_jobs(
             batch_size=plan.batch_size,
             on_result=live.on_result,
             on_retry=live.on_retry,
-            broker_url=broker_url,
+            broker_url=s.broker_url,
             should_stop=tally.should_stop,
             cancel_when=tally.over_budget,
             notice=lambda msg: live.prog.console.print(f"[yellow]{msg}[/]", highlight=False),
@@ -200,46 +205,30 @@ def _execute_held(
     """execute() with the run's lease held (`lease`: coordinator.runlease.RunLease); `source`: _job_stream's."""
 
     from elo_per_token.analysis.report import make_console
-    from elo_per_token.coordinator.manifest import write_manifest
 
     console = console or make_console(stderr=True)  # progress on stderr; full width in logs too
     executor = executor or plan.executor
     stream, n_jobs, tasks = source
-    manifest = write_manifest(ledger, plan, profile.public_dict(), manifest_jobs or n_jobs, executor, tasks=tasks,
-                              allow_endpoint_change=allow_endpoint_change)  # fmt: skip
-    # A run's first session lists the run before it enqueues anything and no earlier session can have left
-    # jobs queued or running, so none of its jobs can be in the ledger when a worker starts it (short of a
-    # redelivery, which the worker sees): workers skip the check before the first API call and a successful
-    # job costs the ledger one request, the conditional create. A resumed run keeps the check.
-    declare_jobs(ledger, plan, None if jobs is None else list(stream()))
-    check_ledger = len(manifest.get("sessions") or []) > 1
+    listed = None if jobs is None else stream
+    manifest, check_ledger = _open_session(
+        ledger, plan, profile, executor, source, manifest_jobs, allow_endpoint_change, listed
+    )
     tally = Tally(total=n_jobs, cap=budget_cap(plan, manifest, profile.public_dict()), lease_lost=lease.lost)
+    session = _Session(plan, ledger, profile, executor, base_url, run, broker_url, check_ledger)
     t0 = time.monotonic()
-    with progress_bar(console, n_jobs) as prog:
-        # The bar is live from the start: listing a million results takes a while on S3.
-        bar = prog.add_task("listing results", total=n_jobs, detail="")
-        have, had_failure = existing_keys(ledger, plan.run_id, prog, bar)
-        # A given list (`ept retry`, an adaptive round) is part of the run: count its own finished jobs.
-        n_have = len(have) if jobs is None else sum(1 for j in stream() if j.key in have)
-        todo_est = max(0, n_jobs - n_have)
-        tally.total = todo_est
-        prog.update(bar, description="jobs", total=todo_est, detail="")
-        _announce(prog.console, plan, tally, manifest, f"{n_jobs} jobs, {n_have} already in "
-                  f"{ledger.run_url(plan.run_id)}, {todo_est} to run ({executor})")  # fmt: skip
-        live = LiveTally(tally, prog, bar, on_note=lease.set_note)  # `ept status` shows the note too
-        completed = tally.over_budget() is False and _run_jobs(
-            plan, executor, live.todo(stream, have), ledger, live, had_failure, profile=profile, base_url=base_url,
-            run=run, broker_url=broker_url, check_ledger=check_ledger)  # fmt: skip
-        if completed and live.counted != tally.total:
-            tally.total = live.counted  # results outside the plan (or a partial plan) made the estimate off
-            prog.update(bar, total=live.counted)
-        live.refresh()
+    completed, have, n_have, counted = _run_session(session, console, source, listed, tally, manifest, lease)
     out = SweepOutcome(
-        run_id=plan.run_id, ledger_url=ledger.url, run_url=ledger.run_url(plan.run_id), n_jobs=n_jobs,
-        already_done=n_jobs - live.counted if completed else n_have, tally=tally,
-        elapsed_s=time.monotonic() - t0, completed=completed, profile_name=getattr(profile, "name", None),
+        run_id=plan.run_id,
+        ledger_url=ledger.url,
+        run_url=ledger.run_url(plan.run_id),
+        n_jobs=n_jobs,
+        already_done=n_jobs - counted if completed else n_have,
+        tally=tally,
+        elapsed_s=time.monotonic() - t0,
+        completed=completed,
+        profile_name=getattr(profile, "name", None),
         rerun_hint=rerun_hint,
-    )  # fmt: skip
+    )
     record_session(ledger, plan.run_id, out)
     # Also when this session ran nothing but results exist: an earlier session stopped before compacting.
     if compact and (completed or out.stopped_for_budget) and (tally.done or have):
@@ -248,6 +237,74 @@ def _execute_held(
         out.analysis, out.analysis_error = analyze_run(plan, ledger)
         _mark_missing(out, {str(t["family"]) for t in tasks})
     return out
+
+
+def _open_session(
+    ledger: Ledger,
+    plan: Plan,
+    profile: Profile,
+    executor: str,
+    source: tuple[Callable[[], Iterator[Job]], int, list[Task]],
+    manifest_jobs: int | None,
+    allow_endpoint_change: bool,
+    listed: Callable[[], Iterator[Job]] | None,
+) -> tuple[dict[str, Any], bool]:
+    """Write the manifest (this session added) and declare the jobs; (the manifest, check_ledger).
+    `listed`: the stream of a given list of jobs (None: the plan's jobs, streamed)."""
+    from elo_per_token.coordinator.manifest import write_manifest
+
+    _, n_jobs, tasks = source
+    manifest = write_manifest(
+        ledger,
+        plan,
+        profile.public_dict(),
+        manifest_jobs or n_jobs,
+        executor,
+        tasks=tasks,
+        allow_endpoint_change=allow_endpoint_change,
+    )
+    # A run's first session lists the run before it enqueues anything and no earlier session can have left
+    # jobs queued or running, so none of its jobs can be in the ledger when a worker starts it (short of a
+    # redelivery, which the worker sees): workers skip the check before the first API call and a successful
+    # job costs the ledger one request, the conditional create. A resumed run keeps the check.
+    declare_jobs(ledger, plan, None if listed is None else list(listed()))
+    return manifest, len(manifest.get("sessions") or []) > 1
+
+
+def _run_session(
+    session: _Session,
+    console: Console,
+    source: tuple[Callable[[], Iterator[Job]], int, list[Task]],
+    listed: Callable[[], Iterator[Job]] | None,
+    tally: Tally,
+    manifest: dict[str, Any],
+    lease: Any,
+) -> tuple[bool, set[str], int, int]:
+    """List the results the run has, announce the session and run the rest under a progress bar.
+    Returns (completed, the keys already in the ledger, how many of this session's jobs those are, the jobs
+    counted as done)."""
+    plan, ledger = session.plan, session.ledger
+    stream, n_jobs, _ = source
+    with progress_bar(console, n_jobs) as prog:
+        # The bar is live from the start: listing a million results takes a while on S3.
+        bar = prog.add_task("listing results", total=n_jobs, detail="")
+        have, had_failure = existing_keys(ledger, plan.run_id, prog, bar)
+        # A given list (`ept retry`, an adaptive round) is part of the run: count its own finished jobs.
+        n_have = len(have) if listed is None else sum(1 for j in stream() if j.key in have)
+        todo_est = max(0, n_jobs - n_have)
+        tally.total = todo_est
+        prog.update(bar, description="jobs", total=todo_est, detail="")
+        where = ledger.run_url(plan.run_id)
+        what = f"{n_jobs} jobs, {n_have} already in {where}, {todo_est} to run ({session.executor})"
+        _announce(prog.console, plan, tally, manifest, what)
+        live = LiveTally(tally, prog, bar, on_note=lease.set_note)  # `ept status` shows the note too
+        todo = live.todo(stream, have)
+        completed = tally.over_budget() is False and _run_jobs(session, todo, live, had_failure)
+        if completed and live.counted != tally.total:
+            tally.total = live.counted  # results outside the plan (or a partial plan) made the estimate off
+            prog.update(bar, total=live.counted)
+        live.refresh()
+    return completed, have, n_have, live.counted
 
 
 def _mark_missing(out: SweepOutcome, planned: set[str]) -> None:
@@ -346,72 +403,6 @@ def compact_note(ledger: Ledger, run_id: str) -> str | None:
     return f"compacted {res.jobs} job objects into {', '.join(res.segments) or 'no new segment'}"
 
 
-def _run_local(
-    plan: Plan,
-    todo: Iterable[Job],
-    ledger: Ledger,
-    profile: Profile,
-    live: LiveTally,
-    run: Callable[[Job, Any], JobResult] | None,
-    had_failure: Collection[str] = frozenset(),
-    check_existing: bool = True,
-) -> bool:
-    from elo_per_token.egress.client import ProviderClient
-    from elo_per_token.worker.ratelimit import Limits, make_rate_limiter
-
-    if not profile.api_key():
-        raise InputError(
-            f"environment variable {profile.api_key_env} is not set (profile {profile.name!r} reads the key "
-            "from it; `ept doctor` checks the whole setup)",
-            field="profile",
-        )
-    lim = plan.limits_for(profile.name)
-    limiter = make_rate_limiter(profile.name, Limits(lim.rpm or profile.rpm, lim.tpm or profile.tpm))
-    provider = ProviderClient(profile, rate_limiter=limiter)
-    live.weather_note = provider.outage.describe
-    try:
-        return _run_with(todo, ledger, provider, plan, live, run, had_failure, check_existing)
-    finally:
-        live.weather_note = lambda: None
-        live.tally.weather = provider.weather()
-
-
-def _run_with(
-    todo: Any,
-    ledger: Ledger,
-    provider: Any,
-    plan: Plan,
-    live: LiveTally,
-    run: Any,
-    had_failure: Collection[str],
-    check_existing: bool,
-) -> bool:
-    """run_local with the sweep's settings, over the provider client made for it; each job's task is checked
-    against the run's record (worker.taskcheck), as a Celery worker checks it."""
-    from elo_per_token.coordinator.local import run_local
-    from elo_per_token.worker.taskcheck import RunTasks
-
-    tally = live.tally
-    return run_local(
-        todo,
-        ledger,
-        provider,
-        concurrency=plan.concurrency,
-        on_result=live.on_result,
-        on_retry=live.on_retry,
-        should_stop=tally.should_stop,
-        run=run,
-        clear_failures=had_failure,
-        check_existing=check_existing,
-        cancel_queued=tally.over_budget,
-        queue_factor=1 if tally.cap is not None else 2,
-        on_abandon=lambda n: setattr(tally, "abandoned", n),
-        transcripts=plan.transcripts,
-        tasks=RunTasks(),
-        on_tick=live.refresh,
-    )
-
-
 def plan_analysis_options(plan: Plan) -> AnalysisOptions:
     """The analysis settings of a run's table (its plan's weights, anchor, bootstrap rounds and seed). `ept report
     RUN` starts from the same settings, so the HTML page and the terminal table show the same intervals."""
@@ -444,8 +435,45 @@ def analyze_run(
 
 
 def print_summary(out: SweepOutcome, console: Console) -> None:
+    """The session's summary: what ran and what it spent, why it stopped, the failures, then the Elo table (or
+    why there is none).
+
+    Args:
+        out: the session's outcome (execute()).
+        console: where to print.
+    """
     from rich.markup import escape  # keys and messages carry task/family names: text, not markup
 
+    t = out.tally
+    _print_totals(out, console)
+    if out.compact_note:
+        console.print(out.compact_note, highlight=False)
+    _print_stop(out, console)
+    if t.lost:
+        shown = ", ".join(f"{cls} {n}" for cls, n in sorted(t.lost.items()))
+        console.print(
+            f"{sum(t.lost.values())} job(s) failed for a reason of the strategy on the task ({shown}): scored as "
+            "losses with their tokens, not retried",
+            highlight=False,
+        )
+    if t.abandoned:
+        console.print(
+            f"[yellow]{t.abandoned} job(s) were still running when the stop's grace period ended[/]: "
+            "their calls are not recorded; a rerun runs them again"
+        )
+    if t.failures:
+        _print_failures(out, console)
+    if out.analysis is not None:
+        from elo_per_token.analysis.report import print_report
+
+        print_report(out.analysis, console)
+    elif out.analysis_error:
+        console.print(f"[yellow]no Elo table:[/] {escape(out.analysis_error)}", highlight=False)
+
+
+def _print_totals(out: SweepOutcome, console: Console) -> None:
+    """The session's totals (jobs, calls, tokens, time), the provider's weather, the spend on failed attempts,
+    the ledger, and the token counts that are estimates or missing."""
     t = out.tally
     console.print(
         f"\n[bold]run {out.run_id}[/] · {out.n_jobs} jobs: {out.already_done} already done, "
@@ -456,8 +484,11 @@ def print_summary(out: SweepOutcome, console: Console) -> None:
     if (line := weather_line(t.weather)) is not None:
         console.print(line, highlight=False)
     if t.spent_calls:
-        console.print(f"of which {t.spent_calls} calls · {t.spent_tokens:,} tokens on failed attempts (recorded in "
-                      "the run's spent/ objects; `ept analyze` lists them per arm)", highlight=False)  # fmt: skip
+        console.print(
+            f"of which {t.spent_calls} calls · {t.spent_tokens:,} tokens on failed attempts (recorded in "
+            "the run's spent/ objects; `ept analyze` lists them per arm)",
+            highlight=False,
+        )
     console.print(f"ledger: {out.run_url}", highlight=False)
     if t.est_tokens:
         console.print(
@@ -471,8 +502,12 @@ def print_summary(out: SweepOutcome, console: Console) -> None:
         console.print(
             f"[yellow]usage missing[/]: {t.calls} calls and 0 tokens — {USAGE_MISSING_HINT}", highlight=False
         )
-    if out.compact_note:
-        console.print(out.compact_note, highlight=False)
+
+
+def _print_stop(out: SweepOutcome, console: Console) -> None:
+    """Why the session stopped before its last job (failing credentials, the budget, an interrupt) and how to
+    go on; nothing when it finished."""
+    t = out.tally
     if out.stopped_for_egress:
         console.print(
             f"[red]stopped[/]: {EGRESS_ABORT_AFTER} credential/endpoint failures in a row — fix the profile "
@@ -490,24 +525,6 @@ def print_summary(out: SweepOutcome, console: Console) -> None:
         console.print(
             "[yellow]interrupted or stopped early[/]: rerun the same command to resume (finished jobs are skipped)"
         )
-    if t.lost:
-        shown = ", ".join(f"{cls} {n}" for cls, n in sorted(t.lost.items()))
-        console.print(
-            f"{sum(t.lost.values())} job(s) failed for a reason of the strategy on the task ({shown}): scored as "
-            "losses with their tokens, not retried",
-            highlight=False,
-        )
-    if t.abandoned:
-        console.print(f"[yellow]{t.abandoned} job(s) were still running when the stop's grace period ended[/]: "
-                      "their calls are not recorded; a rerun runs them again")  # fmt: skip
-    if t.failures:
-        _print_failures(out, console)
-    if out.analysis is not None:
-        from elo_per_token.analysis.report import print_report
-
-        print_report(out.analysis, console)
-    elif out.analysis_error:
-        console.print(f"[yellow]no Elo table:[/] {escape(out.analysis_error)}", highlight=False)
 
 
 def _print_failures(out: SweepOutcome, console: Console) -> None:

@@ -202,6 +202,19 @@ def declared_or_why(
         return (
             "the run declares no keys (written by another tool or an older ept; `ept compact` records them)"
         )
+    from elo_per_token.ledger.memo import remember
+
+    # Declarations are named by a digest of their content: within a read_once() scope they are read once.
+    return remember(
+        ("declared", ledger.url, run_id, tuple(decls)), lambda: _read_declared(ledger, run_id, decls)
+    )
+
+
+def _read_declared(
+    ledger: Ledger, run_id: str, decls: list[str]
+) -> tuple[pl.Series, dict[str, int] | None] | str:
+    """The keys of the declarations `decls` (names under the run) and the sizes their `listed-` records
+    noted, or why they cannot be used."""
     parts: list[pl.Series] = []
     seen: dict[str, int] | None = None
     for n in decls:
@@ -299,9 +312,10 @@ def tail_or_why(
         logged = new_keys(ledger, run_id, seen)
         if isinstance(logged, str):
             return logged
-        logged_now = pl.Series("job_key", logged, dtype=pl.String).unique().to_frame()
-        newer = logged_now.join(index.select("job_key"), on="job_key", how="anti")["job_key"].to_list()
-    missing = declared.to_frame("job_key").join(index.select("job_key"), on="job_key", how="anti")
+        if logged:  # (an anti-join against a million keys costs 0.1 s even when nothing was logged)
+            logged_now = pl.Series("job_key", logged, dtype=pl.String).unique().to_frame()
+            newer = logged_now.join(index.select("job_key"), on="job_key", how="anti")["job_key"].to_list()
+    missing = _unindexed(declared, index)
     if missing.height + len(newer) > probe_limit(declared.len()):
         return f"{missing.height + len(newer)} known keys are not compacted (a listing is cheaper than probing them)"
     try:
@@ -310,6 +324,24 @@ def tail_or_why(
     except InputError as e:  # a name another tool gave an object that is no job key ept could probe
         return f"a recorded key cannot be probed ({e})"
     return there
+
+
+def _unindexed(declared: pl.Series, index: pl.DataFrame) -> pl.DataFrame:
+    """The declared keys no segment holds (`job_key`). An anti-join of a million keys against a million:
+    within a read_once() scope it is done once per (declarations, index) pair, the memo holding both
+    frames (so their ids name them while it lives)."""
+    from elo_per_token.ledger.memo import remember
+
+    def compute() -> tuple[pl.Series, pl.DataFrame, pl.DataFrame]:
+        keys = index["job_key"]
+        if keys.len() == declared.len() and (keys == declared).all():
+            # The common case, a run compacted once: its record and its index name the same keys in the same
+            # (sorted) order; comparing them costs a tenth of the join.
+            return declared, index, declared.clear().to_frame("job_key")
+        got = declared.to_frame("job_key").join(index.select("job_key"), on="job_key", how="anti")
+        return declared, index, got
+
+    return remember(("unindexed", id(declared), id(index)), compute)[2]
 
 
 def unindexed_keys(

@@ -193,12 +193,52 @@ def _valid_tools(tools: Any) -> bool:
 
 
 def _answer(
-    request: web.Request, state: SimState, body: dict[str, Any], meta: dict[str, str], k: int, fault: str,
-    anthropic: bool, responses: bool,
-) -> web.Response:  # fmt: skip
+    request: web.Request,
+    state: SimState,
+    body: dict[str, Any],
+    meta: dict[str, str],
+    k: int,
+    fault: str,
+    anthropic: bool,
+    responses: bool,
+) -> web.Response:
     """Ask the brain for the request's choices and answer in the route's format."""
     cfg = state.config
     model = body["model"]
+    read = _read_request(body, anthropic)
+    if isinstance(read, web.Response):  # a bad `n` or `tools`: the 400 a provider answers
+        return read
+    messages, tools, system, n = read
+    gen = _generation(request, state, body, k)
+    seed, max_tokens = gen.pop("seed"), gen.pop("max_tokens")
+    p_tok = prompt_tokens(
+        [m for m in messages if m.get("role") != "system"] if anthropic else messages, tools, system
+    )
+    if cfg.context_length and (fault == "context_length" or p_tok + (max_tokens or 0) > cfg.context_length):
+        return context_error(cfg.context_length, p_tok, max_tokens, anthropic)
+    if cfg.context_length:
+        # No max_tokens: the reply can only use what the context leaves (llama.cpp's n_ctx).
+        max_tokens = max_tokens or max(1, cfg.context_length - p_tok)
+    n_out = 1 if (fault == "fewer_choices" or cfg.ignore_n) and n > 1 else n
+    degrade = cfg.degrade.get(meta.get("Arm", ""), 0.0)
+    try:
+        replies = _replies(state, (messages, tools, model, meta), degrade, max_tokens, gen, seed, n_out)
+    except Exception as e:
+        log.exception("brain failed")
+        return error_response(
+            500, f"simulator brain error: {type(e).__name__}", "server_error", None, anthropic
+        )
+    c_toks = [completion_tokens(r) for r in replies]
+    state.tokens["prompt_tokens"] += p_tok
+    state.tokens["completion_tokens"] += sum(c_toks)
+    return _render(state, body, messages, tools, replies, p_tok, c_toks, seed, k, fault, anthropic, responses)
+
+
+def _read_request(
+    body: dict[str, Any], anthropic: bool
+) -> tuple[list[dict[str, Any]], Any, str, int] | web.Response:
+    """(messages, tools, system, n) of the request in OpenAI's shape (Anthropic's: converted, one choice), or
+    the 400 answer for an `n` outside 1..128 or malformed `tools`."""
     if anthropic:
         messages, tools, system = anthropic_to_openai(body)
         n = 1
@@ -210,35 +250,37 @@ def _answer(
                 400, "'n' must be an integer in 1..128", "invalid_request_error", None, anthropic
             )
     if not _valid_tools(tools):
-        return error_response(400, "'tools' must be a list of objects with a string function name",
-                              "invalid_request_error", None, anthropic)  # fmt: skip
-    gen = _generation(request, state, body, k)
-    seed, max_tokens = gen.pop("seed"), gen.pop("max_tokens")
-    p_tok = prompt_tokens(
-        [m for m in messages if m.get("role") != "system"] if anthropic else messages, tools, system
-    )
-    if cfg.context_length and (fault == "context_length" or p_tok + (max_tokens or 0) > cfg.context_length):
-        return context_error(cfg.context_length, p_tok, max_tokens, anthropic)
-    if (
-        cfg.context_length
-    ):  # no max_tokens: the reply can only use what the context leaves (llama.cpp's n_ctx)
-        max_tokens = max_tokens or max(1, cfg.context_length - p_tok)
-    n_out = 1 if (fault == "fewer_choices" or cfg.ignore_n) and n > 1 else n
-    degrade = cfg.degrade.get(meta.get("Arm", ""), 0.0)
-    try:
-        replies = [state.brain.respond(BrainRequest(messages=messages, seed=derive_seed(seed, i), tools=tools,
-                                                    model=model, meta=meta, degrade=degrade, max_tokens=max_tokens,
-                                                    **gen))
-                   for i in range(n_out)]  # fmt: skip
-    except Exception as e:
-        log.exception("brain failed")
-        return error_response(
-            500, f"simulator brain error: {type(e).__name__}", "server_error", None, anthropic
+        message = "'tools' must be a list of objects with a string function name"
+        return error_response(400, message, "invalid_request_error", None, anthropic)
+    return messages, tools, system, n
+
+
+def _replies(
+    state: SimState,
+    conversation: tuple[list[dict[str, Any]], Any, str, dict[str, str]],
+    degrade: float,
+    max_tokens: int | None,
+    gen: dict[str, Any],
+    seed: int,
+    n_out: int,
+) -> list[BrainReply]:
+    """The brain's `n_out` replies to (messages, tools, model, meta), choice i seeded derive_seed(seed, i)."""
+    messages, tools, model, meta = conversation
+    return [
+        state.brain.respond(
+            BrainRequest(
+                messages=messages,
+                seed=derive_seed(seed, i),
+                tools=tools,
+                model=model,
+                meta=meta,
+                degrade=degrade,
+                max_tokens=max_tokens,
+                **gen,
+            )
         )
-    c_toks = [completion_tokens(r) for r in replies]
-    state.tokens["prompt_tokens"] += p_tok
-    state.tokens["completion_tokens"] += sum(c_toks)
-    return _render(state, body, messages, tools, replies, p_tok, c_toks, seed, k, fault, anthropic, responses)
+        for i in range(n_out)
+    ]
 
 
 def _render(

@@ -36,10 +36,10 @@ def read_run(
     expected, skipped = taskcheck.expected_digests(led, run, skip_bad=skip_bad)
     committed = [] if src.objects_only else segment_state(led, run).committed
     raw = read_index(led, run, committed, dedupe=False)
-    # In segment order: the lowest number holds a key. (A window over a million job keys took 8 s.)
-    first = raw["job_key"].is_first_distinct()
-    index = raw.filter(first)
-    dups = raw.filter(~first)
+    # In segment order: the lowest number holds a key. (A window over a million job keys took 8 s.) The
+    # deduplicated index is the one the run's state was measured with (`ept analyze` reads it once).
+    index = read_index(led, run, committed)
+    dups = raw.filter(~raw["job_key"].is_first_distinct()) if raw.height != index.height else raw.clear()
     # The objects no segment holds: from the run's declared key space when it is safe, else by listing.
     tail, _ = unindexed_keys(led, run, index)
     parts: list[pl.DataFrame] = []

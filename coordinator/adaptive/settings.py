@@ -123,14 +123,13 @@ def margin_arg(value: str, flag: str) -> float | None:
         raise ValueError(f'{flag}: must be "auto" or a number, got {value!r}') from None
 
 
-def check_adaptive(table: Any, v: Any) -> None:
-    """Validate a plan's `[adaptive]` table (v: plan._V, so errors name file, line and field)."""
+def check_adaptive(table: dict[str, Any] | None, v: Any) -> None:
+    """Validate a plan's `[adaptive]` table, a table or None (plan.PlanFile checked that); v: plan._V, so errors
+    name file, line and field."""
     from elo_per_token.common.checked import ModelError
 
     if table is None:
         return
-    if not isinstance(table, dict):
-        raise v.err("must be a table: [adaptive]", "adaptive")
     try:
         settings_from_table(table, 0)
     except ModelError as e:

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from test_compare import write_ledger_run
 
 from elo_per_token.analysis.html_gather import failures_by_class
-from elo_per_token.analysis.runcache import MAX_ENTRY_BYTES, AnalysisEntry, DiskCache
+from elo_per_token.analysis.runcache import FRAME_IPC_BYTES, MAX_ENTRY_BYTES, AnalysisEntry, DiskCache
+from elo_per_token.contracts.errors import InputError
 from elo_per_token.ledger import FileLedger
 from elo_per_token.ledger.segments import compact_run
 from elo_per_token.viewer.store import Store
@@ -151,3 +152,73 @@ def test_hostile_cache_entries_are_misses(tmp_path_factory, data: bytes, cut: in
         assert not isinstance(got, AnalysisEntry)
     elif kind != "garbage" or got is None:
         assert got is None
+
+
+@pytest.mark.parametrize("how", [("--no-cache",), ("EPT_ANALYZE_CACHE", "0"), ("EPT_ANALYZE_CACHE", "off")])
+def test_the_opt_out_stores_no_entry(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: tuple[str, ...]
+) -> None:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("EPT_VIEW_CACHE", str(cache))
+    args = ["analyze", str(run / "runs" / "r"), "--rounds", "0", "--out", str(tmp_path / "o")]
+    if how[0].startswith("EPT_"):
+        monkeypatch.setenv(how[0], how[1])
+    else:
+        args.append(how[0])
+    res = run_ept(*args)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "o" / "arms.csv").is_file()
+    assert not cache.exists() or list(cache.iterdir()) == []
+    monkeypatch.delenv("EPT_ANALYZE_CACHE", raising=False)
+    assert run_ept("analyze", str(run / "runs" / "r"), "--rounds", "0").returncode == 0
+    assert len(_entries(cache)) == 1  # the same command without the opt-out stores one
+
+
+@settings(max_examples=10, deadline=None)
+@given(value=st.text(min_size=1, max_size=40).filter(lambda v: v.strip().lower() not in _BOOL_WORDS))
+def test_a_bad_opt_out_value_is_a_named_error(value: str) -> None:
+    """EPT_ANALYZE_CACHE set to anything but a boolean word: an error naming the variable, no traceback."""
+    if "\0" in value:
+        return  # an environment value cannot hold NUL
+    from elo_per_token.contracts.settings import read_bool
+
+    with pytest.raises(InputError) as e:
+        bounded(lambda: read_bool("EPT_ANALYZE_CACHE", {"EPT_ANALYZE_CACHE": value}), time_s=1, memory_mb=8)
+    assert e.value.field == "EPT_ANALYZE_CACHE"
+
+
+_BOOL_WORDS = ("", "1", "true", "yes", "on", "0", "false", "no", "off")
+
+_CELLS = st.one_of(st.none(), st.text(max_size=12), st.sampled_from(["", "\u2028", "é", "\x00", "a" * 300]))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    cells=st.lists(_CELLS, max_size=40),
+    nums=st.lists(st.one_of(st.none(), st.floats(allow_nan=True)), max_size=40),
+    big=st.booleans(),
+)
+def test_frames_in_an_entry_come_back_exact_and_small(tmp_path_factory, cells, nums, big: bool) -> None:
+    """A stored entry's frames, degenerate (empty, nulls, NaN, odd text) or large, load back equal with
+    their dtypes (categoricals included); a large one is stored compressed (the 1M-job records frame was
+    830 MB as polars pickles it), in bounded time and memory."""
+    import polars as pl
+
+    folder = tmp_path_factory.mktemp("cache")
+    cache = DiskCache(folder)
+    n = max(len(cells), len(nums))
+    small = pl.DataFrame(
+        {
+            "c": pl.Series(cells + [None] * (n - len(cells)), dtype=pl.String).cast(pl.Categorical),
+            "x": pl.Series(nums + [None] * (n - len(nums)), dtype=pl.Float64),
+        }
+    )
+    frame = pl.concat([small] * (1 + 40_000 // max(n, 1))) if big and n else small
+    value = {"frames": [frame, frame.head(0)], "other": [1, "two"]}
+    bounded(lambda: cache.save("k", value), time_s=10, memory_mb=64)
+    back = bounded(lambda: cache.load("k"), time_s=10, memory_mb=64)
+    assert back["other"] == [1, "two"]
+    for got, want in zip(back["frames"], value["frames"], strict=True):
+        assert got.schema == want.schema and got.equals(want)
+    if frame.estimated_size() > FRAME_IPC_BYTES:
+        assert (folder / "k.pickle").stat().st_size < frame.estimated_size() / 4

@@ -75,7 +75,8 @@ ALLOWED: dict[str, dict[str, str]] = {
     },
     "viewer/store.py": {"EPT_VIEW_PAGE_BUDGET_S": "server_store: read once when `ept view` builds its store"},
     "analysis/runcache.py": {
-        "EPT_VIEW_CACHE": "default_cache_dir(): the default of the cache_dir a Store / `ept analyze` is given"
+        "EPT_VIEW_CACHE": "default_cache_dir(): the default of the cache_dir a Store / `ept analyze` is given",
+        "EPT_ANALYZE_CACHE": "analyze_cache_on(): read once per `ept analyze`, as its --no-cache",
     },
     "analysis/imports/inspect_log.py": {
         "EPT_MAX_IMPORT_MB": "a documented per-call size cap: checked for each log file `ept import` opens"

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import FrozenInstanceError, dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import pytest
+from annotated_types import Interval
+from bounds import bounded
 from fixtures_sim import SIM_KEY
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.contracts.jobs import Job
@@ -55,20 +59,29 @@ def test_bad_parameters_fail_with_the_field(strategy, params, message):
     assert e.value.field == "params" and message in e.value.message
 
 
-def test_a_parameter_type_the_checks_do_not_know_fails_when_the_strategy_is_defined():
+def test_any_declared_parameter_type_is_checked_by_the_model_and_params_must_be_frozen():
+    """The parameters' model (common.checked) checks whatever the dataclass declares: a bounded float, a Literal, a
+    str (the hand checks knew int, str and Literal only and refused the rest); a mutable dataclass still fails
+    when the strategy is defined."""
+
     def run(ctx: JobContext) -> StrategyResult:
         return StrategyResult(None)
 
     @dataclass(frozen=True)
     class Floaty:
-        temperature: float = 0.5
+        temperature: Annotated[float, Interval(ge=0, le=2)] = 0.5
 
     @dataclass
     class Mutable:
         k: int = 1
 
-    with pytest.raises(TypeError, match="not supported"):
-        Strategy("floaty", run, budget_meaning="n", params=Floaty)
+    s = Strategy("floaty", run, budget_meaning="n", params=Floaty)
+    assert s.check(Job("r", TASK, "floaty", 1, params={"temperature": 1})) == Floaty(1.0)
+    for bad, shown in ((3, "got 3"), ("hot", "got 'hot'"), (float("nan"), "got nan")):
+        with pytest.raises(InputError) as e:
+            s.check(Job("r", TASK, "floaty", 1, params={"temperature": bad}))
+        assert e.value.field == "params" and "parameter 'temperature'" in e.value.message
+        assert shown in e.value.message
     with pytest.raises(TypeError, match="frozen dataclass"):
         Strategy("mutable", run, budget_meaning="n", params=Mutable)
 
@@ -110,3 +123,53 @@ def test_tree_search_runs_with_the_checked_parameters(sim):
     nodes = sum(level_sizes(2, 2, 1))
     assert Counter(c.role for c in res.calls) == {"search_node": nodes, "verifier": nodes} and res.ok
     assert res.outcome.grader["strategy"]["levels"] == [2, 2]
+
+
+SECRET = "sk-secret-ABCDEFGH1234"
+_param_values = st.recursive(
+    st.one_of(
+        st.integers(-(2**70), 2**70),
+        st.sampled_from([0, 1, 64, 65, 10**400, True, "auto", "tests", "", SECRET]),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.booleans(),
+        st.text(max_size=12),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    strategy=st.sampled_from(sorted(STRATEGIES)),
+    params=st.dictionaries(
+        st.one_of(st.sampled_from(["depth", "beam", "verifier"]), st.text(max_size=6)),
+        _param_values,
+        max_size=3,
+    ),
+)
+def test_hostile_parameters_are_typed_or_refused_naming_the_parameter_and_value(strategy, params):
+    """Any parameters a plan or a broker message carries: the strategy's typed, bounded dataclass, or an InputError
+    (field `params`) naming the strategy, the parameter and, when short, the value refused (the hand checks never
+    showed it); never a pasted key, never another exception; bounded CPU time and memory."""
+    s = STRATEGIES[strategy]
+    budget = s.fixed_budget or 2
+    try:
+        got = bounded(
+            lambda: s.check(Job("r", TASK, strategy, budget, params=params)), time_s=2, memory_mb=32
+        )
+    except InputError as e:
+        assert e.field == "params" and e.message.startswith(f"strategy '{strategy}' "), e
+        assert SECRET not in e.message and len(e.message) < 500, e
+        bad = next(k for k in params if f"'{k}'" in e.message)
+        value = params[bad]
+        if "has no parameter" not in e.message and isinstance(value, int) and abs(value) < 10**6:
+            assert f"got {value}" in e.message, e
+    else:
+        assert isinstance(got, s.params)
+        for k, v in params.items():
+            assert getattr(got, k) == v and type(getattr(got, k)) is type(v)
+        if isinstance(got, TreeSearchParams):
+            assert 1 <= got.depth <= MAX_INT_PARAM and 1 <= got.beam <= MAX_INT_PARAM

@@ -10,9 +10,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields, is_dataclass
-from functools import cached_property
-from typing import Any, Generic, Literal, get_args, get_origin, get_type_hints
+from dataclasses import dataclass, field, is_dataclass
+from typing import Any, Generic
 
 from typing_extensions import TypeVar  # TypeVar defaults (PEP 696, used by Strategy) before Python 3.13
 
@@ -35,6 +34,9 @@ SAMPLE_TEMPERATURE = 0.7  # for n > 1 samples: diverse enough to vote or rerank;
 DEFAULT_CONCURRENCY = 8
 MAX_TOOL_STEPS = 4  # agent-loop turns per tool-use episode (tool calls + the final answer)
 MAX_INT_PARAM = 64  # e.g. tree depth/beam: calls grow with their product, so a plan's 10^9 must fail up front
+INT_PARAM = {
+    "must": f"an integer in 1..{MAX_INT_PARAM}"
+}  # the rule in words, for a strategy's integer parameter
 
 
 @dataclass
@@ -285,25 +287,15 @@ class NoParams:
 P = TypeVar("P", default=NoParams)
 
 
-def _param_rule(hint: Any) -> tuple[str, tuple[str, ...]]:
-    """('int', ()) | ('str', ()) | ('choice', allowed values) for a parameter field's type hint."""
-    if hint is int:
-        return "int", ()
-    if hint is str:
-        return "str", ()
-    if get_origin(hint) is Literal and all(isinstance(a, str) for a in get_args(hint)):
-        return "choice", get_args(hint)
-    raise TypeError(f"strategy parameter type {hint!r} is not supported (int, str or Literal of strings)")
-
-
 @dataclass(frozen=True)
 class Strategy(Generic[P]):
     """A registry entry: the algorithm plus what its budget and parameters mean.
 
     `params` is a frozen dataclass whose fields are the strategy's parameters other than the budget, with
-    their types and defaults: `int` (checked to be in 1..MAX_INT_PARAM), `Literal["a", "b"]` (one of the
-    values) or `str`. `check(job)` validates a job's parameters once, before any call, and returns them as
-    that dataclass; run_job hands them to the strategy through `ctx`, read typed with `params_of(ctx)`.
+    their types, bounds and defaults, checked by a model (common.checked): e.g.
+    `Annotated[int, Interval(ge=1, le=MAX_INT_PARAM)]` with `metadata=INT_PARAM`, a `Literal["a", "b"]`, a `str`.
+    `check(job)` validates a job's parameters once, before any call, and returns them as that dataclass;
+    run_job hands them to the strategy through `ctx`, read typed with `params_of(ctx)`.
     """
 
     name: str
@@ -316,13 +308,6 @@ class Strategy(Generic[P]):
     def __post_init__(self) -> None:
         if not (is_dataclass(self.params) and self.params.__dataclass_params__.frozen):  # type: ignore[attr-defined]
             raise TypeError(f"strategy '{self.name}': params must be a frozen dataclass")
-        _ = self.rules  # an unsupported parameter type fails when the strategy is defined, not when it runs
-
-    @cached_property
-    def rules(self) -> dict[str, tuple[str, tuple[str, ...]]]:
-        """How each parameter is checked, from its type hint: {name: (kind, allowed values)}."""
-        hints = get_type_hints(self.params)
-        return {f.name: _param_rule(hints[f.name]) for f in fields(self.params)}  # type: ignore[arg-type]
 
     def check(self, job: Job) -> P:
         """The job's parameters, typed; InputError for a budget or parameter this strategy cannot run."""
@@ -331,30 +316,25 @@ class Strategy(Generic[P]):
             raise InputError(
                 f"strategy '{self.name}' needs budget_n {want}, got {job.budget_n}", field="budget_n"
             )
-        rules = self.rules
-        unknown = sorted(set(job.params) - set(rules))
-        if unknown:
-            known = ", ".join(sorted(rules)) or "none"
-            raise InputError(
-                f"strategy '{self.name}' has no parameter '{unknown[0]}' (known: {known})", field="params"
-            )
-        for k, v in job.params.items():
-            kind, allowed = rules[k]
-            if kind == "choice" and v not in allowed:
-                raise InputError(
-                    f"strategy '{self.name}' parameter '{k}' must be one of: {', '.join(allowed)}",
-                    field="params",
-                )
-            if kind == "int" and (
-                not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_INT_PARAM
-            ):
-                raise InputError(
-                    f"strategy '{self.name}' parameter '{k}' must be an integer in 1..{MAX_INT_PARAM}",
-                    field="params",
-                )
-            if kind == "str" and not isinstance(v, str):
-                raise InputError(f"strategy '{self.name}' parameter '{k}' must be a string", field="params")
-        return self.params(**job.params)
+        if (
+            job.params == {}
+        ):  # the declared defaults: nothing to check (and no pydantic on a worker that runs none)
+            return self.params()
+        from elo_per_token.common.checked import (
+            ModelError,
+            checked,
+            known_fields,
+        )  # pydantic: when params are
+
+        try:
+            return checked(self.params, job.params)
+        except ModelError as e:
+            if e.kind == "extra_forbidden":
+                known = ", ".join(known_fields(self.params)) or "none"
+                msg = f"strategy '{self.name}' has no parameter '{e.key}' (known: {known})"
+            else:
+                msg = f"strategy '{self.name}' parameter{f' {e.key!r}' if e.key else 's'} {e.message}"
+            raise InputError(msg, field="params") from None
 
     def params_of(self, ctx: JobContext) -> P:
         """The parameters run_job checked for this job (checked here when the context was built without them)."""

@@ -8,8 +8,8 @@ Ties go to the most common answer among the tied candidates, then the lowest sam
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from elo_per_token.worker.graders import grader_for
 from elo_per_token.worker.strategies.base import (
@@ -23,10 +23,14 @@ from elo_per_token.worker.strategies.base import (
 )
 from elo_per_token.worker.strategies.majority import vote
 
+Verifier = Literal["auto", "llm", "tests"]
+
 
 @dataclass(frozen=True)
 class BestOfNParams:
-    verifier: Literal["auto", "llm", "tests"] = "auto"
+    """Checked by a model (Strategy.check)."""
+
+    verifier: Verifier = field(default="auto", metadata={"must": f"one of: {', '.join(get_args(Verifier))}"})
 
 
 def run(ctx: JobContext) -> StrategyResult:

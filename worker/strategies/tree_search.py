@@ -11,11 +11,14 @@ verifier score (best-of-b), as documented in docs/strategies.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated
 
 from elo_per_token.contracts.prompts import parse_score, partial_verify_messages, step_messages
 from elo_per_token.worker.graders import final_answer
 from elo_per_token.worker.strategies.base import (
+    INT_PARAM,
+    MAX_INT_PARAM,
     SAMPLE_TEMPERATURE,
     Candidate,
     JobContext,
@@ -26,11 +29,18 @@ from elo_per_token.worker.strategies.base import (
     sample_stride,
 )
 
+if TYPE_CHECKING:  # the bounds in the annotations, resolved by common.checked when parameters are checked
+    from annotated_types import Interval
+
 
 @dataclass(frozen=True)
 class TreeSearchParams:
-    depth: int = 3  # levels d
-    beam: int = 2  # nodes w kept per level
+    """Checked by a model (Strategy.check): calls grow with depth x beam, so both are bounded."""
+
+    depth: Annotated[int, Interval(ge=1, le=MAX_INT_PARAM)] = field(default=3, metadata=INT_PARAM)  # levels d
+    beam: Annotated[int, Interval(ge=1, le=MAX_INT_PARAM)] = field(
+        default=2, metadata=INT_PARAM
+    )  # nodes w per level
 
 
 @dataclass
