@@ -94,24 +94,36 @@ class Claims:
                     pipe.eval(self._RENEW, 1, key, token, self.ttl)
                 pipe.execute()
 
-    def release(self, job: Job, marker: tuple[str, str, int] | None = None) -> None:
+    def release(
+        self,
+        job: Job,
+        marker: tuple[str, str, int] | None = None,
+        drops: list[tuple[str, str, str]] | None = None,
+    ) -> None:
         """Give the job's lease up (if this process holds it). marker: (key, value, seconds) SET on the server
-        just before the release, in the same round trip (the ran marker a waiting copy must find)."""
+        just before the release, in the same round trip (the ran marker a waiting copy must find); drops: the
+        job's call journals to drop before it, likewise (CallJournal.take_drops)."""
         key = self.key(job)
         with self._lock:
             token = self._held.pop(key, None)
-        if token is None and marker is None:
+        if token is None and marker is None and not drops:
             return
         with contextlib.suppress(Exception):
-            if marker is None and token is not None:
+            if marker is None and not drops and token is not None:
                 self.r.eval(self._RELEASE, 1, key, token)
                 return
-            assert marker is not None  # checked above: a marker, a token, or both
             pipe = self.r.pipeline(transaction=False)
-            pipe.set(marker[0], marker[1], ex=marker[2])
+            if drops:
+                from elo_per_token.worker.journal import CallJournal
+
+                CallJournal.drop_into(pipe, drops)
+            if marker is not None:
+                pipe.set(marker[0], marker[1], ex=marker[2])
             if token is not None:
                 pipe.eval(self._RELEASE, 1, key, token)
-            pipe.execute()
+            # Each command's error comes back as a value: a journal key of another type (anything with the
+            # broker's password can write one) must not keep the marker or the release from being applied.
+            pipe.execute(raise_on_error=False)
 
 
 _READS = {"get": "get", "smembers": "smembers"}  # what acquire_reading may read with the lease
@@ -395,6 +407,7 @@ def celery_run_job(
         return _summary(job, "skipped")
     (waited, (attempts, *ran)), journal = claimed, _journal(claims.r)
     released = False
+    journal.defer_drops(job)  # dropped in the claim's release below (one round trip), or by journal.release
     try:
         # Calls of an earlier delivery that died mid-job: recorded before anything else (the claim is ours).
         journal.recover(ledger, job, attempts)
@@ -422,9 +435,10 @@ def celery_run_job(
             _spend(task_self, job, int(summary.get("tokens") or 0) + int(summary.get("est_tokens") or 0))
         summary = {**summary, "worker": getattr(task_self.request, "hostname", None)}
         # Set just before the claim is released (one round trip): a copy waiting on the claim must find it.
+        drops = journal.take_drops(job)
         journal.release(job)
         released = True
-        claims.release(job, (_ran_key(task_id), json.dumps(summary), RAN_TTL_S) if task_id else None)
+        claims.release(job, (_ran_key(task_id), json.dumps(summary), RAN_TTL_S) if task_id else None, drops)
         return summary
     finally:
         if not released:

@@ -69,6 +69,8 @@ class CallJournal:
     def __init__(self, r: redis.Redis) -> None:
         self.r = r
         self._listed: set[str] = set()  # attempts already in their job's set (and their list given a TTL)
+        # (run, job key) -> drops deferred to the claim's release (defer_drops)
+        self._deferred: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
         self._lock = threading.Lock()
 
     def begin(self, job: Job) -> str:
@@ -112,9 +114,34 @@ class CallJournal:
     def _drop(self, job: Job, attempt: str) -> None:
         self._drop_key(job.run_id, job.key, attempt)
 
+    def defer_drops(self, job: Job) -> None:
+        """Until `take_drops` or `release`: drop `job`'s journals in the round trip that gives its claim up
+        (worker.celery_job.Claims.release), not one round trip each. Safe because nobody reads a job's journals
+        without its claim, and each is dropped only once its calls are durable (a journal a lost round trip
+        leaves is recovered as any other: nothing is recorded twice)."""
+        with self._lock:
+            self._deferred[(job.run_id, job.key)] = []
+
+    def take_drops(self, job: Job) -> list[tuple[str, str, str]]:
+        """The drops deferred for `job` (its journal list, its set, the attempt), now the caller's to run
+        (`drop_into`); deferring ends."""
+        with self._lock:
+            return self._deferred.pop((job.run_id, job.key), None) or []
+
+    @staticmethod
+    def drop_into(pipe: Any, drops: list[tuple[str, str, str]]) -> None:
+        """Queue `drops` (from `take_drops`) on a Redis pipeline."""
+        for lk, sk, attempt in drops:
+            pipe.delete(lk)
+            pipe.srem(sk, attempt)
+
     def _drop_key(self, run_id: str, key: str, attempt: str) -> None:
         with self._lock:
             self._listed.discard(attempt)
+            later = self._deferred.get((run_id, key))
+            if later is not None:
+                later.append((_list_key(run_id, key, attempt), _set_key(run_id, key), attempt))
+                return
         with contextlib.suppress(Exception):
             pipe = self.r.pipeline(transaction=False)
             pipe.delete(_list_key(run_id, key, attempt))
@@ -122,9 +149,15 @@ class CallJournal:
             pipe.execute()
 
     def release(self, job: Job) -> None:
-        """Stop journaling `job` in this process (the delivery is over, whatever happened)."""
+        """Stop journaling `job` in this process (the delivery is over, whatever happened); drops still
+        deferred (not taken) are run now."""
         with _active_lock:
             _active.pop((job.run_id, job.key), None)
+        if drops := self.take_drops(job):
+            with contextlib.suppress(Exception):
+                pipe = self.r.pipeline(transaction=False)
+                self.drop_into(pipe, drops)
+                pipe.execute()
 
     def recover(self, ledger: Ledger, job: Job, members: Any = None) -> int:
         """Write the journals an earlier, dead delivery of `job` left as spent objects; the calls recovered.
