@@ -51,7 +51,7 @@ class Claims:
         return self.acquire_reading(job)[0]
 
     def acquire_reading(self, job: Job, reads: Sequence[tuple[str, str]] = ()) -> tuple[bool, list[Any]]:
-        """Take the job's lease and, in the same round trip, read `reads` ((command, key): "get" or "smembers")
+        """Take the job's lease and, in the same round trip, read `reads` ((command, key): "get", "smembers" or "exists")
         right after it on the server: (taken, their values). Read with the lease held, they see what the
         delivery that held it before left; a read whose lease was not taken is not to be used."""
         key = self.key(job)
@@ -126,7 +126,11 @@ class Claims:
             pipe.execute(raise_on_error=False)
 
 
-_READS = {"get": "get", "smembers": "smembers"}  # what acquire_reading may read with the lease
+_READS = {
+    "get": "get",
+    "smembers": "smembers",
+    "exists": "exists",
+}  # what acquire_reading may read with the lease
 
 
 BROKER_WAIT_S = 120.0  # a claim waits this long for a broker that is restarting before the job fails
@@ -294,10 +298,11 @@ def _ran_summary(raw: Any, job: Job) -> JobSummary | None:
 
 
 def _admit(
-    task_self: Any, job: Job, ctx: CeleryJobContext, limits: JobSettings
+    task_self: Any, job: Job, ctx: CeleryJobContext, limits: JobSettings, *, check_cancel: bool = True
 ) -> tuple[Ledger, str | None] | JobSummary:
     """(the ledger, the endpoint) a message may use — only what this worker's own allow-lists name
-    (worker.trust) — or the summary of a job refused, forged, cancelled or over the run's budget."""
+    (worker.trust) — or the summary of a job refused, forged, cancelled or over the run's budget. check_cancel:
+    read the run's cancel marker here (False: the caller reads it in the claim's round trip)."""
     from elo_per_token.worker.trust import Untrusted, check_base_url, check_ledger
 
     try:
@@ -310,8 +315,8 @@ def _admit(
         _cached(("tasks",), RunTasks).verify(ledger, job)
     except ForgedTask as e:
         return _refused(job, str(e))
-    if _cancelled(task_self, job):
-        return _summary(job, "cancelled", message="the sweep was stopped before this job started")
+    if check_cancel and _cancelled(task_self, job):
+        return _summary(job, "cancelled", message=CANCELLED)
     if _over_budget(task_self, job, ctx.budget_tokens):
         return _summary(job, "cancelled", message="the run reached its budget cap before this job started")
     return ledger, base_url
@@ -355,13 +360,16 @@ def _redis_url(task_self: Any, limits: JobSettings) -> str:
 
 
 def _await_claim(
-    claims: Claims, job: Job, ledger: Ledger, reads: Sequence[tuple[str, str]] = ()
+    claims: Claims, job: Job, ledger: Ledger, reads: Sequence[tuple[str, str]] = (), *, cancel: bool = False
 ) -> tuple[bool, list[Any]] | None:
     """Take the job's claim, reading `reads` with it (Claims.acquire_reading): whether it had to wait for
     another delivery of the job (e.g. redelivered after a visibility timeout) first, and what was read; None
-    when that delivery finished the job meanwhile."""
+    when that delivery finished the job meanwhile. cancel: the last read is the run's cancel marker: while it is
+    set, what was read comes back at once, the claim taken or not (a cancelled job does not wait for it)."""
     waited = False
     while not (got := _claim(claims, job, reads=reads))[0]:
+        if cancel and _is_set(got[1][-1]):
+            return waited, got[1]
         waited = True
         time.sleep(0.5)
         if ledger.has_job(job.run_id, job.key):
@@ -375,11 +383,14 @@ def _redelivered(task_self: Any) -> bool:
     return bool(info.get("redelivered"))
 
 
-def _claim_reads(job: Job, task_id: str | None) -> list[tuple[str, str]]:
+def _claim_reads(job: Job, task_id: str | None, *, cancel: bool = False) -> list[tuple[str, str]]:
     """What a delivery reads in its claim's round trip, right after it on the server: the journals an earlier
-    delivery left (their set), and this message's ran marker."""
+    delivery left (their set), this message's ran marker, and (cancel) last, the run's cancel marker."""
+    from elo_per_token.contracts.jobs import cancel_key
+
     reads = [("smembers", journal_set_key(job.run_id, job.key))]
-    return [*reads, ("get", _ran_key(task_id))] if task_id else reads
+    reads += [("get", _ran_key(task_id))] if task_id else []
+    return [*reads, ("exists", cancel_key(job.run_id))] if cancel else reads
 
 
 def celery_run_job(
@@ -395,52 +406,92 @@ def celery_run_job(
     job = Job.from_dict(job_dict)
     ctx = CeleryJobContext.from_dict(ctx_dict)
     limits = JobSettings.from_env() if limits is None else limits
-    admitted = _admit(task_self, job, ctx, limits)
+    redis_url = _redis_url(task_self, limits)
+    # The run's cancel marker is read in the claim's round trip when the claims live on the broker (as usual).
+    fold_cancel = bool(redis_url) and redis_url == _redis_broker_url(task_self)
+    admitted = _admit(task_self, job, ctx, limits, check_cancel=not fold_cancel)
     if isinstance(admitted, dict):
         return admitted
     ledger, base_url = admitted
-    redis_url = _redis_url(task_self, limits)
     claims = _claims(redis_url)
     task_id = getattr(getattr(task_self, "request", None), "id", None)
-    claimed = _await_claim(claims, job, ledger, _claim_reads(job, task_id))
+    reads = _claim_reads(job, task_id, cancel=fold_cancel)
+    claimed = _await_claim(claims, job, ledger, reads, cancel=fold_cancel)
     if claimed is None:
         return _summary(job, "skipped")
-    (waited, (attempts, *ran)), journal = claimed, _journal(claims.r)
-    released = False
-    journal.defer_drops(job)  # dropped in the claim's release below (one round trip), or by journal.release
+    waited, values = claimed
+    if fold_cancel and _is_set(values.pop()):
+        claims.release(job)  # taken or not (a copy holds it): this delivery does nothing
+        return _summary(job, "cancelled", message=CANCELLED)
+    journal = _journal(claims.r)
+    journal.defer_drops(job)  # dropped in the claim's release below (one round trip)
     try:
-        # Calls of an earlier delivery that died mid-job: recorded before anything else (the claim is ours).
-        journal.recover(ledger, job, attempts)
-        if (earlier := _ran_summary(ran[0] if ran else None, job)) is not None:
-            return earlier
-        # The check before the first API call (a job finished elsewhere never spends tokens twice), with the claim
-        # held (a copy that finished just before it released the claim is seen). Skipped only when nothing can have
-        # finished the job: the first, uncontended delivery of a job from a run's first session (coordinator.sweep).
-        if (ctx.check_ledger or _redelivered(task_self) or waited) and ledger.has_job(job.run_id, job.key):
-            return _summary(job, "skipped")
-        provider = provider_for(job.profile, base_url, ctx.rpm, ctx.tpm, redis_url, profiles)
-
-        def on_retry(j: Job, attempt: int, cls: str) -> None:
-            task_self.update_state(state="RETRYING", meta={"key": j.key, "attempt": attempt, "class": cls})
-
-        # At most one HEAD above, one conditional PUT in perform_job (and the transcript's PUT when the plan
-        # keeps transcripts): nothing else on the success path.
-        summary = perform_job(
-            job, ledger, provider, on_retry=on_retry, max_attempts=ctx.max_attempts,
-            check_existing=False, clear_failure=ctx.clear_failure, transcripts=ctx.transcripts, journal=journal,
-        )  # fmt: skip
-        _report_weather(claims, job.profile, provider)
-        if ctx.budget_tokens is not None:  # every billed token counts toward the cap, failed attempts' too
-            # Calls without usable usage at their upper bound too: the cap holds whatever the provider reports.
-            _spend(task_self, job, int(summary.get("tokens") or 0) + int(summary.get("est_tokens") or 0))
-        summary = {**summary, "worker": getattr(task_self.request, "hostname", None)}
-        # Set just before the claim is released (one round trip): a copy waiting on the claim must find it.
-        drops = journal.take_drops(job)
+        where = (ledger, base_url, redis_url, profiles)
+        summary, ran = _run_claimed(task_self, job, ctx, where, claims, journal, (waited, values))
+    except BaseException:
         journal.release(job)
-        released = True
-        claims.release(job, (_ran_key(task_id), json.dumps(summary), RAN_TTL_S) if task_id else None, drops)
-        return summary
-    finally:
-        if not released:
-            journal.release(job)
-            claims.release(job)
+        claims.release(job)
+        raise
+    drops = journal.take_drops(job)
+    journal.release(job)
+    # The ran marker is set just before the claim is released (one round trip): a copy waiting on it must find it.
+    claims.release(
+        job, (_ran_key(task_id), json.dumps(summary), RAN_TTL_S) if ran and task_id else None, drops
+    )
+    return summary
+
+
+CANCELLED = "the sweep was stopped before this job started"
+
+
+def _is_set(value: Any) -> bool:
+    """An EXISTS read in the claim's round trip: whether the key is there (an error read as not)."""
+    return isinstance(value, int) and value > 0
+
+
+def _run_claimed(
+    task_self: Any,
+    job: Job,
+    ctx: CeleryJobContext,
+    where: tuple[Ledger, str | None, str, str | None],
+    claims: Claims,
+    journal: CallJournal,
+    claimed: tuple[bool, list[Any]],
+) -> tuple[JobSummary, bool]:
+    """The job with its claim held: (its summary, whether it ran to the end: the message's ran marker is set).
+    where: (the ledger, the endpoint, the rate limits' Redis, the profiles file); claimed: (whether the claim
+    had to wait for another delivery, the claim's reads: the journal set, then the ran marker if any)."""
+    ledger, base_url, redis_url, profiles = where
+    waited, (attempts, *ran) = claimed
+    # Calls of an earlier delivery that died mid-job: recorded before anything else (the claim is ours).
+    journal.recover(ledger, job, attempts)
+    if (earlier := _ran_summary(ran[0] if ran else None, job)) is not None:
+        return earlier, False
+    # The check before the first API call (a job finished elsewhere never spends tokens twice), with the claim
+    # held (a copy that finished just before it released the claim is seen). Skipped only when nothing can have
+    # finished the job: the first, uncontended delivery of a job from a run's first session (coordinator.sweep).
+    if (ctx.check_ledger or _redelivered(task_self) or waited) and ledger.has_job(job.run_id, job.key):
+        return _summary(job, "skipped"), False
+    provider = provider_for(job.profile, base_url, ctx.rpm, ctx.tpm, redis_url, profiles)
+
+    def on_retry(j: Job, attempt: int, cls: str) -> None:
+        task_self.update_state(state="RETRYING", meta={"key": j.key, "attempt": attempt, "class": cls})
+
+    # At most one HEAD above, one conditional PUT in perform_job (and the transcript's PUT when the plan
+    # keeps transcripts): nothing else on the success path.
+    summary = perform_job(
+        job,
+        ledger,
+        provider,
+        on_retry=on_retry,
+        max_attempts=ctx.max_attempts,
+        check_existing=False,
+        clear_failure=ctx.clear_failure,
+        transcripts=ctx.transcripts,
+        journal=journal,
+    )
+    _report_weather(claims, job.profile, provider)
+    if ctx.budget_tokens is not None:  # every billed token counts toward the cap, failed attempts' too
+        # Calls without usable usage at their upper bound too: the cap holds whatever the provider reports.
+        _spend(task_self, job, int(summary.get("tokens") or 0) + int(summary.get("est_tokens") or 0))
+    return {**summary, "worker": getattr(task_self.request, "hostname", None)}, True
