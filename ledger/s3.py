@@ -17,6 +17,7 @@ from elo_per_token.contracts.errors import InputError
 from elo_per_token.ledger.objects import strip_suffix
 from elo_per_token.ledger.retry import retrying
 from elo_per_token.ledger.s3config import endpoint_label, s3_settings
+from elo_per_token.ledger.sigv4 import sign
 
 T = TypeVar("T")
 
@@ -68,7 +69,8 @@ class _SignedRequests:
     check before its first API call, the conditional create of its result), and boto3 spent 1.0–1.7 ms of
     CPU on each against SeaweedFS where this spends 0.4–0.6 ms (measured side by side). Errors come back as
     botocore ClientErrors with the same status and code, so retries and the credential message are shared
-    with every other call, which stays on boto3."""
+    with every other call, which stays on boto3. Signed by ledger.sigv4 (botocore's signature, byte for byte,
+    for a quarter of its CPU)."""
 
     def __init__(self, session: Any, client: Any) -> None:
         import urllib3
@@ -105,8 +107,6 @@ class _SignedRequests:
         from urllib.parse import quote
 
         import urllib3
-        from botocore.auth import S3SigV4Auth
-        from botocore.awsrequest import AWSRequest
         from botocore.exceptions import (
             ClientError,
             ConnectionClosedError,
@@ -118,10 +118,13 @@ class _SignedRequests:
             raise NoCredentialsError()
         # Path-style, as the boto3 client is configured; keys are checked safe (contracts.keys), quoted anyway.
         url = f"{self._endpoint}/{quote(bucket)}/{quote(key, safe='/~')}"
-        req = AWSRequest(method=method, url=url, data=body, headers=dict(headers or {}))
-        S3SigV4Auth(self._creds.get_frozen_credentials(), "s3", self._region).add_auth(req)
+        frozen = self._creds.get_frozen_credentials()  # refreshable credentials are refreshed here
+        creds = (frozen.access_key, frozen.secret_key, frozen.token)
+        signed = sign(
+            method, self._endpoint, url[len(self._endpoint) :], body, headers or {}, creds, self._region
+        )
         try:
-            resp = self._http.request(method, url, body=body, headers=dict(req.headers.items()))
+            resp = self._http.request(method, url, body=body, headers=signed)
         except urllib3.exceptions.NewConnectionError as e:
             raise EndpointConnectionError(endpoint_url=url, error=e) from e
         except urllib3.exceptions.HTTPError as e:  # reset, timeout, protocol: as botocore reports them
