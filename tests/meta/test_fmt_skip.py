@@ -30,8 +30,6 @@ TABLES: dict[str, int] = {
 AT_THE_LENGTH_LIMIT: dict[str, int] = {
     "coordinator/celery_exec.py": 3,  # run_celery
     "ledger/segments.py": 2,  # compact_run
-    "worker/lifecycle.py": 1,  # perform_job
-    "worker/strategies/base.py": 2,  # JobContext.chat
 }
 
 
@@ -68,7 +66,7 @@ def test_fmt_skip_only_where_listed() -> None:
         "`# fmt: skip` beyond the listed (file: (found, allowed)); let ruff format lay the statement out, or list "
         f"a table laid out on purpose in tests/meta/test_fmt_skip.py: {over}"
     )
-    assert sum(counts.values()) <= sum(limits.values()) == 21
+    assert sum(counts.values()) <= sum(limits.values()) == 18
 
 
 def test_the_count_reads_comments_not_strings() -> None:

@@ -38,7 +38,6 @@ EXCEPTIONS: dict[tuple[str, str], int] = {
     ('egress/errors.py', 'classify'): 80,
     ('ledger/segments.py', 'compact_run'): 72,
     ('suites/generate_tools.py', '_tool_templates'): 61,
-    ('worker/lifecycle.py', 'perform_job'): 68,
     ('worker/sandbox/bwrap.py', 'argv'): 65,
     ('worker/sandbox/harness.py', 'main'): 74,
 }
