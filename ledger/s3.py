@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from elo_per_token.contracts.errors import InputError
 from elo_per_token.ledger.objects import strip_suffix
@@ -89,6 +90,11 @@ class _SignedRequests:
         self._http = urllib3.PoolManager(
             maxsize=64, timeout=urllib3.Timeout(connect=5, read=60), retries=False, **tls
         )
+        # The endpoint's one connection pool, asked directly with the path (PoolManager.request parses the URL
+        # and looks the pool up again on every request: ~0.05 ms of 0.25 ms per PUT, measured).
+        parts = urlsplit(self._endpoint)
+        self._origin, self._base = f"{parts.scheme}://{parts.netloc}", parts.path.rstrip("/")
+        self._pool = self._http.connection_from_url(self._origin)
 
     @staticmethod
     def usable(client: Any) -> bool:
@@ -118,14 +124,13 @@ class _SignedRequests:
         if self._creds is None:
             raise NoCredentialsError()
         # Path-style, as the boto3 client is configured; keys are checked safe (contracts.keys), quoted anyway.
-        url = f"{self._endpoint}/{quote(bucket)}/{quote(key, safe='/~')}"
+        path = f"{self._base}/{quote(bucket)}/{quote(key, safe='/~')}"
+        url = self._origin + path
         frozen = self._creds.get_frozen_credentials()  # refreshable credentials are refreshed here
         creds = (frozen.access_key, frozen.secret_key, frozen.token)
-        signed = sign(
-            method, self._endpoint, url[len(self._endpoint) :], body, headers or {}, creds, self._region
-        )
+        signed = sign(method, self._origin, path, body, headers or {}, creds, self._region)
         try:
-            resp = self._http.request(method, url, body=body, headers=signed)
+            resp = self._pool.urlopen(method, path, body=body, headers=signed, retries=False, redirect=False)
         except urllib3.exceptions.NewConnectionError as e:
             raise EndpointConnectionError(endpoint_url=url, error=e) from e
         except urllib3.exceptions.HTTPError as e:  # reset, timeout, protocol: as botocore reports them
