@@ -75,15 +75,16 @@ def call_groups(calls: FrameT) -> FrameT:
 
 
 def record_groups(records: pl.LazyFrame) -> pl.LazyFrame:
-    """call_groups over every record, keyed by `kind` too and with `_bad` (a row of the group broke a rule):
-    the single pass `ept tokens` fuses into the file scan (analysis.io.read_summary's contract). The call
-    groups are its rows of kind "call" (calls_of).
+    """call_groups over every record, keyed by `kind` too and with `_bad`: the single pass `ept tokens` fuses
+    into the file scan. It sums over analysis.io.read_summary's record groups (each row stands for `rows`
+    records with the same keys), so the calls are `rows` summed and the replicates the distinct values of
+    that key. The call groups are its rows of kind "call" (calls_of).
 
     Args:
-        records: every record of the run's files, with their `kind` and `_bad` columns.
+        records: read_summary's record groups (with `rows` and `_bad`).
     """
     return records.group_by("kind", "task_id", *ARM_KEYS, _IS_JUDGE.alias("judge")).agg(
-        *_GROUP_SUMS, pl.col("_bad").any()
+        pl.col("rows").sum().alias("calls"), *_GROUP_SUMS[1:], pl.col("_bad").any()
     )
 
 
@@ -181,5 +182,7 @@ def judge_tokens_from_groups(groups: pl.DataFrame) -> pl.DataFrame:
             pl.col("completion_tokens").sum(),
             pl.col("total_tokens").sum(),
         )
-        .sort("arm")
+        # Strategy and budget too: one arm label written with two budgets would otherwise come out in the
+        # group-by's order, which varies from run to run.
+        .sort("arm", "strategy", "budget_n")
     )

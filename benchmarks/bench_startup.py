@@ -29,10 +29,12 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_tokens import BARE_POLARS, make_log  # noqa: E402  (a sibling script, not a package)
 
 
-def child_cpu(cmd: list[str], env: dict[str, str]) -> float:
-    """CPU seconds (user + system, all threads) of one finished child process running `cmd`."""
+def child_cpu(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
+    """CPU seconds (user + system, all threads) of one finished child process running `cmd` in `cwd`.
+    `cwd` must hold no source tree: `python -m` puts the working directory first on sys.path, so run from a
+    checkout every tree's `ept` would be that checkout's (the --before column measured this tree)."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(cmd, check=True, capture_output=True, env=env)
+    subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=cwd)
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
@@ -98,7 +100,7 @@ def main() -> None:
     cpu: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(args.repeat):
         for name, (cmd, env) in runs.items():
-            cpu[name].append(child_cpu(cmd, env))
+            cpu[name].append(child_cpu(cmd, env, tmp))
     best = {k: min(v) for k, v in cpu.items()}
 
     print(f"load average after timing: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")

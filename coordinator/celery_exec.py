@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 from elo_per_token.common.backoff import backoff_ceiling
@@ -378,16 +378,21 @@ class _Outstanding:
             time.sleep(backoff_ceiling(int(time.monotonic() - self.broker_down_since[0]) + 1, 0.2, 2.0))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Pace:
+    """How the coordinator paces a sweep: seconds between polls, how long a broker outage is waited out, after how
+    long without a finished job it says why, and how many jobs may be enqueued and unfinished at once."""
+
+    poll_s: float
+    broker_patience_s: float
+    idle_notice_s: float
+    max_pending: int
+
+
 def _enqueue_all(
-    out: _Outstanding,
-    jobs: Iterable[Job],
-    *,
-    max_pending: int,
-    poll_s: float,
-    broker_patience_s: float,
-    should_stop: Callable[[], bool],
+    out: _Outstanding, jobs: Iterable[Job], pace: _Pace, should_stop: Callable[[], bool]
 ) -> None:
-    """Send the jobs in pipelined batches, never more than `max_pending` unfinished at once."""
+    """Send the jobs in pipelined batches, never more than `pace.max_pending` unfinished at once."""
     stream = iter(jobs)
     with out.app.producer_or_acquire() as producer:
         while not should_stop():
@@ -397,27 +402,20 @@ def _enqueue_all(
             out.send_batch(batch, producer)
             del batch
             out.poll()
-            while len(out.pending) >= max_pending and not should_stop():
-                time.sleep(poll_s)
-                out.patient_poll(broker_patience_s)
+            while len(out.pending) >= pace.max_pending and not should_stop():
+                time.sleep(pace.poll_s)
+                out.patient_poll(pace.broker_patience_s)
                 out.check_consumers()
                 out.tick()
 
 
-def _drain(
-    out: _Outstanding,
-    *,
-    poll_s: float,
-    broker_patience_s: float,
-    idle_notice_s: float,
-    cancel_when: Callable[[], bool] = lambda: False,
-) -> None:
+def _drain(out: _Outstanding, pace: _Pace, cancel_when: Callable[[], bool] = lambda: False) -> None:
     """Follow the enqueued jobs until every one has finished; say once if none finishes for a while. Once
     cancel_when() is true (a budget cap reached), the queued jobs are cancelled: workers skip them."""
     last_change, last_pending, told, cancelled = time.monotonic(), len(out.pending), False, False
     while out.pending:
-        time.sleep(poll_s)
-        out.patient_poll(broker_patience_s)
+        time.sleep(pace.poll_s)
+        out.patient_poll(pace.broker_patience_s)
         out.tick()
         if not cancelled and cancel_when():
             cancelled = True
@@ -425,9 +423,9 @@ def _drain(
         out.check_consumers()
         if len(out.pending) != last_pending:
             last_change, last_pending = time.monotonic(), len(out.pending)
-        elif out.notice and not told and time.monotonic() - last_change > idle_notice_s:
+        elif out.notice and not told and time.monotonic() - last_change > pace.idle_notice_s:
             told = True
-            out.notice(_idle_message(out, idle_notice_s))
+            out.notice(_idle_message(out, pace.idle_notice_s))
 
 
 def _idle_message(out: _Outstanding, idle_s: float) -> str:
@@ -466,6 +464,41 @@ def _report_weather(
     """Pass the workers' provider weather over this sweep (their reports now less `before`) to the sink."""
     if weather is not None and before is not None and (after := _weather_reports(app, weather)) is not None:
         weather[1](sweep_weather(before, after))
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM stops the coordinator like Ctrl-C while the block runs (in the main thread, where signals are
+    handled): the run's queued jobs are cancelled, not left to run unobserved."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    prev = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, prev)
+
+
+def _stop_queued(app: Any, ctx: CeleryJobContext, out: _Outstanding, why: BaseException) -> None:
+    """The sweep stops before its jobs ran (Ctrl-C, SIGTERM, or a queue nobody consumes): the queued jobs are
+    cancelled, so they do not start later and spend on a sweep nobody follows. A stalled queue is recorded in the
+    ledger too, where `ept status` says why the run stopped."""
+    if isinstance(why, QueueStalled):
+        _cancel_queued(app, out.run_ids, len(out.pending), None)
+        _record_stop(ctx.ledger, out.run_ids, why.message)
+    else:
+        _cancel_queued(app, out.run_ids, len(out.pending), out.notice)
+
+
+def _close(
+    app: Any, ctx: CeleryJobContext, out: _Outstanding, finished: bool, weather: Any, before: Any
+) -> None:
+    """After the sweep, however it ended: journals of calls nobody finished recovered, the weather reported, the
+    broker connection closed."""
+    _recover_journals(app, ctx.ledger, out.run_ids, out.notice, finished)
+    _report_weather(app, weather, before)
+    app.close()
 
 
 def _start(
@@ -512,32 +545,31 @@ def run_celery(
     from elo_per_token.worker.celery_app import make_app
 
     app = make_app(broker_url)
-    out = _Outstanding(app, ctx, queue=queue, batch_size=batch_size, on_result=on_result, on_retry=on_retry,
-                       notice=notice, clear_failures=clear_failures)  # fmt: skip
+    out = _Outstanding(
+        app,
+        ctx,
+        queue=queue,
+        batch_size=batch_size,
+        on_result=on_result,
+        on_retry=on_retry,
+        notice=notice,
+        clear_failures=clear_failures,
+    )
     out.watch = redis_watch(app, queue, window_s()) if watch_consumers else None
     out.outage_note = _OutageNote(app, weather[0], on_outage) if weather and on_outage else None
-    # SIGTERM stops the coordinator like Ctrl-C: the run's queued jobs are cancelled, not left to run unobserved.
-    main, before, finished = threading.current_thread() is threading.main_thread(), None, False
-    prev_term = signal.signal(signal.SIGTERM, _raise_interrupt) if main else None
-    try:
-        before = _start(out, app, weather, budget)
-        _enqueue_all(out, jobs, max_pending=max_pending, poll_s=poll_s, broker_patience_s=broker_patience_s,
-                     should_stop=should_stop)  # fmt: skip
-        _drain(out, poll_s=poll_s, broker_patience_s=broker_patience_s, idle_notice_s=idle_notice_s,
-               cancel_when=cancel_when)  # fmt: skip
-        finished = True  # every job answered: a journal's holder can only be dead (its lease runs out)
-        return not should_stop()  # stopped early (egress broken) unless every job was sent before it tripped
-    except KeyboardInterrupt:
-        _cancel_queued(app, out.run_ids, len(out.pending), notice)
-        raise
-    except QueueStalled as e:
-        # Queued jobs must not start later and spend on a sweep nobody follows; `ept status` shows why it stopped.
-        _cancel_queued(app, out.run_ids, len(out.pending), None)
-        _record_stop(ctx.ledger, out.run_ids, e.message)
-        raise
-    finally:
-        _recover_journals(app, ctx.ledger, out.run_ids, notice, finished)
-        _report_weather(app, weather, before)
-        if prev_term is not None:
-            signal.signal(signal.SIGTERM, prev_term)
-        app.close()
+    pace = _Pace(poll_s, broker_patience_s, idle_notice_s, max_pending)
+    before, finished = None, False
+    with _sigterm_interrupts():
+        try:
+            before = _start(out, app, weather, budget)
+            _enqueue_all(out, jobs, pace, should_stop)
+            _drain(out, pace, cancel_when)
+            finished = True  # every job answered: a journal's holder can only be dead (its lease runs out)
+            return (
+                not should_stop()
+            )  # stopped early (egress broken) unless every job was sent before it tripped
+        except (KeyboardInterrupt, QueueStalled) as e:
+            _stop_queued(app, ctx, out, e)
+            raise
+        finally:
+            _close(app, ctx, out, finished, weather, before)

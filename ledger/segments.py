@@ -403,6 +403,50 @@ def _commit_segment(ledger: Ledger, run_id: str, n: int, seg_file: str, idx_file
     return n
 
 
+def _write_segment(
+    ledger: Ledger,
+    run_id: str,
+    keys: list[str],
+    seg_file: str,
+    chunk_jobs: int,
+    threads: int,
+    res: CompactResult,
+    parsed: Callable[[int], None],
+) -> tuple[pl.DataFrame | None, int]:
+    """Parse the job objects `keys` chunk by chunk and write their rows to the Parquet file `seg_file`.
+
+    Returns the segment's index, (job_key, rows) of each object that gave rows (None: none did, nothing
+    written), and the rows written. Unparsable objects are counted in `res`; `parsed(n)` is told after each
+    chunk how many objects it read."""
+    import pyarrow.parquet as pq
+
+    writer = None
+    kept: list[pl.DataFrame] = []
+    rows = 0
+    for df, bad in parsed_chunks(
+        ledger, run_id, keys, SEGMENT_SCHEMA, chunk_jobs=chunk_jobs, threads=threads
+    ):
+        res.unparsable += bad
+        if df.height:
+            df = df.with_columns((pl.col("line0") + 1).cast(pl.Int32).alias("line")).drop("line0")
+            table = df.to_arrow()
+            if writer is None:
+                writer = pq.ParquetWriter(seg_file, table.schema, compression="zstd")
+            writer.write_table(table)
+            rows += df.height
+            # An object folds in only if it gave rows: an empty one stays for the next compaction.
+            # Rows are grouped by object, in key order: (key, rows) runs are the index.
+            runs = df["job_key"].rle().struct.unnest()
+            kept.append(
+                runs.select(pl.col("value").alias("job_key"), pl.col("len").cast(pl.Int32).alias("rows"))
+            )
+        parsed(df["job_key"].n_unique() + len(bad))
+    if writer is None:
+        return None, 0
+    writer.close()
+    return pl.concat(kept), rows
+
+
 def compact_run(
     ledger: Ledger,
     run_id: str,
@@ -431,34 +475,19 @@ def compact_run(
     res = CompactResult(run_id)
     index, next_n = _start_state(ledger, run_id, rebuild, res)
     new, listed = _unfolded_keys(ledger, run_id, index, res, verify=verify, on_progress=on_progress)
-    done = 0
+    done = [0]
+
+    def parsed(n: int) -> None:
+        done[0] += n
+        if on_progress:
+            on_progress("compacting", done[0], len(new))
+
     for seg_keys in _chunks(new, max_segment_jobs):
         tmp, tmp_idx = _temp_paths()
         try:
-            writer = None
-            kept: list[pl.DataFrame] = []
-            rows = 0
-            for df, bad in parsed_chunks(ledger, run_id, seg_keys, SEGMENT_SCHEMA, chunk_jobs=chunk_jobs,
-                                         threads=threads):  # fmt: skip
-                res.unparsable += bad
-                if df.height:
-                    df = df.with_columns((pl.col("line0") + 1).cast(pl.Int32).alias("line")).drop("line0")
-                    table = df.to_arrow()
-                    if writer is None:
-                        writer = pq.ParquetWriter(tmp, table.schema, compression="zstd")
-                    writer.write_table(table)
-                    rows += df.height
-                    # An object folds in only if it gave rows: an empty one stays for the next compaction.
-                    # Rows are grouped by object, in key order: (key, rows) runs are the index.
-                    kept.append(df["job_key"].rle().struct.unnest().select(pl.col("value").alias("job_key"),
-                                                                             pl.col("len").cast(pl.Int32).alias("rows")))  # fmt: skip
-                done += df["job_key"].n_unique() + len(bad)
-                if on_progress:
-                    on_progress("compacting", done, len(new))
-            if writer is None:
+            folded, rows = _write_segment(ledger, run_id, seg_keys, tmp, chunk_jobs, threads, res, parsed)
+            if folded is None:
                 continue  # nothing parsable in this batch
-            writer.close()
-            folded = pl.concat(kept)
             pq.write_table(folded.to_arrow(), tmp_idx, compression="zstd")
             next_n = _commit_segment(ledger, run_id, next_n, tmp, tmp_idx)
             res.segments.append(ledger.blob_url(run_id, seg_name(next_n)))

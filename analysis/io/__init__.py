@@ -31,6 +31,7 @@ from elo_per_token.analysis.io.recovery import (
 from elo_per_token.analysis.io.runs import RUN_CHUNK_JOBS, read_run
 from elo_per_token.analysis.io.scan import _fast, _scan
 from elo_per_token.analysis.io.schema import (
+    GROUP_KEYS,
     KINDS,
     LABEL_COLUMNS,
     RAW_SCHEMA,
@@ -39,9 +40,8 @@ from elo_per_token.analysis.io.schema import (
     USAGE_BREAKDOWN,
     WINNERS,
     BadLine,
+    _group_rule_split,
     _prepare,
-    _record_columns,
-    _row_bad,
     fields_schema,
     ids_pass,
 )
@@ -222,21 +222,23 @@ def read_summary(
     skip_bad: bool = False,
     fields: Sequence[str] | None = None,
 ) -> Summary:
-    """`summarise` (a lazy group-by over the normalised records, RECORD_SCHEMA without families) computed in
-    ONE pass over the files, fused with the validation check, so a million-line log is never held as a
-    frame. Same validation as read_records: if any line is bad, or polars refuses a file, or the input is
-    empty, the answer comes from read_records instead, which names the line (or skips it with skip_bad).
-    `fields`: parse (and so validate) only these fields of JSON lines — the JSON parse is most of the cost
-    (names as in schema.fields_schema, e.g. TOKENS_FIELDS).
+    """`summarise` (a lazy group-by over record groups, see below) computed in ONE pass over the files, fused
+    with the validation check, so a million-line log is never held as a frame. Same validation as read_records:
+    if any line is bad, or polars refuses a file, or the input is empty, the answer comes from read_records
+    instead, which names the line (or skips it with skip_bad). `fields`: parse (and so validate) only these
+    fields of JSON lines — the JSON parse is most of the cost (names as in schema.fields_schema, e.g.
+    TOKENS_FIELDS).
 
-    The fused check is the contract: the records carry `_bad` (the row breaks a rule other than the id text
-    rules) and `summarise` must keep every row in some group (group, not filter), aggregate
-    `pl.col("_bad").any()` as `_bad`. The id fields (task_id, family, strategy, arm) it keeps as keys are
-    checked on their distinct values (ids_pass), the others on every row. The answer has no `_bad` column.
+    The contract: `summarise` gets record groups, each row standing for `rows` records that share
+    schema.GROUP_KEYS (kind, task_id, family, arm, strategy, budget_n, replicate, role; RECORD_SCHEMA values),
+    with prompt_tokens and completion_tokens summed over them and usage_missing counted. On the fast path a
+    group is the raw rows of those keys; read line by line, each record is its own group (rows = 1). So
+    `summarise` may sum, count `rows` and count distinct keys, nothing per record. It must keep `_bad` (always
+    false here) as an aggregated column; the answer has no `_bad` column.
 
     Args:
         paths: Runs (ledger run folders or URLs), files, folders and globs.
-        summarise: The lazy group-by to compute over the normalised records.
+        summarise: The lazy group-by to compute over the record groups.
         skip_bad: Skip bad lines (reported) instead of raising InputError.
         fields: The raw fields `summarise` reads (None: every field).
     """
@@ -246,21 +248,60 @@ def read_summary(
         all(f.endswith(".parquet") for f in files) or not any(f.endswith(".parquet") for f in files)
     ):
         try:
-            schema = fields_schema(fields) if fields else RAW_SCHEMA
-            prepared = _prepare(_scan(files, schema))
-            # Ids the summary keeps as keys are checked on their distinct values, the others on every row.
-            kept = summarise(
-                prepared.select(*_record_columns(), pl.lit(False).alias("_bad"))
-            ).collect_schema()
-            if "_bad" not in kept:
-                raise TypeError("read_summary: the summary must aggregate `_bad` (see its docstring)")
-            ids = [f for f in ("task_id", "family", "strategy", "arm") if f in schema and f in kept]
-            per_row = [f for f in ("task_id", "family", "strategy", "arm") if f in schema and f not in kept]
-            out = summarise(prepared.select(*_record_columns(), _row_bad(per_row).alias("_bad"))).collect()
-            if out.height and not out["_bad"].any() and ids_pass(out, ids):
+            groups = record_groups_checked(files, fields_schema(fields) if fields else RAW_SCHEMA)
+            if groups is not None:
+                out = summarise(groups.lazy()).collect()
+                if "_bad" not in out.columns:
+                    raise TypeError("read_summary: the summary must aggregate `_bad` (see its docstring)")
                 return Summary(out.drop("_bad"), files)
         except (pl.exceptions.PolarsError, OSError, ValueError):
             pass
     rec = read_records(paths, skip_bad=skip_bad, resolve_families=False)
-    frame = rec.frame.lazy().with_columns(pl.lit(False).alias("_bad"))
+    one_each = [pl.lit(1, pl.UInt32).alias("rows"), pl.lit(False).alias("_bad")]
+    frame = rec.frame.lazy().with_columns(*one_each)
     return Summary(summarise(frame).collect().drop("_bad"), rec.files, rec.skipped)
+
+
+def record_groups_checked(files: list[str], schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
+    """The files' records grouped by schema.GROUP_KEYS (read_summary's record groups), or None when a line
+    breaks a rule (the caller then reads line by line to name it). One pass: the rules that read only the keys
+    are checked on the groups, the ids on their distinct values, the others aggregated per group.
+
+    Args:
+        files: Same-format files (JSON lines, or Parquet).
+        schema: The raw fields to parse (fields_schema or RAW_SCHEMA).
+    """
+    keys = [k for k in GROUP_KEYS if k == "kind_r" or k in schema]
+    row_bad, keys_bad = _group_rule_split(keys)
+    p = pl.col("p")
+    missing = pl.col("usage_missing").fill_null(False) | (
+        p.is_null() & pl.col("error").struct.field("class").is_null()
+    )
+    raw = (
+        _prepare(_scan(files, schema))
+        .group_by(keys)
+        .agg(
+            pl.len().alias("rows"),
+            p.sum().alias("prompt_tokens"),
+            pl.col("c").sum().alias("completion_tokens"),
+            missing.sum().alias("usage_missing"),
+            row_bad.alias("_bad"),
+        )
+        .collect()
+    )
+    ids = [f for f in ("task_id", "family", "strategy", "arm") if f in keys]
+    if not raw.height or raw["_bad"].any() or raw.select(keys_bad.any()).item() or not ids_pass(raw, ids):
+        return None
+    kind = pl.col("kind_r")
+    absent = [pl.lit(None, RECORD_SCHEMA[k]).alias(k) for k in GROUP_KEYS if k not in keys]
+    return (
+        raw.with_columns(*absent)
+        .with_columns(
+            # The values RECORD_SCHEMA holds (schema._record_columns): the arm from strategy@budget when not
+            # written, replicate 0 when absent, usage missing only on calls.
+            pl.coalesce(pl.col("arm"), pl.col("strategy") + pl.lit("@") + pl.col("budget_n").cast(pl.String)),
+            pl.col("replicate").fill_null(0),
+            pl.when(kind == "call").then(pl.col("usage_missing")).otherwise(0).alias("usage_missing"),
+        )
+        .rename({"kind_r": "kind"})
+    )

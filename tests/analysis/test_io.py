@@ -214,6 +214,11 @@ BAD_CASES = [
     ("float budget", '{"task_id": "m-1", "strategy": "g", "budget_n": 4.0}', "budget_n", "must be an integer"),
     ("negative tokens", '{"task_id": "m-1", "strategy": "g", "budget_n": 1, "usage": {"prompt_tokens": 5, '
      '"completion_tokens": -3}}', "usage.completion_tokens", "must be >= 0"),
+    # 4 x 2**62 wraps an Int64 sum to 0: before the bound, such a log's arm showed 0 prompt tokens as measured.
+    ("absurd tokens", '{"task_id": "m-1", "strategy": "g", "budget_n": 1, "usage": {"prompt_tokens": 4611686018427387904, '
+     '"completion_tokens": 3}}', "usage.prompt_tokens", "must be at most 10,000,000"),
+    ("one token over", '{"task_id": "m-1", "strategy": "g", "budget_n": 1, "usage": {"prompt_tokens": 5, '
+     '"completion_tokens": 10000001}}', "usage.completion_tokens", "must be at most"),
     ("token as string", '{"task_id": "m-1", "strategy": "g", "budget_n": 1, "usage": {"prompt_tokens": "5", '
      '"completion_tokens": 3}}', "usage.prompt_tokens", "must be an integer"),
     ("score out of range", '{"task_id": "m-1", "strategy": "g", "budget_n": 1, "score": 1.5}', "score", "between 0 and 1"),

@@ -14,10 +14,9 @@ from cli_runner import run_ept
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from elo_per_token.analysis.io import TOKENS_FIELDS, fields_schema
+from elo_per_token.analysis.io import TOKENS_FIELDS, fields_schema, record_groups_checked
 from elo_per_token.analysis.io.scan import _scan
-from elo_per_token.analysis.io.schema import _normalise, _prepare, _record_columns, _row_bad, ids_pass
-from elo_per_token.analysis.tokens import record_groups
+from elo_per_token.analysis.io.schema import _normalise
 
 SETTINGS = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -61,10 +60,8 @@ def test_distinct_value_check_agrees_with_the_per_row_rules(tmp_path: Path, edit
     log = str(_write(tmp_path / "calls.jsonl", rows))
     scan = _scan([log], fields_schema(TOKENS_FIELDS))
 
-    def fast() -> bool:
-        records = _prepare(scan).select(*_record_columns(), _row_bad().alias("_bad"))
-        out = record_groups(records).collect()  # what `ept tokens` computes in its one pass
-        return not out["_bad"].any() and ids_pass(out, ID_FIELDS)
+    def fast() -> bool:  # what `ept tokens` checks in its one pass
+        return record_groups_checked([log], fields_schema(TOKENS_FIELDS)) is not None
 
     passes = bounded(fast, time_s=2, memory_mb=50)
     per_row = _normalise(scan, categorical=False).select(pl.col("bad_field").is_null().all()).collect().item()

@@ -9,7 +9,6 @@ memory; never another exception.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 from bounds import bounded
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from toml_gen import toml_value as _toml_value
 
 from elo_per_token.contracts.errors import InputError
 
@@ -32,18 +32,7 @@ ADAPTIVE_KEYS = ["alpha", "rounds", "min_rounds", "width", "max_tokens", "futili
 
 
 def toml_value(v: Any) -> str:
-    """A Python value as a TOML value (inline tables and arrays; nan and inf as TOML writes them)."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf") if math.isinf(v) else repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)  # JSON's escapes are TOML basic-string escapes
-    if isinstance(v, list):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(x)}" for k, x in v.items()) + "}"
+    return _toml_value(v, ascii_only=True)
 
 
 _scalars = st.one_of(

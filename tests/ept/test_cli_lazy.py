@@ -113,3 +113,28 @@ def test_any_argv_picks_a_declared_stage_or_the_whole_app(args: list[str]) -> No
         assert first in cli.STAGES[stage]  # the command the user named, never an option or a later word
     if first is None or first.startswith("-"):
         assert stage is None  # root help/version and no command: the whole app answers
+
+
+# Libraries `ept tokens` has no use for, each 0.03-0.5 s of start-up: numeric and plotting stacks, the model
+# clients and their validation layer, the object-store and queue clients, typer's help formatter.
+HEAVY = (
+    *("numpy", "scipy", "sympy", "matplotlib", "pydantic", "openai"),
+    *("boto3", "botocore", "celery", "redis", "typer.rich_utils", "rich.markdown"),
+)
+
+
+def test_tokens_imports_none_of_the_heavy_libraries(tmp_path: Path) -> None:
+    probe = _PROBE.replace(
+        'mods = sorted(m for m in sys.modules if m.endswith(".cli") or m.endswith("cli_report") or m == "typer.rich_utils")',
+        "mods = sorted(sys.modules)",
+    )
+    assert probe != _PROBE
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    args = ["tokens", str(FIXTURE / "calls.jsonl"), "--csv", str(tmp_path / "t.csv")]
+    r = subprocess.run(
+        [sys.executable, "-c", probe, *args], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert (tmp_path / "t.csv").stat().st_size > 0, r.stderr  # the command ran to the end
+    got = set(json.loads(r.stderr.strip().splitlines()[-1]))
+    assert "polars" in got and "elo_per_token.analysis.tokens" in got  # the probe sees what was imported
+    assert sorted(m for m in HEAVY if m in got) == []

@@ -36,7 +36,6 @@ EXCEPTIONS: dict[tuple[str, str], int] = {
     ('coordinator/adaptive/sweep.py', 'run_adaptive_sweep'): 61,
     ('egress/client.py', 'ProviderClient.chat'): 71,
     ('egress/errors.py', 'classify'): 80,
-    ('ledger/segments.py', 'compact_run'): 72,
     ('suites/generate_tools.py', '_tool_templates'): 61,
     ('worker/sandbox/bwrap.py', 'argv'): 65,
     ('worker/sandbox/harness.py', 'main'): 74,
