@@ -14,6 +14,9 @@ alternating for --ledger-rounds rounds, and prints the workers' CPU per job for 
 the worker processes count), SeaweedFS's CPU per job, and the S3 / file ratio (target <= 1.3x).
 --ledger-cpu N --baseline REV: instead, S3 sweeps whose workers run this tree vs git revision REV's tree
 (extracted with git archive), alternating, side by side in one run (issue 39: workers <= 5 ms CPU per job).
+Each --ledger-cpu round also measures the floor in the same run: the same number of messages with the same
+job payloads to a no-op task on two bare Celery workers with the worker's Celery settings (make_app: threads
+pool, late acks, prefetch 1, Redis result backend), so the table shows what of a job's CPU is Celery's own.
 """
 
 from __future__ import annotations
@@ -161,15 +164,77 @@ def ledger_cpu(args, tmp: Path, ctl, redis, n_math: int, profile) -> None:
         configs = {"baseline": (s3_url, tree_of(args.baseline, tmp / "baseline-tree")), "s3": (s3_url, None)}
     reps = -(-args.ledger_cpu // n_math)
     got: dict[str, list[tuple[float, float, float, int]]] = {k: [] for k in configs}
+    got["floor"] = []
     try:
         for rnd in range(args.ledger_rounds):
             for kind, (ledger, source) in configs.items():
                 got[kind].append(
                     _ledger_round(args, tmp, redis, profile, s3, kind, ledger, source, reps, rnd)
                 )
+            got["floor"].append(_floor_round(args, tmp, redis, reps, rnd))
     finally:
         stop_proc(s3.proc)
     _ledger_table(args, {k: min(v) for k, v in got.items()})  # the quietest round of each (by worker CPU)
+
+
+FLOOR_APP = """\
+from elo_per_token.worker.celery_app import make_app
+
+app = make_app()
+
+
+@app.task(name="bench.noop", shared=False)
+def noop(job, ctx):
+    return {"key": job.get("key"), "status": "done", "calls": 0, "tokens": 0}
+"""
+
+
+def _floor_round(args, tmp: Path, redis, reps: int, rnd: int) -> tuple[float, float, float, int]:
+    """Workers' CPU per message of a no-op task (two bare Celery workers, the worker's settings, real job
+    payloads): Celery's and kombu's own cost per job, the floor under any job's CPU."""
+    from celery.result import ResultSet
+
+    from elo_per_token.coordinator.plan import parse_plan
+    from elo_per_token.coordinator.sweep import plan_jobs
+    from elo_per_token.worker.celery_app import make_app
+
+    queue = "floor-" + uuid.uuid4().hex[:6]
+    (tmp / "floor_app.py").write_text(FLOOR_APP)
+    env = {**os.environ, "EPT_BROKER_URL": redis.url, "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp)])}
+    procs = [subprocess.Popen([sys.executable, "-m", "celery", "-A", "floor_app", "worker", "-P", "threads", "-c",
+                               str(args.threads), "-Q", queue, "-n", f"floor{i}-{uuid.uuid4().hex[:6]}@127.0.0.1",
+                               "--loglevel", "WARNING"], cwd=tmp, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]  # fmt: skip
+    app = make_app(redis.url)
+    try:
+        deadline = time.monotonic() + 60
+        while len(app.control.ping(timeout=1.0) or []) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        plan = parse_plan(plan_text("floor", tmp / "floor-ledger", args.strategy, args.budget, reps, "celery",
+                                    queue, args.threads))  # fmt: skip
+        ctx = {"ledger": "unused"}
+
+        def send(jobs) -> ResultSet:
+            with app.producer_or_acquire() as producer:
+                rs = [app.send_task("bench.noop", args=[j.to_dict(), ctx], queue=queue, producer=producer,
+                                    argsrepr=f"[{j.key!r}]", kwargsrepr="{}") for j in jobs]  # fmt: skip
+            return ResultSet(rs, app=app)
+
+        jobs = plan_jobs(plan)
+        send(jobs[:100]).join(timeout=120)  # warm-up, not measured
+        meter = CpuMeter([p.pid for p in procs])
+        meter.start()
+        send(jobs).join(timeout=600)
+        row = (meter.stop() / len(jobs), 0.0, 0.0, len(jobs))
+        print(
+            f"  round {rnd + 1} floor    {len(jobs)} no-op tasks: workers {1000 * row[0]:.2f} ms CPU/job",
+            flush=True,
+        )
+        return row
+    finally:
+        app.close()
+        for p in procs:
+            stop_proc(p)
 
 
 def _ledger_round(args, tmp: Path, redis, profile, s3, kind: str, ledger: str, source: Path | None, reps: int,
@@ -202,18 +267,22 @@ def _ledger_table(args, best: dict[str, tuple[float, float, float, int]]) -> Non
           f" transcripts on, {n} jobs a sweep, best of {args.ledger_rounds} alternating rounds; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n")  # fmt: skip
     labels = {"file": "file (local folder)", "s3": "S3 (SeaweedFS), this tree",
-              "baseline": f"S3 (SeaweedFS), {args.baseline}"}  # fmt: skip
+              "baseline": f"S3 (SeaweedFS), {args.baseline}", "floor": "floor: Celery no-op task"}  # fmt: skip
     print(
         f"{'ledger / workers':<34} {'workers ms/job':>14} {'S3 server ms/job':>16} {'coordinator ms/job':>18}"
     )
     for kind, (wk, sv, co, _) in best.items():
+        srv = f"{1000 * sv:.2f}" if kind not in ("file", "floor") else "-"
         print(
-            f"{labels[kind]:<34} {1000 * wk:>14.2f} {1000 * sv if kind != 'file' else 0.0:>16.2f} {1000 * co:>18.2f}"
+            f"{labels[kind]:<34} {1000 * wk:>14.2f} {srv:>16} {1000 * co if kind != 'floor' else 0.0:>18.2f}"
         )
     s3w = best["s3"][0]
     print(
         f"workers' CPU per job on S3: {1000 * s3w:.2f} ms (target <= 5 ms: {'met' if s3w <= 0.005 else 'NOT met'})"
     )
+    fl = best["floor"][0]
+    print(f"S3 job / Celery no-op floor, workers' CPU per job: {s3w / fl:.2f}x ({1000 * (s3w - fl):.2f} ms over"
+          " the floor)")  # fmt: skip
     if "baseline" in best:
         b = best["baseline"]
         print(f"this tree / {args.baseline}, workers' CPU per job: {s3w / b[0]:.2f}x; S3 server's CPU per job: "

@@ -8,13 +8,13 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict, Job, JobSummary
 from elo_per_token.ledger import Ledger
-from elo_per_token.worker.journal import claim_key
+from elo_per_token.worker.journal import claim_key, journal_set_key
 from elo_per_token.worker.lifecycle import _cached, _refused, _summary, ledger_for, perform_job, provider_for
 from elo_per_token.worker.taskcheck import ForgedTask, RunTasks
 
@@ -47,19 +47,38 @@ class Claims:
         return claim_key(job.run_id, job.key)
 
     def acquire(self, job: Job) -> bool:
+        """Take the job's lease; False when another delivery holds it."""
+        return self.acquire_reading(job)[0]
+
+    def acquire_reading(self, job: Job, reads: Sequence[tuple[str, str]] = ()) -> tuple[bool, list[Any]]:
+        """Take the job's lease and, in the same round trip, read `reads` ((command, key): "get", "smembers" or "exists")
+        right after it on the server: (taken, their values). Read with the lease held, they see what the
+        delivery that held it before left; a read whose lease was not taken is not to be used."""
         key = self.key(job)
         with self._lock:
             self._n += 1
             # Per acquisition, so a late release can never delete a later holder's lease (even in this process).
             token = f"{self.owner}:{self._n}"
-        if not self.r.set(key, token, nx=True, px=self.ttl):
-            return False
+        if reads:
+            pipe = self.r.pipeline(transaction=False)
+            pipe.set(key, token, nx=True, px=self.ttl)
+            for cmd, k in reads:
+                getattr(pipe, _READS[cmd])(k)
+            # Errors come back as values (a key of another type, put there by anything with the broker's
+            # password): an unreadable read is then ignored by its reader, never the claim's failure.
+            taken, *values = pipe.execute(raise_on_error=False)
+            if isinstance(taken, Exception):
+                raise taken
+        else:
+            taken, values = self.r.set(key, token, nx=True, px=self.ttl), []
+        if not taken:
+            return False, values
         with self._lock:
             self._held[key] = token
             if self._renewer is None:
                 self._renewer = threading.Thread(target=self._renew, name="ept-claims", daemon=True)
                 self._renewer.start()
-        return True
+        return True, values
 
     def _renew(self) -> None:
         while True:
@@ -75,40 +94,88 @@ class Claims:
                     pipe.eval(self._RENEW, 1, key, token, self.ttl)
                 pipe.execute()
 
-    def release(self, job: Job) -> None:
+    def release(
+        self,
+        job: Job,
+        marker: tuple[str, str, int] | None = None,
+        drops: list[tuple[str, str, str]] | None = None,
+    ) -> None:
+        """Give the job's lease up (if this process holds it). marker: (key, value, seconds) SET on the server
+        just before the release, in the same round trip (the ran marker a waiting copy must find); drops: the
+        job's call journals to drop before it, likewise (CallJournal.take_drops)."""
         key = self.key(job)
         with self._lock:
             token = self._held.pop(key, None)
-        if token is not None:
-            with contextlib.suppress(Exception):
+        if token is None and marker is None and not drops:
+            return
+        with contextlib.suppress(Exception):
+            if marker is None and not drops and token is not None:
                 self.r.eval(self._RELEASE, 1, key, token)
+                return
+            pipe = self.r.pipeline(transaction=False)
+            if drops:
+                from elo_per_token.worker.journal import CallJournal
+
+                CallJournal.drop_into(pipe, drops)
+            if marker is not None:
+                pipe.set(marker[0], marker[1], ex=marker[2])
+            if token is not None:
+                pipe.eval(self._RELEASE, 1, key, token)
+            # Each command's error comes back as a value: a journal key of another type (anything with the
+            # broker's password can write one) must not keep the marker or the release from being applied.
+            pipe.execute(raise_on_error=False)
+
+
+_READS = {
+    "get": "get",
+    "smembers": "smembers",
+    "exists": "exists",
+}  # what acquire_reading may read with the lease
 
 
 BROKER_WAIT_S = 120.0  # a claim waits this long for a broker that is restarting before the job fails
 
 
-def _claim(claims: Claims, job: Job, wait_s: float = BROKER_WAIT_S) -> bool:
-    """claims.acquire, waiting out a broker restart: a message prefetched before the broker went away would
-    otherwise fail its job ("worker error: connection refused") while the broker is down for a few seconds,
-    though the job can run as soon as the broker is back (its result is reported through it anyway)."""
+def _claim(
+    claims: Claims, job: Job, wait_s: float = BROKER_WAIT_S, reads: Sequence[tuple[str, str]] = ()
+) -> tuple[bool, list[Any]]:
+    """claims.acquire_reading, waiting out a broker restart: a message prefetched before the broker went away
+    would otherwise fail its job ("worker error: connection refused") while the broker is down for a few
+    seconds, though the job can run as soon as the broker is back (its result is reported through it anyway)."""
     import redis
 
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return claims.acquire(job)
+            return claims.acquire_reading(job, reads)
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             if time.monotonic() >= deadline:
                 raise
             time.sleep(0.5)
 
 
+WEATHER_REFRESH_S = 60.0  # an unchanged report is written again after this long (it has a TTL on the broker)
+_reported: dict[tuple[str, str], tuple[dict[str, Any], float]] = {}  # (owner, profile) -> (last report, when)
+_reported_lock = threading.Lock()
+
+
 def _report_weather(claims: Claims, profile: str, provider: Any) -> None:
-    """This process's cumulative provider weather for the coordinator's summary (contracts.weather)."""
+    """This process's cumulative provider weather for the coordinator's summary (contracts.weather). Written
+    when it changed (or WEATHER_REFRESH_S after the last write), not after every job: the coordinator reads the
+    last report, which an unchanged one would only rewrite with the same value (a round trip per job)."""
     from elo_per_token.contracts.weather import report
 
-    with contextlib.suppress(Exception):  # a lost report costs a summary line, never the job
-        report(claims.r, profile, claims.owner, provider.weather())
+    doc, now, slot = provider.weather(), time.monotonic(), (claims.owner, profile)
+    with _reported_lock:
+        last = _reported.get(slot)
+        if last is not None and last[0] == doc and now - last[1] < WEATHER_REFRESH_S:
+            return
+        _reported[slot] = (doc, now)
+    try:
+        report(claims.r, profile, claims.owner, doc)
+    except Exception:  # a lost report costs a summary line, never the job; the next job writes it again
+        with _reported_lock:
+            _reported.pop(slot, None)
 
 
 def _claims(redis_url: str) -> Claims:
@@ -209,10 +276,16 @@ def _ran_before(r: redis.Redis, task_id: str | None, job: Job) -> JobSummary | N
         return None
     try:
         raw = r.get(_ran_key(task_id))
-        summary = json.loads(raw) if raw else None
-    except (
-        Exception
-    ):  # unreachable broker or unreadable marker: the ledger and the claim still stop a double write
+    except Exception:  # unreachable broker: the ledger and the claim still stop a double write
+        return None
+    return _ran_summary(raw, job)
+
+
+def _ran_summary(raw: Any, job: Job) -> JobSummary | None:
+    """The ran marker's value (as read, or the error reading it) as a finished summary of `job`, or None."""
+    try:
+        summary = json.loads(raw) if isinstance(raw, bytes | str) and raw else None
+    except Exception:  # an unreadable marker: the ledger and the claim still stop a double write
         return None
     statuses = ("done", "duplicate", "failed")
     if (
@@ -224,18 +297,12 @@ def _ran_before(r: redis.Redis, task_id: str | None, job: Job) -> JobSummary | N
     return cast(JobSummary, summary)
 
 
-def _mark_ran(r: redis.Redis, task_id: str | None, summary: JobSummary) -> None:
-
-    if task_id:
-        with contextlib.suppress(Exception):
-            r.set(_ran_key(task_id), json.dumps(summary), ex=RAN_TTL_S)
-
-
 def _admit(
-    task_self: Any, job: Job, ctx: CeleryJobContext, limits: JobSettings
+    task_self: Any, job: Job, ctx: CeleryJobContext, limits: JobSettings, *, check_cancel: bool = True
 ) -> tuple[Ledger, str | None] | JobSummary:
     """(the ledger, the endpoint) a message may use — only what this worker's own allow-lists name
-    (worker.trust) — or the summary of a job refused, forged, cancelled or over the run's budget."""
+    (worker.trust) — or the summary of a job refused, forged, cancelled or over the run's budget. check_cancel:
+    read the run's cancel marker here (False: the caller reads it in the claim's round trip)."""
     from elo_per_token.worker.trust import Untrusted, check_base_url, check_ledger
 
     try:
@@ -248,8 +315,8 @@ def _admit(
         _cached(("tasks",), RunTasks).verify(ledger, job)
     except ForgedTask as e:
         return _refused(job, str(e))
-    if _cancelled(task_self, job):
-        return _summary(job, "cancelled", message="the sweep was stopped before this job started")
+    if check_cancel and _cancelled(task_self, job):
+        return _summary(job, "cancelled", message=CANCELLED)
     if _over_budget(task_self, job, ctx.budget_tokens):
         return _summary(job, "cancelled", message="the run reached its budget cap before this job started")
     return ledger, base_url
@@ -292,16 +359,38 @@ def _redis_url(task_self: Any, limits: JobSettings) -> str:
     return limits.ratelimit_url or _redis_broker_url(task_self) or limits.env_broker or ""
 
 
-def _await_claim(claims: Claims, job: Job, ledger: Ledger) -> bool | None:
-    """Take the job's claim: whether it had to wait for another delivery of the job (e.g. redelivered after
-    a visibility timeout) first; None when that delivery finished the job meanwhile."""
+def _await_claim(
+    claims: Claims, job: Job, ledger: Ledger, reads: Sequence[tuple[str, str]] = (), *, cancel: bool = False
+) -> tuple[bool, list[Any]] | None:
+    """Take the job's claim, reading `reads` with it (Claims.acquire_reading): whether it had to wait for
+    another delivery of the job (e.g. redelivered after a visibility timeout) first, and what was read; None
+    when that delivery finished the job meanwhile. cancel: the last read is the run's cancel marker: while it is
+    set, what was read comes back at once, the claim taken or not (a cancelled job does not wait for it)."""
     waited = False
-    while not _claim(claims, job):
+    while not (got := _claim(claims, job, reads=reads))[0]:
+        if cancel and _is_set(got[1][-1]):
+            return waited, got[1]
         waited = True
         time.sleep(0.5)
         if ledger.has_job(job.run_id, job.key):
             return None
-    return waited
+    return waited, got[1]
+
+
+def _redelivered(task_self: Any) -> bool:
+    """Whether the broker delivered this message before (a lost worker, a visibility timeout)."""
+    info = getattr(getattr(task_self, "request", None), "delivery_info", None) or {}
+    return bool(info.get("redelivered"))
+
+
+def _claim_reads(job: Job, task_id: str | None, *, cancel: bool = False) -> list[tuple[str, str]]:
+    """What a delivery reads in its claim's round trip, right after it on the server: the journals an earlier
+    delivery left (their set), this message's ran marker, and (cancel) last, the run's cancel marker."""
+    from elo_per_token.contracts.jobs import cancel_key
+
+    reads = [("smembers", journal_set_key(job.run_id, job.key))]
+    reads += [("get", _ran_key(task_id))] if task_id else []
+    return [*reads, ("exists", cancel_key(job.run_id))] if cancel else reads
 
 
 def celery_run_job(
@@ -317,50 +406,92 @@ def celery_run_job(
     job = Job.from_dict(job_dict)
     ctx = CeleryJobContext.from_dict(ctx_dict)
     limits = JobSettings.from_env() if limits is None else limits
-    admitted = _admit(task_self, job, ctx, limits)
+    redis_url = _redis_url(task_self, limits)
+    # The run's cancel marker is read in the claim's round trip when the claims live on the broker (as usual).
+    fold_cancel = bool(redis_url) and redis_url == _redis_broker_url(task_self)
+    admitted = _admit(task_self, job, ctx, limits, check_cancel=not fold_cancel)
     if isinstance(admitted, dict):
         return admitted
     ledger, base_url = admitted
-    redis_url = _redis_url(task_self, limits)
     claims = _claims(redis_url)
     task_id = getattr(getattr(task_self, "request", None), "id", None)
-    waited = _await_claim(claims, job, ledger)
-    if waited is None:
+    reads = _claim_reads(job, task_id, cancel=fold_cancel)
+    claimed = _await_claim(claims, job, ledger, reads, cancel=fold_cancel)
+    if claimed is None:
         return _summary(job, "skipped")
+    waited, values = claimed
+    if fold_cancel and _is_set(values.pop()):
+        claims.release(job)  # taken or not (a copy holds it): this delivery does nothing
+        return _summary(job, "cancelled", message=CANCELLED)
     journal = _journal(claims.r)
+    journal.defer_drops(job)  # dropped in the claim's release below (one round trip)
     try:
-        # Calls of an earlier delivery that died mid-job: recorded before anything else (the claim is ours).
-        journal.recover(ledger, job)
-        if (earlier := _ran_before(claims.r, task_id, job)) is not None:
-            return earlier
-        # The check before the first API call, so a job that finished elsewhere never spends tokens twice; made
-        # with the claim held, so a copy that finished just before it released the claim is seen. Skipped only
-        # when nothing can have finished the job: the first delivery (not a redelivery after a lost worker or
-        # a visibility timeout) of a job from a run's first session (coordinator.sweep.execute), uncontended.
-        redelivered = bool(
-            (getattr(getattr(task_self, "request", None), "delivery_info", None) or {}).get("redelivered")
-        )
-        if (ctx.check_ledger or redelivered or waited) and ledger.has_job(job.run_id, job.key):
-            return _summary(job, "skipped")
-        provider = provider_for(job.profile, base_url, ctx.rpm, ctx.tpm, redis_url, profiles)
-
-        def on_retry(j: Job, attempt: int, cls: str) -> None:
-            task_self.update_state(state="RETRYING", meta={"key": j.key, "attempt": attempt, "class": cls})
-
-        # At most one HEAD above, one conditional PUT in perform_job (and the transcript's PUT when the plan
-        # keeps transcripts): nothing else on the success path.
-        summary = perform_job(
-            job, ledger, provider, on_retry=on_retry, max_attempts=ctx.max_attempts,
-            check_existing=False, clear_failure=ctx.clear_failure, transcripts=ctx.transcripts, journal=journal,
-        )  # fmt: skip
-        _report_weather(claims, job.profile, provider)
-        if ctx.budget_tokens is not None:  # every billed token counts toward the cap, failed attempts' too
-            # Calls without usable usage at their upper bound too: the cap holds whatever the provider reports.
-            _spend(task_self, job, int(summary.get("tokens") or 0) + int(summary.get("est_tokens") or 0))
-        summary = {**summary, "worker": getattr(task_self.request, "hostname", None)}
-        # Before the claim is released: a copy waiting on the claim must find it.
-        _mark_ran(claims.r, task_id, summary)
-        return summary
-    finally:
+        where = (ledger, base_url, redis_url, profiles)
+        summary, ran = _run_claimed(task_self, job, ctx, where, claims, journal, (waited, values))
+    except BaseException:
         journal.release(job)
         claims.release(job)
+        raise
+    drops = journal.take_drops(job)
+    journal.release(job)
+    # The ran marker is set just before the claim is released (one round trip): a copy waiting on it must find it.
+    claims.release(
+        job, (_ran_key(task_id), json.dumps(summary), RAN_TTL_S) if ran and task_id else None, drops
+    )
+    return summary
+
+
+CANCELLED = "the sweep was stopped before this job started"
+
+
+def _is_set(value: Any) -> bool:
+    """An EXISTS read in the claim's round trip: whether the key is there (an error read as not)."""
+    return isinstance(value, int) and value > 0
+
+
+def _run_claimed(
+    task_self: Any,
+    job: Job,
+    ctx: CeleryJobContext,
+    where: tuple[Ledger, str | None, str, str | None],
+    claims: Claims,
+    journal: CallJournal,
+    claimed: tuple[bool, list[Any]],
+) -> tuple[JobSummary, bool]:
+    """The job with its claim held: (its summary, whether it ran to the end: the message's ran marker is set).
+    where: (the ledger, the endpoint, the rate limits' Redis, the profiles file); claimed: (whether the claim
+    had to wait for another delivery, the claim's reads: the journal set, then the ran marker if any)."""
+    ledger, base_url, redis_url, profiles = where
+    waited, (attempts, *ran) = claimed
+    # Calls of an earlier delivery that died mid-job: recorded before anything else (the claim is ours).
+    journal.recover(ledger, job, attempts)
+    if (earlier := _ran_summary(ran[0] if ran else None, job)) is not None:
+        return earlier, False
+    # The check before the first API call (a job finished elsewhere never spends tokens twice), with the claim
+    # held (a copy that finished just before it released the claim is seen). Skipped only when nothing can have
+    # finished the job: the first, uncontended delivery of a job from a run's first session (coordinator.sweep).
+    if (ctx.check_ledger or _redelivered(task_self) or waited) and ledger.has_job(job.run_id, job.key):
+        return _summary(job, "skipped"), False
+    provider = provider_for(job.profile, base_url, ctx.rpm, ctx.tpm, redis_url, profiles)
+
+    def on_retry(j: Job, attempt: int, cls: str) -> None:
+        task_self.update_state(state="RETRYING", meta={"key": j.key, "attempt": attempt, "class": cls})
+
+    # At most one HEAD above, one conditional PUT in perform_job (and the transcript's PUT when the plan
+    # keeps transcripts): nothing else on the success path.
+    summary = perform_job(
+        job,
+        ledger,
+        provider,
+        on_retry=on_retry,
+        max_attempts=ctx.max_attempts,
+        check_existing=False,
+        clear_failure=ctx.clear_failure,
+        transcripts=ctx.transcripts,
+        journal=journal,
+    )
+    _report_weather(claims, job.profile, provider)
+    if ctx.budget_tokens is not None:  # every billed token counts toward the cap, failed attempts' too
+        # Calls without usable usage at their upper bound too: the cap holds whatever the provider reports.
+        _spend(task_self, job, int(summary.get("tokens") or 0) + int(summary.get("est_tokens") or 0))
+    return {**summary, "worker": getattr(task_self.request, "hostname", None)}, True

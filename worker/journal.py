@@ -51,8 +51,12 @@ def claim_key(run_id: str, key: str) -> str:
     return f"ept:claim:{run_id}:{key}"
 
 
-def _set_key(run_id: str, key: str) -> str:
+def journal_set_key(run_id: str, key: str) -> str:
+    """The set naming the job's attempts with a journal on the broker (read with the job's claim)."""
     return f"ept:journals:{run_id}:{key}"
+
+
+_set_key = journal_set_key
 
 
 def _list_key(run_id: str, key: str, attempt: str) -> str:
@@ -65,6 +69,8 @@ class CallJournal:
     def __init__(self, r: redis.Redis) -> None:
         self.r = r
         self._listed: set[str] = set()  # attempts already in their job's set (and their list given a TTL)
+        # (run, job key) -> drops deferred to the claim's release (defer_drops)
+        self._deferred: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
         self._lock = threading.Lock()
 
     def begin(self, job: Job) -> str:
@@ -108,9 +114,34 @@ class CallJournal:
     def _drop(self, job: Job, attempt: str) -> None:
         self._drop_key(job.run_id, job.key, attempt)
 
+    def defer_drops(self, job: Job) -> None:
+        """Until `take_drops` or `release`: drop `job`'s journals in the round trip that gives its claim up
+        (worker.celery_job.Claims.release), not one round trip each. Safe because nobody reads a job's journals
+        without its claim, and each is dropped only once its calls are durable (a journal a lost round trip
+        leaves is recovered as any other: nothing is recorded twice)."""
+        with self._lock:
+            self._deferred[(job.run_id, job.key)] = []
+
+    def take_drops(self, job: Job) -> list[tuple[str, str, str]]:
+        """The drops deferred for `job` (its journal list, its set, the attempt), now the caller's to run
+        (`drop_into`); deferring ends."""
+        with self._lock:
+            return self._deferred.pop((job.run_id, job.key), None) or []
+
+    @staticmethod
+    def drop_into(pipe: Any, drops: list[tuple[str, str, str]]) -> None:
+        """Queue `drops` (from `take_drops`) on a Redis pipeline."""
+        for lk, sk, attempt in drops:
+            pipe.delete(lk)
+            pipe.srem(sk, attempt)
+
     def _drop_key(self, run_id: str, key: str, attempt: str) -> None:
         with self._lock:
             self._listed.discard(attempt)
+            later = self._deferred.get((run_id, key))
+            if later is not None:
+                later.append((_list_key(run_id, key, attempt), _set_key(run_id, key), attempt))
+                return
         with contextlib.suppress(Exception):
             pipe = self.r.pipeline(transaction=False)
             pipe.delete(_list_key(run_id, key, attempt))
@@ -118,23 +149,32 @@ class CallJournal:
             pipe.execute()
 
     def release(self, job: Job) -> None:
-        """Stop journaling `job` in this process (the delivery is over, whatever happened)."""
+        """Stop journaling `job` in this process (the delivery is over, whatever happened); drops still
+        deferred (not taken) are run now."""
         with _active_lock:
             _active.pop((job.run_id, job.key), None)
+        if drops := self.take_drops(job):
+            with contextlib.suppress(Exception):
+                pipe = self.r.pipeline(transaction=False)
+                self.drop_into(pipe, drops)
+                pipe.execute()
 
-    def recover(self, ledger: Ledger, job: Job) -> int:
+    def recover(self, ledger: Ledger, job: Job, members: Any = None) -> int:
         """Write the journals an earlier, dead delivery of `job` left as spent objects; the calls recovered.
-        Call only with the job's claim held."""
-        return self.recover_key(ledger, job.run_id, job.key)
+        Call only with the job's claim held. members: the job's journal set (journal_set_key) as read with the
+        claim (Claims.acquire_reading), or the error reading it; None: read it now."""
+        return self.recover_key(ledger, job.run_id, job.key, members)
 
-    def recover_key(self, ledger: Ledger, run_id: str, key: str) -> int:
+    def recover_key(self, ledger: Ledger, run_id: str, key: str, members: Any = None) -> int:
         """`recover` by the job's run and key (the end of a sweep knows only the journal's name)."""
         from elo_per_token.contracts.spent import SPENT_DIR, SPENT_SUFFIX, spent_bytes
 
         try:
-            attempts = sorted(
-                a.decode() if isinstance(a, bytes) else str(a) for a in self.r.smembers(_set_key(run_id, key))
-            )
+            if members is None:
+                members = self.r.smembers(_set_key(run_id, key))
+            if isinstance(members, Exception):  # unreadable (not a set): as when the broker cannot be read
+                return 0
+            attempts = sorted(a.decode() if isinstance(a, bytes) else str(a) for a in members)
         except Exception:
             return 0
         recovered = 0

@@ -20,7 +20,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 from elo_per_token.common.backoff import backoff
 from elo_per_token.contracts.errors import RETRYABLE
@@ -96,10 +96,49 @@ def perform_job(
         return not_run
     run, recorders = _runner(run, transcripts)
     secrets = [api_key] if api_key else None
+    spent = _Spent(job, ledger, journal)
+    retry = _Retry(max_attempts, backoff_s, on_retry, stop)
+    result, cls, msg, attempt = _attempts(job, provider, run, spent, retry, secrets)
+    if result is not None and result.ok:
+        recorder = recorders[-1] if recorders else None
+        return _store(
+            job,
+            ledger,
+            result,
+            spent,
+            recorder,
+            secrets,
+            clear_failure,
+            attempt=attempt,
+            started_at=started_at,
+        )
+    return _record_failure(
+        job, ledger, result, spent, cls=cls, msg=msg, attempt=attempt, started_at=started_at
+    )
+
+
+class _Retry(NamedTuple):
+    """perform_job's retry settings: attempts at most, the backoff base, the retry hook, the stop event."""
+
+    max_attempts: int
+    backoff_s: float
+    on_retry: Callable[[Job, int, str], None] | None
+    stop: threading.Event | None
+
+
+def _attempts(
+    job: Job,
+    provider: Any,
+    run: Callable[[Job, Any], JobResult],
+    spent: _Spent,
+    retry: _Retry,
+    secrets: list[str] | None,
+) -> tuple[JobResult | None, str, str, int]:
+    """Run the job until an attempt succeeds, fails for good, or the attempts or the stop run out: (the last
+    result or None when it raised, its failure class and message, the attempt number)."""
     cls, msg, result = "task", "", None
     attempt = 0
-    spent = _Spent(job, ledger, journal)
-    for attempt in range(1, max_attempts + 1):
+    for attempt in range(1, retry.max_attempts + 1):
         t0 = time.time()
         spent.begin()
         try:
@@ -115,21 +154,16 @@ def perform_job(
             cls, msg = str(err.get("class") or "task"), scrub(str(err.get("message") or ""), secrets)
             # Every failed attempt's calls were billed: write them now, before a retry or a crash loses them.
             spent.record(result, reason="failed", error_class=cls, attempt=attempt)
-        if cls not in RETRYABLE or attempt == max_attempts or (stop is not None and stop.is_set()):
+        stop = retry.stop
+        if cls not in RETRYABLE or attempt == retry.max_attempts or (stop is not None and stop.is_set()):
             break
-        if on_retry is not None:
-            on_retry(job, attempt, cls)
+        if retry.on_retry is not None:
+            retry.on_retry(job, attempt, cls)
         # Full jitter keeps a fleet of workers from retrying in lock step after a provider hiccup.
-        delay = backoff(attempt, backoff_s) + max(0.0, 0.05 - (time.time() - t0))
+        delay = backoff(attempt, retry.backoff_s) + max(0.0, 0.05 - (time.time() - t0))
         if stop is not None and stop.wait(delay):
             break
-
-    if result is not None and result.ok:
-        return _store(job, ledger, result, spent, recorders[-1] if recorders else None, secrets, clear_failure,
-                      attempt=attempt, started_at=started_at)  # fmt: skip
-    return _record_failure(
-        job, ledger, result, spent, cls=cls, msg=msg, attempt=attempt, started_at=started_at
-    )
+    return result, cls, msg, attempt
 
 
 def _not_to_run(job: Job, ledger: Ledger, tasks: RunTasks | None, check_existing: bool) -> JobSummary | None:

@@ -37,7 +37,6 @@ EXCEPTIONS: dict[tuple[str, str], int] = {
     ('egress/client.py', 'ProviderClient.chat'): 71,
     ('egress/errors.py', 'classify'): 80,
     ('suites/generate_tools.py', '_tool_templates'): 61,
-    ('worker/lifecycle.py', 'perform_job'): 68,
     ('worker/sandbox/bwrap.py', 'argv'): 65,
     ('worker/sandbox/harness.py', 'main'): 74,
 }

@@ -113,29 +113,15 @@ class JobContext:
         except ProviderError as e:
             if self.transcript is not None:
                 self.transcript.call(index, role, messages, error=f"{e.error_class}: {e.message}")
-            gone = e.discarded
-            self._record_discarded(index, role, seed, n, gone, e.usage_bound)
-            usage, bad = e.usage, e.usage_invalid
-            self._record(CallRecord(
-                call_index=index, role=role, model=None, usage=usage, latency_s=0.0, attempts=e.attempts - len(gone),
-                seed=seed, n_requested=n, n_returned=0, finish_reason=None,
-                error={"class": e.error_class, "message": e.message}, usage_missing=bad is not None, usage_invalid=bad,
-                gen=sent, usage_estimate=e.usage_bound if bad is not None else None,
-            ))  # fmt: skip
+            self._record_discarded(index, role, seed, n, e.discarded, e.usage_bound)
+            self._record(_failed_record(index, role, seed, n, e, sent))
             raise
         self._record_discarded(index, role, seed, n, resp.discarded, getattr(resp, "usage_bound", None))
         if self.transcript is not None:
             self.transcript.call(index, role, messages, resp)
         if resp.max_tokens is not None:
             sent["max_tokens"] = resp.max_tokens  # as sent: a profile's context_length may have lowered it
-        finish = resp.choices[0].finish_reason if resp.choices else None
-        self._record(CallRecord(
-            call_index=index, role=role, model=resp.model, usage=resp.usage, latency_s=resp.latency_s,
-            attempts=resp.attempts - len(resp.discarded), seed=seed, n_requested=resp.n_requested,
-            n_returned=resp.n_returned, finish_reason=finish, error=None, usage_missing=resp.usage is None,
-            usage_invalid=resp.usage_invalid, gen=sent, finish_reasons=[c.finish_reason for c in resp.choices],
-            usage_estimate=getattr(resp, "usage_bound", None) if resp.usage is None else None,
-        ))  # fmt: skip
+        self._record(_answered_record(index, role, seed, resp, sent))
         if not resp.choices:
             raise ProviderError("permanent", "the server returned no choices", attempts=resp.attempts)
         return resp
@@ -340,3 +326,51 @@ class Strategy(Generic[P]):
         """The parameters run_job checked for this job (checked here when the context was built without them)."""
         got = ctx.params
         return got if isinstance(got, self.params) else self.check(ctx.job)
+
+
+def _failed_record(
+    index: int, role: str, seed: int, n: int, e: ProviderError, sent: dict[str, Any]
+) -> CallRecord:
+    """The record of a call that failed after its retries (its discarded 2xx replies are recorded apart)."""
+    bad = e.usage_invalid
+    return CallRecord(
+        call_index=index,
+        role=role,
+        model=None,
+        usage=e.usage,
+        latency_s=0.0,
+        attempts=e.attempts - len(e.discarded),
+        seed=seed,
+        n_requested=n,
+        n_returned=0,
+        finish_reason=None,
+        error={"class": e.error_class, "message": e.message},
+        usage_missing=bad is not None,
+        usage_invalid=bad,
+        gen=sent,
+        usage_estimate=e.usage_bound if bad is not None else None,
+    )
+
+
+def _answered_record(
+    index: int, role: str, seed: int, resp: ChatResponse, sent: dict[str, Any]
+) -> CallRecord:
+    """The record of a call the server answered (its discarded 2xx replies are recorded apart)."""
+    return CallRecord(
+        call_index=index,
+        role=role,
+        model=resp.model,
+        usage=resp.usage,
+        latency_s=resp.latency_s,
+        attempts=resp.attempts - len(resp.discarded),
+        seed=seed,
+        n_requested=resp.n_requested,
+        n_returned=resp.n_returned,
+        finish_reason=resp.choices[0].finish_reason if resp.choices else None,
+        error=None,
+        usage_missing=resp.usage is None,
+        usage_invalid=resp.usage_invalid,
+        gen=sent,
+        finish_reasons=[c.finish_reason for c in resp.choices],
+        usage_estimate=getattr(resp, "usage_bound", None) if resp.usage is None else None,
+    )
