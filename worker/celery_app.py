@@ -85,8 +85,42 @@ def make_app(url: str | None = None, profiles: str | None = None) -> Celery:
     # Where code is graded: read once here, installed before each job (not re-read from the environment per job).
     route = grading_route()
     limits = _job_settings()  # the rate-limit store and the allow-lists, read once likewise
-    app = Celery("ept", broker=url, backend=settings.read_str("EPT_RESULT_BACKEND") or url)
-    app.conf.update(
+    backend = settings.read_str("EPT_RESULT_BACKEND") or url
+    # A job stores its own result entry in its claim's release round trip (celery_job.TaskResult) when its
+    # claims live where the results do; Celery then does not store it again (ignore_result; errors it still does).
+    own_results = results_with_claims(url, backend, limits)
+    app = Celery("ept", broker=url, backend=backend)
+    app.conf.update(_settings(vt))
+
+    # celery ships no type information: its decorator hides these signatures from mypy.
+    @app.task(
+        name="ept.run_job",
+        bind=True,
+        shared=False,
+        ignore_result=own_results,
+        store_errors_even_if_ignored=True,
+    )  # type: ignore[untyped-decorator]
+    def run_job_task(self: Any, job: dict[str, Any], ctx: CeleryJobContextDict) -> JobSummary:
+        from elo_per_token.worker.celery_job import celery_run_job
+
+        route_grading(app, route)  # where code is graded, as this worker's environment said at start
+        return celery_run_job(self, job, ctx, profiles=profiles, limits=limits, results=own_results)
+
+    @app.task(name="ept.grade_code", shared=False, acks_late=True)  # type: ignore[untyped-decorator]
+    def grade_code_task(
+        code: str, tests: list[str], entry_point: str, limits: dict[str, Any]
+    ) -> dict[str, Any]:
+        # Served by grader workers (`ept worker --queue grade`) that hold no provider keys or S3 credentials.
+        from elo_per_token.worker.graders.code import Limits, run_tests
+
+        return run_tests(code, tests, entry_point, Limits(**limits))
+
+    return app
+
+
+def _settings(vt: int) -> dict[str, Any]:
+    """The Celery settings of every ept app (module docstring: why each); vt: the broker lease in seconds."""
+    return dict(
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],
@@ -114,24 +148,14 @@ def make_app(url: str | None = None, profiles: str | None = None) -> Celery:
         task_send_sent_event=False,
     )
 
-    # celery ships no type information: its decorator hides these signatures from mypy.
-    @app.task(name="ept.run_job", bind=True, shared=False)  # type: ignore[untyped-decorator]
-    def run_job_task(self: Any, job: dict[str, Any], ctx: CeleryJobContextDict) -> JobSummary:
-        from elo_per_token.worker.celery_job import celery_run_job
 
-        route_grading(app, route)  # where code is graded, as this worker's environment said at start
-        return celery_run_job(self, job, ctx, profiles=profiles, limits=limits)
-
-    @app.task(name="ept.grade_code", shared=False, acks_late=True)  # type: ignore[untyped-decorator]
-    def grade_code_task(
-        code: str, tests: list[str], entry_point: str, limits: dict[str, Any]
-    ) -> dict[str, Any]:
-        # Served by grader workers (`ept worker --queue grade`) that hold no provider keys or S3 credentials.
-        from elo_per_token.worker.graders.code import Limits, run_tests
-
-        return run_tests(code, tests, entry_point, Limits(**limits))
-
-    return app
+def results_with_claims(broker: str, backend: str, limits: JobSettings) -> bool:
+    """Whether a job's claims (worker.celery_job._redis_url: EPT_RATELIMIT_URL, else a Redis broker, else
+    EPT_BROKER_URL) live on the Redis of the result backend, so the job can store its result entry in its
+    claim's release round trip. Compared as written: two spellings of one server fall back to Celery's store."""
+    redis_schemes = ("redis://", "rediss://", "unix://")
+    claims = limits.ratelimit_url or (broker if broker.startswith(redis_schemes) else "") or limits.env_broker
+    return bool(claims) and claims == backend and backend.startswith(redis_schemes)
 
 
 def grading_route(env: Mapping[str, str] | None = None) -> tuple[str | None, float]:

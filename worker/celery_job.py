@@ -99,19 +99,21 @@ class Claims:
         job: Job,
         marker: tuple[str, str, int] | None = None,
         drops: list[tuple[str, str, str]] | None = None,
-    ) -> None:
+        result: TaskResult | None = None,
+    ) -> bool:
         """Give the job's lease up (if this process holds it). marker: (key, value, seconds) SET on the server
         just before the release, in the same round trip (the ran marker a waiting copy must find); drops: the
-        job's call journals to drop before it, likewise (CallJournal.take_drops)."""
+        job's call journals to drop before it, likewise (CallJournal.take_drops); result: the task's result
+        entry, stored in the same round trip (TaskResult). True when `result` was stored (or none was given)."""
         key = self.key(job)
         with self._lock:
             token = self._held.pop(key, None)
-        if token is None and marker is None and not drops:
-            return
-        with contextlib.suppress(Exception):
-            if marker is None and not drops and token is not None:
+        if token is None and marker is None and not drops and result is None:
+            return True
+        try:
+            if marker is None and not drops and result is None and token is not None:
                 self.r.eval(self._RELEASE, 1, key, token)
-                return
+                return True
             pipe = self.r.pipeline(transaction=False)
             if drops:
                 from elo_per_token.worker.journal import CallJournal
@@ -119,11 +121,62 @@ class Claims:
                 CallJournal.drop_into(pipe, drops)
             if marker is not None:
                 pipe.set(marker[0], marker[1], ex=marker[2])
+            if result is not None:
+                result.queue(pipe)
             if token is not None:
                 pipe.eval(self._RELEASE, 1, key, token)
             # Each command's error comes back as a value: a journal key of another type (anything with the
             # broker's password can write one) must not keep the marker or the release from being applied.
-            pipe.execute(raise_on_error=False)
+            values = pipe.execute(raise_on_error=False)
+        except Exception:  # the broker gone: the lease runs out; an unstored result is stored by the caller
+            return result is None
+        stored = values[len(drops or ()) * 2 + (marker is not None)] if result is not None else 1
+        return not isinstance(stored, Exception)
+
+
+class TaskResult:
+    """The Celery result entry of a finished `ept.run_job` message, written by the worker itself in the round
+    trip that releases the job's claim instead of by Celery after the task returns (the task then ignores its
+    result: `make_app`). Celery's Redis backend costs two more round trips per job for the same entry (a GET,
+    then SETEX + PUBLISH); this is one EVAL in a pipeline the job sends anyway. The entry is Celery's own:
+    the meta its backend writes, encoded by that backend, under its key, with its expiry, published to its
+    subscribers; and as Celery does, an entry that already says SUCCESS (an earlier delivery's) is kept."""
+
+    # Celery's _store_result reads the entry first and keeps a SUCCESS; a value that is not Celery's JSON
+    # (anything with the broker's password can write one) is replaced, as a result must be readable.
+    _STORE = """
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) == 'string' then
+  local ok, meta = pcall(cjson.decode, cur)
+  if ok and type(meta) == 'table' and meta['status'] == 'SUCCESS' then return 0 end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', tonumber(ARGV[2]))
+redis.call('PUBLISH', KEYS[1], ARGV[1])
+return 1
+"""
+
+    def __init__(self, backend: Any, task_id: str, summary: JobSummary) -> None:
+        from datetime import UTC, datetime
+
+        self.backend, self.task_id, self.summary = backend, task_id, summary
+        meta = {
+            "status": "SUCCESS",
+            "result": summary,
+            "traceback": None,
+            "children": [],
+            "date_done": datetime.now(UTC).isoformat(),
+            "task_id": task_id,
+        }
+        self.key, self.value = backend.get_key_for_task(task_id), backend.encode(meta)
+
+    def queue(self, pipe: Any) -> None:
+        """Add the store to a Redis pipeline (its value: 1 stored, 0 an earlier SUCCESS kept)."""
+        pipe.eval(self._STORE, 1, self.key, self.value, int(self.backend.expires or 86400))
+
+    def store_by_celery(self) -> None:
+        """The entry stored the usual way, by Celery's backend (its retries included): when the round trip
+        that should have carried it failed."""
+        self.backend.store_result(self.task_id, self.summary, "SUCCESS")
 
 
 _READS = {
@@ -399,10 +452,30 @@ def celery_run_job(
     ctx_dict: CeleryJobContextDict,
     profiles: str | None = None,
     limits: JobSettings | None = None,
+    results: bool = False,
 ) -> JobSummary:
     """Body of the Celery task `ept.run_job`. ctx_dict: the message's CeleryJobContext as JSON; profiles, limits:
     this worker's profiles file and JobSettings as read at its start (None: the environment now). The ledger and
-    endpoint are used only if its own allow-lists name them (worker.trust): a message cannot choose either."""
+    endpoint are used only if its own allow-lists name them (worker.trust): a message cannot choose either.
+    results: the task ignores its result (`make_app`): its result entry is stored here (TaskResult), in the
+    claim's release round trip when the job ran, else through Celery's backend."""
+    summary, stored = _deliver(task_self, job_dict, ctx_dict, profiles, limits, results)
+    task_id = getattr(getattr(task_self, "request", None), "id", None)
+    if results and not stored and task_id:
+        TaskResult(task_self.backend, task_id, summary).store_by_celery()
+    return summary
+
+
+def _deliver(
+    task_self: Any,
+    job_dict: dict[str, Any],
+    ctx_dict: CeleryJobContextDict,
+    profiles: str | None,
+    limits: JobSettings | None,
+    results: bool,
+) -> tuple[JobSummary, bool]:
+    """celery_run_job's delivery of the job: (its summary, whether its result entry was stored with the claim's
+    release; results: store it there)."""
     job = Job.from_dict(job_dict)
     ctx = CeleryJobContext.from_dict(ctx_dict)
     limits = JobSettings.from_env() if limits is None else limits
@@ -411,18 +484,18 @@ def celery_run_job(
     fold_cancel = bool(redis_url) and redis_url == _redis_broker_url(task_self)
     admitted = _admit(task_self, job, ctx, limits, check_cancel=not fold_cancel)
     if isinstance(admitted, dict):
-        return admitted
+        return admitted, False
     ledger, base_url = admitted
     claims = _claims(redis_url)
     task_id = getattr(getattr(task_self, "request", None), "id", None)
     reads = _claim_reads(job, task_id, cancel=fold_cancel)
     claimed = _await_claim(claims, job, ledger, reads, cancel=fold_cancel)
     if claimed is None:
-        return _summary(job, "skipped")
+        return _summary(job, "skipped"), False
     waited, values = claimed
     if fold_cancel and _is_set(values.pop()):
         claims.release(job)  # taken or not (a copy holds it): this delivery does nothing
-        return _summary(job, "cancelled", message=CANCELLED)
+        return _summary(job, "cancelled", message=CANCELLED), False
     journal = _journal(claims.r)
     journal.defer_drops(job)  # dropped in the claim's release below (one round trip)
     try:
@@ -435,10 +508,9 @@ def celery_run_job(
     drops = journal.take_drops(job)
     journal.release(job)
     # The ran marker is set just before the claim is released (one round trip): a copy waiting on it must find it.
-    claims.release(
-        job, (_ran_key(task_id), json.dumps(summary), RAN_TTL_S) if ran and task_id else None, drops
-    )
-    return summary
+    marker = (_ran_key(task_id), json.dumps(summary), RAN_TTL_S) if ran and task_id else None
+    result = TaskResult(task_self.backend, task_id, summary) if results and task_id else None
+    return summary, claims.release(job, marker, drops, result) and result is not None
 
 
 CANCELLED = "the sweep was stopped before this job started"

@@ -30,11 +30,14 @@ def test_the_coordinator_sends_the_name_the_worker_registers(monkeypatch):
     monkeypatch.setattr(
         celery_job,
         "celery_run_job",
-        lambda task_self, job, ctx, profiles, limits: seen.append((job, ctx, profiles, limits)) or "ok",
+        lambda task_self, job, ctx, profiles, limits, results: (
+            seen.append((job, ctx, profiles, limits, results)) or "ok"
+        ),
     )
     monkeypatch.delenv("EPT_GRADE_QUEUE", raising=False)
     assert app.tasks[TASK_NAME]({"key": "k"}, {"ledger": "l"}) == "ok"
-    # ... and the JobSettings (rate-limit store, allow-lists) read when the app was built.
-    assert seen == [
-        ({"key": "k"}, {"ledger": "l"}, "/srv/worker-profiles.toml", celery_job.JobSettings.from_env())
-    ]
+    # ... and the JobSettings (rate-limit store, allow-lists) read when the app was built; the claims live on
+    # the broker, which is also the result backend: the job stores its result entry itself.
+    limits = celery_job.JobSettings.from_env()
+    assert seen == [({"key": "k"}, {"ledger": "l"}, "/srv/worker-profiles.toml", limits, True)]
+    assert app.tasks[TASK_NAME].ignore_result is True
