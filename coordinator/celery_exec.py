@@ -22,6 +22,8 @@ from typing import Any
 from elo_per_token.common.backoff import backoff_ceiling
 from elo_per_token.contracts.jobs import CeleryJobContext, Job, JobSummary
 from elo_per_token.contracts.weather import sweep_weather
+from elo_per_token.coordinator.celery_batches import BATCH_TASK, pack, read_batch
+from elo_per_token.coordinator.celery_budget import broker_redis, floor_budget, start_budget
 from elo_per_token.coordinator.consumers import QueueStalled, QueueWatch, redis_watch, window_s
 
 TASK_NAME = "ept.run_job"
@@ -114,12 +116,6 @@ def _raise_interrupt(_sig: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _broker_redis(app: Any) -> Any:
-    import redis
-
-    return redis.Redis.from_url(str(app.conf.broker_url))
-
-
 def _workers_redis(app: Any) -> Any:
     """The Redis where workers keep their claims, journals and outage reports: EPT_RATELIMIT_URL, else the
     broker (worker.celery_job._redis_url)."""
@@ -154,38 +150,13 @@ class _OutageNote:
         self.show(note)
 
 
-def _start_budget(app: Any, run_id: str, spent: int) -> None:
-    """Set the run's spend counter (contracts.jobs.budget_key) that workers check against the cap."""
-    from elo_per_token.contracts.jobs import budget_key
-
-    _broker_redis(app).set(budget_key(run_id), spent, ex=7 * 24 * 3600)
-
-
-# Raise the counter to at least ARGV[1] (never lower it): workers add to it concurrently, and anything that is
-# not a number (a forged string) is replaced.
-_FLOOR = """
-local v = tonumber(redis.call('GET', KEYS[1]))
-if v == nil or v < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1], 'EX', 604800) return 1 end
-return 0
-"""
-
-
-def _floor_budget(app: Any, run_id: str, spent: int) -> bool:
-    """Hold the broker's spend counter at no less than what this coordinator has seen spent (earlier sessions
-    plus the results it received): a counter forged low, by anyone who can write to the broker, is put back
-    on the next poll, so workers stop at the cap. True when the counter was below (it was raised)."""
-    from elo_per_token.contracts.jobs import budget_key
-
-    return bool(_broker_redis(app).eval(_FLOOR, 1, budget_key(run_id), int(spent)))
-
-
 def _cancel_queued(app: Any, run_ids: set[str], n_pending: int, notice: Callable[[str], None] | None) -> None:
     """Ctrl-C/SIGTERM: the queued messages of this run must not start. Workers check the run's cancel key before
     a job's first API call; jobs already running finish and reach the ledger."""
     from elo_per_token.contracts.jobs import cancel_key
 
     with contextlib.suppress(Exception):  # the broker may be what failed; stopping must not raise here
-        r = _broker_redis(app)
+        r = broker_redis(app)
         for rid in run_ids:
             r.set(cancel_key(rid), "1", ex=7 * 24 * 3600)
         if notice:
@@ -231,8 +202,10 @@ class _Outstanding:
         on_retry: Callable[[str, int, str], None] | None,
         notice: Callable[[str], None] | None,
         clear_failures: Collection[str],
+        per_message: int = 1,
     ) -> None:
         self.app, self.backend = app, app.backend
+        self.per_message = per_message  # jobs per message (coordinator.celery_batches)
         self.queue, self.batch_size = queue, batch_size
         self.on_result, self.on_retry, self.notice = on_result, on_retry, notice
         self.clear_failures = clear_failures
@@ -243,9 +216,10 @@ class _Outstanding:
         # the ledger before the first API call whatever the session (worker.celery_job.celery_run_job).
         self.resent_wire = dataclasses.replace(ctx, check_ledger=True).to_dict()
         self.resent_clear_wire = dataclasses.replace(ctx, check_ledger=True, clear_failure=True).to_dict()
-        # task id -> (job, its result-backend key): the job to enqueue again if the broker loses its data, the
-        # key built once rather than on every poll.
-        self.pending: dict[str, tuple[Job, bytes]] = {}
+        # task id -> (the message's jobs, its result-backend key): the jobs to enqueue again if the broker loses
+        # its data, the key built once rather than on every poll; and how many jobs that is in all.
+        self.pending: dict[str, tuple[tuple[Job, ...], bytes]] = {}
+        self.n_jobs = 0
         self.retry_seen: dict[str, Any] = {}
         self.ticks = 0
         self.run_ids: set[str] = set()
@@ -256,7 +230,7 @@ class _Outstanding:
             None  # coordinator.consumers: a queue with work and no consumer stops us
         )
         # (run id, tokens spent by earlier sessions) when the run has a cap, and what this session's results
-        # spent (measured + estimated): the floor of the broker's counter (_floor_budget).
+        # spent (measured + estimated): the floor of the broker's counter (floor_budget).
         self.budget: tuple[str, int] | None = None
         self.outage_note: _OutageNote | None = None
         self.seen_tokens = 0
@@ -274,38 +248,47 @@ class _Outstanding:
     def mark_alive(self) -> None:
         self.backend.client.set(self.marker, "1", ex=7 * 24 * 3600)
 
-    def send(self, job: Job, producer: Any, again: bool = False) -> None:
-        if job.run_id not in self.run_ids:  # a new session of the run lifts an earlier session's cancel
-            from elo_per_token.contracts.jobs import cancel_key
+    def send(self, jobs: tuple[Job, ...], producer: Any, again: bool = False) -> None:
+        """One message: `ept.run_job` for one job, `ept.run_jobs` (worker.celery_batch) for several."""
+        for job in jobs:
+            if job.run_id not in self.run_ids:  # a new session of the run lifts an earlier session's cancel
+                from elo_per_token.contracts.jobs import cancel_key
 
-            self.run_ids.add(job.run_id)
-            _broker_redis(self.app).delete(cancel_key(job.run_id))
-        tid = f"{job.run_id}:{uuid.uuid4().hex}"
+                self.run_ids.add(job.run_id)
+                broker_redis(self.app).delete(cancel_key(job.run_id))
+        tid = f"{jobs[0].run_id}:{uuid.uuid4().hex}"
         # Only a job with a failure object from an earlier attempt deletes it on success (no blind DELETE); a
         # job sent again after the broker came back empty may have failed before (its result lost with the
-        # broker's data): its success must not leave that failure record behind.
-        clear = again or job.key in self.clear_failures
+        # broker's data): its success must not leave that failure record behind. (pack() keeps a message's
+        # jobs alike in this.)
+        clear = again or self._clears(jobs[0])
         if again:
             job_ctx = self.resent_clear_wire if clear else self.resent_wire
         else:
             job_ctx = self.ctx_clear_wire if clear else self.ctx_wire
+        one = len(jobs) == 1
         # argsrepr: Flower shows the job key; Celery would otherwise saferepr() the whole job for every message,
         # ~15% of the coordinator's CPU per job.
         self.app.send_task(
-            TASK_NAME,
-            args=[job.to_dict(), job_ctx],
+            TASK_NAME if one else BATCH_TASK,
+            args=[jobs[0].to_dict() if one else [j.to_dict() for j in jobs], job_ctx],
             task_id=tid,
             queue=self.queue,
             producer=producer,
-            argsrepr=f"[{job.key!r}]",
+            argsrepr=f"[{jobs[0].key!r}]" if one else f"[{len(jobs)} jobs from {jobs[0].key!r}]",
             kwargsrepr="{}",
         )
-        self.pending[tid] = (job, self.backend.get_key_for_task(tid))
+        self.pending[tid] = (jobs, self.backend.get_key_for_task(tid))
+        self.n_jobs += len(jobs)
 
-    def send_batch(self, jobs: list[Job], producer: Any, again: bool = False) -> None:
+    def _clears(self, job: Job) -> bool:
+        return job.key in self.clear_failures
+
+    def send_batch(self, jobs: list[Job], producer: Any, again: bool = False, per_message: int = 0) -> None:
+        """`jobs` in messages of `per_message` jobs (0: the plan's), pipelined."""
         with _pipelined(producer, self.batch_size):
-            for job in jobs:
-                self.send(job, producer, again)
+            for message in pack(jobs, per_message or self.per_message, self._clears):
+                self.send(message, producer, again)
 
     def poll(self) -> None:
         """One MGET for the pending results (see WINDOW); finished jobs are reported and their entries deleted."""
@@ -317,40 +300,56 @@ class _Outstanding:
         )
         keys = [self.pending[t][1] for t in ids]
         values = self.backend.mget(keys)
-        finished = []
+        finished: list[bytes] = []
+        deferred: list[Job] = []
         for tid, key, raw in zip(ids, keys, values, strict=True):
             if raw is None:
                 continue
             what, payload = _read_back(self.backend.decode_result(raw))
-            if what == "result":
-                self.on_result(payload)
-                self.seen_tokens += int(payload.get("tokens") or 0) + int(payload.get("est_tokens") or 0)
-            elif what == "failure":
-                self.on_result(_failed(self.pending[tid][0].key, f"worker error: {payload}"))
-            else:
+            if what == "running" or what == "retry":
                 self._note_retry(tid, payload if what == "retry" else None)
                 continue
-            self.pending.pop(tid)
+            jobs = self.pending.pop(tid)[0]
+            self.n_jobs -= len(jobs)
+            deferred.extend(self._finished(jobs, what, payload))
             finished.append(key)
         if finished and self.budget is not None:
-            _floor_budget(self.app, self.budget[0], self.budget[1] + self.seen_tokens)
+            floor_budget(self.app, self.budget[0], self.budget[1] + self.seen_tokens)
         if finished:
             # One DEL per poll, not one round trip per finished job.
             self.backend.client.delete(*finished)
+        if deferred:  # jobs a batch did not start (it ran out of time): one message each now
+            with self.app.producer_or_acquire() as producer:
+                self.send_batch(deferred, producer, per_message=1)
+
+    def _finished(self, jobs: tuple[Job, ...], what: str, payload: Any) -> list[Job]:
+        """Report a finished message's jobs ("result" or "failure"); the jobs of a batch it did not start."""
+        if what == "failure":
+            summaries, deferred = [_failed(j.key, f"worker error: {payload}") for j in jobs], []
+        elif len(jobs) == 1:
+            summaries, deferred = [payload], []
+        else:
+            summaries, deferred = read_batch(payload, jobs, _failed)
+        for summary in summaries:
+            self.on_result(summary)
+            self.seen_tokens += int(summary.get("tokens") or 0) + int(summary.get("est_tokens") or 0)
+        return deferred
 
     def _note_retry(self, tid: str, meta: dict[str, Any] | None) -> None:
         """Report a job's retry once per attempt (the backend shows the same RETRYING meta on every poll)."""
         if meta is not None and self.on_retry and self.retry_seen.get(tid) != meta:
             self.retry_seen[tid] = meta
-            self.on_retry(self.pending[tid][0].key, int(meta.get("attempt", 1)), str(meta.get("class")))
+            key = meta.get("key") if isinstance(meta.get("key"), str) else self.pending[tid][0][0].key
+            self.on_retry(key, int(meta.get("attempt", 1)), str(meta.get("class")))
 
     def resend_if_lost(self) -> None:
         """After an outage: if Redis lost its data, the queued messages and results are gone — enqueue the
         pending jobs again. Safe if some did run: workers skip jobs already in the ledger."""
         if self.backend.client.exists(self.marker):
             return
-        lost = [job for job, _ in self.pending.values()]
+        lost = [job for jobs, _ in self.pending.values() for job in jobs]
         self.pending.clear()
+        self.n_jobs = 0
         with self.app.producer_or_acquire() as producer:
             self.send_batch(lost, producer, again=True)
         self.mark_alive()
@@ -402,7 +401,7 @@ def _enqueue_all(
             out.send_batch(batch, producer)
             del batch
             out.poll()
-            while len(out.pending) >= pace.max_pending and not should_stop():
+            while out.n_jobs >= pace.max_pending and not should_stop():
                 time.sleep(pace.poll_s)
                 out.patient_poll(pace.broker_patience_s)
                 out.check_consumers()
@@ -412,17 +411,17 @@ def _enqueue_all(
 def _drain(out: _Outstanding, pace: _Pace, cancel_when: Callable[[], bool] = lambda: False) -> None:
     """Follow the enqueued jobs until every one has finished; say once if none finishes for a while. Once
     cancel_when() is true (a budget cap reached), the queued jobs are cancelled: workers skip them."""
-    last_change, last_pending, told, cancelled = time.monotonic(), len(out.pending), False, False
+    last_change, last_pending, told, cancelled = time.monotonic(), out.n_jobs, False, False
     while out.pending:
         time.sleep(pace.poll_s)
         out.patient_poll(pace.broker_patience_s)
         out.tick()
         if not cancelled and cancel_when():
             cancelled = True
-            _cancel_queued(out.app, out.run_ids, len(out.pending), out.notice)
+            _cancel_queued(out.app, out.run_ids, out.n_jobs, out.notice)
         out.check_consumers()
-        if len(out.pending) != last_pending:
-            last_change, last_pending = time.monotonic(), len(out.pending)
+        if out.n_jobs != last_pending:
+            last_change, last_pending = time.monotonic(), out.n_jobs
         elif out.notice and not told and time.monotonic() - last_change > pace.idle_notice_s:
             told = True
             out.notice(_idle_message(out, pace.idle_notice_s))
@@ -453,7 +452,7 @@ def _weather_reports(app: Any, weather: tuple[str, Any] | None) -> dict[str, dic
     if weather is None:
         return None
     try:
-        return read_reports(_broker_redis(app), weather[0])
+        return read_reports(broker_redis(app), weather[0])
     except Exception:  # the broker gone at the very end: the summary has no weather line, the sweep is fine
         return None
 
@@ -485,10 +484,10 @@ def _stop_queued(app: Any, ctx: CeleryJobContext, out: _Outstanding, why: BaseEx
     cancelled, so they do not start later and spend on a sweep nobody follows. A stalled queue is recorded in the
     ledger too, where `ept status` says why the run stopped."""
     if isinstance(why, QueueStalled):
-        _cancel_queued(app, out.run_ids, len(out.pending), None)
+        _cancel_queued(app, out.run_ids, out.n_jobs, None)
         _record_stop(ctx.ledger, out.run_ids, why.message)
     else:
-        _cancel_queued(app, out.run_ids, len(out.pending), out.notice)
+        _cancel_queued(app, out.run_ids, out.n_jobs, out.notice)
 
 
 def _close(
@@ -509,7 +508,7 @@ def _start(
     _first_contact(out.mark_alive, app)
     before = _weather_reports(app, weather)
     if budget is not None:
-        _start_budget(app, *budget)
+        start_budget(app, *budget)
         out.budget = budget
     return before
 
@@ -535,13 +534,14 @@ def run_celery(
     watch_consumers: bool = True,
     weather: tuple[str, Callable[[dict[str, Any]], None]] | None = None,
     on_outage: Callable[[str | None], None] | None = None,
+    per_message: int = 1,
 ) -> bool:
     """Enqueue `jobs` (any iterable: a million-job plan is streamed) in pipelined batches and follow them.
     weather: (profile, sink): the workers' provider weather over this sweep is passed to sink at the end.
     on_outage: called about once a second with the outage the workers of that profile are waiting out now
     ("provider unreachable since 12:03:10, waiting (patience 10 min)"), or None.
-    At most `max_pending` jobs are enqueued and unfinished at once, so the coordinator's memory and the
-    broker's queue stay bounded whatever the plan's size; workers still always have a full queue."""
+    At most `max_pending` jobs are enqueued and unfinished at once (memory and the broker's queue stay bounded,
+    workers' queue full), `per_message` per message (the plan's jobs_per_message; coordinator.celery_batches)."""
     from elo_per_token.worker.celery_app import make_app
 
     app = make_app(broker_url)
@@ -554,6 +554,7 @@ def run_celery(
         on_retry=on_retry,
         notice=notice,
         clear_failures=clear_failures,
+        per_message=per_message,
     )
     out.watch = redis_watch(app, queue, window_s()) if watch_consumers else None
     out.outage_note = _OutageNote(app, weather[0], on_outage) if weather and on_outage else None
@@ -565,9 +566,8 @@ def run_celery(
             _enqueue_all(out, jobs, pace, should_stop)
             _drain(out, pace, cancel_when)
             finished = True  # every job answered: a journal's holder can only be dead (its lease runs out)
-            return (
-                not should_stop()
-            )  # stopped early (egress broken) unless every job was sent before it tripped
+            # Stopped early (egress broken) unless every job was sent before it tripped.
+            return not should_stop()
         except (KeyboardInterrupt, QueueStalled) as e:
             _stop_queued(app, ctx, out, e)
             raise

@@ -11,6 +11,7 @@ executor = "local"                # local | celery
 concurrency = 16                  # local: threads; celery: jobs in flight hint (workers set their own)
 queue = "ept"                     # celery queue name
 batch_size = 200                  # celery: messages enqueued per batch
+jobs_per_message = 1              # celery: jobs per message (4-8 for fast endpoints: less CPU per job)
 transcripts = true                # keep each job's transcript beside its result (false: private data)
 
 [weights]                         # family weights for the merged Elo (default: equal)
@@ -72,6 +73,7 @@ MAX_BUDGET = 4096  # budget_n per job (samples / branching factor); the simulato
 MAX_REPLICATES = 10_000
 MAX_CONCURRENCY = 4096
 MAX_BATCH_SIZE = 100_000
+MAX_JOBS_PER_MESSAGE = 64  # worker.celery_batch.MAX_JOBS
 # bootstrap_rounds and seed: MAX_BOOTSTRAP_ROUNDS, MAX_SEED (contracts.manifest; the analysis checks a
 # manifest's settings with the same bounds).
 # Jobs per plan (tasks x budgets x replicates), checked from counts before any job is built; raise it with
@@ -167,6 +169,10 @@ class RunSettings:
     queue: Annotated[str, Predicate(str.strip)] = field(default="ept", metadata=_TEXT)
     batch_size: Annotated[int, Interval(ge=1, le=MAX_BATCH_SIZE)] = field(
         default=200, metadata={"must": f"an integer in 1..{MAX_BATCH_SIZE:,}"}
+    )
+    # celery: jobs per message; > 1 divides Celery's own cost per job, for fast endpoints (worker.celery_batch)
+    jobs_per_message: Annotated[int, Interval(ge=1, le=MAX_JOBS_PER_MESSAGE)] = field(
+        default=1, metadata={"must": f"an integer in 1..{MAX_JOBS_PER_MESSAGE}"}
     )
     # [weights]: family = weight for the merged Elo (finite: nan or inf would poison it)
     weights: dict[str, Annotated[float, Ge(0)]] = field(default_factory=dict)

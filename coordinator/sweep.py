@@ -128,6 +128,7 @@ def _run_jobs(session: _Session, todo: Iterator[Job], live: LiveTally, had_failu
             budget=(plan.run_id, cap.prior_tokens) if cap else None,
             weather=(profile.name, lambda w: setattr(tally, "weather", w)),
             on_outage=live.show_note,
+            per_message=plan.jobs_per_message,
         )
     except KeyboardInterrupt:
         return False

@@ -16,6 +16,7 @@ from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict,
 from elo_per_token.ledger import Ledger
 from elo_per_token.worker.journal import claim_key, journal_set_key
 from elo_per_token.worker.lifecycle import _cached, _refused, _summary, ledger_for, perform_job, provider_for
+from elo_per_token.worker.task_result import TaskResult
 from elo_per_token.worker.taskcheck import ForgedTask, RunTasks
 
 if TYPE_CHECKING:  # redis is imported when a worker first needs it
@@ -132,51 +133,6 @@ class Claims:
             return result is None
         stored = values[len(drops or ()) * 2 + (marker is not None)] if result is not None else 1
         return not isinstance(stored, Exception)
-
-
-class TaskResult:
-    """The Celery result entry of a finished `ept.run_job` message, written by the worker itself in the round
-    trip that releases the job's claim instead of by Celery after the task returns (the task then ignores its
-    result: `make_app`). Celery's Redis backend costs two more round trips per job for the same entry (a GET,
-    then SETEX + PUBLISH); this is one EVAL in a pipeline the job sends anyway. The entry is Celery's own:
-    the meta its backend writes, encoded by that backend, under its key, with its expiry, published to its
-    subscribers; and as Celery does, an entry that already says SUCCESS (an earlier delivery's) is kept."""
-
-    # Celery's _store_result reads the entry first and keeps a SUCCESS; a value that is not Celery's JSON
-    # (anything with the broker's password can write one) is replaced, as a result must be readable.
-    _STORE = """
-local cur = redis.pcall('GET', KEYS[1])
-if type(cur) == 'string' then
-  local ok, meta = pcall(cjson.decode, cur)
-  if ok and type(meta) == 'table' and meta['status'] == 'SUCCESS' then return 0 end
-end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', tonumber(ARGV[2]))
-redis.call('PUBLISH', KEYS[1], ARGV[1])
-return 1
-"""
-
-    def __init__(self, backend: Any, task_id: str, summary: JobSummary) -> None:
-        from datetime import UTC, datetime
-
-        self.backend, self.task_id, self.summary = backend, task_id, summary
-        meta = {
-            "status": "SUCCESS",
-            "result": summary,
-            "traceback": None,
-            "children": [],
-            "date_done": datetime.now(UTC).isoformat(),
-            "task_id": task_id,
-        }
-        self.key, self.value = backend.get_key_for_task(task_id), backend.encode(meta)
-
-    def queue(self, pipe: Any) -> None:
-        """Add the store to a Redis pipeline (its value: 1 stored, 0 an earlier SUCCESS kept)."""
-        pipe.eval(self._STORE, 1, self.key, self.value, int(self.backend.expires or 86400))
-
-    def store_by_celery(self) -> None:
-        """The entry stored the usual way, by Celery's backend (its retries included): when the round trip
-        that should have carried it failed."""
-        self.backend.store_result(self.task_id, self.summary, "SUCCESS")
 
 
 _READS = {
@@ -459,8 +415,10 @@ def celery_run_job(
     endpoint are used only if its own allow-lists name them (worker.trust): a message cannot choose either.
     results: the task ignores its result (`make_app`): its result entry is stored here (TaskResult), in the
     claim's release round trip when the job ran, else through Celery's backend."""
-    summary, stored = _deliver(task_self, job_dict, ctx_dict, profiles, limits, results)
     task_id = getattr(getattr(task_self, "request", None), "id", None)
+    limits = JobSettings.from_env() if limits is None else limits
+    job, ctx = Job.from_dict(job_dict), CeleryJobContext.from_dict(ctx_dict)
+    summary, stored = _deliver(task_self, job, ctx, (profiles, limits), task_id, results=results)
     if results and not stored and task_id:
         TaskResult(task_self.backend, task_id, summary).store_by_celery()
     return summary
@@ -468,17 +426,18 @@ def celery_run_job(
 
 def _deliver(
     task_self: Any,
-    job_dict: dict[str, Any],
-    ctx_dict: CeleryJobContextDict,
-    profiles: str | None,
-    limits: JobSettings | None,
-    results: bool,
+    job: Job,
+    ctx: CeleryJobContext,
+    worker: tuple[str | None, JobSettings],
+    delivery: str | None,
+    *,
+    results: bool = False,
 ) -> tuple[JobSummary, bool]:
-    """celery_run_job's delivery of the job: (its summary, whether its result entry was stored with the claim's
-    release; results: store it there)."""
-    job = Job.from_dict(job_dict)
-    ctx = CeleryJobContext.from_dict(ctx_dict)
-    limits = JobSettings.from_env() if limits is None else limits
+    """One delivery of `job`: (its summary, whether its result entry was stored with the claim's release).
+    worker: (this worker's profiles file, its JobSettings); delivery: what names this delivery of the job (its
+    ran marker, its result entry): the message's task id, or task id and place for a job of a batch (None: no
+    marker); results: store the message's result entry in the claim's release round trip (TaskResult)."""
+    profiles, limits = worker
     redis_url = _redis_url(task_self, limits)
     # The run's cancel marker is read in the claim's round trip when the claims live on the broker (as usual).
     fold_cancel = bool(redis_url) and redis_url == _redis_broker_url(task_self)
@@ -487,7 +446,7 @@ def _deliver(
         return admitted, False
     ledger, base_url = admitted
     claims = _claims(redis_url)
-    task_id = getattr(getattr(task_self, "request", None), "id", None)
+    task_id = delivery
     reads = _claim_reads(job, task_id, cancel=fold_cancel)
     claimed = _await_claim(claims, job, ledger, reads, cancel=fold_cancel)
     if claimed is None:

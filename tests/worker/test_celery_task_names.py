@@ -11,7 +11,7 @@ from elo_per_token.coordinator.celery_exec import TASK_NAME
 from elo_per_token.worker import celery_job, lifecycle
 from elo_per_token.worker.celery_app import make_app
 
-WIRE_NAMES = {"ept.run_job", "ept.grade_code"}
+WIRE_NAMES = {"ept.run_job", "ept.run_jobs", "ept.grade_code"}
 
 
 def test_the_app_registers_exactly_the_wire_names():

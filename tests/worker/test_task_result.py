@@ -18,7 +18,8 @@ from test_claims import _HOSTILE, _put
 
 from elo_per_token.contracts.jobs import Job
 from elo_per_token.worker.celery_app import make_app, results_with_claims
-from elo_per_token.worker.celery_job import Claims, JobSettings, TaskResult
+from elo_per_token.worker.celery_job import Claims, JobSettings
+from elo_per_token.worker.task_result import TaskResult
 
 pytestmark = pytest.mark.services
 
