@@ -78,6 +78,8 @@ redis.call('PEXPIRE', room, 300000)
 redis.call('PEXPIRE', recent, 300000)
 return math.ceil(out)
 """
+# The script as run: also a function of worker.ratelimit's admission and settlement scripts (one round trip).
+ROOM_LUA = _LUA.replace("RECENT_MS", str(int(ratelimit_headers.RECENT_S * 1000)))
 
 
 class RedisHeadroom:
@@ -86,9 +88,7 @@ class RedisHeadroom:
     def __init__(self, redis_client: Any, key: str) -> None:
         self._h = ratelimit_headers  # the in-process Headroom's constants: one truth for both
         self.keys = [f"{key}:room", f"{key}:recent"]
-        self._script = redis_client.register_script(
-            _LUA.replace("RECENT_MS", str(int(ratelimit_headers.RECENT_S * 1000)))
-        )
+        self._script = redis_client.register_script(ROOM_LUA)
 
     def _run(self, *args: Any) -> float | None:
         try:

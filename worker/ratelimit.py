@@ -14,6 +14,7 @@ so every worker on every machine draws from one budget; `LocalRateLimiter` does 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 BURST_S = 1.0  # bucket capacity, in seconds of the limit
 MARGIN = 0.97  # pace at this share of the limit: our clock and the provider's arrival order differ a little
 MAX_PAUSE_S = 120.0  # a header or Retry-After asking for longer is capped (a hostile or broken server)
+# What one look at admission decided (_Limiter._try_admit): from the stated room, wait for it, the bucket's say.
+ROOM, ROOM_WAIT, BUCKET = 0, 1, 2
 
 # KEYS[1] = bucket hash. ARGV: now_ms, rpm, tpm, burst_ms, need_req, need_tok, pause_until_ms.
 # rpm/tpm <= 0: unlimited. need_tok may be negative (a reservation corrected down). Returns 0 when admitted
@@ -80,6 +83,33 @@ redis.call('HSET', key, 'req', req, 'tok', tok, 'ts', now, 'pause', pause)
 redis.call('PEXPIRE', key, 300000)
 return math.ceil(wait)
 """.replace("MARGIN", repr(MARGIN))
+
+
+# One round trip per call each way instead of up to three (the stated room's admit, the bucket's step, the
+# room's probe; then the room's done and the bucket's correction): the two scripts above as functions, run in
+# _Limiter._try_admit's and _settle's order. KEYS: bucket, room hash, recent zset. ARGV[1] = op, then
+#   acquire est slack stale_ms rpm tpm burst_ms       -> {ROOM, 0} | {ROOM_WAIT, ms} | {BUCKET, ms}
+#   settle reserved correct(0|1) tokens rpm tpm burst_ms
+_FUSED = """
+local function bucket(KEYS, ARGV)
+BUCKET_LUA
+end
+local function room(KEYS, ARGV)
+ROOM_LUA
+end
+local bk, rk = {KEYS[1]}, {KEYS[2], KEYS[3]}
+if ARGV[1] == 'acquire' then
+  local held = room(rk, {'admit', ARGV[2], ARGV[3], ARGV[4]})
+  if held == 0 then return {0, 0} end
+  if held > 0 then return {1, held} end
+  local wait = bucket(bk, {'0', ARGV[5], ARGV[6], ARGV[7], '1', ARGV[2], '0'})
+  if wait <= 0 then room(rk, {'probe', ARGV[2]}) end
+  return {2, wait}
+end
+room(rk, {'done', ARGV[2]})
+if ARGV[3] == '1' then bucket(bk, {'0', ARGV[5], ARGV[6], ARGV[7], '0', ARGV[4], '0'}) end
+return 0
+"""
 
 
 @dataclass(frozen=True)
@@ -290,23 +320,42 @@ class _Limiter:
     def _now_ms(self) -> float:
         return time.monotonic() * 1000
 
+    def _try_admit(self, est: int) -> tuple[int, float]:
+        """One look at the stated room, then (if it does not decide) the bucket: (ROOM, 0) admitted from the
+        stated room; (ROOM_WAIT, ms) wait for room the provider stated short; (BUCKET, ms) the bucket's answer,
+        0 when it admitted the call (then a probe of the room, if any)."""
+        room = self.headroom
+        held = room.admit(est) if room is not None else None
+        if held == 0:
+            return ROOM, 0.0
+        if held is not None:
+            return ROOM_WAIT, held * 1000
+        wait = self._step(1, est)
+        if wait <= 0 and room is not None:
+            room.probe(est)
+        return BUCKET, wait
+
+    def _settle(self, reserved: int, correction: int | None) -> None:
+        """A call is over: its reservation leaves the room's in-flight count, and `correction` (None: none)
+        goes to the bucket."""
+        if self.headroom is not None:
+            self.headroom.done(reserved)
+        if correction is not None:
+            self._step(0, correction)
+
     def acquire(self, est_tokens: int = 0, stop: threading.Event | None = None) -> None:
         """Block until one request and `est_tokens` tokens are there (or a pause is over); take them: the
         tokens stay reserved until `record` corrects them. Returns early when `stop` is set."""
-        t0, est, room = time.monotonic(), max(0, int(est_tokens)), self.headroom
+        t0, est = time.monotonic(), max(0, int(est_tokens))
         while True:
-            held = room.admit(est) if room is not None else None
-            if held == 0:  # the provider says there is room now: no pacing wait
+            how, wait = self._try_admit(est)
+            if how == ROOM:  # the provider says there is room now: no pacing wait
                 self._tl.via_room = True  # the bucket was not charged: `record` must not refund it
                 return self._waited(t0)
-            if held is not None:
-                wait = held * 1000
-            elif (wait := self._step(1, est)) <= 0:
-                if room is not None:
-                    room.probe(est)
+            if how == BUCKET and wait <= 0:
                 break
             # With a stated room, look again soon: another sender's reply may bring fresh headers.
-            nap = min(wait, 50 if held is not None else 1000) / 1000
+            nap = min(wait, 50 if how == ROOM_WAIT else 1000) / 1000
             if stop is not None and stop.wait(nap):
                 break
             if stop is None:
@@ -322,12 +371,10 @@ class _Limiter:
         """Charge what the server reported against what `acquire` reserved (a refund when less was used). A
         call this thread's last `acquire` admitted from the provider's stated room never drew on the bucket: its
         estimate is not refunded there (refunds of calls the bucket never charged let it burst later)."""
-        if self.headroom is not None:
-            self.headroom.done(max(0, int(reserved)))
-        if getattr(self._tl, "via_room", False):
-            self._tl.via_room = False
-            return
-        self._step(0, max(0, int(tokens)) - max(0, int(reserved)))
+        reserved = max(0, int(reserved))
+        via_room = getattr(self._tl, "via_room", False)
+        self._tl.via_room = False
+        self._settle(reserved, None if via_room else max(0, int(tokens)) - reserved)
 
     def pause(self, seconds: float, *, rate_limited: bool = True) -> None:
         """Stop every sender of this profile for `seconds` (a 429's Retry-After), once: pauses overlap."""
@@ -381,10 +428,42 @@ class RedisRateLimiter(_Limiter):
         self.burst_ms = int(burst_s * 1000)
         self._r = redis_client
         self._script = redis_client.register_script(_LUA)
+        self._fused: Any = None
+        self._room: RedisHeadroom | None = None  # the fused script's room (self.headroom unless replaced)
         if headroom:
-            from elo_per_token.worker.headroom_redis import RedisHeadroom
+            from elo_per_token.worker.headroom_redis import ROOM_LUA, RedisHeadroom
 
-            self.headroom = RedisHeadroom(redis_client, self.key)
+            self.headroom = self._room = RedisHeadroom(redis_client, self.key)
+            fused = _FUSED.replace("BUCKET_LUA", _LUA).replace("ROOM_LUA", ROOM_LUA)
+            self._fused = redis_client.register_script(fused)
+
+    def _fused_room(self) -> RedisHeadroom | None:
+        """The room the fused script keeps, unless `headroom` was replaced or dropped (then: one script each)."""
+        room = self._room
+        return room if self._fused is not None and room is not None and self.headroom is room else None
+
+    def _limit_args(self) -> list[int]:
+        lim = self.limits
+        return [lim.rpm or 0, lim.tpm or 0, self.burst_ms]
+
+    def _try_admit(self, est: int) -> tuple[int, float]:
+        if (room := self._fused_room()) is None:
+            return super()._try_admit(est)
+        args = ["acquire", est, room._h.TOKEN_SLACK, int(room._h.STALE_S * 1000), *self._limit_args()]
+        try:
+            how, wait = self._fused(keys=[self.key, *room.keys], args=args)
+            how, wait = int(how), float(wait)
+        except Exception:  # redis.RedisError, OSError, a reply of another shape: unpaced, as _step's outage
+            return BUCKET, 0.0
+        return (how, wait) if how in (ROOM, ROOM_WAIT, BUCKET) else (BUCKET, 0.0)
+
+    def _settle(self, reserved: int, correction: int | None) -> None:
+        if (room := self._fused_room()) is None:
+            return super()._settle(reserved, correction)
+        fix = 0 if correction is None else int(correction)
+        args = ["settle", reserved, int(correction is not None), fix, *self._limit_args()]
+        with contextlib.suppress(Exception):  # as _step's and the room's outages: pacing is an optimisation
+            self._fused(keys=[self.key, *room.keys], args=args)
 
     def _now_ms(self) -> float:
         # The server's clock, so workers on machines with skewed clocks agree.
