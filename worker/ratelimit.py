@@ -101,9 +101,11 @@ local bk, rk = {KEYS[1]}, {KEYS[2], KEYS[3]}
 if ARGV[1] == 'acquire' then
   local held = room(rk, {'admit', ARGV[2], ARGV[3], ARGV[4]})
   if held == 0 then return {0, 0} end
-  if held > 0 then return {1, held} end
+  -- A wait Redis cannot return as an integer (inf, nan, beyond int64: forged room values) came back negative
+  -- from the room's own script, which sent the call to the bucket: so does this.
+  if held > 0 and held < 9e18 then return {1, held} end
   local wait = bucket(bk, {'0', ARGV[5], ARGV[6], ARGV[7], '1', ARGV[2], '0'})
-  if wait <= 0 then room(rk, {'probe', ARGV[2]}) end
+  if not (wait > 0 and wait < 9e18) then room(rk, {'probe', ARGV[2]}) end
   return {2, wait}
 end
 room(rk, {'done', ARGV[2]})
