@@ -90,6 +90,10 @@ return math.ceil(wait)
 # _Limiter._try_admit's and _settle's order. KEYS: bucket, room hash, recent zset. ARGV[1] = op, then
 #   acquire est slack stale_ms rpm tpm burst_ms       -> {ROOM, 0} | {ROOM_WAIT, ms} | {BUCKET, ms}
 #   settle reserved correct(0|1) tokens rpm tpm burst_ms
+# Each part under pcall: a part that fails (a key of another type, a forged value Lua cannot compute with)
+# fails alone, as its own script did (the room's failure sends the call to the bucket, the bucket's admits it
+# unpaced), instead of the whole call going unpaced and unprobed. What Python saw of a script's reply is what
+# Redis made of the number: an integer (long long) cast, so a wait >= 2^63, inf or nan arrived as a negative.
 _FUSED = """
 local function bucket(KEYS, ARGV)
 BUCKET_LUA
@@ -97,19 +101,23 @@ end
 local function room(KEYS, ARGV)
 ROOM_LUA
 end
+local BIG = 9223372036854775808
 local bk, rk = {KEYS[1]}, {KEYS[2], KEYS[3]}
 if ARGV[1] == 'acquire' then
-  local held = room(rk, {'admit', ARGV[2], ARGV[3], ARGV[4]})
+  local ok, held = pcall(room, rk, {'admit', ARGV[2], ARGV[3], ARGV[4]})
+  if not ok then held = -1 end
   if held == 0 then return {0, 0} end
-  -- A wait Redis cannot return as an integer (inf, nan, beyond int64: forged room values) came back negative
-  -- from the room's own script, which sent the call to the bucket: so does this.
-  if held > 0 and held < 9e18 then return {1, held} end
-  local wait = bucket(bk, {'0', ARGV[5], ARGV[6], ARGV[7], '1', ARGV[2], '0'})
-  if not (wait > 0 and wait < 9e18) then room(rk, {'probe', ARGV[2]}) end
+  if held > 0 and held < BIG then return {1, held} end
+  local okb, wait = pcall(bucket, bk, {'0', ARGV[5], ARGV[6], ARGV[7], '1', ARGV[2], '0'})
+  if not okb then wait = 0 end
+  if not (wait > 0 and wait < BIG) then
+    pcall(room, rk, {'probe', ARGV[2]})
+    return {2, 0}
+  end
   return {2, wait}
 end
-room(rk, {'done', ARGV[2]})
-if ARGV[3] == '1' then bucket(bk, {'0', ARGV[5], ARGV[6], ARGV[7], '0', ARGV[4], '0'}) end
+pcall(room, rk, {'done', ARGV[2]})
+if ARGV[3] == '1' then pcall(bucket, bk, {'0', ARGV[5], ARGV[6], ARGV[7], '0', ARGV[4], '0'}) end
 return 0
 """
 
