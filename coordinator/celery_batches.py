@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from elo_per_token.contracts.jobs import Job, JobSummary
 
@@ -38,7 +38,7 @@ def read_batch(
     if not isinstance(got, list):
         return [failed(j.key, "worker error: not a batch result") for j in jobs], []
     summaries = [
-        s
+        cast(JobSummary, s)
         if isinstance(s, dict) and s.get("key") == job.key
         else failed(job.key, "worker error: a result for another job")
         for job, s in zip(jobs, got[: len(jobs)], strict=False)

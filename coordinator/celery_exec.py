@@ -324,10 +324,11 @@ class _Outstanding:
 
     def _finished(self, jobs: tuple[Job, ...], what: str, payload: Any) -> list[Job]:
         """Report a finished message's jobs ("result" or "failure"); the jobs of a batch it did not start."""
+        deferred: list[Job] = []
         if what == "failure":
-            summaries, deferred = [_failed(j.key, f"worker error: {payload}") for j in jobs], []
+            summaries = [_failed(j.key, f"worker error: {payload}") for j in jobs]
         elif len(jobs) == 1:
-            summaries, deferred = [payload], []
+            summaries = [payload]
         else:
             summaries, deferred = read_batch(payload, jobs, _failed)
         for summary in summaries:
@@ -339,8 +340,12 @@ class _Outstanding:
         """Report a job's retry once per attempt (the backend shows the same RETRYING meta on every poll)."""
         if meta is not None and self.on_retry and self.retry_seen.get(tid) != meta:
             self.retry_seen[tid] = meta
-            key = meta.get("key") if isinstance(meta.get("key"), str) else self.pending[tid][0][0].key
-            self.on_retry(key, int(meta.get("attempt", 1)), str(meta.get("class")))
+            key = meta.get("key")
+            self.on_retry(
+                key if isinstance(key, str) else self.pending[tid][0][0].key,
+                int(meta.get("attempt", 1)),
+                str(meta.get("class")),
+            )
 
     def resend_if_lost(self) -> None:
         """After an outage: if Redis lost its data, the queued messages and results are gone — enqueue the

@@ -11,7 +11,7 @@ executor = "local"                # local | celery
 concurrency = 16                  # local: threads; celery: jobs in flight hint (workers set their own)
 queue = "ept"                     # celery queue name
 batch_size = 200                  # celery: messages enqueued per batch
-jobs_per_message = 1              # celery: jobs per message (4-8 for fast endpoints: less CPU per job)
+jobs_per_message = 4              # celery: jobs per message (slow jobs come back and go one per message)
 transcripts = true                # keep each job's transcript beside its result (false: private data)
 
 [weights]                         # family weights for the merged Elo (default: equal)
@@ -170,9 +170,10 @@ class RunSettings:
     batch_size: Annotated[int, Interval(ge=1, le=MAX_BATCH_SIZE)] = field(
         default=200, metadata={"must": f"an integer in 1..{MAX_BATCH_SIZE:,}"}
     )
-    # celery: jobs per message; > 1 divides Celery's own cost per job, for fast endpoints (worker.celery_batch)
+    # celery: jobs per message: divides Celery's own cost per job; a batch hands back the jobs it has not started
+    # after 1 s, sent again one per message (worker.celery_batch)
     jobs_per_message: Annotated[int, Interval(ge=1, le=MAX_JOBS_PER_MESSAGE)] = field(
-        default=1, metadata={"must": f"an integer in 1..{MAX_JOBS_PER_MESSAGE}"}
+        default=4, metadata={"must": f"an integer in 1..{MAX_JOBS_PER_MESSAGE}"}
     )
     # [weights]: family = weight for the merged Elo (finite: nan or inf would poison it)
     weights: dict[str, Annotated[float, Ge(0)]] = field(default_factory=dict)

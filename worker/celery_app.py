@@ -38,7 +38,10 @@ DEFAULT_QUEUE = "ept"
 DEFAULT_LEASE_S = 50
 # The lease exceeds the grading wait by this much: the provider calls before it and the ledger write after it.
 LEASE_MARGIN_S = 60
-BATCH_LEASE_SHARE = 5  # a batch of jobs starts its jobs within lease / this (worker.celery_batch)
+# A batch of jobs (worker.celery_batch) starts its jobs within this window: batches of fast jobs run whole,
+# a batch of slow jobs runs its first job and hands the rest back. Never more than a fifth of the lease.
+BATCH_WINDOW_S = 1.0
+BATCH_LEASE_SHARE = 5
 
 
 def grade_timeout_s(env: Mapping[str, str] | None = None) -> float:
@@ -108,13 +111,14 @@ def make_app(url: str | None = None, profiles: str | None = None) -> Celery:
         route_grading(app, route)  # where code is graded, as this worker's environment said at start
         return celery_run_job(self, job, ctx, profiles=profiles, limits=limits, results=own_results)
 
-    # A batch starts its jobs within a fifth of the lease (worker.celery_batch): it ends well before the lease does.
+    batch_window_s = min(BATCH_WINDOW_S, vt / BATCH_LEASE_SHARE)  # a batch ends well before its lease does
+
     @app.task(name="ept.run_jobs", bind=True, shared=False)  # type: ignore[untyped-decorator]
     def run_jobs_task(self: Any, jobs: list[dict[str, Any]], ctx: CeleryJobContextDict) -> BatchSummary:
         from elo_per_token.worker.celery_batch import celery_run_jobs
 
         route_grading(app, route)
-        return celery_run_jobs(self, jobs, ctx, (profiles, limits), vt / BATCH_LEASE_SHARE)
+        return celery_run_jobs(self, jobs, ctx, (profiles, limits), batch_window_s)
 
     @app.task(name="ept.grade_code", shared=False, acks_late=True)  # type: ignore[untyped-decorator]
     def grade_code_task(

@@ -6,10 +6,10 @@ CPU; k jobs per message divide it by k. Each job of a batch is delivered exactly
 be (worker.celery_job._deliver: its allow-lists, claim, journal, budget and cancel checks, ran marker), one after
 another on the message's thread.
 
-A batch never outlives its lease because of its size: a job starts only while the batch is younger than its
-time budget (a fraction of the lease); the jobs not started are handed back ("deferred") and the coordinator
-sends each again as a message of its own. So batches of fast jobs run whole, and batches of slow jobs run one
-job each and turn into single messages.
+A batch never holds jobs back for long nor outlives its lease because of its size: a job starts only while the
+batch is younger than its time window (1 s, at most a fifth of the lease: worker.celery_app); the jobs not
+started are handed back ("deferred") and the coordinator sends each again as a message of its own. So batches
+of fast jobs run whole, and a batch of slow jobs runs its first job and turns the others into single messages.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def celery_run_jobs(
         raise ValueError(f"an ept.run_jobs message carries a list of 1..{MAX_JOBS} jobs")
     ctx = CeleryJobContext.from_dict(ctx_dict)
     task_id = getattr(getattr(task_self, "request", None), "id", None)
-    started, summaries = time.monotonic(), []
+    started, summaries = time.monotonic(), list[JobSummary]()
     for place, job_dict in enumerate(job_dicts):
         if summaries and time.monotonic() - started > budget_s:
             break
@@ -83,6 +83,4 @@ def _worker_error(key: str, e: Exception, job: Job | None = None) -> JobSummary:
     msg = scrub(f"worker error: {type(e).__name__}: {e}")[:2000]
     if job is not None:
         return _summary(job, "failed", **{"class": "transient", "message": msg})
-    summary: JobSummary = {"key": key, "status": "failed", "calls": 0, "tokens": 0, "class": "transient"}
-    summary["message"] = msg
-    return summary
+    return {"key": key, "status": "failed", "calls": 0, "tokens": 0, "class": "transient", "message": msg}

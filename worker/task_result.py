@@ -33,7 +33,7 @@ return 1
         from datetime import UTC, datetime
 
         self.backend, self.task_id, self.summary = backend, task_id, summary
-        meta = {
+        meta: dict[str, Any] = {
             "status": "SUCCESS",
             "result": summary,
             "traceback": None,

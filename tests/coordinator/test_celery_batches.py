@@ -136,8 +136,8 @@ def test_a_batched_sweep_equals_a_local_one_job_for_job(tmp_path, batch_workers,
 def test_a_batch_of_slow_jobs_runs_one_and_hands_the_rest_back(
     tmp_path, batch_workers, s3_bucket, redis_server
 ):
-    """Lease 5 s: a batch starts jobs within 1 s. Jobs of 1.2 s: each batch runs its first job only, and the
-    coordinator sends the others again one message each; every job runs once."""
+    """A batch starts jobs within 1 s (here also a fifth of a 5 s lease). Jobs of 1.2 s: each batch runs its
+    first job only, and the coordinator sends the others again one message each; every job runs once."""
     from elo_per_token.egress.profiles import get_profile
 
     sim, queue = batch_workers
