@@ -170,14 +170,7 @@ def test_whatever_the_broker_holds_a_call_is_admitted_or_told_to_wait_in_bounded
     within bounded time with a known decision and a wait that is a number >= 0 or unpaced, never an exception;
     settling never raises."""
     lim = _limiter(redis_server, Limits(rpm=600, tpm=60_000))
-    r, keys = lim._r, [lim.key, f"{lim.key}:room"]
-    for key, fields in zip(keys, (bucket, room), strict=True):
-        if kind == "hash" and fields:
-            r.hset(key, mapping=fields)
-        elif kind == "string":
-            r.set(key, b"junk")
-        elif kind == "list":
-            r.rpush(key, b"junk")
+    _forge(lim, bucket, room, kind, recent_kind="")
     how, wait = bounded(lambda: lim._try_admit(10), 0.5, 8)
     assert how in (ROOM, ROOM_WAIT, BUCKET)
     assert wait >= 0 or how == BUCKET  # a bucket's negative is "admitted", as _step's
