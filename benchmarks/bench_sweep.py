@@ -325,7 +325,7 @@ def main() -> None:
         type=int,
         default=1,
         metavar="K",
-        help="with --ledger-cpu: also sweep with this tree's workers at K jobs per message (plan jobs_per_message)",
+        help="Celery sweeps at K jobs per message (plan jobs_per_message); with --ledger-cpu: an extra row beside 1",
     )
     ap.add_argument(
         "--baseline",
@@ -382,7 +382,8 @@ def main() -> None:
                 queue = "bench-" + uuid.uuid4().hex[:6]
                 name = f"bench-{latency}-{label.replace(' ', '')}-{uuid.uuid4().hex[:6]}"
                 src = plan_text(name, tmp / "ledger", args.strategy, args.budget, reps,
-                                "local" if label == "local" else "celery", queue, args.threads)  # fmt: skip
+                                "local" if label == "local" else "celery", queue, args.threads,
+                                args.per_message)  # fmt: skip
                 workers = None
                 if label != "local":
                     workers = start_celery_workers(
@@ -392,7 +393,8 @@ def main() -> None:
                 try:
                     # Warm-up (imports, connection pools, first tasks on each worker) is not measured.
                     warm = plan_text(name + "-warm", tmp / "ledger", args.strategy, args.budget, 1,
-                                     "local" if label == "local" else "celery", queue, args.threads)  # fmt: skip
+                                     "local" if label == "local" else "celery", queue, args.threads,
+                                     args.per_message)  # fmt: skip
                     run_sweep(warm.replace('suites = ["math"]', f'suites = ["math"]\ntasks_per_family = {min(n_math, 2 * conc)}'),
                               profile, redis.url)  # fmt: skip
                     meter = CpuMeter(
@@ -414,7 +416,7 @@ def main() -> None:
 
     cores = os.cpu_count() or 1
     print(
-        f"\nstrategy {args.strategy}@{args.budget}, {args.threads} threads per process, file ledger, {cores}-core box\n"
+        f"\nstrategy {args.strategy}@{args.budget}, {args.threads} threads per process, {args.per_message} job(s) per Celery message, file ledger, {cores}-core box\n"
     )
     print(f"{'latency':>7}  {'executor':<16} {'conc':>4} {'jobs/s':>8} {'calls/s':>8} {'bound':>8} {'% bound':>8} {'vs raw':>7}"
           f" {'CPU ms/job':>10} {'CPU cap/s':>9}")  # fmt: skip

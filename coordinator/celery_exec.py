@@ -248,8 +248,10 @@ class _Outstanding:
     def mark_alive(self) -> None:
         self.backend.client.set(self.marker, "1", ex=7 * 24 * 3600)
 
-    def send(self, jobs: tuple[Job, ...], producer: Any, again: bool = False) -> None:
-        """One message: `ept.run_job` for one job, `ept.run_jobs` (worker.celery_batch) for several."""
+    def send(self, jobs: tuple[Job, ...], producer: Any, again: bool = False, check: bool = False) -> None:
+        """One message: `ept.run_job` for one job, `ept.run_jobs` (worker.celery_batch) for several. again: after
+        the broker lost its data; check: the worker checks the ledger before the first API call (both: a job
+        that may have run already)."""
         for job in jobs:
             if job.run_id not in self.run_ids:  # a new session of the run lifts an earlier session's cancel
                 from elo_per_token.contracts.jobs import cancel_key
@@ -262,7 +264,7 @@ class _Outstanding:
         # broker's data): its success must not leave that failure record behind. (pack() keeps a message's
         # jobs alike in this.)
         clear = again or self._clears(jobs[0])
-        if again:
+        if again or check:
             job_ctx = self.resent_clear_wire if clear else self.resent_wire
         else:
             job_ctx = self.ctx_clear_wire if clear else self.ctx_wire
@@ -284,11 +286,13 @@ class _Outstanding:
     def _clears(self, job: Job) -> bool:
         return job.key in self.clear_failures
 
-    def send_batch(self, jobs: list[Job], producer: Any, again: bool = False, per_message: int = 0) -> None:
-        """`jobs` in messages of `per_message` jobs (0: the plan's), pipelined."""
+    def send_batch(
+        self, jobs: list[Job], producer: Any, again: bool = False, per_message: int = 0, check: bool = False
+    ) -> None:
+        """`jobs` in messages of `per_message` jobs (0: the plan's), pipelined (again, check: as `send`)."""
         with _pipelined(producer, self.batch_size):
             for message in pack(jobs, per_message or self.per_message, self._clears):
-                self.send(message, producer, again)
+                self.send(message, producer, again, check)
 
     def poll(self) -> None:
         """One MGET for the pending results (see WINDOW); finished jobs are reported and their entries deleted."""
@@ -319,8 +323,10 @@ class _Outstanding:
             # One DEL per poll, not one round trip per finished job.
             self.backend.client.delete(*finished)
         if deferred:  # jobs a batch did not start (it ran out of time): one message each now
+            # With a ledger check: a copy of the batch delivered again (after its lease) may run one of them
+            # meanwhile; it checks the ledger as every redelivered message does, and so must the job sent again.
             with self.app.producer_or_acquire() as producer:
-                self.send_batch(deferred, producer, per_message=1)
+                self.send_batch(deferred, producer, per_message=1, check=True)
 
     def _finished(self, jobs: tuple[Job, ...], what: str, payload: Any) -> list[Job]:
         """Report a finished message's jobs ("result" or "failure"); the jobs of a batch it did not start."""

@@ -126,7 +126,8 @@ def test_canary_key_never_leaks_through_a_distributed_sweep(tmp_path, redis_serv
         )
     )
     t.start()
-    wait_until(lambda: r.llen(queue) >= len(jobs), 30, "all jobs queued")
+    messages = -(-len(jobs) // plan.jobs_per_message)  # jobs go jobs_per_message to a message
+    wait_until(lambda: r.llen(queue) >= messages, 30, "all jobs queued")
     queued = redis_dump(r)
     assert (
         b'"profile": "fault-sim"' in queued and b"EPT_SIM_API_KEY" not in queued
