@@ -172,6 +172,8 @@ class CeleryJobContextDict(TypedDict):
 
 
 DEFAULT_MAX_ATTEMPTS = 3
+# The most jobs one Celery message carries (the plan's jobs_per_message; worker.celery_batch refuses more).
+MAX_JOBS_PER_MESSAGE = 64
 
 
 def budget_key(run_id: str) -> str:

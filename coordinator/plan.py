@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 from elo_per_token.common.tomlpos import toml_line
 from elo_per_token.contracts import generation
 from elo_per_token.contracts.errors import InputError
+from elo_per_token.contracts.jobs import MAX_JOBS_PER_MESSAGE
 from elo_per_token.contracts.manifest import MAX_BOOTSTRAP_ROUNDS, MAX_SEED
 from elo_per_token.contracts.tasks import Task
 from elo_per_token.ledger.store import DEFAULT_LEDGER
@@ -73,7 +74,6 @@ MAX_BUDGET = 4096  # budget_n per job (samples / branching factor); the simulato
 MAX_REPLICATES = 10_000
 MAX_CONCURRENCY = 4096
 MAX_BATCH_SIZE = 100_000
-MAX_JOBS_PER_MESSAGE = 64  # worker.celery_batch.MAX_JOBS
 # bootstrap_rounds and seed: MAX_BOOTSTRAP_ROUNDS, MAX_SEED (contracts.manifest; the analysis checks a
 # manifest's settings with the same bounds).
 # Jobs per plan (tasks x budgets x replicates), checked from counts before any job is built; raise it with

@@ -17,13 +17,16 @@ from __future__ import annotations
 import time
 from typing import Any, TypedDict
 
-from elo_per_token.contracts.jobs import CeleryJobContext, CeleryJobContextDict, Job, JobSummary
+from elo_per_token.contracts.jobs import (
+    MAX_JOBS_PER_MESSAGE,
+    CeleryJobContext,
+    CeleryJobContextDict,
+    Job,
+    JobSummary,
+)
 from elo_per_token.contracts.secrets import scrub
 from elo_per_token.worker.celery_job import JobSettings, _deliver
 from elo_per_token.worker.lifecycle import _summary
-
-BATCH_TASK = "ept.run_jobs"
-MAX_JOBS = 64  # the most jobs one message may carry (coordinator.plan's bound on jobs_per_message)
 
 
 class BatchSummary(TypedDict):
@@ -43,10 +46,10 @@ def celery_run_jobs(
 ) -> BatchSummary:
     """Body of the Celery task `ept.run_jobs`: each job of the message as its own delivery, one after another,
     starting jobs while the batch is younger than `budget_s`. worker: (this worker's profiles file, its
-    JobSettings). A message that is not a list of at most MAX_JOBS jobs is refused whole (ValueError: the task
+    JobSettings). A message that is not a list of at most MAX_JOBS_PER_MESSAGE jobs is refused whole (ValueError: the task
     fails and the coordinator reports each of its jobs failed)."""
-    if not isinstance(job_dicts, list) or not 0 < len(job_dicts) <= MAX_JOBS:
-        raise ValueError(f"an ept.run_jobs message carries a list of 1..{MAX_JOBS} jobs")
+    if not isinstance(job_dicts, list) or not 0 < len(job_dicts) <= MAX_JOBS_PER_MESSAGE:
+        raise ValueError(f"an ept.run_jobs message carries a list of 1..{MAX_JOBS_PER_MESSAGE} jobs")
     ctx = CeleryJobContext.from_dict(ctx_dict)
     task_id = getattr(getattr(task_self, "request", None), "id", None)
     started, summaries = time.monotonic(), list[JobSummary]()

@@ -122,6 +122,7 @@ class Claims:
                 CallJournal.drop_into(pipe, drops)
             if marker is not None:
                 pipe.set(marker[0], marker[1], ex=marker[2])
+            at = len(pipe)  # the result's place among the pipeline's replies
             if result is not None:
                 result.queue(pipe)
             if token is not None:
@@ -131,8 +132,7 @@ class Claims:
             values = pipe.execute(raise_on_error=False)
         except Exception:  # the broker gone: the lease runs out; an unstored result is stored by the caller
             return result is None
-        stored = values[len(drops or ()) * 2 + (marker is not None)] if result is not None else 1
-        return not isinstance(stored, Exception)
+        return result is None or not isinstance(values[at], Exception)
 
 
 _READS = {

@@ -11,11 +11,9 @@ import uuid
 import pytest
 from bounds import bounded_pure
 from fixtures_plans import plan_toml
-from fixtures_services import start_celery_workers
-from fixtures_sim import SIM_KEY
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_sweep_celery import comparable, plan_text, profiles_toml
+from test_sweep_celery import celery_setup, comparable, plan_text  # noqa: F401  (celery_setup is a fixture)
 
 from elo_per_token.contracts.jobs import CeleryJobContext, Job
 from elo_per_token.coordinator.celery_batches import BATCH_TASK, pack, read_batch
@@ -77,21 +75,6 @@ def test_a_batch_result_is_read_in_order_and_the_rest_is_sent_again():
     assert [s["key"] for s in refused] == [j.key for j in jobs] and not none
 
 
-@pytest.fixture
-def batch_workers(tmp_path, redis_server, s3_env, make_sim, monkeypatch, request):
-    """A simulator, its profile, and 2 Celery workers on a fresh queue (env overrides: the test's param)."""
-    sim = make_sim(api_key=SIM_KEY)
-    prof_file = profiles_toml(tmp_path, sim.url)
-    monkeypatch.setenv("EPT_PROFILES", str(prof_file))
-    monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
-    queue = "qb-" + uuid.uuid4().hex[:8]
-    env = {**s3_env.env(), "EPT_PROFILES": str(prof_file), "EPT_SIM_API_KEY": SIM_KEY}
-    env.update(getattr(request, "param", {}))
-    workers = start_celery_workers(2, redis_server.url, tmp_path / "w", env=env, concurrency=4, queue=queue)
-    yield sim, queue
-    workers.stop()
-
-
 def _batched(
     name: str, ledger: str, queue: str, per_message: int, tpf: int = 3, arms=None, suites=None
 ) -> str:
@@ -105,10 +88,15 @@ def _batched(
 
 
 @pytest.mark.services
-def test_a_batched_sweep_equals_a_local_one_job_for_job(tmp_path, batch_workers, s3_bucket, redis_server):
+def test_a_batched_sweep_equals_a_local_one_job_for_job(
+    tmp_path,
+    celery_setup,  # noqa: F811  (the fixture imported above)
+    s3_bucket,
+    redis_server,
+):
     from elo_per_token.egress.profiles import get_profile
 
-    sim, queue = batch_workers
+    sim, queue, _ = celery_setup
     plan = parse_plan(_batched("bat", f"s3://{s3_bucket}/l", queue, 4))
     assert plan.jobs_per_message == 4
     jobs = plan_jobs(plan)
@@ -133,15 +121,18 @@ def test_a_batched_sweep_equals_a_local_one_job_for_job(tmp_path, batch_workers,
 
 
 @pytest.mark.services
-@pytest.mark.parametrize("batch_workers", [{"EPT_VISIBILITY_TIMEOUT": "5"}], indirect=True)
+@pytest.mark.parametrize("celery_setup", [{"EPT_VISIBILITY_TIMEOUT": "5"}], indirect=True)
 def test_a_batch_of_slow_jobs_runs_one_and_hands_the_rest_back(
-    tmp_path, batch_workers, s3_bucket, redis_server
+    tmp_path,
+    celery_setup,  # noqa: F811  (the fixture imported above)
+    s3_bucket,
+    redis_server,
 ):
     """A batch starts jobs within 1 s (here also a fifth of a 5 s lease). Jobs of 1.2 s: each batch runs its
     first job only, and the coordinator sends the others again one message each; every job runs once."""
     from elo_per_token.egress.profiles import get_profile
 
-    sim, queue = batch_workers
+    sim, queue, _ = celery_setup
     sim.control.set(latency_ms=1200.0, latency_jitter_ms=0.0)
     plan = parse_plan(_batched("slow", f"s3://{s3_bucket}/l", queue, 4, 4, [("greedy", [1])], ["math"]))
     jobs = plan_jobs(plan)
@@ -158,11 +149,14 @@ def test_a_batch_of_slow_jobs_runs_one_and_hands_the_rest_back(
 
 @pytest.mark.services
 def test_a_batch_delivered_twice_runs_nothing_twice_and_a_bad_job_fails_alone(
-    tmp_path, batch_workers, s3_bucket, redis_server
+    tmp_path,
+    celery_setup,  # noqa: F811  (the fixture imported above)
+    s3_bucket,
+    redis_server,
 ):
     from elo_per_token.worker.celery_app import make_app
 
-    sim, queue = batch_workers
+    sim, queue, _ = celery_setup
     plan = parse_plan(_batched("twice", f"s3://{s3_bucket}/l", queue, 3, tpf=1))
     jobs = plan_jobs(plan)[:2]
     from elo_per_token.coordinator.expand import load_tasks

@@ -61,7 +61,9 @@ def comparable(led, run_id: str, jobs) -> dict:
 
 
 @pytest.fixture
-def celery_setup(tmp_path, redis_server, s3_env, make_sim, monkeypatch):
+def celery_setup(tmp_path, redis_server, s3_env, make_sim, monkeypatch, request):
+    """A simulator, its profile, and 2 Celery workers on a fresh queue (more worker environment: the test's
+    indirect parameter)."""
     pytest.importorskip("elo_per_token.worker.job")
     sim = make_sim(api_key=SIM_KEY)
     prof_file = profiles_toml(tmp_path, sim.url)
@@ -69,6 +71,7 @@ def celery_setup(tmp_path, redis_server, s3_env, make_sim, monkeypatch):
     monkeypatch.setenv("EPT_SIM_API_KEY", SIM_KEY)
     queue = "q-" + uuid.uuid4().hex[:8]
     env = {**s3_env.env(), "EPT_PROFILES": str(prof_file), "EPT_SIM_API_KEY": SIM_KEY}
+    env.update(getattr(request, "param", {}))
     workers = start_celery_workers(
         2, redis_server.url, tmp_path / "workers", env=env, concurrency=4, queue=queue
     )

@@ -11,8 +11,9 @@ from bounds import bounded
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from elo_per_token.contracts.jobs import MAX_JOBS_PER_MESSAGE as MAX_JOBS
 from elo_per_token.contracts.jobs import Job
-from elo_per_token.worker.celery_batch import MAX_JOBS, celery_run_jobs
+from elo_per_token.worker.celery_batch import celery_run_jobs
 from elo_per_token.worker.celery_job import JobSettings
 
 # What celery_run_jobs reads of its bound task: the request's id and the app's broker URL (not Redis here: no

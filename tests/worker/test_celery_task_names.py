@@ -7,6 +7,7 @@ unconsumed (or, mixed with older workers, consumed by only some of them).
 
 from __future__ import annotations
 
+from elo_per_token.coordinator.celery_batches import BATCH_TASK
 from elo_per_token.coordinator.celery_exec import TASK_NAME
 from elo_per_token.worker import celery_job, lifecycle
 from elo_per_token.worker.celery_app import make_app
@@ -18,6 +19,7 @@ def test_the_app_registers_exactly_the_wire_names():
     app = make_app("redis://127.0.0.1:1/0")  # building the app opens no connection
     ours = {name for name in app.tasks if not name.startswith("celery.")}
     assert ours == WIRE_NAMES
+    assert BATCH_TASK in ours  # what the coordinator sends several jobs as
 
 
 def test_the_coordinator_sends_the_name_the_worker_registers(monkeypatch):
